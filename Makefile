@@ -1,0 +1,60 @@
+# dl.h - build, test and run. `make run` trains; `make test` checks everything.
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN     = -std=c99 -Wall -Wextra -Werror -pedantic
+CXXWARN  = -Wall -Wextra -Werror -pedantic
+LDLIBS   = -lm -lpthread
+B        = build
+SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -include cblas.h -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
+HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
+HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
+
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
+# the same checks built other ways: clang, C++, OpenBLAS
+EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
+            $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas)
+SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
+DEPS      = dl.h tests/harness.h
+
+.PHONY: all test sanitize valgrind clean
+all: $(TESTS) $(EXTRA)
+
+$(B) $(B)/san:
+	mkdir -p $@
+
+$(B)/%: tests/%.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# the quick start of dl.h's doc block, cut out of the header and compiled
+$(B)/quickstart.c: dl.h | $(B)
+	sed -n '/QUICK START/,/BUILD FLAGS/p' dl.h | sed '1,2d;$$d' | sed 's/^       //' > $@
+$(B)/test_quickstart: $(B)/quickstart.c tests/quickstart_check.sh | $(B)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $(B)/quickstart $(LDLIBS)
+	cp tests/quickstart_check.sh $@ && chmod +x $@
+
+$(B)/test_core_clang: tests/test_core.c $(DEPS) | $(B)
+	clang $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+$(B)/test_core_cxx: tests/test_core.c $(DEPS) | $(B)
+	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
+$(B)/test_ops_cxx: tests/test_ops.c $(DEPS) | $(B)
+	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
+$(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -DDL_OPENBLAS -I. $< -o $@ -lopenblas $(LDLIBS)
+
+test: all
+	@tests/run.sh $(TESTS) $(EXTRA)
+
+$(B)/san/%: tests/%.c $(DEPS) | $(B)/san
+	$(CC) $(WARN) -O1 -g $(SAN) -I. $< -o $@ $(LDLIBS)
+
+sanitize: $(SANTESTS)
+	@ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    tests/run.sh $(SANTESTS)
+
+valgrind: $(B)/test_core
+	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick
+
+clean:
+	rm -rf $(B)

@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""tests/golden/gen.py - PyTorch golden values for dl.h's core ops.
+
+Run from the repository root:   python3 tests/golden/gen.py [out.bin]
+(default output: tests/golden/core.bin). Works with torch 1.13 and newer.
+Deterministic: torch.manual_seed(1234), CPU, float32 (double where noted).
+
+FILE FORMAT (all integers little-endian)
+    8 bytes   magic "DLGOLD1\\0"
+    uint32    version = 1
+    uint32    record count
+    records, each:
+        uint32  name length, then the name bytes (no NUL)
+        uint32  ndim, then ndim x int64 shape
+        numel x float32 values (numel = product of shape; 1 for ndim 0)
+
+RECORD NAMES are "<op>/<case>/<field>". The records of one case are
+consecutive, in this order:
+    inputs        any field name not listed below (a, b, x, x0, W1, ...),
+                  in argument order
+    params        op parameters as floats (meaning per op, see test_golden.c)
+    gout          upstream gradient (shape of out)
+    v_<input>     direction for a Hessian-vector product (double backward)
+    out           the forward result (argmax: int64 indices stored as floats)
+    grad_<input>  torch.autograd.grad(out, inputs, gout); an input without a
+                  grad_ record does not require grad
+    hv_<input>    torch.autograd.grad(sum_i (grad_i * v_i).sum(), inputs),
+                  the first grads taken with create_graph=True; zeros where
+                  torch reports the input unused
+"""
+import struct
+import sys
+
+import torch
+
+torch.manual_seed(1234)
+torch.set_grad_enabled(True)
+
+RECORDS = []   # (name, tensor)
+
+
+def rec(name, t):
+    t = torch.as_tensor(t).detach().to(torch.float32).contiguous().cpu()
+    RECORDS.append((name, t))
+
+
+def randn(*s):
+    return torch.randn(tuple(s), dtype=torch.float32)
+
+
+def rand(*s):
+    return torch.rand(tuple(s), dtype=torch.float32)
+
+
+def positive(*s, lo=0.3):
+    return rand(*s) * 2.0 + lo
+
+
+def away_from(x, points, eps=0.1):
+    """move values within eps of any point to point +- 2*eps"""
+    x = x.clone()
+    for p in points:
+        d = x - p
+        near = d.abs() < eps
+        sgn = torch.where(d >= 0, torch.ones_like(d), -torch.ones_like(d))
+        x = torch.where(near, p + sgn * 2 * eps, x)
+    return x
+
+
+def nonzero(*s):
+    """|x| >= 0.25, both signs"""
+    x = randn(*s)
+    sgn = torch.where(x >= 0, torch.ones_like(x), -torch.ones_like(x))
+    return sgn * (x.abs() + 0.25)
+
+
+def case(name, inputs, fn, params=None, grad=None, dd=False, gout=None, v=None):
+    """inputs: list of (field, tensor). grad: fields that require grad
+    (default: all). dd: also record a Hessian-vector product."""
+    if grad is None:
+        grad = [f for f, _ in inputs]
+    ts = []
+    for f, t in inputs:
+        t = t.detach().clone().to(torch.float32)
+        if f in grad:
+            t.requires_grad_(True)
+        ts.append(t)
+    req = [t for (f, _), t in zip(inputs, ts) if f in grad]
+    reqf = [f for f, _ in inputs if f in grad]
+    out = fn(*ts)
+    for (f, _), t in zip(inputs, ts):
+        rec(name + "/" + f, t)
+    if params is not None:
+        rec(name + "/params", torch.tensor(params, dtype=torch.float32))
+    grads = hv = None
+    vs = []
+    if req:
+        if gout is None:
+            gout = randn(*out.shape)
+        rec(name + "/gout", gout)
+        grads = torch.autograd.grad(out, req, gout, create_graph=dd, allow_unused=True)
+        if dd:
+            for i, f in enumerate(reqf):
+                vi = v[i] if v is not None else randn(*req[i].shape)
+                vs.append(vi)
+                rec(name + "/v_" + f, vi)
+            s2 = None
+            for g, vi in zip(grads, vs):
+                if g is None or not g.requires_grad:
+                    continue
+                term = (g * vi).sum()
+                s2 = term if s2 is None else s2 + term
+            if s2 is None:
+                hv = [None] * len(req)
+            else:
+                hv = torch.autograd.grad(s2, req, allow_unused=True)
+    rec(name + "/out", out)
+    if req:
+        for f, t, g in zip(reqf, req, grads):
+            rec(name + "/grad_" + f, g if g is not None else torch.zeros_like(t))
+        if dd:
+            for f, t, h in zip(reqf, req, hv):
+                rec(name + "/hv_" + f, h if h is not None else torch.zeros_like(t))
+
+
+# ------------------------------------------------------------ elementwise binary
+BIN = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "maximum": torch.maximum, "minimum": torch.minimum,
+}
+BIN_SHAPES = [
+    ("same", (3, 4), (3, 4)),
+    ("bcast1", (2, 3, 4), (4,)),          # trailing
+    ("bcast2", (2, 1, 4), (3, 1)),        # both sides broadcast
+    ("bcast3", (1, 3), (2, 1, 1)),        # b has more dims
+    ("size1", (3, 1), (1, 1)),            # size-1 everywhere
+    ("rank0", (2, 3), ()),                # 0-d operand
+]
+for op, fn in BIN.items():
+    for cname, sa, sb in BIN_SHAPES:
+        a = randn(*sa)
+        b = nonzero(*sb) if op == "div" else randn(*sb)
+        case("%s/%s" % (op, cname), [("a", a), ("b", b)], fn)
+
+# ------------------------------------------------------------ scalar ops
+SCALAR = [
+    ("add_scalar", 2.5, lambda x, s: x + s),
+    ("add_scalar", -0.75, lambda x, s: x + s),
+    ("sub_scalar", 1.5, lambda x, s: x - s),
+    ("mul_scalar", -3.0, lambda x, s: x * s),
+    ("mul_scalar", 0.25, lambda x, s: x * s),
+    ("div_scalar", 4.0, lambda x, s: x / s),
+    ("div_scalar", -0.5, lambda x, s: x / s),
+    ("rsub_scalar", 2.0, lambda x, s: s - x),
+]
+for i, (op, s, fn) in enumerate(SCALAR):
+    case("%s/c%d" % (op, i), [("x", randn(2, 3))], (lambda fn, s: lambda x: fn(x, s))(fn, s),
+         params=[s])
+
+# pow: 2 and 3 on any sign, 0.5 and -1.5 on positive input
+case("pow/p2", [("x", randn(3, 4))], lambda x: torch.pow(x, 2.0), params=[2.0])
+case("pow/p3", [("x", randn(2, 5))], lambda x: torch.pow(x, 3.0), params=[3.0])
+case("pow/p05", [("x", positive(3, 4))], lambda x: torch.pow(x, 0.5), params=[0.5])
+case("pow/pm15", [("x", positive(3, 4))], lambda x: torch.pow(x, -1.5), params=[-1.5])
+case("pow/p1", [("x", randn(4))], lambda x: torch.pow(x, 1.0), params=[1.0])
+
+# ------------------------------------------------------------ elementwise unary
+case("neg/a", [("x", randn(3, 4))], torch.neg)
+case("neg/b", [("x", randn(2, 1, 3))], torch.neg)
+case("exp/a", [("x", randn(3, 4))], torch.exp)
+case("exp/b", [("x", randn(5) * 3)], torch.exp)
+case("log/a", [("x", positive(3, 4))], torch.log)
+case("log/b", [("x", positive(2, 1, 5, lo=0.05) * 10)], torch.log)
+case("sqrt/a", [("x", positive(3, 4))], torch.sqrt)
+case("sqrt/b", [("x", positive(6, lo=1.0) * 5)], torch.sqrt)
+case("abs/a", [("x", nonzero(3, 4))], torch.abs)
+case("abs/b", [("x", nonzero(2, 1, 3))], torch.abs)
+case("erf/a", [("x", randn(3, 4))], torch.erf)
+case("erf/b", [("x", randn(7) * 2.5)], torch.erf)
+case("clamp/a", [("x", away_from(randn(4, 5) * 1.5, [-0.5, 0.7]))],
+     lambda x: torch.clamp(x, -0.5, 0.7), params=[-0.5, 0.7])
+case("clamp/b", [("x", away_from(randn(3, 6) * 3, [0.0, 2.0]))],
+     lambda x: torch.clamp(x, 0.0, 2.0), params=[0.0, 2.0])
+case("relu/a", [("x", nonzero(3, 4))], torch.relu)
+case("relu/b", [("x", nonzero(2, 3, 1))], torch.relu)
+case("leaky_relu/a", [("x", nonzero(3, 4))],
+     lambda x: torch.nn.functional.leaky_relu(x, 0.01), params=[0.01])
+case("leaky_relu/b", [("x", nonzero(5, 2))],
+     lambda x: torch.nn.functional.leaky_relu(x, 0.2), params=[0.2])
+case("sigmoid/a", [("x", randn(3, 4))], torch.sigmoid)
+case("sigmoid/b", [("x", randn(2, 6) * 4)], torch.sigmoid)
+case("tanh/a", [("x", randn(3, 4))], torch.tanh)
+case("tanh/b", [("x", randn(2, 6) * 3)], torch.tanh)
+case("gelu/a", [("x", randn(3, 4))], torch.nn.functional.gelu)
+case("gelu/b", [("x", randn(2, 6) * 3)], torch.nn.functional.gelu)
+
+# ------------------------------------------------------------ reductions
+# params: [keepdim, correction, all_flag, dims...]; all_flag -> DL_ALL in C
+
+
+def reduction(op, x, dims, keepdim, correction=1):
+    allf = dims is None
+    nd = x.dim()
+    tdims = tuple(range(nd)) if allf else tuple(dims)
+
+    def fn(t):
+        if op == "sum":
+            return torch.sum(t, dim=tdims, keepdim=keepdim)
+        if op == "mean":
+            return torch.mean(t, dim=tdims, keepdim=keepdim)
+        if op == "var":
+            return torch.var(t, dim=tdims, correction=correction, keepdim=keepdim)
+        if op in ("max", "min"):
+            if allf and not keepdim:
+                return t.max() if op == "max" else t.min()
+            if len(tdims) == 1:
+                r = torch.max(t, tdims[0], keepdim) if op == "max" else torch.min(t, tdims[0], keepdim)
+                return r.values
+            return torch.amax(t, dim=tdims, keepdim=keepdim) if op == "max" else \
+                torch.amin(t, dim=tdims, keepdim=keepdim)
+        raise ValueError(op)
+    return fn, [float(keepdim), float(correction), float(allf)] + [float(d) for d in (dims or [])]
+
+
+RED_CASES = [
+    ("d1", (3, 4, 5), [1], False),
+    ("d1k", (3, 4, 5), [1], True),
+    ("dneg", (3, 4, 5), [-1], False),
+    ("d0k", (4, 3), [0], True),
+    ("d02", (3, 4, 5), [0, 2], False),
+    ("d02k", (3, 4, 5), [0, 2], True),
+    ("d12", (2, 3, 4), [1, 2], False),
+    ("all", (3, 4), None, False),
+    ("allk", (2, 3, 4), None, True),
+    ("size1", (3, 1, 4), [1], False),
+]
+for op in ("sum", "mean", "max", "min", "var"):
+    for cname, shp, dims, kd in RED_CASES:
+        corrs = [1, 0] if op == "var" else [1]
+        for c in corrs:
+            if op == "var" and cname == "size1":
+                continue   # variance of one element with correction 1 is NaN
+            x = randn(*shp)
+            fn, params = reduction(op, x, dims, kd, c)
+            nm = "%s/%s%s" % (op, cname, "_c0" if (op == "var" and c == 0) else "")
+            case(nm, [("x", x)], fn, params=params)
+
+# argmax: params [dim, keepdim]; forward only
+for i, (shp, dim, kd) in enumerate([((3, 5), 1, False), ((3, 5), 0, True), ((2, 3, 4), -1, False),
+                                     ((2, 3, 4), 1, True), ((6,), 0, False)]):
+    x = randn(*shp)
+    case("argmax/c%d" % i, [("x", x)], lambda t, dim=dim, kd=kd: torch.argmax(t, dim, kd),
+         params=[float(dim), float(kd)], grad=[])
+
+# ------------------------------------------------------------ matmul
+MM = [
+    ("vv", (4,), (4,)),
+    ("vm", (3,), (3, 5)),
+    ("mv", (4, 3), (3,)),
+    ("mm", (3, 4), (4, 2)),
+    ("bmm", (2, 3, 4), (2, 4, 5)),
+    ("bbcast", (2, 1, 3, 4), (5, 4, 2)),
+    ("3d2d", (2, 3, 4), (4, 5)),
+    ("2d3d", (3, 4), (2, 4, 5)),
+    ("vb", (4,), (2, 4, 3)),
+    ("bv", (2, 3, 4), (4,)),
+]
+for cname, sa, sb in MM:
+    case("matmul/" + cname, [("a", randn(*sa)), ("b", randn(*sb))], torch.matmul)
+
+# ------------------------------------------------------------ softmax
+for op, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
+    for dim in (0, 1, -1):
+        x = randn(3, 4, 5)
+        x[1, 2, :] = torch.tensor([1000.0, 1001.0, 998.0, 1000.5, 999.0])
+        x[2, 0, :] = torch.tensor([-1000.0, -1001.0, -998.0, -1000.5, -999.0])
+        case("%s/%s" % (op, "d%d" % dim if dim >= 0 else "dm1"), [("x", x)],
+             lambda t, fn=fn, dim=dim: fn(t, dim), params=[float(dim)])
+    case("%s/2d" % op, [("x", randn(4, 6))], lambda t, fn=fn: fn(t, 1), params=[1.0])
+
+# ------------------------------------------------------------ shape ops
+case("reshape/a", [("x", randn(2, 3, 4))], lambda t: t.reshape(4, -1), params=[4, -1])
+case("reshape/b", [("x", randn(2, 3, 4))], lambda t: t.reshape(-1), params=[-1])
+case("reshape/c", [("x", randn(6))], lambda t: t.reshape(1, 2, 1, 3), params=[1, 2, 1, 3])
+case("flatten/a", [("x", randn(2, 3, 4))], lambda t: torch.flatten(t, 1, 2), params=[1, 2])
+case("flatten/b", [("x", randn(2, 3, 4))], lambda t: torch.flatten(t, 0, -1), params=[0, -1])
+case("flatten/c", [("x", randn(2, 3, 4, 2))], lambda t: torch.flatten(t, 0, 1), params=[0, 1])
+case("squeeze/a", [("x", randn(2, 1, 3))], lambda t: t.squeeze(1), params=[1])
+case("squeeze/b", [("x", randn(3, 1, 1))], lambda t: t.squeeze(-2), params=[-2])
+case("squeeze/c", [("x", randn(1, 4))], lambda t: t.squeeze(0), params=[0])
+case("unsqueeze/a", [("x", randn(2, 3))], lambda t: t.unsqueeze(0), params=[0])
+case("unsqueeze/b", [("x", randn(2, 3))], lambda t: t.unsqueeze(-1), params=[-1])
+case("unsqueeze/c", [("x", randn(2, 3))], lambda t: t.unsqueeze(1), params=[1])
+case("permute/a", [("x", randn(2, 3, 4))], lambda t: t.permute(2, 0, 1), params=[2, 0, 1])
+case("permute/b", [("x", randn(2, 3, 4, 2))], lambda t: t.permute(1, 3, 0, 2), params=[1, 3, 0, 2])
+case("permute/c", [("x", randn(3, 4))], lambda t: t.permute(1, 0), params=[1, 0])
+case("transpose/a", [("x", randn(2, 3, 4))], lambda t: t.transpose(0, 2), params=[0, 2])
+case("transpose/b", [("x", randn(2, 3, 4))], lambda t: t.transpose(-1, -2), params=[-1, -2])
+case("transpose/c", [("x", randn(3, 5))], lambda t: t.transpose(0, 1), params=[0, 1])
+case("narrow/a", [("x", randn(3, 5, 2))], lambda t: t.narrow(1, 1, 3), params=[1, 1, 3])
+case("narrow/b", [("x", randn(4, 3))], lambda t: t.narrow(0, 0, 1), params=[0, 0, 1])
+case("narrow/c", [("x", randn(2, 6))], lambda t: t.narrow(-1, 4, 2), params=[-1, 4, 2])
+case("cat/mid", [("x0", randn(2, 1, 3)), ("x1", randn(2, 3, 3)), ("x2", randn(2, 2, 3))],
+     lambda a, b, c: torch.cat([a, b, c], 1), params=[1])
+case("cat/d0", [("x0", randn(1, 4)), ("x1", randn(3, 4)), ("x2", randn(2, 4))],
+     lambda a, b, c: torch.cat([a, b, c], 0), params=[0])
+case("cat/dlast", [("x0", randn(2, 3, 2)), ("x1", randn(2, 3, 1)), ("x2", randn(2, 3, 4))],
+     lambda a, b, c: torch.cat([a, b, c], -1), params=[-1])
+case("stack/d0", [("x0", randn(2, 3)), ("x1", randn(2, 3)), ("x2", randn(2, 3))],
+     lambda a, b, c: torch.stack([a, b, c], 0), params=[0])
+case("stack/d1", [("x0", randn(2, 3)), ("x1", randn(2, 3)), ("x2", randn(2, 3))],
+     lambda a, b, c: torch.stack([a, b, c], 1), params=[1])
+case("stack/dlast", [("x0", randn(2, 3)), ("x1", randn(2, 3))],
+     lambda a, b: torch.stack([a, b], -1), params=[-1])
+case("expand/a", [("x", randn(1, 3))], lambda t: t.expand(4, 3), params=[4, 3])
+case("expand/b", [("x", randn(3, 1))], lambda t: t.expand(2, 3, 4), params=[2, 3, 4])
+case("expand/c", [("x", randn(2, 1, 1))], lambda t: t.expand(2, 3, 2), params=[2, 3, 2])
+case("sum_to/a", [("x", randn(2, 3, 4))], lambda t: t.sum(dim=(0, 2), keepdim=True).squeeze(0),
+     params=[3, 1])
+
+# ------------------------------------------------------------ double backward
+# tanh'' elementwise: grad of sum(dtanh/dx): gout = ones, v = ones
+x = randn(3, 4) * 1.5
+case("tanh/d2", [("x", x)], torch.tanh, dd=True, gout=torch.ones(3, 4), v=[torch.ones(3, 4)])
+# Hessian-vector products of sum(f(x) * gout)
+case("sigmoid/dd", [("x", randn(3, 4) * 2)], torch.sigmoid, dd=True)
+case("gelu/dd", [("x", randn(3, 4) * 2)], torch.nn.functional.gelu, dd=True)
+case("softmax/dd", [("x", randn(2, 3, 4))], lambda t: torch.softmax(t, -1), params=[-1.0], dd=True)
+case("softmax/dd0", [("x", randn(3, 4))], lambda t: torch.softmax(t, 0), params=[0.0], dd=True)
+case("log_softmax/dd", [("x", randn(2, 3, 4))], lambda t: torch.log_softmax(t, -1),
+     params=[-1.0], dd=True)
+case("log_softmax/dd1", [("x", randn(2, 3, 4))], lambda t: torch.log_softmax(t, 1),
+     params=[1.0], dd=True)
+case("matmul/dd", [("a", randn(3, 4)), ("b", randn(4, 2))], torch.matmul, dd=True)
+case("matmul/ddb", [("a", randn(2, 3, 4)), ("b", randn(4, 2))], torch.matmul, dd=True)
+case("div/dd", [("a", randn(3, 4)), ("b", nonzero(3, 4))], torch.div, dd=True)
+case("div/ddbc", [("a", randn(2, 3)), ("b", nonzero(3))], torch.div, dd=True)
+case("mul/dd", [("a", randn(2, 3)), ("b", randn(2, 1))], torch.mul, dd=True)
+case("exp/dd", [("x", randn(3, 4))], torch.exp, dd=True)
+case("log/dd", [("x", positive(3, 4))], torch.log, dd=True)
+case("pow/dd3", [("x", randn(3, 4))], lambda t: torch.pow(t, 3.0), params=[3.0], dd=True)
+case("pow/dd05", [("x", positive(3, 4))], lambda t: torch.pow(t, 0.5), params=[0.5], dd=True)
+case("pow/ddm15", [("x", positive(3, 4))], lambda t: torch.pow(t, -1.5), params=[-1.5], dd=True)
+case("sqrt/dd", [("x", positive(3, 4))], torch.sqrt, dd=True)
+case("erf/dd", [("x", randn(3, 4))], torch.erf, dd=True)
+case("var/dd", [("x", randn(3, 4))], lambda t: torch.var(t, dim=1, correction=1),
+     params=[0.0, 1.0, 0.0, 1.0], dd=True)
+# linear: the HVP is zero (the first grad carries no history)
+case("mean/dd", [("x", randn(3, 4))], lambda t: torch.mean(t, dim=0),
+     params=[0.0, 1.0, 0.0, 0.0], dd=True)
+
+
+# MLP loss: mean((tanh(x W1^T + b1) W2^T + b2 - y)^2); HVP wrt (W1, b1, W2, b2)
+def mlp(x, y, W1, b1, W2, b2):
+    h = torch.tanh(torch.matmul(x, W1.t()) + b1)
+    d = torch.matmul(h, W2.t()) + b2 - y
+    return torch.mean(d * d)
+
+
+case("mlp/hvp",
+     [("x", randn(5, 3)), ("y", randn(5, 2)), ("W1", randn(4, 3)), ("b1", randn(4)),
+      ("W2", randn(2, 4)), ("b2", randn(2))],
+     mlp, grad=["W1", "b1", "W2", "b2"], dd=True, gout=torch.ones(()))
+
+
+# ------------------------------------------------------------ write
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
+    parts = [b"DLGOLD1\0", struct.pack("<II", 1, len(RECORDS))]
+    for name, t in RECORDS:
+        nb = name.encode("ascii")
+        parts.append(struct.pack("<I", len(nb)))
+        parts.append(nb)
+        parts.append(struct.pack("<I", t.dim()))
+        parts.append(struct.pack("<%dq" % t.dim(), *t.shape))
+        vals = t.reshape(-1).tolist()
+        parts.append(struct.pack("<%df" % len(vals), *vals))
+    blob = b"".join(parts)
+    with open(path, "wb") as f:
+        f.write(blob)
+    print("%s: %d records, %d bytes" % (path, len(RECORDS), len(blob)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+/* tests/test_core.c - context and memory, autograd semantics, custom
+   functions, graph output, anomaly mode. A counting allocator checks that
+   nothing leaks and that a steady training loop stops allocating.
+   Build: see Makefile (`make test`). Pass --quick for a shorter run (valgrind). */
+#include <stdlib.h>
+#include <string.h>
+static long cnt_live, cnt_calls;
+static void *cnt_malloc(size_t n) { void *p = malloc(n); if (p) { cnt_live++; cnt_calls++; } return p; }
+static void *cnt_realloc(void *p, size_t n) { void *q = realloc(p, n); if (q && !p) cnt_live++; cnt_calls++; return q; }
+static void cnt_free(void *p) { if (p) cnt_live--; free(p); }
+#define DL_MALLOC(n) cnt_malloc(n)
+#define DL_REALLOC(p, n) cnt_realloc(p, n)
+#define DL_FREE(p) cnt_free(p)
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+
+static dl_ctx *new_ctx(void)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.seed = 42;
+    return dl_ctx_init(&d);
+}
+
+static float at(dl_tensor *t, long i) { return ((float *)t->data)[i]; }
+
+/* ---- memory: steady loop, no allocation after the first steps, no leaks */
+static void test_memory(int steps)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *w = dl_keep(dl_randn(ctx, DL_SHAPE(8, 4)));
+    dl_tensor *b = dl_keep(dl_zeros(ctx, DL_SHAPE(4)));
+    dl_memory_stats s1, s2;
+    float first = 0, last = 0;
+    int i;
+    dl_requires_grad(w, true);
+    dl_requires_grad(b, true);
+    for (i = 0; i < steps; i++) {
+        dl_tensor *x = dl_randn(ctx, DL_SHAPE(16, 8));
+        dl_tensor *y = dl_sum(x, DL_DIMS(1), true);
+        dl_tensor *h = dl_tanh(dl_add(dl_matmul(x, w), b));
+        dl_tensor *d = dl_sub(dl_sum(h, DL_DIMS(1), true), y);
+        dl_tensor *loss = dl_mean(dl_mul(d, d), DL_ALL, false);
+        if (!loss || dl_backward(loss) != DL_OK) { CHECK(0, "loop failed: %s", dl_error_message(ctx)); break; }
+        if (i == 0) first = dl_item(loss);
+        last = dl_item(loss);
+        dl_sgd_update(w, 0.01f);
+        dl_sgd_update(b, 0.01f);
+        dl_step_end(ctx);
+        if (i == 1) dl_memory_stats_get(ctx, dl_cpu(), &s1);
+    }
+    dl_memory_stats_get(ctx, dl_cpu(), &s2);
+    CHECK(s2.alloc_calls == s1.alloc_calls, "allocator called %llu times after step 2",
+          (unsigned long long)(s2.alloc_calls - s1.alloc_calls));
+    CHECK(s2.step_reserved == s1.step_reserved, "step memory grew %zu -> %zu", s1.step_reserved, s2.step_reserved);
+    CHECK(s2.persistent_bytes == s1.persistent_bytes, "persistent memory changed");
+    CHECK(last < first, "loss did not fall: %g -> %g", (double)first, (double)last);
+    CHECK(s2.peak_bytes >= s2.persistent_bytes, "peak below live");
+    dl_ctx_free(ctx);
+    CHECK(cnt_live == 0, "%ld blocks still live after dl_ctx_free", cnt_live);
+}
+
+/* ---- step memory and stale detection, dl_keep, dl_free */
+static void test_steps(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *a = dl_ones(ctx, DL_SHAPE(3));
+    dl_tensor *k = dl_keep(a), *r;
+    uint64_t s = dl_step(ctx);
+    dl_step_end(ctx);
+    CHECK(dl_step(ctx) == s + 1, "step counter");
+    r = dl_add(a, a);
+    CHECK(r == NULL, "stale tensor accepted");
+    EXPECT_ERR(ctx, DL_ERR_STALE, "dl_keep");
+    r = dl_add(k, k);
+    CHECK(r && at(r, 2) == 2.0f, "kept tensor unusable");
+    dl_free(k);
+    dl_free(NULL);
+    dl_step_end(ctx);
+    {   /* memory accounting */
+        dl_memory_stats st;
+        dl_tensor *p = dl_keep(dl_zeros(ctx, DL_SHAPE(1000)));
+        dl_memory_stats_get(ctx, dl_cpu(), &st);
+        CHECK(st.persistent_bytes >= 4000, "persistent bytes %zu", st.persistent_bytes);
+        dl_free(p);
+        dl_memory_stats_get(ctx, dl_cpu(), &st);
+        CHECK(st.persistent_bytes < 4000, "dl_free did not release: %zu", st.persistent_bytes);
+    }
+    dl_ctx_free(ctx);
+    CHECK(cnt_live == 0, "leak: %ld", cnt_live);
+}
+
+/* ---- autograd semantics */
+static void test_autograd(void)
+{
+    dl_ctx *ctx = new_ctx();
+    float xv[3] = {1, 2, 3};
+    dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), xv), true);
+    dl_tensor *y, *z, *g[1];
+    dl_backward_desc bd;
+
+    /* y = sum(x^2): grad 2x; two backwards accumulate */
+    y = dl_sum(dl_mul(x, x), DL_ALL, false);
+    memset(&bd, 0, sizeof bd);
+    bd.retain_graph = true;
+    CHECK(dl_backward_ex(y, &bd) == DL_OK, "backward");
+    CHECK(x->grad && at(x->grad, 2) == 6.0f, "grad 2x");
+    CHECK(dl_backward(y) == DL_OK, "second backward with retained graph");
+    CHECK(at(x->grad, 2) == 12.0f, "accumulation: %g", (double)at(x->grad, 2));
+    CHECK(dl_backward(y) == DL_ERR_GRAPH, "third backward must fail");
+    EXPECT_ERR(ctx, DL_ERR_GRAPH, "retain_graph");
+    dl_zero_grad(x);
+    CHECK(at(x->grad, 0) == 0.0f, "zero_grad");
+
+    /* no_grad: nothing recorded, nestable */
+    dl_no_grad_begin(ctx);
+    dl_no_grad_begin(ctx);
+    y = dl_mul(x, x);
+    dl_no_grad_end(ctx);
+    z = dl_mul(x, x);
+    dl_no_grad_end(ctx);
+    CHECK(!y->requires_grad && !z->requires_grad, "no_grad recorded");
+    CHECK(dl_is_grad_enabled(ctx), "grad mode back on");
+    CHECK(dl_mul(x, x)->requires_grad, "recording resumes");
+
+    /* detach: shares data, no history */
+    y = dl_detach(dl_mul(x, x));
+    CHECK(y && !y->requires_grad && at(y, 1) == 4.0f, "detach");
+    z = dl_sum(dl_mul(y, x), DL_ALL, false);
+    dl_zero_grad(x);
+    dl_backward(z);
+    CHECK(at(x->grad, 1) == 4.0f, "detached factor is a constant: %g", (double)at(x->grad, 1));
+
+    /* a leaf used twice, and a diamond graph: y = x*x + exp(x) */
+    {
+        dl_tensor *e = dl_exp(x);
+        y = dl_sum(dl_add(dl_mul(x, e), e), DL_ALL, false);   /* d/dx = e + x e + e */
+        dl_zero_grad(x);
+        dl_backward(y);
+        CHECK(fabsf(at(x->grad, 0) - 3.0f * expf(1.0f)) < 1e-5f, "diamond grad %g", (double)at(x->grad, 0));
+    }
+
+    /* dl_grad does not touch ->grad; higher order: d2/dx2 tanh */
+    dl_zero_grad(x);
+    memset(&bd, 0, sizeof bd);
+    bd.create_graph = true;
+    y = dl_sum(dl_tanh(x), DL_ALL, false);
+    CHECK(dl_grad(y, 1, &x, g, &bd) == DL_OK && g[0], "grad with create_graph");
+    CHECK(g[0]->requires_grad, "first derivative carries history");
+    CHECK(dl_grad(dl_sum(g[0], DL_ALL, false), 1, &x, g, NULL) == DL_OK, "second grad");
+    {
+        int i;
+        for (i = 0; i < 3; i++) {
+            double t = tanh(xv[i]), want = -2.0 * t * (1.0 - t * t);
+            CHECK(fabs(at(g[0], i) - want) < 1e-5, "d2 tanh at %d: %g vs %g", i, (double)at(g[0], i), want);
+        }
+    }
+    CHECK(at(x->grad, 0) == 0.0f, "dl_grad must not touch ->grad");
+
+    /* gradient of a non-leaf target */
+    {
+        dl_tensor *h = dl_mul_scalar(x, 3.0f);
+        y = dl_sum(dl_mul(h, h), DL_ALL, false);
+        CHECK(dl_grad(y, 1, &h, g, NULL) == DL_OK && g[0] && at(g[0], 1) == 12.0f, "grad wrt non-leaf");
+    }
+    /* a seed gradient for a non-scalar output */
+    {
+        float sv[3] = {1, 0, 2};
+        memset(&bd, 0, sizeof bd);
+        dl_zero_grad(x);
+        bd.grad = dl_from_array(ctx, DL_SHAPE(3), sv);
+        CHECK(dl_backward_ex(dl_mul_scalar(x, 5.0f), &bd) == DL_OK, "seeded backward");
+        CHECK(at(x->grad, 2) == 10.0f && at(x->grad, 1) == 0.0f, "seeded values");
+    }
+    /* requires_grad on a non-leaf is refused */
+    CHECK(dl_requires_grad(dl_mul(x, x), false) == NULL, "non-leaf requires_grad");
+    EXPECT_ERR(ctx, DL_ERR_GRAPH, "not a leaf");
+    dl_ctx_free(ctx);
+}
+
+/* ---- persistent leaves, step leaves and create_graph */
+static void test_leaf_kinds(void)
+{
+    dl_ctx *ctx = new_ctx();
+    float v[2] = {0.5f, -1.0f};
+    dl_tensor *p = dl_requires_grad(dl_keep(dl_from_array(ctx, DL_SHAPE(2), v)), true);
+    dl_tensor *y = dl_sum(dl_mul(p, p), DL_ALL, false);
+    dl_backward(y);
+    CHECK(p->grad && p->grad->step_ == 0, "persistent leaf has a persistent grad");
+    dl_step_end(ctx);
+    CHECK(at(p->grad, 1) == -2.0f, "grad survives the step: %g", (double)at(p->grad, 1));
+    y = dl_sum(dl_mul(p, p), DL_ALL, false);
+    dl_backward(y);
+    CHECK(at(p->grad, 1) == -4.0f, "accumulates across steps");
+    dl_ctx_free(ctx);
+    CHECK(cnt_live == 0, "leak: %ld", cnt_live);
+}
+
+/* ---- custom function: Sigmoid with a saved output */
+static dl_tensor *sig_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    dl_tensor *y;
+    (void)n; (void)user;
+    y = dl_div(dl_ones_like(in[0]), dl_add_scalar(dl_exp(dl_neg(in[0])), 1.0f));
+    dl_fn_save(fc, y);
+    return y;
+}
+static dl_result sig_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    dl_tensor *y = dl_fn_saved(fc, 0);
+    (void)user;
+    if (dl_fn_needs_grad(fc, 0)) gin[0] = dl_mul(g, dl_mul(y, dl_rsub_scalar(y, 1.0f)));
+    return DL_OK;
+}
+static const dl_function my_sigmoid = {"MySigmoid", sig_fwd, sig_bwd};
+static dl_tensor *gc_custom(void *u, dl_tensor *const *in) { (void)u; return dl_function_apply(&my_sigmoid, 1, in, NULL); }
+
+static void test_custom(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *x = dl_requires_grad(dl_randn(ctx, DL_SHAPE(4, 5)), true);
+    dl_tensor *a = dl_function_apply(&my_sigmoid, 1, &x, NULL), *b = dl_sigmoid(x), *ga[1], *gb[1];
+    dl_gradcheck_result r;
+    long w = 0;
+    CHECK(a && th_close((float *)a->data, (float *)b->data, 20, 1e-6, 1e-7, &w), "custom sigmoid forward");
+    dl_grad(dl_sum(dl_mul(a, a), DL_ALL, false), 1, &x, ga, NULL);
+    dl_grad(dl_sum(dl_mul(b, b), DL_ALL, false), 1, &x, gb, NULL);
+    CHECK(ga[0] && gb[0] && th_close((float *)ga[0]->data, (float *)gb[0]->data, 20, 1e-5, 1e-7, &w),
+          "custom sigmoid backward");
+    CHECK(dl_gradcheck(ctx, gc_custom, NULL, 1, &x, NULL, &r) == DL_OK && r.ok, "custom gradcheck rel %g", r.max_rel_err[0]);
+    dl_ctx_free(ctx);
+}
+
+/* ---- graph picture */
+static void test_dot(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *w = dl_set_name(dl_requires_grad(dl_randn(ctx, DL_SHAPE(3, 2)), true), "w");
+    dl_tensor *x = dl_set_name(dl_randn(ctx, DL_SHAPE(4, 3)), "x");
+    dl_tensor *loss = dl_mean(dl_sigmoid(dl_matmul(x, w)), DL_ALL, false);
+    char buf[4096];
+    size_t n;
+    FILE *f;
+    CHECK(dl_graph_dot(loss, "build/test_graph.dot") == DL_OK, "dot written");
+    f = fopen("build/test_graph.dot", "r");
+    n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+    CHECK(strstr(buf, "digraph") && strstr(buf, "dl_matmul") && strstr(buf, "dl_sigmoid"), "dot has ops");
+    CHECK(strstr(buf, "requires_grad") && strstr(buf, "(3,2)") && strstr(buf, "label=\"w"), "dot has leaves");
+    CHECK(dl_graph_dot(loss, "/nonexistent/dir/x.dot") == DL_ERR_IO, "dot bad path");
+    EXPECT_ERR(ctx, DL_ERR_IO, "cannot open");
+    dl_ctx_free(ctx);
+}
+
+/* ---- anomaly mode */
+static void test_anomaly(void)
+{
+    dl_ctx *ctx = new_ctx();
+    float v[2] = {1.0f, 0.0f};
+    dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(2), v), true), *y;
+    y = dl_log(x);
+    CHECK(y != NULL, "without anomaly mode -inf passes");
+    dl_set_anomaly(ctx, true);
+    y = dl_log(x);
+    CHECK(y == NULL, "anomaly mode catches log(0)");
+    EXPECT_ERR(ctx, DL_ERR_NAN, "dl_log produced Inf at element 1");
+    y = dl_sum(dl_sqrt(x), DL_ALL, false);
+    CHECK(y != NULL, "sqrt(0) forward is fine");
+    CHECK(dl_backward(y) == DL_ERR_NAN, "backward Inf caught");
+    EXPECT_ERR(ctx, DL_ERR_NAN, "in the backward of dl_sqrt");
+    dl_ctx_free(ctx);
+}
+
+/* ---- results do not depend on the thread count */
+static void test_threads(void)
+{
+    dl_ctx *c1, *c2;
+    dl_ctx_desc d;
+    dl_tensor *r1, *r2;
+    memset(&d, 0, sizeof d);
+    d.seed = 7; d.num_threads = 1;
+    c1 = dl_ctx_init(&d);
+    d.num_threads = 3;
+    c2 = dl_ctx_init(&d);
+    CHECK(dl_num_threads(c1) == 1 && dl_num_threads(c2) == 3, "thread counts %d %d", dl_num_threads(c1), dl_num_threads(c2));
+    r1 = dl_softmax(dl_matmul(dl_randn(c1, DL_SHAPE(300, 200)), dl_randn(c1, DL_SHAPE(200, 150))), 1);
+    r2 = dl_softmax(dl_matmul(dl_randn(c2, DL_SHAPE(300, 200)), dl_randn(c2, DL_SHAPE(200, 150))), 1);
+    CHECK(r1 && r2 && memcmp(r1->data, r2->data, sizeof(float) * 300 * 150) == 0, "bitwise equal across thread counts");
+    r1 = dl_sum(dl_randn(c1, DL_SHAPE(64, 1000)), DL_DIMS(0), false);
+    r2 = dl_sum(dl_randn(c2, DL_SHAPE(64, 1000)), DL_DIMS(0), false);
+    CHECK(r1 && r2 && memcmp(r1->data, r2->data, sizeof(float) * 1000) == 0, "sum equal across thread counts");
+    dl_ctx_free(c1);
+    dl_ctx_free(c2);
+    CHECK(cnt_live == 0, "leak: %ld", cnt_live);
+}
+
+/* ---- seeded RNG */
+static void test_rng(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *a, *b, *u;
+    double m = 0, v = 0;
+    long i;
+    dl_manual_seed(ctx, 5);
+    a = dl_randn(ctx, DL_SHAPE(10000));
+    dl_manual_seed(ctx, 5);
+    b = dl_randn(ctx, DL_SHAPE(10000));
+    CHECK(memcmp(a->data, b->data, 40000) == 0, "same seed, same numbers");
+    for (i = 0; i < 10000; i++) m += at(a, i);
+    m /= 10000;
+    for (i = 0; i < 10000; i++) v += (at(a, i) - m) * (at(a, i) - m);
+    v /= 10000;
+    CHECK(fabs(m) < 0.05 && fabs(v - 1) < 0.05, "randn mean %g var %g", m, v);
+    u = dl_rand(ctx, DL_SHAPE(10000));
+    {
+        int inside = 1;
+        for (i = 0, m = 0; i < 10000; i++) { m += at(u, i); if (!(at(u, i) >= 0 && at(u, i) < 1)) inside = 0; }
+        CHECK(inside, "rand outside [0,1)");
+    }
+    CHECK(fabs(m / 10000 - 0.5) < 0.02, "rand mean %g", m / 10000);
+    dl_ctx_free(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    test_memory(quick ? 50 : 10000);
+    test_steps();
+    test_autograd();
+    test_leaf_kinds();
+    test_custom();
+    test_dot();
+    test_anomaly();
+    test_threads();
+    test_rng();
+    CHECK(cnt_live == 0, "%ld blocks live at exit", cnt_live);
+    TEST_END();
+}

@@ -1,0 +1,649 @@
+/* tests/test_errors.c - every bad-input path of dl.h: the op returns NULL (or
+   an error code), dl_last_error() has the right code, the message names the
+   op and the rule, and the context keeps working afterwards. Also: NULL
+   inputs fail silently (the first cause stays the reported one), stale step
+   tensors, autograd misuse, huge sizes, memory limits and anomaly mode. */
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include <stdlib.h>
+
+#ifdef DL_ABORT_ON_ERROR
+#error "test_errors.c checks error returns: build it without DL_ABORT_ON_ERROR"
+#endif
+
+static dl_ctx *C;
+
+/* a small valid computation still succeeds and leaves no error */
+static void works(int line)
+{
+    dl_tensor *a = dl_full(C, DL_SHAPE(2, 2), 1.5f);
+    dl_tensor *s = dl_sum(dl_add(a, a), DL_ALL, false);
+    float v = s ? dl_item(s) : -1.0f;
+    CHECK(s != NULL && v == 12.0f && dl_last_error(C) == DL_OK,
+          "line %d: the context does not work after the error: got %g, %s: %s", line, (double)v,
+          dl_result_string(dl_last_error(C)), dl_error_message(C));
+    dl_clear_error(C);
+}
+#define WORKS() works(__LINE__)
+
+/* expr returns NULL with code and a message containing substr; then the
+   context works */
+#define BAD(expr, code, substr) do { \
+    dl_clear_error(C); { \
+    dl_tensor *bad_ = (expr); \
+    CHECK(bad_ == NULL, "line %d: %s returned a tensor", __LINE__, #expr); } \
+    EXPECT_ERR(C, code, substr); \
+    WORKS(); \
+} while (0)
+
+/* like EXPECT_ERR with two substrings */
+#define EXPECT_ERR2(ctx, code, s1, s2) do { \
+    dl_result c2_ = dl_last_error(ctx); const char *m2_ = dl_error_message(ctx); \
+    CHECK(c2_ == (code) && strstr(m2_, (s1)) && strstr(m2_, (s2)), \
+          "line %d: expected %s with \"%s\" and \"%s\", got %s: \"%s\"", __LINE__, \
+          dl_result_string(code), (s1), (s2), dl_result_string(c2_), m2_); \
+    dl_clear_error(ctx); \
+} while (0)
+
+/* a NULL operand: NULL back, and no new error */
+#define NULLOP(expr) do { \
+    dl_tensor *r_; \
+    dl_clear_error(C); \
+    r_ = (expr); \
+    CHECK(r_ == NULL && dl_last_error(C) == DL_OK, "%s: expected NULL and no error, got %s / %s: %s", \
+          #expr, r_ ? "a tensor" : "NULL", dl_result_string(dl_last_error(C)), dl_error_message(C)); \
+    dl_clear_error(C); \
+} while (0)
+
+static dl_tensor *T(int r, int c) { return dl_randn(C, DL_SHAPE(r, c)); }
+
+static int nlog;
+static void count_log(void *user, const char *m)
+{
+    (void)m;
+    (*(int *)user)++;
+}
+
+static dl_tensor *id_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    (void)fc; (void)n; (void)user;
+    return dl_copy(in[0]);
+}
+
+static dl_tensor *gc_id(void *user, dl_tensor *const *in) { (void)user; return in[0]; }
+
+static void shape_errors(void)
+{
+    dl_tensor *a = T(2, 3), *b4 = dl_randn(C, DL_SHAPE(4)), *i64;
+    int64_t iv[6] = {0, 1, 2, 3, 4, 5};
+    dl_tensor *arr[3];
+
+    /* binary broadcast mismatch */
+    BAD(dl_add(a, b4), DL_ERR_SHAPE, "do not broadcast");
+    a = T(2, 3); b4 = dl_randn(C, DL_SHAPE(4));
+    dl_add(a, b4);
+    EXPECT_ERR2(C, DL_ERR_SHAPE, "dl_add", "(2,3)");
+    dl_mul(dl_randn(C, DL_SHAPE(2, 3, 4)), dl_randn(C, DL_SHAPE(3, 3)));
+    EXPECT_ERR2(C, DL_ERR_SHAPE, "dl_mul", "size 4 with size 3");
+    BAD(dl_maximum(T(3, 2), T(2, 3)), DL_ERR_SHAPE, "dl_maximum");
+    BAD(dl_div(T(3, 1), dl_randn(C, DL_SHAPE(2, 2, 2))), DL_ERR_SHAPE, "do not broadcast");
+
+    /* matmul */
+    BAD(dl_matmul(T(2, 3), T(4, 5)), DL_ERR_SHAPE, "a.shape[1]=3 must equal b.shape[0]=4");
+    BAD(dl_matmul(dl_randn(C, DL_SHAPE(2, 3, 4)), dl_randn(C, DL_SHAPE(2, 5, 6))), DL_ERR_SHAPE,
+        "a.shape[2]=4 must equal b.shape[1]=5");
+    BAD(dl_matmul(dl_randn(C, DL_SHAPE(3)), dl_randn(C, DL_SHAPE(4))), DL_ERR_SHAPE, "must equal");
+    BAD(dl_matmul(T(2, 3), dl_randn(C, DL_SHAPE(4))), DL_ERR_SHAPE, "=3 must equal");
+    BAD(dl_matmul(dl_randn(C, DL_SHAPE(2, 3, 4)), dl_randn(C, DL_SHAPE(3, 4, 5))), DL_ERR_SHAPE,
+        "batch dims do not broadcast");
+    BAD(dl_matmul(dl_randn(C, dl_shape_make(0, NULL)), T(2, 2)), DL_ERR_SHAPE, "at least 1 dim");
+    BAD(dl_matmul(T(2, 2), dl_randn(C, dl_shape_make(0, NULL))), DL_ERR_SHAPE, "at least 1 dim");
+    dl_matmul(T(2, 3), T(4, 5));
+    EXPECT_ERR2(C, DL_ERR_SHAPE, "dl_matmul", "(4,5)");
+
+    /* cat / stack */
+    arr[0] = T(2, 3); arr[1] = T(2, 4);
+    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat");
+    arr[0] = T(2, 3); arr[1] = dl_randn(C, DL_SHAPE(3));
+    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat");
+    i64 = dl_from_int64(C, DL_SHAPE(2, 3), iv);
+    arr[0] = T(2, 3); arr[1] = i64;
+    /* a dtype mismatch is a dtype error (DL_ERR_DTYPE: "wrong dtype for the op") */
+    BAD(dl_cat(2, arr, 0), DL_ERR_DTYPE, "dtype");
+    arr[0] = T(2, 3); arr[1] = T(2, 3); arr[2] = T(3, 2);
+    BAD(dl_stack(3, arr, 0), DL_ERR_SHAPE, "same shape");
+    arr[0] = T(2, 3); arr[1] = dl_randn(C, DL_SHAPE(6));
+    BAD(dl_stack(2, arr, 1), DL_ERR_SHAPE, "dl_stack");
+
+    /* expand / sum_to */
+    BAD(dl_expand(T(2, 3), DL_SHAPE(4, 3)), DL_ERR_SHAPE, "cannot be broadcast");
+    BAD(dl_expand(T(2, 3), DL_SHAPE(3)), DL_ERR_SHAPE, "dl_expand");
+    BAD(dl_expand(T(2, 1), DL_SHAPE(2, -2)), DL_ERR_SHAPE, "dl_expand");
+    BAD(dl_sum_to(T(2, 3), DL_SHAPE(4, 3)), DL_ERR_SHAPE, "cannot be summed");
+    BAD(dl_sum_to(dl_randn(C, DL_SHAPE(3)), DL_SHAPE(2, 3)), DL_ERR_SHAPE, "dl_sum_to");
+    BAD(dl_sum_to(T(2, 3), DL_SHAPE(2, 2)), DL_ERR_SHAPE, "dl_sum_to");
+
+    /* permute */
+    BAD(dl_permute(T(2, 3), DL_DIMS(0, 0)), DL_ERR_ARG, "not a permutation");
+    BAD(dl_permute(T(2, 3), DL_DIMS(0, 2)), DL_ERR_ARG, "not a permutation");
+    BAD(dl_permute(T(2, 3), DL_DIMS(1, -2, 0)), DL_ERR_ARG, "dl_permute");
+    BAD(dl_permute(T(2, 3), DL_DIMS(-1, 1)), DL_ERR_ARG, "not a permutation");
+
+    /* reshape */
+    BAD(dl_reshape(T(2, 3), DL_SHAPE(4, 2)), DL_ERR_SHAPE, "element counts must be equal");
+    BAD(dl_reshape(T(2, 3), DL_SHAPE(-1, -1)), DL_ERR_SHAPE, "more than one -1");
+    BAD(dl_reshape(T(2, 3), DL_SHAPE(4, -1)), DL_ERR_SHAPE, "-1 has no whole-number size");
+    BAD(dl_reshape(T(2, 3), DL_SHAPE(0, -1)), DL_ERR_SHAPE, "dl_reshape");
+    BAD(dl_reshape(T(2, 3), DL_SHAPE(-2, -3)), DL_ERR_SHAPE, "negative size");
+    BAD(dl_flatten(T(2, 3), 1, 0), DL_ERR_ARG, "comes after");
+}
+
+static void dim_errors(void)
+{
+    dl_tensor *arr[2];
+    BAD(dl_sum(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "out of range");
+    BAD(dl_sum(T(2, 3), DL_DIMS(-3), true), DL_ERR_ARG, "out of range");
+    BAD(dl_sum(T(2, 3), DL_DIMS(1, 1), false), DL_ERR_ARG, "twice");
+    BAD(dl_sum(T(2, 3), DL_DIMS(1, -1), false), DL_ERR_ARG, "twice");
+    BAD(dl_mean(T(2, 3), DL_DIMS(0, 5), false), DL_ERR_ARG, "dl_mean");
+    BAD(dl_var(T(2, 3), DL_DIMS(2), 1, false), DL_ERR_ARG, "dl_var");
+    BAD(dl_max(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "out of range");
+    BAD(dl_min(T(2, 3), DL_DIMS(-4), false), DL_ERR_ARG, "out of range");
+    BAD(dl_argmax(T(2, 3), 2, false), DL_ERR_ARG, "out of range");
+    BAD(dl_argmax(T(2, 3), -3, true), DL_ERR_ARG, "dl_argmax");
+    BAD(dl_softmax(T(2, 3), 2), DL_ERR_ARG, "out of range");
+    BAD(dl_log_softmax(T(2, 3), -3), DL_ERR_ARG, "dl_log_softmax");
+    BAD(dl_narrow(T(2, 3), 2, 0, 1), DL_ERR_ARG, "out of range");
+    BAD(dl_transpose(T(2, 3), 0, 2), DL_ERR_ARG, "out of range");
+    BAD(dl_transpose(T(2, 3), -3, 1), DL_ERR_ARG, "dl_transpose");
+    BAD(dl_squeeze(T(2, 3), 2), DL_ERR_ARG, "out of range");
+    BAD(dl_unsqueeze(T(2, 3), 3), DL_ERR_ARG, "out of range");
+    BAD(dl_unsqueeze(T(2, 3), -4), DL_ERR_ARG, "dl_unsqueeze");
+    BAD(dl_flatten(T(2, 3), 0, 2), DL_ERR_ARG, "out of range");
+    BAD(dl_flatten(T(2, 3), -3, 1), DL_ERR_ARG, "dl_flatten");
+    arr[0] = T(2, 3); arr[1] = T(2, 3);
+    BAD(dl_cat(2, arr, 2), DL_ERR_ARG, "out of range");
+    BAD(dl_stack(2, arr, 3), DL_ERR_ARG, "out of range");
+    dl_sum(T(2, 3), DL_DIMS(2), false);
+    EXPECT_ERR2(C, DL_ERR_ARG, "dl_sum", "(2,3)");
+
+    /* narrow out of range */
+    BAD(dl_narrow(T(2, 3), 1, 2, 2), DL_ERR_ARG, "do not fit");
+    BAD(dl_narrow(T(2, 3), 1, 4, 0), DL_ERR_ARG, "do not fit");
+    BAD(dl_narrow(T(2, 3), 0, 0, -1), DL_ERR_ARG, "do not fit");
+    BAD(dl_narrow(T(2, 3), 1, -4, 1), DL_ERR_ARG, "dl_narrow");
+
+    /* reductions over nothing */
+    BAD(dl_max(dl_zeros(C, DL_SHAPE(2, 0)), DL_DIMS(1), false), DL_ERR_SHAPE, "size 0");
+    BAD(dl_argmax(dl_zeros(C, DL_SHAPE(0, 3)), 0, false), DL_ERR_SHAPE, "size 0");
+
+    /* clamp */
+    BAD(dl_clamp(T(2, 3), 1.0f, -1.0f), DL_ERR_ARG, "lo=1 must be <= hi=-1");
+    BAD(dl_clamp(T(2, 3), NAN, 1.0f), DL_ERR_ARG, "dl_clamp");
+}
+
+static void dtype_errors(void)
+{
+    int64_t iv[6] = {0, 1, 2, 3, 4, 5};
+    int32_t jv[6] = {0, 1, 2, 3, 4, 5};
+    dl_tensor *i64 = dl_from_int64(C, DL_SHAPE(2, 3), iv), *i32 = dl_from_int32(C, DL_SHAPE(2, 3), jv);
+    BAD(dl_exp(i64), DL_ERR_DTYPE, "dtype int64; this op needs float32");
+    BAD(dl_add(T(2, 3), i64), DL_ERR_DTYPE, "int64");
+    BAD(dl_mul(i32, T(2, 3)), DL_ERR_DTYPE, "int32");
+    BAD(dl_matmul(i64, T(3, 2)), DL_ERR_DTYPE, "dl_matmul");
+    BAD(dl_sum(i64, DL_ALL, false), DL_ERR_DTYPE, "dl_sum");
+    BAD(dl_max(i64, DL_DIMS(0), false), DL_ERR_DTYPE, "dl_max");
+    BAD(dl_softmax(i32, 1), DL_ERR_DTYPE, "dl_softmax");
+    BAD(dl_argmax(i64, 1, false), DL_ERR_DTYPE, "dl_argmax");
+    BAD(dl_relu(i64), DL_ERR_DTYPE, "dl_relu");
+    CHECK(dl_data(i64) == NULL, "dl_data of int64 is NULL");
+    EXPECT_ERR(C, DL_ERR_DTYPE, "dl_data");
+    {
+        float out[6];
+        dl_clear_error(C);
+        CHECK(dl_read(i64, out, 6) == DL_ERR_DTYPE, "dl_read of int64 gives DL_ERR_DTYPE");
+        EXPECT_ERR(C, DL_ERR_DTYPE, "dl_read");
+        CHECK(dl_item(dl_from_int64(C, DL_SHAPE(1), iv)) != dl_item(dl_from_int64(C, DL_SHAPE(1), iv)),
+              "dl_item of int64 is NaN");
+        EXPECT_ERR(C, DL_ERR_DTYPE, "dl_item");
+    }
+    /* requires_grad: only float leaves */
+    BAD(dl_requires_grad(i64, true), DL_ERR_DTYPE, "only float32");
+    BAD(dl_requires_grad(i32, true), DL_ERR_DTYPE, "dl_requires_grad");
+    {
+        dl_tensor *x = dl_requires_grad(T(2, 3), true);
+        dl_tensor *y = dl_mul(x, x);
+        BAD(dl_requires_grad(y, true), DL_ERR_GRAPH, "not a leaf");
+        BAD(dl_requires_grad(y, false), DL_ERR_GRAPH, "dl_detach");
+        CHECK(dl_requires_grad(dl_detach(y), true) != NULL, "a detached copy can require grad");
+    }
+    WORKS();
+}
+
+static void null_inputs(void)
+{
+    dl_tensor *x = T(2, 3), *arr[2];
+    float buf[4];
+    dl_function idf;
+    idf.name = "id"; idf.forward = id_fwd; idf.backward = NULL;
+    arr[0] = x; arr[1] = NULL;
+    NULLOP(dl_add(NULL, x));
+    NULLOP(dl_add(x, NULL));
+    NULLOP(dl_sub(NULL, NULL));
+    NULLOP(dl_mul(x, NULL));
+    NULLOP(dl_div(NULL, x));
+    NULLOP(dl_maximum(NULL, x));
+    NULLOP(dl_minimum(x, NULL));
+    NULLOP(dl_matmul(x, NULL));
+    NULLOP(dl_matmul(NULL, x));
+    NULLOP(dl_relu(NULL));
+    NULLOP(dl_neg(NULL));
+    NULLOP(dl_exp(NULL));
+    NULLOP(dl_log(NULL));
+    NULLOP(dl_sqrt(NULL));
+    NULLOP(dl_abs(NULL));
+    NULLOP(dl_erf(NULL));
+    NULLOP(dl_sigmoid(NULL));
+    NULLOP(dl_tanh(NULL));
+    NULLOP(dl_gelu(NULL));
+    NULLOP(dl_leaky_relu(NULL, 0.1f));
+    NULLOP(dl_pow(NULL, 2.0f));
+    NULLOP(dl_clamp(NULL, 0.0f, 1.0f));
+    NULLOP(dl_clamp(NULL, 1.0f, 0.0f));
+    NULLOP(dl_add_scalar(NULL, 1.0f));
+    NULLOP(dl_sub_scalar(NULL, 1.0f));
+    NULLOP(dl_mul_scalar(NULL, 1.0f));
+    NULLOP(dl_div_scalar(NULL, 1.0f));
+    NULLOP(dl_rsub_scalar(NULL, 1.0f));
+    NULLOP(dl_sum(NULL, DL_ALL, 0));
+    NULLOP(dl_mean(NULL, DL_DIMS(0), 1));
+    NULLOP(dl_max(NULL, DL_DIMS(0), 0));
+    NULLOP(dl_min(NULL, DL_ALL, 0));
+    NULLOP(dl_var(NULL, DL_ALL, 1, 0));
+    NULLOP(dl_argmax(NULL, 0, 0));
+    NULLOP(dl_softmax(NULL, 0));
+    NULLOP(dl_log_softmax(NULL, 0));
+    NULLOP(dl_reshape(NULL, DL_SHAPE(6)));
+    NULLOP(dl_flatten(NULL, 0, -1));
+    NULLOP(dl_squeeze(NULL, 0));
+    NULLOP(dl_unsqueeze(NULL, 0));
+    NULLOP(dl_permute(NULL, DL_DIMS(1, 0)));
+    NULLOP(dl_transpose(NULL, 0, 1));
+    NULLOP(dl_narrow(NULL, 0, 0, 1));
+    NULLOP(dl_cat(2, arr, 0));
+    NULLOP(dl_cat(2, NULL, 0));
+    NULLOP(dl_stack(2, arr, 0));
+    NULLOP(dl_expand(NULL, DL_SHAPE(2, 3)));
+    NULLOP(dl_sum_to(NULL, DL_SHAPE(3)));
+    NULLOP(dl_copy(NULL));
+    NULLOP(dl_keep(NULL));
+    NULLOP(dl_detach(NULL));
+    NULLOP(dl_to(NULL, dl_cpu()));
+    NULLOP(dl_zeros_like(NULL));
+    NULLOP(dl_ones_like(NULL));
+    NULLOP(dl_requires_grad(NULL, true));
+    NULLOP(dl_zeros(NULL, DL_SHAPE(2)));
+    NULLOP(dl_randn(NULL, DL_SHAPE(2)));
+    NULLOP(dl_function_apply(&idf, 2, arr, NULL));
+    dl_clear_error(C);
+    {
+        float v = dl_item(NULL);
+        CHECK(v != v && dl_last_error(C) == DL_OK, "dl_item(NULL): NaN and no error");
+        CHECK(dl_data(NULL) == NULL && dl_last_error(C) == DL_OK, "dl_data(NULL): NULL and no error");
+        CHECK(dl_read(NULL, buf, 4) != DL_OK && dl_last_error(C) == DL_OK, "dl_read(NULL) fails silently");
+        CHECK(dl_backward(NULL) != DL_OK && dl_last_error(C) == DL_OK, "dl_backward(NULL) fails silently");
+        dl_free(NULL);
+        dl_zero_grad(NULL);
+        dl_sgd_update(NULL, 0.1f);
+        CHECK(dl_last_error(C) == DL_OK, "dl_free/zero_grad/sgd_update(NULL) set no error");
+    }
+    WORKS();
+
+    /* a whole chain after one bad op: the first cause is what is reported */
+    {
+        dl_tensor *w = dl_requires_grad(T(4, 5), true);
+        dl_tensor *h = dl_matmul(T(2, 3), w);
+        dl_tensor *r = dl_relu(h);
+        dl_tensor *s = dl_sum(dl_mul_scalar(dl_add(r, r), 2.0f), DL_ALL, false);
+        dl_result rc = dl_backward(s);
+        float v = dl_item(s);
+        CHECK(h == NULL && r == NULL && s == NULL, "the chain is NULL all the way");
+        CHECK(rc != DL_OK, "backward of NULL fails");
+        CHECK(v != v, "dl_item of NULL is NaN");
+        EXPECT_ERR2(C, DL_ERR_SHAPE, "dl_matmul", "a.shape[1]=3 must equal b.shape[0]=4");
+        WORKS();
+    }
+}
+
+static void step_errors(void)
+{
+    float vals[4] = {1, 2, 3, 4}, back[4];
+    dl_tensor *t = dl_from_array(C, DL_SHAPE(4), vals);
+    dl_tensor *k = dl_keep(t), *kg = dl_keep(t), *z;
+    int i;
+    CHECK(k && kg && !k->requires_grad, "dl_keep gives a persistent copy");
+    dl_requires_grad(kg, true);
+    dl_step_end(C);
+    /* stale step tensor */
+    BAD(dl_add(t, k), DL_ERR_STALE, "dl_keep");
+    BAD(dl_relu(t), DL_ERR_STALE, "dl_step_end");
+    BAD(dl_add(k, t), DL_ERR_STALE, "dl_add");
+    BAD(dl_keep(t), DL_ERR_STALE, "dl_keep");
+    BAD(dl_reshape(t, DL_SHAPE(2, 2)), DL_ERR_STALE, "dl_reshape");
+    {
+        float v;
+        dl_clear_error(C);
+        v = dl_item(t);
+        CHECK(v != v, "dl_item of a stale tensor is NaN");
+        EXPECT_ERR(C, DL_ERR_STALE, "dl_keep");
+        CHECK(dl_read(t, back, 4) == DL_ERR_STALE, "dl_read of a stale tensor");
+        EXPECT_ERR(C, DL_ERR_STALE, "dl_read");
+        CHECK(dl_backward(t) == DL_ERR_STALE, "dl_backward of a stale tensor");
+        EXPECT_ERR(C, DL_ERR_STALE, "dl_backward");
+    }
+    WORKS();
+    /* kept tensors stay usable over many steps, gradients accumulate */
+    for (i = 0; i < 3; i++) {
+        dl_tensor *s = dl_sum(dl_mul(kg, k), DL_ALL, false);
+        CHECK(s && dl_item(s) == 30.0f, "kept tensors usable in step %d: %s", i, dl_error_message(C));
+        CHECK(dl_backward(s) == DL_OK, "backward on kept tensors in step %d: %s", i, dl_error_message(C));
+        dl_step_end(C);
+    }
+    CHECK(kg->grad && dl_read(kg->grad, back, 4) == DL_OK && back[0] == 3.0f && back[3] == 12.0f,
+          "kept grad accumulated over 3 steps: %g %g", (double)back[0], (double)back[3]);
+    z = dl_add(k, k);
+    {
+        float want[4] = {2, 4, 6, 8};
+        CHECK(z && dl_read(z, back, 4) == DL_OK && th_close(back, want, 4, 0, 0, NULL), "kept values intact");
+    }
+    /* dl_free on a step tensor */
+    BAD((dl_free(z), (dl_tensor *)NULL), DL_ERR_ARG, "step tensor");
+    CHECK(dl_read(z, back, 4) == DL_OK && back[2] == 6.0f, "the step tensor survived dl_free");
+    dl_free(kg);
+    dl_free(k);
+    CHECK(dl_last_error(C) == DL_OK, "dl_free of persistent tensors");
+    dl_step_end(C);
+}
+
+static void autograd_errors(void)
+{
+    float v3[3] = {1, 2, 3}, back[3];
+    dl_backward_desc bd;
+    /* second backward without retain_graph */
+    {
+        dl_tensor *x = dl_requires_grad(dl_from_array(C, DL_SHAPE(3), v3), true);
+        dl_tensor *L = dl_sum(dl_mul(x, x), DL_ALL, false);
+        CHECK(dl_backward(L) == DL_OK, "first backward: %s", dl_error_message(C));
+        CHECK(dl_backward(L) == DL_ERR_GRAPH, "second backward without retain_graph fails");
+        EXPECT_ERR2(C, DL_ERR_GRAPH, "retain_graph", "already freed");
+        WORKS();
+        CHECK(x->grad && dl_read(x->grad, back, 3) == DL_OK && back[2] == 6.0f,
+              "the failed backward left the gradient alone: %g", (double)back[2]);
+    }
+    /* with retain_graph: works, gradients accumulate */
+    {
+        dl_tensor *x = dl_requires_grad(dl_from_array(C, DL_SHAPE(3), v3), true);
+        dl_tensor *L = dl_sum(dl_mul(x, x), DL_ALL, false);
+        memset(&bd, 0, sizeof bd);
+        bd.retain_graph = true;
+        CHECK(dl_backward_ex(L, &bd) == DL_OK, "retained backward 1: %s", dl_error_message(C));
+        CHECK(x->grad && dl_read(x->grad, back, 3) == DL_OK && back[0] == 2.0f && back[2] == 6.0f,
+              "grad after one backward 2x: %g %g", (double)back[0], (double)back[2]);
+        CHECK(dl_backward_ex(L, &bd) == DL_OK, "retained backward 2: %s", dl_error_message(C));
+        CHECK(x->grad && dl_read(x->grad, back, 3) == DL_OK && back[0] == 4.0f && back[1] == 8.0f &&
+              back[2] == 12.0f, "grad doubled after the second backward: %g %g %g",
+              (double)back[0], (double)back[1], (double)back[2]);
+        CHECK(dl_backward(L) == DL_OK, "third backward (releases): %s", dl_error_message(C));
+        CHECK(x->grad && dl_read(x->grad, back, 3) == DL_OK && back[2] == 18.0f, "tripled: %g", (double)back[2]);
+        CHECK(dl_backward(L) == DL_ERR_GRAPH, "fourth backward fails");
+        EXPECT_ERR(C, DL_ERR_GRAPH, "retain_graph");
+    }
+    /* backward of something that does not require grad */
+    {
+        dl_tensor *s = dl_sum(T(2, 3), DL_ALL, false);
+        CHECK(dl_backward(s) == DL_ERR_GRAPH, "backward without grad");
+        EXPECT_ERR2(C, DL_ERR_GRAPH, "does not require grad", "dl_requires_grad");
+        WORKS();
+    }
+    {   /* computed under no_grad */
+        dl_tensor *x = dl_requires_grad(T(2, 3), true), *s;
+        dl_no_grad_begin(C);
+        s = dl_sum(x, DL_ALL, false);
+        dl_no_grad_end(C);
+        CHECK(dl_backward(s) == DL_ERR_GRAPH, "backward of a no_grad result");
+        EXPECT_ERR(C, DL_ERR_GRAPH, "does not require grad");
+    }
+    /* non-scalar without a seed; seed of the wrong shape */
+    {
+        dl_tensor *x = dl_requires_grad(dl_from_array(C, DL_SHAPE(3), v3), true);
+        dl_tensor *y = dl_mul(x, x);
+        CHECK(dl_backward(y) == DL_ERR_SHAPE, "backward of a non-scalar without a seed");
+        EXPECT_ERR2(C, DL_ERR_SHAPE, "3 elements", "dl_backward_desc.grad");
+        memset(&bd, 0, sizeof bd);
+        bd.grad = dl_ones(C, DL_SHAPE(2));
+        CHECK(dl_backward_ex(y, &bd) == DL_ERR_SHAPE, "seed of the wrong shape");
+        EXPECT_ERR2(C, DL_ERR_SHAPE, "must have the shape", "(2)");
+        bd.grad = dl_ones(C, DL_SHAPE(3, 1));
+        CHECK(dl_backward_ex(y, &bd) == DL_ERR_SHAPE, "seed (3,1) for out (3)");
+        EXPECT_ERR(C, DL_ERR_SHAPE, "must have the shape");
+        bd.grad = dl_ones(C, DL_SHAPE(3));
+        CHECK(dl_backward_ex(y, &bd) == DL_OK, "right seed works: %s", dl_error_message(C));
+        CHECK(x->grad && dl_read(x->grad, back, 3) == DL_OK && back[1] == 4.0f, "seeded grad %g", (double)back[1]);
+    }
+    /* dl_grad on an input that does not require grad */
+    {
+        dl_tensor *x = dl_requires_grad(T(2, 3), true), *z = T(2, 3), *g = NULL;
+        dl_tensor *out = dl_sum(dl_mul(x, z), DL_ALL, false);
+        CHECK(dl_grad(out, 1, &z, &g, NULL) == DL_ERR_GRAPH, "dl_grad wrt a non-grad input");
+        EXPECT_ERR2(C, DL_ERR_GRAPH, "dl_grad", "does not require grad");
+        CHECK(dl_grad(out, 0, &x, &g, NULL) == DL_ERR_ARG, "dl_grad with no inputs");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_grad");
+        CHECK(dl_grad(out, 1, &x, &g, NULL) == DL_OK && g, "dl_grad still works: %s", dl_error_message(C));
+    }
+    /* custom function without a backward; gradcheck without inputs */
+    {
+        dl_function f;
+        dl_tensor *x = T(2, 2);
+        dl_gradcheck_result res;
+        f.name = "nobwd"; f.forward = id_fwd; f.backward = NULL;
+        BAD(dl_function_apply(&f, 1, &x, NULL), DL_ERR_ARG, "needs both forward and backward");
+        CHECK(dl_gradcheck(C, gc_id, NULL, 0, &x, NULL, &res) == DL_ERR_ARG, "gradcheck of 0 inputs");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_gradcheck");
+    }
+    WORKS();
+    dl_step_end(C);
+}
+
+static void size_errors(void)
+{
+    int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int64_t big = (int64_t)1 << 20;
+    float v2[2] = {1, 2};
+    /* element count overflows int64 */
+    BAD(dl_zeros(C, DL_SHAPE(big, big, big, big)), DL_ERR_OOM, "overflow");
+    BAD(dl_ones(C, DL_SHAPE((int64_t)1 << 62, 4)), DL_ERR_OOM, "overflow");
+    BAD(dl_randn(C, DL_SHAPE(big, big, big, big)), DL_ERR_OOM, "dl_randn");
+    /* about 2^45 floats (128 TiB): the allocation fails, no crash */
+    BAD(dl_zeros(C, DL_SHAPE((int64_t)1 << 15, (int64_t)1 << 15, (int64_t)1 << 15)), DL_ERR_OOM, "dl_zeros");
+    BAD(dl_empty(C, DL_SHAPE((int64_t)1 << 45)), DL_ERR_OOM, "dl_empty");
+    /* negative sizes, too many dims */
+    BAD(dl_zeros(C, DL_SHAPE(2, -3)), DL_ERR_SHAPE, "negative size at dim 1");
+    BAD(dl_randn(C, DL_SHAPE(-1)), DL_ERR_SHAPE, "negative");
+    BAD(dl_from_array(C, DL_SHAPE(-2), v2), DL_ERR_SHAPE, "negative");
+    BAD(dl_zeros(C, dl_shape_make(9, nine)), DL_ERR_SHAPE, "at most DL_MAX_DIMS=8");
+    BAD(dl_from_array(C, dl_shape_make(9, nine), v2), DL_ERR_SHAPE, "dims requested");
+    BAD(dl_reshape(T(1, 1), dl_shape_make(9, nine)), DL_ERR_SHAPE, "9 dims");
+    BAD(dl_unsqueeze(dl_zeros(C, DL_SHAPE(1, 1, 1, 1, 1, 1, 1, 2)), 0), DL_ERR_SHAPE, "DL_MAX_DIMS");
+    BAD(dl_from_array(C, DL_SHAPE(2), NULL), DL_ERR_ARG, "values is NULL");
+    BAD(dl_arange(C, 0.0f, 1.0f, 0.0f), DL_ERR_ARG, "step");
+    BAD(dl_arange(C, 0.0f, 1e20f, 1.0f), DL_ERR_OOM, "too many");
+    /* a context with a 1 MiB limit asked for 4 MB */
+    {
+        dl_ctx_desc d;
+        dl_ctx *L;
+        dl_tensor *s;
+        memset(&d, 0, sizeof d);
+        d.log = dl_log_silent;
+        d.memory_limit = (size_t)1 << 20;
+        L = dl_ctx_init(&d);
+        CHECK(L != NULL, "limited context");
+        if (L) {
+            CHECK(dl_zeros(L, DL_SHAPE(1 << 20)) == NULL, "4 MB in a 1 MiB context");
+            EXPECT_ERR2(L, DL_ERR_OOM, "dl_zeros", "memory_limit");
+            s = dl_sum(dl_ones(L, DL_SHAPE(1000)), DL_ALL, false);
+            CHECK(s && dl_item(s) == 1000.0f && dl_last_error(L) == DL_OK, "small tensors still fit: %s",
+                  dl_error_message(L));
+            s = dl_ones(L, DL_SHAPE(100000));   /* 400 KB of step memory: fits */
+            CHECK(s != NULL, "400 KB step tensor: %s", dl_error_message(L));
+            CHECK(dl_keep(s) == NULL, "a persistent copy passes the limit");
+            EXPECT_ERR(L, DL_ERR_OOM, "memory_limit");
+            /* operands from two contexts */
+            CHECK(dl_add(T(2, 2), dl_ones(L, DL_SHAPE(2, 2))) == NULL, "cross-context add");
+            EXPECT_ERR(C, DL_ERR_ARG, "different contexts");
+            dl_ctx_free(L);
+        }
+    }
+    WORKS();
+    dl_step_end(C);
+}
+
+static void misc_errors(void)
+{
+    float buf[8];
+    int64_t ibuf[8];
+    dl_tensor *t = T(2, 3);
+    /* dl_item on many elements */
+    {
+        float v;
+        dl_clear_error(C);
+        v = dl_item(t);
+        CHECK(v != v, "dl_item of 6 elements is NaN");
+        EXPECT_ERR2(C, DL_ERR_SHAPE, "6 elements", "exactly 1");
+        CHECK(dl_item(dl_zeros(C, DL_SHAPE(0))) != dl_item(dl_zeros(C, DL_SHAPE(0))), "dl_item of 0 elements");
+        EXPECT_ERR(C, DL_ERR_SHAPE, "dl_item");
+        CHECK(dl_item(dl_full(C, DL_SHAPE(1, 1), 2.5f)) == 2.5f, "dl_item of (1,1) works");
+    }
+    /* dl_read with the wrong n */
+    CHECK(dl_read(t, buf, 5) == DL_ERR_ARG, "dl_read n=5 for 6");
+    EXPECT_ERR2(C, DL_ERR_ARG, "6 elements", "dst holds 5");
+    CHECK(dl_read(t, buf, 8) == DL_ERR_ARG, "dl_read n=8 for 6");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_read");
+    CHECK(dl_read(t, NULL, 6) == DL_ERR_ARG, "dl_read into NULL");
+    EXPECT_ERR(C, DL_ERR_ARG, "NULL");
+    CHECK(dl_read_int64(t, ibuf, 2) == DL_ERR_ARG, "dl_read_int64 wrong n");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_read_int64");
+    CHECK(dl_read(t, buf, 6) == DL_OK, "dl_read right n");
+    /* devices */
+    BAD(dl_to(t, dl_cuda(0)), DL_ERR_DEVICE, "CUDA");
+    BAD(dl_to(t, dl_cuda(1)), DL_ERR_DEVICE, "cuda:1");
+    CHECK(dl_to(t, dl_cpu()) == t, "dl_to the same device returns t");
+    {
+        dl_memory_stats ms;
+        CHECK(dl_memory_stats_get(C, dl_cuda(0), &ms) == DL_ERR_DEVICE, "memory stats of cuda");
+        EXPECT_ERR(C, DL_ERR_DEVICE, "CUDA");
+        CHECK(dl_memory_stats_get(C, dl_cpu(), &ms) == DL_OK, "memory stats of cpu");
+    }
+    /* graph dot to a bad path */
+    CHECK(dl_graph_dot(t, "/nonexistent-dir-dl-test/g.dot") == DL_ERR_IO, "graph_dot to a bad path");
+    EXPECT_ERR(C, DL_ERR_IO, "cannot open");
+    CHECK(dl_graph_dot(t, NULL) == DL_ERR_ARG, "graph_dot with a NULL path");
+    EXPECT_ERR(C, DL_ERR_ARG, "path");
+    /* the log callback gets each message once */
+    nlog = 0;
+    dl_set_log(C, count_log, &nlog);
+    dl_matmul(T(2, 3), T(2, 3));
+    CHECK(nlog == 1, "one log call per error, got %d", nlog);
+    EXPECT_ERR(C, DL_ERR_SHAPE, "dl_matmul");
+    dl_relu(dl_matmul(T(2, 3), T(2, 3)));
+    CHECK(nlog == 2, "NULL propagation logs nothing more, got %d", nlog);
+    dl_clear_error(C);
+    dl_set_log(C, dl_log_silent, NULL);
+    WORKS();
+    dl_step_end(C);
+}
+
+static void anomaly_errors(void)
+{
+    float z[3] = {0.0f, 1.0f, 4.0f}, back[3];
+    dl_tensor *x, *y, *s;
+    dl_set_anomaly(C, true);
+    /* forward: log(0) = -Inf */
+    x = dl_from_array(C, DL_SHAPE(3), z);
+    CHECK(dl_log(x) == NULL, "anomaly: dl_log(0) fails");
+    EXPECT_ERR2(C, DL_ERR_NAN, "dl_log", "forward");
+    x = dl_from_array(C, DL_SHAPE(3), z);
+    dl_log(x);
+    EXPECT_ERR(C, DL_ERR_NAN, "Inf");
+    CHECK(dl_div(dl_ones(C, DL_SHAPE(3)), dl_from_array(C, DL_SHAPE(3), z)) == NULL, "anomaly: 1/0");
+    EXPECT_ERR2(C, DL_ERR_NAN, "dl_div", "forward");
+    CHECK(dl_sqrt(dl_full(C, DL_SHAPE(2), -1.0f)) == NULL, "anomaly: sqrt(-1)");
+    EXPECT_ERR2(C, DL_ERR_NAN, "dl_sqrt", "NaN");
+    WORKS();
+    /* backward: sqrt at 0 is fine forward, its gradient 1/(2 sqrt(0)) is Inf */
+    x = dl_requires_grad(dl_from_array(C, DL_SHAPE(3), z), true);
+    y = dl_sqrt(x);
+    CHECK(y != NULL, "anomaly: sqrt(0) forward is fine: %s", dl_error_message(C));
+    s = dl_sum(y, DL_ALL, false);
+    CHECK(s != NULL && dl_item(s) == 3.0f, "sum of sqrt");
+    CHECK(dl_backward(s) == DL_ERR_NAN, "anomaly: the backward of sqrt at 0 fails");
+    CHECK(strstr(dl_error_message(C), "(forward)") == NULL, "a backward anomaly is not called forward: %s",
+          dl_error_message(C));
+    EXPECT_ERR2(C, DL_ERR_NAN, "in the backward of dl_sqrt", "Inf");
+    WORKS();
+    /* anomaly off: the same computations go through */
+    dl_set_anomaly(C, false);
+    x = dl_from_array(C, DL_SHAPE(3), z);
+    y = dl_log(x);
+    CHECK(y && dl_read(y, back, 3) == DL_OK && back[0] < -1e30f && dl_last_error(C) == DL_OK,
+          "without anomaly mode log(0) = -inf, no error");
+    x = dl_requires_grad(dl_from_array(C, DL_SHAPE(3), z), true);
+    CHECK(dl_backward(dl_sum(dl_sqrt(x), DL_ALL, false)) == DL_OK && x->grad &&
+          dl_read(x->grad, back, 3) == DL_OK && back[0] > 1e30f && back[2] == 0.25f,
+          "without anomaly mode sqrt'(0) = inf, no error: %s", dl_error_message(C));
+    dl_clear_error(C);
+    dl_step_end(C);
+}
+
+static void result_strings(void)
+{
+    static const char *names[] = {
+        "DL_OK", "DL_ERR_ARG", "DL_ERR_SHAPE", "DL_ERR_DTYPE", "DL_ERR_DEVICE", "DL_ERR_STALE",
+        "DL_ERR_GRAPH", "DL_ERR_OOM", "DL_ERR_IO", "DL_ERR_FORMAT", "DL_ERR_NAN", "DL_ERR_UNSUPPORTED"};
+    int i;
+    for (i = 0; i <= (int)DL_ERR_UNSUPPORTED; i++)
+        CHECK(strcmp(dl_result_string((dl_result)i), names[i]) == 0, "dl_result_string(%d) = %s, want %s", i,
+              dl_result_string((dl_result)i), names[i]);
+    CHECK(dl_result_string((dl_result)99) != NULL && strcmp(dl_result_string((dl_result)99), "DL_OK") != 0,
+          "dl_result_string of an unknown code");
+    CHECK(dl_last_error(NULL) != DL_OK && dl_error_message(NULL) != NULL, "NULL context queries");
+    dl_clear_error(C);
+    CHECK(dl_last_error(C) == DL_OK && strcmp(dl_error_message(C), "") == 0, "cleared: DL_OK and \"\"");
+}
+
+int main(void)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    C = dl_ctx_init(&d);
+    if (!C) { printf("no context\n0 passed, 1 failed\n"); return 1; }
+    dl_manual_seed(C, 42);
+    result_strings();
+    shape_errors();
+    dl_step_end(C);
+    dim_errors();
+    dl_step_end(C);
+    dtype_errors();
+    dl_step_end(C);
+    null_inputs();
+    dl_step_end(C);
+    step_errors();
+    autograd_errors();
+    size_errors();
+    misc_errors();
+    anomaly_errors();
+    CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
+    dl_ctx_free(C);
+    TEST_END();
+}

@@ -1,0 +1,627 @@
+/* tests/test_gradcheck.c - every differentiable op of dl.h against central
+   differences (dl_gradcheck), in several shapes each: broadcasting, size-1
+   dims, 0-d tensors, negative dims, keepdim both ways. Also a small MLP, a
+   custom function (dl_function_apply) and a second-order quantity (a
+   gradient computed with create_graph inside the checked function).
+
+   Inputs that meet a kink (relu, abs, clamp, leaky_relu, maximum/minimum,
+   max/min reductions) are filled with distinct values on a 0.2 grid offset by
+   0.06 or 0.14: |x| >= 0.06, no ties within a tensor, and operands filled
+   with the two offsets differ by >= 0.06 everywhere, so a step of eps = 1e-3
+   never crosses a kink. log/sqrt/pow/div denominators get inputs in
+   [0.5, 2) (or that with a random sign). Default tolerances everywhere
+   (eps 1e-3, atol 1e-3, rtol 1e-2). */
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include <stdlib.h>
+
+enum {
+    OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAXIMUM, OP_MINIMUM,
+    OP_ADDS, OP_SUBS, OP_MULS, OP_DIVS, OP_RSUBS, OP_POW,
+    OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_ABS, OP_ERF, OP_CLAMP, OP_RELU, OP_LEAKY,
+    OP_SIGMOID, OP_TANH, OP_GELU,
+    OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_VAR,
+    OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
+    OP_RESHAPE, OP_FLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
+    OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
+    OP_MLP, OP_CUSTOM, OP_SECOND
+};
+
+/* fills */
+enum { F_RANDN, F_POS, F_AWAY, F_DA, F_DB };
+
+typedef struct P {
+    int op;
+    float s0, s1;      /* scalar attributes */
+    dl_shape sh;       /* dims / shape / perm */
+    int d0, d1;        /* dims (var: correction) */
+    int64_t i0, i1;    /* narrow start, length */
+    bool keep;
+    int n;             /* inputs (cat, stack) */
+} P;
+
+typedef struct In { dl_shape s; int fill; } In;
+
+static dl_ctx *G;
+static uint64_t g_seed = 1;
+
+static P mk(int op) { P p; memset(&p, 0, sizeof p); p.op = op; return p; }
+static P mkf(int op, float a, float b) { P p = mk(op); p.s0 = a; p.s1 = b; return p; }
+static P mkd(int op, dl_shape dims, bool keep) { P p = mk(op); p.sh = dims; p.keep = keep; return p; }
+static P mki(int op, int d0, int d1) { P p = mk(op); p.d0 = d0; p.d1 = d1; return p; }
+static P mks(int op, dl_shape s) { P p = mk(op); p.sh = s; return p; }
+static In I(dl_shape s, int fill) { In r; r.s = s; r.fill = fill; return r; }
+static dl_shape S0(void) { return dl_shape_make(0, NULL); }
+
+/* ---- the custom function: sigmoid written with dl ops */
+static dl_tensor *sig_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    dl_tensor *y;
+    (void)n; (void)user;
+    /* 1 / (1 + exp(-x)) */
+    y = dl_pow(dl_add_scalar(dl_exp(dl_neg(in[0])), 1.0f), -1.0f);
+    dl_fn_save(fc, y);
+    return y;
+}
+static dl_result sig_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    dl_tensor *y = dl_fn_saved(fc, 0);
+    (void)user;
+    if (!dl_fn_needs_grad(fc, 0)) return DL_OK;
+    gin[0] = dl_mul(g, dl_mul(y, dl_rsub_scalar(y, 1.0f)));   /* g y (1 - y) */
+    return gin[0] ? DL_OK : DL_ERR_GRAPH;
+}
+static const dl_function MY_SIGMOID = {"my_sigmoid", sig_fwd, sig_bwd};
+/* a deliberately wrong backward (g y, missing the 1 - y): gradcheck must fail it */
+static dl_result sig_bad_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    (void)user;
+    gin[0] = dl_mul(g, dl_fn_saved(fc, 0));
+    return gin[0] ? DL_OK : DL_ERR_GRAPH;
+}
+static const dl_function BAD_SIGMOID = {"bad_sigmoid", sig_fwd, sig_bad_bwd};
+static dl_tensor *f_bad(void *user, dl_tensor *const *in)
+{
+    (void)user;
+    return dl_function_apply(&BAD_SIGMOID, 1, in, NULL);
+}
+
+/* ---- the function under check */
+static dl_tensor *f_op(void *user, dl_tensor *const *in)
+{
+    const P *p = (const P *)user;
+    dl_tensor *a = in[0], *b = p->n > 1 ? in[1] : NULL;
+    switch (p->op) {
+    case OP_ADD: return dl_add(a, b);
+    case OP_SUB: return dl_sub(a, b);
+    case OP_MUL: return dl_mul(a, b);
+    case OP_DIV: return dl_div(a, b);
+    case OP_MAXIMUM: return dl_maximum(a, b);
+    case OP_MINIMUM: return dl_minimum(a, b);
+    case OP_ADDS: return dl_add_scalar(a, p->s0);
+    case OP_SUBS: return dl_sub_scalar(a, p->s0);
+    case OP_MULS: return dl_mul_scalar(a, p->s0);
+    case OP_DIVS: return dl_div_scalar(a, p->s0);
+    case OP_RSUBS: return dl_rsub_scalar(a, p->s0);
+    case OP_POW: return dl_pow(a, p->s0);
+    case OP_NEG: return dl_neg(a);
+    case OP_EXP: return dl_exp(a);
+    case OP_LOG: return dl_log(a);
+    case OP_SQRT: return dl_sqrt(a);
+    case OP_ABS: return dl_abs(a);
+    case OP_ERF: return dl_erf(a);
+    case OP_CLAMP: return dl_clamp(a, p->s0, p->s1);
+    case OP_RELU: return dl_relu(a);
+    case OP_LEAKY: return dl_leaky_relu(a, p->s0);
+    case OP_SIGMOID: return dl_sigmoid(a);
+    case OP_TANH: return dl_tanh(a);
+    case OP_GELU: return dl_gelu(a);
+    case OP_SUM: return dl_sum(a, p->sh, p->keep);
+    case OP_MEAN: return dl_mean(a, p->sh, p->keep);
+    case OP_MAX: return dl_max(a, p->sh, p->keep);
+    case OP_MIN: return dl_min(a, p->sh, p->keep);
+    case OP_VAR: return dl_var(a, p->sh, p->d0, p->keep);
+    case OP_MATMUL: return dl_matmul(a, b);
+    case OP_SOFTMAX: return dl_softmax(a, p->d0);
+    case OP_LOGSOFTMAX: return dl_log_softmax(a, p->d0);
+    case OP_RESHAPE: return dl_reshape(a, p->sh);
+    case OP_FLATTEN: return dl_flatten(a, p->d0, p->d1);
+    case OP_SQUEEZE: return dl_squeeze(a, p->d0);
+    case OP_UNSQUEEZE: return dl_unsqueeze(a, p->d0);
+    case OP_PERMUTE: return dl_permute(a, p->sh);
+    case OP_TRANSPOSE: return dl_transpose(a, p->d0, p->d1);
+    case OP_NARROW: return dl_narrow(a, p->d0, p->i0, p->i1);
+    case OP_CAT: return dl_cat(p->n, in, p->d0);
+    case OP_STACK: return dl_stack(p->n, in, p->d0);
+    case OP_EXPAND: return dl_expand(a, p->sh);
+    case OP_SUMTO: return dl_sum_to(a, p->sh);
+    case OP_COPY: return dl_copy(a);
+    case OP_MLP: {
+        /* mean(log_softmax(tanh(x W1 + b1) W2 + b2, 1)) */
+        dl_tensor *h = dl_tanh(dl_add(dl_matmul(in[0], in[1]), in[2]));
+        dl_tensor *z = dl_add(dl_matmul(h, in[3]), in[4]);
+        return dl_mean(dl_log_softmax(z, 1), DL_ALL, false);
+    }
+    case OP_CUSTOM: return dl_function_apply(&MY_SIGMOID, 1, in, NULL);
+    case OP_SECOND: {
+        /* g = d/dx sum(tanh(x)^3), with history (create_graph). During the
+           finite-difference evaluations dl_gradcheck turns grad mode off;
+           the inner dl_grad needs it on, so it is re-enabled around it. */
+        dl_ctx *c = dl_tensor_ctx(a);
+        bool off = !dl_is_grad_enabled(c);
+        dl_tensor *y, *g = NULL;
+        dl_backward_desc bd;
+        memset(&bd, 0, sizeof bd);
+        bd.create_graph = true;
+        if (off) dl_no_grad_end(c);
+        y = dl_sum(dl_pow(dl_tanh(a), 3.0f), DL_ALL, false);
+        if (y && dl_grad(y, 1, &a, &g, &bd) != DL_OK) g = NULL;
+        if (off) dl_no_grad_begin(c);
+        return g;
+    }
+    }
+    return NULL;
+}
+
+/* ---- fills */
+static uint64_t lcg(uint64_t *s) { *s = *s * 6364136223846793005ull + 1442695040888963407ull; return *s >> 33; }
+
+static void fill(dl_tensor *t, int kind)
+{
+    float *d = dl_data(t);
+    int64_t i, n = t->numel;
+    uint64_t s = g_seed * 7919u + 17u;
+    if (!d) return;
+    if (kind == F_DA || kind == F_DB) {
+        float off = kind == F_DA ? 0.06f : 0.14f;
+        for (i = 0; i < n; i++) d[i] = (float)(i - n / 2) * 0.2f + off;
+        for (i = n - 1; i > 0; i--) {           /* Fisher-Yates */
+            int64_t j = (int64_t)(lcg(&s) % (uint64_t)(i + 1));
+            float tmp = d[i]; d[i] = d[j]; d[j] = tmp;
+        }
+    } else if (kind == F_POS || kind == F_AWAY) {
+        for (i = 0; i < n; i++) {
+            float u = (float)(lcg(&s) % 100000u) / 100000.0f;
+            d[i] = 0.5f + 1.5f * u;
+            if (kind == F_AWAY && (lcg(&s) & 1)) d[i] = -d[i];
+        }
+    } else {
+        dl_tensor *r;
+        dl_manual_seed(G, g_seed);
+        r = dl_randn(G, dl_shape_make(t->ndim, t->shape));
+        if (r) memcpy(d, dl_data(r), sizeof(float) * (size_t)n);
+    }
+}
+
+static void shape_str(char *b, size_t cap, dl_shape s)
+{
+    int i;
+    size_t k = strlen(b);
+    k += (size_t)snprintf(b + k, cap - k, "(");
+    for (i = 0; i < s.ndim && k < cap; i++)
+        k += (size_t)snprintf(b + k, cap - k, i ? ",%lld" : "%lld", (long long)s.d[i]);
+    if (k < cap) snprintf(b + k, cap - k, ") ");
+}
+
+static int ncases;
+
+/* Check op p on inputs of the given shapes/fills; every input requires grad. */
+static void gcn(const char *op, const char *label, P p, int n, const In *ins, const dl_gradcheck_desc *desc)
+{
+    dl_tensor *x[DL_GRADCHECK_MAX_INPUTS];
+    dl_gradcheck_result res;
+    dl_result rc;
+    char cs[160];
+    int k;
+    cs[0] = 0;
+    p.n = n;
+    for (k = 0; k < n; k++) {
+        shape_str(cs, sizeof cs, ins[k].s);
+        g_seed++;
+        x[k] = dl_zeros(G, ins[k].s);
+        if (!x[k]) break;
+        fill(x[k], ins[k].fill);
+        dl_requires_grad(x[k], true);
+    }
+    if (label && strlen(cs) + strlen(label) < sizeof cs) strcat(cs, label);
+    memset(&res, 0, sizeof res);
+    rc = k == n ? dl_gradcheck(G, f_op, &p, n, x, desc, &res) : dl_last_error(G);
+    printf("%-15s %-44s", op, cs);
+    for (k = 0; k < res.n; k++) printf(" rel%d %.1e", k, res.max_rel_err[k]);
+    printf("\n");
+    CHECK(rc == DL_OK && res.ok, "gradcheck %s %s: rc %s (%s) ok %d, worst abs err in0 %g at %lld",
+          op, cs, dl_result_string(rc), dl_error_message(G), (int)res.ok, res.max_abs_err[0],
+          (long long)res.worst_index[0]);
+    if (rc != DL_OK) dl_clear_error(G);
+    dl_step_end(G);
+    ncases++;
+}
+static void gc1(const char *op, const char *label, P p, In a) { gcn(op, label, p, 1, &a, NULL); }
+static void gc2(const char *op, const char *label, P p, In a, In b)
+{
+    In v[2];
+    v[0] = a; v[1] = b;
+    gcn(op, label, p, 2, v, NULL);
+}
+static void gc3(const char *op, const char *label, P p, In a, In b, In c)
+{
+    In v[3];
+    v[0] = a; v[1] = b; v[2] = c;
+    gcn(op, label, p, 3, v, NULL);
+}
+
+static void binary_cases(const char *name, int op, int fa, int fb)
+{
+    P p = mk(op);
+    gc2(name, "same", p, I(DL_SHAPE(3, 4), fa), I(DL_SHAPE(3, 4), fb));
+    gc2(name, "row bcast", p, I(DL_SHAPE(3, 4), fa), I(DL_SHAPE(4), fb));
+    gc2(name, "both bcast", p, I(DL_SHAPE(2, 1, 4), fa), I(DL_SHAPE(3, 1), fb));
+    gc2(name, "0-d b", p, I(DL_SHAPE(2, 3), fa), I(S0(), fb));
+    gc2(name, "size-1 a", p, I(DL_SHAPE(1), fa), I(DL_SHAPE(2, 3), fb));
+    gc2(name, "col bcast", p, I(DL_SHAPE(3, 1), fa), I(DL_SHAPE(3, 5), fb));
+}
+
+static void unary_cases(const char *name, P p, int f)
+{
+    gc1(name, "", p, I(DL_SHAPE(3, 4), f));
+    gc1(name, "size-1", p, I(DL_SHAPE(2, 1, 3), f));
+    gc1(name, "0-d", p, I(S0(), f));
+    gc1(name, "1-d", p, I(DL_SHAPE(7), f));
+}
+
+static void reduce_cases(const char *name, int op, int f)
+{
+    int keep;
+    for (keep = 0; keep < 2; keep++) {
+        const char *kl = keep ? "keepdim" : "";
+        char l[64];
+        snprintf(l, sizeof l, "dim 1 %s", kl);
+        gc1(name, l, mkd(op, DL_DIMS(1), keep != 0), I(DL_SHAPE(3, 4), f));
+        snprintf(l, sizeof l, "dim -1 %s", kl);
+        gc1(name, l, mkd(op, DL_DIMS(-1), keep != 0), I(DL_SHAPE(2, 3, 4), f));
+        snprintf(l, sizeof l, "dim 0 %s", kl);
+        gc1(name, l, mkd(op, DL_DIMS(0), keep != 0), I(DL_SHAPE(3, 4), f));
+        snprintf(l, sizeof l, "size-1 dim 1 %s", kl);
+        gc1(name, l, mkd(op, DL_DIMS(1), keep != 0), I(DL_SHAPE(3, 1, 4), f));
+        snprintf(l, sizeof l, "dims 0,2 %s", kl);
+        gc1(name, l, mkd(op, DL_DIMS(0, 2), keep != 0), I(DL_SHAPE(2, 3, 4), f));
+        snprintf(l, sizeof l, "dims -1,0 %s", kl);
+        gc1(name, l, mkd(op, DL_DIMS(-1, 0), keep != 0), I(DL_SHAPE(3, 2, 4), f));
+        snprintf(l, sizeof l, "dims 1,2 %s", kl);
+        gc1(name, l, mkd(op, DL_DIMS(1, 2), keep != 0), I(DL_SHAPE(2, 3, 4), f));
+        snprintf(l, sizeof l, "all %s", kl);
+        gc1(name, l, mkd(op, DL_ALL, keep != 0), I(DL_SHAPE(2, 3, 4), f));
+        snprintf(l, sizeof l, "all 1-d %s", kl);
+        gc1(name, l, mkd(op, DL_ALL, keep != 0), I(DL_SHAPE(5), f));
+    }
+}
+
+static void var_cases(void)
+{
+    int keep, corr;
+    for (corr = 0; corr < 2; corr++)
+        for (keep = 0; keep < 2; keep++) {
+            char l[64];
+            P p;
+            snprintf(l, sizeof l, "dim 1 corr %d keep %d", corr, keep);
+            p = mkd(OP_VAR, DL_DIMS(1), keep != 0); p.d0 = corr;
+            gc1("dl_var", l, p, I(DL_SHAPE(3, 4), F_RANDN));
+            snprintf(l, sizeof l, "dims 0,2 corr %d keep %d", corr, keep);
+            p = mkd(OP_VAR, DL_DIMS(0, 2), keep != 0); p.d0 = corr;
+            gc1("dl_var", l, p, I(DL_SHAPE(2, 3, 4), F_RANDN));
+            snprintf(l, sizeof l, "all corr %d keep %d", corr, keep);
+            p = mkd(OP_VAR, DL_ALL, keep != 0); p.d0 = corr;
+            gc1("dl_var", l, p, I(DL_SHAPE(2, 3, 4), F_RANDN));
+            snprintf(l, sizeof l, "dim -1 size-1 corr %d keep %d", corr, keep);
+            p = mkd(OP_VAR, DL_DIMS(-1), keep != 0); p.d0 = corr;
+            gc1("dl_var", l, p, I(DL_SHAPE(3, 1, 5), F_RANDN));
+        }
+}
+
+static void matmul_cases(void)
+{
+    P p = mk(OP_MATMUL);
+    gc2("dl_matmul", "1-d x 1-d (dot)", p, I(DL_SHAPE(4), F_RANDN), I(DL_SHAPE(4), F_RANDN));
+    gc2("dl_matmul", "2-d x 1-d (mv)", p, I(DL_SHAPE(3, 4), F_RANDN), I(DL_SHAPE(4), F_RANDN));
+    gc2("dl_matmul", "1-d x 2-d (vm)", p, I(DL_SHAPE(3), F_RANDN), I(DL_SHAPE(3, 5), F_RANDN));
+    gc2("dl_matmul", "2-d x 2-d", p, I(DL_SHAPE(3, 4), F_RANDN), I(DL_SHAPE(4, 5), F_RANDN));
+    gc2("dl_matmul", "2-d x 2-d 1-sized", p, I(DL_SHAPE(1, 4), F_RANDN), I(DL_SHAPE(4, 1), F_RANDN));
+    gc2("dl_matmul", "batched", p, I(DL_SHAPE(2, 3, 4), F_RANDN), I(DL_SHAPE(2, 4, 5), F_RANDN));
+    gc2("dl_matmul", "3-d x 2-d", p, I(DL_SHAPE(2, 3, 4), F_RANDN), I(DL_SHAPE(4, 5), F_RANDN));
+    gc2("dl_matmul", "2-d x 3-d", p, I(DL_SHAPE(3, 4), F_RANDN), I(DL_SHAPE(2, 4, 5), F_RANDN));
+    gc2("dl_matmul", "3-d x 1-d", p, I(DL_SHAPE(2, 3, 4), F_RANDN), I(DL_SHAPE(4), F_RANDN));
+    gc2("dl_matmul", "1-d x 3-d", p, I(DL_SHAPE(3), F_RANDN), I(DL_SHAPE(2, 3, 5), F_RANDN));
+    gc2("dl_matmul", "batch bcast", p, I(DL_SHAPE(2, 1, 3, 4), F_RANDN), I(DL_SHAPE(3, 4, 2), F_RANDN));
+    gc2("dl_matmul", "batch bcast 1s", p, I(DL_SHAPE(1, 3, 2, 4), F_RANDN), I(DL_SHAPE(2, 1, 4, 3), F_RANDN));
+    gc2("dl_matmul", "4-d x 1-d", p, I(DL_SHAPE(2, 2, 3, 4), F_RANDN), I(DL_SHAPE(4), F_RANDN));
+}
+
+static void shape_cases(void)
+{
+    int d;
+    /* reshape */
+    gc1("dl_reshape", "-> (6,4)", mks(OP_RESHAPE, DL_SHAPE(6, 4)), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_reshape", "-> (-1)", mks(OP_RESHAPE, DL_SHAPE(-1)), I(DL_SHAPE(2, 3), F_RANDN));
+    gc1("dl_reshape", "-> (2,-1,3)", mks(OP_RESHAPE, DL_SHAPE(2, -1, 3)), I(DL_SHAPE(12), F_RANDN));
+    gc1("dl_reshape", "-> ()", mks(OP_RESHAPE, S0()), I(DL_SHAPE(1, 1), F_RANDN));
+    gc1("dl_reshape", "() -> (1,1,1)", mks(OP_RESHAPE, DL_SHAPE(1, 1, 1)), I(S0(), F_RANDN));
+    /* flatten */
+    gc1("dl_flatten", "0..-1", mki(OP_FLATTEN, 0, -1), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_flatten", "1..2", mki(OP_FLATTEN, 1, 2), I(DL_SHAPE(2, 3, 4, 2), F_RANDN));
+    gc1("dl_flatten", "1..1", mki(OP_FLATTEN, 1, 1), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_flatten", "0-d", mki(OP_FLATTEN, 0, -1), I(S0(), F_RANDN));
+    /* squeeze / unsqueeze */
+    gc1("dl_squeeze", "dim 1", mki(OP_SQUEEZE, 1, 0), I(DL_SHAPE(2, 1, 3), F_RANDN));
+    gc1("dl_squeeze", "dim 0", mki(OP_SQUEEZE, 0, 0), I(DL_SHAPE(1, 4), F_RANDN));
+    gc1("dl_squeeze", "dim -1", mki(OP_SQUEEZE, -1, 0), I(DL_SHAPE(3, 1), F_RANDN));
+    gc1("dl_squeeze", "not size 1 (no-op)", mki(OP_SQUEEZE, 0, 0), I(DL_SHAPE(2, 3), F_RANDN));
+    gc1("dl_unsqueeze", "dim 0", mki(OP_UNSQUEEZE, 0, 0), I(DL_SHAPE(2, 3), F_RANDN));
+    gc1("dl_unsqueeze", "dim 2", mki(OP_UNSQUEEZE, 2, 0), I(DL_SHAPE(2, 3), F_RANDN));
+    gc1("dl_unsqueeze", "dim -1", mki(OP_UNSQUEEZE, -1, 0), I(DL_SHAPE(2, 3), F_RANDN));
+    gc1("dl_unsqueeze", "0-d", mki(OP_UNSQUEEZE, 0, 0), I(S0(), F_RANDN));
+    /* permute / transpose */
+    gc1("dl_permute", "(2,0,1)", mks(OP_PERMUTE, DL_DIMS(2, 0, 1)), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_permute", "(1,0)", mks(OP_PERMUTE, DL_DIMS(1, 0)), I(DL_SHAPE(3, 5), F_RANDN));
+    gc1("dl_permute", "(-1,0,-2)", mks(OP_PERMUTE, DL_DIMS(-1, 0, -2)), I(DL_SHAPE(2, 1, 4), F_RANDN));
+    gc1("dl_permute", "(3,1,0,2)", mks(OP_PERMUTE, DL_DIMS(3, 1, 0, 2)), I(DL_SHAPE(2, 3, 1, 2), F_RANDN));
+    gc1("dl_transpose", "0,1", mki(OP_TRANSPOSE, 0, 1), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("dl_transpose", "0,2", mki(OP_TRANSPOSE, 0, 2), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_transpose", "-1,-2", mki(OP_TRANSPOSE, -1, -2), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_transpose", "1,1 (identity)", mki(OP_TRANSPOSE, 1, 1), I(DL_SHAPE(2, 3), F_RANDN));
+    /* narrow */
+    {
+        P p = mk(OP_NARROW);
+        p.d0 = 0; p.i0 = 1; p.i1 = 2;
+        gc1("dl_narrow", "dim 0 [1,3)", p, I(DL_SHAPE(4, 3), F_RANDN));
+        p.d0 = -1; p.i0 = 0; p.i1 = 1;
+        gc1("dl_narrow", "dim -1 [0,1)", p, I(DL_SHAPE(2, 3, 4), F_RANDN));
+        p.d0 = 1; p.i0 = -2; p.i1 = 2;
+        gc1("dl_narrow", "dim 1 start -2", p, I(DL_SHAPE(2, 5, 2), F_RANDN));
+        p.d0 = 1; p.i0 = 0; p.i1 = 3;
+        gc1("dl_narrow", "dim 1 whole", p, I(DL_SHAPE(2, 3), F_RANDN));
+    }
+    /* cat */
+    gc3("dl_cat", "dim 0", mki(OP_CAT, 0, 0), I(DL_SHAPE(2, 3), F_RANDN), I(DL_SHAPE(4, 3), F_RANDN),
+        I(DL_SHAPE(1, 3), F_RANDN));
+    gc2("dl_cat", "dim 1", mki(OP_CAT, 1, 0), I(DL_SHAPE(2, 1), F_RANDN), I(DL_SHAPE(2, 3), F_RANDN));
+    gc3("dl_cat", "dim -1 3-d", mki(OP_CAT, -1, 0), I(DL_SHAPE(2, 3, 2), F_RANDN),
+        I(DL_SHAPE(2, 3, 1), F_RANDN), I(DL_SHAPE(2, 3, 3), F_RANDN));
+    gc2("dl_cat", "dim 1 3-d", mki(OP_CAT, 1, 0), I(DL_SHAPE(2, 2, 3), F_RANDN), I(DL_SHAPE(2, 1, 3), F_RANDN));
+    gc1("dl_cat", "one input", mki(OP_CAT, 0, 0), I(DL_SHAPE(3, 2), F_RANDN));
+    /* stack */
+    for (d = -1; d <= 2; d++) {
+        char l[32];
+        snprintf(l, sizeof l, "dim %d", d);
+        gc3("dl_stack", l, mki(OP_STACK, d, 0), I(DL_SHAPE(2, 3), F_RANDN), I(DL_SHAPE(2, 3), F_RANDN),
+            I(DL_SHAPE(2, 3), F_RANDN));
+    }
+    gc2("dl_stack", "1-d dim 1", mki(OP_STACK, 1, 0), I(DL_SHAPE(4), F_RANDN), I(DL_SHAPE(4), F_RANDN));
+    gc2("dl_stack", "0-d", mki(OP_STACK, 0, 0), I(S0(), F_RANDN), I(S0(), F_RANDN));
+    /* expand */
+    gc1("dl_expand", "-> (2,3,4)", mks(OP_EXPAND, DL_SHAPE(2, 3, 4)), I(DL_SHAPE(3, 1), F_RANDN));
+    gc1("dl_expand", "-> (5)", mks(OP_EXPAND, DL_SHAPE(5)), I(DL_SHAPE(1), F_RANDN));
+    gc1("dl_expand", "-> (-1,4,-1)", mks(OP_EXPAND, DL_SHAPE(-1, 4, -1)), I(DL_SHAPE(2, 1, 3), F_RANDN));
+    gc1("dl_expand", "0-d -> (2,3)", mks(OP_EXPAND, DL_SHAPE(2, 3)), I(S0(), F_RANDN));
+    gc1("dl_expand", "same shape", mks(OP_EXPAND, DL_SHAPE(2, 3)), I(DL_SHAPE(2, 3), F_RANDN));
+    /* sum_to */
+    gc1("dl_sum_to", "-> (3,1)", mks(OP_SUMTO, DL_SHAPE(3, 1)), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_sum_to", "-> (1,3)", mks(OP_SUMTO, DL_SHAPE(1, 3)), I(DL_SHAPE(2, 3), F_RANDN));
+    gc1("dl_sum_to", "-> ()", mks(OP_SUMTO, S0()), I(DL_SHAPE(4, 5), F_RANDN));
+    gc1("dl_sum_to", "-> (4)", mks(OP_SUMTO, DL_SHAPE(4)), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_sum_to", "same shape", mks(OP_SUMTO, DL_SHAPE(2, 3)), I(DL_SHAPE(2, 3), F_RANDN));
+    /* copy */
+    gc1("dl_copy", "", mk(OP_COPY), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("dl_copy", "0-d", mk(OP_COPY), I(S0(), F_RANDN));
+    gc1("dl_copy", "size-1", mk(OP_COPY), I(DL_SHAPE(1, 3, 1), F_RANDN));
+}
+
+/* The custom sigmoid against dl_sigmoid: values, gradients, and second
+   derivatives (its backward is written with dl ops, so create_graph works). */
+static void custom_vs_builtin(void)
+{
+    dl_tensor *x, *w, *y1, *y2, *g1 = NULL, *g2 = NULL, *h1 = NULL, *h2 = NULL;
+    dl_backward_desc bd;
+    long where = -1;
+    memset(&bd, 0, sizeof bd);
+    bd.create_graph = true;
+    dl_manual_seed(G, 77);
+    x = dl_requires_grad(dl_mul_scalar(dl_randn(G, DL_SHAPE(3, 5)), 2.0f), true);
+    w = dl_randn(G, DL_SHAPE(3, 5));
+    y1 = dl_function_apply(&MY_SIGMOID, 1, &x, NULL);
+    y2 = dl_sigmoid(x);
+    CHECK(y1 && y2 && y1->requires_grad && dl_same_shape(y1, x), "custom sigmoid output: %s", dl_error_message(G));
+    if (!y1 || !y2) return;
+    CHECK(th_close(dl_data(y1), dl_data(y2), (long)x->numel, 1e-5, 1e-6, &where),
+          "custom sigmoid value differs from dl_sigmoid at %ld", where);
+    CHECK(dl_grad(dl_sum(dl_mul(y1, w), DL_ALL, false), 1, &x, &g1, &bd) == DL_OK && g1,
+          "dl_grad through custom: %s", dl_error_message(G));
+    CHECK(dl_grad(dl_sum(dl_mul(y2, w), DL_ALL, false), 1, &x, &g2, &bd) == DL_OK && g2,
+          "dl_grad through dl_sigmoid: %s", dl_error_message(G));
+    if (g1 && g2) {
+        CHECK(th_close(dl_data(g1), dl_data(g2), (long)x->numel, 1e-5, 1e-6, &where),
+              "custom sigmoid gradient differs from dl_sigmoid's at %ld", where);
+        CHECK(g1->requires_grad && g2->requires_grad, "create_graph gradients carry history");
+        CHECK(dl_grad(dl_sum(g1, DL_ALL, false), 1, &x, &h1, NULL) == DL_OK && h1,
+              "second derivative through custom: %s", dl_error_message(G));
+        CHECK(dl_grad(dl_sum(g2, DL_ALL, false), 1, &x, &h2, NULL) == DL_OK && h2,
+              "second derivative through dl_sigmoid: %s", dl_error_message(G));
+        if (h1 && h2)
+            CHECK(th_close(dl_data(h1), dl_data(h2), (long)x->numel, 1e-4, 1e-6, &where),
+                  "custom sigmoid second derivative differs from dl_sigmoid's at %ld", where);
+    }
+    /* ->grad through dl_backward too */
+    {
+        dl_tensor *xa = dl_requires_grad(dl_detach(x), true), *xb = dl_requires_grad(dl_copy(dl_detach(x)), true);
+        dl_tensor *xs[1];
+        xs[0] = xa;
+        CHECK(dl_backward(dl_sum(dl_mul(dl_function_apply(&MY_SIGMOID, 1, xs, NULL), w), DL_ALL, false)) == DL_OK,
+              "backward through custom: %s", dl_error_message(G));
+        CHECK(dl_backward(dl_sum(dl_mul(dl_sigmoid(xb), w), DL_ALL, false)) == DL_OK,
+              "backward through dl_sigmoid: %s", dl_error_message(G));
+        CHECK(xa && xb && xa->grad && xb->grad &&
+              th_close(dl_data(xa->grad), dl_data(xb->grad), (long)x->numel, 1e-5, 1e-6, &where),
+              "custom vs dl_sigmoid ->grad differ at %ld", where);
+    }
+    dl_clear_error(G);
+    dl_step_end(G);
+}
+
+/* g(x) = d/dx sum(tanh(x)^3) = 3 t^2 (1 - t^2); its derivative (Hessian
+   diagonal) is (6 t - 12 t^3)(1 - t^2). Both against closed forms. */
+static void second_order_closed_form(void)
+{
+    float xv[6] = {-1.3f, -0.7f, -0.2f, 0.3f, 0.9f, 1.6f}, vv[6] = {0.5f, -1.0f, 2.0f, 1.5f, -0.3f, 0.8f};
+    float want_g[6], want_h[6];
+    dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(6), xv), true);
+    dl_tensor *v = dl_from_array(G, DL_SHAPE(6), vv), *g = NULL, *h = NULL;
+    dl_backward_desc bd;
+    long where = -1;
+    int i;
+    memset(&bd, 0, sizeof bd);
+    bd.create_graph = true;
+    for (i = 0; i < 6; i++) {
+        double t = tanh((double)xv[i]);
+        want_g[i] = (float)(3 * t * t * (1 - t * t));
+        want_h[i] = (float)((6 * t - 12 * t * t * t) * (1 - t * t) * vv[i]);
+    }
+    CHECK(dl_grad(dl_sum(dl_pow(dl_tanh(x), 3.0f), DL_ALL, false), 1, &x, &g, &bd) == DL_OK && g,
+          "first-order grad: %s", dl_error_message(G));
+    if (g) {
+        CHECK(th_close(dl_data(g), want_g, 6, 1e-4, 1e-5, &where), "d/dx sum(tanh^3) wrong at %ld", where);
+        CHECK(dl_grad(dl_sum(dl_mul(g, v), DL_ALL, false), 1, &x, &h, NULL) == DL_OK && h,
+              "second-order grad: %s", dl_error_message(G));
+        if (h) CHECK(th_close(dl_data(h), want_h, 6, 1e-3, 1e-5, &where), "Hessian-vector wrong at %ld", where);
+    }
+    dl_clear_error(G);
+    dl_step_end(G);
+}
+
+int main(void)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    G = dl_ctx_init(&d);
+    if (!G) { printf("no context\n0 passed, 1 failed\n"); return 1; }
+
+    /* binary, broadcasting */
+    binary_cases("dl_add", OP_ADD, F_RANDN, F_RANDN);
+    binary_cases("dl_sub", OP_SUB, F_RANDN, F_RANDN);
+    binary_cases("dl_mul", OP_MUL, F_RANDN, F_RANDN);
+    binary_cases("dl_div", OP_DIV, F_RANDN, F_AWAY);
+    binary_cases("dl_maximum", OP_MAXIMUM, F_DA, F_DB);
+    binary_cases("dl_minimum", OP_MINIMUM, F_DA, F_DB);
+    gc2("dl_maximum", "b first", mk(OP_MAXIMUM), I(DL_SHAPE(3, 1), F_DB), I(DL_SHAPE(2, 1, 4), F_DA));
+
+    /* scalar ops */
+    unary_cases("dl_add_scalar", mkf(OP_ADDS, 1.5f, 0), F_RANDN);
+    unary_cases("dl_sub_scalar", mkf(OP_SUBS, -0.75f, 0), F_RANDN);
+    unary_cases("dl_mul_scalar", mkf(OP_MULS, -2.5f, 0), F_RANDN);
+    gc1("dl_mul_scalar", "s=1", mkf(OP_MULS, 1.0f, 0), I(DL_SHAPE(3), F_RANDN));
+    unary_cases("dl_div_scalar", mkf(OP_DIVS, 0.4f, 0), F_RANDN);
+    unary_cases("dl_rsub_scalar", mkf(OP_RSUBS, 3.0f, 0), F_RANDN);
+    /* pow, positive bases */
+    {
+        static const float ex[] = {2.0f, 3.0f, 0.5f, -1.0f, 1.5f, -2.5f, 1.0f, 0.0f};
+        size_t i;
+        for (i = 0; i < sizeof ex / sizeof ex[0]; i++) {
+            char l[32];
+            snprintf(l, sizeof l, "p=%g", (double)ex[i]);
+            gc1("dl_pow", l, mkf(OP_POW, ex[i], 0), I(DL_SHAPE(3, 4), F_POS));
+        }
+        gc1("dl_pow", "p=2 size-1", mkf(OP_POW, 2.0f, 0), I(DL_SHAPE(2, 1, 3), F_POS));
+        gc1("dl_pow", "p=3 0-d", mkf(OP_POW, 3.0f, 0), I(S0(), F_POS));
+        gc1("dl_pow", "p=2 signed", mkf(OP_POW, 2.0f, 0), I(DL_SHAPE(5), F_AWAY));
+    }
+
+    /* unary */
+    unary_cases("dl_neg", mk(OP_NEG), F_RANDN);
+    unary_cases("dl_exp", mk(OP_EXP), F_RANDN);
+    unary_cases("dl_log", mk(OP_LOG), F_POS);
+    unary_cases("dl_sqrt", mk(OP_SQRT), F_POS);
+    unary_cases("dl_abs", mk(OP_ABS), F_DA);
+    unary_cases("dl_erf", mk(OP_ERF), F_RANDN);
+    unary_cases("dl_clamp", mkf(OP_CLAMP, -0.5f, 0.5f), F_DA);
+    gc1("dl_clamp", "[-1,2]", mkf(OP_CLAMP, -1.0f, 2.0f), I(DL_SHAPE(4, 5), F_DB));
+    gc1("dl_clamp", "lo=hi=0.3", mkf(OP_CLAMP, 0.3f, 0.3f), I(DL_SHAPE(2, 3), F_DA));
+    unary_cases("dl_relu", mk(OP_RELU), F_DA);
+    unary_cases("dl_leaky_relu", mkf(OP_LEAKY, 0.1f, 0), F_DA);
+    gc1("dl_leaky_relu", "slope 0.3", mkf(OP_LEAKY, 0.3f, 0), I(DL_SHAPE(4, 3), F_DB));
+    unary_cases("dl_sigmoid", mk(OP_SIGMOID), F_RANDN);
+    unary_cases("dl_tanh", mk(OP_TANH), F_RANDN);
+    unary_cases("dl_gelu", mk(OP_GELU), F_RANDN);
+
+    /* reductions */
+    reduce_cases("dl_sum", OP_SUM, F_RANDN);
+    reduce_cases("dl_mean", OP_MEAN, F_RANDN);
+    reduce_cases("dl_max", OP_MAX, F_DA);
+    reduce_cases("dl_min", OP_MIN, F_DA);
+    var_cases();
+
+    /* matmul */
+    matmul_cases();
+
+    /* softmax / log_softmax, each dim */
+    {
+        int dd;
+        for (dd = -1; dd < 3; dd++) {
+            char l[32];
+            snprintf(l, sizeof l, "dim %d", dd);
+            gc1("dl_softmax", l, mki(OP_SOFTMAX, dd, 0), I(DL_SHAPE(2, 3, 4), F_RANDN));
+            gc1("dl_log_softmax", l, mki(OP_LOGSOFTMAX, dd, 0), I(DL_SHAPE(2, 3, 4), F_RANDN));
+        }
+        gc1("dl_softmax", "1-d", mki(OP_SOFTMAX, 0, 0), I(DL_SHAPE(6), F_RANDN));
+        gc1("dl_log_softmax", "1-d", mki(OP_LOGSOFTMAX, 0, 0), I(DL_SHAPE(6), F_RANDN));
+        gc1("dl_softmax", "size-1 dim", mki(OP_SOFTMAX, 1, 0), I(DL_SHAPE(3, 1), F_RANDN));
+        gc1("dl_log_softmax", "size-1 dim", mki(OP_LOGSOFTMAX, 0, 0), I(DL_SHAPE(1, 4), F_RANDN));
+    }
+
+    /* shape ops */
+    shape_cases();
+
+    /* composite: a small MLP, every parameter checked */
+    {
+        In v[5];
+        v[0] = I(DL_SHAPE(4, 3), F_RANDN);
+        v[1] = I(DL_SHAPE(3, 5), F_RANDN);
+        v[2] = I(DL_SHAPE(5), F_RANDN);
+        v[3] = I(DL_SHAPE(5, 3), F_RANDN);
+        v[4] = I(DL_SHAPE(3), F_RANDN);
+        gcn("mlp", "x W1 b1 W2 b2", mk(OP_MLP), 5, v, NULL);
+        v[0] = I(DL_SHAPE(1, 3), F_RANDN);
+        gcn("mlp", "batch 1", mk(OP_MLP), 5, v, NULL);
+    }
+
+    /* custom function */
+    gc1("custom sigmoid", "", mk(OP_CUSTOM), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("custom sigmoid", "0-d", mk(OP_CUSTOM), I(S0(), F_RANDN));
+    gc1("custom sigmoid", "size-1", mk(OP_CUSTOM), I(DL_SHAPE(2, 1, 3), F_RANDN));
+    custom_vs_builtin();
+    {   /* the checker itself: a wrong gradient is caught */
+        dl_gradcheck_result res;
+        dl_tensor *x;
+        dl_result rc;
+        dl_manual_seed(G, 5);
+        x = dl_requires_grad(dl_randn(G, DL_SHAPE(3, 4)), true);
+        memset(&res, 0, sizeof res);
+        rc = dl_gradcheck(G, f_bad, NULL, 1, &x, NULL, &res);
+        printf("%-15s %-44s rel0 %.1e (must fail)\n", "bad sigmoid", "(3,4)", res.max_rel_err[0]);
+        CHECK(rc == DL_OK && !res.ok && res.max_rel_err[0] > 0.1,
+              "gradcheck did not catch a wrong backward: rc %s ok %d rel %g", dl_result_string(rc),
+              (int)res.ok, res.max_rel_err[0]);
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
+
+    /* second order: the checked function returns a gradient (create_graph) */
+    gc1("grad tanh^3", "", mk(OP_SECOND), I(DL_SHAPE(5), F_RANDN));
+    gc1("grad tanh^3", "2-d", mk(OP_SECOND), I(DL_SHAPE(2, 3), F_RANDN));
+    gc1("grad tanh^3", "0-d", mk(OP_SECOND), I(S0(), F_RANDN));
+    second_order_closed_form();
+
+    printf("%d gradcheck cases\n", ncases);
+    CHECK(dl_last_error(G) == DL_OK, "stray error at the end: %s", dl_error_message(G));
+    dl_ctx_free(G);
+    TEST_END();
+}

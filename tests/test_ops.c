@@ -1,0 +1,215 @@
+/* tests/test_ops.c - forward values checked by hand, views and copies,
+   dtypes, and dl_matmul against a naive double-precision reference over the
+   torch.matmul cases (run also as C++ and with -DDL_OPENBLAS). */
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include <stdlib.h>
+
+static dl_ctx *ctx;
+static float at(dl_tensor *t, long i) { return t ? ((float *)t->data)[i] : NAN; }
+static int shape_is(dl_tensor *t, int nd, int64_t a, int64_t b, int64_t c)
+{
+    int64_t s[3];
+    int i;
+    s[0] = a; s[1] = b; s[2] = c;
+    if (!t || t->ndim != nd) return 0;
+    for (i = 0; i < nd && i < 3; i++) if (t->shape[i] != s[i]) return 0;
+    return 1;
+}
+
+static void test_values(void)
+{
+    float av[6] = {1, -2, 3, -4, 5, -6}, bv[3] = {10, 20, 30};
+    dl_tensor *a = dl_from_array(ctx, DL_SHAPE(2, 3), av), *b = dl_from_array(ctx, DL_SHAPE(3), bv), *y;
+    y = dl_add(a, b);
+    CHECK(shape_is(y, 2, 2, 3, 0) && at(y, 0) == 11 && at(y, 5) == 24, "add broadcast");
+    y = dl_sub(b, a);
+    CHECK(at(y, 1) == 22 && at(y, 3) == 14, "sub broadcast (left smaller)");
+    y = dl_mul(a, dl_reshape(dl_from_array(ctx, DL_SHAPE(2), bv), DL_SHAPE(2, 1)));
+    CHECK(at(y, 2) == 30 && at(y, 3) == -80, "mul column broadcast");
+    y = dl_div(a, b);
+    CHECK(fabsf(at(y, 1) + 0.1f) < 1e-7f, "div");
+    y = dl_maximum(a, dl_full(ctx, DL_SHAPE(1), 0.0f));
+    CHECK(at(y, 0) == 1 && at(y, 1) == 0, "maximum");
+    y = dl_minimum(a, dl_full(ctx, DL_SHAPE(1), 0.0f));
+    CHECK(at(y, 0) == 0 && at(y, 1) == -2, "minimum");
+    CHECK(at(dl_relu(a), 1) == 0 && at(dl_relu(a), 2) == 3, "relu");
+    CHECK(fabsf(at(dl_leaky_relu(a, 0.1f), 1) + 0.2f) < 1e-7f, "leaky_relu");
+    CHECK(at(dl_abs(a), 5) == 6 && at(dl_neg(a), 0) == -1, "abs/neg");
+    CHECK(at(dl_clamp(a, -1, 2), 2) == 2 && at(dl_clamp(a, -1, 2), 3) == -1, "clamp");
+    CHECK(fabsf(at(dl_pow(b, 0.5f), 0) - sqrtf(10)) < 1e-6f && at(dl_pow(b, 2), 1) == 400, "pow");
+    CHECK(fabsf(at(dl_sigmoid(a), 0) - 0.7310586f) < 1e-6f, "sigmoid");
+    CHECK(fabsf(at(dl_gelu(a), 0) - 0.8413447f) < 1e-6f, "gelu (erf form)");
+    CHECK(fabsf(at(dl_tanh(a), 0) - 0.7615942f) < 1e-6f && fabsf(at(dl_erf(a), 0) - 0.8427008f) < 1e-6f, "tanh/erf");
+    CHECK(fabsf(at(dl_log(dl_exp(a)), 4) - 5) < 1e-5f && at(dl_sqrt(b), 0) == sqrtf(10), "exp/log/sqrt");
+    CHECK(at(dl_add_scalar(a, 1), 0) == 2 && at(dl_sub_scalar(a, 1), 0) == 0 && at(dl_mul_scalar(a, 2), 1) == -4 &&
+          at(dl_div_scalar(a, 2), 0) == 0.5f && at(dl_rsub_scalar(a, 1), 0) == 0, "scalar ops");
+    {   /* sigmoid is stable for large magnitudes */
+        float big[2] = {-1000, 1000};
+        dl_tensor *s = dl_sigmoid(dl_from_array(ctx, DL_SHAPE(2), big));
+        CHECK(at(s, 0) == 0 && at(s, 1) == 1, "sigmoid saturates without NaN");
+    }
+    /* reductions */
+    y = dl_sum(a, DL_DIMS(0), false);
+    CHECK(shape_is(y, 1, 3, 0, 0) && at(y, 0) == -3 && at(y, 2) == -3, "sum dim 0");
+    y = dl_sum(a, DL_DIMS(-1), true);
+    CHECK(shape_is(y, 2, 2, 1, 0) && at(y, 0) == 2 && at(y, 1) == -5, "sum dim -1 keepdim");
+    y = dl_sum(a, DL_ALL, false);
+    CHECK(y && y->ndim == 0 && at(y, 0) == -3, "sum all");
+    CHECK(at(dl_mean(a, DL_ALL, false), 0) == -0.5f, "mean");
+    y = dl_max(a, DL_DIMS(1), false);
+    CHECK(at(y, 0) == 3 && at(y, 1) == 5, "max dim");
+    CHECK(at(dl_max(a, DL_ALL, false), 0) == 5 && at(dl_min(a, DL_ALL, false), 0) == -6, "max/min all");
+    CHECK(fabsf(at(dl_var(b, DL_ALL, 1, false), 0) - 100) < 1e-4f, "var unbiased");
+    CHECK(fabsf(at(dl_var(b, DL_ALL, 0, false), 0) - 200.0f / 3) < 1e-4f, "var biased");
+    {
+        int64_t idx[2];
+        y = dl_argmax(a, 1, false);
+        CHECK(y && y->dtype == DL_DTYPE_I64 && dl_read_int64(y, idx, 2) == DL_OK && idx[0] == 2 && idx[1] == 1, "argmax");
+    }
+    /* softmax */
+    y = dl_softmax(b, 0);
+    CHECK(fabsf(at(y, 0) + at(y, 1) + at(y, 2) - 1) < 1e-6f && at(y, 2) > at(y, 1), "softmax sums to 1");
+    {
+        float big[3] = {1000, 1001, 1002};
+        dl_tensor *l = dl_log_softmax(dl_from_array(ctx, DL_SHAPE(3), big), 0);
+        CHECK(fabsf(at(l, 2) + 0.40760596f) < 1e-5f, "log_softmax stable at 1000: %g", (double)at(l, 2));
+    }
+    CHECK(fabsf(dl_item(dl_sum(dl_softmax(a, 0), DL_ALL, false)) - 3) < 1e-5f, "softmax dim 0");
+}
+
+static void test_shapes(void)
+{
+    dl_tensor *a = dl_arange(ctx, 0, 24, 1), *v, *p, *c, *parts[3];
+    CHECK(a && a->numel == 24 && at(a, 23) == 23, "arange");
+    v = dl_reshape(a, DL_SHAPE(2, -1, 4));
+    CHECK(shape_is(v, 3, 2, 3, 4) && v->data == a->data, "reshape -1 is a view");
+    CHECK(dl_flatten(v, 1, 2)->shape[1] == 12 && dl_flatten(v, 0, -1)->ndim == 1, "flatten");
+    CHECK(dl_unsqueeze(v, -1)->ndim == 4 && dl_unsqueeze(v, 0)->shape[0] == 1, "unsqueeze");
+    CHECK(dl_squeeze(dl_unsqueeze(v, 1), 1)->ndim == 3 && dl_squeeze(v, 0)->ndim == 3, "squeeze (no-op on size != 1)");
+    p = dl_permute(v, DL_SHAPE(2, 0, 1));
+    CHECK(shape_is(p, 3, 4, 2, 3) && at(p, 1) == 4 && at(p, 6) == 1, "permute values");
+    p = dl_transpose(v, 0, 2);
+    CHECK(shape_is(p, 3, 4, 3, 2) && at(p, 1) == 12, "transpose");
+    c = dl_narrow(v, 1, 1, 2);
+    CHECK(shape_is(c, 3, 2, 2, 4) && at(c, 0) == 4 && at(c, 8) == 16, "narrow");
+    CHECK(at(dl_narrow(v, 2, -1, 1), 0) == 3, "narrow negative start");
+    parts[0] = dl_narrow(v, 1, 0, 1); parts[1] = dl_narrow(v, 1, 1, 1); parts[2] = dl_narrow(v, 1, 2, 1);
+    c = dl_cat(3, parts, 1);
+    CHECK(c && memcmp(c->data, a->data, 24 * 4) == 0, "cat undoes narrow");
+    c = dl_stack(3, parts, 0);
+    CHECK(c && c->ndim == 4 && c->shape[0] == 3 && c->shape[1] == 2 && c->shape[3] == 4, "stack");
+    c = dl_expand(dl_arange(ctx, 0, 3, 1), DL_SHAPE(2, 3));
+    CHECK(shape_is(c, 2, 2, 3, 0) && at(c, 4) == 1, "expand");
+    c = dl_sum_to(dl_ones(ctx, DL_SHAPE(4, 2, 3)), DL_SHAPE(2, 1));
+    CHECK(shape_is(c, 2, 2, 1, 0) && at(c, 0) == 12, "sum_to");
+    c = dl_copy(v);
+    CHECK(c && c->data != v->data && at(c, 5) == 5, "copy has its own storage");
+    CHECK(dl_size(v, -1) == 4 && dl_size(v, 3) == -1, "dl_size");
+    {   /* int tensors: reshape and cat keep dtype */
+        int64_t lv[4] = {3, 1, 4, 1}, out[4];
+        int32_t iv[2] = {7, 8};
+        dl_tensor *l = dl_from_int64(ctx, DL_SHAPE(4), lv), *i32 = dl_from_int32(ctx, DL_SHAPE(2), iv), *ls[2];
+        ls[0] = l; ls[1] = l;
+        CHECK(dl_reshape(l, DL_SHAPE(2, 2))->dtype == DL_DTYPE_I64, "int reshape");
+        CHECK(dl_cat(2, ls, 0)->numel == 8 && dl_read_int64(dl_cat(2, ls, 0), out, 4) == DL_ERR_ARG, "int cat");
+        dl_clear_error(ctx);
+        CHECK(dl_read_int64(i32, out, 2) == DL_OK && out[1] == 8, "int32 read");
+    }
+    {   /* 0-d and empty tensors */
+        dl_tensor *s = dl_full(ctx, dl_shape_make(0, NULL), 2.5f), *e = dl_zeros(ctx, DL_SHAPE(0, 3));
+        CHECK(s && s->numel == 1 && dl_item(s) == 2.5f, "0-d tensor");
+        CHECK(e && e->numel == 0 && dl_sum(e, DL_ALL, false) && at(dl_sum(e, DL_ALL, false), 0) == 0, "sum of empty is 0");
+        CHECK(dl_add(e, dl_ones(ctx, DL_SHAPE(3)))->numel == 0, "empty broadcast");
+    }
+}
+
+/* matmul against a naive reference, over every torch.matmul form */
+static void ref_matmul(const float *a, const int64_t *as, int an, const float *b, const int64_t *bs, int bn,
+                       float *out, const int64_t *os, int on)
+{
+    int64_t M = an >= 2 ? as[an - 2] : 1, K = as[an - 1], N = bn >= 2 ? bs[bn - 1] : 1;
+    int nbd = 0, d;
+    int64_t batch = 1, bi;
+    int64_t full[DL_MAX_DIMS];
+    if (an >= 2 && bn >= 2) nbd = on - 2;
+    else if (an >= 2) nbd = on - 1;
+    else if (bn >= 2) nbd = on - 1;
+    for (d = 0; d < nbd; d++) { full[d] = os[d]; batch *= os[d]; }
+    for (bi = 0; bi < batch; bi++) {
+        int64_t rem = bi, oa = 0, ob = 0, sa = M * K, sb = K * N;
+        for (d = nbd - 1; d >= 0; d--) {
+            int64_t k = rem % full[d];
+            int ia = d - (nbd - (an - 2)), ib = d - (nbd - (bn - 2));
+            rem /= full[d];
+            if (an >= 2 && ia >= 0) { if (as[ia] != 1) oa += k * sa; sa *= as[ia]; }
+            if (bn >= 2 && ib >= 0) { if (bs[ib] != 1) ob += k * sb; sb *= bs[ib]; }
+        }
+        {
+            int64_t i, j, k;
+            for (i = 0; i < M; i++)
+                for (j = 0; j < N; j++) {
+                    double s = 0;
+                    for (k = 0; k < K; k++) s += (double)a[oa + i * K + k] * (double)b[ob + k * N + j];
+                    out[bi * M * N + i * N + j] = (float)s;
+                }
+        }
+    }
+}
+
+static void check_mm(int an, const int64_t *as, int bn, const int64_t *bs)
+{
+    dl_tensor *a = dl_randn(ctx, dl_shape_make(an, as)), *b = dl_randn(ctx, dl_shape_make(bn, bs));
+    dl_tensor *y = dl_matmul(a, b);
+    float *ref;
+    long w = -1;
+    if (!y) { CHECK(0, "matmul failed: %s", dl_error_message(ctx)); return; }
+    ref = (float *)malloc(sizeof(float) * (size_t)(y->numel + 1));
+    ref_matmul((float *)a->data, as, an, (float *)b->data, bs, bn, ref, y->shape, y->ndim);
+    CHECK(th_close((float *)y->data, ref, (long)y->numel, 1e-4, 1e-4, &w), "matmul %dd x %dd: element %ld %g vs %g",
+          an, bn, w, w >= 0 ? (double)at(y, w) : 0.0, w >= 0 ? (double)ref[w] : 0.0);
+    free(ref);
+    dl_step_end(ctx);
+}
+
+static void test_matmul(void)
+{
+    static const int64_t s1[] = {7}, s2[] = {7, 5}, s3[] = {4, 7}, s4[] = {3, 4, 7}, s5[] = {3, 7, 5};
+    static const int64_t s6[] = {2, 1, 4, 7}, s7[] = {3, 7, 5}, s8[] = {1, 7, 5};
+    static const int64_t big_a[] = {257, 300}, big_b[] = {300, 190}, big_c[] = {5, 64, 130}, big_d[] = {130, 70};
+    check_mm(1, s1, 1, s1);
+    check_mm(1, s1, 2, s2);
+    check_mm(2, s3, 1, s1);
+    check_mm(2, s3, 2, s2);
+    check_mm(3, s4, 3, s5);
+    check_mm(4, s6, 3, s7);
+    check_mm(3, s4, 2, s2);
+    check_mm(2, s3, 3, s5);
+    check_mm(3, s4, 3, s8);
+    check_mm(1, s1, 3, s5);
+    check_mm(3, s4, 1, s1);
+    check_mm(2, big_a, 2, big_b);     /* the blocked, threaded path */
+    check_mm(3, big_c, 2, big_d);     /* batch folded into rows */
+    {
+        int64_t z1[] = {3, 0}, z2[] = {0, 4};
+        dl_tensor *y = dl_matmul(dl_zeros(ctx, dl_shape_make(2, z1)), dl_zeros(ctx, dl_shape_make(2, z2)));
+        CHECK(shape_is(y, 2, 3, 4, 0) && at(y, 11) == 0, "K = 0 gives zeros");
+    }
+}
+
+int main(void)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.seed = 3;
+    ctx = dl_ctx_init(&d);
+    test_values();
+    dl_step_end(ctx);
+    test_shapes();
+    dl_step_end(ctx);
+    test_matmul();
+    dl_ctx_free(ctx);
+    TEST_END();
+}
