@@ -1002,6 +1002,10 @@ struct dl__node {
 
 struct dl_fn_ctx { dl__node node; };
 
+/* Objects the context owns besides tensors (modules, optimizers, loaders):
+   each registers a destructor that dl_ctx_free runs, newest first. */
+typedef struct dl__owned { struct dl__owned *next; void (*destroy)(void *p); void *p; } dl__owned;
+
 struct dl_ctx {
     uint64_t step;
     dl__arena data;                   /* step tensor data (CPU) */
@@ -1025,6 +1029,7 @@ struct dl_ctx {
     char shbuf[8][128];
     int shi;
     uint64_t visit;
+    dl__owned *owned;
 };
 
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
@@ -1346,9 +1351,43 @@ static void dl__persist_release(dl_tensor *t)
     DL_FREE(t);
 }
 
+/* Register p to be destroyed by dl_ctx_free (false, with an error, on OOM). */
+static DL__UNUSED bool dl__own(dl_ctx *ctx, void (*destroy)(void *p), void *p)
+{
+    dl__owned *o = (dl__owned *)dl__malloc(ctx, sizeof(dl__owned));
+    if (!o) { dl__err(ctx, DL_ERR_OOM, "out of memory"); return false; }
+    o->destroy = destroy;
+    o->p = p;
+    o->next = ctx->owned;
+    ctx->owned = o;
+    return true;
+}
+
+/* Destroy p now (and forget it) if the context owns it. */
+static DL__UNUSED void dl__disown(dl_ctx *ctx, void *p)
+{
+    dl__owned **pp = &ctx->owned;
+    while (*pp) {
+        if ((*pp)->p == p) {
+            dl__owned *o = *pp;
+            *pp = o->next;
+            o->destroy(o->p);
+            DL_FREE(o);
+            return;
+        }
+        pp = &(*pp)->next;
+    }
+}
+
 void dl_ctx_free(dl_ctx *ctx)
 {
     if (!ctx) return;
+    while (ctx->owned) {
+        dl__owned *o = ctx->owned;
+        ctx->owned = o->next;
+        o->destroy(o->p);
+        DL_FREE(o);
+    }
     while (ctx->persist) dl__persist_release(ctx->persist);
     dl__arena_free(&ctx->data);
     dl__arena_free(&ctx->hdr[0]);
