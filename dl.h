@@ -1274,20 +1274,24 @@ static bool dl__dim(const char *op, const dl_tensor *t, int *dim, int ndim)
 }
 
 // >>section context
-void dl_manual_seed(dl_ctx *ctx, uint64_t seed)
+/* splitmix64 fills a xoshiro256** state from one seed */
+static void dl__seed_state(uint64_t seed, uint64_t *s)
 {
-    /* splitmix64 fills the xoshiro256** state */
     int i;
     uint64_t z = seed ? seed : 0x5eed;
-    if (!ctx) return;
     for (i = 0; i < 4; i++) {
         uint64_t x;
         z += 0x9e3779b97f4a7c15ull;
         x = z;
         x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
         x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-        ctx->rng[i] = x ^ (x >> 31);
+        s[i] = x ^ (x >> 31);
     }
+}
+
+void dl_manual_seed(dl_ctx *ctx, uint64_t seed)
+{
+    if (ctx) dl__seed_state(seed, ctx->rng);
 }
 
 static uint64_t dl__rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

@@ -25,6 +25,9 @@ static int th_pass, th_fail;
     dl_clear_error(ctx); \
 } while (0)
 
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
 static int th_close(const float *a, const float *b, long n, double rtol, double atol, long *where)
 {
     long i;

@@ -1,0 +1,26 @@
+/* tests/fuzz_idx.c - libFuzzer target for the IDX parser.
+   make fuzz (clang -fsanitize=fuzzer,address,undefined). */
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "parts/data_decl.h"
+#include "parts/data_impl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    dl_ctx_desc d;
+    dl_ctx *ctx;
+    dl_tensor *t = NULL;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.memory_limit = (size_t)64 << 20;
+    ctx = dl_ctx_init(&d);
+    if (!ctx) return 0;
+    if (dl__idx_parse(ctx, "fuzz", data, size, (size & 1) ? DL_DTYPE_F32 : DL_DTYPE_I64, &t) == DL_OK && t) {
+        volatile float s = 0;
+        if (t->numel > 0) s += t->dtype == DL_DTYPE_F32 ? ((float *)t->data)[t->numel - 1] : (float)((int64_t *)t->data)[t->numel - 1];
+        (void)s;
+    }
+    dl_ctx_free(ctx);
+    return 0;
+}

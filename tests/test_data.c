@@ -1,0 +1,188 @@
+/* tests/test_data.c - the IDX reader (parse, every malformed-file error),
+   the tensor dataset and its transforms, and the loader: each sample once per
+   epoch, seeded order, drop_last, and the same batches with 0, 1 or 2
+   worker threads. */
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "parts/data_decl.h"
+#include "parts/data_impl.h"
+#include "harness.h"
+
+static dl_ctx *ctx;
+
+static void put32(unsigned char *p, uint32_t v) { p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v; }
+
+static void write_file(const char *path, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite(b, 1, n, f); fclose(f); }
+}
+
+static void test_idx(void)
+{
+    unsigned char b[4 + 12 + 24];
+    dl_tensor *t = NULL;
+    int i;
+    b[0] = 0; b[1] = 0; b[2] = 0x08; b[3] = 3;
+    put32(b + 4, 2); put32(b + 8, 3); put32(b + 12, 4);
+    for (i = 0; i < 24; i++) b[16 + i] = (unsigned char)(i * 10);
+    write_file("build/t_ok.idx", b, sizeof b);
+    CHECK(dl_idx_load(ctx, "build/t_ok.idx", DL_DTYPE_F32, &t) == DL_OK && t, "idx load");
+    CHECK(t && t->ndim == 3 && t->shape[2] == 4 && ((float *)t->data)[23] == 230.0f && t->step_ == 0, "idx values");
+    CHECK(dl_idx_load(ctx, "build/t_ok.idx", DL_DTYPE_I64, &t) == DL_OK && ((int64_t *)t->data)[5] == 50, "idx as int64");
+    /* labels file: 1-D */
+    b[3] = 1; put32(b + 4, 5);
+    write_file("build/t_lab.idx", b, 8 + 5);
+    CHECK(dl_idx_load(ctx, "build/t_lab.idx", DL_DTYPE_I64, &t) == DL_OK && t->numel == 5, "1-D idx");
+    /* errors */
+    CHECK(dl_idx_load(ctx, "build/does-not-exist.idx", DL_DTYPE_F32, &t) == DL_ERR_IO && t == NULL, "missing file");
+    EXPECT_ERR(ctx, DL_ERR_IO, "cannot open");
+    b[0] = 7; write_file("build/t_bad.idx", b, 13);
+    CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "bad magic");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "bad magic");
+    b[0] = 0; b[2] = 0x07; write_file("build/t_bad.idx", b, 13);
+    CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "bad type");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "type code");
+    b[2] = 0x08; b[3] = 3; put32(b + 4, 2); put32(b + 8, 3); put32(b + 12, 4);
+    write_file("build/t_bad.idx", b, sizeof b - 1);   /* truncated data */
+    CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "truncated");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "truncated");
+    put32(b + 4, 3); write_file("build/t_bad.idx", b, sizeof b);   /* count mismatch */
+    CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "count mismatch");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "count mismatch");
+    put32(b + 4, 60000); put32(b + 8, 60000); put32(b + 12, 60000);  /* absurd dims, 40-byte file */
+    write_file("build/t_bad.idx", b, sizeof b);
+    {
+        dl_memory_stats s0, s1;
+        dl_memory_stats_get(ctx, dl_cpu(), &s0);
+        CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "absurd dims");
+        dl_memory_stats_get(ctx, dl_cpu(), &s1);
+        CHECK(s1.peak_bytes < s0.peak_bytes + 4096, "absurd dims allocated %zu bytes", s1.peak_bytes - s0.peak_bytes);
+        dl_clear_error(ctx);
+    }
+    b[3] = 0; write_file("build/t_bad.idx", b, 4);
+    CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "zero dims");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "dims");
+    b[3] = 3; write_file("build/t_bad.idx", b, 9);
+    CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "truncated header");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "header");
+    {
+        unsigned char gz[4] = {0x1f, 0x8b, 8, 0};
+        write_file("build/t_gz.idx", gz, 4);
+#ifndef DL_ZLIB
+        CHECK(dl_idx_load(ctx, "build/t_gz.idx", DL_DTYPE_F32, &t) == DL_ERR_UNSUPPORTED, "gzip without zlib");
+        EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "gunzip");
+#endif
+    }
+    CHECK(dl_idx_load(ctx, NULL, DL_DTYPE_F32, &t) == DL_ERR_ARG, "NULL path");
+    dl_clear_error(ctx);
+}
+
+/* a dataset of N samples (1,4,4) whose pixels all equal the index */
+static dl_dataset *make_ds(int64_t n, const dl_transform_desc *tr, bool train)
+{
+    dl_tensor *x = dl_empty(ctx, DL_SHAPE(n, 1, 4, 4)), *y = dl_empty(ctx, DL_SHAPE(1));
+    int64_t i, *yv = (int64_t *)malloc(sizeof(int64_t) * (size_t)n);
+    for (i = 0; i < n * 16; i++) ((float *)x->data)[i] = (float)(i / 16);
+    for (i = 0; i < n; i++) yv[i] = i;
+    y = dl_from_int64(ctx, DL_SHAPE(n), yv);
+    free(yv);
+    return dl_tensor_dataset(ctx, dl_keep(x), dl_keep(y), tr, train);
+}
+
+static void test_loader(void)
+{
+    dl_dataset *ds = make_ds(103, NULL, false);
+    dl_loader_desc d;
+    dl_loader *l;
+    dl_tensor *x, *y;
+    int64_t seen[103], order[3][103], k, nb, e;
+    int w, ok;
+    memset(&d, 0, sizeof d);
+    d.batch_size = 10;
+    d.shuffle = true;
+    d.seed = 9;
+    for (w = 0; w < 3; w++) {
+        d.num_workers = w;
+        l = dl_loader_new(ctx, ds, &d);
+        CHECK(l && dl_loader_num_batches(l) == 11, "11 batches");
+        for (e = 0; e < 2; e++) {
+            memset(seen, 0, sizeof seen);
+            nb = 0; k = 0; ok = 1;
+            while (dl_loader_next(l, &x, &y)) {
+                int64_t i;
+                for (i = 0; i < y->numel; i++) {
+                    int64_t v = ((int64_t *)y->data)[i];
+                    seen[v]++;
+                    if (((float *)x->data)[i * 16 + 5] != (float)v) ok = 0;   /* x matches its label */
+                    if (e == 0) order[w][k] = v;
+                    k++;
+                }
+                nb++;
+                dl_step_end(ctx);
+            }
+            CHECK(nb == 11 && k == 103, "epoch %lld with %d workers: %lld batches %lld samples", (long long)e, w, (long long)nb, (long long)k);
+            for (k = 0; k < 103; k++) if (seen[k] != 1) ok = 0;
+            CHECK(ok, "every sample exactly once, x matches y (workers %d)", w);
+        }
+        CHECK(dl_loader_epoch(l) == 2, "epoch count");
+    }
+    CHECK(memcmp(order[0], order[1], sizeof order[0]) == 0 && memcmp(order[0], order[2], sizeof order[0]) == 0,
+          "same order with 0, 1, 2 workers");
+    for (k = 0, ok = 0; k < 103; k++) if (order[0][k] != k) ok = 1;
+    CHECK(ok, "shuffle changed the order");
+    /* drop_last, no shuffle */
+    d.drop_last = true; d.shuffle = false; d.num_workers = 1;
+    l = dl_loader_new(ctx, ds, &d);
+    nb = 0;
+    while (dl_loader_next(l, &x, &y)) { CHECK(y->numel == 10 && ((int64_t *)y->data)[0] == nb * 10, "drop_last batch in order"); nb++; dl_step_end(ctx); }
+    CHECK(nb == 10, "drop_last gives 10 batches, got %lld", (long long)nb);
+    /* augmentation is seeded per sample position: same for any worker count */
+    {
+        dl_transform_desc tr;
+        float *first = NULL;
+        memset(&tr, 0, sizeof tr);
+        tr.hflip = true; tr.crop_padding = 1; tr.mean = 1.0f; tr.std = 2.0f;
+        ds = make_ds(20, &tr, true);
+        memset(&d, 0, sizeof d);
+        d.batch_size = 20;
+        first = (float *)malloc(sizeof(float) * 20 * 16);
+        for (w = 0; w < 3; w++) {
+            d.num_workers = w;
+            l = dl_loader_new(ctx, ds, &d);
+            CHECK(dl_loader_next(l, &x, &y), "aug batch");
+            if (w == 0) memcpy(first, x->data, sizeof(float) * 320);
+            else CHECK(memcmp(first, x->data, sizeof(float) * 320) == 0, "augmented batch equal with %d workers", w);
+            dl_step_end(ctx);
+        }
+        /* sample 3 (pixels 3): normalized (3-1)/2 = 1, padded zeros -> -0.5 */
+        {
+            int i, ok2 = 1, pads = 0;
+            for (i = 0; i < 16; i++) { float v = first[3 * 16 + i]; if (v == -0.5f) pads++; else if (v != 1.0f) ok2 = 0; }
+            CHECK(ok2 && pads <= 7, "crop+normalize values (pads %d)", pads);
+        }
+        free(first);
+    }
+    /* errors */
+    d.batch_size = -1;
+    CHECK(dl_loader_new(ctx, ds, &d) == NULL, "negative batch size");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "batch_size");
+    CHECK(dl_loader_new(ctx, NULL, NULL) == NULL, "NULL dataset");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dataset");
+    CHECK(dl_tensor_dataset(ctx, dl_keep(dl_zeros(ctx, DL_SHAPE(3, 2))), dl_keep(dl_zeros(ctx, DL_SHAPE(4))), NULL, false) == NULL, "x/y length mismatch");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "dl_tensor_dataset");
+    CHECK(dl_tensor_dataset(ctx, dl_zeros(ctx, DL_SHAPE(3, 2)), dl_zeros(ctx, DL_SHAPE(3)), NULL, false) == NULL, "step tensors refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "persistent");
+}
+
+int main(void)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    ctx = dl_ctx_init(&d);
+    test_idx();
+    test_loader();
+    dl_ctx_free(ctx);
+    TEST_END();
+}
