@@ -186,4 +186,95 @@ static void ex_metrics_svg(const ex_metrics *m, const char *path, const char *ti
     fprintf(f, "</svg>\n");
     fclose(f);
 }
+
+/* Sets up ctx, Fashion-MNIST loaders (normalized; augmentation when aug)
+   from the flags. Returns 0 on failure (message printed). */
+typedef struct ex_setup { dl_ctx *ctx; dl_loader *train, *test; int64_t ntrain, ntest; } ex_setup;
+static int ex_setup_fmnist(const ex_args *a, bool hflip, int64_t crop_padding, ex_setup *s)
+{
+    dl_ctx_desc cd;
+    dl_tensor *xtr, *ytr, *xte, *yte;
+    dl_transform_desc tr;
+    dl_loader_desc ld;
+    memset(s, 0, sizeof *s);
+    memset(&cd, 0, sizeof cd);
+    cd.seed = a->seed;
+    cd.num_threads = a->threads;
+    s->ctx = dl_ctx_init(&cd);
+    if (!s->ctx) return 0;
+    if (!ex_load_split(s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
+        !ex_load_split(s->ctx, a->data, "t10k", 0, &xte, &yte)) return 0;
+    memset(&tr, 0, sizeof tr);
+    tr.scale = 1.0f / 255.0f; tr.mean = EX_FMNIST_MEAN; tr.std = EX_FMNIST_STD;
+    tr.hflip = hflip; tr.crop_padding = crop_padding;
+    memset(&ld, 0, sizeof ld);
+    ld.batch_size = a->batch; ld.shuffle = true; ld.num_workers = a->workers; ld.seed = a->seed;
+    s->train = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xtr, ytr, &tr, true), &ld);
+    ld.shuffle = false;
+    s->test = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xte, yte, &tr, false), &ld);
+    s->ntrain = xtr->shape[0];
+    s->ntest = xte->shape[0];
+    if (!s->train || !s->test) { fprintf(stderr, "%s\n", dl_error_message(s->ctx)); return 0; }
+    return 1;
+}
+
+/* The training loop every example shares: per epoch a progress bar, then
+   train loss/accuracy, test accuracy, time and samples/s; --save after each
+   epoch, --resume before the first, --csv/--svg at the end. Optional lr
+   schedule (NULL: constant). Returns the final test accuracy (-1 on error). */
+typedef float (*ex_lr_fn)(float base, int epoch, int epochs);
+static double ex_train(const ex_args *a, ex_setup *s, dl_module *net, dl_optim *opt, ex_lr_fn sched,
+                       const char *title)
+{
+    dl_ctx *ctx = s->ctx;
+    dl_tensor *x, *y;
+    ex_metrics met;
+    double acc = 0;
+    int epoch, start = 0;
+    if (!net || !opt) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return -1; }
+    if (a->resume) {
+        if (dl_load(a->resume, net, opt) != DL_OK) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return -1; }
+        start = (int)(dl_optim_steps(opt) / dl_loader_num_batches(s->train));
+        printf("resumed from %s at epoch %d\n", a->resume, start);
+    }
+    printf("%s: %lld parameters, %lld train / %lld test samples, batch %lld, %d threads\n", title,
+           (long long)dl_module_num_params(net), (long long)s->ntrain, (long long)s->ntest,
+           (long long)a->batch, dl_num_threads(ctx));
+    memset(&met, 0, sizeof met);
+    for (epoch = start; epoch < a->epochs; epoch++) {
+        double t0 = ex_now(), loss_sum = 0, secs;
+        int64_t correct = 0, seen = 0, b = 0, nb = dl_loader_num_batches(s->train);
+        if (sched) dl_optim_set_lr(opt, sched(a->lr, epoch, a->epochs));
+        dl_module_train(net, true);
+        while (dl_loader_next(s->train, &x, &y)) {
+            dl_tensor *logits = dl_module_forward(net, x);
+            dl_tensor *loss = dl_cross_entropy(logits, y);
+            double el;
+            if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(opt) != DL_OK) {
+                fprintf(stderr, "step failed: %s\n", dl_error_message(ctx));
+                return -1;
+            }
+            dl_optim_zero_grad(opt);
+            loss_sum += dl_item(loss) * (double)y->numel;
+            correct += ex_correct(logits, y);
+            seen += y->numel;
+            dl_step_end(ctx);
+            el = ex_now() - t0;
+            b++;
+            ex_progress(b, nb, loss_sum / (double)seen, (double)seen / el, el / (double)b * (double)(nb - b));
+        }
+        secs = ex_now() - t0;
+        acc = ex_evaluate(ctx, net, s->test);
+        printf("epoch %2d  train loss %.4f  train acc %.4f  test acc %.4f  %.1fs  %.0f samples/s\n", epoch + 1,
+               loss_sum / (double)seen, (double)correct / (double)seen, acc, secs, (double)seen / secs);
+        fflush(stdout);
+        ex_metrics_add(&met, loss_sum / (double)seen, (double)correct / (double)seen, acc, secs);
+        if (a->save && dl_save(a->save, net, opt) != DL_OK) fprintf(stderr, "%s\n", dl_error_message(ctx));
+    }
+    if (epoch == start) acc = ex_evaluate(ctx, net, s->test);
+    ex_metrics_csv(&met, a->csv);
+    ex_metrics_svg(&met, a->svg, title);
+    printf("test accuracy: %.4f\n", acc);
+    return acc;
+}
 #endif

@@ -32,86 +32,17 @@ static dl_module *make_lenet(dl_ctx *ctx)
 int main(int argc, char **argv)
 {
     ex_args a;
-    dl_ctx_desc cd;
-    dl_ctx *ctx;
-    dl_tensor *xtr, *ytr, *xte, *yte, *x, *y;
-    dl_transform_desc tr;
-    dl_loader_desc ld;
-    dl_loader *train, *test;
-    dl_module *net;
-    dl_optim *opt;
-    dl_adam_desc ad;
-    ex_metrics met;
-    double acc = 0;
-    int epoch, start = 0;
-
+    ex_setup s;
+    dl_adam_desc ad = dl_adam_desc_default();
+    double acc = -1;
     memset(&a, 0, sizeof a);
     a.epochs = 10; a.batch = 256; a.lr = 2e-3f; a.seed = 1; a.workers = 1; a.data = "data/fashion-mnist";
     ex_parse(argc, argv, &a);
-    memset(&cd, 0, sizeof cd);
-    cd.seed = a.seed;
-    cd.num_threads = a.threads;
-    ctx = dl_ctx_init(&cd);
-    if (!ctx) return 1;
-    if (!ex_load_split(ctx, a.data, "train", a.limit, &xtr, &ytr) || !ex_load_split(ctx, a.data, "t10k", 0, &xte, &yte)) {
-        dl_ctx_free(ctx);
-        return 1;
+    if (ex_setup_fmnist(&a, false, 0, &s)) {
+        dl_module *net = make_lenet(s.ctx);
+        ad.lr = a.lr;
+        acc = ex_train(&a, &s, net, dl_adam(net, &ad), NULL, "LeNet-BN on Fashion-MNIST");
     }
-    memset(&tr, 0, sizeof tr);
-    tr.scale = 1.0f / 255.0f; tr.mean = EX_FMNIST_MEAN; tr.std = EX_FMNIST_STD;
-    memset(&ld, 0, sizeof ld);
-    ld.batch_size = a.batch; ld.shuffle = true; ld.num_workers = a.workers; ld.seed = a.seed;
-    train = dl_loader_new(ctx, dl_tensor_dataset(ctx, xtr, ytr, &tr, true), &ld);
-    ld.shuffle = false;
-    test = dl_loader_new(ctx, dl_tensor_dataset(ctx, xte, yte, &tr, false), &ld);
-    net = make_lenet(ctx);
-    ad = dl_adam_desc_default();
-    ad.lr = a.lr;
-    opt = dl_adam(net, &ad);
-    if (!train || !test || !net || !opt) { fprintf(stderr, "%s\n", dl_error_message(ctx)); dl_ctx_free(ctx); return 1; }
-    if (a.resume) {
-        if (dl_load(a.resume, net, opt) != DL_OK) { fprintf(stderr, "%s\n", dl_error_message(ctx)); dl_ctx_free(ctx); return 1; }
-        start = (int)(dl_optim_steps(opt) / dl_loader_num_batches(train));
-        printf("resumed from %s at epoch %d\n", a.resume, start);
-    }
-    printf("LeNet-BN on Fashion-MNIST: %lld parameters, %lld train / %lld test samples, batch %lld, %d threads\n",
-           (long long)dl_module_num_params(net), (long long)xtr->shape[0], (long long)xte->shape[0],
-           (long long)a.batch, dl_num_threads(ctx));
-    memset(&met, 0, sizeof met);
-    for (epoch = start; epoch < a.epochs; epoch++) {
-        double t0 = ex_now(), loss_sum = 0, secs;
-        int64_t correct = 0, seen = 0, b = 0, nb = dl_loader_num_batches(train);
-        dl_module_train(net, true);
-        while (dl_loader_next(train, &x, &y)) {
-            dl_tensor *logits = dl_module_forward(net, x);
-            dl_tensor *loss = dl_cross_entropy(logits, y);
-            double el;
-            if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(opt) != DL_OK) {
-                fprintf(stderr, "step failed: %s\n", dl_error_message(ctx));
-                dl_ctx_free(ctx);
-                return 1;
-            }
-            dl_optim_zero_grad(opt);
-            loss_sum += dl_item(loss) * (double)y->numel;
-            correct += ex_correct(logits, y);
-            seen += y->numel;
-            dl_step_end(ctx);
-            el = ex_now() - t0;
-            b++;
-            ex_progress(b, nb, loss_sum / (double)seen, (double)seen / el, el / (double)b * (double)(nb - b));
-        }
-        secs = ex_now() - t0;
-        acc = ex_evaluate(ctx, net, test);
-        printf("epoch %2d  train loss %.4f  train acc %.4f  test acc %.4f  %.1fs  %.0f samples/s\n", epoch + 1,
-               loss_sum / (double)seen, (double)correct / (double)seen, acc, secs, (double)seen / secs);
-        fflush(stdout);
-        ex_metrics_add(&met, loss_sum / (double)seen, (double)correct / (double)seen, acc, secs);
-        if (a.save && dl_save(a.save, net, opt) != DL_OK) fprintf(stderr, "%s\n", dl_error_message(ctx));
-    }
-    if (epoch == start) acc = ex_evaluate(ctx, net, test);
-    ex_metrics_csv(&met, a.csv);
-    ex_metrics_svg(&met, a.svg, "LeNet-BN on Fashion-MNIST");
-    printf("test accuracy: %.4f\n", acc);
-    dl_ctx_free(ctx);
-    return 0;
+    dl_ctx_free(s.ctx);
+    return acc < 0;
 }
