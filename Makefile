@@ -7,6 +7,7 @@ LDLIBS   = -lm -lpthread
 B        = build
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -include cblas.h -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
+HAVE_NATIVE   := $(shell echo 'int main(void){return 0;}' | $(CC) -march=native -x c - -o /dev/null >/dev/null 2>&1 && echo 1)
 HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 
@@ -17,15 +18,37 @@ EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h tests/harness.h
+EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
+EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
+EPOCHS   ?= 10
+FUZZ_SECONDS ?= 60
 
-.PHONY: all test sanitize valgrind clean
-all: $(TESTS) $(EXTRA)
+.PHONY: all test sanitize valgrind clean run data fuzz
+all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
 	mkdir -p $@
 
 $(B)/%: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+$(B)/%: examples/%.c dl.h examples/common.h | $(B)
+	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# the main job: LeNet-BN on Fashion-MNIST (make run EPOCHS=3)
+run: $(B)/lenet data
+	$(B)/lenet --epochs $(EPOCHS)
+
+data:
+	@examples/fetch_data.sh
+
+# libFuzzer targets for the file loaders, FUZZ_SECONDS each
+fuzz: | $(B)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -I. tests/fuzz_idx.c -o $(B)/fuzz_idx -lm -lpthread
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -I. tests/fuzz_checkpoint.c -o $(B)/fuzz_checkpoint -lm -lpthread
+	mkdir -p $(B)/corpus_idx $(B)/corpus_ckpt
+	$(B)/fuzz_idx -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_idx
+	$(B)/fuzz_checkpoint -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_ckpt
 
 # the quick start of dl.h's doc block, cut out of the header and compiled
 $(B)/quickstart.c: dl.h | $(B)

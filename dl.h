@@ -339,6 +339,138 @@ DL_API dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n,
 DL_API dl_result dl_graph_dot(dl_tensor *root, const char *path);  /* Graphviz DOT */
 DL_API void dl_set_anomaly(dl_ctx *ctx, bool on);  /* NaN/Inf check on every op output */
 
+/* --- data */
+/* Read an IDX file ((Fashion-)MNIST format) into a persistent tensor with
+   the file's dims, converted to float32 (images: raw 0..255 values) or int64
+   (labels). Checks magic, type code, dims and the file size before reading;
+   gzip files need -DDL_ZLIB (link -lz); otherwise the error says to gunzip. */
+DL_API dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tensor **out);
+
+/* Per-sample transform of an image dataset: x = (raw * scale - mean) / std,
+   then (training only) a random horizontal flip and a random crop after zero
+   padding by crop_padding. scale 0 means 1; std 0 means 1. */
+typedef struct dl_transform_desc {
+    float scale, mean, std;
+    bool hflip;
+    int64_t crop_padding;
+} dl_transform_desc;
+
+/* A dataset: length, the shape of one sample, and a get function that fills
+   one sample's floats and its label. get may be called from worker threads
+   at once for different indices; rng is a per-sample seeded generator for
+   augmentation (the same sample position gets the same numbers whatever the
+   worker count). */
+typedef struct dl_dataset dl_dataset;
+struct dl_dataset {
+    int64_t length;
+    dl_shape sample_shape;
+    dl_result (*get)(const dl_dataset *ds, int64_t index, float *x, int64_t *y, uint64_t rng[4]);
+    void *user;
+};
+/* A dataset over x (N, ...) float32 and y (N) int64 persistent tensors,
+   with an optional transform (NULL: none); augmentation only when train. */
+DL_API dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y,
+                                     const dl_transform_desc *t, bool train);
+
+typedef struct dl_loader_desc {
+    int64_t batch_size;     /* 0: 1 */
+    bool shuffle;
+    bool drop_last;
+    int num_workers;        /* threads preparing the next batch (0: in the caller) */
+    uint64_t seed;          /* shuffling and augmentation (0: 1) */
+} dl_loader_desc;
+typedef struct dl_loader dl_loader;
+DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
+/* The next minibatch as step tensors x (B, sample...) and y (B) int64;
+   false at the end of an epoch (the next call starts the next epoch, with a
+   new order) or on error (dl_last_error tells). */
+DL_API bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y);
+DL_API int64_t dl_loader_num_batches(const dl_loader *l);
+DL_API int64_t dl_loader_epoch(const dl_loader *l);   /* epochs started so far */
+
+/* parts/nn_ops_decl.h - normalization, dropout and losses (declarations).
+   Goes into dl.h's declaration section. Semantics follow torch.nn.functional;
+   where they differ it says so below. */
+#ifndef DL_NN_OPS_DECL_H
+#define DL_NN_OPS_DECL_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- ops: normalization and dropout */
+
+/* Batch normalization of x (N,C) or (N,C,d1,...) per channel C.
+   training: normalizes with the batch statistics (mean, biased variance over
+     every dim but 1; needs more than one value per channel). If running_mean
+     and running_var (C) are given (both or neither) they are updated in place,
+     without history: r = (1 - momentum) r + momentum * stat, with the
+     UNBIASED batch variance for running_var (as PyTorch). They must not
+     require grad.
+   eval (training false): normalizes with running_mean/running_var, which
+     must be given.
+   weight and bias (C) may each be NULL (no scale / no shift).
+   y = (x - mean) / sqrt(var + eps) * weight + bias. Differentiable in x,
+   weight and bias (and twice: written with dl.h ops). */
+DL_API dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
+                                dl_tensor *weight, dl_tensor *bias, bool training,
+                                float momentum, float eps);
+/* Layer normalization over the last normalized_shape.ndim dims of x, which
+   must equal normalized_shape (mean and biased variance over those dims).
+   weight and bias have shape normalized_shape, or are NULL. */
+DL_API dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
+                                dl_tensor *bias, float eps);
+/* Inverted dropout: each element is zeroed with probability p and the kept
+   ones are scaled by 1/(1-p). The mask comes from the context's RNG
+   (dl_manual_seed makes it repeat). Returns x itself when !training or
+   p == 0; p == 1 gives zeros (gradient zero); p outside [0,1] is an error. */
+DL_API dl_tensor *dl_dropout(dl_tensor *x, float p, bool training);
+
+/* --- ops: losses */
+
+typedef enum dl_reduction {
+    DL_REDUCTION_MEAN = 0,    /* mean over elements (weighted mean for class losses) */
+    DL_REDUCTION_SUM,
+    DL_REDUCTION_NONE         /* per-element (per-sample) losses */
+} dl_reduction;
+
+typedef struct dl_loss_desc {
+    dl_reduction reduction;
+    int64_t ignore_index;     /* targets equal to it add nothing (PyTorch default -100) */
+    float label_smoothing;    /* cross entropy only, in [0,1] */
+    dl_tensor *weight;        /* optional per-class weights (C), float32 */
+} dl_loss_desc;
+/* mean reduction, ignore_index -100, no smoothing, no weight */
+DL_API dl_loss_desc dl_loss_desc_default(void);
+
+/* Cross entropy = nll_loss(log_softmax(logits, 1), target), as
+   F.cross_entropy with class-index targets. logits (N,C) or (N,C,d1,...)
+   (also (C) with a 0-d target); target int64 or int32, (N) or (N,d1,...),
+   values in [0,C) or ignore_index (anything else is an error).
+   Mean reduction divides by the sum of weight[target] over non-ignored
+   targets (their count without weights); if every target is ignored the
+   mean is NaN, as PyTorch. label_smoothing e gives
+   (1-e) * nll + e/C * sum_c(-weight[c] log p_c) (reduced the same way).
+   Stable for large logits. Probability (float) targets are not supported.
+   The weight tensor gets a gradient if it requires one (PyTorch refuses). */
+DL_API dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target);   /* defaults */
+DL_API dl_tensor *dl_cross_entropy_ex(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d);
+/* Negative log likelihood of log-probabilities (N,C) or (N,C,d1,...);
+   targets and options as dl_cross_entropy (label_smoothing must be 0).
+   d NULL: defaults. */
+DL_API dl_tensor *dl_nll_loss(dl_tensor *log_probs, dl_tensor *target, const dl_loss_desc *d);
+/* Elementwise losses. a and b must have the SAME shape (PyTorch broadcasts
+   with a warning; dl.h reports DL_ERR_SHAPE). Both are differentiable. */
+DL_API dl_tensor *dl_mse_loss(dl_tensor *a, dl_tensor *b, dl_reduction r);   /* (a-b)^2 */
+DL_API dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, dl_reduction r);    /* |a-b| */
+/* -(y log sigmoid(x) + (1-y) log(1 - sigmoid(x))), computed stably as
+   max(x,0) - x y + log(1 + exp(-|x|)): finite for any |x|. */
+DL_API dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_reduction r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_NN_OPS_DECL_H */
+
 #ifdef __cplusplus
 }
 #endif
@@ -3757,6 +3889,989 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
     if (fclose(f) != 0) { dl__err(ctx, DL_ERR_IO, "dl_graph_dot: error writing '%s'", path); return DL_ERR_IO; }
     return DL_OK;
 }
+
+// >>section data
+/* IDX files are read whole, checked (magic, type, dims, exact size) and only
+   then converted, so a 100-byte file can never make the reader allocate
+   gigabytes. The loader prepares batch k+1 on worker threads while the
+   caller trains on batch k: two host buffers alternate. Every sample's
+   augmentation draws from a generator seeded by (seed, epoch, position), and
+   each epoch's order from (seed, epoch), so the batches are the same with
+   any number of workers. */
+
+#ifdef DL_ZLIB
+#include <zlib.h>
+#endif
+
+static uint32_t dl__be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* Parse an IDX image of `size` bytes in memory into a persistent tensor. */
+static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned char *buf, size_t size,
+                               dl_dtype as, dl_tensor **out)
+{
+    int nd, i, esz;
+    int type;
+    int64_t dims[DL_MAX_DIMS], numel = 1;
+    dl_tensor *t;
+    const unsigned char *p;
+    *out = NULL;
+    if (size < 4 || buf[0] != 0 || buf[1] != 0) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' is not an IDX file (bad magic; %zu bytes)", path, size);
+        return DL_ERR_FORMAT;
+    }
+    type = buf[2];
+    nd = buf[3];
+    switch (type) {
+    case 0x08: case 0x09: esz = 1; break;
+    case 0x0B: esz = 2; break;
+    case 0x0C: case 0x0D: esz = 4; break;
+    case 0x0E: esz = 8; break;
+    default:
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' has unknown IDX type code 0x%02x", path, type);
+        return DL_ERR_FORMAT;
+    }
+    if (nd < 1 || nd > DL_MAX_DIMS) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' declares %d dims (1..%d supported)", path, nd, DL_MAX_DIMS);
+        return DL_ERR_FORMAT;
+    }
+    if (size < 4 + 4 * (size_t)nd) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' is truncated inside its header (%zu bytes)", path, size);
+        return DL_ERR_FORMAT;
+    }
+    for (i = 0; i < nd; i++) {
+        dims[i] = (int64_t)dl__be32(buf + 4 + 4 * i);
+        if (dims[i] && numel > (INT64_MAX / 16) / dims[i]) {
+            dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': dims overflow", path);
+            return DL_ERR_FORMAT;
+        }
+        numel *= dims[i];
+    }
+    if ((uint64_t)numel > (uint64_t)((size - 4 - 4 * (size_t)nd) / (size_t)esz) ||
+        4 + 4 * (size_t)nd + (size_t)numel * (size_t)esz != size) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its dims need %lld bytes of data but the file "
+                "has %zu (truncated, or a count mismatch)", path, (long long)numel * esz,
+                size - 4 - 4 * (size_t)nd);
+        return DL_ERR_FORMAT;
+    }
+    if (as != DL_DTYPE_F32 && as != DL_DTYPE_I64) {
+        dl__err(ctx, DL_ERR_DTYPE, "dl_idx_load: can load as float32 or int64, not %s", dl__dtype_str(as));
+        return DL_ERR_DTYPE;
+    }
+    t = dl__make(ctx, "dl_idx_load", as, nd, dims, true, NULL);
+    if (!t) return ctx->err;
+    p = buf + 4 + 4 * nd;
+    {
+        int64_t k;
+        for (k = 0; k < numel; k++) {
+            double v;
+            const unsigned char *q = p + k * esz;
+            switch (type) {
+            case 0x08: v = q[0]; break;
+            case 0x09: v = (signed char)q[0]; break;
+            case 0x0B: v = (int16_t)(((unsigned)q[0] << 8) | q[1]); break;
+            case 0x0C: v = (int32_t)dl__be32(q); break;
+            case 0x0D: { uint32_t u = dl__be32(q); float f; memcpy(&f, &u, 4); v = f; break; }
+            default: {
+                uint64_t u = ((uint64_t)dl__be32(q) << 32) | dl__be32(q + 4);
+                double d;
+                memcpy(&d, &u, 8);
+                v = d;
+            }
+            }
+            if (as == DL_DTYPE_F32) ((float *)t->data)[k] = (float)v;
+            else ((int64_t *)t->data)[k] = (v != v) ? 0 : (int64_t)v;
+        }
+    }
+    *out = t;
+    return DL_OK;
+}
+
+dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tensor **out)
+{
+    FILE *f;
+    unsigned char magic[2] = {0, 0};
+    unsigned char *buf = NULL;
+    size_t size = 0, got;
+    long end;
+    dl_result rc;
+    if (!ctx) return DL_ERR_ARG;
+    if (!path || !out) { dl__err(ctx, DL_ERR_ARG, "dl_idx_load: path and out must not be NULL"); return DL_ERR_ARG; }
+    *out = NULL;
+    f = fopen(path, "rb");
+    if (!f) { dl__err(ctx, DL_ERR_IO, "dl_idx_load: cannot open '%s'", path); return DL_ERR_IO; }
+    got = fread(magic, 1, 2, f);
+    if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+#ifdef DL_ZLIB
+        gzFile gz;
+        size_t cap = (size_t)1 << 20;
+        fclose(f);
+        gz = gzopen(path, "rb");
+        if (!gz) { dl__err(ctx, DL_ERR_IO, "dl_idx_load: cannot open '%s'", path); return DL_ERR_IO; }
+        buf = (unsigned char *)dl__malloc(ctx, cap);
+        while (buf) {
+            int n = gzread(gz, buf + size, (unsigned)(cap - size > (1u << 30) ? (1u << 30) : cap - size));
+            if (n < 0) { DL_FREE(buf); buf = NULL; gzclose(gz); dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': corrupt gzip data", path); return DL_ERR_FORMAT; }
+            if (n == 0) break;
+            size += (size_t)n;
+            if (size == cap) {
+                unsigned char *nb;
+                if (cap >= ((size_t)1 << 33)) { DL_FREE(buf); buf = NULL; break; }
+                nb = (unsigned char *)DL_REALLOC(buf, cap * 2);
+                if (!nb) { DL_FREE(buf); buf = NULL; break; }
+                buf = nb;
+                cap *= 2;
+            }
+        }
+        gzclose(gz);
+        if (!buf) { dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': out of memory while decompressing", path); return DL_ERR_OOM; }
+        rc = dl__idx_parse(ctx, path, buf, size, as, out);
+        DL_FREE(buf);
+        return rc;
+#else
+        fclose(f);
+        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_idx_load: '%s' is gzip-compressed: gunzip it, or build "
+                "with -DDL_ZLIB and link -lz", path);
+        return DL_ERR_UNSUPPORTED;
+#endif
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        dl__err(ctx, DL_ERR_IO, "dl_idx_load: cannot read '%s'", path);
+        return DL_ERR_IO;
+    }
+    size = (size_t)end;
+    buf = (unsigned char *)dl__malloc(ctx, size ? size : 1);
+    if (!buf) { fclose(f); dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot allocate %zu bytes", path, size); return DL_ERR_OOM; }
+    got = size ? fread(buf, 1, size, f) : 0;
+    fclose(f);
+    if (got != size) {
+        DL_FREE(buf);
+        dl__err(ctx, DL_ERR_IO, "dl_idx_load: short read of '%s'", path);
+        return DL_ERR_IO;
+    }
+    rc = dl__idx_parse(ctx, path, buf, size, as, out);
+    DL_FREE(buf);
+    return rc;
+}
+
+typedef struct dl__tds {
+    dl_dataset ds;
+    dl_tensor *x, *y;
+    dl_transform_desc t;
+    bool has_t, train;
+    int64_t sn;          /* floats per sample */
+} dl__tds;
+
+static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
+{
+    const dl__tds *d = (const dl__tds *)ds->user;
+    const float *src = (const float *)d->x->data + i * d->sn;
+    float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
+    int64_t k;
+    *y = d->y->dtype == DL_DTYPE_I64 ? ((const int64_t *)d->y->data)[i]
+       : d->y->dtype == DL_DTYPE_I32 ? (int64_t)((const int32_t *)d->y->data)[i]
+       : (int64_t)((const float *)d->y->data)[i];
+    if (d->has_t) {
+        if (d->t.scale != 0.0f) scale = d->t.scale;
+        mean = d->t.mean;
+        if (d->t.std != 0.0f) inv_std = 1.0f / d->t.std;
+    }
+    if (d->has_t && d->train && d->ds.sample_shape.ndim >= 2 && (d->t.hflip || d->t.crop_padding > 0)) {
+        const dl_shape *s = &d->ds.sample_shape;
+        int64_t H = s->d[s->ndim - 2], W = s->d[s->ndim - 1], C = (H > 0 && W > 0) ? d->sn / (H * W) : 0;
+        int64_t p = d->t.crop_padding, dy = 0, dx = 0, c, r, q;
+        bool flip = d->t.hflip && dl__rng_uniform(rng) < 0.5f;
+        if (p > 0) {
+            dy = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+            dx = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+            if (dy > 2 * p) dy = 2 * p;
+            if (dx > 2 * p) dx = 2 * p;
+        }
+        for (c = 0; c < C; c++)
+            for (r = 0; r < H; r++)
+                for (q = 0; q < W; q++) {
+                    int64_t sr = r + dy - p, sq = (flip ? W - 1 - q : q) + dx - p;
+                    float v = (sr >= 0 && sr < H && sq >= 0 && sq < W) ? src[(c * H + sr) * W + sq] : 0.0f;
+                    x[(c * H + r) * W + q] = (v * scale - mean) * inv_std;
+                }
+        return DL_OK;
+    }
+    for (k = 0; k < d->sn; k++) x[k] = (src[k] * scale - mean) * inv_std;
+    return DL_OK;
+}
+
+static void dl__tds_free(void *p) { DL_FREE(p); }
+
+dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_transform_desc *t, bool train)
+{
+    dl__tds *d;
+    if (!ctx || !x || !y) return NULL;
+    if (!dl__live("dl_tensor_dataset", "x", x) || !dl__live("dl_tensor_dataset", "y", y)) return NULL;
+    if (!dl__f32("dl_tensor_dataset", "x", x)) return NULL;
+    if (x->ndim < 1 || y->ndim != 1 || x->shape[0] != y->shape[0]) {
+        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N)",
+                dl__sh(x), dl__sh(y));
+        return NULL;
+    }
+    if (x->step_ != 0 || y->step_ != 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: x and y must be persistent (dl_keep them)");
+        return NULL;
+    }
+    if (t && (t->crop_padding < 0 || t->crop_padding > 1024)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: crop_padding %lld out of range 0..1024", (long long)t->crop_padding);
+        return NULL;
+    }
+    d = (dl__tds *)dl__malloc(ctx, sizeof *d);
+    if (!d) { dl__err(ctx, DL_ERR_OOM, "dl_tensor_dataset: out of memory"); return NULL; }
+    memset(d, 0, sizeof *d);
+    d->x = x;
+    d->y = y;
+    d->train = train;
+    if (t) { d->t = *t; d->has_t = true; }
+    d->sn = dl__prod(x->shape + 1, x->ndim - 1);
+    d->ds.length = x->shape[0];
+    d->ds.sample_shape = dl_shape_make(x->ndim - 1, x->shape + 1);
+    d->ds.get = dl__tds_get;
+    d->ds.user = d;
+    if (!dl__own(ctx, dl__tds_free, d)) { DL_FREE(d); return NULL; }
+    return &d->ds;
+}
+
+struct dl_loader {
+    dl_ctx *ctx;
+    const dl_dataset *ds;
+    dl_loader_desc d;
+    int64_t n, nb, sn, epoch, batch;
+    int64_t *perm;
+    float *xbuf[2];
+    int64_t *ybuf[2];
+    /* the job in flight: fill batch job_batch of epoch job_epoch into slot job_slot */
+    int64_t job_batch, job_epoch;
+    int job_slot;
+    bool in_flight;
+    dl_result job_rc;
+    int64_t job_bad_index;
+    int nw;
+#ifndef DL_NO_THREADS
+    pthread_t *th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    uint64_t gen;
+    int pending, started;
+    bool stop;
+#endif
+};
+
+static int64_t dl__batch_count(const dl_loader *l, int64_t b)
+{
+    int64_t lo = b * l->d.batch_size, hi = lo + l->d.batch_size;
+    return (hi > l->n ? l->n : hi) - lo;
+}
+
+/* Fill the share of worker w (of nw) of the current job. */
+static void dl__loader_fill(dl_loader *l, int w, int nw)
+{
+    int64_t lo = l->job_batch * l->d.batch_size, cnt = dl__batch_count(l, l->job_batch), j;
+    for (j = w; j < cnt; j += nw) {
+        int64_t pos = lo + j, idx = l->perm[pos];
+        uint64_t rng[4];
+        dl_result rc;
+        dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)l->job_epoch << 40) ^ (uint64_t)pos, rng);
+        rc = l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, l->ybuf[l->job_slot] + j, rng);
+        if (rc != DL_OK && l->job_rc == DL_OK) { l->job_rc = rc; l->job_bad_index = idx; }
+    }
+}
+
+#ifndef DL_NO_THREADS
+typedef struct dl__lw { dl_loader *l; int w; } dl__lw;
+static void *dl__loader_worker(void *arg)
+{
+    dl_loader *l = ((dl__lw *)arg)->l;
+    int w = ((dl__lw *)arg)->w;
+    uint64_t seen = 0;
+    DL_FREE(arg);
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && l->gen == seen) pthread_cond_wait(&l->cv_work, &l->mu);
+        if (l->stop) break;
+        seen = l->gen;
+        pthread_mutex_unlock(&l->mu);
+        dl__loader_fill(l, w, l->nw);
+        pthread_mutex_lock(&l->mu);
+        if (--l->pending == 0) pthread_cond_signal(&l->cv_done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+#endif
+
+static void dl__loader_launch(dl_loader *l, int64_t batch, int slot)
+{
+    l->job_batch = batch;
+    l->job_epoch = l->epoch;
+    l->job_slot = slot;
+    l->job_rc = DL_OK;
+    l->in_flight = true;
+#ifndef DL_NO_THREADS
+    if (l->nw > 0) {
+        pthread_mutex_lock(&l->mu);
+        l->pending = l->nw;
+        l->gen++;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+    }
+#endif
+}
+
+static void dl__loader_wait(dl_loader *l)
+{
+    if (!l->in_flight) return;
+#ifndef DL_NO_THREADS
+    if (l->nw > 0) {
+        pthread_mutex_lock(&l->mu);
+        while (l->pending > 0) pthread_cond_wait(&l->cv_done, &l->mu);
+        pthread_mutex_unlock(&l->mu);
+        l->in_flight = false;
+        return;
+    }
+#endif
+    dl__loader_fill(l, 0, 1);
+    l->in_flight = false;
+}
+
+static void dl__loader_free(void *p)
+{
+    dl_loader *l = (dl_loader *)p;
+#ifndef DL_NO_THREADS
+    int i;
+    if (l->started) {
+        dl__loader_wait(l);
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+        for (i = 0; i < l->started; i++) pthread_join(l->th[i], NULL);
+    }
+    if (l->nw > 0 || l->th) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv_work);
+        pthread_cond_destroy(&l->cv_done);
+    }
+    DL_FREE(l->th);
+#endif
+    DL_FREE(l->perm);
+    DL_FREE(l->xbuf[0]);
+    DL_FREE(l->xbuf[1]);
+    DL_FREE(l->ybuf[0]);
+    DL_FREE(l->ybuf[1]);
+    DL_FREE(l);
+}
+
+dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *desc)
+{
+    dl_loader *l;
+    int64_t bs;
+    if (!ctx) return NULL;
+    if (!ds || !ds->get || ds->length < 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: dataset is NULL or has no get function");
+        return NULL;
+    }
+    bs = desc && desc->batch_size > 0 ? desc->batch_size : 1;
+    if (desc && (desc->batch_size < 0 || desc->num_workers < 0 || desc->num_workers > 64)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: batch_size %lld must be >= 0 and num_workers %d in 0..64",
+                (long long)desc->batch_size, desc->num_workers);
+        return NULL;
+    }
+    l = (dl_loader *)dl__malloc(ctx, sizeof *l);
+    if (!l) { dl__err(ctx, DL_ERR_OOM, "dl_loader_new: out of memory"); return NULL; }
+    memset(l, 0, sizeof *l);
+    l->ctx = ctx;
+    l->ds = ds;
+    if (desc) l->d = *desc;
+    l->d.batch_size = bs;
+    if (!l->d.seed) l->d.seed = 1;
+    l->n = ds->length;
+    l->nb = l->d.drop_last ? l->n / bs : (l->n + bs - 1) / bs;
+    l->sn = dl__prod(ds->sample_shape.d, ds->sample_shape.ndim);
+    l->batch = -1;
+    if (l->sn > 0 && (uint64_t)bs > (uint64_t)(INT64_MAX / 8) / (uint64_t)l->sn) goto oom;
+    l->perm = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(l->n + 1));
+    l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+    l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+    l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+    l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+    if (!l->perm || !l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
+#ifndef DL_NO_THREADS
+    l->nw = l->d.num_workers;
+    if (l->nw > 0) {
+        int i;
+        pthread_mutex_init(&l->mu, NULL);
+        pthread_cond_init(&l->cv_work, NULL);
+        pthread_cond_init(&l->cv_done, NULL);
+        l->th = (pthread_t *)dl__malloc(ctx, sizeof(pthread_t) * (size_t)l->nw);
+        if (!l->th) goto oom;
+        for (i = 0; i < l->nw; i++) {
+            dl__lw *a = (dl__lw *)dl__malloc(ctx, sizeof *a);
+            if (!a) goto oom;
+            a->l = l;
+            a->w = i;
+            if (pthread_create(&l->th[i], NULL, dl__loader_worker, a) != 0) { DL_FREE(a); break; }
+            l->started++;
+        }
+        l->nw = l->started;   /* fewer threads if the system refused some */
+    }
+#endif
+    if (!dl__own(ctx, dl__loader_free, l)) { dl__loader_free(l); return NULL; }
+    return l;
+oom:
+    dl__loader_free(l);
+    dl__err(ctx, DL_ERR_OOM, "dl_loader_new: out of memory for batches of %lld samples", (long long)bs);
+    return NULL;
+}
+
+static void dl__loader_order(dl_loader *l)
+{
+    int64_t i;
+    for (i = 0; i < l->n; i++) l->perm[i] = i;
+    if (l->d.shuffle) {
+        uint64_t s[4];
+        dl__seed_state(l->d.seed * 0x2545f4914f6cdd1dull + (uint64_t)l->epoch, s);
+        for (i = l->n - 1; i > 0; i--) {
+            int64_t j = (int64_t)(dl__rng_next(s) % (uint64_t)(i + 1)), t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+}
+
+bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
+{
+    int64_t shape[DL_MAX_DIMS + 1], cnt;
+    int slot;
+    if (x) *x = NULL;
+    if (y) *y = NULL;
+    if (!l || !x || !y) return false;
+    if (l->batch < 0) {   /* a new epoch */
+        l->epoch++;
+        dl__loader_order(l);
+        l->batch = 0;
+        if (l->nb > 0) dl__loader_launch(l, 0, 0);
+    }
+    if (l->batch >= l->nb) { l->batch = -1; return false; }
+    dl__loader_wait(l);
+    slot = (int)(l->batch & 1);
+    if (l->job_rc != DL_OK) {
+        dl__err(l->ctx, l->job_rc, "dl_loader_next: the dataset's get failed for sample %lld (%s)",
+                    (long long)l->job_bad_index, dl_result_string(l->job_rc));
+        l->batch = -1;
+        return false;
+    }
+    cnt = dl__batch_count(l, l->batch);
+    if (l->batch + 1 < l->nb) dl__loader_launch(l, l->batch + 1, 1 - slot);
+    shape[0] = cnt;
+    memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
+    *x = dl__make(l->ctx, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
+    *y = dl__make(l->ctx, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
+    if (!*x || !*y) { *x = *y = NULL; return false; }
+    if (cnt > 0 && l->sn > 0) memcpy((*x)->data, l->xbuf[slot], sizeof(float) * (size_t)(cnt * l->sn));
+    if (cnt) memcpy((*y)->data, l->ybuf[slot], sizeof(int64_t) * (size_t)cnt);
+    l->batch++;
+    return true;
+}
+
+int64_t dl_loader_num_batches(const dl_loader *l) { return l ? l->nb : 0; }
+int64_t dl_loader_epoch(const dl_loader *l) { return l ? l->epoch : 0; }
+
+/* parts/nn_ops_impl.h - normalization, dropout and losses (implementation).
+   Appended to dl.h's implementation section. */
+#if defined(DL_IMPLEMENTATION) && !defined(DL__NN_OPS_IMPLEMENTED)
+#define DL__NN_OPS_IMPLEMENTED
+
+// >>section ops: normalization, dropout, losses
+/* Everything here but binary_cross_entropy_with_logits is a composite of
+   differentiable dl.h ops, so gradients (and gradients of gradients) come
+   from their rules. The non-differentiable pieces (class one-hot masks from
+   integer targets, dropout masks) come from a small kernel table of their
+   own, dispatched per device like dl__K, so a GPU backend can supply them. */
+
+typedef struct dl__nn_kernels {
+    const char *name;
+    /* Class-index targets (outer*inner of them, int64 if i64 else int32) ->
+       onehot (outer, C, inner): 1 at [o, target, i], 0 elsewhere and for
+       ignored targets; valid (outer*inner): 1, or 0 where ignored. Returns
+       -1, or the first flat index of a target outside [0,C) that is not
+       ignore_index (its value in *bad); then the masks are undefined. */
+    int64_t (*class_mask)(dl_ctx *c, float *onehot, float *valid, const void *target, bool i64,
+                          int64_t outer, int64_t C, int64_t inner, int64_t ignore_index,
+                          int64_t *bad);
+    /* mask[i] = scale, or 0 with probability p; a counter-based hash of
+       (seed, i), so any split of the work gives the same mask */
+    void (*dropout_mask)(dl_ctx *c, float *mask, int64_t n, float p, float scale, uint64_t seed);
+    /* out[i] = max(x,0) - x*y + log1p(exp(-|x|)) */
+    void (*bce_logits)(dl_ctx *c, float *out, const float *x, const float *y, int64_t n);
+} dl__nn_kernels;
+
+static int64_t dl__nn_cpu_class_mask(dl_ctx *c, float *onehot, float *valid, const void *target,
+                                     bool i64, int64_t outer, int64_t C, int64_t inner,
+                                     int64_t ignore_index, int64_t *bad)
+{
+    int64_t o, i;
+    (void)c;
+    if (outer > 0 && C > 0 && inner > 0) memset(onehot, 0, sizeof(float) * (size_t)(outer * C * inner));
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            int64_t j = o * inner + i;
+            int64_t t = i64 ? ((const int64_t *)target)[j] : (int64_t)((const int32_t *)target)[j];
+            if (t == ignore_index) { valid[j] = 0.0f; continue; }
+            if (t < 0 || t >= C) { *bad = t; return j; }
+            valid[j] = 1.0f;
+            onehot[(o * C + t) * inner + i] = 1.0f;
+        }
+    return -1;
+}
+
+static uint64_t dl__nn_mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef struct dl__nn_drop_args { float *mask; float p, scale; uint64_t seed; } dl__nn_drop_args;
+
+static void dl__nn_drop_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__nn_drop_args *u = (const dl__nn_drop_args *)arg;
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        float r = (float)(dl__nn_mix(u->seed ^ dl__nn_mix((uint64_t)i)) >> 40) * (1.0f / 16777216.0f);
+        u->mask[i] = r < u->p ? 0.0f : u->scale;
+    }
+}
+
+static void dl__nn_cpu_dropout_mask(dl_ctx *c, float *mask, int64_t n, float p, float scale,
+                                    uint64_t seed)
+{
+    dl__nn_drop_args u;
+    u.mask = mask; u.p = p; u.scale = scale; u.seed = seed;
+    dl__parallel_for(c->pool, n, 1 << 15, dl__nn_drop_task, &u);
+}
+
+typedef struct dl__nn_bce_args { float *out; const float *x, *y; } dl__nn_bce_args;
+
+static void dl__nn_bce_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__nn_bce_args *u = (const dl__nn_bce_args *)arg;
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        float x = u->x[i];
+        u->out[i] = (x > 0 ? x : 0.0f) - x * u->y[i] + log1pf(expf(-fabsf(x)));
+    }
+}
+
+static void dl__nn_cpu_bce_logits(dl_ctx *c, float *out, const float *x, const float *y, int64_t n)
+{
+    dl__nn_bce_args u;
+    u.out = out; u.x = x; u.y = y;
+    dl__parallel_for(c->pool, n, 1 << 15, dl__nn_bce_task, &u);
+}
+
+static const dl__nn_kernels dl__nn_cpu_kernels = {
+    "cpu", dl__nn_cpu_class_mask, dl__nn_cpu_dropout_mask, dl__nn_cpu_bce_logits
+};
+
+static const dl__nn_kernels *dl__nnK(const dl_tensor *t)
+{
+    (void)t;   /* a CUDA build routes device tensors to its own table here */
+    return &dl__nn_cpu_kernels;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+/* An optional per-channel / per-feature tensor: live, same context and
+   device as x, float32, shape exactly `want`. */
+static bool dl__nn_param(const char *op, const char *arg, const dl_tensor *t, const dl_tensor *x,
+                         const dl_shape *want, const char *rule)
+{
+    dl_shape s;
+    if (!dl__live(op, arg, t) || !dl__pair(op, x, t) || !dl__f32(op, arg, t)) return false;
+    s = dl__shape_of(t);
+    if (s.ndim != want->ndim ||
+        (s.ndim && memcmp(s.d, want->d, sizeof(int64_t) * (size_t)s.ndim) != 0)) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: %s %s must have shape %s (%s of x %s)", op, arg,
+                dl__sh(t), dl__shp(x->ctx_, want), rule, dl__sh(x));
+        return false;
+    }
+    return true;
+}
+
+static bool dl__nn_reduction_ok(const char *op, dl_ctx *ctx, dl_reduction r)
+{
+    if ((int)r == DL_REDUCTION_MEAN || (int)r == DL_REDUCTION_SUM || (int)r == DL_REDUCTION_NONE)
+        return true;
+    dl__err(ctx, DL_ERR_ARG, "%s: reduction %d is not one of DL_REDUCTION_MEAN (0), "
+            "DL_REDUCTION_SUM (1), DL_REDUCTION_NONE (2)", op, (int)r);
+    return false;
+}
+
+static dl_tensor *dl__nn_reduce(dl_tensor *t, dl_reduction r)
+{
+    if (r == DL_REDUCTION_NONE) return t;
+    if (r == DL_REDUCTION_SUM) return dl_sum(t, DL_ALL, false);
+    return dl_mean(t, DL_ALL, false);
+}
+
+/* (x - mean) / sqrt(var + eps) over dims (biased variance); mean and var
+   (keepdim) are returned through the pointers when asked. */
+static dl_tensor *dl__nn_normalize(dl_tensor *x, dl_shape dims, float eps, dl_tensor **pmean,
+                                   dl_tensor **pvar)
+{
+    dl_tensor *mean = dl_mean(x, dims, true);
+    dl_tensor *d = dl_sub(x, mean);
+    dl_tensor *var = dl_mean(dl_mul(d, d), dims, true);
+    if (pmean) *pmean = mean;
+    if (pvar) *pvar = var;
+    return dl_div(d, dl_sqrt(dl_add_scalar(var, eps)));
+}
+
+/* t (C) viewed as (1,C,1,...) to broadcast against an nd-dim x */
+static dl_tensor *dl__nn_chan(dl_tensor *t, int nd)
+{
+    int64_t s[DL_MAX_DIMS];
+    int i;
+    if (!t) return NULL;
+    for (i = 0; i < nd; i++) s[i] = 1;
+    s[1] = t->shape[0];
+    return dl_reshape(t, dl_shape_make(nd, s));
+}
+
+/* ---------------------------------------------------------- normalization */
+
+dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
+                         dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
+                         float eps)
+{
+    static const char *op = "dl_batch_norm";
+    dl_ctx *ctx;
+    dl_shape cs, dims;
+    dl_tensor *y, *mean = NULL, *var = NULL;
+    int64_t C, cnt;
+    int i;
+    if (!x) return NULL;
+    if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
+    ctx = x->ctx_;
+    if (x->ndim < 2) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: x %s needs at least 2 dims, (N,C) or (N,C,d1,...)", op,
+                dl__sh(x));
+        return NULL;
+    }
+    C = x->shape[1];
+    cs = dl__dims1(C);
+    if ((running_mean == NULL) != (running_var == NULL)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: give both running_mean and running_var, or neither "
+                "(running_%s is NULL)", op, running_mean ? "var" : "mean");
+        return NULL;
+    }
+    if (!training && !running_mean) {
+        dl__err(ctx, DL_ERR_ARG, "%s: eval mode (training false) normalizes with running_mean and "
+                "running_var, which are NULL", op);
+        return NULL;
+    }
+    if (running_mean && (!dl__nn_param(op, "running_mean", running_mean, x, &cs, "one value per channel, dim 1") ||
+                         !dl__nn_param(op, "running_var", running_var, x, &cs, "one value per channel, dim 1")))
+        return NULL;
+    if (weight && !dl__nn_param(op, "weight", weight, x, &cs, "one value per channel, dim 1")) return NULL;
+    if (bias && !dl__nn_param(op, "bias", bias, x, &cs, "one value per channel, dim 1")) return NULL;
+    if (!(eps >= 0.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be >= 0", op, (double)eps);
+        return NULL;
+    }
+    cnt = C ? x->numel / C : 0;
+    if (training) {
+        if (running_mean && (running_mean->requires_grad || running_var->requires_grad)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: running_mean/running_var are updated in place in "
+                    "training mode and must not require grad", op);
+            return NULL;
+        }
+        if (cnt <= 1) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: training needs more than 1 value per channel; x %s "
+                    "has %lld (use eval mode, or a larger batch)", op, dl__sh(x), (long long)cnt);
+            return NULL;
+        }
+        dims = dl_shape_make(x->ndim - 1, NULL);
+        for (i = 2; i < x->ndim; i++) dims.d[i - 1] = i;
+        y = dl__nn_normalize(x, dims, eps, &mean, &var);
+    } else {
+        y = dl_div(dl_sub(x, dl__nn_chan(running_mean, x->ndim)),
+                   dl_sqrt(dl_add_scalar(dl__nn_chan(running_var, x->ndim), eps)));
+    }
+    if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
+    if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
+    if (!y) return NULL;
+    if (training && running_mean && C) {
+        /* r = (1-m) r + m stat, in place, no history; var unbiased: * n/(n-1) */
+        const dl__kernels *k = dl__K(x);
+        float *rm = (float *)running_mean->data, *rv = (float *)running_var->data;
+        k->unary(ctx, DL__U_AFFINE, rm, rm, C, 1.0f - momentum, 0.0f);
+        k->axpy(ctx, rm, (const float *)mean->data, C, momentum);
+        k->unary(ctx, DL__U_AFFINE, rv, rv, C, 1.0f - momentum, 0.0f);
+        k->axpy(ctx, rv, (const float *)var->data, C,
+                (float)((double)momentum * (double)cnt / (double)(cnt - 1)));
+    }
+    return y;
+}
+
+dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
+                         dl_tensor *bias, float eps)
+{
+    static const char *op = "dl_layer_norm";
+    dl_ctx *ctx;
+    dl_shape dims;
+    dl_tensor *y;
+    int i, k = normalized_shape.ndim;
+    if (!x) return NULL;
+    if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
+    ctx = x->ctx_;
+    if (k < 1 || k > x->ndim) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: normalized_shape %s must have 1..%d dims (the last dims "
+                "of x %s)", op, dl__shp(ctx, &normalized_shape), x->ndim, dl__sh(x));
+        return NULL;
+    }
+    for (i = 0; i < k; i++)
+        if (normalized_shape.d[i] != x->shape[x->ndim - k + i]) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: normalized_shape %s must equal the last %d dims of "
+                    "x %s", op, dl__shp(ctx, &normalized_shape), k, dl__sh(x));
+            return NULL;
+        }
+    if (weight && !dl__nn_param(op, "weight", weight, x, &normalized_shape, "normalized_shape, the last dims")) return NULL;
+    if (bias && !dl__nn_param(op, "bias", bias, x, &normalized_shape, "normalized_shape, the last dims")) return NULL;
+    if (!(eps >= 0.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be >= 0", op, (double)eps);
+        return NULL;
+    }
+    dims = dl_shape_make(k, NULL);
+    for (i = 0; i < k; i++) dims.d[i] = x->ndim - k + i;
+    y = dl__nn_normalize(x, dims, eps, NULL, NULL);
+    if (weight) y = dl_mul(y, weight);
+    if (bias) y = dl_add(y, bias);
+    return y;
+}
+
+dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
+{
+    static const char *op = "dl_dropout";
+    dl_tensor *mask;
+    if (!x) return NULL;
+    if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
+    if (!(p >= 0.0f && p <= 1.0f)) {
+        dl__err(x->ctx_, DL_ERR_ARG, "%s: p=%g must be in [0, 1] (the probability of zeroing)",
+                op, (double)p);
+        return NULL;
+    }
+    if (!training || p == 0.0f) return x;
+    mask = dl__like(op, x);
+    if (!mask) return NULL;
+    if (p == 1.0f) dl__K(x)->fill(x->ctx_, (float *)mask->data, x->numel, 0.0f);
+    else
+        dl__nnK(x)->dropout_mask(x->ctx_, (float *)mask->data, x->numel, p,
+                                 (float)(1.0 / (1.0 - (double)p)), dl__rng_next(x->ctx_->rng));
+    return dl_mul(x, mask);
+}
+
+/* ----------------------------------------------------------------- losses */
+
+dl_loss_desc dl_loss_desc_default(void)
+{
+    dl_loss_desc d;
+    memset(&d, 0, sizeof d);
+    d.reduction = DL_REDUCTION_MEAN;
+    d.ignore_index = -100;
+    d.label_smoothing = 0.0f;
+    d.weight = NULL;
+    return d;
+}
+
+/* nll of log-probabilities lp (N,C,*) (or (C)) with optional label smoothing:
+   onehot/valid masks from the targets (no history), then
+     nll_i    = -sum_c onehot w_c lp          (w_c = 1 without weights)
+     smooth_i = -valid_i sum_c w_c lp
+     mean: sum(.) / sum(onehot w)             sum: sum(.)    none: per sample
+     loss = (1-e) nll + e/C smooth. */
+static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *lp, dl_tensor *target,
+                                    const dl_loss_desc *d, bool smoothing_allowed)
+{
+    dl_ctx *ctx = lp->ctx_;
+    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss;
+    int64_t C, outer, inner, bad_i, bad_v = 0;
+    float e = d->label_smoothing;
+    int i;
+    bool scalar = false;
+    if (!dl__live(op, "target", target) || !dl__pair(op, lp, target)) return NULL;
+    if (!dl__nn_reduction_ok(op, ctx, d->reduction)) return NULL;
+    if (target->dtype != DL_DTYPE_I64 && target->dtype != DL_DTYPE_I32) {
+        dl__err(ctx, DL_ERR_DTYPE, "%s: target %s has dtype %s; class-index targets must be int64 "
+                "or int32 (probability targets are not supported)", op, dl__sh(target),
+                dl__dtype_str(target->dtype));
+        return NULL;
+    }
+    if (!smoothing_allowed && e != 0.0f) {
+        dl__err(ctx, DL_ERR_ARG, "%s: label_smoothing=%g: only dl_cross_entropy_ex smooths labels; "
+                "set it to 0", op, (double)e);
+        return NULL;
+    }
+    if (!(e >= 0.0f && e <= 1.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: label_smoothing=%g must be in [0, 1]", op, (double)e);
+        return NULL;
+    }
+    if (lp->ndim == 1 && target->ndim == 0) {   /* one sample: (C) and a 0-d target */
+        scalar = true;
+        lp = dl_unsqueeze(lp, 0);
+        target = dl_unsqueeze(target, 0);
+        if (!lp || !target) return NULL;
+    }
+    if (lp->ndim < 2) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: input %s must be (N,C) or (N,C,d1,...) (or (C) with a "
+                "0-d target)", op, dl__sh(lp));
+        return NULL;
+    }
+    {
+        bool ok = target->ndim == lp->ndim - 1 && target->shape[0] == lp->shape[0];
+        for (i = 1; ok && i < target->ndim; i++) ok = target->shape[i] == lp->shape[i + 1];
+        if (!ok) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: target %s must be the input %s without its class dim 1 "
+                    "((N,C,d1,...) -> (N,d1,...))", op, dl__sh(target), dl__sh(lp));
+            return NULL;
+        }
+    }
+    C = lp->shape[1];
+    outer = lp->shape[0];
+    inner = dl__prod(lp->shape + 2, lp->ndim - 2);
+    if (d->weight) {
+        dl_shape cs = dl__dims1(C);
+        if (!dl__nn_param(op, "weight", d->weight, lp, &cs, "one weight per class, dim 1")) return NULL;
+        w = dl__nn_chan(d->weight, lp->ndim);
+        if (!w) return NULL;
+    }
+    onehot = dl__like(op, lp);
+    valid = dl__make(ctx, op, DL_DTYPE_F32, target->ndim, target->shape, false, NULL);
+    if (!onehot || !valid) return NULL;
+    valid->device = lp->device;
+    bad_i = dl__nnK(lp)->class_mask(ctx, (float *)onehot->data, (float *)valid->data, target->data,
+                                    target->dtype == DL_DTYPE_I64, outer, C, inner,
+                                    d->ignore_index, &bad_v);
+    if (bad_i >= 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: target %s holds %lld at flat index %lld: class indices must "
+                "be in [0, %lld) (C = %lld, dim 1 of the input %s) or equal ignore_index %lld", op,
+                dl__sh(target), (long long)bad_v, (long long)bad_i, (long long)C, (long long)C,
+                dl__sh(lp), (long long)d->ignore_index);
+        return NULL;
+    }
+    ow = w ? dl_mul(onehot, w) : onehot;
+    nll = dl_neg(dl_sum(dl_mul(ow, lp), dl__dims1(1), false));
+    if (d->reduction == DL_REDUCTION_MEAN) den = dl_sum(ow, DL_ALL, false);
+    if (d->reduction == DL_REDUCTION_MEAN) loss = dl_div(dl_sum(nll, DL_ALL, false), den);
+    else loss = dl__nn_reduce(nll, d->reduction);
+    if (e > 0.0f) {
+        dl_tensor *sm = dl_mul(dl_neg(dl_sum(w ? dl_mul(lp, w) : lp, dl__dims1(1), false)), valid);
+        if (d->reduction == DL_REDUCTION_MEAN) sm = dl_div(dl_sum(sm, DL_ALL, false), den);
+        else sm = dl__nn_reduce(sm, d->reduction);
+        loss = dl_add(dl_mul_scalar(loss, 1.0f - e), dl_mul_scalar(sm, e / (float)C));
+    }
+    if (scalar && loss && d->reduction == DL_REDUCTION_NONE) loss = dl_squeeze(loss, 0);
+    return loss;
+}
+
+dl_tensor *dl_nll_loss(dl_tensor *log_probs, dl_tensor *target, const dl_loss_desc *d)
+{
+    dl_loss_desc def = dl_loss_desc_default();
+    if (!log_probs || !target) return NULL;
+    if (!dl__live("dl_nll_loss", "log_probs", log_probs) || !dl__f32("dl_nll_loss", "log_probs", log_probs))
+        return NULL;
+    return dl__nn_class_loss("dl_nll_loss", log_probs, target, d ? d : &def, false);
+}
+
+dl_tensor *dl_cross_entropy_ex(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d)
+{
+    static const char *op = "dl_cross_entropy";
+    dl_loss_desc def = dl_loss_desc_default();
+    dl_tensor *lp;
+    if (!logits || !target) return NULL;
+    if (!dl__live(op, "logits", logits) || !dl__f32(op, "logits", logits)) return NULL;
+    if (!dl__live(op, "target", target)) return NULL;
+    if (logits->ndim == 0) {
+        dl__err(logits->ctx_, DL_ERR_SHAPE, "%s: logits %s must be (N,C) or (N,C,d1,...)", op,
+                dl__sh(logits));
+        return NULL;
+    }
+    lp = dl_log_softmax(logits, logits->ndim == 1 ? 0 : 1);
+    if (!lp) return NULL;
+    return dl__nn_class_loss(op, lp, target, d ? d : &def, true);
+}
+
+dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target)
+{
+    return dl_cross_entropy_ex(logits, target, NULL);
+}
+
+/* a and b: same shape, float32, same context and device */
+static bool dl__nn_same(const char *op, dl_tensor *a, dl_tensor *b, dl_reduction r)
+{
+    if (!dl__live(op, "a", a) || !dl__live(op, "b", b)) return false;
+    if (!dl__pair(op, a, b) || !dl__f32(op, "a", a) || !dl__f32(op, "b", b)) return false;
+    if (!dl__nn_reduction_ok(op, a->ctx_, r)) return false;
+    if (!dl_same_shape(a, b)) {
+        dl__err(a->ctx_, DL_ERR_SHAPE, "%s: a %s and b %s must have the same shape (dl.h does not "
+                "broadcast loss operands)", op, dl__sh(a), dl__sh(b));
+        return false;
+    }
+    return true;
+}
+
+dl_tensor *dl_mse_loss(dl_tensor *a, dl_tensor *b, dl_reduction r)
+{
+    dl_tensor *d;
+    if (!a || !b || !dl__nn_same("dl_mse_loss", a, b, r)) return NULL;
+    d = dl_sub(a, b);
+    return dl__nn_reduce(dl_mul(d, d), r);
+}
+
+dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, dl_reduction r)
+{
+    if (!a || !b || !dl__nn_same("dl_l1_loss", a, b, r)) return NULL;
+    return dl__nn_reduce(dl_abs(dl_sub(a, b)), r);
+}
+
+/* l = max(x,0) - x y + log(1 + exp(-|x|));  dx = g (sigmoid(x) - y), dy = -g x */
+static dl_result dl__nn_bce_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (dl__need(n, 0)) gin[0] = dl_mul(g, dl_sub(dl_sigmoid(n->in[0]), n->in[1]));
+    if (dl__need(n, 1)) gin[1] = dl_neg(dl_mul(g, n->in[0]));
+    return DL_OK;
+}
+static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd};
+
+dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_reduction r)
+{
+    static const char *op = "dl_binary_cross_entropy_with_logits";
+    dl_tensor *l, *in[2];
+    dl__node *n;
+    if (!x || !y || !dl__nn_same(op, x, y, r)) return NULL;
+    l = dl__like(op, x);
+    if (!l) return NULL;
+    dl__nnK(x)->bce_logits(x->ctx_, (float *)l->data, (const float *)x->data,
+                           (const float *)y->data, x->numel);
+    in[0] = x;
+    in[1] = y;
+    if (dl__record(l, &dl__op_nn_bce, 2, in, &n) < 0) return NULL;
+    l = dl__done(l, op);
+    return l ? dl__nn_reduce(l, r) : NULL;
+}
+
+#endif /* DL_IMPLEMENTATION && !DL__NN_OPS_IMPLEMENTED */
 
 #endif /* DL__IMPLEMENTED */
 #endif /* DL_IMPLEMENTATION */

@@ -20,8 +20,9 @@
          }
          dl_module *mlp(dl_ctx *ctx) {
              dl_module *m = dl_module_new(ctx, "MLP", mlp_forward, sizeof(mlp_state));
-             mlp_state *s = (mlp_state *)dl_module_state(m);
+             mlp_state *s;
              if (!m) return NULL;
+             s = (mlp_state *)dl_module_state(m);
              s->fc1 = dl_module_add(m, "fc1", dl_nn_linear(ctx, 784, 128, true));
              s->fc2 = dl_module_add(m, "fc2", dl_nn_linear(ctx, 128, 10, true));
              return s->fc1 && s->fc2 ? m : NULL;

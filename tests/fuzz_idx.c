@@ -2,8 +2,6 @@
    make fuzz (clang -fsanitize=fuzzer,address,undefined). */
 #define DL_IMPLEMENTATION
 #include "dl.h"
-#include "parts/data_decl.h"
-#include "parts/data_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -4,8 +4,6 @@
    worker threads. */
 #define DL_IMPLEMENTATION
 #include "dl.h"
-#include "parts/data_decl.h"
-#include "parts/data_impl.h"
 #include "harness.h"
 
 static dl_ctx *ctx;

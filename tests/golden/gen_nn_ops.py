@@ -42,7 +42,7 @@ RED = {"mean": 0, "sum": 1, "none": 2}
 
 
 def rec(name, t):
-    t = torch.as_tensor(t).detach().to(torch.float32).contiguous().cpu()
+    t = torch.as_tensor(t).detach().to(torch.float32).contiguous().cpu().clone()   # a snapshot
     RECORDS.append((name, t))
 
 

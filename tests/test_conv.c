@@ -1,0 +1,1045 @@
+/* tests/test_conv.c - convolution, transposed convolution and pooling
+   (parts/conv_decl.h, parts/conv_impl.h).
+
+   1. dl_gradcheck of every layer over an options matrix (stride, padding,
+      dilation, groups incl. depthwise, bias on/off, padding_same,
+      output_padding, ceil_mode, count_include_pad; 1-D, 2-D and 3-D; x, w
+      and b all checked), unbatched inputs, and second-order quantities (a
+      gradient taken with create_graph inside the checked function).
+   2. PyTorch golden values from tests/golden/conv.bin (regenerate with
+      /usr/bin/python3 tests/golden/gen_conv.py): forward, gradients and
+      Hessian-vector products, and a whole d2l LeNet forward + backward,
+      |got - want| <= 1e-5 + 1e-4 |want|.
+   3. Every error: code, message, and the context still works after it.
+   4. Same bits with 1, 2 and 3 threads; flat memory across steps; timing of
+      a LeNet-sized conv forward + backward (batch 256, 1x28x28 -> 6x5x5 pad 2).
+
+   Build and run from the repository root:
+       gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_conv.c \
+           -o /tmp/test_conv -lm -lpthread && /tmp/test_conv [tests/golden/conv.bin] */
+#define _POSIX_C_SOURCE 200809L
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "parts/conv_decl.h"
+#include "parts/conv_impl.h"
+#include "harness.h"
+#include <stdlib.h>
+#include <time.h>
+
+/* ================================================================ golden */
+#define G_RTOL 1e-4
+#define G_ATOL 1e-5
+#define G_MAXIN 16
+
+typedef struct grec {
+    char *name;
+    int ndim;
+    int64_t shape[DL_MAX_DIMS];
+    int64_t numel;
+    float *v;
+} grec;
+
+static grec *g_recs;
+static long g_nrec;
+static dl_ctx *g_ctx;
+
+/* ------------------------------------------------------------------ loading */
+
+static int g_u32(const unsigned char *b, size_t len, size_t *pos, uint32_t *out)
+{
+    if (len - *pos < 4) return 0;
+    *out = (uint32_t)b[*pos] | ((uint32_t)b[*pos + 1] << 8) | ((uint32_t)b[*pos + 2] << 16) |
+           ((uint32_t)b[*pos + 3] << 24);
+    *pos += 4;
+    return 1;
+}
+
+static int g_i64(const unsigned char *b, size_t len, size_t *pos, int64_t *out)
+{
+    uint32_t lo, hi;
+    uint64_t u;
+    if (len - *pos < 8) return 0;
+    g_u32(b, len, pos, &lo);
+    g_u32(b, len, pos, &hi);
+    u = (uint64_t)lo | ((uint64_t)hi << 32);
+    memcpy(out, &u, sizeof u);
+    return 1;
+}
+
+static void g_free_recs(void)
+{
+    long i;
+    for (i = 0; i < g_nrec; i++) { free(g_recs[i].name); free(g_recs[i].v); }
+    free(g_recs);
+    g_recs = NULL;
+    g_nrec = 0;
+}
+
+/* returns 1 on success; on failure prints why and returns 0 */
+static int g_load(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    size_t len = 0, pos = 0, got;
+    long sz;
+    uint32_t version, count, i;
+    if (!f) { printf("ERROR: cannot open golden file %s (run from the repo root, or "
+                     "regenerate it with python3 tests/golden/gen.py)\n", path); return 0; }
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        printf("ERROR: cannot determine the size of %s\n", path);
+        fclose(f);
+        return 0;
+    }
+    len = (size_t)sz;
+    buf = (unsigned char *)malloc(len ? len : 1);
+    if (!buf) { printf("ERROR: out of memory reading %s\n", path); fclose(f); return 0; }
+    got = fread(buf, 1, len, f);
+    fclose(f);
+    if (got != len) { printf("ERROR: short read on %s\n", path); free(buf); return 0; }
+    if (len < 16 || memcmp(buf, "DLGOLD1\0", 8) != 0) {
+        printf("ERROR: %s is not a golden file (bad magic or shorter than its header)\n", path);
+        free(buf);
+        return 0;
+    }
+    pos = 8;
+    g_u32(buf, len, &pos, &version);
+    g_u32(buf, len, &pos, &count);
+    if (version != 1) {
+        printf("ERROR: %s has format version %u; this test reads version 1\n", path, (unsigned)version);
+        free(buf);
+        return 0;
+    }
+    /* every record needs at least 12 bytes: this bounds count before allocating */
+    if (count > (len - pos) / 12 + 1) {
+        printf("ERROR: %s claims %u records but has only %lu bytes (truncated?)\n", path,
+               (unsigned)count, (unsigned long)len);
+        free(buf);
+        return 0;
+    }
+    g_recs = (grec *)calloc(count ? count : 1, sizeof(grec));
+    if (!g_recs) { printf("ERROR: out of memory\n"); free(buf); return 0; }
+    for (i = 0; i < count; i++) {
+        grec *r = &g_recs[i];
+        uint32_t nlen, nd, k;
+        int64_t numel = 1;
+        size_t j;
+        if (!g_u32(buf, len, &pos, &nlen) || nlen == 0 || nlen > 512 || len - pos < nlen) {
+            printf("ERROR: %s: record %u: bad or truncated name (offset %lu)\n", path,
+                   (unsigned)i, (unsigned long)pos);
+            goto fail;
+        }
+        r->name = (char *)malloc(nlen + 1);
+        if (!r->name) goto oom;
+        g_nrec = (long)i + 1;
+        memcpy(r->name, buf + pos, nlen);
+        r->name[nlen] = 0;
+        pos += nlen;
+        if (strlen(r->name) != nlen) {
+            printf("ERROR: %s: record %u: name contains a NUL byte\n", path, (unsigned)i);
+            goto fail;
+        }
+        if (!g_u32(buf, len, &pos, &nd) || nd > DL_MAX_DIMS) {
+            printf("ERROR: %s: record %s: bad or truncated ndim\n", path, r->name);
+            goto fail;
+        }
+        r->ndim = (int)nd;
+        for (k = 0; k < nd; k++) {
+            if (!g_i64(buf, len, &pos, &r->shape[k]) || r->shape[k] < 0) {
+                printf("ERROR: %s: record %s: bad or truncated shape\n", path, r->name);
+                goto fail;
+            }
+            if (r->shape[k] && numel > (int64_t)((len - pos) / 4) / r->shape[k] + 1) {
+                printf("ERROR: %s: record %s: shape larger than the file (truncated?)\n", path, r->name);
+                goto fail;
+            }
+            numel *= r->shape[k];
+        }
+        r->numel = numel;
+        if ((uint64_t)numel > (uint64_t)((len - pos) / 4)) {
+            printf("ERROR: %s: record %s: needs %lld values but only %lu bytes are left "
+                   "(truncated?)\n", path, r->name, (long long)numel, (unsigned long)(len - pos));
+            goto fail;
+        }
+        r->v = (float *)malloc((size_t)(numel ? numel : 1) * sizeof(float));
+        if (!r->v) goto oom;
+        for (j = 0; j < (size_t)numel; j++) {
+            uint32_t u;
+            g_u32(buf, len, &pos, &u);
+            memcpy(&r->v[j], &u, sizeof u);
+        }
+    }
+    if (pos != len) {
+        printf("ERROR: %s: %lu trailing bytes after %u records\n", path,
+               (unsigned long)(len - pos), (unsigned)count);
+        goto fail;
+    }
+    free(buf);
+    return 1;
+oom:
+    printf("ERROR: out of memory\n");
+fail:
+    free(buf);
+    g_free_recs();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static const char *g_field(const grec *r) { const char *s = strrchr(r->name, '/'); return s ? s + 1 : r->name; }
+
+static size_t g_prefix_len(const grec *r)
+{
+    const char *s = strrchr(r->name, '/');
+    return s ? (size_t)(s - r->name) : 0;
+}
+
+static const char *g_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
+{
+    int i;
+    size_t k;
+    buf[0] = 0;
+    snprintf(buf, n, "(");
+    for (i = 0; i < ndim; i++) {
+        k = strlen(buf);
+        snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    }
+    k = strlen(buf);
+    snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+static int g_same_shape(const dl_tensor *t, const grec *r)
+{
+    int i;
+    if (t->ndim != r->ndim) return 0;
+    for (i = 0; i < r->ndim; i++) if (t->shape[i] != r->shape[i]) return 0;
+    return 1;
+}
+
+/* compare t (NULL: zeros) with r; one CHECK for the shape, one for the values */
+static void g_compare(const char *cname, const char *what, dl_tensor *t, const grec *r)
+{
+    char s1[128], s2[128];
+    float *got;
+    int64_t i, worst = -1, nbad = 0;
+    double wexcess = -1.0;
+    if (t) {
+        int ok = g_same_shape(t, r);
+        CHECK(ok, "%s %s: shape %s, torch %s", cname, what, g_shape_str(t->ndim, t->shape, s1, sizeof s1),
+              g_shape_str(r->ndim, r->shape, s2, sizeof s2));
+        if (!ok) return;
+        if (t->dtype != DL_DTYPE_F32) { CHECK(0, "%s %s: dtype %d, want float32", cname, what, (int)t->dtype); return; }
+    }
+    got = (float *)calloc((size_t)(r->numel ? r->numel : 1), sizeof(float));
+    if (!got) { CHECK(0, "%s %s: out of memory", cname, what); return; }
+    if (t && dl_read(t, got, r->numel) != DL_OK) {
+        CHECK(0, "%s %s: dl_read failed: %s", cname, what, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        free(got);
+        return;
+    }
+    {   /* the harness's rule decides; the loop below finds the worst element for the message */
+        long where = -1;
+        if (th_close(got, r->v, (long)r->numel, G_RTOL, G_ATOL, &where)) {
+            CHECK(1, "%s %s", cname, what);
+            free(got);
+            return;
+        }
+    }
+    for (i = 0; i < r->numel; i++) {
+        double a = got[i], b = r->v[i], d = fabs(a - b);
+        double ex = d - (G_ATOL + G_RTOL * fabs(b));
+        if (a != a) ex = 1e300;
+        if (ex > 0) nbad++;
+        if (ex > wexcess) { wexcess = ex; worst = i; }
+    }
+    CHECK(nbad == 0, "%s %s%s: %lld of %lld elements off; worst [%lld] (shape %s): dl %.9g, torch %.9g "
+          "(abs err %.3g)", cname, what, t ? "" : " (dl_grad gave NULL: zeros)", (long long)nbad,
+          (long long)r->numel, (long long)worst, g_shape_str(r->ndim, r->shape, s1, sizeof s1),
+          (double)got[worst < 0 ? 0 : worst], (double)r->v[worst < 0 ? 0 : worst],
+          worst < 0 ? 0.0 : fabs((double)got[worst] - (double)r->v[worst]));
+    free(got);
+}
+
+static void g_compare_i64(const char *cname, dl_tensor *t, const grec *r)
+{
+    char s1[128], s2[128];
+    int64_t *got, i, bad = -1;
+    int ok = g_same_shape(t, r);
+    CHECK(ok, "%s out: shape %s, torch %s", cname, g_shape_str(t->ndim, t->shape, s1, sizeof s1),
+          g_shape_str(r->ndim, r->shape, s2, sizeof s2));
+    if (!ok) return;
+    CHECK(t->dtype == DL_DTYPE_I64, "%s out: dtype %d, want int64", cname, (int)t->dtype);
+    if (t->dtype != DL_DTYPE_I64) return;
+    got = (int64_t *)calloc((size_t)(r->numel ? r->numel : 1), sizeof(int64_t));
+    if (!got) { CHECK(0, "%s: out of memory", cname); return; }
+    if (dl_read_int64(t, got, r->numel) != DL_OK) {
+        CHECK(0, "%s out: dl_read_int64 failed: %s", cname, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        free(got);
+        return;
+    }
+    for (i = 0; i < r->numel && bad < 0; i++) if (got[i] != (int64_t)r->v[i]) bad = i;
+    CHECK(bad < 0, "%s out: index [%lld]: dl %lld, torch %lld", cname, (long long)bad,
+          (long long)(bad < 0 ? 0 : got[bad]), (long long)(bad < 0 ? 0 : (int64_t)r->v[bad]));
+    free(got);
+}
+
+static int g_pi(const grec *params, int k) { return (int)params->v[k]; }
+
+static dl_conv_desc g_conv_desc(const grec *p)
+{
+    dl_conv_desc d;
+    int i;
+    memset(&d, 0, sizeof d);
+    for (i = 0; i < 3; i++) {
+        d.stride[i] = g_pi(p, i);
+        d.padding[i] = g_pi(p, 3 + i);
+        d.dilation[i] = g_pi(p, 6 + i);
+        d.output_padding[i] = g_pi(p, 9 + i);
+    }
+    d.groups = g_pi(p, 12);
+    d.padding_same = g_pi(p, 13) != 0;
+    return d;
+}
+
+static dl_pool_desc g_pool_desc(const grec *p)
+{
+    dl_pool_desc d;
+    int i;
+    memset(&d, 0, sizeof d);
+    for (i = 0; i < 3; i++) {
+        d.kernel[i] = g_pi(p, i);
+        d.stride[i] = g_pi(p, 3 + i);
+        d.padding[i] = g_pi(p, 6 + i);
+        d.dilation[i] = g_pi(p, 9 + i);
+    }
+    d.ceil_mode = g_pi(p, 12) != 0;
+    d.count_include_pad = g_pi(p, 13) != 0;
+    return d;
+}
+
+/* y = x w^T + b */
+static dl_tensor *linear(dl_tensor *x, dl_tensor *w, dl_tensor *b)
+{
+    return dl_add(dl_matmul(x, dl_transpose(w, 0, 1)), b);
+}
+
+/* d2l LeNet; loss = sum(out * R). in: X, W1, b1, ..., W5, b5, R */
+static dl_tensor *lenet_loss(dl_tensor *const *in)
+{
+    dl_conv_desc c1 = dl_conv_desc_make(1, 2, 1, 1);
+    dl_pool_desc p = dl_pool_desc_make(2, 2, 0);
+    dl_tensor *h;
+    h = dl_sigmoid(dl_conv2d(in[0], in[1], in[2], &c1));
+    h = dl_avg_pool2d(h, &p);
+    h = dl_sigmoid(dl_conv2d(h, in[3], in[4], NULL));
+    h = dl_avg_pool2d(h, &p);
+    h = dl_flatten(h, 1, -1);
+    h = dl_sigmoid(linear(h, in[5], in[6]));
+    h = dl_sigmoid(linear(h, in[7], in[8]));
+    h = linear(h, in[9], in[10]);
+    return dl_sum(dl_mul(h, in[11]), DL_ALL, false);
+}
+
+static dl_tensor *g_run(const char *op, int n, dl_tensor **in, const grec *p, const char **bad)
+{
+    int np = p ? (int)p->numel : 0;
+    dl_tensor *x = n > 0 ? in[0] : NULL, *w = n > 1 ? in[1] : NULL, *b = n > 2 ? in[2] : NULL;
+    *bad = NULL;
+    if (!strncmp(op, "conv", 4)) {
+        dl_conv_desc d;
+        if (np < 14 || n < 2) { *bad = "conv needs x, w and 14 params"; return NULL; }
+        d = g_conv_desc(p);
+        if (!strcmp(op, "conv1d")) return dl_conv1d(x, w, b, &d);
+        if (!strcmp(op, "conv2d")) return dl_conv2d(x, w, b, &d);
+        if (!strcmp(op, "conv3d")) return dl_conv3d(x, w, b, &d);
+        if (!strcmp(op, "conv_transpose1d")) return dl_conv_transpose1d(x, w, b, &d);
+        if (!strcmp(op, "conv_transpose2d")) return dl_conv_transpose2d(x, w, b, &d);
+        if (!strcmp(op, "conv_transpose3d")) return dl_conv_transpose3d(x, w, b, &d);
+    } else if (!strncmp(op, "max_pool", 8) || !strncmp(op, "avg_pool", 8)) {
+        dl_pool_desc d;
+        if (np < 14 || n < 1) { *bad = "pooling needs x and 14 params"; return NULL; }
+        d = g_pool_desc(p);
+        if (!strcmp(op, "max_pool1d")) return dl_max_pool1d(x, &d);
+        if (!strcmp(op, "max_pool2d")) return dl_max_pool2d(x, &d);
+        if (!strcmp(op, "max_pool3d")) return dl_max_pool3d(x, &d);
+        if (!strcmp(op, "avg_pool1d")) return dl_avg_pool1d(x, &d);
+        if (!strcmp(op, "avg_pool2d")) return dl_avg_pool2d(x, &d);
+        if (!strcmp(op, "avg_pool3d")) return dl_avg_pool3d(x, &d);
+    } else if (!strncmp(op, "adaptive_avg_pool", 17)) {
+        int64_t o[3];
+        if (np < 3 || n < 1) { *bad = "adaptive pooling needs x and 3 params"; return NULL; }
+        o[0] = g_pi(p, 0); o[1] = g_pi(p, 1); o[2] = g_pi(p, 2);
+        if (!strcmp(op, "adaptive_avg_pool1d")) return dl_adaptive_avg_pool1d(x, dl_shape_make(1, o));
+        if (!strcmp(op, "adaptive_avg_pool2d")) return dl_adaptive_avg_pool2d(x, dl_shape_make(2, o));
+        if (!strcmp(op, "adaptive_avg_pool3d")) return dl_adaptive_avg_pool3d(x, dl_shape_make(3, o));
+    } else if (!strcmp(op, "lenet")) {
+        if (n != 12) { *bad = "lenet needs 12 inputs"; return NULL; }
+        return lenet_loss(in);
+    }
+    *bad = "unknown op";
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ one case */
+
+static const grec *g_find(long lo, long hi, const char *prefix, const char *field)
+{
+    long i;
+    for (i = lo; i < hi; i++) {
+        const char *f = g_field(&g_recs[i]);
+        if (!strncmp(f, prefix, strlen(prefix)) && !strcmp(f + strlen(prefix), field)) return &g_recs[i];
+    }
+    return NULL;
+}
+
+static int g_is_input(const char *f)
+{
+    return strcmp(f, "params") && strcmp(f, "gout") && strcmp(f, "out") && strncmp(f, "grad_", 5) &&
+           strncmp(f, "v_", 2) && strncmp(f, "hv_", 3);
+}
+
+static void g_case(long lo, long hi, int *ncases)
+{
+    char cname[256], op[64], what[96];
+    const grec *in_r[G_MAXIN], *params, *gout_r, *out_r;
+    const grec *grad_r[G_MAXIN], *v_r[G_MAXIN], *hv_r[G_MAXIN];
+    dl_tensor *in[G_MAXIN], *req[G_MAXIN], *grads[G_MAXIN], *hv[G_MAXIN], *out;
+    int nin = 0, nreq = 0, k, dd = 0;
+    long i;
+    size_t pl = g_prefix_len(&g_recs[lo]);
+    const char *bad = NULL;
+    if (pl >= sizeof cname) pl = sizeof cname - 1;
+    memcpy(cname, g_recs[lo].name, pl);
+    cname[pl] = 0;
+    {
+        const char *s = strchr(cname, '/');
+        size_t ol = s ? (size_t)(s - cname) : strlen(cname);
+        if (ol >= sizeof op) ol = sizeof op - 1;
+        memcpy(op, cname, ol);
+        op[ol] = 0;
+    }
+    (*ncases)++;
+    for (i = lo; i < hi; i++) {
+        if (!g_is_input(g_field(&g_recs[i]))) continue;
+        if (nin == G_MAXIN) { CHECK(0, "%s: too many inputs", cname); return; }
+        in_r[nin++] = &g_recs[i];
+    }
+    params = g_find(lo, hi, "", "params");
+    gout_r = g_find(lo, hi, "", "gout");
+    out_r = g_find(lo, hi, "", "out");
+    if (!out_r) { CHECK(0, "%s: the golden file has no out record", cname); return; }
+    for (k = 0; k < nin; k++) {
+        const char *f = g_field(in_r[k]);
+        grad_r[k] = g_find(lo, hi, "grad_", f);
+        v_r[k] = g_find(lo, hi, "v_", f);
+        hv_r[k] = g_find(lo, hi, "hv_", f);
+        if (v_r[k]) dd = 1;
+        in[k] = dl_from_array(g_ctx, dl_shape_make(in_r[k]->ndim, in_r[k]->shape), in_r[k]->v);
+        if (in[k] && grad_r[k]) {
+            in[k] = dl_requires_grad(in[k], true);
+            req[nreq] = in[k];
+            grad_r[nreq] = grad_r[k];   /* compacted: grad_r/v_r/hv_r follow req */
+            v_r[nreq] = v_r[k];
+            hv_r[nreq] = hv_r[k];
+            nreq++;
+        }
+        if (!in[k]) {
+            CHECK(0, "%s: creating input %s failed: %s", cname, g_field(in_r[k]), dl_error_message(g_ctx));
+            dl_clear_error(g_ctx);
+            return;
+        }
+    }
+    out = g_run(op, nin, in, params, &bad);
+    if (bad) { CHECK(0, "%s: malformed case: %s", cname, bad); return; }
+    if (!out) {
+        CHECK(0, "%s: forward failed: %s", cname, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        return;
+    }
+    if (out->dtype == DL_DTYPE_I64 || !strcmp(op, "argmax")) { g_compare_i64(cname, out, out_r); return; }
+    g_compare(cname, "out", out, out_r);
+    if (!nreq) return;
+    if (!gout_r) { CHECK(0, "%s: the golden file has no gout record", cname); return; }
+    {
+        dl_backward_desc desc;
+        dl_result rc;
+        dl_tensor *gout = dl_from_array(g_ctx, dl_shape_make(gout_r->ndim, gout_r->shape), gout_r->v);
+        memset(&desc, 0, sizeof desc);
+        desc.grad = gout;
+        desc.create_graph = dd != 0;
+        if (!gout) { CHECK(0, "%s: gout: %s", cname, dl_error_message(g_ctx)); dl_clear_error(g_ctx); return; }
+        if (!g_same_shape(out, gout_r)) return;   /* already reported as a shape failure */
+        rc = dl_grad(out, nreq, req, grads, &desc);
+        CHECK(rc == DL_OK, "%s: dl_grad%s failed: %s: %s", cname, dd ? " (create_graph)" : "",
+              dl_result_string(rc), dl_error_message(g_ctx));
+        if (rc != DL_OK) { dl_clear_error(g_ctx); return; }
+        for (k = 0; k < nreq; k++) {
+            snprintf(what, sizeof what, "grad_%s", g_field(grad_r[k]) + 5);
+            g_compare(cname, what, grads[k], grad_r[k]);
+        }
+    }
+    if (!dd) return;
+    {
+        dl_tensor *s2 = NULL;
+        dl_result rc;
+        for (k = 0; k < nreq; k++) {
+            dl_tensor *vk, *term;
+            if (!v_r[k] || !hv_r[k]) { CHECK(0, "%s: v_/hv_ record missing for input %d", cname, k); return; }
+            if (!grads[k] || !grads[k]->requires_grad) continue;
+            vk = dl_from_array(g_ctx, dl_shape_make(v_r[k]->ndim, v_r[k]->shape), v_r[k]->v);
+            term = dl_sum(dl_mul(grads[k], vk), DL_ALL, false);
+            s2 = s2 ? dl_add(s2, term) : term;
+            if (!s2) break;
+        }
+        for (k = 0; k < nreq; k++) hv[k] = NULL;
+        if (s2) {
+            rc = dl_grad(s2, nreq, req, hv, NULL);
+            CHECK(rc == DL_OK, "%s: second dl_grad failed: %s: %s", cname, dl_result_string(rc),
+                  dl_error_message(g_ctx));
+            if (rc != DL_OK) { dl_clear_error(g_ctx); return; }
+        } else if (dl_last_error(g_ctx) != DL_OK) {
+            CHECK(0, "%s: building sum(grad * v) failed: %s", cname, dl_error_message(g_ctx));
+            dl_clear_error(g_ctx);
+            return;
+        }
+        for (k = 0; k < nreq; k++) {
+            snprintf(what, sizeof what, "hv_%s", g_field(hv_r[k]) + 3);
+            g_compare(cname, what, hv[k], hv_r[k]);
+        }
+    }
+}
+
+/* ================================================================ gradcheck */
+
+enum { L_CONV, L_CONVT, L_MAX, L_AVG, L_ADAPT };
+
+typedef struct GC {
+    int kind, nsp;
+    dl_conv_desc cd;
+    dl_pool_desc pd;
+    dl_shape os;
+    int nin;          /* 1: x; 2: x, w; 3: x, w, b */
+    bool second;      /* check the gradient of 0.5*sum(layer^2), taken with create_graph */
+} GC;
+
+static dl_tensor *layer(const GC *c, dl_tensor *x, dl_tensor *w, dl_tensor *b)
+{
+    switch (c->kind) {
+    case L_CONV:
+        return c->nsp == 1 ? dl_conv1d(x, w, b, &c->cd) : c->nsp == 2 ? dl_conv2d(x, w, b, &c->cd)
+                                                                        : dl_conv3d(x, w, b, &c->cd);
+    case L_CONVT:
+        return c->nsp == 1 ? dl_conv_transpose1d(x, w, b, &c->cd)
+             : c->nsp == 2 ? dl_conv_transpose2d(x, w, b, &c->cd)
+                           : dl_conv_transpose3d(x, w, b, &c->cd);
+    case L_MAX:
+        return c->nsp == 1 ? dl_max_pool1d(x, &c->pd) : c->nsp == 2 ? dl_max_pool2d(x, &c->pd)
+                                                                    : dl_max_pool3d(x, &c->pd);
+    case L_AVG:
+        return c->nsp == 1 ? dl_avg_pool1d(x, &c->pd) : c->nsp == 2 ? dl_avg_pool2d(x, &c->pd)
+                                                                    : dl_avg_pool3d(x, &c->pd);
+    default:
+        return c->nsp == 1 ? dl_adaptive_avg_pool1d(x, c->os)
+             : c->nsp == 2 ? dl_adaptive_avg_pool2d(x, c->os) : dl_adaptive_avg_pool3d(x, c->os);
+    }
+}
+
+static dl_tensor *f_layer(void *user, dl_tensor *const *in)
+{
+    const GC *c = (const GC *)user;
+    dl_tensor *w = c->nin > 1 ? in[1] : NULL, *b = c->nin > 2 ? in[2] : NULL;
+    if (c->second) {
+        /* the gradients of 0.5*sum(y^2) w.r.t. every input, flattened and
+           concatenated, with history. dl_gradcheck turns grad mode off for
+           its finite differences: the inner dl_grad needs it on. */
+        dl_ctx *ctx = dl_tensor_ctx(in[0]);
+        bool off = !dl_is_grad_enabled(ctx);
+        dl_tensor *y, *L, *g[3] = {NULL, NULL, NULL}, *flat[3], *r = NULL;
+        dl_backward_desc bd;
+        int k;
+        memset(&bd, 0, sizeof bd);
+        bd.create_graph = true;
+        if (off) dl_no_grad_end(ctx);
+        y = layer(c, in[0], w, b);
+        L = dl_mul_scalar(dl_sum(dl_mul(y, y), DL_ALL, false), 0.5f);
+        if (L && dl_grad(L, c->nin, in, g, &bd) == DL_OK) {
+            for (k = 0; k < c->nin; k++) flat[k] = dl_flatten(g[k], 0, -1);
+            r = dl_cat(c->nin, flat, 0);
+        }
+        if (off) dl_no_grad_begin(ctx);
+        return r;
+    }
+    return layer(c, in[0], w, b);
+}
+
+static int n_gc;
+
+/* distinct values on a 0.2 grid, shuffled (max pooling never meets a tie) */
+static void fill_distinct(dl_tensor *t, uint64_t seed)
+{
+    float *d = dl_data(t);
+    int64_t i, n = t->numel;
+    uint64_t s = seed * 2654435761u + 1;
+    for (i = 0; i < n; i++) d[i] = (float)(i - n / 2) * 0.2f + 0.06f;
+    for (i = n - 1; i > 0; i--) {
+        int64_t j;
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        j = (int64_t)((s >> 33) % (uint64_t)(i + 1));
+        { float tmp = d[i]; d[i] = d[j]; d[j] = tmp; }
+    }
+}
+
+static void gc(const char *label, GC c, dl_shape xs, dl_shape ws, int64_t nbias)
+{
+    dl_tensor *in[3];
+    dl_gradcheck_result r;
+    dl_result rc;
+    int k;
+    c.nin = c.kind == L_CONV || c.kind == L_CONVT ? (nbias ? 3 : 2) : 1;
+    dl_manual_seed(g_ctx, 100 + (uint64_t)n_gc);
+    in[0] = dl_randn(g_ctx, xs);
+    if (in[0] && c.kind == L_MAX) fill_distinct(in[0], (uint64_t)n_gc + 1);
+    if (c.nin > 1) in[1] = dl_mul_scalar(dl_randn(g_ctx, ws), 0.5f);
+    if (c.nin > 2) in[2] = dl_randn(g_ctx, dl_shape_make(1, &nbias));
+    for (k = 0; k < c.nin; k++) in[k] = dl_requires_grad(in[k], true);
+    n_gc++;
+    for (k = 0; k < c.nin; k++)
+        if (!in[k]) { CHECK(0, "gradcheck %s: making inputs: %s", label, dl_error_message(g_ctx)); dl_clear_error(g_ctx); dl_step_end(g_ctx); return; }
+    rc = dl_gradcheck(g_ctx, f_layer, &c, c.nin, in, NULL, &r);
+    CHECK(rc == DL_OK && r.ok, "gradcheck %s: %s %s; max abs err x %.3g w %.3g b %.3g (worst x[%lld] w[%lld] b[%lld])",
+          label, dl_result_string(rc), rc ? dl_error_message(g_ctx) : "", r.max_abs_err[0],
+          r.max_abs_err[1], r.max_abs_err[2], (long long)r.worst_index[0],
+          (long long)r.worst_index[1], (long long)r.worst_index[2]);
+    dl_clear_error(g_ctx);
+    dl_step_end(g_ctx);
+}
+
+static GC conv(int kind, int nsp, int64_t s, int64_t p, int64_t d, int64_t groups)
+{
+    GC c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.nsp = nsp;
+    c.cd = dl_conv_desc_make(s, p, d, groups);
+    return c;
+}
+
+static GC pool(int kind, int nsp, int64_t k, int64_t s, int64_t p)
+{
+    GC c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.nsp = nsp;
+    c.pd = dl_pool_desc_make(k, s, p);
+    return c;
+}
+
+/* x shape (N, C, sp...) for nsp spatial dims of sizes a, b, c */
+static dl_shape SP(int nsp, int64_t N, int64_t C, int64_t a, int64_t b, int64_t c)
+{
+    int64_t d[5];
+    d[0] = N; d[1] = C; d[2] = a; d[3] = b; d[4] = c;
+    return dl_shape_make(2 + nsp, d);
+}
+
+static void gradchecks(void)
+{
+    int nsp;
+    char lab[96];
+    static const int64_t SZ[3][3] = {{7, 1, 1}, {5, 4, 1}, {4, 3, 3}};
+    for (nsp = 1; nsp <= 3; nsp++) {
+        const int64_t *z = SZ[nsp - 1];
+        GC c;
+#define LAB(s) (snprintf(lab, sizeof lab, "%dd %s", nsp, s), lab)
+        /* convolution */
+        gc(LAB("conv plain+bias"), conv(L_CONV, nsp, 1, 0, 1, 1), SP(nsp, 2, 2, z[0], z[1], z[2]), SP(nsp, 3, 2, 2, 2, 2), 3);
+        gc(LAB("conv no bias"), conv(L_CONV, nsp, 1, 0, 1, 1), SP(nsp, 1, 2, z[0], z[1], z[2]), SP(nsp, 2, 2, 2, 2, 2), 0);
+        gc(LAB("conv stride 2"), conv(L_CONV, nsp, 2, 0, 1, 1), SP(nsp, 1, 2, z[0], z[1], z[2]), SP(nsp, 2, 2, 2, 2, 2), 2);
+        gc(LAB("conv padding 1"), conv(L_CONV, nsp, 1, 1, 1, 1), SP(nsp, 1, 2, z[0], z[1], z[2]), SP(nsp, 2, 2, 3, 3, 3), 2);
+        gc(LAB("conv dilation 2"), conv(L_CONV, nsp, 1, 1, 2, 1), SP(nsp, 1, 1, z[0], z[1], z[2]), SP(nsp, 2, 1, 2, 2, 2), 2);
+        gc(LAB("conv groups 2"), conv(L_CONV, nsp, 1, 0, 1, 2), SP(nsp, 1, 4, z[0], z[1], z[2]), SP(nsp, 4, 2, 2, 2, 2), 4);
+        gc(LAB("conv depthwise"), conv(L_CONV, nsp, 2, 1, 1, 3), SP(nsp, 1, 3, z[0], z[1], z[2]), SP(nsp, 3, 1, 2, 2, 2), 3);
+        c = conv(L_CONV, nsp, 1, 0, 1, 1);
+        c.cd.padding_same = true;
+        gc(LAB("conv padding_same k3"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(nsp, 2, 2, 3, 3, 3), 2);
+        c.cd = dl_conv_desc_make(1, 0, 3, 1);
+        c.cd.padding_same = true;
+        gc(LAB("conv padding_same k2 dil 3"), c, SP(nsp, 1, 1, z[0], z[1], z[2]), SP(nsp, 2, 1, 2, 2, 2), 2);
+        gc(LAB("conv k1 (no im2col)"), conv(L_CONV, nsp, 1, 0, 1, 1), SP(nsp, 2, 3, z[0], z[1], z[2]), SP(nsp, 2, 3, 1, 1, 1), 2);
+        /* transposed convolution */
+        gc(LAB("convT plain+bias"), conv(L_CONVT, nsp, 1, 0, 1, 1), SP(nsp, 1, 2, z[0] - 1, z[1], z[2]), SP(nsp, 2, 3, 2, 2, 2), 3);
+        gc(LAB("convT no bias"), conv(L_CONVT, nsp, 1, 0, 1, 1), SP(nsp, 1, 2, 3, 2, 2), SP(nsp, 2, 2, 2, 2, 2), 0);
+        c = conv(L_CONVT, nsp, 2, 1, 1, 1);
+        c.cd.output_padding[0] = c.cd.output_padding[1] = c.cd.output_padding[2] = 1;
+        gc(LAB("convT stride 2 pad 1 output_padding 1"), c, SP(nsp, 1, 2, 3, 2, 2), SP(nsp, 2, 2, 3, 3, 3), 2);
+        c = conv(L_CONVT, nsp, 1, 0, 2, 1);
+        c.cd.output_padding[0] = 1;
+        gc(LAB("convT dilation 2 output_padding 1"), c, SP(nsp, 1, 2, 3, 2, 2), SP(nsp, 2, 1, 2, 2, 2), 1);
+        gc(LAB("convT groups 2"), conv(L_CONVT, nsp, 2, 0, 1, 2), SP(nsp, 1, 4, 2, 2, 2), SP(nsp, 4, 1, 2, 2, 2), 2);
+        gc(LAB("convT depthwise"), conv(L_CONVT, nsp, 1, 1, 1, 2), SP(nsp, 1, 2, 3, 2, 2), SP(nsp, 2, 1, 3, 3, 3), 2);
+        /* pooling */
+        gc(LAB("max k2"), pool(L_MAX, nsp, 2, 0, 0), SP(nsp, 2, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        gc(LAB("max k3 s2 p1"), pool(L_MAX, nsp, 3, 2, 1), SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        gc(LAB("max k3 s1 (overlap)"), pool(L_MAX, nsp, 3, 1, 0), SP(nsp, 1, 2, z[0], z[1], z[2] < 3 ? 3 : z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        c = pool(L_MAX, nsp, 2, 1, 1);
+        c.pd.dilation[0] = c.pd.dilation[1] = c.pd.dilation[2] = 2;
+        gc(LAB("max dilation 2"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        c = pool(L_MAX, nsp, 2, 2, 0);
+        c.pd.ceil_mode = true;
+        gc(LAB("max ceil_mode"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        gc(LAB("avg k2"), pool(L_AVG, nsp, 2, 0, 0), SP(nsp, 2, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        gc(LAB("avg k3 s2 p1 count_include_pad"), pool(L_AVG, nsp, 3, 2, 1), SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        c = pool(L_AVG, nsp, 3, 2, 1);
+        c.pd.count_include_pad = false;
+        gc(LAB("avg k3 s2 p1 exclude pad"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        c = pool(L_AVG, nsp, 2, 2, 1);
+        c.pd.ceil_mode = true;
+        gc(LAB("avg ceil_mode pad 1"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        c.pd.count_include_pad = false;
+        gc(LAB("avg ceil_mode pad 1 exclude pad"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        c = pool(L_ADAPT, nsp, 1, 1, 0);
+        c.os = dl_shape_make(nsp, NULL);
+        c.os.d[0] = 3; if (nsp > 1) c.os.d[1] = 3; if (nsp > 2) c.os.d[2] = 2;
+        gc(LAB("adaptive avg (overlapping windows)"), c, SP(nsp, 2, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        c.os.d[0] = c.os.d[1] = c.os.d[2] = 1;
+        gc(LAB("adaptive avg global"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
+        /* second order */
+        c = conv(L_CONV, nsp, 2, 1, 1, 2);
+        c.second = true;
+        gc(LAB("second order conv (stride 2, pad 1, groups 2)"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(nsp, 2, 1, 2, 2, 2), 2);
+        c = conv(L_CONVT, nsp, 2, 0, 1, 1);
+        c.cd.output_padding[0] = 1;
+        c.second = true;
+        gc(LAB("second order convT (stride 2, output_padding 1)"), c, SP(nsp, 1, 2, 2, 2, 2), SP(nsp, 2, 1, 2, 2, 2), 1);
+#undef LAB
+    }
+    {   /* second order pooling, unbatched inputs, asymmetric options */
+        GC c = pool(L_MAX, 2, 2, 1, 0);
+        c.second = true;
+        gc("2d second order max pool (overlap)", c, SP(2, 1, 2, 4, 3, 1), SP(0, 0, 0, 0, 0, 0), 0);
+        c = pool(L_AVG, 1, 3, 2, 1);
+        c.second = true;
+        gc("1d second order avg pool", c, SP(1, 1, 2, 6, 1, 1), SP(0, 0, 0, 0, 0, 0), 0);
+        c = pool(L_ADAPT, 2, 1, 1, 0);
+        c.os = DL_SHAPE(2, 3);
+        c.second = true;
+        gc("2d second order adaptive avg pool", c, SP(2, 1, 1, 5, 4, 1), SP(0, 0, 0, 0, 0, 0), 0);
+        c = conv(L_CONV, 2, 1, 1, 1, 1);
+        gc("2d conv unbatched (C,H,W)", c, DL_SHAPE(2, 4, 3), SP(2, 3, 2, 3, 2, 1), 3);
+        c = conv(L_CONVT, 1, 2, 0, 1, 1);
+        gc("1d convT unbatched (C,L)", c, DL_SHAPE(2, 3), SP(1, 2, 2, 3, 1, 1), 2);
+        c = pool(L_MAX, 2, 2, 1, 0);
+        gc("2d max pool unbatched", c, DL_SHAPE(2, 3, 3), SP(0, 0, 0, 0, 0, 0), 0);
+        c = conv(L_CONV, 2, 1, 0, 1, 1);
+        c.cd.stride[1] = 2; c.cd.padding[0] = 1; c.cd.dilation[1] = 2;
+        gc("2d conv asymmetric stride/padding/dilation", c, SP(2, 1, 2, 4, 6, 1), SP(2, 2, 2, 3, 2, 1), 2);
+        c = conv(L_CONV, 2, 1, 0, 1, 1);
+        c.cd.padding_same = true;
+        gc("2d conv padding_same kernel (2,3)", c, SP(2, 1, 2, 4, 4, 1), SP(2, 2, 2, 2, 3, 1), 2);
+    }
+    printf("%d gradcheck cases\n", n_gc);
+}
+
+/* ================================================================ errors */
+
+static void errors(void)
+{
+    dl_ctx *c = g_ctx;
+    dl_conv_desc d;
+    dl_pool_desc pd;
+    dl_tensor *x = dl_randn(c, DL_SHAPE(2, 3, 8, 8)), *w = dl_randn(c, DL_SHAPE(4, 3, 3, 3));
+    dl_tensor *b = dl_randn(c, DL_SHAPE(4)), *y;
+    dl_log_fn quiet = dl_log_silent;
+    dl_set_log(c, quiet, NULL);
+
+    /* NULL inputs: NULL, silently */
+    CHECK(dl_conv2d(NULL, w, b, NULL) == NULL && dl_conv2d(x, NULL, NULL, NULL) == NULL &&
+          dl_conv_transpose2d(NULL, w, NULL, NULL) == NULL && dl_max_pool2d(NULL, NULL) == NULL &&
+          dl_avg_pool1d(NULL, NULL) == NULL && dl_adaptive_avg_pool2d(NULL, DL_SHAPE(1, 1)) == NULL &&
+          dl_last_error(c) == DL_OK, "NULL inputs give NULL without an error: %s", dl_error_message(c));
+    /* x with the wrong ndim */
+    CHECK(dl_conv2d(dl_randn(c, DL_SHAPE(8, 8)), w, NULL, NULL) == NULL, "conv2d 2-d x");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv2d: x (8,8) must have 4 dims (N,C,H,W)");
+    CHECK(dl_conv1d(x, w, NULL, NULL) == NULL, "conv1d 4-d x");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv1d: x (2,3,8,8) must have 3 dims");
+    CHECK(dl_conv2d(x, dl_randn(c, DL_SHAPE(4, 3, 3)), NULL, NULL) == NULL, "conv2d 3-d w");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv2d: w (4,3,3) must have 4 dims");
+    CHECK(dl_max_pool3d(dl_randn(c, DL_SHAPE(3, 8, 8)), NULL) == NULL, "max_pool3d 3-d x");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_max_pool3d: x (3,8,8) must have 5 dims");
+    CHECK(dl_adaptive_avg_pool1d(dl_randn(c, DL_SHAPE(5)), DL_SHAPE(2)) == NULL, "adaptive 1-d x");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_adaptive_avg_pool1d: x (5) must have 3 dims");
+    /* channels do not match w */
+    CHECK(dl_conv2d(x, dl_randn(c, DL_SHAPE(4, 2, 3, 3)), NULL, NULL) == NULL, "channels");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv2d: x (2,3,8,8) has 3 channels but w (4,2,3,3) expects w.shape[1]*groups = 2*1 = 2");
+    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(4, 3, 3, 3)), NULL, NULL) == NULL, "convT channels");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv_transpose2d: x (2,3,8,8) has 3 channels but w (4,3,3,3) expects w.shape[0] = 4");
+    /* OC not divisible by groups */
+    d = dl_conv_desc_make(1, 0, 1, 2);
+    CHECK(dl_conv1d(dl_randn(c, DL_SHAPE(1, 4, 8)), dl_randn(c, DL_SHAPE(3, 2, 3)), NULL, &d) == NULL, "OC %% groups");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv1d: w (3,2,3) has 3 output channels (dim 0), not divisible by groups=2");
+    /* C not divisible by groups */
+    CHECK(dl_conv1d(dl_randn(c, DL_SHAPE(1, 3, 8)), dl_randn(c, DL_SHAPE(4, 1, 3)), NULL, &d) == NULL, "C %% groups");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv1d: x (1,3,8) has 3 channels, not divisible by groups=2");
+    CHECK(dl_conv_transpose1d(dl_randn(c, DL_SHAPE(1, 3, 8)), dl_randn(c, DL_SHAPE(3, 1, 3)), NULL, &d) == NULL, "convT C %% groups");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv_transpose1d: x (1,3,8) has 3 channels, not divisible by groups=2");
+    d = dl_conv_desc_make(1, 0, 1, -1);
+    CHECK(dl_conv2d(x, w, NULL, &d) == NULL, "groups -1");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv2d: groups=-1 must be >= 1");
+    /* kernel larger than the padded input */
+    CHECK(dl_conv2d(dl_randn(c, DL_SHAPE(1, 3, 2, 8)), w, NULL, NULL) == NULL, "kernel > input");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv2d: x (1,3,2,8), w (4,3,3,3): spatial dim 0: the input padded to 2");
+    d = dl_conv_desc_make(1, 0, 4, 1);
+    CHECK(dl_conv2d(x, w, NULL, &d) == NULL, "dilated kernel > input");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "smaller than the dilated kernel 9");
+    d = dl_conv_desc_make(1, 1, 1, 1);
+    CHECK(dl_conv2d(dl_randn(c, DL_SHAPE(1, 3, 1, 1)), w, NULL, &d) != NULL, "k3 on a 1x1 input padded by 1 is fine");
+    /* negative stride / dilation / padding */
+    d = dl_conv_desc_make(-1, 0, 1, 1);
+    CHECK(dl_conv2d(x, w, NULL, &d) == NULL, "stride -1");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv2d: stride[0]=-1 must be >= 1");
+    d = dl_conv_desc_make(1, 0, 1, 1);
+    d.dilation[1] = -2;
+    CHECK(dl_conv2d(x, w, NULL, &d) == NULL, "dilation -2");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv2d: dilation[1]=-2 must be >= 1");
+    d = dl_conv_desc_make(1, -1, 1, 1);
+    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 2, 3, 3)), NULL, &d) == NULL, "padding -1");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv_transpose2d: padding[0]=-1 must be >= 0");
+    /* padding_same */
+    d = dl_conv_desc_make(2, 0, 1, 1);
+    d.padding_same = true;
+    CHECK(dl_conv2d(x, w, NULL, &d) == NULL, "same with stride 2");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv2d: padding_same needs stride 1");
+    d = dl_conv_desc_make(1, 0, 1, 1);
+    d.padding_same = true;
+    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 2, 3, 3)), NULL, &d) == NULL, "same on convT");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv_transpose2d: padding_same applies to dl_conv*d only");
+    /* output_padding */
+    d = dl_conv_desc_make(2, 0, 2, 1);
+    d.output_padding[1] = 2;
+    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 2, 3, 3)), NULL, &d) == NULL, "output_padding 2, stride 2, dilation 2");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv_transpose2d: output_padding[1]=2 must be smaller than either stride (2) or dilation (2)");
+    d.output_padding[1] = -1;
+    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 2, 3, 3)), NULL, &d) == NULL, "output_padding -1");
+    EXPECT_ERR(c, DL_ERR_ARG, "output_padding[1]=-1 must be >= 0");
+    d = dl_conv_desc_make(1, 0, 1, 1);
+    d.output_padding[0] = 1;
+    CHECK(dl_conv2d(x, w, NULL, &d) == NULL, "output_padding on conv");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_conv2d: output_padding[0]=1 applies to transposed convolution only");
+    d = dl_conv_desc_make(1, 0, 3, 1);
+    d.output_padding[0] = 2;   /* < dilation: allowed, as PyTorch */
+    y = dl_conv_transpose1d(dl_randn(c, DL_SHAPE(1, 2, 4)), dl_randn(c, DL_SHAPE(2, 1, 2)), NULL, &d);
+    CHECK(y && y->shape[2] == 4 - 1 + 3 + 2 + 1, "output_padding 2 with stride 1 dilation 3: size %lld", y ? (long long)y->shape[2] : -1LL);
+    d = dl_conv_desc_make(1, 3, 1, 1);
+    CHECK(dl_conv_transpose1d(dl_randn(c, DL_SHAPE(1, 2, 2)), dl_randn(c, DL_SHAPE(2, 1, 2)), NULL, &d) == NULL, "convT output < 1");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv_transpose1d: x (1,2,2), w (2,1,2): spatial dim 0: output size");
+    /* b with the wrong size */
+    CHECK(dl_conv2d(x, w, dl_randn(c, DL_SHAPE(3)), NULL) == NULL, "b (3)");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv2d: b (3) must be (OC) = (4)");
+    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 2, 3, 3)), dl_randn(c, DL_SHAPE(3)), NULL) == NULL, "convT b (3)");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv_transpose2d: b (3) must be (OC) = (2)");
+    CHECK(dl_conv2d(x, w, dl_randn(c, DL_SHAPE(4, 1)), NULL) == NULL, "b (4,1)");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "b (4,1) must be (OC) = (4)");
+    /* dtype */
+    {
+        int64_t iv[4] = {1, 2, 3, 4};
+        CHECK(dl_conv1d(x, w, dl_from_int64(c, DL_SHAPE(4), iv), NULL) == NULL, "int64 b");
+        EXPECT_ERR(c, DL_ERR_DTYPE, "dl_conv1d: b (4) has dtype int64");
+    }
+    /* pooling */
+    CHECK(dl_max_pool2d(x, NULL) == NULL, "NULL pool desc");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: desc is NULL");
+    pd = dl_pool_desc_make(2, 0, 0);
+    pd.kernel[1] = 0;
+    CHECK(dl_max_pool2d(x, &pd) == NULL, "kernel 0");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: kernel[1]=0 must be >= 1");
+    pd = dl_pool_desc_make(3, 1, 2);
+    CHECK(dl_avg_pool2d(x, &pd) == NULL, "pad > kernel/2");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_avg_pool2d: padding[0]=2 must be between 0 and half the kernel size (kernel[0]=3)");
+    pd = dl_pool_desc_make(2, 1, 1);
+    CHECK(dl_max_pool1d(dl_randn(c, DL_SHAPE(1, 2, 5)), &pd) != NULL, "pad = kernel/2 is fine");
+    pd = dl_pool_desc_make(2, -1, 0);
+    CHECK(dl_max_pool2d(x, &pd) == NULL, "pool stride -1");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: stride[0]=-1 must be >= 1");
+    pd = dl_pool_desc_make(2, 0, 0);
+    pd.dilation[0] = 2;
+    CHECK(dl_avg_pool2d(x, &pd) == NULL, "avg dilation");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_avg_pool2d: dilation[0]=2: dilation applies to max pooling only");
+    pd = dl_pool_desc_make(9, 1, 0);
+    CHECK(dl_max_pool2d(x, &pd) == NULL, "pool kernel > input");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_max_pool2d: x (2,3,8,8): spatial dim 0 of size 8 with padding 0 is smaller than the window 9");
+    CHECK(dl_adaptive_avg_pool2d(x, DL_SHAPE(2)) == NULL, "adaptive output_size ndim");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_adaptive_avg_pool2d: output_size (2) has 1 entries; it needs one per spatial dim (2)");
+    CHECK(dl_adaptive_avg_pool2d(x, DL_SHAPE(2, -1)) == NULL, "adaptive negative");
+    EXPECT_ERR(c, DL_ERR_ARG, "output_size (2,-1) has a negative entry");
+    /* mixed devices (a tensor marked as on cuda:0; no data is touched before the check) */
+    w->device = dl_cuda(0);
+    CHECK(dl_conv2d(x, w, NULL, NULL) == NULL, "mixed devices");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_conv2d: x (2,3,8,8) is on cpu but w (4,3,3,3) is on cuda:0");
+    w->device = dl_cpu();
+    b->device = dl_cuda(1);
+    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 4, 3, 3)), b, NULL) == NULL, "mixed devices b");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "b (4) is on cuda:1");
+    b->device = dl_cpu();
+    /* a stale tensor */
+    {
+        dl_tensor *old = dl_randn(c, DL_SHAPE(1, 3, 8, 8));
+        dl_step_end(c);
+        x = dl_randn(c, DL_SHAPE(2, 3, 8, 8));
+        w = dl_randn(c, DL_SHAPE(4, 3, 3, 3));
+        CHECK(dl_conv2d(old, w, NULL, NULL) == NULL, "stale x");
+        EXPECT_ERR(c, DL_ERR_STALE, "dl_conv2d: x (1,3,8,8) was made in step");
+    }
+    /* the context still works */
+    y = dl_conv2d(x, w, NULL, NULL);
+    CHECK(y && y->shape[2] == 6 && dl_last_error(c) == DL_OK, "conv2d after the errors: %s", dl_error_message(c));
+    pd = dl_pool_desc_make(2, 0, 0);
+    y = dl_max_pool2d(y, &pd);
+    CHECK(y && y->shape[3] == 3 && dl_last_error(c) == DL_OK, "max_pool2d after the errors: %s", dl_error_message(c));
+    dl_set_log(c, NULL, NULL);
+    dl_step_end(c);
+}
+
+/* ================================================================ threads, memory, timing */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* conv2d + max pool + conv_transpose2d forward and backward; all results into buf */
+static int det_run(dl_ctx *c, float *buf)
+{
+    dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 2);
+    dl_pool_desc p = dl_pool_desc_make(3, 2, 1);
+    dl_tensor *x, *w, *w2, *y, *in[3], *g[3];
+    int64_t off = 0;
+    int k;
+    dl_manual_seed(c, 7);
+    x = dl_requires_grad(dl_randn(c, DL_SHAPE(9, 4, 23, 21)), true);
+    w = dl_requires_grad(dl_randn(c, DL_SHAPE(8, 2, 3, 3)), true);
+    w2 = dl_requires_grad(dl_randn(c, DL_SHAPE(8, 3, 2, 2)), true);
+    y = dl_max_pool2d(dl_relu(dl_conv2d(x, w, NULL, &d)), &p);
+    d = dl_conv_desc_make(2, 0, 1, 1);
+    y = dl_conv_transpose2d(y, w2, NULL, &d);
+    y = dl_sum(dl_mul(y, y), DL_ALL, false);
+    in[0] = x; in[1] = w; in[2] = w2;
+    if (!y || dl_grad(y, 3, in, g, NULL) != DL_OK) return -1;
+    buf[off++] = dl_item(y);
+    for (k = 0; k < 3; k++) {
+        if (dl_read(g[k], buf + off, g[k]->numel) != DL_OK) return -1;
+        off += g[k]->numel;
+    }
+    dl_step_end(c);
+    return (int)off;
+}
+
+static void threads_and_memory(void)
+{
+    dl_ctx *c = dl_ctx_init(NULL);
+    float *ref = (float *)malloc(sizeof(float) * 200000), *got = (float *)malloc(sizeof(float) * 200000);
+    int n1, n, t;
+    dl_memory_stats m1, m2;
+    if (!c || !ref || !got) { CHECK(0, "threads: setup"); free(ref); free(got); dl_ctx_free(c); return; }
+    dl_set_num_threads(c, 1);
+    n1 = det_run(c, ref);
+    CHECK(n1 > 0, "deterministic run, 1 thread: %s", dl_error_message(c));
+    for (t = 2; t <= 3 && n1 > 0; t++) {
+        dl_set_num_threads(c, t);
+        n = det_run(c, got);
+        CHECK(n == n1 && memcmp(ref, got, sizeof(float) * (size_t)n1) == 0,
+              "conv/pool results with %d threads differ from 1 thread", t);
+    }
+    /* flat memory: the same step again allocates nothing */
+    det_run(c, got);
+    dl_memory_stats_get(c, dl_cpu(), &m1);
+    det_run(c, got);
+    dl_memory_stats_get(c, dl_cpu(), &m2);
+    CHECK(m1.alloc_calls == m2.alloc_calls, "a repeated conv training step called the allocator %llu more times",
+          (unsigned long long)(m2.alloc_calls - m1.alloc_calls));
+    free(ref);
+    free(got);
+    dl_ctx_free(c);
+}
+
+static void timing(void)
+{
+    dl_ctx *c = dl_ctx_init(NULL);
+    dl_conv_desc d = dl_conv_desc_make(1, 2, 1, 1);
+    double best[2] = {1e30, 1e30}, bestp = 1e30;
+    int rep, xg;
+    if (!c) return;
+    for (xg = 0; xg < 2; xg++)
+        for (rep = 0; rep < 5; rep++) {
+            dl_tensor *x = dl_rand(c, DL_SHAPE(256, 1, 28, 28)), *w, *b, *y;
+            dl_backward_desc bd;
+            double t0, t1;
+            w = dl_requires_grad(dl_mul_scalar(dl_randn(c, DL_SHAPE(6, 1, 5, 5)), 0.2f), true);
+            b = dl_requires_grad(dl_zeros(c, DL_SHAPE(6)), true);
+            if (xg) dl_requires_grad(x, true);
+            memset(&bd, 0, sizeof bd);
+            t0 = now_ms();
+            y = dl_conv2d(x, w, b, &d);
+            bd.grad = dl_ones_like(y);
+            dl_backward_ex(y, &bd);
+            t1 = now_ms();
+            if (t1 - t0 < best[xg]) best[xg] = t1 - t0;
+            CHECK(y && w->grad && (!xg || x->grad), "timing run: %s", dl_error_message(c));
+            dl_step_end(c);
+        }
+    for (rep = 0; rep < 5; rep++) {
+        dl_tensor *x = dl_requires_grad(dl_rand(c, DL_SHAPE(256, 6, 28, 28)), true), *y;
+        dl_pool_desc p = dl_pool_desc_make(2, 2, 0);
+        double t0 = now_ms(), t1;
+        y = dl_sum(dl_avg_pool2d(x, &p), DL_ALL, false);
+        dl_backward(y);
+        y = dl_sum(dl_max_pool2d(x, &p), DL_ALL, false);
+        dl_backward(y);
+        t1 = now_ms();
+        if (t1 - t0 < bestp) bestp = t1 - t0;
+        dl_step_end(c);
+    }
+    printf("timing (best of 5, %d threads): conv2d 256x1x28x28 -> 6x5x5 pad 2, forward + backward: "
+           "%.2f ms (dx not needed), %.2f ms (with dx); avg+max pool 2x2 on 256x6x28x28 fwd+bwd: %.2f ms\n",
+           dl_num_threads(c), best[0], best[1], bestp);
+    CHECK(best[1] < 250.0, "LeNet-sized conv forward + backward took %.1f ms", best[1]);
+    dl_ctx_free(c);
+}
+
+/* ================================================================ main */
+
+int main(int argc, char **argv)
+{
+    const char *path = argc > 1 ? argv[1] : "tests/golden/conv.bin";
+    long i, j;
+    int ncases = 0;
+    g_ctx = dl_ctx_init(NULL);
+    CHECK(g_ctx != NULL, "dl_ctx_init");
+    if (!g_ctx) TEST_END();
+    gradchecks();
+    CHECK(dl_last_error(g_ctx) == DL_OK, "stray error after the gradchecks: %s", dl_error_message(g_ctx));
+    errors();
+    threads_and_memory();
+    if (!g_load(path)) {
+        CHECK(0, "loading the golden file %s", path);
+    } else {
+        for (i = 0; i < g_nrec; i = j) {
+            size_t pl = g_prefix_len(&g_recs[i]);
+            for (j = i + 1; j < g_nrec; j++)
+                if (g_prefix_len(&g_recs[j]) != pl || strncmp(g_recs[j].name, g_recs[i].name, pl) != 0) break;
+            g_case(i, j, &ncases);
+            dl_clear_error(g_ctx);
+            dl_step_end(g_ctx);
+        }
+        printf("golden: %d cases from %s (%ld records)\n", ncases, path, g_nrec);
+        CHECK(ncases > 120, "expected more than 120 cases in %s, found %d", path, ncases);
+        g_free_recs();
+    }
+    timing();
+    CHECK(dl_last_error(g_ctx) == DL_OK, "stray error at the end: %s", dl_error_message(g_ctx));
+    dl_ctx_free(g_ctx);
+    TEST_END();
+}

@@ -1,0 +1,1157 @@
+/* tests/test_nn_ops.c - normalization, dropout and losses (parts/nn_ops_*.h).
+
+   1. PyTorch golden values (tests/golden/nn_ops.bin from
+      tests/golden/gen_nn_ops.py): forward, input/weight/bias gradients for a
+      fixed upstream gradient, Hessian-vector products where recorded, and the
+      batch norm running statistics after the call; |got - want| <=
+      1e-5 + 1e-4 |want|.
+   2. dl_gradcheck of every op and option (central differences), including
+      second derivatives (a gradient taken with create_graph, checked again).
+   3. dropout statistics, scaling, seeding; large logits; int32 targets.
+   4. errors: code and message, then the context still works; NULL inputs.
+   Run from the repository root: test_nn_ops [path/to/nn_ops.bin] */
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include <stdlib.h>
+
+#define G_RTOL 1e-4
+#define G_ATOL 1e-5
+#define G_MAXIN 8
+
+typedef struct grec {
+    char *name;
+    int ndim;
+    int64_t shape[DL_MAX_DIMS];
+    int64_t numel;
+    float *v;
+} grec;
+
+static grec *g_recs;
+static long g_nrec;
+static dl_ctx *g_ctx;
+
+/* ------------------------------------------------------------------ loading */
+
+static int g_u32(const unsigned char *b, size_t len, size_t *pos, uint32_t *out)
+{
+    if (len - *pos < 4) return 0;
+    *out = (uint32_t)b[*pos] | ((uint32_t)b[*pos + 1] << 8) | ((uint32_t)b[*pos + 2] << 16) |
+           ((uint32_t)b[*pos + 3] << 24);
+    *pos += 4;
+    return 1;
+}
+
+static int g_i64(const unsigned char *b, size_t len, size_t *pos, int64_t *out)
+{
+    uint32_t lo, hi;
+    uint64_t u;
+    if (len - *pos < 8) return 0;
+    g_u32(b, len, pos, &lo);
+    g_u32(b, len, pos, &hi);
+    u = (uint64_t)lo | ((uint64_t)hi << 32);
+    memcpy(out, &u, sizeof u);
+    return 1;
+}
+
+static void g_free_recs(void)
+{
+    long i;
+    for (i = 0; i < g_nrec; i++) { free(g_recs[i].name); free(g_recs[i].v); }
+    free(g_recs);
+    g_recs = NULL;
+    g_nrec = 0;
+}
+
+/* returns 1 on success; on failure prints why and returns 0 */
+static int g_load(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    size_t len = 0, pos = 0, got;
+    long sz;
+    uint32_t version, count, i;
+    if (!f) { printf("ERROR: cannot open golden file %s (run from the repo root, or "
+                     "regenerate it with python3 tests/golden/gen.py)\n", path); return 0; }
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        printf("ERROR: cannot determine the size of %s\n", path);
+        fclose(f);
+        return 0;
+    }
+    len = (size_t)sz;
+    buf = (unsigned char *)malloc(len ? len : 1);
+    if (!buf) { printf("ERROR: out of memory reading %s\n", path); fclose(f); return 0; }
+    got = fread(buf, 1, len, f);
+    fclose(f);
+    if (got != len) { printf("ERROR: short read on %s\n", path); free(buf); return 0; }
+    if (len < 16 || memcmp(buf, "DLGOLD1\0", 8) != 0) {
+        printf("ERROR: %s is not a golden file (bad magic or shorter than its header)\n", path);
+        free(buf);
+        return 0;
+    }
+    pos = 8;
+    g_u32(buf, len, &pos, &version);
+    g_u32(buf, len, &pos, &count);
+    if (version != 1) {
+        printf("ERROR: %s has format version %u; this test reads version 1\n", path, (unsigned)version);
+        free(buf);
+        return 0;
+    }
+    /* every record needs at least 12 bytes: this bounds count before allocating */
+    if (count > (len - pos) / 12 + 1) {
+        printf("ERROR: %s claims %u records but has only %lu bytes (truncated?)\n", path,
+               (unsigned)count, (unsigned long)len);
+        free(buf);
+        return 0;
+    }
+    g_recs = (grec *)calloc(count ? count : 1, sizeof(grec));
+    if (!g_recs) { printf("ERROR: out of memory\n"); free(buf); return 0; }
+    for (i = 0; i < count; i++) {
+        grec *r = &g_recs[i];
+        uint32_t nlen, nd, k;
+        int64_t numel = 1;
+        size_t j;
+        if (!g_u32(buf, len, &pos, &nlen) || nlen == 0 || nlen > 512 || len - pos < nlen) {
+            printf("ERROR: %s: record %u: bad or truncated name (offset %lu)\n", path,
+                   (unsigned)i, (unsigned long)pos);
+            goto fail;
+        }
+        r->name = (char *)malloc(nlen + 1);
+        if (!r->name) goto oom;
+        g_nrec = (long)i + 1;
+        memcpy(r->name, buf + pos, nlen);
+        r->name[nlen] = 0;
+        pos += nlen;
+        if (strlen(r->name) != nlen) {
+            printf("ERROR: %s: record %u: name contains a NUL byte\n", path, (unsigned)i);
+            goto fail;
+        }
+        if (!g_u32(buf, len, &pos, &nd) || nd > DL_MAX_DIMS) {
+            printf("ERROR: %s: record %s: bad or truncated ndim\n", path, r->name);
+            goto fail;
+        }
+        r->ndim = (int)nd;
+        for (k = 0; k < nd; k++) {
+            if (!g_i64(buf, len, &pos, &r->shape[k]) || r->shape[k] < 0) {
+                printf("ERROR: %s: record %s: bad or truncated shape\n", path, r->name);
+                goto fail;
+            }
+            if (r->shape[k] && numel > (int64_t)((len - pos) / 4) / r->shape[k] + 1) {
+                printf("ERROR: %s: record %s: shape larger than the file (truncated?)\n", path, r->name);
+                goto fail;
+            }
+            numel *= r->shape[k];
+        }
+        r->numel = numel;
+        if ((uint64_t)numel > (uint64_t)((len - pos) / 4)) {
+            printf("ERROR: %s: record %s: needs %lld values but only %lu bytes are left "
+                   "(truncated?)\n", path, r->name, (long long)numel, (unsigned long)(len - pos));
+            goto fail;
+        }
+        r->v = (float *)malloc((size_t)(numel ? numel : 1) * sizeof(float));
+        if (!r->v) goto oom;
+        for (j = 0; j < (size_t)numel; j++) {
+            uint32_t u;
+            g_u32(buf, len, &pos, &u);
+            memcpy(&r->v[j], &u, sizeof u);
+        }
+    }
+    if (pos != len) {
+        printf("ERROR: %s: %lu trailing bytes after %u records\n", path,
+               (unsigned long)(len - pos), (unsigned)count);
+        goto fail;
+    }
+    free(buf);
+    return 1;
+oom:
+    printf("ERROR: out of memory\n");
+fail:
+    free(buf);
+    g_free_recs();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static const char *g_field(const grec *r) { const char *s = strrchr(r->name, '/'); return s ? s + 1 : r->name; }
+
+static size_t g_prefix_len(const grec *r)
+{
+    const char *s = strrchr(r->name, '/');
+    return s ? (size_t)(s - r->name) : 0;
+}
+
+static const char *g_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
+{
+    int i;
+    size_t k;
+    buf[0] = 0;
+    snprintf(buf, n, "(");
+    for (i = 0; i < ndim; i++) {
+        k = strlen(buf);
+        snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    }
+    k = strlen(buf);
+    snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+static int g_same_shape(const dl_tensor *t, const grec *r)
+{
+    int i;
+    if (t->ndim != r->ndim) return 0;
+    for (i = 0; i < r->ndim; i++) if (t->shape[i] != r->shape[i]) return 0;
+    return 1;
+}
+
+/* compare t (NULL: zeros) with r; one CHECK for the shape, one for the values */
+static void g_compare(const char *cname, const char *what, dl_tensor *t, const grec *r)
+{
+    char s1[128], s2[128];
+    float *got;
+    int64_t i, worst = -1, nbad = 0;
+    double wexcess = -1.0;
+    if (t) {
+        int ok = g_same_shape(t, r);
+        CHECK(ok, "%s %s: shape %s, torch %s", cname, what, g_shape_str(t->ndim, t->shape, s1, sizeof s1),
+              g_shape_str(r->ndim, r->shape, s2, sizeof s2));
+        if (!ok) return;
+        if (t->dtype != DL_DTYPE_F32) { CHECK(0, "%s %s: dtype %d, want float32", cname, what, (int)t->dtype); return; }
+    }
+    got = (float *)calloc((size_t)(r->numel ? r->numel : 1), sizeof(float));
+    if (!got) { CHECK(0, "%s %s: out of memory", cname, what); return; }
+    if (t && dl_read(t, got, r->numel) != DL_OK) {
+        CHECK(0, "%s %s: dl_read failed: %s", cname, what, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        free(got);
+        return;
+    }
+    {   /* the harness's rule decides; the loop below finds the worst element for the message */
+        long where = -1;
+        if (th_close(got, r->v, (long)r->numel, G_RTOL, G_ATOL, &where)) {
+            CHECK(1, "%s %s", cname, what);
+            free(got);
+            return;
+        }
+    }
+    for (i = 0; i < r->numel; i++) {
+        double a = got[i], b = r->v[i], d = fabs(a - b);
+        double ex = d - (G_ATOL + G_RTOL * fabs(b));
+        if (a != a) ex = 1e300;
+        if (ex > 0) nbad++;
+        if (ex > wexcess) { wexcess = ex; worst = i; }
+    }
+    CHECK(nbad == 0, "%s %s%s: %lld of %lld elements off; worst [%lld] (shape %s): dl %.9g, torch %.9g "
+          "(abs err %.3g)", cname, what, t ? "" : " (dl_grad gave NULL: zeros)", (long long)nbad,
+          (long long)r->numel, (long long)worst, g_shape_str(r->ndim, r->shape, s1, sizeof s1),
+          (double)got[worst < 0 ? 0 : worst], (double)r->v[worst < 0 ? 0 : worst],
+          worst < 0 ? 0.0 : fabs((double)got[worst] - (double)r->v[worst]));
+    free(got);
+}
+
+
+/* ------------------------------------------------------------------ golden: ops */
+
+static dl_shape g_param_shape(const grec *p, int from)
+{
+    int64_t d[DL_MAX_DIMS];
+    int i, n = (int)p->numel - from;
+    if (n > DL_MAX_DIMS) n = DL_MAX_DIMS;
+    if (n < 0) n = 0;
+    for (i = 0; i < n; i++) d[i] = (int64_t)p->v[from + i];
+    return dl_shape_make(n, d);
+}
+
+static dl_tensor *g_get(int n, const grec *const *rs, dl_tensor **in, const char *field)
+{
+    int k;
+    for (k = 0; k < n; k++) if (!strcmp(g_field(rs[k]), field)) return in[k];
+    return NULL;
+}
+
+/* Runs op on the inputs, found by field name. *bad: the case is malformed. */
+static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor **in,
+                        const grec *p, const char **bad)
+{
+    dl_tensor *x = g_get(n, rs, in, "x");
+    int np = p ? (int)p->numel : 0;
+    *bad = NULL;
+#define G_NEED(npar) do { if (np < (npar)) { *bad = "too few params"; return NULL; } } while (0)
+    if (!strcmp(op, "batch_norm")) {
+        G_NEED(3);
+        return dl_batch_norm(x, g_get(n, rs, in, "rm"), g_get(n, rs, in, "rv"), g_get(n, rs, in, "w"),
+                             g_get(n, rs, in, "b"), p->v[0] != 0.0f, p->v[1], p->v[2]);
+    }
+    if (!strcmp(op, "layer_norm")) {
+        G_NEED(2);
+        return dl_layer_norm(x, g_param_shape(p, 1), g_get(n, rs, in, "w"), g_get(n, rs, in, "b"),
+                             p->v[0]);
+    }
+    if (!strcmp(op, "cross_entropy") || !strcmp(op, "nll_loss")) {
+        dl_loss_desc d = dl_loss_desc_default();
+        G_NEED(3);
+        d.reduction = (dl_reduction)(int)p->v[0];
+        d.ignore_index = (int64_t)p->v[1];
+        d.label_smoothing = p->v[2];
+        d.weight = g_get(n, rs, in, "weight");
+        if (!strcmp(op, "nll_loss")) return dl_nll_loss(x, g_get(n, rs, in, "target"), &d);
+        return dl_cross_entropy_ex(x, g_get(n, rs, in, "target"), &d);
+    }
+    if (!strcmp(op, "mse_loss")) { G_NEED(1); return dl_mse_loss(g_get(n, rs, in, "a"), g_get(n, rs, in, "b"), (dl_reduction)(int)p->v[0]); }
+    if (!strcmp(op, "l1_loss")) { G_NEED(1); return dl_l1_loss(g_get(n, rs, in, "a"), g_get(n, rs, in, "b"), (dl_reduction)(int)p->v[0]); }
+    if (!strcmp(op, "bce_logits")) {
+        G_NEED(1);
+        return dl_binary_cross_entropy_with_logits(x, g_get(n, rs, in, "y"), (dl_reduction)(int)p->v[0]);
+    }
+#undef G_NEED
+    *bad = "unknown op";
+    return NULL;
+}
+
+static const grec *g_find(long lo, long hi, const char *prefix, const char *field)
+{
+    long i;
+    for (i = lo; i < hi; i++) {
+        const char *f = g_field(&g_recs[i]);
+        if (!strncmp(f, prefix, strlen(prefix)) && !strcmp(f + strlen(prefix), field)) return &g_recs[i];
+    }
+    return NULL;
+}
+
+static int g_is_input(const char *f)
+{
+    return strcmp(f, "params") && strcmp(f, "gout") && strcmp(f, "out") && strncmp(f, "grad_", 5) &&
+           strncmp(f, "v_", 2) && strncmp(f, "hv_", 3) && strncmp(f, "after_", 6);
+}
+
+static int g_n_dd, g_n_after;
+
+static void g_case(long lo, long hi, int *ncases)
+{
+    char cname[256], op[64], what[96];
+    const grec *in_r[G_MAXIN], *params, *gout_r, *out_r;
+    const grec *grad_r[G_MAXIN], *v_r[G_MAXIN], *hv_r[G_MAXIN];
+    dl_tensor *in[G_MAXIN], *req[G_MAXIN], *grads[G_MAXIN], *hv[G_MAXIN], *out;
+    int nin = 0, nreq = 0, k, dd = 0;
+    long i;
+    size_t pl = g_prefix_len(&g_recs[lo]);
+    const char *bad = NULL;
+    if (pl >= sizeof cname) pl = sizeof cname - 1;
+    memcpy(cname, g_recs[lo].name, pl);
+    cname[pl] = 0;
+    {
+        const char *s = strchr(cname, '/');
+        size_t ol = s ? (size_t)(s - cname) : strlen(cname);
+        if (ol >= sizeof op) ol = sizeof op - 1;
+        memcpy(op, cname, ol);
+        op[ol] = 0;
+    }
+    (*ncases)++;
+    for (i = lo; i < hi; i++) {
+        if (!g_is_input(g_field(&g_recs[i]))) continue;
+        if (nin == G_MAXIN) { CHECK(0, "%s: too many inputs", cname); return; }
+        in_r[nin++] = &g_recs[i];
+    }
+    params = g_find(lo, hi, "", "params");
+    gout_r = g_find(lo, hi, "", "gout");
+    out_r = g_find(lo, hi, "", "out");
+    if (!out_r) { CHECK(0, "%s: the golden file has no out record", cname); return; }
+    for (k = 0; k < nin; k++) {
+        const char *f = g_field(in_r[k]);
+        dl_shape s = dl_shape_make(in_r[k]->ndim, in_r[k]->shape);
+        grad_r[k] = g_find(lo, hi, "grad_", f);
+        v_r[k] = g_find(lo, hi, "v_", f);
+        hv_r[k] = g_find(lo, hi, "hv_", f);
+        if (v_r[k]) dd = 1;
+        if (!strcmp(f, "target")) {   /* class indices, stored as floats */
+            int64_t *t = (int64_t *)malloc(sizeof(int64_t) * (size_t)(in_r[k]->numel + 1));
+            int64_t j;
+            if (!t) { CHECK(0, "%s: out of memory", cname); return; }
+            for (j = 0; j < in_r[k]->numel; j++) t[j] = (int64_t)in_r[k]->v[j];
+            in[k] = dl_from_int64(g_ctx, s, t);
+            free(t);
+        } else {
+            in[k] = dl_from_array(g_ctx, s, in_r[k]->v);
+        }
+        if (in[k] && grad_r[k]) {
+            in[k] = dl_requires_grad(in[k], true);
+            req[nreq] = in[k];
+            grad_r[nreq] = grad_r[k];
+            v_r[nreq] = v_r[k];
+            hv_r[nreq] = hv_r[k];
+            nreq++;
+        }
+        if (!in[k]) {
+            CHECK(0, "%s: creating input %s failed: %s", cname, f, dl_error_message(g_ctx));
+            dl_clear_error(g_ctx);
+            return;
+        }
+    }
+    out = g_run(op, nin, in_r, in, params, &bad);
+    if (bad) { CHECK(0, "%s: malformed case: %s", cname, bad); return; }
+    if (!out) {
+        CHECK(0, "%s: forward failed: %s", cname, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        return;
+    }
+    g_compare(cname, "out", out, out_r);
+    for (k = 0; k < nin; k++) {   /* in-place updates (running stats) */
+        const grec *a = g_find(lo, hi, "after_", g_field(in_r[k]));
+        if (!a) continue;
+        snprintf(what, sizeof what, "after_%s", g_field(in_r[k]));
+        g_compare(cname, what, in[k], a);
+        g_n_after++;
+    }
+    if (!nreq) return;
+    if (!gout_r) { CHECK(0, "%s: the golden file has no gout record", cname); return; }
+    {
+        dl_backward_desc desc;
+        dl_result rc;
+        dl_tensor *gout = dl_from_array(g_ctx, dl_shape_make(gout_r->ndim, gout_r->shape), gout_r->v);
+        memset(&desc, 0, sizeof desc);
+        desc.grad = gout;
+        desc.create_graph = dd != 0;
+        if (!gout) { CHECK(0, "%s: gout: %s", cname, dl_error_message(g_ctx)); dl_clear_error(g_ctx); return; }
+        if (!g_same_shape(out, gout_r)) return;
+        rc = dl_grad(out, nreq, req, grads, &desc);
+        CHECK(rc == DL_OK, "%s: dl_grad%s failed: %s: %s", cname, dd ? " (create_graph)" : "",
+              dl_result_string(rc), dl_error_message(g_ctx));
+        if (rc != DL_OK) { dl_clear_error(g_ctx); return; }
+        for (k = 0; k < nreq; k++) {
+            snprintf(what, sizeof what, "grad_%s", g_field(grad_r[k]) + 5);
+            g_compare(cname, what, grads[k], grad_r[k]);
+        }
+    }
+    if (!dd) return;
+    g_n_dd++;
+    {
+        dl_tensor *s2 = NULL;
+        dl_result rc;
+        for (k = 0; k < nreq; k++) {
+            dl_tensor *vk, *term;
+            if (!v_r[k] || !hv_r[k]) { CHECK(0, "%s: v_/hv_ record missing for input %d", cname, k); return; }
+            if (!grads[k] || !grads[k]->requires_grad) continue;
+            vk = dl_from_array(g_ctx, dl_shape_make(v_r[k]->ndim, v_r[k]->shape), v_r[k]->v);
+            term = dl_sum(dl_mul(grads[k], vk), DL_ALL, false);
+            s2 = s2 ? dl_add(s2, term) : term;
+            if (!s2) break;
+        }
+        for (k = 0; k < nreq; k++) hv[k] = NULL;
+        if (s2) {
+            rc = dl_grad(s2, nreq, req, hv, NULL);
+            CHECK(rc == DL_OK, "%s: second dl_grad failed: %s: %s", cname, dl_result_string(rc),
+                  dl_error_message(g_ctx));
+            if (rc != DL_OK) { dl_clear_error(g_ctx); return; }
+        } else if (dl_last_error(g_ctx) != DL_OK) {
+            CHECK(0, "%s: building sum(grad * v) failed: %s", cname, dl_error_message(g_ctx));
+            dl_clear_error(g_ctx);
+            return;
+        }
+        for (k = 0; k < nreq; k++) {
+            snprintf(what, sizeof what, "hv_%s", g_field(hv_r[k]) + 3);
+            g_compare(cname, what, hv[k], hv_r[k]);
+        }
+    }
+}
+
+static void test_golden(const char *path)
+{
+    long i, j;
+    int ncases = 0;
+    if (!g_load(path)) { CHECK(0, "loading the golden file %s", path); return; }
+    for (i = 0; i < g_nrec; i = j) {
+        size_t pl = g_prefix_len(&g_recs[i]);
+        for (j = i + 1; j < g_nrec; j++)
+            if (g_prefix_len(&g_recs[j]) != pl || strncmp(g_recs[j].name, g_recs[i].name, pl) != 0) break;
+        g_case(i, j, &ncases);
+        dl_clear_error(g_ctx);
+        dl_step_end(g_ctx);
+    }
+    printf("golden: %d cases (%d with double backward, %d running-stat updates) from %s\n", ncases,
+           g_n_dd, g_n_after, path);
+    CHECK(ncases > 80, "expected more than 80 cases in %s, found %d", path, ncases);
+    CHECK(g_n_dd >= 8, "expected double-backward cases, found %d", g_n_dd);
+    CHECK(g_n_after >= 10, "expected running-stat records, found %d", g_n_after);
+    g_free_recs();
+}
+
+/* ------------------------------------------------------------------ gradcheck */
+
+enum { GC_BN, GC_LN, GC_CE, GC_NLL, GC_MSE, GC_L1, GC_BCE, GC_DROP, GC_CE_HESS, GC_LN_HESS,
+       GC_BN_HESS };
+
+/* inputs: in[0] = x (or a), then the fields flagged below, in this order */
+typedef struct GC {
+    int op;
+    bool training;
+    bool has_rs, has_w, has_b;    /* bn/ln: which of rm, rv, w, b are inputs */
+    bool rs_grad;                 /* eval: rm/rv are inputs (grad) rather than fixed */
+    dl_tensor *rm, *rv;           /* fixed running stats (training) */
+    dl_shape ns;                  /* layer norm */
+    dl_tensor *target;
+    dl_loss_desc d;
+    bool weight_in;               /* class weight is input in[1] */
+    dl_reduction r;
+    float p;                      /* dropout */
+    uint64_t seed;
+} GC;
+
+static dl_ctx *G;
+
+static dl_tensor *gc_fn(void *user, dl_tensor *const *in)
+{
+    GC *g = (GC *)user;
+    int k = 1;
+    switch (g->op) {
+    case GC_BN: {
+        dl_tensor *rm = g->rm, *rv = g->rv, *w = NULL, *b = NULL;
+        if (g->rs_grad) { rm = in[k++]; rv = in[k++]; }
+        if (g->has_w) w = in[k++];
+        if (g->has_b) b = in[k++];
+        return dl_batch_norm(in[0], rm, rv, w, b, g->training, 0.1f, 1e-5f);
+    }
+    case GC_LN: {
+        dl_tensor *w = NULL, *b = NULL;
+        if (g->has_w) w = in[k++];
+        if (g->has_b) b = in[k++];
+        return dl_layer_norm(in[0], g->ns, w, b, 1e-5f);
+    }
+    case GC_CE: case GC_NLL: {
+        dl_loss_desc d = g->d;
+        if (g->weight_in) d.weight = in[1];
+        return g->op == GC_CE ? dl_cross_entropy_ex(in[0], g->target, &d)
+                              : dl_nll_loss(in[0], g->target, &d);
+    }
+    case GC_MSE: return dl_mse_loss(in[0], in[1], g->r);
+    case GC_L1: return dl_l1_loss(in[0], in[1], g->r);
+    case GC_BCE: return dl_binary_cross_entropy_with_logits(in[0], in[1], g->r);
+    case GC_DROP:
+        dl_manual_seed(G, g->seed);   /* the same mask every call */
+        return dl_dropout(in[0], g->p, true);
+    case GC_CE_HESS: case GC_LN_HESS: case GC_BN_HESS: {
+        /* a first gradient d l / d x with history (create_graph): gradcheck
+           then checks its derivatives (the Hessian, and mixed ones in w, b).
+           dl_gradcheck turns grad mode off for its finite differences; the
+           inner dl_grad needs it on, so it is re-enabled around it. */
+        dl_tensor *l, *gx = NULL, *x = in[0];
+        bool off = !dl_is_grad_enabled(G);
+        dl_backward_desc bd;
+        memset(&bd, 0, sizeof bd);
+        bd.create_graph = true;
+        if (off) dl_no_grad_end(G);
+        if (g->op == GC_CE_HESS) {
+            dl_loss_desc d = g->d;
+            if (g->weight_in) d.weight = in[1];
+            l = dl_cross_entropy_ex(x, g->target, &d);
+            if (l && l->ndim) l = dl_sum(l, DL_ALL, false);
+        } else {
+            dl_tensor *y = g->op == GC_LN_HESS ? dl_layer_norm(x, g->ns, in[1], in[2], 1e-5f)
+                                              : dl_batch_norm(x, NULL, NULL, in[1], in[2], true, 0.1f, 1e-5f);
+            l = dl_sum(dl_pow(y, 3.0f), DL_ALL, false);   /* nonlinear in y */
+        }
+        if (l && dl_grad(l, 1, &x, &gx, &bd) != DL_OK) gx = NULL;
+        if (off) dl_no_grad_begin(G);
+        return gx;
+    }
+    }
+    return NULL;
+}
+
+/* ---- deterministic fills (an LCG, independent of the context's RNG) */
+static uint64_t g_lcg = 12345;
+static float urand(void)
+{
+    g_lcg = g_lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((g_lcg >> 40) & 0xffffff) * (1.0f / 16777216.0f);
+}
+
+/* uniform in [lo, hi) */
+static dl_tensor *U(dl_shape s, float lo, float hi, bool grad)
+{
+    dl_tensor *t = dl_empty(G, s);
+    float *d = dl_data(t);
+    int64_t i;
+    if (!d) return NULL;
+    for (i = 0; i < t->numel; i++) d[i] = lo + (hi - lo) * urand();
+    return grad ? dl_requires_grad(t, true) : t;
+}
+
+/* class indices in [0, C), nign of them (spread out) set to ignore */
+static dl_tensor *TG(dl_shape s, int C, int64_t ignore, int nign)
+{
+    int64_t v[256], n = 1, i;
+    int k;
+    for (k = 0; k < s.ndim; k++) n *= s.d[k];
+    if (n > 256) return NULL;
+    for (i = 0; i < n; i++) v[i] = (int64_t)(urand() * (float)C) % C;
+    for (k = 0; k < nign && k < n; k++) v[(k * 7 + 1) % n] = ignore;
+    return dl_from_int64(G, s, v);
+}
+
+static int g_ngc;
+
+static void gc_run(const char *what, GC *g, int n, dl_tensor **in)
+{
+    dl_gradcheck_result res;
+    dl_result rc;
+    int k;
+    for (k = 0; k < n; k++)
+        if (!in[k]) { CHECK(0, "gradcheck %s: input %d not created: %s", what, k, dl_error_message(G)); dl_clear_error(G); dl_step_end(G); return; }
+    rc = dl_gradcheck(G, gc_fn, g, n, in, NULL, &res);
+    g_ngc++;
+    if (rc != DL_OK) {
+        CHECK(0, "gradcheck %s: %s: %s", what, dl_result_string(rc), dl_error_message(G));
+        dl_clear_error(G);
+    } else {
+        int worst = 0;
+        for (k = 1; k < n; k++) if (res.max_abs_err[k] > res.max_abs_err[worst]) worst = k;
+        CHECK(res.ok, "gradcheck %s: input %d max abs err %.3g (rel %.3g) at element %lld", what,
+              worst, res.max_abs_err[worst], res.max_rel_err[worst], (long long)res.worst_index[worst]);
+    }
+    dl_step_end(G);
+}
+
+static GC gc_new(int op) { GC g; memset(&g, 0, sizeof g); g.op = op; g.d = dl_loss_desc_default(); return g; }
+
+static void gc_bn(const char *what, dl_shape xs, bool training, bool rs, bool w, bool b)
+{
+    GC g = gc_new(GC_BN);
+    dl_tensor *in[5];
+    dl_shape cs = DL_SHAPE(xs.d[1]);
+    int n = 0;
+    g.training = training;
+    g.has_w = w;
+    g.has_b = b;
+    in[n++] = U(xs, -2.0f, 2.0f, true);
+    if (rs && training) { g.rm = U(cs, -0.5f, 0.5f, false); g.rv = U(cs, 0.5f, 1.5f, false); }
+    if (!training) {
+        g.rs_grad = true;
+        in[n++] = U(cs, -0.5f, 0.5f, true);
+        in[n++] = U(cs, 0.5f, 1.5f, true);
+    }
+    if (w) in[n++] = U(cs, 0.5f, 1.5f, true);
+    if (b) in[n++] = U(cs, -1.0f, 1.0f, true);
+    gc_run(what, &g, n, in);
+}
+
+static void gc_ln(const char *what, dl_shape xs, int k, bool affine)
+{
+    GC g = gc_new(GC_LN);
+    dl_tensor *in[3];
+    int n = 0;
+    g.ns = dl_shape_make(k, xs.d + xs.ndim - k);
+    g.has_w = g.has_b = affine;
+    in[n++] = U(xs, -2.0f, 2.0f, true);
+    if (affine) { in[n++] = U(g.ns, 0.5f, 1.5f, true); in[n++] = U(g.ns, -1.0f, 1.0f, true); }
+    gc_run(what, &g, n, in);
+}
+
+static void gc_class(const char *what, int op, dl_shape xs, dl_reduction r, int64_t ignore, int nign,
+                     float ls, bool weight)
+{
+    GC g = gc_new(op);
+    dl_tensor *in[2];
+    dl_shape ts;
+    int i, n = 0;
+    int64_t C = xs.ndim == 1 ? xs.d[0] : xs.d[1];   /* (C) with a 0-d target, or (N,C,...) */
+    ts = dl_shape_make(xs.ndim - 1, NULL);
+    if (xs.ndim > 1) ts.d[0] = xs.d[0];
+    for (i = 2; i < xs.ndim; i++) ts.d[i - 1] = xs.d[i];
+    g.d.reduction = r;
+    g.d.ignore_index = ignore;
+    g.d.label_smoothing = ls;
+    g.target = TG(ts, (int)C, ignore, nign);
+    in[n++] = U(xs, -2.0f, 2.0f, true);
+    if (weight) { g.weight_in = true; in[n++] = U(DL_SHAPE(C), 0.3f, 1.5f, true); }
+    if (!g.target) { CHECK(0, "gradcheck %s: targets", what); return; }
+    gc_run(what, &g, n, in);
+}
+
+static void gc_pair(const char *what, int op, dl_shape s, dl_reduction r, float xlo, float xhi)
+{
+    GC g = gc_new(op);
+    dl_tensor *in[2];
+    g.r = r;
+    in[0] = U(s, xlo, xhi, true);
+    if (op == GC_BCE) in[1] = U(s, 0.0f, 1.0f, true);
+    else if (op == GC_L1) {   /* b = a +- [0.1, 1): |a - b| far from the kink */
+        float *a, *b;
+        int64_t i;
+        in[1] = U(s, 0.1f, 1.0f, true);
+        a = dl_data(in[0]);
+        b = dl_data(in[1]);
+        if (a && b) for (i = 0; i < in[0]->numel; i++) b[i] = a[i] + (urand() < 0.5f ? -b[i] : b[i]);
+    } else in[1] = U(s, -2.0f, 2.0f, true);
+    gc_run(what, &g, 2, in);
+}
+
+static void test_gradcheck(void)
+{
+    static const char *rn[] = {"mean", "sum", "none"};
+    char nm[128];
+    int r;
+    /* batch norm */
+    gc_bn("bn train 2d affine", DL_SHAPE(6, 3), true, false, true, true);
+    gc_bn("bn train 2d plain", DL_SHAPE(5, 4), true, false, false, false);
+    gc_bn("bn train 2d running stats", DL_SHAPE(4, 3), true, true, true, true);
+    gc_bn("bn train 3d affine+rs", DL_SHAPE(4, 3, 5), true, true, true, true);
+    gc_bn("bn train 3d plain", DL_SHAPE(2, 3, 4), true, false, false, false);
+    gc_bn("bn train 4d", DL_SHAPE(3, 2, 3, 4), true, false, true, true);
+    gc_bn("bn train 4d plain", DL_SHAPE(2, 2, 2, 3), true, true, false, false);
+    gc_bn("bn train 5d", DL_SHAPE(2, 3, 2, 2, 3), true, false, true, true);
+    gc_bn("bn train 5d plain", DL_SHAPE(2, 2, 2, 3, 2), true, false, false, false);
+    gc_bn("bn train weight only", DL_SHAPE(5, 2, 3), true, false, true, false);
+    gc_bn("bn eval 2d affine", DL_SHAPE(4, 3), false, true, true, true);
+    gc_bn("bn eval 2d plain", DL_SHAPE(3, 5), false, true, false, false);
+    gc_bn("bn eval 3d", DL_SHAPE(2, 3, 4), false, true, true, true);
+    gc_bn("bn eval 4d", DL_SHAPE(2, 3, 2, 2), false, true, true, false);
+    gc_bn("bn eval 5d", DL_SHAPE(2, 2, 2, 2, 3), false, true, false, true);
+    /* layer norm */
+    gc_ln("ln 1 dim affine", DL_SHAPE(4, 6), 1, true);
+    gc_ln("ln 1 dim plain", DL_SHAPE(2, 3, 5), 1, false);
+    gc_ln("ln 2 dims affine", DL_SHAPE(2, 3, 4), 2, true);
+    gc_ln("ln 2 dims plain", DL_SHAPE(3, 2, 5), 2, false);
+    gc_ln("ln all dims", DL_SHAPE(3, 4), 2, true);
+    /* class losses, every reduction and option */
+    for (r = 0; r < 3; r++) {
+        dl_reduction red = (dl_reduction)r;
+        snprintf(nm, sizeof nm, "ce %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(5, 4), red, -100, 0, 0.0f, false);
+        snprintf(nm, sizeof nm, "ce ignore %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(6, 4), red, -100, 2, 0.0f, false);
+        snprintf(nm, sizeof nm, "ce ignore=1 %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(6, 3), red, 1, 2, 0.0f, false);
+        snprintf(nm, sizeof nm, "ce smoothing %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(5, 4), red, -100, 0, 0.2f, false);
+        snprintf(nm, sizeof nm, "ce weight %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(5, 4), red, -100, 0, 0.0f, true);
+        snprintf(nm, sizeof nm, "ce weight+ignore+smoothing %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(6, 4), red, -100, 2, 0.1f, true);
+        snprintf(nm, sizeof nm, "ce (N,C,d) %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(2, 3, 4), red, -100, 1, 0.0f, false);
+        snprintf(nm, sizeof nm, "ce (N,C,d1,d2) all options %s", rn[r]); gc_class(nm, GC_CE, DL_SHAPE(2, 3, 2, 2), red, -100, 2, 0.3f, true);
+        snprintf(nm, sizeof nm, "nll %s", rn[r]); gc_class(nm, GC_NLL, DL_SHAPE(5, 4), red, -100, 0, 0.0f, false);
+        snprintf(nm, sizeof nm, "nll weight+ignore %s", rn[r]); gc_class(nm, GC_NLL, DL_SHAPE(6, 3), red, -100, 2, 0.0f, true);
+        snprintf(nm, sizeof nm, "nll (N,C,d) %s", rn[r]); gc_class(nm, GC_NLL, DL_SHAPE(2, 4, 3), red, 0, 1, 0.0f, true);
+        snprintf(nm, sizeof nm, "mse %s", rn[r]); gc_pair(nm, GC_MSE, DL_SHAPE(3, 4), red, -2.0f, 2.0f);
+        snprintf(nm, sizeof nm, "l1 %s", rn[r]); gc_pair(nm, GC_L1, DL_SHAPE(2, 3, 2), red, -2.0f, 2.0f);
+        snprintf(nm, sizeof nm, "bce %s", rn[r]); gc_pair(nm, GC_BCE, DL_SHAPE(3, 4), red, -3.0f, 3.0f);
+        snprintf(nm, sizeof nm, "bce large logits %s", rn[r]); gc_pair(nm, GC_BCE, DL_SHAPE(2, 5), red, -40.0f, 40.0f);
+    }
+    gc_class("ce one sample (C)", GC_CE, DL_SHAPE(5), DL_REDUCTION_NONE, -100, 0, 0.0f, false);
+    /* dropout: the mask is fixed by reseeding in the function */
+    {
+        GC g = gc_new(GC_DROP);
+        dl_tensor *in[1];
+        g.p = 0.3f;
+        g.seed = 99;
+        in[0] = U(DL_SHAPE(4, 5), -2.0f, 2.0f, true);
+        gc_run("dropout p=0.3", &g, 1, in);
+        g.p = 0.8f;
+        in[0] = U(DL_SHAPE(50), -2.0f, 2.0f, true);
+        gc_run("dropout p=0.8", &g, 1, in);
+    }
+    /* second derivatives: a first gradient (create_graph), checked again */
+    {
+        GC g = gc_new(GC_CE_HESS);
+        dl_tensor *in[3];
+        g.target = TG(DL_SHAPE(4), 3, -100, 0);
+        in[0] = U(DL_SHAPE(4, 3), -2.0f, 2.0f, true);
+        gc_run("hessian ce", &g, 1, in);
+        g.d.label_smoothing = 0.2f;
+        g.d.ignore_index = -100;
+        g.weight_in = true;
+        g.target = TG(DL_SHAPE(5), 3, -100, 1);
+        in[0] = U(DL_SHAPE(5, 3), -2.0f, 2.0f, true);
+        in[1] = U(DL_SHAPE(3), 0.5f, 1.5f, true);
+        gc_run("hessian ce weight+smoothing+ignore", &g, 2, in);
+        g = gc_new(GC_LN_HESS);
+        g.ns = DL_SHAPE(4);
+        in[0] = U(DL_SHAPE(3, 4), -2.0f, 2.0f, true);
+        in[1] = U(DL_SHAPE(4), 0.5f, 1.5f, true);
+        in[2] = U(DL_SHAPE(4), -1.0f, 1.0f, true);
+        gc_run("hessian layer_norm", &g, 3, in);
+        g = gc_new(GC_BN_HESS);
+        in[0] = U(DL_SHAPE(4, 2, 3), -2.0f, 2.0f, true);
+        in[1] = U(DL_SHAPE(2), 0.5f, 1.5f, true);
+        in[2] = U(DL_SHAPE(2), -1.0f, 1.0f, true);
+        gc_run("hessian batch_norm", &g, 3, in);
+    }
+    printf("%d gradcheck cases\n", g_ngc);
+}
+
+/* ------------------------------------------------------------------ dropout */
+
+static int64_t count_zeros(dl_tensor *t)
+{
+    const float *d = dl_data(t);
+    int64_t i, z = 0;
+    if (!d) return -1;
+    for (i = 0; i < t->numel; i++) z += d[i] == 0.0f;
+    return z;
+}
+
+static void test_dropout(void)
+{
+    static const float ps[] = {0.1f, 0.3f, 0.5f, 0.9f};
+    const int64_t N = 100000;
+    int k;
+    for (k = 0; k < 4; k++) {
+        float p = ps[k], scale = 1.0f / (1.0f - p);
+        dl_tensor *x = dl_ones(G, DL_SHAPE(N)), *y = dl_dropout(x, p, true);
+        const float *d = dl_data(y);
+        int64_t i, z = 0, wrong = 0;
+        double frac;
+        CHECK(d != NULL, "dropout p=%g: %s", (double)p, dl_error_message(G));
+        if (!d) { dl_clear_error(G); continue; }
+        for (i = 0; i < N; i++) {
+            if (d[i] == 0.0f) z++;
+            else if (d[i] != scale) wrong++;
+        }
+        frac = (double)z / (double)N;
+        /* std of the fraction <= 0.0016; 0.01 is over 6 sigma */
+        CHECK(fabs(frac - p) < 0.01, "dropout p=%g: zeroed fraction %.4f", (double)p, frac);
+        CHECK(wrong == 0, "dropout p=%g: %lld kept values are not 1/(1-p) = %g", (double)p,
+              (long long)wrong, (double)scale);
+        {   /* mean preserved (inverted dropout) */
+            double s = 0;
+            for (i = 0; i < N; i++) s += d[i];
+            CHECK(fabs(s / (double)N - 1.0) < 0.05, "dropout p=%g: mean %.4f, want ~1", (double)p, s / (double)N);
+        }
+        dl_step_end(G);
+    }
+    {   /* eval / p == 0: identity (x itself); p == 1: zeros with zero grad */
+        dl_tensor *x = U(DL_SHAPE(3, 4), -1.0f, 1.0f, true), *y, *gx = NULL;
+        CHECK(dl_dropout(x, 0.5f, false) == x, "dropout eval returns x");
+        CHECK(dl_dropout(x, 0.0f, true) == x, "dropout p=0 returns x");
+        CHECK(dl_dropout(x, 1.0f, false) == x, "dropout p=1 eval returns x");
+        y = dl_dropout(x, 1.0f, true);
+        CHECK(y && count_zeros(y) == 12, "dropout p=1: all zeros");
+        CHECK(y && dl_grad(dl_sum(y, DL_ALL, false), 1, &x, &gx, NULL) == DL_OK && gx &&
+              count_zeros(gx) == 12, "dropout p=1: zero gradient");
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
+    {   /* the same seed gives the same mask; grads equal mask/(1-p) */
+        const float p = 0.4f, scale = 1.0f / (1.0f - p);
+        dl_tensor *x = U(DL_SHAPE(64, 33), 0.5f, 1.5f, true), *y1, *y2, *y3, *gx = NULL;
+        const float *a, *b, *c, *xd, *g;
+        int64_t i, same12 = 0, same13 = 0, bad = 0, n = 64 * 33;
+        dl_manual_seed(G, 2024);
+        y1 = dl_dropout(x, p, true);
+        y3 = dl_dropout(x, p, true);   /* the next mask: different */
+        dl_manual_seed(G, 2024);
+        y2 = dl_dropout(x, p, true);
+        CHECK(y1 && y2 && y3, "dropout: %s", dl_error_message(G));
+        if (y1 && y2 && y3 && dl_grad(dl_sum(y2, DL_ALL, false), 1, &x, &gx, NULL) == DL_OK && gx) {
+            a = dl_data(y1); b = dl_data(y2); c = dl_data(y3); xd = dl_data(x); g = dl_data(gx);
+            for (i = 0; i < n; i++) {
+                float mask = a[i] == 0.0f ? 0.0f : 1.0f;
+                same12 += a[i] == b[i];
+                same13 += (a[i] == 0.0f) == (c[i] == 0.0f);
+                if (g[i] != mask * scale) bad++;
+                if (a[i] != 0.0f && a[i] != xd[i] * scale) bad++;
+            }
+            CHECK(same12 == n, "dropout: same seed, %lld of %lld equal", (long long)same12, (long long)n);
+            CHECK(same13 < n - n / 4, "dropout: consecutive masks too similar (%lld of %lld)", (long long)same13, (long long)n);
+            CHECK(bad == 0, "dropout: %lld grads/values differ from mask/(1-p)", (long long)bad);
+        } else {
+            CHECK(0, "dropout grad: %s", dl_error_message(G));
+            dl_clear_error(G);
+        }
+        dl_step_end(G);
+    }
+    {   /* the mask does not depend on the number of threads */
+        int64_t n = 300000, i, diff = 0;
+        dl_tensor *x, *y1, *y2;
+        float *h = (float *)malloc(sizeof(float) * (size_t)n);
+        int nt = dl_num_threads(G);
+        dl_manual_seed(G, 5);
+        x = dl_ones(G, DL_SHAPE(n));
+        y1 = dl_dropout(x, 0.5f, true);
+        if (h && y1) memcpy(h, dl_data(y1), sizeof(float) * (size_t)n);
+        dl_set_num_threads(G, nt == 1 ? 3 : 1);
+        dl_manual_seed(G, 5);
+        y2 = dl_dropout(x, 0.5f, true);
+        dl_set_num_threads(G, 0);
+        if (h && y2) for (i = 0; i < n; i++) diff += h[i] != dl_data(y2)[i];
+        CHECK(h && y1 && y2 && diff == 0, "dropout: mask differs with the thread count (%lld)", (long long)diff);
+        free(h);
+        dl_step_end(G);
+    }
+}
+
+/* ------------------------------------------------------------------ specific values */
+
+static float item(dl_tensor *t) { float v = t ? dl_item(t) : NAN; dl_clear_error(G); return v; }
+
+static void test_values(void)
+{
+    {   /* logits of +-1e4: finite, exact */
+        float xv[6] = {1e4f, 0.0f, -1e4f, -1e4f, 1e4f, 0.0f};
+        int64_t tv[2] = {0, 0};
+        dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(2, 3), xv), true);
+        dl_tensor *t = dl_from_int64(G, DL_SHAPE(2), tv), *l, *gx = NULL;
+        float g[6];
+        l = dl_cross_entropy(x, t);
+        CHECK(fabs(item(l) - 1e4) < 1e-1, "ce large logits: %g, want 1e4 (mean of 0 and 2e4)", (double)item(l));
+        CHECK(l && dl_grad(l, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g, 6) == DL_OK,
+              "ce large logits grad: %s", dl_error_message(G));
+        if (gx) {
+            /* softmax - onehot, / N: row 0: (0,0,0); row 1: (-0.5, 0.5, 0) */
+            float want[6] = {0, 0, 0, -0.5f, 0.5f, 0};
+            CHECK(th_close(g, want, 6, 1e-6, 1e-6, NULL), "ce large logits grad: %g %g %g %g %g %g",
+                  (double)g[0], (double)g[1], (double)g[2], (double)g[3], (double)g[4], (double)g[5]);
+        }
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
+    {   /* bce with huge logits: finite loss and grad */
+        float xv[4] = {1e4f, -1e4f, 1e30f, -1e30f}, yv[4] = {0.0f, 1.0f, 1.0f, 0.0f}, l[4] = {0}, g[4] = {0};
+        dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(4), xv), true);
+        dl_tensor *y = dl_from_array(G, DL_SHAPE(4), yv), *o, *gx = NULL;
+        float want_l[4] = {1e4f, 1e4f, 0.0f, 0.0f}, want_g[4] = {1.0f, -1.0f, 0.0f, 0.0f};
+        o = dl_binary_cross_entropy_with_logits(x, y, DL_REDUCTION_NONE);
+        CHECK(o && dl_read(o, l, 4) == DL_OK && th_close(l, want_l, 4, 1e-6, 0, NULL),
+              "bce huge logits: %g %g %g %g", (double)l[0], (double)l[1], (double)l[2], (double)l[3]);
+        CHECK(o && dl_grad(dl_sum(o, DL_ALL, false), 1, &x, &gx, NULL) == DL_OK && gx &&
+              dl_read(gx, g, 4) == DL_OK && th_close(g, want_g, 4, 1e-6, 0, NULL),
+              "bce huge logits grad: %g %g %g %g", (double)g[0], (double)g[1], (double)g[2], (double)g[3]);
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
+    {   /* bce at x == 0 (zero-initialized logits): grad sigmoid(0) - y = 0.5 - y */
+        float xv[2] = {0.0f, 0.0f}, yv[2] = {0.0f, 1.0f}, g[2] = {9, 9};
+        dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(2), xv), true), *gx = NULL;
+        dl_tensor *o = dl_binary_cross_entropy_with_logits(x, dl_from_array(G, DL_SHAPE(2), yv), DL_REDUCTION_SUM);
+        CHECK(fabs(item(o) - 2.0 * log(2.0)) < 1e-6, "bce at 0: %g, want 2 log 2", (double)item(o));
+        CHECK(o && dl_grad(o, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g, 2) == DL_OK &&
+              g[0] == 0.5f && g[1] == -0.5f, "bce grad at 0: %g %g, want 0.5 -0.5", (double)g[0], (double)g[1]);
+        dl_step_end(G);
+    }
+    {   /* int32 targets give the int64 result; all ignored: mean NaN, sum 0, none zeros */
+        int64_t t64[4] = {2, 0, 1, 2}, ign[4] = {-100, -100, -100, -100};
+        int32_t t32[4] = {2, 0, 1, 2};
+        dl_tensor *x = U(DL_SHAPE(4, 3), -1.0f, 1.0f, false);
+        dl_loss_desc d = dl_loss_desc_default();
+        float a = item(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), t64)));
+        float b = item(dl_cross_entropy(x, dl_from_int32(G, DL_SHAPE(4), t32)));
+        float m, s, nz[4] = {1, 1, 1, 1};
+        CHECK(a == a && a == b, "ce int32 target: %g vs int64 %g", (double)b, (double)a);
+        m = item(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), ign)));
+        CHECK(m != m, "ce all ignored, mean: %g, want NaN", (double)m);
+        d.reduction = DL_REDUCTION_SUM;
+        s = item(dl_cross_entropy_ex(x, dl_from_int64(G, DL_SHAPE(4), ign), &d));
+        CHECK(s == 0.0f, "ce all ignored, sum: %g, want 0", (double)s);
+        d.reduction = DL_REDUCTION_NONE;
+        CHECK(dl_read(dl_cross_entropy_ex(x, dl_from_int64(G, DL_SHAPE(4), ign), &d), nz, 4) == DL_OK &&
+              nz[0] == 0 && nz[1] == 0 && nz[2] == 0 && nz[3] == 0, "ce all ignored, none: zeros");
+        d = dl_loss_desc_default();
+        CHECK(dl_last_error(G) == DL_OK, "ce: stray error %s", dl_error_message(G));
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
+    {   /* batch norm running stats: by hand, (N,C,L) = (2,2,2), momentum 0.25 */
+        float xv[8] = {1, 2, 10, 20, 3, 6, 30, 40};   /* ch0: 1,2,3,6  ch1: 10,20,30,40 */
+        float rm0[2] = {1, -1}, rv0[2] = {2, 3}, rm[2], rv[2], rm2[2], rv2[2];
+        dl_tensor *x = dl_from_array(G, DL_SHAPE(2, 2, 2), xv);
+        dl_tensor *trm = dl_keep(dl_from_array(G, DL_SHAPE(2), rm0));
+        dl_tensor *trv = dl_keep(dl_from_array(G, DL_SHAPE(2), rv0));
+        dl_tensor *y = dl_batch_norm(dl_requires_grad(x, true), trm, trv, NULL, NULL, true, 0.25f, 1e-5f);
+        /* ch0: mean 3, unbiased var (4+1+0+9)/3 = 14/3; ch1: mean 25, var (225+25+25+225)/3 = 500/3 */
+        float wrm[2] = {0.75f * 1 + 0.25f * 3, 0.75f * -1 + 0.25f * 25};
+        float wrv[2] = {0.75f * 2 + 0.25f * 14.0f / 3.0f, 0.75f * 3 + 0.25f * 500.0f / 3.0f};
+        CHECK(y != NULL, "bn running stats: %s", dl_error_message(G));
+        dl_read(trm, rm, 2);
+        dl_read(trv, rv, 2);
+        CHECK(th_close(rm, wrm, 2, 1e-6, 1e-6, NULL), "bn running_mean %g %g, want %g %g", (double)rm[0],
+              (double)rm[1], (double)wrm[0], (double)wrm[1]);
+        CHECK(th_close(rv, wrv, 2, 1e-6, 1e-6, NULL), "bn running_var %g %g, want %g %g", (double)rv[0],
+              (double)rv[1], (double)wrv[0], (double)wrv[1]);
+        CHECK(!trm->requires_grad && !trv->requires_grad && trm->grad == NULL, "bn running stats stay history-free");
+        /* eval: uses (and does not change) them */
+        y = dl_batch_norm(x, trm, trv, NULL, NULL, false, 0.25f, 0.0f);
+        dl_read(trm, rm2, 2);
+        dl_read(trv, rv2, 2);
+        CHECK(!memcmp(rm, rm2, sizeof rm) && !memcmp(rv, rv2, sizeof rv), "bn eval leaves running stats");
+        CHECK(y && fabs(dl_data(y)[0] - (1.0f - wrm[0]) / sqrtf(wrv[0])) < 1e-5, "bn eval value %g",
+              y ? (double)dl_data(y)[0] : 0.0);
+        /* training without running stats, in no-grad mode too */
+        dl_no_grad_begin(G);
+        y = dl_batch_norm(x, NULL, NULL, NULL, NULL, true, 0.1f, 0.0f);
+        dl_no_grad_end(G);
+        CHECK(y && fabs(dl_data(y)[0] - (1.0f - 3.0f) / sqrtf(3.5f)) < 1e-5 && !y->requires_grad,
+              "bn no-grad training value %g", y ? (double)dl_data(y)[0] : 0.0);
+        dl_free(trm);
+        dl_free(trv);
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
+    {   /* layer norm: rows normalized to mean 0, var 1 */
+        dl_tensor *x = U(DL_SHAPE(3, 16), -5.0f, 5.0f, false);
+        dl_tensor *y = dl_layer_norm(x, DL_SHAPE(16), NULL, NULL, 0.0f);
+        int i, j, ok = y != NULL;
+        for (i = 0; ok && i < 3; i++) {
+            double m = 0, v = 0;
+            for (j = 0; j < 16; j++) m += dl_data(y)[i * 16 + j];
+            m /= 16;
+            for (j = 0; j < 16; j++) v += (dl_data(y)[i * 16 + j] - m) * (dl_data(y)[i * 16 + j] - m);
+            v /= 16;
+            ok = fabs(m) < 1e-5 && fabs(v - 1) < 1e-4;
+        }
+        CHECK(ok, "layer_norm: rows not standardized");
+        dl_step_end(G);
+    }
+    {   /* dl_loss_desc_default */
+        dl_loss_desc d = dl_loss_desc_default();
+        CHECK(d.reduction == DL_REDUCTION_MEAN && d.ignore_index == -100 && d.label_smoothing == 0.0f &&
+              d.weight == NULL, "dl_loss_desc_default");
+    }
+}
+
+/* ------------------------------------------------------------------ errors */
+
+/* after an error the context must still work */
+static void still_works(const char *after)
+{
+    dl_tensor *a = dl_ones(G, DL_SHAPE(2, 3));
+    dl_tensor *t = dl_sum(dl_mul_scalar(a, 2.0f), DL_ALL, false);
+    CHECK(t && dl_item(t) == 12.0f && dl_last_error(G) == DL_OK, "context unusable after %s: %s",
+          after, dl_error_message(G));
+    dl_clear_error(G);
+}
+
+#define ERR(call, code, substr) do { \
+    dl_tensor *e_r = (call); \
+    CHECK(e_r == NULL, "%s: expected NULL", #call); \
+    EXPECT_ERR(G, code, substr); \
+    still_works(#call); \
+} while (0)
+
+#define SILENT(call) do { \
+    dl_clear_error(G); \
+    CHECK((call) == NULL && dl_last_error(G) == DL_OK, "%s: expected a silent NULL, got \"%s\"", #call, \
+          dl_error_message(G)); \
+} while (0)
+
+static void test_errors(void)
+{
+    dl_tensor *x = U(DL_SHAPE(4, 3, 2), -1.0f, 1.0f, false);
+    dl_tensor *c3 = dl_ones(G, DL_SHAPE(3)), *c4 = dl_ones(G, DL_SHAPE(4)), *c33 = dl_ones(G, DL_SHAPE(3, 1));
+    dl_tensor *logits = U(DL_SHAPE(5, 10), -1.0f, 1.0f, false), *lp3 = U(DL_SHAPE(2, 10, 3), -1.0f, 1.0f, false);
+    int64_t tv[20] = {1, 2, 3, 4, 5}, tbad[5] = {1, 2, 10, 4, 5}, tneg[5] = {0, -1, 2, 3, 4}, tign[5] = {0, -100, 2, 3, 4};
+    float tf[5] = {1, 2, 3, 4, 5};
+    dl_tensor *t = dl_from_int64(G, DL_SHAPE(5), tv);
+    dl_loss_desc d = dl_loss_desc_default();
+    dl_tensor *rgc = dl_requires_grad(dl_ones(G, DL_SHAPE(3)), true);
+
+    /* batch norm */
+    ERR(dl_batch_norm(x, c4, c3, NULL, NULL, true, 0.1f, 1e-5f), DL_ERR_SHAPE, "running_mean (4) must have shape (3)");
+    ERR(dl_batch_norm(x, c3, c4, NULL, NULL, false, 0.1f, 1e-5f), DL_ERR_SHAPE, "running_var (4)");
+    ERR(dl_batch_norm(x, c3, c33, NULL, NULL, false, 0.1f, 1e-5f), DL_ERR_SHAPE, "running_var (3,1)");
+    ERR(dl_batch_norm(x, NULL, NULL, c4, NULL, true, 0.1f, 1e-5f), DL_ERR_SHAPE, "weight (4) must have shape (3)");
+    ERR(dl_batch_norm(x, NULL, NULL, c3, c4, true, 0.1f, 1e-5f), DL_ERR_SHAPE, "bias (4)");
+    ERR(dl_batch_norm(x, NULL, NULL, NULL, NULL, false, 0.1f, 1e-5f), DL_ERR_ARG, "eval mode");
+    ERR(dl_batch_norm(x, c3, NULL, NULL, NULL, true, 0.1f, 1e-5f), DL_ERR_ARG, "both running_mean and running_var");
+    ERR(dl_batch_norm(c3, NULL, NULL, NULL, NULL, true, 0.1f, 1e-5f), DL_ERR_SHAPE, "at least 2 dims");
+    ERR(dl_batch_norm(dl_ones(G, DL_SHAPE(1, 3)), NULL, NULL, NULL, NULL, true, 0.1f, 1e-5f), DL_ERR_SHAPE,
+        "more than 1 value per channel");
+    ERR(dl_batch_norm(x, rgc, c3, NULL, NULL, true, 0.1f, 1e-5f), DL_ERR_ARG, "must not require grad");
+    ERR(dl_batch_norm(x, NULL, NULL, NULL, NULL, true, 0.1f, -1.0f), DL_ERR_ARG, "eps");
+    ERR(dl_batch_norm(x, dl_from_int64(G, DL_SHAPE(3), tv), c3, NULL, NULL, false, 0.1f, 1e-5f), DL_ERR_DTYPE, "running_mean");
+    /* layer norm */
+    ERR(dl_layer_norm(x, DL_SHAPE(3), NULL, NULL, 1e-5f), DL_ERR_SHAPE, "must equal the last 1 dims");
+    ERR(dl_layer_norm(x, DL_SHAPE(4, 2), NULL, NULL, 1e-5f), DL_ERR_SHAPE, "normalized_shape (4,2)");
+    ERR(dl_layer_norm(x, dl_shape_make(0, NULL), NULL, NULL, 1e-5f), DL_ERR_SHAPE, "1..3 dims");
+    ERR(dl_layer_norm(x, DL_SHAPE(1, 4, 3, 2), NULL, NULL, 1e-5f), DL_ERR_SHAPE, "1..3 dims");
+    ERR(dl_layer_norm(x, DL_SHAPE(3, 2), c3, NULL, 1e-5f), DL_ERR_SHAPE, "weight (3) must have shape (3,2)");
+    ERR(dl_layer_norm(x, DL_SHAPE(2), NULL, c3, 1e-5f), DL_ERR_SHAPE, "bias (3)");
+    /* class losses */
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(4), tv)), DL_ERR_SHAPE, "target (4)");
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5, 1), tv)), DL_ERR_SHAPE, "without its class dim");
+    ERR(dl_cross_entropy(lp3, dl_from_int64(G, DL_SHAPE(2, 10), tv)), DL_ERR_SHAPE, "target (2,10)");
+    ERR(dl_cross_entropy(logits, dl_from_array(G, DL_SHAPE(5), tf)), DL_ERR_DTYPE, "must be int64 or int32");
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tbad)), DL_ERR_ARG, "holds 10 at flat index 2");
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tneg)), DL_ERR_ARG, "holds -1 at flat index 1");
+    ERR(dl_nll_loss(logits, dl_from_int64(G, DL_SHAPE(5), tbad), NULL), DL_ERR_ARG, "[0, 10)");
+    {
+        int32_t t32[5] = {0, 1, 2, 3, 11};
+        ERR(dl_cross_entropy(logits, dl_from_int32(G, DL_SHAPE(5), t32)), DL_ERR_ARG, "holds 11");
+    }
+    d.ignore_index = 3;   /* -100 is no longer ignored */
+    ERR(dl_cross_entropy_ex(logits, dl_from_int64(G, DL_SHAPE(5), tign), &d), DL_ERR_ARG, "holds -100");
+    d = dl_loss_desc_default();
+    CHECK(dl_cross_entropy_ex(logits, dl_from_int64(G, DL_SHAPE(5), tign), &d) != NULL, "ce: -100 ignored by default");
+    d.label_smoothing = 1.5f;
+    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "label_smoothing=1.5 must be in [0, 1]");
+    d.label_smoothing = -0.1f;
+    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "label_smoothing");
+    d.label_smoothing = NAN;
+    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "label_smoothing");
+    d.label_smoothing = 0.1f;
+    ERR(dl_nll_loss(logits, t, &d), DL_ERR_ARG, "only dl_cross_entropy_ex smooths labels");
+    d = dl_loss_desc_default();
+    d.weight = c4;
+    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_SHAPE, "weight (4) must have shape (10)");
+    d.weight = dl_ones(G, DL_SHAPE(10, 1));
+    ERR(dl_nll_loss(logits, t, &d), DL_ERR_SHAPE, "weight (10,1)");
+    d = dl_loss_desc_default();
+    d.reduction = (dl_reduction)7;
+    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "reduction 7");
+    d = dl_loss_desc_default();
+    ERR(dl_cross_entropy(dl_ones(G, dl_shape_make(0, NULL)), t), DL_ERR_SHAPE, "logits ()");
+    ERR(dl_nll_loss(dl_from_int64(G, DL_SHAPE(5), tv), t, NULL), DL_ERR_DTYPE, "log_probs");
+    /* elementwise losses */
+    ERR(dl_mse_loss(c3, c4, DL_REDUCTION_MEAN), DL_ERR_SHAPE, "a (3) and b (4) must have the same shape");
+    ERR(dl_mse_loss(c3, c33, DL_REDUCTION_MEAN), DL_ERR_SHAPE, "same shape");
+    ERR(dl_l1_loss(c3, c4, DL_REDUCTION_SUM), DL_ERR_SHAPE, "dl_l1_loss");
+    ERR(dl_binary_cross_entropy_with_logits(c3, c4, DL_REDUCTION_NONE), DL_ERR_SHAPE, "dl_binary_cross_entropy_with_logits");
+    ERR(dl_mse_loss(c3, c3, (dl_reduction)-1), DL_ERR_ARG, "reduction -1");
+    ERR(dl_l1_loss(c3, dl_from_int64(G, DL_SHAPE(3), tv), DL_REDUCTION_SUM), DL_ERR_DTYPE, "float32");
+    /* dropout */
+    ERR(dl_dropout(x, 1.5f, true), DL_ERR_ARG, "p=1.5 must be in [0, 1]");
+    ERR(dl_dropout(x, -0.1f, false), DL_ERR_ARG, "p=-0.1");
+    ERR(dl_dropout(x, NAN, true), DL_ERR_ARG, "must be in [0, 1]");
+    /* NULL inputs: silent */
+    SILENT(dl_batch_norm(NULL, c3, c3, NULL, NULL, true, 0.1f, 1e-5f));
+    SILENT(dl_layer_norm(NULL, DL_SHAPE(3), NULL, NULL, 1e-5f));
+    SILENT(dl_dropout(NULL, 0.5f, true));
+    SILENT(dl_cross_entropy(NULL, t));
+    SILENT(dl_cross_entropy(logits, NULL));
+    SILENT(dl_cross_entropy_ex(NULL, NULL, NULL));
+    SILENT(dl_nll_loss(NULL, t, NULL));
+    SILENT(dl_nll_loss(logits, NULL, &d));
+    SILENT(dl_mse_loss(NULL, c3, DL_REDUCTION_MEAN));
+    SILENT(dl_l1_loss(c3, NULL, DL_REDUCTION_MEAN));
+    SILENT(dl_binary_cross_entropy_with_logits(NULL, NULL, DL_REDUCTION_MEAN));
+    /* a failed op upstream propagates silently through a whole loss */
+    dl_clear_error(G);
+    CHECK(dl_cross_entropy(dl_matmul(c3, c4), t) == NULL && dl_last_error(G) == DL_ERR_SHAPE &&
+          strstr(dl_error_message(G), "dl_matmul") != NULL, "first cause kept: %s", dl_error_message(G));
+    dl_clear_error(G);
+    /* a stale tensor is reported, not read */
+    {
+        dl_tensor *old = dl_ones(G, DL_SHAPE(2, 3));
+        int64_t tt[2] = {0, 1};
+        dl_step_end(G);
+        ERR(dl_cross_entropy(old, dl_from_int64(G, DL_SHAPE(2), tt)), DL_ERR_STALE, "dl_cross_entropy");
+        ERR(dl_layer_norm(old, DL_SHAPE(3), NULL, NULL, 1e-5f), DL_ERR_STALE, "dl_layer_norm");
+    }
+    dl_step_end(G);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void quiet_log(void *u, const char *m) { (void)u; (void)m; }
+
+int main(int argc, char **argv)
+{
+    dl_ctx_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.log = quiet_log;
+    G = dl_ctx_init(&desc);
+    g_ctx = G;
+    CHECK(G != NULL, "dl_ctx_init");
+    if (!G) TEST_END();
+    test_golden(argc > 1 ? argv[1] : "tests/golden/nn_ops.bin");
+    test_gradcheck();
+    test_dropout();
+    test_values();
+    test_errors();
+    CHECK(dl_last_error(G) == DL_OK, "stray error at the end: %s", dl_error_message(G));
+    dl_ctx_free(G);
+    TEST_END();
+}
