@@ -27,6 +27,13 @@
              s->fc2 = dl_module_add(m, "fc2", dl_nn_linear(ctx, 128, 10, true));
              return s->fc1 && s->fc2 ? m : NULL;
          }
+
+     A layer around a functional op (Conv2d, BatchNorm) keeps its settings and
+     tensor pointers in the state block, registers parameters with
+     dl_module_param (PyTorch's conv init: dl_init_kaiming_uniform(w, sqrt(5)),
+     bias dl_init_uniform(b, -1/sqrt(fan_in), 1/sqrt(fan_in)) with
+     fan_in = dl_fan_in(w)) and running statistics with dl_module_buffer, and
+     branches on dl_module_training(m) in its forward.
 */
 #ifndef DL_NN_DECL_H
 #define DL_NN_DECL_H
@@ -65,7 +72,8 @@ DL_API dl_module *dl_module_child(dl_module *m, const char *name);  /* direct ch
 DL_API dl_tensor *dl_module_get(dl_module *m, const char *path);
 /* state_dict order traversal (parameters and buffers, or parameters only as
    named_parameters without de-duplication): fills out[i] / names[i] (either may
-   be NULL) for i < max, returns the total count (max = 0 counts). */
+   be NULL) for i < max, returns the total count (max = 0 counts). Names longer
+   than 127 characters are truncated. */
 DL_API int dl_module_named_tensors(dl_module *m, bool params_only, int max, dl_tensor **out,
                                    char (*names)[128]);
 DL_API int64_t dl_module_num_params(dl_module *m);   /* elements; shared params once */

@@ -3,6 +3,7 @@
    implementation (inside #ifdef DL_IMPLEMENTATION). */
 #if defined(DL_IMPLEMENTATION) && !defined(DL__NN_IMPLEMENTED)
 #define DL__NN_IMPLEMENTED
+#include <limits.h>   /* LONG_MAX (dl_load) */
 
 // >>section nn: modules
 /* A module holds its own parameters and buffers (in registration order) and
@@ -1191,7 +1192,9 @@ static int dl__jvalue(dl__json *j, int depth)
     case 't': return dl__jlit(j, "true", DL__J_BOOL);
     case 'f': return dl__jlit(j, "false", DL__J_BOOL);
     case 'n': return dl__jlit(j, "null", DL__J_NULL);
-    default: return dl__jnumber(j);
+    default:
+        if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return dl__jnumber(j);
+        return dl__jfail(j, "unexpected character (expected a value)");
     }
 }
 
@@ -1489,6 +1492,11 @@ static int dl__st_cmp(const void *a, const void *b)
     return 0;
 }
 
+static int dl__st_cmp_name(const void *a, const void *b)
+{
+    return strcmp((*(const dl__st_entry *const *)a)->name, (*(const dl__st_entry *const *)b)->name);
+}
+
 static const dl__jv *dl__jmember(const dl__json *j, const dl__jv *obj, const char *key)
 {
     int c;
@@ -1676,12 +1684,6 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
     ne = 0;
     for (c = j.v[root].first; c >= 0; c = j.v[c].next) {
         const dl__jv *v = &j.v[c];
-        int c2;
-        for (c2 = v->next; c2 >= 0; c2 = j.v[c2].next)
-            if (j.v[c2].klen == v->klen && memcmp(j.v[c2].key, v->key, v->klen) == 0) {
-                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: '%.100s' appears twice in the header", label, v->key);
-                goto done;
-            }
         if (strcmp(v->key, "__metadata__") == 0) {
             int c3;
             if (v->type != DL__J_OBJ) {
@@ -1694,6 +1696,10 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
                             "string (safetensors metadata maps strings to strings)", label, j.v[c3].key);
                     goto done;
                 }
+            if (meta) {
+                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: '__metadata__' appears twice in the header", label);
+                goto done;
+            }
             meta = v;
             continue;
         }
@@ -1710,6 +1716,14 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
         sorted[ne] = &es[ne];
         ne++;
     }
+    /* names: unique (sorted, so that a huge header is not checked pair by pair) */
+    if (ne) qsort(sorted, (size_t)ne, sizeof *sorted, dl__st_cmp_name);
+    for (i = 1; i < ne; i++)
+        if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
+            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: '%.100s' appears twice in the header", label,
+                    sorted[i]->name);
+            goto done;
+        }
     /* offsets: sorted, they must tile the data section exactly (as safetensors requires) */
     if (ne) qsort(sorted, (size_t)ne, sizeof *sorted, dl__st_cmp);
     pos = 0;
@@ -1842,9 +1856,10 @@ dl_result dl_load(const char *path, dl_module *m, dl_optim *o)
         dl__err(ctx, DL_ERR_IO, "dl_load: cannot open %s for reading (does it exist?)", path);
         return DL_ERR_IO;
     }
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || sz == LONG_MAX ||
+        (unsigned long)sz > (unsigned long)(((size_t)-1) / 2) || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
-        dl__err(ctx, DL_ERR_IO, "dl_load: cannot determine the size of %s", path);
+        dl__err(ctx, DL_ERR_IO, "dl_load: cannot determine the size of %s (not a regular file?)", path);
         return DL_ERR_IO;
     }
     buf = (unsigned char *)dl__malloc(ctx, (size_t)sz);

@@ -1,0 +1,894 @@
+/* tests/test_nn.c - modules, initializers, optimizers, LR schedules, gradient
+   clipping and safetensors checkpoints.
+
+   Optimizer trajectories, clipping and schedules are compared with PyTorch
+   values from tests/golden/gen_optim.py (tests/golden/optim.bin, same format
+   as core.bin) at |got - want| <= 1e-7 + 1e-5 |want|; a checkpoint written by
+   torch (tests/golden/torch_written.safetensors) is loaded. A counting
+   allocator checks that nothing leaks and that an optimizer step does not
+   allocate.
+   Run from the repository root:
+       test_nn                  all tests
+       test_nn --write FILE     also write the checkpoint that
+                                `python3 tests/golden/gen_optim.py --verify FILE` reads
+   Build: gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_nn.c -lm -lpthread */
+#include <stdlib.h>
+#include <string.h>
+static long cnt_live, cnt_calls;
+static void *cnt_malloc(size_t n) { void *p = malloc(n); if (p) { cnt_live++; cnt_calls++; } return p; }
+static void *cnt_realloc(void *p, size_t n) { void *q = realloc(p, n); if (q && !p) cnt_live++; cnt_calls++; return q; }
+static void cnt_free(void *p) { if (p) cnt_live--; free(p); }
+#define DL_MALLOC(n) cnt_malloc(n)
+#define DL_REALLOC(p, n) cnt_realloc(p, n)
+#define DL_FREE(p) cnt_free(p)
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "parts/nn_decl.h"
+#include "parts/nn_impl.h"
+#include "harness.h"
+#include <stdio.h>
+
+#define O_RTOL 1e-5
+#define O_ATOL 1e-7
+
+static char g_tmp[256];           /* a per-process prefix for files under /tmp */
+
+static dl_ctx *new_ctx(uint64_t seed)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.seed = seed;
+    return dl_ctx_init(&d);
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[8][320];
+    static int k;
+    char *b = buf[k++ & 7];
+    snprintf(b, 320, "%s_%s", g_tmp, name);
+    return b;
+}
+
+/* ------------------------------------------------------------------ golden file */
+
+typedef struct grec { char *name; int ndim; int64_t shape[DL_MAX_DIMS]; int64_t numel; float *v; } grec;
+static grec *g_recs;
+static long g_nrec;
+
+static uint32_t rd_u32(const unsigned char *b) { return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24); }
+
+static unsigned char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    long sz;
+    unsigned char *buf;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return NULL; }
+    buf = (unsigned char *)malloc((size_t)sz + 1);
+    if (!buf || fread(buf, 1, (size_t)sz, f) != (size_t)sz) { fclose(f); free(buf); return NULL; }
+    fclose(f);
+    *len = (size_t)sz;
+    return buf;
+}
+
+/* a trusted file of our own, but still bounds-checked */
+static int g_load(const char *path)
+{
+    size_t len = 0, pos = 16;
+    unsigned char *b = read_file(path, &len);
+    uint32_t count, i;
+    if (!b || len < 16 || memcmp(b, "DLGOLD1\0", 8) != 0 || rd_u32(b + 8) != 1) {
+        printf("ERROR: cannot read golden file %s (run from the repo root; regenerate with "
+               "python3 tests/golden/gen_optim.py)\n", path);
+        free(b);
+        return 0;
+    }
+    count = rd_u32(b + 12);
+    if (count > len / 8) { free(b); return 0; }
+    g_recs = (grec *)calloc(count + 1, sizeof(grec));
+    for (i = 0; i < count; i++) {
+        grec *r = &g_recs[i];
+        uint32_t nl, nd, k;
+        int64_t numel = 1;
+        if (len - pos < 4) goto bad;
+        nl = rd_u32(b + pos); pos += 4;
+        if (nl == 0 || nl > 256 || len - pos < nl) goto bad;
+        r->name = (char *)malloc(nl + 1);
+        memcpy(r->name, b + pos, nl); r->name[nl] = 0; pos += nl;
+        g_nrec = (long)i + 1;
+        if (len - pos < 4) goto bad;
+        nd = rd_u32(b + pos); pos += 4;
+        if (nd > DL_MAX_DIMS || len - pos < 8 * (size_t)nd) goto bad;
+        r->ndim = (int)nd;
+        for (k = 0; k < nd; k++) {
+            uint64_t u = (uint64_t)rd_u32(b + pos) | ((uint64_t)rd_u32(b + pos + 4) << 32);
+            pos += 8;
+            if (u > 1u << 20) goto bad;
+            r->shape[k] = (int64_t)u;
+            numel *= r->shape[k];
+        }
+        if ((uint64_t)numel > (len - pos) / 4) goto bad;
+        r->numel = numel;
+        r->v = (float *)malloc(sizeof(float) * (size_t)(numel ? numel : 1));
+        memcpy(r->v, b + pos, sizeof(float) * (size_t)numel);
+        pos += 4 * (size_t)numel;
+    }
+    free(b);
+    return 1;
+bad:
+    printf("ERROR: %s is malformed\n", path);
+    free(b);
+    return 0;
+}
+
+static void g_free(void)
+{
+    long i;
+    for (i = 0; i < g_nrec; i++) { free(g_recs[i].name); free(g_recs[i].v); }
+    free(g_recs);
+    g_recs = NULL;
+    g_nrec = 0;
+}
+
+static const grec *g_get(const char *name)
+{
+    long i;
+    for (i = 0; i < g_nrec; i++) if (strcmp(g_recs[i].name, name) == 0) return &g_recs[i];
+    printf("FAIL: golden record %s is missing\n", name);
+    th_fail++;
+    return NULL;
+}
+
+/* compare n floats with the tolerance; report the worst */
+static void cmp(const char *what, const float *got, const float *want, long n)
+{
+    long i, worst = -1;
+    double wr = 0;
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]), lim = O_ATOL + O_RTOL * fabs((double)want[i]);
+        double r = d / lim;
+        if (!(d <= lim) && (worst < 0 || r > wr || got[i] != got[i])) { worst = i; wr = r; }
+    }
+    CHECK(worst < 0, "%s: element %ld: dl %.9g, torch %.9g", what, worst,
+          worst >= 0 ? (double)got[worst] : 0.0, worst >= 0 ? (double)want[worst] : 0.0);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static float *fdata(dl_tensor *t) { return (float *)t->data; }
+
+static dl_tensor *mse(dl_module *m, dl_tensor *x, dl_tensor *y)
+{
+    dl_tensor *d = dl_sub(dl_module_forward(m, x), y);
+    return dl_mean(dl_mul(d, d), DL_ALL, false);
+}
+
+/* ------------------------------------------------------------------ modules */
+
+typedef struct block_state { dl_module *fc1, *fc2, *act; dl_tensor *scale, *running; } block_state;
+
+/* y = x + scale * fc2(act(fc1(x))); running += mean(x) in training mode (like a BN buffer) */
+static dl_tensor *block_forward(dl_module *m, dl_tensor *x)
+{
+    block_state *s = (block_state *)dl_module_state(m);
+    dl_tensor *h = dl_module_forward(s->fc2, dl_module_forward(s->act, dl_module_forward(s->fc1, x)));
+    if (dl_module_training(m) && x) fdata(s->running)[0] += 1.0f;
+    return dl_add(x, dl_mul(h, s->scale));
+}
+
+static dl_module *block_new(dl_ctx *ctx, int64_t dim)
+{
+    dl_module *m = dl_module_new(ctx, "Block", block_forward, sizeof(block_state));
+    block_state *s;
+    int64_t cnt = 0;
+    if (!m) return NULL;
+    s = (block_state *)dl_module_state(m);
+    s->scale = dl_module_param(m, "scale", dl_full(ctx, DL_SHAPE(1), 0.5f));
+    s->running = dl_module_buffer(m, "running", dl_zeros(ctx, DL_SHAPE(1)));
+    dl_module_buffer(m, "count", dl_from_int64(ctx, DL_SHAPE(1), &cnt));
+    s->fc1 = dl_module_add(m, "fc1", dl_nn_linear(ctx, dim, 2 * dim, true));
+    s->act = dl_module_add(m, "act", dl_nn_relu(ctx));
+    s->fc2 = dl_module_add(m, "fc2", dl_nn_linear(ctx, 2 * dim, dim, false));
+    return s->scale && s->running && s->fc1 && s->act && s->fc2 ? m : NULL;
+}
+
+static void test_modules(void)
+{
+    dl_ctx *ctx = new_ctx(1);
+    dl_module *mods[3], *seq, *net, *blk, *head;
+    dl_tensor *ts[16], *x, *y, *loss;
+    char names[16][128];
+    int n, i;
+    static const char *seq_names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+    static const char *net_names[] = {"block.scale", "block.running", "block.count",
+                                      "block.fc1.weight", "block.fc1.bias", "block.fc2.weight",
+                                      "head.0.weight", "head.0.bias", "head.2.weight", "head.2.bias"};
+
+    /* Sequential(Linear(4,3), ReLU, Linear(3,2)): PyTorch's state_dict names */
+    mods[0] = dl_nn_linear(ctx, 4, 3, true);
+    mods[1] = dl_nn_relu(ctx);
+    mods[2] = dl_nn_linear(ctx, 3, 2, true);
+    seq = dl_nn_sequential(ctx, 3, mods);
+    n = dl_module_named_tensors(seq, false, 16, ts, names);
+    CHECK(n == 4, "sequential: %d tensors", n);
+    for (i = 0; i < n && i < 4; i++) CHECK(strcmp(names[i], seq_names[i]) == 0, "name %d: %s", i, names[i]);
+    CHECK(dl_module_named_tensors(seq, false, 0, NULL, NULL) == 4, "count with max 0");
+    CHECK(dl_module_num_params(seq) == 4 * 3 + 3 + 3 * 2 + 2, "num_params %lld", (long long)dl_module_num_params(seq));
+    CHECK(dl_module_get(seq, "2.bias") == ts[3] && ts[3]->ndim == 1 && ts[3]->shape[0] == 2, "get 2.bias");
+    CHECK(ts[0]->requires_grad && ts[0]->step_ == 0 && ts[0]->shape[0] == 3 && ts[0]->shape[1] == 4,
+          "weight (out,in), persistent, requires grad");
+    CHECK(dl_module_child(seq, "1") == mods[1] && dl_module_child(seq, "3") == NULL, "child lookup");
+    CHECK(strcmp(dl_module_type(mods[0]), "Linear") == 0, "type");
+    CHECK(dl_module_get(seq, "1.weight") == NULL, "get missing");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "1.weight");
+    CHECK(dl_module_get(seq, "0.nope") == NULL, "get missing 2");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "nope");
+
+    /* forward: x (5,4) -> (5,2) equals the hand-written computation */
+    x = dl_randn(ctx, DL_SHAPE(5, 4));
+    y = dl_module_forward(seq, x);
+    {
+        dl_tensor *ref = dl_add(dl_matmul(dl_relu(dl_add(dl_matmul(x, dl_transpose(ts[0], 0, 1)), ts[1])),
+                                          dl_transpose(ts[2], 0, 1)), ts[3]);
+        CHECK(y && ref && y->ndim == 2 && y->shape[0] == 5 && y->shape[1] == 2 &&
+              th_close(fdata(y), fdata(ref), 10, 1e-6, 1e-6, NULL), "sequential forward");
+    }
+    CHECK(dl_module_forward(seq, NULL) == NULL && dl_last_error(ctx) == DL_OK, "NULL x: NULL, silently");
+    CHECK(dl_module_forward(seq, dl_randn(ctx, DL_SHAPE(5, 7))) == NULL, "bad in_features");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "in_features=4");
+    /* 1-D input, as torch */
+    y = dl_module_forward(mods[0], dl_randn(ctx, DL_SHAPE(4)));
+    CHECK(y && y->ndim == 1 && y->shape[0] == 3, "Linear on a 1-D input");
+
+    /* a nested user module with its own param, buffers (float, int64) and children */
+    net = dl_module_new(ctx, "Net", NULL, 0);
+    blk = dl_module_add(net, "block", block_new(ctx, 3));
+    mods[0] = dl_nn_linear(ctx, 3, 4, true);
+    mods[1] = dl_nn_tanh(ctx);
+    mods[2] = dl_nn_linear(ctx, 4, 2, true);
+    head = dl_module_add(net, "head", dl_nn_sequential(ctx, 3, mods));
+    CHECK(blk && head, "build nested");
+    n = dl_module_named_tensors(net, false, 16, ts, names);
+    CHECK(n == 10, "nested: %d tensors", n);
+    for (i = 0; i < n && i < 10; i++) CHECK(strcmp(names[i], net_names[i]) == 0, "nested name %d: %s want %s", i, names[i], net_names[i]);
+    n = dl_module_named_tensors(net, true, 16, ts, names);
+    CHECK(n == 8 && strcmp(names[1], "block.fc1.weight") == 0, "params only: %d", n);
+    CHECK(dl_module_num_params(net) == 1 + 3 * 6 + 6 + 6 * 3 + 3 * 4 + 4 + 4 * 2 + 2, "nested num_params %lld",
+          (long long)dl_module_num_params(net));
+    CHECK(dl_module_get(net, "block.count")->dtype == DL_DTYPE_I64, "int64 buffer");
+    CHECK(!dl_module_get(net, "block.running")->requires_grad, "buffer has no grad");
+    CHECK(dl_module_get(net, "head.2.weight") == ts[6], "get nested");
+
+    /* forward through the user module (no forward on Net: call children), backward, grads */
+    CHECK(dl_module_forward(net, x) == NULL, "container without forward");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "no forward");
+    x = dl_randn(ctx, DL_SHAPE(6, 3));
+    loss = dl_mean(dl_module_forward(head, dl_module_forward(blk, x)), DL_ALL, false);
+    CHECK(loss && dl_backward(loss) == DL_OK, "backward through nested modules");
+    for (i = 0; i < n; i++) CHECK(ts[i]->grad != NULL, "grad for %s", names[i]);
+    CHECK(fdata(dl_module_get(net, "block.running"))[0] == 1.0f, "buffer updated in training");
+
+    /* train / eval propagate */
+    CHECK(dl_module_training(net) && dl_module_training(mods[1]), "training by default");
+    dl_module_train(net, false);
+    CHECK(!dl_module_training(net) && !dl_module_training(blk) && !dl_module_training(mods[2]) &&
+          !dl_module_training(dl_module_child(blk, "fc1")), "eval propagates");
+    dl_module_forward(blk, x);
+    CHECK(fdata(dl_module_get(net, "block.running"))[0] == 1.0f, "buffer not updated in eval");
+    dl_module_train(blk, true);
+    CHECK(!dl_module_training(net) && dl_module_training(blk) && dl_module_training(dl_module_child(blk, "fc2")), "train subtree");
+
+    /* zero_grad */
+    dl_module_zero_grad(net);
+    CHECK(fdata(ts[0]->grad)[0] == 0.0f && fdata(ts[7]->grad)[1] == 0.0f, "zero_grad");
+
+    /* shared parameters are counted once */
+    {
+        dl_module *tw = dl_module_new(ctx, "Tied", NULL, 0);
+        dl_module *l = dl_nn_linear(ctx, 2, 2, false);
+        dl_module_add(tw, "a", l);
+        dl_module_add(tw, "b", l);
+        CHECK(dl_module_named_tensors(tw, true, 0, NULL, NULL) == 2 && dl_module_num_params(tw) == 4,
+              "shared: 2 names, 4 params");
+    }
+
+    /* errors */
+    CHECK(dl_module_param(mods[1], "w.x", dl_zeros(ctx, DL_SHAPE(2))) == NULL, "dot in name");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "without '.'");
+    CHECK(dl_module_param(blk, "scale", dl_zeros(ctx, DL_SHAPE(2))) == NULL, "duplicate");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "already has");
+    CHECK(dl_module_add(blk, "fc1", dl_nn_relu(ctx)) == NULL, "duplicate child");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "already has");
+    CHECK(dl_module_add(blk, "loop", net) == NULL, "cycle");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "cycle");
+    {
+        int64_t v[2] = {1, 2};
+        CHECK(dl_module_param(blk, "ip", dl_from_int64(ctx, DL_SHAPE(2), v)) == NULL, "int param");
+        EXPECT_ERR(ctx, DL_ERR_DTYPE, "float32");
+    }
+    CHECK(dl_module_param(blk, "nothing", NULL) == NULL && dl_last_error(ctx) == DL_OK, "NULL init silent");
+    CHECK(dl_nn_linear(ctx, 0, 3, true) == NULL, "linear 0");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "in_features=0");
+    CHECK(dl_nn_sequential(ctx, 2, mods) != NULL, "sequential reuse ok");
+    {
+        dl_module *bad[2];
+        bad[0] = dl_nn_relu(ctx);
+        bad[1] = NULL;
+        CHECK(dl_nn_sequential(ctx, 2, bad) == NULL && dl_last_error(ctx) == DL_OK, "NULL child: silent");
+    }
+    /* activations, flatten */
+    {
+        dl_tensor *im = dl_randn(ctx, DL_SHAPE(2, 3, 4, 5));
+        dl_tensor *f = dl_module_forward(dl_nn_flatten(ctx), im);
+        dl_tensor *g = dl_module_forward(dl_nn_gelu(ctx), im), *s = dl_module_forward(dl_nn_sigmoid(ctx), im);
+        CHECK(f && f->ndim == 2 && f->shape[0] == 2 && f->shape[1] == 60, "flatten(1,-1)");
+        CHECK(g && s && th_close(fdata(g), fdata(dl_gelu(im)), 120, 0, 0, NULL) &&
+              th_close(fdata(s), fdata(dl_sigmoid(im)), 120, 0, 0, NULL), "gelu, sigmoid modules");
+    }
+    dl_step_end(ctx);
+    /* parameters work across steps (persistent) */
+    x = dl_randn(ctx, DL_SHAPE(2, 4));
+    CHECK(dl_module_forward(seq, x) != NULL, "forward in a later step");
+    dl_ctx_free(ctx);
+}
+
+static void stats(const float *x, long n, double *mean, double *sd, double *amax)
+{
+    long i;
+    double s = 0, s2 = 0, m = 0;
+    for (i = 0; i < n; i++) { s += x[i]; if (fabs(x[i]) > m) m = fabs(x[i]); }
+    s /= (double)n;
+    for (i = 0; i < n; i++) s2 += (x[i] - s) * (x[i] - s);
+    *mean = s;
+    *sd = sqrt(s2 / (double)n);
+    *amax = m;
+}
+
+static void test_init(void)
+{
+    dl_ctx *ctx = new_ctx(5);
+    dl_module *lin = dl_nn_linear(ctx, 256, 512, true);
+    dl_tensor *w = dl_module_get(lin, "weight"), *b = dl_module_get(lin, "bias"), *t;
+    double mean, sd, amax, bound = 1.0 / 16.0;
+    /* Linear: U(-1/sqrt(in), 1/sqrt(in)) for both */
+    stats(fdata(w), (long)w->numel, &mean, &sd, &amax);
+    CHECK(amax <= bound && amax > 0.99 * bound, "linear weight bound %g vs %g", amax, bound);
+    CHECK(fabs(mean) < 0.002 && fabs(sd - bound / sqrt(3.0)) < 0.02 * bound / sqrt(3.0), "linear weight stats %g %g", mean, sd);
+    stats(fdata(b), (long)b->numel, &mean, &sd, &amax);
+    CHECK(amax <= bound && amax > 0.95 * bound, "linear bias bound %g", amax);
+
+    t = dl_keep(dl_zeros(ctx, DL_SHAPE(128, 64, 3, 3)));
+    CHECK(dl_fan_in(t) == 576 && dl_fan_out(t) == 1152, "fans %lld %lld", (long long)dl_fan_in(t), (long long)dl_fan_out(t));
+    dl_init_kaiming_uniform(t, 0.0f);   /* bound sqrt(6/576) */
+    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    bound = sqrt(6.0 / 576.0);
+    CHECK(amax <= bound * (1 + 1e-6) && amax > 0.999 * bound && fabs(sd - bound / sqrt(3.0)) < 0.01 * bound,
+          "kaiming_uniform %g %g", amax, sd);
+    dl_init_kaiming_normal(t, 0.1f);    /* std sqrt(2/1.01)/24 */
+    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    CHECK(fabs(sd - sqrt(2.0 / 1.01) / 24.0) < 0.01 * sd && fabs(mean) < 0.01 * sd, "kaiming_normal sd %g", sd);
+    dl_init_xavier_uniform(t, 2.0f);    /* bound 2*sqrt(6/(576+1152)) */
+    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    bound = 2.0 * sqrt(6.0 / 1728.0);
+    CHECK(amax <= bound * (1 + 1e-6) && amax > 0.999 * bound, "xavier_uniform %g vs %g", amax, bound);
+    dl_init_xavier_normal(t, 1.0f);
+    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    CHECK(fabs(sd - sqrt(2.0 / 1728.0)) < 0.01 * sd, "xavier_normal sd %g", sd);
+    dl_init_normal(t, 3.0f, 0.5f);
+    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    CHECK(fabs(mean - 3.0) < 0.01 && fabs(sd - 0.5) < 0.01, "normal %g %g", mean, sd);
+    dl_init_uniform(t, -2.0f, 1.0f);
+    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    CHECK(fabs(mean + 0.5) < 0.01 && amax <= 2.0, "uniform %g", mean);
+    dl_init_constant(t, 0.25f);
+    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    CHECK(mean == 0.25 && sd == 0.0, "constant");
+    /* 1-D: no fan */
+    dl_init_kaiming_uniform(b, 0.0f);
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "fewer than 2 dims");
+    CHECK(dl_fan_in(b) == -1, "fan_in 1-D");
+    /* same seed, same init */
+    {
+        dl_ctx *c2 = new_ctx(5);
+        dl_module *l2 = dl_nn_linear(c2, 256, 512, true);
+        CHECK(memcmp(fdata(dl_module_get(l2, "weight")), fdata(w), 4 * (size_t)w->numel) == 0, "seeded init is reproducible");
+        dl_ctx_free(c2);
+    }
+    dl_ctx_free(ctx);
+}
+
+/* ------------------------------------------------------------------ optimizers vs torch */
+
+static dl_optim *make_opt(const char *cfg, dl_module *m)
+{
+    const grec *h;
+    char key[128];
+    snprintf(key, sizeof key, "%s/hyper", cfg);
+    h = g_get(key);
+    if (!h) return NULL;
+    if (strncmp(cfg, "sgd", 3) == 0) {
+        dl_sgd_desc d;
+        memset(&d, 0, sizeof d);
+        d.lr = h->v[0]; d.momentum = h->v[1]; d.dampening = h->v[2]; d.weight_decay = h->v[3];
+        d.nesterov = h->v[4] != 0.0f;
+        return dl_sgd(m, &d);
+    } else {
+        dl_adam_desc d = dl_adam_desc_default();
+        d.lr = h->v[0]; d.beta1 = h->v[1]; d.beta2 = h->v[2]; d.eps = h->v[3]; d.weight_decay = h->v[4];
+        d.amsgrad = h->v[5] != 0.0f;
+        return strncmp(cfg, "adamw", 5) == 0 ? dl_adamw(m, &d) : dl_adam(m, &d);
+    }
+}
+
+static dl_module *golden_linear(dl_ctx *ctx, dl_tensor **x, dl_tensor **y)
+{
+    dl_module *lin = dl_nn_linear(ctx, 4, 3, true);
+    const grec *w0 = g_get("init/weight"), *b0 = g_get("init/bias"), *gx = g_get("data/x"), *gy = g_get("data/y");
+    if (!lin || !w0 || !b0 || !gx || !gy) return NULL;
+    memcpy(fdata(dl_module_get(lin, "weight")), w0->v, 4 * 12);
+    memcpy(fdata(dl_module_get(lin, "bias")), b0->v, 4 * 3);
+    *x = dl_keep(dl_from_array(ctx, DL_SHAPE(8, 4), gx->v));
+    *y = dl_keep(dl_from_array(ctx, DL_SHAPE(8, 3), gy->v));
+    return lin;
+}
+
+static void test_optim_golden(void)
+{
+    static const char *cfgs[] = {"sgd_plain", "sgd_momentum", "sgd_dampening", "sgd_nesterov",
+                                 "sgd_weight_decay", "sgd_all", "adam_default", "adam_lr",
+                                 "adam_weight_decay", "adam_amsgrad", "adamw_wd", "adamw_amsgrad"};
+    int c, s;
+    for (c = 0; c < (int)(sizeof cfgs / sizeof cfgs[0]); c++) {
+        dl_ctx *ctx = new_ctx(1);
+        dl_tensor *x = NULL, *y = NULL;
+        dl_module *lin = golden_linear(ctx, &x, &y);
+        dl_optim *o = lin ? make_opt(cfgs[c], lin) : NULL;
+        const grec *gw, *gb;
+        char key[128];
+        double worst = 0;
+        snprintf(key, sizeof key, "%s/weight", cfgs[c]);
+        gw = g_get(key);
+        snprintf(key, sizeof key, "%s/bias", cfgs[c]);
+        gb = g_get(key);
+        CHECK(o && gw && gb, "%s: setup: %s", cfgs[c], dl_error_message(ctx));
+        if (!o || !gw || !gb) { dl_ctx_free(ctx); continue; }
+        for (s = 0; s < 10; s++) {
+            char what[128];
+            int64_t i;
+            dl_tensor *w = dl_module_get(lin, "weight"), *b = dl_module_get(lin, "bias");
+            dl_optim_zero_grad(o);
+            if (dl_backward(mse(lin, x, y)) != DL_OK || dl_optim_step(o) != DL_OK) {
+                CHECK(0, "%s step %d: %s", cfgs[c], s, dl_error_message(ctx));
+                break;
+            }
+            snprintf(what, sizeof what, "%s step %d weight", cfgs[c], s + 1);
+            cmp(what, fdata(w), gw->v + 12 * s, 12);
+            snprintf(what, sizeof what, "%s step %d bias", cfgs[c], s + 1);
+            cmp(what, fdata(b), gb->v + 3 * s, 3);
+            for (i = 0; i < 12; i++) {
+                double r = fabs(fdata(w)[i] - gw->v[12 * s + i]) / fabs(gw->v[12 * s + i]);
+                if (r > worst) worst = r;
+            }
+            dl_step_end(ctx);
+        }
+        CHECK(dl_optim_steps(o) == 10, "steps");
+        if (getenv("DL_NN_VERBOSE")) printf("  %-18s worst relative error %.3g\n", cfgs[c], worst);
+        dl_ctx_free(ctx);
+    }
+}
+
+static void test_clip_sched(void)
+{
+    dl_ctx *ctx = new_ctx(1);
+    const grec *mn = g_get("clip/max_norm"), *tn = g_get("clip/total_norm"), *gw = g_get("clip/grad_weight"),
+               *gb = g_get("clip/grad_bias"), *r;
+    int k;
+    int64_t t;
+    float vals[32];
+    for (k = 0; k < 2 && mn && tn && gw && gb; k++) {
+        dl_tensor *x = NULL, *y = NULL;
+        dl_module *lin = golden_linear(ctx, &x, &y);
+        float total;
+        char what[64];
+        dl_backward(mse(lin, x, y));
+        total = dl_clip_grad_norm(lin, mn->v[k]);
+        snprintf(what, sizeof what, "clip %g total norm", (double)mn->v[k]);
+        cmp(what, &total, &tn->v[k], 1);
+        snprintf(what, sizeof what, "clip %g grad weight", (double)mn->v[k]);
+        cmp(what, fdata(dl_module_get(lin, "weight")->grad), gw->v + 12 * k, 12);
+        snprintf(what, sizeof what, "clip %g grad bias", (double)mn->v[k]);
+        cmp(what, fdata(dl_module_get(lin, "bias")->grad), gb->v + 3 * k, 3);
+        dl_step_end(ctx);
+    }
+    {   /* no grads: 0 */
+        dl_module *l = dl_nn_linear(ctx, 2, 2, true);
+        CHECK(dl_clip_grad_norm(l, 1.0f) == 0.0f, "no grads");
+    }
+    if ((r = g_get("sched/step")) != NULL) {
+        for (t = 0; t < r->numel; t++) vals[t] = dl_lr_step(0.1f, t, 3, 0.5f);
+        cmp("StepLR", vals, r->v, (long)r->numel);
+    }
+    if ((r = g_get("sched/cosine")) != NULL) {
+        for (t = 0; t < r->numel; t++) vals[t] = dl_lr_cosine(0.1f, t, 10, 0.001f);
+        cmp("CosineAnnealingLR", vals, r->v, (long)r->numel);
+    }
+    if ((r = g_get("sched/warmup")) != NULL) {
+        for (t = 0; t < r->numel; t++) vals[t] = dl_lr_warmup(0.1f, t, 5);
+        cmp("warmup (LinearLR)", vals, r->v, (long)r->numel);
+    }
+    dl_ctx_free(ctx);
+}
+
+/* ------------------------------------------------------------------ optimizer semantics */
+
+static void test_optim_misc(void)
+{
+    dl_ctx *ctx = new_ctx(2);
+    dl_tensor *a = dl_keep(dl_ones(ctx, DL_SHAPE(3))), *b = dl_keep(dl_ones(ctx, DL_SHAPE(2))), *ps[3];
+    dl_adam_desc ad = dl_adam_desc_default();
+    dl_sgd_desc sd;
+    dl_optim *o, *o2;
+    dl_memory_stats m1, m2;
+    dl_module *lin;
+    dl_tensor *x, *y;
+    int i;
+    dl_requires_grad(a, true);
+    dl_requires_grad(b, true);
+    ps[0] = a; ps[1] = b; ps[2] = a;     /* a duplicate is used once */
+    o = dl_adam_params(ctx, 3, ps, &ad);
+    CHECK(o && o->n == 2, "adam_params, de-duplicated");
+    /* only a gets a gradient: b is skipped */
+    dl_backward(dl_sum(dl_mul(a, a), DL_ALL, false));
+    CHECK(dl_optim_step(o) == DL_OK, "step");
+    CHECK(fdata(a)[0] < 1.0f && fdata(b)[0] == 1.0f && fdata(b)[1] == 1.0f, "param without grad skipped");
+    CHECK(o->pstep[0] == 1 && o->pstep[1] == 0 && dl_optim_steps(o) == 1, "per-param step counts");
+    /* lr get/set */
+    dl_optim_set_lr(o, 0.5f);
+    CHECK(dl_optim_lr(o) == 0.5f, "set_lr");
+    dl_optim_zero_grad(o);
+    CHECK(fdata(a->grad)[0] == 0.0f, "optim zero_grad");
+    dl_optim_free(o);
+    /* bad descriptors */
+    memset(&sd, 0, sizeof sd);
+    CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "lr 0");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr must be > 0");
+    CHECK(dl_sgd_params(ctx, 1, ps, NULL) == NULL, "NULL sgd desc");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr is required");
+    sd.lr = 0.1f; sd.nesterov = true;
+    CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "nesterov without momentum");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "nesterov");
+    ad.beta1 = 1.0f;
+    CHECK(dl_adam_params(ctx, 1, ps, &ad) == NULL, "beta1 1");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "0 <= beta < 1");
+    sd.nesterov = false;
+    ps[0] = dl_ones(ctx, DL_SHAPE(2));
+    CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "step tensor param");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "persistent");
+    CHECK(dl_sgd_params(ctx, 0, ps, &sd) == NULL, "empty");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "empty parameter list");
+    CHECK(dl_sgd(dl_nn_relu(ctx), &sd) == NULL, "module without params");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "no parameters");
+
+    /* a training loop: an optimizer step never allocates; the loop is flat after step 1 */
+    lin = dl_nn_linear(ctx, 16, 4, true);
+    sd.momentum = 0.9f; sd.weight_decay = 1e-4f; sd.nesterov = true;
+    o = dl_sgd(lin, &sd);
+    ad = dl_adam_desc_default();
+    ad.amsgrad = true;
+    o2 = dl_adamw(lin, &ad);
+    x = dl_keep(dl_randn(ctx, DL_SHAPE(32, 16)));
+    y = dl_keep(dl_randn(ctx, DL_SHAPE(32, 4)));
+    for (i = 0; i < 6; i++) {
+        uint64_t before;
+        dl_optim_zero_grad(o);
+        dl_backward(mse(lin, x, y));
+        dl_clip_grad_norm(lin, 1.0f);
+        dl_memory_stats_get(ctx, dl_cpu(), &m1);
+        before = (uint64_t)cnt_calls;
+        dl_optim_step(i % 2 ? o : o2);
+        dl_memory_stats_get(ctx, dl_cpu(), &m2);
+        CHECK(m1.alloc_calls == m2.alloc_calls && before == (uint64_t)cnt_calls &&
+              m1.persistent_bytes == m2.persistent_bytes, "step %d allocated", i);
+        if (i == 2) dl_memory_stats_get(ctx, dl_cpu(), &m1);
+        dl_step_end(ctx);
+        if (i == 5) {
+            dl_memory_stats_get(ctx, dl_cpu(), &m2);
+            CHECK(m2.alloc_calls == m1.alloc_calls, "loop allocated %llu times after step 2",
+                  (unsigned long long)(m2.alloc_calls - m1.alloc_calls));
+        }
+    }
+    dl_ctx_free(ctx);
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+
+static dl_module *ck_model(dl_ctx *ctx)
+{
+    dl_module *mods[3];
+    mods[0] = dl_nn_linear(ctx, 4, 8, true);
+    mods[1] = dl_nn_tanh(ctx);
+    mods[2] = dl_nn_linear(ctx, 8, 3, true);
+    return dl_nn_sequential(ctx, 3, mods);
+}
+
+static void ck_data(dl_ctx *ctx, dl_tensor **x, dl_tensor **y)
+{
+    float xv[40], yv[30];
+    int i;
+    for (i = 0; i < 40; i++) xv[i] = (float)sin(0.7 * i);
+    for (i = 0; i < 30; i++) yv[i] = (float)cos(0.3 * i);
+    *x = dl_from_array(ctx, DL_SHAPE(10, 4), xv);
+    *y = dl_from_array(ctx, DL_SHAPE(10, 3), yv);
+}
+
+static dl_optim *ck_opt(dl_module *m, int kind)
+{
+    dl_sgd_desc sd;
+    dl_adam_desc ad = dl_adam_desc_default();
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.05f; sd.momentum = 0.9f; sd.weight_decay = 0.01f;
+    ad.lr = 0.01f; ad.amsgrad = kind == 2; ad.weight_decay = 0.01f;
+    return kind == 0 ? dl_sgd(m, &sd) : kind == 1 ? dl_adam(m, &ad) : dl_adamw(m, &ad);
+}
+
+static void ck_train(dl_ctx *ctx, dl_module *m, dl_optim *o, int steps)
+{
+    int i;
+    for (i = 0; i < steps; i++) {
+        dl_tensor *x, *y;
+        ck_data(ctx, &x, &y);
+        dl_optim_zero_grad(o);
+        dl_backward(mse(m, x, y));
+        dl_optim_step(o);
+        dl_optim_set_lr(o, dl_lr_cosine(0.05f, dl_optim_steps(o), 10, 0.0f));
+        dl_step_end(ctx);
+    }
+}
+
+/* all module tensors as one byte blob */
+static size_t snap(dl_module *m, unsigned char *dst, size_t cap)
+{
+    dl_tensor *ts[32];
+    int n = dl_module_named_tensors(m, false, 32, ts, NULL), i;
+    size_t pos = 0;
+    for (i = 0; i < n; i++) {
+        size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
+        if (pos + b > cap) return 0;
+        memcpy(dst + pos, ts[i]->data, b);
+        pos += b;
+    }
+    return pos;
+}
+
+static void test_resume(void)
+{
+    int kind;
+    static const char *kn[] = {"sgd momentum", "adam", "adamw amsgrad"};
+    for (kind = 0; kind < 3; kind++) {
+        unsigned char ref[4096], got[4096];
+        size_t nref, ngot;
+        const char *path = tmp_path("resume.safetensors");
+        dl_ctx *a = new_ctx(11), *b = new_ctx(11), *c = new_ctx(99);
+        dl_module *ma = ck_model(a), *mb = ck_model(b), *mc = ck_model(c);
+        dl_optim *oa = ck_opt(ma, kind), *ob = ck_opt(mb, kind), *oc = ck_opt(mc, kind);
+        dl_result r;
+        FILE *f;
+        ck_train(a, ma, oa, 8);
+        nref = snap(ma, ref, sizeof ref);
+        ck_train(b, mb, ob, 4);
+        r = dl_save(path, mb, ob);
+        CHECK(r == DL_OK, "%s: save: %s", kn[kind], dl_error_message(b));
+        f = fopen(tmp_path("resume.safetensors.tmp"), "rb");
+        CHECK(f == NULL, "no .tmp left behind");
+        if (f) fclose(f);
+        CHECK(snap(mc, got, sizeof got) == nref && memcmp(got, ref, nref) != 0, "other init differs");
+        r = dl_load(path, mc, oc);
+        CHECK(r == DL_OK, "%s: load: %s", kn[kind], dl_error_message(c));
+        CHECK(dl_optim_steps(oc) == 4 && dl_optim_lr(oc) == dl_optim_lr(ob), "%s: steps and lr restored", kn[kind]);
+        ck_train(c, mc, oc, 4);
+        ngot = snap(mc, got, sizeof got);
+        CHECK(ngot == nref && memcmp(got, ref, nref) == 0, "%s: resumed run is bit-identical", kn[kind]);
+        /* model only, into a fresh module: optim.* tensors are ignored */
+        {
+            dl_module *md = ck_model(c);
+            CHECK(dl_load(path, md, NULL) == DL_OK, "model-only load: %s", dl_error_message(c));
+        }
+        remove(path);
+        dl_ctx_free(a);
+        dl_ctx_free(b);
+        dl_ctx_free(c);
+    }
+}
+
+static void test_torch_written(void)
+{
+    dl_ctx *ctx = new_ctx(3);
+    dl_module *lin = dl_nn_linear(ctx, 5, 3, true);
+    const grec *w = g_get("torch_written/weight"), *b = g_get("torch_written/bias");
+    dl_result r = dl_load("tests/golden/torch_written.safetensors", lin, NULL);
+    CHECK(r == DL_OK, "load torch-written file: %s", dl_error_message(ctx));
+    if (r == DL_OK && w && b) {
+        CHECK(memcmp(fdata(dl_module_get(lin, "weight")), w->v, 60) == 0, "torch weight exact");
+        CHECK(memcmp(fdata(dl_module_get(lin, "bias")), b->v, 12) == 0, "torch bias exact");
+    }
+    /* with an optimizer, the torch file has no optimizer state */
+    {
+        dl_sgd_desc sd;
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.1f;
+        CHECK(dl_load("tests/golden/torch_written.safetensors", lin, dl_sgd(lin, &sd)) == DL_ERR_FORMAT, "no optim state");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "'optim.step' is missing");
+    }
+    dl_ctx_free(ctx);
+}
+
+/* write [u64 hlen][header][data] (hlen_override when nonzero) */
+static void write_st(const char *path, const char *header, const unsigned char *data, size_t dlen,
+                     uint64_t hlen_override, size_t cut)
+{
+    FILE *f = fopen(path, "wb");
+    unsigned char len8[8];
+    uint64_t h = hlen_override ? hlen_override : (uint64_t)strlen(header);
+    int i;
+    unsigned char *all;
+    size_t n = 8 + strlen(header) + dlen;
+    all = (unsigned char *)malloc(n);
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)(h >> (8 * i));
+    memcpy(all, len8, 8);
+    memcpy(all + 8, header, strlen(header));
+    if (dlen) memcpy(all + 8 + strlen(header), data, dlen);
+    if (f) { fwrite(all, 1, n - cut, f); fclose(f); }
+    free(all);
+}
+
+typedef struct bad_case { const char *name, *header; size_t dlen; uint64_t hlen; size_t cut; const char *msg; } bad_case;
+
+#define WB "\"weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}"
+#define BB "\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}"
+
+static void test_bad_files(void)
+{
+    dl_ctx *ctx = new_ctx(4);
+    dl_module *lin = dl_nn_linear(ctx, 2, 2, true);
+    unsigned char before[64], after[64], data[64];
+    size_t nb;
+    int i;
+    const char *path = tmp_path("bad.safetensors");
+    char deep[400];
+    static const bad_case cases[] = {
+        {"truncated data", "{" WB "," BB "}", 24, 0, 4, "'bias'"},
+        {"file shorter than 8 bytes", "", 0, 0, 3, "8-byte header length"},
+        {"header length past the end", "{" WB "," BB "}", 24, 5000, 0, "larger than the rest"},
+        {"header length 2^63", "{" WB "," BB "}", 24, (uint64_t)1 << 63, 0, "larger than the rest"},
+        {"malformed: unterminated", "{" WB "," BB, 24, 0, 0, "malformed JSON"},
+        {"malformed: missing colon", "{\"weight\" {}}", 0, 0, 0, "expected ':'"},
+        {"malformed: trailing comma", "{" WB "," BB ",}", 24, 0, 0, "expected a string key"},
+        {"malformed: bad escape", "{\"we\\qight\":{}}", 0, 0, 0, "bad escape"},
+        {"malformed: not an object", "[1,2]", 0, 0, 0, "not a JSON object"},
+        {"malformed: bad number", "{" "\"weight\":{\"dtype\":\"F32\",\"shape\":[2,02],\"data_offsets\":[0,16]}," BB "}", 24, 0, 0, "malformed JSON"},
+        {"trailing garbage", "{" WB "," BB "}x", 24, 0, 0, "trailing characters"},
+        {"wrong dtype", "{\"weight\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,16]}," BB "}", 24, 0, 0, "'weight' has dtype F16"},
+        {"wrong shape", "{\"weight\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}," BB "}", 24, 0, 0, "'weight' has shape (4) in the file but (2,2)"},
+        {"offsets out of range", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,32]}}", 24, 0, 0, "'bias': data_offsets [16, 32] are out of range"},
+        {"offsets overlapping", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 24, 0, 0, "overlap"},
+        {"offsets negative", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", 24, 0, 0, "'bias': data_offsets [-8, 0] are negative"},
+        {"offsets reversed", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,16]}}", 24, 0, 0, "'bias': data_offsets [24, 16] are out of range"},
+        {"offsets wrong size", "{\"weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}," BB "}", 24, 0, 0, "'weight': data_offsets [0, 12] hold 12 bytes"},
+        {"offsets huge", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,99999999999999999999]}}", 24, 0, 0, "'bias': data_offsets are not integers"},
+        {"shape huge", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[16,24]}}", 24, 0, 0, "'bias': shape has too many elements"},
+        {"gap", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[20,28]}}", 28, 0, 0, "gap"},
+        {"missing tensor", "{" WB "}", 16, 0, 0, "tensor 'bias' is missing"},
+        {"extra tensor", "{" WB "," BB ",\"extra\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[24,28]}}", 28, 0, 0, "extra tensor 'extra'"},
+        {"duplicate", "{" WB "," BB "," BB "}", 24, 0, 0, "'bias' appears twice"},
+        {"unknown field", "{\"weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16],\"x\":1}," BB "}", 24, 0, 0, "'weight': unknown field"},
+        {"metadata not strings", "{" WB "," BB ",\"__metadata__\":{\"format\":1}}", 24, 0, 0, "not a string"},
+    };
+    for (i = 0; i < 64; i++) data[i] = (unsigned char)(i * 7 + 1);
+    nb = snap(lin, before, sizeof before);
+    /* a good hand-made file loads */
+    write_st(path, "{" WB "," BB ",\"__metadata__\":{\"format\":\"pt\",\"k\":\"a\\u00e9\\ud83d\\ude00\\n\"}}", data, 24, 0, 0);
+    CHECK(dl_load(path, lin, NULL) == DL_OK, "hand-made file: %s", dl_error_message(ctx));
+    CHECK(memcmp(fdata(dl_module_get(lin, "weight")), data, 16) == 0 && memcmp(fdata(dl_module_get(lin, "bias")), data + 16, 8) == 0, "values");
+    nb = snap(lin, before, sizeof before);
+    for (i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        dl_result r;
+        const char *m;
+        write_st(path, cases[i].header, data, cases[i].dlen, cases[i].hlen, cases[i].cut);
+        if (strcmp(cases[i].name, "file shorter than 8 bytes") == 0) {
+            FILE *f = fopen(path, "wb");
+            if (f) { fwrite("abcde", 1, 5, f); fclose(f); }
+        }
+        r = dl_load(path, lin, NULL);
+        m = dl_error_message(ctx);
+        CHECK(r == DL_ERR_FORMAT && strstr(m, cases[i].msg) && strstr(m, path), "%s: got %s \"%s\"",
+              cases[i].name, dl_result_string(r), m);
+        if (getenv("DL_NN_VERBOSE")) printf("  %-26s %s\n", cases[i].name, m);
+        dl_clear_error(ctx);
+        CHECK(snap(lin, after, sizeof after) == nb && memcmp(before, after, nb) == 0, "%s: model changed", cases[i].name);
+    }
+    /* nesting deeper than the limit */
+    strcpy(deep, "{\"__metadata__\":");
+    for (i = 0; i < 100; i++) strcat(deep, "[");
+    write_st(path, deep, data, 0, 0, 0);
+    CHECK(dl_load(path, lin, NULL) == DL_ERR_FORMAT, "deep");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "nested too deeply");
+    /* io */
+    CHECK(dl_load(tmp_path("does_not_exist.safetensors"), lin, NULL) == DL_ERR_IO, "missing file");
+    EXPECT_ERR(ctx, DL_ERR_IO, "cannot open");
+    CHECK(dl_load("/tmp", lin, NULL) == DL_ERR_IO, "a directory");
+    EXPECT_ERR(ctx, DL_ERR_IO, "/tmp");
+    CHECK(dl_save("/nonexistent_dir_dl_nn/x.safetensors", lin, NULL) == DL_ERR_IO, "unwritable");
+    EXPECT_ERR(ctx, DL_ERR_IO, "/nonexistent_dir_dl_nn/x.safetensors.tmp");
+    CHECK(snap(lin, after, sizeof after) == nb && memcmp(before, after, nb) == 0, "model unchanged at the end");
+    /* optimizer mismatch: SGD state into Adam */
+    {
+        dl_sgd_desc sd;
+        dl_optim *so, *ao;
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.1f; sd.momentum = 0.5f;
+        so = dl_sgd(lin, &sd);
+        ao = dl_adam(lin, NULL);
+        CHECK(dl_save(path, lin, so) == DL_OK, "save with sgd");
+        CHECK(dl_load(path, lin, ao) == DL_ERR_FORMAT, "sgd into adam");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "optim.weight.exp_avg' is missing");
+        sd.momentum = 0.0f;
+        CHECK(dl_load(path, lin, dl_sgd(lin, &sd)) == DL_ERR_FORMAT, "momentum state into plain sgd");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "extra tensor 'optim.weight.momentum_buffer'");
+        CHECK(dl_save(path, lin, NULL) == DL_OK && dl_load(path, lin, so) == DL_ERR_FORMAT, "model-only file into optim");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "'optim.step' is missing");
+    }
+    remove(path);
+    dl_ctx_free(ctx);
+}
+
+/* the file that gen_optim.py --verify checks: Linear(5,3) with known values,
+   SGD(lr 0.1, momentum 0.5) after 2 steps with all-ones gradients */
+static int write_for_torch(const char *path)
+{
+    dl_ctx *ctx = new_ctx(1);
+    dl_module *lin = dl_nn_linear(ctx, 5, 3, true);
+    dl_tensor *w = dl_module_get(lin, "weight"), *b = dl_module_get(lin, "bias");
+    dl_sgd_desc sd;
+    dl_optim *o;
+    int i, s;
+    dl_result r;
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.1f; sd.momentum = 0.5f;
+    o = dl_sgd(lin, &sd);
+    for (s = 0; s < 2; s++) {
+        dl_backward(dl_sum(dl_add(dl_sum(w, DL_ALL, false), dl_sum(b, DL_ALL, false)), DL_ALL, false));
+        dl_optim_step(o);
+        dl_optim_zero_grad(o);
+        dl_step_end(ctx);
+    }
+    for (i = 0; i < 15; i++) fdata(w)[i] = (float)i * 0.125f - 1.0f;
+    fdata(b)[0] = 0.5f; fdata(b)[1] = -0.25f; fdata(b)[2] = 2.0f;
+    r = dl_save(path, lin, o);
+    if (r != DL_OK) printf("ERROR: %s\n", dl_error_message(ctx));
+    else printf("wrote %s\n", path);
+    dl_ctx_free(ctx);
+    return r == DL_OK;
+}
+
+int main(int argc, char **argv)
+{
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/dl_test_nn_%ld", (long)getpid());
+    if (!g_load("tests/golden/optim.bin")) { th_fail++; }
+    test_modules();
+    CHECK(cnt_live == 0, "leak after modules: %ld", cnt_live);
+    test_init();
+    if (g_nrec) {
+        test_optim_golden();
+        test_clip_sched();
+        test_torch_written();
+    }
+    test_optim_misc();
+    test_resume();
+    test_bad_files();
+    if (argc > 2 && strcmp(argv[1], "--write") == 0) CHECK(write_for_torch(argv[2]), "write for torch");
+    g_free();
+    CHECK(cnt_live == 0, "%ld blocks live at exit", cnt_live);
+    TEST_END();
+}
