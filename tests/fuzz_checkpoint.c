@@ -14,8 +14,6 @@
        /tmp/fz_seed /tmp/fz_corpus */
 #define DL_IMPLEMENTATION
 #include "dl.h"
-#include "parts/nn_decl.h"
-#include "parts/nn_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

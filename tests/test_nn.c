@@ -23,8 +23,6 @@ static void cnt_free(void *p) { if (p) cnt_live--; free(p); }
 #define DL_FREE(p) cnt_free(p)
 #define DL_IMPLEMENTATION
 #include "dl.h"
-#include "parts/nn_decl.h"
-#include "parts/nn_impl.h"
 #include "harness.h"
 #include <stdio.h>
 
