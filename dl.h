@@ -388,14 +388,8 @@ DL_API bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y);
 DL_API int64_t dl_loader_num_batches(const dl_loader *l);
 DL_API int64_t dl_loader_epoch(const dl_loader *l);   /* epochs started so far */
 
-/* parts/nn_ops_decl.h - normalization, dropout and losses (declarations).
-   Goes into dl.h's declaration section. Semantics follow torch.nn.functional;
+/* Normalization, dropout and losses. Semantics follow torch.nn.functional;
    where they differ it says so below. */
-#ifndef DL_NN_OPS_DECL_H
-#define DL_NN_OPS_DECL_H
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 /* --- ops: normalization and dropout */
 
@@ -466,14 +460,8 @@ DL_API dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, dl_reduction r);    /* 
    max(x,0) - x y + log(1 + exp(-|x|)): finite for any |x|. */
 DL_API dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_reduction r);
 
-#ifdef __cplusplus
-}
-#endif
-#endif /* DL_NN_OPS_DECL_H */
 
-/* parts/conv_decl.h - convolution, transposed convolution and pooling:
-   public declarations (goes into dl.h's declaration section, after
-   "--- ops: linear algebra and softmax").
+/* --- ops: convolution, transposed convolution and pooling
 
    Layouts are PyTorch's: channels first, row-major. Every function takes a
    batched input (N,C,spatial...) or an unbatched one (C,spatial...), which
@@ -481,12 +469,6 @@ DL_API dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y
    exactly (floor division; ceil_mode as PyTorch: the last window must start
    inside the input or the left padding). All of them are differentiable to
    any order (their backward rules are written with these same ops). */
-#ifndef DL_CONV_DECL_H
-#define DL_CONV_DECL_H
-
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 #define DL_MAX_SPATIAL 3
 
@@ -561,14 +543,9 @@ DL_API dl_tensor *dl_adaptive_avg_pool1d(dl_tensor *x, dl_shape output_size);
 DL_API dl_tensor *dl_adaptive_avg_pool2d(dl_tensor *x, dl_shape output_size);
 DL_API dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape output_size);
 
-#ifdef __cplusplus
-}
-#endif
-#endif /* DL_CONV_DECL_H */
 
-/* parts/nn_decl.h - modules, initializers, optimizers, LR schedules, gradient
-   clipping, safetensors checkpoints. Goes into dl.h's declarations after
-   "--- debug" (sections "--- nn", "--- optim", "--- io").
+/* --- nn: modules, initializers; --- optim: optimizers, LR schedules,
+   gradient clipping; --- io: safetensors checkpoints.
 
    MODULES (PyTorch nn.Module semantics)
      A module is a forward callback, a zeroed block of user state, named
@@ -603,12 +580,6 @@ DL_API dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape output_size);
      fan_in = dl_fan_in(w)) and running statistics with dl_module_buffer, and
      branches on dl_module_training(m) in its forward.
 */
-#ifndef DL_NN_DECL_H
-#define DL_NN_DECL_H
-
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 /* --- nn */
 typedef struct dl_module dl_module;
@@ -739,10 +710,6 @@ DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
 DL_API dl_result dl_save(const char *path, dl_module *m, dl_optim *o);  /* o may be NULL */
 DL_API dl_result dl_load(const char *path, dl_module *m, dl_optim *o);  /* o may be NULL */
 
-#ifdef __cplusplus
-}
-#endif
-#endif /* DL_NN_DECL_H */
 
 /* --- nn: layer modules around the functional ops (PyTorch names, defaults
    and initialization: weights kaiming_uniform(a=sqrt(5)), biases
@@ -791,6 +758,7 @@ DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in
 #include <stdarg.h>
 #include <float.h>
 #include <assert.h>
+#include <limits.h>
 #ifndef DL_NO_THREADS
 #include <pthread.h>
 #include <unistd.h>
@@ -828,22 +796,6 @@ DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in
    do not depend on the thread count. The matrix product packs panels of A and
    B into contiguous buffers (BLIS-style blocking) and runs a register-tiled
    micro-kernel over them. */
-/* ---------------------------------------------------------------------------
- * dl.h fragment: thread pool + packed, cache-blocked SGEMM (row-major).
- *
- * Requires (included by dl.h before this point):
- *   <stdint.h> <stddef.h> <stdbool.h> <string.h> <stdlib.h> <math.h>
- *   and unless DL_NO_THREADS: <pthread.h> <unistd.h>
- *   DL_MALLOC(sz) / DL_FREE(p)
- * ------------------------------------------------------------------------- */
-
-#ifndef DL__UNUSED
-#if defined(__GNUC__)
-#define DL__UNUSED __attribute__((unused))
-#else
-#define DL__UNUSED
-#endif
-#endif
 
 #ifndef DL__RESTRICT
 #if defined(__GNUC__) || defined(_MSC_VER)
@@ -4686,10 +4638,6 @@ bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
 int64_t dl_loader_num_batches(const dl_loader *l) { return l ? l->nb : 0; }
 int64_t dl_loader_epoch(const dl_loader *l) { return l ? l->epoch : 0; }
 
-/* parts/nn_ops_impl.h - normalization, dropout and losses (implementation).
-   Appended to dl.h's implementation section. */
-#if defined(DL_IMPLEMENTATION) && !defined(DL__NN_OPS_IMPLEMENTED)
-#define DL__NN_OPS_IMPLEMENTED
 
 // >>section ops: normalization, dropout, losses
 /* Everything here but binary_cross_entropy_with_logits is a composite of
@@ -5172,10 +5120,8 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_re
     return l ? dl__nn_reduce(l, r) : NULL;
 }
 
-#endif /* DL_IMPLEMENTATION && !DL__NN_OPS_IMPLEMENTED */
 
-/* parts/conv_impl.h - convolution, transposed convolution and pooling:
-   implementation (appended to dl.h's implementation; needs parts/conv_decl.h).
+/* Convolution, transposed convolution and pooling.
 
    Everything here is N-d (1, 2 or 3 spatial dims, missing dims padded with
    size 1); the 1d/2d/3d functions are thin wrappers.
@@ -5202,8 +5148,6 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_re
    side, col (Ca*K, n, Lb), so each group is one large GEMM (the output
    comes back (Cb, n, Lb) and is permuted to (n, Cb, Lb)). Scratch is step
    memory given back before the op returns; chunks keep it under 8 MiB. */
-#if defined(DL_IMPLEMENTATION) && !defined(DL__CONV_IMPLEMENTED)
-#define DL__CONV_IMPLEMENTED
 
 // >>section ops: convolution and pooling
 
@@ -6404,14 +6348,7 @@ dl_tensor *dl_adaptive_avg_pool1d(dl_tensor *x, dl_shape s) { return dl__adaptiv
 dl_tensor *dl_adaptive_avg_pool2d(dl_tensor *x, dl_shape s) { return dl__adaptive_api("dl_adaptive_avg_pool2d", 2, x, s); }
 dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape s) { return dl__adaptive_api("dl_adaptive_avg_pool3d", 3, x, s); }
 
-#endif /* DL_IMPLEMENTATION && !DL__CONV_IMPLEMENTED */
 
-/* parts/nn_impl.h - implementation of parts/nn_decl.h: modules, init,
-   optimizers, schedules, clipping, safetensors checkpoints. Appended to dl.h's
-   implementation (inside #ifdef DL_IMPLEMENTATION). */
-#if defined(DL_IMPLEMENTATION) && !defined(DL__NN_IMPLEMENTED)
-#define DL__NN_IMPLEMENTED
-#include <limits.h>   /* LONG_MAX (dl_load) */
 
 // >>section nn: modules
 /* A module holds its own parameters and buffers (in registration order) and
@@ -8289,7 +8226,6 @@ dl_result dl_load(const char *path, dl_module *m, dl_optim *o)
     return rc;
 }
 
-#endif /* DL__NN_IMPLEMENTED */
 
 // >>section nn: layer modules
 /* Each layer keeps its settings and parameter pointers in the module's state
