@@ -1,5 +1,5 @@
 /* examples/lenet.c - the main job of `make run`: a LeNet-style CNN with batch
-   norm, ReLU and max-pooling trained on Fashion-MNIST with Adam.
+   norm, ReLU and max-pooling trained on Fashion-MNIST with Adam and a cosine learning-rate schedule.
 
      conv 5x5 (1->6, pad 2) BN ReLU maxpool 2 | conv 5x5 (6->16) BN ReLU maxpool 2
      | flatten | linear 400->120 BN ReLU | linear 120->84 BN ReLU | linear 84->10
@@ -29,6 +29,8 @@ static dl_module *make_lenet(dl_ctx *ctx)
     return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
 }
 
+static float cosine(float base, int epoch, int epochs) { return dl_lr_cosine(base, epoch, epochs, 0.0f); }
+
 int main(int argc, char **argv)
 {
     ex_args a;
@@ -41,7 +43,7 @@ int main(int argc, char **argv)
     if (ex_setup_fmnist(&a, false, 0, &s)) {
         dl_module *net = make_lenet(s.ctx);
         ad.lr = a.lr;
-        acc = ex_train(&a, &s, net, dl_adam(net, &ad), NULL, "LeNet-BN on Fashion-MNIST");
+        acc = ex_train(&a, &s, net, dl_adam(net, &ad), cosine, "LeNet-BN on Fashion-MNIST");
     }
     dl_ctx_free(s.ctx);
     return acc < 0;
