@@ -33,6 +33,7 @@
    BUILD FLAGS (define before including, in every file that includes dl.h)
        DL_IMPLEMENTATION   emit the implementation (one translation unit)
        DL_OPENBLAS         matrix products through cblas_sgemm (link -lopenblas)
+       DL_ZLIB             dl_idx_load reads .gz files (link -lz)
        DL_NO_THREADS       single-threaded build (no pthreads)
        DL_ABORT_ON_ERROR   trap at the first error (for a debugger)
        DL_MALLOC/DL_REALLOC/DL_FREE   host allocator (define all three or none)

@@ -1,0 +1,170 @@
+/* tests/test_layers.c - the layer modules (Conv, ConvTranspose, pools,
+   BatchNorm, LayerNorm, Dropout): PyTorch state_dict names and shapes,
+   default initialization bounds, forward equal to the functional ops,
+   batch norm train/eval and running buffers, a checkpoint round trip with
+   every buffer, and constructor errors. */
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+
+static dl_ctx *ctx;
+
+static int same(dl_tensor *a, dl_tensor *b)
+{
+    return a && b && dl_same_shape(a, b) && memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel) == 0;
+}
+
+static void test_names(void)
+{
+    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
+    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0);
+    dl_module *m[] = {dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
+                      dl_nn_max_pool2d(ctx, &pool), dl_nn_flatten(ctx), dl_nn_linear(ctx, 6 * 14 * 14, 10, true)};
+    dl_module *net = dl_nn_sequential(ctx, 6, m);
+    /* what torch prints for the same nn.Sequential's state_dict */
+    static const char *want[] = {"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+                                 "1.num_batches_tracked", "5.weight", "5.bias"};
+    static const int64_t numel[] = {150, 6, 6, 6, 6, 6, 1, 11760, 10};
+    dl_tensor *ts[16];
+    char names[16][128];
+    int n = dl_module_named_tensors(net, false, 16, ts, names), i, ok = n == 9;
+    for (i = 0; i < n && i < 9; i++) if (strcmp(names[i], want[i]) || ts[i]->numel != numel[i]) ok = 0;
+    CHECK(ok, "state_dict names/sizes (%d tensors, first %s)", n, n ? names[0] : "");
+    CHECK(ts[6]->dtype == DL_DTYPE_I64 && ts[6]->ndim == 0, "num_batches_tracked is an int64 scalar");
+    CHECK(ts[0]->ndim == 4 && ts[0]->shape[0] == 6 && ts[0]->shape[1] == 1 && ts[0]->shape[3] == 5, "conv weight (6,1,5,5)");
+    CHECK(dl_module_num_params(net) == 150 + 6 + 12 + 11760 + 10, "num_params %lld", (long long)dl_module_num_params(net));
+    {   /* conv init: kaiming_uniform(a=sqrt5) = U(-1/sqrt(fan_in), +), bias the same bound */
+        float *w = (float *)ts[0]->data, bound = 1.0f / sqrtf(25.0f), mx = 0;
+        for (i = 0; i < 150; i++) if (fabsf(w[i]) > mx) mx = fabsf(w[i]);
+        CHECK(mx <= bound && mx > 0.8f * bound, "conv weight bound %g vs %g", (double)mx, (double)bound);
+        CHECK(((float *)ts[2]->data)[0] == 1 && ((float *)ts[3]->data)[0] == 0 && ((float *)ts[5]->data)[0] == 1, "bn init");
+    }
+    {   /* transposed conv weight is (in, out/groups, k...) */
+        dl_conv_desc g2 = dl_conv_desc_make(2, 1, 1, 2);
+        dl_module *t = dl_nn_conv_transpose2d(ctx, 4, 6, 3, &g2, false);
+        dl_tensor *w = dl_module_get(t, "weight");
+        CHECK(w && w->shape[0] == 4 && w->shape[1] == 3 && !dl_module_get(t, "bias"), "ConvTranspose2d weight (4,3,3,3), no bias");
+    }
+}
+
+static void test_forward(void)
+{
+    dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 1);
+    dl_module *c1 = dl_nn_conv1d(ctx, 3, 4, 3, &d, true), *c3 = dl_nn_conv3d(ctx, 2, 2, 2, NULL, false);
+    dl_pool_desc p = dl_pool_desc_make(2, 0, 0);
+    dl_tensor *x1 = dl_randn(ctx, DL_SHAPE(2, 3, 9)), *x3 = dl_randn(ctx, DL_SHAPE(1, 2, 4, 4, 4));
+    dl_tensor *x2 = dl_randn(ctx, DL_SHAPE(2, 3, 8, 8));
+    CHECK(same(dl_module_forward(c1, x1), dl_conv1d(x1, dl_module_get(c1, "weight"), dl_module_get(c1, "bias"), &d)), "Conv1d = dl_conv1d");
+    CHECK(same(dl_module_forward(c3, x3), dl_conv3d(x3, dl_module_get(c3, "weight"), NULL, NULL)), "Conv3d = dl_conv3d");
+    CHECK(same(dl_module_forward(dl_nn_max_pool2d(ctx, &p), x2), dl_max_pool2d(x2, &p)), "MaxPool2d");
+    CHECK(same(dl_module_forward(dl_nn_avg_pool2d(ctx, &p), x2), dl_avg_pool2d(x2, &p)), "AvgPool2d");
+    CHECK(same(dl_module_forward(dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(1, 1)), x2), dl_adaptive_avg_pool2d(x2, DL_SHAPE(1, 1))), "AdaptiveAvgPool2d");
+    CHECK(same(dl_module_forward(dl_nn_max_pool1d(ctx, &p), x1), dl_max_pool1d(x1, &p)), "MaxPool1d");
+    CHECK(same(dl_module_forward(dl_nn_avg_pool3d(ctx, &p), x3), dl_avg_pool3d(x3, &p)), "AvgPool3d");
+    {
+        dl_module *ln = dl_nn_layer_norm(ctx, DL_SHAPE(8, 8));
+        CHECK(same(dl_module_forward(ln, x2), dl_layer_norm(x2, DL_SHAPE(8, 8), dl_module_get(ln, "weight"), dl_module_get(ln, "bias"), 1e-5f)), "LayerNorm");
+    }
+    {
+        dl_module *dr = dl_nn_dropout(ctx, 0.5f);
+        dl_tensor *y = dl_module_forward(dr, x2);
+        int64_t i, zeros = 0;
+        for (i = 0; i < y->numel; i++) zeros += ((float *)y->data)[i] == 0.0f;
+        CHECK(zeros > y->numel / 4 && zeros < 3 * y->numel / 4, "Dropout train drops about half (%lld of %lld)", (long long)zeros, (long long)y->numel);
+        dl_module_train(dr, false);
+        CHECK(same(dl_module_forward(dr, x2), x2), "Dropout eval is the identity");
+    }
+}
+
+static void test_batch_norm(void)
+{
+    dl_module *bn = dl_nn_batch_norm2d(ctx, 3);
+    dl_tensor *x = dl_add_scalar(dl_mul_scalar(dl_randn(ctx, DL_SHAPE(8, 3, 4, 4)), 2.0f), 1.0f), *y, *m;
+    dl_tensor *rm = dl_module_get(bn, "running_mean"), *rv = dl_module_get(bn, "running_var");
+    y = dl_module_forward(bn, x);
+    m = dl_mean(y, DL_DIMS(0, 2, 3), false);
+    CHECK(m && fabsf(((float *)m->data)[1]) < 1e-5f, "train mode normalizes with batch stats");
+    {
+        dl_tensor *bm = dl_mean(x, DL_DIMS(0, 2, 3), false), *bv = dl_var(x, DL_DIMS(0, 2, 3), 1, false);
+        CHECK(fabsf(((float *)rm->data)[0] - 0.1f * ((float *)bm->data)[0]) < 1e-5f, "running_mean = 0.1 * mean");
+        CHECK(fabsf(((float *)rv->data)[0] - (0.9f + 0.1f * ((float *)bv->data)[0])) < 1e-4f, "running_var uses unbiased var");
+    }
+    CHECK(((int64_t *)dl_module_get(bn, "num_batches_tracked")->data)[0] == 1, "num_batches_tracked counts");
+    dl_module_train(bn, false);
+    y = dl_module_forward(bn, x);
+    CHECK(y && fabsf(((float *)y->data)[0] - (((float *)x->data)[0] - ((float *)rm->data)[0]) / sqrtf(((float *)rv->data)[0] + 1e-5f)) < 1e-5f,
+          "eval mode uses running stats");
+    CHECK(((int64_t *)dl_module_get(bn, "num_batches_tracked")->data)[0] == 1, "eval does not count");
+    CHECK(dl_module_forward(bn, dl_randn(ctx, DL_SHAPE(8, 3))) == NULL, "BatchNorm2d refuses 2-D input");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "BatchNorm2d");
+    CHECK(dl_module_forward(dl_nn_batch_norm1d(ctx, 3), dl_randn(ctx, DL_SHAPE(8, 3))) != NULL, "BatchNorm1d (N,C)");
+    CHECK(dl_module_forward(dl_nn_batch_norm1d(ctx, 3), dl_randn(ctx, DL_SHAPE(8, 3, 5))) != NULL, "BatchNorm1d (N,C,L)");
+    CHECK(dl_module_forward(dl_nn_batch_norm3d(ctx, 3), dl_randn(ctx, DL_SHAPE(2, 3, 2, 2, 2))) != NULL, "BatchNorm3d");
+}
+
+static void test_checkpoint(void)
+{
+    dl_module *m[3], *a, *b;
+    dl_tensor *x = dl_randn(ctx, DL_SHAPE(4, 2, 6, 6)), *ta[16], *tb[16];
+    int n, i, ok = 1;
+    m[0] = dl_nn_conv2d(ctx, 2, 3, 3, NULL, true); m[1] = dl_nn_batch_norm2d(ctx, 3); m[2] = dl_nn_relu(ctx);
+    a = dl_nn_sequential(ctx, 3, m);
+    m[0] = dl_nn_conv2d(ctx, 2, 3, 3, NULL, true); m[1] = dl_nn_batch_norm2d(ctx, 3); m[2] = dl_nn_relu(ctx);
+    b = dl_nn_sequential(ctx, 3, m);
+    dl_module_forward(a, x);   /* moves a's running stats */
+    CHECK(dl_save("build/test_layers.safetensors", a, NULL) == DL_OK, "save: %s", dl_error_message(ctx));
+    CHECK(dl_load("build/test_layers.safetensors", b, NULL) == DL_OK, "load: %s", dl_error_message(ctx));
+    n = dl_module_named_tensors(a, false, 16, ta, NULL);
+    dl_module_named_tensors(b, false, 16, tb, NULL);
+    for (i = 0; i < n; i++) if (memcmp(ta[i]->data, tb[i]->data, (size_t)ta[i]->numel * (ta[i]->dtype == DL_DTYPE_I64 ? 8 : 4))) ok = 0;
+    CHECK(ok && n == 7, "every parameter and buffer restored (%d)", n);
+    dl_module_train(a, false);
+    dl_module_train(b, false);
+    CHECK(same(dl_module_forward(a, x), dl_module_forward(b, x)), "restored model computes the same");
+}
+
+static void test_errors(void)
+{
+    dl_conv_desc g = dl_conv_desc_make(1, 0, 1, 2);
+    CHECK(dl_nn_conv2d(ctx, 3, 4, 3, &g, true) == NULL, "in not divisible by groups");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "divisible by groups=2");
+    CHECK(dl_nn_conv2d(ctx, 0, 4, 3, NULL, true) == NULL, "zero channels");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "must be positive");
+    CHECK(dl_nn_conv1d(ctx, 2, 4, 0, NULL, true) == NULL, "kernel 0");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "kernel size");
+    CHECK(dl_nn_max_pool2d(ctx, NULL) == NULL, "pool without desc");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_pool_desc");
+    CHECK(dl_nn_batch_norm2d(ctx, 0) == NULL, "bn 0 features");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "num_features");
+    CHECK(dl_nn_layer_norm(ctx, DL_SHAPE(0)) == NULL, "layer norm bad shape");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "normalized_shape");
+    CHECK(dl_nn_dropout(ctx, 1.5f) == NULL, "dropout p");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "p=1.5");
+    {   /* a conv module given the wrong channel count fails with the op's message */
+        dl_module *c = dl_nn_conv2d(ctx, 3, 4, 3, NULL, true);
+        CHECK(dl_module_forward(c, dl_randn(ctx, DL_SHAPE(1, 2, 8, 8))) == NULL, "channel mismatch");
+        CHECK(dl_last_error(ctx) == DL_ERR_SHAPE && strstr(dl_error_message(ctx), "dl_conv2d"), "message: %s", dl_error_message(ctx));
+        dl_clear_error(ctx);
+    }
+    CHECK(dl_add(dl_ones(ctx, DL_SHAPE(2)), dl_ones(ctx, DL_SHAPE(2))) != NULL, "context still works");
+}
+
+int main(void)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.seed = 11;
+    ctx = dl_ctx_init(&d);
+    test_names();
+    dl_step_end(ctx);
+    test_forward();
+    dl_step_end(ctx);
+    test_batch_norm();
+    dl_step_end(ctx);
+    test_checkpoint();
+    dl_step_end(ctx);
+    test_errors();
+    dl_ctx_free(ctx);
+    TEST_END();
+}
