@@ -8,6 +8,7 @@ B        = build
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -include cblas.h -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
 HAVE_NATIVE   := $(shell echo 'int main(void){return 0;}' | $(CC) -march=native -x c - -o /dev/null >/dev/null 2>&1 && echo 1)
+HAVE_ZLIB     := $(shell echo 'int main(void){return 0;}' | $(CC) -include zlib.h -x c - -o /dev/null -lz >/dev/null 2>&1 && echo 1)
 HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 
@@ -15,7 +16,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
 # the same checks built other ways: clang, C++, OpenBLAS
 EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
-            $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas)
+            $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h tests/harness.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
@@ -63,6 +64,8 @@ $(B)/test_core_cxx: tests/test_core.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_ops_cxx: tests/test_ops.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
+$(B)/test_data_zlib: tests/test_data.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
 $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_OPENBLAS -I. $< -o $@ -lopenblas $(LDLIBS)
 

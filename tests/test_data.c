@@ -70,6 +70,18 @@ static void test_idx(void)
 #ifndef DL_ZLIB
         CHECK(dl_idx_load(ctx, "build/t_gz.idx", DL_DTYPE_F32, &t) == DL_ERR_UNSUPPORTED, "gzip without zlib");
         EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "gunzip");
+#else
+        /* the same IDX file gzip-compressed reads back equal; corrupt gzip is an error */
+        unsigned char ok[4 + 12 + 24];
+        gzFile zf = gzopen("build/t_ok.idx.gz", "wb");
+        FILE *f = fopen("build/t_ok.idx", "rb");
+        size_t n = f ? fread(ok, 1, sizeof ok, f) : 0;
+        if (f) fclose(f);
+        if (zf) { gzwrite(zf, ok, (unsigned)n); gzclose(zf); }
+        CHECK(n == sizeof ok && dl_idx_load(ctx, "build/t_ok.idx.gz", DL_DTYPE_F32, &t) == DL_OK &&
+              t->numel == 24 && ((float *)t->data)[23] == 230.0f, "gzip IDX with zlib");
+        CHECK(dl_idx_load(ctx, "build/t_gz.idx", DL_DTYPE_F32, &t) != DL_OK, "truncated gzip is an error");
+        dl_clear_error(ctx);
 #endif
     }
     CHECK(dl_idx_load(ctx, NULL, DL_DTYPE_F32, &t) == DL_ERR_ARG, "NULL path");
