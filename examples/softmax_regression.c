@@ -1,10 +1,12 @@
 /* examples/softmax_regression.c - softmax regression (one linear layer
-   784 -> 10, cross-entropy) on Fashion-MNIST with plain SGD.
+   784 -> 10, cross-entropy) on Fashion-MNIST with plain SGD and a cosine learning-rate schedule.
    Build: cc -std=c99 -O2 -I. examples/softmax_regression.c -o build/softmax_regression -lm -lpthread */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "examples/common.h"
+
+static float cosine(float base, int epoch, int epochs) { return dl_lr_cosine(base, epoch, epochs, 0.0f); }
 
 int main(int argc, char **argv)
 {
@@ -22,7 +24,7 @@ int main(int argc, char **argv)
         net = dl_nn_sequential(s.ctx, 2, m);
         memset(&sd, 0, sizeof sd);
         sd.lr = a.lr;
-        acc = ex_train(&a, &s, net, dl_sgd(net, &sd), NULL, "softmax regression on Fashion-MNIST");
+        acc = ex_train(&a, &s, net, dl_sgd(net, &sd), cosine, "softmax regression on Fashion-MNIST");
     }
     dl_ctx_free(s.ctx);
     return acc < 0;
