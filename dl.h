@@ -739,6 +739,10 @@ DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_load
 DL_API bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y);
 DL_API int64_t dl_loader_num_batches(const dl_loader *l);
 DL_API int64_t dl_loader_epoch(const dl_loader *l);   /* epochs started so far */
+/* Continue as if `epochs` epochs had run (the next epoch's order and
+   augmentation are those of epoch epochs+1): for resuming, as PyTorch's
+   sampler.set_epoch. Any batch in progress is dropped. */
+DL_API void dl_loader_set_epoch(dl_loader *l, int64_t epochs);
 
 #ifdef __cplusplus
 }
@@ -8457,6 +8461,14 @@ bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
 
 int64_t dl_loader_num_batches(const dl_loader *l) { return l ? l->nb : 0; }
 int64_t dl_loader_epoch(const dl_loader *l) { return l ? l->epoch : 0; }
+
+void dl_loader_set_epoch(dl_loader *l, int64_t epochs)
+{
+    if (!l || epochs < 0) return;
+    dl__loader_wait(l);
+    l->epoch = epochs;
+    l->batch = -1;
+}
 
 #endif /* DL__IMPLEMENTED */
 #endif /* DL_IMPLEMENTATION */

@@ -235,6 +235,7 @@ static double ex_train(const ex_args *a, ex_setup *s, dl_module *net, dl_optim *
     if (a->resume) {
         if (dl_load(a->resume, net, opt) != DL_OK) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return -1; }
         start = (int)(dl_optim_steps(opt) / dl_loader_num_batches(s->train));
+        dl_loader_set_epoch(s->train, start);
         printf("resumed from %s at epoch %d\n", a->resume, start);
     }
     printf("%s: %lld parameters, %lld train / %lld test samples, batch %lld, %d threads\n", title,

@@ -137,6 +137,18 @@ static void test_loader(void)
         }
         CHECK(dl_loader_epoch(l) == 2, "epoch count");
     }
+    {   /* set_epoch(1): the next epoch is epoch 2 of a fresh loader */
+        int64_t o2[103], o3[103], j = 0;
+        d.num_workers = 1;
+        l = dl_loader_new(ctx, ds, &d);
+        while (dl_loader_next(l, &x, &y)) dl_step_end(ctx);
+        while (dl_loader_next(l, &x, &y)) { memcpy(o2 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
+        l = dl_loader_new(ctx, ds, &d);
+        dl_loader_set_epoch(l, 1);
+        j = 0;
+        while (dl_loader_next(l, &x, &y)) { memcpy(o3 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
+        CHECK(j == 103 && memcmp(o2, o3, sizeof o2) == 0 && dl_loader_epoch(l) == 2, "set_epoch resumes the order");
+    }
     CHECK(memcmp(order[0], order[1], sizeof order[0]) == 0 && memcmp(order[0], order[2], sizeof order[0]) == 0,
           "same order with 0, 1, 2 workers");
     for (k = 0, ok = 0; k < 103; k++) if (order[0][k] != k) ok = 1;
