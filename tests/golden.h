@@ -1,0 +1,269 @@
+/* tests/golden.h - reads the PyTorch golden files (tests/golden/NAME.bin, made
+   by the gen*.py scripts) and compares dl.h tensors with their records.
+   Format: magic "DLGOLD1\0", uint32 version 1, uint32 record count, then per
+   record: uint32 name length, name, uint32 ndim, ndim x int64 shape, float32
+   values (little-endian). Include after dl.h and harness.h. */
+#ifndef DL_TEST_GOLDEN_H
+#define DL_TEST_GOLDEN_H
+#include <stdlib.h>
+#if defined(__GNUC__)
+#define G_UNUSED __attribute__((unused))
+#else
+#define G_UNUSED
+#endif
+#define G_RTOL 1e-4
+#define G_ATOL 1e-5
+typedef struct grec {
+    char *name;
+    int ndim;
+    int64_t shape[DL_MAX_DIMS];
+    int64_t numel;
+    float *v;
+} grec;
+
+static G_UNUSED grec *g_recs;
+static G_UNUSED long g_nrec;
+static G_UNUSED dl_ctx *g_ctx;
+
+/* ------------------------------------------------------------------ loading */
+
+static G_UNUSED int g_u32(const unsigned char *b, size_t len, size_t *pos, uint32_t *out)
+{
+    if (len - *pos < 4) return 0;
+    *out = (uint32_t)b[*pos] | ((uint32_t)b[*pos + 1] << 8) | ((uint32_t)b[*pos + 2] << 16) |
+           ((uint32_t)b[*pos + 3] << 24);
+    *pos += 4;
+    return 1;
+}
+
+static G_UNUSED int g_i64(const unsigned char *b, size_t len, size_t *pos, int64_t *out)
+{
+    uint32_t lo, hi;
+    uint64_t u;
+    if (len - *pos < 8) return 0;
+    g_u32(b, len, pos, &lo);
+    g_u32(b, len, pos, &hi);
+    u = (uint64_t)lo | ((uint64_t)hi << 32);
+    memcpy(out, &u, sizeof u);
+    return 1;
+}
+
+static G_UNUSED void g_free_recs(void)
+{
+    long i;
+    for (i = 0; i < g_nrec; i++) { free(g_recs[i].name); free(g_recs[i].v); }
+    free(g_recs);
+    g_recs = NULL;
+    g_nrec = 0;
+}
+
+/* returns 1 on success; on failure prints why and returns 0 */
+static G_UNUSED int g_load(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    size_t len = 0, pos = 0, got;
+    long sz;
+    uint32_t version, count, i;
+    if (!f) { printf("ERROR: cannot open golden file %s (run from the repo root, or "
+                     "regenerate it with python3 tests/golden/gen.py)\n", path); return 0; }
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        printf("ERROR: cannot determine the size of %s\n", path);
+        fclose(f);
+        return 0;
+    }
+    len = (size_t)sz;
+    buf = (unsigned char *)malloc(len ? len : 1);
+    if (!buf) { printf("ERROR: out of memory reading %s\n", path); fclose(f); return 0; }
+    got = fread(buf, 1, len, f);
+    fclose(f);
+    if (got != len) { printf("ERROR: short read on %s\n", path); free(buf); return 0; }
+    if (len < 16 || memcmp(buf, "DLGOLD1\0", 8) != 0) {
+        printf("ERROR: %s is not a golden file (bad magic or shorter than its header)\n", path);
+        free(buf);
+        return 0;
+    }
+    pos = 8;
+    g_u32(buf, len, &pos, &version);
+    g_u32(buf, len, &pos, &count);
+    if (version != 1) {
+        printf("ERROR: %s has format version %u; this test reads version 1\n", path, (unsigned)version);
+        free(buf);
+        return 0;
+    }
+    /* every record needs at least 12 bytes: this bounds count before allocating */
+    if (count > (len - pos) / 12 + 1) {
+        printf("ERROR: %s claims %u records but has only %lu bytes (truncated?)\n", path,
+               (unsigned)count, (unsigned long)len);
+        free(buf);
+        return 0;
+    }
+    g_recs = (grec *)calloc(count ? count : 1, sizeof(grec));
+    if (!g_recs) { printf("ERROR: out of memory\n"); free(buf); return 0; }
+    for (i = 0; i < count; i++) {
+        grec *r = &g_recs[i];
+        uint32_t nlen, nd, k;
+        int64_t numel = 1;
+        size_t j;
+        if (!g_u32(buf, len, &pos, &nlen) || nlen == 0 || nlen > 512 || len - pos < nlen) {
+            printf("ERROR: %s: record %u: bad or truncated name (offset %lu)\n", path,
+                   (unsigned)i, (unsigned long)pos);
+            goto fail;
+        }
+        r->name = (char *)malloc(nlen + 1);
+        if (!r->name) goto oom;
+        g_nrec = (long)i + 1;
+        memcpy(r->name, buf + pos, nlen);
+        r->name[nlen] = 0;
+        pos += nlen;
+        if (strlen(r->name) != nlen) {
+            printf("ERROR: %s: record %u: name contains a NUL byte\n", path, (unsigned)i);
+            goto fail;
+        }
+        if (!g_u32(buf, len, &pos, &nd) || nd > DL_MAX_DIMS) {
+            printf("ERROR: %s: record %s: bad or truncated ndim\n", path, r->name);
+            goto fail;
+        }
+        r->ndim = (int)nd;
+        for (k = 0; k < nd; k++) {
+            if (!g_i64(buf, len, &pos, &r->shape[k]) || r->shape[k] < 0) {
+                printf("ERROR: %s: record %s: bad or truncated shape\n", path, r->name);
+                goto fail;
+            }
+            if (r->shape[k] && numel > (int64_t)((len - pos) / 4) / r->shape[k] + 1) {
+                printf("ERROR: %s: record %s: shape larger than the file (truncated?)\n", path, r->name);
+                goto fail;
+            }
+            numel *= r->shape[k];
+        }
+        r->numel = numel;
+        if ((uint64_t)numel > (uint64_t)((len - pos) / 4)) {
+            printf("ERROR: %s: record %s: needs %lld values but only %lu bytes are left "
+                   "(truncated?)\n", path, r->name, (long long)numel, (unsigned long)(len - pos));
+            goto fail;
+        }
+        r->v = (float *)malloc((size_t)(numel ? numel : 1) * sizeof(float));
+        if (!r->v) goto oom;
+        for (j = 0; j < (size_t)numel; j++) {
+            uint32_t u;
+            g_u32(buf, len, &pos, &u);
+            memcpy(&r->v[j], &u, sizeof u);
+        }
+    }
+    if (pos != len) {
+        printf("ERROR: %s: %lu trailing bytes after %u records\n", path,
+               (unsigned long)(len - pos), (unsigned)count);
+        goto fail;
+    }
+    free(buf);
+    return 1;
+oom:
+    printf("ERROR: out of memory\n");
+fail:
+    free(buf);
+    g_free_recs();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static G_UNUSED const char *g_field(const grec *r) { const char *s = strrchr(r->name, '/'); return s ? s + 1 : r->name; }
+
+static G_UNUSED size_t g_prefix_len(const grec *r)
+{
+    const char *s = strrchr(r->name, '/');
+    return s ? (size_t)(s - r->name) : 0;
+}
+
+static G_UNUSED const char *g_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
+{
+    int i;
+    size_t k;
+    buf[0] = 0;
+    snprintf(buf, n, "(");
+    for (i = 0; i < ndim; i++) {
+        k = strlen(buf);
+        snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    }
+    k = strlen(buf);
+    snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+static G_UNUSED int g_same_shape(const dl_tensor *t, const grec *r)
+{
+    int i;
+    if (t->ndim != r->ndim) return 0;
+    for (i = 0; i < r->ndim; i++) if (t->shape[i] != r->shape[i]) return 0;
+    return 1;
+}
+
+/* compare t (NULL: zeros) with r; one CHECK for the shape, one for the values */
+static G_UNUSED void g_compare(const char *cname, const char *what, dl_tensor *t, const grec *r)
+{
+    char s1[128], s2[128];
+    float *got;
+    int64_t i, worst = -1, nbad = 0;
+    double wexcess = -1.0;
+    if (t) {
+        int ok = g_same_shape(t, r);
+        CHECK(ok, "%s %s: shape %s, torch %s", cname, what, g_shape_str(t->ndim, t->shape, s1, sizeof s1),
+              g_shape_str(r->ndim, r->shape, s2, sizeof s2));
+        if (!ok) return;
+        if (t->dtype != DL_DTYPE_F32) { CHECK(0, "%s %s: dtype %d, want float32", cname, what, (int)t->dtype); return; }
+    }
+    got = (float *)calloc((size_t)(r->numel ? r->numel : 1), sizeof(float));
+    if (!got) { CHECK(0, "%s %s: out of memory", cname, what); return; }
+    if (t && dl_read(t, got, r->numel) != DL_OK) {
+        CHECK(0, "%s %s: dl_read failed: %s", cname, what, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        free(got);
+        return;
+    }
+    {   /* the harness's rule decides; the loop below finds the worst element for the message */
+        long where = -1;
+        if (th_close(got, r->v, (long)r->numel, G_RTOL, G_ATOL, &where)) {
+            CHECK(1, "%s %s", cname, what);
+            free(got);
+            return;
+        }
+    }
+    for (i = 0; i < r->numel; i++) {
+        double a = got[i], b = r->v[i], d = fabs(a - b);
+        double ex = d - (G_ATOL + G_RTOL * fabs(b));
+        if (a != a) ex = 1e300;
+        if (ex > 0) nbad++;
+        if (ex > wexcess) { wexcess = ex; worst = i; }
+    }
+    CHECK(nbad == 0, "%s %s%s: %lld of %lld elements off; worst [%lld] (shape %s): dl %.9g, torch %.9g "
+          "(abs err %.3g)", cname, what, t ? "" : " (dl_grad gave NULL: zeros)", (long long)nbad,
+          (long long)r->numel, (long long)worst, g_shape_str(r->ndim, r->shape, s1, sizeof s1),
+          (double)got[worst < 0 ? 0 : worst], (double)r->v[worst < 0 ? 0 : worst],
+          worst < 0 ? 0.0 : fabs((double)got[worst] - (double)r->v[worst]));
+    free(got);
+}
+
+static G_UNUSED void g_compare_i64(const char *cname, dl_tensor *t, const grec *r)
+{
+    char s1[128], s2[128];
+    int64_t *got, i, bad = -1;
+    int ok = g_same_shape(t, r);
+    CHECK(ok, "%s out: shape %s, torch %s", cname, g_shape_str(t->ndim, t->shape, s1, sizeof s1),
+          g_shape_str(r->ndim, r->shape, s2, sizeof s2));
+    if (!ok) return;
+    CHECK(t->dtype == DL_DTYPE_I64, "%s out: dtype %d, want int64", cname, (int)t->dtype);
+    if (t->dtype != DL_DTYPE_I64) return;
+    got = (int64_t *)calloc((size_t)(r->numel ? r->numel : 1), sizeof(int64_t));
+    if (!got) { CHECK(0, "%s: out of memory", cname); return; }
+    if (dl_read_int64(t, got, r->numel) != DL_OK) {
+        CHECK(0, "%s out: dl_read_int64 failed: %s", cname, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        free(got);
+        return;
+    }
+    for (i = 0; i < r->numel && bad < 0; i++) if (got[i] != (int64_t)r->v[i]) bad = i;
+    CHECK(bad < 0, "%s out: index [%lld]: dl %lld, torch %lld", cname, (long long)bad,
+          (long long)(bad < 0 ? 0 : got[bad]), (long long)(bad < 0 ? 0 : (int64_t)r->v[bad]));
+    free(got);
+}
+#endif
