@@ -29,6 +29,7 @@ consecutive, in this order:
                   torch reports the input unused
 """
 import struct
+import goldfile
 import sys
 
 import torch
@@ -366,19 +367,7 @@ case("mlp/hvp",
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
-    parts = [b"DLGOLD1\0", struct.pack("<II", 1, len(RECORDS))]
-    for name, t in RECORDS:
-        nb = name.encode("ascii")
-        parts.append(struct.pack("<I", len(nb)))
-        parts.append(nb)
-        parts.append(struct.pack("<I", t.dim()))
-        parts.append(struct.pack("<%dq" % t.dim(), *t.shape))
-        vals = t.reshape(-1).tolist()
-        parts.append(struct.pack("<%df" % len(vals), *vals))
-    blob = b"".join(parts)
-    with open(path, "wb") as f:
-        f.write(blob)
-    print("%s: %d records, %d bytes" % (path, len(RECORDS), len(blob)))
+    goldfile.write(path, RECORDS)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ unused dims 0):
     adaptive*:  output_size[3]
 """
 import struct
+import goldfile
 import sys
 
 import torch
@@ -250,19 +251,7 @@ case("lenet/b4", [("X", torch.rand(4, 1, 28, 28)), ("W1", W1), ("b1", randn(6) *
 
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/conv.bin"
-    parts = [b"DLGOLD1\0", struct.pack("<II", 1, len(RECORDS))]
-    for name, t in RECORDS:
-        nb = name.encode("ascii")
-        parts.append(struct.pack("<I", len(nb)))
-        parts.append(nb)
-        parts.append(struct.pack("<I", t.dim()))
-        parts.append(struct.pack("<%dq" % t.dim(), *t.shape))
-        vals = t.reshape(-1).tolist()
-        parts.append(struct.pack("<%df" % len(vals), *vals))
-    blob = b"".join(parts)
-    with open(path, "wb") as f:
-        f.write(blob)
-    print("%s: %d records, %d bytes" % (path, len(RECORDS), len(blob)))
+    goldfile.write(path, RECORDS)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ RECORDS
 hyper-parameters rounded to float32 so both sides use identical scalars.
 """
 import struct
+import goldfile
 import sys
 
 import torch
@@ -47,22 +48,6 @@ def rec(name, t):
 
 def f32(v):
     return struct.unpack("<f", struct.pack("<f", float(v)))[0]
-
-
-def write_golden(path):
-    parts = [b"DLGOLD1\0", struct.pack("<II", 1, len(RECORDS))]
-    for name, t in RECORDS:
-        nb = name.encode("ascii")
-        parts.append(struct.pack("<I", len(nb)))
-        parts.append(nb)
-        parts.append(struct.pack("<I", t.dim()))
-        parts.append(struct.pack("<%dq" % t.dim(), *t.shape))
-        vals = t.reshape(-1).tolist()
-        parts.append(struct.pack("<%df" % len(vals), *vals))
-    blob = b"".join(parts)
-    with open(path, "wb") as f:
-        f.write(blob)
-    print("%s: %d records, %d bytes" % (path, len(RECORDS), len(blob)))
 
 
 def problem():
@@ -230,7 +215,7 @@ def main():
     clip_cases(w0, b0, x, y)
     sched_cases()
     torch_written("tests/golden/torch_written.safetensors")
-    write_golden(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/optim.bin")
+    goldfile.write(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/optim.bin", RECORDS)
 
 
 if __name__ == "__main__":
