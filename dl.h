@@ -61,6 +61,19 @@
        releases the graph (retain_graph keeps it). Backward rules are written
        with dl.h's own ops, so create_graph gives gradients of gradients.
      Devices. A tensor lives on one device; ops never move data implicitly.
+     Layers and losses. dl_conv1d/2d/3d, dl_conv_transpose*, pooling,
+       dl_batch_norm, dl_layer_norm, dl_dropout, dl_cross_entropy and friends
+       are ops like the rest (descriptor structs where zero means default,
+       dl_*_desc_make/_default where it does not).
+     Modules and optimizers. A dl_module is a forward callback with named
+       parameters, buffers and children (PyTorch's state_dict names and
+       default initialization); dl_nn_linear, dl_nn_conv2d, dl_nn_sequential
+       ... are built in, user modules are a state struct and a callback.
+       dl_sgd/dl_adam/dl_adamw step them; dl_save/dl_load write and read
+       safetensors checkpoints (parameters, buffers, optimizer state).
+     Data. dl_idx_load reads (Fashion-)MNIST files; dl_tensor_dataset plus
+       dl_loader give shuffled, augmented minibatches prepared by worker
+       threads.
      Errors. An op given bad input returns NULL and records one message that
        names the op, the operands and the rule; an op given NULL returns NULL
        silently, so a whole forward pass needs one check. Calls that return
@@ -72,7 +85,9 @@
        of persistent tensors: gradients, optimizer steps);
      - detect use of a step tensor held for two or more dl_step_end() calls
        (its header memory is reused by then; the first later step is checked);
-     - support float64 or float16 (yet).
+     - support float64 or float16 (yet);
+     - run on GPUs or across processes yet (DL_CUDA, DL_MPI, DL_NCCL come
+       in later versions).
 */
 #ifndef DL_H
 #define DL_H
