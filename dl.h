@@ -6340,7 +6340,8 @@ static dl_tensor *dl__linear_fwd(dl_module *m, dl_tensor *x)
                 (long long)s->in, dl__sh(s->w));
         return NULL;
     }
-    y = dl_matmul(x, dl_transpose(s->w, 0, 1));
+    /* x W^T as one GEMM with B transposed in place: no copy of W per call */
+    y = x->ndim >= 2 ? dl__mm(x, s->w, false, true) : dl_matmul(x, dl_transpose(s->w, 0, 1));
     if (s->b) y = dl_add(y, s->b);
     return y;
 }
