@@ -45,8 +45,8 @@ data:
 
 # libFuzzer targets for the file loaders, FUZZ_SECONDS each
 fuzz: | $(B)
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -I. tests/fuzz_idx.c -o $(B)/fuzz_idx -lm -lpthread
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -I. tests/fuzz_checkpoint.c -o $(B)/fuzz_checkpoint -lm -lpthread
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. tests/fuzz_idx.c -o $(B)/fuzz_idx -lm -lpthread
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. tests/fuzz_checkpoint.c -o $(B)/fuzz_checkpoint -lm -lpthread
 	mkdir -p $(B)/corpus_idx $(B)/corpus_ckpt
 	$(B)/fuzz_idx -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_idx
 	$(B)/fuzz_checkpoint -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_ckpt

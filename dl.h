@@ -8074,8 +8074,17 @@ static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned cha
                 v = d;
             }
             }
-            if (as == DL_DTYPE_F32) ((float *)t->data)[k] = (float)v;
-            else ((int64_t *)t->data)[k] = (v != v) ? 0 : (int64_t)v;
+            if (as == DL_DTYPE_F32) {
+                /* float64 files may hold values beyond float's range: saturate */
+                ((float *)t->data)[k] = v > FLT_MAX ? INFINITY : v < -FLT_MAX ? -INFINITY : (float)v;
+            } else if (v >= -9.2e18 && v <= 9.2e18) {
+                ((int64_t *)t->data)[k] = (int64_t)v;
+            } else {
+                dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': element %lld (%g) is not an integer "
+                        "that fits int64; load it as float32", path, (long long)k, v);
+                dl_free(t);
+                return DL_ERR_FORMAT;
+            }
         }
     }
     *out = t;

@@ -84,6 +84,22 @@ static void test_idx(void)
         dl_clear_error(ctx);
 #endif
     }
+    {   /* a float64 IDX file: values beyond float saturate; as int64 a huge value is an error */
+        unsigned char f[4 + 4 + 16];
+        double big = 1e300, one = 3.0;
+        uint64_t u;
+        int k;
+        f[0] = 0; f[1] = 0; f[2] = 0x0E; f[3] = 1; put32(f + 4, 2);
+        memcpy(&u, &one, 8);
+        for (k = 0; k < 8; k++) f[8 + k] = (unsigned char)(u >> (56 - 8 * k));
+        memcpy(&u, &big, 8);
+        for (k = 0; k < 8; k++) f[16 + k] = (unsigned char)(u >> (56 - 8 * k));
+        write_file("build/t_f64.idx", f, sizeof f);
+        CHECK(dl_idx_load(ctx, "build/t_f64.idx", DL_DTYPE_F32, &t) == DL_OK && ((float *)t->data)[0] == 3.0f &&
+              isinf(((float *)t->data)[1]), "float64 IDX saturates to float");
+        CHECK(dl_idx_load(ctx, "build/t_f64.idx", DL_DTYPE_I64, &t) == DL_ERR_FORMAT, "huge value as int64");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "fits int64");
+    }
     CHECK(dl_idx_load(ctx, NULL, DL_DTYPE_F32, &t) == DL_ERR_ARG, "NULL path");
     dl_clear_error(ctx);
 }
