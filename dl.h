@@ -2488,7 +2488,6 @@ static dl_tensor *dl__mask(dl_tensor *x, int kop, float a, float b)
     return x ? dl__unary("mask", NULL, kop, x, a, b) : NULL;
 }
 
-#define DL__G (g)
 #define DL__X (n->in[0])
 #define DL__Y (n->out)
 
@@ -3510,15 +3509,10 @@ dl_tensor *dl_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_softmax", 
 dl_tensor *dl_log_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_log_softmax", &dl__op_log_softmax, true, t, dim); }
 
 // >>section tensors: creation and reading
+/* (dl__make checks the dim count and every size) */
 static dl_tensor *dl__create(dl_ctx *ctx, const char *name, dl_shape shape)
 {
-    if (!ctx) return NULL;
-    if (shape.ndim < 0 || shape.ndim > DL_MAX_DIMS) {
-        dl__err(ctx, DL_ERR_SHAPE, "%s: %d dims requested; at most DL_MAX_DIMS=%d", name,
-                shape.ndim, DL_MAX_DIMS);
-        return NULL;
-    }
-    return dl__new(ctx, name, shape.ndim, shape.d);
+    return ctx ? dl__new(ctx, name, shape.ndim, shape.d) : NULL;
 }
 
 dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_empty", shape); }
@@ -3589,10 +3583,6 @@ static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape 
     dl_tensor *t;
     if (!ctx) return NULL;
     if (!v) { dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name); return NULL; }
-    if (shape.ndim < 0 || shape.ndim > DL_MAX_DIMS) {
-        dl__err(ctx, DL_ERR_SHAPE, "%s: %d dims requested; at most DL_MAX_DIMS=%d", name, shape.ndim, DL_MAX_DIMS);
-        return NULL;
-    }
     t = dl__make(ctx, name, dt, shape.ndim, shape.d, false, NULL);
     if (t && t->numel) memcpy(t->data, v, (size_t)t->numel * dl__esize(dt));
     return t;
@@ -4028,7 +4018,6 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     double eps = desc && desc->eps > 0 ? desc->eps : 1e-3;
     double atol = desc && desc->atol > 0 ? desc->atol : 1e-3;
     double rtol = desc && desc->rtol > 0 ? desc->rtol : 1e-2;
-    uint64_t rs[4];
     dl_tensor *out, *r, *L, *grads[DL_GRADCHECK_MAX_INPUTS];
     dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];
     int k, nn = 0, map[DL_GRADCHECK_MAX_INPUTS];
@@ -4054,9 +4043,7 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
         memcpy(save, ctx->rng, sizeof save);
         dl_manual_seed(ctx, desc && desc->seed ? desc->seed : 1);
         r = dl_randn(ctx, dl__shape_of(out));
-        memcpy(rs, ctx->rng, sizeof rs);
         memcpy(ctx->rng, save, sizeof save);
-        (void)rs;
     }
     if (!r) return ctx->err;
     if (nn == 0) return DL_OK;

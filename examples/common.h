@@ -28,10 +28,18 @@ static void ex_usage(const char *prog, const ex_args *a)
            (unsigned long long)a->seed, a->data);
 }
 
-/* Parses flags over the defaults in *a; exits on --help or a bad flag. */
-static void ex_parse(int argc, char **argv, ex_args *a)
+/* Fills *a with the example's defaults (seed 1, one loader worker,
+   data/fashion-mnist) and the flags over them; exits on --help or a bad flag. */
+static void ex_parse(int argc, char **argv, ex_args *a, int epochs, int64_t batch, float lr)
 {
     int i;
+    memset(a, 0, sizeof *a);
+    a->epochs = epochs;
+    a->batch = batch;
+    a->lr = lr;
+    a->seed = 1;
+    a->workers = 1;
+    a->data = "data/fashion-mnist";
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { ex_usage(argv[0], a); exit(0); }
@@ -223,6 +231,11 @@ static int ex_setup_fmnist(const ex_args *a, bool hflip, int64_t crop_padding, e
    epoch, --resume before the first, --csv/--svg at the end. Optional lr
    schedule (NULL: constant). Returns the final test accuracy (-1 on error). */
 typedef float (*ex_lr_fn)(float base, int epoch, int epochs);
+/* cosine annealing from the base rate to 0 over the run */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static float ex_cosine(float base, int epoch, int epochs) { return dl_lr_cosine(base, epoch, epochs, 0.0f); }
 static double ex_train(const ex_args *a, ex_setup *s, dl_module *net, dl_optim *opt, ex_lr_fn sched,
                        const char *title)
 {

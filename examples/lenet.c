@@ -29,21 +29,17 @@ static dl_module *make_lenet(dl_ctx *ctx)
     return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
 }
 
-static float cosine(float base, int epoch, int epochs) { return dl_lr_cosine(base, epoch, epochs, 0.0f); }
-
 int main(int argc, char **argv)
 {
     ex_args a;
     ex_setup s;
     dl_adam_desc ad = dl_adam_desc_default();
     double acc = -1;
-    memset(&a, 0, sizeof a);
-    a.epochs = 10; a.batch = 256; a.lr = 2e-3f; a.seed = 1; a.workers = 1; a.data = "data/fashion-mnist";
-    ex_parse(argc, argv, &a);
+    ex_parse(argc, argv, &a, 10, 256, 2e-3f);
     if (ex_setup_fmnist(&a, false, 0, &s)) {
         dl_module *net = make_lenet(s.ctx);
         ad.lr = a.lr;
-        acc = ex_train(&a, &s, net, dl_adam(net, &ad), cosine, "LeNet-BN on Fashion-MNIST");
+        acc = ex_train(&a, &s, net, dl_adam(net, &ad), ex_cosine, "LeNet-BN on Fashion-MNIST");
     }
     dl_ctx_free(s.ctx);
     return acc < 0;

@@ -13,9 +13,7 @@ int main(int argc, char **argv)
     ex_setup s;
     dl_sgd_desc sd;
     double acc = -1;
-    memset(&a, 0, sizeof a);
-    a.epochs = 10; a.batch = 256; a.lr = 0.9f; a.seed = 1; a.workers = 1; a.data = "data/fashion-mnist";
-    ex_parse(argc, argv, &a);
+    ex_parse(argc, argv, &a, 10, 256, 0.9f);
     if (ex_setup_fmnist(&a, false, 0, &s)) {
         dl_ctx *ctx = s.ctx;
         dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);

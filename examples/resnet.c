@@ -65,24 +65,20 @@ static dl_module *make_resnet(dl_ctx *ctx)
     return dl_nn_sequential(ctx, 7, m);
 }
 
-static float cosine(float base, int epoch, int epochs) { return dl_lr_cosine(base, epoch, epochs, 0.0f); }
-
 int main(int argc, char **argv)
 {
     ex_args a;
     ex_setup s;
     dl_sgd_desc sd;
     double acc = -1;
-    memset(&a, 0, sizeof a);
-    a.epochs = 3; a.batch = 128; a.lr = 0.1f; a.seed = 1; a.workers = 1; a.data = "data/fashion-mnist";
-    ex_parse(argc, argv, &a);
+    ex_parse(argc, argv, &a, 3, 128, 0.1f);
     if (ex_setup_fmnist(&a, true, 2, &s)) {
         dl_module *net = make_resnet(s.ctx);
         memset(&sd, 0, sizeof sd);
         sd.lr = a.lr;
         sd.momentum = 0.9f;
         sd.weight_decay = 5e-4f;
-        acc = ex_train(&a, &s, net, dl_sgd(net, &sd), cosine, "small ResNet-18-style on Fashion-MNIST");
+        acc = ex_train(&a, &s, net, dl_sgd(net, &sd), ex_cosine, "small ResNet-18-style on Fashion-MNIST");
     }
     dl_ctx_free(s.ctx);
     return acc < 0;

@@ -30,6 +30,7 @@ consecutive, in this order:
 """
 import struct
 import goldfile
+from goldfile import RECORDS, rec, randn, record_grads
 import sys
 
 import torch
@@ -37,16 +38,10 @@ import torch
 torch.manual_seed(1234)
 torch.set_grad_enabled(True)
 
-RECORDS = []   # (name, tensor)
 
 
-def rec(name, t):
-    t = torch.as_tensor(t).detach().to(torch.float32).contiguous().cpu()
-    RECORDS.append((name, t))
 
 
-def randn(*s):
-    return torch.randn(tuple(s), dtype=torch.float32)
 
 
 def rand(*s):
@@ -93,35 +88,7 @@ def case(name, inputs, fn, params=None, grad=None, dd=False, gout=None, v=None):
         rec(name + "/" + f, t)
     if params is not None:
         rec(name + "/params", torch.tensor(params, dtype=torch.float32))
-    grads = hv = None
-    vs = []
-    if req:
-        if gout is None:
-            gout = randn(*out.shape)
-        rec(name + "/gout", gout)
-        grads = torch.autograd.grad(out, req, gout, create_graph=dd, allow_unused=True)
-        if dd:
-            for i, f in enumerate(reqf):
-                vi = v[i] if v is not None else randn(*req[i].shape)
-                vs.append(vi)
-                rec(name + "/v_" + f, vi)
-            s2 = None
-            for g, vi in zip(grads, vs):
-                if g is None or not g.requires_grad:
-                    continue
-                term = (g * vi).sum()
-                s2 = term if s2 is None else s2 + term
-            if s2 is None:
-                hv = [None] * len(req)
-            else:
-                hv = torch.autograd.grad(s2, req, allow_unused=True)
-    rec(name + "/out", out)
-    if req:
-        for f, t, g in zip(reqf, req, grads):
-            rec(name + "/grad_" + f, g if g is not None else torch.zeros_like(t))
-        if dd:
-            for f, t, h in zip(reqf, req, hv):
-                rec(name + "/hv_" + f, h if h is not None else torch.zeros_like(t))
+    record_grads(name, out, req, reqf, dd, gout, v)
 
 
 # ------------------------------------------------------------ elementwise binary

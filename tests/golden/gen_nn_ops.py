@@ -30,6 +30,7 @@ RECORD NAMES "<op>/<case>/<field>", a case's records consecutive, in order:
 """
 import struct
 import goldfile
+from goldfile import RECORDS, rec, randn, record_grads
 import sys
 
 import torch
@@ -38,17 +39,11 @@ import torch.nn.functional as F
 torch.manual_seed(4321)
 torch.set_grad_enabled(True)
 
-RECORDS = []
 RED = {"mean": 0, "sum": 1, "none": 2}
 
 
-def rec(name, t):
-    t = torch.as_tensor(t).detach().to(torch.float32).contiguous().cpu().clone()   # a snapshot
-    RECORDS.append((name, t))
 
 
-def randn(*s):
-    return torch.randn(tuple(s), dtype=torch.float32)
 
 
 def rand(*s):
@@ -69,29 +64,7 @@ def case(name, inputs, fn, params, grad, dd=False, after=()):
     req = [t for (f, _), t in zip(inputs, ts) if f in grad]
     reqf = [f for f, _ in inputs if f in grad]
     out = fn(*ts)
-    gout = randn(*out.shape)
-    rec(name + "/gout", gout)
-    grads = torch.autograd.grad(out, req, gout, create_graph=dd, allow_unused=True)
-    hv = None
-    if dd:
-        vs = []
-        for f, t in zip(reqf, req):
-            vi = randn(*t.shape)
-            vs.append(vi)
-            rec(name + "/v_" + f, vi)
-        s2 = None
-        for g, vi in zip(grads, vs):
-            if g is None or not g.requires_grad:
-                continue
-            term = (g * vi).sum()
-            s2 = term if s2 is None else s2 + term
-        hv = torch.autograd.grad(s2, req, allow_unused=True)
-    rec(name + "/out", out)
-    for f, t, g in zip(reqf, req, grads):
-        rec(name + "/grad_" + f, g if g is not None else torch.zeros_like(t))
-    if dd:
-        for f, t, h in zip(reqf, req, hv):
-            rec(name + "/hv_" + f, h if h is not None else torch.zeros_like(t))
+    record_grads(name, out, req, reqf, dd)
     for f in after:
         idx = [g for g, _ in inputs].index(f)
         rec(name + "/after_" + f, ts[idx])

@@ -4,6 +4,57 @@ uint32 name length, name (ASCII), uint32 ndim, ndim x int64 shape, float32
 values, all little-endian."""
 import struct
 
+import torch
+
+RECORDS = []   # (name, tensor), in file order
+
+
+def rec(name, t):
+    """Appends a record: a float32 snapshot of t (later in-place changes do not show)."""
+    t = torch.as_tensor(t).detach().to(torch.float32).contiguous().cpu().clone()
+    RECORDS.append((name, t))
+
+
+def randn(*s):
+    return torch.randn(tuple(s), dtype=torch.float32)
+
+
+def record_grads(name, out, req, reqf, dd=False, gout=None, v=None):
+    """Records what the C runner (tests/golden.h) checks for one case: gout
+    (random unless given), v_<f> when dd (random unless given), then out,
+    grad_<f> = d out/d req[i] under gout, and hv_<f>, the Hessian-vector
+    product d/d req of sum_i grad_i . v_i. A gradient that does not exist is
+    recorded as zeros."""
+    grads = hv = None
+    if req:
+        if gout is None:
+            gout = randn(*out.shape)
+        rec(name + "/gout", gout)
+        grads = torch.autograd.grad(out, req, gout, create_graph=dd, allow_unused=True)
+        if dd:
+            vs = []
+            for i, f in enumerate(reqf):
+                vi = v[i] if v is not None else randn(*req[i].shape)
+                vs.append(vi)
+                rec(name + "/v_" + f, vi)
+            s2 = None
+            for g, vi in zip(grads, vs):
+                if g is None or not g.requires_grad:
+                    continue
+                term = (g * vi).sum()
+                s2 = term if s2 is None else s2 + term
+            if s2 is None:
+                hv = [None] * len(req)
+            else:
+                hv = torch.autograd.grad(s2, req, allow_unused=True)
+    rec(name + "/out", out)
+    if req:
+        for f, t, g in zip(reqf, req, grads):
+            rec(name + "/grad_" + f, g if g is not None else torch.zeros_like(t))
+        if dd:
+            for f, t, h in zip(reqf, req, hv):
+                rec(name + "/hv_" + f, h if h is not None else torch.zeros_like(t))
+
 
 def write(path, records):
     """records: list of (name, torch tensor); values are written as float32."""
