@@ -386,22 +386,32 @@ DL_API dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tens
    p == 0; p == 1 gives zeros (gradient zero); p outside [0,1] is an error. */
 DL_API dl_tensor *dl_dropout(dl_tensor *x, float p, bool training);
 
-/* --- ops: losses */
+/* --- ops: losses
+   Every loss is loss(input, target, desc) with desc NULL (or zeroed) meaning
+   PyTorch's defaults; only the fields a loss uses may be set (others are an
+   error naming the field). */
 
 typedef enum dl_reduction {
     DL_REDUCTION_MEAN = 0,    /* mean over elements (weighted mean for class losses) */
     DL_REDUCTION_SUM,
-    DL_REDUCTION_NONE         /* per-element (per-sample) losses */
+    DL_REDUCTION_NONE,        /* per-element (per-sample) losses */
+    DL_REDUCTION_BATCHMEAN    /* dl_kl_div only: sum / input.shape[0] */
 } dl_reduction;
 
 typedef struct dl_loss_desc {
-    dl_reduction reduction;
-    int64_t ignore_index;     /* targets equal to it add nothing (PyTorch default -100) */
-    float label_smoothing;    /* cross entropy only, in [0,1] */
-    dl_tensor *weight;        /* optional per-class weights (C), float32 */
+    dl_reduction reduction;   /* 0: mean */
+    bool has_ignore_index;    /* false: PyTorch's default ignore_index -100 */
+    int64_t ignore_index;     /* cross entropy, nll: targets equal to it add nothing; used
+                                 only with has_ignore_index (set without it: an error) */
+    float label_smoothing;    /* cross entropy: in [0,1] */
+    dl_tensor *weight;        /* cross entropy, nll: per-class weights (C);
+                                 bce, bce_with_logits: weight broadcast to the input */
+    dl_tensor *pos_weight;    /* bce_with_logits: weight of positive targets, broadcast
+                                 to the input (typically (C), one per class) */
+    float beta;               /* smooth_l1: 0 -> 1.0 (PyTorch's default); -0.0f -> 0 (= L1) */
+    float delta;              /* huber: 0 -> 1.0 (PyTorch's default); must be > 0 */
+    bool log_target;          /* kl_div: target holds log-probabilities */
 } dl_loss_desc;
-/* mean reduction, ignore_index -100, no smoothing, no weight */
-DL_API dl_loss_desc dl_loss_desc_default(void);
 
 /* Cross entropy = nll_loss(log_softmax(logits, 1), target), as
    F.cross_entropy with class-index targets. logits (N,C) or (N,C,d1,...)
@@ -413,19 +423,30 @@ DL_API dl_loss_desc dl_loss_desc_default(void);
    (1-e) * nll + e/C * sum_c(-weight[c] log p_c) (reduced the same way).
    Stable for large logits. Probability (float) targets are not supported.
    The weight tensor gets a gradient if it requires one (PyTorch refuses). */
-DL_API dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target);   /* defaults */
-DL_API dl_tensor *dl_cross_entropy_ex(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d);
+DL_API dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d);
 /* Negative log likelihood of log-probabilities (N,C) or (N,C,d1,...);
-   targets and options as dl_cross_entropy (label_smoothing must be 0).
-   d NULL: defaults. */
+   targets and options as dl_cross_entropy (no label_smoothing). */
 DL_API dl_tensor *dl_nll_loss(dl_tensor *log_probs, dl_tensor *target, const dl_loss_desc *d);
-/* Elementwise losses. a and b must have the SAME shape (PyTorch broadcasts
-   with a warning; dl.h reports DL_ERR_SHAPE). Both are differentiable. */
-DL_API dl_tensor *dl_mse_loss(dl_tensor *a, dl_tensor *b, dl_reduction r);   /* (a-b)^2 */
-DL_API dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, dl_reduction r);    /* |a-b| */
-/* -(y log sigmoid(x) + (1-y) log(1 - sigmoid(x))), computed stably as
-   max(x,0) - x y + log(1 + exp(-|x|)): finite for any |x|. */
-DL_API dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_reduction r);
+/* Elementwise losses: input and target must have the SAME shape (PyTorch
+   broadcasts with a warning; dl.h reports DL_ERR_SHAPE). Differentiable in
+   both. */
+DL_API dl_tensor *dl_mse_loss(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d);  /* (x-y)^2 */
+DL_API dl_tensor *dl_l1_loss(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d);   /* |x-y| */
+/* |x-y| < beta: 0.5 (x-y)^2 / beta, else |x-y| - 0.5 beta (beta 0: L1) */
+DL_API dl_tensor *dl_smooth_l1_loss(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d);
+/* |x-y| < delta: 0.5 (x-y)^2, else delta (|x-y| - 0.5 delta) */
+DL_API dl_tensor *dl_huber_loss(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d);
+/* -w (y log p + (1-y) log(1-p)), each log clamped to >= -100 as PyTorch;
+   p in [0,1] */
+DL_API dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_desc *d);
+/* -w (pw y log sigmoid(x) + (1-y) log(1 - sigmoid(x))), computed stably as
+   (1-y) x + (1 + (pw-1) y) softplus(-x): finite for any |x|. */
+DL_API dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, const dl_loss_desc *d);
+/* KL divergence of log-probabilities `input` from `target` (probabilities,
+   or log-probabilities with log_target): target (log target - input),
+   0 where target is 0. PyTorch's reduction 'mean' averages over elements;
+   DL_REDUCTION_BATCHMEAN (the mathematically correct one) divides by N. */
+DL_API dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d);
 
 
 /* --- ops: convolution, transposed convolution and pooling
@@ -748,10 +769,12 @@ typedef struct dl_loader_desc {
 } dl_loader_desc;
 typedef struct dl_loader dl_loader;
 DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
-/* The next minibatch as step tensors x (B, sample...) and y (B) int64;
-   false at the end of an epoch (the next call starts the next epoch, with a
-   new order) or on error (dl_last_error tells). */
-DL_API bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y);
+/* The next minibatch as step tensors x (B, sample...) and y (B) int64:
+   1 with a batch; 0 at the end of an epoch (the next call starts the next
+   epoch, with a new order); -1 on error (dl_error_message tells), so
+       while ((rc = dl_loader_next(l, &x, &y)) > 0) { ... }
+       if (rc < 0) { report dl_error_message(ctx) } */
+DL_API int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y);
 DL_API int64_t dl_loader_num_batches(const dl_loader *l);
 DL_API int64_t dl_loader_epoch(const dl_loader *l);   /* epochs started so far */
 /* Continue as if `epochs` epochs had run (the next epoch's order and
@@ -3676,6 +3699,12 @@ float dl_item(dl_tensor *t)
     return ((const float *)t->data)[0];
 }
 
+/* the first float of a tensor, read to the host (a device tensor waits for its stream) */
+static float dl__host_value(dl_tensor *t)
+{
+    return ((const float *)t->data)[0];
+}
+
 dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
 {
     if (!t) return DL_ERR_ARG;
@@ -4269,22 +4298,6 @@ static bool dl__nn_param(const char *op, const char *arg, const dl_tensor *t, co
     return true;
 }
 
-static bool dl__nn_reduction_ok(const char *op, dl_ctx *ctx, dl_reduction r)
-{
-    if ((int)r == DL_REDUCTION_MEAN || (int)r == DL_REDUCTION_SUM || (int)r == DL_REDUCTION_NONE)
-        return true;
-    dl__err(ctx, DL_ERR_ARG, "%s: reduction %d is not one of DL_REDUCTION_MEAN (0), "
-            "DL_REDUCTION_SUM (1), DL_REDUCTION_NONE (2)", op, (int)r);
-    return false;
-}
-
-static dl_tensor *dl__nn_reduce(dl_tensor *t, dl_reduction r)
-{
-    if (r == DL_REDUCTION_NONE) return t;
-    if (r == DL_REDUCTION_SUM) return dl_sum(t, DL_ALL, false);
-    return dl_mean(t, DL_ALL, false);
-}
-
 /* (x - mean) / sqrt(var + eps) over dims (biased variance); mean and var
    (keepdim) are returned through the pointers when asked. */
 static dl_tensor *dl__nn_normalize(dl_tensor *x, dl_shape dims, float eps, dl_tensor **pmean,
@@ -4444,15 +4457,51 @@ dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
 
 /* ----------------------------------------------------------------- losses */
 
-dl_loss_desc dl_loss_desc_default(void)
+enum {   /* which dl_loss_desc fields a loss reads */
+    DL__LF_IGNORE = 1, DL__LF_SMOOTH = 2, DL__LF_WEIGHT = 4, DL__LF_POSW = 8, DL__LF_BETA = 16,
+    DL__LF_DELTA = 32, DL__LF_LOGT = 64, DL__LF_BATCHMEAN = 128
+};
+
+/* The desc's fields against what the loss reads: a field set for another
+   loss is an error naming it, never silently ignored. */
+static bool dl__loss_desc_ok(const char *op, dl_ctx *ctx, const dl_loss_desc *d, int uses)
 {
-    dl_loss_desc d;
-    memset(&d, 0, sizeof d);
-    d.reduction = DL_REDUCTION_MEAN;
-    d.ignore_index = -100;
-    d.label_smoothing = 0.0f;
-    d.weight = NULL;
-    return d;
+    const char *bad = NULL;
+    int r = (int)d->reduction;
+    if (r != DL_REDUCTION_MEAN && r != DL_REDUCTION_SUM && r != DL_REDUCTION_NONE &&
+        !(r == DL_REDUCTION_BATCHMEAN && (uses & DL__LF_BATCHMEAN))) {
+        dl__err(ctx, DL_ERR_ARG, "%s: reduction %d is not one of DL_REDUCTION_MEAN (0), "
+                "DL_REDUCTION_SUM (1), DL_REDUCTION_NONE (2)%s", op, r,
+                (uses & DL__LF_BATCHMEAN) ? ", DL_REDUCTION_BATCHMEAN (3)" : "");
+        return false;
+    }
+    if (!(uses & DL__LF_IGNORE) && (d->has_ignore_index || d->ignore_index)) bad = "ignore_index";
+    else if (!(uses & DL__LF_SMOOTH) && d->label_smoothing != 0.0f) bad = "label_smoothing";
+    else if (!(uses & DL__LF_WEIGHT) && d->weight) bad = "weight";
+    else if (!(uses & DL__LF_POSW) && d->pos_weight) bad = "pos_weight";
+    else if (!(uses & DL__LF_BETA) && (d->beta != 0.0f || signbit(d->beta))) bad = "beta";
+    else if (!(uses & DL__LF_DELTA) && d->delta != 0.0f) bad = "delta";
+    else if (!(uses & DL__LF_LOGT) && d->log_target) bad = "log_target";
+    if (bad) {
+        dl__err(ctx, DL_ERR_ARG, "%s: dl_loss_desc.%s is set but this loss does not use it", op, bad);
+        return false;
+    }
+    if ((uses & DL__LF_IGNORE) && !d->has_ignore_index && d->ignore_index != 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: ignore_index=%lld is set but has_ignore_index is false; set "
+                ".has_ignore_index = true to use it (without it the default -100 applies)", op,
+                (long long)d->ignore_index);
+        return false;
+    }
+    return true;
+}
+
+static dl_tensor *dl__nn_reduce(dl_tensor *t, dl_reduction r)
+{
+    if (r == DL_REDUCTION_NONE) return t;
+    if (r == DL_REDUCTION_SUM) return dl_sum(t, DL_ALL, false);
+    if (r == DL_REDUCTION_BATCHMEAN)
+        return t ? dl_div_scalar(dl_sum(t, DL_ALL, false), (float)(t->ndim ? t->shape[0] : 1)) : NULL;
+    return dl_mean(t, DL_ALL, false);
 }
 
 /* nll of log-probabilities lp (N,C,*) (or (C)) with optional label smoothing:
@@ -4466,21 +4515,18 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *lp, dl_tensor *ta
 {
     dl_ctx *ctx = lp->ctx_;
     dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss;
-    int64_t C, outer, inner, bad_i, bad_v = 0;
+    int64_t C, outer, inner, bad_i, bad_v = 0, ignore;
     float e = d->label_smoothing;
     int i;
     bool scalar = false;
     if (!dl__live(op, "target", target) || !dl__pair(op, lp, target)) return NULL;
-    if (!dl__nn_reduction_ok(op, ctx, d->reduction)) return NULL;
+    if (!dl__loss_desc_ok(op, ctx, d, DL__LF_IGNORE | DL__LF_WEIGHT | (smoothing_allowed ? DL__LF_SMOOTH : 0)))
+        return NULL;
+    ignore = d->has_ignore_index ? d->ignore_index : -100;
     if (target->dtype != DL_DTYPE_I64 && target->dtype != DL_DTYPE_I32) {
         dl__err(ctx, DL_ERR_DTYPE, "%s: target %s has dtype %s; class-index targets must be int64 "
                 "or int32 (probability targets are not supported)", op, dl__sh(target),
                 dl__dtype_str(target->dtype));
-        return NULL;
-    }
-    if (!smoothing_allowed && e != 0.0f) {
-        dl__err(ctx, DL_ERR_ARG, "%s: label_smoothing=%g: only dl_cross_entropy_ex smooths labels; "
-                "set it to 0", op, (double)e);
         return NULL;
     }
     if (!(e >= 0.0f && e <= 1.0f)) {
@@ -4521,13 +4567,12 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *lp, dl_tensor *ta
     if (!onehot || !valid) return NULL;
     valid->device = lp->device;
     bad_i = dl__nnK(lp)->class_mask(ctx, (float *)onehot->data, (float *)valid->data, target->data,
-                                    target->dtype == DL_DTYPE_I64, outer, C, inner,
-                                    d->ignore_index, &bad_v);
+                                    target->dtype == DL_DTYPE_I64, outer, C, inner, ignore, &bad_v);
     if (bad_i >= 0) {
         dl__err(ctx, DL_ERR_ARG, "%s: target %s holds %lld at flat index %lld: class indices must "
                 "be in [0, %lld) (C = %lld, dim 1 of the input %s) or equal ignore_index %lld", op,
                 dl__sh(target), (long long)bad_v, (long long)bad_i, (long long)C, (long long)C,
-                dl__sh(lp), (long long)d->ignore_index);
+                dl__sh(lp), (long long)ignore);
         return NULL;
     }
     ow = w ? dl_mul(onehot, w) : onehot;
@@ -4545,19 +4590,19 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *lp, dl_tensor *ta
     return loss;
 }
 
+static const dl_loss_desc dl__loss_defaults = {DL_REDUCTION_MEAN, false, 0, 0.0f, NULL, NULL, 0.0f, 0.0f, false};  /* all zero: PyTorch's defaults */
+
 dl_tensor *dl_nll_loss(dl_tensor *log_probs, dl_tensor *target, const dl_loss_desc *d)
 {
-    dl_loss_desc def = dl_loss_desc_default();
     if (!log_probs || !target) return NULL;
     if (!dl__live("dl_nll_loss", "log_probs", log_probs) || !dl__f32("dl_nll_loss", "log_probs", log_probs))
         return NULL;
-    return dl__nn_class_loss("dl_nll_loss", log_probs, target, d ? d : &def, false);
+    return dl__nn_class_loss("dl_nll_loss", log_probs, target, d ? d : &dl__loss_defaults, false);
 }
 
-dl_tensor *dl_cross_entropy_ex(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d)
+dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d)
 {
     static const char *op = "dl_cross_entropy";
-    dl_loss_desc def = dl_loss_desc_default();
     dl_tensor *lp;
     if (!logits || !target) return NULL;
     if (!dl__live(op, "logits", logits) || !dl__f32(op, "logits", logits)) return NULL;
@@ -4569,40 +4614,119 @@ dl_tensor *dl_cross_entropy_ex(dl_tensor *logits, dl_tensor *target, const dl_lo
     }
     lp = dl_log_softmax(logits, logits->ndim == 1 ? 0 : 1);
     if (!lp) return NULL;
-    return dl__nn_class_loss(op, lp, target, d ? d : &def, true);
+    return dl__nn_class_loss(op, lp, target, d ? d : &dl__loss_defaults, true);
 }
 
-dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target)
+/* input and target: same shape, float32, same context and device; the desc
+   fields this loss may use */
+static bool dl__nn_same(const char *op, dl_tensor *a, dl_tensor *b, const dl_loss_desc *d, int uses)
 {
-    return dl_cross_entropy_ex(logits, target, NULL);
-}
-
-/* a and b: same shape, float32, same context and device */
-static bool dl__nn_same(const char *op, dl_tensor *a, dl_tensor *b, dl_reduction r)
-{
-    if (!dl__live(op, "a", a) || !dl__live(op, "b", b)) return false;
-    if (!dl__pair(op, a, b) || !dl__f32(op, "a", a) || !dl__f32(op, "b", b)) return false;
-    if (!dl__nn_reduction_ok(op, a->ctx_, r)) return false;
+    if (!dl__live(op, "input", a) || !dl__live(op, "target", b)) return false;
+    if (!dl__pair(op, a, b) || !dl__f32(op, "input", a) || !dl__f32(op, "target", b)) return false;
+    if (!dl__loss_desc_ok(op, a->ctx_, d, uses)) return false;
     if (!dl_same_shape(a, b)) {
-        dl__err(a->ctx_, DL_ERR_SHAPE, "%s: a %s and b %s must have the same shape (dl.h does not "
-                "broadcast loss operands)", op, dl__sh(a), dl__sh(b));
+        dl__err(a->ctx_, DL_ERR_SHAPE, "%s: input %s and target %s must have the same shape (dl.h "
+                "does not broadcast loss operands)", op, dl__sh(a), dl__sh(b));
         return false;
     }
     return true;
 }
 
-dl_tensor *dl_mse_loss(dl_tensor *a, dl_tensor *b, dl_reduction r)
+/* weight (or pos_weight) must broadcast to x's shape without changing it */
+static bool dl__nn_bcast_to(const char *op, const char *arg, dl_tensor *w, dl_tensor *x)
 {
-    dl_tensor *d;
-    if (!a || !b || !dl__nn_same("dl_mse_loss", a, b, r)) return NULL;
-    d = dl_sub(a, b);
-    return dl__nn_reduce(dl_mul(d, d), r);
+    dl__bcast bc;
+    if (!dl__live(op, arg, w) || !dl__pair(op, x, w) || !dl__f32(op, arg, w)) return false;
+    if (!dl__broadcast(op, x, w, &bc)) return false;
+    if (bc.ndim != x->ndim) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: %s %s has more dims than the input %s", op, arg,
+                dl__sh(w), dl__sh(x));
+        return false;
+    }
+    return true;
 }
 
-dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, dl_reduction r)
+dl_tensor *dl_mse_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
 {
-    if (!a || !b || !dl__nn_same("dl_l1_loss", a, b, r)) return NULL;
-    return dl__nn_reduce(dl_abs(dl_sub(a, b)), r);
+    dl_tensor *t;
+    if (!d) d = &dl__loss_defaults;
+    if (!a || !b || !dl__nn_same("dl_mse_loss", a, b, d, 0)) return NULL;
+    t = dl_sub(a, b);
+    return dl__nn_reduce(dl_mul(t, t), d->reduction);
+}
+
+dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
+{
+    if (!d) d = &dl__loss_defaults;
+    if (!a || !b || !dl__nn_same("dl_l1_loss", a, b, d, 0)) return NULL;
+    return dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction);
+}
+
+/* t = a - b, m = [|t| < c] (no history):  m q(t) + (1-m) (s |t| - o),
+   q(t) = k t^2.  smooth L1: k = 0.5/beta, s = 1, o = beta/2;
+   Huber: k = 0.5, s = delta, o = delta^2/2. */
+static dl_tensor *dl__nn_piecewise(dl_tensor *a, dl_tensor *b, float c, float k, float s, float o)
+{
+    dl_tensor *t = dl_sub(a, b), *at = dl_abs(t);
+    dl_tensor *m = dl__mask(dl_rsub_scalar(at, c), DL__U_GT, 0.0f, 0.0f);
+    dl_tensor *lin = dl_sub_scalar(dl_mul_scalar(at, s), o);
+    if (c <= 0.0f) return lin;
+    return dl_add(dl_mul(m, dl_mul_scalar(dl_mul(t, t), k)), dl_mul(dl_rsub_scalar(m, 1.0f), lin));
+}
+
+dl_tensor *dl_smooth_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
+{
+    static const char *op = "dl_smooth_l1_loss";
+    float beta;
+    if (!d) d = &dl__loss_defaults;
+    if (!a || !b || !dl__nn_same(op, a, b, d, DL__LF_BETA)) return NULL;
+    beta = (d->beta == 0.0f && !signbit(d->beta)) ? 1.0f : d->beta;
+    if (!(beta >= 0.0f) || !isfinite(beta)) {
+        dl__err(a->ctx_, DL_ERR_ARG, "%s: beta=%g must be a finite number >= 0", op, (double)beta);
+        return NULL;
+    }
+    if (beta == 0.0f) return dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction);
+    return dl__nn_reduce(dl__nn_piecewise(a, b, beta, 0.5f / beta, 1.0f, 0.5f * beta), d->reduction);
+}
+
+dl_tensor *dl_huber_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
+{
+    static const char *op = "dl_huber_loss";
+    float delta;
+    if (!d) d = &dl__loss_defaults;
+    if (!a || !b || !dl__nn_same(op, a, b, d, DL__LF_DELTA)) return NULL;
+    delta = d->delta == 0.0f ? 1.0f : d->delta;
+    if (!(delta > 0.0f) || !isfinite(delta)) {
+        dl__err(a->ctx_, DL_ERR_ARG, "%s: delta=%g must be a finite number > 0", op, (double)delta);
+        return NULL;
+    }
+    return dl__nn_reduce(dl__nn_piecewise(a, b, delta, 0.5f, delta, 0.5f * delta * delta), d->reduction);
+}
+
+dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_desc *d)
+{
+    static const char *op = "dl_binary_cross_entropy";
+    dl_tensor *l;
+    if (!d) d = &dl__loss_defaults;
+    if (!p || !y || !dl__nn_same(op, p, y, d, DL__LF_WEIGHT)) return NULL;
+    if (d->weight && !dl__nn_bcast_to(op, "weight", d->weight, p)) return NULL;
+    if (p->numel) {   /* PyTorch: "all elements of input should be between 0 and 1" */
+        bool mask[DL_MAX_DIMS];
+        dl_tensor *in = dl__mask(p, DL__U_INRANGE, 0.0f, 1.0f), *lo;
+        int i;
+        for (i = 0; i < DL_MAX_DIMS; i++) mask[i] = true;
+        lo = in ? dl__reduce_raw(op, DL__R_MIN, in, mask) : NULL;
+        if (!lo) return NULL;
+        if (dl__host_value(lo) != 1.0f) {
+            dl__err(p->ctx_, DL_ERR_ARG, "%s: input %s has values outside [0, 1] (probabilities "
+                    "expected; use dl_binary_cross_entropy_with_logits for logits)", op, dl__sh(p));
+            return NULL;
+        }
+    }
+    l = dl_neg(dl_add(dl_mul(y, dl_clamp(dl_log(p), -100.0f, INFINITY)),
+                      dl_mul(dl_rsub_scalar(y, 1.0f), dl_clamp(dl_log(dl_rsub_scalar(p, 1.0f)), -100.0f, INFINITY))));
+    if (d->weight) l = dl_mul(l, d->weight);
+    return dl__nn_reduce(l, d->reduction);
 }
 
 /* l = max(x,0) - x y + log(1 + exp(-|x|));  dx = g (sigmoid(x) - y), dy = -g x */
@@ -4614,12 +4738,12 @@ static dl_result dl__nn_bce_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd};
 
-dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_reduction r)
+static dl_tensor *dl__bce_logits_raw(dl_tensor *x, dl_tensor *y)
 {
     static const char *op = "dl_binary_cross_entropy_with_logits";
     dl_tensor *l, *in[2];
     dl__node *n;
-    if (!x || !y || !dl__nn_same(op, x, y, r)) return NULL;
+    if (!x || !y) return NULL;
     l = dl__like(op, x);
     if (!l) return NULL;
     dl__nnK(x)->bce_logits(x->ctx_, (float *)l->data, (const float *)x->data,
@@ -4627,8 +4751,45 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_re
     in[0] = x;
     in[1] = y;
     if (dl__record(l, &dl__op_nn_bce, 2, in, &n) < 0) return NULL;
-    l = dl__done(l, op);
-    return l ? dl__nn_reduce(l, r) : NULL;
+    return dl__done(l, op);
+}
+/* s = softplus(-x) = bce_logits(x, 1) (the fused stable kernel below);
+   l = (1-y) x + (1 + (pw-1) y) s */
+
+dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, const dl_loss_desc *d)
+{
+    static const char *op = "dl_binary_cross_entropy_with_logits";
+    dl_tensor *l;
+    if (!d) d = &dl__loss_defaults;
+    if (!x || !y || !dl__nn_same(op, x, y, d, DL__LF_WEIGHT | DL__LF_POSW)) return NULL;
+    if (d->weight && !dl__nn_bcast_to(op, "weight", d->weight, x)) return NULL;
+    if (d->pos_weight && !dl__nn_bcast_to(op, "pos_weight", d->pos_weight, x)) return NULL;
+    if (!d->pos_weight) l = dl__bce_logits_raw(x, y);
+    else {
+        dl_tensor *s = dl__bce_logits_raw(x, dl_ones_like(x));
+        l = dl_add(dl_mul(dl_rsub_scalar(y, 1.0f), x),
+                   dl_mul(dl_add_scalar(dl_mul(dl_sub_scalar(d->pos_weight, 1.0f), y), 1.0f), s));
+    }
+    if (d->weight) l = dl_mul(l, d->weight);
+    return dl__nn_reduce(l, d->reduction);
+}
+
+/* target (log target - input), 0 where target = 0 (PyTorch's xlogy);
+   log_target: exp(t) (t - input) */
+dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
+{
+    static const char *op = "dl_kl_div";
+    dl_tensor *l;
+    if (!d) d = &dl__loss_defaults;
+    if (!input || !target || !dl__nn_same(op, input, target, d, DL__LF_LOGT | DL__LF_BATCHMEAN))
+        return NULL;
+    if (d->log_target) l = dl_mul(dl_exp(target), dl_sub(target, input));
+    else {
+        /* log(t + [t == 0]) is log t where t > 0 and 0 where t == 0 */
+        dl_tensor *z = dl__mask(target, DL__U_INRANGE, 0.0f, 0.0f);
+        l = dl_mul(target, dl_sub(dl_log(dl_add(target, z)), input));
+    }
+    return dl__nn_reduce(l, d->reduction);
 }
 
 
@@ -8436,27 +8597,31 @@ static void dl__loader_order(dl_loader *l)
     }
 }
 
-bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
+int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
 {
     int64_t shape[DL_MAX_DIMS + 1], cnt;
     int slot;
     if (x) *x = NULL;
     if (y) *y = NULL;
-    if (!l || !x || !y) return false;
+    if (!l) return -1;
+    if (!x || !y) {
+        dl__err(l->ctx, DL_ERR_ARG, "dl_loader_next: x and y must not be NULL");
+        return -1;
+    }
     if (l->batch < 0) {   /* a new epoch */
         l->epoch++;
         dl__loader_order(l);
         l->batch = 0;
         if (l->nb > 0) dl__loader_launch(l, 0, 0);
     }
-    if (l->batch >= l->nb) { l->batch = -1; return false; }
+    if (l->batch >= l->nb) { l->batch = -1; return 0; }
     dl__loader_wait(l);
     slot = (int)(l->batch & 1);
     if (l->job_rc != DL_OK) {
         dl__err(l->ctx, l->job_rc, "dl_loader_next: the dataset's get failed for sample %lld (%s)",
                     (long long)l->job_bad_index, dl_result_string(l->job_rc));
         l->batch = -1;
-        return false;
+        return -1;
     }
     cnt = dl__batch_count(l, l->batch);
     if (l->batch + 1 < l->nb) dl__loader_launch(l, l->batch + 1, 1 - slot);
@@ -8464,11 +8629,11 @@ bool dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
     memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
     *x = dl__make(l->ctx, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
     *y = dl__make(l->ctx, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
-    if (!*x || !*y) { *x = *y = NULL; return false; }
+    if (!*x || !*y) { *x = *y = NULL; return -1; }
     if (cnt > 0 && l->sn > 0) memcpy((*x)->data, l->xbuf[slot], sizeof(float) * (size_t)(cnt * l->sn));
     if (cnt) memcpy((*y)->data, l->ybuf[slot], sizeof(int64_t) * (size_t)cnt);
     l->batch++;
-    return true;
+    return 1;
 }
 
 int64_t dl_loader_num_batches(const dl_loader *l) { return l ? l->nb : 0; }

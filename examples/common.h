@@ -118,7 +118,7 @@ static double ex_evaluate(dl_ctx *ctx, dl_module *net, dl_loader *ld)
     bool was = dl_module_training(net);
     dl_module_train(net, false);
     dl_no_grad_begin(ctx);
-    while (dl_loader_next(ld, &x, &y)) {
+    while (dl_loader_next(ld, &x, &y) > 0) {
         correct += ex_correct(dl_module_forward(net, x), y);
         total += y->numel;
         dl_step_end(ctx);
@@ -260,9 +260,9 @@ static double ex_train(const ex_args *a, ex_setup *s, dl_module *net, dl_optim *
         int64_t correct = 0, seen = 0, b = 0, nb = dl_loader_num_batches(s->train);
         if (sched) dl_optim_set_lr(opt, sched(a->lr, epoch, a->epochs));
         dl_module_train(net, true);
-        while (dl_loader_next(s->train, &x, &y)) {
+        while (dl_loader_next(s->train, &x, &y) > 0) {
             dl_tensor *logits = dl_module_forward(net, x);
-            dl_tensor *loss = dl_cross_entropy(logits, y);
+            dl_tensor *loss = dl_cross_entropy(logits, y, NULL);
             double el;
             if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(opt) != DL_OK) {
                 fprintf(stderr, "step failed: %s\n", dl_error_message(ctx));

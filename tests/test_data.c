@@ -135,7 +135,7 @@ static void test_loader(void)
         for (e = 0; e < 2; e++) {
             memset(seen, 0, sizeof seen);
             nb = 0; k = 0; ok = 1;
-            while (dl_loader_next(l, &x, &y)) {
+            while (dl_loader_next(l, &x, &y) > 0) {
                 int64_t i;
                 for (i = 0; i < y->numel; i++) {
                     int64_t v = ((int64_t *)y->data)[i];
@@ -157,12 +157,12 @@ static void test_loader(void)
         int64_t o2[103], o3[103], j = 0;
         d.num_workers = 1;
         l = dl_loader_new(ctx, ds, &d);
-        while (dl_loader_next(l, &x, &y)) dl_step_end(ctx);
-        while (dl_loader_next(l, &x, &y)) { memcpy(o2 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
+        while (dl_loader_next(l, &x, &y) > 0) dl_step_end(ctx);
+        while (dl_loader_next(l, &x, &y) > 0) { memcpy(o2 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
         l = dl_loader_new(ctx, ds, &d);
         dl_loader_set_epoch(l, 1);
         j = 0;
-        while (dl_loader_next(l, &x, &y)) { memcpy(o3 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
+        while (dl_loader_next(l, &x, &y) > 0) { memcpy(o3 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
         CHECK(j == 103 && memcmp(o2, o3, sizeof o2) == 0 && dl_loader_epoch(l) == 2, "set_epoch resumes the order");
     }
     CHECK(memcmp(order[0], order[1], sizeof order[0]) == 0 && memcmp(order[0], order[2], sizeof order[0]) == 0,
@@ -173,7 +173,7 @@ static void test_loader(void)
     d.drop_last = true; d.shuffle = false; d.num_workers = 1;
     l = dl_loader_new(ctx, ds, &d);
     nb = 0;
-    while (dl_loader_next(l, &x, &y)) { CHECK(y->numel == 10 && ((int64_t *)y->data)[0] == nb * 10, "drop_last batch in order"); nb++; dl_step_end(ctx); }
+    while (dl_loader_next(l, &x, &y) > 0) { CHECK(y->numel == 10 && ((int64_t *)y->data)[0] == nb * 10, "drop_last batch in order"); nb++; dl_step_end(ctx); }
     CHECK(nb == 10, "drop_last gives 10 batches, got %lld", (long long)nb);
     /* augmentation is seeded per sample position: same for any worker count */
     {
@@ -188,7 +188,7 @@ static void test_loader(void)
         for (w = 0; w < 3; w++) {
             d.num_workers = w;
             l = dl_loader_new(ctx, ds, &d);
-            CHECK(dl_loader_next(l, &x, &y), "aug batch");
+            CHECK(dl_loader_next(l, &x, &y) == 1, "aug batch");
             if (w == 0) memcpy(first, x->data, sizeof(float) * 320);
             else CHECK(memcmp(first, x->data, sizeof(float) * 320) == 0, "augmented batch equal with %d workers", w);
             dl_step_end(ctx);

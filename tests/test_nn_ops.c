@@ -19,6 +19,16 @@
 
 #include "golden.h"
 
+/* a loss desc with only the reduction set (reductions 0..3) */
+static const dl_loss_desc *red(dl_reduction r)
+{
+    static dl_loss_desc d[8];
+    int i = ((int)r & 3) + ((int)r < 0 || (int)r > 3 ? 4 : 0);
+    memset(&d[i], 0, sizeof d[i]);
+    d[i].reduction = r;
+    return &d[i];
+}
+
 
 /* ------------------------------------------------------------------ golden: ops */
 
@@ -58,20 +68,21 @@ static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor 
                              p->v[0]);
     }
     if (!strcmp(op, "cross_entropy") || !strcmp(op, "nll_loss")) {
-        dl_loss_desc d = dl_loss_desc_default();
+        dl_loss_desc d; memset(&d, 0, sizeof d);
         G_NEED(3);
         d.reduction = (dl_reduction)(int)p->v[0];
+        d.has_ignore_index = true;
         d.ignore_index = (int64_t)p->v[1];
         d.label_smoothing = p->v[2];
         d.weight = g_get(n, rs, in, "weight");
         if (!strcmp(op, "nll_loss")) return dl_nll_loss(x, g_get(n, rs, in, "target"), &d);
-        return dl_cross_entropy_ex(x, g_get(n, rs, in, "target"), &d);
+        return dl_cross_entropy(x, g_get(n, rs, in, "target"), &d);
     }
-    if (!strcmp(op, "mse_loss")) { G_NEED(1); return dl_mse_loss(g_get(n, rs, in, "a"), g_get(n, rs, in, "b"), (dl_reduction)(int)p->v[0]); }
-    if (!strcmp(op, "l1_loss")) { G_NEED(1); return dl_l1_loss(g_get(n, rs, in, "a"), g_get(n, rs, in, "b"), (dl_reduction)(int)p->v[0]); }
+    if (!strcmp(op, "mse_loss")) { G_NEED(1); return dl_mse_loss(g_get(n, rs, in, "a"), g_get(n, rs, in, "b"), red((dl_reduction)(int)p->v[0])); }
+    if (!strcmp(op, "l1_loss")) { G_NEED(1); return dl_l1_loss(g_get(n, rs, in, "a"), g_get(n, rs, in, "b"), red((dl_reduction)(int)p->v[0])); }
     if (!strcmp(op, "bce_logits")) {
         G_NEED(1);
-        return dl_binary_cross_entropy_with_logits(x, g_get(n, rs, in, "y"), (dl_reduction)(int)p->v[0]);
+        return dl_binary_cross_entropy_with_logits(x, g_get(n, rs, in, "y"), red((dl_reduction)(int)p->v[0]));
     }
 #undef G_NEED
     *bad = "unknown op";
@@ -135,12 +146,12 @@ static dl_tensor *gc_fn(void *user, dl_tensor *const *in)
     case GC_CE: case GC_NLL: {
         dl_loss_desc d = g->d;
         if (g->weight_in) d.weight = in[1];
-        return g->op == GC_CE ? dl_cross_entropy_ex(in[0], g->target, &d)
+        return g->op == GC_CE ? dl_cross_entropy(in[0], g->target, &d)
                               : dl_nll_loss(in[0], g->target, &d);
     }
-    case GC_MSE: return dl_mse_loss(in[0], in[1], g->r);
-    case GC_L1: return dl_l1_loss(in[0], in[1], g->r);
-    case GC_BCE: return dl_binary_cross_entropy_with_logits(in[0], in[1], g->r);
+    case GC_MSE: return dl_mse_loss(in[0], in[1], red(g->r));
+    case GC_L1: return dl_l1_loss(in[0], in[1], red(g->r));
+    case GC_BCE: return dl_binary_cross_entropy_with_logits(in[0], in[1], red(g->r));
     case GC_DROP:
         dl_manual_seed(G, g->seed);   /* the same mask every call */
         return dl_dropout(in[0], g->p, true);
@@ -158,7 +169,7 @@ static dl_tensor *gc_fn(void *user, dl_tensor *const *in)
         if (g->op == GC_CE_HESS) {
             dl_loss_desc d = g->d;
             if (g->weight_in) d.weight = in[1];
-            l = dl_cross_entropy_ex(x, g->target, &d);
+            l = dl_cross_entropy(x, g->target, &d);
             if (l && l->ndim) l = dl_sum(l, DL_ALL, false);
         } else {
             dl_tensor *y = g->op == GC_LN_HESS ? dl_layer_norm(x, g->ns, in[1], in[2], 1e-5f)
@@ -227,7 +238,7 @@ static void gc_run(const char *what, GC *g, int n, dl_tensor **in)
     dl_step_end(G);
 }
 
-static GC gc_new(int op) { GC g; memset(&g, 0, sizeof g); g.op = op; g.d = dl_loss_desc_default(); return g; }
+static GC gc_new(int op) { GC g; memset(&g, 0, sizeof g); g.op = op; memset(&g.d, 0, sizeof g.d); return g; }
 
 static void gc_bn(const char *what, dl_shape xs, bool training, bool rs, bool w, bool b)
 {
@@ -274,6 +285,7 @@ static void gc_class(const char *what, int op, dl_shape xs, dl_reduction r, int6
     if (xs.ndim > 1) ts.d[0] = xs.d[0];
     for (i = 2; i < xs.ndim; i++) ts.d[i - 1] = xs.d[i];
     g.d.reduction = r;
+    g.d.has_ignore_index = true;
     g.d.ignore_index = ignore;
     g.d.label_smoothing = ls;
     g.target = TG(ts, (int)C, ignore, nign);
@@ -368,6 +380,7 @@ static void test_gradcheck(void)
         in[0] = U(DL_SHAPE(4, 3), -2.0f, 2.0f, true);
         gc_run("hessian ce", &g, 1, in);
         g.d.label_smoothing = 0.2f;
+        g.d.has_ignore_index = true;
         g.d.ignore_index = -100;
         g.weight_in = true;
         g.target = TG(DL_SHAPE(5), 3, -100, 1);
@@ -502,7 +515,7 @@ static void test_values(void)
         dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(2, 3), xv), true);
         dl_tensor *t = dl_from_int64(G, DL_SHAPE(2), tv), *l, *gx = NULL;
         float g[6];
-        l = dl_cross_entropy(x, t);
+        l = dl_cross_entropy(x, t, NULL);
         CHECK(fabs(item(l) - 1e4) < 1e-1, "ce large logits: %g, want 1e4 (mean of 0 and 2e4)", (double)item(l));
         CHECK(l && dl_grad(l, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g, 6) == DL_OK,
               "ce large logits grad: %s", dl_error_message(G));
@@ -520,7 +533,7 @@ static void test_values(void)
         dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(4), xv), true);
         dl_tensor *y = dl_from_array(G, DL_SHAPE(4), yv), *o, *gx = NULL;
         float want_l[4] = {1e4f, 1e4f, 0.0f, 0.0f}, want_g[4] = {1.0f, -1.0f, 0.0f, 0.0f};
-        o = dl_binary_cross_entropy_with_logits(x, y, DL_REDUCTION_NONE);
+        o = dl_binary_cross_entropy_with_logits(x, y, red(DL_REDUCTION_NONE));
         CHECK(o && dl_read(o, l, 4) == DL_OK && th_close(l, want_l, 4, 1e-6, 0, NULL),
               "bce huge logits: %g %g %g %g", (double)l[0], (double)l[1], (double)l[2], (double)l[3]);
         CHECK(o && dl_grad(dl_sum(o, DL_ALL, false), 1, &x, &gx, NULL) == DL_OK && gx &&
@@ -532,7 +545,7 @@ static void test_values(void)
     {   /* bce at x == 0 (zero-initialized logits): grad sigmoid(0) - y = 0.5 - y */
         float xv[2] = {0.0f, 0.0f}, yv[2] = {0.0f, 1.0f}, g[2] = {9, 9};
         dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(2), xv), true), *gx = NULL;
-        dl_tensor *o = dl_binary_cross_entropy_with_logits(x, dl_from_array(G, DL_SHAPE(2), yv), DL_REDUCTION_SUM);
+        dl_tensor *o = dl_binary_cross_entropy_with_logits(x, dl_from_array(G, DL_SHAPE(2), yv), red(DL_REDUCTION_SUM));
         CHECK(fabs(item(o) - 2.0 * log(2.0)) < 1e-6, "bce at 0: %g, want 2 log 2", (double)item(o));
         CHECK(o && dl_grad(o, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g, 2) == DL_OK &&
               g[0] == 0.5f && g[1] == -0.5f, "bce grad at 0: %g %g, want 0.5 -0.5", (double)g[0], (double)g[1]);
@@ -542,20 +555,20 @@ static void test_values(void)
         int64_t t64[4] = {2, 0, 1, 2}, ign[4] = {-100, -100, -100, -100};
         int32_t t32[4] = {2, 0, 1, 2};
         dl_tensor *x = U(DL_SHAPE(4, 3), -1.0f, 1.0f, false);
-        dl_loss_desc d = dl_loss_desc_default();
-        float a = item(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), t64)));
-        float b = item(dl_cross_entropy(x, dl_from_int32(G, DL_SHAPE(4), t32)));
+        dl_loss_desc d; memset(&d, 0, sizeof d);
+        float a = item(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), t64), NULL));
+        float b = item(dl_cross_entropy(x, dl_from_int32(G, DL_SHAPE(4), t32), NULL));
         float m, s, nz[4] = {1, 1, 1, 1};
         CHECK(a == a && a == b, "ce int32 target: %g vs int64 %g", (double)b, (double)a);
-        m = item(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), ign)));
+        m = item(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), ign), NULL));
         CHECK(m != m, "ce all ignored, mean: %g, want NaN", (double)m);
         d.reduction = DL_REDUCTION_SUM;
-        s = item(dl_cross_entropy_ex(x, dl_from_int64(G, DL_SHAPE(4), ign), &d));
+        s = item(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), ign), &d));
         CHECK(s == 0.0f, "ce all ignored, sum: %g, want 0", (double)s);
         d.reduction = DL_REDUCTION_NONE;
-        CHECK(dl_read(dl_cross_entropy_ex(x, dl_from_int64(G, DL_SHAPE(4), ign), &d), nz, 4) == DL_OK &&
+        CHECK(dl_read(dl_cross_entropy(x, dl_from_int64(G, DL_SHAPE(4), ign), &d), nz, 4) == DL_OK &&
               nz[0] == 0 && nz[1] == 0 && nz[2] == 0 && nz[3] == 0, "ce all ignored, none: zeros");
-        d = dl_loss_desc_default();
+        memset(&d, 0, sizeof d);
         CHECK(dl_last_error(G) == DL_OK, "ce: stray error %s", dl_error_message(G));
         dl_clear_error(G);
         dl_step_end(G);
@@ -611,11 +624,6 @@ static void test_values(void)
         CHECK(ok, "layer_norm: rows not standardized");
         dl_step_end(G);
     }
-    {   /* dl_loss_desc_default */
-        dl_loss_desc d = dl_loss_desc_default();
-        CHECK(d.reduction == DL_REDUCTION_MEAN && d.ignore_index == -100 && d.label_smoothing == 0.0f &&
-              d.weight == NULL, "dl_loss_desc_default");
-    }
 }
 
 /* ------------------------------------------------------------------ errors */
@@ -651,7 +659,7 @@ static void test_errors(void)
     int64_t tv[20] = {1, 2, 3, 4, 5}, tbad[5] = {1, 2, 10, 4, 5}, tneg[5] = {0, -1, 2, 3, 4}, tign[5] = {0, -100, 2, 3, 4};
     float tf[5] = {1, 2, 3, 4, 5};
     dl_tensor *t = dl_from_int64(G, DL_SHAPE(5), tv);
-    dl_loss_desc d = dl_loss_desc_default();
+    dl_loss_desc d; memset(&d, 0, sizeof d);
     dl_tensor *rgc = dl_requires_grad(dl_ones(G, DL_SHAPE(3)), true);
 
     /* batch norm */
@@ -676,47 +684,49 @@ static void test_errors(void)
     ERR(dl_layer_norm(x, DL_SHAPE(3, 2), c3, NULL, 1e-5f), DL_ERR_SHAPE, "weight (3) must have shape (3,2)");
     ERR(dl_layer_norm(x, DL_SHAPE(2), NULL, c3, 1e-5f), DL_ERR_SHAPE, "bias (3)");
     /* class losses */
-    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(4), tv)), DL_ERR_SHAPE, "target (4)");
-    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5, 1), tv)), DL_ERR_SHAPE, "without its class dim");
-    ERR(dl_cross_entropy(lp3, dl_from_int64(G, DL_SHAPE(2, 10), tv)), DL_ERR_SHAPE, "target (2,10)");
-    ERR(dl_cross_entropy(logits, dl_from_array(G, DL_SHAPE(5), tf)), DL_ERR_DTYPE, "must be int64 or int32");
-    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tbad)), DL_ERR_ARG, "holds 10 at flat index 2");
-    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tneg)), DL_ERR_ARG, "holds -1 at flat index 1");
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(4), tv), NULL), DL_ERR_SHAPE, "target (4)");
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5, 1), tv), NULL), DL_ERR_SHAPE, "without its class dim");
+    ERR(dl_cross_entropy(lp3, dl_from_int64(G, DL_SHAPE(2, 10), tv), NULL), DL_ERR_SHAPE, "target (2,10)");
+    ERR(dl_cross_entropy(logits, dl_from_array(G, DL_SHAPE(5), tf), NULL), DL_ERR_DTYPE, "must be int64 or int32");
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tbad), NULL), DL_ERR_ARG, "holds 10 at flat index 2");
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tneg), NULL), DL_ERR_ARG, "holds -1 at flat index 1");
     ERR(dl_nll_loss(logits, dl_from_int64(G, DL_SHAPE(5), tbad), NULL), DL_ERR_ARG, "[0, 10)");
     {
         int32_t t32[5] = {0, 1, 2, 3, 11};
-        ERR(dl_cross_entropy(logits, dl_from_int32(G, DL_SHAPE(5), t32)), DL_ERR_ARG, "holds 11");
+        ERR(dl_cross_entropy(logits, dl_from_int32(G, DL_SHAPE(5), t32), NULL), DL_ERR_ARG, "holds 11");
     }
-    d.ignore_index = 3;   /* -100 is no longer ignored */
-    ERR(dl_cross_entropy_ex(logits, dl_from_int64(G, DL_SHAPE(5), tign), &d), DL_ERR_ARG, "holds -100");
-    d = dl_loss_desc_default();
-    CHECK(dl_cross_entropy_ex(logits, dl_from_int64(G, DL_SHAPE(5), tign), &d) != NULL, "ce: -100 ignored by default");
+    d.ignore_index = 3;   /* without has_ignore_index: an error, never silently -100 */
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tign), &d), DL_ERR_ARG, "has_ignore_index is false");
+    d.has_ignore_index = true;   /* -100 is no longer ignored */
+    ERR(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tign), &d), DL_ERR_ARG, "holds -100");
+    memset(&d, 0, sizeof d);
+    CHECK(dl_cross_entropy(logits, dl_from_int64(G, DL_SHAPE(5), tign), &d) != NULL, "ce: -100 ignored by default");
     d.label_smoothing = 1.5f;
-    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "label_smoothing=1.5 must be in [0, 1]");
+    ERR(dl_cross_entropy(logits, t, &d), DL_ERR_ARG, "label_smoothing=1.5 must be in [0, 1]");
     d.label_smoothing = -0.1f;
-    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "label_smoothing");
+    ERR(dl_cross_entropy(logits, t, &d), DL_ERR_ARG, "label_smoothing");
     d.label_smoothing = NAN;
-    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "label_smoothing");
+    ERR(dl_cross_entropy(logits, t, &d), DL_ERR_ARG, "label_smoothing");
     d.label_smoothing = 0.1f;
-    ERR(dl_nll_loss(logits, t, &d), DL_ERR_ARG, "only dl_cross_entropy_ex smooths labels");
-    d = dl_loss_desc_default();
+    ERR(dl_nll_loss(logits, t, &d), DL_ERR_ARG, "dl_loss_desc.label_smoothing is set but this loss does not use it");
+    memset(&d, 0, sizeof d);
     d.weight = c4;
-    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_SHAPE, "weight (4) must have shape (10)");
+    ERR(dl_cross_entropy(logits, t, &d), DL_ERR_SHAPE, "weight (4) must have shape (10)");
     d.weight = dl_ones(G, DL_SHAPE(10, 1));
     ERR(dl_nll_loss(logits, t, &d), DL_ERR_SHAPE, "weight (10,1)");
-    d = dl_loss_desc_default();
+    memset(&d, 0, sizeof d);
     d.reduction = (dl_reduction)7;
-    ERR(dl_cross_entropy_ex(logits, t, &d), DL_ERR_ARG, "reduction 7");
-    d = dl_loss_desc_default();
-    ERR(dl_cross_entropy(dl_ones(G, dl_shape_make(0, NULL)), t), DL_ERR_SHAPE, "logits ()");
+    ERR(dl_cross_entropy(logits, t, &d), DL_ERR_ARG, "reduction 7");
+    memset(&d, 0, sizeof d);
+    ERR(dl_cross_entropy(dl_ones(G, dl_shape_make(0, NULL)), t, NULL), DL_ERR_SHAPE, "logits ()");
     ERR(dl_nll_loss(dl_from_int64(G, DL_SHAPE(5), tv), t, NULL), DL_ERR_DTYPE, "log_probs");
     /* elementwise losses */
-    ERR(dl_mse_loss(c3, c4, DL_REDUCTION_MEAN), DL_ERR_SHAPE, "a (3) and b (4) must have the same shape");
-    ERR(dl_mse_loss(c3, c33, DL_REDUCTION_MEAN), DL_ERR_SHAPE, "same shape");
-    ERR(dl_l1_loss(c3, c4, DL_REDUCTION_SUM), DL_ERR_SHAPE, "dl_l1_loss");
-    ERR(dl_binary_cross_entropy_with_logits(c3, c4, DL_REDUCTION_NONE), DL_ERR_SHAPE, "dl_binary_cross_entropy_with_logits");
-    ERR(dl_mse_loss(c3, c3, (dl_reduction)-1), DL_ERR_ARG, "reduction -1");
-    ERR(dl_l1_loss(c3, dl_from_int64(G, DL_SHAPE(3), tv), DL_REDUCTION_SUM), DL_ERR_DTYPE, "float32");
+    ERR(dl_mse_loss(c3, c4, red(DL_REDUCTION_MEAN)), DL_ERR_SHAPE, "input (3) and target (4) must have the same shape");
+    ERR(dl_mse_loss(c3, c33, red(DL_REDUCTION_MEAN)), DL_ERR_SHAPE, "same shape");
+    ERR(dl_l1_loss(c3, c4, red(DL_REDUCTION_SUM)), DL_ERR_SHAPE, "dl_l1_loss");
+    ERR(dl_binary_cross_entropy_with_logits(c3, c4, red(DL_REDUCTION_NONE)), DL_ERR_SHAPE, "dl_binary_cross_entropy_with_logits");
+    ERR(dl_mse_loss(c3, c3, red((dl_reduction)-1)), DL_ERR_ARG, "reduction -1");
+    ERR(dl_l1_loss(c3, dl_from_int64(G, DL_SHAPE(3), tv), red(DL_REDUCTION_SUM)), DL_ERR_DTYPE, "float32");
     /* dropout */
     ERR(dl_dropout(x, 1.5f, true), DL_ERR_ARG, "p=1.5 must be in [0, 1]");
     ERR(dl_dropout(x, -0.1f, false), DL_ERR_ARG, "p=-0.1");
@@ -725,17 +735,17 @@ static void test_errors(void)
     SILENT(dl_batch_norm(NULL, c3, c3, NULL, NULL, true, 0.1f, 1e-5f));
     SILENT(dl_layer_norm(NULL, DL_SHAPE(3), NULL, NULL, 1e-5f));
     SILENT(dl_dropout(NULL, 0.5f, true));
-    SILENT(dl_cross_entropy(NULL, t));
-    SILENT(dl_cross_entropy(logits, NULL));
-    SILENT(dl_cross_entropy_ex(NULL, NULL, NULL));
+    SILENT(dl_cross_entropy(NULL, t, NULL));
+    SILENT(dl_cross_entropy(logits, NULL, NULL));
+    SILENT(dl_cross_entropy(NULL, NULL, NULL));
     SILENT(dl_nll_loss(NULL, t, NULL));
     SILENT(dl_nll_loss(logits, NULL, &d));
-    SILENT(dl_mse_loss(NULL, c3, DL_REDUCTION_MEAN));
-    SILENT(dl_l1_loss(c3, NULL, DL_REDUCTION_MEAN));
-    SILENT(dl_binary_cross_entropy_with_logits(NULL, NULL, DL_REDUCTION_MEAN));
+    SILENT(dl_mse_loss(NULL, c3, red(DL_REDUCTION_MEAN)));
+    SILENT(dl_l1_loss(c3, NULL, red(DL_REDUCTION_MEAN)));
+    SILENT(dl_binary_cross_entropy_with_logits(NULL, NULL, red(DL_REDUCTION_MEAN)));
     /* a failed op upstream propagates silently through a whole loss */
     dl_clear_error(G);
-    CHECK(dl_cross_entropy(dl_matmul(c3, c4), t) == NULL && dl_last_error(G) == DL_ERR_SHAPE &&
+    CHECK(dl_cross_entropy(dl_matmul(c3, c4), t, NULL) == NULL && dl_last_error(G) == DL_ERR_SHAPE &&
           strstr(dl_error_message(G), "dl_matmul") != NULL, "first cause kept: %s", dl_error_message(G));
     dl_clear_error(G);
     /* a stale tensor is reported, not read */
@@ -743,7 +753,7 @@ static void test_errors(void)
         dl_tensor *old = dl_ones(G, DL_SHAPE(2, 3));
         int64_t tt[2] = {0, 1};
         dl_step_end(G);
-        ERR(dl_cross_entropy(old, dl_from_int64(G, DL_SHAPE(2), tt)), DL_ERR_STALE, "dl_cross_entropy");
+        ERR(dl_cross_entropy(old, dl_from_int64(G, DL_SHAPE(2), tt), NULL), DL_ERR_STALE, "dl_cross_entropy");
         ERR(dl_layer_norm(old, DL_SHAPE(3), NULL, NULL, 1e-5f), DL_ERR_STALE, "dl_layer_norm");
     }
     dl_step_end(G);

@@ -48,9 +48,9 @@ int main(void)
     sd.momentum = 0.9f;
     opt = dl_sgd(net, &sd);
     CHECK(l && net && opt, "setup: %s", dl_error_message(ctx));
-    while (l && opt && step < 60 && dl_loader_next(l, &x, &y)) {
+    while (l && opt && step < 60 && dl_loader_next(l, &x, &y) > 0) {
         dl_tensor *logits = dl_module_forward(net, x);
-        dl_tensor *loss = dl_cross_entropy(logits, y);
+        dl_tensor *loss = dl_cross_entropy(logits, y, NULL);
         dl_tensor *am;
         if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(opt) != DL_OK) { CHECK(0, "step: %s", dl_error_message(ctx)); break; }
         dl_optim_zero_grad(opt);
