@@ -92,6 +92,15 @@
 #ifndef DL_H
 #define DL_H
 
+/* The implementation uses POSIX.1-2008 file calls (lstat, realpath) where
+   the platform has them; a strict -std=c99 build hides them unless asked,
+   so the implementation unit asks (this only adds declarations). */
+#if defined(DL_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && \
+    (defined(__unix__) || defined(__APPLE__))
+#define _POSIX_C_SOURCE 200809L
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -688,15 +697,35 @@ DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
    optimizer parameter that m does not hold). Hyper-parameters go in
    __metadata__ as strings; dl_load restores the learning rate only (the rest
    stay as the optimizer was made).
-   dl_save writes path.tmp, flushes and closes it, then renames it over path.
+   Writing: a uniquely named temporary file in the destination's directory,
+   synced to disk, then renamed over the destination (and the directory
+   synced): a crash never leaves a half-written checkpoint in place of a good
+   one, and concurrent savers never collide. A destination that exists but is
+   not a regular file (a directory, device, pipe) is refused, not replaced; a
+   symbolic link is written through to its target (POSIX builds).
    dl_load checks the whole file (header, every offset against the file size,
    dtypes, shapes, names: a missing or extra tensor is an error) before it
    changes anything, so a failed load leaves m and o as they were. With o NULL
    the optim.* tensors of a file are ignored; files written by
    safetensors.torch.save_file (no __metadata__) load into a module.
-   Errors: DL_ERR_IO (open/read/write), DL_ERR_FORMAT (malformed, mismatched). */
+   Errors: DL_ERR_IO (open/read/write, with the system's reason),
+   DL_ERR_FORMAT (malformed, mismatched). */
 DL_API dl_result dl_save(const char *path, dl_module *m, dl_optim *o);  /* o may be NULL */
 DL_API dl_result dl_load(const char *path, dl_module *m, dl_optim *o);  /* o may be NULL */
+/* Module state only (its state_dict: what PyTorch's load_state_dict(strict=True)
+   accepts), and its reader: a file written by dl_save_module, dl_save, or
+   PyTorch's safetensors.torch.save_file(model.state_dict()); an error names
+   the first missing, unexpected or mis-shaped key. */
+DL_API dl_result dl_save_module(const char *path, dl_module *m);
+DL_API dl_result dl_load_module(const char *path, dl_module *m);
+/* String metadata in the file's __metadata__ (run settings, say), next to what
+   dl_save writes; keys must not be "format" or start with "dl.". */
+typedef struct dl_kv { const char *key, *value; } dl_kv;
+DL_API dl_result dl_save_meta(const char *path, dl_module *m, dl_optim *o, int nmeta, const dl_kv *meta);
+/* Reads one __metadata__ value (any key, "dl.lr" too) into value (cap bytes
+   with the NUL); DL_ERR_FORMAT when the file has no such key. */
+DL_API dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *key, char *value,
+                                    size_t cap);
 
 
 /* --- nn: layer modules around the functional ops (PyTorch names, defaults
@@ -804,7 +833,20 @@ DL_API void dl_loader_set_epoch(dl_loader *l, int64_t epochs);
 #include <limits.h>
 #ifndef DL_NO_THREADS
 #include <pthread.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#define DL__UNIX 1
 #include <unistd.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <sys/types.h>
+#include <sys/stat.h>
+/* lstat and realpath (POSIX.1-2008) are declared: glibc says so with
+   __USE_XOPEN2K8; other systems declare them unless a strict mode hides them */
+#if defined(__USE_XOPEN2K8) || (!defined(__GLIBC__) && !defined(__STRICT_ANSI__)) || \
+    (!defined(__GLIBC__) && defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 200809L)
+#define DL__POSIX2008 1
+#endif
 #endif
 #ifdef DL_OPENBLAS
 #include <cblas.h>
@@ -6964,6 +7006,260 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
     return (float)total;
 }
 
+// >>section io: files
+/* Every file dl.h writes goes through dl__wopen/dl__wput/dl__wclose: the
+   bytes go to a new, uniquely named temporary file in the destination's
+   directory, which is flushed to disk (fsync) and renamed over the
+   destination; then the directory itself is synced. A crash or a full disk
+   therefore never leaves a half-written file in place of a good one, and two
+   writers of one path never share a temporary. The destination must be a
+   regular file (or not exist yet): a device, directory or pipe is refused,
+   never replaced. A symbolic link is written through to its target (POSIX
+   builds); the link itself stays. Files are read whole by dl__read_file,
+   which refuses directories and other non-regular files by name. */
+
+typedef struct dl__wfile {
+    char *final, *tmp;        /* destination (symlinks resolved) and temporary */
+    bool ok;
+    int err;                  /* errno of the first failure (0: none) */
+#ifdef DL__UNIX
+    int fd;
+#else
+    FILE *f;
+#endif
+} dl__wfile;
+
+static char *dl__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = (char *)DL_MALLOC(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static const char *dl__errno_str(int e) { return e ? strerror(e) : "unknown error"; }
+
+/* Opens the temporary for path. false + error (nothing created) on failure. */
+static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *w)
+{
+    const char *slash;
+    size_t dirlen, n;
+    int attempt;
+    memset(w, 0, sizeof *w);
+    if (!path || !path[0]) {
+        dl__err(ctx, DL_ERR_ARG, "%s: the path is %s", op, path ? "empty" : "NULL");
+        return false;
+    }
+    w->final = dl__strdup(path);
+    if (!w->final) goto oom;
+#ifdef DL__UNIX
+    {
+        struct stat st;
+#ifdef DL__POSIX2008
+        int hops = 0;
+        while (lstat(w->final, &st) == 0 && S_ISLNK(st.st_mode)) {
+            /* follow the link: its target, relative to the link's directory */
+            char buf[4096], *next;
+            ssize_t k = readlink(w->final, buf, sizeof buf - 1);
+            const char *slash0 = strrchr(w->final, '/');
+            size_t dl = (buf[0] == '/' || !slash0) ? 0 : (size_t)(slash0 - w->final) + 1;
+            if (k <= 0 || (size_t)k >= sizeof buf - 1 || ++hops > 40) {
+                dl__err(ctx, DL_ERR_IO, "%s: %s is a symbolic link that cannot be followed (%s); "
+                        "refusing to replace the link", op, path,
+                        k < 0 ? dl__errno_str(errno) : "too long or a loop");
+                goto fail;
+            }
+            buf[k] = 0;
+            if (buf[0] == '/') dl = 0;
+            next = (char *)DL_MALLOC(dl + (size_t)k + 1);
+            if (!next) goto oom;
+            memcpy(next, w->final, dl);
+            memcpy(next + dl, buf, (size_t)k + 1);
+            DL_FREE(w->final);
+            w->final = next;
+        }
+#endif
+        if (stat(w->final, &st) == 0 && !S_ISREG(st.st_mode)) {
+            dl__err(ctx, DL_ERR_IO, "%s: %s exists and is not a regular file (%s); refusing to "
+                    "replace it", op, w->final, S_ISDIR(st.st_mode) ? "a directory" :
+                    S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a pipe or socket");
+            goto fail;
+        }
+    }
+#endif
+    slash = strrchr(w->final, '/');
+    dirlen = slash ? (size_t)(slash - w->final) + 1 : 0;
+    n = strlen(w->final) + 64;
+    w->tmp = (char *)DL_MALLOC(n);
+    if (!w->tmp) goto oom;
+    for (attempt = 0; attempt < 100; attempt++) {
+#ifdef DL__UNIX
+        snprintf(w->tmp, n, "%.*s.%s.tmp-%ld-%d", (int)dirlen, w->final, w->final + dirlen,
+                 (long)getpid(), attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
+        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (w->fd >= 0) { w->ok = true; return true; }
+        if (errno == EEXIST) continue;
+        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file in the directory of %s (%s): does the "
+                "directory exist, is it writable?", op, w->final, dl__errno_str(errno));
+        goto fail;
+#else
+        FILE *probe;
+        snprintf(w->tmp, n, "%s.tmp-%d", w->final, attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
+        probe = fopen(w->tmp, "rb");
+        if (probe) { fclose(probe); continue; }
+        w->f = fopen(w->tmp, "wb");
+        if (w->f) { w->ok = true; return true; }
+        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file next to %s: does the directory exist, is "
+                "it writable?", op, w->final);
+        goto fail;
+#endif
+    }
+    dl__err(ctx, DL_ERR_IO, "%s: cannot find a free temporary name next to %s", op, w->final);
+    goto fail;
+oom:
+    dl__err(ctx, DL_ERR_OOM, "%s: out of memory", op);
+fail:
+    DL_FREE(w->final);
+    DL_FREE(w->tmp);
+    w->final = w->tmp = NULL;
+    w->ok = false;
+    return false;
+}
+
+static void dl__wput(dl__wfile *w, const void *data, size_t n)
+{
+    const char *p = (const char *)data;
+    if (!w->ok) return;
+#ifdef DL__UNIX
+    while (n > 0) {
+        ssize_t k = write(w->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { w->ok = false; w->err = k < 0 ? errno : ENOSPC; return; }
+        p += k;
+        n -= (size_t)k;
+    }
+#else
+    if (n && fwrite(p, 1, n, w->f) != n) w->ok = false;
+#endif
+}
+
+/* Finishes the file: sync, close, rename over the destination, sync the
+   directory. On any failure the temporary is removed and the destination is
+   untouched. */
+static dl_result dl__wclose(dl_ctx *ctx, const char *op, dl__wfile *w)
+{
+    dl_result rc = DL_OK;
+    if (!w->tmp) return DL_ERR_IO;
+#ifdef DL__UNIX
+    if (w->ok && fsync(w->fd) != 0 && errno != EINVAL) { w->ok = false; w->err = errno; }
+    if (close(w->fd) != 0 && w->ok) { w->ok = false; w->err = errno; }
+#else
+    if (w->ok && (fflush(w->f) != 0 || ferror(w->f))) w->ok = false;
+    if (fclose(w->f) != 0) w->ok = false;
+#endif
+    if (!w->ok) {
+        remove(w->tmp);
+        dl__err(ctx, DL_ERR_IO, "%s: writing %s failed: %s; %s is unchanged", op, w->tmp,
+                dl__errno_str(w->err), w->final);
+        rc = DL_ERR_IO;
+        goto done;
+    }
+#ifdef _WIN32
+    remove(w->final);                 /* rename does not replace on Windows */
+#endif
+    if (rename(w->tmp, w->final) != 0) {
+#ifdef DL__UNIX
+        int e = errno;
+#else
+        int e = 0;
+#endif
+        remove(w->tmp);
+        dl__err(ctx, DL_ERR_IO, "%s: cannot rename %s to %s: %s", op, w->tmp, w->final, dl__errno_str(e));
+        rc = DL_ERR_IO;
+        goto done;
+    }
+#ifdef DL__UNIX
+    {   /* make the rename itself durable */
+        const char *slash = strrchr(w->final, '/');
+        int dfd;
+        if (slash) {
+            size_t k = (size_t)(slash - w->final);
+            char *dir = (char *)DL_MALLOC(k + 2);
+            if (dir) {
+                memcpy(dir, w->final, k ? k : 1);
+                dir[k ? k : 1] = 0;
+                dfd = open(dir, O_RDONLY);
+                DL_FREE(dir);
+            } else dfd = -1;
+        } else dfd = open(".", O_RDONLY);
+        if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
+    }
+#endif
+done:
+    DL_FREE(w->final);
+    DL_FREE(w->tmp);
+    w->final = w->tmp = NULL;
+    return rc;
+}
+
+/* Reads a whole regular file into a new buffer (DL_FREE it). */
+static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, unsigned char **out,
+                               size_t *size)
+{
+    FILE *f;
+    long sz;
+    size_t got;
+    unsigned char *buf;
+    *out = NULL;
+    *size = 0;
+    if (!path) { dl__err(ctx, DL_ERR_ARG, "%s: path is NULL", op); return DL_ERR_ARG; }
+#ifdef DL__UNIX
+    {
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            dl__err(ctx, DL_ERR_IO, "%s: cannot open '%s': %s", op, path, dl__errno_str(errno));
+            return DL_ERR_IO;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            dl__err(ctx, DL_ERR_IO, "%s: '%s' is a directory, not a file", op, path);
+            return DL_ERR_IO;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            dl__err(ctx, DL_ERR_IO, "%s: '%s' is not a regular file (a device or pipe)", op, path);
+            return DL_ERR_IO;
+        }
+    }
+#endif
+    f = fopen(path, "rb");
+    if (!f) {
+        dl__err(ctx, DL_ERR_IO, "%s: cannot open '%s' for reading (does it exist?)", op, path);
+        return DL_ERR_IO;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || sz == LONG_MAX ||
+        (unsigned long)sz > (unsigned long)(((size_t)-1) / 2) || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        dl__err(ctx, DL_ERR_IO, "%s: cannot determine the size of '%s' (not a regular file?)", op, path);
+        return DL_ERR_IO;
+    }
+    buf = (unsigned char *)dl__malloc(ctx, (size_t)sz + 1);
+    if (!buf) {
+        fclose(f);
+        dl__err(ctx, DL_ERR_OOM, "%s: '%s': cannot allocate %ld bytes to read it", op, path, sz);
+        return DL_ERR_OOM;
+    }
+    got = sz ? fread(buf, 1, (size_t)sz, f) : 0;
+    if (got != (size_t)sz || ferror(f)) {
+        fclose(f);
+        DL_FREE(buf);
+        dl__err(ctx, DL_ERR_IO, "%s: reading '%s' failed after %zu of %ld bytes", op, path, got, sz);
+        return DL_ERR_IO;
+    }
+    fclose(f);
+    *out = buf;
+    *size = (size_t)sz;
+    return DL_OK;
+}
+
 // >>section io: safetensors
 /* A checkpoint is a safetensors file (see nn_decl.h). The loader reads the
    whole file, parses the JSON header with the small strict parser below
@@ -7369,24 +7665,25 @@ static void dl__put_le64(unsigned char *d, uint64_t v)
     for (i = 0; i < 8; i++) d[i] = (unsigned char)(v >> (8 * i));
 }
 
-static bool dl__write_le(FILE *f, const void *data, size_t esize, int64_t numel)
+static void dl__write_le(dl__wfile *w, const void *data, size_t esize, int64_t numel)
 {
-    if (numel == 0) return true;
-    if (dl__little_endian()) return fwrite(data, esize, (size_t)numel, f) == (size_t)numel;
+    if (numel == 0) return;
+    if (dl__little_endian()) { dl__wput(w, data, esize * (size_t)numel); return; }
     {
         const unsigned char *s = (const unsigned char *)data;
         unsigned char tmp[8];
         int64_t i;
         size_t k;
-        for (i = 0; i < numel; i++) {
+        for (i = 0; i < numel && w->ok; i++) {
             for (k = 0; k < esize; k++) tmp[k] = s[(size_t)i * esize + esize - 1 - k];
-            if (fwrite(tmp, 1, esize, f) != esize) return false;
+            dl__wput(w, tmp, esize);
         }
     }
-    return true;
 }
 
-dl_result dl_save(const char *path, dl_module *m, dl_optim *o)
+/* The checkpoint of m (+ o, + user metadata) written through dl__wopen. */
+static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_optim *o, int nmeta,
+                          const dl_kv *meta)
 {
     dl_ctx *ctx;
     dl__st_want *ws;
@@ -7394,24 +7691,35 @@ dl_result dl_save(const char *path, dl_module *m, dl_optim *o)
     int64_t steps;
     uint64_t off = 0;
     dl__sb b;
-    char *tmp = NULL;
-    FILE *f = NULL;
+    dl__wfile w;
     unsigned char len8[8];
     char num[64];
-    bool ok;
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
     ctx = m->ctx;
-    if (!path) { dl__err(ctx, DL_ERR_ARG, "dl_save: path is NULL"); return DL_ERR_ARG; }
-    if (o && !dl__optim_ok(o)) { dl__err(ctx, DL_ERR_ARG, "dl_save: %s: o is not an optimizer", path); return DL_ERR_ARG; }
+    if (!path) { dl__err(ctx, DL_ERR_ARG, "%s: path is NULL", op); return DL_ERR_ARG; }
+    if (o && !dl__optim_ok(o)) { dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer", op, path); return DL_ERR_ARG; }
+    if (nmeta < 0 || (nmeta > 0 && !meta)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: %s: %d metadata entries but meta is %s", op, path, nmeta,
+                meta ? "given" : "NULL");
+        return DL_ERR_ARG;
+    }
+    for (i = 0; i < nmeta; i++)
+        if (!meta[i].key || !meta[i].value || !meta[i].key[0] || strcmp(meta[i].key, "format") == 0 ||
+            strncmp(meta[i].key, "dl.", 3) == 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: %s: metadata entry %d: key \"%s\" (and its value) must be "
+                    "non-empty strings, not \"format\" and not starting with \"dl.\"", op, path, i,
+                    meta[i].key ? meta[i].key : "(null)");
+            return DL_ERR_ARG;
+        }
     steps = o ? o->steps : 0;
     ws = dl__st_wants(m, o, &n, &steps);
-    if (!ws) { dl__err(ctx, DL_ERR_OOM, "dl_save: %s: out of memory", path); return DL_ERR_OOM; }
+    if (!ws) { dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, path); return DL_ERR_OOM; }
     for (i = 0; i < n; i++) {
         char db[32];
         dl_tensor *t = ws[i].t;
         if (t && t->device.type != DL_DEVICE_CPU) {
-            dl__err(ctx, DL_ERR_DEVICE, "dl_save: %s: tensor '%s' %s is on %s; copy it to the CPU",
-                    path, ws[i].name, dl__sh(t), dl__dev_str(t->device, db, sizeof db));
+            dl__err(ctx, DL_ERR_DEVICE, "%s: %s: tensor '%s' %s is on %s; copy it to the CPU",
+                    op, path, ws[i].name, dl__sh(t), dl__dev_str(t->device, db, sizeof db));
             DL_FREE(ws);
             return DL_ERR_DEVICE;
         }
@@ -7454,51 +7762,33 @@ dl_result dl_save(const char *path, dl_module *m, dl_optim *o)
             dl__sb_meta(&b, "dl.amsgrad", o->adam.amsgrad ? "true" : "false");
         }
     }
+    for (i = 0; i < nmeta; i++) dl__sb_meta(&b, meta[i].key, meta[i].value);
     dl__sb_str(&b, "}}");
     while (!b.oom && b.n % 8) dl__sb_str(&b, " ");   /* pad: data starts 8-aligned */
-    tmp = (char *)DL_MALLOC(strlen(path) + 5);
-    if (b.oom || !tmp) {
-        DL_FREE(b.s); DL_FREE(ws); DL_FREE(tmp);
-        dl__err(ctx, DL_ERR_OOM, "dl_save: %s: out of memory", path);
+    if (b.oom) {
+        DL_FREE(b.s); DL_FREE(ws);
+        dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, path);
         return DL_ERR_OOM;
     }
-    memcpy(tmp, path, strlen(path));
-    memcpy(tmp + strlen(path), ".tmp", 5);
-    f = fopen(tmp, "wb");
-    if (!f) {
-        dl__err(ctx, DL_ERR_IO, "dl_save: cannot open %s for writing (does the directory exist? "
-                "is it writable?)", tmp);
-        DL_FREE(b.s); DL_FREE(ws); DL_FREE(tmp);
-        return DL_ERR_IO;
-    }
+    if (!dl__wopen(ctx, op, path, &w)) { DL_FREE(b.s); DL_FREE(ws); return ctx->err; }
     dl__put_le64(len8, (uint64_t)b.n);
-    ok = fwrite(len8, 1, 8, f) == 8 && fwrite(b.s, 1, b.n, f) == b.n;
-    for (i = 0; i < n && ok; i++) {
-        if (ws[i].t) ok = dl__write_le(f, ws[i].t->data, dl__esize(ws[i].t->dtype), ws[i].t->numel);
-        else ok = dl__write_le(f, ws[i].scalar, 8, 1);
+    dl__wput(&w, len8, 8);
+    dl__wput(&w, b.s, b.n);
+    for (i = 0; i < n && w.ok; i++) {
+        if (ws[i].t) dl__write_le(&w, ws[i].t->data, dl__esize(ws[i].t->dtype), ws[i].t->numel);
+        else dl__write_le(&w, ws[i].scalar, 8, 1);
     }
-    ok = ok && fflush(f) == 0 && !ferror(f);
-    if (fclose(f) != 0) ok = false;
     DL_FREE(b.s);
     DL_FREE(ws);
-    if (!ok) {
-        remove(tmp);
-        dl__err(ctx, DL_ERR_IO, "dl_save: writing %s failed (disk full?); %s is unchanged", tmp, path);
-        DL_FREE(tmp);
-        return DL_ERR_IO;
-    }
-#ifdef _WIN32
-    remove(path);                       /* rename does not replace on Windows */
-#endif
-    if (rename(tmp, path) != 0) {
-        remove(tmp);
-        dl__err(ctx, DL_ERR_IO, "dl_save: cannot rename %s to %s", tmp, path);
-        DL_FREE(tmp);
-        return DL_ERR_IO;
-    }
-    DL_FREE(tmp);
-    return DL_OK;
+    return dl__wclose(ctx, op, &w);
 }
+
+dl_result dl_save(const char *path, dl_module *m, dl_optim *o) { return dl__save("dl_save", path, m, o, 0, NULL); }
+dl_result dl_save_meta(const char *path, dl_module *m, dl_optim *o, int nmeta, const dl_kv *meta)
+{
+    return dl__save("dl_save_meta", path, m, o, nmeta, meta);
+}
+dl_result dl_save_module(const char *path, dl_module *m) { return dl__save("dl_save_module", path, m, NULL, 0, NULL); }
 
 /* ---- reading */
 
@@ -7629,16 +7919,69 @@ static void dl__read_le(void *dst, const unsigned char *src, size_t esize, int64
     }
 }
 
+/* Checks the 8-byte length and parses the JSON header of a safetensors
+   image: *root is the header object, *data / *datalen the data section.
+   The caller frees j->sb and j->v (also on failure). */
+static dl_result dl__st_header(dl_ctx *ctx, const char *op, const unsigned char *buf, size_t len,
+                               const char *label, dl__json *j, int *root, const unsigned char **data,
+                               uint64_t *datalen)
+{
+    uint64_t hlen = 0;
+    int i;
+    memset(j, 0, sizeof *j);
+    if (len < 8) {
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the file has %zu bytes; a safetensors file starts "
+                "with an 8-byte header length (truncated or empty file)", op, label, len);
+        return DL_ERR_FORMAT;
+    }
+    for (i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+    if (hlen > (uint64_t)(len - 8)) {
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the header length %llu is larger than the rest "
+                "of the file (%zu bytes): truncated or not a safetensors file", op, label,
+                (unsigned long long)hlen, len - 8);
+        return DL_ERR_FORMAT;
+    }
+    if (hlen > DL__ST_MAX_HEADER || hlen < 2) {
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: header length %llu is out of range (2..%u)", op, label,
+                (unsigned long long)hlen, DL__ST_MAX_HEADER);
+        return DL_ERR_FORMAT;
+    }
+    *datalen = (uint64_t)(len - 8) - hlen;
+    *data = buf + 8 + hlen;
+    j->start = j->p = buf + 8;
+    j->end = buf + 8 + hlen;
+    j->sbcap = (size_t)hlen + 1;
+    j->sb = (char *)DL_MALLOC(j->sbcap);
+    if (!j->sb) { dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); return DL_ERR_OOM; }
+    dl__jws(j);
+    if (j->p >= j->end || *j->p != '{') *root = dl__jfail(j, "the header is not a JSON object");
+    else *root = dl__jvalue(j, 0);
+    if (*root >= 0) {
+        dl__jws(j);
+        if (j->p != j->end) *root = dl__jfail(j, "trailing characters after the JSON object");
+    }
+    if (*root < 0) {
+        if (j->err && strcmp(j->err, "out of memory") == 0) {
+            dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory parsing the header", op, label);
+            return DL_ERR_OOM;
+        }
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: malformed JSON header at byte %zu of %llu: %s", op,
+                label, j->errpos, (unsigned long long)hlen, j->err ? j->err : "?");
+        return DL_ERR_FORMAT;
+    }
+    return DL_OK;
+}
+
 /* Load a safetensors image held in memory (label names it in messages). */
-static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const char *label,
-                                 dl_module *m, dl_optim *o)
+static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_t len,
+                                 const char *label, dl_module *m, dl_optim *o)
 {
     dl_ctx *ctx;
     dl__json j;
     dl__st_entry *es = NULL, **sorted = NULL;
     dl__st_want *ws = NULL;
     int root, c, ne = 0, nw = 0, i, k;
-    uint64_t hlen, datalen, pos;
+    uint64_t datalen, pos;
     const unsigned char *data;
     const dl__jv *meta = NULL;
     int64_t steps = 0;
@@ -7648,74 +7991,34 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
     ctx = m->ctx;
     if (o && (!dl__optim_ok(o) || o->ctx != ctx)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_load: %s: o is not an optimizer of this context", label);
+        dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer of this context", op, label);
         return DL_ERR_ARG;
     }
-    memset(&j, 0, sizeof j);
-    if (len < 8) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: the file has %zu bytes; a safetensors file starts "
-                "with an 8-byte header length (truncated or empty file)", label, len);
-        return DL_ERR_FORMAT;
-    }
-    hlen = 0;
-    for (i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
-    if (hlen > (uint64_t)(len - 8)) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: the header length %llu is larger than the rest "
-                "of the file (%zu bytes): truncated or not a safetensors file", label,
-                (unsigned long long)hlen, len - 8);
-        return DL_ERR_FORMAT;
-    }
-    if (hlen > DL__ST_MAX_HEADER || hlen < 2) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: header length %llu is out of range (2..%u)", label,
-                (unsigned long long)hlen, DL__ST_MAX_HEADER);
-        return DL_ERR_FORMAT;
-    }
-    datalen = (uint64_t)(len - 8) - hlen;
-    data = buf + 8 + hlen;
-    /* parse */
-    j.start = j.p = buf + 8;
-    j.end = buf + 8 + hlen;
-    j.sbcap = (size_t)hlen + 1;
-    j.sb = (char *)DL_MALLOC(j.sbcap);
-    if (!j.sb) { dl__err(ctx, DL_ERR_OOM, "dl_load: %s: out of memory", label); return DL_ERR_OOM; }
-    dl__jws(&j);
-    if (j.p >= j.end || *j.p != '{') root = dl__jfail(&j, "the header is not a JSON object");
-    else root = dl__jvalue(&j, 0);
-    if (root >= 0) {
-        dl__jws(&j);
-        if (j.p != j.end) root = dl__jfail(&j, "trailing characters after the JSON object");
-    }
-    if (root < 0) {
-        if (j.err && strcmp(j.err, "out of memory") == 0) {
-            rc = DL_ERR_OOM;
-            dl__err(ctx, DL_ERR_OOM, "dl_load: %s: out of memory parsing the header", label);
-        } else
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: malformed JSON header at byte %zu of %llu: %s",
-                    label, j.errpos, (unsigned long long)hlen, j.err ? j.err : "?");
-        goto done;
-    }
+    rc = dl__st_header(ctx, op, buf, len, label, &j, &root, &data, &datalen);
+    if (rc != DL_OK) goto done;
+    rc = DL_ERR_FORMAT;
     /* entries */
     for (c = j.v[root].first; c >= 0; c = j.v[c].next) ne++;
     es = (dl__st_entry *)DL_MALLOC(sizeof(dl__st_entry) * (size_t)(ne + 1));
     sorted = (dl__st_entry **)DL_MALLOC(sizeof(dl__st_entry *) * (size_t)(ne + 1));
-    if (!es || !sorted) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "dl_load: %s: out of memory", label); goto done; }
+    if (!es || !sorted) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); goto done; }
     ne = 0;
     for (c = j.v[root].first; c >= 0; c = j.v[c].next) {
         const dl__jv *v = &j.v[c];
         if (strcmp(v->key, "__metadata__") == 0) {
             int c3;
             if (v->type != DL__J_OBJ) {
-                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: __metadata__ is not an object", label);
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ is not an object", op, label);
                 goto done;
             }
             for (c3 = v->first; c3 >= 0; c3 = j.v[c3].next)
                 if (j.v[c3].type != DL__J_STR) {
-                    dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: __metadata__ value '%.100s' is not a "
-                            "string (safetensors metadata maps strings to strings)", label, j.v[c3].key);
+                    dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ value '%.100s' is not a "
+                            "string (safetensors metadata maps strings to strings)", op, label, j.v[c3].key);
                     goto done;
                 }
             if (meta) {
-                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: '__metadata__' appears twice in the header", label);
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: '__metadata__' appears twice in the header", op, label);
                 goto done;
             }
             meta = v;
@@ -7724,11 +8027,11 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
         memset(&es[ne], 0, sizeof es[ne]);
         es[ne].name = v->key;
         if (v->klen == 0 || strlen(v->key) != v->klen) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: a tensor has an empty name", label);
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: a tensor has an empty name", op, label);
             goto done;
         }
         if (!dl__st_describe(&j, v, &es[ne], datalen, msg, sizeof msg)) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%.100s': %s", label, v->key, msg);
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s': %s", op, label, v->key, msg);
             goto done;
         }
         sorted[ne] = &es[ne];
@@ -7738,7 +8041,7 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
     if (ne) qsort(sorted, (size_t)ne, sizeof *sorted, dl__st_cmp_name);
     for (i = 1; i < ne; i++)
         if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: '%.100s' appears twice in the header", label,
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: '%.100s' appears twice in the header", op, label,
                     sorted[i]->name);
             goto done;
         }
@@ -7747,15 +8050,15 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
     pos = 0;
     for (i = 0; i < ne; i++) {
         if (sorted[i]->begin < pos) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%.100s' data_offsets [%llu, %llu] "
-                    "overlap tensor '%.100s' (ends at %llu)", label, sorted[i]->name,
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' data_offsets [%llu, %llu] "
+                    "overlap tensor '%.100s' (ends at %llu)", op, label, sorted[i]->name,
                     (unsigned long long)sorted[i]->begin, (unsigned long long)sorted[i]->end,
                     sorted[i - 1]->name, (unsigned long long)pos);
             goto done;
         }
         if (sorted[i]->begin > pos) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%.100s' data_offsets [%llu, %llu] "
-                    "leave a gap after byte %llu (offsets must be contiguous)", label,
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' data_offsets [%llu, %llu] "
+                    "leave a gap after byte %llu (offsets must be contiguous)", op, label,
                     sorted[i]->name, (unsigned long long)sorted[i]->begin,
                     (unsigned long long)sorted[i]->end, (unsigned long long)pos);
             goto done;
@@ -7763,21 +8066,21 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
         pos = sorted[i]->end;
     }
     if (pos != datalen) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: the tensors cover %llu bytes but the data section "
-                "has %llu", label, (unsigned long long)pos, (unsigned long long)datalen);
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the tensors cover %llu bytes but the data section "
+                "has %llu", op, label, (unsigned long long)pos, (unsigned long long)datalen);
         goto done;
     }
     /* what we expect */
     ws = dl__st_wants(m, o, &nw, &steps);
-    if (!ws) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "dl_load: %s: out of memory", label); goto done; }
+    if (!ws) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); goto done; }
     for (i = 0; i < nw; i++) {
         dl__st_want *w = &ws[i];
         dl__st_entry *e = NULL;
         for (k = 0; k < ne; k++) if (strcmp(es[k].name, w->name) == 0) { e = &es[k]; break; }
         if (!e) {
             if (w->t) dl__st_shape_str(w->t->ndim, w->t->shape, sa, sizeof sa);
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%s' is missing from the file (%s %s)%s",
-                    label, w->name, w->t ? "the model has" : "an int64 scalar", w->t ? sa : "",
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is missing from the file (%s %s)%s",
+                    op, label, w->name, w->t ? "the model has" : "an int64 scalar", w->t ? sa : "",
                     strncmp(w->name, "optim.", 6) == 0 ? "; was it saved without this optimizer "
                     "(dl_save with o = NULL) or with other settings?" : "");
             goto done;
@@ -7786,8 +8089,8 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
         w->found = e;
         if (w->t) {
             if (!e->dtype_known || e->dtype != w->t->dtype) {
-                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%s' has dtype %.20s in the file "
-                        "but %s in the model", label, w->name, e->dtype_str,
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' has dtype %.20s in the file "
+                        "but %s in the model", op, label, w->name, e->dtype_str,
                         dl__st_dtype_name(w->t->dtype));
                 goto done;
             }
@@ -7795,22 +8098,22 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
                 (e->ndim && memcmp(e->shape, w->t->shape, sizeof(int64_t) * (size_t)e->ndim) != 0)) {
                 dl__st_shape_str(e->ndim, e->shape, sa, sizeof sa);
                 dl__st_shape_str(w->t->ndim, w->t->shape, sb2, sizeof sb2);
-                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%s' has shape %s in the file but "
-                        "%s in the model", label, w->name, sa, sb2);
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' has shape %s in the file but "
+                        "%s in the model", op, label, w->name, sa, sb2);
                 goto done;
             }
         } else {
             int64_t v;
             if (!e->dtype_known || e->dtype != DL_DTYPE_I64 || e->ndim != 0) {
                 dl__st_shape_str(e->ndim, e->shape, sa, sizeof sa);
-                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%s' must be an I64 scalar (shape "
-                        "()), not %.20s %s", label, w->name, e->dtype_str, sa);
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' must be an I64 scalar (shape "
+                        "()), not %.20s %s", op, label, w->name, e->dtype_str, sa);
                 goto done;
             }
             dl__read_le(&v, data + e->begin, 8, 1);
             if (v < 0) {
-                dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: tensor '%s' is a negative step count %lld",
-                        label, w->name, (long long)v);
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is a negative step count %lld",
+                        op, label, w->name, (long long)v);
                 goto done;
             }
         }
@@ -7818,8 +8121,8 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
     for (k = 0; k < ne; k++) {
         if (es[k].used) continue;
         if (!o && strncmp(es[k].name, "optim.", 6) == 0) continue;   /* optimizer state not asked for */
-        dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: the file has an extra tensor '%.100s' that the "
-                "%s does not have", label, es[k].name,
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the file has an extra tensor '%.100s' that the "
+                "%s does not have", op, label, es[k].name,
                 strncmp(es[k].name, "optim.", 6) == 0 ? "optimizer" : "module");
         goto done;
     }
@@ -7829,14 +8132,14 @@ static dl_result dl__load_buffer(const unsigned char *buf, size_t len, const cha
         char *endp = NULL;
         double d;
         if (!kind || strcmp(kind->s, dl__opt_names[o->kind]) != 0) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: the optimizer state is for '%.20s' but o is %s",
-                    label, kind ? kind->s : "(no dl.optim in __metadata__)", dl__opt_names[o->kind]);
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the optimizer state is for '%.20s' but o is %s",
+                    op, label, kind ? kind->s : "(no dl.optim in __metadata__)", dl__opt_names[o->kind]);
             goto done;
         }
         d = lrv ? strtod(lrv->s, &endp) : -1.0;
         if (!lrv || endp == lrv->s || *endp || !(d >= 0.0) || d > 1e30) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_load: %s: __metadata__ dl.lr is missing or not a "
-                    "non-negative number", label);
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ dl.lr is missing or not a "
+                    "non-negative number", op, label);
             goto done;
         }
         lr = (float)d;
@@ -7858,43 +8161,57 @@ done:
     return rc;
 }
 
-dl_result dl_load(const char *path, dl_module *m, dl_optim *o)
+static dl_result dl__load(const char *op, const char *path, dl_module *m, dl_optim *o)
 {
-    dl_ctx *ctx;
-    FILE *f;
-    long sz;
     unsigned char *buf;
-    size_t got;
+    size_t len;
     dl_result rc;
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
-    ctx = m->ctx;
-    if (!path) { dl__err(ctx, DL_ERR_ARG, "dl_load: path is NULL"); return DL_ERR_ARG; }
-    f = fopen(path, "rb");
-    if (!f) {
-        dl__err(ctx, DL_ERR_IO, "dl_load: cannot open %s for reading (does it exist?)", path);
-        return DL_ERR_IO;
+    rc = dl__read_file(m->ctx, op, path, &buf, &len);
+    if (rc != DL_OK) return rc;
+    rc = dl__load_buffer(op, buf, len, path, m, o);
+    DL_FREE(buf);
+    return rc;
+}
+
+dl_result dl_load(const char *path, dl_module *m, dl_optim *o) { return dl__load("dl_load", path, m, o); }
+dl_result dl_load_module(const char *path, dl_module *m) { return dl__load("dl_load_module", path, m, NULL); }
+
+dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *key, char *value, size_t cap)
+{
+    static const char *op = "dl_checkpoint_meta";
+    unsigned char *buf;
+    size_t len;
+    dl__json j;
+    int root, c;
+    const unsigned char *data;
+    uint64_t datalen;
+    dl_result rc;
+    if (!ctx) return DL_ERR_ARG;
+    if (!key || !value || cap == 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: key and value must not be NULL and cap > 0", op);
+        return DL_ERR_ARG;
     }
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || sz == LONG_MAX ||
-        (unsigned long)sz > (unsigned long)(((size_t)-1) / 2) || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        dl__err(ctx, DL_ERR_IO, "dl_load: cannot determine the size of %s (not a regular file?)", path);
-        return DL_ERR_IO;
+    value[0] = 0;
+    rc = dl__read_file(ctx, op, path, &buf, &len);
+    if (rc != DL_OK) return rc;
+    rc = dl__st_header(ctx, op, buf, len, path, &j, &root, &data, &datalen);
+    if (rc == DL_OK) {
+        const dl__jv *meta = NULL, *v = NULL;
+        for (c = j.v[root].first; c >= 0; c = j.v[c].next)
+            if (strcmp(j.v[c].key, "__metadata__") == 0 && j.v[c].type == DL__J_OBJ) meta = &j.v[c];
+        if (meta) v = dl__jmember(&j, meta, key);
+        if (!v || v->type != DL__J_STR) {
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s has no metadata entry \"%s\"", op, path, key);
+            rc = DL_ERR_FORMAT;
+        } else if (v->slen + 1 > cap) {
+            dl__err(ctx, DL_ERR_ARG, "%s: %s: the value of \"%s\" has %zu bytes; value holds %zu",
+                    op, path, key, v->slen + 1, cap);
+            rc = DL_ERR_ARG;
+        } else memcpy(value, v->s, v->slen + 1);
     }
-    buf = (unsigned char *)dl__malloc(ctx, (size_t)sz);
-    if (!buf) {
-        fclose(f);
-        dl__err(ctx, DL_ERR_OOM, "dl_load: %s: cannot allocate %ld bytes to read it", path, sz);
-        return DL_ERR_OOM;
-    }
-    got = fread(buf, 1, (size_t)sz, f);
-    if (got != (size_t)sz || ferror(f)) {
-        fclose(f);
-        DL_FREE(buf);
-        dl__err(ctx, DL_ERR_IO, "dl_load: reading %s failed after %zu of %ld bytes", path, got, sz);
-        return DL_ERR_IO;
-    }
-    fclose(f);
-    rc = dl__load_buffer(buf, (size_t)sz, path, m, o);
+    DL_FREE(j.sb);
+    DL_FREE(j.v);
     DL_FREE(buf);
     return rc;
 }
