@@ -502,21 +502,21 @@ DL_API dl_tensor *dl_conv_transpose1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, 
 DL_API dl_tensor *dl_conv_transpose2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d);
 DL_API dl_tensor *dl_conv_transpose3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d);
 
-/* --- ops: pooling */
+/* --- ops: pooling. Zero means PyTorch's default for every field. */
 typedef struct dl_pool_desc {
     int64_t kernel[DL_MAX_SPATIAL];   /* required, >= 1 */
     int64_t stride[DL_MAX_SPATIAL];   /* 0: = kernel */
     int64_t padding[DL_MAX_SPATIAL];  /* each side, at most kernel/2 (max: -inf, avg: zeros) */
     int64_t dilation[DL_MAX_SPATIAL]; /* 0: 1 (max pooling only) */
     bool ceil_mode;                   /* ceil instead of floor in the output size */
-    bool count_include_pad;           /* avg: divide by the window including padding.
-                                         A zeroed desc has it false: dl_pool_desc_make
-                                         sets it true, PyTorch's default */
+    bool no_count_include_pad;        /* avg: PyTorch's count_include_pad=False (divide by
+                                         the elements inside x only); zero: True, its default */
 } dl_pool_desc;
 
-/* kernel, stride (0: = kernel) and padding in every spatial dim; dilation 1,
-   ceil_mode false, count_include_pad true. */
-DL_API dl_pool_desc dl_pool_desc_make(int64_t kernel, int64_t stride, int64_t padding);
+/* kernel, stride (0: = kernel) and padding in every spatial dim; dilation 1;
+   ceil_mode and count_include_pad as PyTorch's keyword arguments. */
+DL_API dl_pool_desc dl_pool_desc_make(int64_t kernel, int64_t stride, int64_t padding,
+                                      bool ceil_mode, bool count_include_pad);
 
 /* y = max over each (dilated) window, as torch.nn.functional.max_pool*d.
    x (N,C,spatial...) -> y (N,C,out...), out = (in + 2*padding -
@@ -649,26 +649,54 @@ DL_API int64_t dl_fan_out(const dl_tensor *w);
    optimizer is made, so a step never allocates. Parameters without a ->grad
    are skipped (and their step count does not advance). */
 typedef struct dl_optim dl_optim;
-/* zero = PyTorch defaults (momentum 0, dampening 0, weight_decay 0, no nesterov);
-   lr is required (> 0). nesterov needs momentum > 0 and dampening 0. */
-typedef struct dl_sgd_desc { float lr, momentum, dampening, weight_decay; bool nesterov; } dl_sgd_desc;
-/* Every field is used as given (0 is meaningful): start from dl_adam_desc_default(). */
-typedef struct dl_adam_desc { float lr, beta1, beta2, eps, weight_decay; bool amsgrad; } dl_adam_desc;
-DL_API dl_adam_desc dl_adam_desc_default(void);  /* lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0 */
+/* Zero means PyTorch's default for every field (torch 2.x: SGD's lr is 1e-3).
+   nesterov needs momentum > 0 and dampening 0. maximize ascends. */
+typedef struct dl_sgd_desc {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov, maximize;
+} dl_sgd_desc;
+/* Zero means PyTorch's default: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8,
+   weight_decay 0 (Adam) or 0.01 (AdamW). Where zero is a meaningful value
+   but not the default (the betas, eps, AdamW's weight_decay), write -0.0f
+   for an actual zero. */
+typedef struct dl_adam_desc {
+    float lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad, maximize;
+} dl_adam_desc;
+/* A parameter group, as a dict in torch.optim's param list: its own lr and
+   weight decay. lr 0: the optimizer's; weight_decay 0: the optimizer's,
+   -0.0f: none (biases and norm weights, typically). */
+typedef struct dl_param_group {
+    dl_tensor *const *params;
+    int n;
+    float lr, weight_decay;
+} dl_param_group;
 /* Optimizers over a module's parameters (state_dict order, shared ones once),
-   or over a list of persistent float32 tensors. Owned by the context. */
-DL_API dl_optim *dl_sgd(dl_module *m, const dl_sgd_desc *d);
-DL_API dl_optim *dl_adam(dl_module *m, const dl_adam_desc *d);   /* NULL d: defaults */
-/* AdamW: decoupled weight decay p *= 1 - lr*wd. PyTorch's default wd 0.01 is
-   NOT implied by dl_adam_desc_default() (wd 0 there): set it. */
-DL_API dl_optim *dl_adamw(dl_module *m, const dl_adam_desc *d);
+   over a list of persistent float32 tensors, or over groups. Owned by the
+   context. */
+DL_API dl_optim *dl_sgd(dl_module *m, const dl_sgd_desc *d);      /* NULL d: defaults */
+DL_API dl_optim *dl_adam(dl_module *m, const dl_adam_desc *d);
+DL_API dl_optim *dl_adamw(dl_module *m, const dl_adam_desc *d);   /* decoupled: p *= 1 - lr*wd */
 DL_API dl_optim *dl_sgd_params(dl_ctx *ctx, int n, dl_tensor *const *params, const dl_sgd_desc *d);
 DL_API dl_optim *dl_adam_params(dl_ctx *ctx, int n, dl_tensor *const *params, const dl_adam_desc *d);
 DL_API dl_optim *dl_adamw_params(dl_ctx *ctx, int n, dl_tensor *const *params, const dl_adam_desc *d);
+DL_API dl_optim *dl_sgd_groups(dl_ctx *ctx, int ngroups, const dl_param_group *g, const dl_sgd_desc *d);
+DL_API dl_optim *dl_adam_groups(dl_ctx *ctx, int ngroups, const dl_param_group *g, const dl_adam_desc *d);
+DL_API dl_optim *dl_adamw_groups(dl_ctx *ctx, int ngroups, const dl_param_group *g, const dl_adam_desc *d);
+/* The common split: out[0] the parameters with 2 or more dims (weights,
+   the optimizer's weight decay), out[1] the rest (biases, norm weights: no
+   weight decay). Returns 2 (the arrays belong to m). */
+DL_API int dl_module_decay_groups(dl_module *m, dl_param_group out[2]);
 DL_API dl_result dl_optim_step(dl_optim *o);   /* one update of every parameter with a grad */
 DL_API void dl_optim_zero_grad(dl_optim *o);   /* grads = 0 (kept allocated) */
-DL_API void dl_optim_set_lr(dl_optim *o, float lr);
-DL_API float dl_optim_lr(const dl_optim *o);
+/* Learning rates. dl_optim_set_lr sets group 0's lr and scales every other
+   group by the same factor relative to its initial lr, as PyTorch's
+   schedulers act on every group; lr must be finite and >= 0. */
+DL_API dl_result dl_optim_set_lr(dl_optim *o, float lr);
+DL_API float dl_optim_lr(const dl_optim *o);                 /* group 0's */
+DL_API int dl_optim_num_groups(const dl_optim *o);
+DL_API dl_result dl_optim_set_group_lr(dl_optim *o, int group, float lr);
+DL_API float dl_optim_group_lr(const dl_optim *o, int group);
 DL_API int64_t dl_optim_steps(const dl_optim *o);  /* dl_optim_step calls so far */
 DL_API void dl_optim_free(dl_optim *o);        /* early release (else dl_ctx_free); NULL ok */
 
@@ -5890,7 +5918,8 @@ static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int6
     return dl__done(y, name);
 }
 
-dl_pool_desc dl_pool_desc_make(int64_t kernel, int64_t stride, int64_t padding)
+dl_pool_desc dl_pool_desc_make(int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode,
+                               bool count_include_pad)
 {
     dl_pool_desc d;
     int i;
@@ -5901,7 +5930,8 @@ dl_pool_desc dl_pool_desc_make(int64_t kernel, int64_t stride, int64_t padding)
         d.padding[i] = padding;
         d.dilation[i] = 1;
     }
-    d.count_include_pad = true;
+    d.ceil_mode = ceil_mode;
+    d.no_count_include_pad = !count_include_pad;
     return d;
 }
 
@@ -6008,7 +6038,7 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
         dl__pparam pp;
         memset(&pp, 0, sizeof pp);
         pp.nsp = nsp;
-        pp.cip = d->count_include_pad;
+        pp.cip = !d->no_count_include_pad;
         for (i = 0; i < nsp; i++) { pp.k[i] = k[i]; pp.s[i] = s[i]; pp.p[i] = p[i]; }
         y = dl__avgpool_run(x, &pp, ob);
     }
@@ -6088,6 +6118,8 @@ struct dl_module {
     dl__mchild *cs;
     dl_tensor **scratch;              /* de-duplicated parameter list (clip_grad_norm) */
     int nscratch;
+    dl_tensor **groups;               /* dl_module_decay_groups' arrays */
+    int ngroups_cap;
 };
 
 static void dl__module_destroy(void *p)
@@ -6097,6 +6129,7 @@ static void dl__module_destroy(void *p)
     DL_FREE(m->ts);
     DL_FREE(m->cs);
     DL_FREE(m->scratch);
+    DL_FREE(m->groups);
     DL_FREE(m->state);
     DL_FREE(m);
 }
@@ -6609,14 +6642,14 @@ dl_module *dl_nn_flatten(dl_ctx *ctx) { return dl_module_new(ctx, "Flatten", dl_
 
 typedef struct dl__sgd_args {
     float lr, momentum, one_m_dampening, wd;
-    bool nesterov, first;             /* first: no momentum buffer yet (buf = d_p) */
+    bool nesterov, maximize, first;   /* first: no momentum buffer yet (buf = d_p) */
 } dl__sgd_args;
 
 typedef struct dl__adam_args {
     float wd;                         /* Adam: grad += wd * p */
     float decay;                      /* AdamW: p *= decay (1 - lr*wd); 1 for Adam */
     float beta1, one_m_beta1, beta2, one_m_beta2, bc2_sqrt, eps, neg_step_size;
-    bool amsgrad;
+    bool amsgrad, maximize;
 } dl__adam_args;
 
 typedef struct dl__optim_kernels {
@@ -6628,7 +6661,7 @@ typedef struct dl__optim_kernels {
     void (*scale)(dl_ctx *c, float *x, int64_t n, float s);
 } dl__optim_kernels;
 
-/* d_p = g (+ wd*p); buf = d_p (first) or momentum*buf + (1-dampening)*d_p;
+/* d_p = g (-g with maximize) (+ wd*p); buf = d_p (first) or momentum*buf + (1-dampening)*d_p;
    d_p = nesterov ? d_p + momentum*buf : buf;  p += -lr * d_p */
 static void dl__cpu_sgd(dl_ctx *c, float *p, const float *g, float *buf, int64_t n,
                         const dl__sgd_args *a)
@@ -6637,7 +6670,7 @@ static void dl__cpu_sgd(dl_ctx *c, float *p, const float *g, float *buf, int64_t
     float neg_lr = -a->lr;
     (void)c;
     for (i = 0; i < n; i++) {
-        float d = g[i];
+        float d = a->maximize ? -g[i] : g[i];
         if (a->wd != 0.0f) d = d + a->wd * p[i];
         if (a->momentum != 0.0f) {
             float b = a->first ? d : buf[i] * a->momentum + a->one_m_dampening * d;
@@ -6657,7 +6690,7 @@ static void dl__cpu_adam(dl_ctx *c, float *p, const float *g, float *m, float *v
     int64_t i;
     (void)c;
     for (i = 0; i < n; i++) {
-        float gi = g[i], pi = p[i], denom, vv;
+        float gi = a->maximize ? -g[i] : g[i], pi = p[i], denom, vv;
         if (a->decay != 1.0f) pi = pi * a->decay;
         if (a->wd != 0.0f) gi = gi + a->wd * pi;
         m[i] = m[i] * a->beta1 + a->one_m_beta1 * gi;
@@ -6706,14 +6739,16 @@ struct dl_optim {
     uint32_t magic;
     dl_ctx *ctx;
     int kind;
-    dl_sgd_desc sgd;
+    dl_sgd_desc sgd;                  /* resolved: no zero-means-default left */
     dl_adam_desc adam;
-    float lr;
     int64_t steps;
     int n;
     dl_tensor **p;                    /* parameters (de-duplicated) */
+    int *pg;                          /* group of each parameter */
     dl_tensor **s[3];                 /* momentum_buffer | exp_avg, exp_avg_sq, max_exp_avg_sq */
     int64_t *pstep;                   /* per-parameter step count (PyTorch state['step']) */
+    int ng;
+    float *glr, *glr0, *gwd;          /* per group: lr, initial lr, weight decay */
 };
 
 static const char *const dl__sgd_state[] = {"momentum_buffer"};
@@ -6738,55 +6773,130 @@ static void dl__optim_destroy(void *p)
         DL_FREE(o->s[k]);
     }
     DL_FREE(o->p);
+    DL_FREE(o->pg);
     DL_FREE(o->pstep);
+    DL_FREE(o->glr);
+    DL_FREE(o->glr0);
+    DL_FREE(o->gwd);
     DL_FREE(o);
 }
 
 static bool dl__optim_ok(const dl_optim *o) { return o && o->magic == DL__OPT_MAGIC; }
 
-static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int n,
-                                dl_tensor *const *params, const dl_sgd_desc *sd,
+/* zero means default; -0.0f means an actual zero */
+static float dl__dflt(float v, float def) { return v == 0.0f && !signbit(v) ? def : v; }
+
+static bool dl__lr_ok(dl_ctx *ctx, const char *fn, const char *what, float lr)
+{
+    if (lr >= 0.0f && isfinite(lr)) return true;
+    dl__err(ctx, DL_ERR_ARG, "%s: %s=%g must be a finite number >= 0", fn, what, (double)lr);
+    return false;
+}
+
+/* Resolves the desc (zero: PyTorch's defaults) and checks every value,
+   naming the first bad one. */
+static bool dl__optim_desc(dl_ctx *ctx, const char *fn, int kind, const dl_sgd_desc *sd,
+                           const dl_adam_desc *ad, dl_sgd_desc *so, dl_adam_desc *ao)
+{
+    memset(so, 0, sizeof *so);
+    memset(ao, 0, sizeof *ao);
+    if (kind == DL__OPT_SGD) {
+        if (sd) *so = *sd;
+        so->lr = dl__dflt(so->lr, 1e-3f);
+        if (!dl__lr_ok(ctx, fn, "lr", so->lr)) return false;
+        if (!(so->momentum >= 0.0f) || !isfinite(so->momentum)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: momentum=%g must be a finite number >= 0", fn, (double)so->momentum);
+            return false;
+        }
+        if (!(so->weight_decay >= 0.0f) || !isfinite(so->weight_decay)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: weight_decay=%g must be a finite number >= 0", fn,
+                    (double)so->weight_decay);
+            return false;
+        }
+        if (!isfinite(so->dampening)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: dampening=%g must be finite", fn, (double)so->dampening);
+            return false;
+        }
+        if (so->nesterov && (so->momentum <= 0.0f || so->dampening != 0.0f)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, "
+                    "dampening %g)", fn, (double)so->momentum, (double)so->dampening);
+            return false;
+        }
+        so->momentum += 0.0f;     /* -0.0f -> 0 */
+        so->weight_decay += 0.0f;
+        return true;
+    }
+    if (ad) *ao = *ad;
+    ao->lr = dl__dflt(ao->lr, 1e-3f);
+    ao->beta1 = dl__dflt(ao->beta1, 0.9f) + 0.0f;
+    ao->beta2 = dl__dflt(ao->beta2, 0.999f) + 0.0f;
+    ao->eps = dl__dflt(ao->eps, 1e-8f) + 0.0f;
+    ao->weight_decay = dl__dflt(ao->weight_decay, kind == DL__OPT_ADAMW ? 0.01f : 0.0f) + 0.0f;
+    if (!dl__lr_ok(ctx, fn, "lr", ao->lr)) return false;
+    if (!(ao->beta1 >= 0.0f && ao->beta1 < 1.0f) || !(ao->beta2 >= 0.0f && ao->beta2 < 1.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: betas (%g, %g) must each be in [0, 1)", fn, (double)ao->beta1,
+                (double)ao->beta2);
+        return false;
+    }
+    if (!(ao->eps >= 0.0f) || !isfinite(ao->eps)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be a finite number >= 0", fn, (double)ao->eps);
+        return false;
+    }
+    if (!(ao->weight_decay >= 0.0f) || !isfinite(ao->weight_decay)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: weight_decay=%g must be a finite number >= 0", fn,
+                (double)ao->weight_decay);
+        return false;
+    }
+    return true;
+}
+
+static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngroups,
+                                const dl_param_group *groups, const dl_sgd_desc *sd,
                                 const dl_adam_desc *ad)
 {
     dl_optim *o;
-    int i, j, k, ns;
+    dl_sgd_desc so;
+    dl_adam_desc ao;
+    int i, j, k, g, ns, total = 0;
     const char *const *snames;
-    if (n <= 0 || !params) {
-        dl__err(ctx, DL_ERR_ARG, "%s: got an empty parameter list", fn);
+    if (!dl__optim_desc(ctx, fn, kind, sd, ad, &so, &ao)) return NULL;
+    if (ngroups <= 0 || !groups) {
+        dl__err(ctx, DL_ERR_ARG, "%s: got no parameter groups (ngroups %d%s)", fn, ngroups,
+                groups ? "" : ", groups NULL");
         return NULL;
     }
-    for (i = 0; i < n; i++) {
-        dl_tensor *t = params[i];
-        if (!t) { dl__err(ctx, DL_ERR_ARG, "%s: params[%d] is NULL", fn, i); return NULL; }
-        if (!dl__live(fn, "a parameter", t)) return NULL;
-        if (t->ctx_ != ctx) { dl__err(ctx, DL_ERR_ARG, "%s: params[%d] belongs to another context", fn, i); return NULL; }
-        if (t->step_ != 0) {
-            dl__err(ctx, DL_ERR_ARG, "%s: params[%d] %s is a step tensor; optimizer parameters must "
-                    "be persistent (dl_keep, dl_module_param)", fn, i, dl__sh(t));
+    for (g = 0; g < ngroups; g++) {
+        const dl_param_group *pg = &groups[g];
+        if (pg->n <= 0 || !pg->params) {
+            dl__err(ctx, DL_ERR_ARG, "%s: group %d: got an empty parameter list", fn, g);
             return NULL;
         }
-        if (!dl__f32(fn, "a parameter", t)) return NULL;
-        if (t->node_) {
-            dl__err(ctx, DL_ERR_ARG, "%s: params[%d] %s is not a leaf", fn, i, dl__sh(t));
+        if (pg->lr != 0.0f && !dl__lr_ok(ctx, fn, "a group's lr", pg->lr)) return NULL;
+        if (!(pg->weight_decay >= 0.0f) || !isfinite(pg->weight_decay)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: group %d: weight_decay=%g must be a finite number >= 0 "
+                    "(-0.0f: none)", fn, g, (double)pg->weight_decay);
             return NULL;
         }
-    }
-    if (kind == DL__OPT_SGD) {
-        if (!sd || !(sd->lr > 0.0f) || !(sd->momentum >= 0.0f) || !(sd->weight_decay >= 0.0f) ||
-            (sd->nesterov && (sd->momentum <= 0.0f || sd->dampening != 0.0f))) {
-            dl__err(ctx, DL_ERR_ARG, "%s: invalid dl_sgd_desc%s: lr must be > 0, momentum and "
-                    "weight_decay >= 0, nesterov needs momentum > 0 and dampening 0", fn,
-                    sd ? "" : " (NULL; lr is required)");
+        if (total > INT32_MAX - pg->n) {
+            dl__err(ctx, DL_ERR_ARG, "%s: too many parameters", fn);
             return NULL;
         }
-    } else {
-        if (!(ad->lr >= 0.0f) || !(ad->eps >= 0.0f) || !(ad->beta1 >= 0.0f && ad->beta1 < 1.0f) ||
-            !(ad->beta2 >= 0.0f && ad->beta2 < 1.0f) || !(ad->weight_decay >= 0.0f)) {
-            dl__err(ctx, DL_ERR_ARG, "%s: invalid dl_adam_desc: lr %g, betas (%g, %g), eps %g, "
-                    "weight_decay %g: need lr >= 0, 0 <= beta < 1, eps >= 0, weight_decay >= 0 "
-                    "(start from dl_adam_desc_default())", fn, (double)ad->lr, (double)ad->beta1,
-                    (double)ad->beta2, (double)ad->eps, (double)ad->weight_decay);
-            return NULL;
+        total += pg->n;
+        for (i = 0; i < pg->n; i++) {
+            dl_tensor *t = pg->params[i];
+            if (!t) { dl__err(ctx, DL_ERR_ARG, "%s: group %d: params[%d] is NULL", fn, g, i); return NULL; }
+            if (!dl__live(fn, "a parameter", t)) return NULL;
+            if (t->ctx_ != ctx) { dl__err(ctx, DL_ERR_ARG, "%s: params[%d] belongs to another context", fn, i); return NULL; }
+            if (t->step_ != 0) {
+                dl__err(ctx, DL_ERR_ARG, "%s: params[%d] %s is a step tensor; optimizer parameters must "
+                        "be persistent (dl_param, dl_keep, dl_module_param)", fn, i, dl__sh(t));
+                return NULL;
+            }
+            if (!dl__f32(fn, "a parameter", t)) return NULL;
+            if (t->node_) {
+                dl__err(ctx, DL_ERR_ARG, "%s: params[%d] %s is not a leaf", fn, i, dl__sh(t));
+                return NULL;
+            }
         }
     }
     o = (dl_optim *)dl__malloc(ctx, sizeof(dl_optim));
@@ -6794,15 +6904,26 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int n,
     memset(o, 0, sizeof *o);
     o->ctx = ctx;
     o->kind = kind;
-    if (sd) o->sgd = *sd;
-    if (ad) o->adam = *ad;
-    o->lr = kind == DL__OPT_SGD ? sd->lr : ad->lr;
-    o->p = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)n);
-    o->pstep = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)n);
-    if (!o->p || !o->pstep) goto oom_o;
-    for (i = 0; i < n; i++) {           /* de-duplicate, keeping the first */
-        for (j = 0; j < o->n; j++) if (o->p[j] == params[i]) break;
-        if (j == o->n) { o->pstep[o->n] = 0; o->p[o->n++] = params[i]; }
+    o->sgd = so;
+    o->adam = ao;
+    o->ng = ngroups;
+    o->p = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)total);
+    o->pg = (int *)dl__malloc(ctx, sizeof(int) * (size_t)total);
+    o->pstep = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)total);
+    o->glr = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
+    o->glr0 = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
+    o->gwd = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
+    if (!o->p || !o->pg || !o->pstep || !o->glr || !o->glr0 || !o->gwd) goto oom_o;
+    for (g = 0; g < ngroups; g++) {
+        const dl_param_group *pg = &groups[g];
+        float base_lr = kind == DL__OPT_SGD ? so.lr : ao.lr;
+        float base_wd = kind == DL__OPT_SGD ? so.weight_decay : ao.weight_decay;
+        o->glr[g] = o->glr0[g] = pg->lr != 0.0f ? pg->lr : base_lr;
+        o->gwd[g] = dl__dflt(pg->weight_decay, base_wd) + 0.0f;
+        for (i = 0; i < pg->n; i++) {   /* de-duplicate, keeping the first */
+            for (j = 0; j < o->n; j++) if (o->p[j] == pg->params[i]) break;
+            if (j == o->n) { o->pstep[o->n] = 0; o->pg[o->n] = g; o->p[o->n++] = pg->params[i]; }
+        }
     }
     ns = dl__opt_nstate(o, &snames);
     for (k = 0; k < ns; k++) {
@@ -6827,6 +6948,21 @@ oom:
     return NULL;
 }
 
+static dl_optim *dl__optim_list(dl_ctx *ctx, const char *fn, int kind, int n, dl_tensor *const *params,
+                                const dl_sgd_desc *sd, const dl_adam_desc *ad)
+{
+    dl_param_group g;
+    if (!ctx) return NULL;
+    if (n <= 0 || !params) {
+        dl__err(ctx, DL_ERR_ARG, "%s: got an empty parameter list", fn);
+        return NULL;
+    }
+    memset(&g, 0, sizeof g);
+    g.params = params;
+    g.n = n;
+    return dl__optim_make(ctx, fn, kind, 1, &g, sd, ad);
+}
+
 static dl_optim *dl__optim_mod(dl_module *m, const char *fn, int kind, const dl_sgd_desc *sd,
                                const dl_adam_desc *ad)
 {
@@ -6838,52 +6974,60 @@ static dl_optim *dl__optim_mod(dl_module *m, const char *fn, int kind, const dl_
         dl__err(m->ctx, DL_ERR_ARG, "%s: module %s has no parameters", fn, m->type);
         return NULL;
     }
-    return dl__optim_make(m->ctx, fn, kind, n, m->scratch, sd, ad);
-}
-
-dl_adam_desc dl_adam_desc_default(void)
-{
-    dl_adam_desc d;
-    memset(&d, 0, sizeof d);
-    d.lr = 1e-3f;
-    d.beta1 = 0.9f;
-    d.beta2 = 0.999f;
-    d.eps = 1e-8f;
-    return d;
+    return dl__optim_list(m->ctx, fn, kind, n, m->scratch, sd, ad);
 }
 
 dl_optim *dl_sgd(dl_module *m, const dl_sgd_desc *d) { return dl__optim_mod(m, "dl_sgd", DL__OPT_SGD, d, NULL); }
-
-dl_optim *dl_adam(dl_module *m, const dl_adam_desc *d)
-{
-    dl_adam_desc def = dl_adam_desc_default();
-    return dl__optim_mod(m, "dl_adam", DL__OPT_ADAM, NULL, d ? d : &def);
-}
-
-dl_optim *dl_adamw(dl_module *m, const dl_adam_desc *d)
-{
-    dl_adam_desc def = dl_adam_desc_default();
-    return dl__optim_mod(m, "dl_adamw", DL__OPT_ADAMW, NULL, d ? d : &def);
-}
-
+dl_optim *dl_adam(dl_module *m, const dl_adam_desc *d) { return dl__optim_mod(m, "dl_adam", DL__OPT_ADAM, NULL, d); }
+dl_optim *dl_adamw(dl_module *m, const dl_adam_desc *d) { return dl__optim_mod(m, "dl_adamw", DL__OPT_ADAMW, NULL, d); }
 dl_optim *dl_sgd_params(dl_ctx *ctx, int n, dl_tensor *const *params, const dl_sgd_desc *d)
 {
-    if (!ctx) return NULL;
-    return dl__optim_make(ctx, "dl_sgd_params", DL__OPT_SGD, n, params, d, NULL);
+    return dl__optim_list(ctx, "dl_sgd_params", DL__OPT_SGD, n, params, d, NULL);
 }
-
 dl_optim *dl_adam_params(dl_ctx *ctx, int n, dl_tensor *const *params, const dl_adam_desc *d)
 {
-    dl_adam_desc def = dl_adam_desc_default();
-    if (!ctx) return NULL;
-    return dl__optim_make(ctx, "dl_adam_params", DL__OPT_ADAM, n, params, NULL, d ? d : &def);
+    return dl__optim_list(ctx, "dl_adam_params", DL__OPT_ADAM, n, params, NULL, d);
 }
-
 dl_optim *dl_adamw_params(dl_ctx *ctx, int n, dl_tensor *const *params, const dl_adam_desc *d)
 {
-    dl_adam_desc def = dl_adam_desc_default();
-    if (!ctx) return NULL;
-    return dl__optim_make(ctx, "dl_adamw_params", DL__OPT_ADAMW, n, params, NULL, d ? d : &def);
+    return dl__optim_list(ctx, "dl_adamw_params", DL__OPT_ADAMW, n, params, NULL, d);
+}
+dl_optim *dl_sgd_groups(dl_ctx *ctx, int ng, const dl_param_group *g, const dl_sgd_desc *d)
+{
+    return ctx ? dl__optim_make(ctx, "dl_sgd_groups", DL__OPT_SGD, ng, g, d, NULL) : NULL;
+}
+dl_optim *dl_adam_groups(dl_ctx *ctx, int ng, const dl_param_group *g, const dl_adam_desc *d)
+{
+    return ctx ? dl__optim_make(ctx, "dl_adam_groups", DL__OPT_ADAM, ng, g, NULL, d) : NULL;
+}
+dl_optim *dl_adamw_groups(dl_ctx *ctx, int ng, const dl_param_group *g, const dl_adam_desc *d)
+{
+    return ctx ? dl__optim_make(ctx, "dl_adamw_groups", DL__OPT_ADAMW, ng, g, NULL, d) : NULL;
+}
+
+int dl_module_decay_groups(dl_module *m, dl_param_group out[2])
+{
+    int n, i, a = 0, b = 0;
+    if (!out) return 0;
+    memset(out, 0, sizeof(dl_param_group) * 2);
+    if (!dl__mod_ok(m)) return 0;
+    n = dl__mod_params(m);
+    if (n <= 0) return 0;
+    if (n > m->ngroups_cap) {
+        dl_tensor **g = (dl_tensor **)dl__malloc(m->ctx, sizeof(dl_tensor *) * (size_t)n);
+        if (!g) { dl__err(m->ctx, DL_ERR_OOM, "dl_module_decay_groups: out of memory"); return 0; }
+        DL_FREE(m->groups);
+        m->groups = g;
+        m->ngroups_cap = n;
+    }
+    for (i = 0; i < n; i++) if (m->scratch[i]->ndim >= 2) m->groups[a++] = m->scratch[i];
+    for (i = 0; i < n; i++) if (m->scratch[i]->ndim < 2) m->groups[a + b++] = m->scratch[i];
+    out[0].params = m->groups;
+    out[0].n = a;
+    out[1].params = m->groups + a;
+    out[1].n = b;
+    out[1].weight_decay = -0.0f;
+    return 2;
 }
 
 dl_result dl_optim_step(dl_optim *o)
@@ -6906,15 +7050,17 @@ dl_result dl_optim_step(dl_optim *o)
     for (i = 0; i < o->n; i++) {
         dl_tensor *p = o->p[i];
         const float *g;
+        float lr = o->glr[o->pg[i]], wd = o->gwd[o->pg[i]];
         if (!p->grad) continue;      /* no gradient: skipped, as PyTorch */
         g = (const float *)p->grad->data;
         if (o->kind == DL__OPT_SGD) {
             dl__sgd_args a;
-            a.lr = o->lr;
+            a.lr = lr;
             a.momentum = o->sgd.momentum;
             a.one_m_dampening = (float)(1.0 - (double)o->sgd.dampening);
-            a.wd = o->sgd.weight_decay;
+            a.wd = wd;
             a.nesterov = o->sgd.nesterov;
+            a.maximize = o->sgd.maximize;
             a.first = o->pstep[i] == 0;
             dl__optim_K(p)->sgd(ctx, (float *)p->data, g, o->s[0] ? (float *)o->s[0][i]->data : NULL,
                                 p->numel, &a);
@@ -6924,16 +7070,17 @@ dl_result dl_optim_step(dl_optim *o)
             double b1 = o->adam.beta1, b2 = o->adam.beta2;
             double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
             bool decoupled = o->kind == DL__OPT_ADAMW;
-            a.wd = decoupled ? 0.0f : o->adam.weight_decay;
-            a.decay = decoupled ? (float)(1.0 - (double)o->lr * (double)o->adam.weight_decay) : 1.0f;
+            a.wd = decoupled ? 0.0f : wd;
+            a.decay = decoupled ? (float)(1.0 - (double)lr * (double)wd) : 1.0f;
             a.beta1 = o->adam.beta1;
             a.one_m_beta1 = (float)(1.0 - b1);
             a.beta2 = o->adam.beta2;
             a.one_m_beta2 = (float)(1.0 - b2);
             a.bc2_sqrt = (float)sqrt(bc2);
             a.eps = o->adam.eps;
-            a.neg_step_size = (float)(-((double)o->lr / bc1));
+            a.neg_step_size = (float)(-((double)lr / bc1));
             a.amsgrad = o->adam.amsgrad;
+            a.maximize = o->adam.maximize;
             dl__optim_K(p)->adam(ctx, (float *)p->data, g, (float *)o->s[0][i]->data,
                                  (float *)o->s[1][i]->data,
                                  o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL, p->numel, &a);
@@ -6951,8 +7098,33 @@ void dl_optim_zero_grad(dl_optim *o)
     for (i = 0; i < o->n; i++) dl_zero_grad(o->p[i]);
 }
 
-void dl_optim_set_lr(dl_optim *o, float lr) { if (dl__optim_ok(o)) o->lr = lr; }
-float dl_optim_lr(const dl_optim *o) { return dl__optim_ok(o) ? o->lr : 0.0f; }
+dl_result dl_optim_set_lr(dl_optim *o, float lr)
+{
+    int g;
+    double f;
+    if (!dl__optim_ok(o)) return DL_ERR_ARG;
+    if (!dl__lr_ok(o->ctx, "dl_optim_set_lr", "lr", lr)) return DL_ERR_ARG;
+    f = o->glr0[0] > 0.0f ? (double)lr / (double)o->glr0[0] : 1.0;
+    o->glr[0] = lr;
+    for (g = 1; g < o->ng; g++) o->glr[g] = o->glr0[0] > 0.0f ? (float)((double)o->glr0[g] * f) : lr;
+    return DL_OK;
+}
+
+dl_result dl_optim_set_group_lr(dl_optim *o, int group, float lr)
+{
+    if (!dl__optim_ok(o)) return DL_ERR_ARG;
+    if (group < 0 || group >= o->ng) {
+        dl__err(o->ctx, DL_ERR_ARG, "dl_optim_set_group_lr: group %d does not exist (0..%d)", group, o->ng - 1);
+        return DL_ERR_ARG;
+    }
+    if (!dl__lr_ok(o->ctx, "dl_optim_set_group_lr", "lr", lr)) return DL_ERR_ARG;
+    o->glr[group] = lr;
+    return DL_OK;
+}
+
+float dl_optim_lr(const dl_optim *o) { return dl__optim_ok(o) ? o->glr[0] : 0.0f; }
+float dl_optim_group_lr(const dl_optim *o, int g) { return dl__optim_ok(o) && g >= 0 && g < o->ng ? o->glr[g] : 0.0f; }
+int dl_optim_num_groups(const dl_optim *o) { return dl__optim_ok(o) ? o->ng : 0; }
 int64_t dl_optim_steps(const dl_optim *o) { return dl__optim_ok(o) ? o->steps : 0; }
 void dl_optim_free(dl_optim *o) { if (dl__optim_ok(o)) dl__disown(o->ctx, o); }
 
@@ -7748,7 +7920,15 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
     dl__sb_meta(&b, "dl.version", "0.1");
     if (o) {
         dl__sb_meta(&b, "dl.optim", dl__opt_names[o->kind]);
-        dl__sb_metaf(&b, "dl.lr", o->lr);
+        dl__sb_metaf(&b, "dl.lr", o->glr[0]);
+        if (o->ng > 1) {
+            char key[32];
+            dl__sb_metaf(&b, "dl.groups", o->ng);
+            for (k = 1; k < o->ng; k++) {
+                snprintf(key, sizeof key, "dl.lr.%d", k);
+                dl__sb_metaf(&b, key, o->glr[k]);
+            }
+        }
         if (o->kind == DL__OPT_SGD) {
             dl__sb_metaf(&b, "dl.momentum", o->sgd.momentum);
             dl__sb_metaf(&b, "dl.dampening", o->sgd.dampening);
@@ -7985,7 +8165,7 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     const unsigned char *data;
     const dl__jv *meta = NULL;
     int64_t steps = 0;
-    float lr = 0;
+    float *glr = NULL;
     char msg[256], sa[160], sb2[160];
     dl_result rc = DL_ERR_FORMAT;
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
@@ -8128,6 +8308,8 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     }
     if (o) {
         const dl__jv *kind = meta ? dl__jmember(&j, meta, "dl.optim") : NULL;
+        glr = (float *)DL_MALLOC(sizeof(float) * (size_t)o->ng);
+        if (!glr) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); goto done; }
         const dl__jv *lrv = meta ? dl__jmember(&j, meta, "dl.lr") : NULL;
         char *endp = NULL;
         double d;
@@ -8136,13 +8318,29 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
                     op, label, kind ? kind->s : "(no dl.optim in __metadata__)", dl__opt_names[o->kind]);
             goto done;
         }
-        d = lrv ? strtod(lrv->s, &endp) : -1.0;
-        if (!lrv || endp == lrv->s || *endp || !(d >= 0.0) || d > 1e30) {
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ dl.lr is missing or not a "
-                    "non-negative number", op, label);
-            goto done;
+        for (k = 0; k < o->ng; k++) {
+            char key[32];
+            const dl__jv *v;
+            if (k) snprintf(key, sizeof key, "dl.lr.%d", k);
+            v = k ? (meta ? dl__jmember(&j, meta, key) : NULL) : lrv;
+            d = v ? strtod(v->s, &endp) : -1.0;
+            if (!v || endp == v->s || *endp || !(d >= 0.0) || d > 1e30) {
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ %s is missing or not a non-negative "
+                        "number (the optimizer has %d parameter group%s)", op, label,
+                        k ? key : "dl.lr", o->ng, o->ng == 1 ? "" : "s");
+                goto done;
+            }
+            glr[k] = (float)d;
         }
-        lr = (float)d;
+        {
+            const dl__jv *ngv = meta ? dl__jmember(&j, meta, "dl.groups") : NULL;
+            long ng = ngv ? strtol(ngv->s, &endp, 10) : 1;
+            if (ng != o->ng) {
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the file's optimizer has %ld parameter groups but "
+                        "o has %d", op, label, ng, o->ng);
+                goto done;
+            }
+        }
     }
     /* everything checked: copy in */
     for (i = 0; i < nw; i++) {
@@ -8150,7 +8348,7 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         if (w->t) dl__read_le(w->t->data, data + w->found->begin, dl__esize(w->t->dtype), w->t->numel);
         else dl__read_le(w->scalar, data + w->found->begin, 8, 1);
     }
-    if (o) { o->steps = steps; o->lr = lr; }
+    if (o) { o->steps = steps; for (k = 0; k < o->ng; k++) o->glr[k] = glr[k]; }
     rc = DL_OK;
 done:
     DL_FREE(j.sb);
@@ -8158,6 +8356,7 @@ done:
     DL_FREE(es);
     DL_FREE(sorted);
     DL_FREE(ws);
+    DL_FREE(glr);
     return rc;
 }
 

@@ -16,7 +16,7 @@
 static dl_module *make_lenet(dl_ctx *ctx)
 {
     dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0);
+    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
     dl_module *m[] = {
         dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
         dl_nn_max_pool2d(ctx, &pool),
@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 {
     ex_args a;
     ex_setup s;
-    dl_adam_desc ad = dl_adam_desc_default();
+    dl_adam_desc ad; memset(&ad, 0, sizeof ad);
     double acc = -1;
     ex_parse(argc, argv, &a, 10, 256, 2e-3f);
     if (ex_setup_fmnist(&a, false, 0, &s)) {

@@ -17,7 +17,7 @@ int main(int argc, char **argv)
     if (ex_setup_fmnist(&a, false, 0, &s)) {
         dl_ctx *ctx = s.ctx;
         dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-        dl_pool_desc pool = dl_pool_desc_make(2, 2, 0);
+        dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
         dl_module *m[] = {
             dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_sigmoid(ctx), dl_nn_avg_pool2d(ctx, &pool),
             dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_sigmoid(ctx), dl_nn_avg_pool2d(ctx, &pool),

@@ -77,7 +77,7 @@ static size_t fz_snapshot(unsigned char *dst)
 static void fz_setup(void)
 {
     dl_ctx_desc d;
-    dl_adam_desc ad = dl_adam_desc_default();
+    dl_adam_desc ad; memset(&ad, 0, sizeof ad);
     memset(&d, 0, sizeof d);
     d.log = dl_log_silent;
     d.num_threads = 1;

@@ -59,7 +59,7 @@ static dl_pool_desc g_pool_desc(const grec *p)
         d.dilation[i] = g_pi(p, 9 + i);
     }
     d.ceil_mode = g_pi(p, 12) != 0;
-    d.count_include_pad = g_pi(p, 13) != 0;
+    d.no_count_include_pad = g_pi(p, 13) == 0;
     return d;
 }
 
@@ -73,7 +73,7 @@ static dl_tensor *linear(dl_tensor *x, dl_tensor *w, dl_tensor *b)
 static dl_tensor *lenet_loss(dl_tensor *const *in)
 {
     dl_conv_desc c1 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc p = dl_pool_desc_make(2, 2, 0);
+    dl_pool_desc p = dl_pool_desc_make(2, 2, 0, false, true);
     dl_tensor *h;
     h = dl_sigmoid(dl_conv2d(in[0], in[1], in[2], &c1));
     h = dl_avg_pool2d(h, &p);
@@ -252,7 +252,7 @@ static GC pool(int kind, int nsp, int64_t k, int64_t s, int64_t p)
     memset(&c, 0, sizeof c);
     c.kind = kind;
     c.nsp = nsp;
-    c.pd = dl_pool_desc_make(k, s, p);
+    c.pd = dl_pool_desc_make(k, s, p, false, true);
     return c;
 }
 
@@ -312,12 +312,12 @@ static void gradchecks(void)
         gc(LAB("avg k2"), pool(L_AVG, nsp, 2, 0, 0), SP(nsp, 2, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
         gc(LAB("avg k3 s2 p1 count_include_pad"), pool(L_AVG, nsp, 3, 2, 1), SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
         c = pool(L_AVG, nsp, 3, 2, 1);
-        c.pd.count_include_pad = false;
+        c.pd.no_count_include_pad = true;
         gc(LAB("avg k3 s2 p1 exclude pad"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
         c = pool(L_AVG, nsp, 2, 2, 1);
         c.pd.ceil_mode = true;
         gc(LAB("avg ceil_mode pad 1"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
-        c.pd.count_include_pad = false;
+        c.pd.no_count_include_pad = true;
         gc(LAB("avg ceil_mode pad 1 exclude pad"), c, SP(nsp, 1, 2, z[0], z[1], z[2]), SP(0, 0, 0, 0, 0, 0), 0);
         c = pool(L_ADAPT, nsp, 1, 1, 0);
         c.os = dl_shape_make(nsp, NULL);
@@ -470,23 +470,23 @@ static void errors(void)
     /* pooling */
     CHECK(dl_max_pool2d(x, NULL) == NULL, "NULL pool desc");
     EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: desc is NULL");
-    pd = dl_pool_desc_make(2, 0, 0);
+    pd = dl_pool_desc_make(2, 0, 0, false, true);
     pd.kernel[1] = 0;
     CHECK(dl_max_pool2d(x, &pd) == NULL, "kernel 0");
     EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: kernel[1]=0 must be >= 1");
-    pd = dl_pool_desc_make(3, 1, 2);
+    pd = dl_pool_desc_make(3, 1, 2, false, true);
     CHECK(dl_avg_pool2d(x, &pd) == NULL, "pad > kernel/2");
     EXPECT_ERR(c, DL_ERR_ARG, "dl_avg_pool2d: padding[0]=2 must be between 0 and half the kernel size (kernel[0]=3)");
-    pd = dl_pool_desc_make(2, 1, 1);
+    pd = dl_pool_desc_make(2, 1, 1, false, true);
     CHECK(dl_max_pool1d(dl_randn(c, DL_SHAPE(1, 2, 5)), &pd) != NULL, "pad = kernel/2 is fine");
-    pd = dl_pool_desc_make(2, -1, 0);
+    pd = dl_pool_desc_make(2, -1, 0, false, true);
     CHECK(dl_max_pool2d(x, &pd) == NULL, "pool stride -1");
     EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: stride[0]=-1 must be >= 1");
-    pd = dl_pool_desc_make(2, 0, 0);
+    pd = dl_pool_desc_make(2, 0, 0, false, true);
     pd.dilation[0] = 2;
     CHECK(dl_avg_pool2d(x, &pd) == NULL, "avg dilation");
     EXPECT_ERR(c, DL_ERR_ARG, "dl_avg_pool2d: dilation[0]=2: dilation applies to max pooling only");
-    pd = dl_pool_desc_make(9, 1, 0);
+    pd = dl_pool_desc_make(9, 1, 0, false, true);
     CHECK(dl_max_pool2d(x, &pd) == NULL, "pool kernel > input");
     EXPECT_ERR(c, DL_ERR_SHAPE, "dl_max_pool2d: x (2,3,8,8): spatial dim 0 of size 8 with padding 0 is smaller than the window 9");
     CHECK(dl_adaptive_avg_pool2d(x, DL_SHAPE(2)) == NULL, "adaptive output_size ndim");
@@ -531,7 +531,7 @@ static void errors(void)
     {
         dl_tensor *x0 = dl_zeros(c, DL_SHAPE(0, 3, 8, 8)), *w0 = dl_requires_grad(dl_randn(c, DL_SHAPE(4, 3, 3, 3)), true);
         dl_tensor *g0 = NULL;
-        dl_pool_desc p0 = dl_pool_desc_make(2, 0, 0);
+        dl_pool_desc p0 = dl_pool_desc_make(2, 0, 0, false, true);
         y = dl_sum(dl_max_pool2d(dl_conv2d(x0, w0, NULL, NULL), &p0), DL_ALL, false);
         CHECK(y && dl_item(y) == 0.0f && dl_grad(y, 1, &w0, &g0, NULL) == DL_OK && g0 &&
               dl_data(g0)[0] == 0.0f && dl_data(g0)[g0->numel - 1] == 0.0f, "empty batch: %s", dl_error_message(c));
@@ -539,7 +539,7 @@ static void errors(void)
     /* the context still works */
     y = dl_conv2d(x, w, NULL, NULL);
     CHECK(y && y->shape[2] == 6 && dl_last_error(c) == DL_OK, "conv2d after the errors: %s", dl_error_message(c));
-    pd = dl_pool_desc_make(2, 0, 0);
+    pd = dl_pool_desc_make(2, 0, 0, false, true);
     y = dl_max_pool2d(y, &pd);
     CHECK(y && y->shape[3] == 3 && dl_last_error(c) == DL_OK, "max_pool2d after the errors: %s", dl_error_message(c));
     dl_set_log(c, NULL, NULL);
@@ -559,7 +559,7 @@ static double now_ms(void)
 static int det_run(dl_ctx *c, float *buf)
 {
     dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 2);
-    dl_pool_desc p = dl_pool_desc_make(3, 2, 1);
+    dl_pool_desc p = dl_pool_desc_make(3, 2, 1, false, true);
     dl_tensor *x, *w, *w2, *y, *in[3], *g[3];
     int64_t off = 0;
     int k;
@@ -637,7 +637,7 @@ static void timing(void)
         }
     for (rep = 0; rep < 5; rep++) {
         dl_tensor *x = dl_requires_grad(dl_rand(c, DL_SHAPE(256, 6, 28, 28)), true), *y;
-        dl_pool_desc p = dl_pool_desc_make(2, 2, 0);
+        dl_pool_desc p = dl_pool_desc_make(2, 2, 0, false, true);
         double t0 = now_ms(), t1;
         y = dl_sum(dl_avg_pool2d(x, &p), DL_ALL, false);
         dl_backward(y);

@@ -17,7 +17,7 @@ static int same(dl_tensor *a, dl_tensor *b)
 static void test_names(void)
 {
     dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0);
+    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
     dl_module *m[] = {dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
                       dl_nn_max_pool2d(ctx, &pool), dl_nn_flatten(ctx), dl_nn_linear(ctx, 6 * 14 * 14, 10, true)};
     dl_module *net = dl_nn_sequential(ctx, 6, m);
@@ -51,7 +51,7 @@ static void test_forward(void)
 {
     dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 1);
     dl_module *c1 = dl_nn_conv1d(ctx, 3, 4, 3, &d, true), *c3 = dl_nn_conv3d(ctx, 2, 2, 2, NULL, false);
-    dl_pool_desc p = dl_pool_desc_make(2, 0, 0);
+    dl_pool_desc p = dl_pool_desc_make(2, 0, 0, false, true);
     dl_tensor *x1 = dl_randn(ctx, DL_SHAPE(2, 3, 9)), *x3 = dl_randn(ctx, DL_SHAPE(1, 2, 4, 4, 4));
     dl_tensor *x2 = dl_randn(ctx, DL_SHAPE(2, 3, 8, 8));
     CHECK(same(dl_module_forward(c1, x1), dl_conv1d(x1, dl_module_get(c1, "weight"), dl_module_get(c1, "bias"), &d)), "Conv1d = dl_conv1d");

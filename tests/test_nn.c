@@ -413,7 +413,7 @@ static dl_optim *make_opt(const char *cfg, dl_module *m)
         d.nesterov = h->v[4] != 0.0f;
         return dl_sgd(m, &d);
     } else {
-        dl_adam_desc d = dl_adam_desc_default();
+        dl_adam_desc d; memset(&d, 0, sizeof d);
         d.lr = h->v[0]; d.beta1 = h->v[1]; d.beta2 = h->v[2]; d.eps = h->v[3]; d.weight_decay = h->v[4];
         d.amsgrad = h->v[5] != 0.0f;
         return strncmp(cfg, "adamw", 5) == 0 ? dl_adamw(m, &d) : dl_adam(m, &d);
@@ -525,7 +525,7 @@ static void test_optim_misc(void)
 {
     dl_ctx *ctx = new_ctx(2);
     dl_tensor *a = dl_keep(dl_ones(ctx, DL_SHAPE(3))), *b = dl_keep(dl_ones(ctx, DL_SHAPE(2))), *ps[3];
-    dl_adam_desc ad = dl_adam_desc_default();
+    dl_adam_desc ad; memset(&ad, 0, sizeof ad);
     dl_sgd_desc sd;
     dl_optim *o, *o2;
     dl_memory_stats m1, m2;
@@ -550,16 +550,18 @@ static void test_optim_misc(void)
     dl_optim_free(o);
     /* bad descriptors */
     memset(&sd, 0, sizeof sd);
-    CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "lr 0");
-    EXPECT_ERR(ctx, DL_ERR_ARG, "lr must be > 0");
-    CHECK(dl_sgd_params(ctx, 1, ps, NULL) == NULL, "NULL sgd desc");
-    EXPECT_ERR(ctx, DL_ERR_ARG, "lr is required");
+    sd.lr = -1.0f;
+    CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "lr -1");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr=-1 must be a finite number >= 0");
+    sd.lr = NAN;
+    CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "lr nan");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr=nan must be a finite number >= 0");
     sd.lr = 0.1f; sd.nesterov = true;
     CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "nesterov without momentum");
     EXPECT_ERR(ctx, DL_ERR_ARG, "nesterov");
     ad.beta1 = 1.0f;
     CHECK(dl_adam_params(ctx, 1, ps, &ad) == NULL, "beta1 1");
-    EXPECT_ERR(ctx, DL_ERR_ARG, "0 <= beta < 1");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "betas (1, 0.999) must each be in [0, 1)");
     sd.nesterov = false;
     ps[0] = dl_ones(ctx, DL_SHAPE(2));
     CHECK(dl_sgd_params(ctx, 1, ps, &sd) == NULL, "step tensor param");
@@ -573,7 +575,7 @@ static void test_optim_misc(void)
     lin = dl_nn_linear(ctx, 16, 4, true);
     sd.momentum = 0.9f; sd.weight_decay = 1e-4f; sd.nesterov = true;
     o = dl_sgd(lin, &sd);
-    ad = dl_adam_desc_default();
+    memset(&ad, 0, sizeof ad);
     ad.amsgrad = true;
     o2 = dl_adamw(lin, &ad);
     x = dl_keep(dl_randn(ctx, DL_SHAPE(32, 16)));
@@ -624,7 +626,7 @@ static void ck_data(dl_ctx *ctx, dl_tensor **x, dl_tensor **y)
 static dl_optim *ck_opt(dl_module *m, int kind)
 {
     dl_sgd_desc sd;
-    dl_adam_desc ad = dl_adam_desc_default();
+    dl_adam_desc ad; memset(&ad, 0, sizeof ad);
     memset(&sd, 0, sizeof sd);
     sd.lr = 0.05f; sd.momentum = 0.9f; sd.weight_decay = 0.01f;
     ad.lr = 0.01f; ad.amsgrad = kind == 2; ad.weight_decay = 0.01f;
