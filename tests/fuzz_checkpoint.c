@@ -98,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int pass;
     if (!g_ctx) fz_setup();
     for (pass = 0; pass < 2; pass++) {
-        r = dl__load_buffer(data, size, "fuzz", g_m, pass ? g_o : NULL);
+        r = dl__load_buffer("dl_load", data, size, "fuzz", g_m, pass ? g_o : NULL);
         if (r != DL_OK) {
             if (fz_snapshot(now) != g_snap_n || memcmp(now, g_snap, g_snap_n) != 0) {
                 fprintf(stderr, "failed load (%s) changed the model\n", dl_error_message(g_ctx));
