@@ -73,11 +73,19 @@ test: all
 	@tests/run.sh $(TESTS) $(EXTRA)
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
-	$(CC) $(WARN) -O1 -g $(SAN) -I. $< -o $@ $(LDLIBS)
+	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
 
-sanitize: $(SANTESTS)
+# threaded code (the loader's workers, the kernel thread pool) under ThreadSanitizer
+TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_hardening
+$(B)/tsan:
+	mkdir -p $@
+$(B)/tsan/%: tests/%.c $(DEPS) | $(B)/tsan
+	$(CC) $(WARN) -O1 -g -fsanitize=thread -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
+
+sanitize: $(SANTESTS) $(TSANTESTS)
 	@ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	    tests/run.sh $(SANTESTS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	    tests/run.sh $(SANTESTS) $(TSANTESTS)
 
 valgrind: $(B)/test_core
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick

@@ -6,7 +6,7 @@
    before you include this file in *one* C (or C++) file to create the
    implementation. Every other file includes it without the define.
 
-   QUICK START (compiled and run by tests/test_quickstart.c)
+   QUICK START (compiled and run by `make test`: tests/quickstart_check.sh)
 
        #define DL_IMPLEMENTATION
        #include "dl.h"
@@ -36,6 +36,11 @@
        DL_ZLIB             dl_idx_load reads .gz files (link -lz)
        DL_NO_THREADS       single-threaded build (no pthreads)
        DL_ABORT_ON_ERROR   trap at the first error (for a debugger)
+       DL_DEBUG            checks that cost memory: a dl_free()d tensor's header is
+                           kept, poisoned, so a use after free is an error naming
+                           it (make sanitize builds with it)
+       DL_NO_MMAP          no address-space reservation for step headers (then a
+                           stale step tensor is detected through the next step only)
        DL_MALLOC/DL_REALLOC/DL_FREE   host allocator (define all three or none)
        DL_ASSERT(x)        internal invariants (default: assert)
        DL_MAX_DIMS         most dimensions a tensor may have (default 8)
@@ -52,9 +57,10 @@
        dl_step_end(); the blocks are kept, so a steady loop stops calling
        malloc after its first step. dl_keep() copies a tensor into *persistent*
        memory (parameters, optimizer state, datasets), freed by dl_free() or
-       dl_ctx_free(). Using a step tensor after its step ended is an error,
-       detected (it is never a read of recycled memory) at least through the
-       next step; see "DOES NOT" for older ones.
+       dl_ctx_free(). Using a step tensor after its step ended is an error
+       (DL_ERR_STALE), however many steps later: step tensor headers get
+       addresses that are never reused (on 64-bit POSIX systems; elsewhere,
+       and with DL_NO_MMAP, through the next step only).
      Tape and backward. An op records a tape node when an input requires grad
        and grad mode is on. dl_backward(loss) walks the tape in reverse
        creation order and accumulates gradients into leaves' ->grad, then
@@ -83,8 +89,8 @@
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
        of persistent tensors: gradients, optimizer steps);
-     - detect use of a step tensor held for two or more dl_step_end() calls
-       (its header memory is reused by then; the first later step is checked);
+     - detect use after dl_free() of a persistent tensor outside DL_DEBUG builds
+       (as C's free: undefined);
      - support float64 or float16 (yet);
      - run on GPUs or across processes yet (DL_CUDA, DL_MPI, DL_NCCL come
        in later versions).
@@ -180,7 +186,9 @@ typedef void (*dl_log_fn)(void *user, const char *message);
 /* Context settings; zero means default for every field. */
 typedef struct dl_ctx_desc {
     uint64_t seed;            /* RNG seed (0: 0x5eed) */
-    int num_threads;          /* kernel threads (0: number of cores) */
+    int num_threads;          /* kernel threads: 0 = every core; more than the cores is
+                                 clamped to them (a warning in the log); < 0 or > 1024 is an
+                                 error (dl_ctx_init returns NULL) */
     size_t memory_limit;      /* bytes per device (0: no limit) */
     dl_log_fn log;            /* error log (NULL: stderr; dl_log_silent: none) */
     void *log_user;
@@ -190,6 +198,9 @@ typedef struct dl_memory_stats {
     size_t persistent_bytes;  /* live persistent tensor data + headers */
     size_t step_bytes;        /* step memory handed out in the current step */
     size_t step_reserved;     /* step memory blocks held for reuse */
+    size_t header_bytes;      /* step tensor headers and tape nodes in use; their addresses
+                                 are never reused, so this moves, bounded by about two
+                                 steps' worth plus a few MiB */
     size_t peak_bytes;        /* peak of persistent_bytes + step_bytes */
     uint64_t alloc_calls;     /* calls to the device allocator so far */
 } dl_memory_stats;
@@ -200,14 +211,19 @@ DL_API void dl_ctx_free(dl_ctx *ctx);                  /* frees every tensor; NU
 DL_API void dl_step_end(dl_ctx *ctx);       /* release all step memory and the tape: O(1) */
 DL_API uint64_t dl_step(const dl_ctx *ctx); /* current step number (starts at 1) */
 DL_API void dl_manual_seed(dl_ctx *ctx, uint64_t seed);
-DL_API dl_result dl_set_num_threads(dl_ctx *ctx, int n);  /* 0: cores */
+DL_API dl_result dl_set_num_threads(dl_ctx *ctx, int n);  /* as dl_ctx_desc.num_threads */
 DL_API int dl_num_threads(const dl_ctx *ctx);
 DL_API dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out);
 DL_API dl_device dl_cpu(void);
 DL_API dl_device dl_cuda(int index);
 DL_API dl_ctx *dl_tensor_ctx(const dl_tensor *t);
 
-/* --- errors */
+/* --- errors
+   The code and message of the most recent failure in ctx. They stay until
+   dl_clear_error() or the next failure: a later success does not clear them,
+   so check return values (NULL, a dl_result) first, then read the message.
+   ctx NULL: the failures that had no context to go to (a NULL ctx given to a
+   creator, dl_cat of zero tensors, dl_ctx_init), kept per thread. */
 DL_API dl_result dl_last_error(const dl_ctx *ctx);     /* DL_OK when none */
 DL_API const char *dl_error_message(const dl_ctx *ctx); /* "" when none */
 DL_API void dl_clear_error(dl_ctx *ctx);
@@ -869,6 +885,7 @@ DL_API void dl_loader_set_epoch(dl_loader *l, int64_t epochs);
 #include <errno.h>
 #include <sys/types.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 /* lstat and realpath (POSIX.1-2008) are declared: glibc says so with
    __USE_XOPEN2K8; other systems declare them unless a strict mode hides them */
 #if defined(__USE_XOPEN2K8) || (!defined(__GLIBC__) && !defined(__STRICT_ANSI__)) || \
@@ -901,6 +918,7 @@ DL_API void dl_loader_set_epoch(dl_loader *l, int64_t epochs);
 #endif
 
 #define DL__MAGIC 0x444c5431u
+#define DL__FREED 0x46524545u        /* DL_DEBUG: a dl_free()d header */
 #define DL__NSAVED 8
 
 // >>section threads and gemm
@@ -1455,13 +1473,22 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
 // >>section memory
 /* Memory has two lifetimes. Persistent tensors (parameters, optimizer state)
    are allocated one by one and linked into a list the context frees. Step
-   tensors come from arenas: a list of large chunks handed out by bumping an
-   offset. dl_step_end() sets every offset back to zero and keeps the chunks,
-   so a training loop that makes the same tensors each step stops calling the
-   allocator after its first step. Tensor headers and tape nodes live in a
-   second pair of arenas used on alternate steps: the headers of the step
-   just ended stay intact during the next one, which is how a stale tensor is
-   recognized instead of being read from recycled memory. */
+   tensors' data comes from an arena: a list of large chunks handed out by
+   bumping an offset. dl_step_end() sets every offset back to zero and keeps
+   the chunks, so a training loop that makes the same tensors each step stops
+   calling the allocator after its first step.
+
+   Step tensor headers (and tape nodes) are what a user's dl_tensor pointer
+   points at, so their addresses are never reused: on 64-bit POSIX systems
+   they are bump-allocated from a large reserved range of address space
+   (dl__hregion), and the pages of steps older than the previous one are given
+   back to the system in batches (mapped again as read-only zeros). A pointer
+   from any earlier step therefore still points at a readable header: intact
+   (its step number says it is stale) or zeroed (its address says which
+   context it came from); either way the op reports DL_ERR_STALE instead of
+   reading recycled memory. Where address space cannot be reserved, headers
+   come from two arenas used on alternate steps, which detects a stale tensor
+   through the next step only. */
 
 typedef struct dl__chunk {
     struct dl__chunk *next;
@@ -1476,6 +1503,17 @@ typedef struct dl__arena {
 } dl__arena;
 
 typedef struct dl__mark { dl__chunk *cur; size_t cur_used, used; } dl__mark;
+
+/* A reserved range of address space for step headers: [0, released) given
+   back, [released, rw_hi) committed read-write, pos: next free byte. */
+typedef struct dl__hregion {
+    struct dl__hregion *next;         /* older regions */
+    unsigned char *base;
+    size_t size, pos, rw_hi, released;
+    uint64_t retire_step;             /* 0: current; else released once ctx->step >= it */
+} dl__hregion;
+
+typedef struct dl__hmark { dl__hregion *r; size_t pos; dl__mark m; } dl__hmark;
 
 typedef dl_result (*dl__bwd_fn)(dl__node *n, dl_tensor *g, dl_tensor **gin);
 typedef struct dl__op { const char *name; dl__bwd_fn backward; } dl__op;
@@ -1507,8 +1545,14 @@ typedef struct dl__owned { struct dl__owned *next; void (*destroy)(void *p); voi
 struct dl_ctx {
     uint64_t step;
     dl__arena data;                   /* step tensor data (CPU) */
-    dl__arena hdr[2];                 /* headers and nodes, by step parity */
+    dl__hregion *hreg;                /* step headers and nodes (never-reused addresses) */
+    size_t hkeep;                     /* offset in hreg of the previous step's first header */
+    size_t hstep;                     /* offset in hreg of this step's first header */
+    size_t hcommitted;                /* bytes committed in all regions */
+    dl__arena hdr[2];                 /* without address space: headers by step parity */
+    dl_ctx *reg_next;                 /* registry of contexts (stale pointer reports) */
     dl_tensor *persist;               /* persistent tensors */
+    dl_tensor *freed;                 /* DL_DEBUG: dl_free()d headers, poisoned */
     size_t persistent_bytes, peak_bytes, memory_limit;
     uint64_t alloc_calls;
     dl__node **tape;
@@ -1623,6 +1667,205 @@ static void dl__arena_rewind(dl__arena *a, dl__mark m)
     a->used = m.used;
 }
 
+/* ---- step headers: never-reused addresses */
+
+#if defined(DL__UNIX) && !defined(DL_NO_MMAP) && UINTPTR_MAX > 0xffffffffu
+#define DL__HVM 1
+#define DL__HREGION ((size_t)16 << 30)        /* address space per region */
+#define DL__HCOMMIT ((size_t)1 << 20)         /* committed at a time */
+#define DL__HRELEASE ((size_t)4 << 20)        /* given back in batches of */
+#endif
+
+/* Contexts are listed so that a zeroed (released) header can still be
+   traced to the context that made it, for the error message. */
+static dl_ctx *dl__registry;
+#if !defined(DL_NO_THREADS)
+static pthread_mutex_t dl__registry_mu = PTHREAD_MUTEX_INITIALIZER;
+#define DL__REG_LOCK() pthread_mutex_lock(&dl__registry_mu)
+#define DL__REG_UNLOCK() pthread_mutex_unlock(&dl__registry_mu)
+#else
+#define DL__REG_LOCK() ((void)0)
+#define DL__REG_UNLOCK() ((void)0)
+#endif
+
+#ifdef DL__HVM
+static size_t dl__page(void)
+{
+    static size_t ps;
+    if (!ps) { long v = sysconf(_SC_PAGESIZE); ps = v > 0 ? (size_t)v : 4096; }
+    return ps;
+}
+
+/* Replaces [p, p+n) with fresh read-only zero pages (the old pages go back
+   to the system); prot PROT_NONE reserves instead. */
+static void *dl__vm_map(void *p, size_t n, int prot)
+{
+    void *r;
+#ifdef MAP_ANONYMOUS
+    r = mmap(p, n, prot, MAP_PRIVATE | MAP_ANONYMOUS | (p ? MAP_FIXED : 0), -1, 0);
+#else
+    int fd = open("/dev/zero", O_RDWR);
+    if (fd < 0) return NULL;
+    r = mmap(p, n, prot, MAP_PRIVATE | (p ? MAP_FIXED : 0), fd, 0);
+    close(fd);
+#endif
+    return r == MAP_FAILED ? NULL : r;
+}
+
+static dl__hregion *dl__hregion_new(dl_ctx *ctx, size_t min)
+{
+    dl__hregion *r;
+    size_t size = DL__HREGION;
+    if (size < min + DL__HCOMMIT) size = (min + DL__HCOMMIT + dl__page()) & ~(dl__page() - 1);
+    r = (dl__hregion *)DL_MALLOC(sizeof *r);
+    if (!r) return NULL;
+    ctx->alloc_calls++;
+    memset(r, 0, sizeof *r);
+    r->base = (unsigned char *)dl__vm_map(NULL, size, PROT_NONE);
+    if (!r->base) { DL_FREE(r); return NULL; }
+    r->size = size;
+    return r;
+}
+
+/* Gives [r->released, upto) back (whole pages only). */
+static void dl__hregion_release(dl_ctx *ctx, dl__hregion *r, size_t upto)
+{
+    size_t ps = dl__page(), lo = r->released, hi = upto & ~(ps - 1);
+    if (hi <= lo) return;
+    if (dl__vm_map(r->base + lo, hi - lo, PROT_READ)) {
+        r->released = hi;
+        ctx->hcommitted -= hi - lo;
+    }
+}
+
+static void *dl__halloc_vm(dl_ctx *ctx, size_t need)
+{
+    dl__hregion *r = ctx->hreg;
+    if (!r || r->pos + need > r->size) {
+        /* a fresh region; the old one is released once its last step is over */
+        dl__hregion *n = dl__hregion_new(ctx, need);
+        if (!n) return NULL;
+        if (r) r->retire_step = ctx->step + 2;
+        n->next = r;
+        ctx->hreg = r = n;
+        ctx->hkeep = ctx->hstep = 0;
+    }
+    if (r->pos + need > r->rw_hi) {
+        size_t grow = need > DL__HCOMMIT ? need : DL__HCOMMIT;
+        grow = (grow + dl__page() - 1) & ~(dl__page() - 1);
+        if (r->rw_hi + grow > r->size) grow = r->size - r->rw_hi;
+        if (mprotect(r->base + r->rw_hi, grow, PROT_READ | PROT_WRITE) != 0) return NULL;
+        r->rw_hi += grow;
+        ctx->hcommitted += grow;
+    }
+    r->pos += need;
+    return r->base + r->pos - need;
+}
+#endif
+
+/* Memory for a step tensor header, tape node or small per-step array. */
+static void *dl__halloc(dl_ctx *ctx, size_t bytes)
+{
+    size_t need = (bytes + 63) & ~(size_t)63;
+#ifdef DL__HVM
+    if (ctx->hreg) return dl__halloc_vm(ctx, need);
+#endif
+    return dl__arena_alloc(ctx, &ctx->hdr[ctx->step & 1], need, false);
+}
+
+static dl__hmark dl__hmark_get(dl_ctx *ctx)
+{
+    dl__hmark m;
+    m.r = ctx->hreg;
+    m.pos = m.r ? m.r->pos : 0;
+    m.m = dl__arena_mark(&ctx->hdr[ctx->step & 1]);
+    return m;
+}
+
+/* Within one step: forget everything allocated since the mark (gradcheck's
+   temporaries, which nothing else points at). */
+static void dl__hrewind(dl_ctx *ctx, dl__hmark m)
+{
+    if (m.r && m.r == ctx->hreg) {
+        m.r->pos = m.pos;
+        return;
+    }
+    if (!ctx->hreg) dl__arena_rewind(&ctx->hdr[ctx->step & 1], m.m);
+}
+
+/* dl_step_end's part: the headers of the step before the one that just
+   ended are dead; give them back in batches. */
+static void dl__hstep_end(dl_ctx *ctx)
+{
+#ifdef DL__HVM
+    dl__hregion *r = ctx->hreg, *o;
+    if (r) {
+        ctx->hkeep = ctx->hstep;
+        ctx->hstep = r->pos;
+        if (ctx->hkeep - r->released >= DL__HRELEASE) dl__hregion_release(ctx, r, ctx->hkeep);
+        for (o = r->next; o; o = o->next)
+            if (o->retire_step && ctx->step >= o->retire_step && o->released < o->rw_hi) {
+                dl__hregion_release(ctx, o, o->rw_hi);
+                o->released = o->rw_hi;
+            }
+        return;
+    }
+#endif
+    dl__arena_reset(&ctx->hdr[ctx->step & 1]);   /* headers of step-2: now free */
+}
+
+static void dl__hstore_init(dl_ctx *ctx)
+{
+    ctx->hdr[0].min_chunk = ctx->hdr[1].min_chunk = (size_t)64 << 10;
+#ifdef DL__HVM
+    ctx->hreg = dl__hregion_new(ctx, 0);   /* NULL: the arena fallback */
+#endif
+    DL__REG_LOCK();
+    ctx->reg_next = dl__registry;
+    dl__registry = ctx;
+    DL__REG_UNLOCK();
+}
+
+static void dl__hstore_free(dl_ctx *ctx)
+{
+    dl_ctx **pp;
+    DL__REG_LOCK();
+    for (pp = &dl__registry; *pp; pp = &(*pp)->reg_next)
+        if (*pp == ctx) { *pp = ctx->reg_next; break; }
+    DL__REG_UNLOCK();
+#ifdef DL__HVM
+    while (ctx->hreg) {
+        dl__hregion *r = ctx->hreg;
+        ctx->hreg = r->next;
+        munmap(r->base, r->size);
+        DL_FREE(r);
+    }
+#endif
+    dl__arena_free(&ctx->hdr[0]);
+    dl__arena_free(&ctx->hdr[1]);
+}
+
+/* The context whose header memory holds p (for a zeroed, released header). */
+static dl_ctx *dl__header_owner(const void *p)
+{
+    dl_ctx *c, *found = NULL;
+    DL__REG_LOCK();
+    for (c = dl__registry; c && !found; c = c->reg_next) {
+#ifdef DL__HVM
+        dl__hregion *r;
+        for (r = c->hreg; r; r = r->next)
+            if ((const unsigned char *)p >= r->base && (const unsigned char *)p < r->base + r->size) {
+                found = c;
+                break;
+            }
+#else
+        (void)p;
+#endif
+    }
+    DL__REG_UNLOCK();
+    return found;
+}
+
 static void dl__track_peak(dl_ctx *ctx)
 {
     size_t now = ctx->persistent_bytes + ctx->data.used;
@@ -1670,11 +1913,38 @@ static const char *dl__dtype_str(dl_dtype t)
     return t == DL_DTYPE_F32 ? "float32" : t == DL_DTYPE_I32 ? "int32" : "int64";
 }
 
+/* Failures with no context to record them in (a NULL ctx given to a
+   creator, dl_cat of nothing, dl_ctx_init itself) go here, one slot per
+   thread; dl_error_message(NULL) reads it. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define DL__TLS thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define DL__TLS _Thread_local
+#elif defined(__GNUC__)
+#define DL__TLS __thread
+#elif defined(_MSC_VER)
+#define DL__TLS __declspec(thread)
+#else
+#define DL__TLS
+#endif
+static DL__TLS dl_result dl__noctx_err;
+static DL__TLS char dl__noctx_msg[256];
+
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
 {
     va_list ap;
     int k = 0;
-    if (!ctx) return;
+    if (!ctx) {
+        va_start(ap, fmt);
+        vsnprintf(dl__noctx_msg, sizeof dl__noctx_msg, fmt, ap);
+        va_end(ap);
+        dl__noctx_err = code;
+        fprintf(stderr, "dl.h: %s\n", dl__noctx_msg);
+#ifdef DL_ABORT_ON_ERROR
+        abort();
+#endif
+        return;
+    }
     if (ctx->in_backward_of)
         k = snprintf(ctx->msg, sizeof ctx->msg, "in the backward of %s: ", ctx->in_backward_of);
     if (k < 0 || (size_t)k >= sizeof ctx->msg) k = 0;
@@ -1706,9 +1976,13 @@ const char *dl_result_string(dl_result r)
     return names[r];
 }
 
-dl_result dl_last_error(const dl_ctx *ctx) { return ctx ? ctx->err : DL_ERR_ARG; }
-const char *dl_error_message(const dl_ctx *ctx) { return ctx ? ctx->msg : "dl.h: NULL context"; }
-void dl_clear_error(dl_ctx *ctx) { if (ctx) { ctx->err = DL_OK; ctx->msg[0] = 0; } }
+dl_result dl_last_error(const dl_ctx *ctx) { return ctx ? ctx->err : dl__noctx_err; }
+const char *dl_error_message(const dl_ctx *ctx) { return ctx ? ctx->msg : dl__noctx_msg; }
+void dl_clear_error(dl_ctx *ctx)
+{
+    if (ctx) { ctx->err = DL_OK; ctx->msg[0] = 0; }
+    else { dl__noctx_err = DL_OK; dl__noctx_msg[0] = 0; }
+}
 void dl_set_log(dl_ctx *ctx, dl_log_fn fn, void *user)
 {
     if (!ctx) return;
@@ -1722,7 +1996,22 @@ void dl_set_log(dl_ctx *ctx, dl_log_fn fn, void *user)
 static bool dl__live(const char *op, const char *arg, const dl_tensor *t)
 {
     dl_ctx *ctx;
-    if (!t || t->magic_ != DL__MAGIC) return false;
+    if (!t) return false;
+    if (t->magic_ != DL__MAGIC) {
+#ifdef DL_DEBUG
+        if (t->magic_ == DL__FREED) {
+            dl__err(t->ctx_, DL_ERR_ARG, "%s: %s %s was freed by dl_free() (use after free)", op,
+                    arg, t->name[0] ? t->name : "(unnamed)");
+            return false;
+        }
+#endif
+        ctx = dl__header_owner(t);    /* a released step header reads as zeros */
+        if (ctx)
+            dl__err(ctx, DL_ERR_STALE, "%s: %s is a step tensor from an earlier step (before step "
+                    "%llu), which dl_step_end() released; copy it with dl_keep() to use it in "
+                    "later steps", op, arg, (unsigned long long)(ctx->step ? ctx->step - 1 : 0));
+        return false;
+    }
     ctx = t->ctx_;
     if (t->step_ != 0 && t->step_ != ctx->step) {
         dl__err(ctx, DL_ERR_STALE,
@@ -1811,14 +2100,60 @@ static float dl__rng_normal(uint64_t *s)
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+/* Logged, not an error: the call goes on. */
+static void dl__warn(dl_ctx *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void dl__warn(dl_ctx *ctx, const char *fmt, ...)
+{
+    char buf[320];
+    va_list ap;
+    int k = snprintf(buf, sizeof buf, "warning: ");
+    va_start(ap, fmt);
+    vsnprintf(buf + k, sizeof buf - (size_t)k, fmt, ap);
+    va_end(ap);
+    if (ctx && ctx->log) ctx->log(ctx->log_user, buf);
+    else if (!ctx) fprintf(stderr, "dl.h: %s\n", buf);
+}
+
+static int dl__cores(void)
+{
+#if defined(DL__UNIX) && defined(_SC_NPROCESSORS_ONLN)
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    return nc > 0 ? (nc > 1024 ? 1024 : (int)nc) : 1;
+#else
+    return 1;
+#endif
+}
+
+/* Kernel threads: 0 means every core; more than the cores is clamped to
+   them (a warning); negative or over 1024 is an error. */
+static bool dl__threads_ok(dl_ctx *ctx, const char *op, int n, int *out)
+{
+    int cores = dl__cores();
+    if (n < 0 || n > 1024) {
+        dl__err(ctx, DL_ERR_ARG, "%s: num_threads=%d must be between 0 (all %d cores) and 1024", op,
+                n, cores);
+        return false;
+    }
+    if (n > cores) {
+        dl__warn(ctx, "%s: num_threads=%d is more than the %d cores; using %d", op, n, cores, cores);
+        n = cores;
+    }
+    *out = n == 0 ? cores : n;
+    return true;
+}
+
 dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context"); return NULL; }
     memset(ctx, 0, sizeof *ctx);
     ctx->step = 1;
     ctx->data.min_chunk = (size_t)1 << 20;
-    ctx->hdr[0].min_chunk = ctx->hdr[1].min_chunk = (size_t)64 << 10;
+    dl__hstore_init(ctx);
     ctx->log = dl__log_stderr;
     if (desc) {
         ctx->memory_limit = desc->memory_limit;
@@ -1826,7 +2161,13 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
         ctx->log_user = desc->log_user;
     }
     dl_manual_seed(ctx, desc ? desc->seed : 0);
-    ctx->nthreads = desc ? desc->num_threads : 0;
+    if (!dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads)) {
+        /* the message goes to the thread's context-less slot: no ctx is returned */
+        dl__err(NULL, DL_ERR_ARG, "%s", ctx->msg);
+        dl__hstore_free(ctx);
+        DL_FREE(ctx);
+        return NULL;
+    }
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
     return ctx;
@@ -1848,9 +2189,18 @@ static void dl__persist_release(dl_tensor *t)
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
     dl__persist_unlink(t);
     ctx->persistent_bytes -= bytes < ctx->persistent_bytes ? bytes : ctx->persistent_bytes;
-    t->magic_ = 0;
     if (t->owns_) DL_FREE(t->data);
+#ifdef DL_DEBUG
+    /* debug builds keep the header, poisoned, so that a use after dl_free is
+       an error naming the tensor; dl_ctx_free releases it */
+    t->magic_ = DL__FREED;
+    t->data = NULL;
+    t->pnext_ = ctx->freed;
+    ctx->freed = t;
+#else
+    t->magic_ = 0;
     DL_FREE(t);
+#endif
 }
 
 /* Register p to be destroyed by dl_ctx_free (false, with an error, on OOM). */
@@ -1891,9 +2241,9 @@ void dl_ctx_free(dl_ctx *ctx)
         DL_FREE(o);
     }
     while (ctx->persist) dl__persist_release(ctx->persist);
+    while (ctx->freed) { dl_tensor *t = ctx->freed; ctx->freed = t->pnext_; DL_FREE(t); }
     dl__arena_free(&ctx->data);
-    dl__arena_free(&ctx->hdr[0]);
-    dl__arena_free(&ctx->hdr[1]);
+    dl__hstore_free(ctx);
     DL_FREE(ctx->tape);
     dl__pool_destroy(ctx->pool);
     DL_FREE(ctx);
@@ -1904,7 +2254,7 @@ void dl_step_end(dl_ctx *ctx)
     if (!ctx) return;
     ctx->step++;
     dl__arena_reset(&ctx->data);
-    dl__arena_reset(&ctx->hdr[ctx->step & 1]);   /* headers of step-2: now free */
+    dl__hstep_end(ctx);
     ctx->ntape = 0;
 }
 
@@ -1914,6 +2264,7 @@ dl_result dl_set_num_threads(dl_ctx *ctx, int n)
 {
     dl__pool *p;
     if (!ctx) return DL_ERR_ARG;
+    if (!dl__threads_ok(ctx, "dl_set_num_threads", n, &n)) return DL_ERR_ARG;
     p = dl__pool_create(n);
     if (!p) { dl__err(ctx, DL_ERR_OOM, "dl_set_num_threads: cannot start %d threads", n); return DL_ERR_OOM; }
     dl__pool_destroy(ctx->pool);
@@ -1939,6 +2290,7 @@ dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out)
     out->persistent_bytes = ctx->persistent_bytes;
     out->step_bytes = ctx->data.used;
     out->step_reserved = ctx->data.reserved + ctx->hdr[0].reserved + ctx->hdr[1].reserved;
+    out->header_bytes = ctx->hcommitted;
     out->peak_bytes = ctx->peak_bytes;
     out->alloc_calls = ctx->alloc_calls;
     return DL_OK;
@@ -2018,7 +2370,7 @@ static dl_tensor *dl__make(dl_ctx *ctx, const char *op, dl_dtype dtype, int ndim
         ctx->persist = t;
         ctx->persistent_bytes += bytes + sizeof(dl_tensor);
     } else {
-        t = (dl_tensor *)dl__arena_alloc(ctx, &ctx->hdr[ctx->step & 1], sizeof(dl_tensor), false);
+        t = (dl_tensor *)dl__halloc(ctx, sizeof(dl_tensor));
         if (!t) goto oom;
         memset(t, 0, sizeof *t);
         if (!share) {
@@ -2490,8 +2842,7 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     if (!dl__grad_on(ctx)) return 0;
     for (i = 0; i < n; i++) if (in[i] && in[i]->requires_grad) need = true;
     if (!need) return 0;
-    node = (dl__node *)dl__arena_alloc(ctx, &ctx->hdr[ctx->step & 1],
-                                       sizeof(dl__node) + sizeof(dl_tensor *) * (size_t)n, false);
+    node = (dl__node *)dl__halloc(ctx, sizeof(dl__node) + sizeof(dl_tensor *) * (size_t)n);
     if (!node) goto oom;
     memset(node, 0, sizeof *node);
     node->op = op;
@@ -3068,7 +3419,10 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
     int64_t shape[DL_MAX_DIMS], ds[DL_MAX_DIMS], ss[DL_MAX_DIMS], off = 0;
     dl_tensor *t0, *y;
     dl__node *node;
-    if (!ts || n <= 0) return NULL;
+    if (!ts || n <= 0) {
+        dl__err(NULL, DL_ERR_ARG, "dl_cat: %d tensors%s; it needs at least one", n, ts ? "" : " (ts is NULL)");
+        return NULL;
+    }
     for (i = 0; i < n; i++) if (!ts[i]) return NULL;
     t0 = ts[0];
     for (i = 0; i < n; i++) if (!dl__live("dl_cat", "an input", ts[i])) return NULL;
@@ -3116,7 +3470,10 @@ dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim)
     dl_tensor **u;
     dl_ctx *ctx;
     int i;
-    if (!ts || n <= 0) return NULL;
+    if (!ts || n <= 0) {
+        dl__err(NULL, DL_ERR_ARG, "dl_stack: %d tensors%s; it needs at least one", n, ts ? "" : " (ts is NULL)");
+        return NULL;
+    }
     for (i = 0; i < n; i++) if (!ts[i]) return NULL;
     if (!dl__live("dl_stack", "input 0", ts[0])) return NULL;
     ctx = ts[0]->ctx_;
@@ -3127,7 +3484,7 @@ dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim)
                     "the same shape", i, dl__sh(ts[i]), dl__sh(ts[0]));
             return NULL;
         }
-    u = (dl_tensor **)dl__arena_alloc(ctx, &ctx->hdr[ctx->step & 1], sizeof(dl_tensor *) * (size_t)n, false);
+    u = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n);
     if (!u) { dl__err(ctx, DL_ERR_OOM, "dl_stack: out of memory"); return NULL; }
     if (dim < 0) dim += ts[0]->ndim + 1;   /* insert position counts the new dim */
     for (i = 0; i < n; i++) if (!(u[i] = dl_unsqueeze(ts[i], dim))) return NULL;
@@ -3605,7 +3962,8 @@ dl_tensor *dl_log_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_log_so
 /* (dl__make checks the dim count and every size) */
 static dl_tensor *dl__create(dl_ctx *ctx, const char *name, dl_shape shape)
 {
-    return ctx ? dl__new(ctx, name, shape.ndim, shape.d) : NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
+    return dl__new(ctx, name, shape.ndim, shape.d);
 }
 
 dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_empty", shape); }
@@ -3636,7 +3994,7 @@ dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
     double n;
     int64_t i, cnt;
     dl_tensor *t;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
     if (step == 0.0f || !(start == start) || !(end == end)) {
         dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
                 (double)start, (double)end, (double)step);
@@ -3674,7 +4032,7 @@ dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape)
 static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape shape, const void *v)
 {
     dl_tensor *t;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
     if (!v) { dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name); return NULL; }
     t = dl__make(ctx, name, dt, shape.ndim, shape.d, false, NULL);
     if (t && t->numel) memcpy(t->data, v, (size_t)t->numel * dl__esize(dt));
@@ -3720,7 +4078,8 @@ dl_tensor *dl_keep(dl_tensor *t)
 
 void dl_free(dl_tensor *t)
 {
-    if (!t || t->magic_ != DL__MAGIC) return;
+    if (!t) return;
+    if (t->magic_ != DL__MAGIC) { (void)dl__live("dl_free", "t", t); return; }   /* reports a double free in DL_DEBUG */
     if (t->step_ != 0) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_free: t %s is a step tensor; dl_step_end() releases it", dl__sh(t));
         return;
@@ -3893,7 +4252,9 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
 {
     dl_ctx *ctx = x->ctx_;
     if (create_graph && x->step_ != 0) {
-        x->grad = x->grad ? dl_add(x->grad, g) : g;
+        /* a new tensor either way: g may be another leaf's gradient too (dl_sum_to
+           passes its argument through), and every leaf owns its grad */
+        x->grad = x->grad ? dl_add(x->grad, g) : dl_copy(g);
         return x->grad != NULL;
     }
     if (!x->grad) {
@@ -3963,8 +4324,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         for (j = 0; j < nt; j++) if (targets[j] == n->out) results[j] = g;
         if (n->released) { ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
         if (n->nin > 64) {
-            gp = (dl_tensor **)dl__arena_alloc(ctx, &ctx->hdr[ctx->step & 1],
-                                               sizeof(dl_tensor *) * (size_t)n->nin, false);
+            gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
             if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
         }
         for (j = 0; j < n->nin; j++) gp[j] = NULL;
@@ -4055,7 +4415,11 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     dl__node *node;
     dl_fn_ctx tmp;
     int i;
-    if (!fn || !inputs || n <= 0) return NULL;
+    if (!fn || !inputs || n <= 0) {
+        dl__err(NULL, DL_ERR_ARG, "dl_function_apply: %s%s%d inputs (it needs a function and at "
+                "least one input)", fn ? "" : "fn is NULL, ", inputs ? "" : "inputs is NULL, ", n);
+        return NULL;
+    }
     for (i = 0; i < n; i++) if (!inputs[i]) return NULL;
     for (i = 0; i < n; i++) if (!dl__live(fn->name ? fn->name : "dl_function_apply", "an input", inputs[i])) return NULL;
     ctx = inputs[0]->ctx_;
@@ -4071,7 +4435,13 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     y = fn->forward(&tmp, n, inputs, user);
     dl_no_grad_end(ctx);
     if (!y) return NULL;
-    if (y->node_ || y->step_ == 0) y = dl_detach(y);   /* the output must be a fresh step tensor */
+    if (!dl__live(fn->name ? fn->name : "dl_function_apply", "the forward's result", y)) return NULL;
+    /* The output gets a header of its own: recording on an input (a
+       pass-through, or an in-place-style forward that returns its argument),
+       on a persistent tensor or on another op's output would overwrite that
+       tensor's place in the graph. */
+    for (i = 0; i < n; i++) if (y == inputs[i]) break;
+    if (i < n || y->node_ || y->step_ == 0 || y->requires_grad) y = dl__view(fn->name ? fn->name : "custom function", NULL, y, y->ndim, y->shape);
     if (!y) return NULL;
     {
         static const dl__op custom = {"custom function", NULL};
@@ -4163,7 +4533,8 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
         for (i = 0; i < x->numel; i++) {
             float orig = xd[i];
             double lp, lm, num, an, err, rel;
-            dl__mark m1 = dl__arena_mark(&ctx->data), m2 = dl__arena_mark(&ctx->hdr[ctx->step & 1]);
+            dl__mark m1 = dl__arena_mark(&ctx->data);
+            dl__hmark m2 = dl__hmark_get(ctx);
             int64_t nt = ctx->ntape;
             dl_tensor *o;
             dl_no_grad_begin(ctx);
@@ -4176,7 +4547,7 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
             xd[i] = orig;
             dl_no_grad_end(ctx);
             dl__arena_rewind(&ctx->data, m1);
-            dl__arena_rewind(&ctx->hdr[ctx->step & 1], m2);
+            dl__hrewind(ctx, m2);
             ctx->ntape = nt;
             if (!o) return ctx->err;
             num = (lp - lm) / (2.0 * eps);
@@ -5244,14 +5615,34 @@ static float *dl__conv_scratch(const char *op, dl_tensor *t, int64_t n)
     return p;
 }
 
-/* samples per chunk so that the scratch stays under 8 MiB (measured best:
-   the GEMMs are large and the data stays in the last-level cache) */
-static int64_t dl__conv_chunk(int64_t N, int64_t per_sample)
+/* a * b for sizes >= 0; false when it would pass INT64_MAX / 16 (no wrap) */
+static bool dl__mul_ok(int64_t a, int64_t b, int64_t *r)
 {
-    int64_t nb = per_sample > 0 ? ((int64_t)1 << 21) / per_sample : N;
-    if (nb < 1) nb = 1;
-    if (nb > N) nb = N;
-    return nb;
+    if (a < 0 || b < 0 || (a && b > (INT64_MAX / 16) / a)) return false;
+    *r = a * b;
+    return true;
+}
+
+/* The im2col scratch of one convolution: floats per sample,
+   (Ca*K + Cb) * Lb, and samples per chunk so that the scratch stays under
+   8 MiB (measured best: the GEMMs are large and the data stays in the
+   last-level cache). false + DL_ERR_OOM when the sizes overflow. */
+static bool dl__conv_plan(const char *op, dl_ctx *ctx, const dl__cgeom *g, int64_t *nb,
+                          int64_t *floats)
+{
+    int64_t caK, per;
+    if (!dl__mul_ok(g->Ca, g->K, &caK) || caK > INT64_MAX / 16 - g->Cb ||
+        !dl__mul_ok(caK + g->Cb, g->Lb, &per)) {
+        dl__err(ctx, DL_ERR_OOM, "%s: the im2col scratch for one sample, (C %lld * kernel %lld + "
+                "%lld) * %lld positions, does not fit in memory (size overflow)", op,
+                (long long)g->Ca, (long long)g->K, (long long)g->Cb, (long long)g->Lb);
+        return false;
+    }
+    *nb = per > 0 ? ((int64_t)1 << 21) / per : g->N;
+    if (*nb < 1) *nb = 1;
+    if (*nb > g->N) *nb = g->N;
+    *floats = *nb * per;   /* <= max(2^21, per): no overflow */
+    return true;
 }
 
 /* Attributes packed into node->i[] (21 bits each, checked by the public
@@ -5407,8 +5798,9 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
         const dl__kernels *k = dl__K(a);
         dl__mark m = dl__arena_mark(&ctx->data);
         float *col, *yt;
-        nb = dl__conv_chunk(g.N, (g.Ca * g.K + g.Cb) * g.Lb);
-        col = dl__conv_scratch(name, a, nb * (g.Ca * g.K + g.Cb) * g.Lb);
+        int64_t nfl;
+        if (!dl__conv_plan(name, ctx, &g, &nb, &nfl)) return NULL;
+        col = dl__conv_scratch(name, a, nfl);
         if (!col) return NULL;
         yt = col + nb * g.Ca * g.K * g.Lb;
         for (n0 = 0; n0 < g.N; n0 += nb) {
@@ -5456,8 +5848,9 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
         const dl__kernels *k = dl__K(b);
         dl__mark m = dl__arena_mark(&ctx->data);
         float *col, *bt;
-        nb = dl__conv_chunk(g.N, (g.Ca * g.K + g.Cb) * g.Lb);
-        col = dl__conv_scratch(name, b, nb * (g.Ca * g.K + g.Cb) * g.Lb);
+        int64_t nfl;
+        if (!dl__conv_plan(name, ctx, &g, &nb, &nfl)) return NULL;
+        col = dl__conv_scratch(name, b, nfl);
         if (!col) return NULL;
         bt = col + nb * g.Ca * g.K * g.Lb;
         for (n0 = 0; n0 < g.N; n0 += nb) {
@@ -5504,8 +5897,9 @@ static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp
         dl__mark m = dl__arena_mark(&ctx->data);
         float *col, *bt;
         if (g.N == 0) kt->fill(ctx, (float *)y->data, y->numel, 0.0f);
-        nb = dl__conv_chunk(g.N, (g.Ca * g.K + g.Cb) * g.Lb);
-        col = g.N ? dl__conv_scratch(name, a, nb * (g.Ca * g.K + g.Cb) * g.Lb) : NULL;
+        int64_t nfl;
+        if (!dl__conv_plan(name, ctx, &g, &nb, &nfl)) return NULL;
+        col = g.N ? dl__conv_scratch(name, a, nfl) : NULL;
         if (g.N && !col) return NULL;
         bt = col ? col + nb * g.Ca * g.K * g.Lb : NULL;
         for (n0 = 0; n0 < g.N; n0 += nb) {
@@ -6139,7 +6533,7 @@ static bool dl__mod_ok(const dl_module *m) { return m && m->magic == DL__MOD_MAG
 dl_module *dl_module_new(dl_ctx *ctx, const char *type, dl_module_fn forward, size_t state_bytes)
 {
     dl_module *m;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_module_new: ctx is NULL"); return NULL; }
     m = (dl_module *)dl__malloc(ctx, sizeof(dl_module));
     if (!m) { dl__err(ctx, DL_ERR_OOM, "dl_module_new: out of memory"); return NULL; }
     memset(m, 0, sizeof *m);
@@ -6574,7 +6968,7 @@ dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
     dl_module *m;
     dl__linear *s;
     double bound;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_linear: ctx is NULL"); return NULL; }
     if (in <= 0 || out <= 0) {
         dl__err(ctx, DL_ERR_ARG, "dl_nn_linear: in_features=%lld and out_features=%lld must be "
                 "positive", (long long)in, (long long)out);
@@ -6609,7 +7003,7 @@ dl_module *dl_nn_sequential(dl_ctx *ctx, int n, dl_module *const *mods)
     dl_module *m;
     int i;
     char name[24];
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_sequential: ctx is NULL"); return NULL; }
     if (n < 0 || (n > 0 && !mods)) {
         dl__err(ctx, DL_ERR_ARG, "dl_nn_sequential: n=%d modules%s", n, mods ? "" : " but mods is NULL");
         return NULL;
@@ -6952,7 +7346,7 @@ static dl_optim *dl__optim_list(dl_ctx *ctx, const char *fn, int kind, int n, dl
                                 const dl_sgd_desc *sd, const dl_adam_desc *ad)
 {
     dl_param_group g;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", fn); return NULL; }
     if (n <= 0 || !params) {
         dl__err(ctx, DL_ERR_ARG, "%s: got an empty parameter list", fn);
         return NULL;
@@ -7433,7 +7827,8 @@ static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, un
 }
 
 // >>section io: safetensors
-/* A checkpoint is a safetensors file (see nn_decl.h). The loader reads the
+/* A checkpoint is a safetensors file (the format is described with dl_save's
+   declaration). The loader reads the
    whole file, parses the JSON header with the small strict parser below
    (depth-limited; every length and offset checked against the buffer), checks
    every tensor the module and optimizer expect, and only then copies data in:
@@ -8450,7 +8845,7 @@ dl_module *dl_nn_conv(dl_ctx *ctx, int spatial, int64_t in, int64_t out, const i
     dl__convm *s;
     double bound;
     int i;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_conv: ctx is NULL"); return NULL; }
     if (spatial < 1 || spatial > 3 || !kernel) {
         dl__err(ctx, DL_ERR_ARG, "dl_nn_conv: spatial dims %d must be 1..3 and kernel given", spatial);
         return NULL;
@@ -8529,7 +8924,7 @@ static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_poo
     char type[32];
     dl_module *m;
     dl__poolm *s;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_%s_pool: ctx is NULL", kind == 0 ? "max" : kind == 1 ? "avg" : "adaptive_avg"); return NULL; }
     if (kind < 2 && !d) {
         dl__err(ctx, DL_ERR_ARG, "dl_nn_%s: a dl_pool_desc is required (dl_pool_desc_make(kernel, stride, padding))",
                 kind ? "avg_pool" : "max_pool");
@@ -8580,7 +8975,7 @@ static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_
     dl_module *m;
     dl__bnm *s;
     int64_t zero = 0;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_batch_norm: ctx is NULL"); return NULL; }
     if (c <= 0) {
         dl__err(ctx, DL_ERR_ARG, "dl_nn_batch_norm: num_features=%lld must be positive", (long long)c);
         return NULL;
@@ -8613,7 +9008,7 @@ dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape shape)
     dl_module *m;
     dl__lnm *s;
     int i;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_layer_norm: ctx is NULL"); return NULL; }
     if (shape.ndim < 1 || shape.ndim > DL_MAX_DIMS) goto bad;
     for (i = 0; i < shape.ndim; i++) if (shape.d[i] <= 0) goto bad;
     m = dl_module_new(ctx, "LayerNorm", dl__lnm_fwd, sizeof(dl__lnm));
@@ -8637,7 +9032,7 @@ static dl_tensor *dl__dropm_fwd(dl_module *m, dl_tensor *x)
 dl_module *dl_nn_dropout(dl_ctx *ctx, float p)
 {
     dl_module *m;
-    if (!ctx) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_dropout: ctx is NULL"); return NULL; }
     if (!(p >= 0.0f && p <= 1.0f)) {
         dl__err(ctx, DL_ERR_ARG, "dl_nn_dropout: p=%g must be in [0, 1]", (double)p);
         return NULL;
@@ -8755,68 +9150,126 @@ static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned cha
     return DL_OK;
 }
 
+#ifdef DL_ZLIB
+/* Inflates a gzip image in memory. The IDX header is read from the first
+   decompressed bytes and the output is capped at exactly the size it
+   implies, so a small file of zeros cannot make the reader allocate
+   gigabytes ("decompression bomb"). */
+static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned char *gz, size_t gzlen,
+                                unsigned char **out, size_t *outlen)
+{
+    z_stream z;
+    unsigned char head[4 + 4 * 255], *buf = NULL;
+    size_t need = 4, have = 0, total = 0;
+    int zr = Z_OK, i;
+    dl_result rc = DL_ERR_FORMAT;
+    *out = NULL;
+    *outlen = 0;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+        dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot start zlib", path);
+        return DL_ERR_OOM;
+    }
+    z.next_in = (unsigned char *)(uintptr_t)gz;
+    z.avail_in = (uInt)(gzlen > 0xffffffffu ? 0xffffffffu : gzlen);
+    /* the header: 4 bytes, then 4 per dim */
+    while (have < need) {
+        z.next_out = head + have;
+        z.avail_out = (uInt)(need - have);
+        zr = inflate(&z, Z_NO_FLUSH);
+        have = need - z.avail_out;
+        if (zr != Z_OK) break;
+        if (have == 4 && need == 4) need = 4 + 4 * (size_t)head[3];
+    }
+    if (have == 4 && need == 4 && head[3] == 0) need = 4;
+    if (have < need || (have >= 4 && (head[0] != 0 || head[1] != 0))) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': the decompressed data does not start with an "
+                "IDX header (%s)", path, have < need ? (zr == Z_STREAM_END ? "it ends first" :
+                "corrupt gzip data") : "bad magic");
+        goto done;
+    }
+    {
+        int esz = head[2] == 0x08 || head[2] == 0x09 ? 1 : head[2] == 0x0B ? 2 :
+                  head[2] == 0x0C || head[2] == 0x0D ? 4 : head[2] == 0x0E ? 8 : 0;
+        uint64_t n = 1;
+        if (!esz) {
+            dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' has unknown IDX type code 0x%02x", path, head[2]);
+            goto done;
+        }
+        for (i = 0; i < head[3]; i++) {
+            uint64_t d = dl__be32(head + 4 + 4 * i);
+            if (d && n > ((uint64_t)1 << 40) / d) {
+                dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its dims claim more than 2^40 elements", path);
+                goto done;
+            }
+            n *= d;
+        }
+        total = need + (size_t)(n * (uint64_t)esz);
+    }
+    buf = (unsigned char *)dl__malloc(ctx, total + 1);
+    if (!buf) {
+        rc = DL_ERR_OOM;
+        dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot allocate the %zu bytes its header "
+                "declares", path, total);
+        goto done;
+    }
+    memcpy(buf, head, need);
+    have = need;
+    /* one byte more than declared: finding it means the file holds more data than its header says */
+    while (zr == Z_OK && have < total + 1) {
+        size_t room = total + 1 - have;
+        z.next_out = buf + have;
+        z.avail_out = (uInt)(room > 0x40000000u ? 0x40000000u : room);
+        zr = inflate(&z, Z_NO_FLUSH);
+        have += (room > 0x40000000u ? 0x40000000u : room) - z.avail_out;
+        if (zr == Z_BUF_ERROR && z.avail_in == 0) break;
+    }
+    if (zr != Z_STREAM_END && zr != Z_OK && zr != Z_BUF_ERROR) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': corrupt gzip data (%s)", path, z.msg ? z.msg : "inflate failed");
+        goto done;
+    }
+    if (have != total) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its header declares %zu bytes but the "
+                "decompressed file has %s%zu (truncated, or a count mismatch)", path, total,
+                have > total ? "more than " : "", have > total ? total : have);
+        goto done;
+    }
+    *out = buf;
+    *outlen = total;
+    buf = NULL;
+    rc = DL_OK;
+done:
+    DL_FREE(buf);
+    inflateEnd(&z);
+    return rc;
+}
+#endif
+
 dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tensor **out)
 {
-    FILE *f;
-    unsigned char magic[2] = {0, 0};
     unsigned char *buf = NULL;
-    size_t size = 0, got;
-    long end;
+    size_t size = 0;
     dl_result rc;
     if (!ctx) return DL_ERR_ARG;
     if (!path || !out) { dl__err(ctx, DL_ERR_ARG, "dl_idx_load: path and out must not be NULL"); return DL_ERR_ARG; }
     *out = NULL;
-    f = fopen(path, "rb");
-    if (!f) { dl__err(ctx, DL_ERR_IO, "dl_idx_load: cannot open '%s'", path); return DL_ERR_IO; }
-    got = fread(magic, 1, 2, f);
-    if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    rc = dl__read_file(ctx, "dl_idx_load", path, &buf, &size);
+    if (rc != DL_OK) return rc;
+    if (size >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
 #ifdef DL_ZLIB
-        gzFile gz;
-        size_t cap = (size_t)1 << 20;
-        fclose(f);
-        gz = gzopen(path, "rb");
-        if (!gz) { dl__err(ctx, DL_ERR_IO, "dl_idx_load: cannot open '%s'", path); return DL_ERR_IO; }
-        buf = (unsigned char *)dl__malloc(ctx, cap);
-        while (buf) {
-            int n = gzread(gz, buf + size, (unsigned)(cap - size > (1u << 30) ? (1u << 30) : cap - size));
-            if (n < 0) { DL_FREE(buf); buf = NULL; gzclose(gz); dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': corrupt gzip data", path); return DL_ERR_FORMAT; }
-            if (n == 0) break;
-            size += (size_t)n;
-            if (size == cap) {
-                unsigned char *nb;
-                if (cap >= ((size_t)1 << 33)) { DL_FREE(buf); buf = NULL; break; }
-                nb = (unsigned char *)DL_REALLOC(buf, cap * 2);
-                if (!nb) { DL_FREE(buf); buf = NULL; break; }
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        gzclose(gz);
-        if (!buf) { dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': out of memory while decompressing", path); return DL_ERR_OOM; }
-        rc = dl__idx_parse(ctx, path, buf, size, as, out);
+        unsigned char *raw;
+        size_t rawlen;
+        rc = dl__idx_gunzip(ctx, path, buf, size, &raw, &rawlen);
         DL_FREE(buf);
-        return rc;
+        if (rc != DL_OK) return rc;
+        buf = raw;
+        size = rawlen;
 #else
-        fclose(f);
+        DL_FREE(buf);
         dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_idx_load: '%s' is gzip-compressed: gunzip it, or build "
                 "with -DDL_ZLIB and link -lz", path);
         return DL_ERR_UNSUPPORTED;
 #endif
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        dl__err(ctx, DL_ERR_IO, "dl_idx_load: cannot read '%s'", path);
-        return DL_ERR_IO;
-    }
-    size = (size_t)end;
-    buf = (unsigned char *)dl__malloc(ctx, size ? size : 1);
-    if (!buf) { fclose(f); dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot allocate %zu bytes", path, size); return DL_ERR_OOM; }
-    got = size ? fread(buf, 1, size, f) : 0;
-    fclose(f);
-    if (got != size) {
-        DL_FREE(buf);
-        dl__err(ctx, DL_ERR_IO, "dl_idx_load: short read of '%s'", path);
-        return DL_ERR_IO;
     }
     rc = dl__idx_parse(ctx, path, buf, size, as, out);
     DL_FREE(buf);
@@ -8877,9 +9330,15 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
     if (!ctx || !x || !y) return NULL;
     if (!dl__live("dl_tensor_dataset", "x", x) || !dl__live("dl_tensor_dataset", "y", y)) return NULL;
     if (!dl__f32("dl_tensor_dataset", "x", x)) return NULL;
-    if (x->ndim < 1 || y->ndim != 1 || x->shape[0] != y->shape[0]) {
+    if (x->ndim < 1 || y->ndim != 1) {
         dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N)",
                 dl__sh(x), dl__sh(y));
+        return NULL;
+    }
+    if (x->shape[0] != y->shape[0]) {
+        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x has %lld samples %s but y has %lld labels "
+                "%s: the counts must match", (long long)x->shape[0], dl__sh(x),
+                (long long)y->shape[0], dl__sh(y));
         return NULL;
     }
     if (x->step_ != 0 || y->step_ != 0) {
@@ -8918,8 +9377,8 @@ struct dl_loader {
     int64_t job_batch, job_epoch;
     int job_slot;
     bool in_flight;
-    dl_result job_rc;
-    int64_t job_bad_index;
+    dl_result job_rc;                 /* first failure of the job (under mu with workers) */
+    int64_t job_bad_index, job_bad_pos;
     int nw;
 #ifndef DL_NO_THREADS
     pthread_t *th;
@@ -8937,17 +9396,32 @@ static int64_t dl__batch_count(const dl_loader *l, int64_t b)
     return (hi > l->n ? l->n : hi) - lo;
 }
 
-/* Fill the share of worker w (of nw) of the current job. */
-static void dl__loader_fill(dl_loader *l, int w, int nw)
+/* Fill the share of worker w (of nw) of the current job. The first failure
+   (by position in the batch) is merged into job_rc / job_bad_index under the
+   loader's lock by the caller, so reports do not depend on thread timing. */
+static void dl__loader_fill(dl_loader *l, int w, int nw, dl_result *rc_out, int64_t *pos_out)
 {
     int64_t lo = l->job_batch * l->d.batch_size, cnt = dl__batch_count(l, l->job_batch), j;
+    *rc_out = DL_OK;
+    *pos_out = -1;
     for (j = w; j < cnt; j += nw) {
         int64_t pos = lo + j, idx = l->perm[pos];
         uint64_t rng[4];
         dl_result rc;
         dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)l->job_epoch << 40) ^ (uint64_t)pos, rng);
         rc = l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, l->ybuf[l->job_slot] + j, rng);
-        if (rc != DL_OK && l->job_rc == DL_OK) { l->job_rc = rc; l->job_bad_index = idx; }
+        if (rc != DL_OK) { *rc_out = rc; *pos_out = j; return; }
+    }
+}
+
+/* keep the failure at the smallest batch position (call with the lock held) */
+static void dl__loader_merge(dl_loader *l, dl_result rc, int64_t j)
+{
+    if (rc == DL_OK) return;
+    if (l->job_rc == DL_OK || j < l->job_bad_pos) {
+        l->job_rc = rc;
+        l->job_bad_pos = j;
+        l->job_bad_index = l->perm[l->job_batch * l->d.batch_size + j];
     }
 }
 
@@ -8958,6 +9432,8 @@ static void *dl__loader_worker(void *arg)
     dl_loader *l = ((dl__lw *)arg)->l;
     int w = ((dl__lw *)arg)->w;
     uint64_t seen = 0;
+    dl_result rc;
+    int64_t pos;
     DL_FREE(arg);
     pthread_mutex_lock(&l->mu);
     for (;;) {
@@ -8965,8 +9441,9 @@ static void *dl__loader_worker(void *arg)
         if (l->stop) break;
         seen = l->gen;
         pthread_mutex_unlock(&l->mu);
-        dl__loader_fill(l, w, l->nw);
+        dl__loader_fill(l, w, l->nw, &rc, &pos);
         pthread_mutex_lock(&l->mu);
+        dl__loader_merge(l, rc, pos);
         if (--l->pending == 0) pthread_cond_signal(&l->cv_done);
     }
     pthread_mutex_unlock(&l->mu);
@@ -9004,7 +9481,12 @@ static void dl__loader_wait(dl_loader *l)
         return;
     }
 #endif
-    dl__loader_fill(l, 0, 1);
+    {
+        dl_result rc;
+        int64_t pos;
+        dl__loader_fill(l, 0, 1, &rc, &pos);
+        dl__loader_merge(l, rc, pos);
+    }
     l->in_flight = false;
 }
 
@@ -9040,9 +9522,11 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
 {
     dl_loader *l;
     int64_t bs;
-    if (!ctx) return NULL;
-    if (!ds || !ds->get || ds->length < 0) {
-        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: dataset is NULL or has no get function");
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_loader_new: ctx is NULL"); return NULL; }
+    if (!ds) return NULL;   /* the dataset's constructor failed and said why */
+    if (!ds->get || ds->length < 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has %s (length %lld)",
+                ds->get ? "a negative length" : "no get function", (long long)ds->length);
         return NULL;
     }
     bs = desc && desc->batch_size > 0 ? desc->batch_size : 1;

@@ -616,7 +616,12 @@ static void result_strings(void)
               dl_result_string((dl_result)i), names[i]);
     CHECK(dl_result_string((dl_result)99) != NULL && strcmp(dl_result_string((dl_result)99), "DL_OK") != 0,
           "dl_result_string of an unknown code");
-    CHECK(dl_last_error(NULL) != DL_OK && dl_error_message(NULL) != NULL, "NULL context queries");
+    /* failures with no context go to a per-thread slot read with a NULL ctx */
+    dl_clear_error(NULL);
+    CHECK(dl_last_error(NULL) == DL_OK && strcmp(dl_error_message(NULL), "") == 0, "NULL context: cleared");
+    CHECK(dl_zeros(NULL, DL_SHAPE(2)) == NULL && dl_last_error(NULL) == DL_ERR_ARG &&
+          strstr(dl_error_message(NULL), "dl_zeros: ctx is NULL"), "NULL context queries: %s", dl_error_message(NULL));
+    dl_clear_error(NULL);
     dl_clear_error(C);
     CHECK(dl_last_error(C) == DL_OK && strcmp(dl_error_message(C), "") == 0, "cleared: DL_OK and \"\"");
 }
