@@ -16,7 +16,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
 # the same checks built other ways: clang, C++, OpenBLAS
 EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
-            $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib)
+            $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h tests/harness.h tests/golden.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
@@ -66,6 +66,8 @@ $(B)/test_ops_cxx: tests/test_ops.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_data_zlib: tests/test_data.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
+$(B)/test_hardening_debug: tests/test_hardening.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -DDL_DEBUG -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
 $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_OPENBLAS -I. $< -o $@ -lopenblas $(LDLIBS)
 
@@ -84,7 +86,7 @@ $(B)/tsan/%: tests/%.c $(DEPS) | $(B)/tsan
 
 sanitize: $(SANTESTS) $(TSANTESTS)
 	@ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1 \
 	    tests/run.sh $(SANTESTS) $(TSANTESTS)
 
 valgrind: $(B)/test_core

@@ -2161,13 +2161,15 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
         ctx->log_user = desc->log_user;
     }
     dl_manual_seed(ctx, desc ? desc->seed : 0);
-    if (!dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads)) {
-        /* the message goes to the thread's context-less slot: no ctx is returned */
-        dl__err(NULL, DL_ERR_ARG, "%s", ctx->msg);
+    if (desc && (desc->num_threads < 0 || desc->num_threads > 1024)) {
+        /* no context is returned: the message goes to the thread's context-less slot */
+        dl__err(NULL, DL_ERR_ARG, "dl_ctx_init: num_threads=%d must be between 0 (all %d cores) and 1024",
+                desc->num_threads, dl__cores());
         dl__hstore_free(ctx);
         DL_FREE(ctx);
         return NULL;
     }
+    dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
     return ctx;

@@ -11,6 +11,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
+#include <signal.h>
+#include <pthread.h>
+#include <dirent.h>
+#ifdef DL_ZLIB
+#include <zlib.h>
+#endif
 
 static dl_ctx *new_ctx(void)
 {
@@ -206,6 +213,324 @@ static void test_loader_errors(void)
     }
 }
 
+/* 6. saving: unique temporaries, no collisions, non-regular files refused,
+   symlinks written through, a full disk leaves the old file */
+static dl_module *small_net(dl_ctx *ctx)
+{
+    return dl_nn_linear(ctx, 4, 3, true);
+}
+
+typedef struct saver { const char *path; int ok, n; } saver;
+static void *save_loop(void *arg)
+{
+    saver *sv = (saver *)arg;
+    dl_ctx *ctx = new_ctx();
+    dl_module *m = small_net(ctx);
+    int i;
+    for (i = 0; i < sv->n; i++) sv->ok += dl_save(sv->path, m, NULL) == DL_OK;
+    dl_ctx_free(ctx);
+    return NULL;
+}
+
+static int count_tmp_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d))) if (strstr(e->d_name, ".tmp")) n++;
+    closedir(d);
+    return n;
+}
+
+static void test_save(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_module *m = small_net(ctx), *m2 = small_net(ctx);
+    float w[12], w2[12];
+    struct stat st;
+    {   /* two savers, one path */
+        pthread_t th[2];
+        saver sv[2];
+        int i;
+        for (i = 0; i < 2; i++) { sv[i].path = tmp("shared.safetensors"); sv[i].ok = 0; sv[i].n = 50; }
+        for (i = 0; i < 2; i++) pthread_create(&th[i], NULL, save_loop, &sv[i]);
+        for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        CHECK(sv[0].ok == 50 && sv[1].ok == 50, "concurrent saves failed: %d and %d of 50", sv[0].ok, sv[1].ok);
+        CHECK(dl_load(tmp("shared.safetensors"), m2, NULL) == DL_OK, "the file two savers wrote loads: %s",
+              dl_error_message(ctx));
+        CHECK(count_tmp_files(g_dir) == 0, "temporary files left behind: %d", count_tmp_files(g_dir));
+    }
+    /* a device node, a directory: refused, never replaced */
+    if (stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode)) {
+        CHECK(dl_save("/dev/full", m, NULL) == DL_ERR_IO, "saving over /dev/full");
+        EXPECT_ERR(ctx, DL_ERR_IO, "/dev/full exists and is not a regular file (a device)");
+        CHECK(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode), "/dev/full was replaced");
+    }
+    mkdir(tmp("adir"), 0755);
+    CHECK(dl_save(tmp("adir"), m, NULL) == DL_ERR_IO, "saving over a directory");
+    EXPECT_ERR(ctx, DL_ERR_IO, "is not a regular file (a directory)");
+    CHECK(stat(tmp("adir"), &st) == 0 && S_ISDIR(st.st_mode), "the directory was replaced");
+    /* a symbolic link: written through to its target, the link stays */
+    remove(tmp("target.safetensors"));
+    remove(tmp("link.safetensors"));
+    CHECK(dl_save(tmp("target.safetensors"), m2, NULL) == DL_OK, "save target");
+    CHECK(symlink("target.safetensors", tmp("link.safetensors")) == 0, "symlink");
+    CHECK(dl_save(tmp("link.safetensors"), m, NULL) == DL_OK, "save through a link: %s", dl_error_message(ctx));
+    CHECK(lstat(tmp("link.safetensors"), &st) == 0 && S_ISLNK(st.st_mode), "the link was replaced by a file");
+    CHECK(dl_load(tmp("target.safetensors"), m2, NULL) == DL_OK, "load target");
+    dl_read(dl_module_get(m, "weight"), w, 12);
+    dl_read(dl_module_get(m2, "weight"), w2, 12);
+    CHECK(memcmp(w, w2, sizeof w) == 0, "the link's target did not get the new contents");
+    /* a full disk (a file size limit: writes fail like ENOSPC): the old file stays */
+    {
+        struct rlimit old, lim;
+        dl_module *big = dl_nn_linear(ctx, 256, 256, true);
+        FILE *f;
+        long before;
+        CHECK(dl_save(tmp("full.safetensors"), m, NULL) == DL_OK, "save small");
+        f = fopen(tmp("full.safetensors"), "rb");
+        fseek(f, 0, SEEK_END);
+        before = ftell(f);
+        fclose(f);
+        signal(SIGXFSZ, SIG_IGN);
+        getrlimit(RLIMIT_FSIZE, &old);
+        lim = old;
+        lim.rlim_cur = 4096;
+        setrlimit(RLIMIT_FSIZE, &lim);
+        CHECK(dl_save(tmp("full.safetensors"), big, NULL) == DL_ERR_IO, "a write past the limit succeeded");
+        setrlimit(RLIMIT_FSIZE, &old);
+        EXPECT_ERR(ctx, DL_ERR_IO, "is unchanged");
+        f = fopen(tmp("full.safetensors"), "rb");
+        fseek(f, 0, SEEK_END);
+        CHECK(ftell(f) == before, "the old file changed");
+        fclose(f);
+        CHECK(count_tmp_files(g_dir) == 0, "a temporary file was left after a failed write");
+        CHECK(dl_load(tmp("full.safetensors"), m2, NULL) == DL_OK, "the old file still loads");
+    }
+    /* reading a directory: a clear message, not a huge allocation */
+    CHECK(dl_load(tmp("adir"), m2, NULL) == DL_ERR_IO, "loading a directory");
+    EXPECT_ERR(ctx, DL_ERR_IO, "is a directory");
+    {
+        dl_tensor *t;
+        CHECK(dl_idx_load(ctx, tmp("adir"), DL_DTYPE_F32, &t) == DL_ERR_IO, "idx from a directory");
+        EXPECT_ERR(ctx, DL_ERR_IO, "is a directory, not a file");
+    }
+    dl_ctx_free(ctx);
+}
+
+/* 7. optimizer values: NaN, infinity, negatives are refused with the value */
+static void test_optim_values(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_module *m = small_net(ctx);
+    dl_sgd_desc sd;
+    dl_adam_desc ad;
+    dl_optim *o;
+    memset(&sd, 0, sizeof sd);
+    o = dl_sgd(m, &sd);
+    CHECK(o && dl_optim_lr(o) == 1e-3f, "zeroed SGD desc: PyTorch's lr 1e-3");
+    CHECK(dl_optim_set_lr(o, NAN) == DL_ERR_ARG, "set_lr nan");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr=nan");
+    CHECK(dl_optim_set_lr(o, INFINITY) == DL_ERR_ARG, "set_lr inf");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr=inf");
+    CHECK(dl_optim_set_lr(o, -0.5f) == DL_ERR_ARG && dl_optim_lr(o) == 1e-3f, "set_lr negative");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr=-0.5 must be a finite number >= 0");
+    sd.weight_decay = -1.0f;
+    CHECK(dl_sgd(m, &sd) == NULL, "negative weight decay");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "weight_decay=-1");
+    sd.weight_decay = 0.0f;
+    sd.momentum = INFINITY;
+    CHECK(dl_sgd(m, &sd) == NULL, "inf momentum");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "momentum=inf");
+    memset(&ad, 0, sizeof ad);
+    ad.beta1 = 1.5f;
+    CHECK(dl_adam(m, &ad) == NULL, "beta1 1.5");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "betas (1.5, 0.999) must each be in [0, 1)");
+    ad.beta1 = 0.0f;
+    ad.beta2 = NAN;
+    CHECK(dl_adam(m, &ad) == NULL, "beta2 nan");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "betas (0.9, nan)");
+    ad.beta2 = 0.0f;
+    ad.eps = -1e-8f;
+    CHECK(dl_adam(m, &ad) == NULL, "negative eps");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "eps=-1e-08");
+    ad.eps = 0.0f;
+    ad.lr = NAN;
+    CHECK(dl_adamw(m, &ad) == NULL, "adamw lr nan");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "lr=nan");
+    dl_ctx_free(ctx);
+}
+
+/* 8. every NULL return of a creator or constructor has a message */
+#define NULL_WITH_MSG(c, call) do { \
+    dl_clear_error(c); dl_clear_error(NULL); \
+    CHECK((call) == NULL, "%s did not fail", #call); \
+    CHECK(dl_error_message(c)[0] != 0 || dl_error_message(NULL)[0] != 0, "%s: NULL without a message", #call); \
+} while (0)
+
+static void test_null_returns_have_messages(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *a = dl_ones(ctx, DL_SHAPE(2, 3)), *ts[2];
+    float v[2] = {1, 2};
+    int64_t k[3] = {1, 1, 1};
+    dl_conv_desc cd;
+    dl_ctx_desc bad;
+    memset(&cd, 0, sizeof cd);
+    ts[0] = a;
+    ts[1] = a;
+    NULL_WITH_MSG(ctx, dl_cat(0, ts, 0));
+    NULL_WITH_MSG(ctx, dl_cat(-1, ts, 0));
+    NULL_WITH_MSG(ctx, dl_cat(2, NULL, 0));
+    NULL_WITH_MSG(ctx, dl_stack(0, ts, 0));
+    NULL_WITH_MSG(ctx, dl_stack(-3, NULL, 0));
+    NULL_WITH_MSG(ctx, dl_cat(2, ts, 5));
+    NULL_WITH_MSG(ctx, dl_empty(NULL, DL_SHAPE(2)));
+    NULL_WITH_MSG(ctx, dl_zeros(NULL, DL_SHAPE(2)));
+    NULL_WITH_MSG(ctx, dl_ones(ctx, DL_SHAPE(-1)));
+    NULL_WITH_MSG(ctx, dl_full(ctx, dl_shape_make(DL_MAX_DIMS + 1, NULL), 1.0f));
+    NULL_WITH_MSG(ctx, dl_zeros(ctx, DL_SHAPE((int64_t)1 << 40, (int64_t)1 << 40)));
+    NULL_WITH_MSG(ctx, dl_arange(NULL, 0, 1, 1));
+    NULL_WITH_MSG(ctx, dl_arange(ctx, 0, 1, 0));
+    NULL_WITH_MSG(ctx, dl_arange(ctx, 0, NAN, 1));
+    NULL_WITH_MSG(ctx, dl_rand(NULL, DL_SHAPE(2)));
+    NULL_WITH_MSG(ctx, dl_randn(ctx, DL_SHAPE(-2)));
+    NULL_WITH_MSG(ctx, dl_from_array(ctx, DL_SHAPE(2), NULL));
+    NULL_WITH_MSG(ctx, dl_from_array(NULL, DL_SHAPE(2), v));
+    NULL_WITH_MSG(ctx, dl_from_int64(ctx, DL_SHAPE(2), NULL));
+    NULL_WITH_MSG(ctx, dl_from_int32(ctx, DL_SHAPE(-2), NULL));
+    NULL_WITH_MSG(ctx, dl_module_new(NULL, "M", NULL, 0));
+    NULL_WITH_MSG(ctx, dl_nn_linear(NULL, 2, 3, true));
+    NULL_WITH_MSG(ctx, dl_nn_linear(ctx, 0, 3, true));
+    NULL_WITH_MSG(ctx, dl_nn_conv(ctx, 4, 1, 1, k, &cd, true, false));
+    NULL_WITH_MSG(ctx, dl_nn_conv(NULL, 2, 1, 1, k, &cd, true, false));
+    NULL_WITH_MSG(ctx, dl_nn_conv2d(ctx, 3, 4, 0, NULL, true));
+    NULL_WITH_MSG(ctx, dl_nn_max_pool2d(ctx, NULL));
+    NULL_WITH_MSG(ctx, dl_nn_max_pool2d(NULL, NULL));
+    NULL_WITH_MSG(ctx, dl_nn_batch_norm2d(ctx, 0));
+    NULL_WITH_MSG(ctx, dl_nn_batch_norm1d(NULL, 3));
+    NULL_WITH_MSG(ctx, dl_nn_layer_norm(ctx, DL_SHAPE(0)));
+    NULL_WITH_MSG(ctx, dl_nn_dropout(ctx, 2.0f));
+    NULL_WITH_MSG(ctx, dl_nn_sequential(ctx, -1, NULL));
+    NULL_WITH_MSG(ctx, dl_sgd_params(NULL, 1, ts, NULL));
+    NULL_WITH_MSG(ctx, dl_adam_params(ctx, 0, ts, NULL));
+    NULL_WITH_MSG(ctx, dl_adam_groups(ctx, 0, NULL, NULL));
+    NULL_WITH_MSG(ctx, dl_loader_new(NULL, NULL, NULL));
+    NULL_WITH_MSG(ctx, dl_tensor_dataset(ctx, a, a, NULL, false));
+    NULL_WITH_MSG(ctx, dl_function_apply(NULL, 1, ts, NULL));
+    memset(&bad, 0, sizeof bad);
+    bad.num_threads = -3;
+    NULL_WITH_MSG(ctx, dl_ctx_init(&bad));
+    CHECK(strstr(dl_error_message(NULL), "num_threads=-3 must be between 0"), "bad thread count: %s",
+          dl_error_message(NULL));
+    bad.num_threads = 100000;
+    NULL_WITH_MSG(ctx, dl_ctx_init(&bad));
+    dl_clear_error(NULL);
+    dl_ctx_free(ctx);
+}
+
+/* 9. a huge convolution is an error, never a wrapped size */
+static void test_huge_conv(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl__cgeom g;
+    int64_t nb, nfl;
+    memset(&g, 0, sizeof g);
+    g.N = 1; g.Ca = (int64_t)1 << 31; g.K = (int64_t)1 << 31; g.Cb = 1; g.Lb = (int64_t)1 << 10;
+    CHECK(!dl__conv_plan("test", ctx, &g, &nb, &nfl), "a scratch of 2^72 floats was planned");
+    EXPECT_ERR(ctx, DL_ERR_OOM, "size overflow");
+    {
+        dl_tensor *x = dl_ones(ctx, DL_SHAPE(1, 64, 1, 1)), *w = dl_ones(ctx, DL_SHAPE(1, 64, 64, 64));
+        dl_conv_desc d = dl_conv_desc_make(1, 2000000, 1, 1);
+        CHECK(dl_conv2d(x, w, NULL, &d) == NULL, "a conv with a 64 TB scratch succeeded");
+        CHECK(dl_last_error(ctx) == DL_ERR_OOM, "huge conv: %s", dl_error_message(ctx));
+        dl_clear_error(ctx);
+    }
+    dl_ctx_free(ctx);
+}
+
+/* 10. the error message's lifetime: kept through later successes, until cleared */
+static void test_error_lifetime(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *a = dl_ones(ctx, DL_SHAPE(2)), *b = dl_ones(ctx, DL_SHAPE(3));
+    CHECK(dl_add(a, b) == NULL && dl_last_error(ctx) == DL_ERR_SHAPE, "shape error");
+    CHECK(dl_add(a, a) != NULL, "a later success");
+    CHECK(dl_last_error(ctx) == DL_ERR_SHAPE && strstr(dl_error_message(ctx), "dl_add"),
+          "the message survives a success (documented)");
+    dl_clear_error(ctx);
+    CHECK(dl_last_error(ctx) == DL_OK && dl_error_message(ctx)[0] == 0, "cleared");
+    dl_ctx_free(ctx);
+}
+
+/* 12. gzip bomb: a small .gz that inflates to far more than its header says */
+static void test_gzip_bomb(void)
+{
+#ifdef DL_ZLIB
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *t;
+    const char *path = tmp("bomb-idx1-ubyte.gz");
+    gzFile gz = gzopen(path, "wb9");
+    unsigned char hdr[8] = {0, 0, 0x08, 1, 0, 0, 0, 10}, *zero = (unsigned char *)calloc(1, 1 << 20);
+    int i;
+    gzwrite(gz, hdr, 8);
+    gzwrite(gz, zero, 10);
+    for (i = 0; i < 200; i++) gzwrite(gz, zero, 1 << 20);   /* 200 MiB of zeros after 10 declared bytes */
+    gzclose(gz);
+    free(zero);
+    CHECK(dl_idx_load(ctx, path, DL_DTYPE_I64, &t) == DL_ERR_FORMAT, "a bomb loaded");
+    EXPECT_ERR(ctx, DL_ERR_FORMAT, "declares 18 bytes but the decompressed file has more than 18");
+    {   /* the good prefix alone loads */
+        unsigned char data[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+        int64_t y[10];
+        gz = gzopen(path, "wb");
+        gzwrite(gz, hdr, 8);
+        gzwrite(gz, data, 10);
+        gzclose(gz);
+        CHECK(dl_idx_load(ctx, path, DL_DTYPE_I64, &t) == DL_OK && dl_read_int64(t, y, 10) == DL_OK &&
+              y[9] == 9, "a good .gz: %s", dl_error_message(ctx));
+        gz = gzopen(path, "wb");    /* truncated: fewer bytes than declared */
+        gzwrite(gz, hdr, 8);
+        gzwrite(gz, data, 5);
+        gzclose(gz);
+        CHECK(dl_idx_load(ctx, path, DL_DTYPE_I64, &t) == DL_ERR_FORMAT, "short .gz");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "declares 18 bytes but the decompressed file has 13");
+    }
+    dl_ctx_free(ctx);
+#endif
+}
+
+/* 13. use after dl_free (DL_DEBUG builds): an error naming the tensor */
+static void test_use_after_free(void)
+{
+#ifdef DL_DEBUG
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *p = dl_set_name(dl_keep(dl_ones(ctx, DL_SHAPE(3))), "weights");
+    dl_free(p);
+    CHECK(dl_add(p, p) == NULL, "use after free accepted");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "weights was freed by dl_free()");
+    dl_free(p);
+    EXPECT_ERR(ctx, DL_ERR_ARG, "use after free");
+    dl_ctx_free(ctx);
+#endif
+}
+
+/* 15. thread counts: clamped to the cores, absurd values refused */
+static void test_threads_clamped(void)
+{
+    dl_ctx *ctx = new_ctx();
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(dl_set_num_threads(ctx, 100000) == DL_ERR_ARG, "100000 threads accepted");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "num_threads=100000 must be between 0");
+    CHECK(dl_set_num_threads(ctx, -3) == DL_ERR_ARG, "-3 threads accepted");
+    dl_clear_error(ctx);
+    CHECK(dl_set_num_threads(ctx, 1000) == DL_OK && dl_num_threads(ctx) == (cores > 1024 ? 1024 : cores),
+          "1000 threads not clamped to %ld cores: %d", cores, dl_num_threads(ctx));
+    CHECK(dl_set_num_threads(ctx, 0) == DL_OK && dl_num_threads(ctx) == cores, "0: all cores");
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -215,5 +540,13 @@ int main(void)
     test_custom_returns_input();
     test_create_graph_own_grads();
     test_loader_errors();
+    test_save();
+    test_optim_values();
+    test_null_returns_have_messages();
+    test_huge_conv();
+    test_error_lifetime();
+    test_gzip_bomb();
+    test_use_after_free();
+    test_threads_clamped();
     TEST_END();
 }
