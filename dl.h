@@ -247,10 +247,20 @@ DL_API dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape shape, const int32_t *valu
 DL_API dl_tensor *dl_zeros_like(dl_tensor *t);
 DL_API dl_tensor *dl_ones_like(dl_tensor *t);
 DL_API dl_tensor *dl_copy(dl_tensor *t);      /* new storage; differentiable (clone) */
-DL_API dl_tensor *dl_keep(dl_tensor *t);      /* persistent copy, no history, requires_grad off */
+/* A persistent copy without history (detach + clone into persistent memory).
+   A leaf keeps its requires_grad flag; an op's output gives a plain tensor. */
+DL_API dl_tensor *dl_keep(dl_tensor *t);
+DL_API dl_tensor *dl_param(dl_tensor *t);     /* dl_keep + requires_grad: a trainable leaf */
 DL_API void dl_free(dl_tensor *t);            /* persistent tensors only; NULL ok */
 DL_API dl_tensor *dl_to(dl_tensor *t, dl_device dev);   /* copy to a device; differentiable */
 DL_API dl_tensor *dl_set_name(dl_tensor *t, const char *name); /* returns t */
+
+/* --- tensors: writing values (in place, as Tensor.copy_ / fill_). Into a
+   leaf that requires grad only inside dl_no_grad_begin/end (as PyTorch);
+   never into an op's output that is part of a graph. */
+DL_API dl_result dl_write(dl_tensor *t, const float *src, int64_t n);  /* n must equal numel */
+DL_API dl_result dl_fill_(dl_tensor *t, float value);
+DL_API dl_result dl_copy_(dl_tensor *dst, dl_tensor *src);  /* src broadcasts to dst's shape */
 
 /* --- tensors: reading back */
 DL_API float dl_item(dl_tensor *t);           /* the one element; NaN + error otherwise */
@@ -312,6 +322,9 @@ DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, fir
 
 /* --- ops: linear algebra and softmax */
 DL_API dl_tensor *dl_matmul(dl_tensor *a, dl_tensor *b);  /* torch.matmul rules */
+/* F.linear: x (*,in), w (out,in), b (out) or NULL -> x w^T + b (*,out), one
+   GEMM with w as a transposed operand (no copy of w) */
+DL_API dl_tensor *dl_linear(dl_tensor *x, dl_tensor *w, dl_tensor *b);
 DL_API dl_tensor *dl_softmax(dl_tensor *t, int dim);
 DL_API dl_tensor *dl_log_softmax(dl_tensor *t, int dim);
 
@@ -628,6 +641,22 @@ DL_API dl_tensor *dl_module_get(dl_module *m, const char *path);
    than 127 characters are truncated. */
 DL_API int dl_module_named_tensors(dl_module *m, bool params_only, int max, dl_tensor **out,
                                    char (*names)[128]);
+/* The module's tensors with their full names, as PyTorch's state_dict()
+   (parameters and buffers, in order; a shared tensor under each of its
+   names) and named_parameters() (parameters only, a shared one once).
+   Returns the count and points *out at an array owned by m, valid until the
+   next call of the same function on m or a change to m or its children;
+   -1 (with an error) on OOM.
+       const dl_named_tensor *p;
+       int n = dl_module_state_dict(net, &p);
+       for (int i = 0; i < n; i++) printf("%s %s\n", p[i].name, ...); */
+typedef struct dl_named_tensor {
+    const char *name;         /* "0.weight", "layer1.0.bn1.running_mean" */
+    dl_tensor *t;
+    bool is_buffer;
+} dl_named_tensor;
+DL_API int dl_module_state_dict(dl_module *m, const dl_named_tensor **out);
+DL_API int dl_module_named_parameters(dl_module *m, const dl_named_tensor **out);
 DL_API int64_t dl_module_num_params(dl_module *m);   /* elements; shared params once */
 DL_API void dl_module_zero_grad(dl_module *m);       /* grads = 0 (kept allocated) */
 
@@ -3921,6 +3950,34 @@ dl_tensor *dl_matmul(dl_tensor *a, dl_tensor *b)
     return y;
 }
 
+/* x (*,in)  w (out,in)  b (out)  ->  y (*,out) = x w^T + b */
+dl_tensor *dl_linear(dl_tensor *x, dl_tensor *w, dl_tensor *b)
+{
+    static const char *op = "dl_linear";
+    dl_tensor *y;
+    if (!x || !w) return NULL;
+    if (!dl__live(op, "x", x) || !dl__live(op, "w", w) || (b && !dl__live(op, "b", b))) return NULL;
+    if (!dl__pair(op, x, w) || (b && !dl__pair(op, x, b))) return NULL;
+    if (!dl__f32(op, "x", x) || !dl__f32(op, "w", w) || (b && !dl__f32(op, "b", b))) return NULL;
+    if (w->ndim != 2) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: w %s must be (out_features, in_features)", op, dl__sh(w));
+        return NULL;
+    }
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: x %s: its last dim must equal in_features = w.shape[1] "
+                "= %lld (w %s)", op, dl__sh(x), (long long)w->shape[1], dl__sh(w));
+        return NULL;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: b %s must be (out_features) = (%lld)", op, dl__sh(b),
+                (long long)w->shape[0]);
+        return NULL;
+    }
+    /* x w^T as one GEMM with w transposed in place: no copy of w per call */
+    y = x->ndim >= 2 ? dl__mm(x, w, false, true) : dl_matmul(x, dl_transpose(w, 0, 1));
+    return b ? dl_add(y, b) : y;
+}
+
 /* y = softmax(x);      dx = y * (g - sum(g * y, dim))
    y = log_softmax(x);  dx = g - exp(y) * sum(g, dim) */
 static dl_result dl__softmax_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -4074,8 +4131,91 @@ dl_tensor *dl_keep(dl_tensor *t)
     dl_tensor *y;
     if (!t || !dl__live("dl_keep", "t", t)) return NULL;
     y = dl__clone("dl_keep", t, true);
-    if (y) memcpy(y->name, t->name, sizeof y->name);
+    if (!y) return NULL;
+    memcpy(y->name, t->name, sizeof y->name);
+    y->requires_grad = t->requires_grad && !t->node_;   /* a leaf's flag is kept */
     return y;
+}
+
+dl_tensor *dl_param(dl_tensor *t)
+{
+    dl_tensor *y = dl_keep(t);
+    if (y && !dl_requires_grad(y, true)) { dl_free(y); return NULL; }
+    return y;
+}
+
+/* A tensor that may be written in place: live, not in a graph, and not a
+   leaf that requires grad while grad mode is on. */
+static bool dl__writable(const char *op, dl_tensor *t)
+{
+    if (!dl__live(op, "t", t)) return false;
+    if (t->node_) {
+        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: t %s is the output of %s in the recorded graph; writing "
+                "into it would change what its backward uses (write into a dl_detach()ed copy)",
+                op, dl__sh(t), t->node_->op->name);
+        return false;
+    }
+    if (t->requires_grad && dl__grad_on(t->ctx_)) {
+        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: t %s is a leaf that requires grad; write into it inside "
+                "dl_no_grad_begin()/dl_no_grad_end() (as torch.no_grad())", op, dl__sh(t));
+        return false;
+    }
+    return true;
+}
+
+dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
+{
+    if (!t) return DL_ERR_ARG;
+    if (!dl__writable("dl_write", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__f32("dl_write", "t", t)) return DL_ERR_DTYPE;
+    if (!src || n != t->numel) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_write: t %s has %lld elements but src holds %lld%s",
+                dl__sh(t), (long long)t->numel, (long long)n, src ? "" : " (src is NULL)");
+        return DL_ERR_ARG;
+    }
+    if (n) memcpy(t->data, src, sizeof(float) * (size_t)n);
+    return DL_OK;
+}
+
+dl_result dl_fill_(dl_tensor *t, float v)
+{
+    if (!t) return DL_ERR_ARG;
+    if (!dl__writable("dl_fill_", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
+    dl__K(t)->fill(t->ctx_, (float *)t->data, t->numel, v);
+    return DL_OK;
+}
+
+dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
+{
+    static const char *op = "dl_copy_";
+    int64_t ds[DL_MAX_DIMS], ss[DL_MAX_DIMS], st[DL_MAX_DIMS];
+    int d;
+    if (!dst || !src) return DL_ERR_ARG;
+    if (!dl__writable(op, dst)) return dst->magic_ == DL__MAGIC ? dst->ctx_->err : DL_ERR_ARG;
+    if (!dl__live(op, "src", src) || !dl__pair(op, dst, src)) return dst->ctx_->err;
+    if (src->dtype != dst->dtype) {
+        dl__err(dst->ctx_, DL_ERR_DTYPE, "%s: dst %s is %s but src %s is %s", op, dl__sh(dst),
+                dl__dtype_str(dst->dtype), dl__sh(src), dl__dtype_str(src->dtype));
+        return DL_ERR_DTYPE;
+    }
+    if (src->ndim > dst->ndim) goto bad;
+    dl__strides(src->shape, src->ndim, st);
+    for (d = 0; d < dst->ndim; d++) {
+        int is = d - (dst->ndim - src->ndim);
+        int64_t sd = is >= 0 ? src->shape[is] : 1;
+        if (sd != dst->shape[d] && sd != 1) goto bad;
+        ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
+    }
+    if (src == dst || dst->numel == 0) return DL_OK;
+    dl__strides(dst->shape, dst->ndim, ds);
+    dl__K(dst)->copy_nd(dst->ctx_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
+                        src->data, ss);
+    return DL_OK;
+bad:
+    dl__err(dst->ctx_, DL_ERR_SHAPE, "%s: src %s does not broadcast to dst %s (sizes must match or be "
+            "1, aligned from the right)", op, dl__sh(src), dl__sh(dst));
+    return DL_ERR_SHAPE;
 }
 
 void dl_free(dl_tensor *t)
@@ -6501,6 +6641,8 @@ dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape s) { return dl__adaptiv
 typedef struct dl__mtensor { char name[DL__NAME_MAX]; dl_tensor *t; bool param; } dl__mtensor;
 typedef struct dl__mchild { char name[DL__NAME_MAX]; dl_module *m; } dl__mchild;
 
+typedef struct dl__ncache { dl_named_tensor *v; int cap; char *names; size_t ncap; } dl__ncache;
+
 struct dl_module {
     uint32_t magic;
     dl_ctx *ctx;
@@ -6516,6 +6658,9 @@ struct dl_module {
     int nscratch;
     dl_tensor **groups;               /* dl_module_decay_groups' arrays */
     int ngroups_cap;
+    dl__ncache sd, np;
+    char *path;                       /* scratch for names while walking */
+    size_t pathcap;
 };
 
 static void dl__module_destroy(void *p)
@@ -6526,6 +6671,11 @@ static void dl__module_destroy(void *p)
     DL_FREE(m->cs);
     DL_FREE(m->scratch);
     DL_FREE(m->groups);
+    DL_FREE(m->sd.v);
+    DL_FREE(m->sd.names);
+    DL_FREE(m->np.v);
+    DL_FREE(m->np.names);
+    DL_FREE(m->path);
     DL_FREE(m->state);
     DL_FREE(m);
 }
@@ -6621,7 +6771,7 @@ static dl_tensor *dl__mod_register(dl_module *m, const char *fn, const char *nam
     t = dl_keep(init);
     if (!t) return NULL;
     dl_set_name(t, name);
-    if (param) t->requires_grad = true;
+    t->requires_grad = param;
     snprintf(m->ts[m->nt].name, DL__NAME_MAX, "%s", name);
     m->ts[m->nt].t = t;
     m->ts[m->nt].param = param;
@@ -6797,11 +6947,117 @@ int dl_module_named_tensors(dl_module *m, bool params_only, int max, dl_tensor *
     return w.count;
 }
 
+typedef struct dl__nwalk {
+    bool params_only, fill;
+    int count;
+    size_t bytes, maxpath;            /* name bytes with the NULs; longest prefix */
+    dl_named_tensor *out;
+    char *names, *path;
+} dl__nwalk;
+
+/* Pass 1 (fill false) counts entries and name bytes; pass 2 writes them. */
+static void dl__nwalk_mod(const dl_module *m, size_t plen, dl__nwalk *w, int depth)
+{
+    int pass, i;
+    if (depth > 256) return;
+    if (plen > w->maxpath) w->maxpath = plen;
+    for (pass = 0; pass < 2; pass++) {
+        if (pass == 1 && w->params_only) break;
+        for (i = 0; i < m->nt; i++) {
+            size_t nl = strlen(m->ts[i].name);
+            if (m->ts[i].param != (pass == 0)) continue;
+            if (w->fill) {
+                char *d = w->names + w->bytes;
+                if (plen) memcpy(d, w->path, plen);
+                memcpy(d + plen, m->ts[i].name, nl + 1);
+                w->out[w->count].name = d;
+                w->out[w->count].t = m->ts[i].t;
+                w->out[w->count].is_buffer = !m->ts[i].param;
+            }
+            w->bytes += plen + nl + 1;
+            w->count++;
+        }
+    }
+    for (i = 0; i < m->nc; i++) {
+        size_t cl = strlen(m->cs[i].name);
+        if (w->fill) {
+            memcpy(w->path + plen, m->cs[i].name, cl);
+            w->path[plen + cl] = '.';
+        }
+        dl__nwalk_mod(m->cs[i].m, plen + cl + 1, w, depth + 1);
+    }
+}
+
+static bool dl__grow_bytes(dl_ctx *ctx, char **p, size_t *cap, size_t need)
+{
+    char *q;
+    if (need <= *cap) return true;
+    q = (char *)DL_REALLOC(*p, need);
+    ctx->alloc_calls++;
+    if (!q) return false;
+    *p = q;
+    *cap = need;
+    return true;
+}
+
+static int dl__named(dl_module *m, bool params_only, dl__ncache *c, const dl_named_tensor **out)
+{
+    dl__nwalk w;
+    void *arr;
+    int i, j, k;
+    *out = NULL;
+    memset(&w, 0, sizeof w);
+    w.params_only = params_only;
+    dl__nwalk_mod(m, 0, &w, 0);
+    arr = c->v;
+    if (!dl__grow(m->ctx, &arr, &c->cap, w.count + 1, sizeof(dl_named_tensor))) return -1;
+    c->v = (dl_named_tensor *)arr;
+    if (!dl__grow_bytes(m->ctx, &c->names, &c->ncap, w.bytes + 1) ||
+        !dl__grow_bytes(m->ctx, &m->path, &m->pathcap, w.maxpath + 1)) {
+        dl__err(m->ctx, DL_ERR_OOM, "%s: out of memory listing names", m->type);
+        return -1;
+    }
+    w.fill = true;
+    w.count = 0;
+    w.bytes = 0;
+    w.out = c->v;
+    w.names = c->names;
+    w.path = m->path;
+    dl__nwalk_mod(m, 0, &w, 0);
+    k = w.count;
+    if (params_only) {      /* named_parameters(): a shared parameter once, first name */
+        for (i = k = 0; i < w.count; i++) {
+            for (j = 0; j < k; j++) if (c->v[j].t == c->v[i].t) break;
+            if (j == k) c->v[k++] = c->v[i];
+        }
+    }
+    *out = c->v;
+    return k;
+}
+
+int dl_module_state_dict(dl_module *m, const dl_named_tensor **out)
+{
+    if (!out) return -1;
+    *out = NULL;
+    if (!dl__mod_ok(m)) return -1;
+    return dl__named(m, false, &m->sd, out);
+}
+
+int dl_module_named_parameters(dl_module *m, const dl_named_tensor **out)
+{
+    if (!out) return -1;
+    *out = NULL;
+    if (!dl__mod_ok(m)) return -1;
+    return dl__named(m, true, &m->np, out);
+}
+
 /* The de-duplicated parameters in state_dict order, in m->scratch (grown
    only when the count grows, so a steady loop does not allocate). -1: OOM. */
 static int dl__mod_params(dl_module *m)
 {
-    int n = dl_module_named_tensors(m, true, 0, NULL, NULL), i, j, k = 0;
+    const dl_named_tensor *p;
+    int n = dl_module_named_parameters(m, &p), i;
+    if (n < 0) return -1;
     if (n > m->nscratch) {
         dl_tensor **s = (dl_tensor **)dl__malloc(m->ctx, sizeof(dl_tensor *) * (size_t)n);
         if (!s) { dl__err(m->ctx, DL_ERR_OOM, "%s: out of memory listing parameters", m->type); return -1; }
@@ -6809,12 +7065,8 @@ static int dl__mod_params(dl_module *m)
         m->scratch = s;
         m->nscratch = n;
     }
-    dl_module_named_tensors(m, true, n, m->scratch, NULL);
-    for (i = 0; i < n; i++) {
-        for (j = 0; j < k; j++) if (m->scratch[j] == m->scratch[i]) break;
-        if (j == k) m->scratch[k++] = m->scratch[i];
-    }
-    return k;
+    for (i = 0; i < n; i++) m->scratch[i] = p[i].t;
+    return n;
 }
 
 int64_t dl_module_num_params(dl_module *m)
@@ -6948,21 +7200,16 @@ void dl_init_xavier_normal(dl_tensor *t, float gain)
 // >>section nn: built-in modules
 typedef struct dl__linear { int64_t in, out; dl_tensor *w, *b; } dl__linear;
 
-/* x (*,in)  w (out,in)  b (out)  ->  y (*,out) = x w^T + b */
 static dl_tensor *dl__linear_fwd(dl_module *m, dl_tensor *x)
 {
     dl__linear *s = (dl__linear *)m->state;
-    dl_tensor *y;
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != s->in) {
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != s->in) {   /* the module's name in the message */
         dl__err(m->ctx, DL_ERR_SHAPE, "Linear(%lld, %lld): x %s: the last dim must equal "
                 "in_features=%lld (weight %s)", (long long)s->in, (long long)s->out, dl__sh(x),
                 (long long)s->in, dl__sh(s->w));
         return NULL;
     }
-    /* x W^T as one GEMM with B transposed in place: no copy of W per call */
-    y = x->ndim >= 2 ? dl__mm(x, s->w, false, true) : dl_matmul(x, dl_transpose(s->w, 0, 1));
-    if (s->b) y = dl_add(y, s->b);
-    return y;
+    return dl_linear(x, s->w, s->b);
 }
 
 dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
