@@ -829,6 +829,57 @@ DL_API dl_module *dl_nn_batch_norm3d(dl_ctx *ctx, int64_t channels);   /* x (N,C
 DL_API dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape normalized_shape);
 DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in eval mode */
 
+/* --- io: tensorboard
+   Event files for TensorBoard, as torch.utils.tensorboard.SummaryWriter writes
+   them (add_scalar, add_histogram, add_image/add_images, add_graph), with no
+   dependency: TFRecord framing (8-byte little-endian length, masked CRC-32C of
+   it, the serialized Event, masked CRC-32C of that) around Event, Summary and
+   GraphDef protobuf messages encoded by dl.h (fields in number order, proto3
+   defaults left out: the bytes protobuf's deterministic serializer writes).
+   dl_summary_open creates logdir (and its parents) and a new file
+   logdir/events.out.tfevents.<unix time>.<host>.<pid>.<n> whose first record
+   is file_version "brain.Event:2"; view it with `tensorboard --logdir DIR`.
+   Each record reaches the file in one write when it is made, so after a
+   crash TensorBoard reads every whole record; a write that fails (full disk)
+   is DL_ERR_IO naming the file, and its partial record is cut off again so
+   the file stays readable. The writer belongs to the context (dl_ctx_free
+   closes it); one thread at a time per writer. Tensors are read with dl_read.
+     histogram: TensorFlow's default buckets, the layout of TensorBoard's own
+       histograms: limits -DBL_MAX, -1e20 < -1e-12*1.1^k <= -1e-12, 0, the
+       same positive, DBL_MAX; a value v counts in the bucket of the first
+       limit > v. Written from the first to the last non-empty bucket, runs
+       of empty buckets merged into one (TF's Histogram::EncodeToProto, less
+       its empty runs at the ends: TensorBoard takes min and max as the outer
+       edges). float32, int32 or int64 tensors; values must be finite.
+     image: (C,H,W), or (N,C,H,W) tiled into one grid 8 images wide (zero
+       fill, PyTorch's add_images), C = 1 gray, 3 RGB, 4 RGBA, written as an
+       8-bit PNG (stored deflate blocks: no zlib). float32 values are [0,1]:
+       v*255 clipped to 0..255 and truncated, as PyTorch's add_image; int32 and
+       int64 values are 0..255, clipped.
+     graph: the tape behind root as a GraphDef, the picture of dl_graph_dot:
+       a node per op named <op>_<k> (k counts that op in tape order; op: the
+       dl op's name or the custom function's), per leaf its dl_set_name name
+       (else Parameter_<k>, Buffer_<k>, Input_<k>) with op "Parameter"
+       (requires grad), "Buffer" (persistent, no grad) or "Input"; inputs as
+       edges; attrs _output_shapes, dtype, requires_grad, tensor_name. */
+typedef struct dl_summary_writer dl_summary_writer;
+/* new events file in logdir (created if missing); NULL + error on failure */
+DL_API dl_summary_writer *dl_summary_open(dl_ctx *ctx, const char *logdir);
+/* add_scalar: value stored as float32 (Summary.Value.simple_value) */
+DL_API dl_result dl_summary_scalar(dl_summary_writer *w, const char *tag, int64_t step, double value);
+/* add_histogram(tag, t, step) with TensorFlow's default buckets (above) */
+DL_API dl_result dl_summary_histogram(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *t);
+/* add_image (C,H,W) / add_images (N,C,H,W) as one PNG (above) */
+DL_API dl_result dl_summary_image(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *img);
+/* add_graph: the recorded graph that computed root (call before dl_step_end) */
+DL_API dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root);
+/* records are in the file already; this also syncs it to disk (fsync) */
+DL_API dl_result dl_summary_flush(dl_summary_writer *w);
+/* sync and close now (else dl_ctx_free closes it); NULL ok; w is gone after */
+DL_API dl_result dl_summary_close(dl_summary_writer *w);
+/* the events file's path (NULL for NULL) */
+DL_API const char *dl_summary_path(const dl_summary_writer *w);
+
 /* --- data */
 /* Read an IDX file ((Fashion-)MNIST format) into a persistent tensor with
    the file's dims, converted to float32 (images: raw 0..255 values) or int64
@@ -9894,6 +9945,1041 @@ void dl_loader_set_epoch(dl_loader *l, int64_t epochs)
     dl__loader_wait(l);
     l->epoch = epochs;
     l->batch = -1;
+}
+
+// >>section io: tensorboard
+/* TensorBoard event files (see the declarations). A record is framed as
+   TFRecord: uint64 length (little-endian), masked CRC-32C of those 8 bytes,
+   the serialized Event, masked CRC-32C of the Event; the whole record goes to
+   the file in one write() on an O_APPEND descriptor, and a failed write is
+   undone with ftruncate, so the file only ever ends inside a record when the
+   process died in the middle of that write. Protobuf messages are encoded by
+   hand into a growable buffer; a nested message is written after its tag and
+   its length is inserted in front of it when it ends. The PNG encoder writes
+   stored (uncompressed) deflate blocks inside a zlib stream. */
+#include <time.h>
+#ifdef DL__UNIX
+#include <sys/utsname.h>
+#endif
+
+#define DL__TB_MAGIC 0x44544231u
+
+/* ---- bytes and the protobuf wire format. Scalar fields at their proto3
+   default (0, empty string) are left out, as protobuf's serializers do. */
+typedef struct dl__pb { unsigned char *p; size_t n, cap; bool oom; } dl__pb;
+
+static bool dl__pb_grow(dl__pb *b, size_t extra)
+{
+    size_t cap;
+    unsigned char *q;
+    if (b->oom) return false;
+    if (extra <= b->cap - b->n) return true;
+    if (extra > ((size_t)-1) / 4 - b->n) { b->oom = true; return false; }
+    cap = b->cap ? b->cap : 256;
+    while (cap - b->n < extra) cap *= 2;
+    q = (unsigned char *)DL_REALLOC(b->p, cap);
+    if (!q) { b->oom = true; return false; }
+    b->p = q;
+    b->cap = cap;
+    return true;
+}
+
+static void dl__pb_raw(dl__pb *b, const void *data, size_t n)
+{
+    if (!n || !dl__pb_grow(b, n)) return;
+    memcpy(b->p + b->n, data, n);
+    b->n += n;
+}
+
+static size_t dl__pb_put_varint(unsigned char *p, uint64_t v)
+{
+    size_t k = 0;
+    while (v >= 0x80) { p[k++] = (unsigned char)(v | 0x80); v >>= 7; }
+    p[k++] = (unsigned char)v;
+    return k;
+}
+
+static void dl__pb_varint(dl__pb *b, uint64_t v)
+{
+    unsigned char t[10];
+    dl__pb_raw(b, t, dl__pb_put_varint(t, v));
+}
+
+/* wire types: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 */
+static void dl__pb_tag(dl__pb *b, int field, int wire)
+{
+    dl__pb_varint(b, ((uint64_t)field << 3) | (uint64_t)wire);
+}
+
+static void dl__pb_le(dl__pb *b, uint64_t v, int bytes)
+{
+    unsigned char t[8];
+    int i;
+    for (i = 0; i < bytes; i++) t[i] = (unsigned char)(v >> (8 * i));
+    dl__pb_raw(b, t, (size_t)bytes);
+}
+
+/* int32, int64, enum, bool fields (a negative value takes ten bytes) */
+static void dl__pb_int(dl__pb *b, int field, int64_t v)
+{
+    if (!v) return;
+    dl__pb_tag(b, field, 0);
+    dl__pb_varint(b, (uint64_t)v);
+}
+
+static uint64_t dl__pb_dbits(double v) { uint64_t u; memcpy(&u, &v, sizeof u); return u; }
+
+static void dl__pb_double(dl__pb *b, int field, double v)
+{
+    uint64_t u = dl__pb_dbits(v);
+    if (!u) return;
+    dl__pb_tag(b, field, 1);
+    dl__pb_le(b, u, 8);
+}
+
+/* always written: the one float field, Summary.Value.simple_value, is a
+   member of a oneof, where a 0 must be present to say which member is set */
+static void dl__pb_float(dl__pb *b, int field, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    dl__pb_tag(b, field, 5);
+    dl__pb_le(b, u, 4);
+}
+
+static void dl__pb_bytes(dl__pb *b, int field, const void *s, size_t n)
+{
+    if (!n) return;
+    dl__pb_tag(b, field, 2);
+    dl__pb_varint(b, (uint64_t)n);
+    dl__pb_raw(b, s, n);
+}
+
+static void dl__pb_str(dl__pb *b, int field, const char *s) { dl__pb_bytes(b, field, s, strlen(s)); }
+
+/* repeated double, packed */
+static void dl__pb_doubles(dl__pb *b, int field, const double *v, size_t n)
+{
+    size_t i;
+    if (!n) return;
+    dl__pb_tag(b, field, 2);
+    dl__pb_varint(b, (uint64_t)n * 8);
+    for (i = 0; i < n; i++) dl__pb_le(b, dl__pb_dbits(v[i]), 8);
+}
+
+/* A nested message: dl__pb_begin writes the tag and returns where the
+   content starts; dl__pb_end puts the content's length in front of it. */
+static size_t dl__pb_begin(dl__pb *b, int field)
+{
+    dl__pb_tag(b, field, 2);
+    return b->n;
+}
+
+static void dl__pb_end(dl__pb *b, size_t start)
+{
+    unsigned char t[10];
+    size_t len, k;
+    if (b->oom) return;
+    len = b->n - start;
+    k = dl__pb_put_varint(t, (uint64_t)len);
+    if (!dl__pb_grow(b, k)) return;
+    memmove(b->p + start + k, b->p + start, len);
+    memcpy(b->p + start, t, k);
+    b->n += k;
+}
+
+/* ---- checksums: CRC-32C (Castagnoli, TFRecord), CRC-32 (PNG), Adler-32
+   (zlib); reflected CRCs four bits at a time. */
+static const uint32_t dl__tb_crc32c_tab[16] = {
+    0x00000000u, 0x105ec76fu, 0x20bd8edeu, 0x30e349b1u, 0x417b1dbcu, 0x5125dad3u, 0x61c69362u,
+    0x7198540du, 0x82f63b78u, 0x92a8fc17u, 0xa24bb5a6u, 0xb21572c9u, 0xc38d26c4u, 0xd3d3e1abu,
+    0xe330a81au, 0xf36e6f75u};
+static const uint32_t dl__tb_crc32_tab[16] = {
+    0x00000000u, 0x1db71064u, 0x3b6e20c8u, 0x26d930acu, 0x76dc4190u, 0x6b6b51f4u, 0x4db26158u,
+    0x5005713cu, 0xedb88320u, 0xf00f9344u, 0xd6d6a3e8u, 0xcb61b38cu, 0x9b64c2b0u, 0x86d3d2d4u,
+    0xa00ae278u, 0xbdbdf21cu};
+
+static uint32_t dl__tb_crc_nibbles(const uint32_t *tab, uint32_t crc, const void *data, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    crc = ~crc;
+    while (n--) {
+        crc = tab[(crc ^ *p) & 15u] ^ (crc >> 4);
+        crc = tab[(crc ^ (uint32_t)(*p >> 4)) & 15u] ^ (crc >> 4);
+        p++;
+    }
+    return ~crc;
+}
+
+/* crc continues an earlier value (0 to start) */
+static uint32_t dl__tb_crc32c(uint32_t crc, const void *p, size_t n)
+{
+    return dl__tb_crc_nibbles(dl__tb_crc32c_tab, crc, p, n);
+}
+static uint32_t dl__tb_crc32(uint32_t crc, const void *p, size_t n)
+{
+    return dl__tb_crc_nibbles(dl__tb_crc32_tab, crc, p, n);
+}
+/* TFRecord's masked CRC: rotate right 15, add a constant */
+static uint32_t dl__tb_mask(uint32_t c) { return ((c >> 15) | (c << 17)) + 0xa282ead8u; }
+
+static uint32_t dl__tb_adler32(uint32_t a, const unsigned char *p, size_t n)
+{
+    uint32_t s1 = a & 0xffffu, s2 = a >> 16;
+    while (n > 0) {
+        size_t k = n < 5552 ? n : 5552;   /* the most sums that cannot overflow */
+        n -= k;
+        while (k--) { s1 += *p++; s2 += s1; }
+        s1 %= 65521u;
+        s2 %= 65521u;
+    }
+    return (s2 << 16) | s1;
+}
+
+/* ---- PNG: 8-bit, color type 0 (gray), 2 (RGB), 6 (RGBA); raw holds the
+   scanlines, each a filter byte 0 and the row's bytes. */
+static void dl__pb_be32(dl__pb *b, uint32_t v)
+{
+    unsigned char t[4];
+    t[0] = (unsigned char)(v >> 24); t[1] = (unsigned char)(v >> 16);
+    t[2] = (unsigned char)(v >> 8); t[3] = (unsigned char)v;
+    dl__pb_raw(b, t, 4);
+}
+
+static size_t dl__tb_png_chunk_begin(dl__pb *b, const char *type)
+{
+    size_t start = b->n;
+    dl__pb_be32(b, 0);
+    dl__pb_raw(b, type, 4);
+    return start;
+}
+
+static void dl__tb_png_chunk_end(dl__pb *b, size_t start)
+{
+    uint32_t len;
+    if (b->oom) return;
+    len = (uint32_t)(b->n - start - 8);
+    b->p[start] = (unsigned char)(len >> 24); b->p[start + 1] = (unsigned char)(len >> 16);
+    b->p[start + 2] = (unsigned char)(len >> 8); b->p[start + 3] = (unsigned char)len;
+    dl__pb_be32(b, dl__tb_crc32(0, b->p + start + 4, b->n - start - 4));
+}
+
+static void dl__tb_png(dl__pb *b, const unsigned char *raw, size_t n, uint32_t width, uint32_t height, int ctype)
+{
+    static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};
+    unsigned char ihdr[5], zhdr[2], blk[5];
+    size_t c, off = 0;
+    dl__pb_raw(b, sig, 8);
+    c = dl__tb_png_chunk_begin(b, "IHDR");
+    dl__pb_be32(b, width);
+    dl__pb_be32(b, height);
+    ihdr[0] = 8;                      /* bit depth */
+    ihdr[1] = (unsigned char)ctype;
+    ihdr[2] = ihdr[3] = ihdr[4] = 0;  /* deflate, adaptive filtering, no interlace */
+    dl__pb_raw(b, ihdr, 5);
+    dl__tb_png_chunk_end(b, c);
+    c = dl__tb_png_chunk_begin(b, "IDAT");
+    zhdr[0] = 0x78;                   /* deflate, 32K window */
+    zhdr[1] = 0x01;                   /* no dictionary, (0x78 * 256 + 0x01) % 31 == 0 */
+    dl__pb_raw(b, zhdr, 2);
+    do {                              /* stored blocks: BFINAL/BTYPE=00, LEN, NLEN, bytes */
+        size_t k = n - off < 65535 ? n - off : 65535;
+        blk[0] = (unsigned char)(off + k == n ? 1 : 0);
+        blk[1] = (unsigned char)k; blk[2] = (unsigned char)(k >> 8);
+        blk[3] = (unsigned char)~k; blk[4] = (unsigned char)(~k >> 8);
+        dl__pb_raw(b, blk, 5);
+        dl__pb_raw(b, raw + off, k);
+        off += k;
+    } while (off < n);
+    dl__pb_be32(b, dl__tb_adler32(1, raw, n));
+    dl__tb_png_chunk_end(b, c);
+    c = dl__tb_png_chunk_begin(b, "IEND");
+    dl__tb_png_chunk_end(b, c);
+}
+
+/* ---- the writer */
+struct dl_summary_writer {
+    uint32_t magic;
+    dl_ctx *ctx;
+    char *path;
+#ifdef DL__UNIX
+    int fd;
+#else
+    FILE *f;
+#endif
+    uint64_t size;            /* bytes of whole records in the file */
+    bool broken;              /* a partial record could not be removed */
+    dl__pb buf;               /* the record being encoded */
+};
+
+static bool dl__tb_ok(const dl_summary_writer *w) { return w && w->magic == DL__TB_MAGIC; }
+
+static double dl__tb_now(void)
+{
+#if defined(DL__UNIX) && defined(CLOCK_REALTIME)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+    return (double)time(NULL);
+}
+
+/* Writes one record's bytes; on failure cuts the file back to its last whole
+   record (or marks the writer broken when that is impossible). */
+static dl_result dl__tb_write(dl_summary_writer *w, const char *fn, const unsigned char *p, size_t n)
+{
+    if (w->broken) {
+        dl__err(w->ctx, DL_ERR_IO, "%s: an earlier write to %s failed and its partial record could not "
+                "be removed; open a new writer", fn, w->path);
+        return DL_ERR_IO;
+    }
+#ifdef DL__UNIX
+    {
+        size_t done = 0;
+        while (done < n) {
+            size_t want = n - done > ((size_t)1 << 30) ? ((size_t)1 << 30) : n - done;
+            ssize_t k = write(w->fd, p + done, want);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                int e = k < 0 ? errno : ENOSPC;
+                if (done > 0) {
+#ifdef DL__POSIX2008
+                    if (ftruncate(w->fd, (off_t)w->size) != 0) w->broken = true;
+#else
+                    w->broken = true;
+#endif
+                }
+                dl__err(w->ctx, DL_ERR_IO, "%s: writing %s failed: %s; %s", fn, w->path, dl__errno_str(e),
+                        w->broken ? "the file now ends in a partial record (TensorBoard reads the records "
+                        "before it)" : "the file keeps every record written before");
+                return DL_ERR_IO;
+            }
+            done += (size_t)k;
+        }
+    }
+#else
+    if (fwrite(p, 1, n, w->f) != n || fflush(w->f) != 0) {
+        w->broken = true;
+        dl__err(w->ctx, DL_ERR_IO, "%s: writing %s failed (disk full?); the file may end in a partial "
+                "record (TensorBoard reads the records before it)", fn, w->path);
+        return DL_ERR_IO;
+    }
+#endif
+    w->size += n;
+    return DL_OK;
+}
+
+/* Starts an Event in w->buf: 12 bytes for the frame header, wall_time, step. */
+static dl__pb *dl__tb_event(dl_summary_writer *w, int64_t step)
+{
+    static const unsigned char room[12] = {0};
+    dl__pb *b = &w->buf;
+    b->n = 0;
+    b->oom = false;
+    dl__pb_raw(b, room, 12);
+    dl__pb_double(b, 1, dl__tb_now());
+    dl__pb_int(b, 2, step);
+    return b;
+}
+
+/* Frames the Event in w->buf and writes it. */
+static dl_result dl__tb_emit(dl_summary_writer *w, const char *fn)
+{
+    dl__pb *b = &w->buf;
+    uint64_t len;
+    uint32_t c;
+    int i;
+    dl_result rc;
+    if (!b->oom) {
+        len = (uint64_t)(b->n - 12);
+        for (i = 0; i < 8; i++) b->p[i] = (unsigned char)(len >> (8 * i));
+        c = dl__tb_mask(dl__tb_crc32c(0, b->p, 8));
+        for (i = 0; i < 4; i++) b->p[8 + i] = (unsigned char)(c >> (8 * i));
+        dl__pb_le(b, dl__tb_mask(dl__tb_crc32c(0, b->p + 12, (size_t)len)), 4);
+    }
+    if (b->oom) {
+        dl__err(w->ctx, DL_ERR_OOM, "%s: out of memory encoding a record for %s", fn, w->path);
+        rc = DL_ERR_OOM;
+    } else {
+        rc = dl__tb_write(w, fn, b->p, b->n);
+    }
+    b->n = 0;
+    if (b->cap > ((size_t)1 << 20)) {   /* do not hold on to an image's worth */
+        DL_FREE(b->p);
+        b->p = NULL;
+        b->cap = 0;
+    }
+    return rc;
+}
+
+static dl_result dl__tb_sync(dl_summary_writer *w, const char *fn)
+{
+#ifdef DL__UNIX
+    if (fsync(w->fd) != 0 && errno != EINVAL) {
+        dl__err(w->ctx, DL_ERR_IO, "%s: syncing %s to disk failed: %s", fn, w->path, dl__errno_str(errno));
+        return DL_ERR_IO;
+    }
+#else
+    if (fflush(w->f) != 0) {
+        dl__err(w->ctx, DL_ERR_IO, "%s: flushing %s failed", fn, w->path);
+        return DL_ERR_IO;
+    }
+#endif
+    return DL_OK;
+}
+
+/* Closes the file (first error recorded, by fn when fn is not NULL). */
+static dl_result dl__tb_close_file(dl_summary_writer *w, const char *fn)
+{
+    dl_result rc = DL_OK;
+#ifdef DL__UNIX
+    if (w->fd < 0) return DL_OK;
+    if (fn) rc = dl__tb_sync(w, fn);
+    if (close(w->fd) != 0 && rc == DL_OK && fn) {
+        dl__err(w->ctx, DL_ERR_IO, "%s: closing %s failed: %s", fn, w->path, dl__errno_str(errno));
+        rc = DL_ERR_IO;
+    }
+    w->fd = -1;
+#else
+    if (!w->f) return DL_OK;
+    if (fclose(w->f) != 0 && fn) {
+        dl__err(w->ctx, DL_ERR_IO, "%s: closing %s failed", fn, w->path);
+        rc = DL_ERR_IO;
+    }
+    w->f = NULL;
+#endif
+    return rc;
+}
+
+static void dl__tb_destroy(void *p)
+{
+    dl_summary_writer *w = (dl_summary_writer *)p;
+    (void)dl__tb_close_file(w, NULL);
+    w->magic = 0;
+    DL_FREE(w->buf.p);
+    DL_FREE(w->path);
+    DL_FREE(w);
+}
+
+/* mkdir -p; the last component must end up a directory */
+static bool dl__tb_mkdirs(dl_ctx *ctx, const char *fn, const char *dir)
+{
+#ifdef DL__UNIX
+    struct stat st;
+    char *p = dl__strdup(dir), *s;
+    if (!p) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", fn); return false; }
+    for (s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                int e = errno;
+                if (!(stat(p, &st) == 0 && S_ISDIR(st.st_mode))) {
+                    dl__err(ctx, DL_ERR_IO, "%s: cannot create the log directory %s: %s", fn, p, dl__errno_str(e));
+                    DL_FREE(p);
+                    return false;
+                }
+            }
+            *s = c;
+            if (!c) break;
+        }
+    }
+    DL_FREE(p);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        dl__err(ctx, DL_ERR_IO, "%s: the log directory %s exists and is not a directory", fn, dir);
+        return false;
+    }
+#else
+    (void)ctx; (void)fn; (void)dir;
+#endif
+    return true;
+}
+
+dl_summary_writer *dl_summary_open(dl_ctx *ctx, const char *logdir)
+{
+    const char *fn = "dl_summary_open";
+    dl_summary_writer *w;
+    char host[128];
+    size_t dlen, n, i;
+    long long secs = (long long)time(NULL);
+    long pid = 0;
+    int attempt;
+    dl__pb *b;
+    if (!ctx) return NULL;
+    if (!logdir || !logdir[0]) {
+        dl__err(ctx, DL_ERR_ARG, "%s: logdir is %s", fn, logdir ? "empty" : "NULL");
+        return NULL;
+    }
+    if (!dl__tb_mkdirs(ctx, fn, logdir)) return NULL;
+    snprintf(host, sizeof host, "localhost");
+#ifdef DL__UNIX
+    {
+        struct utsname u;
+        if (uname(&u) == 0 && u.nodename[0]) snprintf(host, sizeof host, "%s", u.nodename);
+    }
+    pid = (long)getpid();
+#endif
+    for (i = 0; host[i]; i++) {       /* a file name component, whatever the host is called */
+        char c = host[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+              c == '.' || c == '_')) host[i] = '_';
+    }
+    dlen = strlen(logdir);
+    while (dlen > 1 && logdir[dlen - 1] == '/') dlen--;
+    w = (dl_summary_writer *)dl__malloc(ctx, sizeof *w);
+    n = dlen + strlen(host) + 96;
+    if (w) memset(w, 0, sizeof *w);
+    if (w) w->path = (char *)dl__malloc(ctx, n);
+    if (!w || !w->path) {
+        if (w) DL_FREE(w);
+        dl__err(ctx, DL_ERR_OOM, "%s: out of memory", fn);
+        return NULL;
+    }
+    w->magic = DL__TB_MAGIC;
+    w->ctx = ctx;
+    for (attempt = 0;; attempt++) {
+        snprintf(w->path, n, "%.*s%sevents.out.tfevents.%010lld.%s.%ld.%d", (int)dlen, logdir,
+                 logdir[dlen - 1] == '/' ? "" : "/", secs, host, pid, attempt);
+#ifdef DL__UNIX
+        {
+            int flags = O_WRONLY | O_CREAT | O_EXCL | O_APPEND;
+#ifdef O_CLOEXEC
+            flags |= O_CLOEXEC;
+#endif
+            w->fd = open(w->path, flags, 0666);
+            if (w->fd >= 0) break;
+            if (errno == EEXIST && attempt < 1000) continue;
+            dl__err(ctx, DL_ERR_IO, "%s: cannot create %s: %s", fn, w->path, dl__errno_str(errno));
+        }
+#else
+        {
+            FILE *probe = fopen(w->path, "rb");
+            if (probe) { fclose(probe); if (attempt < 1000) continue; }
+            w->f = probe ? NULL : fopen(w->path, "ab");
+            if (w->f) break;
+            dl__err(ctx, DL_ERR_IO, "%s: cannot create %s (does the directory exist, is it writable?)",
+                    fn, w->path);
+        }
+#endif
+        DL_FREE(w->path);
+        DL_FREE(w);
+        return NULL;
+    }
+    b = dl__tb_event(w, 0);
+    dl__pb_str(b, 3, "brain.Event:2");
+    if (dl__tb_emit(w, fn) != DL_OK || !dl__own(ctx, dl__tb_destroy, w)) {
+        (void)dl__tb_close_file(w, NULL);
+        remove(w->path);
+        w->ctx = NULL;
+        dl__tb_destroy(w);
+        return NULL;
+    }
+    return w;
+}
+
+const char *dl_summary_path(const dl_summary_writer *w) { return dl__tb_ok(w) ? w->path : NULL; }
+
+dl_result dl_summary_flush(dl_summary_writer *w)
+{
+    if (!dl__tb_ok(w)) return DL_ERR_ARG;
+    return dl__tb_sync(w, "dl_summary_flush");
+}
+
+dl_result dl_summary_close(dl_summary_writer *w)
+{
+    dl_result rc;
+    if (!w) return DL_OK;
+    if (!dl__tb_ok(w)) return DL_ERR_ARG;
+    rc = dl__tb_close_file(w, "dl_summary_close");
+    dl__disown(w->ctx, w);
+    return rc;
+}
+
+static bool dl__tb_args(dl_summary_writer *w, const char *fn, const char *tag)
+{
+    if (!dl__tb_ok(w)) return false;
+    if (!tag || !tag[0]) {
+        dl__err(w->ctx, DL_ERR_ARG, "%s: tag is %s (writing %s)", fn, tag ? "empty" : "NULL", w->path);
+        return false;
+    }
+    return true;
+}
+
+static bool dl__tb_tensor(dl_summary_writer *w, const char *fn, const char *arg, dl_tensor *t)
+{
+    if (!t || !dl__live(fn, arg, t)) return false;
+    if (t->ctx_ != w->ctx) {
+        dl__err(w->ctx, DL_ERR_ARG, "%s: %s %s belongs to another context than the writer of %s", fn, arg,
+                dl__sh(t), w->path);
+        return false;
+    }
+    return true;
+}
+
+dl_result dl_summary_scalar(dl_summary_writer *w, const char *tag, int64_t step, double value)
+{
+    dl__pb *b;
+    size_t s, v;
+    if (!dl__tb_args(w, "dl_summary_scalar", tag)) return DL_ERR_ARG;
+    b = dl__tb_event(w, step);
+    s = dl__pb_begin(b, 5);                 /* Event.summary */
+    v = dl__pb_begin(b, 1);                 /* Summary.value */
+    dl__pb_str(b, 1, tag);
+    dl__pb_float(b, 2, (float)value);       /* simple_value */
+    dl__pb_end(b, v);
+    dl__pb_end(b, s);
+    return dl__tb_emit(w, "dl_summary_scalar");
+}
+
+/* The tensor's values as doubles through dl_read / dl_read_int64 (NULL + error). */
+static double *dl__tb_values(dl_summary_writer *w, const char *fn, dl_tensor *t)
+{
+    int64_t i, n = t->numel;
+    double *v;
+    dl_result rc;
+    if (t->dtype != DL_DTYPE_F32 && t->dtype != DL_DTYPE_I32 && t->dtype != DL_DTYPE_I64) {
+        dl__err(w->ctx, DL_ERR_DTYPE, "%s: t %s has an unsupported dtype", fn, dl__sh(t));
+        return NULL;
+    }
+    if ((uint64_t)n > ((size_t)-1) / sizeof(double) - 1) {
+        dl__err(w->ctx, DL_ERR_OOM, "%s: t %s is too large", fn, dl__sh(t));
+        return NULL;
+    }
+    v = (double *)dl__malloc(w->ctx, sizeof(double) * (size_t)(n ? n : 1));
+    if (!v) { dl__err(w->ctx, DL_ERR_OOM, "%s: out of memory reading t %s", fn, dl__sh(t)); return NULL; }
+    /* read into the same buffer (4 or 8 bytes per value) and widen in place:
+       floats from the end (v[i] covers f[2i] and f[2i+1], read already) */
+    if (t->dtype == DL_DTYPE_F32) {
+        float *f = (float *)v;
+        rc = dl_read(t, f, n);
+        for (i = n - 1; rc == DL_OK && i >= 0; i--) v[i] = (double)f[i];
+    } else {
+        int64_t *q = (int64_t *)v;
+        rc = dl_read_int64(t, q, n);
+        for (i = 0; rc == DL_OK && i < n; i++) v[i] = (double)q[i];
+    }
+    if (rc != DL_OK) { DL_FREE(v); return NULL; }
+    return v;
+}
+
+/* TensorFlow's default histogram bucket limits (lim NULL: just the count) */
+static int dl__tb_limits(double *lim)
+{
+    double v = 1e-12;
+    int k = 0, np = 0, i;
+    while (v < 1e20) { np++; v *= 1.1; }
+    if (!lim) return 2 * np + 3;
+    lim[k++] = -DBL_MAX;
+    v = 1e-12;
+    for (i = 0; i < np; i++) { lim[np - i] = -v; lim[np + 2 + i] = v; v *= 1.1; }
+    lim[np + 1] = 0.0;
+    lim[2 * np + 2] = DBL_MAX;
+    return 2 * np + 3;
+}
+
+dl_result dl_summary_histogram(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *t)
+{
+    const char *fn = "dl_summary_histogram";
+    double *v, *lim, *cnt, mn = 0, mx = 0, sum = 0, sq = 0;
+    int nb = dl__tb_limits(NULL), i, ne = 0, first, last;
+    int64_t j;
+    dl__pb *b;
+    size_t s, val, h;
+    dl_result rc;
+    if (!dl__tb_args(w, fn, tag)) return DL_ERR_ARG;
+    if (!dl__tb_tensor(w, fn, "t", t)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    if (t->numel == 0) {
+        dl__err(w->ctx, DL_ERR_ARG, "%s: t %s has no elements (tag \"%s\")", fn, dl__sh(t), tag);
+        return DL_ERR_ARG;
+    }
+    v = dl__tb_values(w, fn, t);
+    if (!v) return w->ctx->err;
+    lim = (double *)dl__malloc(w->ctx, sizeof(double) * 2 * (size_t)nb);
+    if (!lim) {
+        DL_FREE(v);
+        dl__err(w->ctx, DL_ERR_OOM, "%s: out of memory", fn);
+        return DL_ERR_OOM;
+    }
+    cnt = lim + nb;
+    dl__tb_limits(lim);
+    for (i = 0; i < nb; i++) cnt[i] = 0;
+    for (j = 0; j < t->numel; j++) {
+        double x = v[j];
+        int lo = 0, hi = nb;
+        if (!(x - x == 0)) {
+            dl__err(w->ctx, DL_ERR_NAN, "%s: t %s has %s at index %lld (tag \"%s\"); a histogram needs "
+                    "finite values", fn, dl__sh(t), x != x ? "NaN" : "Inf", (long long)j, tag);
+            DL_FREE(v);
+            DL_FREE(lim);
+            return DL_ERR_NAN;
+        }
+        while (lo < hi) {               /* upper_bound: the first limit > x */
+            int mid = lo + (hi - lo) / 2;
+            if (lim[mid] > x) hi = mid; else lo = mid + 1;
+        }
+        cnt[lo < nb ? lo : nb - 1] += 1.0;
+        if (j == 0 || x < mn) mn = x;
+        if (j == 0 || x > mx) mx = x;
+        sum += x;
+        sq += x * x;
+    }
+    DL_FREE(v);
+    /* from the first to the last non-empty bucket, runs of empty buckets
+       merged into one, in place (Histogram::EncodeToProto without its empty
+       runs at the ends: readers take min and max as the outer edges) */
+    for (first = 0; cnt[first] <= 0.0; first++) {}
+    for (last = nb - 1; cnt[last] <= 0.0; last--) {}
+    for (i = first; i <= last;) {
+        double end = lim[i], c = cnt[i];
+        i++;
+        if (c <= 0.0)
+            while (i <= last && cnt[i] <= 0.0) { end = lim[i]; i++; }
+        lim[ne] = end;
+        cnt[ne] = c;
+        ne++;
+    }
+    b = dl__tb_event(w, step);
+    s = dl__pb_begin(b, 5);
+    val = dl__pb_begin(b, 1);
+    dl__pb_str(b, 1, tag);
+    h = dl__pb_begin(b, 5);                 /* Value.histo: HistogramProto */
+    dl__pb_double(b, 1, mn);
+    dl__pb_double(b, 2, mx);
+    dl__pb_double(b, 3, (double)t->numel);
+    dl__pb_double(b, 4, sum);
+    dl__pb_double(b, 5, sq);
+    dl__pb_doubles(b, 6, lim, (size_t)ne);
+    dl__pb_doubles(b, 7, cnt, (size_t)ne);
+    dl__pb_end(b, h);
+    dl__pb_end(b, val);
+    dl__pb_end(b, s);
+    DL_FREE(lim);
+    rc = dl__tb_emit(w, fn);
+    return rc;
+}
+
+dl_result dl_summary_image(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *img)
+{
+    const char *fn = "dl_summary_image";
+    int64_t N, C, H, W, cols, rows, width, height, k, y, x, c;
+    size_t rowbytes, rawn;
+    unsigned char *raw;
+    double *v;
+    dl__pb *b;
+    size_t s, val, im, e;
+    if (!dl__tb_args(w, fn, tag)) return DL_ERR_ARG;
+    if (!dl__tb_tensor(w, fn, "img", img)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    if (img->ndim != 3 && img->ndim != 4) {
+        dl__err(w->ctx, DL_ERR_SHAPE, "%s: img %s must be (C,H,W) or (N,C,H,W) (tag \"%s\")", fn,
+                dl__sh(img), tag);
+        return DL_ERR_SHAPE;
+    }
+    N = img->ndim == 4 ? img->shape[0] : 1;
+    C = img->shape[img->ndim - 3];
+    H = img->shape[img->ndim - 2];
+    W = img->shape[img->ndim - 1];
+    if (C != 1 && C != 3 && C != 4) {
+        dl__err(w->ctx, DL_ERR_SHAPE, "%s: img %s has %lld channels; 1 (gray), 3 (RGB) or 4 (RGBA) "
+                "expected (tag \"%s\")", fn, dl__sh(img), (long long)C, tag);
+        return DL_ERR_SHAPE;
+    }
+    if (N < 1 || H < 1 || W < 1) {
+        dl__err(w->ctx, DL_ERR_SHAPE, "%s: img %s is empty (tag \"%s\")", fn, dl__sh(img), tag);
+        return DL_ERR_SHAPE;
+    }
+    cols = N < 8 ? N : 8;
+    rows = (N + cols - 1) / cols;
+    width = W * cols;                       /* no overflow: dims multiply to numel */
+    height = H * rows;
+    if (width > ((int64_t)1 << 30) || height > ((int64_t)1 << 30) || width * height * C > ((int64_t)1 << 30)) {
+        dl__err(w->ctx, DL_ERR_ARG, "%s: img %s makes a %lldx%lld image, too large for one PNG here "
+                "(at most 2^30 bytes; tag \"%s\")", fn, dl__sh(img), (long long)width, (long long)height, tag);
+        return DL_ERR_ARG;
+    }
+    v = dl__tb_values(w, fn, img);
+    if (!v) return w->ctx->err;
+    rowbytes = 1 + (size_t)(width * C);
+    rawn = rowbytes * (size_t)height;
+    raw = (unsigned char *)dl__malloc(w->ctx, rawn);
+    if (!raw) {
+        DL_FREE(v);
+        dl__err(w->ctx, DL_ERR_OOM, "%s: out of memory for a %lldx%lld image", fn, (long long)width,
+                (long long)height);
+        return DL_ERR_OOM;
+    }
+    memset(raw, 0, rawn);                   /* filter bytes 0, empty grid cells black */
+    for (k = 0; k < N; k++) {
+        int64_t oy = (k / cols) * H, ox = (k % cols) * W;
+        for (c = 0; c < C; c++)
+            for (y = 0; y < H; y++) {
+                const double *src = v + ((k * C + c) * H + y) * W;
+                unsigned char *dst = raw + (size_t)(oy + y) * rowbytes + 1 + (size_t)(ox * C + c);
+                for (x = 0; x < W; x++) {
+                    double d = src[x];
+                    unsigned char u;
+                    if (img->dtype == DL_DTYPE_F32) {
+                        float f = (float)d * 255.0f;   /* PyTorch: (x*255).clip(0,255).astype(uint8) */
+                        u = (unsigned char)(f >= 255.0f ? 255 : f > 0.0f ? (int)f : 0);
+                    } else {
+                        u = (unsigned char)(d >= 255.0 ? 255 : d > 0.0 ? (int)d : 0);
+                    }
+                    dst[(size_t)(x * C)] = u;
+                }
+            }
+    }
+    DL_FREE(v);
+    b = dl__tb_event(w, step);
+    s = dl__pb_begin(b, 5);
+    val = dl__pb_begin(b, 1);
+    dl__pb_str(b, 1, tag);
+    im = dl__pb_begin(b, 4);                /* Value.image */
+    dl__pb_int(b, 1, height);
+    dl__pb_int(b, 2, width);
+    dl__pb_int(b, 3, C);                    /* colorspace: 1 gray, 3 RGB, 4 RGBA */
+    e = dl__pb_begin(b, 4);                 /* encoded_image_string */
+    dl__tb_png(b, raw, rawn, (uint32_t)width, (uint32_t)height, C == 1 ? 0 : C == 3 ? 2 : 6);
+    dl__pb_end(b, e);
+    dl__pb_end(b, im);
+    dl__pb_end(b, val);
+    dl__pb_end(b, s);
+    DL_FREE(raw);
+    return dl__tb_emit(w, fn);
+}
+
+/* ---- the graph */
+typedef struct dl__tbn {
+    dl_tensor *t;             /* the leaf, or the op's output */
+    dl__node *n;              /* the op (NULL: leaf) */
+    const char *op;
+    char base[49];            /* name before the _<k> (short: name has room for two) */
+    bool bare;                /* a named leaf: its name alone if free */
+    int64_t k;                /* among the nodes with this base, in order */
+    int64_t order;
+    char name[96];
+} dl__tbn;
+
+static uint64_t dl__tb_hash(const void *data, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    while (n--) { h ^= *p++; h *= 0x100000001b3ull; }
+    return h ^ (h >> 29);
+}
+
+static int dl__tb_by_id(const void *a, const void *b)
+{
+    int64_t x = (*(dl__node *const *)a)->id, y = (*(dl__node *const *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static int dl__tb_by_base(const void *a, const void *b)
+{
+    const dl__tbn *x = *(const dl__tbn *const *)a, *y = *(const dl__tbn *const *)b;
+    int c = strcmp(x->base, y->base);
+    if (c) return c;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* slot of tensor t in the pointer table (its entry, or the empty slot for it) */
+static size_t dl__tb_tslot(const int64_t *tab, size_t mask, const dl__tbn *nodes, const dl_tensor *t)
+{
+    size_t h = (size_t)dl__tb_hash(&t, sizeof t) & mask;
+    while (tab[h] >= 0 && nodes[tab[h]].t != t) h = (h + 1) & mask;
+    return h;
+}
+
+/* claims name s for node i in the name table: false if taken */
+static bool dl__tb_claim(int64_t *tab, size_t mask, dl__tbn *nodes, int64_t i, const char *s)
+{
+    size_t h = (size_t)dl__tb_hash(s, strlen(s)) & mask;
+    while (tab[h] >= 0) {
+        if (!strcmp(nodes[tab[h]].name, s)) return false;
+        h = (h + 1) & mask;
+    }
+    snprintf(nodes[i].name, sizeof nodes[i].name, "%s", s);
+    tab[h] = i;
+    return true;
+}
+
+/* s (at most max chars) with characters TensorFlow does not allow in node
+   names replaced by '_' ('/' stays: TensorBoard groups by it) */
+static void dl__tb_clean(char *dst, size_t cap, const char *s, size_t max)
+{
+    size_t i;
+    for (i = 0; i < max && s[i] && i + 1 < cap; i++) {
+        char c = s[i];
+        dst[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                 c == '.' || c == '-' || c == '/' ? c : '_';
+    }
+    dst[i] = 0;
+}
+
+static void dl__tb_node_def(dl__pb *b, const dl__tbn *nd, const dl__tbn *nodes, const int64_t *ttab,
+                            size_t mask)
+{
+    const dl_tensor *t = nd->t;
+    size_t nf = dl__pb_begin(b, 1), a, v, l, s, d;  /* GraphDef.node */
+    char dev[32];
+    int j;
+    dl__pb_str(b, 1, nd->name);
+    dl__pb_str(b, 2, nd->op);
+    for (j = 0; nd->n && j < nd->n->nin; j++) {
+        const dl_tensor *x = nd->n->in[j];
+        int64_t k = x ? ttab[dl__tb_tslot(ttab, mask, nodes, x)] : -1;
+        if (k < 0 && x && x->node_) k = ttab[dl__tb_tslot(ttab, mask, nodes, x->node_->out)];
+        if (k >= 0) dl__pb_str(b, 3, nodes[k].name);
+    }
+    if (t->device.type == DL_DEVICE_CPU) snprintf(dev, sizeof dev, "/device:CPU:0");
+    else snprintf(dev, sizeof dev, "/device:CUDA:%d", t->device.index);
+    dl__pb_str(b, 4, dev);
+    /* attr map entries {key 1, value 2: AttrValue}, keys in sorted order */
+    a = dl__pb_begin(b, 5);
+    dl__pb_str(b, 1, "_output_shapes");
+    v = dl__pb_begin(b, 2);
+    l = dl__pb_begin(b, 1);                 /* AttrValue.list */
+    s = dl__pb_begin(b, 7);                 /* ListValue.shape: TensorShapeProto */
+    for (j = 0; j < t->ndim; j++) {
+        d = dl__pb_begin(b, 2);             /* dim { size } */
+        dl__pb_int(b, 1, t->shape[j]);
+        dl__pb_end(b, d);
+    }
+    dl__pb_end(b, s);
+    dl__pb_end(b, l);
+    dl__pb_end(b, v);
+    dl__pb_end(b, a);
+    a = dl__pb_begin(b, 5);
+    dl__pb_str(b, 1, "dtype");
+    v = dl__pb_begin(b, 2);
+    dl__pb_int(b, 6, t->dtype == DL_DTYPE_F32 ? 1 : t->dtype == DL_DTYPE_I32 ? 3 : 9);  /* DT_FLOAT/INT32/INT64 */
+    dl__pb_end(b, v);
+    dl__pb_end(b, a);
+    if (t->requires_grad) {
+        a = dl__pb_begin(b, 5);
+        dl__pb_str(b, 1, "requires_grad");
+        v = dl__pb_begin(b, 2);
+        dl__pb_int(b, 5, 1);                /* AttrValue.b */
+        dl__pb_end(b, v);
+        dl__pb_end(b, a);
+    }
+    if (t->name[0]) {
+        size_t len = 0;
+        while (len < sizeof t->name && t->name[len]) len++;
+        a = dl__pb_begin(b, 5);
+        dl__pb_str(b, 1, "tensor_name");
+        v = dl__pb_begin(b, 2);
+        dl__pb_bytes(b, 2, t->name, len);   /* AttrValue.s */
+        dl__pb_end(b, v);
+        dl__pb_end(b, a);
+    }
+    dl__pb_end(b, nf);
+}
+
+dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root)
+{
+    const char *fn = "dl_summary_graph";
+    dl_ctx *ctx;
+    dl__node **ops = NULL, **stack = NULL;
+    int64_t nops = 0, capops, sp = 0, nin = 0, nn = 0, i, j;
+    dl__tbn *nodes = NULL, **sorted = NULL;
+    int64_t *ttab = NULL, *ntab = NULL;
+    size_t cap = 1, mask;
+    dl__pb *b;
+    size_t g, ver;
+    dl_result rc = DL_ERR_OOM;
+    if (!dl__tb_ok(w)) return DL_ERR_ARG;
+    if (!dl__tb_tensor(w, fn, "root", root)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    ctx = w->ctx;
+    /* the ops behind root: the walk of dl_graph_dot (every node is on this
+       step's tape, so ntape bounds them), then in tape order */
+    capops = ctx->ntape + 1;
+    ops = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)capops);
+    stack = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)capops);
+    if (!ops || !stack) goto oom;
+    ctx->visit++;
+    if (root->node_) { root->node_->visit = ctx->visit; stack[sp++] = root->node_; }
+    while (sp > 0) {
+        dl__node *n = stack[--sp];
+        if (nops < capops) ops[nops++] = n;
+        nin += n->nin;
+        for (j = 0; j < n->nin; j++) {
+            dl_tensor *x = n->in[j];
+            if (x && x->node_ && x->node_->visit != ctx->visit) {
+                x->node_->visit = ctx->visit;
+                if (sp < capops) stack[sp++] = x->node_;
+            }
+        }
+    }
+    if (nops > 1) qsort(ops, (size_t)nops, sizeof *ops, dl__tb_by_id);
+    /* nodes: the leaves in order of first use, then the ops */
+    while (cap < 2 * (size_t)(nops + nin + 1)) cap *= 2;
+    mask = cap - 1;
+    nodes = (dl__tbn *)DL_MALLOC(sizeof(dl__tbn) * (size_t)(nops + nin + 1));
+    sorted = (dl__tbn **)DL_MALLOC(sizeof(dl__tbn *) * (size_t)(nops + nin + 1));
+    ttab = (int64_t *)DL_MALLOC(sizeof(int64_t) * cap);
+    ntab = (int64_t *)DL_MALLOC(sizeof(int64_t) * cap);
+    if (!nodes || !sorted || !ttab || !ntab) goto oom;
+    for (i = 0; i < (int64_t)cap; i++) ttab[i] = ntab[i] = -1;
+    for (i = -1; i < nops; i++) {
+        int m = i < 0 ? 1 : ops[i]->nin;
+        for (j = 0; j < m; j++) {
+            dl_tensor *x = i < 0 ? root : ops[i]->in[j];
+            size_t h;
+            if (!x || x->node_ || (i < 0 && root->node_)) continue;
+            h = dl__tb_tslot(ttab, mask, nodes, x);
+            if (ttab[h] >= 0) continue;
+            memset(&nodes[nn], 0, sizeof nodes[nn]);
+            nodes[nn].t = x;
+            nodes[nn].op = x->requires_grad ? "Parameter" : x->step_ == 0 ? "Buffer" : "Input";
+            nodes[nn].bare = x->name[0] != 0;
+            if (x->name[0]) dl__tb_clean(nodes[nn].base, sizeof nodes[nn].base, x->name, sizeof x->name);
+            else dl__tb_clean(nodes[nn].base, sizeof nodes[nn].base, nodes[nn].op, 16);
+            ttab[h] = nn++;
+        }
+    }
+    for (i = 0; i < nops; i++) {
+        dl__tbn *nd = &nodes[nn];
+        const char *op = ops[i]->fn && ops[i]->fn->name && ops[i]->fn->name[0] ? ops[i]->fn->name : ops[i]->op->name;
+        memset(nd, 0, sizeof *nd);
+        nd->t = ops[i]->out;
+        nd->n = ops[i];
+        dl__tb_clean(nd->base, sizeof nd->base, op, sizeof nd->base);
+        nd->op = nd->base;
+        ttab[dl__tb_tslot(ttab, mask, nodes, nd->t)] = nn++;
+    }
+    /* names: a named leaf's own name when free; else <base>_<k>, k counting
+       the nodes of that base in order; a clash (rare) adds _<j> */
+    for (i = 0; i < nn; i++) { nodes[i].order = i; sorted[i] = &nodes[i]; }
+    qsort(sorted, (size_t)nn, sizeof *sorted, dl__tb_by_base);
+    for (i = 0; i < nn; i++)
+        sorted[i]->k = i > 0 && !strcmp(sorted[i]->base, sorted[i - 1]->base) ? sorted[i - 1]->k + 1 : 0;
+    for (i = 0; i < nn; i++)
+        if (nodes[i].bare && dl__tb_claim(ntab, mask, nodes, i, nodes[i].base)) nodes[i].k = -1;
+    for (i = 0; i < nn; i++) {
+        char cand[96];
+        int64_t extra;
+        if (nodes[i].k < 0) continue;
+        snprintf(cand, sizeof cand, "%s_%lld", nodes[i].base, (long long)nodes[i].k);
+        for (extra = 1; !dl__tb_claim(ntab, mask, nodes, i, cand); extra++)
+            snprintf(cand, sizeof cand, "%s_%lld_%lld", nodes[i].base, (long long)nodes[i].k, (long long)extra);
+    }
+    b = dl__tb_event(w, 0);
+    g = dl__pb_begin(b, 4);                 /* Event.graph_def: GraphDef */
+    for (i = 0; i < nn; i++) dl__tb_node_def(b, &nodes[i], nodes, ttab, mask);
+    ver = dl__pb_begin(b, 4);               /* versions { producer } */
+    dl__pb_int(b, 1, 22);
+    dl__pb_end(b, ver);
+    dl__pb_end(b, g);
+    rc = dl__tb_emit(w, fn);
+    goto done;
+oom:
+    dl__err(ctx, DL_ERR_OOM, "%s: out of memory walking the graph of root %s", fn, dl__sh(root));
+done:
+    DL_FREE(ops);
+    DL_FREE(stack);
+    DL_FREE(nodes);
+    DL_FREE(sorted);
+    DL_FREE(ttab);
+    DL_FREE(ntab);
+    return rc;
 }
 
 #endif /* DL__IMPLEMENTED */
