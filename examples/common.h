@@ -281,8 +281,8 @@ static EX_UNUSED double ex_now(void)
 }
 
 /* Loads one split of Fashion-MNIST as persistent x (N,1,28,28) raw 0..255 and y (N). */
-static EX_UNUSED bool ex_load_split(dl_ctx *ctx, const char *dir, const char *split, int64_t limit,
-                                    dl_tensor **x, dl_tensor **y)
+static EX_UNUSED bool ex_load_split(const char *prog, dl_ctx *ctx, const char *dir, const char *split,
+                                    int64_t limit, dl_tensor **x, dl_tensor **y)
 {
     char pi[4200], pl[4200];
     dl_tensor *xi = NULL, *yl = NULL;
@@ -290,11 +290,12 @@ static EX_UNUSED bool ex_load_split(dl_ctx *ctx, const char *dir, const char *sp
     snprintf(pi, sizeof pi, "%s/%s-images-idx3-ubyte", dir, split);
     snprintf(pl, sizeof pl, "%s/%s-labels-idx1-ubyte", dir, split);
     if (dl_idx_load(ctx, pi, DL_DTYPE_F32, &xi) != DL_OK || dl_idx_load(ctx, pl, DL_DTYPE_I64, &yl) != DL_OK) {
-        fprintf(stderr, "%s\n(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n", dl_error_message(ctx));
+        fprintf(stderr, "%s: %s\n(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n", prog,
+                dl_error_message(ctx));
         return false;
     }
     if (xi->ndim != 3 || xi->shape[1] != 28 || xi->shape[2] != 28 || yl->ndim != 1 || yl->numel != xi->shape[0]) {
-        fprintf(stderr, "%s, %s: need N 28x28 images and N labels\n", pi, pl);
+        fprintf(stderr, "%s: %s, %s: need N 28x28 images and N labels\n", prog, pi, pl);
         return false;
     }
     {   /* NaN/Inf pixels (possible in float IDX files) would train on garbage: refuse them */
@@ -302,7 +303,7 @@ static EX_UNUSED bool ex_load_split(dl_ctx *ctx, const char *dir, const char *sp
         int64_t i;
         for (i = 0; i < xi->numel; i++)
             if (!isfinite(v[i])) {
-                fprintf(stderr, "%s: image %lld, pixel (%lld, %lld) is %g: the data must be finite\n", pi,
+                fprintf(stderr, "%s: %s: image %lld, pixel (%lld, %lld) is %g: the data must be finite\n", prog, pi,
                         (long long)(i / 784), (long long)(i % 784 / 28), (long long)(i % 28), (double)v[i]);
                 return false;
             }
@@ -316,7 +317,7 @@ static EX_UNUSED bool ex_load_split(dl_ctx *ctx, const char *dir, const char *sp
     dl_free(xi);
     *y = yl;
     dl_step_end(ctx);
-    if (!*x || !*y) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return false; }
+    if (!*x || !*y) { fprintf(stderr, "%s: %s\n", prog, dl_error_message(ctx)); return false; }
     return true;
 }
 
@@ -357,8 +358,8 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     cd.log = dl_log_silent;         /* every failure is reported below, with its context */
     s->ctx = dl_ctx_init(&cd);
     if (!s->ctx) { fprintf(stderr, "%s: cannot create a context (out of memory?)\n", a->prog); return false; }
-    if (!ex_load_split(s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
-        !ex_load_split(s->ctx, a->data, "t10k", 0, &xte, &yte)) return false;
+    if (!ex_load_split(a->prog, s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
+        !ex_load_split(a->prog, s->ctx, a->data, "t10k", 0, &xte, &yte)) return false;
     memset(&tr, 0, sizeof tr);
     tr.scale = 1.0f / 255.0f; tr.mean = EX_FMNIST_MEAN; tr.std = EX_FMNIST_STD;
     tr.hflip = hflip; tr.crop_padding = crop_padding;

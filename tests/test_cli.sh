@@ -105,7 +105,7 @@ expect 2 "^$B/lenet: --lr inf: must be a finite number > 0" $B/lenet --lr inf
 expect 2 "^$B/lenet: --lr nan: must be a finite number > 0" $B/lenet --lr nan
 expect 2 "^$B/lenet: --lr -inf: must be a finite number > 0" $B/lenet --lr -inf
 for e in $TRAIN; do
-    expect 1 "^$T/nandata/train-images-idx3-ubyte: image 0, pixel \(0, 0\) is nan: the data must be finite" \
+    expect 1 "^$B/$e: $T/nandata/train-images-idx3-ubyte: image 0, pixel \(0, 0\) is nan: the data must be finite" \
         $B/$e --data "$T/nandata" --epochs 2 --batch 16
     check "$e: no training on NaN data" eval "! printf '%s\n' \"\$out\" | grep -q '^epoch'"
 done
@@ -189,6 +189,7 @@ expect 1 "^$B/mlp: --resume $R: the checkpoint was trained with --epochs 3, this
 expect 0 "^test accuracy: [01]\.[0-9]{4}$" $B/mlp $SHORT --epochs 3 --resume "$R"
 check "a finished run resumed trains no more epochs" eval "! printf '%s\n' \"\$out\" | grep -q '^epoch'"
 expect 1 "^$B/mlp: --resume $T/none.st: .*No such file" $B/mlp $SHORT --resume "$T/none.st"
+expect 1 "^$B/mlp: dl_idx_load: cannot open '$T/nowhere/train-images-idx3-ubyte'" $B/mlp --data "$T/nowhere"
 
 # --- 20: --help everywhere, graph --out, "saved to PATH" for each file
 for e in $TRAIN custom_function gradcheck graph; do
