@@ -79,7 +79,8 @@ int main(int argc, char **argv)
     opt = dl_sgd(net, &sd);                                   /* torch.optim.SGD(params, lr, momentum=0.9) */
     if ((start = ex_start(&s, net, opt)) < 0) return ex_done(&s, 1);   /* --resume; the header line */
     for (epoch = start; epoch < a.epochs; epoch++) {
-        if (dl_optim_set_lr(opt, ex_cosine(a.lr, epoch, a.epochs)) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));
+        float lr = ex_cosine(a.lr, epoch, a.epochs);          /* CosineAnnealingLR, once per epoch */
+        if (dl_optim_set_lr(opt, lr) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));
         ex_meter_start(&m, &s, epoch);
         if (train_epoch(&s, net, opt, &m) != 0 || (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);
         ex_epoch_end(&s, &m, acc);                            /* the epoch line */
