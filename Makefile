@@ -14,6 +14,8 @@ HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
+# shell tests: the examples' command line (needs the examples built), `make data`
+SCRIPTS   = tests/test_cli.sh tests/test_fetch_data.sh
 # the same checks built other ways: clang, C++, OpenBLAS
 EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
@@ -72,7 +74,7 @@ $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_OPENBLAS -I. $< -o $@ -lopenblas $(LDLIBS)
 
 test: all
-	@tests/run.sh $(TESTS) $(EXTRA)
+	@tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS)
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)

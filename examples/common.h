@@ -1,68 +1,279 @@
 /* examples/common.h - what the training examples share and dl.h does not
-   provide: command-line flags, Fashion-MNIST loading, a progress bar,
-   evaluation, and a per-epoch metrics writer (CSV + an SVG chart).
-   Include after dl.h. POSIX (isatty, clock_gettime). */
+   provide: command-line flags (every value checked), output paths checked
+   before training, Fashion-MNIST loading, the progress bar and the epoch
+   line, a metrics writer (CSV + an SVG chart), checkpoints that remember the
+   run's settings (--save / --resume), and the cosine schedule. The training
+   loop itself is in each example. Include after dl.h, with
+   _POSIX_C_SOURCE 200809L defined first. POSIX (open, fsync, rename). */
 #ifndef DL_EXAMPLES_COMMON_H
 #define DL_EXAMPLES_COMMON_H
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__GNUC__)
+#define EX_UNUSED __attribute__((unused))
+#else
+#define EX_UNUSED
+#endif
+
+#define EX_MAX_EPOCHS 1000
+#define EX_MAX_BATCH 65536
+#define EX_MAX_THREADS 1024
+#define EX_MAX_WORKERS 64
+
+/* ------------------------------------------------------------ flags */
+
 typedef struct ex_args {
+    const char *prog, *name;    /* argv[0]; the example's name (kept in checkpoints) */
     int epochs, threads, workers;
     int64_t batch;
     float lr;
     uint64_t seed;
     const char *save, *resume, *csv, *svg, *data;
-    int64_t limit;      /* use only the first N training samples (0: all) */
+    int64_t limit;              /* use only the first N training samples (0: all) */
 } ex_args;
 
-static void ex_usage(const char *prog, const ex_args *a)
+static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
 {
-    printf("usage: %s [--epochs N (%d)] [--batch N (%lld)] [--lr F (%g)] [--threads N (cores)]\n"
-           "       [--workers N (%d)] [--seed N (%llu)] [--save FILE] [--resume FILE]\n"
-           "       [--csv FILE] [--svg FILE] [--data DIR (%s)] [--limit N]\n",
-           prog, a->epochs, (long long)a->batch, (double)a->lr, a->workers,
-           (unsigned long long)a->seed, a->data);
+    fprintf(out,
+            "usage: %s [--epochs N (%d)] [--batch N (%lld)] [--lr F (%g)] [--threads N (0)]\n"
+            "       [--workers N (%d)] [--seed N (%llu)] [--limit N (0)] [--data DIR (%s)]\n"
+            "       [--save FILE] [--resume FILE] [--csv FILE] [--svg FILE]\n"
+            "  --epochs N    epochs in the whole run, 0..%d (a resumed run counts the checkpoint's)\n"
+            "  --batch N     samples per step, 1..%d\n"
+            "  --lr F        learning rate, a finite number > 0\n"
+            "  --threads N   kernel threads, 0..%d: 0 = every core, more than the cores = the cores\n"
+            "  --workers N   data loader threads, 0..%d (0: load in the training thread)\n"
+            "  --seed N      seed of initialization, shuffling and augmentation, 0..2^64-1\n"
+            "  --limit N     train on the first N training samples, N >= 0 (0: all)\n"
+            "  --data DIR    the Fashion-MNIST IDX files (`make data` puts them in data/fashion-mnist)\n"
+            "  --save FILE   write a checkpoint (weights, optimizer, run settings) after each epoch\n"
+            "  --resume FILE continue a --save checkpoint of this example with the same settings\n"
+            "                (--epochs may grow; --batch, --lr, --seed, --limit must match)\n"
+            "  --csv FILE    per-epoch metrics as CSV; --svg FILE: the same as a chart\n"
+            "  --help        this text\n",
+            d->prog, d->epochs, (long long)d->batch, (double)d->lr, d->workers,
+            (unsigned long long)d->seed, d->data, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS,
+            EX_MAX_WORKERS);
+}
+
+/* A bad command line: "prog: MESSAGE", the usage, exit status 2. */
+static EX_UNUSED void ex_bad_args(const ex_args *d, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", d->prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    ex_usage(stderr, d);
+    exit(2);
+}
+
+/* The whole of v as a decimal integer in lo..hi, else exit 2 naming the
+   flag, the value and the rule. */
+static EX_UNUSED int64_t ex_int_flag(const ex_args *d, const char *flag, const char *v, int64_t lo, int64_t hi)
+{
+    char *end;
+    long long n;
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '-' || v[0] == '+') || end == v || *end ||
+        errno == ERANGE || n < lo || n > hi) {
+        if (hi == INT64_MAX) ex_bad_args(d, "%s %s: must be a whole number >= %lld", flag, v, (long long)lo);
+        ex_bad_args(d, "%s %s: must be a whole number from %lld to %lld", flag, v, (long long)lo, (long long)hi);
+    }
+    return (int64_t)n;
+}
+
+static EX_UNUSED uint64_t ex_u64_flag(const ex_args *d, const char *flag, const char *v)
+{
+    char *end;
+    unsigned long long n;
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (!(v[0] >= '0' && v[0] <= '9') || *end || errno == ERANGE)
+        ex_bad_args(d, "%s %s: must be a whole number from 0 to 18446744073709551615", flag, v);
+    return (uint64_t)n;
+}
+
+/* The whole of v as a finite number > 0 that float32 holds (not 0 once rounded). */
+static EX_UNUSED float ex_lr_flag(const ex_args *d, const char *flag, const char *v)
+{
+    char *end;
+    double x;
+    x = strtod(v, &end);
+    if (end == v || *end || isspace((unsigned char)v[0]) || !isfinite(x) || !(x > 0) || x > FLT_MAX ||
+        !((float)x > 0))
+        ex_bad_args(d, "%s %s: must be a finite number > 0 (and within float32's range)", flag, v);
+    return (float)x;
+}
+
+static EX_UNUSED long ex_cores(void)
+{
+#if defined(_SC_NPROCESSORS_ONLN)
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+#else
+    return 1;
+#endif
+}
+
+/* path with symbolic links followed (written files go to the link's
+   target, as dl.h's do) into out; false when a link cannot be followed. */
+static EX_UNUSED bool ex_resolve(const char *path, char *out, size_t cap)
+{
+    struct stat st;
+    int hops = 0;
+    if (strlen(path) >= cap) return false;
+    strcpy(out, path);
+    while (lstat(out, &st) == 0 && S_ISLNK(st.st_mode)) {
+        char buf[4096];
+        const char *slash = strrchr(out, '/');
+        size_t dir = (slash ? (size_t)(slash - out) + 1 : 0);
+        ssize_t k = readlink(out, buf, sizeof buf - 1);
+        if (k <= 0 || ++hops > 40) return false;
+        buf[k] = 0;
+        if (buf[0] == '/') dir = 0;
+        if (dir + (size_t)k >= cap) return false;
+        memcpy(out + dir, buf, (size_t)k + 1);
+    }
+    return true;
+}
+
+/* Checks, before any training, that path can be written: it is not a
+   directory, device or pipe, and a file can be created (and removed) in its
+   directory, which is where the file's temporary goes. Prints
+   "prog: FLAG PATH: reason" and returns false otherwise. */
+static EX_UNUSED bool ex_output_ok(const char *prog, const char *flag, const char *path)
+{
+    struct stat st;
+    char buf[4096], dir[4096], probe[4200];
+    const char *p, *slash, *base;
+    int fd;
+    if (!path[0]) { fprintf(stderr, "%s: %s: the path is empty\n", prog, flag); return false; }
+    if (!ex_resolve(path, buf, sizeof buf)) {
+        fprintf(stderr, "%s: %s %s: a symbolic link that cannot be followed, or a path too long\n", prog, flag, path);
+        return false;
+    }
+    p = buf;
+    if (stat(p, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "%s: %s %s: %s, not a regular file; give a file name\n", prog, flag, path,
+                S_ISDIR(st.st_mode) ? "a directory" :
+                S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a pipe or socket");
+        return false;
+    }
+    slash = strrchr(p, '/');
+    base = slash ? slash + 1 : p;
+    if (!base[0]) {
+        fprintf(stderr, "%s: %s %s: names a directory; give a file name\n", prog, flag, path);
+        return false;
+    }
+    if (strlen(p) >= sizeof dir) { fprintf(stderr, "%s: %s %s: path too long\n", prog, flag, path); return false; }
+    if (!slash) strcpy(dir, ".");
+    else if (slash == p) strcpy(dir, "/");
+    else { memcpy(dir, p, (size_t)(slash - p)); dir[slash - p] = 0; }
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "%s: %s %s: the directory %s %s\n", prog, flag, path, dir,
+                errno == ENOENT ? "does not exist" : strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: %s %s: %s is not a directory\n", prog, flag, path, dir);
+        return false;
+    }
+    if (snprintf(probe, sizeof probe, "%s/.%s.probe-%ld", dir, base, (long)getpid()) >= (int)sizeof probe) {
+        fprintf(stderr, "%s: %s %s: path too long\n", prog, flag, path);
+        return false;
+    }
+    fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "%s: %s %s: cannot create a file in %s: %s\n", prog, flag, path, dir, strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(probe);
+    return true;
 }
 
 /* Fills *a with the example's defaults (seed 1, one loader worker,
-   data/fashion-mnist) and the flags over them; exits on --help or a bad flag. */
-static void ex_parse(int argc, char **argv, ex_args *a, int epochs, int64_t batch, float lr)
+   data/fashion-mnist) and the flags over them, each value checked; checks
+   the output paths. --help: usage, exit 0; anything wrong: the flag, the
+   value and the rule, the usage, exit 2. */
+static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *name, int epochs, int64_t batch,
+                               float lr)
 {
-    int i;
-    memset(a, 0, sizeof *a);
-    a->epochs = epochs;
-    a->batch = batch;
-    a->lr = lr;
-    a->seed = 1;
-    a->workers = 1;
-    a->data = "data/fashion-mnist";
-    for (i = 1; i < argc; i++) {
+    ex_args d;
+    const char *out[3][2];
+    int i, j;
+    long cores = ex_cores();
+    memset(&d, 0, sizeof d);
+    d.prog = argv[0];
+    d.name = name;
+    d.epochs = epochs;
+    d.batch = batch;
+    d.lr = lr;
+    d.seed = 1;
+    d.workers = 1;
+    d.data = "data/fashion-mnist";
+    *a = d;
+    for (i = 1; i < argc; i += 2) {     /* every flag but --help takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { ex_usage(argv[0], a); exit(0); }
-        if (!v) { fprintf(stderr, "%s: %s needs a value\n", argv[0], f); ex_usage(argv[0], a); exit(2); }
-        if (!strcmp(f, "--epochs")) a->epochs = atoi(v);
-        else if (!strcmp(f, "--batch")) a->batch = atoll(v);
-        else if (!strcmp(f, "--lr")) a->lr = (float)atof(v);
-        else if (!strcmp(f, "--threads")) a->threads = atoi(v);
-        else if (!strcmp(f, "--workers")) a->workers = atoi(v);
-        else if (!strcmp(f, "--seed")) a->seed = (uint64_t)atoll(v);
-        else if (!strcmp(f, "--save")) a->save = v;
-        else if (!strcmp(f, "--resume")) a->resume = v;
-        else if (!strcmp(f, "--csv")) a->csv = v;
-        else if (!strcmp(f, "--svg")) a->svg = v;
-        else if (!strcmp(f, "--data")) a->data = v;
-        else if (!strcmp(f, "--limit")) a->limit = atoll(v);
-        else { fprintf(stderr, "%s: unknown flag %s\n", argv[0], f); ex_usage(argv[0], a); exit(2); }
-        i++;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { ex_usage(stdout, &d); exit(0); }
+        if (strcmp(f, "--epochs") && strcmp(f, "--batch") && strcmp(f, "--lr") && strcmp(f, "--threads") &&
+            strcmp(f, "--workers") && strcmp(f, "--seed") && strcmp(f, "--limit") && strcmp(f, "--data") &&
+            strcmp(f, "--save") && strcmp(f, "--resume") && strcmp(f, "--csv") && strcmp(f, "--svg"))
+            ex_bad_args(&d, "unknown flag %s", f);
+        if (!v) ex_bad_args(&d, "%s needs a value", f);
+        if (!strcmp(f, "--epochs")) a->epochs = (int)ex_int_flag(&d, f, v, 0, EX_MAX_EPOCHS);
+        else if (!strcmp(f, "--batch")) a->batch = ex_int_flag(&d, f, v, 1, EX_MAX_BATCH);
+        else if (!strcmp(f, "--lr")) a->lr = ex_lr_flag(&d, f, v);
+        else if (!strcmp(f, "--threads")) a->threads = (int)ex_int_flag(&d, f, v, 0, EX_MAX_THREADS);
+        else if (!strcmp(f, "--workers")) a->workers = (int)ex_int_flag(&d, f, v, 0, EX_MAX_WORKERS);
+        else if (!strcmp(f, "--seed")) a->seed = ex_u64_flag(&d, f, v);
+        else if (!strcmp(f, "--limit")) a->limit = ex_int_flag(&d, f, v, 0, INT64_MAX);
+        else {
+            if (!v[0] || !strncmp(v, "--", 2)) ex_bad_args(&d, "%s needs a path, got '%s'", f, v);
+            if (!strcmp(f, "--data")) a->data = v;
+            else if (!strcmp(f, "--save")) a->save = v;
+            else if (!strcmp(f, "--resume")) a->resume = v;
+            else if (!strcmp(f, "--csv")) a->csv = v;
+            else a->svg = v;
+        }
     }
-    if (a->epochs < 0 || a->batch <= 0 || a->lr <= 0) { fprintf(stderr, "%s: bad --epochs/--batch/--lr\n", argv[0]); exit(2); }
+    if (a->threads > cores) {
+        fprintf(stderr, "%s: warning: --threads %d is more than this machine's %ld cores; using %ld\n",
+                a->prog, a->threads, cores, cores);
+        a->threads = (int)cores;
+    }
+    /* the outputs: distinct, and writable now rather than after hours of training */
+    out[0][0] = "--save"; out[0][1] = a->save;
+    out[1][0] = "--csv"; out[1][1] = a->csv;
+    out[2][0] = "--svg"; out[2][1] = a->svg;
+    for (i = 0; i < 3; i++) {
+        if (!out[i][1]) continue;
+        for (j = i + 1; j < 3; j++)
+            if (out[j][1] && !strcmp(out[i][1], out[j][1]))
+                ex_bad_args(&d, "%s %s and %s %s: two outputs in one file", out[i][0], out[i][1], out[j][0], out[j][1]);
+        if (i > 0 && a->resume && !strcmp(out[i][1], a->resume))
+            ex_bad_args(&d, "%s %s would overwrite the --resume checkpoint", out[i][0], out[i][1]);
+        if (!ex_output_ok(a->prog, out[i][0], out[i][1])) exit(2);
+    }
 }
 
-static double ex_now(void)
+/* ------------------------------------------------------------ data */
+
+static EX_UNUSED double ex_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -70,148 +281,85 @@ static double ex_now(void)
 }
 
 /* Loads one split of Fashion-MNIST as persistent x (N,1,28,28) raw 0..255 and y (N). */
-static int ex_load_split(dl_ctx *ctx, const char *dir, const char *split, int64_t limit,
-                         dl_tensor **x, dl_tensor **y)
+static EX_UNUSED bool ex_load_split(const char *prog, dl_ctx *ctx, const char *dir, const char *split,
+                                    int64_t limit, dl_tensor **x, dl_tensor **y)
 {
-    char pi[512], pl[512];
-    dl_tensor *xi, *yl;
+    char pi[4200], pl[4200];
+    dl_tensor *xi = NULL, *yl = NULL;
+    *x = *y = NULL;
     snprintf(pi, sizeof pi, "%s/%s-images-idx3-ubyte", dir, split);
     snprintf(pl, sizeof pl, "%s/%s-labels-idx1-ubyte", dir, split);
     if (dl_idx_load(ctx, pi, DL_DTYPE_F32, &xi) != DL_OK || dl_idx_load(ctx, pl, DL_DTYPE_I64, &yl) != DL_OK) {
-        fprintf(stderr, "%s\n(run `make data` to fetch Fashion-MNIST)\n", dl_error_message(ctx));
-        return 0;
+        fprintf(stderr, "%s: %s\n(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n", prog,
+                dl_error_message(ctx));
+        return false;
+    }
+    if (xi->ndim != 3 || xi->shape[1] != 28 || xi->shape[2] != 28 || yl->ndim != 1 || yl->numel != xi->shape[0]) {
+        fprintf(stderr, "%s: %s, %s: need N 28x28 images and N labels\n", prog, pi, pl);
+        return false;
+    }
+    {   /* NaN/Inf pixels (possible in float IDX files) would train on garbage: refuse them */
+        const float *v = (const float *)xi->data;
+        int64_t i;
+        for (i = 0; i < xi->numel; i++)
+            if (!isfinite(v[i])) {
+                fprintf(stderr, "%s: %s: image %lld, pixel (%lld, %lld) is %g: the data must be finite\n", prog, pi,
+                        (long long)(i / 784), (long long)(i % 784 / 28), (long long)(i % 28), (double)v[i]);
+                return false;
+            }
     }
     if (limit > 0 && limit < xi->shape[0]) {
         dl_tensor *a = dl_keep(dl_narrow(xi, 0, 0, limit)), *b = dl_keep(dl_narrow(yl, 0, 0, limit));
         dl_free(xi); dl_free(yl);
         xi = a; yl = b;
     }
-    *x = dl_keep(dl_reshape(xi, DL_SHAPE(xi->shape[0], 1, 28, 28)));
+    *x = dl_keep(dl_reshape(xi, DL_SHAPE(xi ? xi->shape[0] : 0, 1, 28, 28)));
     dl_free(xi);
     *y = yl;
     dl_step_end(ctx);
-    return *x && *y;
+    if (!*x || !*y) { fprintf(stderr, "%s: %s\n", prog, dl_error_message(ctx)); return false; }
+    return true;
 }
 
 /* Fashion-MNIST mean and std of the 0..1 pixels */
 #define EX_FMNIST_MEAN 0.2860f
 #define EX_FMNIST_STD 0.3530f
 
-/* number of rows whose arg-max equals the label */
-static int64_t ex_correct(dl_tensor *logits, dl_tensor *y)
-{
-    dl_tensor *am = dl_argmax(logits, 1, false);
-    const int64_t *p, *q;
-    int64_t i, n = 0;
-    if (!am) return 0;
-    p = (const int64_t *)am->data;
-    q = (const int64_t *)y->data;
-    for (i = 0; i < y->numel; i++) n += p[i] == q[i];
-    return n;
-}
-
-/* Accuracy of a classifier module over a loader, in eval mode, no grad. */
-static double ex_evaluate(dl_ctx *ctx, dl_module *net, dl_loader *ld)
-{
-    dl_tensor *x, *y;
-    int64_t correct = 0, total = 0;
-    bool was = dl_module_training(net);
-    dl_module_train(net, false);
-    dl_no_grad_begin(ctx);
-    while (dl_loader_next(ld, &x, &y) > 0) {
-        correct += ex_correct(dl_module_forward(net, x), y);
-        total += y->numel;
-        dl_step_end(ctx);
-    }
-    dl_no_grad_end(ctx);
-    dl_module_train(net, was);
-    return total ? (double)correct / (double)total : 0.0;
-}
-
-/* One line per batch on a terminal: [=====>    ] 120/235 loss 0.4123 8123/s ETA 12s */
-static void ex_progress(int64_t done, int64_t total, double loss, double rate, double eta)
-{
-    int i, w = 30, filled;
-    if (!isatty(STDOUT_FILENO)) return;
-    filled = total ? (int)(w * done / total) : w;
-    printf("\r  [");
-    for (i = 0; i < w; i++) putchar(i < filled ? '=' : (i == filled ? '>' : ' '));
-    printf("] %lld/%lld loss %.4f %.0f samples/s ETA %.0fs   ", (long long)done, (long long)total, loss, rate, eta);
-    fflush(stdout);
-    if (done == total) printf("\r%*s\r", 90, "");
-}
-
 typedef struct ex_metrics {
-    int n;
-    double loss[1000], train_acc[1000], test_acc[1000], secs[1000];
+    int n, epoch[EX_MAX_EPOCHS];
+    double loss[EX_MAX_EPOCHS], train_acc[EX_MAX_EPOCHS], test_acc[EX_MAX_EPOCHS], secs[EX_MAX_EPOCHS];
 } ex_metrics;
 
-static void ex_metrics_add(ex_metrics *m, double loss, double tr, double te, double secs)
-{
-    if (m->n >= 1000) return;
-    m->loss[m->n] = loss; m->train_acc[m->n] = tr; m->test_acc[m->n] = te; m->secs[m->n] = secs;
-    m->n++;
-}
+/* A run: the flags, the context, the two loaders, the epochs' metrics. */
+typedef struct ex_setup {
+    const ex_args *a;
+    const char *title;
+    dl_ctx *ctx;
+    dl_loader *train, *test;
+    int64_t ntrain, ntest;
+    ex_metrics met;
+} ex_setup;
 
-static void ex_metrics_csv(const ex_metrics *m, const char *path)
-{
-    FILE *f;
-    int i;
-    if (!path || !(f = fopen(path, "w"))) return;
-    fprintf(f, "epoch,train_loss,train_acc,test_acc,seconds\n");
-    for (i = 0; i < m->n; i++) fprintf(f, "%d,%.6f,%.6f,%.6f,%.3f\n", i + 1, m->loss[i], m->train_acc[i], m->test_acc[i], m->secs[i]);
-    fclose(f);
-}
-
-/* An SVG line chart of loss (left axis) and accuracies (right axis, 0..1). */
-static void ex_metrics_svg(const ex_metrics *m, const char *path, const char *title)
-{
-    FILE *f;
-    int i, s;
-    double W = 640, H = 360, L = 60, R = 60, T = 40, Bm = 40, maxl = 0;
-    const char *col[3] = {"#d62728", "#1f77b4", "#2ca02c"}, *lab[3] = {"train loss", "train acc", "test acc"};
-    if (!path || m->n == 0 || !(f = fopen(path, "w"))) return;
-    for (i = 0; i < m->n; i++) if (m->loss[i] > maxl) maxl = m->loss[i];
-    if (maxl <= 0) maxl = 1;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n", W / 2, title);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#888\"/>\n", L, T, W - L - R, H - T - Bm);
-    for (i = 0; i <= 4; i++) {
-        double y = T + (H - T - Bm) * i / 4;
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%.2f</text><text x=\"%.0f\" y=\"%.0f\">%.2f</text>\n",
-                L - 5, y + 4, maxl * (4 - i) / 4, W - R + 5, y + 4, (4 - i) / 4.0);
-    }
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">epoch</text>\n", W / 2, H - 8);
-    for (s = 0; s < 3; s++) {
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col[s]);
-        for (i = 0; i < m->n; i++) {
-            double x = L + (W - L - R) * (m->n == 1 ? 0.5 : (double)i / (m->n - 1));
-            double v = s == 0 ? m->loss[i] / maxl : s == 1 ? m->train_acc[i] : m->test_acc[i];
-            fprintf(f, "%.1f,%.1f ", x, T + (H - T - Bm) * (1 - v));
-        }
-        fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", L + 10 + 110 * s, T + 16, col[s], lab[s]);
-    }
-    fprintf(f, "</svg>\n");
-    fclose(f);
-}
-
-/* Sets up ctx, Fashion-MNIST loaders (normalized; augmentation when aug)
-   from the flags. Returns 0 on failure (message printed). */
-typedef struct ex_setup { dl_ctx *ctx; dl_loader *train, *test; int64_t ntrain, ntest; } ex_setup;
-static int ex_setup_fmnist(const ex_args *a, bool hflip, int64_t crop_padding, ex_setup *s)
+/* Sets up ctx (seed, threads) and the Fashion-MNIST loaders (normalized;
+   augmentation when hflip/crop_padding). false on failure (message printed). */
+static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool hflip, int64_t crop_padding,
+                                      ex_setup *s)
 {
     dl_ctx_desc cd;
     dl_tensor *xtr, *ytr, *xte, *yte;
     dl_transform_desc tr;
     dl_loader_desc ld;
     memset(s, 0, sizeof *s);
+    s->a = a;
+    s->title = title;
     memset(&cd, 0, sizeof cd);
     cd.seed = a->seed;
     cd.num_threads = a->threads;
+    cd.log = dl_log_silent;         /* every failure is reported below, with its context */
     s->ctx = dl_ctx_init(&cd);
-    if (!s->ctx) return 0;
-    if (!ex_load_split(s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
-        !ex_load_split(s->ctx, a->data, "t10k", 0, &xte, &yte)) return 0;
+    if (!s->ctx) { fprintf(stderr, "%s: cannot create a context (out of memory?)\n", a->prog); return false; }
+    if (!ex_load_split(a->prog, s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
+        !ex_load_split(a->prog, s->ctx, a->data, "t10k", 0, &xte, &yte)) return false;
     memset(&tr, 0, sizeof tr);
     tr.scale = 1.0f / 255.0f; tr.mean = EX_FMNIST_MEAN; tr.std = EX_FMNIST_STD;
     tr.hflip = hflip; tr.crop_padding = crop_padding;
@@ -222,73 +370,399 @@ static int ex_setup_fmnist(const ex_args *a, bool hflip, int64_t crop_padding, e
     s->test = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xte, yte, &tr, false), &ld);
     s->ntrain = xtr->shape[0];
     s->ntest = xte->shape[0];
-    if (!s->train || !s->test) { fprintf(stderr, "%s\n", dl_error_message(s->ctx)); return 0; }
+    if (!s->train || !s->test) { fprintf(stderr, "%s: %s\n", a->prog, dl_error_message(s->ctx)); return false; }
+    return true;
+}
+
+/* Frees the run; returns status (for `return ex_done(&s, status);`). */
+static EX_UNUSED int ex_done(ex_setup *s, int status)
+{
+    dl_ctx_free(s->ctx);
+    s->ctx = NULL;
+    return status;
+}
+
+/* ------------------------------------------------------------ printing */
+
+/* Number of rows whose arg-max equals the label; -1 on an error (logits NULL). */
+static EX_UNUSED int64_t ex_correct(dl_tensor *logits, dl_tensor *y)
+{
+    dl_tensor *am = dl_argmax(logits, 1, false);
+    const int64_t *p, *q;
+    int64_t i, n = 0;
+    if (!am) return -1;
+    p = (const int64_t *)am->data;
+    q = (const int64_t *)y->data;
+    for (i = 0; i < y->numel; i++) n += p[i] == q[i];
+    return n;
+}
+
+/* One epoch's running numbers: steps, loss, accuracy, time. */
+typedef struct ex_meter {
+    int epoch;                  /* 0-based */
+    int64_t step, steps;        /* steps done, steps per epoch */
+    int64_t seen, correct;
+    double loss_sum, t0, secs;
+} ex_meter;
+
+static EX_UNUSED void ex_meter_start(ex_meter *m, const ex_setup *s, int epoch)
+{
+    memset(m, 0, sizeof *m);
+    m->epoch = epoch;
+    m->steps = dl_loader_num_batches(s->train);
+    m->t0 = ex_now();
+}
+
+/* Ends a progress-bar line before an error message. */
+static EX_UNUSED void ex_bar_break(void)
+{
+    if (isatty(STDOUT_FILENO)) { printf("\n"); fflush(stdout); }
+}
+
+/* Prints what failed: "prog: epoch E, step S of N: dl.h's message" (m NULL:
+   outside training). Returns 1, the exit status. */
+static EX_UNUSED int ex_fail(const ex_setup *s, const ex_meter *m)
+{
+    ex_bar_break();
+    if (m) fprintf(stderr, "%s: epoch %d, step %lld of %lld: %s\n", s->a->prog, m->epoch + 1,
+                   (long long)m->step + 1, (long long)m->steps, dl_error_message(s->ctx));
+    else fprintf(stderr, "%s: %s\n", s->a->prog, dl_error_message(s->ctx));
     return 1;
 }
 
-/* The training loop every example shares: per epoch a progress bar, then
-   train loss/accuracy, test accuracy, time and samples/s; --save after each
-   epoch, --resume before the first, --csv/--svg at the end. Optional lr
-   schedule (NULL: constant). Returns the final test accuracy (-1 on error). */
-typedef float (*ex_lr_fn)(float base, int epoch, int epochs);
-/* cosine annealing from the base rate to 0 over the run */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static float ex_cosine(float base, int epoch, int epochs) { return dl_lr_cosine(base, epoch, epochs, 0.0f); }
-static double ex_train(const ex_args *a, ex_setup *s, dl_module *net, dl_optim *opt, ex_lr_fn sched,
-                       const char *title)
+/* true when the loss is there (no error so far) and finite; otherwise
+   prints why training must stop, naming the epoch and the step. */
+static EX_UNUSED bool ex_loss_ok(const ex_setup *s, const ex_meter *m, dl_tensor *loss)
 {
-    dl_ctx *ctx = s->ctx;
-    dl_tensor *x, *y;
-    ex_metrics met;
-    double acc = 0;
-    int epoch, start = 0;
-    if (!net || !opt) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return -1; }
-    if (a->resume) {
-        if (dl_load(a->resume, net, opt) != DL_OK) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return -1; }
-        start = (int)(dl_optim_steps(opt) / dl_loader_num_batches(s->train));
-        dl_loader_set_epoch(s->train, start);
-        printf("resumed from %s at epoch %d\n", a->resume, start);
-    }
-    printf("%s: %lld parameters, %lld train / %lld test samples, batch %lld, %d threads\n", title,
-           (long long)dl_module_num_params(net), (long long)s->ntrain, (long long)s->ntest,
-           (long long)a->batch, dl_num_threads(ctx));
-    memset(&met, 0, sizeof met);
-    for (epoch = start; epoch < a->epochs; epoch++) {
-        double t0 = ex_now(), loss_sum = 0, secs;
-        int64_t correct = 0, seen = 0, b = 0, nb = dl_loader_num_batches(s->train);
-        if (sched) dl_optim_set_lr(opt, sched(a->lr, epoch, a->epochs));
-        dl_module_train(net, true);
-        while (dl_loader_next(s->train, &x, &y) > 0) {
-            dl_tensor *logits = dl_module_forward(net, x);
-            dl_tensor *loss = dl_cross_entropy(logits, y, NULL);
-            double el;
-            if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(opt) != DL_OK) {
-                fprintf(stderr, "step failed: %s\n", dl_error_message(ctx));
-                return -1;
-            }
-            dl_optim_zero_grad(opt);
-            loss_sum += dl_item(loss) * (double)y->numel;
-            correct += ex_correct(logits, y);
-            seen += y->numel;
-            dl_step_end(ctx);
-            el = ex_now() - t0;
-            b++;
-            ex_progress(b, nb, loss_sum / (double)seen, (double)seen / el, el / (double)b * (double)(nb - b));
-        }
-        secs = ex_now() - t0;
-        acc = ex_evaluate(ctx, net, s->test);
-        printf("epoch %2d  train loss %.4f  train acc %.4f  test acc %.4f  %.1fs  %.0f samples/s\n", epoch + 1,
-               loss_sum / (double)seen, (double)correct / (double)seen, acc, secs, (double)seen / secs);
-        fflush(stdout);
-        ex_metrics_add(&met, loss_sum / (double)seen, (double)correct / (double)seen, acc, secs);
-        if (a->save && dl_save(a->save, net, opt) != DL_OK) fprintf(stderr, "%s\n", dl_error_message(ctx));
-    }
-    if (epoch == start) acc = ex_evaluate(ctx, net, s->test);
-    ex_metrics_csv(&met, a->csv);
-    ex_metrics_svg(&met, a->svg, title);
-    printf("test accuracy: %.4f\n", acc);
-    return acc;
+    float v = loss ? dl_item(loss) : 0.0f;
+    if (!loss) { ex_fail(s, m); return false; }
+    if (isfinite(v)) return true;
+    ex_bar_break();
+    fprintf(stderr, "%s: the loss is %s at epoch %d, step %lld of %lld: training diverged (try a smaller "
+            "--lr than %g) or the data holds NaN/Inf values; stopping\n", s->a->prog, isnan(v) ? "NaN" : "infinite",
+            m->epoch + 1, (long long)m->step + 1, (long long)m->steps, (double)s->a->lr);
+    return false;
 }
+
+/* Adds a finished step to the meter and draws the progress bar (on a
+   terminal): [=====>    ] 120/235 loss 0.4123 8123 samples/s ETA 12s.
+   false on an error. */
+static EX_UNUSED bool ex_meter_add(ex_meter *m, dl_tensor *loss, dl_tensor *logits, dl_tensor *y)
+{
+    int64_t c = ex_correct(logits, y);
+    double el, rate, eta;
+    int i, w = 30, filled;
+    if (c < 0) return false;
+    m->loss_sum += (double)dl_item(loss) * (double)y->numel;
+    m->correct += c;
+    m->seen += y->numel;
+    m->step++;
+    m->secs = ex_now() - m->t0;
+    if (!isatty(STDOUT_FILENO)) return true;
+    el = m->secs > 0 ? m->secs : 1e-9;
+    rate = (double)m->seen / el;
+    eta = el / (double)m->step * (double)(m->steps - m->step);
+    filled = m->steps ? (int)(w * m->step / m->steps) : w;
+    printf("\r  [");
+    for (i = 0; i < w; i++) putchar(i < filled ? '=' : (i == filled ? '>' : ' '));
+    printf("] %lld/%lld loss %.4f %.0f samples/s ETA %.0fs   ", (long long)m->step, (long long)m->steps,
+           m->loss_sum / (double)m->seen, rate, eta);
+    if (m->step == m->steps) printf("\r%*s\r", 90, "");
+    fflush(stdout);
+    return true;
+}
+
+/* The epoch line, also kept for --csv/--svg:
+   epoch  1  train loss 0.4451  train acc 0.8499  test acc 0.8685  11.5s  5201 samples/s */
+static EX_UNUSED void ex_epoch_end(ex_setup *s, const ex_meter *m, double test_acc)
+{
+    ex_metrics *t = &s->met;
+    double n = m->seen ? (double)m->seen : 1.0, secs = m->secs > 0 ? m->secs : 1e-9;
+    printf("epoch %2d  train loss %.4f  train acc %.4f  test acc %.4f  %.1fs  %.0f samples/s\n", m->epoch + 1,
+           m->loss_sum / n, (double)m->correct / n, test_acc, m->secs, (double)m->seen / secs);
+    fflush(stdout);
+    if (t->n < EX_MAX_EPOCHS) {
+        t->epoch[t->n] = m->epoch + 1;
+        t->loss[t->n] = m->loss_sum / n;
+        t->train_acc[t->n] = (double)m->correct / n;
+        t->test_acc[t->n] = test_acc;
+        t->secs[t->n] = m->secs;
+        t->n++;
+    }
+}
+
+/* ------------------------------------------------------------ files */
+
+/* A file written whole or not at all: the text goes to a new temporary
+   file next to the destination; every write, the flush to disk and the
+   close are checked; then it is renamed over the destination. On a failure
+   the temporary is removed and the destination is left as it was. */
+typedef struct ex_wfile {
+    FILE *f;
+    const char *prog, *flag, *path;
+    char final[4096], tmp[4200];
+} ex_wfile;
+
+static EX_UNUSED bool ex_wopen(ex_wfile *w, const char *prog, const char *flag, const char *path)
+{
+    struct stat st;
+    const char *slash;
+    int attempt, fd = -1;
+    memset(w, 0, sizeof *w);
+    w->prog = prog; w->flag = flag; w->path = path;
+    if (!ex_resolve(path, w->final, sizeof w->final)) {
+        fprintf(stderr, "%s: %s %s: a symbolic link that cannot be followed, or a path too long\n", prog, flag, path);
+        return false;
+    }
+    if (stat(w->final, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "%s: %s %s: not a regular file; refusing to replace it\n", prog, flag, path);
+        return false;
+    }
+    slash = strrchr(w->final, '/');
+    for (attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        snprintf(w->tmp, sizeof w->tmp, "%.*s.%s.tmp-%ld-%d", slash ? (int)(slash - w->final + 1) : 0, w->final,
+                 slash ? slash + 1 : w->final, (long)getpid(), attempt);
+        fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0 || !(w->f = fdopen(fd, "w"))) {
+        fprintf(stderr, "%s: %s %s: cannot create a file next to it: %s\n", prog, flag, path, strerror(errno));
+        if (fd >= 0) { close(fd); unlink(w->tmp); }
+        return false;
+    }
+    return true;
+}
+
+/* Finishes a file from ex_wopen (its FILE may already be closed: f NULL,
+   when a library call wrote the temporary by name): prints "saved to PATH"
+   or, on a failure, "prog: FLAG PATH: reason" and returns false. */
+static EX_UNUSED bool ex_wclose(ex_wfile *w, bool ok)
+{
+    int err = ok ? 0 : EIO;
+    if (w->f) {
+        errno = 0;
+        if (ok && (fflush(w->f) != 0 || ferror(w->f))) err = errno ? errno : EIO;
+        if (!err && fsync(fileno(w->f)) != 0 && errno != EINVAL) err = errno;
+        if (fclose(w->f) != 0 && !err) err = errno ? errno : EIO;
+        w->f = NULL;
+    }
+    if (!err && rename(w->tmp, w->final) != 0) err = errno;
+    if (err) {
+        unlink(w->tmp);
+        fprintf(stderr, "%s: %s %s: writing failed: %s; nothing written\n", w->prog, w->flag, w->path,
+                ok ? strerror(err) : "see the message above");
+        return false;
+    }
+    printf("saved to %s\n", w->path);
+    return true;
+}
+
+static EX_UNUSED bool ex_metrics_csv(const ex_setup *s, const char *path)
+{
+    const ex_metrics *m = &s->met;
+    ex_wfile w;
+    int i;
+    if (!ex_wopen(&w, s->a->prog, "--csv", path)) return false;
+    fprintf(w.f, "epoch,train_loss,train_acc,test_acc,seconds\n");
+    for (i = 0; i < m->n; i++)
+        fprintf(w.f, "%d,%.6f,%.6f,%.6f,%.3f\n", m->epoch[i], m->loss[i], m->train_acc[i], m->test_acc[i], m->secs[i]);
+    return ex_wclose(&w, true);
+}
+
+/* An SVG line chart of loss (left axis) and accuracies (right axis, 0..1). */
+static EX_UNUSED bool ex_metrics_svg(const ex_setup *s, const char *path)
+{
+    const ex_metrics *m = &s->met;
+    ex_wfile w;
+    FILE *f;
+    int i, k;
+    double W = 640, H = 360, L = 60, R = 60, T = 40, Bm = 40, maxl = 0;
+    const char *col[3] = {"#d62728", "#1f77b4", "#2ca02c"}, *lab[3] = {"train loss", "train acc", "test acc"};
+    if (!ex_wopen(&w, s->a->prog, "--svg", path)) return false;
+    f = w.f;
+    for (i = 0; i < m->n; i++) if (m->loss[i] > maxl) maxl = m->loss[i];
+    if (maxl <= 0) maxl = 1;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n", W / 2, s->title);
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#888\"/>\n", L, T, W - L - R, H - T - Bm);
+    for (i = 0; i <= 4; i++) {
+        double y = T + (H - T - Bm) * i / 4;
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%.2f</text><text x=\"%.0f\" y=\"%.0f\">%.2f</text>\n",
+                L - 5, y + 4, maxl * (4 - i) / 4, W - R + 5, y + 4, (4 - i) / 4.0);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">epoch</text>\n", W / 2, H - 8);
+    for (k = 0; k < 3; k++) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col[k]);
+        for (i = 0; i < m->n; i++) {
+            double x = L + (W - L - R) * (m->n == 1 ? 0.5 : (double)i / (m->n - 1));
+            double v = k == 0 ? m->loss[i] / maxl : k == 1 ? m->train_acc[i] : m->test_acc[i];
+            fprintf(f, "%.1f,%.1f ", x, T + (H - T - Bm) * (1 - v));
+        }
+        fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", L + 10 + 110 * k, T + 16, col[k], lab[k]);
+    }
+    fprintf(f, "</svg>\n");
+    return ex_wclose(&w, true);
+}
+
+/* The end of a run: --csv and --svg, then "test accuracy: 0.xxxx" (the
+   last line). Returns the exit status. */
+static EX_UNUSED int ex_finish(ex_setup *s, double test_acc)
+{
+    int status = 0;
+    if (s->a->csv && !ex_metrics_csv(s, s->a->csv)) status = 1;
+    if (s->a->svg && !ex_metrics_svg(s, s->a->svg)) status = 1;
+    printf("test accuracy: %.4f\n", test_acc);
+    return status;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* --save: the weights, the optimizer state and the run's settings (the
+   example, --batch, --epochs, --lr, --seed, --limit, the training-set size
+   and the epochs done), written atomically by dl.h. Prints "saved to PATH";
+   false (message printed) when the write failed: the run stops. */
+static EX_UNUSED bool ex_save(const ex_setup *s, dl_module *net, dl_optim *opt, int epochs_done)
+{
+    const ex_args *a = s->a;
+    char v[7][32];
+    dl_kv kv[8];
+    if (!a->save) return true;
+    snprintf(v[0], sizeof v[0], "%lld", (long long)a->batch);
+    snprintf(v[1], sizeof v[1], "%d", a->epochs);
+    snprintf(v[2], sizeof v[2], "%.9g", (double)a->lr);
+    snprintf(v[3], sizeof v[3], "%llu", (unsigned long long)a->seed);
+    snprintf(v[4], sizeof v[4], "%lld", (long long)a->limit);
+    snprintf(v[5], sizeof v[5], "%lld", (long long)s->ntrain);
+    snprintf(v[6], sizeof v[6], "%d", epochs_done);
+    kv[0].key = "example"; kv[0].value = a->name;
+    kv[1].key = "batch"; kv[1].value = v[0];
+    kv[2].key = "epochs"; kv[2].value = v[1];
+    kv[3].key = "lr"; kv[3].value = v[2];
+    kv[4].key = "seed"; kv[4].value = v[3];
+    kv[5].key = "limit"; kv[5].value = v[4];
+    kv[6].key = "train_samples"; kv[6].value = v[5];
+    kv[7].key = "epochs_done"; kv[7].value = v[6];
+    if (dl_save_meta(a->save, net, opt, 8, kv) != DL_OK) {
+        ex_bar_break();
+        fprintf(stderr, "%s: --save %s: %s; stopping\n", a->prog, a->save, dl_error_message(s->ctx));
+        return false;
+    }
+    printf("saved to %s\n", a->save);
+    return true;
+}
+
+/* One setting of the --resume checkpoint as a number (false: printed why). */
+static EX_UNUSED bool ex_meta_num(const ex_setup *s, const char *key, double *out)
+{
+    char buf[128], *end;
+    if (dl_checkpoint_meta(s->ctx, s->a->resume, key, buf, sizeof buf) != DL_OK) {
+        fprintf(stderr, "%s: --resume %s: %s%s\n", s->a->prog, s->a->resume, dl_error_message(s->ctx),
+                dl_last_error(s->ctx) == DL_ERR_FORMAT ? " (not a checkpoint from an example's --save?)" : "");
+        return false;
+    }
+    *out = strtod(buf, &end);
+    if (end == buf || *end || !isfinite(*out)) {
+        fprintf(stderr, "%s: --resume %s: the setting %s is '%s', not a number\n", s->a->prog, s->a->resume, key, buf);
+        return false;
+    }
+    return true;
+}
+
+/* --resume: checks that the checkpoint was written by this example with
+   the settings that shape this run (--batch, --lr, --seed, the training
+   set of --limit; --epochs may grow), loads it, and puts the loader where
+   an uninterrupted run would be. Returns the epochs done (0 without
+   --resume), or -1 after printing why not, e.g.
+   "--resume run.st: the checkpoint was trained with --batch 256, this run has --batch 128". */
+static EX_UNUSED int ex_resume(ex_setup *s, dl_module *net, dl_optim *opt)
+{
+    const ex_args *a = s->a;
+    const char *p = a->prog, *r = a->resume;
+    char name[128], seed[32];
+    double batch, epochs, lr, limit, nsamp, done;
+    int64_t steps;
+    if (!r) return 0;
+    if (dl_checkpoint_meta(s->ctx, r, "example", name, sizeof name) != DL_OK) {
+        fprintf(stderr, "%s: --resume %s: %s%s\n", p, r, dl_error_message(s->ctx),
+                dl_last_error(s->ctx) == DL_ERR_FORMAT ? " (not a checkpoint from an example's --save?)" : "");
+        return -1;
+    }
+    if (strcmp(name, a->name)) {
+        fprintf(stderr, "%s: --resume %s: the checkpoint was written by the example %s, this is %s\n", p, r, name,
+                a->name);
+        return -1;
+    }
+    if (dl_checkpoint_meta(s->ctx, r, "seed", seed, sizeof seed) != DL_OK) {
+        fprintf(stderr, "%s: --resume %s: %s\n", p, r, dl_error_message(s->ctx));
+        return -1;
+    }
+    if (!ex_meta_num(s, "batch", &batch) || !ex_meta_num(s, "epochs", &epochs) || !ex_meta_num(s, "lr", &lr) ||
+        !ex_meta_num(s, "limit", &limit) ||
+        !ex_meta_num(s, "train_samples", &nsamp) || !ex_meta_num(s, "epochs_done", &done)) return -1;
+    if (batch != (double)a->batch) {
+        fprintf(stderr, "%s: --resume %s: the checkpoint was trained with --batch %.0f, this run has --batch %lld\n",
+                p, r, batch, (long long)a->batch);
+        return -1;
+    }
+    if ((float)lr != a->lr) {
+        char x[32], y[32];
+        snprintf(x, sizeof x, "%g", lr);
+        snprintf(y, sizeof y, "%g", (double)a->lr);
+        if (!strcmp(x, y)) { snprintf(x, sizeof x, "%.9g", lr); snprintf(y, sizeof y, "%.9g", (double)a->lr); }
+        fprintf(stderr, "%s: --resume %s: the checkpoint was trained with --lr %s, this run has --lr %s\n", p, r, x, y);
+        return -1;
+    }
+    if (strtoull(seed, NULL, 10) != a->seed) {
+        fprintf(stderr, "%s: --resume %s: the checkpoint was trained with --seed %s, this run has --seed %llu\n",
+                p, r, seed, (unsigned long long)a->seed);
+        return -1;
+    }
+    if (nsamp != (double)s->ntrain) {
+        fprintf(stderr, "%s: --resume %s: the checkpoint was trained with --limit %.0f (%.0f training samples), "
+                "this run has --limit %lld (%lld training samples)\n", p, r, limit, nsamp, (long long)a->limit,
+                (long long)s->ntrain);
+        return -1;
+    }
+    if (epochs > (double)a->epochs) {
+        fprintf(stderr, "%s: --resume %s: the checkpoint was trained with --epochs %.0f, this run has --epochs %d "
+                "(a resumed run may keep or raise --epochs, not lower it)\n", p, r, epochs, a->epochs);
+        return -1;
+    }
+    if (dl_load(r, net, opt) != DL_OK) {
+        fprintf(stderr, "%s: --resume %s: %s\n", p, r, dl_error_message(s->ctx));
+        return -1;
+    }
+    steps = dl_optim_steps(opt);
+    if (done < 0 || done > epochs || (double)steps != done * (double)dl_loader_num_batches(s->train)) {
+        fprintf(stderr, "%s: --resume %s: the checkpoint says %.0f epochs done but holds %lld optimizer steps "
+                "(%lld per epoch)\n", p, r, done, (long long)steps, (long long)dl_loader_num_batches(s->train));
+        return -1;
+    }
+    dl_loader_set_epoch(s->train, (int64_t)done);
+    printf("resumed from %s at epoch %.0f\n", r, done);
+    return (int)done;
+}
+
+/* The start of a run: checks that the model and the optimizer were made,
+   resumes (--resume), prints the header line. Returns the first epoch
+   (0-based), or -1 after printing why not. */
+static EX_UNUSED int ex_start(ex_setup *s, dl_module *net, dl_optim *opt)
+{
+    int start;
+    if (!net || !opt) { ex_fail(s, NULL); return -1; }
+    if ((start = ex_resume(s, net, opt)) < 0) return -1;
+    printf("%s: %lld parameters, %lld train / %lld test samples, batch %lld, %d threads\n", s->title,
+           (long long)dl_module_num_params(net), (long long)s->ntrain, (long long)s->ntest,
+           (long long)s->a->batch, dl_num_threads(s->ctx));
+    fflush(stdout);
+    return start;
+}
+
+/* Cosine annealing from the base rate to 0 over the run
+   (torch.optim.lr_scheduler.CosineAnnealingLR, stepped once per epoch). */
+static EX_UNUSED float ex_cosine(float base, int epoch, int epochs)
+{
+    return dl_lr_cosine(base, epoch, epochs, 0.0f);
+}
+
 #endif

@@ -6,6 +6,8 @@
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <math.h>
 
 /* y = 1 / (1 + exp(-x)); saved for backward */
@@ -34,24 +36,51 @@ static dl_tensor *apply(void *user, dl_tensor *const *in)
     return dl_function_apply(&MySigmoid, 1, in, NULL);
 }
 
-int main(void)
+/* --help, or nothing: this example has no settings */
+static int args_ok(int argc, char **argv)
 {
-    dl_ctx *ctx = dl_ctx_init(NULL);
-    dl_tensor *x = dl_requires_grad(dl_randn(ctx, DL_SHAPE(4, 5)), true);
-    dl_tensor *mine = dl_function_apply(&MySigmoid, 1, &x, NULL), *ref = dl_sigmoid(x);
-    dl_tensor *g1[1], *g2[1];
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: %s [--help]\n"
+               "  checks a Sigmoid written with the custom-function API against dl_sigmoid\n"
+               "  and by finite differences; writes no files\n", argv[0]);
+        exit(0);
+    }
+    if (argc > 1) {
+        fprintf(stderr, "%s: unknown argument %s: this example takes no flags\nusage: %s [--help]\n",
+                argv[0], argv[1], argv[0]);
+        return 0;
+    }
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    dl_ctx *ctx;
+    dl_tensor *x, *mine, *ref, *g1[1] = {NULL}, *g2[1] = {NULL};
     dl_gradcheck_result r;
     double dy = 0, dg = 0;
     int64_t i;
-    dl_grad(dl_sum(mine, DL_ALL, false), 1, &x, g1, NULL);
-    dl_grad(dl_sum(ref, DL_ALL, false), 1, &x, g2, NULL);
-    if (!g1[0] || !g2[0]) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return 1; }
+    if (!args_ok(argc, argv)) return 2;
+    if (!(ctx = dl_ctx_init(NULL))) { fprintf(stderr, "%s: cannot create a context\n", argv[0]); return 1; }
+    x = dl_requires_grad(dl_randn(ctx, DL_SHAPE(4, 5)), true);
+    mine = dl_function_apply(&MySigmoid, 1, &x, NULL);
+    ref = dl_sigmoid(x);
+    if (dl_grad(dl_sum(mine, DL_ALL, false), 1, &x, g1, NULL) != DL_OK ||
+        dl_grad(dl_sum(ref, DL_ALL, false), 1, &x, g2, NULL) != DL_OK || !g1[0] || !g2[0]) {
+        fprintf(stderr, "%s: %s\n", argv[0], dl_error_message(ctx));
+        dl_ctx_free(ctx);
+        return 1;
+    }
     for (i = 0; i < x->numel; i++) {
         dy = fmax(dy, fabs(dl_data(mine)[i] - dl_data(ref)[i]));
         dg = fmax(dg, fabs(dl_data(g1[0])[i] - dl_data(g2[0])[i]));
     }
     printf("MySigmoid vs dl_sigmoid: max |dy| = %.3g, max |dgrad| = %.3g\n", dy, dg);
-    if (dl_gradcheck(ctx, apply, NULL, 1, &x, NULL, &r) != DL_OK) { fprintf(stderr, "%s\n", dl_error_message(ctx)); return 1; }
+    if (dl_gradcheck(ctx, apply, NULL, 1, &x, NULL, &r) != DL_OK) {
+        fprintf(stderr, "%s: %s\n", argv[0], dl_error_message(ctx));
+        dl_ctx_free(ctx);
+        return 1;
+    }
     printf("gradcheck: worst relative error %.3g -> %s\n", r.max_rel_err[0], r.ok ? "ok" : "FAILED");
     dl_ctx_free(ctx);
     return (r.ok && dy < 1e-6 && dg < 1e-6) ? 0 : 1;

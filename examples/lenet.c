@@ -4,10 +4,12 @@
      conv 5x5 (1->6, pad 2) BN ReLU maxpool 2 | conv 5x5 (6->16) BN ReLU maxpool 2
      | flatten | linear 400->120 BN ReLU | linear 120->84 BN ReLU | linear 84->10
 
+   The training loop is PyTorch's (train_epoch, evaluate below); flags,
+   data loading, printing and checkpoints are in examples/common.h.
    Per epoch: train loss, train accuracy, test accuracy, time, samples/s; the
    last line is "test accuracy: 0.xxxx". A progress bar on a terminal.
    Build: cc -std=c99 -O2 -I. examples/lenet.c -o build/lenet -lm -lpthread
-   Run:   build/lenet --epochs 10   (make run EPOCHS=10) */
+   Run:   build/lenet --epochs 10   (make run EPOCHS=10; --help for the flags) */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -29,18 +31,72 @@ static dl_module *make_lenet(dl_ctx *ctx)
     return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
 }
 
+/* One pass over the training set. Returns 0, or 1 after printing what failed. */
+static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
+{
+    dl_tensor *x, *y, *logits, *loss;
+    int rc;
+    dl_module_train(net, true);                               /* model.train() */
+    while ((rc = dl_loader_next(s->train, &x, &y)) > 0) {     /* for X, y in dataloader: */
+        dl_optim_zero_grad(opt);                              /* optimizer.zero_grad() */
+        logits = dl_module_forward(net, x);                   /* pred = model(X) */
+        loss = dl_cross_entropy(logits, y, NULL);             /* loss = loss_fn(pred, y) */
+        if (!ex_loss_ok(s, m, loss)) return 1;                /* an error, or NaN/Inf: stop */
+        if (dl_backward(loss) != DL_OK ||                     /* loss.backward() */
+            dl_optim_step(opt) != DL_OK ||                    /* optimizer.step() */
+            !ex_meter_add(m, loss, logits, y))                /* running loss/accuracy, progress bar */
+            return ex_fail(s, m);
+        dl_step_end(s->ctx);                                  /* free this step's tensors */
+    }
+    return rc < 0 ? ex_fail(s, m) : 0;
+}
+
+/* Test-set accuracy in eval mode (batch norm uses its running statistics)
+   without recording a tape. -1 after printing an error. */
+static double evaluate(ex_setup *s, dl_module *net)
+{
+    dl_tensor *x, *y;
+    int64_t correct = 0, total = 0, c;
+    int rc;
+    dl_module_train(net, false);                              /* model.eval() */
+    dl_no_grad_begin(s->ctx);                                 /* with torch.no_grad(): */
+    while ((rc = dl_loader_next(s->test, &x, &y)) > 0) {
+        dl_tensor *logits = dl_module_forward(net, x);        /* pred = model(X) */
+        if ((c = ex_correct(logits, y)) < 0) break;           /* an error: stop */
+        correct += c;
+        total += y->numel;
+        dl_step_end(s->ctx);
+    }
+    dl_no_grad_end(s->ctx);
+    if (rc != 0) { ex_fail(s, NULL); return -1; }
+    return total ? (double)correct / (double)total : 0.0;
+}
+
 int main(int argc, char **argv)
 {
     ex_args a;
     ex_setup s;
-    dl_adam_desc ad; memset(&ad, 0, sizeof ad);
-    double acc = -1;
-    ex_parse(argc, argv, &a, 10, 256, 2e-3f);
-    if (ex_setup_fmnist(&a, false, 0, &s)) {
-        dl_module *net = make_lenet(s.ctx);
-        ad.lr = a.lr;
-        acc = ex_train(&a, &s, net, dl_adam(net, &ad), ex_cosine, "LeNet-BN on Fashion-MNIST");
+    ex_meter m;
+    dl_module *net;
+    dl_optim *opt;
+    dl_adam_desc ad;
+    double acc = 0;
+    int epoch, start;
+    ex_parse(argc, argv, &a, "lenet", 10, 256, 2e-3f);       /* defaults: epochs, batch, lr */
+    if (!ex_setup_fmnist(&a, "LeNet-BN on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
+    net = make_lenet(s.ctx);
+    memset(&ad, 0, sizeof ad);                                /* zero: PyTorch's defaults */
+    ad.lr = a.lr;
+    opt = dl_adam(net, &ad);                                  /* torch.optim.Adam(model.parameters(), lr) */
+    if ((start = ex_start(&s, net, opt)) < 0) return ex_done(&s, 1);   /* --resume; the header line */
+    for (epoch = start; epoch < a.epochs; epoch++) {
+        float lr = ex_cosine(a.lr, epoch, a.epochs);          /* CosineAnnealingLR, once per epoch */
+        if (dl_optim_set_lr(opt, lr) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));
+        ex_meter_start(&m, &s, epoch);
+        if (train_epoch(&s, net, opt, &m) != 0 || (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);
+        ex_epoch_end(&s, &m, acc);                            /* the epoch line */
+        if (!ex_save(&s, net, opt, epoch + 1)) return ex_done(&s, 1);   /* --save */
     }
-    dl_ctx_free(s.ctx);
-    return acc < 0;
+    if (start == a.epochs && (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);   /* nothing left to train */
+    return ex_done(&s, ex_finish(&s, acc));                   /* --csv, --svg, "test accuracy: 0.xxxx" */
 }

@@ -1,32 +1,91 @@
 /* examples/mlp.c - a multilayer perceptron 784-256-128-10 with ReLU on
    Fashion-MNIST, SGD with momentum 0.9 and a cosine learning-rate schedule.
-   Build: cc -std=c99 -O2 -I. examples/mlp.c -o build/mlp -lm -lpthread */
+   The training loop is PyTorch's (train_epoch, evaluate below); flags,
+   data loading, printing and checkpoints are in examples/common.h.
+   Build: cc -std=c99 -O2 -I. examples/mlp.c -o build/mlp -lm -lpthread
+   Run:   build/mlp --epochs 10   (--help for the flags) */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "examples/common.h"
 
+static dl_module *make_mlp(dl_ctx *ctx)
+{
+    dl_module *m[] = {
+        dl_nn_flatten(ctx),
+        dl_nn_linear(ctx, 784, 256, true), dl_nn_relu(ctx),
+        dl_nn_linear(ctx, 256, 128, true), dl_nn_relu(ctx),
+        dl_nn_linear(ctx, 128, 10, true)};
+    return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
+}
+
+/* One pass over the training set. Returns 0, or 1 after printing what failed. */
+static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
+{
+    dl_tensor *x, *y, *logits, *loss;
+    int rc;
+    dl_module_train(net, true);                               /* model.train() */
+    while ((rc = dl_loader_next(s->train, &x, &y)) > 0) {     /* for X, y in dataloader: */
+        dl_optim_zero_grad(opt);                              /* optimizer.zero_grad() */
+        logits = dl_module_forward(net, x);                   /* pred = model(X) */
+        loss = dl_cross_entropy(logits, y, NULL);             /* loss = loss_fn(pred, y) */
+        if (!ex_loss_ok(s, m, loss)) return 1;                /* an error, or NaN/Inf: stop */
+        if (dl_backward(loss) != DL_OK ||                     /* loss.backward() */
+            dl_optim_step(opt) != DL_OK ||                    /* optimizer.step() */
+            !ex_meter_add(m, loss, logits, y))                /* running loss/accuracy, progress bar */
+            return ex_fail(s, m);
+        dl_step_end(s->ctx);                                  /* free this step's tensors */
+    }
+    return rc < 0 ? ex_fail(s, m) : 0;
+}
+
+/* Test-set accuracy in eval mode (it matters for batch norm and dropout;
+   this model has neither) without recording a tape. -1 after printing an error. */
+static double evaluate(ex_setup *s, dl_module *net)
+{
+    dl_tensor *x, *y;
+    int64_t correct = 0, total = 0, c;
+    int rc;
+    dl_module_train(net, false);                              /* model.eval() */
+    dl_no_grad_begin(s->ctx);                                 /* with torch.no_grad(): */
+    while ((rc = dl_loader_next(s->test, &x, &y)) > 0) {
+        dl_tensor *logits = dl_module_forward(net, x);        /* pred = model(X) */
+        if ((c = ex_correct(logits, y)) < 0) break;           /* an error: stop */
+        correct += c;
+        total += y->numel;
+        dl_step_end(s->ctx);
+    }
+    dl_no_grad_end(s->ctx);
+    if (rc != 0) { ex_fail(s, NULL); return -1; }
+    return total ? (double)correct / (double)total : 0.0;
+}
+
 int main(int argc, char **argv)
 {
     ex_args a;
     ex_setup s;
+    ex_meter m;
+    dl_module *net;
+    dl_optim *opt;
     dl_sgd_desc sd;
-    double acc = -1;
-    ex_parse(argc, argv, &a, 10, 128, 0.05f);
-    if (ex_setup_fmnist(&a, false, 0, &s)) {
-        dl_module *m[6], *net;
-        m[0] = dl_nn_flatten(s.ctx);
-        m[1] = dl_nn_linear(s.ctx, 784, 256, true);
-        m[2] = dl_nn_relu(s.ctx);
-        m[3] = dl_nn_linear(s.ctx, 256, 128, true);
-        m[4] = dl_nn_relu(s.ctx);
-        m[5] = dl_nn_linear(s.ctx, 128, 10, true);
-        net = dl_nn_sequential(s.ctx, 6, m);
-        memset(&sd, 0, sizeof sd);
-        sd.lr = a.lr;
-        sd.momentum = 0.9f;
-        acc = ex_train(&a, &s, net, dl_sgd(net, &sd), ex_cosine, "MLP 784-256-128-10 on Fashion-MNIST");
+    double acc = 0;
+    int epoch, start;
+    ex_parse(argc, argv, &a, "mlp", 10, 128, 0.05f);         /* defaults: epochs, batch, lr */
+    if (!ex_setup_fmnist(&a, "MLP 784-256-128-10 on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
+    net = make_mlp(s.ctx);
+    memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
+    sd.lr = a.lr;
+    sd.momentum = 0.9f;
+    opt = dl_sgd(net, &sd);                                   /* torch.optim.SGD(params, lr, momentum=0.9) */
+    if ((start = ex_start(&s, net, opt)) < 0) return ex_done(&s, 1);   /* --resume; the header line */
+    for (epoch = start; epoch < a.epochs; epoch++) {
+        float lr = ex_cosine(a.lr, epoch, a.epochs);          /* CosineAnnealingLR, once per epoch */
+        if (dl_optim_set_lr(opt, lr) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));
+        ex_meter_start(&m, &s, epoch);
+        if (train_epoch(&s, net, opt, &m) != 0 || (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);
+        ex_epoch_end(&s, &m, acc);                            /* the epoch line */
+        if (!ex_save(&s, net, opt, epoch + 1)) return ex_done(&s, 1);   /* --save */
     }
-    dl_ctx_free(s.ctx);
-    return acc < 0;
+    if (start == a.epochs && (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);   /* nothing left to train */
+    return ex_done(&s, ex_finish(&s, acc));                   /* --csv, --svg, "test accuracy: 0.xxxx" */
 }

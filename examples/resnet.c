@@ -3,7 +3,10 @@
    1x1 conv projection shortcut when the shape changes), four stages of two
    blocks (widths 16-32-64-128), global average pooling, random horizontal
    flips and random crops (padding 2), SGD momentum with a cosine schedule.
-   Build: cc -std=c99 -O2 -I. examples/resnet.c -o build/resnet -lm -lpthread */
+   The training loop is PyTorch's (train_epoch, evaluate below); flags,
+   data loading, printing and checkpoints are in examples/common.h.
+   Build: cc -std=c99 -O2 -I. examples/resnet.c -o build/resnet -lm -lpthread
+   Run:   build/resnet --epochs 3   (--help for the flags) */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -65,21 +68,74 @@ static dl_module *make_resnet(dl_ctx *ctx)
     return dl_nn_sequential(ctx, 7, m);
 }
 
+/* One pass over the training set. Returns 0, or 1 after printing what failed. */
+static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
+{
+    dl_tensor *x, *y, *logits, *loss;
+    int rc;
+    dl_module_train(net, true);                               /* model.train() */
+    while ((rc = dl_loader_next(s->train, &x, &y)) > 0) {     /* for X, y in dataloader: */
+        dl_optim_zero_grad(opt);                              /* optimizer.zero_grad() */
+        logits = dl_module_forward(net, x);                   /* pred = model(X) */
+        loss = dl_cross_entropy(logits, y, NULL);             /* loss = loss_fn(pred, y) */
+        if (!ex_loss_ok(s, m, loss)) return 1;                /* an error, or NaN/Inf: stop */
+        if (dl_backward(loss) != DL_OK ||                     /* loss.backward() */
+            dl_optim_step(opt) != DL_OK ||                    /* optimizer.step() */
+            !ex_meter_add(m, loss, logits, y))                /* running loss/accuracy, progress bar */
+            return ex_fail(s, m);
+        dl_step_end(s->ctx);                                  /* free this step's tensors */
+    }
+    return rc < 0 ? ex_fail(s, m) : 0;
+}
+
+/* Test-set accuracy in eval mode (batch norm uses its running statistics)
+   without recording a tape. -1 after printing an error. */
+static double evaluate(ex_setup *s, dl_module *net)
+{
+    dl_tensor *x, *y;
+    int64_t correct = 0, total = 0, c;
+    int rc;
+    dl_module_train(net, false);                              /* model.eval() */
+    dl_no_grad_begin(s->ctx);                                 /* with torch.no_grad(): */
+    while ((rc = dl_loader_next(s->test, &x, &y)) > 0) {
+        dl_tensor *logits = dl_module_forward(net, x);        /* pred = model(X) */
+        if ((c = ex_correct(logits, y)) < 0) break;           /* an error: stop */
+        correct += c;
+        total += y->numel;
+        dl_step_end(s->ctx);
+    }
+    dl_no_grad_end(s->ctx);
+    if (rc != 0) { ex_fail(s, NULL); return -1; }
+    return total ? (double)correct / (double)total : 0.0;
+}
+
 int main(int argc, char **argv)
 {
     ex_args a;
     ex_setup s;
+    ex_meter m;
+    dl_module *net;
+    dl_optim *opt;
     dl_sgd_desc sd;
-    double acc = -1;
-    ex_parse(argc, argv, &a, 3, 128, 0.1f);
-    if (ex_setup_fmnist(&a, true, 2, &s)) {
-        dl_module *net = make_resnet(s.ctx);
-        memset(&sd, 0, sizeof sd);
-        sd.lr = a.lr;
-        sd.momentum = 0.9f;
-        sd.weight_decay = 5e-4f;
-        acc = ex_train(&a, &s, net, dl_sgd(net, &sd), ex_cosine, "small ResNet-18-style on Fashion-MNIST");
+    double acc = 0;
+    int epoch, start;
+    ex_parse(argc, argv, &a, "resnet", 3, 128, 0.1f);        /* defaults: epochs, batch, lr */
+    if (!ex_setup_fmnist(&a, "small ResNet-18-style on Fashion-MNIST", true, 2, &s)) return ex_done(&s, 1);
+    net = make_resnet(s.ctx);
+    memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
+    sd.lr = a.lr;
+    sd.momentum = 0.9f;
+    sd.weight_decay = 5e-4f;
+    opt = dl_sgd(net, &sd);                                   /* SGD(params, lr, momentum=0.9, weight_decay=5e-4) */
+    if ((start = ex_start(&s, net, opt)) < 0) return ex_done(&s, 1);   /* --resume; the header line */
+    for (epoch = start; epoch < a.epochs; epoch++) {
+        float lr = ex_cosine(a.lr, epoch, a.epochs);          /* CosineAnnealingLR, once per epoch */
+        if (dl_optim_set_lr(opt, lr) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));
+        ex_meter_start(&m, &s, epoch);
+        if (train_epoch(&s, net, opt, &m) != 0 || (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);
+        ex_epoch_end(&s, &m, acc);                            /* the epoch line */
+        if (!ex_save(&s, net, opt, epoch + 1)) return ex_done(&s, 1);   /* --save */
     }
-    dl_ctx_free(s.ctx);
-    return acc < 0;
+    if (start == a.epochs && (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);   /* nothing left to train */
+    return ex_done(&s, ex_finish(&s, acc));                   /* --csv, --svg, "test accuracy: 0.xxxx" */
 }

@@ -23,8 +23,8 @@ int main(void)
     double first = 0, last = 0;
     int64_t correct = 0, seen = 0;
     int step = 0;
-    if (access("data/fashion-mnist/train-images-idx3-ubyte", R_OK) != 0) {
-        printf("SKIP test_smoke: %s not found (run `make data`)\n", dir);
+    if (access("data/fashion-mnist/train-images-idx3-ubyte", R_OK) != 0) {   /* run from the repository root */
+        SKIP("test_smoke: %s/train-images-idx3-ubyte not found, no training on real data (run `make data`)", dir);
         TEST_END();
     }
     memset(&cd, 0, sizeof cd);
