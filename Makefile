@@ -25,8 +25,13 @@ EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
 FUZZ_SECONDS ?= 60
+# make bench: dl.h against PyTorch (bench/README.md); CASES="step_lenet_bn gemm" runs a subset
+CASES    ?=
+THREADS  ?= 1 2
+ROUNDS   ?= 1
+BENCH_FLAGS = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 
-.PHONY: all test sanitize valgrind clean run data fuzz
+.PHONY: all test sanitize valgrind clean run data fuzz bench
 all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
@@ -93,6 +98,22 @@ sanitize: $(SANTESTS) $(TSANTESTS)
 
 valgrind: $(B)/test_core
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick
+
+# benchmarks (never part of `make test`): build/bench and, when bench/gemm.c
+# and OpenBLAS are there, build/bench_gemm; bench/run.sh builds what it needs
+bench: $(B)/bench
+	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(CASES)" THREADS="$(THREADS)" ROUNDS="$(ROUNDS)" bench/run.sh
+
+$(B)/bench: bench/bench.c dl.h | $(B)
+	$(CC) $(WARN) $(BENCH_FLAGS) -I. $< -o $@ $(LDLIBS)
+	@echo '$(CC) $(BENCH_FLAGS)' > $(B)/bench.flags
+
+$(B)/bench_gemm: bench/gemm.c dl.h | $(B)
+ifeq ($(HAVE_OPENBLAS),1)
+	$(CC) $(BENCH_FLAGS) -I. $< -o $@ -lopenblas $(LDLIBS)
+else
+	@echo "bench_gemm needs OpenBLAS (cblas.h, -lopenblas)"; exit 1
+endif
 
 clean:
 	rm -rf $(B)

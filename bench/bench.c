@@ -1,0 +1,427 @@
+/* bench/bench.c - the dl.h side of `make bench` (bench/run.sh runs it next to
+   bench/torch_bench.py, which does the same work in PyTorch).
+
+   Usage: build/bench CASE THREADS [--warmup N] [--reps N] [--steps N]
+          build/bench --list
+   Prints one line, "CASE THREADS VALUE":
+     time cases     VALUE = median milliseconds of --reps repetitions after
+                    --warmup untimed ones (one repetition = one training
+                    step, or one op forward + backward);
+     mem_* cases    VALUE = peak resident set size in MiB (VmHWM) of this
+                    process after --steps training steps;
+     startup        VALUE = 0; the process builds LeNet-BN, runs one training
+                    step and exits at once (run.sh times the whole process).
+   Exit status 2: unknown case (run.sh prints n/a); 1: a dl.h error.
+
+   Every model is the twin of the PyTorch one in torch_bench.py: same layers,
+   PyTorch's default initialization (xavier_uniform for the d2l LeNet, as
+   d2l), cross-entropy loss, plain SGD, batch 256 of random N(0,1) inputs and
+   random labels in 0..9 (fixed seed). A step is zero_grad, forward, loss,
+   backward, optimizer step (and dl_step_end).
+
+   To add a case: write a setup function (and a rep function for a new kind
+   of work), add a row to g_cases, the same name to torch_bench.py's CASES
+   and a line to bench/run.sh's case table.
+
+   Build: cc -std=c99 -O3 -march=native -I. bench/bench.c -o build/bench -lm -lpthread */
+#define _POSIX_C_SOURCE 200809L
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+
+#define BATCH 256
+
+/* everything a case needs between repetitions; all tensors persistent */
+typedef struct bench {
+    dl_ctx *ctx;
+    dl_module *net;          /* step cases, linear_fwdbwd */
+    dl_optim *opt;
+    dl_tensor *x, *y;        /* input batch, int64 labels */
+    dl_tensor *w, *b;        /* micro cases: weight, bias */
+    dl_tensor *rm, *rv;      /* bn2d: running statistics */
+    dl_tensor *gout;         /* micro cases: the gradient fed to backward */
+    dl_conv_desc conv;
+    dl_pool_desc pool;
+} bench;
+
+typedef int (*setup_fn)(bench *s);
+typedef int (*rep_fn)(bench *s);
+
+enum { KIND_TIME, KIND_MEM, KIND_STARTUP };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(bench *s, const char *what)
+{
+    fprintf(stderr, "bench: %s: %s\n", what, dl_error_message(s->ctx));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- data */
+
+static dl_tensor *keep_randn(bench *s, dl_shape shape, bool grad)
+{
+    dl_tensor *t = dl_keep(dl_randn(s->ctx, shape));
+    if (t && grad) dl_requires_grad(t, true);
+    return t;
+}
+
+/* x: random N(0,1) batch of the given shape; y: labels in 0..9 */
+static int make_batch(bench *s, dl_shape xshape)
+{
+    int64_t lab[BATCH];
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    int i;
+    for (i = 0; i < BATCH; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        lab[i] = (int64_t)((r >> 33) % 10);
+    }
+    s->x = keep_randn(s, xshape, false);
+    s->y = dl_keep(dl_from_int64(s->ctx, DL_SHAPE(BATCH), lab));
+    dl_step_end(s->ctx);
+    return s->x && s->y ? 1 : fail(s, "input batch");
+}
+
+/* ---------------------------------------------------------------- models */
+
+static dl_module *make_mlp(dl_ctx *ctx)
+{
+    dl_module *m[] = {dl_nn_flatten(ctx), dl_nn_linear(ctx, 784, 256, true), dl_nn_relu(ctx),
+                      dl_nn_linear(ctx, 256, 10, true)};
+    return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
+}
+
+/* d2l's LeNet (examples/lenet_d2l.c), weights xavier_uniform as d2l does */
+static dl_module *make_lenet_d2l(dl_ctx *ctx)
+{
+    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
+    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
+    dl_module *m[] = {
+        dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_sigmoid(ctx), dl_nn_avg_pool2d(ctx, &pool),
+        dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_sigmoid(ctx), dl_nn_avg_pool2d(ctx, &pool),
+        dl_nn_flatten(ctx),
+        dl_nn_linear(ctx, 400, 120, true), dl_nn_sigmoid(ctx),
+        dl_nn_linear(ctx, 120, 84, true), dl_nn_sigmoid(ctx),
+        dl_nn_linear(ctx, 84, 10, true)};
+    dl_module *net = dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
+    dl_tensor *ts[32];
+    int i, n;
+    if (!net) return NULL;
+    n = dl_module_named_tensors(net, true, 32, ts, NULL);
+    for (i = 0; i < n && i < 32; i++)
+        if (ts[i]->ndim >= 2) dl_init_xavier_uniform(ts[i], 1.0f);
+    return net;
+}
+
+/* LeNet-BN: exactly the layer list of examples/lenet.c (`make run`) */
+static dl_module *make_lenet_bn(dl_ctx *ctx)
+{
+    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
+    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
+    dl_module *m[] = {
+        dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
+        dl_nn_max_pool2d(ctx, &pool),
+        dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_batch_norm2d(ctx, 16), dl_nn_relu(ctx),
+        dl_nn_max_pool2d(ctx, &pool),
+        dl_nn_flatten(ctx),
+        dl_nn_linear(ctx, 400, 120, true), dl_nn_batch_norm1d(ctx, 120), dl_nn_relu(ctx),
+        dl_nn_linear(ctx, 120, 84, true), dl_nn_batch_norm1d(ctx, 84), dl_nn_relu(ctx),
+        dl_nn_linear(ctx, 84, 10, true)};
+    return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
+}
+
+/* small ResNet: the user module of examples/resnet.c, copied.
+   y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) */
+typedef struct block { dl_module *conv1, *bn1, *conv2, *bn2, *proj, *proj_bn; } block;
+
+static dl_tensor *block_forward(dl_module *m, dl_tensor *x)
+{
+    block *b = (block *)dl_module_state(m);
+    dl_tensor *h = dl_relu(dl_module_forward(b->bn1, dl_module_forward(b->conv1, x)));
+    dl_tensor *sc = b->proj ? dl_module_forward(b->proj_bn, dl_module_forward(b->proj, x)) : x;
+    h = dl_module_forward(b->bn2, dl_module_forward(b->conv2, h));
+    return dl_relu(dl_add(h, sc));
+}
+
+static dl_module *residual_block(dl_ctx *ctx, int64_t in, int64_t out, int64_t stride)
+{
+    dl_module *m = dl_module_new(ctx, "ResidualBlock", block_forward, sizeof(block));
+    block *b;
+    dl_conv_desc c1 = dl_conv_desc_make(stride, 1, 1, 1), c2 = dl_conv_desc_make(1, 1, 1, 1);
+    dl_conv_desc p = dl_conv_desc_make(stride, 0, 1, 1);
+    if (!m) return NULL;
+    b = (block *)dl_module_state(m);
+    b->conv1 = dl_module_add(m, "conv1", dl_nn_conv2d(ctx, in, out, 3, &c1, false));
+    b->bn1 = dl_module_add(m, "bn1", dl_nn_batch_norm2d(ctx, out));
+    b->conv2 = dl_module_add(m, "conv2", dl_nn_conv2d(ctx, out, out, 3, &c2, false));
+    b->bn2 = dl_module_add(m, "bn2", dl_nn_batch_norm2d(ctx, out));
+    if (stride != 1 || in != out) {
+        b->proj = dl_module_add(m, "shortcut", dl_nn_conv2d(ctx, in, out, 1, &p, false));
+        b->proj_bn = dl_module_add(m, "shortcut_bn", dl_nn_batch_norm2d(ctx, out));
+    }
+    return m;
+}
+
+static dl_module *make_resnet_small(dl_ctx *ctx)
+{
+    static const int64_t width[4] = {16, 32, 64, 128};
+    dl_conv_desc stem = dl_conv_desc_make(1, 1, 1, 1);
+    dl_module *stage[4], *blocks[2], *m[7];
+    int64_t in = 16;
+    int st;
+    for (st = 0; st < 4; st++) {
+        blocks[0] = residual_block(ctx, in, width[st], st == 0 ? 1 : 2);
+        blocks[1] = residual_block(ctx, width[st], width[st], 1);
+        stage[st] = dl_nn_sequential(ctx, 2, blocks);
+        in = width[st];
+    }
+    m[0] = dl_nn_conv2d(ctx, 1, 16, 3, &stem, false);
+    m[1] = dl_nn_batch_norm2d(ctx, 16);
+    m[2] = dl_nn_relu(ctx);
+    m[3] = dl_nn_sequential(ctx, 4, stage);
+    m[4] = dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(1, 1));
+    m[5] = dl_nn_flatten(ctx);
+    m[6] = dl_nn_linear(ctx, 128, 10, true);
+    return dl_nn_sequential(ctx, 7, m);
+}
+
+/* ---------------------------------------------------------------- training steps */
+
+static int setup_model(bench *s, dl_module *net, float lr)
+{
+    dl_sgd_desc sd;
+    memset(&sd, 0, sizeof sd);
+    sd.lr = lr;
+    s->net = net;
+    s->opt = net ? dl_sgd(net, &sd) : NULL;
+    if (!s->opt) return fail(s, "model");
+    return make_batch(s, DL_SHAPE(BATCH, 1, 28, 28));
+}
+
+static int setup_mlp(bench *s) { return setup_model(s, make_mlp(s->ctx), 0.1f); }
+static int setup_lenet(bench *s) { return setup_model(s, make_lenet_d2l(s->ctx), 0.9f); }
+static int setup_lenet_bn(bench *s) { return setup_model(s, make_lenet_bn(s->ctx), 0.1f); }
+static int setup_resnet_small(bench *s) { return setup_model(s, make_resnet_small(s->ctx), 0.1f); }
+
+/* zero_grad, forward, cross-entropy, backward, SGD step */
+static int rep_step(bench *s)
+{
+    dl_tensor *loss;
+    dl_optim_zero_grad(s->opt);
+    loss = dl_cross_entropy(dl_module_forward(s->net, s->x), s->y, NULL);
+    if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(s->opt) != DL_OK) return fail(s, "step");
+    dl_step_end(s->ctx);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- single ops
+   x, w, b are leaves with requires_grad; backward is seeded with a fixed
+   random gradient of the output's shape (the same as backward of
+   sum(y * gout)); the leaves' gradients are zeroed each repetition. */
+
+static int micro_setup(bench *s, dl_shape xshape, dl_shape wshape, int64_t bias, dl_shape yshape)
+{
+    s->x = keep_randn(s, xshape, true);
+    s->w = wshape.ndim ? keep_randn(s, wshape, true) : NULL;
+    s->b = bias ? keep_randn(s, DL_SHAPE(bias), true) : NULL;
+    s->gout = keep_randn(s, yshape, false);
+    dl_step_end(s->ctx);
+    if (!s->x || (wshape.ndim && !s->w) || (bias && !s->b) || !s->gout) return fail(s, "inputs");
+    return 1;
+}
+
+static int micro_backward(bench *s, dl_tensor *y)
+{
+    dl_backward_desc bd;
+    memset(&bd, 0, sizeof bd);
+    bd.grad = s->gout;
+    if (!y || dl_backward_ex(y, &bd) != DL_OK) return fail(s, "op");
+    dl_zero_grad(s->x);
+    if (s->w) dl_zero_grad(s->w);
+    if (s->b) dl_zero_grad(s->b);
+    dl_step_end(s->ctx);
+    return 1;
+}
+
+static int setup_conv1(bench *s)
+{
+    s->conv = dl_conv_desc_make(1, 2, 1, 1);
+    return micro_setup(s, DL_SHAPE(BATCH, 1, 28, 28), DL_SHAPE(6, 1, 5, 5), 6, DL_SHAPE(BATCH, 6, 28, 28));
+}
+static int setup_conv2(bench *s)
+{
+    s->conv = dl_conv_desc_make(1, 0, 1, 1);
+    return micro_setup(s, DL_SHAPE(BATCH, 6, 14, 14), DL_SHAPE(16, 6, 5, 5), 16, DL_SHAPE(BATCH, 16, 10, 10));
+}
+static int rep_conv(bench *s) { return micro_backward(s, dl_conv2d(s->x, s->w, s->b, &s->conv)); }
+
+static int setup_bn2d(bench *s)
+{
+    s->rm = dl_keep(dl_zeros(s->ctx, DL_SHAPE(6)));
+    s->rv = dl_keep(dl_ones(s->ctx, DL_SHAPE(6)));
+    if (!micro_setup(s, DL_SHAPE(BATCH, 6, 28, 28), DL_SHAPE(6), 6, DL_SHAPE(BATCH, 6, 28, 28))) return 0;
+    return s->rm && s->rv ? 1 : fail(s, "running stats");
+}
+static int rep_bn2d(bench *s)
+{
+    return micro_backward(s, dl_batch_norm(s->x, s->rm, s->rv, s->w, s->b, true, 0.1f, 1e-5f));
+}
+
+static int setup_maxpool(bench *s)
+{
+    dl_shape none;
+    memset(&none, 0, sizeof none);
+    s->pool = dl_pool_desc_make(2, 2, 0, false, true);
+    return micro_setup(s, DL_SHAPE(BATCH, 6, 28, 28), none, 0, DL_SHAPE(BATCH, 6, 14, 14));
+}
+static int rep_maxpool(bench *s) { return micro_backward(s, dl_max_pool2d(s->x, &s->pool)); }
+
+/* Linear(784, 256) as a module (dl.h has no functional linear): x W^T + b */
+static int setup_linear(bench *s)
+{
+    dl_shape none;
+    memset(&none, 0, sizeof none);
+    s->net = dl_nn_linear(s->ctx, 784, 256, true);
+    if (!s->net) return fail(s, "linear");
+    return micro_setup(s, DL_SHAPE(BATCH, 784), none, 0, DL_SHAPE(BATCH, 256));
+}
+static int rep_linear(bench *s)
+{
+    dl_tensor *y = dl_module_forward(s->net, s->x);
+    int ok = micro_backward(s, y);
+    dl_module_zero_grad(s->net);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- case table */
+
+typedef struct bcase {
+    const char *name;
+    int kind;
+    setup_fn setup;
+    rep_fn rep;
+} bcase;
+
+static const bcase g_cases[] = {
+    {"conv1_fwdbwd", KIND_TIME, setup_conv1, rep_conv},
+    {"conv2_fwdbwd", KIND_TIME, setup_conv2, rep_conv},
+    {"bn2d_fwdbwd", KIND_TIME, setup_bn2d, rep_bn2d},
+    {"maxpool_fwdbwd", KIND_TIME, setup_maxpool, rep_maxpool},
+    {"linear_fwdbwd", KIND_TIME, setup_linear, rep_linear},
+    {"step_mlp", KIND_TIME, setup_mlp, rep_step},
+    {"step_lenet", KIND_TIME, setup_lenet, rep_step},
+    {"step_lenet_bn", KIND_TIME, setup_lenet_bn, rep_step},
+    {"step_resnet_small", KIND_TIME, setup_resnet_small, rep_step},
+    {"mem_lenet_bn", KIND_MEM, setup_lenet_bn, rep_step},
+    {"mem_resnet_small", KIND_MEM, setup_resnet_small, rep_step},
+    {"startup", KIND_STARTUP, setup_lenet_bn, rep_step},
+};
+
+/* ---------------------------------------------------------------- measurement */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* peak resident set size in MiB: VmHWM, else ru_maxrss (KiB on Linux) */
+static double peak_rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    struct rusage ru;
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "VmHWM:", 6)) {
+                fclose(f);
+                return atof(line + 6) / 1024.0;
+            }
+        fclose(f);
+    }
+    if (getrusage(RUSAGE_SELF, &ru) == 0) return (double)ru.ru_maxrss / 1024.0;
+    return -1;
+}
+
+static int run_case(const bcase *c, int threads, int warmup, int reps, int steps)
+{
+    bench s;
+    dl_ctx_desc cd;
+    double *t, v = 0;
+    int i, ok = 1;
+    memset(&s, 0, sizeof s);
+    memset(&cd, 0, sizeof cd);
+    cd.seed = 1;
+    cd.num_threads = threads;
+    s.ctx = dl_ctx_init(&cd);
+    if (!s.ctx) { fprintf(stderr, "bench: dl_ctx_init failed\n"); return 1; }
+    if (!c->setup(&s)) { dl_ctx_free(s.ctx); return 1; }
+    if (c->kind == KIND_STARTUP) {
+        ok = c->rep(&s);
+        printf("%s %d %d\n", c->name, threads, 0);
+        fflush(stdout);
+        return !ok;   /* end of the first step: leave without tearing down */
+    }
+    if (c->kind == KIND_MEM) {
+        for (i = 0; i < steps && ok; i++) ok = c->rep(&s);
+        if (ok) printf("%s %d %.1f\n", c->name, threads, peak_rss_mb());
+        dl_ctx_free(s.ctx);
+        return !ok;
+    }
+    t = (double *)malloc(sizeof(double) * (size_t)reps);
+    if (!t) { dl_ctx_free(s.ctx); return 1; }
+    for (i = 0; i < warmup && ok; i++) ok = c->rep(&s);
+    for (i = 0; i < reps && ok; i++) {
+        double t0 = now_s();
+        ok = c->rep(&s);
+        t[i] = now_s() - t0;
+    }
+    if (ok) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        v = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+        printf("%s %d %.3f\n", c->name, threads, 1e3 * v);
+    }
+    free(t);
+    dl_ctx_free(s.ctx);
+    return !ok;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: build/bench CASE THREADS [--warmup N] [--reps N] [--steps N]\n"
+                    "       build/bench --list\n");
+}
+
+int main(int argc, char **argv)
+{
+    const bcase *c = NULL;
+    int i, threads, warmup = 3, reps = 11, steps = 10;
+    size_t k;
+    if (argc == 2 && !strcmp(argv[1], "--list")) {
+        for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++) printf("%s\n", g_cases[k].name);
+        return 0;
+    }
+    if (argc < 3) { usage(); return 2; }
+    for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++)
+        if (!strcmp(g_cases[k].name, argv[1])) c = &g_cases[k];
+    if (!c) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
+    threads = atoi(argv[2]);
+    for (i = 3; i + 1 < argc; i += 2) {
+        int v = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--warmup")) warmup = v;
+        else if (!strcmp(argv[i], "--reps")) reps = v;
+        else if (!strcmp(argv[i], "--steps")) steps = v;
+        else { usage(); return 2; }
+    }
+    if (i != argc || threads < 1 || warmup < 0 || reps < 1 || steps < 1) { usage(); return 2; }
+    return run_case(c, threads, warmup, reps, steps);
+}

@@ -1,0 +1,201 @@
+#!/bin/sh
+# bench/run.sh - dl.h against PyTorch, case by case, at the same thread count.
+#
+#   bench/run.sh                         every case, threads 1 and 2
+#   CASES="step_lenet_bn gemm" bench/run.sh      a subset (shell patterns work: 'step_*')
+#   THREADS="2" bench/run.sh             other thread counts
+#   ROUNDS=3 bench/run.sh                each time case's process pair 3 times,
+#                                        keeping each side's best median (noisy machines)
+#   (make bench / make bench CASES="..." THREADS="..." do the same)
+#
+# Builds build/bench (bench/bench.c), then for each case and thread count
+# runs build/bench and `python3 bench/torch_bench.py` (PYTHON=... for another
+# interpreter), one after the other with the same arguments, and prints
+#     case threads dl torch ratio          ratio = dl / torch
+# time cases in milliseconds (median of the reps after the warm-ups, inside
+# each process), mem_* in MiB of peak resident memory, startup in seconds
+# (median wall clock of whole processes: exec to exit, which follows the end
+# of the first training step at once). A side that lacks the case, fails, or
+# has no PyTorch prints n/a. The gemm case runs build/bench_gemm
+# (bench/gemm.c, against OpenBLAS) and passes its lines through.
+#
+# To add a case: one line in TABLE below, a row in bench.c's g_cases and an
+# entry in torch_bench.py's CASES (a kind other than time/mem/startup/gemm
+# needs a branch in run_case).
+set -u -f   # no pathname expansion: CASES holds patterns
+cd "$(dirname "$0")/.." || exit 1
+MAKE=${MAKE:-make}
+PYTHON=${PYTHON:-python3}
+THREADS=${THREADS:-1 2}
+CASES=${CASES:-}
+ROUNDS=${ROUNDS:-1}
+DL=build/bench
+TORCH="bench/torch_bench.py"
+
+# name               kind     warmup  reps (mem: training steps)
+TABLE='
+gemm                 gemm     -       -
+conv1_fwdbwd         time     3       11
+conv2_fwdbwd         time     3       11
+bn2d_fwdbwd          time     3       11
+maxpool_fwdbwd       time     3       11
+linear_fwdbwd        time     3       11
+step_mlp             time     3       11
+step_lenet           time     3       11
+step_lenet_bn        time     3       11
+step_resnet_small    time     2       7
+mem_lenet_bn         mem      -       20
+mem_resnet_small     mem      -       3
+startup              startup  -       7
+'
+
+# ------------------------------------------------------------------ helpers
+
+median() {
+    sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print a[(NR + 1) / 2]; else printf "%.4f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+smaller() {  # the smaller of two values; n/a only when both are
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a") print b; else if (b == "n/a" || a + 0 <= b + 0) print a; else print b }'
+}
+
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a" || b + 0 == 0) print "n/a"; else printf "%.2f\n", a / b }'
+}
+
+line() {  # case threads dl torch
+    printf '%-20s %2s %10s %10s %7s\n' "$1" "$2" "$3" "$4" "$(ratio "$3" "$4")"
+}
+
+# value of "case threads value" from a bench program's stdout, or n/a; the
+# program's complaints go to stderr with a prefix
+value_of() {  # case output-file error-file side
+    v=$(awk -v c="$1" '$1 == c { v = $3 } END { print v }' "$2")
+    if [ -z "$v" ]; then
+        v=n/a
+        sed "s/^/# $4 $1: /" "$3" | head -n 5 >&2
+    fi
+    echo "$v"
+}
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlbench.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+run_dl() {  # case threads args...
+    c=$1; t=$2; shift 2
+    OPENBLAS_NUM_THREADS=$t "$DL" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"
+    value_of "$c" "$TMP/o" "$TMP/e" dl.h
+}
+
+run_torch() {
+    c=$1; t=$2; shift 2
+    if [ -z "$TORCH_VERSION" ]; then echo n/a; return; fi
+    "$PYTHON" "$TORCH" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"
+    value_of "$c" "$TMP/o" "$TMP/e" torch
+}
+
+now_ns() { date +%s%N; }
+
+# seconds from exec to exit of one process, or n/a if it failed
+wall() {  # case command...
+    c=$1; shift
+    t0=$(now_ns)
+    "$@" </dev/null >"$TMP/o" 2>"$TMP/e"
+    t1=$(now_ns)
+    if awk -v c="$c" '$1 == c { ok = 1 } END { exit !ok }' "$TMP/o"; then
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", (b - a) / 1e9 }'
+    else
+        sed "s/^/# $c: /" "$TMP/e" | head -n 5 >&2
+        echo n/a
+    fi
+}
+
+run_startup() {  # threads reps: dl and torch processes alternate
+    t=$1; n=$2; i=0
+    : >"$TMP/sd"; : >"$TMP/st"
+    while [ "$i" -lt "$n" ]; do
+        (export OPENBLAS_NUM_THREADS="$t"; wall startup "$DL" startup "$t") >>"$TMP/sd"
+        [ -n "$TORCH_VERSION" ] && wall startup "$PYTHON" "$TORCH" startup "$t" >>"$TMP/st"
+        i=$((i + 1))
+    done
+    d=n/a; p=n/a
+    grep -q n/a "$TMP/sd" || d=$(median <"$TMP/sd")
+    [ -s "$TMP/st" ] && ! grep -q n/a "$TMP/st" && p=$(median <"$TMP/st")
+    line startup "$t" "$d" "$p"
+}
+
+run_gemm() {
+    if [ ! -f bench/gemm.c ]; then
+        echo "# gemm: skipped (bench/gemm.c is not here)"; return
+    fi
+    if ! $MAKE -s build/bench_gemm >"$TMP/e" 2>&1; then
+        echo "# gemm: skipped (build/bench_gemm does not build; OpenBLAS missing?)"
+        sed 's/^/#   /' "$TMP/e" | head -n 5
+        return
+    fi
+    for t in $THREADS; do
+        build/bench_gemm --threads "$t" </dev/null || echo "# gemm: build/bench_gemm --threads $t failed"
+    done
+}
+
+run_case() {  # name kind warmup reps
+    case $2 in
+    gemm) run_gemm ;;
+    startup) for t in $THREADS; do run_startup "$t" "$4"; done ;;
+    mem)
+        for t in $THREADS; do
+            d=$(run_dl "$1" "$t" --steps "$4"); p=$(run_torch "$1" "$t" --steps "$4")
+            line "$1" "$t" "$d" "$p"
+        done ;;
+    time)
+        for t in $THREADS; do
+            d=n/a; p=n/a; r=0
+            while [ "$r" -lt "$ROUNDS" ]; do
+                d=$(smaller "$d" "$(run_dl "$1" "$t" --warmup "$3" --reps "$4")")
+                p=$(smaller "$p" "$(run_torch "$1" "$t" --warmup "$3" --reps "$4")")
+                r=$((r + 1))
+            done
+            line "$1" "$t" "$d" "$p"
+        done ;;
+    *) echo "# $1: unknown kind $2" ;;
+    esac
+}
+
+# ------------------------------------------------------------------ main
+
+# the selected rows of TABLE, in table order
+SELECTED=$(echo "$TABLE" | awk 'NF == 4')
+if [ -n "$CASES" ]; then
+    sel=
+    for want in $CASES; do
+        found=$(echo "$TABLE" | awk 'NF == 4 { print $1 }' | while read -r n; do
+            case $n in $want) echo "$n" ;; esac
+        done)
+        if [ -z "$found" ]; then
+            echo "bench: no case '$want'; cases:" $(echo "$TABLE" | awk 'NF == 4 { print $1 }') >&2
+            exit 2
+        fi
+        sel="$sel $found"
+    done
+    SELECTED=$(echo "$TABLE" | awk -v sel="$sel" 'BEGIN { n = split(sel, s, " "); for (i = 1; i <= n; i++) want[s[i]] = 1 } NF == 4 && ($1 in want)')
+fi
+
+case $(now_ns) in *N*|'') echo "bench: needs date +%s%N (GNU date)" >&2; exit 1 ;; esac
+$MAKE -s build/bench || exit 1
+
+TORCH_VERSION=$("$PYTHON" "$TORCH" --version 2>/dev/null | tail -n 1)
+cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+echo "# dl.h bench, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "# machine: ${cpu:-unknown CPU}, $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?') cores, $(uname -sm), load $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+echo "# dl.h: $(${CC:-cc} --version 2>/dev/null | head -n 1); build/bench: $(cat build/bench.flags 2>/dev/null || echo "flags unknown")"
+if [ -n "$TORCH_VERSION" ]; then
+    echo "# torch: $TORCH_VERSION ($("$PYTHON" -c 'import sys; print("python " + sys.version.split()[0])'))"
+else
+    echo "# torch: not found by '$PYTHON -c \"import torch\"': PyTorch columns are n/a"
+fi
+echo "# threads: $THREADS; rounds: $ROUNDS; ratio = dl / torch (time, memory: below 1 means dl.h is faster / smaller)"
+echo "# case               th         dl      torch   ratio   (ms; mem_*: MiB peak RSS; startup: s)"
+
+echo "$SELECTED" | while read -r name kind warmup reps; do
+    [ -n "$name" ] && run_case "$name" "$kind" "$warmup" "$reps"
+done

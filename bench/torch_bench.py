@@ -1,0 +1,265 @@
+"""bench/torch_bench.py - the PyTorch side of `make bench`: the same cases as
+bench/bench.c, with the same command line and output.
+
+Usage: python3 bench/torch_bench.py CASE THREADS [--warmup N] [--reps N] [--steps N]
+       python3 bench/torch_bench.py --list | --version
+Prints one line, "CASE THREADS VALUE" (median ms; peak RSS in MiB for mem_*;
+0 for startup, which exits right after its first training step). Exit
+status 2: unknown case.
+
+Threads: torch.set_num_threads(THREADS). Models are the twins of bench.c's:
+same layers, PyTorch's default initialization (xavier_uniform for the d2l
+LeNet), F.cross_entropy, torch.optim.SGD (defaults but lr), batch 256 of
+random N(0,1) inputs and labels in 0..9, optimizer.zero_grad() with its
+default set_to_none=True.
+
+CUDA later: every model case takes a device; a case named "<name>_cuda"
+runs <name> on torch.device("cuda") with synchronization around the timing
+(the C side has no such cases yet, so run.sh prints n/a there).
+"""
+import os
+import sys
+import time
+
+# only what `startup` needs is imported before the case runs
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BATCH = 256
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------------ models
+
+def make_mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def make_lenet_d2l():
+    net = nn.Sequential(
+        nn.Conv2d(1, 6, kernel_size=5, padding=2), nn.Sigmoid(), nn.AvgPool2d(kernel_size=2, stride=2),
+        nn.Conv2d(6, 16, kernel_size=5), nn.Sigmoid(), nn.AvgPool2d(kernel_size=2, stride=2),
+        nn.Flatten(),
+        nn.Linear(16 * 5 * 5, 120), nn.Sigmoid(),
+        nn.Linear(120, 84), nn.Sigmoid(),
+        nn.Linear(84, 10))
+
+    def init(m):  # d2l's init_weights
+        if type(m) in (nn.Linear, nn.Conv2d):
+            nn.init.xavier_uniform_(m.weight)
+    net.apply(init)
+    return net
+
+
+def make_lenet_bn():
+    # examples/lenet.c (`make run`)
+    return nn.Sequential(
+        nn.Conv2d(1, 6, kernel_size=5, padding=2), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(6, 16, kernel_size=5), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Flatten(),
+        nn.Linear(400, 120), nn.BatchNorm1d(120), nn.ReLU(),
+        nn.Linear(120, 84), nn.BatchNorm1d(84), nn.ReLU(),
+        nn.Linear(84, 10))
+
+
+class ResidualBlock(nn.Module):
+    """examples/resnet.c's block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)),
+    shortcut = bn(conv1x1 stride s) when the shape changes."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = self.shortcut_bn = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+            self.shortcut_bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        sc = self.shortcut_bn(self.shortcut(x)) if self.shortcut is not None else x
+        h = self.bn2(self.conv2(h))
+        return F.relu(h + sc)
+
+
+def make_resnet_small():
+    stages, cin = [], 16
+    for s, w in enumerate((16, 32, 64, 128)):
+        stages.append(nn.Sequential(ResidualBlock(cin, w, 1 if s == 0 else 2), ResidualBlock(w, w, 1)))
+        cin = w
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Sequential(*stages),
+        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(128, 10))
+
+
+# ------------------------------------------------------------------ cases
+# a setup returns rep(), one repetition of the timed work
+
+def batch(dev, shape):
+    x = torch.randn(*shape, device=dev)
+    y = torch.randint(0, 10, (BATCH,), device=dev)
+    return x, y
+
+
+def model_case(make, lr):
+    def setup(dev):
+        net = make().to(dev)
+        net.train()
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        x, y = batch(dev, (BATCH, 1, 28, 28))
+
+        def rep():
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+        return rep
+    return setup
+
+
+def micro_case(xshape, params, op, yshape):
+    """x and params are leaves with requires_grad; backward is seeded with a
+    fixed random gradient (= backward of sum(y * gout)); grads reset to None."""
+    def setup(dev):
+        x = torch.randn(*xshape, device=dev, requires_grad=True)
+        ps = [torch.randn(*s, device=dev, requires_grad=True) for s in params]
+        gout = torch.randn(*yshape, device=dev)
+
+        def rep():
+            y = op(x, ps)
+            y.backward(gout)
+            x.grad = None
+            for p in ps:
+                p.grad = None
+        return rep
+    return setup
+
+
+def bn_case(dev):
+    rm = torch.zeros(6, device=dev)
+    rv = torch.ones(6, device=dev)
+    return micro_case((BATCH, 6, 28, 28), [(6,), (6,)],
+                      lambda x, p: F.batch_norm(x, rm, rv, p[0], p[1], training=True, momentum=0.1, eps=1e-5),
+                      (BATCH, 6, 28, 28))(dev)
+
+
+def linear_case(dev):
+    lin = nn.Linear(784, 256).to(dev)  # as bench.c: the module
+
+    def op(x, p):
+        return lin(x)
+    inner = micro_case((BATCH, 784), [], op, (BATCH, 256))(dev)
+
+    def rep():
+        inner()
+        lin.zero_grad()
+    return rep
+
+
+CASES = {
+    "conv1_fwdbwd": ("time", micro_case((BATCH, 1, 28, 28), [(6, 1, 5, 5), (6,)],
+                                        lambda x, p: F.conv2d(x, p[0], p[1], padding=2), (BATCH, 6, 28, 28))),
+    "conv2_fwdbwd": ("time", micro_case((BATCH, 6, 14, 14), [(16, 6, 5, 5), (16,)],
+                                        lambda x, p: F.conv2d(x, p[0], p[1]), (BATCH, 16, 10, 10))),
+    "bn2d_fwdbwd": ("time", bn_case),
+    "maxpool_fwdbwd": ("time", micro_case((BATCH, 6, 28, 28), [],
+                                          lambda x, p: F.max_pool2d(x, 2, 2), (BATCH, 6, 14, 14))),
+    "linear_fwdbwd": ("time", linear_case),
+    "step_mlp": ("time", model_case(make_mlp, 0.1)),
+    "step_lenet": ("time", model_case(make_lenet_d2l, 0.9)),
+    "step_lenet_bn": ("time", model_case(make_lenet_bn, 0.1)),
+    "step_resnet_small": ("time", model_case(make_resnet_small, 0.1)),
+    "mem_lenet_bn": ("mem", model_case(make_lenet_bn, 0.1)),
+    "mem_resnet_small": ("mem", model_case(make_resnet_small, 0.1)),
+    "startup": ("startup", model_case(make_lenet_bn, 0.1)),
+}
+
+
+def lookup(name):
+    """(kind, setup, device) for a case name; <name>_cuda runs <name> on the GPU."""
+    if name in CASES:
+        return CASES[name] + (torch.device("cpu"),)
+    if name.endswith("_cuda") and name[:-5] in CASES:
+        return CASES[name[:-5]] + (torch.device("cuda"),)
+    return None
+
+
+def peak_rss_mb():
+    """VmHWM in MiB, else ru_maxrss (KiB on Linux)"""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "--list":
+        print("\n".join(CASES))
+        return 0
+    if len(argv) == 2 and argv[1] == "--version":
+        print(torch.__version__)
+        return 0
+    if len(argv) < 3 or (len(argv) - 3) % 2:
+        sys.stderr.write(__doc__)
+        return 2
+    name, threads = argv[1], int(argv[2])
+    opts = {"--warmup": 3, "--reps": 11, "--steps": 10}
+    for k, v in zip(argv[3::2], argv[4::2]):
+        if k not in opts:
+            sys.stderr.write(__doc__)
+            return 2
+        opts[k] = int(v)
+    case = lookup(name)
+    if case is None:
+        sys.stderr.write("torch_bench: no case %s\n" % name)
+        return 2
+    kind, setup, dev = case
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.stderr.write("torch_bench: %s needs CUDA, which this torch does not have\n" % name)
+        return 2
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    rep = setup(dev)
+    if kind == "startup":
+        rep()
+        sync(dev)
+        sys.stdout.write("%s %d 0\n" % (name, threads))
+        sys.stdout.flush()
+        os._exit(0)  # end of the first step: leave without interpreter teardown
+    if kind == "mem":
+        for _ in range(opts["--steps"]):
+            rep()
+        sync(dev)
+        print("%s %d %.1f" % (name, threads, peak_rss_mb()))
+        return 0
+    for _ in range(opts["--warmup"]):
+        rep()
+    sync(dev)
+    ts = []
+    for _ in range(opts["--reps"]):
+        t0 = time.perf_counter()
+        rep()
+        sync(dev)
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    n = len(ts)
+    med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
+    print("%s %d %.3f" % (name, threads, 1e3 * med))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
