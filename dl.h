@@ -2140,6 +2140,308 @@ static bool dl__dim(const char *op, const dl_tensor *t, int *dim, int ndim)
     return true;
 }
 
+// >>section io: files (writing atomically, reading whole)
+/* Every file dl.h writes goes through dl__wopen/dl__wput/dl__wclose: the
+   bytes go to a new, uniquely named temporary file in the destination's
+   directory, which is flushed to disk (fsync) and renamed over the
+   destination; then the directory itself is synced. A crash or a full disk
+   therefore never leaves a half-written file in place of a good one, and two
+   writers of one path never share a temporary. The destination must be a
+   regular file (or not exist yet): a device, directory or pipe is refused,
+   never replaced. A symbolic link is written through to its target (POSIX
+   builds); the link itself stays. Files are read whole by dl__read_file,
+   which refuses directories and other non-regular files by name. */
+
+typedef struct dl__wfile {
+    char *final, *tmp;        /* destination (symlinks resolved) and temporary */
+    bool ok;
+    int err;                  /* errno of the first failure (0: none) */
+#ifdef DL__UNIX
+    int fd;
+#else
+    FILE *f;
+#endif
+} dl__wfile;
+
+static char *dl__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = (char *)DL_MALLOC(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static const char *dl__errno_str(int e) { return e ? strerror(e) : "unknown error"; }
+
+/* Opens the temporary for path. false + error (nothing created) on failure. */
+static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *w)
+{
+    const char *slash;
+    size_t dirlen, n;
+    int attempt;
+    memset(w, 0, sizeof *w);
+    if (!path || !path[0]) {
+        dl__err(ctx, DL_ERR_ARG, "%s: the path is %s", op, path ? "empty" : "NULL");
+        return false;
+    }
+    w->final = dl__strdup(path);
+    if (!w->final) goto oom;
+#ifdef DL__UNIX
+    {
+        struct stat st;
+#ifdef DL__POSIX2008
+        int hops = 0;
+        while (lstat(w->final, &st) == 0 && S_ISLNK(st.st_mode)) {
+            /* follow the link: its target, relative to the link's directory */
+            char buf[4096], *next;
+            ssize_t k = readlink(w->final, buf, sizeof buf - 1);
+            const char *slash0 = strrchr(w->final, '/');
+            size_t dl = (buf[0] == '/' || !slash0) ? 0 : (size_t)(slash0 - w->final) + 1;
+            if (k <= 0 || (size_t)k >= sizeof buf - 1 || ++hops > 40) {
+                dl__err(ctx, DL_ERR_IO, "%s: %s is a symbolic link that cannot be followed (%s); "
+                        "refusing to replace the link", op, path,
+                        k < 0 ? dl__errno_str(errno) : "too long or a loop");
+                goto fail;
+            }
+            buf[k] = 0;
+            if (buf[0] == '/') dl = 0;
+            next = (char *)DL_MALLOC(dl + (size_t)k + 1);
+            if (!next) goto oom;
+            memcpy(next, w->final, dl);
+            memcpy(next + dl, buf, (size_t)k + 1);
+            DL_FREE(w->final);
+            w->final = next;
+        }
+#endif
+        if (stat(w->final, &st) == 0 && !S_ISREG(st.st_mode)) {
+            dl__err(ctx, DL_ERR_IO, "%s: %s exists and is not a regular file (%s); refusing to "
+                    "replace it", op, w->final, S_ISDIR(st.st_mode) ? "a directory" :
+                    S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a pipe or socket");
+            goto fail;
+        }
+    }
+#endif
+    slash = strrchr(w->final, '/');
+    dirlen = slash ? (size_t)(slash - w->final) + 1 : 0;
+    n = strlen(w->final) + 64;
+    w->tmp = (char *)DL_MALLOC(n);
+    if (!w->tmp) goto oom;
+    for (attempt = 0; attempt < 100; attempt++) {
+#ifdef DL__UNIX
+        snprintf(w->tmp, n, "%.*s.%s.tmp-%ld-%d", (int)dirlen, w->final, w->final + dirlen,
+                 (long)getpid(), attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
+        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (w->fd >= 0) { w->ok = true; return true; }
+        if (errno == EEXIST) continue;
+        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file in the directory of %s (%s): does the "
+                "directory exist, is it writable?", op, w->final, dl__errno_str(errno));
+        goto fail;
+#else
+        FILE *probe;
+        snprintf(w->tmp, n, "%s.tmp-%d", w->final, attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
+        probe = fopen(w->tmp, "rb");
+        if (probe) { fclose(probe); continue; }
+        w->f = fopen(w->tmp, "wb");
+        if (w->f) { w->ok = true; return true; }
+        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file next to %s: does the directory exist, is "
+                "it writable?", op, w->final);
+        goto fail;
+#endif
+    }
+    dl__err(ctx, DL_ERR_IO, "%s: cannot find a free temporary name next to %s", op, w->final);
+    goto fail;
+oom:
+    dl__err(ctx, DL_ERR_OOM, "%s: out of memory", op);
+fail:
+    DL_FREE(w->final);
+    DL_FREE(w->tmp);
+    w->final = w->tmp = NULL;
+    w->ok = false;
+    return false;
+}
+
+static void dl__wput(dl__wfile *w, const void *data, size_t n)
+{
+    const char *p = (const char *)data;
+    if (!w->ok) return;
+#ifdef DL__UNIX
+    while (n > 0) {
+        ssize_t k = write(w->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { w->ok = false; w->err = k < 0 ? errno : ENOSPC; return; }
+        p += k;
+        n -= (size_t)k;
+    }
+#else
+    if (n && fwrite(p, 1, n, w->f) != n) w->ok = false;
+#endif
+}
+
+/* Finishes the file: sync, close, rename over the destination, sync the
+   directory. On any failure the temporary is removed and the destination is
+   untouched. */
+static dl_result dl__wclose(dl_ctx *ctx, const char *op, dl__wfile *w)
+{
+    dl_result rc = DL_OK;
+    if (!w->tmp) return DL_ERR_IO;
+#ifdef DL__UNIX
+    if (w->ok && fsync(w->fd) != 0 && errno != EINVAL) { w->ok = false; w->err = errno; }
+    if (close(w->fd) != 0 && w->ok) { w->ok = false; w->err = errno; }
+#else
+    if (w->ok && (fflush(w->f) != 0 || ferror(w->f))) w->ok = false;
+    if (fclose(w->f) != 0) w->ok = false;
+#endif
+    if (!w->ok) {
+        remove(w->tmp);
+        dl__err(ctx, DL_ERR_IO, "%s: writing %s failed: %s; %s is unchanged", op, w->tmp,
+                dl__errno_str(w->err), w->final);
+        rc = DL_ERR_IO;
+        goto done;
+    }
+#ifdef _WIN32
+    remove(w->final);                 /* rename does not replace on Windows */
+#endif
+    if (rename(w->tmp, w->final) != 0) {
+#ifdef DL__UNIX
+        int e = errno;
+#else
+        int e = 0;
+#endif
+        remove(w->tmp);
+        dl__err(ctx, DL_ERR_IO, "%s: cannot rename %s to %s: %s", op, w->tmp, w->final, dl__errno_str(e));
+        rc = DL_ERR_IO;
+        goto done;
+    }
+#ifdef DL__UNIX
+    {   /* make the rename itself durable */
+        const char *slash = strrchr(w->final, '/');
+        int dfd;
+        if (slash) {
+            size_t k = (size_t)(slash - w->final);
+            char *dir = (char *)DL_MALLOC(k + 2);
+            if (dir) {
+                memcpy(dir, w->final, k ? k : 1);
+                dir[k ? k : 1] = 0;
+                dfd = open(dir, O_RDONLY);
+                DL_FREE(dir);
+            } else dfd = -1;
+        } else dfd = open(".", O_RDONLY);
+        if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
+    }
+#endif
+done:
+    DL_FREE(w->final);
+    DL_FREE(w->tmp);
+    w->final = w->tmp = NULL;
+    return rc;
+}
+
+/* Reads a whole regular file into a new buffer (DL_FREE it). */
+static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, unsigned char **out,
+                               size_t *size)
+{
+    FILE *f;
+    long sz;
+    size_t got;
+    unsigned char *buf;
+    *out = NULL;
+    *size = 0;
+    if (!path) { dl__err(ctx, DL_ERR_ARG, "%s: path is NULL", op); return DL_ERR_ARG; }
+#ifdef DL__UNIX
+    {
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            dl__err(ctx, DL_ERR_IO, "%s: cannot open '%s': %s", op, path, dl__errno_str(errno));
+            return DL_ERR_IO;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            dl__err(ctx, DL_ERR_IO, "%s: '%s' is a directory, not a file", op, path);
+            return DL_ERR_IO;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            dl__err(ctx, DL_ERR_IO, "%s: '%s' is not a regular file (a device or pipe)", op, path);
+            return DL_ERR_IO;
+        }
+    }
+#endif
+    f = fopen(path, "rb");
+    if (!f) {
+        dl__err(ctx, DL_ERR_IO, "%s: cannot open '%s' for reading (does it exist?)", op, path);
+        return DL_ERR_IO;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || sz == LONG_MAX ||
+        (unsigned long)sz > (unsigned long)(((size_t)-1) / 2) || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        dl__err(ctx, DL_ERR_IO, "%s: cannot determine the size of '%s' (not a regular file?)", op, path);
+        return DL_ERR_IO;
+    }
+    buf = (unsigned char *)dl__malloc(ctx, (size_t)sz + 1);
+    if (!buf) {
+        fclose(f);
+        dl__err(ctx, DL_ERR_OOM, "%s: '%s': cannot allocate %ld bytes to read it", op, path, sz);
+        return DL_ERR_OOM;
+    }
+    got = sz ? fread(buf, 1, (size_t)sz, f) : 0;
+    if (got != (size_t)sz || ferror(f)) {
+        fclose(f);
+        DL_FREE(buf);
+        dl__err(ctx, DL_ERR_IO, "%s: reading '%s' failed after %zu of %ld bytes", op, path, got, sz);
+        return DL_ERR_IO;
+    }
+    fclose(f);
+    *out = buf;
+    *size = (size_t)sz;
+    return DL_OK;
+}
+
+typedef struct dl__sb { char *s; size_t n, cap; bool oom; } dl__sb;
+
+static void dl__sb_put(dl__sb *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 1024;
+        char *p;
+        while (nc < b->n + n + 1) nc *= 2;
+        p = (char *)DL_REALLOC(b->s, nc);
+        if (!p) { b->oom = true; return; }
+        b->s = p;
+        b->cap = nc;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void dl__sb_str(dl__sb *b, const char *s) { dl__sb_put(b, s, strlen(s)); }
+
+/* printf into a string builder */
+static void dl__sbf(dl__sb *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void dl__sbf(dl__sb *b, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    int k;
+    va_start(ap, fmt);
+    k = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (k < 0) { b->oom = true; return; }
+    if ((size_t)k < sizeof buf) { dl__sb_put(b, buf, (size_t)k); return; }
+    {
+        char *big = (char *)DL_MALLOC((size_t)k + 1);
+        if (!big) { b->oom = true; return; }
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)k + 1, fmt, ap);
+        va_end(ap);
+        dl__sb_put(b, big, (size_t)k);
+        DL_FREE(big);
+    }
+}
+
 // >>section context
 /* splitmix64 fills a xoshiro256** state from one seed */
 static void dl__seed_state(uint64_t seed, uint64_t *s)
@@ -2559,7 +2861,7 @@ static void dl__un_task(void *p, int64_t lo, int64_t hi)
     case DL__U_ABS: for (i = lo; i < hi; i++) y[i] = fabsf(x[i]); break;
     case DL__U_SIGN: for (i = lo; i < hi; i++) y[i] = (float)((x[i] > 0) - (x[i] < 0)); break;
     case DL__U_ERF: for (i = lo; i < hi; i++) y[i] = erff(x[i]); break;
-    case DL__U_RELU: for (i = lo; i < hi; i++) y[i] = x[i] > 0 ? x[i] : 0.0f; break;
+    case DL__U_RELU: for (i = lo; i < hi; i++) y[i] = (x[i] > 0 || x[i] != x[i]) ? x[i] : 0.0f; break;   /* NaN stays NaN, as PyTorch */
     case DL__U_LEAKY: for (i = lo; i < hi; i++) y[i] = x[i] > 0 ? x[i] : x[i] * a; break;
     case DL__U_SIGMOID:
         for (i = lo; i < hi; i++) {
@@ -4755,14 +5057,14 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     return DL_OK;
 }
 
-static void dl__dot_tensor(FILE *f, const dl_tensor *t, const char *style)
+static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
 {
     char sh[128];
     int i, k = 0;
     k += snprintf(sh + k, sizeof sh - (size_t)k, "(");
     for (i = 0; i < t->ndim && k < 100; i++) k += snprintf(sh + k, sizeof sh - (size_t)k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
     snprintf(sh + k, sizeof sh - (size_t)k, ")");
-    fprintf(f, "  t%p [shape=ellipse, %s, label=\"%s%s%s%s\"];\n", (const void *)t, style,
+    dl__sbf(f, "  t%p [shape=ellipse, %s, label=\"%s%s%s%s\"];\n", (const void *)t, style,
             t->name[0] ? t->name : "", t->name[0] ? "\\n" : "", sh,
             t->requires_grad ? "\\nrequires_grad" : "");
 }
@@ -4770,28 +5072,28 @@ static void dl__dot_tensor(FILE *f, const dl_tensor *t, const char *style)
 dl_result dl_graph_dot(dl_tensor *root, const char *path)
 {
     dl_ctx *ctx;
-    FILE *f;
+    dl__sb sb, *f = &sb;
+    dl__wfile w;
     dl__node **stack;
     int64_t sp = 0, cap;
     if (!root) return DL_ERR_ARG;
     if (!dl__live("dl_graph_dot", "root", root)) return DL_ERR_ARG;
     ctx = root->ctx_;
     if (!path) { dl__err(ctx, DL_ERR_ARG, "dl_graph_dot: path is NULL"); return DL_ERR_ARG; }
-    f = fopen(path, "w");
-    if (!f) { dl__err(ctx, DL_ERR_IO, "dl_graph_dot: cannot open '%s' for writing", path); return DL_ERR_IO; }
-    fprintf(f, "digraph dl {\n  rankdir=BT;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
+    memset(&sb, 0, sizeof sb);
+    dl__sbf(f, "digraph dl {\n  rankdir=BT;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
     dl__dot_tensor(f, root, "style=filled, fillcolor=\"#ffd9b3\"");
     cap = ctx->ntape + 1;
     stack = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)cap);
-    if (!stack) { fclose(f); dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
+    if (!stack) { dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
     ctx->visit++;
     if (root->node_) { root->node_->visit = ctx->visit; stack[sp++] = root->node_; }
     while (sp > 0) {
         dl__node *n = stack[--sp];
         int j;
-        fprintf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"%s\"];\n",
+        dl__sbf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"%s\"];\n",
                 (const void *)n, n->fn && n->fn->name ? n->fn->name : n->op->name);
-        fprintf(f, "  n%p -> t%p;\n", (const void *)n, (const void *)n->out);
+        dl__sbf(f, "  n%p -> t%p;\n", (const void *)n, (const void *)n->out);
         for (j = 0; j < n->nin; j++) {
             dl_tensor *x = n->in[j];
             if (!x) continue;
@@ -4804,13 +5106,16 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
             } else {
                 dl__dot_tensor(f, x, x->requires_grad ? "style=filled, fillcolor=\"#d9ead3\"" : "style=dashed");
             }
-            fprintf(f, "  t%p -> n%p;\n", (const void *)x, (const void *)n);
+            dl__sbf(f, "  t%p -> n%p;\n", (const void *)x, (const void *)n);
         }
     }
-    fprintf(f, "}\n");
+    dl__sbf(f, "}\n");
     DL_FREE(stack);
-    if (fclose(f) != 0) { dl__err(ctx, DL_ERR_IO, "dl_graph_dot: error writing '%s'", path); return DL_ERR_IO; }
-    return DL_OK;
+    if (sb.oom) { DL_FREE(sb.s); dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
+    if (!dl__wopen(ctx, "dl_graph_dot", path, &w)) { DL_FREE(sb.s); return ctx->err; }
+    dl__wput(&w, sb.s, sb.n);
+    DL_FREE(sb.s);
+    return dl__wclose(ctx, "dl_graph_dot", &w);
 }
 
 // >>section ops: normalization, dropout, losses
@@ -7872,260 +8177,6 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
     return (float)total;
 }
 
-// >>section io: files
-/* Every file dl.h writes goes through dl__wopen/dl__wput/dl__wclose: the
-   bytes go to a new, uniquely named temporary file in the destination's
-   directory, which is flushed to disk (fsync) and renamed over the
-   destination; then the directory itself is synced. A crash or a full disk
-   therefore never leaves a half-written file in place of a good one, and two
-   writers of one path never share a temporary. The destination must be a
-   regular file (or not exist yet): a device, directory or pipe is refused,
-   never replaced. A symbolic link is written through to its target (POSIX
-   builds); the link itself stays. Files are read whole by dl__read_file,
-   which refuses directories and other non-regular files by name. */
-
-typedef struct dl__wfile {
-    char *final, *tmp;        /* destination (symlinks resolved) and temporary */
-    bool ok;
-    int err;                  /* errno of the first failure (0: none) */
-#ifdef DL__UNIX
-    int fd;
-#else
-    FILE *f;
-#endif
-} dl__wfile;
-
-static char *dl__strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = (char *)DL_MALLOC(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
-static const char *dl__errno_str(int e) { return e ? strerror(e) : "unknown error"; }
-
-/* Opens the temporary for path. false + error (nothing created) on failure. */
-static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *w)
-{
-    const char *slash;
-    size_t dirlen, n;
-    int attempt;
-    memset(w, 0, sizeof *w);
-    if (!path || !path[0]) {
-        dl__err(ctx, DL_ERR_ARG, "%s: the path is %s", op, path ? "empty" : "NULL");
-        return false;
-    }
-    w->final = dl__strdup(path);
-    if (!w->final) goto oom;
-#ifdef DL__UNIX
-    {
-        struct stat st;
-#ifdef DL__POSIX2008
-        int hops = 0;
-        while (lstat(w->final, &st) == 0 && S_ISLNK(st.st_mode)) {
-            /* follow the link: its target, relative to the link's directory */
-            char buf[4096], *next;
-            ssize_t k = readlink(w->final, buf, sizeof buf - 1);
-            const char *slash0 = strrchr(w->final, '/');
-            size_t dl = (buf[0] == '/' || !slash0) ? 0 : (size_t)(slash0 - w->final) + 1;
-            if (k <= 0 || (size_t)k >= sizeof buf - 1 || ++hops > 40) {
-                dl__err(ctx, DL_ERR_IO, "%s: %s is a symbolic link that cannot be followed (%s); "
-                        "refusing to replace the link", op, path,
-                        k < 0 ? dl__errno_str(errno) : "too long or a loop");
-                goto fail;
-            }
-            buf[k] = 0;
-            if (buf[0] == '/') dl = 0;
-            next = (char *)DL_MALLOC(dl + (size_t)k + 1);
-            if (!next) goto oom;
-            memcpy(next, w->final, dl);
-            memcpy(next + dl, buf, (size_t)k + 1);
-            DL_FREE(w->final);
-            w->final = next;
-        }
-#endif
-        if (stat(w->final, &st) == 0 && !S_ISREG(st.st_mode)) {
-            dl__err(ctx, DL_ERR_IO, "%s: %s exists and is not a regular file (%s); refusing to "
-                    "replace it", op, w->final, S_ISDIR(st.st_mode) ? "a directory" :
-                    S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a pipe or socket");
-            goto fail;
-        }
-    }
-#endif
-    slash = strrchr(w->final, '/');
-    dirlen = slash ? (size_t)(slash - w->final) + 1 : 0;
-    n = strlen(w->final) + 64;
-    w->tmp = (char *)DL_MALLOC(n);
-    if (!w->tmp) goto oom;
-    for (attempt = 0; attempt < 100; attempt++) {
-#ifdef DL__UNIX
-        snprintf(w->tmp, n, "%.*s.%s.tmp-%ld-%d", (int)dirlen, w->final, w->final + dirlen,
-                 (long)getpid(), attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
-        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (w->fd >= 0) { w->ok = true; return true; }
-        if (errno == EEXIST) continue;
-        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file in the directory of %s (%s): does the "
-                "directory exist, is it writable?", op, w->final, dl__errno_str(errno));
-        goto fail;
-#else
-        FILE *probe;
-        snprintf(w->tmp, n, "%s.tmp-%d", w->final, attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
-        probe = fopen(w->tmp, "rb");
-        if (probe) { fclose(probe); continue; }
-        w->f = fopen(w->tmp, "wb");
-        if (w->f) { w->ok = true; return true; }
-        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file next to %s: does the directory exist, is "
-                "it writable?", op, w->final);
-        goto fail;
-#endif
-    }
-    dl__err(ctx, DL_ERR_IO, "%s: cannot find a free temporary name next to %s", op, w->final);
-    goto fail;
-oom:
-    dl__err(ctx, DL_ERR_OOM, "%s: out of memory", op);
-fail:
-    DL_FREE(w->final);
-    DL_FREE(w->tmp);
-    w->final = w->tmp = NULL;
-    w->ok = false;
-    return false;
-}
-
-static void dl__wput(dl__wfile *w, const void *data, size_t n)
-{
-    const char *p = (const char *)data;
-    if (!w->ok) return;
-#ifdef DL__UNIX
-    while (n > 0) {
-        ssize_t k = write(w->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { w->ok = false; w->err = k < 0 ? errno : ENOSPC; return; }
-        p += k;
-        n -= (size_t)k;
-    }
-#else
-    if (n && fwrite(p, 1, n, w->f) != n) w->ok = false;
-#endif
-}
-
-/* Finishes the file: sync, close, rename over the destination, sync the
-   directory. On any failure the temporary is removed and the destination is
-   untouched. */
-static dl_result dl__wclose(dl_ctx *ctx, const char *op, dl__wfile *w)
-{
-    dl_result rc = DL_OK;
-    if (!w->tmp) return DL_ERR_IO;
-#ifdef DL__UNIX
-    if (w->ok && fsync(w->fd) != 0 && errno != EINVAL) { w->ok = false; w->err = errno; }
-    if (close(w->fd) != 0 && w->ok) { w->ok = false; w->err = errno; }
-#else
-    if (w->ok && (fflush(w->f) != 0 || ferror(w->f))) w->ok = false;
-    if (fclose(w->f) != 0) w->ok = false;
-#endif
-    if (!w->ok) {
-        remove(w->tmp);
-        dl__err(ctx, DL_ERR_IO, "%s: writing %s failed: %s; %s is unchanged", op, w->tmp,
-                dl__errno_str(w->err), w->final);
-        rc = DL_ERR_IO;
-        goto done;
-    }
-#ifdef _WIN32
-    remove(w->final);                 /* rename does not replace on Windows */
-#endif
-    if (rename(w->tmp, w->final) != 0) {
-#ifdef DL__UNIX
-        int e = errno;
-#else
-        int e = 0;
-#endif
-        remove(w->tmp);
-        dl__err(ctx, DL_ERR_IO, "%s: cannot rename %s to %s: %s", op, w->tmp, w->final, dl__errno_str(e));
-        rc = DL_ERR_IO;
-        goto done;
-    }
-#ifdef DL__UNIX
-    {   /* make the rename itself durable */
-        const char *slash = strrchr(w->final, '/');
-        int dfd;
-        if (slash) {
-            size_t k = (size_t)(slash - w->final);
-            char *dir = (char *)DL_MALLOC(k + 2);
-            if (dir) {
-                memcpy(dir, w->final, k ? k : 1);
-                dir[k ? k : 1] = 0;
-                dfd = open(dir, O_RDONLY);
-                DL_FREE(dir);
-            } else dfd = -1;
-        } else dfd = open(".", O_RDONLY);
-        if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
-    }
-#endif
-done:
-    DL_FREE(w->final);
-    DL_FREE(w->tmp);
-    w->final = w->tmp = NULL;
-    return rc;
-}
-
-/* Reads a whole regular file into a new buffer (DL_FREE it). */
-static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, unsigned char **out,
-                               size_t *size)
-{
-    FILE *f;
-    long sz;
-    size_t got;
-    unsigned char *buf;
-    *out = NULL;
-    *size = 0;
-    if (!path) { dl__err(ctx, DL_ERR_ARG, "%s: path is NULL", op); return DL_ERR_ARG; }
-#ifdef DL__UNIX
-    {
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            dl__err(ctx, DL_ERR_IO, "%s: cannot open '%s': %s", op, path, dl__errno_str(errno));
-            return DL_ERR_IO;
-        }
-        if (S_ISDIR(st.st_mode)) {
-            dl__err(ctx, DL_ERR_IO, "%s: '%s' is a directory, not a file", op, path);
-            return DL_ERR_IO;
-        }
-        if (!S_ISREG(st.st_mode)) {
-            dl__err(ctx, DL_ERR_IO, "%s: '%s' is not a regular file (a device or pipe)", op, path);
-            return DL_ERR_IO;
-        }
-    }
-#endif
-    f = fopen(path, "rb");
-    if (!f) {
-        dl__err(ctx, DL_ERR_IO, "%s: cannot open '%s' for reading (does it exist?)", op, path);
-        return DL_ERR_IO;
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || sz == LONG_MAX ||
-        (unsigned long)sz > (unsigned long)(((size_t)-1) / 2) || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        dl__err(ctx, DL_ERR_IO, "%s: cannot determine the size of '%s' (not a regular file?)", op, path);
-        return DL_ERR_IO;
-    }
-    buf = (unsigned char *)dl__malloc(ctx, (size_t)sz + 1);
-    if (!buf) {
-        fclose(f);
-        dl__err(ctx, DL_ERR_OOM, "%s: '%s': cannot allocate %ld bytes to read it", op, path, sz);
-        return DL_ERR_OOM;
-    }
-    got = sz ? fread(buf, 1, (size_t)sz, f) : 0;
-    if (got != (size_t)sz || ferror(f)) {
-        fclose(f);
-        DL_FREE(buf);
-        dl__err(ctx, DL_ERR_IO, "%s: reading '%s' failed after %zu of %ld bytes", op, path, got, sz);
-        return DL_ERR_IO;
-    }
-    fclose(f);
-    *out = buf;
-    *size = (size_t)sz;
-    return DL_OK;
-}
-
 // >>section io: safetensors
 /* A checkpoint is a safetensors file (the format is described with dl_save's
    declaration). The loader reads the
@@ -8476,27 +8527,6 @@ static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t 
 }
 
 /* ---- writing */
-
-typedef struct dl__sb { char *s; size_t n, cap; bool oom; } dl__sb;
-
-static void dl__sb_put(dl__sb *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 1024;
-        char *p;
-        while (nc < b->n + n + 1) nc *= 2;
-        p = (char *)DL_REALLOC(b->s, nc);
-        if (!p) { b->oom = true; return; }
-        b->s = p;
-        b->cap = nc;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void dl__sb_str(dl__sb *b, const char *s) { dl__sb_put(b, s, strlen(s)); }
 
 static void dl__sb_json(dl__sb *b, const char *s)   /* a JSON string literal */
 {
