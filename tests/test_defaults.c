@@ -610,8 +610,16 @@ static void test_groups_checkpoint(void)
                   dl_optim_group_lr(o[2], 1) == dl_optim_group_lr(o[0], 1), "%s: final group lrs", cfg);
             if (c == 0) {   /* the 2-group state into a 1-group optimizer */
                 dl_optim *one = dl_sgd(m[2], &(dl_sgd_desc){.lr = 0.05f, .momentum = 0.9f});
+                dl_module *fresh = mlp(ctx[2], false);
+                unsigned char a[2048], b[2048];
                 CHECK(one && dl_load(path, m[2], one) == DL_ERR_FORMAT, "2 groups into 1: refused");
                 EXPECT_ERR(ctx[2], DL_ERR_FORMAT, "group");
+                /* dl_load_module reads the module part of a dl_save file */
+                CHECK(fresh && dl_load_module(path, fresh) == DL_OK, "dl_load_module of a dl_save file: %s",
+                      dl_error_message(ctx[2]));
+                CHECK(fresh && snap(fresh, a, sizeof a) == snap(m[1], b, sizeof b) && !memcmp(a, b, snap(m[1], b, sizeof b)),
+                      "dl_load_module of a dl_save file: the saved module");
+                dl_clear_error(ctx[2]);
             }
         }
         for (k = 0; k < 3; k++) dl_ctx_free(ctx[k]);

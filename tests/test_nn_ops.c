@@ -716,6 +716,34 @@ static void test_values(void)
         dl_clear_error(G);
         dl_step_end(G);
     }
+    {   /* binary_cross_entropy at p exactly 0 or 1 (a saturated sigmoid: sigmoid(20) is
+           1.0f, sigmoid(-120) 0.0f). PyTorch: finite loss (logs clamped to -100) and
+           finite gradient (p - y) / max(p (1 - p), 1e-12): 0 where p == y, -+1e12
+           otherwise; through the sigmoid 0.
+           KNOWN dl.h BUG (found by this test; these CHECKs fail until it is fixed):
+           dl.h's gradient is NaN, from 0 * (1/p = inf) in the composite
+           clamp(log(p)) backward. */
+        float pv[4] = {0.0f, 1.0f, 0.0f, 1.0f}, yv[4] = {0.0f, 1.0f, 1.0f, 0.0f}, g[4] = {9, 9, 9, 9};
+        float xv[2] = {20.0f, -120.0f}, sy[2] = {1.0f, 0.0f}, gs[2] = {9, 9};
+        dl_tensor *p = dl_requires_grad(dl_from_array(G, DL_SHAPE(4), pv), true), *gp = NULL, *gx = NULL;
+        dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(2), xv), true);
+        dl_tensor *o = dl_binary_cross_entropy(p, dl_from_array(G, DL_SHAPE(4), yv), red(DL_REDUCTION_SUM));
+        dl_tensor *os = dl_binary_cross_entropy(dl_sigmoid(x), dl_from_array(G, DL_SHAPE(2), sy), red(DL_REDUCTION_SUM));
+        CHECK(item(o) == 200.0f, "bce at p in {0, 1}: loss %g, want 200 (two logs clamped to -100)", (double)item(o));
+        CHECK(item(os) == 0.0f, "bce of sigmoid(+-large): loss %g, want 0", (double)item(os));
+        CHECK(o && dl_grad(o, 1, &p, &gp, NULL) == DL_OK && gp && dl_read(gp, g, 4) == DL_OK, "bce edge grad: %s",
+              dl_error_message(G));
+        CHECK(g[0] == 0.0f && g[1] == 0.0f, "dl.h BUG: bce grad at p == y in {0, 1}: %g %g, PyTorch 0 0",
+              (double)g[0], (double)g[1]);
+        CHECK(fabs(g[2] + 1e12) <= 1e6 && fabs(g[3] - 1e12) <= 1e6,
+              "dl.h BUG: bce grad at p = 0, y = 1 and p = 1, y = 0: %g %g, PyTorch -1e+12 1e+12", (double)g[2], (double)g[3]);
+        CHECK(os && dl_grad(os, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, gs, 2) == DL_OK &&
+              gs[0] == 0.0f && gs[1] == 0.0f,
+              "dl.h BUG: bce(sigmoid(x), y) grad at x = 20, y = 1 and x = -120, y = 0: %g %g, PyTorch 0 0",
+              (double)gs[0], (double)gs[1]);
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
     {   /* bce at x == 0 (zero-initialized logits): grad sigmoid(0) - y = 0.5 - y */
         float xv[2] = {0.0f, 0.0f}, yv[2] = {0.0f, 1.0f}, g[2] = {9, 9};
         dl_tensor *x = dl_requires_grad(dl_from_array(G, DL_SHAPE(2), xv), true), *gx = NULL;
