@@ -5642,6 +5642,38 @@ dl_tensor *dl_huber_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
     return dl__nn_reduce(dl__nn_piecewise(a, b, delta, 0.5f, delta, 0.5f * delta * delta), d->reduction);
 }
 
+/* -(y clamp(log p) + (1-y) clamp(log(1-p))), logs clamped to >= -100; backward as
+   PyTorch: dp = g (p - y) / max(p (1-p), 1e-12), dy = g (clamp(log(1-p)) - clamp(log p)) */
+static dl_tensor *dl__bce_prob_terms(dl_tensor *p, dl_tensor *y)
+{
+    return dl_neg(dl_add(dl_mul(y, dl_clamp(dl_log(p), -100.0f, INFINITY)),
+                         dl_mul(dl_rsub_scalar(y, 1.0f), dl_clamp(dl_log(dl_rsub_scalar(p, 1.0f)), -100.0f, INFINITY))));
+}
+static dl_result dl__nn_bcep_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *p = n->in[0], *y = n->in[1];
+    if (dl__need(n, 0))
+        gin[0] = dl_div(dl_mul(g, dl_sub(p, y)), dl_clamp(dl_mul(p, dl_rsub_scalar(p, 1.0f)), 1e-12f, INFINITY));
+    if (dl__need(n, 1))
+        gin[1] = dl_mul(g, dl_sub(dl_clamp(dl_log(dl_rsub_scalar(p, 1.0f)), -100.0f, INFINITY),
+                                  dl_clamp(dl_log(p), -100.0f, INFINITY)));
+    return DL_OK;
+}
+static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd};
+static dl_tensor *dl__bce_prob_raw(dl_tensor *p, dl_tensor *y)
+{
+    dl_tensor *l, *in[2];
+    dl__node *n;
+    dl_no_grad_begin(p->ctx_);
+    l = dl__bce_prob_terms(p, y);
+    dl_no_grad_end(p->ctx_);
+    if (!l) return NULL;
+    in[0] = p;
+    in[1] = y;
+    if (dl__record(l, &dl__op_nn_bcep, 2, in, &n) < 0) return NULL;
+    return dl__done(l, "dl_binary_cross_entropy");
+}
+
 dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_desc *d)
 {
     static const char *op = "dl_binary_cross_entropy";
@@ -5662,8 +5694,7 @@ dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_des
             return NULL;
         }
     }
-    l = dl_neg(dl_add(dl_mul(y, dl_clamp(dl_log(p), -100.0f, INFINITY)),
-                      dl_mul(dl_rsub_scalar(y, 1.0f), dl_clamp(dl_log(dl_rsub_scalar(p, 1.0f)), -100.0f, INFINITY))));
+    l = dl__bce_prob_raw(p, y);
     if (d->weight) l = dl_mul(l, d->weight);
     return dl__nn_reduce(l, d->reduction);
 }

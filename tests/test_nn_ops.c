@@ -720,9 +720,8 @@ static void test_values(void)
            1.0f, sigmoid(-120) 0.0f). PyTorch: finite loss (logs clamped to -100) and
            finite gradient (p - y) / max(p (1 - p), 1e-12): 0 where p == y, -+1e12
            otherwise; through the sigmoid 0.
-           KNOWN dl.h BUG (found by this test; these CHECKs fail until it is fixed):
-           dl.h's gradient is NaN, from 0 * (1/p = inf) in the composite
-           clamp(log(p)) backward. */
+           Regression: the composite clamp(log(p)) backward gave NaN (0 * (1/p = inf));
+           the loss now has PyTorch's backward rule of its own. */
         float pv[4] = {0.0f, 1.0f, 0.0f, 1.0f}, yv[4] = {0.0f, 1.0f, 1.0f, 0.0f}, g[4] = {9, 9, 9, 9};
         float xv[2] = {20.0f, -120.0f}, sy[2] = {1.0f, 0.0f}, gs[2] = {9, 9};
         dl_tensor *p = dl_requires_grad(dl_from_array(G, DL_SHAPE(4), pv), true), *gp = NULL, *gx = NULL;
