@@ -140,7 +140,9 @@ typedef enum dl_result {
 } dl_result;
 
 typedef enum dl_dtype { DL_DTYPE_F32 = 0, DL_DTYPE_I32, DL_DTYPE_I64 } dl_dtype;
-typedef enum dl_device_type { DL_DEVICE_CPU = 0, DL_DEVICE_CUDA } dl_device_type;
+/* A device: type and index. A zeroed dl_device (type DL_DEVICE_DEFAULT) means
+   "the default" wherever a desc takes one: the context's default device. */
+typedef enum dl_device_type { DL_DEVICE_DEFAULT = 0, DL_DEVICE_CPU, DL_DEVICE_CUDA } dl_device_type;
 typedef struct dl_device { int type; int index; } dl_device;
 
 /* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1). */
@@ -158,6 +160,7 @@ typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 
 typedef struct dl_ctx dl_ctx;
 typedef struct dl_tensor dl_tensor;
+typedef struct dl__dev dl__dev;
 typedef struct dl__node dl__node;
 
 /* A tensor. Fields above the line are public and read-only; use the
@@ -177,6 +180,7 @@ struct dl_tensor {
     bool owns_;               /* persistent and owns its data */
     dl_ctx *ctx_;
     dl__node *node_;          /* the tape node that made it; NULL for leaves */
+    dl__dev *dev_;            /* its device (memory and backend) */
     uint64_t step_;           /* step it was made in; 0 = persistent */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
 };
@@ -192,6 +196,11 @@ typedef struct dl_ctx_desc {
     size_t memory_limit;      /* bytes per device (0: no limit) */
     dl_log_fn log;            /* error log (NULL: stderr; dl_log_silent: none) */
     void *log_user;
+    int cpu_devices;          /* CPU devices cpu:0 .. cpu:N-1 (0: 1, the host); the
+                                 environment's DL_CPU_DEVICES=N raises it */
+    bool strict_devices;      /* virtual CPU devices (cpu:1 ...) hand out tagged data pointers
+                                 that fault when host code touches them (DL_STRICT=1 too) */
+    dl_device device;         /* where creators put tensors (zero: cpu:0; DL_DEVICE=cpu:1 too) */
 } dl_ctx_desc;
 
 typedef struct dl_memory_stats {
@@ -214,8 +223,16 @@ DL_API void dl_manual_seed(dl_ctx *ctx, uint64_t seed);
 DL_API dl_result dl_set_num_threads(dl_ctx *ctx, int n);  /* as dl_ctx_desc.num_threads */
 DL_API int dl_num_threads(const dl_ctx *ctx);
 DL_API dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out);
-DL_API dl_device dl_cpu(void);
-DL_API dl_device dl_cuda(int index);
+/* --- devices: cpu:0 (the host), virtual CPU devices cpu:1 ... (dl_ctx_desc.
+   cpu_devices, DL_CPU_DEVICES=N), cuda:0 ... (builds with DL_CUDA). */
+DL_API dl_device dl_cpu(void);                     /* cpu:0 */
+DL_API dl_device dl_cpu_device(int index);         /* cpu:index */
+DL_API dl_device dl_cuda(int index);               /* cuda:index */
+DL_API dl_device dl_device_parse(const char *name); /* "cpu", "cpu:1", "cuda:0"; type -1: bad */
+DL_API const char *dl_device_name(dl_device dev);  /* "cuda:1" (a per-thread buffer, 8 at a time) */
+DL_API int dl_device_count(dl_ctx *ctx, dl_device_type type);  /* CUDA: 0 without DL_CUDA or a GPU */
+DL_API dl_device dl_ctx_device(const dl_ctx *ctx); /* where creators put tensors */
+DL_API dl_result dl_sync(dl_ctx *ctx);             /* wait for every device's queued work */
 DL_API dl_ctx *dl_tensor_ctx(const dl_tensor *t);
 
 /* --- errors
@@ -252,7 +269,9 @@ DL_API dl_tensor *dl_copy(dl_tensor *t);      /* new storage; differentiable (cl
 DL_API dl_tensor *dl_keep(dl_tensor *t);
 DL_API dl_tensor *dl_param(dl_tensor *t);     /* dl_keep + requires_grad: a trainable leaf */
 DL_API void dl_free(dl_tensor *t);            /* persistent tensors only; NULL ok */
-DL_API dl_tensor *dl_to(dl_tensor *t, dl_device dev);   /* copy to a device; differentiable */
+/* A copy on dev (t itself when it is there already), differentiable: the
+   gradient flows back to t's device. */
+DL_API dl_tensor *dl_to(dl_tensor *t, dl_device dev);
 DL_API dl_tensor *dl_set_name(dl_tensor *t, const char *name); /* returns t */
 
 /* --- tensors: writing values (in place, as Tensor.copy_ / fill_). Into a
@@ -630,6 +649,10 @@ DL_API dl_tensor *dl_module_buffer(dl_module *m, const char *name, dl_tensor *in
 DL_API dl_module *dl_module_add(dl_module *parent, const char *name, dl_module *child);
 DL_API dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x);  /* NULL x -> NULL silently */
 DL_API void dl_module_train(dl_module *m, bool on);   /* recursive: .train() / .eval() */
+/* model.to(dev): moves every parameter and buffer (and their grads) in place,
+   so names, pointers held by the caller and optimizers stay valid (an
+   optimizer moves its state to its parameters' devices at its next step). */
+DL_API dl_result dl_module_to(dl_module *m, dl_device dev);
 DL_API bool dl_module_training(const dl_module *m);   /* new modules are in training mode */
 DL_API dl_module *dl_module_child(dl_module *m, const char *name);  /* direct child or NULL */
 /* "layer1.0.conv1.weight" -> that parameter or buffer; NULL + DL_ERR_ARG naming
@@ -919,6 +942,7 @@ typedef struct dl_loader_desc {
     bool drop_last;
     int num_workers;        /* threads preparing the next batch (0: in the caller) */
     uint64_t seed;          /* shuffling and augmentation (0: 1) */
+    dl_device device;       /* where batches go (zero: the context's default device) */
 } dl_loader_desc;
 typedef struct dl_loader dl_loader;
 DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
@@ -1580,6 +1604,7 @@ typedef struct dl__arena {
     dl__chunk *head, *cur;
     size_t used, reserved;    /* bytes handed out this step; bytes held */
     size_t min_chunk;
+    dl__dev *dev;             /* chunks from this device's backend (NULL: host memory) */
 } dl__arena;
 
 typedef struct dl__mark { dl__chunk *cur; size_t cur_used, used; } dl__mark;
@@ -1594,6 +1619,205 @@ typedef struct dl__hregion {
 } dl__hregion;
 
 typedef struct dl__hmark { dl__hregion *r; size_t pos; dl__mark m; } dl__hmark;
+
+// >>section devices and backends
+/* A device (dl__dev) is one place where tensor data lives: cpu:0 (the host),
+   a virtual CPU device cpu:i, or cuda:i. It owns its memory (persistent
+   allocations and an arena of step memory), its statistics and a pointer to
+   its backend: one struct of entry points per device type (dl__backend).
+   Ops reach tensor data only through the backend of the tensor's device:
+   memory (allocate, free, copies between host and device), synchronization,
+   random fills, and every kernel. Kernels get raw device pointers, sizes
+   and strides (in elements) and know nothing of autograd. The CPU backend is
+   below; dl_cuda.cuh is the second instance, for NVIDIA GPUs.
+
+   Strict virtual CPU devices (dl_ctx_desc.strict_devices, DL_STRICT=1) hand
+   out data pointers that are not host addresses: the real address plus a tag
+   (bit 52) that the CPU backend takes off at its entry points. Host code that
+   touches such a tensor's data directly faults at once instead of working on
+   the CPU and crashing later on a GPU. */
+
+#if defined(__CUDACC__)
+#define DL__HD __host__ __device__
+#else
+#define DL__HD
+#endif
+
+typedef struct dl__backend dl__backend;
+
+struct dl__dev {
+    dl_device id;
+    const dl__backend *be;
+    dl_ctx *ctx;
+    dl__arena data;                   /* step memory: O(1) release at dl_step_end */
+    size_t persistent_bytes, peak_bytes;
+    uint64_t alloc_calls;             /* calls to the backend's allocator */
+    uintptr_t tag;                    /* strict devices: added to every data pointer */
+    bool failed;                      /* a backend call failed (the message is in ctx) */
+    void *impl;                       /* the backend's own state (CUDA: stream, handles) */
+};
+
+/* Elementwise math: one expression per op, used by every backend (CPU loops
+   here, CUDA kernels in dl_cuda.cuh), so a device adds launches, not math.
+   x is the input, a and b the op's scalar attributes. */
+#define DL__UNARY_OPS(X) \
+    X(NEG, -x) \
+    X(EXP, expf(x)) \
+    X(LOG, logf(x)) \
+    X(SQRT, sqrtf(x)) \
+    X(ABS, fabsf(x)) \
+    X(SIGN, (float)((x > 0) - (x < 0))) \
+    X(ERF, erff(x)) \
+    X(RELU, (x > 0 || x != x) ? x : 0.0f) \
+    X(LEAKY, x > 0 ? x : x * a) \
+    X(SIGMOID, x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x))) \
+    X(SILU, x >= 0 ? x / (1.0f + expf(-x)) : x * expf(x) / (1.0f + expf(x))) \
+    X(TANH, tanhf(x)) \
+    X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
+    X(POW, a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : powf(x, a)) \
+    X(CLAMP, x < a ? a : (x > b ? b : x)) \
+    X(AFFINE, a * x + b) \
+    X(DIVS, x / a) \
+    X(GT, x > a ? 1.0f : 0.0f) \
+    X(LEAKY_MASK, x > 0 ? 1.0f : a) \
+    X(INRANGE, (x >= a && x <= b) ? 1.0f : 0.0f)
+
+/* p and q are the two inputs */
+#define DL__BINARY_OPS(X) \
+    X(ADD, p + q) \
+    X(SUB, p - q) \
+    X(MUL, p * q) \
+    X(DIV, p / q) \
+    X(MAX, (p > q || p != p) ? p : q) \
+    X(MIN, (p < q || p != p) ? p : q) \
+    X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
+    X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
+    X(EQ, p == q ? 1.0f : 0.0f)
+
+#define DL__OPENUM(nm, ex) DL__U_##nm,
+enum { DL__UNARY_OPS(DL__OPENUM) DL__U_COUNT };
+#undef DL__OPENUM
+#define DL__OPENUM(nm, ex) DL__B_##nm,
+enum { DL__BINARY_OPS(DL__OPENUM) DL__B_COUNT };
+#undef DL__OPENUM
+enum { DL__R_SUM, DL__R_MAX, DL__R_MIN };
+enum { DL__RAND_UNIFORM, DL__RAND_NORMAL };
+
+/* Broadcast plan of a binary op: output shape, and per-operand strides with
+   0 on broadcast dims. */
+typedef struct dl__bcast {
+    int ndim;
+    int64_t shape[DL_MAX_DIMS], sa[DL_MAX_DIMS], sb[DL_MAX_DIMS];
+    int64_t n;
+} dl__bcast;
+
+/* Geometry of one convolution, padded to 3 spatial dims: a 1-d/2-d conv
+   gets leading dims of size 1 (kernel 1, stride 1, no padding, dilation 1).
+   "a" is the conv input side (N,Ca,ia...), "b" the output side (N,Cb,ib...). */
+typedef struct dl__cgeom {
+    int nsp;
+    int64_t N, Ca, Cb, G;
+    int64_t ia[3], ib[3], k[3], s[3], p[3], d[3];  /* p: left padding */
+    int64_t La, Lb, K;                             /* products of ia, ib, k */
+} dl__cgeom;
+
+/* Geometry of one pooling: input ia, output ob, per-dim windows. */
+typedef struct dl__pgeom {
+    int64_t ia[3], ob[3], k[3], s[3], p[3], d[3];
+    int64_t La, Lb;
+    bool adaptive, count_include_pad;
+} dl__pgeom;
+
+/* Optimizer updates, element by element in the order of PyTorch's
+   single-tensor code (torch/optim/sgd.py, adam.py). */
+typedef struct dl__sgd_args {
+    float lr, momentum, one_m_dampening, wd;
+    bool nesterov, maximize, first;   /* first: no momentum buffer yet (buf = d_p) */
+} dl__sgd_args;
+
+typedef struct dl__adam_args {
+    float wd;                         /* Adam: grad += wd * p */
+    float decay;                      /* AdamW: p *= decay (1 - lr*wd); 1 for Adam */
+    float beta1, one_m_beta1, beta2, one_m_beta2, bc2_sqrt, eps, neg_step_size;
+    bool amsgrad, maximize;
+} dl__adam_args;
+
+/* The backend: every entry takes the device first. Copies and kernels are
+   queued in order on the device (CPU: done on return); download, sync and
+   the entries that return a host value wait for the device. A failure is
+   recorded in the context (dl__dev_fail) and sets d->failed. */
+struct dl__backend {
+    const char *name;
+    /* memory */
+    void *(*alloc)(dl__dev *d, size_t bytes);                 /* 64-byte aligned; NULL: none */
+    void (*free)(dl__dev *d, void *p);
+    void (*upload)(dl__dev *d, void *dst, const void *src, size_t bytes);   /* host -> d */
+    void (*download)(dl__dev *d, void *dst, const void *src, size_t bytes); /* d -> host */
+    void (*copy)(dl__dev *d, void *dst, const void *src, size_t bytes);     /* within d */
+    /* between two devices of this backend (dst on dd, src on sd) */
+    void (*peer)(dl__dev *dd, void *dst, dl__dev *sd, const void *src, size_t bytes);
+    void (*sync)(dl__dev *d);
+    /* fills: random (counter-based: y[i] from (seed, offset + i), the same on
+       every backend), arange, one int64 += v */
+    void (*rand)(dl__dev *d, int dist, float *y, int64_t n, uint64_t seed, uint64_t offset,
+                 float a, float b);
+    void (*arange)(dl__dev *d, float *y, int64_t n, double start, double step);
+    void (*fill)(dl__dev *d, float *y, int64_t n, float v);
+    void (*add_i64)(dl__dev *d, int64_t *p, int64_t v);
+    /* elementwise, reductions, copies */
+    void (*unary)(dl__dev *d, int op, float *y, const float *x, int64_t n, float a, float b);
+    void (*binary)(dl__dev *d, int op, float *y, const float *a, const float *b, const dl__bcast *bc);
+    void (*reduce)(dl__dev *d, int op, float *y, const float *x, int64_t outer, int64_t r, int64_t inner);
+    void (*argmax)(dl__dev *d, int64_t *idx, const float *x, int64_t outer, int64_t r, int64_t inner);
+    void (*onehot)(dl__dev *d, float *y, const int64_t *idx, int64_t outer, int64_t r, int64_t inner);
+    void (*copy_nd)(dl__dev *d, size_t esize, int ndim, const int64_t *shape, void *dst,
+                    const int64_t *dst_strides, const void *src, const int64_t *src_strides);
+    void (*axpy)(dl__dev *d, float *y, const float *x, int64_t n, float alpha);
+    int64_t (*nonfinite)(dl__dev *d, const float *x, int64_t n);       /* first index or -1 */
+    /* C = alpha op(A) op(B) + beta C, row-major, batch of them at strides sA, sB, sC */
+    void (*gemm)(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                 float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
+    void (*softmax)(dl__dev *d, bool log, float *y, const float *x, int64_t outer, int64_t n,
+                    int64_t inner);
+    /* losses and dropout. class_mask: class-index targets (outer*inner of them,
+       int64 if i64 else int32) -> onehot (outer, C, inner) and valid (outer*inner);
+       returns -1, or the first flat index of a target outside [0,C) that is not
+       ignore_index (its value in *bad). */
+    int64_t (*class_mask)(dl__dev *d, float *onehot, float *valid, const void *target, bool i64,
+                          int64_t outer, int64_t C, int64_t inner, int64_t ignore_index, int64_t *bad);
+    /* mask[i] = scale, or 0 where the counter-based uniform of (seed, offset + i) < p */
+    void (*dropout_mask)(dl__dev *d, float *mask, int64_t n, float p, float scale, uint64_t seed,
+                         uint64_t offset);
+    /* out[i] = max(x,0) - x*y + log1p(exp(-|x|)) */
+    void (*bce_logits)(dl__dev *d, float *out, const float *x, const float *y, int64_t n);
+    /* convolution and pooling. im2col: col (Ca*K, n, Lb) <- patches of x (n, Ca, ia...);
+       col2im: x (n, Ca, ia...) = sum of col over the patches (x overwritten) */
+    void (*im2col)(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g);
+    void (*col2im)(dl__dev *d, float *x, const float *col, int64_t n, const dl__cgeom *g);
+    void (*bias_add)(dl__dev *d, float *y, const float *b, int64_t n, int64_t C, int64_t L);
+    /* y (planes, ob...) = window max of x; idx (or NULL) = arg-max within the plane */
+    void (*max_pool)(dl__dev *d, float *y, int64_t *idx, const float *x, int64_t planes,
+                     const dl__pgeom *g);
+    /* dx (planes, Lin) = 0, then dx[idx] += g (planes, Lout) */
+    void (*unpool)(dl__dev *d, float *dx, const float *g, const int64_t *idx, int64_t planes,
+                   int64_t Lin, int64_t Lout);
+    /* y (planes, Lout) = x (planes, Lin)[idx]  (0 where idx < 0) */
+    void (*gather)(dl__dev *d, float *y, const float *x, const int64_t *idx, int64_t planes,
+                   int64_t Lin, int64_t Lout);
+    void (*avg_pool)(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g);
+    void (*avg_pool_adj)(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g);
+    /* optimizers */
+    void (*sgd)(dl__dev *d, float *p, const float *g, float *buf, int64_t n, const dl__sgd_args *a);
+    void (*adam)(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
+                 const dl__adam_args *a);
+    double (*sumsq)(dl__dev *d, const float *x, int64_t n);
+    void (*scale)(dl__dev *d, float *x, int64_t n, float s);
+};
+
+/* the backend of a tensor's device */
+#define DL__BE(t) ((t)->dev_->be)
+
 
 typedef dl_result (*dl__bwd_fn)(dl__node *n, dl_tensor *g, dl_tensor **gin);
 typedef struct dl__op { const char *name; dl__bwd_fn backward; } dl__op;
@@ -1622,9 +1846,16 @@ struct dl_fn_ctx { dl__node node; };
    each registers a destructor that dl_ctx_free runs, newest first. */
 typedef struct dl__owned { struct dl__owned *next; void (*destroy)(void *p); void *p; } dl__owned;
 
+#define DL__MAX_CPU 64
+#define DL__MAX_CUDA 16
+
 struct dl_ctx {
     uint64_t step;
-    dl__arena data;                   /* step tensor data (CPU) */
+    dl__dev *cpu[DL__MAX_CPU];        /* cpu:0 (the host) and virtual CPU devices */
+    int ncpu;
+    dl__dev *cuda[DL__MAX_CUDA];      /* CUDA devices, set up on first use */
+    dl__dev *defdev;                  /* where creators put tensors (dl_ctx_desc.device) */
+    bool strict;                      /* virtual CPU devices tag their pointers */
     dl__hregion *hreg;                /* step headers and nodes (never-reused addresses) */
     size_t hkeep;                     /* offset in hreg of the previous step's first header */
     size_t hstep;                     /* offset in hreg of this step's first header */
@@ -1633,8 +1864,8 @@ struct dl_ctx {
     dl_ctx *reg_next;                 /* registry of contexts (stale pointer reports) */
     dl_tensor *persist;               /* persistent tensors */
     dl_tensor *freed;                 /* DL_DEBUG: dl_free()d headers, poisoned */
-    size_t persistent_bytes, peak_bytes, memory_limit;
-    uint64_t alloc_calls;
+    size_t memory_limit;              /* per device (0: none) */
+    uint64_t alloc_calls;             /* host allocations: headers, tape, modules ... */
     dl__node **tape;
     int64_t ntape, captape;
     int no_grad;                      /* no_grad nesting depth */
@@ -1645,7 +1876,7 @@ struct dl_ctx {
     char msg[768];
     dl_log_fn log;
     void *log_user;
-    uint64_t rng[4];
+    uint64_t seed, rng_offset;        /* the counter-based generator: next draw's counter */
     dl__pool *pool;
     int nthreads;
     char shbuf[8][128];
@@ -1668,11 +1899,15 @@ static void *dl__malloc(dl_ctx *ctx, size_t bytes)
     return p;
 }
 
-static bool dl__limit_ok(dl_ctx *ctx, size_t extra)
+/* the context's memory_limit holds for each device */
+static bool dl__dev_limit_ok(dl__dev *d, size_t extra)
 {
-    size_t total = ctx->persistent_bytes + ctx->data.reserved + extra;
-    return ctx->memory_limit == 0 || total <= ctx->memory_limit;
+    size_t total = d->persistent_bytes + d->data.reserved + extra;
+    return d->ctx->memory_limit == 0 || total <= d->ctx->memory_limit;
 }
+
+static bool dl__dev_limit_ok(dl__dev *d, size_t extra);
+static void *dl__dev_alloc(dl__dev *d, size_t bytes);
 
 static void *dl__arena_alloc(dl_ctx *ctx, dl__arena *a, size_t bytes, bool count_limit)
 {
@@ -1693,16 +1928,23 @@ static void *dl__arena_alloc(dl_ctx *ctx, dl__arena *a, size_t bytes, bool count
     }
     size = a->reserved > a->min_chunk ? a->reserved : a->min_chunk;
     if (size < need) size = need;
-    if (count_limit && !dl__limit_ok(ctx, size)) {
+    if (count_limit && a->dev && !dl__dev_limit_ok(a->dev, size)) {
         size = need;                        /* try the exact size before failing */
-        if (!dl__limit_ok(ctx, size)) return NULL;
+        if (!dl__dev_limit_ok(a->dev, size)) return NULL;
     }
     if (size > ((size_t)-1) - sizeof(dl__chunk) - 64) return NULL;
-    ch = (dl__chunk *)dl__malloc(ctx, sizeof(dl__chunk) + 64 + size);
-    if (!ch) return NULL;
+    if (a->dev) {   /* device memory; the chunk's bookkeeping stays on the host */
+        ch = (dl__chunk *)dl__malloc(ctx, sizeof(dl__chunk));
+        if (!ch) return NULL;
+        ch->mem = (unsigned char *)dl__dev_alloc(a->dev, size);
+        if (!ch->mem) { DL_FREE(ch); return NULL; }
+    } else {
+        ch = (dl__chunk *)dl__malloc(ctx, sizeof(dl__chunk) + 64 + size);
+        if (!ch) return NULL;
+        ch->mem = (unsigned char *)(((uintptr_t)(ch + 1) + 63) & ~(uintptr_t)63);
+    }
     ch->size = size;
     ch->used = need;
-    ch->mem = (unsigned char *)(((uintptr_t)(ch + 1) + 63) & ~(uintptr_t)63);
     if (a->cur) { ch->next = a->cur->next; a->cur->next = ch; }
     else { ch->next = a->head; a->head = ch; }
     a->cur = ch;
@@ -1722,7 +1964,12 @@ static void dl__arena_reset(dl__arena *a)
 static void dl__arena_free(dl__arena *a)
 {
     dl__chunk *c = a->head;
-    while (c) { dl__chunk *n = c->next; DL_FREE(c); c = n; }
+    while (c) {
+        dl__chunk *n = c->next;
+        if (a->dev) a->dev->be->free(a->dev, c->mem);
+        DL_FREE(c);
+        c = n;
+    }
     a->head = a->cur = NULL;
     a->used = a->reserved = 0;
 }
@@ -1946,10 +2193,17 @@ static dl_ctx *dl__header_owner(const void *p)
     return found;
 }
 
-static void dl__track_peak(dl_ctx *ctx)
+static void dl__track_peak(dl__dev *d)
 {
-    size_t now = ctx->persistent_bytes + ctx->data.used;
-    if (now > ctx->peak_bytes) ctx->peak_bytes = now;
+    size_t now = d->persistent_bytes + d->data.used;
+    if (now > d->peak_bytes) d->peak_bytes = now;
+}
+
+/* device memory through the backend, counted */
+static void *dl__dev_alloc(dl__dev *d, size_t bytes)
+{
+    d->alloc_calls++;
+    return d->be->alloc(d, bytes ? bytes : 1);
 }
 
 // >>section errors
@@ -1959,8 +2213,10 @@ static void dl__track_peak(dl_ctx *ctx)
 
 static const char *dl__dev_str(dl_device d, char *buf, size_t n)
 {
-    if (d.type == DL_DEVICE_CPU) snprintf(buf, n, "cpu");
-    else snprintf(buf, n, "cuda:%d", d.index);
+    if (d.type == DL_DEVICE_CPU) snprintf(buf, n, "cpu:%d", d.index);
+    else if (d.type == DL_DEVICE_CUDA) snprintf(buf, n, "cuda:%d", d.index);
+    else if (d.type == DL_DEVICE_DEFAULT) snprintf(buf, n, "the default device");
+    else snprintf(buf, n, "device type %d", d.type);
     return buf;
 }
 
@@ -2171,7 +2427,7 @@ static char *dl__strdup(const char *s)
     return d;
 }
 
-static const char *dl__errno_str(int e) { return e ? strerror(e) : "unknown error"; }
+static const char *dl__errno_str(int e) { return e > 0 ? strerror(e) : e < 0 ? "out of memory" : "unknown error"; }
 
 /* Opens the temporary for path. false + error (nothing created) on failure. */
 static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *w)
@@ -2458,9 +2714,21 @@ static void dl__seed_state(uint64_t seed, uint64_t *s)
     }
 }
 
+/* The context's generator is (seed, offset): a fill of n numbers uses the
+   counters offset .. offset+n-1 and moves the offset on by n, so the same
+   seed and the same sequence of draws give the same numbers on any device. */
 void dl_manual_seed(dl_ctx *ctx, uint64_t seed)
 {
-    if (ctx) dl__seed_state(seed, ctx->rng);
+    if (!ctx) return;
+    ctx->seed = seed ? seed : 0x5eed;
+    ctx->rng_offset = 0;
+}
+
+static uint64_t dl__rng_take(dl_ctx *ctx, int64_t n)
+{
+    uint64_t o = ctx->rng_offset;
+    ctx->rng_offset += (uint64_t)(n > 0 ? n : 0);
+    return o;
 }
 
 static uint64_t dl__rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -2475,12 +2743,6 @@ static uint64_t dl__rng_next(uint64_t *s)
 
 static float dl__rng_uniform(uint64_t *s) { return (float)(dl__rng_next(s) >> 40) * (1.0f / 16777216.0f); }
 
-static float dl__rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(dl__rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (double)(dl__rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 /* Logged, not an error: the call goes on. */
 static void dl__warn(dl_ctx *ctx, const char *fmt, ...)
@@ -2528,13 +2790,159 @@ static bool dl__threads_ok(dl_ctx *ctx, const char *op, int n, int *out)
     return true;
 }
 
+/* ---- devices of a context */
+
+static const dl__backend *dl__cpu_be(void);
+#ifdef DL_CUDA
+static dl__dev *dl__cuda_open(dl_ctx *ctx, int index);   /* dl_cuda.cuh */
+static void dl__cuda_close(dl__dev *d);
+static int dl__cuda_count(void);
+#endif
+
+static const char *dl__dev_str(dl_device d, char *buf, size_t n);
+static dl_device dl__devdef(void) { dl_device d; d.type = DL_DEVICE_DEFAULT; d.index = 0; return d; }
+
+static dl__dev *dl__dev_new(dl_ctx *ctx, dl_device id, const dl__backend *be)
+{
+    dl__dev *d = (dl__dev *)dl__malloc(ctx, sizeof(dl__dev));
+    if (!d) return NULL;
+    memset(d, 0, sizeof *d);
+    d->id = id;
+    d->be = be;
+    d->ctx = ctx;
+    d->data.min_chunk = (size_t)1 << 20;
+    d->data.dev = d;
+    return d;
+}
+
+static void dl__dev_free(dl__dev *d)
+{
+    if (!d) return;
+    dl__arena_free(&d->data);
+#ifdef DL_CUDA
+    if (d->id.type == DL_DEVICE_CUDA) dl__cuda_close(d);
+#endif
+    DL_FREE(d);
+}
+
+static void dl__devs_free(dl_ctx *ctx)
+{
+    int i;
+    for (i = 0; i < DL__MAX_CPU; i++) { dl__dev_free(ctx->cpu[i]); ctx->cpu[i] = NULL; }
+    for (i = 0; i < DL__MAX_CUDA; i++) { dl__dev_free(ctx->cuda[i]); ctx->cuda[i] = NULL; }
+}
+
+/* "cpu", "cpu:1", "cuda", "cuda:0" -> a device; type -1 when malformed */
+dl_device dl_device_parse(const char *name)
+{
+    dl_device d;
+    const char *rest = NULL;
+    d.type = -1;
+    d.index = 0;
+    if (!name) return d;
+    if (strncmp(name, "cpu", 3) == 0) { d.type = DL_DEVICE_CPU; rest = name + 3; }
+    else if (strncmp(name, "cuda", 4) == 0) { d.type = DL_DEVICE_CUDA; rest = name + 4; }
+    else return d;
+    if (*rest == 0) return d;
+    if (*rest != ':' || rest[1] < '0' || rest[1] > '9') { d.type = -1; return d; }
+    {
+        char *end = NULL;
+        long v = strtol(rest + 1, &end, 10);
+        if (*end || v < 0 || v > 1023) d.type = -1;
+        else d.index = (int)v;
+    }
+    return d;
+}
+
+/* The device a dl_device names in ctx; NULL with an error naming it when it
+   does not exist or its backend is not compiled in. */
+static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
+{
+    char b[32];
+    if (dev.type == DL_DEVICE_DEFAULT) return ctx->defdev ? ctx->defdev : ctx->cpu[0];
+    if (dev.type == DL_DEVICE_CPU) {
+        if (dev.index >= 0 && dev.index < ctx->ncpu) return ctx->cpu[dev.index];
+        dl__err(ctx, DL_ERR_DEVICE, "%s: %s does not exist: this context has %d CPU device%s "
+                "(more with dl_ctx_desc.cpu_devices or DL_CPU_DEVICES=N)", op,
+                dl__dev_str(dev, b, sizeof b), ctx->ncpu, ctx->ncpu == 1 ? "" : "s");
+        return NULL;
+    }
+    if (dev.type == DL_DEVICE_CUDA) {
+#ifdef DL_CUDA
+        if (dev.index < 0 || dev.index >= DL__MAX_CUDA) {
+            dl__err(ctx, DL_ERR_DEVICE, "%s: %s: CUDA device indices go from 0 to %d", op,
+                    dl__dev_str(dev, b, sizeof b), DL__MAX_CUDA - 1);
+            return NULL;
+        }
+        if (!ctx->cuda[dev.index]) ctx->cuda[dev.index] = dl__cuda_open(ctx, dev.index);
+        return ctx->cuda[dev.index];    /* NULL: dl__cuda_open said why */
+#else
+        dl__err(ctx, DL_ERR_DEVICE, "%s: %s requested but dl.h was built without DL_CUDA "
+                "(compile the implementation file with nvcc -DDL_CUDA; see the README)", op,
+                dl__dev_str(dev, b, sizeof b));
+        return NULL;
+#endif
+    }
+    dl__err(ctx, DL_ERR_DEVICE, "%s: device type %d is not DL_DEVICE_DEFAULT, DL_DEVICE_CPU or "
+            "DL_DEVICE_CUDA", op, dev.type);
+    return NULL;
+}
+
+/* cpu:0 .. cpu:N-1 (desc, or DL_CPU_DEVICES), strict mode (desc or
+   DL_STRICT=1), the default device (desc, or DL_DEVICE=cpu:1 ...). The
+   environment is read so that a whole test suite can be run on another
+   device without changing it. */
+static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
+{
+    const char *env;
+    int n = desc && desc->cpu_devices > 0 ? desc->cpu_devices : 1, i;
+    dl_device def = desc ? desc->device : dl_cpu();
+    ctx->strict = desc && desc->strict_devices;
+    if (desc && (desc->cpu_devices < 0 || desc->cpu_devices > DL__MAX_CPU)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: cpu_devices=%d must be between 0 (1 device) and %d",
+                desc->cpu_devices, DL__MAX_CPU);
+        return false;
+    }
+    if ((env = getenv("DL_CPU_DEVICES")) && *env) {
+        char *end = NULL;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 1 || v > DL__MAX_CPU) {
+            dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: DL_CPU_DEVICES=%s must be a number from 1 to %d",
+                    env, DL__MAX_CPU);
+            return false;
+        }
+        if ((int)v > n) n = (int)v;
+    }
+    if ((env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
+    if ((env = getenv("DL_DEVICE")) && *env) {
+        def = dl_device_parse(env);
+        if (def.type < 0) {
+            dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: DL_DEVICE=%s is not a device name (cpu, cpu:1, "
+                    "cuda, cuda:0 ...)", env);
+            return false;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        dl_device id;
+        id.type = DL_DEVICE_CPU;
+        id.index = i;
+        ctx->cpu[i] = dl__dev_new(ctx, id, dl__cpu_be());
+        if (!ctx->cpu[i]) { dl__err(ctx, DL_ERR_OOM, "dl_ctx_init: out of memory"); return false; }
+#if UINTPTR_MAX > 0xffffffffu
+        if (ctx->strict && i > 0) ctx->cpu[i]->tag = (uintptr_t)1 << 52;
+#endif
+    }
+    ctx->ncpu = n;
+    ctx->defdev = dl__device(ctx, def, "dl_ctx_init");
+    return ctx->defdev != NULL;
+}
+
 dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
     if (!ctx) { dl__err(NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context"); return NULL; }
     memset(ctx, 0, sizeof *ctx);
     ctx->step = 1;
-    ctx->data.min_chunk = (size_t)1 << 20;
     dl__hstore_init(ctx);
     ctx->log = dl__log_stderr;
     if (desc) {
@@ -2554,6 +2962,12 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
     dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
+    if (!dl__devs_init(ctx, desc)) {
+        dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
+        ctx->log = NULL;
+        dl_ctx_free(ctx);
+        return NULL;
+    }
     return ctx;
 }
 
@@ -2569,11 +2983,14 @@ static size_t dl__esize(dl_dtype t) { return t == DL_DTYPE_I64 ? 8 : 4; }
 
 static void dl__persist_release(dl_tensor *t)
 {
+    dl__dev *d = t->dev_;
+#ifdef DL_DEBUG
     dl_ctx *ctx = t->ctx_;
+#endif
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
     dl__persist_unlink(t);
-    ctx->persistent_bytes -= bytes < ctx->persistent_bytes ? bytes : ctx->persistent_bytes;
-    if (t->owns_) DL_FREE(t->data);
+    d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
+    if (t->owns_) d->be->free(d, t->data);
 #ifdef DL_DEBUG
     /* debug builds keep the header, poisoned, so that a use after dl_free is
        an error naming the tensor; dl_ctx_free releases it */
@@ -2626,7 +3043,7 @@ void dl_ctx_free(dl_ctx *ctx)
     }
     while (ctx->persist) dl__persist_release(ctx->persist);
     while (ctx->freed) { dl_tensor *t = ctx->freed; ctx->freed = t->pnext_; DL_FREE(t); }
-    dl__arena_free(&ctx->data);
+    dl__devs_free(ctx);
     dl__hstore_free(ctx);
     DL_FREE(ctx->tape);
     dl__pool_destroy(ctx->pool);
@@ -2635,9 +3052,11 @@ void dl_ctx_free(dl_ctx *ctx)
 
 void dl_step_end(dl_ctx *ctx)
 {
+    int i;
     if (!ctx) return;
     ctx->step++;
-    dl__arena_reset(&ctx->data);
+    for (i = 0; i < ctx->ncpu; i++) dl__arena_reset(&ctx->cpu[i]->data);
+    for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) dl__arena_reset(&ctx->cuda[i]->data);
     dl__hstep_end(ctx);
     ctx->ntape = 0;
 }
@@ -2660,23 +3079,59 @@ dl_result dl_set_num_threads(dl_ctx *ctx, int n)
 int dl_num_threads(const dl_ctx *ctx) { return ctx ? dl__pool_size(ctx->pool) : 0; }
 
 dl_device dl_cpu(void) { dl_device d; d.type = DL_DEVICE_CPU; d.index = 0; return d; }
+dl_device dl_cpu_device(int index) { dl_device d; d.type = DL_DEVICE_CPU; d.index = index; return d; }
 dl_device dl_cuda(int index) { dl_device d; d.type = DL_DEVICE_CUDA; d.index = index; return d; }
+
+const char *dl_device_name(dl_device dev)
+{
+    static DL__TLS char buf[8][32];
+    static DL__TLS int k;
+    char *b = buf[k++ & 7];
+    return dl__dev_str(dev, b, 32);
+}
+
+int dl_device_count(dl_ctx *ctx, dl_device_type type)
+{
+    if (!ctx) return 0;
+    if (type == DL_DEVICE_CPU) return ctx->ncpu;
+#ifdef DL_CUDA
+    if (type == DL_DEVICE_CUDA) return dl__cuda_count();
+#endif
+    return 0;
+}
+
+dl_device dl_ctx_device(const dl_ctx *ctx) { return ctx && ctx->defdev ? ctx->defdev->id : dl_cpu(); }
+
+dl_result dl_sync(dl_ctx *ctx)
+{
+    int i;
+    if (!ctx) return DL_ERR_ARG;
+    for (i = 0; i < DL__MAX_CUDA; i++)
+        if (ctx->cuda[i]) {
+            ctx->cuda[i]->be->sync(ctx->cuda[i]);
+            if (ctx->cuda[i]->failed) return DL_ERR_DEVICE;
+        }
+    return DL_OK;
+}
 dl_ctx *dl_tensor_ctx(const dl_tensor *t) { return t && t->magic_ == DL__MAGIC ? t->ctx_ : NULL; }
 
 dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out)
 {
+    dl__dev *d;
     if (!ctx || !out) return DL_ERR_ARG;
     memset(out, 0, sizeof *out);
-    if (dev.type != DL_DEVICE_CPU) {
-        dl__err(ctx, DL_ERR_DEVICE, "dl_memory_stats_get: this build has no CUDA device");
-        return DL_ERR_DEVICE;
+    d = dl__device(ctx, dev, "dl_memory_stats_get");
+    if (!d) return ctx->err;
+    out->persistent_bytes = d->persistent_bytes;
+    out->step_bytes = d->data.used;
+    out->step_reserved = d->data.reserved;
+    out->peak_bytes = d->peak_bytes;
+    out->alloc_calls = d->alloc_calls;
+    if (d == ctx->cpu[0]) {   /* the host: headers, tape and the library's own objects too */
+        out->step_reserved += ctx->hdr[0].reserved + ctx->hdr[1].reserved;
+        out->header_bytes = ctx->hcommitted;
+        out->alloc_calls += ctx->alloc_calls;
     }
-    out->persistent_bytes = ctx->persistent_bytes;
-    out->step_bytes = ctx->data.used;
-    out->step_reserved = ctx->data.reserved + ctx->hdr[0].reserved + ctx->hdr[1].reserved;
-    out->header_bytes = ctx->hcommitted;
-    out->peak_bytes = ctx->peak_bytes;
-    out->alloc_calls = ctx->alloc_calls;
     return DL_OK;
 }
 
@@ -2721,13 +3176,16 @@ static bool dl__numel(dl_ctx *ctx, const char *op, int ndim, const int64_t *shap
     return true;
 }
 
-/* Make a tensor header + storage. data == NULL: allocate; else share it. */
-static dl_tensor *dl__make(dl_ctx *ctx, const char *op, dl_dtype dtype, int ndim,
+/* Make a tensor header + storage on device d. share NULL: allocate; else
+   share that (device) memory. */
+static dl_tensor *dl__make(dl__dev *d, const char *op, dl_dtype dtype, int ndim,
                            const int64_t *shape, bool persistent, void *share)
 {
+    dl_ctx *ctx = d->ctx;
     int64_t numel;
     size_t bytes;
     dl_tensor *t;
+    char db[32];
     if (!dl__numel(ctx, op, ndim, shape, &numel)) return NULL;
     if ((uint64_t)numel > (uint64_t)(((size_t)-1) / 16)) {
         dl__err(ctx, DL_ERR_OOM, "%s: %lld elements do not fit in memory", op, (long long)numel);
@@ -2735,16 +3193,16 @@ static dl_tensor *dl__make(dl_ctx *ctx, const char *op, dl_dtype dtype, int ndim
     }
     bytes = (size_t)numel * dl__esize(dtype);
     if (persistent) {
-        if (!dl__limit_ok(ctx, bytes + sizeof(dl_tensor))) {
-            dl__err(ctx, DL_ERR_OOM, "%s: %zu bytes would pass the context's memory_limit of %zu",
-                    op, bytes, ctx->memory_limit);
+        if (!share && !dl__dev_limit_ok(d, bytes + sizeof(dl_tensor))) {
+            dl__err(ctx, DL_ERR_OOM, "%s: %zu bytes on %s would pass the context's memory_limit of "
+                    "%zu per device", op, bytes, dl__dev_str(d->id, db, sizeof db), ctx->memory_limit);
             return NULL;
         }
         t = (dl_tensor *)dl__malloc(ctx, sizeof(dl_tensor));
         if (!t) goto oom;
         memset(t, 0, sizeof *t);
         if (!share) {
-            t->data = dl__malloc(ctx, bytes);
+            t->data = dl__dev_alloc(d, bytes);
             if (!t->data) { DL_FREE(t); goto oom; }
             t->owns_ = true;
         }
@@ -2752,13 +3210,13 @@ static dl_tensor *dl__make(dl_ctx *ctx, const char *op, dl_dtype dtype, int ndim
         t->pnext_ = ctx->persist;
         if (ctx->persist) ctx->persist->pprev_ = t;
         ctx->persist = t;
-        ctx->persistent_bytes += bytes + sizeof(dl_tensor);
+        d->persistent_bytes += bytes + sizeof(dl_tensor);
     } else {
         t = (dl_tensor *)dl__halloc(ctx, sizeof(dl_tensor));
         if (!t) goto oom;
         memset(t, 0, sizeof *t);
         if (!share) {
-            t->data = dl__arena_alloc(ctx, &ctx->data, bytes, true);
+            t->data = dl__arena_alloc(ctx, &d->data, bytes, true);
             if (!t->data) goto oom;
         }
         t->step_ = ctx->step;
@@ -2770,79 +3228,208 @@ static dl_tensor *dl__make(dl_ctx *ctx, const char *op, dl_dtype dtype, int ndim
     if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     t->numel = numel;
     t->dtype = dtype;
-    t->device = dl_cpu();
-    dl__track_peak(ctx);
+    t->device = d->id;
+    t->dev_ = d;
+    dl__track_peak(d);
     return t;
 oom:
     {
-        dl_shape s = dl_shape_make(ndim, shape);
-        dl__err(ctx, DL_ERR_OOM, "%s: cannot allocate %zu bytes for a %s %s tensor%s", op, bytes,
-                dl__dtype_str(dtype), dl__shp(ctx, &s),
+        dl_shape sh = dl_shape_make(ndim, shape);
+        dl__err(ctx, DL_ERR_OOM, "%s: cannot allocate %zu bytes for a %s %s tensor on %s%s", op,
+                bytes, dl__dtype_str(dtype), dl__shp(ctx, &sh), dl__dev_str(d->id, db, sizeof db),
                 ctx->memory_limit ? " (memory_limit reached?)" : "");
     }
     return NULL;
 }
 
-/* A new float32 step tensor shaped like t (same device). */
+/* A new float32 step tensor shaped like t, on t's device. */
 static dl_tensor *dl__like(const char *op, const dl_tensor *t)
 {
-    dl_tensor *o = dl__make(t->ctx_, op, DL_DTYPE_F32, t->ndim, t->shape, false, NULL);
-    if (o) o->device = t->device;
-    return o;
+    return dl__make(t->dev_, op, DL_DTYPE_F32, t->ndim, t->shape, false, NULL);
 }
 
-static dl_tensor *dl__new(dl_ctx *ctx, const char *op, int ndim, const int64_t *shape)
+static dl_tensor *dl__new(dl__dev *d, const char *op, int ndim, const int64_t *shape)
 {
-    return dl__make(ctx, op, DL_DTYPE_F32, ndim, shape, false, NULL);
+    return dl__make(d, op, DL_DTYPE_F32, ndim, shape, false, NULL);
 }
 
-// >>section kernels (CPU)
-/* Ops never loop over data themselves: they call a kernel table, one per
-   device. This is the CPU table; dl_cuda.cuh provides the same entries for
-   NVIDIA GPUs. Kernels know nothing about autograd or tensors: they get raw
-   pointers, sizes and strides (in elements). */
+/* ---- the counter-based generator: the same numbers on every device.
+   Element i of a random fill is a pure function of (seed, offset + i):
+   Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+   3", SC 2011) of the counter, keyed by the seed. Uniforms take the top 24
+   bits (exact in float). Normals use Box-Muller with a log and a cosine
+   written here with only IEEE basic operations and explicit fmaf (no libm,
+   no contraction left to the compiler), so the CPU and the CUDA backend
+   produce the same bits. */
 
-enum {
-    DL__U_NEG, DL__U_EXP, DL__U_LOG, DL__U_SQRT, DL__U_ABS, DL__U_SIGN, DL__U_ERF,
-    DL__U_RELU, DL__U_LEAKY, DL__U_SIGMOID, DL__U_TANH, DL__U_GELU, DL__U_POW,
-    DL__U_CLAMP, DL__U_AFFINE, DL__U_DIVS, DL__U_GT, DL__U_LEAKY_MASK, DL__U_INRANGE
-};
-enum {
-    DL__B_ADD, DL__B_SUB, DL__B_MUL, DL__B_DIV, DL__B_MAX, DL__B_MIN,
-    DL__B_GT_HALF, DL__B_LT_HALF, DL__B_EQ
-};
-enum { DL__R_SUM, DL__R_MAX, DL__R_MIN };
+static DL__HD inline void dl__philox(uint64_t counter, uint64_t key, uint32_t out[4])
+{
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    int r;
+    for (r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
 
-/* Broadcast plan of a binary op: output shape, and per-operand strides with
-   0 on broadcast dims. */
-typedef struct dl__bcast {
-    int ndim;
-    int64_t shape[DL_MAX_DIMS], sa[DL_MAX_DIMS], sb[DL_MAX_DIMS];
-    int64_t n;
-} dl__bcast;
+/* U[0,1) from the top 24 bits */
+static DL__HD inline float dl__rng_uniform01(uint64_t seed, uint64_t counter)
+{
+    uint32_t r[4];
+    dl__philox(counter, seed, r);
+    return (float)(r[0] >> 8) * (1.0f / 16777216.0f);
+}
 
-typedef struct dl__kernels {
-    const char *name;
-    void (*unary)(dl_ctx *c, int op, float *y, const float *x, int64_t n, float a, float b);
-    void (*binary)(dl_ctx *c, int op, float *y, const float *a, const float *b,
-                   const dl__bcast *bc);
-    void (*reduce)(dl_ctx *c, int op, float *y, const float *x, int64_t outer, int64_t r,
-                   int64_t inner);
-    void (*argmax)(dl_ctx *c, int64_t *idx, const float *x, int64_t outer, int64_t r,
-                   int64_t inner);
-    void (*onehot)(dl_ctx *c, float *y, const int64_t *idx, int64_t outer, int64_t r,
-                   int64_t inner);
-    void (*copy_nd)(dl_ctx *c, size_t esize, int ndim, const int64_t *shape, void *dst,
-                    const int64_t *dst_strides, const void *src, const int64_t *src_strides);
-    void (*fill)(dl_ctx *c, float *y, int64_t n, float v);
-    void (*axpy)(dl_ctx *c, float *y, const float *x, int64_t n, float alpha);
-    void (*gemm)(dl_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
-                 int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
-    void (*softmax)(dl_ctx *c, bool log, float *y, const float *x, int64_t outer, int64_t n,
-                    int64_t inner);
-    int64_t (*nonfinite)(dl_ctx *c, const float *x, int64_t n);   /* first index or -1 */
-} dl__kernels;
+/* log(u) for u in (0, 1]: u = m 2^e with m in [sqrt(1/2), sqrt(2));
+   log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172 (series to s^9) */
+static DL__HD inline float dl__det_log(float u)
+{
+    int e;
+    float m = frexpf(u, &e), s, s2, p;
+    if (m < 0.70710678f) { m = m * 2.0f; e = e - 1; }
+    s = (m - 1.0f) / (m + 1.0f);
+    s2 = s * s;
+    p = fmaf(s2, 0.11111111f, 0.14285714f);
+    p = fmaf(s2, p, 0.2f);
+    p = fmaf(s2, p, 0.33333333f);
+    p = fmaf(s2, p, 1.0f);
+    return fmaf((float)e, 0.69314718f, (2.0f * s) * p);
+}
+
+/* cos(2 pi u) for u in [0, 1): quarter turns are exact, then sin or cos of
+   an angle in [0, pi/4] by series (to phi^9, phi^8) */
+static DL__HD inline float dl__det_cos2pi(float u)
+{
+    float x = u * 4.0f, r, t, ph, p2, sn, cs, v;
+    int q = (int)x;
+    bool swap;
+    r = x - (float)q;                      /* exact */
+    swap = r > 0.5f;
+    t = swap ? 1.0f - r : r;               /* exact for r in [0.5, 1) */
+    ph = t * 1.5707963f;
+    p2 = ph * ph;
+    sn = fmaf(p2, 2.7557319e-6f, -1.9841270e-4f);
+    sn = fmaf(p2, sn, 8.3333333e-3f);
+    sn = fmaf(p2, sn, -0.16666667f);
+    sn = fmaf(p2 * ph, sn, ph);
+    cs = fmaf(p2, 2.4801587e-5f, -1.3888889e-3f);
+    cs = fmaf(p2, cs, 4.1666667e-2f);
+    cs = fmaf(p2, cs, -0.5f);
+    cs = fmaf(p2, cs, 1.0f);
+    if (swap) { v = cs; cs = sn; sn = v; }   /* angle r pi/2 = pi/2 - t pi/2 */
+    switch (q & 3) {
+    case 0: return cs;
+    case 1: return -sn;
+    case 2: return -cs;
+    default: return sn;
+    }
+}
+
+/* N(0,1) by Box-Muller from one Philox block */
+static DL__HD inline float dl__rng_normal01(uint64_t seed, uint64_t counter)
+{
+    uint32_t r[4];
+    float u1, u2;
+    dl__philox(counter, seed, r);
+    u1 = ((float)(r[0] >> 8) + 0.5f) * (1.0f / 16777216.0f);     /* (0, 1) */
+    u2 = (float)(r[1] >> 8) * (1.0f / 16777216.0f);               /* [0, 1) */
+    return sqrtf(-2.0f * dl__det_log(u1)) * dl__det_cos2pi(u2);
+}
+
+/* element i of a fill: uniform in [a, b), or normal with mean a, std b */
+static DL__HD inline float dl__rng_value(int dist, uint64_t seed, uint64_t counter, float a, float b)
+{
+    if (dist == DL__RAND_UNIFORM) return fmaf(dl__rng_uniform01(seed, counter), b - a, a);
+    return fmaf(dl__rng_normal01(seed, counter), b, a);
+}
+
+// >>section backend: CPU
+/* The CPU backend: host memory (tagged on strict virtual devices), loops
+   split across the context's thread pool, the register-tiled GEMM above (or
+   OpenBLAS). Each entry takes the tag off its pointers first (DL__RAW). */
+
+#define DL__RAW(d, p) ((void *)((uintptr_t)(p) - (d)->tag))
+
+/* 64-byte aligned host memory; the raw pointer is kept just before it */
+static void *dl__cpu_alloc(dl__dev *d, size_t bytes)
+{
+    unsigned char *raw, *p;
+    if (bytes > ((size_t)-1) - 128) return NULL;
+    raw = (unsigned char *)DL_MALLOC(bytes + 64 + sizeof(void *));
+    if (!raw) return NULL;
+    p = (unsigned char *)(((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63);
+    memcpy(p - sizeof(void *), &raw, sizeof(void *));
+    return p + d->tag;
+}
+
+static void dl__cpu_free(dl__dev *d, void *p)
+{
+    void *raw;
+    if (!p) return;
+    p = DL__RAW(d, p);
+    memcpy(&raw, (unsigned char *)p - sizeof(void *), sizeof(void *));
+    DL_FREE(raw);
+}
+
+static void dl__cpu_upload(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    if (n) memcpy(DL__RAW(d, dst), src, n);
+}
+
+static void dl__cpu_download(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    if (n) memcpy(dst, DL__RAW(d, src), n);
+}
+
+static void dl__cpu_copy(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    if (n) memmove(DL__RAW(d, dst), DL__RAW(d, src), n);
+}
+
+static void dl__cpu_peer(dl__dev *dd, void *dst, dl__dev *sd, const void *src, size_t n)
+{
+    if (n) memcpy(DL__RAW(dd, dst), DL__RAW(sd, src), n);
+}
+
+static void dl__cpu_sync(dl__dev *d) { (void)d; }
+
+typedef struct dl__rand_args { int dist; float *y; uint64_t seed, offset; float a, b; } dl__rand_args;
+
+static void dl__rand_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__rand_args *u = (const dl__rand_args *)arg;
+    int64_t i;
+    for (i = lo; i < hi; i++) u->y[i] = dl__rng_value(u->dist, u->seed, u->offset + (uint64_t)i, u->a, u->b);
+}
+
+static void dl__cpu_rand(dl__dev *d, int dist, float *y, int64_t n, uint64_t seed, uint64_t offset,
+                         float a, float b)
+{
+    dl__rand_args u;
+    u.dist = dist; u.y = (float *)DL__RAW(d, y); u.seed = seed; u.offset = offset; u.a = a; u.b = b;
+    dl__parallel_for(d->ctx->pool, n, 1 << 13, dl__rand_task, &u);
+}
+
+static void dl__cpu_arange(dl__dev *d, float *y, int64_t n, double start, double step)
+{
+    int64_t i;
+    y = (float *)DL__RAW(d, y);
+    for (i = 0; i < n; i++) y[i] = (float)(start + (double)i * step);
+}
+
+static void dl__cpu_add_i64(dl__dev *d, int64_t *p, int64_t v)
+{
+    p = (int64_t *)DL__RAW(d, p);
+    *p += v;
+}
 
 typedef struct dl__un_args { int op; float *y; const float *x; float a, b; } dl__un_args;
 
@@ -2850,55 +3437,25 @@ static void dl__un_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__un_args *u = (const dl__un_args *)p;
     float *y = u->y;
-    const float *x = u->x;
+    const float *xs = u->x;
     float a = u->a, b = u->b;
     int64_t i;
     switch (u->op) {
-    case DL__U_NEG: for (i = lo; i < hi; i++) y[i] = -x[i]; break;
-    case DL__U_EXP: for (i = lo; i < hi; i++) y[i] = expf(x[i]); break;
-    case DL__U_LOG: for (i = lo; i < hi; i++) y[i] = logf(x[i]); break;
-    case DL__U_SQRT: for (i = lo; i < hi; i++) y[i] = sqrtf(x[i]); break;
-    case DL__U_ABS: for (i = lo; i < hi; i++) y[i] = fabsf(x[i]); break;
-    case DL__U_SIGN: for (i = lo; i < hi; i++) y[i] = (float)((x[i] > 0) - (x[i] < 0)); break;
-    case DL__U_ERF: for (i = lo; i < hi; i++) y[i] = erff(x[i]); break;
-    case DL__U_RELU: for (i = lo; i < hi; i++) y[i] = (x[i] > 0 || x[i] != x[i]) ? x[i] : 0.0f; break;   /* NaN stays NaN, as PyTorch */
-    case DL__U_LEAKY: for (i = lo; i < hi; i++) y[i] = x[i] > 0 ? x[i] : x[i] * a; break;
-    case DL__U_SIGMOID:
-        for (i = lo; i < hi; i++) {
-            float v = x[i];
-            if (v >= 0) y[i] = 1.0f / (1.0f + expf(-v));
-            else { float e = expf(v); y[i] = e / (1.0f + e); }
-        }
-        break;
-    case DL__U_TANH: for (i = lo; i < hi; i++) y[i] = tanhf(x[i]); break;
-    case DL__U_GELU:
-        for (i = lo; i < hi; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
-        break;
-    case DL__U_POW:
-        if (a == 2.0f) for (i = lo; i < hi; i++) y[i] = x[i] * x[i];
-        else if (a == 1.0f) for (i = lo; i < hi; i++) y[i] = x[i];
-        else if (a == 0.5f) for (i = lo; i < hi; i++) y[i] = sqrtf(x[i]);
-        else for (i = lo; i < hi; i++) y[i] = powf(x[i], a);
-        break;
-    case DL__U_CLAMP:
-        for (i = lo; i < hi; i++) y[i] = x[i] < a ? a : (x[i] > b ? b : x[i]);
-        break;
-    case DL__U_AFFINE: for (i = lo; i < hi; i++) y[i] = a * x[i] + b; break;
-    case DL__U_DIVS: for (i = lo; i < hi; i++) y[i] = x[i] / a; break;
-    case DL__U_GT: for (i = lo; i < hi; i++) y[i] = x[i] > a ? 1.0f : 0.0f; break;
-    case DL__U_LEAKY_MASK: for (i = lo; i < hi; i++) y[i] = x[i] > 0 ? 1.0f : a; break;
-    case DL__U_INRANGE:
-        for (i = lo; i < hi; i++) y[i] = (x[i] >= a && x[i] <= b) ? 1.0f : 0.0f;
-        break;
+#define DL__CASE(nm, ex) case DL__U_##nm: for (i = lo; i < hi; i++) { float x = xs[i]; y[i] = (ex); } break;
+    DL__UNARY_OPS(DL__CASE)
+#undef DL__CASE
     default: DL_ASSERT(0);
     }
+    (void)a; (void)b;
 }
 
-static void dl__cpu_unary(dl_ctx *c, int op, float *y, const float *x, int64_t n, float a, float b)
+static void dl__cpu_unary(dl__dev *d, int op, float *y, const float *x, int64_t n, float a, float b)
 {
+    y = (float *)DL__RAW(d, y);
+    x = (const float *)DL__RAW(d, x);
     dl__un_args u;
     u.op = op; u.y = y; u.x = x; u.a = a; u.b = b;
-    dl__parallel_for(c->pool, n, 1 << 15, dl__un_task, &u);
+    dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__un_task, &u);
 }
 
 /* One row of a binary op: y[i] = a[i*sa] op b[i*sb]. */
@@ -2907,23 +3464,9 @@ static void dl__bin_row(int op, float *y, const float *a, int64_t sa, const floa
 {
     int64_t i;
     switch (op) {
-    case DL__B_ADD: for (i = 0; i < n; i++) y[i] = a[i * sa] + b[i * sb]; break;
-    case DL__B_SUB: for (i = 0; i < n; i++) y[i] = a[i * sa] - b[i * sb]; break;
-    case DL__B_MUL: for (i = 0; i < n; i++) y[i] = a[i * sa] * b[i * sb]; break;
-    case DL__B_DIV: for (i = 0; i < n; i++) y[i] = a[i * sa] / b[i * sb]; break;
-    case DL__B_MAX:
-        for (i = 0; i < n; i++) { float p = a[i * sa], q = b[i * sb]; y[i] = (p > q || p != p) ? p : q; }
-        break;
-    case DL__B_MIN:
-        for (i = 0; i < n; i++) { float p = a[i * sa], q = b[i * sb]; y[i] = (p < q || p != p) ? p : q; }
-        break;
-    case DL__B_GT_HALF:
-        for (i = 0; i < n; i++) { float p = a[i * sa], q = b[i * sb]; y[i] = p > q ? 1.0f : (p == q ? 0.5f : 0.0f); }
-        break;
-    case DL__B_LT_HALF:
-        for (i = 0; i < n; i++) { float p = a[i * sa], q = b[i * sb]; y[i] = p < q ? 1.0f : (p == q ? 0.5f : 0.0f); }
-        break;
-    case DL__B_EQ: for (i = 0; i < n; i++) y[i] = a[i * sa] == b[i * sb] ? 1.0f : 0.0f; break;
+#define DL__CASE(nm, ex) case DL__B_##nm: for (i = 0; i < n; i++) { float p = a[i * sa], q = b[i * sb]; y[i] = (ex); } break;
+    DL__BINARY_OPS(DL__CASE)
+#undef DL__CASE
     default: DL_ASSERT(0);
     }
 }
@@ -2959,23 +3502,26 @@ static void dl__bin_rows_task(void *p, int64_t lo, int64_t hi)
     }
 }
 
-static void dl__cpu_binary(dl_ctx *c, int op, float *y, const float *a, const float *b,
+static void dl__cpu_binary(dl__dev *d, int op, float *y, const float *a, const float *b,
                            const dl__bcast *bc)
 {
+    y = (float *)DL__RAW(d, y);
+    a = (const float *)DL__RAW(d, a);
+    b = (const float *)DL__RAW(d, b);
     dl__bin_args u;
-    int d;
+    int k;
     bool a_full = true, b_full = true, b_zero = true, a_zero = true;
     int64_t st = 1;
     u.op = op; u.y = y; u.a = a; u.b = b; u.bc = bc;
     if (bc->n == 0) return;
     if (bc->ndim == 0) { dl__bin_row(op, y, a, 0, b, 0, 1); return; }
-    for (d = bc->ndim - 1; d >= 0; d--) {
-        if (bc->shape[d] == 1) continue;
-        if (bc->sa[d] != st) a_full = false;
-        if (bc->sb[d] != st) b_full = false;
-        if (bc->sa[d] != 0) a_zero = false;
-        if (bc->sb[d] != 0) b_zero = false;
-        st *= bc->shape[d];
+    for (k = bc->ndim - 1; k >= 0; k--) {
+        if (bc->shape[k] == 1) continue;
+        if (bc->sa[k] != st) a_full = false;
+        if (bc->sb[k] != st) b_full = false;
+        if (bc->sa[k] != 0) a_zero = false;
+        if (bc->sb[k] != 0) b_zero = false;
+        st *= bc->shape[k];
     }
     if ((a_full || a_zero) && (b_full || b_zero)) {
         /* contiguous or scalar operands: one flat row, split across threads */
@@ -2984,12 +3530,12 @@ static void dl__cpu_binary(dl_ctx *c, int op, float *y, const float *a, const fl
         flat.sa[0] = a_zero ? 0 : 1;
         flat.sb[0] = b_zero ? 0 : 1;
         u.bc = &flat;
-        dl__parallel_for(c->pool, bc->n, 1 << 15, dl__bin_flat_task, &u);
+        dl__parallel_for(d->ctx->pool, bc->n, 1 << 15, dl__bin_flat_task, &u);
         return;
     }
     u.row = bc->shape[bc->ndim - 1];
     if (u.row == 0) return;
-    dl__parallel_for(c->pool, bc->n / u.row, (1 << 15) / u.row + 1, dl__bin_rows_task, &u);
+    dl__parallel_for(d->ctx->pool, bc->n / u.row, (1 << 15) / u.row + 1, dl__bin_rows_task, &u);
 }
 
 typedef struct dl__red_args {
@@ -3035,19 +3581,23 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
     }
 }
 
-static void dl__cpu_reduce(dl_ctx *c, int op, float *y, const float *x, int64_t outer, int64_t r,
+static void dl__cpu_reduce(dl__dev *d, int op, float *y, const float *x, int64_t outer, int64_t r,
                            int64_t inner)
 {
+    y = (float *)DL__RAW(d, y);
+    x = (const float *)DL__RAW(d, x);
     dl__red_args u;
     u.op = op; u.y = y; u.x = x; u.r = r; u.inner = inner;
-    dl__parallel_for(c->pool, outer, (1 << 15) / (r * inner + 1) + 1, dl__red_task, &u);
+    dl__parallel_for(d->ctx->pool, outer, (1 << 15) / (r * inner + 1) + 1, dl__red_task, &u);
 }
 
-static void dl__cpu_argmax(dl_ctx *c, int64_t *idx, const float *x, int64_t outer, int64_t r,
+static void dl__cpu_argmax(dl__dev *d, int64_t *idx, const float *x, int64_t outer, int64_t r,
                            int64_t inner)
 {
+    idx = (int64_t *)DL__RAW(d, idx);
+    x = (const float *)DL__RAW(d, x);
     int64_t o, i, k;
-    (void)c;
+    (void)d;
     for (o = 0; o < outer; o++)
         for (i = 0; i < inner; i++) {
             const float *p = x + o * r * inner + i;
@@ -3062,11 +3612,13 @@ static void dl__cpu_argmax(dl_ctx *c, int64_t *idx, const float *x, int64_t oute
         }
 }
 
-static void dl__cpu_onehot(dl_ctx *c, float *y, const int64_t *idx, int64_t outer, int64_t r,
+static void dl__cpu_onehot(dl__dev *d, float *y, const int64_t *idx, int64_t outer, int64_t r,
                            int64_t inner)
 {
+    y = (float *)DL__RAW(d, y);
+    idx = (const int64_t *)DL__RAW(d, idx);
     int64_t o, i;
-    (void)c;
+    (void)d;
     memset(y, 0, sizeof(float) * (size_t)(outer * r * inner));
     for (o = 0; o < outer; o++)
         for (i = 0; i < inner; i++) {
@@ -3107,39 +3659,47 @@ static void dl__copy_task(void *p, int64_t lo, int64_t hi)
     }
 }
 
-static void dl__cpu_copy_nd(dl_ctx *c, size_t esize, int ndim, const int64_t *shape, void *dst,
+static void dl__cpu_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *shape, void *dst,
                             const int64_t *ds, const void *src, const int64_t *ss)
 {
+    dst = (void *)DL__RAW(d, dst);
+    src = (const void *)DL__RAW(d, src);
     dl__copy_args u;
     int64_t rows = 1, one = 1, zero = 0;
-    int d;
+    int k;
     if (ndim == 0) { ndim = 1; shape = &one; ds = &zero; ss = &zero; }
-    for (d = 0; d < ndim - 1; d++) rows *= shape[d];
+    for (k = 0; k < ndim - 1; k++) rows *= shape[k];
     if (shape[ndim - 1] == 0 || rows == 0) return;
     u.esize = esize; u.ndim = ndim; u.shape = shape; u.dst = (char *)dst; u.ds = ds;
     u.src = (const char *)src; u.ss = ss;
-    dl__parallel_for(c->pool, rows, (1 << 14) / shape[ndim - 1] + 1, dl__copy_task, &u);
+    dl__parallel_for(d->ctx->pool, rows, (1 << 14) / shape[ndim - 1] + 1, dl__copy_task, &u);
 }
 
-static void dl__cpu_fill(dl_ctx *c, float *y, int64_t n, float v)
+static void dl__cpu_fill(dl__dev *d, float *y, int64_t n, float v)
 {
+    y = (float *)DL__RAW(d, y);
     int64_t i;
-    (void)c;
+    (void)d;
     for (i = 0; i < n; i++) y[i] = v;
 }
 
-static void dl__cpu_axpy(dl_ctx *c, float *y, const float *x, int64_t n, float alpha)
+static void dl__cpu_axpy(dl__dev *d, float *y, const float *x, int64_t n, float alpha)
 {
+    y = (float *)DL__RAW(d, y);
+    x = (const float *)DL__RAW(d, x);
     int64_t i;
-    (void)c;
+    (void)d;
     if (alpha == 1.0f) for (i = 0; i < n; i++) y[i] += x[i];
     else for (i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-static void dl__cpu_gemm(dl_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+static void dl__cpu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
                          int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
 {
+    A = (const float *)DL__RAW(d, A);
+    B = (const float *)DL__RAW(d, B);
+    C = (float *)DL__RAW(d, C);
     int64_t i;
     for (i = 0; i < batch; i++) {
 #ifdef DL_OPENBLAS
@@ -3150,7 +3710,7 @@ static void dl__cpu_gemm(dl_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int6
             continue;
         }
 #endif
-        dl__sgemm(c->pool, ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta,
+        dl__sgemm(d->ctx->pool, ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta,
                   C + i * sC, ldc);
     }
 }
@@ -3180,31 +3740,480 @@ static void dl__sm_task(void *p, int64_t lo, int64_t hi)
     }
 }
 
-static void dl__cpu_softmax(dl_ctx *c, bool log, float *y, const float *x, int64_t outer,
+static void dl__cpu_softmax(dl__dev *d, bool log, float *y, const float *x, int64_t outer,
                             int64_t n, int64_t inner)
 {
+    y = (float *)DL__RAW(d, y);
+    x = (const float *)DL__RAW(d, x);
     dl__sm_args u;
     u.log = log; u.y = y; u.x = x; u.n = n; u.inner = inner;
-    dl__parallel_for(c->pool, outer * inner, (1 << 14) / (n + 1) + 1, dl__sm_task, &u);
+    dl__parallel_for(d->ctx->pool, outer * inner, (1 << 14) / (n + 1) + 1, dl__sm_task, &u);
 }
 
-static int64_t dl__cpu_nonfinite(dl_ctx *c, const float *x, int64_t n)
+static int64_t dl__cpu_nonfinite(dl__dev *d, const float *x, int64_t n)
 {
+    x = (const float *)DL__RAW(d, x);
     int64_t i;
-    (void)c;
+    (void)d;
     for (i = 0; i < n; i++) if (!(x[i] - x[i] == 0.0f)) return i;
     return -1;
 }
 
-static const dl__kernels dl__cpu_kernels = {
-    "cpu", dl__cpu_unary, dl__cpu_binary, dl__cpu_reduce, dl__cpu_argmax, dl__cpu_onehot,
-    dl__cpu_copy_nd, dl__cpu_fill, dl__cpu_axpy, dl__cpu_gemm, dl__cpu_softmax, dl__cpu_nonfinite
+
+static int64_t dl__cpu_class_mask(dl__dev *d, float *onehot, float *valid, const void *target,
+                                     bool i64, int64_t outer, int64_t C, int64_t inner,
+                                     int64_t ignore_index, int64_t *bad)
+{
+    onehot = (float *)DL__RAW(d, onehot);
+    valid = (float *)DL__RAW(d, valid);
+    target = (const void *)DL__RAW(d, target);
+    int64_t o, i;
+    (void)d;
+    if (outer > 0 && C > 0 && inner > 0) memset(onehot, 0, sizeof(float) * (size_t)(outer * C * inner));
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            int64_t j = o * inner + i;
+            int64_t t = i64 ? ((const int64_t *)target)[j] : (int64_t)((const int32_t *)target)[j];
+            if (t == ignore_index) { valid[j] = 0.0f; continue; }
+            if (t < 0 || t >= C) { *bad = t; return j; }
+            valid[j] = 1.0f;
+            onehot[(o * C + t) * inner + i] = 1.0f;
+        }
+    return -1;
+}
+
+typedef struct dl__drop_args { float *mask; float p, scale; uint64_t seed, offset; } dl__drop_args;
+
+static void dl__drop_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__drop_args *u = (const dl__drop_args *)arg;
+    int64_t i;
+    for (i = lo; i < hi; i++)
+        u->mask[i] = dl__rng_uniform01(u->seed, u->offset + (uint64_t)i) < u->p ? 0.0f : u->scale;
+}
+
+static void dl__cpu_dropout_mask(dl__dev *d, float *mask, int64_t n, float p, float scale,
+                                 uint64_t seed, uint64_t offset)
+{
+    dl__drop_args u;
+    mask = (float *)DL__RAW(d, mask);
+    u.mask = mask; u.p = p; u.scale = scale; u.seed = seed; u.offset = offset;
+    dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__drop_task, &u);
+}
+
+typedef struct dl__nn_bce_args { float *out; const float *x, *y; } dl__nn_bce_args;
+
+static void dl__nn_bce_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__nn_bce_args *u = (const dl__nn_bce_args *)arg;
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        float x = u->x[i];
+        u->out[i] = (x > 0 ? x : 0.0f) - x * u->y[i] + log1pf(expf(-fabsf(x)));
+    }
+}
+
+static void dl__cpu_bce_logits(dl__dev *d, float *out, const float *x, const float *y, int64_t n)
+{
+    out = (float *)DL__RAW(d, out);
+    x = (const float *)DL__RAW(d, x);
+    y = (const float *)DL__RAW(d, y);
+    dl__nn_bce_args u;
+    u.out = out; u.x = x; u.y = y;
+    dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__nn_bce_task, &u);
+}
+
+
+/* Outputs o in [*lo, *hi) are those with 0 <= o*s + off < in (o < out). */
+static void dl__crange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *lo, int64_t *hi)
+{
+    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t b = in - off <= 0 ? 0 : (in - off - 1) / s + 1;
+    if (b > out) b = out;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+typedef struct dl__i2c_args { float *col; const float *x; int64_t n; const dl__cgeom *g; } dl__i2c_args;
+
+/* one task per row ((channel, kernel offset), sample) of col */
+static void dl__im2col_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__i2c_args *u = (const dl__i2c_args *)arg;
+    const dl__cgeom *g = u->g;
+    int64_t r;
+    for (r = lo; r < hi; r++) {
+        int64_t n = r % u->n, q = r / u->n, c = q / g->K, kk = q % g->K;
+        int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
+        int64_t off0 = k0 * g->d[0] - g->p[0], off1 = k1 * g->d[1] - g->p[1];
+        int64_t off2 = k2 * g->d[2] - g->p[2];
+        int64_t l0, h0, l1, h1, l2, h2, o0, o1, o2;
+        const float *x = u->x + (n * g->Ca + c) * g->La;
+        float *dst = u->col + r * g->Lb;
+        dl__crange(off0, g->s[0], g->ia[0], g->ib[0], &l0, &h0);
+        dl__crange(off1, g->s[1], g->ia[1], g->ib[1], &l1, &h1);
+        dl__crange(off2, g->s[2], g->ia[2], g->ib[2], &l2, &h2);
+        if (l0 > 0 || h0 < g->ib[0] || l1 > 0 || h1 < g->ib[1] || l2 > 0 || h2 < g->ib[2])
+            memset(dst, 0, sizeof(float) * (size_t)g->Lb);
+        if (l2 >= h2) continue;
+        for (o0 = l0; o0 < h0; o0++)
+            for (o1 = l1; o1 < h1; o1++) {
+                int64_t base = ((o0 * g->s[0] + off0) * g->ia[1] + o1 * g->s[1] + off1) * g->ia[2] + off2;
+                float *dr = dst + (o0 * g->ib[1] + o1) * g->ib[2];
+                if (g->s[2] == 1) {
+                    memcpy(dr + l2, x + base + l2, sizeof(float) * (size_t)(h2 - l2));
+                } else {
+                    int64_t s2 = g->s[2];
+                    for (o2 = l2; o2 < h2; o2++) dr[o2] = x[base + o2 * s2];
+                }
+            }
+    }
+}
+
+static void dl__cpu_im2col(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
+{
+    col = (float *)DL__RAW(d, col);
+    x = (const float *)DL__RAW(d, x);
+    dl__i2c_args u;
+    u.col = col; u.x = x; u.n = n; u.g = g;
+    dl__parallel_for(d->ctx->pool, n * g->Ca * g->K, (1 << 14) / (g->Lb + 1) + 1, dl__im2col_task, &u);
+}
+
+/* one task per plane (sample, channel) of x: deterministic accumulation order */
+static void dl__col2im_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__i2c_args *u = (const dl__i2c_args *)arg;
+    const dl__cgeom *g = u->g;
+    int64_t q, kk;
+    for (q = lo; q < hi; q++) {
+        float *x = u->col + q * g->La;          /* (the output here) */
+        int64_t n = q / g->Ca, c = q % g->Ca;
+        memset(x, 0, sizeof(float) * (size_t)g->La);
+        for (kk = 0; kk < g->K; kk++) {
+            int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
+            int64_t off0 = k0 * g->d[0] - g->p[0], off1 = k1 * g->d[1] - g->p[1];
+            int64_t off2 = k2 * g->d[2] - g->p[2];
+            int64_t l0, h0, l1, h1, l2, h2, o0, o1, o2;
+            const float *src = u->x + ((c * g->K + kk) * u->n + n) * g->Lb;
+            dl__crange(off0, g->s[0], g->ia[0], g->ib[0], &l0, &h0);
+            dl__crange(off1, g->s[1], g->ia[1], g->ib[1], &l1, &h1);
+            dl__crange(off2, g->s[2], g->ia[2], g->ib[2], &l2, &h2);
+            for (o0 = l0; o0 < h0; o0++)
+                for (o1 = l1; o1 < h1; o1++) {
+                    int64_t base = ((o0 * g->s[0] + off0) * g->ia[1] + o1 * g->s[1] + off1) * g->ia[2] + off2;
+                    const float *sr = src + (o0 * g->ib[1] + o1) * g->ib[2];
+                    int64_t s2 = g->s[2];
+                    for (o2 = l2; o2 < h2; o2++) x[base + o2 * s2] += sr[o2];
+                }
+        }
+    }
+}
+
+static void dl__cpu_col2im(dl__dev *d, float *x, const float *col, int64_t n, const dl__cgeom *g)
+{
+    x = (float *)DL__RAW(d, x);
+    col = (const float *)DL__RAW(d, col);
+    dl__i2c_args u;
+    u.col = x; u.x = col; u.n = n; u.g = g;
+    dl__parallel_for(d->ctx->pool, n * g->Ca, (1 << 14) / (g->K * g->Lb + 1) + 1, dl__col2im_task, &u);
+}
+
+typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;
+
+static void dl__bias_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bias_args *u = (const dl__bias_args *)arg;
+    int64_t r, i;
+    for (r = lo; r < hi; r++) {
+        float v = u->b[r % u->C], *y = u->y + r * u->L;
+        for (i = 0; i < u->L; i++) y[i] += v;
+    }
+}
+
+static void dl__cpu_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int64_t C, int64_t L)
+{
+    y = (float *)DL__RAW(d, y);
+    b = (const float *)DL__RAW(d, b);
+    dl__bias_args u;
+    u.y = y; u.b = b; u.C = C; u.L = L;
+    dl__parallel_for(d->ctx->pool, n * C, (1 << 15) / (L + 1) + 1, dl__bias_task, &u);
+}
+
+/* Window of output o along dim i: [*lo, *hi) inside the input, and the count
+   PyTorch divides by with count_include_pad (window clipped at in + pad). */
+static void dl__pwin(const dl__pgeom *g, int i, int64_t o, int64_t *lo, int64_t *hi, int64_t *padded)
+{
+    if (g->adaptive) {
+        *lo = o * g->ia[i] / g->ob[i];
+        *hi = ((o + 1) * g->ia[i] + g->ob[i] - 1) / g->ob[i];
+        *padded = *hi - *lo;
+    } else {
+        int64_t a = o * g->s[i] - g->p[i], b = a + g->k[i];
+        if (b > g->ia[i] + g->p[i]) b = g->ia[i] + g->p[i];
+        *padded = b - a;
+        *lo = a < 0 ? 0 : a;
+        *hi = b > g->ia[i] ? g->ia[i] : b;
+    }
+}
+
+typedef struct dl__pool_args {
+    float *y; int64_t *idx; const float *x; const dl__pgeom *g;
+} dl__pool_args;
+
+static void dl__maxpool_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__pool_args *u = (const dl__pool_args *)arg;
+    const dl__pgeom *g = u->g;
+    int64_t q, o0, o1, o2;
+    for (q = lo; q < hi; q++) {
+        const float *x = u->x + q * g->La;
+        float *y = u->y + q * g->Lb;
+        int64_t *idx = u->idx ? u->idx + q * g->Lb : NULL;
+        for (o0 = 0; o0 < g->ob[0]; o0++)
+            for (o1 = 0; o1 < g->ob[1]; o1++)
+                for (o2 = 0; o2 < g->ob[2]; o2++) {
+                    int64_t st[3], en[3], o[3], j0, j1, j2, best = -1;
+                    float m = -INFINITY;
+                    int i;
+                    o[0] = o0; o[1] = o1; o[2] = o2;
+                    for (i = 0; i < 3; i++) {
+                        /* first in-range tap, and one past the last tap */
+                        st[i] = o[i] * g->s[i] - g->p[i];
+                        en[i] = st[i] + (g->k[i] - 1) * g->d[i] + 1;
+                        if (en[i] > g->ia[i]) en[i] = g->ia[i];
+                        while (st[i] < 0) st[i] += g->d[i];
+                    }
+                    for (j0 = st[0]; j0 < en[0]; j0 += g->d[0])
+                        for (j1 = st[1]; j1 < en[1]; j1 += g->d[1])
+                            for (j2 = st[2]; j2 < en[2]; j2 += g->d[2]) {
+                                int64_t at = (j0 * g->ia[1] + j1) * g->ia[2] + j2;
+                                float v = x[at];
+                                if (best < 0 || v > m || v != v) { m = v; best = at; }
+                            }
+                    {
+                        int64_t oi = (o0 * g->ob[1] + o1) * g->ob[2] + o2;
+                        y[oi] = m;
+                        if (idx) idx[oi] = best;
+                    }
+                }
+    }
+}
+
+static void dl__cpu_max_pool(dl__dev *d, float *y, int64_t *idx, const float *x, int64_t planes,
+                             const dl__pgeom *g)
+{
+    y = (float *)DL__RAW(d, y);
+    idx = (int64_t *)DL__RAW(d, idx);
+    x = (const float *)DL__RAW(d, x);
+    dl__pool_args u;
+    u.y = y; u.idx = idx; u.x = x; u.g = g;
+    dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (g->La + 1) + 1, dl__maxpool_task, &u);
+}
+
+typedef struct dl__scat_args {
+    float *dst; const float *src; const int64_t *idx; int64_t Lin, Lout; bool scatter;
+} dl__scat_args;
+
+static void dl__scat_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__scat_args *u = (const dl__scat_args *)arg;
+    int64_t q, o;
+    for (q = lo; q < hi; q++) {
+        const int64_t *idx = u->idx + q * u->Lout;
+        if (u->scatter) {
+            float *dx = u->dst + q * u->Lin;
+            const float *g = u->src + q * u->Lout;
+            memset(dx, 0, sizeof(float) * (size_t)u->Lin);
+            for (o = 0; o < u->Lout; o++)
+                if (idx[o] >= 0 && idx[o] < u->Lin) dx[idx[o]] += g[o];
+        } else {
+            float *y = u->dst + q * u->Lout;
+            const float *x = u->src + q * u->Lin;
+            for (o = 0; o < u->Lout; o++)
+                y[o] = (idx[o] >= 0 && idx[o] < u->Lin) ? x[idx[o]] : 0.0f;
+        }
+    }
+}
+
+static void dl__cpu_unpool(dl__dev *d, float *dx, const float *g, const int64_t *idx, int64_t planes,
+                           int64_t Lin, int64_t Lout)
+{
+    dx = (float *)DL__RAW(d, dx);
+    g = (const float *)DL__RAW(d, g);
+    idx = (const int64_t *)DL__RAW(d, idx);
+    dl__scat_args u;
+    u.dst = dx; u.src = g; u.idx = idx; u.Lin = Lin; u.Lout = Lout; u.scatter = true;
+    dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (Lin + Lout + 1) + 1, dl__scat_task, &u);
+}
+
+static void dl__cpu_gather(dl__dev *d, float *y, const float *x, const int64_t *idx, int64_t planes,
+                           int64_t Lin, int64_t Lout)
+{
+    y = (float *)DL__RAW(d, y);
+    x = (const float *)DL__RAW(d, x);
+    idx = (const int64_t *)DL__RAW(d, idx);
+    dl__scat_args u;
+    u.dst = y; u.src = x; u.idx = idx; u.Lin = Lin; u.Lout = Lout; u.scatter = false;
+    dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (Lout + 1) + 1, dl__scat_task, &u);
+}
+
+/* avg pooling, forward (adj = false: y = mean of window) or adjoint
+   (adj = true: x[window] += y / divisor), one plane per task */
+typedef struct dl__avg_args { float *x; float *y; const dl__pgeom *g; bool adj; } dl__avg_args;
+
+static void dl__avgpool_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__avg_args *u = (const dl__avg_args *)arg;
+    const dl__pgeom *g = u->g;
+    int64_t q, o0, o1, o2;
+    for (q = lo; q < hi; q++) {
+        float *x = u->x + q * g->La, *y = u->y + q * g->Lb;
+        if (u->adj) memset(x, 0, sizeof(float) * (size_t)g->La);
+        for (o0 = 0; o0 < g->ob[0]; o0++)
+            for (o1 = 0; o1 < g->ob[1]; o1++)
+                for (o2 = 0; o2 < g->ob[2]; o2++) {
+                    int64_t l[3], h[3], pc[3], j0, j1, j2, div;
+                    int64_t oi = (o0 * g->ob[1] + o1) * g->ob[2] + o2;
+                    dl__pwin(g, 0, o0, &l[0], &h[0], &pc[0]);
+                    dl__pwin(g, 1, o1, &l[1], &h[1], &pc[1]);
+                    dl__pwin(g, 2, o2, &l[2], &h[2], &pc[2]);
+                    if (l[0] >= h[0] || l[1] >= h[1] || l[2] >= h[2]) {
+                        if (!u->adj) y[oi] = 0.0f;
+                        continue;
+                    }
+                    div = (g->count_include_pad || g->adaptive)
+                        ? pc[0] * pc[1] * pc[2]
+                        : (h[0] - l[0]) * (h[1] - l[1]) * (h[2] - l[2]);
+                    if (u->adj) {
+                        float v = y[oi] / (float)div;
+                        for (j0 = l[0]; j0 < h[0]; j0++)
+                            for (j1 = l[1]; j1 < h[1]; j1++)
+                                for (j2 = l[2]; j2 < h[2]; j2++)
+                                    x[(j0 * g->ia[1] + j1) * g->ia[2] + j2] += v;
+                    } else {
+                        float s = 0.0f;
+                        for (j0 = l[0]; j0 < h[0]; j0++)
+                            for (j1 = l[1]; j1 < h[1]; j1++)
+                                for (j2 = l[2]; j2 < h[2]; j2++)
+                                    s += x[(j0 * g->ia[1] + j1) * g->ia[2] + j2];
+                        y[oi] = s / (float)div;
+                    }
+                }
+    }
+}
+
+static void dl__cpu_avg_pool(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g)
+{
+    y = (float *)DL__RAW(d, y);
+    x = (const float *)DL__RAW(d, x);
+    dl__avg_args u;
+    u.x = (float *)(uintptr_t)x; u.y = y; u.g = g; u.adj = false;   /* x only read */
+    dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (g->La + 1) + 1, dl__avgpool_task, &u);
+}
+
+static void dl__cpu_avg_pool_adj(dl__dev *d, float *dx, const float *gy, int64_t planes,
+                                 const dl__pgeom *g)
+{
+    dx = (float *)DL__RAW(d, dx);
+    gy = (const float *)DL__RAW(d, gy);
+    dl__avg_args u;
+    u.x = dx; u.y = (float *)(uintptr_t)gy; u.g = g; u.adj = true;  /* gy only read */
+    dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (g->La + 1) + 1, dl__avgpool_task, &u);
+}
+
+
+/* d_p = g (-g with maximize) (+ wd*p); buf = d_p (first) or momentum*buf + (1-dampening)*d_p;
+   d_p = nesterov ? d_p + momentum*buf : buf;  p += -lr * d_p */
+static void dl__cpu_sgd(dl__dev *d, float *p, const float *g, float *buf, int64_t n,
+                        const dl__sgd_args *a)
+{
+    p = (float *)DL__RAW(d, p);
+    g = (const float *)DL__RAW(d, g);
+    buf = (float *)DL__RAW(d, buf);
+    int64_t i;
+    float neg_lr = -a->lr;
+    (void)d;
+    for (i = 0; i < n; i++) {
+        float d = a->maximize ? -g[i] : g[i];
+        if (a->wd != 0.0f) d = d + a->wd * p[i];
+        if (a->momentum != 0.0f) {
+            float b = a->first ? d : buf[i] * a->momentum + a->one_m_dampening * d;
+            buf[i] = b;
+            d = a->nesterov ? d + a->momentum * b : b;
+        }
+        p[i] = p[i] + neg_lr * d;
+    }
+}
+
+/* (AdamW: p *= 1-lr*wd)  g' = g (+ wd*p for Adam);  m = beta1*m + (1-beta1)*g';
+   v = beta2*v + (1-beta2)*g'*g';  vmax = max(vmax, v) (amsgrad);
+   p += -step_size * m / (sqrt(v or vmax)/sqrt(bc2) + eps),  step_size = lr/bc1 */
+static void dl__cpu_adam(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax,
+                         int64_t n, const dl__adam_args *a)
+{
+    p = (float *)DL__RAW(d, p);
+    g = (const float *)DL__RAW(d, g);
+    m = (float *)DL__RAW(d, m);
+    v = (float *)DL__RAW(d, v);
+    vmax = (float *)DL__RAW(d, vmax);
+    int64_t i;
+    (void)d;
+    for (i = 0; i < n; i++) {
+        float gi = a->maximize ? -g[i] : g[i], pi = p[i], denom, vv;
+        if (a->decay != 1.0f) pi = pi * a->decay;
+        if (a->wd != 0.0f) gi = gi + a->wd * pi;
+        m[i] = m[i] * a->beta1 + a->one_m_beta1 * gi;
+        v[i] = v[i] * a->beta2 + a->one_m_beta2 * gi * gi;
+        vv = v[i];
+        if (a->amsgrad) {
+            if (!(vmax[i] >= vv)) vmax[i] = vv;     /* torch.maximum: NaN propagates */
+            vv = vmax[i];
+        }
+        denom = sqrtf(vv) / a->bc2_sqrt + a->eps;
+        p[i] = pi + a->neg_step_size * m[i] / denom;
+    }
+}
+
+static double dl__cpu_sumsq(dl__dev *d, const float *x, int64_t n)
+{
+    x = (const float *)DL__RAW(d, x);
+    double s = 0;
+    int64_t i;
+    (void)d;
+    for (i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+static void dl__cpu_scale(dl__dev *d, float *x, int64_t n, float s)
+{
+    x = (float *)DL__RAW(d, x);
+    int64_t i;
+    (void)d;
+    for (i = 0; i < n; i++) x[i] = x[i] * s;
+}
+
+
+static const dl__backend dl__cpu_backend = {
+    "cpu",
+    dl__cpu_alloc, dl__cpu_free, dl__cpu_upload, dl__cpu_download, dl__cpu_copy, dl__cpu_peer,
+    dl__cpu_sync,
+    dl__cpu_rand, dl__cpu_arange, dl__cpu_fill, dl__cpu_add_i64,
+    dl__cpu_unary, dl__cpu_binary, dl__cpu_reduce, dl__cpu_argmax, dl__cpu_onehot, dl__cpu_copy_nd,
+    dl__cpu_axpy, dl__cpu_nonfinite, dl__cpu_gemm, dl__cpu_softmax,
+    dl__cpu_class_mask, dl__cpu_dropout_mask, dl__cpu_bce_logits,
+    dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
+    dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
+    dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale
 };
 
-static const dl__kernels *dl__K(const dl_tensor *t)
+static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
+
+/* t's data is host memory (cpu:0, non-strict virtual CPU devices): host code
+   at a transfer point may read or write it in place */
+static bool dl__host_ok(const dl_tensor *t)
 {
-    (void)t;   /* the CUDA build routes device tensors to its own table here */
-    return &dl__cpu_kernels;
+    return t->dev_->be == dl__cpu_be() && t->dev_->tag == 0;
 }
 
 // >>section autograd: recording
@@ -3261,7 +4270,7 @@ static dl_tensor *dl__done(dl_tensor *out, const char *op)
     if (!out) return NULL;
     ctx = out->ctx_;
     if (ctx->anomaly && out->dtype == DL_DTYPE_F32) {
-        i = dl__K(out)->nonfinite(ctx, (const float *)out->data, out->numel);
+        i = DL__BE(out)->nonfinite(out->dev_, (const float *)out->data, out->numel);
         if (i >= 0) {
             float v = ((const float *)out->data)[i];
             dl__err(ctx, DL_ERR_NAN, "anomaly: %s produced %s at element %lld of its output %s%s",
@@ -3302,7 +4311,7 @@ static dl_tensor *dl__unary(const char *name, const dl__op *op, int kop, dl_tens
     if (!dl__live(name, "a", a) || !dl__f32(name, "a", a)) return NULL;
     y = dl__like(name, a);
     if (!y) return NULL;
-    dl__K(a)->unary(a->ctx_, kop, (float *)y->data, (const float *)a->data, a->numel, fa, fb);
+    DL__BE(a)->unary(a->dev_, kop, (float *)y->data, (const float *)a->data, a->numel, fa, fb);
     if (op) {
         if (dl__record(y, op, 1, &a, &n) < 0) return NULL;
         if (n) { n->f[0] = fa; n->f[1] = fb; }
@@ -3448,10 +4457,9 @@ static dl_tensor *dl__binary(const char *name, const dl__op *op, int kop, dl_ten
     if (!dl__live(name, "a", a) || !dl__live(name, "b", b)) return NULL;
     if (!dl__pair(name, a, b) || !dl__f32(name, "a", a) || !dl__f32(name, "b", b)) return NULL;
     if (!dl__broadcast(name, a, b, &bc)) return NULL;
-    y = dl__new(a->ctx_, name, bc.ndim, bc.shape);
+    y = dl__new(a->dev_, name, bc.ndim, bc.shape);
     if (!y) return NULL;
-    y->device = a->device;
-    dl__K(a)->binary(a->ctx_, kop, (float *)y->data, (const float *)a->data,
+    DL__BE(a)->binary(a->dev_, kop, (float *)y->data, (const float *)a->data,
                      (const float *)b->data, &bc);
     in[0] = a;
     in[1] = b;
@@ -3532,9 +4540,8 @@ static dl_tensor *dl__view(const char *name, const dl__op *op, dl_tensor *t, int
 {
     dl_tensor *y;
     dl__node *n;
-    y = dl__make(t->ctx_, name, t->dtype, ndim, shape, false, t->data);
+    y = dl__make(t->dev_, name, t->dtype, ndim, shape, false, t->data);
     if (!y) return NULL;
-    y->device = t->device;
     if (op && dl__record(y, op, 1, &t, &n) < 0) return NULL;
     return y;
 }
@@ -3648,12 +4655,11 @@ static dl_tensor *dl__gather_copy(const char *name, dl_tensor *t, int ndim, cons
                                   const int64_t *src_strides, int64_t offset)
 {
     int64_t ds[DL_MAX_DIMS];
-    dl_tensor *y = dl__make(t->ctx_, name, t->dtype, ndim, shape, false, NULL);
+    dl_tensor *y = dl__make(t->dev_, name, t->dtype, ndim, shape, false, NULL);
     if (!y) return NULL;
-    y->device = t->device;
     dl__strides(shape, ndim, ds);
     if (y->numel)
-        dl__K(t)->copy_nd(t->ctx_, dl__esize(t->dtype), ndim, shape, y->data, ds,
+        DL__BE(t)->copy_nd(t->dev_, dl__esize(t->dtype), ndim, shape, y->data, ds,
                           (const char *)t->data + offset * (int64_t)dl__esize(t->dtype), src_strides);
     return y;
 }
@@ -3771,13 +4777,13 @@ static dl_tensor *dl__unnarrow(dl_tensor *g, int dim, int64_t start, int64_t ful
     if (!g) return NULL;
     memcpy(shape, g->shape, sizeof(int64_t) * (size_t)g->ndim);
     shape[dim] = full;
-    y = dl__new(g->ctx_, "dl_narrow_backward", g->ndim, shape);
+    y = dl__new(g->dev_, "dl_narrow_backward", g->ndim, shape);
     if (!y) return NULL;
-    dl__K(g)->fill(g->ctx_, (float *)y->data, y->numel, 0.0f);
+    DL__BE(g)->fill(g->dev_, (float *)y->data, y->numel, 0.0f);
     dl__strides(shape, g->ndim, ds);
     dl__strides(g->shape, g->ndim, ss);
     if (g->numel)
-        dl__K(g)->copy_nd(g->ctx_, 4, g->ndim, g->shape, (float *)y->data + start * ds[dim], ds,
+        DL__BE(g)->copy_nd(g->dev_, 4, g->ndim, g->shape, (float *)y->data + start * ds[dim], ds,
                           g->data, ss);
     if (dl__record(y, &dl__op_unnarrow, 1, &g, &n) < 0) return NULL;
     if (n) { n->i[0] = dim; n->i[1] = start; }
@@ -3832,14 +4838,13 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
                 dl__dtype_str(t->dtype), dl__sh(t0), dl__dtype_str(t0->dtype), dim);
         return NULL;
     }
-    y = dl__make(t0->ctx_, "dl_cat", t0->dtype, t0->ndim, shape, false, NULL);
+    y = dl__make(t0->dev_, "dl_cat", t0->dtype, t0->ndim, shape, false, NULL);
     if (!y) return NULL;
-    y->device = t0->device;
     dl__strides(shape, t0->ndim, ds);
     for (i = 0; i < n; i++) {
         dl__strides(ts[i]->shape, t0->ndim, ss);
         if (ts[i]->numel)
-            dl__K(t0)->copy_nd(t0->ctx_, dl__esize(t0->dtype), t0->ndim, ts[i]->shape,
+            DL__BE(t0)->copy_nd(t0->dev_, dl__esize(t0->dtype), t0->ndim, ts[i]->shape,
                                (char *)y->data + off * ds[dim] * (int64_t)dl__esize(t0->dtype), ds,
                                ts[i]->data, ss);
         off += ts[i]->shape[dim];
@@ -3987,10 +4992,9 @@ static dl_tensor *dl__reduce_raw(const char *name, int rop, dl_tensor *x, const 
             int k;
             for (k = lo; k <= hi; k++) shape[k] = 1;
         }
-        y = dl__new(x->ctx_, name, x->ndim, shape);
+        y = dl__new(x->dev_, name, x->ndim, shape);
         if (!y) return NULL;
-        y->device = x->device;
-        dl__K(x)->reduce(x->ctx_, rop, (float *)y->data, (const float *)cur->data, outer, r, inner);
+        DL__BE(x)->reduce(x->dev_, rop, (float *)y->data, (const float *)cur->data, outer, r, inner);
         cur = y;
     }
     if (cur == x) {   /* nothing to reduce: a copy */
@@ -3999,7 +5003,7 @@ static dl_tensor *dl__reduce_raw(const char *name, int rop, dl_tensor *x, const 
         if (x->numel) {
             int64_t st[DL_MAX_DIMS];
             dl__strides(x->shape, x->ndim, st);
-            dl__K(x)->copy_nd(x->ctx_, 4, x->ndim, x->shape, cur->data, st, x->data, st);
+            DL__BE(x)->copy_nd(x->dev_, 4, x->ndim, x->shape, cur->data, st, x->data, st);
         }
     }
     return cur;
@@ -4078,9 +5082,9 @@ static dl_result dl__max_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (n->nsaved) {   /* single dim: route to the recorded arg-max */
         dl_tensor *idx = n->saved[0], *mask;
         int dim = (int)n->i[1];
-        mask = dl__new(x->ctx_, "dl_max", x->ndim, x->shape);
+        mask = dl__new(x->dev_, "dl_max", x->ndim, x->shape);
         if (!mask) return DL_ERR_OOM;
-        dl__K(x)->onehot(x->ctx_, (float *)mask->data, (const int64_t *)idx->data,
+        DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)idx->data,
                          dl__prod(x->shape, dim), x->shape[dim],
                          dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
         gin[0] = dl_mul(mask, gk);
@@ -4119,9 +5123,9 @@ dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim)
     y = dl__reduce_raw("dl_max", DL__R_MAX, t, mask);
     if (!y) return NULL;
     if (nred == 1 && dims.ndim == 1 && dl__grad_on(t->ctx_) && t->requires_grad) {
-        idx = dl__make(t->ctx_, "dl_max", DL_DTYPE_I64, y->ndim, y->shape, false, NULL);
+        idx = dl__make(t->dev_, "dl_max", DL_DTYPE_I64, y->ndim, y->shape, false, NULL);
         if (!idx) return NULL;
-        dl__K(t)->argmax(t->ctx_, (int64_t *)idx->data, (const float *)t->data,
+        DL__BE(t)->argmax(t->dev_, (int64_t *)idx->data, (const float *)t->data,
                          dl__prod(t->shape, dim), t->shape[dim],
                          dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
     }
@@ -4174,10 +5178,9 @@ dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)
     for (i = 0; i < t->ndim; i++)
         if (i != dim) shape[k++] = t->shape[i];
         else if (keepdim) shape[k++] = 1;
-    y = dl__make(t->ctx_, "dl_argmax", DL_DTYPE_I64, k, shape, false, NULL);
+    y = dl__make(t->dev_, "dl_argmax", DL_DTYPE_I64, k, shape, false, NULL);
     if (!y) return NULL;
-    y->device = t->device;
-    dl__K(t)->argmax(t->ctx_, (int64_t *)y->data, (const float *)t->data, dl__prod(t->shape, dim),
+    DL__BE(t)->argmax(t->dev_, (int64_t *)y->data, (const float *)t->data, dl__prod(t->shape, dim),
                      t->shape[dim], dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
     return y;
 }
@@ -4221,7 +5224,7 @@ static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
     int64_t M, K, K2, N, bshape[DL_MAX_DIMS], batch, batchA, batchB;
     dl_tensor *y, *in[2];
     dl__node *n;
-    const dl__kernels *k;
+    const dl__backend *k;
     if (!a || !b) return NULL;
     na = a->ndim; nb = b->ndim;
     M = ta ? a->shape[na - 1] : a->shape[na - 2];
@@ -4248,19 +5251,18 @@ static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
     }
     bshape[nd] = M;
     bshape[nd + 1] = N;
-    y = dl__new(a->ctx_, "dl_matmul", nd + 2, bshape);
+    y = dl__new(a->dev_, "dl_matmul", nd + 2, bshape);
     if (!y) return NULL;
-    y->device = a->device;
     batch = dl__prod(bshape, nd);
     batchA = dl__prod(a->shape, na - 2);
     batchB = dl__prod(b->shape, nb - 2);
-    k = dl__K(a);
+    k = DL__BE(a);
     if (y->numel == 0) {
     } else if (K == 0) {
-        k->fill(a->ctx_, (float *)y->data, y->numel, 0.0f);
+        k->fill(a->dev_, (float *)y->data, y->numel, 0.0f);
     } else if (batchB == 1 && !ta && batchA == batch) {
         /* fold a's batch into its rows: one GEMM */
-        k->gemm(a->ctx_, false, tb, batch * M, N, K, 1.0f, (const float *)a->data, K, 0,
+        k->gemm(a->dev_, false, tb, batch * M, N, K, 1.0f, (const float *)a->data, K, 0,
                 (const float *)b->data, tb ? K : N, 0, 0.0f, (float *)y->data, N, 0, 1);
     } else {
         int64_t sa[DL_MAX_DIMS], sb[DL_MAX_DIMS];
@@ -4271,7 +5273,7 @@ static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
         sb[nd] = b->shape[nb - 2]; sb[nd + 1] = b->shape[nb - 1];
         if (batchA != batch && !(A = dl__expand_raw(a, nd + 2, sa))) return NULL;
         if (batchB != batch && !(B = dl__expand_raw(b, nd + 2, sb))) return NULL;
-        k->gemm(a->ctx_, ta, tb, M, N, K, 1.0f, (const float *)A->data, ta ? M : K, M * K,
+        k->gemm(a->dev_, ta, tb, M, N, K, 1.0f, (const float *)A->data, ta ? M : K, M * K,
                 (const float *)B->data, tb ? K : N, K * N, 0.0f, (float *)y->data, N, M * N, batch);
     }
     in[0] = a;
@@ -4359,7 +5361,7 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
     y = dl__like(name, t);
     if (!y) return NULL;
     if (y->numel)
-        dl__K(t)->softmax(t->ctx_, log, (float *)y->data, (const float *)t->data,
+        DL__BE(t)->softmax(t->dev_, log, (float *)y->data, (const float *)t->data,
                           dl__prod(t->shape, dim), t->shape[dim],
                           dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
     if (dl__record(y, op, 1, &t, &n) < 0) return NULL;
@@ -4375,7 +5377,7 @@ dl_tensor *dl_log_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_log_so
 static dl_tensor *dl__create(dl_ctx *ctx, const char *name, dl_shape shape)
 {
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
-    return dl__new(ctx, name, shape.ndim, shape.d);
+    return dl__new(ctx->defdev, name, shape.ndim, shape.d);
 }
 
 dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_empty", shape); }
@@ -4383,7 +5385,7 @@ dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_em
 static dl_tensor *dl__filled(dl_ctx *ctx, const char *name, dl_shape shape, float v)
 {
     dl_tensor *t = dl__create(ctx, name, shape);
-    if (t) dl__K(t)->fill(ctx, (float *)t->data, t->numel, v);
+    if (t) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     return t;
 }
 dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float v) { return dl__filled(ctx, "dl_full", shape, v); }
@@ -4404,7 +5406,7 @@ dl_tensor *dl_ones_like(dl_tensor *t)
 dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
 {
     double n;
-    int64_t i, cnt;
+    int64_t cnt;
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
     if (step == 0.0f || !(start == start) || !(end == end)) {
@@ -4419,25 +5421,30 @@ dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
         return NULL;
     }
     cnt = (int64_t)n;
-    t = dl__new(ctx, "dl_arange", 1, &cnt);
+    t = dl__new(ctx->defdev, "dl_arange", 1, &cnt);
     if (!t) return NULL;
-    for (i = 0; i < cnt; i++) ((float *)t->data)[i] = (float)((double)start + (double)i * (double)step);
+    DL__BE(t)->arange(t->dev_, (float *)t->data, cnt, (double)start, (double)step);
     return t;
+}
+
+/* a counter-based fill of t (uniform [a, b) or normal (a, b)) */
+static void dl__fill_rand(dl_tensor *t, int dist, float a, float b)
+{
+    dl_ctx *ctx = t->ctx_;
+    DL__BE(t)->rand(t->dev_, dist, (float *)t->data, t->numel, ctx->seed, dl__rng_take(ctx, t->numel), a, b);
 }
 
 dl_tensor *dl_rand(dl_ctx *ctx, dl_shape shape)
 {
     dl_tensor *t = dl__create(ctx, "dl_rand", shape);
-    int64_t i;
-    if (t) for (i = 0; i < t->numel; i++) ((float *)t->data)[i] = dl__rng_uniform(ctx->rng);
+    if (t) dl__fill_rand(t, DL__RAND_UNIFORM, 0.0f, 1.0f);
     return t;
 }
 
 dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape)
 {
     dl_tensor *t = dl__create(ctx, "dl_randn", shape);
-    int64_t i;
-    if (t) for (i = 0; i < t->numel; i++) ((float *)t->data)[i] = dl__rng_normal(ctx->rng);
+    if (t) dl__fill_rand(t, DL__RAND_NORMAL, 0.0f, 1.0f);
     return t;
 }
 
@@ -4446,8 +5453,8 @@ static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape 
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
     if (!v) { dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name); return NULL; }
-    t = dl__make(ctx, name, dt, shape.ndim, shape.d, false, NULL);
-    if (t && t->numel) memcpy(t->data, v, (size_t)t->numel * dl__esize(dt));
+    t = dl__make(ctx->defdev, name, dt, shape.ndim, shape.d, false, NULL);
+    if (t) DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
     return t;
 }
 dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape s, const float *v) { return dl__from(ctx, "dl_from_array", DL_DTYPE_F32, s, v); }
@@ -4461,11 +5468,10 @@ static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd};
 static dl_tensor *dl__clone(const char *name, dl_tensor *t, bool persistent)
 {
     int64_t st[DL_MAX_DIMS];
-    dl_tensor *y = dl__make(t->ctx_, name, t->dtype, t->ndim, t->shape, persistent, NULL);
+    dl_tensor *y = dl__make(t->dev_, name, t->dtype, t->ndim, t->shape, persistent, NULL);
     if (!y) return NULL;
-    y->device = t->device;
     dl__strides(t->shape, t->ndim, st);
-    if (t->numel) dl__K(t)->copy_nd(t->ctx_, dl__esize(t->dtype), t->ndim, t->shape, y->data, st, t->data, st);
+    if (t->numel) DL__BE(t)->copy_nd(t->dev_, dl__esize(t->dtype), t->ndim, t->shape, y->data, st, t->data, st);
     return y;
 }
 
@@ -4526,8 +5532,8 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
                 dl__sh(t), (long long)t->numel, (long long)n, src ? "" : " (src is NULL)");
         return DL_ERR_ARG;
     }
-    if (n) memcpy(t->data, src, sizeof(float) * (size_t)n);
-    return DL_OK;
+    DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
+    return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
 }
 
 dl_result dl_fill_(dl_tensor *t, float v)
@@ -4535,7 +5541,7 @@ dl_result dl_fill_(dl_tensor *t, float v)
     if (!t) return DL_ERR_ARG;
     if (!dl__writable("dl_fill_", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
     if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
-    dl__K(t)->fill(t->ctx_, (float *)t->data, t->numel, v);
+    DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     return DL_OK;
 }
 
@@ -4562,7 +5568,7 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
     }
     if (src == dst || dst->numel == 0) return DL_OK;
     dl__strides(dst->shape, dst->ndim, ds);
-    dl__K(dst)->copy_nd(dst->ctx_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
+    DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
                         src->data, ss);
     return DL_OK;
 bad:
@@ -4583,14 +5589,85 @@ void dl_free(dl_tensor *t)
     dl__persist_release(t);
 }
 
+/* Copies src's data into dst (same dtype and numel) across devices: one
+   backend's peer copy, a direct upload or download when one side is host
+   memory, else through a host buffer. */
+static bool dl__copy_across(dl_tensor *dst, dl_tensor *src)
+{
+    size_t bytes = (size_t)src->numel * dl__esize(src->dtype);
+    dl__dev *dd = dst->dev_, *sd = src->dev_;
+    if (!bytes) return true;
+    if (dd->be == sd->be) dd->be->peer(dd, dst->data, sd, src->data, bytes);
+    else if (dl__host_ok(dst)) sd->be->download(sd, dst->data, src->data, bytes);
+    else if (dl__host_ok(src)) dd->be->upload(dd, dst->data, src->data, bytes);
+    else {
+        void *h = DL_MALLOC(bytes);
+        if (!h) {
+            dl__err(src->ctx_, DL_ERR_OOM, "dl_to: no host memory for a %zu-byte staging buffer", bytes);
+            return false;
+        }
+        sd->be->download(sd, h, src->data, bytes);
+        dd->be->upload(dd, dst->data, h, bytes);
+        DL_FREE(h);
+    }
+    return !dd->failed && !sd->failed;
+}
+
+/* y = to(x, dev);  dx = to(g, x's device) */
+static dl_result dl__to_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    gin[0] = dl_to(g, n->in[0]->device);
+    return DL_OK;
+}
+static const dl__op dl__op_to = {"dl_to", dl__to_bwd};
+
 dl_tensor *dl_to(dl_tensor *t, dl_device dev)
 {
-    char b[32];
+    dl__dev *d;
+    dl_tensor *y;
+    dl__node *n;
     if (!t || !dl__live("dl_to", "t", t)) return NULL;
-    if (dev.type == t->device.type && dev.index == t->device.index) return t;
-    dl__err(t->ctx_, DL_ERR_DEVICE, "dl_to: device %s is not available: this build has no CUDA "
-            "support (compile with -DDL_CUDA)", dl__dev_str(dev, b, sizeof b));
-    return NULL;
+    d = dl__device(t->ctx_, dev, "dl_to");
+    if (!d) return NULL;
+    if (d == t->dev_) return t;
+    y = dl__make(d, "dl_to", t->dtype, t->ndim, t->shape, false, NULL);
+    if (!y || !dl__copy_across(y, t)) return NULL;
+    if (dl__record(y, &dl__op_to, 1, &t, &n) < 0) return NULL;
+    return dl__done(y, "dl_to");
+}
+
+/* Moves a persistent tensor's storage to d in place (the header, its
+   name and every pointer to it stay valid); its grad goes along. */
+static bool dl__move(dl_tensor *t, dl__dev *d)
+{
+    dl__dev *od = t->dev_;
+    size_t bytes = (size_t)t->numel * dl__esize(t->dtype);
+    void *p;
+    dl_tensor tmp;
+    if (od == d) return true;
+    if (!t->owns_ || t->step_ != 0) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_module_to: %s %s does not own its storage", t->name, dl__sh(t));
+        return false;
+    }
+    if (!dl__dev_limit_ok(d, bytes + sizeof(dl_tensor)) || !(p = dl__dev_alloc(d, bytes))) {
+        dl__err(t->ctx_, DL_ERR_OOM, "dl_module_to: cannot allocate %zu bytes on %s for %s %s", bytes,
+                dl_device_name(d->id), t->name, dl__sh(t));
+        return false;
+    }
+    tmp = *t;
+    tmp.data = p;
+    tmp.dev_ = d;
+    tmp.device = d->id;
+    if (!dl__copy_across(&tmp, t)) { d->be->free(d, p); return false; }
+    od->be->free(od, t->data);
+    od->persistent_bytes -= bytes + sizeof(dl_tensor) < od->persistent_bytes ? bytes + sizeof(dl_tensor) : od->persistent_bytes;
+    d->persistent_bytes += bytes + sizeof(dl_tensor);
+    dl__track_peak(d);
+    t->data = p;
+    t->dev_ = d;
+    t->device = d->id;
+    if (t->grad && t->grad->step_ == 0 && !dl__move(t->grad, d)) return false;
+    return true;
 }
 
 dl_tensor *dl_set_name(dl_tensor *t, const char *name)
@@ -4600,69 +5677,80 @@ dl_tensor *dl_set_name(dl_tensor *t, const char *name)
     return t;
 }
 
-static bool dl__host_f32(const char *name, dl_tensor *t)
-{
-    char b[32];
-    if (!t || !dl__live(name, "t", t)) return false;
-    if (t->device.type != DL_DEVICE_CPU) {
-        dl__err(t->ctx_, DL_ERR_DEVICE, "%s: t %s is on %s; copy it with dl_to(t, dl_cpu()) first",
-                name, dl__sh(t), dl__dev_str(t->device, b, sizeof b));
-        return false;
-    }
-    return true;
-}
+/* Host code reads and writes device data only through the backend: these
+   are the transfer points (dl_read, dl_item, dl_write, dl_print; dl_to,
+   checkpoints and the loader elsewhere). A tensor whose data is host memory
+   (cpu:0, and non-strict virtual CPU devices) may also be read in place. */
 
 float dl_item(dl_tensor *t)
 {
-    if (!dl__host_f32("dl_item", t) || !dl__f32("dl_item", "t", t)) return NAN;
+    float v;
+    if (!t || !dl__live("dl_item", "t", t) || !dl__f32("dl_item", "t", t)) return NAN;
     if (t->numel != 1) {
         dl__err(t->ctx_, DL_ERR_SHAPE, "dl_item: t %s has %lld elements; dl_item needs exactly 1",
                 dl__sh(t), (long long)t->numel);
         return NAN;
     }
-    return ((const float *)t->data)[0];
+    DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
+    return t->dev_->failed ? NAN : v;
 }
 
 /* the first float of a tensor, read to the host (a device tensor waits for its stream) */
 static float dl__host_value(dl_tensor *t)
 {
-    return ((const float *)t->data)[0];
+    float v = NAN;
+    DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
+    return v;
 }
 
 dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
 {
     if (!t) return DL_ERR_ARG;
-    if (!dl__host_f32("dl_read", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__live("dl_read", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
     if (!dl__f32("dl_read", "t", t)) return DL_ERR_DTYPE;
     if (!dst || n != t->numel) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_read: t %s has %lld elements but dst holds %lld%s",
                 dl__sh(t), (long long)t->numel, (long long)n, dst ? "" : " (dst is NULL)");
         return DL_ERR_ARG;
     }
-    if (n) memcpy(dst, t->data, sizeof(float) * (size_t)n);
-    return DL_OK;
+    DL__BE(t)->download(t->dev_, dst, t->data, sizeof(float) * (size_t)n);
+    return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
 }
 
 dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
 {
     int64_t i;
     if (!t) return DL_ERR_ARG;
-    if (!dl__host_f32("dl_read_int64", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__live("dl_read_int64", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
     if (!dst || n != t->numel) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_read_int64: t %s has %lld elements but dst holds %lld",
                 dl__sh(t), (long long)t->numel, (long long)n);
         return DL_ERR_ARG;
     }
-    for (i = 0; i < n; i++)
-        dst[i] = t->dtype == DL_DTYPE_I64 ? ((const int64_t *)t->data)[i]
-               : t->dtype == DL_DTYPE_I32 ? (int64_t)((const int32_t *)t->data)[i]
-               : (int64_t)((const float *)t->data)[i];
-    return DL_OK;
+    if (t->dtype == DL_DTYPE_I64) {
+        DL__BE(t)->download(t->dev_, dst, t->data, sizeof(int64_t) * (size_t)n);
+        return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
+    }
+    /* 4-byte values: into the second half of dst, then widened in place, front to back */
+    if (n) DL__BE(t)->download(t->dev_, (char *)(dst + n) - 4 * n, t->data, 4 * (size_t)n);
+    for (i = 0; i < n; i++) {
+        char *src = (char *)(dst + n) - 4 * n + 4 * i;
+        if (t->dtype == DL_DTYPE_I32) { int32_t v; memcpy(&v, src, 4); dst[i] = v; }
+        else { float v; memcpy(&v, src, 4); dst[i] = (int64_t)v; }
+    }
+    return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
 }
 
 float *dl_data(dl_tensor *t)
 {
-    if (!dl__host_f32("dl_data", t) || !dl__f32("dl_data", "t", t)) return NULL;
+    char b[32];
+    if (!t || !dl__live("dl_data", "t", t) || !dl__f32("dl_data", "t", t)) return NULL;
+    if (!dl__host_ok(t)) {
+        dl__err(t->ctx_, DL_ERR_DEVICE, "dl_data: t %s is on %s, whose memory the host cannot "
+                "address; read it with dl_read() or copy it with dl_to(t, dl_cpu())", dl__sh(t),
+                dl__dev_str(t->device, b, sizeof b));
+        return NULL;
+    }
     return (float *)t->data;
 }
 
@@ -4682,13 +5770,16 @@ bool dl_same_shape(const dl_tensor *a, const dl_tensor *b)
 
 void dl_print(dl_tensor *t)
 {
-    int64_t i;
-    if (!t || !dl__host_f32("dl_print", t)) { printf("tensor(NULL)\n"); return; }
+    int64_t i, n;
+    unsigned char buf[64 * 8];
+    if (!t || !dl__live("dl_print", "t", t)) { printf("tensor(NULL)\n"); return; }
+    n = t->numel < 64 ? t->numel : 64;
+    DL__BE(t)->download(t->dev_, buf, t->data, (size_t)n * dl__esize(t->dtype));
     printf("tensor%s %s%s [", dl__sh(t), dl__dtype_str(t->dtype), t->requires_grad ? " requires_grad" : "");
-    for (i = 0; i < t->numel && i < 64; i++) {
-        if (t->dtype == DL_DTYPE_F32) printf(i ? ", %.6g" : "%.6g", (double)((const float *)t->data)[i]);
-        else if (t->dtype == DL_DTYPE_I64) printf(i ? ", %lld" : "%lld", (long long)((const int64_t *)t->data)[i]);
-        else printf(i ? ", %d" : "%d", ((const int32_t *)t->data)[i]);
+    for (i = 0; i < n; i++) {
+        if (t->dtype == DL_DTYPE_F32) { float v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %.6g" : "%.6g", (double)v); }
+        else if (t->dtype == DL_DTYPE_I64) { int64_t v; memcpy(&v, buf + 8 * i, 8); printf(i ? ", %lld" : "%lld", (long long)v); }
+        else { int32_t v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %d" : "%d", (int)v); }
     }
     printf("%s]\n", t->numel > 64 ? ", ..." : "");
 }
@@ -4730,13 +5821,13 @@ dl_tensor *dl_detach(dl_tensor *t)
 void dl_zero_grad(dl_tensor *t)
 {
     if (!t || t->magic_ != DL__MAGIC || !t->grad) return;
-    dl__K(t)->fill(t->ctx_, (float *)t->grad->data, t->grad->numel, 0.0f);
+    DL__BE(t)->fill(t->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
 {
     if (!p || !dl__live("dl_sgd_update", "p", p) || !p->grad) return;
-    dl__K(p)->axpy(p->ctx_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
+    DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
     dl_zero_grad(p);
 }
 
@@ -4745,7 +5836,6 @@ void dl_sgd_update(dl_tensor *p, float lr)
    create_graph, so it can be differentiated again). */
 static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
 {
-    dl_ctx *ctx = x->ctx_;
     if (create_graph && x->step_ != 0) {
         /* a new tensor either way: g may be another leaf's gradient too (dl_sum_to
            passes its argument through), and every leaf owns its grad */
@@ -4753,12 +5843,11 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
         return x->grad != NULL;
     }
     if (!x->grad) {
-        x->grad = dl__make(ctx, "dl_backward", DL_DTYPE_F32, x->ndim, x->shape, x->step_ == 0, NULL);
+        x->grad = dl__make(x->dev_, "dl_backward", DL_DTYPE_F32, x->ndim, x->shape, x->step_ == 0, NULL);
         if (!x->grad) return false;
-        x->grad->device = x->device;
-        dl__K(x)->fill(ctx, (float *)x->grad->data, x->numel, 0.0f);
+        DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
     }
-    dl__K(x)->axpy(ctx, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
+    DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     return true;
 }
 
@@ -4967,12 +6056,12 @@ bool dl_fn_needs_grad(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->nod
 void dl_set_anomaly(dl_ctx *ctx, bool on) { if (ctx) ctx->anomaly = on; }
 
 /* sum(out * r) in double, on the host */
-static double dl__proj(dl_tensor *out, const float *r)
+static double dl__proj(dl_tensor *out, const float *r, float *buf)
 {
     double s = 0;
     int64_t i;
-    const float *o = (const float *)out->data;
-    for (i = 0; i < out->numel; i++) s += (double)o[i] * (double)r[i];
+    DL__BE(out)->download(out->dev_, buf, out->data, sizeof(float) * (size_t)out->numel);
+    for (i = 0; i < out->numel; i++) s += (double)buf[i] * (double)r[i];
     return s;
 }
 
@@ -4983,9 +6072,10 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     double atol = desc && desc->atol > 0 ? desc->atol : 1e-3;
     double rtol = desc && desc->rtol > 0 ? desc->rtol : 1e-2;
     dl_tensor *out, *r, *L, *grads[DL_GRADCHECK_MAX_INPUTS];
+    float *rh, *ob;
     dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];
     int k, nn = 0, map[DL_GRADCHECK_MAX_INPUTS];
-    dl_result rc;
+    dl_result rc = DL_OK;
     if (!ctx || !f || !res || !inputs) return DL_ERR_ARG;
     memset(res, 0, sizeof *res);
     if (n <= 0 || n > DL_GRADCHECK_MAX_INPUTS) {
@@ -5003,11 +6093,12 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     if (!dl__f32("dl_gradcheck", "the output", out)) return DL_ERR_DTYPE;
     /* fixed random projection: checks J^T r, every input element */
     {
-        uint64_t save[4];
-        memcpy(save, ctx->rng, sizeof save);
+        uint64_t seed = ctx->seed, off = ctx->rng_offset;
         dl_manual_seed(ctx, desc && desc->seed ? desc->seed : 1);
         r = dl_randn(ctx, dl__shape_of(out));
-        memcpy(ctx->rng, save, sizeof save);
+        if (r && r->dev_ != out->dev_) r = dl_to(r, out->device);
+        ctx->seed = seed;
+        ctx->rng_offset = off;
     }
     if (!r) return ctx->err;
     if (nn == 0) return DL_OK;
@@ -5019,42 +6110,55 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
         rc = dl_grad(L, nn, need, grads, NULL);
         if (rc != DL_OK) return rc;
     }
-    for (k = 0; k < nn; k++) {
+    /* the host copies the differences are taken with: r, the output, each input */
+    rh = (float *)DL_MALLOC(sizeof(float) * (size_t)(2 * r->numel + 1));
+    if (!rh) { dl__err(ctx, DL_ERR_OOM, "dl_gradcheck: out of memory"); return DL_ERR_OOM; }
+    ob = rh + r->numel;
+    DL__BE(r)->download(r->dev_, rh, r->data, sizeof(float) * (size_t)r->numel);
+    for (k = 0; k < nn && rc == DL_OK; k++) {
         dl_tensor *x = need[k];
-        float *xd = (float *)x->data;
-        const float *ga = grads[k] ? (const float *)grads[k]->data : NULL;
+        float *xh = (float *)DL_MALLOC(sizeof(float) * (size_t)(2 * x->numel + 1)), *ga;
         int64_t i;
         int slot = map[k];
+        if (!xh) { dl__err(ctx, DL_ERR_OOM, "dl_gradcheck: out of memory"); rc = DL_ERR_OOM; break; }
+        ga = xh + x->numel;
+        DL__BE(x)->download(x->dev_, xh, x->data, sizeof(float) * (size_t)x->numel);
+        if (grads[k]) DL__BE(grads[k])->download(grads[k]->dev_, ga, grads[k]->data, sizeof(float) * (size_t)x->numel);
         for (i = 0; i < x->numel; i++) {
-            float orig = xd[i];
+            float orig = xh[i], v;
             double lp, lm, num, an, err, rel;
-            dl__mark m1 = dl__arena_mark(&ctx->data);
+            dl__mark m1 = dl__arena_mark(&x->dev_->data);
             dl__hmark m2 = dl__hmark_get(ctx);
             int64_t nt = ctx->ntape;
+            float *xi = (float *)x->data + i;     /* a device address: only the backend writes it */
             dl_tensor *o;
             dl_no_grad_begin(ctx);
-            xd[i] = (float)(orig + eps);
+            v = (float)(orig + eps);
+            DL__BE(x)->upload(x->dev_, xi, &v, sizeof v);
             o = f(user, inputs);
-            lp = o ? dl__proj(o, (const float *)r->data) : NAN;
-            xd[i] = (float)(orig - eps);
+            lp = o ? dl__proj(o, rh, ob) : NAN;
+            v = (float)(orig - eps);
+            DL__BE(x)->upload(x->dev_, xi, &v, sizeof v);
             o = o ? f(user, inputs) : NULL;
-            lm = o ? dl__proj(o, (const float *)r->data) : NAN;
-            xd[i] = orig;
+            lm = o ? dl__proj(o, rh, ob) : NAN;
+            DL__BE(x)->upload(x->dev_, xi, &orig, sizeof orig);
             dl_no_grad_end(ctx);
-            dl__arena_rewind(&ctx->data, m1);
+            dl__arena_rewind(&x->dev_->data, m1);
             dl__hrewind(ctx, m2);
             ctx->ntape = nt;
-            if (!o) return ctx->err;
+            if (!o) { rc = ctx->err; break; }
             num = (lp - lm) / (2.0 * eps);
-            an = ga ? ga[i] : 0.0;
+            an = grads[k] ? ga[i] : 0.0;
             err = fabs(an - num);
             rel = (fabs(an) > atol || fabs(num) > atol) ? err / (fabs(an) > fabs(num) ? fabs(an) : fabs(num)) : 0.0;
             if (err > res->max_abs_err[slot]) { res->max_abs_err[slot] = err; res->worst_index[slot] = i; }
             if (rel > res->max_rel_err[slot]) res->max_rel_err[slot] = rel;
             if (!(err <= atol + rtol * fabs(num))) res->ok = false;
         }
+        DL_FREE(xh);
     }
-    return DL_OK;
+    DL_FREE(rh);
+    return rc;
 }
 
 static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
@@ -5124,99 +6228,6 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
    from their rules. The non-differentiable pieces (class one-hot masks from
    integer targets, dropout masks) come from a small kernel table of their
    own, dispatched per device like dl__K, so a GPU backend can supply them. */
-
-typedef struct dl__nn_kernels {
-    const char *name;
-    /* Class-index targets (outer*inner of them, int64 if i64 else int32) ->
-       onehot (outer, C, inner): 1 at [o, target, i], 0 elsewhere and for
-       ignored targets; valid (outer*inner): 1, or 0 where ignored. Returns
-       -1, or the first flat index of a target outside [0,C) that is not
-       ignore_index (its value in *bad); then the masks are undefined. */
-    int64_t (*class_mask)(dl_ctx *c, float *onehot, float *valid, const void *target, bool i64,
-                          int64_t outer, int64_t C, int64_t inner, int64_t ignore_index,
-                          int64_t *bad);
-    /* mask[i] = scale, or 0 with probability p; a counter-based hash of
-       (seed, i), so any split of the work gives the same mask */
-    void (*dropout_mask)(dl_ctx *c, float *mask, int64_t n, float p, float scale, uint64_t seed);
-    /* out[i] = max(x,0) - x*y + log1p(exp(-|x|)) */
-    void (*bce_logits)(dl_ctx *c, float *out, const float *x, const float *y, int64_t n);
-} dl__nn_kernels;
-
-static int64_t dl__nn_cpu_class_mask(dl_ctx *c, float *onehot, float *valid, const void *target,
-                                     bool i64, int64_t outer, int64_t C, int64_t inner,
-                                     int64_t ignore_index, int64_t *bad)
-{
-    int64_t o, i;
-    (void)c;
-    if (outer > 0 && C > 0 && inner > 0) memset(onehot, 0, sizeof(float) * (size_t)(outer * C * inner));
-    for (o = 0; o < outer; o++)
-        for (i = 0; i < inner; i++) {
-            int64_t j = o * inner + i;
-            int64_t t = i64 ? ((const int64_t *)target)[j] : (int64_t)((const int32_t *)target)[j];
-            if (t == ignore_index) { valid[j] = 0.0f; continue; }
-            if (t < 0 || t >= C) { *bad = t; return j; }
-            valid[j] = 1.0f;
-            onehot[(o * C + t) * inner + i] = 1.0f;
-        }
-    return -1;
-}
-
-static uint64_t dl__nn_mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-typedef struct dl__nn_drop_args { float *mask; float p, scale; uint64_t seed; } dl__nn_drop_args;
-
-static void dl__nn_drop_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__nn_drop_args *u = (const dl__nn_drop_args *)arg;
-    int64_t i;
-    for (i = lo; i < hi; i++) {
-        float r = (float)(dl__nn_mix(u->seed ^ dl__nn_mix((uint64_t)i)) >> 40) * (1.0f / 16777216.0f);
-        u->mask[i] = r < u->p ? 0.0f : u->scale;
-    }
-}
-
-static void dl__nn_cpu_dropout_mask(dl_ctx *c, float *mask, int64_t n, float p, float scale,
-                                    uint64_t seed)
-{
-    dl__nn_drop_args u;
-    u.mask = mask; u.p = p; u.scale = scale; u.seed = seed;
-    dl__parallel_for(c->pool, n, 1 << 15, dl__nn_drop_task, &u);
-}
-
-typedef struct dl__nn_bce_args { float *out; const float *x, *y; } dl__nn_bce_args;
-
-static void dl__nn_bce_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__nn_bce_args *u = (const dl__nn_bce_args *)arg;
-    int64_t i;
-    for (i = lo; i < hi; i++) {
-        float x = u->x[i];
-        u->out[i] = (x > 0 ? x : 0.0f) - x * u->y[i] + log1pf(expf(-fabsf(x)));
-    }
-}
-
-static void dl__nn_cpu_bce_logits(dl_ctx *c, float *out, const float *x, const float *y, int64_t n)
-{
-    dl__nn_bce_args u;
-    u.out = out; u.x = x; u.y = y;
-    dl__parallel_for(c->pool, n, 1 << 15, dl__nn_bce_task, &u);
-}
-
-static const dl__nn_kernels dl__nn_cpu_kernels = {
-    "cpu", dl__nn_cpu_class_mask, dl__nn_cpu_dropout_mask, dl__nn_cpu_bce_logits
-};
-
-static const dl__nn_kernels *dl__nnK(const dl_tensor *t)
-{
-    (void)t;   /* a CUDA build routes device tensors to its own table here */
-    return &dl__nn_cpu_kernels;
-}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -5326,12 +6337,12 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
     if (!y) return NULL;
     if (training && running_mean && C) {
         /* r = (1-m) r + m stat, in place, no history; var unbiased: * n/(n-1) */
-        const dl__kernels *k = dl__K(x);
+        const dl__backend *k = DL__BE(x);
         float *rm = (float *)running_mean->data, *rv = (float *)running_var->data;
-        k->unary(ctx, DL__U_AFFINE, rm, rm, C, 1.0f - momentum, 0.0f);
-        k->axpy(ctx, rm, (const float *)mean->data, C, momentum);
-        k->unary(ctx, DL__U_AFFINE, rv, rv, C, 1.0f - momentum, 0.0f);
-        k->axpy(ctx, rv, (const float *)var->data, C,
+        k->unary(x->dev_, DL__U_AFFINE, rm, rm, C, 1.0f - momentum, 0.0f);
+        k->axpy(x->dev_, rm, (const float *)mean->data, C, momentum);
+        k->unary(x->dev_, DL__U_AFFINE, rv, rv, C, 1.0f - momentum, 0.0f);
+        k->axpy(x->dev_, rv, (const float *)var->data, C,
                 (float)((double)momentum * (double)cnt / (double)(cnt - 1)));
     }
     return y;
@@ -5387,10 +6398,11 @@ dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
     if (!training || p == 0.0f) return x;
     mask = dl__like(op, x);
     if (!mask) return NULL;
-    if (p == 1.0f) dl__K(x)->fill(x->ctx_, (float *)mask->data, x->numel, 0.0f);
+    if (p == 1.0f) DL__BE(x)->fill(x->dev_, (float *)mask->data, x->numel, 0.0f);
     else
-        dl__nnK(x)->dropout_mask(x->ctx_, (float *)mask->data, x->numel, p,
-                                 (float)(1.0 / (1.0 - (double)p)), dl__rng_next(x->ctx_->rng));
+        DL__BE(x)->dropout_mask(x->dev_, (float *)mask->data, x->numel, p,
+                                 (float)(1.0 / (1.0 - (double)p)), x->ctx_->seed,
+                                 dl__rng_take(x->ctx_, x->numel));
     return dl_mul(x, mask);
 }
 
@@ -5502,10 +6514,9 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *lp, dl_tensor *ta
         if (!w) return NULL;
     }
     onehot = dl__like(op, lp);
-    valid = dl__make(ctx, op, DL_DTYPE_F32, target->ndim, target->shape, false, NULL);
+    valid = dl__make(lp->dev_, op, DL_DTYPE_F32, target->ndim, target->shape, false, NULL);
     if (!onehot || !valid) return NULL;
-    valid->device = lp->device;
-    bad_i = dl__nnK(lp)->class_mask(ctx, (float *)onehot->data, (float *)valid->data, target->data,
+    bad_i = DL__BE(lp)->class_mask(lp->dev_, (float *)onehot->data, (float *)valid->data, target->data,
                                     target->dtype == DL_DTYPE_I64, outer, C, inner, ignore, &bad_v);
     if (bad_i >= 0) {
         dl__err(ctx, DL_ERR_ARG, "%s: target %s holds %lld at flat index %lld: class indices must "
@@ -5716,7 +6727,7 @@ static dl_tensor *dl__bce_logits_raw(dl_tensor *x, dl_tensor *y)
     if (!x || !y) return NULL;
     l = dl__like(op, x);
     if (!l) return NULL;
-    dl__nnK(x)->bce_logits(x->ctx_, (float *)l->data, (const float *)x->data,
+    DL__BE(x)->bce_logits(x->dev_, (float *)l->data, (const float *)x->data,
                            (const float *)y->data, x->numel);
     in[0] = x;
     in[1] = y;
@@ -5793,354 +6804,22 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
 
 // >>section ops: convolution and pooling
 
-/* Geometry of one convolution, padded to 3 spatial dims: a 1-d/2-d conv
-   gets leading dims of size 1 (kernel 1, stride 1, no padding, dilation 1). */
-typedef struct dl__cgeom {
-    int nsp;
-    int64_t N, Ca, Cb, G;
-    int64_t ia[3], ib[3], k[3], s[3], p[3], d[3];  /* p: left padding */
-    int64_t La, Lb, K;                             /* products of ia, ib, k */
-} dl__cgeom;
-
-/* Geometry of one pooling: input ia, output ob, per-dim windows. */
-typedef struct dl__pgeom {
-    int64_t ia[3], ob[3], k[3], s[3], p[3], d[3];
-    int64_t La, Lb;
-    bool adaptive, count_include_pad;
-} dl__pgeom;
-
-typedef struct dl__conv_kernels {
-    const char *name;
-    /* col (Ca*K, n, Lb) <- patches of x (n, Ca, ia...): row (c,k) of sample j at
-       col + ((c*K + k)*n + j)*Lb, so one GEMM covers the n samples */
-    void (*im2col)(dl_ctx *c, float *col, const float *x, int64_t n, const dl__cgeom *g);
-    /* x (n, Ca, ia...) = sum of col (Ca*K, n, Lb) over the patches (x overwritten) */
-    void (*col2im)(dl_ctx *c, float *x, const float *col, int64_t n, const dl__cgeom *g);
-    /* y (n, C, L) += b (C) */
-    void (*bias_add)(dl_ctx *c, float *y, const float *b, int64_t n, int64_t C, int64_t L);
-    /* y (planes, ob...) = window max of x (planes, ia...); idx (or NULL) = arg-max in plane */
-    void (*max_pool)(dl_ctx *c, float *y, int64_t *idx, const float *x, int64_t planes,
-                     const dl__pgeom *g);
-    /* dx (planes, Lin) = 0, then dx[idx] += g (planes, Lout) */
-    void (*unpool)(dl_ctx *c, float *dx, const float *g, const int64_t *idx, int64_t planes,
-                   int64_t Lin, int64_t Lout);
-    /* y (planes, Lout) = x (planes, Lin)[idx]  (0 where idx < 0) */
-    void (*gather)(dl_ctx *c, float *y, const float *x, const int64_t *idx, int64_t planes,
-                   int64_t Lin, int64_t Lout);
-    /* y (planes, ob...) = window mean of x (planes, ia...) */
-    void (*avg_pool)(dl_ctx *c, float *y, const float *x, int64_t planes, const dl__pgeom *g);
-    /* dx (planes, ia...) = adjoint of avg_pool applied to g (planes, ob...) */
-    void (*avg_pool_adj)(dl_ctx *c, float *dx, const float *gy, int64_t planes, const dl__pgeom *g);
-} dl__conv_kernels;
-
-/* ------------------------------------------------------------ CPU kernels */
-
-/* Outputs o in [*lo, *hi) are those with 0 <= o*s + off < in (o < out). */
-static void dl__crange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *lo, int64_t *hi)
-{
-    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t b = in - off <= 0 ? 0 : (in - off - 1) / s + 1;
-    if (b > out) b = out;
-    if (a > b) a = b;
-    *lo = a;
-    *hi = b;
-}
-
-typedef struct dl__i2c_args { float *col; const float *x; int64_t n; const dl__cgeom *g; } dl__i2c_args;
-
-/* one task per row ((channel, kernel offset), sample) of col */
-static void dl__im2col_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__i2c_args *u = (const dl__i2c_args *)arg;
-    const dl__cgeom *g = u->g;
-    int64_t r;
-    for (r = lo; r < hi; r++) {
-        int64_t n = r % u->n, q = r / u->n, c = q / g->K, kk = q % g->K;
-        int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
-        int64_t off0 = k0 * g->d[0] - g->p[0], off1 = k1 * g->d[1] - g->p[1];
-        int64_t off2 = k2 * g->d[2] - g->p[2];
-        int64_t l0, h0, l1, h1, l2, h2, o0, o1, o2;
-        const float *x = u->x + (n * g->Ca + c) * g->La;
-        float *dst = u->col + r * g->Lb;
-        dl__crange(off0, g->s[0], g->ia[0], g->ib[0], &l0, &h0);
-        dl__crange(off1, g->s[1], g->ia[1], g->ib[1], &l1, &h1);
-        dl__crange(off2, g->s[2], g->ia[2], g->ib[2], &l2, &h2);
-        if (l0 > 0 || h0 < g->ib[0] || l1 > 0 || h1 < g->ib[1] || l2 > 0 || h2 < g->ib[2])
-            memset(dst, 0, sizeof(float) * (size_t)g->Lb);
-        if (l2 >= h2) continue;
-        for (o0 = l0; o0 < h0; o0++)
-            for (o1 = l1; o1 < h1; o1++) {
-                int64_t base = ((o0 * g->s[0] + off0) * g->ia[1] + o1 * g->s[1] + off1) * g->ia[2] + off2;
-                float *dr = dst + (o0 * g->ib[1] + o1) * g->ib[2];
-                if (g->s[2] == 1) {
-                    memcpy(dr + l2, x + base + l2, sizeof(float) * (size_t)(h2 - l2));
-                } else {
-                    int64_t s2 = g->s[2];
-                    for (o2 = l2; o2 < h2; o2++) dr[o2] = x[base + o2 * s2];
-                }
-            }
-    }
-}
-
-static void dl__cpu_im2col(dl_ctx *c, float *col, const float *x, int64_t n, const dl__cgeom *g)
-{
-    dl__i2c_args u;
-    u.col = col; u.x = x; u.n = n; u.g = g;
-    dl__parallel_for(c->pool, n * g->Ca * g->K, (1 << 14) / (g->Lb + 1) + 1, dl__im2col_task, &u);
-}
-
-/* one task per plane (sample, channel) of x: deterministic accumulation order */
-static void dl__col2im_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__i2c_args *u = (const dl__i2c_args *)arg;
-    const dl__cgeom *g = u->g;
-    int64_t q, kk;
-    for (q = lo; q < hi; q++) {
-        float *x = u->col + q * g->La;          /* (the output here) */
-        int64_t n = q / g->Ca, c = q % g->Ca;
-        memset(x, 0, sizeof(float) * (size_t)g->La);
-        for (kk = 0; kk < g->K; kk++) {
-            int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
-            int64_t off0 = k0 * g->d[0] - g->p[0], off1 = k1 * g->d[1] - g->p[1];
-            int64_t off2 = k2 * g->d[2] - g->p[2];
-            int64_t l0, h0, l1, h1, l2, h2, o0, o1, o2;
-            const float *src = u->x + ((c * g->K + kk) * u->n + n) * g->Lb;
-            dl__crange(off0, g->s[0], g->ia[0], g->ib[0], &l0, &h0);
-            dl__crange(off1, g->s[1], g->ia[1], g->ib[1], &l1, &h1);
-            dl__crange(off2, g->s[2], g->ia[2], g->ib[2], &l2, &h2);
-            for (o0 = l0; o0 < h0; o0++)
-                for (o1 = l1; o1 < h1; o1++) {
-                    int64_t base = ((o0 * g->s[0] + off0) * g->ia[1] + o1 * g->s[1] + off1) * g->ia[2] + off2;
-                    const float *sr = src + (o0 * g->ib[1] + o1) * g->ib[2];
-                    int64_t s2 = g->s[2];
-                    for (o2 = l2; o2 < h2; o2++) x[base + o2 * s2] += sr[o2];
-                }
-        }
-    }
-}
-
-static void dl__cpu_col2im(dl_ctx *c, float *x, const float *col, int64_t n, const dl__cgeom *g)
-{
-    dl__i2c_args u;
-    u.col = x; u.x = col; u.n = n; u.g = g;
-    dl__parallel_for(c->pool, n * g->Ca, (1 << 14) / (g->K * g->Lb + 1) + 1, dl__col2im_task, &u);
-}
-
-typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;
-
-static void dl__bias_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__bias_args *u = (const dl__bias_args *)arg;
-    int64_t r, i;
-    for (r = lo; r < hi; r++) {
-        float v = u->b[r % u->C], *y = u->y + r * u->L;
-        for (i = 0; i < u->L; i++) y[i] += v;
-    }
-}
-
-static void dl__cpu_bias_add(dl_ctx *c, float *y, const float *b, int64_t n, int64_t C, int64_t L)
-{
-    dl__bias_args u;
-    u.y = y; u.b = b; u.C = C; u.L = L;
-    dl__parallel_for(c->pool, n * C, (1 << 15) / (L + 1) + 1, dl__bias_task, &u);
-}
-
-/* Window of output o along dim i: [*lo, *hi) inside the input, and the count
-   PyTorch divides by with count_include_pad (window clipped at in + pad). */
-static void dl__pwin(const dl__pgeom *g, int i, int64_t o, int64_t *lo, int64_t *hi, int64_t *padded)
-{
-    if (g->adaptive) {
-        *lo = o * g->ia[i] / g->ob[i];
-        *hi = ((o + 1) * g->ia[i] + g->ob[i] - 1) / g->ob[i];
-        *padded = *hi - *lo;
-    } else {
-        int64_t a = o * g->s[i] - g->p[i], b = a + g->k[i];
-        if (b > g->ia[i] + g->p[i]) b = g->ia[i] + g->p[i];
-        *padded = b - a;
-        *lo = a < 0 ? 0 : a;
-        *hi = b > g->ia[i] ? g->ia[i] : b;
-    }
-}
-
-typedef struct dl__pool_args {
-    float *y; int64_t *idx; const float *x; const dl__pgeom *g;
-} dl__pool_args;
-
-static void dl__maxpool_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__pool_args *u = (const dl__pool_args *)arg;
-    const dl__pgeom *g = u->g;
-    int64_t q, o0, o1, o2;
-    for (q = lo; q < hi; q++) {
-        const float *x = u->x + q * g->La;
-        float *y = u->y + q * g->Lb;
-        int64_t *idx = u->idx ? u->idx + q * g->Lb : NULL;
-        for (o0 = 0; o0 < g->ob[0]; o0++)
-            for (o1 = 0; o1 < g->ob[1]; o1++)
-                for (o2 = 0; o2 < g->ob[2]; o2++) {
-                    int64_t st[3], en[3], o[3], j0, j1, j2, best = -1;
-                    float m = -INFINITY;
-                    int i;
-                    o[0] = o0; o[1] = o1; o[2] = o2;
-                    for (i = 0; i < 3; i++) {
-                        /* first in-range tap, and one past the last tap */
-                        st[i] = o[i] * g->s[i] - g->p[i];
-                        en[i] = st[i] + (g->k[i] - 1) * g->d[i] + 1;
-                        if (en[i] > g->ia[i]) en[i] = g->ia[i];
-                        while (st[i] < 0) st[i] += g->d[i];
-                    }
-                    for (j0 = st[0]; j0 < en[0]; j0 += g->d[0])
-                        for (j1 = st[1]; j1 < en[1]; j1 += g->d[1])
-                            for (j2 = st[2]; j2 < en[2]; j2 += g->d[2]) {
-                                int64_t at = (j0 * g->ia[1] + j1) * g->ia[2] + j2;
-                                float v = x[at];
-                                if (best < 0 || v > m || v != v) { m = v; best = at; }
-                            }
-                    {
-                        int64_t oi = (o0 * g->ob[1] + o1) * g->ob[2] + o2;
-                        y[oi] = m;
-                        if (idx) idx[oi] = best;
-                    }
-                }
-    }
-}
-
-static void dl__cpu_max_pool(dl_ctx *c, float *y, int64_t *idx, const float *x, int64_t planes,
-                             const dl__pgeom *g)
-{
-    dl__pool_args u;
-    u.y = y; u.idx = idx; u.x = x; u.g = g;
-    dl__parallel_for(c->pool, planes, (1 << 14) / (g->La + 1) + 1, dl__maxpool_task, &u);
-}
-
-typedef struct dl__scat_args {
-    float *dst; const float *src; const int64_t *idx; int64_t Lin, Lout; bool scatter;
-} dl__scat_args;
-
-static void dl__scat_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__scat_args *u = (const dl__scat_args *)arg;
-    int64_t q, o;
-    for (q = lo; q < hi; q++) {
-        const int64_t *idx = u->idx + q * u->Lout;
-        if (u->scatter) {
-            float *dx = u->dst + q * u->Lin;
-            const float *g = u->src + q * u->Lout;
-            memset(dx, 0, sizeof(float) * (size_t)u->Lin);
-            for (o = 0; o < u->Lout; o++)
-                if (idx[o] >= 0 && idx[o] < u->Lin) dx[idx[o]] += g[o];
-        } else {
-            float *y = u->dst + q * u->Lout;
-            const float *x = u->src + q * u->Lin;
-            for (o = 0; o < u->Lout; o++)
-                y[o] = (idx[o] >= 0 && idx[o] < u->Lin) ? x[idx[o]] : 0.0f;
-        }
-    }
-}
-
-static void dl__cpu_unpool(dl_ctx *c, float *dx, const float *g, const int64_t *idx, int64_t planes,
-                           int64_t Lin, int64_t Lout)
-{
-    dl__scat_args u;
-    u.dst = dx; u.src = g; u.idx = idx; u.Lin = Lin; u.Lout = Lout; u.scatter = true;
-    dl__parallel_for(c->pool, planes, (1 << 14) / (Lin + Lout + 1) + 1, dl__scat_task, &u);
-}
-
-static void dl__cpu_gather(dl_ctx *c, float *y, const float *x, const int64_t *idx, int64_t planes,
-                           int64_t Lin, int64_t Lout)
-{
-    dl__scat_args u;
-    u.dst = y; u.src = x; u.idx = idx; u.Lin = Lin; u.Lout = Lout; u.scatter = false;
-    dl__parallel_for(c->pool, planes, (1 << 14) / (Lout + 1) + 1, dl__scat_task, &u);
-}
-
-/* avg pooling, forward (adj = false: y = mean of window) or adjoint
-   (adj = true: x[window] += y / divisor), one plane per task */
-typedef struct dl__avg_args { float *x; float *y; const dl__pgeom *g; bool adj; } dl__avg_args;
-
-static void dl__avgpool_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__avg_args *u = (const dl__avg_args *)arg;
-    const dl__pgeom *g = u->g;
-    int64_t q, o0, o1, o2;
-    for (q = lo; q < hi; q++) {
-        float *x = u->x + q * g->La, *y = u->y + q * g->Lb;
-        if (u->adj) memset(x, 0, sizeof(float) * (size_t)g->La);
-        for (o0 = 0; o0 < g->ob[0]; o0++)
-            for (o1 = 0; o1 < g->ob[1]; o1++)
-                for (o2 = 0; o2 < g->ob[2]; o2++) {
-                    int64_t l[3], h[3], pc[3], j0, j1, j2, div;
-                    int64_t oi = (o0 * g->ob[1] + o1) * g->ob[2] + o2;
-                    dl__pwin(g, 0, o0, &l[0], &h[0], &pc[0]);
-                    dl__pwin(g, 1, o1, &l[1], &h[1], &pc[1]);
-                    dl__pwin(g, 2, o2, &l[2], &h[2], &pc[2]);
-                    if (l[0] >= h[0] || l[1] >= h[1] || l[2] >= h[2]) {
-                        if (!u->adj) y[oi] = 0.0f;
-                        continue;
-                    }
-                    div = (g->count_include_pad || g->adaptive)
-                        ? pc[0] * pc[1] * pc[2]
-                        : (h[0] - l[0]) * (h[1] - l[1]) * (h[2] - l[2]);
-                    if (u->adj) {
-                        float v = y[oi] / (float)div;
-                        for (j0 = l[0]; j0 < h[0]; j0++)
-                            for (j1 = l[1]; j1 < h[1]; j1++)
-                                for (j2 = l[2]; j2 < h[2]; j2++)
-                                    x[(j0 * g->ia[1] + j1) * g->ia[2] + j2] += v;
-                    } else {
-                        float s = 0.0f;
-                        for (j0 = l[0]; j0 < h[0]; j0++)
-                            for (j1 = l[1]; j1 < h[1]; j1++)
-                                for (j2 = l[2]; j2 < h[2]; j2++)
-                                    s += x[(j0 * g->ia[1] + j1) * g->ia[2] + j2];
-                        y[oi] = s / (float)div;
-                    }
-                }
-    }
-}
-
-static void dl__cpu_avg_pool(dl_ctx *c, float *y, const float *x, int64_t planes, const dl__pgeom *g)
-{
-    dl__avg_args u;
-    u.x = (float *)(uintptr_t)x; u.y = y; u.g = g; u.adj = false;   /* x only read */
-    dl__parallel_for(c->pool, planes, (1 << 14) / (g->La + 1) + 1, dl__avgpool_task, &u);
-}
-
-static void dl__cpu_avg_pool_adj(dl_ctx *c, float *dx, const float *gy, int64_t planes,
-                                 const dl__pgeom *g)
-{
-    dl__avg_args u;
-    u.x = dx; u.y = (float *)(uintptr_t)gy; u.g = g; u.adj = true;  /* gy only read */
-    dl__parallel_for(c->pool, planes, (1 << 14) / (g->La + 1) + 1, dl__avgpool_task, &u);
-}
-
-static const dl__conv_kernels dl__conv_cpu_kernels = {
-    "cpu", dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
-    dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj
-};
-
-static const dl__conv_kernels *dl__KC(const dl_tensor *t)
-{
-    (void)t;   /* the CUDA build routes device tensors to its own table here */
-    return &dl__conv_cpu_kernels;
-}
-
 /* ------------------------------------------------------------ helpers */
 
 /* Scratch of n floats in step memory on t's device, given back by
-   dl__arena_rewind(&ctx->data, mark) before the op returns. */
+   dl__arena_rewind(&t->dev_->data, mark) before the op returns. */
 static float *dl__conv_scratch(const char *op, dl_tensor *t, int64_t n)
 {
     dl_ctx *ctx = t->ctx_;
     float *p;
     if (n < 0 || (uint64_t)n > (uint64_t)(((size_t)-1) / 16)) p = NULL;
-    else p = (float *)dl__arena_alloc(ctx, &ctx->data, sizeof(float) * (size_t)(n ? n : 1), true);
+    else p = (float *)dl__arena_alloc(ctx, &t->dev_->data, sizeof(float) * (size_t)(n ? n : 1), true);
     if (!p) {
         dl__err(ctx, DL_ERR_OOM, "%s: cannot allocate %lld floats of im2col scratch%s", op,
                 (long long)n, ctx->memory_limit ? " (memory_limit reached?)" : "");
         return NULL;
     }
-    dl__track_peak(ctx);
+    dl__track_peak(t->dev_);
     return p;
 }
 
@@ -6241,7 +6920,7 @@ static void dl__conv_permute(const dl_tensor *t, float *dst, const float *src, i
         ds[0] = cnt * L; ds[1] = L; ds[2] = 1;
         ss[0] = L; ss[1] = C * L; ss[2] = 1;
     }
-    if (cnt > 0 && C > 0 && L > 0) dl__K(t)->copy_nd(t->ctx_, 4, 3, shape, dst, ds, src, ss);
+    if (cnt > 0 && C > 0 && L > 0) DL__BE(t)->copy_nd(t->dev_, 4, 3, shape, dst, ds, src, ss);
 }
 
 static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, const dl__cparam *cp,
@@ -6316,16 +6995,15 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     shape[0] = g.N;
     shape[1] = g.Cb;
     for (i = 0; i < nsp; i++) shape[2 + i] = ib[i];
-    y = dl__new(ctx, name, nsp + 2, shape);
+    y = dl__new(a->dev_, name, nsp + 2, shape);
     if (!y) return NULL;
-    y->device = a->device;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
     if (y->numel) {
         /* per chunk of cnt samples: col (CaK, cnt, Lb) = im2col(a);
            yt_g (Cbg, cnt*Lb) = w_g (Cbg, CagK) @ col_g; y = permute(yt) */
-        const dl__kernels *k = dl__K(a);
-        dl__mark m = dl__arena_mark(&ctx->data);
+        const dl__backend *k = DL__BE(a);
+        dl__mark m = dl__arena_mark(&a->dev_->data);
         float *col, *yt;
         int64_t nfl;
         if (!dl__conv_plan(name, ctx, &g, &nb, &nfl)) return NULL;
@@ -6334,13 +7012,13 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
         yt = col + nb * g.Ca * g.K * g.Lb;
         for (n0 = 0; n0 < g.N; n0 += nb) {
             int64_t cnt = g.N - n0 < nb ? g.N - n0 : nb, L = cnt * g.Lb;
-            dl__KC(a)->im2col(ctx, col, (const float *)a->data + n0 * g.Ca * g.La, cnt, &g);
-            k->gemm(ctx, false, false, Cbg, L, CagK, 1.0f, (const float *)w->data, CagK, Cbg * CagK,
+            DL__BE(a)->im2col(a->dev_, col, (const float *)a->data + n0 * g.Ca * g.La, cnt, &g);
+            k->gemm(a->dev_, false, false, Cbg, L, CagK, 1.0f, (const float *)w->data, CagK, Cbg * CagK,
                     col, L, CagK * L, 0.0f, yt, L, Cbg * L, g.G);
             dl__conv_permute(a, (float *)y->data + n0 * g.Cb * g.Lb, yt, cnt, g.Cb, g.Lb, true);
         }
-        dl__arena_rewind(&ctx->data, m);
-        if (bias) dl__KC(a)->bias_add(ctx, (float *)y->data, (const float *)bias->data, g.N, g.Cb, g.Lb);
+        dl__arena_rewind(&a->dev_->data, m);
+        if (bias) DL__BE(a)->bias_add(a->dev_, (float *)y->data, (const float *)bias->data, g.N, g.Cb, g.Lb);
     }
     in[0] = a; in[1] = w; in[2] = bias;
     if (dl__record(y, &dl__op_conv, 3, in, &node) < 0) return NULL;
@@ -6366,16 +7044,15 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
     shape[0] = g.N;
     shape[1] = g.Ca;
     for (i = 0; i < nsp; i++) shape[2 + i] = ia[i];
-    y = dl__new(ctx, name, nsp + 2, shape);
+    y = dl__new(b->dev_, name, nsp + 2, shape);
     if (!y) return NULL;
-    y->device = b->device;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
     if (y->numel) {
         /* per chunk: bt (Cb, cnt, Lb) = permute(b); col_g (CagK, cnt*Lb) = w_g^T @ bt_g;
            y = col2im(col) */
-        const dl__kernels *k = dl__K(b);
-        dl__mark m = dl__arena_mark(&ctx->data);
+        const dl__backend *k = DL__BE(b);
+        dl__mark m = dl__arena_mark(&b->dev_->data);
         float *col, *bt;
         int64_t nfl;
         if (!dl__conv_plan(name, ctx, &g, &nb, &nfl)) return NULL;
@@ -6385,12 +7062,12 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
         for (n0 = 0; n0 < g.N; n0 += nb) {
             int64_t cnt = g.N - n0 < nb ? g.N - n0 : nb, L = cnt * g.Lb;
             dl__conv_permute(b, bt, (const float *)b->data + n0 * g.Cb * g.Lb, cnt, g.Cb, g.Lb, false);
-            k->gemm(ctx, true, false, CagK, L, Cbg, 1.0f, (const float *)w->data, CagK, Cbg * CagK,
+            k->gemm(b->dev_, true, false, CagK, L, Cbg, 1.0f, (const float *)w->data, CagK, Cbg * CagK,
                     bt, L, Cbg * L, 0.0f, col, L, CagK * L, g.G);
-            dl__KC(b)->col2im(ctx, (float *)y->data + n0 * g.Ca * g.La, col, cnt, &g);
+            DL__BE(b)->col2im(b->dev_, (float *)y->data + n0 * g.Ca * g.La, col, cnt, &g);
         }
-        dl__arena_rewind(&ctx->data, m);
-        if (bias) dl__KC(b)->bias_add(ctx, (float *)y->data, (const float *)bias->data, g.N, g.Ca, g.La);
+        dl__arena_rewind(&b->dev_->data, m);
+        if (bias) DL__BE(b)->bias_add(b->dev_, (float *)y->data, (const float *)bias->data, g.N, g.Ca, g.La);
     }
     in[0] = b; in[1] = w; in[2] = bias;
     if (dl__record(y, &dl__op_convT, 3, in, &node) < 0) return NULL;
@@ -6414,18 +7091,17 @@ static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp
     shape[0] = g.Cb;
     shape[1] = g.Ca / g.G;
     for (i = 0; i < nsp; i++) shape[2 + i] = k[i];
-    y = dl__new(ctx, name, nsp + 2, shape);
+    y = dl__new(a->dev_, name, nsp + 2, shape);
     if (!y) return NULL;
-    y->device = a->device;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
     if (y->numel) {
         /* per chunk: col = im2col(a), bt = permute(b);
            w_g (Cbg, CagK) += bt_g (Cbg, cnt*Lb) @ col_g^T */
-        const dl__kernels *kt = dl__K(a);
-        dl__mark m = dl__arena_mark(&ctx->data);
+        const dl__backend *kt = DL__BE(a);
+        dl__mark m = dl__arena_mark(&a->dev_->data);
         float *col, *bt;
-        if (g.N == 0) kt->fill(ctx, (float *)y->data, y->numel, 0.0f);
+        if (g.N == 0) kt->fill(a->dev_, (float *)y->data, y->numel, 0.0f);
         int64_t nfl;
         if (!dl__conv_plan(name, ctx, &g, &nb, &nfl)) return NULL;
         col = g.N ? dl__conv_scratch(name, a, nfl) : NULL;
@@ -6433,12 +7109,12 @@ static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp
         bt = col ? col + nb * g.Ca * g.K * g.Lb : NULL;
         for (n0 = 0; n0 < g.N; n0 += nb) {
             int64_t cnt = g.N - n0 < nb ? g.N - n0 : nb, L = cnt * g.Lb;
-            dl__KC(a)->im2col(ctx, col, (const float *)a->data + n0 * g.Ca * g.La, cnt, &g);
+            DL__BE(a)->im2col(a->dev_, col, (const float *)a->data + n0 * g.Ca * g.La, cnt, &g);
             dl__conv_permute(b, bt, (const float *)b->data + n0 * g.Cb * g.Lb, cnt, g.Cb, g.Lb, false);
-            kt->gemm(ctx, false, true, Cbg, CagK, L, 1.0f, bt, L, Cbg * L, col, L, CagK * L,
+            kt->gemm(a->dev_, false, true, Cbg, CagK, L, 1.0f, bt, L, Cbg * L, col, L, CagK * L,
                      n0 == 0 ? 0.0f : 1.0f, (float *)y->data, CagK, Cbg * CagK, g.G);
         }
-        dl__arena_rewind(&ctx->data, m);
+        dl__arena_rewind(&a->dev_->data, m);
     }
     in[0] = a; in[1] = b;
     if (dl__record(y, &dl__op_convW, 2, in, &node) < 0) return NULL;
@@ -6733,12 +7409,11 @@ static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64
     dl__node *n;
     int64_t planes;
     if (!g || !idx) return NULL;
-    y = dl__new(g->ctx_, "dl_max_pool_backward", ndim, xshape);
+    y = dl__new(g->dev_, "dl_max_pool_backward", ndim, xshape);
     if (!y) return NULL;
-    y->device = g->device;
     planes = xshape[0] * xshape[1];
     if (y->numel)
-        dl__KC(g)->unpool(g->ctx_, (float *)y->data, (const float *)g->data,
+        DL__BE(g)->unpool(g->dev_, (float *)y->data, (const float *)g->data,
                           (const int64_t *)idx->data, planes, y->numel / planes,
                           planes ? g->numel / planes : 0);
     if (dl__record(y, &dl__op_unpool, 1, &g, &n) < 0) return NULL;
@@ -6753,12 +7428,11 @@ static dl_tensor *dl__pool_gather(dl_tensor *x, dl_tensor *idx)
     dl__node *n;
     int64_t planes;
     if (!x || !idx) return NULL;
-    y = dl__new(x->ctx_, "dl_max_pool_gather", idx->ndim, idx->shape);
+    y = dl__new(x->dev_, "dl_max_pool_gather", idx->ndim, idx->shape);
     if (!y) return NULL;
-    y->device = x->device;
     planes = x->shape[0] * x->shape[1];
     if (y->numel)
-        dl__KC(x)->gather(x->ctx_, (float *)y->data, (const float *)x->data,
+        DL__BE(x)->gather(x->dev_, (float *)y->data, (const float *)x->data,
                           (const int64_t *)idx->data, planes, x->numel / planes, y->numel / planes);
     if (dl__record(y, &dl__op_pgather, 1, &x, &n) < 0) return NULL;
     if (n) { n->saved[0] = idx; n->nsaved = 1; }
@@ -6805,12 +7479,11 @@ static dl_tensor *dl__avgpool_run(dl_tensor *x, const dl__pparam *pp, const int6
     shape[0] = x->shape[0];
     shape[1] = x->shape[1];
     for (i = 0; i < pp->nsp; i++) shape[2 + i] = ob[i];
-    y = dl__new(x->ctx_, name, pp->nsp + 2, shape);
+    y = dl__new(x->dev_, name, pp->nsp + 2, shape);
     if (!y) return NULL;
-    y->device = x->device;
     dl__pgeom_from(&g, pp, x->shape + 2, ob);
     if (y->numel)
-        dl__KC(x)->avg_pool(x->ctx_, (float *)y->data, (const float *)x->data,
+        DL__BE(x)->avg_pool(x->dev_, (float *)y->data, (const float *)x->data,
                             shape[0] * shape[1], &g);
     if (dl__record(y, &dl__op_avgpool, 1, &x, &n) < 0) return NULL;
     if (n) dl__pparam_save(n, pp);
@@ -6829,12 +7502,11 @@ static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int6
     shape[0] = g->shape[0];
     shape[1] = g->shape[1];
     for (i = 0; i < pp->nsp; i++) shape[2 + i] = ia[i];
-    y = dl__new(g->ctx_, name, pp->nsp + 2, shape);
+    y = dl__new(g->dev_, name, pp->nsp + 2, shape);
     if (!y) return NULL;
-    y->device = g->device;
     dl__pgeom_from(&pg, pp, ia, g->shape + 2);
     if (y->numel)
-        dl__KC(g)->avg_pool_adj(g->ctx_, (float *)y->data, (const float *)g->data,
+        DL__BE(g)->avg_pool_adj(g->dev_, (float *)y->data, (const float *)g->data,
                                 shape[0] * shape[1], &pg);
     if (dl__record(y, &dl__op_avgpool_adj, 1, &g, &n) < 0) return NULL;
     if (n) dl__pparam_save(n, pp);
@@ -6942,17 +7614,15 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
         shape[0] = x->shape[0];
         shape[1] = x->shape[1];
         for (i = 0; i < nsp; i++) shape[2 + i] = ob[i];
-        y = dl__new(ctx, name, nsp + 2, shape);
+        y = dl__new(x->dev_, name, nsp + 2, shape);
         if (!y) return NULL;
-        y->device = x->device;
         if (rec) {
-            idx = dl__make(ctx, name, DL_DTYPE_I64, nsp + 2, shape, false, NULL);
+            idx = dl__make(x->dev_, name, DL_DTYPE_I64, nsp + 2, shape, false, NULL);
             if (!idx) return NULL;
-            idx->device = x->device;
         }
         dl__pgeom_make(&g, nsp, x->shape + 2, ob, k, s, p, dil);
         if (y->numel)
-            dl__KC(x)->max_pool(ctx, (float *)y->data, idx ? (int64_t *)idx->data : NULL,
+            DL__BE(x)->max_pool(x->dev_, (float *)y->data, idx ? (int64_t *)idx->data : NULL,
                                 (const float *)x->data, shape[0] * shape[1], &g);
         if (dl__record(y, &dl__op_maxpool, 1, &in1, &n) < 0) return NULL;
         if (n) { n->saved[0] = idx; n->nsaved = 1; }
@@ -7234,6 +7904,21 @@ static void dl__mod_train(dl_module *m, bool on, int depth)
 }
 
 void dl_module_train(dl_module *m, bool on) { if (dl__mod_ok(m)) dl__mod_train(m, on, 0); }
+
+dl_result dl_module_to(dl_module *m, dl_device dev)
+{
+    const dl_named_tensor *p;
+    dl__dev *d;
+    int n, i;
+    if (!dl__mod_ok(m)) return DL_ERR_ARG;
+    d = dl__device(m->ctx, dev, "dl_module_to");
+    if (!d) return m->ctx->err;
+    n = dl_module_state_dict(m, &p);
+    if (n < 0) return m->ctx->err;
+    for (i = 0; i < n; i++)
+        if (!dl__move(p[i].t, d)) return m->ctx->err;
+    return DL_OK;
+}
 bool dl_module_training(const dl_module *m) { return dl__mod_ok(m) && m->training; }
 
 dl_module *dl_module_child(dl_module *m, const char *name)
@@ -7477,14 +8162,7 @@ void dl_module_zero_grad(dl_module *m)
 // >>section nn: init
 static bool dl__init_ok(const char *fn, dl_tensor *t)
 {
-    char b[32];
-    if (!t || !dl__live(fn, "t", t) || !dl__f32(fn, "t", t)) return false;
-    if (t->device.type != DL_DEVICE_CPU) {
-        dl__err(t->ctx_, DL_ERR_DEVICE, "%s: t %s is on %s; initialize on the CPU, then dl_to()",
-                fn, dl__sh(t), dl__dev_str(t->device, b, sizeof b));
-        return false;
-    }
-    return true;
+    return t && dl__live(fn, "t", t) && dl__f32(fn, "t", t);
 }
 
 static int64_t dl__receptive(const dl_tensor *w)
@@ -7509,18 +8187,12 @@ int64_t dl_fan_out(const dl_tensor *w)
 
 static void dl__fill_uniform(dl_tensor *t, double lo, double hi)
 {
-    float *x = (float *)t->data;
-    int64_t i;
-    for (i = 0; i < t->numel; i++)
-        x[i] = (float)(lo + (hi - lo) * (double)dl__rng_uniform(t->ctx_->rng));
+    dl__fill_rand(t, DL__RAND_UNIFORM, (float)lo, (float)hi);
 }
 
 static void dl__fill_normal(dl_tensor *t, double mean, double std)
 {
-    float *x = (float *)t->data;
-    int64_t i;
-    for (i = 0; i < t->numel; i++)
-        x[i] = (float)(mean + std * (double)dl__rng_normal(t->ctx_->rng));
+    dl__fill_rand(t, DL__RAND_NORMAL, (float)mean, (float)std);
 }
 
 void dl_init_uniform(dl_tensor *t, float lo, float hi)
@@ -7535,7 +8207,7 @@ void dl_init_normal(dl_tensor *t, float mean, float std)
 
 void dl_init_constant(dl_tensor *t, float v)
 {
-    if (dl__init_ok("dl_init_constant", t)) dl__K(t)->fill(t->ctx_, (float *)t->data, t->numel, v);
+    if (dl__init_ok("dl_init_constant", t)) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
 }
 
 /* fan_in and fan_out, or false with an error for tensors with < 2 dims */
@@ -7669,97 +8341,6 @@ dl_module *dl_nn_flatten(dl_ctx *ctx) { return dl_module_new(ctx, "Flatten", dl_
 /* Optimizer kernels work on raw float arrays, one element at a time, in the
    order of PyTorch's single-tensor code so that results match it to the last
    bit where the inputs do. A CUDA build supplies the same table. */
-
-typedef struct dl__sgd_args {
-    float lr, momentum, one_m_dampening, wd;
-    bool nesterov, maximize, first;   /* first: no momentum buffer yet (buf = d_p) */
-} dl__sgd_args;
-
-typedef struct dl__adam_args {
-    float wd;                         /* Adam: grad += wd * p */
-    float decay;                      /* AdamW: p *= decay (1 - lr*wd); 1 for Adam */
-    float beta1, one_m_beta1, beta2, one_m_beta2, bc2_sqrt, eps, neg_step_size;
-    bool amsgrad, maximize;
-} dl__adam_args;
-
-typedef struct dl__optim_kernels {
-    const char *name;
-    void (*sgd)(dl_ctx *c, float *p, const float *g, float *buf, int64_t n, const dl__sgd_args *a);
-    void (*adam)(dl_ctx *c, float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
-                 const dl__adam_args *a);
-    double (*sumsq)(dl_ctx *c, const float *x, int64_t n);
-    void (*scale)(dl_ctx *c, float *x, int64_t n, float s);
-} dl__optim_kernels;
-
-/* d_p = g (-g with maximize) (+ wd*p); buf = d_p (first) or momentum*buf + (1-dampening)*d_p;
-   d_p = nesterov ? d_p + momentum*buf : buf;  p += -lr * d_p */
-static void dl__cpu_sgd(dl_ctx *c, float *p, const float *g, float *buf, int64_t n,
-                        const dl__sgd_args *a)
-{
-    int64_t i;
-    float neg_lr = -a->lr;
-    (void)c;
-    for (i = 0; i < n; i++) {
-        float d = a->maximize ? -g[i] : g[i];
-        if (a->wd != 0.0f) d = d + a->wd * p[i];
-        if (a->momentum != 0.0f) {
-            float b = a->first ? d : buf[i] * a->momentum + a->one_m_dampening * d;
-            buf[i] = b;
-            d = a->nesterov ? d + a->momentum * b : b;
-        }
-        p[i] = p[i] + neg_lr * d;
-    }
-}
-
-/* (AdamW: p *= 1-lr*wd)  g' = g (+ wd*p for Adam);  m = beta1*m + (1-beta1)*g';
-   v = beta2*v + (1-beta2)*g'*g';  vmax = max(vmax, v) (amsgrad);
-   p += -step_size * m / (sqrt(v or vmax)/sqrt(bc2) + eps),  step_size = lr/bc1 */
-static void dl__cpu_adam(dl_ctx *c, float *p, const float *g, float *m, float *v, float *vmax,
-                         int64_t n, const dl__adam_args *a)
-{
-    int64_t i;
-    (void)c;
-    for (i = 0; i < n; i++) {
-        float gi = a->maximize ? -g[i] : g[i], pi = p[i], denom, vv;
-        if (a->decay != 1.0f) pi = pi * a->decay;
-        if (a->wd != 0.0f) gi = gi + a->wd * pi;
-        m[i] = m[i] * a->beta1 + a->one_m_beta1 * gi;
-        v[i] = v[i] * a->beta2 + a->one_m_beta2 * gi * gi;
-        vv = v[i];
-        if (a->amsgrad) {
-            if (!(vmax[i] >= vv)) vmax[i] = vv;     /* torch.maximum: NaN propagates */
-            vv = vmax[i];
-        }
-        denom = sqrtf(vv) / a->bc2_sqrt + a->eps;
-        p[i] = pi + a->neg_step_size * m[i] / denom;
-    }
-}
-
-static double dl__cpu_sumsq(dl_ctx *c, const float *x, int64_t n)
-{
-    double s = 0;
-    int64_t i;
-    (void)c;
-    for (i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-    return s;
-}
-
-static void dl__cpu_scale(dl_ctx *c, float *x, int64_t n, float s)
-{
-    int64_t i;
-    (void)c;
-    for (i = 0; i < n; i++) x[i] = x[i] * s;
-}
-
-static const dl__optim_kernels dl__cpu_optim_kernels = {
-    "cpu", dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale
-};
-
-static const dl__optim_kernels *dl__optim_K(const dl_tensor *t)
-{
-    (void)t;   /* the CUDA build routes device tensors to its own table here */
-    return &dl__cpu_optim_kernels;
-}
 
 enum { DL__OPT_SGD = 0, DL__OPT_ADAM, DL__OPT_ADAMW };
 static const char *const dl__opt_names[] = {"sgd", "adam", "adamw"};
@@ -7962,10 +8543,10 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         memset(o->s[k], 0, sizeof(dl_tensor *) * (size_t)o->n);
         for (i = 0; i < o->n; i++) {
             dl_tensor *t = o->p[i];
-            o->s[k][i] = dl__make(ctx, fn, DL_DTYPE_F32, t->ndim, t->shape, true, NULL);
+            o->s[k][i] = dl__make(t->dev_, fn, DL_DTYPE_F32, t->ndim, t->shape, true, NULL);
             if (!o->s[k][i]) { dl__optim_destroy(o); return NULL; }
             dl_set_name(o->s[k][i], snames[k]);
-            dl__K(t)->fill(ctx, (float *)o->s[k][i]->data, t->numel, 0.0f);
+            DL__BE(t)->fill(t->dev_, (float *)o->s[k][i]->data, t->numel, 0.0f);
         }
     }
     o->magic = DL__OPT_MAGIC;
@@ -8076,6 +8657,19 @@ dl_result dl_optim_step(dl_optim *o)
                     "shape or dtype", i, dl__sh(p));
             return DL_ERR_SHAPE;
         }
+        if (p->grad && p->grad->dev_ != p->dev_) {
+            dl__err(ctx, DL_ERR_DEVICE, "dl_optim_step: parameter %d %s is on %s but its gradient is "
+                    "on %s; move the parameter with dl_module_to() (which moves its grad too)", i,
+                    dl__sh(p), dl_device_name(p->device), dl_device_name(p->grad->device));
+            return DL_ERR_DEVICE;
+        }
+    }
+    /* optimizer state lives on its parameter's device: follow a moved parameter */
+    for (i = 0; i < o->n; i++) {
+        int k;
+        for (k = 0; k < 3; k++)
+            if (o->s[k] && o->s[k][i]->dev_ != o->p[i]->dev_ && !dl__move(o->s[k][i], o->p[i]->dev_))
+                return ctx->err;
     }
     for (i = 0; i < o->n; i++) {
         dl_tensor *p = o->p[i];
@@ -8092,7 +8686,7 @@ dl_result dl_optim_step(dl_optim *o)
             a.nesterov = o->sgd.nesterov;
             a.maximize = o->sgd.maximize;
             a.first = o->pstep[i] == 0;
-            dl__optim_K(p)->sgd(ctx, (float *)p->data, g, o->s[0] ? (float *)o->s[0][i]->data : NULL,
+            DL__BE(p)->sgd(p->dev_, (float *)p->data, g, o->s[0] ? (float *)o->s[0][i]->data : NULL,
                                 p->numel, &a);
         } else {
             dl__adam_args a;
@@ -8111,7 +8705,7 @@ dl_result dl_optim_step(dl_optim *o)
             a.neg_step_size = (float)(-((double)lr / bc1));
             a.amsgrad = o->adam.amsgrad;
             a.maximize = o->adam.maximize;
-            dl__optim_K(p)->adam(ctx, (float *)p->data, g, (float *)o->s[0][i]->data,
+            DL__BE(p)->adam(p->dev_, (float *)p->data, g, (float *)o->s[0][i]->data,
                                  (float *)o->s[1][i]->data,
                                  o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL, p->numel, &a);
         }
@@ -8190,7 +8784,7 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
         dl_tensor *p = m->scratch[i];
         double norm;
         if (!p->grad) continue;
-        norm = sqrt(dl__optim_K(p)->sumsq(m->ctx, (const float *)p->grad->data, p->numel));
+        norm = sqrt(DL__BE(p)->sumsq(p->dev_, (const float *)p->grad->data, p->numel));
         /* torch: norm of the per-tensor float32 norms */
         norm = (double)(float)norm;
         total += norm * norm;
@@ -8201,7 +8795,7 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
         if (c < 1.0f)
             for (i = 0; i < n; i++) {
                 dl_tensor *p = m->scratch[i];
-                if (p->grad) dl__optim_K(p)->scale(m->ctx, (float *)p->grad->data, p->numel, c);
+                if (p->grad) DL__BE(p)->scale(p->dev_, (float *)p->grad->data, p->numel, c);
             }
         total = tot;
     }
@@ -8642,16 +9236,6 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
     steps = o ? o->steps : 0;
     ws = dl__st_wants(m, o, &n, &steps);
     if (!ws) { dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, path); return DL_ERR_OOM; }
-    for (i = 0; i < n; i++) {
-        char db[32];
-        dl_tensor *t = ws[i].t;
-        if (t && t->device.type != DL_DEVICE_CPU) {
-            dl__err(ctx, DL_ERR_DEVICE, "%s: %s: tensor '%s' %s is on %s; copy it to the CPU",
-                    op, path, ws[i].name, dl__sh(t), dl__dev_str(t->device, db, sizeof db));
-            DL_FREE(ws);
-            return DL_ERR_DEVICE;
-        }
-    }
     /* header */
     memset(&b, 0, sizeof b);
     dl__sb_str(&b, "{");
@@ -8711,8 +9295,17 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
     dl__wput(&w, len8, 8);
     dl__wput(&w, b.s, b.n);
     for (i = 0; i < n && w.ok; i++) {
-        if (ws[i].t) dl__write_le(&w, ws[i].t->data, dl__esize(ws[i].t->dtype), ws[i].t->numel);
-        else dl__write_le(&w, ws[i].scalar, 8, 1);
+        dl_tensor *t = ws[i].t;
+        if (!t) { dl__write_le(&w, ws[i].scalar, 8, 1); continue; }
+        if (dl__host_ok(t)) { dl__write_le(&w, t->data, dl__esize(t->dtype), t->numel); continue; }
+        {   /* a device tensor: through a host buffer */
+            size_t bytes = (size_t)t->numel * dl__esize(t->dtype);
+            void *h = DL_MALLOC(bytes + 1);
+            if (!h) { w.ok = false; w.err = -1; break; }
+            DL__BE(t)->download(t->dev_, h, t->data, bytes);
+            dl__write_le(&w, h, dl__esize(t->dtype), t->numel);
+            DL_FREE(h);
+        }
     }
     DL_FREE(b.s);
     DL_FREE(ws);
@@ -9098,11 +9691,32 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
             }
         }
     }
-    /* everything checked: copy in */
-    for (i = 0; i < nw; i++) {
-        dl__st_want *w = &ws[i];
-        if (w->t) dl__read_le(w->t->data, data + w->found->begin, dl__esize(w->t->dtype), w->t->numel);
-        else dl__read_le(w->scalar, data + w->found->begin, 8, 1);
+    /* everything checked: copy in (device tensors through one host buffer,
+       allocated first so that nothing can fail halfway) */
+    {
+        size_t maxb = 0;
+        void *h = NULL;
+        for (i = 0; i < nw; i++)
+            if (ws[i].t && !dl__host_ok(ws[i].t)) {
+                size_t bytes = (size_t)ws[i].t->numel * dl__esize(ws[i].t->dtype);
+                if (bytes > maxb) maxb = bytes;
+            }
+        if (maxb && !(h = DL_MALLOC(maxb))) {
+            rc = DL_ERR_OOM;
+            dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label);
+            goto done;
+        }
+        for (i = 0; i < nw; i++) {
+            dl__st_want *w = &ws[i];
+            if (!w->t) { dl__read_le(w->scalar, data + w->found->begin, 8, 1); continue; }
+            if (dl__host_ok(w->t)) {
+                dl__read_le(w->t->data, data + w->found->begin, dl__esize(w->t->dtype), w->t->numel);
+                continue;
+            }
+            dl__read_le(h, data + w->found->begin, dl__esize(w->t->dtype), w->t->numel);
+            DL__BE(w->t)->upload(w->t->dev_, w->t->data, h, (size_t)w->t->numel * dl__esize(w->t->dtype));
+        }
+        DL_FREE(h);
     }
     if (o) { o->steps = steps; for (k = 0; k < o->ng; k++) o->glr[k] = glr[k]; }
     rc = DL_OK;
@@ -9327,7 +9941,7 @@ static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x)
                 s->spatial < 0 ? "(N,C) or (N,C,L)" : s->spatial == 2 ? "(N,C,H,W)" : "(N,C,D,H,W)");
         return NULL;
     }
-    if (train) ((int64_t *)s->nbt->data)[0]++;   /* num_batches_tracked, as PyTorch */
+    if (train) DL__BE(s->nbt)->add_i64(s->nbt->dev_, (int64_t *)s->nbt->data, 1);   /* num_batches_tracked */
     return dl_batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps);
 }
 
@@ -9473,7 +10087,7 @@ static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned cha
         dl__err(ctx, DL_ERR_DTYPE, "dl_idx_load: can load as float32 or int64, not %s", dl__dtype_str(as));
         return DL_ERR_DTYPE;
     }
-    t = dl__make(ctx, "dl_idx_load", as, nd, dims, true, NULL);
+    t = dl__make(ctx->cpu[0], "dl_idx_load", as, nd, dims, true, NULL);
     if (!t) return ctx->err;
     p = buf + 4 + 4 * nd;
     {
@@ -9637,9 +10251,14 @@ dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tensor **ou
     return rc;
 }
 
+/* The samples are read on the host: x in place when its memory is host
+   memory, else a host copy made once; the labels as an int64 copy. */
 typedef struct dl__tds {
     dl_dataset ds;
     dl_tensor *x, *y;
+    const float *xh;     /* x's values on the host */
+    float *xcopy;        /* owned copy (x on a device) or NULL */
+    int64_t *yh;         /* labels */
     dl_transform_desc t;
     bool has_t, train;
     int64_t sn;          /* floats per sample */
@@ -9648,12 +10267,10 @@ typedef struct dl__tds {
 static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
 {
     const dl__tds *d = (const dl__tds *)ds->user;
-    const float *src = (const float *)d->x->data + i * d->sn;
+    const float *src = d->xh + i * d->sn;
     float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
     int64_t k;
-    *y = d->y->dtype == DL_DTYPE_I64 ? ((const int64_t *)d->y->data)[i]
-       : d->y->dtype == DL_DTYPE_I32 ? (int64_t)((const int32_t *)d->y->data)[i]
-       : (int64_t)((const float *)d->y->data)[i];
+    *y = d->yh[i];
     if (d->has_t) {
         if (d->t.scale != 0.0f) scale = d->t.scale;
         mean = d->t.mean;
@@ -9683,7 +10300,13 @@ static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t 
     return DL_OK;
 }
 
-static void dl__tds_free(void *p) { DL_FREE(p); }
+static void dl__tds_free(void *p)
+{
+    dl__tds *d = (dl__tds *)p;
+    DL_FREE(d->xcopy);
+    DL_FREE(d->yh);
+    DL_FREE(d);
+}
 
 dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_transform_desc *t, bool train)
 {
@@ -9722,12 +10345,25 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
     d->ds.sample_shape = dl_shape_make(x->ndim - 1, x->shape + 1);
     d->ds.get = dl__tds_get;
     d->ds.user = d;
-    if (!dl__own(ctx, dl__tds_free, d)) { DL_FREE(d); return NULL; }
+    d->yh = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(y->numel + 1));
+    if (!dl__host_ok(x)) d->xcopy = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(x->numel + 1));
+    if (!d->yh || (!dl__host_ok(x) && !d->xcopy)) {
+        dl__tds_free(d);
+        dl__err(ctx, DL_ERR_OOM, "dl_tensor_dataset: out of memory for the labels or a host copy of x");
+        return NULL;
+    }
+    if (dl_read_int64(y, d->yh, y->numel) != DL_OK) { dl__tds_free(d); return NULL; }
+    if (d->xcopy) {
+        if (dl_read(x, d->xcopy, x->numel) != DL_OK) { dl__tds_free(d); return NULL; }
+        d->xh = d->xcopy;
+    } else d->xh = (const float *)x->data;
+    if (!dl__own(ctx, dl__tds_free, d)) { dl__tds_free(d); return NULL; }
     return &d->ds;
 }
 
 struct dl_loader {
     dl_ctx *ctx;
+    dl__dev *dev;                     /* where batches go */
     const dl_dataset *ds;
     dl_loader_desc d;
     int64_t n, nb, sn, epoch, batch;
@@ -9901,6 +10537,8 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
     memset(l, 0, sizeof *l);
     l->ctx = ctx;
     l->ds = ds;
+    l->dev = dl__device(ctx, desc ? desc->device : dl__devdef(), "dl_loader_new");
+    if (!l->dev) { DL_FREE(l); return NULL; }
     if (desc) l->d = *desc;
     l->d.batch_size = bs;
     if (!l->d.seed) l->d.seed = 1;
@@ -9988,11 +10626,11 @@ int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
     if (l->batch + 1 < l->nb) dl__loader_launch(l, l->batch + 1, 1 - slot);
     shape[0] = cnt;
     memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
-    *x = dl__make(l->ctx, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
-    *y = dl__make(l->ctx, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
+    *x = dl__make(l->dev, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
+    *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
     if (!*x || !*y) { *x = *y = NULL; return -1; }
-    if (cnt > 0 && l->sn > 0) memcpy((*x)->data, l->xbuf[slot], sizeof(float) * (size_t)(cnt * l->sn));
-    if (cnt) memcpy((*y)->data, l->ybuf[slot], sizeof(int64_t) * (size_t)cnt);
+    DL__BE(*x)->upload(l->dev, (*x)->data, l->xbuf[slot], sizeof(float) * (size_t)(cnt * l->sn));
+    DL__BE(*y)->upload(l->dev, (*y)->data, l->ybuf[slot], sizeof(int64_t) * (size_t)cnt);
     l->batch++;
     return 1;
 }

@@ -496,7 +496,7 @@ static void errors(void)
     /* mixed devices (a tensor marked as on cuda:0; no data is touched before the check) */
     w->device = dl_cuda(0);
     CHECK(dl_conv2d(x, w, NULL, NULL) == NULL, "mixed devices");
-    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_conv2d: x (2,3,8,8) is on cpu but w (4,3,3,3) is on cuda:0");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_conv2d: x (2,3,8,8) is on cpu:0 but w (4,3,3,3) is on cuda:0");
     w->device = dl_cpu();
     b->device = dl_cuda(1);
     CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 4, 3, 3)), b, NULL) == NULL, "mixed devices b");
