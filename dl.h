@@ -1653,9 +1653,20 @@ struct dl__dev {
     size_t persistent_bytes, peak_bytes;
     uint64_t alloc_calls;             /* calls to the backend's allocator */
     uintptr_t tag;                    /* strict devices: added to every data pointer */
-    bool failed;                      /* a backend call failed (the message is in ctx) */
+    bool failed;                      /* a backend call failed: errmsg says what */
+    char errmsg[256];
     void *impl;                       /* the backend's own state (CUDA: stream, handles) */
 };
+
+static dl_result dl__dev_check(dl__dev *d, const char *op);
+
+/* For backends: record a failure (the op that called reports it, with its
+   name, through dl__done; transfers report it themselves). */
+static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* Elementwise math: one expression per op, used by every backend (CPU loops
    here, CUDA kernels in dl_cuda.cuh), so a device adds launches, not math.
@@ -3109,7 +3120,7 @@ dl_result dl_sync(dl_ctx *ctx)
     for (i = 0; i < DL__MAX_CUDA; i++)
         if (ctx->cuda[i]) {
             ctx->cuda[i]->be->sync(ctx->cuda[i]);
-            if (ctx->cuda[i]->failed) return DL_ERR_DEVICE;
+            if (dl__dev_check(ctx->cuda[i], "dl_sync") != DL_OK) return DL_ERR_DEVICE;
         }
     return DL_OK;
 }
@@ -4209,6 +4220,37 @@ static const dl__backend dl__cpu_backend = {
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
 
+static DL__UNUSED void dl__dev_fail(dl__dev *d, const char *fmt, ...)
+{
+    va_list ap;
+    if (d->failed) return;            /* keep the first cause */
+    va_start(ap, fmt);
+    vsnprintf(d->errmsg, sizeof d->errmsg, fmt, ap);
+    va_end(ap);
+    d->failed = true;
+}
+
+/* DL_OK, or the device's recorded failure as the context's error under op's name */
+static dl_result dl__dev_check(dl__dev *d, const char *op)
+{
+    if (!d->failed) return DL_OK;
+    d->failed = false;
+    dl__err(d->ctx, DL_ERR_DEVICE, "%s: %s", op, d->errmsg);
+    return DL_ERR_DEVICE;
+}
+
+/* element i of a float tensor, read to the host */
+static float dl__host_value_at(dl_tensor *t, int64_t i)
+{
+    float v = NAN;
+    DL__BE(t)->download(t->dev_, &v, (const float *)t->data + i, sizeof v);
+    return v;
+}
+
+#ifdef DL_CUDA
+#include "dl_cuda.cuh"     /* the second backend: dl__cuda_open/close/count and its struct */
+#endif
+
 /* t's data is host memory (cpu:0, non-strict virtual CPU devices): host code
    at a transfer point may read or write it in place */
 static bool dl__host_ok(const dl_tensor *t)
@@ -4269,10 +4311,15 @@ static dl_tensor *dl__done(dl_tensor *out, const char *op)
     int64_t i;
     if (!out) return NULL;
     ctx = out->ctx_;
+    if (out->dev_->failed) {   /* a backend call failed: its detail, under the op's name */
+        out->dev_->failed = false;
+        dl__err(ctx, DL_ERR_DEVICE, "%s: %s", op, out->dev_->errmsg);
+        return NULL;
+    }
     if (ctx->anomaly && out->dtype == DL_DTYPE_F32) {
         i = DL__BE(out)->nonfinite(out->dev_, (const float *)out->data, out->numel);
         if (i >= 0) {
-            float v = ((const float *)out->data)[i];
+            float v = dl__host_value_at(out, i);
             dl__err(ctx, DL_ERR_NAN, "anomaly: %s produced %s at element %lld of its output %s%s",
                     op, v != v ? "NaN" : "Inf", (long long)i, dl__sh(out),
                     ctx->in_backward_of ? "" : " (forward)");
@@ -5533,7 +5580,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
         return DL_ERR_ARG;
     }
     DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
-    return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
+    return dl__dev_check(t->dev_, "dl_write");
 }
 
 dl_result dl_fill_(dl_tensor *t, float v)
@@ -5610,7 +5657,7 @@ static bool dl__copy_across(dl_tensor *dst, dl_tensor *src)
         dd->be->upload(dd, dst->data, h, bytes);
         DL_FREE(h);
     }
-    return !dd->failed && !sd->failed;
+    return dl__dev_check(dd, "dl_to") == DL_OK && dl__dev_check(sd, "dl_to") == DL_OK;
 }
 
 /* y = to(x, dev);  dx = to(g, x's device) */
@@ -5692,16 +5739,11 @@ float dl_item(dl_tensor *t)
         return NAN;
     }
     DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
-    return t->dev_->failed ? NAN : v;
+    return dl__dev_check(t->dev_, "dl_item") == DL_OK ? v : NAN;
 }
 
 /* the first float of a tensor, read to the host (a device tensor waits for its stream) */
-static float dl__host_value(dl_tensor *t)
-{
-    float v = NAN;
-    DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
-    return v;
-}
+static float dl__host_value(dl_tensor *t) { return dl__host_value_at(t, 0); }
 
 dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
 {
@@ -5714,7 +5756,7 @@ dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
         return DL_ERR_ARG;
     }
     DL__BE(t)->download(t->dev_, dst, t->data, sizeof(float) * (size_t)n);
-    return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
+    return dl__dev_check(t->dev_, "dl_read");
 }
 
 dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
@@ -5729,7 +5771,7 @@ dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
     }
     if (t->dtype == DL_DTYPE_I64) {
         DL__BE(t)->download(t->dev_, dst, t->data, sizeof(int64_t) * (size_t)n);
-        return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
+        return dl__dev_check(t->dev_, "dl_read_int64");
     }
     /* 4-byte values: into the second half of dst, then widened in place, front to back */
     if (n) DL__BE(t)->download(t->dev_, (char *)(dst + n) - 4 * n, t->data, 4 * (size_t)n);
@@ -5738,7 +5780,7 @@ dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
         if (t->dtype == DL_DTYPE_I32) { int32_t v; memcpy(&v, src, 4); dst[i] = v; }
         else { float v; memcpy(&v, src, 4); dst[i] = (int64_t)v; }
     }
-    return t->dev_->failed ? DL_ERR_DEVICE : DL_OK;
+    return dl__dev_check(t->dev_, "dl_read_int64");
 }
 
 float *dl_data(dl_tensor *t)
