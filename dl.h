@@ -232,6 +232,9 @@ DL_API dl_device dl_device_parse(const char *name); /* "cpu", "cpu:1", "cuda:0";
 DL_API const char *dl_device_name(dl_device dev);  /* "cuda:1" (a per-thread buffer, 8 at a time) */
 DL_API int dl_device_count(dl_ctx *ctx, dl_device_type type);  /* CUDA: 0 without DL_CUDA or a GPU */
 DL_API dl_device dl_ctx_device(const dl_ctx *ctx); /* where creators put tensors */
+/* torch.set_default_device: creators (dl_zeros, dl_from_array, modules'
+   parameters ...) put tensors on dev from now on */
+DL_API dl_result dl_set_device(dl_ctx *ctx, dl_device dev);
 DL_API dl_result dl_sync(dl_ctx *ctx);             /* wait for every device's queued work */
 DL_API dl_ctx *dl_tensor_ctx(const dl_tensor *t);
 
@@ -261,7 +264,7 @@ DL_API dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape);           /* N(0,1) */
 DL_API dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape shape, const float *values);  /* copies */
 DL_API dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape shape, const int64_t *values);
 DL_API dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape shape, const int32_t *values);
-DL_API dl_tensor *dl_zeros_like(dl_tensor *t);
+DL_API dl_tensor *dl_zeros_like(dl_tensor *t);   /* on t's device */
 DL_API dl_tensor *dl_ones_like(dl_tensor *t);
 DL_API dl_tensor *dl_copy(dl_tensor *t);      /* new storage; differentiable (clone) */
 /* A persistent copy without history (detach + clone into persistent memory).
@@ -328,6 +331,7 @@ DL_API dl_tensor *dl_leaky_relu(dl_tensor *a, float negative_slope);
 DL_API dl_tensor *dl_sigmoid(dl_tensor *a);
 DL_API dl_tensor *dl_tanh(dl_tensor *a);
 DL_API dl_tensor *dl_gelu(dl_tensor *a);      /* x * Phi(x), erf form (PyTorch default) */
+DL_API dl_tensor *dl_silu(dl_tensor *a);      /* x * sigmoid(x) (SiLU, swish) */
 
 /* --- ops: reductions. dims: DL_DIMS(...) or DL_ALL; keepdim keeps size-1 dims */
 DL_API dl_tensor *dl_sum(dl_tensor *t, dl_shape dims, bool keepdim);
@@ -693,6 +697,7 @@ DL_API dl_module *dl_nn_relu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_sigmoid(dl_ctx *ctx);
 DL_API dl_module *dl_nn_tanh(dl_ctx *ctx);
 DL_API dl_module *dl_nn_gelu(dl_ctx *ctx);
+DL_API dl_module *dl_nn_silu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_flatten(dl_ctx *ctx);        /* flatten(1,-1) */
 
 /* init helpers, in place on a float32 CPU tensor, from the context RNG (as
@@ -2973,11 +2978,15 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
     dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
-    if (!dl__devs_init(ctx, desc)) {
-        dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
-        ctx->log = NULL;
-        dl_ctx_free(ctx);
-        return NULL;
+    {
+        dl_log_fn log = ctx->log;
+        ctx->log = NULL;                 /* a failure is reported once, below */
+        if (!dl__devs_init(ctx, desc)) {
+            dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
+            dl_ctx_free(ctx);
+            return NULL;
+        }
+        ctx->log = log;
     }
     return ctx;
 }
@@ -3112,6 +3121,16 @@ int dl_device_count(dl_ctx *ctx, dl_device_type type)
 }
 
 dl_device dl_ctx_device(const dl_ctx *ctx) { return ctx && ctx->defdev ? ctx->defdev->id : dl_cpu(); }
+
+dl_result dl_set_device(dl_ctx *ctx, dl_device dev)
+{
+    dl__dev *d;
+    if (!ctx) return DL_ERR_ARG;
+    d = dl__device(ctx, dev, "dl_set_device");
+    if (!d) return ctx->err;
+    ctx->defdev = d;
+    return DL_OK;
+}
 
 dl_result dl_sync(dl_ctx *ctx)
 {
@@ -4438,6 +4457,14 @@ static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd};
 static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd};
 static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd};
 static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd};
+/* y = x s(x), s = sigmoid;  dx = g * s * (1 + x (1 - s)) */
+static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *s = dl_sigmoid(DL__X);
+    gin[0] = dl_mul(g, dl_mul(s, dl_add_scalar(dl_mul(DL__X, dl_rsub_scalar(s, 1.0f)), 1.0f)));
+    return DL_OK;
+}
+static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd};
 static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd};
 static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd};
 static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd};
@@ -4452,6 +4479,7 @@ dl_tensor *dl_relu(dl_tensor *a) { return dl__unary("dl_relu", &dl__op_relu, DL_
 dl_tensor *dl_sigmoid(dl_tensor *a) { return dl__unary("dl_sigmoid", &dl__op_sigmoid, DL__U_SIGMOID, a, 0, 0); }
 dl_tensor *dl_tanh(dl_tensor *a) { return dl__unary("dl_tanh", &dl__op_tanh, DL__U_TANH, a, 0, 0); }
 dl_tensor *dl_gelu(dl_tensor *a) { return dl__unary("dl_gelu", &dl__op_gelu, DL__U_GELU, a, 0, 0); }
+dl_tensor *dl_silu(dl_tensor *a) { return dl__unary("dl_silu", &dl__op_silu, DL__U_SILU, a, 0, 0); }
 dl_tensor *dl_leaky_relu(dl_tensor *a, float s) { return dl__unary("dl_leaky_relu", &dl__op_leaky, DL__U_LEAKY, a, s, 0); }
 dl_tensor *dl_pow(dl_tensor *a, float p) { return dl__unary("dl_pow", &dl__op_pow, DL__U_POW, a, p, 0); }
 dl_tensor *dl_add_scalar(dl_tensor *a, float s) { return dl__unary("dl_add_scalar", &dl__op_affine, DL__U_AFFINE, a, 1.0f, s); }
@@ -5429,25 +5457,29 @@ static dl_tensor *dl__create(dl_ctx *ctx, const char *name, dl_shape shape)
 
 dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_empty", shape); }
 
-static dl_tensor *dl__filled(dl_ctx *ctx, const char *name, dl_shape shape, float v)
+/* a float tensor on d filled with v */
+static dl_tensor *dl__filled(dl__dev *d, const char *name, dl_shape shape, float v)
 {
-    dl_tensor *t = dl__create(ctx, name, shape);
+    dl_tensor *t = dl__new(d, name, shape.ndim, shape.d);
     if (t) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     return t;
 }
-dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float v) { return dl__filled(ctx, "dl_full", shape, v); }
-dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape) { return dl__filled(ctx, "dl_zeros", shape, 0.0f); }
-dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape) { return dl__filled(ctx, "dl_ones", shape, 1.0f); }
+#define DL__DEFDEV(ctx, name) \
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
+dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float v) { DL__DEFDEV(ctx, "dl_full") return dl__filled(ctx->defdev, "dl_full", shape, v); }
+dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_zeros") return dl__filled(ctx->defdev, "dl_zeros", shape, 0.0f); }
+dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_ones") return dl__filled(ctx->defdev, "dl_ones", shape, 1.0f); }
 
+/* on t's device (not the default one): ops and backward rules use these */
 dl_tensor *dl_zeros_like(dl_tensor *t)
 {
     if (!t || !dl__live("dl_zeros_like", "t", t)) return NULL;
-    return dl__filled(t->ctx_, "dl_zeros_like", dl__shape_of(t), 0.0f);
+    return dl__filled(t->dev_, "dl_zeros_like", dl__shape_of(t), 0.0f);
 }
 dl_tensor *dl_ones_like(dl_tensor *t)
 {
     if (!t || !dl__live("dl_ones_like", "t", t)) return NULL;
-    return dl__filled(t->ctx_, "dl_ones_like", dl__shape_of(t), 1.0f);
+    return dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f);
 }
 
 dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
@@ -8372,11 +8404,13 @@ static dl_tensor *dl__relu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_
 static dl_tensor *dl__sigmoid_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_sigmoid(x); }
 static dl_tensor *dl__tanh_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_tanh(x); }
 static dl_tensor *dl__gelu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_gelu(x); }
+static dl_tensor *dl__silu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_silu(x); }
 static dl_tensor *dl__flatten_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_flatten(x, 1, -1); }
 dl_module *dl_nn_relu(dl_ctx *ctx) { return dl_module_new(ctx, "ReLU", dl__relu_fwd, 0); }
 dl_module *dl_nn_sigmoid(dl_ctx *ctx) { return dl_module_new(ctx, "Sigmoid", dl__sigmoid_fwd, 0); }
 dl_module *dl_nn_tanh(dl_ctx *ctx) { return dl_module_new(ctx, "Tanh", dl__tanh_fwd, 0); }
 dl_module *dl_nn_gelu(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_fwd, 0); }
+dl_module *dl_nn_silu(dl_ctx *ctx) { return dl_module_new(ctx, "SiLU", dl__silu_fwd, 0); }
 dl_module *dl_nn_flatten(dl_ctx *ctx) { return dl_module_new(ctx, "Flatten", dl__flatten_fwd, 0); }
 
 // >>section optim
