@@ -1823,6 +1823,24 @@ struct dl__backend {
                    int64_t Lin, int64_t Lout);
     void (*avg_pool)(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g);
     void (*avg_pool_adj)(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g);
+    /* fused normalization. Batch norm over x (N, C, L), per channel: bn_stats
+       gives mean, invstd = 1/sqrt(var + eps) and the biased var; bn_apply
+       y = (x - mean) invstd w + b (w, b NULL: 1, 0); bn_backward gives dx =
+       w invstd (g - mean(g) - xhat mean(g xhat)) in training (w invstd g in
+       eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL). Layer norm
+       over the rows of x (rows, cols) likewise, with w, b of size cols. */
+    void (*bn_stats)(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
+                     int64_t C, int64_t L, float eps);
+    void (*bn_apply)(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
+                     const float *w, const float *b, int64_t N, int64_t C, int64_t L);
+    void (*bn_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                        const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                        int64_t L, bool train);
+    void (*ln_forward)(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
+                       const float *w, const float *b, int64_t rows, int64_t cols, float eps);
+    void (*ln_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                        const float *mean, const float *invstd, const float *w, int64_t rows,
+                        int64_t cols);
     /* optimizers */
     void (*sgd)(dl__dev *d, float *p, const float *g, float *buf, int64_t n, const dl__sgd_args *a);
     void (*adam)(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
@@ -4224,6 +4242,251 @@ static void dl__cpu_scale(dl__dev *d, float *x, int64_t n, float s)
 }
 
 
+/* ---- fused normalization. Batch norm sees x as (N, C, L); layer norm as
+   (rows, cols). Sums in double, each by one thread in a fixed order, so
+   the results do not depend on the thread count. */
+
+typedef struct dl__bn_args {
+    float *y, *mean, *invstd, *var, *dx, *dw, *db;
+    const float *x, *g, *w, *b, *cmean, *cinvstd;
+    int64_t N, C, L;
+    float eps;
+    bool train;
+    double *sums;                     /* backward: per channel sum(g), sum(g xhat) */
+} dl__bn_args;
+
+static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t c, n, l, M = u->N * u->L;
+    for (c = lo; c < hi; c++) {
+        double s = 0, q = 0, m;
+        for (n = 0; n < u->N; n++) {
+            const float *x = u->x + (n * u->C + c) * u->L;
+            for (l = 0; l < u->L; l++) s += x[l];
+        }
+        m = s / (double)M;
+        for (n = 0; n < u->N; n++) {
+            const float *x = u->x + (n * u->C + c) * u->L;
+            for (l = 0; l < u->L; l++) { double t = x[l] - m; q += t * t; }
+        }
+        u->mean[c] = (float)m;
+        u->var[c] = (float)(q / (double)M);
+        u->invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)u->eps));
+    }
+}
+
+/* mean, invstd = 1/sqrt(var + eps), biased var of x (N, C, L) per channel */
+static void dl__cpu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x,
+                             int64_t N, int64_t C, int64_t L, float eps)
+{
+    dl__bn_args u;
+    memset(&u, 0, sizeof u);
+    u.mean = (float *)DL__RAW(d, mean);
+    u.invstd = (float *)DL__RAW(d, invstd);
+    u.var = (float *)DL__RAW(d, var);
+    u.x = (const float *)DL__RAW(d, x);
+    u.N = N; u.C = C; u.L = L; u.eps = eps;
+    dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_stats_task, &u);
+}
+
+static void dl__bn_apply_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t p, l;
+    for (p = lo; p < hi; p++) {
+        int64_t c = p % u->C;
+        float sc = u->cinvstd[c] * (u->w ? u->w[c] : 1.0f);
+        float sh = (u->b ? u->b[c] : 0.0f) - u->cmean[c] * sc;
+        const float *x = u->x + p * u->L;
+        float *y = u->y + p * u->L;
+        for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
+    }
+}
+
+/* y = (x - mean) invstd w + b per channel (w, b NULL: 1, 0) */
+static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean,
+                             const float *invstd, const float *w, const float *b, int64_t N,
+                             int64_t C, int64_t L)
+{
+    dl__bn_args u;
+    memset(&u, 0, sizeof u);
+    u.y = (float *)DL__RAW(d, y);
+    u.x = (const float *)DL__RAW(d, x);
+    u.cmean = (const float *)DL__RAW(d, mean);
+    u.cinvstd = (const float *)DL__RAW(d, invstd);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.b = b ? (const float *)DL__RAW(d, b) : NULL;
+    u.N = N; u.C = C; u.L = L;
+    dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_apply_task, &u);
+}
+
+static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t c, n, l;
+    for (c = lo; c < hi; c++) {
+        double sg = 0, sgx = 0, m = u->cmean[c], is = u->cinvstd[c];
+        for (n = 0; n < u->N; n++) {
+            const float *x = u->x + (n * u->C + c) * u->L, *g = u->g + (n * u->C + c) * u->L;
+            for (l = 0; l < u->L; l++) { sg += g[l]; sgx += g[l] * (x[l] - m); }
+        }
+        u->sums[2 * c] = sg;
+        u->sums[2 * c + 1] = sgx * is;               /* sum(g xhat) */
+        if (u->db) u->db[c] = (float)sg;
+        if (u->dw) u->dw[c] = (float)(sgx * is);
+    }
+}
+
+static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t p, l;
+    double M = (double)(u->N * u->L);
+    for (p = lo; p < hi; p++) {
+        int64_t c = p % u->C;
+        float is = u->cinvstd[c], wc = u->w ? u->w[c] : 1.0f, m = u->cmean[c];
+        float k = is * wc;                            /* dx = k (g - a - xhat b) */
+        float a = u->train ? (float)(u->sums[2 * c] / M) : 0.0f;
+        float bb = u->train ? (float)(u->sums[2 * c + 1] / M) : 0.0f;
+        const float *x = u->x + p * u->L, *g = u->g + p * u->L;
+        float *dx = u->dx + p * u->L;
+        for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
+    }
+}
+
+/* dx = w invstd (g - mean(g) - xhat mean(g xhat)) (train) or w invstd g
+   (eval); dw = sum(g xhat); db = sum(g); any output may be NULL */
+static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
+                                const float *x, const float *mean, const float *invstd,
+                                const float *w, int64_t N, int64_t C, int64_t L, bool train)
+{
+    dl__bn_args u;
+    double stack[64], *sums = stack;
+    memset(&u, 0, sizeof u);
+    if (C > 32) sums = (double *)DL_MALLOC(sizeof(double) * (size_t)(2 * C));
+    if (!sums) { dl__dev_fail(d, "bn_backward: out of host memory for %lld sums", (long long)C); return; }
+    u.dx = dx ? (float *)DL__RAW(d, dx) : NULL;
+    u.dw = dw ? (float *)DL__RAW(d, dw) : NULL;
+    u.db = db ? (float *)DL__RAW(d, db) : NULL;
+    u.g = (const float *)DL__RAW(d, g);
+    u.x = (const float *)DL__RAW(d, x);
+    u.cmean = (const float *)DL__RAW(d, mean);
+    u.cinvstd = (const float *)DL__RAW(d, invstd);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.N = N; u.C = C; u.L = L; u.train = train; u.sums = sums;
+    if (dw || db || (dx && train))
+        dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_sums_task, &u);
+    if (dx) dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_dx_task, &u);
+    if (sums != stack) DL_FREE(sums);
+}
+
+typedef struct dl__ln_args {
+    float *y, *mean, *invstd, *dx, *dw, *db;
+    const float *x, *g, *w, *b, *cmean, *cinvstd;
+    int64_t rows, cols;
+    float eps;
+} dl__ln_args;
+
+static void dl__ln_fwd_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__ln_args *u = (const dl__ln_args *)arg;
+    int64_t r, j, n = u->cols;
+    for (r = lo; r < hi; r++) {
+        const float *x = u->x + r * n;
+        float *y = u->y + r * n, is, m;
+        double s = 0, q = 0, md;
+        for (j = 0; j < n; j++) s += x[j];
+        md = n ? s / (double)n : 0.0;
+        for (j = 0; j < n; j++) { double t = x[j] - md; q += t * t; }
+        m = (float)md;
+        is = (float)(1.0 / sqrt((n ? q / (double)n : 0.0) + (double)u->eps));
+        u->mean[r] = m;
+        u->invstd[r] = is;
+        for (j = 0; j < n; j++) {
+            float v = (x[j] - m) * is;
+            if (u->w) v = v * u->w[j];
+            if (u->b) v = v + u->b[j];
+            y[j] = v;
+        }
+    }
+}
+
+/* per row of x (rows, cols): mean, invstd; y = xhat w + b (w, b: (cols) or NULL) */
+static void dl__cpu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
+                               const float *w, const float *b, int64_t rows, int64_t cols, float eps)
+{
+    dl__ln_args u;
+    memset(&u, 0, sizeof u);
+    u.y = (float *)DL__RAW(d, y);
+    u.mean = (float *)DL__RAW(d, mean);
+    u.invstd = (float *)DL__RAW(d, invstd);
+    u.x = (const float *)DL__RAW(d, x);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.b = b ? (const float *)DL__RAW(d, b) : NULL;
+    u.rows = rows; u.cols = cols; u.eps = eps;
+    dl__parallel_for(d->ctx->pool, rows, (1 << 15) / (cols + 1) + 1, dl__ln_fwd_task, &u);
+}
+
+static void dl__ln_dx_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__ln_args *u = (const dl__ln_args *)arg;
+    int64_t r, j, n = u->cols;
+    for (r = lo; r < hi; r++) {
+        const float *x = u->x + r * n, *g = u->g + r * n;
+        float *dx = u->dx + r * n, m = u->cmean[r], is = u->cinvstd[r], a, bb;
+        double sa = 0, sb = 0;
+        for (j = 0; j < n; j++) {
+            double gw = (double)g[j] * (u->w ? u->w[j] : 1.0f);
+            sa += gw;
+            sb += gw * (double)((x[j] - m) * is);
+        }
+        a = (float)(sa / (double)n);
+        bb = (float)(sb / (double)n);
+        for (j = 0; j < n; j++) {
+            float gw = g[j] * (u->w ? u->w[j] : 1.0f);
+            dx[j] = is * (gw - a - (x[j] - m) * is * bb);
+        }
+    }
+}
+
+static void dl__ln_dwb_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__ln_args *u = (const dl__ln_args *)arg;
+    int64_t r, j;
+    for (j = lo; j < hi; j++) {
+        double sw = 0, sb = 0;
+        for (r = 0; r < u->rows; r++) {
+            float g = u->g[r * u->cols + j];
+            sw += (double)g * (double)((u->x[r * u->cols + j] - u->cmean[r]) * u->cinvstd[r]);
+            sb += g;
+        }
+        if (u->dw) u->dw[j] = (float)sw;
+        if (u->db) u->db[j] = (float)sb;
+    }
+}
+
+/* dx = invstd (gw - mean(gw) - xhat mean(gw xhat)), gw = g w; dw = sum over
+   rows of g xhat; db = sum over rows of g; any output may be NULL */
+static void dl__cpu_ln_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
+                                const float *x, const float *mean, const float *invstd,
+                                const float *w, int64_t rows, int64_t cols)
+{
+    dl__ln_args u;
+    memset(&u, 0, sizeof u);
+    u.dx = dx ? (float *)DL__RAW(d, dx) : NULL;
+    u.dw = dw ? (float *)DL__RAW(d, dw) : NULL;
+    u.db = db ? (float *)DL__RAW(d, db) : NULL;
+    u.g = (const float *)DL__RAW(d, g);
+    u.x = (const float *)DL__RAW(d, x);
+    u.cmean = (const float *)DL__RAW(d, mean);
+    u.cinvstd = (const float *)DL__RAW(d, invstd);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.rows = rows; u.cols = cols;
+    if (dx) dl__parallel_for(d->ctx->pool, rows, (1 << 15) / (cols + 1) + 1, dl__ln_dx_task, &u);
+    if (dw || db) dl__parallel_for(d->ctx->pool, cols, (1 << 15) / (rows + 1) + 1, dl__ln_dwb_task, &u);
+}
+
 static const dl__backend dl__cpu_backend = {
     "cpu",
     dl__cpu_alloc, dl__cpu_free, dl__cpu_upload, dl__cpu_download, dl__cpu_copy, dl__cpu_peer,
@@ -4234,6 +4497,7 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_class_mask, dl__cpu_dropout_mask, dl__cpu_bce_logits,
     dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
     dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
+    dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
     dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale
 };
 
@@ -6322,19 +6586,6 @@ static bool dl__nn_param(const char *op, const char *arg, const dl_tensor *t, co
     return true;
 }
 
-/* (x - mean) / sqrt(var + eps) over dims (biased variance); mean and var
-   (keepdim) are returned through the pointers when asked. */
-static dl_tensor *dl__nn_normalize(dl_tensor *x, dl_shape dims, float eps, dl_tensor **pmean,
-                                   dl_tensor **pvar)
-{
-    dl_tensor *mean = dl_mean(x, dims, true);
-    dl_tensor *d = dl_sub(x, mean);
-    dl_tensor *var = dl_mean(dl_mul(d, d), dims, true);
-    if (pmean) *pmean = mean;
-    if (pvar) *pvar = var;
-    return dl_div(d, dl_sqrt(dl_add_scalar(var, eps)));
-}
-
 /* t (C) viewed as (1,C,1,...) to broadcast against an nd-dim x */
 static dl_tensor *dl__nn_chan(dl_tensor *t, int nd)
 {
@@ -6348,16 +6599,147 @@ static dl_tensor *dl__nn_chan(dl_tensor *t, int nd)
 
 /* ---------------------------------------------------------- normalization */
 
+/* Batch and layer norm are single ops with fused kernels (the statistics in
+   one pass, the normalization in another; the backward in two). Under
+   create_graph their backward rule is written with dl.h ops instead, from x
+   itself (the statistics recomputed), so gradients of any order stay
+   available. Node: in = (x, w, b), saved = (mean, invstd); i[0]: training
+   (batch norm) or normalized dims (layer norm); f[0]: eps. */
+
+/* keepdim-shaped mean and invstd of x over dims, as differentiable ops */
+static void dl__norm_stats_graph(dl_tensor *x, dl_shape dims, float eps, dl_tensor **mean,
+                                 dl_tensor **invstd)
+{
+    dl_tensor *d;
+    *mean = dl_mean(x, dims, true);
+    d = dl_sub(x, *mean);
+    *invstd = dl_pow(dl_add_scalar(dl_mean(dl_mul(d, d), dims, true), eps), -0.5f);
+}
+
+/* x (N,C,...): batch norm's dims 0, 2, 3, ... */
+static dl_shape dl__bn_dims(const dl_tensor *x)
+{
+    dl_shape dims = dl_shape_make(x->ndim - 1, NULL);
+    int i;
+    dims.d[0] = 0;
+    for (i = 2; i < x->ndim; i++) dims.d[i - 1] = i;
+    return dims;
+}
+
+/* dx = invstd (gw - mean(gw) - xhat mean(gw xhat)) (training; eval: gw invstd),
+   gw = g w; dw = sum(g xhat), db = sum(g); with dl.h ops (create_graph) */
+static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1], *mean, *invstd, *xhat, *gw;
+    dl_shape dims = dl__bn_dims(x);
+    bool train = n->i[0] != 0;
+    if (train) dl__norm_stats_graph(x, dims, n->f[0], &mean, &invstd);
+    else {
+        mean = dl__nn_chan(n->saved[0], x->ndim);
+        invstd = dl__nn_chan(n->saved[1], x->ndim);
+    }
+    xhat = dl_mul(dl_sub(x, mean), invstd);
+    gw = w ? dl_mul(g, dl__nn_chan(w, x->ndim)) : g;
+    if (dl__need(n, 0)) {
+        if (train)
+            gin[0] = dl_mul(invstd, dl_sub(dl_sub(gw, dl_mean(gw, dims, true)),
+                                           dl_mul(xhat, dl_mean(dl_mul(gw, xhat), dims, true))));
+        else gin[0] = dl_mul(gw, invstd);
+    }
+    if (dl__need(n, 1)) gin[1] = dl_sum(dl_mul(g, xhat), dims, false);
+    if (dl__need(n, 2)) gin[2] = dl_sum(g, dims, false);
+    return DL_OK;
+}
+
+static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1];
+    int64_t N = x->shape[0], C = x->shape[1], L = (N * C) != 0 ? x->numel / (N * C) : 0;
+    dl_tensor *dx = NULL, *dw = NULL, *db = NULL;
+    if (dl__grad_on(x->ctx_)) return dl__bn_bwd_graph(n, g, gin);
+    if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
+    if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
+    if (dl__need(n, 2) && !(db = dl__like("dl_batch_norm", n->in[2]))) return DL_ERR_OOM;
+    DL__BE(x)->bn_backward(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
+                           db ? (float *)db->data : NULL, (const float *)g->data,
+                           (const float *)x->data, (const float *)n->saved[0]->data,
+                           (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
+                           N, C, L, n->i[0] != 0);
+    gin[0] = dx ? dl__done(dx, "dl_batch_norm") : NULL;
+    gin[1] = dw;
+    gin[2] = db;
+    return dl__dev_check(x->dev_, "dl_batch_norm");
+}
+static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd};
+
+/* layer norm over the last k dims */
+static dl_result dl__ln_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1], *mean, *invstd, *xhat, *gw;
+    int k = (int)n->i[0], i;
+    dl_shape dims = dl_shape_make(k, NULL), wshape;
+    for (i = 0; i < k; i++) dims.d[i] = x->ndim - k + i;
+    wshape = dl_shape_make(k, x->shape + x->ndim - k);
+    dl__norm_stats_graph(x, dims, n->f[0], &mean, &invstd);
+    xhat = dl_mul(dl_sub(x, mean), invstd);
+    gw = w ? dl_mul(g, w) : g;
+    if (dl__need(n, 0))
+        gin[0] = dl_mul(invstd, dl_sub(dl_sub(gw, dl_mean(gw, dims, true)),
+                                       dl_mul(xhat, dl_mean(dl_mul(gw, xhat), dims, true))));
+    if (dl__need(n, 1)) gin[1] = dl_sum_to(dl_mul(g, xhat), wshape);
+    if (dl__need(n, 2)) gin[2] = dl_sum_to(g, wshape);
+    return DL_OK;
+}
+
+static dl_result dl__ln_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1], *dx = NULL, *dw = NULL, *db = NULL;
+    int64_t cols = dl__prod(x->shape + x->ndim - n->i[0], (int)n->i[0]);
+    int64_t rows = cols ? x->numel / cols : 0;
+    if (dl__grad_on(x->ctx_)) return dl__ln_bwd_graph(n, g, gin);
+    if (dl__need(n, 0) && !(dx = dl__like("dl_layer_norm", x))) return DL_ERR_OOM;
+    if (dl__need(n, 1) && !(dw = dl__like("dl_layer_norm", w))) return DL_ERR_OOM;
+    if (dl__need(n, 2) && !(db = dl__like("dl_layer_norm", n->in[2]))) return DL_ERR_OOM;
+    DL__BE(x)->ln_backward(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
+                           db ? (float *)db->data : NULL, (const float *)g->data,
+                           (const float *)x->data, (const float *)n->saved[0]->data,
+                           (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
+                           rows, cols);
+    gin[0] = dx;
+    gin[1] = dw;
+    gin[2] = db;
+    return dl__dev_check(x->dev_, "dl_layer_norm");
+}
+static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd};
+
+/* records the normalization node */
+static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *y, dl_tensor *x,
+                                  dl_tensor *w, dl_tensor *b, dl_tensor *mean, dl_tensor *invstd,
+                                  int64_t attr, float eps)
+{
+    dl_tensor *in[3];
+    dl__node *n;
+    in[0] = x; in[1] = w; in[2] = b;
+    if (dl__record(y, dop, 3, in, &n) < 0) return NULL;
+    if (n) {
+        n->saved[0] = mean;
+        n->saved[1] = invstd;
+        n->nsaved = 2;
+        n->i[0] = attr;
+        n->f[0] = eps;
+    }
+    return dl__done(y, op);
+}
+
 dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
                          dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
                          float eps)
 {
     static const char *op = "dl_batch_norm";
     dl_ctx *ctx;
-    dl_shape cs, dims;
-    dl_tensor *y, *mean = NULL, *var = NULL;
+    dl_shape cs;
+    dl_tensor *y, *mean = NULL, *invstd = NULL, *var = NULL;
     int64_t C, cnt;
-    int i;
     if (!x) return NULL;
     if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
     ctx = x->ctx_;
@@ -6399,15 +6781,37 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
                     "has %lld (use eval mode, or a larger batch)", op, dl__sh(x), (long long)cnt);
             return NULL;
         }
-        dims = dl_shape_make(x->ndim - 1, NULL);
-        for (i = 2; i < x->ndim; i++) dims.d[i - 1] = i;
-        y = dl__nn_normalize(x, dims, eps, &mean, &var);
-    } else {
+    }
+    if (!training && (running_mean->requires_grad || running_var->requires_grad)) {
+        /* gradients into the running statistics themselves: the composite form */
         y = dl_div(dl_sub(x, dl__nn_chan(running_mean, x->ndim)),
                    dl_sqrt(dl_add_scalar(dl__nn_chan(running_var, x->ndim), eps)));
+        if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
+        if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
+        return y;
     }
-    if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
-    if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
+    {
+        int64_t N = x->shape[0], L = (N * C) != 0 ? x->numel / (N * C) : 0;
+        dl__dev *d = x->dev_;
+        mean = dl__new(d, op, 1, &C);
+        invstd = dl__new(d, op, 1, &C);
+        y = dl__like(op, x);
+        if (!mean || !invstd || !y) return NULL;
+        if (training) {
+            var = dl__new(d, op, 1, &C);
+            if (!var) return NULL;
+            d->be->bn_stats(d, (float *)mean->data, (float *)invstd->data, (float *)var->data,
+                            (const float *)x->data, N, C, L, eps);
+        } else {   /* the running statistics, copied: a later training step changes them */
+            d->be->copy(d, mean->data, running_mean->data, sizeof(float) * (size_t)C);
+            d->be->unary(d, DL__U_AFFINE, (float *)invstd->data, (const float *)running_var->data, C, 1.0f, eps);
+            d->be->unary(d, DL__U_POW, (float *)invstd->data, (const float *)invstd->data, C, -0.5f, 0.0f);
+        }
+        d->be->bn_apply(d, (float *)y->data, (const float *)x->data, (const float *)mean->data,
+                        (const float *)invstd->data, weight ? (const float *)weight->data : NULL,
+                        bias ? (const float *)bias->data : NULL, N, C, L);
+        y = dl__norm_record(op, &dl__op_bn, y, x, weight, bias, mean, invstd, training, eps);
+    }
     if (!y) return NULL;
     if (training && running_mean && C) {
         /* r = (1-m) r + m stat, in place, no history; var unbiased: * n/(n-1) */
@@ -6427,7 +6831,6 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
 {
     static const char *op = "dl_layer_norm";
     dl_ctx *ctx;
-    dl_shape dims;
     dl_tensor *y;
     int i, k = normalized_shape.ndim;
     if (!x) return NULL;
@@ -6450,12 +6853,17 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
         dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be >= 0", op, (double)eps);
         return NULL;
     }
-    dims = dl_shape_make(k, NULL);
-    for (i = 0; i < k; i++) dims.d[i] = x->ndim - k + i;
-    y = dl__nn_normalize(x, dims, eps, NULL, NULL);
-    if (weight) y = dl_mul(y, weight);
-    if (bias) y = dl_add(y, bias);
-    return y;
+    {
+        int64_t cols = dl__prod(x->shape + x->ndim - k, k), rows = cols ? x->numel / cols : 0;
+        dl__dev *d = x->dev_;
+        dl_tensor *mean = dl__new(d, op, 1, &rows), *invstd = dl__new(d, op, 1, &rows);
+        y = dl__like(op, x);
+        if (!mean || !invstd || !y) return NULL;
+        d->be->ln_forward(d, (float *)y->data, (float *)mean->data, (float *)invstd->data,
+                          (const float *)x->data, weight ? (const float *)weight->data : NULL,
+                          bias ? (const float *)bias->data : NULL, rows, cols, eps);
+        return dl__norm_record(op, &dl__op_ln, y, x, weight, bias, mean, invstd, k, eps);
+    }
 }
 
 dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
