@@ -4009,11 +4009,64 @@ typedef struct dl__pool_args {
     float *y; int64_t *idx; const float *x; const dl__pgeom *g;
 } dl__pool_args;
 
+/* The common 2-d window without dilation, a plane at a time: the window
+   rows and columns are clipped once per output row and column, and the
+   2x2 stride-2 window (LeNet's, ResNet's) is unrolled. Same tie and NaN
+   rule as the general loop: the first maximum, a NaN wins. */
+#define DL__MAXSTEP(at) do { float v_ = x[at]; if (v_ > m || v_ != v_) { m = v_; best = (at); } } while (0)
+static void dl__maxpool2d_plane(const float *DL__RESTRICT x, float *DL__RESTRICT y,
+                                int64_t *DL__RESTRICT idx, const dl__pgeom *g)
+{
+    int64_t H = g->ia[1], W = g->ia[2], OH = g->ob[1], OW = g->ob[2], o1, o2;
+    if (g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 && g->p[1] == 0 && g->p[2] == 0 &&
+        2 * OH <= H && 2 * OW <= W) {
+        for (o1 = 0; o1 < OH; o1++) {
+            int64_t r = 2 * o1 * W;
+            float *yr = y + o1 * OW;
+            int64_t *ir = idx ? idx + o1 * OW : NULL;
+            for (o2 = 0; o2 < OW; o2++) {
+                int64_t at = r + 2 * o2, best = at;
+                float m = x[at];
+                DL__MAXSTEP(at + 1);
+                DL__MAXSTEP(at + W);
+                DL__MAXSTEP(at + W + 1);
+                yr[o2] = m;
+                if (ir) ir[o2] = best;
+            }
+        }
+        return;
+    }
+    for (o1 = 0; o1 < OH; o1++) {
+        int64_t r0 = o1 * g->s[1] - g->p[1], r1 = r0 + g->k[1];
+        if (r0 < 0) r0 = 0;
+        if (r1 > H) r1 = H;
+        for (o2 = 0; o2 < OW; o2++) {
+            int64_t c0 = o2 * g->s[2] - g->p[2], c1 = c0 + g->k[2], r, c, best = -1;
+            float m = -INFINITY;
+            if (c0 < 0) c0 = 0;
+            if (c1 > W) c1 = W;
+            for (r = r0; r < r1; r++)
+                for (c = c0; c < c1; c++) {
+                    float v = x[r * W + c];
+                    if (best < 0 || v > m || v != v) { m = v; best = r * W + c; }
+                }
+            y[o1 * OW + o2] = m;
+            if (idx) idx[o1 * OW + o2] = best;
+        }
+    }
+}
+#undef DL__MAXSTEP
+
 static void dl__maxpool_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__pool_args *u = (const dl__pool_args *)arg;
     const dl__pgeom *g = u->g;
     int64_t q, o0, o1, o2;
+    if (g->ia[0] == 1 && g->d[1] == 1 && g->d[2] == 1) {
+        for (q = lo; q < hi; q++)
+            dl__maxpool2d_plane(u->x + q * g->La, u->y + q * g->Lb, u->idx ? u->idx + q * g->Lb : NULL, g);
+        return;
+    }
     for (q = lo; q < hi; q++) {
         const float *x = u->x + q * g->La;
         float *y = u->y + q * g->Lb;
