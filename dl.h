@@ -182,6 +182,10 @@ struct dl_tensor {
     dl__node *node_;          /* the tape node that made it; NULL for leaves */
     dl__dev *dev_;            /* its device (memory and backend) */
     uint64_t step_;           /* step it was made in; 0 = persistent */
+    bool sdata_;              /* a step tensor that owns its arena block (not a view) */
+    bool viewed_;             /* another tensor shares its data */
+    bool bwd_tmp_;            /* made inside a backward without create_graph */
+    int32_t gref_;            /* backward: how many gradient slots hold it */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
 };
 
@@ -1605,11 +1609,15 @@ typedef struct dl__chunk {
     unsigned char *mem;       /* 64-byte aligned start inside this allocation */
 } dl__chunk;
 
+#define DL__ARENA_FREE 64
 typedef struct dl__arena {
     dl__chunk *head, *cur;
     size_t used, reserved;    /* bytes handed out this step; bytes held */
     size_t min_chunk;
     dl__dev *dev;             /* chunks from this device's backend (NULL: host memory) */
+    int nfree;                /* blocks given back within the step (backward's gradients) */
+    void *free_p[DL__ARENA_FREE];
+    size_t free_n[DL__ARENA_FREE];
 } dl__arena;
 
 typedef struct dl__mark { dl__chunk *cur; size_t cur_used, used; } dl__mark;
@@ -1708,7 +1716,8 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
     X(MIN, (p < q || p != p) ? p : q) \
     X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
-    X(EQ, p == q ? 1.0f : 0.0f)
+    X(EQ, p == q ? 1.0f : 0.0f) \
+    X(RELU_GRAD, q > 0 ? p : 0.0f)
 
 #define DL__OPENUM(nm, ex) DL__U_##nm,
 enum { DL__UNARY_OPS(DL__OPENUM) DL__U_COUNT };
@@ -1950,6 +1959,18 @@ static void *dl__arena_alloc(dl_ctx *ctx, dl__arena *a, size_t bytes, bool count
     size_t size;
     if (bytes > ((size_t)-1) / 2) return NULL;
     need = (bytes + 63) & ~(size_t)63;
+    if (a->nfree) {   /* a block of exactly this size given back earlier in the step */
+        int i;
+        for (i = a->nfree - 1; i >= 0; i--)
+            if (a->free_n[i] == need) {
+                void *p = a->free_p[i];
+                a->nfree--;
+                a->free_p[i] = a->free_p[a->nfree];
+                a->free_n[i] = a->free_n[a->nfree];
+                a->used += need;
+                return p;
+            }
+    }
     while (a->cur) {
         if (a->cur->size - a->cur->used >= need) {
             void *p = a->cur->mem + a->cur->used;
@@ -1993,6 +2014,19 @@ static void dl__arena_reset(dl__arena *a)
     for (c = a->head; c; c = c->next) c->used = 0;
     a->cur = a->head;
     a->used = 0;
+    a->nfree = 0;
+}
+
+/* Gives a block of this step back for reuse within the step (dropped when
+   the list is full: it comes back at dl_step_end anyway). */
+static void dl__arena_give(dl__arena *a, void *p, size_t bytes)
+{
+    size_t need = (bytes + 63) & ~(size_t)63;
+    if (a->nfree == DL__ARENA_FREE) return;
+    a->free_p[a->nfree] = p;
+    a->free_n[a->nfree] = need;
+    a->nfree++;
+    a->used -= need < a->used ? need : a->used;
 }
 
 static void dl__arena_free(dl__arena *a)
@@ -2021,6 +2055,7 @@ static dl__mark dl__arena_mark(const dl__arena *a)
 static void dl__arena_rewind(dl__arena *a, dl__mark m)
 {
     dl__chunk *c;
+    a->nfree = 0;
     if (!m.cur) { dl__arena_reset(a); return; }
     for (c = m.cur->next; c; c = c->next) c->used = 0;
     m.cur->used = m.cur_used;
@@ -3266,7 +3301,9 @@ static dl_tensor *dl__make(dl__dev *d, const char *op, dl_dtype dtype, int ndim,
         if (!share) {
             t->data = dl__arena_alloc(ctx, &d->data, bytes, true);
             if (!t->data) goto oom;
+            t->sdata_ = true;
         }
+        t->bwd_tmp_ = ctx->backward_nograd;
         t->step_ = ctx->step;
         t->ctx_ = ctx;
     }
@@ -4731,7 +4768,13 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 /* y = clamp(x, lo, hi);  dx = g where lo <= x <= hi, else 0 */
 static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INRANGE, n->f[0], n->f[1])); return DL_OK; }
 /* y = max(x, 0);  dx = g * (x > 0) */
-static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_GT, 0, 0)); return DL_OK; }
+static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
+static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_GT, 0, 0));   /* differentiable */
+    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x > 0 ? g : 0 */
+    return DL_OK;
+}
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
 static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_LEAKY_MASK, n->f[0], 0)); return DL_OK; }
 /* y = 1/(1+exp(-x));  dx = g * y * (1 - y) */
@@ -4934,6 +4977,7 @@ static dl_tensor *dl__view(const char *name, const dl__op *op, dl_tensor *t, int
     dl__node *n;
     y = dl__make(t->dev_, name, t->dtype, ndim, shape, false, t->data);
     if (!y) return NULL;
+    t->viewed_ = true;
     if (op && dl__record(y, op, 1, &t, &n) < 0) return NULL;
     return y;
 }
@@ -6222,6 +6266,18 @@ void dl_sgd_update(dl_tensor *p, float lr)
     dl_zero_grad(p);
 }
 
+/* Gradients made inside a backward (without create_graph) are given back
+   to their device's step arena as soon as no gradient slot holds them, so a
+   step's peak memory holds the live gradients, not all of them. gref_ counts
+   the slots (a node's gacc, a dl_grad result); a tensor that another shares
+   (a view) or that is no temporary of the backward is never given back. */
+static void dl__grad_release(dl_tensor *t)
+{
+    if (!t || !t->bwd_tmp_ || !t->sdata_ || t->viewed_ || --t->gref_ > 0) return;
+    t->sdata_ = false;     /* the block may now hold another tensor */
+    dl__arena_give(&t->dev_->data, t->data, (size_t)t->numel * dl__esize(t->dtype));
+}
+
 /* Accumulate g into leaf x's gradient. Persistent leaves keep a persistent
    ->grad updated in place; step leaves a step one (with history under
    create_graph, so it can be differentiated again). */
@@ -6291,12 +6347,14 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     ctx->backward_nograd = !create;
     top = out->node_->id;
     out->node_->gacc = seed;
+    seed->gref_ = 1;
+    if (desc && desc->grad) seed->gref_ += 1 << 20;   /* the caller's tensor */
     for (i = top; i >= 0; i--) {
         dl__node *n = ctx->tape[i];
         dl_tensor *gin[64], **gp = gin, *g = n->gacc;
         if (!g) continue;
         n->gacc = NULL;
-        for (j = 0; j < nt; j++) if (targets[j] == n->out) results[j] = g;
+        for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
         if (n->released) { ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
         if (n->nin > 64) {
             gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
@@ -6325,8 +6383,15 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
             }
             if (ctx->anomaly && !dl__done(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
             if (x->node_) {
-                if (x->node_->gacc) x->node_->gacc = dl_add(x->node_->gacc, gj);
-                else x->node_->gacc = gj;
+                if (x->node_->gacc) {
+                    dl_tensor *old = x->node_->gacc;
+                    x->node_->gacc = dl_add(old, gj);
+                    if (x->node_->gacc) x->node_->gacc->gref_++;
+                    if (!n->fn) { dl__grad_release(old); gj->gref_++; dl__grad_release(gj); }
+                } else {
+                    x->node_->gacc = gj;
+                    gj->gref_++;
+                }
                 if (!x->node_->gacc) { rc = ctx->err; break; }
             } else if (nt) {
                 int k;
@@ -6334,13 +6399,19 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                     if (targets[k] == x) {
                         results[k] = results[k] ? dl_add(results[k], gj) : gj;
                         if (!results[k]) rc = ctx->err;
+                        else results[k]->gref_ += 1 << 20;   /* the caller's now */
+                        gj->gref_ += 1 << 20;
                     }
             } else if (!dl__acc_leaf(x, gj, create)) {
                 rc = ctx->err;
+            } else if (!n->fn) {
+                gj->gref_++;
+                dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
             }
         }
         ctx->in_backward_of = NULL;
         if (rc != DL_OK) break;
+        if (!n->fn) dl__grad_release(g);   /* this node's gradient: every use is done */
     }
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
