@@ -952,6 +952,10 @@ struct dl__pool {
     int64_t chunk;
     int64_t nchunks;
 #endif
+    /* SGEMM pack buffers kept between calls (dl__gemm_buf_get/put) */
+    void *gemm_raw;
+    size_t gemm_cap;
+    int gemm_busy;
 };
 
 /* Deterministic split of [0,n) into contiguous chunks of size *chunk.
@@ -1026,6 +1030,7 @@ static DL__UNUSED void dl__pool_destroy(dl__pool *p)
     pthread_cond_destroy(&p->cv_done);
     pthread_cond_destroy(&p->cv_work);
     pthread_mutex_destroy(&p->mu);
+    DL_FREE(p->gemm_raw);
     DL_FREE(p->workers);
     DL_FREE(p->threads);
     DL_FREE(p);
@@ -1131,13 +1136,16 @@ static DL__UNUSED dl__pool *dl__pool_create(int nthreads)
     dl__pool *p = (dl__pool *)DL_MALLOC(sizeof(dl__pool));
     (void)nthreads;
     if (!p) return NULL;
+    memset(p, 0, sizeof(*p));
     p->nthreads = 1;
     return p;
 }
 
 static DL__UNUSED void dl__pool_destroy(dl__pool *p)
 {
-    if (p) DL_FREE(p);
+    if (!p) return;
+    DL_FREE(p->gemm_raw);
+    DL_FREE(p);
 }
 
 static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, dl__task_fn fn, void *arg)
@@ -1152,18 +1160,59 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 
 /* ===========================================================================
  * SGEMM
- * ========================================================================= */
+ * =========================================================================
+   C = alpha op(A) op(B) + beta C, row-major, BLIS-style. op(A) is packed into
+   MR-row slivers (a[p*MR + r]); op(B) into NR-column slivers (b[p*NR + c]),
+   or, when B is not transposed and op(A) has few rows, read in place. A
+   register-blocked micro-kernel computes one MR x NR tile of C per pair of
+   slivers: AVX-512 8x32, AVX2+FMA 6x16 (explicit intrinsics, chosen at
+   compile time from __AVX512F__ / __AVX2__ && __FMA__), portable C 4x24.
+   Loops: rows of op(A) in blocks of MC, K in blocks of at most KC (packed A
+   block), columns in blocks of NC (packed B block, L2-resident), then A
+   slivers outside, B slivers inside. Threads split C into column (or row)
+   ranges, never K.
 
+   Determinism: the K blocks are chosen from K alone, and every kernel
+   variant, edge tile and fallback computes each element of C the same way:
+   acc = 0; acc = fma(a, b, acc) for p in order within the block; then
+   C = alpha*acc (beta == 0, C not read), fma(alpha, acc, C) (beta == 1, and
+   every later K block), or fma(alpha, acc, beta*C). So the result does not
+   depend on the thread count, the split, or which path a tile took. The one
+   exception in summation order, the skinny "dot" path (op(B) = B^T with
+   small M and N, large K), is chosen from the shape alone. */
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define DL__GEMM_AVX512 1
+#define DL__GEMM_MR 8
+#define DL__GEMM_NR 32
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define DL__GEMM_AVX2 1
+#define DL__GEMM_MR 6
+#define DL__GEMM_NR 16
+#else
 #define DL__GEMM_MR 4
 #define DL__GEMM_NR 24
-#define DL__GEMM_KC 256
-#define DL__GEMM_MC 128   /* multiple of MR */
-#define DL__GEMM_NC 3072  /* multiple of NR */
-#define DL__GEMM_SMALL 32768.0
+#endif
+#define DL__GEMM_KC 256                                       /* most of K per block */
+#define DL__GEMM_MC ((1024 / DL__GEMM_MR) * DL__GEMM_MR)      /* rows of A per packed block */
+#define DL__GEMM_NC ((512 / DL__GEMM_NR) * DL__GEMM_NR)       /* columns of B per packed block */
+#define DL__GEMM_DIRECT_M (4 * DL__GEMM_MR)  /* op(A) rows up to which B (not transposed) is read in place */
+#define DL__GEMM_PAR_MIN 1.5e6               /* multiply-adds below which one thread runs */
+#define DL__GEMM_REF_MAX 512.0               /* multiply-adds below which the scalar path runs */
 
-/* Fused multiply-add in the micro-kernel when the target has it in hardware
-   (strict -std=c99 disables automatic contraction in gcc, halving speed). */
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__aarch64__)
+#if defined(__GNUC__)
+#define DL__GEMM_INLINE static inline __attribute__((always_inline))
+#else
+#define DL__GEMM_INLINE static inline
+#endif
+
+/* Fused multiply-add of the portable kernel and the scalar paths: fmaf where
+   the target has it in hardware (the intrinsics paths always do), else a
+   multiply and an add (strict -std=c99 keeps gcc from contracting). */
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2) || defined(__FMA__) || defined(__ARM_FEATURE_FMA) || \
+    defined(__aarch64__)
 #define DL__GEMM_FMA(a, b, c) fmaf((a), (b), (c))
 #else
 #define DL__GEMM_FMA(a, b, c) ((c) + (a) * (b))
@@ -1172,6 +1221,13 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 /* element (i,p) of op(A), element (p,j) of op(B) */
 #define DL__OPA(A, lda, ta, i, p) ((ta) ? (A)[(int64_t)(p) * (lda) + (i)] : (A)[(int64_t)(i) * (lda) + (p)])
 #define DL__OPB(B, ldb, tb, p, j) ((tb) ? (B)[(int64_t)(j) * (ldb) + (p)] : (B)[(int64_t)(p) * (ldb) + (j)])
+
+/* how a finished accumulator meets C: 0 C = alpha*acc (C not read),
+   1 C = fma(alpha, acc, C), 2 C = fma(alpha, acc, beta*C) */
+static int dl__gemm_mode(float beta)
+{
+    return beta == 0.0f ? 0 : (beta == 1.0f ? 1 : 2);
+}
 
 /* C := beta*C on an (M,N) block; beta == 0 writes zeros without reading C. */
 static void dl__gemm_scale(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
@@ -1188,43 +1244,92 @@ static void dl__gemm_scale(int64_t M, int64_t N, float beta, float *C, int64_t l
     }
 }
 
-/* Simple reference-quality path: small problems and allocation failure. */
-static void dl__sgemm_naive(bool transa, bool transb, int64_t M, int64_t N, int64_t K,
-                            float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                            float beta, float *C, int64_t ldc)
+/* Scalar path with exactly the kernels' arithmetic (same K blocks of kc, same
+   fma order, same final update): tiny problems and allocation failure. */
+static void dl__gemm_ref(bool transa, bool transb, int64_t M, int64_t N, int64_t K, int64_t kcb, float alpha,
+                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                         int64_t ldc)
 {
-    int64_t i, j, p;
+    int64_t i, j, p, pc;
     for (i = 0; i < M; i++) {
         float *c = C + i * ldc;
         for (j = 0; j < N; j++) {
-            float s = 0.0f;
-            for (p = 0; p < K; p++) s += DL__OPA(A, lda, transa, i, p) * DL__OPB(B, ldb, transb, p, j);
-            if (beta == 0.0f) c[j] = alpha * s;
-            else c[j] = alpha * s + beta * c[j];
+            for (pc = 0; pc < K; pc += kcb) {
+                int64_t pe = K - pc < kcb ? K : pc + kcb;
+                int mode = dl__gemm_mode(pc == 0 ? beta : 1.0f);
+                float acc = 0.0f;
+                for (p = pc; p < pe; p++)
+                    acc = DL__GEMM_FMA(DL__OPA(A, lda, transa, i, p), DL__OPB(B, ldb, transb, p, j), acc);
+                if (mode == 0) c[j] = alpha * acc;
+                else if (mode == 1) c[j] = DL__GEMM_FMA(alpha, acc, c[j]);
+                else c[j] = DL__GEMM_FMA(alpha, acc, beta * c[j]);
+            }
         }
     }
 }
 
-/* Pack rows [i0, i0+mc) x cols [p0, p0+kc) of op(A) into MR-row slivers:
-   sliver s holds dst[s*kc*MR + p*MR + r]; rows beyond mc are zero. */
-static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0, int64_t mc,
-                            int64_t p0, int64_t kc, float *DL__RESTRICT dst)
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+/* in-register transpose of 8 rows of 8 floats */
+DL__GEMM_INLINE void dl__gemm_tr8(__m256 *r)
 {
-    int64_t s, p, r;
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* rows [0,n) of 8 floats at src (row stride lds), zero rows after, transposed:
+   column q of the block goes to dst + q*ldd (8 floats stored each) */
+DL__GEMM_INLINE void dl__gemm_tr8_copy(const float *src, int64_t lds, int n, float *dst, int64_t ldd)
+{
+    __m256 r[8];
+    int q;
+    for (q = 0; q < 8; q++) r[q] = q < n ? _mm256_loadu_ps(src + q * lds) : _mm256_setzero_ps();
+    dl__gemm_tr8(r);
+    for (q = 0; q < 8; q++) _mm256_storeu_ps(dst + q * ldd, r[q]);
+}
+#endif
+
+/* Pack rows [i0, i0+mc) x cols [p0, p0+kc) of op(A) into MR-row slivers:
+   sliver s holds dst[s*kc*MR + p*MR + r]; rows beyond mc are zero. May write
+   up to 8 floats past the end (the buffers have the slack). */
+static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0, int64_t mc, int64_t p0,
+                            int64_t kc, float *DL__RESTRICT dst)
+{
+    int64_t s, p;
+    int r;
     for (s = 0; s < mc; s += DL__GEMM_MR) {
-        int64_t mr = mc - s < DL__GEMM_MR ? mc - s : DL__GEMM_MR;
-        if (!transa) {
-            for (r = 0; r < mr; r++) {
-                const float *src = A + (i0 + s + r) * lda + p0;
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_MR + r] = src[p];
-            }
-            for (r = mr; r < DL__GEMM_MR; r++)
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_MR + r] = 0.0f;
-        } else {
+        int mr = (int)(mc - s < DL__GEMM_MR ? mc - s : DL__GEMM_MR);
+        if (transa) {
+            const float *src = A + p0 * lda + i0 + s;
             for (p = 0; p < kc; p++) {
-                const float *src = A + (p0 + p) * lda + i0 + s;
                 float *d = dst + p * DL__GEMM_MR;
-                for (r = 0; r < mr; r++) d[r] = src[r];
+                for (r = 0; r < mr; r++) d[r] = src[p * lda + r];
+                for (r = mr; r < DL__GEMM_MR; r++) d[r] = 0.0f;
+            }
+        } else {
+            const float *src = A + (i0 + s) * lda + p0;
+            p = 0;
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+            /* 8 columns at a time; with MR < 8 each 8-float store runs over
+               into the next column's (or sliver's) place, rewritten next */
+            for (; p + 8 <= kc; p += 8) dl__gemm_tr8_copy(src + p, lda, mr, dst + p * DL__GEMM_MR, DL__GEMM_MR);
+#endif
+            for (; p < kc; p++) {
+                float *d = dst + p * DL__GEMM_MR;
+                for (r = 0; r < mr; r++) d[r] = src[r * lda + p];
                 for (r = mr; r < DL__GEMM_MR; r++) d[r] = 0.0f;
             }
         }
@@ -1234,43 +1339,226 @@ static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0
 
 /* Pack rows [p0, p0+kc) x cols [j0, j0+nc) of op(B) into NR-column slivers:
    sliver s holds dst[s*kc*NR + p*NR + c]; columns beyond nc are zero. */
-static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, int64_t p0, int64_t kc,
-                            int64_t j0, int64_t nc, float *DL__RESTRICT dst)
+static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                            int64_t nc, float *DL__RESTRICT dst)
 {
-    int64_t s, p, c;
+    int64_t s, p;
+    int c;
     for (s = 0; s < nc; s += DL__GEMM_NR) {
-        int64_t nr = nc - s < DL__GEMM_NR ? nc - s : DL__GEMM_NR;
+        int nr = (int)(nc - s < DL__GEMM_NR ? nc - s : DL__GEMM_NR);
         if (!transb) {
+            const float *src = B + p0 * ldb + j0 + s;
             for (p = 0; p < kc; p++) {
-                const float *src = B + (p0 + p) * ldb + j0 + s;
                 float *d = dst + p * DL__GEMM_NR;
                 if (nr == DL__GEMM_NR) {
-                    for (c = 0; c < DL__GEMM_NR; c++) d[c] = src[c];
+                    memcpy(d, src + p * ldb, sizeof(float) * DL__GEMM_NR);
                 } else {
-                    for (c = 0; c < nr; c++) d[c] = src[c];
+                    for (c = 0; c < nr; c++) d[c] = src[p * ldb + c];
                     for (c = nr; c < DL__GEMM_NR; c++) d[c] = 0.0f;
                 }
             }
         } else {
-            for (c = 0; c < nr; c++) {
-                const float *src = B + (j0 + s + c) * ldb + p0;
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_NR + c] = src[p];
+            const float *src = B + (j0 + s) * ldb + p0;
+            p = 0;
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+            for (; p + 8 <= kc; p += 8)
+                for (c = 0; c < DL__GEMM_NR; c += 8)
+                    dl__gemm_tr8_copy(src + c * ldb + p, ldb, nr - c < 0 ? 0 : nr - c, dst + p * DL__GEMM_NR + c,
+                                      DL__GEMM_NR);
+#endif
+            for (; p < kc; p++) {
+                float *d = dst + p * DL__GEMM_NR;
+                for (c = 0; c < nr; c++) d[c] = src[c * ldb + p];
+                for (c = nr; c < DL__GEMM_NR; c++) d[c] = 0.0f;
             }
-            for (c = nr; c < DL__GEMM_NR; c++)
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_NR + c] = 0.0f;
         }
         dst += kc * DL__GEMM_NR;
     }
 }
 
-/* Micro-kernel: acc(MR,NR) = sum_p a[p*MR+i] * b[p*NR+j], then
-   C(mr,nr) = alpha*acc + beta*C (beta == 0: C not read). */
-static void dl__gemm_micro(int64_t kc, const float *DL__RESTRICT a, const float *DL__RESTRICT b,
-                           float *C, int64_t ldc, int mr, int nr, float alpha, float beta)
+/* Micro-kernels: acc(MR,NR) = sum_p a[p*MR+i] * b[p*bs+j] (b: a packed
+   sliver, bs = NR, or B itself, bs = ldb), then the tile C(mr,nr) is updated
+   as dl__gemm_mode(beta) says. Rows and columns beyond mr, nr are neither
+   read nor written. */
+#if defined(DL__GEMM_AVX512)
+
+DL__GEMM_INLINE void dl__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va, __m512 vb, int mode)
+{
+    __m512 r;
+    if (mode == 0) {
+        r = _mm512_mul_ps(va, acc);
+    } else {
+        __m512 old = _mm512_maskz_loadu_ps(m, c);
+        r = mode == 1 ? _mm512_fmadd_ps(va, acc, old) : _mm512_fmadd_ps(va, acc, _mm512_mul_ps(vb, old));
+    }
+    _mm512_mask_storeu_ps(c, m, r);
+}
+
+#define DL__K16_ROW(r)                                                   \
+    if (R > r) {                                                         \
+        const __m512 a_ = _mm512_set1_ps(a[r]);                          \
+        c##r##0 = _mm512_fmadd_ps(a_, b0, c##r##0);                      \
+        if (V > 1) c##r##1 = _mm512_fmadd_ps(a_, b1, c##r##1);           \
+    }
+#define DL__K16_OUT(r)                                                                    \
+    if (R > r) {                                                                          \
+        if (V > 1) {                                                                      \
+            dl__gemm_out16(c + r * ldc, c##r##0, (__mmask16)0xFFFF, va, vb, mode);        \
+            dl__gemm_out16(c + r * ldc + 16, c##r##1, m, va, vb, mode);                   \
+        } else {                                                                          \
+            dl__gemm_out16(c + r * ldc, c##r##0, m, va, vb, mode);                        \
+        }                                                                                 \
+    }
+
+/* R rows (1..8) x V vectors of 16 columns (1..2); m masks the last vector */
+DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const float *DL__RESTRICT a,
+                                  const float *DL__RESTRICT b, int64_t bs, float *c, int64_t ldc, __mmask16 m,
+                                  float alpha, float beta)
+{
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const int mode = dl__gemm_mode(beta);
+    int64_t p;
+    for (p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_loadu_ps(b);
+        const __m512 b1 = V > 1 ? _mm512_loadu_ps(b + 16) : b0;
+        DL__K16_ROW(0)
+        DL__K16_ROW(1)
+        DL__K16_ROW(2)
+        DL__K16_ROW(3)
+        DL__K16_ROW(4)
+        DL__K16_ROW(5)
+        DL__K16_ROW(6)
+        DL__K16_ROW(7)
+        a += DL__GEMM_MR;
+        b += bs;
+    }
+    DL__K16_OUT(0)
+    DL__K16_OUT(1)
+    DL__K16_OUT(2)
+    DL__K16_OUT(3)
+    DL__K16_OUT(4)
+    DL__K16_OUT(5)
+    DL__K16_OUT(6)
+    DL__K16_OUT(7)
+}
+
+#define DL__K16_CASES(V)                                                        \
+    switch (mr) {                                                               \
+    case 8: dl__gemm_k16(8, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 7: dl__gemm_k16(7, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 6: dl__gemm_k16(6, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 5: dl__gemm_k16(5, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 4: dl__gemm_k16(4, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 3: dl__gemm_k16(3, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 2: dl__gemm_k16(2, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    default: dl__gemm_k16(1, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;   \
+    }
+
+static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta)
+{
+    if (nr > 16) {
+        const __mmask16 m = (__mmask16)(0xFFFFu >> (32 - nr));
+        DL__K16_CASES(2)
+    } else {
+        const __mmask16 m = (__mmask16)(0xFFFFu >> (16 - nr));
+        DL__K16_CASES(1)
+    }
+}
+
+#elif defined(DL__GEMM_AVX2)
+
+DL__GEMM_INLINE void dl__gemm_out8(float *c, __m256 acc, int full, __m256i m, __m256 va, __m256 vb, int mode)
+{
+    __m256 r;
+    if (mode == 0) {
+        r = _mm256_mul_ps(va, acc);
+    } else {
+        __m256 old = full ? _mm256_loadu_ps(c) : _mm256_maskload_ps(c, m);
+        r = mode == 1 ? _mm256_fmadd_ps(va, acc, old) : _mm256_fmadd_ps(va, acc, _mm256_mul_ps(vb, old));
+    }
+    if (full) _mm256_storeu_ps(c, r);
+    else _mm256_maskstore_ps(c, m, r);
+}
+
+#define DL__K8_ROW(r)                                                    \
+    if (R > r) {                                                         \
+        const __m256 a_ = _mm256_broadcast_ss(a + r);                    \
+        c##r##0 = _mm256_fmadd_ps(a_, b0, c##r##0);                      \
+        if (V > 1) c##r##1 = _mm256_fmadd_ps(a_, b1, c##r##1);           \
+    }
+#define DL__K8_OUT(r)                                                         \
+    if (R > r) {                                                              \
+        if (V > 1) {                                                          \
+            dl__gemm_out8(c + r * ldc, c##r##0, 1, m, va, vb, mode);          \
+            dl__gemm_out8(c + r * ldc + 8, c##r##1, full, m, va, vb, mode);   \
+        } else {                                                              \
+            dl__gemm_out8(c + r * ldc, c##r##0, full, m, va, vb, mode);       \
+        }                                                                     \
+    }
+
+/* R rows (1..6) x V vectors of 8 columns (1..2); m masks the last vector */
+DL__GEMM_INLINE void dl__gemm_k8(const int R, const int V, int64_t kc, const float *DL__RESTRICT a,
+                                 const float *DL__RESTRICT b, int64_t bs, float *c, int64_t ldc, int full,
+                                 __m256i m, float alpha, float beta)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    const int mode = dl__gemm_mode(beta);
+    int64_t p;
+    for (p = 0; p < kc; p++) {
+        const __m256 b0 = _mm256_loadu_ps(b);
+        const __m256 b1 = V > 1 ? _mm256_loadu_ps(b + 8) : b0;
+        DL__K8_ROW(0)
+        DL__K8_ROW(1)
+        DL__K8_ROW(2)
+        DL__K8_ROW(3)
+        DL__K8_ROW(4)
+        DL__K8_ROW(5)
+        a += DL__GEMM_MR;
+        b += bs;
+    }
+    DL__K8_OUT(0)
+    DL__K8_OUT(1)
+    DL__K8_OUT(2)
+    DL__K8_OUT(3)
+    DL__K8_OUT(4)
+    DL__K8_OUT(5)
+}
+
+#define DL__K8_CASES(V)                                                               \
+    switch (mr) {                                                                     \
+    case 6: dl__gemm_k8(6, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 5: dl__gemm_k8(5, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 4: dl__gemm_k8(4, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 3: dl__gemm_k8(3, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 2: dl__gemm_k8(2, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    default: dl__gemm_k8(1, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;    \
+    }
+
+static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta)
+{
+    const int last = nr > 8 ? nr - 8 : nr, full = last == 8;
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(last), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (nr > 8) {
+        DL__K8_CASES(2)
+    } else {
+        DL__K8_CASES(1)
+    }
+}
+
+#else /* portable C */
+
+static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float *DL__RESTRICT b, int64_t bs,
+                            float *c, int64_t ldc, int mr, int nr, float alpha, float beta)
 {
     float acc[DL__GEMM_MR][DL__GEMM_NR];
     int64_t p;
-    int i, j;
+    int i, j, mode = dl__gemm_mode(beta);
     for (i = 0; i < DL__GEMM_MR; i++)
         for (j = 0; j < DL__GEMM_NR; j++) acc[i][j] = 0.0f;
     for (p = 0; p < kc; p++) {
@@ -1279,32 +1567,21 @@ static void dl__gemm_micro(int64_t kc, const float *DL__RESTRICT a, const float 
             for (j = 0; j < DL__GEMM_NR; j++) acc[i][j] = DL__GEMM_FMA(ai, b[j], acc[i][j]);
         }
         a += DL__GEMM_MR;
-        b += DL__GEMM_NR;
+        b += bs;
     }
-    if (mr == DL__GEMM_MR && nr == DL__GEMM_NR) {
-        if (beta == 0.0f) {
-            for (i = 0; i < DL__GEMM_MR; i++)
-                for (j = 0; j < DL__GEMM_NR; j++) C[i * ldc + j] = alpha * acc[i][j];
-        } else if (beta == 1.0f) {
-            for (i = 0; i < DL__GEMM_MR; i++)
-                for (j = 0; j < DL__GEMM_NR; j++) C[i * ldc + j] += alpha * acc[i][j];
+    for (i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        if (mode == 0) {
+            for (j = 0; j < nr; j++) ci[j] = alpha * acc[i][j];
+        } else if (mode == 1) {
+            for (j = 0; j < nr; j++) ci[j] = DL__GEMM_FMA(alpha, acc[i][j], ci[j]);
         } else {
-            for (i = 0; i < DL__GEMM_MR; i++)
-                for (j = 0; j < DL__GEMM_NR; j++) C[i * ldc + j] = alpha * acc[i][j] + beta * C[i * ldc + j];
-        }
-    } else {
-        if (beta == 0.0f) {
-            for (i = 0; i < mr; i++)
-                for (j = 0; j < nr; j++) C[i * ldc + j] = alpha * acc[i][j];
-        } else if (beta == 1.0f) {
-            for (i = 0; i < mr; i++)
-                for (j = 0; j < nr; j++) C[i * ldc + j] += alpha * acc[i][j];
-        } else {
-            for (i = 0; i < mr; i++)
-                for (j = 0; j < nr; j++) C[i * ldc + j] = alpha * acc[i][j] + beta * C[i * ldc + j];
+            for (j = 0; j < nr; j++) ci[j] = DL__GEMM_FMA(alpha, acc[i][j], beta * ci[j]);
         }
     }
 }
+
+#endif
 
 typedef struct dl__sgemm_job {
     bool transa, transb;
@@ -1316,6 +1593,9 @@ typedef struct dl__sgemm_job {
     int64_t ldb;
     float *C;
     int64_t ldc;
+    int64_t kc;         /* K block (from K alone) */
+    int64_t mc, nc;     /* rows of op(A) / columns of op(B) per packed block */
+    int direct_b;       /* read B in place (not transposed; few rows of A) */
     int split_n;        /* 1: tasks index NR column slivers; 0: MR row slivers */
     int64_t chunk;      /* chunk size used by dl__parallel_for (to find the buffer) */
     float *bufs;        /* per-chunk buffers, each buf_stride floats */
@@ -1323,28 +1603,47 @@ typedef struct dl__sgemm_job {
     int64_t buf_stride;
 } dl__sgemm_job;
 
-/* Full GotoBLAS loop nest on C[m0:m1, n0:n1] with private pack buffers. */
-static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                            float *abuf, float *bbuf)
+/* The loop nest on C[m0:m1, n0:n1] with private pack buffers. */
+static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *abuf,
+                            float *bbuf)
 {
-    int64_t jc, pc, ic, jr, ir;
-    for (jc = n0; jc < n1; jc += DL__GEMM_NC) {
-        int64_t nc = n1 - jc < DL__GEMM_NC ? n1 - jc : DL__GEMM_NC;
-        for (pc = 0; pc < J->K; pc += DL__GEMM_KC) {
-            int64_t kc = J->K - pc < DL__GEMM_KC ? J->K - pc : DL__GEMM_KC;
+    int64_t ic, pc, jc, jr, ir;
+    for (ic = m0; ic < m1; ic += J->mc) {
+        int64_t mc = m1 - ic < J->mc ? m1 - ic : J->mc;
+        for (pc = 0; pc < J->K; pc += J->kc) {
+            int64_t kc = J->K - pc < J->kc ? J->K - pc : J->kc;
             float beta = pc == 0 ? J->beta : 1.0f;
-            dl__gemm_pack_b(J->transb, J->B, J->ldb, pc, kc, jc, nc, bbuf);
-            for (ic = m0; ic < m1; ic += DL__GEMM_MC) {
-                int64_t mc = m1 - ic < DL__GEMM_MC ? m1 - ic : DL__GEMM_MC;
-                dl__gemm_pack_a(J->transa, J->A, J->lda, ic, mc, pc, kc, abuf);
-                for (jr = 0; jr < nc; jr += DL__GEMM_NR) {
-                    int nr = (int)(nc - jr < DL__GEMM_NR ? nc - jr : DL__GEMM_NR);
-                    const float *bp = bbuf + (jr / DL__GEMM_NR) * kc * DL__GEMM_NR;
+            dl__gemm_pack_a(J->transa, J->A, J->lda, ic, mc, pc, kc, abuf);
+            if (J->direct_b) {
+                /* each B sliver straight from B (the last, narrow one packed
+                   with zero padding), used by all the A slivers */
+                for (jr = n0; jr < n1; jr += DL__GEMM_NR) {
+                    int nr = (int)(n1 - jr < DL__GEMM_NR ? n1 - jr : DL__GEMM_NR);
+                    const float *bp = J->B + pc * J->ldb + jr;
+                    int64_t bs = J->ldb;
+                    if (nr < DL__GEMM_NR) {
+                        dl__gemm_pack_b(false, J->B, J->ldb, pc, kc, jr, nr, bbuf);
+                        bp = bbuf;
+                        bs = DL__GEMM_NR;
+                    }
                     for (ir = 0; ir < mc; ir += DL__GEMM_MR) {
                         int mr = (int)(mc - ir < DL__GEMM_MR ? mc - ir : DL__GEMM_MR);
-                        const float *ap = abuf + (ir / DL__GEMM_MR) * kc * DL__GEMM_MR;
-                        float *c = J->C + (ic + ir) * J->ldc + jc + jr;
-                        dl__gemm_micro(kc, ap, bp, c, J->ldc, mr, nr, J->alpha, beta);
+                        dl__gemm_kernel(kc, abuf + ir * kc, bp, bs, J->C + (ic + ir) * J->ldc + jr, J->ldc, mr, nr,
+                                        J->alpha, beta);
+                    }
+                }
+                continue;
+            }
+            for (jc = n0; jc < n1; jc += J->nc) {
+                int64_t nc = n1 - jc < J->nc ? n1 - jc : J->nc;
+                dl__gemm_pack_b(J->transb, J->B, J->ldb, pc, kc, jc, nc, bbuf);
+                for (ir = 0; ir < mc; ir += DL__GEMM_MR) {
+                    int mr = (int)(mc - ir < DL__GEMM_MR ? mc - ir : DL__GEMM_MR);
+                    float *c = J->C + (ic + ir) * J->ldc + jc;
+                    for (jr = 0; jr < nc; jr += DL__GEMM_NR) {
+                        int nr = (int)(nc - jr < DL__GEMM_NR ? nc - jr : DL__GEMM_NR);
+                        dl__gemm_kernel(kc, abuf + ir * kc, bbuf + jr * kc, DL__GEMM_NR, c + jr, J->ldc, mr, nr,
+                                        J->alpha, beta);
                     }
                 }
             }
@@ -1374,6 +1673,67 @@ static int64_t dl__round_up(int64_t x, int64_t m)
     return (x + m - 1) / m * m;
 }
 
+/* Pack buffers: the pool keeps one between calls (taken by one call at a
+   time); otherwise, or when it is taken, a malloc for this call. Returns the
+   64-byte aligned buffer, NULL when out of memory; *raw is what
+   dl__gemm_buf_put frees (NULL for the pool's). */
+static float *dl__gemm_buf_get(dl__pool *pool, size_t bytes, void **raw)
+{
+    void *r = NULL;
+    *raw = NULL;
+    bytes += 64;
+    if (pool) {
+        int mine = 0;
+#ifndef DL_NO_THREADS
+        pthread_mutex_lock(&pool->mu);
+#endif
+        if (!pool->gemm_busy) pool->gemm_busy = mine = 1;
+#ifndef DL_NO_THREADS
+        pthread_mutex_unlock(&pool->mu);
+#endif
+        if (mine) {
+            if (pool->gemm_cap < bytes) {
+                DL_FREE(pool->gemm_raw);
+                pool->gemm_cap = 0;
+                pool->gemm_raw = DL_MALLOC(bytes);
+                if (pool->gemm_raw) pool->gemm_cap = bytes;
+            }
+            r = pool->gemm_raw;
+            if (!r) {
+#ifndef DL_NO_THREADS
+                pthread_mutex_lock(&pool->mu);
+#endif
+                pool->gemm_busy = 0;
+#ifndef DL_NO_THREADS
+                pthread_mutex_unlock(&pool->mu);
+#endif
+                return NULL;
+            }
+        }
+    }
+    if (!r) {
+        r = DL_MALLOC(bytes);
+        if (!r) return NULL;
+        *raw = r;
+    }
+    return (float *)(void *)(((uintptr_t)r + 63) & ~(uintptr_t)63);
+}
+
+static void dl__gemm_buf_put(dl__pool *pool, void *raw)
+{
+    if (raw) {
+        DL_FREE(raw);
+        return;
+    }
+#ifndef DL_NO_THREADS
+    pthread_mutex_lock(&pool->mu);
+#endif
+    pool->gemm_busy = 0;
+#ifndef DL_NO_THREADS
+    pthread_mutex_unlock(&pool->mu);
+#endif
+}
+
 /* C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C.   Row-major.
    op(A) = A (M,K) with row stride lda if !transa, else A is stored (K,M)
    with row stride lda and op(A)=A^T.  Same for B: (K,N) with ldb, or
@@ -1384,54 +1744,52 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
                                  float beta, float *C, int64_t ldc)
 {
     dl__sgemm_job J;
-    int64_t units_m, units_n, units, grain, nch, chunk, m_per, n_per, kc_max;
+    int64_t units_m, units_n, units, nch, chunk, nkb, b_size;
+    double work = (double)M * (double)N * (double)K;
     int nthreads;
     void *raw;
-    size_t bytes;
 
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         dl__gemm_scale(M, N, beta, C, ldc);
         return;
     }
-    if ((double)M * (double)N * (double)K < DL__GEMM_SMALL) {
-        dl__sgemm_naive(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    /* K blocks of equal size, at most KC: from K alone */
+    nkb = (K + DL__GEMM_KC - 1) / DL__GEMM_KC;
+    J.kc = (K + nkb - 1) / nkb;
+    if (work < DL__GEMM_REF_MAX) {
+        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
 
-    nthreads = dl__pool_size(pool);
+    nthreads = work < DL__GEMM_PAR_MIN ? 1 : dl__pool_size(pool);
     units_m = (M + DL__GEMM_MR - 1) / DL__GEMM_MR;
     units_n = (N + DL__GEMM_NR - 1) / DL__GEMM_NR;
-    /* Split along N duplicates the packing of A in each thread, along M the
-       packing of B: prefer duplicating the smaller operand, but make sure
-       there are enough units to keep the threads busy. */
-    if (N >= M) J.split_n = units_n >= nthreads || units_n >= units_m;
-    else J.split_n = !(units_m >= nthreads || units_m >= units_n);
-    units = J.split_n ? units_n : units_m;
-    /* each chunk should carry at least ~256k multiply-adds */
+    /* split the dimension whose largest chunk is smaller (N on a tie: the
+       duplicated packing of A is the cheaper one) */
     {
-        double per_unit = (double)K * (J.split_n ? (double)M * DL__GEMM_NR : (double)N * DL__GEMM_MR);
-        double g = 262144.0 / per_unit;
-        grain = g < 1.0 ? 1 : (g > (double)units ? units : (int64_t)g + 1);
+        int64_t tn = units_n < nthreads ? units_n : nthreads, tm = units_m < nthreads ? units_m : nthreads;
+        int64_t wn = (units_n + tn - 1) / tn * DL__GEMM_NR, wm = (units_m + tm - 1) / tm * DL__GEMM_MR;
+        if (wn > N) wn = N;
+        if (wm > M) wm = M;
+        J.split_n = (double)wn * (double)M <= (double)wm * (double)N;
     }
-    nch = dl__split(units, grain, nthreads, &chunk);
+    units = J.split_n ? units_n : units_m;
+    nch = dl__split(units, 1, nthreads, &chunk);
+    J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
 
-    /* buffers sized for the whole problem (capped by MC/NC), so that a
-       task may safely run any range (e.g. serial fallback of a nested call) */
-    m_per = M;
-    n_per = N;
-    kc_max = K < DL__GEMM_KC ? K : DL__GEMM_KC;
-    J.a_size = dl__round_up(m_per < DL__GEMM_MC ? m_per : DL__GEMM_MC, DL__GEMM_MR) * kc_max;
-    J.a_size = dl__round_up(J.a_size, 16);
-    J.buf_stride = J.a_size + dl__round_up(dl__round_up(n_per < DL__GEMM_NC ? n_per : DL__GEMM_NC, DL__GEMM_NR) * kc_max, 16);
-
-    bytes = (size_t)(nch * J.buf_stride) * sizeof(float) + 64;
-    raw = DL_MALLOC(bytes);
-    if (!raw) {
-        dl__sgemm_naive(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    /* buffers sized for the whole problem (capped by MC/NC), so that a task
+       may safely run any range (e.g. serial fallback of a nested call) */
+    J.mc = dl__round_up(M < DL__GEMM_MC ? M : DL__GEMM_MC, DL__GEMM_MR);
+    J.nc = dl__round_up(N < DL__GEMM_NC ? N : DL__GEMM_NC, DL__GEMM_NR);
+    J.a_size = dl__round_up(J.mc * J.kc + 8, 16);
+    b_size = J.direct_b ? J.kc * DL__GEMM_NR : J.nc * J.kc;
+    J.buf_stride = J.a_size + dl__round_up(b_size + 8, 16);
+    J.bufs = dl__gemm_buf_get(pool, (size_t)(nch * J.buf_stride) * sizeof(float), &raw);
+    if (!J.bufs) {
+        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    J.bufs = (float *)(void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     J.transa = transa;
     J.transb = transb;
     J.M = M;
@@ -1448,8 +1806,8 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
     J.chunk = chunk;
 
     if (nch <= 1) dl__sgemm_task(&J, 0, units);
-    else dl__parallel_for(pool, units, grain, dl__sgemm_task, &J);
-    DL_FREE(raw);
+    else dl__parallel_for(pool, units, 1, dl__sgemm_task, &J);
+    dl__gemm_buf_put(pool, raw);
 }
 
 // >>section memory
