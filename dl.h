@@ -1198,7 +1198,15 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #define DL__GEMM_KC 256                                       /* most of K per block */
 #define DL__GEMM_MC ((1024 / DL__GEMM_MR) * DL__GEMM_MR)      /* rows of A per packed block */
 #define DL__GEMM_NC ((512 / DL__GEMM_NR) * DL__GEMM_NR)       /* columns of B per packed block */
+#if defined(DL__GEMM_AVX512)
+#define DL__GEMM_NV 16                       /* floats per vector */
+#elif defined(DL__GEMM_AVX2)
+#define DL__GEMM_NV 8
+#else
+#define DL__GEMM_NV DL__GEMM_NR
+#endif
 #define DL__GEMM_DIRECT_M (4 * DL__GEMM_MR)  /* op(A) rows up to which B (not transposed) is read in place */
+#define DL__GEMM_PACK_COST 8.0               /* multiply-adds a packed element costs, about */
 #define DL__GEMM_PAR_MIN 1.5e6               /* multiply-adds below which one thread runs */
 #define DL__GEMM_REF_MAX 512.0               /* multiply-adds below which the scalar path runs */
 
@@ -1227,6 +1235,11 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 static int dl__gemm_mode(float beta)
 {
     return beta == 0.0f ? 0 : (beta == 1.0f ? 1 : 2);
+}
+
+static int64_t dl__round_up(int64_t x, int64_t m)
+{
+    return (x + m - 1) / m * m;
 }
 
 /* C := beta*C on an (M,N) block; beta == 0 writes zeros without reading C. */
@@ -1583,6 +1596,144 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
 
 #endif
 
+/* Skinny products with op(B) = B^T, few rows and columns of C and a long K
+   (weight gradients: C = dY X^T): C(i,j) is the dot product of rows A_i and
+   B_j, both contiguous along K, so nothing is transposed. Vectors run along
+   K: lane l of the accumulator of (i,j) sums the products with k = l (mod 16)
+   in order of k. K is walked in chunks of DL__GEMM_DOT_KK, copied to aligned
+   scratch (zero-padded to whole vectors), with the accumulators parked
+   exactly in a buffer between chunks (so the chunking changes nothing); at
+   the end the 16 lanes are summed by one fixed tree and C is updated as by
+   the kernels. A tile is up to 4 rows of A x 6 rows of B. Whether this path
+   runs depends on the shape alone. */
+#if defined(DL__GEMM_AVX512)
+#define DL__GEMM_DOT 1
+#ifndef DL__GEMM_DOT_KK
+#define DL__GEMM_DOT_KK 512
+#endif
+#define DL__GEMM_DOT_NB 240      /* rows of B per pass over K (bounds the parked accumulators) */
+#define DL__GEMM_DOT_MAX_M 64
+/* keeps a value in a register: gcc would rather fold the load of b into each
+   of the four multiply-adds that use it, which costs more loads */
+#if defined(__GNUC__)
+#define DL__GEMM_INREG(x) __asm__("" : "+v"(x))
+#else
+#define DL__GEMM_INREG(x) (void)0
+#endif
+
+#define DL__DOT_Z(r) __m512 d##r##0 = z, d##r##1 = z, d##r##2 = z, d##r##3 = z, d##r##4 = z, d##r##5 = z
+#define DL__DOT_S(s)                                                \
+    if (S > s) {                                                    \
+        __m512 b_ = _mm512_load_ps(b + s * ks);                     \
+        DL__GEMM_INREG(b_);                                         \
+        d0##s = _mm512_fmadd_ps(a0, b_, d0##s);                     \
+        if (R > 1) d1##s = _mm512_fmadd_ps(a1, b_, d1##s);          \
+        if (R > 2) d2##s = _mm512_fmadd_ps(a2, b_, d2##s);          \
+        if (R > 3) d3##s = _mm512_fmadd_ps(a3, b_, d3##s);          \
+    }
+/* pair (r,s) parks at P + r*pst + s*16 */
+#define DL__DOT_PARK1(r, s, OP) \
+    if (R > r && S > s) OP(r, s)
+#define DL__DOT_PARK(OP)                                                            \
+    DL__DOT_PARK1(0, 0, OP) DL__DOT_PARK1(0, 1, OP) DL__DOT_PARK1(0, 2, OP)         \
+    DL__DOT_PARK1(0, 3, OP) DL__DOT_PARK1(0, 4, OP) DL__DOT_PARK1(0, 5, OP)         \
+    DL__DOT_PARK1(1, 0, OP) DL__DOT_PARK1(1, 1, OP) DL__DOT_PARK1(1, 2, OP)         \
+    DL__DOT_PARK1(1, 3, OP) DL__DOT_PARK1(1, 4, OP) DL__DOT_PARK1(1, 5, OP)         \
+    DL__DOT_PARK1(2, 0, OP) DL__DOT_PARK1(2, 1, OP) DL__DOT_PARK1(2, 2, OP)         \
+    DL__DOT_PARK1(2, 3, OP) DL__DOT_PARK1(2, 4, OP) DL__DOT_PARK1(2, 5, OP)         \
+    DL__DOT_PARK1(3, 0, OP) DL__DOT_PARK1(3, 1, OP) DL__DOT_PARK1(3, 2, OP)         \
+    DL__DOT_PARK1(3, 3, OP) DL__DOT_PARK1(3, 4, OP) DL__DOT_PARK1(3, 5, OP)
+#define DL__DOT_GET(r, s) d##r##s = _mm512_load_ps(P + r * pst + s * 16);
+#define DL__DOT_PUT(r, s) _mm512_store_ps(P + r * pst + s * 16, d##r##s);
+#define DL__DOT_OUT(r, s) dl__gemm_dot_out(c + r * ldc + s, d##r##s, alpha, beta, mode);
+
+/* the fixed tree over the 16 lanes, then the kernels' update of C */
+DL__GEMM_INLINE void dl__gemm_dot_out(float *c, __m512 d, float alpha, float beta, int mode)
+{
+    float s;
+    /* (the maskz forms: g++ 12 warns on the undefined source of the others) */
+    d = _mm512_add_ps(d, _mm512_maskz_shuffle_f32x4((__mmask16)0xFFFF, d, d, 0x4E));
+    d = _mm512_add_ps(d, _mm512_maskz_shuffle_f32x4((__mmask16)0xFFFF, d, d, 0xB1));
+    d = _mm512_add_ps(d, _mm512_maskz_permute_ps((__mmask16)0xFFFF, d, 0x4E));
+    d = _mm512_add_ps(d, _mm512_maskz_permute_ps((__mmask16)0xFFFF, d, 0xB1));
+    s = _mm512_cvtss_f32(d);
+    if (mode == 0) *c = alpha * s;
+    else if (mode == 1) *c = DL__GEMM_FMA(alpha, s, *c);
+    else *c = DL__GEMM_FMA(alpha, s, beta * *c);
+}
+
+/* R rows of a (1..4) x S rows of b (1..6), both aligned with row stride ks,
+   over nv vectors. first: start from zero, else from P; last: finish into
+   C, else park in P. */
+DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, const float *DL__RESTRICT a,
+                                       const float *DL__RESTRICT b, int64_t ks, float *P, int64_t pst, int first,
+                                       int last, float *c, int64_t ldc, float alpha, float beta)
+{
+    const __m512 z = _mm512_setzero_ps();
+    const int mode = dl__gemm_mode(beta);
+    int64_t v;
+    DL__DOT_Z(0);
+    DL__DOT_Z(1);
+    DL__DOT_Z(2);
+    DL__DOT_Z(3);
+    if (!first) {
+        DL__DOT_PARK(DL__DOT_GET)
+    }
+    for (v = 0; v < nv; v++) {
+        const __m512 a0 = _mm512_load_ps(a);
+        const __m512 a1 = R > 1 ? _mm512_load_ps(a + ks) : z;
+        const __m512 a2 = R > 2 ? _mm512_load_ps(a + 2 * ks) : z;
+        const __m512 a3 = R > 3 ? _mm512_load_ps(a + 3 * ks) : z;
+        DL__DOT_S(0)
+        DL__DOT_S(1)
+        DL__DOT_S(2)
+        DL__DOT_S(3)
+        DL__DOT_S(4)
+        DL__DOT_S(5)
+        a += 16;
+        b += 16;
+    }
+    if (last) {
+        DL__DOT_PARK(DL__DOT_OUT)
+    } else {
+        DL__DOT_PARK(DL__DOT_PUT)
+    }
+}
+
+#define DL__DOT_SCASES(R)                                                                              \
+    switch (ns) {                                                                                      \
+    case 6: dl__gemm_dot_tile(R, 6, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 5: dl__gemm_dot_tile(R, 5, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 4: dl__gemm_dot_tile(R, 4, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 3: dl__gemm_dot_tile(R, 3, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 2: dl__gemm_dot_tile(R, 2, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    default: dl__gemm_dot_tile(R, 1, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;   \
+    }
+
+static void dl__gemm_dot(int nr, int ns, int64_t nv, const float *a, const float *b, int64_t ks, float *P,
+                         int64_t pst, int first, int last, float *c, int64_t ldc, float alpha, float beta)
+{
+    switch (nr) {
+    case 4: DL__DOT_SCASES(4) break;
+    case 3: DL__DOT_SCASES(3) break;
+    case 2: DL__DOT_SCASES(2) break;
+    default: DL__DOT_SCASES(1) break;
+    }
+}
+
+/* rows [0,n) x [0,kk) of src (row stride lds) to dst (row stride ks, aligned),
+   zero-padded to ks columns */
+static void dl__gemm_dot_stage(const float *src, int64_t lds, int64_t n, int64_t kk, float *DL__RESTRICT dst,
+                               int64_t ks)
+{
+    int64_t i, k;
+    for (i = 0; i < n; i++) {
+        memcpy(dst + i * ks, src + i * lds, sizeof(float) * (size_t)kk);
+        for (k = kk; k < ks; k++) dst[i * ks + k] = 0.0f;
+    }
+}
+#endif
+
 typedef struct dl__sgemm_job {
     bool transa, transb;
     int64_t M, N, K;
@@ -1596,7 +1747,9 @@ typedef struct dl__sgemm_job {
     int64_t kc;         /* K block (from K alone) */
     int64_t mc, nc;     /* rows of op(A) / columns of op(B) per packed block */
     int direct_b;       /* read B in place (not transposed; few rows of A) */
-    int split_n;        /* 1: tasks index NR column slivers; 0: MR row slivers */
+    int dot;            /* the dot-product path (dl__sgemm_dot_block) */
+    int split_n;        /* 1: tasks index column units; 0: MR row slivers */
+    int64_t unit_n;     /* columns per unit of the column split (NR, or a vector for narrow C) */
     int64_t chunk;      /* chunk size used by dl__parallel_for (to find the buffer) */
     float *bufs;        /* per-chunk buffers, each buf_stride floats */
     int64_t a_size;     /* floats for packed A in each buffer */
@@ -1651,14 +1804,50 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
     }
 }
 
+#ifdef DL__GEMM_DOT
+/* C[0:M, n0:n1] by dot products, DL__GEMM_DOT_NB rows of B at a time. buf:
+   the staged chunk of A (M x KK), of a group of B rows (6 x KK), then the
+   parked accumulators (M x NB x 16) */
+static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, float *buf)
+{
+    int64_t ga = (J->M + 3) / 4, nb0, kb, g, h;
+    float *as = buf, *bs = as + J->M * DL__GEMM_DOT_KK, *P = bs + 6 * DL__GEMM_DOT_KK;
+    for (nb0 = n0; nb0 < n1; nb0 += DL__GEMM_DOT_NB) {
+        int64_t nt = n1 - nb0 < DL__GEMM_DOT_NB ? n1 - nb0 : DL__GEMM_DOT_NB, gb = (nt + 5) / 6;
+        for (kb = 0; kb < J->K; kb += DL__GEMM_DOT_KK) {
+            int64_t kk = J->K - kb < DL__GEMM_DOT_KK ? J->K - kb : DL__GEMM_DOT_KK, ks = dl__round_up(kk, 16);
+            int first = kb == 0, last = kb + kk >= J->K;
+            dl__gemm_dot_stage(J->A + kb, J->lda, J->M, kk, as, ks);
+            for (g = 0; g < gb; g++) {
+                /* near-equal groups: at most 6 rows of B, 4 of A */
+                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb;
+                dl__gemm_dot_stage(J->B + j0 * J->ldb + kb, J->ldb, j1 - j0, kk, bs, ks);
+                for (h = 0; h < ga; h++) {
+                    int64_t i0 = J->M * h / ga, i1 = J->M * (h + 1) / ga;
+                    dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), ks / 16, as + i0 * ks, bs, ks,
+                                 P + (i0 * nt + (j0 - nb0)) * 16, nt * 16, first, last, J->C + i0 * J->ldc + j0,
+                                 J->ldc, J->alpha, J->beta);
+                }
+            }
+        }
+    }
+}
+#endif
+
 static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
 {
     const dl__sgemm_job *J = (const dl__sgemm_job *)varg;
     int64_t idx = begin / J->chunk;
     float *abuf = J->bufs + idx * J->buf_stride;
     float *bbuf = abuf + J->a_size;
+#ifdef DL__GEMM_DOT
+    if (J->dot) {
+        dl__sgemm_dot_block(J, begin, end, abuf);
+        return;
+    }
+#endif
     if (J->split_n) {
-        int64_t n0 = begin * DL__GEMM_NR, n1 = end * DL__GEMM_NR;
+        int64_t n0 = begin * J->unit_n, n1 = end * J->unit_n;
         if (n1 > J->N) n1 = J->N;
         dl__sgemm_block(J, 0, J->M, n0, n1, abuf, bbuf);
     } else {
@@ -1666,11 +1855,6 @@ static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
         if (m1 > J->M) m1 = J->M;
         dl__sgemm_block(J, m0, m1, 0, J->N, abuf, bbuf);
     }
-}
-
-static int64_t dl__round_up(int64_t x, int64_t m)
-{
-    return (x + m - 1) / m * m;
 }
 
 /* Pack buffers: the pool keeps one between calls (taken by one call at a
@@ -1763,20 +1947,46 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
     }
 
     nthreads = work < DL__GEMM_PAR_MIN ? 1 : dl__pool_size(pool);
+    J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
+    J.dot = 0;
+#ifdef DL__GEMM_DOT
+    /* From the shape alone (its summation order differs). Cost model in
+       cycles: the dot path runs at ~3/4 of the kernel's speed plus ~5 cycles
+       a pair for the lane sum; the packed path (~93%) transposes both
+       operands at ~0.4 cycles an element. */
+    J.dot = !transa && transb && M <= DL__GEMM_DOT_MAX_M &&
+            work * (1.0 / 24.0 - 1.0 / 30.0) + 5.0 * (double)M * (double)N < 0.4 * (double)(M + N) * (double)K;
+    if (J.dot) {
+        /* split the rows of B; P: parked accumulators of M x N pairs (any
+           task may be run on the whole range) */
+        J.split_n = 1;
+        J.unit_n = 1;
+        units = N;
+        nch = dl__split(units, 1, nthreads, &chunk);
+        J.a_size = (M + 6) * DL__GEMM_DOT_KK + (K > DL__GEMM_DOT_KK ? M * DL__GEMM_DOT_NB * 16 : 16);
+        J.buf_stride = J.a_size;
+        J.mc = J.nc = 0;
+        goto run;
+    }
+#endif
+    /* split C into column ranges (each thread packs all of A and its part of
+       B) or row ranges (all of B, part of A): whichever gives the smaller
+       largest share of multiply-adds plus packing; narrow C splits by vectors */
     units_m = (M + DL__GEMM_MR - 1) / DL__GEMM_MR;
-    units_n = (N + DL__GEMM_NR - 1) / DL__GEMM_NR;
-    /* split the dimension whose largest chunk is smaller (N on a tie: the
-       duplicated packing of A is the cheaper one) */
+    J.unit_n = (N + DL__GEMM_NR - 1) / DL__GEMM_NR >= 2 * (int64_t)nthreads ? DL__GEMM_NR : DL__GEMM_NV;
+    units_n = (N + J.unit_n - 1) / J.unit_n;
     {
         int64_t tn = units_n < nthreads ? units_n : nthreads, tm = units_m < nthreads ? units_m : nthreads;
-        int64_t wn = (units_n + tn - 1) / tn * DL__GEMM_NR, wm = (units_m + tm - 1) / tm * DL__GEMM_MR;
-        if (wn > N) wn = N;
-        if (wm > M) wm = M;
-        J.split_n = (double)wn * (double)M <= (double)wm * (double)N;
+        double wn = (double)((units_n + tn - 1) / tn * J.unit_n), wm = (double)((units_m + tm - 1) / tm * DL__GEMM_MR);
+        double pb = J.direct_b ? 0.0 : DL__GEMM_PACK_COST, cn, cm;
+        if (wn > (double)N) wn = (double)N;
+        if (wm > (double)M) wm = (double)M;
+        cn = wn * (double)M * (double)K + DL__GEMM_PACK_COST * (double)M * (double)K + pb * wn * (double)K;
+        cm = wm * (double)N * (double)K + DL__GEMM_PACK_COST * wm * (double)K + pb * (double)N * (double)K;
+        J.split_n = cn <= cm;
     }
     units = J.split_n ? units_n : units_m;
     nch = dl__split(units, 1, nthreads, &chunk);
-    J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
 
     /* buffers sized for the whole problem (capped by MC/NC), so that a task
        may safely run any range (e.g. serial fallback of a nested call) */
@@ -1785,6 +1995,9 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
     J.a_size = dl__round_up(J.mc * J.kc + 8, 16);
     b_size = J.direct_b ? J.kc * DL__GEMM_NR : J.nc * J.kc;
     J.buf_stride = J.a_size + dl__round_up(b_size + 8, 16);
+#ifdef DL__GEMM_DOT
+run:
+#endif
     J.bufs = dl__gemm_buf_get(pool, (size_t)(nch * J.buf_stride) * sizeof(float), &raw);
     if (!J.bufs) {
         dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
