@@ -1,7 +1,10 @@
 /* tests/test_gemm.c - dl.h's own GEMM (dl__sgemm) against a double-precision
    reference: every transpose, odd and empty shapes, padded leading dims,
    alpha/beta; the thread pool; bit-identical results across thread counts.
-   Args: quick (smaller sizes, for valgrind) | bench (adds a 512^3 timing). */
+   Args: quick (smaller sizes, for valgrind) | bench (adds a 512^3 timing).
+   The kernel tested is the one the build selects: built as `make test` does
+   (-O2) the portable one; the intrinsics paths need the same file built with
+   -march=native (AVX-512) or -mavx2 -mfma (AVX2+FMA). */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
 #define DL_IMPLEMENTATION
@@ -160,7 +163,9 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
         for (i = 0; i < M && !bad; i++) {
             for (j = 0; j < N; j++) {
                 double got = C[i * ldc + j], want = R[i * N + j];
-                double tol = 1e-4 * S[i * N + j] + 1e-30;
+                /* the error bound of a K-term float sum (two roundings per
+                   term without FMA), plus the alpha/beta update */
+                double tol = 1.2e-7 * (double)(K + 8) * S[i * N + j] + 1e-30;
                 if (!(fabs(got - want) <= tol)) {
                     printf("FAIL: ta=%d tb=%d M=%ld N=%ld K=%ld pad=%ld alpha=%g beta=%g threads=%d at (%ld,%ld): "
                            "got %.9g want %.9g tol %g\n",
@@ -243,6 +248,151 @@ static void bench(dl__pool *p1, dl__pool *p2)
     free(C);
 }
 
+/* the shapes that reach every edge of the kernels: row counts around the
+   kernels' MR (4, 6, 8) and column counts around their vectors and NR (8,
+   16, 24, 32), K around the blocks (8-wide packing, 256 per K block, 512 per
+   chunk of the dot path), primes, 1 */
+static const int64_t g_edge_mn[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33,
+                                    37, 47, 48, 49, 53, 63, 64, 65, 97};
+static const int64_t g_edge_k[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 61, 127, 255, 256, 257, 263, 511, 513, 521};
+static const int64_t g_primes[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67,
+                                   71, 73, 79, 83, 89, 97, 101, 127, 131, 191, 257, 509, 521};
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static int64_t pick(const int64_t *v, int n)
+{
+    return v[rnd_u32() % (uint32_t)n];
+}
+
+static void random_case(dl__pool **pools, int npools, int64_t M, int64_t N, int64_t K)
+{
+    static const float alphas[] = {1.0f, 0.5f, -2.0f, 1.0f, 0.0f};
+    static const float betas[] = {0.0f, 1.0f, 0.25f, -1.0f, 0.0f};
+    check_one(pools, npools, (rnd_u32() & 1) != 0, (rnd_u32() & 1) != 0, M, N, K,
+              (rnd_u32() & 1) ? rnd_range(1, 17) : 0, alphas[rnd_u32() % 5], betas[rnd_u32() % 5]);
+}
+
+/* every edge: random combinations of the edge sizes and primes, all four
+   transposes, alpha/beta variants, padded leading dimensions, NaN-filled C
+   when beta == 0 */
+static void test_edges(dl__pool **pools, int npools, int quick)
+{
+    int t, n = quick ? 60 : 600;
+    for (t = 0; t < n; t++) {
+        int64_t M, N, K;
+        switch (t % 3) {
+        case 0:
+            M = pick(g_edge_mn, NELEM(g_edge_mn));
+            N = pick(g_edge_mn, NELEM(g_edge_mn));
+            K = pick(g_edge_k, NELEM(g_edge_k));
+            break;
+        case 1:
+            M = pick(g_primes, NELEM(g_primes));
+            N = pick(g_primes, NELEM(g_primes));
+            K = pick(g_primes, NELEM(g_primes));
+            break;
+        default:
+            M = pick(g_edge_mn, NELEM(g_edge_mn));
+            N = pick(g_primes, NELEM(g_primes));
+            K = pick(g_primes, NELEM(g_primes));
+            if (rnd_u32() & 1) {
+                int64_t x = M;
+                M = N;
+                N = x;
+            }
+            break;
+        }
+        if (quick && M * N * K > 200000) continue;
+        random_case(pools, npools, M, N, K);
+    }
+}
+
+/* the shapes of the models (scaled down where the reference would be slow)
+   and the blocking boundaries: several row blocks (MC), column blocks (NC),
+   K blocks, long K for the skinny paths, narrow C split by vectors */
+static void test_model_shapes(dl__pool **pools, int npools, int quick)
+{
+    static const int64_t shapes[][5] = {
+        /* ta tb M N K */
+        {0, 0, 6, 3136, 25},   {0, 0, 6, 3137, 25},  {0, 0, 16, 1200, 150}, {1, 0, 150, 1200, 16},
+        {0, 1, 6, 25, 5000},   {0, 1, 16, 150, 1300}, {0, 1, 16, 144, 1029}, {0, 1, 3, 250, 700},
+        {0, 1, 64, 7, 2000},   {0, 1, 1, 1, 3000},   {0, 1, 5, 241, 513},   {0, 1, 33, 19, 1500},
+        {0, 1, 256, 10, 84},   {0, 1, 256, 120, 400}, {0, 1, 256, 84, 120}, {0, 0, 256, 84, 10},
+        {1, 0, 10, 84, 256},   {1, 0, 84, 120, 256}, {0, 0, 32, 630, 288},  {1, 0, 144, 700, 16},
+        {0, 0, 1031, 37, 67},  {1, 1, 1031, 37, 67}, {0, 0, 37, 1031, 67},  {1, 1, 37, 1031, 67},
+        {0, 1, 40, 1100, 30},  {1, 0, 40, 1100, 30}, {0, 0, 9, 2100, 300},  {1, 1, 70, 90, 700},
+        {0, 0, 2, 20, 1100},   {1, 0, 3, 40, 1100},  {1, 1, 17, 33, 520},   {0, 0, 100, 1, 2000},
+    };
+    int k, v;
+    for (k = 0; k < NELEM(shapes); k++) {
+        int64_t M = shapes[k][2], N = shapes[k][3], K = shapes[k][4];
+        if (quick && M * N * K > 300000) continue;
+        for (v = 0; v < 3; v++) {
+            float alpha = v == 0 ? 1.0f : (v == 1 ? -0.5f : 2.0f), beta = v == 0 ? 0.0f : (v == 1 ? 1.0f : 0.5f);
+            check_one(pools, npools, shapes[k][0] != 0, shapes[k][1] != 0, M, N, K, v == 2 ? 5 : 0, alpha, beta);
+        }
+    }
+}
+
+/* two threads of the caller using one pool at once: the pool's parallel_for
+   and its cached pack buffers go to one of them, the other runs serially
+   with its own buffers; both results are bit-identical to a lone call */
+typedef struct {
+    dl__pool *pool;
+    const float *A, *B;
+    float *C;
+    int64_t M, N, K;
+    int reps;
+} conc_arg;
+
+static void *conc_main(void *varg)
+{
+    conc_arg *a = (conc_arg *)varg;
+    int r;
+    for (r = 0; r < a->reps; r++)
+        dl__sgemm(a->pool, r & 1, (r >> 1) & 1, a->M, a->N, a->K, 1.0f, a->A, (r & 1) ? a->M : a->K, a->B,
+                  ((r >> 1) & 1) ? a->K : a->N, 0.0f, a->C, a->N);
+    return NULL;
+}
+
+static void test_concurrent(dl__pool *pool, int quick)
+{
+    const int64_t M = 70, N = 150, K = 200;
+    float *A = (float *)malloc(sizeof(float) * (size_t)(M * K)), *B = (float *)malloc(sizeof(float) * (size_t)(K * N));
+    float *C[3];
+    pthread_t th[2];
+    conc_arg ca[2];
+    int64_t i;
+    int k, ok = 1;
+    g_checks++;
+    for (k = 0; k < 3; k++) C[k] = (float *)malloc(sizeof(float) * (size_t)(M * N));
+    if (!A || !B || !C[0] || !C[1] || !C[2]) exit(2);
+    for (i = 0; i < M * K; i++) A[i] = rnd_f();
+    for (i = 0; i < K * N; i++) B[i] = rnd_f();
+    /* reps = 3 (mod 4): the last call of both has ta = 0, tb = 1 */
+    for (k = 0; k < 2; k++) {
+        ca[k].pool = pool;
+        ca[k].A = A;
+        ca[k].B = B;
+        ca[k].C = C[k];
+        ca[k].M = M;
+        ca[k].N = N;
+        ca[k].K = K;
+        ca[k].reps = quick ? 7 : 203;
+        if (pthread_create(&th[k], NULL, conc_main, &ca[k]) != 0) ok = 0;
+    }
+    for (k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    dl__sgemm(NULL, false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C[2], N);
+    if (!ok || memcmp(C[0], C[2], sizeof(float) * (size_t)(M * N)) != 0 ||
+        memcmp(C[1], C[2], sizeof(float) * (size_t)(M * N)) != 0) {
+        printf("FAIL: concurrent dl__sgemm on one pool\n");
+        g_fail++;
+    }
+    free(A);
+    free(B);
+    for (k = 0; k < 3; k++) free(C[k]);
+}
+
 int main(int argc, char **argv)
 {
     dl__pool *pools[3];
@@ -271,6 +421,15 @@ int main(int argc, char **argv)
         printf("FAIL: pool create\n");
         return 1;
     }
+    printf("kernel %dx%d (%s)\n", DL__GEMM_MR, DL__GEMM_NR,
+#if defined(DL__GEMM_AVX512)
+           "AVX-512"
+#elif defined(DL__GEMM_AVX2)
+           "AVX2+FMA"
+#else
+           "portable C"
+#endif
+    );
     printf("pool sizes: %d %d %d (auto: ", dl__pool_size(pools[0]), dl__pool_size(pools[1]),
            dl__pool_size(pools[2]));
     {
@@ -311,6 +470,9 @@ int main(int argc, char **argv)
         check_one(pools, npools, (rnd_u32() & 1) != 0, (rnd_u32() & 1) != 0, M, N, K,
                   (rnd_u32() & 1) ? rnd_range(1, 20) : 0, alphas[rnd_u32() % 4], betas[rnd_u32() % 4]);
     }
+    test_edges(pools, npools, quick);
+    test_model_shapes(pools, npools, quick);
+    test_concurrent(pools[1], quick);
     /* NULL pool */
     {
         dl__pool *np[1];
