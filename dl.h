@@ -1779,6 +1779,18 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
                         bp = bbuf;
                         bs = DL__GEMM_NR;
                     }
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+                    else if (mc <= DL__GEMM_MR && jr + 3 * DL__GEMM_NR <= n1) {
+                        /* one A sliver: B streams through once, so fetch
+                           the sliver after next (the prefetchers miss it) */
+                        const char *q = (const char *)(bp + 2 * DL__GEMM_NR);
+                        int64_t p;
+                        for (p = 0; p < kc; p++, q += J->ldb * (int64_t)sizeof(float)) {
+                            _mm_prefetch(q, _MM_HINT_T0);
+                            if (DL__GEMM_NR * sizeof(float) > 64) _mm_prefetch(q + 64, _MM_HINT_T0);
+                        }
+                    }
+#endif
                     for (ir = 0; ir < mc; ir += DL__GEMM_MR) {
                         int mr = (int)(mc - ir < DL__GEMM_MR ? mc - ir : DL__GEMM_MR);
                         dl__gemm_kernel(kc, abuf + ir * kc, bp, bs, J->C + (ic + ir) * J->ldc + jr, J->ldc, mr, nr,
