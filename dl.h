@@ -1303,17 +1303,46 @@ DL__GEMM_INLINE void dl__gemm_tr8(__m256 *r)
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* rows [0,n) of 8 floats at src (row stride lds), zero rows after, transposed:
-   column q of the block goes to dst + q*ldd (8 floats stored each) */
-DL__GEMM_INLINE void dl__gemm_tr8_copy(const float *src, int64_t lds, int n, float *dst, int64_t ldd)
+/* rows [0,n) of `cols` (1..8) floats at src (row stride lds), zero rows
+   after, transposed: column q < cols of the block goes to dst + q*ldd (8
+   floats stored each) */
+DL__GEMM_INLINE void dl__gemm_tr8_copy(const float *src, int64_t lds, int n, int cols, float *dst, int64_t ldd)
 {
     __m256 r[8];
     int q;
-    for (q = 0; q < 8; q++) r[q] = q < n ? _mm256_loadu_ps(src + q * lds) : _mm256_setzero_ps();
+    if (cols == 8) {
+        for (q = 0; q < 8; q++) r[q] = q < n ? _mm256_loadu_ps(src + q * lds) : _mm256_setzero_ps();
+    } else {
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (q = 0; q < 8; q++) r[q] = q < n ? _mm256_maskload_ps(src + q * lds, m) : _mm256_setzero_ps();
+    }
     dl__gemm_tr8(r);
-    for (q = 0; q < 8; q++) _mm256_storeu_ps(dst + q * ldd, r[q]);
+    for (q = 0; q < cols; q++) _mm256_storeu_ps(dst + q * ldd, r[q]);
 }
 #endif
+
+/* d[0:w) = s[0:n) followed by zeros (n <= w; w is MR or NR). Never reads
+   s[n:]; may write up to 8 floats past d + w (AVX2, w = 6: rewritten by the
+   next row, or slack at the end of the buffer). */
+DL__GEMM_INLINE void dl__gemm_copy_pad(float *DL__RESTRICT d, const float *DL__RESTRICT s, int n, const int w)
+{
+    int c;
+#if defined(DL__GEMM_AVX512)
+    for (c = 0; c < w; c += 16) {
+        int k = n - c < 0 ? 0 : (n - c > 16 ? 16 : n - c), ws = w - c < 16 ? w - c : 16;
+        _mm512_mask_storeu_ps(d + c, (__mmask16)((1u << ws) - 1u),
+                              _mm512_maskz_loadu_ps((__mmask16)((1u << k) - 1u), s + c));
+    }
+#elif defined(DL__GEMM_AVX2)
+    for (c = 0; c < w; c += 8) {
+        int k = n - c < 0 ? 0 : (n - c > 8 ? 8 : n - c);
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_storeu_ps(d + c, k == 8 ? _mm256_loadu_ps(s + c) : _mm256_maskload_ps(s + c, m));
+    }
+#else
+    for (c = 0; c < w; c++) d[c] = c < n ? s[c] : 0.0f;
+#endif
+}
 
 /* Pack rows [i0, i0+mc) x cols [p0, p0+kc) of op(A) into MR-row slivers:
    sliver s holds dst[s*kc*MR + p*MR + r]; rows beyond mc are zero. May write
@@ -1322,29 +1351,26 @@ static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0
                             int64_t kc, float *DL__RESTRICT dst)
 {
     int64_t s, p;
-    int r;
     for (s = 0; s < mc; s += DL__GEMM_MR) {
         int mr = (int)(mc - s < DL__GEMM_MR ? mc - s : DL__GEMM_MR);
         if (transa) {
             const float *src = A + p0 * lda + i0 + s;
-            for (p = 0; p < kc; p++) {
-                float *d = dst + p * DL__GEMM_MR;
-                for (r = 0; r < mr; r++) d[r] = src[p * lda + r];
-                for (r = mr; r < DL__GEMM_MR; r++) d[r] = 0.0f;
-            }
+            for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_MR, src + p * lda, mr, DL__GEMM_MR);
         } else {
             const float *src = A + (i0 + s) * lda + p0;
             p = 0;
 #if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
             /* 8 columns at a time; with MR < 8 each 8-float store runs over
                into the next column's (or sliver's) place, rewritten next */
-            for (; p + 8 <= kc; p += 8) dl__gemm_tr8_copy(src + p, lda, mr, dst + p * DL__GEMM_MR, DL__GEMM_MR);
-#endif
+            for (; p + 8 <= kc; p += 8) dl__gemm_tr8_copy(src + p, lda, mr, 8, dst + p * DL__GEMM_MR, DL__GEMM_MR);
+            if (p < kc) dl__gemm_tr8_copy(src + p, lda, mr, (int)(kc - p), dst + p * DL__GEMM_MR, DL__GEMM_MR);
+#else
             for (; p < kc; p++) {
                 float *d = dst + p * DL__GEMM_MR;
-                for (r = 0; r < mr; r++) d[r] = src[r * lda + p];
-                for (r = mr; r < DL__GEMM_MR; r++) d[r] = 0.0f;
+                int r;
+                for (r = 0; r < DL__GEMM_MR; r++) d[r] = r < mr ? src[r * lda + p] : 0.0f;
             }
+#endif
         }
         dst += kc * DL__GEMM_MR;
     }
@@ -1361,29 +1387,25 @@ static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, int64_t p0
         int nr = (int)(nc - s < DL__GEMM_NR ? nc - s : DL__GEMM_NR);
         if (!transb) {
             const float *src = B + p0 * ldb + j0 + s;
-            for (p = 0; p < kc; p++) {
-                float *d = dst + p * DL__GEMM_NR;
-                if (nr == DL__GEMM_NR) {
-                    memcpy(d, src + p * ldb, sizeof(float) * DL__GEMM_NR);
-                } else {
-                    for (c = 0; c < nr; c++) d[c] = src[p * ldb + c];
-                    for (c = nr; c < DL__GEMM_NR; c++) d[c] = 0.0f;
-                }
-            }
+            for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_NR, src + p * ldb, nr, DL__GEMM_NR);
         } else {
             const float *src = B + (j0 + s) * ldb + p0;
             p = 0;
 #if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
             for (; p + 8 <= kc; p += 8)
                 for (c = 0; c < DL__GEMM_NR; c += 8)
-                    dl__gemm_tr8_copy(src + c * ldb + p, ldb, nr - c < 0 ? 0 : nr - c, dst + p * DL__GEMM_NR + c,
+                    dl__gemm_tr8_copy(src + c * ldb + p, ldb, nr - c < 0 ? 0 : nr - c, 8, dst + p * DL__GEMM_NR + c,
                                       DL__GEMM_NR);
-#endif
+            if (p < kc)
+                for (c = 0; c < DL__GEMM_NR; c += 8)
+                    dl__gemm_tr8_copy(src + c * ldb + p, ldb, nr - c < 0 ? 0 : nr - c, (int)(kc - p),
+                                      dst + p * DL__GEMM_NR + c, DL__GEMM_NR);
+#else
             for (; p < kc; p++) {
                 float *d = dst + p * DL__GEMM_NR;
-                for (c = 0; c < nr; c++) d[c] = src[c * ldb + p];
-                for (c = nr; c < DL__GEMM_NR; c++) d[c] = 0.0f;
+                for (c = 0; c < DL__GEMM_NR; c++) d[c] = c < nr ? src[c * ldb + p] : 0.0f;
             }
+#endif
         }
         dst += kc * DL__GEMM_NR;
     }
