@@ -1207,7 +1207,10 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #endif
 #define DL__GEMM_DIRECT_M (4 * DL__GEMM_MR)  /* op(A) rows up to which B (not transposed) is read in place */
 #define DL__GEMM_PACK_COST 8.0               /* multiply-adds a packed element costs, about */
-#define DL__GEMM_PAR_MIN 1.5e6               /* multiply-adds below which one thread runs */
+#define DL__GEMM_READ_COST 2.0               /* ... and an element of B read in place */
+#ifndef DL__GEMM_PAR_MIN                     /* multiply-adds below which one thread runs (waking */
+#define DL__GEMM_PAR_MIN 4e6                 /* a worker costs ~5 us, ~1M of them); tests set 0 */
+#endif
 #define DL__GEMM_REF_MAX 512.0               /* multiply-adds below which the scalar path runs */
 
 #if defined(__GNUC__)
@@ -2005,14 +2008,15 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
 #endif
     /* split C into column ranges (each thread packs all of A and its part of
        B) or row ranges (all of B, part of A): whichever gives the smaller
-       largest share of multiply-adds plus packing; narrow C splits by vectors */
+       largest share of multiply-adds plus packing (or reading B in place);
+       narrow C splits by vectors */
     units_m = (M + DL__GEMM_MR - 1) / DL__GEMM_MR;
     J.unit_n = (N + DL__GEMM_NR - 1) / DL__GEMM_NR >= 2 * (int64_t)nthreads ? DL__GEMM_NR : DL__GEMM_NV;
     units_n = (N + J.unit_n - 1) / J.unit_n;
     {
         int64_t tn = units_n < nthreads ? units_n : nthreads, tm = units_m < nthreads ? units_m : nthreads;
         double wn = (double)((units_n + tn - 1) / tn * J.unit_n), wm = (double)((units_m + tm - 1) / tm * DL__GEMM_MR);
-        double pb = J.direct_b ? 0.0 : DL__GEMM_PACK_COST, cn, cm;
+        double pb = J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST, cn, cm;
         if (wn > (double)N) wn = (double)N;
         if (wm > (double)M) wm = (double)M;
         cn = wn * (double)M * (double)K + DL__GEMM_PACK_COST * (double)M * (double)K + pb * wn * (double)K;
