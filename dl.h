@@ -1649,7 +1649,7 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
 #define DL__DOT_Z(r) __m512 d##r##0 = z, d##r##1 = z, d##r##2 = z, d##r##3 = z, d##r##4 = z, d##r##5 = z
 #define DL__DOT_S(s)                                                \
     if (S > s) {                                                    \
-        __m512 b_ = _mm512_load_ps(b + s * ks);                     \
+        __m512 b_ = _mm512_load_ps(b + s * kbs);                    \
         DL__GEMM_INREG(b_);                                         \
         d0##s = _mm512_fmadd_ps(a0, b_, d0##s);                     \
         if (R > 1) d1##s = _mm512_fmadd_ps(a1, b_, d1##s);          \
@@ -1687,11 +1687,12 @@ DL__GEMM_INLINE void dl__gemm_dot_out(float *c, __m512 d, float alpha, float bet
     else *c = DL__GEMM_FMA(alpha, s, beta * *c);
 }
 
-/* R rows of a (1..4) x S rows of b (1..6), both aligned with row stride ks,
-   over nv vectors. first: start from zero, else from P; last: finish into
+/* R rows of a (1..4, row stride kas) x S rows of b (1..6, row stride kbs),
+   both 64-byte aligned, over nv vectors. first: start from zero, else from P; last: finish into
    C, else park in P. */
 DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, const float *DL__RESTRICT a,
-                                       const float *DL__RESTRICT b, int64_t ks, float *P, int64_t pst, int first,
+                                       int64_t kas, const float *DL__RESTRICT b, int64_t kbs, float *P, int64_t pst,
+                                       int first,
                                        int last, float *c, int64_t ldc, float alpha, float beta)
 {
     const __m512 z = _mm512_setzero_ps();
@@ -1706,9 +1707,9 @@ DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, con
     }
     for (v = 0; v < nv; v++) {
         const __m512 a0 = _mm512_load_ps(a);
-        const __m512 a1 = R > 1 ? _mm512_load_ps(a + ks) : z;
-        const __m512 a2 = R > 2 ? _mm512_load_ps(a + 2 * ks) : z;
-        const __m512 a3 = R > 3 ? _mm512_load_ps(a + 3 * ks) : z;
+        const __m512 a1 = R > 1 ? _mm512_load_ps(a + kas) : z;
+        const __m512 a2 = R > 2 ? _mm512_load_ps(a + 2 * kas) : z;
+        const __m512 a3 = R > 3 ? _mm512_load_ps(a + 3 * kas) : z;
         DL__DOT_S(0)
         DL__DOT_S(1)
         DL__DOT_S(2)
@@ -1727,15 +1728,15 @@ DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, con
 
 #define DL__DOT_SCASES(R)                                                                              \
     switch (ns) {                                                                                      \
-    case 6: dl__gemm_dot_tile(R, 6, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 5: dl__gemm_dot_tile(R, 5, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 4: dl__gemm_dot_tile(R, 4, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 3: dl__gemm_dot_tile(R, 3, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 2: dl__gemm_dot_tile(R, 2, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    default: dl__gemm_dot_tile(R, 1, nv, a, b, ks, P, pst, first, last, c, ldc, alpha, beta); break;   \
+    case 6: dl__gemm_dot_tile(R, 6, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 5: dl__gemm_dot_tile(R, 5, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 4: dl__gemm_dot_tile(R, 4, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 3: dl__gemm_dot_tile(R, 3, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 2: dl__gemm_dot_tile(R, 2, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    default: dl__gemm_dot_tile(R, 1, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;   \
     }
 
-static void dl__gemm_dot(int nr, int ns, int64_t nv, const float *a, const float *b, int64_t ks, float *P,
+static void dl__gemm_dot(int nr, int ns, int64_t nv, const float *a, int64_t kas, const float *b, int64_t kbs, float *P,
                          int64_t pst, int first, int last, float *c, int64_t ldc, float alpha, float beta)
 {
     switch (nr) {
@@ -1849,19 +1850,33 @@ static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, 
 {
     int64_t ga = (J->M + 3) / 4, nb0, kb, g, h;
     float *as = buf, *bs = as + J->M * DL__GEMM_DOT_KK, *P = bs + 6 * DL__GEMM_DOT_KK;
+    int a_in_place = (uintptr_t)J->A % 64 == 0 && J->lda % 16 == 0;
+    int b_in_place = (uintptr_t)J->B % 64 == 0 && J->ldb % 16 == 0;
     for (nb0 = n0; nb0 < n1; nb0 += DL__GEMM_DOT_NB) {
         int64_t nt = n1 - nb0 < DL__GEMM_DOT_NB ? n1 - nb0 : DL__GEMM_DOT_NB, gb = (nt + 5) / 6;
         for (kb = 0; kb < J->K; kb += DL__GEMM_DOT_KK) {
             int64_t kk = J->K - kb < DL__GEMM_DOT_KK ? J->K - kb : DL__GEMM_DOT_KK, ks = dl__round_up(kk, 16);
             int first = kb == 0, last = kb + kk >= J->K;
-            dl__gemm_dot_stage(J->A + kb, J->lda, J->M, kk, as, ks);
+            /* rows already aligned are read in place, others staged */
+            const float *ap = J->A + kb;
+            int64_t kas = J->lda;
+            if (!a_in_place || kk != ks) {
+                dl__gemm_dot_stage(ap, J->lda, J->M, kk, as, ks);
+                ap = as;
+                kas = ks;
+            }
             for (g = 0; g < gb; g++) {
                 /* near-equal groups: at most 6 rows of B, 4 of A */
-                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb;
-                dl__gemm_dot_stage(J->B + j0 * J->ldb + kb, J->ldb, j1 - j0, kk, bs, ks);
+                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb, kbs = J->ldb;
+                const float *bp = J->B + j0 * J->ldb + kb;
+                if (!b_in_place || kk != ks) {
+                    dl__gemm_dot_stage(bp, J->ldb, j1 - j0, kk, bs, ks);
+                    bp = bs;
+                    kbs = ks;
+                }
                 for (h = 0; h < ga; h++) {
                     int64_t i0 = J->M * h / ga, i1 = J->M * (h + 1) / ga;
-                    dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), ks / 16, as + i0 * ks, bs, ks,
+                    dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), ks / 16, ap + i0 * kas, kas, bp, kbs,
                                  P + (i0 * nt + (j0 - nb0)) * 16, nt * 16, first, last, J->C + i0 * J->ldc + j0,
                                  J->ldc, J->alpha, J->beta);
                 }

@@ -122,12 +122,25 @@ static void ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
         }
 }
 
+/* n floats at a 64-byte boundary, or (half the time) a random number of
+   floats past it: both the aligned and the unaligned code paths run */
+static float *alloc_floats(size_t n, void **base)
+{
+    size_t off = (rnd_u32() & 1) ? 0 : (size_t)rnd_range(1, 15);
+    if (posix_memalign(base, 64, sizeof(float) * (n + 16)) != 0) {
+        printf("test alloc failed\n");
+        exit(2);
+    }
+    return (float *)*base + off;
+}
+
 static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                      int64_t pad, float alpha, float beta)
 {
     g_checks++;
     int64_t lda, ldb, ldc, arows, brows, i, j;
     float *A, *B, *C0, *C, *Cfirst;
+    void *Abase, *Bbase;
     double *R, *S;
     int pi, bad = 0;
     lda = (ta ? M : K) + pad;
@@ -138,8 +151,13 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
     if (lda < 1) lda = 1;
     if (ldb < 1) ldb = 1;
     if (ldc < 1) ldc = 1;
-    A = (float *)malloc(sizeof(float) * (size_t)(arows * lda + 1));
-    B = (float *)malloc(sizeof(float) * (size_t)(brows * ldb + 1));
+    /* row strides of whole vectors half the time (aligned rows) */
+    if (pad > 0 && (rnd_u32() & 1)) {
+        lda = (lda + 15) / 16 * 16;
+        ldb = (ldb + 15) / 16 * 16;
+    }
+    A = alloc_floats((size_t)(arows * lda + 1), &Abase);
+    B = alloc_floats((size_t)(brows * ldb + 1), &Bbase);
     C0 = (float *)malloc(sizeof(float) * (size_t)(M * ldc + 1));
     C = (float *)malloc(sizeof(float) * (size_t)(M * ldc + 1));
     Cfirst = (float *)malloc(sizeof(float) * (size_t)(M * ldc + 1));
@@ -155,9 +173,9 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
     /* padding of A/B: put garbage to detect reads outside the matrix */
     if (pad > 0) {
         for (i = 0; i < arows; i++)
-            for (j = lda - pad; j < lda; j++) A[i * lda + j] = NAN;
+            for (j = ta ? M : K; j < lda; j++) A[i * lda + j] = NAN;
         for (i = 0; i < brows; i++)
-            for (j = ldb - pad; j < ldb; j++) B[i * ldb + j] = NAN;
+            for (j = tb ? K : N; j < ldb; j++) B[i * ldb + j] = NAN;
     }
     ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, R, S);
     for (pi = 0; pi < npools && !bad; pi++) {
@@ -195,8 +213,8 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
             bad = 1;
         }
     }
-    free(A);
-    free(B);
+    free(Abase);
+    free(Bbase);
     free(C0);
     free(C);
     free(Cfirst);
