@@ -1177,9 +1177,10 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
    acc = 0; acc = fma(a, b, acc) for p in order within the block; then
    C = alpha*acc (beta == 0, C not read), fma(alpha, acc, C) (beta == 1, and
    every later K block), or fma(alpha, acc, beta*C). So the result does not
-   depend on the thread count, the split, or which path a tile took. The one
-   exception in summation order, the skinny "dot" path (op(B) = B^T with
-   small M and N, large K), is chosen from the shape alone. */
+   depend on the thread count, the split, or which path a tile took; the
+   scalar dl__gemm_ref gives the same bits. The one exception in summation
+   order, the skinny "dot" path (op(B) = B^T with few rows, long K; its own
+   scalar twin dl__gemm_dot_ref), is chosen from the shape alone. */
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -1243,6 +1244,13 @@ static int dl__gemm_mode(float beta)
 static int64_t dl__round_up(int64_t x, int64_t m)
 {
     return (x + m - 1) / m * m;
+}
+
+/* the K block of the kernels: equal blocks of at most KC, from K alone */
+static int64_t dl__gemm_kc(int64_t K)
+{
+    int64_t nkb = (K + DL__GEMM_KC - 1) / DL__GEMM_KC;
+    return (K + nkb - 1) / nkb;
 }
 
 /* C := beta*C on an (M,N) block; beta == 0 writes zeros without reading C. */
@@ -1621,16 +1629,16 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
 
 #endif
 
-/* Skinny products with op(B) = B^T, few rows and columns of C and a long K
-   (weight gradients: C = dY X^T): C(i,j) is the dot product of rows A_i and
+/* Skinny products with op(B) = B^T, few rows of C and a long K (weight
+   gradients: C = dY X^T): C(i,j) is the dot product of rows A_i and
    B_j, both contiguous along K, so nothing is transposed. Vectors run along
    K: lane l of the accumulator of (i,j) sums the products with k = l (mod 16)
    in order of k. K is walked in chunks of DL__GEMM_DOT_KK, copied to aligned
    scratch (zero-padded to whole vectors), with the accumulators parked
    exactly in a buffer between chunks (so the chunking changes nothing); at
    the end the 16 lanes are summed by one fixed tree and C is updated as by
-   the kernels. A tile is up to 4 rows of A x 6 rows of B. Whether this path
-   runs depends on the shape alone. */
+   the kernels. A tile is up to 4 rows of A x 6 rows of B; threads split the
+   rows of B. Whether this path runs depends on the shape alone. */
 #if defined(DL__GEMM_AVX512)
 #define DL__GEMM_DOT 1
 #ifndef DL__GEMM_DOT_KK
@@ -1756,6 +1764,41 @@ static void dl__gemm_dot_stage(const float *src, int64_t lds, int64_t n, int64_t
     for (i = 0; i < n; i++) {
         memcpy(dst + i * ks, src + i * lds, sizeof(float) * (size_t)kk);
         for (k = kk; k < ks; k++) dst[i * ks + k] = 0.0f;
+    }
+}
+
+/* Whether A B^T takes the dot path: from the shape alone. Cost model in
+   cycles: the dot path runs at ~3/4 of the kernel's speed plus ~5 cycles a
+   pair for the lane sum; the packed path (~93%) transposes both operands at
+   ~0.4 cycles an element. */
+static int dl__gemm_use_dot(bool transa, bool transb, int64_t M, int64_t N, int64_t K)
+{
+    double work = (double)M * (double)N * (double)K;
+    return !transa && transb && M <= DL__GEMM_DOT_MAX_M &&
+           work * (1.0 / 24.0 - 1.0 / 30.0) + 5.0 * (double)M * (double)N < 0.4 * (double)(M + N) * (double)K;
+}
+
+/* Scalar path with exactly the dot path's arithmetic (16 lanes along K, the
+   zero padding of the last vector, the same tree): allocation failure. */
+static void dl__gemm_dot_ref(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                             const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    int64_t i, j, k, ks = dl__round_up(K, 16);
+    int l, st, mode = dl__gemm_mode(beta);
+    for (i = 0; i < M; i++) {
+        for (j = 0; j < N; j++) {
+            float d[16], e[16], *c = C + i * ldc + j;
+            for (l = 0; l < 16; l++) d[l] = 0.0f;
+            for (k = 0; k < ks; k++)
+                d[k % 16] = DL__GEMM_FMA(k < K ? A[i * lda + k] : 0.0f, k < K ? B[j * ldb + k] : 0.0f, d[k % 16]);
+            for (st = 8; st >= 1; st /= 2) {
+                for (l = 0; l < 16; l++) e[l] = d[l] + d[l ^ st];
+                for (l = 0; l < 16; l++) d[l] = e[l];
+            }
+            if (mode == 0) *c = alpha * d[0];
+            else if (mode == 1) *c = DL__GEMM_FMA(alpha, d[0], *c);
+            else *c = DL__GEMM_FMA(alpha, d[0], beta * *c);
+        }
     }
 }
 #endif
@@ -1980,7 +2023,7 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
                                  float beta, float *C, int64_t ldc)
 {
     dl__sgemm_job J;
-    int64_t units_m, units_n, units, nch, chunk, nkb, b_size;
+    int64_t units_m, units_n, units, nch, chunk, b_size;
     double work = (double)M * (double)N * (double)K;
     int nthreads;
     void *raw;
@@ -1990,9 +2033,7 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
         dl__gemm_scale(M, N, beta, C, ldc);
         return;
     }
-    /* K blocks of equal size, at most KC: from K alone */
-    nkb = (K + DL__GEMM_KC - 1) / DL__GEMM_KC;
-    J.kc = (K + nkb - 1) / nkb;
+    J.kc = dl__gemm_kc(K);
     if (work < DL__GEMM_REF_MAX) {
         dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
@@ -2002,12 +2043,7 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
     J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
     J.dot = 0;
 #ifdef DL__GEMM_DOT
-    /* From the shape alone (its summation order differs). Cost model in
-       cycles: the dot path runs at ~3/4 of the kernel's speed plus ~5 cycles
-       a pair for the lane sum; the packed path (~93%) transposes both
-       operands at ~0.4 cycles an element. */
-    J.dot = !transa && transb && M <= DL__GEMM_DOT_MAX_M &&
-            work * (1.0 / 24.0 - 1.0 / 30.0) + 5.0 * (double)M * (double)N < 0.4 * (double)(M + N) * (double)K;
+    J.dot = dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
     if (J.dot) {
         /* split the rows of B; P: parked accumulators of M x N pairs (any
            task may be run on the whole range) */
@@ -2053,6 +2089,13 @@ run:
 #endif
     J.bufs = dl__gemm_buf_get(pool, (size_t)(nch * J.buf_stride) * sizeof(float), &raw);
     if (!J.bufs) {
+        /* out of memory: the same arithmetic, without buffers */
+#ifdef DL__GEMM_DOT
+        if (J.dot) {
+            dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+#endif
         dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }

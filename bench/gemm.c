@@ -56,6 +56,7 @@ static const bcase g_cases[] = {
     {"fc120_dw", "linear", 1, 0, 84, 120, 256},
     {"fc84_dw", "linear", 1, 0, 10, 84, 256},
     /* small ResNet (28x28 input, widths 16-32-64-128, 3x3 convs) */
+    {"rs_stem_fwd", "resnet", 0, 0, 16, 83888, 9},
     {"rs16_fwd", "resnet", 0, 0, 16, 12544, 144},
     {"rs32_fwd", "resnet", 0, 0, 32, 6272, 288},
     {"rs64_fwd", "resnet", 0, 0, 64, 3136, 576},

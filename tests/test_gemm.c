@@ -207,6 +207,25 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
         }
         if (pi == 0) {
             memcpy(Cfirst, C, sizeof(float) * (size_t)(M * ldc));
+            /* bit for bit what the scalar twin of the path taken gives */
+            if (!bad && K > 0 && alpha != 0.0f && M * N > 0) {
+                float *X = (float *)malloc(sizeof(float) * (size_t)(M * ldc));
+                if (!X) exit(2);
+                memcpy(X, C0, sizeof(float) * (size_t)(M * ldc));
+#ifdef DL__GEMM_DOT
+                if ((double)M * (double)N * (double)K >= DL__GEMM_REF_MAX && dl__gemm_use_dot(ta, tb, M, N, K))
+                    dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, beta, X, ldc);
+                else
+#endif
+                    dl__gemm_ref(ta, tb, M, N, K, dl__gemm_kc(K), alpha, A, lda, B, ldb, beta, X, ldc);
+                if (memcmp(X, C, sizeof(float) * (size_t)(M * ldc)) != 0) {
+                    printf("FAIL: not bit-identical to the scalar reference path: ta=%d tb=%d M=%ld N=%ld K=%ld "
+                           "alpha=%g beta=%g\n",
+                           (int)ta, (int)tb, (long)M, (long)N, (long)K, alpha, beta);
+                    bad = 1;
+                }
+                free(X);
+            }
         } else if (!bad && M * ldc > 0 && memcmp(Cfirst, C, sizeof(float) * (size_t)(M * ldc)) != 0) {
             printf("FAIL: not bit-identical across thread counts: ta=%d tb=%d M=%ld N=%ld K=%ld threads=%d\n",
                    (int)ta, (int)tb, (long)M, (long)N, (long)K, dl__pool_size(pools[pi]));
