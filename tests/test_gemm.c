@@ -1,12 +1,23 @@
 /* tests/test_gemm.c - dl.h's own GEMM (dl__sgemm) against a double-precision
    reference: every transpose, odd and empty shapes, padded leading dims,
-   alpha/beta; the thread pool; bit-identical results across thread counts.
+   alpha/beta; the thread pool; bit-identical results across thread counts,
+   to the scalar twin of each path, and when the buffers cannot be had.
    Args: quick (smaller sizes, for valgrind) | bench (adds a 512^3 timing).
    The kernel tested is the one the build selects: built as `make test` does
    (-O2) the portable one; the intrinsics paths need the same file built with
    -march=native (AVX-512) or -mavx2 -mfma (AVX2+FMA). */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
+#include <stdlib.h>
+/* an allocator that can be told to fail */
+static int g_alloc_fail = 0;
+static void *test_malloc(size_t n)
+{
+    return g_alloc_fail ? NULL : malloc(n);
+}
+#define DL_MALLOC(sz) test_malloc(sz)
+#define DL_REALLOC(p, sz) realloc(p, sz)
+#define DL_FREE(p) free(p)
 #define DL_IMPLEMENTATION
 /* split every product that can be split, small ones included: the results
    must not depend on it, and that is what the thread-count checks check */
@@ -374,6 +385,41 @@ static void test_model_shapes(dl__pool **pools, int npools, int quick)
     }
 }
 
+/* no memory for the pack buffers: the scalar twins give the same bits */
+static void test_oom(dl__pool *pool)
+{
+    static const int64_t shapes[][5] = {
+        {0, 0, 37, 70, 300}, {1, 1, 70, 37, 45}, {0, 1, 6, 25, 3000}, {0, 1, 16, 150, 700}, {1, 0, 150, 300, 16},
+        {0, 0, 6, 3000, 25},
+    };
+    int k;
+    for (k = 0; k < NELEM(shapes); k++) {
+        bool ta = shapes[k][0] != 0, tb = shapes[k][1] != 0;
+        int64_t M = shapes[k][2], N = shapes[k][3], K = shapes[k][4], i;
+        int64_t lda = ta ? M : K, ldb = tb ? K : N;
+        float *A = (float *)malloc(sizeof(float) * (size_t)(M * K)), *B = (float *)malloc(sizeof(float) * (size_t)(K * N));
+        float *C1 = (float *)malloc(sizeof(float) * (size_t)(M * N)), *C2 = (float *)malloc(sizeof(float) * (size_t)(M * N));
+        g_checks++;
+        if (!A || !B || !C1 || !C2) exit(2);
+        for (i = 0; i < M * K; i++) A[i] = rnd_f();
+        for (i = 0; i < K * N; i++) B[i] = rnd_f();
+        for (i = 0; i < M * N; i++) C1[i] = C2[i] = rnd_f();
+        dl__sgemm(pool, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, 0.5f, C1, N);
+        g_alloc_fail = 1;
+        dl__sgemm(NULL, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, 0.5f, C2, N);
+        g_alloc_fail = 0;
+        if (memcmp(C1, C2, sizeof(float) * (size_t)(M * N)) != 0) {
+            printf("FAIL: out-of-memory path differs: ta=%d tb=%d M=%ld N=%ld K=%ld\n", (int)ta, (int)tb, (long)M,
+                   (long)N, (long)K);
+            g_fail++;
+        }
+        free(A);
+        free(B);
+        free(C1);
+        free(C2);
+    }
+}
+
 /* two threads of the caller using one pool at once: the pool's parallel_for
    and its cached pack buffers go to one of them, the other runs serially
    with its own buffers; both results are bit-identical to a lone call */
@@ -513,6 +559,7 @@ int main(int argc, char **argv)
     test_edges(pools, npools, quick);
     test_model_shapes(pools, npools, quick);
     test_concurrent(pools[1], quick);
+    test_oom(pools[1]);
     /* NULL pool */
     {
         dl__pool *np[1];
