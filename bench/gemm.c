@@ -7,7 +7,8 @@
    Prints one line per case and thread count:
        gemm M N K threads dl_gflops openblas_gflops ratio  # case ta tb
    (median over >= 7 timed repetitions after a warm-up; dl and OpenBLAS runs
-   interleaved; ratio = dl / openblas), then
+   interleaved, with a pause before dl's runs that follow OpenBLAS's at 2
+   threads, see settle_after_openblas; ratio = dl / openblas), then
        fma_peak_gflops X
        gemm_peak_fraction n=1024 Y
    (one thread, register-only FMA loop timed in thread CPU time, best of 7;
@@ -129,6 +130,19 @@ static double time_calls(void (*fn)(const bctx *), const bctx *b, int inner)
     return (now_s() - t0) / inner;
 }
 
+/* OpenBLAS's threads keep spinning for ~0.1 s after a call (its thread
+   timeout) and would take the second core from dl's next timed run; with
+   threads, wait that out before timing dl after OpenBLAS (dl's workers sleep
+   as soon as they are done, so OpenBLAS needs no such wait) */
+static void settle_after_openblas(int threads)
+{
+    struct timespec ts;
+    if (threads <= 1) return;
+    ts.tv_sec = 0;
+    ts.tv_nsec = 150000000L;
+    nanosleep(&ts, NULL);
+}
+
 static double g_dl_1024_1t = 0.0;
 
 static void bench_case(const bcase *c, int threads, dl__pool *pool, int reps, double min_rep_s)
@@ -160,6 +174,7 @@ static void bench_case(const bcase *c, int threads, dl__pool *pool, int reps, do
     /* warm-up, and pick the inner count from the slower of the two */
     run_dl(&b);
     run_ob(&b);
+    settle_after_openblas(threads);
     t = time_calls(run_dl, &b, 1);
     {
         double t2 = time_calls(run_ob, &b, 1);
@@ -172,6 +187,7 @@ static void bench_case(const bcase *c, int threads, dl__pool *pool, int reps, do
         /* interleave, alternating which goes first */
         if (r & 1) {
             tob[r] = time_calls(run_ob, &b, inner);
+            settle_after_openblas(threads);
             tdl[r] = time_calls(run_dl, &b, inner);
         } else {
             tdl[r] = time_calls(run_dl, &b, inner);
