@@ -1213,6 +1213,12 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #define DL__GEMM_PAR_MIN 4e6                 /* a worker costs ~5 us, ~1M of them); tests set 0 */
 #endif
 #define DL__GEMM_REF_MAX 512.0               /* multiply-adds below which the scalar path runs */
+#ifndef DL__GEMM_DYN
+#define DL__GEMM_DYN 2                       /* most chunks per thread */
+#endif
+#ifndef DL__GEMM_CHUNK_SHARE
+#define DL__GEMM_CHUNK_SHARE 0.04            /* ... while their repeated packing costs at most this */
+#endif
 
 #if defined(__GNUC__)
 #define DL__GEMM_INLINE static inline __attribute__((always_inline))
@@ -1819,8 +1825,15 @@ typedef struct dl__sgemm_job {
     int dot;            /* the dot-product path (dl__sgemm_dot_block) */
     int split_n;        /* 1: tasks index column units; 0: MR row slivers */
     int64_t unit_n;     /* columns per unit of the column split (NR, or a vector for narrow C) */
-    int64_t chunk;      /* chunk size used by dl__parallel_for (to find the buffer) */
-    float *bufs;        /* per-chunk buffers, each buf_stride floats */
+    int64_t chunk;      /* units per chunk */
+    int64_t units;      /* units of the split */
+    int64_t nchunks;    /* chunks, claimed in order by the threads */
+    int64_t next;       /* the next chunk to claim */
+#ifndef DL_NO_THREADS
+    pthread_mutex_t mu; /* guards next, when there are threads */
+#endif
+    int nslots;         /* threads working */
+    float *bufs;        /* per-thread buffers, each buf_stride floats */
     int64_t a_size;     /* floats for packed A in each buffer */
     int64_t buf_stride;
 } dl__sgemm_job;
@@ -1929,11 +1942,9 @@ static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, 
 }
 #endif
 
-static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
+/* units [begin, end) with the buffers of one thread */
+static void dl__sgemm_chunk(const dl__sgemm_job *J, int64_t begin, int64_t end, float *abuf)
 {
-    const dl__sgemm_job *J = (const dl__sgemm_job *)varg;
-    int64_t idx = begin / J->chunk;
-    float *abuf = J->bufs + idx * J->buf_stride;
     float *bbuf = abuf + J->a_size;
 #ifdef DL__GEMM_DOT
     if (J->dot) {
@@ -1949,6 +1960,31 @@ static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
         int64_t m0 = begin * DL__GEMM_MR, m1 = end * DL__GEMM_MR;
         if (m1 > J->M) m1 = J->M;
         dl__sgemm_block(J, m0, m1, 0, J->N, abuf, bbuf);
+    }
+}
+
+/* One task per thread: it claims chunks in order until none is left, so a
+   thread that starts late (or shares its core) does less of the work. Which
+   thread computes a chunk does not change its bits. [begin, end) are thread
+   slots; a serial run (nested call) gets them all and uses slot 0's buffers. */
+static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
+{
+    dl__sgemm_job *J = (dl__sgemm_job *)varg;
+    float *abuf = J->bufs + begin * J->buf_stride;
+    (void)end;
+    for (;;) {
+        int64_t c, u0, u1;
+#ifndef DL_NO_THREADS
+        if (J->nslots > 1) pthread_mutex_lock(&J->mu);
+#endif
+        c = J->next++;
+#ifndef DL_NO_THREADS
+        if (J->nslots > 1) pthread_mutex_unlock(&J->mu);
+#endif
+        if (c >= J->nchunks) break;
+        u0 = c * J->chunk;
+        u1 = u0 + J->chunk < J->units ? u0 + J->chunk : J->units;
+        dl__sgemm_chunk(J, u0, u1, abuf);
     }
 }
 
@@ -2112,10 +2148,35 @@ run:
     J.ldb = ldb;
     J.C = C;
     J.ldc = ldc;
-    J.chunk = chunk;
-
-    if (nch <= 1) dl__sgemm_task(&J, 0, units);
-    else dl__parallel_for(pool, units, 1, dl__sgemm_task, &J);
+    /* chunks, claimed dynamically: one per thread, or DL__GEMM_DYN per
+       thread when what each chunk packs again (A, or B for a row split)
+       stays under DL__GEMM_CHUNK_SHARE of the work */
+    J.units = units;
+    J.nslots = (int)nch;
+    {
+        int64_t per = nch > 1 ? DL__GEMM_DYN : 1;
+        double again = J.dot ? (double)M * (double)K
+                             : (J.split_n ? DL__GEMM_PACK_COST * (double)M * (double)K
+                                          : (J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST) * (double)N *
+                                                (double)K);
+        while (per > 1 && (double)(nch * per) * again > DL__GEMM_CHUNK_SHARE * work) per--;
+        J.nchunks = nch * per < units ? nch * per : units;
+    }
+    J.chunk = (units + J.nchunks - 1) / J.nchunks;
+    J.nchunks = (units + J.chunk - 1) / J.chunk;
+    J.next = 0;
+    (void)chunk;
+#ifndef DL_NO_THREADS
+    if (J.nslots > 1 && pthread_mutex_init(&J.mu, NULL) != 0) J.nslots = 1;
+#endif
+    if (J.nslots <= 1) {
+        dl__sgemm_task(&J, 0, 1);
+    } else {
+        dl__parallel_for(pool, J.nslots, 1, dl__sgemm_task, &J);
+#ifndef DL_NO_THREADS
+        pthread_mutex_destroy(&J.mu);
+#endif
+    }
     dl__gemm_buf_put(pool, raw);
 }
 

@@ -19,9 +19,13 @@ static void *test_malloc(size_t n)
 #define DL_REALLOC(p, sz) realloc(p, sz)
 #define DL_FREE(p) free(p)
 #define DL_IMPLEMENTATION
-/* split every product that can be split, small ones included: the results
-   must not depend on it, and that is what the thread-count checks check */
+/* split every product that can be split, small ones included, into three
+   chunks per thread claimed in whatever order the threads get to them: the
+   results must not depend on it, and that is what the thread-count checks
+   check */
 #define DL__GEMM_PAR_MIN 0
+#define DL__GEMM_DYN 3
+#define DL__GEMM_CHUNK_SHARE 1e30
 #include "dl.h"
 
 static int g_fail = 0, g_checks = 0;
@@ -420,6 +424,7 @@ static void test_oom(dl__pool *pool)
     }
 }
 
+#ifndef DL_NO_THREADS
 /* two threads of the caller using one pool at once: the pool's parallel_for
    and its cached pack buffers go to one of them, the other runs serially
    with its own buffers; both results are bit-identical to a lone call */
@@ -478,6 +483,7 @@ static void test_concurrent(dl__pool *pool, int quick)
     free(B);
     for (k = 0; k < 3; k++) free(C[k]);
 }
+#endif
 
 int main(int argc, char **argv)
 {
@@ -558,7 +564,9 @@ int main(int argc, char **argv)
     }
     test_edges(pools, npools, quick);
     test_model_shapes(pools, npools, quick);
+#ifndef DL_NO_THREADS
     test_concurrent(pools[1], quick);
+#endif
     test_oom(pools[1]);
     /* NULL pool */
     {
