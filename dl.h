@@ -1213,8 +1213,8 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #define DL__GEMM_PAR_MIN 4e6                 /* a worker costs ~5 us, ~1M of them); tests set 0 */
 #endif
 #define DL__GEMM_REF_MAX 512.0               /* multiply-adds below which the scalar path runs */
-#ifndef DL__GEMM_DYN
-#define DL__GEMM_DYN 2                       /* most chunks per thread */
+#ifndef DL__GEMM_DYN                         /* most chunks per thread (1: balanced halves, the */
+#define DL__GEMM_DYN 1                       /* fastest on a quiet machine; tests use more) */
 #endif
 #ifndef DL__GEMM_CHUNK_SHARE
 #define DL__GEMM_CHUNK_SHARE 0.04            /* ... while their repeated packing costs at most this */
@@ -2148,9 +2148,10 @@ run:
     J.ldb = ldb;
     J.C = C;
     J.ldc = ldc;
-    /* chunks, claimed dynamically: one per thread, or DL__GEMM_DYN per
-       thread when what each chunk packs again (A, or B for a row split)
-       stays under DL__GEMM_CHUNK_SHARE of the work */
+    /* chunks, claimed dynamically: one per thread (a worker that wakes late
+       finds its chunk taken), or up to DL__GEMM_DYN per thread while what
+       each chunk packs again (A, or B for a row split) stays under
+       DL__GEMM_CHUNK_SHARE of the work */
     J.units = units;
     J.nslots = (int)nch;
     {
