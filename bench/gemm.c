@@ -131,16 +131,16 @@ static double time_calls(void (*fn)(const bctx *), const bctx *b, int inner)
 }
 
 /* OpenBLAS's threads keep spinning for ~0.1 s after a call (its thread
-   timeout) and would take the second core from dl's next timed run; with
-   threads, wait that out before timing dl after OpenBLAS (dl's workers sleep
-   as soon as they are done, so OpenBLAS needs no such wait) */
-static void settle_after_openblas(int threads)
+   timeout) and take the second core from dl's next run. So, at 2 threads,
+   dl's timed runs that follow OpenBLAS's come after 0.15 s of untimed dl
+   calls (not a sleep: after one, Linux tends to wake dl's worker on the
+   caller's core, where it stays for a while). dl's workers sleep as soon as
+   they are done, so OpenBLAS needs no such wait. */
+static void settle_after_openblas(int threads, const bctx *b)
 {
-    struct timespec ts;
+    double t0 = now_s();
     if (threads <= 1) return;
-    ts.tv_sec = 0;
-    ts.tv_nsec = 150000000L;
-    nanosleep(&ts, NULL);
+    while (now_s() - t0 < 0.15) run_dl(b);
 }
 
 static double g_dl_1024_1t = 0.0;
@@ -174,7 +174,7 @@ static void bench_case(const bcase *c, int threads, dl__pool *pool, int reps, do
     /* warm-up, and pick the inner count from the slower of the two */
     run_dl(&b);
     run_ob(&b);
-    settle_after_openblas(threads);
+    settle_after_openblas(threads, &b);
     t = time_calls(run_dl, &b, 1);
     {
         double t2 = time_calls(run_ob, &b, 1);
@@ -187,7 +187,7 @@ static void bench_case(const bcase *c, int threads, dl__pool *pool, int reps, do
         /* interleave, alternating which goes first */
         if (r & 1) {
             tob[r] = time_calls(run_ob, &b, inner);
-            settle_after_openblas(threads);
+            settle_after_openblas(threads, &b);
             tdl[r] = time_calls(run_dl, &b, inner);
         } else {
             tdl[r] = time_calls(run_dl, &b, inner);
