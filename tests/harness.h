@@ -54,18 +54,23 @@ static int th_close(const float *a, const float *b, long n, double rtol, double 
    whatever the ring holds is freed at exit. */
 #if defined(DL_H) && defined(DL_IMPLEMENTATION)
 #include <stdlib.h>
+#if defined(__GNUC__)
+#define TH_UNUSED __attribute__((unused))
+#else
+#define TH_UNUSED
+#endif
 
 #define TH_RING 64
 static void *th_ring[TH_RING];
 static int th_ring_pos, th_ring_armed;
 
-static void th_ring_free(void)
+TH_UNUSED static void th_ring_free(void)
 {
     int i;
     for (i = 0; i < TH_RING; i++) { free(th_ring[i]); th_ring[i] = NULL; }
 }
 
-static void *th_ring_alloc(size_t bytes)
+TH_UNUSED static void *th_ring_alloc(size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) { printf("harness: out of host memory for a %zu-byte copy\n", bytes); exit(2); }
@@ -76,36 +81,42 @@ static void *th_ring_alloc(size_t bytes)
     return p;
 }
 
-/* the values of a float32 tensor on the host (ring buffer), NULL if t is
-   NULL or dl_read fails */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static float *th_host(dl_tensor *t)
+/* a copy that could not be made is a failed check; its buffer reads as NaN (-1) */
+TH_UNUSED static void th_copy_failed(const char *fn, dl_tensor *t, void *h, size_t bytes)
 {
-    float *h;
-    if (!t) return NULL;
-    h = (float *)th_ring_alloc(sizeof(float) * (size_t)t->numel);
-    return dl_read(t, h, t->numel) == DL_OK ? h : NULL;
+    th_fail++;
+    printf("FAIL %s: reading a tensor (%lld elements) back: %s\n", fn, (long long)t->numel,
+           dl_error_message(dl_tensor_ctx(t)));
+    memset(h, 0xff, bytes);
 }
 
-/* the values of an integer (or float) tensor as int64 on the host (ring buffer) */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static int64_t *th_host_i64(dl_tensor *t)
+/* the values of a float32 tensor on the host (ring buffer); NULL if t is NULL */
+TH_UNUSED static float *th_host(dl_tensor *t)
+{
+    float *h;
+    size_t bytes;
+    if (!t) return NULL;
+    bytes = sizeof(float) * (size_t)t->numel;
+    h = (float *)th_ring_alloc(bytes);
+    if (dl_read(t, h, t->numel) != DL_OK) th_copy_failed("th_host", t, h, bytes);
+    return h;
+}
+
+/* the values of an integer (or float) tensor as int64 on the host (ring
+   buffer); NULL if t is NULL */
+TH_UNUSED static int64_t *th_host_i64(dl_tensor *t)
 {
     int64_t *h;
+    size_t bytes;
     if (!t) return NULL;
-    h = (int64_t *)th_ring_alloc(sizeof(int64_t) * (size_t)t->numel);
-    return dl_read_int64(t, h, t->numel) == DL_OK ? h : NULL;
+    bytes = sizeof(int64_t) * (size_t)t->numel;
+    h = (int64_t *)th_ring_alloc(bytes);
+    if (dl_read_int64(t, h, t->numel) != DL_OK) th_copy_failed("th_host_i64", t, h, bytes);
+    return h;
 }
 
 /* t's raw bytes on the host (ring buffer): numel * element size */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static void *th_bytes(dl_tensor *t)
+TH_UNUSED static void *th_bytes(dl_tensor *t)
 {
     size_t n;
     void *h;
@@ -117,10 +128,7 @@ static void *th_bytes(dl_tensor *t)
 }
 
 /* element i of a float32 tensor (NaN when t is NULL, not float32 or i is out of range) */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static float th_f(dl_tensor *t, int64_t i)
+TH_UNUSED static float th_f(dl_tensor *t, int64_t i)
 {
     float v;
     if (!t || t->dtype != DL_DTYPE_F32 || i < 0 || i >= t->numel) return NAN;
@@ -129,10 +137,7 @@ static float th_f(dl_tensor *t, int64_t i)
 }
 
 /* element i of an int64 or int32 tensor (INT64_MIN when t is NULL, float32 or i is out of range) */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static int64_t th_i64(dl_tensor *t, int64_t i)
+TH_UNUSED static int64_t th_i64(dl_tensor *t, int64_t i)
 {
     if (!t || i < 0 || i >= t->numel) return INT64_MIN;
     if (t->dtype == DL_DTYPE_I64) {
@@ -149,30 +154,21 @@ static int64_t th_i64(dl_tensor *t, int64_t i)
 }
 
 /* writes host's numel floats into t (float32), as a direct store would */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static void th_put(dl_tensor *t, const float *host)
+TH_UNUSED static void th_put(dl_tensor *t, const float *host)
 {
     if (t && t->dtype == DL_DTYPE_F32 && t->numel)
         t->dev_->be->upload(t->dev_, t->data, host, sizeof(float) * (size_t)t->numel);
 }
 
 /* element i of a float32 tensor = v */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static void th_set(dl_tensor *t, int64_t i, float v)
+TH_UNUSED static void th_set(dl_tensor *t, int64_t i, float v)
 {
     if (t && t->dtype == DL_DTYPE_F32 && i >= 0 && i < t->numel)
         t->dev_->be->upload(t->dev_, (float *)t->data + i, &v, sizeof v);
 }
 
 /* a and b hold the same bytes (same dtype and numel) */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static int th_same_bytes(dl_tensor *a, dl_tensor *b)
+TH_UNUSED static int th_same_bytes(dl_tensor *a, dl_tensor *b)
 {
     size_t n;
     if (!a || !b || a->dtype != b->dtype || a->numel != b->numel) return 0;
