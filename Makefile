@@ -81,8 +81,11 @@ $(B)/test_hardening_debug: tests/test_hardening.c $(DEPS) | $(B)
 $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_OPENBLAS -I. $< -o $@ -lopenblas $(LDLIBS)
 
+# then every C test program again with every tensor on cpu:1 in strict mode,
+# where a host dereference of tensor data faults (lines read test_core@cpu:1)
+STRICT_ENV = DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1
 test: all
-	@tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS)
+	@tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS) --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS)
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
