@@ -4171,6 +4171,8 @@ static DL__HD inline float dl__rng_value(int dist, uint64_t seed, uint64_t count
    OpenBLAS). Each entry takes the tag off its pointers first (DL__RAW). */
 
 #define DL__RAW(d, p) ((void *)((uintptr_t)(p) - (d)->tag))
+/* an optional pointer (may be NULL) */
+#define DL__RAW0(d, p) ((p) ? DL__RAW(d, p) : NULL)
 
 /* 64-byte aligned host memory; the raw pointer is kept just before it */
 static void *dl__cpu_alloc(dl__dev *d, size_t bytes)
@@ -4871,7 +4873,7 @@ static void dl__cpu_max_pool(dl__dev *d, float *y, int64_t *idx, const float *x,
                              const dl__pgeom *g)
 {
     y = (float *)DL__RAW(d, y);
-    idx = (int64_t *)DL__RAW(d, idx);
+    idx = (int64_t *)DL__RAW0(d, idx);
     x = (const float *)DL__RAW(d, x);
     dl__pool_args u;
     u.y = y; u.idx = idx; u.x = x; u.g = g;

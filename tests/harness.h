@@ -3,7 +3,11 @@
    counts a check that could not run and prints why; the program ends with
    TEST_END(), which prints "N passed, M failed" (", K skipped" when K > 0)
    and returns non-zero when anything failed. EXPECT_ERR checks that an op
-   failed with a code and a message substring, then clears the error. */
+   failed with a code and a message substring, then clears the error.
+   Tensor values reach the host only through th_host/th_host_i64/th_bytes
+   (copies), th_f/th_i64 (one element), th_put/th_set (writes) and
+   th_same_bytes, never through t->data: `make test` runs every program
+   again with its tensors on a strict device, where t->data faults. */
 #ifndef DL_TEST_HARNESS_H
 #define DL_TEST_HARNESS_H
 #include <stdio.h>
