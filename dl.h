@@ -2410,12 +2410,45 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
 #endif
     ;
 
+/* exp(x) for float, branch-free so loops of it vectorize (libm's expf is a
+   call per element): n = round(x / ln 2) by the 1.5 * 2^23 trick,
+   r = x - n ln 2 in two parts (Cody-Waite), e^r by Cephes' degree-6
+   polynomial on |r| <= ln2/2, times 2^n built from bits in two halves (so
+   subnormal results round once). Within 2 ulp of the true value over the
+   whole range (tests/test_ops.c checks every float from -104 to 89 in steps);
+   +-inf and NaN as expf. */
+static DL__HD inline float dl__expf(float x)
+{
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);   /* NaN passes */
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f, p, s1, s2;
+    uint32_t tb, b1, b2;
+    int32_t ni, n1;
+    r = r - n * -2.12194440e-4f;
+    p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    memcpy(&tb, &t, 4);
+    ni = (int32_t)(tb - 0x4B400000u);            /* n as an integer, |n| <= 150 */
+    n1 = ni / 2;
+    b1 = (uint32_t)(n1 + 127) << 23;
+    b2 = (uint32_t)(ni - n1 + 127) << 23;
+    memcpy(&s1, &b1, 4);
+    memcpy(&s2, &b2, 4);
+    return p * s1 * s2;
+}
+
 /* Elementwise math: one expression per op, used by every backend (CPU loops
    here, CUDA kernels in dl_cuda.cuh), so a device adds launches, not math.
    x is the input, a and b the op's scalar attributes. */
 #define DL__UNARY_OPS(X) \
     X(NEG, -x) \
-    X(EXP, expf(x)) \
+    X(EXP, dl__expf(x)) \
     X(LOG, logf(x)) \
     X(SQRT, sqrtf(x)) \
     X(ABS, fabsf(x)) \
@@ -2423,8 +2456,8 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
     X(ERF, erff(x)) \
     X(RELU, (x > 0 || x != x) ? x : 0.0f) \
     X(LEAKY, x > 0 ? x : x * a) \
-    X(SIGMOID, x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x))) \
-    X(SILU, x >= 0 ? x / (1.0f + expf(-x)) : x * expf(x) / (1.0f + expf(x))) \
+    X(SIGMOID, x >= 0 ? 1.0f / (1.0f + dl__expf(-x)) : dl__expf(x) / (1.0f + dl__expf(x))) \
+    X(SILU, x >= 0 ? x / (1.0f + dl__expf(-x)) : x * dl__expf(x) / (1.0f + dl__expf(x))) \
     X(TANH, tanhf(x)) \
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
     X(POW, a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : powf(x, a)) \
@@ -2446,7 +2479,9 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
     X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(EQ, p == q ? 1.0f : 0.0f) \
-    X(RELU_GRAD, q > 0 ? p : 0.0f)
+    X(RELU_GRAD, q > 0 ? p : 0.0f) \
+    X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
+    X(TANH_GRAD, p * (1.0f - q * q))
 
 #define DL__OPENUM(nm, ex) DL__U_##nm,
 enum { DL__UNARY_OPS(DL__OPENUM) DL__U_COUNT };
@@ -4931,11 +4966,69 @@ static void dl__cpu_gather(dl__dev *d, float *y, const float *x, const int64_t *
    (adj = true: x[window] += y / divisor), one plane per task */
 typedef struct dl__avg_args { float *x; float *y; const dl__pgeom *g; bool adj; } dl__avg_args;
 
+/* The 2-d window (ia[0] == 1), a plane at a time: the column windows are
+   worked out once per plane, and the 2x2 stride-2 window without padding is
+   unrolled. Sums and adjoint contributions in the general loop's order, so
+   the bits are the same. */
+#define DL__AVG_MAXW 512
+static void dl__avgpool2d_plane(float *DL__RESTRICT x, float *DL__RESTRICT y, const dl__pgeom *g,
+                                bool adj)
+{
+    int64_t W = g->ia[2], OH = g->ob[1], OW = g->ob[2], o1, o2, j1, j2;
+    int64_t cl[DL__AVG_MAXW], ch[DL__AVG_MAXW], cp[DL__AVG_MAXW];
+    if (adj) memset(x, 0, sizeof(float) * (size_t)g->La);
+    if (!g->adaptive && g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 &&
+        g->p[1] == 0 && g->p[2] == 0 && 2 * OH <= g->ia[1] && 2 * OW <= W) {
+        for (o1 = 0; o1 < OH; o1++) {
+            float *xr = x + 2 * o1 * W, *yr = y + o1 * OW;
+            for (o2 = 0; o2 < OW; o2++) {
+                float *p = xr + 2 * o2;
+                if (adj) {
+                    float v = yr[o2] / 4.0f;
+                    p[0] += v; p[1] += v; p[W] += v; p[W + 1] += v;
+                } else {
+                    float s = 0.0f;
+                    s += p[0]; s += p[1]; s += p[W]; s += p[W + 1];
+                    yr[o2] = s / 4.0f;
+                }
+            }
+        }
+        return;
+    }
+    for (o2 = 0; o2 < OW; o2++) dl__pwin(g, 2, o2, &cl[o2], &ch[o2], &cp[o2]);
+    for (o1 = 0; o1 < OH; o1++) {
+        int64_t l1, h1, p1;
+        dl__pwin(g, 1, o1, &l1, &h1, &p1);
+        for (o2 = 0; o2 < OW; o2++) {
+            int64_t oi = o1 * OW + o2, l2 = cl[o2], h2 = ch[o2], div;
+            if (l1 >= h1 || l2 >= h2) {
+                if (!adj) y[oi] = 0.0f;
+                continue;
+            }
+            div = (g->count_include_pad || g->adaptive) ? p1 * cp[o2] : (h1 - l1) * (h2 - l2);
+            if (adj) {
+                float v = y[oi] / (float)div;
+                for (j1 = l1; j1 < h1; j1++)
+                    for (j2 = l2; j2 < h2; j2++) x[j1 * W + j2] += v;
+            } else {
+                float s = 0.0f;
+                for (j1 = l1; j1 < h1; j1++)
+                    for (j2 = l2; j2 < h2; j2++) s += x[j1 * W + j2];
+                y[oi] = s / (float)div;
+            }
+        }
+    }
+}
+
 static void dl__avgpool_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__avg_args *u = (const dl__avg_args *)arg;
     const dl__pgeom *g = u->g;
     int64_t q, o0, o1, o2;
+    if (g->ia[0] == 1 && g->ob[0] == 1 && g->ob[2] <= DL__AVG_MAXW) {
+        for (q = lo; q < hi; q++) dl__avgpool2d_plane(u->x + q * g->La, u->y + q * g->Lb, g, u->adj);
+        return;
+    }
     for (q = lo; q < hi; q++) {
         float *x = u->x + q * g->La, *y = u->y + q * g->Lb;
         if (u->adj) memset(x, 0, sizeof(float) * (size_t)g->La);
@@ -5509,9 +5602,19 @@ static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
 static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_LEAKY_MASK, n->f[0], 0)); return DL_OK; }
 /* y = 1/(1+exp(-x));  dx = g * y * (1 - y) */
-static dl_result dl__sigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl_mul(DL__Y, dl_rsub_scalar(DL__Y, 1.0f))); return DL_OK; }
+static dl_result dl__sigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl_mul(DL__Y, dl_rsub_scalar(DL__Y, 1.0f)));
+    else gin[0] = dl__bmask(g, DL__Y, DL__B_SIGMOID_GRAD);   /* one pass */
+    return DL_OK;
+}
 /* y = tanh(x);  dx = g * (1 - y^2) */
-static dl_result dl__tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl_rsub_scalar(dl_mul(DL__Y, DL__Y), 1.0f)); return DL_OK; }
+static dl_result dl__tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl_rsub_scalar(dl_mul(DL__Y, DL__Y), 1.0f));
+    else gin[0] = dl__bmask(g, DL__Y, DL__B_TANH_GRAD);   /* one pass */
+    return DL_OK;
+}
 /* y = x Phi(x);  dx = g * (Phi(x) + x phi(x)), Phi(x) = (1 + erf(x/sqrt2))/2,
    phi(x) = exp(-x^2/2)/sqrt(2 pi) */
 static dl_result dl__gelu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)

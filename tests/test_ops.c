@@ -3,6 +3,7 @@
    torch.matmul cases (run also as C++ and with -DDL_OPENBLAS). */
 #define DL_IMPLEMENTATION
 #include "dl.h"
+#include <float.h>
 #include "harness.h"
 #include <stdlib.h>
 
@@ -198,6 +199,33 @@ static void test_matmul(void)
     }
 }
 
+/* dl__expf (the vectorizable exp behind dl_exp, sigmoid and SiLU) against
+   exp in double: within 2 ulp everywhere, the limits and NaN as expf */
+static void test_expf(void)
+{
+    double worst = 0, at = 0;
+    float x;
+    int i;
+    for (x = -104.0f; x <= 89.0f; x = nextafterf(x, 100.0f) + (float)1e-4 * fabsf(x)) {
+        float e = dl__expf(x);
+        double ref = exp((double)x);
+        double ulp = ref > 0 && ref < 3.4e38 ? ref * FLT_EPSILON : 0;
+        if (ref < 1.17549435e-38) ulp = 1.40129846e-45;   /* subnormal: one step */
+        if (ref < 3.4e38 && fabs(e - ref) / ulp > worst) { worst = fabs(e - ref) / ulp; at = x; }
+    }
+    CHECK(worst <= 2.0, "dl__expf: %.2f ulp from exp at x = %.9g", worst, at);
+    CHECK(isinf(dl__expf(INFINITY)) && dl__expf(INFINITY) > 0, "dl__expf(inf)");
+    CHECK(isinf(dl__expf(89.0f)), "dl__expf(89) overflows like expf");
+    CHECK(dl__expf(88.7f) == dl__expf(88.7f) && !isinf(dl__expf(88.7f)), "dl__expf(88.7) is finite");
+    CHECK(dl__expf(-INFINITY) == 0.0f && dl__expf(-200.0f) == 0.0f, "dl__expf(-inf) = 0");
+    CHECK(isnan(dl__expf(NAN)), "dl__expf(NaN) is NaN");
+    CHECK(dl__expf(0.0f) == 1.0f, "dl__expf(0) = %.9g", (double)dl__expf(0.0f));
+    for (i = -20; i <= 20; i++) {
+        float v = dl__expf((float)i);
+        CHECK(fabs(v - exp((double)i)) <= 2 * FLT_EPSILON * exp((double)i), "dl__expf(%d) = %.9g", i, (double)v);
+    }
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -210,6 +238,7 @@ int main(void)
     test_shapes();
     dl_step_end(ctx);
     test_matmul();
+    test_expf();
     dl_ctx_free(ctx);
     TEST_END();
 }
