@@ -9,8 +9,11 @@
 # events file (read back with TensorBoard's own loader when python3 has the
 # tensorboard package), a bad --logdir is refused before training and a failed
 # write to it stops the run. Also test_smoke's skip line and
-# run.sh's skip total. Trains only on a tiny made-up dataset (64 images),
-# plus one short run on the real data when data/fashion-mnist has it.
+# run.sh's skip total. --device NAME (every one-device training example) and
+# --devices A,B (model_parallel): bad names, cuda:0 without DL_CUDA, and on
+# cpu:1 in strict mode the same epoch lines as on cpu. Trains only on a tiny
+# made-up dataset (64 images), plus one short run on the real data when
+# data/fashion-mnist has it.
 # Prints "N passed, M failed" (", K skipped"); exit status 1 on a failure.
 cd "$(dirname "$0")/.." || exit 1
 B=build
