@@ -223,6 +223,13 @@ for e in $ONE; do
     check "$e --device cpu:1 (strict): the same epoch lines as on cpu" eval '[ -n "$base" ] && [ "$(losses)" = "$base" ]'
 done
 expect 0 "^device: cpu:0$" $B/mlp $SHORT --device cpu:0
+# a checkpoint written on cpu:1 resumes on cpu: the run goes on as if never stopped
+expect 0 "^epoch  2  train loss" $B/mlp $SHORT --epochs 2
+base=$(losses)
+expect 0 "^saved to $T/dev\.st$" env DL_STRICT=1 $B/mlp $SHORT --device cpu:1 --save "$T/dev.st"
+expect 0 "^resumed from $T/dev\.st at epoch 1$" $B/mlp $SHORT --epochs 2 --resume "$T/dev.st"
+check "--save on cpu:1, --resume on cpu: epoch 2 as in one run" \
+    eval '[ -n "$base" ] && [ "$(losses)" = "$(printf "%s\n" "$base" | tail -n 1)" ]'
 expect 0 "^device: cpu:3$" env DL_STRICT=1 DL_CPU_DEVICES=2 $B/mlp $SHORT --device cpu:3
 expect 2 "^$B/model_parallel: unknown flag --device$" $B/model_parallel --device cpu
 expect 0 "^  --devices A,B the model's first half on A, its second half on B" $B/model_parallel --help
