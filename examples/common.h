@@ -3,7 +3,8 @@
    before training, Fashion-MNIST loading, the progress bar and the epoch
    line, a metrics writer (CSV + an SVG chart), TensorBoard logging
    (--logdir), checkpoints that remember the run's settings (--save /
-   --resume), and the cosine schedule. The training
+   --resume), the device (--device, or --devices for model parallelism),
+   and the cosine schedule. The training
    loop itself is in each example. Include after dl.h, with
    _POSIX_C_SOURCE 200809L defined first. POSIX (open, fsync, rename). */
 #ifndef DL_EXAMPLES_COMMON_H
@@ -31,6 +32,8 @@
 #define EX_MAX_BATCH 65536
 #define EX_MAX_THREADS 1024
 #define EX_MAX_WORKERS 64
+#define EX_MAX_CPU_DEVICES 64   /* dl.h's limit on cpu:0 .. cpu:63 */
+#define EX_MAX_CUDA_DEVICES 16
 
 /* ------------------------------------------------------------ flags */
 
@@ -43,6 +46,9 @@ typedef struct ex_args {
     const char *save, *resume, *csv, *svg, *data;
     const char *logdir;         /* TensorBoard event files go here (NULL: none) */
     int64_t limit;              /* use only the first N training samples (0: all) */
+    int ndev;                   /* devices the example takes: 1 (--device) or 2 (--devices A,B) */
+    dl_device dev[2];           /* --device / --devices (type DL_DEVICE_DEFAULT: not given, the
+                                   context's default device: cpu:0, or DL_DEVICE=...) */
 } ex_args;
 
 static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
@@ -51,6 +57,7 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "usage: %s [--epochs N (%d)] [--batch N (%lld)] [--lr F (%g)] [--threads N (0)]\n"
             "       [--workers N (%d)] [--seed N (%llu)] [--limit N (0)] [--data DIR (%s)]\n"
             "       [--save FILE] [--resume FILE] [--csv FILE] [--svg FILE] [--logdir DIR]\n"
+            "       [%s (cpu%s)]\n"
             "  --epochs N    epochs in the whole run, 0..%d (a resumed run counts the checkpoint's)\n"
             "  --batch N     samples per step, 1..%d\n"
             "  --lr F        learning rate, a finite number > 0\n"
@@ -66,10 +73,16 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "  --logdir DIR  TensorBoard logs (created if missing): loss and learning rate per step,\n"
             "                accuracies and weight histograms per epoch, the graph; see them with\n"
             "                `tensorboard --logdir DIR`\n"
+            "%s"
+            "                cpu, cpu:N (a virtual CPU device with its own memory; cpu:N makes\n"
+            "                the devices cpu:0 .. cpu:N), cuda:N (builds with -DDL_CUDA)\n"
             "  --help        this text\n",
             d->prog, d->epochs, (long long)d->batch, (double)d->lr, d->workers,
-            (unsigned long long)d->seed, d->data, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS,
-            EX_MAX_WORKERS);
+            (unsigned long long)d->seed, d->data, d->ndev == 2 ? "--devices A,B" : "--device NAME",
+            d->ndev == 2 ? ",cpu:1" : "", EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS, EX_MAX_WORKERS,
+            d->ndev == 2 ? "  --devices A,B the model's first half on A, its second half on B (the\n"
+                           "                activations and their gradients cross with dl_to):\n"
+                         : "  --device NAME where the model, the optimizer state and the batches live:\n");
 }
 
 /* A bad command line: "prog: MESSAGE", the usage, exit status 2. */
@@ -122,6 +135,32 @@ static EX_UNUSED float ex_lr_flag(const ex_args *d, const char *flag, const char
         !((float)x > 0))
         ex_bad_args(d, "%s %s: must be a finite number > 0 (and within float32's range)", flag, v);
     return (float)x;
+}
+
+/* v as a device name that dl_device_parse takes and the examples can make,
+   else exit 2 naming the flag, the value and the rule. */
+static EX_UNUSED dl_device ex_device_flag(const ex_args *d, const char *flag, const char *v, const char *all)
+{
+    dl_device dev = dl_device_parse(v);
+    if (dev.type < 0 || (dev.type == DL_DEVICE_CPU && dev.index >= EX_MAX_CPU_DEVICES) ||
+        (dev.type == DL_DEVICE_CUDA && dev.index >= EX_MAX_CUDA_DEVICES))
+        ex_bad_args(d, "%s %s: must be cpu, cpu:N (N from 0 to %d) or cuda:N (N from 0 to %d)", flag, all,
+                    EX_MAX_CPU_DEVICES - 1, EX_MAX_CUDA_DEVICES - 1);
+    return dev;
+}
+
+/* --devices A,B: two device names separated by one comma */
+static EX_UNUSED void ex_devices_flag(const ex_args *d, const char *flag, const char *v, dl_device out[2])
+{
+    char buf[64];
+    const char *comma = strchr(v, ',');
+    size_t n = comma ? (size_t)(comma - v) : 0;
+    if (!comma || !n || !comma[1] || strchr(comma + 1, ',') || n >= sizeof buf)
+        ex_bad_args(d, "%s %s: must be two device names separated by a comma (cpu:0,cpu:1)", flag, v);
+    memcpy(buf, v, n);
+    buf[n] = 0;
+    out[0] = ex_device_flag(d, flag, buf, v);
+    out[1] = ex_device_flag(d, flag, comma + 1, v);
 }
 
 static EX_UNUSED long ex_cores(void)
@@ -279,11 +318,12 @@ static EX_UNUSED bool ex_logdir_ok(const char *prog, const char *flag, const cha
 }
 
 /* Fills *a with the example's defaults (seed 1, one loader worker,
-   data/fashion-mnist) and the flags over them, each value checked; checks
-   the output paths. --help: usage, exit 0; anything wrong: the flag, the
+   data/fashion-mnist; ndev 1: --device, the context's default device;
+   ndev 2: --devices, cpu:0,cpu:1) and the flags over them, each value
+   checked; checks the output paths. --help: usage, exit 0; anything wrong: the flag, the
    value and the rule, the usage, exit 2. */
-static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *name, int epochs, int64_t batch,
-                               float lr)
+static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const char *name, int epochs,
+                                       int64_t batch, float lr, int ndev)
 {
     ex_args d;
     const char *out[4][2];
@@ -298,6 +338,8 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
     d.seed = 1;
     d.workers = 1;
     d.data = "data/fashion-mnist";
+    d.ndev = ndev;
+    if (ndev == 2) { d.dev[0] = dl_cpu(); d.dev[1] = dl_cpu_device(1); }   /* --devices cpu:0,cpu:1 */
     *a = d;
     for (i = 1; i < argc; i += 2) {     /* every flag but --help takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -305,7 +347,7 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
         if (strcmp(f, "--epochs") && strcmp(f, "--batch") && strcmp(f, "--lr") && strcmp(f, "--threads") &&
             strcmp(f, "--workers") && strcmp(f, "--seed") && strcmp(f, "--limit") && strcmp(f, "--data") &&
             strcmp(f, "--save") && strcmp(f, "--resume") && strcmp(f, "--csv") && strcmp(f, "--svg") &&
-            strcmp(f, "--logdir"))
+            strcmp(f, "--logdir") && strcmp(f, ndev == 2 ? "--devices" : "--device"))
             ex_bad_args(&d, "unknown flag %s", f);
         if (!v) ex_bad_args(&d, "%s needs a value", f);
         if (!strcmp(f, "--epochs")) a->epochs = (int)ex_int_flag(&d, f, v, 0, EX_MAX_EPOCHS);
@@ -315,6 +357,8 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
         else if (!strcmp(f, "--workers")) a->workers = (int)ex_int_flag(&d, f, v, 0, EX_MAX_WORKERS);
         else if (!strcmp(f, "--seed")) a->seed = ex_u64_flag(&d, f, v);
         else if (!strcmp(f, "--limit")) a->limit = ex_int_flag(&d, f, v, 0, INT64_MAX);
+        else if (!strcmp(f, "--device")) a->dev[0] = ex_device_flag(&d, f, v, v);
+        else if (!strcmp(f, "--devices")) ex_devices_flag(&d, f, v, a->dev);
         else {
             if (!v[0] || !strncmp(v, "--", 2)) ex_bad_args(&d, "%s needs a path, got '%s'", f, v);
             if (!strcmp(f, "--data")) a->data = v;
@@ -346,6 +390,13 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
         if (i < 3 ? !ex_output_ok(a->prog, out[i][0], out[i][1]) : !ex_logdir_ok(a->prog, out[i][0], out[i][1]))
             exit(2);
     }
+}
+
+/* The flags of a one-device example (--device NAME). */
+static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *name, int epochs, int64_t batch,
+                               float lr)
+{
+    ex_parse_devices(argc, argv, a, name, epochs, batch, lr, 1);
 }
 
 /* ------------------------------------------------------------ data */
@@ -419,8 +470,37 @@ typedef struct ex_setup {
     bool tb_graph;              /* the graph is written (once, from the first step) */
 } ex_setup;
 
-/* Sets up ctx (seed, threads) and the Fashion-MNIST loaders (normalized;
-   augmentation when hflip/crop_padding). false on failure (message printed). */
+/* The CPU devices a run needs: cpu:N asks for cpu:0 .. cpu:N, so the
+   context gets N+1 (DL_CPU_DEVICES=M raises it further; 0: dl.h's 1). */
+static EX_UNUSED int ex_cpu_devices(const ex_args *a)
+{
+    int i, n = 0;
+    for (i = 0; i < a->ndev; i++)
+        if (a->dev[i].type == DL_DEVICE_CPU && a->dev[i].index + 1 > n) n = a->dev[i].index + 1;
+    return n;
+}
+
+/* Checks, before any work, that ctx can make each device the flags name
+   (cuda:0 in a build without DL_CUDA cannot): otherwise prints
+   "prog: --device cuda:0: dl.h's reason" and exits with status 2. */
+static EX_UNUSED void ex_devices_ok(const ex_args *a, dl_ctx *ctx)
+{
+    dl_memory_stats ms;
+    int i;
+    for (i = 0; i < a->ndev; i++)
+        if (dl_memory_stats_get(ctx, a->dev[i], &ms) != DL_OK) {
+            const char *msg = dl_error_message(ctx), *why = strstr(msg, ": ");
+            fprintf(stderr, "%s: %s %s: %s\n", a->prog, a->ndev == 2 ? "--devices" : "--device",
+                    dl_device_name(a->dev[i]), why ? why + 2 : msg);   /* without "dl_memory_stats_get: " */
+            dl_ctx_free(ctx);
+            exit(2);
+        }
+}
+
+/* Sets up ctx (seed, threads, the CPU devices --device needs) and the
+   Fashion-MNIST loaders (normalized; augmentation when hflip/crop_padding),
+   which hand their batches to the (first) device. The data sets stay on the
+   host. false on failure (message printed). */
 static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool hflip, int64_t crop_padding,
                                       ex_setup *s)
 {
@@ -435,8 +515,10 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     cd.seed = a->seed;
     cd.num_threads = a->threads;
     cd.log = dl_log_silent;         /* every failure is reported below, with its context */
+    cd.cpu_devices = ex_cpu_devices(a);
     s->ctx = dl_ctx_init(&cd);
-    if (!s->ctx) { fprintf(stderr, "%s: cannot create a context (out of memory?)\n", a->prog); return false; }
+    if (!s->ctx) { fprintf(stderr, "%s: cannot create a context: %s\n", a->prog, dl_error_message(NULL)); return false; }
+    ex_devices_ok(a, s->ctx);
     if (!ex_load_split(a->prog, s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
         !ex_load_split(a->prog, s->ctx, a->data, "t10k", 0, &xte, &yte)) return false;
     memset(&tr, 0, sizeof tr);
@@ -444,6 +526,7 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     tr.hflip = hflip; tr.crop_padding = crop_padding;
     memset(&ld, 0, sizeof ld);
     ld.batch_size = a->batch; ld.shuffle = true; ld.num_workers = a->workers; ld.seed = a->seed;
+    ld.device = a->dev[0];          /* DataLoader + .to(device): batches arrive on the device */
     s->train = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xtr, ytr, &tr, true), &ld);
     ld.shuffle = false;
     s->test = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xte, yte, &tr, false), &ld);
@@ -463,13 +546,15 @@ static EX_UNUSED int ex_done(ex_setup *s, int status)
 
 /* ------------------------------------------------------------ printing */
 
-/* Number of rows whose arg-max equals the label; -1 on an error (logits NULL). */
+/* Number of rows whose arg-max equals the label; -1 on an error (logits
+   NULL). The arg-max and the labels are read on the host (cpu:0): a
+   device's memory is read only through dl_to / dl_read. */
 static EX_UNUSED int64_t ex_correct(dl_tensor *logits, dl_tensor *y)
 {
-    dl_tensor *am = dl_argmax(logits, 1, false);
+    dl_tensor *am = dl_to(dl_argmax(logits, 1, false), dl_cpu());
     const int64_t *p, *q;
     int64_t i, n = 0;
-    if (!am) return -1;
+    if (!am || !(y = dl_to(y, dl_cpu()))) return -1;
     p = (const int64_t *)am->data;
     q = (const int64_t *)y->data;
     for (i = 0; i < y->numel; i++) n += p[i] == q[i];
@@ -941,6 +1026,8 @@ static EX_UNUSED int ex_start(ex_setup *s, dl_module *net, dl_optim *opt)
     printf("%s: %lld parameters, %lld train / %lld test samples, batch %lld, %d threads\n", s->title,
            (long long)dl_module_num_params(net), (long long)s->ntrain, (long long)s->ntest,
            (long long)s->a->batch, dl_num_threads(s->ctx));
+    if (s->a->ndev == 1 && s->a->dev[0].type != DL_DEVICE_DEFAULT)   /* --device given */
+        printf("device: %s\n", dl_device_name(s->a->dev[0]));
     fflush(stdout);
     if (!ex_tb_open(s, net)) return -1;
     return start;

@@ -87,6 +87,7 @@ int main(int argc, char **argv)
     ex_parse(argc, argv, &a, "lenet", 10, 256, 2e-3f);       /* defaults: epochs, batch, lr */
     if (!ex_setup_fmnist(&a, "LeNet-BN on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
     net = make_lenet(s.ctx);
+    if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&ad, 0, sizeof ad);                                /* zero: PyTorch's defaults */
     ad.lr = a.lr;
     opt = dl_adam(net, &ad);                                  /* torch.optim.Adam(model.parameters(), lr) */

@@ -84,6 +84,7 @@ int main(int argc, char **argv)
     ex_parse(argc, argv, &a, "lenet_d2l", 10, 256, 0.9f);    /* defaults: epochs, batch, lr */
     if (!ex_setup_fmnist(&a, "d2l LeNet (sigmoid, avg-pool) on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
     net = make_lenet_d2l(s.ctx);
+    if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
     sd.lr = a.lr;
     opt = dl_sgd(net, &sd);                                   /* torch.optim.SGD(model.parameters(), lr); constant lr */

@@ -74,6 +74,7 @@ int main(int argc, char **argv)
     ex_parse(argc, argv, &a, "mlp", 10, 128, 0.05f);         /* defaults: epochs, batch, lr */
     if (!ex_setup_fmnist(&a, "MLP 784-256-128-10 on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
     net = make_mlp(s.ctx);
+    if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
     sd.lr = a.lr;
     sd.momentum = 0.9f;

@@ -123,6 +123,7 @@ int main(int argc, char **argv)
     ex_parse(argc, argv, &a, "resnet", 3, 128, 0.1f);        /* defaults: epochs, batch, lr */
     if (!ex_setup_fmnist(&a, "small ResNet-18-style on Fashion-MNIST", true, 2, &s)) return ex_done(&s, 1);
     net = make_resnet(s.ctx);
+    if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
     sd.lr = a.lr;
     sd.momentum = 0.9f;

@@ -9,8 +9,11 @@
 # events file (read back with TensorBoard's own loader when python3 has the
 # tensorboard package), a bad --logdir is refused before training and a failed
 # write to it stops the run. Also test_smoke's skip line and
-# run.sh's skip total. Trains only on a tiny made-up dataset (64 images),
-# plus one short run on the real data when data/fashion-mnist has it.
+# run.sh's skip total. --device NAME (every one-device training example) and
+# --devices A,B (model_parallel): bad names, cuda:0 without DL_CUDA, and on
+# cpu:1 in strict mode the same epoch lines as on cpu. Trains only on a tiny
+# made-up dataset (64 images), plus one short run on the real data when
+# data/fashion-mnist has it.
 # Prints "N passed, M failed" (", K skipped"); exit status 1 on a failure.
 cd "$(dirname "$0")/.." || exit 1
 B=build
@@ -18,7 +21,8 @@ T=$B/test_cli.tmp
 rm -rf "$T" && mkdir -p "$T" || { echo "cannot create $T"; echo "0 passed, 1 failed"; exit 1; }
 pass=0 fail=0 skip=0
 TO=""; command -v timeout >/dev/null 2>&1 && TO="timeout 120"
-TRAIN="lenet lenet_d2l mlp softmax_regression resnet"
+ONE="lenet lenet_d2l mlp softmax_regression resnet"   # --device NAME
+TRAIN="$ONE model_parallel"                           # model_parallel: --devices A,B
 
 ok() { pass=$((pass + 1)); }
 no() { fail=$((fail + 1)); echo "FAIL $*"; }
@@ -193,6 +197,57 @@ expect 0 "^test accuracy: [01]\.[0-9]{4}$" $B/mlp $SHORT --epochs 3 --resume "$R
 check "a finished run resumed trains no more epochs" eval "! printf '%s\n' \"\$out\" | grep -q '^epoch'"
 expect 1 "^$B/mlp: --resume $T/none.st: .*No such file" $B/mlp $SHORT --resume "$T/none.st"
 expect 1 "^$B/mlp: dl_idx_load: cannot open '$T/nowhere/train-images-idx3-ubyte'" $B/mlp --data "$T/nowhere"
+
+# --- devices: --device NAME in every one-device training example, --devices
+# A,B in model_parallel. A bad name: exit 2, the flag, the value and the rule;
+# cuda:0 in a build without DL_CUDA: exit 2, the device and DL_CUDA, before
+# any training. On cpu:1 (a virtual CPU device, made by asking for it) in
+# strict mode, where a host access to its memory faults, a run prints the
+# same losses and accuracies as on cpu, bit for bit; so does a model split
+# across cpu:0 and cpu:1.
+RULE='must be cpu, cpu:N \(N from 0 to 63\) or cuda:N \(N from 0 to 15\)$'
+for v in gpu cpu: cpu:-1 cpu:x CPU cuda:1x cpu:64 cuda:16 "cpu 1" ""; do
+    expect 2 "^$B/mlp: --device $v: $RULE" $B/mlp $SHORT --device "$v"
+done
+expect 2 "^$B/mlp: --device needs a value" $B/mlp --device
+# the numbers of a run's epoch lines (without the time and the speed)
+losses() { printf '%s\n' "$out" | sed -n 's/^\(epoch .*  test acc [0-9.]*\)  .*/\1/p'; }
+for e in $ONE; do
+    expect 0 "^  --device NAME where the model, the optimizer state and the batches live" $B/$e --help
+    expect 2 "^$B/$e: --device gpu: $RULE" $B/$e --device gpu
+    expect 2 "^$B/$e: --device cuda:0: cuda:0 requested but dl.h was built without DL_CUDA" $B/$e $SHORT --device cuda:0
+    check "$e --device cuda:0: refused before training" eval "! printf '%s\n' \"\$out\" | grep -q '^epoch'"
+    expect 0 "^epoch  2  train loss" $B/$e $SHORT --epochs 2
+    base=$(losses)
+    expect 0 "^device: cpu:1$" env DL_STRICT=1 $B/$e $SHORT --epochs 2 --device cpu:1
+    check "$e --device cpu:1 (strict): the same epoch lines as on cpu" eval '[ -n "$base" ] && [ "$(losses)" = "$base" ]'
+done
+expect 0 "^device: cpu:0$" $B/mlp $SHORT --device cpu:0
+# a checkpoint written on cpu:1 resumes on cpu: the run goes on as if never stopped
+expect 0 "^epoch  2  train loss" $B/mlp $SHORT --epochs 2
+base=$(losses)
+expect 0 "^saved to $T/dev\.st$" env DL_STRICT=1 $B/mlp $SHORT --device cpu:1 --save "$T/dev.st"
+expect 0 "^resumed from $T/dev\.st at epoch 1$" $B/mlp $SHORT --epochs 2 --resume "$T/dev.st"
+check "--save on cpu:1, --resume on cpu: epoch 2 as in one run" \
+    eval '[ -n "$base" ] && [ "$(losses)" = "$(printf "%s\n" "$base" | tail -n 1)" ]'
+expect 0 "^device: cpu:3$" env DL_STRICT=1 DL_CPU_DEVICES=2 $B/mlp $SHORT --device cpu:3
+expect 2 "^$B/model_parallel: unknown flag --device$" $B/model_parallel --device cpu
+expect 0 "^  --devices A,B the model's first half on A, its second half on B" $B/model_parallel --help
+for v in cpu:0 cpu:0, ,cpu:1 cpu,cpu,cpu; do
+    expect 2 "^$B/model_parallel: --devices $v: must be two device names separated by a comma \(cpu:0,cpu:1\)$" \
+        $B/model_parallel $SHORT --devices "$v"
+done
+expect 2 "^$B/model_parallel: --devices cpu,gpu: $RULE" $B/model_parallel $SHORT --devices cpu,gpu
+expect 2 "^$B/model_parallel: --devices cuda:0: cuda:0 requested but dl.h was built without DL_CUDA" \
+    $B/model_parallel $SHORT --devices cpu,cuda:0
+expect 0 "^features on cpu:0, classifier on cpu:0$" $B/model_parallel $SHORT --epochs 2 --devices cpu,cpu
+base=$(losses)
+expect 0 "^features on cpu:0, classifier on cpu:1$" env DL_STRICT=1 $B/model_parallel $SHORT --epochs 2
+check "model_parallel on cpu:0 + cpu:1 (strict): the same epoch lines as on one device" \
+    eval '[ -n "$base" ] && [ "$(losses)" = "$base" ]'
+check "model_parallel: memory on each device" eval "printf '%s\n' \"\$out\" | grep -q '^memory on cpu:0: ' && printf '%s\n' \"\$out\" | grep -q '^memory on cpu:1: '"
+expect 0 "^features on cpu:2, classifier on cpu:1$" env DL_STRICT=1 $B/model_parallel $SHORT --epochs 2 --devices cpu:2,cpu:1
+check "model_parallel on cpu:2 + cpu:1 (strict): the same epoch lines" eval '[ "$(losses)" = "$base" ]'
 
 # --- 20: --help everywhere, graph --out, "saved to PATH" for each file
 for e in $TRAIN custom_function gradcheck graph; do
