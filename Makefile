@@ -17,7 +17,10 @@ TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
 # shell tests: the examples' command line (needs the examples built), `make data`
 SCRIPTS   = tests/test_cli.sh tests/test_fetch_data.sh
 # the same checks built other ways: clang, C++, OpenBLAS
-EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
+# and every C test built as the examples are (-O3 -march=native), so the
+# vector paths (AVX-512 / AVX2 GEMM kernels, pooling) run against the same checks
+NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
+EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h tests/harness.h tests/golden.h
@@ -68,6 +71,8 @@ $(B)/test_quickstart: $(B)/quickstart.c tests/quickstart_check.sh | $(B)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $(B)/quickstart $(LDLIBS)
 	cp tests/quickstart_check.sh $@ && chmod +x $@
 
+$(B)/%_native: tests/%.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
 $(B)/test_core_clang: tests/test_core.c $(DEPS) | $(B)
 	clang $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 $(B)/test_core_cxx: tests/test_core.c $(DEPS) | $(B)

@@ -4827,7 +4827,44 @@ static void dl__maxpool2d_plane(const float *DL__RESTRICT x, float *DL__RESTRICT
             int64_t r = 2 * o1 * W;
             float *yr = y + o1 * OW;
             int64_t *ir = idx ? idx + o1 * OW : NULL;
-            for (o2 = 0; o2 < OW; o2++) {
+            o2 = 0;
+#if defined(DL__GEMM_AVX512)
+            /* 16 outputs at a time: the window's four taps as four vectors
+               (even and odd columns of the two rows), the same sequential
+               rule per lane; the tail with masks */
+            for (; o2 < OW; o2 += 16) {
+                const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+                int64_t nout = OW - o2 < 16 ? OW - o2 : 16, nin = 2 * nout;
+                __mmask16 mo = (__mmask16)((1u << nout) - 1u);
+                __mmask16 m0 = (__mmask16)(nin >= 16 ? 0xFFFFu : (1u << nin) - 1u);
+                __mmask16 m1 = (__mmask16)(nin >= 32 ? 0xFFFFu : nin <= 16 ? 0u : (1u << (nin - 16)) - 1u);
+                const float *p0 = x + r + 2 * o2, *p1 = p0 + W;
+                __m512 a0 = _mm512_maskz_loadu_ps(m0, p0), a1 = _mm512_maskz_loadu_ps(m1, p0 + 16);
+                __m512 b0 = _mm512_maskz_loadu_ps(m0, p1), b1 = _mm512_maskz_loadu_ps(m1, p1 + 16);
+                __m512 m = _mm512_permutex2var_ps(a0, ev, a1), v;
+                __m512i off = _mm512_setzero_si512();
+                __mmask16 k;
+#define DL__MAXV(src, o) do { v = (src); \
+        k = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); \
+        m = _mm512_mask_mov_ps(m, k, v); off = _mm512_mask_mov_epi32(off, k, _mm512_set1_epi32(o)); } while (0)
+                DL__MAXV(_mm512_permutex2var_ps(a0, od, a1), 1);
+                DL__MAXV(_mm512_permutex2var_ps(b0, ev, b1), (int)W);
+                DL__MAXV(_mm512_permutex2var_ps(b0, od, b1), (int)W + 1);
+#undef DL__MAXV
+                _mm512_mask_storeu_ps(yr + o2, mo, m);
+                if (ir) {
+                    const __m512i lane = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+                    __m512i base = _mm512_add_epi64(_mm512_set1_epi64(r + 2 * o2), lane);
+                    __m512i lo = _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(off)));
+                    __m512i hi = _mm512_add_epi64(_mm512_add_epi64(base, _mm512_set1_epi64(16)),
+                                                  _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(off, 1)));
+                    _mm512_mask_storeu_epi64(ir + o2, (__mmask8)(mo & 0xFF), lo);
+                    _mm512_mask_storeu_epi64(ir + o2 + 8, (__mmask8)(mo >> 8), hi);
+                }
+            }
+#endif
+            for (; o2 < OW; o2++) {
                 int64_t at = r + 2 * o2, best = at;
                 float m = x[at];
                 DL__MAXSTEP(at + 1);

@@ -41,7 +41,7 @@ static G_UNUSED int g_u32(const unsigned char *b, size_t len, size_t *pos, uint3
 
 static G_UNUSED int g_i64(const unsigned char *b, size_t len, size_t *pos, int64_t *out)
 {
-    uint32_t lo, hi;
+    uint32_t lo = 0, hi = 0;   /* set by g_u32: 8 bytes are there */
     uint64_t u;
     if (len - *pos < 8) return 0;
     g_u32(b, len, pos, &lo);

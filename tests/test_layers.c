@@ -150,6 +150,65 @@ static void test_errors(void)
     CHECK(dl_add(dl_ones(ctx, DL_SHAPE(2)), dl_ones(ctx, DL_SHAPE(2))) != NULL, "context still works");
 }
 
+/* The 2-d pooling fast paths (plane at a time, 2x2 unrolled, AVX-512) equal
+   the general loop, which 3-d pooling with a (1, kh, kw) window runs: values
+   and gradients bit for bit, with ties, NaN and -inf in the input and widths
+   that leave a vector tail. */
+static void test_pool_paths(void)
+{
+    static const int64_t Ws[] = {37, 32, 5, 64};
+    static const int64_t ks[][3] = {{2, 2, 0}, {3, 2, 1}, {2, 1, 0}, {3, 3, 1}};   /* kernel, stride, pad */
+    int wi, ki, mx, ceil;
+    for (wi = 0; wi < 4; wi++)
+        for (ki = 0; ki < 4; ki++)
+            for (mx = 0; mx < 2; mx++)
+                for (ceil = 0; ceil < 2; ceil++) {
+                    int64_t N = 2, C = 3, H = 9, W = Ws[wi], n = N * C * H * W, i;
+                    float *v = (float *)malloc(sizeof(float) * (size_t)n);
+                    dl_pool_desc p2, p3;
+                    dl_tensor *x2, *x3, *y2, *y3, *r;
+                    bool ok;
+                    for (i = 0; i < n; i++) v[i] = (float)((i * 7919) % 13) * 0.5f - 3.0f;   /* many ties */
+                    v[5] = NAN;
+                    v[n / 2] = -INFINITY;
+                    v[n - 3] = NAN;
+                    memset(&p2, 0, sizeof p2);
+                    p2.kernel[0] = p2.kernel[1] = ks[ki][0];
+                    p2.stride[0] = p2.stride[1] = ks[ki][1];
+                    p2.padding[0] = p2.padding[1] = ks[ki][2];
+                    p2.ceil_mode = ceil != 0;
+                    p2.no_count_include_pad = ceil != 0;
+                    memset(&p3, 0, sizeof p3);
+                    p3.kernel[0] = 1; p3.stride[0] = 1;
+                    p3.kernel[1] = p3.kernel[2] = ks[ki][0];
+                    p3.stride[1] = p3.stride[2] = ks[ki][1];
+                    p3.padding[1] = p3.padding[2] = ks[ki][2];
+                    p3.ceil_mode = p2.ceil_mode;
+                    p3.no_count_include_pad = p2.no_count_include_pad;
+                    x2 = dl_from_array(ctx, DL_SHAPE(N, C, H, W), v);
+                    x3 = dl_from_array(ctx, DL_SHAPE(N, C, 1, H, W), v);
+                    dl_requires_grad(x2, true);
+                    dl_requires_grad(x3, true);
+                    y2 = mx ? dl_max_pool2d(x2, &p2) : dl_avg_pool2d(x2, &p2);
+                    y3 = mx ? dl_max_pool3d(x3, &p3) : dl_avg_pool3d(x3, &p3);
+                    r = y2 ? dl_rand(ctx, DL_SHAPE(y2->shape[0], y2->shape[1], y2->shape[2], y2->shape[3])) : NULL;
+                    ok = y2 && y3 && r && th_same_bytes(y2, y3);
+                    CHECK(ok, "%s pool W=%lld k=%lld s=%lld p=%lld ceil=%d: 2-d path != general loop (%s)",
+                          mx ? "max" : "avg", (long long)W, (long long)ks[ki][0], (long long)ks[ki][1],
+                          (long long)ks[ki][2], ceil, dl_error_message(ctx));
+                    if (ok) {
+                        dl_tensor *r3 = dl_reshape(r, DL_SHAPE(y3->shape[0], y3->shape[1], 1, y3->shape[3], y3->shape[4]));
+                        ok = dl_backward(dl_sum(dl_mul(y2, r), DL_ALL, false)) == DL_OK &&
+                             dl_backward(dl_sum(dl_mul(y3, r3), DL_ALL, false)) == DL_OK &&
+                             x2->grad && x3->grad && th_same_bytes(x2->grad, x3->grad);
+                        CHECK(ok, "%s pool W=%lld k=%lld: gradients of the 2-d path != general loop",
+                              mx ? "max" : "avg", (long long)W, (long long)ks[ki][0]);
+                    }
+                    free(v);
+                    dl_step_end(ctx);
+                }
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -166,6 +225,8 @@ int main(void)
     test_checkpoint();
     dl_step_end(ctx);
     test_errors();
+    dl_step_end(ctx);
+    test_pool_paths();
     dl_ctx_free(ctx);
     TEST_END();
 }
