@@ -666,12 +666,6 @@ DL_API dl_module *dl_module_child(dl_module *m, const char *name);  /* direct ch
 /* "layer1.0.conv1.weight" -> that parameter or buffer; NULL + DL_ERR_ARG naming
    the first part that does not exist. */
 DL_API dl_tensor *dl_module_get(dl_module *m, const char *path);
-/* state_dict order traversal (parameters and buffers, or parameters only as
-   named_parameters without de-duplication): fills out[i] / names[i] (either may
-   be NULL) for i < max, returns the total count (max = 0 counts). Names longer
-   than 127 characters are truncated. */
-DL_API int dl_module_named_tensors(dl_module *m, bool params_only, int max, dl_tensor **out,
-                                   char (*names)[128]);
 /* The module's tensors with their full names, as PyTorch's state_dict()
    (parameters and buffers, in order; a shared tensor under each of its
    names) and named_parameters() (parameters only, a shared one once).
@@ -9398,65 +9392,9 @@ dl_tensor *dl_module_get(dl_module *m, const char *path)
         p = dot + 1;
     }
     dl__err(m->ctx, DL_ERR_ARG, "dl_module_get: %s has no parameter or buffer \"%s\" (\"%.*s\" "
-            "not found in %s; see dl_module_named_tensors for the names)", m->type, path,
+            "not found in %s; see dl_module_state_dict for the names)", m->type, path,
             (int)(dot ? (size_t)(dot - p) : strlen(p)), p, cur->type);
     return NULL;
-}
-
-typedef struct dl__walk {
-    bool params_only;
-    int max, count;
-    dl_tensor **out;
-    char (*names)[128];
-} dl__walk;
-
-/* dst = a + b (+ "." when dot), truncated to 127 characters */
-static void dl__join(char *dst, const char *a, const char *b, bool dot)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 127) la = 127;
-    memcpy(dst, a, la);
-    if (lb > 127 - la) lb = 127 - la;
-    memcpy(dst + la, b, lb);
-    la += lb;
-    if (dot && la < 127) dst[la++] = '.';
-    dst[la] = 0;
-}
-
-static void dl__walk_mod(const dl_module *m, const char *prefix, dl__walk *w, int depth)
-{
-    int pass, i;
-    char buf[128];
-    if (depth > 256) return;
-    for (pass = 0; pass < 2; pass++) {
-        if (pass == 1 && w->params_only) break;
-        for (i = 0; i < m->nt; i++) {
-            if (m->ts[i].param != (pass == 0)) continue;
-            if (w->count < w->max) {
-                if (w->out) w->out[w->count] = m->ts[i].t;
-                if (w->names) dl__join(w->names[w->count], prefix, m->ts[i].name, false);
-            }
-            w->count++;
-        }
-    }
-    for (i = 0; i < m->nc; i++) {
-        dl__join(buf, prefix, m->cs[i].name, true);
-        dl__walk_mod(m->cs[i].m, buf, w, depth + 1);
-    }
-}
-
-int dl_module_named_tensors(dl_module *m, bool params_only, int max, dl_tensor **out,
-                            char (*names)[128])
-{
-    dl__walk w;
-    if (!dl__mod_ok(m)) return 0;
-    w.params_only = params_only;
-    w.max = max < 0 ? 0 : max;
-    w.count = 0;
-    w.out = out;
-    w.names = names;
-    dl__walk_mod(m, "", &w, 0);
-    return w.count;
 }
 
 typedef struct dl__nwalk {
@@ -10540,12 +10478,12 @@ typedef struct dl__st_want {
 } dl__st_want;
 
 /* optimizer parameter i's name: its state_dict name in m, else "param<i>" */
-static void dl__opt_pname(dl_optim *o, int i, int nmod, dl_tensor **mt, char (*mn)[128],
+static void dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_tensor *sd,
                           char *out, size_t n)
 {
     int j;
     for (j = 0; j < nmod; j++)
-        if (mt[j] == o->p[i]) { snprintf(out, n, "%s", mn[j]); return; }
+        if (sd[j].t == o->p[i]) { snprintf(out, n, "%s", sd[j].name); return; }
     snprintf(out, n, "param%d", i);
 }
 
@@ -10553,32 +10491,33 @@ static void dl__opt_pname(dl_optim *o, int i, int nmod, dl_tensor **mt, char (*m
 static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t *steps_slot)
 {
     dl_ctx *ctx = m->ctx;
-    int nmod = dl_module_named_tensors(m, false, 0, NULL, NULL), n, i, k, ns = 0, w = 0;
+    /* the state_dict in a cache of its own: the caller's dl_module_state_dict
+       array stays as it was */
+    dl__ncache c;
+    const dl_named_tensor *sd = NULL;
+    int nmod, n, i, k, ns = 0, w = 0;
     const char *const *sn = NULL;
-    dl_tensor **mt;
-    char (*mn)[128];
     dl__st_want *ws;
     char pn[128];
+    memset(&c, 0, sizeof c);
+    nmod = dl__named(m, false, &c, &sd);
     if (o) ns = dl__opt_nstate(o, &sn);
     n = nmod + (o ? 1 + o->n * (1 + ns) : 0);
-    mt = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)(nmod + 1));
-    mn = (char (*)[128])dl__malloc(ctx, 128 * (size_t)(nmod + 1));
-    ws = (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1));
-    if (!mt || !mn || !ws) {
-        DL_FREE(mt); DL_FREE(mn); DL_FREE(ws);
+    ws = nmod < 0 ? NULL : (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1));
+    if (!ws) {
+        DL_FREE(c.v); DL_FREE(c.names);
         return NULL;
     }
     memset(ws, 0, sizeof(dl__st_want) * (size_t)(n + 1));
-    dl_module_named_tensors(m, false, nmod, mt, mn);
     for (i = 0; i < nmod; i++) {
-        snprintf(ws[w].name, sizeof ws[w].name, "%s", mn[i]);
-        ws[w++].t = mt[i];
+        snprintf(ws[w].name, sizeof ws[w].name, "%s", sd[i].name);
+        ws[w++].t = sd[i].t;
     }
     if (o) {
         snprintf(ws[w].name, sizeof ws[w].name, "optim.step");
         ws[w++].scalar = steps_slot;
         for (i = 0; i < o->n; i++) {
-            dl__opt_pname(o, i, nmod, mt, mn, pn, sizeof pn);
+            dl__opt_pname(o, i, nmod, sd, pn, sizeof pn);
             snprintf(ws[w].name, sizeof ws[w].name, "optim.%s.step", pn);
             ws[w++].scalar = &o->pstep[i];
             for (k = 0; k < ns; k++) {
@@ -10587,8 +10526,8 @@ static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t 
             }
         }
     }
-    DL_FREE(mt);
-    DL_FREE(mn);
+    DL_FREE(c.v);
+    DL_FREE(c.names);
     *count = w;
     return ws;
 }
