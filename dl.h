@@ -13,8 +13,7 @@
        #include <stdio.h>
        int main(void) {
            dl_ctx *ctx = dl_ctx_init(NULL);              // NULL: defaults
-           dl_tensor *w = dl_keep(dl_randn(ctx, DL_SHAPE(3, 1)));  // persistent
-           dl_requires_grad(w, true);
+           dl_tensor *w = dl_param(dl_randn(ctx, DL_SHAPE(3, 1))); // persistent, requires grad
            for (int step = 0; step < 100; step++) {
                dl_tensor *x = dl_randn(ctx, DL_SHAPE(16, 3));   // step memory
                dl_tensor *y = dl_sum(x, DL_DIMS(1), true);      // target: row sums
@@ -69,8 +68,9 @@
      Devices. A tensor lives on one device; ops never move data implicitly.
      Layers and losses. dl_conv1d/2d/3d, dl_conv_transpose*, pooling,
        dl_batch_norm, dl_layer_norm, dl_dropout, dl_cross_entropy and friends
-       are ops like the rest (descriptor structs where zero means default,
-       dl_*_desc_make/_default where it does not).
+       are ops like the rest, with descriptor structs: a zeroed desc (or NULL)
+       means PyTorch's defaults, and {.field = v} means the keyword argument
+       (dl_conv_desc_make, dl_pool_desc_make fill the common cases).
      Modules and optimizers. A dl_module is a forward callback with named
        parameters, buffers and children (PyTorch's state_dict names and
        default initialization); dl_nn_linear, dl_nn_conv2d, dl_nn_sequential
