@@ -13,9 +13,12 @@ HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
-TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
-# shell tests: the examples' command line (needs the examples built), `make data`
-SCRIPTS   = tests/test_cli.sh tests/test_fetch_data.sh
+TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC))
+# shell tests: every C snippet of README.md and dl.h's comments compiles (and
+# runs), dl.h's API INDEX lists every public name, the examples' command line
+# (needs the examples built), `make data`
+SNIPPETS  = tests/snippets_check.sh
+SCRIPTS   = $(SNIPPETS) tests/api_index_check.sh tests/test_cli.sh tests/test_fetch_data.sh
 # the same checks built other ways: clang, C++, OpenBLAS
 # and every C test built as the examples are (-O3 -march=native), so the
 # vector paths (AVX-512 / AVX2 GEMM kernels, pooling) run against the same checks
@@ -64,13 +67,6 @@ fuzz: | $(B)
 	$(B)/fuzz_idx -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_idx
 	$(B)/fuzz_checkpoint -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_ckpt
 
-# the quick start of dl.h's doc block, cut out of the header and compiled
-$(B)/quickstart.c: dl.h | $(B)
-	sed -n '/QUICK START/,/BUILD FLAGS/p' dl.h | sed '1,2d;$$d' | sed 's/^       //' > $@
-$(B)/test_quickstart: $(B)/quickstart.c tests/quickstart_check.sh | $(B)
-	$(CC) $(WARN) $(CFLAGS) -I. $< -o $(B)/quickstart $(LDLIBS)
-	cp tests/quickstart_check.sh $@ && chmod +x $@
-
 $(B)/%_native: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
 $(B)/test_core_clang: tests/test_core.c $(DEPS) | $(B)
@@ -90,7 +86,7 @@ $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 # where a host dereference of tensor data faults (lines read test_core@cpu:1)
 STRICT_ENV = DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1
 test: all
-	@tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS) --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS)
+	@CC="$(CC)" tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS) --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS) $(SNIPPETS)
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)

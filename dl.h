@@ -6,15 +6,14 @@
    before you include this file in *one* C (or C++) file to create the
    implementation. Every other file includes it without the define.
 
-   QUICK START (compiled and run by `make test`: tests/quickstart_check.sh)
+   QUICK START (compiled and run by `make test`: tests/snippets_check.sh)
 
        #define DL_IMPLEMENTATION
        #include "dl.h"
        #include <stdio.h>
        int main(void) {
            dl_ctx *ctx = dl_ctx_init(NULL);              // NULL: defaults
-           dl_tensor *w = dl_keep(dl_randn(ctx, DL_SHAPE(3, 1)));  // persistent
-           dl_requires_grad(w, true);
+           dl_tensor *w = dl_param(dl_randn(ctx, DL_SHAPE(3, 1))); // persistent, requires grad
            for (int step = 0; step < 100; step++) {
                dl_tensor *x = dl_randn(ctx, DL_SHAPE(16, 3));   // step memory
                dl_tensor *y = dl_sum(x, DL_DIMS(1), true);      // target: row sums
@@ -69,8 +68,9 @@
      Devices. A tensor lives on one device; ops never move data implicitly.
      Layers and losses. dl_conv1d/2d/3d, dl_conv_transpose*, pooling,
        dl_batch_norm, dl_layer_norm, dl_dropout, dl_cross_entropy and friends
-       are ops like the rest (descriptor structs where zero means default,
-       dl_*_desc_make/_default where it does not).
+       are ops like the rest, with descriptor structs: a zeroed desc (or NULL)
+       means PyTorch's defaults, and {.field = v} means the keyword argument
+       (dl_conv_desc_make, dl_pool_desc_make fill the common cases).
      Modules and optimizers. A dl_module is a forward callback with named
        parameters, buffers and children (PyTorch's state_dict names and
        default initialization); dl_nn_linear, dl_nn_conv2d, dl_nn_sequential
@@ -94,6 +94,317 @@
      - support float64 or float16 (yet);
      - run on GPUs or across processes yet (DL_CUDA, DL_MPI, DL_NCCL come
        in later versions).
+
+   API INDEX: every public type, macro and function, one line each, in the
+   order of the declarations below (tests/api_index_check.sh keeps it so);
+   the PyTorch equivalent where there is one (F: torch.nn.functional).
+     types and macros
+       DL_MAX_DIMS                most dims a tensor may have (default 8; define before including)
+       DL_API                     storage class of the public functions (default extern)
+       dl_result                  enum: DL_OK or a failure code (DL_ERR_SHAPE, DL_ERR_OOM ...)
+       dl_dtype                   enum: DL_DTYPE_F32, _I32, _I64 (torch.float32, int32, int64)
+       dl_device_type             enum: DL_DEVICE_DEFAULT (0), DL_DEVICE_CPU, DL_DEVICE_CUDA
+       dl_device                  {type, index}: torch.device("cpu:1")
+       dl_shape                   a shape or a list of dims by value ({ndim, d[]})
+       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3]))
+       DL_DIMS                    DL_DIMS(0, -1): dims for reductions and permute (dim=(0, -1))
+       DL_ALL                     every dim (x.sum() with no dim)
+       dl_ctx                     opaque context: owns every tensor, module, optimizer, loader
+       dl_tensor                  a tensor: ndim, shape, numel, dtype, device, data, grad ...
+       dl_log_fn                  error log callback: void (*)(void *user, const char *message)
+       dl_ctx_desc                context settings: seed, threads, memory limit, log, devices
+       dl_memory_stats            bytes persistent/step/reserved/headers, peak, allocator calls
+     context
+       dl_ctx_init                make a context (desc NULL: defaults); NULL on OOM
+       dl_ctx_free                free the context and everything it owns
+       dl_step_end                end a step: release step memory and the tape, O(1)
+       dl_step                    current step number
+       dl_manual_seed             torch.manual_seed
+       dl_set_num_threads         torch.set_num_threads
+       dl_num_threads             torch.get_num_threads
+       dl_memory_stats_get        a device's memory use (torch.cuda.memory_stats)
+     devices
+       dl_cpu                     cpu:0, the host
+       dl_cpu_device              cpu:index (virtual CPU devices 1 ...)
+       dl_cuda                    cuda:index (builds with DL_CUDA)
+       dl_device_parse            torch.device("cpu:1") from a name; type -1 when bad
+       dl_device_name             "cpu:1" for a dl_device
+       dl_device_count            devices of a type (torch.cuda.device_count)
+       dl_ctx_device              where creators put tensors now
+       dl_set_device              torch.set_default_device
+       dl_sync                    torch.cuda.synchronize: wait for every device
+       dl_tensor_ctx              the context a tensor belongs to
+     errors
+       dl_last_error              code of the most recent failure (DL_OK when none)
+       dl_error_message           its message ("" when none)
+       dl_clear_error             forget the last failure
+       dl_result_string           "DL_ERR_SHAPE" for a dl_result
+       dl_set_log                 route error messages to a callback
+       dl_log_silent              a log callback that drops messages
+     tensors: creation
+       dl_shape_make              a dl_shape from ndim and an array of dims
+       dl_dims_all                what DL_ALL expands to
+       dl_empty                   torch.empty (uninitialized)
+       dl_zeros                   torch.zeros
+       dl_ones                    torch.ones
+       dl_full                    torch.full
+       dl_arange                  torch.arange(start, end, step)
+       dl_rand                    torch.rand: U[0,1)
+       dl_randn                   torch.randn: N(0,1)
+       dl_from_array              torch.tensor(floats).view(shape) (copies)
+       dl_from_int64              the same for int64 (labels)
+       dl_from_int32              the same for int32
+       dl_zeros_like              torch.zeros_like
+       dl_ones_like               torch.ones_like
+       dl_copy                    x.clone() (differentiable)
+       dl_keep                    detach().clone() into persistent memory (keeps requires_grad)
+       dl_param                   nn.Parameter: a persistent leaf that requires grad
+       dl_free                    free a persistent tensor early
+       dl_to                      x.to(device), differentiable
+       dl_set_name                label a tensor (graphs, TensorBoard); returns it
+     tensors: writing values
+       dl_write                   x.copy_(torch.tensor(host floats)): the host-to-tensor transfer
+       dl_fill_                   x.fill_(v)
+       dl_copy_                   dst.copy_(src), src broadcast
+     tensors: reading back
+       dl_item                    x.item()
+       dl_read                    x.tolist() into a float buffer: the tensor-to-host transfer
+       dl_read_int64              the same into int64 (labels, indices)
+       dl_data                    the float data pointer of a CPU tensor (x.numpy())
+       dl_size                    x.size(dim)
+       dl_same_shape              a.shape == b.shape
+       dl_print                   print(x): shape and up to 64 values
+     ops: shape
+       dl_reshape                 x.reshape / x.view (a view)
+       dl_flatten                 torch.flatten(x, start, end) (a view)
+       dl_squeeze                 x.squeeze(dim) (a view)
+       dl_unsqueeze               x.unsqueeze(dim) (a view)
+       dl_permute                 x.permute(dims) (copies)
+       dl_transpose               x.transpose(d0, d1) (copies)
+       dl_narrow                  x.narrow(dim, start, length) (copies)
+       dl_cat                     torch.cat
+       dl_stack                   torch.stack
+       dl_expand                  x.expand(shape) (copies)
+       dl_sum_to                  sum broadcast dims away to a shape (the backward of broadcasting)
+     ops: elementwise
+       dl_add                     a + b
+       dl_sub                     a - b
+       dl_mul                     a * b
+       dl_div                     a / b
+       dl_maximum                 torch.maximum
+       dl_minimum                 torch.minimum
+       dl_add_scalar              a + s
+       dl_sub_scalar              a - s
+       dl_mul_scalar              a * s
+       dl_div_scalar              a / s
+       dl_rsub_scalar             s - a
+       dl_pow                     a ** p
+       dl_neg                     -a
+       dl_exp                     torch.exp
+       dl_log                     torch.log
+       dl_sqrt                    torch.sqrt
+       dl_abs                     torch.abs
+       dl_erf                     torch.erf
+       dl_clamp                   torch.clamp(a, lo, hi)
+       dl_relu                    F.relu
+       dl_leaky_relu              F.leaky_relu
+       dl_sigmoid                 torch.sigmoid
+       dl_tanh                    torch.tanh
+       dl_gelu                    F.gelu (erf form)
+       dl_silu                    F.silu
+     ops: reductions
+       dl_sum                     x.sum(dims, keepdim)
+       dl_mean                    x.mean(dims, keepdim)
+       dl_max                     x.amax(dims, keepdim)
+       dl_min                     x.amin(dims, keepdim)
+       dl_var                     x.var(dims, correction, keepdim)
+       dl_argmax                  x.argmax(dim, keepdim) (int64)
+     ops: linear algebra and softmax
+       dl_matmul                  torch.matmul
+       dl_linear                  F.linear(x, w, b): x w^T + b
+       dl_softmax                 torch.softmax(x, dim)
+       dl_log_softmax             torch.log_softmax(x, dim)
+     autograd
+       dl_backward_desc           backward options: grad (seed), retain_graph, create_graph
+       dl_requires_grad           x.requires_grad_(on)
+       dl_backward                loss.backward()
+       dl_backward_ex             out.backward(grad, retain_graph, create_graph)
+       dl_grad                    torch.autograd.grad
+       dl_zero_grad               x.grad.zero_()
+       dl_detach                  x.detach()
+       dl_no_grad_begin           enter torch.no_grad() (nestable)
+       dl_no_grad_end             leave it
+       dl_is_grad_enabled         torch.is_grad_enabled()
+       dl_sgd_update              p -= lr * p.grad; p.grad = 0 (a bare SGD step)
+       dl_fn_ctx                  opaque: the ctx of a custom function (save_for_backward)
+       dl_function                torch.autograd.Function: name, forward, backward callbacks
+       dl_function_apply          Function.apply
+       dl_fn_save                 ctx.save_for_backward (one tensor)
+       dl_fn_saved                ctx.saved_tensors[i]
+       dl_fn_needs_grad           ctx.needs_input_grad[i]
+     debug
+       DL_GRADCHECK_MAX_INPUTS    most inputs dl_gradcheck takes (8)
+       dl_gradcheck_fn            the function dl_gradcheck differentiates
+       dl_gradcheck_desc          eps, atol, rtol, seed (zero: defaults)
+       dl_gradcheck_result        per input: max abs/rel error, worst index; ok
+       dl_gradcheck               torch.autograd.gradcheck
+       dl_graph_dot               the graph behind a tensor as Graphviz DOT (torchviz)
+       dl_set_anomaly             torch.autograd.set_detect_anomaly
+     ops: normalization and dropout
+       dl_batch_norm              F.batch_norm
+       dl_layer_norm              F.layer_norm
+       dl_dropout                 F.dropout
+     ops: losses (input, target, desc; desc NULL: PyTorch's defaults)
+       dl_reduction               enum: DL_REDUCTION_MEAN (0), _SUM, _NONE, _BATCHMEAN (kl_div)
+       dl_loss_desc               reduction, ignore_index, label_smoothing, weight, pos_weight ...
+       dl_cross_entropy           F.cross_entropy (class-index targets)
+       dl_nll_loss                F.nll_loss
+       dl_mse_loss                F.mse_loss
+       dl_l1_loss                 F.l1_loss
+       dl_smooth_l1_loss          F.smooth_l1_loss (beta)
+       dl_huber_loss              F.huber_loss (delta)
+       dl_binary_cross_entropy    F.binary_cross_entropy
+       dl_binary_cross_entropy_with_logits F.binary_cross_entropy_with_logits (pos_weight)
+       dl_kl_div                  F.kl_div (log_target; DL_REDUCTION_BATCHMEAN)
+     ops: convolution and pooling
+       DL_MAX_SPATIAL             most spatial dims (3)
+       dl_conv_desc               stride, padding, dilation, output_padding, groups, padding_same
+       dl_conv_desc_make          a dl_conv_desc with one stride/padding/dilation for every dim
+       dl_conv1d                  F.conv1d
+       dl_conv2d                  F.conv2d
+       dl_conv3d                  F.conv3d
+       dl_conv_transpose1d        F.conv_transpose1d
+       dl_conv_transpose2d        F.conv_transpose2d
+       dl_conv_transpose3d        F.conv_transpose3d
+       dl_pool_desc               kernel, stride, padding, dilation, ceil_mode, no_count_include_pad
+       dl_pool_desc_make          a dl_pool_desc from PyTorch's keyword arguments
+       dl_max_pool1d              F.max_pool1d
+       dl_max_pool2d              F.max_pool2d
+       dl_max_pool3d              F.max_pool3d
+       dl_avg_pool1d              F.avg_pool1d
+       dl_avg_pool2d              F.avg_pool2d
+       dl_avg_pool3d              F.avg_pool3d
+       dl_adaptive_avg_pool1d     F.adaptive_avg_pool1d
+       dl_adaptive_avg_pool2d     F.adaptive_avg_pool2d
+       dl_adaptive_avg_pool3d     F.adaptive_avg_pool3d
+     nn: modules
+       dl_module                  opaque: nn.Module
+       dl_module_fn               a module's forward: dl_tensor *(*)(dl_module *m, dl_tensor *x)
+       dl_module_new              a new (user) module: type name, forward, zeroed state block
+       dl_module_state            the module's state block
+       dl_module_type             its type name ("Linear")
+       dl_module_ctx              its context
+       dl_module_param            register_parameter (from an initial value)
+       dl_module_buffer           register_buffer
+       dl_module_add              add_module (a named child)
+       dl_module_forward          model(x)
+       dl_module_train            model.train() / model.eval()
+       dl_module_to               model.to(device)
+       dl_module_training         model.training
+       dl_module_child            a direct child by name (model.fc1)
+       dl_module_get              model.get_parameter / get_buffer by dotted name
+       dl_named_tensor            {name, t, is_buffer}: one state_dict entry
+       dl_module_state_dict       model.state_dict(): names and tensors, in order
+       dl_module_named_parameters model.named_parameters() (a shared one once)
+       dl_module_num_params       sum(p.numel() for p in model.parameters())
+       dl_module_zero_grad        model.zero_grad() (grads set to 0, kept)
+       dl_nn_linear               nn.Linear
+       dl_nn_sequential           nn.Sequential
+       dl_nn_relu                 nn.ReLU
+       dl_nn_sigmoid              nn.Sigmoid
+       dl_nn_tanh                 nn.Tanh
+       dl_nn_gelu                 nn.GELU
+       dl_nn_silu                 nn.SiLU
+       dl_nn_flatten              nn.Flatten
+       dl_init_uniform            nn.init.uniform_
+       dl_init_normal             nn.init.normal_
+       dl_init_constant           nn.init.constant_
+       dl_init_kaiming_uniform    nn.init.kaiming_uniform_(a=a)
+       dl_init_kaiming_normal     nn.init.kaiming_normal_(a=a)
+       dl_init_xavier_uniform     nn.init.xavier_uniform_(gain)
+       dl_init_xavier_normal      nn.init.xavier_normal_(gain)
+       dl_fan_in                  fan_in of a weight (nn.init._calculate_fan_in_and_fan_out)
+       dl_fan_out                 fan_out of a weight
+     optim
+       dl_optim                   opaque: an optimizer
+       dl_sgd_desc                torch.optim.SGD's arguments (zeroed: its defaults)
+       dl_adam_desc               torch.optim.Adam/AdamW's arguments (zeroed: their defaults)
+       dl_param_group             a param group: params, n, lr, weight_decay
+       dl_sgd                     torch.optim.SGD(model.parameters())
+       dl_adam                    torch.optim.Adam(model.parameters())
+       dl_adamw                   torch.optim.AdamW(model.parameters())
+       dl_sgd_params              SGD over a list of tensors
+       dl_adam_params             Adam over a list of tensors
+       dl_adamw_params            AdamW over a list of tensors
+       dl_sgd_groups              SGD over param groups
+       dl_adam_groups             Adam over param groups
+       dl_adamw_groups            AdamW over param groups
+       dl_module_decay_groups     two groups: weights (decay) and biases/norm weights (no decay)
+       dl_optim_step              opt.step()
+       dl_optim_zero_grad         opt.zero_grad() (grads set to 0, kept)
+       dl_optim_set_lr            set the lr (every group scaled alike, as a scheduler)
+       dl_optim_lr                opt.param_groups[0]["lr"]
+       dl_optim_num_groups        len(opt.param_groups)
+       dl_optim_set_group_lr      opt.param_groups[g]["lr"] = lr
+       dl_optim_group_lr          opt.param_groups[g]["lr"]
+       dl_optim_steps             optimizer steps taken
+       dl_optim_free              free an optimizer early
+       dl_lr_step                 StepLR's lr at an epoch
+       dl_lr_cosine               CosineAnnealingLR's lr at a step
+       dl_lr_warmup               linear warmup's lr at a step (LinearLR)
+       dl_clip_grad_norm          nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+     io: safetensors checkpoints
+       dl_save                    module + optimizer + run state to a safetensors file
+       dl_load                    read it back (checked before anything changes)
+       dl_save_module             safetensors.torch.save_file(model.state_dict())
+       dl_load_module             model.load_state_dict(load_file(path)) (strict)
+       dl_kv                      {key, value}: a string metadata pair
+       dl_save_meta               dl_save with extra __metadata__ strings
+       dl_checkpoint_meta         read one __metadata__ value of a file
+     nn: layer modules
+       dl_nn_conv                 nn.Conv1d/2d/3d or ConvTranspose*d with a kernel per dim
+       dl_nn_conv1d               nn.Conv1d
+       dl_nn_conv2d               nn.Conv2d
+       dl_nn_conv3d               nn.Conv3d
+       dl_nn_conv_transpose1d     nn.ConvTranspose1d
+       dl_nn_conv_transpose2d     nn.ConvTranspose2d
+       dl_nn_conv_transpose3d     nn.ConvTranspose3d
+       dl_nn_max_pool1d           nn.MaxPool1d
+       dl_nn_max_pool2d           nn.MaxPool2d
+       dl_nn_max_pool3d           nn.MaxPool3d
+       dl_nn_avg_pool1d           nn.AvgPool1d
+       dl_nn_avg_pool2d           nn.AvgPool2d
+       dl_nn_avg_pool3d           nn.AvgPool3d
+       dl_nn_adaptive_avg_pool1d  nn.AdaptiveAvgPool1d
+       dl_nn_adaptive_avg_pool2d  nn.AdaptiveAvgPool2d
+       dl_nn_adaptive_avg_pool3d  nn.AdaptiveAvgPool3d
+       dl_nn_batch_norm1d         nn.BatchNorm1d
+       dl_nn_batch_norm2d         nn.BatchNorm2d
+       dl_nn_batch_norm3d         nn.BatchNorm3d
+       dl_nn_layer_norm           nn.LayerNorm
+       dl_nn_dropout              nn.Dropout
+     io: tensorboard
+       dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
+       dl_summary_open            SummaryWriter(logdir)
+       dl_summary_scalar          w.add_scalar
+       dl_summary_histogram       w.add_histogram
+       dl_summary_image           w.add_image / add_images
+       dl_summary_graph           w.add_graph (the recorded tape)
+       dl_summary_flush           w.flush() (and fsync)
+       dl_summary_close           w.close()
+       dl_summary_path            the events file's path
+     data
+       dl_idx_load                read an IDX ((Fashion-)MNIST) file into a tensor
+       dl_transform_desc          per-sample transform: scale, mean, std, hflip, crop_padding
+       dl_dataset                 a Dataset: length, sample_shape, get callback, user
+       dl_tensor_dataset          TensorDataset(x, y) with an optional transform
+       dl_loader_desc             batch_size, shuffle, drop_last, num_workers, seed, device
+       dl_loader                  opaque: a DataLoader
+       dl_loader_new              DataLoader(ds, ...)
+       dl_loader_next             the next batch (for x, y in loader)
+       dl_loader_num_batches      len(loader)
+       dl_loader_epoch            epochs started so far
+       dl_loader_set_epoch        sampler.set_epoch: resume at an epoch
 */
 #ifndef DL_H
 #define DL_H
@@ -609,7 +920,8 @@ DL_API dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape output_size);
      buffers, then each child's, recursively, joined with '.' ("0.weight",
      "layer1.0.conv1.weight", "bn.running_mean").
 
-     Wrapping a functional op as a module (what the built-ins do):
+     Wrapping a functional op as a module (what the built-ins do; snippets
+     marked so are compiled by `make test`: tests/snippets_check.sh):
 
          typedef struct { dl_module *fc1, *fc2; } mlp_state;
          static dl_tensor *mlp_forward(dl_module *m, dl_tensor *x) {
@@ -666,21 +978,16 @@ DL_API dl_module *dl_module_child(dl_module *m, const char *name);  /* direct ch
 /* "layer1.0.conv1.weight" -> that parameter or buffer; NULL + DL_ERR_ARG naming
    the first part that does not exist. */
 DL_API dl_tensor *dl_module_get(dl_module *m, const char *path);
-/* state_dict order traversal (parameters and buffers, or parameters only as
-   named_parameters without de-duplication): fills out[i] / names[i] (either may
-   be NULL) for i < max, returns the total count (max = 0 counts). Names longer
-   than 127 characters are truncated. */
-DL_API int dl_module_named_tensors(dl_module *m, bool params_only, int max, dl_tensor **out,
-                                   char (*names)[128]);
 /* The module's tensors with their full names, as PyTorch's state_dict()
    (parameters and buffers, in order; a shared tensor under each of its
    names) and named_parameters() (parameters only, a shared one once).
    Returns the count and points *out at an array owned by m, valid until the
    next call of the same function on m or a change to m or its children;
-   -1 (with an error) on OOM.
+   -1 (with an error) on OOM. Printing a state_dict (compiled by `make test`):
        const dl_named_tensor *p;
        int n = dl_module_state_dict(net, &p);
-       for (int i = 0; i < n; i++) printf("%s %s\n", p[i].name, ...); */
+       for (int i = 0; i < n; i++)
+           printf("%s %lld%s\n", p[i].name, (long long)p[i].t->numel, p[i].is_buffer ? " (buffer)" : ""); */
 typedef struct dl_named_tensor {
     const char *name;         /* "0.weight", "layer1.0.bn1.running_mean" */
     dl_tensor *t;
@@ -957,7 +1264,8 @@ typedef struct dl_loader dl_loader;
 DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
 /* The next minibatch as step tensors x (B, sample...) and y (B) int64:
    1 with a batch; 0 at the end of an epoch (the next call starts the next
-   epoch, with a new order); -1 on error (dl_error_message tells), so
+   epoch, with a new order); -1 on error (dl_error_message tells), so (an
+   outline, not compiled)
        while ((rc = dl_loader_next(l, &x, &y)) > 0) { ... }
        if (rc < 0) { report dl_error_message(ctx) } */
 DL_API int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y);
@@ -9457,65 +9765,9 @@ dl_tensor *dl_module_get(dl_module *m, const char *path)
         p = dot + 1;
     }
     dl__err(m->ctx, DL_ERR_ARG, "dl_module_get: %s has no parameter or buffer \"%s\" (\"%.*s\" "
-            "not found in %s; see dl_module_named_tensors for the names)", m->type, path,
+            "not found in %s; see dl_module_state_dict for the names)", m->type, path,
             (int)(dot ? (size_t)(dot - p) : strlen(p)), p, cur->type);
     return NULL;
-}
-
-typedef struct dl__walk {
-    bool params_only;
-    int max, count;
-    dl_tensor **out;
-    char (*names)[128];
-} dl__walk;
-
-/* dst = a + b (+ "." when dot), truncated to 127 characters */
-static void dl__join(char *dst, const char *a, const char *b, bool dot)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 127) la = 127;
-    memcpy(dst, a, la);
-    if (lb > 127 - la) lb = 127 - la;
-    memcpy(dst + la, b, lb);
-    la += lb;
-    if (dot && la < 127) dst[la++] = '.';
-    dst[la] = 0;
-}
-
-static void dl__walk_mod(const dl_module *m, const char *prefix, dl__walk *w, int depth)
-{
-    int pass, i;
-    char buf[128];
-    if (depth > 256) return;
-    for (pass = 0; pass < 2; pass++) {
-        if (pass == 1 && w->params_only) break;
-        for (i = 0; i < m->nt; i++) {
-            if (m->ts[i].param != (pass == 0)) continue;
-            if (w->count < w->max) {
-                if (w->out) w->out[w->count] = m->ts[i].t;
-                if (w->names) dl__join(w->names[w->count], prefix, m->ts[i].name, false);
-            }
-            w->count++;
-        }
-    }
-    for (i = 0; i < m->nc; i++) {
-        dl__join(buf, prefix, m->cs[i].name, true);
-        dl__walk_mod(m->cs[i].m, buf, w, depth + 1);
-    }
-}
-
-int dl_module_named_tensors(dl_module *m, bool params_only, int max, dl_tensor **out,
-                            char (*names)[128])
-{
-    dl__walk w;
-    if (!dl__mod_ok(m)) return 0;
-    w.params_only = params_only;
-    w.max = max < 0 ? 0 : max;
-    w.count = 0;
-    w.out = out;
-    w.names = names;
-    dl__walk_mod(m, "", &w, 0);
-    return w.count;
 }
 
 typedef struct dl__nwalk {
@@ -10599,12 +10851,12 @@ typedef struct dl__st_want {
 } dl__st_want;
 
 /* optimizer parameter i's name: its state_dict name in m, else "param<i>" */
-static void dl__opt_pname(dl_optim *o, int i, int nmod, dl_tensor **mt, char (*mn)[128],
+static void dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_tensor *sd,
                           char *out, size_t n)
 {
     int j;
     for (j = 0; j < nmod; j++)
-        if (mt[j] == o->p[i]) { snprintf(out, n, "%s", mn[j]); return; }
+        if (sd[j].t == o->p[i]) { snprintf(out, n, "%s", sd[j].name); return; }
     snprintf(out, n, "param%d", i);
 }
 
@@ -10612,32 +10864,33 @@ static void dl__opt_pname(dl_optim *o, int i, int nmod, dl_tensor **mt, char (*m
 static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t *steps_slot)
 {
     dl_ctx *ctx = m->ctx;
-    int nmod = dl_module_named_tensors(m, false, 0, NULL, NULL), n, i, k, ns = 0, w = 0;
+    /* the state_dict in a cache of its own: the caller's dl_module_state_dict
+       array stays as it was */
+    dl__ncache c;
+    const dl_named_tensor *sd = NULL;
+    int nmod, n, i, k, ns = 0, w = 0;
     const char *const *sn = NULL;
-    dl_tensor **mt;
-    char (*mn)[128];
     dl__st_want *ws;
     char pn[128];
+    memset(&c, 0, sizeof c);
+    nmod = dl__named(m, false, &c, &sd);
     if (o) ns = dl__opt_nstate(o, &sn);
     n = nmod + (o ? 1 + o->n * (1 + ns) : 0);
-    mt = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)(nmod + 1));
-    mn = (char (*)[128])dl__malloc(ctx, 128 * (size_t)(nmod + 1));
-    ws = (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1));
-    if (!mt || !mn || !ws) {
-        DL_FREE(mt); DL_FREE(mn); DL_FREE(ws);
+    ws = nmod < 0 ? NULL : (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1));
+    if (!ws) {
+        DL_FREE(c.v); DL_FREE(c.names);
         return NULL;
     }
     memset(ws, 0, sizeof(dl__st_want) * (size_t)(n + 1));
-    dl_module_named_tensors(m, false, nmod, mt, mn);
     for (i = 0; i < nmod; i++) {
-        snprintf(ws[w].name, sizeof ws[w].name, "%s", mn[i]);
-        ws[w++].t = mt[i];
+        snprintf(ws[w].name, sizeof ws[w].name, "%s", sd[i].name);
+        ws[w++].t = sd[i].t;
     }
     if (o) {
         snprintf(ws[w].name, sizeof ws[w].name, "optim.step");
         ws[w++].scalar = steps_slot;
         for (i = 0; i < o->n; i++) {
-            dl__opt_pname(o, i, nmod, mt, mn, pn, sizeof pn);
+            dl__opt_pname(o, i, nmod, sd, pn, sizeof pn);
             snprintf(ws[w].name, sizeof ws[w].name, "optim.%s.step", pn);
             ws[w++].scalar = &o->pstep[i];
             for (k = 0; k < ns; k++) {
@@ -10646,8 +10899,8 @@ static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t 
             }
         }
     }
-    DL_FREE(mt);
-    DL_FREE(mn);
+    DL_FREE(c.v);
+    DL_FREE(c.names);
     *count = w;
     return ws;
 }

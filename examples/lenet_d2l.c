@@ -23,9 +23,9 @@ static dl_module *make_lenet_d2l(dl_ctx *ctx)
         dl_nn_linear(ctx, 120, 84, true), dl_nn_sigmoid(ctx),
         dl_nn_linear(ctx, 84, 10, true)};
     dl_module *net = dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
-    dl_tensor *ts[64];
-    int i, n = dl_module_named_tensors(net, true, 64, ts, NULL);
-    for (i = 0; i < n && i < 64; i++) if (ts[i]->ndim >= 2) dl_init_xavier_uniform(ts[i], 1.0f);
+    const dl_named_tensor *p;
+    int i, n = dl_module_named_parameters(net, &p);            /* model.named_parameters() */
+    for (i = 0; i < n; i++) if (p[i].t->ndim >= 2) dl_init_xavier_uniform(p[i].t, 1.0f);
     return net;
 }
 

@@ -52,14 +52,14 @@ static size_t g_snap_n;
 /* every module tensor and optimizer state tensor, steps and lr, as bytes */
 static size_t fz_snapshot(unsigned char *dst)
 {
-    dl_tensor *ts[16];
-    int n = dl_module_named_tensors(g_m, false, 16, ts, NULL), i, k;
+    const dl_named_tensor *sd;
+    int n = dl_module_state_dict(g_m, &sd), i, k;
     size_t pos = 0;
     int64_t steps = dl_optim_steps(g_o);
     float lr = dl_optim_lr(g_o);
     for (i = 0; i < n; i++) {
-        size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
-        if (b) ts[i]->dev_->be->download(ts[i]->dev_, dst + pos, ts[i]->data, b);
+        size_t b = (size_t)sd[i].t->numel * (sd[i].t->dtype == DL_DTYPE_I64 ? 8 : 4);
+        if (b) sd[i].t->dev_->be->download(sd[i].t->dev_, dst + pos, sd[i].t->data, b);
         pos += b;
     }
     for (k = 0; k < 3; k++)

@@ -179,6 +179,22 @@ TH_UNUSED static int th_same_bytes(dl_tensor *a, dl_tensor *b)
     n = (size_t)a->numel * dl__esize(a->dtype);
     return memcmp(th_bytes(a), th_bytes(b), n) == 0;
 }
+
+/* every tensor of m's state_dict, in order, as one byte blob in dst (cap
+   bytes); the bytes written, 0 when they do not fit */
+TH_UNUSED static size_t th_module_bytes(dl_module *m, unsigned char *dst, size_t cap)
+{
+    const dl_named_tensor *sd;
+    int n = dl_module_state_dict(m, &sd), i;
+    size_t pos = 0;
+    for (i = 0; i < n; i++) {
+        size_t b = (size_t)sd[i].t->numel * dl__esize(sd[i].t->dtype);
+        if (pos + b > cap) return 0;
+        if (b) memcpy(dst + pos, th_bytes(sd[i].t), b);
+        pos += b;
+    }
+    return pos;
+}
 #endif
 
 #define TEST_END() do { \

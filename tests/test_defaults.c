@@ -544,20 +544,6 @@ static void test_decay_groups(void)
 
 /* a checkpoint after 2 steps, loaded into a fresh optimizer (and a module
    with another init), then 3 more steps: the uninterrupted 5 steps exactly */
-static size_t snap(dl_module *m, unsigned char *dst, size_t cap)
-{
-    dl_tensor *ts[32];
-    int n = dl_module_named_tensors(m, false, 32, ts, NULL), i;
-    size_t pos = 0;
-    for (i = 0; i < n; i++) {
-        size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
-        if (pos + b > cap) return 0;
-        memcpy(dst + pos, th_bytes(ts[i]), b);
-        pos += b;
-    }
-    return pos;
-}
-
 static void test_groups_checkpoint(void)
 {
     const grec *gx = g_rec("groups/data/x"), *gy = g_rec("groups/data/y");
@@ -589,11 +575,11 @@ static void test_groups_checkpoint(void)
         CHECK(ok, "%s: setup", cfg);
         if (ok) {
             ok = group_train(cfg, ctx[0], m[0], o[0], lr0[0], sched, 0, 5, x[0], y[0]);
-            nref = snap(m[0], ref, sizeof ref);
+            nref = th_module_bytes(m[0], ref, sizeof ref);
             ok &= group_train(cfg, ctx[1], m[1], o[1], lr0[1], sched, 0, 2, x[1], y[1]);
             r = dl_save(path, m[1], o[1]);
             CHECK(r == DL_OK, "%s: save: %s", cfg, dl_error_message(ctx[1]));
-            ngot = snap(m[2], got, sizeof got);
+            ngot = th_module_bytes(m[2], got, sizeof got);
             CHECK(ngot == nref && memcmp(got, ref, nref) != 0, "%s: the fresh module differs before the load", cfg);
             r = dl_load(path, m[2], o[2]);
             CHECK(r == DL_OK, "%s: load: %s", cfg, dl_error_message(ctx[2]));
@@ -603,7 +589,7 @@ static void test_groups_checkpoint(void)
                   "%s: group lrs restored: (%g, %g), saved (%g, %g)", cfg, (double)dl_optim_group_lr(o[2], 0),
                   (double)dl_optim_group_lr(o[2], 1), (double)dl_optim_group_lr(o[1], 0), (double)dl_optim_group_lr(o[1], 1));
             ok &= group_train(cfg, ctx[2], m[2], o[2], lr0[2], sched, 2, 5, x[2], y[2]);
-            ngot = snap(m[2], got, sizeof got);
+            ngot = th_module_bytes(m[2], got, sizeof got);
             CHECK(ok && ngot == nref && memcmp(got, ref, nref) == 0, "%s: saved after 2 steps, loaded, 3 more steps: "
                   "not bit-identical to 5 uninterrupted steps", cfg);
             CHECK(dl_optim_group_lr(o[2], 0) == dl_optim_group_lr(o[0], 0) &&
@@ -617,7 +603,7 @@ static void test_groups_checkpoint(void)
                 /* dl_load_module reads the module part of a dl_save file */
                 CHECK(fresh && dl_load_module(path, fresh) == DL_OK, "dl_load_module of a dl_save file: %s",
                       dl_error_message(ctx[2]));
-                CHECK(fresh && snap(fresh, a, sizeof a) == snap(m[1], b, sizeof b) && !memcmp(a, b, snap(m[1], b, sizeof b)),
+                CHECK(fresh && th_module_bytes(fresh, a, sizeof a) == th_module_bytes(m[1], b, sizeof b) && !memcmp(a, b, th_module_bytes(m[1], b, sizeof b)),
                       "dl_load_module of a dl_save file: the saved module");
                 dl_clear_error(ctx[2]);
             }

@@ -25,11 +25,14 @@ static void test_names(void)
     static const char *want[] = {"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
                                  "1.num_batches_tracked", "5.weight", "5.bias"};
     static const int64_t numel[] = {150, 6, 6, 6, 6, 6, 1, 11760, 10};
+    const dl_named_tensor *sd;
     dl_tensor *ts[16];
-    char names[16][128];
-    int n = dl_module_named_tensors(net, false, 16, ts, names), i, ok = n == 9;
-    for (i = 0; i < n && i < 9; i++) if (strcmp(names[i], want[i]) || ts[i]->numel != numel[i]) ok = 0;
-    CHECK(ok, "state_dict names/sizes (%d tensors, first %s)", n, n ? names[0] : "");
+    int n = dl_module_state_dict(net, &sd), i, ok = n == 9;
+    for (i = 0; i < n && i < 16; i++) ts[i] = sd[i].t;
+    for (i = 0; i < n && i < 9; i++) if (strcmp(sd[i].name, want[i]) || ts[i]->numel != numel[i]) ok = 0;
+    CHECK(ok, "state_dict names/sizes (%d tensors, first %s)", n, n > 0 ? sd[0].name : "");
+    CHECK(ok && !sd[0].is_buffer && !sd[3].is_buffer && sd[4].is_buffer && sd[5].is_buffer && sd[6].is_buffer,
+          "bn running stats flagged as buffers, weights as parameters");
     CHECK(ts[6]->dtype == DL_DTYPE_I64 && ts[6]->ndim == 0, "num_batches_tracked is an int64 scalar");
     CHECK(ts[0]->ndim == 4 && ts[0]->shape[0] == 6 && ts[0]->shape[1] == 1 && ts[0]->shape[3] == 5, "conv weight (6,1,5,5)");
     CHECK(dl_module_num_params(net) == 150 + 6 + 12 + 11760 + 10, "num_params %lld", (long long)dl_module_num_params(net));
@@ -106,7 +109,8 @@ static void test_batch_norm(void)
 static void test_checkpoint(void)
 {
     dl_module *m[3], *a, *b;
-    dl_tensor *x = dl_randn(ctx, DL_SHAPE(4, 2, 6, 6)), *ta[16], *tb[16];
+    dl_tensor *x = dl_randn(ctx, DL_SHAPE(4, 2, 6, 6));
+    const dl_named_tensor *sa, *sb;
     int n, i, ok = 1;
     m[0] = dl_nn_conv2d(ctx, 2, 3, 3, NULL, true); m[1] = dl_nn_batch_norm2d(ctx, 3); m[2] = dl_nn_relu(ctx);
     a = dl_nn_sequential(ctx, 3, m);
@@ -115,9 +119,9 @@ static void test_checkpoint(void)
     dl_module_forward(a, x);   /* moves a's running stats */
     CHECK(dl_save("build/test_layers.safetensors", a, NULL) == DL_OK, "save: %s", dl_error_message(ctx));
     CHECK(dl_load("build/test_layers.safetensors", b, NULL) == DL_OK, "load: %s", dl_error_message(ctx));
-    n = dl_module_named_tensors(a, false, 16, ta, NULL);
-    dl_module_named_tensors(b, false, 16, tb, NULL);
-    for (i = 0; i < n; i++) if (!th_same_bytes(ta[i], tb[i])) ok = 0;
+    n = dl_module_state_dict(a, &sa);
+    CHECK(dl_module_state_dict(b, &sb) == n, "same state_dict length");
+    for (i = 0; i < n; i++) if (strcmp(sa[i].name, sb[i].name) || !th_same_bytes(sa[i].t, sb[i].t)) ok = 0;
     CHECK(ok && n == 7, "every parameter and buffer restored (%d)", n);
     dl_module_train(a, false);
     dl_module_train(b, false);

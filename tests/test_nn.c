@@ -196,6 +196,7 @@ static void test_modules(void)
     dl_ctx *ctx = new_ctx(1);
     dl_module *mods[3], *seq, *net, *blk, *head;
     dl_tensor *ts[16], *x, *y, *loss;
+    const dl_named_tensor *sd;
     char names[16][128];
     int n, i;
     static const char *seq_names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
@@ -208,10 +209,13 @@ static void test_modules(void)
     mods[1] = dl_nn_relu(ctx);
     mods[2] = dl_nn_linear(ctx, 3, 2, true);
     seq = dl_nn_sequential(ctx, 3, mods);
-    n = dl_module_named_tensors(seq, false, 16, ts, names);
+    n = dl_module_state_dict(seq, &sd);
     CHECK(n == 4, "sequential: %d tensors", n);
-    for (i = 0; i < n && i < 4; i++) CHECK(strcmp(names[i], seq_names[i]) == 0, "name %d: %s", i, names[i]);
-    CHECK(dl_module_named_tensors(seq, false, 0, NULL, NULL) == 4, "count with max 0");
+    for (i = 0; i < n && i < 4; i++) {
+        ts[i] = sd[i].t;
+        CHECK(strcmp(sd[i].name, seq_names[i]) == 0 && !sd[i].is_buffer, "name %d: %s", i, sd[i].name);
+    }
+    CHECK(dl_module_named_parameters(seq, &sd) == 4 && sd[3].t == ts[3], "named_parameters: the same 4");
     CHECK(dl_module_num_params(seq) == 4 * 3 + 3 + 3 * 2 + 2, "num_params %lld", (long long)dl_module_num_params(seq));
     CHECK(dl_module_get(seq, "2.bias") == ts[3] && ts[3]->ndim == 1 && ts[3]->shape[0] == 2, "get 2.bias");
     CHECK(ts[0]->requires_grad && ts[0]->step_ == 0 && ts[0]->shape[0] == 3 && ts[0]->shape[1] == 4,
@@ -247,10 +251,13 @@ static void test_modules(void)
     mods[2] = dl_nn_linear(ctx, 4, 2, true);
     head = dl_module_add(net, "head", dl_nn_sequential(ctx, 3, mods));
     CHECK(blk && head, "build nested");
-    n = dl_module_named_tensors(net, false, 16, ts, names);
+    n = dl_module_state_dict(net, &sd);
     CHECK(n == 10, "nested: %d tensors", n);
-    for (i = 0; i < n && i < 10; i++) CHECK(strcmp(names[i], net_names[i]) == 0, "nested name %d: %s want %s", i, names[i], net_names[i]);
-    n = dl_module_named_tensors(net, true, 16, ts, names);
+    for (i = 0; i < n && i < 10; i++)
+        CHECK(strcmp(sd[i].name, net_names[i]) == 0 && sd[i].is_buffer == (i == 1 || i == 2),
+              "nested name %d: %s want %s", i, sd[i].name, net_names[i]);
+    n = dl_module_named_parameters(net, &sd);
+    for (i = 0; i < n && i < 16; i++) { ts[i] = sd[i].t; snprintf(names[i], sizeof names[i], "%s", sd[i].name); }
     CHECK(n == 8 && strcmp(names[1], "block.fc1.weight") == 0, "params only: %d", n);
     CHECK(dl_module_num_params(net) == 1 + 3 * 6 + 6 + 6 * 3 + 3 * 4 + 4 + 4 * 2 + 2, "nested num_params %lld",
           (long long)dl_module_num_params(net));
@@ -287,8 +294,10 @@ static void test_modules(void)
         dl_module *l = dl_nn_linear(ctx, 2, 2, false);
         dl_module_add(tw, "a", l);
         dl_module_add(tw, "b", l);
-        CHECK(dl_module_named_tensors(tw, true, 0, NULL, NULL) == 2 && dl_module_num_params(tw) == 4,
-              "shared: 2 names, 4 params");
+        const dl_named_tensor *st;
+        CHECK(dl_module_state_dict(tw, &st) == 2 && strcmp(st[1].name, "b.weight") == 0 && st[0].t == st[1].t &&
+              dl_module_named_parameters(tw, &st) == 1 && strcmp(st[0].name, "a.weight") == 0 &&
+              dl_module_num_params(tw) == 4, "shared: 2 state_dict names, 1 named parameter, 4 params");
     }
 
     /* errors */
@@ -652,21 +661,6 @@ static void ck_train(dl_ctx *ctx, dl_module *m, dl_optim *o, int steps)
     }
 }
 
-/* all module tensors as one byte blob */
-static size_t snap(dl_module *m, unsigned char *dst, size_t cap)
-{
-    dl_tensor *ts[32];
-    int n = dl_module_named_tensors(m, false, 32, ts, NULL), i;
-    size_t pos = 0;
-    for (i = 0; i < n; i++) {
-        size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
-        if (pos + b > cap) return 0;
-        memcpy(dst + pos, th_bytes(ts[i]), b);
-        pos += b;
-    }
-    return pos;
-}
-
 static void test_resume(void)
 {
     int kind;
@@ -681,19 +675,19 @@ static void test_resume(void)
         dl_result r;
         FILE *f;
         ck_train(a, ma, oa, 8);
-        nref = snap(ma, ref, sizeof ref);
+        nref = th_module_bytes(ma, ref, sizeof ref);
         ck_train(b, mb, ob, 4);
         r = dl_save(path, mb, ob);
         CHECK(r == DL_OK, "%s: save: %s", kn[kind], dl_error_message(b));
         f = fopen(tmp_path("resume.safetensors.tmp"), "rb");
         CHECK(f == NULL, "no .tmp left behind");
         if (f) fclose(f);
-        CHECK(snap(mc, got, sizeof got) == nref && memcmp(got, ref, nref) != 0, "other init differs");
+        CHECK(th_module_bytes(mc, got, sizeof got) == nref && memcmp(got, ref, nref) != 0, "other init differs");
         r = dl_load(path, mc, oc);
         CHECK(r == DL_OK, "%s: load: %s", kn[kind], dl_error_message(c));
         CHECK(dl_optim_steps(oc) == 4 && dl_optim_lr(oc) == dl_optim_lr(ob), "%s: steps and lr restored", kn[kind]);
         ck_train(c, mc, oc, 4);
-        ngot = snap(mc, got, sizeof got);
+        ngot = th_module_bytes(mc, got, sizeof got);
         CHECK(ngot == nref && memcmp(got, ref, nref) == 0, "%s: resumed run is bit-identical", kn[kind]);
         /* model only, into a fresh module: optim.* tensors are ignored */
         {
@@ -791,12 +785,12 @@ static void test_bad_files(void)
         {"metadata not strings", "{" WB "," BB ",\"__metadata__\":{\"format\":1}}", 24, 0, 0, "not a string"},
     };
     for (i = 0; i < 64; i++) data[i] = (unsigned char)(i * 7 + 1);
-    nb = snap(lin, before, sizeof before);
+    nb = th_module_bytes(lin, before, sizeof before);
     /* a good hand-made file loads */
     write_st(path, "{" WB "," BB ",\"__metadata__\":{\"format\":\"pt\",\"k\":\"a\\u00e9\\ud83d\\ude00\\n\"}}", data, 24, 0, 0);
     CHECK(dl_load(path, lin, NULL) == DL_OK, "hand-made file: %s", dl_error_message(ctx));
     CHECK(memcmp(th_host(dl_module_get(lin, "weight")), data, 16) == 0 && memcmp(th_host(dl_module_get(lin, "bias")), data + 16, 8) == 0, "values");
-    nb = snap(lin, before, sizeof before);
+    nb = th_module_bytes(lin, before, sizeof before);
     for (i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
         dl_result r;
         const char *m;
@@ -811,7 +805,7 @@ static void test_bad_files(void)
               cases[i].name, dl_result_string(r), m);
         if (getenv("DL_NN_VERBOSE")) printf("  %-26s %s\n", cases[i].name, m);
         dl_clear_error(ctx);
-        CHECK(snap(lin, after, sizeof after) == nb && memcmp(before, after, nb) == 0, "%s: model changed", cases[i].name);
+        CHECK(th_module_bytes(lin, after, sizeof after) == nb && memcmp(before, after, nb) == 0, "%s: model changed", cases[i].name);
     }
     /* nesting deeper than the limit */
     strcpy(deep, "{\"__metadata__\":");
@@ -826,7 +820,7 @@ static void test_bad_files(void)
     EXPECT_ERR(ctx, DL_ERR_IO, "/tmp");
     CHECK(dl_save("/nonexistent_dir_dl_nn/x.safetensors", lin, NULL) == DL_ERR_IO, "unwritable");
     EXPECT_ERR(ctx, DL_ERR_IO, "directory of /nonexistent_dir_dl_nn/x.safetensors (No such file or directory)");
-    CHECK(snap(lin, after, sizeof after) == nb && memcmp(before, after, nb) == 0, "model unchanged at the end");
+    CHECK(th_module_bytes(lin, after, sizeof after) == nb && memcmp(before, after, nb) == 0, "model unchanged at the end");
     /* optimizer mismatch: SGD state into Adam */
     {
         dl_sgd_desc sd;

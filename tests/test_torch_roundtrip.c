@@ -107,22 +107,6 @@ static void cmp_logits(const char *what, const float *got, const float *want)
           where >= 0 ? (double)want[where] : 0.0);
 }
 
-/* all tensors of the module, as bytes */
-static size_t snap(dl_module *m, unsigned char *dst, size_t cap)
-{
-    dl_tensor *ts[64];
-    int n = dl_module_named_tensors(m, false, 64, ts, NULL), i;
-    size_t pos = 0;
-    if (n > 64) return 0;
-    for (i = 0; i < n; i++) {
-        size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
-        if (pos + b > cap) return 0;
-        memcpy(dst + pos, th_bytes(ts[i]), b);
-        pos += b;
-    }
-    return pos;
-}
-
 int main(void)
 {
     dl_ctx *ctx;
@@ -205,7 +189,7 @@ int main(void)
             static const char *const files[3] = {"missing.safetensors", "extra.safetensors", "misshaped.safetensors"};
             static const char *const keys[3] = {"12.bias", "16.weight", "9.weight"};
             static unsigned char before[300000], after[300000];
-            size_t nb = snap(twin, before, sizeof before);
+            size_t nb = th_module_bytes(twin, before, sizeof before);
             int k;
             CHECK(nb > 0, "snapshot");
             for (k = 0; k < 3; k++) {
@@ -218,7 +202,7 @@ int main(void)
                 if (k == 2)
                     CHECK(strstr(msg, "120") && strstr(msg, "399"), "mis-shaped: both shapes named: \"%s\"", msg);
                 dl_clear_error(ctx);
-                CHECK(snap(twin, after, sizeof after) == nb && memcmp(before, after, nb) == 0,
+                CHECK(th_module_bytes(twin, after, sizeof after) == nb && memcmp(before, after, nb) == 0,
                       "%s: a refused load changed the module", files[k]);
             }
         }
