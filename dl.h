@@ -2805,7 +2805,7 @@ static bool dl__threads_ok(dl_ctx *ctx, const char *op, int n, int *out)
 
 static const dl__backend *dl__cpu_be(void);
 #ifdef DL_CUDA
-static dl__dev *dl__cuda_open(dl_ctx *ctx, int index);   /* dl_cuda.cuh */
+static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op);   /* dl_cuda.cuh */
 static void dl__cuda_close(dl__dev *d);
 static int dl__cuda_count(void);
 #endif
@@ -2885,7 +2885,7 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
                     dl__dev_str(dev, b, sizeof b), DL__MAX_CUDA - 1);
             return NULL;
         }
-        if (!ctx->cuda[dev.index]) ctx->cuda[dev.index] = dl__cuda_open(ctx, dev.index);
+        if (!ctx->cuda[dev.index]) ctx->cuda[dev.index] = dl__cuda_open(ctx, dev.index, op);
         return ctx->cuda[dev.index];    /* NULL: dl__cuda_open said why */
 #else
         dl__err(ctx, DL_ERR_DEVICE, "%s: %s requested but dl.h was built without DL_CUDA "
