@@ -24,6 +24,7 @@ DEPS      = dl.h tests/harness.h tests/golden.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
+LOGDIR   ?= runs/lenet-$(shell date +%Y%m%d-%H%M%S)
 FUZZ_SECONDS ?= 60
 # make bench: dl.h against PyTorch (bench/README.md); CASES="step_lenet_bn gemm" runs a subset
 CASES    ?=
@@ -43,9 +44,11 @@ $(B)/%: tests/%.c $(DEPS) | $(B)
 $(B)/%: examples/%.c dl.h examples/common.h | $(B)
 	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
 
-# the main job: LeNet-BN on Fashion-MNIST (make run EPOCHS=3)
+# the main job: LeNet-BN on Fashion-MNIST (make run EPOCHS=3). TensorBoard
+# logs go to a new directory under runs/ each time (LOGDIR=dir for another,
+# LOGDIR= for none); the run prints the `tensorboard --logdir` line to use
 run: $(B)/lenet data
-	$(B)/lenet --epochs $(EPOCHS)
+	$(B)/lenet --epochs $(EPOCHS)$(if $(LOGDIR), --logdir $(LOGDIR))
 
 data:
 	@examples/fetch_data.sh
@@ -78,8 +81,11 @@ $(B)/test_hardening_debug: tests/test_hardening.c $(DEPS) | $(B)
 $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_OPENBLAS -I. $< -o $@ -lopenblas $(LDLIBS)
 
+# then every C test program again with every tensor on cpu:1 in strict mode,
+# where a host dereference of tensor data faults (lines read test_core@cpu:1)
+STRICT_ENV = DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1
 test: all
-	@tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS)
+	@tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS) --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS)
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)

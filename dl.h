@@ -182,6 +182,10 @@ struct dl_tensor {
     dl__node *node_;          /* the tape node that made it; NULL for leaves */
     dl__dev *dev_;            /* its device (memory and backend) */
     uint64_t step_;           /* step it was made in; 0 = persistent */
+    bool sdata_;              /* a step tensor that owns its arena block (not a view) */
+    bool viewed_;             /* another tensor shares its data */
+    bool bwd_tmp_;            /* made inside a backward without create_graph */
+    int32_t gref_;            /* backward: how many gradient slots hold it */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
 };
 
@@ -232,6 +236,9 @@ DL_API dl_device dl_device_parse(const char *name); /* "cpu", "cpu:1", "cuda:0";
 DL_API const char *dl_device_name(dl_device dev);  /* "cuda:1" (a per-thread buffer, 8 at a time) */
 DL_API int dl_device_count(dl_ctx *ctx, dl_device_type type);  /* CUDA: 0 without DL_CUDA or a GPU */
 DL_API dl_device dl_ctx_device(const dl_ctx *ctx); /* where creators put tensors */
+/* torch.set_default_device: creators (dl_zeros, dl_from_array, modules'
+   parameters ...) put tensors on dev from now on */
+DL_API dl_result dl_set_device(dl_ctx *ctx, dl_device dev);
 DL_API dl_result dl_sync(dl_ctx *ctx);             /* wait for every device's queued work */
 DL_API dl_ctx *dl_tensor_ctx(const dl_tensor *t);
 
@@ -261,7 +268,7 @@ DL_API dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape);           /* N(0,1) */
 DL_API dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape shape, const float *values);  /* copies */
 DL_API dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape shape, const int64_t *values);
 DL_API dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape shape, const int32_t *values);
-DL_API dl_tensor *dl_zeros_like(dl_tensor *t);
+DL_API dl_tensor *dl_zeros_like(dl_tensor *t);   /* on t's device */
 DL_API dl_tensor *dl_ones_like(dl_tensor *t);
 DL_API dl_tensor *dl_copy(dl_tensor *t);      /* new storage; differentiable (clone) */
 /* A persistent copy without history (detach + clone into persistent memory).
@@ -328,6 +335,7 @@ DL_API dl_tensor *dl_leaky_relu(dl_tensor *a, float negative_slope);
 DL_API dl_tensor *dl_sigmoid(dl_tensor *a);
 DL_API dl_tensor *dl_tanh(dl_tensor *a);
 DL_API dl_tensor *dl_gelu(dl_tensor *a);      /* x * Phi(x), erf form (PyTorch default) */
+DL_API dl_tensor *dl_silu(dl_tensor *a);      /* x * sigmoid(x) (SiLU, swish) */
 
 /* --- ops: reductions. dims: DL_DIMS(...) or DL_ALL; keepdim keeps size-1 dims */
 DL_API dl_tensor *dl_sum(dl_tensor *t, dl_shape dims, bool keepdim);
@@ -693,6 +701,7 @@ DL_API dl_module *dl_nn_relu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_sigmoid(dl_ctx *ctx);
 DL_API dl_module *dl_nn_tanh(dl_ctx *ctx);
 DL_API dl_module *dl_nn_gelu(dl_ctx *ctx);
+DL_API dl_module *dl_nn_silu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_flatten(dl_ctx *ctx);        /* flatten(1,-1) */
 
 /* init helpers, in place on a float32 CPU tensor, from the context RNG (as
@@ -1074,6 +1083,10 @@ struct dl__pool {
     int64_t chunk;
     int64_t nchunks;
 #endif
+    /* SGEMM pack buffers kept between calls (dl__gemm_buf_get/put) */
+    void *gemm_raw;
+    size_t gemm_cap;
+    int gemm_busy;
 };
 
 /* Deterministic split of [0,n) into contiguous chunks of size *chunk.
@@ -1148,6 +1161,7 @@ static DL__UNUSED void dl__pool_destroy(dl__pool *p)
     pthread_cond_destroy(&p->cv_done);
     pthread_cond_destroy(&p->cv_work);
     pthread_mutex_destroy(&p->mu);
+    DL_FREE(p->gemm_raw);
     DL_FREE(p->workers);
     DL_FREE(p->threads);
     DL_FREE(p);
@@ -1253,13 +1267,16 @@ static DL__UNUSED dl__pool *dl__pool_create(int nthreads)
     dl__pool *p = (dl__pool *)DL_MALLOC(sizeof(dl__pool));
     (void)nthreads;
     if (!p) return NULL;
+    memset(p, 0, sizeof(*p));
     p->nthreads = 1;
     return p;
 }
 
 static DL__UNUSED void dl__pool_destroy(dl__pool *p)
 {
-    if (p) DL_FREE(p);
+    if (!p) return;
+    DL_FREE(p->gemm_raw);
+    DL_FREE(p);
 }
 
 static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, dl__task_fn fn, void *arg)
@@ -1274,18 +1291,77 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 
 /* ===========================================================================
  * SGEMM
- * ========================================================================= */
+ * =========================================================================
+   C = alpha op(A) op(B) + beta C, row-major, BLIS-style. op(A) is packed into
+   MR-row slivers (a[p*MR + r]); op(B) into NR-column slivers (b[p*NR + c]),
+   or, when B is not transposed and op(A) has few rows, read in place. A
+   register-blocked micro-kernel computes one MR x NR tile of C per pair of
+   slivers: AVX-512 8x32, AVX2+FMA 6x16 (explicit intrinsics, chosen at
+   compile time from __AVX512F__ / __AVX2__ && __FMA__), portable C 4x24.
+   Loops: rows of op(A) in blocks of MC, K in blocks of at most KC (packed A
+   block), columns in blocks of NC (packed B block, L2-resident), then A
+   slivers outside, B slivers inside. Threads split C into column (or row)
+   ranges, never K.
 
+   Determinism: the K blocks are chosen from K alone, and every kernel
+   variant, edge tile and fallback computes each element of C the same way:
+   acc = 0; acc = fma(a, b, acc) for p in order within the block; then
+   C = alpha*acc (beta == 0, C not read), fma(alpha, acc, C) (beta == 1, and
+   every later K block), or fma(alpha, acc, beta*C). So the result does not
+   depend on the thread count, the split, or which path a tile took; the
+   scalar dl__gemm_ref gives the same bits. The one exception in summation
+   order, the skinny "dot" path (op(B) = B^T with few rows, long K; its own
+   scalar twin dl__gemm_dot_ref), is chosen from the shape alone. */
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define DL__GEMM_AVX512 1
+#define DL__GEMM_MR 8
+#define DL__GEMM_NR 32
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define DL__GEMM_AVX2 1
+#define DL__GEMM_MR 6
+#define DL__GEMM_NR 16
+#else
 #define DL__GEMM_MR 4
 #define DL__GEMM_NR 24
-#define DL__GEMM_KC 256
-#define DL__GEMM_MC 128   /* multiple of MR */
-#define DL__GEMM_NC 3072  /* multiple of NR */
-#define DL__GEMM_SMALL 32768.0
+#endif
+#define DL__GEMM_KC 256                                       /* most of K per block */
+#define DL__GEMM_MC ((1024 / DL__GEMM_MR) * DL__GEMM_MR)      /* rows of A per packed block */
+#define DL__GEMM_NC ((512 / DL__GEMM_NR) * DL__GEMM_NR)       /* columns of B per packed block */
+#if defined(DL__GEMM_AVX512)
+#define DL__GEMM_NV 16                       /* floats per vector */
+#elif defined(DL__GEMM_AVX2)
+#define DL__GEMM_NV 8
+#else
+#define DL__GEMM_NV DL__GEMM_NR
+#endif
+#define DL__GEMM_DIRECT_M (4 * DL__GEMM_MR)  /* op(A) rows up to which B (not transposed) is read in place */
+#define DL__GEMM_PACK_COST 8.0               /* multiply-adds a packed element costs, about */
+#define DL__GEMM_READ_COST 2.0               /* ... and an element of B read in place */
+#ifndef DL__GEMM_PAR_MIN                     /* multiply-adds below which one thread runs (waking */
+#define DL__GEMM_PAR_MIN 4e6                 /* a worker costs ~5 us, ~1M of them); tests set 0 */
+#endif
+#define DL__GEMM_REF_MAX 512.0               /* multiply-adds below which the scalar path runs */
+#ifndef DL__GEMM_DYN                         /* most chunks per thread (1: balanced halves, the */
+#define DL__GEMM_DYN 1                       /* fastest on a quiet machine; tests use more) */
+#endif
+#ifndef DL__GEMM_CHUNK_SHARE
+#define DL__GEMM_CHUNK_SHARE 0.04            /* ... while their repeated packing costs at most this */
+#endif
 
-/* Fused multiply-add in the micro-kernel when the target has it in hardware
-   (strict -std=c99 disables automatic contraction in gcc, halving speed). */
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__aarch64__)
+#if defined(__GNUC__)
+#define DL__GEMM_INLINE static inline __attribute__((always_inline))
+#else
+#define DL__GEMM_INLINE static inline
+#endif
+
+/* Fused multiply-add of the portable kernel and the scalar paths: fmaf where
+   the target has it in hardware (the intrinsics paths always do), else a
+   multiply and an add (strict -std=c99 keeps gcc from contracting). */
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2) || defined(__FMA__) || defined(__ARM_FEATURE_FMA) || \
+    defined(__aarch64__)
 #define DL__GEMM_FMA(a, b, c) fmaf((a), (b), (c))
 #else
 #define DL__GEMM_FMA(a, b, c) ((c) + (a) * (b))
@@ -1294,6 +1370,25 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 /* element (i,p) of op(A), element (p,j) of op(B) */
 #define DL__OPA(A, lda, ta, i, p) ((ta) ? (A)[(int64_t)(p) * (lda) + (i)] : (A)[(int64_t)(i) * (lda) + (p)])
 #define DL__OPB(B, ldb, tb, p, j) ((tb) ? (B)[(int64_t)(j) * (ldb) + (p)] : (B)[(int64_t)(p) * (ldb) + (j)])
+
+/* how a finished accumulator meets C: 0 C = alpha*acc (C not read),
+   1 C = fma(alpha, acc, C), 2 C = fma(alpha, acc, beta*C) */
+static int dl__gemm_mode(float beta)
+{
+    return beta == 0.0f ? 0 : (beta == 1.0f ? 1 : 2);
+}
+
+static int64_t dl__round_up(int64_t x, int64_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+/* the K block of the kernels: equal blocks of at most KC, from K alone */
+static int64_t dl__gemm_kc(int64_t K)
+{
+    int64_t nkb = (K + DL__GEMM_KC - 1) / DL__GEMM_KC;
+    return (K + nkb - 1) / nkb;
+}
 
 /* C := beta*C on an (M,N) block; beta == 0 writes zeros without reading C. */
 static void dl__gemm_scale(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
@@ -1310,45 +1405,120 @@ static void dl__gemm_scale(int64_t M, int64_t N, float beta, float *C, int64_t l
     }
 }
 
-/* Simple reference-quality path: small problems and allocation failure. */
-static void dl__sgemm_naive(bool transa, bool transb, int64_t M, int64_t N, int64_t K,
-                            float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                            float beta, float *C, int64_t ldc)
+/* Scalar path with exactly the kernels' arithmetic (same K blocks of kc, same
+   fma order, same final update): tiny problems and allocation failure. */
+static void dl__gemm_ref(bool transa, bool transb, int64_t M, int64_t N, int64_t K, int64_t kcb, float alpha,
+                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                         int64_t ldc)
 {
-    int64_t i, j, p;
+    int64_t i, j, p, pc;
     for (i = 0; i < M; i++) {
         float *c = C + i * ldc;
         for (j = 0; j < N; j++) {
-            float s = 0.0f;
-            for (p = 0; p < K; p++) s += DL__OPA(A, lda, transa, i, p) * DL__OPB(B, ldb, transb, p, j);
-            if (beta == 0.0f) c[j] = alpha * s;
-            else c[j] = alpha * s + beta * c[j];
+            for (pc = 0; pc < K; pc += kcb) {
+                int64_t pe = K - pc < kcb ? K : pc + kcb;
+                int mode = dl__gemm_mode(pc == 0 ? beta : 1.0f);
+                float acc = 0.0f;
+                for (p = pc; p < pe; p++)
+                    acc = DL__GEMM_FMA(DL__OPA(A, lda, transa, i, p), DL__OPB(B, ldb, transb, p, j), acc);
+                if (mode == 0) c[j] = alpha * acc;
+                else if (mode == 1) c[j] = DL__GEMM_FMA(alpha, acc, c[j]);
+                else c[j] = DL__GEMM_FMA(alpha, acc, beta * c[j]);
+            }
         }
     }
 }
 
-/* Pack rows [i0, i0+mc) x cols [p0, p0+kc) of op(A) into MR-row slivers:
-   sliver s holds dst[s*kc*MR + p*MR + r]; rows beyond mc are zero. */
-static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0, int64_t mc,
-                            int64_t p0, int64_t kc, float *DL__RESTRICT dst)
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+/* in-register transpose of 8 rows of 8 floats */
+DL__GEMM_INLINE void dl__gemm_tr8(__m256 *r)
 {
-    int64_t s, p, r;
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* rows [0,n) of `cols` (1..8) floats at src (row stride lds), zero rows
+   after, transposed: column q < cols of the block goes to dst + q*ldd (8
+   floats stored each) */
+DL__GEMM_INLINE void dl__gemm_tr8_copy(const float *src, int64_t lds, int n, int cols, float *dst, int64_t ldd)
+{
+    __m256 r[8];
+    int q;
+    if (cols == 8) {
+        for (q = 0; q < 8; q++) r[q] = q < n ? _mm256_loadu_ps(src + q * lds) : _mm256_setzero_ps();
+    } else {
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (q = 0; q < 8; q++) r[q] = q < n ? _mm256_maskload_ps(src + q * lds, m) : _mm256_setzero_ps();
+    }
+    dl__gemm_tr8(r);
+    for (q = 0; q < cols; q++) _mm256_storeu_ps(dst + q * ldd, r[q]);
+}
+#endif
+
+/* d[0:w) = s[0:n) followed by zeros (n <= w; w is MR or NR). Never reads
+   s[n:]; may write up to 8 floats past d + w (AVX2, w = 6: rewritten by the
+   next row, or slack at the end of the buffer). */
+DL__GEMM_INLINE void dl__gemm_copy_pad(float *DL__RESTRICT d, const float *DL__RESTRICT s, int n, const int w)
+{
+    int c;
+#if defined(DL__GEMM_AVX512)
+    for (c = 0; c < w; c += 16) {
+        int k = n - c < 0 ? 0 : (n - c > 16 ? 16 : n - c), ws = w - c < 16 ? w - c : 16;
+        _mm512_mask_storeu_ps(d + c, (__mmask16)((1u << ws) - 1u),
+                              _mm512_maskz_loadu_ps((__mmask16)((1u << k) - 1u), s + c));
+    }
+#elif defined(DL__GEMM_AVX2)
+    for (c = 0; c < w; c += 8) {
+        int k = n - c < 0 ? 0 : (n - c > 8 ? 8 : n - c);
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_storeu_ps(d + c, k == 8 ? _mm256_loadu_ps(s + c) : _mm256_maskload_ps(s + c, m));
+    }
+#else
+    for (c = 0; c < w; c++) d[c] = c < n ? s[c] : 0.0f;
+#endif
+}
+
+/* Pack rows [i0, i0+mc) x cols [p0, p0+kc) of op(A) into MR-row slivers:
+   sliver s holds dst[s*kc*MR + p*MR + r]; rows beyond mc are zero. May write
+   up to 8 floats past the end (the buffers have the slack). */
+static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0, int64_t mc, int64_t p0,
+                            int64_t kc, float *DL__RESTRICT dst)
+{
+    int64_t s, p;
     for (s = 0; s < mc; s += DL__GEMM_MR) {
-        int64_t mr = mc - s < DL__GEMM_MR ? mc - s : DL__GEMM_MR;
-        if (!transa) {
-            for (r = 0; r < mr; r++) {
-                const float *src = A + (i0 + s + r) * lda + p0;
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_MR + r] = src[p];
-            }
-            for (r = mr; r < DL__GEMM_MR; r++)
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_MR + r] = 0.0f;
+        int mr = (int)(mc - s < DL__GEMM_MR ? mc - s : DL__GEMM_MR);
+        if (transa) {
+            const float *src = A + p0 * lda + i0 + s;
+            for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_MR, src + p * lda, mr, DL__GEMM_MR);
         } else {
-            for (p = 0; p < kc; p++) {
-                const float *src = A + (p0 + p) * lda + i0 + s;
+            const float *src = A + (i0 + s) * lda + p0;
+            p = 0;
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+            /* 8 columns at a time; with MR < 8 each 8-float store runs over
+               into the next column's (or sliver's) place, rewritten next */
+            for (; p + 8 <= kc; p += 8) dl__gemm_tr8_copy(src + p, lda, mr, 8, dst + p * DL__GEMM_MR, DL__GEMM_MR);
+            if (p < kc) dl__gemm_tr8_copy(src + p, lda, mr, (int)(kc - p), dst + p * DL__GEMM_MR, DL__GEMM_MR);
+#else
+            for (; p < kc; p++) {
                 float *d = dst + p * DL__GEMM_MR;
-                for (r = 0; r < mr; r++) d[r] = src[r];
-                for (r = mr; r < DL__GEMM_MR; r++) d[r] = 0.0f;
+                int r;
+                for (r = 0; r < DL__GEMM_MR; r++) d[r] = r < mr ? src[r * lda + p] : 0.0f;
             }
+#endif
         }
         dst += kc * DL__GEMM_MR;
     }
@@ -1356,43 +1526,222 @@ static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0
 
 /* Pack rows [p0, p0+kc) x cols [j0, j0+nc) of op(B) into NR-column slivers:
    sliver s holds dst[s*kc*NR + p*NR + c]; columns beyond nc are zero. */
-static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, int64_t p0, int64_t kc,
-                            int64_t j0, int64_t nc, float *DL__RESTRICT dst)
+static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                            int64_t nc, float *DL__RESTRICT dst)
 {
-    int64_t s, p, c;
+    int64_t s, p;
+    int c;
     for (s = 0; s < nc; s += DL__GEMM_NR) {
-        int64_t nr = nc - s < DL__GEMM_NR ? nc - s : DL__GEMM_NR;
+        int nr = (int)(nc - s < DL__GEMM_NR ? nc - s : DL__GEMM_NR);
         if (!transb) {
-            for (p = 0; p < kc; p++) {
-                const float *src = B + (p0 + p) * ldb + j0 + s;
-                float *d = dst + p * DL__GEMM_NR;
-                if (nr == DL__GEMM_NR) {
-                    for (c = 0; c < DL__GEMM_NR; c++) d[c] = src[c];
-                } else {
-                    for (c = 0; c < nr; c++) d[c] = src[c];
-                    for (c = nr; c < DL__GEMM_NR; c++) d[c] = 0.0f;
-                }
-            }
+            const float *src = B + p0 * ldb + j0 + s;
+            for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_NR, src + p * ldb, nr, DL__GEMM_NR);
         } else {
-            for (c = 0; c < nr; c++) {
-                const float *src = B + (j0 + s + c) * ldb + p0;
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_NR + c] = src[p];
+            const float *src = B + (j0 + s) * ldb + p0;
+            p = 0;
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+            for (; p + 8 <= kc; p += 8)
+                for (c = 0; c < DL__GEMM_NR; c += 8)
+                    dl__gemm_tr8_copy(src + c * ldb + p, ldb, nr - c < 0 ? 0 : nr - c, 8, dst + p * DL__GEMM_NR + c,
+                                      DL__GEMM_NR);
+            if (p < kc)
+                for (c = 0; c < DL__GEMM_NR; c += 8)
+                    dl__gemm_tr8_copy(src + c * ldb + p, ldb, nr - c < 0 ? 0 : nr - c, (int)(kc - p),
+                                      dst + p * DL__GEMM_NR + c, DL__GEMM_NR);
+#else
+            for (; p < kc; p++) {
+                float *d = dst + p * DL__GEMM_NR;
+                for (c = 0; c < DL__GEMM_NR; c++) d[c] = c < nr ? src[c * ldb + p] : 0.0f;
             }
-            for (c = nr; c < DL__GEMM_NR; c++)
-                for (p = 0; p < kc; p++) dst[p * DL__GEMM_NR + c] = 0.0f;
+#endif
         }
         dst += kc * DL__GEMM_NR;
     }
 }
 
-/* Micro-kernel: acc(MR,NR) = sum_p a[p*MR+i] * b[p*NR+j], then
-   C(mr,nr) = alpha*acc + beta*C (beta == 0: C not read). */
-static void dl__gemm_micro(int64_t kc, const float *DL__RESTRICT a, const float *DL__RESTRICT b,
-                           float *C, int64_t ldc, int mr, int nr, float alpha, float beta)
+/* Micro-kernels: acc(MR,NR) = sum_p a[p*MR+i] * b[p*bs+j] (b: a packed
+   sliver, bs = NR, or B itself, bs = ldb), then the tile C(mr,nr) is updated
+   as dl__gemm_mode(beta) says. Rows and columns beyond mr, nr are neither
+   read nor written. */
+#if defined(DL__GEMM_AVX512)
+
+DL__GEMM_INLINE void dl__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va, __m512 vb, int mode)
+{
+    __m512 r;
+    if (mode == 0) {
+        r = _mm512_mul_ps(va, acc);
+    } else {
+        __m512 old = _mm512_maskz_loadu_ps(m, c);
+        r = mode == 1 ? _mm512_fmadd_ps(va, acc, old) : _mm512_fmadd_ps(va, acc, _mm512_mul_ps(vb, old));
+    }
+    _mm512_mask_storeu_ps(c, m, r);
+}
+
+#define DL__K16_ROW(r)                                                   \
+    if (R > r) {                                                         \
+        const __m512 a_ = _mm512_set1_ps(a[r]);                          \
+        c##r##0 = _mm512_fmadd_ps(a_, b0, c##r##0);                      \
+        if (V > 1) c##r##1 = _mm512_fmadd_ps(a_, b1, c##r##1);           \
+    }
+#define DL__K16_OUT(r)                                                                    \
+    if (R > r) {                                                                          \
+        if (V > 1) {                                                                      \
+            dl__gemm_out16(c + r * ldc, c##r##0, (__mmask16)0xFFFF, va, vb, mode);        \
+            dl__gemm_out16(c + r * ldc + 16, c##r##1, m, va, vb, mode);                   \
+        } else {                                                                          \
+            dl__gemm_out16(c + r * ldc, c##r##0, m, va, vb, mode);                        \
+        }                                                                                 \
+    }
+
+/* R rows (1..8) x V vectors of 16 columns (1..2); m masks the last vector */
+DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const float *DL__RESTRICT a,
+                                  const float *DL__RESTRICT b, int64_t bs, float *c, int64_t ldc, __mmask16 m,
+                                  float alpha, float beta)
+{
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const int mode = dl__gemm_mode(beta);
+    int64_t p;
+    for (p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_loadu_ps(b);
+        const __m512 b1 = V > 1 ? _mm512_loadu_ps(b + 16) : b0;
+        DL__K16_ROW(0)
+        DL__K16_ROW(1)
+        DL__K16_ROW(2)
+        DL__K16_ROW(3)
+        DL__K16_ROW(4)
+        DL__K16_ROW(5)
+        DL__K16_ROW(6)
+        DL__K16_ROW(7)
+        a += DL__GEMM_MR;
+        b += bs;
+    }
+    DL__K16_OUT(0)
+    DL__K16_OUT(1)
+    DL__K16_OUT(2)
+    DL__K16_OUT(3)
+    DL__K16_OUT(4)
+    DL__K16_OUT(5)
+    DL__K16_OUT(6)
+    DL__K16_OUT(7)
+}
+
+#define DL__K16_CASES(V)                                                        \
+    switch (mr) {                                                               \
+    case 8: dl__gemm_k16(8, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 7: dl__gemm_k16(7, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 6: dl__gemm_k16(6, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 5: dl__gemm_k16(5, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 4: dl__gemm_k16(4, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 3: dl__gemm_k16(3, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    case 2: dl__gemm_k16(2, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
+    default: dl__gemm_k16(1, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;   \
+    }
+
+static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta)
+{
+    if (nr > 16) {
+        const __mmask16 m = (__mmask16)(0xFFFFu >> (32 - nr));
+        DL__K16_CASES(2)
+    } else {
+        const __mmask16 m = (__mmask16)(0xFFFFu >> (16 - nr));
+        DL__K16_CASES(1)
+    }
+}
+
+#elif defined(DL__GEMM_AVX2)
+
+DL__GEMM_INLINE void dl__gemm_out8(float *c, __m256 acc, int full, __m256i m, __m256 va, __m256 vb, int mode)
+{
+    __m256 r;
+    if (mode == 0) {
+        r = _mm256_mul_ps(va, acc);
+    } else {
+        __m256 old = full ? _mm256_loadu_ps(c) : _mm256_maskload_ps(c, m);
+        r = mode == 1 ? _mm256_fmadd_ps(va, acc, old) : _mm256_fmadd_ps(va, acc, _mm256_mul_ps(vb, old));
+    }
+    if (full) _mm256_storeu_ps(c, r);
+    else _mm256_maskstore_ps(c, m, r);
+}
+
+#define DL__K8_ROW(r)                                                    \
+    if (R > r) {                                                         \
+        const __m256 a_ = _mm256_broadcast_ss(a + r);                    \
+        c##r##0 = _mm256_fmadd_ps(a_, b0, c##r##0);                      \
+        if (V > 1) c##r##1 = _mm256_fmadd_ps(a_, b1, c##r##1);           \
+    }
+#define DL__K8_OUT(r)                                                         \
+    if (R > r) {                                                              \
+        if (V > 1) {                                                          \
+            dl__gemm_out8(c + r * ldc, c##r##0, 1, m, va, vb, mode);          \
+            dl__gemm_out8(c + r * ldc + 8, c##r##1, full, m, va, vb, mode);   \
+        } else {                                                              \
+            dl__gemm_out8(c + r * ldc, c##r##0, full, m, va, vb, mode);       \
+        }                                                                     \
+    }
+
+/* R rows (1..6) x V vectors of 8 columns (1..2); m masks the last vector */
+DL__GEMM_INLINE void dl__gemm_k8(const int R, const int V, int64_t kc, const float *DL__RESTRICT a,
+                                 const float *DL__RESTRICT b, int64_t bs, float *c, int64_t ldc, int full,
+                                 __m256i m, float alpha, float beta)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    const int mode = dl__gemm_mode(beta);
+    int64_t p;
+    for (p = 0; p < kc; p++) {
+        const __m256 b0 = _mm256_loadu_ps(b);
+        const __m256 b1 = V > 1 ? _mm256_loadu_ps(b + 8) : b0;
+        DL__K8_ROW(0)
+        DL__K8_ROW(1)
+        DL__K8_ROW(2)
+        DL__K8_ROW(3)
+        DL__K8_ROW(4)
+        DL__K8_ROW(5)
+        a += DL__GEMM_MR;
+        b += bs;
+    }
+    DL__K8_OUT(0)
+    DL__K8_OUT(1)
+    DL__K8_OUT(2)
+    DL__K8_OUT(3)
+    DL__K8_OUT(4)
+    DL__K8_OUT(5)
+}
+
+#define DL__K8_CASES(V)                                                               \
+    switch (mr) {                                                                     \
+    case 6: dl__gemm_k8(6, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 5: dl__gemm_k8(5, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 4: dl__gemm_k8(4, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 3: dl__gemm_k8(3, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    case 2: dl__gemm_k8(2, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
+    default: dl__gemm_k8(1, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;    \
+    }
+
+static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta)
+{
+    const int last = nr > 8 ? nr - 8 : nr, full = last == 8;
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(last), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (nr > 8) {
+        DL__K8_CASES(2)
+    } else {
+        DL__K8_CASES(1)
+    }
+}
+
+#else /* portable C */
+
+static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float *DL__RESTRICT b, int64_t bs,
+                            float *c, int64_t ldc, int mr, int nr, float alpha, float beta)
 {
     float acc[DL__GEMM_MR][DL__GEMM_NR];
     int64_t p;
-    int i, j;
+    int i, j, mode = dl__gemm_mode(beta);
     for (i = 0; i < DL__GEMM_MR; i++)
         for (j = 0; j < DL__GEMM_NR; j++) acc[i][j] = 0.0f;
     for (p = 0; p < kc; p++) {
@@ -1401,32 +1750,195 @@ static void dl__gemm_micro(int64_t kc, const float *DL__RESTRICT a, const float 
             for (j = 0; j < DL__GEMM_NR; j++) acc[i][j] = DL__GEMM_FMA(ai, b[j], acc[i][j]);
         }
         a += DL__GEMM_MR;
-        b += DL__GEMM_NR;
+        b += bs;
     }
-    if (mr == DL__GEMM_MR && nr == DL__GEMM_NR) {
-        if (beta == 0.0f) {
-            for (i = 0; i < DL__GEMM_MR; i++)
-                for (j = 0; j < DL__GEMM_NR; j++) C[i * ldc + j] = alpha * acc[i][j];
-        } else if (beta == 1.0f) {
-            for (i = 0; i < DL__GEMM_MR; i++)
-                for (j = 0; j < DL__GEMM_NR; j++) C[i * ldc + j] += alpha * acc[i][j];
+    for (i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        if (mode == 0) {
+            for (j = 0; j < nr; j++) ci[j] = alpha * acc[i][j];
+        } else if (mode == 1) {
+            for (j = 0; j < nr; j++) ci[j] = DL__GEMM_FMA(alpha, acc[i][j], ci[j]);
         } else {
-            for (i = 0; i < DL__GEMM_MR; i++)
-                for (j = 0; j < DL__GEMM_NR; j++) C[i * ldc + j] = alpha * acc[i][j] + beta * C[i * ldc + j];
-        }
-    } else {
-        if (beta == 0.0f) {
-            for (i = 0; i < mr; i++)
-                for (j = 0; j < nr; j++) C[i * ldc + j] = alpha * acc[i][j];
-        } else if (beta == 1.0f) {
-            for (i = 0; i < mr; i++)
-                for (j = 0; j < nr; j++) C[i * ldc + j] += alpha * acc[i][j];
-        } else {
-            for (i = 0; i < mr; i++)
-                for (j = 0; j < nr; j++) C[i * ldc + j] = alpha * acc[i][j] + beta * C[i * ldc + j];
+            for (j = 0; j < nr; j++) ci[j] = DL__GEMM_FMA(alpha, acc[i][j], beta * ci[j]);
         }
     }
 }
+
+#endif
+
+/* Skinny products with op(B) = B^T, few rows of C and a long K (weight
+   gradients: C = dY X^T): C(i,j) is the dot product of rows A_i and
+   B_j, both contiguous along K, so nothing is transposed. Vectors run along
+   K: lane l of the accumulator of (i,j) sums the products with k = l (mod 16)
+   in order of k. K is walked in chunks of DL__GEMM_DOT_KK, copied to aligned
+   scratch (zero-padded to whole vectors), with the accumulators parked
+   exactly in a buffer between chunks (so the chunking changes nothing); at
+   the end the 16 lanes are summed by one fixed tree and C is updated as by
+   the kernels. A tile is up to 4 rows of A x 6 rows of B; threads split the
+   rows of B. Whether this path runs depends on the shape alone. */
+#if defined(DL__GEMM_AVX512)
+#define DL__GEMM_DOT 1
+#ifndef DL__GEMM_DOT_KK
+#define DL__GEMM_DOT_KK 512
+#endif
+#define DL__GEMM_DOT_NB 240      /* rows of B per pass over K (bounds the parked accumulators) */
+#define DL__GEMM_DOT_MAX_M 64
+/* keeps a value in a register: gcc would rather fold the load of b into each
+   of the four multiply-adds that use it, which costs more loads */
+#if defined(__GNUC__)
+#define DL__GEMM_INREG(x) __asm__("" : "+v"(x))
+#else
+#define DL__GEMM_INREG(x) (void)0
+#endif
+
+#define DL__DOT_Z(r) __m512 d##r##0 = z, d##r##1 = z, d##r##2 = z, d##r##3 = z, d##r##4 = z, d##r##5 = z
+#define DL__DOT_S(s)                                                \
+    if (S > s) {                                                    \
+        __m512 b_ = _mm512_load_ps(b + s * kbs);                    \
+        DL__GEMM_INREG(b_);                                         \
+        d0##s = _mm512_fmadd_ps(a0, b_, d0##s);                     \
+        if (R > 1) d1##s = _mm512_fmadd_ps(a1, b_, d1##s);          \
+        if (R > 2) d2##s = _mm512_fmadd_ps(a2, b_, d2##s);          \
+        if (R > 3) d3##s = _mm512_fmadd_ps(a3, b_, d3##s);          \
+    }
+/* pair (r,s) parks at P + r*pst + s*16 */
+#define DL__DOT_PARK1(r, s, OP) \
+    if (R > r && S > s) OP(r, s)
+#define DL__DOT_PARK(OP)                                                            \
+    DL__DOT_PARK1(0, 0, OP) DL__DOT_PARK1(0, 1, OP) DL__DOT_PARK1(0, 2, OP)         \
+    DL__DOT_PARK1(0, 3, OP) DL__DOT_PARK1(0, 4, OP) DL__DOT_PARK1(0, 5, OP)         \
+    DL__DOT_PARK1(1, 0, OP) DL__DOT_PARK1(1, 1, OP) DL__DOT_PARK1(1, 2, OP)         \
+    DL__DOT_PARK1(1, 3, OP) DL__DOT_PARK1(1, 4, OP) DL__DOT_PARK1(1, 5, OP)         \
+    DL__DOT_PARK1(2, 0, OP) DL__DOT_PARK1(2, 1, OP) DL__DOT_PARK1(2, 2, OP)         \
+    DL__DOT_PARK1(2, 3, OP) DL__DOT_PARK1(2, 4, OP) DL__DOT_PARK1(2, 5, OP)         \
+    DL__DOT_PARK1(3, 0, OP) DL__DOT_PARK1(3, 1, OP) DL__DOT_PARK1(3, 2, OP)         \
+    DL__DOT_PARK1(3, 3, OP) DL__DOT_PARK1(3, 4, OP) DL__DOT_PARK1(3, 5, OP)
+#define DL__DOT_GET(r, s) d##r##s = _mm512_load_ps(P + r * pst + s * 16);
+#define DL__DOT_PUT(r, s) _mm512_store_ps(P + r * pst + s * 16, d##r##s);
+#define DL__DOT_OUT(r, s) dl__gemm_dot_out(c + r * ldc + s, d##r##s, alpha, beta, mode);
+
+/* the fixed tree over the 16 lanes, then the kernels' update of C */
+DL__GEMM_INLINE void dl__gemm_dot_out(float *c, __m512 d, float alpha, float beta, int mode)
+{
+    float s;
+    /* (the maskz forms: g++ 12 warns on the undefined source of the others) */
+    d = _mm512_add_ps(d, _mm512_maskz_shuffle_f32x4((__mmask16)0xFFFF, d, d, 0x4E));
+    d = _mm512_add_ps(d, _mm512_maskz_shuffle_f32x4((__mmask16)0xFFFF, d, d, 0xB1));
+    d = _mm512_add_ps(d, _mm512_maskz_permute_ps((__mmask16)0xFFFF, d, 0x4E));
+    d = _mm512_add_ps(d, _mm512_maskz_permute_ps((__mmask16)0xFFFF, d, 0xB1));
+    s = _mm512_cvtss_f32(d);
+    if (mode == 0) *c = alpha * s;
+    else if (mode == 1) *c = DL__GEMM_FMA(alpha, s, *c);
+    else *c = DL__GEMM_FMA(alpha, s, beta * *c);
+}
+
+/* R rows of a (1..4, row stride kas) x S rows of b (1..6, row stride kbs),
+   both 64-byte aligned, over nv vectors. first: start from zero, else from P; last: finish into
+   C, else park in P. */
+DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, const float *DL__RESTRICT a,
+                                       int64_t kas, const float *DL__RESTRICT b, int64_t kbs, float *P, int64_t pst,
+                                       int first,
+                                       int last, float *c, int64_t ldc, float alpha, float beta)
+{
+    const __m512 z = _mm512_setzero_ps();
+    const int mode = dl__gemm_mode(beta);
+    int64_t v;
+    DL__DOT_Z(0);
+    DL__DOT_Z(1);
+    DL__DOT_Z(2);
+    DL__DOT_Z(3);
+    if (!first) {
+        DL__DOT_PARK(DL__DOT_GET)
+    }
+    for (v = 0; v < nv; v++) {
+        const __m512 a0 = _mm512_load_ps(a);
+        const __m512 a1 = R > 1 ? _mm512_load_ps(a + kas) : z;
+        const __m512 a2 = R > 2 ? _mm512_load_ps(a + 2 * kas) : z;
+        const __m512 a3 = R > 3 ? _mm512_load_ps(a + 3 * kas) : z;
+        DL__DOT_S(0)
+        DL__DOT_S(1)
+        DL__DOT_S(2)
+        DL__DOT_S(3)
+        DL__DOT_S(4)
+        DL__DOT_S(5)
+        a += 16;
+        b += 16;
+    }
+    if (last) {
+        DL__DOT_PARK(DL__DOT_OUT)
+    } else {
+        DL__DOT_PARK(DL__DOT_PUT)
+    }
+}
+
+#define DL__DOT_SCASES(R)                                                                              \
+    switch (ns) {                                                                                      \
+    case 6: dl__gemm_dot_tile(R, 6, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 5: dl__gemm_dot_tile(R, 5, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 4: dl__gemm_dot_tile(R, 4, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 3: dl__gemm_dot_tile(R, 3, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    case 2: dl__gemm_dot_tile(R, 2, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
+    default: dl__gemm_dot_tile(R, 1, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;   \
+    }
+
+static void dl__gemm_dot(int nr, int ns, int64_t nv, const float *a, int64_t kas, const float *b, int64_t kbs, float *P,
+                         int64_t pst, int first, int last, float *c, int64_t ldc, float alpha, float beta)
+{
+    switch (nr) {
+    case 4: DL__DOT_SCASES(4) break;
+    case 3: DL__DOT_SCASES(3) break;
+    case 2: DL__DOT_SCASES(2) break;
+    default: DL__DOT_SCASES(1) break;
+    }
+}
+
+/* rows [0,n) x [0,kk) of src (row stride lds) to dst (row stride ks, aligned),
+   zero-padded to ks columns */
+static void dl__gemm_dot_stage(const float *src, int64_t lds, int64_t n, int64_t kk, float *DL__RESTRICT dst,
+                               int64_t ks)
+{
+    int64_t i, k;
+    for (i = 0; i < n; i++) {
+        memcpy(dst + i * ks, src + i * lds, sizeof(float) * (size_t)kk);
+        for (k = kk; k < ks; k++) dst[i * ks + k] = 0.0f;
+    }
+}
+
+/* Whether A B^T takes the dot path: from the shape alone. Cost model in
+   cycles: the dot path runs at ~3/4 of the kernel's speed plus ~5 cycles a
+   pair for the lane sum; the packed path (~93%) transposes both operands at
+   ~0.4 cycles an element. */
+static int dl__gemm_use_dot(bool transa, bool transb, int64_t M, int64_t N, int64_t K)
+{
+    double work = (double)M * (double)N * (double)K;
+    return !transa && transb && M <= DL__GEMM_DOT_MAX_M &&
+           work * (1.0 / 24.0 - 1.0 / 30.0) + 5.0 * (double)M * (double)N < 0.4 * (double)(M + N) * (double)K;
+}
+
+/* Scalar path with exactly the dot path's arithmetic (16 lanes along K, the
+   zero padding of the last vector, the same tree): allocation failure. */
+static void dl__gemm_dot_ref(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                             const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    int64_t i, j, k, ks = dl__round_up(K, 16);
+    int l, st, mode = dl__gemm_mode(beta);
+    for (i = 0; i < M; i++) {
+        for (j = 0; j < N; j++) {
+            float d[16], e[16], *c = C + i * ldc + j;
+            for (l = 0; l < 16; l++) d[l] = 0.0f;
+            for (k = 0; k < ks; k++)
+                d[k % 16] = DL__GEMM_FMA(k < K ? A[i * lda + k] : 0.0f, k < K ? B[j * ldb + k] : 0.0f, d[k % 16]);
+            for (st = 8; st >= 1; st /= 2) {
+                for (l = 0; l < 16; l++) e[l] = d[l] + d[l ^ st];
+                for (l = 0; l < 16; l++) d[l] = e[l];
+            }
+            if (mode == 0) *c = alpha * d[0];
+            else if (mode == 1) *c = DL__GEMM_FMA(alpha, d[0], *c);
+            else *c = DL__GEMM_FMA(alpha, d[0], beta * *c);
+        }
+    }
+}
+#endif
 
 typedef struct dl__sgemm_job {
     bool transa, transb;
@@ -1438,35 +1950,78 @@ typedef struct dl__sgemm_job {
     int64_t ldb;
     float *C;
     int64_t ldc;
-    int split_n;        /* 1: tasks index NR column slivers; 0: MR row slivers */
-    int64_t chunk;      /* chunk size used by dl__parallel_for (to find the buffer) */
-    float *bufs;        /* per-chunk buffers, each buf_stride floats */
+    int64_t kc;         /* K block (from K alone) */
+    int64_t mc, nc;     /* rows of op(A) / columns of op(B) per packed block */
+    int direct_b;       /* read B in place (not transposed; few rows of A) */
+    int dot;            /* the dot-product path (dl__sgemm_dot_block) */
+    int split_n;        /* 1: tasks index column units; 0: MR row slivers */
+    int64_t unit_n;     /* columns per unit of the column split (NR, or a vector for narrow C) */
+    int64_t chunk;      /* units per chunk */
+    int64_t units;      /* units of the split */
+    int64_t nchunks;    /* chunks, claimed in order by the threads */
+    int64_t next;       /* the next chunk to claim */
+#ifndef DL_NO_THREADS
+    pthread_mutex_t mu; /* guards next, when there are threads */
+#endif
+    int nslots;         /* threads working */
+    float *bufs;        /* per-thread buffers, each buf_stride floats */
     int64_t a_size;     /* floats for packed A in each buffer */
     int64_t buf_stride;
 } dl__sgemm_job;
 
-/* Full GotoBLAS loop nest on C[m0:m1, n0:n1] with private pack buffers. */
-static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                            float *abuf, float *bbuf)
+/* The loop nest on C[m0:m1, n0:n1] with private pack buffers. */
+static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *abuf,
+                            float *bbuf)
 {
-    int64_t jc, pc, ic, jr, ir;
-    for (jc = n0; jc < n1; jc += DL__GEMM_NC) {
-        int64_t nc = n1 - jc < DL__GEMM_NC ? n1 - jc : DL__GEMM_NC;
-        for (pc = 0; pc < J->K; pc += DL__GEMM_KC) {
-            int64_t kc = J->K - pc < DL__GEMM_KC ? J->K - pc : DL__GEMM_KC;
+    int64_t ic, pc, jc, jr, ir;
+    for (ic = m0; ic < m1; ic += J->mc) {
+        int64_t mc = m1 - ic < J->mc ? m1 - ic : J->mc;
+        for (pc = 0; pc < J->K; pc += J->kc) {
+            int64_t kc = J->K - pc < J->kc ? J->K - pc : J->kc;
             float beta = pc == 0 ? J->beta : 1.0f;
-            dl__gemm_pack_b(J->transb, J->B, J->ldb, pc, kc, jc, nc, bbuf);
-            for (ic = m0; ic < m1; ic += DL__GEMM_MC) {
-                int64_t mc = m1 - ic < DL__GEMM_MC ? m1 - ic : DL__GEMM_MC;
-                dl__gemm_pack_a(J->transa, J->A, J->lda, ic, mc, pc, kc, abuf);
-                for (jr = 0; jr < nc; jr += DL__GEMM_NR) {
-                    int nr = (int)(nc - jr < DL__GEMM_NR ? nc - jr : DL__GEMM_NR);
-                    const float *bp = bbuf + (jr / DL__GEMM_NR) * kc * DL__GEMM_NR;
+            dl__gemm_pack_a(J->transa, J->A, J->lda, ic, mc, pc, kc, abuf);
+            if (J->direct_b) {
+                /* each B sliver straight from B (the last, narrow one packed
+                   with zero padding), used by all the A slivers */
+                for (jr = n0; jr < n1; jr += DL__GEMM_NR) {
+                    int nr = (int)(n1 - jr < DL__GEMM_NR ? n1 - jr : DL__GEMM_NR);
+                    const float *bp = J->B + pc * J->ldb + jr;
+                    int64_t bs = J->ldb;
+                    if (nr < DL__GEMM_NR) {
+                        dl__gemm_pack_b(false, J->B, J->ldb, pc, kc, jr, nr, bbuf);
+                        bp = bbuf;
+                        bs = DL__GEMM_NR;
+                    }
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+                    else if (mc <= DL__GEMM_MR && jr + 3 * DL__GEMM_NR <= n1) {
+                        /* one A sliver: B streams through once, so fetch
+                           the sliver after next (the prefetchers miss it) */
+                        const char *q = (const char *)(bp + 2 * DL__GEMM_NR);
+                        int64_t p;
+                        for (p = 0; p < kc; p++, q += J->ldb * (int64_t)sizeof(float)) {
+                            _mm_prefetch(q, _MM_HINT_T0);
+                            if (DL__GEMM_NR * sizeof(float) > 64) _mm_prefetch(q + 64, _MM_HINT_T0);
+                        }
+                    }
+#endif
                     for (ir = 0; ir < mc; ir += DL__GEMM_MR) {
                         int mr = (int)(mc - ir < DL__GEMM_MR ? mc - ir : DL__GEMM_MR);
-                        const float *ap = abuf + (ir / DL__GEMM_MR) * kc * DL__GEMM_MR;
-                        float *c = J->C + (ic + ir) * J->ldc + jc + jr;
-                        dl__gemm_micro(kc, ap, bp, c, J->ldc, mr, nr, J->alpha, beta);
+                        dl__gemm_kernel(kc, abuf + ir * kc, bp, bs, J->C + (ic + ir) * J->ldc + jr, J->ldc, mr, nr,
+                                        J->alpha, beta);
+                    }
+                }
+                continue;
+            }
+            for (jc = n0; jc < n1; jc += J->nc) {
+                int64_t nc = n1 - jc < J->nc ? n1 - jc : J->nc;
+                dl__gemm_pack_b(J->transb, J->B, J->ldb, pc, kc, jc, nc, bbuf);
+                for (ir = 0; ir < mc; ir += DL__GEMM_MR) {
+                    int mr = (int)(mc - ir < DL__GEMM_MR ? mc - ir : DL__GEMM_MR);
+                    float *c = J->C + (ic + ir) * J->ldc + jc;
+                    for (jr = 0; jr < nc; jr += DL__GEMM_NR) {
+                        int nr = (int)(nc - jr < DL__GEMM_NR ? nc - jr : DL__GEMM_NR);
+                        dl__gemm_kernel(kc, abuf + ir * kc, bbuf + jr * kc, DL__GEMM_NR, c + jr, J->ldc, mr, nr,
+                                        J->alpha, beta);
                     }
                 }
             }
@@ -1474,14 +2029,62 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
     }
 }
 
-static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
+#ifdef DL__GEMM_DOT
+/* C[0:M, n0:n1] by dot products, DL__GEMM_DOT_NB rows of B at a time. buf:
+   the staged chunk of A (M x KK), of a group of B rows (6 x KK), then the
+   parked accumulators (M x NB x 16) */
+static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, float *buf)
 {
-    const dl__sgemm_job *J = (const dl__sgemm_job *)varg;
-    int64_t idx = begin / J->chunk;
-    float *abuf = J->bufs + idx * J->buf_stride;
+    int64_t ga = (J->M + 3) / 4, nb0, kb, g, h;
+    float *as = buf, *bs = as + J->M * DL__GEMM_DOT_KK, *P = bs + 6 * DL__GEMM_DOT_KK;
+    int a_in_place = (uintptr_t)J->A % 64 == 0 && J->lda % 16 == 0;
+    int b_in_place = (uintptr_t)J->B % 64 == 0 && J->ldb % 16 == 0;
+    for (nb0 = n0; nb0 < n1; nb0 += DL__GEMM_DOT_NB) {
+        int64_t nt = n1 - nb0 < DL__GEMM_DOT_NB ? n1 - nb0 : DL__GEMM_DOT_NB, gb = (nt + 5) / 6;
+        for (kb = 0; kb < J->K; kb += DL__GEMM_DOT_KK) {
+            int64_t kk = J->K - kb < DL__GEMM_DOT_KK ? J->K - kb : DL__GEMM_DOT_KK, ks = dl__round_up(kk, 16);
+            int first = kb == 0, last = kb + kk >= J->K;
+            /* rows already aligned are read in place, others staged */
+            const float *ap = J->A + kb;
+            int64_t kas = J->lda;
+            if (!a_in_place || kk != ks) {
+                dl__gemm_dot_stage(ap, J->lda, J->M, kk, as, ks);
+                ap = as;
+                kas = ks;
+            }
+            for (g = 0; g < gb; g++) {
+                /* near-equal groups: at most 6 rows of B, 4 of A */
+                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb, kbs = J->ldb;
+                const float *bp = J->B + j0 * J->ldb + kb;
+                if (!b_in_place || kk != ks) {
+                    dl__gemm_dot_stage(bp, J->ldb, j1 - j0, kk, bs, ks);
+                    bp = bs;
+                    kbs = ks;
+                }
+                for (h = 0; h < ga; h++) {
+                    int64_t i0 = J->M * h / ga, i1 = J->M * (h + 1) / ga;
+                    dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), ks / 16, ap + i0 * kas, kas, bp, kbs,
+                                 P + (i0 * nt + (j0 - nb0)) * 16, nt * 16, first, last, J->C + i0 * J->ldc + j0,
+                                 J->ldc, J->alpha, J->beta);
+                }
+            }
+        }
+    }
+}
+#endif
+
+/* units [begin, end) with the buffers of one thread */
+static void dl__sgemm_chunk(const dl__sgemm_job *J, int64_t begin, int64_t end, float *abuf)
+{
     float *bbuf = abuf + J->a_size;
+#ifdef DL__GEMM_DOT
+    if (J->dot) {
+        dl__sgemm_dot_block(J, begin, end, abuf);
+        return;
+    }
+#endif
     if (J->split_n) {
-        int64_t n0 = begin * DL__GEMM_NR, n1 = end * DL__GEMM_NR;
+        int64_t n0 = begin * J->unit_n, n1 = end * J->unit_n;
         if (n1 > J->N) n1 = J->N;
         dl__sgemm_block(J, 0, J->M, n0, n1, abuf, bbuf);
     } else {
@@ -1491,9 +2094,90 @@ static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
     }
 }
 
-static int64_t dl__round_up(int64_t x, int64_t m)
+/* One task per thread: it claims chunks in order until none is left, so a
+   thread that starts late (or shares its core) does less of the work. Which
+   thread computes a chunk does not change its bits. [begin, end) are thread
+   slots; a serial run (nested call) gets them all and uses slot 0's buffers. */
+static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
 {
-    return (x + m - 1) / m * m;
+    dl__sgemm_job *J = (dl__sgemm_job *)varg;
+    float *abuf = J->bufs + begin * J->buf_stride;
+    (void)end;
+    for (;;) {
+        int64_t c, u0, u1;
+#ifndef DL_NO_THREADS
+        if (J->nslots > 1) pthread_mutex_lock(&J->mu);
+#endif
+        c = J->next++;
+#ifndef DL_NO_THREADS
+        if (J->nslots > 1) pthread_mutex_unlock(&J->mu);
+#endif
+        if (c >= J->nchunks) break;
+        u0 = c * J->chunk;
+        u1 = u0 + J->chunk < J->units ? u0 + J->chunk : J->units;
+        dl__sgemm_chunk(J, u0, u1, abuf);
+    }
+}
+
+/* Pack buffers: the pool keeps one between calls (taken by one call at a
+   time); otherwise, or when it is taken, a malloc for this call. Returns the
+   64-byte aligned buffer, NULL when out of memory; *raw is what
+   dl__gemm_buf_put frees (NULL for the pool's). */
+static float *dl__gemm_buf_get(dl__pool *pool, size_t bytes, void **raw)
+{
+    void *r = NULL;
+    *raw = NULL;
+    bytes += 64;
+    if (pool) {
+        int mine = 0;
+#ifndef DL_NO_THREADS
+        pthread_mutex_lock(&pool->mu);
+#endif
+        if (!pool->gemm_busy) pool->gemm_busy = mine = 1;
+#ifndef DL_NO_THREADS
+        pthread_mutex_unlock(&pool->mu);
+#endif
+        if (mine) {
+            if (pool->gemm_cap < bytes) {
+                DL_FREE(pool->gemm_raw);
+                pool->gemm_cap = 0;
+                pool->gemm_raw = DL_MALLOC(bytes);
+                if (pool->gemm_raw) pool->gemm_cap = bytes;
+            }
+            r = pool->gemm_raw;
+            if (!r) {
+#ifndef DL_NO_THREADS
+                pthread_mutex_lock(&pool->mu);
+#endif
+                pool->gemm_busy = 0;
+#ifndef DL_NO_THREADS
+                pthread_mutex_unlock(&pool->mu);
+#endif
+                return NULL;
+            }
+        }
+    }
+    if (!r) {
+        r = DL_MALLOC(bytes);
+        if (!r) return NULL;
+        *raw = r;
+    }
+    return (float *)(void *)(((uintptr_t)r + 63) & ~(uintptr_t)63);
+}
+
+static void dl__gemm_buf_put(dl__pool *pool, void *raw)
+{
+    if (raw) {
+        DL_FREE(raw);
+        return;
+    }
+#ifndef DL_NO_THREADS
+    pthread_mutex_lock(&pool->mu);
+#endif
+    pool->gemm_busy = 0;
+#ifndef DL_NO_THREADS
+    pthread_mutex_unlock(&pool->mu);
+#endif
 }
 
 /* C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C.   Row-major.
@@ -1506,54 +2190,82 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
                                  float beta, float *C, int64_t ldc)
 {
     dl__sgemm_job J;
-    int64_t units_m, units_n, units, grain, nch, chunk, m_per, n_per, kc_max;
+    int64_t units_m, units_n, units, nch, chunk, b_size;
+    double work = (double)M * (double)N * (double)K;
     int nthreads;
     void *raw;
-    size_t bytes;
 
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         dl__gemm_scale(M, N, beta, C, ldc);
         return;
     }
-    if ((double)M * (double)N * (double)K < DL__GEMM_SMALL) {
-        dl__sgemm_naive(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    J.kc = dl__gemm_kc(K);
+    if (work < DL__GEMM_REF_MAX) {
+        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
 
-    nthreads = dl__pool_size(pool);
+    nthreads = work < DL__GEMM_PAR_MIN ? 1 : dl__pool_size(pool);
+    J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
+    J.dot = 0;
+#ifdef DL__GEMM_DOT
+    J.dot = dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
+    if (J.dot) {
+        /* split the rows of B; P: parked accumulators of M x N pairs (any
+           task may be run on the whole range) */
+        J.split_n = 1;
+        J.unit_n = 1;
+        units = N;
+        nch = dl__split(units, 1, nthreads, &chunk);
+        J.a_size = (M + 6) * DL__GEMM_DOT_KK + (K > DL__GEMM_DOT_KK ? M * DL__GEMM_DOT_NB * 16 : 16);
+        J.buf_stride = J.a_size;
+        J.mc = J.nc = 0;
+        goto run;
+    }
+#endif
+    /* split C into column ranges (each thread packs all of A and its part of
+       B) or row ranges (all of B, part of A): whichever gives the smaller
+       largest share of multiply-adds plus packing (or reading B in place);
+       narrow C splits by vectors */
     units_m = (M + DL__GEMM_MR - 1) / DL__GEMM_MR;
-    units_n = (N + DL__GEMM_NR - 1) / DL__GEMM_NR;
-    /* Split along N duplicates the packing of A in each thread, along M the
-       packing of B: prefer duplicating the smaller operand, but make sure
-       there are enough units to keep the threads busy. */
-    if (N >= M) J.split_n = units_n >= nthreads || units_n >= units_m;
-    else J.split_n = !(units_m >= nthreads || units_m >= units_n);
-    units = J.split_n ? units_n : units_m;
-    /* each chunk should carry at least ~256k multiply-adds */
+    J.unit_n = (N + DL__GEMM_NR - 1) / DL__GEMM_NR >= 2 * (int64_t)nthreads ? DL__GEMM_NR : DL__GEMM_NV;
+    units_n = (N + J.unit_n - 1) / J.unit_n;
     {
-        double per_unit = (double)K * (J.split_n ? (double)M * DL__GEMM_NR : (double)N * DL__GEMM_MR);
-        double g = 262144.0 / per_unit;
-        grain = g < 1.0 ? 1 : (g > (double)units ? units : (int64_t)g + 1);
+        int64_t tn = units_n < nthreads ? units_n : nthreads, tm = units_m < nthreads ? units_m : nthreads;
+        double wn = (double)((units_n + tn - 1) / tn * J.unit_n), wm = (double)((units_m + tm - 1) / tm * DL__GEMM_MR);
+        double pb = J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST, cn, cm;
+        if (wn > (double)N) wn = (double)N;
+        if (wm > (double)M) wm = (double)M;
+        cn = wn * (double)M * (double)K + DL__GEMM_PACK_COST * (double)M * (double)K + pb * wn * (double)K;
+        cm = wm * (double)N * (double)K + DL__GEMM_PACK_COST * wm * (double)K + pb * (double)N * (double)K;
+        J.split_n = cn <= cm;
     }
-    nch = dl__split(units, grain, nthreads, &chunk);
+    units = J.split_n ? units_n : units_m;
+    nch = dl__split(units, 1, nthreads, &chunk);
 
-    /* buffers sized for the whole problem (capped by MC/NC), so that a
-       task may safely run any range (e.g. serial fallback of a nested call) */
-    m_per = M;
-    n_per = N;
-    kc_max = K < DL__GEMM_KC ? K : DL__GEMM_KC;
-    J.a_size = dl__round_up(m_per < DL__GEMM_MC ? m_per : DL__GEMM_MC, DL__GEMM_MR) * kc_max;
-    J.a_size = dl__round_up(J.a_size, 16);
-    J.buf_stride = J.a_size + dl__round_up(dl__round_up(n_per < DL__GEMM_NC ? n_per : DL__GEMM_NC, DL__GEMM_NR) * kc_max, 16);
-
-    bytes = (size_t)(nch * J.buf_stride) * sizeof(float) + 64;
-    raw = DL_MALLOC(bytes);
-    if (!raw) {
-        dl__sgemm_naive(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    /* buffers sized for the whole problem (capped by MC/NC), so that a task
+       may safely run any range (e.g. serial fallback of a nested call) */
+    J.mc = dl__round_up(M < DL__GEMM_MC ? M : DL__GEMM_MC, DL__GEMM_MR);
+    J.nc = dl__round_up(N < DL__GEMM_NC ? N : DL__GEMM_NC, DL__GEMM_NR);
+    J.a_size = dl__round_up(J.mc * J.kc + 8, 16);
+    b_size = J.direct_b ? J.kc * DL__GEMM_NR : J.nc * J.kc;
+    J.buf_stride = J.a_size + dl__round_up(b_size + 8, 16);
+#ifdef DL__GEMM_DOT
+run:
+#endif
+    J.bufs = dl__gemm_buf_get(pool, (size_t)(nch * J.buf_stride) * sizeof(float), &raw);
+    if (!J.bufs) {
+        /* out of memory: the same arithmetic, without buffers */
+#ifdef DL__GEMM_DOT
+        if (J.dot) {
+            dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+#endif
+        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    J.bufs = (float *)(void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     J.transa = transa;
     J.transb = transb;
     J.M = M;
@@ -1567,11 +2279,37 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
     J.ldb = ldb;
     J.C = C;
     J.ldc = ldc;
-    J.chunk = chunk;
-
-    if (nch <= 1) dl__sgemm_task(&J, 0, units);
-    else dl__parallel_for(pool, units, grain, dl__sgemm_task, &J);
-    DL_FREE(raw);
+    /* chunks, claimed dynamically: one per thread (a worker that wakes late
+       finds its chunk taken), or up to DL__GEMM_DYN per thread while what
+       each chunk packs again (A, or B for a row split) stays under
+       DL__GEMM_CHUNK_SHARE of the work */
+    J.units = units;
+    J.nslots = (int)nch;
+    {
+        int64_t per = nch > 1 ? DL__GEMM_DYN : 1;
+        double again = J.dot ? (double)M * (double)K
+                             : (J.split_n ? DL__GEMM_PACK_COST * (double)M * (double)K
+                                          : (J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST) * (double)N *
+                                                (double)K);
+        while (per > 1 && (double)(nch * per) * again > DL__GEMM_CHUNK_SHARE * work) per--;
+        J.nchunks = nch * per < units ? nch * per : units;
+    }
+    J.chunk = (units + J.nchunks - 1) / J.nchunks;
+    J.nchunks = (units + J.chunk - 1) / J.chunk;
+    J.next = 0;
+    (void)chunk;
+#ifndef DL_NO_THREADS
+    if (J.nslots > 1 && pthread_mutex_init(&J.mu, NULL) != 0) J.nslots = 1;
+#endif
+    if (J.nslots <= 1) {
+        dl__sgemm_task(&J, 0, 1);
+    } else {
+        dl__parallel_for(pool, J.nslots, 1, dl__sgemm_task, &J);
+#ifndef DL_NO_THREADS
+        pthread_mutex_destroy(&J.mu);
+#endif
+    }
+    dl__gemm_buf_put(pool, raw);
 }
 
 // >>section memory
@@ -1600,11 +2338,15 @@ typedef struct dl__chunk {
     unsigned char *mem;       /* 64-byte aligned start inside this allocation */
 } dl__chunk;
 
+#define DL__ARENA_FREE 64
 typedef struct dl__arena {
     dl__chunk *head, *cur;
     size_t used, reserved;    /* bytes handed out this step; bytes held */
     size_t min_chunk;
     dl__dev *dev;             /* chunks from this device's backend (NULL: host memory) */
+    int nfree;                /* blocks given back within the step (backward's gradients) */
+    void *free_p[DL__ARENA_FREE];
+    size_t free_n[DL__ARENA_FREE];
 } dl__arena;
 
 typedef struct dl__mark { dl__chunk *cur; size_t cur_used, used; } dl__mark;
@@ -1703,7 +2445,8 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
     X(MIN, (p < q || p != p) ? p : q) \
     X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
-    X(EQ, p == q ? 1.0f : 0.0f)
+    X(EQ, p == q ? 1.0f : 0.0f) \
+    X(RELU_GRAD, q > 0 ? p : 0.0f)
 
 #define DL__OPENUM(nm, ex) DL__U_##nm,
 enum { DL__UNARY_OPS(DL__OPENUM) DL__U_COUNT };
@@ -1818,6 +2561,24 @@ struct dl__backend {
                    int64_t Lin, int64_t Lout);
     void (*avg_pool)(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g);
     void (*avg_pool_adj)(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g);
+    /* fused normalization. Batch norm over x (N, C, L), per channel: bn_stats
+       gives mean, invstd = 1/sqrt(var + eps) and the biased var; bn_apply
+       y = (x - mean) invstd w + b (w, b NULL: 1, 0); bn_backward gives dx =
+       w invstd (g - mean(g) - xhat mean(g xhat)) in training (w invstd g in
+       eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL). Layer norm
+       over the rows of x (rows, cols) likewise, with w, b of size cols. */
+    void (*bn_stats)(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
+                     int64_t C, int64_t L, float eps);
+    void (*bn_apply)(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
+                     const float *w, const float *b, int64_t N, int64_t C, int64_t L);
+    void (*bn_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                        const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                        int64_t L, bool train);
+    void (*ln_forward)(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
+                       const float *w, const float *b, int64_t rows, int64_t cols, float eps);
+    void (*ln_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                        const float *mean, const float *invstd, const float *w, int64_t rows,
+                        int64_t cols);
     /* optimizers */
     void (*sgd)(dl__dev *d, float *p, const float *g, float *buf, int64_t n, const dl__sgd_args *a);
     void (*adam)(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
@@ -1927,6 +2688,18 @@ static void *dl__arena_alloc(dl_ctx *ctx, dl__arena *a, size_t bytes, bool count
     size_t size;
     if (bytes > ((size_t)-1) / 2) return NULL;
     need = (bytes + 63) & ~(size_t)63;
+    if (a->nfree) {   /* a block of exactly this size given back earlier in the step */
+        int i;
+        for (i = a->nfree - 1; i >= 0; i--)
+            if (a->free_n[i] == need) {
+                void *p = a->free_p[i];
+                a->nfree--;
+                a->free_p[i] = a->free_p[a->nfree];
+                a->free_n[i] = a->free_n[a->nfree];
+                a->used += need;
+                return p;
+            }
+    }
     while (a->cur) {
         if (a->cur->size - a->cur->used >= need) {
             void *p = a->cur->mem + a->cur->used;
@@ -1970,6 +2743,19 @@ static void dl__arena_reset(dl__arena *a)
     for (c = a->head; c; c = c->next) c->used = 0;
     a->cur = a->head;
     a->used = 0;
+    a->nfree = 0;
+}
+
+/* Gives a block of this step back for reuse within the step (dropped when
+   the list is full: it comes back at dl_step_end anyway). */
+static void dl__arena_give(dl__arena *a, void *p, size_t bytes)
+{
+    size_t need = (bytes + 63) & ~(size_t)63;
+    if (a->nfree == DL__ARENA_FREE) return;
+    a->free_p[a->nfree] = p;
+    a->free_n[a->nfree] = need;
+    a->nfree++;
+    a->used -= need < a->used ? need : a->used;
 }
 
 static void dl__arena_free(dl__arena *a)
@@ -1998,6 +2784,7 @@ static dl__mark dl__arena_mark(const dl__arena *a)
 static void dl__arena_rewind(dl__arena *a, dl__mark m)
 {
     dl__chunk *c;
+    a->nfree = 0;
     if (!m.cur) { dl__arena_reset(a); return; }
     for (c = m.cur->next; c; c = c->next) c->used = 0;
     m.cur->used = m.cur_used;
@@ -2973,11 +3760,15 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
     dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
-    if (!dl__devs_init(ctx, desc)) {
-        dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
-        ctx->log = NULL;
-        dl_ctx_free(ctx);
-        return NULL;
+    {
+        dl_log_fn log = ctx->log;
+        ctx->log = NULL;                 /* a failure is reported once, below */
+        if (!dl__devs_init(ctx, desc)) {
+            dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
+            dl_ctx_free(ctx);
+            return NULL;
+        }
+        ctx->log = log;
     }
     return ctx;
 }
@@ -3113,6 +3904,16 @@ int dl_device_count(dl_ctx *ctx, dl_device_type type)
 
 dl_device dl_ctx_device(const dl_ctx *ctx) { return ctx && ctx->defdev ? ctx->defdev->id : dl_cpu(); }
 
+dl_result dl_set_device(dl_ctx *ctx, dl_device dev)
+{
+    dl__dev *d;
+    if (!ctx) return DL_ERR_ARG;
+    d = dl__device(ctx, dev, "dl_set_device");
+    if (!d) return ctx->err;
+    ctx->defdev = d;
+    return DL_OK;
+}
+
 dl_result dl_sync(dl_ctx *ctx)
 {
     int i;
@@ -3229,7 +4030,9 @@ static dl_tensor *dl__make(dl__dev *d, const char *op, dl_dtype dtype, int ndim,
         if (!share) {
             t->data = dl__arena_alloc(ctx, &d->data, bytes, true);
             if (!t->data) goto oom;
+            t->sdata_ = true;
         }
+        t->bwd_tmp_ = ctx->backward_nograd;
         t->step_ = ctx->step;
         t->ctx_ = ctx;
     }
@@ -3368,6 +4171,8 @@ static DL__HD inline float dl__rng_value(int dist, uint64_t seed, uint64_t count
    OpenBLAS). Each entry takes the tag off its pointers first (DL__RAW). */
 
 #define DL__RAW(d, p) ((void *)((uintptr_t)(p) - (d)->tag))
+/* an optional pointer (may be NULL) */
+#define DL__RAW0(d, p) ((p) ? DL__RAW(d, p) : NULL)
 
 /* 64-byte aligned host memory; the raw pointer is kept just before it */
 static void *dl__cpu_alloc(dl__dev *d, size_t bytes)
@@ -3972,11 +4777,64 @@ typedef struct dl__pool_args {
     float *y; int64_t *idx; const float *x; const dl__pgeom *g;
 } dl__pool_args;
 
+/* The common 2-d window without dilation, a plane at a time: the window
+   rows and columns are clipped once per output row and column, and the
+   2x2 stride-2 window (LeNet's, ResNet's) is unrolled. Same tie and NaN
+   rule as the general loop: the first maximum, a NaN wins. */
+#define DL__MAXSTEP(at) do { float v_ = x[at]; if (v_ > m || v_ != v_) { m = v_; best = (at); } } while (0)
+static void dl__maxpool2d_plane(const float *DL__RESTRICT x, float *DL__RESTRICT y,
+                                int64_t *DL__RESTRICT idx, const dl__pgeom *g)
+{
+    int64_t H = g->ia[1], W = g->ia[2], OH = g->ob[1], OW = g->ob[2], o1, o2;
+    if (g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 && g->p[1] == 0 && g->p[2] == 0 &&
+        2 * OH <= H && 2 * OW <= W) {
+        for (o1 = 0; o1 < OH; o1++) {
+            int64_t r = 2 * o1 * W;
+            float *yr = y + o1 * OW;
+            int64_t *ir = idx ? idx + o1 * OW : NULL;
+            for (o2 = 0; o2 < OW; o2++) {
+                int64_t at = r + 2 * o2, best = at;
+                float m = x[at];
+                DL__MAXSTEP(at + 1);
+                DL__MAXSTEP(at + W);
+                DL__MAXSTEP(at + W + 1);
+                yr[o2] = m;
+                if (ir) ir[o2] = best;
+            }
+        }
+        return;
+    }
+    for (o1 = 0; o1 < OH; o1++) {
+        int64_t r0 = o1 * g->s[1] - g->p[1], r1 = r0 + g->k[1];
+        if (r0 < 0) r0 = 0;
+        if (r1 > H) r1 = H;
+        for (o2 = 0; o2 < OW; o2++) {
+            int64_t c0 = o2 * g->s[2] - g->p[2], c1 = c0 + g->k[2], r, c, best = -1;
+            float m = -INFINITY;
+            if (c0 < 0) c0 = 0;
+            if (c1 > W) c1 = W;
+            for (r = r0; r < r1; r++)
+                for (c = c0; c < c1; c++) {
+                    float v = x[r * W + c];
+                    if (best < 0 || v > m || v != v) { m = v; best = r * W + c; }
+                }
+            y[o1 * OW + o2] = m;
+            if (idx) idx[o1 * OW + o2] = best;
+        }
+    }
+}
+#undef DL__MAXSTEP
+
 static void dl__maxpool_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__pool_args *u = (const dl__pool_args *)arg;
     const dl__pgeom *g = u->g;
     int64_t q, o0, o1, o2;
+    if (g->ia[0] == 1 && g->d[1] == 1 && g->d[2] == 1) {
+        for (q = lo; q < hi; q++)
+            dl__maxpool2d_plane(u->x + q * g->La, u->y + q * g->Lb, u->idx ? u->idx + q * g->Lb : NULL, g);
+        return;
+    }
     for (q = lo; q < hi; q++) {
         const float *x = u->x + q * g->La;
         float *y = u->y + q * g->Lb;
@@ -4015,7 +4873,7 @@ static void dl__cpu_max_pool(dl__dev *d, float *y, int64_t *idx, const float *x,
                              const dl__pgeom *g)
 {
     y = (float *)DL__RAW(d, y);
-    idx = (int64_t *)DL__RAW(d, idx);
+    idx = (int64_t *)DL__RAW0(d, idx);
     x = (const float *)DL__RAW(d, x);
     dl__pool_args u;
     u.y = y; u.idx = idx; u.x = x; u.g = g;
@@ -4205,6 +5063,251 @@ static void dl__cpu_scale(dl__dev *d, float *x, int64_t n, float s)
 }
 
 
+/* ---- fused normalization. Batch norm sees x as (N, C, L); layer norm as
+   (rows, cols). Sums in double, each by one thread in a fixed order, so
+   the results do not depend on the thread count. */
+
+typedef struct dl__bn_args {
+    float *y, *mean, *invstd, *var, *dx, *dw, *db;
+    const float *x, *g, *w, *b, *cmean, *cinvstd;
+    int64_t N, C, L;
+    float eps;
+    bool train;
+    double *sums;                     /* backward: per channel sum(g), sum(g xhat) */
+} dl__bn_args;
+
+static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t c, n, l, M = u->N * u->L;
+    for (c = lo; c < hi; c++) {
+        double s = 0, q = 0, m;
+        for (n = 0; n < u->N; n++) {
+            const float *x = u->x + (n * u->C + c) * u->L;
+            for (l = 0; l < u->L; l++) s += x[l];
+        }
+        m = s / (double)M;
+        for (n = 0; n < u->N; n++) {
+            const float *x = u->x + (n * u->C + c) * u->L;
+            for (l = 0; l < u->L; l++) { double t = x[l] - m; q += t * t; }
+        }
+        u->mean[c] = (float)m;
+        u->var[c] = (float)(q / (double)M);
+        u->invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)u->eps));
+    }
+}
+
+/* mean, invstd = 1/sqrt(var + eps), biased var of x (N, C, L) per channel */
+static void dl__cpu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x,
+                             int64_t N, int64_t C, int64_t L, float eps)
+{
+    dl__bn_args u;
+    memset(&u, 0, sizeof u);
+    u.mean = (float *)DL__RAW(d, mean);
+    u.invstd = (float *)DL__RAW(d, invstd);
+    u.var = (float *)DL__RAW(d, var);
+    u.x = (const float *)DL__RAW(d, x);
+    u.N = N; u.C = C; u.L = L; u.eps = eps;
+    dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_stats_task, &u);
+}
+
+static void dl__bn_apply_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t p, l;
+    for (p = lo; p < hi; p++) {
+        int64_t c = p % u->C;
+        float sc = u->cinvstd[c] * (u->w ? u->w[c] : 1.0f);
+        float sh = (u->b ? u->b[c] : 0.0f) - u->cmean[c] * sc;
+        const float *x = u->x + p * u->L;
+        float *y = u->y + p * u->L;
+        for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
+    }
+}
+
+/* y = (x - mean) invstd w + b per channel (w, b NULL: 1, 0) */
+static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean,
+                             const float *invstd, const float *w, const float *b, int64_t N,
+                             int64_t C, int64_t L)
+{
+    dl__bn_args u;
+    memset(&u, 0, sizeof u);
+    u.y = (float *)DL__RAW(d, y);
+    u.x = (const float *)DL__RAW(d, x);
+    u.cmean = (const float *)DL__RAW(d, mean);
+    u.cinvstd = (const float *)DL__RAW(d, invstd);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.b = b ? (const float *)DL__RAW(d, b) : NULL;
+    u.N = N; u.C = C; u.L = L;
+    dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_apply_task, &u);
+}
+
+static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t c, n, l;
+    for (c = lo; c < hi; c++) {
+        double sg = 0, sgx = 0, m = u->cmean[c], is = u->cinvstd[c];
+        for (n = 0; n < u->N; n++) {
+            const float *x = u->x + (n * u->C + c) * u->L, *g = u->g + (n * u->C + c) * u->L;
+            for (l = 0; l < u->L; l++) { sg += g[l]; sgx += g[l] * (x[l] - m); }
+        }
+        u->sums[2 * c] = sg;
+        u->sums[2 * c + 1] = sgx * is;               /* sum(g xhat) */
+        if (u->db) u->db[c] = (float)sg;
+        if (u->dw) u->dw[c] = (float)(sgx * is);
+    }
+}
+
+static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__bn_args *u = (const dl__bn_args *)arg;
+    int64_t p, l;
+    double M = (double)(u->N * u->L);
+    for (p = lo; p < hi; p++) {
+        int64_t c = p % u->C;
+        float is = u->cinvstd[c], wc = u->w ? u->w[c] : 1.0f, m = u->cmean[c];
+        float k = is * wc;                            /* dx = k (g - a - xhat b) */
+        float a = u->train ? (float)(u->sums[2 * c] / M) : 0.0f;
+        float bb = u->train ? (float)(u->sums[2 * c + 1] / M) : 0.0f;
+        const float *x = u->x + p * u->L, *g = u->g + p * u->L;
+        float *dx = u->dx + p * u->L;
+        for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
+    }
+}
+
+/* dx = w invstd (g - mean(g) - xhat mean(g xhat)) (train) or w invstd g
+   (eval); dw = sum(g xhat); db = sum(g); any output may be NULL */
+static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
+                                const float *x, const float *mean, const float *invstd,
+                                const float *w, int64_t N, int64_t C, int64_t L, bool train)
+{
+    dl__bn_args u;
+    double stack[64], *sums = stack;
+    memset(&u, 0, sizeof u);
+    if (C > 32) sums = (double *)DL_MALLOC(sizeof(double) * (size_t)(2 * C));
+    if (!sums) { dl__dev_fail(d, "bn_backward: out of host memory for %lld sums", (long long)C); return; }
+    u.dx = dx ? (float *)DL__RAW(d, dx) : NULL;
+    u.dw = dw ? (float *)DL__RAW(d, dw) : NULL;
+    u.db = db ? (float *)DL__RAW(d, db) : NULL;
+    u.g = (const float *)DL__RAW(d, g);
+    u.x = (const float *)DL__RAW(d, x);
+    u.cmean = (const float *)DL__RAW(d, mean);
+    u.cinvstd = (const float *)DL__RAW(d, invstd);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.N = N; u.C = C; u.L = L; u.train = train; u.sums = sums;
+    if (dw || db || (dx && train))
+        dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_sums_task, &u);
+    if (dx) dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_dx_task, &u);
+    if (sums != stack) DL_FREE(sums);
+}
+
+typedef struct dl__ln_args {
+    float *y, *mean, *invstd, *dx, *dw, *db;
+    const float *x, *g, *w, *b, *cmean, *cinvstd;
+    int64_t rows, cols;
+    float eps;
+} dl__ln_args;
+
+static void dl__ln_fwd_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__ln_args *u = (const dl__ln_args *)arg;
+    int64_t r, j, n = u->cols;
+    for (r = lo; r < hi; r++) {
+        const float *x = u->x + r * n;
+        float *y = u->y + r * n, is, m;
+        double s = 0, q = 0, md;
+        for (j = 0; j < n; j++) s += x[j];
+        md = n ? s / (double)n : 0.0;
+        for (j = 0; j < n; j++) { double t = x[j] - md; q += t * t; }
+        m = (float)md;
+        is = (float)(1.0 / sqrt((n ? q / (double)n : 0.0) + (double)u->eps));
+        u->mean[r] = m;
+        u->invstd[r] = is;
+        for (j = 0; j < n; j++) {
+            float v = (x[j] - m) * is;
+            if (u->w) v = v * u->w[j];
+            if (u->b) v = v + u->b[j];
+            y[j] = v;
+        }
+    }
+}
+
+/* per row of x (rows, cols): mean, invstd; y = xhat w + b (w, b: (cols) or NULL) */
+static void dl__cpu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
+                               const float *w, const float *b, int64_t rows, int64_t cols, float eps)
+{
+    dl__ln_args u;
+    memset(&u, 0, sizeof u);
+    u.y = (float *)DL__RAW(d, y);
+    u.mean = (float *)DL__RAW(d, mean);
+    u.invstd = (float *)DL__RAW(d, invstd);
+    u.x = (const float *)DL__RAW(d, x);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.b = b ? (const float *)DL__RAW(d, b) : NULL;
+    u.rows = rows; u.cols = cols; u.eps = eps;
+    dl__parallel_for(d->ctx->pool, rows, (1 << 15) / (cols + 1) + 1, dl__ln_fwd_task, &u);
+}
+
+static void dl__ln_dx_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__ln_args *u = (const dl__ln_args *)arg;
+    int64_t r, j, n = u->cols;
+    for (r = lo; r < hi; r++) {
+        const float *x = u->x + r * n, *g = u->g + r * n;
+        float *dx = u->dx + r * n, m = u->cmean[r], is = u->cinvstd[r], a, bb;
+        double sa = 0, sb = 0;
+        for (j = 0; j < n; j++) {
+            double gw = (double)g[j] * (u->w ? u->w[j] : 1.0f);
+            sa += gw;
+            sb += gw * (double)((x[j] - m) * is);
+        }
+        a = (float)(sa / (double)n);
+        bb = (float)(sb / (double)n);
+        for (j = 0; j < n; j++) {
+            float gw = g[j] * (u->w ? u->w[j] : 1.0f);
+            dx[j] = is * (gw - a - (x[j] - m) * is * bb);
+        }
+    }
+}
+
+static void dl__ln_dwb_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__ln_args *u = (const dl__ln_args *)arg;
+    int64_t r, j;
+    for (j = lo; j < hi; j++) {
+        double sw = 0, sb = 0;
+        for (r = 0; r < u->rows; r++) {
+            float g = u->g[r * u->cols + j];
+            sw += (double)g * (double)((u->x[r * u->cols + j] - u->cmean[r]) * u->cinvstd[r]);
+            sb += g;
+        }
+        if (u->dw) u->dw[j] = (float)sw;
+        if (u->db) u->db[j] = (float)sb;
+    }
+}
+
+/* dx = invstd (gw - mean(gw) - xhat mean(gw xhat)), gw = g w; dw = sum over
+   rows of g xhat; db = sum over rows of g; any output may be NULL */
+static void dl__cpu_ln_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
+                                const float *x, const float *mean, const float *invstd,
+                                const float *w, int64_t rows, int64_t cols)
+{
+    dl__ln_args u;
+    memset(&u, 0, sizeof u);
+    u.dx = dx ? (float *)DL__RAW(d, dx) : NULL;
+    u.dw = dw ? (float *)DL__RAW(d, dw) : NULL;
+    u.db = db ? (float *)DL__RAW(d, db) : NULL;
+    u.g = (const float *)DL__RAW(d, g);
+    u.x = (const float *)DL__RAW(d, x);
+    u.cmean = (const float *)DL__RAW(d, mean);
+    u.cinvstd = (const float *)DL__RAW(d, invstd);
+    u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.rows = rows; u.cols = cols;
+    if (dx) dl__parallel_for(d->ctx->pool, rows, (1 << 15) / (cols + 1) + 1, dl__ln_dx_task, &u);
+    if (dw || db) dl__parallel_for(d->ctx->pool, cols, (1 << 15) / (rows + 1) + 1, dl__ln_dwb_task, &u);
+}
+
 static const dl__backend dl__cpu_backend = {
     "cpu",
     dl__cpu_alloc, dl__cpu_free, dl__cpu_upload, dl__cpu_download, dl__cpu_copy, dl__cpu_peer,
@@ -4215,6 +5318,7 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_class_mask, dl__cpu_dropout_mask, dl__cpu_bce_logits,
     dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
     dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
+    dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
     dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale
 };
 
@@ -4395,7 +5499,13 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 /* y = clamp(x, lo, hi);  dx = g where lo <= x <= hi, else 0 */
 static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INRANGE, n->f[0], n->f[1])); return DL_OK; }
 /* y = max(x, 0);  dx = g * (x > 0) */
-static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_GT, 0, 0)); return DL_OK; }
+static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
+static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_GT, 0, 0));   /* differentiable */
+    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x > 0 ? g : 0 */
+    return DL_OK;
+}
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
 static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_LEAKY_MASK, n->f[0], 0)); return DL_OK; }
 /* y = 1/(1+exp(-x));  dx = g * y * (1 - y) */
@@ -4438,6 +5548,14 @@ static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd};
 static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd};
 static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd};
 static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd};
+/* y = x s(x), s = sigmoid;  dx = g * s * (1 + x (1 - s)) */
+static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *s = dl_sigmoid(DL__X);
+    gin[0] = dl_mul(g, dl_mul(s, dl_add_scalar(dl_mul(DL__X, dl_rsub_scalar(s, 1.0f)), 1.0f)));
+    return DL_OK;
+}
+static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd};
 static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd};
 static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd};
 static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd};
@@ -4452,6 +5570,7 @@ dl_tensor *dl_relu(dl_tensor *a) { return dl__unary("dl_relu", &dl__op_relu, DL_
 dl_tensor *dl_sigmoid(dl_tensor *a) { return dl__unary("dl_sigmoid", &dl__op_sigmoid, DL__U_SIGMOID, a, 0, 0); }
 dl_tensor *dl_tanh(dl_tensor *a) { return dl__unary("dl_tanh", &dl__op_tanh, DL__U_TANH, a, 0, 0); }
 dl_tensor *dl_gelu(dl_tensor *a) { return dl__unary("dl_gelu", &dl__op_gelu, DL__U_GELU, a, 0, 0); }
+dl_tensor *dl_silu(dl_tensor *a) { return dl__unary("dl_silu", &dl__op_silu, DL__U_SILU, a, 0, 0); }
 dl_tensor *dl_leaky_relu(dl_tensor *a, float s) { return dl__unary("dl_leaky_relu", &dl__op_leaky, DL__U_LEAKY, a, s, 0); }
 dl_tensor *dl_pow(dl_tensor *a, float p) { return dl__unary("dl_pow", &dl__op_pow, DL__U_POW, a, p, 0); }
 dl_tensor *dl_add_scalar(dl_tensor *a, float s) { return dl__unary("dl_add_scalar", &dl__op_affine, DL__U_AFFINE, a, 1.0f, s); }
@@ -4589,6 +5708,7 @@ static dl_tensor *dl__view(const char *name, const dl__op *op, dl_tensor *t, int
     dl__node *n;
     y = dl__make(t->dev_, name, t->dtype, ndim, shape, false, t->data);
     if (!y) return NULL;
+    t->viewed_ = true;
     if (op && dl__record(y, op, 1, &t, &n) < 0) return NULL;
     return y;
 }
@@ -5429,25 +6549,29 @@ static dl_tensor *dl__create(dl_ctx *ctx, const char *name, dl_shape shape)
 
 dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_empty", shape); }
 
-static dl_tensor *dl__filled(dl_ctx *ctx, const char *name, dl_shape shape, float v)
+/* a float tensor on d filled with v */
+static dl_tensor *dl__filled(dl__dev *d, const char *name, dl_shape shape, float v)
 {
-    dl_tensor *t = dl__create(ctx, name, shape);
+    dl_tensor *t = dl__new(d, name, shape.ndim, shape.d);
     if (t) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     return t;
 }
-dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float v) { return dl__filled(ctx, "dl_full", shape, v); }
-dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape) { return dl__filled(ctx, "dl_zeros", shape, 0.0f); }
-dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape) { return dl__filled(ctx, "dl_ones", shape, 1.0f); }
+#define DL__DEFDEV(ctx, name) \
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
+dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float v) { DL__DEFDEV(ctx, "dl_full") return dl__filled(ctx->defdev, "dl_full", shape, v); }
+dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_zeros") return dl__filled(ctx->defdev, "dl_zeros", shape, 0.0f); }
+dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_ones") return dl__filled(ctx->defdev, "dl_ones", shape, 1.0f); }
 
+/* on t's device (not the default one): ops and backward rules use these */
 dl_tensor *dl_zeros_like(dl_tensor *t)
 {
     if (!t || !dl__live("dl_zeros_like", "t", t)) return NULL;
-    return dl__filled(t->ctx_, "dl_zeros_like", dl__shape_of(t), 0.0f);
+    return dl__filled(t->dev_, "dl_zeros_like", dl__shape_of(t), 0.0f);
 }
 dl_tensor *dl_ones_like(dl_tensor *t)
 {
     if (!t || !dl__live("dl_ones_like", "t", t)) return NULL;
-    return dl__filled(t->ctx_, "dl_ones_like", dl__shape_of(t), 1.0f);
+    return dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f);
 }
 
 dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
@@ -5873,6 +6997,18 @@ void dl_sgd_update(dl_tensor *p, float lr)
     dl_zero_grad(p);
 }
 
+/* Gradients made inside a backward (without create_graph) are given back
+   to their device's step arena as soon as no gradient slot holds them, so a
+   step's peak memory holds the live gradients, not all of them. gref_ counts
+   the slots (a node's gacc, a dl_grad result); a tensor that another shares
+   (a view) or that is no temporary of the backward is never given back. */
+static void dl__grad_release(dl_tensor *t)
+{
+    if (!t || !t->bwd_tmp_ || !t->sdata_ || t->viewed_ || --t->gref_ > 0) return;
+    t->sdata_ = false;     /* the block may now hold another tensor */
+    dl__arena_give(&t->dev_->data, t->data, (size_t)t->numel * dl__esize(t->dtype));
+}
+
 /* Accumulate g into leaf x's gradient. Persistent leaves keep a persistent
    ->grad updated in place; step leaves a step one (with history under
    create_graph, so it can be differentiated again). */
@@ -5942,12 +7078,14 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     ctx->backward_nograd = !create;
     top = out->node_->id;
     out->node_->gacc = seed;
+    seed->gref_ = 1;
+    if (desc && desc->grad) seed->gref_ += 1 << 20;   /* the caller's tensor */
     for (i = top; i >= 0; i--) {
         dl__node *n = ctx->tape[i];
         dl_tensor *gin[64], **gp = gin, *g = n->gacc;
         if (!g) continue;
         n->gacc = NULL;
-        for (j = 0; j < nt; j++) if (targets[j] == n->out) results[j] = g;
+        for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
         if (n->released) { ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
         if (n->nin > 64) {
             gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
@@ -5976,8 +7114,15 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
             }
             if (ctx->anomaly && !dl__done(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
             if (x->node_) {
-                if (x->node_->gacc) x->node_->gacc = dl_add(x->node_->gacc, gj);
-                else x->node_->gacc = gj;
+                if (x->node_->gacc) {
+                    dl_tensor *old = x->node_->gacc;
+                    x->node_->gacc = dl_add(old, gj);
+                    if (x->node_->gacc) x->node_->gacc->gref_++;
+                    if (!n->fn) { dl__grad_release(old); gj->gref_++; dl__grad_release(gj); }
+                } else {
+                    x->node_->gacc = gj;
+                    gj->gref_++;
+                }
                 if (!x->node_->gacc) { rc = ctx->err; break; }
             } else if (nt) {
                 int k;
@@ -5985,13 +7130,19 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                     if (targets[k] == x) {
                         results[k] = results[k] ? dl_add(results[k], gj) : gj;
                         if (!results[k]) rc = ctx->err;
+                        else results[k]->gref_ += 1 << 20;   /* the caller's now */
+                        gj->gref_ += 1 << 20;
                     }
             } else if (!dl__acc_leaf(x, gj, create)) {
                 rc = ctx->err;
+            } else if (!n->fn) {
+                gj->gref_++;
+                dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
             }
         }
         ctx->in_backward_of = NULL;
         if (rc != DL_OK) break;
+        if (!n->fn) dl__grad_release(g);   /* this node's gradient: every use is done */
     }
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
@@ -6290,19 +7441,6 @@ static bool dl__nn_param(const char *op, const char *arg, const dl_tensor *t, co
     return true;
 }
 
-/* (x - mean) / sqrt(var + eps) over dims (biased variance); mean and var
-   (keepdim) are returned through the pointers when asked. */
-static dl_tensor *dl__nn_normalize(dl_tensor *x, dl_shape dims, float eps, dl_tensor **pmean,
-                                   dl_tensor **pvar)
-{
-    dl_tensor *mean = dl_mean(x, dims, true);
-    dl_tensor *d = dl_sub(x, mean);
-    dl_tensor *var = dl_mean(dl_mul(d, d), dims, true);
-    if (pmean) *pmean = mean;
-    if (pvar) *pvar = var;
-    return dl_div(d, dl_sqrt(dl_add_scalar(var, eps)));
-}
-
 /* t (C) viewed as (1,C,1,...) to broadcast against an nd-dim x */
 static dl_tensor *dl__nn_chan(dl_tensor *t, int nd)
 {
@@ -6316,16 +7454,147 @@ static dl_tensor *dl__nn_chan(dl_tensor *t, int nd)
 
 /* ---------------------------------------------------------- normalization */
 
+/* Batch and layer norm are single ops with fused kernels (the statistics in
+   one pass, the normalization in another; the backward in two). Under
+   create_graph their backward rule is written with dl.h ops instead, from x
+   itself (the statistics recomputed), so gradients of any order stay
+   available. Node: in = (x, w, b), saved = (mean, invstd); i[0]: training
+   (batch norm) or normalized dims (layer norm); f[0]: eps. */
+
+/* keepdim-shaped mean and invstd of x over dims, as differentiable ops */
+static void dl__norm_stats_graph(dl_tensor *x, dl_shape dims, float eps, dl_tensor **mean,
+                                 dl_tensor **invstd)
+{
+    dl_tensor *d;
+    *mean = dl_mean(x, dims, true);
+    d = dl_sub(x, *mean);
+    *invstd = dl_pow(dl_add_scalar(dl_mean(dl_mul(d, d), dims, true), eps), -0.5f);
+}
+
+/* x (N,C,...): batch norm's dims 0, 2, 3, ... */
+static dl_shape dl__bn_dims(const dl_tensor *x)
+{
+    dl_shape dims = dl_shape_make(x->ndim - 1, NULL);
+    int i;
+    dims.d[0] = 0;
+    for (i = 2; i < x->ndim; i++) dims.d[i - 1] = i;
+    return dims;
+}
+
+/* dx = invstd (gw - mean(gw) - xhat mean(gw xhat)) (training; eval: gw invstd),
+   gw = g w; dw = sum(g xhat), db = sum(g); with dl.h ops (create_graph) */
+static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1], *mean, *invstd, *xhat, *gw;
+    dl_shape dims = dl__bn_dims(x);
+    bool train = n->i[0] != 0;
+    if (train) dl__norm_stats_graph(x, dims, n->f[0], &mean, &invstd);
+    else {
+        mean = dl__nn_chan(n->saved[0], x->ndim);
+        invstd = dl__nn_chan(n->saved[1], x->ndim);
+    }
+    xhat = dl_mul(dl_sub(x, mean), invstd);
+    gw = w ? dl_mul(g, dl__nn_chan(w, x->ndim)) : g;
+    if (dl__need(n, 0)) {
+        if (train)
+            gin[0] = dl_mul(invstd, dl_sub(dl_sub(gw, dl_mean(gw, dims, true)),
+                                           dl_mul(xhat, dl_mean(dl_mul(gw, xhat), dims, true))));
+        else gin[0] = dl_mul(gw, invstd);
+    }
+    if (dl__need(n, 1)) gin[1] = dl_sum(dl_mul(g, xhat), dims, false);
+    if (dl__need(n, 2)) gin[2] = dl_sum(g, dims, false);
+    return DL_OK;
+}
+
+static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1];
+    int64_t N = x->shape[0], C = x->shape[1], L = (N * C) != 0 ? x->numel / (N * C) : 0;
+    dl_tensor *dx = NULL, *dw = NULL, *db = NULL;
+    if (dl__grad_on(x->ctx_)) return dl__bn_bwd_graph(n, g, gin);
+    if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
+    if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
+    if (dl__need(n, 2) && !(db = dl__like("dl_batch_norm", n->in[2]))) return DL_ERR_OOM;
+    DL__BE(x)->bn_backward(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
+                           db ? (float *)db->data : NULL, (const float *)g->data,
+                           (const float *)x->data, (const float *)n->saved[0]->data,
+                           (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
+                           N, C, L, n->i[0] != 0);
+    gin[0] = dx ? dl__done(dx, "dl_batch_norm") : NULL;
+    gin[1] = dw;
+    gin[2] = db;
+    return dl__dev_check(x->dev_, "dl_batch_norm");
+}
+static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd};
+
+/* layer norm over the last k dims */
+static dl_result dl__ln_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1], *mean, *invstd, *xhat, *gw;
+    int k = (int)n->i[0], i;
+    dl_shape dims = dl_shape_make(k, NULL), wshape;
+    for (i = 0; i < k; i++) dims.d[i] = x->ndim - k + i;
+    wshape = dl_shape_make(k, x->shape + x->ndim - k);
+    dl__norm_stats_graph(x, dims, n->f[0], &mean, &invstd);
+    xhat = dl_mul(dl_sub(x, mean), invstd);
+    gw = w ? dl_mul(g, w) : g;
+    if (dl__need(n, 0))
+        gin[0] = dl_mul(invstd, dl_sub(dl_sub(gw, dl_mean(gw, dims, true)),
+                                       dl_mul(xhat, dl_mean(dl_mul(gw, xhat), dims, true))));
+    if (dl__need(n, 1)) gin[1] = dl_sum_to(dl_mul(g, xhat), wshape);
+    if (dl__need(n, 2)) gin[2] = dl_sum_to(g, wshape);
+    return DL_OK;
+}
+
+static dl_result dl__ln_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *w = n->in[1], *dx = NULL, *dw = NULL, *db = NULL;
+    int64_t cols = dl__prod(x->shape + x->ndim - n->i[0], (int)n->i[0]);
+    int64_t rows = cols ? x->numel / cols : 0;
+    if (dl__grad_on(x->ctx_)) return dl__ln_bwd_graph(n, g, gin);
+    if (dl__need(n, 0) && !(dx = dl__like("dl_layer_norm", x))) return DL_ERR_OOM;
+    if (dl__need(n, 1) && !(dw = dl__like("dl_layer_norm", w))) return DL_ERR_OOM;
+    if (dl__need(n, 2) && !(db = dl__like("dl_layer_norm", n->in[2]))) return DL_ERR_OOM;
+    DL__BE(x)->ln_backward(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
+                           db ? (float *)db->data : NULL, (const float *)g->data,
+                           (const float *)x->data, (const float *)n->saved[0]->data,
+                           (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
+                           rows, cols);
+    gin[0] = dx;
+    gin[1] = dw;
+    gin[2] = db;
+    return dl__dev_check(x->dev_, "dl_layer_norm");
+}
+static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd};
+
+/* records the normalization node */
+static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *y, dl_tensor *x,
+                                  dl_tensor *w, dl_tensor *b, dl_tensor *mean, dl_tensor *invstd,
+                                  int64_t attr, float eps)
+{
+    dl_tensor *in[3];
+    dl__node *n;
+    in[0] = x; in[1] = w; in[2] = b;
+    if (dl__record(y, dop, 3, in, &n) < 0) return NULL;
+    if (n) {
+        n->saved[0] = mean;
+        n->saved[1] = invstd;
+        n->nsaved = 2;
+        n->i[0] = attr;
+        n->f[0] = eps;
+    }
+    return dl__done(y, op);
+}
+
 dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
                          dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
                          float eps)
 {
     static const char *op = "dl_batch_norm";
     dl_ctx *ctx;
-    dl_shape cs, dims;
-    dl_tensor *y, *mean = NULL, *var = NULL;
+    dl_shape cs;
+    dl_tensor *y, *mean = NULL, *invstd = NULL, *var = NULL;
     int64_t C, cnt;
-    int i;
     if (!x) return NULL;
     if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
     ctx = x->ctx_;
@@ -6367,15 +7636,37 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
                     "has %lld (use eval mode, or a larger batch)", op, dl__sh(x), (long long)cnt);
             return NULL;
         }
-        dims = dl_shape_make(x->ndim - 1, NULL);
-        for (i = 2; i < x->ndim; i++) dims.d[i - 1] = i;
-        y = dl__nn_normalize(x, dims, eps, &mean, &var);
-    } else {
+    }
+    if (!training && (running_mean->requires_grad || running_var->requires_grad)) {
+        /* gradients into the running statistics themselves: the composite form */
         y = dl_div(dl_sub(x, dl__nn_chan(running_mean, x->ndim)),
                    dl_sqrt(dl_add_scalar(dl__nn_chan(running_var, x->ndim), eps)));
+        if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
+        if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
+        return y;
     }
-    if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
-    if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
+    {
+        int64_t N = x->shape[0], L = (N * C) != 0 ? x->numel / (N * C) : 0;
+        dl__dev *d = x->dev_;
+        mean = dl__new(d, op, 1, &C);
+        invstd = dl__new(d, op, 1, &C);
+        y = dl__like(op, x);
+        if (!mean || !invstd || !y) return NULL;
+        if (training) {
+            var = dl__new(d, op, 1, &C);
+            if (!var) return NULL;
+            d->be->bn_stats(d, (float *)mean->data, (float *)invstd->data, (float *)var->data,
+                            (const float *)x->data, N, C, L, eps);
+        } else {   /* the running statistics, copied: a later training step changes them */
+            d->be->copy(d, mean->data, running_mean->data, sizeof(float) * (size_t)C);
+            d->be->unary(d, DL__U_AFFINE, (float *)invstd->data, (const float *)running_var->data, C, 1.0f, eps);
+            d->be->unary(d, DL__U_POW, (float *)invstd->data, (const float *)invstd->data, C, -0.5f, 0.0f);
+        }
+        d->be->bn_apply(d, (float *)y->data, (const float *)x->data, (const float *)mean->data,
+                        (const float *)invstd->data, weight ? (const float *)weight->data : NULL,
+                        bias ? (const float *)bias->data : NULL, N, C, L);
+        y = dl__norm_record(op, &dl__op_bn, y, x, weight, bias, mean, invstd, training, eps);
+    }
     if (!y) return NULL;
     if (training && running_mean && C) {
         /* r = (1-m) r + m stat, in place, no history; var unbiased: * n/(n-1) */
@@ -6395,7 +7686,6 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
 {
     static const char *op = "dl_layer_norm";
     dl_ctx *ctx;
-    dl_shape dims;
     dl_tensor *y;
     int i, k = normalized_shape.ndim;
     if (!x) return NULL;
@@ -6418,12 +7708,17 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
         dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be >= 0", op, (double)eps);
         return NULL;
     }
-    dims = dl_shape_make(k, NULL);
-    for (i = 0; i < k; i++) dims.d[i] = x->ndim - k + i;
-    y = dl__nn_normalize(x, dims, eps, NULL, NULL);
-    if (weight) y = dl_mul(y, weight);
-    if (bias) y = dl_add(y, bias);
-    return y;
+    {
+        int64_t cols = dl__prod(x->shape + x->ndim - k, k), rows = cols ? x->numel / cols : 0;
+        dl__dev *d = x->dev_;
+        dl_tensor *mean = dl__new(d, op, 1, &rows), *invstd = dl__new(d, op, 1, &rows);
+        y = dl__like(op, x);
+        if (!mean || !invstd || !y) return NULL;
+        d->be->ln_forward(d, (float *)y->data, (float *)mean->data, (float *)invstd->data,
+                          (const float *)x->data, weight ? (const float *)weight->data : NULL,
+                          bias ? (const float *)bias->data : NULL, rows, cols, eps);
+        return dl__norm_record(op, &dl__op_ln, y, x, weight, bias, mean, invstd, k, eps);
+    }
 }
 
 dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
@@ -8372,11 +9667,13 @@ static dl_tensor *dl__relu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_
 static dl_tensor *dl__sigmoid_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_sigmoid(x); }
 static dl_tensor *dl__tanh_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_tanh(x); }
 static dl_tensor *dl__gelu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_gelu(x); }
+static dl_tensor *dl__silu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_silu(x); }
 static dl_tensor *dl__flatten_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_flatten(x, 1, -1); }
 dl_module *dl_nn_relu(dl_ctx *ctx) { return dl_module_new(ctx, "ReLU", dl__relu_fwd, 0); }
 dl_module *dl_nn_sigmoid(dl_ctx *ctx) { return dl_module_new(ctx, "Sigmoid", dl__sigmoid_fwd, 0); }
 dl_module *dl_nn_tanh(dl_ctx *ctx) { return dl_module_new(ctx, "Tanh", dl__tanh_fwd, 0); }
 dl_module *dl_nn_gelu(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_fwd, 0); }
+dl_module *dl_nn_silu(dl_ctx *ctx) { return dl_module_new(ctx, "SiLU", dl__silu_fwd, 0); }
 dl_module *dl_nn_flatten(dl_ctx *ctx) { return dl_module_new(ctx, "Flatten", dl__flatten_fwd, 0); }
 
 // >>section optim

@@ -1,8 +1,9 @@
 /* examples/common.h - what the training examples share and dl.h does not
    provide: command-line flags (every value checked), output paths checked
    before training, Fashion-MNIST loading, the progress bar and the epoch
-   line, a metrics writer (CSV + an SVG chart), checkpoints that remember the
-   run's settings (--save / --resume), and the cosine schedule. The training
+   line, a metrics writer (CSV + an SVG chart), TensorBoard logging
+   (--logdir), checkpoints that remember the run's settings (--save /
+   --resume), and the cosine schedule. The training
    loop itself is in each example. Include after dl.h, with
    _POSIX_C_SOURCE 200809L defined first. POSIX (open, fsync, rename). */
 #ifndef DL_EXAMPLES_COMMON_H
@@ -40,6 +41,7 @@ typedef struct ex_args {
     float lr;
     uint64_t seed;
     const char *save, *resume, *csv, *svg, *data;
+    const char *logdir;         /* TensorBoard event files go here (NULL: none) */
     int64_t limit;              /* use only the first N training samples (0: all) */
 } ex_args;
 
@@ -48,7 +50,7 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
     fprintf(out,
             "usage: %s [--epochs N (%d)] [--batch N (%lld)] [--lr F (%g)] [--threads N (0)]\n"
             "       [--workers N (%d)] [--seed N (%llu)] [--limit N (0)] [--data DIR (%s)]\n"
-            "       [--save FILE] [--resume FILE] [--csv FILE] [--svg FILE]\n"
+            "       [--save FILE] [--resume FILE] [--csv FILE] [--svg FILE] [--logdir DIR]\n"
             "  --epochs N    epochs in the whole run, 0..%d (a resumed run counts the checkpoint's)\n"
             "  --batch N     samples per step, 1..%d\n"
             "  --lr F        learning rate, a finite number > 0\n"
@@ -61,6 +63,9 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "  --resume FILE continue a --save checkpoint of this example with the same settings\n"
             "                (--epochs may grow; --batch, --lr, --seed, --limit must match)\n"
             "  --csv FILE    per-epoch metrics as CSV; --svg FILE: the same as a chart\n"
+            "  --logdir DIR  TensorBoard logs (created if missing): loss and learning rate per step,\n"
+            "                accuracies and weight histograms per epoch, the graph; see them with\n"
+            "                `tensorboard --logdir DIR`\n"
             "  --help        this text\n",
             d->prog, d->epochs, (long long)d->batch, (double)d->lr, d->workers,
             (unsigned long long)d->seed, d->data, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS,
@@ -206,6 +211,73 @@ static EX_UNUSED bool ex_output_ok(const char *prog, const char *flag, const cha
     return true;
 }
 
+/* Checks, before any training, that the directory path can hold TensorBoard
+   files: when it exists, it is a directory in which a file can be created
+   (and removed); when it does not, its nearest existing parent is a
+   directory in which a directory can be created (and removed), as
+   dl_summary_open will create the missing ones. Prints
+   "prog: FLAG PATH: reason" and returns false otherwise. */
+static EX_UNUSED bool ex_logdir_ok(const char *prog, const char *flag, const char *path)
+{
+    struct stat st;
+    char buf[4096], dir[4096], probe[4200];
+    char *slash;
+    size_t n;
+    int fd;
+    if (!path[0]) { fprintf(stderr, "%s: %s: the path is empty\n", prog, flag); return false; }
+    if (!ex_resolve(path, buf, sizeof buf)) {
+        fprintf(stderr, "%s: %s %s: a symbolic link that cannot be followed, or a path too long\n", prog, flag, path);
+        return false;
+    }
+    if (stat(buf, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "%s: %s %s: %s, not a directory; give a directory (it is created if missing)\n", prog,
+                    flag, path, S_ISREG(st.st_mode) ? "a regular file" :
+                    S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a pipe or socket");
+            return false;
+        }
+        snprintf(probe, sizeof probe, "%s/.logdir.probe-%ld", buf, (long)getpid());
+        fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0) {
+            fprintf(stderr, "%s: %s %s: cannot create a file in it: %s\n", prog, flag, path, strerror(errno));
+            return false;
+        }
+        close(fd);
+        unlink(probe);
+        return true;
+    }
+    if (errno != ENOENT && errno != ENOTDIR) {
+        fprintf(stderr, "%s: %s %s: %s\n", prog, flag, path, strerror(errno));
+        return false;
+    }
+    /* missing (or under a file): find the nearest parent that exists */
+    strcpy(dir, buf);
+    for (;;) {
+        n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+        slash = strrchr(dir, '/');
+        if (!slash) strcpy(dir, ".");
+        else if (slash == dir) dir[1] = 0;
+        else *slash = 0;
+        if (stat(dir, &st) == 0) break;
+        if ((errno != ENOENT && errno != ENOTDIR) || !strcmp(dir, ".") || !strcmp(dir, "/")) {
+            fprintf(stderr, "%s: %s %s: %s: %s\n", prog, flag, path, dir, strerror(errno));
+            return false;
+        }
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: %s %s: %s is not a directory\n", prog, flag, path, dir);
+        return false;
+    }
+    snprintf(probe, sizeof probe, "%s/.logdir.probe-%ld", dir, (long)getpid());
+    if (mkdir(probe, 0700) != 0) {
+        fprintf(stderr, "%s: %s %s: cannot create a directory in %s: %s\n", prog, flag, path, dir, strerror(errno));
+        return false;
+    }
+    rmdir(probe);
+    return true;
+}
+
 /* Fills *a with the example's defaults (seed 1, one loader worker,
    data/fashion-mnist) and the flags over them, each value checked; checks
    the output paths. --help: usage, exit 0; anything wrong: the flag, the
@@ -214,7 +286,7 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
                                float lr)
 {
     ex_args d;
-    const char *out[3][2];
+    const char *out[4][2];
     int i, j;
     long cores = ex_cores();
     memset(&d, 0, sizeof d);
@@ -232,7 +304,8 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { ex_usage(stdout, &d); exit(0); }
         if (strcmp(f, "--epochs") && strcmp(f, "--batch") && strcmp(f, "--lr") && strcmp(f, "--threads") &&
             strcmp(f, "--workers") && strcmp(f, "--seed") && strcmp(f, "--limit") && strcmp(f, "--data") &&
-            strcmp(f, "--save") && strcmp(f, "--resume") && strcmp(f, "--csv") && strcmp(f, "--svg"))
+            strcmp(f, "--save") && strcmp(f, "--resume") && strcmp(f, "--csv") && strcmp(f, "--svg") &&
+            strcmp(f, "--logdir"))
             ex_bad_args(&d, "unknown flag %s", f);
         if (!v) ex_bad_args(&d, "%s needs a value", f);
         if (!strcmp(f, "--epochs")) a->epochs = (int)ex_int_flag(&d, f, v, 0, EX_MAX_EPOCHS);
@@ -248,7 +321,8 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
             else if (!strcmp(f, "--save")) a->save = v;
             else if (!strcmp(f, "--resume")) a->resume = v;
             else if (!strcmp(f, "--csv")) a->csv = v;
-            else a->svg = v;
+            else if (!strcmp(f, "--svg")) a->svg = v;
+            else a->logdir = v;
         }
     }
     if (a->threads > cores) {
@@ -260,14 +334,17 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
     out[0][0] = "--save"; out[0][1] = a->save;
     out[1][0] = "--csv"; out[1][1] = a->csv;
     out[2][0] = "--svg"; out[2][1] = a->svg;
-    for (i = 0; i < 3; i++) {
+    out[3][0] = "--logdir"; out[3][1] = a->logdir;
+    for (i = 0; i < 4; i++) {
         if (!out[i][1]) continue;
-        for (j = i + 1; j < 3; j++)
+        for (j = i + 1; j < 4; j++)
             if (out[j][1] && !strcmp(out[i][1], out[j][1]))
-                ex_bad_args(&d, "%s %s and %s %s: two outputs in one file", out[i][0], out[i][1], out[j][0], out[j][1]);
+                ex_bad_args(&d, "%s %s and %s %s: two outputs in one %s", out[i][0], out[i][1], out[j][0], out[j][1],
+                            j == 3 ? "path" : "file");
         if (i > 0 && a->resume && !strcmp(out[i][1], a->resume))
             ex_bad_args(&d, "%s %s would overwrite the --resume checkpoint", out[i][0], out[i][1]);
-        if (!ex_output_ok(a->prog, out[i][0], out[i][1])) exit(2);
+        if (i < 3 ? !ex_output_ok(a->prog, out[i][0], out[i][1]) : !ex_logdir_ok(a->prog, out[i][0], out[i][1]))
+            exit(2);
     }
 }
 
@@ -338,6 +415,8 @@ typedef struct ex_setup {
     dl_loader *train, *test;
     int64_t ntrain, ntest;
     ex_metrics met;
+    dl_summary_writer *tb;      /* --logdir: the TensorBoard writer (NULL: none) */
+    bool tb_graph;              /* the graph is written (once, from the first step) */
 } ex_setup;
 
 /* Sets up ctx (seed, threads) and the Fashion-MNIST loaders (normalized;
@@ -604,6 +683,112 @@ static EX_UNUSED bool ex_metrics_svg(const ex_setup *s, const char *path)
     return ex_wclose(&w, true);
 }
 
+/* ------------------------------------------------------------ tensorboard */
+
+/* What torch.utils.tensorboard.SummaryWriter does in PyTorch's tutorial,
+   with dl.h's dl_summary_* writer: the examples call ex_tb_step in their
+   training loop and ex_tb_epoch after each epoch; ex_start opens the writer
+   and ex_finish closes it. Without --logdir these do nothing. A failed write
+   (a full disk) stops the run: "prog: --logdir DIR: the file and the
+   reason; stopping", exit status 1; the file keeps every whole record. */
+
+/* Prints a failed write's message (dl.h's: the file and the reason). Returns false. */
+static EX_UNUSED bool ex_tb_fail(const ex_setup *s)
+{
+    ex_bar_break();
+    fprintf(stderr, "%s: --logdir %s: %s; stopping\n", s->a->prog, s->a->logdir, dl_error_message(s->ctx));
+    return false;
+}
+
+/* s as one shell word: as it is when it is plain, else in single quotes. */
+static EX_UNUSED void ex_print_shell_word(const char *s)
+{
+    const char *p;
+    for (p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("_./-+:,@%=", *p)) break;
+    if (!*p && s[0]) { fputs(s, stdout); return; }
+    putchar('\'');
+    for (p = s; *p; p++) {
+        if (*p == '\'') fputs("'\\''", stdout);
+        else putchar(*p);
+    }
+    putchar('\'');
+}
+
+/* --logdir: writer = SummaryWriter(DIR): a new events file in DIR (DIR and
+   its parents created if missing). Names each of the model's tensors by its
+   state_dict name ("0.weight", "layer1.0.bn1.running_mean"), which is what
+   the graph shows for them, and prints "TensorBoard: tensorboard --logdir
+   DIR", the command that shows the run. false (message printed) on failure. */
+static EX_UNUSED bool ex_tb_open(ex_setup *s, dl_module *net)
+{
+    const dl_named_tensor *p;
+    int i, n;
+    if (!s->a->logdir) return true;
+    if (!(s->tb = dl_summary_open(s->ctx, s->a->logdir))) return ex_tb_fail(s);
+    if ((n = dl_module_state_dict(net, &p)) < 0) return ex_tb_fail(s);
+    for (i = n - 1; i >= 0; i--) dl_set_name(p[i].t, p[i].name);   /* a shared tensor: its first name */
+    printf("TensorBoard: tensorboard --logdir ");
+    ex_print_shell_word(s->a->logdir);
+    printf("\n");
+    fflush(stdout);
+    return true;
+}
+
+/* One training step, called with the step's loss before loss.backward()
+   (which releases the graph): writer.add_scalar("train/loss", loss, step)
+   and ("train/lr", lr, step), step = epoch * steps_per_epoch + batch
+   (0-based, as PyTorch's tutorial counts; a resumed run goes on counting),
+   and on the run's first step writer.add_graph: the graph that computed
+   the loss. false (message printed) when a write failed. */
+static EX_UNUSED bool ex_tb_step(ex_setup *s, const ex_meter *m, dl_optim *opt, dl_tensor *loss)
+{
+    int64_t step = (int64_t)m->epoch * m->steps + m->step;
+    if (!s->tb) return true;
+    if (dl_summary_scalar(s->tb, "train/loss", step, (double)dl_item(loss)) != DL_OK ||
+        dl_summary_scalar(s->tb, "train/lr", step, (double)dl_optim_lr(opt)) != DL_OK)
+        return ex_tb_fail(s);
+    if (!s->tb_graph) {
+        if (dl_summary_graph(s->tb, loss) != DL_OK) return ex_tb_fail(s);
+        s->tb_graph = true;
+    }
+    return true;
+}
+
+/* The end of an epoch, at the step count after it (the x axis of the
+   per-step scalars): train/accuracy (of the epoch's batches, in training
+   mode) and test/accuracy, a histogram of each parameter tagged by its
+   state_dict name ("0.weight"), then writer.flush() (the file is synced to
+   disk). false (message printed) when a write failed. */
+static EX_UNUSED bool ex_tb_epoch(ex_setup *s, const ex_meter *m, dl_module *net, double test_acc)
+{
+    const dl_named_tensor *p;
+    int64_t step = (int64_t)(m->epoch + 1) * m->steps;
+    int i, n;
+    if (!s->tb) return true;
+    if (dl_summary_scalar(s->tb, "train/accuracy", step, m->seen ? (double)m->correct / (double)m->seen : 0.0) !=
+        DL_OK || dl_summary_scalar(s->tb, "test/accuracy", step, test_acc) != DL_OK)
+        return ex_tb_fail(s);
+    if ((n = dl_module_named_parameters(net, &p)) < 0) return ex_tb_fail(s);
+    for (i = 0; i < n; i++)
+        if (dl_summary_histogram(s->tb, p[i].name, step, p[i].t) != DL_OK) return ex_tb_fail(s);
+    if (dl_summary_flush(s->tb) != DL_OK) return ex_tb_fail(s);
+    return true;
+}
+
+/* writer.close(): syncs and closes the events file, prints "saved to PATH"
+   (false, message printed, when that failed). */
+static EX_UNUSED bool ex_tb_close(ex_setup *s)
+{
+    char path[4200];
+    if (!s->tb) return true;
+    snprintf(path, sizeof path, "%s", dl_summary_path(s->tb));
+    if (dl_summary_close(s->tb) != DL_OK) { s->tb = NULL; return ex_tb_fail(s); }
+    s->tb = NULL;
+    printf("saved to %s\n", path);
+    return true;
+}
+
 /* The end of a run: --csv and --svg, then "test accuracy: 0.xxxx" (the
    last line). Returns the exit status. */
 static EX_UNUSED int ex_finish(ex_setup *s, double test_acc)
@@ -611,6 +796,7 @@ static EX_UNUSED int ex_finish(ex_setup *s, double test_acc)
     int status = 0;
     if (s->a->csv && !ex_metrics_csv(s, s->a->csv)) status = 1;
     if (s->a->svg && !ex_metrics_svg(s, s->a->svg)) status = 1;
+    if (!ex_tb_close(s)) status = 1;
     printf("test accuracy: %.4f\n", test_acc);
     return status;
 }
@@ -744,8 +930,9 @@ static EX_UNUSED int ex_resume(ex_setup *s, dl_module *net, dl_optim *opt)
 }
 
 /* The start of a run: checks that the model and the optimizer were made,
-   resumes (--resume), prints the header line. Returns the first epoch
-   (0-based), or -1 after printing why not. */
+   resumes (--resume), opens the --logdir writer, prints the header line
+   (and the TensorBoard line). Returns the first epoch (0-based), or -1
+   after printing why not. */
 static EX_UNUSED int ex_start(ex_setup *s, dl_module *net, dl_optim *opt)
 {
     int start;
@@ -755,6 +942,7 @@ static EX_UNUSED int ex_start(ex_setup *s, dl_module *net, dl_optim *opt)
            (long long)dl_module_num_params(net), (long long)s->ntrain, (long long)s->ntest,
            (long long)s->a->batch, dl_num_threads(s->ctx));
     fflush(stdout);
+    if (!ex_tb_open(s, net)) return -1;
     return start;
 }
 

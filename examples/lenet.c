@@ -9,7 +9,8 @@
    Per epoch: train loss, train accuracy, test accuracy, time, samples/s; the
    last line is "test accuracy: 0.xxxx". A progress bar on a terminal.
    Build: cc -std=c99 -O2 -I. examples/lenet.c -o build/lenet -lm -lpthread
-   Run:   build/lenet --epochs 10   (make run EPOCHS=10; --help for the flags) */
+   Run:   build/lenet --epochs 10 --logdir runs/lenet   (make run EPOCHS=10; --help for the flags)
+   TensorBoard: tensorboard --logdir runs/lenet */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -42,6 +43,7 @@ static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
         logits = dl_module_forward(net, x);                   /* pred = model(X) */
         loss = dl_cross_entropy(logits, y, NULL);             /* loss = loss_fn(pred, y) */
         if (!ex_loss_ok(s, m, loss)) return 1;                /* an error, or NaN/Inf: stop */
+        if (!ex_tb_step(s, m, opt, loss)) return 1;           /* writer.add_scalar("train/loss", loss, step) */
         if (dl_backward(loss) != DL_OK ||                     /* loss.backward() */
             dl_optim_step(opt) != DL_OK ||                    /* optimizer.step() */
             !ex_meter_add(m, loss, logits, y))                /* running loss/accuracy, progress bar */
@@ -88,15 +90,16 @@ int main(int argc, char **argv)
     memset(&ad, 0, sizeof ad);                                /* zero: PyTorch's defaults */
     ad.lr = a.lr;
     opt = dl_adam(net, &ad);                                  /* torch.optim.Adam(model.parameters(), lr) */
-    if ((start = ex_start(&s, net, opt)) < 0) return ex_done(&s, 1);   /* --resume; the header line */
+    if ((start = ex_start(&s, net, opt)) < 0) return ex_done(&s, 1);   /* --resume, --logdir; the header line */
     for (epoch = start; epoch < a.epochs; epoch++) {
         float lr = ex_cosine(a.lr, epoch, a.epochs);          /* CosineAnnealingLR, once per epoch */
         if (dl_optim_set_lr(opt, lr) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));
         ex_meter_start(&m, &s, epoch);
         if (train_epoch(&s, net, opt, &m) != 0 || (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);
         ex_epoch_end(&s, &m, acc);                            /* the epoch line */
+        if (!ex_tb_epoch(&s, &m, net, acc)) return ex_done(&s, 1);   /* --logdir: accuracies, histograms */
         if (!ex_save(&s, net, opt, epoch + 1)) return ex_done(&s, 1);   /* --save */
     }
     if (start == a.epochs && (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);   /* nothing left to train */
-    return ex_done(&s, ex_finish(&s, acc));                   /* --csv, --svg, "test accuracy: 0.xxxx" */
+    return ex_done(&s, ex_finish(&s, acc));                   /* --csv, --svg, --logdir; "test accuracy: 0.xxxx" */
 }

@@ -59,12 +59,13 @@ static size_t fz_snapshot(unsigned char *dst)
     float lr = dl_optim_lr(g_o);
     for (i = 0; i < n; i++) {
         size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
-        memcpy(dst + pos, ts[i]->data, b);
+        if (b) ts[i]->dev_->be->download(ts[i]->dev_, dst + pos, ts[i]->data, b);
         pos += b;
     }
     for (k = 0; k < 3; k++)
         for (i = 0; i < g_o->n; i++) {
-            memcpy(dst + pos, g_o->s[k][i]->data, (size_t)g_o->s[k][i]->numel * 4);
+            dl_tensor *st = g_o->s[k][i];
+            if (st->numel) st->dev_->be->download(st->dev_, dst + pos, st->data, (size_t)st->numel * 4);
             pos += (size_t)g_o->s[k][i]->numel * 4;
         }
     memcpy(dst + pos, g_o->pstep, sizeof(int64_t) * (size_t)g_o->n);

@@ -3,7 +3,11 @@
    counts a check that could not run and prints why; the program ends with
    TEST_END(), which prints "N passed, M failed" (", K skipped" when K > 0)
    and returns non-zero when anything failed. EXPECT_ERR checks that an op
-   failed with a code and a message substring, then clears the error. */
+   failed with a code and a message substring, then clears the error.
+   Tensor values reach the host only through th_host/th_host_i64/th_bytes
+   (copies), th_f/th_i64 (one element), th_put/th_set (writes) and
+   th_same_bytes, never through t->data: `make test` runs every program
+   again with its tensors on a strict device, where t->data faults. */
 #ifndef DL_TEST_HARNESS_H
 #define DL_TEST_HARNESS_H
 #include <stdio.h>
@@ -36,12 +40,146 @@ __attribute__((unused))
 static int th_close(const float *a, const float *b, long n, double rtol, double atol, long *where)
 {
     long i;
+    if (!a || !b) return 0;
     for (i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
         if (!(d <= atol + rtol * fabs((double)b[i]))) { if (where) *where = i; return 0; }
     }
     return 1;
 }
+
+/* ---- host access to tensor data. Tests never dereference t->data: on a
+   strict device (DL_STRICT=1 with DL_DEVICE=cpu:1) that pointer is tagged and
+   faults at once, as a GPU pointer would. These go through the transfer
+   points (dl_read, dl_read_int64, dl_write) or the tensor's backend
+   (download/upload of single elements, which skip dl_write's graph checks as
+   the direct stores they replace did). Host copies come from a ring of
+   TH_RING buffers: a pointer stays valid for the next TH_RING - 1 copies, and
+   whatever the ring holds is freed at exit. */
+#if defined(DL_H) && defined(DL_IMPLEMENTATION)
+#include <stdlib.h>
+#if defined(__GNUC__)
+#define TH_UNUSED __attribute__((unused))
+#else
+#define TH_UNUSED
+#endif
+
+#define TH_RING 64
+static void *th_ring[TH_RING];
+static int th_ring_pos, th_ring_armed;
+
+TH_UNUSED static void th_ring_free(void)
+{
+    int i;
+    for (i = 0; i < TH_RING; i++) { free(th_ring[i]); th_ring[i] = NULL; }
+}
+
+TH_UNUSED static void *th_ring_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { printf("harness: out of host memory for a %zu-byte copy\n", bytes); exit(2); }
+    if (!th_ring_armed) { atexit(th_ring_free); th_ring_armed = 1; }
+    free(th_ring[th_ring_pos]);
+    th_ring[th_ring_pos] = p;
+    th_ring_pos = (th_ring_pos + 1) % TH_RING;
+    return p;
+}
+
+/* a copy that could not be made is a failed check; its buffer reads as NaN (-1) */
+TH_UNUSED static void th_copy_failed(const char *fn, dl_tensor *t, void *h, size_t bytes)
+{
+    th_fail++;
+    printf("FAIL %s: reading a tensor (%lld elements) back: %s\n", fn, (long long)t->numel,
+           dl_error_message(dl_tensor_ctx(t)));
+    memset(h, 0xff, bytes);
+}
+
+/* the values of a float32 tensor on the host (ring buffer); NULL if t is NULL */
+TH_UNUSED static float *th_host(dl_tensor *t)
+{
+    float *h;
+    size_t bytes;
+    if (!t) return NULL;
+    bytes = sizeof(float) * (size_t)t->numel;
+    h = (float *)th_ring_alloc(bytes);
+    if (dl_read(t, h, t->numel) != DL_OK) th_copy_failed("th_host", t, h, bytes);
+    return h;
+}
+
+/* the values of an integer (or float) tensor as int64 on the host (ring
+   buffer); NULL if t is NULL */
+TH_UNUSED static int64_t *th_host_i64(dl_tensor *t)
+{
+    int64_t *h;
+    size_t bytes;
+    if (!t) return NULL;
+    bytes = sizeof(int64_t) * (size_t)t->numel;
+    h = (int64_t *)th_ring_alloc(bytes);
+    if (dl_read_int64(t, h, t->numel) != DL_OK) th_copy_failed("th_host_i64", t, h, bytes);
+    return h;
+}
+
+/* t's raw bytes on the host (ring buffer): numel * element size */
+TH_UNUSED static void *th_bytes(dl_tensor *t)
+{
+    size_t n;
+    void *h;
+    if (!t) return NULL;
+    n = (size_t)t->numel * dl__esize(t->dtype);
+    h = th_ring_alloc(n);
+    if (n) t->dev_->be->download(t->dev_, h, t->data, n);
+    return h;
+}
+
+/* element i of a float32 tensor (NaN when t is NULL, not float32 or i is out of range) */
+TH_UNUSED static float th_f(dl_tensor *t, int64_t i)
+{
+    float v;
+    if (!t || t->dtype != DL_DTYPE_F32 || i < 0 || i >= t->numel) return NAN;
+    t->dev_->be->download(t->dev_, &v, (const float *)t->data + i, sizeof v);
+    return v;
+}
+
+/* element i of an int64 or int32 tensor (INT64_MIN when t is NULL, float32 or i is out of range) */
+TH_UNUSED static int64_t th_i64(dl_tensor *t, int64_t i)
+{
+    if (!t || i < 0 || i >= t->numel) return INT64_MIN;
+    if (t->dtype == DL_DTYPE_I64) {
+        int64_t v;
+        t->dev_->be->download(t->dev_, &v, (const int64_t *)t->data + i, sizeof v);
+        return v;
+    }
+    if (t->dtype == DL_DTYPE_I32) {
+        int32_t v;
+        t->dev_->be->download(t->dev_, &v, (const int32_t *)t->data + i, sizeof v);
+        return v;
+    }
+    return INT64_MIN;
+}
+
+/* writes host's numel floats into t (float32), as a direct store would */
+TH_UNUSED static void th_put(dl_tensor *t, const float *host)
+{
+    if (t && t->dtype == DL_DTYPE_F32 && t->numel)
+        t->dev_->be->upload(t->dev_, t->data, host, sizeof(float) * (size_t)t->numel);
+}
+
+/* element i of a float32 tensor = v */
+TH_UNUSED static void th_set(dl_tensor *t, int64_t i, float v)
+{
+    if (t && t->dtype == DL_DTYPE_F32 && i >= 0 && i < t->numel)
+        t->dev_->be->upload(t->dev_, (float *)t->data + i, &v, sizeof v);
+}
+
+/* a and b hold the same bytes (same dtype and numel) */
+TH_UNUSED static int th_same_bytes(dl_tensor *a, dl_tensor *b)
+{
+    size_t n;
+    if (!a || !b || a->dtype != b->dtype || a->numel != b->numel) return 0;
+    n = (size_t)a->numel * dl__esize(a->dtype);
+    return memcmp(th_bytes(a), th_bytes(b), n) == 0;
+}
+#endif
 
 #define TEST_END() do { \
     if (th_skip) printf("%d passed, %d failed, %d skipped\n", th_pass, th_fail, th_skip); \

@@ -5,7 +5,10 @@
 # output paths are checked before training; a failed write, a non-finite
 # loss or a --resume with other settings stops the run (exit 1, no partial
 # files); --help everywhere; "saved to PATH" for each file written; each
-# training example's loop is in its own file. Also test_smoke's skip line and
+# training example's loop is in its own file; --logdir writes a TensorBoard
+# events file (read back with TensorBoard's own loader when python3 has the
+# tensorboard package), a bad --logdir is refused before training and a failed
+# write to it stops the run. Also test_smoke's skip line and
 # run.sh's skip total. Trains only on a tiny made-up dataset (64 images),
 # plus one short run on the real data when data/fashion-mnist has it.
 # Prints "N passed, M failed" (", K skipped"); exit status 1 on a failure.
@@ -227,6 +230,160 @@ for e in $TRAIN; do
     done
 done
 check "examples/common.h has no training loop" eval "! grep -qE 'dl_backward|dl_optim_step\\(|dl_module_forward' examples/common.h"
+
+# --- T: TensorBoard (--logdir): an events file from every training example
+# tfrecord FILE: FILE begins with a whole TFRecord holding the Event
+# file_version "brain.Event:2": length 24 (8 bytes, little-endian), the
+# length's masked CRC-32C (a37f4b22), the Event, its CRC-32C (4 bytes)
+tfrecord() {
+    [ -f "$1" ] && [ "$(od -An -tx1 -N12 "$1" | tr -d ' \n')" = 1800000000000000a37f4b22 ] &&
+        [ "$(head -c 36 "$1" | tail -c 13)" = brain.Event:2 ] && [ "$(wc -c < "$1")" -ge 40 ]
+}
+for e in $TRAIN; do
+    expect 0 "^TensorBoard: tensorboard --logdir $T/runs/$e$" $B/$e $SHORT --logdir "$T/runs/$e"
+    ev=$(printf '%s\n' "$out" | sed -n "s|^saved to \\($T/runs/$e/events\\.out\\.tfevents\\.[^/]*\\)\$|\\1|p")
+    check "$e --logdir: 'saved to' the events file, the only file in the directory" \
+        eval "[ -n '$ev' ] && [ \"\$(ls -A '$T/runs/$e')\" = '${ev##*/}' ]"
+    check "$e --logdir: the events file begins with a valid TFRecord (file_version brain.Event:2)" tfrecord "$ev"
+done
+check "examples/lenet.c logs the step and the epoch itself" eval "grep -q 'ex_tb_step(s, m, opt, loss)' examples/lenet.c && grep -q 'ex_tb_epoch(&s, &m, net, acc)' examples/lenet.c"
+expect 0 "^  --logdir DIR  TensorBoard logs" $B/lenet --help
+expect 0 "^LOGDIR: runs/lenet-" env -u LOGDIR sh -c 'echo "LOGDIR: $(${MAKE:-make} -s -n run EPOCHS=1 | sed -n "s/.*--logdir \([^ ]*\).*/\1/p")"'
+# the contents, read back by TensorBoard: a 2-epoch run, a resumed run, a cut-off file
+L=$T/runs/mlp2
+expect 0 "^epoch  2  train loss" $B/mlp $SHORT --epochs 2 --logdir "$L"
+printf '%s\n' "$out" > "$T/mlp2.out"
+expect 0 "^saved to $T/tbck\.st$" $B/mlp $SHORT --save "$T/tbck.st" --logdir "$T/runs/resumed"
+expect 0 "^resumed from $T/tbck\.st at epoch 1$" $B/mlp $SHORT --epochs 2 --resume "$T/tbck.st" --logdir "$T/runs/resumed"
+check "a resumed run writes a second events file" [ "$(ls "$T/runs/resumed" | grep -c '^events\.out\.tfevents\.')" = 2 ]
+# --- bad --logdir values are refused before anything else (exit 2), nothing is created
+: > "$T/afile"
+expect 2 "^$B/mlp: --logdir $T/afile: a regular file, not a directory; give a directory \(it is created if missing\)$" \
+    $B/mlp $SHORT --logdir "$T/afile"
+check "--logdir FILE: refused before training" eval "! printf '%s\n' \"\$out\" | grep -q '^epoch'"
+expect 2 "^$B/mlp: --logdir /dev/null: a device, not a directory" $B/mlp --data "$T/nowhere" --logdir /dev/null
+expect 2 "^$B/mlp: --logdir $T/afile/run: $T/afile is not a directory$" $B/mlp $SHORT --logdir "$T/afile/run"
+expect 2 "^$B/mlp: --logdir needs a path, got ''" $B/mlp $SHORT --logdir ""
+expect 2 "^$B/mlp: --csv $T/tbx and --logdir $T/tbx: two outputs in one path$" $B/mlp $SHORT --csv "$T/tbx" --logdir "$T/tbx"
+check "a refused --logdir creates nothing" eval "[ ! -e '$T/tbx' ] && [ -f '$T/afile' ]"
+if [ "$(id -u)" != 0 ]; then
+    mkdir -p "$T/rotb" && chmod 555 "$T/rotb"
+    expect 2 "^$B/mlp: --logdir $T/rotb/run: cannot create a directory in $T/rotb: " $B/mlp $SHORT --logdir "$T/rotb/run"
+    expect 2 "^$B/mlp: --logdir $T/rotb: cannot create a file in it: " $B/mlp $SHORT --logdir "$T/rotb"
+    chmod 755 "$T/rotb"
+elif [ -d /sys ] && ! touch /sys/.dl-test-probe 2>/dev/null; then
+    expect 2 "^$B/mlp: --logdir /sys/dl-tb: cannot create a directory in /sys: " $B/mlp $SHORT --logdir /sys/dl-tb
+    expect 2 "^$B/mlp: --logdir /sys: cannot create a file in it: " $B/mlp $SHORT --logdir /sys
+else
+    skipped "test_cli: no unwritable directory for --logdir (root, and /sys is writable)"
+fi
+# --- a failed write to the events file stops the run (exit 1); the file keeps its whole records
+mkdir -p "$T/tbfull"
+expect 1 "^$B/mlp: --logdir $T/tbfull/run: dl_summary_[a-z]+: writing $T/tbfull/run/events\.out\.tfevents\.[^ ]+ failed: File too large; .*; stopping$" \
+    sh -c 'trap "" XFSZ; ulimit -f 8; exec "$@"' sh $B/mlp $SHORT --epochs 2 --logdir "$T/tbfull/run"
+check "--logdir write failed: the run stopped (no 'test accuracy' line)" eval "! printf '%s\n' \"\$out\" | grep -q '^test accuracy'"
+if command -v unshare >/dev/null 2>&1 && unshare -rm sh "$T/full.sh" "$T/disk" 0 true >/dev/null 2>&1; then
+    expect 1 "^$B/mlp: --logdir $T/disk/tb: dl_summary_[a-z]+: writing .* failed: No space left on device; .*; stopping$" \
+        unshare -rm sh "$T/full.sh" "$T/disk" 57344 $B/mlp $SHORT --epochs 2 --logdir "$T/disk/tb"
+    check "full disk, --logdir: stopped in epoch 1" eval "! printf '%s\n' \"\$out\" | grep -q '^epoch  2'"
+else
+    skipped "test_cli: no full filesystem for --logdir (unshare -rm); the failing write is covered with ulimit -f above"
+fi
+# --- TensorBoard's own reader, when python3 has the tensorboard package
+cat > "$T/tb_read.py" <<'EOF'
+# tb_read.py MAIN_DIR MAIN_OUTPUT RESUMED_DIR CUT_DIR: prints PASS/FAIL lines, then DONE
+import math, os, re, struct, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+from tensorboard.backend.event_processing import event_file_loader as efl
+main, main_out, resumed, cut = sys.argv[1:5]
+
+def check(ok, what):
+    print(("PASS " if ok else "FAIL ") + what)
+
+T = []
+for n in range(256):
+    c = n
+    for _ in range(8):
+        c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    T.append(c)
+
+def masked_crc(b):
+    c = 0xFFFFFFFF
+    for x in b:
+        c = T[(c ^ x) & 255] ^ (c >> 8)
+    c ^= 0xFFFFFFFF
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+def whole_records(path):
+    """every record framed right with both CRCs, and nothing after the last"""
+    data = open(path, "rb").read()
+    i = n = 0
+    while i < len(data):
+        if i + 12 > len(data):
+            return -1
+        ln, lc = struct.unpack_from("<QI", data, i)
+        if lc != masked_crc(data[i:i + 8]) or i + 16 + ln > len(data):
+            return -1
+        if struct.unpack_from("<I", data, i + 12 + ln)[0] != masked_crc(data[i + 12:i + 12 + ln]):
+            return -1
+        i += 16 + ln
+        n += 1
+    return n
+
+def files(d):
+    return sorted(os.path.join(d, f) for f in os.listdir(d) if ".tfevents." in f)
+
+# the 2-epoch mlp run: 64 images, batch 16: 4 steps an epoch
+f = files(main)
+check(len(f) == 1 and whole_records(f[0]) > 0, "the events file: whole records, CRCs right")
+a = ea.EventAccumulator(main, size_guidance={ea.SCALARS: 0, ea.HISTOGRAMS: 0})
+a.Reload()
+tags = a.Tags()
+check(sorted(tags["scalars"]) == ["test/accuracy", "train/accuracy", "train/loss", "train/lr"],
+      "the scalar tags: %s" % tags["scalars"])
+ep = [l.split() for l in open(main_out) if l.startswith("epoch ")]
+loss = a.Scalars("train/loss") if "train/loss" in tags["scalars"] else []
+check([s.step for s in loss] == list(range(8)), "train/loss at steps 0..7")
+check(len(loss) == 8 and len(ep) == 2 and all(abs(sum(s.value for s in loss[4 * k:4 * k + 4]) / 4 - float(ep[k][4])) < 2e-4
+      for k in range(2)), "train/loss: each epoch's mean is the epoch line's train loss")
+lr = [s.value for s in a.Scalars("train/lr")] if "train/lr" in tags["scalars"] else []
+check(len(lr) == 8 and all(abs(v - w) < 1e-7 for v, w in zip(lr, [0.05] * 4 + [0.025] * 4)),
+      "train/lr: 0.05, then 0.025 (cosine over 2 epochs)")
+for tag, col in (("train/accuracy", 7), ("test/accuracy", 10)):
+    v = a.Scalars(tag) if tag in tags["scalars"] else []
+    check([s.step for s in v] == [4, 8] and all(abs(s.value - float(e[col])) < 1e-4 for s, e in zip(v, ep)),
+          "%s at steps 4, 8: the epoch lines' values" % tag)
+names = ["1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"]
+check(tags["histograms"] == names, "a histogram per parameter, tagged by its state_dict name: %s" % tags["histograms"])
+h = [a.Histograms(n) for n in names] if tags["histograms"] == names else []
+check(h and all([x.step for x in v] == [4, 8] for v in h) and
+      [sum(v[k].histogram_value.num for v in h) for k in range(2)] == [235146, 235146],
+      "the histograms at steps 4, 8 count the 235146 parameters")
+g = a.Graph() if tags["graph"] else None
+check(g is not None and "1.weight" in [n.name for n in g.node] and any(n.op == "dl_matmul" for n in g.node),
+      "the graph: parameters by name, the ops")
+# the resumed run: its second file goes on counting steps
+s = []
+for p in files(resumed):
+    s.append(sorted(e.step for e in efl.EventFileLoader(p).Load()
+                    for v in e.summary.value if v.tag == "train/loss"))
+check(sorted(s) == [[0, 1, 2, 3], [4, 5, 6, 7]], "resumed: train/loss at steps 0..3, then 4..7 in a new file: %s" % s)
+# the file of the run stopped by a failed write
+f = files(cut)
+check(len(f) == 1 and whole_records(f[0]) > 1, "cut off by a failed write: the file holds whole records only")
+print("DONE")
+EOF
+if python3 -c 'import tensorboard' >/dev/null 2>&1; then
+    res=$(python3 "$T/tb_read.py" "$L" "$T/mlp2.out" "$T/runs/resumed" "$T/tbfull/run" 2>&1)
+    while IFS= read -r line; do
+        case $line in PASS*) ok ;; FAIL*) no "TensorBoard's reader: ${line#FAIL }" ;; esac
+    done <<EOF
+$res
+EOF
+    check "tb_read.py ran to the end" eval "printf '%s\n' \"\$res\" | grep -q '^DONE$' || { printf '%s\n' \"\$res\" | tail -n 5; false; }"
+else
+    skipped "test_cli: python3 has no tensorboard package (pip install tensorboard): the events files are not read back here (test_summary checks dl.h's writer)"
+fi
 
 # --- 22: test_smoke without the data says it skipped; run.sh sums skips
 mkdir -p "$T/nodata"

@@ -199,9 +199,10 @@ static int n_gc;
 /* distinct values on a 0.2 grid, shuffled (max pooling never meets a tie) */
 static void fill_distinct(dl_tensor *t, uint64_t seed)
 {
-    float *d = dl_data(t);
     int64_t i, n = t->numel;
+    float *d = (float *)malloc(sizeof(float) * (size_t)(n ? n : 1));
     uint64_t s = seed * 2654435761u + 1;
+    if (!d) { CHECK(0, "fill_distinct: out of host memory"); return; }
     for (i = 0; i < n; i++) d[i] = (float)(i - n / 2) * 0.2f + 0.06f;
     for (i = n - 1; i > 0; i--) {
         int64_t j;
@@ -209,6 +210,8 @@ static void fill_distinct(dl_tensor *t, uint64_t seed)
         j = (int64_t)((s >> 33) % (uint64_t)(i + 1));
         { float tmp = d[i]; d[i] = d[j]; d[j] = tmp; }
     }
+    if (dl_write(t, d, n) != DL_OK) CHECK(0, "fill_distinct: %s", dl_error_message(dl_tensor_ctx(t)));
+    free(d);
 }
 
 static void gc(const char *label, GC c, dl_shape xs, dl_shape ws, int64_t nbias)
@@ -494,14 +497,21 @@ static void errors(void)
     CHECK(dl_adaptive_avg_pool2d(x, DL_SHAPE(2, -1)) == NULL, "adaptive negative");
     EXPECT_ERR(c, DL_ERR_ARG, "output_size (2,-1) has a negative entry");
     /* mixed devices (a tensor marked as on cuda:0; no data is touched before the check) */
-    w->device = dl_cuda(0);
-    CHECK(dl_conv2d(x, w, NULL, NULL) == NULL, "mixed devices");
-    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_conv2d: x (2,3,8,8) is on cpu:0 but w (4,3,3,3) is on cuda:0");
-    w->device = dl_cpu();
-    b->device = dl_cuda(1);
-    CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 4, 3, 3)), b, NULL) == NULL, "mixed devices b");
-    EXPECT_ERR(c, DL_ERR_DEVICE, "b (4) is on cuda:1");
-    b->device = dl_cpu();
+    {
+        dl_device home = w->device;
+        char want[128];
+        snprintf(want, sizeof want, "dl_conv2d: x (2,3,8,8) is on %s but w (4,3,3,3) is on cuda:0",
+                 dl_device_name(x->device));
+        w->device = dl_cuda(0);
+        CHECK(dl_conv2d(x, w, NULL, NULL) == NULL, "mixed devices");
+        EXPECT_ERR(c, DL_ERR_DEVICE, want);
+        w->device = home;
+        home = b->device;
+        b->device = dl_cuda(1);
+        CHECK(dl_conv_transpose2d(x, dl_randn(c, DL_SHAPE(3, 4, 3, 3)), b, NULL) == NULL, "mixed devices b");
+        EXPECT_ERR(c, DL_ERR_DEVICE, "b (4) is on cuda:1");
+        b->device = home;
+    }
     /* a stale tensor */
     {
         dl_tensor *old = dl_randn(c, DL_SHAPE(1, 3, 8, 8));
@@ -524,7 +534,7 @@ static void errors(void)
         CHECK(y == NULL, "conv2d past memory_limit");
         EXPECT_ERR(m, DL_ERR_OOM, "dl_conv: cannot allocate");
         y = dl_conv2d(dl_ones(m, DL_SHAPE(1, 1, 8, 8)), dl_ones(m, DL_SHAPE(2, 1, 3, 3)), NULL, &p2);
-        CHECK(y && y->shape[3] == 10 && dl_data(y)[2 * 10 + 2] == 9.0f && dl_data(y)[0] == 1.0f && dl_last_error(m) == DL_OK, "conv2d after OOM: %s", dl_error_message(m));
+        CHECK(y && y->shape[3] == 10 && th_f(y, 2 * 10 + 2) == 9.0f && th_f(y, 0) == 1.0f && dl_last_error(m) == DL_OK, "conv2d after OOM: %s", dl_error_message(m));
         dl_ctx_free(m);
     }
     /* an empty batch: empty output, zero weight gradient */
@@ -534,7 +544,7 @@ static void errors(void)
         dl_pool_desc p0 = dl_pool_desc_make(2, 0, 0, false, true);
         y = dl_sum(dl_max_pool2d(dl_conv2d(x0, w0, NULL, NULL), &p0), DL_ALL, false);
         CHECK(y && dl_item(y) == 0.0f && dl_grad(y, 1, &w0, &g0, NULL) == DL_OK && g0 &&
-              dl_data(g0)[0] == 0.0f && dl_data(g0)[g0->numel - 1] == 0.0f, "empty batch: %s", dl_error_message(c));
+              th_f(g0, 0) == 0.0f && th_f(g0, g0->numel - 1) == 0.0f, "empty batch: %s", dl_error_message(c));
     }
     /* the context still works */
     y = dl_conv2d(x, w, NULL, NULL);
@@ -599,12 +609,16 @@ static void threads_and_memory(void)
               "conv/pool results with %d threads differ from 1 thread", t);
     }
     /* flat memory: the same step again allocates nothing */
-    det_run(c, got);
-    dl_memory_stats_get(c, dl_cpu(), &m1);
-    det_run(c, got);
-    dl_memory_stats_get(c, dl_cpu(), &m2);
-    CHECK(m1.alloc_calls == m2.alloc_calls, "a repeated conv training step called the allocator %llu more times",
-          (unsigned long long)(m2.alloc_calls - m1.alloc_calls));
+    /* on the host (headers, tape, the library's objects) and on the default device (data) */
+    for (t = 0; t < 2; t++) {
+        dl_device dev = t ? dl_ctx_device(c) : dl_cpu();
+        det_run(c, got);
+        dl_memory_stats_get(c, dev, &m1);
+        det_run(c, got);
+        dl_memory_stats_get(c, dev, &m2);
+        CHECK(m1.alloc_calls == m2.alloc_calls, "a repeated conv training step called the allocator of %s %llu "
+              "more times", dl_device_name(dev), (unsigned long long)(m2.alloc_calls - m1.alloc_calls));
+    }
     free(ref);
     free(got);
     dl_ctx_free(c);

@@ -26,8 +26,8 @@ static void test_idx(void)
     for (i = 0; i < 24; i++) b[16 + i] = (unsigned char)(i * 10);
     write_file("build/t_ok.idx", b, sizeof b);
     CHECK(dl_idx_load(ctx, "build/t_ok.idx", DL_DTYPE_F32, &t) == DL_OK && t, "idx load");
-    CHECK(t && t->ndim == 3 && t->shape[2] == 4 && ((float *)t->data)[23] == 230.0f && t->step_ == 0, "idx values");
-    CHECK(dl_idx_load(ctx, "build/t_ok.idx", DL_DTYPE_I64, &t) == DL_OK && ((int64_t *)t->data)[5] == 50, "idx as int64");
+    CHECK(t && t->ndim == 3 && t->shape[2] == 4 && th_f(t, 23) == 230.0f && t->step_ == 0, "idx values");
+    CHECK(dl_idx_load(ctx, "build/t_ok.idx", DL_DTYPE_I64, &t) == DL_OK && th_i64(t, 5) == 50, "idx as int64");
     /* labels file: 1-D */
     b[3] = 1; put32(b + 4, 5);
     write_file("build/t_lab.idx", b, 8 + 5);
@@ -51,11 +51,19 @@ static void test_idx(void)
     put32(b + 4, 60000); put32(b + 8, 60000); put32(b + 12, 60000);  /* absurd dims, 40-byte file */
     write_file("build/t_bad.idx", b, sizeof b);
     {
-        dl_memory_stats s0, s1;
-        dl_memory_stats_get(ctx, dl_cpu(), &s0);
+        /* neither on the host nor on the default device */
+        dl_memory_stats s0[2], s1[2];
+        dl_device dev[2];
+        int k;
+        dev[0] = dl_cpu();
+        dev[1] = dl_ctx_device(ctx);
+        for (k = 0; k < 2; k++) dl_memory_stats_get(ctx, dev[k], &s0[k]);
         CHECK(dl_idx_load(ctx, "build/t_bad.idx", DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "absurd dims");
-        dl_memory_stats_get(ctx, dl_cpu(), &s1);
-        CHECK(s1.peak_bytes < s0.peak_bytes + 4096, "absurd dims allocated %zu bytes", s1.peak_bytes - s0.peak_bytes);
+        for (k = 0; k < 2; k++) {
+            dl_memory_stats_get(ctx, dev[k], &s1[k]);
+            CHECK(s1[k].peak_bytes < s0[k].peak_bytes + 4096, "absurd dims allocated %zu bytes on %s",
+                  s1[k].peak_bytes - s0[k].peak_bytes, dl_device_name(dev[k]));
+        }
         dl_clear_error(ctx);
     }
     b[3] = 0; write_file("build/t_bad.idx", b, 4);
@@ -79,7 +87,7 @@ static void test_idx(void)
         if (f) fclose(f);
         if (zf) { gzwrite(zf, ok, (unsigned)n); gzclose(zf); }
         CHECK(n == sizeof ok && dl_idx_load(ctx, "build/t_ok.idx.gz", DL_DTYPE_F32, &t) == DL_OK &&
-              t->numel == 24 && ((float *)t->data)[23] == 230.0f, "gzip IDX with zlib");
+              t->numel == 24 && th_f(t, 23) == 230.0f, "gzip IDX with zlib");
         CHECK(dl_idx_load(ctx, "build/t_gz.idx", DL_DTYPE_F32, &t) != DL_OK, "truncated gzip is an error");
         dl_clear_error(ctx);
 #endif
@@ -95,8 +103,8 @@ static void test_idx(void)
         memcpy(&u, &big, 8);
         for (k = 0; k < 8; k++) f[16 + k] = (unsigned char)(u >> (56 - 8 * k));
         write_file("build/t_f64.idx", f, sizeof f);
-        CHECK(dl_idx_load(ctx, "build/t_f64.idx", DL_DTYPE_F32, &t) == DL_OK && ((float *)t->data)[0] == 3.0f &&
-              isinf(((float *)t->data)[1]), "float64 IDX saturates to float");
+        CHECK(dl_idx_load(ctx, "build/t_f64.idx", DL_DTYPE_F32, &t) == DL_OK && th_f(t, 0) == 3.0f &&
+              isinf(th_f(t, 1)), "float64 IDX saturates to float");
         CHECK(dl_idx_load(ctx, "build/t_f64.idx", DL_DTYPE_I64, &t) == DL_ERR_FORMAT, "huge value as int64");
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "fits int64");
     }
@@ -107,11 +115,14 @@ static void test_idx(void)
 /* a dataset of N samples (1,4,4) whose pixels all equal the index */
 static dl_dataset *make_ds(int64_t n, const dl_transform_desc *tr, bool train)
 {
-    dl_tensor *x = dl_empty(ctx, DL_SHAPE(n, 1, 4, 4)), *y = dl_empty(ctx, DL_SHAPE(1));
+    dl_tensor *x, *y;
     int64_t i, *yv = (int64_t *)malloc(sizeof(int64_t) * (size_t)n);
-    for (i = 0; i < n * 16; i++) ((float *)x->data)[i] = (float)(i / 16);
+    float *xv = (float *)malloc(sizeof(float) * (size_t)n * 16);
+    for (i = 0; i < n * 16; i++) xv[i] = (float)(i / 16);
     for (i = 0; i < n; i++) yv[i] = i;
+    x = dl_from_array(ctx, DL_SHAPE(n, 1, 4, 4), xv);
     y = dl_from_int64(ctx, DL_SHAPE(n), yv);
+    free(xv);
     free(yv);
     return dl_tensor_dataset(ctx, dl_keep(x), dl_keep(y), tr, train);
 }
@@ -136,12 +147,15 @@ static void test_loader(void)
             memset(seen, 0, sizeof seen);
             nb = 0; k = 0; ok = 1;
             while (dl_loader_next(l, &x, &y) > 0) {
-                int64_t i;
-                for (i = 0; i < y->numel; i++) {
-                    int64_t v = ((int64_t *)y->data)[i];
+                int64_t i, *yh = th_host_i64(y);
+                float *xh = th_host(x);
+                if (!yh || !xh || x->numel != y->numel * 16) ok = 0;
+                else for (i = 0; i < y->numel; i++) {
+                    int64_t v = yh[i];
+                    if (v < 0 || v >= 103) { ok = 0; continue; }
                     seen[v]++;
-                    if (((float *)x->data)[i * 16 + 5] != (float)v) ok = 0;   /* x matches its label */
-                    if (e == 0) order[w][k] = v;
+                    if (xh[i * 16 + 5] != (float)v) ok = 0;   /* x matches its label */
+                    if (e == 0 && k < 103) order[w][k] = v;
                     k++;
                 }
                 nb++;
@@ -158,11 +172,19 @@ static void test_loader(void)
         d.num_workers = 1;
         l = dl_loader_new(ctx, ds, &d);
         while (dl_loader_next(l, &x, &y) > 0) dl_step_end(ctx);
-        while (dl_loader_next(l, &x, &y) > 0) { memcpy(o2 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
+        while (dl_loader_next(l, &x, &y) > 0) {
+            if (j + y->numel <= 103) dl_read_int64(y, o2 + j, y->numel);
+            j += y->numel;
+            dl_step_end(ctx);
+        }
         l = dl_loader_new(ctx, ds, &d);
         dl_loader_set_epoch(l, 1);
         j = 0;
-        while (dl_loader_next(l, &x, &y) > 0) { memcpy(o3 + j, y->data, sizeof(int64_t) * (size_t)y->numel); j += y->numel; dl_step_end(ctx); }
+        while (dl_loader_next(l, &x, &y) > 0) {
+            if (j + y->numel <= 103) dl_read_int64(y, o3 + j, y->numel);
+            j += y->numel;
+            dl_step_end(ctx);
+        }
         CHECK(j == 103 && memcmp(o2, o3, sizeof o2) == 0 && dl_loader_epoch(l) == 2, "set_epoch resumes the order");
     }
     CHECK(memcmp(order[0], order[1], sizeof order[0]) == 0 && memcmp(order[0], order[2], sizeof order[0]) == 0,
@@ -173,7 +195,7 @@ static void test_loader(void)
     d.drop_last = true; d.shuffle = false; d.num_workers = 1;
     l = dl_loader_new(ctx, ds, &d);
     nb = 0;
-    while (dl_loader_next(l, &x, &y) > 0) { CHECK(y->numel == 10 && ((int64_t *)y->data)[0] == nb * 10, "drop_last batch in order"); nb++; dl_step_end(ctx); }
+    while (dl_loader_next(l, &x, &y) > 0) { CHECK(y->numel == 10 && th_i64(y, 0) == nb * 10, "drop_last batch in order"); nb++; dl_step_end(ctx); }
     CHECK(nb == 10, "drop_last gives 10 batches, got %lld", (long long)nb);
     /* augmentation is seeded per sample position: same for any worker count */
     {
@@ -189,8 +211,9 @@ static void test_loader(void)
             d.num_workers = w;
             l = dl_loader_new(ctx, ds, &d);
             CHECK(dl_loader_next(l, &x, &y) == 1, "aug batch");
-            if (w == 0) memcpy(first, x->data, sizeof(float) * 320);
-            else CHECK(memcmp(first, x->data, sizeof(float) * 320) == 0, "augmented batch equal with %d workers", w);
+            if (w == 0) { if (x->numel != 320 || dl_read(x, first, 320) != DL_OK) memset(first, 0, sizeof(float) * 320); }
+            else CHECK(x->numel == 320 && memcmp(first, th_host(x), sizeof(float) * 320) == 0,
+                       "augmented batch equal with %d workers", w);
             dl_step_end(ctx);
         }
         /* sample 3 (pixels 3): normalized (3-1)/2 = 1, padded zeros -> -0.5 */

@@ -214,9 +214,9 @@ static void test_ops(void)
             dl_tensor *x = dl_randn(G, DL_SHAPE(1, 2, 6, 5));
             dl_tensor *y1 = dl_avg_pool2d(x, &a), *y2 = dl_avg_pool2d(x, &z);
             dl_tensor *m1 = dl_max_pool2d(x, &a), *m2 = dl_max_pool2d(x, &z);
-            CHECK(y1 && y2 && dl_same_shape(y1, y2) && !memcmp(dl_data(y1), dl_data(y2), sizeof(float) * (size_t)y1->numel),
+            CHECK(y1 && y2 && dl_same_shape(y1, y2) && th_same_bytes(y1, y2),
                   "avg_pool2d: dl_pool_desc_make(3, 0, 1, false, true) differs from the zeroed desc: %s", dl_error_message(G));
-            CHECK(m1 && m2 && dl_same_shape(m1, m2) && !memcmp(dl_data(m1), dl_data(m2), sizeof(float) * (size_t)m1->numel),
+            CHECK(m1 && m2 && dl_same_shape(m1, m2) && th_same_bytes(m1, m2),
                   "max_pool2d: dl_pool_desc_make differs from the zeroed desc: %s", dl_error_message(G));
             dl_clear_error(G);
             dl_step_end(G);
@@ -237,8 +237,6 @@ static void cmp(const char *what, const float *got, const float *want, long n)
     CHECK(worst < 0, "%s: element %ld: dl %.9g, torch %.9g", what, worst,
           worst >= 0 ? (double)got[worst] : 0.0, worst >= 0 ? (double)want[worst] : 0.0);
 }
-
-static float *fdata(dl_tensor *t) { return (float *)t->data; }
 
 static dl_tensor *mse(dl_module *m, dl_tensor *x, dl_tensor *y)
 {
@@ -294,8 +292,8 @@ static void test_optim_defaults(void)
             dl_tensor *y = dl_keep(dl_from_array(G, DL_SHAPE(8, 3), gy->v));
             dl_tensor *w = dl_module_get(lin, "weight"), *b = dl_module_get(lin, "bias");
             dl_optim *o;
-            memcpy(fdata(w), w0->v, sizeof(float) * 12);
-            memcpy(fdata(b), b0->v, sizeof(float) * 3);
+            th_put(w, w0->v);
+            th_put(b, b0->v);
             o = opt_make(cfgs[c], lin, mode);
             CHECK(o != NULL, "%s (%s): %s", cfgs[c], mode_name[mode], dl_error_message(G));
             if (!o) { dl_clear_error(G); continue; }
@@ -309,9 +307,9 @@ static void test_optim_defaults(void)
                     break;
                 }
                 snprintf(what, sizeof what, "%s (%s desc) step %d weight", cfgs[c], mode_name[mode], s + 1);
-                cmp(what, fdata(w), gw->v + 12 * s, 12);
+                cmp(what, th_host(w), gw->v + 12 * s, 12);
                 snprintf(what, sizeof what, "%s (%s desc) step %d bias", cfgs[c], mode_name[mode], s + 1);
-                cmp(what, fdata(b), gb->v + 3 * s, 3);
+                cmp(what, th_host(b), gb->v + 3 * s, 3);
                 dl_step_end(G);
             }
             if (mode == 0 && !strcmp(cfgs[c], "sgd_default"))
@@ -349,7 +347,7 @@ static dl_module *mlp(dl_ctx *ctx, bool golden_init)
         snprintf(key, sizeof key, "groups/init/%s", PNAMES[i]);
         r = g_rec(key);
         if (!r || !t || r->numel != t->numel) return NULL;
-        memcpy(fdata(t), r->v, sizeof(float) * (size_t)r->numel);
+        th_put(t, r->v);
     }
     return m;
 }
@@ -472,7 +470,7 @@ static void test_groups_golden(void)
             for (i = 0; i < 4; i++) {
                 dl_tensor *t = dl_module_get(m, PNAMES[i]);
                 snprintf(what, sizeof what, "%s step %d %s", cfg, k + 1, PNAMES[i]);
-                cmp(what, fdata(t), want[i]->v + t->numel * k, (long)t->numel);
+                cmp(what, th_host(t), want[i]->v + t->numel * k, (long)t->numel);
             }
             dl_step_end(ctx);
         }
@@ -518,17 +516,19 @@ static void test_decay_groups(void)
         dl_tensor *x = dl_randn(ctx, DL_SHAPE(2, 2, 4, 4));
         dl_tensor *w0 = g[0].params[0];
         float decay = (float)(1.0 - (double)1e-3f * (double)0.01f);
-        memcpy(before, fdata(w0), sizeof(float) * (size_t)w0->numel);
-        for (i = 0; i < 6; i++) memcpy(bias_before[i], fdata(g[1].params[i]), sizeof(float) * (size_t)g[1].params[i]->numel);
+        const float *after;
+        dl_read(w0, before, w0->numel);
+        for (i = 0; i < 6; i++) dl_read(g[1].params[i], bias_before[i], g[1].params[i]->numel);
         dl_optim_zero_grad(o);
         CHECK(dl_backward(dl_mul_scalar(dl_sum(dl_module_forward(m, x), DL_ALL, false), 0.0f)) == DL_OK,
               "backward: %s", dl_error_message(ctx));
         CHECK(dl_optim_step(o) == DL_OK, "step: %s", dl_error_message(ctx));
-        for (i = 0, ok = 1; i < w0->numel; i++)
-            ok &= fabsf(fdata(w0)[i] - before[i] * decay) <= 1e-7f * fabsf(before[i]);
+        after = th_host(w0);
+        for (i = 0, ok = after != NULL; ok && i < w0->numel; i++)
+            ok &= fabsf(after[i] - before[i] * decay) <= 1e-7f * fabsf(before[i]);
         CHECK(ok, "decay group 0: weights times (1 - lr*wd)");
         for (i = 0, ok = 1; i < 6; i++)
-            ok &= !memcmp(bias_before[i], fdata(g[1].params[i]), sizeof(float) * (size_t)g[1].params[i]->numel);
+            ok &= !memcmp(bias_before[i], th_host(g[1].params[i]), sizeof(float) * (size_t)g[1].params[i]->numel);
         CHECK(ok, "decay group 1: no weight decay (unchanged with zero grads)");
         dl_step_end(ctx);
     }
@@ -552,7 +552,7 @@ static size_t snap(dl_module *m, unsigned char *dst, size_t cap)
     for (i = 0; i < n; i++) {
         size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
         if (pos + b > cap) return 0;
-        memcpy(dst + pos, ts[i]->data, b);
+        memcpy(dst + pos, th_bytes(ts[i]), b);
         pos += b;
     }
     return pos;

@@ -537,7 +537,23 @@ static void misc_errors(void)
     /* devices */
     BAD(dl_to(t, dl_cuda(0)), DL_ERR_DEVICE, "CUDA");
     BAD(dl_to(t, dl_cuda(1)), DL_ERR_DEVICE, "cuda:1");
-    CHECK(dl_to(t, dl_cpu()) == t, "dl_to the same device returns t");
+    CHECK(dl_to(t, t->device) == t, "dl_to the same device returns t");
+    {   /* on cpu:0 (the host) dl_data gives the values in place; on a strict
+           device (DL_STRICT=1) it refuses, as on a GPU */
+        dl_tensor *h = dl_to(t, dl_cpu());
+        float *p;
+        CHECK(h && h->device.type == DL_DEVICE_CPU && h->device.index == 0 && dl_to(h, dl_cpu()) == h,
+              "dl_to cpu:0, then again: the same tensor");
+        p = dl_data(h);
+        CHECK(p && dl_read(t, buf, 6) == DL_OK && memcmp(p, buf, sizeof(float) * 6) == 0,
+              "dl_data of a cpu:0 tensor: %s", dl_error_message(C));
+        if (t->dev_->tag) {
+            CHECK(dl_data(t) == NULL, "dl_data of a tensor on strict %s", dl_device_name(t->device));
+            EXPECT_ERR(C, DL_ERR_DEVICE, "whose memory the host cannot address");
+        } else {
+            CHECK(dl_data(t) == (float *)t->data, "dl_data of a tensor on %s", dl_device_name(t->device));
+        }
+    }
     {
         dl_memory_stats ms;
         CHECK(dl_memory_stats_get(C, dl_cuda(0), &ms) == DL_ERR_DEVICE, "memory stats of cuda");

@@ -1,10 +1,31 @@
 /* tests/test_gemm.c - dl.h's own GEMM (dl__sgemm) against a double-precision
    reference: every transpose, odd and empty shapes, padded leading dims,
-   alpha/beta; the thread pool; bit-identical results across thread counts.
-   Args: quick (smaller sizes, for valgrind) | bench (adds a 512^3 timing). */
+   alpha/beta; the thread pool; bit-identical results across thread counts,
+   to the scalar twin of each path, and when the buffers cannot be had.
+   Args: quick (smaller sizes, for valgrind) | bench (adds a 512^3 timing).
+   The kernel tested is the one the build selects: built as `make test` does
+   (-O2) the portable one; the intrinsics paths need the same file built with
+   -march=native (AVX-512) or -mavx2 -mfma (AVX2+FMA). */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
+#include <stdlib.h>
+/* an allocator that can be told to fail */
+static int g_alloc_fail = 0;
+static void *test_malloc(size_t n)
+{
+    return g_alloc_fail ? NULL : malloc(n);
+}
+#define DL_MALLOC(sz) test_malloc(sz)
+#define DL_REALLOC(p, sz) realloc(p, sz)
+#define DL_FREE(p) free(p)
 #define DL_IMPLEMENTATION
+/* split every product that can be split, small ones included, into three
+   chunks per thread claimed in whatever order the threads get to them: the
+   results must not depend on it, and that is what the thread-count checks
+   check */
+#define DL__GEMM_PAR_MIN 0
+#define DL__GEMM_DYN 3
+#define DL__GEMM_CHUNK_SHARE 1e30
 #include "dl.h"
 
 static int g_fail = 0, g_checks = 0;
@@ -116,12 +137,25 @@ static void ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
         }
 }
 
+/* n floats at a 64-byte boundary, or (half the time) a random number of
+   floats past it: both the aligned and the unaligned code paths run */
+static float *alloc_floats(size_t n, void **base)
+{
+    size_t off = (rnd_u32() & 1) ? 0 : (size_t)rnd_range(1, 15);
+    if (posix_memalign(base, 64, sizeof(float) * (n + 16)) != 0) {
+        printf("test alloc failed\n");
+        exit(2);
+    }
+    return (float *)*base + off;
+}
+
 static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                      int64_t pad, float alpha, float beta)
 {
     g_checks++;
     int64_t lda, ldb, ldc, arows, brows, i, j;
     float *A, *B, *C0, *C, *Cfirst;
+    void *Abase, *Bbase;
     double *R, *S;
     int pi, bad = 0;
     lda = (ta ? M : K) + pad;
@@ -132,8 +166,13 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
     if (lda < 1) lda = 1;
     if (ldb < 1) ldb = 1;
     if (ldc < 1) ldc = 1;
-    A = (float *)malloc(sizeof(float) * (size_t)(arows * lda + 1));
-    B = (float *)malloc(sizeof(float) * (size_t)(brows * ldb + 1));
+    /* row strides of whole vectors half the time (aligned rows) */
+    if (pad > 0 && (rnd_u32() & 1)) {
+        lda = (lda + 15) / 16 * 16;
+        ldb = (ldb + 15) / 16 * 16;
+    }
+    A = alloc_floats((size_t)(arows * lda + 1), &Abase);
+    B = alloc_floats((size_t)(brows * ldb + 1), &Bbase);
     C0 = (float *)malloc(sizeof(float) * (size_t)(M * ldc + 1));
     C = (float *)malloc(sizeof(float) * (size_t)(M * ldc + 1));
     Cfirst = (float *)malloc(sizeof(float) * (size_t)(M * ldc + 1));
@@ -149,9 +188,9 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
     /* padding of A/B: put garbage to detect reads outside the matrix */
     if (pad > 0) {
         for (i = 0; i < arows; i++)
-            for (j = lda - pad; j < lda; j++) A[i * lda + j] = NAN;
+            for (j = ta ? M : K; j < lda; j++) A[i * lda + j] = NAN;
         for (i = 0; i < brows; i++)
-            for (j = ldb - pad; j < ldb; j++) B[i * ldb + j] = NAN;
+            for (j = tb ? K : N; j < ldb; j++) B[i * ldb + j] = NAN;
     }
     ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, R, S);
     for (pi = 0; pi < npools && !bad; pi++) {
@@ -160,7 +199,9 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
         for (i = 0; i < M && !bad; i++) {
             for (j = 0; j < N; j++) {
                 double got = C[i * ldc + j], want = R[i * N + j];
-                double tol = 1e-4 * S[i * N + j] + 1e-30;
+                /* the error bound of a K-term float sum (two roundings per
+                   term without FMA), plus the alpha/beta update */
+                double tol = 1.2e-7 * (double)(K + 8) * S[i * N + j] + 1e-30;
                 if (!(fabs(got - want) <= tol)) {
                     printf("FAIL: ta=%d tb=%d M=%ld N=%ld K=%ld pad=%ld alpha=%g beta=%g threads=%d at (%ld,%ld): "
                            "got %.9g want %.9g tol %g\n",
@@ -181,14 +222,33 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
         }
         if (pi == 0) {
             memcpy(Cfirst, C, sizeof(float) * (size_t)(M * ldc));
+            /* bit for bit what the scalar twin of the path taken gives */
+            if (!bad && K > 0 && alpha != 0.0f && M * N > 0) {
+                float *X = (float *)malloc(sizeof(float) * (size_t)(M * ldc));
+                if (!X) exit(2);
+                memcpy(X, C0, sizeof(float) * (size_t)(M * ldc));
+#ifdef DL__GEMM_DOT
+                if ((double)M * (double)N * (double)K >= DL__GEMM_REF_MAX && dl__gemm_use_dot(ta, tb, M, N, K))
+                    dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, beta, X, ldc);
+                else
+#endif
+                    dl__gemm_ref(ta, tb, M, N, K, dl__gemm_kc(K), alpha, A, lda, B, ldb, beta, X, ldc);
+                if (memcmp(X, C, sizeof(float) * (size_t)(M * ldc)) != 0) {
+                    printf("FAIL: not bit-identical to the scalar reference path: ta=%d tb=%d M=%ld N=%ld K=%ld "
+                           "alpha=%g beta=%g\n",
+                           (int)ta, (int)tb, (long)M, (long)N, (long)K, alpha, beta);
+                    bad = 1;
+                }
+                free(X);
+            }
         } else if (!bad && M * ldc > 0 && memcmp(Cfirst, C, sizeof(float) * (size_t)(M * ldc)) != 0) {
             printf("FAIL: not bit-identical across thread counts: ta=%d tb=%d M=%ld N=%ld K=%ld threads=%d\n",
                    (int)ta, (int)tb, (long)M, (long)N, (long)K, dl__pool_size(pools[pi]));
             bad = 1;
         }
     }
-    free(A);
-    free(B);
+    free(Abase);
+    free(Bbase);
     free(C0);
     free(C);
     free(Cfirst);
@@ -243,6 +303,188 @@ static void bench(dl__pool *p1, dl__pool *p2)
     free(C);
 }
 
+/* the shapes that reach every edge of the kernels: row counts around the
+   kernels' MR (4, 6, 8) and column counts around their vectors and NR (8,
+   16, 24, 32), K around the blocks (8-wide packing, 256 per K block, 512 per
+   chunk of the dot path), primes, 1 */
+static const int64_t g_edge_mn[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33,
+                                    37, 47, 48, 49, 53, 63, 64, 65, 97};
+static const int64_t g_edge_k[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 61, 127, 255, 256, 257, 263, 511, 513, 521};
+static const int64_t g_primes[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67,
+                                   71, 73, 79, 83, 89, 97, 101, 127, 131, 191, 257, 509, 521};
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static int64_t pick(const int64_t *v, int n)
+{
+    return v[rnd_u32() % (uint32_t)n];
+}
+
+static void random_case(dl__pool **pools, int npools, int64_t M, int64_t N, int64_t K)
+{
+    static const float alphas[] = {1.0f, 0.5f, -2.0f, 1.0f, 0.0f};
+    static const float betas[] = {0.0f, 1.0f, 0.25f, -1.0f, 0.0f};
+    check_one(pools, npools, (rnd_u32() & 1) != 0, (rnd_u32() & 1) != 0, M, N, K,
+              (rnd_u32() & 1) ? rnd_range(1, 17) : 0, alphas[rnd_u32() % 5], betas[rnd_u32() % 5]);
+}
+
+/* every edge: random combinations of the edge sizes and primes, all four
+   transposes, alpha/beta variants, padded leading dimensions, NaN-filled C
+   when beta == 0 */
+static void test_edges(dl__pool **pools, int npools, int quick)
+{
+    int t, n = quick ? 60 : 600;
+    for (t = 0; t < n; t++) {
+        int64_t M, N, K;
+        switch (t % 3) {
+        case 0:
+            M = pick(g_edge_mn, NELEM(g_edge_mn));
+            N = pick(g_edge_mn, NELEM(g_edge_mn));
+            K = pick(g_edge_k, NELEM(g_edge_k));
+            break;
+        case 1:
+            M = pick(g_primes, NELEM(g_primes));
+            N = pick(g_primes, NELEM(g_primes));
+            K = pick(g_primes, NELEM(g_primes));
+            break;
+        default:
+            M = pick(g_edge_mn, NELEM(g_edge_mn));
+            N = pick(g_primes, NELEM(g_primes));
+            K = pick(g_primes, NELEM(g_primes));
+            if (rnd_u32() & 1) {
+                int64_t x = M;
+                M = N;
+                N = x;
+            }
+            break;
+        }
+        if (quick && M * N * K > 200000) continue;
+        random_case(pools, npools, M, N, K);
+    }
+}
+
+/* the shapes of the models (scaled down where the reference would be slow)
+   and the blocking boundaries: several row blocks (MC), column blocks (NC),
+   K blocks, long K for the skinny paths, narrow C split by vectors */
+static void test_model_shapes(dl__pool **pools, int npools, int quick)
+{
+    static const int64_t shapes[][5] = {
+        /* ta tb M N K */
+        {0, 0, 6, 3136, 25},   {0, 0, 6, 3137, 25},  {0, 0, 16, 1200, 150}, {1, 0, 150, 1200, 16},
+        {0, 1, 6, 25, 5000},   {0, 1, 16, 150, 1300}, {0, 1, 16, 144, 1029}, {0, 1, 3, 250, 700},
+        {0, 1, 64, 7, 2000},   {0, 1, 1, 1, 3000},   {0, 1, 5, 241, 513},   {0, 1, 33, 19, 1500},
+        {0, 1, 256, 10, 84},   {0, 1, 256, 120, 400}, {0, 1, 256, 84, 120}, {0, 0, 256, 84, 10},
+        {1, 0, 10, 84, 256},   {1, 0, 84, 120, 256}, {0, 0, 32, 630, 288},  {1, 0, 144, 700, 16},
+        {0, 0, 1031, 37, 67},  {1, 1, 1031, 37, 67}, {0, 0, 37, 1031, 67},  {1, 1, 37, 1031, 67},
+        {0, 1, 40, 1100, 30},  {1, 0, 40, 1100, 30}, {0, 0, 9, 2100, 300},  {1, 1, 70, 90, 700},
+        {0, 0, 2, 20, 1100},   {1, 0, 3, 40, 1100},  {1, 1, 17, 33, 520},   {0, 0, 100, 1, 2000},
+    };
+    int k, v;
+    for (k = 0; k < NELEM(shapes); k++) {
+        int64_t M = shapes[k][2], N = shapes[k][3], K = shapes[k][4];
+        if (quick && M * N * K > 300000) continue;
+        for (v = 0; v < 3; v++) {
+            float alpha = v == 0 ? 1.0f : (v == 1 ? -0.5f : 2.0f), beta = v == 0 ? 0.0f : (v == 1 ? 1.0f : 0.5f);
+            check_one(pools, npools, shapes[k][0] != 0, shapes[k][1] != 0, M, N, K, v == 2 ? 5 : 0, alpha, beta);
+        }
+    }
+}
+
+/* no memory for the pack buffers: the scalar twins give the same bits */
+static void test_oom(dl__pool *pool)
+{
+    static const int64_t shapes[][5] = {
+        {0, 0, 37, 70, 300}, {1, 1, 70, 37, 45}, {0, 1, 6, 25, 3000}, {0, 1, 16, 150, 700}, {1, 0, 150, 300, 16},
+        {0, 0, 6, 3000, 25},
+    };
+    int k;
+    for (k = 0; k < NELEM(shapes); k++) {
+        bool ta = shapes[k][0] != 0, tb = shapes[k][1] != 0;
+        int64_t M = shapes[k][2], N = shapes[k][3], K = shapes[k][4], i;
+        int64_t lda = ta ? M : K, ldb = tb ? K : N;
+        float *A = (float *)malloc(sizeof(float) * (size_t)(M * K)), *B = (float *)malloc(sizeof(float) * (size_t)(K * N));
+        float *C1 = (float *)malloc(sizeof(float) * (size_t)(M * N)), *C2 = (float *)malloc(sizeof(float) * (size_t)(M * N));
+        g_checks++;
+        if (!A || !B || !C1 || !C2) exit(2);
+        for (i = 0; i < M * K; i++) A[i] = rnd_f();
+        for (i = 0; i < K * N; i++) B[i] = rnd_f();
+        for (i = 0; i < M * N; i++) C1[i] = C2[i] = rnd_f();
+        dl__sgemm(pool, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, 0.5f, C1, N);
+        g_alloc_fail = 1;
+        dl__sgemm(NULL, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, 0.5f, C2, N);
+        g_alloc_fail = 0;
+        if (memcmp(C1, C2, sizeof(float) * (size_t)(M * N)) != 0) {
+            printf("FAIL: out-of-memory path differs: ta=%d tb=%d M=%ld N=%ld K=%ld\n", (int)ta, (int)tb, (long)M,
+                   (long)N, (long)K);
+            g_fail++;
+        }
+        free(A);
+        free(B);
+        free(C1);
+        free(C2);
+    }
+}
+
+#ifndef DL_NO_THREADS
+/* two threads of the caller using one pool at once: the pool's parallel_for
+   and its cached pack buffers go to one of them, the other runs serially
+   with its own buffers; both results are bit-identical to a lone call */
+typedef struct {
+    dl__pool *pool;
+    const float *A, *B;
+    float *C;
+    int64_t M, N, K;
+    int reps;
+} conc_arg;
+
+static void *conc_main(void *varg)
+{
+    conc_arg *a = (conc_arg *)varg;
+    int r;
+    for (r = 0; r < a->reps; r++)
+        dl__sgemm(a->pool, r & 1, (r >> 1) & 1, a->M, a->N, a->K, 1.0f, a->A, (r & 1) ? a->M : a->K, a->B,
+                  ((r >> 1) & 1) ? a->K : a->N, 0.0f, a->C, a->N);
+    return NULL;
+}
+
+static void test_concurrent(dl__pool *pool, int quick)
+{
+    const int64_t M = 70, N = 150, K = 200;
+    float *A = (float *)malloc(sizeof(float) * (size_t)(M * K)), *B = (float *)malloc(sizeof(float) * (size_t)(K * N));
+    float *C[3];
+    pthread_t th[2];
+    conc_arg ca[2];
+    int64_t i;
+    int k, ok = 1;
+    g_checks++;
+    for (k = 0; k < 3; k++) C[k] = (float *)malloc(sizeof(float) * (size_t)(M * N));
+    if (!A || !B || !C[0] || !C[1] || !C[2]) exit(2);
+    for (i = 0; i < M * K; i++) A[i] = rnd_f();
+    for (i = 0; i < K * N; i++) B[i] = rnd_f();
+    /* reps = 3 (mod 4): the last call of both has ta = 0, tb = 1 */
+    for (k = 0; k < 2; k++) {
+        ca[k].pool = pool;
+        ca[k].A = A;
+        ca[k].B = B;
+        ca[k].C = C[k];
+        ca[k].M = M;
+        ca[k].N = N;
+        ca[k].K = K;
+        ca[k].reps = quick ? 7 : 203;
+        if (pthread_create(&th[k], NULL, conc_main, &ca[k]) != 0) ok = 0;
+    }
+    for (k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    dl__sgemm(NULL, false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C[2], N);
+    if (!ok || memcmp(C[0], C[2], sizeof(float) * (size_t)(M * N)) != 0 ||
+        memcmp(C[1], C[2], sizeof(float) * (size_t)(M * N)) != 0) {
+        printf("FAIL: concurrent dl__sgemm on one pool\n");
+        g_fail++;
+    }
+    free(A);
+    free(B);
+    for (k = 0; k < 3; k++) free(C[k]);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     dl__pool *pools[3];
@@ -271,6 +513,15 @@ int main(int argc, char **argv)
         printf("FAIL: pool create\n");
         return 1;
     }
+    printf("kernel %dx%d (%s)\n", DL__GEMM_MR, DL__GEMM_NR,
+#if defined(DL__GEMM_AVX512)
+           "AVX-512"
+#elif defined(DL__GEMM_AVX2)
+           "AVX2+FMA"
+#else
+           "portable C"
+#endif
+    );
     printf("pool sizes: %d %d %d (auto: ", dl__pool_size(pools[0]), dl__pool_size(pools[1]),
            dl__pool_size(pools[2]));
     {
@@ -311,6 +562,12 @@ int main(int argc, char **argv)
         check_one(pools, npools, (rnd_u32() & 1) != 0, (rnd_u32() & 1) != 0, M, N, K,
                   (rnd_u32() & 1) ? rnd_range(1, 20) : 0, alphas[rnd_u32() % 4], betas[rnd_u32() % 4]);
     }
+    test_edges(pools, npools, quick);
+    test_model_shapes(pools, npools, quick);
+#ifndef DL_NO_THREADS
+    test_concurrent(pools[1], quick);
+#endif
+    test_oom(pools[1]);
     /* NULL pool */
     {
         dl__pool *np[1];

@@ -20,7 +20,7 @@ enum {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAXIMUM, OP_MINIMUM,
     OP_ADDS, OP_SUBS, OP_MULS, OP_DIVS, OP_RSUBS, OP_POW,
     OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_ABS, OP_ERF, OP_CLAMP, OP_RELU, OP_LEAKY,
-    OP_SIGMOID, OP_TANH, OP_GELU,
+    OP_SIGMOID, OP_TANH, OP_GELU, OP_SILU,
     OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_VAR,
     OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
     OP_RESHAPE, OP_FLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
@@ -117,6 +117,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_SIGMOID: return dl_sigmoid(a);
     case OP_TANH: return dl_tanh(a);
     case OP_GELU: return dl_gelu(a);
+    case OP_SILU: return dl_silu(a);
     case OP_SUM: return dl_sum(a, p->sh, p->keep);
     case OP_MEAN: return dl_mean(a, p->sh, p->keep);
     case OP_MAX: return dl_max(a, p->sh, p->keep);
@@ -169,10 +170,10 @@ static uint64_t lcg(uint64_t *s) { *s = *s * 6364136223846793005ull + 1442695040
 
 static void fill(dl_tensor *t, int kind)
 {
-    float *d = dl_data(t);
     int64_t i, n = t->numel;
+    float *d = (float *)malloc(sizeof(float) * (size_t)(n ? n : 1));
     uint64_t s = g_seed * 7919u + 17u;
-    if (!d) return;
+    if (!d) { CHECK(0, "fill: out of host memory"); return; }
     if (kind == F_DA || kind == F_DB) {
         float off = kind == F_DA ? 0.06f : 0.14f;
         for (i = 0; i < n; i++) d[i] = (float)(i - n / 2) * 0.2f + off;
@@ -190,8 +191,10 @@ static void fill(dl_tensor *t, int kind)
         dl_tensor *r;
         dl_manual_seed(G, g_seed);
         r = dl_randn(G, dl_shape_make(t->ndim, t->shape));
-        if (r) memcpy(d, dl_data(r), sizeof(float) * (size_t)n);
+        if (!r || dl_read(r, d, n) != DL_OK) CHECK(0, "fill: randn: %s", dl_error_message(G));
     }
+    if (dl_write(t, d, n) != DL_OK) CHECK(0, "fill: dl_write: %s", dl_error_message(G));
+    free(d);
 }
 
 static void shape_str(char *b, size_t cap, dl_shape s)
@@ -432,14 +435,14 @@ static void custom_vs_builtin(void)
     y2 = dl_sigmoid(x);
     CHECK(y1 && y2 && y1->requires_grad && dl_same_shape(y1, x), "custom sigmoid output: %s", dl_error_message(G));
     if (!y1 || !y2) return;
-    CHECK(th_close(dl_data(y1), dl_data(y2), (long)x->numel, 1e-5, 1e-6, &where),
+    CHECK(th_close(th_host(y1), th_host(y2), (long)x->numel, 1e-5, 1e-6, &where),
           "custom sigmoid value differs from dl_sigmoid at %ld", where);
     CHECK(dl_grad(dl_sum(dl_mul(y1, w), DL_ALL, false), 1, &x, &g1, &bd) == DL_OK && g1,
           "dl_grad through custom: %s", dl_error_message(G));
     CHECK(dl_grad(dl_sum(dl_mul(y2, w), DL_ALL, false), 1, &x, &g2, &bd) == DL_OK && g2,
           "dl_grad through dl_sigmoid: %s", dl_error_message(G));
     if (g1 && g2) {
-        CHECK(th_close(dl_data(g1), dl_data(g2), (long)x->numel, 1e-5, 1e-6, &where),
+        CHECK(th_close(th_host(g1), th_host(g2), (long)x->numel, 1e-5, 1e-6, &where),
               "custom sigmoid gradient differs from dl_sigmoid's at %ld", where);
         CHECK(g1->requires_grad && g2->requires_grad, "create_graph gradients carry history");
         CHECK(dl_grad(dl_sum(g1, DL_ALL, false), 1, &x, &h1, NULL) == DL_OK && h1,
@@ -447,7 +450,7 @@ static void custom_vs_builtin(void)
         CHECK(dl_grad(dl_sum(g2, DL_ALL, false), 1, &x, &h2, NULL) == DL_OK && h2,
               "second derivative through dl_sigmoid: %s", dl_error_message(G));
         if (h1 && h2)
-            CHECK(th_close(dl_data(h1), dl_data(h2), (long)x->numel, 1e-4, 1e-6, &where),
+            CHECK(th_close(th_host(h1), th_host(h2), (long)x->numel, 1e-4, 1e-6, &where),
                   "custom sigmoid second derivative differs from dl_sigmoid's at %ld", where);
     }
     /* ->grad through dl_backward too */
@@ -460,7 +463,7 @@ static void custom_vs_builtin(void)
         CHECK(dl_backward(dl_sum(dl_mul(dl_sigmoid(xb), w), DL_ALL, false)) == DL_OK,
               "backward through dl_sigmoid: %s", dl_error_message(G));
         CHECK(xa && xb && xa->grad && xb->grad &&
-              th_close(dl_data(xa->grad), dl_data(xb->grad), (long)x->numel, 1e-5, 1e-6, &where),
+              th_close(th_host(xa->grad), th_host(xb->grad), (long)x->numel, 1e-5, 1e-6, &where),
               "custom vs dl_sigmoid ->grad differ at %ld", where);
     }
     dl_clear_error(G);
@@ -488,10 +491,10 @@ static void second_order_closed_form(void)
     CHECK(dl_grad(dl_sum(dl_pow(dl_tanh(x), 3.0f), DL_ALL, false), 1, &x, &g, &bd) == DL_OK && g,
           "first-order grad: %s", dl_error_message(G));
     if (g) {
-        CHECK(th_close(dl_data(g), want_g, 6, 1e-4, 1e-5, &where), "d/dx sum(tanh^3) wrong at %ld", where);
+        CHECK(th_close(th_host(g), want_g, 6, 1e-4, 1e-5, &where), "d/dx sum(tanh^3) wrong at %ld", where);
         CHECK(dl_grad(dl_sum(dl_mul(g, v), DL_ALL, false), 1, &x, &h, NULL) == DL_OK && h,
               "second-order grad: %s", dl_error_message(G));
-        if (h) CHECK(th_close(dl_data(h), want_h, 6, 1e-3, 1e-5, &where), "Hessian-vector wrong at %ld", where);
+        if (h) CHECK(th_close(th_host(h), want_h, 6, 1e-3, 1e-5, &where), "Hessian-vector wrong at %ld", where);
     }
     dl_clear_error(G);
     dl_step_end(G);
@@ -551,6 +554,7 @@ int main(void)
     unary_cases("dl_sigmoid", mk(OP_SIGMOID), F_RANDN);
     unary_cases("dl_tanh", mk(OP_TANH), F_RANDN);
     unary_cases("dl_gelu", mk(OP_GELU), F_RANDN);
+    unary_cases("dl_silu", mk(OP_SILU), F_RANDN);
 
     /* reductions */
     reduce_cases("dl_sum", OP_SUM, F_RANDN);

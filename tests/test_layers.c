@@ -11,7 +11,7 @@ static dl_ctx *ctx;
 
 static int same(dl_tensor *a, dl_tensor *b)
 {
-    return a && b && dl_same_shape(a, b) && memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel) == 0;
+    return a && b && dl_same_shape(a, b) && th_same_bytes(a, b);
 }
 
 static void test_names(void)
@@ -34,10 +34,10 @@ static void test_names(void)
     CHECK(ts[0]->ndim == 4 && ts[0]->shape[0] == 6 && ts[0]->shape[1] == 1 && ts[0]->shape[3] == 5, "conv weight (6,1,5,5)");
     CHECK(dl_module_num_params(net) == 150 + 6 + 12 + 11760 + 10, "num_params %lld", (long long)dl_module_num_params(net));
     {   /* conv init: kaiming_uniform(a=sqrt5) = U(-1/sqrt(fan_in), +), bias the same bound */
-        float *w = (float *)ts[0]->data, bound = 1.0f / sqrtf(25.0f), mx = 0;
+        float *w = th_host(ts[0]), bound = 1.0f / sqrtf(25.0f), mx = 0;
         for (i = 0; i < 150; i++) if (fabsf(w[i]) > mx) mx = fabsf(w[i]);
         CHECK(mx <= bound && mx > 0.8f * bound, "conv weight bound %g vs %g", (double)mx, (double)bound);
-        CHECK(((float *)ts[2]->data)[0] == 1 && ((float *)ts[3]->data)[0] == 0 && ((float *)ts[5]->data)[0] == 1, "bn init");
+        CHECK(th_f(ts[2], 0) == 1 && th_f(ts[3], 0) == 0 && th_f(ts[5], 0) == 1, "bn init");
     }
     {   /* transposed conv weight is (in, out/groups, k...) */
         dl_conv_desc g2 = dl_conv_desc_make(2, 1, 1, 2);
@@ -69,7 +69,8 @@ static void test_forward(void)
         dl_module *dr = dl_nn_dropout(ctx, 0.5f);
         dl_tensor *y = dl_module_forward(dr, x2);
         int64_t i, zeros = 0;
-        for (i = 0; i < y->numel; i++) zeros += ((float *)y->data)[i] == 0.0f;
+        float *yh = th_host(y);
+        for (i = 0; i < y->numel; i++) zeros += yh[i] == 0.0f;
         CHECK(zeros > y->numel / 4 && zeros < 3 * y->numel / 4, "Dropout train drops about half (%lld of %lld)", (long long)zeros, (long long)y->numel);
         dl_module_train(dr, false);
         CHECK(same(dl_module_forward(dr, x2), x2), "Dropout eval is the identity");
@@ -83,18 +84,18 @@ static void test_batch_norm(void)
     dl_tensor *rm = dl_module_get(bn, "running_mean"), *rv = dl_module_get(bn, "running_var");
     y = dl_module_forward(bn, x);
     m = dl_mean(y, DL_DIMS(0, 2, 3), false);
-    CHECK(m && fabsf(((float *)m->data)[1]) < 1e-5f, "train mode normalizes with batch stats");
+    CHECK(m && fabsf(th_f(m, 1)) < 1e-5f, "train mode normalizes with batch stats");
     {
         dl_tensor *bm = dl_mean(x, DL_DIMS(0, 2, 3), false), *bv = dl_var(x, DL_DIMS(0, 2, 3), 1, false);
-        CHECK(fabsf(((float *)rm->data)[0] - 0.1f * ((float *)bm->data)[0]) < 1e-5f, "running_mean = 0.1 * mean");
-        CHECK(fabsf(((float *)rv->data)[0] - (0.9f + 0.1f * ((float *)bv->data)[0])) < 1e-4f, "running_var uses unbiased var");
+        CHECK(fabsf(th_f(rm, 0) - 0.1f * th_f(bm, 0)) < 1e-5f, "running_mean = 0.1 * mean");
+        CHECK(fabsf(th_f(rv, 0) - (0.9f + 0.1f * th_f(bv, 0))) < 1e-4f, "running_var uses unbiased var");
     }
-    CHECK(((int64_t *)dl_module_get(bn, "num_batches_tracked")->data)[0] == 1, "num_batches_tracked counts");
+    CHECK(th_i64(dl_module_get(bn, "num_batches_tracked"), 0) == 1, "num_batches_tracked counts");
     dl_module_train(bn, false);
     y = dl_module_forward(bn, x);
-    CHECK(y && fabsf(((float *)y->data)[0] - (((float *)x->data)[0] - ((float *)rm->data)[0]) / sqrtf(((float *)rv->data)[0] + 1e-5f)) < 1e-5f,
+    CHECK(y && fabsf(th_f(y, 0) - (th_f(x, 0) - th_f(rm, 0)) / sqrtf(th_f(rv, 0) + 1e-5f)) < 1e-5f,
           "eval mode uses running stats");
-    CHECK(((int64_t *)dl_module_get(bn, "num_batches_tracked")->data)[0] == 1, "eval does not count");
+    CHECK(th_i64(dl_module_get(bn, "num_batches_tracked"), 0) == 1, "eval does not count");
     CHECK(dl_module_forward(bn, dl_randn(ctx, DL_SHAPE(8, 3))) == NULL, "BatchNorm2d refuses 2-D input");
     EXPECT_ERR(ctx, DL_ERR_SHAPE, "BatchNorm2d");
     CHECK(dl_module_forward(dl_nn_batch_norm1d(ctx, 3), dl_randn(ctx, DL_SHAPE(8, 3))) != NULL, "BatchNorm1d (N,C)");
@@ -116,7 +117,7 @@ static void test_checkpoint(void)
     CHECK(dl_load("build/test_layers.safetensors", b, NULL) == DL_OK, "load: %s", dl_error_message(ctx));
     n = dl_module_named_tensors(a, false, 16, ta, NULL);
     dl_module_named_tensors(b, false, 16, tb, NULL);
-    for (i = 0; i < n; i++) if (memcmp(ta[i]->data, tb[i]->data, (size_t)ta[i]->numel * (ta[i]->dtype == DL_DTYPE_I64 ? 8 : 4))) ok = 0;
+    for (i = 0; i < n; i++) if (!th_same_bytes(ta[i], tb[i])) ok = 0;
     CHECK(ok && n == 7, "every parameter and buffer restored (%d)", n);
     dl_module_train(a, false);
     dl_module_train(b, false);

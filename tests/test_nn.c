@@ -155,7 +155,6 @@ static void cmp(const char *what, const float *got, const float *want, long n)
 
 /* ------------------------------------------------------------------ helpers */
 
-static float *fdata(dl_tensor *t) { return (float *)t->data; }
 
 static dl_tensor *mse(dl_module *m, dl_tensor *x, dl_tensor *y)
 {
@@ -172,7 +171,7 @@ static dl_tensor *block_forward(dl_module *m, dl_tensor *x)
 {
     block_state *s = (block_state *)dl_module_state(m);
     dl_tensor *h = dl_module_forward(s->fc2, dl_module_forward(s->act, dl_module_forward(s->fc1, x)));
-    if (dl_module_training(m) && x) fdata(s->running)[0] += 1.0f;
+    if (dl_module_training(m) && x) th_set(s->running, 0, th_f(s->running, 0) + 1.0f);
     return dl_add(x, dl_mul(h, s->scale));
 }
 
@@ -231,7 +230,7 @@ static void test_modules(void)
         dl_tensor *ref = dl_add(dl_matmul(dl_relu(dl_add(dl_matmul(x, dl_transpose(ts[0], 0, 1)), ts[1])),
                                           dl_transpose(ts[2], 0, 1)), ts[3]);
         CHECK(y && ref && y->ndim == 2 && y->shape[0] == 5 && y->shape[1] == 2 &&
-              th_close(fdata(y), fdata(ref), 10, 1e-6, 1e-6, NULL), "sequential forward");
+              th_close(th_host(y), th_host(ref), 10, 1e-6, 1e-6, NULL), "sequential forward");
     }
     CHECK(dl_module_forward(seq, NULL) == NULL && dl_last_error(ctx) == DL_OK, "NULL x: NULL, silently");
     CHECK(dl_module_forward(seq, dl_randn(ctx, DL_SHAPE(5, 7))) == NULL, "bad in_features");
@@ -266,7 +265,7 @@ static void test_modules(void)
     loss = dl_mean(dl_module_forward(head, dl_module_forward(blk, x)), DL_ALL, false);
     CHECK(loss && dl_backward(loss) == DL_OK, "backward through nested modules");
     for (i = 0; i < n; i++) CHECK(ts[i]->grad != NULL, "grad for %s", names[i]);
-    CHECK(fdata(dl_module_get(net, "block.running"))[0] == 1.0f, "buffer updated in training");
+    CHECK(th_host(dl_module_get(net, "block.running"))[0] == 1.0f, "buffer updated in training");
 
     /* train / eval propagate */
     CHECK(dl_module_training(net) && dl_module_training(mods[1]), "training by default");
@@ -274,13 +273,13 @@ static void test_modules(void)
     CHECK(!dl_module_training(net) && !dl_module_training(blk) && !dl_module_training(mods[2]) &&
           !dl_module_training(dl_module_child(blk, "fc1")), "eval propagates");
     dl_module_forward(blk, x);
-    CHECK(fdata(dl_module_get(net, "block.running"))[0] == 1.0f, "buffer not updated in eval");
+    CHECK(th_host(dl_module_get(net, "block.running"))[0] == 1.0f, "buffer not updated in eval");
     dl_module_train(blk, true);
     CHECK(!dl_module_training(net) && dl_module_training(blk) && dl_module_training(dl_module_child(blk, "fc2")), "train subtree");
 
     /* zero_grad */
     dl_module_zero_grad(net);
-    CHECK(fdata(ts[0]->grad)[0] == 0.0f && fdata(ts[7]->grad)[1] == 0.0f, "zero_grad");
+    CHECK(th_host(ts[0]->grad)[0] == 0.0f && th_host(ts[7]->grad)[1] == 0.0f, "zero_grad");
 
     /* shared parameters are counted once */
     {
@@ -322,8 +321,8 @@ static void test_modules(void)
         dl_tensor *f = dl_module_forward(dl_nn_flatten(ctx), im);
         dl_tensor *g = dl_module_forward(dl_nn_gelu(ctx), im), *s = dl_module_forward(dl_nn_sigmoid(ctx), im);
         CHECK(f && f->ndim == 2 && f->shape[0] == 2 && f->shape[1] == 60, "flatten(1,-1)");
-        CHECK(g && s && th_close(fdata(g), fdata(dl_gelu(im)), 120, 0, 0, NULL) &&
-              th_close(fdata(s), fdata(dl_sigmoid(im)), 120, 0, 0, NULL), "gelu, sigmoid modules");
+        CHECK(g && s && th_close(th_host(g), th_host(dl_gelu(im)), 120, 0, 0, NULL) &&
+              th_close(th_host(s), th_host(dl_sigmoid(im)), 120, 0, 0, NULL), "gelu, sigmoid modules");
     }
     dl_step_end(ctx);
     /* parameters work across steps (persistent) */
@@ -351,37 +350,37 @@ static void test_init(void)
     dl_tensor *w = dl_module_get(lin, "weight"), *b = dl_module_get(lin, "bias"), *t;
     double mean, sd, amax, bound = 1.0 / 16.0;
     /* Linear: U(-1/sqrt(in), 1/sqrt(in)) for both */
-    stats(fdata(w), (long)w->numel, &mean, &sd, &amax);
+    stats(th_host(w), (long)w->numel, &mean, &sd, &amax);
     CHECK(amax <= bound && amax > 0.99 * bound, "linear weight bound %g vs %g", amax, bound);
     CHECK(fabs(mean) < 0.002 && fabs(sd - bound / sqrt(3.0)) < 0.02 * bound / sqrt(3.0), "linear weight stats %g %g", mean, sd);
-    stats(fdata(b), (long)b->numel, &mean, &sd, &amax);
+    stats(th_host(b), (long)b->numel, &mean, &sd, &amax);
     CHECK(amax <= bound && amax > 0.95 * bound, "linear bias bound %g", amax);
 
     t = dl_keep(dl_zeros(ctx, DL_SHAPE(128, 64, 3, 3)));
     CHECK(dl_fan_in(t) == 576 && dl_fan_out(t) == 1152, "fans %lld %lld", (long long)dl_fan_in(t), (long long)dl_fan_out(t));
     dl_init_kaiming_uniform(t, 0.0f);   /* bound sqrt(6/576) */
-    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    stats(th_host(t), (long)t->numel, &mean, &sd, &amax);
     bound = sqrt(6.0 / 576.0);
     CHECK(amax <= bound * (1 + 1e-6) && amax > 0.999 * bound && fabs(sd - bound / sqrt(3.0)) < 0.01 * bound,
           "kaiming_uniform %g %g", amax, sd);
     dl_init_kaiming_normal(t, 0.1f);    /* std sqrt(2/1.01)/24 */
-    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    stats(th_host(t), (long)t->numel, &mean, &sd, &amax);
     CHECK(fabs(sd - sqrt(2.0 / 1.01) / 24.0) < 0.01 * sd && fabs(mean) < 0.01 * sd, "kaiming_normal sd %g", sd);
     dl_init_xavier_uniform(t, 2.0f);    /* bound 2*sqrt(6/(576+1152)) */
-    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    stats(th_host(t), (long)t->numel, &mean, &sd, &amax);
     bound = 2.0 * sqrt(6.0 / 1728.0);
     CHECK(amax <= bound * (1 + 1e-6) && amax > 0.999 * bound, "xavier_uniform %g vs %g", amax, bound);
     dl_init_xavier_normal(t, 1.0f);
-    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    stats(th_host(t), (long)t->numel, &mean, &sd, &amax);
     CHECK(fabs(sd - sqrt(2.0 / 1728.0)) < 0.01 * sd, "xavier_normal sd %g", sd);
     dl_init_normal(t, 3.0f, 0.5f);
-    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    stats(th_host(t), (long)t->numel, &mean, &sd, &amax);
     CHECK(fabs(mean - 3.0) < 0.01 && fabs(sd - 0.5) < 0.01, "normal %g %g", mean, sd);
     dl_init_uniform(t, -2.0f, 1.0f);
-    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    stats(th_host(t), (long)t->numel, &mean, &sd, &amax);
     CHECK(fabs(mean + 0.5) < 0.01 && amax <= 2.0, "uniform %g", mean);
     dl_init_constant(t, 0.25f);
-    stats(fdata(t), (long)t->numel, &mean, &sd, &amax);
+    stats(th_host(t), (long)t->numel, &mean, &sd, &amax);
     CHECK(mean == 0.25 && sd == 0.0, "constant");
     /* 1-D: no fan */
     dl_init_kaiming_uniform(b, 0.0f);
@@ -391,7 +390,7 @@ static void test_init(void)
     {
         dl_ctx *c2 = new_ctx(5);
         dl_module *l2 = dl_nn_linear(c2, 256, 512, true);
-        CHECK(memcmp(fdata(dl_module_get(l2, "weight")), fdata(w), 4 * (size_t)w->numel) == 0, "seeded init is reproducible");
+        CHECK(memcmp(th_host(dl_module_get(l2, "weight")), th_host(w), 4 * (size_t)w->numel) == 0, "seeded init is reproducible");
         dl_ctx_free(c2);
     }
     dl_ctx_free(ctx);
@@ -425,8 +424,8 @@ static dl_module *golden_linear(dl_ctx *ctx, dl_tensor **x, dl_tensor **y)
     dl_module *lin = dl_nn_linear(ctx, 4, 3, true);
     const grec *w0 = g_get("init/weight"), *b0 = g_get("init/bias"), *gx = g_get("data/x"), *gy = g_get("data/y");
     if (!lin || !w0 || !b0 || !gx || !gy) return NULL;
-    memcpy(fdata(dl_module_get(lin, "weight")), w0->v, 4 * 12);
-    memcpy(fdata(dl_module_get(lin, "bias")), b0->v, 4 * 3);
+    th_put(dl_module_get(lin, "weight"), w0->v);
+    th_put(dl_module_get(lin, "bias"), b0->v);
     *x = dl_keep(dl_from_array(ctx, DL_SHAPE(8, 4), gx->v));
     *y = dl_keep(dl_from_array(ctx, DL_SHAPE(8, 3), gy->v));
     return lin;
@@ -462,11 +461,11 @@ static void test_optim_golden(void)
                 break;
             }
             snprintf(what, sizeof what, "%s step %d weight", cfgs[c], s + 1);
-            cmp(what, fdata(w), gw->v + 12 * s, 12);
+            cmp(what, th_host(w), gw->v + 12 * s, 12);
             snprintf(what, sizeof what, "%s step %d bias", cfgs[c], s + 1);
-            cmp(what, fdata(b), gb->v + 3 * s, 3);
+            cmp(what, th_host(b), gb->v + 3 * s, 3);
             for (i = 0; i < 12; i++) {
-                double r = fabs(fdata(w)[i] - gw->v[12 * s + i]) / fabs(gw->v[12 * s + i]);
+                double r = fabs(th_host(w)[i] - gw->v[12 * s + i]) / fabs(gw->v[12 * s + i]);
                 if (r > worst) worst = r;
             }
             dl_step_end(ctx);
@@ -495,9 +494,9 @@ static void test_clip_sched(void)
         snprintf(what, sizeof what, "clip %g total norm", (double)mn->v[k]);
         cmp(what, &total, &tn->v[k], 1);
         snprintf(what, sizeof what, "clip %g grad weight", (double)mn->v[k]);
-        cmp(what, fdata(dl_module_get(lin, "weight")->grad), gw->v + 12 * k, 12);
+        cmp(what, th_host(dl_module_get(lin, "weight")->grad), gw->v + 12 * k, 12);
         snprintf(what, sizeof what, "clip %g grad bias", (double)mn->v[k]);
-        cmp(what, fdata(dl_module_get(lin, "bias")->grad), gb->v + 3 * k, 3);
+        cmp(what, th_host(dl_module_get(lin, "bias")->grad), gb->v + 3 * k, 3);
         dl_step_end(ctx);
     }
     {   /* no grads: 0 */
@@ -528,10 +527,13 @@ static void test_optim_misc(void)
     dl_adam_desc ad; memset(&ad, 0, sizeof ad);
     dl_sgd_desc sd;
     dl_optim *o, *o2;
-    dl_memory_stats m1, m2;
+    dl_memory_stats m1[2], m2[2];   /* on the host (cpu:0) and on the default device */
+    dl_device dev[2];
     dl_module *lin;
     dl_tensor *x, *y;
-    int i;
+    int i, k;
+    dev[0] = dl_cpu();
+    dev[1] = dl_ctx_device(ctx);
     dl_requires_grad(a, true);
     dl_requires_grad(b, true);
     ps[0] = a; ps[1] = b; ps[2] = a;     /* a duplicate is used once */
@@ -540,13 +542,13 @@ static void test_optim_misc(void)
     /* only a gets a gradient: b is skipped */
     dl_backward(dl_sum(dl_mul(a, a), DL_ALL, false));
     CHECK(dl_optim_step(o) == DL_OK, "step");
-    CHECK(fdata(a)[0] < 1.0f && fdata(b)[0] == 1.0f && fdata(b)[1] == 1.0f, "param without grad skipped");
+    CHECK(th_host(a)[0] < 1.0f && th_host(b)[0] == 1.0f && th_host(b)[1] == 1.0f, "param without grad skipped");
     CHECK(o->pstep[0] == 1 && o->pstep[1] == 0 && dl_optim_steps(o) == 1, "per-param step counts");
     /* lr get/set */
     dl_optim_set_lr(o, 0.5f);
     CHECK(dl_optim_lr(o) == 0.5f, "set_lr");
     dl_optim_zero_grad(o);
-    CHECK(fdata(a->grad)[0] == 0.0f, "optim zero_grad");
+    CHECK(th_host(a->grad)[0] == 0.0f, "optim zero_grad");
     dl_optim_free(o);
     /* bad descriptors */
     memset(&sd, 0, sizeof sd);
@@ -585,18 +587,21 @@ static void test_optim_misc(void)
         dl_optim_zero_grad(o);
         dl_backward(mse(lin, x, y));
         dl_clip_grad_norm(lin, 1.0f);
-        dl_memory_stats_get(ctx, dl_cpu(), &m1);
+        for (k = 0; k < 2; k++) dl_memory_stats_get(ctx, dev[k], &m1[k]);
         before = (uint64_t)cnt_calls;
         dl_optim_step(i % 2 ? o : o2);
-        dl_memory_stats_get(ctx, dl_cpu(), &m2);
-        CHECK(m1.alloc_calls == m2.alloc_calls && before == (uint64_t)cnt_calls &&
-              m1.persistent_bytes == m2.persistent_bytes, "step %d allocated", i);
-        if (i == 2) dl_memory_stats_get(ctx, dl_cpu(), &m1);
+        for (k = 0; k < 2; k++) {
+            dl_memory_stats_get(ctx, dev[k], &m2[k]);
+            CHECK(m1[k].alloc_calls == m2[k].alloc_calls && before == (uint64_t)cnt_calls &&
+                  m1[k].persistent_bytes == m2[k].persistent_bytes, "step %d allocated on %s", i,
+                  dl_device_name(dev[k]));
+        }
+        if (i == 2) for (k = 0; k < 2; k++) dl_memory_stats_get(ctx, dev[k], &m1[k]);
         dl_step_end(ctx);
-        if (i == 5) {
-            dl_memory_stats_get(ctx, dl_cpu(), &m2);
-            CHECK(m2.alloc_calls == m1.alloc_calls, "loop allocated %llu times after step 2",
-                  (unsigned long long)(m2.alloc_calls - m1.alloc_calls));
+        if (i == 5) for (k = 0; k < 2; k++) {
+            dl_memory_stats_get(ctx, dev[k], &m2[k]);
+            CHECK(m2[k].alloc_calls == m1[k].alloc_calls, "loop allocated %llu times on %s after step 2",
+                  (unsigned long long)(m2[k].alloc_calls - m1[k].alloc_calls), dl_device_name(dev[k]));
         }
     }
     dl_ctx_free(ctx);
@@ -656,7 +661,7 @@ static size_t snap(dl_module *m, unsigned char *dst, size_t cap)
     for (i = 0; i < n; i++) {
         size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
         if (pos + b > cap) return 0;
-        memcpy(dst + pos, ts[i]->data, b);
+        memcpy(dst + pos, th_bytes(ts[i]), b);
         pos += b;
     }
     return pos;
@@ -710,8 +715,8 @@ static void test_torch_written(void)
     dl_result r = dl_load("tests/golden/torch_written.safetensors", lin, NULL);
     CHECK(r == DL_OK, "load torch-written file: %s", dl_error_message(ctx));
     if (r == DL_OK && w && b) {
-        CHECK(memcmp(fdata(dl_module_get(lin, "weight")), w->v, 60) == 0, "torch weight exact");
-        CHECK(memcmp(fdata(dl_module_get(lin, "bias")), b->v, 12) == 0, "torch bias exact");
+        CHECK(memcmp(th_host(dl_module_get(lin, "weight")), w->v, 60) == 0, "torch weight exact");
+        CHECK(memcmp(th_host(dl_module_get(lin, "bias")), b->v, 12) == 0, "torch bias exact");
     }
     /* with an optimizer, the torch file has no optimizer state */
     {
@@ -790,7 +795,7 @@ static void test_bad_files(void)
     /* a good hand-made file loads */
     write_st(path, "{" WB "," BB ",\"__metadata__\":{\"format\":\"pt\",\"k\":\"a\\u00e9\\ud83d\\ude00\\n\"}}", data, 24, 0, 0);
     CHECK(dl_load(path, lin, NULL) == DL_OK, "hand-made file: %s", dl_error_message(ctx));
-    CHECK(memcmp(fdata(dl_module_get(lin, "weight")), data, 16) == 0 && memcmp(fdata(dl_module_get(lin, "bias")), data + 16, 8) == 0, "values");
+    CHECK(memcmp(th_host(dl_module_get(lin, "weight")), data, 16) == 0 && memcmp(th_host(dl_module_get(lin, "bias")), data + 16, 8) == 0, "values");
     nb = snap(lin, before, sizeof before);
     for (i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
         dl_result r;
@@ -863,8 +868,8 @@ static int write_for_torch(const char *path)
         dl_optim_zero_grad(o);
         dl_step_end(ctx);
     }
-    for (i = 0; i < 15; i++) fdata(w)[i] = (float)i * 0.125f - 1.0f;
-    fdata(b)[0] = 0.5f; fdata(b)[1] = -0.25f; fdata(b)[2] = 2.0f;
+    for (i = 0; i < 15; i++) th_set(w, i, (float)i * 0.125f - 1.0f);
+    th_set(b, 0, 0.5f); th_set(b, 1, -0.25f); th_set(b, 2, 2.0f);
     r = dl_save(path, lin, o);
     if (r != DL_OK) printf("ERROR: %s\n", dl_error_message(ctx));
     else printf("wrote %s\n", path);

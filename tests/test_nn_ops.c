@@ -271,10 +271,14 @@ static float urand(void)
 static dl_tensor *U(dl_shape s, float lo, float hi, bool grad)
 {
     dl_tensor *t = dl_empty(G, s);
-    float *d = dl_data(t);
+    float *d;
     int64_t i;
+    if (!t) return NULL;
+    d = (float *)malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
     if (!d) return NULL;
     for (i = 0; i < t->numel; i++) d[i] = lo + (hi - lo) * urand();
+    if (dl_write(t, d, t->numel) != DL_OK) t = NULL;
+    free(d);
     return grad ? dl_requires_grad(t, true) : t;
 }
 
@@ -381,9 +385,12 @@ static void gc_pair(const char *what, int op, dl_shape s, dl_reduction r, float 
         float *a, *b;
         int64_t i;
         in[1] = U(s, 0.1f, 1.0f, true);
-        a = dl_data(in[0]);
-        b = dl_data(in[1]);
-        if (a && b) for (i = 0; i < in[0]->numel; i++) b[i] = a[i] + (urand() < 0.5f ? -b[i] : b[i]);
+        a = th_host(in[0]);
+        b = th_host(in[1]);
+        if (a && b) {
+            for (i = 0; i < in[0]->numel; i++) b[i] = a[i] + (urand() < 0.5f ? -b[i] : b[i]);
+            th_put(in[1], b);
+        }
     } else in[1] = U(s, -2.0f, 2.0f, true);
     gc_run(what, &g, 2, in);
 }
@@ -402,11 +409,14 @@ static void gc_piecewise(const char *what, int op, dl_shape s, dl_reduction r, f
     else g.d.delta = opt;
     in[0] = U(s, -2.0f, 2.0f, true);
     in[1] = U(s, 0.0f, 1.0f, true);
-    a = dl_data(in[0]);
-    b = dl_data(in[1]);
-    if (a && b) for (i = 0; i < in[0]->numel; i++) {
-        float off = kink > 0.3f && urand() < 0.5f ? 0.1f + (kink - 0.2f) * b[i] : kink + 0.1f + 1.5f * b[i];
-        b[i] = a[i] + (urand() < 0.5f ? -off : off);
+    a = th_host(in[0]);
+    b = th_host(in[1]);
+    if (a && b) {
+        for (i = 0; i < in[0]->numel; i++) {
+            float off = kink > 0.3f && urand() < 0.5f ? 0.1f + (kink - 0.2f) * b[i] : kink + 0.1f + 1.5f * b[i];
+            b[i] = a[i] + (urand() < 0.5f ? -off : off);
+        }
+        th_put(in[1], b);
     }
     gc_run(what, &g, 2, in);
 }
@@ -422,14 +432,19 @@ static void gc_kl(const char *what, int64_t N, int64_t C, dl_reduction r, bool l
     g.d.log_target = log_target;
     in[0] = U(DL_SHAPE(N, C), -1.0f, 1.0f, true);
     in[1] = U(DL_SHAPE(N, C), -1.0f, 1.0f, true);
-    for (i = 0; i < N && in[0] && in[1]; i++) {
-        float *x = dl_data(in[0]) + i * C, *y = dl_data(in[1]) + i * C;
-        double sx = 0, sy = 0;
-        for (j = 0; j < C; j++) { sx += exp(x[j]); sy += exp(y[j]); }
-        for (j = 0; j < C; j++) {
-            x[j] = (float)(x[j] - log(sx));
-            y[j] = log_target ? (float)(y[j] - log(sy)) : (float)(exp(y[j]) / sy);
+    if (in[0] && in[1]) {
+        float *hx = th_host(in[0]), *hy = th_host(in[1]);
+        for (i = 0; i < N; i++) {
+            float *x = hx + i * C, *y = hy + i * C;
+            double sx = 0, sy = 0;
+            for (j = 0; j < C; j++) { sx += exp(x[j]); sy += exp(y[j]); }
+            for (j = 0; j < C; j++) {
+                x[j] = (float)(x[j] - log(sx));
+                y[j] = log_target ? (float)(y[j] - log(sy)) : (float)(exp(y[j]) / sy);
+            }
         }
+        th_put(in[0], hx);
+        th_put(in[1], hy);
     }
     gc_run(what, &g, 2, in);
 }
@@ -580,7 +595,7 @@ static void test_gradcheck(void)
 
 static int64_t count_zeros(dl_tensor *t)
 {
-    const float *d = dl_data(t);
+    const float *d = th_host(t);
     int64_t i, z = 0;
     if (!d) return -1;
     for (i = 0; i < t->numel; i++) z += d[i] == 0.0f;
@@ -595,7 +610,7 @@ static void test_dropout(void)
     for (k = 0; k < 4; k++) {
         float p = ps[k], scale = 1.0f / (1.0f - p);
         dl_tensor *x = dl_ones(G, DL_SHAPE(N)), *y = dl_dropout(x, p, true);
-        const float *d = dl_data(y);
+        const float *d = th_host(y);
         int64_t i, z = 0, wrong = 0;
         double frac;
         CHECK(d != NULL, "dropout p=%g: %s", (double)p, dl_error_message(G));
@@ -640,7 +655,7 @@ static void test_dropout(void)
         y2 = dl_dropout(x, p, true);
         CHECK(y1 && y2 && y3, "dropout: %s", dl_error_message(G));
         if (y1 && y2 && y3 && dl_grad(dl_sum(y2, DL_ALL, false), 1, &x, &gx, NULL) == DL_OK && gx) {
-            a = dl_data(y1); b = dl_data(y2); c = dl_data(y3); xd = dl_data(x); g = dl_data(gx);
+            a = th_host(y1); b = th_host(y2); c = th_host(y3); xd = th_host(x); g = th_host(gx);
             for (i = 0; i < n; i++) {
                 float mask = a[i] == 0.0f ? 0.0f : 1.0f;
                 same12 += a[i] == b[i];
@@ -665,12 +680,15 @@ static void test_dropout(void)
         dl_manual_seed(G, 5);
         x = dl_ones(G, DL_SHAPE(n));
         y1 = dl_dropout(x, 0.5f, true);
-        if (h && y1) memcpy(h, dl_data(y1), sizeof(float) * (size_t)n);
+        if (h && y1 && dl_read(y1, h, n) != DL_OK) CHECK(0, "dropout: dl_read: %s", dl_error_message(G));
         dl_set_num_threads(G, nt == 1 ? 3 : 1);
         dl_manual_seed(G, 5);
         y2 = dl_dropout(x, 0.5f, true);
         dl_set_num_threads(G, 0);
-        if (h && y2) for (i = 0; i < n; i++) diff += h[i] != dl_data(y2)[i];
+        if (h && y2) {
+            const float *d2 = th_host(y2);
+            for (i = 0; i < n; i++) diff += h[i] != d2[i];
+        }
         CHECK(h && y1 && y2 && diff == 0, "dropout: mask differs with the thread count (%lld)", (long long)diff);
         free(h);
         dl_step_end(G);
@@ -797,14 +815,14 @@ static void test_values(void)
         dl_read(trm, rm2, 2);
         dl_read(trv, rv2, 2);
         CHECK(!memcmp(rm, rm2, sizeof rm) && !memcmp(rv, rv2, sizeof rv), "bn eval leaves running stats");
-        CHECK(y && fabs(dl_data(y)[0] - (1.0f - wrm[0]) / sqrtf(wrv[0])) < 1e-5, "bn eval value %g",
-              y ? (double)dl_data(y)[0] : 0.0);
+        CHECK(y && fabs(th_f(y, 0) - (1.0f - wrm[0]) / sqrtf(wrv[0])) < 1e-5, "bn eval value %g",
+              y ? (double)th_f(y, 0) : 0.0);
         /* training without running stats, in no-grad mode too */
         dl_no_grad_begin(G);
         y = dl_batch_norm(x, NULL, NULL, NULL, NULL, true, 0.1f, 0.0f);
         dl_no_grad_end(G);
-        CHECK(y && fabs(dl_data(y)[0] - (1.0f - 3.0f) / sqrtf(3.5f)) < 1e-5 && !y->requires_grad,
-              "bn no-grad training value %g", y ? (double)dl_data(y)[0] : 0.0);
+        CHECK(y && fabs(th_f(y, 0) - (1.0f - 3.0f) / sqrtf(3.5f)) < 1e-5 && !y->requires_grad,
+              "bn no-grad training value %g", y ? (double)th_f(y, 0) : 0.0);
         dl_free(trm);
         dl_free(trv);
         dl_clear_error(G);
@@ -813,12 +831,13 @@ static void test_values(void)
     {   /* layer norm: rows normalized to mean 0, var 1 */
         dl_tensor *x = U(DL_SHAPE(3, 16), -5.0f, 5.0f, false);
         dl_tensor *y = dl_layer_norm(x, DL_SHAPE(16), NULL, NULL, 0.0f);
+        const float *yh = th_host(y);
         int i, j, ok = y != NULL;
         for (i = 0; ok && i < 3; i++) {
             double m = 0, v = 0;
-            for (j = 0; j < 16; j++) m += dl_data(y)[i * 16 + j];
+            for (j = 0; j < 16; j++) m += yh[i * 16 + j];
             m /= 16;
-            for (j = 0; j < 16; j++) v += (dl_data(y)[i * 16 + j] - m) * (dl_data(y)[i * 16 + j] - m);
+            for (j = 0; j < 16; j++) v += (yh[i * 16 + j] - m) * (yh[i * 16 + j] - m);
             v /= 16;
             ok = fabs(m) < 1e-5 && fabs(v - 1) < 1e-4;
         }

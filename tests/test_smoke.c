@@ -56,10 +56,12 @@ int main(void)
         dl_optim_zero_grad(opt);
         if (step < 5) first += dl_item(loss) / 5;
         if (step >= 55) {
-            int64_t i;
+            int64_t i, *ah, *yh;
             last += dl_item(loss) / 5;
             am = dl_argmax(logits, 1, false);
-            for (i = 0; i < y->numel; i++) correct += ((int64_t *)am->data)[i] == ((int64_t *)y->data)[i];
+            ah = th_host_i64(am);
+            yh = th_host_i64(y);
+            for (i = 0; ah && yh && am->numel == y->numel && i < y->numel; i++) correct += ah[i] == yh[i];
             seen += y->numel;
         }
         dl_step_end(ctx);

@@ -117,7 +117,7 @@ static size_t snap(dl_module *m, unsigned char *dst, size_t cap)
     for (i = 0; i < n; i++) {
         size_t b = (size_t)ts[i]->numel * (ts[i]->dtype == DL_DTYPE_I64 ? 8 : 4);
         if (pos + b > cap) return 0;
-        memcpy(dst + pos, ts[i]->data, b);
+        memcpy(dst + pos, th_bytes(ts[i]), b);
         pos += b;
     }
     return pos;

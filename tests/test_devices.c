@@ -1,0 +1,649 @@
+/* tests/test_devices.c - devices: every op forward and backward on a strict
+   virtual CPU device (cpu:1, tagged pointers: a host dereference faults)
+   gives the same bits as on cpu:0; mixed devices are errors naming both;
+   dl_to and its gradient; dl_module_to then training; save on one device,
+   load on another; memory per device and no allocation in a steady loop;
+   the same random numbers on every device; model parallelism (LeNet's
+   convolutions on cpu:0, its classifier on cpu:1) trains to the same
+   parameters as one device. `test_devices -v` prints the op x device x
+   direction table. */
+#define _POSIX_C_SOURCE 200809L
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include <stdlib.h>
+
+static dl_ctx *C;
+static int g_verbose;
+
+/* ------------------------------------------------------------------ the op matrix */
+
+typedef dl_tensor *(*opfn)(dl_tensor **in);
+typedef struct opcase {
+    const char *name;
+    opfn f;
+    int nin;
+    dl_shape shape[3];
+    int kind;            /* input values: 0 randn, 1 positive, 2 class targets (int64), 3 in (0,1) */
+    bool nograd;         /* forward only */
+} opcase;
+
+static dl_tensor *o_add(dl_tensor **i) { return dl_add(i[0], i[1]); }
+static dl_tensor *o_sub(dl_tensor **i) { return dl_sub(i[0], i[1]); }
+static dl_tensor *o_mul(dl_tensor **i) { return dl_mul(i[0], i[1]); }
+static dl_tensor *o_div(dl_tensor **i) { return dl_div(i[0], dl_add_scalar(dl_abs(i[1]), 0.5f)); }
+static dl_tensor *o_maximum(dl_tensor **i) { return dl_maximum(i[0], i[1]); }
+static dl_tensor *o_minimum(dl_tensor **i) { return dl_minimum(i[0], i[1]); }
+static dl_tensor *o_scalars(dl_tensor **i) { return dl_rsub_scalar(dl_div_scalar(dl_mul_scalar(dl_add_scalar(i[0], 1.0f), 2.0f), 3.0f), 0.5f); }
+static dl_tensor *o_pow(dl_tensor **i) { return dl_pow(i[0], 2.5f); }
+static dl_tensor *o_neg(dl_tensor **i) { return dl_neg(i[0]); }
+static dl_tensor *o_exp(dl_tensor **i) { return dl_exp(i[0]); }
+static dl_tensor *o_log(dl_tensor **i) { return dl_log(i[0]); }
+static dl_tensor *o_sqrt(dl_tensor **i) { return dl_sqrt(i[0]); }
+static dl_tensor *o_abs(dl_tensor **i) { return dl_abs(i[0]); }
+static dl_tensor *o_erf(dl_tensor **i) { return dl_erf(i[0]); }
+static dl_tensor *o_clamp(dl_tensor **i) { return dl_clamp(i[0], -0.5f, 0.7f); }
+static dl_tensor *o_relu(dl_tensor **i) { return dl_relu(i[0]); }
+static dl_tensor *o_leaky(dl_tensor **i) { return dl_leaky_relu(i[0], 0.1f); }
+static dl_tensor *o_sigmoid(dl_tensor **i) { return dl_sigmoid(i[0]); }
+static dl_tensor *o_silu(dl_tensor **i) { return dl_silu(i[0]); }
+static dl_tensor *o_tanh(dl_tensor **i) { return dl_tanh(i[0]); }
+static dl_tensor *o_gelu(dl_tensor **i) { return dl_gelu(i[0]); }
+static dl_tensor *o_sum(dl_tensor **i) { return dl_sum(i[0], DL_DIMS(0, 2), true); }
+static dl_tensor *o_mean(dl_tensor **i) { return dl_mean(i[0], DL_DIMS(1), false); }
+static dl_tensor *o_max(dl_tensor **i) { return dl_max(i[0], DL_DIMS(1), false); }
+static dl_tensor *o_maxall(dl_tensor **i) { return dl_max(i[0], DL_ALL, false); }
+static dl_tensor *o_min(dl_tensor **i) { return dl_min(i[0], DL_DIMS(0), true); }
+static dl_tensor *o_var(dl_tensor **i) { return dl_var(i[0], DL_DIMS(1), 1, false); }
+static dl_tensor *o_argmax(dl_tensor **i) { return dl_argmax(i[0], 1, false); }
+static dl_tensor *o_matmul(dl_tensor **i) { return dl_matmul(i[0], i[1]); }
+static dl_tensor *o_linear(dl_tensor **i) { return dl_linear(i[0], i[1], i[2]); }
+static dl_tensor *o_softmax(dl_tensor **i) { return dl_softmax(i[0], 1); }
+static dl_tensor *o_log_softmax(dl_tensor **i) { return dl_log_softmax(i[0], -1); }
+static dl_tensor *o_reshape(dl_tensor **i) { return dl_flatten(dl_squeeze(dl_unsqueeze(dl_reshape(i[0], DL_SHAPE(-1, 4)), 0), 0), 0, -1); }
+static dl_tensor *o_permute(dl_tensor **i) { return dl_transpose(dl_permute(i[0], DL_SHAPE(2, 0, 1)), 0, 1); }
+static dl_tensor *o_narrow(dl_tensor **i) { return dl_narrow(i[0], 1, 1, 2); }
+static dl_tensor *o_cat(dl_tensor **i) { dl_tensor *t[2]; t[0] = i[0]; t[1] = i[1]; return dl_cat(2, t, 0); }
+static dl_tensor *o_stack(dl_tensor **i) { dl_tensor *t[2]; t[0] = i[0]; t[1] = i[1]; return dl_stack(2, t, 1); }
+static dl_tensor *o_expand(dl_tensor **i) { return dl_expand(i[0], DL_SHAPE(2, 3, 4)); }
+static dl_tensor *o_sum_to(dl_tensor **i) { return dl_sum_to(i[0], DL_SHAPE(3, 1)); }
+static dl_tensor *o_copy(dl_tensor **i) { return dl_copy(i[0]); }
+static dl_tensor *o_conv1d(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 1); return dl_conv1d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_conv2d(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 1, 2, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_conv3d(dl_tensor **i) { return dl_conv3d(i[0], i[1], i[2], NULL); }
+static dl_tensor *o_convT2d(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 1); d.output_padding[0] = d.output_padding[1] = 1; return dl_conv_transpose2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_maxpool(dl_tensor **i) { dl_pool_desc d = dl_pool_desc_make(3, 2, 1, true, true); return dl_max_pool2d(i[0], &d); }
+static dl_tensor *o_avgpool(dl_tensor **i) { dl_pool_desc d = dl_pool_desc_make(3, 2, 1, false, false); return dl_avg_pool2d(i[0], &d); }
+static dl_tensor *o_adaptive(dl_tensor **i) { return dl_adaptive_avg_pool2d(i[0], DL_SHAPE(2, 3)); }
+static dl_tensor *o_bn(dl_tensor **i) { return dl_batch_norm(i[0], NULL, NULL, i[1], i[2], true, 0.1f, 1e-5f); }
+static dl_tensor *o_ln(dl_tensor **i) { return dl_layer_norm(i[0], DL_SHAPE(5), i[1], i[2], 1e-5f); }
+static dl_tensor *o_dropout(dl_tensor **i) { return dl_dropout(i[0], 0.3f, true); }
+static dl_tensor *o_ce(dl_tensor **i) { dl_loss_desc d; memset(&d, 0, sizeof d); d.label_smoothing = 0.1f; return dl_cross_entropy(i[0], i[1], &d); }
+static dl_tensor *o_nll(dl_tensor **i) { return dl_nll_loss(dl_log_softmax(i[0], 1), i[1], NULL); }
+static dl_tensor *o_mse(dl_tensor **i) { return dl_mse_loss(i[0], i[1], NULL); }
+static dl_tensor *o_l1(dl_tensor **i) { return dl_l1_loss(i[0], i[1], NULL); }
+static dl_tensor *o_smooth(dl_tensor **i) { return dl_smooth_l1_loss(i[0], i[1], NULL); }
+static dl_tensor *o_huber(dl_tensor **i) { return dl_huber_loss(i[0], i[1], NULL); }
+static dl_tensor *o_bce(dl_tensor **i) { return dl_binary_cross_entropy(dl_sigmoid(i[0]), dl_sigmoid(i[1]), NULL); }
+static dl_tensor *o_bcel(dl_tensor **i) { dl_loss_desc d; memset(&d, 0, sizeof d); d.pos_weight = i[2]; return dl_binary_cross_entropy_with_logits(i[0], dl_sigmoid(i[1]), &d); }
+static dl_tensor *o_kl(dl_tensor **i) { dl_loss_desc d; memset(&d, 0, sizeof d); d.reduction = DL_REDUCTION_BATCHMEAN; return dl_kl_div(dl_log_softmax(i[0], 1), dl_softmax(i[1], 1), &d); }
+static dl_tensor *o_to(dl_tensor **i) { dl_tensor *y = dl_to(i[0], dl_cpu()); return dl_to(dl_mul(y, y), i[0]->device); }
+
+#define S(...) {DL__NARG(__VA_ARGS__), {__VA_ARGS__}}
+static const opcase g_ops[] = {
+    {"dl_add", o_add, 2, {S(2, 3, 4), S(3, 1)}, 0, false},
+    {"dl_sub", o_sub, 2, {S(3, 4), S(4)}, 0, false},
+    {"dl_mul", o_mul, 2, {S(2, 1, 4), S(3, 1)}, 0, false},
+    {"dl_div", o_div, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"dl_maximum", o_maximum, 2, {S(3, 4), S(4)}, 0, false},
+    {"dl_minimum", o_minimum, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"scalar ops", o_scalars, 1, {S(3, 4)}, 0, false},
+    {"dl_pow", o_pow, 1, {S(3, 4)}, 1, false},
+    {"dl_neg", o_neg, 1, {S(3, 4)}, 0, false},
+    {"dl_exp", o_exp, 1, {S(3, 4)}, 0, false},
+    {"dl_log", o_log, 1, {S(3, 4)}, 1, false},
+    {"dl_sqrt", o_sqrt, 1, {S(3, 4)}, 1, false},
+    {"dl_abs", o_abs, 1, {S(3, 4)}, 0, false},
+    {"dl_erf", o_erf, 1, {S(3, 4)}, 0, false},
+    {"dl_clamp", o_clamp, 1, {S(3, 4)}, 0, false},
+    {"dl_relu", o_relu, 1, {S(3, 4)}, 0, false},
+    {"dl_leaky_relu", o_leaky, 1, {S(3, 4)}, 0, false},
+    {"dl_sigmoid", o_sigmoid, 1, {S(3, 4)}, 0, false},
+    {"dl_silu", o_silu, 1, {S(3, 4)}, 0, false},
+    {"dl_tanh", o_tanh, 1, {S(3, 4)}, 0, false},
+    {"dl_gelu", o_gelu, 1, {S(3, 4)}, 0, false},
+    {"dl_sum", o_sum, 1, {S(2, 3, 4)}, 0, false},
+    {"dl_mean", o_mean, 1, {S(2, 3, 4)}, 0, false},
+    {"dl_max dim", o_max, 1, {S(3, 5)}, 0, false},
+    {"dl_max all", o_maxall, 1, {S(3, 5)}, 0, false},
+    {"dl_min", o_min, 1, {S(3, 5)}, 0, false},
+    {"dl_var", o_var, 1, {S(3, 5)}, 0, false},
+    {"dl_argmax", o_argmax, 1, {S(3, 5)}, 0, true},
+    {"dl_matmul 2d", o_matmul, 2, {S(3, 4), S(4, 5)}, 0, false},
+    {"dl_matmul batched", o_matmul, 2, {S(2, 3, 4), S(4, 5)}, 0, false},
+    {"dl_matmul bcast", o_matmul, 2, {S(2, 1, 3, 4), S(3, 4, 2)}, 0, false},
+    {"dl_matmul vec", o_matmul, 2, {S(4), S(2, 4, 3)}, 0, false},
+    {"dl_linear", o_linear, 3, {S(6, 4), S(3, 4), S(3)}, 0, false},
+    {"dl_softmax", o_softmax, 1, {S(3, 5)}, 0, false},
+    {"dl_log_softmax", o_log_softmax, 1, {S(3, 5)}, 0, false},
+    {"views", o_reshape, 1, {S(2, 3, 4)}, 0, false},
+    {"dl_permute", o_permute, 1, {S(2, 3, 4)}, 0, false},
+    {"dl_narrow", o_narrow, 1, {S(3, 4)}, 0, false},
+    {"dl_cat", o_cat, 2, {S(2, 3), S(2, 3)}, 0, false},
+    {"dl_stack", o_stack, 2, {S(2, 3), S(2, 3)}, 0, false},
+    {"dl_expand", o_expand, 1, {S(3, 1)}, 0, false},
+    {"dl_sum_to", o_sum_to, 1, {S(2, 3, 4)}, 0, false},
+    {"dl_copy", o_copy, 1, {S(3, 4)}, 0, false},
+    {"dl_conv1d", o_conv1d, 3, {S(2, 3, 9), S(4, 3, 3), S(4)}, 0, false},
+    {"dl_conv2d", o_conv2d, 3, {S(2, 2, 7, 6), S(3, 2, 3, 3), S(3)}, 0, false},
+    {"dl_conv3d", o_conv3d, 3, {S(1, 2, 4, 4, 4), S(2, 2, 2, 2, 2), S(2)}, 0, false},
+    {"dl_conv_transpose2d", o_convT2d, 3, {S(2, 3, 4, 4), S(3, 2, 3, 3), S(2)}, 0, false},
+    {"dl_max_pool2d", o_maxpool, 1, {S(2, 3, 7, 7)}, 0, false},
+    {"dl_avg_pool2d", o_avgpool, 1, {S(2, 3, 7, 7)}, 0, false},
+    {"dl_adaptive_avg_pool2d", o_adaptive, 1, {S(2, 3, 7, 8)}, 0, false},
+    {"dl_batch_norm", o_bn, 3, {S(4, 3, 5), S(3), S(3)}, 0, false},
+    {"dl_layer_norm", o_ln, 3, {S(4, 5), S(5), S(5)}, 0, false},
+    {"dl_dropout", o_dropout, 1, {S(4, 50)}, 0, false},
+    {"dl_cross_entropy", o_ce, 2, {S(6, 5), S(6)}, 2, false},
+    {"dl_nll_loss", o_nll, 2, {S(6, 5), S(6)}, 2, false},
+    {"dl_mse_loss", o_mse, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"dl_l1_loss", o_l1, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"dl_smooth_l1_loss", o_smooth, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"dl_huber_loss", o_huber, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"dl_binary_cross_entropy", o_bce, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"dl_bce_with_logits", o_bcel, 3, {S(3, 4), S(3, 4), S(4)}, 0, false},
+    {"dl_kl_div", o_kl, 2, {S(3, 4), S(3, 4)}, 0, false},
+    {"dl_to", o_to, 1, {S(3, 4)}, 0, false},
+};
+
+static uint64_t g_lcg = 42;
+static float urand(void)
+{
+    g_lcg = g_lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((g_lcg >> 40) & 0xffffff) / 16777216.0f;
+}
+
+/* one run of a case on dev: inputs from the same host values, forward
+   (and backward with a fixed upstream gradient); results as host floats */
+typedef struct result { float *v[8]; int64_t n[8]; int k; bool ok; } result;
+
+static void run_on(const opcase *c, dl_device dev, float *const *host, result *r)
+{
+    dl_tensor *in[3], *y, *g, *grads[3];
+    int j;
+    memset(r, 0, sizeof *r);
+    dl_manual_seed(C, 99);                       /* dropout draws the same mask */
+    dl_set_device(C, dev);
+    for (j = 0; j < c->nin; j++) {
+        int64_t n = 1, *iv = NULL, k;
+        int d;
+        for (d = 0; d < c->shape[j].ndim; d++) n *= c->shape[j].d[d];
+        if (c->kind == 2 && j == 1) {
+            iv = (int64_t *)malloc(sizeof(int64_t) * (size_t)n);
+            for (k = 0; k < n; k++) iv[k] = (int64_t)(host[j][k] * 5.0f) % 5;
+            in[j] = dl_from_int64(C, c->shape[j], iv);
+            free(iv);
+        } else {
+            in[j] = dl_from_array(C, c->shape[j], host[j]);
+            if (!c->nograd) dl_requires_grad(in[j], true);
+        }
+        CHECK(in[j] && in[j]->device.type == dev.type && in[j]->device.index == dev.index,
+              "%s: input %d not on %s", c->name, j, dl_device_name(dev));
+    }
+    y = c->f(in);
+    if (!y) { CHECK(0, "%s on %s: %s", c->name, dl_device_name(dev), dl_error_message(C)); dl_clear_error(C); return; }
+    CHECK(y->device.type == dev.type && y->device.index == dev.index, "%s: result on %s, not %s", c->name,
+          dl_device_name(y->device), dl_device_name(dev));
+    r->n[0] = y->numel;
+    r->v[0] = (float *)malloc(sizeof(float) * (size_t)(y->numel + 1));
+    if (y->dtype == DL_DTYPE_I64) {
+        int64_t *tmp = (int64_t *)malloc(sizeof(int64_t) * (size_t)(y->numel + 1)), k;
+        dl_read_int64(y, tmp, y->numel);
+        for (k = 0; k < y->numel; k++) r->v[0][k] = (float)tmp[k];
+        free(tmp);
+    } else dl_read(y, r->v[0], y->numel);
+    r->k = 1;
+    if (!c->nograd) {
+        dl_backward_desc bd;
+        dl_tensor *req[3] = {NULL, NULL, NULL};
+        int nr = 0;
+        float *gh = (float *)malloc(sizeof(float) * (size_t)(y->numel + 1));
+        int64_t k;
+        for (k = 0; k < y->numel; k++) gh[k] = (float)k * 0.37f - 1.0f;
+        g = dl_from_array(C, dl_shape_make(y->ndim, y->shape), gh);
+        free(gh);
+        for (j = 0; j < c->nin; j++) if (in[j]->requires_grad) req[nr++] = in[j];
+        memset(&bd, 0, sizeof bd);
+        bd.grad = g;
+        if (dl_grad(y, nr, req, grads, &bd) != DL_OK) {
+            CHECK(0, "%s backward on %s: %s", c->name, dl_device_name(dev), dl_error_message(C));
+            dl_clear_error(C);
+            return;
+        }
+        for (j = 0; j < nr; j++) {
+            r->n[r->k] = req[j]->numel;
+            r->v[r->k] = (float *)calloc((size_t)(req[j]->numel + 1), sizeof(float));
+            if (grads[j]) {
+                CHECK(grads[j]->device.type == dev.type && grads[j]->device.index == dev.index,
+                      "%s: gradient %d on another device", c->name, j);
+                dl_read(grads[j], r->v[r->k], req[j]->numel);
+            }
+            r->k++;
+        }
+    }
+    r->ok = true;
+    dl_step_end(C);
+}
+
+static void free_result(result *r) { int k; for (k = 0; k < r->k; k++) free(r->v[k]); }
+
+static void test_op_matrix(void)
+{
+    size_t c;
+    int nops = 0;
+    if (g_verbose) printf("%-26s %-8s %-8s %s\n", "op", "device", "fwd", "bwd");
+    for (c = 0; c < sizeof g_ops / sizeof g_ops[0]; c++) {
+        const opcase *oc = &g_ops[c];
+        float *host[3];
+        result r0, r1;
+        int j, k, fwd_ok, bwd_ok = 1;
+        for (j = 0; j < oc->nin; j++) {
+            int64_t n = 1, i;
+            int d;
+            for (d = 0; d < oc->shape[j].ndim; d++) n *= oc->shape[j].d[d];
+            host[j] = (float *)malloc(sizeof(float) * (size_t)(n + 1));
+            for (i = 0; i < n; i++) {
+                float u = urand();
+                host[j][i] = oc->kind == 1 ? 0.3f + 2.0f * u : oc->kind == 3 ? 0.05f + 0.9f * u
+                           : (oc->kind == 2 && j == 1) ? u : 4.0f * u - 2.0f;
+            }
+        }
+        run_on(oc, dl_cpu(), host, &r0);
+        run_on(oc, dl_cpu_device(1), host, &r1);
+        fwd_ok = r0.ok && r1.ok && r0.n[0] == r1.n[0] && memcmp(r0.v[0], r1.v[0], sizeof(float) * (size_t)r0.n[0]) == 0;
+        for (k = 1; k < r0.k; k++)
+            bwd_ok &= r1.k == r0.k && r0.n[k] == r1.n[k] && memcmp(r0.v[k], r1.v[k], sizeof(float) * (size_t)r0.n[k]) == 0;
+        CHECK(fwd_ok, "%s: forward on cpu:1 differs from cpu:0", oc->name);
+        CHECK(bwd_ok, "%s: backward on cpu:1 differs from cpu:0", oc->name);
+        if (g_verbose)
+            printf("%-26s %-8s %-8s %s\n", oc->name, "cpu:1", fwd_ok ? "same" : "DIFFERS",
+                   oc->nograd ? "-" : bwd_ok ? "same" : "DIFFERS");
+        free_result(&r0);
+        free_result(&r1);
+        for (j = 0; j < oc->nin; j++) free(host[j]);
+        nops++;
+    }
+    dl_set_device(C, dl_cpu());
+    printf("op x device x direction: %d ops on cpu:0 and cpu:1 (strict)\n", nops);
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static void test_mixed_device_errors(void)
+{
+    dl_ctx *c = C;
+    dl_tensor *a, *b, *w, *t;
+    dl_tensor *ts[2];
+    int64_t lab[4] = {0, 1, 2, 1};
+    dl_set_device(c, dl_cpu());
+    a = dl_randn(c, DL_SHAPE(4, 3));
+    t = dl_from_int64(c, DL_SHAPE(4), lab);
+    b = dl_to(dl_randn(c, DL_SHAPE(4, 3)), dl_cpu_device(1));
+    w = dl_to(dl_randn(c, DL_SHAPE(2, 3, 3, 3)), dl_cpu_device(1));
+    CHECK(dl_add(a, b) == NULL, "mixed add");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_add: a is on cpu:0 and b is on cpu:1; move one with dl_to()");
+    CHECK(dl_mul(b, a) == NULL, "mixed mul");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_mul: a is on cpu:1 and b is on cpu:0");
+    CHECK(dl_matmul(a, dl_transpose(b, 0, 1)) == NULL, "mixed matmul");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_matmul: a is on cpu:0 and b is on cpu:1");
+    CHECK(dl_conv2d(dl_randn(c, DL_SHAPE(1, 3, 5, 5)), w, NULL, NULL) == NULL, "mixed conv");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_conv2d: x (1,3,5,5) is on cpu:0 but w (2,3,3,3) is on cpu:1");
+    CHECK(dl_cross_entropy(b, t, NULL) == NULL, "mixed loss/target");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "is on cpu:1 and b is on cpu:0");
+    CHECK(dl_mse_loss(a, b, NULL) == NULL, "mixed mse");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_mse_loss: a is on cpu:0 and b is on cpu:1");
+    ts[0] = a; ts[1] = b;
+    CHECK(dl_cat(2, ts, 0) == NULL, "mixed cat");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_cat: a is on cpu:0 and b is on cpu:1");
+    /* optimizer/parameter: a gradient on another device than its parameter */
+    {
+        dl_tensor *p = dl_param(dl_randn(c, DL_SHAPE(3)));
+        dl_optim *o = dl_sgd_params(c, 1, &p, NULL);
+        dl_backward(dl_sum(dl_mul(p, p), DL_ALL, false));
+        CHECK(p->grad && dl__move(p->grad, c->cpu[1]), "grad moved");
+        CHECK(dl_optim_step(o) == DL_ERR_DEVICE, "optimizer with a grad on another device");
+        EXPECT_ERR(c, DL_ERR_DEVICE, "parameter 0 (3) is on cpu:0 but its gradient is on cpu:1");
+        dl_optim_free(o);
+        dl_free(p);
+    }
+    /* devices that do not exist */
+    CHECK(dl_to(a, dl_cpu_device(7)) == NULL, "cpu:7");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "dl_to: cpu:7 does not exist: this context has 3 CPU devices");
+#ifndef DL_CUDA
+    CHECK(dl_to(a, dl_cuda(0)) == NULL, "cuda without DL_CUDA");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "cuda:0 requested but dl.h was built without DL_CUDA");
+    CHECK(dl_set_device(c, dl_cuda(1)) == DL_ERR_DEVICE, "default device cuda:1");
+    EXPECT_ERR(c, DL_ERR_DEVICE, "cuda:1 requested but dl.h was built without DL_CUDA");
+#endif
+    {
+        dl_device bad;
+        bad.type = 9; bad.index = 0;
+        CHECK(dl_to(a, bad) == NULL, "device type 9");
+        EXPECT_ERR(c, DL_ERR_DEVICE, "device type 9 is not");
+    }
+    dl_step_end(c);
+}
+
+static void test_device_api(void)
+{
+    dl_device d;
+    dl_ctx_desc cd;
+    dl_ctx *c2;
+    d = dl_device_parse("cpu:2");
+    CHECK(d.type == DL_DEVICE_CPU && d.index == 2, "parse cpu:2");
+    d = dl_device_parse("cuda");
+    CHECK(d.type == DL_DEVICE_CUDA && d.index == 0, "parse cuda");
+    CHECK(dl_device_parse("cuda:x").type < 0 && dl_device_parse("gpu").type < 0 &&
+          dl_device_parse("cpu:").type < 0 && dl_device_parse("cpu:-1").type < 0 &&
+          dl_device_parse(NULL).type < 0, "bad device names");
+    CHECK(strcmp(dl_device_name(dl_cuda(1)), "cuda:1") == 0 && strcmp(dl_device_name(dl_cpu()), "cpu:0") == 0,
+          "device names");
+    CHECK(dl_device_count(C, DL_DEVICE_CPU) == 3, "3 CPU devices");
+#ifndef DL_CUDA
+    CHECK(dl_device_count(C, DL_DEVICE_CUDA) == 0, "no CUDA devices without DL_CUDA");
+#endif
+    /* the environment: DL_CPU_DEVICES, DL_DEVICE, DL_STRICT */
+    setenv("DL_CPU_DEVICES", "4", 1);
+    setenv("DL_DEVICE", "cpu:3", 1);
+    c2 = dl_ctx_init(NULL);
+    CHECK(c2 && dl_device_count(c2, DL_DEVICE_CPU) == 4 && dl_ctx_device(c2).index == 3,
+          "DL_CPU_DEVICES=4 DL_DEVICE=cpu:3");
+    if (c2) {
+        dl_tensor *z = dl_zeros(c2, DL_SHAPE(2));
+        CHECK(z && z->device.index == 3, "creators use the default device");
+    }
+    dl_ctx_free(c2);
+    setenv("DL_DEVICE", "tpu:0", 1);
+    CHECK(dl_ctx_init(NULL) == NULL && strstr(dl_error_message(NULL), "DL_DEVICE=tpu:0 is not a device name"),
+          "bad DL_DEVICE: %s", dl_error_message(NULL));
+    setenv("DL_DEVICE", "cpu:9", 1);
+    CHECK(dl_ctx_init(NULL) == NULL && strstr(dl_error_message(NULL), "cpu:9 does not exist"),
+          "DL_DEVICE beyond DL_CPU_DEVICES: %s", dl_error_message(NULL));
+    setenv("DL_CPU_DEVICES", "0", 1);
+    CHECK(dl_ctx_init(NULL) == NULL && strstr(dl_error_message(NULL), "DL_CPU_DEVICES=0 must be a number from 1"),
+          "DL_CPU_DEVICES=0: %s", dl_error_message(NULL));
+    unsetenv("DL_DEVICE");
+    unsetenv("DL_CPU_DEVICES");
+    dl_clear_error(NULL);
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = 65;
+    CHECK(dl_ctx_init(&cd) == NULL && strstr(dl_error_message(NULL), "cpu_devices=65"), "cpu_devices 65");
+    dl_clear_error(NULL);
+}
+
+/* ------------------------------------------------------------------ dl_to, modules, checkpoints */
+
+static void test_to_and_modules(void)
+{
+    dl_ctx *c = C;
+    float xv[4] = {1, -2, 3, 0.5f}, g[4], w0[12], w1[12];
+    dl_tensor *x, *y;
+    dl_set_device(c, dl_cpu());
+    x = dl_requires_grad(dl_from_array(c, DL_SHAPE(4), xv), true);
+    y = dl_to(x, dl_cpu_device(1));
+    CHECK(y && y->device.index == 1 && y->requires_grad, "dl_to: on cpu:1, with history");
+    CHECK(dl_to(x, dl_cpu()) == x, "dl_to the same device is the tensor itself");
+    CHECK(dl_backward(dl_sum(dl_mul(y, y), DL_ALL, false)) == DL_OK, "backward across devices: %s",
+          dl_error_message(c));
+    CHECK(x->grad && x->grad->device.index == 0 && dl_read(x->grad, g, 4) == DL_OK && g[0] == 2.0f &&
+          g[1] == -4.0f && g[3] == 1.0f, "dl_to's gradient flows back to cpu:0");
+    dl_step_end(c);
+    /* a module moved, then trained: the same as training where it was made */
+    {
+        dl_module *m0, *m1;
+        dl_optim *o0, *o1;
+        dl_sgd_desc sd;
+        float xb[8 * 4], tb[8 * 3];
+        int i, step;
+        for (i = 0; i < 32; i++) xb[i] = urand() - 0.5f;
+        for (i = 0; i < 24; i++) tb[i] = urand();
+        dl_manual_seed(c, 5);
+        m0 = dl_nn_linear(c, 4, 3, true);
+        dl_manual_seed(c, 5);
+        m1 = dl_nn_linear(c, 4, 3, true);
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.1f;
+        sd.momentum = 0.9f;
+        o0 = dl_sgd(m0, &sd);
+        o1 = dl_sgd(m1, &sd);
+        CHECK(dl_module_to(m1, dl_cpu_device(2)) == DL_OK, "dl_module_to cpu:2: %s", dl_error_message(c));
+        CHECK(dl_module_get(m1, "weight")->device.index == 2, "weight moved");
+        for (step = 0; step < 5; step++) {
+            dl_tensor *l0, *l1;
+            dl_set_device(c, dl_cpu());
+            l0 = dl_mse_loss(dl_module_forward(m0, dl_from_array(c, DL_SHAPE(8, 4), xb)),
+                             dl_from_array(c, DL_SHAPE(8, 3), tb), NULL);
+            dl_set_device(c, dl_cpu_device(2));
+            l1 = dl_mse_loss(dl_module_forward(m1, dl_from_array(c, DL_SHAPE(8, 4), xb)),
+                             dl_from_array(c, DL_SHAPE(8, 3), tb), NULL);
+            CHECK(l0 && l1 && dl_backward(l0) == DL_OK && dl_backward(l1) == DL_OK, "step %d: %s", step,
+                  dl_error_message(c));
+            CHECK(dl_optim_step(o0) == DL_OK && dl_optim_step(o1) == DL_OK, "optim step %d: %s", step,
+                  dl_error_message(c));
+            dl_optim_zero_grad(o0);
+            dl_optim_zero_grad(o1);
+            dl_step_end(c);
+        }
+        CHECK(o1->s[0][0]->device.index == 2, "the momentum buffer followed its parameter to cpu:2");
+        dl_read(dl_module_get(m0, "weight"), w0, 12);
+        dl_read(dl_module_get(m1, "weight"), w1, 12);
+        CHECK(memcmp(w0, w1, sizeof w0) == 0, "trained on cpu:2 after dl_module_to = trained on cpu:0");
+        /* save on cpu:2, load on cpu:0 (and the optimizer's state) */
+        CHECK(dl_save("build/devices.safetensors", m1, o1) == DL_OK, "save from cpu:2: %s", dl_error_message(c));
+        dl_set_device(c, dl_cpu());
+        dl_manual_seed(c, 77);
+        {
+            dl_module *m2 = dl_nn_linear(c, 4, 3, true);
+            dl_optim *o2 = dl_sgd(m2, &sd);
+            float w2[12];
+            CHECK(dl_load("build/devices.safetensors", m2, o2) == DL_OK, "load on cpu:0: %s", dl_error_message(c));
+            dl_read(dl_module_get(m2, "weight"), w2, 12);
+            CHECK(memcmp(w1, w2, sizeof w1) == 0 && dl_optim_steps(o2) == 5, "loaded on cpu:0 = saved from cpu:2");
+            CHECK(dl_module_to(m2, dl_cpu_device(1)) == DL_OK &&
+                  dl_load("build/devices.safetensors", m2, o2) == DL_OK, "load into a module on cpu:1");
+            memset(w2, 0, sizeof w2);
+            dl_read(dl_module_get(m2, "weight"), w2, 12);
+            CHECK(memcmp(w1, w2, sizeof w1) == 0, "loaded on cpu:1");
+        }
+    }
+    dl_set_device(c, dl_cpu());
+    dl_step_end(c);
+}
+
+/* ------------------------------------------------------------------ memory and random numbers */
+
+static void test_memory_per_device(void)
+{
+    dl_ctx *c = C;
+    dl_memory_stats s0, s1, a, b;
+    dl_tensor *w;
+    int i;
+    dl_set_device(c, dl_cpu_device(1));
+    dl_memory_stats_get(c, dl_cpu(), &s0);
+    dl_memory_stats_get(c, dl_cpu_device(1), &s1);
+    w = dl_param(dl_randn(c, DL_SHAPE(64, 32)));
+    dl_memory_stats_get(c, dl_cpu_device(1), &a);
+    CHECK(a.persistent_bytes >= s1.persistent_bytes + 64 * 32 * 4, "cpu:1 persistent bytes grew");
+    dl_memory_stats_get(c, dl_cpu(), &b);
+    CHECK(b.persistent_bytes == s0.persistent_bytes, "cpu:0 persistent bytes unchanged by a cpu:1 tensor");
+    for (i = 0; i < 1000; i++) {
+        dl_tensor *x = dl_randn(c, DL_SHAPE(16, 64));
+        dl_tensor *l = dl_mean(dl_tanh(dl_matmul(x, w)), DL_ALL, false);
+        if (!l || dl_backward(l) != DL_OK) { CHECK(0, "loop: %s", dl_error_message(c)); break; }
+        dl_sgd_update(w, 0.01f);
+        dl_step_end(c);
+        if (i == 0) dl_memory_stats_get(c, dl_cpu_device(1), &a);
+    }
+    dl_memory_stats_get(c, dl_cpu_device(1), &b);
+    CHECK(b.alloc_calls == a.alloc_calls, "cpu:1 allocator called %llu times after step 1 over 1000 steps",
+          (unsigned long long)(b.alloc_calls - a.alloc_calls));
+    CHECK(b.step_reserved == a.step_reserved && b.step_reserved > 0, "cpu:1 step memory flat");
+    CHECK(dl_memory_stats_get(c, dl_cpu_device(9), &b) == DL_ERR_DEVICE, "stats of a device that does not exist");
+    dl_clear_error(c);
+    dl_free(w);
+    dl_set_device(c, dl_cpu());
+}
+
+static void test_random_same_everywhere(void)
+{
+    dl_ctx *c = C;
+    float u0[1000], u1[1000], n0[1000], n1[1000], k0[400], k1[400];
+    dl_module *l0, *l1;
+    dl_tensor *d0, *d1;
+    double mean = 0, var = 0;
+    int i;
+    dl_set_device(c, dl_cpu());
+    dl_manual_seed(c, 123);
+    dl_read(dl_rand(c, DL_SHAPE(1000)), u0, 1000);
+    dl_read(dl_randn(c, DL_SHAPE(1000)), n0, 1000);
+    l0 = dl_nn_linear(c, 20, 20, false);
+    d0 = dl_dropout(dl_ones(c, DL_SHAPE(1000)), 0.4f, true);
+    dl_set_device(c, dl_cpu_device(1));
+    dl_manual_seed(c, 123);
+    dl_read(dl_rand(c, DL_SHAPE(1000)), u1, 1000);
+    dl_read(dl_randn(c, DL_SHAPE(1000)), n1, 1000);
+    l1 = dl_nn_linear(c, 20, 20, false);
+    d1 = dl_dropout(dl_ones(c, DL_SHAPE(1000)), 0.4f, true);
+    CHECK(memcmp(u0, u1, sizeof u0) == 0, "dl_rand: the same bits on cpu:0 and cpu:1");
+    CHECK(memcmp(n0, n1, sizeof n0) == 0, "dl_randn: the same bits on cpu:0 and cpu:1");
+    dl_read(dl_module_get(l0, "weight"), k0, 400);
+    dl_read(dl_module_get(l1, "weight"), k1, 400);
+    CHECK(memcmp(k0, k1, sizeof k0) == 0, "init: the same weights on cpu:0 and cpu:1");
+    dl_read(d0, u0, 1000);
+    dl_read(d1, u1, 1000);
+    CHECK(memcmp(u0, u1, sizeof u0) == 0, "dropout: the same mask on cpu:0 and cpu:1");
+    for (i = 0; i < 1000; i++) mean += n0[i];
+    mean /= 1000;
+    for (i = 0; i < 1000; i++) var += (n0[i] - mean) * (n0[i] - mean);
+    var /= 999;
+    CHECK(fabs(mean) < 0.1 && fabs(var - 1.0) < 0.12, "randn mean %g var %g", mean, var);
+    for (i = 0; i < 1000; i++) if (!(u0[i] == 0.0f || fabsf(u0[i] - 1.0f / 0.6f) < 1e-6f)) break;
+    CHECK(i == 1000, "dropout values are 0 or 1/(1-p)");
+    dl_set_device(c, dl_cpu());
+    dl_step_end(c);
+}
+
+/* ------------------------------------------------------------------ model parallelism */
+
+/* LeNet with its convolutional half on one device and its classifier on
+   another; dl_to carries the activations (and gradients) across */
+typedef struct lenet2 { dl_module *features, *classifier; dl_device d0, d1; } lenet2;
+
+static dl_tensor *lenet2_fwd(dl_module *m, dl_tensor *x)
+{
+    lenet2 *s = (lenet2 *)dl_module_state(m);
+    dl_tensor *h = dl_module_forward(s->features, dl_to(x, s->d0));
+    return dl_module_forward(s->classifier, dl_to(h, s->d1));
+}
+
+static dl_module *make_lenet2(dl_ctx *c, dl_device d0, dl_device d1)
+{
+    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
+    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
+    dl_module *m = dl_module_new(c, "LeNet2", lenet2_fwd, sizeof(lenet2)), *f[8], *k[7];
+    lenet2 *s = (lenet2 *)dl_module_state(m);
+    f[0] = dl_nn_conv2d(c, 1, 6, 5, &pad2, true); f[1] = dl_nn_batch_norm2d(c, 6); f[2] = dl_nn_relu(c);
+    f[3] = dl_nn_max_pool2d(c, &pool); f[4] = dl_nn_conv2d(c, 6, 16, 5, NULL, true);
+    f[5] = dl_nn_batch_norm2d(c, 16); f[6] = dl_nn_relu(c); f[7] = dl_nn_max_pool2d(c, &pool);
+    k[0] = dl_nn_flatten(c); k[1] = dl_nn_linear(c, 400, 120, true); k[2] = dl_nn_relu(c);
+    k[3] = dl_nn_linear(c, 120, 84, true); k[4] = dl_nn_relu(c); k[5] = dl_nn_linear(c, 84, 10, true);
+    k[6] = dl_nn_flatten(c);
+    s->features = dl_module_add(m, "features", dl_nn_sequential(c, 8, f));
+    s->classifier = dl_module_add(m, "classifier", dl_nn_sequential(c, 6, k));
+    s->d0 = d0;
+    s->d1 = d1;
+    if (!s->features || !s->classifier) return NULL;
+    dl_module_to(s->features, d0);
+    dl_module_to(s->classifier, d1);
+    return m;
+}
+
+static void test_model_parallel(void)
+{
+    dl_ctx *c = C;
+    dl_module *one, *two;
+    dl_optim *o1, *o2;
+    dl_adam_desc ad;
+    const dl_named_tensor *p1, *p2;
+    float *xb = (float *)malloc(sizeof(float) * 16 * 784);
+    int64_t yb[16];
+    int i, n1, n2, step, same = 1;
+    for (i = 0; i < 16 * 784; i++) xb[i] = urand() * 2.0f - 1.0f;
+    for (i = 0; i < 16; i++) yb[i] = i % 10;
+    dl_set_device(c, dl_cpu());
+    dl_manual_seed(c, 11);
+    one = make_lenet2(c, dl_cpu(), dl_cpu());
+    dl_manual_seed(c, 11);
+    two = make_lenet2(c, dl_cpu(), dl_cpu_device(1));
+    CHECK(one && two, "lenet2: %s", dl_error_message(c));
+    if (!one || !two) { free(xb); return; }
+    CHECK(dl_module_get(two, "features.0.weight")->device.index == 0 &&
+          dl_module_get(two, "classifier.1.weight")->device.index == 1, "the halves are on cpu:0 and cpu:1");
+    memset(&ad, 0, sizeof ad);
+    o1 = dl_adam(one, &ad);
+    o2 = dl_adam(two, &ad);
+    for (step = 0; step < 5; step++) {
+        dl_module *ms[2];
+        dl_optim *os[2];
+        int k;
+        ms[0] = one; ms[1] = two; os[0] = o1; os[1] = o2;
+        for (k = 0; k < 2; k++) {
+            dl_tensor *x = dl_from_array(c, DL_SHAPE(16, 1, 28, 28), xb);
+            dl_tensor *y = dl_from_int64(c, DL_SHAPE(16), yb);
+            dl_tensor *logits = dl_module_forward(ms[k], x);
+            dl_tensor *loss = dl_cross_entropy(logits, logits ? dl_to(y, logits->device) : NULL, NULL);
+            dl_optim_zero_grad(os[k]);
+            CHECK(loss && dl_backward(loss) == DL_OK && dl_optim_step(os[k]) == DL_OK, "model %d step %d: %s",
+                  k, step, dl_error_message(c));
+        }
+        dl_step_end(c);
+    }
+    n1 = dl_module_state_dict(one, &p1);
+    n2 = dl_module_state_dict(two, &p2);
+    CHECK(n1 == n2 && n1 > 10, "state dicts %d %d", n1, n2);
+    for (i = 0; i < n1 && i < n2; i++) {
+        int64_t n = p1[i].t->numel;
+        if (p1[i].t->dtype == DL_DTYPE_F32) {
+            float *a = (float *)malloc(sizeof(float) * (size_t)n), *b = (float *)malloc(sizeof(float) * (size_t)n);
+            dl_read(p1[i].t, a, n);
+            dl_read(p2[i].t, b, n);
+            if (memcmp(a, b, sizeof(float) * (size_t)n) != 0) { same = 0; printf("differs: %s\n", p1[i].name); }
+            free(a);
+            free(b);
+        }
+    }
+    CHECK(same, "model parallel on cpu:0 + cpu:1 trains to the same parameters as one device");
+    free(xb);
+}
+
+int main(int argc, char **argv)
+{
+    dl_ctx_desc d;
+    g_verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    memset(&d, 0, sizeof d);
+    d.cpu_devices = 3;
+    d.strict_devices = true;
+    d.log = dl_log_silent;
+    C = dl_ctx_init(&d);
+    CHECK(C != NULL, "context with 3 strict CPU devices: %s", dl_error_message(NULL));
+    if (!C) TEST_END();
+    test_op_matrix();
+    test_mixed_device_errors();
+    test_device_api();
+    test_to_and_modules();
+    test_memory_per_device();
+    test_random_same_everywhere();
+    test_model_parallel();
+    dl_ctx_free(C);
+    TEST_END();
+}
