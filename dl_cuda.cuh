@@ -1805,6 +1805,307 @@ static void dl__cu_avg_pool_adj(dl__dev *d, float *dx, const float *gy, int64_t 
 }
 
 /* ===========================================================================
+ * Fused normalization: batch norm over x (N, C, L) per channel, layer norm
+ * over the rows of x (rows, cols)
+ * ========================================================================= */
+
+/* The per-job routines below (a channel, a row) are written once for a
+   group of G threads: thread t of G strides over the job's elements, then
+   red() combines the group's partial sums with a fixed tree. The emulated
+   device runs them with t = 0, G = 1 and red() the identity: exactly the
+   CPU's sequential loop. */
+struct dl__cu_seqsum {
+    DL__HD double operator()(double v) const { return v; }
+};
+
+template <int G>
+struct dl__cu_grpsum {
+    double *sh;
+    DL__HD double operator()(double v) const
+    {
+#ifdef __CUDA_ARCH__
+        return dl__cu_group_all<DL__R_SUM, G>(v, sh);
+#else
+        return v;
+#endif
+    }
+};
+
+/* jobs [0, njobs), one per group of G threads (G = 32: a warp; 256: a block) */
+template <int G, typename J>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_groups_k(int64_t njobs, J job)
+{
+    __shared__ double sh[9];
+    const int gpb = DL__CU_THREADS / G;
+    dl__cu_grpsum<G> red;
+    int64_t j;
+    red.sh = sh;
+    for (j = (int64_t)blockIdx.x * gpb + threadIdx.x / G; j < njobs; j += (int64_t)gridDim.x * gpb)
+        job(red, j, threadIdx.x % G, G);
+}
+
+template <typename J>
+struct dl__cuf_seqjob {
+    J job;
+    DL__HD void operator()(int64_t j) const { job(dl__cu_seqsum(), j, 0, 1); }
+};
+
+/* Runs job j for j in [0, njobs), each over about `per` elements: a warp per
+   job up to 1024 of them, else a block (emulated: the sequential loop). */
+template <typename J>
+static void dl__cu_groups(dl__dev *d, const char *name, int64_t njobs, int64_t per, const J &job)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (njobs <= 0) return;
+    if (m->emulate) {
+        dl__cuf_seqjob<J> f;
+        f.job = job;
+        dl__cu_run<int64_t>(d, name, njobs, f);
+        return;
+    }
+    if (per <= 1024)
+        dl__cu_groups_k<32, J><<<dl__cu_grid(m, njobs, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
+            njobs, job);
+    else
+        dl__cu_groups_k<DL__CU_THREADS, J><<<dl__cu_grid(m, njobs, 1), DL__CU_THREADS, 0, m->stream>>>(njobs, job);
+    dl__cu_launched(d, name);
+}
+
+/* element k of channel c's N*L, x (N, C, L) */
+static DL__HD inline int64_t dl__cu_bnat(int64_t c, int64_t k, int64_t C, int64_t L)
+{
+    return (k / L * C + c) * L + k % L;
+}
+
+/* channel c: mean, biased var, invstd (dl__bn_stats_task) */
+struct dl__cuj_bn_stats {
+    float *mean, *invstd, *var; const float *x; int64_t N, C, L; float eps;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
+    {
+        int64_t M = N * L, k;
+        double s = 0, q = 0, m;
+        for (k = t; k < M; k += G) s = dl__cu_dadd(s, (double)x[dl__cu_bnat(c, k, C, L)]);
+        s = red(s);
+        m = s / (double)M;
+        for (k = t; k < M; k += G) {
+            double dv = (double)x[dl__cu_bnat(c, k, C, L)] - m;
+            q = dl__cu_dadd(q, dl__cu_dmul(dv, dv));
+        }
+        q = red(q);
+        if (t == 0) {
+            mean[c] = (float)m;
+            var[c] = (float)(q / (double)M);
+            invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)eps));
+        }
+    }
+};
+
+/* channel c: sums[2c] = sum(g), sums[2c+1] = sum(g xhat); db, dw (dl__bn_sums_task) */
+struct dl__cuj_bn_sums {
+    double *sums; float *dw, *db; const float *g, *x, *mean, *invstd; int64_t N, C, L;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
+    {
+        int64_t M = N * L, k;
+        double sg = 0, sgx = 0, m = mean[c], is = invstd[c];
+        for (k = t; k < M; k += G) {
+            int64_t at = dl__cu_bnat(c, k, C, L);
+            double gv = (double)g[at];
+            sg = dl__cu_dadd(sg, gv);
+            sgx = dl__cu_dadd(sgx, dl__cu_dmul(gv, (double)x[at] - m));
+        }
+        sg = red(sg);
+        sgx = red(sgx);
+        if (t == 0) {
+            sums[2 * c] = sg;
+            sums[2 * c + 1] = sgx * is;
+            if (db) db[c] = (float)sg;
+            if (dw) dw[c] = (float)(sgx * is);
+        }
+    }
+};
+
+/* row r of x (rows, n): mean, invstd, y (dl__ln_fwd_task) */
+struct dl__cuj_ln_fwd {
+    float *y, *mean, *invstd; const float *x, *w, *b; int64_t n; float eps;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t r, int64_t t, int64_t G) const
+    {
+        const float *xr = x + r * n;
+        float *yr = y + r * n, m, is;
+        double s = 0, q = 0, md;
+        int64_t j;
+        for (j = t; j < n; j += G) s = dl__cu_dadd(s, (double)xr[j]);
+        s = red(s);
+        md = n ? s / (double)n : 0.0;
+        for (j = t; j < n; j += G) {
+            double dv = (double)xr[j] - md;
+            q = dl__cu_dadd(q, dl__cu_dmul(dv, dv));
+        }
+        q = red(q);
+        m = (float)md;
+        is = (float)(1.0 / sqrt((n ? q / (double)n : 0.0) + (double)eps));
+        if (t == 0) { mean[r] = m; invstd[r] = is; }
+        for (j = t; j < n; j += G) {
+            float v = dl__cu_fmul(dl__cu_fsub(xr[j], m), is);
+            if (w) v = dl__cu_fmul(v, w[j]);
+            if (b) v = dl__cu_fadd(v, b[j]);
+            yr[j] = v;
+        }
+    }
+};
+
+/* row r: dx = invstd (gw - mean(gw) - xhat mean(gw xhat)), gw = g w (dl__ln_dx_task) */
+struct dl__cuj_ln_dx {
+    float *dx; const float *g, *x, *mean, *invstd, *w; int64_t n;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t r, int64_t t, int64_t G) const
+    {
+        const float *xr = x + r * n, *gr = g + r * n;
+        float *dr = dx + r * n, m = mean[r], is = invstd[r], a, bb;
+        double sa = 0, sb = 0;
+        int64_t j;
+        for (j = t; j < n; j += G) {
+            double gw = dl__cu_dmul((double)gr[j], (double)(w ? w[j] : 1.0f));
+            sa = dl__cu_dadd(sa, gw);
+            sb = dl__cu_dadd(sb, dl__cu_dmul(gw, (double)dl__cu_fmul(dl__cu_fsub(xr[j], m), is)));
+        }
+        sa = red(sa);
+        sb = red(sb);
+        a = (float)(sa / (double)n);
+        bb = (float)(sb / (double)n);
+        for (j = t; j < n; j += G) {
+            float gw = dl__cu_fmul(gr[j], w ? w[j] : 1.0f);
+            float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(xr[j], m), is), bb);
+            dr[j] = dl__cu_fmul(is, dl__cu_fsub(dl__cu_fsub(gw, a), xh));
+        }
+    }
+};
+
+/* y = (x - mean) invstd w + b, one thread per element (dl__bn_apply_task) */
+struct dl__cuf_bn_apply {
+    float *y; const float *x, *mean, *invstd, *w, *b; int64_t C, L;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t c = (e / L) % C;
+        float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
+        float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
+        y[e] = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+    }
+};
+
+/* dx = k (g - a - xhat bb), k = w invstd (dl__bn_dx_task) */
+struct dl__cuf_bn_dx {
+    float *dx; const float *g, *x, *mean, *invstd, *w; const double *sums; int64_t C, L; double M; bool train;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t c = (e / L) % C;
+        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
+        float a = train ? (float)(sums[2 * c] / M) : 0.0f;
+        float bb = train ? (float)(sums[2 * c + 1] / M) : 0.0f;
+        float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
+        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(g[e], a), xh));
+    }
+};
+
+/* column j of the rows: dw = sum(g xhat), db = sum(g), rows in order (dl__ln_dwb_task) */
+struct dl__cuf_ln_dwb {
+    float *dw, *db; const float *g, *x, *mean, *invstd; int64_t rows, cols;
+    DL__HD void operator()(int64_t j) const
+    {
+        double sw = 0, sb = 0;
+        int64_t r;
+        for (r = 0; r < rows; r++) {
+            float gv = g[r * cols + j];
+            float xh = dl__cu_fmul(dl__cu_fsub(x[r * cols + j], mean[r]), invstd[r]);
+            sw = dl__cu_dadd(sw, dl__cu_dmul((double)gv, (double)xh));
+            sb = dl__cu_dadd(sb, (double)gv);
+        }
+        if (dw) dw[j] = (float)sw;
+        if (db) db[j] = (float)sb;
+    }
+};
+
+static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
+                            int64_t C, int64_t L, float eps)
+{
+    dl__cuj_bn_stats j;
+    dl__cu_enter(d);
+    j.mean = DL__CUP(d, mean); j.invstd = DL__CUP(d, invstd); j.var = DL__CUP(d, var); j.x = DL__CUP(d, x);
+    j.N = N; j.C = C; j.L = L; j.eps = eps;
+    dl__cu_groups(d, "bn_stats", C, N * L, j);
+}
+
+static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
+                            const float *w, const float *b, int64_t N, int64_t C, int64_t L)
+{
+    dl__cuf_bn_apply f;
+    dl__cu_enter(d);
+    if (C <= 0 || L <= 0) return;
+    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd);
+    f.w = w ? DL__CUP(d, w) : NULL; f.b = b ? DL__CUP(d, b) : NULL; f.C = C; f.L = L;
+    dl__cu_run<int64_t>(d, "bn_apply", N * C * L, f);
+}
+
+static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                               int64_t L, bool train)
+{
+    double *sums = NULL;
+    dl__cu_enter(d);
+    dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
+    g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
+    w = w ? DL__CUP(d, w) : NULL;
+    if (C <= 0) return;
+    if (dw || db || (dx && train)) {
+        dl__cuj_bn_sums j;
+        sums = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C));
+        if (!sums) return;
+        j.sums = sums; j.dw = dw; j.db = db; j.g = g; j.x = x; j.mean = mean; j.invstd = invstd;
+        j.N = N; j.C = C; j.L = L;
+        dl__cu_groups(d, "bn_backward sums", C, N * L, j);
+    }
+    if (dx && L > 0) {
+        dl__cuf_bn_dx f;
+        f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.sums = sums;
+        f.C = C; f.L = L; f.M = (double)(N * L); f.train = train;
+        dl__cu_run<int64_t>(d, "bn_backward dx", N * C * L, f);
+    }
+}
+
+static void dl__cu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
+                              const float *w, const float *b, int64_t rows, int64_t cols, float eps)
+{
+    dl__cuj_ln_fwd j;
+    dl__cu_enter(d);
+    j.y = DL__CUP(d, y); j.mean = DL__CUP(d, mean); j.invstd = DL__CUP(d, invstd); j.x = DL__CUP(d, x);
+    j.w = w ? DL__CUP(d, w) : NULL; j.b = b ? DL__CUP(d, b) : NULL; j.n = cols; j.eps = eps;
+    dl__cu_groups(d, "ln_forward", rows, cols, j);
+}
+
+static void dl__cu_ln_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t rows,
+                               int64_t cols)
+{
+    dl__cu_enter(d);
+    dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
+    g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
+    w = w ? DL__CUP(d, w) : NULL;
+    if (rows <= 0 || cols <= 0) return;
+    if (dx) {
+        dl__cuj_ln_dx j;
+        j.dx = dx; j.g = g; j.x = x; j.mean = mean; j.invstd = invstd; j.w = w; j.n = cols;
+        dl__cu_groups(d, "ln_backward dx", rows, cols, j);
+    }
+    if (dw || db) {
+        dl__cuf_ln_dwb f;
+        f.dw = dw; f.db = db; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.rows = rows; f.cols = cols;
+        dl__cu_run<int64_t>(d, "ln_backward dw db", cols, f);
+    }
+}
+
+/* ===========================================================================
  * Optimizers
  * ========================================================================= */
 
@@ -1906,6 +2207,7 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_class_mask, dl__cu_dropout_mask, dl__cu_bce_logits,
     dl__cu_im2col, dl__cu_col2im, dl__cu_bias_add, dl__cu_max_pool, dl__cu_unpool,
     dl__cu_gather, dl__cu_avg_pool, dl__cu_avg_pool_adj,
+    dl__cu_bn_stats, dl__cu_bn_apply, dl__cu_bn_backward, dl__cu_ln_forward, dl__cu_ln_backward,
     dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale
 };
 

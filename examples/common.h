@@ -43,6 +43,7 @@ typedef struct ex_args {
     const char *save, *resume, *csv, *svg, *data;
     const char *logdir;         /* TensorBoard event files go here (NULL: none) */
     int64_t limit;              /* use only the first N training samples (0: all) */
+    dl_device dev;              /* --device: where the model and each batch go (cpu:0) */
 } ex_args;
 
 static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
@@ -51,6 +52,7 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "usage: %s [--epochs N (%d)] [--batch N (%lld)] [--lr F (%g)] [--threads N (0)]\n"
             "       [--workers N (%d)] [--seed N (%llu)] [--limit N (0)] [--data DIR (%s)]\n"
             "       [--save FILE] [--resume FILE] [--csv FILE] [--svg FILE] [--logdir DIR]\n"
+            "       [--device NAME (cpu)]\n"
             "  --epochs N    epochs in the whole run, 0..%d (a resumed run counts the checkpoint's)\n"
             "  --batch N     samples per step, 1..%d\n"
             "  --lr F        learning rate, a finite number > 0\n"
@@ -66,6 +68,8 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "  --logdir DIR  TensorBoard logs (created if missing): loss and learning rate per step,\n"
             "                accuracies and weight histograms per epoch, the graph; see them with\n"
             "                `tensorboard --logdir DIR`\n"
+            "  --device NAME where to train: cpu, cpu:N (a virtual CPU device), cuda, cuda:N\n"
+            "                (cuda needs the nvcc build: make cuda; the data stays on the host)\n"
             "  --help        this text\n",
             d->prog, d->epochs, (long long)d->batch, (double)d->lr, d->workers,
             (unsigned long long)d->seed, d->data, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS,
@@ -305,7 +309,7 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
         if (strcmp(f, "--epochs") && strcmp(f, "--batch") && strcmp(f, "--lr") && strcmp(f, "--threads") &&
             strcmp(f, "--workers") && strcmp(f, "--seed") && strcmp(f, "--limit") && strcmp(f, "--data") &&
             strcmp(f, "--save") && strcmp(f, "--resume") && strcmp(f, "--csv") && strcmp(f, "--svg") &&
-            strcmp(f, "--logdir"))
+            strcmp(f, "--logdir") && strcmp(f, "--device"))
             ex_bad_args(&d, "unknown flag %s", f);
         if (!v) ex_bad_args(&d, "%s needs a value", f);
         if (!strcmp(f, "--epochs")) a->epochs = (int)ex_int_flag(&d, f, v, 0, EX_MAX_EPOCHS);
@@ -315,6 +319,11 @@ static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *na
         else if (!strcmp(f, "--workers")) a->workers = (int)ex_int_flag(&d, f, v, 0, EX_MAX_WORKERS);
         else if (!strcmp(f, "--seed")) a->seed = ex_u64_flag(&d, f, v);
         else if (!strcmp(f, "--limit")) a->limit = ex_int_flag(&d, f, v, 0, INT64_MAX);
+        else if (!strcmp(f, "--device")) {
+            a->dev = dl_device_parse(v);
+            if ((int)a->dev.type < 0 || (a->dev.type == DL_DEVICE_CPU && a->dev.index >= 64))
+                ex_bad_args(&d, "--device %s: not a device name (cpu, cpu:1, cuda, cuda:0 ...)", v);
+        }
         else {
             if (!v[0] || !strncmp(v, "--", 2)) ex_bad_args(&d, "%s needs a path, got '%s'", f, v);
             if (!strcmp(f, "--data")) a->data = v;
@@ -435,8 +444,14 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     cd.seed = a->seed;
     cd.num_threads = a->threads;
     cd.log = dl_log_silent;         /* every failure is reported below, with its context */
+    if (a->dev.type == DL_DEVICE_CPU && a->dev.index > 0) cd.cpu_devices = a->dev.index + 1;
     s->ctx = dl_ctx_init(&cd);
     if (!s->ctx) { fprintf(stderr, "%s: cannot create a context (out of memory?)\n", a->prog); return false; }
+    if (!dl_to(dl_zeros(s->ctx, DL_SHAPE(1)), a->dev)) {      /* --device: there, and usable */
+        fprintf(stderr, "%s: --device %s: %s\n", a->prog, dl_device_name(a->dev), dl_error_message(s->ctx));
+        return false;
+    }
+    dl_step_end(s->ctx);
     if (!ex_load_split(a->prog, s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
         !ex_load_split(a->prog, s->ctx, a->data, "t10k", 0, &xte, &yte)) return false;
     memset(&tr, 0, sizeof tr);
