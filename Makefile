@@ -130,9 +130,12 @@ $(B)/cuda/%: $(B)/cuda/%.o
 test-cuda: nvcc-check $(B)/cuda/test_cuda
 	@tests/run.sh $(B)/cuda/test_cuda
 
-# the same program with cuda:0 and cuda:1 emulated in host memory (no GPU needed)
-test-cuda-emu: nvcc-check $(B)/cuda/test_cuda
-	@tests/run.sh --tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda
+# the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
+# needed), then every other CUDA-built test with all its tensors on the
+# emulated cuda:0 (as make test does on the strict cpu:1)
+test-cuda-emu: nvcc-check $(CUDA_TESTS)
+	@tests/run.sh --tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda \
+	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 --env DL_DEVICE=cuda:0 $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)

@@ -1267,8 +1267,8 @@ static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int6
 
 /* TF32 tensor cores for the matrix products (and so the convolutions) of
    this device: about 1e-3 relative error instead of float32's 1e-7; off by
-   default. dl.h's public dl_set_allow_tf32 is meant to call this. */
-static DL__UNUSED void dl__cuda_set_tf32(dl__dev *d, bool on)
+   default (dl_set_allow_tf32). */
+static void dl__cuda_set_tf32(dl__dev *d, bool on)
 {
     dl__cuimpl *m;
     if (!d || d->id.type != DL_DEVICE_CUDA || !d->impl) return;
@@ -1871,11 +1871,19 @@ static void dl__cu_groups(dl__dev *d, const char *name, int64_t njobs, int64_t p
     dl__cu_launched(d, name);
 }
 
-/* element k of channel c's N*L, x (N, C, L) */
-static DL__HD inline int64_t dl__cu_bnat(int64_t c, int64_t k, int64_t C, int64_t L)
-{
-    return (k / L * C + c) * L + k % L;
-}
+/* Walks elements t, t+G, t+2G ... of channel c's N*L in x (N, C, L), in
+   the CPU's order (n, then l), dividing only when l wraps. */
+struct dl__cu_bnwalk {
+    int64_t n, l, c, C, L, G;
+    DL__HD dl__cu_bnwalk(int64_t c_, int64_t t, int64_t G_, int64_t C_, int64_t L_)
+        : n(L_ > 0 ? t / L_ : 0), l(L_ > 0 ? t % L_ : 0), c(c_), C(C_), L(L_), G(G_) {}
+    DL__HD int64_t at() const { return (n * C + c) * L + l; }
+    DL__HD void next()
+    {
+        l += G;
+        if (l >= L) { n += l / L; l %= L; }
+    }
+};
 
 /* channel c: mean, biased var, invstd (dl__bn_stats_task) */
 struct dl__cuj_bn_stats {
@@ -1885,11 +1893,12 @@ struct dl__cuj_bn_stats {
     {
         int64_t M = N * L, k;
         double s = 0, q = 0, m;
-        for (k = t; k < M; k += G) s = dl__cu_dadd(s, (double)x[dl__cu_bnat(c, k, C, L)]);
+        dl__cu_bnwalk w(c, t, G, C, L), w2(c, t, G, C, L);
+        for (k = t; k < M; k += G, w.next()) s = dl__cu_dadd(s, (double)x[w.at()]);
         s = red(s);
         m = s / (double)M;
-        for (k = t; k < M; k += G) {
-            double dv = (double)x[dl__cu_bnat(c, k, C, L)] - m;
+        for (k = t; k < M; k += G, w2.next()) {
+            double dv = (double)x[w2.at()] - m;
             q = dl__cu_dadd(q, dl__cu_dmul(dv, dv));
         }
         q = red(q);
@@ -1909,8 +1918,9 @@ struct dl__cuj_bn_sums {
     {
         int64_t M = N * L, k;
         double sg = 0, sgx = 0, m = mean[c], is = invstd[c];
-        for (k = t; k < M; k += G) {
-            int64_t at = dl__cu_bnat(c, k, C, L);
+        dl__cu_bnwalk w(c, t, G, C, L);
+        for (k = t; k < M; k += G, w.next()) {
+            int64_t at = w.at();
             double gv = (double)g[at];
             sg = dl__cu_dadd(sg, gv);
             sgx = dl__cu_dadd(sgx, dl__cu_dmul(gv, (double)x[at] - m));
@@ -2311,6 +2321,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         m->hres = DL_MALLOC(64);
         m->dres = dl__cu_block_get(d, 64, &e);
         if (!m->hres || !m->dres) { what = "host memory"; e = cudaErrorMemoryAllocation; goto fail; }
+        m->tf32 = ctx->allow_tf32;
         return d;
     }
     {
@@ -2358,6 +2369,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         m->blas_ws = NULL;
     }
     (void)cudaGetLastError();
+    if (ctx->allow_tf32) dl__cuda_set_tf32(d, true);
     return d;
 fail:
     dl__err(ctx, DL_ERR_DEVICE, "%s: cuda:%d: %s: %s", op, index, what, cudaGetErrorString(e));

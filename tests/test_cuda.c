@@ -9,14 +9,15 @@
       tolerance is |got - want| <= 1e-4 |want| + 1e-5 max|want| (libm and
       cuBLAS differ from the CPU by a few ulp); dropout masks and random
       fills must be bit-identical.
-   2. Errors: mixed devices, a device that does not exist, out of memory
+   2. dl_set_allow_tf32: matrix products within 1e-2 of the CPU, then exact again.
+   3. Errors: mixed devices, a device that does not exist, out of memory
       (memory_limit, and a request larger than any card).
-   3. dl_to round trips (cpu -> cuda:0 -> cpu, cuda:0 -> cuda:1, int64, the
+   4. dl_to round trips (cpu -> cuda:0 -> cpu, cuda:0 -> cuda:1, int64, the
       gradient through dl_to), dl_item, dl_sync.
-   4. LeNet-BN: dl_module_to(cuda:0) and 20 Adam steps equal to the CPU
+   5. LeNet-BN: dl_module_to(cuda:0) and 20 Adam steps equal to the CPU
       within tolerance; saved from the GPU, loaded on the CPU; two runs give
       the same bits (determinism); DL_CUDA_SYNC=1 gives the same bits too.
-   5. Memory: no dl.h allocation and no cudaMalloc after step 1 over 1000
+   6. Memory: no dl.h allocation and no cudaMalloc after step 1 over 1000
       steps of a steady loop.
 
    Build: compiled by nvcc as a whole (it defines DL_IMPLEMENTATION):
@@ -201,6 +202,33 @@ static void test_random(void)
         CHECK(memcmp(a, b, sizeof a) == 0, "%s: cuda:0 draws other bits than cpu:0", what[k]);
         if (!g_quiet) printf("cuda:0 %-30s %s\n", what[k], memcmp(a, b, sizeof a) == 0 ? "bit-identical" : "DIFFERS");
     }
+    dl_set_device(C, dl_cpu());
+    dl_step_end(C);
+}
+
+/* ------------------------------------------------------------------ TF32 */
+
+static void test_tf32(void)
+{
+    float a[64 * 96], b[96 * 40], r0[64 * 40], r1[64 * 40];
+    double mx = 0, scale = 0;
+    int i;
+    for (i = 0; i < 64 * 96; i++) a[i] = urand() - 0.5f;
+    for (i = 0; i < 96 * 40; i++) b[i] = urand() - 0.5f;
+    dl_set_device(C, dl_cpu());
+    dl_read(dl_matmul(dl_from_array(C, DL_SHAPE(64, 96), a), dl_from_array(C, DL_SHAPE(96, 40), b)), r0, 64 * 40);
+    CHECK(dl_set_allow_tf32(C, true) == DL_OK && DL__CUI(C->cuda[0])->tf32, "dl_set_allow_tf32 on: %s",
+          dl_error_message(C));
+    dl_set_device(C, dl_cuda(0));
+    CHECK(dl_read(dl_matmul(dl_from_array(C, DL_SHAPE(64, 96), a), dl_from_array(C, DL_SHAPE(96, 40), b)), r1,
+                  64 * 40) == DL_OK, "matmul with TF32: %s", dl_error_message(C));
+    for (i = 0; i < 64 * 40; i++) {
+        if (fabs((double)r0[i]) > scale) scale = fabs((double)r0[i]);
+        if (fabs((double)r0[i] - (double)r1[i]) > mx) mx = fabs((double)r0[i] - (double)r1[i]);
+    }
+    CHECK(mx <= 1e-2 * scale, "TF32 matmul off by %g (scale %g)", mx, scale);
+    if (!g_quiet) printf("cuda:0 %-30s largest difference %.2e (scale %.2g)\n", "matmul with TF32", mx, scale);
+    CHECK(dl_set_allow_tf32(C, false) == DL_OK && !DL__CUI(C->cuda[0])->tf32, "dl_set_allow_tf32 off");
     dl_set_device(C, dl_cpu());
     dl_step_end(C);
 }
@@ -497,6 +525,7 @@ int main(int argc, char **argv)
            dl__cu_emu_count() > 0 ? " (emulated: DL_CUDA_EMULATE, host memory and host loops)" : "");
     test_op_matrix();
     test_random();
+    test_tf32();
     test_errors();
     test_transfers();
     test_lenet();
