@@ -4,7 +4,8 @@
    Do this:
        #define DL_IMPLEMENTATION
    before you include this file in *one* C (or C++) file to create the
-   implementation. Every other file includes it without the define.
+   implementation. Every other file includes it without the define. With
+   DL_CUDA that one file is compiled by nvcc (README.md, section CUDA).
 
    QUICK START (compiled and run by `make test`: tests/quickstart_check.sh)
 
@@ -34,6 +35,9 @@
        DL_IMPLEMENTATION   emit the implementation (one translation unit)
        DL_OPENBLAS         matrix products through cblas_sgemm (link -lopenblas)
        DL_ZLIB             dl_idx_load reads .gz files (link -lz)
+       DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
+                           implementation file compiled by nvcc -x cu (link -lcudart
+                           -lcublas); DL_CUDA_EMULATE=N emulates N GPUs in host memory
        DL_NO_THREADS       single-threaded build (no pthreads)
        DL_ABORT_ON_ERROR   trap at the first error (for a debugger)
        DL_DEBUG            checks that cost memory: a dl_free()d tensor's header is
@@ -92,8 +96,9 @@
      - detect use after dl_free() of a persistent tensor outside DL_DEBUG builds
        (as C's free: undefined);
      - support float64 or float16 (yet);
-     - run on GPUs or across processes yet (DL_CUDA, DL_MPI, DL_NCCL come
-       in later versions).
+     - run across processes yet (DL_MPI, DL_NCCL come in later versions);
+       the CUDA backend (DL_CUDA) is new: built and tested on emulated
+       devices only, it has not yet run on a real GPU.
 */
 #ifndef DL_H
 #define DL_H

@@ -308,14 +308,17 @@ static int rep_linear(bench *s)
     return ok;
 }
 
-/* per-op overhead: a + b of two 4-element tensors (then, for CUDA, the sync) */
-static int setup_add(bench *s)
+/* two operands x, w of one shape (add_sync, matmul200) */
+static int setup_pair(bench *s, dl_shape shape)
 {
-    s->x = keep_randn(s, DL_SHAPE(4), false);
-    s->w = keep_randn(s, DL_SHAPE(4), false);
+    s->x = keep_randn(s, shape, false);
+    s->w = keep_randn(s, shape, false);
     dl_step_end(s->ctx);
     return s->x && s->w ? 1 : fail(s, "inputs");
 }
+
+/* per-op overhead: a + b of two 4-element tensors (then, for CUDA, the sync) */
+static int setup_add(bench *s) { return setup_pair(s, DL_SHAPE(4)); }
 static int rep_add(bench *s)
 {
     if (!dl_add(s->x, s->w)) return fail(s, "dl_add");
@@ -324,13 +327,7 @@ static int rep_add(bench *s)
 }
 
 /* the classic transfer-cost product: (200,200) x (200,200) */
-static int setup_matmul200(bench *s)
-{
-    s->x = keep_randn(s, DL_SHAPE(200, 200), false);
-    s->w = keep_randn(s, DL_SHAPE(200, 200), false);
-    dl_step_end(s->ctx);
-    return s->x && s->w ? 1 : fail(s, "inputs");
-}
+static int setup_matmul200(bench *s) { return setup_pair(s, DL_SHAPE(200, 200)); }
 static int rep_matmul(bench *s)
 {
     if (!dl_matmul(s->x, s->w)) return fail(s, "dl_matmul");
@@ -435,7 +432,7 @@ static int run_case(const bcase *c, const char *name, bool gpu, int threads, int
     if (ok) {
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         v = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-        printf("%s %d %.3f\n", name, threads, 1e3 * v);
+        printf("%s %d %.4f\n", name, threads, 1e3 * v);   /* 0.1 us: the per-op cases */
     }
     free(t);
     dl_ctx_free(s.ctx);

@@ -279,7 +279,7 @@ def main(argv):
     ts.sort()
     n = len(ts)
     med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
-    print("%s %d %.3f" % (name, threads, 1e3 * med))
+    print("%s %d %.4f" % (name, threads, 1e3 * med))
     return 0
 
 

@@ -478,13 +478,16 @@ static EX_UNUSED int ex_done(ex_setup *s, int status)
 
 /* ------------------------------------------------------------ printing */
 
-/* Number of rows whose arg-max equals the label; -1 on an error (logits NULL). */
+/* Number of rows whose arg-max equals the label; -1 on an error (logits NULL).
+   The arg-maxes and labels come to the host (cpu:0) first: on a GPU the host
+   cannot read tensor data in place. */
 static EX_UNUSED int64_t ex_correct(dl_tensor *logits, dl_tensor *y)
 {
-    dl_tensor *am = dl_argmax(logits, 1, false);
+    dl_tensor *am = dl_to(dl_argmax(logits, 1, false), dl_cpu());
     const int64_t *p, *q;
     int64_t i, n = 0;
-    if (!am) return -1;
+    y = dl_to(y, dl_cpu());
+    if (!am || !y) return -1;
     p = (const int64_t *)am->data;
     q = (const int64_t *)y->data;
     for (i = 0; i < y->numel; i++) n += p[i] == q[i];

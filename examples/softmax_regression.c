@@ -22,6 +22,8 @@ static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
     int rc;
     dl_module_train(net, true);                               /* model.train() */
     while ((rc = dl_loader_next(s->train, &x, &y)) > 0) {     /* for X, y in dataloader: */
+        x = dl_to(x, s->a->dev);                              /* X, y = X.to(device), y.to(device) */
+        y = dl_to(y, s->a->dev);
         dl_optim_zero_grad(opt);                              /* optimizer.zero_grad() */
         logits = dl_module_forward(net, x);                   /* pred = model(X) */
         loss = dl_cross_entropy(logits, y, NULL);             /* loss = loss_fn(pred, y) */
@@ -46,7 +48,8 @@ static double evaluate(ex_setup *s, dl_module *net)
     dl_module_train(net, false);                              /* model.eval() */
     dl_no_grad_begin(s->ctx);                                 /* with torch.no_grad(): */
     while ((rc = dl_loader_next(s->test, &x, &y)) > 0) {
-        dl_tensor *logits = dl_module_forward(net, x);        /* pred = model(X) */
+        dl_tensor *logits = dl_module_forward(net, dl_to(x, s->a->dev));   /* pred = model(X.to(device)) */
+        y = dl_to(y, s->a->dev);
         if ((c = ex_correct(logits, y)) < 0) break;           /* an error: stop */
         correct += c;
         total += y->numel;
@@ -70,6 +73,7 @@ int main(int argc, char **argv)
     ex_parse(argc, argv, &a, "softmax_regression", 10, 256, 0.1f);   /* defaults: epochs, batch, lr */
     if (!ex_setup_fmnist(&a, "softmax regression on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
     net = make_softmax_regression(s.ctx);
+    if (dl_module_to(net, a.dev) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
     sd.lr = a.lr;
     opt = dl_sgd(net, &sd);                                   /* torch.optim.SGD(model.parameters(), lr) */

@@ -25,12 +25,21 @@
        make test-cuda-emu    (DL_CUDA_EMULATE=2: cuda:0 and cuda:1 are host
                               memory running the same kernels' functors)
    test_cuda --emulate does what DL_CUDA_EMULATE=2 does; -q drops the
-   per-op lines. Without a CUDA device it says so and exits 0. */
+   per-op lines. Without a CUDA device it says so and exits 0.
+
+   On a real GPU each op case runs in a process of its own (fork) with
+   DL_CUDA_SYNC=1: a kernel that faults poisons its CUDA context, which would
+   fail every later case, so isolated, a first GPU run reports each broken op
+   by name and still tests all the others (--no-isolate: one process;
+   --isolate: isolated on emulated devices too). */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
 #include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static dl_ctx *C;
 static int g_quiet;
@@ -171,14 +180,58 @@ static void run_case(const opcase *oc, int *nops, int *nexact)
     for (j = 0; j < oc->nin; j++) free(host[j]);
 }
 
+#define NSMALL (sizeof g_ops / sizeof g_ops[0])
+#define NCASES (NSMALL + sizeof g_big / sizeof g_big[0])
+
+static const opcase *case_at(size_t i) { return i < NSMALL ? &g_ops[i] : &g_big[i - NSMALL]; }
+
 static void test_op_matrix(void)
 {
     size_t c;
     int nops = 0, nexact = 0;
-    for (c = 0; c < sizeof g_ops / sizeof g_ops[0]; c++) run_case(&g_ops[c], &nops, &nexact);
-    for (c = 0; c < sizeof g_big / sizeof g_big[0]; c++) run_case(&g_big[c], &nops, &nexact);
+    for (c = 0; c < NCASES; c++) run_case(case_at(c), &nops, &nexact);
     dl_set_device(C, dl_cpu());
     printf("op x direction: %d ops on cuda:0 against cpu:0, %d bit-identical both ways\n", nops, nexact);
+}
+
+/* The matrix with each case in a child process that opens CUDA itself (the
+   parent has not touched CUDA yet: a forked child could not use it). Exit
+   status 0: the case passed; 1: it failed (its lines say how); 77: no CUDA
+   device. Returns false when there is no device. */
+static bool test_op_matrix_isolated(void)
+{
+    size_t c;
+    int nops = 0, nexact = 0, passed = 0, exact = 0;
+    for (c = 0; c < NCASES; c++) {
+        int st = 0;
+        pid_t pid;
+        fflush(stdout);
+        pid = fork();
+        if (pid < 0) { CHECK(0, "fork: cannot isolate %s", case_at(c)->name); continue; }
+        if (pid == 0) {
+            dl_ctx_desc d;
+            setenv("DL_CUDA_SYNC", "1", 1);   /* the faulting launch names itself */
+            memset(&d, 0, sizeof d);
+            d.log = dl_log_silent;
+            C = dl_ctx_init(&d);
+            if (!C || dl_device_count(C, DL_DEVICE_CUDA) == 0) _exit(77);
+            th_pass = th_fail = 0;
+            nops = nexact = 0;
+            run_case(case_at(c), &nops, &nexact);
+            fflush(stdout);
+            _exit(th_fail ? 1 : nexact ? 3 : 0);   /* 3: passed, bit-identical */
+        }
+        if (waitpid(pid, &st, 0) != pid) st = -1;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 77) return false;
+        CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3),
+              "%s: its process %s %d", case_at(c)->name, WIFSIGNALED(st) ? "died of signal" : "exited with status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3)) passed++;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 3) exact++;
+    }
+    printf("op x direction: %d ops on cuda:0 against cpu:0, one process each: %d passed, %d bit-identical both ways\n",
+           (int)NCASES, passed, exact);
+    return true;
 }
 
 /* ------------------------------------------------------------------ random numbers */
@@ -501,11 +554,25 @@ static void test_memory(void)
 int main(int argc, char **argv)
 {
     dl_ctx_desc d;
-    int i, n;
+    int i, n, isolate = -1;
+    bool isolated = false;
+    const char *emu;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--emulate") == 0) setenv("DL_CUDA_EMULATE", "2", 1);
         else if (strcmp(argv[i], "-q") == 0) g_quiet = 1;
-        else { printf("usage: test_cuda [--emulate] [-q]\n"); return 2; }
+        else if (strcmp(argv[i], "--isolate") == 0) isolate = 1;
+        else if (strcmp(argv[i], "--no-isolate") == 0) isolate = 0;
+        else { printf("usage: test_cuda [--emulate] [-q] [--isolate | --no-isolate]\n"); return 2; }
+    }
+    emu = getenv("DL_CUDA_EMULATE");
+    if (isolate < 0) isolate = !(emu && *emu && strcmp(emu, "0") != 0);   /* a real GPU: isolate */
+    if (isolate) {
+        if (!test_op_matrix_isolated()) {
+            printf("test_cuda: no CUDA device; nothing to test here (try --emulate)\n");
+            SKIP("no CUDA device");
+            TEST_END();
+        }
+        isolated = true;
     }
     memset(&d, 0, sizeof d);
     d.log = dl_log_silent;
@@ -523,7 +590,7 @@ int main(int argc, char **argv)
     }
     printf("test_cuda: %d CUDA device%s%s\n", n, n == 1 ? "" : "s",
            dl__cu_emu_count() > 0 ? " (emulated: DL_CUDA_EMULATE, host memory and host loops)" : "");
-    test_op_matrix();
+    if (!isolated) test_op_matrix();
     test_random();
     test_tf32();
     test_errors();
