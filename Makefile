@@ -50,7 +50,7 @@ CUDA_EXAMPLES = $(patsubst examples/%.c,$(B)/cuda/%,$(sort $(wildcard examples/*
 # make test runs tests/test_cuda.c on emulated CUDA devices when nvcc is here
 CUDA_EMU_RUN  = $(if $(HAVE_NVCC),--tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda)
 
-.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-emu nvcc-check bench-cuda
+.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda
 all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
@@ -129,6 +129,13 @@ $(B)/cuda/%: $(B)/cuda/%.o
 # on cuda:0 of a real GPU (without one it says so and passes)
 test-cuda: nvcc-check $(B)/cuda/test_cuda
 	@tests/run.sh $(B)/cuda/test_cuda
+
+# a real GPU: test_cuda, then every other CUDA-built test with its tensors on
+# cuda:0 (expect a few failures where a test wants the CPU's exact bits from
+# libm or the GEMM; each FAIL line names the check)
+test-cuda-all: nvcc-check $(CUDA_TESTS)
+	@tests/run.sh $(B)/cuda/test_cuda --tag @cuda:0 --env DL_DEVICE=cuda:0 \
+	    $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
 
 # the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
 # needed), then every other CUDA-built test with all its tensors on the

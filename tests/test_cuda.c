@@ -590,6 +590,15 @@ int main(int argc, char **argv)
     }
     printf("test_cuda: %d CUDA device%s%s\n", n, n == 1 ? "" : "s",
            dl__cu_emu_count() > 0 ? " (emulated: DL_CUDA_EMULATE, host memory and host loops)" : "");
+    if (dl__cu_emu_count() == 0) {   /* for the log of a first GPU run */
+        struct cudaDeviceProp pr;
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        if (cudaGetDeviceProperties(&pr, 0) == cudaSuccess)
+            printf("test_cuda: cuda:0 is %s, sm_%d%d, %d SMs, %.1f GiB; driver %d, runtime %d\n", pr.name,
+                   pr.major, pr.minor, pr.multiProcessorCount, (double)pr.totalGlobalMem / 1073741824.0, drv, rt);
+    }
     if (!isolated) test_op_matrix();
     test_random();
     test_tf32();
