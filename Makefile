@@ -139,10 +139,12 @@ test-cuda-all: nvcc-check $(CUDA_TESTS)
 
 # the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
 # needed), then every other CUDA-built test with all its tensors on the
-# emulated cuda:0 (as make test does on the strict cpu:1)
+# emulated cuda:0 (as make test does on the strict cpu:1), then those tests
+# as they are, on the CPU: a DL_CUDA build works where there is no GPU
 test-cuda-emu: nvcc-check $(CUDA_TESTS)
 	@tests/run.sh --tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda \
-	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 --env DL_DEVICE=cuda:0 $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
+	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 --env DL_DEVICE=cuda:0 $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
+	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
