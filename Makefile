@@ -12,7 +12,8 @@ HAVE_ZLIB     := $(shell echo 'int main(void){return 0;}' | $(CC) -include zlib.
 HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 
-TEST_SRC := $(sort $(wildcard tests/test_*.c))
+# test_cuda.c is built by nvcc only (make cuda, test-cuda, test-cuda-emu)
+TEST_SRC := $(filter-out tests/test_cuda.c,$(sort $(wildcard tests/test_*.c)))
 TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC))
 # shell tests: every C snippet of README.md and dl.h's comments compiles (and
 # runs), dl.h's API INDEX lists every public name, the examples' command line
@@ -26,7 +27,7 @@ NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
 EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
-DEPS      = dl.h tests/harness.h tests/golden.h
+DEPS      = dl.h tests/harness.h tests/golden.h tests/optable.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
@@ -38,7 +39,24 @@ THREADS  ?= 1 2
 ROUNDS   ?= 1
 BENCH_FLAGS = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 
-.PHONY: all test sanitize valgrind clean run data fuzz bench
+# CUDA (dl_cuda.cuh): every program is compiled by nvcc as a whole (it defines
+# DL_IMPLEMENTATION, so its file is the implementation unit) and linked by the
+# C++ compiler with the CUDA runtime and cuBLAS. Fat binary for sm_80 and sm_90.
+NVCC      ?= nvcc
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVFLAGS   = -x cu $(CUDA_ARCH) -DDL_CUDA -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lm -lpthread
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+# tests that check C-only constructs (compound literals, tentative definitions)
+# are not built as CUDA C++
+CUDA_C_ONLY   = tests/test_defaults.c tests/test_summary.c tests/test_torch_roundtrip.c
+CUDA_TESTS    = $(patsubst tests/%.c,$(B)/cuda/%,$(filter-out $(CUDA_C_ONLY),$(TEST_SRC)) tests/test_cuda.c)
+CUDA_EXAMPLES = $(patsubst examples/%.c,$(B)/cuda/%,$(sort $(wildcard examples/*.c)))
+# make test runs tests/test_cuda.c on emulated CUDA devices when nvcc is here
+CUDA_EMU_RUN  = $(if $(HAVE_NVCC),--tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda)
+
+.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda
 all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
@@ -53,8 +71,11 @@ $(B)/%: examples/%.c dl.h examples/common.h | $(B)
 # the main job: LeNet-BN on Fashion-MNIST (make run EPOCHS=3). TensorBoard
 # logs go to a new directory under runs/ each time (LOGDIR=dir for another,
 # LOGDIR= for none); the run prints the `tensorboard --logdir` line to use
-run: $(B)/lenet data
-	$(B)/lenet --epochs $(EPOCHS)$(if $(LOGDIR), --logdir $(LOGDIR))
+# DEVICE=cuda (or cuda:N) trains on the GPU with the nvcc build; DEVICE=cpu:1 ... too
+DEVICE   ?=
+RUN_BIN   = $(if $(filter cuda%,$(DEVICE)),$(B)/cuda/lenet,$(B)/lenet)
+run: $(RUN_BIN) data
+	$(RUN_BIN) --epochs $(EPOCHS)$(if $(LOGDIR), --logdir $(LOGDIR))$(if $(DEVICE), --device $(DEVICE))
 
 data:
 	@examples/fetch_data.sh
@@ -85,8 +106,46 @@ $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 # then every C test program again with every tensor on cpu:1 in strict mode,
 # where a host dereference of tensor data faults (lines read test_core@cpu:1)
 STRICT_ENV = DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1
-test: all
-	@CC="$(CC)" tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS) --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS) $(SNIPPETS)
+test: all $(if $(HAVE_NVCC),$(B)/cuda/test_cuda)
+	@CC="$(CC)" tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS) $(if $(HAVE_NVCC),,tests/cuda_skip.sh) \
+	    --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS) $(SNIPPETS) $(CUDA_EMU_RUN)
+
+# ---- CUDA builds (nvcc): make cuda compiles them all; no GPU needed
+nvcc-check:
+ifneq ($(HAVE_NVCC),1)
+	@echo "make cuda: $(NVCC) not found: the CUDA build needs the CUDA toolkit (nvcc, cuBLAS); set NVCC=/path/to/nvcc"; exit 1
+endif
+
+cuda: nvcc-check $(CUDA_TESTS) $(CUDA_EXAMPLES)
+
+$(B)/cuda:
+	mkdir -p $@
+$(B)/cuda/%.o: tests/%.c $(DEPS) dl_cuda.cuh | $(B)/cuda
+	$(NVCC) $(NVFLAGS) -O2 -Itests -I. -c $< -o $@
+$(B)/cuda/%.o: examples/%.c dl.h dl_cuda.cuh examples/common.h | $(B)/cuda
+	$(NVCC) $(NVFLAGS) -O3 -I. -c $< -o $@
+$(B)/cuda/%: $(B)/cuda/%.o
+	$(CXX) $< -o $@ $(CUDA_LIBS)
+
+# on cuda:0 of a real GPU (without one it says so and passes)
+test-cuda: nvcc-check $(B)/cuda/test_cuda
+	@tests/run.sh $(B)/cuda/test_cuda
+
+# a real GPU: test_cuda, then every other CUDA-built test with its tensors on
+# cuda:0 (expect a few failures where a test wants the CPU's exact bits from
+# libm or the GEMM; each FAIL line names the check)
+test-cuda-all: nvcc-check $(CUDA_TESTS)
+	@tests/run.sh $(B)/cuda/test_cuda --tag @cuda:0 --env DL_DEVICE=cuda:0 \
+	    $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
+
+# the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
+# needed), then every other CUDA-built test with all its tensors on the
+# emulated cuda:0 (as make test does on the strict cpu:1), then those tests
+# as they are, on the CPU: a DL_CUDA build works where there is no GPU
+test-cuda-emu: nvcc-check $(CUDA_TESTS)
+	@tests/run.sh --tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda \
+	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 --env DL_DEVICE=cuda:0 $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
+	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
@@ -114,6 +173,13 @@ bench: $(B)/bench
 $(B)/bench: bench/bench.c dl.h | $(B)
 	$(CC) $(WARN) $(BENCH_FLAGS) -I. $< -o $@ $(LDLIBS)
 	@echo '$(CC) $(BENCH_FLAGS)' > $(B)/bench.flags
+
+# dl.h against PyTorch on cuda:0 (the *_cuda cases; n/a without a GPU)
+bench-cuda: $(B)/bench
+	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(if $(CASES),$(CASES),*_cuda)" THREADS=1 ROUNDS="$(ROUNDS)" bench/run.sh
+
+$(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh | $(B)/cuda
+	$(NVCC) $(NVFLAGS) -O3 -I. -c $< -o $@
 
 $(B)/bench_gemm: bench/gemm.c dl.h | $(B)
 ifeq ($(HAVE_OPENBLAS),1)

@@ -4,7 +4,8 @@
    Do this:
        #define DL_IMPLEMENTATION
    before you include this file in *one* C (or C++) file to create the
-   implementation. Every other file includes it without the define.
+   implementation. Every other file includes it without the define. With
+   DL_CUDA that one file is compiled by nvcc (README.md, section CUDA).
 
    QUICK START (compiled and run by `make test`: tests/snippets_check.sh)
 
@@ -33,6 +34,9 @@
        DL_IMPLEMENTATION   emit the implementation (one translation unit)
        DL_OPENBLAS         matrix products through cblas_sgemm (link -lopenblas)
        DL_ZLIB             dl_idx_load reads .gz files (link -lz)
+       DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
+                           implementation file compiled by nvcc -x cu (link -lcudart
+                           -lcublas); DL_CUDA_EMULATE=N emulates N GPUs in host memory
        DL_NO_THREADS       single-threaded build (no pthreads)
        DL_ABORT_ON_ERROR   trap at the first error (for a debugger)
        DL_DEBUG            checks that cost memory: a dl_free()d tensor's header is
@@ -92,8 +96,9 @@
      - detect use after dl_free() of a persistent tensor outside DL_DEBUG builds
        (as C's free: undefined);
      - support float64 or float16 (yet);
-     - run on GPUs or across processes yet (DL_CUDA, DL_MPI, DL_NCCL come
-       in later versions).
+     - run across processes yet (DL_MPI, DL_NCCL come in later versions);
+       the CUDA backend (DL_CUDA) is new: built and tested on emulated
+       devices only, it has not yet run on a real GPU.
 
    API INDEX: every public type, macro and function, one line each, in the
    order of the declarations below (tests/api_index_check.sh keeps it so);
@@ -133,6 +138,7 @@
        dl_ctx_device              where creators put tensors now
        dl_set_device              torch.set_default_device
        dl_sync                    torch.cuda.synchronize: wait for every device
+       dl_set_allow_tf32          torch.backends.cuda.matmul.allow_tf32 (CUDA devices; default off)
        dl_tensor_ctx              the context a tensor belongs to
      errors
        dl_last_error              code of the most recent failure (DL_OK when none)
@@ -551,6 +557,7 @@ DL_API dl_device dl_ctx_device(const dl_ctx *ctx); /* where creators put tensors
    parameters ...) put tensors on dev from now on */
 DL_API dl_result dl_set_device(dl_ctx *ctx, dl_device dev);
 DL_API dl_result dl_sync(dl_ctx *ctx);             /* wait for every device's queued work */
+DL_API dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow); /* CUDA matmul/conv in TF32 (off: exact fp32) */
 DL_API dl_ctx *dl_tensor_ctx(const dl_tensor *t);
 
 /* --- errors
@@ -2992,6 +2999,7 @@ struct dl_ctx {
     dl_log_fn log;
     void *log_user;
     uint64_t seed, rng_offset;        /* the counter-based generator: next draw's counter */
+    bool allow_tf32;                  /* CUDA devices may use TF32 tensor cores (dl_set_allow_tf32) */
     dl__pool *pool;
     int nthreads;
     char shbuf[8][128];
@@ -3935,9 +3943,10 @@ static bool dl__threads_ok(dl_ctx *ctx, const char *op, int n, int *out)
 
 static const dl__backend *dl__cpu_be(void);
 #ifdef DL_CUDA
-static dl__dev *dl__cuda_open(dl_ctx *ctx, int index);   /* dl_cuda.cuh */
+static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op);   /* dl_cuda.cuh */
 static void dl__cuda_close(dl__dev *d);
 static int dl__cuda_count(void);
+static void dl__cuda_set_tf32(dl__dev *d, bool on);
 #endif
 
 static const char *dl__dev_str(dl_device d, char *buf, size_t n);
@@ -4015,7 +4024,7 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
                     dl__dev_str(dev, b, sizeof b), DL__MAX_CUDA - 1);
             return NULL;
         }
-        if (!ctx->cuda[dev.index]) ctx->cuda[dev.index] = dl__cuda_open(ctx, dev.index);
+        if (!ctx->cuda[dev.index]) ctx->cuda[dev.index] = dl__cuda_open(ctx, dev.index, op);
         return ctx->cuda[dev.index];    /* NULL: dl__cuda_open said why */
 #else
         dl__err(ctx, DL_ERR_DEVICE, "%s: %s requested but dl.h was built without DL_CUDA "
@@ -4268,6 +4277,27 @@ dl_result dl_sync(dl_ctx *ctx)
         }
     return DL_OK;
 }
+
+/* TF32 for the CUDA devices' matrix products (and so convolutions): about
+   1e-3 relative error instead of fp32's 1e-7, several times faster; the
+   devices opened later follow. No effect on CPU devices. */
+dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow)
+{
+    if (!ctx) return DL_ERR_ARG;
+    ctx->allow_tf32 = allow;
+#ifdef DL_CUDA
+    {
+        int i;
+        for (i = 0; i < DL__MAX_CUDA; i++)
+            if (ctx->cuda[i]) {
+                dl__cuda_set_tf32(ctx->cuda[i], allow);
+                if (dl__dev_check(ctx->cuda[i], "dl_set_allow_tf32") != DL_OK) return DL_ERR_DEVICE;
+            }
+    }
+#endif
+    return DL_OK;
+}
+
 dl_ctx *dl_tensor_ctx(const dl_tensor *t) { return t && t->magic_ == DL__MAGIC ? t->ctx_ : NULL; }
 
 dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out)

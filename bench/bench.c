@@ -19,6 +19,12 @@
    random labels in 0..9 (fixed seed). A step is zero_grad, forward, loss,
    backward, optimizer step (and dl_step_end).
 
+   CUDA: a case name with the suffix _cuda (step_lenet_bn_cuda, add_sync_cuda
+   ...) runs the time case of that name with every tensor on cuda:0 and a
+   dl_sync at the end of each repetition, so the time is the GPU's; it needs
+   the DL_CUDA build of this file (build/cuda/bench: make bench-cuda). The
+   plain build, or a machine without a GPU, fails such a case (run.sh: n/a).
+
    To add a case: write a setup function (and a rep function for a new kind
    of work), add a row to g_cases, the same name to torch_bench.py's CASES
    and a line to bench/run.sh's case table.
@@ -302,6 +308,33 @@ static int rep_linear(bench *s)
     return ok;
 }
 
+/* two operands x, w of one shape (add_sync, matmul200) */
+static int setup_pair(bench *s, dl_shape shape)
+{
+    s->x = keep_randn(s, shape, false);
+    s->w = keep_randn(s, shape, false);
+    dl_step_end(s->ctx);
+    return s->x && s->w ? 1 : fail(s, "inputs");
+}
+
+/* per-op overhead: a + b of two 4-element tensors (then, for CUDA, the sync) */
+static int setup_add(bench *s) { return setup_pair(s, DL_SHAPE(4)); }
+static int rep_add(bench *s)
+{
+    if (!dl_add(s->x, s->w)) return fail(s, "dl_add");
+    dl_step_end(s->ctx);
+    return 1;
+}
+
+/* the classic transfer-cost product: (200,200) x (200,200) */
+static int setup_matmul200(bench *s) { return setup_pair(s, DL_SHAPE(200, 200)); }
+static int rep_matmul(bench *s)
+{
+    if (!dl_matmul(s->x, s->w)) return fail(s, "dl_matmul");
+    dl_step_end(s->ctx);
+    return 1;
+}
+
 /* ---------------------------------------------------------------- case table */
 
 typedef struct bcase {
@@ -317,6 +350,8 @@ static const bcase g_cases[] = {
     {"bn2d_fwdbwd", KIND_TIME, setup_bn2d, rep_bn2d},
     {"maxpool_fwdbwd", KIND_TIME, setup_maxpool, rep_maxpool},
     {"linear_fwdbwd", KIND_TIME, setup_linear, rep_linear},
+    {"add_sync", KIND_TIME, setup_add, rep_add},
+    {"matmul200", KIND_TIME, setup_matmul200, rep_matmul},
     {"step_mlp", KIND_TIME, setup_mlp, rep_step},
     {"step_lenet", KIND_TIME, setup_lenet, rep_step},
     {"step_lenet_bn", KIND_TIME, setup_lenet_bn, rep_step},
@@ -352,7 +387,15 @@ static double peak_rss_mb(void)
     return -1;
 }
 
-static int run_case(const bcase *c, int threads, int warmup, int reps, int steps)
+/* one repetition; on a GPU, waiting for its work to finish */
+static int rep_synced(const bcase *c, bench *s, bool gpu)
+{
+    int ok = c->rep(s);
+    if (ok && gpu && dl_sync(s->ctx) != DL_OK) return fail(s, "dl_sync");
+    return ok;
+}
+
+static int run_case(const bcase *c, const char *name, bool gpu, int threads, int warmup, int reps, int steps)
 {
     bench s;
     dl_ctx_desc cd;
@@ -362,8 +405,9 @@ static int run_case(const bcase *c, int threads, int warmup, int reps, int steps
     memset(&cd, 0, sizeof cd);
     cd.seed = 1;
     cd.num_threads = threads;
+    if (gpu) cd.device = dl_cuda(0);   /* every tensor, the model's too, on the GPU */
     s.ctx = dl_ctx_init(&cd);
-    if (!s.ctx) { fprintf(stderr, "bench: dl_ctx_init failed\n"); return 1; }
+    if (!s.ctx) { fprintf(stderr, "bench: dl_ctx_init failed: %s\n", dl_error_message(NULL)); return 1; }
     if (!c->setup(&s)) { dl_ctx_free(s.ctx); return 1; }
     if (c->kind == KIND_STARTUP) {
         ok = c->rep(&s);
@@ -379,16 +423,16 @@ static int run_case(const bcase *c, int threads, int warmup, int reps, int steps
     }
     t = (double *)malloc(sizeof(double) * (size_t)reps);
     if (!t) { dl_ctx_free(s.ctx); return 1; }
-    for (i = 0; i < warmup && ok; i++) ok = c->rep(&s);
+    for (i = 0; i < warmup && ok; i++) ok = rep_synced(c, &s, gpu);
     for (i = 0; i < reps && ok; i++) {
         double t0 = now_s();
-        ok = c->rep(&s);
+        ok = rep_synced(c, &s, gpu);
         t[i] = now_s() - t0;
     }
     if (ok) {
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         v = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-        printf("%s %d %.3f\n", c->name, threads, 1e3 * v);
+        printf("%s %d %.4f\n", name, threads, 1e3 * v);   /* 0.1 us: the per-op cases */
     }
     free(t);
     dl_ctx_free(s.ctx);
@@ -405,15 +449,19 @@ int main(int argc, char **argv)
 {
     const bcase *c = NULL;
     int i, threads, warmup = 3, reps = 11, steps = 10;
-    size_t k;
+    size_t k, len;
+    bool gpu = false;
     if (argc == 2 && !strcmp(argv[1], "--list")) {
         for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++) printf("%s\n", g_cases[k].name);
         return 0;
     }
     if (argc < 3) { usage(); return 2; }
+    len = strlen(argv[1]);
+    gpu = len > 5 && !strcmp(argv[1] + len - 5, "_cuda");   /* NAME_cuda: NAME on cuda:0 */
     for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++)
-        if (!strcmp(g_cases[k].name, argv[1])) c = &g_cases[k];
-    if (!c) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
+        if (!strncmp(g_cases[k].name, argv[1], gpu ? len - 5 : len) && strlen(g_cases[k].name) == (gpu ? len - 5 : len))
+            c = &g_cases[k];
+    if (!c || (gpu && c->kind != KIND_TIME)) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
     threads = atoi(argv[2]);
     for (i = 3; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
@@ -423,5 +471,5 @@ int main(int argc, char **argv)
         else { usage(); return 2; }
     }
     if (i != argc || threads < 1 || warmup < 0 || reps < 1 || steps < 1) { usage(); return 2; }
-    return run_case(c, threads, warmup, reps, steps);
+    return run_case(c, argv[1], gpu, threads, warmup, reps, steps);
 }

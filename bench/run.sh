@@ -6,6 +6,8 @@
 #   THREADS="2" bench/run.sh             other thread counts
 #   ROUNDS=3 bench/run.sh                each time case's process pair 3 times,
 #                                        keeping each side's best median (noisy machines)
+#   CASES='*_cuda' THREADS=1 bench/run.sh   the GPU cases (make bench-cuda): dl.h's
+#                                        build/cuda/bench against PyTorch on cuda:0
 #   (make bench / make bench CASES="..." THREADS="..." do the same)
 #
 # Builds build/bench (bench/bench.c), then for each case and thread count
@@ -30,6 +32,7 @@ THREADS=${THREADS:-1 2}
 CASES=${CASES:-}
 ROUNDS=${ROUNDS:-1}
 DL=build/bench
+DL_CUDA=${DL_CUDA:-build/cuda/bench}   # the nvcc build, for the *_cuda cases
 TORCH="bench/torch_bench.py"
 
 # name               kind     warmup  reps (mem: training steps)
@@ -40,10 +43,21 @@ conv2_fwdbwd         time     3       11
 bn2d_fwdbwd          time     3       11
 maxpool_fwdbwd       time     3       11
 linear_fwdbwd        time     3       11
+add_sync             time     10      101
+matmul200            time     5       51
 step_mlp             time     3       11
 step_lenet           time     3       11
 step_lenet_bn        time     3       11
 step_resnet_small    time     2       7
+add_sync_cuda        time     20      201
+matmul200_cuda       time     20      201
+conv1_fwdbwd_cuda    time     5       51
+bn2d_fwdbwd_cuda     time     5       51
+linear_fwdbwd_cuda   time     5       51
+step_mlp_cuda        time     10      51
+step_lenet_cuda      time     10      51
+step_lenet_bn_cuda   time     10      51
+step_resnet_small_cuda time   5       21
 mem_lenet_bn         mem      -       20
 mem_resnet_small     mem      -       3
 startup              startup  -       7
@@ -83,7 +97,10 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 
 run_dl() {  # case threads args...
     c=$1; t=$2; shift 2
-    OPENBLAS_NUM_THREADS=$t "$DL" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"
+    bin=$DL
+    case $c in *_cuda) bin=$DL_CUDA ;; esac
+    if [ ! -x "$bin" ]; then echo "$bin was not built (nvcc missing?)" >"$TMP/e"; : >"$TMP/o"
+    else OPENBLAS_NUM_THREADS=$t "$bin" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"; fi
     value_of "$c" "$TMP/o" "$TMP/e" dl.h
 }
 
@@ -182,6 +199,11 @@ fi
 
 case $(now_ns) in *N*|'') echo "bench: needs date +%s%N (GNU date)" >&2; exit 1 ;; esac
 $MAKE -s build/bench || exit 1
+case $SELECTED in *_cuda*)   # the *_cuda cases need the DL_CUDA build; without nvcc they print n/a
+    if [ "$DL_CUDA" = build/cuda/bench ] && command -v "${NVCC:-nvcc}" >/dev/null 2>&1; then
+        $MAKE -s build/cuda/bench >/dev/null 2>&1 || echo "# build/cuda/bench does not build: *_cuda cases are n/a"
+    fi ;;
+esac
 
 TORCH_VERSION=$("$PYTHON" "$TORCH" --version 2>/dev/null | tail -n 1)
 cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)

@@ -13,9 +13,10 @@ LeNet), F.cross_entropy, torch.optim.SGD (defaults but lr), batch 256 of
 random N(0,1) inputs and labels in 0..9, optimizer.zero_grad() with its
 default set_to_none=True.
 
-CUDA later: every model case takes a device; a case named "<name>_cuda"
-runs <name> on torch.device("cuda") with synchronization around the timing
-(the C side has no such cases yet, so run.sh prints n/a there).
+CUDA: every case takes a device; a case named "<name>_cuda" runs <name> on
+torch.device("cuda") with torch.cuda.synchronize() at the end of each
+repetition (bench.c's _cuda cases call dl_sync likewise). Without CUDA such
+a case exits 2 and run.sh prints n/a.
 """
 import os
 import sys
@@ -164,7 +165,28 @@ def linear_case(dev):
     return rep
 
 
+def add_case(dev):
+    """per-op overhead: an add of two 4-element tensors"""
+    a = torch.randn(4, device=dev)
+    b = torch.randn(4, device=dev)
+
+    def rep():
+        return a + b
+    return rep
+
+
+def matmul200_case(dev):
+    a = torch.randn(200, 200, device=dev)
+    b = torch.randn(200, 200, device=dev)
+
+    def rep():
+        return a @ b
+    return rep
+
+
 CASES = {
+    "add_sync": ("time", add_case),
+    "matmul200": ("time", matmul200_case),
     "conv1_fwdbwd": ("time", micro_case((BATCH, 1, 28, 28), [(6, 1, 5, 5), (6,)],
                                         lambda x, p: F.conv2d(x, p[0], p[1], padding=2), (BATCH, 6, 28, 28))),
     "conv2_fwdbwd": ("time", micro_case((BATCH, 6, 14, 14), [(16, 6, 5, 5), (16,)],
@@ -257,7 +279,7 @@ def main(argv):
     ts.sort()
     n = len(ts)
     med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
-    print("%s %d %.3f" % (name, threads, 1e3 * med))
+    print("%s %d %.4f" % (name, threads, 1e3 * med))
     return 0
 
 

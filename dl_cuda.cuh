@@ -1,0 +1,2389 @@
+/* dl_cuda.cuh - the CUDA backend of dl.h (NVIDIA GPUs).            public domain / MIT-0
+
+   Not a header to include yourself: dl.h includes it from its implementation
+   when DL_CUDA is defined, so the one file that defines DL_IMPLEMENTATION is
+   compiled by nvcc as CUDA C++ and every other file stays plain C:
+
+       nvcc -c -x cu -O2 -DDL_CUDA -DDL_IMPLEMENTATION \
+            -gencode arch=compute_80,code=sm_80 \
+            -gencode arch=compute_90,code=[sm_90,compute_90] impl.c -o impl.o
+       cc -O2 main.c impl.o -o prog -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ -lm -lpthread
+
+   (dl_cuda.cuh must sit next to dl.h.) `make cuda` builds every example and
+   test this way; README.md, section CUDA, has the details.
+
+   Status: compiled warning-free for sm_80 and sm_90 and tested on emulated
+   devices (below: tests/test_cuda.c, and every test program with its
+   tensors on the emulated cuda:0); it has never run on a real GPU, so the
+   GPU-only paths (warp/block reductions, cuBLAS, streams, pinned staging,
+   peer copies) have only been compiled.
+
+   Design
+     - One stream and one cuBLAS handle per device (d->impl). Every kernel and
+       copy is queued on that stream; the host waits only where a value comes
+       back: download (dl_read, dl_item, ...), sync (dl_sync), nonfinite
+       (anomaly mode), class_mask (cross entropy's target check) and sumsq
+       (gradient clipping).
+     - Memory: a caching allocator per device. Blocks are rounded to size
+       classes (four per power of two, at least 512 bytes), come from
+       cudaMalloc once and go back to a free list on free; a later request of
+       the same class reuses them (one stream: reuse is ordered after every
+       earlier use). dl.h's step arena keeps its chunks across steps, so a
+       steady training loop calls neither dl.h's allocator nor cudaMalloc.
+       When cudaMalloc fails the cache is released and the call retried once;
+       then alloc returns NULL (dl.h reports DL_ERR_OOM with the sizes) and
+       the CUDA reason goes to the log as a warning.
+     - Uploads copy through two pinned staging buffers (double buffered, an
+       event each), so the host buffer may be reused as soon as upload
+       returns and large uploads overlap the host memcpy with the DMA.
+     - Kernels: most are "one thread per output element" functors (structs
+       with a __host__ __device__ operator()) run by one grid-stride kernel
+       template, with 32-bit index arithmetic when the sizes allow. The math
+       is the CPU backend's, expression for expression: the elementwise ops
+       expand dl.h's X-macro lists, products and sums that the CPU computes
+       with two roundings use __fmul_rn/__fadd_rn (never contracted into an
+       FMA), random numbers are dl.h's counter-based Philox (dl__rng_value,
+       DL__HD), accumulations run in the CPU's order. Most results are
+       therefore bit-identical to the CPU's; the exceptions are the libm
+       functions (expf, logf, erff, tanhf, powf: CUDA's differ by an ulp or
+       two), the matrix products (cuBLAS sums in its own order), and row
+       reductions / softmax over a contiguous dim, which use a fixed tree of
+       warp shuffles (double accumulation, like the CPU).
+     - Determinism: no atomics whose order changes results (the only atomic
+       is an atomicMin on an index: order-independent). Reductions use a
+       fixed block size and a fixed tree, col2im and the average-pooling
+       adjoint gather (one thread per input element, contributions in the
+       CPU's order), max-pool's backward scatters one plane per warp with
+       colliding lanes combined in lane order (__match_any_sync). Same input,
+       same GPU, same bits, every run.
+     - Errors never exit: every CUDA and cuBLAS call and every launch is
+       checked; a failure is recorded on the device (dl__dev_fail, "cuda:0
+       kernel binary: <cudaGetErrorString>") and reported by the op under
+       its name. Kernels run asynchronously, so a fault inside a kernel
+       surfaces at the next call that waits (usually dl_read/dl_item);
+       DL_CUDA_SYNC=1 waits after every launch so the failing op reports it.
+     - DL_CUDA_EMULATE=N (or dl__cu_emu = N from the implementation file)
+       makes cuda:0..N-1 emulated devices: host memory (tagged pointers, as
+       dl.h's strict CPU devices: host code that touches them faults), every
+       functor run by a host loop, cuBLAS replaced by the CPU GEMM, the
+       shuffle kernels by their sequential twins (batch and layer norm: the
+       same per-channel / per-row routine with a group of one thread). It runs the kernels' index
+       arithmetic and the whole device plumbing on a machine without a GPU
+       (tests/test_cuda.c uses it); it is a test tool, not a backend. */
+
+#if !defined(DL__IMPLEMENTED) || !defined(DL_CUDA)
+#error "dl_cuda.cuh is part of dl.h's implementation: define DL_CUDA and DL_IMPLEMENTATION, then include dl.h (in one file compiled by nvcc)"
+#endif
+#if !defined(__CUDACC__)
+#error "dl_cuda.cuh: the file that defines DL_IMPLEMENTATION with DL_CUDA must be compiled by nvcc (nvcc -x cu -DDL_CUDA -DDL_IMPLEMENTATION -c impl.c)"
+#endif
+
+#ifndef DL__CUDA_CUH
+#define DL__CUDA_CUH
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#define DL__CU_THREADS 256                    /* threads per block, every kernel */
+#define DL__CU_STAGE ((size_t)4 << 20)        /* bytes per pinned upload staging buffer (two) */
+#define DL__CU_RCHUNK 16384                   /* row reductions: elements per block pass */
+#define DL__CU_CCHUNK 256                     /* column reductions: rows per partial */
+
+/* ===========================================================================
+ * Device state
+ * ========================================================================= */
+
+typedef struct dl__cublock { char *p; size_t size; } dl__cublock;
+
+typedef struct dl__cuimpl {
+    int ordinal;
+    bool emulate;                     /* host memory and host loops (DL_CUDA_EMULATE) */
+    bool sync_each;                   /* DL_CUDA_SYNC=1: wait after every launch */
+    bool tf32;                        /* cuBLAS may use TF32 tensor cores */
+    int max_blocks;                   /* grid size that fills the GPU */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    size_t blas_ws_size;
+    /* caching allocator: free blocks sorted by size, live blocks by address */
+    dl__cublock *freel, *live;
+    size_t nfree, capfree, nlive, caplive;
+    size_t cached_bytes, live_bytes;
+    uint64_t raw_allocs, raw_frees;   /* cudaMalloc / cudaFree calls */
+    /* uploads: two pinned buffers, an event each */
+    char *stage[2];
+    cudaEvent_t stage_ev[2];
+    int stage_next;
+    /* results coming back: 64 device bytes, 64 pinned host bytes */
+    void *dres, *hres;
+    /* two-pass reductions */
+    void *scratch;
+    size_t scratch_size;
+    cudaEvent_t peer_ev;              /* cross-device copies */
+} dl__cuimpl;
+
+#define DL__CUI(d) ((dl__cuimpl *)(d)->impl)
+/* a data pointer without the emulated device's tag (real devices: tag 0) */
+#define DL__CUP(d, p) ((decltype(p))((uintptr_t)(p) - (d)->tag))
+
+/* emulated devices: -1 = read DL_CUDA_EMULATE at the first use */
+static int dl__cu_emu = -1;
+
+static int dl__cu_emu_count(void)
+{
+    if (dl__cu_emu < 0) {
+        const char *e = getenv("DL_CUDA_EMULATE");
+        long v = e && *e ? strtol(e, NULL, 10) : 0;
+        dl__cu_emu = v < 0 ? 0 : v > DL__MAX_CUDA ? DL__MAX_CUDA : (int)v;
+    }
+    return dl__cu_emu;
+}
+
+static void dl__cu_fail(dl__dev *d, const char *what, cudaError_t e)
+{
+    dl__dev_fail(d, "cuda:%d %s: %s", d->id.index, what, cudaGetErrorString(e));
+}
+
+/* true when e is success; else records the failure */
+static bool dl__cu_ok(dl__dev *d, const char *what, cudaError_t e)
+{
+    if (e == cudaSuccess) return true;
+    dl__cu_fail(d, what, e);
+    return false;
+}
+
+static bool dl__cu_blas_ok(dl__dev *d, const char *what, cublasStatus_t st)
+{
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    dl__dev_fail(d, "cuda:%d %s: %s", d->id.index, what, cublasGetStatusString(st));
+    return false;
+}
+
+/* every entry starts here: the device's GPU becomes current */
+static dl__cuimpl *dl__cu_enter(dl__dev *d)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (!m->emulate) dl__cu_ok(d, "cudaSetDevice", cudaSetDevice(m->ordinal));
+    return m;
+}
+
+/* after a launch: the launch error, and with DL_CUDA_SYNC the kernel's */
+static void dl__cu_launched(dl__dev *d, const char *name)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && m->sync_each) e = cudaStreamSynchronize(m->stream);
+    if (e != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "kernel %s", name);
+        dl__cu_fail(d, what, e);
+    }
+}
+
+/* ===========================================================================
+ * Caching allocator
+ * ========================================================================= */
+
+/* size classes: 512 bytes, then four per power of two (at most 25% slack) */
+static size_t dl__cu_class(size_t n)
+{
+    size_t top = 1024, step;
+    if (n <= 512) return 512;
+    while (top < n && top < ((size_t)1 << 62)) top <<= 1;
+    step = top >> 3;                  /* classes in (top/2, top]: top/2 + k*top/8 */
+    return (n + step - 1) / step * step;
+}
+
+static void *dl__cu_raw_alloc(dl__dev *d, size_t bytes, cudaError_t *err)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    void *p = NULL;
+    *err = cudaSuccess;
+    if (m->emulate) {
+        unsigned char *raw, *a;
+        if (bytes > ((size_t)-1) - 512) { *err = cudaErrorMemoryAllocation; return NULL; }
+        raw = (unsigned char *)DL_MALLOC(bytes + 256 + sizeof(void *));
+        if (!raw) { *err = cudaErrorMemoryAllocation; return NULL; }
+        a = (unsigned char *)(((uintptr_t)raw + sizeof(void *) + 255) & ~(uintptr_t)255);
+        memcpy(a - sizeof(void *), &raw, sizeof(void *));
+        m->raw_allocs++;
+        return a;
+    }
+    *err = cudaMalloc(&p, bytes);
+    if (*err != cudaSuccess) { (void)cudaGetLastError(); return NULL; }
+    m->raw_allocs++;
+    return p;
+}
+
+static void dl__cu_raw_free(dl__dev *d, void *p)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (!p) return;
+    m->raw_frees++;
+    if (m->emulate) {
+        void *raw;
+        memcpy(&raw, (unsigned char *)p - sizeof(void *), sizeof(void *));
+        DL_FREE(raw);
+        return;
+    }
+    (void)cudaFree(p);   /* waits for the device; only at release or under memory pressure */
+}
+
+/* the free blocks go back to CUDA (before a retry, and at close) */
+static void dl__cu_release_cache(dl__dev *d)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    size_t i;
+    for (i = 0; i < m->nfree; i++) dl__cu_raw_free(d, m->freel[i].p);
+    m->nfree = 0;
+    m->cached_bytes = 0;
+}
+
+static bool dl__cu_grow(dl__cublock **a, size_t *cap, size_t need)
+{
+    dl__cublock *n;
+    size_t c = *cap ? *cap : 64;
+    if (need <= *cap) return true;
+    while (c < need) c *= 2;
+    n = (dl__cublock *)DL_REALLOC(*a, sizeof(dl__cublock) * c);
+    if (!n) return false;
+    *a = n;
+    *cap = c;
+    return true;
+}
+
+/* first index in a (n entries, sorted by key) whose key is >= k */
+static size_t dl__cu_lower(const dl__cublock *a, size_t n, size_t k, bool by_size)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        size_t v = by_size ? a[mid].size : (size_t)(uintptr_t)a[mid].p;
+        if (v < k) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* A block of at least bytes (256-byte aligned, untagged), from the cache or
+   from CUDA; NULL when CUDA has no memory left (the reason in *err). */
+static void *dl__cu_block_get(dl__dev *d, size_t bytes, cudaError_t *err)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    size_t cls = dl__cu_class(bytes), i, at;
+    dl__cublock b;
+    *err = cudaSuccess;
+    if (!dl__cu_grow(&m->live, &m->caplive, m->nlive + 1)) { *err = cudaErrorMemoryAllocation; return NULL; }
+    i = dl__cu_lower(m->freel, m->nfree, cls, true);
+    if (i < m->nfree && m->freel[i].size <= cls + cls / 4) {   /* this class or the next */
+        b = m->freel[i];
+        memmove(m->freel + i, m->freel + i + 1, sizeof(dl__cublock) * (m->nfree - i - 1));
+        m->nfree--;
+        m->cached_bytes -= b.size;
+    } else {
+        b.size = cls;
+        b.p = (char *)dl__cu_raw_alloc(d, cls, err);
+        if (!b.p && m->nfree) {               /* give the cache back and try again */
+            dl__cu_release_cache(d);
+            b.p = (char *)dl__cu_raw_alloc(d, cls, err);
+        }
+        if (!b.p) return NULL;
+    }
+    at = dl__cu_lower(m->live, m->nlive, (size_t)(uintptr_t)b.p, false);
+    memmove(m->live + at + 1, m->live + at, sizeof(dl__cublock) * (m->nlive - at));
+    m->live[at] = b;
+    m->nlive++;
+    m->live_bytes += b.size;
+    return b.p;
+}
+
+static void dl__cu_block_put(dl__dev *d, void *p)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    size_t at, i;
+    dl__cublock b;
+    if (!p) return;
+    at = dl__cu_lower(m->live, m->nlive, (size_t)(uintptr_t)p, false);
+    if (at >= m->nlive || m->live[at].p != (char *)p) {
+        dl__dev_fail(d, "cuda:%d free: %p was not allocated by this device", d->id.index, p);
+        return;
+    }
+    b = m->live[at];
+    memmove(m->live + at, m->live + at + 1, sizeof(dl__cublock) * (m->nlive - at - 1));
+    m->nlive--;
+    m->live_bytes -= b.size;
+    if (!dl__cu_grow(&m->freel, &m->capfree, m->nfree + 1)) { dl__cu_raw_free(d, b.p); return; }
+    i = dl__cu_lower(m->freel, m->nfree, b.size, true);
+    memmove(m->freel + i + 1, m->freel + i, sizeof(dl__cublock) * (m->nfree - i));
+    m->freel[i] = b;
+    m->nfree++;
+    m->cached_bytes += b.size;
+}
+
+/* the backend's alloc: a block, tagged on emulated devices; NULL with a
+   warning naming CUDA's reason (dl.h then reports DL_ERR_OOM with the sizes) */
+static void *dl__cu_alloc(dl__dev *d, size_t bytes)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    cudaError_t e;
+    char *p = (char *)dl__cu_block_get(d, bytes, &e);
+    if (!p) {
+        size_t fr = 0, tot = 0;
+        if (!m->emulate && cudaMemGetInfo(&fr, &tot) != cudaSuccess) { (void)cudaGetLastError(); fr = tot = 0; }
+        dl__warn(d->ctx, "cuda:%d: allocating %zu bytes failed: %s (%zu bytes free of %zu on the "
+                 "GPU, %zu held by dl.h's cache)", d->id.index, dl__cu_class(bytes),
+                 cudaGetErrorString(e), fr, tot, m->cached_bytes);
+        return NULL;
+    }
+    return p + d->tag;
+}
+
+static void dl__cu_free(dl__dev *d, void *p)
+{
+    if (!p) return;
+    dl__cu_enter(d);
+    dl__cu_block_put(d, DL__CUP(d, p));
+}
+
+/* the device's scratch for multi-pass reductions, at least bytes; NULL on failure */
+static void *dl__cu_scratch(dl__dev *d, size_t bytes)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    cudaError_t e;
+    void *p;
+    if (m->scratch_size >= bytes) return m->scratch;
+    p = dl__cu_block_get(d, bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes, &e);
+    if (!p) { dl__cu_fail(d, "scratch memory", e); return NULL; }
+    dl__cu_block_put(d, m->scratch);   /* earlier users are ahead in the stream */
+    m->scratch = p;
+    m->scratch_size = dl__cu_class(bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes);
+    return p;
+}
+
+/* ===========================================================================
+ * Launching
+ * ========================================================================= */
+
+/* IEEE single operations that nvcc never contracts into an FMA: the CPU
+   computes a*b+c with two roundings, so the GPU does too */
+static DL__HD inline float dl__cu_fmul(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+static DL__HD inline float dl__cu_fadd(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+static DL__HD inline float dl__cu_fsub(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+static DL__HD inline float dl__cu_fdiv(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+static DL__HD inline float dl__cu_fsqrt(float a)
+{
+#ifdef __CUDA_ARCH__
+    return __fsqrt_rn(a);
+#else
+    return sqrtf(a);
+#endif
+}
+static DL__HD inline double dl__cu_dmul(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+static DL__HD inline double dl__cu_dadd(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+/* f(i) for every i in [0, n): grid-stride, index type I */
+template <typename I, typename F>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each(I n, F f)
+{
+    I stride = (I)blockDim.x * (I)gridDim.x;
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
+}
+
+/* blocks for n work items of `per` threads each, at most enough to fill the GPU */
+static unsigned dl__cu_grid(const dl__cuimpl *m, int64_t n, int64_t per_block)
+{
+    int64_t b = (n + per_block - 1) / per_block;
+    if (b > m->max_blocks) b = m->max_blocks;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* Runs f(i), i in [0, n): one kernel launch (a host loop when emulated). */
+template <typename I, typename F>
+static void dl__cu_run(dl__dev *d, const char *name, int64_t n, const F &f)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (n <= 0) return;
+    if (m->emulate) {
+        int64_t i;
+        for (i = 0; i < n; i++) f((I)i);
+        return;
+    }
+    dl__cu_each<I, F><<<dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, m->stream>>>((I)n, f);
+    dl__cu_launched(d, name);
+}
+
+/* sizes below 2^30: 32-bit index arithmetic is safe (i + grid stride < 2^31) */
+static bool dl__cu_small(int64_t v) { return v >= 0 && v < ((int64_t)1 << 30); }
+
+static void dl__cu_memset(dl__dev *d, void *p, int byte, size_t n)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (!n) return;
+    if (m->emulate) { memset(p, byte, n); return; }
+    dl__cu_ok(d, "cudaMemsetAsync", cudaMemsetAsync(p, byte, n, m->stream));
+}
+
+/* waits for the stream; false (recorded) on an error */
+static bool dl__cu_wait(dl__dev *d, const char *what)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (m->emulate) return true;
+    return dl__cu_ok(d, what, cudaStreamSynchronize(m->stream));
+}
+
+/* n bytes of device memory to the host, waiting */
+static bool dl__cu_get(dl__dev *d, void *dst, const void *src, size_t n, const char *what)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (!n) return true;
+    if (m->emulate) { memcpy(dst, src, n); return true; }
+    if (!dl__cu_ok(d, what, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, m->stream))) return false;
+    return dl__cu_wait(d, what);
+}
+
+/* ===========================================================================
+ * Memory entries
+ * ========================================================================= */
+
+static void dl__cu_upload(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    size_t off, len;
+    dst = DL__CUP(d, dst);
+    if (!n) return;
+    if (m->emulate) { memcpy(dst, src, n); return; }
+    if (!m->stage[0]) {   /* no pinned memory: CUDA stages it, and we wait */
+        if (dl__cu_ok(d, "cudaMemcpyAsync (upload)", cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, m->stream)))
+            dl__cu_wait(d, "cudaStreamSynchronize (upload)");
+        return;
+    }
+    for (off = 0; off < n; off += len) {
+        int k = m->stage_next;
+        len = n - off < DL__CU_STAGE ? n - off : DL__CU_STAGE;
+        m->stage_next ^= 1;
+        /* the buffer's previous copy must be done before it is overwritten */
+        if (!dl__cu_ok(d, "cudaEventSynchronize (upload)", cudaEventSynchronize(m->stage_ev[k]))) return;
+        memcpy(m->stage[k], (const char *)src + off, len);
+        if (!dl__cu_ok(d, "cudaMemcpyAsync (upload)",
+                       cudaMemcpyAsync((char *)dst + off, m->stage[k], len, cudaMemcpyHostToDevice, m->stream)))
+            return;
+        if (!dl__cu_ok(d, "cudaEventRecord (upload)", cudaEventRecord(m->stage_ev[k], m->stream))) return;
+    }
+}
+
+static void dl__cu_download(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    dl__cu_enter(d);
+    dl__cu_get(d, dst, DL__CUP(d, src), n, "cudaMemcpyAsync (download)");
+}
+
+static void dl__cu_copy(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    char *a = (char *)DL__CUP(d, dst);
+    const char *b = (const char *)DL__CUP(d, src);
+    if (!n || a == b) return;
+    if (m->emulate) { memmove(a, b, n); return; }
+    if (a < b + n && b < a + n) {   /* overlapping: through a temporary block */
+        cudaError_t e;
+        char *t = (char *)dl__cu_block_get(d, n, &e);
+        if (!t) { dl__cu_fail(d, "copy (temporary)", e); return; }
+        if (dl__cu_ok(d, "cudaMemcpyAsync (copy)", cudaMemcpyAsync(t, b, n, cudaMemcpyDeviceToDevice, m->stream)))
+            dl__cu_ok(d, "cudaMemcpyAsync (copy)", cudaMemcpyAsync(a, t, n, cudaMemcpyDeviceToDevice, m->stream));
+        dl__cu_block_put(d, t);
+        return;
+    }
+    dl__cu_ok(d, "cudaMemcpyAsync (copy)", cudaMemcpyAsync(a, b, n, cudaMemcpyDeviceToDevice, m->stream));
+}
+
+/* dst on dd <- src on sd. The copy runs on dd's stream after sd's queued
+   work, and sd's later work waits for it (src may be reused right after). */
+static void dl__cu_peer(dl__dev *dd, void *dst, dl__dev *sd, const void *src, size_t n)
+{
+    dl__cuimpl *dm = DL__CUI(dd), *sm = DL__CUI(sd);
+    dst = DL__CUP(dd, dst);
+    src = DL__CUP(sd, src);
+    if (!n) return;
+    if (dm->emulate || sm->emulate) { memcpy(dst, src, n); return; }
+    if (dd == sd) { dl__cu_copy(dd, (char *)dst + dd->tag, (const char *)src + sd->tag, n); return; }
+    dl__cu_enter(sd);
+    if (!dl__cu_ok(sd, "cudaEventRecord (peer copy)", cudaEventRecord(sm->peer_ev, sm->stream))) return;
+    dl__cu_enter(dd);
+    if (!dl__cu_ok(dd, "cudaStreamWaitEvent (peer copy)", cudaStreamWaitEvent(dm->stream, sm->peer_ev, 0))) return;
+    if (!dl__cu_ok(dd, "cudaMemcpyPeerAsync", cudaMemcpyPeerAsync(dst, dm->ordinal, src, sm->ordinal, n, dm->stream)))
+        return;
+    if (!dl__cu_ok(dd, "cudaEventRecord (peer copy)", cudaEventRecord(dm->peer_ev, dm->stream))) return;
+    dl__cu_enter(sd);
+    dl__cu_ok(sd, "cudaStreamWaitEvent (peer copy)", cudaStreamWaitEvent(sm->stream, dm->peer_ev, 0));
+}
+
+static void dl__cu_sync(dl__dev *d)
+{
+    dl__cu_enter(d);
+    dl__cu_wait(d, "cudaStreamSynchronize");
+}
+
+/* ===========================================================================
+ * Fills
+ * ========================================================================= */
+
+struct dl__cuf_rand {
+    int dist; float *y; uint64_t seed, offset; float a, b;
+    DL__HD void operator()(int64_t i) const { y[i] = dl__rng_value(dist, seed, offset + (uint64_t)i, a, b); }
+};
+
+static void dl__cu_rand(dl__dev *d, int dist, float *y, int64_t n, uint64_t seed, uint64_t offset,
+                        float a, float b)
+{
+    dl__cuf_rand f;
+    dl__cu_enter(d);
+    f.dist = dist; f.y = DL__CUP(d, y); f.seed = seed; f.offset = offset; f.a = a; f.b = b;
+    dl__cu_run<int64_t>(d, "rand", n, f);
+}
+
+struct dl__cuf_arange {
+    float *y; double start, step;
+    DL__HD void operator()(int64_t i) const { y[i] = (float)dl__cu_dadd(start, dl__cu_dmul((double)i, step)); }
+};
+
+static void dl__cu_arange(dl__dev *d, float *y, int64_t n, double start, double step)
+{
+    dl__cuf_arange f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.start = start; f.step = step;
+    dl__cu_run<int64_t>(d, "arange", n, f);
+}
+
+struct dl__cuf_fill {
+    float *y; float v;
+    DL__HD void operator()(int64_t i) const { y[i] = v; }
+};
+
+static void dl__cu_fill(dl__dev *d, float *y, int64_t n, float v)
+{
+    dl__cuf_fill f;
+    dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    if (n <= 0) return;
+    if (v == 0.0f && !signbit(v)) { dl__cu_memset(d, y, 0, sizeof(float) * (size_t)n); return; }
+    f.y = y; f.v = v;
+    dl__cu_run<int64_t>(d, "fill", n, f);
+}
+
+struct dl__cuf_add_i64 {
+    int64_t *p; int64_t v;
+    DL__HD void operator()(int64_t i) const { (void)i; p[0] += v; }
+};
+
+static void dl__cu_add_i64(dl__dev *d, int64_t *p, int64_t v)
+{
+    dl__cuf_add_i64 f;
+    dl__cu_enter(d);
+    f.p = DL__CUP(d, p); f.v = v;
+    dl__cu_run<int64_t>(d, "add_i64", 1, f);
+}
+
+/* ===========================================================================
+ * Elementwise: dl.h's X-macro expressions, one instantiation per op
+ * ========================================================================= */
+
+template <int OP>
+static DL__HD inline float dl__cu_un(float x, float a, float b)
+{
+    (void)a; (void)b;
+    switch (OP) {
+#define DL__CASE(nm, ex) case DL__U_##nm: return (ex);
+    DL__UNARY_OPS(DL__CASE)
+#undef DL__CASE
+    default: return x;
+    }
+}
+
+template <int OP>
+static DL__HD inline float dl__cu_bin(float p, float q)
+{
+    switch (OP) {
+#define DL__CASE(nm, ex) case DL__B_##nm: return (ex);
+    DL__BINARY_OPS(DL__CASE)
+#undef DL__CASE
+    default: return p;
+    }
+}
+
+template <int OP>
+struct dl__cuf_un {
+    float *y; const float *x; float a, b;
+    DL__HD void operator()(int64_t i) const { y[i] = dl__cu_un<OP>(x[i], a, b); }
+};
+
+static void dl__cu_unary(dl__dev *d, int op, float *y, const float *x, int64_t n, float a, float b)
+{
+    dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    x = DL__CUP(d, x);
+    switch (op) {
+#define DL__CASE(nm, ex) \
+    case DL__U_##nm: { dl__cuf_un<DL__U_##nm> f; f.y = y; f.x = x; f.a = a; f.b = b; \
+                       dl__cu_run<int64_t>(d, "unary " #nm, n, f); break; }
+    DL__UNARY_OPS(DL__CASE)
+#undef DL__CASE
+    default: dl__dev_fail(d, "cuda:%d unary: op %d unknown", d->id.index, op);
+    }
+}
+
+/* contiguous or scalar operands: y[i] = a[i*sa] op b[i*sb], sa, sb in {0, 1} */
+template <int OP>
+struct dl__cuf_binflat {
+    float *y; const float *a, *b; int64_t sa, sb;
+    DL__HD void operator()(int64_t i) const { y[i] = dl__cu_bin<OP>(a[i * sa], b[i * sb]); }
+};
+
+/* broadcasting: the output index split over the (collapsed) dims */
+template <int OP, typename I>
+struct dl__cuf_bin {
+    float *y; const float *a, *b; int nd; I shape[DL_MAX_DIMS], sa[DL_MAX_DIMS], sb[DL_MAX_DIMS];
+    DL__HD void operator()(I i) const
+    {
+        I oa = 0, ob = 0, rem = i;
+        int k;
+        for (k = nd - 1; k >= 0; k--) {
+            I c = rem % shape[k];
+            rem /= shape[k];
+            oa += c * sa[k];
+            ob += c * sb[k];
+        }
+        y[i] = dl__cu_bin<OP>(a[oa], b[ob]);
+    }
+};
+
+/* Drops size-1 dims and merges neighbours that are contiguous in every
+   operand (ns stride arrays). Returns the new ndim (0 for one element). */
+static int dl__cu_collapse(int nd, int64_t *shape, int ns, int64_t (*st)[DL_MAX_DIMS])
+{
+    int k, j, out = 0;
+    for (k = 0; k < nd; k++) {
+        if (shape[k] == 1) continue;
+        if (out > 0) {
+            bool merge = true;
+            for (j = 0; j < ns; j++) if (st[j][out - 1] != st[j][k] * shape[k]) merge = false;
+            if (merge) {
+                shape[out - 1] *= shape[k];
+                for (j = 0; j < ns; j++) st[j][out - 1] = st[j][k];
+                continue;
+            }
+        }
+        shape[out] = shape[k];
+        for (j = 0; j < ns; j++) st[j][out] = st[j][k];
+        out++;
+    }
+    return out;
+}
+
+/* largest element offset reached: sum of (shape-1)*|stride| */
+static int64_t dl__cu_span(int nd, const int64_t *shape, const int64_t *st)
+{
+    int64_t s = 0;
+    int k;
+    for (k = 0; k < nd; k++) s += (shape[k] - 1) * (st[k] < 0 ? -st[k] : st[k]);
+    return s;
+}
+
+template <int OP>
+static void dl__cu_binary_op(dl__dev *d, const char *name, float *y, const float *a, const float *b,
+                             const dl__bcast *bc)
+{
+    int64_t shape[DL_MAX_DIMS], st[2][DL_MAX_DIMS];
+    int nd = bc->ndim, k;
+    for (k = 0; k < nd; k++) { shape[k] = bc->shape[k]; st[0][k] = bc->sa[k]; st[1][k] = bc->sb[k]; }
+    nd = dl__cu_collapse(nd, shape, 2, st);
+    if (nd == 0 || (nd == 1 && (st[0][0] == 0 || st[0][0] == 1) && (st[1][0] == 0 || st[1][0] == 1))) {
+        dl__cuf_binflat<OP> f;
+        f.y = y; f.a = a; f.b = b;
+        f.sa = nd ? st[0][0] : 0;
+        f.sb = nd ? st[1][0] : 0;
+        dl__cu_run<int64_t>(d, name, bc->n, f);
+        return;
+    }
+    if (dl__cu_small(bc->n) && dl__cu_small(dl__cu_span(nd, shape, st[0])) &&
+        dl__cu_small(dl__cu_span(nd, shape, st[1]))) {
+        dl__cuf_bin<OP, int32_t> f;
+        f.y = y; f.a = a; f.b = b; f.nd = nd;
+        for (k = 0; k < nd; k++) { f.shape[k] = (int32_t)shape[k]; f.sa[k] = (int32_t)st[0][k]; f.sb[k] = (int32_t)st[1][k]; }
+        dl__cu_run<int32_t>(d, name, bc->n, f);
+    } else {
+        dl__cuf_bin<OP, int64_t> f;
+        f.y = y; f.a = a; f.b = b; f.nd = nd;
+        for (k = 0; k < nd; k++) { f.shape[k] = shape[k]; f.sa[k] = st[0][k]; f.sb[k] = st[1][k]; }
+        dl__cu_run<int64_t>(d, name, bc->n, f);
+    }
+}
+
+static void dl__cu_binary(dl__dev *d, int op, float *y, const float *a, const float *b, const dl__bcast *bc)
+{
+    dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    a = DL__CUP(d, a);
+    b = DL__CUP(d, b);
+    if (bc->n <= 0) return;
+    switch (op) {
+#define DL__CASE(nm, ex) case DL__B_##nm: dl__cu_binary_op<DL__B_##nm>(d, "binary " #nm, y, a, b, bc); break;
+    DL__BINARY_OPS(DL__CASE)
+#undef DL__CASE
+    default: dl__dev_fail(d, "cuda:%d binary: op %d unknown", d->id.index, op);
+    }
+}
+
+/* ===========================================================================
+ * Reductions over (outer, r, inner)
+ * ========================================================================= */
+
+template <int OP>
+static DL__HD inline double dl__cu_rid(void)
+{
+    return OP == DL__R_SUM ? 0.0 : OP == DL__R_MAX ? -(double)INFINITY : (double)INFINITY;
+}
+
+/* combine two partial results; NaN wins (as the CPU); ties keep a (the
+   earlier elements) */
+template <int OP>
+static DL__HD inline double dl__cu_comb(double a, double b)
+{
+    if (OP == DL__R_SUM) return dl__cu_dadd(a, b);
+    if (a != a) return a;
+    if (b != b) return b;
+    return OP == DL__R_MAX ? (b > a ? b : a) : (b < a ? b : a);
+}
+
+/* one row (inner == 1), the CPU's loop exactly: sum in double, in order;
+   max/min from the first element, the first NaN wins */
+template <int OP, typename I>
+struct dl__cuf_rowseq {
+    float *y; const float *x; I r;
+    DL__HD void operator()(I o) const
+    {
+        const float *p = x + o * r;
+        I k;
+        if (OP == DL__R_SUM) {
+            double s = 0;
+            for (k = 0; k < r; k++) s = dl__cu_dadd(s, (double)p[k]);
+            y[o] = (float)s;
+        } else {
+            float m = r ? p[0] : (OP == DL__R_MAX ? -INFINITY : INFINITY);
+            for (k = 1; k < r; k++) {
+                float v = p[k];
+                if (v != v) { m = v; break; }
+                if (OP == DL__R_MAX ? v > m : v < m) m = v;
+            }
+            y[o] = m;
+        }
+    }
+};
+
+/* one column (inner > 1), the CPU's loop exactly: float sum in order;
+   max/min from the first element, a later NaN replaces it */
+template <int OP, typename I>
+struct dl__cuf_colseq {
+    float *y; const float *x; I r, inner;
+    DL__HD void operator()(I e) const
+    {
+        I o = e / inner, i = e - o * inner, k;
+        const float *p = x + o * r * inner + i;
+        float m;
+        if (OP == DL__R_SUM) {
+            m = 0.0f;
+            for (k = 0; k < r; k++) m = dl__cu_fadd(m, p[k * inner]);
+        } else if (r == 0) {
+            m = OP == DL__R_MAX ? -INFINITY : INFINITY;
+        } else {
+            m = p[0];
+            for (k = 1; k < r; k++) {
+                float v = p[k * inner];
+                if (OP == DL__R_MAX ? (v > m || v != v) : (v < m || v != v)) m = v;
+            }
+        }
+        y[e] = m;
+    }
+};
+
+/* columns split into chunks of rc rows: part (outer, nch, inner) in double */
+template <int OP, typename T, typename I>
+struct dl__cuf_colpart {
+    double *part; const T *x; I r, inner, nch, rc;
+    DL__HD void operator()(I e) const
+    {
+        I i = e % inner, t = e / inner, c = t % nch, o = t / nch, k;
+        I lo = c * rc, hi = lo + rc < r ? lo + rc : r;
+        double acc = dl__cu_rid<OP>();
+        for (k = lo; k < hi; k++) acc = dl__cu_comb<OP>(acc, (double)x[(o * r + k) * inner + i]);
+        part[e] = acc;
+    }
+};
+
+/* the chunks' partials (outer, r, inner) combined in order, to float */
+template <int OP, typename I>
+struct dl__cuf_colfin {
+    float *y; const double *x; I r, inner;
+    DL__HD void operator()(I e) const
+    {
+        I o = e / inner, i = e - o * inner, k;
+        double acc = dl__cu_rid<OP>();
+        for (k = 0; k < r; k++) acc = dl__cu_comb<OP>(acc, x[(o * r + k) * inner + i]);
+        y[e] = (float)acc;
+    }
+};
+
+/* reduce a warp's values to lane 0 (fixed tree: lane l takes lane l+o) */
+template <int OP>
+static __device__ inline double dl__cu_warp_red(double v)
+{
+    int o;
+    for (o = 16; o > 0; o >>= 1) v = dl__cu_comb<OP>(v, __shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Reduce a group of G threads (G = 32: a warp; 256: the block) and give
+   every thread of the group the result of thread 0's tree. sh: 9 doubles. */
+template <int OP, int G>
+static __device__ inline double dl__cu_group_all(double v, double *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = dl__cu_warp_red<OP>(v);
+    if (G == 32) return __shfl_sync(0xffffffffu, v, 0);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < G / 32 ? sh[lane] : dl__cu_rid<OP>();
+        v = dl__cu_warp_red<OP>(v);
+        if (lane == 0) sh[8] = v;
+    }
+    __syncthreads();
+    v = sh[8];
+    __syncthreads();
+    return v;
+}
+
+/* Row reductions: job j = (row, chunk) of rows x nchunk covers elements
+   [c*chunk, min(r, (c+1)*chunk)) of the row; one group of G threads per job,
+   each thread strides over the job's elements, then the group's fixed tree.
+   Writes yd[j] (double) or yf[j] (float, nchunk == 1). SQ: squares (sumsq). */
+template <int OP, int G, typename T, bool SQ>
+__global__ void __launch_bounds__(DL__CU_THREADS)
+dl__cu_rowred(const T *x, int64_t rows, int64_t r, int64_t chunk, int64_t nchunk, float *yf, double *yd)
+{
+    __shared__ double sh[9];
+    const int gpb = DL__CU_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
+    const int64_t total = rows * nchunk;
+    int64_t base;
+    for (base = (int64_t)blockIdx.x * gpb; base < total; base += (int64_t)gridDim.x * gpb) {
+        int64_t job = base + g;
+        double acc = dl__cu_rid<OP>();
+        if (job < total) {
+            int64_t row = job / nchunk, c = job - row * nchunk, k;
+            int64_t lo = c * chunk, hi = lo + chunk < r ? lo + chunk : r;
+            const T *p = x + row * r;
+            for (k = lo + t; k < hi; k += G) {
+                double v = (double)p[k];
+                acc = dl__cu_comb<OP>(acc, SQ ? dl__cu_dmul(v, v) : v);
+            }
+        }
+        acc = dl__cu_group_all<OP, G>(acc, sh);
+        if (t == 0 && job < total) {
+            if (yd) yd[job] = acc;
+            else yf[job] = (float)acc;
+        }
+    }
+}
+
+template <int OP, typename T, bool SQ>
+static void dl__cu_rowred_launch(dl__dev *d, const T *x, int64_t rows, int64_t r, int64_t chunk,
+                                 int64_t nchunk, float *yf, double *yd)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    int64_t jobs = rows * nchunk, per = chunk < r ? chunk : r;
+    if (jobs <= 0) return;
+    if (per <= 256)
+        dl__cu_rowred<OP, 32, T, SQ><<<dl__cu_grid(m, jobs, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
+            x, rows, r, chunk, nchunk, yf, yd);
+    else
+        dl__cu_rowred<OP, 256, T, SQ><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(
+            x, rows, r, chunk, nchunk, yf, yd);
+    dl__cu_launched(d, "reduce rows");
+}
+
+/* (outer, r) rows, inner == 1, on the GPU: one pass when a row fits in a
+   chunk, else partial results per chunk (double) reduced again */
+template <int OP>
+static void dl__cu_reduce_rows(dl__dev *d, float *y, const float *x, int64_t outer, int64_t r)
+{
+    int64_t n1 = (r + DL__CU_RCHUNK - 1) / DL__CU_RCHUNK, total = 0, len, nch;
+    double *buf, *cur, *nxt;
+    if (r <= DL__CU_RCHUNK) {
+        dl__cu_rowred_launch<OP, float, false>(d, x, outer, r, r > 0 ? r : 1, 1, y, NULL);
+        return;
+    }
+    for (len = n1; len > 1; len = (len + DL__CU_RCHUNK - 1) / DL__CU_RCHUNK) total += outer * len;
+    buf = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(total + outer));
+    if (!buf) return;
+    dl__cu_rowred_launch<OP, float, false>(d, x, outer, r, DL__CU_RCHUNK, n1, NULL, buf);
+    cur = buf;
+    len = n1;
+    while (len > DL__CU_RCHUNK) {
+        nch = (len + DL__CU_RCHUNK - 1) / DL__CU_RCHUNK;
+        nxt = cur + outer * len;
+        dl__cu_rowred_launch<OP, double, false>(d, cur, outer, len, DL__CU_RCHUNK, nch, NULL, nxt);
+        cur = nxt;
+        len = nch;
+    }
+    dl__cu_rowred_launch<OP, double, false>(d, cur, outer, len, len, 1, y, NULL);
+}
+
+template <int OP>
+static void dl__cu_reduce_op(dl__dev *d, float *y, const float *x, int64_t outer, int64_t r, int64_t inner)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    int64_t cols = outer * inner, total = cols * r;
+    if (cols <= 0) return;
+    if (inner == 1) {
+        if (m->emulate || r <= 32) {   /* the CPU's loop, one thread per row */
+            if (dl__cu_small(total)) {
+                dl__cuf_rowseq<OP, int32_t> f;
+                f.y = y; f.x = x; f.r = (int32_t)r;
+                dl__cu_run<int32_t>(d, "reduce", outer, f);
+            } else {
+                dl__cuf_rowseq<OP, int64_t> f;
+                f.y = y; f.x = x; f.r = r;
+                dl__cu_run<int64_t>(d, "reduce", outer, f);
+            }
+            return;
+        }
+        dl__cu_reduce_rows<OP>(d, y, x, outer, r);
+        return;
+    }
+    if (cols >= 8192 || r < 1024) {    /* the CPU's loop, one thread per column */
+        if (dl__cu_small(total)) {
+            dl__cuf_colseq<OP, int32_t> f;
+            f.y = y; f.x = x; f.r = (int32_t)r; f.inner = (int32_t)inner;
+            dl__cu_run<int32_t>(d, "reduce", cols, f);
+        } else {
+            dl__cuf_colseq<OP, int64_t> f;
+            f.y = y; f.x = x; f.r = r; f.inner = inner;
+            dl__cu_run<int64_t>(d, "reduce", cols, f);
+        }
+        return;
+    }
+    /* few long columns: partials of DL__CU_CCHUNK rows in double, until few remain */
+    {
+        int64_t len = r, need = 0, nch;
+        double *buf, *cur = NULL;
+        for (len = r; cols < 8192 && len >= 1024; len = (len + DL__CU_CCHUNK - 1) / DL__CU_CCHUNK)
+            need += cols * ((len + DL__CU_CCHUNK - 1) / DL__CU_CCHUNK);
+        buf = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)need);
+        if (!buf) return;
+        len = r;
+        while (len >= 1024) {
+            double *out = cur ? cur + cols * len : buf;
+            dl__cuf_colpart<OP, double, int64_t> fd;
+            dl__cuf_colpart<OP, float, int64_t> ff;
+            nch = (len + DL__CU_CCHUNK - 1) / DL__CU_CCHUNK;
+            if (cur) {
+                fd.part = out; fd.x = cur; fd.r = len; fd.inner = inner; fd.nch = nch; fd.rc = DL__CU_CCHUNK;
+                dl__cu_run<int64_t>(d, "reduce (partials)", outer * nch * inner, fd);
+            } else {
+                ff.part = out; ff.x = x; ff.r = len; ff.inner = inner; ff.nch = nch; ff.rc = DL__CU_CCHUNK;
+                dl__cu_run<int64_t>(d, "reduce (partials)", outer * nch * inner, ff);
+            }
+            cur = out;
+            len = nch;
+        }
+        {
+            dl__cuf_colfin<OP, int64_t> f;
+            f.y = y; f.x = cur; f.r = len; f.inner = inner;
+            dl__cu_run<int64_t>(d, "reduce (final)", cols, f);
+        }
+    }
+}
+
+static void dl__cu_reduce(dl__dev *d, int op, float *y, const float *x, int64_t outer, int64_t r, int64_t inner)
+{
+    dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    x = DL__CUP(d, x);
+    if (op == DL__R_SUM) dl__cu_reduce_op<DL__R_SUM>(d, y, x, outer, r, inner);
+    else if (op == DL__R_MAX) dl__cu_reduce_op<DL__R_MAX>(d, y, x, outer, r, inner);
+    else if (op == DL__R_MIN) dl__cu_reduce_op<DL__R_MIN>(d, y, x, outer, r, inner);
+    else dl__dev_fail(d, "cuda:%d reduce: op %d unknown", d->id.index, op);
+}
+
+/* the CPU's loop: the first maximum; a NaN is the maximum (the first one) */
+struct dl__cuf_argmax {
+    int64_t *idx; const float *x; int64_t r, inner;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t o = e / inner, i = e - o * inner, k, best = 0;
+        const float *p = x + o * r * inner + i;
+        float m = r ? p[0] : 0.0f;
+        for (k = 1; k < r; k++) {
+            float v = p[k * inner];
+            if (m != m) break;
+            if (v > m || v != v) { m = v; best = k; }
+        }
+        idx[e] = best;
+    }
+};
+
+static void dl__cu_argmax(dl__dev *d, int64_t *idx, const float *x, int64_t outer, int64_t r, int64_t inner)
+{
+    dl__cuf_argmax f;
+    dl__cu_enter(d);
+    f.idx = DL__CUP(d, idx); f.x = DL__CUP(d, x); f.r = r; f.inner = inner;
+    dl__cu_run<int64_t>(d, "argmax", outer * inner, f);
+}
+
+/* y (outer, r, inner) = 1 where idx (outer, inner) names the class, else 0 */
+struct dl__cuf_onehot {
+    float *y; const int64_t *idx; int64_t r, inner;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t i = e % inner, t = e / inner, k = t % r, o = t / r;
+        y[e] = idx[o * inner + i] == k ? 1.0f : 0.0f;
+    }
+};
+
+static void dl__cu_onehot(dl__dev *d, float *y, const int64_t *idx, int64_t outer, int64_t r, int64_t inner)
+{
+    dl__cuf_onehot f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.idx = DL__CUP(d, idx); f.r = r; f.inner = inner;
+    dl__cu_run<int64_t>(d, "onehot", outer * r * inner, f);
+}
+
+/* ===========================================================================
+ * Strided copies, axpy, scale, nonfinite
+ * ========================================================================= */
+
+template <typename T, typename I>
+struct dl__cuf_copy {
+    T *dst; const T *src; int nd; I shape[DL_MAX_DIMS], ds[DL_MAX_DIMS], ss[DL_MAX_DIMS];
+    DL__HD void operator()(I i) const
+    {
+        I od = 0, os = 0, rem = i;
+        int k;
+        for (k = nd - 1; k >= 0; k--) {
+            I c = rem % shape[k];
+            rem /= shape[k];
+            od += c * ds[k];
+            os += c * ss[k];
+        }
+        dst[od] = src[os];
+    }
+};
+
+template <typename T>
+static void dl__cu_copy_t(dl__dev *d, int nd, const int64_t *shape, const int64_t (*st)[DL_MAX_DIMS],
+                          void *dst, const void *src, int64_t n)
+{
+    int k;
+    if (dl__cu_small(n) && dl__cu_small(dl__cu_span(nd, shape, st[0])) && dl__cu_small(dl__cu_span(nd, shape, st[1]))) {
+        dl__cuf_copy<T, int32_t> f;
+        f.dst = (T *)dst; f.src = (const T *)src; f.nd = nd;
+        for (k = 0; k < nd; k++) { f.shape[k] = (int32_t)shape[k]; f.ds[k] = (int32_t)st[0][k]; f.ss[k] = (int32_t)st[1][k]; }
+        dl__cu_run<int32_t>(d, "copy_nd", n, f);
+    } else {
+        dl__cuf_copy<T, int64_t> f;
+        f.dst = (T *)dst; f.src = (const T *)src; f.nd = nd;
+        for (k = 0; k < nd; k++) { f.shape[k] = shape[k]; f.ds[k] = st[0][k]; f.ss[k] = st[1][k]; }
+        dl__cu_run<int64_t>(d, "copy_nd", n, f);
+    }
+}
+
+static void dl__cu_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *shape, void *dst,
+                           const int64_t *dst_strides, const void *src, const int64_t *src_strides)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    int64_t sh[DL_MAX_DIMS], st[2][DL_MAX_DIMS], n = 1;
+    int k, nd;
+    dst = DL__CUP(d, dst);
+    src = DL__CUP(d, src);
+    for (k = 0; k < ndim; k++) {
+        sh[k] = shape[k]; st[0][k] = dst_strides[k]; st[1][k] = src_strides[k];
+        n *= shape[k];
+    }
+    if (n <= 0) return;
+    nd = dl__cu_collapse(ndim, sh, 2, st);
+    if (nd == 0 || (nd == 1 && st[0][0] == 1 && st[1][0] == 1)) {   /* one contiguous run */
+        if (dst == src) return;
+        if (m->emulate) { memmove(dst, src, esize * (size_t)n); return; }
+        dl__cu_ok(d, "cudaMemcpyAsync (copy_nd)",
+                  cudaMemcpyAsync(dst, src, esize * (size_t)n, cudaMemcpyDeviceToDevice, m->stream));
+        return;
+    }
+    if (esize == 4) dl__cu_copy_t<uint32_t>(d, nd, sh, st, dst, src, n);
+    else if (esize == 8) dl__cu_copy_t<unsigned long long>(d, nd, sh, st, dst, src, n);
+    else dl__dev_fail(d, "cuda:%d copy_nd: element size %zu", d->id.index, esize);
+}
+
+struct dl__cuf_axpy {
+    float *y; const float *x; float alpha;
+    DL__HD void operator()(int64_t i) const
+    {
+        y[i] = alpha == 1.0f ? dl__cu_fadd(y[i], x[i]) : dl__cu_fadd(y[i], dl__cu_fmul(alpha, x[i]));
+    }
+};
+
+static void dl__cu_axpy(dl__dev *d, float *y, const float *x, int64_t n, float alpha)
+{
+    dl__cuf_axpy f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.alpha = alpha;
+    dl__cu_run<int64_t>(d, "axpy", n, f);
+}
+
+struct dl__cuf_scale {
+    float *x; float s;
+    DL__HD void operator()(int64_t i) const { x[i] = dl__cu_fmul(x[i], s); }
+};
+
+static void dl__cu_scale(dl__dev *d, float *x, int64_t n, float s)
+{
+    dl__cuf_scale f;
+    dl__cu_enter(d);
+    f.x = DL__CUP(d, x); f.s = s;
+    dl__cu_run<int64_t>(d, "scale", n, f);
+}
+
+/* *res = min(*res, i): order-independent, so the result is deterministic */
+static DL__HD inline void dl__cu_min_index(unsigned long long *res, int64_t i)
+{
+#ifdef __CUDA_ARCH__
+    atomicMin(res, (unsigned long long)i);
+#else
+    if ((unsigned long long)i < *res) *res = (unsigned long long)i;
+#endif
+}
+
+struct dl__cuf_nonfinite {
+    const float *x; unsigned long long *res;
+    DL__HD void operator()(int64_t i) const
+    {
+        float v = x[i];
+        if (!(v - v == 0.0f)) dl__cu_min_index(res, i);
+    }
+};
+
+static int64_t dl__cu_nonfinite(dl__dev *d, const float *x, int64_t n)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cuf_nonfinite f;
+    unsigned long long r = ~0ull;
+    if (n <= 0) return -1;
+    dl__cu_memset(d, m->dres, 0xff, sizeof r);
+    f.x = DL__CUP(d, x); f.res = (unsigned long long *)m->dres;
+    dl__cu_run<int64_t>(d, "nonfinite", n, f);
+    if (!dl__cu_get(d, m->hres, m->dres, sizeof r, "nonfinite")) return -1;
+    memcpy(&r, m->hres, sizeof r);
+    return r == ~0ull ? -1 : (int64_t)r;
+}
+
+/* ===========================================================================
+ * Matrix products: cuBLAS, row-major through the operand swap
+ * ========================================================================= */
+
+/* C (M,N) = alpha op(A) op(B) + beta C in row-major is, column-major,
+   C^T (N,M) = alpha op(B)^T op(A)^T + beta C^T: cuBLAS gets B first. */
+static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t st;
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    if (m->emulate) { dl__cpu_gemm(d, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch); return; }
+    A = DL__CUP(d, A);
+    B = DL__CUP(d, B);
+    C = DL__CUP(d, C);
+    if (K <= 0) {   /* C = beta C (beta 0: zeros, whatever C held) */
+        int64_t b;
+        for (b = 0; b < batch; b++) {
+            float *c = C + b * sC;
+            int64_t i;
+            for (i = 0; i < M; i++) {
+                if (beta == 0.0f) dl__cu_memset(d, c + i * ldc, 0, sizeof(float) * (size_t)N);
+                else if (beta != 1.0f) dl__cu_scale(d, c + i * ldc + d->tag, N, beta);
+            }
+        }
+        return;
+    }
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX ||
+        batch > INT_MAX) {
+        dl__dev_fail(d, "cuda:%d gemm: M=%lld N=%lld K=%lld (batch %lld) passes cuBLAS's 32-bit sizes",
+                     d->id.index, (long long)M, (long long)N, (long long)K, (long long)batch);
+        return;
+    }
+    if (batch == 1)
+        st = cublasSgemm(m->blas, opB, opA, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda,
+                         &beta, C, (int)ldc);
+    else
+        st = cublasSgemmStridedBatched(m->blas, opB, opA, (int)N, (int)M, (int)K, &alpha, B, (int)ldb,
+                                       (long long)sB, A, (int)lda, (long long)sA, &beta, C, (int)ldc,
+                                       (long long)sC, (int)batch);
+    if (dl__cu_blas_ok(d, batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched", st))
+        dl__cu_launched(d, "gemm");
+}
+
+/* TF32 tensor cores for the matrix products (and so the convolutions) of
+   this device: about 1e-3 relative error instead of float32's 1e-7; off by
+   default (dl_set_allow_tf32). */
+static void dl__cuda_set_tf32(dl__dev *d, bool on)
+{
+    dl__cuimpl *m;
+    if (!d || d->id.type != DL_DEVICE_CUDA || !d->impl) return;
+    m = dl__cu_enter(d);
+    m->tf32 = on;
+    if (!m->emulate)
+        dl__cu_blas_ok(d, "cublasSetMathMode",
+                       cublasSetMathMode(m->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+/* ===========================================================================
+ * Softmax
+ * ========================================================================= */
+
+/* one (outer, inner) line of n, the CPU's loop exactly */
+struct dl__cuf_softmax {
+    bool log; float *y; const float *x; int64_t n, inner;
+    DL__HD void operator()(int64_t j) const
+    {
+        int64_t o = j / inner, i = j - o * inner, k;
+        const float *xp = x + o * n * inner + i;
+        float *yp = y + o * n * inner + i;
+        float m = -INFINITY;
+        double s = 0;
+        for (k = 0; k < n; k++) if (xp[k * inner] > m) m = xp[k * inner];
+        if (m == -INFINITY) m = 0;
+        for (k = 0; k < n; k++) s = dl__cu_dadd(s, exp((double)(xp[k * inner] - m)));
+        if (log) {
+            float ls = (float)::log(s);
+            for (k = 0; k < n; k++) yp[k * inner] = dl__cu_fsub(dl__cu_fsub(xp[k * inner], m), ls);
+        } else {
+            float inv = (float)(1.0 / s);
+            for (k = 0; k < n; k++) yp[k * inner] = dl__cu_fmul(expf(xp[k * inner] - m), inv);
+        }
+    }
+};
+
+/* contiguous rows (inner == 1): a group of G threads per row, the same
+   arithmetic with the sum's tree fixed */
+template <int G>
+__global__ void __launch_bounds__(DL__CU_THREADS)
+dl__cu_softmax_rows(bool log, float *y, const float *x, int64_t rows, int64_t n)
+{
+    __shared__ double sh[9];
+    const int gpb = DL__CU_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
+    int64_t base;
+    for (base = (int64_t)blockIdx.x * gpb; base < rows; base += (int64_t)gridDim.x * gpb) {
+        int64_t row = base + g, k;
+        bool ok = row < rows;
+        const float *xp = x + (ok ? row : 0) * n;
+        float *yp = y + (ok ? row : 0) * n;
+        float m = -INFINITY;
+        double s = 0;
+        if (ok) for (k = t; k < n; k += G) if (xp[k] > m) m = xp[k];
+        m = (float)dl__cu_group_all<DL__R_MAX, G>((double)m, sh);   /* never NaN: NaNs were skipped */
+        if (m == -INFINITY) m = 0;
+        if (ok) for (k = t; k < n; k += G) s = dl__cu_dadd(s, exp((double)(xp[k] - m)));
+        s = dl__cu_group_all<DL__R_SUM, G>(s, sh);
+        if (!ok) continue;
+        if (log) {
+            float ls = (float)::log(s);
+            for (k = t; k < n; k += G) yp[k] = dl__cu_fsub(dl__cu_fsub(xp[k], m), ls);
+        } else {
+            float inv = (float)(1.0 / s);
+            for (k = t; k < n; k += G) yp[k] = dl__cu_fmul(expf(xp[k] - m), inv);
+        }
+    }
+}
+
+static void dl__cu_softmax(dl__dev *d, bool log, float *y, const float *x, int64_t outer, int64_t n,
+                           int64_t inner)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    x = DL__CUP(d, x);
+    if (outer * inner <= 0 || n <= 0) return;
+    if (inner > 1 || m->emulate || n <= 8) {
+        dl__cuf_softmax f;
+        f.log = log; f.y = y; f.x = x; f.n = n; f.inner = inner;
+        dl__cu_run<int64_t>(d, "softmax", outer * inner, f);
+        return;
+    }
+    if (n <= 1024)
+        dl__cu_softmax_rows<32><<<dl__cu_grid(m, outer, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
+            log, y, x, outer, n);
+    else
+        dl__cu_softmax_rows<256><<<dl__cu_grid(m, outer, 1), DL__CU_THREADS, 0, m->stream>>>(log, y, x, outer, n);
+    dl__cu_launched(d, "softmax rows");
+}
+
+/* ===========================================================================
+ * Losses and dropout
+ * ========================================================================= */
+
+/* valid (outer*inner) and the first bad target (atomicMin) */
+struct dl__cuf_cm_valid {
+    float *valid; const int64_t *t64; const int32_t *t32; int64_t C, ignore; unsigned long long *res;
+    DL__HD void operator()(int64_t j) const
+    {
+        int64_t t = t64 ? t64[j] : (int64_t)t32[j];
+        if (t == ignore) { valid[j] = 0.0f; return; }
+        if (t < 0 || t >= C) { valid[j] = 0.0f; dl__cu_min_index(res, j); return; }
+        valid[j] = 1.0f;
+    }
+};
+
+/* onehot (outer, C, inner): 1 where the target names the class */
+struct dl__cuf_cm_onehot {
+    float *onehot; const int64_t *t64; const int32_t *t32; int64_t C, inner, ignore;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t i = e % inner, q = e / inner, c = q % C, o = q / C, j = o * inner + i;
+        int64_t t = t64 ? t64[j] : (int64_t)t32[j];
+        onehot[e] = (t != ignore && t == c) ? 1.0f : 0.0f;
+    }
+};
+
+static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const void *target, bool i64,
+                                 int64_t outer, int64_t C, int64_t inner, int64_t ignore_index, int64_t *bad)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cuf_cm_valid fv;
+    dl__cuf_cm_onehot fo;
+    unsigned long long r = ~0ull;
+    const int64_t *t64 = i64 ? (const int64_t *)DL__CUP(d, target) : NULL;
+    const int32_t *t32 = i64 ? NULL : (const int32_t *)DL__CUP(d, target);
+    if (outer <= 0 || inner <= 0) return -1;
+    dl__cu_memset(d, m->dres, 0xff, sizeof r);
+    fv.valid = DL__CUP(d, valid); fv.t64 = t64; fv.t32 = t32; fv.C = C; fv.ignore = ignore_index;
+    fv.res = (unsigned long long *)m->dres;
+    dl__cu_run<int64_t>(d, "class_mask", outer * inner, fv);
+    if (C > 0) {
+        fo.onehot = DL__CUP(d, onehot); fo.t64 = t64; fo.t32 = t32; fo.C = C; fo.inner = inner;
+        fo.ignore = ignore_index;
+        dl__cu_run<int64_t>(d, "class_mask onehot", outer * C * inner, fo);
+    }
+    if (!dl__cu_get(d, m->hres, m->dres, sizeof r, "class_mask")) return -1;
+    memcpy(&r, m->hres, sizeof r);
+    if (r == ~0ull) return -1;
+    if (i64) {
+        if (!dl__cu_get(d, bad, t64 + r, sizeof(int64_t), "class_mask")) return -1;
+    } else {
+        int32_t v = 0;
+        if (!dl__cu_get(d, &v, t32 + r, sizeof v, "class_mask")) return -1;
+        *bad = v;
+    }
+    return (int64_t)r;
+}
+
+struct dl__cuf_dropout {
+    float *mask; float p, scale; uint64_t seed, offset;
+    DL__HD void operator()(int64_t i) const
+    {
+        mask[i] = dl__rng_uniform01(seed, offset + (uint64_t)i) < p ? 0.0f : scale;
+    }
+};
+
+static void dl__cu_dropout_mask(dl__dev *d, float *mask, int64_t n, float p, float scale, uint64_t seed,
+                                uint64_t offset)
+{
+    dl__cuf_dropout f;
+    dl__cu_enter(d);
+    f.mask = DL__CUP(d, mask); f.p = p; f.scale = scale; f.seed = seed; f.offset = offset;
+    dl__cu_run<int64_t>(d, "dropout_mask", n, f);
+}
+
+struct dl__cuf_bce {
+    float *out; const float *x, *y;
+    DL__HD void operator()(int64_t i) const
+    {
+        float v = x[i];
+        out[i] = dl__cu_fadd(dl__cu_fsub(v > 0 ? v : 0.0f, dl__cu_fmul(v, y[i])), log1pf(expf(-fabsf(v))));
+    }
+};
+
+static void dl__cu_bce_logits(dl__dev *d, float *out, const float *x, const float *y, int64_t n)
+{
+    dl__cuf_bce f;
+    dl__cu_enter(d);
+    f.out = DL__CUP(d, out); f.x = DL__CUP(d, x); f.y = DL__CUP(d, y);
+    dl__cu_run<int64_t>(d, "bce_logits", n, f);
+}
+
+/* ===========================================================================
+ * Convolution: im2col, col2im, bias
+ * ========================================================================= */
+
+/* col (Ca*K, n, Lb): element e = ((c*K + kk)*n + s)*Lb + pos <- x (n, Ca, ia...) */
+template <typename I>
+struct dl__cuf_im2col {
+    float *col; const float *x; I n; dl__cgeom g;
+    DL__HD void operator()(I e) const
+    {
+        I Lb = (I)g.Lb, K = (I)g.K, ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
+        I row = e / Lb, pos = e - row * Lb, s = row % n, q = row / n, c = q / K, kk = q - c * K;
+        I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
+        I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
+        I j0 = o0 * (I)g.s[0] + q0 * (I)g.d[0] - (I)g.p[0];
+        I j1 = o1 * (I)g.s[1] + q1 * (I)g.d[1] - (I)g.p[1];
+        I j2 = o2 * (I)g.s[2] + q2 * (I)g.d[2] - (I)g.p[2];
+        float v = 0.0f;
+        if (j0 >= 0 && j0 < (I)g.ia[0] && j1 >= 0 && j1 < (I)g.ia[1] && j2 >= 0 && j2 < (I)g.ia[2])
+            v = x[(s * (I)g.Ca + c) * (I)g.La + (j0 * (I)g.ia[1] + j1) * (I)g.ia[2] + j2];
+        col[e] = v;
+    }
+};
+
+static void dl__cu_im2col(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
+{
+    int64_t total = g->Ca * g->K * n * g->Lb;
+    dl__cu_enter(d);
+    col = DL__CUP(d, col);
+    x = DL__CUP(d, x);
+    if (dl__cu_small(total) && dl__cu_small(n * g->Ca * g->La)) {
+        dl__cuf_im2col<int32_t> f;
+        f.col = col; f.x = x; f.n = (int32_t)n; f.g = *g;
+        dl__cu_run<int32_t>(d, "im2col", total, f);
+    } else {
+        dl__cuf_im2col<int64_t> f;
+        f.col = col; f.x = x; f.n = n; f.g = *g;
+        dl__cu_run<int64_t>(d, "im2col", total, f);
+    }
+}
+
+/* x (n, Ca, ia...) element e = sum over the kernel offsets kk (in order, as
+   the CPU adds them) of the col entries that cover it: a gather, no atomics */
+template <typename I>
+struct dl__cuf_col2im {
+    float *x; const float *col; I n; dl__cgeom g;
+    DL__HD void operator()(I e) const
+    {
+        I La = (I)g.La, K = (I)g.K, Ca = (I)g.Ca, Lb = (I)g.Lb;
+        I ia1 = (I)g.ia[1], ia2 = (I)g.ia[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
+        I plane = e / La, pos = e - plane * La, s = plane / Ca, c = plane - s * Ca;
+        I j2 = pos % ia2, j1 = (pos / ia2) % ia1, j0 = pos / (ia2 * ia1), kk;
+        float acc = 0.0f;
+        for (kk = 0; kk < K; kk++) {
+            I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
+            I t0 = j0 + (I)g.p[0] - q0 * (I)g.d[0], t1 = j1 + (I)g.p[1] - q1 * (I)g.d[1];
+            I t2 = j2 + (I)g.p[2] - q2 * (I)g.d[2], o0, o1, o2;
+            if (t0 < 0 || t1 < 0 || t2 < 0) continue;
+            if (t0 % (I)g.s[0] || t1 % (I)g.s[1] || t2 % (I)g.s[2]) continue;
+            o0 = t0 / (I)g.s[0]; o1 = t1 / (I)g.s[1]; o2 = t2 / (I)g.s[2];
+            if (o0 >= (I)g.ib[0] || o1 >= (I)g.ib[1] || o2 >= (I)g.ib[2]) continue;
+            acc = dl__cu_fadd(acc, col[((c * K + kk) * n + s) * Lb + (o0 * (I)g.ib[1] + o1) * (I)g.ib[2] + o2]);
+        }
+        x[e] = acc;
+    }
+};
+
+static void dl__cu_col2im(dl__dev *d, float *x, const float *col, int64_t n, const dl__cgeom *g)
+{
+    int64_t total = n * g->Ca * g->La;
+    dl__cu_enter(d);
+    x = DL__CUP(d, x);
+    col = DL__CUP(d, col);
+    if (dl__cu_small(total) && dl__cu_small(g->Ca * g->K * n * g->Lb)) {
+        dl__cuf_col2im<int32_t> f;
+        f.x = x; f.col = col; f.n = (int32_t)n; f.g = *g;
+        dl__cu_run<int32_t>(d, "col2im", total, f);
+    } else {
+        dl__cuf_col2im<int64_t> f;
+        f.x = x; f.col = col; f.n = n; f.g = *g;
+        dl__cu_run<int64_t>(d, "col2im", total, f);
+    }
+}
+
+template <typename I>
+struct dl__cuf_bias {
+    float *y; const float *b; I C, L;
+    DL__HD void operator()(I e) const { y[e] = dl__cu_fadd(y[e], b[(e / L) % C]); }
+};
+
+static void dl__cu_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int64_t C, int64_t L)
+{
+    int64_t total = n * C * L;
+    dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    b = DL__CUP(d, b);
+    if (L <= 0 || C <= 0) return;
+    if (dl__cu_small(total)) {
+        dl__cuf_bias<int32_t> f;
+        f.y = y; f.b = b; f.C = (int32_t)C; f.L = (int32_t)L;
+        dl__cu_run<int32_t>(d, "bias_add", total, f);
+    } else {
+        dl__cuf_bias<int64_t> f;
+        f.y = y; f.b = b; f.C = C; f.L = L;
+        dl__cu_run<int64_t>(d, "bias_add", total, f);
+    }
+}
+
+/* ===========================================================================
+ * Pooling
+ * ========================================================================= */
+
+/* dl__pwin of the CPU backend (window of output o along dim i) */
+static DL__HD inline void dl__cu_pwin(const dl__pgeom &g, int i, int64_t o, int64_t *lo, int64_t *hi,
+                                      int64_t *padded)
+{
+    if (g.adaptive) {
+        *lo = o * g.ia[i] / g.ob[i];
+        *hi = ((o + 1) * g.ia[i] + g.ob[i] - 1) / g.ob[i];
+        *padded = *hi - *lo;
+    } else {
+        int64_t a = o * g.s[i] - g.p[i], b = a + g.k[i];
+        if (b > g.ia[i] + g.p[i]) b = g.ia[i] + g.p[i];
+        *padded = b - a;
+        *lo = a < 0 ? 0 : a;
+        *hi = b > g.ia[i] ? g.ia[i] : b;
+    }
+}
+
+/* one output of one plane, the CPU's loop: the first maximum, NaN wins */
+struct dl__cuf_maxpool {
+    float *y; int64_t *idx; const float *x; dl__pgeom g;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t q = e / g.Lb, oi = e - q * g.Lb, o[3], st[3], en[3], j0, j1, j2, best = -1;
+        const float *xp = x + q * g.La;
+        float m = -INFINITY;
+        int i;
+        o[2] = oi % g.ob[2];
+        o[1] = (oi / g.ob[2]) % g.ob[1];
+        o[0] = oi / (g.ob[2] * g.ob[1]);
+        for (i = 0; i < 3; i++) {
+            st[i] = o[i] * g.s[i] - g.p[i];
+            en[i] = st[i] + (g.k[i] - 1) * g.d[i] + 1;
+            if (en[i] > g.ia[i]) en[i] = g.ia[i];
+            while (st[i] < 0) st[i] += g.d[i];
+        }
+        for (j0 = st[0]; j0 < en[0]; j0 += g.d[0])
+            for (j1 = st[1]; j1 < en[1]; j1 += g.d[1])
+                for (j2 = st[2]; j2 < en[2]; j2 += g.d[2]) {
+                    int64_t at = (j0 * g.ia[1] + j1) * g.ia[2] + j2;
+                    float v = xp[at];
+                    if (best < 0 || v > m || v != v) { m = v; best = at; }
+                }
+        y[e] = m;
+        if (idx) idx[e] = best;
+    }
+};
+
+static void dl__cu_max_pool(dl__dev *d, float *y, int64_t *idx, const float *x, int64_t planes,
+                            const dl__pgeom *g)
+{
+    dl__cuf_maxpool f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.idx = idx ? DL__CUP(d, idx) : NULL; f.x = DL__CUP(d, x); f.g = *g;
+    dl__cu_run<int64_t>(d, "max_pool", planes * g->Lb, f);
+}
+
+/* one plane at a time, the CPU's loop (the emulated device's unpool) */
+struct dl__cuf_unpool_plane {
+    float *dx; const float *g; const int64_t *idx; int64_t Lin, Lout;
+    DL__HD void operator()(int64_t q) const
+    {
+        float *d = dx + q * Lin;
+        const float *gq = g + q * Lout;
+        const int64_t *iq = idx + q * Lout;
+        int64_t j, o;
+        for (j = 0; j < Lin; j++) d[j] = 0.0f;
+        for (o = 0; o < Lout; o++)
+            if (iq[o] >= 0 && iq[o] < Lin) d[iq[o]] = dl__cu_fadd(d[iq[o]], gq[o]);
+    }
+};
+
+/* One warp per plane: zero it, then 32 outputs at a time; lanes aiming at
+   the same input (__match_any_sync) are added by the lowest of them in lane
+   order, so every input sums its outputs in ascending order, as the CPU. */
+__global__ void __launch_bounds__(DL__CU_THREADS)
+dl__cu_unpool_warp(float *dx, const float *g, const int64_t *idx, int64_t planes, int64_t Lin, int64_t Lout)
+{
+    __shared__ float sv[DL__CU_THREADS];
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x & 31, wb = threadIdx.x & ~31;
+    int64_t q = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (; q < planes; q += nw) {
+        float *d = dx + q * Lin;
+        const float *gq = g + q * Lout;
+        const int64_t *iq = idx + q * Lout;
+        int64_t j, base;
+        for (j = lane; j < Lin; j += 32) d[j] = 0.0f;
+        __syncwarp();
+        for (base = 0; base < Lout; base += 32) {
+            int64_t o = base + lane, t = o < Lout ? iq[o] : -1;
+            bool ok = t >= 0 && t < Lin;
+            unsigned long long key = ok ? (unsigned long long)t : ~0ull - (unsigned long long)lane;
+            unsigned grp;
+            sv[threadIdx.x] = ok ? gq[o] : 0.0f;
+            grp = __match_any_sync(full, key);
+            __syncwarp();
+            if (ok && lane == __ffs(grp) - 1) {
+                float s = d[t];
+                unsigned mm = grp;
+                while (mm) {
+                    s = dl__cu_fadd(s, sv[wb + __ffs(mm) - 1]);
+                    mm &= mm - 1;
+                }
+                d[t] = s;
+            }
+            __syncwarp();
+        }
+    }
+}
+
+static void dl__cu_unpool(dl__dev *d, float *dx, const float *g, const int64_t *idx, int64_t planes,
+                          int64_t Lin, int64_t Lout)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dx = DL__CUP(d, dx);
+    g = DL__CUP(d, g);
+    idx = DL__CUP(d, idx);
+    if (planes <= 0) return;
+    if (m->emulate) {
+        dl__cuf_unpool_plane f;
+        f.dx = dx; f.g = g; f.idx = idx; f.Lin = Lin; f.Lout = Lout;
+        dl__cu_run<int64_t>(d, "unpool", planes, f);
+        return;
+    }
+    dl__cu_unpool_warp<<<dl__cu_grid(m, planes, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
+        dx, g, idx, planes, Lin, Lout);
+    dl__cu_launched(d, "unpool");
+}
+
+struct dl__cuf_gather {
+    float *y; const float *x; const int64_t *idx; int64_t Lin, Lout;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t q = e / Lout, t = idx[e];
+        y[e] = (t >= 0 && t < Lin) ? x[q * Lin + t] : 0.0f;
+    }
+};
+
+static void dl__cu_gather(dl__dev *d, float *y, const float *x, const int64_t *idx, int64_t planes,
+                          int64_t Lin, int64_t Lout)
+{
+    dl__cuf_gather f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.idx = DL__CUP(d, idx); f.Lin = Lin; f.Lout = Lout;
+    dl__cu_run<int64_t>(d, "gather", planes * Lout, f);
+}
+
+/* one output: the mean of its window, the CPU's loop */
+struct dl__cuf_avgpool {
+    float *y; const float *x; dl__pgeom g;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t q = e / g.Lb, oi = e - q * g.Lb, o0, o1, o2, l[3], h[3], pc[3], j0, j1, j2, div;
+        const float *xp = x + q * g.La;
+        float s = 0.0f;
+        o2 = oi % g.ob[2];
+        o1 = (oi / g.ob[2]) % g.ob[1];
+        o0 = oi / (g.ob[2] * g.ob[1]);
+        dl__cu_pwin(g, 0, o0, &l[0], &h[0], &pc[0]);
+        dl__cu_pwin(g, 1, o1, &l[1], &h[1], &pc[1]);
+        dl__cu_pwin(g, 2, o2, &l[2], &h[2], &pc[2]);
+        if (l[0] >= h[0] || l[1] >= h[1] || l[2] >= h[2]) { y[e] = 0.0f; return; }
+        div = (g.count_include_pad || g.adaptive) ? pc[0] * pc[1] * pc[2]
+                                                  : (h[0] - l[0]) * (h[1] - l[1]) * (h[2] - l[2]);
+        for (j0 = l[0]; j0 < h[0]; j0++)
+            for (j1 = l[1]; j1 < h[1]; j1++)
+                for (j2 = l[2]; j2 < h[2]; j2++) s = dl__cu_fadd(s, xp[(j0 * g.ia[1] + j1) * g.ia[2] + j2]);
+        y[e] = dl__cu_fdiv(s, (float)div);
+    }
+};
+
+static void dl__cu_avg_pool(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g)
+{
+    dl__cuf_avgpool f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.g = *g;
+    dl__cu_run<int64_t>(d, "avg_pool", planes * g->Lb, f);
+}
+
+/* outputs of dim i whose windows may hold input j: [*lo, *hi] (checked
+   against dl__cu_pwin by the caller) */
+static DL__HD inline void dl__cu_pcand(const dl__pgeom &g, int i, int64_t j, int64_t *lo, int64_t *hi)
+{
+    int64_t a, b;
+    if (g.adaptive) {
+        a = j * g.ob[i] / g.ia[i] - 1;
+        b = ((j + 1) * g.ob[i] + g.ia[i] - 1) / g.ia[i];
+    } else {
+        int64_t t = j + g.p[i] - g.k[i];
+        a = t < 0 ? 0 : t / g.s[i];
+        b = (j + g.p[i]) / g.s[i];
+    }
+    *lo = a < 0 ? 0 : a;
+    *hi = b > g.ob[i] - 1 ? g.ob[i] - 1 : b;
+}
+
+/* the adjoint, gathered: input element e sums y[o] / divisor(o) over the
+   outputs o whose windows hold it, in ascending o (the CPU's order) */
+struct dl__cuf_avgpool_adj {
+    float *dx; const float *gy; dl__pgeom g;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t q = e / g.La, pos = e - q * g.La, j[3], lo[3], hi[3], o0, o1, o2;
+        int64_t l[3], h[3], pc[3];
+        const float *yp = gy + q * g.Lb;
+        float acc = 0.0f;
+        int i;
+        j[2] = pos % g.ia[2];
+        j[1] = (pos / g.ia[2]) % g.ia[1];
+        j[0] = pos / (g.ia[2] * g.ia[1]);
+        for (i = 0; i < 3; i++) dl__cu_pcand(g, i, j[i], &lo[i], &hi[i]);
+        for (o0 = lo[0]; o0 <= hi[0]; o0++) {
+            dl__cu_pwin(g, 0, o0, &l[0], &h[0], &pc[0]);
+            if (j[0] < l[0] || j[0] >= h[0]) continue;
+            for (o1 = lo[1]; o1 <= hi[1]; o1++) {
+                dl__cu_pwin(g, 1, o1, &l[1], &h[1], &pc[1]);
+                if (j[1] < l[1] || j[1] >= h[1]) continue;
+                for (o2 = lo[2]; o2 <= hi[2]; o2++) {
+                    int64_t div;
+                    dl__cu_pwin(g, 2, o2, &l[2], &h[2], &pc[2]);
+                    if (j[2] < l[2] || j[2] >= h[2]) continue;
+                    div = (g.count_include_pad || g.adaptive) ? pc[0] * pc[1] * pc[2]
+                                                              : (h[0] - l[0]) * (h[1] - l[1]) * (h[2] - l[2]);
+                    acc = dl__cu_fadd(acc, dl__cu_fdiv(yp[(o0 * g.ob[1] + o1) * g.ob[2] + o2], (float)div));
+                }
+            }
+        }
+        dx[e] = acc;
+    }
+};
+
+static void dl__cu_avg_pool_adj(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g)
+{
+    dl__cuf_avgpool_adj f;
+    dl__cu_enter(d);
+    f.dx = DL__CUP(d, dx); f.gy = DL__CUP(d, gy); f.g = *g;
+    dl__cu_run<int64_t>(d, "avg_pool_adj", planes * g->La, f);
+}
+
+/* ===========================================================================
+ * Fused normalization: batch norm over x (N, C, L) per channel, layer norm
+ * over the rows of x (rows, cols)
+ * ========================================================================= */
+
+/* The per-job routines below (a channel, a row) are written once for a
+   group of G threads: thread t of G strides over the job's elements, then
+   red() combines the group's partial sums with a fixed tree. The emulated
+   device runs them with t = 0, G = 1 and red() the identity: exactly the
+   CPU's sequential loop. */
+struct dl__cu_seqsum {
+    DL__HD double operator()(double v) const { return v; }
+};
+
+template <int G>
+struct dl__cu_grpsum {
+    double *sh;
+    DL__HD double operator()(double v) const
+    {
+#ifdef __CUDA_ARCH__
+        return dl__cu_group_all<DL__R_SUM, G>(v, sh);
+#else
+        return v;
+#endif
+    }
+};
+
+/* jobs [0, njobs), one per group of G threads (G = 32: a warp; 256: a block) */
+template <int G, typename J>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_groups_k(int64_t njobs, J job)
+{
+    __shared__ double sh[9];
+    const int gpb = DL__CU_THREADS / G;
+    dl__cu_grpsum<G> red;
+    int64_t j;
+    red.sh = sh;
+    for (j = (int64_t)blockIdx.x * gpb + threadIdx.x / G; j < njobs; j += (int64_t)gridDim.x * gpb)
+        job(red, j, threadIdx.x % G, G);
+}
+
+template <typename J>
+struct dl__cuf_seqjob {
+    J job;
+    DL__HD void operator()(int64_t j) const { job(dl__cu_seqsum(), j, 0, 1); }
+};
+
+/* Runs job j for j in [0, njobs), each over about `per` elements: a warp per
+   job up to 1024 of them, else a block (emulated: the sequential loop). */
+template <typename J>
+static void dl__cu_groups(dl__dev *d, const char *name, int64_t njobs, int64_t per, const J &job)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (njobs <= 0) return;
+    if (m->emulate) {
+        dl__cuf_seqjob<J> f;
+        f.job = job;
+        dl__cu_run<int64_t>(d, name, njobs, f);
+        return;
+    }
+    if (per <= 1024)
+        dl__cu_groups_k<32, J><<<dl__cu_grid(m, njobs, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
+            njobs, job);
+    else
+        dl__cu_groups_k<DL__CU_THREADS, J><<<dl__cu_grid(m, njobs, 1), DL__CU_THREADS, 0, m->stream>>>(njobs, job);
+    dl__cu_launched(d, name);
+}
+
+/* Walks elements t, t+G, t+2G ... of channel c's N*L in x (N, C, L), in
+   the CPU's order (n, then l), dividing only when l wraps. */
+struct dl__cu_bnwalk {
+    int64_t n, l, c, C, L, G;
+    DL__HD dl__cu_bnwalk(int64_t c_, int64_t t, int64_t G_, int64_t C_, int64_t L_)
+        : n(L_ > 0 ? t / L_ : 0), l(L_ > 0 ? t % L_ : 0), c(c_), C(C_), L(L_), G(G_) {}
+    DL__HD int64_t at() const { return (n * C + c) * L + l; }
+    DL__HD void next()
+    {
+        l += G;
+        if (l >= L) { n += l / L; l %= L; }
+    }
+};
+
+/* channel c: mean, biased var, invstd (dl__bn_stats_task) */
+struct dl__cuj_bn_stats {
+    float *mean, *invstd, *var; const float *x; int64_t N, C, L; float eps;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
+    {
+        int64_t M = N * L, k;
+        double s = 0, q = 0, m;
+        dl__cu_bnwalk w(c, t, G, C, L), w2(c, t, G, C, L);
+        for (k = t; k < M; k += G, w.next()) s = dl__cu_dadd(s, (double)x[w.at()]);
+        s = red(s);
+        m = s / (double)M;
+        for (k = t; k < M; k += G, w2.next()) {
+            double dv = (double)x[w2.at()] - m;
+            q = dl__cu_dadd(q, dl__cu_dmul(dv, dv));
+        }
+        q = red(q);
+        if (t == 0) {
+            mean[c] = (float)m;
+            var[c] = (float)(q / (double)M);
+            invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)eps));
+        }
+    }
+};
+
+/* channel c: sums[2c] = sum(g), sums[2c+1] = sum(g xhat); db, dw (dl__bn_sums_task) */
+struct dl__cuj_bn_sums {
+    double *sums; float *dw, *db; const float *g, *x, *mean, *invstd; int64_t N, C, L;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
+    {
+        int64_t M = N * L, k;
+        double sg = 0, sgx = 0, m = mean[c], is = invstd[c];
+        dl__cu_bnwalk w(c, t, G, C, L);
+        for (k = t; k < M; k += G, w.next()) {
+            int64_t at = w.at();
+            double gv = (double)g[at];
+            sg = dl__cu_dadd(sg, gv);
+            sgx = dl__cu_dadd(sgx, dl__cu_dmul(gv, (double)x[at] - m));
+        }
+        sg = red(sg);
+        sgx = red(sgx);
+        if (t == 0) {
+            sums[2 * c] = sg;
+            sums[2 * c + 1] = sgx * is;
+            if (db) db[c] = (float)sg;
+            if (dw) dw[c] = (float)(sgx * is);
+        }
+    }
+};
+
+/* row r of x (rows, n): mean, invstd, y (dl__ln_fwd_task) */
+struct dl__cuj_ln_fwd {
+    float *y, *mean, *invstd; const float *x, *w, *b; int64_t n; float eps;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t r, int64_t t, int64_t G) const
+    {
+        const float *xr = x + r * n;
+        float *yr = y + r * n, m, is;
+        double s = 0, q = 0, md;
+        int64_t j;
+        for (j = t; j < n; j += G) s = dl__cu_dadd(s, (double)xr[j]);
+        s = red(s);
+        md = n ? s / (double)n : 0.0;
+        for (j = t; j < n; j += G) {
+            double dv = (double)xr[j] - md;
+            q = dl__cu_dadd(q, dl__cu_dmul(dv, dv));
+        }
+        q = red(q);
+        m = (float)md;
+        is = (float)(1.0 / sqrt((n ? q / (double)n : 0.0) + (double)eps));
+        if (t == 0) { mean[r] = m; invstd[r] = is; }
+        for (j = t; j < n; j += G) {
+            float v = dl__cu_fmul(dl__cu_fsub(xr[j], m), is);
+            if (w) v = dl__cu_fmul(v, w[j]);
+            if (b) v = dl__cu_fadd(v, b[j]);
+            yr[j] = v;
+        }
+    }
+};
+
+/* row r: dx = invstd (gw - mean(gw) - xhat mean(gw xhat)), gw = g w (dl__ln_dx_task) */
+struct dl__cuj_ln_dx {
+    float *dx; const float *g, *x, *mean, *invstd, *w; int64_t n;
+    template <typename R>
+    DL__HD void operator()(const R &red, int64_t r, int64_t t, int64_t G) const
+    {
+        const float *xr = x + r * n, *gr = g + r * n;
+        float *dr = dx + r * n, m = mean[r], is = invstd[r], a, bb;
+        double sa = 0, sb = 0;
+        int64_t j;
+        for (j = t; j < n; j += G) {
+            double gw = dl__cu_dmul((double)gr[j], (double)(w ? w[j] : 1.0f));
+            sa = dl__cu_dadd(sa, gw);
+            sb = dl__cu_dadd(sb, dl__cu_dmul(gw, (double)dl__cu_fmul(dl__cu_fsub(xr[j], m), is)));
+        }
+        sa = red(sa);
+        sb = red(sb);
+        a = (float)(sa / (double)n);
+        bb = (float)(sb / (double)n);
+        for (j = t; j < n; j += G) {
+            float gw = dl__cu_fmul(gr[j], w ? w[j] : 1.0f);
+            float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(xr[j], m), is), bb);
+            dr[j] = dl__cu_fmul(is, dl__cu_fsub(dl__cu_fsub(gw, a), xh));
+        }
+    }
+};
+
+/* y = (x - mean) invstd w + b, one thread per element (dl__bn_apply_task) */
+struct dl__cuf_bn_apply {
+    float *y; const float *x, *mean, *invstd, *w, *b; int64_t C, L;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t c = (e / L) % C;
+        float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
+        float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
+        y[e] = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+    }
+};
+
+/* dx = k (g - a - xhat bb), k = w invstd (dl__bn_dx_task) */
+struct dl__cuf_bn_dx {
+    float *dx; const float *g, *x, *mean, *invstd, *w; const double *sums; int64_t C, L; double M; bool train;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t c = (e / L) % C;
+        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
+        float a = train ? (float)(sums[2 * c] / M) : 0.0f;
+        float bb = train ? (float)(sums[2 * c + 1] / M) : 0.0f;
+        float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
+        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(g[e], a), xh));
+    }
+};
+
+/* column j of the rows: dw = sum(g xhat), db = sum(g), rows in order (dl__ln_dwb_task) */
+struct dl__cuf_ln_dwb {
+    float *dw, *db; const float *g, *x, *mean, *invstd; int64_t rows, cols;
+    DL__HD void operator()(int64_t j) const
+    {
+        double sw = 0, sb = 0;
+        int64_t r;
+        for (r = 0; r < rows; r++) {
+            float gv = g[r * cols + j];
+            float xh = dl__cu_fmul(dl__cu_fsub(x[r * cols + j], mean[r]), invstd[r]);
+            sw = dl__cu_dadd(sw, dl__cu_dmul((double)gv, (double)xh));
+            sb = dl__cu_dadd(sb, (double)gv);
+        }
+        if (dw) dw[j] = (float)sw;
+        if (db) db[j] = (float)sb;
+    }
+};
+
+static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
+                            int64_t C, int64_t L, float eps)
+{
+    dl__cuj_bn_stats j;
+    dl__cu_enter(d);
+    j.mean = DL__CUP(d, mean); j.invstd = DL__CUP(d, invstd); j.var = DL__CUP(d, var); j.x = DL__CUP(d, x);
+    j.N = N; j.C = C; j.L = L; j.eps = eps;
+    dl__cu_groups(d, "bn_stats", C, N * L, j);
+}
+
+static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
+                            const float *w, const float *b, int64_t N, int64_t C, int64_t L)
+{
+    dl__cuf_bn_apply f;
+    dl__cu_enter(d);
+    if (C <= 0 || L <= 0) return;
+    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd);
+    f.w = w ? DL__CUP(d, w) : NULL; f.b = b ? DL__CUP(d, b) : NULL; f.C = C; f.L = L;
+    dl__cu_run<int64_t>(d, "bn_apply", N * C * L, f);
+}
+
+static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                               int64_t L, bool train)
+{
+    double *sums = NULL;
+    dl__cu_enter(d);
+    dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
+    g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
+    w = w ? DL__CUP(d, w) : NULL;
+    if (C <= 0) return;
+    if (dw || db || (dx && train)) {
+        dl__cuj_bn_sums j;
+        sums = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C));
+        if (!sums) return;
+        j.sums = sums; j.dw = dw; j.db = db; j.g = g; j.x = x; j.mean = mean; j.invstd = invstd;
+        j.N = N; j.C = C; j.L = L;
+        dl__cu_groups(d, "bn_backward sums", C, N * L, j);
+    }
+    if (dx && L > 0) {
+        dl__cuf_bn_dx f;
+        f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.sums = sums;
+        f.C = C; f.L = L; f.M = (double)(N * L); f.train = train;
+        dl__cu_run<int64_t>(d, "bn_backward dx", N * C * L, f);
+    }
+}
+
+static void dl__cu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
+                              const float *w, const float *b, int64_t rows, int64_t cols, float eps)
+{
+    dl__cuj_ln_fwd j;
+    dl__cu_enter(d);
+    j.y = DL__CUP(d, y); j.mean = DL__CUP(d, mean); j.invstd = DL__CUP(d, invstd); j.x = DL__CUP(d, x);
+    j.w = w ? DL__CUP(d, w) : NULL; j.b = b ? DL__CUP(d, b) : NULL; j.n = cols; j.eps = eps;
+    dl__cu_groups(d, "ln_forward", rows, cols, j);
+}
+
+static void dl__cu_ln_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t rows,
+                               int64_t cols)
+{
+    dl__cu_enter(d);
+    dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
+    g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
+    w = w ? DL__CUP(d, w) : NULL;
+    if (rows <= 0 || cols <= 0) return;
+    if (dx) {
+        dl__cuj_ln_dx j;
+        j.dx = dx; j.g = g; j.x = x; j.mean = mean; j.invstd = invstd; j.w = w; j.n = cols;
+        dl__cu_groups(d, "ln_backward dx", rows, cols, j);
+    }
+    if (dw || db) {
+        dl__cuf_ln_dwb f;
+        f.dw = dw; f.db = db; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.rows = rows; f.cols = cols;
+        dl__cu_run<int64_t>(d, "ln_backward dw db", cols, f);
+    }
+}
+
+/* ===========================================================================
+ * Optimizers
+ * ========================================================================= */
+
+/* the CPU's dl__cpu_sgd, operation for operation */
+struct dl__cuf_sgd {
+    float *p; const float *g; float *buf; dl__sgd_args a;
+    DL__HD void operator()(int64_t i) const
+    {
+        float dd = a.maximize ? -g[i] : g[i];
+        if (a.wd != 0.0f) dd = dl__cu_fadd(dd, dl__cu_fmul(a.wd, p[i]));
+        if (a.momentum != 0.0f) {
+            float b = a.first ? dd : dl__cu_fadd(dl__cu_fmul(buf[i], a.momentum), dl__cu_fmul(a.one_m_dampening, dd));
+            buf[i] = b;
+            dd = a.nesterov ? dl__cu_fadd(dd, dl__cu_fmul(a.momentum, b)) : b;
+        }
+        p[i] = dl__cu_fadd(p[i], dl__cu_fmul(-a.lr, dd));
+    }
+};
+
+static void dl__cu_sgd(dl__dev *d, float *p, const float *g, float *buf, int64_t n, const dl__sgd_args *a)
+{
+    dl__cuf_sgd f;
+    dl__cu_enter(d);
+    f.p = DL__CUP(d, p); f.g = DL__CUP(d, g); f.buf = buf ? DL__CUP(d, buf) : NULL; f.a = *a;
+    dl__cu_run<int64_t>(d, "sgd", n, f);
+}
+
+/* the CPU's dl__cpu_adam, operation for operation */
+struct dl__cuf_adam {
+    float *p; const float *g; float *m, *v, *vmax; dl__adam_args a;
+    DL__HD void operator()(int64_t i) const
+    {
+        float gi = a.maximize ? -g[i] : g[i], pi = p[i], mi, vi, vv, denom;
+        if (a.decay != 1.0f) pi = dl__cu_fmul(pi, a.decay);
+        if (a.wd != 0.0f) gi = dl__cu_fadd(gi, dl__cu_fmul(a.wd, pi));
+        mi = dl__cu_fadd(dl__cu_fmul(m[i], a.beta1), dl__cu_fmul(a.one_m_beta1, gi));
+        vi = dl__cu_fadd(dl__cu_fmul(v[i], a.beta2), dl__cu_fmul(dl__cu_fmul(a.one_m_beta2, gi), gi));
+        m[i] = mi;
+        v[i] = vi;
+        vv = vi;
+        if (a.amsgrad) {
+            if (!(vmax[i] >= vv)) vmax[i] = vv;   /* NaN propagates */
+            vv = vmax[i];
+        }
+        denom = dl__cu_fadd(dl__cu_fdiv(dl__cu_fsqrt(vv), a.bc2_sqrt), a.eps);
+        p[i] = dl__cu_fadd(pi, dl__cu_fdiv(dl__cu_fmul(a.neg_step_size, mi), denom));
+    }
+};
+
+static void dl__cu_adam(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
+                        const dl__adam_args *a)
+{
+    dl__cuf_adam f;
+    dl__cu_enter(d);
+    f.p = DL__CUP(d, p); f.g = DL__CUP(d, g); f.m = DL__CUP(d, m); f.v = DL__CUP(d, v);
+    f.vmax = vmax ? DL__CUP(d, vmax) : NULL; f.a = *a;
+    dl__cu_run<int64_t>(d, "adam", n, f);
+}
+
+/* sum of squares in double: fixed chunks (a function of n only), each a
+   block's fixed tree, then one block over the partials */
+static double dl__cu_sumsq(dl__dev *d, const float *x, int64_t n)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    double r = 0;
+    x = DL__CUP(d, x);
+    if (n <= 0) return 0;
+    if (m->emulate) {
+        int64_t i;
+        for (i = 0; i < n; i++) r += (double)x[i] * (double)x[i];
+        return r;
+    }
+    {
+        int64_t nb = (n + DL__CU_RCHUNK - 1) / DL__CU_RCHUNK, chunk;
+        double *part;
+        if (nb > 1024) nb = 1024;
+        chunk = (n + nb - 1) / nb;
+        part = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)nb);
+        if (!part) return 0;
+        dl__cu_rowred_launch<DL__R_SUM, float, true>(d, x, 1, n, chunk, nb, NULL, part);
+        dl__cu_rowred_launch<DL__R_SUM, double, false>(d, part, 1, nb, nb, 1, NULL, (double *)m->dres);
+    }
+    if (!dl__cu_get(d, m->hres, m->dres, sizeof r, "sumsq")) return 0;
+    memcpy(&r, m->hres, sizeof r);
+    return r;
+}
+
+/* ===========================================================================
+ * The backend, and opening / closing devices
+ * ========================================================================= */
+
+static const dl__backend dl__cuda_backend = {
+    "cuda",
+    dl__cu_alloc, dl__cu_free, dl__cu_upload, dl__cu_download, dl__cu_copy, dl__cu_peer,
+    dl__cu_sync,
+    dl__cu_rand, dl__cu_arange, dl__cu_fill, dl__cu_add_i64,
+    dl__cu_unary, dl__cu_binary, dl__cu_reduce, dl__cu_argmax, dl__cu_onehot, dl__cu_copy_nd,
+    dl__cu_axpy, dl__cu_nonfinite, dl__cu_gemm, dl__cu_softmax,
+    dl__cu_class_mask, dl__cu_dropout_mask, dl__cu_bce_logits,
+    dl__cu_im2col, dl__cu_col2im, dl__cu_bias_add, dl__cu_max_pool, dl__cu_unpool,
+    dl__cu_gather, dl__cu_avg_pool, dl__cu_avg_pool_adj,
+    dl__cu_bn_stats, dl__cu_bn_apply, dl__cu_bn_backward, dl__cu_ln_forward, dl__cu_ln_backward,
+    dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale
+};
+
+static int dl__cuda_count(void)
+{
+    int n = 0;
+    if (dl__cu_emu_count() > 0) return dl__cu_emu;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    return n > 0 ? n : 0;
+}
+
+/* everything d->impl holds, given back (a partly opened device too) */
+static void dl__cu_teardown(dl__dev *d)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    size_t i;
+    int k;
+    if (!m) return;
+    if (!m->emulate) {
+        (void)cudaSetDevice(m->ordinal);
+        if (m->stream) (void)cudaStreamSynchronize(m->stream);
+        if (m->blas) (void)cublasDestroy(m->blas);
+        for (k = 0; k < 2; k++) {
+            if (m->stage[k]) (void)cudaFreeHost(m->stage[k]);
+            if (m->stage_ev[k]) (void)cudaEventDestroy(m->stage_ev[k]);
+        }
+        if (m->hres) (void)cudaFreeHost(m->hres);
+        if (m->peer_ev) (void)cudaEventDestroy(m->peer_ev);
+    } else if (m->hres) {
+        DL_FREE(m->hres);
+    }
+    /* every block: the cache, scratch, workspace, and anything still live */
+    for (i = 0; i < m->nlive; i++) dl__cu_raw_free(d, m->live[i].p);
+    m->nlive = 0;
+    dl__cu_release_cache(d);
+    if (!m->emulate && m->stream) (void)cudaStreamDestroy(m->stream);
+    (void)cudaGetLastError();
+    DL_FREE(m->freel);
+    DL_FREE(m->live);
+    DL_FREE(m);
+    d->impl = NULL;
+}
+
+static void dl__cuda_close(dl__dev *d)
+{
+    if (d) dl__cu_teardown(d);
+}
+
+static const char *dl__cu_envflag(const char *name)
+{
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0 ? e : NULL;
+}
+
+/* cuda:index for ctx: stream, cuBLAS handle (+ workspace), pinned staging,
+   result buffers. NULL with DL_ERR_DEVICE naming op when there is no such GPU. */
+static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
+{
+    dl__dev *d;
+    dl__cuimpl *m;
+    cudaError_t e = cudaSuccess;
+    cublasStatus_t st;
+    const char *what = "";
+    int n = 0, k;
+    bool emu = dl__cu_emu_count() > 0;
+    if (emu) {
+        n = dl__cu_emu;
+    } else {
+        e = cudaGetDeviceCount(&n);
+        if (e != cudaSuccess || n <= 0) {
+            (void)cudaGetLastError();
+            dl__err(ctx, DL_ERR_DEVICE, "%s: cuda:%d requested but no CUDA device is available: %s", op,
+                    index, e != cudaSuccess ? cudaGetErrorString(e) : "the CUDA runtime found no GPU");
+            return NULL;
+        }
+    }
+    if (index < 0 || index >= n) {
+        dl__err(ctx, DL_ERR_DEVICE, "%s: cuda:%d requested but this machine has %d CUDA device%s "
+                "(cuda:0 to cuda:%d)%s", op, index, n, n == 1 ? "" : "s", n - 1,
+                emu ? " (emulated: DL_CUDA_EMULATE)" : "");
+        return NULL;
+    }
+    d = dl__dev_new(ctx, dl_cuda(index), &dl__cuda_backend);
+    m = (dl__cuimpl *)DL_MALLOC(sizeof(dl__cuimpl));
+    if (!d || !m) {
+        DL_FREE(d);
+        DL_FREE(m);
+        dl__err(ctx, DL_ERR_OOM, "%s: out of host memory opening cuda:%d", op, index);
+        return NULL;
+    }
+    memset(m, 0, sizeof *m);
+    d->impl = m;
+    m->ordinal = index;
+    m->emulate = emu;
+    m->sync_each = dl__cu_envflag("DL_CUDA_SYNC") != NULL;
+    if (emu) {
+#if UINTPTR_MAX > 0xffffffffu
+        d->tag = (uintptr_t)1 << 52;   /* host code that touches its data faults */
+#endif
+        m->max_blocks = 1;
+        m->hres = DL_MALLOC(64);
+        m->dres = dl__cu_block_get(d, 64, &e);
+        if (!m->hres || !m->dres) { what = "host memory"; e = cudaErrorMemoryAllocation; goto fail; }
+        m->tf32 = ctx->allow_tf32;
+        return d;
+    }
+    {
+        int nsm = 0;
+#define DL__CU_TRY(call, name) do { what = name; if ((e = (call)) != cudaSuccess) goto fail; } while (0)
+        DL__CU_TRY(cudaSetDevice(index), "cudaSetDevice");
+        DL__CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, index),
+                   "cudaDeviceGetAttribute");
+        m->max_blocks = (nsm > 0 ? nsm : 1) * (2048 / DL__CU_THREADS);
+        DL__CU_TRY(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        for (k = 0; k < 2; k++)
+            DL__CU_TRY(cudaEventCreateWithFlags(&m->stage_ev[k], cudaEventDisableTiming), "cudaEventCreate");
+        DL__CU_TRY(cudaEventCreateWithFlags(&m->peer_ev, cudaEventDisableTiming), "cudaEventCreate");
+        DL__CU_TRY(cudaHostAlloc(&m->hres, 64, cudaHostAllocDefault), "cudaHostAlloc");
+        m->dres = dl__cu_block_get(d, 64, &e);
+        if (!m->dres) { what = "cudaMalloc"; goto fail; }
+        for (k = 0; k < 2; k++)   /* without pinned staging, uploads go through CUDA and wait */
+            if (cudaHostAlloc((void **)&m->stage[k], DL__CU_STAGE, cudaHostAllocDefault) != cudaSuccess) {
+                (void)cudaGetLastError();
+                if (m->stage[0]) (void)cudaFreeHost(m->stage[0]);
+                m->stage[0] = m->stage[1] = NULL;
+                break;
+            }
+#undef DL__CU_TRY
+    }
+    st = cublasCreate(&m->blas);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        m->blas = NULL;
+        dl__err(ctx, DL_ERR_DEVICE, "%s: cuda:%d: cublasCreate: %s", op, index, cublasGetStatusString(st));
+        dl__cu_teardown(d);
+        DL_FREE(d);
+        return NULL;
+    }
+    what = "cuBLAS set-up";
+    if (cublasSetStream(m->blas, m->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+        e = cudaErrorUnknown;
+        goto fail;
+    }
+    /* cuBLAS's workspace from our cache (32 MiB, NVIDIA's advice for Hopper) */
+    m->blas_ws_size = (size_t)32 << 20;
+    m->blas_ws = dl__cu_block_get(d, m->blas_ws_size, &e);
+    if (m->blas_ws && cublasSetWorkspace(m->blas, m->blas_ws, m->blas_ws_size) != CUBLAS_STATUS_SUCCESS) {
+        dl__cu_block_put(d, m->blas_ws);
+        m->blas_ws = NULL;
+    }
+    (void)cudaGetLastError();
+    if (ctx->allow_tf32) dl__cuda_set_tf32(d, true);
+    return d;
+fail:
+    dl__err(ctx, DL_ERR_DEVICE, "%s: cuda:%d: %s: %s", op, index, what, cudaGetErrorString(e));
+    dl__cu_teardown(d);
+    DL_FREE(d);
+    return NULL;
+}
+
+#endif /* DL__CUDA_CUH */

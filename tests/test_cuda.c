@@ -1,0 +1,612 @@
+/* tests/test_cuda.c - the CUDA backend (dl_cuda.cuh) against the CPU.
+
+   1. The op matrix of test_devices.c (tests/optable.h: 63 ops) plus larger
+      cases that take the GPU's other code paths (multi-pass and warp/block
+      reductions, wide softmax and layer norm, overlapping max pooling whose
+      backward collides, LeNet-sized conv and batch norm): every op forward
+      and backward on cuda:0 against cpu:0, one line per op with its largest
+      error, so a first run on a GPU finds every broken op at once. The
+      tolerance is |got - want| <= 1e-4 |want| + 1e-5 max|want| (libm and
+      cuBLAS differ from the CPU by a few ulp); dropout masks and random
+      fills must be bit-identical.
+   2. dl_set_allow_tf32: matrix products within 1e-2 of the CPU, then exact again.
+   3. Errors: mixed devices, a device that does not exist, out of memory
+      (memory_limit, and a request larger than any card).
+   4. dl_to round trips (cpu -> cuda:0 -> cpu, cuda:0 -> cuda:1, int64, the
+      gradient through dl_to), dl_item, dl_sync.
+   5. LeNet-BN: dl_module_to(cuda:0) and 20 Adam steps equal to the CPU
+      within tolerance; saved from the GPU, loaded on the CPU; two runs give
+      the same bits (determinism); DL_CUDA_SYNC=1 gives the same bits too.
+   6. Memory: no dl.h allocation and no cudaMalloc after step 1 over 1000
+      steps of a steady loop.
+
+   Build: compiled by nvcc as a whole (it defines DL_IMPLEMENTATION):
+       make test-cuda        (runs on cuda:0 of a real GPU)
+       make test-cuda-emu    (DL_CUDA_EMULATE=2: cuda:0 and cuda:1 are host
+                              memory running the same kernels' functors)
+   test_cuda --emulate does what DL_CUDA_EMULATE=2 does; -q drops the
+   per-op lines. Without a CUDA device it says so and exits 0.
+
+   On a real GPU each op case runs in a process of its own (fork) with
+   DL_CUDA_SYNC=1: a kernel that faults poisons its CUDA context, which would
+   fail every later case, so isolated, a first GPU run reports each broken op
+   by name and still tests all the others (--no-isolate: one process;
+   --isolate: isolated on emulated devices too). */
+#define _POSIX_C_SOURCE 200809L
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static dl_ctx *C;
+static int g_quiet;
+
+#include "optable.h"
+
+#ifndef DL_CUDA
+int main(void)
+{
+    SKIP("test_cuda needs a DL_CUDA build (make test-cuda)");
+    TEST_END();
+}
+#else
+
+/* ------------------------------------------------------------------ larger cases: the GPU's other paths */
+
+static dl_tensor *o_sum_long(dl_tensor **i) { return dl_sum(i[0], DL_DIMS(1), false); }
+static dl_tensor *o_sum_cols(dl_tensor **i) { return dl_sum(i[0], DL_DIMS(0), false); }
+static dl_tensor *o_max_rows(dl_tensor **i) { return dl_max(i[0], DL_DIMS(1), false); }
+static dl_tensor *o_mean_all(dl_tensor **i) { return dl_mean(i[0], DL_ALL, false); }
+static dl_tensor *o_ln_wide(dl_tensor **i) { return dl_layer_norm(i[0], DL_SHAPE(1500), i[1], i[2], 1e-5f); }
+static dl_tensor *o_ln_plain(dl_tensor **i) { return dl_layer_norm(i[0], DL_SHAPE(40), NULL, NULL, 1e-5f); }
+static dl_tensor *o_bn_eval(dl_tensor **i)
+{
+    dl_tensor *rm = dl_zeros(C, DL_SHAPE(6)), *rv = dl_ones(C, DL_SHAPE(6));
+    return dl_batch_norm(i[0], rm, rv, i[1], i[2], false, 0.1f, 1e-5f);
+}
+static dl_tensor *o_bn_train_stats(dl_tensor **i)
+{
+    dl_tensor *rm = dl_zeros(C, DL_SHAPE(6)), *rv = dl_ones(C, DL_SHAPE(6));
+    dl_tensor *y = dl_batch_norm(i[0], rm, rv, NULL, NULL, true, 0.1f, 1e-5f);
+    dl_tensor *t[3];
+    t[0] = dl_flatten(y, 0, -1); t[1] = rm; t[2] = rv;
+    return dl_cat(3, t, 0);           /* the output and the updated running statistics */
+}
+static dl_tensor *o_pool_overlap(dl_tensor **i) { dl_pool_desc d = dl_pool_desc_make(3, 2, 1, false, false); return dl_max_pool2d(i[0], &d); }
+static dl_tensor *o_conv_lenet(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 2, 1, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_conv_groups(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 2); return dl_conv2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_conv_dil(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 2, 2, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_mm_tt(dl_tensor **i) { return dl_matmul(dl_transpose(i[0], 0, 1), dl_transpose(i[1], 0, 1)); }
+static dl_tensor *o_relu_mlp(dl_tensor **i) { return dl_relu(dl_linear(i[0], i[1], i[2])); }
+static dl_tensor *o_bcast3(dl_tensor **i) { return dl_mul(dl_add(i[0], i[1]), dl_sigmoid(i[2])); }
+static dl_tensor *o_avg_pad(dl_tensor **i) { dl_pool_desc d = dl_pool_desc_make(3, 2, 1, false, true); return dl_avg_pool2d(i[0], &d); }
+
+#define BIG(nm, fn, nin, kind, ...) {nm, fn, nin, {__VA_ARGS__}, kind, false}
+static const opcase g_big[] = {
+    BIG("sum rows, multi-pass", o_sum_long, 1, 0, S(3, 40000)),
+    BIG("sum rows, block", o_sum_long, 1, 0, S(64, 300)),
+    BIG("sum rows, warp", o_sum_long, 1, 0, S(64, 100)),
+    BIG("sum columns, partials", o_sum_cols, 1, 0, S(3000, 8)),
+    BIG("sum columns, one per thread", o_sum_cols, 1, 0, S(40, 9000)),
+    BIG("max rows, block", o_max_rows, 1, 0, S(16, 500)),
+    BIG("mean all, 100k", o_mean_all, 1, 0, S(100000)),
+    BIG("softmax wide, block", o_softmax, 1, 0, S(8, 2000)),
+    BIG("softmax rows, warp", o_softmax, 1, 0, S(32, 100)),
+    BIG("log_softmax rows, warp", o_log_softmax, 1, 0, S(256, 10)),
+    BIG("layer_norm wide, block", o_ln_wide, 3, 0, S(4, 1500), S(1500), S(1500)),
+    BIG("layer_norm no affine", o_ln_plain, 1, 0, S(33, 40)),
+    BIG("batch_norm LeNet size", o_bn, 3, 0, S(32, 3, 14, 14), S(3), S(3)),
+    BIG("batch_norm eval", o_bn_eval, 3, 0, S(8, 6, 5, 5), S(6), S(6)),
+    BIG("batch_norm running stats", o_bn_train_stats, 1, 0, S(8, 6, 5, 5)),
+    BIG("max_pool2d overlapping", o_pool_overlap, 1, 0, S(4, 6, 28, 28)),
+    BIG("avg_pool2d padded", o_avg_pad, 1, 0, S(4, 6, 15, 15)),
+    BIG("conv2d LeNet size", o_conv_lenet, 3, 0, S(8, 1, 28, 28), S(6, 1, 5, 5), S(6)),
+    BIG("conv2d groups, stride 2", o_conv_groups, 3, 0, S(2, 4, 9, 9), S(6, 2, 3, 3), S(6)),
+    BIG("conv2d dilation 2", o_conv_dil, 3, 0, S(2, 3, 11, 11), S(4, 3, 3, 3), S(4)),
+    BIG("matmul 64x300x70", o_matmul, 2, 0, S(64, 300), S(300, 70)),
+    BIG("matmul transposed", o_mm_tt, 2, 0, S(30, 20), S(25, 30)),
+    BIG("linear + relu MLP", o_relu_mlp, 3, 0, S(256, 784), S(256, 784), S(256)),
+    BIG("broadcast 3 operands", o_bcast3, 3, 0, S(5, 1, 7, 3), S(4, 1, 3), S(7, 1)),
+    BIG("cross_entropy batch 256", o_ce, 2, 2, S(256, 10), S(256)),
+    BIG("dropout 256x1000", o_dropout, 1, 0, S(256, 1000)),
+};
+
+/* largest error of got against want, in units of the tolerance (<= 1 passes);
+   *maxabs the largest absolute difference, *exact whether the bits agree */
+static double cmp_err(const float *got, const float *want, int64_t n, double *maxabs, bool *exact)
+{
+    double scale = 0, worst = 0;
+    int64_t i;
+    *maxabs = 0;
+    *exact = memcmp(got, want, sizeof(float) * (size_t)n) == 0;
+    for (i = 0; i < n; i++) if (fabs((double)want[i]) > scale) scale = fabs((double)want[i]);
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]), t = 1e-4 * fabs((double)want[i]) + 1e-5 * scale + 1e-30;
+        bool nan_same = got[i] != got[i] && want[i] != want[i];
+        if (nan_same) continue;
+        if (!(d <= d + 0)) d = INFINITY;      /* NaN on one side only */
+        if (d > *maxabs) *maxabs = d;
+        if (d / t > worst) worst = d / t;
+    }
+    return worst;
+}
+
+static const char *errstr(char *buf, double maxabs, bool exact)
+{
+    if (exact) snprintf(buf, 24, "exact");
+    else snprintf(buf, 24, "%.2e", maxabs);
+    return buf;
+}
+
+/* one case on cuda:0 against cpu:0: one line, one CHECK per direction */
+static void run_case(const opcase *oc, int *nops, int *nexact)
+{
+    float *host[3];
+    result r0, r1;
+    int j, k;
+    double fe = 0, be = 0, fa = 0, ba = 0, a;
+    bool fx = false, bx = true, x, same_shape, must_exact = strstr(oc->name, "dropout") != NULL;
+    char b1[24], b2[24];
+    optable_inputs(oc, host);
+    run_on(oc, dl_cpu(), host, &r0);
+    run_on(oc, dl_cuda(0), host, &r1);
+    same_shape = r0.ok && r1.ok && r0.k == r1.k && r0.n[0] == r1.n[0];
+    for (k = 1; same_shape && k < r0.k; k++) same_shape = r0.n[k] == r1.n[k];
+    if (same_shape) {
+        fe = cmp_err(r1.v[0], r0.v[0], r0.n[0], &fa, &fx);
+        for (k = 1; k < r0.k; k++) {
+            double e = cmp_err(r1.v[k], r0.v[k], r0.n[k], &a, &x);
+            if (e > be) be = e;
+            if (a > ba) ba = a;
+            bx = bx && x;
+        }
+    }
+    if (!g_quiet || !same_shape || fe > 1 || be > 1)
+        printf("cuda:0 %-30s fwd %-9s bwd %-9s %s\n", oc->name, errstr(b1, fa, fx),
+               oc->nograd ? "-" : errstr(b2, ba, bx),
+               !same_shape ? "FAILED TO RUN" : (fe > 1 || be > 1 || (must_exact && !(fx && bx))) ? "WRONG" : "ok");
+    CHECK(same_shape, "%s: did not run on cuda:0 or gave other shapes", oc->name);
+    CHECK(fe <= 1 && (!must_exact || fx), "%s: forward on cuda:0 differs from cpu:0 by %g (%.2f x tolerance)",
+          oc->name, fa, fe);
+    CHECK(be <= 1 && (!must_exact || bx), "%s: backward on cuda:0 differs from cpu:0 by %g (%.2f x tolerance)",
+          oc->name, ba, be);
+    *nexact += fx && (oc->nograd || bx);
+    (*nops)++;
+    free_result(&r0);
+    free_result(&r1);
+    for (j = 0; j < oc->nin; j++) free(host[j]);
+}
+
+#define NSMALL (sizeof g_ops / sizeof g_ops[0])
+#define NCASES (NSMALL + sizeof g_big / sizeof g_big[0])
+
+static const opcase *case_at(size_t i) { return i < NSMALL ? &g_ops[i] : &g_big[i - NSMALL]; }
+
+static void test_op_matrix(void)
+{
+    size_t c;
+    int nops = 0, nexact = 0;
+    for (c = 0; c < NCASES; c++) run_case(case_at(c), &nops, &nexact);
+    dl_set_device(C, dl_cpu());
+    printf("op x direction: %d ops on cuda:0 against cpu:0, %d bit-identical both ways\n", nops, nexact);
+}
+
+/* The matrix with each case in a child process that opens CUDA itself (the
+   parent has not touched CUDA yet: a forked child could not use it). Exit
+   status 0: the case passed; 1: it failed (its lines say how); 77: no CUDA
+   device. Returns false when there is no device. */
+static bool test_op_matrix_isolated(void)
+{
+    size_t c;
+    int nops = 0, nexact = 0, passed = 0, exact = 0;
+    for (c = 0; c < NCASES; c++) {
+        int st = 0;
+        pid_t pid;
+        fflush(stdout);
+        pid = fork();
+        if (pid < 0) { CHECK(0, "fork: cannot isolate %s", case_at(c)->name); continue; }
+        if (pid == 0) {
+            dl_ctx_desc d;
+            setenv("DL_CUDA_SYNC", "1", 1);   /* the faulting launch names itself */
+            memset(&d, 0, sizeof d);
+            d.log = dl_log_silent;
+            C = dl_ctx_init(&d);
+            if (!C || dl_device_count(C, DL_DEVICE_CUDA) == 0) _exit(77);
+            th_pass = th_fail = 0;
+            nops = nexact = 0;
+            run_case(case_at(c), &nops, &nexact);
+            fflush(stdout);
+            _exit(th_fail ? 1 : nexact ? 3 : 0);   /* 3: passed, bit-identical */
+        }
+        if (waitpid(pid, &st, 0) != pid) st = -1;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 77) return false;
+        CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3),
+              "%s: its process %s %d", case_at(c)->name, WIFSIGNALED(st) ? "died of signal" : "exited with status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3)) passed++;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 3) exact++;
+    }
+    printf("op x direction: %d ops on cuda:0 against cpu:0, one process each: %d passed, %d bit-identical both ways\n",
+           (int)NCASES, passed, exact);
+    return true;
+}
+
+/* ------------------------------------------------------------------ random numbers */
+
+static void test_random(void)
+{
+    float a[3000], b[3000];
+    int k;
+    const char *what[3] = {"dl_rand", "dl_randn", "dl_dropout"};
+    for (k = 0; k < 3; k++) {
+        int d;
+        for (d = 0; d < 2; d++) {
+            dl_tensor *t;
+            dl_set_device(C, d ? dl_cuda(0) : dl_cpu());
+            dl_manual_seed(C, 2024);
+            t = k == 0 ? dl_rand(C, DL_SHAPE(3000)) : k == 1 ? dl_randn(C, DL_SHAPE(3000))
+                       : dl_dropout(dl_ones(C, DL_SHAPE(3000)), 0.25f, true);
+            CHECK(t && dl_read(t, d ? b : a, 3000) == DL_OK, "%s on %s: %s", what[k], d ? "cuda:0" : "cpu:0",
+                  dl_error_message(C));
+        }
+        CHECK(memcmp(a, b, sizeof a) == 0, "%s: cuda:0 draws other bits than cpu:0", what[k]);
+        if (!g_quiet) printf("cuda:0 %-30s %s\n", what[k], memcmp(a, b, sizeof a) == 0 ? "bit-identical" : "DIFFERS");
+    }
+    dl_set_device(C, dl_cpu());
+    dl_step_end(C);
+}
+
+/* ------------------------------------------------------------------ TF32 */
+
+static void test_tf32(void)
+{
+    float a[64 * 96], b[96 * 40], r0[64 * 40], r1[64 * 40];
+    double mx = 0, scale = 0;
+    int i;
+    for (i = 0; i < 64 * 96; i++) a[i] = urand() - 0.5f;
+    for (i = 0; i < 96 * 40; i++) b[i] = urand() - 0.5f;
+    dl_set_device(C, dl_cpu());
+    dl_read(dl_matmul(dl_from_array(C, DL_SHAPE(64, 96), a), dl_from_array(C, DL_SHAPE(96, 40), b)), r0, 64 * 40);
+    CHECK(dl_set_allow_tf32(C, true) == DL_OK && DL__CUI(C->cuda[0])->tf32, "dl_set_allow_tf32 on: %s",
+          dl_error_message(C));
+    dl_set_device(C, dl_cuda(0));
+    CHECK(dl_read(dl_matmul(dl_from_array(C, DL_SHAPE(64, 96), a), dl_from_array(C, DL_SHAPE(96, 40), b)), r1,
+                  64 * 40) == DL_OK, "matmul with TF32: %s", dl_error_message(C));
+    for (i = 0; i < 64 * 40; i++) {
+        if (fabs((double)r0[i]) > scale) scale = fabs((double)r0[i]);
+        if (fabs((double)r0[i] - (double)r1[i]) > mx) mx = fabs((double)r0[i] - (double)r1[i]);
+    }
+    CHECK(mx <= 1e-2 * scale, "TF32 matmul off by %g (scale %g)", mx, scale);
+    if (!g_quiet) printf("cuda:0 %-30s largest difference %.2e (scale %.2g)\n", "matmul with TF32", mx, scale);
+    CHECK(dl_set_allow_tf32(C, false) == DL_OK && !DL__CUI(C->cuda[0])->tf32, "dl_set_allow_tf32 off");
+    dl_set_device(C, dl_cpu());
+    dl_step_end(C);
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static void test_errors(void)
+{
+    dl_tensor *a, *g;
+    dl_ctx_desc cd;
+    dl_ctx *c2;
+    dl_set_device(C, dl_cpu());
+    a = dl_randn(C, DL_SHAPE(4, 3));
+    g = dl_to(dl_randn(C, DL_SHAPE(4, 3)), dl_cuda(0));
+    CHECK(g && g->device.type == DL_DEVICE_CUDA, "dl_to cuda:0: %s", dl_error_message(C));
+    CHECK(dl_add(g, a) == NULL, "mixed add");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "dl_add: a is on cuda:0 and b is on cpu:0; move one with dl_to()");
+    CHECK(dl_matmul(a, dl_transpose(g, 0, 1)) == NULL, "mixed matmul");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "dl_matmul: a is on cpu:0 and b is on cuda:0");
+    CHECK(dl_to(a, dl_cuda(15)) == NULL || dl_device_count(C, DL_DEVICE_CUDA) > 15, "cuda:15");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "dl_to: cuda:15 requested but this machine has");
+    CHECK(dl_to(a, dl_cuda(16)) == NULL, "cuda:16");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "CUDA device indices go from 0 to 15");
+    CHECK(dl_set_device(C, dl_cuda(15)) == DL_ERR_DEVICE || dl_device_count(C, DL_DEVICE_CUDA) > 15,
+          "default device cuda:15");
+    dl_clear_error(C);
+    dl_set_device(C, dl_cuda(0));
+    /* far more than any card holds (4 TiB) */
+    CHECK(dl_empty(C, DL_SHAPE(1 << 20, 1 << 20)) == NULL, "4 TiB on cuda:0");
+    EXPECT_ERR(C, DL_ERR_OOM, "on cuda:0");
+    dl_set_device(C, dl_cpu());
+    /* the context's memory_limit holds on each device */
+    memset(&cd, 0, sizeof cd);
+    cd.log = dl_log_silent;
+    cd.memory_limit = (size_t)4 << 20;
+    c2 = dl_ctx_init(&cd);
+    CHECK(c2 != NULL, "context with a memory limit");
+    if (c2) {
+        CHECK(dl_set_device(c2, dl_cuda(0)) == DL_OK, "cuda:0 as default: %s", dl_error_message(c2));
+        CHECK(dl_zeros(c2, DL_SHAPE(1024, 1024, 2)) == NULL, "8 MiB over a 4 MiB limit");
+        EXPECT_ERR(c2, DL_ERR_OOM, "memory_limit");
+        CHECK(dl_zeros(c2, DL_SHAPE(1024, 256)) != NULL, "1 MiB within the limit: %s", dl_error_message(c2));
+        dl_ctx_free(c2);
+    }
+    dl_step_end(C);
+}
+
+/* ------------------------------------------------------------------ transfers */
+
+static void test_transfers(void)
+{
+    float v[1000], w[1000], gx[4];
+    int64_t iv[7] = {3, -1, 0, 1ll << 40, 7, 8, 9}, iw[7];
+    dl_tensor *x, *y, *z;
+    int i;
+    dl_set_device(C, dl_cpu());
+    for (i = 0; i < 1000; i++) v[i] = urand() * 10.0f - 5.0f;
+    x = dl_from_array(C, DL_SHAPE(10, 100), v);
+    y = dl_to(x, dl_cuda(0));
+    z = dl_to(y, dl_cpu());
+    CHECK(y && y->device.type == DL_DEVICE_CUDA && z && z->device.type == DL_DEVICE_CPU, "cpu -> cuda:0 -> cpu");
+    CHECK(z && dl_read(z, w, 1000) == DL_OK && memcmp(v, w, sizeof v) == 0, "round trip keeps the bits");
+    if (dl_device_count(C, DL_DEVICE_CUDA) > 1) {
+        dl_tensor *p = dl_to(y, dl_cuda(1));
+        memset(w, 0, sizeof w);
+        CHECK(p && p->device.index == 1 && dl_read(p, w, 1000) == DL_OK && memcmp(v, w, sizeof v) == 0,
+              "cuda:0 -> cuda:1 keeps the bits: %s", dl_error_message(C));
+        p = dl_to(dl_mul_scalar(p, 2.0f), dl_cuda(0));
+        CHECK(p && dl_read(p, w, 1000) == DL_OK && w[17] == 2.0f * v[17], "cuda:1 -> cuda:0 after an op there");
+    } else {
+        SKIP("cuda:0 -> cuda:1: one CUDA device");
+    }
+    z = dl_to(dl_to(dl_from_int64(C, DL_SHAPE(7), iv), dl_cuda(0)), dl_cpu());
+    CHECK(z && dl_read_int64(z, iw, 7) == DL_OK && memcmp(iv, iw, sizeof iv) == 0, "int64 round trip: %s",
+          dl_error_message(C));
+    /* the gradient comes back through dl_to */
+    {
+        float xv[4] = {1, -2, 3, 0.5f};
+        dl_tensor *xc = dl_requires_grad(dl_from_array(C, DL_SHAPE(4), xv), true);
+        dl_tensor *xg = dl_to(xc, dl_cuda(0));
+        CHECK(dl_backward(dl_sum(dl_mul(xg, xg), DL_ALL, false)) == DL_OK, "backward across cpu/cuda: %s",
+              dl_error_message(C));
+        CHECK(xc->grad && xc->grad->device.type == DL_DEVICE_CPU && dl_read(xc->grad, gx, 4) == DL_OK &&
+              gx[0] == 2.0f && gx[1] == -4.0f && gx[2] == 6.0f && gx[3] == 1.0f, "dl_to's gradient on cpu:0");
+    }
+    /* dl_item waits for the device; dl_sync */
+    y = dl_to(x, dl_cuda(0));
+    CHECK(y && dl_item(dl_sum(y, DL_ALL, false)) == dl_item(dl_sum(x, DL_ALL, false)) &&
+          dl_last_error(C) == DL_OK, "dl_item on cuda:0: %s", dl_error_message(C));
+    CHECK(dl_sync(C) == DL_OK, "dl_sync: %s", dl_error_message(C));
+    CHECK(dl_data(y) == NULL, "dl_data of a cuda tensor is an error");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "cuda:0");
+    dl_step_end(C);
+}
+
+/* ------------------------------------------------------------------ LeNet-BN */
+
+static dl_module *make_lenet_bn(dl_ctx *c)
+{
+    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
+    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
+    dl_module *f[14];
+    f[0] = dl_nn_conv2d(c, 1, 6, 5, &pad2, true); f[1] = dl_nn_batch_norm2d(c, 6); f[2] = dl_nn_relu(c);
+    f[3] = dl_nn_max_pool2d(c, &pool); f[4] = dl_nn_conv2d(c, 6, 16, 5, NULL, true);
+    f[5] = dl_nn_batch_norm2d(c, 16); f[6] = dl_nn_relu(c); f[7] = dl_nn_max_pool2d(c, &pool);
+    f[8] = dl_nn_flatten(c); f[9] = dl_nn_linear(c, 400, 120, true); f[10] = dl_nn_relu(c);
+    f[11] = dl_nn_linear(c, 120, 84, true); f[12] = dl_nn_relu(c); f[13] = dl_nn_linear(c, 84, 10, true);
+    return dl_nn_sequential(c, 14, f);
+}
+
+#define NB 16
+static float g_xb[NB * 784];
+static int64_t g_yb[NB];
+
+/* LeNet-BN made on the CPU with seed 11, moved to dev, trained `steps` Adam
+   steps on the fixed batch; the losses, then the parameters, as floats */
+static int train_lenet(dl_ctx *c, dl_device dev, int steps, float *losses, float **params)
+{
+    dl_module *m;
+    dl_optim *o;
+    dl_adam_desc ad;
+    const dl_named_tensor *p;
+    int n, i, step, total = 0;
+    dl_set_device(c, dl_cpu());
+    dl_manual_seed(c, 11);
+    m = make_lenet_bn(c);
+    if (!m || dl_module_to(m, dev) != DL_OK) { CHECK(0, "LeNet-BN on %s: %s", dl_device_name(dev), dl_error_message(c)); return 0; }
+    memset(&ad, 0, sizeof ad);
+    ad.lr = 2e-3f;
+    o = dl_adam(m, &ad);
+    dl_set_device(c, dev);
+    for (step = 0; step < steps; step++) {
+        dl_tensor *x = dl_from_array(c, DL_SHAPE(NB, 1, 28, 28), g_xb);
+        dl_tensor *y = dl_from_int64(c, DL_SHAPE(NB), g_yb);
+        dl_tensor *loss;
+        dl_optim_zero_grad(o);
+        loss = dl_cross_entropy(dl_module_forward(m, x), y, NULL);
+        if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(o) != DL_OK) {
+            CHECK(0, "LeNet-BN step %d on %s: %s", step, dl_device_name(dev), dl_error_message(c));
+            break;
+        }
+        losses[step] = dl_item(loss);
+        dl_step_end(c);
+    }
+    n = dl_module_state_dict(m, &p);
+    for (i = 0; i < n; i++) if (p[i].t->dtype == DL_DTYPE_F32) total += (int)p[i].t->numel;
+    *params = (float *)malloc(sizeof(float) * (size_t)(total + 1));
+    total = 0;
+    for (i = 0; i < n; i++)
+        if (p[i].t->dtype == DL_DTYPE_F32) {
+            dl_read(p[i].t, *params + total, p[i].t->numel);
+            total += (int)p[i].t->numel;
+        }
+    if (dev.type == DL_DEVICE_CUDA) {   /* saved from the GPU, loaded on the CPU */
+        dl_module *m2;
+        const dl_named_tensor *p2;
+        int n2, same = 1;
+        CHECK(dl_save("build/test_cuda.safetensors", m, NULL) == DL_OK, "save from %s: %s", dl_device_name(dev),
+              dl_error_message(c));
+        dl_set_device(c, dl_cpu());
+        m2 = make_lenet_bn(c);
+        CHECK(m2 && dl_load("build/test_cuda.safetensors", m2, NULL) == DL_OK, "load on cpu:0: %s",
+              dl_error_message(c));
+        n2 = m2 ? dl_module_state_dict(m2, &p2) : 0;
+        for (i = 0, total = 0; i < n && i < n2; i++)
+            if (p2[i].t->dtype == DL_DTYPE_F32) {
+                float *h = th_host(p2[i].t);
+                same &= h && memcmp(h, *params + total, sizeof(float) * (size_t)p2[i].t->numel) == 0;
+                total += (int)p2[i].t->numel;
+            }
+        CHECK(n2 == n && same, "LeNet-BN saved from %s and loaded on cpu:0 has the same parameters",
+              dl_device_name(dev));
+    }
+    dl_optim_free(o);
+    dl_set_device(c, dl_cpu());
+    dl_step_end(c);
+    return total;
+}
+
+static void test_lenet(void)
+{
+    float l0[20], l1[20], l2[20], l3[20], *p0 = NULL, *p1 = NULL, *p2 = NULL, *p3 = NULL;
+    double a, worst = 0;
+    bool x;
+    int i, n0, n1, n2, n3;
+    dl_ctx_desc cd;
+    dl_ctx *cs;
+    for (i = 0; i < NB * 784; i++) g_xb[i] = urand() * 2.0f - 1.0f;
+    for (i = 0; i < NB; i++) g_yb[i] = i % 10;
+    n0 = train_lenet(C, dl_cpu(), 20, l0, &p0);
+    n1 = train_lenet(C, dl_cuda(0), 20, l1, &p1);
+    CHECK(n0 == n1 && n0 > 60000, "LeNet-BN parameter counts %d %d", n0, n1);
+    for (i = 0; i < 20; i++) {
+        double d = fabs((double)l0[i] - (double)l1[i]) / (fabs((double)l0[i]) + 1e-6);
+        if (d > worst) worst = d;
+    }
+    if (!g_quiet) printf("cuda:0 %-30s losses: largest relative difference %.2e over 20 steps\n", "LeNet-BN Adam", worst);
+    CHECK(worst < 1e-3, "LeNet-BN losses on cuda:0 differ from cpu:0 by %g (relative)", worst);
+    if (n0 == n1) {
+        double scale = 0, maxabs = 0;
+        for (i = 0; i < n0; i++) if (fabs((double)p0[i]) > scale) scale = fabs((double)p0[i]);
+        for (i = 0; i < n0; i++) if (fabs((double)p0[i] - (double)p1[i]) > maxabs) maxabs = fabs((double)p0[i] - (double)p1[i]);
+        cmp_err(p1, p0, n0, &a, &x);
+        if (!g_quiet) printf("cuda:0 %-30s parameters after 20 steps: %s (largest difference %.2e, scale %.2g)\n",
+                             "LeNet-BN Adam", x ? "bit-identical" : "close", maxabs, scale);
+        CHECK(maxabs <= 1e-3 * scale, "LeNet-BN after 20 steps: parameters differ by %g (scale %g)", maxabs, scale);
+    }
+    /* the same run again: the same bits (no atomics whose order matters) */
+    n2 = train_lenet(C, dl_cuda(0), 5, l2, &p2);
+    free(p1);
+    p1 = NULL;
+    n1 = train_lenet(C, dl_cuda(0), 5, l1, &p1);
+    CHECK(n1 == n2 && memcmp(p1, p2, sizeof(float) * (size_t)n1) == 0 && memcmp(l1, l2, sizeof(float) * 5) == 0,
+          "two runs on cuda:0 give the same bits");
+    if (!g_quiet) printf("cuda:0 %-30s %s\n", "determinism (2 runs)", n1 == n2 && memcmp(p1, p2, sizeof(float) * (size_t)n1) == 0 ? "same bits" : "DIFFER");
+    /* DL_CUDA_SYNC=1: wait after every launch, same results */
+    setenv("DL_CUDA_SYNC", "1", 1);
+    memset(&cd, 0, sizeof cd);
+    cd.log = dl_log_silent;
+    cs = dl_ctx_init(&cd);               /* devices open at their first use: read it then */
+    CHECK(cs != NULL, "context for DL_CUDA_SYNC");
+    if (cs) {
+        n3 = train_lenet(cs, dl_cuda(0), 5, l3, &p3);
+        CHECK(cs->cuda[0] && DL__CUI(cs->cuda[0])->sync_each, "DL_CUDA_SYNC=1 sets the device's sync_each");
+        CHECK(n3 == n2 && memcmp(p3, p2, sizeof(float) * (size_t)n3) == 0, "DL_CUDA_SYNC=1 gives the same bits");
+        dl_ctx_free(cs);
+    }
+    unsetenv("DL_CUDA_SYNC");
+    free(p0); free(p1); free(p2); free(p3);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void test_memory(void)
+{
+    dl_memory_stats a, b;
+    dl_tensor *w1, *w2;
+    uint64_t raw0 = 0, raw1 = 0;
+    int i;
+    dl_set_device(C, dl_cuda(0));
+    w1 = dl_param(dl_mul_scalar(dl_randn(C, DL_SHAPE(784, 64)), 0.05f));
+    w2 = dl_param(dl_mul_scalar(dl_randn(C, DL_SHAPE(64, 10)), 0.1f));
+    for (i = 0; i < 1000; i++) {
+        dl_tensor *x = dl_rand(C, DL_SHAPE(32, 784));
+        dl_tensor *l = dl_mean(dl_softmax(dl_matmul(dl_relu(dl_matmul(x, w1)), w2), 1), DL_ALL, false);
+        if (!l || dl_backward(l) != DL_OK) { CHECK(0, "loop: %s", dl_error_message(C)); break; }
+        dl_sgd_update(w1, 0.01f);
+        dl_sgd_update(w2, 0.01f);
+        dl_step_end(C);
+        if (i == 0) {
+            dl_memory_stats_get(C, dl_cuda(0), &a);
+            raw0 = DL__CUI(C->cuda[0])->raw_allocs;
+        }
+    }
+    dl_memory_stats_get(C, dl_cuda(0), &b);
+    raw1 = DL__CUI(C->cuda[0])->raw_allocs;
+    CHECK(b.alloc_calls == a.alloc_calls, "cuda:0: dl.h's allocator called %llu times after step 1 over 1000 steps",
+          (unsigned long long)(b.alloc_calls - a.alloc_calls));
+    CHECK(raw1 == raw0, "cuda:0: cudaMalloc called %llu times after step 1 over 1000 steps",
+          (unsigned long long)(raw1 - raw0));
+    CHECK(b.step_reserved == a.step_reserved && b.step_reserved > 0, "cuda:0 step memory flat");
+    if (!g_quiet) printf("cuda:0 %-30s %llu dl.h allocations, %llu cudaMalloc after step 1 (1000 steps)\n",
+                         "steady loop", (unsigned long long)(b.alloc_calls - a.alloc_calls),
+                         (unsigned long long)(raw1 - raw0));
+    dl_free(w1);
+    dl_free(w2);
+    dl_set_device(C, dl_cpu());
+}
+
+int main(int argc, char **argv)
+{
+    dl_ctx_desc d;
+    int i, n, isolate = -1;
+    bool isolated = false;
+    const char *emu;
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--emulate") == 0) setenv("DL_CUDA_EMULATE", "2", 1);
+        else if (strcmp(argv[i], "-q") == 0) g_quiet = 1;
+        else if (strcmp(argv[i], "--isolate") == 0) isolate = 1;
+        else if (strcmp(argv[i], "--no-isolate") == 0) isolate = 0;
+        else { printf("usage: test_cuda [--emulate] [-q] [--isolate | --no-isolate]\n"); return 2; }
+    }
+    emu = getenv("DL_CUDA_EMULATE");
+    if (isolate < 0) isolate = !(emu && *emu && strcmp(emu, "0") != 0);   /* a real GPU: isolate */
+    if (isolate) {
+        if (!test_op_matrix_isolated()) {
+            printf("test_cuda: no CUDA device; nothing to test here (try --emulate)\n");
+            SKIP("no CUDA device");
+            TEST_END();
+        }
+        isolated = true;
+    }
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    C = dl_ctx_init(&d);
+    CHECK(C != NULL, "context: %s", dl_error_message(NULL));
+    if (!C) TEST_END();
+    n = dl_device_count(C, DL_DEVICE_CUDA);
+    if (n == 0) {
+        dl_tensor *t = dl_to(dl_zeros(C, DL_SHAPE(1)), dl_cuda(0));
+        CHECK(t == NULL && dl_last_error(C) == DL_ERR_DEVICE, "dl_cuda(0) without a GPU is an error");
+        printf("test_cuda: no CUDA device (%s); nothing else to test here (try --emulate)\n", dl_error_message(C));
+        SKIP("no CUDA device");
+        dl_ctx_free(C);
+        TEST_END();
+    }
+    printf("test_cuda: %d CUDA device%s%s\n", n, n == 1 ? "" : "s",
+           dl__cu_emu_count() > 0 ? " (emulated: DL_CUDA_EMULATE, host memory and host loops)" : "");
+    if (dl__cu_emu_count() == 0) {   /* for the log of a first GPU run */
+        struct cudaDeviceProp pr;
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        if (cudaGetDeviceProperties(&pr, 0) == cudaSuccess)
+            printf("test_cuda: cuda:0 is %s, sm_%d%d, %d SMs, %.1f GiB; driver %d, runtime %d\n", pr.name,
+                   pr.major, pr.minor, pr.multiProcessorCount, (double)pr.totalGlobalMem / 1073741824.0, drv, rt);
+    }
+    if (!isolated) test_op_matrix();
+    test_random();
+    test_tf32();
+    test_errors();
+    test_transfers();
+    test_lenet();
+    test_memory();
+    dl_ctx_free(C);
+    TEST_END();
+}
+#endif
