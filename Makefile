@@ -17,7 +17,7 @@ TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
 # shell tests: the examples' command line (needs the examples built), `make data`
 SCRIPTS   = tests/test_cli.sh tests/test_fetch_data.sh
 # the same checks built other ways: clang, C++, OpenBLAS
-EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
+EXTRA     = $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h tests/harness.h tests/golden.h
@@ -74,6 +74,8 @@ $(B)/test_core_cxx: tests/test_core.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_ops_cxx: tests/test_ops.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
+$(B)/test_dist_cxx: tests/test_dist.c $(DEPS) | $(B)
+	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_data_zlib: tests/test_data.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
 $(B)/test_hardening_debug: tests/test_hardening.c $(DEPS) | $(B)
@@ -87,8 +89,8 @@ test: all
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
 
-# threaded code (the loader's workers, the kernel thread pool) under ThreadSanitizer
-TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_hardening
+# threaded code (the loader's workers, the kernel thread pool, the allreduce ring) under ThreadSanitizer
+TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_hardening $(B)/tsan/test_dist
 $(B)/tsan:
 	mkdir -p $@
 $(B)/tsan/%: tests/%.c $(DEPS) | $(B)/tsan
