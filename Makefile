@@ -12,7 +12,8 @@ HAVE_ZLIB     := $(shell echo 'int main(void){return 0;}' | $(CC) -include zlib.
 HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 
-TEST_SRC := $(sort $(wildcard tests/test_*.c))
+# tests/test_mpi.c needs mpicc and mpirun: `make test-mpi`
+TEST_SRC := $(filter-out tests/test_mpi.c,$(sort $(wildcard tests/test_*.c)))
 TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC)) $(B)/test_quickstart
 # shell tests: the examples' command line (needs the examples built), `make data`
 SCRIPTS   = tests/test_cli.sh tests/test_fetch_data.sh
@@ -32,7 +33,7 @@ THREADS  ?= 1 2
 ROUNDS   ?= 1
 BENCH_FLAGS = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 
-.PHONY: all test sanitize valgrind clean run data fuzz bench
+.PHONY: all test sanitize valgrind clean run data fuzz bench test-mpi nccl-check
 all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
@@ -100,6 +101,29 @@ sanitize: $(SANTESTS) $(TSANTESTS)
 	@ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1 \
 	    tests/run.sh $(SANTESTS) $(TSANTESTS)
+
+# MPI: dl_comm across 2 processes (mpicc -DDL_MPI, mpirun -np 2), and a
+# rank that hangs or dies mid-allreduce (DL_COMM_TIMEOUT=2)
+MPICC  ?= mpicc
+MPIRUN ?= mpirun --allow-run-as-root --oversubscribe
+$(B)/mpi:
+	mkdir -p $@
+$(B)/mpi/test_mpi: tests/test_mpi.c $(DEPS) | $(B)/mpi
+	$(MPICC) $(WARN) $(CFLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
+$(B)/mpi/data_parallel: examples/data_parallel.c dl.h examples/common.h | $(B)/mpi
+	$(MPICC) $(WARN) $(EXFLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
+test-mpi: $(B)/mpi/test_mpi
+	@B=$(B) MPIRUN="$(MPIRUN)" tests/run.sh tests/test_mpi.sh tests/test_mpi_kill.sh
+
+# NCCL: the communicator's NCCL code compiles and links with nvcc (alone, and
+# with MPI for the unique id); nothing CUDA runs on a machine without a GPU
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+NVFLAGS = -x cu -O2 -Xcompiler -Wall,-Wextra,-Werror -I. -Itests
+nccl-check: | $(B)/mpi
+	$(NVCC) $(NVFLAGS) -DDL_NCCL tests/test_dist.c -o $(B)/test_dist_nccl -lnccl
+	$(NVCC) $(NVFLAGS) -DDL_NCCL -DDL_MPI $$($(MPICC) --showme:compile) tests/test_mpi.c \
+	    -o $(B)/mpi/test_mpi_nccl -lnccl $$($(MPICC) --showme:link)
+	@echo "nccl-check: the NCCL backend compiles and links"
 
 valgrind: $(B)/test_core
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick

@@ -12383,6 +12383,12 @@ done:
    or NCCL does it; the local replicas get the result by broadcast. */
 
 #ifdef DL_MPI
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1            /* the C API only, also when compiled as C++ */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #endif
 #ifdef DL_NCCL

@@ -383,7 +383,6 @@ static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
 static void test_ddp_errors(void)
 {
     dl_module *r[3];
-    dl_optim *o[3];
     dl_ddp *dp;
     float big = 1.0f;
     dl_tensor *w;
@@ -418,9 +417,6 @@ static void test_ddp_errors(void)
         EXPECT_ERR(C, DL_ERR_ARG, "dl_ddp_step: y is NULL");
         dl_step_end(C);
     }
-    o[0] = dl_sgd(r[0], NULL);
-    o[1] = dl_sgd(r[1], NULL);
-    (void)o;
     /* drift: replica 1's first weight changed behind dl_ddp's back */
     w = dl_module_get(r[1], "1.weight");
     CHECK(dl_ddp_check(dp) == DL_OK, "replicas identical");
