@@ -12485,7 +12485,8 @@ static void dl__ring_phase(dl__ring *R, dl__pool *pool, int phase, int step)
     if (R->par) dl__parallel_for(pool, R->n, 1, dl__ring_task, R);
     else {
         dl__ring_task(R, 0, R->n);
-        for (i = 0; i < R->n; i++) R->dev[i]->be->sync(R->dev[i]);
+        for (i = 0; i < R->n; i++)
+            if (R->dev[i]->be != dl__cpu_be()) R->dev[i]->be->sync(R->dev[i]);
     }
 }
 
@@ -12498,6 +12499,8 @@ static bool dl__ring_prepare(dl__ring *R, dl_ctx *ctx, const char *op, bool redu
     size_t bytes = (size_t)(ch > 0 ? ch : 1) * R->esize;
     bool mixed = false;
     R->par = true;
+    /* small segments: waking the pool costs more than the copies */
+    if ((R->count / R->n) * (int64_t)R->esize < ((int64_t)256 << 10)) R->par = false;
     for (i = 0; i < R->n; i++) {
         if (R->dev[i]->be != dl__cpu_be()) R->par = false;
         if (R->dev[i]->be != R->dev[0]->be) mixed = true;
@@ -12528,7 +12531,7 @@ static dl_result dl__ring_finish(dl__ring *R, const char *op)
     for (i = 0; i < R->n; i++) {
         DL_FREE(R->host[i]);
         R->host[i] = NULL;
-        if (!R->par) R->dev[i]->be->sync(R->dev[i]);
+        if (R->dev[i]->be != dl__cpu_be()) R->dev[i]->be->sync(R->dev[i]);
         if (dl__dev_check(R->dev[i], op) != DL_OK) rc = DL_ERR_DEVICE;
     }
     return rc;
