@@ -45,6 +45,10 @@
        DL_ASSERT(x)        internal invariants (default: assert)
        DL_MAX_DIMS         most dimensions a tensor may have (default 8)
        DL_API              storage class of the public functions (default extern)
+       DL_MPI              dl_comm across processes over MPI (build with mpicc,
+                           launch with mpirun; see DATA PARALLEL)
+       DL_NCCL             dl_comm over NCCL (nvcc, link -lnccl; with DL_MPI the
+                           unique id goes over MPI)
 
    CONCEPTS
      Tensors. float32 values (int32/int64 for labels and indices), contiguous
@@ -86,14 +90,51 @@
        no tensor return a dl_result. Messages also go to a log callback
        (default: stderr).
 
+   DATA PARALLEL
+     dl_allreduce(t, n, DL_REDUCE_SUM or _MEAN) sums n same-shaped float32
+     tensors, one per device of one context, in place: a chunked ring
+     (reduce-scatter, then all-gather) through the backends' copy entries, so
+     every replica ends with the same bits; dl_broadcast copies one to the
+     rest. dl_ddp trains replicas of a model as one model on the full batch:
+
+       dl_module *net[2]; dl_optim *opt[2];            // ctx: cpu_devices = 2
+       for (int i = 0; i < 2; i++) {
+           net[i] = make_model(ctx);                   // the same model twice
+           dl_module_to(net[i], dl_cpu_device(i));     // or dl_cuda(i)
+           opt[i] = dl_adam(net[i], &ad);
+       }
+       dl_ddp *dp = dl_ddp_init(2, net, opt, NULL);    // replica 0's weights to all
+       while (dl_loader_next(loader, &x, &y) > 0) {
+           float loss;                                 // loss_fn(m, x, y, user) per replica
+           if (dl_ddp_step(dp, x, y, loss_fn, NULL, &loss) != DL_OK) break;
+           dl_step_end(ctx);
+       }
+
+     dl_ddp_step splits the batch by rows, runs forward and backward on each
+     replica, sums the gradients (weighted by each part's rows, in flat
+     buckets of dl_ddp_desc.bucket_bytes) and steps every optimizer. The
+     replicas of one context run one after another on the calling thread
+     (a context is single-threaded); each kernel uses the context's thread
+     pool, and CUDA devices queue work asynchronously, so devices overlap.
+     Batch-norm running statistics stay per replica, as in PyTorch's
+     DataParallel; evaluate with replica 0. DL_DEBUG builds check after each
+     step that the replicas' parameters are identical (dl_ddp_check).
+     Across processes (-DDL_MPI, mpirun -np N): dl_comm_init(ctx, &{.backend =
+     DL_COMM_MPI}) and dl_ddp_desc.comm; each process passes its part of the
+     batch (the same size everywhere) and the training code is unchanged. A
+     peer that stops answering fails the call after DL_COMM_TIMEOUT seconds
+     (default 300) instead of hanging.
+
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
        of persistent tensors: gradients, optimizer steps);
      - detect use after dl_free() of a persistent tensor outside DL_DEBUG builds
        (as C's free: undefined);
      - support float64 or float16 (yet);
-     - run on GPUs or across processes yet (DL_CUDA, DL_MPI, DL_NCCL come
-       in later versions).
+     - run on GPUs yet (DL_CUDA comes in a later version; DL_NCCL compiles
+       but needs it);
+     - synchronize batch-norm statistics across replicas (SyncBatchNorm), or
+       overlap the gradient allreduce with backward.
 */
 #ifndef DL_H
 #define DL_H
