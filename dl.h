@@ -12939,20 +12939,21 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
                 "or DL_COMM_NCCL (2)", (int)d.backend);
         return NULL;
     }
+    {
+        const char *need = NULL;          /* a backend this build lacks */
 #ifndef DL_MPI
-    if (d.backend == DL_COMM_MPI) {
-        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_comm_init: DL_COMM_MPI needs dl.h built with -DDL_MPI "
-                "(compile with mpicc -DDL_MPI, launch with mpirun)");
-        return NULL;
-    }
+        if (d.backend == DL_COMM_MPI)
+            need = "DL_COMM_MPI needs dl.h built with -DDL_MPI (compile with mpicc -DDL_MPI, launch with mpirun)";
 #endif
 #ifndef DL_NCCL
-    if (d.backend == DL_COMM_NCCL) {
-        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_comm_init: DL_COMM_NCCL needs dl.h built with -DDL_NCCL "
-                "and DL_CUDA (nvcc, link -lnccl -lcudart)");
-        return NULL;
-    }
+        if (d.backend == DL_COMM_NCCL)
+            need = "DL_COMM_NCCL needs dl.h built with -DDL_NCCL and DL_CUDA (nvcc, link -lnccl -lcudart)";
 #endif
+        if (need) {
+            dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_comm_init: %s", need);
+            return NULL;
+        }
+    }
     c = (dl_comm *)dl__malloc(ctx, sizeof(dl_comm));
     if (!c) { dl__err(ctx, DL_ERR_OOM, "dl_comm_init: out of memory"); return NULL; }
     memset(c, 0, sizeof *c);
@@ -13017,12 +13018,18 @@ static dl_result dl__comm_allreduce(dl_comm *c, const char *op, dl__ring *R, dl_
     return dl__ring_broadcast(R, ctx, op, 0);
 }
 
+/* the checks of the communicator calls: a live communicator (or NULL),
+   then dl__replicas */
+static dl_result dl__comm_replicas(dl_comm *c, const char *op, dl_tensor *const *t, int n, bool f32, dl__ring *R)
+{
+    if (c && !dl__comm_ok(c, op)) return DL_ERR_ARG;
+    return dl__replicas(op, t, n, f32, R);
+}
+
 dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op op)
 {
     dl__ring R;
-    dl_result rc;
-    if (c && !dl__comm_ok(c, "dl_comm_allreduce")) return DL_ERR_ARG;
-    rc = dl__replicas("dl_comm_allreduce", t, n, true, &R);
+    dl_result rc = dl__comm_replicas(c, "dl_comm_allreduce", t, n, true, &R);
     if (rc != DL_OK) return rc;
     if (!dl__reduce_op_ok(t[0]->ctx_, "dl_comm_allreduce", (int)op)) return DL_ERR_ARG;
     return dl__comm_allreduce(c, "dl_comm_allreduce", &R, t[0]->ctx_,
@@ -13073,9 +13080,7 @@ static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx 
 dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root)
 {
     dl__ring R;
-    dl_result rc;
-    if (c && !dl__comm_ok(c, "dl_comm_broadcast")) return DL_ERR_ARG;
-    rc = dl__replicas("dl_comm_broadcast", t, n, false, &R);
+    dl_result rc = dl__comm_replicas(c, "dl_comm_broadcast", t, n, false, &R);
     if (rc != DL_OK) return rc;
     if (root < 0 || root >= dl_comm_size(c)) {
         dl__err(t[0]->ctx_, DL_ERR_ARG, "dl_comm_broadcast: root=%d; it must be a process rank "

@@ -147,22 +147,6 @@ static void parse(int argc, char **argv, flags *f)
         }
 }
 
-static dl_module *make_lenet(dl_ctx *ctx)
-{
-    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
-    dl_module *m[] = {
-        dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_batch_norm2d(ctx, 16), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_flatten(ctx),
-        dl_nn_linear(ctx, 400, 120, true), dl_nn_batch_norm1d(ctx, 120), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 120, 84, true), dl_nn_batch_norm1d(ctx, 84), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 84, 10, true)};
-    return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
-}
-
 /* one replica's loss on its part of the batch: pred = model(X); loss_fn(pred, y) */
 static dl_tensor *loss_fn(dl_module *net, dl_tensor *x, dl_tensor *y, void *user)
 {
@@ -241,7 +225,7 @@ static int train(const flags *f, run *r)
     memset(&ad, 0, sizeof ad);
     ad.lr = f->lr;
     for (i = 0; i < r->n; i++) {              /* replica i: the model on device i, its optimizer */
-        net[i] = make_lenet(ctx);
+        net[i] = ex_lenet_bn(ctx);           /* examples/common.h, as lenet.c */
         if (!net[i] || dl_module_to(net[i], r->dev[i]) != DL_OK || !(opt[i] = dl_adam(net[i], &ad))) goto fail;
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "," : "", dl_device_name(r->dev[i]));
     }

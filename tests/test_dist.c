@@ -14,6 +14,7 @@
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
+#include "dist_models.h"
 #include <stdlib.h>
 
 #define NDEV 8
@@ -242,80 +243,6 @@ static void test_comm_local(void)
 
 /* ------------------------------------------------------------------ data parallel */
 
-static dl_module *make_mlp(dl_ctx *c)
-{
-    dl_module *m[5];
-    m[0] = dl_nn_flatten(c);
-    m[1] = dl_nn_linear(c, 784, 64, true);
-    m[2] = dl_nn_relu(c);
-    m[3] = dl_nn_linear(c, 64, 32, true);
-    m[4] = dl_nn_linear(c, 32, 10, true);
-    return dl_nn_sequential(c, 5, m);
-}
-
-/* LeNet (ReLU, max pooling), with batch norm after each convolution when bn */
-static dl_module *make_lenet(dl_ctx *c, bool bn)
-{
-    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
-    dl_module *m[16];
-    int k = 0;
-    m[k++] = dl_nn_conv2d(c, 1, 6, 5, &pad2, true);
-    if (bn) m[k++] = dl_nn_batch_norm2d(c, 6);
-    m[k++] = dl_nn_relu(c);
-    m[k++] = dl_nn_max_pool2d(c, &pool);
-    m[k++] = dl_nn_conv2d(c, 6, 16, 5, NULL, true);
-    if (bn) m[k++] = dl_nn_batch_norm2d(c, 16);
-    m[k++] = dl_nn_relu(c);
-    m[k++] = dl_nn_max_pool2d(c, &pool);
-    m[k++] = dl_nn_flatten(c);
-    m[k++] = dl_nn_linear(c, 400, 120, true);
-    m[k++] = dl_nn_relu(c);
-    m[k++] = dl_nn_linear(c, 120, 84, true);
-    m[k++] = dl_nn_relu(c);
-    m[k++] = dl_nn_linear(c, 84, 10, true);
-    return dl_nn_sequential(c, k, m);
-}
-
-static dl_module *make_model(dl_ctx *c, int kind)
-{
-    dl_module *m = kind == 0 ? make_mlp(c) : make_lenet(c, kind == 2);
-    if (m && kind == 2) dl_module_train(m, false);   /* batch norm in eval mode */
-    return m;
-}
-
-static dl_tensor *ce_loss(dl_module *m, dl_tensor *x, dl_tensor *y, void *user)
-{
-    (void)user;
-    return dl_cross_entropy(dl_module_forward(m, x), y, NULL);
-}
-
-/* largest |a - b| / max |b| over each parameter, the worst of them */
-static double param_diff(dl_module *a, dl_module *b)
-{
-    const dl_named_tensor *pa, *pb;
-    int n = dl_module_named_parameters(a, &pa), i;
-    double worst = 0;
-    if (n != dl_module_named_parameters(b, &pb)) return 1e30;
-    dl_module_named_parameters(a, &pa);
-    for (i = 0; i < n; i++) {
-        int64_t k, ne = pa[i].t->numel;
-        float *x = (float *)malloc(sizeof(float) * (size_t)ne), *y = (float *)malloc(sizeof(float) * (size_t)ne);
-        double dmax = 0, ymax = 0;
-        dl_read(pa[i].t, x, ne);
-        dl_read(pb[i].t, y, ne);
-        for (k = 0; k < ne; k++) {
-            double d = fabs((double)x[k] - y[k]);
-            if (d > dmax || d != d) dmax = d != d ? 1e30 : d;
-            if (fabs(y[k]) > ymax) ymax = fabs(y[k]);
-        }
-        if (dmax / (ymax > 0 ? ymax : 1) > worst) worst = dmax / (ymax > 0 ? ymax : 1);
-        free(x);
-        free(y);
-    }
-    return worst;
-}
-
 /* 20 SGD steps (momentum) of one model on the full batch vs dl_ddp on n devices */
 static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
 {
@@ -350,30 +277,25 @@ static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
     if (!dp) { free(xb); free(yb); return; }
     CHECK(dl_ddp_check(dp) == DL_OK, "replicas identical after dl_ddp_init: %s", dl_error_message(C));
     for (step = 0; step < 20 && ok; step++) {
-        dl_tensor *x, *y, *loss;
-        float l1 = 0, l2 = 0;
+        float l1, l2 = 0;
         int64_t k;
         for (k = 0; k < B * 784; k++) xb[k] = urand() * 2.0f - 1.0f;
         for (k = 0; k < B; k++) yb[k] = (int64_t)(urand() * 10) % 10;
-        x = dl_from_array(C, DL_SHAPE(B, 1, 28, 28), xb);
-        y = dl_from_int64(C, DL_SHAPE(B), yb);
-        dl_optim_zero_grad(oref);
-        loss = ce_loss(ref, x, y, NULL);
-        ok = loss && dl_backward(loss) == DL_OK && dl_optim_step(oref) == DL_OK;
-        l1 = dl_item(loss);
-        ok = ok && dl_ddp_step(dp, x, y, ce_loss, NULL, &l2) == DL_OK;
+        l1 = ref_step(C, ref, oref, xb, yb, B);
+        ok = l1 == l1 && dl_ddp_step(dp, dl_from_array(C, DL_SHAPE(B, 1, 28, 28), xb),
+                                     dl_from_int64(C, DL_SHAPE(B), yb), ce_loss, NULL, &l2) == DL_OK;
         if (fabs(l1 - l2) > lossdiff) lossdiff = fabs(l1 - l2);
         dl_step_end(C);
     }
     CHECK(ok, "%s on %d devices: 20 steps: %s", names[kind], n, dl_error_message(C));
     CHECK(lossdiff < 1e-5, "%s on %d devices (batch %lld): the loss = the full batch's (worst diff %.3g)",
           names[kind], n, (long long)B, lossdiff);
-    diff = param_diff(ref, rep[0]);
+    diff = param_diff(ref, rep[0], NULL, NULL);
     CHECK(diff < 1e-5, "%s on %d devices (batch %lld, buckets %lld B): parameters = one device on the full "
           "batch after 20 steps (worst relative diff %.3g)", names[kind], n, (long long)B,
           (long long)bucket_bytes, diff);
     for (i = 1; i < n; i++)
-        CHECK(param_diff(rep[0], rep[i]) == 0, "%s: replica %d = replica 0, bit for bit", names[kind], i);
+        CHECK(param_diff(rep[0], rep[i], NULL, NULL) == 0, "%s: replica %d = replica 0, bit for bit", names[kind], i);
     CHECK(dl_ddp_check(dp) == DL_OK, "dl_ddp_check after training");
     dl_ddp_free(dp);
     free(xb);
