@@ -102,14 +102,15 @@ sanitize: $(SANTESTS) $(TSANTESTS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1 \
 	    tests/run.sh $(SANTESTS) $(TSANTESTS)
 
-# MPI: dl_comm across 2 processes (mpicc -DDL_MPI, mpirun -np 2), and a
-# rank that hangs or dies mid-allreduce (DL_COMM_TIMEOUT=2)
+# MPI: dl_comm across 2 processes (mpicc -DDL_MPI, with DL_DEBUG's replica
+# checks, mpirun -np 2), and a rank that hangs or dies mid-allreduce
+# (DL_COMM_TIMEOUT=2)
 MPICC  ?= mpicc
 MPIRUN ?= mpirun --allow-run-as-root --oversubscribe
 $(B)/mpi:
 	mkdir -p $@
 $(B)/mpi/test_mpi: tests/test_mpi.c $(DEPS) | $(B)/mpi
-	$(MPICC) $(WARN) $(CFLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
+	$(MPICC) $(WARN) $(CFLAGS) -DDL_MPI -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
 $(B)/mpi/data_parallel: examples/data_parallel.c dl.h examples/common.h | $(B)/mpi
 	$(MPICC) $(WARN) $(EXFLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
 test-mpi: $(B)/mpi/test_mpi

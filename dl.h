@@ -1076,7 +1076,8 @@ DL_API dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss
    forward and backward, one replica per process) */
 DL_API dl_result dl_ddp_sync_grads(dl_ddp *dp);
 /* checks that every replica holds the same parameters (a checksum per
-   tensor); DL_DEBUG builds run it after each dl_ddp_step */
+   tensor), in every process (then a collective call); DL_DEBUG builds run
+   it after each dl_ddp_step */
 DL_API dl_result dl_ddp_check(dl_ddp *dp);
 DL_API dl_module *dl_ddp_module(dl_ddp *dp, int i);  /* local replica i (NULL if out of range) */
 DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_ctx_free); NULL ok */
@@ -13352,26 +13353,62 @@ dl_result dl_ddp_sync_grads(dl_ddp *dp)
     return dl__ddp_sum(dp, "dl_ddp_sync_grads");
 }
 
+/* across processes: replica 0's checksums against process 0's (a
+   collective call: every process makes it) */
+static dl_result dl__ddp_check_procs(dl_ddp *dp, float *sum)
+{
+    dl__dev *d = dl__ddp_dev(dp, 0);
+    int64_t np = dp->np, j;
+    dl_tensor *t = dl__make(d, "dl_ddp_check", DL_DTYPE_F32, 1, &np, false, NULL);
+    dl__ring R;
+    dl_result rc;
+    if (!t) return dp->ctx->err;
+    d->be->upload(d, t->data, sum, sizeof(float) * (size_t)np);
+    R.n = 1;
+    R.count = np;
+    R.esize = sizeof(float);
+    R.dev[0] = d;
+    R.buf[0] = (unsigned char *)t->data;
+    rc = dl__comm_bcast(dp->comm, "dl_ddp_check", &R, dp->ctx, 0);
+    if (rc != DL_OK) return rc;
+    d->be->download(d, sum + np, t->data, sizeof(float) * (size_t)np);
+    for (j = 0; j < np; j++)
+        if (sum[j] != sum[np + j] && !(sum[j] != sum[j] && sum[np + j] != sum[np + j])) {
+            dl__err(dp->ctx, DL_ERR_DEVICE, "dl_ddp_check: process %d has drifted from process 0: "
+                    "parameter %d has sum of squares %.9g there, %.9g in process 0", dp->comm->rank,
+                    (int)j, (double)sum[j], (double)sum[np + j]);
+            return DL_ERR_DEVICE;
+        }
+    return DL_OK;
+}
+
 dl_result dl_ddp_check(dl_ddp *dp)
 {
     int i, j;
+    float *sum;
+    dl_result rc = DL_OK;
     if (!dl__ddp_ok(dp, "dl_ddp_check")) return DL_ERR_ARG;
+    sum = (float *)dl__malloc(dp->ctx, sizeof(float) * 2 * (size_t)dp->np);
+    if (!sum) { dl__err(dp->ctx, DL_ERR_OOM, "dl_ddp_check: out of memory"); return DL_ERR_OOM; }
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x0 = dp->p[j];
-        double s0 = x0->numel ? DL__BE(x0)->sumsq(x0->dev_, (const float *)x0->data, x0->numel) : 0;
-        for (i = 1; i < dp->n; i++) {
+        sum[j] = (float)(x0->numel ? DL__BE(x0)->sumsq(x0->dev_, (const float *)x0->data, x0->numel) : 0);
+    }
+    if (dp->comm && dp->comm->size > 1) rc = dl__ddp_check_procs(dp, sum);   /* every process calls it */
+    for (j = 0; j < dp->np && rc == DL_OK; j++)
+        for (i = 1; i < dp->n && rc == DL_OK; i++) {
             dl_tensor *x = dp->p[(size_t)i * (size_t)dp->np + (size_t)j];
-            double s = x->numel ? DL__BE(x)->sumsq(x->dev_, (const float *)x->data, x->numel) : 0;
-            if (s != s0 && !(s != s && s0 != s0)) {
+            float s = (float)(x->numel ? DL__BE(x)->sumsq(x->dev_, (const float *)x->data, x->numel) : 0);
+            if (s != sum[j] && !(s != s && sum[j] != sum[j])) {
                 char b1[32];
                 dl__err(dp->ctx, DL_ERR_DEVICE, "dl_ddp_check: replica %d on %s has drifted from "
-                        "replica 0: parameter %d %s has sum of squares %.17g, replica 0 %.17g", i,
-                        dl__dev_str(x->device, b1, sizeof b1), j, dl__sh(x), s, s0);
-                return DL_ERR_DEVICE;
+                        "replica 0: parameter %d %s has sum of squares %.9g, replica 0 %.9g", i,
+                        dl__dev_str(x->device, b1, sizeof b1), j, dl__sh(x), (double)s, (double)sum[j]);
+                rc = DL_ERR_DEVICE;
             }
         }
-    }
-    return DL_OK;
+    DL_FREE(sum);
+    return rc;
 }
 
 dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn fn, void *user, float *loss_out)

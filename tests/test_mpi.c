@@ -6,8 +6,9 @@
    every replica of every process, the same bits on every replica of every
    process; broadcast from rank 1; barrier; dl_ddp over processes (1 and 2
    replicas each) trains an MLP and LeNet 20 steps to the parameters of one
-   model on the full batch (rel. tol. 1e-5). Rank 0 prints the summed
-   "N passed, M failed" line.
+   model on the full batch (rel. tol. 1e-5); dl_ddp_check finds a process
+   that drifted (built with DL_DEBUG, every dl_ddp_step checks the replicas
+   of all processes). Rank 0 prints the summed "N passed, M failed" line.
 
    `test_mpi --stop` / `--kill` (tests/test_mpi_kill.sh): rank 1 hangs (as
    a lost node: alive, silent) or is killed while both ranks run allreduces
@@ -170,6 +171,23 @@ static void test_ddp(int kind, int nloc, int64_t B)
     CHECK(diff < 1e-5, "ddp %s over %d processes x %d replicas = one model on the full batch after 20 "
           "steps (worst relative diff %.3g)", kind ? "LeNet" : "MLP", g_size, nloc, diff);
     CHECK(same, "ddp: the same parameters, bit for bit, in every process");
+    if (kind == 0 && nloc == 1) {        /* process 1's replica drifts: dl_ddp_check sees it there */
+        dl_tensor *w = dl_module_get(rep[0], "1.weight");
+        float *buf = (float *)malloc(sizeof(float) * (size_t)w->numel);
+        dl_result rc;
+        dl_read(w, buf, w->numel);
+        if (g_rank == 1) buf[3] += 1.0f;
+        dl_no_grad_begin(C);
+        dl_write(w, buf, w->numel);
+        dl_no_grad_end(C);
+        free(buf);
+        rc = dl_ddp_check(dp);
+        CHECK(g_rank == 0 ? rc == DL_OK : rc == DL_ERR_DEVICE && strstr(dl_error_message(C),
+              "dl_ddp_check: process 1 has drifted from process 0: parameter 0") != NULL,
+              "rank %d: dl_ddp_check across processes: %s", g_rank, dl_error_message(C));
+        dl_clear_error(C);
+        dl_step_end(C);
+    }
     dl_ddp_free(dp);
     free(xb);
     free(yb);
