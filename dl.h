@@ -13486,14 +13486,18 @@ dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn fn,
         if (rc != DL_OK) return rc;
         total += (double)dp->w[i] * (double)dl_item(loss[i]);
     }
-#ifdef DL_MPI
-    if (dp->comm && dp->comm->size > 1 && dp->comm->backend == DL_COMM_MPI) {
+    if (dp->comm && dp->comm->size > 1) {   /* the loss of every process's part */
+        dl__dev *d = dl__ddp_dev(dp, 0);
+        int64_t one = 1;
         float v = (float)total;
-        if (!dl__comm_host(dp->comm, "dl_ddp_step", 1)) return DL_ERR_OOM;
-        if (!dl__mpi_ring(dp->comm, "dl_ddp_step", &v, 1, 1.0f)) return DL_ERR_DEVICE;
+        dl_tensor *t = dl__make(d, "dl_ddp_step", DL_DTYPE_F32, 1, &one, false, NULL);
+        if (!t) return ctx->err;
+        d->be->upload(d, t->data, &v, sizeof v);
+        rc = dl__comm_cross(dp->comm, "dl_ddp_step", d, (float *)t->data, 1, 1.0f);
+        if (rc != DL_OK) return rc;
+        d->be->download(d, &v, t->data, sizeof v);
         total = v;
     }
-#endif
     if (loss_out) *loss_out = (float)total;
 #ifdef DL_DEBUG
     rc = dl_ddp_check(dp);
