@@ -13123,6 +13123,7 @@ struct dl_ddp {
     dl_tensor **p;                    /* p[i * np + j]: replica i's parameter j */
     dl_tensor **flat;                 /* replica i's gradient bucket (persistent) */
     float *w;                         /* replica i's weight in the next gradient sum */
+    float *sum;                       /* dl_ddp_check: 2 * np checksums */
     int64_t total, bucket;            /* parameter elements; bucket elements */
 };
 
@@ -13136,6 +13137,7 @@ static void dl__ddp_destroy(void *v)
     DL_FREE(dp->p);
     DL_FREE(dp->flat);
     DL_FREE(dp->w);
+    DL_FREE(dp->sum);
     dp->magic = 0;
     DL_FREE(dp);
 }
@@ -13241,7 +13243,8 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
     dp->p = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)n * (size_t)np);
     dp->flat = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)n);
     dp->w = (float *)dl__malloc(ctx, sizeof(float) * (size_t)n);
-    if (!dp->m || !dp->o || !dp->p || !dp->flat || !dp->w) {
+    dp->sum = (float *)dl__malloc(ctx, sizeof(float) * 2 * (size_t)np);
+    if (!dp->m || !dp->o || !dp->p || !dp->flat || !dp->w || !dp->sum) {
         dl__ddp_destroy(dp);
         dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory");
         return NULL;
@@ -13388,8 +13391,7 @@ dl_result dl_ddp_check(dl_ddp *dp)
     float *sum;
     dl_result rc = DL_OK;
     if (!dl__ddp_ok(dp, "dl_ddp_check")) return DL_ERR_ARG;
-    sum = (float *)dl__malloc(dp->ctx, sizeof(float) * 2 * (size_t)dp->np);
-    if (!sum) { dl__err(dp->ctx, DL_ERR_OOM, "dl_ddp_check: out of memory"); return DL_ERR_OOM; }
+    sum = dp->sum;
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x0 = dp->p[j];
         sum[j] = (float)(x0->numel ? DL__BE(x0)->sumsq(x0->dev_, (const float *)x0->data, x0->numel) : 0);
@@ -13407,7 +13409,6 @@ dl_result dl_ddp_check(dl_ddp *dp)
                 rc = DL_ERR_DEVICE;
             }
         }
-    DL_FREE(sum);
     return rc;
 }
 

@@ -8,6 +8,7 @@
    20 steps of an MLP and of LeNet (no batch norm, and batch norm in eval
    mode) on 2 and 4 devices give the parameters of one model trained on the
    full batch (rel. tol. 1e-5), with uneven splits and small buckets too;
+   no device allocation in a steady dl_ddp_step loop;
    dl_ddp_check finds a replica that drifted. `test_dist --quick` skips the
    10^6 sizes. */
 #define _POSIX_C_SOURCE 200809L
@@ -297,6 +298,27 @@ static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
     for (i = 1; i < n; i++)
         CHECK(param_diff(rep[0], rep[i], NULL, NULL) == 0, "%s: replica %d = replica 0, bit for bit", names[kind], i);
     CHECK(dl_ddp_check(dp) == DL_OK, "dl_ddp_check after training");
+    if (kind == 0 && n == 4 && bucket_bytes == 0) {   /* a steady loop allocates nothing after step 1 */
+        dl_memory_stats a[4], b[4];
+        uint64_t grew = 0;
+        dl_tensor *x = dl_keep(dl_from_array(C, DL_SHAPE(B, 1, 28, 28), xb));
+        dl_tensor *y = dl_keep(dl_from_int64(C, DL_SHAPE(B), yb));
+        dl_step_end(C);
+        for (step = 0; step < 50 && ok; step++) {
+            ok = dl_ddp_step(dp, x, y, ce_loss, NULL, NULL) == DL_OK;
+            dl_step_end(C);
+            if (step == 1)
+                for (i = 0; i < n; i++) dl_memory_stats_get(C, dl_cpu_device(i), &a[i]);
+        }
+        for (i = 0; i < n; i++) {
+            dl_memory_stats_get(C, dl_cpu_device(i), &b[i]);
+            grew += b[i].alloc_calls - a[i].alloc_calls;
+        }
+        CHECK(ok && grew == 0, "dl_ddp_step: no device allocation after step 2 over 48 steps on 4 devices "
+              "(%llu): %s", (unsigned long long)grew, dl_error_message(C));
+        dl_free(x);
+        dl_free(y);
+    }
     dl_ddp_free(dp);
     free(xb);
     free(yb);
