@@ -9,7 +9,9 @@
    mode) on 2 and 4 devices give the parameters of one model trained on the
    full batch (rel. tol. 1e-5), with uneven splits and small buckets too;
    no device allocation in a steady dl_ddp_step loop;
-   dl_ddp_check finds a replica that drifted. `test_dist --quick` skips the
+   dl_ddp_check finds a replica that drifted; the path of devices on
+   another backend (no pool, syncs, host staging), with a second copy of
+   the CPU backend. `test_dist --quick` skips the
    10^6 sizes. */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
@@ -324,6 +326,58 @@ static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
     free(yb);
 }
 
+/* The path GPUs take, on CPU devices: cpu:2 and cpu:3 get a copy of the CPU
+   backend under another address, so the ring sees a second backend: no
+   thread pool, a sync after each transfer, and host staging between the two
+   backends. The same bits as the ring's order, every replica identical; a
+   data-parallel MLP on the mixed devices trains like one device. */
+static dl__backend g_other;
+
+static void test_other_backend(void)
+{
+    static const int64_t sizes[] = {1, 7, 1000, 65536 * 3 + 1};
+    static const int order[4] = {0, 2, 1, 3};
+    const dl__backend *saved[2];
+    int si, k, mean;
+    g_other = *dl__cpu_be();
+    g_other.name = "cpu-as-another-backend";
+    saved[0] = C->cpu[2]->be;
+    saved[1] = C->cpu[3]->be;
+    C->cpu[2]->be = &g_other;
+    C->cpu[3]->be = &g_other;
+    for (si = 0; si < 4; si++)
+        for (mean = 0; mean < 2; mean++) {
+            int64_t count = sizes[si], j;
+            dl_tensor *t[4];
+            float *x[4], *ref = (float *)malloc(sizeof(float) * (size_t)count);
+            float *got = (float *)malloc(sizeof(float) * (size_t)count);
+            int exact = 1;
+            for (k = 0; k < 4; k++) {
+                x[k] = (float *)malloc(sizeof(float) * (size_t)count);
+                for (j = 0; j < count; j++) x[k][j] = urand() * 2.0f - 1.0f;
+                dl_set_device(C, dl_cpu_device(order[k]));
+                t[k] = dl_from_array(C, DL_SHAPE(count), x[k]);
+            }
+            ring_reference(x, 4, count, mean, ref);
+            CHECK(dl_allreduce(t, 4, mean ? DL_REDUCE_MEAN : DL_REDUCE_SUM) == DL_OK, "mixed backends: %s",
+                  dl_error_message(C));
+            for (k = 0; k < 4; k++) {
+                dl_read(t[k], got, count);
+                if (memcmp(got, ref, sizeof(float) * (size_t)count) != 0) exact = 0;
+            }
+            CHECK(exact, "two backends (cpu:0, cpu:2*, cpu:1, cpu:3*), %s of %lld: the ring's bits on every replica",
+                  mean ? "mean" : "sum", (long long)count);
+            for (k = 0; k < 4; k++) free(x[k]);
+            free(ref);
+            free(got);
+            dl_step_end(C);
+        }
+    dl_set_device(C, dl_cpu());
+    test_ddp_equiv(0, 4, 32, 4096);          /* replicas on cpu:0..3, two of them "foreign" */
+    C->cpu[2]->be = saved[0];
+    C->cpu[3]->be = saved[1];
+}
+
 static void test_ddp_errors(void)
 {
     dl_module *r[3];
@@ -402,6 +456,7 @@ int main(int argc, char **argv)
     test_ddp_equiv(2, 2, 16, 4096);
     test_ddp_equiv(2, 4, 18, 0);
     test_ddp_errors();
+    test_other_backend();
     dl_ctx_free(C);
     TEST_END();
 }
