@@ -12,8 +12,9 @@ HAVE_ZLIB     := $(shell echo 'int main(void){return 0;}' | $(CC) -include zlib.
 HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 
-# test_cuda.c is built by nvcc only (make cuda, test-cuda, test-cuda-emu)
-TEST_SRC := $(filter-out tests/test_cuda.c,$(sort $(wildcard tests/test_*.c)))
+# test_cuda.c is built by nvcc only (make cuda, test-cuda, test-cuda-emu);
+# tests/test_mpi.c needs mpicc and mpirun: `make test-mpi`
+TEST_SRC := $(filter-out tests/test_cuda.c tests/test_mpi.c,$(sort $(wildcard tests/test_*.c)))
 TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC))
 # shell tests: every C snippet of README.md and dl.h's comments compiles (and
 # runs), dl.h's API INDEX lists every public name, the examples' command line
@@ -24,10 +25,10 @@ SCRIPTS   = $(SNIPPETS) tests/api_index_check.sh tests/test_cli.sh tests/test_fe
 # and every C test built as the examples are (-O3 -march=native), so the
 # vector paths (AVX-512 / AVX2 GEMM kernels, pooling) run against the same checks
 NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
-EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx) \
+EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
-DEPS      = dl.h tests/harness.h tests/golden.h tests/optable.h
+DEPS      = dl.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
@@ -56,7 +57,7 @@ CUDA_EXAMPLES = $(patsubst examples/%.c,$(B)/cuda/%,$(sort $(wildcard examples/*
 # make test runs tests/test_cuda.c on emulated CUDA devices when nvcc is here
 CUDA_EMU_RUN  = $(if $(HAVE_NVCC),--tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda)
 
-.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda
+.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda test-mpi nccl-check
 all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
@@ -95,6 +96,8 @@ $(B)/test_core_clang: tests/test_core.c $(DEPS) | $(B)
 $(B)/test_core_cxx: tests/test_core.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_ops_cxx: tests/test_ops.c $(DEPS) | $(B)
+	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
+$(B)/test_dist_cxx: tests/test_dist.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_data_zlib: tests/test_data.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
@@ -150,8 +153,8 @@ test-cuda-emu: nvcc-check $(CUDA_TESTS)
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
 
-# threaded code (the loader's workers, the kernel thread pool) under ThreadSanitizer
-TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_hardening
+# threaded code (the loader's workers, the kernel thread pool, the allreduce ring) under ThreadSanitizer
+TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_hardening $(B)/tsan/test_dist
 $(B)/tsan:
 	mkdir -p $@
 $(B)/tsan/%: tests/%.c $(DEPS) | $(B)/tsan
@@ -161,6 +164,29 @@ sanitize: $(SANTESTS) $(TSANTESTS)
 	@ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1 \
 	    tests/run.sh $(SANTESTS) $(TSANTESTS)
+
+# MPI: dl_comm across 2 processes (mpicc -DDL_MPI, with DL_DEBUG's replica
+# checks, mpirun -np 2), and a rank that hangs or dies mid-allreduce
+# (DL_COMM_TIMEOUT=2)
+MPICC  ?= mpicc
+MPIRUN ?= mpirun --allow-run-as-root --oversubscribe
+$(B)/mpi:
+	mkdir -p $@
+$(B)/mpi/test_mpi: tests/test_mpi.c $(DEPS) | $(B)/mpi
+	$(MPICC) $(WARN) $(CFLAGS) -DDL_MPI -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
+$(B)/mpi/data_parallel: examples/data_parallel.c dl.h examples/common.h | $(B)/mpi
+	$(MPICC) $(WARN) $(EXFLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
+test-mpi: $(B)/mpi/test_mpi
+	@B=$(B) MPIRUN="$(MPIRUN)" tests/run.sh tests/test_mpi.sh tests/test_mpi_kill.sh
+
+# NCCL: the communicator's NCCL code compiles and links with nvcc (alone, and
+# with MPI for the unique id); nothing CUDA runs on a machine without a GPU
+NCCLFLAGS = -x cu -O2 -Xcompiler -Wall,-Wextra,-Werror -I. -Itests
+nccl-check: | $(B)/mpi
+	$(NVCC) $(NCCLFLAGS) -DDL_NCCL tests/test_dist.c -o $(B)/test_dist_nccl -lnccl
+	$(NVCC) $(NCCLFLAGS) -DDL_NCCL -DDL_MPI $$($(MPICC) --showme:compile) tests/test_mpi.c \
+	    -o $(B)/mpi/test_mpi_nccl -lnccl $$($(MPICC) --showme:link)
+	@echo "nccl-check: the NCCL backend compiles and links"
 
 valgrind: $(B)/test_core
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick

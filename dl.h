@@ -48,6 +48,10 @@
        DL_ASSERT(x)        internal invariants (default: assert)
        DL_MAX_DIMS         most dimensions a tensor may have (default 8)
        DL_API              storage class of the public functions (default extern)
+       DL_MPI              dl_comm across processes over MPI (build with mpicc,
+                           launch with mpirun; see DATA PARALLEL)
+       DL_NCCL             dl_comm over NCCL (nvcc, link -lnccl; with DL_MPI the
+                           unique id goes over MPI)
 
    CONCEPTS
      Tensors. float32 values (int32/int64 for labels and indices), contiguous
@@ -90,15 +94,52 @@
        no tensor return a dl_result. Messages also go to a log callback
        (default: stderr).
 
+   DATA PARALLEL
+     dl_allreduce(t, n, DL_REDUCE_SUM or _MEAN) sums n same-shaped float32
+     tensors, one per device of one context, in place: a chunked ring
+     (reduce-scatter, then all-gather) through the backends' copy entries, so
+     every replica ends with the same bits; dl_broadcast copies one to the
+     rest. dl_ddp trains replicas of a model as one model on the full batch:
+
+       dl_module *net[2]; dl_optim *opt[2];            // ctx: cpu_devices = 2
+       for (int i = 0; i < 2; i++) {
+           net[i] = make_model(ctx);                   // the same model twice
+           dl_module_to(net[i], dl_cpu_device(i));     // or dl_cuda(i)
+           opt[i] = dl_adam(net[i], &ad);
+       }
+       dl_ddp *dp = dl_ddp_init(2, net, opt, NULL);    // replica 0's weights to all
+       while (dl_loader_next(loader, &x, &y) > 0) {
+           float loss;                                 // loss_fn(m, x, y, user) per replica
+           if (dl_ddp_step(dp, x, y, loss_fn, NULL, &loss) != DL_OK) break;
+           dl_step_end(ctx);
+       }
+
+     dl_ddp_step splits the batch by rows, runs forward and backward on each
+     replica, sums the gradients (weighted by each part's rows, in flat
+     buckets of dl_ddp_desc.bucket_bytes) and steps every optimizer. The
+     replicas of one context run one after another on the calling thread
+     (a context is single-threaded); each kernel uses the context's thread
+     pool, and CUDA devices queue work asynchronously, so devices overlap.
+     Batch-norm running statistics stay per replica, as in PyTorch's
+     DataParallel; evaluate with replica 0. DL_DEBUG builds check after each
+     step that the replicas' parameters are identical (dl_ddp_check).
+     Across processes (-DDL_MPI, mpirun -np N): dl_comm_init(ctx, &{.backend =
+     DL_COMM_MPI}) and dl_ddp_desc.comm; each process passes its part of the
+     batch (the same size everywhere) and the training code is unchanged. A
+     peer that stops answering fails the call after DL_COMM_TIMEOUT seconds
+     (default 300) instead of hanging.
+
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
        of persistent tensors: gradients, optimizer steps);
      - detect use after dl_free() of a persistent tensor outside DL_DEBUG builds
        (as C's free: undefined);
      - support float64 or float16 (yet);
-     - run across processes yet (DL_MPI, DL_NCCL come in later versions);
-       the CUDA backend (DL_CUDA) is new: built and tested on emulated
-       devices only, it has not yet run on a real GPU.
+     - synchronize batch-norm statistics across replicas (SyncBatchNorm), or
+       overlap the gradient allreduce with backward;
+     - promise anything on a real GPU yet: the CUDA backend (DL_CUDA) and the
+       NCCL communicator (DL_NCCL) are new, built and tested on emulated
+       devices only; they have not yet run on a GPU.
 
    API INDEX: every public type, macro and function, one line each, in the
    order of the declarations below (tests/api_index_check.sh keeps it so);
@@ -411,6 +452,29 @@
        dl_loader_num_batches      len(loader)
        dl_loader_epoch            epochs started so far
        dl_loader_set_epoch        sampler.set_epoch: resume at an epoch
+     multi-device: allreduce, communicators, data parallel
+       dl_reduce_op               enum: DL_REDUCE_SUM, DL_REDUCE_MEAN (dist.ReduceOp)
+       dl_allreduce               dist.all_reduce over one tensor per device, in place (ring)
+       dl_broadcast               dist.broadcast: t[root] to the others
+       dl_comm_backend            enum: DL_COMM_LOCAL, DL_COMM_MPI, DL_COMM_NCCL
+       dl_comm_desc               communicator settings: backend, timeout ...
+       dl_comm                    opaque: a process group (dist.init_process_group)
+       dl_comm_init               make a communicator (desc NULL: local, this process)
+       dl_comm_rank               dist.get_rank
+       dl_comm_size               dist.get_world_size
+       dl_comm_allreduce          allreduce over local devices and every process
+       dl_comm_broadcast          broadcast from a root over every process
+       dl_comm_barrier            dist.barrier
+       dl_comm_free               dist.destroy_process_group
+       dl_ddp                     opaque: DistributedDataParallel over replicas
+       dl_ddp_desc                data-parallel settings: communicator, bucket size ...
+       dl_ddp_loss_fn             loss callback: (module, x, y, user) -> loss
+       dl_ddp_init                DDP(model): check replicas, broadcast rank 0's state
+       dl_ddp_step                split a batch, forward/backward per replica, allreduce, step
+       dl_ddp_sync_grads          allreduce the gradients in buckets (after your own backward)
+       dl_ddp_check               replicas still identical (checksums; DL_DEBUG does it each step)
+       dl_ddp_module              local replica i
+       dl_ddp_free                release early (else dl_ctx_free)
 */
 #ifndef DL_H
 #define DL_H
@@ -1282,6 +1346,79 @@ DL_API int64_t dl_loader_epoch(const dl_loader *l);   /* epochs started so far *
    augmentation are those of epoch epochs+1): for resuming, as PyTorch's
    sampler.set_epoch. Any batch in progress is dropped. */
 DL_API void dl_loader_set_epoch(dl_loader *l, int64_t epochs);
+
+/* --- dist */
+/* Data parallelism (DESIGN.md section 10). In one process: dl_allreduce and
+   dl_broadcast over one tensor per device (virtual CPU devices or GPUs),
+   a chunked ring through the backends' copy entries. Across processes: a
+   dl_comm (MPI with -DDL_MPI, NCCL with -DDL_NCCL). On top: dl_ddp, which
+   keeps replicas of a model identical (see the doc block, DATA PARALLEL). */
+typedef enum dl_reduce_op { DL_REDUCE_SUM = 0, DL_REDUCE_MEAN } dl_reduce_op;
+/* In place: every t[i] = t[0] + ... + t[n-1] (MEAN: divided by n). The n
+   tensors: float32, one shape, one context, each on its own device. A ring
+   (reduce-scatter, then all-gather): each segment is summed once in a fixed
+   order and copied, so every replica gets the same bits. Bad input is an
+   error before any data moves. */
+DL_API dl_result dl_allreduce(dl_tensor *const *t, int n, dl_reduce_op op);
+/* In place: every t[i] = t[root] (any dtype; same rules as dl_allreduce). */
+DL_API dl_result dl_broadcast(dl_tensor *const *t, int n, int root);
+
+/* A communicator across processes. Each process passes its own replicas
+   (one tensor per local device, n >= 1, the same n in every process); the
+   reduction runs over all of them: in-process ring, then across processes,
+   then a broadcast back to the local replicas (the same bits everywhere).
+   DL_COMM_LOCAL: one process (rank 0 of 1). DL_COMM_MPI (-DDL_MPI, launch
+   with mpirun): MPI_Init if nobody did; a peer that stops answering fails
+   the call after `timeout` seconds instead of hanging (the communicator is
+   then unusable). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
+   unique id goes over MPI, else a 1-rank communicator). */
+typedef enum dl_comm_backend { DL_COMM_LOCAL = 0, DL_COMM_MPI, DL_COMM_NCCL } dl_comm_backend;
+typedef struct dl_comm_desc {
+    dl_comm_backend backend;
+    double timeout;         /* seconds to wait for a peer (0: env DL_COMM_TIMEOUT, else 300) */
+    dl_device device;       /* NCCL: this process's GPU (zero: cuda:(rank % GPUs)) */
+} dl_comm_desc;
+typedef struct dl_comm dl_comm;
+DL_API dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *d);  /* NULL d: local */
+DL_API int dl_comm_rank(const dl_comm *c);          /* this process (0 for NULL) */
+DL_API int dl_comm_size(const dl_comm *c);          /* processes (1 for NULL) */
+DL_API dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op op);
+/* every process's t[i] = process root's t[0] */
+DL_API dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root);
+DL_API dl_result dl_comm_barrier(dl_comm *c);       /* local devices synced, then all processes */
+DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_init did MPI_Init */
+
+/* Data-parallel training: n replicas of one model (built n times, each
+   moved to its own device, same parameter names and shapes), each with its
+   optimizer. dl_ddp_init copies replica 0's parameters and buffers to the
+   others (and process rank 0's to every process). dl_ddp_step splits the
+   batch along dim 0 (near-equal parts, the first ones one row larger),
+   runs loss(replica, x part, y part) and backward on each replica, sums the
+   gradients weighted by each part's share of the batch (bucketed into flat
+   buffers of bucket_bytes), and steps every optimizer: the same update as
+   one model on the full batch. Batch-norm running statistics stay per
+   replica (as in PyTorch's DataParallel): evaluate with replica 0. */
+typedef struct dl_ddp dl_ddp;
+typedef struct dl_ddp_desc {
+    dl_comm *comm;          /* NULL: this process's replicas only */
+    int64_t bucket_bytes;   /* gradient fusion buffer (0: 25 MB, as PyTorch's DDP) */
+} dl_ddp_desc;
+/* the loss of one replica m on its part of the batch (x, y on m's device) */
+typedef dl_tensor *(*dl_ddp_loss_fn)(dl_module *m, dl_tensor *x, dl_tensor *y, void *user);
+DL_API dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims,
+                           const dl_ddp_desc *d);
+/* one training step; *loss (may be NULL): the full batch's loss (all processes) */
+DL_API dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn loss,
+                             void *user, float *loss_out);
+/* gradients = their mean over every replica (for loops that do their own
+   forward and backward, one replica per process) */
+DL_API dl_result dl_ddp_sync_grads(dl_ddp *dp);
+/* checks that every replica holds the same parameters (a checksum per
+   tensor), in every process (then a collective call); DL_DEBUG builds run
+   it after each dl_ddp_step */
+DL_API dl_result dl_ddp_check(dl_ddp *dp);
+DL_API dl_module *dl_ddp_module(dl_ddp *dp, int i);  /* local replica i (NULL if out of range) */
+DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_ctx_free); NULL ok */
 
 #ifdef __cplusplus
 }
@@ -13463,6 +13600,1110 @@ done:
     DL_FREE(ttab);
     DL_FREE(ntab);
     return rc;
+}
+
+
+// >>section dist: allreduce, communicators, data parallelism
+/* In one process, a ring over n devices: the buffer is cut into n segments
+   (the first count % n one element longer). Reduce-scatter: in step k
+   (k = 0..n-2) rank r sends segment (r - k) mod n to rank r+1, which adds
+   it to its own copy, so after n-1 steps rank r holds the finished sum of
+   segment r+1, each element summed once, in a fixed order. All-gather: in
+   step k rank r sends segment (r + 1 - k) mod n to rank r+1, which
+   overwrites its copy. Transfers go through the backends (peer copies, or
+   download + upload between two backends) in chunks of DL__RING_CHUNK
+   floats into a receive buffer on the destination, which the destination's
+   axpy then adds: a chunk is still in cache when it is added. The ranks of
+   one step are independent (each writes one segment of its right
+   neighbour, that neighbour reads another), so on CPU devices they run on
+   the context's thread pool; a step's end is the barrier. Other backends
+   queue the same calls from this thread, syncing the source device after
+   every transfer (the backend contract does not order a peer copy with the
+   destination's queue). Across processes the same ring runs on a host copy
+   of one replica over MPI (nonblocking calls, polled against a deadline),
+   or NCCL does it; the local replicas get the result by broadcast. */
+
+#ifdef DL_MPI
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1            /* the C API only, also when compiled as C++ */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#endif
+#ifdef DL_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+#include <time.h>
+
+#define DL__RING_MAX (DL__MAX_CPU + DL__MAX_CUDA)
+#ifndef DL__RING_CHUNK
+#define DL__RING_CHUNK ((int64_t)1 << 16)       /* floats per transfer: 256 KB */
+#endif
+
+typedef struct dl__ring {
+    int n;
+    dl__dev *dev[DL__RING_MAX];
+    unsigned char *buf[DL__RING_MAX];  /* each rank's data (device pointers) */
+    float *tmp[DL__RING_MAX];          /* each rank's receive buffer (reduce-scatter) */
+    unsigned char *host[DL__RING_MAX]; /* staging between two backends (NULL: one backend) */
+    int64_t count;                     /* elements */
+    size_t esize;                      /* bytes per element (4 for reductions) */
+    int phase, step, root;             /* phase 0 reduce-scatter, 1 all-gather, 2 scale, 3 broadcast */
+    float scale;
+    bool par;                          /* every device is a CPU device: ranks on the pool */
+} dl__ring;
+
+/* segment s of n over count elements: the first count % n one longer */
+static void dl__seg(int64_t count, int n, int s, int64_t *off, int64_t *len)
+{
+    int64_t q = count / n, rem = count % n;
+    *off = (int64_t)s * q + (s < rem ? s : rem);
+    *len = q + (s < rem ? 1 : 0);
+}
+
+/* bytes from src on sd to dst on dd: a peer copy within one backend, else
+   through host memory (host: a staging buffer of at least bytes) */
+static void dl__xfer(dl__dev *dd, void *dst, dl__dev *sd, const void *src, size_t bytes, void *host)
+{
+    if (!bytes) return;
+    if (dd->be == sd->be) dd->be->peer(dd, dst, sd, src, bytes);
+    else {
+        sd->be->download(sd, host, src, bytes);
+        dd->be->upload(dd, dst, host, bytes);
+    }
+    if (dd != sd && dd->be != dl__cpu_be()) sd->be->sync(sd);
+}
+
+static void dl__ring_task(void *arg, int64_t lo, int64_t hi)
+{
+    dl__ring *R = (dl__ring *)arg;
+    int64_t r;
+    for (r = lo; r < hi; r++) {
+        int n = R->n, to = (int)((r + 1) % n), s = 0;
+        int64_t off, len, c, m;
+        size_t es = R->esize;
+        dl__dev *sd = R->dev[r], *dd = R->dev[to];
+        if (R->phase == 0) s = (int)((r - R->step + n) % n);
+        else if (R->phase == 1) s = (int)((r + 1 - R->step + n) % n);
+        else if (R->phase == 2) s = to;
+        dl__seg(R->count, R->n, s, &off, &len);
+        if (R->phase == 3) {            /* broadcast: every rank copies the root's data */
+            if (r == R->root) continue;
+            sd = R->dev[R->root];
+            dd = R->dev[r];
+            for (c = 0; c < R->count; c += DL__RING_CHUNK) {
+                m = R->count - c < DL__RING_CHUNK ? R->count - c : DL__RING_CHUNK;
+                dl__xfer(dd, R->buf[r] + (size_t)c * es, sd, R->buf[R->root] + (size_t)c * es,
+                         (size_t)m * es, R->host[r]);
+            }
+            continue;
+        }
+        if (R->phase == 2) {            /* mean: the owner scales its finished segment */
+            if (len) sd->be->scale(sd, (float *)(void *)(R->buf[r] + (size_t)off * es), len, R->scale);
+            continue;
+        }
+        for (c = 0; c < len; c += DL__RING_CHUNK) {
+            unsigned char *src = R->buf[r] + (size_t)(off + c) * es;
+            unsigned char *dst = R->buf[to] + (size_t)(off + c) * es;
+            m = len - c < DL__RING_CHUNK ? len - c : DL__RING_CHUNK;
+            if (R->phase == 1) dl__xfer(dd, dst, sd, src, (size_t)m * es, R->host[r]);
+            else {
+                dl__xfer(dd, R->tmp[to], sd, src, (size_t)m * es, R->host[r]);
+                dd->be->axpy(dd, (float *)(void *)dst, R->tmp[to], m, 1.0f);
+            }
+        }
+    }
+}
+
+static void dl__ring_phase(dl__ring *R, dl__pool *pool, int phase, int step)
+{
+    int i;
+    R->phase = phase;
+    R->step = step;
+    if (R->par) dl__parallel_for(pool, R->n, 1, dl__ring_task, R);
+    else {
+        dl__ring_task(R, 0, R->n);
+        for (i = 0; i < R->n; i++)
+            if (R->dev[i]->be != dl__cpu_be()) R->dev[i]->be->sync(R->dev[i]);
+    }
+}
+
+/* Receive and staging buffers (step memory of each device, host staging
+   only between two backends); false with an error on OOM. */
+static bool dl__ring_prepare(dl__ring *R, dl_ctx *ctx, const char *op, bool reduce)
+{
+    int i;
+    int64_t ch = R->count < DL__RING_CHUNK ? R->count : DL__RING_CHUNK;
+    size_t bytes = (size_t)(ch > 0 ? ch : 1) * R->esize;
+    bool mixed = false;
+    R->par = true;
+    /* small segments: waking the pool costs more than the copies */
+    if ((R->count / R->n) * (int64_t)R->esize < ((int64_t)256 << 10)) R->par = false;
+    for (i = 0; i < R->n; i++) {
+        if (R->dev[i]->be != dl__cpu_be()) R->par = false;
+        if (R->dev[i]->be != R->dev[0]->be) mixed = true;
+        R->tmp[i] = NULL;
+        R->host[i] = NULL;
+    }
+    for (i = 0; i < R->n; i++) {
+        if (reduce && R->n > 1) {
+            R->tmp[i] = (float *)dl__arena_alloc(ctx, &R->dev[i]->data, bytes, true);
+            if (!R->tmp[i]) goto oom;
+        }
+        if (mixed) {
+            R->host[i] = (unsigned char *)dl__malloc(ctx, bytes);
+            if (!R->host[i]) goto oom;
+        }
+    }
+    return true;
+oom:
+    for (i = 0; i < R->n; i++) DL_FREE(R->host[i]);
+    dl__err(ctx, DL_ERR_OOM, "%s: no memory for the %zu-byte transfer buffers (one per device)", op, bytes);
+    return false;
+}
+
+static dl_result dl__ring_finish(dl__ring *R, const char *op)
+{
+    int i;
+    dl_result rc = DL_OK;
+    for (i = 0; i < R->n; i++) {
+        DL_FREE(R->host[i]);
+        R->host[i] = NULL;
+        if (R->dev[i]->be != dl__cpu_be()) R->dev[i]->be->sync(R->dev[i]);
+        if (dl__dev_check(R->dev[i], op) != DL_OK) rc = DL_ERR_DEVICE;
+    }
+    return rc;
+}
+
+/* sum over the ring (then * scale, unless scale is 1), in place */
+static dl_result dl__ring_allreduce(dl__ring *R, dl_ctx *ctx, const char *op, float scale)
+{
+    int k;
+    R->esize = sizeof(float);
+    if (!dl__ring_prepare(R, ctx, op, true)) return ctx->err;
+    for (k = 0; k + 1 < R->n; k++) dl__ring_phase(R, ctx->pool, 0, k);
+    R->scale = scale;
+    if (scale != 1.0f) dl__ring_phase(R, ctx->pool, 2, 0);
+    for (k = 0; k + 1 < R->n; k++) dl__ring_phase(R, ctx->pool, 1, k);
+    return dl__ring_finish(R, op);
+}
+
+static dl_result dl__ring_broadcast(dl__ring *R, dl_ctx *ctx, const char *op, int root)
+{
+    if (!dl__ring_prepare(R, ctx, op, false)) return ctx->err;
+    R->root = root;
+    if (R->n > 1) dl__ring_phase(R, ctx->pool, 3, 0);
+    return dl__ring_finish(R, op);
+}
+
+static bool dl__dist_same_shape(const dl_tensor *a, const dl_tensor *b)
+{
+    int i;
+    if (a->ndim != b->ndim) return false;
+    for (i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+/* The rules for a list of replicas, checked before any data moves: n in
+   1..DL__RING_MAX, no NULL, live, one context, one shape and dtype (float32
+   when f32), each on its own device. Fills R (count in elements). */
+static dl_result dl__replicas(const char *op, dl_tensor *const *t, int n, bool f32, dl__ring *R)
+{
+    dl_ctx *ctx = NULL;
+    int i, j;
+    char d1[32], d2[32];
+    for (i = 0; t && i < n && i < DL__RING_MAX && !ctx; i++)
+        if (t[i] && t[i]->magic_ == DL__MAGIC) ctx = t[i]->ctx_;
+    if (!t) { dl__err(ctx, DL_ERR_ARG, "%s: the tensor list is NULL", op); return DL_ERR_ARG; }
+    if (n < 1 || n > DL__RING_MAX) {
+        dl__err(ctx, DL_ERR_ARG, "%s: n=%d tensors; it must be 1..%d (one tensor per device)", op, n,
+                DL__RING_MAX);
+        return DL_ERR_ARG;
+    }
+    for (i = 0; i < n; i++) {
+        if (!t[i]) {
+            dl__err(ctx, DL_ERR_ARG, "%s: t[%d] is NULL; every replica must be a tensor (did the op "
+                    "that made it fail?)", op, i);
+            return DL_ERR_ARG;
+        }
+        if (!dl__live(op, "a replica", t[i])) return ctx ? ctx->err : DL_ERR_STALE;
+        if (f32 && !dl__f32(op, "a replica", t[i])) return DL_ERR_DTYPE;
+        if (t[i]->ctx_ != ctx) {
+            dl__err(ctx, DL_ERR_ARG, "%s: t[%d] belongs to another context than t[0]; replicas "
+                    "must share one context (one per process)", op, i);
+            return DL_ERR_ARG;
+        }
+    }
+    for (i = 1; i < n; i++) {
+        if (t[i]->dtype != t[0]->dtype || !dl__dist_same_shape(t[i], t[0])) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: t[0] %s %s on %s and t[%d] %s %s on %s differ; every "
+                    "replica must have the same shape and dtype", op, dl__sh(t[0]),
+                    dl__dtype_str(t[0]->dtype), dl__dev_str(t[0]->device, d1, sizeof d1), i,
+                    dl__sh(t[i]), dl__dtype_str(t[i]->dtype), dl__dev_str(t[i]->device, d2, sizeof d2));
+            return DL_ERR_SHAPE;
+        }
+        for (j = 0; j < i; j++)
+            if (t[j]->dev_ == t[i]->dev_) {
+                dl__err(ctx, DL_ERR_DEVICE, "%s: t[%d] and t[%d] are both on %s; one replica per "
+                        "device", op, j, i, dl__dev_str(t[i]->device, d1, sizeof d1));
+                return DL_ERR_DEVICE;
+            }
+    }
+    R->n = n;
+    R->count = t[0]->numel;
+    R->esize = dl__esize(t[0]->dtype);
+    for (i = 0; i < n; i++) {
+        R->dev[i] = t[i]->dev_;
+        R->buf[i] = (unsigned char *)t[i]->data;
+    }
+    return DL_OK;
+}
+
+static bool dl__reduce_op_ok(dl_ctx *ctx, const char *op, int rop)
+{
+    if (rop == DL_REDUCE_SUM || rop == DL_REDUCE_MEAN) return true;
+    dl__err(ctx, DL_ERR_ARG, "%s: op=%d is not DL_REDUCE_SUM (0) or DL_REDUCE_MEAN (1)", op, rop);
+    return false;
+}
+
+dl_result dl_allreduce(dl_tensor *const *t, int n, dl_reduce_op op)
+{
+    dl__ring R;
+    dl_result rc = dl__replicas("dl_allreduce", t, n, true, &R);
+    if (rc != DL_OK) return rc;
+    if (!dl__reduce_op_ok(t[0]->ctx_, "dl_allreduce", (int)op)) return DL_ERR_ARG;
+    return dl__ring_allreduce(&R, t[0]->ctx_, "dl_allreduce", op == DL_REDUCE_MEAN ? 1.0f / (float)n : 1.0f);
+}
+
+dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
+{
+    dl__ring R;
+    dl_result rc = dl__replicas("dl_broadcast", t, n, false, &R);
+    if (rc != DL_OK) return rc;
+    if (root < 0 || root >= n) {
+        dl__err(t[0]->ctx_, DL_ERR_ARG, "dl_broadcast: root=%d; it must index the list (0..%d)", root, n - 1);
+        return DL_ERR_ARG;
+    }
+    return dl__ring_broadcast(&R, t[0]->ctx_, "dl_broadcast", root);
+}
+
+/* ---- communicators */
+
+#define DL__COMM_MAGIC 0xD1C0337u
+
+struct dl_comm {
+    uint32_t magic;
+    dl_ctx *ctx;
+    dl_comm_backend backend;
+    int rank, size;
+    double timeout;                   /* seconds */
+    bool broken;                      /* a peer timed out or failed: unusable */
+    float *hbuf, *htmp;               /* MPI: host copy of one replica, receive chunk */
+    int64_t hcap;
+#ifdef DL_MPI
+    MPI_Comm mpi;
+    bool mpi_inited;                  /* dl_comm_init called MPI_Init */
+#endif
+#ifdef DL_NCCL
+    ncclComm_t nccl;
+    bool nccl_ok;
+    int cuda;                         /* this process's GPU */
+#endif
+};
+
+static void dl__comm_destroy(void *p)
+{
+    dl_comm *c = (dl_comm *)p;
+#ifdef DL_NCCL
+    if (c->nccl_ok) {
+        if (c->broken) ncclCommAbort(c->nccl);
+        else ncclCommDestroy(c->nccl);
+    }
+#endif
+#ifdef DL_MPI
+    if (c->backend != DL_COMM_LOCAL && !c->broken) {
+        MPI_Comm_free(&c->mpi);
+        if (c->mpi_inited) MPI_Finalize();
+    }
+#endif
+    DL_FREE(c->hbuf);
+    DL_FREE(c->htmp);
+    c->magic = 0;
+    DL_FREE(c);
+}
+
+static bool dl__comm_ok(dl_comm *c, const char *op)
+{
+    if (!c || c->magic != DL__COMM_MAGIC) {
+        dl__err(NULL, DL_ERR_ARG, "%s: not a communicator from dl_comm_init (freed?)", op);
+        return false;
+    }
+    if (c->broken) {
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: this communicator failed earlier (a peer died, hung or "
+                "returned an error) and cannot be used again", op);
+        return false;
+    }
+    return true;
+}
+
+/* seconds: desc, else DL_COMM_TIMEOUT, else 300; -1 with an error when bad */
+static double dl__comm_timeout(dl_ctx *ctx, double want)
+{
+    const char *e = getenv("DL_COMM_TIMEOUT");
+    char *end = NULL;
+    double v;
+    if (want != 0) {
+        if (!(want > 0) || want > 1e9) {
+            dl__err(ctx, DL_ERR_ARG, "dl_comm_init: timeout=%g; it must be a number of seconds in "
+                    "(0, 1e9], or 0 for DL_COMM_TIMEOUT / 300", want);
+            return -1;
+        }
+        return want;
+    }
+    if (!e || !*e) return 300.0;
+    v = strtod(e, &end);
+    if (*end || !(v > 0) || v > 1e9) {
+        dl__err(ctx, DL_ERR_ARG, "dl_comm_init: DL_COMM_TIMEOUT='%s'; it must be a number of "
+                "seconds in (0, 1e9]", e);
+        return -1;
+    }
+    return v;
+}
+
+#ifdef DL_MPI
+static bool dl__mpi_start(dl_comm *c)
+{
+    int inited = 0, rc;
+    char es[MPI_MAX_ERROR_STRING];
+    int el = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init(NULL, NULL);
+        if (rc != MPI_SUCCESS) {
+            MPI_Error_string(rc, es, &el);
+            dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_init: MPI_Init failed: %s", es);
+            return false;
+        }
+        c->mpi_inited = true;
+    }
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi) != MPI_SUCCESS) {
+        dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_init: MPI_Comm_dup(MPI_COMM_WORLD) failed");
+        if (c->mpi_inited) MPI_Finalize();
+        return false;
+    }
+    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);   /* errors come back, no abort */
+    MPI_Comm_rank(c->mpi, &c->rank);
+    MPI_Comm_size(c->mpi, &c->size);
+    return true;
+}
+
+/* Wait for requests, polling against the deadline; false (communicator
+   broken, with an error naming the peers) on timeout or an MPI error. */
+static bool dl__mpi_wait(dl_comm *c, const char *op, int nrq, MPI_Request *rq, int left, int right)
+{
+    double t0 = MPI_Wtime();
+    long spins = 0;
+    for (;;) {
+        int done = 0, rc = MPI_Testall(nrq, rq, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char es[MPI_MAX_ERROR_STRING];
+            int el = 0;
+            MPI_Error_string(rc, es, &el);
+            c->broken = true;
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI error talking to rank %d/%d: %s",
+                    op, c->rank, c->size, left, right, es);
+            return false;
+        }
+        if (done) return true;
+        if (MPI_Wtime() - t0 > c->timeout) {
+            c->broken = true;
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d waited %.1f s for rank %d or %d "
+                    "(timeout: dl_comm_desc.timeout or DL_COMM_TIMEOUT): a rank died or hangs; this "
+                    "communicator cannot be used again", op, c->rank, c->size, c->timeout, left, right);
+            return false;
+        }
+        if (++spins > 1000) {          /* past the first microseconds, yield the core */
+            struct timespec ts;
+            ts.tv_sec = 0;
+            ts.tv_nsec = 20000;
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* The ring of the section comment over processes, on a host buffer h */
+static bool dl__mpi_ring(dl_comm *c, const char *op, float *h, int64_t count, float scale)
+{
+    int P = c->size, me = c->rank, right = (me + 1) % P, left = (me + P - 1) % P, k;
+    int64_t maxseg = (count + P - 1) / P, nch = (maxseg + DL__RING_CHUNK - 1) / DL__RING_CHUNK, ci;
+    for (k = 0; k < 2 * (P - 1); k++) {
+        bool rs = k < P - 1;
+        int kk = rs ? k : k - (P - 1);
+        int ss = rs ? (me - kk + 2 * P) % P : (me + 1 - kk + 2 * P) % P;
+        int sr = (ss + P - 1) % P;      /* what the left neighbour sends */
+        int64_t so, sl, ro, rl;
+        dl__seg(count, P, ss, &so, &sl);
+        dl__seg(count, P, sr, &ro, &rl);
+        for (ci = 0; ci < nch; ci++) {
+            int64_t c0 = ci * DL__RING_CHUNK, i;
+            int ms = (int)(sl - c0 < 0 ? 0 : (sl - c0 < DL__RING_CHUNK ? sl - c0 : DL__RING_CHUNK));
+            int mr = (int)(rl - c0 < 0 ? 0 : (rl - c0 < DL__RING_CHUNK ? rl - c0 : DL__RING_CHUNK));
+            float *dst = rs ? c->htmp : h + ro + c0;
+            MPI_Request rq[2];
+            if (MPI_Irecv(mr ? dst : c->htmp, mr, MPI_FLOAT, left, 7, c->mpi, &rq[0]) != MPI_SUCCESS ||
+                MPI_Isend(ms ? h + so + c0 : c->htmp, ms, MPI_FLOAT, right, 7, c->mpi, &rq[1]) != MPI_SUCCESS) {
+                c->broken = true;
+                dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI_Irecv/MPI_Isend failed", op,
+                        c->rank, c->size);
+                return false;
+            }
+            if (!dl__mpi_wait(c, op, 2, rq, left, right)) return false;
+            if (rs) for (i = 0; i < mr; i++) h[ro + c0 + i] = h[ro + c0 + i] + c->htmp[i];
+        }
+        if (k == P - 2 && scale != 1.0f) {   /* own finished segment: me + 1 */
+            int64_t o, l, i;
+            dl__seg(count, P, (me + 1) % P, &o, &l);
+            for (i = 0; i < l; i++) h[o + i] = h[o + i] * scale;
+        }
+    }
+    if (P == 1 && scale != 1.0f) {
+        int64_t i;
+        for (i = 0; i < count; i++) h[i] = h[i] * scale;
+    }
+    return true;
+}
+#endif
+
+/* host buffers for count floats (MPI) */
+static DL__UNUSED bool dl__comm_host(dl_comm *c, const char *op, int64_t count)
+{
+    if (count <= c->hcap) return true;
+    DL_FREE(c->hbuf);
+    if (!c->htmp) c->htmp = (float *)dl__malloc(c->ctx, sizeof(float) * (size_t)DL__RING_CHUNK);
+    c->hbuf = (float *)dl__malloc(c->ctx, sizeof(float) * (size_t)count);
+    c->hcap = c->hbuf ? count : 0;
+    if (c->hbuf && c->htmp) return true;
+    dl__err(c->ctx, DL_ERR_OOM, "%s: no host memory for a %lld-float staging buffer", op, (long long)count);
+    return false;
+}
+
+/* across processes: buf (count floats on d) = sum over processes * scale */
+static dl_result dl__comm_cross(dl_comm *c, const char *op, dl__dev *d, float *buf, int64_t count, float scale)
+{
+    if (c->size == 1 || count == 0) {
+        if (scale != 1.0f && count) d->be->scale(d, buf, count, scale);
+        return dl__dev_check(d, op);
+    }
+#ifdef DL_NCCL
+    if (c->backend == DL_COMM_NCCL) {
+        ncclResult_t nr;
+        d->be->sync(d);
+        cudaSetDevice(c->cuda);
+        nr = ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, c->nccl, 0);
+        if (nr == ncclSuccess && cudaStreamSynchronize(0) != cudaSuccess) nr = ncclUnhandledCudaError;
+        if (nr != ncclSuccess) {
+            c->broken = true;
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: ncclAllReduce failed: %s", op, ncclGetErrorString(nr));
+            return DL_ERR_DEVICE;
+        }
+        if (scale != 1.0f) d->be->scale(d, buf, count, scale);
+        return dl__dev_check(d, op);
+    }
+#endif
+#ifdef DL_MPI
+    if (!dl__comm_host(c, op, count)) return DL_ERR_OOM;
+    d->be->download(d, c->hbuf, buf, sizeof(float) * (size_t)count);
+    if (!dl__mpi_ring(c, op, c->hbuf, count, scale)) return DL_ERR_DEVICE;
+    d->be->upload(d, buf, c->hbuf, sizeof(float) * (size_t)count);
+    return dl__dev_check(d, op);
+#else
+    (void)buf;
+    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: no cross-process backend in this build", op);
+    return DL_ERR_UNSUPPORTED;
+#endif
+}
+
+dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
+{
+    dl_comm *c;
+    dl_comm_desc d;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_comm_init: ctx is NULL"); return NULL; }
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    if (d.backend != DL_COMM_LOCAL && d.backend != DL_COMM_MPI && d.backend != DL_COMM_NCCL) {
+        dl__err(ctx, DL_ERR_ARG, "dl_comm_init: backend=%d is not DL_COMM_LOCAL (0), DL_COMM_MPI (1) "
+                "or DL_COMM_NCCL (2)", (int)d.backend);
+        return NULL;
+    }
+    {
+        const char *need = NULL;          /* a backend this build lacks */
+#ifndef DL_MPI
+        if (d.backend == DL_COMM_MPI)
+            need = "DL_COMM_MPI needs dl.h built with -DDL_MPI (compile with mpicc -DDL_MPI, launch with mpirun)";
+#endif
+#ifndef DL_NCCL
+        if (d.backend == DL_COMM_NCCL)
+            need = "DL_COMM_NCCL needs dl.h built with -DDL_NCCL and DL_CUDA (nvcc, link -lnccl -lcudart)";
+#endif
+        if (need) {
+            dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_comm_init: %s", need);
+            return NULL;
+        }
+    }
+    c = (dl_comm *)dl__malloc(ctx, sizeof(dl_comm));
+    if (!c) { dl__err(ctx, DL_ERR_OOM, "dl_comm_init: out of memory"); return NULL; }
+    memset(c, 0, sizeof *c);
+    c->ctx = ctx;
+    c->backend = d.backend;
+    c->size = 1;
+    c->timeout = dl__comm_timeout(ctx, d.timeout);
+    if (c->timeout < 0) { DL_FREE(c); return NULL; }
+#ifdef DL_MPI
+    if (d.backend != DL_COMM_LOCAL && !dl__mpi_start(c)) { DL_FREE(c); return NULL; }
+#endif
+#ifdef DL_NCCL
+    if (d.backend == DL_COMM_NCCL) {
+        ncclUniqueId id;
+        ncclResult_t nr = ncclSuccess;
+        int ngpu = 0;
+        if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) {
+            dl__err(ctx, DL_ERR_DEVICE, "dl_comm_init: DL_COMM_NCCL: no CUDA device (%s)",
+                    cudaGetErrorString(cudaGetLastError()));
+            c->broken = true;
+            dl__comm_destroy(c);
+            return NULL;
+        }
+        c->cuda = d.device.type == DL_DEVICE_CUDA ? d.device.index : c->rank % ngpu;
+        if (c->rank == 0) nr = ncclGetUniqueId(&id);
+#ifdef DL_MPI
+        MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi);
+#endif
+        cudaSetDevice(c->cuda);
+        if (nr == ncclSuccess) nr = ncclCommInitRank(&c->nccl, c->size, id, c->rank);
+        if (nr != ncclSuccess) {
+            dl__err(ctx, DL_ERR_DEVICE, "dl_comm_init: NCCL rank %d of %d on cuda:%d: %s", c->rank,
+                    c->size, c->cuda, ncclGetErrorString(nr));
+            dl__comm_destroy(c);
+            return NULL;
+        }
+        c->nccl_ok = true;
+    }
+#endif
+    c->magic = DL__COMM_MAGIC;
+    if (!dl__own(ctx, dl__comm_destroy, c)) { dl__comm_destroy(c); return NULL; }
+    return c;
+}
+
+int dl_comm_rank(const dl_comm *c) { return c && c->magic == DL__COMM_MAGIC ? c->rank : 0; }
+int dl_comm_size(const dl_comm *c) { return c && c->magic == DL__COMM_MAGIC ? c->size : 1; }
+
+void dl_comm_free(dl_comm *c)
+{
+    if (c && c->magic == DL__COMM_MAGIC) dl__disown(c->ctx, c);
+}
+
+/* local ring, then across processes on replica 0, then back to the others */
+static dl_result dl__comm_allreduce(dl_comm *c, const char *op, dl__ring *R, dl_ctx *ctx, float scale)
+{
+    dl_result rc;
+    int size = c ? c->size : 1;
+    rc = dl__ring_allreduce(R, ctx, op, size == 1 ? scale : 1.0f);
+    if (rc != DL_OK || size == 1) return rc;
+    rc = dl__comm_cross(c, op, R->dev[0], (float *)(void *)R->buf[0], R->count, scale);
+    if (rc != DL_OK) return rc;
+    return dl__ring_broadcast(R, ctx, op, 0);
+}
+
+/* the checks of the communicator calls: a live communicator (or NULL),
+   then dl__replicas */
+static dl_result dl__comm_replicas(dl_comm *c, const char *op, dl_tensor *const *t, int n, bool f32, dl__ring *R)
+{
+    if (c && !dl__comm_ok(c, op)) return DL_ERR_ARG;
+    return dl__replicas(op, t, n, f32, R);
+}
+
+dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op op)
+{
+    dl__ring R;
+    dl_result rc = dl__comm_replicas(c, "dl_comm_allreduce", t, n, true, &R);
+    if (rc != DL_OK) return rc;
+    if (!dl__reduce_op_ok(t[0]->ctx_, "dl_comm_allreduce", (int)op)) return DL_ERR_ARG;
+    return dl__comm_allreduce(c, "dl_comm_allreduce", &R, t[0]->ctx_,
+                              op == DL_REDUCE_MEAN ? 1.0f / ((float)n * (float)dl_comm_size(c)) : 1.0f);
+}
+
+static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx *ctx, int root)
+{
+    (void)root;
+    if (c && c->size > 1) {
+#ifdef DL_NCCL
+        if (c->backend == DL_COMM_NCCL) {
+            ncclResult_t nr;
+            R->dev[0]->be->sync(R->dev[0]);
+            cudaSetDevice(c->cuda);
+            nr = ncclBroadcast(R->buf[0], R->buf[0], (size_t)R->count * R->esize, ncclChar, root, c->nccl, 0);
+            if (nr == ncclSuccess && cudaStreamSynchronize(0) != cudaSuccess) nr = ncclUnhandledCudaError;
+            if (nr != ncclSuccess) {
+                c->broken = true;
+                dl__err(ctx, DL_ERR_DEVICE, "%s: ncclBroadcast failed: %s", op, ncclGetErrorString(nr));
+                return DL_ERR_DEVICE;
+            }
+        } else
+#endif
+        {
+#ifdef DL_MPI
+            size_t bytes = (size_t)R->count * R->esize, o;
+            if (!dl__comm_host(c, op, (int64_t)((bytes + 3) / 4))) return DL_ERR_OOM;
+            if (c->rank == root) R->dev[0]->be->download(R->dev[0], c->hbuf, R->buf[0], bytes);
+            for (o = 0; o < bytes; o += (size_t)1 << 26) {
+                MPI_Request rq;
+                size_t m = bytes - o < ((size_t)1 << 26) ? bytes - o : ((size_t)1 << 26);
+                if (MPI_Ibcast((unsigned char *)c->hbuf + o, (int)m, MPI_BYTE, root, c->mpi, &rq) != MPI_SUCCESS) {
+                    c->broken = true;
+                    dl__err(ctx, DL_ERR_DEVICE, "%s: MPI_Ibcast failed", op);
+                    return DL_ERR_DEVICE;
+                }
+                if (!dl__mpi_wait(c, op, 1, &rq, root, root)) return DL_ERR_DEVICE;
+            }
+            if (c->rank != root) R->dev[0]->be->upload(R->dev[0], R->buf[0], c->hbuf, bytes);
+            if (dl__dev_check(R->dev[0], op) != DL_OK) return DL_ERR_DEVICE;
+#endif
+        }
+    }
+    return dl__ring_broadcast(R, ctx, op, 0);
+}
+
+dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root)
+{
+    dl__ring R;
+    dl_result rc = dl__comm_replicas(c, "dl_comm_broadcast", t, n, false, &R);
+    if (rc != DL_OK) return rc;
+    if (root < 0 || root >= dl_comm_size(c)) {
+        dl__err(t[0]->ctx_, DL_ERR_ARG, "dl_comm_broadcast: root=%d; it must be a process rank "
+                "(0..%d)", root, dl_comm_size(c) - 1);
+        return DL_ERR_ARG;
+    }
+    return dl__comm_bcast(c, "dl_comm_broadcast", &R, t[0]->ctx_, root);
+}
+
+dl_result dl_comm_barrier(dl_comm *c)
+{
+    if (!dl__comm_ok(c, "dl_comm_barrier")) return DL_ERR_ARG;
+    if (dl_sync(c->ctx) != DL_OK) return c->ctx->err;
+#ifdef DL_MPI
+    if (c->backend != DL_COMM_LOCAL && c->size > 1) {
+        MPI_Request rq;
+        if (MPI_Ibarrier(c->mpi, &rq) != MPI_SUCCESS) {
+            c->broken = true;
+            dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_barrier: MPI_Ibarrier failed");
+            return DL_ERR_DEVICE;
+        }
+        if (!dl__mpi_wait(c, "dl_comm_barrier", 1, &rq, -1, -1)) return DL_ERR_DEVICE;
+    }
+#endif
+    return DL_OK;
+}
+
+/* ---- data parallelism */
+
+#define DL__DDP_MAGIC 0xDD9A11E1u
+
+struct dl_ddp {
+    uint32_t magic;
+    dl_ctx *ctx;
+    dl_comm *comm;
+    int n, np;                        /* local replicas, parameters per replica */
+    dl_module **m;
+    dl_optim **o;
+    dl_tensor **p;                    /* p[i * np + j]: replica i's parameter j */
+    dl_tensor **flat;                 /* replica i's gradient bucket (persistent) */
+    float *w;                         /* replica i's weight in the next gradient sum */
+    float *sum;                       /* dl_ddp_check: 2 * np checksums */
+    int64_t total, bucket;            /* parameter elements; bucket elements */
+};
+
+static void dl__ddp_destroy(void *v)
+{
+    dl_ddp *dp = (dl_ddp *)v;
+    int i;
+    for (i = 0; dp->flat && i < dp->n; i++) dl_free(dp->flat[i]);
+    DL_FREE(dp->m);
+    DL_FREE(dp->o);
+    DL_FREE(dp->p);
+    DL_FREE(dp->flat);
+    DL_FREE(dp->w);
+    DL_FREE(dp->sum);
+    dp->magic = 0;
+    DL_FREE(dp);
+}
+
+static bool dl__ddp_ok(dl_ddp *dp, const char *op)
+{
+    if (dp && dp->magic == DL__DDP_MAGIC) return true;
+    dl__err(NULL, DL_ERR_ARG, "%s: not a dl_ddp from dl_ddp_init (freed?)", op);
+    return false;
+}
+
+/* replica i's device (that of its first parameter) */
+static dl__dev *dl__ddp_dev(const dl_ddp *dp, int i) { return dp->p[(size_t)i * (size_t)dp->np]->dev_; }
+
+
+dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, const dl_ddp_desc *desc)
+{
+    dl_ctx *ctx;
+    dl_ddp *dp;
+    int i, j, np = -1, ns0;
+    char b1[32], b2[32];
+    if (!replicas || n < 1 || n > DL__RING_MAX || !dl__mod_ok(replicas[0])) {
+        dl__err(replicas && n >= 1 && dl__mod_ok(replicas[0]) ? replicas[0]->ctx : NULL, DL_ERR_ARG,
+                "dl_ddp_init: n=%d replicas%s; it needs 1..%d modules, one per device", n,
+                !replicas ? " (the list is NULL)" : (n >= 1 && n <= DL__RING_MAX ? " (replicas[0] is not a module)" : ""),
+                DL__RING_MAX);
+        return NULL;
+    }
+    ctx = replicas[0]->ctx;
+    if (desc && desc->comm && !dl__comm_ok(desc->comm, "dl_ddp_init")) return NULL;
+    if (desc && desc->bucket_bytes < 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ddp_init: bucket_bytes=%lld; it must be >= 0 (0: 25 MB)",
+                (long long)desc->bucket_bytes);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        const dl_named_tensor *a, *b;
+        int k;
+        if (!dl__mod_ok(replicas[i]) || replicas[i]->ctx != ctx) {
+            dl__err(ctx, DL_ERR_ARG, "dl_ddp_init: replicas[%d] is %s", i,
+                    !dl__mod_ok(replicas[i]) ? "not a module (NULL, or its constructor failed?)"
+                                             : "in another context than replicas[0]");
+            return NULL;
+        }
+        if (optims && (!optims[i] || optims[i]->ctx != ctx)) {
+            dl__err(ctx, DL_ERR_ARG, "dl_ddp_init: optims[%d] is %s", i,
+                    !optims[i] ? "NULL (pass optims NULL for none)" : "in another context");
+            return NULL;
+        }
+        k = dl_module_named_parameters(replicas[i], &a);
+        if (k < 0) return NULL;
+        if (i == 0) np = k;
+        if (k != np || k == 0) {
+            dl__err(ctx, DL_ERR_SHAPE, "dl_ddp_init: replicas[%d] has %d parameters and replicas[0] %d; "
+                    "replicas must be the same model (with parameters)", i, k, np);
+            return NULL;
+        }
+        for (j = 0; j < k; j++) {
+            if (a[j].t->dev_ != a[0].t->dev_) {
+                dl__err(ctx, DL_ERR_DEVICE, "dl_ddp_init: replicas[%d] has %s on %s and %s on %s; "
+                        "move each replica to one device (dl_module_to)", i, a[0].name,
+                        dl__dev_str(a[0].t->device, b1, sizeof b1), a[j].name,
+                        dl__dev_str(a[j].t->device, b2, sizeof b2));
+                return NULL;
+            }
+        }
+        if (i == 0) continue;
+        k = dl_module_named_parameters(replicas[0], &b);
+        k = dl_module_named_parameters(replicas[i], &a);
+        for (j = 0; j < k; j++)
+            if (strcmp(a[j].name, b[j].name) != 0 || !dl__dist_same_shape(a[j].t, b[j].t)) {
+                dl__err(ctx, DL_ERR_SHAPE, "dl_ddp_init: replicas[0] has %s %s where replicas[%d] has "
+                        "%s %s; replicas must be the same model", b[j].name, dl__sh(b[j].t), i,
+                        a[j].name, dl__sh(a[j].t));
+                return NULL;
+            }
+        if (a[0].t->dev_ == b[0].t->dev_) {
+            dl__err(ctx, DL_ERR_DEVICE, "dl_ddp_init: replicas[0] and replicas[%d] are both on %s; "
+                    "one replica per device", i, dl__dev_str(a[0].t->device, b1, sizeof b1));
+            return NULL;
+        }
+        ns0 = dl_module_state_dict(replicas[0], &b);
+        if (dl_module_state_dict(replicas[i], &a) != ns0) {
+            dl__err(ctx, DL_ERR_SHAPE, "dl_ddp_init: replicas[%d] has %d state tensors and replicas[0] "
+                    "%d; replicas must be the same model", i, dl_module_state_dict(replicas[i], &a), ns0);
+            return NULL;
+        }
+    }
+    {
+        const dl_named_tensor *a;
+        ns0 = dl_module_state_dict(replicas[0], &a);
+        if (ns0 < 0) return NULL;
+    }
+    dp = (dl_ddp *)dl__malloc(ctx, sizeof(dl_ddp));
+    if (!dp) { dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory"); return NULL; }
+    memset(dp, 0, sizeof *dp);
+    dp->ctx = ctx;
+    dp->comm = desc ? desc->comm : NULL;
+    dp->n = n;
+    dp->np = np;
+    dp->m = (dl_module **)dl__malloc(ctx, sizeof(dl_module *) * (size_t)n);
+    dp->o = (dl_optim **)dl__malloc(ctx, sizeof(dl_optim *) * (size_t)n);
+    dp->p = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)n * (size_t)np);
+    dp->flat = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)n);
+    dp->w = (float *)dl__malloc(ctx, sizeof(float) * (size_t)n);
+    dp->sum = (float *)dl__malloc(ctx, sizeof(float) * 2 * (size_t)np);
+    if (!dp->m || !dp->o || !dp->p || !dp->flat || !dp->w || !dp->sum) {
+        dl__ddp_destroy(dp);
+        dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory");
+        return NULL;
+    }
+    memset(dp->flat, 0, sizeof(dl_tensor *) * (size_t)n);
+    for (i = 0; i < n; i++) {
+        const dl_named_tensor *a;
+        dp->m[i] = replicas[i];
+        dp->o[i] = optims ? optims[i] : NULL;
+        dl_module_named_parameters(replicas[i], &a);
+        for (j = 0; j < np; j++) dp->p[(size_t)i * (size_t)np + (size_t)j] = a[j].t;
+    }
+    for (j = 0; j < np; j++) dp->total += dp->p[j]->numel;
+    dp->bucket = (desc && desc->bucket_bytes ? desc->bucket_bytes : (int64_t)25 << 20) / (int64_t)sizeof(float);
+    if (dp->bucket < 1) dp->bucket = 1;
+    if (dp->bucket > dp->total) dp->bucket = dp->total;
+    for (i = 0; i < n; i++) {
+        dp->flat[i] = dl__make(dl__ddp_dev(dp, i), "dl_ddp_init", DL_DTYPE_F32, 1, &dp->bucket, true, NULL);
+        if (!dp->flat[i]) { dl__ddp_destroy(dp); return NULL; }
+        dl_set_name(dp->flat[i], "ddp.bucket");
+    }
+    if (!dl__own(ctx, dl__ddp_destroy, dp)) { dl__ddp_destroy(dp); return NULL; }
+    dp->magic = DL__DDP_MAGIC;
+    /* replica 0 of process 0 -> everyone: parameters and buffers */
+    for (j = 0; j < ns0; j++) {
+        dl_tensor *t[DL__RING_MAX];
+        const dl_named_tensor *a;
+        for (i = 0; i < n; i++) {
+            dl_module_state_dict(replicas[i], &a);
+            t[i] = a[j].t;
+        }
+        if (dl_comm_broadcast(dp->comm, t, n, 0) != DL_OK) { dl_ddp_free(dp); return NULL; }
+    }
+    return dp;
+}
+
+void dl_ddp_free(dl_ddp *dp)
+{
+    if (dp && dp->magic == DL__DDP_MAGIC) dl__disown(dp->ctx, dp);
+}
+
+dl_module *dl_ddp_module(dl_ddp *dp, int i)
+{
+    if (!dp || dp->magic != DL__DDP_MAGIC || i < 0 || i >= dp->n) return NULL;
+    return dp->m[i];
+}
+
+/* gradients = sum over replicas of w[i] * gradient, bucket by bucket */
+static dl_result dl__ddp_sum(dl_ddp *dp, const char *op)
+{
+    int i, j, np = dp->np, n = dp->n;
+    int64_t lo, pos;
+    for (j = 0; j < np; j++) {          /* a gradient on one replica: on all (zeros) */
+        bool any = false;
+        for (i = 0; i < n; i++) any = any || dp->p[(size_t)i * (size_t)np + (size_t)j]->grad;
+        for (i = 0; any && i < n; i++) {
+            dl_tensor *x = dp->p[(size_t)i * (size_t)np + (size_t)j];
+            if (x->grad) continue;
+            x->grad = dl__make(x->dev_, op, DL_DTYPE_F32, x->ndim, x->shape, true, NULL);
+            if (!x->grad) return dp->ctx->err;
+            DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
+        }
+    }
+    for (lo = 0; lo < dp->total; lo += dp->bucket) {
+        int64_t hi = lo + dp->bucket < dp->total ? lo + dp->bucket : dp->total;
+        dl__ring R;
+        dl_result rc;
+        int pass;
+        for (pass = 0; pass < 2; pass++) {   /* 0: pack and weight, 1: unpack */
+            if (pass == 1) {
+                R.n = n;
+                R.count = hi - lo;
+                for (i = 0; i < n; i++) {
+                    R.dev[i] = dl__ddp_dev(dp, i);
+                    R.buf[i] = (unsigned char *)dp->flat[i]->data;
+                }
+                rc = dl__comm_allreduce(dp->comm, op, &R, dp->ctx, 1.0f);
+                if (rc != DL_OK) return rc;
+            }
+            for (i = 0; i < n; i++) {
+                dl__dev *d = dl__ddp_dev(dp, i);
+                float *f = (float *)dp->flat[i]->data;
+                for (j = 0, pos = 0; j < np; j++) {
+                    dl_tensor *x = dp->p[(size_t)i * (size_t)np + (size_t)j];
+                    int64_t a = pos > lo ? pos : lo, e = pos + x->numel < hi ? pos + x->numel : hi;
+                    if (a < e) {
+                        float *g = x->grad ? (float *)x->grad->data + (a - pos) : NULL;
+                        size_t bytes = sizeof(float) * (size_t)(e - a);
+                        if (pass == 1) { if (g) d->be->copy(d, g, f + (a - lo), bytes); }
+                        else if (g) d->be->copy(d, f + (a - lo), g, bytes);
+                        else d->be->fill(d, f + (a - lo), e - a, 0.0f);
+                    }
+                    pos += x->numel;
+                }
+                if (pass == 0 && dp->w[i] != 1.0f) d->be->scale(d, f, hi - lo, dp->w[i]);
+                if (dl__dev_check(d, op) != DL_OK) return DL_ERR_DEVICE;
+            }
+        }
+    }
+    return DL_OK;
+}
+
+dl_result dl_ddp_sync_grads(dl_ddp *dp)
+{
+    int i;
+    if (!dl__ddp_ok(dp, "dl_ddp_sync_grads")) return DL_ERR_ARG;
+    if (dp->comm && !dl__comm_ok(dp->comm, "dl_ddp_sync_grads")) return DL_ERR_ARG;
+    for (i = 0; i < dp->n; i++) dp->w[i] = 1.0f / ((float)dp->n * (float)dl_comm_size(dp->comm));
+    return dl__ddp_sum(dp, "dl_ddp_sync_grads");
+}
+
+/* across processes: replica 0's checksums against process 0's (a
+   collective call: every process makes it) */
+static dl_result dl__ddp_check_procs(dl_ddp *dp, float *sum)
+{
+    dl__dev *d = dl__ddp_dev(dp, 0);
+    int64_t np = dp->np, j;
+    dl_tensor *t = dl__make(d, "dl_ddp_check", DL_DTYPE_F32, 1, &np, false, NULL);
+    dl__ring R;
+    dl_result rc;
+    if (!t) return dp->ctx->err;
+    d->be->upload(d, t->data, sum, sizeof(float) * (size_t)np);
+    R.n = 1;
+    R.count = np;
+    R.esize = sizeof(float);
+    R.dev[0] = d;
+    R.buf[0] = (unsigned char *)t->data;
+    rc = dl__comm_bcast(dp->comm, "dl_ddp_check", &R, dp->ctx, 0);
+    if (rc != DL_OK) return rc;
+    d->be->download(d, sum + np, t->data, sizeof(float) * (size_t)np);
+    for (j = 0; j < np; j++)
+        if (sum[j] != sum[np + j] && !(sum[j] != sum[j] && sum[np + j] != sum[np + j])) {
+            dl__err(dp->ctx, DL_ERR_DEVICE, "dl_ddp_check: process %d has drifted from process 0: "
+                    "parameter %d has sum of squares %.9g there, %.9g in process 0", dp->comm->rank,
+                    (int)j, (double)sum[j], (double)sum[np + j]);
+            return DL_ERR_DEVICE;
+        }
+    return DL_OK;
+}
+
+dl_result dl_ddp_check(dl_ddp *dp)
+{
+    int i, j;
+    float *sum;
+    dl_result rc = DL_OK;
+    if (!dl__ddp_ok(dp, "dl_ddp_check")) return DL_ERR_ARG;
+    sum = dp->sum;
+    for (j = 0; j < dp->np; j++) {
+        dl_tensor *x0 = dp->p[j];
+        sum[j] = (float)(x0->numel ? DL__BE(x0)->sumsq(x0->dev_, (const float *)x0->data, x0->numel) : 0);
+    }
+    if (dp->comm && dp->comm->size > 1) rc = dl__ddp_check_procs(dp, sum);   /* every process calls it */
+    for (j = 0; j < dp->np && rc == DL_OK; j++)
+        for (i = 1; i < dp->n && rc == DL_OK; i++) {
+            dl_tensor *x = dp->p[(size_t)i * (size_t)dp->np + (size_t)j];
+            float s = (float)(x->numel ? DL__BE(x)->sumsq(x->dev_, (const float *)x->data, x->numel) : 0);
+            if (s != sum[j] && !(s != s && sum[j] != sum[j])) {
+                char b1[32];
+                dl__err(dp->ctx, DL_ERR_DEVICE, "dl_ddp_check: replica %d on %s has drifted from "
+                        "replica 0: parameter %d %s has sum of squares %.9g, replica 0 %.9g", i,
+                        dl__dev_str(x->device, b1, sizeof b1), j, dl__sh(x), (double)s, (double)sum[j]);
+                rc = DL_ERR_DEVICE;
+            }
+        }
+    return rc;
+}
+
+dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn fn, void *user, float *loss_out)
+{
+    dl_ctx *ctx;
+    dl_tensor *loss[DL__RING_MAX];
+    int64_t B, off = 0;
+    int i, n;
+    dl_result rc;
+    double total = 0;
+    if (loss_out) *loss_out = NAN;
+    if (!dl__ddp_ok(dp, "dl_ddp_step")) return DL_ERR_ARG;
+    ctx = dp->ctx;
+    n = dp->n;
+    if (dp->comm && !dl__comm_ok(dp->comm, "dl_ddp_step")) return DL_ERR_ARG;
+    if (!x || !y) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: %s is NULL (did the op that made it fail?)", !x ? "x" : "y");
+        return DL_ERR_ARG;
+    }
+    if (!dl__live("dl_ddp_step", "x", x) || !dl__live("dl_ddp_step", "y", y)) return ctx->err;
+    if (!fn) { dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: the loss function is NULL"); return DL_ERR_ARG; }
+    if (x->ctx_ != ctx || y->ctx_ != ctx) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: x and y must belong to the replicas' context");
+        return DL_ERR_ARG;
+    }
+    if (x->ndim < 1 || y->ndim < 1 || x->shape[0] != y->shape[0] || x->shape[0] < n) {
+        dl__err(ctx, DL_ERR_SHAPE, "dl_ddp_step: x %s and y %s: both need the batch in dim 0, the "
+                "same size, at least one row per replica (%d)", dl__sh(x), dl__sh(y), n);
+        return DL_ERR_SHAPE;
+    }
+    if (!dp->o[0]) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: dl_ddp_init got no optimizers (optims NULL); step "
+                "them yourself after dl_ddp_sync_grads");
+        return DL_ERR_ARG;
+    }
+    B = x->shape[0];
+    for (i = 0; i < n; i++) {           /* scatter: replica i gets rows [off, off + b) */
+        int64_t b = B / n + (i < B % n ? 1 : 0), sh[DL_MAX_DIMS];
+        dl__dev *d = dl__ddp_dev(dp, i);
+        dl_tensor *part[2], *src[2];
+        int k;
+        src[0] = x;
+        src[1] = y;
+        for (k = 0; k < 2; k++) {
+            size_t row = (size_t)(src[k]->numel / B) * dl__esize(src[k]->dtype);
+            void *h = NULL;
+            memcpy(sh, src[k]->shape, sizeof(int64_t) * (size_t)src[k]->ndim);
+            sh[0] = b;
+            part[k] = dl__make(d, "dl_ddp_step", src[k]->dtype, src[k]->ndim, sh, false, NULL);
+            if (!part[k]) return ctx->err;
+            if (d->be != src[k]->dev_->be && !(h = dl__malloc(ctx, row * (size_t)b))) {
+                dl__err(ctx, DL_ERR_OOM, "dl_ddp_step: no host memory to stage a batch part");
+                return DL_ERR_OOM;
+            }
+            dl__xfer(d, part[k]->data, src[k]->dev_, (unsigned char *)src[k]->data + row * (size_t)off,
+                     row * (size_t)b, h);
+            DL_FREE(h);
+        }
+        off += b;
+        dp->w[i] = (float)((double)b / (double)B / (double)dl_comm_size(dp->comm));
+        dl_optim_zero_grad(dp->o[i]);
+        loss[i] = fn(dp->m[i], part[0], part[1], user);
+        if (!loss[i]) {
+            if (ctx->err == DL_OK)
+                dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: the loss function returned NULL for replica %d", i);
+            return ctx->err;
+        }
+        rc = dl_backward(loss[i]);
+        if (rc != DL_OK) return rc;
+    }
+    rc = dl__ddp_sum(dp, "dl_ddp_step");
+    if (rc != DL_OK) return rc;
+    for (i = 0; i < n; i++) {
+        rc = dl_optim_step(dp->o[i]);
+        if (rc != DL_OK) return rc;
+        total += (double)dp->w[i] * (double)dl_item(loss[i]);
+    }
+    if (dp->comm && dp->comm->size > 1) {   /* the loss of every process's part */
+        dl__dev *d = dl__ddp_dev(dp, 0);
+        int64_t one = 1;
+        float v = (float)total;
+        dl_tensor *t = dl__make(d, "dl_ddp_step", DL_DTYPE_F32, 1, &one, false, NULL);
+        if (!t) return ctx->err;
+        d->be->upload(d, t->data, &v, sizeof v);
+        rc = dl__comm_cross(dp->comm, "dl_ddp_step", d, (float *)t->data, 1, 1.0f);
+        if (rc != DL_OK) return rc;
+        d->be->download(d, &v, t->data, sizeof v);
+        total = v;
+    }
+    if (loss_out) *loss_out = (float)total;
+#ifdef DL_DEBUG
+    rc = dl_ddp_check(dp);
+    if (rc != DL_OK) return rc;
+#endif
+    return DL_OK;
 }
 
 #endif /* DL__IMPLEMENTED */

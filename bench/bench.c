@@ -29,6 +29,11 @@
    of work), add a row to g_cases, the same name to torch_bench.py's CASES
    and a line to bench/run.sh's case table.
 
+   Data parallelism (no PyTorch side; run.sh passes their lines through):
+     build/bench allreduce THREADS      dl_allreduce of 1/16/64 MB on 2 and 4
+                                        CPU devices against the copy bound
+     build/bench ddp_lenet_bn THREADS   a dl_ddp LeNet-BN step on 1 and 2 devices
+
    Build: cc -std=c99 -O3 -march=native -I. bench/bench.c -o build/bench -lm -lpthread */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
@@ -439,6 +444,144 @@ static int run_case(const bcase *c, const char *name, bool gpu, int threads, int
     return !ok;
 }
 
+/* ---------------------------------------------------------------- data parallelism
+   (run.sh kind "dist": these print their own lines, there is no PyTorch side)
+
+   allreduce THREADS: dl_allreduce (sum) of 1, 16 and 64 MB float buffers on 2
+   and 4 virtual CPU devices. Each line: the median time, the bus bandwidth
+   2(N-1)/N * bytes / t (nccl-tests' busbw), and the share of the bound
+   t >= 2(N-1)/N * bytes / B, with B the bandwidth of one memcpy of the same
+   size measured in the same run (the best of the reps).
+
+   ddp_lenet_bn THREADS: one data-parallel LeNet-BN training step (batch 256,
+   SGD, dl_ddp_step) on 1 and on 2 devices with the same THREADS kernel
+   threads in all, the scaling efficiency t1 / t2, and the ms per epoch
+   of 60000 samples (235 steps). */
+
+static int run_allreduce(int threads, int warmup, int reps)
+{
+    static const int mb[3] = {1, 16, 64};
+    static const int devs[2] = {2, 4};
+    dl_ctx_desc cd;
+    dl_ctx *ctx;
+    int a, b, i, k;
+    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    memset(&cd, 0, sizeof cd);
+    cd.num_threads = threads;
+    cd.cpu_devices = 4;
+    ctx = dl_ctx_init(&cd);
+    if (!ctx || !t) { fprintf(stderr, "bench: no context\n"); free(t); return 1; }
+    printf("# allreduce (sum, float32), %d threads: size, devices, median ms, bus GB/s, memcpy GB/s, "
+           "bound ms = 2(N-1)/N*bytes/memcpy, bound/time\n", threads);
+    for (a = 0; a < 3; a++) {
+        int64_t n = (int64_t)mb[a] << 18;          /* floats */
+        size_t bytes = (size_t)n * sizeof(float);
+        char *src = (char *)malloc(bytes), *dst = (char *)malloc(bytes);
+        double cp = 1e30, bw;
+        if (!src || !dst) { free(src); free(dst); free(t); dl_ctx_free(ctx); return 1; }
+        memset(src, 1, bytes);
+        memset(dst, 2, bytes);
+        for (i = 0; i < warmup + reps; i++) {       /* copy bandwidth: one memcpy, best of the reps */
+            double t0 = now_s();
+            memcpy(i % 2 ? src : dst, i % 2 ? dst : src, bytes);
+            if (now_s() - t0 < cp) cp = now_s() - t0;
+        }
+        bw = (double)bytes / cp;
+        free(src);
+        free(dst);
+        for (b = 0; b < 2; b++) {
+            int N = devs[b];
+            dl_tensor *x[4];
+            double med, bound, frac;
+            for (k = 0; k < N; k++) {
+                dl_set_device(ctx, dl_cpu_device(k));
+                x[k] = dl_keep(dl_full(ctx, DL_SHAPE(n), 1e-3f * (float)(k + 1)));
+                dl_step_end(ctx);
+                if (!x[k]) { fprintf(stderr, "bench: %s\n", dl_error_message(ctx)); dl_ctx_free(ctx); free(t); return 1; }
+            }
+            for (i = 0; i < warmup + reps; i++) {
+                double t0 = now_s();
+                if (dl_allreduce(x, N, DL_REDUCE_SUM) != DL_OK) {
+                    fprintf(stderr, "bench: %s\n", dl_error_message(ctx));
+                    dl_ctx_free(ctx);
+                    free(t);
+                    return 1;
+                }
+                if (i >= warmup) t[i - warmup] = now_s() - t0;
+                dl_step_end(ctx);
+            }
+            qsort(t, (size_t)reps, sizeof *t, cmp_double);
+            med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+            bound = 2.0 * (N - 1) / N * (double)bytes / bw;
+            frac = bound / med;
+            printf("allreduce_%dMB_%ddev %d %.3f ms  busbw %.2f GB/s  memcpy %.2f GB/s  bound %.3f ms  %.0f%%\n",
+                   mb[a], N, threads, 1e3 * med, 2.0 * (N - 1) / N * (double)bytes / med / 1e9, bw / 1e9,
+                   1e3 * bound, 100 * frac);
+            for (k = 0; k < N; k++) dl_free(x[k]);
+        }
+    }
+    free(t);
+    dl_ctx_free(ctx);
+    return 0;
+}
+
+static dl_tensor *ddp_loss(dl_module *m, dl_tensor *x, dl_tensor *y, void *user)
+{
+    (void)user;
+    return dl_cross_entropy(dl_module_forward(m, x), y, NULL);
+}
+
+static int run_ddp(int threads, int warmup, int reps)
+{
+    double ms[2];
+    int nd, i;
+    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    if (!t) return 1;
+    for (nd = 1; nd <= 2; nd++) {
+        bench s;
+        dl_ctx_desc cd;
+        dl_module *net[2];
+        dl_optim *opt[2];
+        dl_ddp *dp;
+        dl_sgd_desc sd;
+        memset(&s, 0, sizeof s);
+        memset(&cd, 0, sizeof cd);
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.1f;
+        cd.seed = 1;
+        cd.num_threads = threads;
+        cd.cpu_devices = 2;
+        s.ctx = dl_ctx_init(&cd);
+        if (!s.ctx) { free(t); return 1; }
+        for (i = 0; i < nd; i++) {
+            net[i] = make_lenet_bn(s.ctx);
+            if (!net[i] || dl_module_to(net[i], dl_cpu_device(i)) != DL_OK) {
+                fail(&s, "ddp model");
+                dl_ctx_free(s.ctx);
+                free(t);
+                return 1;
+            }
+            opt[i] = dl_sgd(net[i], &sd);
+        }
+        dp = dl_ddp_init(nd, net, opt, NULL);
+        if (!dp || !make_batch(&s, DL_SHAPE(BATCH, 1, 28, 28))) { free(t); fail(&s, "ddp"); dl_ctx_free(s.ctx); return 1; }
+        for (i = 0; i < warmup + reps; i++) {
+            double t0 = now_s();
+            if (dl_ddp_step(dp, s.x, s.y, ddp_loss, NULL, NULL) != DL_OK) { fail(&s, "ddp step"); free(t); dl_ctx_free(s.ctx); return 1; }
+            dl_step_end(s.ctx);
+            if (i >= warmup) t[i - warmup] = now_s() - t0;
+        }
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        ms[nd - 1] = 1e3 * (reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]));
+        printf("ddp_lenet_bn_%ddev %d %.3f ms/step  %.2f s/epoch (235 steps)\n", nd, threads, ms[nd - 1],
+               ms[nd - 1] * 235 / 1e3);
+        dl_ctx_free(s.ctx);
+    }
+    printf("ddp_lenet_bn_efficiency %d %.2f (1 device / 2 devices, same %d threads)\n", threads, ms[0] / ms[1], threads);
+    free(t);
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: build/bench CASE THREADS [--warmup N] [--reps N] [--steps N]\n"
@@ -461,7 +604,8 @@ int main(int argc, char **argv)
     for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++)
         if (!strncmp(g_cases[k].name, argv[1], gpu ? len - 5 : len) && strlen(g_cases[k].name) == (gpu ? len - 5 : len))
             c = &g_cases[k];
-    if (!c || (gpu && c->kind != KIND_TIME)) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
+    if (!gpu && !c && (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "ddp_lenet_bn"))) c = NULL;
+    else if (!c || (gpu && c->kind != KIND_TIME)) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
     threads = atoi(argv[2]);
     for (i = 3; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
@@ -471,5 +615,6 @@ int main(int argc, char **argv)
         else { usage(); return 2; }
     }
     if (i != argc || threads < 1 || warmup < 0 || reps < 1 || steps < 1) { usage(); return 2; }
+    if (!c) return !strcmp(argv[1], "allreduce") ? run_allreduce(threads, warmup, reps) : run_ddp(threads, warmup, reps);
     return run_case(c, argv[1], gpu, threads, warmup, reps, steps);
 }

@@ -19,7 +19,10 @@
 # (median wall clock of whole processes: exec to exit, which follows the end
 # of the first training step at once). A side that lacks the case, fails, or
 # has no PyTorch prints n/a. The gemm case runs build/bench_gemm
-# (bench/gemm.c, against OpenBLAS) and passes its lines through.
+# (bench/gemm.c, against OpenBLAS) and passes its lines through; so do the
+# dist cases (allreduce bandwidth against the copy bound on 2 and 4 CPU
+# devices, a data-parallel LeNet-BN step on 1 and 2 devices), which have no
+# PyTorch side.
 #
 # To add a case: one line in TABLE below, a row in bench.c's g_cases and an
 # entry in torch_bench.py's CASES (a kind other than time/mem/startup/gemm
@@ -61,6 +64,8 @@ step_resnet_small_cuda time   5       21
 mem_lenet_bn         mem      -       20
 mem_resnet_small     mem      -       3
 startup              startup  -       7
+allreduce            dist     3       11
+ddp_lenet_bn         dist     2       9
 '
 
 # ------------------------------------------------------------------ helpers
@@ -155,9 +160,17 @@ run_gemm() {
     done
 }
 
+# data parallelism: build/bench prints its own lines (no PyTorch side)
+run_dist() {  # name warmup reps
+    for t in $THREADS; do
+        "$DL" "$1" "$t" --warmup "$2" --reps "$3" </dev/null || echo "# $1: build/bench $1 $t failed"
+    done
+}
+
 run_case() {  # name kind warmup reps
     case $2 in
     gemm) run_gemm ;;
+    dist) run_dist "$1" "$3" "$4" ;;
     startup) for t in $THREADS; do run_startup "$t" "$4"; done ;;
     mem)
         for t in $THREADS; do

@@ -5,7 +5,8 @@
      | flatten | linear 400->120 BN ReLU | linear 120->84 BN ReLU | linear 84->10
 
    The training loop is PyTorch's (train_epoch, evaluate below); flags,
-   data loading, printing and checkpoints are in examples/common.h.
+   data loading, printing, checkpoints and the model (ex_lenet_bn) are in
+   examples/common.h.
    Per epoch: train loss, train accuracy, test accuracy, time, samples/s; the
    last line is "test accuracy: 0.xxxx". A progress bar on a terminal.
    Build: cc -std=c99 -O2 -I. examples/lenet.c -o build/lenet -lm -lpthread
@@ -15,22 +16,6 @@
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "examples/common.h"
-
-static dl_module *make_lenet(dl_ctx *ctx)
-{
-    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
-    dl_module *m[] = {
-        dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_batch_norm2d(ctx, 16), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_flatten(ctx),
-        dl_nn_linear(ctx, 400, 120, true), dl_nn_batch_norm1d(ctx, 120), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 120, 84, true), dl_nn_batch_norm1d(ctx, 84), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 84, 10, true)};
-    return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
-}
 
 /* One pass over the training set. Returns 0, or 1 after printing what failed. */
 static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
@@ -86,7 +71,7 @@ int main(int argc, char **argv)
     int epoch, start;
     ex_parse(argc, argv, &a, "lenet", 10, 256, 2e-3f);       /* defaults: epochs, batch, lr */
     if (!ex_setup_fmnist(&a, "LeNet-BN on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
-    net = make_lenet(s.ctx);
+    net = ex_lenet_bn(s.ctx);                                 /* examples/common.h */
     if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&ad, 0, sizeof ad);                                /* zero: PyTorch's defaults */
     ad.lr = a.lr;

@@ -450,6 +450,20 @@ chmod +x "$T/t1" "$T/t2"
 expect 0 "^7 passed, 0 failed, 2 skipped$" tests/run.sh "$T/t1" "$T/t2"
 expect 0 "^4 passed, 0 failed$" tests/run.sh "$T/t2"
 
+# --- data_parallel: its own flags (--devices), and a run on 1 and 2 devices
+DP=$B/data_parallel
+expect 2 "^$DP: --devices gpu:1: 'gpu:1' is not a device like cpu:1 or cuda:0" $DP --devices gpu:1
+expect 2 "^$DP: --devices cpu:1,cpu:1: 'cpu:1' appears twice \(one replica per device\)" $DP --devices cpu:1,cpu:1
+expect 2 "^$DP: --devices '': needs at least one device" $DP --devices ""
+expect 2 "^$DP: --epochs 0: must be a whole number from 1 to 1000" $DP --epochs 0
+expect 2 "^$DP: --batch 3: must be at least the number of devices of every run" $DP --batch 3
+expect 2 "^$DP: --lr -1: must be a finite number > 0" $DP --lr -1
+expect 2 "^$DP: unknown flag --device" $DP --device cpu:0
+expect 0 "^usage: $DP \[--devices LIST\]" $DP --help
+expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 \
+    --devices cpu:0 --devices cpu:0,cpu:1
+check "data_parallel: an epoch line per run" eval "[ \$(printf '%s\n' \"\$out\" | grep -c '^  epoch 1 ') = 2 ]"
+
 # --- a short run on the real data, when it is there
 if [ -f data/fashion-mnist/train-images-idx3-ubyte ]; then
     expect 0 "^LeNet-BN on Fashion-MNIST: 62158 parameters, 512 train / 10000 test samples, batch 64" \

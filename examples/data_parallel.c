@@ -1,0 +1,301 @@
+/* examples/data_parallel.c - data-parallel training (d2l's "multiple GPUs"
+   chapter): LeNet-BN on Fashion-MNIST with each minibatch split over
+   several devices. Every device holds a replica of the model and its Adam
+   state; each computes gradients on its part of the batch, dl_ddp sums
+   them (a ring allreduce) and every replica takes the same step, so the
+   replicas stay identical. Batch-norm statistics are per replica (each sees
+   its part of the batch), as with PyTorch's DataParallel.
+
+   By default it trains on 1, 2 and 4 virtual CPU devices (cpu:0..3) and
+   prints per-epoch test accuracy and time, then a table; `--devices
+   cpu:0,cpu:1` (or cuda:0,cuda:1 in a CUDA build) picks one set, and the
+   flag may be repeated. Built with -DDL_MPI and launched by mpirun, each
+   process is one replica (or its --devices list): the same code, with a
+   dl_comm across the processes.
+
+   Build: cc -std=c99 -O2 -I. examples/data_parallel.c -o build/data_parallel -lm -lpthread
+   Run:   build/data_parallel --epochs 2 --threads 2
+          build/data_parallel --devices cpu:0,cpu:1 --epochs 1
+   MPI:   mpicc -std=c99 -O2 -DDL_MPI -I. examples/data_parallel.c -o build/mpi/data_parallel -lm -lpthread
+          mpirun --allow-run-as-root --oversubscribe -np 2 build/mpi/data_parallel --epochs 1 --threads 1 */
+#define _POSIX_C_SOURCE 200809L
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "examples/common.h"
+
+#define MAX_RUNS 8
+#define MAX_DEV 16
+
+static int g_rank;                          /* this process (MPI), 0 otherwise */
+
+typedef struct run {
+    int n;                      /* devices in this run */
+    dl_device dev[MAX_DEV];
+    double secs, acc;           /* mean epoch time (training only), last test accuracy */
+} run;
+
+typedef struct flags {
+    const char *prog, *data;
+    int epochs, threads, nruns;
+    int64_t batch, limit;
+    float lr;
+    run runs[MAX_RUNS];
+} flags;
+
+static void usage(FILE *out, const char *prog)
+{
+    fprintf(out,
+            "usage: %s [--devices LIST]... [--epochs N (2)] [--batch N (256)] [--lr F (0.002)]\n"
+            "       [--threads N (0)] [--limit N (0)] [--data DIR (data/fashion-mnist)]\n"
+            "  --devices LIST  comma-separated devices, one replica each: cpu:0,cpu:1 or cuda:0,cuda:1\n"
+            "                  (at most %d, no repeats); repeat the flag for several runs; default:\n"
+            "                  three runs, on cpu:0 | cpu:0,cpu:1 | cpu:0,cpu:1,cpu:2,cpu:3\n"
+            "  --epochs N      epochs per run, 1..%d\n"
+            "  --batch N       samples per step over all devices, 1..%d (at least one per device)\n"
+            "  --lr F          Adam's learning rate, a finite number > 0\n"
+            "  --threads N     kernel threads in all, 0..%d (0: every core)\n"
+            "  --limit N       train on the first N samples, N >= 0 (0: all)\n"
+            "  --data DIR      the Fashion-MNIST IDX files (`make data`)\n",
+            prog, MAX_DEV, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS);
+}
+
+static void bad(const char *prog, const char *fmt, const char *flag, const char *v, const char *rule)
+{
+    fprintf(stderr, "%s: ", prog);
+    fprintf(stderr, fmt, flag, v, rule);
+    fprintf(stderr, "\n");
+    usage(stderr, prog);
+    exit(2);
+}
+
+static int64_t int_flag(const char *prog, const char *flag, const char *v, int64_t lo, int64_t hi, const char *rule)
+{
+    char *end;
+    long long x;
+    errno = 0;
+    x = strtoll(v, &end, 10);
+    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '-' || v[0] == '+') || *end || errno == ERANGE || x < lo || x > hi)
+        bad(prog, "%s %s: must be %s", flag, v, rule);
+    return (int64_t)x;
+}
+
+/* "cpu:0,cpu:1" -> a run; exit 2 naming the bad part */
+static void devices_flag(const char *prog, const char *v, run *r)
+{
+    char buf[256], *tok, *save = NULL;
+    int i;
+    if (strlen(v) >= sizeof buf) bad(prog, "%s %.40s...: %s", "--devices", v, "too long");
+    strcpy(buf, v);
+    r->n = 0;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        dl_device d = dl_device_parse(tok);
+        if (d.type < 0) bad(prog, "%s %s: '%s' is not a device like cpu:1 or cuda:0", "--devices", v, tok);
+        if (r->n == MAX_DEV) bad(prog, "%s %s: %s", "--devices", v, "more than 16 devices");
+        for (i = 0; i < r->n; i++)
+            if (r->dev[i].type == d.type && r->dev[i].index == d.index)
+                bad(prog, "%s %s: '%s' appears twice (one replica per device)", "--devices", v, tok);
+        r->dev[r->n++] = d;
+    }
+    if (r->n == 0) bad(prog, "%s '%s': %s", "--devices", v, "needs at least one device");
+}
+
+static void parse(int argc, char **argv, flags *f)
+{
+    int i, k;
+    memset(f, 0, sizeof *f);
+    f->prog = argv[0];
+    f->data = "data/fashion-mnist";
+    f->epochs = 2;
+    f->batch = 256;
+    f->lr = 2e-3f;
+    for (i = 1; i < argc; i += 2) {
+        const char *fl = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(fl, "--help") || !strcmp(fl, "-h")) { usage(stdout, f->prog); exit(0); }
+        if (strcmp(fl, "--devices") && strcmp(fl, "--epochs") && strcmp(fl, "--batch") && strcmp(fl, "--lr") &&
+            strcmp(fl, "--threads") && strcmp(fl, "--limit") && strcmp(fl, "--data"))
+            bad(f->prog, "unknown flag %s%s%s", fl, "", "");
+        if (!v) bad(f->prog, "%s needs a value%s%s", fl, "", "");
+        if (!strcmp(fl, "--devices")) {
+            if (f->nruns == MAX_RUNS) bad(f->prog, "%s %s: %s", fl, v, "at most 8 runs");
+            devices_flag(f->prog, v, &f->runs[f->nruns++]);
+        } else if (!strcmp(fl, "--epochs")) f->epochs = (int)int_flag(f->prog, fl, v, 1, EX_MAX_EPOCHS, "a whole number from 1 to 1000");
+        else if (!strcmp(fl, "--batch")) f->batch = int_flag(f->prog, fl, v, 1, EX_MAX_BATCH, "a whole number from 1 to 65536");
+        else if (!strcmp(fl, "--threads")) f->threads = (int)int_flag(f->prog, fl, v, 0, EX_MAX_THREADS, "a whole number from 0 to 1024");
+        else if (!strcmp(fl, "--limit")) f->limit = int_flag(f->prog, fl, v, 0, INT64_MAX, "a whole number >= 0");
+        else if (!strcmp(fl, "--data")) f->data = v;
+        else {
+            char *end;
+            double x = strtod(v, &end);
+            if (end == v || *end || !isfinite(x) || !(x > 0) || x > FLT_MAX || !((float)x > 0))
+                bad(f->prog, "%s %s: %s", fl, v, "must be a finite number > 0 (and within float32's range)");
+            f->lr = (float)x;
+        }
+    }
+    if (f->nruns == 0) {                      /* 1, 2 and 4 CPU devices */
+        static const int ns[3] = {1, 2, 4};
+        for (k = 0; k < 3; k++) {
+            f->runs[k].n = ns[k];
+            for (i = 0; i < ns[k]; i++) f->runs[k].dev[i] = dl_cpu_device(i);
+        }
+        f->nruns = 3;
+    }
+    for (k = 0; k < f->nruns; k++)
+        if (f->batch < f->runs[k].n) {
+            char v[32];
+            snprintf(v, sizeof v, "%lld", (long long)f->batch);
+            bad(f->prog, "%s %s: %s", "--batch", v, "must be at least the number of devices of every run");
+        }
+}
+
+/* one replica's loss on its part of the batch: pred = model(X); loss_fn(pred, y) */
+static dl_tensor *loss_fn(dl_module *net, dl_tensor *x, dl_tensor *y, void *user)
+{
+    (void)user;
+    return dl_cross_entropy(dl_module_forward(net, x), y, NULL);
+}
+
+/* test accuracy of replica 0 in eval mode; -1 on an error (printed) */
+static double evaluate(const char *prog, dl_ctx *ctx, dl_loader *test, dl_module *net)
+{
+    dl_tensor *x, *y;
+    int64_t correct = 0, total = 0, c;
+    int rc;
+    dl_module_train(net, false);
+    dl_no_grad_begin(ctx);
+    while ((rc = dl_loader_next(test, &x, &y)) > 0) {
+        if ((c = ex_correct(dl_module_forward(net, x), y)) < 0) { rc = -1; break; }
+        correct += c;
+        total += y->numel;
+        dl_step_end(ctx);
+    }
+    dl_no_grad_end(ctx);
+    dl_module_train(net, true);
+    if (rc != 0) { fprintf(stderr, "%s: %s\n", prog, dl_error_message(ctx)); return -1; }
+    return total ? (double)correct / (double)total : 0.0;
+}
+
+/* One run: n replicas (and, with MPI, every process's). 0, or 1 after printing the error. */
+static int train(const flags *f, run *r)
+{
+    dl_ctx_desc cd;
+    dl_ctx *ctx;
+    dl_comm *comm = NULL;
+    dl_module *net[MAX_DEV];
+    dl_optim *opt[MAX_DEV];
+    dl_ddp *dp;
+    dl_ddp_desc dd;
+    dl_adam_desc ad;
+    dl_tensor *xtr, *ytr, *xte, *yte;
+    dl_transform_desc tr;
+    dl_loader_desc ld;
+    dl_loader *trainl, *testl;
+    char names[128] = "";
+    int i, epoch, rank = 0, size = 1, ncpu = 1;
+    double total_secs = 0;
+    for (i = 0; i < r->n; i++)
+        if (r->dev[i].type == DL_DEVICE_CPU && r->dev[i].index + 1 > ncpu) ncpu = r->dev[i].index + 1;
+    memset(&cd, 0, sizeof cd);
+    cd.seed = 1;
+    cd.num_threads = f->threads;
+    cd.cpu_devices = ncpu;
+    cd.log = dl_log_silent;                   /* every failure is printed below */
+    ctx = dl_ctx_init(&cd);
+    if (!ctx) { fprintf(stderr, "%s: cannot create a context\n", f->prog); return 1; }
+#ifdef DL_MPI
+    {
+        dl_comm_desc md;
+        memset(&md, 0, sizeof md);
+        md.backend = DL_COMM_MPI;
+        if (!(comm = dl_comm_init(ctx, &md))) goto fail;
+        rank = g_rank = dl_comm_rank(comm);
+        size = dl_comm_size(comm);
+    }
+#endif
+    if (!ex_load_split(f->prog, ctx, f->data, "train", f->limit, &xtr, &ytr) ||
+        !ex_load_split(f->prog, ctx, f->data, "t10k", 0, &xte, &yte)) { dl_ctx_free(ctx); return 1; }
+    memset(&tr, 0, sizeof tr);
+    tr.scale = 1.0f / 255.0f; tr.mean = EX_FMNIST_MEAN; tr.std = EX_FMNIST_STD;
+    memset(&ld, 0, sizeof ld);
+    ld.batch_size = f->batch; ld.shuffle = true; ld.num_workers = 1; ld.seed = 1;
+    ld.device = r->dev[0];                    /* batches land on replica 0's device */
+    trainl = dl_loader_new(ctx, dl_tensor_dataset(ctx, xtr, ytr, &tr, true), &ld);
+    ld.shuffle = false;
+    testl = dl_loader_new(ctx, dl_tensor_dataset(ctx, xte, yte, &tr, false), &ld);
+    if (!trainl || !testl) goto fail;
+    memset(&ad, 0, sizeof ad);
+    ad.lr = f->lr;
+    for (i = 0; i < r->n; i++) {              /* replica i: the model on device i, its optimizer */
+        net[i] = ex_lenet_bn(ctx);           /* examples/common.h, as lenet.c */
+        if (!net[i] || dl_module_to(net[i], r->dev[i]) != DL_OK || !(opt[i] = dl_adam(net[i], &ad))) goto fail;
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "," : "", dl_device_name(r->dev[i]));
+    }
+    memset(&dd, 0, sizeof dd);
+    dd.comm = comm;
+    dp = dl_ddp_init(r->n, net, opt, &dd);    /* replica 0's weights to every replica */
+    if (!dp) goto fail;
+    if (rank == 0)
+        printf("LeNet-BN on %s%s%s: %d replica%s, batch %lld (%lld per replica), %d threads\n", names,
+               size > 1 ? " in each of " : "", size > 1 ? "the MPI processes" : "", r->n * size,
+               r->n * size == 1 ? "" : "s", (long long)f->batch, (long long)(f->batch / (r->n * size)),
+               dl_num_threads(ctx));
+    for (epoch = 0; epoch < f->epochs; epoch++) {
+        dl_tensor *x, *y;
+        double t0 = ex_now(), loss_sum = 0, dt;
+        int64_t steps = 0;
+        float loss;
+        int rc;
+        while ((rc = dl_loader_next(trainl, &x, &y)) > 0) {
+            int64_t b = x->shape[0] / size;   /* MPI: this process's rows of the batch */
+            if (b < r->n) { dl_step_end(ctx); continue; }   /* a last batch too small to split */
+            if (size > 1) {
+                x = dl_narrow(x, 0, rank * b, b);
+                y = dl_narrow(y, 0, rank * b, b);
+            }
+            /* zero_grad, forward and backward on every replica, allreduce, step */
+            if (dl_ddp_step(dp, x, y, loss_fn, NULL, &loss) != DL_OK) goto fail;
+            loss_sum += loss;
+            steps++;
+            dl_step_end(ctx);
+        }
+        if (rc < 0) goto fail;
+        dt = ex_now() - t0;                   /* training time: evaluation not included */
+        total_secs += dt;
+        r->secs = total_secs / (epoch + 1);
+        if (rank == 0) {
+            if ((r->acc = evaluate(f->prog, ctx, testl, net[0])) < 0) goto fail;
+            printf("  epoch %d  loss %.4f  test acc %.4f  %.2f s  %.0f samples/s\n", epoch + 1,
+                   steps ? loss_sum / (double)steps : 0.0, r->acc, dt, (double)(steps * f->batch) / dt);
+            fflush(stdout);
+        }
+    }
+    dl_ctx_free(ctx);                         /* with MPI: dl_comm_free (MPI_Finalize) too */
+    return 0;
+fail:
+    fprintf(stderr, "%s: %s\n", f->prog, dl_error_message(ctx));
+    dl_ctx_free(ctx);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    flags f;
+    int k;
+    parse(argc, argv, &f);
+#ifdef DL_MPI
+    if (f.nruns > 1) f.nruns = 1;             /* one run per mpirun: MPI starts once */
+#endif
+    for (k = 0; k < f.nruns; k++)
+        if (train(&f, &f.runs[k]) != 0) return 1;
+    if (g_rank != 0) return 0;
+    printf("\n%-36s %12s %10s %8s\n", "devices", "s/epoch", "test acc", "speedup");
+    for (k = 0; k < f.nruns; k++) {
+        char names[128] = "";
+        int i;
+        for (i = 0; i < f.runs[k].n; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "," : "",
+                     dl_device_name(f.runs[k].dev[i]));
+        printf("%-36s %12.2f %10.4f %7.2fx\n", names, f.runs[k].secs, f.runs[k].acc,
+               f.runs[0].secs / f.runs[k].secs);
+    }
+    return 0;
+}

@@ -1,0 +1,462 @@
+/* tests/test_dist.c - data parallelism in one process, on strict virtual
+   CPU devices (tagged pointers: host code that touches device data faults):
+   dl_allreduce (sizes 1..10^6, including ones smaller than the device count
+   and not divisible by it; 1..8 devices; sum and mean) against the ring's
+   order computed on the host (the same bits), against a sequential double
+   sum (tolerance), identical bits on every replica; dl_broadcast; every bad
+   input is an error before any data moves; the local communicator; dl_ddp:
+   20 steps of an MLP and of LeNet (no batch norm, and batch norm in eval
+   mode) on 2 and 4 devices give the parameters of one model trained on the
+   full batch (rel. tol. 1e-5), with uneven splits and small buckets too;
+   no device allocation in a steady dl_ddp_step loop;
+   dl_ddp_check finds a replica that drifted; the path of devices on
+   another backend (no pool, syncs, host staging), with a second copy of
+   the CPU backend. `test_dist --quick` skips the
+   10^6 sizes. */
+#define _POSIX_C_SOURCE 200809L
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include "dist_models.h"
+#include <stdlib.h>
+
+#define NDEV 8
+static dl_ctx *C;
+static int g_quick;
+static uint32_t g_rng = 12345;
+
+static float urand(void)
+{
+    g_rng = g_rng * 1664525u + 1013904223u;
+    return (float)((g_rng >> 8) & 0xFFFFFF) / 16777216.0f;
+}
+
+/* ------------------------------------------------------------------ allreduce */
+
+/* the ring's order: segment s is x_s, then x_{s+1} + that, ... (see dl.h) */
+static void ring_reference(float **x, int n, int64_t count, int mean, float *out)
+{
+    int s, j;
+    int64_t q = count / n, rem = count % n, i;
+    for (s = 0; s < n; s++) {
+        int64_t off = s * q + (s < rem ? s : rem), len = q + (s < rem ? 1 : 0);
+        for (i = off; i < off + len; i++) {
+            float v = x[s][i];
+            for (j = 1; j < n; j++) v = x[(s + j) % n][i] + v;
+            if (mean && n > 1) v = v * (1.0f / (float)n);
+            out[i] = v;
+        }
+    }
+}
+
+static void test_allreduce_one(int64_t count, int n, int mean)
+{
+    dl_tensor *t[NDEV];
+    float *x[NDEV], *ref = (float *)malloc(sizeof(float) * (size_t)count);
+    float *got = (float *)malloc(sizeof(float) * (size_t)count);
+    int i, same = 1, exact = 1, close = 1;
+    int64_t k;
+    for (i = 0; i < n; i++) {
+        x[i] = (float *)malloc(sizeof(float) * (size_t)count);
+        for (k = 0; k < count; k++) x[i][k] = urand() * 2.0f - 1.0f;
+        dl_set_device(C, dl_cpu_device(i));
+        t[i] = dl_from_array(C, DL_SHAPE(count), x[i]);
+    }
+    dl_set_device(C, dl_cpu());
+    ring_reference(x, n, count, mean, ref);
+    CHECK(dl_allreduce(t, n, mean ? DL_REDUCE_MEAN : DL_REDUCE_SUM) == DL_OK, "allreduce %lld on %d: %s",
+          (long long)count, n, dl_error_message(C));
+    for (i = 0; i < n; i++) {
+        dl_read(t[i], got, count);
+        if (memcmp(got, ref, sizeof(float) * (size_t)count) != 0) {
+            if (i == 0) exact = 0;
+            else same = 0;
+        }
+        if (i == 0)
+            for (k = 0; k < count && close; k++) {
+                double s = 0;
+                int j;
+                for (j = 0; j < n; j++) s += x[j][k];
+                if (mean) s /= n;
+                if (fabs(s - got[k]) > 1e-6 * n + 1e-6 * fabs(s)) close = 0;
+            }
+    }
+    CHECK(exact, "%s of %lld on %d devices: the ring's order computed on the host, bit for bit",
+          mean ? "mean" : "sum", (long long)count, n);
+    CHECK(same, "%s of %lld on %d devices: every replica has the same bits", mean ? "mean" : "sum",
+          (long long)count, n);
+    CHECK(close, "%s of %lld on %d devices: = the sequential sum (tolerance)", mean ? "mean" : "sum",
+          (long long)count, n);
+    for (i = 0; i < n; i++) free(x[i]);
+    free(ref);
+    free(got);
+    dl_step_end(C);
+}
+
+static void test_allreduce(void)
+{
+    static const int64_t sizes[] = {1, 2, 3, 5, 7, 8, 9, 13, 100, 1001, 65536 * 2 + 3, 1000000};
+    int si, n, mean;
+    for (si = 0; si < (int)(sizeof sizes / sizeof sizes[0]); si++)
+        for (n = 1; n <= NDEV; n++)
+            for (mean = 0; mean < 2; mean++) {
+                if (g_quick && sizes[si] > 100000 && n != 3) continue;
+                if (sizes[si] == 1000000 && n != 1 && n != 2 && n != 3 && n != 8) continue;
+                test_allreduce_one(sizes[si], n, mean);
+            }
+}
+
+static void test_broadcast(void)
+{
+    dl_tensor *t[4];
+    int64_t v[6] = {1, -2, 3, 1LL << 40, 5, 6}, got[6];
+    float f[5] = {1, 2, 3, 4, 5}, fg[5];
+    int i, root, ok = 1;
+    for (root = 0; root < 4; root++) {
+        for (i = 0; i < 4; i++) {
+            int64_t w[6] = {0, 0, 0, 0, 0, 0};
+            dl_set_device(C, dl_cpu_device(i));
+            t[i] = dl_from_int64(C, DL_SHAPE(2, 3), i == root ? v : w);
+        }
+        CHECK(dl_broadcast(t, 4, root) == DL_OK, "broadcast int64 from %d: %s", root, dl_error_message(C));
+        for (i = 0; i < 4; i++) {
+            dl_read_int64(t[i], got, 6);
+            if (memcmp(got, v, sizeof got) != 0) ok = 0;
+        }
+        dl_step_end(C);
+    }
+    CHECK(ok, "broadcast of int64 from every root reaches every device");
+    for (i = 0; i < 3; i++) {
+        float z[5] = {0, 0, 0, 0, 0};
+        dl_set_device(C, dl_cpu_device(i + 2));
+        t[i] = dl_from_array(C, DL_SHAPE(5), i == 1 ? f : z);
+    }
+    CHECK(dl_broadcast(t, 3, 1) == DL_OK, "broadcast float: %s", dl_error_message(C));
+    dl_read(t[2], fg, 5);
+    CHECK(memcmp(fg, f, sizeof f) == 0, "broadcast float to cpu:4");
+    dl_set_device(C, dl_cpu());
+    dl_step_end(C);
+}
+
+/* every rule, and nothing moved */
+static void test_errors(void)
+{
+    dl_tensor *t[4], *u[3];
+    float a[6] = {1, 2, 3, 4, 5, 6}, got[6];
+    int i;
+    dl_ctx_desc d2;
+    dl_ctx *other;
+    for (i = 0; i < 3; i++) {
+        dl_set_device(C, dl_cpu_device(i));
+        t[i] = dl_from_array(C, DL_SHAPE(2, 3), a);
+    }
+    dl_set_device(C, dl_cpu_device(3));
+    t[3] = dl_from_array(C, DL_SHAPE(3, 2), a);
+    CHECK(dl_allreduce(NULL, 2, DL_REDUCE_SUM) == DL_ERR_ARG, "NULL list");
+    CHECK(dl_allreduce(t, 0, DL_REDUCE_SUM) == DL_ERR_ARG &&
+          strstr(dl_error_message(NULL), "dl_allreduce: n=0 tensors; it must be 1..80") != NULL,
+          "n = 0 (no context to name: the message without one): %s", dl_error_message(NULL));
+    CHECK(dl_allreduce(t, 4, DL_REDUCE_SUM) == DL_ERR_SHAPE, "shapes differ");
+    EXPECT_ERR(C, DL_ERR_SHAPE, "dl_allreduce: t[0] (2,3) float32 on cpu:0 and t[3] (3,2) float32 on cpu:3 differ");
+    u[0] = t[0]; u[1] = t[1]; u[2] = t[1];
+    CHECK(dl_allreduce(u, 3, DL_REDUCE_MEAN) == DL_ERR_DEVICE, "duplicate device");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "t[1] and t[2] are both on cpu:1; one replica per device");
+    u[2] = NULL;
+    CHECK(dl_allreduce(u, 3, DL_REDUCE_SUM) == DL_ERR_ARG, "NULL element");
+    EXPECT_ERR(C, DL_ERR_ARG, "t[2] is NULL");
+    CHECK(dl_allreduce(t, 2, (dl_reduce_op)7) == DL_ERR_ARG, "bad op");
+    EXPECT_ERR(C, DL_ERR_ARG, "op=7 is not DL_REDUCE_SUM (0) or DL_REDUCE_MEAN (1)");
+    CHECK(dl_broadcast(t, 2, 2) == DL_ERR_ARG, "bad root");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_broadcast: root=2; it must index the list (0..1)");
+    dl_set_device(C, dl_cpu_device(5));
+    u[0] = t[0];
+    {
+        int64_t iv[6] = {0, 0, 0, 0, 0, 0};
+        u[1] = dl_from_int64(C, DL_SHAPE(2, 3), iv);
+    }
+    CHECK(dl_allreduce(u, 2, DL_REDUCE_SUM) == DL_ERR_DTYPE, "int64 replica");
+    EXPECT_ERR(C, DL_ERR_DTYPE, "needs float32");
+    memset(&d2, 0, sizeof d2);
+    d2.log = dl_log_silent;
+    d2.cpu_devices = 2;
+    other = dl_ctx_init(&d2);
+    dl_set_device(other, dl_cpu_device(1));
+    u[1] = dl_from_array(other, DL_SHAPE(2, 3), a);
+    CHECK(dl_allreduce(u, 2, DL_REDUCE_SUM) == DL_ERR_ARG, "two contexts");
+    EXPECT_ERR(C, DL_ERR_ARG, "t[1] belongs to another context");
+    dl_ctx_free(other);
+    for (i = 0; i < 4; i++) {
+        dl_read(t[i], got, 6);
+        CHECK(memcmp(got, a, sizeof a) == 0, "t[%d] unchanged after the errors", i);
+    }
+    dl_step_end(C);
+    CHECK(dl_allreduce(t, 2, DL_REDUCE_SUM) == DL_ERR_STALE, "stale replicas");
+    EXPECT_ERR(C, DL_ERR_STALE, "dl_allreduce");
+    dl_set_device(C, dl_cpu());
+}
+
+static void test_comm_local(void)
+{
+    dl_comm *c = dl_comm_init(C, NULL);
+    dl_comm_desc cd;
+    dl_tensor *t[3];
+    float a[3] = {1, 2, 4}, got[3];
+    int i;
+    CHECK(c && dl_comm_rank(c) == 0 && dl_comm_size(c) == 1, "local communicator: rank 0 of 1");
+    for (i = 0; i < 3; i++) {
+        dl_set_device(C, dl_cpu_device(i));
+        t[i] = dl_from_array(C, DL_SHAPE(3), a);
+    }
+    CHECK(dl_comm_allreduce(c, t, 3, DL_REDUCE_SUM) == DL_OK, "comm allreduce: %s", dl_error_message(C));
+    dl_read(t[2], got, 3);
+    CHECK(got[0] == 3 && got[1] == 6 && got[2] == 12, "comm allreduce sums (%g %g %g)", got[0], got[1], got[2]);
+    CHECK(dl_comm_allreduce(c, t, 3, DL_REDUCE_MEAN) == DL_OK, "comm mean");
+    dl_read(t[1], got, 3);
+    CHECK(got[0] == 3 && got[2] == 12, "comm mean of equal replicas");
+    CHECK(dl_comm_broadcast(c, t, 3, 1) == DL_ERR_ARG, "comm broadcast root 1 of 1 process");
+    EXPECT_ERR(C, DL_ERR_ARG, "root=1; it must be a process rank (0..0)");
+    CHECK(dl_comm_barrier(c) == DL_OK, "barrier");
+    dl_comm_free(c);
+    memset(&cd, 0, sizeof cd);
+    cd.backend = (dl_comm_backend)9;
+    CHECK(dl_comm_init(C, &cd) == NULL, "bad backend");
+    EXPECT_ERR(C, DL_ERR_ARG, "backend=9 is not DL_COMM_LOCAL (0), DL_COMM_MPI (1) or DL_COMM_NCCL (2)");
+#ifndef DL_MPI
+    cd.backend = DL_COMM_MPI;
+    CHECK(dl_comm_init(C, &cd) == NULL, "MPI without DL_MPI");
+    EXPECT_ERR(C, DL_ERR_UNSUPPORTED, "DL_COMM_MPI needs dl.h built with -DDL_MPI");
+#endif
+#ifndef DL_NCCL
+    cd.backend = DL_COMM_NCCL;
+    CHECK(dl_comm_init(C, &cd) == NULL, "NCCL without DL_NCCL");
+    EXPECT_ERR(C, DL_ERR_UNSUPPORTED, "DL_COMM_NCCL needs dl.h built with -DDL_NCCL");
+#endif
+    cd.backend = DL_COMM_LOCAL;
+    cd.timeout = -1;
+    CHECK(dl_comm_init(C, &cd) == NULL, "negative timeout");
+    EXPECT_ERR(C, DL_ERR_ARG, "timeout=-1; it must be a number of seconds");
+    cd.timeout = 0;
+    setenv("DL_COMM_TIMEOUT", "soon", 1);
+    CHECK(dl_comm_init(C, &cd) == NULL, "bad DL_COMM_TIMEOUT");
+    EXPECT_ERR(C, DL_ERR_ARG, "DL_COMM_TIMEOUT='soon'; it must be a number of seconds");
+    unsetenv("DL_COMM_TIMEOUT");
+    dl_set_device(C, dl_cpu());
+    dl_step_end(C);
+}
+
+/* ------------------------------------------------------------------ data parallel */
+
+/* 20 SGD steps (momentum) of one model on the full batch vs dl_ddp on n devices */
+static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
+{
+    static const char *names[] = {"MLP", "LeNet", "LeNet-BN (eval)"};
+    dl_module *ref, *rep[NDEV];
+    dl_optim *oref, *op[NDEV];
+    dl_sgd_desc sd;
+    dl_ddp_desc dd;
+    dl_ddp *dp;
+    float *xb = (float *)malloc(sizeof(float) * (size_t)B * 784);
+    int64_t *yb = (int64_t *)malloc(sizeof(int64_t) * (size_t)B);
+    int i, step, ok = 1;
+    double diff, lossdiff = 0;
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.05f;
+    sd.momentum = 0.9f;
+    dl_set_device(C, dl_cpu());
+    dl_manual_seed(C, 7);
+    ref = make_model(C, kind);
+    oref = dl_sgd(ref, &sd);
+    for (i = 0; i < n; i++) {
+        dl_manual_seed(C, 100 + (uint64_t)i);   /* different inits: dl_ddp_init copies replica 0's */
+        rep[i] = make_model(C, kind);
+        if (i == 0) { dl_manual_seed(C, 7); rep[0] = make_model(C, kind); }
+        dl_module_to(rep[i], dl_cpu_device(i));
+        op[i] = dl_sgd(rep[i], &sd);
+    }
+    memset(&dd, 0, sizeof dd);
+    dd.bucket_bytes = bucket_bytes;
+    dp = dl_ddp_init(n, rep, op, &dd);
+    CHECK(dp != NULL, "dl_ddp_init %s on %d: %s", names[kind], n, dl_error_message(C));
+    if (!dp) { free(xb); free(yb); return; }
+    CHECK(dl_ddp_check(dp) == DL_OK, "replicas identical after dl_ddp_init: %s", dl_error_message(C));
+    for (step = 0; step < 20 && ok; step++) {
+        float l1, l2 = 0;
+        int64_t k;
+        for (k = 0; k < B * 784; k++) xb[k] = urand() * 2.0f - 1.0f;
+        for (k = 0; k < B; k++) yb[k] = (int64_t)(urand() * 10) % 10;
+        l1 = ref_step(C, ref, oref, xb, yb, B);
+        ok = l1 == l1 && dl_ddp_step(dp, dl_from_array(C, DL_SHAPE(B, 1, 28, 28), xb),
+                                     dl_from_int64(C, DL_SHAPE(B), yb), ce_loss, NULL, &l2) == DL_OK;
+        if (fabs(l1 - l2) > lossdiff) lossdiff = fabs(l1 - l2);
+        dl_step_end(C);
+    }
+    CHECK(ok, "%s on %d devices: 20 steps: %s", names[kind], n, dl_error_message(C));
+    CHECK(lossdiff < 1e-5, "%s on %d devices (batch %lld): the loss = the full batch's (worst diff %.3g)",
+          names[kind], n, (long long)B, lossdiff);
+    diff = param_diff(ref, rep[0], NULL, NULL);
+    CHECK(diff < 1e-5, "%s on %d devices (batch %lld, buckets %lld B): parameters = one device on the full "
+          "batch after 20 steps (worst relative diff %.3g)", names[kind], n, (long long)B,
+          (long long)bucket_bytes, diff);
+    for (i = 1; i < n; i++)
+        CHECK(param_diff(rep[0], rep[i], NULL, NULL) == 0, "%s: replica %d = replica 0, bit for bit", names[kind], i);
+    CHECK(dl_ddp_check(dp) == DL_OK, "dl_ddp_check after training");
+    if (kind == 0 && n == 4 && bucket_bytes == 0) {   /* a steady loop allocates nothing after step 1 */
+        dl_memory_stats a[4], b[4];
+        uint64_t grew = 0;
+        dl_tensor *x = dl_keep(dl_from_array(C, DL_SHAPE(B, 1, 28, 28), xb));
+        dl_tensor *y = dl_keep(dl_from_int64(C, DL_SHAPE(B), yb));
+        dl_step_end(C);
+        for (step = 0; step < 50 && ok; step++) {
+            ok = dl_ddp_step(dp, x, y, ce_loss, NULL, NULL) == DL_OK;
+            dl_step_end(C);
+            if (step == 1)
+                for (i = 0; i < n; i++) dl_memory_stats_get(C, dl_cpu_device(i), &a[i]);
+        }
+        for (i = 0; i < n; i++) {
+            dl_memory_stats_get(C, dl_cpu_device(i), &b[i]);
+            grew += b[i].alloc_calls - a[i].alloc_calls;
+        }
+        CHECK(ok && grew == 0, "dl_ddp_step: no device allocation after step 2 over 48 steps on 4 devices "
+              "(%llu): %s", (unsigned long long)grew, dl_error_message(C));
+        dl_free(x);
+        dl_free(y);
+    }
+    dl_ddp_free(dp);
+    free(xb);
+    free(yb);
+}
+
+/* The path GPUs take, on CPU devices: cpu:2 and cpu:3 get a copy of the CPU
+   backend under another address, so the ring sees a second backend: no
+   thread pool, a sync after each transfer, and host staging between the two
+   backends. The same bits as the ring's order, every replica identical; a
+   data-parallel MLP on the mixed devices trains like one device. */
+static dl__backend g_other;
+
+static void test_other_backend(void)
+{
+    static const int64_t sizes[] = {1, 7, 1000, 65536 * 3 + 1};
+    static const int order[4] = {0, 2, 1, 3};
+    const dl__backend *saved[2];
+    int si, k, mean;
+    g_other = *dl__cpu_be();
+    g_other.name = "cpu-as-another-backend";
+    saved[0] = C->cpu[2]->be;
+    saved[1] = C->cpu[3]->be;
+    C->cpu[2]->be = &g_other;
+    C->cpu[3]->be = &g_other;
+    for (si = 0; si < 4; si++)
+        for (mean = 0; mean < 2; mean++) {
+            int64_t count = sizes[si], j;
+            dl_tensor *t[4];
+            float *x[4], *ref = (float *)malloc(sizeof(float) * (size_t)count);
+            float *got = (float *)malloc(sizeof(float) * (size_t)count);
+            int exact = 1;
+            for (k = 0; k < 4; k++) {
+                x[k] = (float *)malloc(sizeof(float) * (size_t)count);
+                for (j = 0; j < count; j++) x[k][j] = urand() * 2.0f - 1.0f;
+                dl_set_device(C, dl_cpu_device(order[k]));
+                t[k] = dl_from_array(C, DL_SHAPE(count), x[k]);
+            }
+            ring_reference(x, 4, count, mean, ref);
+            CHECK(dl_allreduce(t, 4, mean ? DL_REDUCE_MEAN : DL_REDUCE_SUM) == DL_OK, "mixed backends: %s",
+                  dl_error_message(C));
+            for (k = 0; k < 4; k++) {
+                dl_read(t[k], got, count);
+                if (memcmp(got, ref, sizeof(float) * (size_t)count) != 0) exact = 0;
+            }
+            CHECK(exact, "two backends (cpu:0, cpu:2*, cpu:1, cpu:3*), %s of %lld: the ring's bits on every replica",
+                  mean ? "mean" : "sum", (long long)count);
+            for (k = 0; k < 4; k++) free(x[k]);
+            free(ref);
+            free(got);
+            dl_step_end(C);
+        }
+    dl_set_device(C, dl_cpu());
+    test_ddp_equiv(0, 4, 32, 4096);          /* replicas on cpu:0..3, two of them "foreign" */
+    C->cpu[2]->be = saved[0];
+    C->cpu[3]->be = saved[1];
+}
+
+static void test_ddp_errors(void)
+{
+    dl_module *r[3];
+    dl_ddp *dp;
+    float big = 1.0f;
+    dl_tensor *w;
+    dl_set_device(C, dl_cpu());
+    r[0] = make_mlp(C);
+    r[1] = make_mlp(C);
+    r[2] = make_lenet(C, false);
+    CHECK(dl_ddp_init(2, r, NULL, NULL) == NULL, "two replicas on cpu:0");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "replicas[0] and replicas[1] are both on cpu:0; one replica per device");
+    dl_module_to(r[1], dl_cpu_device(1));
+    dl_module_to(r[2], dl_cpu_device(2));
+    CHECK(dl_ddp_init(3, r, NULL, NULL) == NULL, "different models");
+    EXPECT_ERR(C, DL_ERR_SHAPE, "replicas[2] has 10 parameters and replicas[0] 6");
+    CHECK(dl_ddp_init(0, r, NULL, NULL) == NULL && strstr(dl_error_message(NULL), "n=0 replicas") != NULL,
+          "n = 0: %s", dl_error_message(NULL));
+    dl_module_to(dl_module_child(r[1], "1"), dl_cpu_device(3));
+    CHECK(dl_ddp_init(2, r, NULL, NULL) == NULL, "a replica over two devices");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "replicas[1] has 1.weight on cpu:3 and 3.weight on cpu:1");
+    dl_module_to(r[1], dl_cpu_device(1));
+    dp = dl_ddp_init(2, r, NULL, NULL);
+    CHECK(dp != NULL, "dl_ddp_init without optimizers: %s", dl_error_message(C));
+    if (!dp) return;
+    {
+        dl_tensor *x = dl_zeros(C, DL_SHAPE(1, 784)), *y = dl_zeros(C, DL_SHAPE(1));
+        CHECK(dl_ddp_step(dp, x, y, ce_loss, NULL, NULL) == DL_ERR_SHAPE, "batch of 1 over 2 replicas");
+        EXPECT_ERR(C, DL_ERR_SHAPE, "at least one row per replica (2)");
+        x = dl_zeros(C, DL_SHAPE(4, 784));
+        y = dl_zeros(C, DL_SHAPE(4));
+        CHECK(dl_ddp_step(dp, x, y, ce_loss, NULL, NULL) == DL_ERR_ARG, "no optimizers");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_ddp_init got no optimizers");
+        CHECK(dl_ddp_step(dp, x, NULL, ce_loss, NULL, NULL) == DL_ERR_ARG, "NULL y");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_ddp_step: y is NULL");
+        dl_step_end(C);
+    }
+    /* drift: replica 1's first weight changed behind dl_ddp's back */
+    w = dl_module_get(r[1], "1.weight");
+    CHECK(dl_ddp_check(dp) == DL_OK, "replicas identical");
+    {
+        float *buf = (float *)malloc(sizeof(float) * (size_t)w->numel);
+        dl_read(w, buf, w->numel);
+        buf[5] += big;
+        dl_no_grad_begin(C);
+        dl_write(w, buf, w->numel);
+        dl_no_grad_end(C);
+        free(buf);
+    }
+    CHECK(dl_ddp_check(dp) == DL_ERR_DEVICE, "dl_ddp_check finds the drift");
+    EXPECT_ERR(C, DL_ERR_DEVICE, "dl_ddp_check: replica 1 on cpu:1 has drifted from replica 0: parameter 0");
+    dl_ddp_free(dp);
+    CHECK(dl_ddp_check(NULL) == DL_ERR_ARG, "dl_ddp_check(NULL) is refused");
+}
+
+int main(int argc, char **argv)
+{
+    dl_ctx_desc d;
+    g_quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    memset(&d, 0, sizeof d);
+    d.cpu_devices = NDEV;
+    d.strict_devices = true;
+    d.log = dl_log_silent;
+    C = dl_ctx_init(&d);
+    CHECK(C != NULL, "context with %d strict CPU devices: %s", NDEV, dl_error_message(NULL));
+    if (!C) TEST_END();
+    test_allreduce();
+    test_broadcast();
+    test_errors();
+    test_comm_local();
+    test_ddp_equiv(0, 2, 32, 0);
+    test_ddp_equiv(0, 4, 32, 0);
+    test_ddp_equiv(0, 4, 30, 1000);      /* uneven parts; buckets of 250 floats */
+    test_ddp_equiv(1, 2, 16, 0);
+    test_ddp_equiv(1, 4, 16, 0);
+    test_ddp_equiv(2, 2, 16, 4096);
+    test_ddp_equiv(2, 4, 18, 0);
+    test_ddp_errors();
+    test_other_backend();
+    dl_ctx_free(C);
+    TEST_END();
+}
