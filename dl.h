@@ -141,6 +141,30 @@
        NCCL communicator (DL_NCCL) are new, built and tested on emulated
        devices only; they have not yet run on a GPU.
 
+   CONTENTS: the implementation (below the declarations, in the file that
+   defines DL_IMPLEMENTATION) reads top to bottom in this order; each part
+   starts with a line "// >>section NAME" (search for it):
+     threads and gemm          thread pool; SGEMM (AVX-512 / AVX2 / portable kernels)
+     memory                    arenas: persistent and step memory, per device
+     devices and backends      dl__backend (every kernel + memory + transfers), dl__dev;
+                               elementwise math as one X-macro line per op
+     errors, io: files, context
+     tensors                   tensor headers, views, the stale-step check
+     backend: CPU              the CPU instance of dl__backend (dl_cuda.cuh: the CUDA one)
+     autograd: recording       the tape: nodes recorded by ops
+     tensors: creation and reading
+     autograd: backward        the backward walk, gradient accumulation and recycling
+     autograd: custom functions
+     ops: elementwise, shape, reductions, matmul and softmax, normalization,
+          dropout, losses, convolution and pooling (each op: forward, then its
+          backward rule beside it)
+     nn: modules, init, built-in modules, layer modules
+     optim, optim: schedules and clipping
+     data                      IDX files, datasets, the threaded loader
+     io: safetensors, io: tensorboard
+     dist                      allreduce, communicators (local, MPI, NCCL), data parallel
+     debug                     gradcheck, graph (DOT), anomaly mode
+
    API INDEX: every public type, macro and function, one line each, in the
    order of the declarations below (tests/api_index_check.sh keeps it so);
    the PyTorch equivalent where there is one (F: torch.nn.functional).
@@ -6075,6 +6099,717 @@ static dl_tensor *dl__sum_like(dl_tensor *g, const dl_tensor *x)
     return dl_sum_to(g, dl__shape_of(x));
 }
 
+// >>section tensors: creation and reading
+/* defined with the shape ops below */
+static void dl__strides(const int64_t *shape, int n, int64_t *st);
+static dl_shape dl__shape_of(const dl_tensor *t);
+static dl_tensor *dl__view(const char *name, const dl__op *op, dl_tensor *t, int ndim,
+                           const int64_t *shape);
+/* (dl__make checks the dim count and every size) */
+static dl_tensor *dl__create(dl_ctx *ctx, const char *name, dl_shape shape)
+{
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
+    return dl__new(ctx->defdev, name, shape.ndim, shape.d);
+}
+
+dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_empty", shape); }
+
+/* a float tensor on d filled with v */
+static dl_tensor *dl__filled(dl__dev *d, const char *name, dl_shape shape, float v)
+{
+    dl_tensor *t = dl__new(d, name, shape.ndim, shape.d);
+    if (t) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    return t;
+}
+#define DL__DEFDEV(ctx, name) \
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
+dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float v) { DL__DEFDEV(ctx, "dl_full") return dl__filled(ctx->defdev, "dl_full", shape, v); }
+dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_zeros") return dl__filled(ctx->defdev, "dl_zeros", shape, 0.0f); }
+dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_ones") return dl__filled(ctx->defdev, "dl_ones", shape, 1.0f); }
+
+/* on t's device (not the default one): ops and backward rules use these */
+dl_tensor *dl_zeros_like(dl_tensor *t)
+{
+    if (!t || !dl__live("dl_zeros_like", "t", t)) return NULL;
+    return dl__filled(t->dev_, "dl_zeros_like", dl__shape_of(t), 0.0f);
+}
+dl_tensor *dl_ones_like(dl_tensor *t)
+{
+    if (!t || !dl__live("dl_ones_like", "t", t)) return NULL;
+    return dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f);
+}
+
+dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
+{
+    double n;
+    int64_t cnt;
+    dl_tensor *t;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
+    if (step == 0.0f || !(start == start) || !(end == end)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
+                (double)start, (double)end, (double)step);
+        return NULL;
+    }
+    n = ceil(((double)end - (double)start) / (double)step);
+    if (n < 0) n = 0;
+    if (n > 1e15) {
+        dl__err(ctx, DL_ERR_OOM, "dl_arange: %g elements is too many", n);
+        return NULL;
+    }
+    cnt = (int64_t)n;
+    t = dl__new(ctx->defdev, "dl_arange", 1, &cnt);
+    if (!t) return NULL;
+    DL__BE(t)->arange(t->dev_, (float *)t->data, cnt, (double)start, (double)step);
+    return t;
+}
+
+/* a counter-based fill of t (uniform [a, b) or normal (a, b)) */
+static void dl__fill_rand(dl_tensor *t, int dist, float a, float b)
+{
+    dl_ctx *ctx = t->ctx_;
+    DL__BE(t)->rand(t->dev_, dist, (float *)t->data, t->numel, ctx->seed, dl__rng_take(ctx, t->numel), a, b);
+}
+
+dl_tensor *dl_rand(dl_ctx *ctx, dl_shape shape)
+{
+    dl_tensor *t = dl__create(ctx, "dl_rand", shape);
+    if (t) dl__fill_rand(t, DL__RAND_UNIFORM, 0.0f, 1.0f);
+    return t;
+}
+
+dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape)
+{
+    dl_tensor *t = dl__create(ctx, "dl_randn", shape);
+    if (t) dl__fill_rand(t, DL__RAND_NORMAL, 0.0f, 1.0f);
+    return t;
+}
+
+static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape shape, const void *v)
+{
+    dl_tensor *t;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
+    if (!v) { dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name); return NULL; }
+    t = dl__make(ctx->defdev, name, dt, shape.ndim, shape.d, false, NULL);
+    if (t) DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
+    return t;
+}
+dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape s, const float *v) { return dl__from(ctx, "dl_from_array", DL_DTYPE_F32, s, v); }
+dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape s, const int64_t *v) { return dl__from(ctx, "dl_from_int64", DL_DTYPE_I64, s, v); }
+dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape s, const int32_t *v) { return dl__from(ctx, "dl_from_int32", DL_DTYPE_I32, s, v); }
+
+/* y = copy(x);  dx = g */
+static dl_result dl__copy_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { (void)n; gin[0] = g; return DL_OK; }
+static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd};
+
+static dl_tensor *dl__clone(const char *name, dl_tensor *t, bool persistent)
+{
+    int64_t st[DL_MAX_DIMS];
+    dl_tensor *y = dl__make(t->dev_, name, t->dtype, t->ndim, t->shape, persistent, NULL);
+    if (!y) return NULL;
+    dl__strides(t->shape, t->ndim, st);
+    if (t->numel) DL__BE(t)->copy_nd(t->dev_, dl__esize(t->dtype), t->ndim, t->shape, y->data, st, t->data, st);
+    return y;
+}
+
+dl_tensor *dl_copy(dl_tensor *t)
+{
+    dl_tensor *y;
+    dl__node *n;
+    if (!t || !dl__live("dl_copy", "t", t)) return NULL;
+    y = dl__clone("dl_copy", t, false);
+    if (!y || dl__record(y, &dl__op_copy, 1, &t, &n) < 0) return NULL;
+    return dl__done(y, "dl_copy");
+}
+
+dl_tensor *dl_keep(dl_tensor *t)
+{
+    dl_tensor *y;
+    if (!t || !dl__live("dl_keep", "t", t)) return NULL;
+    y = dl__clone("dl_keep", t, true);
+    if (!y) return NULL;
+    memcpy(y->name, t->name, sizeof y->name);
+    y->requires_grad = t->requires_grad && !t->node_;   /* a leaf's flag is kept */
+    return y;
+}
+
+dl_tensor *dl_param(dl_tensor *t)
+{
+    dl_tensor *y = dl_keep(t);
+    if (y && !dl_requires_grad(y, true)) { dl_free(y); return NULL; }
+    return y;
+}
+
+/* A tensor that may be written in place: live, not in a graph, and not a
+   leaf that requires grad while grad mode is on. */
+static bool dl__writable(const char *op, dl_tensor *t)
+{
+    if (!dl__live(op, "t", t)) return false;
+    if (t->node_) {
+        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: t %s is the output of %s in the recorded graph; writing "
+                "into it would change what its backward uses (write into a dl_detach()ed copy)",
+                op, dl__sh(t), t->node_->op->name);
+        return false;
+    }
+    if (t->requires_grad && dl__grad_on(t->ctx_)) {
+        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: t %s is a leaf that requires grad; write into it inside "
+                "dl_no_grad_begin()/dl_no_grad_end() (as torch.no_grad())", op, dl__sh(t));
+        return false;
+    }
+    return true;
+}
+
+dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
+{
+    if (!t) return DL_ERR_ARG;
+    if (!dl__writable("dl_write", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__f32("dl_write", "t", t)) return DL_ERR_DTYPE;
+    if (!src || n != t->numel) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_write: t %s has %lld elements but src holds %lld%s",
+                dl__sh(t), (long long)t->numel, (long long)n, src ? "" : " (src is NULL)");
+        return DL_ERR_ARG;
+    }
+    DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
+    return dl__dev_check(t->dev_, "dl_write");
+}
+
+dl_result dl_fill_(dl_tensor *t, float v)
+{
+    if (!t) return DL_ERR_ARG;
+    if (!dl__writable("dl_fill_", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
+    DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    return DL_OK;
+}
+
+dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
+{
+    static const char *op = "dl_copy_";
+    int64_t ds[DL_MAX_DIMS], ss[DL_MAX_DIMS], st[DL_MAX_DIMS];
+    int d;
+    if (!dst || !src) return DL_ERR_ARG;
+    if (!dl__writable(op, dst)) return dst->magic_ == DL__MAGIC ? dst->ctx_->err : DL_ERR_ARG;
+    if (!dl__live(op, "src", src) || !dl__pair(op, dst, src)) return dst->ctx_->err;
+    if (src->dtype != dst->dtype) {
+        dl__err(dst->ctx_, DL_ERR_DTYPE, "%s: dst %s is %s but src %s is %s", op, dl__sh(dst),
+                dl__dtype_str(dst->dtype), dl__sh(src), dl__dtype_str(src->dtype));
+        return DL_ERR_DTYPE;
+    }
+    if (src->ndim > dst->ndim) goto bad;
+    dl__strides(src->shape, src->ndim, st);
+    for (d = 0; d < dst->ndim; d++) {
+        int is = d - (dst->ndim - src->ndim);
+        int64_t sd = is >= 0 ? src->shape[is] : 1;
+        if (sd != dst->shape[d] && sd != 1) goto bad;
+        ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
+    }
+    if (src == dst || dst->numel == 0) return DL_OK;
+    dl__strides(dst->shape, dst->ndim, ds);
+    DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
+                        src->data, ss);
+    return DL_OK;
+bad:
+    dl__err(dst->ctx_, DL_ERR_SHAPE, "%s: src %s does not broadcast to dst %s (sizes must match or be "
+            "1, aligned from the right)", op, dl__sh(src), dl__sh(dst));
+    return DL_ERR_SHAPE;
+}
+
+void dl_free(dl_tensor *t)
+{
+    if (!t) return;
+    if (t->magic_ != DL__MAGIC) { (void)dl__live("dl_free", "t", t); return; }   /* reports a double free in DL_DEBUG */
+    if (t->step_ != 0) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_free: t %s is a step tensor; dl_step_end() releases it", dl__sh(t));
+        return;
+    }
+    if (t->grad && t->grad->step_ == 0) dl__persist_release(t->grad);
+    dl__persist_release(t);
+}
+
+/* Copies src's data into dst (same dtype and numel) across devices: one
+   backend's peer copy, a direct upload or download when one side is host
+   memory, else through a host buffer. */
+static bool dl__copy_across(dl_tensor *dst, dl_tensor *src)
+{
+    size_t bytes = (size_t)src->numel * dl__esize(src->dtype);
+    dl__dev *dd = dst->dev_, *sd = src->dev_;
+    if (!bytes) return true;
+    if (dd->be == sd->be) dd->be->peer(dd, dst->data, sd, src->data, bytes);
+    else if (dl__host_ok(dst)) sd->be->download(sd, dst->data, src->data, bytes);
+    else if (dl__host_ok(src)) dd->be->upload(dd, dst->data, src->data, bytes);
+    else {
+        void *h = DL_MALLOC(bytes);
+        if (!h) {
+            dl__err(src->ctx_, DL_ERR_OOM, "dl_to: no host memory for a %zu-byte staging buffer", bytes);
+            return false;
+        }
+        sd->be->download(sd, h, src->data, bytes);
+        dd->be->upload(dd, dst->data, h, bytes);
+        DL_FREE(h);
+    }
+    return dl__dev_check(dd, "dl_to") == DL_OK && dl__dev_check(sd, "dl_to") == DL_OK;
+}
+
+/* y = to(x, dev);  dx = to(g, x's device) */
+static dl_result dl__to_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    gin[0] = dl_to(g, n->in[0]->device);
+    return DL_OK;
+}
+static const dl__op dl__op_to = {"dl_to", dl__to_bwd};
+
+dl_tensor *dl_to(dl_tensor *t, dl_device dev)
+{
+    dl__dev *d;
+    dl_tensor *y;
+    dl__node *n;
+    if (!t || !dl__live("dl_to", "t", t)) return NULL;
+    d = dl__device(t->ctx_, dev, "dl_to");
+    if (!d) return NULL;
+    if (d == t->dev_) return t;
+    y = dl__make(d, "dl_to", t->dtype, t->ndim, t->shape, false, NULL);
+    if (!y || !dl__copy_across(y, t)) return NULL;
+    if (dl__record(y, &dl__op_to, 1, &t, &n) < 0) return NULL;
+    return dl__done(y, "dl_to");
+}
+
+/* Moves a persistent tensor's storage to d in place (the header, its
+   name and every pointer to it stay valid); its grad goes along. */
+static bool dl__move(dl_tensor *t, dl__dev *d)
+{
+    dl__dev *od = t->dev_;
+    size_t bytes = (size_t)t->numel * dl__esize(t->dtype);
+    void *p;
+    dl_tensor tmp;
+    if (od == d) return true;
+    if (!t->owns_ || t->step_ != 0) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_module_to: %s %s does not own its storage", t->name, dl__sh(t));
+        return false;
+    }
+    if (!dl__dev_limit_ok(d, bytes + sizeof(dl_tensor)) || !(p = dl__dev_alloc(d, bytes))) {
+        dl__err(t->ctx_, DL_ERR_OOM, "dl_module_to: cannot allocate %zu bytes on %s for %s %s", bytes,
+                dl_device_name(d->id), t->name, dl__sh(t));
+        return false;
+    }
+    tmp = *t;
+    tmp.data = p;
+    tmp.dev_ = d;
+    tmp.device = d->id;
+    if (!dl__copy_across(&tmp, t)) { d->be->free(d, p); return false; }
+    od->be->free(od, t->data);
+    od->persistent_bytes -= bytes + sizeof(dl_tensor) < od->persistent_bytes ? bytes + sizeof(dl_tensor) : od->persistent_bytes;
+    d->persistent_bytes += bytes + sizeof(dl_tensor);
+    dl__track_peak(d);
+    t->data = p;
+    t->dev_ = d;
+    t->device = d->id;
+    if (t->grad && t->grad->step_ == 0 && !dl__move(t->grad, d)) return false;
+    return true;
+}
+
+dl_tensor *dl_set_name(dl_tensor *t, const char *name)
+{
+    if (!t || t->magic_ != DL__MAGIC) return t;
+    snprintf(t->name, sizeof t->name, "%s", name ? name : "");
+    return t;
+}
+
+/* Host code reads and writes device data only through the backend: these
+   are the transfer points (dl_read, dl_item, dl_write, dl_print; dl_to,
+   checkpoints and the loader elsewhere). A tensor whose data is host memory
+   (cpu:0, and non-strict virtual CPU devices) may also be read in place. */
+
+float dl_item(dl_tensor *t)
+{
+    float v;
+    if (!t || !dl__live("dl_item", "t", t) || !dl__f32("dl_item", "t", t)) return NAN;
+    if (t->numel != 1) {
+        dl__err(t->ctx_, DL_ERR_SHAPE, "dl_item: t %s has %lld elements; dl_item needs exactly 1",
+                dl__sh(t), (long long)t->numel);
+        return NAN;
+    }
+    DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
+    return dl__dev_check(t->dev_, "dl_item") == DL_OK ? v : NAN;
+}
+
+/* the first float of a tensor, read to the host (a device tensor waits for its stream) */
+static float dl__host_value(dl_tensor *t) { return dl__host_value_at(t, 0); }
+
+dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
+{
+    if (!t) return DL_ERR_ARG;
+    if (!dl__live("dl_read", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__f32("dl_read", "t", t)) return DL_ERR_DTYPE;
+    if (!dst || n != t->numel) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_read: t %s has %lld elements but dst holds %lld%s",
+                dl__sh(t), (long long)t->numel, (long long)n, dst ? "" : " (dst is NULL)");
+        return DL_ERR_ARG;
+    }
+    DL__BE(t)->download(t->dev_, dst, t->data, sizeof(float) * (size_t)n);
+    return dl__dev_check(t->dev_, "dl_read");
+}
+
+dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
+{
+    int64_t i;
+    if (!t) return DL_ERR_ARG;
+    if (!dl__live("dl_read_int64", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dst || n != t->numel) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_read_int64: t %s has %lld elements but dst holds %lld",
+                dl__sh(t), (long long)t->numel, (long long)n);
+        return DL_ERR_ARG;
+    }
+    if (t->dtype == DL_DTYPE_I64) {
+        DL__BE(t)->download(t->dev_, dst, t->data, sizeof(int64_t) * (size_t)n);
+        return dl__dev_check(t->dev_, "dl_read_int64");
+    }
+    /* 4-byte values: into the second half of dst, then widened in place, front to back */
+    if (n) DL__BE(t)->download(t->dev_, (char *)(dst + n) - 4 * n, t->data, 4 * (size_t)n);
+    for (i = 0; i < n; i++) {
+        char *src = (char *)(dst + n) - 4 * n + 4 * i;
+        if (t->dtype == DL_DTYPE_I32) { int32_t v; memcpy(&v, src, 4); dst[i] = v; }
+        else { float v; memcpy(&v, src, 4); dst[i] = (int64_t)v; }
+    }
+    return dl__dev_check(t->dev_, "dl_read_int64");
+}
+
+float *dl_data(dl_tensor *t)
+{
+    char b[32];
+    if (!t || !dl__live("dl_data", "t", t) || !dl__f32("dl_data", "t", t)) return NULL;
+    if (!dl__host_ok(t)) {
+        dl__err(t->ctx_, DL_ERR_DEVICE, "dl_data: t %s is on %s, whose memory the host cannot "
+                "address; read it with dl_read() or copy it with dl_to(t, dl_cpu())", dl__sh(t),
+                dl__dev_str(t->device, b, sizeof b));
+        return NULL;
+    }
+    return (float *)t->data;
+}
+
+int64_t dl_size(const dl_tensor *t, int dim)
+{
+    if (!t || t->magic_ != DL__MAGIC) return -1;
+    if (dim < 0) dim += t->ndim;
+    if (dim < 0 || dim >= t->ndim) return -1;
+    return t->shape[dim];
+}
+
+bool dl_same_shape(const dl_tensor *a, const dl_tensor *b)
+{
+    if (!a || !b || a->ndim != b->ndim) return false;
+    return a->ndim == 0 || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+void dl_print(dl_tensor *t)
+{
+    int64_t i, n;
+    unsigned char buf[64 * 8];
+    if (!t || !dl__live("dl_print", "t", t)) { printf("tensor(NULL)\n"); return; }
+    n = t->numel < 64 ? t->numel : 64;
+    DL__BE(t)->download(t->dev_, buf, t->data, (size_t)n * dl__esize(t->dtype));
+    printf("tensor%s %s%s [", dl__sh(t), dl__dtype_str(t->dtype), t->requires_grad ? " requires_grad" : "");
+    for (i = 0; i < n; i++) {
+        if (t->dtype == DL_DTYPE_F32) { float v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %.6g" : "%.6g", (double)v); }
+        else if (t->dtype == DL_DTYPE_I64) { int64_t v; memcpy(&v, buf + 8 * i, 8); printf(i ? ", %lld" : "%lld", (long long)v); }
+        else { int32_t v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %d" : "%d", (int)v); }
+    }
+    printf("%s]\n", t->numel > 64 ? ", ..." : "");
+}
+
+// >>section autograd: backward
+/* dl_backward seeds the output's node with a gradient and walks the tape
+   from that node down to 0. A node with an accumulated gradient runs its
+   backward rule; the results go to the input's producing node (accumulated
+   with dl_add) or, for leaves, into ->grad. Without create_graph the rules run
+   with grad mode off; with it, they record onto the tape like any forward. */
+
+dl_tensor *dl_requires_grad(dl_tensor *t, bool on)
+{
+    if (!t || !dl__live("dl_requires_grad", "t", t)) return NULL;
+    if (t->node_) {
+        dl__err(t->ctx_, DL_ERR_GRAPH, "dl_requires_grad: t %s is the output of %s, not a leaf; "
+                "use dl_detach() to make a leaf", dl__sh(t), t->node_->op->name);
+        return NULL;
+    }
+    if (on && t->dtype != DL_DTYPE_F32) {
+        dl__err(t->ctx_, DL_ERR_DTYPE, "dl_requires_grad: t %s has dtype %s; only float32 tensors "
+                "can require grad", dl__sh(t), dl__dtype_str(t->dtype));
+        return NULL;
+    }
+    t->requires_grad = on;
+    return t;
+}
+
+void dl_no_grad_begin(dl_ctx *ctx) { if (ctx) ctx->no_grad++; }
+void dl_no_grad_end(dl_ctx *ctx) { if (ctx && ctx->no_grad > 0) ctx->no_grad--; }
+bool dl_is_grad_enabled(const dl_ctx *ctx) { return ctx && dl__grad_on(ctx); }
+
+dl_tensor *dl_detach(dl_tensor *t)
+{
+    if (!t || !dl__live("dl_detach", "t", t)) return NULL;
+    return dl__view("dl_detach", NULL, t, t->ndim, t->shape);
+}
+
+void dl_zero_grad(dl_tensor *t)
+{
+    if (!t || t->magic_ != DL__MAGIC || !t->grad) return;
+    DL__BE(t)->fill(t->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
+}
+
+void dl_sgd_update(dl_tensor *p, float lr)
+{
+    if (!p || !dl__live("dl_sgd_update", "p", p) || !p->grad) return;
+    DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
+    dl_zero_grad(p);
+}
+
+/* Gradients made inside a backward (without create_graph) are given back
+   to their device's step arena as soon as no gradient slot holds them, so a
+   step's peak memory holds the live gradients, not all of them. gref_ counts
+   the slots (a node's gacc, a dl_grad result); a tensor that another shares
+   (a view) or that is no temporary of the backward is never given back. */
+static void dl__grad_release(dl_tensor *t)
+{
+    if (!t || !t->bwd_tmp_ || !t->sdata_ || t->viewed_ || --t->gref_ > 0) return;
+    t->sdata_ = false;     /* the block may now hold another tensor */
+    dl__arena_give(&t->dev_->data, t->data, (size_t)t->numel * dl__esize(t->dtype));
+}
+
+/* Accumulate g into leaf x's gradient. Persistent leaves keep a persistent
+   ->grad updated in place; step leaves a step one (with history under
+   create_graph, so it can be differentiated again). */
+static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
+{
+    if (create_graph && x->step_ != 0) {
+        /* a new tensor either way: g may be another leaf's gradient too (dl_sum_to
+           passes its argument through), and every leaf owns its grad */
+        x->grad = x->grad ? dl_add(x->grad, g) : dl_copy(g);
+        return x->grad != NULL;
+    }
+    if (!x->grad) {
+        x->grad = dl__make(x->dev_, "dl_backward", DL_DTYPE_F32, x->ndim, x->shape, x->step_ == 0, NULL);
+        if (!x->grad) return false;
+        DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
+    }
+    DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
+    return true;
+}
+
+static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
+                                  int nt, dl_tensor *const *targets, dl_tensor **results)
+{
+    dl_ctx *ctx;
+    dl_tensor *seed = NULL;
+    bool retain, create;
+    int64_t i, top;
+    int j;
+    dl_result rc = DL_OK;
+    bool saved_bng;
+    if (!out) return DL_ERR_ARG;
+    if (!dl__live(name, "out", out)) return out->magic_ == DL__MAGIC ? out->ctx_->err : DL_ERR_ARG;
+    ctx = out->ctx_;
+    create = desc && desc->create_graph;
+    retain = create || (desc && desc->retain_graph);
+    if (!out->requires_grad) {
+        dl__err(ctx, DL_ERR_GRAPH, "%s: out %s does not require grad: no input was marked with "
+                "dl_requires_grad(), or it was computed under dl_no_grad_begin()", name, dl__sh(out));
+        return DL_ERR_GRAPH;
+    }
+    if (desc && desc->grad) {
+        seed = desc->grad;
+        if (!dl__live(name, "grad", seed)) return ctx->err;
+        if (!dl_same_shape(seed, out)) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: grad %s must have the shape of out %s", name,
+                    dl__sh(seed), dl__sh(out));
+            return DL_ERR_SHAPE;
+        }
+    } else {
+        if (out->numel != 1) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: out %s has %lld elements; a gradient can be implied "
+                    "only for one element: pass dl_backward_desc.grad", name, dl__sh(out),
+                    (long long)out->numel);
+            return DL_ERR_SHAPE;
+        }
+        seed = dl_ones_like(out);
+        if (!seed) return ctx->err;
+    }
+    for (j = 0; j < nt; j++) results[j] = NULL;
+    if (!out->node_) {   /* a leaf: its gradient is the seed */
+        for (j = 0; j < nt; j++) if (targets[j] == out) results[j] = seed;
+        if (nt == 0 && !dl__acc_leaf(out, seed, create)) return ctx->err;
+        return DL_OK;
+    }
+    if (out->node_->released) goto freed;
+    saved_bng = ctx->backward_nograd;
+    ctx->backward_nograd = !create;
+    top = out->node_->id;
+    out->node_->gacc = seed;
+    seed->gref_ = 1;
+    if (desc && desc->grad) seed->gref_ += 1 << 20;   /* the caller's tensor */
+    for (i = top; i >= 0; i--) {
+        dl__node *n = ctx->tape[i];
+        dl_tensor *gin[64], **gp = gin, *g = n->gacc;
+        if (!g) continue;
+        n->gacc = NULL;
+        for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
+        if (n->released) { ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
+        if (n->nin > 64) {
+            gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
+            if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
+        }
+        for (j = 0; j < n->nin; j++) gp[j] = NULL;
+        ctx->in_backward_of = n->op->name;
+        if (n->fn) rc = n->fn->backward((dl_fn_ctx *)n, g, gp, n->user);
+        else rc = n->op->backward(n, g, gp);
+        if (!retain) n->released = true;
+        for (j = 0; j < n->nin && rc == DL_OK; j++) {
+            dl_tensor *x = n->in[j], *gj = gp[j];
+            if (!x || !x->requires_grad) continue;
+            if (!gj) {
+                if (n->fn) continue;   /* a custom function may give no gradient */
+                rc = ctx->err != DL_OK ? ctx->err : DL_ERR_GRAPH;
+                if (ctx->err == DL_OK)
+                    dl__err(ctx, DL_ERR_GRAPH, "%s: the backward rule gave no gradient for input %d", name, j);
+                break;
+            }
+            if (gj->magic_ != DL__MAGIC || !dl_same_shape(gj, x)) {
+                dl__err(ctx, DL_ERR_SHAPE, "%s: the gradient for input %d has shape %s but the "
+                        "input has shape %s", name, j, dl__sh(gj), dl__sh(x));
+                rc = DL_ERR_SHAPE;
+                break;
+            }
+            if (ctx->anomaly && !dl__done(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
+            if (x->node_) {
+                if (x->node_->gacc) {
+                    dl_tensor *old = x->node_->gacc;
+                    x->node_->gacc = dl_add(old, gj);
+                    if (x->node_->gacc) x->node_->gacc->gref_++;
+                    if (!n->fn) { dl__grad_release(old); gj->gref_++; dl__grad_release(gj); }
+                } else {
+                    x->node_->gacc = gj;
+                    gj->gref_++;
+                }
+                if (!x->node_->gacc) { rc = ctx->err; break; }
+            } else if (nt) {
+                int k;
+                for (k = 0; k < nt; k++)
+                    if (targets[k] == x) {
+                        results[k] = results[k] ? dl_add(results[k], gj) : gj;
+                        if (!results[k]) rc = ctx->err;
+                        else results[k]->gref_ += 1 << 20;   /* the caller's now */
+                        gj->gref_ += 1 << 20;
+                    }
+            } else if (!dl__acc_leaf(x, gj, create)) {
+                rc = ctx->err;
+            } else if (!n->fn) {
+                gj->gref_++;
+                dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
+            }
+        }
+        ctx->in_backward_of = NULL;
+        if (rc != DL_OK) break;
+        if (!n->fn) dl__grad_release(g);   /* this node's gradient: every use is done */
+    }
+    ctx->in_backward_of = NULL;
+    ctx->backward_nograd = saved_bng;
+    if (rc != DL_OK) for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
+    return rc;
+freed_n:
+    for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
+freed:
+    dl__err(ctx, DL_ERR_GRAPH, "%s: the graph through %s was already freed by an earlier "
+            "backward; pass retain_graph = true to the first one to backward twice", name,
+            out->node_->op->name);
+    return DL_ERR_GRAPH;
+}
+
+dl_result dl_backward(dl_tensor *loss) { return dl__run_backward("dl_backward", loss, NULL, 0, NULL, NULL); }
+dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *d)
+{
+    return dl__run_backward("dl_backward", out, d, 0, NULL, NULL);
+}
+
+dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs, dl_tensor **grads,
+                  const dl_backward_desc *d)
+{
+    int i;
+    if (!out) return DL_ERR_ARG;
+    if (n <= 0 || !inputs || !grads) {
+        if (out->magic_ == DL__MAGIC)
+            dl__err(out->ctx_, DL_ERR_ARG, "dl_grad: need at least one input and an output array");
+        return DL_ERR_ARG;
+    }
+    for (i = 0; i < n; i++) {
+        if (!inputs[i] || !dl__live("dl_grad", "an input", inputs[i])) return DL_ERR_ARG;
+        if (!inputs[i]->requires_grad) {
+            dl__err(out->ctx_, DL_ERR_GRAPH, "dl_grad: input %d %s does not require grad", i,
+                    dl__sh(inputs[i]));
+            return DL_ERR_GRAPH;
+        }
+    }
+    return dl__run_backward("dl_grad", out, d, n, inputs, grads);
+}
+
+// >>section autograd: custom functions
+dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inputs, void *user)
+{
+    dl_ctx *ctx;
+    dl_tensor *y;
+    dl__node *node;
+    dl_fn_ctx tmp;
+    int i;
+    if (!fn || !inputs || n <= 0) {
+        dl__err(NULL, DL_ERR_ARG, "dl_function_apply: %s%s%d inputs (it needs a function and at "
+                "least one input)", fn ? "" : "fn is NULL, ", inputs ? "" : "inputs is NULL, ", n);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) if (!inputs[i]) return NULL;
+    for (i = 0; i < n; i++) if (!dl__live(fn->name ? fn->name : "dl_function_apply", "an input", inputs[i])) return NULL;
+    ctx = inputs[0]->ctx_;
+    if (!fn->forward || !fn->backward) {
+        dl__err(ctx, DL_ERR_ARG, "dl_function_apply: %s needs both forward and backward",
+                fn->name ? fn->name : "function");
+        return NULL;
+    }
+    memset(&tmp, 0, sizeof tmp);
+    tmp.node.in = (dl_tensor **)inputs;
+    tmp.node.nin = n;
+    dl_no_grad_begin(ctx);
+    y = fn->forward(&tmp, n, inputs, user);
+    dl_no_grad_end(ctx);
+    if (!y) return NULL;
+    if (!dl__live(fn->name ? fn->name : "dl_function_apply", "the forward's result", y)) return NULL;
+    /* The output gets a header of its own: recording on an input (a
+       pass-through, or an in-place-style forward that returns its argument),
+       on a persistent tensor or on another op's output would overwrite that
+       tensor's place in the graph. */
+    for (i = 0; i < n; i++) if (y == inputs[i]) break;
+    if (i < n || y->node_ || y->step_ == 0 || y->requires_grad) y = dl__view(fn->name ? fn->name : "custom function", NULL, y, y->ndim, y->shape);
+    if (!y) return NULL;
+    {
+        static const dl__op custom = {"custom function", NULL};
+        if (dl__record(y, &custom, n, inputs, &node) < 0) return NULL;
+    }
+    if (node) {
+        node->fn = fn;
+        node->user = user;
+        node->nsaved = tmp.node.nsaved;
+        memcpy(node->saved, tmp.node.saved, sizeof node->saved);
+    }
+    return dl__done(y, fn->name ? fn->name : "custom function");
+}
+
+void dl_fn_save(dl_fn_ctx *fc, dl_tensor *t)
+{
+    if (!fc) return;
+    if (fc->node.nsaved >= DL__NSAVED) {
+        if (t && t->magic_ == DL__MAGIC) dl__err(t->ctx_, DL_ERR_ARG, "dl_fn_save: at most %d tensors", DL__NSAVED);
+        return;
+    }
+    fc->node.saved[fc->node.nsaved++] = t;
+}
+dl_tensor *dl_fn_saved(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nsaved ? fc->node.saved[i] : NULL; }
+bool dl_fn_needs_grad(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nin && fc->node.in[i]->requires_grad; }
+
 // >>section ops: elementwise
 /* Each op: checks, output, kernel call, tape node. The backward rule below it
    is written with dl.h ops (math in the comment), so under create_graph the
@@ -7175,882 +7910,6 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
 
 dl_tensor *dl_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_softmax", &dl__op_softmax, false, t, dim); }
 dl_tensor *dl_log_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_log_softmax", &dl__op_log_softmax, true, t, dim); }
-
-// >>section tensors: creation and reading
-/* (dl__make checks the dim count and every size) */
-static dl_tensor *dl__create(dl_ctx *ctx, const char *name, dl_shape shape)
-{
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
-    return dl__new(ctx->defdev, name, shape.ndim, shape.d);
-}
-
-dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape) { return dl__create(ctx, "dl_empty", shape); }
-
-/* a float tensor on d filled with v */
-static dl_tensor *dl__filled(dl__dev *d, const char *name, dl_shape shape, float v)
-{
-    dl_tensor *t = dl__new(d, name, shape.ndim, shape.d);
-    if (t) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
-    return t;
-}
-#define DL__DEFDEV(ctx, name) \
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
-dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float v) { DL__DEFDEV(ctx, "dl_full") return dl__filled(ctx->defdev, "dl_full", shape, v); }
-dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_zeros") return dl__filled(ctx->defdev, "dl_zeros", shape, 0.0f); }
-dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_ones") return dl__filled(ctx->defdev, "dl_ones", shape, 1.0f); }
-
-/* on t's device (not the default one): ops and backward rules use these */
-dl_tensor *dl_zeros_like(dl_tensor *t)
-{
-    if (!t || !dl__live("dl_zeros_like", "t", t)) return NULL;
-    return dl__filled(t->dev_, "dl_zeros_like", dl__shape_of(t), 0.0f);
-}
-dl_tensor *dl_ones_like(dl_tensor *t)
-{
-    if (!t || !dl__live("dl_ones_like", "t", t)) return NULL;
-    return dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f);
-}
-
-dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
-{
-    double n;
-    int64_t cnt;
-    dl_tensor *t;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
-    if (step == 0.0f || !(start == start) || !(end == end)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
-                (double)start, (double)end, (double)step);
-        return NULL;
-    }
-    n = ceil(((double)end - (double)start) / (double)step);
-    if (n < 0) n = 0;
-    if (n > 1e15) {
-        dl__err(ctx, DL_ERR_OOM, "dl_arange: %g elements is too many", n);
-        return NULL;
-    }
-    cnt = (int64_t)n;
-    t = dl__new(ctx->defdev, "dl_arange", 1, &cnt);
-    if (!t) return NULL;
-    DL__BE(t)->arange(t->dev_, (float *)t->data, cnt, (double)start, (double)step);
-    return t;
-}
-
-/* a counter-based fill of t (uniform [a, b) or normal (a, b)) */
-static void dl__fill_rand(dl_tensor *t, int dist, float a, float b)
-{
-    dl_ctx *ctx = t->ctx_;
-    DL__BE(t)->rand(t->dev_, dist, (float *)t->data, t->numel, ctx->seed, dl__rng_take(ctx, t->numel), a, b);
-}
-
-dl_tensor *dl_rand(dl_ctx *ctx, dl_shape shape)
-{
-    dl_tensor *t = dl__create(ctx, "dl_rand", shape);
-    if (t) dl__fill_rand(t, DL__RAND_UNIFORM, 0.0f, 1.0f);
-    return t;
-}
-
-dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape)
-{
-    dl_tensor *t = dl__create(ctx, "dl_randn", shape);
-    if (t) dl__fill_rand(t, DL__RAND_NORMAL, 0.0f, 1.0f);
-    return t;
-}
-
-static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape shape, const void *v)
-{
-    dl_tensor *t;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
-    if (!v) { dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name); return NULL; }
-    t = dl__make(ctx->defdev, name, dt, shape.ndim, shape.d, false, NULL);
-    if (t) DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
-    return t;
-}
-dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape s, const float *v) { return dl__from(ctx, "dl_from_array", DL_DTYPE_F32, s, v); }
-dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape s, const int64_t *v) { return dl__from(ctx, "dl_from_int64", DL_DTYPE_I64, s, v); }
-dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape s, const int32_t *v) { return dl__from(ctx, "dl_from_int32", DL_DTYPE_I32, s, v); }
-
-/* y = copy(x);  dx = g */
-static dl_result dl__copy_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { (void)n; gin[0] = g; return DL_OK; }
-static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd};
-
-static dl_tensor *dl__clone(const char *name, dl_tensor *t, bool persistent)
-{
-    int64_t st[DL_MAX_DIMS];
-    dl_tensor *y = dl__make(t->dev_, name, t->dtype, t->ndim, t->shape, persistent, NULL);
-    if (!y) return NULL;
-    dl__strides(t->shape, t->ndim, st);
-    if (t->numel) DL__BE(t)->copy_nd(t->dev_, dl__esize(t->dtype), t->ndim, t->shape, y->data, st, t->data, st);
-    return y;
-}
-
-dl_tensor *dl_copy(dl_tensor *t)
-{
-    dl_tensor *y;
-    dl__node *n;
-    if (!t || !dl__live("dl_copy", "t", t)) return NULL;
-    y = dl__clone("dl_copy", t, false);
-    if (!y || dl__record(y, &dl__op_copy, 1, &t, &n) < 0) return NULL;
-    return dl__done(y, "dl_copy");
-}
-
-dl_tensor *dl_keep(dl_tensor *t)
-{
-    dl_tensor *y;
-    if (!t || !dl__live("dl_keep", "t", t)) return NULL;
-    y = dl__clone("dl_keep", t, true);
-    if (!y) return NULL;
-    memcpy(y->name, t->name, sizeof y->name);
-    y->requires_grad = t->requires_grad && !t->node_;   /* a leaf's flag is kept */
-    return y;
-}
-
-dl_tensor *dl_param(dl_tensor *t)
-{
-    dl_tensor *y = dl_keep(t);
-    if (y && !dl_requires_grad(y, true)) { dl_free(y); return NULL; }
-    return y;
-}
-
-/* A tensor that may be written in place: live, not in a graph, and not a
-   leaf that requires grad while grad mode is on. */
-static bool dl__writable(const char *op, dl_tensor *t)
-{
-    if (!dl__live(op, "t", t)) return false;
-    if (t->node_) {
-        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: t %s is the output of %s in the recorded graph; writing "
-                "into it would change what its backward uses (write into a dl_detach()ed copy)",
-                op, dl__sh(t), t->node_->op->name);
-        return false;
-    }
-    if (t->requires_grad && dl__grad_on(t->ctx_)) {
-        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: t %s is a leaf that requires grad; write into it inside "
-                "dl_no_grad_begin()/dl_no_grad_end() (as torch.no_grad())", op, dl__sh(t));
-        return false;
-    }
-    return true;
-}
-
-dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
-{
-    if (!t) return DL_ERR_ARG;
-    if (!dl__writable("dl_write", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
-    if (!dl__f32("dl_write", "t", t)) return DL_ERR_DTYPE;
-    if (!src || n != t->numel) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_write: t %s has %lld elements but src holds %lld%s",
-                dl__sh(t), (long long)t->numel, (long long)n, src ? "" : " (src is NULL)");
-        return DL_ERR_ARG;
-    }
-    DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
-    return dl__dev_check(t->dev_, "dl_write");
-}
-
-dl_result dl_fill_(dl_tensor *t, float v)
-{
-    if (!t) return DL_ERR_ARG;
-    if (!dl__writable("dl_fill_", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
-    if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
-    DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
-    return DL_OK;
-}
-
-dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
-{
-    static const char *op = "dl_copy_";
-    int64_t ds[DL_MAX_DIMS], ss[DL_MAX_DIMS], st[DL_MAX_DIMS];
-    int d;
-    if (!dst || !src) return DL_ERR_ARG;
-    if (!dl__writable(op, dst)) return dst->magic_ == DL__MAGIC ? dst->ctx_->err : DL_ERR_ARG;
-    if (!dl__live(op, "src", src) || !dl__pair(op, dst, src)) return dst->ctx_->err;
-    if (src->dtype != dst->dtype) {
-        dl__err(dst->ctx_, DL_ERR_DTYPE, "%s: dst %s is %s but src %s is %s", op, dl__sh(dst),
-                dl__dtype_str(dst->dtype), dl__sh(src), dl__dtype_str(src->dtype));
-        return DL_ERR_DTYPE;
-    }
-    if (src->ndim > dst->ndim) goto bad;
-    dl__strides(src->shape, src->ndim, st);
-    for (d = 0; d < dst->ndim; d++) {
-        int is = d - (dst->ndim - src->ndim);
-        int64_t sd = is >= 0 ? src->shape[is] : 1;
-        if (sd != dst->shape[d] && sd != 1) goto bad;
-        ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
-    }
-    if (src == dst || dst->numel == 0) return DL_OK;
-    dl__strides(dst->shape, dst->ndim, ds);
-    DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
-                        src->data, ss);
-    return DL_OK;
-bad:
-    dl__err(dst->ctx_, DL_ERR_SHAPE, "%s: src %s does not broadcast to dst %s (sizes must match or be "
-            "1, aligned from the right)", op, dl__sh(src), dl__sh(dst));
-    return DL_ERR_SHAPE;
-}
-
-void dl_free(dl_tensor *t)
-{
-    if (!t) return;
-    if (t->magic_ != DL__MAGIC) { (void)dl__live("dl_free", "t", t); return; }   /* reports a double free in DL_DEBUG */
-    if (t->step_ != 0) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_free: t %s is a step tensor; dl_step_end() releases it", dl__sh(t));
-        return;
-    }
-    if (t->grad && t->grad->step_ == 0) dl__persist_release(t->grad);
-    dl__persist_release(t);
-}
-
-/* Copies src's data into dst (same dtype and numel) across devices: one
-   backend's peer copy, a direct upload or download when one side is host
-   memory, else through a host buffer. */
-static bool dl__copy_across(dl_tensor *dst, dl_tensor *src)
-{
-    size_t bytes = (size_t)src->numel * dl__esize(src->dtype);
-    dl__dev *dd = dst->dev_, *sd = src->dev_;
-    if (!bytes) return true;
-    if (dd->be == sd->be) dd->be->peer(dd, dst->data, sd, src->data, bytes);
-    else if (dl__host_ok(dst)) sd->be->download(sd, dst->data, src->data, bytes);
-    else if (dl__host_ok(src)) dd->be->upload(dd, dst->data, src->data, bytes);
-    else {
-        void *h = DL_MALLOC(bytes);
-        if (!h) {
-            dl__err(src->ctx_, DL_ERR_OOM, "dl_to: no host memory for a %zu-byte staging buffer", bytes);
-            return false;
-        }
-        sd->be->download(sd, h, src->data, bytes);
-        dd->be->upload(dd, dst->data, h, bytes);
-        DL_FREE(h);
-    }
-    return dl__dev_check(dd, "dl_to") == DL_OK && dl__dev_check(sd, "dl_to") == DL_OK;
-}
-
-/* y = to(x, dev);  dx = to(g, x's device) */
-static dl_result dl__to_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
-{
-    gin[0] = dl_to(g, n->in[0]->device);
-    return DL_OK;
-}
-static const dl__op dl__op_to = {"dl_to", dl__to_bwd};
-
-dl_tensor *dl_to(dl_tensor *t, dl_device dev)
-{
-    dl__dev *d;
-    dl_tensor *y;
-    dl__node *n;
-    if (!t || !dl__live("dl_to", "t", t)) return NULL;
-    d = dl__device(t->ctx_, dev, "dl_to");
-    if (!d) return NULL;
-    if (d == t->dev_) return t;
-    y = dl__make(d, "dl_to", t->dtype, t->ndim, t->shape, false, NULL);
-    if (!y || !dl__copy_across(y, t)) return NULL;
-    if (dl__record(y, &dl__op_to, 1, &t, &n) < 0) return NULL;
-    return dl__done(y, "dl_to");
-}
-
-/* Moves a persistent tensor's storage to d in place (the header, its
-   name and every pointer to it stay valid); its grad goes along. */
-static bool dl__move(dl_tensor *t, dl__dev *d)
-{
-    dl__dev *od = t->dev_;
-    size_t bytes = (size_t)t->numel * dl__esize(t->dtype);
-    void *p;
-    dl_tensor tmp;
-    if (od == d) return true;
-    if (!t->owns_ || t->step_ != 0) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_module_to: %s %s does not own its storage", t->name, dl__sh(t));
-        return false;
-    }
-    if (!dl__dev_limit_ok(d, bytes + sizeof(dl_tensor)) || !(p = dl__dev_alloc(d, bytes))) {
-        dl__err(t->ctx_, DL_ERR_OOM, "dl_module_to: cannot allocate %zu bytes on %s for %s %s", bytes,
-                dl_device_name(d->id), t->name, dl__sh(t));
-        return false;
-    }
-    tmp = *t;
-    tmp.data = p;
-    tmp.dev_ = d;
-    tmp.device = d->id;
-    if (!dl__copy_across(&tmp, t)) { d->be->free(d, p); return false; }
-    od->be->free(od, t->data);
-    od->persistent_bytes -= bytes + sizeof(dl_tensor) < od->persistent_bytes ? bytes + sizeof(dl_tensor) : od->persistent_bytes;
-    d->persistent_bytes += bytes + sizeof(dl_tensor);
-    dl__track_peak(d);
-    t->data = p;
-    t->dev_ = d;
-    t->device = d->id;
-    if (t->grad && t->grad->step_ == 0 && !dl__move(t->grad, d)) return false;
-    return true;
-}
-
-dl_tensor *dl_set_name(dl_tensor *t, const char *name)
-{
-    if (!t || t->magic_ != DL__MAGIC) return t;
-    snprintf(t->name, sizeof t->name, "%s", name ? name : "");
-    return t;
-}
-
-/* Host code reads and writes device data only through the backend: these
-   are the transfer points (dl_read, dl_item, dl_write, dl_print; dl_to,
-   checkpoints and the loader elsewhere). A tensor whose data is host memory
-   (cpu:0, and non-strict virtual CPU devices) may also be read in place. */
-
-float dl_item(dl_tensor *t)
-{
-    float v;
-    if (!t || !dl__live("dl_item", "t", t) || !dl__f32("dl_item", "t", t)) return NAN;
-    if (t->numel != 1) {
-        dl__err(t->ctx_, DL_ERR_SHAPE, "dl_item: t %s has %lld elements; dl_item needs exactly 1",
-                dl__sh(t), (long long)t->numel);
-        return NAN;
-    }
-    DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
-    return dl__dev_check(t->dev_, "dl_item") == DL_OK ? v : NAN;
-}
-
-/* the first float of a tensor, read to the host (a device tensor waits for its stream) */
-static float dl__host_value(dl_tensor *t) { return dl__host_value_at(t, 0); }
-
-dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
-{
-    if (!t) return DL_ERR_ARG;
-    if (!dl__live("dl_read", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
-    if (!dl__f32("dl_read", "t", t)) return DL_ERR_DTYPE;
-    if (!dst || n != t->numel) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_read: t %s has %lld elements but dst holds %lld%s",
-                dl__sh(t), (long long)t->numel, (long long)n, dst ? "" : " (dst is NULL)");
-        return DL_ERR_ARG;
-    }
-    DL__BE(t)->download(t->dev_, dst, t->data, sizeof(float) * (size_t)n);
-    return dl__dev_check(t->dev_, "dl_read");
-}
-
-dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
-{
-    int64_t i;
-    if (!t) return DL_ERR_ARG;
-    if (!dl__live("dl_read_int64", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
-    if (!dst || n != t->numel) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_read_int64: t %s has %lld elements but dst holds %lld",
-                dl__sh(t), (long long)t->numel, (long long)n);
-        return DL_ERR_ARG;
-    }
-    if (t->dtype == DL_DTYPE_I64) {
-        DL__BE(t)->download(t->dev_, dst, t->data, sizeof(int64_t) * (size_t)n);
-        return dl__dev_check(t->dev_, "dl_read_int64");
-    }
-    /* 4-byte values: into the second half of dst, then widened in place, front to back */
-    if (n) DL__BE(t)->download(t->dev_, (char *)(dst + n) - 4 * n, t->data, 4 * (size_t)n);
-    for (i = 0; i < n; i++) {
-        char *src = (char *)(dst + n) - 4 * n + 4 * i;
-        if (t->dtype == DL_DTYPE_I32) { int32_t v; memcpy(&v, src, 4); dst[i] = v; }
-        else { float v; memcpy(&v, src, 4); dst[i] = (int64_t)v; }
-    }
-    return dl__dev_check(t->dev_, "dl_read_int64");
-}
-
-float *dl_data(dl_tensor *t)
-{
-    char b[32];
-    if (!t || !dl__live("dl_data", "t", t) || !dl__f32("dl_data", "t", t)) return NULL;
-    if (!dl__host_ok(t)) {
-        dl__err(t->ctx_, DL_ERR_DEVICE, "dl_data: t %s is on %s, whose memory the host cannot "
-                "address; read it with dl_read() or copy it with dl_to(t, dl_cpu())", dl__sh(t),
-                dl__dev_str(t->device, b, sizeof b));
-        return NULL;
-    }
-    return (float *)t->data;
-}
-
-int64_t dl_size(const dl_tensor *t, int dim)
-{
-    if (!t || t->magic_ != DL__MAGIC) return -1;
-    if (dim < 0) dim += t->ndim;
-    if (dim < 0 || dim >= t->ndim) return -1;
-    return t->shape[dim];
-}
-
-bool dl_same_shape(const dl_tensor *a, const dl_tensor *b)
-{
-    if (!a || !b || a->ndim != b->ndim) return false;
-    return a->ndim == 0 || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
-}
-
-void dl_print(dl_tensor *t)
-{
-    int64_t i, n;
-    unsigned char buf[64 * 8];
-    if (!t || !dl__live("dl_print", "t", t)) { printf("tensor(NULL)\n"); return; }
-    n = t->numel < 64 ? t->numel : 64;
-    DL__BE(t)->download(t->dev_, buf, t->data, (size_t)n * dl__esize(t->dtype));
-    printf("tensor%s %s%s [", dl__sh(t), dl__dtype_str(t->dtype), t->requires_grad ? " requires_grad" : "");
-    for (i = 0; i < n; i++) {
-        if (t->dtype == DL_DTYPE_F32) { float v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %.6g" : "%.6g", (double)v); }
-        else if (t->dtype == DL_DTYPE_I64) { int64_t v; memcpy(&v, buf + 8 * i, 8); printf(i ? ", %lld" : "%lld", (long long)v); }
-        else { int32_t v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %d" : "%d", (int)v); }
-    }
-    printf("%s]\n", t->numel > 64 ? ", ..." : "");
-}
-
-// >>section autograd: backward
-/* dl_backward seeds the output's node with a gradient and walks the tape
-   from that node down to 0. A node with an accumulated gradient runs its
-   backward rule; the results go to the input's producing node (accumulated
-   with dl_add) or, for leaves, into ->grad. Without create_graph the rules run
-   with grad mode off; with it, they record onto the tape like any forward. */
-
-dl_tensor *dl_requires_grad(dl_tensor *t, bool on)
-{
-    if (!t || !dl__live("dl_requires_grad", "t", t)) return NULL;
-    if (t->node_) {
-        dl__err(t->ctx_, DL_ERR_GRAPH, "dl_requires_grad: t %s is the output of %s, not a leaf; "
-                "use dl_detach() to make a leaf", dl__sh(t), t->node_->op->name);
-        return NULL;
-    }
-    if (on && t->dtype != DL_DTYPE_F32) {
-        dl__err(t->ctx_, DL_ERR_DTYPE, "dl_requires_grad: t %s has dtype %s; only float32 tensors "
-                "can require grad", dl__sh(t), dl__dtype_str(t->dtype));
-        return NULL;
-    }
-    t->requires_grad = on;
-    return t;
-}
-
-void dl_no_grad_begin(dl_ctx *ctx) { if (ctx) ctx->no_grad++; }
-void dl_no_grad_end(dl_ctx *ctx) { if (ctx && ctx->no_grad > 0) ctx->no_grad--; }
-bool dl_is_grad_enabled(const dl_ctx *ctx) { return ctx && dl__grad_on(ctx); }
-
-dl_tensor *dl_detach(dl_tensor *t)
-{
-    if (!t || !dl__live("dl_detach", "t", t)) return NULL;
-    return dl__view("dl_detach", NULL, t, t->ndim, t->shape);
-}
-
-void dl_zero_grad(dl_tensor *t)
-{
-    if (!t || t->magic_ != DL__MAGIC || !t->grad) return;
-    DL__BE(t)->fill(t->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
-}
-
-void dl_sgd_update(dl_tensor *p, float lr)
-{
-    if (!p || !dl__live("dl_sgd_update", "p", p) || !p->grad) return;
-    DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
-    dl_zero_grad(p);
-}
-
-/* Gradients made inside a backward (without create_graph) are given back
-   to their device's step arena as soon as no gradient slot holds them, so a
-   step's peak memory holds the live gradients, not all of them. gref_ counts
-   the slots (a node's gacc, a dl_grad result); a tensor that another shares
-   (a view) or that is no temporary of the backward is never given back. */
-static void dl__grad_release(dl_tensor *t)
-{
-    if (!t || !t->bwd_tmp_ || !t->sdata_ || t->viewed_ || --t->gref_ > 0) return;
-    t->sdata_ = false;     /* the block may now hold another tensor */
-    dl__arena_give(&t->dev_->data, t->data, (size_t)t->numel * dl__esize(t->dtype));
-}
-
-/* Accumulate g into leaf x's gradient. Persistent leaves keep a persistent
-   ->grad updated in place; step leaves a step one (with history under
-   create_graph, so it can be differentiated again). */
-static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
-{
-    if (create_graph && x->step_ != 0) {
-        /* a new tensor either way: g may be another leaf's gradient too (dl_sum_to
-           passes its argument through), and every leaf owns its grad */
-        x->grad = x->grad ? dl_add(x->grad, g) : dl_copy(g);
-        return x->grad != NULL;
-    }
-    if (!x->grad) {
-        x->grad = dl__make(x->dev_, "dl_backward", DL_DTYPE_F32, x->ndim, x->shape, x->step_ == 0, NULL);
-        if (!x->grad) return false;
-        DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
-    }
-    DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
-    return true;
-}
-
-static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
-                                  int nt, dl_tensor *const *targets, dl_tensor **results)
-{
-    dl_ctx *ctx;
-    dl_tensor *seed = NULL;
-    bool retain, create;
-    int64_t i, top;
-    int j;
-    dl_result rc = DL_OK;
-    bool saved_bng;
-    if (!out) return DL_ERR_ARG;
-    if (!dl__live(name, "out", out)) return out->magic_ == DL__MAGIC ? out->ctx_->err : DL_ERR_ARG;
-    ctx = out->ctx_;
-    create = desc && desc->create_graph;
-    retain = create || (desc && desc->retain_graph);
-    if (!out->requires_grad) {
-        dl__err(ctx, DL_ERR_GRAPH, "%s: out %s does not require grad: no input was marked with "
-                "dl_requires_grad(), or it was computed under dl_no_grad_begin()", name, dl__sh(out));
-        return DL_ERR_GRAPH;
-    }
-    if (desc && desc->grad) {
-        seed = desc->grad;
-        if (!dl__live(name, "grad", seed)) return ctx->err;
-        if (!dl_same_shape(seed, out)) {
-            dl__err(ctx, DL_ERR_SHAPE, "%s: grad %s must have the shape of out %s", name,
-                    dl__sh(seed), dl__sh(out));
-            return DL_ERR_SHAPE;
-        }
-    } else {
-        if (out->numel != 1) {
-            dl__err(ctx, DL_ERR_SHAPE, "%s: out %s has %lld elements; a gradient can be implied "
-                    "only for one element: pass dl_backward_desc.grad", name, dl__sh(out),
-                    (long long)out->numel);
-            return DL_ERR_SHAPE;
-        }
-        seed = dl_ones_like(out);
-        if (!seed) return ctx->err;
-    }
-    for (j = 0; j < nt; j++) results[j] = NULL;
-    if (!out->node_) {   /* a leaf: its gradient is the seed */
-        for (j = 0; j < nt; j++) if (targets[j] == out) results[j] = seed;
-        if (nt == 0 && !dl__acc_leaf(out, seed, create)) return ctx->err;
-        return DL_OK;
-    }
-    if (out->node_->released) goto freed;
-    saved_bng = ctx->backward_nograd;
-    ctx->backward_nograd = !create;
-    top = out->node_->id;
-    out->node_->gacc = seed;
-    seed->gref_ = 1;
-    if (desc && desc->grad) seed->gref_ += 1 << 20;   /* the caller's tensor */
-    for (i = top; i >= 0; i--) {
-        dl__node *n = ctx->tape[i];
-        dl_tensor *gin[64], **gp = gin, *g = n->gacc;
-        if (!g) continue;
-        n->gacc = NULL;
-        for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
-        if (n->released) { ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
-        if (n->nin > 64) {
-            gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
-            if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
-        }
-        for (j = 0; j < n->nin; j++) gp[j] = NULL;
-        ctx->in_backward_of = n->op->name;
-        if (n->fn) rc = n->fn->backward((dl_fn_ctx *)n, g, gp, n->user);
-        else rc = n->op->backward(n, g, gp);
-        if (!retain) n->released = true;
-        for (j = 0; j < n->nin && rc == DL_OK; j++) {
-            dl_tensor *x = n->in[j], *gj = gp[j];
-            if (!x || !x->requires_grad) continue;
-            if (!gj) {
-                if (n->fn) continue;   /* a custom function may give no gradient */
-                rc = ctx->err != DL_OK ? ctx->err : DL_ERR_GRAPH;
-                if (ctx->err == DL_OK)
-                    dl__err(ctx, DL_ERR_GRAPH, "%s: the backward rule gave no gradient for input %d", name, j);
-                break;
-            }
-            if (gj->magic_ != DL__MAGIC || !dl_same_shape(gj, x)) {
-                dl__err(ctx, DL_ERR_SHAPE, "%s: the gradient for input %d has shape %s but the "
-                        "input has shape %s", name, j, dl__sh(gj), dl__sh(x));
-                rc = DL_ERR_SHAPE;
-                break;
-            }
-            if (ctx->anomaly && !dl__done(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
-            if (x->node_) {
-                if (x->node_->gacc) {
-                    dl_tensor *old = x->node_->gacc;
-                    x->node_->gacc = dl_add(old, gj);
-                    if (x->node_->gacc) x->node_->gacc->gref_++;
-                    if (!n->fn) { dl__grad_release(old); gj->gref_++; dl__grad_release(gj); }
-                } else {
-                    x->node_->gacc = gj;
-                    gj->gref_++;
-                }
-                if (!x->node_->gacc) { rc = ctx->err; break; }
-            } else if (nt) {
-                int k;
-                for (k = 0; k < nt; k++)
-                    if (targets[k] == x) {
-                        results[k] = results[k] ? dl_add(results[k], gj) : gj;
-                        if (!results[k]) rc = ctx->err;
-                        else results[k]->gref_ += 1 << 20;   /* the caller's now */
-                        gj->gref_ += 1 << 20;
-                    }
-            } else if (!dl__acc_leaf(x, gj, create)) {
-                rc = ctx->err;
-            } else if (!n->fn) {
-                gj->gref_++;
-                dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
-            }
-        }
-        ctx->in_backward_of = NULL;
-        if (rc != DL_OK) break;
-        if (!n->fn) dl__grad_release(g);   /* this node's gradient: every use is done */
-    }
-    ctx->in_backward_of = NULL;
-    ctx->backward_nograd = saved_bng;
-    if (rc != DL_OK) for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
-    return rc;
-freed_n:
-    for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
-freed:
-    dl__err(ctx, DL_ERR_GRAPH, "%s: the graph through %s was already freed by an earlier "
-            "backward; pass retain_graph = true to the first one to backward twice", name,
-            out->node_->op->name);
-    return DL_ERR_GRAPH;
-}
-
-dl_result dl_backward(dl_tensor *loss) { return dl__run_backward("dl_backward", loss, NULL, 0, NULL, NULL); }
-dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *d)
-{
-    return dl__run_backward("dl_backward", out, d, 0, NULL, NULL);
-}
-
-dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs, dl_tensor **grads,
-                  const dl_backward_desc *d)
-{
-    int i;
-    if (!out) return DL_ERR_ARG;
-    if (n <= 0 || !inputs || !grads) {
-        if (out->magic_ == DL__MAGIC)
-            dl__err(out->ctx_, DL_ERR_ARG, "dl_grad: need at least one input and an output array");
-        return DL_ERR_ARG;
-    }
-    for (i = 0; i < n; i++) {
-        if (!inputs[i] || !dl__live("dl_grad", "an input", inputs[i])) return DL_ERR_ARG;
-        if (!inputs[i]->requires_grad) {
-            dl__err(out->ctx_, DL_ERR_GRAPH, "dl_grad: input %d %s does not require grad", i,
-                    dl__sh(inputs[i]));
-            return DL_ERR_GRAPH;
-        }
-    }
-    return dl__run_backward("dl_grad", out, d, n, inputs, grads);
-}
-
-// >>section autograd: custom functions
-dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inputs, void *user)
-{
-    dl_ctx *ctx;
-    dl_tensor *y;
-    dl__node *node;
-    dl_fn_ctx tmp;
-    int i;
-    if (!fn || !inputs || n <= 0) {
-        dl__err(NULL, DL_ERR_ARG, "dl_function_apply: %s%s%d inputs (it needs a function and at "
-                "least one input)", fn ? "" : "fn is NULL, ", inputs ? "" : "inputs is NULL, ", n);
-        return NULL;
-    }
-    for (i = 0; i < n; i++) if (!inputs[i]) return NULL;
-    for (i = 0; i < n; i++) if (!dl__live(fn->name ? fn->name : "dl_function_apply", "an input", inputs[i])) return NULL;
-    ctx = inputs[0]->ctx_;
-    if (!fn->forward || !fn->backward) {
-        dl__err(ctx, DL_ERR_ARG, "dl_function_apply: %s needs both forward and backward",
-                fn->name ? fn->name : "function");
-        return NULL;
-    }
-    memset(&tmp, 0, sizeof tmp);
-    tmp.node.in = (dl_tensor **)inputs;
-    tmp.node.nin = n;
-    dl_no_grad_begin(ctx);
-    y = fn->forward(&tmp, n, inputs, user);
-    dl_no_grad_end(ctx);
-    if (!y) return NULL;
-    if (!dl__live(fn->name ? fn->name : "dl_function_apply", "the forward's result", y)) return NULL;
-    /* The output gets a header of its own: recording on an input (a
-       pass-through, or an in-place-style forward that returns its argument),
-       on a persistent tensor or on another op's output would overwrite that
-       tensor's place in the graph. */
-    for (i = 0; i < n; i++) if (y == inputs[i]) break;
-    if (i < n || y->node_ || y->step_ == 0 || y->requires_grad) y = dl__view(fn->name ? fn->name : "custom function", NULL, y, y->ndim, y->shape);
-    if (!y) return NULL;
-    {
-        static const dl__op custom = {"custom function", NULL};
-        if (dl__record(y, &custom, n, inputs, &node) < 0) return NULL;
-    }
-    if (node) {
-        node->fn = fn;
-        node->user = user;
-        node->nsaved = tmp.node.nsaved;
-        memcpy(node->saved, tmp.node.saved, sizeof node->saved);
-    }
-    return dl__done(y, fn->name ? fn->name : "custom function");
-}
-
-void dl_fn_save(dl_fn_ctx *fc, dl_tensor *t)
-{
-    if (!fc) return;
-    if (fc->node.nsaved >= DL__NSAVED) {
-        if (t && t->magic_ == DL__MAGIC) dl__err(t->ctx_, DL_ERR_ARG, "dl_fn_save: at most %d tensors", DL__NSAVED);
-        return;
-    }
-    fc->node.saved[fc->node.nsaved++] = t;
-}
-dl_tensor *dl_fn_saved(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nsaved ? fc->node.saved[i] : NULL; }
-bool dl_fn_needs_grad(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nin && fc->node.in[i]->requires_grad; }
-
-// >>section debug: gradcheck, graph, anomaly
-void dl_set_anomaly(dl_ctx *ctx, bool on) { if (ctx) ctx->anomaly = on; }
-
-/* sum(out * r) in double, on the host */
-static double dl__proj(dl_tensor *out, const float *r, float *buf)
-{
-    double s = 0;
-    int64_t i;
-    DL__BE(out)->download(out->dev_, buf, out->data, sizeof(float) * (size_t)out->numel);
-    for (i = 0; i < out->numel; i++) s += (double)buf[i] * (double)r[i];
-    return s;
-}
-
-dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_tensor *const *inputs,
-                       const dl_gradcheck_desc *desc, dl_gradcheck_result *res)
-{
-    double eps = desc && desc->eps > 0 ? desc->eps : 1e-3;
-    double atol = desc && desc->atol > 0 ? desc->atol : 1e-3;
-    double rtol = desc && desc->rtol > 0 ? desc->rtol : 1e-2;
-    dl_tensor *out, *r, *L, *grads[DL_GRADCHECK_MAX_INPUTS];
-    float *rh, *ob;
-    dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];
-    int k, nn = 0, map[DL_GRADCHECK_MAX_INPUTS];
-    dl_result rc = DL_OK;
-    if (!ctx || !f || !res || !inputs) return DL_ERR_ARG;
-    memset(res, 0, sizeof *res);
-    if (n <= 0 || n > DL_GRADCHECK_MAX_INPUTS) {
-        dl__err(ctx, DL_ERR_ARG, "dl_gradcheck: %d inputs; 1..%d supported", n, DL_GRADCHECK_MAX_INPUTS);
-        return DL_ERR_ARG;
-    }
-    for (k = 0; k < n; k++) {
-        if (!inputs[k] || !dl__live("dl_gradcheck", "an input", inputs[k])) return DL_ERR_ARG;
-        if (inputs[k]->requires_grad) { map[nn] = k; need[nn++] = inputs[k]; }
-    }
-    res->n = n;
-    res->ok = true;
-    out = f(user, inputs);
-    if (!out) return ctx->err != DL_OK ? ctx->err : DL_ERR_ARG;
-    if (!dl__f32("dl_gradcheck", "the output", out)) return DL_ERR_DTYPE;
-    /* fixed random projection: checks J^T r, every input element */
-    {
-        uint64_t seed = ctx->seed, off = ctx->rng_offset;
-        dl_manual_seed(ctx, desc && desc->seed ? desc->seed : 1);
-        r = dl_randn(ctx, dl__shape_of(out));
-        if (r && r->dev_ != out->dev_) r = dl_to(r, out->device);
-        ctx->seed = seed;
-        ctx->rng_offset = off;
-    }
-    if (!r) return ctx->err;
-    if (nn == 0) return DL_OK;
-    L = dl_sum(dl_mul(out, r), DL_ALL, false);
-    if (!L) return ctx->err;
-    if (!L->requires_grad) {
-        for (k = 0; k < nn; k++) grads[k] = NULL;
-    } else {
-        rc = dl_grad(L, nn, need, grads, NULL);
-        if (rc != DL_OK) return rc;
-    }
-    /* the host copies the differences are taken with: r, the output, each input */
-    rh = (float *)DL_MALLOC(sizeof(float) * (size_t)(2 * r->numel + 1));
-    if (!rh) { dl__err(ctx, DL_ERR_OOM, "dl_gradcheck: out of memory"); return DL_ERR_OOM; }
-    ob = rh + r->numel;
-    DL__BE(r)->download(r->dev_, rh, r->data, sizeof(float) * (size_t)r->numel);
-    for (k = 0; k < nn && rc == DL_OK; k++) {
-        dl_tensor *x = need[k];
-        float *xh = (float *)DL_MALLOC(sizeof(float) * (size_t)(2 * x->numel + 1)), *ga;
-        int64_t i;
-        int slot = map[k];
-        if (!xh) { dl__err(ctx, DL_ERR_OOM, "dl_gradcheck: out of memory"); rc = DL_ERR_OOM; break; }
-        ga = xh + x->numel;
-        DL__BE(x)->download(x->dev_, xh, x->data, sizeof(float) * (size_t)x->numel);
-        if (grads[k]) DL__BE(grads[k])->download(grads[k]->dev_, ga, grads[k]->data, sizeof(float) * (size_t)x->numel);
-        for (i = 0; i < x->numel; i++) {
-            float orig = xh[i], v;
-            double lp, lm, num, an, err, rel;
-            dl__mark m1 = dl__arena_mark(&x->dev_->data);
-            dl__hmark m2 = dl__hmark_get(ctx);
-            int64_t nt = ctx->ntape;
-            float *xi = (float *)x->data + i;     /* a device address: only the backend writes it */
-            dl_tensor *o;
-            dl_no_grad_begin(ctx);
-            v = (float)(orig + eps);
-            DL__BE(x)->upload(x->dev_, xi, &v, sizeof v);
-            o = f(user, inputs);
-            lp = o ? dl__proj(o, rh, ob) : NAN;
-            v = (float)(orig - eps);
-            DL__BE(x)->upload(x->dev_, xi, &v, sizeof v);
-            o = o ? f(user, inputs) : NULL;
-            lm = o ? dl__proj(o, rh, ob) : NAN;
-            DL__BE(x)->upload(x->dev_, xi, &orig, sizeof orig);
-            dl_no_grad_end(ctx);
-            dl__arena_rewind(&x->dev_->data, m1);
-            dl__hrewind(ctx, m2);
-            ctx->ntape = nt;
-            if (!o) { rc = ctx->err; break; }
-            num = (lp - lm) / (2.0 * eps);
-            an = grads[k] ? ga[i] : 0.0;
-            err = fabs(an - num);
-            rel = (fabs(an) > atol || fabs(num) > atol) ? err / (fabs(an) > fabs(num) ? fabs(an) : fabs(num)) : 0.0;
-            if (err > res->max_abs_err[slot]) { res->max_abs_err[slot] = err; res->worst_index[slot] = i; }
-            if (rel > res->max_rel_err[slot]) res->max_rel_err[slot] = rel;
-            if (!(err <= atol + rtol * fabs(num))) res->ok = false;
-        }
-        DL_FREE(xh);
-    }
-    DL_FREE(rh);
-    return rc;
-}
-
-static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
-{
-    char sh[128];
-    int i, k = 0;
-    k += snprintf(sh + k, sizeof sh - (size_t)k, "(");
-    for (i = 0; i < t->ndim && k < 100; i++) k += snprintf(sh + k, sizeof sh - (size_t)k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
-    snprintf(sh + k, sizeof sh - (size_t)k, ")");
-    dl__sbf(f, "  t%p [shape=ellipse, %s, label=\"%s%s%s%s\"];\n", (const void *)t, style,
-            t->name[0] ? t->name : "", t->name[0] ? "\\n" : "", sh,
-            t->requires_grad ? "\\nrequires_grad" : "");
-}
-
-dl_result dl_graph_dot(dl_tensor *root, const char *path)
-{
-    dl_ctx *ctx;
-    dl__sb sb, *f = &sb;
-    dl__wfile w;
-    dl__node **stack;
-    int64_t sp = 0, cap;
-    if (!root) return DL_ERR_ARG;
-    if (!dl__live("dl_graph_dot", "root", root)) return DL_ERR_ARG;
-    ctx = root->ctx_;
-    if (!path) { dl__err(ctx, DL_ERR_ARG, "dl_graph_dot: path is NULL"); return DL_ERR_ARG; }
-    memset(&sb, 0, sizeof sb);
-    dl__sbf(f, "digraph dl {\n  rankdir=BT;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
-    dl__dot_tensor(f, root, "style=filled, fillcolor=\"#ffd9b3\"");
-    cap = ctx->ntape + 1;
-    stack = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)cap);
-    if (!stack) { dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
-    ctx->visit++;
-    if (root->node_) { root->node_->visit = ctx->visit; stack[sp++] = root->node_; }
-    while (sp > 0) {
-        dl__node *n = stack[--sp];
-        int j;
-        dl__sbf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"%s\"];\n",
-                (const void *)n, n->fn && n->fn->name ? n->fn->name : n->op->name);
-        dl__sbf(f, "  n%p -> t%p;\n", (const void *)n, (const void *)n->out);
-        for (j = 0; j < n->nin; j++) {
-            dl_tensor *x = n->in[j];
-            if (!x) continue;
-            if (x->node_) {
-                if (x->node_->visit != ctx->visit) {
-                    x->node_->visit = ctx->visit;
-                    if (sp < cap) stack[sp++] = x->node_;
-                    dl__dot_tensor(f, x, "style=solid");
-                }
-            } else {
-                dl__dot_tensor(f, x, x->requires_grad ? "style=filled, fillcolor=\"#d9ead3\"" : "style=dashed");
-            }
-            dl__sbf(f, "  t%p -> n%p;\n", (const void *)x, (const void *)n);
-        }
-    }
-    dl__sbf(f, "}\n");
-    DL_FREE(stack);
-    if (sb.oom) { DL_FREE(sb.s); dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
-    if (!dl__wopen(ctx, "dl_graph_dot", path, &w)) { DL_FREE(sb.s); return ctx->err; }
-    dl__wput(&w, sb.s, sb.n);
-    DL_FREE(sb.s);
-    return dl__wclose(ctx, "dl_graph_dot", &w);
-}
 
 // >>section ops: normalization, dropout, losses
 /* Everything here but binary_cross_entropy_with_logits is a composite of
@@ -10257,6 +10116,237 @@ dl_module *dl_nn_gelu(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_
 dl_module *dl_nn_silu(dl_ctx *ctx) { return dl_module_new(ctx, "SiLU", dl__silu_fwd, 0); }
 dl_module *dl_nn_flatten(dl_ctx *ctx) { return dl_module_new(ctx, "Flatten", dl__flatten_fwd, 0); }
 
+// >>section nn: layer modules
+/* Each layer keeps its settings and parameter pointers in the module's state
+   block and calls the functional op; batch norm branches on the train flag. */
+
+typedef struct dl__convm {
+    int spatial;
+    bool transposed;
+    dl_conv_desc d;
+    dl_tensor *w, *b;
+} dl__convm;
+
+static dl_tensor *dl__convm_fwd(dl_module *m, dl_tensor *x)
+{
+    dl__convm *s = (dl__convm *)dl_module_state(m);
+    if (!s->transposed) {
+        if (s->spatial == 1) return dl_conv1d(x, s->w, s->b, &s->d);
+        if (s->spatial == 2) return dl_conv2d(x, s->w, s->b, &s->d);
+        return dl_conv3d(x, s->w, s->b, &s->d);
+    }
+    if (s->spatial == 1) return dl_conv_transpose1d(x, s->w, s->b, &s->d);
+    if (s->spatial == 2) return dl_conv_transpose2d(x, s->w, s->b, &s->d);
+    return dl_conv_transpose3d(x, s->w, s->b, &s->d);
+}
+
+dl_module *dl_nn_conv(dl_ctx *ctx, int spatial, int64_t in, int64_t out, const int64_t *kernel,
+                      const dl_conv_desc *d, bool bias, bool transposed)
+{
+    static const char *names[2][3] = {{"Conv1d", "Conv2d", "Conv3d"},
+                                      {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}};
+    int64_t shape[2 + DL_MAX_SPATIAL], groups;
+    dl_module *m;
+    dl__convm *s;
+    double bound;
+    int i;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_conv: ctx is NULL"); return NULL; }
+    if (spatial < 1 || spatial > 3 || !kernel) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_conv: spatial dims %d must be 1..3 and kernel given", spatial);
+        return NULL;
+    }
+    groups = d && d->groups > 0 ? d->groups : 1;
+    if (in <= 0 || out <= 0 || in % groups || out % groups) {
+        dl__err(ctx, DL_ERR_ARG, "%s: in_channels=%lld and out_channels=%lld must be positive and "
+                "divisible by groups=%lld", names[transposed][spatial - 1], (long long)in,
+                (long long)out, (long long)groups);
+        return NULL;
+    }
+    for (i = 0; i < spatial; i++)
+        if (kernel[i] <= 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: kernel size %lld must be positive", names[transposed][spatial - 1],
+                    (long long)kernel[i]);
+            return NULL;
+        }
+    m = dl_module_new(ctx, names[transposed][spatial - 1], dl__convm_fwd, sizeof(dl__convm));
+    if (!m) return NULL;
+    s = (dl__convm *)dl_module_state(m);
+    s->spatial = spatial;
+    s->transposed = transposed;
+    if (d) s->d = *d;
+    else s->d = dl_conv_desc_make(1, 0, 1, 1);
+    /* conv: w (out, in/groups, k...);  transposed: w (in, out/groups, k...) */
+    shape[0] = transposed ? in : out;
+    shape[1] = transposed ? out / groups : in / groups;
+    for (i = 0; i < spatial; i++) shape[2 + i] = kernel[i];
+    s->w = dl_module_param(m, "weight", dl_empty(ctx, dl_shape_make(2 + spatial, shape)));
+    if (!s->w) return NULL;
+    dl_init_kaiming_uniform(s->w, 2.2360679774997896f);   /* a = sqrt(5), as PyTorch */
+    if (bias) {
+        s->b = dl_module_param(m, "bias", dl_empty(ctx, dl_shape_make(1, &out)));
+        if (!s->b) return NULL;
+        bound = 1.0 / sqrt((double)dl_fan_in(s->w));
+        dl_init_uniform(s->b, (float)-bound, (float)bound);
+    }
+    return m;
+}
+
+static dl_module *dl__conv_k(dl_ctx *ctx, int sp, int64_t in, int64_t out, int64_t k, const dl_conv_desc *d,
+                             bool bias, bool tr)
+{
+    int64_t ks[DL_MAX_SPATIAL];
+    ks[0] = ks[1] = ks[2] = k;
+    return dl_nn_conv(ctx, sp, in, out, ks, d, bias, tr);
+}
+dl_module *dl_nn_conv1d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 1, i, o, k, d, b, false); }
+dl_module *dl_nn_conv2d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 2, i, o, k, d, b, false); }
+dl_module *dl_nn_conv3d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 3, i, o, k, d, b, false); }
+dl_module *dl_nn_conv_transpose1d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 1, i, o, k, d, b, true); }
+dl_module *dl_nn_conv_transpose2d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 2, i, o, k, d, b, true); }
+dl_module *dl_nn_conv_transpose3d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 3, i, o, k, d, b, true); }
+
+typedef struct dl__poolm { int kind, spatial; dl_pool_desc d; dl_shape out; } dl__poolm;
+
+static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x)
+{
+    dl__poolm *s = (dl__poolm *)dl_module_state(m);
+    switch (s->kind * 3 + s->spatial - 1) {
+    case 0: return dl_max_pool1d(x, &s->d);
+    case 1: return dl_max_pool2d(x, &s->d);
+    case 2: return dl_max_pool3d(x, &s->d);
+    case 3: return dl_avg_pool1d(x, &s->d);
+    case 4: return dl_avg_pool2d(x, &s->d);
+    case 5: return dl_avg_pool3d(x, &s->d);
+    case 6: return dl_adaptive_avg_pool1d(x, s->out);
+    case 7: return dl_adaptive_avg_pool2d(x, s->out);
+    default: return dl_adaptive_avg_pool3d(x, s->out);
+    }
+}
+
+static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_pool_desc *d, dl_shape out)
+{
+    static const char *names[3] = {"MaxPool", "AvgPool", "AdaptiveAvgPool"};
+    char type[32];
+    dl_module *m;
+    dl__poolm *s;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_%s_pool: ctx is NULL", kind == 0 ? "max" : kind == 1 ? "avg" : "adaptive_avg"); return NULL; }
+    if (kind < 2 && !d) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_%s: a dl_pool_desc is required (dl_pool_desc_make(kernel, stride, padding))",
+                kind ? "avg_pool" : "max_pool");
+        return NULL;
+    }
+    snprintf(type, sizeof type, "%s%dd", names[kind], spatial);
+    m = dl_module_new(ctx, type, dl__poolm_fwd, sizeof(dl__poolm));
+    if (!m) return NULL;
+    s = (dl__poolm *)dl_module_state(m);
+    s->kind = kind;
+    s->spatial = spatial;
+    if (d) s->d = *d;
+    s->out = out;
+    return m;
+}
+dl_module *dl_nn_max_pool1d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 0, 1, d, dl_dims_all()); }
+dl_module *dl_nn_max_pool2d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 0, 2, d, dl_dims_all()); }
+dl_module *dl_nn_max_pool3d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 0, 3, d, dl_dims_all()); }
+dl_module *dl_nn_avg_pool1d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 1, 1, d, dl_dims_all()); }
+dl_module *dl_nn_avg_pool2d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 1, 2, d, dl_dims_all()); }
+dl_module *dl_nn_avg_pool3d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 1, 3, d, dl_dims_all()); }
+dl_module *dl_nn_adaptive_avg_pool1d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 1, NULL, o); }
+dl_module *dl_nn_adaptive_avg_pool2d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 2, NULL, o); }
+dl_module *dl_nn_adaptive_avg_pool3d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 3, NULL, o); }
+
+typedef struct dl__bnm {
+    int spatial;              /* -1: BatchNorm1d (2-D or 3-D input) */
+    float momentum, eps;
+    dl_tensor *w, *b, *rm, *rv, *nbt;
+} dl__bnm;
+
+static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x)
+{
+    dl__bnm *s = (dl__bnm *)dl_module_state(m);
+    bool ok = s->spatial < 0 ? (x->ndim == 2 || x->ndim == 3) : x->ndim == s->spatial + 2;
+    bool train = dl_module_training(m);
+    if (!ok) {
+        dl__err(m->ctx, DL_ERR_SHAPE, "%s: x %s must be %s", dl_module_type(m), dl__sh(x),
+                s->spatial < 0 ? "(N,C) or (N,C,L)" : s->spatial == 2 ? "(N,C,H,W)" : "(N,C,D,H,W)");
+        return NULL;
+    }
+    if (train) DL__BE(s->nbt)->add_i64(s->nbt->dev_, (int64_t *)s->nbt->data, 1);   /* num_batches_tracked */
+    return dl_batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps);
+}
+
+static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_t c)
+{
+    dl_module *m;
+    dl__bnm *s;
+    int64_t zero = 0;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_batch_norm: ctx is NULL"); return NULL; }
+    if (c <= 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_batch_norm: num_features=%lld must be positive", (long long)c);
+        return NULL;
+    }
+    m = dl_module_new(ctx, type, dl__bnm_fwd, sizeof(dl__bnm));
+    if (!m) return NULL;
+    s = (dl__bnm *)dl_module_state(m);
+    s->spatial = spatial;
+    s->momentum = 0.1f;
+    s->eps = 1e-5f;
+    s->w = dl_module_param(m, "weight", dl_ones(ctx, dl_shape_make(1, &c)));
+    s->b = dl_module_param(m, "bias", dl_zeros(ctx, dl_shape_make(1, &c)));
+    s->rm = dl_module_buffer(m, "running_mean", dl_zeros(ctx, dl_shape_make(1, &c)));
+    s->rv = dl_module_buffer(m, "running_var", dl_ones(ctx, dl_shape_make(1, &c)));
+    s->nbt = dl_module_buffer(m, "num_batches_tracked", dl_from_int64(ctx, dl_shape_make(0, NULL), &zero));
+    return s->w && s->b && s->rm && s->rv && s->nbt ? m : NULL;
+}
+dl_module *dl_nn_batch_norm1d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm1d", -1, ch); }
+dl_module *dl_nn_batch_norm2d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm2d", 2, ch); }
+dl_module *dl_nn_batch_norm3d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm3d", 3, ch); }
+
+typedef struct dl__lnm { dl_shape shape; dl_tensor *w, *b; } dl__lnm;
+static dl_tensor *dl__lnm_fwd(dl_module *m, dl_tensor *x)
+{
+    dl__lnm *s = (dl__lnm *)dl_module_state(m);
+    return dl_layer_norm(x, s->shape, s->w, s->b, 1e-5f);
+}
+dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape shape)
+{
+    dl_module *m;
+    dl__lnm *s;
+    int i;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_layer_norm: ctx is NULL"); return NULL; }
+    if (shape.ndim < 1 || shape.ndim > DL_MAX_DIMS) goto bad;
+    for (i = 0; i < shape.ndim; i++) if (shape.d[i] <= 0) goto bad;
+    m = dl_module_new(ctx, "LayerNorm", dl__lnm_fwd, sizeof(dl__lnm));
+    if (!m) return NULL;
+    s = (dl__lnm *)dl_module_state(m);
+    s->shape = shape;
+    s->w = dl_module_param(m, "weight", dl_ones(ctx, shape));
+    s->b = dl_module_param(m, "bias", dl_zeros(ctx, shape));
+    return s->w && s->b ? m : NULL;
+bad:
+    dl__err(ctx, DL_ERR_ARG, "dl_nn_layer_norm: normalized_shape %s must have 1..%d positive sizes",
+            dl__shp(ctx, &shape), DL_MAX_DIMS);
+    return NULL;
+}
+
+typedef struct dl__dropm { float p; } dl__dropm;
+static dl_tensor *dl__dropm_fwd(dl_module *m, dl_tensor *x)
+{
+    return dl_dropout(x, ((dl__dropm *)dl_module_state(m))->p, dl_module_training(m));
+}
+dl_module *dl_nn_dropout(dl_ctx *ctx, float p)
+{
+    dl_module *m;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_dropout: ctx is NULL"); return NULL; }
+    if (!(p >= 0.0f && p <= 1.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_dropout: p=%g must be in [0, 1]", (double)p);
+        return NULL;
+    }
+    m = dl_module_new(ctx, "Dropout", dl__dropm_fwd, sizeof(dl__dropm));
+    if (m) ((dl__dropm *)dl_module_state(m))->p = p;
+    return m;
+}
+
 // >>section optim
 /* Optimizer kernels work on raw float arrays, one element at a time, in the
    order of PyTorch's single-tensor code so that results match it to the last
@@ -10720,6 +10810,635 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
         total = tot;
     }
     return (float)total;
+}
+
+// >>section data
+/* IDX files are read whole, checked (magic, type, dims, exact size) and only
+   then converted, so a 100-byte file can never make the reader allocate
+   gigabytes. The loader prepares batch k+1 on worker threads while the
+   caller trains on batch k: two host buffers alternate. Every sample's
+   augmentation draws from a generator seeded by (seed, epoch, position), and
+   each epoch's order from (seed, epoch), so the batches are the same with
+   any number of workers. */
+
+#ifdef DL_ZLIB
+#include <zlib.h>
+#endif
+
+static uint32_t dl__be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* Parse an IDX image of `size` bytes in memory into a persistent tensor. */
+static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned char *buf, size_t size,
+                               dl_dtype as, dl_tensor **out)
+{
+    int nd, i, esz;
+    int type;
+    int64_t dims[DL_MAX_DIMS], numel = 1;
+    dl_tensor *t;
+    const unsigned char *p;
+    *out = NULL;
+    if (size < 4 || buf[0] != 0 || buf[1] != 0) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' is not an IDX file (bad magic; %zu bytes)", path, size);
+        return DL_ERR_FORMAT;
+    }
+    type = buf[2];
+    nd = buf[3];
+    switch (type) {
+    case 0x08: case 0x09: esz = 1; break;
+    case 0x0B: esz = 2; break;
+    case 0x0C: case 0x0D: esz = 4; break;
+    case 0x0E: esz = 8; break;
+    default:
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' has unknown IDX type code 0x%02x", path, type);
+        return DL_ERR_FORMAT;
+    }
+    if (nd < 1 || nd > DL_MAX_DIMS) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' declares %d dims (1..%d supported)", path, nd, DL_MAX_DIMS);
+        return DL_ERR_FORMAT;
+    }
+    if (size < 4 + 4 * (size_t)nd) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' is truncated inside its header (%zu bytes)", path, size);
+        return DL_ERR_FORMAT;
+    }
+    for (i = 0; i < nd; i++) {
+        dims[i] = (int64_t)dl__be32(buf + 4 + 4 * i);
+        if (dims[i] && numel > (INT64_MAX / 16) / dims[i]) {
+            dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': dims overflow", path);
+            return DL_ERR_FORMAT;
+        }
+        numel *= dims[i];
+    }
+    if ((uint64_t)numel > (uint64_t)((size - 4 - 4 * (size_t)nd) / (size_t)esz) ||
+        4 + 4 * (size_t)nd + (size_t)numel * (size_t)esz != size) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its dims need %lld bytes of data but the file "
+                "has %zu (truncated, or a count mismatch)", path, (long long)numel * esz,
+                size - 4 - 4 * (size_t)nd);
+        return DL_ERR_FORMAT;
+    }
+    if (as != DL_DTYPE_F32 && as != DL_DTYPE_I64) {
+        dl__err(ctx, DL_ERR_DTYPE, "dl_idx_load: can load as float32 or int64, not %s", dl__dtype_str(as));
+        return DL_ERR_DTYPE;
+    }
+    t = dl__make(ctx->cpu[0], "dl_idx_load", as, nd, dims, true, NULL);
+    if (!t) return ctx->err;
+    p = buf + 4 + 4 * nd;
+    {
+        int64_t k;
+        for (k = 0; k < numel; k++) {
+            double v;
+            const unsigned char *q = p + k * esz;
+            switch (type) {
+            case 0x08: v = q[0]; break;
+            case 0x09: v = (signed char)q[0]; break;
+            case 0x0B: v = (int16_t)(((unsigned)q[0] << 8) | q[1]); break;
+            case 0x0C: v = (int32_t)dl__be32(q); break;
+            case 0x0D: { uint32_t u = dl__be32(q); float f; memcpy(&f, &u, 4); v = f; break; }
+            default: {
+                uint64_t u = ((uint64_t)dl__be32(q) << 32) | dl__be32(q + 4);
+                double d;
+                memcpy(&d, &u, 8);
+                v = d;
+            }
+            }
+            if (as == DL_DTYPE_F32) {
+                /* float64 files may hold values beyond float's range: saturate */
+                ((float *)t->data)[k] = v > FLT_MAX ? INFINITY : v < -FLT_MAX ? -INFINITY : (float)v;
+            } else if (v >= -9.2e18 && v <= 9.2e18) {
+                ((int64_t *)t->data)[k] = (int64_t)v;
+            } else {
+                dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': element %lld (%g) is not an integer "
+                        "that fits int64; load it as float32", path, (long long)k, v);
+                dl_free(t);
+                return DL_ERR_FORMAT;
+            }
+        }
+    }
+    *out = t;
+    return DL_OK;
+}
+
+#ifdef DL_ZLIB
+/* Inflates a gzip image in memory. The IDX header is read from the first
+   decompressed bytes and the output is capped at exactly the size it
+   implies, so a small file of zeros cannot make the reader allocate
+   gigabytes ("decompression bomb"). */
+static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned char *gz, size_t gzlen,
+                                unsigned char **out, size_t *outlen)
+{
+    z_stream z;
+    unsigned char head[4 + 4 * 255], *buf = NULL;
+    size_t need = 4, have = 0, total = 0;
+    int zr = Z_OK, i;
+    dl_result rc = DL_ERR_FORMAT;
+    *out = NULL;
+    *outlen = 0;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+        dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot start zlib", path);
+        return DL_ERR_OOM;
+    }
+    z.next_in = (unsigned char *)(uintptr_t)gz;
+    z.avail_in = (uInt)(gzlen > 0xffffffffu ? 0xffffffffu : gzlen);
+    /* the header: 4 bytes, then 4 per dim */
+    while (have < need) {
+        z.next_out = head + have;
+        z.avail_out = (uInt)(need - have);
+        zr = inflate(&z, Z_NO_FLUSH);
+        have = need - z.avail_out;
+        if (zr != Z_OK) break;
+        if (have == 4 && need == 4) need = 4 + 4 * (size_t)head[3];
+    }
+    if (have == 4 && need == 4 && head[3] == 0) need = 4;
+    if (have < need || (have >= 4 && (head[0] != 0 || head[1] != 0))) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': the decompressed data does not start with an "
+                "IDX header (%s)", path, have < need ? (zr == Z_STREAM_END ? "it ends first" :
+                "corrupt gzip data") : "bad magic");
+        goto done;
+    }
+    {
+        int esz = head[2] == 0x08 || head[2] == 0x09 ? 1 : head[2] == 0x0B ? 2 :
+                  head[2] == 0x0C || head[2] == 0x0D ? 4 : head[2] == 0x0E ? 8 : 0;
+        uint64_t n = 1;
+        if (!esz) {
+            dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' has unknown IDX type code 0x%02x", path, head[2]);
+            goto done;
+        }
+        for (i = 0; i < head[3]; i++) {
+            uint64_t d = dl__be32(head + 4 + 4 * i);
+            if (d && n > ((uint64_t)1 << 40) / d) {
+                dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its dims claim more than 2^40 elements", path);
+                goto done;
+            }
+            n *= d;
+        }
+        total = need + (size_t)(n * (uint64_t)esz);
+    }
+    buf = (unsigned char *)dl__malloc(ctx, total + 1);
+    if (!buf) {
+        rc = DL_ERR_OOM;
+        dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot allocate the %zu bytes its header "
+                "declares", path, total);
+        goto done;
+    }
+    memcpy(buf, head, need);
+    have = need;
+    /* one byte more than declared: finding it means the file holds more data than its header says */
+    while (zr == Z_OK && have < total + 1) {
+        size_t room = total + 1 - have;
+        z.next_out = buf + have;
+        z.avail_out = (uInt)(room > 0x40000000u ? 0x40000000u : room);
+        zr = inflate(&z, Z_NO_FLUSH);
+        have += (room > 0x40000000u ? 0x40000000u : room) - z.avail_out;
+        if (zr == Z_BUF_ERROR && z.avail_in == 0) break;
+    }
+    if (zr != Z_STREAM_END && zr != Z_OK && zr != Z_BUF_ERROR) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': corrupt gzip data (%s)", path, z.msg ? z.msg : "inflate failed");
+        goto done;
+    }
+    if (have != total) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its header declares %zu bytes but the "
+                "decompressed file has %s%zu (truncated, or a count mismatch)", path, total,
+                have > total ? "more than " : "", have > total ? total : have);
+        goto done;
+    }
+    *out = buf;
+    *outlen = total;
+    buf = NULL;
+    rc = DL_OK;
+done:
+    DL_FREE(buf);
+    inflateEnd(&z);
+    return rc;
+}
+#endif
+
+dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tensor **out)
+{
+    unsigned char *buf = NULL;
+    size_t size = 0;
+    dl_result rc;
+    if (!ctx) return DL_ERR_ARG;
+    if (!path || !out) { dl__err(ctx, DL_ERR_ARG, "dl_idx_load: path and out must not be NULL"); return DL_ERR_ARG; }
+    *out = NULL;
+    rc = dl__read_file(ctx, "dl_idx_load", path, &buf, &size);
+    if (rc != DL_OK) return rc;
+    if (size >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
+#ifdef DL_ZLIB
+        unsigned char *raw;
+        size_t rawlen;
+        rc = dl__idx_gunzip(ctx, path, buf, size, &raw, &rawlen);
+        DL_FREE(buf);
+        if (rc != DL_OK) return rc;
+        buf = raw;
+        size = rawlen;
+#else
+        DL_FREE(buf);
+        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_idx_load: '%s' is gzip-compressed: gunzip it, or build "
+                "with -DDL_ZLIB and link -lz", path);
+        return DL_ERR_UNSUPPORTED;
+#endif
+    }
+    rc = dl__idx_parse(ctx, path, buf, size, as, out);
+    DL_FREE(buf);
+    return rc;
+}
+
+/* The samples are read on the host: x in place when its memory is host
+   memory, else a host copy made once; the labels as an int64 copy. */
+typedef struct dl__tds {
+    dl_dataset ds;
+    dl_tensor *x, *y;
+    const float *xh;     /* x's values on the host */
+    float *xcopy;        /* owned copy (x on a device) or NULL */
+    int64_t *yh;         /* labels */
+    dl_transform_desc t;
+    bool has_t, train;
+    int64_t sn;          /* floats per sample */
+} dl__tds;
+
+static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
+{
+    const dl__tds *d = (const dl__tds *)ds->user;
+    const float *src = d->xh + i * d->sn;
+    float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
+    int64_t k;
+    *y = d->yh[i];
+    if (d->has_t) {
+        if (d->t.scale != 0.0f) scale = d->t.scale;
+        mean = d->t.mean;
+        if (d->t.std != 0.0f) inv_std = 1.0f / d->t.std;
+    }
+    if (d->has_t && d->train && d->ds.sample_shape.ndim >= 2 && (d->t.hflip || d->t.crop_padding > 0)) {
+        const dl_shape *s = &d->ds.sample_shape;
+        int64_t H = s->d[s->ndim - 2], W = s->d[s->ndim - 1], C = (H > 0 && W > 0) ? d->sn / (H * W) : 0;
+        int64_t p = d->t.crop_padding, dy = 0, dx = 0, c, r, q;
+        bool flip = d->t.hflip && dl__rng_uniform(rng) < 0.5f;
+        if (p > 0) {
+            dy = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+            dx = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+            if (dy > 2 * p) dy = 2 * p;
+            if (dx > 2 * p) dx = 2 * p;
+        }
+        for (c = 0; c < C; c++)
+            for (r = 0; r < H; r++)
+                for (q = 0; q < W; q++) {
+                    int64_t sr = r + dy - p, sq = (flip ? W - 1 - q : q) + dx - p;
+                    float v = (sr >= 0 && sr < H && sq >= 0 && sq < W) ? src[(c * H + sr) * W + sq] : 0.0f;
+                    x[(c * H + r) * W + q] = (v * scale - mean) * inv_std;
+                }
+        return DL_OK;
+    }
+    for (k = 0; k < d->sn; k++) x[k] = (src[k] * scale - mean) * inv_std;
+    return DL_OK;
+}
+
+static void dl__tds_free(void *p)
+{
+    dl__tds *d = (dl__tds *)p;
+    DL_FREE(d->xcopy);
+    DL_FREE(d->yh);
+    DL_FREE(d);
+}
+
+dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_transform_desc *t, bool train)
+{
+    dl__tds *d;
+    if (!ctx || !x || !y) return NULL;
+    if (!dl__live("dl_tensor_dataset", "x", x) || !dl__live("dl_tensor_dataset", "y", y)) return NULL;
+    if (!dl__f32("dl_tensor_dataset", "x", x)) return NULL;
+    if (x->ndim < 1 || y->ndim != 1) {
+        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N)",
+                dl__sh(x), dl__sh(y));
+        return NULL;
+    }
+    if (x->shape[0] != y->shape[0]) {
+        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x has %lld samples %s but y has %lld labels "
+                "%s: the counts must match", (long long)x->shape[0], dl__sh(x),
+                (long long)y->shape[0], dl__sh(y));
+        return NULL;
+    }
+    if (x->step_ != 0 || y->step_ != 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: x and y must be persistent (dl_keep them)");
+        return NULL;
+    }
+    if (t && (t->crop_padding < 0 || t->crop_padding > 1024)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: crop_padding %lld out of range 0..1024", (long long)t->crop_padding);
+        return NULL;
+    }
+    d = (dl__tds *)dl__malloc(ctx, sizeof *d);
+    if (!d) { dl__err(ctx, DL_ERR_OOM, "dl_tensor_dataset: out of memory"); return NULL; }
+    memset(d, 0, sizeof *d);
+    d->x = x;
+    d->y = y;
+    d->train = train;
+    if (t) { d->t = *t; d->has_t = true; }
+    d->sn = dl__prod(x->shape + 1, x->ndim - 1);
+    d->ds.length = x->shape[0];
+    d->ds.sample_shape = dl_shape_make(x->ndim - 1, x->shape + 1);
+    d->ds.get = dl__tds_get;
+    d->ds.user = d;
+    d->yh = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(y->numel + 1));
+    if (!dl__host_ok(x)) d->xcopy = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(x->numel + 1));
+    if (!d->yh || (!dl__host_ok(x) && !d->xcopy)) {
+        dl__tds_free(d);
+        dl__err(ctx, DL_ERR_OOM, "dl_tensor_dataset: out of memory for the labels or a host copy of x");
+        return NULL;
+    }
+    if (dl_read_int64(y, d->yh, y->numel) != DL_OK) { dl__tds_free(d); return NULL; }
+    if (d->xcopy) {
+        if (dl_read(x, d->xcopy, x->numel) != DL_OK) { dl__tds_free(d); return NULL; }
+        d->xh = d->xcopy;
+    } else d->xh = (const float *)x->data;
+    if (!dl__own(ctx, dl__tds_free, d)) { dl__tds_free(d); return NULL; }
+    return &d->ds;
+}
+
+struct dl_loader {
+    dl_ctx *ctx;
+    dl__dev *dev;                     /* where batches go */
+    const dl_dataset *ds;
+    dl_loader_desc d;
+    int64_t n, nb, sn, epoch, batch;
+    int64_t *perm;
+    float *xbuf[2];
+    int64_t *ybuf[2];
+    /* the job in flight: fill batch job_batch of epoch job_epoch into slot job_slot */
+    int64_t job_batch, job_epoch;
+    int job_slot;
+    bool in_flight;
+    dl_result job_rc;                 /* first failure of the job (under mu with workers) */
+    int64_t job_bad_index, job_bad_pos;
+    int nw;
+#ifndef DL_NO_THREADS
+    pthread_t *th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    uint64_t gen;
+    int pending, started;
+    bool stop;
+#endif
+};
+
+static int64_t dl__batch_count(const dl_loader *l, int64_t b)
+{
+    int64_t lo = b * l->d.batch_size, hi = lo + l->d.batch_size;
+    return (hi > l->n ? l->n : hi) - lo;
+}
+
+/* Fill the share of worker w (of nw) of the current job. The first failure
+   (by position in the batch) is merged into job_rc / job_bad_index under the
+   loader's lock by the caller, so reports do not depend on thread timing. */
+static void dl__loader_fill(dl_loader *l, int w, int nw, dl_result *rc_out, int64_t *pos_out)
+{
+    int64_t lo = l->job_batch * l->d.batch_size, cnt = dl__batch_count(l, l->job_batch), j;
+    *rc_out = DL_OK;
+    *pos_out = -1;
+    for (j = w; j < cnt; j += nw) {
+        int64_t pos = lo + j, idx = l->perm[pos];
+        uint64_t rng[4];
+        dl_result rc;
+        dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)l->job_epoch << 40) ^ (uint64_t)pos, rng);
+        rc = l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, l->ybuf[l->job_slot] + j, rng);
+        if (rc != DL_OK) { *rc_out = rc; *pos_out = j; return; }
+    }
+}
+
+/* keep the failure at the smallest batch position (call with the lock held) */
+static void dl__loader_merge(dl_loader *l, dl_result rc, int64_t j)
+{
+    if (rc == DL_OK) return;
+    if (l->job_rc == DL_OK || j < l->job_bad_pos) {
+        l->job_rc = rc;
+        l->job_bad_pos = j;
+        l->job_bad_index = l->perm[l->job_batch * l->d.batch_size + j];
+    }
+}
+
+#ifndef DL_NO_THREADS
+typedef struct dl__lw { dl_loader *l; int w; } dl__lw;
+static void *dl__loader_worker(void *arg)
+{
+    dl_loader *l = ((dl__lw *)arg)->l;
+    int w = ((dl__lw *)arg)->w;
+    uint64_t seen = 0;
+    dl_result rc;
+    int64_t pos;
+    DL_FREE(arg);
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && l->gen == seen) pthread_cond_wait(&l->cv_work, &l->mu);
+        if (l->stop) break;
+        seen = l->gen;
+        pthread_mutex_unlock(&l->mu);
+        dl__loader_fill(l, w, l->nw, &rc, &pos);
+        pthread_mutex_lock(&l->mu);
+        dl__loader_merge(l, rc, pos);
+        if (--l->pending == 0) pthread_cond_signal(&l->cv_done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+#endif
+
+static void dl__loader_launch(dl_loader *l, int64_t batch, int slot)
+{
+    l->job_batch = batch;
+    l->job_epoch = l->epoch;
+    l->job_slot = slot;
+    l->job_rc = DL_OK;
+    l->in_flight = true;
+#ifndef DL_NO_THREADS
+    if (l->nw > 0) {
+        pthread_mutex_lock(&l->mu);
+        l->pending = l->nw;
+        l->gen++;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+    }
+#endif
+}
+
+static void dl__loader_wait(dl_loader *l)
+{
+    if (!l->in_flight) return;
+#ifndef DL_NO_THREADS
+    if (l->nw > 0) {
+        pthread_mutex_lock(&l->mu);
+        while (l->pending > 0) pthread_cond_wait(&l->cv_done, &l->mu);
+        pthread_mutex_unlock(&l->mu);
+        l->in_flight = false;
+        return;
+    }
+#endif
+    {
+        dl_result rc;
+        int64_t pos;
+        dl__loader_fill(l, 0, 1, &rc, &pos);
+        dl__loader_merge(l, rc, pos);
+    }
+    l->in_flight = false;
+}
+
+static void dl__loader_free(void *p)
+{
+    dl_loader *l = (dl_loader *)p;
+#ifndef DL_NO_THREADS
+    int i;
+    if (l->started) {
+        dl__loader_wait(l);
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+        for (i = 0; i < l->started; i++) pthread_join(l->th[i], NULL);
+    }
+    if (l->nw > 0 || l->th) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv_work);
+        pthread_cond_destroy(&l->cv_done);
+    }
+    DL_FREE(l->th);
+#endif
+    DL_FREE(l->perm);
+    DL_FREE(l->xbuf[0]);
+    DL_FREE(l->xbuf[1]);
+    DL_FREE(l->ybuf[0]);
+    DL_FREE(l->ybuf[1]);
+    DL_FREE(l);
+}
+
+dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *desc)
+{
+    dl_loader *l;
+    int64_t bs;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_loader_new: ctx is NULL"); return NULL; }
+    if (!ds) return NULL;   /* the dataset's constructor failed and said why */
+    if (!ds->get || ds->length < 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has %s (length %lld)",
+                ds->get ? "a negative length" : "no get function", (long long)ds->length);
+        return NULL;
+    }
+    bs = desc && desc->batch_size > 0 ? desc->batch_size : 1;
+    if (desc && (desc->batch_size < 0 || desc->num_workers < 0 || desc->num_workers > 64)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: batch_size %lld must be >= 0 and num_workers %d in 0..64",
+                (long long)desc->batch_size, desc->num_workers);
+        return NULL;
+    }
+    l = (dl_loader *)dl__malloc(ctx, sizeof *l);
+    if (!l) { dl__err(ctx, DL_ERR_OOM, "dl_loader_new: out of memory"); return NULL; }
+    memset(l, 0, sizeof *l);
+    l->ctx = ctx;
+    l->ds = ds;
+    l->dev = dl__device(ctx, desc ? desc->device : dl__devdef(), "dl_loader_new");
+    if (!l->dev) { DL_FREE(l); return NULL; }
+    if (desc) l->d = *desc;
+    l->d.batch_size = bs;
+    if (!l->d.seed) l->d.seed = 1;
+    l->n = ds->length;
+    l->nb = l->d.drop_last ? l->n / bs : (l->n + bs - 1) / bs;
+    l->sn = dl__prod(ds->sample_shape.d, ds->sample_shape.ndim);
+    l->batch = -1;
+    if (l->sn > 0 && (uint64_t)bs > (uint64_t)(INT64_MAX / 8) / (uint64_t)l->sn) goto oom;
+    l->perm = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(l->n + 1));
+    l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+    l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+    l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+    l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+    if (!l->perm || !l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
+#ifndef DL_NO_THREADS
+    l->nw = l->d.num_workers;
+    if (l->nw > 0) {
+        int i;
+        pthread_mutex_init(&l->mu, NULL);
+        pthread_cond_init(&l->cv_work, NULL);
+        pthread_cond_init(&l->cv_done, NULL);
+        l->th = (pthread_t *)dl__malloc(ctx, sizeof(pthread_t) * (size_t)l->nw);
+        if (!l->th) goto oom;
+        for (i = 0; i < l->nw; i++) {
+            dl__lw *a = (dl__lw *)dl__malloc(ctx, sizeof *a);
+            if (!a) goto oom;
+            a->l = l;
+            a->w = i;
+            if (pthread_create(&l->th[i], NULL, dl__loader_worker, a) != 0) { DL_FREE(a); break; }
+            l->started++;
+        }
+        l->nw = l->started;   /* fewer threads if the system refused some */
+    }
+#endif
+    if (!dl__own(ctx, dl__loader_free, l)) { dl__loader_free(l); return NULL; }
+    return l;
+oom:
+    dl__loader_free(l);
+    dl__err(ctx, DL_ERR_OOM, "dl_loader_new: out of memory for batches of %lld samples", (long long)bs);
+    return NULL;
+}
+
+static void dl__loader_order(dl_loader *l)
+{
+    int64_t i;
+    for (i = 0; i < l->n; i++) l->perm[i] = i;
+    if (l->d.shuffle) {
+        uint64_t s[4];
+        dl__seed_state(l->d.seed * 0x2545f4914f6cdd1dull + (uint64_t)l->epoch, s);
+        for (i = l->n - 1; i > 0; i--) {
+            int64_t j = (int64_t)(dl__rng_next(s) % (uint64_t)(i + 1)), t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+}
+
+int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
+{
+    int64_t shape[DL_MAX_DIMS + 1], cnt;
+    int slot;
+    if (x) *x = NULL;
+    if (y) *y = NULL;
+    if (!l) return -1;
+    if (!x || !y) {
+        dl__err(l->ctx, DL_ERR_ARG, "dl_loader_next: x and y must not be NULL");
+        return -1;
+    }
+    if (l->batch < 0) {   /* a new epoch */
+        l->epoch++;
+        dl__loader_order(l);
+        l->batch = 0;
+        if (l->nb > 0) dl__loader_launch(l, 0, 0);
+    }
+    if (l->batch >= l->nb) { l->batch = -1; return 0; }
+    dl__loader_wait(l);
+    slot = (int)(l->batch & 1);
+    if (l->job_rc != DL_OK) {
+        dl__err(l->ctx, l->job_rc, "dl_loader_next: the dataset's get failed for sample %lld (%s)",
+                    (long long)l->job_bad_index, dl_result_string(l->job_rc));
+        l->batch = -1;
+        return -1;
+    }
+    cnt = dl__batch_count(l, l->batch);
+    if (l->batch + 1 < l->nb) dl__loader_launch(l, l->batch + 1, 1 - slot);
+    shape[0] = cnt;
+    memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
+    *x = dl__make(l->dev, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
+    *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
+    if (!*x || !*y) { *x = *y = NULL; return -1; }
+    DL__BE(*x)->upload(l->dev, (*x)->data, l->xbuf[slot], sizeof(float) * (size_t)(cnt * l->sn));
+    DL__BE(*y)->upload(l->dev, (*y)->data, l->ybuf[slot], sizeof(int64_t) * (size_t)cnt);
+    l->batch++;
+    return 1;
+}
+
+int64_t dl_loader_num_batches(const dl_loader *l) { return l ? l->nb : 0; }
+int64_t dl_loader_epoch(const dl_loader *l) { return l ? l->epoch : 0; }
+
+void dl_loader_set_epoch(dl_loader *l, int64_t epochs)
+{
+    if (!l || epochs < 0) return;
+    dl__loader_wait(l);
+    l->epoch = epochs;
+    l->batch = -1;
 }
 
 // >>section io: safetensors
@@ -11706,866 +12425,6 @@ dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *key, cha
     return rc;
 }
 
-
-// >>section nn: layer modules
-/* Each layer keeps its settings and parameter pointers in the module's state
-   block and calls the functional op; batch norm branches on the train flag. */
-
-typedef struct dl__convm {
-    int spatial;
-    bool transposed;
-    dl_conv_desc d;
-    dl_tensor *w, *b;
-} dl__convm;
-
-static dl_tensor *dl__convm_fwd(dl_module *m, dl_tensor *x)
-{
-    dl__convm *s = (dl__convm *)dl_module_state(m);
-    if (!s->transposed) {
-        if (s->spatial == 1) return dl_conv1d(x, s->w, s->b, &s->d);
-        if (s->spatial == 2) return dl_conv2d(x, s->w, s->b, &s->d);
-        return dl_conv3d(x, s->w, s->b, &s->d);
-    }
-    if (s->spatial == 1) return dl_conv_transpose1d(x, s->w, s->b, &s->d);
-    if (s->spatial == 2) return dl_conv_transpose2d(x, s->w, s->b, &s->d);
-    return dl_conv_transpose3d(x, s->w, s->b, &s->d);
-}
-
-dl_module *dl_nn_conv(dl_ctx *ctx, int spatial, int64_t in, int64_t out, const int64_t *kernel,
-                      const dl_conv_desc *d, bool bias, bool transposed)
-{
-    static const char *names[2][3] = {{"Conv1d", "Conv2d", "Conv3d"},
-                                      {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}};
-    int64_t shape[2 + DL_MAX_SPATIAL], groups;
-    dl_module *m;
-    dl__convm *s;
-    double bound;
-    int i;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_conv: ctx is NULL"); return NULL; }
-    if (spatial < 1 || spatial > 3 || !kernel) {
-        dl__err(ctx, DL_ERR_ARG, "dl_nn_conv: spatial dims %d must be 1..3 and kernel given", spatial);
-        return NULL;
-    }
-    groups = d && d->groups > 0 ? d->groups : 1;
-    if (in <= 0 || out <= 0 || in % groups || out % groups) {
-        dl__err(ctx, DL_ERR_ARG, "%s: in_channels=%lld and out_channels=%lld must be positive and "
-                "divisible by groups=%lld", names[transposed][spatial - 1], (long long)in,
-                (long long)out, (long long)groups);
-        return NULL;
-    }
-    for (i = 0; i < spatial; i++)
-        if (kernel[i] <= 0) {
-            dl__err(ctx, DL_ERR_ARG, "%s: kernel size %lld must be positive", names[transposed][spatial - 1],
-                    (long long)kernel[i]);
-            return NULL;
-        }
-    m = dl_module_new(ctx, names[transposed][spatial - 1], dl__convm_fwd, sizeof(dl__convm));
-    if (!m) return NULL;
-    s = (dl__convm *)dl_module_state(m);
-    s->spatial = spatial;
-    s->transposed = transposed;
-    if (d) s->d = *d;
-    else s->d = dl_conv_desc_make(1, 0, 1, 1);
-    /* conv: w (out, in/groups, k...);  transposed: w (in, out/groups, k...) */
-    shape[0] = transposed ? in : out;
-    shape[1] = transposed ? out / groups : in / groups;
-    for (i = 0; i < spatial; i++) shape[2 + i] = kernel[i];
-    s->w = dl_module_param(m, "weight", dl_empty(ctx, dl_shape_make(2 + spatial, shape)));
-    if (!s->w) return NULL;
-    dl_init_kaiming_uniform(s->w, 2.2360679774997896f);   /* a = sqrt(5), as PyTorch */
-    if (bias) {
-        s->b = dl_module_param(m, "bias", dl_empty(ctx, dl_shape_make(1, &out)));
-        if (!s->b) return NULL;
-        bound = 1.0 / sqrt((double)dl_fan_in(s->w));
-        dl_init_uniform(s->b, (float)-bound, (float)bound);
-    }
-    return m;
-}
-
-static dl_module *dl__conv_k(dl_ctx *ctx, int sp, int64_t in, int64_t out, int64_t k, const dl_conv_desc *d,
-                             bool bias, bool tr)
-{
-    int64_t ks[DL_MAX_SPATIAL];
-    ks[0] = ks[1] = ks[2] = k;
-    return dl_nn_conv(ctx, sp, in, out, ks, d, bias, tr);
-}
-dl_module *dl_nn_conv1d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 1, i, o, k, d, b, false); }
-dl_module *dl_nn_conv2d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 2, i, o, k, d, b, false); }
-dl_module *dl_nn_conv3d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 3, i, o, k, d, b, false); }
-dl_module *dl_nn_conv_transpose1d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 1, i, o, k, d, b, true); }
-dl_module *dl_nn_conv_transpose2d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 2, i, o, k, d, b, true); }
-dl_module *dl_nn_conv_transpose3d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 3, i, o, k, d, b, true); }
-
-typedef struct dl__poolm { int kind, spatial; dl_pool_desc d; dl_shape out; } dl__poolm;
-
-static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x)
-{
-    dl__poolm *s = (dl__poolm *)dl_module_state(m);
-    switch (s->kind * 3 + s->spatial - 1) {
-    case 0: return dl_max_pool1d(x, &s->d);
-    case 1: return dl_max_pool2d(x, &s->d);
-    case 2: return dl_max_pool3d(x, &s->d);
-    case 3: return dl_avg_pool1d(x, &s->d);
-    case 4: return dl_avg_pool2d(x, &s->d);
-    case 5: return dl_avg_pool3d(x, &s->d);
-    case 6: return dl_adaptive_avg_pool1d(x, s->out);
-    case 7: return dl_adaptive_avg_pool2d(x, s->out);
-    default: return dl_adaptive_avg_pool3d(x, s->out);
-    }
-}
-
-static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_pool_desc *d, dl_shape out)
-{
-    static const char *names[3] = {"MaxPool", "AvgPool", "AdaptiveAvgPool"};
-    char type[32];
-    dl_module *m;
-    dl__poolm *s;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_%s_pool: ctx is NULL", kind == 0 ? "max" : kind == 1 ? "avg" : "adaptive_avg"); return NULL; }
-    if (kind < 2 && !d) {
-        dl__err(ctx, DL_ERR_ARG, "dl_nn_%s: a dl_pool_desc is required (dl_pool_desc_make(kernel, stride, padding))",
-                kind ? "avg_pool" : "max_pool");
-        return NULL;
-    }
-    snprintf(type, sizeof type, "%s%dd", names[kind], spatial);
-    m = dl_module_new(ctx, type, dl__poolm_fwd, sizeof(dl__poolm));
-    if (!m) return NULL;
-    s = (dl__poolm *)dl_module_state(m);
-    s->kind = kind;
-    s->spatial = spatial;
-    if (d) s->d = *d;
-    s->out = out;
-    return m;
-}
-dl_module *dl_nn_max_pool1d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 0, 1, d, dl_dims_all()); }
-dl_module *dl_nn_max_pool2d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 0, 2, d, dl_dims_all()); }
-dl_module *dl_nn_max_pool3d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 0, 3, d, dl_dims_all()); }
-dl_module *dl_nn_avg_pool1d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 1, 1, d, dl_dims_all()); }
-dl_module *dl_nn_avg_pool2d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 1, 2, d, dl_dims_all()); }
-dl_module *dl_nn_avg_pool3d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm_new(c, 1, 3, d, dl_dims_all()); }
-dl_module *dl_nn_adaptive_avg_pool1d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 1, NULL, o); }
-dl_module *dl_nn_adaptive_avg_pool2d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 2, NULL, o); }
-dl_module *dl_nn_adaptive_avg_pool3d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 3, NULL, o); }
-
-typedef struct dl__bnm {
-    int spatial;              /* -1: BatchNorm1d (2-D or 3-D input) */
-    float momentum, eps;
-    dl_tensor *w, *b, *rm, *rv, *nbt;
-} dl__bnm;
-
-static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x)
-{
-    dl__bnm *s = (dl__bnm *)dl_module_state(m);
-    bool ok = s->spatial < 0 ? (x->ndim == 2 || x->ndim == 3) : x->ndim == s->spatial + 2;
-    bool train = dl_module_training(m);
-    if (!ok) {
-        dl__err(m->ctx, DL_ERR_SHAPE, "%s: x %s must be %s", dl_module_type(m), dl__sh(x),
-                s->spatial < 0 ? "(N,C) or (N,C,L)" : s->spatial == 2 ? "(N,C,H,W)" : "(N,C,D,H,W)");
-        return NULL;
-    }
-    if (train) DL__BE(s->nbt)->add_i64(s->nbt->dev_, (int64_t *)s->nbt->data, 1);   /* num_batches_tracked */
-    return dl_batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps);
-}
-
-static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_t c)
-{
-    dl_module *m;
-    dl__bnm *s;
-    int64_t zero = 0;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_batch_norm: ctx is NULL"); return NULL; }
-    if (c <= 0) {
-        dl__err(ctx, DL_ERR_ARG, "dl_nn_batch_norm: num_features=%lld must be positive", (long long)c);
-        return NULL;
-    }
-    m = dl_module_new(ctx, type, dl__bnm_fwd, sizeof(dl__bnm));
-    if (!m) return NULL;
-    s = (dl__bnm *)dl_module_state(m);
-    s->spatial = spatial;
-    s->momentum = 0.1f;
-    s->eps = 1e-5f;
-    s->w = dl_module_param(m, "weight", dl_ones(ctx, dl_shape_make(1, &c)));
-    s->b = dl_module_param(m, "bias", dl_zeros(ctx, dl_shape_make(1, &c)));
-    s->rm = dl_module_buffer(m, "running_mean", dl_zeros(ctx, dl_shape_make(1, &c)));
-    s->rv = dl_module_buffer(m, "running_var", dl_ones(ctx, dl_shape_make(1, &c)));
-    s->nbt = dl_module_buffer(m, "num_batches_tracked", dl_from_int64(ctx, dl_shape_make(0, NULL), &zero));
-    return s->w && s->b && s->rm && s->rv && s->nbt ? m : NULL;
-}
-dl_module *dl_nn_batch_norm1d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm1d", -1, ch); }
-dl_module *dl_nn_batch_norm2d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm2d", 2, ch); }
-dl_module *dl_nn_batch_norm3d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm3d", 3, ch); }
-
-typedef struct dl__lnm { dl_shape shape; dl_tensor *w, *b; } dl__lnm;
-static dl_tensor *dl__lnm_fwd(dl_module *m, dl_tensor *x)
-{
-    dl__lnm *s = (dl__lnm *)dl_module_state(m);
-    return dl_layer_norm(x, s->shape, s->w, s->b, 1e-5f);
-}
-dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape shape)
-{
-    dl_module *m;
-    dl__lnm *s;
-    int i;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_layer_norm: ctx is NULL"); return NULL; }
-    if (shape.ndim < 1 || shape.ndim > DL_MAX_DIMS) goto bad;
-    for (i = 0; i < shape.ndim; i++) if (shape.d[i] <= 0) goto bad;
-    m = dl_module_new(ctx, "LayerNorm", dl__lnm_fwd, sizeof(dl__lnm));
-    if (!m) return NULL;
-    s = (dl__lnm *)dl_module_state(m);
-    s->shape = shape;
-    s->w = dl_module_param(m, "weight", dl_ones(ctx, shape));
-    s->b = dl_module_param(m, "bias", dl_zeros(ctx, shape));
-    return s->w && s->b ? m : NULL;
-bad:
-    dl__err(ctx, DL_ERR_ARG, "dl_nn_layer_norm: normalized_shape %s must have 1..%d positive sizes",
-            dl__shp(ctx, &shape), DL_MAX_DIMS);
-    return NULL;
-}
-
-typedef struct dl__dropm { float p; } dl__dropm;
-static dl_tensor *dl__dropm_fwd(dl_module *m, dl_tensor *x)
-{
-    return dl_dropout(x, ((dl__dropm *)dl_module_state(m))->p, dl_module_training(m));
-}
-dl_module *dl_nn_dropout(dl_ctx *ctx, float p)
-{
-    dl_module *m;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_dropout: ctx is NULL"); return NULL; }
-    if (!(p >= 0.0f && p <= 1.0f)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_nn_dropout: p=%g must be in [0, 1]", (double)p);
-        return NULL;
-    }
-    m = dl_module_new(ctx, "Dropout", dl__dropm_fwd, sizeof(dl__dropm));
-    if (m) ((dl__dropm *)dl_module_state(m))->p = p;
-    return m;
-}
-
-// >>section data
-/* IDX files are read whole, checked (magic, type, dims, exact size) and only
-   then converted, so a 100-byte file can never make the reader allocate
-   gigabytes. The loader prepares batch k+1 on worker threads while the
-   caller trains on batch k: two host buffers alternate. Every sample's
-   augmentation draws from a generator seeded by (seed, epoch, position), and
-   each epoch's order from (seed, epoch), so the batches are the same with
-   any number of workers. */
-
-#ifdef DL_ZLIB
-#include <zlib.h>
-#endif
-
-static uint32_t dl__be32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-/* Parse an IDX image of `size` bytes in memory into a persistent tensor. */
-static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned char *buf, size_t size,
-                               dl_dtype as, dl_tensor **out)
-{
-    int nd, i, esz;
-    int type;
-    int64_t dims[DL_MAX_DIMS], numel = 1;
-    dl_tensor *t;
-    const unsigned char *p;
-    *out = NULL;
-    if (size < 4 || buf[0] != 0 || buf[1] != 0) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' is not an IDX file (bad magic; %zu bytes)", path, size);
-        return DL_ERR_FORMAT;
-    }
-    type = buf[2];
-    nd = buf[3];
-    switch (type) {
-    case 0x08: case 0x09: esz = 1; break;
-    case 0x0B: esz = 2; break;
-    case 0x0C: case 0x0D: esz = 4; break;
-    case 0x0E: esz = 8; break;
-    default:
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' has unknown IDX type code 0x%02x", path, type);
-        return DL_ERR_FORMAT;
-    }
-    if (nd < 1 || nd > DL_MAX_DIMS) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' declares %d dims (1..%d supported)", path, nd, DL_MAX_DIMS);
-        return DL_ERR_FORMAT;
-    }
-    if (size < 4 + 4 * (size_t)nd) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' is truncated inside its header (%zu bytes)", path, size);
-        return DL_ERR_FORMAT;
-    }
-    for (i = 0; i < nd; i++) {
-        dims[i] = (int64_t)dl__be32(buf + 4 + 4 * i);
-        if (dims[i] && numel > (INT64_MAX / 16) / dims[i]) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': dims overflow", path);
-            return DL_ERR_FORMAT;
-        }
-        numel *= dims[i];
-    }
-    if ((uint64_t)numel > (uint64_t)((size - 4 - 4 * (size_t)nd) / (size_t)esz) ||
-        4 + 4 * (size_t)nd + (size_t)numel * (size_t)esz != size) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its dims need %lld bytes of data but the file "
-                "has %zu (truncated, or a count mismatch)", path, (long long)numel * esz,
-                size - 4 - 4 * (size_t)nd);
-        return DL_ERR_FORMAT;
-    }
-    if (as != DL_DTYPE_F32 && as != DL_DTYPE_I64) {
-        dl__err(ctx, DL_ERR_DTYPE, "dl_idx_load: can load as float32 or int64, not %s", dl__dtype_str(as));
-        return DL_ERR_DTYPE;
-    }
-    t = dl__make(ctx->cpu[0], "dl_idx_load", as, nd, dims, true, NULL);
-    if (!t) return ctx->err;
-    p = buf + 4 + 4 * nd;
-    {
-        int64_t k;
-        for (k = 0; k < numel; k++) {
-            double v;
-            const unsigned char *q = p + k * esz;
-            switch (type) {
-            case 0x08: v = q[0]; break;
-            case 0x09: v = (signed char)q[0]; break;
-            case 0x0B: v = (int16_t)(((unsigned)q[0] << 8) | q[1]); break;
-            case 0x0C: v = (int32_t)dl__be32(q); break;
-            case 0x0D: { uint32_t u = dl__be32(q); float f; memcpy(&f, &u, 4); v = f; break; }
-            default: {
-                uint64_t u = ((uint64_t)dl__be32(q) << 32) | dl__be32(q + 4);
-                double d;
-                memcpy(&d, &u, 8);
-                v = d;
-            }
-            }
-            if (as == DL_DTYPE_F32) {
-                /* float64 files may hold values beyond float's range: saturate */
-                ((float *)t->data)[k] = v > FLT_MAX ? INFINITY : v < -FLT_MAX ? -INFINITY : (float)v;
-            } else if (v >= -9.2e18 && v <= 9.2e18) {
-                ((int64_t *)t->data)[k] = (int64_t)v;
-            } else {
-                dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': element %lld (%g) is not an integer "
-                        "that fits int64; load it as float32", path, (long long)k, v);
-                dl_free(t);
-                return DL_ERR_FORMAT;
-            }
-        }
-    }
-    *out = t;
-    return DL_OK;
-}
-
-#ifdef DL_ZLIB
-/* Inflates a gzip image in memory. The IDX header is read from the first
-   decompressed bytes and the output is capped at exactly the size it
-   implies, so a small file of zeros cannot make the reader allocate
-   gigabytes ("decompression bomb"). */
-static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned char *gz, size_t gzlen,
-                                unsigned char **out, size_t *outlen)
-{
-    z_stream z;
-    unsigned char head[4 + 4 * 255], *buf = NULL;
-    size_t need = 4, have = 0, total = 0;
-    int zr = Z_OK, i;
-    dl_result rc = DL_ERR_FORMAT;
-    *out = NULL;
-    *outlen = 0;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
-        dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot start zlib", path);
-        return DL_ERR_OOM;
-    }
-    z.next_in = (unsigned char *)(uintptr_t)gz;
-    z.avail_in = (uInt)(gzlen > 0xffffffffu ? 0xffffffffu : gzlen);
-    /* the header: 4 bytes, then 4 per dim */
-    while (have < need) {
-        z.next_out = head + have;
-        z.avail_out = (uInt)(need - have);
-        zr = inflate(&z, Z_NO_FLUSH);
-        have = need - z.avail_out;
-        if (zr != Z_OK) break;
-        if (have == 4 && need == 4) need = 4 + 4 * (size_t)head[3];
-    }
-    if (have == 4 && need == 4 && head[3] == 0) need = 4;
-    if (have < need || (have >= 4 && (head[0] != 0 || head[1] != 0))) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': the decompressed data does not start with an "
-                "IDX header (%s)", path, have < need ? (zr == Z_STREAM_END ? "it ends first" :
-                "corrupt gzip data") : "bad magic");
-        goto done;
-    }
-    {
-        int esz = head[2] == 0x08 || head[2] == 0x09 ? 1 : head[2] == 0x0B ? 2 :
-                  head[2] == 0x0C || head[2] == 0x0D ? 4 : head[2] == 0x0E ? 8 : 0;
-        uint64_t n = 1;
-        if (!esz) {
-            dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' has unknown IDX type code 0x%02x", path, head[2]);
-            goto done;
-        }
-        for (i = 0; i < head[3]; i++) {
-            uint64_t d = dl__be32(head + 4 + 4 * i);
-            if (d && n > ((uint64_t)1 << 40) / d) {
-                dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its dims claim more than 2^40 elements", path);
-                goto done;
-            }
-            n *= d;
-        }
-        total = need + (size_t)(n * (uint64_t)esz);
-    }
-    buf = (unsigned char *)dl__malloc(ctx, total + 1);
-    if (!buf) {
-        rc = DL_ERR_OOM;
-        dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot allocate the %zu bytes its header "
-                "declares", path, total);
-        goto done;
-    }
-    memcpy(buf, head, need);
-    have = need;
-    /* one byte more than declared: finding it means the file holds more data than its header says */
-    while (zr == Z_OK && have < total + 1) {
-        size_t room = total + 1 - have;
-        z.next_out = buf + have;
-        z.avail_out = (uInt)(room > 0x40000000u ? 0x40000000u : room);
-        zr = inflate(&z, Z_NO_FLUSH);
-        have += (room > 0x40000000u ? 0x40000000u : room) - z.avail_out;
-        if (zr == Z_BUF_ERROR && z.avail_in == 0) break;
-    }
-    if (zr != Z_STREAM_END && zr != Z_OK && zr != Z_BUF_ERROR) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': corrupt gzip data (%s)", path, z.msg ? z.msg : "inflate failed");
-        goto done;
-    }
-    if (have != total) {
-        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its header declares %zu bytes but the "
-                "decompressed file has %s%zu (truncated, or a count mismatch)", path, total,
-                have > total ? "more than " : "", have > total ? total : have);
-        goto done;
-    }
-    *out = buf;
-    *outlen = total;
-    buf = NULL;
-    rc = DL_OK;
-done:
-    DL_FREE(buf);
-    inflateEnd(&z);
-    return rc;
-}
-#endif
-
-dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tensor **out)
-{
-    unsigned char *buf = NULL;
-    size_t size = 0;
-    dl_result rc;
-    if (!ctx) return DL_ERR_ARG;
-    if (!path || !out) { dl__err(ctx, DL_ERR_ARG, "dl_idx_load: path and out must not be NULL"); return DL_ERR_ARG; }
-    *out = NULL;
-    rc = dl__read_file(ctx, "dl_idx_load", path, &buf, &size);
-    if (rc != DL_OK) return rc;
-    if (size >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
-#ifdef DL_ZLIB
-        unsigned char *raw;
-        size_t rawlen;
-        rc = dl__idx_gunzip(ctx, path, buf, size, &raw, &rawlen);
-        DL_FREE(buf);
-        if (rc != DL_OK) return rc;
-        buf = raw;
-        size = rawlen;
-#else
-        DL_FREE(buf);
-        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_idx_load: '%s' is gzip-compressed: gunzip it, or build "
-                "with -DDL_ZLIB and link -lz", path);
-        return DL_ERR_UNSUPPORTED;
-#endif
-    }
-    rc = dl__idx_parse(ctx, path, buf, size, as, out);
-    DL_FREE(buf);
-    return rc;
-}
-
-/* The samples are read on the host: x in place when its memory is host
-   memory, else a host copy made once; the labels as an int64 copy. */
-typedef struct dl__tds {
-    dl_dataset ds;
-    dl_tensor *x, *y;
-    const float *xh;     /* x's values on the host */
-    float *xcopy;        /* owned copy (x on a device) or NULL */
-    int64_t *yh;         /* labels */
-    dl_transform_desc t;
-    bool has_t, train;
-    int64_t sn;          /* floats per sample */
-} dl__tds;
-
-static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
-{
-    const dl__tds *d = (const dl__tds *)ds->user;
-    const float *src = d->xh + i * d->sn;
-    float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
-    int64_t k;
-    *y = d->yh[i];
-    if (d->has_t) {
-        if (d->t.scale != 0.0f) scale = d->t.scale;
-        mean = d->t.mean;
-        if (d->t.std != 0.0f) inv_std = 1.0f / d->t.std;
-    }
-    if (d->has_t && d->train && d->ds.sample_shape.ndim >= 2 && (d->t.hflip || d->t.crop_padding > 0)) {
-        const dl_shape *s = &d->ds.sample_shape;
-        int64_t H = s->d[s->ndim - 2], W = s->d[s->ndim - 1], C = (H > 0 && W > 0) ? d->sn / (H * W) : 0;
-        int64_t p = d->t.crop_padding, dy = 0, dx = 0, c, r, q;
-        bool flip = d->t.hflip && dl__rng_uniform(rng) < 0.5f;
-        if (p > 0) {
-            dy = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
-            dx = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
-            if (dy > 2 * p) dy = 2 * p;
-            if (dx > 2 * p) dx = 2 * p;
-        }
-        for (c = 0; c < C; c++)
-            for (r = 0; r < H; r++)
-                for (q = 0; q < W; q++) {
-                    int64_t sr = r + dy - p, sq = (flip ? W - 1 - q : q) + dx - p;
-                    float v = (sr >= 0 && sr < H && sq >= 0 && sq < W) ? src[(c * H + sr) * W + sq] : 0.0f;
-                    x[(c * H + r) * W + q] = (v * scale - mean) * inv_std;
-                }
-        return DL_OK;
-    }
-    for (k = 0; k < d->sn; k++) x[k] = (src[k] * scale - mean) * inv_std;
-    return DL_OK;
-}
-
-static void dl__tds_free(void *p)
-{
-    dl__tds *d = (dl__tds *)p;
-    DL_FREE(d->xcopy);
-    DL_FREE(d->yh);
-    DL_FREE(d);
-}
-
-dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_transform_desc *t, bool train)
-{
-    dl__tds *d;
-    if (!ctx || !x || !y) return NULL;
-    if (!dl__live("dl_tensor_dataset", "x", x) || !dl__live("dl_tensor_dataset", "y", y)) return NULL;
-    if (!dl__f32("dl_tensor_dataset", "x", x)) return NULL;
-    if (x->ndim < 1 || y->ndim != 1) {
-        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N)",
-                dl__sh(x), dl__sh(y));
-        return NULL;
-    }
-    if (x->shape[0] != y->shape[0]) {
-        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x has %lld samples %s but y has %lld labels "
-                "%s: the counts must match", (long long)x->shape[0], dl__sh(x),
-                (long long)y->shape[0], dl__sh(y));
-        return NULL;
-    }
-    if (x->step_ != 0 || y->step_ != 0) {
-        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: x and y must be persistent (dl_keep them)");
-        return NULL;
-    }
-    if (t && (t->crop_padding < 0 || t->crop_padding > 1024)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: crop_padding %lld out of range 0..1024", (long long)t->crop_padding);
-        return NULL;
-    }
-    d = (dl__tds *)dl__malloc(ctx, sizeof *d);
-    if (!d) { dl__err(ctx, DL_ERR_OOM, "dl_tensor_dataset: out of memory"); return NULL; }
-    memset(d, 0, sizeof *d);
-    d->x = x;
-    d->y = y;
-    d->train = train;
-    if (t) { d->t = *t; d->has_t = true; }
-    d->sn = dl__prod(x->shape + 1, x->ndim - 1);
-    d->ds.length = x->shape[0];
-    d->ds.sample_shape = dl_shape_make(x->ndim - 1, x->shape + 1);
-    d->ds.get = dl__tds_get;
-    d->ds.user = d;
-    d->yh = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(y->numel + 1));
-    if (!dl__host_ok(x)) d->xcopy = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(x->numel + 1));
-    if (!d->yh || (!dl__host_ok(x) && !d->xcopy)) {
-        dl__tds_free(d);
-        dl__err(ctx, DL_ERR_OOM, "dl_tensor_dataset: out of memory for the labels or a host copy of x");
-        return NULL;
-    }
-    if (dl_read_int64(y, d->yh, y->numel) != DL_OK) { dl__tds_free(d); return NULL; }
-    if (d->xcopy) {
-        if (dl_read(x, d->xcopy, x->numel) != DL_OK) { dl__tds_free(d); return NULL; }
-        d->xh = d->xcopy;
-    } else d->xh = (const float *)x->data;
-    if (!dl__own(ctx, dl__tds_free, d)) { dl__tds_free(d); return NULL; }
-    return &d->ds;
-}
-
-struct dl_loader {
-    dl_ctx *ctx;
-    dl__dev *dev;                     /* where batches go */
-    const dl_dataset *ds;
-    dl_loader_desc d;
-    int64_t n, nb, sn, epoch, batch;
-    int64_t *perm;
-    float *xbuf[2];
-    int64_t *ybuf[2];
-    /* the job in flight: fill batch job_batch of epoch job_epoch into slot job_slot */
-    int64_t job_batch, job_epoch;
-    int job_slot;
-    bool in_flight;
-    dl_result job_rc;                 /* first failure of the job (under mu with workers) */
-    int64_t job_bad_index, job_bad_pos;
-    int nw;
-#ifndef DL_NO_THREADS
-    pthread_t *th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
-    uint64_t gen;
-    int pending, started;
-    bool stop;
-#endif
-};
-
-static int64_t dl__batch_count(const dl_loader *l, int64_t b)
-{
-    int64_t lo = b * l->d.batch_size, hi = lo + l->d.batch_size;
-    return (hi > l->n ? l->n : hi) - lo;
-}
-
-/* Fill the share of worker w (of nw) of the current job. The first failure
-   (by position in the batch) is merged into job_rc / job_bad_index under the
-   loader's lock by the caller, so reports do not depend on thread timing. */
-static void dl__loader_fill(dl_loader *l, int w, int nw, dl_result *rc_out, int64_t *pos_out)
-{
-    int64_t lo = l->job_batch * l->d.batch_size, cnt = dl__batch_count(l, l->job_batch), j;
-    *rc_out = DL_OK;
-    *pos_out = -1;
-    for (j = w; j < cnt; j += nw) {
-        int64_t pos = lo + j, idx = l->perm[pos];
-        uint64_t rng[4];
-        dl_result rc;
-        dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)l->job_epoch << 40) ^ (uint64_t)pos, rng);
-        rc = l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, l->ybuf[l->job_slot] + j, rng);
-        if (rc != DL_OK) { *rc_out = rc; *pos_out = j; return; }
-    }
-}
-
-/* keep the failure at the smallest batch position (call with the lock held) */
-static void dl__loader_merge(dl_loader *l, dl_result rc, int64_t j)
-{
-    if (rc == DL_OK) return;
-    if (l->job_rc == DL_OK || j < l->job_bad_pos) {
-        l->job_rc = rc;
-        l->job_bad_pos = j;
-        l->job_bad_index = l->perm[l->job_batch * l->d.batch_size + j];
-    }
-}
-
-#ifndef DL_NO_THREADS
-typedef struct dl__lw { dl_loader *l; int w; } dl__lw;
-static void *dl__loader_worker(void *arg)
-{
-    dl_loader *l = ((dl__lw *)arg)->l;
-    int w = ((dl__lw *)arg)->w;
-    uint64_t seen = 0;
-    dl_result rc;
-    int64_t pos;
-    DL_FREE(arg);
-    pthread_mutex_lock(&l->mu);
-    for (;;) {
-        while (!l->stop && l->gen == seen) pthread_cond_wait(&l->cv_work, &l->mu);
-        if (l->stop) break;
-        seen = l->gen;
-        pthread_mutex_unlock(&l->mu);
-        dl__loader_fill(l, w, l->nw, &rc, &pos);
-        pthread_mutex_lock(&l->mu);
-        dl__loader_merge(l, rc, pos);
-        if (--l->pending == 0) pthread_cond_signal(&l->cv_done);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
-#endif
-
-static void dl__loader_launch(dl_loader *l, int64_t batch, int slot)
-{
-    l->job_batch = batch;
-    l->job_epoch = l->epoch;
-    l->job_slot = slot;
-    l->job_rc = DL_OK;
-    l->in_flight = true;
-#ifndef DL_NO_THREADS
-    if (l->nw > 0) {
-        pthread_mutex_lock(&l->mu);
-        l->pending = l->nw;
-        l->gen++;
-        pthread_cond_broadcast(&l->cv_work);
-        pthread_mutex_unlock(&l->mu);
-    }
-#endif
-}
-
-static void dl__loader_wait(dl_loader *l)
-{
-    if (!l->in_flight) return;
-#ifndef DL_NO_THREADS
-    if (l->nw > 0) {
-        pthread_mutex_lock(&l->mu);
-        while (l->pending > 0) pthread_cond_wait(&l->cv_done, &l->mu);
-        pthread_mutex_unlock(&l->mu);
-        l->in_flight = false;
-        return;
-    }
-#endif
-    {
-        dl_result rc;
-        int64_t pos;
-        dl__loader_fill(l, 0, 1, &rc, &pos);
-        dl__loader_merge(l, rc, pos);
-    }
-    l->in_flight = false;
-}
-
-static void dl__loader_free(void *p)
-{
-    dl_loader *l = (dl_loader *)p;
-#ifndef DL_NO_THREADS
-    int i;
-    if (l->started) {
-        dl__loader_wait(l);
-        pthread_mutex_lock(&l->mu);
-        l->stop = true;
-        pthread_cond_broadcast(&l->cv_work);
-        pthread_mutex_unlock(&l->mu);
-        for (i = 0; i < l->started; i++) pthread_join(l->th[i], NULL);
-    }
-    if (l->nw > 0 || l->th) {
-        pthread_mutex_destroy(&l->mu);
-        pthread_cond_destroy(&l->cv_work);
-        pthread_cond_destroy(&l->cv_done);
-    }
-    DL_FREE(l->th);
-#endif
-    DL_FREE(l->perm);
-    DL_FREE(l->xbuf[0]);
-    DL_FREE(l->xbuf[1]);
-    DL_FREE(l->ybuf[0]);
-    DL_FREE(l->ybuf[1]);
-    DL_FREE(l);
-}
-
-dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *desc)
-{
-    dl_loader *l;
-    int64_t bs;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_loader_new: ctx is NULL"); return NULL; }
-    if (!ds) return NULL;   /* the dataset's constructor failed and said why */
-    if (!ds->get || ds->length < 0) {
-        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has %s (length %lld)",
-                ds->get ? "a negative length" : "no get function", (long long)ds->length);
-        return NULL;
-    }
-    bs = desc && desc->batch_size > 0 ? desc->batch_size : 1;
-    if (desc && (desc->batch_size < 0 || desc->num_workers < 0 || desc->num_workers > 64)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: batch_size %lld must be >= 0 and num_workers %d in 0..64",
-                (long long)desc->batch_size, desc->num_workers);
-        return NULL;
-    }
-    l = (dl_loader *)dl__malloc(ctx, sizeof *l);
-    if (!l) { dl__err(ctx, DL_ERR_OOM, "dl_loader_new: out of memory"); return NULL; }
-    memset(l, 0, sizeof *l);
-    l->ctx = ctx;
-    l->ds = ds;
-    l->dev = dl__device(ctx, desc ? desc->device : dl__devdef(), "dl_loader_new");
-    if (!l->dev) { DL_FREE(l); return NULL; }
-    if (desc) l->d = *desc;
-    l->d.batch_size = bs;
-    if (!l->d.seed) l->d.seed = 1;
-    l->n = ds->length;
-    l->nb = l->d.drop_last ? l->n / bs : (l->n + bs - 1) / bs;
-    l->sn = dl__prod(ds->sample_shape.d, ds->sample_shape.ndim);
-    l->batch = -1;
-    if (l->sn > 0 && (uint64_t)bs > (uint64_t)(INT64_MAX / 8) / (uint64_t)l->sn) goto oom;
-    l->perm = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(l->n + 1));
-    l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-    l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-    l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
-    l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
-    if (!l->perm || !l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
-#ifndef DL_NO_THREADS
-    l->nw = l->d.num_workers;
-    if (l->nw > 0) {
-        int i;
-        pthread_mutex_init(&l->mu, NULL);
-        pthread_cond_init(&l->cv_work, NULL);
-        pthread_cond_init(&l->cv_done, NULL);
-        l->th = (pthread_t *)dl__malloc(ctx, sizeof(pthread_t) * (size_t)l->nw);
-        if (!l->th) goto oom;
-        for (i = 0; i < l->nw; i++) {
-            dl__lw *a = (dl__lw *)dl__malloc(ctx, sizeof *a);
-            if (!a) goto oom;
-            a->l = l;
-            a->w = i;
-            if (pthread_create(&l->th[i], NULL, dl__loader_worker, a) != 0) { DL_FREE(a); break; }
-            l->started++;
-        }
-        l->nw = l->started;   /* fewer threads if the system refused some */
-    }
-#endif
-    if (!dl__own(ctx, dl__loader_free, l)) { dl__loader_free(l); return NULL; }
-    return l;
-oom:
-    dl__loader_free(l);
-    dl__err(ctx, DL_ERR_OOM, "dl_loader_new: out of memory for batches of %lld samples", (long long)bs);
-    return NULL;
-}
-
-static void dl__loader_order(dl_loader *l)
-{
-    int64_t i;
-    for (i = 0; i < l->n; i++) l->perm[i] = i;
-    if (l->d.shuffle) {
-        uint64_t s[4];
-        dl__seed_state(l->d.seed * 0x2545f4914f6cdd1dull + (uint64_t)l->epoch, s);
-        for (i = l->n - 1; i > 0; i--) {
-            int64_t j = (int64_t)(dl__rng_next(s) % (uint64_t)(i + 1)), t = l->perm[i];
-            l->perm[i] = l->perm[j];
-            l->perm[j] = t;
-        }
-    }
-}
-
-int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
-{
-    int64_t shape[DL_MAX_DIMS + 1], cnt;
-    int slot;
-    if (x) *x = NULL;
-    if (y) *y = NULL;
-    if (!l) return -1;
-    if (!x || !y) {
-        dl__err(l->ctx, DL_ERR_ARG, "dl_loader_next: x and y must not be NULL");
-        return -1;
-    }
-    if (l->batch < 0) {   /* a new epoch */
-        l->epoch++;
-        dl__loader_order(l);
-        l->batch = 0;
-        if (l->nb > 0) dl__loader_launch(l, 0, 0);
-    }
-    if (l->batch >= l->nb) { l->batch = -1; return 0; }
-    dl__loader_wait(l);
-    slot = (int)(l->batch & 1);
-    if (l->job_rc != DL_OK) {
-        dl__err(l->ctx, l->job_rc, "dl_loader_next: the dataset's get failed for sample %lld (%s)",
-                    (long long)l->job_bad_index, dl_result_string(l->job_rc));
-        l->batch = -1;
-        return -1;
-    }
-    cnt = dl__batch_count(l, l->batch);
-    if (l->batch + 1 < l->nb) dl__loader_launch(l, l->batch + 1, 1 - slot);
-    shape[0] = cnt;
-    memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
-    *x = dl__make(l->dev, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
-    *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
-    if (!*x || !*y) { *x = *y = NULL; return -1; }
-    DL__BE(*x)->upload(l->dev, (*x)->data, l->xbuf[slot], sizeof(float) * (size_t)(cnt * l->sn));
-    DL__BE(*y)->upload(l->dev, (*y)->data, l->ybuf[slot], sizeof(int64_t) * (size_t)cnt);
-    l->batch++;
-    return 1;
-}
-
-int64_t dl_loader_num_batches(const dl_loader *l) { return l ? l->nb : 0; }
-int64_t dl_loader_epoch(const dl_loader *l) { return l ? l->epoch : 0; }
-
-void dl_loader_set_epoch(dl_loader *l, int64_t epochs)
-{
-    if (!l || epochs < 0) return;
-    dl__loader_wait(l);
-    l->epoch = epochs;
-    l->batch = -1;
-}
 
 // >>section io: tensorboard
 /* TensorBoard event files (see the declarations). A record is framed as
@@ -14704,6 +14563,176 @@ dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn fn,
     if (rc != DL_OK) return rc;
 #endif
     return DL_OK;
+}
+
+// >>section debug: gradcheck, graph, anomaly
+void dl_set_anomaly(dl_ctx *ctx, bool on) { if (ctx) ctx->anomaly = on; }
+
+/* sum(out * r) in double, on the host */
+static double dl__proj(dl_tensor *out, const float *r, float *buf)
+{
+    double s = 0;
+    int64_t i;
+    DL__BE(out)->download(out->dev_, buf, out->data, sizeof(float) * (size_t)out->numel);
+    for (i = 0; i < out->numel; i++) s += (double)buf[i] * (double)r[i];
+    return s;
+}
+
+dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_tensor *const *inputs,
+                       const dl_gradcheck_desc *desc, dl_gradcheck_result *res)
+{
+    double eps = desc && desc->eps > 0 ? desc->eps : 1e-3;
+    double atol = desc && desc->atol > 0 ? desc->atol : 1e-3;
+    double rtol = desc && desc->rtol > 0 ? desc->rtol : 1e-2;
+    dl_tensor *out, *r, *L, *grads[DL_GRADCHECK_MAX_INPUTS];
+    float *rh, *ob;
+    dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];
+    int k, nn = 0, map[DL_GRADCHECK_MAX_INPUTS];
+    dl_result rc = DL_OK;
+    if (!ctx || !f || !res || !inputs) return DL_ERR_ARG;
+    memset(res, 0, sizeof *res);
+    if (n <= 0 || n > DL_GRADCHECK_MAX_INPUTS) {
+        dl__err(ctx, DL_ERR_ARG, "dl_gradcheck: %d inputs; 1..%d supported", n, DL_GRADCHECK_MAX_INPUTS);
+        return DL_ERR_ARG;
+    }
+    for (k = 0; k < n; k++) {
+        if (!inputs[k] || !dl__live("dl_gradcheck", "an input", inputs[k])) return DL_ERR_ARG;
+        if (inputs[k]->requires_grad) { map[nn] = k; need[nn++] = inputs[k]; }
+    }
+    res->n = n;
+    res->ok = true;
+    out = f(user, inputs);
+    if (!out) return ctx->err != DL_OK ? ctx->err : DL_ERR_ARG;
+    if (!dl__f32("dl_gradcheck", "the output", out)) return DL_ERR_DTYPE;
+    /* fixed random projection: checks J^T r, every input element */
+    {
+        uint64_t seed = ctx->seed, off = ctx->rng_offset;
+        dl_manual_seed(ctx, desc && desc->seed ? desc->seed : 1);
+        r = dl_randn(ctx, dl__shape_of(out));
+        if (r && r->dev_ != out->dev_) r = dl_to(r, out->device);
+        ctx->seed = seed;
+        ctx->rng_offset = off;
+    }
+    if (!r) return ctx->err;
+    if (nn == 0) return DL_OK;
+    L = dl_sum(dl_mul(out, r), DL_ALL, false);
+    if (!L) return ctx->err;
+    if (!L->requires_grad) {
+        for (k = 0; k < nn; k++) grads[k] = NULL;
+    } else {
+        rc = dl_grad(L, nn, need, grads, NULL);
+        if (rc != DL_OK) return rc;
+    }
+    /* the host copies the differences are taken with: r, the output, each input */
+    rh = (float *)DL_MALLOC(sizeof(float) * (size_t)(2 * r->numel + 1));
+    if (!rh) { dl__err(ctx, DL_ERR_OOM, "dl_gradcheck: out of memory"); return DL_ERR_OOM; }
+    ob = rh + r->numel;
+    DL__BE(r)->download(r->dev_, rh, r->data, sizeof(float) * (size_t)r->numel);
+    for (k = 0; k < nn && rc == DL_OK; k++) {
+        dl_tensor *x = need[k];
+        float *xh = (float *)DL_MALLOC(sizeof(float) * (size_t)(2 * x->numel + 1)), *ga;
+        int64_t i;
+        int slot = map[k];
+        if (!xh) { dl__err(ctx, DL_ERR_OOM, "dl_gradcheck: out of memory"); rc = DL_ERR_OOM; break; }
+        ga = xh + x->numel;
+        DL__BE(x)->download(x->dev_, xh, x->data, sizeof(float) * (size_t)x->numel);
+        if (grads[k]) DL__BE(grads[k])->download(grads[k]->dev_, ga, grads[k]->data, sizeof(float) * (size_t)x->numel);
+        for (i = 0; i < x->numel; i++) {
+            float orig = xh[i], v;
+            double lp, lm, num, an, err, rel;
+            dl__mark m1 = dl__arena_mark(&x->dev_->data);
+            dl__hmark m2 = dl__hmark_get(ctx);
+            int64_t nt = ctx->ntape;
+            float *xi = (float *)x->data + i;     /* a device address: only the backend writes it */
+            dl_tensor *o;
+            dl_no_grad_begin(ctx);
+            v = (float)(orig + eps);
+            DL__BE(x)->upload(x->dev_, xi, &v, sizeof v);
+            o = f(user, inputs);
+            lp = o ? dl__proj(o, rh, ob) : NAN;
+            v = (float)(orig - eps);
+            DL__BE(x)->upload(x->dev_, xi, &v, sizeof v);
+            o = o ? f(user, inputs) : NULL;
+            lm = o ? dl__proj(o, rh, ob) : NAN;
+            DL__BE(x)->upload(x->dev_, xi, &orig, sizeof orig);
+            dl_no_grad_end(ctx);
+            dl__arena_rewind(&x->dev_->data, m1);
+            dl__hrewind(ctx, m2);
+            ctx->ntape = nt;
+            if (!o) { rc = ctx->err; break; }
+            num = (lp - lm) / (2.0 * eps);
+            an = grads[k] ? ga[i] : 0.0;
+            err = fabs(an - num);
+            rel = (fabs(an) > atol || fabs(num) > atol) ? err / (fabs(an) > fabs(num) ? fabs(an) : fabs(num)) : 0.0;
+            if (err > res->max_abs_err[slot]) { res->max_abs_err[slot] = err; res->worst_index[slot] = i; }
+            if (rel > res->max_rel_err[slot]) res->max_rel_err[slot] = rel;
+            if (!(err <= atol + rtol * fabs(num))) res->ok = false;
+        }
+        DL_FREE(xh);
+    }
+    DL_FREE(rh);
+    return rc;
+}
+
+static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
+{
+    char sh[128];
+    int i, k = 0;
+    k += snprintf(sh + k, sizeof sh - (size_t)k, "(");
+    for (i = 0; i < t->ndim && k < 100; i++) k += snprintf(sh + k, sizeof sh - (size_t)k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    snprintf(sh + k, sizeof sh - (size_t)k, ")");
+    dl__sbf(f, "  t%p [shape=ellipse, %s, label=\"%s%s%s%s\"];\n", (const void *)t, style,
+            t->name[0] ? t->name : "", t->name[0] ? "\\n" : "", sh,
+            t->requires_grad ? "\\nrequires_grad" : "");
+}
+
+dl_result dl_graph_dot(dl_tensor *root, const char *path)
+{
+    dl_ctx *ctx;
+    dl__sb sb, *f = &sb;
+    dl__wfile w;
+    dl__node **stack;
+    int64_t sp = 0, cap;
+    if (!root) return DL_ERR_ARG;
+    if (!dl__live("dl_graph_dot", "root", root)) return DL_ERR_ARG;
+    ctx = root->ctx_;
+    if (!path) { dl__err(ctx, DL_ERR_ARG, "dl_graph_dot: path is NULL"); return DL_ERR_ARG; }
+    memset(&sb, 0, sizeof sb);
+    dl__sbf(f, "digraph dl {\n  rankdir=BT;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
+    dl__dot_tensor(f, root, "style=filled, fillcolor=\"#ffd9b3\"");
+    cap = ctx->ntape + 1;
+    stack = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)cap);
+    if (!stack) { dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
+    ctx->visit++;
+    if (root->node_) { root->node_->visit = ctx->visit; stack[sp++] = root->node_; }
+    while (sp > 0) {
+        dl__node *n = stack[--sp];
+        int j;
+        dl__sbf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"%s\"];\n",
+                (const void *)n, n->fn && n->fn->name ? n->fn->name : n->op->name);
+        dl__sbf(f, "  n%p -> t%p;\n", (const void *)n, (const void *)n->out);
+        for (j = 0; j < n->nin; j++) {
+            dl_tensor *x = n->in[j];
+            if (!x) continue;
+            if (x->node_) {
+                if (x->node_->visit != ctx->visit) {
+                    x->node_->visit = ctx->visit;
+                    if (sp < cap) stack[sp++] = x->node_;
+                    dl__dot_tensor(f, x, "style=solid");
+                }
+            } else {
+                dl__dot_tensor(f, x, x->requires_grad ? "style=filled, fillcolor=\"#d9ead3\"" : "style=dashed");
+            }
+            dl__sbf(f, "  t%p -> n%p;\n", (const void *)x, (const void *)n);
+        }
+    }
+    dl__sbf(f, "}\n");
+    DL_FREE(stack);
+    if (sb.oom) { DL_FREE(sb.s); dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
+    if (!dl__wopen(ctx, "dl_graph_dot", path, &w)) { DL_FREE(sb.s); return ctx->err; }
+    dl__wput(&w, sb.s, sb.n);
+    DL_FREE(sb.s);
+    return dl__wclose(ctx, "dl_graph_dot", &w);
 }
 
 #endif /* DL__IMPLEMENTED */
