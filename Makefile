@@ -28,7 +28,7 @@ NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
 EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
-DEPS      = dl.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h
+DEPS      = dl.h examples/lenet_bn.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
@@ -66,7 +66,7 @@ $(B) $(B)/san:
 $(B)/%: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
-$(B)/%: examples/%.c dl.h examples/common.h | $(B)
+$(B)/%: examples/%.c dl.h examples/common.h examples/lenet_bn.h | $(B)
 	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # the main job: LeNet-BN on Fashion-MNIST (make run EPOCHS=3). TensorBoard
@@ -125,7 +125,7 @@ $(B)/cuda:
 	mkdir -p $@
 $(B)/cuda/%.o: tests/%.c $(DEPS) dl_cuda.cuh | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -O2 -Itests -I. -c $< -o $@
-$(B)/cuda/%.o: examples/%.c dl.h dl_cuda.cuh examples/common.h | $(B)/cuda
+$(B)/cuda/%.o: examples/%.c dl.h dl_cuda.cuh examples/common.h examples/lenet_bn.h | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -O3 -I. -c $< -o $@
 $(B)/cuda/%: $(B)/cuda/%.o
 	$(CXX) $< -o $@ $(CUDA_LIBS)
@@ -196,7 +196,7 @@ valgrind: $(B)/test_core
 bench: $(B)/bench
 	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(CASES)" THREADS="$(THREADS)" ROUNDS="$(ROUNDS)" bench/run.sh
 
-$(B)/bench: bench/bench.c dl.h | $(B)
+$(B)/bench: bench/bench.c dl.h examples/lenet_bn.h | $(B)
 	$(CC) $(WARN) $(BENCH_FLAGS) -I. $< -o $@ $(LDLIBS)
 	@echo '$(CC) $(BENCH_FLAGS)' > $(B)/bench.flags
 
@@ -204,7 +204,7 @@ $(B)/bench: bench/bench.c dl.h | $(B)
 bench-cuda: $(B)/bench
 	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(if $(CASES),$(CASES),*_cuda)" THREADS=1 ROUNDS="$(ROUNDS)" bench/run.sh
 
-$(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh | $(B)/cuda
+$(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh examples/lenet_bn.h | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -O3 -I. -c $< -o $@
 
 $(B)/bench_gemm: bench/gemm.c dl.h | $(B)

@@ -38,6 +38,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
+#include "examples/lenet_bn.h"   /* ex_lenet_bn: the model of make run */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,22 +134,6 @@ static dl_module *make_lenet_d2l(dl_ctx *ctx)
     return net;
 }
 
-/* LeNet-BN: exactly the layer list of examples/lenet.c (`make run`) */
-static dl_module *make_lenet_bn(dl_ctx *ctx)
-{
-    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
-    dl_module *m[] = {
-        dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_batch_norm2d(ctx, 16), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_flatten(ctx),
-        dl_nn_linear(ctx, 400, 120, true), dl_nn_batch_norm1d(ctx, 120), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 120, 84, true), dl_nn_batch_norm1d(ctx, 84), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 84, 10, true)};
-    return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
-}
 
 /* small ResNet: the user module of examples/resnet.c, copied.
    y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) */
@@ -220,7 +205,7 @@ static int setup_model(bench *s, dl_module *net, float lr)
 
 static int setup_mlp(bench *s) { return setup_model(s, make_mlp(s->ctx), 0.1f); }
 static int setup_lenet(bench *s) { return setup_model(s, make_lenet_d2l(s->ctx), 0.9f); }
-static int setup_lenet_bn(bench *s) { return setup_model(s, make_lenet_bn(s->ctx), 0.1f); }
+static int setup_lenet_bn(bench *s) { return setup_model(s, ex_lenet_bn(s->ctx), 0.1f); }
 static int setup_resnet_small(bench *s) { return setup_model(s, make_resnet_small(s->ctx), 0.1f); }
 
 /* zero_grad, forward, cross-entropy, backward, SGD step */
@@ -554,7 +539,7 @@ static int run_ddp(int threads, int warmup, int reps)
         s.ctx = dl_ctx_init(&cd);
         if (!s.ctx) { free(t); return 1; }
         for (i = 0; i < nd; i++) {
-            net[i] = make_lenet_bn(s.ctx);
+            net[i] = ex_lenet_bn(s.ctx);
             if (!net[i] || dl_module_to(net[i], dl_cpu_device(i)) != DL_OK) {
                 fail(&s, "ddp model");
                 dl_ctx_free(s.ctx);

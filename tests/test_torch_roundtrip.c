@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
+#include "examples/lenet_bn.h"   /* ex_lenet_bn: examples/lenet.c's model */
 #include "harness.h"
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -35,22 +36,6 @@ static const char *path_in(const char *name)
     return b;
 }
 
-/* examples/lenet.c's make_lenet, verbatim */
-static dl_module *make_lenet(dl_ctx *ctx)
-{
-    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
-    dl_module *m[] = {
-        dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_batch_norm2d(ctx, 16), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_flatten(ctx),
-        dl_nn_linear(ctx, 400, 120, true), dl_nn_batch_norm1d(ctx, 120), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 120, 84, true), dl_nn_batch_norm1d(ctx, 84), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 84, 10, true)};
-    return dl_nn_sequential(ctx, (int)(sizeof m / sizeof m[0]), m);
-}
 
 static int write_f32(const char *path, const float *v, size_t n)
 {
@@ -133,7 +118,7 @@ int main(void)
     if (!ctx) TEST_END();
 
     /* (a) train a few steps in C, save, write the fixed batch and its logits */
-    net = make_lenet(ctx);
+    net = ex_lenet_bn(ctx);
     o = net ? dl_adam(net, &(dl_adam_desc){.lr = 1e-2f}) : NULL;
     CHECK(net && o, "LeNet-BN: %s", dl_error_message(ctx));
     if (!net || !o) { dl_ctx_free(ctx); TEST_END(); }
@@ -164,7 +149,7 @@ int main(void)
 
     /* (b) the PyTorch-written state_dict, with dl_load_module */
     /* (b) and (c) run when the script got that far, even after an (a) failure */
-    twin = make_lenet(ctx);
+    twin = ex_lenet_bn(ctx);
     {
         FILE *f = fopen(path_in("misshaped.safetensors"), "rb");
         CHECK(f != NULL, "the script wrote no files for (b) and (c)");
