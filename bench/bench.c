@@ -578,7 +578,7 @@ int main(int argc, char **argv)
     const bcase *c = NULL;
     int i, threads, warmup = 3, reps = 11, steps = 10;
     size_t k, len;
-    bool gpu = false;
+    bool gpu = false, coll;
     if (argc == 2 && !strcmp(argv[1], "--list")) {
         for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++) printf("%s\n", g_cases[k].name);
         return 0;
@@ -589,8 +589,8 @@ int main(int argc, char **argv)
     for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++)
         if (!strncmp(g_cases[k].name, argv[1], gpu ? len - 5 : len) && strlen(g_cases[k].name) == (gpu ? len - 5 : len))
             c = &g_cases[k];
-    if (!gpu && !c && (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "ddp_lenet_bn"))) c = NULL;
-    else if (!c || (gpu && c->kind != KIND_TIME)) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
+    coll = !gpu && (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "ddp_lenet_bn"));   /* not in g_cases */
+    if (!coll && (!c || (gpu && c->kind != KIND_TIME))) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
     threads = atoi(argv[2]);
     for (i = 3; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
@@ -600,6 +600,6 @@ int main(int argc, char **argv)
         else { usage(); return 2; }
     }
     if (i != argc || threads < 1 || warmup < 0 || reps < 1 || steps < 1) { usage(); return 2; }
-    if (!c) return !strcmp(argv[1], "allreduce") ? run_allreduce(threads, warmup, reps) : run_ddp(threads, warmup, reps);
+    if (coll) return !strcmp(argv[1], "allreduce") ? run_allreduce(threads, warmup, reps) : run_ddp(threads, warmup, reps);
     return run_case(c, argv[1], gpu, threads, warmup, reps, steps);
 }
