@@ -5185,39 +5185,68 @@ static void dl__crange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t 
     *hi = b;
 }
 
+/* The windows of one kernel offset kk: the output range [l, h) of each
+   dim whose input o*s + off lies inside the input (outside it: padding) */
+typedef struct dl__krange { int64_t off[3], l[3], h[3]; } dl__krange;
+
+static void dl__krange_make(const dl__cgeom *g, int64_t kk, dl__krange *k)
+{
+    int64_t kd[3], i;
+    kd[2] = kk % g->k[2];
+    kd[1] = (kk / g->k[2]) % g->k[1];
+    kd[0] = kk / (g->k[2] * g->k[1]);
+    for (i = 0; i < 3; i++) {
+        k->off[i] = kd[i] * g->d[i] - g->p[i];
+        dl__crange(k->off[i], g->s[i], g->ia[i], g->ib[i], &k->l[i], &k->h[i]);
+    }
+    if (k->l[1] >= k->h[1] || k->l[2] >= k->h[2]) k->l[0] = k->h[0] = 0;   /* all padding */
+}
+
 typedef struct dl__i2c_args { float *col; const float *x; int64_t n; const dl__cgeom *g; } dl__i2c_args;
 
-/* one task per row ((channel, kernel offset), sample) of col */
+/* col rows ((channel, kernel offset), sample) [lo, hi): each written once,
+   zeros where the window lies in the padding; the geometry of a (channel,
+   kernel offset) pair is worked out once for its run of samples, and rows
+   are copied by inline loops (most are a few floats long) */
 static void dl__im2col_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__i2c_args *u = (const dl__i2c_args *)arg;
     const dl__cgeom *g = u->g;
-    int64_t r;
-    for (r = lo; r < hi; r++) {
-        int64_t n = r % u->n, q = r / u->n, c = q / g->K, kk = q % g->K;
-        int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
-        int64_t off0 = k0 * g->d[0] - g->p[0], off1 = k1 * g->d[1] - g->p[1];
-        int64_t off2 = k2 * g->d[2] - g->p[2];
-        int64_t l0, h0, l1, h1, l2, h2, o0, o1, o2;
-        const float *x = u->x + (n * g->Ca + c) * g->La;
-        float *dst = u->col + r * g->Lb;
-        dl__crange(off0, g->s[0], g->ia[0], g->ib[0], &l0, &h0);
-        dl__crange(off1, g->s[1], g->ia[1], g->ib[1], &l1, &h1);
-        dl__crange(off2, g->s[2], g->ia[2], g->ib[2], &l2, &h2);
-        if (l0 > 0 || h0 < g->ib[0] || l1 > 0 || h1 < g->ib[1] || l2 > 0 || h2 < g->ib[2])
-            memset(dst, 0, sizeof(float) * (size_t)g->Lb);
-        if (l2 >= h2) continue;
-        for (o0 = l0; o0 < h0; o0++)
-            for (o1 = l1; o1 < h1; o1++) {
-                int64_t base = ((o0 * g->s[0] + off0) * g->ia[1] + o1 * g->s[1] + off1) * g->ia[2] + off2;
-                float *dr = dst + (o0 * g->ib[1] + o1) * g->ib[2];
-                if (g->s[2] == 1) {
-                    memcpy(dr + l2, x + base + l2, sizeof(float) * (size_t)(h2 - l2));
-                } else {
-                    int64_t s2 = g->s[2];
-                    for (o2 = l2; o2 < h2; o2++) dr[o2] = x[base + o2 * s2];
+    const int64_t ib1 = g->ib[1], ib2 = g->ib[2], s1 = g->s[1], s2 = g->s[2], P = ib1 * ib2;
+    const int64_t rs1 = g->ia[2], rs0 = g->ia[1] * g->ia[2];
+    int64_t r = lo;
+    while (r < hi) {
+        int64_t q = r / u->n, n0 = r % u->n, n1 = u->n - n0 < hi - r ? u->n : n0 + (hi - r), nn;
+        int64_t c = q / g->K, o0, o1, o2, l2, h2, off2;
+        dl__krange k;
+        dl__krange_make(g, q % g->K, &k);
+        l2 = k.l[2];
+        h2 = k.h[2];
+        off2 = k.off[2];
+        for (nn = n0; nn < n1; nn++) {
+            const float *x = u->x + (nn * g->Ca + c) * g->La;
+            float *dst = u->col + (q * u->n + nn) * g->Lb;
+            if (k.l[0] > 0) memset(dst, 0, sizeof(float) * (size_t)(k.l[0] * P));
+            for (o0 = k.l[0]; o0 < k.h[0]; o0++) {
+                float *d0 = dst + o0 * P;
+                const float *x0 = x + (o0 * g->s[0] + k.off[0]) * rs0;
+                if (k.l[1] > 0) memset(d0, 0, sizeof(float) * (size_t)(k.l[1] * ib2));
+                for (o1 = k.l[1]; o1 < k.h[1]; o1++) {
+                    float *DL__RESTRICT dr = d0 + o1 * ib2;
+                    const float *DL__RESTRICT xr = x0 + (o1 * s1 + k.off[1]) * rs1;
+                    for (o2 = 0; o2 < l2; o2++) dr[o2] = 0.0f;
+                    if (s2 == 1)
+                        for (o2 = l2; o2 < h2; o2++) dr[o2] = xr[o2 + off2];
+                    else
+                        for (o2 = l2; o2 < h2; o2++) dr[o2] = xr[o2 * s2 + off2];
+                    for (o2 = h2; o2 < ib2; o2++) dr[o2] = 0.0f;
                 }
+                if (k.h[1] < ib1) memset(d0 + k.h[1] * ib2, 0, sizeof(float) * (size_t)((ib1 - k.h[1]) * ib2));
             }
+            if (k.h[0] * P < g->Lb)
+                memset(dst + k.h[0] * P, 0, sizeof(float) * (size_t)(g->Lb - k.h[0] * P));
+        }
+        r += n1 - n0;
     }
 }
 
@@ -5230,32 +5259,42 @@ static void dl__cpu_im2col(dl__dev *d, float *col, const float *x, int64_t n, co
     dl__parallel_for(d->ctx->pool, n * g->Ca * g->K, (1 << 14) / (g->Lb + 1) + 1, dl__im2col_task, &u);
 }
 
-/* one task per plane (sample, channel) of x: deterministic accumulation order */
+#define DL__C2I_KB 32   /* kernel offsets whose windows a col2im task keeps at hand */
+
+/* planes (sample, channel) [lo, hi) of x: zeroed, then every kernel offset
+   added in increasing order (a fixed accumulation order, whatever the split) */
 static void dl__col2im_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__i2c_args *u = (const dl__i2c_args *)arg;
     const dl__cgeom *g = u->g;
-    int64_t q, kk;
-    for (q = lo; q < hi; q++) {
-        float *x = u->col + q * g->La;          /* (the output here) */
-        int64_t n = q / g->Ca, c = q % g->Ca;
-        memset(x, 0, sizeof(float) * (size_t)g->La);
-        for (kk = 0; kk < g->K; kk++) {
-            int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
-            int64_t off0 = k0 * g->d[0] - g->p[0], off1 = k1 * g->d[1] - g->p[1];
-            int64_t off2 = k2 * g->d[2] - g->p[2];
-            int64_t l0, h0, l1, h1, l2, h2, o0, o1, o2;
-            const float *src = u->x + ((c * g->K + kk) * u->n + n) * g->Lb;
-            dl__crange(off0, g->s[0], g->ia[0], g->ib[0], &l0, &h0);
-            dl__crange(off1, g->s[1], g->ia[1], g->ib[1], &l1, &h1);
-            dl__crange(off2, g->s[2], g->ia[2], g->ib[2], &l2, &h2);
-            for (o0 = l0; o0 < h0; o0++)
-                for (o1 = l1; o1 < h1; o1++) {
-                    int64_t base = ((o0 * g->s[0] + off0) * g->ia[1] + o1 * g->s[1] + off1) * g->ia[2] + off2;
-                    const float *sr = src + (o0 * g->ib[1] + o1) * g->ib[2];
-                    int64_t s2 = g->s[2];
-                    for (o2 = l2; o2 < h2; o2++) x[base + o2 * s2] += sr[o2];
+    const int64_t ib1 = g->ib[1], ib2 = g->ib[2], s1 = g->s[1], s2 = g->s[2], P = ib1 * ib2;
+    const int64_t rs1 = g->ia[2], rs0 = g->ia[1] * g->ia[2];
+    dl__krange kr[DL__C2I_KB];
+    int64_t q, kb, j;
+    memset(u->col + lo * g->La, 0, sizeof(float) * (size_t)((hi - lo) * g->La));   /* (col: the output here) */
+    for (kb = 0; kb < g->K; kb += DL__C2I_KB) {
+        int64_t kn = g->K - kb < DL__C2I_KB ? g->K - kb : DL__C2I_KB;
+        for (j = 0; j < kn; j++) dl__krange_make(g, kb + j, &kr[j]);
+        for (q = lo; q < hi; q++) {
+            float *x = u->col + q * g->La;
+            int64_t n = q / g->Ca, c = q % g->Ca;
+            for (j = 0; j < kn; j++) {
+                const dl__krange *k = &kr[j];
+                const float *src = u->x + ((c * g->K + kb + j) * u->n + n) * g->Lb;
+                int64_t o0, o1, o2, l2 = k->l[2], h2 = k->h[2], off2 = k->off[2];
+                for (o0 = k->l[0]; o0 < k->h[0]; o0++) {
+                    float *x0 = x + (o0 * g->s[0] + k->off[0]) * rs0;
+                    const float *s0 = src + o0 * P;
+                    for (o1 = k->l[1]; o1 < k->h[1]; o1++) {
+                        float *DL__RESTRICT xr = x0 + (o1 * s1 + k->off[1]) * rs1;
+                        const float *DL__RESTRICT sr = s0 + o1 * ib2;
+                        if (s2 == 1)
+                            for (o2 = l2; o2 < h2; o2++) xr[o2 + off2] += sr[o2];
+                        else
+                            for (o2 = l2; o2 < h2; o2++) xr[o2 * s2 + off2] += sr[o2];
+                    }
                 }
+            }
         }
     }
 }
