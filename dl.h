@@ -97,8 +97,9 @@
    DATA PARALLEL
      dl_allreduce(t, n, DL_REDUCE_SUM or _MEAN) sums n same-shaped float32
      tensors, one per device of one context, in place: a chunked ring
-     (reduce-scatter, then all-gather) through the backends' copy entries, so
-     every replica ends with the same bits; dl_broadcast copies one to the
+     (reduce-scatter, then all-gather) through the backends' copy entries
+     (on CPU devices only, one fused pass over host memory that sums in the
+     ring's order), so every replica ends with the same bits; dl_broadcast copies one to the
      rest. dl_ddp trains replicas of a model as one model on the full batch:
 
        dl_module *net[2]; dl_optim *opt[2];            // ctx: cpu_devices = 2
@@ -13511,13 +13512,14 @@ done:
    overwrites its copy. Transfers go through the backends (peer copies, or
    download + upload between two backends) in chunks of DL__RING_CHUNK
    floats into a receive buffer on the destination, which the destination's
-   axpy then adds: a chunk is still in cache when it is added. The ranks of
-   one step are independent (each writes one segment of its right
-   neighbour, that neighbour reads another), so on CPU devices they run on
-   the context's thread pool; a step's end is the barrier. Other backends
-   queue the same calls from this thread, syncing the source device after
+   axpy then adds: a chunk is still in cache when it is added. The backends
+   queue these calls from this thread, syncing the source device after
    every transfer (the backend contract does not order a peer copy with the
-   destination's queue). Across processes the same ring runs on a host copy
+   destination's queue). When every device is a CPU device, all buffers are
+   host memory and the two phases fold into one pass on the thread pool
+   (dl__direct_allreduce): the same sums in the same order, so the same
+   bits, with 2n buffer passes of memory traffic instead of 5(n-1).
+   Broadcast from CPU devices runs its copies on the pool. Across processes the same ring runs on a host copy
    of one replica over MPI (nonblocking calls, polled against a deadline),
    or NCCL does it; the local replicas get the result by broadcast. */
 
@@ -13676,11 +13678,70 @@ static dl_result dl__ring_finish(dl__ring *R, const char *op)
     return rc;
 }
 
+/* Every device on the CPU backend: all buffers are host memory, so the
+   ring's two phases fold into one pass. A task takes blocks of one
+   segment, sums them into a block on its stack in the ring's order (x_s,
+   then x_{s+1} + that, ...; times scale), and writes the result to every
+   replica: the ring's bits, with n reads and n writes of the buffer against
+   the ring's 3(n-1) and 2(n-1), and no barrier between steps. */
+#define DL__DIRECT_BLOCK 2048
+
+typedef struct dl__direct {
+    const dl__ring *R;
+    float *buf[DL__RING_MAX];
+    int64_t nb;          /* blocks per segment */
+    float scale;
+} dl__direct;
+
+static void dl__direct_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__direct *D = (const dl__direct *)arg;
+    const dl__ring *R = D->R;
+    float acc[DL__DIRECT_BLOCK];
+    int64_t u, j;
+    for (u = lo; u < hi; u++) {
+        int n = R->n, s = (int)(u / D->nb), i;
+        int64_t off, len, b = (u % D->nb) * DL__DIRECT_BLOCK, m;
+        dl__seg(R->count, n, s, &off, &len);
+        if (b >= len) continue;
+        m = len - b < DL__DIRECT_BLOCK ? len - b : DL__DIRECT_BLOCK;
+        off += b;
+        memcpy(acc, D->buf[s] + off, sizeof(float) * (size_t)m);
+        for (i = 1; i < n; i++) {
+            const float *DL__RESTRICT x = D->buf[(s + i) % n] + off;
+            float *DL__RESTRICT a = acc;
+            for (j = 0; j < m; j++) a[j] = x[j] + a[j];
+        }
+        if (D->scale != 1.0f)
+            for (j = 0; j < m; j++) acc[j] = acc[j] * D->scale;
+        for (i = 0; i < n; i++) memcpy(D->buf[i] + off, acc, sizeof(float) * (size_t)m);
+    }
+}
+
+static dl_result dl__direct_allreduce(dl__ring *R, dl_ctx *ctx, const char *op, float scale)
+{
+    dl__direct D;
+    int i;
+    int64_t q = R->count / R->n + 1;
+    D.R = R;
+    D.scale = scale;
+    D.nb = (q + DL__DIRECT_BLOCK - 1) / DL__DIRECT_BLOCK;
+    for (i = 0; i < R->n; i++) D.buf[i] = (float *)DL__RAW(R->dev[i], R->buf[i]);
+    /* 32 blocks (256 KB per buffer) per task at least: below that, waking
+       the pool costs more than the copies */
+    dl__parallel_for(ctx->pool, D.nb * R->n, 32, dl__direct_task, &D);
+    for (i = 0; i < R->n; i++)
+        if (dl__dev_check(R->dev[i], op) != DL_OK) return DL_ERR_DEVICE;
+    return DL_OK;
+}
+
 /* sum over the ring (then * scale, unless scale is 1), in place */
 static dl_result dl__ring_allreduce(dl__ring *R, dl_ctx *ctx, const char *op, float scale)
 {
     int k;
     R->esize = sizeof(float);
+    for (k = 0; k < R->n && R->dev[k]->be == dl__cpu_be(); k++) {}
+    if (k == R->n && R->n > 1) return dl__direct_allreduce(R, ctx, op, scale);
     if (!dl__ring_prepare(R, ctx, op, true)) return ctx->err;
     for (k = 0; k + 1 < R->n; k++) dl__ring_phase(R, ctx->pool, 0, k);
     R->scale = scale;
