@@ -1885,8 +1885,8 @@ static void dl__gemm_scale(int64_t M, int64_t N, float beta, float *C, int64_t l
 /* Scalar path with exactly the kernels' arithmetic (same K blocks of kc, same
    fma order, same final update): tiny problems and allocation failure. */
 static void dl__gemm_ref(bool transa, bool transb, int64_t M, int64_t N, int64_t K, int64_t kcb, float alpha,
-                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                         int64_t ldc)
+                         const float *A, int64_t lda, const float *B, int64_t ldb, const int64_t *brow,
+                         float beta, float *C, int64_t ldc)
 {
     int64_t i, j, p, pc;
     for (i = 0; i < M; i++) {
@@ -1897,7 +1897,8 @@ static void dl__gemm_ref(bool transa, bool transb, int64_t M, int64_t N, int64_t
                 int mode = dl__gemm_mode(pc == 0 ? beta : 1.0f);
                 float acc = 0.0f;
                 for (p = pc; p < pe; p++)
-                    acc = DL__GEMM_FMA(DL__OPA(A, lda, transa, i, p), DL__OPB(B, ldb, transb, p, j), acc);
+                    acc = DL__GEMM_FMA(DL__OPA(A, lda, transa, i, p),
+                                       brow ? B[brow[p] + j] : DL__OPB(B, ldb, transb, p, j), acc);
                 if (mode == 0) c[j] = alpha * acc;
                 else if (mode == 1) c[j] = DL__GEMM_FMA(alpha, acc, c[j]);
                 else c[j] = DL__GEMM_FMA(alpha, acc, beta * c[j]);
@@ -2003,14 +2004,16 @@ static void dl__gemm_pack_a(bool transa, const float *A, int64_t lda, int64_t i0
 
 /* Pack rows [p0, p0+kc) x cols [j0, j0+nc) of op(B) into NR-column slivers:
    sliver s holds dst[s*kc*NR + p*NR + c]; columns beyond nc are zero. */
-static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
-                            int64_t nc, float *DL__RESTRICT dst)
+static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, const int64_t *brow, int64_t p0, int64_t kc,
+                            int64_t j0, int64_t nc, float *DL__RESTRICT dst)
 {
     int64_t s, p;
     int c;
     for (s = 0; s < nc; s += DL__GEMM_NR) {
         int nr = (int)(nc - s < DL__GEMM_NR ? nc - s : DL__GEMM_NR);
-        if (!transb) {
+        if (brow) {             /* row p of B starts at B + brow[p] */
+            for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_NR, B + brow[p0 + p] + j0 + s, nr, DL__GEMM_NR);
+        } else if (!transb) {
             const float *src = B + p0 * ldb + j0 + s;
             for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_NR, src + p * ldb, nr, DL__GEMM_NR);
         } else {
@@ -2425,6 +2428,7 @@ typedef struct dl__sgemm_job {
     int64_t lda;
     const float *B;
     int64_t ldb;
+    const int64_t *brow; /* NULL, or row p of B (not transposed) starts at B + brow[p] */
     float *C;
     int64_t ldc;
     int64_t kc;         /* K block (from K alone) */
@@ -2465,7 +2469,7 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
                     const float *bp = J->B + pc * J->ldb + jr;
                     int64_t bs = J->ldb;
                     if (nr < DL__GEMM_NR) {
-                        dl__gemm_pack_b(false, J->B, J->ldb, pc, kc, jr, nr, bbuf);
+                        dl__gemm_pack_b(false, J->B, J->ldb, NULL, pc, kc, jr, nr, bbuf);
                         bp = bbuf;
                         bs = DL__GEMM_NR;
                     }
@@ -2491,7 +2495,7 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
             }
             for (jc = n0; jc < n1; jc += J->nc) {
                 int64_t nc = n1 - jc < J->nc ? n1 - jc : J->nc;
-                dl__gemm_pack_b(J->transb, J->B, J->ldb, pc, kc, jc, nc, bbuf);
+                dl__gemm_pack_b(J->transb, J->B, J->ldb, J->brow, pc, kc, jc, nc, bbuf);
                 for (ir = 0; ir < mc; ir += DL__GEMM_MR) {
                     int mr = (int)(mc - ir < DL__GEMM_MR ? mc - ir : DL__GEMM_MR);
                     float *c = J->C + (ic + ir) * J->ldc + jc;
@@ -2661,10 +2665,13 @@ static void dl__gemm_buf_put(dl__pool *pool, void *raw)
    op(A) = A (M,K) with row stride lda if !transa, else A is stored (K,M)
    with row stride lda and op(A)=A^T.  Same for B: (K,N) with ldb, or
    stored (N,K) when transb.  C has row stride ldc.
-   beta == 0 means C is write-only (never read). */
-static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64_t M, int64_t N, int64_t K,
-                                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                                 float beta, float *C, int64_t ldc)
+   beta == 0 means C is write-only (never read). brow (not NULL): row p of
+   B starts at B + brow[p] (transb and ldb ignored): an "implicit" B, such
+   as the shifted views of a padded image that a stride-1 convolution
+   multiplies (the same bits as the same B stored plainly). */
+static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float *A, int64_t lda, const float *B, int64_t ldb, const int64_t *brow, float beta,
+                           float *C, int64_t ldc)
 {
     dl__sgemm_job J;
     int64_t units_m, units_n, units, nch, chunk, b_size;
@@ -2679,15 +2686,16 @@ static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64
     }
     J.kc = dl__gemm_kc(K);
     if (work < DL__GEMM_REF_MAX) {
-        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
+        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, brow, beta, C, ldc);
         return;
     }
 
+    if (brow) transb = false;
     nthreads = work < DL__GEMM_PAR_MIN ? 1 : dl__pool_size(pool);
-    J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
+    J.direct_b = !transb && !brow && M <= DL__GEMM_DIRECT_M;
     J.dot = 0;
 #ifdef DL__GEMM_DOT
-    J.dot = dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
+    J.dot = !brow && dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
     if (J.dot) {
         /* split the rows of B; P: parked accumulators of M x N pairs (any
            task may be run on the whole range) */
@@ -2740,7 +2748,7 @@ run:
             return;
         }
 #endif
-        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, beta, C, ldc);
+        dl__gemm_ref(transa, transb, M, N, K, J.kc, alpha, A, lda, B, ldb, brow, beta, C, ldc);
         return;
     }
     J.transa = transa;
@@ -2754,6 +2762,7 @@ run:
     J.lda = lda;
     J.B = B;
     J.ldb = ldb;
+    J.brow = brow;
     J.C = C;
     J.ldc = ldc;
     /* chunks, claimed dynamically: one per thread (a worker that wakes late
@@ -2787,6 +2796,13 @@ run:
 #endif
     }
     dl__gemm_buf_put(pool, raw);
+}
+
+static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64_t M, int64_t N, int64_t K,
+                                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                                 float beta, float *C, int64_t ldc)
+{
+    dl__sgemm_rows(pool, transa, transb, M, N, K, alpha, A, lda, B, ldb, NULL, beta, C, ldc);
 }
 
 // >>section memory
@@ -2987,6 +3003,45 @@ typedef struct dl__cgeom {
     int64_t La, Lb, K;                             /* products of ia, ib, k */
 } dl__cgeom;
 
+/* A stride-1 convolution without im2col (dl__backend.conv_s1): the input
+   is copied once, zero-padded, into a grid of P = ib + d(k-1) positions per
+   dim (channel-major: plane (c, n) at (c*n + n) * Pa), and output position
+   o sits at grid index o.S; kernel offset kk then reads the grid shifted by
+   off(kk) = sum k_i d_i S_i, so row (c, kk) of im2col's matrix is the plain
+   run xpad + c*n*Pa + off(kk) and one GEMM with a table of row starts
+   (dl__sgemm_rows) gives every output on the grid, (Cb, n*Pa), of which
+   the valid positions are copied out. Pays Pa/Lb times the GEMM columns
+   (the grid's margins) to skip writing and reading K times the input. */
+#ifndef DL__S1_MAX_GROW
+#define DL__S1_MAX_GROW 1.45   /* the most columns the grid may add, as a ratio */
+#endif
+typedef struct dl__s1geom { int64_t P[3], S[3], Pa; } dl__s1geom;
+
+/* the grid of g; false when the path does not apply: a stride other than
+   1, groups, negative padding, or a grid more than DL__S1_MAX_GROW times
+   the output */
+static DL__UNUSED bool dl__s1_make(const dl__cgeom *g, dl__s1geom *q)
+{
+    int i;
+    if (g->G != 1 || g->Lb <= 0) return false;
+    for (i = 0; i < 3; i++)
+        if (g->s[i] != 1 || g->p[i] < 0 || g->ib[i] <= 0) return false;
+    q->Pa = 1;
+    for (i = 2; i >= 0; i--) {
+        q->P[i] = g->ib[i] + g->d[i] * (g->k[i] - 1);
+        q->S[i] = q->Pa;
+        q->Pa *= q->P[i];
+    }
+    return (double)q->Pa <= DL__S1_MAX_GROW * (double)g->Lb;
+}
+
+/* floats of conv_s1's scratch for n samples: the row table (int64), the
+   flipped weights (flip), the padded input and the output grid */
+static DL__UNUSED int64_t dl__s1_floats(const dl__cgeom *g, const dl__s1geom *q, int64_t n, bool flip)
+{
+    return 2 * g->Ca * g->K + 16 + (flip ? g->Ca * g->Cb * g->K + 16 : 0) + (g->Ca + g->Cb) * n * q->Pa;
+}
+
 /* Geometry of one pooling: input ia, output ob, per-dim windows. */
 typedef struct dl__pgeom {
     int64_t ia[3], ob[3], k[3], s[3], p[3], d[3];
@@ -3097,6 +3152,13 @@ struct dl__backend {
                  const dl__adam_args *a);
     double (*sumsq)(dl__dev *d, const float *x, int64_t n);
     void (*scale)(dl__dev *d, float *x, int64_t n, float s);
+    /* optional (NULL: convolution uses im2col + gemm): a stride-1
+       convolution of n samples through a padded grid (dl__s1_make; scratch
+       of dl__s1_floats). y (n, Cb, ib...) = conv(x (n, Ca, ia...), w) + bias
+       (bias may be NULL); w is (Cb, Ca, k...), or with flip (Ca, Cb, k...)
+       used transposed and flipped in space: the adjoint of that conv */
+    void (*conv_s1)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
+                    int64_t n, const dl__cgeom *g, bool flip);
 };
 
 /* the backend of a tensor's device */
@@ -5309,6 +5371,114 @@ static void dl__cpu_col2im(dl__dev *d, float *x, const float *col, int64_t n, co
     dl__parallel_for(d->ctx->pool, n * g->Ca, (1 << 14) / (g->K * g->Lb + 1) + 1, dl__col2im_task, &u);
 }
 
+typedef struct dl__s1_args {
+    const dl__cgeom *g;
+    const dl__s1geom *q;
+    float *xp;           /* padded input grid */
+    const float *x;      /* input (n, Ca, ia...) */
+    float *y;            /* output (n, Cb, ib...) */
+    const float *yp;     /* output grid (Cb, n*Pa) */
+    const float *bias;
+    float *wt;           /* flipped weights (Cb, Ca, K) */
+    const float *w;      /* weights as given, (Ca, Cb, K) */
+    int64_t n;
+} dl__s1_args;
+
+/* grid planes (c, sample) [lo, hi): zeros, then the input rows at the padding offset */
+static void dl__s1_pad_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__s1_args *u = (const dl__s1_args *)arg;
+    const dl__cgeom *g = u->g;
+    const dl__s1geom *q = u->q;
+    int64_t r, i0, i1, m = q->P[2] - g->p[2] < g->ia[2] ? q->P[2] - g->p[2] : g->ia[2];
+    for (r = lo; r < hi; r++) {
+        float *dst = u->xp + r * q->Pa;
+        const float *src = u->x + ((r % u->n) * g->Ca + r / u->n) * g->La;
+        memset(dst, 0, sizeof(float) * (size_t)q->Pa);
+        if (m <= 0) continue;
+        for (i0 = 0; i0 < g->ia[0] && i0 + g->p[0] < q->P[0]; i0++)
+            for (i1 = 0; i1 < g->ia[1] && i1 + g->p[1] < q->P[1]; i1++)
+                memcpy(dst + (i0 + g->p[0]) * q->S[0] + (i1 + g->p[1]) * q->S[1] + g->p[2],
+                       src + (i0 * g->ia[1] + i1) * g->ia[2], sizeof(float) * (size_t)m);
+    }
+}
+
+/* output planes (sample, channel) [lo, hi): the valid grid positions, + bias */
+static void dl__s1_out_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__s1_args *u = (const dl__s1_args *)arg;
+    const dl__cgeom *g = u->g;
+    const dl__s1geom *q = u->q;
+    int64_t r, o0, o1, o2, ib2 = g->ib[2];
+    for (r = lo; r < hi; r++) {
+        int64_t nn = r / g->Cb, c = r % g->Cb;
+        float b = u->bias ? u->bias[c] : 0.0f;
+        const float *src = u->yp + (c * u->n + nn) * q->Pa;
+        float *dst = u->y + r * g->Lb;
+        for (o0 = 0; o0 < g->ib[0]; o0++)
+            for (o1 = 0; o1 < g->ib[1]; o1++) {
+                const float *DL__RESTRICT sr = src + o0 * q->S[0] + o1 * q->S[1];
+                float *DL__RESTRICT dr = dst + (o0 * g->ib[1] + o1) * ib2;
+                if (u->bias)
+                    for (o2 = 0; o2 < ib2; o2++) dr[o2] = sr[o2] + b;
+                else
+                    for (o2 = 0; o2 < ib2; o2++) dr[o2] = sr[o2];
+            }
+    }
+}
+
+/* wt (Cb, Ca, K)[o][i][kk] = w (Ca, Cb, K)[i][o][K-1-kk], rows o in [lo, hi) */
+static void dl__s1_flip_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__s1_args *u = (const dl__s1_args *)arg;
+    const dl__cgeom *g = u->g;
+    int64_t o, i, kk, K = g->K;
+    for (o = lo; o < hi; o++)
+        for (i = 0; i < g->Ca; i++)
+            for (kk = 0; kk < K; kk++) u->wt[(o * g->Ca + i) * K + kk] = u->w[(i * g->Cb + o) * K + K - 1 - kk];
+}
+
+static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
+                            int64_t n, const dl__cgeom *g, bool flip)
+{
+    dl__s1geom q;
+    dl__s1_args u;
+    dl__pool *pool = d->ctx->pool;
+    int64_t *brow, c, kk, cols;
+    const float *A;
+    y = (float *)DL__RAW(d, y);
+    x = (const float *)DL__RAW(d, x);
+    w = (const float *)DL__RAW(d, w);
+    bias = (const float *)DL__RAW0(d, bias);
+    scratch = (float *)DL__RAW(d, scratch);
+    if (!dl__s1_make(g, &q) || n <= 0) return;    /* the caller checked */
+    brow = (int64_t *)(void *)scratch;
+    scratch += 2 * g->Ca * g->K + 16;
+    u.g = g; u.q = &q; u.x = x; u.y = y; u.bias = bias; u.n = n; u.w = w; u.wt = NULL;
+    A = w;
+    if (flip) {
+        u.wt = scratch;
+        scratch += g->Ca * g->Cb * g->K + 16;
+        dl__parallel_for(pool, g->Cb, 1 + (1 << 14) / (g->Ca * g->K + 1), dl__s1_flip_task, &u);
+        A = u.wt;
+    }
+    u.xp = scratch;
+    scratch += g->Ca * n * q.Pa;
+    u.yp = scratch;
+    dl__parallel_for(pool, g->Ca * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_pad_task, &u);
+    for (c = 0; c < g->Ca; c++)
+        for (kk = 0; kk < g->K; kk++) {
+            int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
+            brow[c * g->K + kk] = c * n * q.Pa + k0 * g->d[0] * q.S[0] + k1 * g->d[1] * q.S[1] + k2 * g->d[2];
+        }
+    /* up to the last column a valid output needs: row (c, kk) then reads at
+       most up to the end of plane (c, n-1), as off(kk) + o.S < Pa */
+    cols = (n - 1) * q.Pa + (g->ib[0] - 1) * q.S[0] + (g->ib[1] - 1) * q.S[1] + g->ib[2];
+    dl__sgemm_rows(pool, false, false, g->Cb, cols, g->Ca * g->K, 1.0f, A, g->Ca * g->K, u.xp, 0, brow, 0.0f,
+                   scratch, n * q.Pa);
+    dl__parallel_for(pool, n * g->Cb, 1 + (1 << 14) / (g->Lb + 1), dl__s1_out_task, &u);
+}
+
 typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;
 
 static void dl__bias_task(void *arg, int64_t lo, int64_t hi)
@@ -6010,7 +6180,7 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
     dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
     dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
-    dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale
+    dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -8668,12 +8838,17 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
    pooling (fixed or adaptive windows) is linear: its backward is its
    adjoint, an op whose backward is the pooling again.
 
-   Kernels (im2col, col2im, bias, pools) live in dl__conv_cpu_kernels, a
-   table of raw-pointer functions like dl__kernels; dl__KC() picks the table
-   for a tensor's device. The im2col matrix holds a chunk of samples side by
-   side, col (Ca*K, n, Lb), so each group is one large GEMM (the output
-   comes back (Cb, n, Lb) and is permuted to (n, Cb, Lb)). Scratch is step
-   memory given back before the op returns; chunks keep it under 8 MiB. */
+   Kernels (im2col, col2im, bias, pools, conv_s1) are backend entries. The
+   im2col matrix holds a chunk of samples side by side, col (Ca*K, n, Lb),
+   so each group is one large GEMM (the output comes back (Cb, n, Lb) and is
+   permuted to (n, Cb, Lb)). A stride-1 conv without groups whose padded
+   grid adds at most DL__S1_MAX_GROW of columns skips im2col: the backend's
+   conv_s1 pads the input once and multiplies shifted views of it (see
+   dl__s1_make), the same sums in the same order, so the same bits; convT
+   with stride 1 (the input gradient of such a conv) is the conv of its
+   input with the weights transposed and flipped, through the same path,
+   instead of col2im. Scratch is step memory given back before the op
+   returns; chunks keep it under 8 MiB. */
 
 // >>section ops: convolution and pooling
 
@@ -8688,7 +8863,7 @@ static float *dl__conv_scratch(const char *op, dl_tensor *t, int64_t n)
     if (n < 0 || (uint64_t)n > (uint64_t)(((size_t)-1) / 16)) p = NULL;
     else p = (float *)dl__arena_alloc(ctx, &t->dev_->data, sizeof(float) * (size_t)(n ? n : 1), true);
     if (!p) {
-        dl__err(ctx, DL_ERR_OOM, "%s: cannot allocate %lld floats of im2col scratch%s", op,
+        dl__err(ctx, DL_ERR_OOM, "%s: cannot allocate %lld floats of convolution scratch%s", op,
                 (long long)n, ctx->memory_limit ? " (memory_limit reached?)" : "");
         return NULL;
     }
@@ -8850,6 +9025,35 @@ static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd};
 static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd};
 static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd};
 
+/* y = conv(x, w) + bias through the backend's conv_s1, chunk by chunk of
+   samples (scratch under 8 MiB, as im2col's): 1 done, 0 when the path does
+   not apply (no such entry, or dl__s1_make says no), -1 on error. flip
+   (convT): g is the conv of x with w transposed and flipped. */
+static int dl__conv_s1_try(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor *w, dl_tensor *bias,
+                           const dl__cgeom *g, bool flip)
+{
+    const dl__backend *k = DL__BE(x);
+    dl__s1geom q;
+    dl__mark m;
+    int64_t nb, per, n0;
+    float *scratch;
+    if (!k->conv_s1 || !dl__s1_make(g, &q)) return 0;
+    per = (g->Ca + g->Cb) * q.Pa;
+    nb = ((int64_t)1 << 21) / per;
+    if (nb < 1) nb = 1;
+    if (nb > g->N) nb = g->N;
+    m = dl__arena_mark(&x->dev_->data);
+    scratch = dl__conv_scratch(op, x, dl__s1_floats(g, &q, nb, flip));
+    if (!scratch) return -1;
+    for (n0 = 0; n0 < g->N; n0 += nb) {
+        int64_t cnt = g->N - n0 < nb ? g->N - n0 : nb;
+        k->conv_s1(x->dev_, (float *)y->data + n0 * g->Cb * g->Lb, (const float *)x->data + n0 * g->Ca * g->La,
+                   (const float *)w->data, bias ? (const float *)bias->data : NULL, scratch, cnt, g, flip);
+    }
+    dl__arena_rewind(&x->dev_->data, m);
+    return 1;
+}
+
 /* a (N,Ca,ia...), w (Cb, Ca/G, k...), bias (Cb) or NULL -> (N, Cb, ib...).
    Shapes were checked by the caller. */
 static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, const dl__cparam *cp,
@@ -8861,7 +9065,7 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     dl_tensor *y, *in[3];
     dl__node *node;
     dl_ctx *ctx;
-    int i, nsp = cp->nsp;
+    int i, nsp = cp->nsp, done;
     if (!a || !w) return NULL;
     ctx = a->ctx_;
     dl__cgeom_make(&g, cp, a->shape[0], a->shape[1], w->shape[0], a->shape + 2, ib, w->shape + 2);
@@ -8872,7 +9076,9 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     if (!y) return NULL;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
-    if (y->numel) {
+    done = y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, false) : 0;
+    if (done < 0) return NULL;
+    if (y->numel && !done) {
         /* per chunk of cnt samples: col (CaK, cnt, Lb) = im2col(a);
            yt_g (Cbg, cnt*Lb) = w_g (Cbg, CagK) @ col_g; y = permute(yt) */
         const dl__backend *k = DL__BE(a);
@@ -8905,11 +9111,11 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
 {
     const char *name = "dl_conv_transpose";
     int64_t shape[DL_MAX_DIMS], nb, n0, CagK, Cbg;
-    dl__cgeom g;
+    dl__cgeom g, gt;
     dl_tensor *y, *in[3];
     dl__node *node;
     dl_ctx *ctx;
-    int i, nsp = cp->nsp;
+    int i, nsp = cp->nsp, done = 0;
     if (!b || !w) return NULL;
     ctx = b->ctx_;
     dl__cgeom_make(&g, cp, b->shape[0], w->shape[1] * cp->G, b->shape[1], ia, b->shape + 2,
@@ -8921,7 +9127,21 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
     if (!y) return NULL;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
-    if (y->numel) {
+    /* stride 1: the conv of b with w transposed and flipped, padded by
+       d(k-1) - p (when that is >= 0) */
+    gt = g;
+    gt.Ca = g.Cb;
+    gt.Cb = g.Ca;
+    gt.La = g.Lb;
+    gt.Lb = g.La;
+    for (i = 0; i < 3; i++) {
+        gt.ia[i] = g.ib[i];
+        gt.ib[i] = g.ia[i];
+        gt.p[i] = g.d[i] * (g.k[i] - 1) - g.p[i];
+    }
+    done = y->numel ? dl__conv_s1_try(name, b, y, w, bias, &gt, true) : 0;
+    if (done < 0) return NULL;
+    if (y->numel && !done) {
         /* per chunk: bt (Cb, cnt, Lb) = permute(b); col_g (CagK, cnt*Lb) = w_g^T @ bt_g;
            y = col2im(col) */
         const dl__backend *k = DL__BE(b);

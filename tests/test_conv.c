@@ -13,11 +13,19 @@
    3. Every error: code, message, and the context still works after it.
    4. Same bits with 1, 2 and 3 threads; flat memory across steps; timing of
       a LeNet-sized conv forward + backward (batch 256, 1x28x28 -> 6x5x5 pad 2).
+   5. The two ways to a convolution: every stride-1 conv here takes the
+      padded-grid path (conv_s1; DL__S1_MAX_GROW is lifted for this file, so
+      sections 1-3 run it on every shape), and s1_paths() compares it with
+      im2col on a device whose backend lacks conv_s1: forward and weight
+      gradient bit for bit, input gradient and conv_transpose within float
+      rounding, over 1-D/2-D/3-D, kernels 1-5, dilation, every padding,
+      bias or not.
 
    Build and run from the repository root:
        gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_conv.c \
            -o /tmp/test_conv -lm -lpthread && /tmp/test_conv [tests/golden/conv.bin] */
 #define _POSIX_C_SOURCE 200809L
+#define DL__S1_MAX_GROW 1e9   /* every stride-1 conv through conv_s1 (section 5) */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -521,7 +529,7 @@ static void errors(void)
         CHECK(dl_conv2d(old, w, NULL, NULL) == NULL, "stale x");
         EXPECT_ERR(c, DL_ERR_STALE, "dl_conv2d: x (1,3,8,8) was made in step");
     }
-    /* out of memory in the im2col scratch (memory_limit), then the context still works */
+    /* out of memory in the convolution scratch (memory_limit), then the context still works */
     {
         dl_ctx_desc cdesc;
         dl_ctx *m;
@@ -530,9 +538,16 @@ static void errors(void)
         cdesc.memory_limit = (size_t)3 << 20;
         cdesc.log = dl_log_silent;
         m = dl_ctx_init(&cdesc);
-        y = dl_conv2d(dl_zeros(m, DL_SHAPE(4, 1, 64, 64)), dl_zeros(m, DL_SHAPE(8, 1, 5, 5)), NULL, &p2);
-        CHECK(y == NULL, "conv2d past memory_limit");
+        dl_conv_desc s2 = dl_conv_desc_make(2, 2, 1, 1);
+        y = dl_conv2d(dl_zeros(m, DL_SHAPE(8, 1, 128, 128)), dl_zeros(m, DL_SHAPE(8, 1, 5, 5)), NULL, &s2);
+        CHECK(y == NULL, "conv2d (stride 2: im2col) past memory_limit");
         EXPECT_ERR(m, DL_ERR_OOM, "dl_conv: cannot allocate");
+        dl_step_end(m);
+        /* stride 1: the padded grid's scratch */
+        y = dl_conv2d(dl_zeros(m, DL_SHAPE(4, 16, 64, 64)), dl_zeros(m, DL_SHAPE(16, 16, 5, 5)), NULL, &p2);
+        CHECK(y == NULL, "conv2d (stride 1: padded grid) past memory_limit");
+        EXPECT_ERR(m, DL_ERR_OOM, "dl_conv: cannot allocate");
+        dl_step_end(m);
         y = dl_conv2d(dl_ones(m, DL_SHAPE(1, 1, 8, 8)), dl_ones(m, DL_SHAPE(2, 1, 3, 3)), NULL, &p2);
         CHECK(y && y->shape[3] == 10 && th_f(y, 2 * 10 + 2) == 9.0f && th_f(y, 0) == 1.0f && dl_last_error(m) == DL_OK, "conv2d after OOM: %s", dl_error_message(m));
         dl_ctx_free(m);
@@ -670,6 +685,155 @@ static void timing(void)
 
 /* ================================================================ main */
 
+/* ================================================================ 5. the two paths */
+
+static dl__backend g_no_s1;   /* the CPU backend without conv_s1: im2col + gemm */
+static dl__backend g_s1;      /* the CPU backend, counting its conv_s1 calls */
+static int64_t g_s1_calls;
+
+static void count_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
+                     int64_t n, const dl__cgeom *g, bool flip)
+{
+    g_s1_calls++;
+    dl__cpu_conv_s1(d, y, x, w, bias, scratch, n, g, flip);
+}
+
+static float max_rel(const float *a, const float *b, int64_t n)
+{
+    double m = 0, scale = 1e-3;
+    int64_t i;
+    for (i = 0; i < n; i++) if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+    for (i = 0; i < n; i++) if (fabs((double)a[i] - (double)b[i]) / scale > m) m = fabs((double)a[i] - (double)b[i]) / scale;
+    return (float)m;
+}
+
+/* conv (or conv_transpose) forward + backward of x, w, b on device dev:
+   out = y, dx, dw, db concatenated; returns the count, 0 on error */
+static int64_t s1_run(dl_ctx *c, int dev, int nsp, bool transposed, const int64_t *xs, const int64_t *ws, bool bias,
+                      const dl_conv_desc *d, const float *xv, const float *wv, float *out)
+{
+    dl_tensor *x, *w, *b = NULL, *y, *r;
+    int64_t n = 0, bs[1];
+    dl_shape xsh, wsh;
+    int i;
+    memset(&xsh, 0, sizeof xsh);
+    memset(&wsh, 0, sizeof wsh);
+    xsh.ndim = wsh.ndim = nsp + 2;
+    for (i = 0; i < nsp + 2; i++) { xsh.d[i] = xs[i]; wsh.d[i] = ws[i]; }
+    bs[0] = transposed ? ws[1] : ws[0];
+    dl_set_device(c, dl_cpu_device(dev));
+    x = dl_requires_grad(dl_from_array(c, xsh, xv), true);
+    w = dl_requires_grad(dl_from_array(c, wsh, wv), true);
+    if (bias) b = dl_requires_grad(dl_from_array(c, DL_SHAPE(bs[0]), wv), true);
+    if (!transposed)
+        y = nsp == 1 ? dl_conv1d(x, w, b, d) : nsp == 2 ? dl_conv2d(x, w, b, d) : dl_conv3d(x, w, b, d);
+    else
+        y = nsp == 1 ? dl_conv_transpose1d(x, w, b, d) : nsp == 2 ? dl_conv_transpose2d(x, w, b, d)
+                     : dl_conv_transpose3d(x, w, b, d);
+    if (!y) return 0;
+    {
+        dl_shape ysh;
+        float *rv = (float *)malloc(sizeof(float) * (size_t)y->numel);
+        int64_t j;
+        if (!rv) return 0;
+        ysh.ndim = y->ndim;
+        for (i = 0; i < y->ndim; i++) ysh.d[i] = y->shape[i];
+        for (j = 0; j < y->numel; j++) rv[j] = sinf(0.13f * (float)j);    /* a fixed, uneven upstream gradient */
+        r = dl_from_array(c, ysh, rv);
+        free(rv);
+    }
+    if (dl_backward(dl_sum(dl_mul(y, r), DL_ALL, false)) != DL_OK) return 0;
+    dl_read(y, out, y->numel);
+    n += y->numel;
+    dl_read(x->grad, out + n, x->numel);
+    n += x->numel;
+    dl_read(w->grad, out + n, w->numel);
+    n += w->numel;
+    if (b) { dl_read(b->grad, out + n, b->numel); n += b->numel; }
+    dl_set_device(c, dl_cpu_device(0));
+    return n;
+}
+
+static void s1_paths(void)
+{
+    static const int64_t geo[][8] = {   /* nsp, size, kernel, dilation, C in, C out, batch, (3-D: depth) */
+        {2, 8, 3, 1, 3, 4, 2, 0}, {2, 7, 5, 1, 1, 6, 3, 0}, {2, 9, 3, 2, 2, 3, 1, 0}, {2, 6, 1, 1, 5, 2, 2, 0},
+        {2, 5, 2, 1, 2, 2, 4, 0}, {1, 13, 3, 1, 2, 3, 3, 0}, {1, 11, 4, 3, 3, 2, 2, 0}, {3, 5, 3, 1, 2, 2, 2, 4},
+        {3, 6, 2, 2, 1, 3, 1, 6}, {2, 28, 3, 1, 16, 16, 2, 0}, {2, 12, 5, 1, 6, 16, 3, 0},
+    };
+    dl_ctx_desc cd;
+    dl_ctx *c;
+    int gi, pad, tr, bias, i;
+    float *xv = (float *)malloc(sizeof(float) * 100000), *wv = (float *)malloc(sizeof(float) * 100000);
+    float *o1 = (float *)malloc(sizeof(float) * 400000), *o2 = (float *)malloc(sizeof(float) * 400000);
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = 2;
+    c = dl_ctx_init(&cd);
+    if (!c || !xv || !wv || !o1 || !o2) { CHECK(0, "s1_paths: setup"); goto out; }
+    g_no_s1 = *dl__cpu_be();
+    g_no_s1.name = "cpu-without-conv_s1";
+    g_no_s1.conv_s1 = NULL;
+    c->cpu[1]->be = &g_no_s1;
+    g_s1 = *dl__cpu_be();
+    g_s1.conv_s1 = count_s1;
+    c->cpu[0]->be = &g_s1;
+    for (i = 0; i < 100000; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.5f; }
+    for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++) {
+        int nsp = (int)geo[gi][0];
+        int64_t L = geo[gi][1], k = geo[gi][2], dil = geo[gi][3], ca = geo[gi][4], cb = geo[gi][5], nb = geo[gi][6];
+        for (pad = 0; pad <= dil * (k - 1) + 1; pad++)
+            for (tr = 0; tr < 2; tr++)
+                for (bias = 0; bias < 2; bias++) {
+                    int64_t xs[5], ws[5], n1, n2, ny = 1, span, calls;
+                    dl_conv_desc d = dl_conv_desc_make(1, pad, dil, 1);
+                    xs[0] = nb;
+                    xs[1] = tr ? cb : ca;          /* conv: w (cb, ca, k); transposed: x has cb channels */
+                    ws[0] = cb;
+                    ws[1] = ca;
+                    for (i = 0; i < nsp; i++) {
+                        xs[2 + i] = nsp == 3 && i == 0 ? geo[gi][7] : L + i;
+                        ws[2 + i] = k;
+                    }
+                    span = dil * (k - 1) + 1;
+                    for (i = 0; i < nsp; i++) ny *= tr ? xs[2 + i] - 2 * pad + span - 1 : xs[2 + i] + 2 * pad - span + 1;
+                    if (ny <= 0) continue;
+                    calls = g_s1_calls;
+                    n1 = s1_run(c, 0, nsp, tr != 0, xs, ws, bias != 0, &d, xv, wv, o1);
+                    /* conv: forward; its input gradient when pad <= d(k-1). transposed: the reverse */
+                    CHECK(g_s1_calls - calls == 1 + (pad <= span - 1), "s1 %s %dd k %lld dil %lld pad %d: "
+                          "%lld calls of conv_s1, want %d", tr ? "conv_transpose" : "conv", nsp, (long long)k,
+                          (long long)dil, pad, (long long)(g_s1_calls - calls), 1 + (pad <= span - 1));
+                    n2 = s1_run(c, 1, nsp, tr != 0, xs, ws, bias != 0, &d, xv, wv, o2);
+                    CHECK(n1 > 0 && n1 == n2, "s1 %s: %dd size %lld k %lld dil %lld pad %d: %s",
+                          tr ? "conv_transpose" : "conv", nsp, (long long)L, (long long)k, (long long)dil, pad,
+                          dl_error_message(c));
+                    if (n1 <= 0 || n1 != n2) { dl_clear_error(c); dl_step_end(c); continue; }
+                    {
+                        int64_t nyv = 1, nx = 1;
+                        float ey, ex, ew;
+                        for (i = 0; i < nsp + 2; i++) nx *= xs[i];
+                        nyv = nb * (tr ? ca : cb) * ny;
+                        ey = max_rel(o1, o2, nyv);
+                        ex = max_rel(o1 + nyv, o2 + nyv, nx);
+                        ew = max_rel(o1 + nyv + nx, o2 + nyv + nx, n1 - nyv - nx);
+                        if (!tr)
+                            CHECK(ey == 0 && ew == 0 && ex < 1e-5f, "s1 conv %dd size %lld k %lld dil %lld pad %d "
+                                  "bias %d: padded grid vs im2col: y %g (want 0), dw/db %g (want 0), dx %g",
+                                  nsp, (long long)L, (long long)k, (long long)dil, pad, bias, ey, ew, ex);
+                        else
+                            CHECK(ey < 1e-5f && ex == 0 && ew == 0, "s1 conv_transpose %dd size %lld k %lld "
+                                  "dil %lld pad %d bias %d: padded grid vs col2im: y %g, dx %g (want 0), dw/db %g (want 0)",
+                                  nsp, (long long)L, (long long)k, (long long)dil, pad, bias, ey, ex, ew);
+                    }
+                    dl_step_end(c);
+                }
+    }
+out:
+    free(xv); free(wv); free(o1); free(o2);
+    if (c) c->cpu[0]->be = dl__cpu_be();
+    dl_ctx_free(c);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "tests/golden/conv.bin";
@@ -689,6 +853,7 @@ int main(int argc, char **argv)
         CHECK(ncases > 120, "expected more than 120 cases in %s, found %d", path, ncases);
         g_free_recs();
     }
+    s1_paths();
     timing();
     CHECK(dl_last_error(g_ctx) == DL_OK, "stray error at the end: %s", dl_error_message(g_ctx));
     dl_ctx_free(g_ctx);
