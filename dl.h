@@ -1847,6 +1847,9 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 /* element (i,p) of op(A), element (p,j) of op(B) */
 #define DL__OPA(A, lda, ta, i, p) ((ta) ? (A)[(int64_t)(p) * (lda) + (i)] : (A)[(int64_t)(i) * (lda) + (p)])
 #define DL__OPB(B, ldb, tb, p, j) ((tb) ? (B)[(int64_t)(j) * (ldb) + (p)] : (B)[(int64_t)(p) * (ldb) + (j)])
+/* the same with B's rows (as stored) given by a table of starts, or not (NULL) */
+#define DL__OPBR(B, ldb, brow, tb, p, j) \
+    ((brow) ? ((tb) ? (B)[(brow)[j] + (p)] : (B)[(brow)[p] + (j)]) : DL__OPB(B, ldb, tb, p, j))
 
 /* how a finished accumulator meets C: 0 C = alpha*acc (C not read),
    1 C = fma(alpha, acc, C), 2 C = fma(alpha, acc, beta*C) */
@@ -1897,8 +1900,7 @@ static void dl__gemm_ref(bool transa, bool transb, int64_t M, int64_t N, int64_t
                 int mode = dl__gemm_mode(pc == 0 ? beta : 1.0f);
                 float acc = 0.0f;
                 for (p = pc; p < pe; p++)
-                    acc = DL__GEMM_FMA(DL__OPA(A, lda, transa, i, p),
-                                       brow ? B[brow[p] + j] : DL__OPB(B, ldb, transb, p, j), acc);
+                    acc = DL__GEMM_FMA(DL__OPA(A, lda, transa, i, p), DL__OPBR(B, ldb, brow, transb, p, j), acc);
                 if (mode == 0) c[j] = alpha * acc;
                 else if (mode == 1) c[j] = DL__GEMM_FMA(alpha, acc, c[j]);
                 else c[j] = DL__GEMM_FMA(alpha, acc, beta * c[j]);
@@ -2011,8 +2013,13 @@ static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, const int6
     int c;
     for (s = 0; s < nc; s += DL__GEMM_NR) {
         int nr = (int)(nc - s < DL__GEMM_NR ? nc - s : DL__GEMM_NR);
-        if (brow) {             /* row p of B starts at B + brow[p] */
+        if (brow && !transb) {  /* row p of B starts at B + brow[p] */
             for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_NR, B + brow[p0 + p] + j0 + s, nr, DL__GEMM_NR);
+        } else if (brow) {      /* row j of B (column j of op(B)) starts at B + brow[j] */
+            for (c = 0; c < DL__GEMM_NR; c++) {
+                const float *r = c < nr ? B + brow[j0 + s + c] + p0 : NULL;
+                for (p = 0; p < kc; p++) dst[p * DL__GEMM_NR + c] = r ? r[p] : 0.0f;
+            }
         } else if (!transb) {
             const float *src = B + p0 * ldb + j0 + s;
             for (p = 0; p < kc; p++) dl__gemm_copy_pad(dst + p * DL__GEMM_NR, src + p * ldb, nr, DL__GEMM_NR);
@@ -2398,7 +2405,7 @@ static int dl__gemm_use_dot(bool transa, bool transb, int64_t M, int64_t N, int6
 /* Scalar path with exactly the dot path's arithmetic (16 lanes along K, the
    zero padding of the last vector, the same tree): allocation failure. */
 static void dl__gemm_dot_ref(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                             const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+                             const float *B, int64_t ldb, const int64_t *brow, float beta, float *C, int64_t ldc)
 {
     int64_t i, j, k, ks = dl__round_up(K, 16);
     int l, st, mode = dl__gemm_mode(beta);
@@ -2407,7 +2414,8 @@ static void dl__gemm_dot_ref(int64_t M, int64_t N, int64_t K, float alpha, const
             float d[16], e[16], *c = C + i * ldc + j;
             for (l = 0; l < 16; l++) d[l] = 0.0f;
             for (k = 0; k < ks; k++)
-                d[k % 16] = DL__GEMM_FMA(k < K ? A[i * lda + k] : 0.0f, k < K ? B[j * ldb + k] : 0.0f, d[k % 16]);
+                d[k % 16] = DL__GEMM_FMA(k < K ? A[i * lda + k] : 0.0f,
+                                         k < K ? B[(brow ? brow[j] : j * ldb) + k] : 0.0f, d[k % 16]);
             for (st = 8; st >= 1; st /= 2) {
                 for (l = 0; l < 16; l++) e[l] = d[l] + d[l ^ st];
                 for (l = 0; l < 16; l++) d[l] = e[l];
@@ -2428,7 +2436,7 @@ typedef struct dl__sgemm_job {
     int64_t lda;
     const float *B;
     int64_t ldb;
-    const int64_t *brow; /* NULL, or row p of B (not transposed) starts at B + brow[p] */
+    const int64_t *brow; /* NULL, or row r of B as stored starts at B + brow[r] (ldb unused) */
     float *C;
     int64_t ldc;
     int64_t kc;         /* K block (from K alone) */
@@ -2519,7 +2527,7 @@ static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, 
     int64_t ga = (J->M + 3) / 4, nb0, kb, g, h;
     float *as = buf, *bs = as + J->M * DL__GEMM_DOT_KK, *P = bs + 6 * DL__GEMM_DOT_KK;
     int a_in_place = (uintptr_t)J->A % 64 == 0 && J->lda % 16 == 0;
-    int b_in_place = (uintptr_t)J->B % 64 == 0 && J->ldb % 16 == 0;
+    int b_in_place = !J->brow && (uintptr_t)J->B % 64 == 0 && J->ldb % 16 == 0;
     for (nb0 = n0; nb0 < n1; nb0 += DL__GEMM_DOT_NB) {
         int64_t nt = n1 - nb0 < DL__GEMM_DOT_NB ? n1 - nb0 : DL__GEMM_DOT_NB, gb = (nt + 5) / 6;
         for (kb = 0; kb < J->K; kb += DL__GEMM_DOT_KK) {
@@ -2535,9 +2543,13 @@ static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, 
             }
             for (g = 0; g < gb; g++) {
                 /* near-equal groups: at most 6 rows of B, 4 of A */
-                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb, kbs = J->ldb;
+                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb, kbs = J->ldb, r;
                 const float *bp = J->B + j0 * J->ldb + kb;
-                if (!b_in_place || kk != ks) {
+                if (J->brow) {
+                    for (r = j0; r < j1; r++) dl__gemm_dot_stage(J->B + J->brow[r] + kb, 0, 1, kk, bs + (r - j0) * ks, ks);
+                    bp = bs;
+                    kbs = ks;
+                } else if (!b_in_place || kk != ks) {
                     dl__gemm_dot_stage(bp, J->ldb, j1 - j0, kk, bs, ks);
                     bp = bs;
                     kbs = ks;
@@ -2690,12 +2702,11 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
         return;
     }
 
-    if (brow) transb = false;
     nthreads = work < DL__GEMM_PAR_MIN ? 1 : dl__pool_size(pool);
     J.direct_b = !transb && !brow && M <= DL__GEMM_DIRECT_M;
     J.dot = 0;
 #ifdef DL__GEMM_DOT
-    J.dot = !brow && dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
+    J.dot = dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
     if (J.dot) {
         /* split the rows of B; P: parked accumulators of M x N pairs (any
            task may be run on the whole range) */
@@ -2744,7 +2755,7 @@ run:
         /* out of memory: the same arithmetic, without buffers */
 #ifdef DL__GEMM_DOT
         if (J.dot) {
-            dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, brow, beta, C, ldc);
             return;
         }
 #endif
@@ -3159,6 +3170,12 @@ struct dl__backend {
        used transposed and flipped in space: the adjoint of that conv */
     void (*conv_s1)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
                     int64_t n, const dl__cgeom *g, bool flip);
+    /* optional, with conv_s1: the weight gradient of such a conv, dw (Cb, Ca, k...) =
+       beta * dw + sum over n samples of gy (n, Cb, ib...) times the patches
+       of x (n, Ca, ia...), which must be finite (the grid's margins meet
+       zeros of gy: 0 * inf would be NaN) */
+    void (*conv_s1_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
+                          const dl__cgeom *g, float beta);
 };
 
 /* the backend of a tensor's device */
@@ -5438,13 +5455,28 @@ static void dl__s1_flip_task(void *arg, int64_t lo, int64_t hi)
             for (kk = 0; kk < K; kk++) u->wt[(o * g->Ca + i) * K + kk] = u->w[(i * g->Cb + o) * K + K - 1 - kk];
 }
 
+/* brow[c*K + kk] = the start of row (c, kk) of the implicit im2col matrix
+   of n samples in the padded grid; returns its columns: up to the last one
+   a valid output needs, so that a row reads at most up to the end of plane
+   (c, n-1) (off(kk) + o.S < Pa) */
+static int64_t dl__s1_rows(const dl__cgeom *g, const dl__s1geom *q, int64_t n, int64_t *brow)
+{
+    int64_t c, kk;
+    for (c = 0; c < g->Ca; c++)
+        for (kk = 0; kk < g->K; kk++) {
+            int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
+            brow[c * g->K + kk] = c * n * q->Pa + k0 * g->d[0] * q->S[0] + k1 * g->d[1] * q->S[1] + k2 * g->d[2];
+        }
+    return (n - 1) * q->Pa + (g->ib[0] - 1) * q->S[0] + (g->ib[1] - 1) * q->S[1] + g->ib[2];
+}
+
 static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
                             int64_t n, const dl__cgeom *g, bool flip)
 {
     dl__s1geom q;
     dl__s1_args u;
     dl__pool *pool = d->ctx->pool;
-    int64_t *brow, c, kk, cols;
+    int64_t *brow, cols;
     const float *A;
     y = (float *)DL__RAW(d, y);
     x = (const float *)DL__RAW(d, x);
@@ -5466,17 +5498,57 @@ static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w
     scratch += g->Ca * n * q.Pa;
     u.yp = scratch;
     dl__parallel_for(pool, g->Ca * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_pad_task, &u);
-    for (c = 0; c < g->Ca; c++)
-        for (kk = 0; kk < g->K; kk++) {
-            int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1], k0 = kk / (g->k[2] * g->k[1]);
-            brow[c * g->K + kk] = c * n * q.Pa + k0 * g->d[0] * q.S[0] + k1 * g->d[1] * q.S[1] + k2 * g->d[2];
-        }
-    /* up to the last column a valid output needs: row (c, kk) then reads at
-       most up to the end of plane (c, n-1), as off(kk) + o.S < Pa */
-    cols = (n - 1) * q.Pa + (g->ib[0] - 1) * q.S[0] + (g->ib[1] - 1) * q.S[1] + g->ib[2];
+    cols = dl__s1_rows(g, &q, n, brow);
     dl__sgemm_rows(pool, false, false, g->Cb, cols, g->Ca * g->K, 1.0f, A, g->Ca * g->K, u.xp, 0, brow, 0.0f,
                    scratch, n * q.Pa);
     dl__parallel_for(pool, n * g->Cb, 1 + (1 << 14) / (g->Lb + 1), dl__s1_out_task, &u);
+}
+
+/* grid planes (channel, sample) [lo, hi) of the output side: zeros, then
+   the rows of gy at their grid positions (the inverse of dl__s1_out_task) */
+static void dl__s1_grid_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__s1_args *u = (const dl__s1_args *)arg;
+    const dl__cgeom *g = u->g;
+    const dl__s1geom *q = u->q;
+    int64_t r, o0, o1, ib2 = g->ib[2];
+    for (r = lo; r < hi; r++) {
+        float *dst = u->xp + r * q->Pa;
+        const float *src = u->x + ((r % u->n) * g->Cb + r / u->n) * g->Lb;
+        memset(dst, 0, sizeof(float) * (size_t)q->Pa);
+        for (o0 = 0; o0 < g->ib[0]; o0++)
+            for (o1 = 0; o1 < g->ib[1]; o1++)
+                memcpy(dst + o0 * q->S[0] + o1 * q->S[1], src + (o0 * g->ib[1] + o1) * ib2, sizeof(float) * (size_t)ib2);
+    }
+}
+
+static void dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
+                                  const dl__cgeom *g, float beta)
+{
+    dl__s1geom q;
+    dl__s1_args u;
+    dl__pool *pool = d->ctx->pool;
+    int64_t *brow, cols;
+    float *gp;
+    dw = (float *)DL__RAW(d, dw);
+    x = (const float *)DL__RAW(d, x);
+    gy = (const float *)DL__RAW(d, gy);
+    scratch = (float *)DL__RAW(d, scratch);
+    if (!dl__s1_make(g, &q) || n <= 0) return;    /* the caller checked */
+    brow = (int64_t *)(void *)scratch;
+    scratch += 2 * g->Ca * g->K + 16;
+    memset(&u, 0, sizeof u);
+    u.g = g; u.q = &q; u.x = x; u.n = n;
+    u.xp = scratch;                                 /* the input, padded */
+    dl__parallel_for(pool, g->Ca * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_pad_task, &u);
+    gp = scratch + g->Ca * n * q.Pa;                /* gy on the grid, zeros in the margins */
+    u.xp = gp;
+    u.x = gy;
+    dl__parallel_for(pool, g->Cb * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_grid_task, &u);
+    cols = dl__s1_rows(g, &q, n, brow);
+    /* dw (Cb, Ca*K) = beta dw + gp (Cb, cols) @ B^T, row (c, kk) of B the shifted view of the padded input */
+    dl__sgemm_rows(pool, false, true, g->Cb, g->Ca * g->K, cols, 1.0f, gp, n * q.Pa, scratch, 0, brow, beta, dw,
+                   g->Ca * g->K);
 }
 
 typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;
@@ -6180,7 +6252,7 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
     dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
     dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
-    dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1
+    dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1, dl__cpu_conv_s1_wgrad
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9025,30 +9097,38 @@ static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd};
 static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd};
 static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd};
 
-/* y = conv(x, w) + bias through the backend's conv_s1, chunk by chunk of
-   samples (scratch under 8 MiB, as im2col's): 1 done, 0 when the path does
-   not apply (no such entry, or dl__s1_make says no), -1 on error. flip
-   (convT): g is the conv of x with w transposed and flipped. */
+/* Through the backend's padded-grid entries, chunk by chunk of samples
+   (scratch under 8 MiB, as im2col's). mode 0: y = conv(x, w) + bias; 1
+   (convT): g is the conv of x with w transposed and flipped; 2: y = the
+   weight gradient of conv(x, .) for the output gradient w (im2col instead
+   when x holds inf or NaN: see conv_s1_wgrad). 1 done, 0 when the path
+   does not apply (no entry, dl__s1_make says no), -1 on error. */
 static int dl__conv_s1_try(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor *w, dl_tensor *bias,
-                           const dl__cgeom *g, bool flip)
+                           const dl__cgeom *g, int mode)
 {
     const dl__backend *k = DL__BE(x);
     dl__s1geom q;
     dl__mark m;
     int64_t nb, per, n0;
     float *scratch;
-    if (!k->conv_s1 || !dl__s1_make(g, &q)) return 0;
+    if (!(mode == 2 ? k->conv_s1_wgrad != NULL : k->conv_s1 != NULL) || !dl__s1_make(g, &q) || g->N <= 0) return 0;
+    if (mode == 2 && k->nonfinite(x->dev_, (const float *)x->data, x->numel) >= 0) return 0;
     per = (g->Ca + g->Cb) * q.Pa;
     nb = ((int64_t)1 << 21) / per;
     if (nb < 1) nb = 1;
     if (nb > g->N) nb = g->N;
     m = dl__arena_mark(&x->dev_->data);
-    scratch = dl__conv_scratch(op, x, dl__s1_floats(g, &q, nb, flip));
+    scratch = dl__conv_scratch(op, x, dl__s1_floats(g, &q, nb, mode == 1));
     if (!scratch) return -1;
     for (n0 = 0; n0 < g->N; n0 += nb) {
         int64_t cnt = g->N - n0 < nb ? g->N - n0 : nb;
-        k->conv_s1(x->dev_, (float *)y->data + n0 * g->Cb * g->Lb, (const float *)x->data + n0 * g->Ca * g->La,
-                   (const float *)w->data, bias ? (const float *)bias->data : NULL, scratch, cnt, g, flip);
+        const float *xs = (const float *)x->data + n0 * g->Ca * g->La;
+        if (mode == 2)
+            k->conv_s1_wgrad(x->dev_, (float *)y->data, xs, (const float *)w->data + n0 * g->Cb * g->Lb, scratch,
+                             cnt, g, n0 == 0 ? 0.0f : 1.0f);
+        else
+            k->conv_s1(x->dev_, (float *)y->data + n0 * g->Cb * g->Lb, xs, (const float *)w->data,
+                       bias ? (const float *)bias->data : NULL, scratch, cnt, g, mode == 1);
     }
     dl__arena_rewind(&x->dev_->data, m);
     return 1;
@@ -9076,7 +9156,7 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     if (!y) return NULL;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
-    done = y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, false) : 0;
+    done = y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, 0) : 0;
     if (done < 0) return NULL;
     if (y->numel && !done) {
         /* per chunk of cnt samples: col (CaK, cnt, Lb) = im2col(a);
@@ -9139,7 +9219,7 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
         gt.ib[i] = g.ia[i];
         gt.p[i] = g.d[i] * (g.k[i] - 1) - g.p[i];
     }
-    done = y->numel ? dl__conv_s1_try(name, b, y, w, bias, &gt, true) : 0;
+    done = y->numel ? dl__conv_s1_try(name, b, y, w, bias, &gt, 1) : 0;
     if (done < 0) return NULL;
     if (y->numel && !done) {
         /* per chunk: bt (Cb, cnt, Lb) = permute(b); col_g (CagK, cnt*Lb) = w_g^T @ bt_g;
@@ -9177,7 +9257,7 @@ static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp
     dl_tensor *y, *in[2];
     dl__node *node;
     dl_ctx *ctx;
-    int i, nsp = cp->nsp;
+    int i, nsp = cp->nsp, done;
     if (!a || !b) return NULL;
     ctx = a->ctx_;
     dl__cgeom_make(&g, cp, a->shape[0], a->shape[1], b->shape[1], a->shape + 2, b->shape + 2, k);
@@ -9188,7 +9268,9 @@ static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp
     if (!y) return NULL;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
-    if (y->numel) {
+    done = y->numel ? dl__conv_s1_try(name, a, y, b, NULL, &g, 2) : 0;
+    if (done < 0) return NULL;
+    if (y->numel && !done) {
         /* per chunk: col = im2col(a), bt = permute(b);
            w_g (Cbg, CagK) += bt_g (Cbg, cnt*Lb) @ col_g^T */
         const dl__backend *kt = DL__BE(a);

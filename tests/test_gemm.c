@@ -229,7 +229,7 @@ static int check_one(dl__pool **pools, int npools, bool ta, bool tb, int64_t M, 
                 memcpy(X, C0, sizeof(float) * (size_t)(M * ldc));
 #ifdef DL__GEMM_DOT
                 if ((double)M * (double)N * (double)K >= DL__GEMM_REF_MAX && dl__gemm_use_dot(ta, tb, M, N, K))
-                    dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, beta, X, ldc);
+                    dl__gemm_dot_ref(M, N, K, alpha, A, lda, B, ldb, NULL, beta, X, ldc);
                 else
 #endif
                     dl__gemm_ref(ta, tb, M, N, K, dl__gemm_kc(K), alpha, A, lda, B, ldb, NULL, beta, X, ldc);
@@ -426,16 +426,21 @@ static void test_oom(dl__pool *pool)
 
 /* dl__sgemm_rows: B given as a table of row starts (rows scattered in a
    larger buffer, some overlapping, as the shifted views of a padded image
-   are) gives the bits of the same B stored plainly, on every pool, also
-   tiny (the scalar path) and out of memory */
+   are) gives the bits of the same B stored plainly, B as (K, N) and as
+   (N, K) used transposed (the dot path's skinny shapes too), on every pool,
+   also tiny (the scalar path) and out of memory */
 static void test_rows(dl__pool **pools, int npools, int quick)
 {
-    static const int64_t shapes[][3] = {
-        {1, 1, 1}, {3, 5, 7}, {16, 900, 144}, {6, 1000, 25}, {33, 70, 9}, {128, 256, 1152}, {7, 3001, 50},
+    static const int64_t shapes[][4] = {   /* transb, M, N, K */
+        {0, 1, 1, 1}, {0, 3, 5, 7}, {0, 16, 900, 144}, {0, 6, 1000, 25}, {0, 33, 70, 9}, {0, 128, 256, 1152},
+        {0, 7, 3001, 50}, {1, 1, 1, 1}, {1, 3, 5, 7}, {1, 16, 144, 12544}, {1, 6, 25, 5000}, {1, 100, 50, 70},
+        {1, 64, 576, 3136}, {1, 13, 37, 1001},
     };
     int k, pi, oom;
     for (k = 0; k < NELEM(shapes); k++) {
-        int64_t M = shapes[k][0], N = shapes[k][1], K = shapes[k][2], i, p, span = N + 3 * K + 40;
+        bool tb = shapes[k][0] != 0;
+        int64_t M = shapes[k][1], N = shapes[k][2], K = shapes[k][3], i, r, rows = tb ? N : K, len = tb ? K : N;
+        int64_t span = len + 3 * rows + 40;
         float *A, *B, *S, *C0, *C1, *C2;
         int64_t *brow;
         if (quick && M * N * K > 2000000) continue;
@@ -445,27 +450,27 @@ static void test_rows(dl__pool **pools, int npools, int quick)
         C0 = (float *)malloc(sizeof(float) * (size_t)(M * N));
         C1 = (float *)malloc(sizeof(float) * (size_t)(M * N));
         C2 = (float *)malloc(sizeof(float) * (size_t)(M * N));
-        brow = (int64_t *)malloc(sizeof(int64_t) * (size_t)K);
+        brow = (int64_t *)malloc(sizeof(int64_t) * (size_t)rows);
         if (!A || !B || !S || !C0 || !C1 || !C2 || !brow) exit(2);
         for (i = 0; i < M * K; i++) A[i] = rnd_f();
         for (i = 0; i < span; i++) S[i] = rnd_f();
-        for (p = 0; p < K; p++) {
-            brow[p] = rnd_range(0, span - N);               /* rows overlap one another */
-            memcpy(B + p * N, S + brow[p], sizeof(float) * (size_t)N);
+        for (r = 0; r < rows; r++) {
+            brow[r] = rnd_range(0, span - len);             /* rows overlap one another */
+            memcpy(B + r * len, S + brow[r], sizeof(float) * (size_t)len);
         }
         for (i = 0; i < M * N; i++) C0[i] = rnd_f();
         memcpy(C1, C0, sizeof(float) * (size_t)(M * N));
-        dl__sgemm(pools[0], false, false, M, N, K, 0.75f, A, K, B, N, 0.5f, C1, N);
+        dl__sgemm(pools[0], false, tb, M, N, K, 0.75f, A, K, B, len, 0.5f, C1, N);
         for (oom = 0; oom < 2; oom++)
             for (pi = 0; pi < npools; pi++) {
                 memcpy(C2, C0, sizeof(float) * (size_t)(M * N));
                 g_alloc_fail = oom;
-                dl__sgemm_rows(pools[pi], false, true, M, N, K, 0.75f, A, K, S, 12345, brow, 0.5f, C2, N);
+                dl__sgemm_rows(pools[pi], false, tb, M, N, K, 0.75f, A, K, S, 12345, brow, 0.5f, C2, N);
                 g_alloc_fail = 0;
                 g_checks++;
                 if (memcmp(C1, C2, sizeof(float) * (size_t)(M * N)) != 0) {
-                    printf("FAIL: dl__sgemm_rows M=%ld N=%ld K=%ld pool %d%s: not the bits of B stored plainly\n",
-                           (long)M, (long)N, (long)K, pi, oom ? " (out of memory)" : "");
+                    printf("FAIL: dl__sgemm_rows tb=%d M=%ld N=%ld K=%ld pool %d%s: not the bits of B stored "
+                           "plainly\n", (int)tb, (long)M, (long)N, (long)K, pi, oom ? " (out of memory)" : "");
                     g_fail++;
                 }
             }
