@@ -2047,7 +2047,8 @@ static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, const int6
 }
 
 /* Micro-kernels: acc(MR,NR) = sum_p a[p*MR+i] * b[p*bs+j] (b: a packed
-   sliver, bs = NR, or B itself, bs = ldb), then the tile C(mr,nr) is updated
+   sliver, bs = NR, or B itself, bs = ldb; or, boff not NULL, row p at
+   b + boff[p] and bs = 0), then the tile C(mr,nr) is updated
    as dl__gemm_mode(beta) says. Rows and columns beyond mr, nr are neither
    read nor written. */
 #if defined(DL__GEMM_AVX512)
@@ -2082,8 +2083,8 @@ DL__GEMM_INLINE void dl__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va
 
 /* R rows (1..8) x V vectors of 16 columns (1..2); m masks the last vector */
 DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const float *DL__RESTRICT a,
-                                  const float *DL__RESTRICT b, int64_t bs, float *c, int64_t ldc, __mmask16 m,
-                                  float alpha, float beta)
+                                  const float *DL__RESTRICT b, int64_t bs, const int64_t *boff, float *c,
+                                  int64_t ldc, __mmask16 m, float alpha, float beta)
 {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
@@ -2091,8 +2092,9 @@ DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const fl
     const int mode = dl__gemm_mode(beta);
     int64_t p;
     for (p = 0; p < kc; p++) {
-        const __m512 b0 = _mm512_loadu_ps(b);
-        const __m512 b1 = V > 1 ? _mm512_loadu_ps(b + 16) : b0;
+        const float *bp = boff ? b + boff[p] : b;
+        const __m512 b0 = _mm512_loadu_ps(bp);
+        const __m512 b1 = V > 1 ? _mm512_loadu_ps(bp + 16) : b0;
         DL__K16_ROW(0)
         DL__K16_ROW(1)
         DL__K16_ROW(2)
@@ -2114,27 +2116,27 @@ DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const fl
     DL__K16_OUT(7)
 }
 
-#define DL__K16_CASES(V)                                                        \
+#define DL__K16_CASES(V, O)                                                      \
     switch (mr) {                                                               \
-    case 8: dl__gemm_k16(8, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
-    case 7: dl__gemm_k16(7, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
-    case 6: dl__gemm_k16(6, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
-    case 5: dl__gemm_k16(5, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
-    case 4: dl__gemm_k16(4, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
-    case 3: dl__gemm_k16(3, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
-    case 2: dl__gemm_k16(2, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;    \
-    default: dl__gemm_k16(1, V, kc, a, b, bs, c, ldc, m, alpha, beta); break;   \
+    case 8: dl__gemm_k16(8, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
+    case 7: dl__gemm_k16(7, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
+    case 6: dl__gemm_k16(6, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
+    case 5: dl__gemm_k16(5, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
+    case 4: dl__gemm_k16(4, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
+    case 3: dl__gemm_k16(3, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
+    case 2: dl__gemm_k16(2, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
+    default: dl__gemm_k16(1, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;   \
     }
 
-static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta)
+static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, const int64_t *boff, float *c,
+                            int64_t ldc, int mr, int nr, float alpha, float beta)
 {
     if (nr > 16) {
         const __mmask16 m = (__mmask16)(0xFFFFu >> (32 - nr));
-        DL__K16_CASES(2)
+        if (boff) { DL__K16_CASES(2, boff) } else { DL__K16_CASES(2, (const int64_t *)NULL) }
     } else {
         const __mmask16 m = (__mmask16)(0xFFFFu >> (16 - nr));
-        DL__K16_CASES(1)
+        if (boff) { DL__K16_CASES(1, boff) } else { DL__K16_CASES(1, (const int64_t *)NULL) }
     }
 }
 
@@ -2171,8 +2173,8 @@ DL__GEMM_INLINE void dl__gemm_out8(float *c, __m256 acc, int full, __m256i m, __
 
 /* R rows (1..6) x V vectors of 8 columns (1..2); m masks the last vector */
 DL__GEMM_INLINE void dl__gemm_k8(const int R, const int V, int64_t kc, const float *DL__RESTRICT a,
-                                 const float *DL__RESTRICT b, int64_t bs, float *c, int64_t ldc, int full,
-                                 __m256i m, float alpha, float beta)
+                                 const float *DL__RESTRICT b, int64_t bs, const int64_t *boff, float *c,
+                                 int64_t ldc, int full, __m256i m, float alpha, float beta)
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
@@ -2180,8 +2182,9 @@ DL__GEMM_INLINE void dl__gemm_k8(const int R, const int V, int64_t kc, const flo
     const int mode = dl__gemm_mode(beta);
     int64_t p;
     for (p = 0; p < kc; p++) {
-        const __m256 b0 = _mm256_loadu_ps(b);
-        const __m256 b1 = V > 1 ? _mm256_loadu_ps(b + 8) : b0;
+        const float *bp = boff ? b + boff[p] : b;
+        const __m256 b0 = _mm256_loadu_ps(bp);
+        const __m256 b1 = V > 1 ? _mm256_loadu_ps(bp + 8) : b0;
         DL__K8_ROW(0)
         DL__K8_ROW(1)
         DL__K8_ROW(2)
@@ -2199,32 +2202,32 @@ DL__GEMM_INLINE void dl__gemm_k8(const int R, const int V, int64_t kc, const flo
     DL__K8_OUT(5)
 }
 
-#define DL__K8_CASES(V)                                                               \
+#define DL__K8_CASES(V, O)                                                             \
     switch (mr) {                                                                     \
-    case 6: dl__gemm_k8(6, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
-    case 5: dl__gemm_k8(5, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
-    case 4: dl__gemm_k8(4, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
-    case 3: dl__gemm_k8(3, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
-    case 2: dl__gemm_k8(2, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;     \
-    default: dl__gemm_k8(1, V, kc, a, b, bs, c, ldc, full, m, alpha, beta); break;    \
+    case 6: dl__gemm_k8(6, V, kc, a, b, bs, O, c, ldc, full, m, alpha, beta); break;     \
+    case 5: dl__gemm_k8(5, V, kc, a, b, bs, O, c, ldc, full, m, alpha, beta); break;     \
+    case 4: dl__gemm_k8(4, V, kc, a, b, bs, O, c, ldc, full, m, alpha, beta); break;     \
+    case 3: dl__gemm_k8(3, V, kc, a, b, bs, O, c, ldc, full, m, alpha, beta); break;     \
+    case 2: dl__gemm_k8(2, V, kc, a, b, bs, O, c, ldc, full, m, alpha, beta); break;     \
+    default: dl__gemm_k8(1, V, kc, a, b, bs, O, c, ldc, full, m, alpha, beta); break;    \
     }
 
-static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta)
+static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, const int64_t *boff, float *c,
+                            int64_t ldc, int mr, int nr, float alpha, float beta)
 {
     const int last = nr > 8 ? nr - 8 : nr, full = last == 8;
     const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(last), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     if (nr > 8) {
-        DL__K8_CASES(2)
+        if (boff) { DL__K8_CASES(2, boff) } else { DL__K8_CASES(2, (const int64_t *)NULL) }
     } else {
-        DL__K8_CASES(1)
+        if (boff) { DL__K8_CASES(1, boff) } else { DL__K8_CASES(1, (const int64_t *)NULL) }
     }
 }
 
 #else /* portable C */
 
 static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float *DL__RESTRICT b, int64_t bs,
-                            float *c, int64_t ldc, int mr, int nr, float alpha, float beta)
+                            const int64_t *boff, float *c, int64_t ldc, int mr, int nr, float alpha, float beta)
 {
     float acc[DL__GEMM_MR][DL__GEMM_NR];
     int64_t p;
@@ -2232,9 +2235,10 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
     for (i = 0; i < DL__GEMM_MR; i++)
         for (j = 0; j < DL__GEMM_NR; j++) acc[i][j] = 0.0f;
     for (p = 0; p < kc; p++) {
+        const float *bp = boff ? b + boff[p] : b;
         for (i = 0; i < DL__GEMM_MR; i++) {
             const float ai = a[i];
-            for (j = 0; j < DL__GEMM_NR; j++) acc[i][j] = DL__GEMM_FMA(ai, b[j], acc[i][j]);
+            for (j = 0; j < DL__GEMM_NR; j++) acc[i][j] = DL__GEMM_FMA(ai, bp[j], acc[i][j]);
         }
         a += DL__GEMM_MR;
         b += bs;
@@ -2474,15 +2478,17 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
                    with zero padding), used by all the A slivers */
                 for (jr = n0; jr < n1; jr += DL__GEMM_NR) {
                     int nr = (int)(n1 - jr < DL__GEMM_NR ? n1 - jr : DL__GEMM_NR);
-                    const float *bp = J->B + pc * J->ldb + jr;
-                    int64_t bs = J->ldb;
+                    const float *bp = J->brow ? J->B + jr : J->B + pc * J->ldb + jr;
+                    const int64_t *boff = J->brow ? J->brow + pc : NULL;
+                    int64_t bs = J->brow ? 0 : J->ldb;
                     if (nr < DL__GEMM_NR) {
-                        dl__gemm_pack_b(false, J->B, J->ldb, NULL, pc, kc, jr, nr, bbuf);
+                        dl__gemm_pack_b(false, J->B, J->ldb, J->brow, pc, kc, jr, nr, bbuf);
                         bp = bbuf;
                         bs = DL__GEMM_NR;
+                        boff = NULL;
                     }
 #if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
-                    else if (mc <= DL__GEMM_MR && jr + 3 * DL__GEMM_NR <= n1) {
+                    else if (!boff && mc <= DL__GEMM_MR && jr + 3 * DL__GEMM_NR <= n1) {
                         /* one A sliver: B streams through once, so fetch
                            the sliver after next (the prefetchers miss it) */
                         const char *q = (const char *)(bp + 2 * DL__GEMM_NR);
@@ -2495,7 +2501,7 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
 #endif
                     for (ir = 0; ir < mc; ir += DL__GEMM_MR) {
                         int mr = (int)(mc - ir < DL__GEMM_MR ? mc - ir : DL__GEMM_MR);
-                        dl__gemm_kernel(kc, abuf + ir * kc, bp, bs, J->C + (ic + ir) * J->ldc + jr, J->ldc, mr, nr,
+                        dl__gemm_kernel(kc, abuf + ir * kc, bp, bs, boff, J->C + (ic + ir) * J->ldc + jr, J->ldc, mr, nr,
                                         J->alpha, beta);
                     }
                 }
@@ -2509,7 +2515,7 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
                     float *c = J->C + (ic + ir) * J->ldc + jc;
                     for (jr = 0; jr < nc; jr += DL__GEMM_NR) {
                         int nr = (int)(nc - jr < DL__GEMM_NR ? nc - jr : DL__GEMM_NR);
-                        dl__gemm_kernel(kc, abuf + ir * kc, bbuf + jr * kc, DL__GEMM_NR, c + jr, J->ldc, mr, nr,
+                        dl__gemm_kernel(kc, abuf + ir * kc, bbuf + jr * kc, DL__GEMM_NR, NULL, c + jr, J->ldc, mr, nr,
                                         J->alpha, beta);
                     }
                 }
@@ -2703,7 +2709,7 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
     }
 
     nthreads = work < DL__GEMM_PAR_MIN ? 1 : dl__pool_size(pool);
-    J.direct_b = !transb && !brow && M <= DL__GEMM_DIRECT_M;
+    J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
     J.dot = 0;
 #ifdef DL__GEMM_DOT
     J.dot = dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
@@ -3022,15 +3028,22 @@ typedef struct dl__cgeom {
    run xpad + c*n*Pa + off(kk) and one GEMM with a table of row starts
    (dl__sgemm_rows) gives every output on the grid, (Cb, n*Pa), of which
    the valid positions are copied out. Pays Pa/Lb times the GEMM columns
-   (the grid's margins) to skip writing and reading K times the input. */
+   (the grid's margins) to skip writing and reading K times the input: each
+   extra column costs Cb multiply-adds per row of the implicit matrix, where
+   im2col costs a copy per row and column, so the grid is taken while
+   (Pa/Lb - 1) * Cb <= DL__S1_WASTE (measured: ResNet's 7x7 and 4x4 stages
+   with 64 and 128 channels are faster through im2col, LeNet's valid 5x5 on
+   10x10 with 16 channels through the grid), and Pa <= DL__S1_MAX_GROW Lb. */
+#ifndef DL__S1_WASTE
+#define DL__S1_WASTE 32.0
+#endif
 #ifndef DL__S1_MAX_GROW
-#define DL__S1_MAX_GROW 1.45   /* the most columns the grid may add, as a ratio */
+#define DL__S1_MAX_GROW 4.0
 #endif
 typedef struct dl__s1geom { int64_t P[3], S[3], Pa; } dl__s1geom;
 
 /* the grid of g; false when the path does not apply: a stride other than
-   1, groups, negative padding, or a grid more than DL__S1_MAX_GROW times
-   the output */
+   1, groups, negative padding, or a grid too much larger than the output */
 static DL__UNUSED bool dl__s1_make(const dl__cgeom *g, dl__s1geom *q)
 {
     int i;
@@ -3043,7 +3056,8 @@ static DL__UNUSED bool dl__s1_make(const dl__cgeom *g, dl__s1geom *q)
         q->S[i] = q->Pa;
         q->Pa *= q->P[i];
     }
-    return (double)q->Pa <= DL__S1_MAX_GROW * (double)g->Lb;
+    return (double)q->Pa <= DL__S1_MAX_GROW * (double)g->Lb &&
+           ((double)q->Pa / (double)g->Lb - 1.0) * (double)g->Cb <= DL__S1_WASTE;
 }
 
 /* floats of conv_s1's scratch for n samples: the row table (int64), the

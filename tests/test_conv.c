@@ -14,7 +14,7 @@
    4. Same bits with 1, 2 and 3 threads; flat memory across steps; timing of
       a LeNet-sized conv forward + backward (batch 256, 1x28x28 -> 6x5x5 pad 2).
    5. The two ways to a convolution: every stride-1 conv here takes the
-      padded-grid path (conv_s1; DL__S1_MAX_GROW is lifted for this file, so
+      padded-grid path (conv_s1; DL__S1_MAX_GROW and DL__S1_WASTE are lifted for this file, so
       sections 1-3 run it on every shape), and s1_paths() compares it with
       im2col on a device whose backend lacks conv_s1: forward and weight
       gradient bit for bit, input gradient and conv_transpose within float
@@ -26,6 +26,7 @@
            -o /tmp/test_conv -lm -lpthread && /tmp/test_conv [tests/golden/conv.bin] */
 #define _POSIX_C_SOURCE 200809L
 #define DL__S1_MAX_GROW 1e9   /* every stride-1 conv through conv_s1 (section 5) */
+#define DL__S1_WASTE 1e12
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
