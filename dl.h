@@ -4986,6 +4986,14 @@ typedef struct dl__red_args {
     int op; float *y; const float *x; int64_t r, inner;
 } dl__red_args;
 
+/* eight interleaved partial sums (element k goes to k % 8) added in a fixed
+   tree: vectorizes, no long chain of dependent adds, and the order depends
+   on the length alone */
+static double dl__acc8_total(const double *a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 static void dl__red_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__red_args *u = (const dl__red_args *)p;
@@ -4995,9 +5003,12 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
         float *y = u->y + o * inner;
         if (inner == 1) {
             if (u->op == DL__R_SUM) {
-                double s = 0;
-                for (k = 0; k < r; k++) s += x[k];
-                y[0] = (float)s;
+                double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                int j;
+                for (k = 0; k + 8 <= r; k += 8)
+                    for (j = 0; j < 8; j++) a[j] += x[k + j];
+                for (; k < r; k++) a[k & 7] += x[k];
+                y[0] = (float)dl__acc8_total(a);
             } else {
                 float m = r ? x[0] : (u->op == DL__R_MAX ? -INFINITY : INFINITY);
                 for (k = 1; k < r; k++) {
@@ -6012,10 +6023,6 @@ typedef struct dl__bn_args {
         } \
         for (; l_ < u->L; l_++) { int64_t l = l_; acc[l_ & 7] += (expr); } \
     } while (0)
-static double dl__acc8_total(const double *a)
-{
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
 
 static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
 {
