@@ -3056,6 +3056,9 @@ static DL__UNUSED bool dl__s1_make(const dl__cgeom *g, dl__s1geom *q)
         q->S[i] = q->Pa;
         q->Pa *= q->P[i];
     }
+    q->Pa = (q->Pa + 15) / 16 * 16;   /* planes start on a vector: the weight gradient's GEMM
+                                         then sums each sample in the same lanes wherever it sits
+                                         in the batch (so a batch split over replicas sums alike) */
     return (double)q->Pa <= DL__S1_MAX_GROW * (double)g->Lb &&
            ((double)q->Pa / (double)g->Lb - 1.0) * (double)g->Cb <= DL__S1_WASTE;
 }

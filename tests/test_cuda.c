@@ -461,6 +461,8 @@ static int train_lenet(dl_ctx *c, dl_device dev, int steps, float *losses, float
     return total;
 }
 
+static dl__backend g_cpu_im2col;
+
 static void test_lenet(void)
 {
     float l0[20], l1[20], l2[20], l3[20], *p0 = NULL, *p1 = NULL, *p2 = NULL, *p3 = NULL;
@@ -471,7 +473,15 @@ static void test_lenet(void)
     dl_ctx *cs;
     for (i = 0; i < NB * 784; i++) g_xb[i] = urand() * 2.0f - 1.0f;
     for (i = 0; i < NB; i++) g_yb[i] = i % 10;
+    /* the reference: cpu:0 with the convolution algorithm the CUDA backend
+       has (im2col + GEMM; the CPU's padded-grid path sums in another
+       order, which 20 Adam steps amplify past any fixed tolerance) */
+    g_cpu_im2col = *dl__cpu_be();
+    g_cpu_im2col.conv_s1 = NULL;
+    g_cpu_im2col.conv_s1_wgrad = NULL;
+    C->cpu[0]->be = &g_cpu_im2col;
     n0 = train_lenet(C, dl_cpu(), 20, l0, &p0);
+    C->cpu[0]->be = dl__cpu_be();
     n1 = train_lenet(C, dl_cuda(0), 20, l1, &p1);
     CHECK(n0 == n1 && n0 > 60000, "LeNet-BN parameter counts %d %d", n0, n1);
     for (i = 0; i < 20; i++) {
