@@ -128,7 +128,11 @@
      DL_COMM_MPI}) and dl_ddp_desc.comm; each process passes its part of the
      batch (the same size everywhere) and the training code is unchanged. A
      peer that stops answering fails the call after DL_COMM_TIMEOUT seconds
-     (default 300) instead of hanging.
+     (default 300) instead of hanging. For replicas that compute at the same
+     time in one process, make the ranks threads: g = dl_comm_group_new(N),
+     then in each thread its own context and dl_comm_init(ctx,
+     &{.backend = DL_COMM_THREADS, .group = g, .rank = r}), the same
+     training code as under MPI (examples/data_parallel.c --ranks N).
 
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
@@ -481,9 +485,13 @@
        dl_reduce_op               enum: DL_REDUCE_SUM, DL_REDUCE_MEAN (dist.ReduceOp)
        dl_allreduce               dist.all_reduce over one tensor per device, in place (ring)
        dl_broadcast               dist.broadcast: t[root] to the others
-       dl_comm_backend            enum: DL_COMM_LOCAL, DL_COMM_MPI, DL_COMM_NCCL
-       dl_comm_desc               communicator settings: backend, timeout ...
+       dl_comm_backend            enum: DL_COMM_LOCAL, DL_COMM_MPI, DL_COMM_NCCL, DL_COMM_THREADS
+       dl_comm_group              opaque: the ranks of DL_COMM_THREADS (threads of this process)
+       dl_comm_desc               communicator settings: backend, timeout, group, rank ...
        dl_comm                    opaque: a process group (dist.init_process_group)
+       DL_MAX_THREAD_RANKS        the most ranks of a thread group (64)
+       dl_comm_group_new          a group of N thread ranks, each to join with dl_comm_init
+       dl_comm_group_free         free a group (after every rank's dl_comm_free)
        dl_comm_init               make a communicator (desc NULL: local, this process)
        dl_comm_rank               dist.get_rank
        dl_comm_size               dist.get_world_size
@@ -1396,14 +1404,28 @@ DL_API dl_result dl_broadcast(dl_tensor *const *t, int n, int root);
    with mpirun): MPI_Init if nobody did; a peer that stops answering fails
    the call after `timeout` seconds instead of hanging (the communicator is
    then unusable). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
-   unique id goes over MPI, else a 1-rank communicator). */
-typedef enum dl_comm_backend { DL_COMM_LOCAL = 0, DL_COMM_MPI, DL_COMM_NCCL } dl_comm_backend;
+   unique id goes over MPI, else a 1-rank communicator). DL_COMM_THREADS:
+   the ranks are threads of this process, each with its own context (a
+   context is single-threaded), so their replicas train at the same time:
+   make a group once with dl_comm_group_new(size), then each thread calls
+   dl_comm_init(its ctx, &{.backend = DL_COMM_THREADS, .group, .rank}); the
+   collectives meet in host memory, and a rank that does not arrive within
+   `timeout` fails the others. */
+typedef enum dl_comm_backend { DL_COMM_LOCAL = 0, DL_COMM_MPI, DL_COMM_NCCL, DL_COMM_THREADS } dl_comm_backend;
+typedef struct dl_comm_group dl_comm_group;
 typedef struct dl_comm_desc {
     dl_comm_backend backend;
     double timeout;         /* seconds to wait for a peer (0: env DL_COMM_TIMEOUT, else 300) */
     dl_device device;       /* NCCL: this process's GPU (zero: cuda:(rank % GPUs)) */
+    dl_comm_group *group;   /* THREADS: the group from dl_comm_group_new */
+    int rank;               /* THREADS: this thread's rank, 0..size-1 (each once) */
 } dl_comm_desc;
 typedef struct dl_comm dl_comm;
+/* THREADS: a group of `size` ranks (1..DL_MAX_THREAD_RANKS); NULL on a bad
+   size or no memory. Free it after every rank's dl_comm_free. */
+#define DL_MAX_THREAD_RANKS 64
+DL_API dl_comm_group *dl_comm_group_new(int size);
+DL_API void dl_comm_group_free(dl_comm_group *g);   /* NULL ok; refused while a rank has joined */
 DL_API dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *d);  /* NULL d: local */
 DL_API int dl_comm_rank(const dl_comm *c);          /* this process (0 for NULL) */
 DL_API int dl_comm_size(const dl_comm *c);          /* processes (1 for NULL) */
@@ -14180,6 +14202,74 @@ dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
 
 #define DL__COMM_MAGIC 0xD1C0337u
 
+/* ---- the group of DL_COMM_THREADS: ranks are threads, each with its own
+   context. A collective is two meetings: every rank publishes its host
+   buffer and count, meets the others, works on its own segment of every
+   buffer (the sum over ranks in the ring's order, written to every rank's
+   buffer; or the copy from the root), and meets them again; so no buffer
+   is read once its owner has passed the second meeting. A rank that misses
+   a meeting by `timeout` seconds breaks the group: every rank's call fails. */
+#define DL__GROUP_MAGIC 0xD16C0A11u
+
+struct dl_comm_group {
+    uint32_t magic;
+    int size;
+#ifndef DL_NO_THREADS
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+    bool joined[DL_MAX_THREAD_RANKS];
+    int njoined;
+    uint64_t gen;                      /* meetings completed */
+    int arrived;                       /* ranks at the current meeting */
+    bool broken;
+    float *buf[DL_MAX_THREAD_RANKS];   /* each rank's host buffer for the current collective */
+    int64_t count[DL_MAX_THREAD_RANKS];
+};
+
+dl_comm_group *dl_comm_group_new(int size)
+{
+    dl_comm_group *g;
+    if (size < 1 || size > DL_MAX_THREAD_RANKS) {
+        dl__err(NULL, DL_ERR_ARG, "dl_comm_group_new: size=%d; it must be 1..%d", size, DL_MAX_THREAD_RANKS);
+        return NULL;
+    }
+    g = (dl_comm_group *)DL_MALLOC(sizeof *g);
+    if (!g) { dl__err(NULL, DL_ERR_OOM, "dl_comm_group_new: out of memory"); return NULL; }
+    memset(g, 0, sizeof *g);
+    g->size = size;
+#ifndef DL_NO_THREADS
+    if (pthread_mutex_init(&g->mu, NULL) != 0 || pthread_cond_init(&g->cv, NULL) != 0) {
+        DL_FREE(g);
+        dl__err(NULL, DL_ERR_OOM, "dl_comm_group_new: cannot create the group's mutex");
+        return NULL;
+    }
+#endif
+    g->magic = DL__GROUP_MAGIC;
+    return g;
+}
+
+void dl_comm_group_free(dl_comm_group *g)
+{
+    if (!g) return;
+    if (g->magic != DL__GROUP_MAGIC) {
+        dl__err(NULL, DL_ERR_ARG, "dl_comm_group_free: not a group from dl_comm_group_new (freed?)");
+        return;
+    }
+    if (g->njoined) {
+        dl__err(NULL, DL_ERR_ARG, "dl_comm_group_free: %d rank(s) still joined; dl_comm_free each "
+                "rank's communicator first", g->njoined);
+        return;
+    }
+#ifndef DL_NO_THREADS
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+#endif
+    g->magic = 0;
+    DL_FREE(g);
+}
+
+
 struct dl_comm {
     uint32_t magic;
     dl_ctx *ctx;
@@ -14187,8 +14277,9 @@ struct dl_comm {
     int rank, size;
     double timeout;                   /* seconds */
     bool broken;                      /* a peer timed out or failed: unusable */
-    float *hbuf, *htmp;               /* MPI: host copy of one replica, receive chunk */
+    float *hbuf, *htmp;               /* MPI, THREADS: host copy of one replica, receive chunk */
     int64_t hcap;
+    dl_comm_group *group;             /* THREADS */
 #ifdef DL_MPI
     MPI_Comm mpi;
     bool mpi_inited;                  /* dl_comm_init called MPI_Init */
@@ -14209,8 +14300,19 @@ static void dl__comm_destroy(void *p)
         else ncclCommDestroy(c->nccl);
     }
 #endif
+    if (c->group) {                   /* THREADS: give the rank back */
+        dl_comm_group *g = c->group;
+#ifndef DL_NO_THREADS
+        pthread_mutex_lock(&g->mu);
+#endif
+        g->joined[c->rank] = false;
+        g->njoined--;
+#ifndef DL_NO_THREADS
+        pthread_mutex_unlock(&g->mu);
+#endif
+    }
 #ifdef DL_MPI
-    if (c->backend != DL_COMM_LOCAL && !c->broken) {
+    if (c->backend != DL_COMM_LOCAL && c->backend != DL_COMM_THREADS && !c->broken) {
         MPI_Comm_free(&c->mpi);
         if (c->mpi_inited) MPI_Finalize();
     }
@@ -14376,6 +14478,81 @@ static DL__UNUSED bool dl__comm_host(dl_comm *c, const char *op, int64_t count)
     return false;
 }
 
+/* THREADS: meet the other ranks (every rank's call makes one); false with
+   the error when the group is or becomes broken (a rank missed the meeting
+   by c->timeout seconds, or failed) */
+static bool dl__grp_meet(dl_comm *c, const char *op)
+{
+#ifndef DL_NO_THREADS
+    dl_comm_group *g = c->group;
+    struct timespec until;
+    uint64_t gen;
+    bool ok;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)c->timeout;
+    until.tv_nsec += (long)((c->timeout - (double)(int64_t)c->timeout) * 1e9);
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    pthread_mutex_lock(&g->mu);
+    gen = g->gen;
+    if (!g->broken && ++g->arrived == g->size) {
+        g->arrived = 0;
+        g->gen++;
+        pthread_cond_broadcast(&g->cv);
+    }
+    while (g->gen == gen && !g->broken)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && g->gen == gen) {
+            g->broken = true;
+            pthread_cond_broadcast(&g->cv);
+        }
+    ok = g->gen != gen;
+    pthread_mutex_unlock(&g->mu);
+    if (ok) return true;
+    c->broken = true;
+    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for the other ranks: a "
+            "rank died, hangs, or failed (the group is broken)", op, c->rank, c->size, c->timeout);
+    return false;
+#else
+    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)", op);
+    return false;
+#endif
+}
+
+/* THREADS: buf (count floats of host memory, the same count on every rank)
+   = the sum over ranks * scale (op 0), or = root's buf (op 1; bytes in
+   count) */
+static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t count, float scale, int bcast,
+                               int root)
+{
+    dl_comm_group *g = c->group;
+    int r = c->rank, n = c->size, j;
+    g->buf[r] = buf;
+    g->count[r] = count;
+    if (!dl__grp_meet(c, op)) return false;
+    for (j = 0; j < n; j++)
+        if (g->count[j] != count) {
+            /* every rank sees the same mismatch and fails the same way; the
+               second meeting keeps the buffers alive until all have looked */
+            dl__grp_meet(c, op);
+            c->broken = true;
+            dl__err(c->ctx, DL_ERR_SHAPE, "%s: rank %d passed %lld %s, rank %d %lld; every rank must pass the "
+                    "same shapes", op, r, (long long)count, bcast ? "bytes" : "floats", j, (long long)g->count[j]);
+            return false;
+        }
+    if (bcast) {
+        if (r != root) memcpy(buf, g->buf[root], (size_t)count);
+    } else {
+        int64_t off, len, i;
+        dl__seg(count, n, r, &off, &len);
+        for (i = off; i < off + len; i++) {     /* the ring's order: x_r, then x_{r+1} + that, ... */
+            float v = g->buf[r][i];
+            for (j = 1; j < n; j++) v = g->buf[(r + j) % n][i] + v;
+            if (scale != 1.0f) v = v * scale;
+            for (j = 0; j < n; j++) g->buf[j][i] = v;
+        }
+    }
+    return dl__grp_meet(c, op);
+}
+
 /* across processes: buf (count floats on d) = sum over processes * scale */
 static dl_result dl__comm_cross(dl_comm *c, const char *op, dl__dev *d, float *buf, int64_t count, float scale)
 {
@@ -14399,6 +14576,13 @@ static dl_result dl__comm_cross(dl_comm *c, const char *op, dl__dev *d, float *b
         return dl__dev_check(d, op);
     }
 #endif
+    if (c->backend == DL_COMM_THREADS) {
+        if (!dl__comm_host(c, op, count)) return DL_ERR_OOM;
+        d->be->download(d, c->hbuf, buf, sizeof(float) * (size_t)count);
+        if (!dl__grp_collective(c, op, c->hbuf, count, scale, 0, 0)) return c->ctx->err;
+        d->be->upload(d, buf, c->hbuf, sizeof(float) * (size_t)count);
+        return dl__dev_check(d, op);
+    }
 #ifdef DL_MPI
     if (!dl__comm_host(c, op, count)) return DL_ERR_OOM;
     d->be->download(d, c->hbuf, buf, sizeof(float) * (size_t)count);
@@ -14419,10 +14603,27 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_comm_init: ctx is NULL"); return NULL; }
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
-    if (d.backend != DL_COMM_LOCAL && d.backend != DL_COMM_MPI && d.backend != DL_COMM_NCCL) {
-        dl__err(ctx, DL_ERR_ARG, "dl_comm_init: backend=%d is not DL_COMM_LOCAL (0), DL_COMM_MPI (1) "
-                "or DL_COMM_NCCL (2)", (int)d.backend);
+    if (d.backend != DL_COMM_LOCAL && d.backend != DL_COMM_MPI && d.backend != DL_COMM_NCCL &&
+        d.backend != DL_COMM_THREADS) {
+        dl__err(ctx, DL_ERR_ARG, "dl_comm_init: backend=%d is not DL_COMM_LOCAL (0), DL_COMM_MPI (1), "
+                "DL_COMM_NCCL (2) or DL_COMM_THREADS (3)", (int)d.backend);
         return NULL;
+    }
+    if (d.backend == DL_COMM_THREADS) {
+        if (!d.group || d.group->magic != DL__GROUP_MAGIC) {
+            dl__err(ctx, DL_ERR_ARG, "dl_comm_init: DL_COMM_THREADS needs .group from dl_comm_group_new "
+                    "(got %s)", d.group ? "a freed or foreign pointer" : "NULL");
+            return NULL;
+        }
+        if (d.rank < 0 || d.rank >= d.group->size) {
+            dl__err(ctx, DL_ERR_ARG, "dl_comm_init: rank=%d; the group has ranks 0..%d", d.rank,
+                    d.group->size - 1);
+            return NULL;
+        }
+#ifdef DL_NO_THREADS
+        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_comm_init: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)");
+        return NULL;
+#endif
     }
     {
         const char *need = NULL;          /* a backend this build lacks */
@@ -14447,8 +14648,32 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
     c->size = 1;
     c->timeout = dl__comm_timeout(ctx, d.timeout);
     if (c->timeout < 0) { DL_FREE(c); return NULL; }
+    if (d.backend == DL_COMM_THREADS) {   /* take the rank */
+        dl_comm_group *g = d.group;
+        bool taken;
+#ifndef DL_NO_THREADS
+        pthread_mutex_lock(&g->mu);
+#endif
+        taken = g->joined[d.rank];
+        if (!taken) {
+            g->joined[d.rank] = true;
+            g->njoined++;
+        }
+#ifndef DL_NO_THREADS
+        pthread_mutex_unlock(&g->mu);
+#endif
+        if (taken) {
+            DL_FREE(c);
+            dl__err(ctx, DL_ERR_ARG, "dl_comm_init: rank %d of the group is already taken (each rank joins "
+                    "once)", d.rank);
+            return NULL;
+        }
+        c->group = g;
+        c->rank = d.rank;
+        c->size = g->size;
+    }
 #ifdef DL_MPI
-    if (d.backend != DL_COMM_LOCAL && !dl__mpi_start(c)) { DL_FREE(c); return NULL; }
+    if (d.backend != DL_COMM_LOCAL && d.backend != DL_COMM_THREADS && !dl__mpi_start(c)) { DL_FREE(c); return NULL; }
 #endif
 #ifdef DL_NCCL
     if (d.backend == DL_COMM_NCCL) {
@@ -14524,7 +14749,14 @@ dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op
 static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx *ctx, int root)
 {
     (void)root;
-    if (c && c->size > 1) {
+    if (c && c->size > 1 && c->backend == DL_COMM_THREADS) {
+        size_t bytes = (size_t)R->count * R->esize;
+        if (!dl__comm_host(c, op, (int64_t)((bytes + 3) / 4))) return DL_ERR_OOM;
+        if (c->rank == root) R->dev[0]->be->download(R->dev[0], c->hbuf, R->buf[0], bytes);
+        if (!dl__grp_collective(c, op, c->hbuf, (int64_t)bytes, 1.0f, 1, root)) return ctx->err;
+        if (c->rank != root) R->dev[0]->be->upload(R->dev[0], R->buf[0], c->hbuf, bytes);
+        if (dl__dev_check(R->dev[0], op) != DL_OK) return DL_ERR_DEVICE;
+    } else if (c && c->size > 1) {
 #ifdef DL_NCCL
         if (c->backend == DL_COMM_NCCL) {
             ncclResult_t nr;
@@ -14579,6 +14811,8 @@ dl_result dl_comm_barrier(dl_comm *c)
 {
     if (!dl__comm_ok(c, "dl_comm_barrier")) return DL_ERR_ARG;
     if (dl_sync(c->ctx) != DL_OK) return c->ctx->err;
+    if (c->backend == DL_COMM_THREADS && c->size > 1)
+        return dl__grp_meet(c, "dl_comm_barrier") ? DL_OK : c->ctx->err;
 #ifdef DL_MPI
     if (c->backend != DL_COMM_LOCAL && c->size > 1) {
         MPI_Request rq;

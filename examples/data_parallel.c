@@ -11,13 +11,16 @@
    cpu:0,cpu:1` (or cuda:0,cuda:1 in a CUDA build) picks one set, and the
    flag may be repeated. Built with -DDL_MPI and launched by mpirun, each
    process is one replica (or its --devices list): the same code, with a
-   dl_comm across the processes.
+   dl_comm across the processes. `--ranks N` does the same with N threads of
+   this process instead of N processes (DL_COMM_THREADS): each thread has its
+   own context and replica, so the replicas compute at the same time.
 
    Build: cc -std=c99 -O2 -I. examples/data_parallel.c -o build/data_parallel -lm -lpthread
    Run:   build/data_parallel --epochs 2 --threads 2
           build/data_parallel --devices cpu:0,cpu:1 --epochs 1
    MPI:   mpicc -std=c99 -O2 -DDL_MPI -I. examples/data_parallel.c -o build/mpi/data_parallel -lm -lpthread
-          mpirun --allow-run-as-root --oversubscribe -np 2 build/mpi/data_parallel --epochs 1 --threads 1 */
+          mpirun --allow-run-as-root --oversubscribe -np 2 build/mpi/data_parallel --epochs 1 --threads 1
+   Threads: build/data_parallel --ranks 2 --threads 1 --epochs 1 */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -36,7 +39,7 @@ typedef struct run {
 
 typedef struct flags {
     const char *prog, *data;
-    int epochs, threads, nruns;
+    int epochs, threads, nruns, ranks;
     int64_t batch, limit;
     float lr;
     run runs[MAX_RUNS];
@@ -46,7 +49,7 @@ static void usage(FILE *out, const char *prog)
 {
     fprintf(out,
             "usage: %s [--devices LIST]... [--epochs N (2)] [--batch N (256)] [--lr F (0.002)]\n"
-            "       [--threads N (0)] [--limit N (0)] [--data DIR (data/fashion-mnist)]\n"
+            "       [--threads N (0)] [--limit N (0)] [--data DIR (data/fashion-mnist)] [--ranks N (0)]\n"
             "  --devices LIST  comma-separated devices, one replica each: cpu:0,cpu:1 or cuda:0,cuda:1\n"
             "                  (at most %d, no repeats); repeat the flag for several runs; default:\n"
             "                  three runs, on cpu:0 | cpu:0,cpu:1 | cpu:0,cpu:1,cpu:2,cpu:3\n"
@@ -55,7 +58,9 @@ static void usage(FILE *out, const char *prog)
             "  --lr F          Adam's learning rate, a finite number > 0\n"
             "  --threads N     kernel threads in all, 0..%d (0: every core)\n"
             "  --limit N       train on the first N samples, N >= 0 (0: all)\n"
-            "  --data DIR      the Fashion-MNIST IDX files (`make data`)\n",
+            "  --data DIR      the Fashion-MNIST IDX files (`make data`)\n"
+            "  --ranks N       1..16 thread ranks, each with its own context and its --devices list\n"
+            "                  (DL_COMM_THREADS; --threads is then per rank); 0: one rank, this thread\n",
             prog, MAX_DEV, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS);
 }
 
@@ -112,7 +117,7 @@ static void parse(int argc, char **argv, flags *f)
         const char *fl = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(fl, "--help") || !strcmp(fl, "-h")) { usage(stdout, f->prog); exit(0); }
         if (strcmp(fl, "--devices") && strcmp(fl, "--epochs") && strcmp(fl, "--batch") && strcmp(fl, "--lr") &&
-            strcmp(fl, "--threads") && strcmp(fl, "--limit") && strcmp(fl, "--data"))
+            strcmp(fl, "--threads") && strcmp(fl, "--limit") && strcmp(fl, "--data") && strcmp(fl, "--ranks"))
             bad(f->prog, "unknown flag %s%s%s", fl, "", "");
         if (!v) bad(f->prog, "%s needs a value%s%s", fl, "", "");
         if (!strcmp(fl, "--devices")) {
@@ -123,6 +128,7 @@ static void parse(int argc, char **argv, flags *f)
         else if (!strcmp(fl, "--threads")) f->threads = (int)int_flag(f->prog, fl, v, 0, EX_MAX_THREADS, "a whole number from 0 to 1024");
         else if (!strcmp(fl, "--limit")) f->limit = int_flag(f->prog, fl, v, 0, INT64_MAX, "a whole number >= 0");
         else if (!strcmp(fl, "--data")) f->data = v;
+        else if (!strcmp(fl, "--ranks")) f->ranks = (int)int_flag(f->prog, fl, v, 0, 16, "a whole number from 0 to 16");
         else {
             char *end;
             double x = strtod(v, &end);
@@ -130,6 +136,14 @@ static void parse(int argc, char **argv, flags *f)
                 bad(f->prog, "%s %s: %s", fl, v, "must be a finite number > 0 (and within float32's range)");
             f->lr = (float)x;
         }
+    }
+#ifdef DL_MPI
+    if (f->ranks) bad(f->prog, "%s%s: %s", "--ranks", "", "is for one process; under MPI the processes are the ranks");
+#endif
+    if (f->nruns == 0 && f->ranks) {          /* one replica on cpu:0 in each rank */
+        f->runs[0].n = 1;
+        f->runs[0].dev[0] = dl_cpu_device(0);
+        f->nruns = 1;
     }
     if (f->nruns == 0) {                      /* 1, 2 and 4 CPU devices */
         static const int ns[3] = {1, 2, 4};
@@ -140,10 +154,11 @@ static void parse(int argc, char **argv, flags *f)
         f->nruns = 3;
     }
     for (k = 0; k < f->nruns; k++)
-        if (f->batch < f->runs[k].n) {
+        if (f->batch < f->runs[k].n * (f->ranks ? f->ranks : 1)) {
             char v[32];
             snprintf(v, sizeof v, "%lld", (long long)f->batch);
-            bad(f->prog, "%s %s: %s", "--batch", v, "must be at least the number of devices of every run");
+            bad(f->prog, "%s %s: %s", "--batch", v, "must be at least the number of devices of every run "
+                "(times --ranks)");
         }
 }
 
@@ -174,8 +189,10 @@ static double evaluate(const char *prog, dl_ctx *ctx, dl_loader *test, dl_module
     return total ? (double)correct / (double)total : 0.0;
 }
 
-/* One run: n replicas (and, with MPI, every process's). 0, or 1 after printing the error. */
-static int train(const flags *f, run *r)
+/* One run: n replicas (and, with MPI or thread ranks, every rank's). grp:
+   the group of --ranks (NULL: none), grank this thread's rank. 0, or 1
+   after printing the error. */
+static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
 {
     dl_ctx_desc cd;
     dl_ctx *ctx;
@@ -201,6 +218,16 @@ static int train(const flags *f, run *r)
     cd.log = dl_log_silent;                   /* every failure is printed below */
     ctx = dl_ctx_init(&cd);
     if (!ctx) { fprintf(stderr, "%s: cannot create a context\n", f->prog); return 1; }
+    if (grp) {
+        dl_comm_desc md;
+        memset(&md, 0, sizeof md);
+        md.backend = DL_COMM_THREADS;
+        md.group = grp;
+        md.rank = grank;
+        if (!(comm = dl_comm_init(ctx, &md))) goto fail;
+        rank = grank;
+        size = dl_comm_size(comm);
+    }
 #ifdef DL_MPI
     {
         dl_comm_desc md;
@@ -235,7 +262,7 @@ static int train(const flags *f, run *r)
     if (!dp) goto fail;
     if (rank == 0)
         printf("LeNet-BN on %s%s%s: %d replica%s, batch %lld (%lld per replica), %d threads\n", names,
-               size > 1 ? " in each of " : "", size > 1 ? "the MPI processes" : "", r->n * size,
+               size > 1 ? " in each of " : "", size > 1 ? (grp ? "the thread ranks" : "the MPI processes") : "", r->n * size,
                r->n * size == 1 ? "" : "s", (long long)f->batch, (long long)(f->batch / (r->n * size)),
                dl_num_threads(ctx));
     for (epoch = 0; epoch < f->epochs; epoch++) {
@@ -276,6 +303,43 @@ fail:
     return 1;
 }
 
+/* --ranks N: N threads, each training its replica(s) in its own context;
+   rank 0's times and accuracy are the run's */
+typedef struct rank_arg { const flags *f; run r; dl_comm_group *g; int rank, rc; } rank_arg;
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = (rank_arg *)p;
+    a->rc = train(a->f, &a->r, a->g, a->rank);
+    return NULL;
+}
+
+static int train_ranks(const flags *f, run *r)
+{
+    pthread_t th[16];
+    rank_arg a[16];
+    dl_comm_group *g = dl_comm_group_new(f->ranks);
+    int i, started, rc = 0;
+    if (!g) { fprintf(stderr, "%s: cannot make a group of %d ranks\n", f->prog, f->ranks); return 1; }
+    for (started = 0; started < f->ranks; started++) {
+        a[started].f = f; a[started].r = *r; a[started].g = g; a[started].rank = started; a[started].rc = 1;
+        if (pthread_create(&th[started], NULL, rank_main, &a[started]) != 0) {
+            /* the ranks started fail when the missing one never meets them (DL_COMM_TIMEOUT) */
+            fprintf(stderr, "%s: cannot start thread rank %d\n", f->prog, started);
+            rc = 1;
+            break;
+        }
+    }
+    for (i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        rc |= a[i].rc;
+    }
+    dl_comm_group_free(g);
+    r->secs = a[0].r.secs;
+    r->acc = a[0].r.acc;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     flags f;
@@ -285,7 +349,7 @@ int main(int argc, char **argv)
     if (f.nruns > 1) f.nruns = 1;             /* one run per mpirun: MPI starts once */
 #endif
     for (k = 0; k < f.nruns; k++)
-        if (train(&f, &f.runs[k]) != 0) return 1;
+        if ((f.ranks ? train_ranks(&f, &f.runs[k]) : train(&f, &f.runs[k], NULL, 0)) != 0) return 1;
     if (g_rank != 0) return 0;
     printf("\n%-36s %12s %10s %8s\n", "devices", "s/epoch", "test acc", "speedup");
     for (k = 0; k < f.nruns; k++) {

@@ -463,6 +463,10 @@ expect 0 "^usage: $DP \[--devices LIST\]" $DP --help
 expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 \
     --devices cpu:0 --devices cpu:0,cpu:1
 check "data_parallel: an epoch line per run" eval "[ \$(printf '%s\n' \"\$out\" | grep -c '^  epoch 1 ') = 2 ]"
+expect 2 "^$DP: --ranks 17: must be a whole number from 0 to 16" $DP --ranks 17
+expect 2 "^$DP: --batch 3: must be at least the number of devices of every run \(times --ranks\)" $DP --ranks 4 --batch 3
+expect 0 "^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 --ranks 2 --threads 1
+check "data_parallel --ranks 2: two thread ranks train one model" eval "printf '%s\n' \"\$out\" | grep -q '^LeNet-BN on cpu:0 in each of the thread ranks: 2 replicas, batch 16 (8 per replica)'"
 
 # --- a short run on the real data, when it is there
 if [ -f data/fashion-mnist/train-images-idx3-ubyte ]; then

@@ -19,6 +19,8 @@
 #include "harness.h"
 #include "dist_models.h"
 #include <stdlib.h>
+#include <pthread.h>
+#include <time.h>
 
 #define NDEV 8
 static dl_ctx *C;
@@ -220,7 +222,7 @@ static void test_comm_local(void)
     memset(&cd, 0, sizeof cd);
     cd.backend = (dl_comm_backend)9;
     CHECK(dl_comm_init(C, &cd) == NULL, "bad backend");
-    EXPECT_ERR(C, DL_ERR_ARG, "backend=9 is not DL_COMM_LOCAL (0), DL_COMM_MPI (1) or DL_COMM_NCCL (2)");
+    EXPECT_ERR(C, DL_ERR_ARG, "backend=9 is not DL_COMM_LOCAL (0), DL_COMM_MPI (1), DL_COMM_NCCL (2) or DL_COMM_THREADS (3)");
 #ifndef DL_MPI
     cd.backend = DL_COMM_MPI;
     CHECK(dl_comm_init(C, &cd) == NULL, "MPI without DL_MPI");
@@ -433,6 +435,245 @@ static void test_ddp_errors(void)
     CHECK(dl_ddp_check(NULL) == DL_ERR_ARG, "dl_ddp_check(NULL) is refused");
 }
 
+/* ------------------------------------------------------------ DL_COMM_THREADS */
+
+/* one rank: its own context (and 2 strict local devices), its communicator */
+typedef struct rank_job {
+    dl_comm_group *g;
+    int rank, kind;                 /* kind 0: allreduce sizes, 1: dl_ddp, 2: hang (rank 1 never calls) */
+    int64_t count;
+    int mean;
+    double timeout;
+    /* results, checked by the main thread */
+    int ok;
+    char err[800];
+    float *got[2];                  /* kind 0: each local replica after the allreduce */
+    float *params;                  /* kind 1: replica 0's parameters after 20 steps */
+    int64_t nparams;
+    double secs;                    /* kind 2: how long the failing call took */
+} rank_job;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float rank_value(int rank, int rep, int64_t i) { return sinf(0.7f * (float)i + (float)(3 * rank + rep)) * 0.5f; }
+
+static void *rank_main(void *arg)
+{
+    rank_job *j = (rank_job *)arg;
+    dl_ctx_desc cd;
+    dl_comm_desc md;
+    dl_ctx *c;
+    dl_comm *comm;
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = 2;
+    cd.strict_devices = true;
+    cd.num_threads = 1;
+    cd.log = dl_log_silent;
+    c = dl_ctx_init(&cd);
+    if (!c) { snprintf(j->err, sizeof j->err, "rank %d: no context", j->rank); return NULL; }
+    memset(&md, 0, sizeof md);
+    md.backend = DL_COMM_THREADS;
+    md.group = j->g;
+    md.rank = j->rank;
+    md.timeout = j->timeout;
+    comm = dl_comm_init(c, &md);
+    if (!comm) { snprintf(j->err, sizeof j->err, "%s", dl_error_message(c)); dl_ctx_free(c); return NULL; }
+    if (j->kind == 0) {               /* 2 local replicas per rank, then across the ranks */
+        dl_tensor *t[2];
+        float *v = (float *)malloc(sizeof(float) * (size_t)j->count);
+        int r;
+        int64_t i;
+        for (r = 0; r < 2; r++) {
+            for (i = 0; i < j->count; i++) v[i] = rank_value(j->rank, r, i);
+            dl_set_device(c, dl_cpu_device(r));
+            t[r] = dl_from_array(c, DL_SHAPE(j->count), v);
+        }
+        free(v);
+        j->ok = dl_comm_allreduce(comm, t, 2, j->mean ? DL_REDUCE_MEAN : DL_REDUCE_SUM) == DL_OK;
+        for (r = 0; r < 2 && j->ok; r++) {
+            j->got[r] = (float *)malloc(sizeof(float) * (size_t)j->count);
+            dl_read(t[r], j->got[r], j->count);
+        }
+    } else if (j->kind == 1) {        /* dl_ddp over the ranks, one replica each, on its rows */
+        dl_module *m;
+        dl_optim *o;
+        dl_ddp *dp;
+        dl_ddp_desc dd;
+        dl_sgd_desc sd;
+        const dl_named_tensor *pa;
+        float *xb = (float *)malloc(sizeof(float) * 32 * 784);
+        int64_t yb[32], k;
+        uint32_t rng = 4242;
+        int step, np, q;
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.05f;
+        sd.momentum = 0.9f;
+        dl_manual_seed(c, 100 + (uint64_t)j->rank);   /* different inits: dl_ddp_init copies rank 0's */
+        m = make_model(c, 0);
+        o = dl_sgd(m, &sd);
+        memset(&dd, 0, sizeof dd);
+        dd.comm = comm;
+        dp = dl_ddp_init(1, &m, &o, &dd);
+        j->ok = dp != NULL;
+        for (step = 0; step < 20 && j->ok; step++) {
+            for (k = 0; k < 32 * 784; k++) { rng = rng * 1664525u + 1013904223u; xb[k] = (float)((rng >> 8) & 0xFFFFFF) / 16777216.0f * 2 - 1; }
+            for (k = 0; k < 32; k++) { rng = rng * 1664525u + 1013904223u; yb[k] = (int64_t)((rng >> 8) % 10); }
+            j->ok = dl_ddp_step(dp, dl_from_array(c, DL_SHAPE(16, 1, 28, 28), xb + j->rank * 16 * 784),
+                                dl_from_int64(c, DL_SHAPE(16), yb + j->rank * 16), ce_loss, NULL, NULL) == DL_OK;
+            dl_step_end(c);
+        }
+        np = dl_module_named_parameters(m, &pa);
+        for (q = 0, j->nparams = 0; q < np; q++) j->nparams += pa[q].t->numel;
+        j->params = (float *)malloc(sizeof(float) * (size_t)j->nparams);
+        for (q = 0, k = 0; q < np && j->ok; q++) { dl_read(pa[q].t, j->params + k, pa[q].t->numel); k += pa[q].t->numel; }
+        free(xb);
+    } else if (j->rank == 0) {        /* kind 2: rank 1 never calls */
+        dl_tensor *t = dl_ones(c, DL_SHAPE(10));
+        double t0 = now_s();
+        j->ok = dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK;
+        j->secs = now_s() - t0;
+    }
+    if (!j->ok) snprintf(j->err, sizeof j->err, "%s", dl_error_message(c));
+    dl_ctx_free(c);                   /* frees the communicator: the rank is given back */
+    return NULL;
+}
+
+static void run_ranks(rank_job *j, int n)
+{
+    pthread_t th[8];
+    int i;
+    for (i = 0; i < n; i++) pthread_create(&th[i], NULL, rank_main, &j[i]);
+    for (i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+static void test_comm_threads(void)
+{
+    static const int64_t sizes[] = {1, 7, 1000, 65536 * 2 + 3};
+    dl_comm_group *g;
+    rank_job j[3];
+    int n, si, mean, i, r;
+    /* bad input */
+    CHECK(dl_comm_group_new(0) == NULL, "a group of 0 ranks");
+    EXPECT_ERR(NULL, DL_ERR_ARG, "dl_comm_group_new: size=0; it must be 1..64");
+    CHECK(dl_comm_group_new(65) == NULL, "a group of 65 ranks");
+    g = dl_comm_group_new(2);
+    {
+        dl_comm_desc md;
+        dl_comm *a, *b;
+        memset(&md, 0, sizeof md);
+        md.backend = DL_COMM_THREADS;
+        CHECK(dl_comm_init(C, &md) == NULL, "THREADS without a group");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_comm_init: DL_COMM_THREADS needs .group from dl_comm_group_new (got NULL)");
+        md.group = g;
+        md.rank = 2;
+        CHECK(dl_comm_init(C, &md) == NULL, "rank 2 of 2");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_comm_init: rank=2; the group has ranks 0..1");
+        md.rank = 1;
+        a = dl_comm_init(C, &md);
+        CHECK(a && dl_comm_rank(a) == 1 && dl_comm_size(a) == 2, "rank 1 of 2: %s", dl_error_message(C));
+        b = dl_comm_init(C, &md);
+        CHECK(b == NULL, "rank 1 twice");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_comm_init: rank 1 of the group is already taken");
+        dl_comm_group_free(g);          /* refused: rank 1 has joined */
+        EXPECT_ERR(NULL, DL_ERR_ARG, "dl_comm_group_free: 1 rank(s) still joined");
+        dl_comm_free(a);
+        dl_clear_error(C);
+    }
+    dl_comm_group_free(g);
+    /* allreduce: 2 and 3 ranks x 2 local replicas, against the sequential sum; the same bits everywhere */
+    for (n = 2; n <= 3; n++)
+        for (si = 0; si < 4; si++)
+            for (mean = 0; mean < 2; mean++) {
+                int64_t count = sizes[si], k;
+                int same = 1, close = 1, ok = 1;
+                g = dl_comm_group_new(n);
+                memset(j, 0, sizeof j);
+                for (i = 0; i < n; i++) {
+                    j[i].g = g; j[i].rank = i; j[i].kind = 0; j[i].count = count; j[i].mean = mean; j[i].timeout = 60;
+                }
+                run_ranks(j, n);
+                for (i = 0; i < n; i++) {
+                    ok &= j[i].ok;
+                    CHECK(j[i].ok, "threads allreduce, rank %d of %d: %s", i, n, j[i].err);
+                }
+                for (i = 0; ok && i < n; i++)
+                    for (r = 0; r < 2; r++)
+                        if (memcmp(j[i].got[r], j[0].got[0], sizeof(float) * (size_t)count) != 0) same = 0;
+                for (k = 0; ok && k < count; k++) {
+                    double sum = 0;
+                    for (i = 0; i < n; i++)
+                        for (r = 0; r < 2; r++) sum += rank_value(i, r, k);
+                    if (mean) sum /= 2 * n;
+                    if (fabs(sum - j[0].got[0][k]) > 1e-5 * (1 + fabs(sum))) close = 0;
+                }
+                CHECK(ok && same, "threads: %s of %lld over %d ranks x 2 devices: every replica of every rank "
+                      "has the same bits", mean ? "mean" : "sum", (long long)count, n);
+                CHECK(ok && close, "threads: %s of %lld over %d ranks x 2 devices = the sequential sum",
+                      mean ? "mean" : "sum", (long long)count, n);
+                for (i = 0; i < n; i++) { free(j[i].got[0]); free(j[i].got[1]); }
+                dl_comm_group_free(g);
+            }
+    /* dl_ddp over 2 thread ranks (16 rows each) = one model on the 32-row batch */
+    {
+        dl_module *ref;
+        dl_optim *oref;
+        dl_sgd_desc sd;
+        const dl_named_tensor *pa;
+        float *xb = (float *)malloc(sizeof(float) * 32 * 784), *rp;
+        int64_t yb[32], k, nref = 0;
+        uint32_t rng = 4242;
+        int step, np, q;
+        double worst = 0, scale = 0;
+        g = dl_comm_group_new(2);
+        memset(j, 0, sizeof j);
+        for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 1; j[i].timeout = 60; }
+        run_ranks(j, 2);
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.05f;
+        sd.momentum = 0.9f;
+        dl_set_device(C, dl_cpu());
+        dl_manual_seed(C, 100);             /* rank 0's init */
+        ref = make_model(C, 0);
+        oref = dl_sgd(ref, &sd);
+        for (step = 0; step < 20; step++) {
+            for (k = 0; k < 32 * 784; k++) { rng = rng * 1664525u + 1013904223u; xb[k] = (float)((rng >> 8) & 0xFFFFFF) / 16777216.0f * 2 - 1; }
+            for (k = 0; k < 32; k++) { rng = rng * 1664525u + 1013904223u; yb[k] = (int64_t)((rng >> 8) % 10); }
+            ref_step(C, ref, oref, xb, yb, 32);
+            dl_step_end(C);
+        }
+        np = dl_module_named_parameters(ref, &pa);
+        for (q = 0; q < np; q++) nref += pa[q].t->numel;
+        rp = (float *)malloc(sizeof(float) * (size_t)nref);
+        for (q = 0, k = 0; q < np; q++) { dl_read(pa[q].t, rp + k, pa[q].t->numel); k += pa[q].t->numel; }
+        CHECK(j[0].ok && j[1].ok, "dl_ddp over 2 thread ranks: %s %s", j[0].err, j[1].err);
+        if (j[0].ok && j[1].ok && j[0].nparams == nref) {
+            for (k = 0; k < nref; k++) if (fabs(rp[k]) > scale) scale = fabs(rp[k]);
+            for (k = 0; k < nref; k++) if (fabs(rp[k] - j[0].params[k]) > worst) worst = fabs(rp[k] - j[0].params[k]);
+            CHECK(worst <= 1e-5 * scale, "dl_ddp over 2 thread ranks = one model on the full batch after 20 "
+                  "steps (worst %.3g, scale %.3g)", worst, scale);
+            CHECK(memcmp(j[0].params, j[1].params, sizeof(float) * (size_t)nref) == 0,
+                  "dl_ddp over 2 thread ranks: rank 1 = rank 0, bit for bit");
+        }
+        free(j[0].params); free(j[1].params); free(rp); free(xb);
+        dl_optim_free(oref);
+        dl_comm_group_free(g);
+    }
+    /* a rank that never comes: the other fails after its timeout, with the message */
+    g = dl_comm_group_new(2);
+    memset(j, 0, sizeof j);
+    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 2; j[i].timeout = 0.3; }
+    run_ranks(j, 2);
+    CHECK(!j[0].ok && strstr(j[0].err, "dl_comm_allreduce: rank 0 of 2 (threads) waited up to 0.3 s for the other "
+          "ranks: a rank died, hangs, or failed") != NULL, "a missing rank: got '%s'", j[0].err);
+    CHECK(j[0].secs >= 0.25 && j[0].secs < 10, "a missing rank: failed after %.2f s (timeout 0.3 s)", j[0].secs);
+    dl_comm_group_free(g);
+}
+
 int main(int argc, char **argv)
 {
     dl_ctx_desc d;
@@ -457,6 +698,7 @@ int main(int argc, char **argv)
     test_ddp_equiv(2, 4, 18, 0);
     test_ddp_errors();
     test_other_backend();
+    test_comm_threads();
     dl_ctx_free(C);
     TEST_END();
 }
