@@ -14488,7 +14488,12 @@ static bool dl__grp_meet(dl_comm *c, const char *op)
     struct timespec until;
     uint64_t gen;
     bool ok;
+#if defined(CLOCK_REALTIME)
     clock_gettime(CLOCK_REALTIME, &until);
+#else                                   /* a strict C99 unit that included headers first: whole seconds */
+    until.tv_sec = time(NULL);
+    until.tv_nsec = 0;
+#endif
     until.tv_sec += (time_t)c->timeout;
     until.tv_nsec += (long)((c->timeout - (double)(int64_t)c->timeout) * 1e9);
     if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
