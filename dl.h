@@ -3086,7 +3086,7 @@ static DL__UNUSED bool dl__s1_make(const dl__cgeom *g, dl__s1geom *q)
 }
 
 /* floats of conv_s1's scratch for n samples: the row table (int64), the
-   flipped weights (flip), the padded input and the output grid */
+   padded input, the output side's grid and the flipped weights (flip) */
 static DL__UNUSED int64_t dl__s1_floats(const dl__cgeom *g, const dl__s1geom *q, int64_t n, bool flip)
 {
     return 2 * g->Ca * g->K + 16 + (flip ? g->Ca * g->Cb * g->K + 16 : 0) + (g->Ca + g->Cb) * n * q->Pa;
@@ -5441,10 +5441,11 @@ static void dl__cpu_col2im(dl__dev *d, float *x, const float *col, int64_t n, co
 typedef struct dl__s1_args {
     const dl__cgeom *g;
     const dl__s1geom *q;
-    float *xp;           /* padded input grid */
+    float *xp;           /* padded input grid (Ca, n*Pa) */
     const float *x;      /* input (n, Ca, ia...) */
+    float *grid;         /* the output side on the grid (Cb, n*Pa) */
     float *y;            /* output (n, Cb, ib...) */
-    const float *yp;     /* output grid (Cb, n*Pa) */
+    const float *gy;     /* output gradient (n, Cb, ib...) */
     const float *bias;
     float *wt;           /* flipped weights (Cb, Ca, K) */
     const float *w;      /* weights as given, (Ca, Cb, K) */
@@ -5480,7 +5481,7 @@ static void dl__s1_out_task(void *arg, int64_t lo, int64_t hi)
     for (r = lo; r < hi; r++) {
         int64_t nn = r / g->Cb, c = r % g->Cb;
         float b = u->bias ? u->bias[c] : 0.0f;
-        const float *src = u->yp + (c * u->n + nn) * q->Pa;
+        const float *src = u->grid + (c * u->n + nn) * q->Pa;
         float *dst = u->y + r * g->Lb;
         for (o0 = 0; o0 < g->ib[0]; o0++)
             for (o1 = 0; o1 < g->ib[1]; o1++) {
@@ -5520,6 +5521,24 @@ static int64_t dl__s1_rows(const dl__cgeom *g, const dl__s1geom *q, int64_t n, i
     return (n - 1) * q->Pa + (g->ib[0] - 1) * q->S[0] + (g->ib[1] - 1) * q->S[1] + g->ib[2];
 }
 
+/* What both entries start with, scratch laid out as the row table, the
+   padded input, the output side's grid and (flip) the flipped weights:
+   fills u, pads x into its grid, writes the row table; returns its columns */
+static int64_t dl__s1_begin(dl__pool *pool, const dl__cgeom *g, const dl__s1geom *q, dl__s1_args *u,
+                            const float *x, float *scratch, int64_t n, int64_t **brow)
+{
+    memset(u, 0, sizeof *u);
+    u->g = g;
+    u->q = q;
+    u->x = x;
+    u->n = n;
+    *brow = (int64_t *)(void *)scratch;
+    u->xp = scratch + 2 * g->Ca * g->K + 16;
+    u->grid = u->xp + g->Ca * n * q->Pa;
+    dl__parallel_for(pool, g->Ca * n, 1 + (1 << 14) / (q->Pa + 1), dl__s1_pad_task, u);
+    return dl__s1_rows(g, q, n, *brow);
+}
+
 static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
                             int64_t n, const dl__cgeom *g, bool flip)
 {
@@ -5528,29 +5547,18 @@ static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w
     dl__pool *pool = d->ctx->pool;
     int64_t *brow, cols;
     const float *A;
-    y = (float *)DL__RAW(d, y);
-    x = (const float *)DL__RAW(d, x);
-    w = (const float *)DL__RAW(d, w);
-    bias = (const float *)DL__RAW0(d, bias);
-    scratch = (float *)DL__RAW(d, scratch);
     if (!dl__s1_make(g, &q) || n <= 0) return;    /* the caller checked */
-    brow = (int64_t *)(void *)scratch;
-    scratch += 2 * g->Ca * g->K + 16;
-    u.g = g; u.q = &q; u.x = x; u.y = y; u.bias = bias; u.n = n; u.w = w; u.wt = NULL;
-    A = w;
+    cols = dl__s1_begin(pool, g, &q, &u, (const float *)DL__RAW(d, x), (float *)DL__RAW(d, scratch), n, &brow);
+    u.y = (float *)DL__RAW(d, y);
+    u.bias = (const float *)DL__RAW0(d, bias);
+    u.w = A = (const float *)DL__RAW(d, w);
     if (flip) {
-        u.wt = scratch;
-        scratch += g->Ca * g->Cb * g->K + 16;
+        u.wt = u.grid + g->Cb * n * q.Pa;
         dl__parallel_for(pool, g->Cb, 1 + (1 << 14) / (g->Ca * g->K + 1), dl__s1_flip_task, &u);
         A = u.wt;
     }
-    u.xp = scratch;
-    scratch += g->Ca * n * q.Pa;
-    u.yp = scratch;
-    dl__parallel_for(pool, g->Ca * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_pad_task, &u);
-    cols = dl__s1_rows(g, &q, n, brow);
     dl__sgemm_rows(pool, false, false, g->Cb, cols, g->Ca * g->K, 1.0f, A, g->Ca * g->K, u.xp, 0, brow, 0.0f,
-                   scratch, n * q.Pa);
+                   u.grid, n * q.Pa);
     dl__parallel_for(pool, n * g->Cb, 1 + (1 << 14) / (g->Lb + 1), dl__s1_out_task, &u);
 }
 
@@ -5563,8 +5571,8 @@ static void dl__s1_grid_task(void *arg, int64_t lo, int64_t hi)
     const dl__s1geom *q = u->q;
     int64_t r, o0, o1, ib2 = g->ib[2];
     for (r = lo; r < hi; r++) {
-        float *dst = u->xp + r * q->Pa;
-        const float *src = u->x + ((r % u->n) * g->Cb + r / u->n) * g->Lb;
+        float *dst = u->grid + r * q->Pa;
+        const float *src = u->gy + ((r % u->n) * g->Cb + r / u->n) * g->Lb;
         memset(dst, 0, sizeof(float) * (size_t)q->Pa);
         for (o0 = 0; o0 < g->ib[0]; o0++)
             for (o1 = 0; o1 < g->ib[1]; o1++)
@@ -5579,26 +5587,13 @@ static void dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
     dl__s1_args u;
     dl__pool *pool = d->ctx->pool;
     int64_t *brow, cols;
-    float *gp;
-    dw = (float *)DL__RAW(d, dw);
-    x = (const float *)DL__RAW(d, x);
-    gy = (const float *)DL__RAW(d, gy);
-    scratch = (float *)DL__RAW(d, scratch);
     if (!dl__s1_make(g, &q) || n <= 0) return;    /* the caller checked */
-    brow = (int64_t *)(void *)scratch;
-    scratch += 2 * g->Ca * g->K + 16;
-    memset(&u, 0, sizeof u);
-    u.g = g; u.q = &q; u.x = x; u.n = n;
-    u.xp = scratch;                                 /* the input, padded */
-    dl__parallel_for(pool, g->Ca * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_pad_task, &u);
-    gp = scratch + g->Ca * n * q.Pa;                /* gy on the grid, zeros in the margins */
-    u.xp = gp;
-    u.x = gy;
+    cols = dl__s1_begin(pool, g, &q, &u, (const float *)DL__RAW(d, x), (float *)DL__RAW(d, scratch), n, &brow);
+    u.gy = (const float *)DL__RAW(d, gy);          /* gy onto the grid, zeros in the margins */
     dl__parallel_for(pool, g->Cb * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_grid_task, &u);
-    cols = dl__s1_rows(g, &q, n, brow);
-    /* dw (Cb, Ca*K) = beta dw + gp (Cb, cols) @ B^T, row (c, kk) of B the shifted view of the padded input */
-    dl__sgemm_rows(pool, false, true, g->Cb, g->Ca * g->K, cols, 1.0f, gp, n * q.Pa, scratch, 0, brow, beta, dw,
-                   g->Ca * g->K);
+    /* dw (Cb, Ca*K) = beta dw + grid (Cb, cols) @ B^T, row (c, kk) of B the shifted view of the padded input */
+    dl__sgemm_rows(pool, false, true, g->Cb, g->Ca * g->K, cols, 1.0f, u.grid, n * q.Pa, u.xp, 0, brow, beta,
+                   (float *)DL__RAW(d, dw), g->Ca * g->K);
 }
 
 typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;

@@ -39,23 +39,15 @@ static dl_tensor *split_lenet_forward(dl_module *m, dl_tensor *x)
 /* NULL on failure (the context's error says why). */
 static dl_module *make_split_lenet(dl_ctx *ctx, dl_device a, dl_device b)
 {
-    dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
-    dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
-    dl_module *f[] = {
-        dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true), dl_nn_batch_norm2d(ctx, 6), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool),
-        dl_nn_conv2d(ctx, 6, 16, 5, NULL, true), dl_nn_batch_norm2d(ctx, 16), dl_nn_relu(ctx),
-        dl_nn_max_pool2d(ctx, &pool)};
-    dl_module *c[] = {
-        dl_nn_flatten(ctx),
-        dl_nn_linear(ctx, 400, 120, true), dl_nn_batch_norm1d(ctx, 120), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 120, 84, true), dl_nn_batch_norm1d(ctx, 84), dl_nn_relu(ctx),
-        dl_nn_linear(ctx, 84, 10, true)};
-    dl_module *m = dl_module_new(ctx, "SplitLeNet", split_lenet_forward, sizeof(split_lenet));
-    split_lenet *s = (split_lenet *)dl_module_state(m);
+    dl_module *l[EX_LENET_BN_LAYERS], *m;
+    split_lenet *s;
+    ex_lenet_bn_layers(ctx, l);              /* examples/lenet_bn.h: the layers of lenet.c's model */
+    m = dl_module_new(ctx, "SplitLeNet", split_lenet_forward, sizeof(split_lenet));
+    s = (split_lenet *)dl_module_state(m);
     if (!s) return NULL;
-    s->features = dl_module_add(m, "features", dl_nn_sequential(ctx, (int)(sizeof f / sizeof f[0]), f));
-    s->classifier = dl_module_add(m, "classifier", dl_nn_sequential(ctx, (int)(sizeof c / sizeof c[0]), c));
+    s->features = dl_module_add(m, "features", dl_nn_sequential(ctx, EX_LENET_BN_FEATURES, l));
+    s->classifier = dl_module_add(m, "classifier", dl_nn_sequential(ctx, EX_LENET_BN_LAYERS - EX_LENET_BN_FEATURES,
+                                                                     l + EX_LENET_BN_FEATURES));
     s->a = a;
     s->b = b;
     if (!s->features || !s->classifier || dl_module_to(s->features, a) != DL_OK ||   /* features.to(A) */

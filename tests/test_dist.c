@@ -460,6 +460,21 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* the next 32-row batch of the thread-rank dl_ddp test, from *rng: every
+   rank and the reference draw the same batches */
+static void rank_batch(uint32_t *rng, float *xb, int64_t *yb)
+{
+    int64_t k;
+    for (k = 0; k < 32 * 784; k++) {
+        *rng = *rng * 1664525u + 1013904223u;
+        xb[k] = (float)((*rng >> 8) & 0xFFFFFF) / 16777216.0f * 2 - 1;
+    }
+    for (k = 0; k < 32; k++) {
+        *rng = *rng * 1664525u + 1013904223u;
+        yb[k] = (int64_t)((*rng >> 8) % 10);
+    }
+}
+
 static float rank_value(int rank, int rep, int64_t i) { return sinf(0.7f * (float)i + (float)(3 * rank + rep)) * 0.5f; }
 
 static void *rank_main(void *arg)
@@ -521,8 +536,7 @@ static void *rank_main(void *arg)
         dp = dl_ddp_init(1, &m, &o, &dd);
         j->ok = dp != NULL;
         for (step = 0; step < 20 && j->ok; step++) {
-            for (k = 0; k < 32 * 784; k++) { rng = rng * 1664525u + 1013904223u; xb[k] = (float)((rng >> 8) & 0xFFFFFF) / 16777216.0f * 2 - 1; }
-            for (k = 0; k < 32; k++) { rng = rng * 1664525u + 1013904223u; yb[k] = (int64_t)((rng >> 8) % 10); }
+            rank_batch(&rng, xb, yb);
             j->ok = dl_ddp_step(dp, dl_from_array(c, DL_SHAPE(16, 1, 28, 28), xb + j->rank * 16 * 784),
                                 dl_from_int64(c, DL_SHAPE(16), yb + j->rank * 16), ce_loss, NULL, NULL) == DL_OK;
             dl_step_end(c);
@@ -641,8 +655,7 @@ static void test_comm_threads(void)
         ref = make_model(C, 0);
         oref = dl_sgd(ref, &sd);
         for (step = 0; step < 20; step++) {
-            for (k = 0; k < 32 * 784; k++) { rng = rng * 1664525u + 1013904223u; xb[k] = (float)((rng >> 8) & 0xFFFFFF) / 16777216.0f * 2 - 1; }
-            for (k = 0; k < 32; k++) { rng = rng * 1664525u + 1013904223u; yb[k] = (int64_t)((rng >> 8) % 10); }
+            rank_batch(&rng, xb, yb);
             ref_step(C, ref, oref, xb, yb, 32);
             dl_step_end(C);
         }
