@@ -20,6 +20,10 @@
       gradient bit for bit, input gradient and conv_transpose within float
       rounding, over 1-D/2-D/3-D, kernels 1-5, dilation, every padding,
       bias or not.
+   6. im2col/col2im on small planes take a table of gather indices;
+      i2c_paths() compares them with the row loops, bit for bit, over
+      1-D/2-D/3-D, kernels 1-4, strides 1-3, dilation 1-2, every padding,
+      groups 1-2, conv and conv_transpose.
 
    Build and run from the repository root:
        gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_conv.c \
@@ -863,6 +867,106 @@ out:
     dl_ctx_free(c);
 }
 
+/* ================================================================ 6. im2col's two loops */
+
+/* Small planes take a table (dl__cpu_im2col / dl__cpu_col2im: gathered
+   rows, col2im scattered or gathered); the row loops are the reference.
+   Device 0 has the table entries, device 1 the row loops, neither conv_s1,
+   so every conv and conv_transpose goes through im2col or col2im; all
+   results must be the same bits. */
+static dl__backend g_tab, g_rows;
+static int64_t g_tab_i2c, g_tab_c2i_gather, g_tab_c2i_scatter;
+
+static void count_i2c(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
+{
+    if (dl__i2c_tab_ok(g)) g_tab_i2c++;
+    dl__cpu_im2col(d, col, x, n, g);
+}
+
+static void count_c2i(dl__dev *d, float *x, const float *col, int64_t n, const dl__cgeom *g)
+{
+    if (dl__i2c_tab_ok(g)) {
+        if (g->La <= 2 * g->Lb) g_tab_c2i_gather++;
+        else g_tab_c2i_scatter++;
+    }
+    dl__cpu_col2im(d, x, col, n, g);
+}
+
+static void i2c_paths(void)
+{
+    dl_ctx_desc cd;
+    dl_ctx *c;
+    int nsp, k, st, dil, pad, tr, grp, i, cases = 0, bad = 0;
+    float *xv = (float *)malloc(sizeof(float) * 100000), *wv = (float *)malloc(sizeof(float) * 100000);
+    float *o1 = (float *)malloc(sizeof(float) * 400000), *o2 = (float *)malloc(sizeof(float) * 400000);
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = 2;
+    c = dl_ctx_init(&cd);
+    if (!c || !xv || !wv || !o1 || !o2) { CHECK(0, "i2c_paths: setup"); goto out; }
+    g_tab = *dl__cpu_be();
+    g_tab.name = "cpu-im2col-table";
+    g_tab.conv_s1 = NULL;
+    g_tab.conv_s1_wgrad = NULL;
+    g_tab.im2col = count_i2c;
+    g_tab.col2im = count_c2i;
+    g_rows = g_tab;
+    g_rows.name = "cpu-im2col-rows";
+    g_rows.im2col = dl__cpu_im2col_rows;
+    g_rows.col2im = dl__cpu_col2im_rows;
+    c->cpu[0]->be = &g_tab;
+    c->cpu[1]->be = &g_rows;
+    for (i = 0; i < 100000; i++) { xv[i] = sinf(0.29f * (float)i) - 0.125f; wv[i] = cosf(0.73f * (float)i) * 0.5f; }
+    xv[3] = -0.0f;
+    for (nsp = 1; nsp <= 3; nsp++)
+        for (k = 1; k <= (nsp == 3 ? 3 : 4); k++)
+            for (st = 1; st <= 3; st++)
+                for (dil = 1; dil <= 2; dil++)
+                    for (pad = 0; pad <= dil * (k - 1); pad++)
+                        for (tr = 0; tr < 2; tr++)
+                            for (grp = 1; grp <= 2; grp++) {
+                                int64_t xs[5], ws[5], n1, n2, span = dil * (k - 1) + 1, size, ca = 2 * grp, cb = 3 * grp;
+                                dl_conv_desc d = dl_conv_desc_make(st, pad, dil, grp);
+                                bool bias = !tr || grp == 1;
+                                size = nsp == 1 ? 13 : nsp == 2 ? 7 : 5;
+                                if (size + 2 * pad < span) continue;
+                                xs[0] = 3;
+                                xs[1] = tr ? cb : ca;
+                                ws[0] = cb;
+                                ws[1] = ca / grp;
+                                for (i = 0; i < nsp; i++) { xs[2 + i] = size + (i == nsp - 1); ws[2 + i] = k; }
+                                n1 = s1_run(c, 0, nsp, tr != 0, xs, ws, bias, &d, xv, wv, o1);
+                                n2 = s1_run(c, 1, nsp, tr != 0, xs, ws, bias, &d, xv, wv, o2);
+                                cases++;
+                                if (n1 <= 0 || n1 != n2 || memcmp(o1, o2, sizeof(float) * (size_t)n1) != 0) {
+                                    bad++;
+                                    CHECK(0, "im2col table vs row loops: %s %dd k %d stride %d dil %d pad %d groups "
+                                          "%d: %s", tr ? "conv_transpose" : "conv", nsp, k, st, dil, pad, grp,
+                                          n1 <= 0 || n1 != n2 ? dl_error_message(c) : "different bits");
+                                    dl_clear_error(c);
+                                }
+                                dl_step_end(c);
+                            }
+    CHECK(bad == 0 && cases > 500, "im2col table vs row loops: %d cases, %d differ (y, dx, dw, db bit for bit)",
+          cases, bad);
+    CHECK(g_tab_i2c > 500 && g_tab_c2i_gather > 100 && g_tab_c2i_scatter > 100,
+          "the table path ran: %lld im2col, %lld col2im gathered, %lld scattered", (long long)g_tab_i2c,
+          (long long)g_tab_c2i_gather, (long long)g_tab_c2i_scatter);
+    /* a plane past the table's limit: the row loops on both devices */
+    {
+        int64_t xs[4] = {1, 1, 80, 80}, ws[4] = {2, 1, 3, 3}, n1, n2, before = g_tab_i2c;
+        dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 1);
+        n1 = s1_run(c, 0, 2, false, xs, ws, true, &d, xv, wv, o1);
+        n2 = s1_run(c, 1, 2, false, xs, ws, true, &d, xv, wv, o2);
+        CHECK(n1 > 0 && n1 == n2 && memcmp(o1, o2, sizeof(float) * (size_t)n1) == 0 && g_tab_i2c == before,
+              "80x80 plane: the row loops (table calls %lld, want 0)", (long long)(g_tab_i2c - before));
+        dl_step_end(c);
+    }
+out:
+    free(xv); free(wv); free(o1); free(o2);
+    if (c) c->cpu[0]->be = c->cpu[1]->be = dl__cpu_be();
+    dl_ctx_free(c);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "tests/golden/conv.bin";
@@ -883,6 +987,7 @@ int main(int argc, char **argv)
         g_free_recs();
     }
     s1_paths();
+    i2c_paths();
     timing();
     CHECK(dl_last_error(g_ctx) == DL_OK, "stray error at the end: %s", dl_error_message(g_ctx));
     dl_ctx_free(g_ctx);
