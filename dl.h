@@ -2283,8 +2283,9 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
    gradients: C = dY X^T): C(i,j) is the dot product of rows A_i and
    B_j, both contiguous along K, so nothing is transposed. Vectors run along
    K: lane l of the accumulator of (i,j) sums the products with k = l (mod 16)
-   in order of k. K is walked in chunks of DL__GEMM_DOT_KK, copied to aligned
-   scratch (zero-padded to whole vectors), with the accumulators parked
+   in order of k. K is walked in chunks of DL__GEMM_DOT_KK read in place
+   (rows of B through the row table when there is one; the last vector of a
+   chunk loaded with its missing lanes as zeros), with the accumulators parked
    exactly in a buffer between chunks (so the chunking changes nothing); at
    the end the 16 lanes are summed by one fixed tree and C is updated as by
    the kernels. A tile is up to 4 rows of A x 6 rows of B; threads split the
@@ -2305,9 +2306,9 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
 #endif
 
 #define DL__DOT_Z(r) __m512 d##r##0 = z, d##r##1 = z, d##r##2 = z, d##r##3 = z, d##r##4 = z, d##r##5 = z
-#define DL__DOT_S(s)                                                \
+#define DL__DOT_S(s, LD)                                            \
     if (S > s) {                                                    \
-        __m512 b_ = _mm512_load_ps(b + s * kbs);                    \
+        __m512 b_ = LD(b##s + o);                                   \
         DL__GEMM_INREG(b_);                                         \
         d0##s = _mm512_fmadd_ps(a0, b_, d0##s);                     \
         if (R > 1) d1##s = _mm512_fmadd_ps(a1, b_, d1##s);          \
@@ -2345,17 +2346,34 @@ DL__GEMM_INLINE void dl__gemm_dot_out(float *c, __m512 d, float alpha, float bet
     else *c = DL__GEMM_FMA(alpha, s, beta * *c);
 }
 
-/* R rows of a (1..4, row stride kas) x S rows of b (1..6, row stride kbs),
-   both 64-byte aligned, over nv vectors. first: start from zero, else from P; last: finish into
-   C, else park in P. */
-DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, const float *DL__RESTRICT a,
-                                       int64_t kas, const float *DL__RESTRICT b, int64_t kbs, float *P, int64_t pst,
-                                       int first,
-                                       int last, float *c, int64_t ldc, float alpha, float beta)
+/* R rows of a (1..4, row stride kas) x S rows of b (1..6, starting at
+   bq[s]), over nv vectors, the last one holding only `tail` lanes when tail
+   > 0 (the others loaded as zeros, as a zero-padded copy would give).
+   first: start from zero, else from P; last: finish into C, else park in P. */
+#define DL__DOT_LDU(p) _mm512_loadu_ps(p)
+#define DL__DOT_LDM(p) _mm512_maskz_loadu_ps(tm, p)
+#define DL__DOT_STEP(LD)                                            \
+    {                                                               \
+        const __m512 a0 = LD(a + o);                                \
+        const __m512 a1 = R > 1 ? LD(a + kas + o) : z;              \
+        const __m512 a2 = R > 2 ? LD(a + 2 * kas + o) : z;          \
+        const __m512 a3 = R > 3 ? LD(a + 3 * kas + o) : z;          \
+        DL__DOT_S(0, LD)                                            \
+        DL__DOT_S(1, LD)                                            \
+        DL__DOT_S(2, LD)                                            \
+        DL__DOT_S(3, LD)                                            \
+        DL__DOT_S(4, LD)                                            \
+        DL__DOT_S(5, LD)                                            \
+    }
+DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, int tail, const float *DL__RESTRICT a,
+                                       int64_t kas, const float *const *bq, float *P, int64_t pst,
+                                       int first, int last, float *c, int64_t ldc, float alpha, float beta)
 {
     const __m512 z = _mm512_setzero_ps();
     const int mode = dl__gemm_mode(beta);
-    int64_t v;
+    const float *b0 = bq[0], *b1 = S > 1 ? bq[1] : b0, *b2 = S > 2 ? bq[2] : b0, *b3 = S > 3 ? bq[3] : b0,
+                *b4 = S > 4 ? bq[4] : b0, *b5 = S > 5 ? bq[5] : b0;
+    int64_t v, o, nfull = tail ? nv - 1 : nv;
     DL__DOT_Z(0);
     DL__DOT_Z(1);
     DL__DOT_Z(2);
@@ -2363,19 +2381,10 @@ DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, con
     if (!first) {
         DL__DOT_PARK(DL__DOT_GET)
     }
-    for (v = 0; v < nv; v++) {
-        const __m512 a0 = _mm512_load_ps(a);
-        const __m512 a1 = R > 1 ? _mm512_load_ps(a + kas) : z;
-        const __m512 a2 = R > 2 ? _mm512_load_ps(a + 2 * kas) : z;
-        const __m512 a3 = R > 3 ? _mm512_load_ps(a + 3 * kas) : z;
-        DL__DOT_S(0)
-        DL__DOT_S(1)
-        DL__DOT_S(2)
-        DL__DOT_S(3)
-        DL__DOT_S(4)
-        DL__DOT_S(5)
-        a += 16;
-        b += 16;
+    for (v = 0, o = 0; v < nfull; v++, o += 16) DL__DOT_STEP(DL__DOT_LDU)
+    if (tail) {
+        const __mmask16 tm = (__mmask16)((1u << tail) - 1u);
+        DL__DOT_STEP(DL__DOT_LDM)
     }
     if (last) {
         DL__DOT_PARK(DL__DOT_OUT)
@@ -2386,34 +2395,22 @@ DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, con
 
 #define DL__DOT_SCASES(R)                                                                              \
     switch (ns) {                                                                                      \
-    case 6: dl__gemm_dot_tile(R, 6, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 5: dl__gemm_dot_tile(R, 5, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 4: dl__gemm_dot_tile(R, 4, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 3: dl__gemm_dot_tile(R, 3, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    case 2: dl__gemm_dot_tile(R, 2, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;    \
-    default: dl__gemm_dot_tile(R, 1, nv, a, kas, b, kbs, P, pst, first, last, c, ldc, alpha, beta); break;   \
+    case 6: dl__gemm_dot_tile(R, 6, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
+    case 5: dl__gemm_dot_tile(R, 5, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
+    case 4: dl__gemm_dot_tile(R, 4, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
+    case 3: dl__gemm_dot_tile(R, 3, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
+    case 2: dl__gemm_dot_tile(R, 2, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
+    default: dl__gemm_dot_tile(R, 1, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break; \
     }
 
-static void dl__gemm_dot(int nr, int ns, int64_t nv, const float *a, int64_t kas, const float *b, int64_t kbs, float *P,
-                         int64_t pst, int first, int last, float *c, int64_t ldc, float alpha, float beta)
+static void dl__gemm_dot(int nr, int ns, int64_t nv, int tail, const float *a, int64_t kas, const float *const *bq,
+                         float *P, int64_t pst, int first, int last, float *c, int64_t ldc, float alpha, float beta)
 {
     switch (nr) {
     case 4: DL__DOT_SCASES(4) break;
     case 3: DL__DOT_SCASES(3) break;
     case 2: DL__DOT_SCASES(2) break;
     default: DL__DOT_SCASES(1) break;
-    }
-}
-
-/* rows [0,n) x [0,kk) of src (row stride lds) to dst (row stride ks, aligned),
-   zero-padded to ks columns */
-static void dl__gemm_dot_stage(const float *src, int64_t lds, int64_t n, int64_t kk, float *DL__RESTRICT dst,
-                               int64_t ks)
-{
-    int64_t i, k;
-    for (i = 0; i < n; i++) {
-        memcpy(dst + i * ks, src + i * lds, sizeof(float) * (size_t)kk);
-        for (k = kk; k < ks; k++) dst[i * ks + k] = 0.0f;
     }
 }
 
@@ -2547,46 +2544,27 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
 }
 
 #ifdef DL__GEMM_DOT
-/* C[0:M, n0:n1] by dot products, DL__GEMM_DOT_NB rows of B at a time. buf:
-   the staged chunk of A (M x KK), of a group of B rows (6 x KK), then the
-   parked accumulators (M x NB x 16) */
+/* C[0:M, n0:n1] by dot products, DL__GEMM_DOT_NB rows of B at a time, A
+   and B read in place. buf: the parked accumulators (M x NB x 16) */
 static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, float *buf)
 {
     int64_t ga = (J->M + 3) / 4, nb0, kb, g, h;
-    float *as = buf, *bs = as + J->M * DL__GEMM_DOT_KK, *P = bs + 6 * DL__GEMM_DOT_KK;
-    int a_in_place = (uintptr_t)J->A % 64 == 0 && J->lda % 16 == 0;
-    int b_in_place = !J->brow && (uintptr_t)J->B % 64 == 0 && J->ldb % 16 == 0;
+    float *P = buf;
     for (nb0 = n0; nb0 < n1; nb0 += DL__GEMM_DOT_NB) {
         int64_t nt = n1 - nb0 < DL__GEMM_DOT_NB ? n1 - nb0 : DL__GEMM_DOT_NB, gb = (nt + 5) / 6;
         for (kb = 0; kb < J->K; kb += DL__GEMM_DOT_KK) {
-            int64_t kk = J->K - kb < DL__GEMM_DOT_KK ? J->K - kb : DL__GEMM_DOT_KK, ks = dl__round_up(kk, 16);
-            int first = kb == 0, last = kb + kk >= J->K;
-            /* rows already aligned are read in place, others staged */
-            const float *ap = J->A + kb;
-            int64_t kas = J->lda;
-            if (!a_in_place || kk != ks) {
-                dl__gemm_dot_stage(ap, J->lda, J->M, kk, as, ks);
-                ap = as;
-                kas = ks;
-            }
+            int64_t kk = J->K - kb < DL__GEMM_DOT_KK ? J->K - kb : DL__GEMM_DOT_KK;
+            int first = kb == 0, last = kb + kk >= J->K, tail = (int)(kk % 16);
             for (g = 0; g < gb; g++) {
                 /* near-equal groups: at most 6 rows of B, 4 of A */
-                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb, kbs = J->ldb, r;
-                const float *bp = J->B + j0 * J->ldb + kb;
-                if (J->brow) {
-                    for (r = j0; r < j1; r++) dl__gemm_dot_stage(J->B + J->brow[r] + kb, 0, 1, kk, bs + (r - j0) * ks, ks);
-                    bp = bs;
-                    kbs = ks;
-                } else if (!b_in_place || kk != ks) {
-                    dl__gemm_dot_stage(bp, J->ldb, j1 - j0, kk, bs, ks);
-                    bp = bs;
-                    kbs = ks;
-                }
+                int64_t j0 = nb0 + nt * g / gb, j1 = nb0 + nt * (g + 1) / gb, r;
+                const float *bq[6];
+                for (r = j0; r < j1; r++) bq[r - j0] = J->B + (J->brow ? J->brow[r] : r * J->ldb) + kb;
                 for (h = 0; h < ga; h++) {
                     int64_t i0 = J->M * h / ga, i1 = J->M * (h + 1) / ga;
-                    dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), ks / 16, ap + i0 * kas, kas, bp, kbs,
-                                 P + (i0 * nt + (j0 - nb0)) * 16, nt * 16, first, last, J->C + i0 * J->ldc + j0,
-                                 J->ldc, J->alpha, J->beta);
+                    dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), (kk + 15) / 16, tail, J->A + i0 * J->lda + kb,
+                                 J->lda, bq, P + (i0 * nt + (j0 - nb0)) * 16, nt * 16, first, last,
+                                 J->C + i0 * J->ldc + j0, J->ldc, J->alpha, J->beta);
                 }
             }
         }
@@ -2742,7 +2720,7 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
         J.unit_n = 1;
         units = N;
         nch = dl__split(units, 1, nthreads, &chunk);
-        J.a_size = (M + 6) * DL__GEMM_DOT_KK + (K > DL__GEMM_DOT_KK ? M * DL__GEMM_DOT_NB * 16 : 16);
+        J.a_size = K > DL__GEMM_DOT_KK ? M * DL__GEMM_DOT_NB * 16 : 16;
         J.buf_stride = J.a_size;
         J.mc = J.nc = 0;
         goto run;
@@ -6191,35 +6169,47 @@ typedef struct dl__bn_args {
     double *sums;                     /* backward: per channel sum(g), sum(g xhat) */
 } dl__bn_args;
 
-/* Channel sums in double over 8 interleaved partial sums (element l of a
-   row goes to partial l % 8; the partials are added in a fixed tree): 8
-   independent chains instead of one, the same bits for any thread count. */
-#define DL__ACC8_ROWS(acc, expr) do { \
+/* Channel sums in double over 32 interleaved partial sums (element l of a
+   row goes to partial l % 32; dl__acc32_total adds them in a fixed tree):
+   four vectors of independent chains instead of one, so the adds overlap
+   (one chain of 8 was bound by the add latency: ~2 elements a cycle), and
+   the same bits for any thread count. */
+#define DL__ACC32_ROWS(acc, expr) do { \
         int64_t l_; \
-        for (l_ = 0; l_ + 8 <= u->L; l_ += 8) { \
+        for (l_ = 0; l_ + 32 <= u->L; l_ += 32) { \
             int k_; \
-            for (k_ = 0; k_ < 8; k_++) { int64_t l = l_ + k_; acc[k_] += (expr); } \
+            for (k_ = 0; k_ < 32; k_++) { int64_t l = l_ + k_; acc[k_] += (expr); } \
         } \
-        for (; l_ < u->L; l_++) { int64_t l = l_; acc[l_ & 7] += (expr); } \
+        for (; l_ < u->L; l_++) { int64_t l = l_; acc[l_ & 31] += (expr); } \
     } while (0)
+
+static double dl__acc32_total(const double *a)
+{
+    double b[8];
+    int k;
+    for (k = 0; k < 8; k++) b[k] = (a[k] + a[k + 8]) + (a[k + 16] + a[k + 24]);
+    return dl__acc8_total(b);
+}
 
 static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__bn_args *u = (const dl__bn_args *)arg;
     int64_t c, n, M = u->N * u->L;
     for (c = lo; c < hi; c++) {
-        double s, q, m, as[8] = {0, 0, 0, 0, 0, 0, 0, 0}, aq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        double s, q, m, as[32], aq[32];
+        int k;
+        for (k = 0; k < 32; k++) as[k] = aq[k] = 0.0;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L;
-            DL__ACC8_ROWS(as, (double)x[l]);
+            DL__ACC32_ROWS(as, (double)x[l]);
         }
-        s = dl__acc8_total(as);
+        s = dl__acc32_total(as);
         m = s / (double)M;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L;
-            DL__ACC8_ROWS(aq, ((double)x[l] - m) * ((double)x[l] - m));
+            DL__ACC32_ROWS(aq, ((double)x[l] - m) * ((double)x[l] - m));
         }
-        q = dl__acc8_total(aq);
+        q = dl__acc32_total(aq);
         u->mean[c] = (float)m;
         u->var[c] = (float)(q / (double)M);
         u->invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)u->eps));
@@ -6276,15 +6266,16 @@ static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
     const dl__bn_args *u = (const dl__bn_args *)arg;
     int64_t c, n;
     for (c = lo; c < hi; c++) {
-        double sg, sgx, m = u->cmean[c], is = u->cinvstd[c];
-        double ag[8] = {0, 0, 0, 0, 0, 0, 0, 0}, agx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        double sg, sgx, m = u->cmean[c], is = u->cinvstd[c], ag[32], agx[32];
+        int k;
+        for (k = 0; k < 32; k++) ag[k] = agx[k] = 0.0;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L, *g = u->g + (n * u->C + c) * u->L;
-            DL__ACC8_ROWS(ag, (double)g[l]);
-            DL__ACC8_ROWS(agx, (double)g[l] * ((double)x[l] - m));
+            DL__ACC32_ROWS(ag, (double)g[l]);
+            DL__ACC32_ROWS(agx, (double)g[l] * ((double)x[l] - m));
         }
-        sg = dl__acc8_total(ag);
-        sgx = dl__acc8_total(agx);
+        sg = dl__acc32_total(ag);
+        sgx = dl__acc32_total(agx);
         u->sums[2 * c] = sg;
         u->sums[2 * c + 1] = sgx * is;               /* sum(g xhat) */
         if (u->db) u->db[c] = (float)sg;
