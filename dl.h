@@ -133,6 +133,14 @@
      then in each thread its own context and dl_comm_init(ctx,
      &{.backend = DL_COMM_THREADS, .group = g, .rank = r}), the same
      training code as under MPI (examples/data_parallel.c --ranks N).
+     With thread ranks (one replica per rank) a bucket's sum starts while
+     backward still runs: backward calls a hook when a parameter's
+     gradient is complete, the rank posts each bucket whose gradients are
+     all done and goes on, and the last rank to post sums it for all (the
+     ring's order, so the same bits as summing after backward). Under MPI
+     and NCCL, and for the replicas of one context, the buckets are summed
+     after backward (the MPI ring progresses on the calling thread; NCCL's
+     call waits for its stream).
 
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
@@ -600,6 +608,7 @@ struct dl_tensor {
     bool viewed_;             /* another tensor shares its data */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
     int32_t gref_;            /* backward: how many gradient slots hold it */
+    int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
 };
 
@@ -1443,8 +1452,11 @@ DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_i
    runs loss(replica, x part, y part) and backward on each replica, sums the
    gradients weighted by each part's share of the batch (bucketed into flat
    buffers of bucket_bytes), and steps every optimizer: the same update as
-   one model on the full batch. Batch-norm running statistics stay per
-   replica (as in PyTorch's DataParallel): evaluate with replica 0. */
+   one model on the full batch. With DL_COMM_THREADS ranks (n = 1 each)
+   every bucket is posted from backward as soon as its gradients are
+   complete, so the sums overlap the rest of backward. Batch-norm running
+   statistics stay per replica (as in PyTorch's DataParallel): evaluate
+   with replica 0. */
 typedef struct dl_ddp dl_ddp;
 typedef struct dl_ddp_desc {
     dl_comm *comm;          /* NULL: this process's replicas only */
@@ -3264,6 +3276,11 @@ struct dl_ctx {
     int shi;
     uint64_t visit;
     dl__owned *owned;
+    /* backward calls it once a leaf's gradient is complete (dl_ddp starts
+       a bucket's allreduce from it); a result other than DL_OK stops the
+       backward */
+    dl_result (*ready_fn)(void *user, dl_tensor *leaf);
+    void *ready_user;
 };
 
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
@@ -7067,6 +7084,28 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
     return true;
 }
 
+/* With a ready hook: how many gradients each leaf will receive from the
+   nodes this backward runs (those reachable from the top; the stamp of
+   ctx->visit marks them), so that the hook fires at the last one. */
+static void dl__ready_count(dl_ctx *ctx, int64_t top)
+{
+    int64_t i;
+    int j, pass;
+    ctx->visit++;
+    ctx->tape[top]->visit = ctx->visit;
+    for (pass = 0; pass < 2; pass++)       /* 0: clear the leaves' counts, 1: count */
+        for (i = top; i >= 0; i--) {
+            dl__node *n = ctx->tape[i];
+            if (n->visit != ctx->visit || n->released) continue;
+            for (j = 0; j < n->nin; j++) {
+                dl_tensor *x = n->in[j];
+                if (!x || !x->requires_grad) continue;
+                if (x->node_) x->node_->visit = ctx->visit;
+                else x->pend_ = pass ? x->pend_ + 1 : 0;
+            }
+        }
+}
+
 static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
                                   int nt, dl_tensor *const *targets, dl_tensor **results)
 {
@@ -7115,6 +7154,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     saved_bng = ctx->backward_nograd;
     ctx->backward_nograd = !create;
     top = out->node_->id;
+    if (ctx->ready_fn && nt == 0) dl__ready_count(ctx, top);
     out->node_->gacc = seed;
     seed->gref_ = 1;
     if (desc && desc->grad) seed->gref_ += 1 << 20;   /* the caller's tensor */
@@ -7173,9 +7213,12 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                     }
             } else if (!dl__acc_leaf(x, gj, create)) {
                 rc = ctx->err;
-            } else if (!n->fn) {
-                gj->gref_++;
-                dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
+            } else {
+                if (!n->fn) {
+                    gj->gref_++;
+                    dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
+                }
+                if (ctx->ready_fn && x->pend_ > 0 && --x->pend_ == 0) rc = ctx->ready_fn(ctx->ready_user, x);
             }
         }
         ctx->in_backward_of = NULL;
@@ -14356,6 +14399,22 @@ dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
    a meeting by `timeout` seconds breaks the group: every rank's call fails. */
 #define DL__GROUP_MAGIC 0xD16C0A11u
 
+/* A sum posted without waiting (dl_ddp's buckets during backward): each
+   rank posts its buffer and goes on; the last to post reduces the whole
+   buffer, in the ring's order segment by segment (the bits of
+   dl__grp_collective), and marks it done; each rank waits for it before it
+   reads its buffer again. Keyed by (step, bucket): ranks are at most one
+   step apart (a rank finishes a step only when every rank has posted all of
+   its buckets), so two slots per bucket, by the step's parity, suffice. */
+#define DL__GRP_ASYNC 64                 /* buckets that can be in flight */
+typedef struct dl__grp_slot {
+    uint64_t key;                      /* step * 65536 + bucket + 1; 0: unused */
+    int arrived;
+    bool done, bad;                    /* bad: the ranks' counts differed */
+    float *buf[DL_MAX_THREAD_RANKS];
+    int64_t count[DL_MAX_THREAD_RANKS];
+} dl__grp_slot;
+
 struct dl_comm_group {
     uint32_t magic;
     int size;
@@ -14370,6 +14429,7 @@ struct dl_comm_group {
     bool broken;
     float *buf[DL_MAX_THREAD_RANKS];   /* each rank's host buffer for the current collective */
     int64_t count[DL_MAX_THREAD_RANKS];
+    dl__grp_slot slot[2 * DL__GRP_ASYNC];  /* posted sums: (step parity, bucket) */
 };
 
 dl_comm_group *dl_comm_group_new(int size)
@@ -14623,6 +14683,22 @@ static DL__UNUSED bool dl__comm_host(dl_comm *c, const char *op, int64_t count)
     return false;
 }
 
+#ifndef DL_NO_THREADS
+/* now + the communicator's timeout, for pthread_cond_timedwait */
+static void dl__grp_deadline(const dl_comm *c, struct timespec *until)
+{
+#if defined(CLOCK_REALTIME)
+    clock_gettime(CLOCK_REALTIME, until);
+#else                                   /* a strict C99 unit that included headers first: whole seconds */
+    until->tv_sec = time(NULL);
+    until->tv_nsec = 0;
+#endif
+    until->tv_sec += (time_t)c->timeout;
+    until->tv_nsec += (long)((c->timeout - (double)(int64_t)c->timeout) * 1e9);
+    if (until->tv_nsec >= 1000000000L) { until->tv_sec++; until->tv_nsec -= 1000000000L; }
+}
+#endif
+
 /* THREADS: meet the other ranks (every rank's call makes one); false with
    the error when the group is or becomes broken (a rank missed the meeting
    by c->timeout seconds, or failed) */
@@ -14633,15 +14709,7 @@ static bool dl__grp_meet(dl_comm *c, const char *op)
     struct timespec until;
     uint64_t gen;
     bool ok;
-#if defined(CLOCK_REALTIME)
-    clock_gettime(CLOCK_REALTIME, &until);
-#else                                   /* a strict C99 unit that included headers first: whole seconds */
-    until.tv_sec = time(NULL);
-    until.tv_nsec = 0;
-#endif
-    until.tv_sec += (time_t)c->timeout;
-    until.tv_nsec += (long)((c->timeout - (double)(int64_t)c->timeout) * 1e9);
-    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    dl__grp_deadline(c, &until);
     pthread_mutex_lock(&g->mu);
     gen = g->gen;
     if (!g->broken && ++g->arrived == g->size) {
@@ -14701,6 +14769,101 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
         }
     }
     return dl__grp_meet(c, op);
+}
+
+/* THREADS, without waiting: post buf (count floats of host memory) as this
+   rank's part of sum number `bucket` of step `step` (see dl__grp_slot);
+   the last rank to post reduces it for all. buf must stay untouched until
+   dl__grp_wait. */
+static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, float *buf, int64_t count)
+{
+#ifndef DL_NO_THREADS
+    dl_comm_group *g = c->group;
+    dl__grp_slot *sl = &g->slot[(step & 1) * DL__GRP_ASYNC + (uint64_t)bucket];
+    uint64_t key = step * 65536u + (uint64_t)bucket + 1u;
+    int r = c->rank, n = c->size, j, q;
+    bool last, bad = false, broken;
+    pthread_mutex_lock(&g->mu);
+    broken = g->broken;
+    if (sl->key != key) {
+        sl->key = key;
+        sl->arrived = 0;
+        sl->done = sl->bad = false;
+    }
+    sl->buf[r] = buf;
+    sl->count[r] = count;
+    last = ++sl->arrived == n;
+    pthread_mutex_unlock(&g->mu);
+    if (broken) {
+        c->broken = true;
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: the thread group is broken (a rank timed out or failed)", op);
+        return false;
+    }
+    if (!last) return true;
+    for (j = 0; j < n; j++) bad = bad || sl->count[j] != count;
+    for (q = 0; q < n && !bad; q++) {             /* segment q: the ring's order from rank q */
+        int64_t off, len, i;
+        dl__seg(count, n, q, &off, &len);
+        for (i = off; i < off + len; i++) {
+            float v = sl->buf[q][i];
+            for (j = 1; j < n; j++) v = sl->buf[(q + j) % n][i] + v;
+            for (j = 0; j < n; j++) sl->buf[j][i] = v;
+        }
+    }
+    pthread_mutex_lock(&g->mu);
+    sl->done = true;
+    sl->bad = bad;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return true;
+#else
+    (void)step; (void)bucket; (void)buf; (void)count;
+    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)", op);
+    return false;
+#endif
+}
+
+/* THREADS: wait until sum `bucket` of step `step` is done (every rank posted
+   it and the last reduced it); false with the error on a timeout (the group
+   is then broken) or when the ranks posted different counts */
+static bool dl__grp_wait(dl_comm *c, const char *op, uint64_t step, int bucket)
+{
+#ifndef DL_NO_THREADS
+    dl_comm_group *g = c->group;
+    dl__grp_slot *sl = &g->slot[(step & 1) * DL__GRP_ASYNC + (uint64_t)bucket];
+    uint64_t key = step * 65536u + (uint64_t)bucket + 1u;
+    struct timespec until;
+    bool ok, bad;
+    int j = 0;
+    dl__grp_deadline(c, &until);
+    pthread_mutex_lock(&g->mu);
+    while (!(sl->key == key && sl->done) && !g->broken)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && !(sl->key == key && sl->done)) {
+            g->broken = true;
+            pthread_cond_broadcast(&g->cv);
+        }
+    ok = sl->key == key && sl->done;
+    bad = ok && sl->bad;
+    if (bad)
+        while (j < c->size && sl->count[j] == sl->count[c->rank]) j++;
+    pthread_mutex_unlock(&g->mu);
+    if (bad) {
+        c->broken = true;
+        dl__err(c->ctx, DL_ERR_SHAPE, "%s: rank %d posted %lld floats for bucket %d, rank %d %lld; every rank "
+                "must pass the same shapes", op, c->rank, (long long)sl->count[c->rank], bucket, j,
+                (long long)(j < c->size ? sl->count[j] : 0));
+        return false;
+    }
+    if (ok) return true;
+    c->broken = true;
+    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for the other ranks' "
+            "gradients: a rank died, hangs, or failed (the group is broken)", op, c->rank, c->size, c->timeout);
+    return false;
+#else
+    (void)step; (void)bucket;
+    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)", op);
+    return false;
+#endif
 }
 
 /* across processes: buf (count floats on d) = sum over processes * scale */
@@ -14993,6 +15156,17 @@ struct dl_ddp {
     float *w;                         /* replica i's weight in the next gradient sum */
     float *sum;                       /* dl_ddp_check: 2 * np checksums */
     int64_t total, bucket;            /* parameter elements; bucket elements */
+    /* overlap (one local replica, DL_COMM_THREADS ranks): a bucket's sum is
+       posted from backward's ready hook as soon as its last gradient is
+       complete, and waited for after backward */
+    bool overlap;
+    int nb;                           /* buckets */
+    int64_t *pos;                     /* parameter j's first element in the flat order */
+    int *bneed, *bleft;               /* per bucket: parameters overlapping it; still to come */
+    bool *pready, *bposted;
+    float *hflat;                     /* host: every bucket (total floats) */
+    uint64_t astep;                   /* steps taken (the key of the posted sums) */
+    int early;                        /* buckets posted during the last backward */
 };
 
 static void dl__ddp_destroy(void *v)
@@ -15006,6 +15180,12 @@ static void dl__ddp_destroy(void *v)
     DL_FREE(dp->flat);
     DL_FREE(dp->w);
     DL_FREE(dp->sum);
+    DL_FREE(dp->pos);
+    DL_FREE(dp->bneed);
+    DL_FREE(dp->bleft);
+    DL_FREE(dp->pready);
+    DL_FREE(dp->bposted);
+    DL_FREE(dp->hflat);
     dp->magic = 0;
     DL_FREE(dp);
 }
@@ -15134,6 +15314,30 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         if (!dp->flat[i]) { dl__ddp_destroy(dp); return NULL; }
         dl_set_name(dp->flat[i], "ddp.bucket");
     }
+    dp->nb = (int)((dp->total + dp->bucket - 1) / dp->bucket);
+    dp->overlap = n == 1 && dp->comm && dp->comm->backend == DL_COMM_THREADS && dp->comm->size > 1 &&
+                  dp->nb <= DL__GRP_ASYNC;
+    if (dp->overlap) {
+        int64_t at = 0;
+        dp->pos = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)np);
+        dp->bneed = (int *)dl__malloc(ctx, sizeof(int) * (size_t)dp->nb);
+        dp->bleft = (int *)dl__malloc(ctx, sizeof(int) * (size_t)dp->nb);
+        dp->pready = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)np);
+        dp->bposted = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
+        dp->hflat = (float *)dl__malloc(ctx, sizeof(float) * (size_t)dp->total);
+        if (!dp->pos || !dp->bneed || !dp->bleft || !dp->pready || !dp->bposted || !dp->hflat) {
+            dl__ddp_destroy(dp);
+            dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory");
+            return NULL;
+        }
+        memset(dp->bneed, 0, sizeof(int) * (size_t)dp->nb);
+        for (j = 0; j < np; j++) {
+            int64_t b, m = dp->p[j]->numel;
+            dp->pos[j] = at;
+            for (b = at / dp->bucket; m > 0 && b <= (at + m - 1) / dp->bucket; b++) dp->bneed[b]++;
+            at += m;
+        }
+    }
     if (!dl__own(ctx, dl__ddp_destroy, dp)) { dl__ddp_destroy(dp); return NULL; }
     dp->magic = DL__DDP_MAGIC;
     /* replica 0 of process 0 -> everyone: parameters and buffers */
@@ -15213,6 +15417,84 @@ static dl_result dl__ddp_sum(dl_ddp *dp, const char *op)
         }
     }
     return DL_OK;
+}
+
+/* overlap: bucket b of replica 0's gradients, weighted, into hflat, and
+   posted to the other thread ranks */
+static dl_result dl__ddp_post(dl_ddp *dp, int b, const char *op)
+{
+    int64_t lo = (int64_t)b * dp->bucket, hi = lo + dp->bucket < dp->total ? lo + dp->bucket : dp->total, i;
+    dl__dev *d = dl__ddp_dev(dp, 0);
+    float *f = dp->hflat + lo, w = dp->w[0];
+    int j;
+    for (j = 0; j < dp->np; j++) {
+        dl_tensor *x = dp->p[j];
+        int64_t a = dp->pos[j] > lo ? dp->pos[j] : lo, e = dp->pos[j] + x->numel < hi ? dp->pos[j] + x->numel : hi;
+        if (a >= e) continue;
+        if (x->grad)
+            d->be->download(d, f + (a - lo), (const float *)x->grad->data + (a - dp->pos[j]),
+                            sizeof(float) * (size_t)(e - a));
+        else
+            memset(f + (a - lo), 0, sizeof(float) * (size_t)(e - a));
+    }
+    if (dl__dev_check(d, op) != DL_OK) return DL_ERR_DEVICE;
+    if (w != 1.0f)
+        for (i = 0; i < hi - lo; i++) f[i] = f[i] * w;
+    dp->bposted[b] = true;
+    return dl__grp_post(dp->comm, op, dp->astep, b, f, hi - lo) ? DL_OK : dp->ctx->err;
+}
+
+/* backward's ready hook: parameter x's gradient is complete; post every
+   bucket that was waiting for it last */
+static dl_result dl__ddp_ready(void *user, dl_tensor *x)
+{
+    dl_ddp *dp = (dl_ddp *)user;
+    int j;
+    int64_t b;
+    for (j = 0; j < dp->np && dp->p[j] != x; j++) {}
+    if (j == dp->np || dp->pready[j] || x->numel == 0) return DL_OK;
+    dp->pready[j] = true;
+    for (b = dp->pos[j] / dp->bucket; b <= (dp->pos[j] + x->numel - 1) / dp->bucket; b++)
+        if (--dp->bleft[b] == 0) {
+            dl_result rc = dl__ddp_post(dp, (int)b, "dl_ddp_step");
+            if (rc != DL_OK) return rc;
+            dp->early++;
+        }
+    return DL_OK;
+}
+
+/* overlap: backward of replica 0 with the hook, then the buckets it did
+   not post (parameters without a gradient), the waits, and the sums back
+   into the gradients */
+static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const char *op)
+{
+    dl_ctx *ctx = dp->ctx;
+    dl__dev *d = dl__ddp_dev(dp, 0);
+    dl_result rc;
+    int b, j;
+    dp->astep++;
+    dp->early = 0;
+    for (b = 0; b < dp->nb; b++) {
+        dp->bleft[b] = dp->bneed[b];
+        dp->bposted[b] = false;
+    }
+    for (j = 0; j < dp->np; j++) dp->pready[j] = false;
+    ctx->ready_fn = dl__ddp_ready;
+    ctx->ready_user = dp;
+    rc = dl_backward(loss);
+    ctx->ready_fn = NULL;
+    ctx->ready_user = NULL;
+    if (rc != DL_OK) return rc;
+    for (b = 0; b < dp->nb; b++)
+        if (!dp->bposted[b] && (rc = dl__ddp_post(dp, b, op)) != DL_OK) return rc;
+    for (b = 0; b < dp->nb; b++)
+        if (!dl__grp_wait(dp->comm, op, dp->astep, b)) return ctx->err;
+    for (j = 0; j < dp->np; j++) {
+        dl_tensor *x = dp->p[j];
+        if (x->grad && x->numel)
+            d->be->upload(d, x->grad->data, dp->hflat + dp->pos[j], sizeof(float) * (size_t)x->numel);
+    }
+    return dl__dev_check(d, op);
 }
 
 dl_result dl_ddp_sync_grads(dl_ddp *dp)
@@ -15345,10 +15627,11 @@ dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn fn,
                 dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: the loss function returned NULL for replica %d", i);
             return ctx->err;
         }
+        if (dp->overlap) break;
         rc = dl_backward(loss[i]);
         if (rc != DL_OK) return rc;
     }
-    rc = dl__ddp_sum(dp, "dl_ddp_step");
+    rc = dp->overlap ? dl__ddp_backward_overlap(dp, loss[0], "dl_ddp_step") : dl__ddp_sum(dp, "dl_ddp_step");
     if (rc != DL_OK) return rc;
     for (i = 0; i < n; i++) {
         rc = dl_optim_step(dp->o[i]);

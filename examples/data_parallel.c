@@ -40,7 +40,7 @@ typedef struct run {
 typedef struct flags {
     const char *prog, *data;
     int epochs, threads, nruns, ranks;
-    int64_t batch, limit;
+    int64_t batch, limit, bucket_kb;
     float lr;
     run runs[MAX_RUNS];
 } flags;
@@ -50,6 +50,7 @@ static void usage(FILE *out, const char *prog)
     fprintf(out,
             "usage: %s [--devices LIST]... [--epochs N (2)] [--batch N (256)] [--lr F (0.002)]\n"
             "       [--threads N (0)] [--limit N (0)] [--data DIR (data/fashion-mnist)] [--ranks N (0)]\n"
+            "       [--bucket-kb N (0)]\n"
             "  --devices LIST  comma-separated devices, one replica each: cpu:0,cpu:1 or cuda:0,cuda:1\n"
             "                  (at most %d, no repeats); repeat the flag for several runs; default:\n"
             "                  three runs, on cpu:0 | cpu:0,cpu:1 | cpu:0,cpu:1,cpu:2,cpu:3\n"
@@ -60,7 +61,9 @@ static void usage(FILE *out, const char *prog)
             "  --limit N       train on the first N samples, N >= 0 (0: all)\n"
             "  --data DIR      the Fashion-MNIST IDX files (`make data`)\n"
             "  --ranks N       1..16 thread ranks, each with its own context and its --devices list\n"
-            "                  (DL_COMM_THREADS; --threads is then per rank); 0: one rank, this thread\n",
+            "                  (DL_COMM_THREADS; --threads is then per rank); 0: one rank, this thread\n"
+            "  --bucket-kb N   gradient buckets of N KiB, 0..1048576 (0: 25 MB, as PyTorch's DDP); with\n"
+            "                  --ranks each bucket is summed as soon as backward has finished it\n",
             prog, MAX_DEV, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS);
 }
 
@@ -117,7 +120,8 @@ static void parse(int argc, char **argv, flags *f)
         const char *fl = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(fl, "--help") || !strcmp(fl, "-h")) { usage(stdout, f->prog); exit(0); }
         if (strcmp(fl, "--devices") && strcmp(fl, "--epochs") && strcmp(fl, "--batch") && strcmp(fl, "--lr") &&
-            strcmp(fl, "--threads") && strcmp(fl, "--limit") && strcmp(fl, "--data") && strcmp(fl, "--ranks"))
+            strcmp(fl, "--threads") && strcmp(fl, "--limit") && strcmp(fl, "--data") && strcmp(fl, "--ranks") &&
+            strcmp(fl, "--bucket-kb"))
             bad(f->prog, "unknown flag %s%s%s", fl, "", "");
         if (!v) bad(f->prog, "%s needs a value%s%s", fl, "", "");
         if (!strcmp(fl, "--devices")) {
@@ -129,6 +133,8 @@ static void parse(int argc, char **argv, flags *f)
         else if (!strcmp(fl, "--limit")) f->limit = int_flag(f->prog, fl, v, 0, INT64_MAX, "a whole number >= 0");
         else if (!strcmp(fl, "--data")) f->data = v;
         else if (!strcmp(fl, "--ranks")) f->ranks = (int)int_flag(f->prog, fl, v, 0, 16, "a whole number from 0 to 16");
+        else if (!strcmp(fl, "--bucket-kb"))
+            f->bucket_kb = int_flag(f->prog, fl, v, 0, 1048576, "a whole number from 0 to 1048576");
         else {
             char *end;
             double x = strtod(v, &end);
@@ -258,6 +264,7 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
     }
     memset(&dd, 0, sizeof dd);
     dd.comm = comm;
+    dd.bucket_bytes = f->bucket_kb * 1024;
     dp = dl_ddp_init(r->n, net, opt, &dd);    /* replica 0's weights to every replica */
     if (!dp) goto fail;
     if (rank == 0)

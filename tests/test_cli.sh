@@ -467,6 +467,10 @@ expect 2 "^$DP: --ranks 17: must be a whole number from 0 to 16" $DP --ranks 17
 expect 2 "^$DP: --batch 3: must be at least the number of devices of every run \(times --ranks\)" $DP --ranks 4 --batch 3
 expect 0 "^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 --ranks 2 --threads 1
 check "data_parallel --ranks 2: two thread ranks train one model" eval "printf '%s\n' \"\$out\" | grep -q '^LeNet-BN on cpu:0 in each of the thread ranks: 2 replicas, batch 16 (8 per replica)'"
+expect 2 "^$DP: --bucket-kb -1: must be a whole number from 0 to 1048576" $DP --bucket-kb -1
+expect 2 "^$DP: --bucket-kb 1048577: must be a whole number from 0 to 1048576" $DP --bucket-kb 1048577
+expect 0 "^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 --ranks 2 --threads 1 \
+    --bucket-kb 16
 
 # --- a short run on the real data, when it is there
 if [ -f data/fashion-mnist/train-images-idx3-ubyte ]; then

@@ -444,6 +444,9 @@ typedef struct rank_job {
     int64_t count;
     int mean;
     double timeout;
+    int buckets;                    /* kind 1: about this many gradient buckets (0: the default size) */
+    int no_overlap;                 /* kind 1: sum the buckets after backward (the path without the hook) */
+    int quit;                       /* kind 1: leave right after dl_ddp_init (a rank that dies) */
     /* results, checked by the main thread */
     int ok;
     char err[800];
@@ -451,6 +454,7 @@ typedef struct rank_job {
     float *params;                  /* kind 1: replica 0's parameters after 20 steps */
     int64_t nparams;
     double secs;                    /* kind 2: how long the failing call took */
+    int nb, early;                  /* kind 1: buckets; of them posted during the last backward */
 } rank_job;
 
 static double now_s(void)
@@ -533,14 +537,24 @@ static void *rank_main(void *arg)
         o = dl_sgd(m, &sd);
         memset(&dd, 0, sizeof dd);
         dd.comm = comm;
+        if (j->buckets) {
+            int64_t total = 0;
+            np = dl_module_named_parameters(m, &pa);
+            for (q = 0; q < np; q++) total += pa[q].t->numel;
+            dd.bucket_bytes = (int64_t)sizeof(float) * (total / j->buckets + 1);
+        }
         dp = dl_ddp_init(1, &m, &o, &dd);
         j->ok = dp != NULL;
-        for (step = 0; step < 20 && j->ok; step++) {
+        if (dp && j->no_overlap) dp->overlap = false;
+        j->secs = now_s();
+        for (step = 0; step < (j->quit ? 0 : 20) && j->ok; step++) {
             rank_batch(&rng, xb, yb);
             j->ok = dl_ddp_step(dp, dl_from_array(c, DL_SHAPE(16, 1, 28, 28), xb + j->rank * 16 * 784),
                                 dl_from_int64(c, DL_SHAPE(16), yb + j->rank * 16), ce_loss, NULL, NULL) == DL_OK;
             dl_step_end(c);
         }
+        if (dp) { j->nb = dp->nb; j->early = dp->early; }
+        j->secs = now_s() - j->secs;
         np = dl_module_named_parameters(m, &pa);
         for (q = 0, j->nparams = 0; q < np; q++) j->nparams += pa[q].t->numel;
         j->params = (float *)malloc(sizeof(float) * (size_t)j->nparams);
@@ -632,21 +646,20 @@ static void test_comm_threads(void)
                 for (i = 0; i < n; i++) { free(j[i].got[0]); free(j[i].got[1]); }
                 dl_comm_group_free(g);
             }
-    /* dl_ddp over 2 thread ranks (16 rows each) = one model on the 32-row batch */
+    /* dl_ddp over 2 thread ranks (16 rows each) = one model on the 32-row batch:
+       one bucket; ~8 buckets, each summed as soon as backward has finished
+       its gradients (the ready hook); the same ~8 buckets summed after
+       backward, which must give the same bits */
     {
         dl_module *ref;
         dl_optim *oref;
         dl_sgd_desc sd;
         const dl_named_tensor *pa;
-        float *xb = (float *)malloc(sizeof(float) * 32 * 784), *rp;
+        float *xb = (float *)malloc(sizeof(float) * 32 * 784), *rp, *prev = NULL;
         int64_t yb[32], k, nref = 0;
         uint32_t rng = 4242;
-        int step, np, q;
+        int step, np, q, cfg;
         double worst = 0, scale = 0;
-        g = dl_comm_group_new(2);
-        memset(j, 0, sizeof j);
-        for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 1; j[i].timeout = 60; }
-        run_ranks(j, 2);
         memset(&sd, 0, sizeof sd);
         sd.lr = 0.05f;
         sd.momentum = 0.9f;
@@ -663,19 +676,56 @@ static void test_comm_threads(void)
         for (q = 0; q < np; q++) nref += pa[q].t->numel;
         rp = (float *)malloc(sizeof(float) * (size_t)nref);
         for (q = 0, k = 0; q < np; q++) { dl_read(pa[q].t, rp + k, pa[q].t->numel); k += pa[q].t->numel; }
-        CHECK(j[0].ok && j[1].ok, "dl_ddp over 2 thread ranks: %s %s", j[0].err, j[1].err);
-        if (j[0].ok && j[1].ok && j[0].nparams == nref) {
-            for (k = 0; k < nref; k++) if (fabs(rp[k]) > scale) scale = fabs(rp[k]);
-            for (k = 0; k < nref; k++) if (fabs(rp[k] - j[0].params[k]) > worst) worst = fabs(rp[k] - j[0].params[k]);
-            CHECK(worst <= 1e-5 * scale, "dl_ddp over 2 thread ranks = one model on the full batch after 20 "
-                  "steps (worst %.3g, scale %.3g)", worst, scale);
-            CHECK(memcmp(j[0].params, j[1].params, sizeof(float) * (size_t)nref) == 0,
-                  "dl_ddp over 2 thread ranks: rank 1 = rank 0, bit for bit");
+        for (k = 0; k < nref; k++) if (fabs(rp[k]) > scale) scale = fabs(rp[k]);
+        for (cfg = 0; cfg < 3; cfg++) {
+            static const char *what[3] = {"one bucket", "8 buckets, overlapped", "8 buckets, after backward"};
+            g = dl_comm_group_new(2);
+            memset(j, 0, sizeof j);
+            for (i = 0; i < 2; i++) {
+                j[i].g = g; j[i].rank = i; j[i].kind = 1; j[i].timeout = 60;
+                j[i].buckets = cfg ? 8 : 0;
+                j[i].no_overlap = cfg == 2;
+            }
+            run_ranks(j, 2);
+            CHECK(j[0].ok && j[1].ok, "dl_ddp over 2 thread ranks, %s: %s %s", what[cfg], j[0].err, j[1].err);
+            if (j[0].ok && j[1].ok && j[0].nparams == nref) {
+                worst = 0;
+                for (k = 0; k < nref; k++) if (fabs(rp[k] - j[0].params[k]) > worst) worst = fabs(rp[k] - j[0].params[k]);
+                CHECK(worst <= 1e-5 * scale, "dl_ddp over 2 thread ranks, %s = one model on the full batch after "
+                      "20 steps (worst %.3g, scale %.3g)", what[cfg], worst, scale);
+                CHECK(memcmp(j[0].params, j[1].params, sizeof(float) * (size_t)nref) == 0,
+                      "dl_ddp over 2 thread ranks, %s: rank 1 = rank 0, bit for bit", what[cfg]);
+                if (cfg == 1)
+                    CHECK(j[0].nb >= 8 && j[0].early == j[0].nb && j[1].early == j[1].nb,
+                          "%s: all %d buckets posted from backward's hook (rank 0: %d, rank 1: %d)", what[cfg],
+                          j[0].nb, j[0].early, j[1].early);
+                if (cfg == 2) {
+                    CHECK(j[0].early == 0, "%s: no bucket posted during backward (%d)", what[cfg], j[0].early);
+                    CHECK(prev && memcmp(j[0].params, prev, sizeof(float) * (size_t)nref) == 0,
+                          "8 buckets: overlapped = summed after backward, bit for bit");
+                }
+            }
+            free(prev);
+            prev = j[0].params;
+            free(j[1].params);
+            dl_comm_group_free(g);
         }
-        free(j[0].params); free(j[1].params); free(rp); free(xb);
+        free(prev); free(rp); free(xb);
         dl_optim_free(oref);
-        dl_comm_group_free(g);
     }
+    /* a rank that leaves after dl_ddp_init: the other's first step posts its
+       buckets during backward and fails after the timeout, with the message */
+    g = dl_comm_group_new(2);
+    memset(j, 0, sizeof j);
+    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 1; j[i].timeout = 0.3; j[i].buckets = 8; }
+    j[1].quit = 1;
+    run_ranks(j, 2);
+    CHECK(!j[0].ok && strstr(j[0].err, "dl_ddp_step: rank 0 of 2 (threads) waited up to 0.3 s for the other "
+          "ranks' gradients: a rank died, hangs, or failed") != NULL, "ddp, a rank that left: got '%s'", j[0].err);
+    CHECK(j[0].secs >= 0.25 && j[0].secs < 10, "ddp, a rank that left: failed after %.2f s (timeout 0.3 s)",
+          j[0].secs);
+    free(j[0].params); free(j[1].params);
+    dl_comm_group_free(g);
     /* a rank that never comes: the other fails after its timeout, with the message */
     g = dl_comm_group_new(2);
     memset(j, 0, sizeof j);
