@@ -133,14 +133,15 @@
      then in each thread its own context and dl_comm_init(ctx,
      &{.backend = DL_COMM_THREADS, .group = g, .rank = r}), the same
      training code as under MPI (examples/data_parallel.c --ranks N).
-     With thread ranks (one replica per rank) a bucket's sum starts while
-     backward still runs: backward calls a hook when a parameter's
-     gradient is complete, the rank posts each bucket whose gradients are
-     all done and goes on, and the last rank to post sums it for all (the
-     ring's order, so the same bits as summing after backward). Under MPI
-     and NCCL, and for the replicas of one context, the buckets are summed
-     after backward (the MPI ring progresses on the calling thread; NCCL's
-     call waits for its stream).
+     With one replica per MPI process or thread rank, a bucket's sum starts
+     while backward still runs: backward calls a hook when a parameter's
+     gradient is complete, and each bucket whose gradients are all done is
+     started at once. Thread ranks post it and go on (the last rank to post
+     sums it for all); under MPI each bucket runs its own ring (its own
+     tag), moved along at every hook and finished after backward. Either
+     way the same additions in the ring's order, so the same bits as
+     summing after backward. Under NCCL, and for the replicas of one
+     context, the buckets are summed after backward.
 
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
@@ -1452,9 +1453,9 @@ DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_i
    runs loss(replica, x part, y part) and backward on each replica, sums the
    gradients weighted by each part's share of the batch (bucketed into flat
    buffers of bucket_bytes), and steps every optimizer: the same update as
-   one model on the full batch. With DL_COMM_THREADS ranks (n = 1 each)
-   every bucket is posted from backward as soon as its gradients are
-   complete, so the sums overlap the rest of backward. Batch-norm running
+   one model on the full batch. With one replica per MPI process or
+   DL_COMM_THREADS rank (n = 1), every bucket's sum starts from backward as
+   soon as its gradients are complete, overlapping the rest of backward. Batch-norm running
    statistics stay per replica (as in PyTorch's DataParallel): evaluate
    with replica 0. */
 typedef struct dl_ddp dl_ddp;
@@ -14670,6 +14671,79 @@ static bool dl__mpi_ring(dl_comm *c, const char *op, float *h, int64_t count, fl
 }
 #endif
 
+#ifdef DL_MPI
+/* The same ring in steps, for dl_ddp's buckets during backward: each
+   bucket runs its own ring (its own tag and receive buffer) with the sends,
+   receives and additions of dl__mpi_ring in the same order (so the same
+   bits); dl__mpi_async_run advances it as far as the messages that have
+   arrived allow, or (block) to the end, waiting with the timeout. */
+typedef struct dl__mpi_async {
+    float *h, *tmp;                   /* the bucket (host); one chunk of the left neighbour's segment */
+    int64_t count;
+    int tag, k;                       /* k: the ring step (0 .. 2(P-1)) */
+    int64_t ci;                       /* its chunk */
+    bool inflight;                    /* rq holds the receive and the send of (k, ci) */
+    MPI_Request rq[2];
+    int64_t ro;                       /* (k, ci)'s received offset, floats, and whether it is added */
+    int mr;
+    bool add;
+} dl__mpi_async;
+
+/* 1: done, 0: waiting for a message, -1: error (set) */
+static int dl__mpi_async_run(dl_comm *c, const char *op, dl__mpi_async *a, bool block)
+{
+    int P = c->size, me = c->rank, right = (me + 1) % P, left = (me + P - 1) % P;
+    int64_t maxseg = (a->count + P - 1) / P, nch = (maxseg + DL__RING_CHUNK - 1) / DL__RING_CHUNK;
+    for (;;) {
+        int64_t i;
+        if (!a->inflight) {
+            bool rs;
+            int kk, ss, sr, ms;
+            int64_t so, sl, rl, c0 = a->ci * DL__RING_CHUNK;
+            float *dst;
+            if (a->k >= 2 * (P - 1) || nch == 0) return 1;
+            rs = a->k < P - 1;
+            kk = rs ? a->k : a->k - (P - 1);
+            ss = rs ? (me - kk + 2 * P) % P : (me + 1 - kk + 2 * P) % P;
+            sr = (ss + P - 1) % P;
+            dl__seg(a->count, P, ss, &so, &sl);
+            dl__seg(a->count, P, sr, &a->ro, &rl);
+            ms = (int)(sl - c0 < 0 ? 0 : (sl - c0 < DL__RING_CHUNK ? sl - c0 : DL__RING_CHUNK));
+            a->mr = (int)(rl - c0 < 0 ? 0 : (rl - c0 < DL__RING_CHUNK ? rl - c0 : DL__RING_CHUNK));
+            a->ro += c0;
+            a->add = rs;
+            dst = rs ? a->tmp : a->h + a->ro;
+            if (MPI_Irecv(a->mr ? dst : a->tmp, a->mr, MPI_FLOAT, left, a->tag, c->mpi, &a->rq[0]) != MPI_SUCCESS ||
+                MPI_Isend(ms ? a->h + so + c0 : a->tmp, ms, MPI_FLOAT, right, a->tag, c->mpi, &a->rq[1]) != MPI_SUCCESS) {
+                c->broken = true;
+                dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI_Irecv/MPI_Isend failed", op, c->rank, c->size);
+                return -1;
+            }
+            a->inflight = true;
+        }
+        if (block) {
+            if (!dl__mpi_wait(c, op, 2, a->rq, left, right)) return -1;
+        } else {
+            int done = 0;
+            if (MPI_Testall(2, a->rq, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+                c->broken = true;
+                dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI error talking to rank %d/%d", op, c->rank,
+                        c->size, left, right);
+                return -1;
+            }
+            if (!done) return 0;
+        }
+        a->inflight = false;
+        if (a->add)
+            for (i = 0; i < a->mr; i++) a->h[a->ro + i] = a->h[a->ro + i] + a->tmp[i];
+        if (++a->ci == nch) {
+            a->ci = 0;
+            a->k++;
+        }
+    }
+}
+#endif
+
 /* host buffers for count floats (MPI) */
 static DL__UNUSED bool dl__comm_host(dl_comm *c, const char *op, int64_t count)
 {
@@ -15156,17 +15230,22 @@ struct dl_ddp {
     float *w;                         /* replica i's weight in the next gradient sum */
     float *sum;                       /* dl_ddp_check: 2 * np checksums */
     int64_t total, bucket;            /* parameter elements; bucket elements */
-    /* overlap (one local replica, DL_COMM_THREADS ranks): a bucket's sum is
-       posted from backward's ready hook as soon as its last gradient is
-       complete, and waited for after backward */
+    /* overlap (one local replica per process or thread rank, MPI or
+       THREADS): a bucket's sum starts from backward's ready hook as soon as
+       its last gradient is complete, and is finished after backward */
     bool overlap;
     int nb;                           /* buckets */
     int64_t *pos;                     /* parameter j's first element in the flat order */
     int *bneed, *bleft;               /* per bucket: parameters overlapping it; still to come */
-    bool *pready, *bposted;
+    bool *pready, *bposted, *bdone;
     float *hflat;                     /* host: every bucket (total floats) */
     uint64_t astep;                   /* steps taken (the key of the posted sums) */
     int early;                        /* buckets posted during the last backward */
+#ifdef DL_MPI
+    dl__mpi_async *am;                /* MPI: each bucket's ring */
+    float *atmp;                      /* MPI: their receive buffers */
+    int64_t atmpn;                    /* floats of each */
+#endif
 };
 
 static void dl__ddp_destroy(void *v)
@@ -15185,7 +15264,12 @@ static void dl__ddp_destroy(void *v)
     DL_FREE(dp->bleft);
     DL_FREE(dp->pready);
     DL_FREE(dp->bposted);
+    DL_FREE(dp->bdone);
     DL_FREE(dp->hflat);
+#ifdef DL_MPI
+    DL_FREE(dp->am);
+    DL_FREE(dp->atmp);
+#endif
     dp->magic = 0;
     DL_FREE(dp);
 }
@@ -15315,8 +15399,8 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         dl_set_name(dp->flat[i], "ddp.bucket");
     }
     dp->nb = (int)((dp->total + dp->bucket - 1) / dp->bucket);
-    dp->overlap = n == 1 && dp->comm && dp->comm->backend == DL_COMM_THREADS && dp->comm->size > 1 &&
-                  dp->nb <= DL__GRP_ASYNC;
+    dp->overlap = n == 1 && dp->comm && (dp->comm->backend == DL_COMM_THREADS || dp->comm->backend == DL_COMM_MPI) &&
+                  dp->comm->size > 1 && dp->nb <= DL__GRP_ASYNC;
     if (dp->overlap) {
         int64_t at = 0;
         dp->pos = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)np);
@@ -15324,8 +15408,21 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         dp->bleft = (int *)dl__malloc(ctx, sizeof(int) * (size_t)dp->nb);
         dp->pready = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)np);
         dp->bposted = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
+        dp->bdone = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
         dp->hflat = (float *)dl__malloc(ctx, sizeof(float) * (size_t)dp->total);
-        if (!dp->pos || !dp->bneed || !dp->bleft || !dp->pready || !dp->bposted || !dp->hflat) {
+#ifdef DL_MPI
+        if (dp->comm->backend == DL_COMM_MPI) {
+            int64_t seg = (dp->bucket + dp->comm->size - 1) / dp->comm->size;
+            dp->atmpn = seg < DL__RING_CHUNK ? (seg > 0 ? seg : 1) : DL__RING_CHUNK;
+            dp->am = (dl__mpi_async *)dl__malloc(ctx, sizeof(dl__mpi_async) * (size_t)dp->nb);
+            dp->atmp = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(dp->atmpn * dp->nb));
+            if (!dp->am || !dp->atmp) {   /* (reported below as out of memory) */
+                DL_FREE(dp->hflat);
+                dp->hflat = NULL;
+            }
+        }
+#endif
+        if (!dp->pos || !dp->bneed || !dp->bleft || !dp->pready || !dp->bposted || !dp->bdone || !dp->hflat) {
             dl__ddp_destroy(dp);
             dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory");
             return NULL;
@@ -15441,7 +15538,39 @@ static dl_result dl__ddp_post(dl_ddp *dp, int b, const char *op)
     if (w != 1.0f)
         for (i = 0; i < hi - lo; i++) f[i] = f[i] * w;
     dp->bposted[b] = true;
+#ifdef DL_MPI
+    if (dp->comm->backend == DL_COMM_MPI) {
+        dl__mpi_async *a = &dp->am[b];
+        int r;
+        memset(a, 0, sizeof *a);
+        a->h = f;
+        a->count = hi - lo;
+        a->tag = 1000 + b;
+        a->tmp = dp->atmp + (int64_t)b * dp->atmpn;
+        r = dl__mpi_async_run(dp->comm, op, a, false);
+        dp->bdone[b] = r == 1;
+        return r < 0 ? DL_ERR_DEVICE : DL_OK;
+    }
+#endif
     return dl__grp_post(dp->comm, op, dp->astep, b, f, hi - lo) ? DL_OK : dp->ctx->err;
+}
+
+/* overlap: finish bucket b's sum (block) or advance it as far as the
+   messages allow (MPI; THREADS needs nothing until the wait) */
+static dl_result dl__ddp_progress(dl_ddp *dp, int b, bool block, const char *op)
+{
+    if (dp->bdone[b]) return DL_OK;
+#ifdef DL_MPI
+    if (dp->comm->backend == DL_COMM_MPI) {
+        int r = dl__mpi_async_run(dp->comm, op, &dp->am[b], block);
+        dp->bdone[b] = r == 1;
+        return r < 0 ? DL_ERR_DEVICE : DL_OK;
+    }
+#endif
+    if (!block) return DL_OK;
+    if (!dl__grp_wait(dp->comm, op, dp->astep, b)) return dp->ctx->err;
+    dp->bdone[b] = true;
+    return DL_OK;
 }
 
 /* backward's ready hook: parameter x's gradient is complete; post every
@@ -15454,6 +15583,8 @@ static dl_result dl__ddp_ready(void *user, dl_tensor *x)
     for (j = 0; j < dp->np && dp->p[j] != x; j++) {}
     if (j == dp->np || dp->pready[j] || x->numel == 0) return DL_OK;
     dp->pready[j] = true;
+    for (b = 0; b < dp->nb; b++)          /* MPI: move the buckets in flight along */
+        if (dp->bposted[b] && dl__ddp_progress(dp, (int)b, false, "dl_ddp_step") != DL_OK) return dp->ctx->err;
     for (b = dp->pos[j] / dp->bucket; b <= (dp->pos[j] + x->numel - 1) / dp->bucket; b++)
         if (--dp->bleft[b] == 0) {
             dl_result rc = dl__ddp_post(dp, (int)b, "dl_ddp_step");
@@ -15476,7 +15607,7 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
     dp->early = 0;
     for (b = 0; b < dp->nb; b++) {
         dp->bleft[b] = dp->bneed[b];
-        dp->bposted[b] = false;
+        dp->bposted[b] = dp->bdone[b] = false;
     }
     for (j = 0; j < dp->np; j++) dp->pready[j] = false;
     ctx->ready_fn = dl__ddp_ready;
@@ -15488,7 +15619,7 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
     for (b = 0; b < dp->nb; b++)
         if (!dp->bposted[b] && (rc = dl__ddp_post(dp, b, op)) != DL_OK) return rc;
     for (b = 0; b < dp->nb; b++)
-        if (!dl__grp_wait(dp->comm, op, dp->astep, b)) return ctx->err;
+        if ((rc = dl__ddp_progress(dp, b, true, op)) != DL_OK) return rc;
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x = dp->p[j];
         if (x->grad && x->numel)

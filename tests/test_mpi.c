@@ -121,6 +121,13 @@ static void check_everywhere(const float *x, int64_t n, void *u)
 
 /* each process gets its share of the global batch (B rows, B divisible by
    the processes) and splits it over nloc local replicas */
+/* test_ddp's gradient buckets (0: the default size, else about this many)
+   and path (1: summed after backward, without the ready hook); after it,
+   the replica's parameters and the buckets posted during the last backward */
+static int g_buckets, g_no_overlap, g_nb, g_early;
+static float *g_params;
+static int64_t g_nparams;
+
 static void test_ddp(int kind, int nloc, int64_t B)
 {
     dl_module *ref, *rep[2];
@@ -148,9 +155,17 @@ static void test_ddp(int kind, int nloc, int64_t B)
     }
     memset(&dd, 0, sizeof dd);
     dd.comm = W;
+    if (g_buckets) {
+        const dl_named_tensor *pa;
+        int np = dl_module_named_parameters(rep[0], &pa), q;
+        int64_t total = 0;
+        for (q = 0; q < np; q++) total += pa[q].t->numel;
+        dd.bucket_bytes = (int64_t)sizeof(float) * (total / g_buckets + 1);
+    }
     dp = dl_ddp_init(nloc, rep, op, &dd);
     CHECK(dp != NULL, "dl_ddp_init over MPI: %s", dl_error_message(C));
     if (!dp) { free(xb); free(yb); return; }
+    if (g_no_overlap) dp->overlap = false;
     for (step = 0; step < 20 && ok; step++) {
         dl_tensor *x, *y;
         float l1, l2 = 0;
@@ -171,6 +186,16 @@ static void test_ddp(int kind, int nloc, int64_t B)
     CHECK(diff < 1e-5, "ddp %s over %d processes x %d replicas = one model on the full batch after 20 "
           "steps (worst relative diff %.3g)", kind ? "LeNet" : "MLP", g_size, nloc, diff);
     CHECK(same, "ddp: the same parameters, bit for bit, in every process");
+    g_nb = dp->nb;
+    g_early = dp->early;
+    {
+        const dl_named_tensor *pa;
+        int np = dl_module_named_parameters(rep[0], &pa), q;
+        for (q = 0, g_nparams = 0; q < np; q++) g_nparams += pa[q].t->numel;
+        free(g_params);
+        g_params = (float *)malloc(sizeof(float) * (size_t)g_nparams);
+        for (q = 0, k = 0; q < np; q++) { dl_read(pa[q].t, g_params + k, pa[q].t->numel); k += pa[q].t->numel; }
+    }
     if (kind == 0 && nloc == 1) {        /* process 1's replica drifts: dl_ddp_check sees it there */
         dl_tensor *w = dl_module_get(rep[0], "1.weight");
         float *buf = (float *)malloc(sizeof(float) * (size_t)w->numel);
@@ -202,14 +227,29 @@ static void hang(int sig)
     for (;;) pause();            /* a hung rank: alive, but never answers again */
 }
 
-static int test_failure(bool stop)
+static int test_failure(bool stop, bool ddp)
 {
     dl_tensor *t[1];
     int i;
     double t0;
     dl_result rc = DL_OK;
+    dl_ddp *dp = NULL;
     dl_set_device(C, dl_cpu());
     t[0] = dl_keep(dl_zeros(C, DL_SHAPE(1 << 22)));
+    if (ddp) {                  /* dl_ddp_step with 8 buckets summed during backward */
+        dl_module *m = make_model(C, 0);
+        dl_sgd_desc sd;
+        dl_ddp_desc dd;
+        dl_optim *o;
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.01f;
+        o = dl_sgd(m, &sd);
+        memset(&dd, 0, sizeof dd);
+        dd.comm = W;
+        dd.bucket_bytes = 4 * (dl_module_num_params(m) / 8 + 1);
+        dp = dl_ddp_init(1, &m, &o, &dd);
+        CHECK(dp && dp->overlap && dp->nb >= 8, "the ddp of the failure test: %s", dl_error_message(C));
+    }
     if (g_rank == 1) {          /* in 0.3 s, wherever it is: inside an allreduce, most likely */
         struct itimerval it;
         memset(&it, 0, sizeof it);
@@ -218,8 +258,21 @@ static int test_failure(bool stop)
         setitimer(ITIMER_REAL, &it, NULL);
     }
     t0 = MPI_Wtime();
-    for (i = 0; i < 100000 && rc == DL_OK; i++) rc = dl_comm_allreduce(W, t, 1, DL_REDUCE_SUM);
-    printf("rank %d: allreduce %d failed after %.2f s: %s\n", g_rank, i, MPI_Wtime() - t0, dl_error_message(C));
+    for (i = 0; i < 100000 && rc == DL_OK; i++) {
+        if (dp) {
+            float xb[16 * 784];
+            int64_t yb[16], k;
+            for (k = 0; k < 16 * 784; k++) xb[k] = val(i, 0, k);
+            for (k = 0; k < 16; k++) yb[k] = k % 10;
+            rc = dl_ddp_step(dp, dl_from_array(C, DL_SHAPE(16, 1, 28, 28), xb), dl_from_int64(C, DL_SHAPE(16), yb),
+                             ce_loss, NULL, NULL);
+            dl_step_end(C);
+        } else {
+            rc = dl_comm_allreduce(W, t, 1, DL_REDUCE_SUM);
+        }
+    }
+    printf("rank %d: %s %d failed after %.2f s: %s\n", g_rank, dp ? "dl_ddp_step" : "allreduce", i,
+           MPI_Wtime() - t0, dl_error_message(C));
     CHECK(rc == DL_ERR_DEVICE && strstr(dl_error_message(C), "a rank died or hangs") != NULL,
           "the survivor fails with the timeout message");
     CHECK(dl_comm_allreduce(W, t, 1, DL_REDUCE_SUM) == DL_ERR_ARG &&
@@ -252,8 +305,9 @@ int main(int argc, char **argv)
     }
     g_rank = dl_comm_rank(W);
     g_size = dl_comm_size(W);
-    if (argc > 1 && (strcmp(argv[1], "--stop") == 0 || strcmp(argv[1], "--kill") == 0))
-        return test_failure(strcmp(argv[1], "--stop") == 0);
+    if (argc > 1 && (strcmp(argv[1], "--stop") == 0 || strcmp(argv[1], "--kill") == 0 ||
+                     strcmp(argv[1], "--stop-ddp") == 0))
+        return test_failure(strcmp(argv[1], "--kill") != 0, strcmp(argv[1], "--stop-ddp") == 0);
     CHECK(g_size >= 2 && g_rank >= 0 && g_rank < g_size, "rank %d of %d (run under mpirun -np 2)", g_rank, g_size);
     for (si = 0; si < (int)(sizeof sizes / sizeof sizes[0]); si++)
         for (nloc = 1; nloc <= 2; nloc++)
@@ -263,6 +317,32 @@ int main(int argc, char **argv)
     test_ddp(0, 2, 30);
     test_ddp(1, 1, 16);
     test_ddp(1, 2, 16);
+    /* about 8 buckets, one replica per process: each bucket's ring starts
+       from backward's ready hook; the same buckets summed after backward
+       give the same bits */
+    {
+        float *first;
+        int kind;
+        for (kind = 0; kind < 2; kind++) {
+            g_buckets = 8;
+            g_no_overlap = 0;
+            test_ddp(kind, 1, 32);
+            CHECK(g_nb >= 8 && g_early == g_nb, "ddp %s, 8 buckets: every bucket's sum started during backward "
+                  "(%d of %d)", kind ? "LeNet" : "MLP", g_early, g_nb);
+            first = g_params;
+            g_params = NULL;
+            g_no_overlap = 1;
+            test_ddp(kind, 1, 32);
+            CHECK(g_early == 0, "ddp, 8 buckets after backward: none during backward (%d)", g_early);
+            CHECK(first && g_params && memcmp(first, g_params, sizeof(float) * (size_t)g_nparams) == 0,
+                  "ddp %s, 8 buckets: overlapped with backward = summed after it, bit for bit",
+                  kind ? "LeNet" : "MLP");
+            free(first);
+        }
+        g_buckets = g_no_overlap = 0;
+        free(g_params);
+        g_params = NULL;
+    }
     mine[0] = th_pass;
     mine[1] = th_fail;
     MPI_Reduce(mine, tot, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
