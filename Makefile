@@ -194,10 +194,12 @@ valgrind: $(B)/test_core
 # benchmarks (never part of `make test`): build/bench and, when bench/gemm.c
 # and OpenBLAS are there, build/bench_gemm; bench/run.sh builds what it needs
 bench: $(B)/bench
-	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(CASES)" THREADS="$(THREADS)" ROUNDS="$(ROUNDS)" bench/run.sh
+	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(CASES)" THREADS="$(THREADS)" ROUNDS="$(ROUNDS)" MPIRUN="$(MPIRUN)" bench/run.sh
 
 $(B)/bench: bench/bench.c dl.h examples/lenet_bn.h | $(B)
 	$(CC) $(WARN) $(BENCH_FLAGS) -I. $< -o $@ $(LDLIBS)
+$(B)/mpi/bench: bench/bench.c dl.h examples/lenet_bn.h | $(B)/mpi
+	$(MPICC) $(WARN) $(BENCH_FLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
 	@echo '$(CC) $(BENCH_FLAGS)' > $(B)/bench.flags
 
 # dl.h against PyTorch on cuda:0 (the *_cuda cases; n/a without a GPU)

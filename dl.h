@@ -14255,6 +14255,28 @@ static void dl__direct_task(void *arg, int64_t lo, int64_t hi)
     }
 }
 
+/* The same sum for n host buffers of other ranks (DL_COMM_THREADS):
+   segment [off, off + len), the ring's order from buf[q], by blocks on the
+   stack, written to every buffer. */
+static DL__UNUSED void dl__sum_segment(float *const *buf, int n, int q, int64_t off, int64_t len, float scale)
+{
+    float acc[DL__DIRECT_BLOCK];
+    int64_t b, j;
+    int i;
+    for (b = 0; b < len; b += DL__DIRECT_BLOCK) {
+        int64_t m = len - b < DL__DIRECT_BLOCK ? len - b : DL__DIRECT_BLOCK, o = off + b;
+        memcpy(acc, buf[q] + o, sizeof(float) * (size_t)m);
+        for (i = 1; i < n; i++) {
+            const float *DL__RESTRICT x = buf[(q + i) % n] + o;
+            float *DL__RESTRICT a = acc;
+            for (j = 0; j < m; j++) a[j] = x[j] + a[j];
+        }
+        if (scale != 1.0f)
+            for (j = 0; j < m; j++) acc[j] = acc[j] * scale;
+        for (i = 0; i < n; i++) memcpy(buf[i] + o, acc, sizeof(float) * (size_t)m);
+    }
+}
+
 static dl_result dl__direct_allreduce(dl__ring *R, dl_ctx *ctx, const char *op, float scale)
 {
     dl__direct D;
@@ -14833,14 +14855,9 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
     if (bcast) {
         if (r != root) memcpy(buf, g->buf[root], (size_t)count);
     } else {
-        int64_t off, len, i;
+        int64_t off, len;
         dl__seg(count, n, r, &off, &len);
-        for (i = off; i < off + len; i++) {     /* the ring's order: x_r, then x_{r+1} + that, ... */
-            float v = g->buf[r][i];
-            for (j = 1; j < n; j++) v = g->buf[(r + j) % n][i] + v;
-            if (scale != 1.0f) v = v * scale;
-            for (j = 0; j < n; j++) g->buf[j][i] = v;
-        }
+        dl__sum_segment(g->buf, n, r, off, len, scale);   /* the ring's order: x_r, then x_{r+1} + that, ... */
     }
     return dl__grp_meet(c, op);
 }
@@ -14876,13 +14893,9 @@ static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, 
     if (!last) return true;
     for (j = 0; j < n; j++) bad = bad || sl->count[j] != count;
     for (q = 0; q < n && !bad; q++) {             /* segment q: the ring's order from rank q */
-        int64_t off, len, i;
+        int64_t off, len;
         dl__seg(count, n, q, &off, &len);
-        for (i = off; i < off + len; i++) {
-            float v = sl->buf[q][i];
-            for (j = 1; j < n; j++) v = sl->buf[(q + j) % n][i] + v;
-            for (j = 0; j < n; j++) sl->buf[j][i] = v;
-        }
+        dl__sum_segment(sl->buf, n, q, off, len, 1.0f);
     }
     pthread_mutex_lock(&g->mu);
     sl->done = true;
@@ -14964,6 +14977,8 @@ static dl_result dl__comm_cross(dl_comm *c, const char *op, dl__dev *d, float *b
     }
 #endif
     if (c->backend == DL_COMM_THREADS) {
+        if (d->be == dl__cpu_be())   /* host memory: the ranks read and write it in place */
+            return dl__grp_collective(c, op, (float *)DL__RAW(d, buf), count, scale, 0, 0) ? DL_OK : c->ctx->err;
         if (!dl__comm_host(c, op, count)) return DL_ERR_OOM;
         d->be->download(d, c->hbuf, buf, sizeof(float) * (size_t)count);
         if (!dl__grp_collective(c, op, c->hbuf, count, scale, 0, 0)) return c->ctx->err;
@@ -14971,6 +14986,13 @@ static dl_result dl__comm_cross(dl_comm *c, const char *op, dl__dev *d, float *b
         return dl__dev_check(d, op);
     }
 #ifdef DL_MPI
+    if (d->be == dl__cpu_be()) {   /* host memory: the ring runs on it in place */
+        if (!c->htmp && !(c->htmp = (float *)dl__malloc(c->ctx, sizeof(float) * (size_t)DL__RING_CHUNK))) {
+            dl__err(c->ctx, DL_ERR_OOM, "%s: no host memory for the ring's receive buffer", op);
+            return DL_ERR_OOM;
+        }
+        return dl__mpi_ring(c, op, (float *)DL__RAW(d, buf), count, scale) ? DL_OK : DL_ERR_DEVICE;
+    }
     if (!dl__comm_host(c, op, count)) return DL_ERR_OOM;
     d->be->download(d, c->hbuf, buf, sizeof(float) * (size_t)count);
     if (!dl__mpi_ring(c, op, c->hbuf, count, scale)) return DL_ERR_DEVICE;

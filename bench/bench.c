@@ -438,10 +438,135 @@ static int run_case(const bcase *c, const char *name, bool gpu, int threads, int
    t >= 2(N-1)/N * bytes / B, with B the bandwidth of one memcpy of the same
    size measured in the same run (the best of the reps).
 
+   allreduce_ranks 1: dl_comm_allreduce (sum) of 1, 16 and 64 MB over 2
+   ranks, one buffer each, against the same bound with N = 2: in this
+   build 2 thread ranks (DL_COMM_THREADS, each its own context and kernel
+   thread); in the -DDL_MPI build (build/mpi/bench) under mpirun -np 2, the
+   2 MPI processes (rank 0 prints).
+
    ddp_lenet_bn THREADS: one data-parallel LeNet-BN training step (batch 256,
    SGD, dl_ddp_step) on 1 and on 2 devices with the same THREADS kernel
    threads in all, the scaling efficiency t1 / t2, and the ms per epoch
    of 60000 samples (235 steps). */
+
+/* the bandwidth of one memcpy of `bytes`, the best of warmup + reps */
+static double copy_bw(size_t bytes, int warmup, int reps)
+{
+    char *src = (char *)malloc(bytes), *dst = (char *)malloc(bytes);
+    double cp = 1e30;
+    int i;
+    if (!src || !dst) { free(src); free(dst); return 0; }
+    memset(src, 1, bytes);
+    memset(dst, 2, bytes);
+    for (i = 0; i < warmup + reps; i++) {
+        double t0 = now_s();
+        memcpy(i % 2 ? src : dst, i % 2 ? dst : src, bytes);
+        if (now_s() - t0 < cp) cp = now_s() - t0;
+    }
+    free(src);
+    free(dst);
+    return (double)bytes / cp;
+}
+
+/* one rank of allreduce_ranks: its own context (1 kernel thread) and
+   communicator; rank 0 times the calls */
+typedef struct bench_rank {
+    dl_comm_group *g;                  /* THREADS; NULL: MPI */
+    int rank, warmup, reps, ok;
+    double med[3];                     /* rank 0: ms per size */
+    double bw[3];                      /* rank 0: memcpy bandwidth per size, while rank 1 waits */
+} bench_rank;
+
+static void *allreduce_rank(void *arg)
+{
+    bench_rank *r = (bench_rank *)arg;
+    dl_ctx_desc cd;
+    dl_comm_desc md;
+    dl_ctx *ctx;
+    dl_comm *comm;
+    double *t = (double *)malloc(sizeof(double) * (size_t)r->reps);
+    int a, i;
+    memset(&cd, 0, sizeof cd);
+    cd.num_threads = 1;
+    ctx = dl_ctx_init(&cd);
+    memset(&md, 0, sizeof md);
+    md.backend = r->g ? DL_COMM_THREADS : DL_COMM_MPI;
+    md.group = r->g;
+    md.rank = r->rank;
+    comm = ctx ? dl_comm_init(ctx, &md) : NULL;
+    r->ok = comm && t;
+    if (comm) r->rank = dl_comm_rank(comm);
+    for (a = 0; a < 3 && r->ok; a++) {
+        int64_t n = (int64_t)(a == 0 ? 1 : a == 1 ? 16 : 64) << 18;
+        dl_tensor *x = dl_keep(dl_full(ctx, DL_SHAPE(n), 1e-3f * (float)(r->rank + 1)));
+        for (i = 0; i < r->warmup + r->reps && r->ok; i++) {
+            double t0 = now_s();
+            r->ok = x && dl_comm_allreduce(comm, &x, 1, DL_REDUCE_SUM) == DL_OK;
+            if (i >= r->warmup) t[i - r->warmup] = now_s() - t0;
+        }
+        if (r->ok) {
+            qsort(t, (size_t)r->reps, sizeof *t, cmp_double);
+            r->med[a] = r->reps % 2 ? t[r->reps / 2] : 0.5 * (t[r->reps / 2 - 1] + t[r->reps / 2]);
+        }
+        dl_free(x);
+        dl_step_end(ctx);
+    }
+    if (r->ok && r->rank == 0)
+        for (a = 0; a < 3; a++) r->bw[a] = copy_bw((size_t)(a == 0 ? 1 : a == 1 ? 16 : 64) << 20, r->warmup, r->reps);
+    r->ok = r->ok && dl_comm_barrier(comm) == DL_OK;
+    if (!r->ok) fprintf(stderr, "bench: allreduce_ranks, rank %d: %s\n", r->rank, ctx ? dl_error_message(ctx) : "no context");
+    free(t);
+    dl_ctx_free(ctx);   /* (MPI: dl_comm_free, through the context, finalizes) */
+    return NULL;
+}
+
+static int run_allreduce_ranks(int warmup, int reps)
+{
+    bench_rank r[2];
+    double *bw = r[0].bw;
+    int a, i;
+    const char *how;
+    memset(r, 0, sizeof r);
+#ifdef DL_MPI
+    how = "2 MPI processes";
+    r[0].warmup = warmup;
+    r[0].reps = reps;
+    allreduce_rank(&r[0]);
+    if (!r[0].ok) return 1;
+    if (r[0].rank != 0) return 0;
+#else
+    {
+        pthread_t th[2];
+        how = "2 thread ranks (DL_COMM_THREADS)";
+        r[0].g = r[1].g = dl_comm_group_new(2);
+        for (i = 0; i < 2; i++) {
+            r[i].rank = i;
+            r[i].warmup = warmup;
+            r[i].reps = reps;
+            pthread_create(&th[i], NULL, allreduce_rank, &r[i]);
+        }
+        for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        dl_comm_group_free(r[0].g);
+        if (!r[0].ok || !r[1].ok) return 1;
+    }
+#endif
+    printf("# allreduce over %s, 1 thread each: size, median ms, bus GB/s, memcpy GB/s, bound ms = "
+           "2(N-1)/N*bytes/memcpy, bound/time\n", how);
+    for (a = 0; a < 3; a++) {
+        double bytes = (double)((int64_t)(a == 0 ? 1 : a == 1 ? 16 : 64) << 20), med = r[0].med[a];
+        double bound = bytes / bw[a];
+        printf("allreduce_%dMB_2ranks%s 1 %.3f ms  busbw %.2f GB/s  memcpy %.2f GB/s  bound %.3f ms  %.0f%%\n",
+               a == 0 ? 1 : a == 1 ? 16 : 64,
+#ifdef DL_MPI
+               "_mpi",
+#else
+               "_threads",
+#endif
+               1e3 * med, bytes / med / 1e9, bw[a] / 1e9, 1e3 * bound, 100 * bound / med);
+    }
+    (void)i;
+    return 0;
+}
 
 static int run_allreduce(int threads, int warmup, int reps)
 {
@@ -589,7 +714,8 @@ int main(int argc, char **argv)
     for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++)
         if (!strncmp(g_cases[k].name, argv[1], gpu ? len - 5 : len) && strlen(g_cases[k].name) == (gpu ? len - 5 : len))
             c = &g_cases[k];
-    coll = !gpu && (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "ddp_lenet_bn"));   /* not in g_cases */
+    coll = !gpu && (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "ddp_lenet_bn") ||
+                    !strcmp(argv[1], "allreduce_ranks"));   /* not in g_cases */
     if (!coll && (!c || (gpu && c->kind != KIND_TIME))) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
     threads = atoi(argv[2]);
     for (i = 3; i + 1 < argc; i += 2) {
@@ -600,6 +726,7 @@ int main(int argc, char **argv)
         else { usage(); return 2; }
     }
     if (i != argc || threads < 1 || warmup < 0 || reps < 1 || steps < 1) { usage(); return 2; }
+    if (coll && !strcmp(argv[1], "allreduce_ranks")) return run_allreduce_ranks(warmup, reps);
     if (coll) return !strcmp(argv[1], "allreduce") ? run_allreduce(threads, warmup, reps) : run_ddp(threads, warmup, reps);
     return run_case(c, argv[1], gpu, threads, warmup, reps, steps);
 }

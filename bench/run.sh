@@ -65,6 +65,7 @@ mem_lenet_bn         mem      -       20
 mem_resnet_small     mem      -       3
 startup              startup  -       7
 allreduce            dist     3       11
+allreduce_ranks      ranks    3       11
 ddp_lenet_bn         dist     2       9
 '
 
@@ -167,10 +168,27 @@ run_dist() {  # name warmup reps
     done
 }
 
+# allreduce over 2 ranks of one thread each: thread ranks (build/bench), then
+# 2 MPI processes (build/mpi/bench under mpirun) where mpicc and mpirun are
+run_ranks() {  # name warmup reps
+    "$DL" "$1" 1 --warmup "$2" --reps "$3" </dev/null || echo "# $1: build/bench $1 1 failed"
+    if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+        if $MAKE -s build/mpi/bench >"$TMP/e" 2>&1; then
+            ${MPIRUN:-mpirun --allow-run-as-root --oversubscribe} -np 2 build/mpi/bench "$1" 1 --warmup "$2" \
+                --reps "$3" </dev/null || echo "# $1: mpirun -np 2 build/mpi/bench $1 failed"
+        else
+            echo "# $1: build/mpi/bench did not build:"; sed 's/^/#   /' "$TMP/e" | head -n 5
+        fi
+    else
+        echo "# $1: no mpicc/mpirun: the MPI line is skipped"
+    fi
+}
+
 run_case() {  # name kind warmup reps
     case $2 in
     gemm) run_gemm ;;
     dist) run_dist "$1" "$3" "$4" ;;
+    ranks) run_ranks "$1" "$3" "$4" ;;
     startup) for t in $THREADS; do run_startup "$t" "$4"; done ;;
     mem)
         for t in $THREADS; do
