@@ -1455,9 +1455,9 @@ DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_i
    buffers of bucket_bytes), and steps every optimizer: the same update as
    one model on the full batch. With one replica per MPI process or
    DL_COMM_THREADS rank (n = 1), every bucket's sum starts from backward as
-   soon as its gradients are complete, overlapping the rest of backward. Batch-norm running
-   statistics stay per replica (as in PyTorch's DataParallel): evaluate
-   with replica 0. */
+   soon as its gradients are complete, overlapping the rest of backward.
+   Batch-norm running statistics stay per replica (as in PyTorch's
+   DataParallel): evaluate with replica 0. */
 typedef struct dl_ddp dl_ddp;
 typedef struct dl_ddp_desc {
     dl_comm *comm;          /* NULL: this process's replicas only */
