@@ -57,7 +57,7 @@ CUDA_EXAMPLES = $(patsubst examples/%.c,$(B)/cuda/%,$(sort $(wildcard examples/*
 # make test runs tests/test_cuda.c on emulated CUDA devices when nvcc is here
 CUDA_EMU_RUN  = $(if $(HAVE_NVCC),--tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda)
 
-.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda test-mpi nccl-check
+.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda test-mpi nccl-check test-nccl
 all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
@@ -182,11 +182,17 @@ test-mpi: $(B)/mpi/test_mpi
 # NCCL: the communicator's NCCL code compiles and links with nvcc (alone, and
 # with MPI for the unique id); nothing CUDA runs on a machine without a GPU
 NCCLFLAGS = -x cu -O2 -Xcompiler -Wall,-Wextra,-Werror -I. -Itests
-nccl-check: | $(B)/mpi
+nccl-check: $(B)/cuda/test_dist_nccl | $(B)/mpi
 	$(NVCC) $(NCCLFLAGS) -DDL_NCCL tests/test_dist.c -o $(B)/test_dist_nccl -lnccl
 	$(NVCC) $(NCCLFLAGS) -DDL_NCCL -DDL_MPI $$($(MPICC) --showme:compile) tests/test_mpi.c \
 	    -o $(B)/mpi/test_mpi_nccl -lnccl $$($(MPICC) --showme:link)
 	@echo "nccl-check: the NCCL backend compiles and links"
+# with the CUDA backend: one NCCL rank on cuda:0, dl_ddp's sums overlapped on
+# the communicator's stream (test_dist's test_nccl; it skips without a GPU)
+$(B)/cuda/test_dist_nccl: tests/test_dist.c $(DEPS) dl_cuda.cuh | $(B)/cuda
+	$(NVCC) $(NVFLAGS) -O2 -DDL_NCCL -Itests -I. tests/test_dist.c -o $@ -lnccl $(CUDA_LIBS)
+test-nccl: $(B)/cuda/test_dist_nccl
+	@tests/run.sh $(B)/cuda/test_dist_nccl
 
 valgrind: $(B)/test_core
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick

@@ -133,15 +133,17 @@
      then in each thread its own context and dl_comm_init(ctx,
      &{.backend = DL_COMM_THREADS, .group = g, .rank = r}), the same
      training code as under MPI (examples/data_parallel.c --ranks N).
-     With one replica per MPI process or thread rank, a bucket's sum starts
-     while backward still runs: backward calls a hook when a parameter's
-     gradient is complete, and each bucket whose gradients are all done is
-     started at once. Thread ranks post it and go on (the last rank to post
-     sums it for all); under MPI each bucket runs its own ring (its own
-     tag), moved along at every hook and finished after backward. Either
-     way the same additions in the ring's order, so the same bits as
-     summing after backward. Under NCCL, and for the replicas of one
-     context, the buckets are summed after backward.
+     With one replica per MPI process, thread rank or NCCL rank, a
+     bucket's sum starts while backward still runs: backward calls a hook
+     when a parameter's gradient is complete, and each bucket whose
+     gradients are all done is started at once. Thread ranks post it and go
+     on (the last rank to post sums it for all); under MPI each bucket runs
+     its own ring (its own tag), moved along at every hook and finished
+     after backward; under NCCL (CUDA build) ncclAllReduce runs on the
+     communicator's own stream after an event on the device's, and the
+     device's stream waits for it before the gradients are read back. The
+     thread and MPI paths give the bits of summing after backward. The
+     replicas of one context sum their buckets after backward.
 
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
@@ -1453,9 +1455,10 @@ DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_i
    runs loss(replica, x part, y part) and backward on each replica, sums the
    gradients weighted by each part's share of the batch (bucketed into flat
    buffers of bucket_bytes), and steps every optimizer: the same update as
-   one model on the full batch. With one replica per MPI process or
-   DL_COMM_THREADS rank (n = 1), every bucket's sum starts from backward as
-   soon as its gradients are complete, overlapping the rest of backward.
+   one model on the full batch. With one replica per MPI process,
+   DL_COMM_THREADS rank or NCCL rank (n = 1), every bucket's sum starts
+   from backward as soon as its gradients are complete, overlapping the
+   rest of backward.
    Batch-norm running statistics stay per replica (as in PyTorch's
    DataParallel): evaluate with replica 0. */
 typedef struct dl_ddp dl_ddp;
@@ -14516,6 +14519,9 @@ struct dl_comm {
     ncclComm_t nccl;
     bool nccl_ok;
     int cuda;                         /* this process's GPU */
+    cudaStream_t cstream;             /* dl_ddp's overlapped sums (made by dl_ddp_init) */
+    cudaEvent_t cev;                  /* orders them against the device's stream */
+    bool cstream_ok;
 #endif
 };
 
@@ -14526,6 +14532,10 @@ static void dl__comm_destroy(void *p)
     if (c->nccl_ok) {
         if (c->broken) ncclCommAbort(c->nccl);
         else ncclCommDestroy(c->nccl);
+    }
+    if (c->cstream_ok) {
+        cudaStreamDestroy(c->cstream);
+        cudaEventDestroy(c->cev);
     }
 #endif
     if (c->group) {                   /* THREADS: give the rank back */
@@ -15263,6 +15273,9 @@ struct dl_ddp {
     float *hflat;                     /* host: every bucket (total floats) */
     uint64_t astep;                   /* steps taken (the key of the posted sums) */
     int early;                        /* buckets posted during the last backward */
+#if defined(DL_NCCL) && defined(DL_CUDA)
+    dl_tensor *dflat;                 /* NCCL: every bucket, on the replica's GPU */
+#endif
 #ifdef DL_MPI
     dl__mpi_async *am;                /* MPI: each bucket's ring */
     float *atmp;                      /* MPI: their receive buffers */
@@ -15288,6 +15301,9 @@ static void dl__ddp_destroy(void *v)
     DL_FREE(dp->bposted);
     DL_FREE(dp->bdone);
     DL_FREE(dp->hflat);
+#if defined(DL_NCCL) && defined(DL_CUDA)
+    dl_free(dp->dflat);
+#endif
 #ifdef DL_MPI
     DL_FREE(dp->am);
     DL_FREE(dp->atmp);
@@ -15423,6 +15439,31 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
     dp->nb = (int)((dp->total + dp->bucket - 1) / dp->bucket);
     dp->overlap = n == 1 && dp->comm && (dp->comm->backend == DL_COMM_THREADS || dp->comm->backend == DL_COMM_MPI) &&
                   dp->comm->size > 1 && dp->nb <= DL__GRP_ASYNC;
+#if defined(DL_NCCL) && defined(DL_CUDA)
+    /* NCCL (one rank too, so that one GPU runs this path): the sums go on a
+       stream of their own, after an event on the device's stream */
+    if (n == 1 && dp->comm && dp->comm->backend == DL_COMM_NCCL && dl__ddp_dev(dp, 0)->id.type == DL_DEVICE_CUDA &&
+        dl__ddp_dev(dp, 0)->impl && !((dl__cuimpl *)dl__ddp_dev(dp, 0)->impl)->emulate && dp->nb <= DL__GRP_ASYNC) {
+        dl_comm *c = dp->comm;
+        dp->overlap = true;
+        cudaSetDevice(c->cuda);
+        if (!c->cstream_ok) {
+            if (cudaStreamCreateWithFlags(&c->cstream, cudaStreamNonBlocking) != cudaSuccess) dp->overlap = false;
+            else if (cudaEventCreateWithFlags(&c->cev, cudaEventDisableTiming) != cudaSuccess) {
+                cudaStreamDestroy(c->cstream);
+                dp->overlap = false;
+            } else {
+                c->cstream_ok = true;
+            }
+        }
+        if (dp->overlap) {
+            dp->dflat = dl__make(dl__ddp_dev(dp, 0), "dl_ddp_init", DL_DTYPE_F32, 1, &dp->total, true, NULL);
+            if (!dp->dflat) { dl__ddp_destroy(dp); return NULL; }
+        } else {
+            (void)cudaGetLastError();   /* no stream: the sums after backward */
+        }
+    }
+#endif
     if (dp->overlap) {
         int64_t at = 0;
         dp->pos = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)np);
@@ -15431,7 +15472,7 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         dp->pready = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)np);
         dp->bposted = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
         dp->bdone = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
-        dp->hflat = (float *)dl__malloc(ctx, sizeof(float) * (size_t)dp->total);
+        dp->hflat = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(dp->comm->backend == DL_COMM_NCCL ? 1 : dp->total));
 #ifdef DL_MPI
         if (dp->comm->backend == DL_COMM_MPI) {
             int64_t seg = (dp->bucket + dp->comm->size - 1) / dp->comm->size;
@@ -15544,8 +15585,39 @@ static dl_result dl__ddp_post(dl_ddp *dp, int b, const char *op)
 {
     int64_t lo = (int64_t)b * dp->bucket, hi = lo + dp->bucket < dp->total ? lo + dp->bucket : dp->total, i;
     dl__dev *d = dl__ddp_dev(dp, 0);
-    float *f = dp->hflat + lo, w = dp->w[0];
+    float *f, w = dp->w[0];
     int j;
+#if defined(DL_NCCL) && defined(DL_CUDA)
+    if (dp->comm->backend == DL_COMM_NCCL) {   /* pack on the device's stream, sum on the comm's */
+        dl_comm *c = dp->comm;
+        float *g = (float *)dp->dflat->data + lo;
+        ncclResult_t nr;
+        for (j = 0; j < dp->np; j++) {
+            dl_tensor *x = dp->p[j];
+            int64_t a = dp->pos[j] > lo ? dp->pos[j] : lo, e = dp->pos[j] + x->numel < hi ? dp->pos[j] + x->numel : hi;
+            if (a >= e) continue;
+            if (x->grad) d->be->copy(d, g + (a - lo), (const float *)x->grad->data + (a - dp->pos[j]),
+                                     sizeof(float) * (size_t)(e - a));
+            else d->be->fill(d, g + (a - lo), e - a, 0.0f);
+        }
+        if (w != 1.0f) d->be->scale(d, g, hi - lo, w);
+        dp->bposted[b] = dp->bdone[b] = true;
+        cudaSetDevice(c->cuda);
+        if (cudaEventRecord(c->cev, ((dl__cuimpl *)d->impl)->stream) != cudaSuccess ||
+            cudaStreamWaitEvent(c->cstream, c->cev, 0) != cudaSuccess)
+            nr = ncclUnhandledCudaError;
+        else
+            nr = ncclAllReduce(g, g, (size_t)(hi - lo), ncclFloat, ncclSum, c->nccl, c->cstream);
+        if (nr != ncclSuccess) {
+            c->broken = true;
+            dl__err(dp->ctx, DL_ERR_DEVICE, "%s: ncclAllReduce of bucket %d failed: %s (%s)", op, b,
+                    ncclGetErrorString(nr), cudaGetErrorString(cudaGetLastError()));
+            return DL_ERR_DEVICE;
+        }
+        return dl__dev_check(d, op);
+    }
+#endif
+    f = dp->hflat + lo;
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x = dp->p[j];
         int64_t a = dp->pos[j] > lo ? dp->pos[j] : lo, e = dp->pos[j] + x->numel < hi ? dp->pos[j] + x->numel : hi;
@@ -15642,6 +15714,28 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
         if (!dp->bposted[b] && (rc = dl__ddp_post(dp, b, op)) != DL_OK) return rc;
     for (b = 0; b < dp->nb; b++)
         if ((rc = dl__ddp_progress(dp, b, true, op)) != DL_OK) return rc;
+#if defined(DL_NCCL) && defined(DL_CUDA)
+    if (dp->comm->backend == DL_COMM_NCCL) {   /* the device's stream waits for the sums, then unpacks */
+        dl_comm *c = dp->comm;
+        ncclResult_t ar = ncclSuccess;
+        cudaSetDevice(c->cuda);
+        if (cudaEventRecord(c->cev, c->cstream) != cudaSuccess ||
+            cudaStreamWaitEvent(((dl__cuimpl *)d->impl)->stream, c->cev, 0) != cudaSuccess)
+            ar = ncclUnhandledCudaError;
+        for (j = 0; j < dp->np && ar == ncclSuccess; j++) {
+            dl_tensor *x = dp->p[j];
+            if (x->grad && x->numel)
+                d->be->copy(d, x->grad->data, (const float *)dp->dflat->data + dp->pos[j],
+                             sizeof(float) * (size_t)x->numel);
+        }
+        d->be->sync(d);
+        if (ar == ncclSuccess && ncclCommGetAsyncError(c->nccl, &ar) == ncclSuccess && ar == ncclSuccess)
+            return dl__dev_check(d, op);
+        c->broken = true;
+        dl__err(ctx, DL_ERR_DEVICE, "%s: the overlapped NCCL sums failed: %s", op, ncclGetErrorString(ar));
+        return DL_ERR_DEVICE;
+    }
+#endif
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x = dp->p[j];
         if (x->grad && x->numel)

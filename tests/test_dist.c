@@ -737,6 +737,101 @@ static void test_comm_threads(void)
     dl_comm_group_free(g);
 }
 
+#if defined(DL_NCCL) && defined(DL_CUDA)
+/* NCCL with one rank on cuda:0 (make test-nccl, on a GPU machine): the
+   communicator's allreduce, then dl_ddp with 8 buckets, each summed by NCCL
+   on the communicator's stream as soon as backward has finished its
+   gradients: 20 steps = one model on the full batch (rel. 1e-5; one rank's
+   sum is its own gradient, so the bits should match too: printed) */
+static void test_nccl(void)
+{
+    dl_ctx_desc d;
+    dl_comm_desc md;
+    dl_ctx *c;
+    dl_comm *comm;
+    dl_module *m, *ref;
+    dl_optim *o, *oref;
+    dl_sgd_desc sd;
+    dl_ddp_desc dd;
+    dl_ddp *dp;
+    const dl_named_tensor *pa, *pb;
+    float v[5] = {1, -2, 3.5f, 0.25f, 7}, got[5];
+    float *xb = (float *)malloc(sizeof(float) * 32 * 784);
+    int64_t yb[32];
+    uint32_t rng = 99;
+    int step, np, q, same = 1, ok = 1;
+    double worst = 0, scale = 0;
+    dl_tensor *t;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    c = dl_ctx_init(&d);
+    if (!c || dl_device_count(c, DL_DEVICE_CUDA) < 1 || (getenv("DL_CUDA_EMULATE") && *getenv("DL_CUDA_EMULATE"))) {
+        SKIP("NCCL: no CUDA device here (emulated devices have no NCCL)");
+        dl_ctx_free(c);
+        free(xb);
+        return;
+    }
+    memset(&md, 0, sizeof md);
+    md.backend = DL_COMM_NCCL;
+    comm = dl_comm_init(c, &md);
+    CHECK(comm && dl_comm_size(comm) == 1 && dl_comm_rank(comm) == 0, "NCCL communicator of one rank: %s",
+          dl_error_message(c));
+    if (!comm) { dl_ctx_free(c); free(xb); return; }
+    dl_set_device(c, dl_cuda(0));
+    t = dl_from_array(c, DL_SHAPE(5), v);
+    CHECK(dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK && dl_read(t, got, 5) == DL_OK &&
+          memcmp(got, v, sizeof v) == 0, "NCCL allreduce of one rank = its tensor: %s", dl_error_message(c));
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.05f;
+    sd.momentum = 0.9f;
+    dl_manual_seed(c, 5);
+    ref = make_model(c, 0);
+    dl_module_to(ref, dl_cuda(0));
+    oref = dl_sgd(ref, &sd);
+    dl_manual_seed(c, 5);
+    m = make_model(c, 0);
+    dl_module_to(m, dl_cuda(0));
+    o = dl_sgd(m, &sd);
+    memset(&dd, 0, sizeof dd);
+    dd.comm = comm;
+    dd.bucket_bytes = 4 * (dl_module_num_params(m) / 8 + 1);
+    dp = dl_ddp_init(1, &m, &o, &dd);
+    CHECK(dp && dp->overlap && dp->nb >= 8, "dl_ddp over NCCL: the overlapped path with 8 buckets: %s",
+          dl_error_message(c));
+    for (step = 0; step < 20 && dp && ok; step++) {
+        rank_batch(&rng, xb, yb);
+        float l = ref_step(c, ref, oref, xb, yb, 32);
+        ok = l == l && dl_ddp_step(dp, dl_from_array(c, DL_SHAPE(32, 1, 28, 28), xb),
+                                   dl_from_int64(c, DL_SHAPE(32), yb), ce_loss, NULL, NULL) == DL_OK;
+        dl_step_end(c);
+    }
+    CHECK(ok, "dl_ddp over NCCL, 20 steps: %s", dl_error_message(c));
+    CHECK(dp && dp->early == dp->nb, "dl_ddp over NCCL: every bucket started during backward (%d of %d)",
+          dp ? dp->early : -1, dp ? dp->nb : -1);
+    np = dl_module_named_parameters(m, &pa);
+    dl_module_named_parameters(ref, &pb);
+    for (q = 0; q < np && ok; q++) {
+        float *a = (float *)malloc(sizeof(float) * (size_t)pa[q].t->numel);
+        float *b = (float *)malloc(sizeof(float) * (size_t)pa[q].t->numel);
+        dl_read(pa[q].t, a, pa[q].t->numel);
+        dl_read(pb[q].t, b, pb[q].t->numel);
+        int64_t k;
+        if (memcmp(a, b, sizeof(float) * (size_t)pa[q].t->numel) != 0) same = 0;
+        for (k = 0; k < pa[q].t->numel; k++) {
+            if (fabs((double)b[k]) > scale) scale = fabs((double)b[k]);
+            if (fabs((double)a[k] - (double)b[k]) > worst) worst = fabs((double)a[k] - (double)b[k]);
+        }
+        free(a);
+        free(b);
+    }
+    CHECK(ok && worst <= 1e-5 * scale, "dl_ddp over one NCCL rank = one model on the full batch after 20 steps "
+          "(worst %.3g, scale %.3g)", worst, scale);
+    printf("NCCL: dl_ddp over one rank and the plain model %s bit for bit\n", same ? "agree" : "do not agree");
+    dl_ctx_free(c);
+    free(xb);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     dl_ctx_desc d;
@@ -762,6 +857,9 @@ int main(int argc, char **argv)
     test_ddp_errors();
     test_other_backend();
     test_comm_threads();
+#if defined(DL_NCCL) && defined(DL_CUDA)
+    test_nccl();
+#endif
     dl_ctx_free(C);
     TEST_END();
 }
