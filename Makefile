@@ -21,12 +21,13 @@ TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC))
 # (needs the examples built), `make data`
 SNIPPETS  = tests/snippets_check.sh
 SCRIPTS   = $(SNIPPETS) tests/api_index_check.sh tests/test_cli.sh tests/test_fetch_data.sh
-# the same checks built other ways: clang, C++, OpenBLAS
+# the same checks built other ways: clang, C++, OpenBLAS, without threads
 # and every C test built as the examples are (-O3 -march=native), so the
 # vector paths (AVX-512 / AVX2 GEMM kernels, pooling) run against the same checks
 NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
 EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx) \
-            $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug)
+            $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
+            $(B)/test_core_nothreads $(B)/test_gemm_nothreads
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h examples/lenet_bn.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
@@ -99,6 +100,9 @@ $(B)/test_ops_cxx: tests/test_ops.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_dist_cxx: tests/test_dist.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
+# the single-threaded build (-DDL_NO_THREADS: no pthreads, a pool of one)
+$(B)/%_nothreads: tests/%.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -DDL_NO_THREADS -I. $< -o $@ -lm
 $(B)/test_data_zlib: tests/test_data.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
 $(B)/test_hardening_debug: tests/test_hardening.c $(DEPS) | $(B)
