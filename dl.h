@@ -2699,10 +2699,11 @@ static void dl__gemm_buf_put(dl__pool *pool, void *raw)
    op(A) = A (M,K) with row stride lda if !transa, else A is stored (K,M)
    with row stride lda and op(A)=A^T.  Same for B: (K,N) with ldb, or
    stored (N,K) when transb.  C has row stride ldc.
-   beta == 0 means C is write-only (never read). brow (not NULL): row p of
-   B starts at B + brow[p] (transb and ldb ignored): an "implicit" B, such
-   as the shifted views of a padded image that a stride-1 convolution
-   multiplies (the same bits as the same B stored plainly). */
+   beta == 0 means C is write-only (never read). brow (not NULL): row r of
+   B as stored starts at B + brow[r] (ldb ignored; with transb, op(B) is
+   that B transposed): an "implicit" B, such as the shifted views of a
+   padded image that a stride-1 convolution multiplies (the same bits as
+   the same B stored plainly). */
 static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, int64_t N, int64_t K, float alpha,
                            const float *A, int64_t lda, const float *B, int64_t ldb, const int64_t *brow, float beta,
                            float *C, int64_t ldc)
@@ -5510,19 +5511,35 @@ static void dl__cpu_im2col_rows(dl__dev *d, float *col, const float *x, int64_t 
     dl__parallel_for(d->ctx->pool, n * g->Ca * g->K, (1 << 14) / (g->Lb + 1) + 1, dl__im2col_task, &u);
 }
 
-static void dl__cpu_im2col(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
+/* im2col (c2i false) or col2im through the tables; false, with nothing
+   done, where they do not apply or find no memory (the loops then) */
+static bool dl__i2c_tab_run(dl__dev *d, float *out, const float *in, int64_t n, const dl__cgeom *g, bool c2i)
 {
     dl_ctx *ctx = d->ctx;
     dl__hmark m = dl__hmark_get(ctx);
-    int32_t *idx = dl__i2c_tab_ok(g) ? (int32_t *)dl__halloc(ctx, sizeof(int32_t) * (size_t)(g->K * g->Lb)) : NULL;
+    bool gather = c2i && g->La <= 2 * g->Lb;   /* col2im reading most of the plane at every offset */
+    int32_t *idx = dl__i2c_tab_ok(g) ? (int32_t *)dl__halloc(ctx, sizeof(int32_t) *
+                                                             (size_t)(g->K * (g->Lb + (gather ? g->La : 0)))) : NULL;
     dl__i2t_args u;
-    if (!idx) { dl__cpu_im2col_rows(d, col, x, n, g); return; }   /* (no memory for the table: the loops) */
+    if (!idx) return false;
     dl__i2c_tab_make(g, idx);
-    u.out = (float *)DL__RAW(d, col);
-    u.in = (const float *)DL__RAW(d, x);
-    u.n = n; u.g = g; u.idx = idx; u.inv = NULL;
-    dl__parallel_for(d->ctx->pool, n * g->Ca, (1 << 14) / (g->K * g->Lb + 1) + 1, dl__im2col_tab_task, &u);
+    u.inv = NULL;
+    if (gather) {
+        u.inv = idx + g->K * g->Lb;
+        dl__i2c_tab_invert(g, idx, idx + g->K * g->Lb);
+    }
+    u.out = (float *)DL__RAW(d, out);
+    u.in = (const float *)DL__RAW(d, in);
+    u.n = n; u.g = g; u.idx = idx;
+    dl__parallel_for(ctx->pool, n * g->Ca, (1 << 14) / (g->K * g->Lb + 1) + 1,
+                     c2i ? dl__col2im_tab_task : dl__im2col_tab_task, &u);
     dl__hrewind(ctx, m);
+    return true;
+}
+
+static void dl__cpu_im2col(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
+{
+    if (!dl__i2c_tab_run(d, col, x, n, g, false)) dl__cpu_im2col_rows(d, col, x, n, g);
 }
 
 #define DL__C2I_KB 32   /* kernel offsets whose windows a col2im task keeps at hand */
@@ -5576,24 +5593,7 @@ static void dl__cpu_col2im_rows(dl__dev *d, float *x, const float *col, int64_t 
 
 static void dl__cpu_col2im(dl__dev *d, float *x, const float *col, int64_t n, const dl__cgeom *g)
 {
-    dl_ctx *ctx = d->ctx;
-    dl__hmark m = dl__hmark_get(ctx);
-    bool gather = g->La <= 2 * g->Lb;   /* most of the plane read at every offset */
-    int32_t *idx = dl__i2c_tab_ok(g) ? (int32_t *)dl__halloc(ctx, sizeof(int32_t) *
-                                                             (size_t)(g->K * (g->Lb + (gather ? g->La : 0)))) : NULL;
-    dl__i2t_args u;
-    if (!idx) { dl__cpu_col2im_rows(d, x, col, n, g); return; }
-    dl__i2c_tab_make(g, idx);
-    u.inv = NULL;
-    if (gather) {
-        u.inv = idx + g->K * g->Lb;
-        dl__i2c_tab_invert(g, idx, idx + g->K * g->Lb);
-    }
-    u.out = (float *)DL__RAW(d, x);
-    u.in = (const float *)DL__RAW(d, col);
-    u.n = n; u.g = g; u.idx = idx;
-    dl__parallel_for(d->ctx->pool, n * g->Ca, (1 << 14) / (g->K * g->Lb + 1) + 1, dl__col2im_tab_task, &u);
-    dl__hrewind(ctx, m);
+    if (!dl__i2c_tab_run(d, x, col, n, g, true)) dl__cpu_col2im_rows(d, x, col, n, g);
 }
 
 typedef struct dl__s1_args {
@@ -14233,35 +14233,12 @@ typedef struct dl__direct {
     float scale;
 } dl__direct;
 
-static void dl__direct_task(void *arg, int64_t lo, int64_t hi)
-{
-    const dl__direct *D = (const dl__direct *)arg;
-    const dl__ring *R = D->R;
-    float acc[DL__DIRECT_BLOCK];
-    int64_t u, j;
-    for (u = lo; u < hi; u++) {
-        int n = R->n, s = (int)(u / D->nb), i;
-        int64_t off, len, b = (u % D->nb) * DL__DIRECT_BLOCK, m;
-        dl__seg(R->count, n, s, &off, &len);
-        if (b >= len) continue;
-        m = len - b < DL__DIRECT_BLOCK ? len - b : DL__DIRECT_BLOCK;
-        off += b;
-        memcpy(acc, D->buf[s] + off, sizeof(float) * (size_t)m);
-        for (i = 1; i < n; i++) {
-            const float *DL__RESTRICT x = D->buf[(s + i) % n] + off;
-            float *DL__RESTRICT a = acc;
-            for (j = 0; j < m; j++) a[j] = x[j] + a[j];
-        }
-        if (D->scale != 1.0f)
-            for (j = 0; j < m; j++) acc[j] = acc[j] * D->scale;
-        for (i = 0; i < n; i++) memcpy(D->buf[i] + off, acc, sizeof(float) * (size_t)m);
-    }
-}
-
-/* The same sum for n host buffers of other ranks (DL_COMM_THREADS):
-   segment [off, off + len), the ring's order from buf[q], by blocks on the
-   stack, written to every buffer. */
-static DL__UNUSED void dl__sum_segment(float *const *buf, int n, int q, int64_t off, int64_t len, float scale)
+/* Segment [off, off + len) of n host buffers: the sum in the ring's order
+   from buf[q] (x_q, then x_{q+1} + that, ...; times scale), by blocks on
+   the stack, written to every buffer. The fused CPU allreduce runs it per
+   block of a segment; DL_COMM_THREADS ranks per segment of each other's
+   buffers. */
+static void dl__sum_segment(float *const *buf, int n, int q, int64_t off, int64_t len, float scale)
 {
     float acc[DL__DIRECT_BLOCK];
     int64_t b, j;
@@ -14277,6 +14254,20 @@ static DL__UNUSED void dl__sum_segment(float *const *buf, int n, int q, int64_t 
         if (scale != 1.0f)
             for (j = 0; j < m; j++) acc[j] = acc[j] * scale;
         for (i = 0; i < n; i++) memcpy(buf[i] + o, acc, sizeof(float) * (size_t)m);
+    }
+}
+
+static void dl__direct_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__direct *D = (const dl__direct *)arg;
+    const dl__ring *R = D->R;
+    int64_t u;
+    for (u = lo; u < hi; u++) {
+        int s = (int)(u / D->nb);
+        int64_t off, len, b = (u % D->nb) * DL__DIRECT_BLOCK;
+        dl__seg(R->count, R->n, s, &off, &len);
+        if (b < len) dl__sum_segment(D->buf, R->n, s, off + b, len - b < DL__DIRECT_BLOCK ? len - b : DL__DIRECT_BLOCK,
+                                     D->scale);
     }
 }
 
@@ -14660,55 +14651,12 @@ static bool dl__mpi_wait(dl_comm *c, const char *op, int nrq, MPI_Request *rq, i
     }
 }
 
-/* The ring of the section comment over processes, on a host buffer h */
-static bool dl__mpi_ring(dl_comm *c, const char *op, float *h, int64_t count, float scale)
-{
-    int P = c->size, me = c->rank, right = (me + 1) % P, left = (me + P - 1) % P, k;
-    int64_t maxseg = (count + P - 1) / P, nch = (maxseg + DL__RING_CHUNK - 1) / DL__RING_CHUNK, ci;
-    for (k = 0; k < 2 * (P - 1); k++) {
-        bool rs = k < P - 1;
-        int kk = rs ? k : k - (P - 1);
-        int ss = rs ? (me - kk + 2 * P) % P : (me + 1 - kk + 2 * P) % P;
-        int sr = (ss + P - 1) % P;      /* what the left neighbour sends */
-        int64_t so, sl, ro, rl;
-        dl__seg(count, P, ss, &so, &sl);
-        dl__seg(count, P, sr, &ro, &rl);
-        for (ci = 0; ci < nch; ci++) {
-            int64_t c0 = ci * DL__RING_CHUNK, i;
-            int ms = (int)(sl - c0 < 0 ? 0 : (sl - c0 < DL__RING_CHUNK ? sl - c0 : DL__RING_CHUNK));
-            int mr = (int)(rl - c0 < 0 ? 0 : (rl - c0 < DL__RING_CHUNK ? rl - c0 : DL__RING_CHUNK));
-            float *dst = rs ? c->htmp : h + ro + c0;
-            MPI_Request rq[2];
-            if (MPI_Irecv(mr ? dst : c->htmp, mr, MPI_FLOAT, left, 7, c->mpi, &rq[0]) != MPI_SUCCESS ||
-                MPI_Isend(ms ? h + so + c0 : c->htmp, ms, MPI_FLOAT, right, 7, c->mpi, &rq[1]) != MPI_SUCCESS) {
-                c->broken = true;
-                dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI_Irecv/MPI_Isend failed", op,
-                        c->rank, c->size);
-                return false;
-            }
-            if (!dl__mpi_wait(c, op, 2, rq, left, right)) return false;
-            if (rs) for (i = 0; i < mr; i++) h[ro + c0 + i] = h[ro + c0 + i] + c->htmp[i];
-        }
-        if (k == P - 2 && scale != 1.0f) {   /* own finished segment: me + 1 */
-            int64_t o, l, i;
-            dl__seg(count, P, (me + 1) % P, &o, &l);
-            for (i = 0; i < l; i++) h[o + i] = h[o + i] * scale;
-        }
-    }
-    if (P == 1 && scale != 1.0f) {
-        int64_t i;
-        for (i = 0; i < count; i++) h[i] = h[i] * scale;
-    }
-    return true;
-}
-#endif
-
-#ifdef DL_MPI
-/* The same ring in steps, for dl_ddp's buckets during backward: each
-   bucket runs its own ring (its own tag and receive buffer) with the sends,
-   receives and additions of dl__mpi_ring in the same order (so the same
-   bits); dl__mpi_async_run advances it as far as the messages that have
-   arrived allow, or (block) to the end, waiting with the timeout. */
+/* The ring of the section comment over processes, on a host buffer h, in
+   steps: dl__mpi_async_run advances it as far as the messages that have
+   arrived allow, or (block) to the end, waiting with the timeout.
+   dl__mpi_ring runs it to the end at once; dl_ddp's buckets run one each
+   during backward (their own tags and receive buffers), moved along at
+   every gradient that backward completes. */
 typedef struct dl__mpi_async {
     float *h, *tmp;                   /* the bucket (host); one chunk of the left neighbour's segment */
     int64_t count;
@@ -14719,6 +14667,7 @@ typedef struct dl__mpi_async {
     int64_t ro;                       /* (k, ci)'s received offset, floats, and whether it is added */
     int mr;
     bool add;
+    float scale;                      /* times this after the reduce-scatter */
 } dl__mpi_async;
 
 /* 1: done, 0: waiting for a message, -1: error (set) */
@@ -14770,9 +14719,31 @@ static int dl__mpi_async_run(dl_comm *c, const char *op, dl__mpi_async *a, bool 
             for (i = 0; i < a->mr; i++) a->h[a->ro + i] = a->h[a->ro + i] + a->tmp[i];
         if (++a->ci == nch) {
             a->ci = 0;
+            if (a->k == P - 2 && a->scale != 1.0f) {   /* own finished segment: me + 1 */
+                int64_t o, l;
+                dl__seg(a->count, P, (me + 1) % P, &o, &l);
+                for (i = 0; i < l; i++) a->h[o + i] = a->h[o + i] * a->scale;
+            }
             a->k++;
         }
     }
+}
+
+/* the whole ring at once (c->htmp: its receive chunk) */
+static bool dl__mpi_ring(dl_comm *c, const char *op, float *h, int64_t count, float scale)
+{
+    dl__mpi_async a;
+    int64_t i;
+    memset(&a, 0, sizeof a);
+    a.h = h;
+    a.tmp = c->htmp;
+    a.count = count;
+    a.tag = 7;
+    a.scale = scale;
+    if (dl__mpi_async_run(c, op, &a, true) < 0) return false;
+    if (c->size == 1 && scale != 1.0f)
+        for (i = 0; i < count; i++) h[i] = h[i] * scale;
+    return true;
 }
 #endif
 
@@ -14803,6 +14774,21 @@ static void dl__grp_deadline(const dl_comm *c, struct timespec *until)
     until->tv_nsec += (long)((c->timeout - (double)(int64_t)c->timeout) * 1e9);
     if (until->tv_nsec >= 1000000000L) { until->tv_sec++; until->tv_nsec -= 1000000000L; }
 }
+
+/* a rank missed `what` by the timeout: the group is broken; false with the error */
+static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
+{
+    c->broken = true;
+    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: a rank died, hangs, "
+            "or failed (the group is broken)", op, c->rank, c->size, c->timeout, what);
+    return false;
+}
+#else
+static bool dl__grp_no_threads(dl_comm *c, const char *op)
+{
+    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)", op);
+    return false;
+}
 #endif
 
 /* THREADS: meet the other ranks (every rank's call makes one); false with
@@ -14830,14 +14816,9 @@ static bool dl__grp_meet(dl_comm *c, const char *op)
         }
     ok = g->gen != gen;
     pthread_mutex_unlock(&g->mu);
-    if (ok) return true;
-    c->broken = true;
-    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for the other ranks: a "
-            "rank died, hangs, or failed (the group is broken)", op, c->rank, c->size, c->timeout);
-    return false;
+    return ok || dl__grp_timed_out(c, op, "the other ranks");
 #else
-    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)", op);
-    return false;
+    return dl__grp_no_threads(c, op);
 #endif
 }
 
@@ -14915,8 +14896,7 @@ static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, 
     return true;
 #else
     (void)step; (void)bucket; (void)buf; (void)count;
-    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)", op);
-    return false;
+    return dl__grp_no_threads(c, op);
 #endif
 }
 
@@ -14951,15 +14931,10 @@ static bool dl__grp_wait(dl_comm *c, const char *op, uint64_t step, int bucket)
                 (long long)(j < c->size ? sl->count[j] : 0));
         return false;
     }
-    if (ok) return true;
-    c->broken = true;
-    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for the other ranks' "
-            "gradients: a rank died, hangs, or failed (the group is broken)", op, c->rank, c->size, c->timeout);
-    return false;
+    return ok || dl__grp_timed_out(c, op, "the other ranks' gradients");
 #else
     (void)step; (void)bucket;
-    dl__err(c->ctx, DL_ERR_UNSUPPORTED, "%s: DL_COMM_THREADS needs threads (built with DL_NO_THREADS)", op);
-    return false;
+    return dl__grp_no_threads(c, op);
 #endif
 }
 
@@ -15269,7 +15244,7 @@ struct dl_ddp {
     int nb;                           /* buckets */
     int64_t *pos;                     /* parameter j's first element in the flat order */
     int *bneed, *bleft;               /* per bucket: parameters overlapping it; still to come */
-    bool *pready, *bposted, *bdone;
+    bool *bposted, *bdone;
     float *hflat;                     /* host: every bucket (total floats) */
     uint64_t astep;                   /* steps taken (the key of the posted sums) */
     int early;                        /* buckets posted during the last backward */
@@ -15297,7 +15272,6 @@ static void dl__ddp_destroy(void *v)
     DL_FREE(dp->pos);
     DL_FREE(dp->bneed);
     DL_FREE(dp->bleft);
-    DL_FREE(dp->pready);
     DL_FREE(dp->bposted);
     DL_FREE(dp->bdone);
     DL_FREE(dp->hflat);
@@ -15469,7 +15443,6 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         dp->pos = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)np);
         dp->bneed = (int *)dl__malloc(ctx, sizeof(int) * (size_t)dp->nb);
         dp->bleft = (int *)dl__malloc(ctx, sizeof(int) * (size_t)dp->nb);
-        dp->pready = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)np);
         dp->bposted = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
         dp->bdone = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
         dp->hflat = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(dp->comm->backend == DL_COMM_NCCL ? 1 : dp->total));
@@ -15485,7 +15458,7 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
             }
         }
 #endif
-        if (!dp->pos || !dp->bneed || !dp->bleft || !dp->pready || !dp->bposted || !dp->bdone || !dp->hflat) {
+        if (!dp->pos || !dp->bneed || !dp->bleft || !dp->bposted || !dp->bdone || !dp->hflat) {
             dl__ddp_destroy(dp);
             dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory");
             return NULL;
@@ -15525,10 +15498,34 @@ dl_module *dl_ddp_module(dl_ddp *dp, int i)
 }
 
 /* gradients = sum over replicas of w[i] * gradient, bucket by bucket */
+/* pack (replica i's gradients, elements [lo, hi) of the flat order, into f
+   on its device, lo at f[0], zeros where a parameter has no gradient, then
+   times w[i]) or unpack (f back into the gradients it has) */
+static dl_result dl__ddp_move(dl_ddp *dp, int i, float *f, int64_t lo, int64_t hi, bool pack, const char *op)
+{
+    dl__dev *d = dl__ddp_dev(dp, i);
+    int64_t pos;
+    int j;
+    for (j = 0, pos = 0; j < dp->np; j++) {
+        dl_tensor *x = dp->p[(size_t)i * (size_t)dp->np + (size_t)j];
+        int64_t a = pos > lo ? pos : lo, e = pos + x->numel < hi ? pos + x->numel : hi;
+        if (a < e) {
+            float *g = x->grad ? (float *)x->grad->data + (a - pos) : NULL;
+            size_t bytes = sizeof(float) * (size_t)(e - a);
+            if (!pack) { if (g) d->be->copy(d, g, f + (a - lo), bytes); }
+            else if (g) d->be->copy(d, f + (a - lo), g, bytes);
+            else d->be->fill(d, f + (a - lo), e - a, 0.0f);
+        }
+        pos += x->numel;
+    }
+    if (pack && dp->w[i] != 1.0f) d->be->scale(d, f, hi - lo, dp->w[i]);
+    return dl__dev_check(d, op);
+}
+
 static dl_result dl__ddp_sum(dl_ddp *dp, const char *op)
 {
     int i, j, np = dp->np, n = dp->n;
-    int64_t lo, pos;
+    int64_t lo;
     for (j = 0; j < np; j++) {          /* a gradient on one replica: on all (zeros) */
         bool any = false;
         for (i = 0; i < n; i++) any = any || dp->p[(size_t)i * (size_t)np + (size_t)j]->grad;
@@ -15556,24 +15553,9 @@ static dl_result dl__ddp_sum(dl_ddp *dp, const char *op)
                 rc = dl__comm_allreduce(dp->comm, op, &R, dp->ctx, 1.0f);
                 if (rc != DL_OK) return rc;
             }
-            for (i = 0; i < n; i++) {
-                dl__dev *d = dl__ddp_dev(dp, i);
-                float *f = (float *)dp->flat[i]->data;
-                for (j = 0, pos = 0; j < np; j++) {
-                    dl_tensor *x = dp->p[(size_t)i * (size_t)np + (size_t)j];
-                    int64_t a = pos > lo ? pos : lo, e = pos + x->numel < hi ? pos + x->numel : hi;
-                    if (a < e) {
-                        float *g = x->grad ? (float *)x->grad->data + (a - pos) : NULL;
-                        size_t bytes = sizeof(float) * (size_t)(e - a);
-                        if (pass == 1) { if (g) d->be->copy(d, g, f + (a - lo), bytes); }
-                        else if (g) d->be->copy(d, f + (a - lo), g, bytes);
-                        else d->be->fill(d, f + (a - lo), e - a, 0.0f);
-                    }
-                    pos += x->numel;
-                }
-                if (pass == 0 && dp->w[i] != 1.0f) d->be->scale(d, f, hi - lo, dp->w[i]);
-                if (dl__dev_check(d, op) != DL_OK) return DL_ERR_DEVICE;
-            }
+            for (i = 0; i < n; i++)
+                if (dl__ddp_move(dp, i, (float *)dp->flat[i]->data, lo, hi, pass == 0, op) != DL_OK)
+                    return DL_ERR_DEVICE;
         }
     }
     return DL_OK;
@@ -15592,15 +15574,7 @@ static dl_result dl__ddp_post(dl_ddp *dp, int b, const char *op)
         dl_comm *c = dp->comm;
         float *g = (float *)dp->dflat->data + lo;
         ncclResult_t nr;
-        for (j = 0; j < dp->np; j++) {
-            dl_tensor *x = dp->p[j];
-            int64_t a = dp->pos[j] > lo ? dp->pos[j] : lo, e = dp->pos[j] + x->numel < hi ? dp->pos[j] + x->numel : hi;
-            if (a >= e) continue;
-            if (x->grad) d->be->copy(d, g + (a - lo), (const float *)x->grad->data + (a - dp->pos[j]),
-                                     sizeof(float) * (size_t)(e - a));
-            else d->be->fill(d, g + (a - lo), e - a, 0.0f);
-        }
-        if (w != 1.0f) d->be->scale(d, g, hi - lo, w);
+        if (dl__ddp_move(dp, 0, g, lo, hi, true, op) != DL_OK) return DL_ERR_DEVICE;
         dp->bposted[b] = dp->bdone[b] = true;
         cudaSetDevice(c->cuda);
         if (cudaEventRecord(c->cev, ((dl__cuimpl *)d->impl)->stream) != cudaSuccess ||
@@ -15640,6 +15614,7 @@ static dl_result dl__ddp_post(dl_ddp *dp, int b, const char *op)
         a->h = f;
         a->count = hi - lo;
         a->tag = 1000 + b;
+        a->scale = 1.0f;
         a->tmp = dp->atmp + (int64_t)b * dp->atmpn;
         r = dl__mpi_async_run(dp->comm, op, a, false);
         dp->bdone[b] = r == 1;
@@ -15675,8 +15650,7 @@ static dl_result dl__ddp_ready(void *user, dl_tensor *x)
     int j;
     int64_t b;
     for (j = 0; j < dp->np && dp->p[j] != x; j++) {}
-    if (j == dp->np || dp->pready[j] || x->numel == 0) return DL_OK;
-    dp->pready[j] = true;
+    if (j == dp->np || x->numel == 0) return DL_OK;   /* (backward calls it once per leaf) */
     for (b = 0; b < dp->nb; b++)          /* MPI: move the buckets in flight along */
         if (dp->bposted[b] && dl__ddp_progress(dp, (int)b, false, "dl_ddp_step") != DL_OK) return dp->ctx->err;
     for (b = dp->pos[j] / dp->bucket; b <= (dp->pos[j] + x->numel - 1) / dp->bucket; b++)
@@ -15703,7 +15677,6 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
         dp->bleft[b] = dp->bneed[b];
         dp->bposted[b] = dp->bdone[b] = false;
     }
-    for (j = 0; j < dp->np; j++) dp->pready[j] = false;
     ctx->ready_fn = dl__ddp_ready;
     ctx->ready_user = dp;
     rc = dl_backward(loss);
@@ -15722,12 +15695,7 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
         if (cudaEventRecord(c->cev, c->cstream) != cudaSuccess ||
             cudaStreamWaitEvent(((dl__cuimpl *)d->impl)->stream, c->cev, 0) != cudaSuccess)
             ar = ncclUnhandledCudaError;
-        for (j = 0; j < dp->np && ar == ncclSuccess; j++) {
-            dl_tensor *x = dp->p[j];
-            if (x->grad && x->numel)
-                d->be->copy(d, x->grad->data, (const float *)dp->dflat->data + dp->pos[j],
-                             sizeof(float) * (size_t)x->numel);
-        }
+        if (ar == ncclSuccess) dl__ddp_move(dp, 0, (float *)dp->dflat->data, 0, dp->total, false, op);
         d->be->sync(d);
         if (ar == ncclSuccess && ncclCommGetAsyncError(c->nccl, &ar) == ncclSuccess && ar == ncclSuccess)
             return dl__dev_check(d, op);
