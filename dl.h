@@ -2364,7 +2364,9 @@ DL__GEMM_INLINE void dl__gemm_dot_out(float *c, __m512 d, float alpha, float bet
 
 /* R rows of a (1..4, row stride kas) x S rows of b (1..6, starting at
    bq[s]), over nv vectors, the last one holding only `tail` lanes when tail
-   > 0 (the others loaded as zeros, as a zero-padded copy would give).
+   > 0 (the others loaded as zeros, as a zero-padded copy would give); that
+   `reps` times, a and the rows of b moved on by ras and rbs floats each time
+   (blocks of K that are not contiguous: the samples of dl__s1r_wgrad).
    first: start from zero, else from P; last: finish into C, else park in P. */
 #define DL__DOT_LDU(p) _mm512_loadu_ps(p)
 #define DL__DOT_LDM(p) _mm512_maskz_loadu_ps(tm, p)
@@ -2382,14 +2384,15 @@ DL__GEMM_INLINE void dl__gemm_dot_out(float *c, __m512 d, float alpha, float bet
         DL__DOT_S(5, LD)                                            \
     }
 DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, int tail, const float *DL__RESTRICT a,
-                                       int64_t kas, const float *const *bq, float *P, int64_t pst,
-                                       int first, int last, float *c, int64_t ldc, float alpha, float beta)
+                                       int64_t kas, const float *const *bq, int64_t reps, int64_t ras, int64_t rbs,
+                                       float *P, int64_t pst, int first, int last, float *c, int64_t ldc, float alpha,
+                                       float beta)
 {
     const __m512 z = _mm512_setzero_ps();
     const int mode = dl__gemm_mode(beta);
     const float *b0 = bq[0], *b1 = S > 1 ? bq[1] : b0, *b2 = S > 2 ? bq[2] : b0, *b3 = S > 3 ? bq[3] : b0,
                 *b4 = S > 4 ? bq[4] : b0, *b5 = S > 5 ? bq[5] : b0;
-    int64_t v, o, nfull = tail ? nv - 1 : nv;
+    int64_t v, o, rp, nfull = tail ? nv - 1 : nv;
     DL__DOT_Z(0);
     DL__DOT_Z(1);
     DL__DOT_Z(2);
@@ -2397,10 +2400,14 @@ DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, int
     if (!first) {
         DL__DOT_PARK(DL__DOT_GET)
     }
-    for (v = 0, o = 0; v < nfull; v++, o += 16) DL__DOT_STEP(DL__DOT_LDU)
-    if (tail) {
-        const __mmask16 tm = (__mmask16)((1u << tail) - 1u);
-        DL__DOT_STEP(DL__DOT_LDM)
+    for (rp = 0; rp < reps; rp++) {
+        for (v = 0, o = 0; v < nfull; v++, o += 16) DL__DOT_STEP(DL__DOT_LDU)
+        if (tail) {
+            const __mmask16 tm = (__mmask16)((1u << tail) - 1u);
+            DL__DOT_STEP(DL__DOT_LDM)
+        }
+        a += ras;
+        b0 += rbs; b1 += rbs; b2 += rbs; b3 += rbs; b4 += rbs; b5 += rbs;
     }
     if (last) {
         DL__DOT_PARK(DL__DOT_OUT)
@@ -2411,16 +2418,17 @@ DL__GEMM_INLINE void dl__gemm_dot_tile(const int R, const int S, int64_t nv, int
 
 #define DL__DOT_SCASES(R)                                                                              \
     switch (ns) {                                                                                      \
-    case 6: dl__gemm_dot_tile(R, 6, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
-    case 5: dl__gemm_dot_tile(R, 5, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
-    case 4: dl__gemm_dot_tile(R, 4, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
-    case 3: dl__gemm_dot_tile(R, 3, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
-    case 2: dl__gemm_dot_tile(R, 2, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break;  \
-    default: dl__gemm_dot_tile(R, 1, nv, tail, a, kas, bq, P, pst, first, last, c, ldc, alpha, beta); break; \
+    case 6: dl__gemm_dot_tile(R, 6, nv, tail, a, kas, bq, reps, ras, rbs, P, pst, first, last, c, ldc, alpha, beta); break; \
+    case 5: dl__gemm_dot_tile(R, 5, nv, tail, a, kas, bq, reps, ras, rbs, P, pst, first, last, c, ldc, alpha, beta); break; \
+    case 4: dl__gemm_dot_tile(R, 4, nv, tail, a, kas, bq, reps, ras, rbs, P, pst, first, last, c, ldc, alpha, beta); break; \
+    case 3: dl__gemm_dot_tile(R, 3, nv, tail, a, kas, bq, reps, ras, rbs, P, pst, first, last, c, ldc, alpha, beta); break; \
+    case 2: dl__gemm_dot_tile(R, 2, nv, tail, a, kas, bq, reps, ras, rbs, P, pst, first, last, c, ldc, alpha, beta); break; \
+    default: dl__gemm_dot_tile(R, 1, nv, tail, a, kas, bq, reps, ras, rbs, P, pst, first, last, c, ldc, alpha, beta); break; \
     }
 
 static void dl__gemm_dot(int nr, int ns, int64_t nv, int tail, const float *a, int64_t kas, const float *const *bq,
-                         float *P, int64_t pst, int first, int last, float *c, int64_t ldc, float alpha, float beta)
+                         int64_t reps, int64_t ras, int64_t rbs, float *P, int64_t pst, int first, int last, float *c,
+                         int64_t ldc, float alpha, float beta)
 {
     switch (nr) {
     case 4: DL__DOT_SCASES(4) break;
@@ -2467,6 +2475,46 @@ static void dl__gemm_dot_ref(int64_t M, int64_t N, int64_t K, float alpha, const
 }
 #endif
 
+/* Work handed out in order, one index at a time, to the threads of a job
+   (dl__claim): a thread that starts late or shares its core takes less. */
+typedef struct dl__claimer {
+    int64_t next;
+    int nslots;          /* threads working; 1: no lock */
+#ifndef DL_NO_THREADS
+    pthread_mutex_t mu;
+#endif
+} dl__claimer;
+
+static void dl__claim_init(dl__claimer *c, int nslots)
+{
+    c->next = 0;
+    c->nslots = nslots;
+#ifndef DL_NO_THREADS
+    if (c->nslots > 1 && pthread_mutex_init(&c->mu, NULL) != 0) c->nslots = 1;
+#endif
+}
+
+static int64_t dl__claim(dl__claimer *c)
+{
+    int64_t r;
+#ifndef DL_NO_THREADS
+    if (c->nslots > 1) pthread_mutex_lock(&c->mu);
+#endif
+    r = c->next++;
+#ifndef DL_NO_THREADS
+    if (c->nslots > 1) pthread_mutex_unlock(&c->mu);
+#endif
+    return r;
+}
+
+static void dl__claim_done(dl__claimer *c)
+{
+#ifndef DL_NO_THREADS
+    if (c->nslots > 1) pthread_mutex_destroy(&c->mu);
+#endif
+    (void)c;
+}
+
 typedef struct dl__sgemm_job {
     bool transa, transb;
     int64_t M, N, K;
@@ -2487,11 +2535,7 @@ typedef struct dl__sgemm_job {
     int64_t chunk;      /* units per chunk */
     int64_t units;      /* units of the split */
     int64_t nchunks;    /* chunks, claimed in order by the threads */
-    int64_t next;       /* the next chunk to claim */
-#ifndef DL_NO_THREADS
-    pthread_mutex_t mu; /* guards next, when there are threads */
-#endif
-    int nslots;         /* threads working */
+    dl__claimer cl;     /* hands them out */
     float *bufs;        /* per-thread buffers, each buf_stride floats */
     int64_t a_size;     /* floats for packed A in each buffer */
     int64_t buf_stride;
@@ -2579,7 +2623,7 @@ static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, 
                 for (h = 0; h < ga; h++) {
                     int64_t i0 = J->M * h / ga, i1 = J->M * (h + 1) / ga;
                     dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), (kk + 15) / 16, tail, J->A + i0 * J->lda + kb,
-                                 J->lda, bq, P + (i0 * nt + (j0 - nb0)) * 16, nt * 16, first, last,
+                                 J->lda, bq, 1, 0, 0, P + (i0 * nt + (j0 - nb0)) * 16, nt * 16, first, last,
                                  J->C + i0 * J->ldc + j0, J->ldc, J->alpha, J->beta);
                 }
             }
@@ -2619,14 +2663,7 @@ static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
     float *abuf = J->bufs + begin * J->buf_stride;
     (void)end;
     for (;;) {
-        int64_t c, u0, u1;
-#ifndef DL_NO_THREADS
-        if (J->nslots > 1) pthread_mutex_lock(&J->mu);
-#endif
-        c = J->next++;
-#ifndef DL_NO_THREADS
-        if (J->nslots > 1) pthread_mutex_unlock(&J->mu);
-#endif
+        int64_t c = dl__claim(&J->cl), u0, u1;
         if (c >= J->nchunks) break;
         u0 = c * J->chunk;
         u1 = u0 + J->chunk < J->units ? u0 + J->chunk : J->units;
@@ -2804,7 +2841,6 @@ run:
        each chunk packs again (A, or B for a row split) stays under
        DL__GEMM_CHUNK_SHARE of the work */
     J.units = units;
-    J.nslots = (int)nch;
     {
         int64_t per = nch > 1 ? DL__GEMM_DYN : 1;
         double again = J.dot ? (double)M * (double)K
@@ -2816,19 +2852,11 @@ run:
     }
     J.chunk = (units + J.nchunks - 1) / J.nchunks;
     J.nchunks = (units + J.chunk - 1) / J.chunk;
-    J.next = 0;
     (void)chunk;
-#ifndef DL_NO_THREADS
-    if (J.nslots > 1 && pthread_mutex_init(&J.mu, NULL) != 0) J.nslots = 1;
-#endif
-    if (J.nslots <= 1) {
-        dl__sgemm_task(&J, 0, 1);
-    } else {
-        dl__parallel_for(pool, J.nslots, 1, dl__sgemm_task, &J);
-#ifndef DL_NO_THREADS
-        pthread_mutex_destroy(&J.mu);
-#endif
-    }
+    dl__claim_init(&J.cl, (int)nch);
+    if (J.cl.nslots <= 1) dl__sgemm_task(&J, 0, 1);
+    else dl__parallel_for(pool, J.cl.nslots, 1, dl__sgemm_task, &J);
+    dl__claim_done(&J.cl);
     dl__gemm_buf_put(pool, raw);
 }
 
@@ -5697,8 +5725,8 @@ static int64_t dl__s1_begin(dl__pool *pool, const dl__cgeom *g, const dl__s1geom
     return dl__s1_rows(g, q, n, *brow);
 }
 
-static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
-                            int64_t n, const dl__cgeom *g, bool flip)
+static void dl__cpu_conv_s1_grid(dl__dev *d, float *y, const float *x, const float *w, const float *bias,
+                                 float *scratch, int64_t n, const dl__cgeom *g, bool flip)
 {
     dl__s1geom q;
     dl__s1_args u;
@@ -5738,8 +5766,8 @@ static void dl__s1_grid_task(void *arg, int64_t lo, int64_t hi)
     }
 }
 
-static void dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
-                                  const dl__cgeom *g, float beta)
+static void dl__cpu_conv_s1_wgrad_grid(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch,
+                                       int64_t n, const dl__cgeom *g, float beta)
 {
     dl__s1geom q;
     dl__s1_args u;
@@ -5752,6 +5780,296 @@ static void dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
     /* dw (Cb, Ca*K) = beta dw + grid (Cb, cols) @ B^T, row (c, kk) of B the shifted view of the padded input */
     dl__sgemm_rows(pool, false, true, g->Cb, g->Ca * g->K, cols, 1.0f, u.grid, n * q.Pa, u.xp, 0, brow, beta,
                    (float *)DL__RAW(d, dw), g->Ca * g->K);
+}
+
+/* The row variant of the padded-grid path, for 1-d and 2-d convs (the CPU
+   takes it where it applies: dl__s1r_make). The grid pays GEMM columns
+   for its margins (a valid 5x5 conv on 14x14 planes: 196 columns for 100
+   outputs) and copies the outputs out. Here each sample's input is copied
+   k2 times, once per kernel column kw, into planes of P1 = ib1 + d1(k1-1)
+   padded rows cut to the output's width W = ib2:
+       X[c, kw][r][j] = xpad[r][j + kw d2]        (zeros in the padding)
+   so that row (c, kh, kw) of im2col's matrix is the plain run of
+   Lb = ib1 W floats at X[c, kw] + kh d1 W: the GEMM has exactly the
+   output's columns and writes the sample's (Cb, Lb) block in place in y.
+   The copy (k2 P1/ib1 times the sample's input) is made by the thread that
+   multiplies it, into its own buffer, so it stays in its cache. Forward and
+   input gradient (flip): one sample at a time, the same sums in the same
+   order as im2col (the same bits). Weight gradient (the dot path's tiles,
+   AVX-512): threads split dw's columns; each walks the samples in chunks,
+   copying the planes of its channels, and sums each sample's products
+   lane-wise with the accumulators parked between chunks. */
+typedef struct dl__s1r {
+    int64_t P1, W, Pr;  /* padded rows, row width, floats per (c, kw) plane */
+    int64_t per;        /* floats of one sample's planes: Ca k2 Pr */
+} dl__s1r;
+
+/* Ca k2 Pr floats per sample at most (the thread buffers) */
+#ifndef DL__S1R_MAX_PER
+#define DL__S1R_MAX_PER ((int64_t)1 << 20)
+#endif
+
+/* whether the row variant applies to g (stride 1, no groups: dl__s1_make said yes) */
+static bool dl__s1r_make(const dl__cgeom *g, dl__s1r *r)
+{
+    if (g->ia[0] != 1 || g->ib[0] != 1 || g->k[0] != 1 || g->p[0] != 0 || g->Ca * g->k[2] <= 0) return false;
+    r->P1 = g->ib[1] + g->d[1] * (g->k[1] - 1);
+    r->W = g->ib[2];
+    r->Pr = r->P1 * r->W;
+    return r->Pr <= DL__S1R_MAX_PER / (g->Ca * g->k[2]) && (r->per = g->Ca * g->k[2] * r->Pr) > 0;
+}
+
+/* d[0:n) = s[0:n) (a short run: a masked vector at the end) */
+static void dl__copy_run(float *DL__RESTRICT d, const float *DL__RESTRICT s, int64_t n)
+{
+#if defined(DL__GEMM_AVX512)
+    for (; n >= 16; n -= 16, d += 16, s += 16) _mm512_storeu_ps(d, _mm512_loadu_ps(s));
+    if (n > 0) {
+        const __mmask16 m = (__mmask16)((1u << n) - 1u);
+        _mm512_mask_storeu_ps(d, m, _mm512_maskz_loadu_ps(m, s));
+    }
+#else
+    if (n > 0) memcpy(d, s, sizeof(float) * (size_t)n);
+#endif
+}
+
+/* The input's runs of the planes of channels [c0, c1) of one sample x
+   (Ca, ia1, ia2), plane (c, kw) at dst + ((c - c0) k2 + kw) Pr. The
+   padding is never written: the buffer was zeroed once (it is the same
+   for every sample). */
+static void dl__s1r_fill(const dl__cgeom *g, const dl__s1r *r, float *dst, const float *x, int64_t c0, int64_t c1)
+{
+    int64_t c, kw, ih, ia1 = g->ia[1], ia2 = g->ia[2], W = r->W, p1 = g->p[1];
+    int64_t nh = ia1 < r->P1 - p1 ? ia1 : r->P1 - p1;   /* input rows inside the planes */
+    for (c = c0; c < c1; c++)
+        for (kw = 0; kw < g->k[2]; kw++) {
+            int64_t sh = kw * g->d[2] - g->p[2];         /* column j reads iw = j + sh */
+            int64_t j0 = sh < 0 ? -sh : 0, j1 = ia2 - sh < W ? ia2 - sh : W;
+            float *d = dst + ((c - c0) * g->k[2] + kw) * r->Pr + p1 * W + j0;
+            const float *src = x + c * ia1 * ia2 + sh + j0;
+            if (j1 > j0)
+                for (ih = 0; ih < nh; ih++, d += W, src += ia2) dl__copy_run(d, src, j1 - j0);
+        }
+}
+
+typedef struct dl__s1r_job {
+    const dl__cgeom *g;
+    dl__s1r r;
+    const float *x, *gy, *bias, *ap;  /* ap: the packed weights (forward) */
+    float *y;                         /* forward: the output; weight gradient: dw */
+    const int64_t *brow;              /* row (c, kk) of the implicit matrix, in a sample's planes */
+    int64_t n, kc, stride;            /* samples; K block; floats per thread buffer */
+    float *bufs;
+    dl__claimer cl;
+    /* weight gradient */
+    int64_t chunk, units, uslot, ga, gb, nslots;
+    float beta;
+} dl__s1r_job;
+
+/* forward: samples claimed one at a time; each copied into the thread's
+   buffer, multiplied by the packed weights, + bias */
+static void dl__s1r_task(void *arg, int64_t begin, int64_t end)
+{
+    dl__s1r_job *J = (dl__s1r_job *)arg;
+    const dl__cgeom *g = J->g;
+    float *xb = J->bufs + begin * J->stride;
+    int64_t M = g->Cb, K = g->Ca * g->K, Lb = g->Lb, Mup = dl__round_up(M, DL__GEMM_MR), n, jr, pc, ir, o, l;
+    (void)end;
+    memset(xb, 0, sizeof(float) * (size_t)J->r.per);
+    while ((n = dl__claim(&J->cl)) < J->n) {
+        float *y = J->y + n * M * Lb;
+        dl__s1r_fill(g, &J->r, xb, J->x + n * g->Ca * g->La, 0, g->Ca);
+        for (jr = 0; jr < Lb; jr += DL__GEMM_NR) {
+            int nr = (int)(Lb - jr < DL__GEMM_NR ? Lb - jr : DL__GEMM_NR);
+            for (pc = 0; pc < K; pc += J->kc) {
+                int64_t kb = K - pc < J->kc ? K - pc : J->kc;
+                for (ir = 0; ir < M; ir += DL__GEMM_MR)
+                    dl__gemm_kernel(kb, J->ap + pc * Mup + ir * kb, xb + jr, 0, J->brow + pc, y + ir * Lb + jr, Lb,
+                                    (int)(M - ir < DL__GEMM_MR ? M - ir : DL__GEMM_MR), nr, 1.0f, pc ? 1.0f : 0.0f);
+            }
+        }
+        if (J->bias)
+            for (o = 0; o < M; o++) {
+                float b = J->bias[o], *DL__RESTRICT yr = y + o * Lb;
+                for (l = 0; l < Lb; l++) yr[l] += b;
+            }
+    }
+}
+
+/* The row table of the sample planes of channels [c0, ...): row (c, kh, kw)
+   at ((c - c0) k2 + kw) Pr + kh d1 W, for rows [r0, r1) into brow[0..) */
+static void dl__s1r_rows(const dl__cgeom *g, const dl__s1r *r, int64_t c0, int64_t r0, int64_t r1, int64_t *brow)
+{
+    int64_t i;
+    for (i = r0; i < r1; i++) {
+        int64_t c = i / g->K, kk = i % g->K;
+        brow[i - r0] = ((c - c0) * g->k[2] + kk % g->k[2]) * r->Pr + (kk / g->k[2]) * g->d[1] * r->W;
+    }
+}
+
+/* Buffers of the row variant from the pool's GEMM buffer: `head` floats,
+   then nslots thread buffers of `stride` floats, zeros from `used` on (the
+   kernels read whole vectors past a plane's end). NULL: no memory. */
+static float *dl__s1r_bufs(dl__pool *pool, int64_t head, int64_t nslots, int64_t stride, int64_t used, void **raw)
+{
+    float *b = dl__gemm_buf_get(pool, sizeof(float) * (size_t)(head + nslots * stride), raw);
+    int64_t i;
+    if (b)
+        for (i = 0; i < nslots; i++) memset(b + head + i * stride + used, 0, sizeof(float) * (size_t)(stride - used));
+    return b;
+}
+
+/* y (n, Cb, ib...) = conv(x, w) + bias, or with flip the conv with w (Ca, Cb, k...) transposed and flipped.
+   false: no memory for the buffers (the caller takes the grid) */
+static bool dl__cpu_conv_s1_rows(dl__dev *d, float *y, const float *x, const float *w, const float *bias,
+                                 int64_t n, const dl__cgeom *g, const dl__s1r *r, bool flip)
+{
+    dl__pool *pool = d->ctx->pool;
+    dl__s1r_job J;
+    int64_t M = g->Cb, K = g->Ca * g->K, Mup = dl__round_up(M, DL__GEMM_MR), pc, nslots = dl__pool_size(pool);
+    int64_t afl = dl__round_up(Mup * K + 16, 16), wfl = flip ? dl__round_up(M * K + 16, 16) : 0;
+    int64_t tfl = dl__round_up(2 * K + 16, 16);
+    void *raw;
+    float *buf;
+    const float *A = w;
+    memset(&J, 0, sizeof J);
+    if (nslots > n) nslots = n;
+    J.stride = dl__round_up(r->per + 48, 16);
+    buf = dl__s1r_bufs(pool, afl + wfl + tfl, nslots, J.stride, r->per, &raw);
+    if (!buf) return false;
+    J.g = g;
+    J.r = *r;
+    J.x = x;
+    J.y = y;
+    J.bias = bias;
+    J.n = n;
+    J.kc = dl__gemm_kc(K);
+    J.ap = buf;
+    J.brow = (const int64_t *)(void *)(buf + afl + wfl);
+    J.bufs = buf + afl + wfl + tfl;
+    dl__s1r_rows(g, r, 0, 0, K, (int64_t *)(void *)(buf + afl + wfl));
+    if (flip) {
+        dl__s1_args u;
+        memset(&u, 0, sizeof u);
+        u.g = g;
+        u.w = w;
+        u.wt = buf + afl;
+        dl__s1_flip_task(&u, 0, M);
+        A = u.wt;
+    }
+    for (pc = 0; pc < K; pc += J.kc)
+        dl__gemm_pack_a(false, A, K, 0, M, pc, K - pc < J.kc ? K - pc : J.kc, buf + pc * Mup);
+    dl__claim_init(&J.cl, (int)nslots);
+    if (J.cl.nslots <= 1) dl__s1r_task(&J, 0, 1);
+    else dl__parallel_for(pool, J.cl.nslots, 1, dl__s1r_task, &J);
+    dl__claim_done(&J.cl);
+    dl__gemm_buf_put(pool, raw);
+    return true;
+}
+
+#ifdef DL__GEMM_DOT
+/* weight gradient: slot s owns the units (tile of <= 6 columns of dw, group
+   of <= 4 rows) [units s / nslots, units (s+1) / nslots), tile-major; per
+   chunk of samples it copies the planes of the channels its columns read,
+   then runs each unit's tile over the chunk's samples */
+static void dl__s1r_wgrad_task(void *arg, int64_t begin, int64_t end)
+{
+    dl__s1r_job *J = (dl__s1r_job *)arg;
+    const dl__cgeom *g = J->g;
+    int64_t M = g->Cb, Lb = g->Lb, CK = g->Ca * g->K, s;
+    int64_t *brow = (int64_t *)(void *)(J->bufs + begin * J->stride);
+    float *park = J->bufs + begin * J->stride + dl__round_up(2 * CK + 16, 16);
+    float *xb = park + J->uslot * 384;
+    for (s = begin; s < end; s++) {
+        int64_t u0 = J->units * s / J->nslots, u1 = J->units * (s + 1) / J->nslots, u, n0, nc, c0, c1, per, r0;
+        if (u0 >= u1) continue;
+        /* the columns [r0, r1) of the slot's tiles and their channels [c0, c1) */
+        {
+            int64_t t0 = u0 / J->ga, t1 = (u1 - 1) / J->ga, r1 = CK * (t1 + 1) / J->gb;
+            r0 = CK * t0 / J->gb;
+            c0 = r0 / g->K;
+            c1 = (r1 - 1) / g->K + 1;
+            per = (c1 - c0) * g->k[2] * J->r.Pr;
+            dl__s1r_rows(g, &J->r, c0, r0, r1, brow);
+            memset(xb, 0, sizeof(float) * (size_t)(J->chunk * per));
+        }
+        for (n0 = 0; n0 < J->n; n0 += J->chunk) {
+            int64_t i;
+            nc = J->n - n0 < J->chunk ? J->n - n0 : J->chunk;
+            for (i = 0; i < nc; i++)
+                dl__s1r_fill(g, &J->r, xb + i * per, J->x + (n0 + i) * g->Ca * g->La, c0, c1);
+            for (u = u0; u < u1; u++) {
+                int64_t t = u / J->ga, h = u % J->ga, j0 = CK * t / J->gb, j1 = CK * (t + 1) / J->gb;
+                int64_t i0 = M * h / J->ga, i1 = M * (h + 1) / J->ga, j;
+                const float *bq[6];
+                for (j = j0; j < j1; j++) bq[j - j0] = xb + brow[j - r0];
+                dl__gemm_dot((int)(i1 - i0), (int)(j1 - j0), (Lb + 15) / 16, (int)(Lb % 16),
+                             J->gy + (n0 * M + i0) * Lb, Lb, bq, nc, M * Lb, per, park + (u - u0) * 384, 96,
+                             n0 == 0, n0 + nc >= J->n, J->y + i0 * CK + j0, CK, 1.0f, J->beta);
+            }
+        }
+    }
+}
+
+/* dw (Cb, Ca k...) = beta dw + the weight gradient over n samples; false: no memory */
+static bool dl__cpu_conv_s1r_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
+                                   const dl__cgeom *g, const dl__s1r *r, float beta)
+{
+    dl__pool *pool = d->ctx->pool;
+    dl__s1r_job J;
+    int64_t CK = g->Ca * g->K;
+    void *raw;
+    memset(&J, 0, sizeof J);
+    J.g = g;
+    J.r = *r;
+    J.x = x;
+    J.gy = gy;
+    J.y = dw;
+    J.n = n;
+    J.beta = beta;
+    J.ga = (g->Cb + 3) / 4;
+    J.gb = (CK + 5) / 6;
+    J.units = J.ga * J.gb;
+    /* samples per chunk: their planes and gy in ~512 KiB (from the shape alone) */
+    J.chunk = ((int64_t)1 << 17) / (r->per + g->Cb * g->Lb);
+    if (J.chunk < 1) J.chunk = 1;
+    if (J.chunk > n) J.chunk = n;
+    J.nslots = dl__pool_size(pool);
+    if (J.nslots > J.units) J.nslots = J.units;
+    J.uslot = J.units / J.nslots + 1;   /* units of a slot, at most */
+    J.stride = dl__round_up(2 * CK + 16, 16) + J.uslot * 384 + dl__round_up(J.chunk * r->per + 16, 16);
+    J.bufs = dl__s1r_bufs(pool, 0, J.nslots, J.stride, J.stride, &raw);
+    if (!J.bufs) return false;
+    dl__parallel_for(pool, J.nslots, 1, dl__s1r_wgrad_task, &J);
+    dl__gemm_buf_put(pool, raw);
+    return true;
+}
+#endif
+
+/* the backend entries: the row variant where it applies and there is
+   memory for it, else the grid */
+static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
+                            int64_t n, const dl__cgeom *g, bool flip)
+{
+    dl__s1r r;
+    if (g->Cb <= DL__GEMM_DIRECT_M && n > 0 && dl__s1r_make(g, &r) &&
+        dl__cpu_conv_s1_rows(d, (float *)DL__RAW(d, y), (const float *)DL__RAW(d, x), (const float *)DL__RAW(d, w),
+                             (const float *)DL__RAW0(d, bias), n, g, &r, flip))
+        return;
+    dl__cpu_conv_s1_grid(d, y, x, w, bias, scratch, n, g, flip);
+}
+
+static void dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
+                                  const dl__cgeom *g, float beta)
+{
+#ifdef DL__GEMM_DOT
+    dl__s1r r;
+    if (g->Cb <= DL__GEMM_DOT_MAX_M && n > 0 && dl__s1r_make(g, &r) &&
+        dl__cpu_conv_s1r_wgrad(d, (float *)DL__RAW(d, dw), (const float *)DL__RAW(d, x), (const float *)DL__RAW(d, gy),
+                               n, g, &r, beta))
+        return;
+#endif
+    dl__cpu_conv_s1_wgrad_grid(d, dw, x, gy, scratch, n, g, beta);
 }
 
 typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;
