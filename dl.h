@@ -2998,6 +2998,22 @@ static DL__HD inline float dl__expf(float x)
     return p * s1 * s2;
 }
 
+/* 1/(1+exp(-x)) for x >= 0, exp(x)/(1+exp(x)) below (no overflow): one
+   exp, of -|x|, and one division, so that a vector loop computes no branch
+   it throws away */
+static DL__HD inline float dl__sigmoidf(float x)
+{
+    float e = dl__expf(-fabsf(x));
+    return (x >= 0 ? 1.0f : e) / (1.0f + e);
+}
+
+/* x sigmoid(x) as x/(1+exp(-x)) and x exp(x)/(1+exp(x)), the same way */
+static DL__HD inline float dl__siluf(float x)
+{
+    float e = dl__expf(-fabsf(x));
+    return (x >= 0 ? x : x * e) / (1.0f + e);
+}
+
 /* Elementwise math: one expression per op, used by every backend (CPU loops
    here, CUDA kernels in dl_cuda.cuh), so a device adds launches, not math.
    x is the input, a and b the op's scalar attributes. */
@@ -3011,8 +3027,8 @@ static DL__HD inline float dl__expf(float x)
     X(ERF, erff(x)) \
     X(RELU, (x > 0 || x != x) ? x : 0.0f) \
     X(LEAKY, x > 0 ? x : x * a) \
-    X(SIGMOID, x >= 0 ? 1.0f / (1.0f + dl__expf(-x)) : dl__expf(x) / (1.0f + dl__expf(x))) \
-    X(SILU, x >= 0 ? x / (1.0f + dl__expf(-x)) : x * dl__expf(x) / (1.0f + dl__expf(x))) \
+    X(SIGMOID, dl__sigmoidf(x)) \
+    X(SILU, dl__siluf(x)) \
     X(TANH, tanhf(x)) \
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
     X(POW, a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : powf(x, a)) \
@@ -5808,6 +5824,10 @@ typedef struct dl__s1r {
 #ifndef DL__S1R_MAX_PER
 #define DL__S1R_MAX_PER ((int64_t)1 << 20)
 #endif
+/* the weight gradient's samples per chunk: their planes and gy in about this many floats */
+#ifndef DL__S1R_CHUNK
+#define DL__S1R_CHUNK ((int64_t)1 << 17)
+#endif
 
 /* whether the row variant applies to g (stride 1, no groups: dl__s1_make said yes) */
 static bool dl__s1r_make(const dl__cgeom *g, dl__s1r *r)
@@ -6031,7 +6051,7 @@ static bool dl__cpu_conv_s1r_wgrad(dl__dev *d, float *dw, const float *x, const 
     J.gb = (CK + 5) / 6;
     J.units = J.ga * J.gb;
     /* samples per chunk: their planes and gy in ~512 KiB (from the shape alone) */
-    J.chunk = ((int64_t)1 << 17) / (r->per + g->Cb * g->Lb);
+    J.chunk = DL__S1R_CHUNK / (r->per + g->Cb * g->Lb);
     if (J.chunk < 1) J.chunk = 1;
     if (J.chunk > n) J.chunk = n;
     J.nslots = dl__pool_size(pool);

@@ -13,13 +13,14 @@
    3. Every error: code, message, and the context still works after it.
    4. Same bits with 1, 2 and 3 threads; flat memory across steps; timing of
       a LeNet-sized conv forward + backward (batch 256, 1x28x28 -> 6x5x5 pad 2).
-   5. The two ways to a convolution: every stride-1 conv here takes the
+   5. The ways to a convolution: every stride-1 conv here takes the
       padded-grid path (conv_s1; DL__S1_MAX_GROW and DL__S1_WASTE are lifted for this file, so
-      sections 1-3 run it on every shape), and s1_paths() compares it with
-      im2col on a device whose backend lacks conv_s1: forward and weight
-      gradient bit for bit, input gradient and conv_transpose within float
-      rounding, over 1-D/2-D/3-D, kernels 1-5, dilation, every padding,
-      bias or not.
+      sections 1-3 run it on every shape; the CPU takes its row variant for
+      1-D and 2-D convs with few output channels), and s1_paths() compares
+      it, and the grid variant alone, with im2col on a device whose backend
+      lacks conv_s1: forward bit for bit, weight gradient, input gradient
+      and conv_transpose within float rounding, over 1-D/2-D/3-D, kernels
+      1-5, dilation, every padding, bias or not.
    6. im2col/col2im on small planes take a table of gather indices;
       i2c_paths() compares them with the row loops, bit for bit, over
       1-D/2-D/3-D, kernels 1-4, strides 1-3, dilation 1-2, every padding,
@@ -31,6 +32,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define DL__S1_MAX_GROW 1e9   /* every stride-1 conv through conv_s1 (section 5) */
 #define DL__S1_WASTE 1e12
+#define DL__S1R_CHUNK 3000    /* the row variant's weight gradient in chunks of a few samples */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -694,6 +696,7 @@ static void timing(void)
 
 static dl__backend g_no_s1;   /* the CPU backend without conv_s1: im2col + gemm */
 static dl__backend g_s1;      /* the CPU backend, counting its conv_s1 calls */
+static dl__backend g_grid;    /* the CPU backend with the grid variant only (not the rows) */
 static int64_t g_s1_calls, g_wg_calls;
 
 static void count_wg(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
@@ -708,6 +711,18 @@ static void count_s1(dl__dev *d, float *y, const float *x, const float *w, const
 {
     g_s1_calls++;
     dl__cpu_conv_s1(d, y, x, w, bias, scratch, n, g, flip);
+}
+
+static void grid_wg(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
+                    const dl__cgeom *g, float beta)
+{
+    dl__cpu_conv_s1_wgrad_grid(d, dw, x, gy, scratch, n, g, beta);
+}
+
+static void grid_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
+                    int64_t n, const dl__cgeom *g, bool flip)
+{
+    dl__cpu_conv_s1_grid(d, y, x, w, bias, scratch, n, g, flip);
 }
 
 static float max_rel(const float *a, const float *b, int64_t n)
@@ -778,10 +793,11 @@ static void s1_paths(void)
     int gi, pad, tr, bias, i;
     float *xv = (float *)malloc(sizeof(float) * 100000), *wv = (float *)malloc(sizeof(float) * 100000);
     float *o1 = (float *)malloc(sizeof(float) * 400000), *o2 = (float *)malloc(sizeof(float) * 400000);
+    float *o3 = (float *)malloc(sizeof(float) * 400000);
     memset(&cd, 0, sizeof cd);
-    cd.cpu_devices = 2;
+    cd.cpu_devices = 3;
     c = dl_ctx_init(&cd);
-    if (!c || !xv || !wv || !o1 || !o2) { CHECK(0, "s1_paths: setup"); goto out; }
+    if (!c || !xv || !wv || !o1 || !o2 || !o3) { CHECK(0, "s1_paths: setup"); goto out; }
     g_no_s1 = *dl__cpu_be();
     g_no_s1.name = "cpu-without-conv_s1";
     g_no_s1.conv_s1 = NULL;
@@ -791,6 +807,11 @@ static void s1_paths(void)
     g_s1.conv_s1 = count_s1;
     g_s1.conv_s1_wgrad = count_wg;
     c->cpu[0]->be = &g_s1;
+    g_grid = *dl__cpu_be();
+    g_grid.name = "cpu-grid-only";
+    g_grid.conv_s1 = grid_s1;
+    g_grid.conv_s1_wgrad = grid_wg;
+    c->cpu[2]->be = &g_grid;
     for (i = 0; i < 100000; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.5f; }
     for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++) {
         int nsp = (int)geo[gi][0];
@@ -798,7 +819,8 @@ static void s1_paths(void)
         for (pad = 0; pad <= dil * (k - 1) + 1; pad++)
             for (tr = 0; tr < 2; tr++)
                 for (bias = 0; bias < 2; bias++) {
-                    int64_t xs[5], ws[5], n1, n2, ny = 1, span, calls, wcalls;
+                    int64_t xs[5], ws[5], n1, n2, n3, ny = 1, span, calls, wcalls;
+                    int v;
                     dl_conv_desc d = dl_conv_desc_make(1, pad, dil, 1);
                     xs[0] = nb;
                     xs[1] = tr ? cb : ca;          /* conv: w (cb, ca, k); transposed: x has cb channels */
@@ -826,22 +848,27 @@ static void s1_paths(void)
                           tr ? "conv_transpose" : "conv", nsp, (long long)L, (long long)k, (long long)dil, pad,
                           dl_error_message(c));
                     if (n1 <= 0 || n1 != n2) { dl_clear_error(c); dl_step_end(c); continue; }
-                    {
+                    n3 = s1_run(c, 2, nsp, tr != 0, xs, ws, bias != 0, &d, xv, wv, o3);
+                    CHECK(n3 == n2, "s1 grid only %s: %dd size %lld k %lld dil %lld pad %d: %s",
+                          tr ? "conv_transpose" : "conv", nsp, (long long)L, (long long)k, (long long)dil, pad,
+                          dl_error_message(c));
+                    for (v = 0; v < (n3 == n2 ? 2 : 1); v++) {   /* the CPU's choice (rows or grid), the grid */
                         int64_t nyv = 1, nx = 1;
-                        float ey, ex, ew;
+                        float ey, ex, ew, *o = v ? o3 : o1;
+                        const char *what = v ? "grid only" : "rows or grid";
                         for (i = 0; i < nsp + 2; i++) nx *= xs[i];
                         nyv = nb * (tr ? ca : cb) * ny;
-                        ey = max_rel(o1, o2, nyv);
-                        ex = max_rel(o1 + nyv, o2 + nyv, nx);
-                        ew = max_rel(o1 + nyv + nx, o2 + nyv + nx, n1 - nyv - nx);
+                        ey = max_rel(o, o2, nyv);
+                        ex = max_rel(o + nyv, o2 + nyv, nx);
+                        ew = max_rel(o + nyv + nx, o2 + nyv + nx, n1 - nyv - nx);
                         if (!tr)
                             CHECK(ey == 0 && ew < 1e-5f && ex < 1e-5f, "s1 conv %dd size %lld k %lld dil %lld pad %d "
-                                  "bias %d: padded grid vs im2col: y %g (want 0), dw/db %g, dx %g",
-                                  nsp, (long long)L, (long long)k, (long long)dil, pad, bias, ey, ew, ex);
+                                  "bias %d: %s vs im2col: y %g (want 0), dw/db %g, dx %g",
+                                  nsp, (long long)L, (long long)k, (long long)dil, pad, bias, what, ey, ew, ex);
                         else
                             CHECK(ey < 1e-5f && ex == 0 && ew < 1e-5f, "s1 conv_transpose %dd size %lld k %lld "
-                                  "dil %lld pad %d bias %d: padded grid vs col2im: y %g, dx %g (want 0), dw/db %g",
-                                  nsp, (long long)L, (long long)k, (long long)dil, pad, bias, ey, ex, ew);
+                                  "dil %lld pad %d bias %d: %s vs col2im: y %g, dx %g (want 0), dw/db %g",
+                                  nsp, (long long)L, (long long)k, (long long)dil, pad, bias, what, ey, ex, ew);
                     }
                     dl_step_end(c);
                 }
@@ -862,7 +889,7 @@ static void s1_paths(void)
         dl_step_end(c);
     }
 out:
-    free(xv); free(wv); free(o1); free(o2);
+    free(xv); free(wv); free(o1); free(o2); free(o3);
     if (c) c->cpu[0]->be = dl__cpu_be();
     dl_ctx_free(c);
 }
