@@ -5884,6 +5884,9 @@ typedef struct dl__s1r_job {
     /* weight gradient */
     int64_t chunk, units, uslot, ga, gb, nslots;
     float beta;
+    /* input gradient as im2col's adjoint: the col2im table */
+    const int64_t *tidx, *toff;
+    const int32_t *tln;
 } dl__s1r_job;
 
 /* forward: samples claimed one at a time; each copied into the thread's
@@ -6066,12 +6069,177 @@ static bool dl__cpu_conv_s1r_wgrad(dl__dev *d, float *dw, const float *x, const 
 }
 #endif
 
+/* col2im for one channel of a sample: dx[ih][iw] = the sum over (kh, kw)
+   of col (K, Lb)[kh k2 + kw][oh ib2 + ow] where the window put them,
+   ih = oh + kh d1 - p1, iw = ow + kw d2 - p2. Each element is summed where
+   it is written, 16 along a row at a time: the table (dl__s1s_table) lists
+   for row ih and positions [iw0, iw0 + 16) the shifted runs of col to add
+   (offset, first lane, lanes); the AVX-512 loop loads them masked into four
+   chains of adds taken in turn. No store is read back. */
+static int64_t dl__s1s_table(const dl__cgeom *g, int64_t *idx, int64_t *off, int32_t *ln)
+{
+    int64_t ih, iw0, kh, kw, q = 0, e = 0, ia2 = g->ia[2], ib2 = g->ib[2];
+    for (ih = 0; ih < g->ia[1]; ih++)
+        for (iw0 = 0; iw0 < ia2; iw0 += 16) {
+            int64_t w = ia2 - iw0 < 16 ? ia2 - iw0 : 16;
+            idx[q++] = e;
+            for (kh = 0; kh < g->k[1]; kh++) {
+                int64_t oh = ih - kh * g->d[1] + g->p[1];
+                if (oh < 0 || oh >= g->ib[1]) continue;
+                for (kw = 0; kw < g->k[2]; kw++) {
+                    int64_t sh = kw * g->d[2] - g->p[2], lo = sh > iw0 ? sh : iw0, hi = ib2 + sh;
+                    if (hi > iw0 + w) hi = iw0 + w;
+                    if (lo >= hi) continue;
+                    off[e] = (kh * g->k[2] + kw) * g->Lb + oh * ib2 + iw0 - sh;
+                    ln[e++] = (int32_t)((lo - iw0) | (hi - lo) << 8);
+                }
+            }
+        }
+    idx[q] = e;
+    return e;
+}
+
+static void dl__s1s_plane(const dl__cgeom *g, float *dx, const float *col, const int64_t *idx, const int64_t *off,
+                          const int32_t *ln)
+{
+    int64_t ih, iw0, e, q = 0, ia2 = g->ia[2];
+    for (ih = 0; ih < g->ia[1]; ih++, dx += ia2)
+        for (iw0 = 0; iw0 < ia2; iw0 += 16, q++) {
+            int64_t w = ia2 - iw0 < 16 ? ia2 - iw0 : 16;
+#if defined(DL__GEMM_AVX512)
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, t;
+            for (e = idx[q]; e < idx[q + 1]; e++) {
+                t = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(
+                                          (__mmask16)(((1u << (ln[e] >> 8)) - 1u) << (ln[e] & 255)), col + off[e]));
+                a0 = a1;   /* the next term into the next chain */
+                a1 = a2;
+                a2 = a3;
+                a3 = t;
+            }
+            _mm512_mask_storeu_ps(dx + iw0, (__mmask16)((1u << w) - 1u),
+                                  _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#else
+            float acc[16];
+            int j;
+            for (j = 0; j < 16; j++) acc[j] = 0.0f;
+            for (e = idx[q]; e < idx[q + 1]; e++)
+                for (j = ln[e] & 255; j < (ln[e] & 255) + (ln[e] >> 8); j++) acc[j] += col[off[e] + j];
+            for (j = 0; j < w; j++) dx[iw0 + j] = acc[j];
+#endif
+        }
+}
+
+/* The input gradient of a conv whose output is much smaller than its
+   input (a valid 5x5 conv, 10x10 from 14x14), and conv_transpose likewise:
+   as the conv with flipped weights it would multiply the zeros around the
+   output gradient (K times the input's positions); as im2col's adjoint it
+   multiplies the output's positions only. A sample at a time, in the
+   thread's buffer: col (Ca K, Lb) = w^T gy_n, then col2im into dx_n.
+   g is the conv's own geometry (a: the input side, the result here). */
+static void dl__s1s_task(void *arg, int64_t begin, int64_t end)
+{
+    dl__s1r_job *J = (dl__s1r_job *)arg;
+    const dl__cgeom *g = J->g;
+    int64_t M = g->Ca * g->K, Kg = g->Cb, Lb = g->Lb, Mup = dl__round_up(M, DL__GEMM_MR), n, jr, pc, ir;
+    float *col = J->bufs + begin * J->stride, *bbuf = col + dl__round_up(M * Lb + 16, 16);
+    (void)end;
+    while ((n = dl__claim(&J->cl)) < J->n) {
+        const float *gy = J->gy + n * Kg * Lb;
+        float *dx = J->y + n * g->Ca * g->La;
+        int64_t c, o, l;
+        for (jr = 0; jr < Lb; jr += DL__GEMM_NR) {
+            int nr = (int)(Lb - jr < DL__GEMM_NR ? Lb - jr : DL__GEMM_NR);
+            for (pc = 0; pc < Kg; pc += J->kc) {
+                int64_t kb = Kg - pc < J->kc ? Kg - pc : J->kc, bs = Lb;
+                const float *bp = gy + pc * Lb + jr;
+                if (nr < DL__GEMM_NR) {   /* the last sliver, zero-padded (B ends there) */
+                    dl__gemm_pack_b(false, gy, Lb, NULL, pc, kb, jr, nr, bbuf);
+                    bp = bbuf;
+                    bs = DL__GEMM_NR;
+                }
+                for (ir = 0; ir < M; ir += DL__GEMM_MR)
+                    dl__gemm_kernel(kb, J->ap + pc * Mup + ir * kb, bp, bs, NULL, col + ir * Lb + jr, Lb,
+                                    (int)(M - ir < DL__GEMM_MR ? M - ir : DL__GEMM_MR), nr, 1.0f, pc ? 1.0f : 0.0f);
+            }
+        }
+        for (c = 0; c < g->Ca; c++)
+            dl__s1s_plane(g, dx + c * g->La, col + c * g->K * Lb, J->tidx, J->toff, J->tln);
+        if (J->bias)
+            for (o = 0; o < g->Ca; o++) {
+                float b = J->bias[o], *DL__RESTRICT yr = dx + o * g->La;
+                for (l = 0; l < g->La; l++) yr[l] += b;
+            }
+    }
+}
+
+/* y (n, Ca, ia...) for gt, the flipped conv's geometry (dl__cpu_conv_s1 with flip): false: no memory */
+static bool dl__cpu_conv_s1_scatter(dl__dev *d, float *y, const float *gy, const float *w, const float *bias,
+                                    int64_t n, const dl__cgeom *gt)
+{
+    dl__pool *pool = d->ctx->pool;
+    dl__s1r_job J;
+    dl__cgeom g = *gt;
+    int64_t M, Mup, pc, afl, tfl, nq, nslots = dl__pool_size(pool);
+    int i;
+    void *raw;
+    float *buf;
+    memset(&J, 0, sizeof J);
+    g.Ca = gt->Cb;
+    g.Cb = gt->Ca;
+    g.La = gt->Lb;
+    g.Lb = gt->La;
+    for (i = 0; i < 3; i++) {
+        g.ia[i] = gt->ib[i];
+        g.ib[i] = gt->ia[i];
+        g.p[i] = gt->d[i] * (gt->k[i] - 1) - gt->p[i];
+    }
+    M = g.Ca * g.K;
+    Mup = dl__round_up(M, DL__GEMM_MR);
+    J.kc = dl__gemm_kc(g.Cb);
+    nq = g.ia[1] * ((g.ia[2] + 15) / 16);   /* table rows; terms: at most K each */
+    afl = dl__round_up(Mup * g.Cb + 16, 16);
+    tfl = dl__round_up(2 * (nq + 1) + 3 * nq * g.K + 16, 16);
+    if (nslots > n) nslots = n;
+    J.stride = dl__round_up(M * g.Lb + 16, 16) + dl__round_up(J.kc * DL__GEMM_NR + 16, 16);
+    buf = dl__s1r_bufs(pool, afl + tfl, nslots, J.stride, J.stride, &raw);
+    if (!buf) return false;
+    {
+        int64_t *tidx = (int64_t *)(void *)(buf + afl), *toff = tidx + nq + 1;
+        int32_t *tln = (int32_t *)(void *)(toff + nq * g.K);
+        dl__s1s_table(&g, tidx, toff, tln);
+        J.tidx = tidx;
+        J.toff = toff;
+        J.tln = tln;
+    }
+    J.g = &g;
+    J.gy = gy;
+    J.y = y;
+    J.bias = bias;
+    J.n = n;
+    J.ap = buf;
+    J.bufs = buf + afl + tfl;
+    /* A = w^T: w is (Cb, Ca K) */
+    for (pc = 0; pc < g.Cb; pc += J.kc)
+        dl__gemm_pack_a(true, w, M, 0, M, pc, g.Cb - pc < J.kc ? g.Cb - pc : J.kc, buf + pc * Mup);
+    dl__claim_init(&J.cl, (int)nslots);
+    if (J.cl.nslots <= 1) dl__s1s_task(&J, 0, 1);
+    else dl__parallel_for(pool, J.cl.nslots, 1, dl__s1s_task, &J);
+    dl__claim_done(&J.cl);
+    dl__gemm_buf_put(pool, raw);
+    return true;
+}
+
 /* the backend entries: the row variant where it applies and there is
    memory for it, else the grid */
 static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
                             int64_t n, const dl__cgeom *g, bool flip)
 {
     dl__s1r r;
+    /* flip with 5/4 as many positions in as out: im2col's adjoint (dl__s1s_task) */
+    if (flip && n > 0 && 4 * g->Lb > 5 * g->La && dl__s1r_make(g, &r) &&
+        dl__cpu_conv_s1_scatter(d, (float *)DL__RAW(d, y), (const float *)DL__RAW(d, x),
+                                (const float *)DL__RAW(d, w), (const float *)DL__RAW0(d, bias), n, g))
+        return;
     if (g->Cb <= DL__GEMM_DIRECT_M && n > 0 && dl__s1r_make(g, &r) &&
         dl__cpu_conv_s1_rows(d, (float *)DL__RAW(d, y), (const float *)DL__RAW(d, x), (const float *)DL__RAW(d, w),
                              (const float *)DL__RAW0(d, bias), n, g, &r, flip))
