@@ -6699,25 +6699,16 @@ typedef struct dl__bn_args {
 
 /* Channel sums in double over 32 interleaved partial sums (element l of a
    row goes to partial l % 32; dl__acc32_total adds them in a fixed tree):
-   two vectors of independent chains instead of one, so the adds overlap,
-   and the same bits for any thread count. Within a row of 32 or more the
-   32 partials are floats (no conversion per element: a row of 784 puts 25
-   terms in each), added into the double ones at the row's end; shorter
-   rows (batch norm 1-d: one element) add each term in double. */
+   four vectors of independent chains instead of one, so the adds overlap
+   (one chain of 8 was bound by the add latency: ~2 elements a cycle), and
+   the same bits for any thread count. */
 #define DL__ACC32_ROWS(acc, expr) do { \
         int64_t l_; \
-        int k_; \
-        if (u->L >= 32) { \
-            float f_[32]; \
-            for (k_ = 0; k_ < 32; k_++) f_[k_] = 0.0f; \
-            for (l_ = 0; l_ + 32 <= u->L; l_ += 32) \
-                for (k_ = 0; k_ < 32; k_++) { int64_t l = l_ + k_; f_[k_] += (expr); } \
-            for (; l_ < u->L; l_++) { int64_t l = l_; f_[l_ & 31] += (expr); } \
-            for (k_ = 0; k_ < 32; k_++) acc[k_] += (double)f_[k_]; \
-        } else { \
-            for (l_ = 0; l_ < u->L; l_++) { int64_t l = l_; acc[l_] += (double)(expr); } \
+        for (l_ = 0; l_ + 32 <= u->L; l_ += 32) { \
+            int k_; \
+            for (k_ = 0; k_ < 32; k_++) { int64_t l = l_ + k_; acc[k_] += (expr); } \
         } \
-        (void)k_; \
+        for (; l_ < u->L; l_++) { int64_t l = l_; acc[l_ & 31] += (expr); } \
     } while (0)
 
 static double dl__acc32_total(const double *a)
@@ -6734,19 +6725,17 @@ static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
     int64_t c, n, M = u->N * u->L;
     for (c = lo; c < hi; c++) {
         double s, q, m, as[32], aq[32];
-        float mf;
         int k;
         for (k = 0; k < 32; k++) as[k] = aq[k] = 0.0;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS(as, x[l]);
+            DL__ACC32_ROWS(as, (double)x[l]);
         }
         s = dl__acc32_total(as);
         m = s / (double)M;
-        mf = (float)m;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS(aq, (x[l] - mf) * (x[l] - mf));
+            DL__ACC32_ROWS(aq, ((double)x[l] - m) * ((double)x[l] - m));
         }
         q = dl__acc32_total(aq);
         u->mean[c] = (float)m;
@@ -6805,14 +6794,13 @@ static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
     const dl__bn_args *u = (const dl__bn_args *)arg;
     int64_t c, n;
     for (c = lo; c < hi; c++) {
-        double sg, sgx, is = u->cinvstd[c], ag[32], agx[32];
-        float mf = u->cmean[c];
+        double sg, sgx, m = u->cmean[c], is = u->cinvstd[c], ag[32], agx[32];
         int k;
         for (k = 0; k < 32; k++) ag[k] = agx[k] = 0.0;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L, *g = u->g + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS(ag, g[l]);
-            DL__ACC32_ROWS(agx, g[l] * (x[l] - mf));
+            DL__ACC32_ROWS(ag, (double)g[l]);
+            DL__ACC32_ROWS(agx, (double)g[l] * ((double)x[l] - m));
         }
         sg = dl__acc32_total(ag);
         sgx = dl__acc32_total(agx);
