@@ -6504,12 +6504,52 @@ static void dl__avgpool2d_plane(float *DL__RESTRICT x, float *DL__RESTRICT y, co
 {
     int64_t W = g->ia[2], OH = g->ob[1], OW = g->ob[2], o1, o2, j1, j2;
     int64_t cl[DL__AVG_MAXW], ch[DL__AVG_MAXW], cp[DL__AVG_MAXW];
-    if (adj) memset(x, 0, sizeof(float) * (size_t)g->La);
     if (!g->adaptive && g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 &&
         g->p[1] == 0 && g->p[2] == 0 && 2 * OH <= g->ia[1] && 2 * OW <= W) {
+#if defined(DL__GEMM_AVX512)
+        /* the vector loop stores every position its windows cover */
+        if (adj && (2 * OH < g->ia[1] || 2 * OW < W)) memset(x, 0, sizeof(float) * (size_t)g->La);
+#else
+        if (adj) memset(x, 0, sizeof(float) * (size_t)g->La);
+#endif
         for (o1 = 0; o1 < OH; o1++) {
             float *xr = x + 2 * o1 * W, *yr = y + o1 * OW;
-            for (o2 = 0; o2 < OW; o2++) {
+            o2 = 0;
+#if defined(DL__GEMM_AVX512)
+            /* 16 outputs at a time: the even and odd columns of the two rows
+               as four vectors, the scalar loop's operations per lane (the
+               adjoint adds to the zeros, as += does: -0 becomes +0) */
+            for (; o2 < OW; o2 += 16) {
+                const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+                const __m512 z = _mm512_setzero_ps(), q = _mm512_set1_ps(4.0f);
+                int64_t nout = OW - o2 < 16 ? OW - o2 : 16, nin = 2 * nout;
+                __mmask16 mo = (__mmask16)((1u << nout) - 1u);
+                __mmask16 m0 = (__mmask16)(nin >= 16 ? 0xFFFFu : (1u << nin) - 1u);
+                __mmask16 m1 = (__mmask16)(nin >= 32 ? 0xFFFFu : nin <= 16 ? 0u : (1u << (nin - 16)) - 1u);
+                float *p0 = xr + 2 * o2, *p1 = p0 + W;
+                if (adj) {
+                    /* lanes 0-15 of the pairs: v0 v0 v1 v1 ... */
+                    const __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+                    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+                    __m512 v = _mm512_add_ps(z, _mm512_div_ps(_mm512_maskz_loadu_ps(mo, yr + o2), q));
+                    __m512 a = _mm512_permutexvar_ps(lo, v), b = _mm512_permutexvar_ps(hi, v);
+                    _mm512_mask_storeu_ps(p0, m0, a);
+                    _mm512_mask_storeu_ps(p0 + 16, m1, b);
+                    _mm512_mask_storeu_ps(p1, m0, a);
+                    _mm512_mask_storeu_ps(p1 + 16, m1, b);
+                } else {
+                    __m512 a0 = _mm512_maskz_loadu_ps(m0, p0), a1 = _mm512_maskz_loadu_ps(m1, p0 + 16);
+                    __m512 b0 = _mm512_maskz_loadu_ps(m0, p1), b1 = _mm512_maskz_loadu_ps(m1, p1 + 16);
+                    __m512 t = _mm512_add_ps(z, _mm512_permutex2var_ps(a0, ev, a1));
+                    t = _mm512_add_ps(t, _mm512_permutex2var_ps(a0, od, a1));
+                    t = _mm512_add_ps(t, _mm512_permutex2var_ps(b0, ev, b1));
+                    t = _mm512_add_ps(t, _mm512_permutex2var_ps(b0, od, b1));
+                    _mm512_mask_storeu_ps(yr + o2, mo, _mm512_div_ps(t, q));
+                }
+            }
+#endif
+            for (; o2 < OW; o2++) {
                 float *p = xr + 2 * o2;
                 if (adj) {
                     float v = yr[o2] / 4.0f;
@@ -6523,6 +6563,7 @@ static void dl__avgpool2d_plane(float *DL__RESTRICT x, float *DL__RESTRICT y, co
         }
         return;
     }
+    if (adj) memset(x, 0, sizeof(float) * (size_t)g->La);
     for (o2 = 0; o2 < OW; o2++) dl__pwin(g, 2, o2, &cl[o2], &ch[o2], &cp[o2]);
     for (o1 = 0; o1 < OH; o1++) {
         int64_t l1, h1, p1;
