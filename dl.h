@@ -3250,9 +3250,10 @@ struct dl__backend {
                     int64_t n, const dl__cgeom *g, bool flip);
     /* optional, with conv_s1: the weight gradient of such a conv, dw (Cb, Ca, k...) =
        beta * dw + sum over n samples of gy (n, Cb, ib...) times the patches
-       of x (n, Ca, ia...), which must be finite (the grid's margins meet
-       zeros of gy: 0 * inf would be NaN) */
-    void (*conv_s1_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
+       of x (n, Ca, ia...). false: declined, for an x it cannot do exactly
+       (the grid's margins meet zeros of gy: where x holds inf or NaN,
+       0 * inf would be NaN); the caller then takes im2col */
+    bool (*conv_s1_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
                           const dl__cgeom *g, float beta);
 };
 
@@ -5782,20 +5783,22 @@ static void dl__s1_grid_task(void *arg, int64_t lo, int64_t hi)
     }
 }
 
-static void dl__cpu_conv_s1_wgrad_grid(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch,
+static bool dl__cpu_conv_s1_wgrad_grid(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch,
                                        int64_t n, const dl__cgeom *g, float beta)
 {
     dl__s1geom q;
     dl__s1_args u;
     dl__pool *pool = d->ctx->pool;
     int64_t *brow, cols;
-    if (!dl__s1_make(g, &q) || n <= 0) return;    /* the caller checked */
+    if (!dl__s1_make(g, &q) || n <= 0) return true;    /* the caller checked */
+    if (dl__cpu_nonfinite(d, x, n * g->Ca * g->La) >= 0) return false;
     cols = dl__s1_begin(pool, g, &q, &u, (const float *)DL__RAW(d, x), (float *)DL__RAW(d, scratch), n, &brow);
     u.gy = (const float *)DL__RAW(d, gy);          /* gy onto the grid, zeros in the margins */
     dl__parallel_for(pool, g->Cb * n, 1 + (1 << 14) / (q.Pa + 1), dl__s1_grid_task, &u);
     /* dw (Cb, Ca*K) = beta dw + grid (Cb, cols) @ B^T, row (c, kk) of B the shifted view of the padded input */
     dl__sgemm_rows(pool, false, true, g->Cb, g->Ca * g->K, cols, 1.0f, u.grid, n * q.Pa, u.xp, 0, brow, beta,
                    (float *)DL__RAW(d, dw), g->Ca * g->K);
+    return true;
 }
 
 /* The row variant of the padded-grid path, for 1-d and 2-d convs (the CPU
@@ -6248,7 +6251,8 @@ static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w
     dl__cpu_conv_s1_grid(d, y, x, w, bias, scratch, n, g, flip);
 }
 
-static void dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
+/* (the row variant multiplies exactly im2col's terms: any x) */
+static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
                                   const dl__cgeom *g, float beta)
 {
 #ifdef DL__GEMM_DOT
@@ -6256,9 +6260,9 @@ static void dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
     if (g->Cb <= DL__GEMM_DOT_MAX_M && n > 0 && dl__s1r_make(g, &r) &&
         dl__cpu_conv_s1r_wgrad(d, (float *)DL__RAW(d, dw), (const float *)DL__RAW(d, x), (const float *)DL__RAW(d, gy),
                                n, g, &r, beta))
-        return;
+        return true;
 #endif
-    dl__cpu_conv_s1_wgrad_grid(d, dw, x, gy, scratch, n, g, beta);
+    return dl__cpu_conv_s1_wgrad_grid(d, dw, x, gy, scratch, n, g, beta);
 }
 
 typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;
@@ -9705,8 +9709,14 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
    dl__s1_make), the same sums in the same order, so the same bits; convT
    with stride 1 (the input gradient of such a conv) is the conv of its
    input with the weights transposed and flipped, through the same path,
-   instead of col2im. Scratch is step memory given back before the op
-   returns; chunks keep it under 8 MiB. */
+   instead of col2im. The CPU's conv_s1 takes, for 1-d and 2-d convs with
+   few output channels, a row variant (dl__s1r_make): per sample, the input
+   copied once per kernel column into rows cut to the output's width, so
+   the GEMM has exactly the output's columns and writes y in place (LeNet's
+   5x5 convs: half the multiply-adds of the grid); an input gradient with
+   a quarter more input positions than output ones goes the other way,
+   w^T gy then col2im, a sample at a time (dl__s1s_task). Scratch is step
+   memory given back before the op returns; chunks keep it under 8 MiB. */
 
 // >>section ops: convolution and pooling
 
@@ -9887,8 +9897,8 @@ static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd};
    (scratch under 8 MiB, as im2col's). mode 0: y = conv(x, w) + bias; 1
    (convT): g is the conv of x with w transposed and flipped; 2: y = the
    weight gradient of conv(x, .) for the output gradient w (im2col instead
-   when x holds inf or NaN: see conv_s1_wgrad). 1 done, 0 when the path
-   does not apply (no entry, dl__s1_make says no), -1 on error. */
+   when the entry declines: see conv_s1_wgrad). 1 done, 0 when the path
+   does not apply (no entry, dl__s1_make says no, declined), -1 on error. */
 static int dl__conv_s1_try(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor *w, dl_tensor *bias,
                            const dl__cgeom *g, int mode)
 {
@@ -9898,7 +9908,6 @@ static int dl__conv_s1_try(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor
     int64_t nb, per, n0;
     float *scratch;
     if (!(mode == 2 ? k->conv_s1_wgrad != NULL : k->conv_s1 != NULL) || !dl__s1_make(g, &q) || g->N <= 0) return 0;
-    if (mode == 2 && k->nonfinite(x->dev_, (const float *)x->data, x->numel) >= 0) return 0;
     per = (g->Ca + g->Cb) * q.Pa;
     nb = ((int64_t)1 << 21) / per;
     if (nb < 1) nb = 1;
@@ -9909,10 +9918,13 @@ static int dl__conv_s1_try(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor
     for (n0 = 0; n0 < g->N; n0 += nb) {
         int64_t cnt = g->N - n0 < nb ? g->N - n0 : nb;
         const float *xs = (const float *)x->data + n0 * g->Ca * g->La;
-        if (mode == 2)
-            k->conv_s1_wgrad(x->dev_, (float *)y->data, xs, (const float *)w->data + n0 * g->Cb * g->Lb, scratch,
-                             cnt, g, n0 == 0 ? 0.0f : 1.0f);
-        else
+        if (mode == 2) {
+            if (!k->conv_s1_wgrad(x->dev_, (float *)y->data, xs, (const float *)w->data + n0 * g->Cb * g->Lb,
+                                  scratch, cnt, g, n0 == 0 ? 0.0f : 1.0f)) {
+                dl__arena_rewind(&x->dev_->data, m);   /* im2col redoes all of y */
+                return 0;
+            }
+        } else
             k->conv_s1(x->dev_, (float *)y->data + n0 * g->Cb * g->Lb, xs, (const float *)w->data,
                        bias ? (const float *)bias->data : NULL, scratch, cnt, g, mode == 1);
     }
