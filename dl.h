@@ -5946,6 +5946,16 @@ static float *dl__s1r_bufs(dl__pool *pool, int64_t head, int64_t nslots, int64_t
     return b;
 }
 
+/* runs a job's task on nslots threads claiming samples, then gives the buffers back */
+static void dl__s1r_run(dl__pool *pool, dl__s1r_job *J, int64_t nslots, dl__task_fn task, void *raw)
+{
+    dl__claim_init(&J->cl, (int)nslots);
+    if (J->cl.nslots <= 1) task(J, 0, 1);
+    else dl__parallel_for(pool, J->cl.nslots, 1, task, J);
+    dl__claim_done(&J->cl);
+    dl__gemm_buf_put(pool, raw);
+}
+
 /* y (n, Cb, ib...) = conv(x, w) + bias, or with flip the conv with w (Ca, Cb, k...) transposed and flipped.
    false: no memory for the buffers (the caller takes the grid) */
 static bool dl__cpu_conv_s1_rows(dl__dev *d, float *y, const float *x, const float *w, const float *bias,
@@ -5986,11 +5996,7 @@ static bool dl__cpu_conv_s1_rows(dl__dev *d, float *y, const float *x, const flo
     }
     for (pc = 0; pc < K; pc += J.kc)
         dl__gemm_pack_a(false, A, K, 0, M, pc, K - pc < J.kc ? K - pc : J.kc, buf + pc * Mup);
-    dl__claim_init(&J.cl, (int)nslots);
-    if (J.cl.nslots <= 1) dl__s1r_task(&J, 0, 1);
-    else dl__parallel_for(pool, J.cl.nslots, 1, dl__s1r_task, &J);
-    dl__claim_done(&J.cl);
-    dl__gemm_buf_put(pool, raw);
+    dl__s1r_run(pool, &J, nslots, dl__s1r_task, raw);
     return true;
 }
 
@@ -6225,11 +6231,7 @@ static bool dl__cpu_conv_s1_scatter(dl__dev *d, float *y, const float *gy, const
     /* A = w^T: w is (Cb, Ca K) */
     for (pc = 0; pc < g.Cb; pc += J.kc)
         dl__gemm_pack_a(true, w, M, 0, M, pc, g.Cb - pc < J.kc ? g.Cb - pc : J.kc, buf + pc * Mup);
-    dl__claim_init(&J.cl, (int)nslots);
-    if (J.cl.nslots <= 1) dl__s1s_task(&J, 0, 1);
-    else dl__parallel_for(pool, J.cl.nslots, 1, dl__s1s_task, &J);
-    dl__claim_done(&J.cl);
-    dl__gemm_buf_put(pool, raw);
+    dl__s1r_run(pool, &J, nslots, dl__s1s_task, raw);
     return true;
 }
 
