@@ -3124,6 +3124,24 @@ static DL__UNUSED bool dl__s1_make(const dl__cgeom *g, dl__s1geom *q)
            ((double)q->Pa / (double)g->Lb - 1.0) * (double)g->Cb <= DL__S1_WASTE;
 }
 
+/* The geometry of the conv that a stride-1 conv's adjoint is: input and
+   output sides swapped, padded by d(k-1) - p (t: the conv with w
+   transposed and flipped). Its own inverse. */
+static DL__UNUSED void dl__cgeom_flip(const dl__cgeom *g, dl__cgeom *t)
+{
+    int i;
+    *t = *g;
+    t->Ca = g->Cb;
+    t->Cb = g->Ca;
+    t->La = g->Lb;
+    t->Lb = g->La;
+    for (i = 0; i < 3; i++) {
+        t->ia[i] = g->ib[i];
+        t->ib[i] = g->ia[i];
+        t->p[i] = g->d[i] * (g->k[i] - 1) - g->p[i];
+    }
+}
+
 /* floats of conv_s1's scratch for n samples: the row table (int64), the
    padded input, the output side's grid and the flipped weights (flip) */
 static DL__UNUSED int64_t dl__s1_floats(const dl__cgeom *g, const dl__s1geom *q, int64_t n, bool flip)
@@ -5801,6 +5819,40 @@ static bool dl__cpu_conv_s1_wgrad_grid(dl__dev *d, float *dw, const float *x, co
     return true;
 }
 
+/* op(A) (M, K) packed whole for dl__gemm_strip: K blocks of kc, block pc
+   at dst + pc round_up(M, MR) */
+static void dl__gemm_pack_all(bool transa, const float *A, int64_t lda, int64_t M, int64_t K, int64_t kc, float *dst)
+{
+    int64_t pc;
+    for (pc = 0; pc < K; pc += kc)
+        dl__gemm_pack_a(transa, A, lda, 0, M, pc, K - pc < kc ? K - pc : kc, dst + pc * dl__round_up(M, DL__GEMM_MR));
+}
+
+/* C[0:M, 0:nr) (row stride ldc) = A B over all of K, A packed whole
+   (dl__gemm_pack_all), B's row p at b + p bs, or with boff at b + boff[p]
+   (bs 0); whole vectors of a row are read */
+static void dl__gemm_strip(const float *ap, int64_t M, int64_t K, int64_t kc, const float *b, int64_t bs,
+                           const int64_t *boff, float *c, int64_t ldc, int nr)
+{
+    int64_t Mup = dl__round_up(M, DL__GEMM_MR), pc, ir;
+    for (pc = 0; pc < K; pc += kc) {
+        int64_t kb = K - pc < kc ? K - pc : kc;
+        for (ir = 0; ir < M; ir += DL__GEMM_MR)
+            dl__gemm_kernel(kb, ap + pc * Mup + ir * kb, b + pc * bs, bs, boff ? boff + pc : NULL, c + ir * ldc, ldc,
+                            (int)(M - ir < DL__GEMM_MR ? M - ir : DL__GEMM_MR), nr, 1.0f, pc ? 1.0f : 0.0f);
+    }
+}
+
+/* rows [lo, hi) of y (rows of L, C channels in turn) += their channel's b */
+static void dl__bias_rows(float *y, const float *b, int64_t C, int64_t L, int64_t lo, int64_t hi)
+{
+    int64_t r, i;
+    for (r = lo; r < hi; r++) {
+        float v = b[r % C], *DL__RESTRICT yr = y + r * L;
+        for (i = 0; i < L; i++) yr[i] += v;
+    }
+}
+
 /* The row variant of the padded-grid path, for 1-d and 2-d convs (the CPU
    takes it where it applies: dl__s1r_make). The grid pays GEMM columns
    for its margins (a valid 5x5 conv on 14x14 planes: 196 columns for 100
@@ -5900,26 +5952,16 @@ static void dl__s1r_task(void *arg, int64_t begin, int64_t end)
     dl__s1r_job *J = (dl__s1r_job *)arg;
     const dl__cgeom *g = J->g;
     float *xb = J->bufs + begin * J->stride;
-    int64_t M = g->Cb, K = g->Ca * g->K, Lb = g->Lb, Mup = dl__round_up(M, DL__GEMM_MR), n, jr, pc, ir, o, l;
+    int64_t M = g->Cb, Lb = g->Lb, n, jr;
     (void)end;
     memset(xb, 0, sizeof(float) * (size_t)J->r.per);
     while ((n = dl__claim(&J->cl)) < J->n) {
         float *y = J->y + n * M * Lb;
         dl__s1r_fill(g, &J->r, xb, J->x + n * g->Ca * g->La, 0, g->Ca);
-        for (jr = 0; jr < Lb; jr += DL__GEMM_NR) {
-            int nr = (int)(Lb - jr < DL__GEMM_NR ? Lb - jr : DL__GEMM_NR);
-            for (pc = 0; pc < K; pc += J->kc) {
-                int64_t kb = K - pc < J->kc ? K - pc : J->kc;
-                for (ir = 0; ir < M; ir += DL__GEMM_MR)
-                    dl__gemm_kernel(kb, J->ap + pc * Mup + ir * kb, xb + jr, 0, J->brow + pc, y + ir * Lb + jr, Lb,
-                                    (int)(M - ir < DL__GEMM_MR ? M - ir : DL__GEMM_MR), nr, 1.0f, pc ? 1.0f : 0.0f);
-            }
-        }
-        if (J->bias)
-            for (o = 0; o < M; o++) {
-                float b = J->bias[o], *DL__RESTRICT yr = y + o * Lb;
-                for (l = 0; l < Lb; l++) yr[l] += b;
-            }
+        for (jr = 0; jr < Lb; jr += DL__GEMM_NR)
+            dl__gemm_strip(J->ap, M, g->Ca * g->K, J->kc, xb + jr, 0, J->brow, y + jr, Lb,
+                           (int)(Lb - jr < DL__GEMM_NR ? Lb - jr : DL__GEMM_NR));
+        if (J->bias) dl__bias_rows(y, J->bias, M, Lb, 0, M);
     }
 }
 
@@ -5963,7 +6005,7 @@ static bool dl__cpu_conv_s1_rows(dl__dev *d, float *y, const float *x, const flo
 {
     dl__pool *pool = d->ctx->pool;
     dl__s1r_job J;
-    int64_t M = g->Cb, K = g->Ca * g->K, Mup = dl__round_up(M, DL__GEMM_MR), pc, nslots = dl__pool_size(pool);
+    int64_t M = g->Cb, K = g->Ca * g->K, Mup = dl__round_up(M, DL__GEMM_MR), nslots = dl__pool_size(pool);
     int64_t afl = dl__round_up(Mup * K + 16, 16), wfl = flip ? dl__round_up(M * K + 16, 16) : 0;
     int64_t tfl = dl__round_up(2 * K + 16, 16);
     void *raw;
@@ -5994,8 +6036,7 @@ static bool dl__cpu_conv_s1_rows(dl__dev *d, float *y, const float *x, const flo
         dl__s1_flip_task(&u, 0, M);
         A = u.wt;
     }
-    for (pc = 0; pc < K; pc += J.kc)
-        dl__gemm_pack_a(false, A, K, 0, M, pc, K - pc < J.kc ? K - pc : J.kc, buf + pc * Mup);
+    dl__gemm_pack_all(false, A, K, M, K, J.kc, buf);
     dl__s1r_run(pool, &J, nslots, dl__s1r_task, raw);
     return true;
 }
@@ -6063,7 +6104,7 @@ static bool dl__cpu_conv_s1r_wgrad(dl__dev *d, float *dw, const float *x, const 
     J.ga = (g->Cb + 3) / 4;
     J.gb = (CK + 5) / 6;
     J.units = J.ga * J.gb;
-    /* samples per chunk: their planes and gy in ~512 KiB (from the shape alone) */
+    /* samples per chunk: their planes and gy in about DL__S1R_CHUNK floats (from the shape alone) */
     J.chunk = DL__S1R_CHUNK / (r->per + g->Cb * g->Lb);
     if (J.chunk < 1) J.chunk = 1;
     if (J.chunk > n) J.chunk = n;
@@ -6150,35 +6191,24 @@ static void dl__s1s_task(void *arg, int64_t begin, int64_t end)
 {
     dl__s1r_job *J = (dl__s1r_job *)arg;
     const dl__cgeom *g = J->g;
-    int64_t M = g->Ca * g->K, Kg = g->Cb, Lb = g->Lb, Mup = dl__round_up(M, DL__GEMM_MR), n, jr, pc, ir;
+    int64_t M = g->Ca * g->K, Kg = g->Cb, Lb = g->Lb, n, jr, c;
     float *col = J->bufs + begin * J->stride, *bbuf = col + dl__round_up(M * Lb + 16, 16);
     (void)end;
     while ((n = dl__claim(&J->cl)) < J->n) {
         const float *gy = J->gy + n * Kg * Lb;
         float *dx = J->y + n * g->Ca * g->La;
-        int64_t c, o, l;
         for (jr = 0; jr < Lb; jr += DL__GEMM_NR) {
             int nr = (int)(Lb - jr < DL__GEMM_NR ? Lb - jr : DL__GEMM_NR);
-            for (pc = 0; pc < Kg; pc += J->kc) {
-                int64_t kb = Kg - pc < J->kc ? Kg - pc : J->kc, bs = Lb;
-                const float *bp = gy + pc * Lb + jr;
-                if (nr < DL__GEMM_NR) {   /* the last sliver, zero-padded (B ends there) */
-                    dl__gemm_pack_b(false, gy, Lb, NULL, pc, kb, jr, nr, bbuf);
-                    bp = bbuf;
-                    bs = DL__GEMM_NR;
-                }
-                for (ir = 0; ir < M; ir += DL__GEMM_MR)
-                    dl__gemm_kernel(kb, J->ap + pc * Mup + ir * kb, bp, bs, NULL, col + ir * Lb + jr, Lb,
-                                    (int)(M - ir < DL__GEMM_MR ? M - ir : DL__GEMM_MR), nr, 1.0f, pc ? 1.0f : 0.0f);
+            if (nr < DL__GEMM_NR) {   /* the last sliver, zero-padded (B ends there) */
+                dl__gemm_pack_b(false, gy, Lb, NULL, 0, Kg, jr, nr, bbuf);
+                dl__gemm_strip(J->ap, M, Kg, J->kc, bbuf, DL__GEMM_NR, NULL, col + jr, Lb, nr);
+            } else {
+                dl__gemm_strip(J->ap, M, Kg, J->kc, gy + jr, Lb, NULL, col + jr, Lb, nr);
             }
         }
         for (c = 0; c < g->Ca; c++)
             dl__s1s_plane(g, dx + c * g->La, col + c * g->K * Lb, J->tidx, J->toff, J->tln);
-        if (J->bias)
-            for (o = 0; o < g->Ca; o++) {
-                float b = J->bias[o], *DL__RESTRICT yr = dx + o * g->La;
-                for (l = 0; l < g->La; l++) yr[l] += b;
-            }
+        if (J->bias) dl__bias_rows(dx, J->bias, g->Ca, g->La, 0, g->Ca);
     }
 }
 
@@ -6188,21 +6218,12 @@ static bool dl__cpu_conv_s1_scatter(dl__dev *d, float *y, const float *gy, const
 {
     dl__pool *pool = d->ctx->pool;
     dl__s1r_job J;
-    dl__cgeom g = *gt;
-    int64_t M, Mup, pc, afl, tfl, nq, nslots = dl__pool_size(pool);
-    int i;
+    dl__cgeom g;
+    int64_t M, Mup, afl, tfl, nq, nslots = dl__pool_size(pool);
     void *raw;
     float *buf;
     memset(&J, 0, sizeof J);
-    g.Ca = gt->Cb;
-    g.Cb = gt->Ca;
-    g.La = gt->Lb;
-    g.Lb = gt->La;
-    for (i = 0; i < 3; i++) {
-        g.ia[i] = gt->ib[i];
-        g.ib[i] = gt->ia[i];
-        g.p[i] = gt->d[i] * (gt->k[i] - 1) - gt->p[i];
-    }
+    dl__cgeom_flip(gt, &g);
     M = g.Ca * g.K;
     Mup = dl__round_up(M, DL__GEMM_MR);
     J.kc = dl__gemm_kc(g.Cb);
@@ -6210,7 +6231,7 @@ static bool dl__cpu_conv_s1_scatter(dl__dev *d, float *y, const float *gy, const
     afl = dl__round_up(Mup * g.Cb + 16, 16);
     tfl = dl__round_up(2 * (nq + 1) + 3 * nq * g.K + 16, 16);
     if (nslots > n) nslots = n;
-    J.stride = dl__round_up(M * g.Lb + 16, 16) + dl__round_up(J.kc * DL__GEMM_NR + 16, 16);
+    J.stride = dl__round_up(M * g.Lb + 16, 16) + dl__round_up(g.Cb * DL__GEMM_NR + 16, 16);
     buf = dl__s1r_bufs(pool, afl + tfl, nslots, J.stride, J.stride, &raw);
     if (!buf) return false;
     {
@@ -6228,9 +6249,7 @@ static bool dl__cpu_conv_s1_scatter(dl__dev *d, float *y, const float *gy, const
     J.n = n;
     J.ap = buf;
     J.bufs = buf + afl + tfl;
-    /* A = w^T: w is (Cb, Ca K) */
-    for (pc = 0; pc < g.Cb; pc += J.kc)
-        dl__gemm_pack_a(true, w, M, 0, M, pc, g.Cb - pc < J.kc ? g.Cb - pc : J.kc, buf + pc * Mup);
+    dl__gemm_pack_all(true, w, M, M, g.Cb, J.kc, buf);   /* A = w^T: w is (Cb, Ca K) */
     dl__s1r_run(pool, &J, nslots, dl__s1s_task, raw);
     return true;
 }
@@ -6241,15 +6260,14 @@ static void dl__cpu_conv_s1(dl__dev *d, float *y, const float *x, const float *w
                             int64_t n, const dl__cgeom *g, bool flip)
 {
     dl__s1r r;
-    /* flip with 5/4 as many positions in as out: im2col's adjoint (dl__s1s_task) */
-    if (flip && n > 0 && 4 * g->Lb > 5 * g->La && dl__s1r_make(g, &r) &&
-        dl__cpu_conv_s1_scatter(d, (float *)DL__RAW(d, y), (const float *)DL__RAW(d, x),
-                                (const float *)DL__RAW(d, w), (const float *)DL__RAW0(d, bias), n, g))
-        return;
-    if (g->Cb <= DL__GEMM_DIRECT_M && n > 0 && dl__s1r_make(g, &r) &&
-        dl__cpu_conv_s1_rows(d, (float *)DL__RAW(d, y), (const float *)DL__RAW(d, x), (const float *)DL__RAW(d, w),
-                             (const float *)DL__RAW0(d, bias), n, g, &r, flip))
-        return;
+    if (n > 0 && dl__s1r_make(g, &r)) {
+        float *yr = (float *)DL__RAW(d, y);
+        const float *xr = (const float *)DL__RAW(d, x), *wr = (const float *)DL__RAW(d, w);
+        const float *br = (const float *)DL__RAW0(d, bias);
+        /* flip with 5/4 as many positions in as out: im2col's adjoint (dl__s1s_task) */
+        if (flip && 4 * g->Lb > 5 * g->La && dl__cpu_conv_s1_scatter(d, yr, xr, wr, br, n, g)) return;
+        if (g->Cb <= DL__GEMM_DIRECT_M && dl__cpu_conv_s1_rows(d, yr, xr, wr, br, n, g, &r, flip)) return;
+    }
     dl__cpu_conv_s1_grid(d, y, x, w, bias, scratch, n, g, flip);
 }
 
@@ -6272,11 +6290,7 @@ typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bia
 static void dl__bias_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__bias_args *u = (const dl__bias_args *)arg;
-    int64_t r, i;
-    for (r = lo; r < hi; r++) {
-        float v = u->b[r % u->C], *y = u->y + r * u->L;
-        for (i = 0; i < u->L; i++) y[i] += v;
-    }
+    dl__bias_rows(u->y, u->b, u->C, u->L, lo, hi);
 }
 
 static void dl__cpu_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int64_t C, int64_t L)
@@ -10009,16 +10023,7 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
     CagK = g.Ca / g.G * g.K;
     /* stride 1: the conv of b with w transposed and flipped, padded by
        d(k-1) - p (when that is >= 0) */
-    gt = g;
-    gt.Ca = g.Cb;
-    gt.Cb = g.Ca;
-    gt.La = g.Lb;
-    gt.Lb = g.La;
-    for (i = 0; i < 3; i++) {
-        gt.ia[i] = g.ib[i];
-        gt.ib[i] = g.ia[i];
-        gt.p[i] = g.d[i] * (g.k[i] - 1) - g.p[i];
-    }
+    dl__cgeom_flip(&g, &gt);
     done = y->numel ? dl__conv_s1_try(name, b, y, w, bias, &gt, 1) : 0;
     if (done < 0) return NULL;
     if (y->numel && !done) {
