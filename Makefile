@@ -25,7 +25,7 @@ SCRIPTS   = $(SNIPPETS) tests/api_index_check.sh tests/test_cli.sh tests/test_fe
 # and every C test built as the examples are (-O3 -march=native), so the
 # vector paths (AVX-512 / AVX2 GEMM kernels, pooling) run against the same checks
 NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
-EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx) \
+EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx $(if $(HAVE_NATIVE),$(B)/test_conv_cxx_native)) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
             $(B)/test_core_nothreads $(B)/test_gemm_nothreads
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
@@ -98,6 +98,8 @@ $(B)/test_core_cxx: tests/test_core.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_ops_cxx: tests/test_ops.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
+$(B)/test_conv_cxx_native: tests/test_conv.c $(DEPS) | $(B)
+	g++ -x c++ $(CXXWARN) $(EXFLAGS) -I. $< -o $@ -lpthread
 $(B)/test_dist_cxx: tests/test_dist.c $(DEPS) | $(B)
 	g++ -x c++ $(CXXWARN) $(CFLAGS) -I. $< -o $@ -lpthread
 # the single-threaded build (-DDL_NO_THREADS: no pthreads, a pool of one)

@@ -3273,6 +3273,15 @@ struct dl__backend {
        0 * inf would be NaN); the caller then takes im2col */
     bool (*conv_s1_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
                           const dl__cgeom *g, float beta);
+    /* optional (NULL: none), tried before conv_s1: a conv by Winograd's
+       F(2x2, 3x3), for the geometries the backend takes (the CPU's:
+       dl__wg_ok). conv_wg as conv_s1 (flip likewise); conv_wg_wgrad writes
+       dw (Cb, Ca, 3, 3), the weight gradient over the n samples. false:
+       declined (another geometry, inf or NaN in an operand, no memory):
+       the caller takes another path */
+    bool (*conv_wg)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                    const dl__cgeom *g, bool flip);
+    bool (*conv_wg_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g);
 };
 
 /* the backend of a tensor's device */
@@ -6285,6 +6294,494 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
     return dl__cpu_conv_s1_wgrad_grid(d, dw, x, gy, scratch, n, g, beta);
 }
 
+/* Winograd's F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for
+   Convolutional Neural Networks", 2016) for 3x3, stride-1, dilation-1 2-d
+   convs with channels in multiples of 16 (dl__wg_ok). Each 2x2 block of
+   outputs (a tile) is A^T [(G g G^T) . (B^T d B)] A of the 4x4 input patch
+   d under it, so a tile's 36 multiply-adds per channel pair become 16: one
+   GEMM over the channels for each of the 16 positions xi of that product.
+   Vectors run along channels: a block of samples is transposed into a
+   zero-padded position-major copy (xp), the transforms take 16 channels a
+   vector, a GEMM broadcasts a tile's value against a row of transformed
+   weights, and the output is transposed back. The weight gradient is the
+   same product's adjoint: S[xi] (Co, Ci) = the sum over tiles of
+   (A gy A^T)[xi] (B^T d B)[xi], dw = G^T S G, summed over fixed chunks of
+   samples (from n alone) added in order, so the bits do not depend on the
+   threads. The transforms add and subtract, so an inf among the inputs can
+   meet another as inf - inf = NaN where direct sums give inf: the entries
+   decline an operand holding inf or NaN. AVX-512 only. */
+#if defined(DL__GEMM_AVX512)
+#define DL__WG 1
+#ifndef DL__WG_TILES
+#define DL__WG_TILES 64     /* tiles per block of samples, at least (the GEMMs' rows) */
+#endif
+#ifndef DL__WG_CHUNKS
+#define DL__WG_CHUNKS 8     /* the weight gradient's partial sums */
+#endif
+
+static bool dl__wg_ok(const dl__cgeom *g, int64_t n)
+{
+    return n > 0 && g->G == 1 && g->ia[0] == 1 && g->ib[0] == 1 && g->k[0] == 1 && g->k[1] == 3 && g->k[2] == 3 &&
+           g->s[1] == 1 && g->s[2] == 1 && g->d[1] == 1 && g->d[2] == 1 && g->p[1] >= 0 && g->p[1] <= 2 &&
+           g->p[2] >= 0 && g->p[2] <= 2 && g->Ca > 0 && g->Cb > 0 && g->Ca % 16 == 0 && g->Cb % 16 == 0 &&
+           g->ib[1] > 0 && g->ib[2] > 0 && g->ib[1] == g->ia[1] + 2 * g->p[1] - 2 &&
+           g->ib[2] == g->ia[2] + 2 * g->p[2] - 2;
+}
+
+typedef struct dl__wg_job {
+    int64_t Ci, Co, L, OL, TH, TW, Hp, Wp, OH, OW, nb, T, CC, n, nblk, nchunk, stride, xpn, gpn;
+    const float *x, *w, *bias, *gy;
+    float *y, *u, *s, *bufs, *bad;   /* bad: 16 floats a thread, NaN where an input held inf or NaN */
+    const int64_t *xoff, *goff;      /* where position p of a plane goes in xp, in gp */
+    bool flip;
+    dl__claimer cl;
+} dl__wg_job;
+
+/* 16 rows of 16 floats transposed in place */
+DL__GEMM_INLINE void dl__tr16(__m512 *r)
+{
+    const __mmask16 m16 = (__mmask16)0xFFFF;   /* (the maskz forms: g++ 12 warns on the others' undefined source) */
+    const __mmask8 m8 = (__mmask8)0xFF;
+    __m512 t[16];
+    int i;
+    for (i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_maskz_unpacklo_ps(m16, r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_maskz_unpackhi_ps(m16, r[2 * i], r[2 * i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(m8, _mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(m8, _mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(m8, _mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(m8, _mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (i = 0; i < 4; i++) {
+        t[i] = _mm512_maskz_shuffle_f32x4(m16, r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_maskz_shuffle_f32x4(m16, r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_maskz_shuffle_f32x4(m16, r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_maskz_shuffle_f32x4(m16, r[i + 8], r[i + 12], 0xdd);
+    }
+    for (i = 0; i < 8; i++) {
+        r[i] = _mm512_maskz_shuffle_f32x4(m16, t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_maskz_shuffle_f32x4(m16, t[i], t[i + 8], 0xdd);
+    }
+}
+
+/* 16 channels' planes (rows ss apart, n positions) into dst + off[p]
+   (16 channels each); *bad turns NaN at an inf or NaN */
+static void dl__wg_in(const float *src, int64_t ss, int64_t n, float *dst, const int64_t *off, __m512 *bad)
+{
+    const __m512 z = _mm512_setzero_ps();
+    __m512 r[16], b = *bad;
+    int64_t p;
+    int i;
+    for (p = 0; p < n; p += 16) {
+        int w = n - p < 16 ? (int)(n - p) : 16;
+        const __mmask16 m = (__mmask16)((1u << w) - 1u);
+        for (i = 0; i < 16; i++) {
+            r[i] = _mm512_maskz_loadu_ps(m, src + i * ss + p);
+            b = _mm512_fmadd_ps(r[i], z, b);
+        }
+        dl__tr16(r);
+        for (i = 0; i < w; i++) _mm512_storeu_ps(dst + off[p + i], r[i]);
+    }
+    *bad = b;
+}
+
+/* the reverse: n positions of 16 channels (sld apart) into 16 rows ds apart */
+static void dl__wg_out(const float *src, int64_t sld, int64_t n, float *dst, int64_t ds)
+{
+    __m512 r[16];
+    int64_t p;
+    int i;
+    for (p = 0; p < n; p += 16) {
+        int w = n - p < 16 ? (int)(n - p) : 16;
+        const __mmask16 m = (__mmask16)((1u << w) - 1u);
+        for (i = 0; i < 16; i++) r[i] = i < w ? _mm512_loadu_ps(src + (p + i) * sld) : _mm512_setzero_ps();
+        dl__tr16(r);
+        for (i = 0; i < 16; i++) _mm512_mask_storeu_ps(dst + i * ds + p, m, r[i]);
+    }
+}
+
+/* c (mr <= 8 rows ldc apart, 16 NV columns) = (acc ? c : 0) + the sum over
+   k < K of a[r ars + k aks] b[k ldb + j], in order of k */
+#define DL__WG_FMA(r)                                                   \
+    {                                                                   \
+        const __m512 a_ = _mm512_set1_ps(a##r[k * aks]);                \
+        c##r##0 = _mm512_fmadd_ps(a_, b0, c##r##0);                     \
+        if (NV > 1) c##r##1 = _mm512_fmadd_ps(a_, b1, c##r##1);         \
+    }
+#define DL__WG_PUT(r)                                                                   \
+    if (mr > r) {                                                                       \
+        float *c_ = c + r * ldc;                                                        \
+        if (acc) c##r##0 = _mm512_add_ps(_mm512_loadu_ps(c_), c##r##0);                 \
+        _mm512_storeu_ps(c_, c##r##0);                                                  \
+        if (NV > 1) {                                                                   \
+            if (acc) c##r##1 = _mm512_add_ps(_mm512_loadu_ps(c_ + 16), c##r##1);        \
+            _mm512_storeu_ps(c_ + 16, c##r##1);                                         \
+        }                                                                               \
+    }
+DL__GEMM_INLINE void dl__wg_kern(const int NV, int64_t K, const float *a, int64_t ars, int64_t aks, int mr,
+                                 const float *b, int64_t ldb, float *c, int64_t ldc, int acc)
+{
+    const float *a0 = a, *a1 = a + (mr > 1 ? ars : 0), *a2 = a + (mr > 2 ? 2 * ars : 0),
+                *a3 = a + (mr > 3 ? 3 * ars : 0), *a4 = a + (mr > 4 ? 4 * ars : 0), *a5 = a + (mr > 5 ? 5 * ars : 0),
+                *a6 = a + (mr > 6 ? 6 * ars : 0), *a7 = a + (mr > 7 ? 7 * ars : 0);
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+           c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    int64_t k;
+    for (k = 0; k < K; k++) {
+        const __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = NV > 1 ? _mm512_loadu_ps(b + k * ldb + 16) : b0;
+        DL__WG_FMA(0) DL__WG_FMA(1) DL__WG_FMA(2) DL__WG_FMA(3)
+        DL__WG_FMA(4) DL__WG_FMA(5) DL__WG_FMA(6) DL__WG_FMA(7)
+    }
+    DL__WG_PUT(0) DL__WG_PUT(1) DL__WG_PUT(2) DL__WG_PUT(3)
+    DL__WG_PUT(4) DL__WG_PUT(5) DL__WG_PUT(6) DL__WG_PUT(7)
+}
+
+/* c (M, N: a multiple of 16) (+)= a (M, K: element (r, k) at r ars + k aks) b (K, N) */
+static void dl__wg_gemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b,
+                        int64_t ldb, float *c, int64_t ldc, int acc)
+{
+    int64_t i, j;
+    for (i = 0; i < M; i += 8) {
+        int mr = (int)(M - i < 8 ? M - i : 8);
+        for (j = 0; j < N; j += 32) {
+            if (N - j >= 32) dl__wg_kern(2, K, a + i * ars, ars, aks, mr, b + j, ldb, c + i * ldc + j, ldc, acc);
+            else dl__wg_kern(1, K, a + i * ars, ars, aks, mr, b + j, ldb, c + i * ldc + j, ldc, acc);
+        }
+    }
+}
+
+/* v[xi] (row vs apart) = B^T d B for 16 channels, d the 4x4 patch at p
+   (rows rs apart, columns Ci apart) */
+DL__GEMM_INLINE void dl__wg_vtile(const float *p, int64_t rs, int64_t cs, float *v, int64_t vs)
+{
+    __m512 d[4][4], t[4][4];
+    int i, j;
+    for (i = 0; i < 4; i++)
+        for (j = 0; j < 4; j++) d[i][j] = _mm512_loadu_ps(p + i * rs + j * cs);
+    for (j = 0; j < 4; j++) {
+        t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+        t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+        t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+        t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+    }
+    for (i = 0; i < 4; i++) {
+        _mm512_storeu_ps(v + (4 * i) * vs, _mm512_sub_ps(t[i][0], t[i][2]));
+        _mm512_storeu_ps(v + (4 * i + 1) * vs, _mm512_add_ps(t[i][1], t[i][2]));
+        _mm512_storeu_ps(v + (4 * i + 2) * vs, _mm512_sub_ps(t[i][2], t[i][1]));
+        _mm512_storeu_ps(v + (4 * i + 3) * vs, _mm512_sub_ps(t[i][1], t[i][3]));
+    }
+}
+
+/* v (16, T, Ci) for the nc samples in xp */
+static void dl__wg_vblock(const dl__wg_job *J, const float *xp, int64_t nc, float *v, int64_t T)
+{
+    int64_t i, th, tw, c, Ci = J->Ci, t = 0;
+    for (i = 0; i < nc; i++)
+        for (th = 0; th < J->TH; th++)
+            for (tw = 0; tw < J->TW; tw++, t++) {
+                const float *p = xp + ((i * J->Hp + 2 * th) * J->Wp + 2 * tw) * Ci;
+                for (c = 0; c < Ci; c += 16) dl__wg_vtile(p + c, J->Wp * Ci, Ci, v + t * Ci + c, T * Ci);
+            }
+}
+
+/* samples [n0, n0 + nc) of x into xp (and of gy into gp): transposed, padding untouched */
+static void dl__wg_load(const dl__wg_job *J, int64_t n0, int64_t nc, float *xp, float *gp, __m512 *bad)
+{
+    int64_t i, c;
+    for (i = 0; i < nc; i++) {
+        for (c = 0; c < J->Ci; c += 16)
+            dl__wg_in(J->x + ((n0 + i) * J->Ci + c) * J->L, J->L, J->L, xp + i * J->xpn + c, J->xoff, bad);
+        if (gp)
+            for (c = 0; c < J->Co; c += 16)
+                dl__wg_in(J->gy + ((n0 + i) * J->Co + c) * J->OL, J->OL, J->OL, gp + i * J->gpn + c, J->goff, bad);
+    }
+}
+
+/* U[xi] (Ci, Co) = G g G^T for input channels [lo, hi), 16 output channels
+   a vector; g = w[co][ci], or with flip w[ci][co] turned by 180 degrees */
+static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__wg_job *J = (const dl__wg_job *)arg;
+    const int64_t Ci = J->Ci, Co = J->Co, P = Ci * Co;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)(J->flip ? 9 : 9 * Ci)));
+    const __m512 h = _mm512_set1_ps(0.5f);
+    int64_t ci, co;
+    for (ci = lo; ci < hi; ci++)
+        for (co = 0; co < Co; co += 16) {
+            const float *src = J->flip ? J->w + (ci * Co + co) * 9 : J->w + (co * Ci + ci) * 9;
+            __m512 g[3][3], t[4][3];
+            float *u = J->u + ci * Co + co;
+            int i, j;
+            for (i = 0; i < 3; i++)
+                for (j = 0; j < 3; j++) g[i][j] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, idx,
+                                                     src + (J->flip ? 8 - 3 * i - j : 3 * i + j), 4);
+            for (j = 0; j < 3; j++) {
+                t[0][j] = g[0][j];
+                t[1][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(g[0][j], g[1][j]), g[2][j]));
+                t[2][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(g[0][j], g[1][j]), g[2][j]));
+                t[3][j] = g[2][j];
+            }
+            for (i = 0; i < 4; i++) {
+                _mm512_storeu_ps(u + 4 * i * P, t[i][0]);
+                _mm512_storeu_ps(u + (4 * i + 1) * P,
+                                 _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(t[i][0], t[i][1]), t[i][2])));
+                _mm512_storeu_ps(u + (4 * i + 2) * P,
+                                 _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(t[i][0], t[i][1]), t[i][2])));
+                _mm512_storeu_ps(u + (4 * i + 3) * P, t[i][2]);
+            }
+        }
+}
+
+/* forward: blocks of samples claimed in turn */
+static void dl__wg_fwd_task(void *arg, int64_t slot, int64_t end)
+{
+    dl__wg_job *J = (dl__wg_job *)arg;
+    int64_t Ci = J->Ci, Co = J->Co, CC = J->CC, OH = J->OH, OW = J->OW, b;
+    float *xp = J->bufs + slot * J->stride, *v = xp + dl__round_up(J->nb * J->xpn, 16);
+    float *m = v + 16 * J->T * Ci, *yt = m + 16 * J->T * CC;
+    __m512 bad = _mm512_setzero_ps();
+    (void)end;
+    while ((b = dl__claim(&J->cl)) < J->nblk) {
+        int64_t n0 = b * J->nb, nc = J->n - n0 < J->nb ? J->n - n0 : J->nb, T = nc * J->TH * J->TW;
+        int64_t co0, xi, t, i, c;
+        dl__wg_load(J, n0, nc, xp, NULL, &bad);
+        dl__wg_vblock(J, xp, nc, v, T);
+        for (co0 = 0; co0 < Co; co0 += CC) {
+            int64_t cc = Co - co0 < CC ? Co - co0 : CC;
+            for (xi = 0; xi < 16; xi++)
+                dl__wg_gemm(T, cc, Ci, v + xi * T * Ci, Ci, 1, J->u + xi * Ci * Co + co0, Co, m + xi * T * cc, cc, 0);
+            /* y = A^T M A (+ bias) for each tile, 16 channels at a time */
+            for (t = 0; t < T; t++) {
+                int64_t ti = t % (J->TH * J->TW), oh = 2 * (ti / J->TW), ow = 2 * (ti % J->TW);
+                float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
+                for (c = 0; c < cc; c += 16) {
+                    __m512 q[16], s0[4], s1[4], bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
+                    int j;
+                    for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(m + (j * T + t) * cc + c);
+                    for (j = 0; j < 4; j++) {
+                        s0[j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
+                        s1[j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
+                    }
+                    _mm512_storeu_ps(y0 + c, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), bv));
+                    if (ow + 1 < OW)
+                        _mm512_storeu_ps(y0 + Co + c,
+                                         _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]), bv));
+                    if (oh + 1 < OH) {
+                        _mm512_storeu_ps(y0 + OW * Co + c,
+                                         _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), bv));
+                        if (ow + 1 < OW)
+                            _mm512_storeu_ps(y0 + (OW + 1) * Co + c,
+                                             _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]), bv));
+                    }
+                }
+            }
+        }
+        for (i = 0; i < nc; i++)
+            for (c = 0; c < Co; c += 16)
+                dl__wg_out(yt + i * J->OL * Co + c, Co, J->OL, J->y + ((n0 + i) * Co + c) * J->OL, J->OL);
+    }
+    _mm512_storeu_ps(J->bad + 16 * slot, bad);
+}
+
+/* weight gradient: chunks of samples claimed in turn, each summed into its own S */
+static void dl__wg_wgrad_task(void *arg, int64_t slot, int64_t end)
+{
+    dl__wg_job *J = (dl__wg_job *)arg;
+    int64_t Ci = J->Ci, Co = J->Co, ch;
+    float *xp = J->bufs + slot * J->stride, *v = xp + dl__round_up(J->nb * J->xpn, 16);
+    float *gp = v + 16 * J->T * Ci, *z = gp + dl__round_up(J->nb * J->gpn, 16);
+    __m512 bad = _mm512_setzero_ps();
+    (void)end;
+    while ((ch = dl__claim(&J->cl)) < J->nchunk) {
+        int64_t s0 = J->n * ch / J->nchunk, s1 = J->n * (ch + 1) / J->nchunk, n0;
+        float *S = J->s + ch * 16 * Co * Ci;
+        for (n0 = s0; n0 < s1; n0 += J->nb) {
+            int64_t nc = s1 - n0 < J->nb ? s1 - n0 : J->nb, T = nc * J->TH * J->TW, i, th, tw, c, xi, t = 0;
+            dl__wg_load(J, n0, nc, xp, gp, &bad);
+            dl__wg_vblock(J, xp, nc, v, T);
+            /* z[xi] (T, Co) = A dy A^T for each tile */
+            for (i = 0; i < nc; i++)
+                for (th = 0; th < J->TH; th++)
+                    for (tw = 0; tw < J->TW; tw++, t++) {
+                        const float *p = gp + i * J->gpn + (2 * th * 2 * J->TW + 2 * tw) * Co;
+                        for (c = 0; c < Co; c += 16) {
+                            __m512 d00 = _mm512_loadu_ps(p + c), d01 = _mm512_loadu_ps(p + Co + c),
+                                   d10 = _mm512_loadu_ps(p + 2 * J->TW * Co + c),
+                                   d11 = _mm512_loadu_ps(p + (2 * J->TW + 1) * Co + c), q[4][2];
+                            const __m512 zero = _mm512_setzero_ps();
+                            int r;
+                            q[0][0] = d00; q[0][1] = d01;
+                            q[1][0] = _mm512_add_ps(d00, d10); q[1][1] = _mm512_add_ps(d01, d11);
+                            q[2][0] = _mm512_sub_ps(d00, d10); q[2][1] = _mm512_sub_ps(d01, d11);
+                            q[3][0] = _mm512_sub_ps(zero, d10); q[3][1] = _mm512_sub_ps(zero, d11);
+                            for (r = 0; r < 4; r++) {
+                                float *o = z + (4 * r * T + t) * Co + c;
+                                _mm512_storeu_ps(o, q[r][0]);
+                                _mm512_storeu_ps(o + T * Co, _mm512_add_ps(q[r][0], q[r][1]));
+                                _mm512_storeu_ps(o + 2 * T * Co, _mm512_sub_ps(q[r][0], q[r][1]));
+                                _mm512_storeu_ps(o + 3 * T * Co, _mm512_sub_ps(zero, q[r][1]));
+                            }
+                        }
+                    }
+            for (xi = 0; xi < 16; xi++)
+                dl__wg_gemm(Co, Ci, T, z + xi * T * Co, 1, Co, v + xi * T * Ci, Ci, S + xi * Co * Ci, Ci, n0 > s0);
+        }
+    }
+    _mm512_storeu_ps(J->bad + 16 * slot, bad);
+}
+
+/* dw[co] = G^T (the chunks' S summed in order) G, 16 input channels a vector */
+static void dl__wg_dw_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__wg_job *J = (const dl__wg_job *)arg;
+    const int64_t Ci = J->Ci, Co = J->Co;
+    const __m512 h = _mm512_set1_ps(0.5f);
+    int64_t co, ci, ch;
+    for (co = lo; co < hi; co++)
+        for (ci = 0; ci < Ci; ci += 16) {
+            __m512 s[16], t[3][4], o;
+            float r[9][16], *dw = J->y + (co * Ci + ci) * 9;
+            int i, j, l;
+            for (i = 0; i < 16; i++) {
+                s[i] = _mm512_loadu_ps(J->s + (i * Co + co) * Ci + ci);
+                for (ch = 1; ch < J->nchunk; ch++)
+                    s[i] = _mm512_add_ps(s[i], _mm512_loadu_ps(J->s + ((ch * 16 + i) * Co + co) * Ci + ci));
+            }
+            for (j = 0; j < 4; j++) {
+                const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(s[4 + j], s[8 + j]));
+                t[0][j] = _mm512_add_ps(s[j], p);
+                t[1][j] = _mm512_mul_ps(h, _mm512_sub_ps(s[4 + j], s[8 + j]));
+                t[2][j] = _mm512_add_ps(p, s[12 + j]);
+            }
+            for (i = 0; i < 3; i++) {
+                o = _mm512_mul_ps(h, _mm512_add_ps(t[i][1], t[i][2]));
+                _mm512_storeu_ps(r[3 * i], _mm512_add_ps(t[i][0], o));
+                _mm512_storeu_ps(r[3 * i + 1], _mm512_mul_ps(h, _mm512_sub_ps(t[i][1], t[i][2])));
+                _mm512_storeu_ps(r[3 * i + 2], _mm512_add_ps(o, t[i][3]));
+            }
+            for (l = 0; l < 16; l++)
+                for (i = 0; i < 9; i++) dw[9 * l + i] = r[i][l];
+        }
+}
+
+/* the job's shape and per-thread buffers: head floats first (shared), then
+   the slots; false: no memory */
+static bool dl__wg_setup(dl__dev *d, dl__wg_job *J, const dl__cgeom *g, int64_t n, bool wgrad, int64_t *nslots,
+                         void **raw)
+{
+    dl__pool *pool = d->ctx->pool;
+    int64_t head, tabs, p, s, H = g->ia[1], W = g->ia[2];
+    float *buf;
+    int64_t *xoff, *goff;
+    J->Ci = g->Ca;
+    J->Co = g->Cb;
+    J->L = g->La;
+    J->OL = g->Lb;
+    J->OH = g->ib[1];
+    J->OW = g->ib[2];
+    J->TH = (J->OH + 1) / 2;
+    J->TW = (J->OW + 1) / 2;
+    J->Hp = 2 * J->TH + 2;
+    J->Wp = 2 * J->TW + 2;
+    J->n = n;
+    J->nb = (DL__WG_TILES + J->TH * J->TW - 1) / (J->TH * J->TW);
+    if (J->nb > n) J->nb = n;
+    J->T = J->nb * J->TH * J->TW;
+    J->CC = J->Co < 64 ? J->Co : 64;
+    J->xpn = J->Hp * J->Wp * J->Ci;
+    J->gpn = 4 * J->TH * J->TW * J->Co;
+    J->nblk = (n + J->nb - 1) / J->nb;
+    J->nchunk = n < DL__WG_CHUNKS ? n : DL__WG_CHUNKS;
+    *nslots = dl__pool_size(pool);
+    if (*nslots > (wgrad ? J->nchunk : J->nblk)) *nslots = wgrad ? J->nchunk : J->nblk;
+    J->stride = dl__round_up(J->nb * J->xpn, 16) + 16 * J->T * J->Ci +
+                (wgrad ? dl__round_up(J->nb * J->gpn, 16) + 16 * J->T * J->Co
+                       : 16 * J->T * J->CC + J->nb * J->OL * J->Co);
+    J->stride = dl__round_up(J->stride, 16);
+    tabs = dl__round_up(2 * (J->L + J->OL), 16);
+    head = tabs + 16 * *nslots + 16 * J->Ci * J->Co * (wgrad ? J->nchunk : 1);
+    buf = dl__gemm_buf_get(pool, sizeof(float) * (size_t)(head + *nslots * J->stride), raw);
+    if (!buf) return false;
+    xoff = (int64_t *)(void *)buf;
+    goff = xoff + J->L;
+    for (p = 0; p < J->L; p++)
+        xoff[p] = ((p / W + g->p[1]) * J->Wp + p % W + g->p[2]) * J->Ci;
+    for (p = 0; p < J->OL; p++) goff[p] = (p / J->OW * 2 * J->TW + p % J->OW) * J->Co;
+    (void)H;
+    J->xoff = xoff;
+    J->goff = goff;
+    J->bad = buf + tabs;
+    J->u = J->s = J->bad + 16 * *nslots;
+    J->bufs = J->u + 16 * J->Ci * J->Co * (wgrad ? J->nchunk : 1);
+    for (s = 0; s < *nslots; s++) {   /* the padding of xp and gp stays zero */
+        float *b = J->bufs + s * J->stride;
+        memset(b, 0, sizeof(float) * (size_t)J->nb * (size_t)J->xpn);
+        if (wgrad) memset(b + dl__round_up(J->nb * J->xpn, 16) + 16 * J->T * J->Ci, 0,
+                          sizeof(float) * (size_t)J->nb * (size_t)J->gpn);
+    }
+    return true;
+}
+
+/* runs the task on the slots; false when an input held inf or NaN */
+static bool dl__wg_run(dl__dev *d, dl__wg_job *J, int64_t nslots, dl__task_fn task)
+{
+    int64_t s;
+    int i;
+    bool ok = true;
+    dl__claim_init(&J->cl, (int)nslots);
+    if (J->cl.nslots <= 1) task(J, 0, 1);
+    else dl__parallel_for(d->ctx->pool, J->cl.nslots, 1, task, J);
+    dl__claim_done(&J->cl);
+    for (s = 0; s < nslots; s++)
+        for (i = 0; i < 16; i++) ok = ok && J->bad[16 * s + i] == 0.0f;
+    return ok;
+}
+
+/* the backend entries (dl__backend.conv_wg, conv_wg_wgrad) */
+static bool dl__cpu_conv_wg(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g, bool flip)
+{
+    dl__wg_job J;
+    int64_t nslots;
+    void *raw;
+    bool ok;
+    if (!dl__wg_ok(g, n) || dl__cpu_nonfinite(d, w, g->Ca * g->Cb * 9) >= 0) return false;
+    memset(&J, 0, sizeof J);
+    if (!dl__wg_setup(d, &J, g, n, false, &nslots, &raw)) return false;
+    J.x = (const float *)DL__RAW(d, x);
+    J.w = (const float *)DL__RAW(d, w);
+    J.bias = (const float *)DL__RAW0(d, bias);
+    J.y = (float *)DL__RAW(d, y);
+    J.flip = flip;
+    dl__parallel_for(d->ctx->pool, J.Ci, 1, dl__wg_u_task, &J);
+    ok = dl__wg_run(d, &J, nslots, dl__wg_fwd_task);
+    dl__gemm_buf_put(d->ctx->pool, raw);
+    return ok;
+}
+
+static bool dl__cpu_conv_wg_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
+                                  const dl__cgeom *g)
+{
+    dl__wg_job J;
+    int64_t nslots;
+    void *raw;
+    bool ok;
+    if (!dl__wg_ok(g, n)) return false;
+    memset(&J, 0, sizeof J);
+    if (!dl__wg_setup(d, &J, g, n, true, &nslots, &raw)) return false;
+    J.x = (const float *)DL__RAW(d, x);
+    J.gy = (const float *)DL__RAW(d, gy);
+    J.y = (float *)DL__RAW(d, dw);
+    ok = dl__wg_run(d, &J, nslots, dl__wg_wgrad_task);
+    if (ok) dl__parallel_for(d->ctx->pool, J.Co, 1, dl__wg_dw_task, &J);
+    dl__gemm_buf_put(d->ctx->pool, raw);
+    return ok;
+}
+#endif
+
 typedef struct dl__bias_args { float *y; const float *b; int64_t C, L; } dl__bias_args;
 
 static void dl__bias_task(void *arg, int64_t lo, int64_t hi)
@@ -6367,9 +6864,9 @@ static void dl__maxpool2d_plane(const float *DL__RESTRICT x, float *DL__RESTRICT
                 if (ir) {
                     const __m512i lane = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
                     __m512i base = _mm512_add_epi64(_mm512_set1_epi64(r + 2 * o2), lane);
-                    __m512i lo = _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(off)));
+                    __m512i lo = _mm512_add_epi64(base, _mm512_maskz_cvtepi32_epi64((__mmask8)0xFF, _mm512_maskz_extracti64x4_epi64((__mmask8)0xF, off, 0)));
                     __m512i hi = _mm512_add_epi64(_mm512_add_epi64(base, _mm512_set1_epi64(16)),
-                                                  _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(off, 1)));
+                                                  _mm512_maskz_cvtepi32_epi64((__mmask8)0xFF, _mm512_maskz_extracti64x4_epi64((__mmask8)0xF, off, 1)));
                     _mm512_mask_storeu_epi64(ir + o2, (__mmask8)(mo & 0xFF), lo);
                     _mm512_mask_storeu_epi64(ir + o2 + 8, (__mmask8)(mo >> 8), hi);
                 }
@@ -6553,7 +7050,8 @@ static void dl__avgpool2d_plane(float *DL__RESTRICT x, float *DL__RESTRICT y, co
                     const __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
                     const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
                     __m512 v = _mm512_add_ps(z, _mm512_div_ps(_mm512_maskz_loadu_ps(mo, yr + o2), q));
-                    __m512 a = _mm512_permutexvar_ps(lo, v), b = _mm512_permutexvar_ps(hi, v);
+                    __m512 a = _mm512_maskz_permutexvar_ps((__mmask16)0xFFFF, lo, v),
+                           b = _mm512_maskz_permutexvar_ps((__mmask16)0xFFFF, hi, v);
                     _mm512_mask_storeu_ps(p0, m0, a);
                     _mm512_mask_storeu_ps(p0 + 16, m1, b);
                     _mm512_mask_storeu_ps(p1, m0, a);
@@ -7032,7 +7530,12 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
     dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
     dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
-    dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1, dl__cpu_conv_s1_wgrad
+    dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1, dl__cpu_conv_s1_wgrad,
+#ifdef DL__WG
+    dl__cpu_conv_wg, dl__cpu_conv_wg_wgrad
+#else
+    NULL, NULL
+#endif
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9909,8 +10412,9 @@ static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd};
 static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd};
 static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd};
 
-/* Through the backend's padded-grid entries, chunk by chunk of samples
-   (scratch under 8 MiB, as im2col's). mode 0: y = conv(x, w) + bias; 1
+/* Through the backend's Winograd entries (conv_wg, all n samples at once)
+   when they take the conv, else its padded-grid entries, chunk by chunk
+   of samples (scratch under 8 MiB, as im2col's). mode 0: y = conv(x, w) + bias; 1
    (convT): g is the conv of x with w transposed and flipped; 2: y = the
    weight gradient of conv(x, .) for the output gradient w (im2col instead
    when the entry declines: see conv_s1_wgrad). 1 done, 0 when the path
@@ -9923,6 +10427,12 @@ static int dl__conv_s1_try(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor
     dl__mark m;
     int64_t nb, per, n0;
     float *scratch;
+    if (g->N > 0 && (mode == 2 ? k->conv_wg_wgrad != NULL : k->conv_wg != NULL) &&
+        (mode == 2 ? k->conv_wg_wgrad(x->dev_, (float *)y->data, (const float *)x->data, (const float *)w->data,
+                                      g->N, g)
+                   : k->conv_wg(x->dev_, (float *)y->data, (const float *)x->data, (const float *)w->data,
+                                bias ? (const float *)bias->data : NULL, g->N, g, mode == 1)))
+        return 1;
     if (!(mode == 2 ? k->conv_s1_wgrad != NULL : k->conv_s1 != NULL) || !dl__s1_make(g, &q) || g->N <= 0) return 0;
     per = (g->Ca + g->Cb) * q.Pa;
     nb = ((int64_t)1 << 21) / per;

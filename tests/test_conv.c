@@ -807,15 +807,21 @@ static void s1_paths(void)
     g_no_s1.name = "cpu-without-conv_s1";
     g_no_s1.conv_s1 = NULL;
     g_no_s1.conv_s1_wgrad = NULL;
+    g_no_s1.conv_wg = NULL;   /* (section 7 compares Winograd's) */
+    g_no_s1.conv_wg_wgrad = NULL;
     c->cpu[1]->be = &g_no_s1;
     g_s1 = *dl__cpu_be();
     g_s1.conv_s1 = count_s1;
     g_s1.conv_s1_wgrad = count_wg;
+    g_s1.conv_wg = NULL;   /* (section 7 compares Winograd's) */
+    g_s1.conv_wg_wgrad = NULL;
     c->cpu[0]->be = &g_s1;
     g_grid = *dl__cpu_be();
     g_grid.name = "cpu-grid-only";
     g_grid.conv_s1 = grid_s1;
     g_grid.conv_s1_wgrad = grid_wg;
+    g_grid.conv_wg = NULL;   /* (section 7 compares Winograd's) */
+    g_grid.conv_wg_wgrad = NULL;
     c->cpu[2]->be = &g_grid;
     for (i = 0; i < 100000; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.5f; }
     for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++) {
@@ -911,6 +917,147 @@ out:
     dl_ctx_free(c);
 }
 
+/* ================================================================ 7. Winograd */
+
+/* 3x3 stride-1 convs with channels in multiples of 16 go through conv_wg
+   (Winograd's F(2x2, 3x3)) where the backend has it: device 0 has the CPU
+   backend (counting the calls), device 1 the same without conv_wg, so the
+   direct paths. Forward, input gradient (conv_wg with flip), weight gradient
+   and bias gradient within rounding of the direct sums; conv_transpose
+   likewise; odd, even, 1-sized and non-square planes, padding 0 to 2, blocks
+   of samples and chunks that do not divide the batch, channel counts that
+   split the GEMMs' columns (16, 48, 80). Bits equal on 1 and 2 threads.
+   An operand with inf or NaN: declined, and the direct path's bits. */
+static dl__backend g_wgc, g_nowg;
+static int64_t g_wg_fwd, g_wg_flip, g_wg_w, g_wg_declined;
+
+static bool count_wgf(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                      const dl__cgeom *g, bool flip)
+{
+    bool ok = dl__cpu_be()->conv_wg(d, y, x, w, bias, n, g, flip);
+    if (flip) g_wg_flip += ok;
+    else g_wg_fwd += ok;
+    g_wg_declined += !ok;
+    return ok;
+}
+
+static bool count_wgw(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g)
+{
+    bool ok = dl__cpu_be()->conv_wg_wgrad(d, dw, x, gy, n, g);
+    g_wg_w += ok;
+    g_wg_declined += !ok;
+    return ok;
+}
+
+static void wg_paths(void)
+{
+    static const int64_t geo[][6] = {   /* batch, C in, C out, height, width, pad */
+        {2, 16, 16, 8, 8, 1}, {3, 16, 32, 7, 7, 1}, {1, 32, 16, 4, 4, 1}, {5, 16, 48, 5, 6, 0},
+        {2, 48, 16, 9, 5, 2}, {20, 16, 16, 4, 4, 1}, {11, 32, 80, 3, 3, 1}, {3, 16, 16, 1, 1, 1},
+        {2, 16, 16, 2, 3, 0}, {2, 16, 32, 14, 14, 1}, {1, 16, 16, 28, 28, 1}, {17, 64, 16, 2, 2, 2},
+        {4, 16, 16, 6, 3, 2}, {9, 16, 32, 3, 5, 0},
+    };
+    dl_ctx_desc cd;
+    dl_ctx *c;
+    int gi, tr, bias, i, th;
+    size_t cap = 600000;
+    float *xv = (float *)malloc(sizeof(float) * cap), *wv = (float *)malloc(sizeof(float) * cap);
+    float *o1 = (float *)malloc(sizeof(float) * cap), *o2 = (float *)malloc(sizeof(float) * cap);
+    float *o3 = (float *)malloc(sizeof(float) * cap);
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = 2;
+    c = dl_ctx_init(&cd);
+    if (!c || !xv || !wv || !o1 || !o2 || !o3) { CHECK(0, "wg_paths: setup"); goto out; }
+    if (!dl__cpu_be()->conv_wg) {
+        printf("wg_paths: this build has no Winograd entries (AVX-512 only): skipped\n");
+        goto out;
+    }
+    g_wgc = *dl__cpu_be();
+    g_wgc.name = "cpu-counting-winograd";
+    g_wgc.conv_wg = count_wgf;
+    g_wgc.conv_wg_wgrad = count_wgw;
+    c->cpu[0]->be = &g_wgc;
+    g_nowg = *dl__cpu_be();
+    g_nowg.name = "cpu-without-winograd";
+    g_nowg.conv_wg = NULL;
+    g_nowg.conv_wg_wgrad = NULL;
+    c->cpu[1]->be = &g_nowg;
+    for (i = 0; i < (int)cap; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.25f; }
+    for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++)
+        for (tr = 0; tr < 2; tr++)
+            for (bias = 0; bias < 2; bias++) {
+                int64_t nb = geo[gi][0], ca = geo[gi][1], cb = geo[gi][2], pad = geo[gi][5], xs[4], ws[4];
+                int64_t n1, n2, ny, nx, f0 = g_wg_fwd, f1 = g_wg_flip, f2 = g_wg_w;
+                dl_conv_desc d = dl_conv_desc_make(1, pad, 1, 1);
+                float ey, ex, ew;
+                xs[0] = nb; xs[1] = tr ? cb : ca; xs[2] = geo[gi][3]; xs[3] = geo[gi][4];
+                ws[0] = cb; ws[1] = ca; ws[2] = ws[3] = 3;
+                if (tr && (xs[2] - 2 * pad + 2 <= 0 || xs[3] - 2 * pad + 2 <= 0)) continue;
+                if (!tr && (xs[2] + 2 * pad - 2 <= 0 || xs[3] + 2 * pad - 2 <= 0)) continue;
+                n1 = s1_run(c, 0, 2, tr != 0, xs, ws, bias != 0, &d, xv, wv, o1);
+                n2 = s1_run(c, 1, 2, tr != 0, xs, ws, bias != 0, &d, xv, wv, o2);
+                CHECK(n1 > 0 && n1 == n2, "winograd %s %lldx%lld pad %lld: %s", tr ? "conv_transpose" : "conv",
+                      (long long)xs[2], (long long)xs[3], (long long)pad, dl_error_message(c));
+                if (n1 <= 0 || n1 != n2) { dl_clear_error(c); dl_step_end(c); continue; }
+                nx = xs[0] * xs[1] * xs[2] * xs[3];
+                ny = tr ? nb * ca * (xs[2] - 2 * pad + 2) * (xs[3] - 2 * pad + 2)
+                        : nb * cb * (xs[2] + 2 * pad - 2) * (xs[3] + 2 * pad - 2);
+                ey = max_rel(o1, o2, ny);
+                ex = max_rel(o1 + ny, o2 + ny, nx);
+                ew = max_rel(o1 + ny + nx, o2 + ny + nx, n1 - ny - nx);
+                CHECK(ey < 1e-5f && ex < 1e-5f && ew < 1e-5f && g_wg_fwd - f0 == 1 && g_wg_flip - f1 == 1 &&
+                      g_wg_w - f2 == 1,
+                      "winograd %s: batch %lld, %lld -> %lld channels, %lldx%lld, pad %lld, bias %d: against the "
+                      "direct paths y %g, dx %g, dw/db %g (want < 1e-5); Winograd calls: forward %lld, flipped "
+                      "%lld, weight gradient %lld (want 1 each)", tr ? "conv_transpose" : "conv",
+                      (long long)nb, (long long)ca, (long long)cb, (long long)xs[2], (long long)xs[3],
+                      (long long)pad, bias, ey, ex, ew, (long long)(g_wg_fwd - f0), (long long)(g_wg_flip - f1),
+                      (long long)(g_wg_w - f2));
+                /* the same bits on 1 and 2 threads */
+                for (th = 1; th <= 2; th++) {
+                    dl_set_num_threads(c, th);
+                    n2 = s1_run(c, 0, 2, tr != 0, xs, ws, bias != 0, &d, xv, wv, th == 1 ? o2 : o3);
+                    CHECK(n2 == n1 && memcmp(o1, th == 1 ? o2 : o3, sizeof(float) * (size_t)n1) == 0,
+                          "winograd %s batch %lld %lldx%lld pad %lld: different bits on %d threads",
+                          tr ? "conv_transpose" : "conv", (long long)nb, (long long)xs[2], (long long)xs[3],
+                          (long long)pad, th);
+                }
+                dl_set_num_threads(c, 0);
+                dl_step_end(c);
+            }
+    /* inf in x: forward and weight gradient declined (the direct path's
+       bits); NaN in w: the forward declined; the input gradient (finite
+       operands) within rounding */
+    for (i = 0; i < 2; i++) {
+        int64_t xs[4] = {3, 16, 6, 6}, ws[4] = {16, 16, 3, 3}, n1, n2, ny = 3 * 16 * 36, nx = 3 * 16 * 36, dec = g_wg_declined;
+        dl_conv_desc d = dl_conv_desc_make(1, 1, 1, 1);
+        float save = i ? wv[40] : xv[100], ex;
+        if (i) wv[40] = NAN;
+        else xv[100] = INFINITY;
+        n1 = s1_run(c, 0, 2, false, xs, ws, true, &d, xv, wv, o1);
+        n2 = s1_run(c, 1, 2, false, xs, ws, true, &d, xv, wv, o2);
+        CHECK(n1 > 0 && n1 == n2 && g_wg_declined - dec == 2,
+              "winograd with %s: %lld declines, want 2", i ? "NaN in w" : "inf in x",
+              (long long)(g_wg_declined - dec));
+        if (n1 > 0 && n1 == n2) {
+            CHECK(memcmp(o1, o2, sizeof(float) * (size_t)ny) == 0, "winograd with %s: y is the direct path's, bit for bit",
+                  i ? "NaN in w" : "inf in x");
+            if (!i) {
+                ex = max_rel(o1 + ny, o2 + ny, nx);
+                CHECK(ex < 1e-5f && memcmp(o1 + ny + nx, o2 + ny + nx, sizeof(float) * (size_t)(n1 - ny - nx)) == 0,
+                      "winograd with inf in x: dx within rounding (%g), dw and db the direct path's bits", ex);
+            }
+        }
+        if (i) wv[40] = save;
+        else xv[100] = save;
+        dl_clear_error(c);
+        dl_step_end(c);
+    }
+out:
+    free(xv); free(wv); free(o1); free(o2); free(o3);
+    dl_ctx_free(c);
+}
+
 /* ================================================================ 6. im2col's two loops */
 
 /* Small planes take a table (dl__cpu_im2col / dl__cpu_col2im: gathered
@@ -951,6 +1098,8 @@ static void i2c_paths(void)
     g_tab.name = "cpu-im2col-table";
     g_tab.conv_s1 = NULL;
     g_tab.conv_s1_wgrad = NULL;
+    g_tab.conv_wg = NULL;   /* (section 7 compares Winograd's) */
+    g_tab.conv_wg_wgrad = NULL;
     g_tab.im2col = count_i2c;
     g_tab.col2im = count_c2i;
     g_rows = g_tab;
@@ -1032,6 +1181,7 @@ int main(int argc, char **argv)
     }
     s1_paths();
     i2c_paths();
+    wg_paths();
     timing();
     CHECK(dl_last_error(g_ctx) == DL_OK, "stray error at the end: %s", dl_error_message(g_ctx));
     dl_ctx_free(g_ctx);
