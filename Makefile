@@ -221,6 +221,10 @@ bench-cuda: $(B)/bench
 $(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh examples/lenet_bn.h | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -O3 -I. -c $< -o $@
 
+# the ResNet's 3x3 convs, Winograd against the direct paths (dl.h only)
+$(B)/bench_conv3x3: bench/conv3x3.c dl.h | $(B)
+	$(CC) $(WARN) $(BENCH_FLAGS) -I. $< -o $@ $(LDLIBS)
+
 $(B)/bench_gemm: bench/gemm.c dl.h | $(B)
 ifeq ($(HAVE_OPENBLAS),1)
 	$(CC) $(BENCH_FLAGS) -I. $< -o $@ -lopenblas $(LDLIBS)

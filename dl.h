@@ -10234,8 +10234,14 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
    the GEMM has exactly the output's columns and writes y in place (LeNet's
    5x5 convs: half the multiply-adds of the grid); an input gradient with
    a quarter more input positions than output ones goes the other way,
-   w^T gy then col2im, a sample at a time (dl__s1s_task). Scratch is step
-   memory given back before the op returns; chunks keep it under 8 MiB. */
+   w^T gy then col2im, a sample at a time (dl__s1s_task). Before conv_s1,
+   a backend may take a 3x3 stride-1 conv by Winograd's F(2x2, 3x3)
+   (conv_wg, conv_wg_wgrad; the CPU's with AVX-512 and channels in
+   multiples of 16: see dl__wg_ok): other sums, within rounding, and a
+   decline for inf or NaN operands. Scratch is step memory given back
+   before the op returns; chunks keep it under 8 MiB (the Winograd entries
+   use the pool's GEMM buffer: up to about 1.2 MiB a thread, plus 8
+   partial weight gradients of 16 Ci Co floats each). */
 
 // >>section ops: convolution and pooling
 
