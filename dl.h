@@ -2515,6 +2515,16 @@ static void dl__claim_done(dl__claimer *c)
     (void)c;
 }
 
+/* task(arg, slot, slot + 1) on nslots threads (inline for one) that claim
+   their work from c */
+static void dl__claim_run(dl__pool *pool, dl__claimer *c, int64_t nslots, dl__task_fn task, void *arg)
+{
+    dl__claim_init(c, (int)nslots);
+    if (c->nslots <= 1) task(arg, 0, 1);
+    else dl__parallel_for(pool, c->nslots, 1, task, arg);
+    dl__claim_done(c);
+}
+
 typedef struct dl__sgemm_job {
     bool transa, transb;
     int64_t M, N, K;
@@ -2853,10 +2863,7 @@ run:
     J.chunk = (units + J.nchunks - 1) / J.nchunks;
     J.nchunks = (units + J.chunk - 1) / J.chunk;
     (void)chunk;
-    dl__claim_init(&J.cl, (int)nch);
-    if (J.cl.nslots <= 1) dl__sgemm_task(&J, 0, 1);
-    else dl__parallel_for(pool, J.cl.nslots, 1, dl__sgemm_task, &J);
-    dl__claim_done(&J.cl);
+    dl__claim_run(pool, &J.cl, nch, dl__sgemm_task, &J);
     dl__gemm_buf_put(pool, raw);
 }
 
@@ -6000,10 +6007,7 @@ static float *dl__s1r_bufs(dl__pool *pool, int64_t head, int64_t nslots, int64_t
 /* runs a job's task on nslots threads claiming samples, then gives the buffers back */
 static void dl__s1r_run(dl__pool *pool, dl__s1r_job *J, int64_t nslots, dl__task_fn task, void *raw)
 {
-    dl__claim_init(&J->cl, (int)nslots);
-    if (J->cl.nslots <= 1) task(J, 0, 1);
-    else dl__parallel_for(pool, J->cl.nslots, 1, task, J);
-    dl__claim_done(&J->cl);
+    dl__claim_run(pool, &J->cl, nslots, task, J);
     dl__gemm_buf_put(pool, raw);
 }
 
@@ -6535,49 +6539,85 @@ static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
         }
 }
 
+/* yt (samples, OH OW, Co): for output channels [co0, co0 + cc) of each of
+   the T tiles, y = A^T m A (+ bias), m (16, T, cc); outputs past an odd
+   edge are not written */
+static void dl__wg_yblock(const dl__wg_job *J, const float *m, int64_t T, int64_t cc, int64_t co0, float *yt)
+{
+    int64_t Co = J->Co, OH = J->OH, OW = J->OW, t, c;
+    for (t = 0; t < T; t++) {
+        int64_t ti = t % (J->TH * J->TW), oh = 2 * (ti / J->TW), ow = 2 * (ti % J->TW);
+        float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
+        for (c = 0; c < cc; c += 16) {
+            __m512 q[16], s0[4], s1[4], bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
+            int j;
+            for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(m + (j * T + t) * cc + c);
+            for (j = 0; j < 4; j++) {
+                s0[j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
+                s1[j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
+            }
+            _mm512_storeu_ps(y0 + c, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), bv));
+            if (ow + 1 < OW)
+                _mm512_storeu_ps(y0 + Co + c, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]), bv));
+            if (oh + 1 < OH) {
+                _mm512_storeu_ps(y0 + OW * Co + c,
+                                 _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), bv));
+                if (ow + 1 < OW)
+                    _mm512_storeu_ps(y0 + (OW + 1) * Co + c,
+                                     _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]), bv));
+            }
+        }
+    }
+}
+
+/* z (16, T, Co) = A dy A^T for the 2x2 output gradient of each tile of the nc samples in gp */
+static void dl__wg_zblock(const dl__wg_job *J, const float *gp, int64_t nc, float *z, int64_t T)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    int64_t Co = J->Co, i, th, tw, c, t = 0;
+    for (i = 0; i < nc; i++)
+        for (th = 0; th < J->TH; th++)
+            for (tw = 0; tw < J->TW; tw++, t++) {
+                const float *p = gp + i * J->gpn + (2 * th * 2 * J->TW + 2 * tw) * Co;
+                for (c = 0; c < Co; c += 16) {
+                    __m512 d00 = _mm512_loadu_ps(p + c), d01 = _mm512_loadu_ps(p + Co + c),
+                           d10 = _mm512_loadu_ps(p + 2 * J->TW * Co + c),
+                           d11 = _mm512_loadu_ps(p + (2 * J->TW + 1) * Co + c), q[4][2];
+                    int r;
+                    q[0][0] = d00; q[0][1] = d01;
+                    q[1][0] = _mm512_add_ps(d00, d10); q[1][1] = _mm512_add_ps(d01, d11);
+                    q[2][0] = _mm512_sub_ps(d00, d10); q[2][1] = _mm512_sub_ps(d01, d11);
+                    q[3][0] = _mm512_sub_ps(zero, d10); q[3][1] = _mm512_sub_ps(zero, d11);
+                    for (r = 0; r < 4; r++) {
+                        float *o = z + (4 * r * T + t) * Co + c;
+                        _mm512_storeu_ps(o, q[r][0]);
+                        _mm512_storeu_ps(o + T * Co, _mm512_add_ps(q[r][0], q[r][1]));
+                        _mm512_storeu_ps(o + 2 * T * Co, _mm512_sub_ps(q[r][0], q[r][1]));
+                        _mm512_storeu_ps(o + 3 * T * Co, _mm512_sub_ps(zero, q[r][1]));
+                    }
+                }
+            }
+}
+
 /* forward: blocks of samples claimed in turn */
 static void dl__wg_fwd_task(void *arg, int64_t slot, int64_t end)
 {
     dl__wg_job *J = (dl__wg_job *)arg;
-    int64_t Ci = J->Ci, Co = J->Co, CC = J->CC, OH = J->OH, OW = J->OW, b;
+    int64_t Ci = J->Ci, Co = J->Co, CC = J->CC, b;
     float *xp = J->bufs + slot * J->stride, *v = xp + dl__round_up(J->nb * J->xpn, 16);
     float *m = v + 16 * J->T * Ci, *yt = m + 16 * J->T * CC;
     __m512 bad = _mm512_setzero_ps();
     (void)end;
     while ((b = dl__claim(&J->cl)) < J->nblk) {
         int64_t n0 = b * J->nb, nc = J->n - n0 < J->nb ? J->n - n0 : J->nb, T = nc * J->TH * J->TW;
-        int64_t co0, xi, t, i, c;
+        int64_t co0, xi, i, c;
         dl__wg_load(J, n0, nc, xp, NULL, &bad);
         dl__wg_vblock(J, xp, nc, v, T);
         for (co0 = 0; co0 < Co; co0 += CC) {
             int64_t cc = Co - co0 < CC ? Co - co0 : CC;
             for (xi = 0; xi < 16; xi++)
                 dl__wg_gemm(T, cc, Ci, v + xi * T * Ci, Ci, 1, J->u + xi * Ci * Co + co0, Co, m + xi * T * cc, cc, 0);
-            /* y = A^T M A (+ bias) for each tile, 16 channels at a time */
-            for (t = 0; t < T; t++) {
-                int64_t ti = t % (J->TH * J->TW), oh = 2 * (ti / J->TW), ow = 2 * (ti % J->TW);
-                float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
-                for (c = 0; c < cc; c += 16) {
-                    __m512 q[16], s0[4], s1[4], bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
-                    int j;
-                    for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(m + (j * T + t) * cc + c);
-                    for (j = 0; j < 4; j++) {
-                        s0[j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
-                        s1[j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
-                    }
-                    _mm512_storeu_ps(y0 + c, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), bv));
-                    if (ow + 1 < OW)
-                        _mm512_storeu_ps(y0 + Co + c,
-                                         _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]), bv));
-                    if (oh + 1 < OH) {
-                        _mm512_storeu_ps(y0 + OW * Co + c,
-                                         _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), bv));
-                        if (ow + 1 < OW)
-                            _mm512_storeu_ps(y0 + (OW + 1) * Co + c,
-                                             _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]), bv));
-                    }
-                }
-            }
+            dl__wg_yblock(J, m, T, cc, co0, yt);
         }
         for (i = 0; i < nc; i++)
             for (c = 0; c < Co; c += 16)
@@ -6599,33 +6639,10 @@ static void dl__wg_wgrad_task(void *arg, int64_t slot, int64_t end)
         int64_t s0 = J->n * ch / J->nchunk, s1 = J->n * (ch + 1) / J->nchunk, n0;
         float *S = J->s + ch * 16 * Co * Ci;
         for (n0 = s0; n0 < s1; n0 += J->nb) {
-            int64_t nc = s1 - n0 < J->nb ? s1 - n0 : J->nb, T = nc * J->TH * J->TW, i, th, tw, c, xi, t = 0;
+            int64_t nc = s1 - n0 < J->nb ? s1 - n0 : J->nb, T = nc * J->TH * J->TW, xi;
             dl__wg_load(J, n0, nc, xp, gp, &bad);
             dl__wg_vblock(J, xp, nc, v, T);
-            /* z[xi] (T, Co) = A dy A^T for each tile */
-            for (i = 0; i < nc; i++)
-                for (th = 0; th < J->TH; th++)
-                    for (tw = 0; tw < J->TW; tw++, t++) {
-                        const float *p = gp + i * J->gpn + (2 * th * 2 * J->TW + 2 * tw) * Co;
-                        for (c = 0; c < Co; c += 16) {
-                            __m512 d00 = _mm512_loadu_ps(p + c), d01 = _mm512_loadu_ps(p + Co + c),
-                                   d10 = _mm512_loadu_ps(p + 2 * J->TW * Co + c),
-                                   d11 = _mm512_loadu_ps(p + (2 * J->TW + 1) * Co + c), q[4][2];
-                            const __m512 zero = _mm512_setzero_ps();
-                            int r;
-                            q[0][0] = d00; q[0][1] = d01;
-                            q[1][0] = _mm512_add_ps(d00, d10); q[1][1] = _mm512_add_ps(d01, d11);
-                            q[2][0] = _mm512_sub_ps(d00, d10); q[2][1] = _mm512_sub_ps(d01, d11);
-                            q[3][0] = _mm512_sub_ps(zero, d10); q[3][1] = _mm512_sub_ps(zero, d11);
-                            for (r = 0; r < 4; r++) {
-                                float *o = z + (4 * r * T + t) * Co + c;
-                                _mm512_storeu_ps(o, q[r][0]);
-                                _mm512_storeu_ps(o + T * Co, _mm512_add_ps(q[r][0], q[r][1]));
-                                _mm512_storeu_ps(o + 2 * T * Co, _mm512_sub_ps(q[r][0], q[r][1]));
-                                _mm512_storeu_ps(o + 3 * T * Co, _mm512_sub_ps(zero, q[r][1]));
-                            }
-                        }
-                    }
+            dl__wg_zblock(J, gp, nc, z, T);
             for (xi = 0; xi < 16; xi++)
                 dl__wg_gemm(Co, Ci, T, z + xi * T * Co, 1, Co, v + xi * T * Ci, Ci, S + xi * Co * Ci, Ci, n0 > s0);
         }
@@ -6673,7 +6690,7 @@ static bool dl__wg_setup(dl__dev *d, dl__wg_job *J, const dl__cgeom *g, int64_t 
                          void **raw)
 {
     dl__pool *pool = d->ctx->pool;
-    int64_t head, tabs, p, s, H = g->ia[1], W = g->ia[2];
+    int64_t head, tabs, p, s, W = g->ia[2];
     float *buf;
     int64_t *xoff, *goff;
     J->Ci = g->Ca;
@@ -6710,7 +6727,6 @@ static bool dl__wg_setup(dl__dev *d, dl__wg_job *J, const dl__cgeom *g, int64_t 
     for (p = 0; p < J->L; p++)
         xoff[p] = ((p / W + g->p[1]) * J->Wp + p % W + g->p[2]) * J->Ci;
     for (p = 0; p < J->OL; p++) goff[p] = (p / J->OW * 2 * J->TW + p % J->OW) * J->Co;
-    (void)H;
     J->xoff = xoff;
     J->goff = goff;
     J->bad = buf + tabs;
@@ -6731,10 +6747,7 @@ static bool dl__wg_run(dl__dev *d, dl__wg_job *J, int64_t nslots, dl__task_fn ta
     int64_t s;
     int i;
     bool ok = true;
-    dl__claim_init(&J->cl, (int)nslots);
-    if (J->cl.nslots <= 1) task(J, 0, 1);
-    else dl__parallel_for(d->ctx->pool, J->cl.nslots, 1, task, J);
-    dl__claim_done(&J->cl);
+    dl__claim_run(d->ctx->pool, &J->cl, nslots, task, J);
     for (s = 0; s < nslots; s++)
         for (i = 0; i < 16; i++) ok = ok && J->bad[16 * s + i] == 0.0f;
     return ok;

@@ -694,6 +694,16 @@ static void timing(void)
 
 /* ================================================================ 5. the two paths */
 
+/* the CPU backend without its Winograd entries (section 7 compares them), named */
+static dl__backend cpu_direct(const char *name)
+{
+    dl__backend b = *dl__cpu_be();
+    b.name = name;
+    b.conv_wg = NULL;
+    b.conv_wg_wgrad = NULL;
+    return b;
+}
+
 static dl__backend g_no_s1;   /* the CPU backend without conv_s1: im2col + gemm */
 static dl__backend g_s1;      /* the CPU backend, counting its conv_s1 calls */
 static dl__backend g_grid;    /* the CPU backend with the grid variant only (not the rows) */
@@ -803,25 +813,17 @@ static void s1_paths(void)
     cd.cpu_devices = 3;
     c = dl_ctx_init(&cd);
     if (!c || !xv || !wv || !o1 || !o2 || !o3) { CHECK(0, "s1_paths: setup"); goto out; }
-    g_no_s1 = *dl__cpu_be();
-    g_no_s1.name = "cpu-without-conv_s1";
+    g_no_s1 = cpu_direct("cpu-without-conv_s1");
     g_no_s1.conv_s1 = NULL;
     g_no_s1.conv_s1_wgrad = NULL;
-    g_no_s1.conv_wg = NULL;   /* (section 7 compares Winograd's) */
-    g_no_s1.conv_wg_wgrad = NULL;
     c->cpu[1]->be = &g_no_s1;
-    g_s1 = *dl__cpu_be();
+    g_s1 = cpu_direct(dl__cpu_be()->name);
     g_s1.conv_s1 = count_s1;
     g_s1.conv_s1_wgrad = count_wg;
-    g_s1.conv_wg = NULL;   /* (section 7 compares Winograd's) */
-    g_s1.conv_wg_wgrad = NULL;
     c->cpu[0]->be = &g_s1;
-    g_grid = *dl__cpu_be();
-    g_grid.name = "cpu-grid-only";
+    g_grid = cpu_direct("cpu-grid-only");
     g_grid.conv_s1 = grid_s1;
     g_grid.conv_s1_wgrad = grid_wg;
-    g_grid.conv_wg = NULL;   /* (section 7 compares Winograd's) */
-    g_grid.conv_wg_wgrad = NULL;
     c->cpu[2]->be = &g_grid;
     for (i = 0; i < 100000; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.5f; }
     for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++) {
@@ -977,10 +979,7 @@ static void wg_paths(void)
     g_wgc.conv_wg = count_wgf;
     g_wgc.conv_wg_wgrad = count_wgw;
     c->cpu[0]->be = &g_wgc;
-    g_nowg = *dl__cpu_be();
-    g_nowg.name = "cpu-without-winograd";
-    g_nowg.conv_wg = NULL;
-    g_nowg.conv_wg_wgrad = NULL;
+    g_nowg = cpu_direct("cpu-without-winograd");
     c->cpu[1]->be = &g_nowg;
     for (i = 0; i < (int)cap; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.25f; }
     for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++)
@@ -1094,12 +1093,9 @@ static void i2c_paths(void)
     cd.cpu_devices = 2;
     c = dl_ctx_init(&cd);
     if (!c || !xv || !wv || !o1 || !o2) { CHECK(0, "i2c_paths: setup"); goto out; }
-    g_tab = *dl__cpu_be();
-    g_tab.name = "cpu-im2col-table";
+    g_tab = cpu_direct("cpu-im2col-table");
     g_tab.conv_s1 = NULL;
     g_tab.conv_s1_wgrad = NULL;
-    g_tab.conv_wg = NULL;   /* (section 7 compares Winograd's) */
-    g_tab.conv_wg_wgrad = NULL;
     g_tab.im2col = count_i2c;
     g_tab.col2im = count_c2i;
     g_rows = g_tab;
