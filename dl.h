@@ -3281,7 +3281,7 @@ struct dl__backend {
     bool (*conv_s1_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
                           const dl__cgeom *g, float beta);
     /* optional (NULL: none), tried before conv_s1: a conv by Winograd's
-       F(2x2, 3x3), for the geometries the backend takes (the CPU's:
+       F(2x2, 3x3) or F(4x4, 3x3), for the geometries the backend takes (the CPU's:
        dl__wg_ok). conv_wg as conv_s1 (flip likewise); conv_wg_wgrad writes
        dw (Cb, Ca, 3, 3), the weight gradient over the n samples. false:
        declined (another geometry, inf or NaN in an operand, no memory):
@@ -6298,12 +6298,16 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
     return dl__cpu_conv_s1_wgrad_grid(d, dw, x, gy, scratch, n, g, beta);
 }
 
-/* Winograd's F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for
-   Convolutional Neural Networks", 2016) for 3x3, stride-1, dilation-1 2-d
-   convs with channels in multiples of 16 (dl__wg_ok). Each 2x2 block of
-   outputs (a tile) is A^T [(G g G^T) . (B^T d B)] A of the 4x4 input patch
-   d under it, so a tile's 36 multiply-adds per channel pair become 16: one
-   GEMM over the channels for each of the 16 positions xi of that product.
+/* Winograd's F(2x2, 3x3) and F(4x4, 3x3) (Lavin and Gray, "Fast
+   Algorithms for Convolutional Neural Networks", 2016) for 3x3, stride-1,
+   dilation-1 2-d convs with channels in multiples of 16 (dl__wg_ok). Each
+   m x m block of outputs (a tile) is A^T [(G g G^T) . (B^T d B)] A of the
+   (m+2) x (m+2) input patch d under it, so a tile's 9 m^2 multiply-adds
+   per channel pair become (m+2)^2 (m = 2: 16 for 36; m = 4: 36 for 144):
+   one GEMM over the channels for each of the (m+2)^2 positions xi of that
+   product. dl__wg_tile picks m for the plane (4 unless its tiles' waste
+   undoes the gain); F(4x4, 3x3)'s larger constants round about 10 times
+   more (up to 5e-5 of the largest output in the tests, against 4e-6).
    Vectors run along channels: a block of samples is transposed into a
    zero-padded position-major copy (xp), the transforms take 16 channels a
    vector, a GEMM broadcasts a tile's value against a row of transformed
@@ -6317,11 +6321,19 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
 #if defined(DL__GEMM_AVX512)
 #define DL__WG 1
 #ifndef DL__WG_TILES
-#define DL__WG_TILES 64     /* tiles per block of samples, at least (the GEMMs' rows) */
+#define DL__WG_TILES 64     /* F(2x2, 3x3)'s tiles per block of samples, at least (the GEMMs' rows);
+                               F(4x4, 3x3): a quarter as many, the same outputs (measured as fast, and
+                               it keeps a thread's buffers a third smaller) */
 #endif
 #ifndef DL__WG_CHUNKS
 #define DL__WG_CHUNKS 8     /* the weight gradient's partial sums */
 #endif
+/* floats of a (T, C) slice of the buffers that hold one (T, C) per xi:
+   padded by a cache line, so that the A2 slices a transform writes at once
+   do not fall in the same cache sets when T C is a multiple of 1024
+   (measured: F(4x4, 3x3) on 14x14 planes, 32 channels, 1.3x slower
+   unpadded) */
+#define DL__WG_XS(T, C) ((T) * (C) + 16)
 
 static bool dl__wg_ok(const dl__cgeom *g, int64_t n)
 {
@@ -6332,8 +6344,17 @@ static bool dl__wg_ok(const dl__cgeom *g, int64_t n)
            g->ib[2] == g->ia[2] + 2 * g->p[2] - 2;
 }
 
+/* the output tile, 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)): the one with fewer
+   multiply-adds over the tiles that cover an OH x OW plane; 2 on a tie (its
+   rounding is smaller) */
+static int dl__wg_tile(int64_t OH, int64_t OW)
+{
+    return 36 * ((OH + 3) / 4) * ((OW + 3) / 4) < 16 * ((OH + 1) / 2) * ((OW + 1) / 2) ? 4 : 2;
+}
+
 typedef struct dl__wg_job {
     int64_t Ci, Co, L, OL, TH, TW, Hp, Wp, OH, OW, nb, T, CC, n, nblk, nchunk, stride, xpn, gpn;
+    int64_t m, A2;                   /* output tiles m x m (2 or 4); A2 = (m + 2)^2 positions xi */
     const float *x, *w, *bias, *gy;
     float *y, *u, *s, *bufs, *bad;   /* bad: 16 floats a thread, NaN where an input held inf or NaN */
     const int64_t *xoff, *goff;      /* where position p of a plane goes in xp, in gp */
@@ -6478,15 +6499,93 @@ DL__GEMM_INLINE void dl__wg_vtile(const float *p, int64_t rs, int64_t cs, float 
     }
 }
 
-/* v (16, T, Ci) for the nc samples in xp */
+/* F(4x4, 3x3)'s one-dimensional transforms, 16 channels a vector: n
+   values s apart in, rs apart out (Lavin and Gray's matrices, points 0,
+   +-1, +-2) */
+#define DL__WG_C(x) _mm512_set1_ps(x)
+/* 6 = B^T 6 (input) */
+DL__GEMM_INLINE void dl__wg4_bt(const __m512 *d, int s, __m512 *r, int rs)
+{
+    const __m512 a = _mm512_add_ps(d[s], d[2 * s]), b = _mm512_add_ps(d[3 * s], d[4 * s]);
+    const __m512 e = _mm512_sub_ps(d[s], d[2 * s]), f = _mm512_sub_ps(d[4 * s], d[3 * s]);
+    const __m512 h = _mm512_sub_ps(d[3 * s], d[s]), k = _mm512_sub_ps(d[4 * s], d[2 * s]);
+    r[0] = _mm512_fmadd_ps(DL__WG_C(4.0f), d[0], _mm512_fmadd_ps(DL__WG_C(-5.0f), d[2 * s], d[4 * s]));
+    r[rs] = _mm512_fnmadd_ps(DL__WG_C(4.0f), a, b);
+    r[2 * rs] = _mm512_fmadd_ps(DL__WG_C(4.0f), e, f);
+    r[3 * rs] = _mm512_fmadd_ps(DL__WG_C(2.0f), h, k);
+    r[4 * rs] = _mm512_fnmadd_ps(DL__WG_C(2.0f), h, k);
+    r[5 * rs] = _mm512_fmadd_ps(DL__WG_C(4.0f), d[s], _mm512_fmadd_ps(DL__WG_C(-5.0f), d[3 * s], d[5 * s]));
+}
+/* 6 = G 3 (weights) */
+DL__GEMM_INLINE void dl__wg4_g(const __m512 *g, int s, __m512 *r, int rs)
+{
+    const __m512 a = _mm512_add_ps(g[0], g[2 * s]), b = _mm512_fmadd_ps(DL__WG_C(4.0f), g[2 * s], g[0]);
+    r[0] = _mm512_mul_ps(DL__WG_C(0.25f), g[0]);
+    r[rs] = _mm512_mul_ps(DL__WG_C(-1.0f / 6.0f), _mm512_add_ps(a, g[s]));
+    r[2 * rs] = _mm512_mul_ps(DL__WG_C(-1.0f / 6.0f), _mm512_sub_ps(a, g[s]));
+    r[3 * rs] = _mm512_mul_ps(DL__WG_C(1.0f / 24.0f), _mm512_fmadd_ps(DL__WG_C(2.0f), g[s], b));
+    r[4 * rs] = _mm512_mul_ps(DL__WG_C(1.0f / 24.0f), _mm512_fnmadd_ps(DL__WG_C(2.0f), g[s], b));
+    r[5 * rs] = g[2 * s];
+}
+/* 4 = A^T 6 (output) */
+DL__GEMM_INLINE void dl__wg4_at(const __m512 *q, int s, __m512 *r, int rs)
+{
+    const __m512 a = _mm512_add_ps(q[s], q[2 * s]), b = _mm512_add_ps(q[3 * s], q[4 * s]);
+    const __m512 e = _mm512_sub_ps(q[s], q[2 * s]), f = _mm512_sub_ps(q[3 * s], q[4 * s]);
+    r[0] = _mm512_add_ps(_mm512_add_ps(q[0], a), b);
+    r[rs] = _mm512_fmadd_ps(DL__WG_C(2.0f), f, e);
+    r[2 * rs] = _mm512_fmadd_ps(DL__WG_C(4.0f), b, a);
+    r[3 * rs] = _mm512_add_ps(_mm512_fmadd_ps(DL__WG_C(8.0f), f, e), q[5 * s]);
+}
+/* 6 = A 4 (output gradient) */
+DL__GEMM_INLINE void dl__wg4_a(const __m512 *e, int s, __m512 *r, int rs)
+{
+    const __m512 a = _mm512_add_ps(e[0], e[2 * s]), b = _mm512_add_ps(e[s], e[3 * s]);
+    const __m512 c = _mm512_fmadd_ps(DL__WG_C(4.0f), e[2 * s], e[0]), d = _mm512_fmadd_ps(DL__WG_C(4.0f), e[3 * s], e[s]);
+    r[0] = e[0];
+    r[rs] = _mm512_add_ps(a, b);
+    r[2 * rs] = _mm512_sub_ps(a, b);
+    r[3 * rs] = _mm512_fmadd_ps(DL__WG_C(2.0f), d, c);
+    r[4 * rs] = _mm512_fnmadd_ps(DL__WG_C(2.0f), d, c);
+    r[5 * rs] = e[3 * s];
+}
+/* 3 = G^T 6 (weight gradient) */
+DL__GEMM_INLINE void dl__wg4_gt(const __m512 *q, int s, __m512 *r, int rs)
+{
+    const __m512 a = _mm512_add_ps(q[s], q[2 * s]), b = _mm512_add_ps(q[3 * s], q[4 * s]);
+    const __m512 e = _mm512_sub_ps(q[s], q[2 * s]), f = _mm512_sub_ps(q[3 * s], q[4 * s]);
+    r[0] = _mm512_fmadd_ps(DL__WG_C(0.25f), q[0],
+                           _mm512_fmadd_ps(DL__WG_C(-1.0f / 6.0f), a, _mm512_mul_ps(DL__WG_C(1.0f / 24.0f), b)));
+    r[rs] = _mm512_fmadd_ps(DL__WG_C(-1.0f / 6.0f), e, _mm512_mul_ps(DL__WG_C(1.0f / 12.0f), f));
+    r[2 * rs] = _mm512_fmadd_ps(DL__WG_C(1.0f / 6.0f), _mm512_sub_ps(b, a), q[5 * s]);
+}
+
+/* F(4x4, 3x3)'s v[xi] = B^T d B, as dl__wg_vtile */
+DL__GEMM_INLINE void dl__wg4_vtile(const float *p, int64_t rs, int64_t cs, float *v, int64_t vs)
+{
+    __m512 d[36], t[36], o[6];
+    int i, j;
+    for (i = 0; i < 6; i++)
+        for (j = 0; j < 6; j++) d[6 * i + j] = _mm512_loadu_ps(p + i * rs + j * cs);
+    for (j = 0; j < 6; j++) dl__wg4_bt(d + j, 6, t + j, 6);
+    for (i = 0; i < 6; i++) {
+        dl__wg4_bt(t + 6 * i, 1, o, 1);
+        for (j = 0; j < 6; j++) _mm512_storeu_ps(v + (6 * i + j) * vs, o[j]);
+    }
+}
+
+/* v (A2 slices DL__WG_XS(T, Ci) apart, each (T, Ci)) for the nc samples in xp */
 static void dl__wg_vblock(const dl__wg_job *J, const float *xp, int64_t nc, float *v, int64_t T)
 {
-    int64_t i, th, tw, c, Ci = J->Ci, t = 0;
+    int64_t i, th, tw, c, Ci = J->Ci, t = 0, m = J->m;
     for (i = 0; i < nc; i++)
         for (th = 0; th < J->TH; th++)
             for (tw = 0; tw < J->TW; tw++, t++) {
-                const float *p = xp + ((i * J->Hp + 2 * th) * J->Wp + 2 * tw) * Ci;
-                for (c = 0; c < Ci; c += 16) dl__wg_vtile(p + c, J->Wp * Ci, Ci, v + t * Ci + c, T * Ci);
+                const float *p = xp + ((i * J->Hp + m * th) * J->Wp + m * tw) * Ci;
+                if (m == 4)
+                    for (c = 0; c < Ci; c += 16) dl__wg4_vtile(p + c, J->Wp * Ci, Ci, v + t * Ci + c, DL__WG_XS(T, Ci));
+                else
+                    for (c = 0; c < Ci; c += 16) dl__wg_vtile(p + c, J->Wp * Ci, Ci, v + t * Ci + c, DL__WG_XS(T, Ci));
             }
 }
 
@@ -6522,6 +6621,15 @@ static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
             for (i = 0; i < 3; i++)
                 for (j = 0; j < 3; j++) g[i][j] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, idx,
                                                      src + (J->flip ? 8 - 3 * i - j : 3 * i + j), 4);
+            if (J->m == 4) {   /* G g G^T, 6x6 */
+                __m512 t6[18], o[6];
+                for (j = 0; j < 3; j++) dl__wg4_g(&g[0][j], 3, t6 + j, 3);
+                for (i = 0; i < 6; i++) {
+                    dl__wg4_g(t6 + 3 * i, 1, o, 1);
+                    for (j = 0; j < 6; j++) _mm512_storeu_ps(u + (6 * i + j) * P, o[j]);
+                }
+                continue;
+            }
             for (j = 0; j < 3; j++) {
                 t[0][j] = g[0][j];
                 t[1][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(g[0][j], g[1][j]), g[2][j]));
@@ -6540,18 +6648,35 @@ static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
 }
 
 /* yt (samples, OH OW, Co): for output channels [co0, co0 + cc) of each of
-   the T tiles, y = A^T m A (+ bias), m (16, T, cc); outputs past an odd
+   the T tiles, y = A^T m A (+ bias), m (A2 slices of (T, cc)); outputs past an odd
    edge are not written */
 static void dl__wg_yblock(const dl__wg_job *J, const float *m, int64_t T, int64_t cc, int64_t co0, float *yt)
 {
     int64_t Co = J->Co, OH = J->OH, OW = J->OW, t, c;
+    if (J->m == 4) {
+        for (t = 0; t < T; t++) {
+            int64_t ti = t % (J->TH * J->TW), oh = 4 * (ti / J->TW), ow = 4 * (ti % J->TW);
+            int nr = OH - oh < 4 ? (int)(OH - oh) : 4, nw = OW - ow < 4 ? (int)(OW - ow) : 4, r, j;
+            float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
+            for (c = 0; c < cc; c += 16) {
+                __m512 q[36], s[24], o[4], bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
+                for (j = 0; j < 36; j++) q[j] = _mm512_loadu_ps(m + j * DL__WG_XS(T, cc) + t * cc + c);
+                for (j = 0; j < 6; j++) dl__wg4_at(q + j, 6, s + j, 6);
+                for (r = 0; r < nr; r++) {
+                    dl__wg4_at(s + 6 * r, 1, o, 1);
+                    for (j = 0; j < nw; j++) _mm512_storeu_ps(y0 + (r * OW + j) * Co + c, _mm512_add_ps(o[j], bv));
+                }
+            }
+        }
+        return;
+    }
     for (t = 0; t < T; t++) {
         int64_t ti = t % (J->TH * J->TW), oh = 2 * (ti / J->TW), ow = 2 * (ti % J->TW);
         float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
         for (c = 0; c < cc; c += 16) {
             __m512 q[16], s0[4], s1[4], bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
             int j;
-            for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(m + (j * T + t) * cc + c);
+            for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(m + j * DL__WG_XS(T, cc) + t * cc + c);
             for (j = 0; j < 4; j++) {
                 s0[j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
                 s1[j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
@@ -6570,11 +6695,30 @@ static void dl__wg_yblock(const dl__wg_job *J, const float *m, int64_t T, int64_
     }
 }
 
-/* z (16, T, Co) = A dy A^T for the 2x2 output gradient of each tile of the nc samples in gp */
+/* z (A2 slices of (T, Co)) = A dy A^T for the m x m output gradient of each tile of the nc samples in gp */
 static void dl__wg_zblock(const dl__wg_job *J, const float *gp, int64_t nc, float *z, int64_t T)
 {
     const __m512 zero = _mm512_setzero_ps();
-    int64_t Co = J->Co, i, th, tw, c, t = 0;
+    int64_t Co = J->Co, zs = DL__WG_XS(T, J->Co), i, th, tw, c, t = 0;
+    if (J->m == 4) {
+        for (i = 0; i < nc; i++)
+            for (th = 0; th < J->TH; th++)
+                for (tw = 0; tw < J->TW; tw++, t++) {
+                    const float *p = gp + i * J->gpn + (4 * th * 4 * J->TW + 4 * tw) * Co;
+                    for (c = 0; c < Co; c += 16) {
+                        __m512 e[16], q[24], o[6];
+                        int r, j;
+                        for (r = 0; r < 4; r++)
+                            for (j = 0; j < 4; j++) e[4 * r + j] = _mm512_loadu_ps(p + (r * 4 * J->TW + j) * Co + c);
+                        for (j = 0; j < 4; j++) dl__wg4_a(e + j, 4, q + j, 4);
+                        for (r = 0; r < 6; r++) {
+                            dl__wg4_a(q + 4 * r, 1, o, 1);
+                            for (j = 0; j < 6; j++) _mm512_storeu_ps(z + (6 * r + j) * zs + t * Co + c, o[j]);
+                        }
+                    }
+                }
+        return;
+    }
     for (i = 0; i < nc; i++)
         for (th = 0; th < J->TH; th++)
             for (tw = 0; tw < J->TW; tw++, t++) {
@@ -6589,11 +6733,11 @@ static void dl__wg_zblock(const dl__wg_job *J, const float *gp, int64_t nc, floa
                     q[2][0] = _mm512_sub_ps(d00, d10); q[2][1] = _mm512_sub_ps(d01, d11);
                     q[3][0] = _mm512_sub_ps(zero, d10); q[3][1] = _mm512_sub_ps(zero, d11);
                     for (r = 0; r < 4; r++) {
-                        float *o = z + (4 * r * T + t) * Co + c;
+                        float *o = z + 4 * r * zs + t * Co + c;
                         _mm512_storeu_ps(o, q[r][0]);
-                        _mm512_storeu_ps(o + T * Co, _mm512_add_ps(q[r][0], q[r][1]));
-                        _mm512_storeu_ps(o + 2 * T * Co, _mm512_sub_ps(q[r][0], q[r][1]));
-                        _mm512_storeu_ps(o + 3 * T * Co, _mm512_sub_ps(zero, q[r][1]));
+                        _mm512_storeu_ps(o + zs, _mm512_add_ps(q[r][0], q[r][1]));
+                        _mm512_storeu_ps(o + 2 * zs, _mm512_sub_ps(q[r][0], q[r][1]));
+                        _mm512_storeu_ps(o + 3 * zs, _mm512_sub_ps(zero, q[r][1]));
                     }
                 }
             }
@@ -6605,7 +6749,7 @@ static void dl__wg_fwd_task(void *arg, int64_t slot, int64_t end)
     dl__wg_job *J = (dl__wg_job *)arg;
     int64_t Ci = J->Ci, Co = J->Co, CC = J->CC, b;
     float *xp = J->bufs + slot * J->stride, *v = xp + dl__round_up(J->nb * J->xpn, 16);
-    float *m = v + 16 * J->T * Ci, *yt = m + 16 * J->T * CC;
+    float *m = v + J->A2 * DL__WG_XS(J->T, Ci), *yt = m + J->A2 * DL__WG_XS(J->T, CC);
     __m512 bad = _mm512_setzero_ps();
     (void)end;
     while ((b = dl__claim(&J->cl)) < J->nblk) {
@@ -6615,8 +6759,9 @@ static void dl__wg_fwd_task(void *arg, int64_t slot, int64_t end)
         dl__wg_vblock(J, xp, nc, v, T);
         for (co0 = 0; co0 < Co; co0 += CC) {
             int64_t cc = Co - co0 < CC ? Co - co0 : CC;
-            for (xi = 0; xi < 16; xi++)
-                dl__wg_gemm(T, cc, Ci, v + xi * T * Ci, Ci, 1, J->u + xi * Ci * Co + co0, Co, m + xi * T * cc, cc, 0);
+            for (xi = 0; xi < J->A2; xi++)
+                dl__wg_gemm(T, cc, Ci, v + xi * DL__WG_XS(T, Ci), Ci, 1, J->u + xi * Ci * Co + co0, Co,
+                            m + xi * DL__WG_XS(T, cc), cc, 0);
             dl__wg_yblock(J, m, T, cc, co0, yt);
         }
         for (i = 0; i < nc; i++)
@@ -6632,19 +6777,20 @@ static void dl__wg_wgrad_task(void *arg, int64_t slot, int64_t end)
     dl__wg_job *J = (dl__wg_job *)arg;
     int64_t Ci = J->Ci, Co = J->Co, ch;
     float *xp = J->bufs + slot * J->stride, *v = xp + dl__round_up(J->nb * J->xpn, 16);
-    float *gp = v + 16 * J->T * Ci, *z = gp + dl__round_up(J->nb * J->gpn, 16);
+    float *gp = v + J->A2 * DL__WG_XS(J->T, Ci), *z = gp + dl__round_up(J->nb * J->gpn, 16);
     __m512 bad = _mm512_setzero_ps();
     (void)end;
     while ((ch = dl__claim(&J->cl)) < J->nchunk) {
         int64_t s0 = J->n * ch / J->nchunk, s1 = J->n * (ch + 1) / J->nchunk, n0;
-        float *S = J->s + ch * 16 * Co * Ci;
+        float *S = J->s + ch * J->A2 * Co * Ci;
         for (n0 = s0; n0 < s1; n0 += J->nb) {
             int64_t nc = s1 - n0 < J->nb ? s1 - n0 : J->nb, T = nc * J->TH * J->TW, xi;
             dl__wg_load(J, n0, nc, xp, gp, &bad);
             dl__wg_vblock(J, xp, nc, v, T);
             dl__wg_zblock(J, gp, nc, z, T);
-            for (xi = 0; xi < 16; xi++)
-                dl__wg_gemm(Co, Ci, T, z + xi * T * Co, 1, Co, v + xi * T * Ci, Ci, S + xi * Co * Ci, Ci, n0 > s0);
+            for (xi = 0; xi < J->A2; xi++)
+                dl__wg_gemm(Co, Ci, T, z + xi * DL__WG_XS(T, Co), 1, Co, v + xi * DL__WG_XS(T, Ci), Ci,
+                            S + xi * Co * Ci, Ci, n0 > s0);
         }
     }
     _mm512_storeu_ps(J->bad + 16 * slot, bad);
@@ -6659,13 +6805,24 @@ static void dl__wg_dw_task(void *arg, int64_t lo, int64_t hi)
     int64_t co, ci, ch;
     for (co = lo; co < hi; co++)
         for (ci = 0; ci < Ci; ci += 16) {
-            __m512 s[16], t[3][4], o;
+            __m512 s[36], t[3][6], o;
             float r[9][16], *dw = J->y + (co * Ci + ci) * 9;
             int i, j, l;
-            for (i = 0; i < 16; i++) {
+            for (i = 0; i < J->A2; i++) {
                 s[i] = _mm512_loadu_ps(J->s + (i * Co + co) * Ci + ci);
                 for (ch = 1; ch < J->nchunk; ch++)
-                    s[i] = _mm512_add_ps(s[i], _mm512_loadu_ps(J->s + ((ch * 16 + i) * Co + co) * Ci + ci));
+                    s[i] = _mm512_add_ps(s[i], _mm512_loadu_ps(J->s + ((ch * J->A2 + i) * Co + co) * Ci + ci));
+            }
+            if (J->m == 4) {   /* G^T S G, S 6x6 */
+                __m512 t18[18], q[3];
+                for (j = 0; j < 6; j++) dl__wg4_gt(s + j, 6, t18 + j, 6);
+                for (i = 0; i < 3; i++) {
+                    dl__wg4_gt(t18 + 6 * i, 1, q, 1);
+                    for (j = 0; j < 3; j++) _mm512_storeu_ps(r[3 * i + j], q[j]);
+                }
+                for (l = 0; l < 16; l++)
+                    for (i = 0; i < 9; i++) dw[9 * l + i] = r[i][l];
+                continue;
             }
             for (j = 0; j < 4; j++) {
                 const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(s[4 + j], s[8 + j]));
@@ -6686,8 +6843,8 @@ static void dl__wg_dw_task(void *arg, int64_t lo, int64_t hi)
 
 /* the job's shape and per-thread buffers: head floats first (shared), then
    the slots; false: no memory */
-static bool dl__wg_setup(dl__dev *d, dl__wg_job *J, const dl__cgeom *g, int64_t n, bool wgrad, int64_t *nslots,
-                         void **raw)
+static bool dl__wg_setup(dl__dev *d, dl__wg_job *J, const dl__cgeom *g, int64_t n, bool wgrad, int tile,
+                         int64_t *nslots, void **raw)
 {
     dl__pool *pool = d->ctx->pool;
     int64_t head, tabs, p, s, W = g->ia[2];
@@ -6699,43 +6856,45 @@ static bool dl__wg_setup(dl__dev *d, dl__wg_job *J, const dl__cgeom *g, int64_t 
     J->OL = g->Lb;
     J->OH = g->ib[1];
     J->OW = g->ib[2];
-    J->TH = (J->OH + 1) / 2;
-    J->TW = (J->OW + 1) / 2;
-    J->Hp = 2 * J->TH + 2;
-    J->Wp = 2 * J->TW + 2;
+    J->m = tile ? tile : dl__wg_tile(J->OH, J->OW);
+    J->A2 = (J->m + 2) * (J->m + 2);
+    J->TH = (J->OH + J->m - 1) / J->m;
+    J->TW = (J->OW + J->m - 1) / J->m;
+    J->Hp = J->m * J->TH + 2;
+    J->Wp = J->m * J->TW + 2;
     J->n = n;
-    J->nb = (DL__WG_TILES + J->TH * J->TW - 1) / (J->TH * J->TW);
+    J->nb = (DL__WG_TILES * 4 / (J->m * J->m) + J->TH * J->TW - 1) / (J->TH * J->TW);
     if (J->nb > n) J->nb = n;
     J->T = J->nb * J->TH * J->TW;
     J->CC = J->Co < 64 ? J->Co : 64;
     J->xpn = J->Hp * J->Wp * J->Ci;
-    J->gpn = 4 * J->TH * J->TW * J->Co;
+    J->gpn = J->m * J->m * J->TH * J->TW * J->Co;
     J->nblk = (n + J->nb - 1) / J->nb;
     J->nchunk = n < DL__WG_CHUNKS ? n : DL__WG_CHUNKS;
     *nslots = dl__pool_size(pool);
     if (*nslots > (wgrad ? J->nchunk : J->nblk)) *nslots = wgrad ? J->nchunk : J->nblk;
-    J->stride = dl__round_up(J->nb * J->xpn, 16) + 16 * J->T * J->Ci +
-                (wgrad ? dl__round_up(J->nb * J->gpn, 16) + 16 * J->T * J->Co
-                       : 16 * J->T * J->CC + J->nb * J->OL * J->Co);
+    J->stride = dl__round_up(J->nb * J->xpn, 16) + J->A2 * DL__WG_XS(J->T, J->Ci) +
+                (wgrad ? dl__round_up(J->nb * J->gpn, 16) + J->A2 * DL__WG_XS(J->T, J->Co)
+                       : J->A2 * DL__WG_XS(J->T, J->CC) + J->nb * J->OL * J->Co);
     J->stride = dl__round_up(J->stride, 16);
     tabs = dl__round_up(2 * (J->L + J->OL), 16);
-    head = tabs + 16 * *nslots + 16 * J->Ci * J->Co * (wgrad ? J->nchunk : 1);
+    head = tabs + 16 * *nslots + J->A2 * J->Ci * J->Co * (wgrad ? J->nchunk : 1);
     buf = dl__gemm_buf_get(pool, sizeof(float) * (size_t)(head + *nslots * J->stride), raw);
     if (!buf) return false;
     xoff = (int64_t *)(void *)buf;
     goff = xoff + J->L;
     for (p = 0; p < J->L; p++)
         xoff[p] = ((p / W + g->p[1]) * J->Wp + p % W + g->p[2]) * J->Ci;
-    for (p = 0; p < J->OL; p++) goff[p] = (p / J->OW * 2 * J->TW + p % J->OW) * J->Co;
+    for (p = 0; p < J->OL; p++) goff[p] = (p / J->OW * J->m * J->TW + p % J->OW) * J->Co;
     J->xoff = xoff;
     J->goff = goff;
     J->bad = buf + tabs;
     J->u = J->s = J->bad + 16 * *nslots;
-    J->bufs = J->u + 16 * J->Ci * J->Co * (wgrad ? J->nchunk : 1);
+    J->bufs = J->u + J->A2 * J->Ci * J->Co * (wgrad ? J->nchunk : 1);
     for (s = 0; s < *nslots; s++) {   /* the padding of xp and gp stays zero */
         float *b = J->bufs + s * J->stride;
         memset(b, 0, sizeof(float) * (size_t)J->nb * (size_t)J->xpn);
-        if (wgrad) memset(b + dl__round_up(J->nb * J->xpn, 16) + 16 * J->T * J->Ci, 0,
+        if (wgrad) memset(b + dl__round_up(J->nb * J->xpn, 16) + J->A2 * DL__WG_XS(J->T, J->Ci), 0,
                           sizeof(float) * (size_t)J->nb * (size_t)J->gpn);
     }
     return true;
@@ -6753,9 +6912,10 @@ static bool dl__wg_run(dl__dev *d, dl__wg_job *J, int64_t nslots, dl__task_fn ta
     return ok;
 }
 
-/* the backend entries (dl__backend.conv_wg, conv_wg_wgrad) */
-static bool dl__cpu_conv_wg(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
-                            const dl__cgeom *g, bool flip)
+/* the backend entries (dl__backend.conv_wg, conv_wg_wgrad) through dl__wg_conv and
+   dl__wg_wgrad with tile 0 (dl__wg_tile picks; tests force 2 or 4) */
+static bool dl__wg_conv(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                        const dl__cgeom *g, bool flip, int tile)
 {
     dl__wg_job J;
     int64_t nslots;
@@ -6763,7 +6923,7 @@ static bool dl__cpu_conv_wg(dl__dev *d, float *y, const float *x, const float *w
     bool ok;
     if (!dl__wg_ok(g, n) || dl__cpu_nonfinite(d, w, g->Ca * g->Cb * 9) >= 0) return false;
     memset(&J, 0, sizeof J);
-    if (!dl__wg_setup(d, &J, g, n, false, &nslots, &raw)) return false;
+    if (!dl__wg_setup(d, &J, g, n, false, tile, &nslots, &raw)) return false;
     J.x = (const float *)DL__RAW(d, x);
     J.w = (const float *)DL__RAW(d, w);
     J.bias = (const float *)DL__RAW0(d, bias);
@@ -6775,8 +6935,8 @@ static bool dl__cpu_conv_wg(dl__dev *d, float *y, const float *x, const float *w
     return ok;
 }
 
-static bool dl__cpu_conv_wg_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
-                                  const dl__cgeom *g)
+static bool dl__wg_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g,
+                         int tile)
 {
     dl__wg_job J;
     int64_t nslots;
@@ -6784,7 +6944,7 @@ static bool dl__cpu_conv_wg_wgrad(dl__dev *d, float *dw, const float *x, const f
     bool ok;
     if (!dl__wg_ok(g, n)) return false;
     memset(&J, 0, sizeof J);
-    if (!dl__wg_setup(d, &J, g, n, true, &nslots, &raw)) return false;
+    if (!dl__wg_setup(d, &J, g, n, true, tile, &nslots, &raw)) return false;
     J.x = (const float *)DL__RAW(d, x);
     J.gy = (const float *)DL__RAW(d, gy);
     J.y = (float *)DL__RAW(d, dw);
@@ -6792,6 +6952,18 @@ static bool dl__cpu_conv_wg_wgrad(dl__dev *d, float *dw, const float *x, const f
     if (ok) dl__parallel_for(d->ctx->pool, J.Co, 1, dl__wg_dw_task, &J);
     dl__gemm_buf_put(d->ctx->pool, raw);
     return ok;
+}
+
+static bool dl__cpu_conv_wg(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g, bool flip)
+{
+    return dl__wg_conv(d, y, x, w, bias, n, g, flip, 0);
+}
+
+static bool dl__cpu_conv_wg_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
+                                  const dl__cgeom *g)
+{
+    return dl__wg_wgrad(d, dw, x, gy, n, g, 0);
 }
 #endif
 
@@ -10248,13 +10420,14 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
    5x5 convs: half the multiply-adds of the grid); an input gradient with
    a quarter more input positions than output ones goes the other way,
    w^T gy then col2im, a sample at a time (dl__s1s_task). Before conv_s1,
-   a backend may take a 3x3 stride-1 conv by Winograd's F(2x2, 3x3)
-   (conv_wg, conv_wg_wgrad; the CPU's with AVX-512 and channels in
-   multiples of 16: see dl__wg_ok): other sums, within rounding, and a
+   a backend may take a 3x3 stride-1 conv by Winograd's F(2x2, 3x3) or
+   F(4x4, 3x3) (conv_wg, conv_wg_wgrad; the CPU's with AVX-512 and channels
+   in multiples of 16: see dl__wg_ok): other sums, within rounding, and a
    decline for inf or NaN operands. Scratch is step memory given back
    before the op returns; chunks keep it under 8 MiB (the Winograd entries
-   use the pool's GEMM buffer: up to about 1.2 MiB a thread, plus 8
-   partial weight gradients of 16 Ci Co floats each). */
+   use the pool's GEMM buffer: about 1 MiB a thread at 128 channels,
+   growing with them, plus 8 partial weight gradients of 36 Ci Co floats
+   each). */
 
 // >>section ops: convolution and pooling
 
