@@ -3289,6 +3289,12 @@ struct dl__backend {
     bool (*conv_wg)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                     const dl__cgeom *g, bool flip);
     bool (*conv_wg_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g);
+    /* optional (NULL: none), tried after those: y (n, Cb, ib...) = conv(x, w) + bias for any
+       geometry the backend takes (the CPU's: no groups, a sample's im2col
+       matrix small enough to stay in its cache), im2col's sums. false:
+       declined; the caller takes whole-batch im2col */
+    bool (*conv_i2c)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                     const dl__cgeom *g);
 };
 
 /* the backend of a tensor's device */
@@ -5953,6 +5959,7 @@ typedef struct dl__s1r_job {
     int64_t n, kc, stride;            /* samples; K block; floats per thread buffer */
     float *bufs;
     dl__claimer cl;
+    const int32_t *i2c;               /* conv_i2c: the im2col table (dl__i2c_tab_make) */
     /* weight gradient */
     int64_t chunk, units, uslot, ga, gb, nslots;
     float beta;
@@ -6051,6 +6058,119 @@ static bool dl__cpu_conv_s1_rows(dl__dev *d, float *y, const float *x, const flo
     }
     dl__gemm_pack_all(false, A, K, M, K, J.kc, buf);
     dl__s1r_run(pool, &J, nslots, dl__s1r_task, raw);
+    return true;
+}
+
+/* The CPU's conv_i2c: im2col a sample at a time. For the convs that
+   neither conv_s1 nor Winograd take (strided ones: the ResNet's
+   downsampling 3x3 and 1x1 convs), each thread claims a sample, builds its
+   im2col matrix (Ca K, Lb) in the thread's buffer (1-d and 2-d: by rows,
+   dl__i2c_rows; 3-d: im2col's table), and multiplies the packed weights
+   by it straight into the sample's (Cb, Lb) block of y: no whole-batch
+   matrix passing through memory and no permute after the GEMM. The same
+   kernel and K blocks as im2col's GEMM, so the same bits. Declines:
+   groups, fewer than 128 output positions (a GEMM of so few columns runs
+   slower than whole-batch im2col's: measured 1.1-1.25x on the ResNet's
+   14x14 and 7x7 stride-2 convs), 3-d planes the table does not take, a
+   matrix over DL__I2C_MAX_PER floats, no memory. */
+#ifndef DL__I2C_MAX_PER
+#define DL__I2C_MAX_PER ((int64_t)1 << 17)
+#endif
+/* One sample's im2col matrix (Ca K, Lb) of a 2-d conv, by rows: each
+   plane copied into pad (rows Wp floats, its border zero: the caller
+   zeroed it once), then each kernel offset's OH rows cut from it; a
+   stride of 2 along the width takes the even lanes of two vectors. The
+   same values as the table's gather. */
+static void dl__i2c_rows(const dl__cgeom *g, float *pad, int64_t Wp, const float *x, float *dst)
+{
+    const int64_t H = g->ia[1], W = g->ia[2], OH = g->ib[1], OW = g->ib[2], k1 = g->k[1], k2 = g->k[2];
+    const int64_t s1 = g->s[1], s2 = g->s[2];
+    int64_t c, ih, kh, kw, oh, ow;
+#if defined(DL__GEMM_AVX512)
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+#endif
+    for (c = 0; c < g->Ca; c++) {
+        for (ih = 0; ih < H; ih++) memcpy(pad + (ih + g->p[1]) * Wp + g->p[2], x + (c * H + ih) * W, sizeof(float) * (size_t)W);
+        for (kh = 0; kh < k1; kh++)
+            for (kw = 0; kw < k2; kw++)
+                for (oh = 0; oh < OH; oh++) {
+                    const float *src = pad + (oh * s1 + kh * g->d[1]) * Wp + kw * g->d[2];
+                    float *d = dst + ((c * k1 + kh) * k2 + kw) * g->Lb + oh * OW;
+                    if (s2 == 1) dl__copy_run(d, src, OW);
+#if defined(DL__GEMM_AVX512)
+                    else if (s2 == 2)
+                        for (ow = 0; ow < OW; ow += 16) {
+                            const __mmask16 m = (__mmask16)(OW - ow >= 16 ? 0xFFFFu : (1u << (OW - ow)) - 1u);
+                            _mm512_mask_storeu_ps(d + ow, m, _mm512_permutex2var_ps(_mm512_loadu_ps(src + 2 * ow), even,
+                                                                                    _mm512_loadu_ps(src + 2 * ow + 16)));
+                        }
+#endif
+                    else
+                        for (ow = 0; ow < OW; ow++) d[ow] = src[ow * s2];
+                }
+    }
+}
+
+static void dl__i2c_task(void *arg, int64_t begin, int64_t end)
+{
+    dl__s1r_job *J = (dl__s1r_job *)arg;
+    const dl__cgeom *g = J->g;
+    float *xb = J->bufs + begin * J->stride;
+    int64_t M = g->Cb, Lb = g->Lb, n, jr;
+    dl__i2t_args u;
+    (void)end;
+    u.g = g;
+    u.n = 1;
+    u.idx = J->i2c;
+    u.inv = NULL;
+    u.out = xb;
+    while ((n = dl__claim(&J->cl)) < J->n) {
+        float *y = J->y + n * M * Lb;
+        u.in = J->x + n * g->Ca * g->La;
+        if (J->r.W) dl__i2c_rows(g, xb + J->r.per, J->r.W, u.in, xb);
+        else dl__im2col_tab_task(&u, 0, g->Ca);
+        for (jr = 0; jr < Lb; jr += DL__GEMM_NR)
+            dl__gemm_strip(J->ap, M, g->Ca * g->K, J->kc, xb + jr, Lb, NULL, y + jr, Lb,
+                           (int)(Lb - jr < DL__GEMM_NR ? Lb - jr : DL__GEMM_NR));
+        if (J->bias) dl__bias_rows(y, J->bias, M, Lb, 0, M);
+    }
+}
+
+static bool dl__cpu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                             const dl__cgeom *g)
+{
+    dl__pool *pool = d->ctx->pool;
+    dl__s1r_job J;
+    int64_t M = g->Cb, K = g->Ca * g->K, Mup = dl__round_up(M, DL__GEMM_MR), nslots = dl__pool_size(pool);
+    int64_t afl, tfl;
+    void *raw;
+    float *buf;
+    bool rows = g->ia[0] == 1 && g->k[0] == 1;   /* 2-d (or 1-d): dl__i2c_rows */
+    if (g->Lb < 128) return false;   /* (see above) */
+    if (g->G != 1 || n <= 0 || M <= 0 || K <= 0 || (!rows && !dl__i2c_tab_ok(g)) || g->Lb > DL__I2C_MAX_PER / K)
+        return false;
+    afl = dl__round_up(Mup * K + 16, 16);
+    tfl = rows ? 0 : dl__round_up(g->K * g->Lb + 16, 16);   /* int32 entries, one float each */
+    memset(&J, 0, sizeof J);
+    if (nslots > n) nslots = n;
+    J.r.per = dl__round_up(K * g->Lb + 48, 16);   /* then the zero-bordered plane of dl__i2c_rows */
+    J.r.W = rows ? g->ia[2] + 2 * g->p[2] + 32 : 0;
+    J.stride = J.r.per + (rows ? (g->ia[1] + 2 * g->p[1] + 1) * J.r.W + 16 : 0);
+    if (J.stride > 2 * DL__I2C_MAX_PER) return false;
+    buf = dl__s1r_bufs(pool, afl + tfl, nslots, J.stride, K * g->Lb, &raw);
+    if (!buf) return false;
+    J.g = g;
+    J.x = (const float *)DL__RAW(d, x);
+    J.y = (float *)DL__RAW(d, y);
+    J.bias = (const float *)DL__RAW0(d, bias);
+    J.n = n;
+    J.kc = dl__gemm_kc(K);
+    J.ap = buf;
+    J.i2c = (const int32_t *)(void *)(buf + afl);
+    J.bufs = buf + afl + tfl;
+    if (!rows) dl__i2c_tab_make(g, (int32_t *)(void *)(buf + afl));
+    dl__gemm_pack_all(false, (const float *)DL__RAW(d, w), K, M, K, J.kc, buf);
+    dl__s1r_run(pool, &J, nslots, dl__i2c_task, raw);
     return true;
 }
 
@@ -7717,10 +7837,11 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
     dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1, dl__cpu_conv_s1_wgrad,
 #ifdef DL__WG
-    dl__cpu_conv_wg, dl__cpu_conv_wg_wgrad
+    dl__cpu_conv_wg, dl__cpu_conv_wg_wgrad,
 #else
-    NULL, NULL
+    NULL, NULL,
 #endif
+    dl__cpu_conv_i2c
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -10423,7 +10544,12 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
    a backend may take a 3x3 stride-1 conv by Winograd's F(2x2, 3x3) or
    F(4x4, 3x3) (conv_wg, conv_wg_wgrad; the CPU's with AVX-512 and channels
    in multiples of 16: see dl__wg_ok): other sums, within rounding, and a
-   decline for inf or NaN operands. Scratch is step memory given back
+   decline for inf or NaN operands. Other convs without groups whose
+   sample's im2col matrix is small (at most DL__I2C_MAX_PER floats, at
+   least 128 output positions: the ResNet's stride-2 convs on 28x28) may go
+   through the backend's conv_i2c: im2col a sample at a time in a thread's
+   buffer (2-d planes by rows: dl__i2c_rows), the GEMM straight into y, the
+   same bits as whole-batch im2col. Scratch is step memory given back
    before the op returns; chunks keep it under 8 MiB (the Winograd entries
    use the pool's GEMM buffer: about 1 MiB a thread at 128 channels,
    growing with them, plus 8 partial weight gradients of 36 Ci Co floats
@@ -10674,6 +10800,9 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     CagK = g.Ca / g.G * g.K;
     done = y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, 0) : 0;
     if (done < 0) return NULL;
+    if (y->numel && !done && DL__BE(a)->conv_i2c)
+        done = DL__BE(a)->conv_i2c(a->dev_, (float *)y->data, (const float *)a->data, (const float *)w->data,
+                                   bias ? (const float *)bias->data : NULL, g.N, &g);
     if (y->numel && !done) {
         /* per chunk of cnt samples: col (CaK, cnt, Lb) = im2col(a);
            yt_g (Cbg, cnt*Lb) = w_g (Cbg, CagK) @ col_g; y = permute(yt) */

@@ -2228,7 +2228,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_bn_stats, dl__cu_bn_apply, dl__cu_bn_backward, dl__cu_ln_forward, dl__cu_ln_backward,
     dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale,
     NULL, NULL,   /* conv_s1, conv_s1_wgrad: convolutions go through im2col + cuBLAS */
-    NULL, NULL    /* conv_wg, conv_wg_wgrad: likewise */
+    NULL, NULL,   /* conv_wg, conv_wg_wgrad: likewise */
+    NULL          /* conv_i2c: likewise */
 };
 
 static int dl__cuda_count(void)

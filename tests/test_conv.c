@@ -546,9 +546,16 @@ static void errors(void)
         cdesc.log = dl_log_silent;
         m = dl_ctx_init(&cdesc);
         dl_conv_desc s2 = dl_conv_desc_make(2, 2, 1, 1);
-        y = dl_conv2d(dl_zeros(m, DL_SHAPE(8, 1, 128, 128)), dl_zeros(m, DL_SHAPE(8, 1, 5, 5)), NULL, &s2);
+        /* a sample's im2col matrix of 2 * 25 x 64 * 64 floats: over conv_i2c's
+           limit, so whole-batch im2col, whose scratch passes the limit */
+        y = dl_conv2d(dl_zeros(m, DL_SHAPE(8, 2, 128, 128)), dl_zeros(m, DL_SHAPE(8, 2, 5, 5)), NULL, &s2);
         CHECK(y == NULL, "conv2d (stride 2: im2col) past memory_limit");
         EXPECT_ERR(m, DL_ERR_OOM, "dl_conv: cannot allocate");
+        dl_step_end(m);
+        /* with one channel conv_i2c takes it a sample at a time: no scratch in step memory */
+        y = dl_conv2d(dl_zeros(m, DL_SHAPE(8, 1, 128, 128)), dl_zeros(m, DL_SHAPE(8, 1, 5, 5)), NULL, &s2);
+        CHECK(y && y->shape[2] == 64 && dl_last_error(m) == DL_OK, "conv2d (stride 2: conv_i2c) within memory_limit: %s",
+              dl_error_message(m));
         dl_step_end(m);
         /* stride 1: the padded grid's scratch */
         y = dl_conv2d(dl_zeros(m, DL_SHAPE(4, 16, 64, 64)), dl_zeros(m, DL_SHAPE(16, 16, 5, 5)), NULL, &p2);
@@ -701,6 +708,7 @@ static dl__backend cpu_direct(const char *name)
     b.name = name;
     b.conv_wg = NULL;
     b.conv_wg_wgrad = NULL;
+    b.conv_i2c = NULL;
     return b;
 }
 
@@ -1072,6 +1080,106 @@ static void wg_paths(int tile)
 }
 #endif
 
+/* ================================================================ 8. im2col a sample at a time */
+
+/* The CPU's conv_i2c (strided convs: im2col one sample at a time into a
+   thread's buffer, the GEMM straight into y) against whole-batch im2col
+   (device 1: the same backend without conv_i2c): the same bits for y, dx,
+   dw and db, conv and conv_transpose (whose input gradient is a conv),
+   strides 2 and 3, 1x1, padding, dilation, non-square planes, a 1-d conv,
+   batches of 1 and odd sizes; groups and planes of fewer than 128 output
+   positions decline; the same bits on 1 and 2 threads. */
+static dl__backend g_i2cc, g_noi2c;
+static int64_t g_i2c_done, g_i2c_declined;
+
+static bool count_i2c_conv(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                           const dl__cgeom *g)
+{
+    bool ok = dl__cpu_be()->conv_i2c(d, y, x, w, bias, n, g);
+    g_i2c_done += ok;
+    g_i2c_declined += !ok;
+    return ok;
+}
+
+static void i2c_sample_paths(void)
+{
+    static const int64_t geo[][10] = {   /* nsp, batch, C in, C out, H, W, k, stride, pad, dilation; groups 1 */
+        {2, 3, 16, 32, 28, 28, 3, 2, 1, 1}, {2, 2, 16, 32, 28, 28, 1, 2, 0, 1}, {2, 1, 3, 5, 31, 29, 3, 2, 2, 1},
+        {2, 5, 4, 7, 40, 33, 5, 3, 1, 1},   {2, 2, 2, 3, 30, 36, 3, 2, 2, 2}, {2, 3, 5, 4, 25, 27, 2, 2, 0, 1},
+        {1, 3, 4, 6, 600, 1, 5, 2, 2, 1},   {2, 4, 8, 8, 14, 14, 3, 2, 1, 1}, /* 7x7: declines */
+    };
+    dl_ctx_desc cd;
+    dl_ctx *c;
+    int gi, tr, bias, i, th;
+    size_t cap = 400000;
+    float *xv = (float *)malloc(sizeof(float) * cap), *wv = (float *)malloc(sizeof(float) * cap);
+    float *o1 = (float *)malloc(sizeof(float) * cap), *o2 = (float *)malloc(sizeof(float) * cap);
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = 2;
+    c = dl_ctx_init(&cd);
+    if (!c || !xv || !wv || !o1 || !o2) { CHECK(0, "i2c_sample_paths: setup"); goto out; }
+    g_i2cc = *dl__cpu_be();
+    g_i2cc.name = "cpu-counting-conv_i2c";
+    g_i2cc.conv_i2c = count_i2c_conv;
+    c->cpu[0]->be = &g_i2cc;
+    g_noi2c = *dl__cpu_be();
+    g_noi2c.name = "cpu-without-conv_i2c";
+    g_noi2c.conv_i2c = NULL;
+    c->cpu[1]->be = &g_noi2c;
+    for (i = 0; i < (int)cap; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.25f; }
+    for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++)
+        for (tr = 0; tr < 2; tr++)
+            for (bias = 0; bias < 2; bias++) {
+                int nsp = (int)geo[gi][0];
+                int64_t xs[4], ws[4], n1, n2, done0 = g_i2c_done, dec0 = g_i2c_declined;
+                dl_conv_desc d = dl_conv_desc_make(geo[gi][7], geo[gi][8], geo[gi][9], 1);
+                int64_t k = geo[gi][6], e = geo[gi][9] * (k - 1) + 1, ib[2], p = geo[gi][8], s = geo[gi][7];
+                bool declines = gi == 7;
+                xs[0] = geo[gi][1];
+                xs[1] = tr ? geo[gi][3] : geo[gi][2];
+                ws[0] = geo[gi][3];   /* conv: (C out, C in); conv_transpose: (its C in, its C out) */
+                ws[1] = geo[gi][2];
+                /* conv_transpose: x has the conv's output shape (its backward runs the conv) */
+                for (i = 0; i < nsp; i++) {
+                    int64_t h = geo[gi][4 + i];
+                    ib[i] = (h + 2 * p - e) / s + 1;
+                    xs[2 + i] = tr ? ib[i] : h;
+                    ws[2 + i] = k;
+                }
+                n1 = s1_run(c, 0, nsp, tr != 0, xs, ws, bias != 0, &d, xv, wv, o1);
+                n2 = s1_run(c, 1, nsp, tr != 0, xs, ws, bias != 0, &d, xv, wv, o2);
+                CHECK(n1 > 0 && n1 == n2 && memcmp(o1, o2, sizeof(float) * (size_t)n1) == 0,
+                      "conv_i2c: %s %dd geometry %d, bias %d: y, dx, dw, db differ from whole-batch im2col (%s)",
+                      tr ? "conv_transpose" : "conv", nsp, gi, bias, dl_error_message(c));
+                CHECK(declines ? g_i2c_done == done0 && g_i2c_declined > dec0 : g_i2c_done - done0 == 1,
+                      "conv_i2c: %s %dd geometry %d: %lld calls taken, %lld declined (want %s)",
+                      tr ? "conv_transpose" : "conv", nsp, gi, (long long)(g_i2c_done - done0),
+                      (long long)(g_i2c_declined - dec0), declines ? "declines only" : "1 taken");
+                for (th = 1; th <= 2 && n1 > 0; th++) {
+                    dl_set_num_threads(c, th);
+                    n2 = s1_run(c, 0, nsp, tr != 0, xs, ws, bias != 0, &d, xv, wv, o2);
+                    CHECK(n2 == n1 && memcmp(o1, o2, sizeof(float) * (size_t)n1) == 0,
+                          "conv_i2c: %s geometry %d: different bits on %d threads", tr ? "conv_transpose" : "conv", gi, th);
+                }
+                dl_set_num_threads(c, 0);
+                dl_clear_error(c);
+                dl_step_end(c);
+            }
+    /* groups: declined */
+    {
+        int64_t xs[4] = {2, 4, 28, 28}, ws[4] = {4, 2, 3, 3}, n1, n2, dec0 = g_i2c_declined;
+        dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 2);
+        n1 = s1_run(c, 0, 2, false, xs, ws, true, &d, xv, wv, o1);
+        n2 = s1_run(c, 1, 2, false, xs, ws, true, &d, xv, wv, o2);
+        CHECK(n1 > 0 && n1 == n2 && memcmp(o1, o2, sizeof(float) * (size_t)n1) == 0 && g_i2c_declined > dec0,
+              "conv_i2c with groups: declined (%lld) and whole-batch im2col's bits", (long long)(g_i2c_declined - dec0));
+        dl_step_end(c);
+    }
+out:
+    free(xv); free(wv); free(o1); free(o2);
+    dl_ctx_free(c);
+}
+
 /* ================================================================ 6. im2col's two loops */
 
 /* Small planes take a table (dl__cpu_im2col / dl__cpu_col2im: gathered
@@ -1194,6 +1302,7 @@ int main(int argc, char **argv)
     i2c_paths();
     wg_paths(2);
     wg_paths(4);
+    i2c_sample_paths();
     timing();
     CHECK(dl_last_error(g_ctx) == DL_OK, "stray error at the end: %s", dl_error_message(g_ctx));
     dl_ctx_free(g_ctx);

@@ -479,6 +479,7 @@ static void test_lenet(void)
     g_cpu_im2col = *dl__cpu_be();
     g_cpu_im2col.conv_s1 = NULL;
     g_cpu_im2col.conv_s1_wgrad = NULL;
+    g_cpu_im2col.conv_i2c = NULL;
     C->cpu[0]->be = &g_cpu_im2col;
     n0 = train_lenet(C, dl_cpu(), 20, l0, &p0);
     C->cpu[0]->be = dl__cpu_be();
