@@ -5959,7 +5959,7 @@ typedef struct dl__s1r_job {
     int64_t n, kc, stride;            /* samples; K block; floats per thread buffer */
     float *bufs;
     dl__claimer cl;
-    const int32_t *i2c;               /* conv_i2c: the im2col table (dl__i2c_tab_make) */
+    const int32_t *i2c;               /* conv_i2c: the im2col table (dl__i2c_tab_make), NULL: by rows */
     /* weight gradient */
     int64_t chunk, units, uslot, ga, gb, nslots;
     float beta;
@@ -6111,6 +6111,12 @@ static void dl__i2c_rows(const dl__cgeom *g, float *pad, int64_t Wp, const float
     }
 }
 
+/* a thread's buffer: the matrix (with the kernels' read-past margin), then
+   for dl__i2c_rows the zero-bordered plane, rows of dl__i2c_padw floats
+   (32 past the right border: two whole vectors at stride 2) */
+static int64_t dl__i2c_colfl(const dl__cgeom *g) { return dl__round_up(g->Ca * g->K * g->Lb + 48, 16); }
+static int64_t dl__i2c_padw(const dl__cgeom *g) { return g->ia[2] + 2 * g->p[2] + 32; }
+
 static void dl__i2c_task(void *arg, int64_t begin, int64_t end)
 {
     dl__s1r_job *J = (dl__s1r_job *)arg;
@@ -6127,8 +6133,8 @@ static void dl__i2c_task(void *arg, int64_t begin, int64_t end)
     while ((n = dl__claim(&J->cl)) < J->n) {
         float *y = J->y + n * M * Lb;
         u.in = J->x + n * g->Ca * g->La;
-        if (J->r.W) dl__i2c_rows(g, xb + J->r.per, J->r.W, u.in, xb);
-        else dl__im2col_tab_task(&u, 0, g->Ca);
+        if (J->i2c) dl__im2col_tab_task(&u, 0, g->Ca);
+        else dl__i2c_rows(g, xb + dl__i2c_colfl(g), dl__i2c_padw(g), u.in, xb);
         for (jr = 0; jr < Lb; jr += DL__GEMM_NR)
             dl__gemm_strip(J->ap, M, g->Ca * g->K, J->kc, xb + jr, Lb, NULL, y + jr, Lb,
                            (int)(Lb - jr < DL__GEMM_NR ? Lb - jr : DL__GEMM_NR));
@@ -6146,16 +6152,14 @@ static bool dl__cpu_conv_i2c(dl__dev *d, float *y, const float *x, const float *
     void *raw;
     float *buf;
     bool rows = g->ia[0] == 1 && g->k[0] == 1;   /* 2-d (or 1-d): dl__i2c_rows */
-    if (g->Lb < 128) return false;   /* (see above) */
-    if (g->G != 1 || n <= 0 || M <= 0 || K <= 0 || (!rows && !dl__i2c_tab_ok(g)) || g->Lb > DL__I2C_MAX_PER / K)
+    if (g->G != 1 || n <= 0 || M <= 0 || K <= 0 || g->Lb < 128 || (!rows && !dl__i2c_tab_ok(g)) ||
+        g->Lb > DL__I2C_MAX_PER / K)
         return false;
     afl = dl__round_up(Mup * K + 16, 16);
     tfl = rows ? 0 : dl__round_up(g->K * g->Lb + 16, 16);   /* int32 entries, one float each */
     memset(&J, 0, sizeof J);
     if (nslots > n) nslots = n;
-    J.r.per = dl__round_up(K * g->Lb + 48, 16);   /* then the zero-bordered plane of dl__i2c_rows */
-    J.r.W = rows ? g->ia[2] + 2 * g->p[2] + 32 : 0;
-    J.stride = J.r.per + (rows ? (g->ia[1] + 2 * g->p[1] + 1) * J.r.W + 16 : 0);
+    J.stride = dl__i2c_colfl(g) + (rows ? (g->ia[1] + 2 * g->p[1] + 1) * dl__i2c_padw(g) + 16 : 0);
     if (J.stride > 2 * DL__I2C_MAX_PER) return false;
     buf = dl__s1r_bufs(pool, afl + tfl, nslots, J.stride, K * g->Lb, &raw);
     if (!buf) return false;
@@ -6166,9 +6170,11 @@ static bool dl__cpu_conv_i2c(dl__dev *d, float *y, const float *x, const float *
     J.n = n;
     J.kc = dl__gemm_kc(K);
     J.ap = buf;
-    J.i2c = (const int32_t *)(void *)(buf + afl);
     J.bufs = buf + afl + tfl;
-    if (!rows) dl__i2c_tab_make(g, (int32_t *)(void *)(buf + afl));
+    if (!rows) {
+        dl__i2c_tab_make(g, (int32_t *)(void *)(buf + afl));
+        J.i2c = (const int32_t *)(void *)(buf + afl);
+    }
     dl__gemm_pack_all(false, (const float *)DL__RAW(d, w), K, M, K, J.kc, buf);
     dl__s1r_run(pool, &J, nslots, dl__i2c_task, raw);
     return true;
@@ -6597,7 +6603,7 @@ static void dl__wg_gemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t
     }
 }
 
-/* v[xi] (row vs apart) = B^T d B for 16 channels, d the 4x4 patch at p
+/* F(2x2, 3x3)'s v[xi] (row vs apart) = B^T d B for 16 channels, d the 4x4 patch at p
    (rows rs apart, columns Ci apart) */
 DL__GEMM_INLINE void dl__wg_vtile(const float *p, int64_t rs, int64_t cs, float *v, int64_t vs)
 {
@@ -6680,18 +6686,31 @@ DL__GEMM_INLINE void dl__wg4_gt(const __m512 *q, int s, __m512 *r, int rs)
     r[2 * rs] = _mm512_fmadd_ps(DL__WG_C(1.0f / 6.0f), _mm512_sub_ps(b, a), q[5 * s]);
 }
 
-/* F(4x4, 3x3)'s v[xi] = B^T d B, as dl__wg_vtile */
-DL__GEMM_INLINE void dl__wg4_vtile(const float *p, int64_t rs, int64_t cs, float *v, int64_t vs)
+/* o (k x k) = F x F^T for x (n x n, row-major), F the one-dimensional
+   transform f (n values in, k out): f down each column, then along each row */
+DL__GEMM_INLINE void dl__wg4_2d(void (*f)(const __m512 *, int, __m512 *, int), int n, int k, const __m512 *x,
+                                __m512 *o)
 {
-    __m512 d[36], t[36], o[6];
+    __m512 t[36];   /* k x n */
     int i, j;
-    for (i = 0; i < 6; i++)
-        for (j = 0; j < 6; j++) d[6 * i + j] = _mm512_loadu_ps(p + i * rs + j * cs);
-    for (j = 0; j < 6; j++) dl__wg4_bt(d + j, 6, t + j, 6);
-    for (i = 0; i < 6; i++) {
-        dl__wg4_bt(t + 6 * i, 1, o, 1);
-        for (j = 0; j < 6; j++) _mm512_storeu_ps(v + (6 * i + j) * vs, o[j]);
-    }
+    for (j = 0; j < n; j++) f(x + j, n, t + j, n);
+    for (i = 0; i < k; i++) f(t + i * n, 1, o + i * k, 1);
+}
+
+/* F(4x4, 3x3)'s transform of one tile into the 36 xi, 16 channels:
+   o[xi] (os apart) = F x F^T, x the n x n tile at p (rows rs apart,
+   columns cs apart), F from f (n values to 6): v = B^T d B of a 6x6
+   input patch (f = dl__wg4_bt), z = A e A^T of a 4x4 output gradient
+   (f = dl__wg4_a) */
+DL__GEMM_INLINE void dl__wg4_tile(void (*f)(const __m512 *, int, __m512 *, int), int n, const float *p, int64_t rs,
+                                  int64_t cs, float *o, int64_t os)
+{
+    __m512 x[36], t[36];
+    int i, j;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < n; j++) x[n * i + j] = _mm512_loadu_ps(p + i * rs + j * cs);
+    dl__wg4_2d(f, n, 6, x, t);
+    for (i = 0; i < 36; i++) _mm512_storeu_ps(o + i * os, t[i]);
 }
 
 /* v (A2 slices DL__WG_XS(T, Ci) apart, each (T, Ci)) for the nc samples in xp */
@@ -6703,7 +6722,7 @@ static void dl__wg_vblock(const dl__wg_job *J, const float *xp, int64_t nc, floa
             for (tw = 0; tw < J->TW; tw++, t++) {
                 const float *p = xp + ((i * J->Hp + m * th) * J->Wp + m * tw) * Ci;
                 if (m == 4)
-                    for (c = 0; c < Ci; c += 16) dl__wg4_vtile(p + c, J->Wp * Ci, Ci, v + t * Ci + c, DL__WG_XS(T, Ci));
+                    for (c = 0; c < Ci; c += 16) dl__wg4_tile(dl__wg4_bt, 6, p + c, J->Wp * Ci, Ci, v + t * Ci + c, DL__WG_XS(T, Ci));
                 else
                     for (c = 0; c < Ci; c += 16) dl__wg_vtile(p + c, J->Wp * Ci, Ci, v + t * Ci + c, DL__WG_XS(T, Ci));
             }
@@ -6742,123 +6761,111 @@ static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
                 for (j = 0; j < 3; j++) g[i][j] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, idx,
                                                      src + (J->flip ? 8 - 3 * i - j : 3 * i + j), 4);
             if (J->m == 4) {   /* G g G^T, 6x6 */
-                __m512 t6[18], o[6];
-                for (j = 0; j < 3; j++) dl__wg4_g(&g[0][j], 3, t6 + j, 3);
-                for (i = 0; i < 6; i++) {
-                    dl__wg4_g(t6 + 3 * i, 1, o, 1);
-                    for (j = 0; j < 6; j++) _mm512_storeu_ps(u + (6 * i + j) * P, o[j]);
+                __m512 o[36];
+                dl__wg4_2d(dl__wg4_g, 3, 6, &g[0][0], o);
+                for (i = 0; i < 36; i++) _mm512_storeu_ps(u + i * P, o[i]);
+            } else {           /* 4x4 */
+                for (j = 0; j < 3; j++) {
+                    t[0][j] = g[0][j];
+                    t[1][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(g[0][j], g[1][j]), g[2][j]));
+                    t[2][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(g[0][j], g[1][j]), g[2][j]));
+                    t[3][j] = g[2][j];
                 }
-                continue;
-            }
-            for (j = 0; j < 3; j++) {
-                t[0][j] = g[0][j];
-                t[1][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(g[0][j], g[1][j]), g[2][j]));
-                t[2][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(g[0][j], g[1][j]), g[2][j]));
-                t[3][j] = g[2][j];
-            }
-            for (i = 0; i < 4; i++) {
-                _mm512_storeu_ps(u + 4 * i * P, t[i][0]);
-                _mm512_storeu_ps(u + (4 * i + 1) * P,
-                                 _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(t[i][0], t[i][1]), t[i][2])));
-                _mm512_storeu_ps(u + (4 * i + 2) * P,
-                                 _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(t[i][0], t[i][1]), t[i][2])));
-                _mm512_storeu_ps(u + (4 * i + 3) * P, t[i][2]);
+                for (i = 0; i < 4; i++) {
+                    _mm512_storeu_ps(u + 4 * i * P, t[i][0]);
+                    _mm512_storeu_ps(u + (4 * i + 1) * P,
+                                     _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(t[i][0], t[i][1]), t[i][2])));
+                    _mm512_storeu_ps(u + (4 * i + 2) * P,
+                                     _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(t[i][0], t[i][1]), t[i][2])));
+                    _mm512_storeu_ps(u + (4 * i + 3) * P, t[i][2]);
+                }
             }
         }
 }
 
-/* yt (samples, OH OW, Co): for output channels [co0, co0 + cc) of each of
-   the T tiles, y = A^T m A (+ bias), m (A2 slices of (T, cc)); outputs past an odd
-   edge are not written */
-static void dl__wg_yblock(const dl__wg_job *J, const float *m, int64_t T, int64_t cc, int64_t co0, float *yt)
+/* One tile's outputs, 16 channels: y = A^T q A + bv, q's (m+2)^2 values
+   qs apart; the first nr rows (ys apart) and nw columns (cs apart) of the
+   m x m tile are written (a plane's odd edge cuts it). F(2x2, 3x3): */
+DL__GEMM_INLINE void dl__wg_ytile(const float *q0, int64_t qs, float *y, int64_t ys, int64_t cs, int nr, int nw,
+                                  __m512 bv)
 {
-    int64_t Co = J->Co, OH = J->OH, OW = J->OW, t, c;
-    if (J->m == 4) {
-        for (t = 0; t < T; t++) {
-            int64_t ti = t % (J->TH * J->TW), oh = 4 * (ti / J->TW), ow = 4 * (ti % J->TW);
-            int nr = OH - oh < 4 ? (int)(OH - oh) : 4, nw = OW - ow < 4 ? (int)(OW - ow) : 4, r, j;
-            float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
-            for (c = 0; c < cc; c += 16) {
-                __m512 q[36], s[24], o[4], bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
-                for (j = 0; j < 36; j++) q[j] = _mm512_loadu_ps(m + j * DL__WG_XS(T, cc) + t * cc + c);
-                for (j = 0; j < 6; j++) dl__wg4_at(q + j, 6, s + j, 6);
-                for (r = 0; r < nr; r++) {
-                    dl__wg4_at(s + 6 * r, 1, o, 1);
-                    for (j = 0; j < nw; j++) _mm512_storeu_ps(y0 + (r * OW + j) * Co + c, _mm512_add_ps(o[j], bv));
-                }
-            }
-        }
-        return;
+    __m512 q[16], s0[4], s1[4];
+    int j;
+    for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(q0 + j * qs);
+    for (j = 0; j < 4; j++) {
+        s0[j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
+        s1[j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
     }
+    _mm512_storeu_ps(y, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), bv));
+    if (nw > 1) _mm512_storeu_ps(y + cs, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]), bv));
+    if (nr > 1) {
+        _mm512_storeu_ps(y + ys, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), bv));
+        if (nw > 1)
+            _mm512_storeu_ps(y + ys + cs, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]), bv));
+    }
+}
+/* F(4x4, 3x3): */
+DL__GEMM_INLINE void dl__wg4_ytile(const float *q0, int64_t qs, float *y, int64_t ys, int64_t cs, int nr, int nw,
+                                   __m512 bv)
+{
+    __m512 q[36], o[16];
+    int r, j;
+    for (j = 0; j < 36; j++) q[j] = _mm512_loadu_ps(q0 + j * qs);
+    dl__wg4_2d(dl__wg4_at, 6, 4, q, o);
+    for (r = 0; r < nr; r++)
+        for (j = 0; j < nw; j++) _mm512_storeu_ps(y + r * ys + j * cs, _mm512_add_ps(o[4 * r + j], bv));
+}
+
+/* yt (samples, OH OW, Co): for output channels [co0, co0 + cc) of each of
+   the T tiles, y = A^T q A (+ bias), q (A2 slices of (T, cc)) */
+static void dl__wg_yblock(const dl__wg_job *J, const float *q, int64_t T, int64_t cc, int64_t co0, float *yt)
+{
+    int64_t Co = J->Co, OH = J->OH, OW = J->OW, m = J->m, qs = DL__WG_XS(T, cc), t, c;
     for (t = 0; t < T; t++) {
-        int64_t ti = t % (J->TH * J->TW), oh = 2 * (ti / J->TW), ow = 2 * (ti % J->TW);
+        int64_t ti = t % (J->TH * J->TW), oh = m * (ti / J->TW), ow = m * (ti % J->TW);
+        int nr = (int)(OH - oh < m ? OH - oh : m), nw = (int)(OW - ow < m ? OW - ow : m);
         float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
         for (c = 0; c < cc; c += 16) {
-            __m512 q[16], s0[4], s1[4], bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
-            int j;
-            for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(m + j * DL__WG_XS(T, cc) + t * cc + c);
-            for (j = 0; j < 4; j++) {
-                s0[j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
-                s1[j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
-            }
-            _mm512_storeu_ps(y0 + c, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), bv));
-            if (ow + 1 < OW)
-                _mm512_storeu_ps(y0 + Co + c, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]), bv));
-            if (oh + 1 < OH) {
-                _mm512_storeu_ps(y0 + OW * Co + c,
-                                 _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), bv));
-                if (ow + 1 < OW)
-                    _mm512_storeu_ps(y0 + (OW + 1) * Co + c,
-                                     _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]), bv));
-            }
+            const __m512 bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
+            if (m == 4) dl__wg4_ytile(q + t * cc + c, qs, y0 + c, OW * Co, Co, nr, nw, bv);
+            else dl__wg_ytile(q + t * cc + c, qs, y0 + c, OW * Co, Co, nr, nw, bv);
         }
+    }
+}
+
+/* One tile's z[xi] (zs apart) = A e A^T, 16 channels, e the m x m output
+   gradient at p (rows rs apart, columns cs apart). F(2x2, 3x3) (F(4x4, 3x3):
+   dl__wg4_tile): */
+DL__GEMM_INLINE void dl__wg_ztile(const float *p, int64_t rs, int64_t cs, float *z, int64_t zs)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 d00 = _mm512_loadu_ps(p), d01 = _mm512_loadu_ps(p + cs), d10 = _mm512_loadu_ps(p + rs),
+           d11 = _mm512_loadu_ps(p + rs + cs), q[4][2];
+    int r;
+    q[0][0] = d00; q[0][1] = d01;
+    q[1][0] = _mm512_add_ps(d00, d10); q[1][1] = _mm512_add_ps(d01, d11);
+    q[2][0] = _mm512_sub_ps(d00, d10); q[2][1] = _mm512_sub_ps(d01, d11);
+    q[3][0] = _mm512_sub_ps(zero, d10); q[3][1] = _mm512_sub_ps(zero, d11);
+    for (r = 0; r < 4; r++) {
+        float *o = z + 4 * r * zs;
+        _mm512_storeu_ps(o, q[r][0]);
+        _mm512_storeu_ps(o + zs, _mm512_add_ps(q[r][0], q[r][1]));
+        _mm512_storeu_ps(o + 2 * zs, _mm512_sub_ps(q[r][0], q[r][1]));
+        _mm512_storeu_ps(o + 3 * zs, _mm512_sub_ps(zero, q[r][1]));
     }
 }
 
 /* z (A2 slices of (T, Co)) = A dy A^T for the m x m output gradient of each tile of the nc samples in gp */
 static void dl__wg_zblock(const dl__wg_job *J, const float *gp, int64_t nc, float *z, int64_t T)
 {
-    const __m512 zero = _mm512_setzero_ps();
-    int64_t Co = J->Co, zs = DL__WG_XS(T, J->Co), i, th, tw, c, t = 0;
-    if (J->m == 4) {
-        for (i = 0; i < nc; i++)
-            for (th = 0; th < J->TH; th++)
-                for (tw = 0; tw < J->TW; tw++, t++) {
-                    const float *p = gp + i * J->gpn + (4 * th * 4 * J->TW + 4 * tw) * Co;
-                    for (c = 0; c < Co; c += 16) {
-                        __m512 e[16], q[24], o[6];
-                        int r, j;
-                        for (r = 0; r < 4; r++)
-                            for (j = 0; j < 4; j++) e[4 * r + j] = _mm512_loadu_ps(p + (r * 4 * J->TW + j) * Co + c);
-                        for (j = 0; j < 4; j++) dl__wg4_a(e + j, 4, q + j, 4);
-                        for (r = 0; r < 6; r++) {
-                            dl__wg4_a(q + 4 * r, 1, o, 1);
-                            for (j = 0; j < 6; j++) _mm512_storeu_ps(z + (6 * r + j) * zs + t * Co + c, o[j]);
-                        }
-                    }
-                }
-        return;
-    }
+    int64_t Co = J->Co, zs = DL__WG_XS(T, J->Co), m = J->m, rs = m * J->TW * Co, i, th, tw, c, t = 0;
     for (i = 0; i < nc; i++)
         for (th = 0; th < J->TH; th++)
             for (tw = 0; tw < J->TW; tw++, t++) {
-                const float *p = gp + i * J->gpn + (2 * th * 2 * J->TW + 2 * tw) * Co;
+                const float *p = gp + i * J->gpn + (m * th * m * J->TW + m * tw) * Co;
                 for (c = 0; c < Co; c += 16) {
-                    __m512 d00 = _mm512_loadu_ps(p + c), d01 = _mm512_loadu_ps(p + Co + c),
-                           d10 = _mm512_loadu_ps(p + 2 * J->TW * Co + c),
-                           d11 = _mm512_loadu_ps(p + (2 * J->TW + 1) * Co + c), q[4][2];
-                    int r;
-                    q[0][0] = d00; q[0][1] = d01;
-                    q[1][0] = _mm512_add_ps(d00, d10); q[1][1] = _mm512_add_ps(d01, d11);
-                    q[2][0] = _mm512_sub_ps(d00, d10); q[2][1] = _mm512_sub_ps(d01, d11);
-                    q[3][0] = _mm512_sub_ps(zero, d10); q[3][1] = _mm512_sub_ps(zero, d11);
-                    for (r = 0; r < 4; r++) {
-                        float *o = z + 4 * r * zs + t * Co + c;
-                        _mm512_storeu_ps(o, q[r][0]);
-                        _mm512_storeu_ps(o + zs, _mm512_add_ps(q[r][0], q[r][1]));
-                        _mm512_storeu_ps(o + 2 * zs, _mm512_sub_ps(q[r][0], q[r][1]));
-                        _mm512_storeu_ps(o + 3 * zs, _mm512_sub_ps(zero, q[r][1]));
-                    }
+                    if (m == 4) dl__wg4_tile(dl__wg4_a, 4, p + c, rs, Co, z + t * Co + c, zs);
+                    else dl__wg_ztile(p + c, rs, Co, z + t * Co + c, zs);
                 }
             }
 }
@@ -6925,7 +6932,7 @@ static void dl__wg_dw_task(void *arg, int64_t lo, int64_t hi)
     int64_t co, ci, ch;
     for (co = lo; co < hi; co++)
         for (ci = 0; ci < Ci; ci += 16) {
-            __m512 s[36], t[3][6], o;
+            __m512 s[36], t[3][4], o;
             float r[9][16], *dw = J->y + (co * Ci + ci) * 9;
             int i, j, l;
             for (i = 0; i < J->A2; i++) {
@@ -6934,27 +6941,22 @@ static void dl__wg_dw_task(void *arg, int64_t lo, int64_t hi)
                     s[i] = _mm512_add_ps(s[i], _mm512_loadu_ps(J->s + ((ch * J->A2 + i) * Co + co) * Ci + ci));
             }
             if (J->m == 4) {   /* G^T S G, S 6x6 */
-                __m512 t18[18], q[3];
-                for (j = 0; j < 6; j++) dl__wg4_gt(s + j, 6, t18 + j, 6);
-                for (i = 0; i < 3; i++) {
-                    dl__wg4_gt(t18 + 6 * i, 1, q, 1);
-                    for (j = 0; j < 3; j++) _mm512_storeu_ps(r[3 * i + j], q[j]);
+                __m512 q[9];
+                dl__wg4_2d(dl__wg4_gt, 6, 3, s, q);
+                for (i = 0; i < 9; i++) _mm512_storeu_ps(r[i], q[i]);
+            } else {           /* S 4x4 */
+                for (j = 0; j < 4; j++) {
+                    const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(s[4 + j], s[8 + j]));
+                    t[0][j] = _mm512_add_ps(s[j], p);
+                    t[1][j] = _mm512_mul_ps(h, _mm512_sub_ps(s[4 + j], s[8 + j]));
+                    t[2][j] = _mm512_add_ps(p, s[12 + j]);
                 }
-                for (l = 0; l < 16; l++)
-                    for (i = 0; i < 9; i++) dw[9 * l + i] = r[i][l];
-                continue;
-            }
-            for (j = 0; j < 4; j++) {
-                const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(s[4 + j], s[8 + j]));
-                t[0][j] = _mm512_add_ps(s[j], p);
-                t[1][j] = _mm512_mul_ps(h, _mm512_sub_ps(s[4 + j], s[8 + j]));
-                t[2][j] = _mm512_add_ps(p, s[12 + j]);
-            }
-            for (i = 0; i < 3; i++) {
-                o = _mm512_mul_ps(h, _mm512_add_ps(t[i][1], t[i][2]));
-                _mm512_storeu_ps(r[3 * i], _mm512_add_ps(t[i][0], o));
-                _mm512_storeu_ps(r[3 * i + 1], _mm512_mul_ps(h, _mm512_sub_ps(t[i][1], t[i][2])));
-                _mm512_storeu_ps(r[3 * i + 2], _mm512_add_ps(o, t[i][3]));
+                for (i = 0; i < 3; i++) {
+                    o = _mm512_mul_ps(h, _mm512_add_ps(t[i][1], t[i][2]));
+                    _mm512_storeu_ps(r[3 * i], _mm512_add_ps(t[i][0], o));
+                    _mm512_storeu_ps(r[3 * i + 1], _mm512_mul_ps(h, _mm512_sub_ps(t[i][1], t[i][2])));
+                    _mm512_storeu_ps(r[3 * i + 2], _mm512_add_ps(o, t[i][3]));
+                }
             }
             for (l = 0; l < 16; l++)
                 for (i = 0; i < 9; i++) dw[9 * l + i] = r[i][l];

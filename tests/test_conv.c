@@ -927,6 +927,40 @@ out:
     dl_ctx_free(c);
 }
 
+/* The fixture of sections 7 and 8: a context with two CPU devices (the
+   path under test and its reference) and cap floats each of input values,
+   weight values and three outputs */
+typedef struct path_fix { dl_ctx *c; float *xv, *wv, *o1, *o2, *o3; } path_fix;
+
+static bool path_open(path_fix *f, size_t cap, const char *who)
+{
+    dl_ctx_desc cd;
+    size_t i;
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = 2;
+    f->c = dl_ctx_init(&cd);
+    f->xv = (float *)malloc(sizeof(float) * cap);
+    f->wv = (float *)malloc(sizeof(float) * cap);
+    f->o1 = (float *)malloc(sizeof(float) * cap);
+    f->o2 = (float *)malloc(sizeof(float) * cap);
+    f->o3 = (float *)malloc(sizeof(float) * cap);
+    if (!f->c || !f->xv || !f->wv || !f->o1 || !f->o2 || !f->o3) {
+        CHECK(0, "%s: setup", who);
+        return false;
+    }
+    for (i = 0; i < cap; i++) {
+        f->xv[i] = sinf(0.37f * (float)i) + 0.25f;
+        f->wv[i] = cosf(0.91f * (float)i) * 0.25f;
+    }
+    return true;
+}
+
+static void path_close(path_fix *f)
+{
+    free(f->xv); free(f->wv); free(f->o1); free(f->o2); free(f->o3);
+    dl_ctx_free(f->c);
+}
+
 /* ================================================================ 7. Winograd */
 
 /* 3x3 stride-1 convs with channels in multiples of 16 go through conv_wg
@@ -969,21 +1003,16 @@ static void wg_paths(int tile)
         {2, 16, 16, 2, 3, 0}, {2, 16, 32, 14, 14, 1}, {1, 16, 16, 28, 28, 1}, {17, 64, 16, 2, 2, 2},
         {4, 16, 16, 6, 3, 2}, {9, 16, 32, 3, 5, 0},
     };
-    dl_ctx_desc cd;
-    dl_ctx *c;
-    int gi, tr, bias, i, th;
-    size_t cap = 600000;
-    float *xv = (float *)malloc(sizeof(float) * cap), *wv = (float *)malloc(sizeof(float) * cap);
-    float *o1 = (float *)malloc(sizeof(float) * cap), *o2 = (float *)malloc(sizeof(float) * cap);
-    float *o3 = (float *)malloc(sizeof(float) * cap);
     /* F(4x4, 3x3)'s transforms have larger constants (8 in A, 1/24 in G):
        its rounding is about 10 times F(2x2, 3x3)'s (measured here: up to
        4.7e-5 against 4.3e-6) */
     const float tol = tile == 4 ? 1e-4f : 1e-5f;
-    memset(&cd, 0, sizeof cd);
-    cd.cpu_devices = 2;
-    c = dl_ctx_init(&cd);
-    if (!c || !xv || !wv || !o1 || !o2 || !o3) { CHECK(0, "wg_paths: setup"); goto out; }
+    path_fix F;
+    dl_ctx *c;
+    float *xv, *wv, *o1, *o2, *o3;
+    int gi, tr, bias, i, th;
+    if (!path_open(&F, 600000, "wg_paths")) goto out;
+    c = F.c; xv = F.xv; wv = F.wv; o1 = F.o1; o2 = F.o2; o3 = F.o3;
     g_wg_tile = tile;
     /* the backend's pick (dl__wg_tile): F(4x4, 3x3) where its tiles take fewer multiply-adds (5x6: a tie, F(2x2, 3x3)) */
     CHECK(dl__wg_tile(28, 28) == 4 && dl__wg_tile(14, 14) == 4 && dl__wg_tile(7, 7) == 4 && dl__wg_tile(4, 4) == 4 &&
@@ -998,7 +1027,6 @@ static void wg_paths(int tile)
     c->cpu[0]->be = &g_wgc;
     g_nowg = cpu_direct("cpu-without-winograd");
     c->cpu[1]->be = &g_nowg;
-    for (i = 0; i < (int)cap; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.25f; }
     for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++)
         for (tr = 0; tr < 2; tr++)
             for (bias = 0; bias < 2; bias++) {
@@ -1070,8 +1098,7 @@ static void wg_paths(int tile)
         dl_step_end(c);
     }
 out:
-    free(xv); free(wv); free(o1); free(o2); free(o3);
-    dl_ctx_free(c);
+    path_close(&F);
 }
 #else
 static void wg_paths(int tile)
@@ -1108,16 +1135,12 @@ static void i2c_sample_paths(void)
         {2, 5, 4, 7, 40, 33, 5, 3, 1, 1},   {2, 2, 2, 3, 30, 36, 3, 2, 2, 2}, {2, 3, 5, 4, 25, 27, 2, 2, 0, 1},
         {1, 3, 4, 6, 600, 1, 5, 2, 2, 1},   {2, 4, 8, 8, 14, 14, 3, 2, 1, 1}, /* 7x7: declines */
     };
-    dl_ctx_desc cd;
+    path_fix F;
     dl_ctx *c;
+    float *xv, *wv, *o1, *o2;
     int gi, tr, bias, i, th;
-    size_t cap = 400000;
-    float *xv = (float *)malloc(sizeof(float) * cap), *wv = (float *)malloc(sizeof(float) * cap);
-    float *o1 = (float *)malloc(sizeof(float) * cap), *o2 = (float *)malloc(sizeof(float) * cap);
-    memset(&cd, 0, sizeof cd);
-    cd.cpu_devices = 2;
-    c = dl_ctx_init(&cd);
-    if (!c || !xv || !wv || !o1 || !o2) { CHECK(0, "i2c_sample_paths: setup"); goto out; }
+    if (!path_open(&F, 400000, "i2c_sample_paths")) goto out;
+    c = F.c; xv = F.xv; wv = F.wv; o1 = F.o1; o2 = F.o2;
     g_i2cc = *dl__cpu_be();
     g_i2cc.name = "cpu-counting-conv_i2c";
     g_i2cc.conv_i2c = count_i2c_conv;
@@ -1126,7 +1149,6 @@ static void i2c_sample_paths(void)
     g_noi2c.name = "cpu-without-conv_i2c";
     g_noi2c.conv_i2c = NULL;
     c->cpu[1]->be = &g_noi2c;
-    for (i = 0; i < (int)cap; i++) { xv[i] = sinf(0.37f * (float)i) + 0.25f; wv[i] = cosf(0.91f * (float)i) * 0.25f; }
     for (gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++)
         for (tr = 0; tr < 2; tr++)
             for (bias = 0; bias < 2; bias++) {
@@ -1176,8 +1198,7 @@ static void i2c_sample_paths(void)
         dl_step_end(c);
     }
 out:
-    free(xv); free(wv); free(o1); free(o2);
-    dl_ctx_free(c);
+    path_close(&F);
 }
 
 /* ================================================================ 6. im2col's two loops */
