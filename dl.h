@@ -2975,26 +2975,27 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
 /* exp(x) for float, branch-free so loops of it vectorize (libm's expf is a
    call per element): n = round(x / ln 2) by the 1.5 * 2^23 trick,
    r = x - n ln 2 in two parts (Cody-Waite), e^r by Cephes' degree-6
-   polynomial on |r| <= ln2/2, times 2^n built from bits in two halves (so
+   polynomial on |r| <= ln2/2 (fused multiply-adds where the target has
+   them: DL__GEMM_FMA), times 2^n built from bits in two halves (so
    subnormal results round once). Within 2 ulp of the true value over the
    whole range (tests/test_ops.c checks every float from -104 to 89 in steps);
    +-inf and NaN as expf. */
 static DL__HD inline float dl__expf(float x)
 {
     float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);   /* NaN passes */
-    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float t = DL__GEMM_FMA(xc, 1.44269504088896341f, 12582912.0f);
     float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f, p, s1, s2;
+    float r = DL__GEMM_FMA(n, -0.693359375f, xc), p, s1, s2;
     uint32_t tb, b1, b2;
     int32_t ni, n1;
-    r = r - n * -2.12194440e-4f;
+    r = DL__GEMM_FMA(n, 2.12194440e-4f, r);
     p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    p = DL__GEMM_FMA(p, r, 1.3981999507e-3f);
+    p = DL__GEMM_FMA(p, r, 8.3334519073e-3f);
+    p = DL__GEMM_FMA(p, r, 4.1665795894e-2f);
+    p = DL__GEMM_FMA(p, r, 1.6666665459e-1f);
+    p = DL__GEMM_FMA(p, r, 5.0000001201e-1f);
+    p = DL__GEMM_FMA(p, r * r, r) + 1.0f;
     memcpy(&tb, &t, 4);
     ni = (int32_t)(tb - 0x4B400000u);            /* n as an integer, |n| <= 150 */
     n1 = ni / 2;
@@ -7567,14 +7568,17 @@ typedef struct dl__bn_args {
    row goes to partial l % 32; dl__acc32_total adds them in a fixed tree):
    four vectors of independent chains instead of one, so the adds overlap
    (one chain of 8 was bound by the add latency: ~2 elements a cycle), and
-   the same bits for any thread count. */
-#define DL__ACC32_ROWS(acc, expr) do { \
+   the same bits for any thread count. Two sums in one pass over the rows:
+   d_ = expr into acc, expr2 (of l and d_) into acc2. */
+#define DL__ACC32_ROWS2(acc, expr, acc2, expr2) do { \
         int64_t l_; \
         for (l_ = 0; l_ + 32 <= u->L; l_ += 32) { \
             int k_; \
-            for (k_ = 0; k_ < 32; k_++) { int64_t l = l_ + k_; acc[k_] += (expr); } \
+            for (k_ = 0; k_ < 32; k_++) { \
+                int64_t l = l_ + k_; double d_ = (expr); acc[k_] += d_; acc2[k_] += (expr2); \
+            } \
         } \
-        for (; l_ < u->L; l_++) { int64_t l = l_; acc[l_ & 31] += (expr); } \
+        for (; l_ < u->L; l_++) { int64_t l = l_; double d_ = (expr); acc[l_ & 31] += d_; acc2[l_ & 31] += (expr2); } \
     } while (0)
 
 static double dl__acc32_total(const double *a)
@@ -7592,21 +7596,22 @@ static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
     for (c = lo; c < hi; c++) {
         double s, q, m, as[32], aq[32];
         int k;
+        /* one pass: the sums of x - K and of its square, in double, with K
+           the channel's first value (so that they do not cancel unless the
+           data lie far from K compared with their spread) */
+        const double K = (double)u->x[c * u->L];
         for (k = 0; k < 32; k++) as[k] = aq[k] = 0.0;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS(as, (double)x[l]);
+            DL__ACC32_ROWS2(as, (double)x[l] - K, aq, d_ * d_);
         }
-        s = dl__acc32_total(as);
-        m = s / (double)M;
-        for (n = 0; n < u->N; n++) {
-            const float *x = u->x + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS(aq, ((double)x[l] - m) * ((double)x[l] - m));
-        }
-        q = dl__acc32_total(aq);
+        s = dl__acc32_total(as) / (double)M;       /* mean(x) - K */
+        q = dl__acc32_total(aq) / (double)M - s * s;
+        if (q < 0.0) q = 0.0;                       /* rounding; NaN stays */
+        m = K + s;
         u->mean[c] = (float)m;
-        u->var[c] = (float)(q / (double)M);
-        u->invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)u->eps));
+        u->var[c] = (float)q;
+        u->invstd[c] = (float)(1.0 / sqrt(q + (double)u->eps));
     }
 }
 
@@ -7665,8 +7670,7 @@ static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
         for (k = 0; k < 32; k++) ag[k] = agx[k] = 0.0;
         for (n = 0; n < u->N; n++) {
             const float *x = u->x + (n * u->C + c) * u->L, *g = u->g + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS(ag, (double)g[l]);
-            DL__ACC32_ROWS(agx, (double)g[l] * ((double)x[l] - m));
+            DL__ACC32_ROWS2(ag, (double)g[l], agx, d_ * ((double)x[l] - m));
         }
         sg = dl__acc32_total(ag);
         sgx = dl__acc32_total(agx);

@@ -828,6 +828,42 @@ static void test_values(void)
         dl_clear_error(G);
         dl_step_end(G);
     }
+    {   /* batch norm statistics in one pass: data far from zero compared with
+           their spread (1e4 + 1e-2 noise: sums of x and x^2 would cancel
+           6 digits), and a channel whose first value is an outlier; the
+           variance against a two-pass sum in double */
+        enum { BN_N = 64, BN_L = 50 };
+        float xv[BN_N * 2 * BN_L], rv[2];
+        double mean[2] = {0, 0}, var[2] = {0, 0};
+        uint64_t r = 12345;
+        int i, c;
+        dl_tensor *x, *trm, *trv, *y;
+        for (i = 0; i < BN_N * 2 * BN_L; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            c = (i / BN_L) % 2;
+            xv[i] = c == 0 ? 1e4f + 1e-2f * ((float)(r >> 40) / 16777216.0f - 0.5f)
+                           : (float)(r >> 40) / 16777216.0f;
+        }
+        xv[BN_L] = 1e5f;   /* channel 1's first value */
+        for (i = 0; i < BN_N * 2 * BN_L; i++) mean[(i / BN_L) % 2] += xv[i];
+        for (c = 0; c < 2; c++) mean[c] /= BN_N * BN_L;
+        for (i = 0; i < BN_N * 2 * BN_L; i++) {
+            double dd = xv[i] - mean[(i / BN_L) % 2];
+            var[(i / BN_L) % 2] += dd * dd;
+        }
+        x = dl_from_array(G, DL_SHAPE(BN_N, 2, BN_L), xv);
+        trm = dl_zeros(G, DL_SHAPE(2));
+        trv = dl_zeros(G, DL_SHAPE(2));
+        y = dl_batch_norm(x, trm, trv, NULL, NULL, true, 1.0f, 1e-5f);   /* momentum 1: the batch's */
+        dl_read(trv, rv, 2);
+        for (c = 0; c < 2; c++) {
+            double want = var[c] / (BN_N * BN_L - 1);   /* running_var is unbiased */
+            CHECK(y && fabs(rv[c] - want) <= 1e-4 * want, "bn one-pass variance, channel %d: %.9g, want %.9g", c,
+                  (double)rv[c], want);
+        }
+        dl_clear_error(G);
+        dl_step_end(G);
+    }
     {   /* layer norm: rows normalized to mean 0, var 1 */
         dl_tensor *x = U(DL_SHAPE(3, 16), -5.0f, 5.0f, false);
         dl_tensor *y = dl_layer_norm(x, DL_SHAPE(16), NULL, NULL, 0.0f);
