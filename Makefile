@@ -160,7 +160,7 @@ $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
 
 # threaded code (the loader's workers, the kernel thread pool, the allreduce ring) under ThreadSanitizer
-TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_hardening $(B)/tsan/test_dist
+TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_gemm $(B)/tsan/test_hardening $(B)/tsan/test_dist
 $(B)/tsan:
 	mkdir -p $@
 $(B)/tsan/%: tests/%.c $(DEPS) | $(B)/tsan

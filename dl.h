@@ -37,7 +37,8 @@
        DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
                            implementation file compiled by nvcc -x cu (link -lcudart
                            -lcublas); DL_CUDA_EMULATE=N emulates N GPUs in host memory
-       DL_NO_THREADS       single-threaded build (no pthreads)
+       DL_NO_THREADS       single-threaded build (no pthreads; implied where the
+                           compiler lacks GCC's __atomic builtins)
        DL_ABORT_ON_ERROR   trap at the first error (for a debugger)
        DL_DEBUG            checks that cost memory: a dl_free()d tensor's header is
                            kept, poisoned, so a use after free is an error naming
@@ -1503,6 +1504,9 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 #include <float.h>
 #include <assert.h>
 #include <limits.h>
+#if !defined(DL_NO_THREADS) && !defined(__GNUC__)
+#define DL_NO_THREADS   /* the thread pool needs GCC's __atomic builtins (gcc, clang, icx) */
+#endif
 #ifndef DL_NO_THREADS
 #include <pthread.h>
 #endif
@@ -1550,9 +1554,11 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 #define DL__NSAVED 8
 
 // >>section threads and gemm
-/* A small persistent thread pool splits kernels into contiguous chunks;
-   each output element is computed by one thread in a fixed order, so results
-   do not depend on the thread count. The matrix product packs panels of A and
+/* A small persistent thread pool splits kernels into contiguous chunks
+   (fixed by the size, the grain and the thread count; a thread that finishes its own share takes
+   chunks not yet started from the others'); each output element is
+   computed by one thread in a fixed order, so results do not depend on the
+   thread count. The matrix product packs panels of A and
    B into contiguous buffers (BLIS-style blocking) and runs a register-tiled
    micro-kernel over them. */
 
@@ -1578,6 +1584,11 @@ typedef struct dl__pool_worker {
 } dl__pool_worker;
 #endif
 
+/* chunks of a parallel loop per thread, at most (dl__parallel_for) */
+#ifndef DL__POOL_SHARE
+#define DL__POOL_SHARE 4
+#endif
+
 struct dl__pool {
     int nthreads;              /* threads including the caller */
 #ifndef DL_NO_THREADS
@@ -1588,15 +1599,18 @@ struct dl__pool {
     pthread_cond_t cv_work;
     pthread_cond_t cv_done;
     uint64_t generation;       /* bumped for every job */
-    int pending;               /* worker chunks not yet finished */
     int stop;
     int busy;                  /* a parallel_for is in flight */
-    /* current job */
+    /* current job (under mu) */
     dl__task_fn fn;
     void *arg;
     int64_t n;
     int64_t chunk;
     int64_t nchunks;
+    /* atomics (__atomic builtins): the chunks finished, and per thread the
+       next chunk of its share, tagged with the job (generation << 32) */
+    int64_t done;
+    uint64_t *next;
 #endif
     /* SGEMM pack buffers kept between calls (dl__gemm_buf_get/put) */
     void *gemm_raw;
@@ -1632,6 +1646,43 @@ static DL__UNUSED int dl__pool_size(const dl__pool *p)
 
 #ifndef DL_NO_THREADS
 
+/* The next chunk of job `gen` (per chunks to a thread, nch in all) from
+   thread t's share, or -1 when it has none left (or the job is over) */
+static int64_t dl__pool_claim(dl__pool *p, int t, uint64_t gen, int64_t per, int64_t nch)
+{
+    uint64_t *slot = &p->next[t], v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    int64_t end = (int64_t)(t + 1) * per < nch ? (int64_t)(t + 1) * per : nch;
+    for (;;) {
+        int64_t i = (int64_t)(v & 0xFFFFFFFFu);
+        if ((v >> 32) != (gen & 0xFFFFFFFFu) || i >= end) return -1;
+        if (__atomic_compare_exchange_n(slot, &v, v + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return i;
+    }
+}
+
+/* Thread self's chunks of job gen, then whatever the others have not
+   started, in thread order; the one that finishes the last chunk wakes the
+   caller. The chunks are the same whoever runs them: results do not depend
+   on the thread that ran a chunk. */
+static void dl__pool_work(dl__pool *p, int self, uint64_t gen, dl__task_fn fn, void *arg, int64_t n, int64_t chunk,
+                          int64_t nch)
+{
+    int64_t per = (nch + p->nthreads - 1) / p->nthreads;
+    int k;
+    for (k = 0; k < p->nthreads; k++) {
+        int t = (self + k) % p->nthreads;
+        int64_t i;
+        while ((i = dl__pool_claim(p, t, gen, per, nch)) >= 0) {
+            int64_t b = i * chunk, e = b + chunk < n ? b + chunk : n;
+            fn(arg, b, e);
+            if (__atomic_add_fetch(&p->done, 1, __ATOMIC_ACQ_REL) == nch && self != 0) {
+                pthread_mutex_lock(&p->mu);
+                pthread_cond_signal(&p->cv_done);
+                pthread_mutex_unlock(&p->mu);
+            }
+        }
+    }
+}
+
 static void *dl__pool_worker_main(void *varg)
 {
     dl__pool_worker *w = (dl__pool_worker *)varg;
@@ -1642,21 +1693,21 @@ static void *dl__pool_worker_main(void *varg)
     for (;;) {
         dl__task_fn fn;
         void *arg;
-        int64_t b, e;
+        int64_t n, chunk, nch;
         while (p->generation == seen && !p->stop)
             pthread_cond_wait(&p->cv_work, &p->mu);
         if (p->stop) break;
         seen = p->generation;
-        if ((int64_t)w->index >= p->nchunks) continue;
         fn = p->fn;
         arg = p->arg;
-        b = (int64_t)w->index * p->chunk;
-        e = b + p->chunk;
-        if (e > p->n) e = p->n;
+        n = p->n;
+        chunk = p->chunk;
+        nch = p->nchunks;
         pthread_mutex_unlock(&p->mu);
-        fn(arg, b, e);
+        /* a job that is already over (its caller ran every chunk) offers
+           nothing: the tags name another generation */
+        dl__pool_work(p, w->index, seen, fn, arg, n, chunk, nch);
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->cv_done);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -1677,6 +1728,7 @@ static DL__UNUSED void dl__pool_destroy(dl__pool *p)
     pthread_cond_destroy(&p->cv_work);
     pthread_mutex_destroy(&p->mu);
     DL_FREE(p->gemm_raw);
+    DL_FREE(p->next);
     DL_FREE(p->workers);
     DL_FREE(p->threads);
     DL_FREE(p);
@@ -1718,7 +1770,8 @@ static DL__UNUSED dl__pool *dl__pool_create(int nthreads)
     if (nthreads > 1) {
         p->threads = (pthread_t *)DL_MALLOC(sizeof(pthread_t) * (size_t)(nthreads - 1));
         p->workers = (dl__pool_worker *)DL_MALLOC(sizeof(dl__pool_worker) * (size_t)(nthreads - 1));
-        if (!p->threads || !p->workers) {
+        p->next = (uint64_t *)DL_MALLOC(sizeof(uint64_t) * (size_t)nthreads);
+        if (!p->threads || !p->workers || !p->next) {
             dl__pool_destroy(p);
             return NULL;
         }
@@ -1735,15 +1788,23 @@ static DL__UNUSED dl__pool *dl__pool_create(int nthreads)
     return p;
 }
 
+/* fn over [0, n) in chunks of at least `grain` (up to DL__POOL_SHARE per
+   thread), fixed by n, grain and the thread count alone. Each thread first
+   runs its own share of the chunks in order, then takes chunks not yet
+   started from the others' shares: a thread that wakes late, or runs on a
+   core that something else is using, does less, and the caller never waits
+   for a thread that has not started. */
 static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, dl__task_fn fn, void *arg)
 {
-    int64_t chunk, nch, e0;
+    int64_t chunk, nch, per;
+    uint64_t gen;
+    int t;
     if (n <= 0) return;
     if (!p || p->nthreads <= 1) {
         fn(arg, 0, n);
         return;
     }
-    nch = dl__split(n, grain, p->nthreads, &chunk);
+    nch = dl__split(n, grain, p->nthreads * DL__POOL_SHARE, &chunk);
     if (nch <= 1) {
         fn(arg, 0, n);
         return;
@@ -1756,21 +1817,23 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
         return;
     }
     p->busy = 1;
+    gen = ++p->generation;
+    per = (nch + p->nthreads - 1) / p->nthreads;
     p->fn = fn;
     p->arg = arg;
     p->n = n;
     p->chunk = chunk;
     p->nchunks = nch;
-    p->pending = (int)(nch - 1);
-    p->generation++;
+    __atomic_store_n(&p->done, 0, __ATOMIC_RELEASE);
+    for (t = 0; t < p->nthreads; t++)
+        __atomic_store_n(&p->next[t], ((gen & 0xFFFFFFFFu) << 32) | (uint64_t)(t * per), __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
 
-    e0 = chunk < n ? chunk : n;
-    fn(arg, 0, e0);
+    dl__pool_work(p, 0, gen, fn, arg, n, chunk, nch);
 
     pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nch) pthread_cond_wait(&p->cv_done, &p->mu);
     p->busy = 0;
     pthread_mutex_unlock(&p->mu);
 }

@@ -79,6 +79,14 @@ static void pf_fn(void *varg, int64_t b, int64_t e)
     if (a->nested) dl__parallel_for(a->pool, e - b, 1, pf_inner, a->hits + b);
 }
 
+/* marks each index with the start of the chunk that ran it, plus 1 */
+static void pf_mark(void *varg, int64_t b, int64_t e)
+{
+    int *hits = (int *)varg;
+    int64_t i;
+    for (i = b; i < e; i++) hits[i] += (int)b + 1;
+}
+
 static void test_pool(int nthreads)
 {
     g_checks++;
@@ -111,6 +119,25 @@ static void test_pool(int nthreads)
                 g_fail++;
                 break;
             }
+        }
+    }
+    /* the chunks are dl__split's for DL__POOL_SHARE per thread, each run
+       once, whichever thread runs it (own share or taken from another's) */
+    for (rep = 0; rep < 300; rep++) {
+        int64_t grain = rnd_range(1, 64), chunk = 1, nch;
+        int i, ok = 1;
+        n = (int)rnd_range(0, 4999);
+        nch = dl__split(n, grain, dl__pool_size(p) * DL__POOL_SHARE, &chunk);
+        memset(hits, 0, sizeof(int) * 5000);
+        dl__parallel_for(p, n, grain, pf_mark, hits);
+        for (i = 0; i < 5000; i++) {
+            int want = i >= n ? 0 : (dl__pool_size(p) == 1 || nch <= 1) ? 1 : (int)(i / chunk * chunk) + 1;
+            if (hits[i] != want) ok = 0;
+        }
+        if (!ok) {
+            printf("FAIL: parallel_for chunks n=%d grain=%lld threads=%d\n", n, (long long)grain, nthreads);
+            g_fail++;
+            break;
         }
     }
     free(hits);
