@@ -1555,12 +1555,12 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 
 // >>section threads and gemm
 /* A small persistent thread pool splits kernels into contiguous chunks
-   (fixed by the size, the grain and the thread count; a thread that finishes its own share takes
-   chunks not yet started from the others'); each output element is
-   computed by one thread in a fixed order, so results do not depend on the
-   thread count. The matrix product packs panels of A and
-   B into contiguous buffers (BLIS-style blocking) and runs a register-tiled
-   micro-kernel over them. */
+   (fixed by the size, the grain and the thread count; a thread that
+   finishes its own share takes chunks not yet started from the others');
+   each output element is computed by one thread in a fixed order, so
+   results do not depend on the thread count. The matrix product packs
+   panels of A and B into contiguous buffers (BLIS-style blocking) and runs
+   a register-tiled micro-kernel over them. */
 
 #ifndef DL__RESTRICT
 #if defined(__GNUC__) || defined(_MSC_VER)
@@ -1646,6 +1646,9 @@ static DL__UNUSED int dl__pool_size(const dl__pool *p)
 
 #ifndef DL_NO_THREADS
 
+/* chunks in each thread's first share of nch */
+static int64_t dl__pool_per(const dl__pool *p, int64_t nch) { return (nch + p->nthreads - 1) / p->nthreads; }
+
 /* The next chunk of job `gen` (per chunks to a thread, nch in all) from
    thread t's share, or -1 when it has none left (or the job is over) */
 static int64_t dl__pool_claim(dl__pool *p, int t, uint64_t gen, int64_t per, int64_t nch)
@@ -1666,7 +1669,7 @@ static int64_t dl__pool_claim(dl__pool *p, int t, uint64_t gen, int64_t per, int
 static void dl__pool_work(dl__pool *p, int self, uint64_t gen, dl__task_fn fn, void *arg, int64_t n, int64_t chunk,
                           int64_t nch)
 {
-    int64_t per = (nch + p->nthreads - 1) / p->nthreads;
+    int64_t per = dl__pool_per(p, nch);
     int k;
     for (k = 0; k < p->nthreads; k++) {
         int t = (self + k) % p->nthreads;
@@ -1818,7 +1821,7 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
     }
     p->busy = 1;
     gen = ++p->generation;
-    per = (nch + p->nthreads - 1) / p->nthreads;
+    per = dl__pool_per(p, nch);
     p->fn = fn;
     p->arg = arg;
     p->n = n;
@@ -2539,53 +2542,28 @@ static void dl__gemm_dot_ref(int64_t M, int64_t N, int64_t K, float alpha, const
 #endif
 
 /* Work handed out in order, one index at a time, to the threads of a job
-   (dl__claim): a thread that starts late or shares its core takes less. */
+   (dl__claim, an atomic add as the pool's claims): a thread that starts
+   late or shares its core takes less. */
 typedef struct dl__claimer {
     int64_t next;
-    int nslots;          /* threads working; 1: no lock */
-#ifndef DL_NO_THREADS
-    pthread_mutex_t mu;
-#endif
 } dl__claimer;
-
-static void dl__claim_init(dl__claimer *c, int nslots)
-{
-    c->next = 0;
-    c->nslots = nslots;
-#ifndef DL_NO_THREADS
-    if (c->nslots > 1 && pthread_mutex_init(&c->mu, NULL) != 0) c->nslots = 1;
-#endif
-}
 
 static int64_t dl__claim(dl__claimer *c)
 {
-    int64_t r;
 #ifndef DL_NO_THREADS
-    if (c->nslots > 1) pthread_mutex_lock(&c->mu);
+    return __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+#else
+    return c->next++;
 #endif
-    r = c->next++;
-#ifndef DL_NO_THREADS
-    if (c->nslots > 1) pthread_mutex_unlock(&c->mu);
-#endif
-    return r;
-}
-
-static void dl__claim_done(dl__claimer *c)
-{
-#ifndef DL_NO_THREADS
-    if (c->nslots > 1) pthread_mutex_destroy(&c->mu);
-#endif
-    (void)c;
 }
 
 /* task(arg, slot, slot + 1) on nslots threads (inline for one) that claim
    their work from c */
 static void dl__claim_run(dl__pool *pool, dl__claimer *c, int64_t nslots, dl__task_fn task, void *arg)
 {
-    dl__claim_init(c, (int)nslots);
-    if (c->nslots <= 1) task(arg, 0, 1);
-    else dl__parallel_for(pool, c->nslots, 1, task, arg);
-    dl__claim_done(c);
+    c->next = 0;
+    if (nslots <= 1) task(arg, 0, 1);
+    else dl__parallel_for(pool, nslots, 1, task, arg);
 }
 
 typedef struct dl__sgemm_job {
