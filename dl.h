@@ -1120,7 +1120,12 @@ DL_API void dl_module_zero_grad(dl_module *m);       /* grads = 0 (kept allocate
    Init as PyTorch: W ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)),
    b ~ U(-1/sqrt(in), 1/sqrt(in)). */
 DL_API dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias);
-DL_API dl_module *dl_nn_sequential(dl_ctx *ctx, int n, dl_module *const *mods); /* "0","1",.. */
+/* Sequential: the children in order, named "0","1",... A ReLU followed by a
+   max pool runs as the max pool, then the ReLU, on the pooled quarter of the
+   data: both are monotone, so the values, the pool's chosen element and
+   the gradients are the same (NaN included); the recorded graph shows the
+   pool first. */
+DL_API dl_module *dl_nn_sequential(dl_ctx *ctx, int n, dl_module *const *mods);
 DL_API dl_module *dl_nn_relu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_sigmoid(dl_ctx *ctx);
 DL_API dl_module *dl_nn_tanh(dl_ctx *ctx);
@@ -7521,56 +7526,99 @@ static void dl__cpu_avg_pool_adj(dl__dev *d, float *dx, const float *gy, int64_t
 }
 
 
+/* The optimizer kernels: each element on its own, so the loop is split
+   across threads without changing a bit. The settings are copied to locals
+   first: read through the args pointer, every store to p could change them
+   (both are float), and the loop stayed scalar with its branches inside. */
+typedef struct dl__opt_task {
+    float *p, *buf, *m, *v, *vmax;
+    const float *g;
+    const dl__sgd_args *sgd;
+    const dl__adam_args *adam;
+} dl__opt_task;
+
 /* d_p = g (-g with maximize) (+ wd*p); buf = d_p (first) or momentum*buf + (1-dampening)*d_p;
    d_p = nesterov ? d_p + momentum*buf : buf;  p += -lr * d_p */
-static void dl__cpu_sgd(dl__dev *d, float *p, const float *g, float *buf, int64_t n,
-                        const dl__sgd_args *a)
+static void dl__sgd_task(void *arg, int64_t lo, int64_t hi)
 {
-    p = (float *)DL__RAW(d, p);
-    g = (const float *)DL__RAW(d, g);
-    buf = (float *)DL__RAW(d, buf);
-    int64_t i;
-    float neg_lr = -a->lr;
-    (void)d;
+    const dl__opt_task *u = (const dl__opt_task *)arg;
+    float *p = u->p + lo, *buf = u->buf ? u->buf + lo : NULL;
+    const float *g = u->g + lo;
+    const float neg_lr = -u->sgd->lr, wd = u->sgd->wd, mom = u->sgd->momentum;
+    const float omd = u->sgd->one_m_dampening;
+    const bool nesterov = u->sgd->nesterov, maximize = u->sgd->maximize, first = u->sgd->first;
+    int64_t i, n = hi - lo;
+    if (!maximize && wd == 0.0f && mom == 0.0f) {    /* plain SGD */
+        for (i = 0; i < n; i++) p[i] = p[i] + neg_lr * g[i];
+        return;
+    }
     for (i = 0; i < n; i++) {
-        float d = a->maximize ? -g[i] : g[i];
-        if (a->wd != 0.0f) d = d + a->wd * p[i];
-        if (a->momentum != 0.0f) {
-            float b = a->first ? d : buf[i] * a->momentum + a->one_m_dampening * d;
+        float d = maximize ? -g[i] : g[i];
+        if (wd != 0.0f) d = d + wd * p[i];
+        if (mom != 0.0f) {
+            float b = first ? d : buf[i] * mom + omd * d;
             buf[i] = b;
-            d = a->nesterov ? d + a->momentum * b : b;
+            d = nesterov ? d + mom * b : b;
         }
         p[i] = p[i] + neg_lr * d;
     }
 }
 
+static void dl__cpu_sgd(dl__dev *d, float *p, const float *g, float *buf, int64_t n,
+                        const dl__sgd_args *a)
+{
+    dl__opt_task u;
+    memset(&u, 0, sizeof u);
+    u.p = (float *)DL__RAW(d, p);
+    u.g = (const float *)DL__RAW(d, g);
+    u.buf = buf ? (float *)DL__RAW(d, buf) : NULL;
+    u.sgd = a;
+    dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__sgd_task, &u);
+}
+
 /* (AdamW: p *= 1-lr*wd)  g' = g (+ wd*p for Adam);  m = beta1*m + (1-beta1)*g';
    v = beta2*v + (1-beta2)*g'*g';  vmax = max(vmax, v) (amsgrad);
    p += -step_size * m / (sqrt(v or vmax)/sqrt(bc2) + eps),  step_size = lr/bc1 */
-static void dl__cpu_adam(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax,
-                         int64_t n, const dl__adam_args *a)
+static void dl__adam_task(void *arg, int64_t lo, int64_t hi)
 {
-    p = (float *)DL__RAW(d, p);
-    g = (const float *)DL__RAW(d, g);
-    m = (float *)DL__RAW(d, m);
-    v = (float *)DL__RAW(d, v);
-    vmax = (float *)DL__RAW(d, vmax);
-    int64_t i;
-    (void)d;
+    const dl__opt_task *u = (const dl__opt_task *)arg;
+    const dl__adam_args *a = u->adam;
+    float *p = u->p + lo, *m = u->m + lo, *v = u->v + lo, *vmax = u->vmax ? u->vmax + lo : NULL;
+    const float *g = u->g + lo;
+    const float decay = a->decay, wd = a->wd, b1 = a->beta1, omb1 = a->one_m_beta1;
+    const float b2 = a->beta2, omb2 = a->one_m_beta2, bc2s = a->bc2_sqrt, eps = a->eps;
+    const float nss = a->neg_step_size;
+    const bool maximize = a->maximize, amsgrad = a->amsgrad;
+    int64_t i, n = hi - lo;
     for (i = 0; i < n; i++) {
-        float gi = a->maximize ? -g[i] : g[i], pi = p[i], denom, vv;
-        if (a->decay != 1.0f) pi = pi * a->decay;
-        if (a->wd != 0.0f) gi = gi + a->wd * pi;
-        m[i] = m[i] * a->beta1 + a->one_m_beta1 * gi;
-        v[i] = v[i] * a->beta2 + a->one_m_beta2 * gi * gi;
-        vv = v[i];
-        if (a->amsgrad) {
+        float gi = maximize ? -g[i] : g[i], pi = p[i], denom, vv, mi;
+        if (decay != 1.0f) pi = pi * decay;
+        if (wd != 0.0f) gi = gi + wd * pi;
+        mi = m[i] * b1 + omb1 * gi;
+        m[i] = mi;
+        vv = v[i] * b2 + omb2 * gi * gi;
+        v[i] = vv;
+        if (amsgrad) {
             if (!(vmax[i] >= vv)) vmax[i] = vv;     /* torch.maximum: NaN propagates */
             vv = vmax[i];
         }
-        denom = sqrtf(vv) / a->bc2_sqrt + a->eps;
-        p[i] = pi + a->neg_step_size * m[i] / denom;
+        denom = sqrtf(vv) / bc2s + eps;
+        p[i] = pi + nss * mi / denom;
     }
+}
+
+static void dl__cpu_adam(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax,
+                         int64_t n, const dl__adam_args *a)
+{
+    dl__opt_task u;
+    memset(&u, 0, sizeof u);
+    u.p = (float *)DL__RAW(d, p);
+    u.g = (const float *)DL__RAW(d, g);
+    u.m = (float *)DL__RAW(d, m);
+    u.v = (float *)DL__RAW(d, v);
+    u.vmax = vmax ? (float *)DL__RAW(d, vmax) : NULL;
+    u.adam = a;
+    dl__parallel_for(d->ctx->pool, n, 1 << 14, dl__adam_task, &u);
 }
 
 static double dl__cpu_sumsq(dl__dev *d, const float *x, int64_t n)
@@ -12101,10 +12149,28 @@ dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
     return m;
 }
 
+static dl_tensor *dl__relu_fwd(dl_module *m, dl_tensor *x);
+static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x);
+static bool dl__is_max_pool(const dl_module *m);
+
+/* ReLU then max pool runs as max pool then ReLU: max_S relu(x) =
+   relu(max_S x) for any window S, the pool takes the same element (the
+   first largest, the last NaN: relu keeps NaN and the order of positive
+   values, and a window with no positive value gets gradient 0 either way),
+   and the ReLU reads and writes a quarter of the data (2x2 pools), forward
+   and backward */
 static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
 {
     int i;
-    for (i = 0; i < m->nc && x; i++) x = dl_module_forward(m->cs[i].m, x);
+    for (i = 0; i < m->nc && x; i++) {
+        dl_module *c = m->cs[i].m;
+        if (c->forward == dl__relu_fwd && i + 1 < m->nc && dl__is_max_pool(m->cs[i + 1].m)) {
+            x = dl_module_forward(m->cs[++i].m, x);
+            if (x) x = dl_module_forward(c, x);
+        } else {
+            x = dl_module_forward(c, x);
+        }
+    }
     return x;
 }
 
@@ -12246,6 +12312,11 @@ static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x)
     case 7: return dl_adaptive_avg_pool2d(x, s->out);
     default: return dl_adaptive_avg_pool3d(x, s->out);
     }
+}
+
+static bool dl__is_max_pool(const dl_module *m)
+{
+    return m->forward == dl__poolm_fwd && ((const dl__poolm *)m->state)->kind == 0;
 }
 
 static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_pool_desc *d, dl_shape out)

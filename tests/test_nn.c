@@ -871,11 +871,63 @@ static int write_for_torch(const char *path)
     return r == DL_OK;
 }
 
+/* Sequential runs ReLU then max pool as max pool then ReLU: the outputs and
+   the input gradients must be the same bits as dl_max_pool*d(dl_relu(x)),
+   with ties, zeros of both signs, infinities, NaN, windows with nothing
+   positive, padding, ceil mode and dilation, in 1, 2 and 3 dimensions */
+static void test_relu_pool_order(void)
+{
+    static const float vals[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f};
+    dl_ctx *ctx = new_ctx(3);
+    int c;
+    for (c = 0; c < 8; c++) {
+        int sp = c < 2 ? 1 : c < 6 ? 2 : 3;
+        int64_t n = 2 * 3 * 7 * (sp >= 2 ? 9 : 1) * (sp == 3 ? 5 : 1), i;
+        dl_pool_desc pd = dl_pool_desc_make(c == 3 ? 3 : 2, c == 4 ? 1 : 0, c == 3 ? 1 : 0, c == 5, true);
+        dl_module *mods[3], *seq;
+        dl_tensor *x, *x2, *y, *ref, *gy;
+        float *h = (float *)malloc(sizeof(float) * (size_t)n);
+        uint64_t r = 12345u + (uint64_t)c;
+        dl_backward_desc bd;
+        if (c == 1 || c == 5) { int k; for (k = 0; k < sp; k++) pd.dilation[k] = 2; }
+        for (i = 0; i < n; i++) {
+            r = r * 6364136223846793005u + 1442695040888963407u;
+            h[i] = vals[(r >> 33) % 8];
+            if ((r >> 20) % 97 == 0) h[i] = NAN;
+            else if ((r >> 20) % 97 == 1) h[i] = -INFINITY;
+            else if ((r >> 20) % 97 == 2) h[i] = INFINITY;
+        }
+        x = dl_requires_grad(dl_from_array(ctx, sp == 1 ? DL_SHAPE(2, 3, 7) : sp == 2 ? DL_SHAPE(2, 3, 7, 9)
+                                                : DL_SHAPE(2, 3, 7, 9, 5), h), true);
+        x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), true);
+        free(h);
+        mods[0] = dl_nn_relu(ctx);
+        mods[1] = sp == 1 ? dl_nn_max_pool1d(ctx, &pd) : sp == 2 ? dl_nn_max_pool2d(ctx, &pd)
+                                                     : dl_nn_max_pool3d(ctx, &pd);
+        mods[2] = dl_nn_sigmoid(ctx);
+        seq = dl_nn_sequential(ctx, c == 7 ? 2 : 3, mods);
+        y = dl_module_forward(seq, x);
+        ref = sp == 1 ? dl_max_pool1d(dl_relu(x2), &pd) : sp == 2 ? dl_max_pool2d(dl_relu(x2), &pd)
+                                                        : dl_max_pool3d(dl_relu(x2), &pd);
+        if (c != 7) ref = dl_sigmoid(ref);
+        CHECK(y && ref && th_same_bytes(y, ref), "relu+max_pool%dd case %d: the same output bits", sp, c);
+        if (!y || !ref) { dl_clear_error(ctx); continue; }
+        gy = dl_randn(ctx, dl_shape_make(y->ndim, y->shape));
+        memset(&bd, 0, sizeof bd);
+        bd.grad = gy;
+        CHECK(dl_backward_ex(y, &bd) == DL_OK && dl_backward_ex(ref, &bd) == DL_OK && x->grad && x2->grad &&
+              th_same_bytes(x->grad, x2->grad), "relu+max_pool%dd case %d: the same input gradient bits", sp, c);
+        dl_step_end(ctx);
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/dl_test_nn_%ld", (long)getpid());
     if (!g_load("tests/golden/optim.bin")) { th_fail++; }
     test_modules();
+    test_relu_pool_order();
     CHECK(cnt_live == 0, "leak after modules: %ld", cnt_live);
     test_init();
     if (g_nrec) {

@@ -861,6 +861,60 @@ static void test_values(void)
             CHECK(y && fabs(rv[c] - want) <= 1e-4 * want, "bn one-pass variance, channel %d: %.9g, want %.9g", c,
                   (double)rv[c], want);
         }
+        {   /* the backward's channel sums on the same data: dweight =
+               sum(g xhat) to 1e-5 of the sum of the terms' magnitudes,
+               dbias = sum(g) and dx against double sums, to 1e-4 of the
+               largest, given the saved float32 mean and 1/std (as
+               PyTorch's: with a spread of 3e-3 around 1e4, the float mean's
+               rounding alone moves dweight by a fifth, in PyTorch too) */
+            float gv[BN_N * 2 * BN_L], wv[2] = {1.5f, -0.5f}, dwv[2], dbv[2];
+            double sg[2] = {0, 0}, sgx[2] = {0, 0}, is[2], dxmax = 0, dxerr = 0, *xh = NULL;
+            dl_tensor *xg = dl_requires_grad(dl_from_array(G, DL_SHAPE(BN_N, 2, BN_L), xv), true);
+            dl_tensor *wt = dl_requires_grad(dl_from_array(G, DL_SHAPE(2), wv), true);
+            dl_tensor *bt = dl_requires_grad(dl_zeros(G, DL_SHAPE(2)), true), *yb, *gt;
+            dl_backward_desc bd;
+            const float *dxv;
+            xh = (double *)malloc(sizeof(double) * BN_N * 2 * BN_L);
+            for (i = 0; i < BN_N * 2 * BN_L; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                gv[i] = (float)(r >> 40) / 16777216.0f - 0.3f;
+            }
+            for (c = 0; c < 2; c++) is[c] = (float)(1.0 / sqrt(var[c] / (BN_N * BN_L) + 1e-5));
+            for (i = 0; i < BN_N * 2 * BN_L; i++) {
+                c = (i / BN_L) % 2;
+                xh[i] = (xv[i] - (double)(float)mean[c]) * is[c];
+                sg[c] += gv[i];
+                sgx[c] += gv[i] * xh[i];
+            }
+            gt = dl_from_array(G, DL_SHAPE(BN_N, 2, BN_L), gv);
+            yb = dl_batch_norm(xg, NULL, NULL, wt, bt, true, 0.1f, 1e-5f);
+            memset(&bd, 0, sizeof bd);
+            bd.grad = gt;
+            CHECK(yb && dl_backward_ex(yb, &bd) == DL_OK && xg->grad && wt->grad && bt->grad, "bn backward runs");
+            if (xg->grad && wt->grad && bt->grad) {
+                dl_read(wt->grad, dwv, 2);
+                dl_read(bt->grad, dbv, 2);
+                dxv = th_host(xg->grad);
+                for (c = 0; c < 2; c++) {
+                    double amax = 0;
+                    for (i = 0; i < BN_N * 2 * BN_L; i++)
+                        if ((i / BN_L) % 2 == c) amax += fabs(gv[i] * xh[i]);
+                    CHECK(fabs(dwv[c] - sgx[c]) <= 1e-5 * amax && fabs(dbv[c] - sg[c]) <= 1e-4 * fabs(sg[c]),
+                          "bn backward sums, channel %d: dweight %.9g want %.9g, dbias %.9g want %.9g", c,
+                          (double)dwv[c], sgx[c], (double)dbv[c], sg[c]);
+                }
+                for (i = 0; i < BN_N * 2 * BN_L; i++) {
+                    int64_t M = BN_N * BN_L;
+                    double want;
+                    c = (i / BN_L) % 2;
+                    want = wv[c] * is[c] * (gv[i] - sg[c] / M - xh[i] * sgx[c] / M);
+                    if (fabs(want) > dxmax) dxmax = fabs(want);
+                    if (fabs(dxv[i] - want) > dxerr) dxerr = fabs(dxv[i] - want);
+                }
+                CHECK(dxerr <= 1e-4 * dxmax, "bn backward dx: largest error %.3g of %.3g", dxerr, dxmax);
+            }
+            free(xh);
+        }
         dl_clear_error(G);
         dl_step_end(G);
     }
