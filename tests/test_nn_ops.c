@@ -868,13 +868,13 @@ static void test_values(void)
                PyTorch's: with a spread of 3e-3 around 1e4, the float mean's
                rounding alone moves dweight by a fifth, in PyTorch too) */
             float gv[BN_N * 2 * BN_L], wv[2] = {1.5f, -0.5f}, dwv[2], dbv[2];
-            double sg[2] = {0, 0}, sgx[2] = {0, 0}, is[2], dxmax = 0, dxerr = 0, *xh = NULL;
+            static double xh[BN_N * 2 * BN_L];
+            double sg[2] = {0, 0}, sgx[2] = {0, 0}, is[2], dxmax = 0, dxerr = 0;
             dl_tensor *xg = dl_requires_grad(dl_from_array(G, DL_SHAPE(BN_N, 2, BN_L), xv), true);
             dl_tensor *wt = dl_requires_grad(dl_from_array(G, DL_SHAPE(2), wv), true);
             dl_tensor *bt = dl_requires_grad(dl_zeros(G, DL_SHAPE(2)), true), *yb, *gt;
             dl_backward_desc bd;
             const float *dxv;
-            xh = (double *)malloc(sizeof(double) * BN_N * 2 * BN_L);
             for (i = 0; i < BN_N * 2 * BN_L; i++) {
                 r = r * 6364136223846793005ull + 1442695040888963407ull;
                 gv[i] = (float)(r >> 40) / 16777216.0f - 0.3f;
@@ -913,7 +913,6 @@ static void test_values(void)
                 }
                 CHECK(dxerr <= 1e-4 * dxmax, "bn backward dx: largest error %.3g of %.3g", dxerr, dxmax);
             }
-            free(xh);
         }
         dl_clear_error(G);
         dl_step_end(G);
