@@ -1514,6 +1514,7 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 #endif
 #ifndef DL_NO_THREADS
 #include <pthread.h>
+#include <time.h>
 #endif
 #if defined(__unix__) || defined(__APPLE__)
 #define DL__UNIX 1
@@ -1606,6 +1607,8 @@ struct dl__pool {
     uint64_t generation;       /* bumped for every job */
     int stop;
     int busy;                  /* a parallel_for is in flight */
+    int sleepers;              /* workers in cv_work's wait (under mu) */
+    int caller_waits;          /* the caller sleeps on cv_done (under mu) */
     /* current job (under mu) */
     dl__task_fn fn;
     void *arg;
@@ -1651,6 +1654,52 @@ static DL__UNUSED int dl__pool_size(const dl__pool *p)
 
 #ifndef DL_NO_THREADS
 
+/* How long a thread spins before it sleeps: a worker after its job, for the
+   next one, and the caller for the workers' last chunks. A training step runs
+   its ops microseconds apart, so the workers stay awake through a step and a
+   job starts without a futex wake-up (several microseconds on a VM, more when
+   the host has descheduled an idle vCPU). 0 makes every wait sleep at once. */
+#ifndef DL__POOL_SPIN_US
+#define DL__POOL_SPIN_US 50
+#endif
+
+/* microseconds on a monotonic clock; where a strict build hides
+   clock_gettime, pause instructions counted at ~25 ns each stand in */
+static double dl__pool_clock_us(int rounds)
+{
+#if defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    (void)rounds;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+#else
+    return 0.025 * (double)rounds;
+#endif
+}
+
+static void dl__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* One more round of a spin that began at *t0 (round i = 0 sets it): false
+   when DL__POOL_SPIN_US have passed and the thread should sleep instead */
+static bool dl__pool_spinning(int i, double *t0)
+{
+    if (DL__POOL_SPIN_US <= 0) return false;
+    if ((i & 63) == 0) {
+        double t = dl__pool_clock_us(i);
+        if (i == 0) *t0 = t;
+        else if (t - *t0 > DL__POOL_SPIN_US) return false;
+    }
+    dl__cpu_relax();
+    return true;
+}
+
 /* chunks in each thread's first share of nch */
 static int64_t dl__pool_per(const dl__pool *p, int64_t nch) { return (nch + p->nthreads - 1) / p->nthreads; }
 
@@ -1684,7 +1733,7 @@ static void dl__pool_work(dl__pool *p, int self, uint64_t gen, dl__task_fn fn, v
             fn(arg, b, e);
             if (__atomic_add_fetch(&p->done, 1, __ATOMIC_ACQ_REL) == nch && self != 0) {
                 pthread_mutex_lock(&p->mu);
-                pthread_cond_signal(&p->cv_done);
+                if (p->caller_waits) pthread_cond_signal(&p->cv_done);
                 pthread_mutex_unlock(&p->mu);
             }
         }
@@ -1702,8 +1751,21 @@ static void *dl__pool_worker_main(void *varg)
         dl__task_fn fn;
         void *arg;
         int64_t n, chunk, nch;
-        while (p->generation == seen && !p->stop)
+        if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+            double t0 = 0;
+            int i;
+            pthread_mutex_unlock(&p->mu);
+            for (i = 0; __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) == seen &&
+                        !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && dl__pool_spinning(i, &t0);
+                 i++) {
+            }
+            pthread_mutex_lock(&p->mu);
+        }
+        while (p->generation == seen && !p->stop) {
+            p->sleepers++;
             pthread_cond_wait(&p->cv_work, &p->mu);
+            p->sleepers--;
+        }
         if (p->stop) break;
         seen = p->generation;
         fn = p->fn;
@@ -1727,7 +1789,7 @@ static DL__UNUSED void dl__pool_destroy(dl__pool *p)
     if (!p) return;
     if (p->nstarted > 0 || p->threads) {
         pthread_mutex_lock(&p->mu);
-        p->stop = 1;
+        __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&p->cv_work);
         pthread_mutex_unlock(&p->mu);
         for (i = 0; i < p->nstarted; i++) pthread_join(p->threads[i], NULL);
@@ -1825,7 +1887,7 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
         return;
     }
     p->busy = 1;
-    gen = ++p->generation;
+    gen = p->generation + 1;
     per = dl__pool_per(p, nch);
     p->fn = fn;
     p->arg = arg;
@@ -1835,13 +1897,23 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
     __atomic_store_n(&p->done, 0, __ATOMIC_RELEASE);
     for (t = 0; t < p->nthreads; t++)
         __atomic_store_n(&p->next[t], ((gen & 0xFFFFFFFFu) << 32) | (uint64_t)(t * per), __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&p->cv_work);
+    /* spinning workers see the new generation once mu is released */
+    __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);
+    if (p->sleepers) pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
 
     dl__pool_work(p, 0, gen, fn, arg, n, chunk, nch);
 
+    if (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nch) {
+        double t0 = 0;
+        int i;
+        for (i = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nch && dl__pool_spinning(i, &t0); i++) {
+        }
+    }
     pthread_mutex_lock(&p->mu);
+    p->caller_waits = 1;
     while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nch) pthread_cond_wait(&p->cv_done, &p->mu);
+    p->caller_waits = 0;
     p->busy = 0;
     pthread_mutex_unlock(&p->mu);
 }
@@ -1926,8 +1998,8 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #define DL__GEMM_DIRECT_M (4 * DL__GEMM_MR)  /* op(A) rows up to which B (not transposed) is read in place */
 #define DL__GEMM_PACK_COST 8.0               /* multiply-adds a packed element costs, about */
 #define DL__GEMM_READ_COST 2.0               /* ... and an element of B read in place */
-#ifndef DL__GEMM_PAR_MIN                     /* multiply-adds below which one thread runs (waking */
-#define DL__GEMM_PAR_MIN 4e6                 /* a worker costs ~5 us, ~1M of them); tests set 0 */
+#ifndef DL__GEMM_PAR_MIN                     /* multiply-adds below which one thread runs (a worker */
+#define DL__GEMM_PAR_MIN 2e5                 /* spinning for work starts in <1 us); tests set 0 */
 #endif
 #define DL__GEMM_REF_MAX 512.0               /* multiply-adds below which the scalar path runs */
 #ifndef DL__GEMM_DYN                         /* most chunks per thread (1: balanced halves, the */
@@ -7678,29 +7750,85 @@ static double dl__acc32_total(const double *a)
     return dl__acc8_total(b);
 }
 
+/* Rows shorter than 32 (L < 32: batch norm over (N, C) has L = 1): channels
+   [c0, c0 + nc) at once, nc L <= DL__BN_SHORT, walking the rows of x in
+   memory order instead of one channel's strided elements at a time. Element
+   (n, c, l) goes to partial l of channel c as in DL__ACC32_ROWS2 and in the
+   same order (n ascending), so the sums have the same bits. part and part2
+   are nc L partials each, `pos` names position j of the block and its
+   channel, c = c0 + j / L. */
+#define DL__BN_SHORT 512
+#define DL__BN_SHORT_ROWS(part, expr, part2, expr2) do { \
+        int64_t n_, j, w_ = nc * u->L; \
+        for (j = 0; j < w_; j++) part[j] = part2[j] = 0.0; \
+        for (n_ = 0; n_ < u->N; n_++) { \
+            const int64_t base = (n_ * u->C + c0) * u->L; \
+            for (j = 0; j < w_; j++) { double d_ = (expr); part[j] += d_; part2[j] += (expr2); } \
+        } \
+    } while (0)
+
+/* partials l < L of channel k of a short-row block, as DL__ACC32_ROWS2's 32 */
+static double dl__bn_short_total(const double *part, int64_t k, int64_t L)
+{
+    double a[32];
+    int64_t l;
+    for (l = 0; l < 32; l++) a[l] = l < L ? part[k * L + l] : 0.0;
+    return dl__acc32_total(a);
+}
+
+static void dl__bn_stats_fin(const dl__bn_args *u, int64_t c, double as_total, double aq_total, double K)
+{
+    double M = (double)(u->N * u->L);
+    double s = as_total / M, q = aq_total / M - s * s, m;   /* s = mean(x) - K */
+    if (q < 0.0) q = 0.0;                                   /* rounding; NaN stays */
+    m = K + s;
+    u->mean[c] = (float)m;
+    u->var[c] = (float)q;
+    u->invstd[c] = (float)(1.0 / sqrt(q + (double)u->eps));
+}
+
+static void dl__bn_stats_short(const dl__bn_args *u, int64_t lo, int64_t hi)
+{
+    double ps[DL__BN_SHORT], pq[DL__BN_SHORT], kk[DL__BN_SHORT];
+    int64_t c0, nc, j, L = u->L, cb = DL__BN_SHORT / L;
+    for (c0 = lo; c0 < hi; c0 += nc) {
+        nc = hi - c0 < cb ? hi - c0 : cb;
+        for (j = 0; j < nc * L; j++) kk[j] = (double)u->x[(c0 + j / L) * L];
+        DL__BN_SHORT_ROWS(ps, (double)u->x[base + j] - kk[j], pq, d_ * d_);
+        for (j = 0; j < nc; j++)
+            dl__bn_stats_fin(u, c0 + j, dl__bn_short_total(ps, j, L), dl__bn_short_total(pq, j, L), kk[j * L]);
+    }
+}
+
+#define DL__BN_CB 8
+
 static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__bn_args *u = (const dl__bn_args *)arg;
-    int64_t c, n, M = u->N * u->L;
-    for (c = lo; c < hi; c++) {
-        double s, q, m, as[32], aq[32];
-        int k;
+    int64_t c0, n;
+    if (u->L < 32) {
+        dl__bn_stats_short(u, lo, hi);
+        return;
+    }
+    /* blocks of DL__BN_CB channels, row by row: each channel's partials
+       see its elements in the same order as one channel at a time would
+       (the same bits), while memory is read in longer runs */
+    for (c0 = lo; c0 < hi; c0 += DL__BN_CB) {
+        double as[DL__BN_CB * 32], aq[DL__BN_CB * 32], K[DL__BN_CB];
+        int64_t nc = hi - c0 < DL__BN_CB ? hi - c0 : DL__BN_CB, j;
         /* one pass: the sums of x - K and of its square, in double, with K
            the channel's first value (so that they do not cancel unless the
            data lie far from K compared with their spread) */
-        const double K = (double)u->x[c * u->L];
-        for (k = 0; k < 32; k++) as[k] = aq[k] = 0.0;
-        for (n = 0; n < u->N; n++) {
-            const float *x = u->x + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS2(as, (double)x[l] - K, aq, d_ * d_);
-        }
-        s = dl__acc32_total(as) / (double)M;       /* mean(x) - K */
-        q = dl__acc32_total(aq) / (double)M - s * s;
-        if (q < 0.0) q = 0.0;                       /* rounding; NaN stays */
-        m = K + s;
-        u->mean[c] = (float)m;
-        u->var[c] = (float)q;
-        u->invstd[c] = (float)(1.0 / sqrt(q + (double)u->eps));
+        for (j = 0; j < nc; j++) K[j] = (double)u->x[(c0 + j) * u->L];
+        for (j = 0; j < nc * 32; j++) as[j] = aq[j] = 0.0;
+        for (n = 0; n < u->N; n++)
+            for (j = 0; j < nc; j++) {
+                const float *x = u->x + (n * u->C + c0 + j) * u->L;
+                double *ps = as + 32 * j, *pq = aq + 32 * j, Kj = K[j];
+                DL__ACC32_ROWS2(ps, (double)x[l] - Kj, pq, d_ * d_);
+            }
+        for (j = 0; j < nc; j++)
+            dl__bn_stats_fin(u, c0 + j, dl__acc32_total(as + 32 * j), dl__acc32_total(aq + 32 * j), K[j]);
     }
 }
 
@@ -7749,24 +7877,49 @@ static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *
     dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_apply_task, &u);
 }
 
+/* channel c's sum(g) and sum(g (x - mean)) into sums, db and dw */
+static void dl__bn_sums_fin(const dl__bn_args *u, int64_t c, double sg, double sgx)
+{
+    double is = u->cinvstd[c];
+    u->sums[2 * c] = sg;
+    u->sums[2 * c + 1] = sgx * is;                   /* sum(g xhat) */
+    if (u->db) u->db[c] = (float)sg;
+    if (u->dw) u->dw[c] = (float)(sgx * is);
+}
+
+static void dl__bn_sums_short(const dl__bn_args *u, int64_t lo, int64_t hi)
+{
+    double pg[DL__BN_SHORT], pgx[DL__BN_SHORT], mm[DL__BN_SHORT];
+    int64_t c0, nc, j, L = u->L, cb = DL__BN_SHORT / L;
+    for (c0 = lo; c0 < hi; c0 += nc) {
+        nc = hi - c0 < cb ? hi - c0 : cb;
+        for (j = 0; j < nc * L; j++) mm[j] = u->cmean[c0 + j / L];
+        DL__BN_SHORT_ROWS(pg, (double)u->g[base + j], pgx, d_ * ((double)u->x[base + j] - mm[j]));
+        for (j = 0; j < nc; j++)
+            dl__bn_sums_fin(u, c0 + j, dl__bn_short_total(pg, j, L), dl__bn_short_total(pgx, j, L));
+    }
+}
+
 static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__bn_args *u = (const dl__bn_args *)arg;
-    int64_t c, n;
-    for (c = lo; c < hi; c++) {
-        double sg, sgx, m = u->cmean[c], is = u->cinvstd[c], ag[32], agx[32];
-        int k;
-        for (k = 0; k < 32; k++) ag[k] = agx[k] = 0.0;
-        for (n = 0; n < u->N; n++) {
-            const float *x = u->x + (n * u->C + c) * u->L, *g = u->g + (n * u->C + c) * u->L;
-            DL__ACC32_ROWS2(ag, (double)g[l], agx, d_ * ((double)x[l] - m));
-        }
-        sg = dl__acc32_total(ag);
-        sgx = dl__acc32_total(agx);
-        u->sums[2 * c] = sg;
-        u->sums[2 * c + 1] = sgx * is;               /* sum(g xhat) */
-        if (u->db) u->db[c] = (float)sg;
-        if (u->dw) u->dw[c] = (float)(sgx * is);
+    int64_t c0, n;
+    if (u->L < 32) {
+        dl__bn_sums_short(u, lo, hi);
+        return;
+    }
+    for (c0 = lo; c0 < hi; c0 += DL__BN_CB) {    /* as in dl__bn_stats_task */
+        double ag[DL__BN_CB * 32], agx[DL__BN_CB * 32];
+        int64_t nc = hi - c0 < DL__BN_CB ? hi - c0 : DL__BN_CB, j;
+        for (j = 0; j < nc * 32; j++) ag[j] = agx[j] = 0.0;
+        for (n = 0; n < u->N; n++)
+            for (j = 0; j < nc; j++) {
+                const int64_t off = (n * u->C + c0 + j) * u->L;
+                const float *x = u->x + off, *g = u->g + off;
+                double *pg = ag + 32 * j, *pgx = agx + 32 * j, m = u->cmean[c0 + j];
+                DL__ACC32_ROWS2(pg, (double)g[l], pgx, d_ * ((double)x[l] - m));
+            }
+        for (j = 0; j < nc; j++) dl__bn_sums_fin(u, c0 + j, dl__acc32_total(ag + 32 * j), dl__acc32_total(agx + 32 * j));
     }
 }
 

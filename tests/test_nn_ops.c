@@ -938,6 +938,126 @@ static void test_values(void)
 /* ------------------------------------------------------------------ errors */
 
 /* after an error the context must still work */
+/* Batch norm's statistics and backward sums take rows in blocks of channels
+   (and, for rows shorter than 32, all of a block's elements of one sample
+   at once): shapes that cross the blocks (C past 8, L below, at and above
+   32, blocks of 512 / L channels), against plain double sums, with the
+   saved float32 mean and 1/std for the backward as in the test above;
+   the same on 1 and 2 threads to the bit. */
+static void test_bn_blocks(void)
+{
+    static const int64_t shapes[][3] = {{5, 1, 1},   {37, 120, 1}, {300, 3, 1}, {9, 70, 3},  {4, 20, 31},
+                                        {3, 17, 32}, {2, 9, 33},   {3, 11, 100}, {2, 600, 1}, {1, 5, 2}};
+    int s;
+    for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        int64_t N = shapes[s][0], C = shapes[s][1], L = shapes[s][2], M = N * L, n = N * C * L, i, c;
+        float *xv = (float *)malloc(sizeof(float) * (size_t)n), *gv = (float *)malloc(sizeof(float) * (size_t)n);
+        float *first = (float *)malloc(sizeof(float) * (size_t)(3 * n + 4 * C));
+        double *mean = (double *)calloc((size_t)(5 * C), sizeof(double)), *var = mean + C, *sg = var + C, *sgx = sg + C,
+               *mag = sgx + C;
+        uint64_t r = 99 + (uint64_t)s;
+        int th, ok = xv && gv && first && mean;
+        for (i = 0; ok && i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            xv[i] = 3.0f + (float)((r >> 40) % 1000) / 250.0f + (float)((i / L) % C);
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            gv[i] = (float)(r >> 40) / 16777216.0f - 0.4f;
+        }
+        for (i = 0; ok && i < n; i++) mean[(i / L) % C] += xv[i];
+        for (c = 0; ok && c < C; c++) mean[c] /= (double)M;
+        for (i = 0; ok && i < n; i++) {
+            double d = xv[i] - mean[(i / L) % C];
+            var[(i / L) % C] += d * d / (double)M;
+        }
+        for (th = 1; ok && th <= 2; th++) {
+            dl_tensor *x, *w, *b, *g, *rm, *rv, *y;
+            dl_backward_desc bd;
+            dl_set_num_threads(G, th);
+            x = dl_requires_grad(dl_from_array(G, DL_SHAPE(N, C, L), xv), true);
+            w = dl_requires_grad(dl_full(G, DL_SHAPE(C), 0.75f), true);
+            b = dl_requires_grad(dl_zeros(G, DL_SHAPE(C)), true);
+            g = dl_from_array(G, DL_SHAPE(N, C, L), gv);
+            rm = dl_zeros(G, DL_SHAPE(C));
+            rv = dl_zeros(G, DL_SHAPE(C));
+            y = dl_batch_norm(x, rm, rv, w, b, true, 1.0f, 1e-5f);
+            memset(&bd, 0, sizeof bd);
+            bd.grad = g;
+            if (!y || dl_backward_ex(y, &bd) != DL_OK || !x->grad || !w->grad || !b->grad) {
+                CHECK(0, "bn blocks (%lld,%lld,%lld): %s", (long long)N, (long long)C, (long long)L, dl_error_message(G));
+                ok = 0;
+                break;
+            }
+            if (th == 1) {   /* values against double sums */
+                float *rmv = first, *rvv = rmv + C, *dw = rvv + C, *db = dw + C;
+                const float *dx = th_host(x->grad);
+                double dxerr = 0, dxmax = 0, merr = 0, verr = 0, swerr = 0, sberr = 0;
+                dl_read(rm, rmv, C);
+                dl_read(rv, rvv, C);
+                dl_read(w->grad, dw, C);
+                dl_read(b->grad, db, C);
+                for (c = 0; c < C; c++) sg[c] = sgx[c] = mag[c] = 0;
+                for (i = 0; i < n; i++) {
+                    double is, xh;
+                    c = (i / L) % C;
+                    is = (float)(1.0 / sqrt(var[c] + 1e-5));
+                    xh = (xv[i] - (double)(float)mean[c]) * is;
+                    sg[c] += gv[i];
+                    sgx[c] += gv[i] * xh;
+                    mag[c] += fabs(gv[i]) * (1.0 + fabs(xh));
+                }
+                for (c = 0; c < C; c++) {
+                    double wantv = M > 1 ? var[c] * (double)M / (double)(M - 1) : var[c], amax = mag[c];
+                    if (fabs(rmv[c] - mean[c]) > merr * fabs(mean[c])) merr = fabs(rmv[c] - mean[c]) / fabs(mean[c]);
+                    if (fabs(rvv[c] - wantv) > verr * (wantv + 1e-30)) verr = fabs(rvv[c] - wantv) / (wantv + 1e-30);
+                    if (fabs(dw[c] - sgx[c]) > swerr * amax) swerr = fabs(dw[c] - sgx[c]) / amax;
+                    if (fabs(db[c] - sg[c]) > sberr * amax) sberr = fabs(db[c] - sg[c]) / amax;
+                }
+                for (i = 0; i < n; i++) {
+                    double is, xh, want, want2;
+                    c = (i / L) % C;
+                    is = (float)(1.0 / sqrt(var[c] + 1e-5));
+                    xh = (xv[i] - (double)(float)mean[c]) * is;
+                    want = 0.75 * is * (gv[i] - sg[c] / (double)M - xh * sgx[c] / (double)M);
+                    /* the size of the terms, which cancel when M is small */
+                    want2 = 0.75 * is * (fabs(gv[i]) + fabs(sg[c] / (double)M) + fabs(xh * sgx[c] / (double)M));
+                    if (want2 > dxmax) dxmax = want2;
+                    if (fabs(dx[i] - want) > dxerr) dxerr = fabs(dx[i] - want);
+                }
+                CHECK(merr <= 1e-6 && verr <= 1e-4 && swerr <= 1e-6 && sberr <= 1e-6 && dxerr <= 1e-5 * dxmax,
+                      "bn blocks (%lld,%lld,%lld): mean %.3g var %.3g dweight %.3g dbias %.3g dx %.3g of %.3g",
+                      (long long)N, (long long)C, (long long)L, merr, verr, swerr, sberr, dxerr, dxmax);
+                memcpy(first + 4 * C, th_host(y), sizeof(float) * (size_t)n);
+                memcpy(first + 4 * C + n, dx, sizeof(float) * (size_t)n);
+            } else {   /* 2 threads: the same bits */
+                float *t = first + 4 * C + 2 * n;
+                int same = 1;
+                dl_read(rm, t, C);
+                same &= !memcmp(t, first, sizeof(float) * (size_t)C);
+                dl_read(rv, t, C);
+                same &= !memcmp(t, first + C, sizeof(float) * (size_t)C);
+                dl_read(w->grad, t, C);
+                same &= !memcmp(t, first + 2 * C, sizeof(float) * (size_t)C);
+                dl_read(b->grad, t, C);
+                same &= !memcmp(t, first + 3 * C, sizeof(float) * (size_t)C);
+                same &= !memcmp(th_host(y), first + 4 * C, sizeof(float) * (size_t)n);
+                same &= !memcmp(th_host(x->grad), first + 4 * C + n, sizeof(float) * (size_t)n);
+                CHECK(same, "bn blocks (%lld,%lld,%lld): 2 threads give other bits than 1", (long long)N,
+                      (long long)C, (long long)L);
+            }
+            dl_free(rm);
+            dl_free(rv);
+            dl_clear_error(G);
+            dl_step_end(G);
+        }
+        CHECK(ok, "bn blocks (%lld,%lld,%lld): host memory", (long long)N, (long long)C, (long long)L);
+        dl_set_num_threads(G, 0);
+        free(xv);
+        free(gv);
+        free(first);
+        free(mean);
+    }
+}
+
 static void still_works(const char *after)
 {
     dl_tensor *a = dl_ones(G, DL_SHAPE(2, 3));
@@ -1158,6 +1278,7 @@ int main(int argc, char **argv)
     test_gradcheck_losses();
     test_dropout();
     test_values();
+    test_bn_blocks();
     test_errors();
     CHECK(dl_last_error(G) == DL_OK, "stray error at the end: %s", dl_error_message(G));
     dl_ctx_free(G);
