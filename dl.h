@@ -3410,7 +3410,8 @@ struct dl__backend {
     bool (*conv_wg_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g);
     /* optional (NULL: none), tried after those: y (n, Cb, ib...) = conv(x, w) + bias for any
        geometry the backend takes (the CPU's: no groups, a sample's im2col
-       matrix small enough to stay in its cache), im2col's sums. false:
+       matrix small enough to stay in its cache; CUDA's: no groups, chunks
+       of samples through one strided-batched GEMM), im2col's sums. false:
        declined; the caller takes whole-batch im2col */
     bool (*conv_i2c)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                      const dl__cgeom *g);

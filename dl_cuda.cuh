@@ -1568,6 +1568,53 @@ static void dl__cu_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int
     }
 }
 
+/* The backend's conv_i2c, the CPU's without its cache blocking: im2col of
+   a chunk of samples, col (Ca K, cnt, Lb), then one strided-batched GEMM
+   with the weights as the left operand and a sample per batch entry (B:
+   the sample's Lb columns of col, rows cnt Lb apart) that writes each
+   sample's (Cb, Lb) block of y in place: no product in (Cb, n, Lb) order
+   and no permute pass after it (the caller's whole-batch path has both),
+   then the bias in one pass. Each element is the same sum as that path's.
+   Scratch: step memory, chunks under DL__CU_I2C_FLOATS (or one sample),
+   halved while the
+   memory is not there. Declines groups, a sample's matrix that passes
+   cuBLAS's 32-bit sizes, and no memory for even one sample's (the
+   caller's path then reports it). */
+#ifndef DL__CU_I2C_FLOATS
+#define DL__CU_I2C_FLOATS ((int64_t)1 << 24)
+#endif
+static bool dl__cu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g)
+{
+    int64_t caK = g->Ca * g->K, per, nb, n0;
+    dl__mark mk;
+    float *col;
+    if (g->G != 1 || n <= 0 || g->Cb <= 0 || g->Lb <= 0 || caK <= 0 || caK > INT_MAX || g->Cb > INT_MAX ||
+        caK > (INT64_MAX / 16) / g->Lb)
+        return false;
+    per = caK * g->Lb;
+    nb = DL__CU_I2C_FLOATS / per;
+    if (nb > n) nb = n;
+    if (nb < 1) nb = 1;
+    if (nb > INT_MAX / g->Lb) nb = INT_MAX / g->Lb;
+    if (nb < 1) return false;
+    mk = dl__arena_mark(&d->data);
+    /* under a memory_limit (or a full GPU): fewer samples a chunk, down to one */
+    while (!(col = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(nb * per), true)) && nb > 1)
+        nb = (nb + 1) / 2;
+    if (!col) return false;
+    dl__track_peak(d);
+    for (n0 = 0; n0 < n; n0 += nb) {
+        int64_t cnt = n - n0 < nb ? n - n0 : nb;
+        dl__cu_im2col(d, col, x + n0 * g->Ca * g->La, cnt, g);
+        dl__cu_gemm(d, false, false, g->Cb, g->Lb, caK, 1.0f, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f,
+                    y + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb, cnt);
+    }
+    dl__arena_rewind(&d->data, mk);
+    if (bias) dl__cu_bias_add(d, y, bias, n, g->Cb, g->Lb);
+    return true;
+}
+
 /* ===========================================================================
  * Pooling
  * ========================================================================= */
@@ -2227,9 +2274,9 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_gather, dl__cu_avg_pool, dl__cu_avg_pool_adj,
     dl__cu_bn_stats, dl__cu_bn_apply, dl__cu_bn_backward, dl__cu_ln_forward, dl__cu_ln_backward,
     dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale,
-    NULL, NULL,   /* conv_s1, conv_s1_wgrad: convolutions go through im2col + cuBLAS */
-    NULL, NULL,   /* conv_wg, conv_wg_wgrad: likewise */
-    NULL          /* conv_i2c: likewise */
+    NULL, NULL,   /* conv_s1, conv_s1_wgrad: the padded grid is a CPU cache layout; */
+    NULL, NULL,   /* conv_wg, conv_wg_wgrad: so is Winograd here (cuBLAS on im2col instead) */
+    dl__cu_conv_i2c
 };
 
 static int dl__cuda_count(void)

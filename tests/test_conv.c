@@ -552,7 +552,9 @@ static void errors(void)
         CHECK(y == NULL, "conv2d (stride 2: im2col) past memory_limit");
         EXPECT_ERR(m, DL_ERR_OOM, "dl_conv: cannot allocate");
         dl_step_end(m);
-        /* with one channel conv_i2c takes it a sample at a time: no scratch in step memory */
+        /* with one channel conv_i2c takes it: the CPU's a sample at a time in
+           thread buffers (no scratch in step memory), CUDA's in chunks of
+           step memory halved until they fit */
         y = dl_conv2d(dl_zeros(m, DL_SHAPE(8, 1, 128, 128)), dl_zeros(m, DL_SHAPE(8, 1, 5, 5)), NULL, &s2);
         CHECK(y && y->shape[2] == 64 && dl_last_error(m) == DL_OK, "conv2d (stride 2: conv_i2c) within memory_limit: %s",
               dl_error_message(m));

@@ -34,6 +34,9 @@
    --isolate: isolated on emulated devices too). */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
+/* the CUDA backend's conv_i2c in chunks of a few samples (64K floats of
+   im2col matrix) even at these sizes: its chunk loop runs in every conv case */
+#define DL__CU_I2C_FLOATS ((int64_t)1 << 16)
 #include "dl.h"
 #include "harness.h"
 #include <stdlib.h>
@@ -78,6 +81,7 @@ static dl_tensor *o_bn_train_stats(dl_tensor **i)
 static dl_tensor *o_pool_overlap(dl_tensor **i) { dl_pool_desc d = dl_pool_desc_make(3, 2, 1, false, false); return dl_max_pool2d(i[0], &d); }
 static dl_tensor *o_conv_lenet(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 2, 1, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
 static dl_tensor *o_conv_groups(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 2); return dl_conv2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_conv_s2(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(2, 1, 1, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
 static dl_tensor *o_conv_dil(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 2, 2, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
 static dl_tensor *o_mm_tt(dl_tensor **i) { return dl_matmul(dl_transpose(i[0], 0, 1), dl_transpose(i[1], 0, 1)); }
 static dl_tensor *o_relu_mlp(dl_tensor **i) { return dl_relu(dl_linear(i[0], i[1], i[2])); }
@@ -106,6 +110,7 @@ static const opcase g_big[] = {
     BIG("conv2d LeNet size", o_conv_lenet, 3, 0, S(8, 1, 28, 28), S(6, 1, 5, 5), S(6)),
     BIG("conv2d groups, stride 2", o_conv_groups, 3, 0, S(2, 4, 9, 9), S(6, 2, 3, 3), S(6)),
     BIG("conv2d dilation 2", o_conv_dil, 3, 0, S(2, 3, 11, 11), S(4, 3, 3, 3), S(4)),
+    BIG("conv2d stride 2, 5 chunks", o_conv_s2, 3, 0, S(9, 16, 28, 28), S(32, 16, 3, 3), S(32)),
     BIG("matmul 64x300x70", o_matmul, 2, 0, S(64, 300), S(300, 70)),
     BIG("matmul transposed", o_mm_tt, 2, 0, S(30, 20), S(25, 30)),
     BIG("linear + relu MLP", o_relu_mlp, 3, 0, S(256, 784), S(256, 784), S(256)),
