@@ -1904,7 +1904,7 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 
     dl__pool_work(p, 0, gen, fn, arg, n, chunk, nch);
 
-    if (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nch) {
+    {   /* spin for the workers' last chunks, then sleep */
         double t0 = 0;
         int i;
         for (i = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nch && dl__pool_spinning(i, &t0); i++) {

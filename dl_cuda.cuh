@@ -1576,10 +1576,9 @@ static void dl__cu_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int
    and no permute pass after it (the caller's whole-batch path has both),
    then the bias in one pass. Each element is the same sum as that path's.
    Scratch: step memory, chunks under DL__CU_I2C_FLOATS (or one sample),
-   halved while the
-   memory is not there. Declines groups, a sample's matrix that passes
-   cuBLAS's 32-bit sizes, and no memory for even one sample's (the
-   caller's path then reports it). */
+   halved while the memory is not there. Declines groups, a sample's
+   matrix that passes cuBLAS's 32-bit sizes, and no memory for even one
+   sample's (the caller's path then reports it). */
 #ifndef DL__CU_I2C_FLOATS
 #define DL__CU_I2C_FLOATS ((int64_t)1 << 24)
 #endif
@@ -1590,14 +1589,13 @@ static bool dl__cu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w
     dl__mark mk;
     float *col;
     if (g->G != 1 || n <= 0 || g->Cb <= 0 || g->Lb <= 0 || caK <= 0 || caK > INT_MAX || g->Cb > INT_MAX ||
-        caK > (INT64_MAX / 16) / g->Lb)
+        g->Lb > INT_MAX || caK > (INT64_MAX / 16) / g->Lb)
         return false;
     per = caK * g->Lb;
     nb = DL__CU_I2C_FLOATS / per;
     if (nb > n) nb = n;
+    if (nb > INT_MAX / g->Lb) nb = INT_MAX / g->Lb;   /* cuBLAS's ldb = nb Lb */
     if (nb < 1) nb = 1;
-    if (nb > INT_MAX / g->Lb) nb = INT_MAX / g->Lb;
-    if (nb < 1) return false;
     mk = dl__arena_mark(&d->data);
     /* under a memory_limit (or a full GPU): fewer samples a chunk, down to one */
     while (!(col = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(nb * per), true)) && nb > 1)

@@ -935,9 +935,6 @@ static void test_values(void)
     }
 }
 
-/* ------------------------------------------------------------------ errors */
-
-/* after an error the context must still work */
 /* Batch norm's statistics and backward sums take rows in blocks of channels
    (and, for rows shorter than 32, all of a block's elements of one sample
    at once): shapes that cross the blocks (C past 8, L below, at and above
@@ -1058,6 +1055,9 @@ static void test_bn_blocks(void)
     }
 }
 
+/* ------------------------------------------------------------------ errors */
+
+/* after an error the context must still work */
 static void still_works(const char *after)
 {
     dl_tensor *a = dl_ones(G, DL_SHAPE(2, 3));
