@@ -1959,7 +1959,11 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
    Loops: rows of op(A) in blocks of MC, K in blocks of at most KC (packed A
    block), columns in blocks of NC (packed B block, L2-resident), then A
    slivers outside, B slivers inside. Threads split C into column (or row)
-   ranges, never K.
+   ranges, never K. With AVX-512, small products (at most 12 rows of op(A),
+   or K N <= 4096) pack nothing: the kernel broadcasts op(A) from where it
+   is, either transpose, and loads B's narrow last sliver under a mask
+   (dl__gemm_kernel_da); a tile's last 1..8 columns past 16 take a 256-bit
+   vector (dl__h8), half a 512-bit FMA where those run as two halves.
 
    Determinism: the K blocks are chosen from K alone, and every kernel
    variant, edge tile and fallback computes each element of C the same way:
@@ -2037,6 +2041,14 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 static int dl__gemm_mode(float beta)
 {
     return beta == 0.0f ? 0 : (beta == 1.0f ? 1 : 2);
+}
+
+/* the kernels' mode: 3 is mode 0 with alpha == 1, C = acc (1*acc is acc,
+   bit for bit: the multiply is saved) */
+static DL__UNUSED int dl__gemm_mode_k(float alpha, float beta)
+{
+    int mode = dl__gemm_mode(beta);
+    return mode == 0 && alpha == 1.0f ? 3 : mode;
 }
 
 static int64_t dl__round_up(int64_t x, int64_t m)
@@ -2237,7 +2249,9 @@ static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, const int6
 DL__GEMM_INLINE void dl__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va, __m512 vb, int mode)
 {
     __m512 r;
-    if (mode == 0) {
+    if (mode == 3) {
+        r = acc;
+    } else if (mode == 0) {
         r = _mm512_mul_ps(va, acc);
     } else {
         __m512 old = _mm512_maskz_loadu_ps(m, c);
@@ -2246,36 +2260,101 @@ DL__GEMM_INLINE void dl__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va
     _mm512_mask_storeu_ps(c, m, r);
 }
 
+/* A last vector of at most 8 columns (nr 17..24) as a 256-bit vector
+   (dl__h8): where 512-bit FMAs run as two halves (Zen 4) it costs half a
+   full one; the same fma in each lane. Without AVX-512VL it is a 512-bit
+   vector under the mask (and the kernels do not ask for it). */
+#if defined(__AVX512VL__)
+#define DL__GEMM_HALF 1
+typedef __m256 dl__h8;
+DL__GEMM_INLINE dl__h8 dl__h8_zero(void)
+{
+    return _mm256_setzero_ps();
+}
+DL__GEMM_INLINE dl__h8 dl__h8_load(const float *p, __mmask16 m, int masked)
+{
+    return masked ? _mm256_maskz_loadu_ps((__mmask8)m, p) : _mm256_loadu_ps(p);
+}
+/* (a broadcast again rather than the low half of the 512-bit one: the
+   compilers reuse that register, and g++ 12 warns on the cast) */
+DL__GEMM_INLINE dl__h8 dl__h8_fma(float a, dl__h8 b, dl__h8 c)
+{
+    return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c);
+}
+DL__GEMM_INLINE void dl__h8_out(float *c, dl__h8 acc, __mmask16 m, float alpha, float beta, int mode)
+{
+    const __m256 a8 = _mm256_set1_ps(alpha), b8 = _mm256_set1_ps(beta);
+    __m256 r;
+    if (mode == 3) {
+        r = acc;
+    } else if (mode == 0) {
+        r = _mm256_mul_ps(a8, acc);
+    } else {
+        __m256 old = _mm256_maskz_loadu_ps((__mmask8)m, c);
+        r = mode == 1 ? _mm256_fmadd_ps(a8, acc, old) : _mm256_fmadd_ps(a8, acc, _mm256_mul_ps(b8, old));
+    }
+    _mm256_mask_storeu_ps(c, (__mmask8)m, r);
+}
+#else
+#define DL__GEMM_HALF 0
+typedef __m512 dl__h8;
+DL__GEMM_INLINE dl__h8 dl__h8_zero(void)
+{
+    return _mm512_setzero_ps();
+}
+DL__GEMM_INLINE dl__h8 dl__h8_load(const float *p, __mmask16 m, int masked)
+{
+    return masked ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
+}
+DL__GEMM_INLINE dl__h8 dl__h8_fma(float a, dl__h8 b, dl__h8 c)
+{
+    return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c);
+}
+DL__GEMM_INLINE void dl__h8_out(float *c, dl__h8 acc, __mmask16 m, float alpha, float beta, int mode)
+{
+    dl__gemm_out16(c, acc, m, _mm512_set1_ps(alpha), _mm512_set1_ps(beta), mode);
+}
+#endif
+
 #define DL__K16_ROW(r)                                                   \
     if (R > r) {                                                         \
-        const __m512 a_ = _mm512_set1_ps(a[r]);                          \
+        const __m512 a_ = _mm512_set1_ps(a[r * ars]);                    \
         c##r##0 = _mm512_fmadd_ps(a_, b0, c##r##0);                      \
-        if (V > 1) c##r##1 = _mm512_fmadd_ps(a_, b1, c##r##1);           \
+        if (H) c##r##h = dl__h8_fma(a[r * ars], bh, c##r##h);            \
+        else if (V > 1) c##r##1 = _mm512_fmadd_ps(a_, b1, c##r##1);      \
     }
 #define DL__K16_OUT(r)                                                                    \
     if (R > r) {                                                                          \
         if (V > 1) {                                                                      \
             dl__gemm_out16(c + r * ldc, c##r##0, (__mmask16)0xFFFF, va, vb, mode);        \
-            dl__gemm_out16(c + r * ldc + 16, c##r##1, m, va, vb, mode);                   \
+            if (H) dl__h8_out(c + r * ldc + 16, c##r##h, m, alpha, beta, mode);           \
+            else dl__gemm_out16(c + r * ldc + 16, c##r##1, m, va, vb, mode);              \
         } else {                                                                          \
             dl__gemm_out16(c + r * ldc, c##r##0, m, va, vb, mode);                        \
         }                                                                                 \
     }
 
-/* R rows (1..8) x V vectors of 16 columns (1..2); m masks the last vector */
-DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const float *DL__RESTRICT a,
+/* R rows (1..8) x V vectors of 16 columns (1..2), the second one a dl__h8
+   of at most 8 columns when H; m masks the last vector. Row r of step p of
+   A is a[p*acs + r*ars]: a packed sliver (ars 1, acs MR) or op(A) in place
+   (dl__gemm_kernel_da). MB: B's last vector loaded under m (B in place, a
+   sliver narrower than NR). */
+DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, const int H, const int MB, int64_t kc,
+                                  const float *DL__RESTRICT a, const int64_t ars, const int64_t acs,
                                   const float *DL__RESTRICT b, int64_t bs, const int64_t *boff, float *c,
                                   int64_t ldc, __mmask16 m, float alpha, float beta)
 {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    dl__h8 c0h = dl__h8_zero(), c1h = c0h, c2h = c0h, c3h = c0h, c4h = c0h, c5h = c0h, c6h = c0h, c7h = c0h;
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    const int mode = dl__gemm_mode(beta);
+    const int mode = dl__gemm_mode_k(alpha, beta);
     int64_t p;
     for (p = 0; p < kc; p++) {
         const float *bp = boff ? b + boff[p] : b;
-        const __m512 b0 = _mm512_loadu_ps(bp);
-        const __m512 b1 = V > 1 ? _mm512_loadu_ps(bp + 16) : b0;
+        const __m512 b0 = MB && V == 1 ? _mm512_maskz_loadu_ps(m, bp) : _mm512_loadu_ps(bp);
+        const __m512 b1 = V > 1 && !H ? (MB ? _mm512_maskz_loadu_ps(m, bp + 16) : _mm512_loadu_ps(bp + 16)) : b0;
+        const dl__h8 bh = H ? dl__h8_load(bp + 16, m, MB) : c0h;
         DL__K16_ROW(0)
         DL__K16_ROW(1)
         DL__K16_ROW(2)
@@ -2284,7 +2363,7 @@ DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const fl
         DL__K16_ROW(5)
         DL__K16_ROW(6)
         DL__K16_ROW(7)
-        a += DL__GEMM_MR;
+        a += acs;
         b += bs;
     }
     DL__K16_OUT(0)
@@ -2297,16 +2376,29 @@ DL__GEMM_INLINE void dl__gemm_k16(const int R, const int V, int64_t kc, const fl
     DL__K16_OUT(7)
 }
 
-#define DL__K16_CASES(V, O)                                                      \
-    switch (mr) {                                                               \
-    case 8: dl__gemm_k16(8, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
-    case 7: dl__gemm_k16(7, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
-    case 6: dl__gemm_k16(6, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
-    case 5: dl__gemm_k16(5, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
-    case 4: dl__gemm_k16(4, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
-    case 3: dl__gemm_k16(3, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
-    case 2: dl__gemm_k16(2, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;    \
-    default: dl__gemm_k16(1, V, kc, a, b, bs, O, c, ldc, m, alpha, beta); break;   \
+/* tiles of mr rows: from a packed sliver of A (B never masked) ... */
+#define DL__K16_CASES(V, H, O)                                                                        \
+    switch (mr) {                                                                                    \
+    case 8: dl__gemm_k16(8, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break;  \
+    case 7: dl__gemm_k16(7, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break;  \
+    case 6: dl__gemm_k16(6, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break;  \
+    case 5: dl__gemm_k16(5, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break;  \
+    case 4: dl__gemm_k16(4, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break;  \
+    case 3: dl__gemm_k16(3, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break;  \
+    case 2: dl__gemm_k16(2, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break;  \
+    default: dl__gemm_k16(1, V, H, 0, kc, a, 1, DL__GEMM_MR, b, bs, O, c, ldc, m, alpha, beta); break; \
+    }
+/* ... and from op(A) and B in place (no row table) */
+#define DL__KDA_CASES(V, H, MB)                                                                       \
+    switch (mr) {                                                                                    \
+    case 8: dl__gemm_k16(8, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;   \
+    case 7: dl__gemm_k16(7, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;   \
+    case 6: dl__gemm_k16(6, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;   \
+    case 5: dl__gemm_k16(5, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;   \
+    case 4: dl__gemm_k16(4, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;   \
+    case 3: dl__gemm_k16(3, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;   \
+    case 2: dl__gemm_k16(2, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;   \
+    default: dl__gemm_k16(1, V, H, MB, kc, a, ars, acs, b, ldb, NULL, c, ldc, m, alpha, beta); break;  \
     }
 
 static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t bs, const int64_t *boff, float *c,
@@ -2314,10 +2406,39 @@ static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t 
 {
     if (nr > 16) {
         const __mmask16 m = (__mmask16)(0xFFFFu >> (32 - nr));
-        if (boff) { DL__K16_CASES(2, boff) } else { DL__K16_CASES(2, (const int64_t *)NULL) }
+        if (DL__GEMM_HALF && nr <= 24) {
+            if (boff) { DL__K16_CASES(2, 1, boff) } else { DL__K16_CASES(2, 1, (const int64_t *)NULL) }
+        } else {
+            if (boff) { DL__K16_CASES(2, 0, boff) } else { DL__K16_CASES(2, 0, (const int64_t *)NULL) }
+        }
     } else {
         const __mmask16 m = (__mmask16)(0xFFFFu >> (16 - nr));
-        if (boff) { DL__K16_CASES(1, boff) } else { DL__K16_CASES(1, (const int64_t *)NULL) }
+        if (boff) { DL__K16_CASES(1, 0, boff) } else { DL__K16_CASES(1, 0, (const int64_t *)NULL) }
+    }
+}
+
+/* Small products without packing (dl__sgemm_block's direct_a): op(A) read
+   in place, row r of step p at a[p*acs + r*ars] (either transpose), B in
+   place with row stride ldb, the last vector of a sliver narrower than NR
+   loaded under the mask (no copy of that sliver). The same fmas in the
+   same order as the packed kernels. For few rows of op(A) (B streams
+   through once or twice) or a small B (K N floats, in L1). */
+#define DL__GEMM_DA 1
+#define DL__GEMM_DA_M 12
+#define DL__GEMM_DA_KN 4096
+
+static void dl__gemm_kernel_da(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                               float *c, int64_t ldc, int mr, int nr, float alpha, float beta)
+{
+    if (nr == DL__GEMM_NR) {
+        const __mmask16 m = (__mmask16)0xFFFF;
+        DL__KDA_CASES(2, 0, 0)
+    } else if (nr > 16) {
+        const __mmask16 m = (__mmask16)(0xFFFFu >> (32 - nr));
+        if (DL__GEMM_HALF && nr <= 24) { DL__KDA_CASES(2, 1, 1) } else { DL__KDA_CASES(2, 0, 1) }
+    } else {
+        const __mmask16 m = (__mmask16)(0xFFFFu >> (16 - nr));
+        DL__KDA_CASES(1, 0, 1)
     }
 }
 
@@ -2326,7 +2447,9 @@ static void dl__gemm_kernel(int64_t kc, const float *a, const float *b, int64_t 
 DL__GEMM_INLINE void dl__gemm_out8(float *c, __m256 acc, int full, __m256i m, __m256 va, __m256 vb, int mode)
 {
     __m256 r;
-    if (mode == 0) {
+    if (mode == 3) {
+        r = acc;
+    } else if (mode == 0) {
         r = _mm256_mul_ps(va, acc);
     } else {
         __m256 old = full ? _mm256_loadu_ps(c) : _mm256_maskload_ps(c, m);
@@ -2360,7 +2483,7 @@ DL__GEMM_INLINE void dl__gemm_k8(const int R, const int V, int64_t kc, const flo
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-    const int mode = dl__gemm_mode(beta);
+    const int mode = dl__gemm_mode_k(alpha, beta);
     int64_t p;
     for (p = 0; p < kc; p++) {
         const float *bp = boff ? b + boff[p] : b;
@@ -2657,6 +2780,7 @@ typedef struct dl__sgemm_job {
     int64_t kc;         /* K block (from K alone) */
     int64_t mc, nc;     /* rows of op(A) / columns of op(B) per packed block */
     int direct_b;       /* read B in place (not transposed; few rows of A) */
+    int direct_a;       /* ... and op(A) too: small products (dl__gemm_kernel_da) */
     int dot;            /* the dot-product path (dl__sgemm_dot_block) */
     int split_n;        /* 1: tasks index column units; 0: MR row slivers */
     int64_t unit_n;     /* columns per unit of the column split (NR, or a vector for narrow C) */
@@ -2679,6 +2803,23 @@ static void dl__sgemm_block(const dl__sgemm_job *J, int64_t m0, int64_t m1, int6
         for (pc = 0; pc < J->K; pc += J->kc) {
             int64_t kc = J->K - pc < J->kc ? J->K - pc : J->kc;
             float beta = pc == 0 ? J->beta : 1.0f;
+#ifdef DL__GEMM_DA
+            if (J->direct_a) {
+                /* A and B in place: B sliver by sliver, each used by all
+                   the row tiles (near-equal: 10 rows as 5 + 5, not 8 + 2) */
+                int64_t ars = J->transa ? 1 : J->lda, acs = J->transa ? J->lda : 1;
+                int64_t nt = (mc + DL__GEMM_MR - 1) / DL__GEMM_MR, t;
+                for (jr = n0; jr < n1; jr += DL__GEMM_NR) {
+                    int nr = (int)(n1 - jr < DL__GEMM_NR ? n1 - jr : DL__GEMM_NR);
+                    for (t = 0; t < nt; t++) {
+                        int64_t r0 = ic + mc * t / nt, r1 = ic + mc * (t + 1) / nt;
+                        dl__gemm_kernel_da(kc, J->A + r0 * ars + pc * acs, ars, acs, J->B + pc * J->ldb + jr, J->ldb,
+                                           J->C + r0 * J->ldc + jr, J->ldc, (int)(r1 - r0), nr, J->alpha, beta);
+                    }
+                }
+                continue;
+            }
+#endif
             dl__gemm_pack_a(J->transa, J->A, J->lda, ic, mc, pc, kc, abuf);
             if (J->direct_b) {
                 /* each B sliver straight from B (the last, narrow one packed
@@ -2763,7 +2904,7 @@ static void dl__sgemm_dot_block(const dl__sgemm_job *J, int64_t n0, int64_t n1, 
 /* units [begin, end) with the buffers of one thread */
 static void dl__sgemm_chunk(const dl__sgemm_job *J, int64_t begin, int64_t end, float *abuf)
 {
-    float *bbuf = abuf + J->a_size;
+    float *bbuf = abuf ? abuf + J->a_size : NULL;
 #ifdef DL__GEMM_DOT
     if (J->dot) {
         dl__sgemm_dot_block(J, begin, end, abuf);
@@ -2788,7 +2929,7 @@ static void dl__sgemm_chunk(const dl__sgemm_job *J, int64_t begin, int64_t end, 
 static void dl__sgemm_task(void *varg, int64_t begin, int64_t end)
 {
     dl__sgemm_job *J = (dl__sgemm_job *)varg;
-    float *abuf = J->bufs + begin * J->buf_stride;
+    float *abuf = J->bufs ? J->bufs + begin * J->buf_stride : NULL; /* none: direct_a */
     (void)end;
     for (;;) {
         int64_t c = dl__claim(&J->cl), u0, u1;
@@ -2892,6 +3033,11 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
 
     nthreads = work < DL__GEMM_PAR_MIN ? 1 : dl__pool_size(pool);
     J.direct_b = !transb && M <= DL__GEMM_DIRECT_M;
+    J.direct_a = 0;
+#ifdef DL__GEMM_DA
+    J.direct_a = !transb && !brow && (M <= DL__GEMM_DA_M || K * N <= DL__GEMM_DA_KN);
+    if (J.direct_a) J.direct_b = 1;
+#endif
     J.dot = 0;
 #ifdef DL__GEMM_DOT
     J.dot = dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
@@ -2919,10 +3065,11 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
         int64_t tn = units_n < nthreads ? units_n : nthreads, tm = units_m < nthreads ? units_m : nthreads;
         double wn = (double)((units_n + tn - 1) / tn * J.unit_n), wm = (double)((units_m + tm - 1) / tm * DL__GEMM_MR);
         double pb = J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST, cn, cm;
+        double pa = J.direct_a ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST;
         if (wn > (double)N) wn = (double)N;
         if (wm > (double)M) wm = (double)M;
-        cn = wn * (double)M * (double)K + DL__GEMM_PACK_COST * (double)M * (double)K + pb * wn * (double)K;
-        cm = wm * (double)N * (double)K + DL__GEMM_PACK_COST * wm * (double)K + pb * (double)N * (double)K;
+        cn = wn * (double)M * (double)K + pa * (double)M * (double)K + pb * wn * (double)K;
+        cm = wm * (double)N * (double)K + pa * wm * (double)K + pb * (double)N * (double)K;
         J.split_n = cn <= cm;
     }
     units = J.split_n ? units_n : units_m;
@@ -2938,8 +3085,9 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
 #ifdef DL__GEMM_DOT
 run:
 #endif
-    J.bufs = dl__gemm_buf_get(pool, (size_t)(nch * J.buf_stride) * sizeof(float), &raw);
-    if (!J.bufs) {
+    raw = NULL;
+    J.bufs = J.direct_a ? NULL : dl__gemm_buf_get(pool, (size_t)(nch * J.buf_stride) * sizeof(float), &raw);
+    if (!J.bufs && !J.direct_a) {
         /* out of memory: the same arithmetic, without buffers */
 #ifdef DL__GEMM_DOT
         if (J.dot) {
@@ -2972,7 +3120,7 @@ run:
     {
         int64_t per = nch > 1 ? DL__GEMM_DYN : 1;
         double again = J.dot ? (double)M * (double)K
-                             : (J.split_n ? DL__GEMM_PACK_COST * (double)M * (double)K
+                             : (J.split_n ? (J.direct_a ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST) * (double)M * (double)K
                                           : (J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST) * (double)N *
                                                 (double)K);
         while (per > 1 && (double)(nch * per) * again > DL__GEMM_CHUNK_SHARE * work) per--;
@@ -2982,7 +3130,7 @@ run:
     J.nchunks = (units + J.chunk - 1) / J.chunk;
     (void)chunk;
     dl__claim_run(pool, &J.cl, nch, dl__sgemm_task, &J);
-    dl__gemm_buf_put(pool, raw);
+    if (J.bufs) dl__gemm_buf_put(pool, raw);
 }
 
 static DL__UNUSED void dl__sgemm(dl__pool *pool, bool transa, bool transb, int64_t M, int64_t N, int64_t K,

@@ -416,6 +416,31 @@ static void test_model_shapes(dl__pool **pools, int npools, int quick)
     }
 }
 
+/* The small path (op(A) and B read in place: at most 12 rows of op(A), or
+   K N <= 4096 at any M; AVX-512 builds) and the 8-wide last vector (a
+   sliver's last 1..8 columns past 16): tiles of every height, last slivers
+   of 1..32 columns, every transpose, padded strides (NaN in the padding),
+   alpha 1 with beta 0 (C = acc) and the other updates, against the scalar
+   reference's bits on every pool. */
+static void test_small_direct(dl__pool **pools, int npools, int quick)
+{
+    static const int64_t ms[] = {1, 2, 5, 8, 9, 10, 12, 13, 40, 256};
+    static const int64_t ns[] = {1, 17, 20, 24, 25, 31, 32, 49, 56, 84, 120};
+    static const int64_t ks[] = {1, 10, 34, 257};
+    int a, b, c, t, n = 0;
+    for (a = 0; a < NELEM(ms); a++)
+        for (b = 0; b < NELEM(ns); b++)
+            for (c = 0; c < NELEM(ks); c++) {
+                int64_t M = ms[a], N = ns[b], K = ks[c];
+                if (M * N * K > 300000 || (quick && n++ % 7)) continue;
+                for (t = 0; t < 4; t++) {
+                    int v = (int)(rnd_u32() % 3);
+                    check_one(pools, npools, (t & 1) != 0, (t & 2) != 0, M, N, K, v ? rnd_range(1, 9) : 0,
+                              v == 2 ? -0.5f : 1.0f, v == 0 ? 0.0f : (v == 1 ? 1.0f : 0.25f));
+                }
+            }
+}
+
 /* no memory for the pack buffers: the scalar twins give the same bits */
 static void test_oom(dl__pool *pool)
 {
@@ -651,6 +676,7 @@ int main(int argc, char **argv)
     }
     test_edges(pools, npools, quick);
     test_model_shapes(pools, npools, quick);
+    test_small_direct(pools, npools, quick);
 #ifndef DL_NO_THREADS
     test_concurrent(pools[1], quick);
 #endif
