@@ -2241,9 +2241,10 @@ static void dl__gemm_pack_b(bool transb, const float *B, int64_t ldb, const int6
 
 /* Micro-kernels: acc(MR,NR) = sum_p a[p*MR+i] * b[p*bs+j] (b: a packed
    sliver, bs = NR, or B itself, bs = ldb; or, boff not NULL, row p at
-   b + boff[p] and bs = 0), then the tile C(mr,nr) is updated
-   as dl__gemm_mode(beta) says. Rows and columns beyond mr, nr are neither
-   read nor written. */
+   b + boff[p] and bs = 0; AVX-512's dl__gemm_kernel_da also reads a in
+   place), then the tile C(mr,nr) is updated as dl__gemm_mode(beta) says
+   (dl__gemm_mode_k: the same bits). Rows and columns beyond mr, nr are
+   neither read nor written. */
 #if defined(DL__GEMM_AVX512)
 
 DL__GEMM_INLINE void dl__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va, __m512 vb, int mode)
