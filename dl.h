@@ -2282,19 +2282,13 @@ DL__GEMM_INLINE dl__h8 dl__h8_fma(float a, dl__h8 b, dl__h8 c)
 {
     return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c);
 }
-DL__GEMM_INLINE void dl__h8_out(float *c, dl__h8 acc, __mmask16 m, float alpha, float beta, int mode)
+/* C is updated through the 512-bit path (once a tile, not in its loop);
+   the upper half zero (the maskz form: g++ 12 warns on the undefined
+   source of the others) */
+DL__GEMM_INLINE __m512 dl__h8_wide(dl__h8 x)
 {
-    const __m256 a8 = _mm256_set1_ps(alpha), b8 = _mm256_set1_ps(beta);
-    __m256 r;
-    if (mode == 3) {
-        r = acc;
-    } else if (mode == 0) {
-        r = _mm256_mul_ps(a8, acc);
-    } else {
-        __m256 old = _mm256_maskz_loadu_ps((__mmask8)m, c);
-        r = mode == 1 ? _mm256_fmadd_ps(a8, acc, old) : _mm256_fmadd_ps(a8, acc, _mm256_mul_ps(b8, old));
-    }
-    _mm256_mask_storeu_ps(c, (__mmask8)m, r);
+    return _mm512_castpd_ps(
+        _mm512_maskz_insertf64x4((__mmask8)0xFF, _mm512_setzero_pd(), _mm256_castps_pd(x), 0));
 }
 #else
 #define DL__GEMM_HALF 0
@@ -2311,9 +2305,9 @@ DL__GEMM_INLINE dl__h8 dl__h8_fma(float a, dl__h8 b, dl__h8 c)
 {
     return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c);
 }
-DL__GEMM_INLINE void dl__h8_out(float *c, dl__h8 acc, __mmask16 m, float alpha, float beta, int mode)
+DL__GEMM_INLINE __m512 dl__h8_wide(dl__h8 x)
 {
-    dl__gemm_out16(c, acc, m, _mm512_set1_ps(alpha), _mm512_set1_ps(beta), mode);
+    return x;
 }
 #endif
 
@@ -2328,8 +2322,7 @@ DL__GEMM_INLINE void dl__h8_out(float *c, dl__h8 acc, __mmask16 m, float alpha, 
     if (R > r) {                                                                          \
         if (V > 1) {                                                                      \
             dl__gemm_out16(c + r * ldc, c##r##0, (__mmask16)0xFFFF, va, vb, mode);        \
-            if (H) dl__h8_out(c + r * ldc + 16, c##r##h, m, alpha, beta, mode);           \
-            else dl__gemm_out16(c + r * ldc + 16, c##r##1, m, va, vb, mode);              \
+            dl__gemm_out16(c + r * ldc + 16, H ? dl__h8_wide(c##r##h) : c##r##1, m, va, vb, mode); \
         } else {                                                                          \
             dl__gemm_out16(c + r * ldc, c##r##0, m, va, vb, mode);                        \
         }                                                                                 \
@@ -3017,7 +3010,7 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
 {
     dl__sgemm_job J;
     int64_t units_m, units_n, units, nch, chunk, b_size;
-    double work = (double)M * (double)N * (double)K;
+    double work = (double)M * (double)N * (double)K, cost_a, cost_b;
     int nthreads;
     void *raw;
 
@@ -3039,6 +3032,9 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
     J.direct_a = !transb && !brow && (M <= DL__GEMM_DA_M || K * N <= DL__GEMM_DA_KN);
     if (J.direct_a) J.direct_b = 1;
 #endif
+    /* what an element of op(A) or op(B) costs, packed or read in place */
+    cost_a = J.direct_a ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST;
+    cost_b = J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST;
     J.dot = 0;
 #ifdef DL__GEMM_DOT
     J.dot = dl__gemm_use_dot(transa, transb, M, N, K); /* from the shape alone: its order differs */
@@ -3065,12 +3061,11 @@ static void dl__sgemm_rows(dl__pool *pool, bool transa, bool transb, int64_t M, 
     {
         int64_t tn = units_n < nthreads ? units_n : nthreads, tm = units_m < nthreads ? units_m : nthreads;
         double wn = (double)((units_n + tn - 1) / tn * J.unit_n), wm = (double)((units_m + tm - 1) / tm * DL__GEMM_MR);
-        double pb = J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST, cn, cm;
-        double pa = J.direct_a ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST;
+        double cn, cm;
         if (wn > (double)N) wn = (double)N;
         if (wm > (double)M) wm = (double)M;
-        cn = wn * (double)M * (double)K + pa * (double)M * (double)K + pb * wn * (double)K;
-        cm = wm * (double)N * (double)K + pa * wm * (double)K + pb * (double)N * (double)K;
+        cn = wn * (double)M * (double)K + cost_a * (double)M * (double)K + cost_b * wn * (double)K;
+        cm = wm * (double)N * (double)K + cost_a * wm * (double)K + cost_b * (double)N * (double)K;
         J.split_n = cn <= cm;
     }
     units = J.split_n ? units_n : units_m;
@@ -3121,9 +3116,7 @@ run:
     {
         int64_t per = nch > 1 ? DL__GEMM_DYN : 1;
         double again = J.dot ? (double)M * (double)K
-                             : (J.split_n ? (J.direct_a ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST) * (double)M * (double)K
-                                          : (J.direct_b ? DL__GEMM_READ_COST : DL__GEMM_PACK_COST) * (double)N *
-                                                (double)K);
+                             : (J.split_n ? cost_a * (double)M * (double)K : cost_b * (double)N * (double)K);
         while (per > 1 && (double)(nch * per) * again > DL__GEMM_CHUNK_SHARE * work) per--;
         J.nchunks = nch * per < units ? nch * per : units;
     }
