@@ -1,4 +1,11 @@
-# dl.h - build, test and run. `make run` trains; `make test` checks everything.
+# dl.h - build, test and run. `make run` trains; `make test` checks each test
+# program once (and again on the strict cpu:1); `make test-all` runs the whole
+# matrix of builds (native, clang, C++, OpenBLAS, no threads, emulated CUDA).
+# Builds run in parallel on every core unless -j is given.
+NPROC   := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(NPROC)
+endif
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN     = -std=c99 -Wall -Wextra -Werror -pedantic
@@ -55,10 +62,10 @@ HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 CUDA_C_ONLY   = tests/test_defaults.c tests/test_summary.c tests/test_torch_roundtrip.c
 CUDA_TESTS    = $(patsubst tests/%.c,$(B)/cuda/%,$(filter-out $(CUDA_C_ONLY),$(TEST_SRC)) tests/test_cuda.c)
 CUDA_EXAMPLES = $(patsubst examples/%.c,$(B)/cuda/%,$(sort $(wildcard examples/*.c)))
-# make test runs tests/test_cuda.c on emulated CUDA devices when nvcc is here
+# make test-all runs tests/test_cuda.c on emulated CUDA devices when nvcc is here
 CUDA_EMU_RUN  = $(if $(HAVE_NVCC),--tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda)
 
-.PHONY: all test sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda test-mpi nccl-check test-nccl
+.PHONY: all test test-all sanitize valgrind clean run data fuzz bench cuda test-cuda test-cuda-all test-cuda-emu nvcc-check bench-cuda test-mpi nccl-check test-nccl
 all: $(TESTS) $(EXTRA) $(EXAMPLES)
 
 $(B) $(B)/san:
@@ -115,7 +122,16 @@ $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 # then every C test program again with every tensor on cpu:1 in strict mode,
 # where a host dereference of tensor data faults (lines read test_core@cpu:1)
 STRICT_ENV = DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1
-test: all $(if $(HAVE_NVCC),$(B)/cuda/test_cuda)
+# the newcomer's check: each test program once in its default build, the
+# shell checks (test_cli.sh needs the examples), then the same programs on
+# the strict cpu:1 (no second build)
+test: $(TESTS) $(EXAMPLES)
+	@CC="$(CC)" tests/run.sh $(TESTS) $(SCRIPTS) \
+	    --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS) $(SNIPPETS)
+
+# the whole matrix: make test's programs, the other builds of them (EXTRA),
+# the strict cpu:1 pass and the emulated CUDA test (when nvcc is here)
+test-all: all $(if $(HAVE_NVCC),$(B)/cuda/test_cuda)
 	@CC="$(CC)" tests/run.sh $(TESTS) $(EXTRA) $(SCRIPTS) $(if $(HAVE_NVCC),,tests/cuda_skip.sh) \
 	    --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS) $(SNIPPETS) $(CUDA_EMU_RUN)
 
