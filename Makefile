@@ -216,8 +216,9 @@ $(B)/cuda/test_dist_nccl: tests/test_dist.c $(DEPS) dl_cuda.cuh | $(B)/cuda
 test-nccl: $(B)/cuda/test_dist_nccl
 	@tests/run.sh $(B)/cuda/test_dist_nccl
 
-valgrind: $(B)/test_core
+valgrind: $(B)/test_core $(B)/test_capture
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick
+	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_capture --quick
 
 # benchmarks (never part of `make test`): build/bench and, when bench/gemm.c
 # and OpenBLAS are there, build/bench_gemm; bench/run.sh builds what it needs

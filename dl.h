@@ -146,6 +146,64 @@
      thread and MPI paths give the bits of summing after backward. The
      replicas of one context sum their buckets after backward.
 
+   CAPTURE AND REPLAY
+     The tape is rebuilt every step, and most of a small model's step is
+     that host work: checks, tensor headers, tape nodes, a call or a launch
+     per kernel. dl_capture_begin(ctx) .. dl_capture_end(cap) records the
+     backend work of one step and dl_replay(cap) runs it again on the same
+     tensors, without any of that: PyTorch's torch.cuda.graph and
+     CUDAGraph.replay(), on every device (CPU devices replay a list of
+     kernel calls; a GPU launches one CUDA graph). PyTorch's whole-network
+     capture, as a loop (compiled and run by `make test`):
+
+       dl_tensor *x = dl_keep(dl_zeros(ctx, DL_SHAPE(16, 4)));   // static inputs
+       dl_tensor *y = dl_keep(dl_zeros(ctx, DL_SHAPE(16, 2)));
+       dl_optim *opt = dl_adam(net, NULL);
+       dl_tensor *loss = NULL;
+       dl_capture *cap = NULL;
+       for (int step = 1; step <= 60; step++) {
+           float xb[64], yb[32];                     // this step's batch
+           for (int i = 0; i < 64; i++) xb[i] = (float)((step * 7 + i) % 13) / 13.0f;
+           for (int i = 0; i < 32; i++) yb[i] = xb[2 * i] - xb[2 * i + 1];
+           dl_write(x, xb, 64);                      // into the static inputs
+           dl_write(y, yb, 32);
+           if (step == 4) cap = dl_capture_begin(ctx);   // after 3 eager steps
+           if (step <= 4) {                          // eager, or recorded
+               dl_optim_zero_grad(opt);
+               loss = dl_mse_loss(dl_module_forward(net, x), y, NULL);
+               dl_backward(loss);
+               dl_optim_step(opt);
+           } else if (dl_replay(cap) != DL_OK) break;    // the same work again
+           if (step == 4 && dl_capture_end(cap) != DL_OK) break;
+           if (step % 20 == 0) printf("loss at step %d: %.5f\n", step, dl_item(loss));
+           dl_step_end(ctx);                         // the capture's tensors stay
+       }
+       dl_capture_free(cap);
+
+     Unlike torch.cuda.graph, dl_capture_end has run the step once, so step
+     k of a loop is step k whether it ran eagerly, was captured or was
+     replayed, to the bit; and the tensors made inside (the loss,
+     activations) belong to the capture: dl_step_end leaves them,
+     dl_capture_free releases them. What changes from step to step is read
+     at each replay: the RNG counter (dropout), the optimizer's step counts
+     and bias corrections, learning rates (dl_optim_set_lr between replays),
+     batch norm's num_batches_tracked. The rest is baked in: shapes,
+     train/eval mode, the host code's decisions. That is the price of a
+     static graph.
+     Refused inside a capture (the op fails, naming itself; dl_capture_end
+     returns the first error and the capture cannot replay): host reads
+     (dl_item, dl_read, dl_data, dl_to to the host, anomaly mode,
+     dl_clip_grad_norm), host writes (dl_write, dl_from_array,
+     dl_loader_next: write static inputs between replays), persistent
+     allocations (warm up first: an eager step makes the gradients and the
+     optimizer state), a step tensor made before the capture or one made by
+     another capture, collectives, dl_step_end, a second step of one
+     optimizer. Freeing the capture, or a persistent tensor or optimizer it
+     uses (or moving one with dl_module_to), makes a later replay an error
+     (DL_ERR_STALE), not a crash. A replay allocates nothing. On CPU
+     devices it keeps cross entropy's check of the targets (a bad one fails
+     that replay); docs/capture.md has the details.
+
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
        of persistent tensors: gradients, optimizer steps);
@@ -168,6 +226,7 @@
      errors, io: files, context
      tensors                   tensor headers, views, the stale-step check
      backend: CPU              the CPU instance of dl__backend (dl_cuda.cuh: the CUDA one)
+     capture and replay        recording the CPU's backend calls; dl_capture_begin/end, dl_replay
      autograd: recording       the tape: nodes recorded by ops
      tensors: creation and reading
      autograd: backward        the backward walk, gradient accumulation and recycling
@@ -330,6 +389,12 @@
        dl_fn_save                 ctx.save_for_backward (one tensor)
        dl_fn_saved                ctx.saved_tensors[i]
        dl_fn_needs_grad           ctx.needs_input_grad[i]
+     capture and replay (static graphs; CAPTURE AND REPLAY above)
+       dl_capture                 opaque: one recorded step (torch.cuda.CUDAGraph)
+       dl_capture_begin           enter `with torch.cuda.graph(g):` (record what follows)
+       dl_capture_end             leave it: replayable, and the step has run once
+       dl_replay                  g.replay()
+       dl_capture_free            del g: its memory and tensors
      debug
        DL_GRADCHECK_MAX_INPUTS    most inputs dl_gradcheck takes (8)
        dl_gradcheck_fn            the function dl_gradcheck differentiates
@@ -643,6 +708,7 @@ typedef struct dl_memory_stats {
                                  steps' worth plus a few MiB */
     size_t peak_bytes;        /* peak of persistent_bytes + step_bytes */
     uint64_t alloc_calls;     /* calls to the device allocator so far */
+    size_t capture_bytes;     /* step memory that finished captures hold (dl_capture_free) */
 } dl_memory_stats;
 
 /* --- context */
@@ -823,6 +889,24 @@ DL_API dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *con
 DL_API void dl_fn_save(dl_fn_ctx *fc, dl_tensor *t);         /* up to 8 tensors */
 DL_API dl_tensor *dl_fn_saved(dl_fn_ctx *fc, int i);
 DL_API bool dl_fn_needs_grad(dl_fn_ctx *fc, int i);          /* input i wants a grad */
+
+/* --- capture and replay: a static graph of one training step (PyTorch's
+   torch.cuda.graph and CUDAGraph.replay; the doc block's CAPTURE AND
+   REPLAY). dl_capture_begin records the backend work of the ops that
+   follow; dl_capture_end stops, makes it replayable and has run the step
+   once (so step k of a loop is step k whether it ran eagerly, was captured
+   or replayed); dl_replay runs the recorded work again on the same
+   tensors, with the RNG counter, optimizer steps, learning rates and
+   num_batches_tracked read anew. Tensors made inside the capture belong to
+   it: dl_step_end leaves them, dl_capture_free releases them. What a replay
+   cannot repeat is refused inside the capture, naming the op: host reads
+   and writes, persistent allocations (warm up first), tensors from before
+   the capture. NULL: out of memory, or a capture already running. */
+typedef struct dl_capture dl_capture;
+DL_API dl_capture *dl_capture_begin(dl_ctx *ctx);
+DL_API dl_result dl_capture_end(dl_capture *cap);   /* the first refusal or error, else DL_OK */
+DL_API dl_result dl_replay(dl_capture *cap);        /* an error once anything it uses is freed */
+DL_API void dl_capture_free(dl_capture *cap);       /* NULL ok; also ends a capture running */
 
 /* --- debug */
 #define DL_GRADCHECK_MAX_INPUTS 8
@@ -1557,6 +1641,7 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 
 #define DL__MAGIC 0x444c5431u
 #define DL__FREED 0x46524545u        /* DL_DEBUG: a dl_free()d header */
+#define DL__CAP_GEN ((uint64_t)1 << 62)  /* a capture's tensors: step_ = DL__CAP_GEN | its serial */
 #define DL__NSAVED 8
 
 // >>section threads and gemm
@@ -3214,6 +3299,8 @@ struct dl__dev {
     const dl__backend *be;
     dl_ctx *ctx;
     dl__arena data;                   /* step memory: O(1) release at dl_step_end */
+    size_t held;                      /* step memory set aside: captures' arenas (and during a
+                                         capture, the device's own), counted by memory_limit */
     size_t persistent_bytes, peak_bytes;
     uint64_t alloc_calls;             /* calls to the backend's allocator */
     uintptr_t tag;                    /* strict devices: added to every data pointer */
@@ -3438,6 +3525,18 @@ typedef struct dl__adam_args {
     bool amsgrad, maximize;
 } dl__adam_args;
 
+/* One tensor of a multi-tensor update (dl__backend.mt_apply): p (DL__MT_ZERO:
+   the tensor zeroed), its gradient, its optimizer state (NULL where unused:
+   s0 momentum buffer or exp_avg, s1 exp_avg_sq, s2 max_exp_avg_sq), numel,
+   and which argument struct it takes. */
+typedef struct dl__mtent {
+    float *p;
+    const float *g;
+    float *s0, *s1, *s2;
+    int64_t n, arg;
+} dl__mtent;
+enum { DL__MT_ZERO = 0, DL__MT_SGD, DL__MT_ADAM };
+
 /* The backend: every entry takes the device first. Copies and kernels are
    queued in order on the device (CPU: done on return); download, sync and
    the entries that return a host value wait for the device. A failure is
@@ -3557,6 +3656,32 @@ struct dl__backend {
        declined; the caller takes whole-batch im2col */
     bool (*conv_i2c)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                      const dl__cgeom *g);
+    /* optional (NULL: dl.h records the device's calls itself, as it does the
+       CPU's): a device that captures its own work (CUDA: stream capture into
+       a graph). cap_begin starts recording d's work for a capture whose RNG
+       counter stood at rng0 (NULL on failure: d's error says why); cap_end
+       stops and makes it runnable (false: failed); cap_launch runs it once
+       with the generator's seed and counter at the start of that run (the
+       run at dl_capture_end gets rng0); cap_free releases it (and ends a
+       recording). Inside a capture the device refuses host reads itself. */
+    void *(*cap_begin)(dl__dev *d, uint64_t rng0);
+    bool (*cap_end)(dl__dev *d, void *cap);
+    bool (*cap_launch)(dl__dev *d, void *cap, uint64_t seed, uint64_t rng);
+    void (*cap_free)(dl__dev *d, void *cap);
+    /* optional (NULL: an entry call per tensor): multi-tensor updates, one
+       launch for nt tensors (PyTorch's multi_tensor_apply). The list is the
+       same from step to step (parameters do not move), so the backend keeps
+       its own copy in *cache and rebuilds it only when the list changes.
+       kind DL__MT_ZERO: every t[i].p = 0; DL__MT_SGD / DL__MT_ADAM: the
+       sgd / adam entry's update of each tensor with the argument struct
+       args[t[i].arg] (argbytes of dl__sgd_args / dl__adam_args), element for
+       element the same arithmetic. mt_args gives a cache the arguments of
+       its next run without running it (a replay's optimizer hook: a
+       captured run reads them); mt_free releases a cache. */
+    void (*mt_apply)(dl__dev *d, void **cache, int kind, int nt, const dl__mtent *t, const void *args,
+                     size_t argbytes);
+    void (*mt_args)(dl__dev *d, void *cache, const void *args, size_t argbytes);
+    void (*mt_free)(dl__dev *d, void *cache);
 };
 
 /* the backend of a tensor's device */
@@ -3633,6 +3758,13 @@ struct dl_ctx {
        backward */
     dl_result (*ready_fn)(void *user, dl_tensor *leaf);
     void *ready_user;
+    /* capture and replay: the capture being recorded (NULL: none), the live
+       captures, the husks of freed ones (so that a late dl_replay is an
+       error, not a crash), released capture header regions */
+    dl_capture *cap, *caps, *dead;
+    uint64_t capserial;
+    dl__hregion *capreg;
+    dl__arena capgrave;               /* without address space: freed captures' headers */
 };
 
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
@@ -3640,6 +3772,21 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* capture and replay (its section follows the CPU backend): the hooks that
+   memory, errors, tensors and ops call while a capture runs or lives */
+static void *dl__cap_halloc(dl_ctx *ctx, size_t need);           /* headers and nodes */
+static void dl__cap_note_err(dl_ctx *ctx);                       /* an error fails the capture */
+static bool dl__cap_gen_live(dl_ctx *ctx, uint64_t gen);         /* a capture's tensors' step_ */
+static uint64_t dl__cap_gen(dl_ctx *ctx);                        /* the running capture's */
+static bool dl__cap_input(const char *op, const char *arg, dl_tensor *t);   /* dl__live's part */
+static void dl__cap_use(dl_tensor *t);                           /* a persistent tensor it touches */
+static bool dl__cap_persistent(dl_ctx *ctx, const char *op);     /* refuses persistent allocation */
+static bool dl__cap_refused(dl_ctx *ctx, const char *op, const char *what, const char *hint);
+static void dl__cap_owner_gone(dl_ctx *ctx, void *owner, const char *what);   /* (an optimizer) */
+static void dl__cap_forget(dl_tensor *t, const char *how);       /* t's storage goes away */
+static void dl__caps_free(dl_ctx *ctx);                          /* dl_ctx_free's part */
+static size_t dl__cap_saved(dl_capture *c, dl__dev *d);           /* d's own arena, set aside */
 
 static void *dl__malloc(dl_ctx *ctx, size_t bytes)
 {
@@ -3652,7 +3799,7 @@ static void *dl__malloc(dl_ctx *ctx, size_t bytes)
 /* the context's memory_limit holds for each device */
 static bool dl__dev_limit_ok(dl__dev *d, size_t extra)
 {
-    size_t total = d->persistent_bytes + d->data.reserved + extra;
+    size_t total = d->persistent_bytes + d->data.reserved + d->held + extra;
     return d->ctx->memory_limit == 0 || total <= d->ctx->memory_limit;
 }
 
@@ -3815,10 +3962,10 @@ static void *dl__vm_map(void *p, size_t n, int prot)
     return r == MAP_FAILED ? NULL : r;
 }
 
-static dl__hregion *dl__hregion_new(dl_ctx *ctx, size_t min)
+/* a region of size bytes of address space (DL__HREGION: the steps'), at least min + a commit */
+static dl__hregion *dl__hregion_new(dl_ctx *ctx, size_t min, size_t size)
 {
     dl__hregion *r;
-    size_t size = DL__HREGION;
     if (size < min + DL__HCOMMIT) size = (min + DL__HCOMMIT + dl__page()) & ~(dl__page() - 1);
     r = (dl__hregion *)DL_MALLOC(sizeof *r);
     if (!r) return NULL;
@@ -3841,18 +3988,10 @@ static void dl__hregion_release(dl_ctx *ctx, dl__hregion *r, size_t upto)
     }
 }
 
-static void *dl__halloc_vm(dl_ctx *ctx, size_t need)
+/* need bytes at r's end, committing pages as it goes; NULL when r is full */
+static void *dl__hregion_take(dl_ctx *ctx, dl__hregion *r, size_t need)
 {
-    dl__hregion *r = ctx->hreg;
-    if (!r || r->pos + need > r->size) {
-        /* a fresh region; the old one is released once its last step is over */
-        dl__hregion *n = dl__hregion_new(ctx, need);
-        if (!n) return NULL;
-        if (r) r->retire_step = ctx->step + 2;
-        n->next = r;
-        ctx->hreg = r = n;
-        ctx->hkeep = ctx->hstep = 0;
-    }
+    if (r->pos + need > r->size) return NULL;
     if (r->pos + need > r->rw_hi) {
         size_t grow = need > DL__HCOMMIT ? need : DL__HCOMMIT;
         grow = (grow + dl__page() - 1) & ~(dl__page() - 1);
@@ -3864,12 +4003,29 @@ static void *dl__halloc_vm(dl_ctx *ctx, size_t need)
     r->pos += need;
     return r->base + r->pos - need;
 }
+
+static void *dl__halloc_vm(dl_ctx *ctx, size_t need)
+{
+    dl__hregion *r = ctx->hreg;
+    if (!r || r->pos + need > r->size) {
+        /* a fresh region; the old one is released once its last step is over */
+        dl__hregion *n = dl__hregion_new(ctx, need, DL__HREGION);
+        if (!n) return NULL;
+        if (r) r->retire_step = ctx->step + 2;
+        n->next = r;
+        ctx->hreg = r = n;
+        ctx->hkeep = ctx->hstep = 0;
+    }
+    return dl__hregion_take(ctx, r, need);
+}
 #endif
 
-/* Memory for a step tensor header, tape node or small per-step array. */
+/* Memory for a step tensor header, tape node or small per-step array (inside
+   a capture: the capture's own). */
 static void *dl__halloc(dl_ctx *ctx, size_t bytes)
 {
     size_t need = (bytes + 63) & ~(size_t)63;
+    if (ctx->cap) return dl__cap_halloc(ctx, need);
 #ifdef DL__HVM
     if (ctx->hreg) return dl__halloc_vm(ctx, need);
 #endif
@@ -3921,7 +4077,7 @@ static void dl__hstore_init(dl_ctx *ctx)
 {
     ctx->hdr[0].min_chunk = ctx->hdr[1].min_chunk = (size_t)64 << 10;
 #ifdef DL__HVM
-    ctx->hreg = dl__hregion_new(ctx, 0);   /* NULL: the arena fallback */
+    ctx->hreg = dl__hregion_new(ctx, 0, DL__HREGION);   /* NULL: the arena fallback */
 #endif
     DL__REG_LOCK();
     ctx->reg_next = dl__registry;
@@ -3948,19 +4104,24 @@ static void dl__hstore_free(dl_ctx *ctx)
     dl__arena_free(&ctx->hdr[1]);
 }
 
-/* The context whose header memory holds p (for a zeroed, released header). */
-static dl_ctx *dl__header_owner(const void *p)
+/* The context whose header memory holds p (for a zeroed, released header);
+   *cap: p was a header of a capture that dl_capture_free released. */
+static dl_ctx *dl__header_owner(const void *p, bool *cap)
 {
     dl_ctx *c, *found = NULL;
+    *cap = false;
     DL__REG_LOCK();
     for (c = dl__registry; c && !found; c = c->reg_next) {
 #ifdef DL__HVM
         dl__hregion *r;
-        for (r = c->hreg; r; r = r->next)
-            if ((const unsigned char *)p >= r->base && (const unsigned char *)p < r->base + r->size) {
-                found = c;
-                break;
-            }
+        int k;
+        for (k = 0; k < 2 && !found; k++)
+            for (r = k ? c->capreg : c->hreg; r; r = r->next)
+                if ((const unsigned char *)p >= r->base && (const unsigned char *)p < r->base + r->size) {
+                    found = c;
+                    *cap = k == 1;
+                    break;
+                }
 #else
         (void)p;
 #endif
@@ -4064,6 +4225,7 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
     vsnprintf(ctx->msg + k, sizeof ctx->msg - (size_t)k, fmt, ap);
     va_end(ap);
     ctx->err = code;
+    if (ctx->cap) dl__cap_note_err(ctx);   /* an error inside a capture fails it */
     if (ctx->log) ctx->log(ctx->log_user, ctx->msg);
 #ifdef DL_ABORT_ON_ERROR
     abort();
@@ -4102,12 +4264,14 @@ void dl_set_log(dl_ctx *ctx, dl_log_fn fn, void *user)
     ctx->log_user = user;
 }
 
-/* Every tensor argument passes here: it must be a live tensor of this step
-   (or persistent). A header whose magic is wrong cannot name its context, so
-   nothing can be reported: the op returns NULL. */
+/* Every tensor argument passes here: it must be a live tensor of this step,
+   persistent, or made by a capture not yet freed (inside a capture, see
+   dl__cap_input). A header whose magic is wrong cannot name its context,
+   so nothing can be reported: the op returns NULL. */
 static bool dl__live(const char *op, const char *arg, const dl_tensor *t)
 {
     dl_ctx *ctx;
+    bool capt;
     if (!t) return false;
     if (t->magic_ != DL__MAGIC) {
 #ifdef DL_DEBUG
@@ -4117,22 +4281,31 @@ static bool dl__live(const char *op, const char *arg, const dl_tensor *t)
             return false;
         }
 #endif
-        ctx = dl__header_owner(t);    /* a released step header reads as zeros */
-        if (ctx)
+        ctx = dl__header_owner(t, &capt);    /* a released step header reads as zeros */
+        if (ctx && capt)
+            dl__err(ctx, DL_ERR_STALE, "%s: %s was made inside a capture that dl_capture_free() "
+                    "released; copy it with dl_keep() before freeing the capture to use it later",
+                    op, arg);
+        else if (ctx)
             dl__err(ctx, DL_ERR_STALE, "%s: %s is a step tensor from an earlier step (before step "
                     "%llu), which dl_step_end() released; copy it with dl_keep() to use it in "
                     "later steps", op, arg, (unsigned long long)(ctx->step ? ctx->step - 1 : 0));
         return false;
     }
     ctx = t->ctx_;
-    if (t->step_ != 0 && t->step_ != ctx->step) {
-        dl__err(ctx, DL_ERR_STALE,
+    if (t->step_ != 0 && t->step_ != ctx->step && !dl__cap_gen_live(ctx, t->step_)) {
+        if (t->step_ & DL__CAP_GEN)
+            dl__err(ctx, DL_ERR_STALE, "%s: %s %s was made inside a capture that dl_capture_free() "
+                    "released; copy it with dl_keep() before freeing the capture to use it later",
+                    op, arg, dl__sh(t));
+        else
+            dl__err(ctx, DL_ERR_STALE,
                 "%s: %s %s was made in step %llu, which dl_step_end() released (now step "
                 "%llu); copy it with dl_keep() to use it in later steps",
                 op, arg, dl__sh(t), (unsigned long long)t->step_, (unsigned long long)ctx->step);
         return false;
     }
-    return true;
+    return ctx->cap ? dl__cap_input(op, arg, (dl_tensor *)t) : true;
 }
 
 static bool dl__f32(const char *op, const char *arg, const dl_tensor *t)
@@ -4496,6 +4669,8 @@ static void dl__seed_state(uint64_t seed, uint64_t *s)
 void dl_manual_seed(dl_ctx *ctx, uint64_t seed)
 {
     if (!ctx) return;
+    if (dl__cap_refused(ctx, "dl_manual_seed", "reseeding", "seed before dl_capture_begin() or between "
+                        "replays (a replay reads the generator's seed and counter)")) return;
     ctx->seed = seed ? seed : 0x5eed;
     ctx->rng_offset = 0;
 }
@@ -4651,6 +4826,11 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
                     dl__dev_str(dev, b, sizeof b), DL__MAX_CUDA - 1);
             return NULL;
         }
+        if (!ctx->cuda[dev.index] && ctx->cap) {
+            dl__err(ctx, DL_ERR_UNSUPPORTED, "%s: %s is first used inside a capture, which records "
+                    "the devices open at dl_capture_begin(); use it before", op, dl__dev_str(dev, b, sizeof b));
+            return NULL;
+        }
         if (!ctx->cuda[dev.index]) ctx->cuda[dev.index] = dl__cuda_open(ctx, dev.index, op);
         return ctx->cuda[dev.index];    /* NULL: dl__cuda_open said why */
 #else
@@ -4769,6 +4949,7 @@ static void dl__persist_release(dl_tensor *t)
     dl_ctx *ctx = t->ctx_;
 #endif
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
+    if (t->ctx_->caps) dl__cap_forget(t, "freed");   /* a capture that uses t cannot replay */
     dl__persist_unlink(t);
     d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
     if (t->owns_) d->be->free(d, t->data);
@@ -4816,6 +4997,7 @@ static DL__UNUSED void dl__disown(dl_ctx *ctx, void *p)
 void dl_ctx_free(dl_ctx *ctx)
 {
     if (!ctx) return;
+    dl__caps_free(ctx);        /* first: a capture running on CUDA ends before its stream goes */
     while (ctx->owned) {
         dl__owned *o = ctx->owned;
         ctx->owned = o->next;
@@ -4835,6 +5017,11 @@ void dl_step_end(dl_ctx *ctx)
 {
     int i;
     if (!ctx) return;
+    if (ctx->cap) {   /* fails the capture (dl__err) */
+        dl__err(ctx, DL_ERR_ARG, "dl_step_end: inside a capture: end it with dl_capture_end() "
+                "first (the capture's tensors outlive dl_step_end anyway)");
+        return;
+    }
     ctx->step++;
     for (i = 0; i < ctx->ncpu; i++) dl__arena_reset(&ctx->cpu[i]->data);
     for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) dl__arena_reset(&ctx->cuda[i]->data);
@@ -4939,6 +5126,7 @@ dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out)
     out->step_reserved = d->data.reserved;
     out->peak_bytes = d->peak_bytes;
     out->alloc_calls = d->alloc_calls;
+    out->capture_bytes = d->held - (ctx->cap ? dl__cap_saved(ctx->cap, d) : 0);
     if (d == ctx->cpu[0]) {   /* the host: headers, tape and the library's own objects too */
         out->step_reserved += ctx->hdr[0].reserved + ctx->hdr[1].reserved;
         out->header_bytes = ctx->hcommitted;
@@ -5005,6 +5193,7 @@ static dl_tensor *dl__make(dl__dev *d, const char *op, dl_dtype dtype, int ndim,
     }
     bytes = (size_t)numel * dl__esize(dtype);
     if (persistent) {
+        if (ctx->cap && !dl__cap_persistent(ctx, op)) return NULL;
         if (!share && !dl__dev_limit_ok(d, bytes + sizeof(dl_tensor))) {
             dl__err(ctx, DL_ERR_OOM, "%s: %zu bytes on %s would pass the context's memory_limit of "
                     "%zu per device", op, bytes, dl__dev_str(d->id, db, sizeof db), ctx->memory_limit);
@@ -5033,7 +5222,7 @@ static dl_tensor *dl__make(dl__dev *d, const char *op, dl_dtype dtype, int ndim,
             t->sdata_ = true;
         }
         t->bwd_tmp_ = ctx->backward_nograd;
-        t->step_ = ctx->step;
+        t->step_ = ctx->cap ? dl__cap_gen(ctx) : ctx->step;   /* a capture's tensors are its own */
         t->ctx_ = ctx;
     }
     if (share) t->data = share;
@@ -8232,7 +8421,9 @@ static const dl__backend dl__cpu_backend = {
 #else
     NULL, NULL,
 #endif
-    dl__cpu_conv_i2c
+    dl__cpu_conv_i2c,
+    NULL, NULL, NULL, NULL,   /* cap_*: dl.h records the CPU's calls (capture and replay) */
+    NULL, NULL, NULL          /* mt_*: the vectorized per-tensor loops are the CPU's best */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -8272,7 +8463,1062 @@ static float dl__host_value_at(dl_tensor *t, int64_t i)
    at a transfer point may read or write it in place */
 static bool dl__host_ok(const dl_tensor *t)
 {
-    return t->dev_->be == dl__cpu_be() && t->dev_->tag == 0;
+    return t->device.type == DL_DEVICE_CPU && t->dev_->tag == 0;   /* (its table may be a capture's) */
+}
+
+// >>section capture and replay
+/* A static graph of one step (DESIGN.md 6b; PyTorch's torch.cuda.graph and
+   CUDAGraph.replay). dl_capture_begin(ctx) .. dl_capture_end(cap) records
+   the backend work of the ops in between; dl_replay(cap) runs that work
+   again on the same memory.
+
+   Recording. A CPU device (cpu:0, cpu:i) gets the table dl__cap_backend
+   in place of its own while the capture runs: each entry appends a record
+   (which entry, its scalar arguments, a copy of the host struct it was
+   given: a broadcast plan, a conv or pool geometry, strides) and calls the
+   CPU entry, so the captured step runs while it is recorded. A replay walks
+   the records and calls the CPU entries again: no op dispatch, no shape
+   check, no tape, no allocation. A device whose backend captures its own
+   work (dl__backend.cap_begin: CUDA's stream capture into a graph, one
+   launch to replay) keeps its table.
+
+   What changes from step to step is read at each replay, never baked in:
+     - the RNG counter: a draw's record keeps its counter minus the counter
+       at dl_capture_begin; a replay adds the counter at its start, then
+       moves the counter on by the capture's draws, as the eager step does;
+     - optimizer state: dl_optim_step registers a hook (dl__cap_hook) that a
+       replay runs first: it recomputes the arguments (learning rate, step
+       counts, bias corrections) into the optimizer's own array, which the
+       update's records point at, and counts the step;
+     - num_batches_tracked: an int64 += 1 on device memory, replayed.
+
+   Memory. The capture has its own step memory: each device's step arena
+   is set aside for the capture's while it records, and step headers and
+   tape nodes come from the capture's header region. Its tensors carry its
+   generation (DL__CAP_GEN | serial) in place of a step number: dl_step_end
+   leaves them, dl_capture_free releases them (their headers then read as
+   stale, as a released step's do). A record may point only into that
+   memory or into persistent tensors: a step tensor made before the capture
+   (dl_step_end would recycle it) or by another capture is refused at the
+   op (dl__cap_input), and every persistent tensor the capture touches is
+   listed (dl__cap_use) so that dl_free or dl_module_to on it makes a later
+   replay an error instead of a write into freed memory.
+
+   Refusals: what a replay could not repeat fails its op with a message
+   that names it, and fails the capture (dl_capture_end returns the first
+   error): host reads (dl_item, dl_read, dl_data, dl_to to the host; the
+   download, nonfinite and sumsq entries below them), host writes
+   (dl_write, dl_from_array, the loader: a replay would copy the same bytes
+   again), persistent allocations (a gradient or optimizer state made
+   lazily: warm up with an eager step first), collectives, a tensor from
+   before the capture. Any other error inside the capture fails it too. */
+
+#define DL__CAP_MAGIC 0x444c4350u
+#define DL__CAP_FREED 0x444c4346u     /* a dl_capture_free()d capture's husk */
+#ifdef DL__HVM
+#define DL__CAP_HREGION ((size_t)1 << 30)   /* address space for one capture's headers */
+#endif
+enum { DL__CAP_RECORDING = 1, DL__CAP_READY, DL__CAP_FAILED, DL__CAP_INVALID };
+
+/* the entry a record calls again */
+enum {
+    DL__RK_COPY, DL__RK_PEER, DL__RK_RAND, DL__RK_ARANGE, DL__RK_FILL, DL__RK_ADD_I64, DL__RK_UNARY,
+    DL__RK_BINARY, DL__RK_REDUCE, DL__RK_ARGMAX, DL__RK_ONEHOT, DL__RK_COPY_ND, DL__RK_AXPY, DL__RK_GEMM,
+    DL__RK_SOFTMAX, DL__RK_CLASS_MASK, DL__RK_DROPOUT, DL__RK_BCE, DL__RK_IM2COL, DL__RK_COL2IM,
+    DL__RK_BIAS_ADD, DL__RK_MAX_POOL, DL__RK_UNPOOL, DL__RK_GATHER, DL__RK_AVG_POOL, DL__RK_AVG_POOL_ADJ,
+    DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
+    DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
+    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C
+};
+
+/* One recorded CPU backend call: the entry's arguments in its order. */
+typedef struct dl__rec {
+    int kind, k;                      /* the entry; a small argument (op, dist, ndim, flag) */
+    dl__dev *d, *d2;                  /* its device (peer: d2, the source) */
+    void *p[8];                       /* data pointers */
+    int64_t n[10];                    /* sizes, strides, counts */
+    float f[3];
+    double g[2];
+    uint64_t u;                       /* rand, dropout: the counter (minus the capture's first) */
+    bool b[3];                        /* rand, dropout b[2]: the context's generator */
+    const void *arg;                  /* sgd, adam: the optimizer's argument struct (it refreshes it) */
+    size_t blob;                      /* else: the host struct copied to cap->blob + blob */
+} dl__rec;
+
+/* A function a replay runs first (optimizer steps); data is DL_FREE'd with the capture. */
+typedef struct dl__caphook {
+    void (*fn)(dl_capture *cap, void *owner, void *data);
+    void *owner, *data;
+} dl__caphook;
+
+typedef struct dl__capdev {
+    dl__dev *d;
+    dl__arena arena;                  /* the capture's step memory on d */
+    dl__arena saved;                  /* while recording: d's own */
+    const dl__backend *be;            /* while recording: d's own table */
+    void *impl;                       /* a device that captures itself (CUDA): its state */
+} dl__capdev;
+
+struct dl_capture {
+    uint32_t magic;
+    int state;
+    dl_ctx *ctx;
+    uint64_t gen;                     /* DL__CAP_GEN | serial: its tensors' step_ */
+    dl_capture *next;                 /* in ctx->caps, or (freed) ctx->dead */
+    dl_result err;                    /* the first failure (FAILED), or why it is INVALID */
+    char msg[768];
+    bool msg_op;                      /* msg is an op's own message (it names the op) */
+    int ndev;
+    dl__capdev *dev;
+    dl__rec *rec;
+    int64_t nrec, caprec;
+    unsigned char *blob;
+    size_t nblob, capblob;
+    dl__caphook *hook;
+    int nhook, caphook;
+    dl_tensor **uses;                 /* persistent tensors it touches (NULL: forgotten) */
+    int64_t nuse, capuse;
+    uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
+    uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
+#ifdef DL__HVM
+    dl__hregion *hreg;                /* headers and nodes made inside it */
+#endif
+    dl__arena harena;                 /* the same without address space to reserve */
+};
+
+static uint64_t dl__cap_gen(dl_ctx *ctx) { return ctx->cap->gen; }
+
+/* while c records: the bytes of d's own step arena, set aside (in d->held) */
+static size_t dl__cap_saved(dl_capture *c, dl__dev *d)
+{
+    int i;
+    for (i = 0; i < c->ndev; i++) if (c->dev[i].d == d) return c->dev[i].saved.reserved;
+    return 0;
+}
+
+static bool dl__cap_gen_live(dl_ctx *ctx, uint64_t gen)
+{
+    dl_capture *c;
+    if (!(gen & DL__CAP_GEN)) return false;
+    for (c = ctx->caps; c; c = c->next) if (c->gen == gen) return true;
+    return false;
+}
+
+/* Keeps the first failure; an op's message (it names the op) replaces a
+   device entry's refusal that came just before it. */
+static void dl__cap_fail(dl_capture *c, dl_result code, const char *msg, bool from_op)
+{
+    if (c->err != DL_OK && (c->msg_op || !from_op)) return;
+    c->err = code;
+    snprintf(c->msg, sizeof c->msg, "%s", msg);
+    c->msg_op = from_op;
+}
+
+static void dl__cap_note_err(dl_ctx *ctx) { dl__cap_fail(ctx->cap, ctx->err, ctx->msg, true); }
+
+/* A backend entry that a replay could not repeat: the device's failure (the
+   op that called it reports it under its name) and the capture's. */
+static DL__UNUSED void dl__cap_refuse(dl__dev *d, const char *what)
+{
+    char b[32];
+    dl__dev_fail(d, "%s on %s inside a capture (dl_capture_begin): a replay could not repeat it",
+                 what, dl__dev_str(d->id, b, sizeof b));
+    dl__cap_fail(d->ctx->cap, DL_ERR_UNSUPPORTED, d->errmsg, false);
+}
+
+/* true (with the error) inside a capture: op is `what`, which a replay
+   cannot repeat; hint says what to do instead */
+static bool dl__cap_refused(dl_ctx *ctx, const char *op, const char *what, const char *hint)
+{
+    if (!ctx || !ctx->cap) return false;
+    dl__err(ctx, DL_ERR_UNSUPPORTED, "%s: %s inside a capture (dl_capture_begin .. dl_capture_end) "
+            "cannot be replayed; %s", op, what, hint);
+    return true;
+}
+#define DL__CAP_READ_HINT "read it after dl_capture_end() or dl_replay()"
+#define DL__CAP_WRITE_HINT "write static inputs between replays (dl_copy_, dl_write), outside the capture"
+
+static bool dl__cap_grow(dl_ctx *ctx, void **p, int64_t *cap, int64_t need, size_t esize)
+{
+    int64_t c = *cap ? *cap : 64;
+    void *q;
+    if (need <= *cap) return true;
+    while (c < need) c *= 2;
+    q = DL_REALLOC(*p, esize * (size_t)c);
+    ctx->alloc_calls++;
+    if (!q) {
+        dl__err(ctx, DL_ERR_OOM, "dl_capture: out of host memory for the capture's records");
+        return false;
+    }
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+/* A persistent tensor the capture touches (no-op outside a capture). */
+static void dl__cap_use(dl_tensor *t)
+{
+    dl_capture *c;
+    int64_t i;
+    if (!t || !t->ctx_->cap || t->step_ != 0) return;
+    c = t->ctx_->cap;
+    for (i = 0; i < c->nuse; i++) if (c->uses[i] == t) return;
+    if (!dl__cap_grow(t->ctx_, (void **)&c->uses, &c->capuse, c->nuse + 1, sizeof(dl_tensor *))) return;
+    c->uses[c->nuse++] = t;
+}
+
+/* dl__live's part inside a capture: persistent tensors are listed, its own
+   pass, a step tensor from before it or another capture's are refused. */
+static bool dl__cap_input(const char *op, const char *arg, dl_tensor *t)
+{
+    dl_ctx *ctx = t->ctx_;
+    if (t->step_ == 0) { dl__cap_use(t); return true; }
+    if (t->step_ == ctx->cap->gen) return true;
+    if (t->step_ == ctx->step)
+        dl__err(ctx, DL_ERR_ARG, "%s: %s %s is a step tensor made before dl_capture_begin(): "
+                "dl_step_end() recycles its memory, so a replay could not use it; make it "
+                "persistent (dl_keep) before the capture, or inside it", op, arg, dl__sh(t));
+    else
+        dl__err(ctx, DL_ERR_ARG, "%s: %s %s was made by another capture; a capture may use "
+                "persistent tensors and its own only (dl_keep it)", op, arg, dl__sh(t));
+    return false;
+}
+
+static bool dl__cap_persistent(dl_ctx *ctx, const char *op)
+{
+    dl__err(ctx, DL_ERR_UNSUPPORTED, "%s: a persistent allocation inside a capture "
+            "(dl_capture_begin .. dl_capture_end): a replay cannot allocate. Warm up first: one "
+            "eager step before dl_capture_begin() makes the parameters' gradients and the "
+            "optimizer's state, as torch.cuda.graph's warm-up does; make static inputs "
+            "(dl_keep) before it too", op);
+    return false;
+}
+
+/* the capture can no longer replay: why (DL_ERR_STALE), or its failure when recording */
+static void dl__cap_invalidate(dl_capture *c, const char *msg)
+{
+    if (c->state == DL__CAP_RECORDING) { dl__cap_fail(c, DL_ERR_STALE, msg, true); return; }
+    if (c->state == DL__CAP_INVALID) return;
+    c->state = DL__CAP_INVALID;
+    c->err = DL_ERR_STALE;
+    snprintf(c->msg, sizeof c->msg, "%s", msg);
+}
+
+/* t's storage goes away (how: "freed" ...): every capture that uses it */
+static void dl__cap_forget(dl_tensor *t, const char *how)
+{
+    dl_capture *c;
+    int64_t i;
+    for (c = t->ctx_->caps; c; c = c->next)
+        for (i = 0; i < c->nuse; i++)
+            if (c->uses[i] == t) {
+                char m[256];
+                snprintf(m, sizeof m, "the capture uses %s %s, which was %s after dl_capture_begin(); "
+                         "capture again", t->name[0] ? t->name : "a tensor", dl__sh(t), how);
+                c->uses[i] = NULL;
+                dl__cap_invalidate(c, m);
+            }
+}
+
+/* owner (an optimizer with a hook) goes away (what: its name) */
+static void dl__cap_owner_gone(dl_ctx *ctx, void *owner, const char *what)
+{
+    dl_capture *c;
+    int i;
+    for (c = ctx->caps; c; c = c->next)
+        for (i = 0; i < c->nhook; i++)
+            if (c->hook[i].owner == owner) {
+                char m[256];
+                snprintf(m, sizeof m, "the capture steps %s, which was freed after dl_capture_begin(); "
+                         "capture again", what);
+                c->hook[i].owner = NULL;
+                dl__cap_invalidate(c, m);
+            }
+}
+
+/* Registers fn(cap, owner, data) to run at the start of every replay of
+   the capture running. One per owner: false (with an error naming op)
+   when owner has one already, since what it refreshes changes once a step. */
+static bool dl__cap_hook(dl_ctx *ctx, const char *op, void (*fn)(dl_capture *, void *, void *),
+                         void *owner, void *data)
+{
+    dl_capture *c = ctx->cap;
+    int i;
+    int64_t cap = c->caphook;
+    for (i = 0; i < c->nhook; i++)
+        if (c->hook[i].owner == owner) {
+            dl__err(ctx, DL_ERR_UNSUPPORTED, "%s: a second step inside one capture: a replay "
+                    "refreshes its state once; capture one step", op);
+            return false;
+        }
+    if (!dl__cap_grow(ctx, (void **)&c->hook, &cap, c->nhook + 1, sizeof(dl__caphook))) return false;
+    c->caphook = (int)cap;
+    c->hook[c->nhook].fn = fn;
+    c->hook[c->nhook].owner = owner;
+    c->hook[c->nhook].data = data;
+    c->nhook++;
+    return true;
+}
+
+static void *dl__cap_halloc(dl_ctx *ctx, size_t need)
+{
+    dl_capture *c = ctx->cap;
+#ifdef DL__HVM
+    if (c->hreg) return dl__hregion_take(ctx, c->hreg, need);
+#endif
+    return dl__arena_alloc(ctx, &c->harena, need, false);
+}
+
+/* ---- recording the CPU's calls */
+
+static dl__rec *dl__rec_add(dl__dev *d, int kind)
+{
+    dl_capture *c = d->ctx->cap;
+    dl__rec *r;
+    if (c->err != DL_OK) return NULL;   /* failed: nothing will replay */
+    if (!dl__cap_grow(d->ctx, (void **)&c->rec, &c->caprec, c->nrec + 1, sizeof(dl__rec))) return NULL;
+    r = &c->rec[c->nrec++];
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->d = d;
+    return r;
+}
+
+/* a copy of a host struct (bytes) for r; false on OOM */
+static bool dl__rec_blob(dl__dev *d, dl__rec *r, const void *src, size_t bytes)
+{
+    dl_capture *c = d->ctx->cap;
+    int64_t cap = (int64_t)c->capblob;
+    size_t at = (c->nblob + 15) & ~(size_t)15;
+    if (!dl__cap_grow(d->ctx, (void **)&c->blob, &cap, (int64_t)(at + bytes), 1)) { c->nrec--; return false; }
+    c->capblob = (size_t)cap;
+    memcpy(c->blob + at, src, bytes);
+    c->nblob = at + bytes;
+    r->blob = at;
+    return true;
+}
+
+/* a draw of the context's generator: the counter relative to the capture's start */
+static void dl__rec_draw(dl__dev *d, dl__rec *r, uint64_t seed, uint64_t offset)
+{
+    dl_capture *c = d->ctx->cap;
+    r->b[2] = seed == d->ctx->seed && offset >= c->rng0;
+    r->u = r->b[2] ? offset - c->rng0 : offset;
+    r->n[9] = (int64_t)seed;   /* (another generator's: baked in) */
+}
+
+#define DL__REC(d, kind) dl__rec *r = dl__rec_add(d, kind); if (r)
+#define DL__CPU dl__cpu_backend
+
+static void dl__rw_upload(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    (void)dst; (void)src; (void)n;
+    dl__cap_refuse(d, "a copy from the host (upload)");
+}
+static void dl__rw_download(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    (void)src;
+    dl__cap_refuse(d, "a read to the host (download)");
+    memset(dst, 0, n);
+}
+static int64_t dl__rw_nonfinite(dl__dev *d, const float *x, int64_t n)
+{
+    (void)x; (void)n;
+    dl__cap_refuse(d, "a read to the host (nonfinite: anomaly mode)");
+    return -1;
+}
+static double dl__rw_sumsq(dl__dev *d, const float *x, int64_t n)
+{
+    (void)x; (void)n;
+    dl__cap_refuse(d, "a read to the host (sumsq)");
+    return 0;
+}
+static void dl__rw_sync(dl__dev *d) { (void)d; }   /* a recording waits for nothing */
+static void dl__rw_copy(dl__dev *d, void *dst, const void *src, size_t n)
+{
+    DL__REC(d, DL__RK_COPY) { r->p[0] = dst; r->p[1] = (void *)src; r->n[0] = (int64_t)n; }
+    DL__CPU.copy(d, dst, src, n);
+}
+static void dl__rw_peer(dl__dev *dd, void *dst, dl__dev *sd, const void *src, size_t n)
+{
+    DL__REC(dd, DL__RK_PEER) { r->d2 = sd; r->p[0] = dst; r->p[1] = (void *)src; r->n[0] = (int64_t)n; }
+    DL__CPU.peer(dd, dst, sd, src, n);
+}
+static void dl__rw_rand(dl__dev *d, int dist, float *y, int64_t n, uint64_t seed, uint64_t offset, float a,
+                        float b)
+{
+    DL__REC(d, DL__RK_RAND) {
+        r->k = dist; r->p[0] = y; r->n[0] = n; r->f[0] = a; r->f[1] = b;
+        dl__rec_draw(d, r, seed, offset);
+    }
+    DL__CPU.rand(d, dist, y, n, seed, offset, a, b);
+}
+static void dl__rw_arange(dl__dev *d, float *y, int64_t n, double start, double step)
+{
+    DL__REC(d, DL__RK_ARANGE) { r->p[0] = y; r->n[0] = n; r->g[0] = start; r->g[1] = step; }
+    DL__CPU.arange(d, y, n, start, step);
+}
+static void dl__rw_fill(dl__dev *d, float *y, int64_t n, float v)
+{
+    DL__REC(d, DL__RK_FILL) { r->p[0] = y; r->n[0] = n; r->f[0] = v; }
+    DL__CPU.fill(d, y, n, v);
+}
+static void dl__rw_add_i64(dl__dev *d, int64_t *p, int64_t v)
+{
+    DL__REC(d, DL__RK_ADD_I64) { r->p[0] = p; r->n[0] = v; }
+    DL__CPU.add_i64(d, p, v);
+}
+static void dl__rw_unary(dl__dev *d, int op, float *y, const float *x, int64_t n, float a, float b)
+{
+    DL__REC(d, DL__RK_UNARY) { r->k = op; r->p[0] = y; r->p[1] = (void *)x; r->n[0] = n; r->f[0] = a; r->f[1] = b; }
+    DL__CPU.unary(d, op, y, x, n, a, b);
+}
+static void dl__rw_binary(dl__dev *d, int op, float *y, const float *a, const float *b, const dl__bcast *bc)
+{
+    DL__REC(d, DL__RK_BINARY) if (dl__rec_blob(d, r, bc, sizeof *bc)) {
+        r->k = op; r->p[0] = y; r->p[1] = (void *)a; r->p[2] = (void *)b;
+    }
+    DL__CPU.binary(d, op, y, a, b, bc);
+}
+static void dl__rw_reduce(dl__dev *d, int op, float *y, const float *x, int64_t outer, int64_t rr, int64_t inner)
+{
+    DL__REC(d, DL__RK_REDUCE) { r->k = op; r->p[0] = y; r->p[1] = (void *)x; r->n[0] = outer; r->n[1] = rr; r->n[2] = inner; }
+    DL__CPU.reduce(d, op, y, x, outer, rr, inner);
+}
+static void dl__rw_argmax(dl__dev *d, int64_t *idx, const float *x, int64_t outer, int64_t rr, int64_t inner)
+{
+    DL__REC(d, DL__RK_ARGMAX) { r->p[0] = idx; r->p[1] = (void *)x; r->n[0] = outer; r->n[1] = rr; r->n[2] = inner; }
+    DL__CPU.argmax(d, idx, x, outer, rr, inner);
+}
+static void dl__rw_onehot(dl__dev *d, float *y, const int64_t *idx, int64_t outer, int64_t rr, int64_t inner)
+{
+    DL__REC(d, DL__RK_ONEHOT) { r->p[0] = y; r->p[1] = (void *)idx; r->n[0] = outer; r->n[1] = rr; r->n[2] = inner; }
+    DL__CPU.onehot(d, y, idx, outer, rr, inner);
+}
+static void dl__rw_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *shape, void *dst,
+                           const int64_t *dst_strides, const void *src, const int64_t *src_strides)
+{
+    DL__REC(d, DL__RK_COPY_ND) {
+        int64_t a[3 * DL_MAX_DIMS];
+        int k = ndim < 0 ? 0 : ndim > DL_MAX_DIMS ? DL_MAX_DIMS : ndim;
+        memcpy(a, shape, sizeof(int64_t) * (size_t)k);
+        memcpy(a + k, dst_strides, sizeof(int64_t) * (size_t)k);
+        memcpy(a + 2 * k, src_strides, sizeof(int64_t) * (size_t)k);
+        if (dl__rec_blob(d, r, a, sizeof(int64_t) * (size_t)(3 * k))) {
+            r->k = k; r->n[0] = (int64_t)esize; r->p[0] = dst; r->p[1] = (void *)src;
+        }
+    }
+    DL__CPU.copy_nd(d, esize, ndim, shape, dst, dst_strides, src, src_strides);
+}
+static void dl__rw_axpy(dl__dev *d, float *y, const float *x, int64_t n, float alpha)
+{
+    DL__REC(d, DL__RK_AXPY) { r->p[0] = y; r->p[1] = (void *)x; r->n[0] = n; r->f[0] = alpha; }
+    DL__CPU.axpy(d, y, x, n, alpha);
+}
+static void dl__rw_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
+{
+    DL__REC(d, DL__RK_GEMM) {
+        r->b[0] = ta; r->b[1] = tb; r->f[0] = alpha; r->f[1] = beta;
+        r->p[0] = (void *)A; r->p[1] = (void *)B; r->p[2] = C;
+        r->n[0] = M; r->n[1] = N; r->n[2] = K; r->n[3] = lda; r->n[4] = sA; r->n[5] = ldb; r->n[6] = sB;
+        r->n[7] = ldc; r->n[8] = sC; r->n[9] = batch;
+    }
+    DL__CPU.gemm(d, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+}
+static void dl__rw_softmax(dl__dev *d, bool log, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    DL__REC(d, DL__RK_SOFTMAX) { r->b[0] = log; r->p[0] = y; r->p[1] = (void *)x; r->n[0] = outer; r->n[1] = n; r->n[2] = inner; }
+    DL__CPU.softmax(d, log, y, x, outer, n, inner);
+}
+static int64_t dl__rw_class_mask(dl__dev *d, float *onehot, float *valid, const void *target, bool i64,
+                                 int64_t outer, int64_t C, int64_t inner, int64_t ignore_index, int64_t *bad)
+{
+    DL__REC(d, DL__RK_CLASS_MASK) {
+        r->p[0] = onehot; r->p[1] = valid; r->p[2] = (void *)target; r->b[0] = i64;
+        r->n[0] = outer; r->n[1] = C; r->n[2] = inner; r->n[3] = ignore_index;
+    }
+    return DL__CPU.class_mask(d, onehot, valid, target, i64, outer, C, inner, ignore_index, bad);
+}
+static void dl__rw_dropout_mask(dl__dev *d, float *mask, int64_t n, float p, float scale, uint64_t seed,
+                                uint64_t offset)
+{
+    DL__REC(d, DL__RK_DROPOUT) {
+        r->p[0] = mask; r->n[0] = n; r->f[0] = p; r->f[1] = scale;
+        dl__rec_draw(d, r, seed, offset);
+    }
+    DL__CPU.dropout_mask(d, mask, n, p, scale, seed, offset);
+}
+static void dl__rw_bce_logits(dl__dev *d, float *out, const float *x, const float *y, int64_t n)
+{
+    DL__REC(d, DL__RK_BCE) { r->p[0] = out; r->p[1] = (void *)x; r->p[2] = (void *)y; r->n[0] = n; }
+    DL__CPU.bce_logits(d, out, x, y, n);
+}
+static void dl__rw_im2col(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
+{
+    DL__REC(d, DL__RK_IM2COL) if (dl__rec_blob(d, r, g, sizeof *g)) { r->p[0] = col; r->p[1] = (void *)x; r->n[0] = n; }
+    DL__CPU.im2col(d, col, x, n, g);
+}
+static void dl__rw_col2im(dl__dev *d, float *x, const float *col, int64_t n, const dl__cgeom *g)
+{
+    DL__REC(d, DL__RK_COL2IM) if (dl__rec_blob(d, r, g, sizeof *g)) { r->p[0] = x; r->p[1] = (void *)col; r->n[0] = n; }
+    DL__CPU.col2im(d, x, col, n, g);
+}
+static void dl__rw_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int64_t C, int64_t L)
+{
+    DL__REC(d, DL__RK_BIAS_ADD) { r->p[0] = y; r->p[1] = (void *)b; r->n[0] = n; r->n[1] = C; r->n[2] = L; }
+    DL__CPU.bias_add(d, y, b, n, C, L);
+}
+static void dl__rw_max_pool(dl__dev *d, float *y, int64_t *idx, const float *x, int64_t planes, const dl__pgeom *g)
+{
+    DL__REC(d, DL__RK_MAX_POOL) if (dl__rec_blob(d, r, g, sizeof *g)) {
+        r->p[0] = y; r->p[1] = idx; r->p[2] = (void *)x; r->n[0] = planes;
+    }
+    DL__CPU.max_pool(d, y, idx, x, planes, g);
+}
+static void dl__rw_unpool(dl__dev *d, float *dx, const float *g, const int64_t *idx, int64_t planes, int64_t Lin,
+                          int64_t Lout)
+{
+    DL__REC(d, DL__RK_UNPOOL) {
+        r->p[0] = dx; r->p[1] = (void *)g; r->p[2] = (void *)idx; r->n[0] = planes; r->n[1] = Lin; r->n[2] = Lout;
+    }
+    DL__CPU.unpool(d, dx, g, idx, planes, Lin, Lout);
+}
+static void dl__rw_gather(dl__dev *d, float *y, const float *x, const int64_t *idx, int64_t planes, int64_t Lin,
+                          int64_t Lout)
+{
+    DL__REC(d, DL__RK_GATHER) {
+        r->p[0] = y; r->p[1] = (void *)x; r->p[2] = (void *)idx; r->n[0] = planes; r->n[1] = Lin; r->n[2] = Lout;
+    }
+    DL__CPU.gather(d, y, x, idx, planes, Lin, Lout);
+}
+static void dl__rw_avg_pool(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g)
+{
+    DL__REC(d, DL__RK_AVG_POOL) if (dl__rec_blob(d, r, g, sizeof *g)) { r->p[0] = y; r->p[1] = (void *)x; r->n[0] = planes; }
+    DL__CPU.avg_pool(d, y, x, planes, g);
+}
+static void dl__rw_avg_pool_adj(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g)
+{
+    DL__REC(d, DL__RK_AVG_POOL_ADJ) if (dl__rec_blob(d, r, g, sizeof *g)) { r->p[0] = dx; r->p[1] = (void *)gy; r->n[0] = planes; }
+    DL__CPU.avg_pool_adj(d, dx, gy, planes, g);
+}
+static void dl__rw_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
+                            int64_t C, int64_t L, float eps)
+{
+    DL__REC(d, DL__RK_BN_STATS) {
+        r->p[0] = mean; r->p[1] = invstd; r->p[2] = var; r->p[3] = (void *)x;
+        r->n[0] = N; r->n[1] = C; r->n[2] = L; r->f[0] = eps;
+    }
+    DL__CPU.bn_stats(d, mean, invstd, var, x, N, C, L, eps);
+}
+static void dl__rw_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
+                            const float *w, const float *b, int64_t N, int64_t C, int64_t L)
+{
+    DL__REC(d, DL__RK_BN_APPLY) {
+        r->p[0] = y; r->p[1] = (void *)x; r->p[2] = (void *)mean; r->p[3] = (void *)invstd;
+        r->p[4] = (void *)w; r->p[5] = (void *)b; r->n[0] = N; r->n[1] = C; r->n[2] = L;
+    }
+    DL__CPU.bn_apply(d, y, x, mean, invstd, w, b, N, C, L);
+}
+static void dl__rw_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                               int64_t L, bool train)
+{
+    DL__REC(d, DL__RK_BN_BACKWARD) {
+        r->p[0] = dx; r->p[1] = dw; r->p[2] = db; r->p[3] = (void *)g; r->p[4] = (void *)x;
+        r->p[5] = (void *)mean; r->p[6] = (void *)invstd; r->p[7] = (void *)w;
+        r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = train;
+    }
+    DL__CPU.bn_backward(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train);
+}
+static void dl__rw_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x, const float *w,
+                              const float *b, int64_t rows, int64_t cols, float eps)
+{
+    DL__REC(d, DL__RK_LN_FORWARD) {
+        r->p[0] = y; r->p[1] = mean; r->p[2] = invstd; r->p[3] = (void *)x; r->p[4] = (void *)w;
+        r->p[5] = (void *)b; r->n[0] = rows; r->n[1] = cols; r->f[0] = eps;
+    }
+    DL__CPU.ln_forward(d, y, mean, invstd, x, w, b, rows, cols, eps);
+}
+static void dl__rw_ln_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t rows, int64_t cols)
+{
+    DL__REC(d, DL__RK_LN_BACKWARD) {
+        r->p[0] = dx; r->p[1] = dw; r->p[2] = db; r->p[3] = (void *)g; r->p[4] = (void *)x;
+        r->p[5] = (void *)mean; r->p[6] = (void *)invstd; r->p[7] = (void *)w; r->n[0] = rows; r->n[1] = cols;
+    }
+    DL__CPU.ln_backward(d, dx, dw, db, g, x, mean, invstd, w, rows, cols);
+}
+/* the optimizers' argument structs are the optimizer's own array, which its
+   replay hook rewrites: the records point at it (dl_optim_step) */
+static void dl__rw_sgd(dl__dev *d, float *p, const float *g, float *buf, int64_t n, const dl__sgd_args *a)
+{
+    DL__REC(d, DL__RK_SGD) { r->p[0] = p; r->p[1] = (void *)g; r->p[2] = buf; r->n[0] = n; r->arg = a; }
+    DL__CPU.sgd(d, p, g, buf, n, a);
+}
+static void dl__rw_adam(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
+                        const dl__adam_args *a)
+{
+    DL__REC(d, DL__RK_ADAM) {
+        r->p[0] = p; r->p[1] = (void *)g; r->p[2] = m; r->p[3] = v; r->p[4] = vmax; r->n[0] = n; r->arg = a;
+    }
+    DL__CPU.adam(d, p, g, m, v, vmax, n, a);
+}
+static void dl__rw_scale(dl__dev *d, float *x, int64_t n, float s)
+{
+    DL__REC(d, DL__RK_SCALE) { r->p[0] = x; r->n[0] = n; r->f[0] = s; }
+    DL__CPU.scale(d, x, n, s);
+}
+static void dl__rw_conv_s1(dl__dev *d, float *y, const float *x, const float *w, const float *bias, float *scratch,
+                           int64_t n, const dl__cgeom *g, bool flip)
+{
+    DL__REC(d, DL__RK_CONV_S1) if (dl__rec_blob(d, r, g, sizeof *g)) {
+        r->p[0] = y; r->p[1] = (void *)x; r->p[2] = (void *)w; r->p[3] = (void *)bias; r->p[4] = scratch;
+        r->n[0] = n; r->b[0] = flip;
+    }
+    DL__CPU.conv_s1(d, y, x, w, bias, scratch, n, g, flip);
+}
+/* the entries that may decline: recorded when they did the work (a
+   decline records nothing: the caller's other path is recorded instead) */
+static bool dl__rw_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, float *scratch, int64_t n,
+                                 const dl__cgeom *g, float beta)
+{
+    if (!DL__CPU.conv_s1_wgrad(d, dw, x, gy, scratch, n, g, beta)) return false;
+    {
+        DL__REC(d, DL__RK_CONV_S1_WGRAD) if (dl__rec_blob(d, r, g, sizeof *g)) {
+            r->p[0] = dw; r->p[1] = (void *)x; r->p[2] = (void *)gy; r->p[3] = scratch; r->n[0] = n; r->f[0] = beta;
+        }
+    }
+    return true;
+}
+#ifdef DL__WG
+static bool dl__rw_conv_wg(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                           const dl__cgeom *g, bool flip)
+{
+    if (!DL__CPU.conv_wg(d, y, x, w, bias, n, g, flip)) return false;
+    {
+        DL__REC(d, DL__RK_CONV_WG) if (dl__rec_blob(d, r, g, sizeof *g)) {
+            r->p[0] = y; r->p[1] = (void *)x; r->p[2] = (void *)w; r->p[3] = (void *)bias; r->n[0] = n; r->b[0] = flip;
+        }
+    }
+    return true;
+}
+static bool dl__rw_conv_wg_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g)
+{
+    if (!DL__CPU.conv_wg_wgrad(d, dw, x, gy, n, g)) return false;
+    {
+        DL__REC(d, DL__RK_CONV_WG_WGRAD) if (dl__rec_blob(d, r, g, sizeof *g)) {
+            r->p[0] = dw; r->p[1] = (void *)x; r->p[2] = (void *)gy; r->n[0] = n;
+        }
+    }
+    return true;
+}
+#endif
+static bool dl__rw_conv_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g)
+{
+    if (!DL__CPU.conv_i2c(d, y, x, w, bias, n, g)) return false;
+    {
+        DL__REC(d, DL__RK_CONV_I2C) if (dl__rec_blob(d, r, g, sizeof *g)) {
+            r->p[0] = y; r->p[1] = (void *)x; r->p[2] = (void *)w; r->p[3] = (void *)bias; r->n[0] = n;
+        }
+    }
+    return true;
+}
+
+/* what a CPU device's table is while a capture records */
+static const dl__backend dl__cap_backend = {
+    "cpu (recording)",
+    dl__cpu_alloc, dl__cpu_free, dl__rw_upload, dl__rw_download, dl__rw_copy, dl__rw_peer, dl__rw_sync,
+    dl__rw_rand, dl__rw_arange, dl__rw_fill, dl__rw_add_i64,
+    dl__rw_unary, dl__rw_binary, dl__rw_reduce, dl__rw_argmax, dl__rw_onehot, dl__rw_copy_nd,
+    dl__rw_axpy, dl__rw_nonfinite, dl__rw_gemm, dl__rw_softmax,
+    dl__rw_class_mask, dl__rw_dropout_mask, dl__rw_bce_logits,
+    dl__rw_im2col, dl__rw_col2im, dl__rw_bias_add, dl__rw_max_pool, dl__rw_unpool,
+    dl__rw_gather, dl__rw_avg_pool, dl__rw_avg_pool_adj,
+    dl__rw_bn_stats, dl__rw_bn_apply, dl__rw_bn_backward, dl__rw_ln_forward, dl__rw_ln_backward,
+    dl__rw_sgd, dl__rw_adam, dl__rw_sumsq, dl__rw_scale, dl__rw_conv_s1, dl__rw_conv_s1_wgrad,
+#ifdef DL__WG
+    dl__rw_conv_wg, dl__rw_conv_wg_wgrad,
+#else
+    NULL, NULL,
+#endif
+    dl__rw_conv_i2c,
+    NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL
+};
+
+/* One record again (a replay). false, with the context's error, when its
+   work cannot be done as recorded: a check the CPU keeps at replay
+   (cross entropy's targets), a path that declines the data it now gets. */
+static bool dl__rec_run(dl_capture *c, const dl__rec *r)
+{
+    dl__dev *d = r->d;
+    const void *a = r->arg ? r->arg : c->blob + r->blob;
+    void *const *p = r->p;
+    const int64_t *n = r->n;
+    uint64_t seed = r->b[2] ? c->seed : (uint64_t)n[9], off = r->b[2] ? c->rng + r->u : r->u;
+    const char *declined = NULL;
+    switch (r->kind) {
+    case DL__RK_COPY: DL__CPU.copy(d, p[0], p[1], (size_t)n[0]); break;
+    case DL__RK_PEER: DL__CPU.peer(d, p[0], r->d2, p[1], (size_t)n[0]); break;
+    case DL__RK_RAND: DL__CPU.rand(d, r->k, (float *)p[0], n[0], seed, off, r->f[0], r->f[1]); break;
+    case DL__RK_ARANGE: DL__CPU.arange(d, (float *)p[0], n[0], r->g[0], r->g[1]); break;
+    case DL__RK_FILL: DL__CPU.fill(d, (float *)p[0], n[0], r->f[0]); break;
+    case DL__RK_ADD_I64: DL__CPU.add_i64(d, (int64_t *)p[0], n[0]); break;
+    case DL__RK_UNARY: DL__CPU.unary(d, r->k, (float *)p[0], (const float *)p[1], n[0], r->f[0], r->f[1]); break;
+    case DL__RK_BINARY:
+        DL__CPU.binary(d, r->k, (float *)p[0], (const float *)p[1], (const float *)p[2], (const dl__bcast *)a);
+        break;
+    case DL__RK_REDUCE: DL__CPU.reduce(d, r->k, (float *)p[0], (const float *)p[1], n[0], n[1], n[2]); break;
+    case DL__RK_ARGMAX: DL__CPU.argmax(d, (int64_t *)p[0], (const float *)p[1], n[0], n[1], n[2]); break;
+    case DL__RK_ONEHOT: DL__CPU.onehot(d, (float *)p[0], (const int64_t *)p[1], n[0], n[1], n[2]); break;
+    case DL__RK_COPY_ND: {
+        const int64_t *s = (const int64_t *)a;
+        DL__CPU.copy_nd(d, (size_t)n[0], r->k, s, p[0], s + r->k, p[1], s + 2 * r->k);
+        break;
+    }
+    case DL__RK_AXPY: DL__CPU.axpy(d, (float *)p[0], (const float *)p[1], n[0], r->f[0]); break;
+    case DL__RK_GEMM:
+        DL__CPU.gemm(d, r->b[0], r->b[1], n[0], n[1], n[2], r->f[0], (const float *)p[0], n[3], n[4],
+                     (const float *)p[1], n[5], n[6], r->f[1], (float *)p[2], n[7], n[8], n[9]);
+        break;
+    case DL__RK_SOFTMAX: DL__CPU.softmax(d, r->b[0], (float *)p[0], (const float *)p[1], n[0], n[1], n[2]); break;
+    case DL__RK_CLASS_MASK: {
+        int64_t bad = 0, at = DL__CPU.class_mask(d, (float *)p[0], (float *)p[1], p[2], r->b[0], n[0], n[1], n[2],
+                                                 n[3], &bad);
+        if (at >= 0) {
+            dl__err(c->ctx, DL_ERR_ARG, "dl_replay: a class-index target holds %lld at flat index %lld: "
+                    "class indices must be in [0, %lld) or equal ignore_index %lld (the loss's check, "
+                    "which replays on CPU devices keep)", (long long)bad, (long long)at, (long long)n[1],
+                    (long long)n[3]);
+            return false;
+        }
+        break;
+    }
+    case DL__RK_DROPOUT: DL__CPU.dropout_mask(d, (float *)p[0], n[0], r->f[0], r->f[1], seed, off); break;
+    case DL__RK_BCE: DL__CPU.bce_logits(d, (float *)p[0], (const float *)p[1], (const float *)p[2], n[0]); break;
+    case DL__RK_IM2COL: DL__CPU.im2col(d, (float *)p[0], (const float *)p[1], n[0], (const dl__cgeom *)a); break;
+    case DL__RK_COL2IM: DL__CPU.col2im(d, (float *)p[0], (const float *)p[1], n[0], (const dl__cgeom *)a); break;
+    case DL__RK_BIAS_ADD: DL__CPU.bias_add(d, (float *)p[0], (const float *)p[1], n[0], n[1], n[2]); break;
+    case DL__RK_MAX_POOL:
+        DL__CPU.max_pool(d, (float *)p[0], (int64_t *)p[1], (const float *)p[2], n[0], (const dl__pgeom *)a);
+        break;
+    case DL__RK_UNPOOL:
+        DL__CPU.unpool(d, (float *)p[0], (const float *)p[1], (const int64_t *)p[2], n[0], n[1], n[2]);
+        break;
+    case DL__RK_GATHER:
+        DL__CPU.gather(d, (float *)p[0], (const float *)p[1], (const int64_t *)p[2], n[0], n[1], n[2]);
+        break;
+    case DL__RK_AVG_POOL: DL__CPU.avg_pool(d, (float *)p[0], (const float *)p[1], n[0], (const dl__pgeom *)a); break;
+    case DL__RK_AVG_POOL_ADJ:
+        DL__CPU.avg_pool_adj(d, (float *)p[0], (const float *)p[1], n[0], (const dl__pgeom *)a);
+        break;
+    case DL__RK_BN_STATS:
+        DL__CPU.bn_stats(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], n[0], n[1], n[2],
+                         r->f[0]);
+        break;
+    case DL__RK_BN_APPLY:
+        DL__CPU.bn_apply(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
+                         (const float *)p[4], (const float *)p[5], n[0], n[1], n[2]);
+        break;
+    case DL__RK_BN_BACKWARD:
+        DL__CPU.bn_backward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
+                            (const float *)p[5], (const float *)p[6], (const float *)p[7], n[0], n[1], n[2], r->b[0]);
+        break;
+    case DL__RK_LN_FORWARD:
+        DL__CPU.ln_forward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
+                           (const float *)p[5], n[0], n[1], r->f[0]);
+        break;
+    case DL__RK_LN_BACKWARD:
+        DL__CPU.ln_backward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
+                            (const float *)p[5], (const float *)p[6], (const float *)p[7], n[0], n[1]);
+        break;
+    case DL__RK_SGD:
+        DL__CPU.sgd(d, (float *)p[0], (const float *)p[1], (float *)p[2], n[0], (const dl__sgd_args *)a);
+        break;
+    case DL__RK_ADAM:
+        DL__CPU.adam(d, (float *)p[0], (const float *)p[1], (float *)p[2], (float *)p[3], (float *)p[4], n[0],
+                     (const dl__adam_args *)a);
+        break;
+    case DL__RK_SCALE: DL__CPU.scale(d, (float *)p[0], n[0], r->f[0]); break;
+    case DL__RK_CONV_S1:
+        DL__CPU.conv_s1(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
+                        (float *)p[4], n[0], (const dl__cgeom *)a, r->b[0]);
+        break;
+    case DL__RK_CONV_S1_WGRAD:
+        if (!DL__CPU.conv_s1_wgrad(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (float *)p[3], n[0],
+                                   (const dl__cgeom *)a, r->f[0]))
+            declined = "stride-1 weight gradient";
+        break;
+#ifdef DL__WG
+    case DL__RK_CONV_WG:
+        if (!DL__CPU.conv_wg(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3], n[0],
+                             (const dl__cgeom *)a, r->b[0]))
+            declined = "Winograd";
+        break;
+    case DL__RK_CONV_WG_WGRAD:
+        if (!DL__CPU.conv_wg_wgrad(d, (float *)p[0], (const float *)p[1], (const float *)p[2], n[0],
+                                   (const dl__cgeom *)a))
+            declined = "Winograd weight gradient";
+        break;
+#endif
+    case DL__RK_CONV_I2C:
+        if (!DL__CPU.conv_i2c(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3], n[0],
+                              (const dl__cgeom *)a))
+            declined = "per-sample im2col";
+        break;
+    default: break;
+    }
+    if (declined) {
+        dl__err(c->ctx, DL_ERR_NAN, "dl_replay: a convolution's %s path, which the capture recorded, declined "
+                "the data at replay (it declines inf or NaN in its operands, where the eager step would "
+                "take another path); capture again", declined);
+        return false;
+    }
+    return dl__dev_check(d, "dl_replay") == DL_OK;
+}
+
+/* ---- the API */
+
+static bool dl__cap_ok(dl_capture *c, const char *op)
+{
+    if (!c) { dl__err(NULL, DL_ERR_ARG, "%s: cap is NULL", op); return false; }
+    if (c->magic == DL__CAP_FREED) {
+        dl__err(c->ctx, DL_ERR_STALE, "%s: the capture was freed by dl_capture_free()", op);
+        return false;
+    }
+    if (c->magic != DL__CAP_MAGIC) { dl__err(NULL, DL_ERR_ARG, "%s: cap is not a capture", op); return false; }
+    return true;
+}
+
+/* Stops recording: every device gets its own table and step arena back;
+   the capture keeps its arenas (counted in the device's held memory). */
+static void dl__cap_stop(dl_capture *c)
+{
+    dl_ctx *ctx = c->ctx;
+    int i;
+    ctx->cap = NULL;
+    c->draws = ctx->rng_offset - c->rng0;
+    for (i = 0; i < c->ndev; i++) {
+        dl__capdev *cd = &c->dev[i];
+        dl__dev *d = cd->d;
+        cd->arena = d->data;
+        d->data = cd->saved;
+        d->held = d->held - cd->saved.reserved + cd->arena.reserved;
+        d->be = cd->be;
+        if (cd->impl && !d->be->cap_end(d, cd->impl)) {
+            dl__cap_fail(c, DL_ERR_DEVICE, d->errmsg, false);
+            d->failed = false;
+        }
+    }
+    c->state = c->err != DL_OK ? DL__CAP_FAILED : DL__CAP_READY;
+}
+
+dl_capture *dl_capture_begin(dl_ctx *ctx)
+{
+    dl_capture *c;
+    int i, k = 0;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_capture_begin: ctx is NULL"); return NULL; }
+    if (ctx->cap) {
+        dl__err(ctx, DL_ERR_ARG, "dl_capture_begin: a capture is already recording (captures do not "
+                "nest): end it with dl_capture_end() first");
+        return NULL;
+    }
+    if (ctx->anomaly) {
+        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_capture_begin: anomaly mode (dl_set_anomaly) reads every "
+                "op's output back to the host, which a replay cannot; turn it off to capture");
+        return NULL;
+    }
+    if (ctx->ready_fn) {
+        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_capture_begin: a gradient hook (dl_ddp) is installed: "
+                "collectives cannot be captured");
+        return NULL;
+    }
+    for (i = 0; i < DL__MAX_CUDA; i++)
+        if (ctx->cuda[i] && !ctx->cuda[i]->be->cap_begin) {
+            dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_capture_begin: cuda:%d's backend cannot capture", i);
+            return NULL;
+        }
+    c = (dl_capture *)dl__malloc(ctx, sizeof(dl_capture));
+    if (!c) goto oom;
+    memset(c, 0, sizeof *c);
+    c->ndev = ctx->ncpu;
+    for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) c->ndev++;
+    c->dev = (dl__capdev *)dl__malloc(ctx, sizeof(dl__capdev) * (size_t)c->ndev);
+    if (!c->dev) { DL_FREE(c); goto oom; }
+    memset(c->dev, 0, sizeof(dl__capdev) * (size_t)c->ndev);
+    c->magic = DL__CAP_MAGIC;
+    c->ctx = ctx;
+    c->gen = DL__CAP_GEN | ++ctx->capserial;
+    c->state = DL__CAP_RECORDING;
+    c->rng0 = ctx->rng_offset;
+    c->harena.min_chunk = (size_t)64 << 10;
+#ifdef DL__HVM
+    if (ctx->hreg) c->hreg = dl__hregion_new(ctx, 0, DL__CAP_HREGION);   /* NULL: the arena */
+#endif
+    for (i = 0; i < ctx->ncpu; i++) c->dev[k++].d = ctx->cpu[i];
+    for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) c->dev[k++].d = ctx->cuda[i];
+    for (i = 0; i < c->ndev; i++) {
+        dl__capdev *cd = &c->dev[i];
+        dl__dev *d = cd->d;
+        cd->be = d->be;
+        if (d->be->cap_begin && !(cd->impl = d->be->cap_begin(d, c->rng0))) {
+            dl_result rc = dl__dev_check(d, "dl_capture_begin");
+            c->ndev = i;   /* the devices set up so far go back */
+            ctx->cap = c;
+            c->next = ctx->caps;
+            ctx->caps = c;
+            dl__cap_stop(c);
+            dl_capture_free(c);
+            if (rc == DL_OK) dl__err(ctx, DL_ERR_DEVICE, "dl_capture_begin: %s cannot start a capture",
+                                     dl_device_name(d->id));
+            return NULL;
+        }
+        /* the capture's step memory: one chunk the size of the step so far, typically */
+        memset(&cd->arena, 0, sizeof cd->arena);
+        cd->arena.dev = d;
+        cd->arena.min_chunk = d->data.reserved > d->data.min_chunk ? d->data.reserved : d->data.min_chunk;
+        cd->saved = d->data;
+        d->held += cd->saved.reserved;
+        d->data = cd->arena;
+        if (!cd->impl) d->be = &dl__cap_backend;
+    }
+    ctx->cap = c;
+    c->next = ctx->caps;
+    ctx->caps = c;
+    return c;
+oom:
+    dl__err(ctx, DL_ERR_OOM, "dl_capture_begin: out of host memory");
+    return NULL;
+}
+
+dl_result dl_capture_end(dl_capture *c)
+{
+    dl_ctx *ctx;
+    int i;
+    if (!dl__cap_ok(c, "dl_capture_end")) return DL_ERR_ARG;
+    ctx = c->ctx;
+    if (c->state != DL__CAP_RECORDING) {
+        dl__err(ctx, DL_ERR_ARG, "dl_capture_end: the capture is not recording (it ended already)");
+        return DL_ERR_ARG;
+    }
+    dl__cap_stop(c);
+    /* the step has run on the devices dl.h records; the others run it now */
+    for (i = 0; i < c->ndev && c->state == DL__CAP_READY; i++) {
+        dl__dev *d = c->dev[i].d;
+        if (c->dev[i].impl && !d->be->cap_launch(d, c->dev[i].impl, ctx->seed, c->rng0)) {
+            dl__cap_fail(c, DL_ERR_DEVICE, d->errmsg, false);
+            d->failed = false;
+            c->state = DL__CAP_FAILED;
+        }
+    }
+    if (c->state == DL__CAP_READY) return DL_OK;
+    /* the failure was reported when it happened; the context shows it again */
+    ctx->err = c->err;
+    snprintf(ctx->msg, sizeof ctx->msg, "%s", c->msg);
+    return c->err;
+}
+
+dl_result dl_replay(dl_capture *c)
+{
+    dl_ctx *ctx;
+    int64_t i;
+    int k;
+    if (!dl__cap_ok(c, "dl_replay")) return c && c->magic == DL__CAP_FREED ? DL_ERR_STALE : DL_ERR_ARG;
+    ctx = c->ctx;
+    if (ctx->cap) {
+        dl__err(ctx, DL_ERR_UNSUPPORTED, "dl_replay: inside a capture (a capture cannot replay another)");
+        return DL_ERR_UNSUPPORTED;
+    }
+    if (c->state != DL__CAP_READY) {
+        if (c->state == DL__CAP_RECORDING)
+            dl__err(ctx, DL_ERR_ARG, "dl_replay: the capture is still recording: call dl_capture_end() first");
+        else
+            dl__err(ctx, c->err, "dl_replay: %s%s", c->state == DL__CAP_FAILED ? "the capture failed: " : "",
+                    c->msg);
+        return ctx->err;
+    }
+    c->seed = ctx->seed;
+    c->rng = ctx->rng_offset;
+    ctx->rng_offset += c->draws;
+    for (k = 0; k < c->nhook; k++) c->hook[k].fn(c, c->hook[k].owner, c->hook[k].data);
+    for (k = 0; k < c->ndev; k++) {
+        dl__dev *d = c->dev[k].d;
+        if (c->dev[k].impl && !d->be->cap_launch(d, c->dev[k].impl, c->seed, c->rng))
+            return dl__dev_check(d, "dl_replay");
+    }
+    for (i = 0; i < c->nrec; i++)
+        if (!dl__rec_run(c, &c->rec[i])) return ctx->err;
+    return DL_OK;
+}
+
+/* Everything the capture holds goes back; the struct stays as a husk (in
+   ctx->dead) so that using it later is an error, not a crash. */
+static void dl__cap_release(dl_capture *c)
+{
+    dl_ctx *ctx = c->ctx;
+    dl_capture **pp;
+    int i;
+    if (c->state == DL__CAP_RECORDING) dl__cap_stop(c);
+    for (i = 0; i < c->ndev; i++) {
+        dl__capdev *cd = &c->dev[i];
+        if (cd->impl) cd->d->be->cap_free(cd->d, cd->impl);
+        cd->d->held -= cd->arena.reserved < cd->d->held ? cd->arena.reserved : cd->d->held;
+        dl__arena_free(&cd->arena);
+    }
+    for (i = 0; i < c->nhook; i++) DL_FREE(c->hook[i].data);
+    DL_FREE(c->dev);
+    DL_FREE(c->rec);
+    DL_FREE(c->blob);
+    DL_FREE(c->hook);
+    DL_FREE(c->uses);
+#ifdef DL__HVM
+    if (c->hreg) {   /* its headers read as zeros from now on; the addresses stay reserved */
+        dl__hregion_release(ctx, c->hreg, c->hreg->rw_hi);
+        c->hreg->next = ctx->capreg;
+        ctx->capreg = c->hreg;
+    }
+#endif
+    if (c->harena.head) {   /* its headers stay readable (and stale) until dl_ctx_free */
+        dl__chunk *ch = c->harena.head;
+        while (ch->next) ch = ch->next;
+        ch->next = ctx->capgrave.head;
+        ctx->capgrave.head = c->harena.head;
+    }
+    for (pp = &ctx->caps; *pp; pp = &(*pp)->next)
+        if (*pp == c) { *pp = c->next; break; }
+    {
+        uint32_t magic = DL__CAP_FREED;
+        dl_capture *dead = ctx->dead;
+        memset(c, 0, sizeof *c);
+        c->magic = magic;
+        c->ctx = ctx;
+        c->next = dead;
+        ctx->dead = c;
+    }
+}
+
+void dl_capture_free(dl_capture *c)
+{
+    if (c && c->magic == DL__CAP_MAGIC) dl__cap_release(c);
+}
+
+static void dl__caps_free(dl_ctx *ctx)
+{
+    while (ctx->cap) dl__cap_release(ctx->cap);
+    while (ctx->caps) dl__cap_release(ctx->caps);
+    while (ctx->dead) { dl_capture *c = ctx->dead; ctx->dead = c->next; DL_FREE(c); }
+#ifdef DL__HVM
+    while (ctx->capreg) {
+        dl__hregion *r = ctx->capreg;
+        ctx->capreg = r->next;
+        munmap(r->base, r->size);
+        DL_FREE(r);
+    }
+#endif
+    dl__arena_free(&ctx->capgrave);
 }
 
 // >>section autograd: recording
@@ -8334,6 +9580,8 @@ static dl_tensor *dl__done(dl_tensor *out, const char *op)
         return NULL;
     }
     if (ctx->anomaly && out->dtype == DL_DTYPE_F32) {
+        if (dl__cap_refused(ctx, op, "anomaly mode's check of the output (a read to the host)",
+                            "turn anomaly mode off while capturing")) return NULL;
         i = DL__BE(out)->nonfinite(out->dev_, (const float *)out->data, out->numel);
         if (i >= 0) {
             float v = dl__host_value_at(out, i);
@@ -8451,6 +9699,8 @@ static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape 
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
     if (!v) { dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name); return NULL; }
+    if (dl__cap_refused(ctx, name, "a copy from the host", "make constants before dl_capture_begin() "
+                        "(dl_keep); " DL__CAP_WRITE_HINT)) return NULL;
     t = dl__make(ctx->defdev, name, dt, shape.ndim, shape.d, false, NULL);
     if (t) DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
     return t;
@@ -8524,6 +9774,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
 {
     if (!t) return DL_ERR_ARG;
     if (!dl__writable("dl_write", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (dl__cap_refused(t->ctx_, "dl_write", "a copy from the host", DL__CAP_WRITE_HINT)) return DL_ERR_UNSUPPORTED;
     if (!dl__f32("dl_write", "t", t)) return DL_ERR_DTYPE;
     if (!src || n != t->numel) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_write: t %s has %lld elements but src holds %lld%s",
@@ -8628,6 +9879,9 @@ dl_tensor *dl_to(dl_tensor *t, dl_device dev)
     d = dl__device(t->ctx_, dev, "dl_to");
     if (!d) return NULL;
     if (d == t->dev_) return t;
+    if ((d->id.type != DL_DEVICE_CPU || t->device.type != DL_DEVICE_CPU) &&
+        dl__cap_refused(t->ctx_, "dl_to", "a copy between the host and a GPU, or between GPUs",
+                        "a capture records the work of each GPU on its own; copy outside it")) return NULL;
     y = dl__make(d, "dl_to", t->dtype, t->ndim, t->shape, false, NULL);
     if (!y || !dl__copy_across(y, t)) return NULL;
     if (dl__record(y, &dl__op_to, 1, &t, &n) < 0) return NULL;
@@ -8647,6 +9901,7 @@ static bool dl__move(dl_tensor *t, dl__dev *d)
         dl__err(t->ctx_, DL_ERR_ARG, "dl_module_to: %s %s does not own its storage", t->name, dl__sh(t));
         return false;
     }
+    if (t->ctx_->cap && !dl__cap_persistent(t->ctx_, "dl_module_to")) return false;
     if (!dl__dev_limit_ok(d, bytes + sizeof(dl_tensor)) || !(p = dl__dev_alloc(d, bytes))) {
         dl__err(t->ctx_, DL_ERR_OOM, "dl_module_to: cannot allocate %zu bytes on %s for %s %s", bytes,
                 dl_device_name(d->id), t->name, dl__sh(t));
@@ -8657,6 +9912,7 @@ static bool dl__move(dl_tensor *t, dl__dev *d)
     tmp.dev_ = d;
     tmp.device = d->id;
     if (!dl__copy_across(&tmp, t)) { d->be->free(d, p); return false; }
+    if (t->ctx_->caps) dl__cap_forget(t, "moved to another device by dl_module_to");
     od->be->free(od, t->data);
     od->persistent_bytes -= bytes + sizeof(dl_tensor) < od->persistent_bytes ? bytes + sizeof(dl_tensor) : od->persistent_bytes;
     d->persistent_bytes += bytes + sizeof(dl_tensor);
@@ -8684,6 +9940,7 @@ float dl_item(dl_tensor *t)
 {
     float v;
     if (!t || !dl__live("dl_item", "t", t) || !dl__f32("dl_item", "t", t)) return NAN;
+    if (dl__cap_refused(t->ctx_, "dl_item", "a read to the host", DL__CAP_READ_HINT)) return NAN;
     if (t->numel != 1) {
         dl__err(t->ctx_, DL_ERR_SHAPE, "dl_item: t %s has %lld elements; dl_item needs exactly 1",
                 dl__sh(t), (long long)t->numel);
@@ -8700,6 +9957,7 @@ dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
 {
     if (!t) return DL_ERR_ARG;
     if (!dl__live("dl_read", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (dl__cap_refused(t->ctx_, "dl_read", "a read to the host", DL__CAP_READ_HINT)) return DL_ERR_UNSUPPORTED;
     if (!dl__f32("dl_read", "t", t)) return DL_ERR_DTYPE;
     if (!dst || n != t->numel) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_read: t %s has %lld elements but dst holds %lld%s",
@@ -8715,6 +9973,8 @@ dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
     int64_t i;
     if (!t) return DL_ERR_ARG;
     if (!dl__live("dl_read_int64", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (dl__cap_refused(t->ctx_, "dl_read_int64", "a read to the host", DL__CAP_READ_HINT))
+        return DL_ERR_UNSUPPORTED;
     if (!dst || n != t->numel) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_read_int64: t %s has %lld elements but dst holds %lld",
                 dl__sh(t), (long long)t->numel, (long long)n);
@@ -8738,6 +9998,7 @@ float *dl_data(dl_tensor *t)
 {
     char b[32];
     if (!t || !dl__live("dl_data", "t", t) || !dl__f32("dl_data", "t", t)) return NULL;
+    if (dl__cap_refused(t->ctx_, "dl_data", "host access to tensor data", DL__CAP_READ_HINT)) return NULL;
     if (!dl__host_ok(t)) {
         dl__err(t->ctx_, DL_ERR_DEVICE, "dl_data: t %s is on %s, whose memory the host cannot "
                 "address; read it with dl_read() or copy it with dl_to(t, dl_cpu())", dl__sh(t),
@@ -8765,7 +10026,11 @@ void dl_print(dl_tensor *t)
 {
     int64_t i, n;
     unsigned char buf[64 * 8];
-    if (!t || !dl__live("dl_print", "t", t)) { printf("tensor(NULL)\n"); return; }
+    if (!t || !dl__live("dl_print", "t", t) ||
+        dl__cap_refused(t->ctx_, "dl_print", "a read to the host", DL__CAP_READ_HINT)) {
+        printf("tensor(NULL)\n");
+        return;
+    }
     n = t->numel < 64 ? t->numel : 64;
     DL__BE(t)->download(t->dev_, buf, t->data, (size_t)n * dl__esize(t->dtype));
     printf("tensor%s %s%s [", dl__sh(t), dl__dtype_str(t->dtype), t->requires_grad ? " requires_grad" : "");
@@ -8814,12 +10079,14 @@ dl_tensor *dl_detach(dl_tensor *t)
 void dl_zero_grad(dl_tensor *t)
 {
     if (!t || t->magic_ != DL__MAGIC || !t->grad) return;
+    if (t->ctx_->cap) dl__cap_use(t->grad);
     DL__BE(t)->fill(t->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
 {
     if (!p || !dl__live("dl_sgd_update", "p", p) || !p->grad) return;
+    if (p->ctx_->cap) dl__cap_use(p->grad);
     DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
     dl_zero_grad(p);
 }
@@ -8832,6 +10099,8 @@ void dl_sgd_update(dl_tensor *p, float lr)
 static void dl__grad_release(dl_tensor *t)
 {
     if (!t || !t->bwd_tmp_ || !t->sdata_ || t->viewed_ || --t->gref_ > 0) return;
+    if (t->ctx_->cap ? t->step_ != dl__cap_gen(t->ctx_) : t->step_ != t->ctx_->step)
+        return;   /* a capture's tensor outside it (or the reverse): not this arena's block */
     t->sdata_ = false;     /* the block may now hold another tensor */
     dl__arena_give(&t->dev_->data, t->data, (size_t)t->numel * dl__esize(t->dtype));
 }
@@ -8852,6 +10121,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
         if (!x->grad) return false;
         DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
     }
+    if (x->ctx_->cap) dl__cap_use(x->grad);
     DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     return true;
 }
@@ -12663,7 +13933,10 @@ static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x)
                 s->spatial < 0 ? "(N,C) or (N,C,L)" : s->spatial == 2 ? "(N,C,H,W)" : "(N,C,D,H,W)");
         return NULL;
     }
-    if (train) DL__BE(s->nbt)->add_i64(s->nbt->dev_, (int64_t *)s->nbt->data, 1);   /* num_batches_tracked */
+    if (train) {   /* num_batches_tracked (a replay repeats the += 1) */
+        dl__cap_use(s->nbt);
+        DL__BE(s->nbt)->add_i64(s->nbt->dev_, (int64_t *)s->nbt->data, 1);
+    }
     return dl_batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps);
 }
 
@@ -12762,6 +14035,10 @@ struct dl_optim {
     int64_t *pstep;                   /* per-parameter step count (PyTorch state['step']) */
     int ng;
     float *glr, *glr0, *gwd;          /* per group: lr, initial lr, weight decay */
+    /* per parameter, the arguments of its last update (dl__sgd_args or
+       dl__adam_args): the kernels read them from here, and so does a
+       captured step, whose replay hook rewrites them */
+    void *args;
 };
 
 static const char *const dl__sgd_state[] = {"momentum_buffer"};
@@ -12779,6 +14056,7 @@ static void dl__optim_destroy(void *p)
 {
     dl_optim *o = (dl_optim *)p;
     int k, i;
+    if (o->ctx->caps) dl__cap_owner_gone(o->ctx, o, "an optimizer (dl_optim_free)");
     o->magic = 0;
     for (k = 0; k < 3; k++) {
         if (!o->s[k]) continue;
@@ -12788,6 +14066,7 @@ static void dl__optim_destroy(void *p)
     DL_FREE(o->p);
     DL_FREE(o->pg);
     DL_FREE(o->pstep);
+    DL_FREE(o->args);
     DL_FREE(o->glr);
     DL_FREE(o->glr0);
     DL_FREE(o->gwd);
@@ -12926,7 +14205,9 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
     o->glr = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
     o->glr0 = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
     o->gwd = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
-    if (!o->p || !o->pg || !o->pstep || !o->glr || !o->glr0 || !o->gwd) goto oom_o;
+    o->args = dl__malloc(ctx, (kind == DL__OPT_SGD ? sizeof(dl__sgd_args) : sizeof(dl__adam_args)) * (size_t)total);
+    if (!o->p || !o->pg || !o->pstep || !o->glr || !o->glr0 || !o->gwd || !o->args) goto oom_o;
+    memset(o->args, 0, (kind == DL__OPT_SGD ? sizeof(dl__sgd_args) : sizeof(dl__adam_args)) * (size_t)total);
     for (g = 0; g < ngroups; g++) {
         const dl_param_group *pg = &groups[g];
         float base_lr = kind == DL__OPT_SGD ? so.lr : ao.lr;
@@ -13043,6 +14324,74 @@ int dl_module_decay_groups(dl_module *m, dl_param_group out[2])
     return 2;
 }
 
+/* The arguments of this step's update of every parameter with a gradient
+   (mask: of those that had one when a capture recorded the step), into
+   o->args, from the live state: learning rates (a scheduler's), step
+   counts, bias corrections in double as Python computes them. Then the
+   step is counted: each updated parameter's and the optimizer's. */
+static void dl__optim_args(dl_optim *o, const unsigned char *mask)
+{
+    int i;
+    for (i = 0; i < o->n; i++) {
+        float lr = o->glr[o->pg[i]], wd = o->gwd[o->pg[i]];
+        if (mask ? !mask[i] : !o->p[i]->grad) continue;
+        if (o->kind == DL__OPT_SGD) {
+            dl__sgd_args *a = (dl__sgd_args *)o->args + i;
+            a->lr = lr;
+            a->momentum = o->sgd.momentum;
+            a->one_m_dampening = (float)(1.0 - (double)o->sgd.dampening);
+            a->wd = wd;
+            a->nesterov = o->sgd.nesterov;
+            a->maximize = o->sgd.maximize;
+            a->first = o->pstep[i] == 0;
+        } else {
+            dl__adam_args *a = (dl__adam_args *)o->args + i;
+            double step = (double)(o->pstep[i] + 1);
+            double b1 = o->adam.beta1, b2 = o->adam.beta2;
+            double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
+            bool decoupled = o->kind == DL__OPT_ADAMW;
+            a->wd = decoupled ? 0.0f : wd;
+            a->decay = decoupled ? (float)(1.0 - (double)lr * (double)wd) : 1.0f;
+            a->beta1 = o->adam.beta1;
+            a->one_m_beta1 = (float)(1.0 - b1);
+            a->beta2 = o->adam.beta2;
+            a->one_m_beta2 = (float)(1.0 - b2);
+            a->bc2_sqrt = (float)sqrt(bc2);
+            a->eps = o->adam.eps;
+            a->neg_step_size = (float)(-((double)lr / bc1));
+            a->amsgrad = o->adam.amsgrad;
+            a->maximize = o->adam.maximize;
+        }
+        o->pstep[i]++;
+    }
+    o->steps++;
+}
+
+/* A replay of a captured step: this step's arguments (the records point at
+   o->args) and its count, as dl_optim_step would have made them. */
+static void dl__optim_replay(dl_capture *cap, void *owner, void *mask)
+{
+    (void)cap;
+    if (owner) dl__optim_args((dl_optim *)owner, (const unsigned char *)mask);
+}
+
+/* dl_optim_step inside a capture: every tensor it touches is the capture's
+   to know, and a replay must redo its host part (the hook). */
+static bool dl__optim_capture(dl_optim *o)
+{
+    unsigned char *mask = (unsigned char *)dl__malloc(o->ctx, (size_t)o->n);
+    int i, k;
+    if (!mask) { dl__err(o->ctx, DL_ERR_OOM, "dl_optim_step: out of memory"); return false; }
+    for (i = 0; i < o->n; i++) {
+        mask[i] = o->p[i]->grad != NULL;
+        if (!mask[i]) continue;
+        dl__cap_use(o->p[i]->grad);
+        for (k = 0; k < 3; k++) if (o->s[k]) dl__cap_use(o->s[k][i]);
+    }
+    if (!dl__cap_hook(o->ctx, "dl_optim_step", dl__optim_replay, o, mask)) { DL_FREE(mask); return false; }
+    return true;
+}
+
 dl_result dl_optim_step(dl_optim *o)
 {
     int i;
@@ -13073,47 +14422,19 @@ dl_result dl_optim_step(dl_optim *o)
             if (o->s[k] && o->s[k][i]->dev_ != o->p[i]->dev_ && !dl__move(o->s[k][i], o->p[i]->dev_))
                 return ctx->err;
     }
+    if (ctx->cap && !dl__optim_capture(o)) return ctx->err;
+    dl__optim_args(o, NULL);
     for (i = 0; i < o->n; i++) {
         dl_tensor *p = o->p[i];
-        const float *g;
-        float lr = o->glr[o->pg[i]], wd = o->gwd[o->pg[i]];
         if (!p->grad) continue;      /* no gradient: skipped, as PyTorch */
-        g = (const float *)p->grad->data;
-        if (o->kind == DL__OPT_SGD) {
-            dl__sgd_args a;
-            a.lr = lr;
-            a.momentum = o->sgd.momentum;
-            a.one_m_dampening = (float)(1.0 - (double)o->sgd.dampening);
-            a.wd = wd;
-            a.nesterov = o->sgd.nesterov;
-            a.maximize = o->sgd.maximize;
-            a.first = o->pstep[i] == 0;
-            DL__BE(p)->sgd(p->dev_, (float *)p->data, g, o->s[0] ? (float *)o->s[0][i]->data : NULL,
-                                p->numel, &a);
-        } else {
-            dl__adam_args a;
-            double step = (double)(o->pstep[i] + 1);
-            double b1 = o->adam.beta1, b2 = o->adam.beta2;
-            double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
-            bool decoupled = o->kind == DL__OPT_ADAMW;
-            a.wd = decoupled ? 0.0f : wd;
-            a.decay = decoupled ? (float)(1.0 - (double)lr * (double)wd) : 1.0f;
-            a.beta1 = o->adam.beta1;
-            a.one_m_beta1 = (float)(1.0 - b1);
-            a.beta2 = o->adam.beta2;
-            a.one_m_beta2 = (float)(1.0 - b2);
-            a.bc2_sqrt = (float)sqrt(bc2);
-            a.eps = o->adam.eps;
-            a.neg_step_size = (float)(-((double)lr / bc1));
-            a.amsgrad = o->adam.amsgrad;
-            a.maximize = o->adam.maximize;
-            DL__BE(p)->adam(p->dev_, (float *)p->data, g, (float *)o->s[0][i]->data,
-                                 (float *)o->s[1][i]->data,
-                                 o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL, p->numel, &a);
-        }
-        o->pstep[i]++;
+        if (o->kind == DL__OPT_SGD)
+            DL__BE(p)->sgd(p->dev_, (float *)p->data, (const float *)p->grad->data,
+                           o->s[0] ? (float *)o->s[0][i]->data : NULL, p->numel, (dl__sgd_args *)o->args + i);
+        else
+            DL__BE(p)->adam(p->dev_, (float *)p->data, (const float *)p->grad->data, (float *)o->s[0][i]->data,
+                            (float *)o->s[1][i]->data, o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL,
+                            p->numel, (dl__adam_args *)o->args + i);
     }
-    o->steps++;
     return DL_OK;
 }
 
@@ -13181,6 +14502,8 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
     int n, i;
     double total = 0;
     if (!dl__mod_ok(m)) return 0.0f;
+    if (dl__cap_refused(m->ctx, "dl_clip_grad_norm", "a read to the host (the norm it returns)",
+                        "clip outside the captured step")) return 0.0f;
     n = dl__mod_params(m);
     for (i = 0; i < n; i++) {
         dl_tensor *p = m->scratch[i];
@@ -13794,6 +15117,9 @@ int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
         dl__err(l->ctx, DL_ERR_ARG, "dl_loader_next: x and y must not be NULL");
         return -1;
     }
+    if (dl__cap_refused(l->ctx, "dl_loader_next", "loading a batch", "a replay would train on this "
+                        "batch each time: load it outside and dl_copy_ it into the capture's static inputs"))
+        return -1;
     if (l->batch < 0) {   /* a new epoch */
         l->epoch++;
         dl__loader_order(l);
@@ -16143,6 +17469,7 @@ static dl_result dl__replicas(const char *op, dl_tensor *const *t, int n, bool f
     for (i = 0; t && i < n && i < DL__RING_MAX && !ctx; i++)
         if (t[i] && t[i]->magic_ == DL__MAGIC) ctx = t[i]->ctx_;
     if (!t) { dl__err(ctx, DL_ERR_ARG, "%s: the tensor list is NULL", op); return DL_ERR_ARG; }
+    if (dl__cap_refused(ctx, op, "a collective", "run collectives outside the captured step")) return DL_ERR_UNSUPPORTED;
     if (n < 1 || n > DL__RING_MAX) {
         dl__err(ctx, DL_ERR_ARG, "%s: n=%d tensors; it must be 1..%d (one tensor per device)", op, n,
                 DL__RING_MAX);
@@ -16375,7 +17702,7 @@ static bool dl__comm_ok(dl_comm *c, const char *op)
                 "returned an error) and cannot be used again", op);
         return false;
     }
-    return true;
+    return !dl__cap_refused(c->ctx, op, "a collective", "run collectives outside the captured step");
 }
 
 /* seconds: desc, else DL_COMM_TIMEOUT, else 300; -1 with an error when bad */
@@ -17100,7 +18427,7 @@ static void dl__ddp_destroy(void *v)
 
 static bool dl__ddp_ok(dl_ddp *dp, const char *op)
 {
-    if (dp && dp->magic == DL__DDP_MAGIC) return true;
+    if (dp && dp->magic == DL__DDP_MAGIC) return !dl__cap_refused(dp->ctx, op, "a collective", "run collectives outside the captured step");
     dl__err(NULL, DL_ERR_ARG, "%s: not a dl_ddp from dl_ddp_init (freed?)", op);
     return false;
 }

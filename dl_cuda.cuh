@@ -2274,7 +2274,9 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale,
     NULL, NULL,   /* conv_s1, conv_s1_wgrad: the padded grid is a CPU cache layout; */
     NULL, NULL,   /* conv_wg, conv_wg_wgrad: so is Winograd here (cuBLAS on im2col instead) */
-    dl__cu_conv_i2c
+    dl__cu_conv_i2c,
+    NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL
 };
 
 static int dl__cuda_count(void)

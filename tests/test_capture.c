@@ -1,0 +1,589 @@
+/* tests/test_capture.c - capture and replay (dl_capture_begin/end, dl_replay,
+   dl_capture_free): a static graph of one training step.
+
+   1. Equivalence: a loop that runs steps 1..c-1 eagerly, captures step c and
+      replays the rest gives the bits of the all-eager loop, step by step
+      (losses) and at the end (parameters, buffers, optimizer state): LeNet-BN
+      with dropout, Adam, AdamW and SGD (momentum, nesterov), a cosine
+      schedule, 24 steps, new data written into the static inputs between
+      replays. An MLP step too, and a capture that starts at the first step
+      after a warm-up.
+   2. Memory: a replay allocates nothing (the allocator counts of every
+      device and of the host); the capture's tensors outlive dl_step_end and
+      read as stale after dl_capture_free; nothing leaks (a counting
+      allocator; make valgrind runs this program too, with --quick: the
+      LeNet-BN runs left out).
+   3. Refusals, each with its message: host reads and writes, a persistent
+      allocation (no warm-up), a step tensor from before the capture or from
+      another capture, a tensor from another context, a second optimizer
+      step, dl_step_end inside, nesting, collectives, the loader.
+   4. Lifetimes: capture after capture, captures side by side, freeing in
+      every order (capture, tensors it uses, its optimizer, the context;
+      during recording too); a replay after any of those is an error.
+   Every tensor lives on the context's default device, so `make test` runs
+   this on the strict cpu:1 too and `make test-cuda-emu` on emulated cuda:0.
+   Build: gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_capture.c -lm -lpthread */
+#include <stdlib.h>
+#include <string.h>
+static long cnt_live;
+static void *cnt_malloc(size_t n) { void *p = malloc(n); if (p) cnt_live++; return p; }
+static void *cnt_realloc(void *p, size_t n) { void *q = realloc(p, n); if (q && !p) cnt_live++; return q; }
+static void cnt_free(void *p) { if (p) cnt_live--; free(p); }
+#define DL_MALLOC(n) cnt_malloc(n)
+#define DL_REALLOC(p, n) cnt_realloc(p, n)
+#define DL_FREE(p) cnt_free(p)
+#define DL_IMPLEMENTATION
+#include "dl.h"
+#include "harness.h"
+#include "examples/lenet_bn.h"
+#include <stdio.h>
+
+#define B 8           /* batch */
+#define STEPS 24
+
+static float g_host_x[B * 784];
+static const int64_t g_zeros[B] = {0};
+
+/* two CPU devices at least (dl_module_to between them) */
+static dl_ctx *new_ctx(uint64_t seed)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.seed = seed;
+    d.cpu_devices = 2;
+    return dl_ctx_init(&d);
+}
+
+enum { OPT_ADAM, OPT_ADAMW, OPT_SGD };
+enum { NET_LENET, NET_MLP };
+
+/* LeNet-BN (examples/lenet_bn.h, the model of make run) with dropout after
+   the hidden linear layers' ReLUs, or an MLP with dropout */
+static dl_module *make_net(dl_ctx *ctx, int kind)
+{
+    dl_module *m[EX_LENET_BN_LAYERS + 2], *l[EX_LENET_BN_LAYERS];
+    int k = 0, i;
+    if (kind == NET_LENET) {
+        ex_lenet_bn_layers(ctx, l);
+        for (i = 0; i < EX_LENET_BN_LAYERS; i++) {
+            m[k++] = l[i];
+            if (i == 11) m[k++] = dl_nn_dropout(ctx, 0.25f);   /* after linear 400->120, BN, ReLU */
+            if (i == 14) m[k++] = dl_nn_dropout(ctx, 0.5f);    /* after linear 120->84, BN, ReLU */
+        }
+    } else {
+        m[k++] = dl_nn_flatten(ctx);
+        m[k++] = dl_nn_linear(ctx, 784, 64, true);
+        m[k++] = dl_nn_relu(ctx);
+        m[k++] = dl_nn_dropout(ctx, 0.3f);
+        m[k++] = dl_nn_linear(ctx, 64, 10, true);
+    }
+    return dl_nn_sequential(ctx, k, m);
+}
+
+/* one training run: its context, model, optimizer and static inputs */
+typedef struct run {
+    dl_ctx *ctx;
+    dl_module *net;
+    dl_optim *opt;
+    dl_tensor *x, *y;       /* persistent: batches are written into them */
+    float lr0;
+} run;
+
+static int run_init(run *r, int net, int opt, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    r->ctx = new_ctx(seed);
+    if (!r->ctx) return 0;
+    r->net = make_net(r->ctx, net);
+    if (opt == OPT_SGD) {
+        dl_sgd_desc sd;
+        memset(&sd, 0, sizeof sd);
+        sd.lr = r->lr0 = 0.05f;
+        sd.momentum = 0.9f;
+        sd.nesterov = true;
+        sd.weight_decay = 1e-4f;
+        r->opt = dl_sgd(r->net, &sd);
+    } else {
+        dl_adam_desc ad;
+        memset(&ad, 0, sizeof ad);
+        ad.lr = r->lr0 = 2e-3f;
+        r->opt = opt == OPT_ADAM ? dl_adam(r->net, &ad) : dl_adamw(r->net, &ad);
+    }
+    r->x = dl_keep(dl_zeros(r->ctx, DL_SHAPE(B, 1, 28, 28)));
+    r->y = dl_keep(dl_from_int64(r->ctx, DL_SHAPE(B), g_zeros));
+    dl_step_end(r->ctx);
+    return r->net && r->opt && r->x && r->y;
+}
+
+/* batch k of the static inputs: the same numbers in every run */
+static int write_batch(run *r, int k)
+{
+    float xs[B * 784];
+    int64_t ys[B];
+    uint32_t s = 2654435761u * (uint32_t)(k + 1);
+    int i;
+    for (i = 0; i < B * 784; i++) {
+        s = s * 1664525u + 1013904223u;
+        xs[i] = (float)(s >> 8) / 16777216.0f * 2.0f - 1.0f;
+    }
+    for (i = 0; i < B; i++) ys[i] = (int64_t)((s >> (i + 3)) % 10);
+    return dl_write(r->x, xs, B * 784) == DL_OK &&
+           dl_copy_(r->y, dl_from_int64(r->ctx, DL_SHAPE(B), ys)) == DL_OK;
+}
+
+/* zero_grad, forward, loss, backward, optimizer step */
+static dl_tensor *train_step(run *r)
+{
+    dl_tensor *loss;
+    dl_optim_zero_grad(r->opt);
+    loss = dl_cross_entropy(dl_module_forward(r->net, r->x), r->y, NULL);
+    if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(r->opt) != DL_OK) return NULL;
+    return loss;
+}
+
+static float cosine_lr(run *r, int k) { return dl_lr_cosine(r->lr0, k, STEPS, 0.0f); }
+
+/* STEPS steps; capture at step cap_at (0: all eager); losses[k] */
+static int run_steps(run *r, int cap_at, float *losses)
+{
+    dl_capture *cap = NULL;
+    dl_tensor *loss = NULL;
+    int k, ok = 1;
+    for (k = 1; k <= STEPS && ok; k++) {
+        ok = write_batch(r, k) && dl_optim_set_lr(r->opt, cosine_lr(r, k)) == DL_OK;
+        if (!ok) break;
+        if (cap_at && k == cap_at) {
+            cap = dl_capture_begin(r->ctx);
+            loss = train_step(r);
+            ok = cap && loss && dl_capture_end(cap) == DL_OK;
+        } else if (cap_at && k > cap_at) {
+            ok = dl_replay(cap) == DL_OK;
+        } else {
+            loss = train_step(r);
+            ok = loss != NULL;
+        }
+        losses[k - 1] = ok ? dl_item(loss) : NAN;
+        dl_step_end(r->ctx);
+    }
+    if (!ok) printf("    step %d: %s\n", k, dl_error_message(r->ctx));
+    dl_capture_free(cap);
+    return ok;
+}
+
+/* every byte of the model's state and the optimizer's */
+static size_t run_bytes(run *r, unsigned char *dst, size_t cap)
+{
+    size_t n = th_module_bytes(r->net, dst, cap);
+    int i, k;
+    for (k = 0; k < 3 && n; k++) {
+        if (!r->opt->s[k]) continue;
+        for (i = 0; i < r->opt->n; i++) {
+            dl_tensor *t = r->opt->s[k][i];
+            size_t b = sizeof(float) * (size_t)t->numel;
+            if (n + b > cap) return 0;
+            memcpy(dst + n, th_bytes(t), b);
+            n += b;
+        }
+    }
+    return n;
+}
+
+static unsigned char g_a[1 << 20], g_b[1 << 20];
+
+static void test_equivalence(int net, int opt, int cap_at, const char *what)
+{
+    run e, c;
+    float le[STEPS], lc[STEPS];
+    size_t na, nb;
+    int k, same = 1;
+    CHECK(run_init(&e, net, opt, 7) && run_init(&c, net, opt, 7), "%s: set-up", what);
+    CHECK(run_steps(&e, 0, le), "%s: the eager run", what);
+    CHECK(run_steps(&c, cap_at, lc), "%s: the run that captures step %d", what, cap_at);
+    for (k = 0; k < STEPS; k++)
+        if (memcmp(&le[k], &lc[k], sizeof(float)) != 0) {
+            if (same) printf("    %s: step %d loss %.9g (eager) vs %.9g\n", what, k + 1, (double)le[k], (double)lc[k]);
+            same = 0;
+        }
+    CHECK(same, "%s: every step's loss, bit for bit", what);
+    na = run_bytes(&e, g_a, sizeof g_a);
+    nb = run_bytes(&c, g_b, sizeof g_b);
+    CHECK(na > 0 && na == nb && memcmp(g_a, g_b, na) == 0, "%s: parameters, buffers and optimizer state "
+          "after %d steps, bit for bit (%zu bytes)", what, STEPS, na);
+    CHECK(dl_optim_steps(e.opt) == STEPS && dl_optim_steps(c.opt) == STEPS, "%s: optimizer steps %lld, %lld",
+          what, (long long)dl_optim_steps(e.opt), (long long)dl_optim_steps(c.opt));
+    dl_ctx_free(e.ctx);
+    dl_ctx_free(c.ctx);
+}
+
+/* ------------------------------------------------------------ memory */
+
+static uint64_t allocs(dl_ctx *ctx)
+{
+    dl_memory_stats st;
+    uint64_t n = 0;
+    int i, nd = dl_device_count(ctx, DL_DEVICE_CPU);
+    for (i = 0; i < nd; i++)
+        if (dl_memory_stats_get(ctx, dl_cpu_device(i), &st) == DL_OK) n += st.alloc_calls;
+    if (dl_ctx_device(ctx).type == DL_DEVICE_CUDA && dl_memory_stats_get(ctx, dl_ctx_device(ctx), &st) == DL_OK)
+        n += st.alloc_calls;
+    return n;
+}
+
+static void test_memory(void)
+{
+    run r;
+    dl_capture *cap;
+    dl_tensor *loss;
+    uint64_t a0;
+    float l1, l2;
+    int k, ok = 1;
+    CHECK(run_init(&r, NET_LENET, OPT_ADAM, 3), "memory: set-up");
+    for (k = 1; k <= 2; k++) { write_batch(&r, k); train_step(&r); dl_step_end(r.ctx); }   /* warm-up */
+    write_batch(&r, 3);
+    cap = dl_capture_begin(r.ctx);
+    loss = train_step(&r);
+    CHECK(cap && loss && dl_capture_end(cap) == DL_OK, "memory: capture: %s", dl_error_message(r.ctx));
+    dl_step_end(r.ctx);
+    l1 = dl_item(loss);
+    CHECK(l1 == l1, "memory: the capture's loss outlives dl_step_end: %s", dl_error_message(r.ctx));
+    a0 = allocs(r.ctx);
+    for (k = 4; k < 12 && ok; k++) {
+        write_batch(&r, k);
+        ok = dl_replay(cap) == DL_OK && dl_item(loss) == dl_item(loss);
+        dl_step_end(r.ctx);
+    }
+    CHECK(ok, "memory: 8 replays: %s", dl_error_message(r.ctx));
+    write_batch(&r, 20);
+    dl_step_end(r.ctx);
+    a0 = allocs(r.ctx) - a0;
+    /* write_batch's dl_from_int64 is eager step memory: its arena chunk was made in the warm-up */
+    CHECK(a0 == 0, "memory: the replays (and the steps between) called the allocator %llu times",
+          (unsigned long long)a0);
+    a0 = allocs(r.ctx);
+    dl_replay(cap);
+    CHECK(allocs(r.ctx) == a0, "memory: one replay, no allocator call");
+    l2 = dl_item(loss);
+    CHECK(l2 == l2 && dl_last_error(r.ctx) == DL_OK, "memory: the loss after another replay");
+    {   /* the capture's bytes are reported, and go back at dl_capture_free */
+        dl_memory_stats st;
+        dl_memory_stats_get(r.ctx, dl_ctx_device(r.ctx), &st);
+        CHECK(st.capture_bytes > 0, "memory: capture_bytes %zu", st.capture_bytes);
+        dl_capture_free(cap);
+        dl_memory_stats_get(r.ctx, dl_ctx_device(r.ctx), &st);
+        CHECK(st.capture_bytes == 0, "memory: capture_bytes %zu after dl_capture_free", st.capture_bytes);
+    }
+    CHECK(dl_item(loss) != dl_item(loss), "memory: the capture's loss after dl_capture_free is NaN");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "capture that dl_capture_free() released");
+    dl_ctx_free(r.ctx);
+}
+
+/* ------------------------------------------------------------ refusals */
+
+/* a run warmed up by two eager steps, then a capture begun */
+static dl_capture *begin_warm(run *r)
+{
+    int k;
+    if (!run_init(r, NET_MLP, OPT_ADAM, 5)) return NULL;
+    for (k = 1; k <= 2; k++) { write_batch(r, k); train_step(r); dl_step_end(r->ctx); }
+    return dl_capture_begin(r->ctx);
+}
+
+/* the op failed with code and msg; dl_capture_end fails the same way; replay refused */
+static void expect_refused(run *r, dl_capture *cap, dl_result code, const char *msg, const char *what)
+{
+    const char *m;
+    EXPECT_ERR(r->ctx, code, msg);
+    CHECK(dl_capture_end(cap) == code, "%s: dl_capture_end returns %s", what, dl_result_string(code));
+    m = dl_error_message(r->ctx);
+    CHECK(strstr(m, msg) != NULL, "%s: dl_capture_end's message names it: %s", what, m);
+    dl_clear_error(r->ctx);
+    CHECK(dl_replay(cap) == code, "%s: a replay is refused", what);
+    EXPECT_ERR(r->ctx, code, "the capture failed");
+    dl_capture_free(cap);
+    dl_ctx_free(r->ctx);
+}
+
+static void test_refusals(void)
+{
+    run r;
+    dl_capture *cap;
+    dl_tensor *loss, *t;
+    float buf[4] = {1, 2, 3, 4};
+
+    cap = begin_warm(&r);
+    loss = train_step(&r);
+    CHECK(dl_item(loss) != dl_item(loss), "dl_item inside a capture is NaN");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_item: a read to the host inside a capture", "dl_item");
+
+    cap = begin_warm(&r);
+    loss = train_step(&r);
+    CHECK(dl_read(loss, buf, 1) == DL_ERR_UNSUPPORTED, "dl_read inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_read: a read to the host", "dl_read");
+
+    cap = begin_warm(&r);
+    loss = train_step(&r);
+    CHECK(dl_data(loss) == NULL, "dl_data inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_data: host access", "dl_data");
+
+    cap = begin_warm(&r);
+    CHECK(dl_write(r.x, g_host_x, B * 784) == DL_ERR_UNSUPPORTED, "dl_write inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_write: a copy from the host", "dl_write");
+
+    cap = begin_warm(&r);
+    CHECK(dl_from_array(r.ctx, DL_SHAPE(4), buf) == NULL, "dl_from_array inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_from_array: a copy from the host", "dl_from_array");
+
+    cap = begin_warm(&r);
+    t = dl_to(r.x, dl_cpu_device(0));
+    if (dl_ctx_device(r.ctx).type == DL_DEVICE_CUDA) {
+        CHECK(t == NULL, "dl_to the host inside a capture");
+        expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_to: a copy between the host and a GPU", "dl_to");
+    } else {
+        CHECK(t != NULL, "dl_to between CPU devices inside a capture: %s", dl_error_message(r.ctx));
+        CHECK(dl_capture_end(cap) == DL_OK, "dl_to between CPU devices is recorded");
+        dl_capture_free(cap);
+        dl_ctx_free(r.ctx);
+    }
+
+    cap = begin_warm(&r);
+    CHECK(dl_clip_grad_norm(r.net, 1.0f) == 0.0f, "dl_clip_grad_norm inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_clip_grad_norm: a read to the host", "dl_clip_grad_norm");
+
+    cap = begin_warm(&r);
+    dl_manual_seed(r.ctx, 3);
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_manual_seed: reseeding", "dl_manual_seed");
+
+    cap = begin_warm(&r);
+    {
+        dl_tensor *ts[1];
+        ts[0] = r.x;
+        CHECK(dl_allreduce(ts, 1, DL_REDUCE_SUM) == DL_ERR_UNSUPPORTED, "dl_allreduce inside a capture");
+    }
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_allreduce: a collective", "dl_allreduce");
+
+    /* anomaly mode: refused at begin; a device-level read (nonfinite) when turned on inside */
+    CHECK(run_init(&r, NET_MLP, OPT_ADAM, 5), "anomaly: set-up");
+    dl_set_anomaly(r.ctx, true);
+    CHECK(dl_capture_begin(r.ctx) == NULL, "dl_capture_begin in anomaly mode");
+    EXPECT_ERR(r.ctx, DL_ERR_UNSUPPORTED, "dl_capture_begin: anomaly mode");
+    dl_set_anomaly(r.ctx, false);
+    cap = dl_capture_begin(r.ctx);
+    dl_set_anomaly(r.ctx, true);
+    CHECK(dl_relu(r.x) == NULL, "an op in anomaly mode inside a capture");
+    dl_set_anomaly(r.ctx, false);
+    CHECK(dl_capture_end(cap) != DL_OK && strstr(dl_error_message(r.ctx), "dl_relu") != NULL &&
+          strstr(dl_error_message(r.ctx), "inside a capture") != NULL,
+          "a device read (anomaly) fails the capture naming the op: %s", dl_error_message(r.ctx));
+    dl_clear_error(r.ctx);
+    dl_capture_free(cap);
+    dl_ctx_free(r.ctx);
+
+    /* no warm-up: the gradients would be made inside */
+    CHECK(run_init(&r, NET_MLP, OPT_ADAM, 5), "cold: set-up");
+    write_batch(&r, 1);
+    cap = dl_capture_begin(r.ctx);
+    CHECK(train_step(&r) == NULL, "a step without warm-up inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_backward: a persistent allocation inside a capture", "cold");
+
+    /* dl_keep inside */
+    cap = begin_warm(&r);
+    CHECK(dl_keep(r.x) == NULL, "dl_keep inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_keep: a persistent allocation", "dl_keep");
+
+    /* a step tensor made before the capture */
+    CHECK(run_init(&r, NET_MLP, OPT_ADAM, 5), "early: set-up");
+    t = dl_ones(r.ctx, DL_SHAPE(3));
+    cap = dl_capture_begin(r.ctx);
+    CHECK(dl_relu(t) == NULL, "a step tensor from before the capture");
+    expect_refused(&r, cap, DL_ERR_ARG, "(3) is a step tensor made before dl_capture_begin()", "early");
+
+    /* a tensor made by another capture */
+    CHECK(run_init(&r, NET_MLP, OPT_ADAM, 5), "other: set-up");
+    cap = dl_capture_begin(r.ctx);
+    t = dl_ones(r.ctx, DL_SHAPE(3));
+    CHECK(dl_capture_end(cap) == DL_OK, "other: first capture");
+    {
+        dl_capture *c2 = dl_capture_begin(r.ctx);
+        CHECK(dl_relu(t) == NULL, "another capture's tensor");
+        dl_capture_free(cap);
+        expect_refused(&r, c2, DL_ERR_ARG, "(3) was made by another capture", "other");
+    }
+
+    /* a tensor from another context */
+    CHECK(run_init(&r, NET_MLP, OPT_ADAM, 5), "ctx2: set-up");
+    {
+        dl_ctx *c2 = new_ctx(1);
+        dl_tensor *a = dl_keep(dl_ones(c2, DL_SHAPE(B, 1, 28, 28)));
+        cap = dl_capture_begin(r.ctx);
+        CHECK(dl_add(r.x, a) == NULL, "a tensor from another context inside a capture");
+        expect_refused(&r, cap, DL_ERR_ARG, "dl_add: a and b belong to different contexts", "ctx2");
+        dl_ctx_free(c2);
+    }
+
+    /* two optimizer steps in one capture */
+    cap = begin_warm(&r);
+    train_step(&r);
+    dl_optim_step(r.opt);
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_optim_step: a second step inside one capture", "two steps");
+
+    /* dl_step_end inside */
+    cap = begin_warm(&r);
+    dl_step_end(r.ctx);
+    expect_refused(&r, cap, DL_ERR_ARG, "dl_step_end: inside a capture", "dl_step_end");
+
+    /* nesting; replay inside a capture; the loader */
+    cap = begin_warm(&r);
+    CHECK(dl_capture_begin(r.ctx) == NULL, "nested dl_capture_begin");
+    expect_refused(&r, cap, DL_ERR_ARG, "dl_capture_begin: a capture is already recording", "nested");
+    cap = begin_warm(&r);
+    {
+        dl_capture *c0;
+        dl_capture_end(cap);
+        c0 = cap;
+        cap = dl_capture_begin(r.ctx);
+        CHECK(dl_replay(c0) == DL_ERR_UNSUPPORTED, "dl_replay inside a capture");
+        dl_capture_free(c0);
+        expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_replay: inside a capture", "replay inside");
+    }
+    CHECK(run_init(&r, NET_MLP, OPT_ADAM, 5), "loader: set-up");
+    {
+        static const int64_t labels[4] = {0, 1, 0, 1};
+        dl_tensor *xs = dl_keep(dl_zeros(r.ctx, DL_SHAPE(4, 2))), *bx, *by;
+        dl_tensor *ys = dl_keep(dl_from_int64(r.ctx, DL_SHAPE(4), labels));
+        dl_loader_desc ld;
+        dl_loader *l;
+        memset(&ld, 0, sizeof ld);
+        ld.batch_size = 2;
+        l = dl_loader_new(r.ctx, dl_tensor_dataset(r.ctx, xs, ys, NULL, false), &ld);
+        cap = dl_capture_begin(r.ctx);
+        CHECK(l && dl_loader_next(l, &bx, &by) == -1, "dl_loader_next inside a capture");
+        expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_loader_next: loading a batch", "loader");
+    }
+    /* a data-dependent shape needs its value on the host first: refused at that read */
+    cap = begin_warm(&r);
+    {
+        dl_tensor *am = dl_argmax(dl_module_forward(r.net, r.x), 1, false);
+        int64_t v[B];
+        CHECK(am && dl_read_int64(am, v, B) == DL_ERR_UNSUPPORTED, "a shape from data (read first)");
+    }
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_read_int64: a read to the host", "data shape");
+}
+
+/* ------------------------------------------------------------ lifetimes */
+
+static void test_lifetimes(void)
+{
+    run r;
+    dl_capture *a, *b;
+    dl_tensor *la, *lb;
+    int k;
+    float v1, v2;
+
+    /* capture after capture: two captures of the same step, side by side */
+    CHECK(run_init(&r, NET_MLP, OPT_ADAM, 9), "two: set-up");
+    for (k = 1; k <= 2; k++) { write_batch(&r, k); train_step(&r); dl_step_end(r.ctx); }
+    a = dl_capture_begin(r.ctx);
+    la = train_step(&r);
+    CHECK(dl_capture_end(a) == DL_OK, "two: capture a");
+    dl_step_end(r.ctx);
+    b = dl_capture_begin(r.ctx);
+    lb = train_step(&r);
+    CHECK(dl_capture_end(b) == DL_OK, "two: capture b (after a)");
+    dl_step_end(r.ctx);
+    CHECK(dl_replay(a) == DL_OK && dl_replay(b) == DL_OK && dl_replay(a) == DL_OK, "two: replays alternate");
+    v1 = dl_item(la);
+    v2 = dl_item(lb);
+    CHECK(v1 == v1 && v2 == v2, "two: both losses read");
+    dl_capture_free(a);                        /* a first: b still replays */
+    CHECK(dl_replay(b) == DL_OK, "two: b after a is freed: %s", dl_error_message(r.ctx));
+    CHECK(dl_replay(a) == DL_ERR_STALE, "two: a after dl_capture_free");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "dl_replay: the capture was freed by dl_capture_free()");
+    dl_capture_free(a);                        /* twice: nothing */
+    CHECK(dl_capture_end(a) == DL_ERR_ARG, "dl_capture_end of a freed capture");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "dl_capture_end: the capture was freed");
+    CHECK(dl_item(la) != dl_item(la), "two: a's loss after a is freed");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "dl_capture_free() released");
+    CHECK(dl_item(lb) == dl_item(lb), "two: b's loss is still there");
+    dl_capture_end(b);
+    EXPECT_ERR(r.ctx, DL_ERR_ARG, "dl_capture_end: the capture is not recording");
+
+    /* a tensor it uses freed (a parameter: dl_free) */
+    {
+        const dl_named_tensor *p;
+        dl_module_named_parameters(r.net, &p);
+        dl_free(p[0].t);
+        CHECK(dl_replay(b) == DL_ERR_STALE, "a replay after a parameter it uses was freed");
+        EXPECT_ERR(r.ctx, DL_ERR_STALE, "which was freed after dl_capture_begin()");
+    }
+    dl_capture_free(b);
+    dl_ctx_free(r.ctx);
+
+    /* its optimizer freed */
+    a = begin_warm(&r);
+    train_step(&r);
+    CHECK(dl_capture_end(a) == DL_OK, "optimizer freed: capture");
+    dl_optim_free(r.opt);
+    CHECK(dl_replay(a) == DL_ERR_STALE, "a replay after its optimizer was freed");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "dl_optim_free");
+    dl_capture_free(a);
+    dl_ctx_free(r.ctx);
+
+    /* a parameter moved by dl_module_to (to the other CPU device) */
+    a = begin_warm(&r);
+    train_step(&r);
+    CHECK(dl_capture_end(a) == DL_OK, "moved: capture");
+    CHECK(dl_module_to(r.net, dl_cpu_device(r.x->device.type == DL_DEVICE_CPU && r.x->device.index == 0)) == DL_OK,
+          "moved: dl_module_to: %s", dl_error_message(r.ctx));
+    CHECK(dl_replay(a) == DL_ERR_STALE, "a replay after dl_module_to moved a parameter");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "moved to another device by dl_module_to");
+    dl_ctx_free(r.ctx);   /* with the capture alive */
+
+    /* freed while recording; the context freed while recording */
+    a = begin_warm(&r);
+    train_step(&r);
+    dl_capture_free(a);
+    CHECK(dl_replay(a) == DL_ERR_STALE, "a replay of a capture freed while recording");
+    dl_clear_error(r.ctx);
+    la = train_step(&r);
+    CHECK(la && dl_item(la) == dl_item(la), "eager steps go on after a capture freed while recording: %s",
+          dl_error_message(r.ctx));
+    dl_step_end(r.ctx);
+    a = dl_capture_begin(r.ctx);
+    train_step(&r);
+    dl_ctx_free(r.ctx);   /* a is recording */
+
+    /* a replay whose static inputs were rewritten: the new batch's loss */
+    CHECK(run_init(&r, NET_MLP, OPT_SGD, 5), "rewrite: set-up");
+    for (k = 1; k <= 2; k++) { write_batch(&r, k); train_step(&r); dl_step_end(r.ctx); }
+    write_batch(&r, 5);
+    a = dl_capture_begin(r.ctx);
+    la = train_step(&r);
+    CHECK(dl_capture_end(a) == DL_OK, "rewrite: capture");
+    dl_step_end(r.ctx);
+    write_batch(&r, 6);
+    dl_replay(a);
+    v1 = dl_item(la);
+    write_batch(&r, 7);
+    dl_replay(a);
+    v2 = dl_item(la);
+    CHECK(v1 == v1 && v2 == v2 && v1 != v2, "rewrite: another batch, another loss (%g, %g)", (double)v1, (double)v2);
+    dl_capture_free(a);
+    dl_ctx_free(r.ctx);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;   /* (make valgrind): the MLP only */
+    if (!quick) {
+        test_equivalence(NET_LENET, OPT_ADAM, 3, "LeNet-BN, dropout, Adam");
+        test_equivalence(NET_LENET, OPT_ADAMW, 2, "LeNet-BN, dropout, AdamW");
+        test_equivalence(NET_LENET, OPT_SGD, 5, "LeNet-BN, dropout, SGD nesterov");
+    }
+    test_equivalence(NET_MLP, OPT_ADAM, 2, "MLP, dropout, Adam");
+    test_memory();
+    test_refusals();
+    test_lifetimes();
+    CHECK(cnt_live == 0, "every allocation freed (%ld live)", cnt_live);
+    TEST_END();
+}
