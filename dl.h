@@ -3537,6 +3537,17 @@ typedef struct dl__mtent {
 } dl__mtent;
 enum { DL__MT_ZERO = 0, DL__MT_SGD, DL__MT_ADAM };
 
+/* One list's multi-tensor state (an optimizer's parameters, a module's
+   gradients): per device it spans, the backend's cache; ents, the scratch
+   where one device's entries are put together. */
+#define DL__MT_DEVS 8
+typedef struct dl__mtset {
+    dl__dev *dev[DL__MT_DEVS];
+    void *cache[DL__MT_DEVS];
+    dl__mtent *ents;
+    int cap;
+} dl__mtset;
+
 /* The backend: every entry takes the device first. Copies and kernels are
    queued in order on the device (CPU: done on return); download, sync and
    the entries that return a host value wait for the device. A failure is
@@ -3784,6 +3795,7 @@ static void dl__cap_use(dl_tensor *t);                           /* a persistent
 static bool dl__cap_persistent(dl_ctx *ctx, const char *op);     /* refuses persistent allocation */
 static bool dl__cap_refused(dl_ctx *ctx, const char *op, const char *what, const char *hint);
 static void dl__cap_owner_gone(dl_ctx *ctx, void *owner, const char *what);   /* (an optimizer) */
+static void dl__cap_refuse(dl__dev *d, const char *what);        /* a device entry's refusal */
 static void dl__cap_forget(dl_tensor *t, const char *how);       /* t's storage goes away */
 static void dl__caps_free(dl_ctx *ctx);                          /* dl_ctx_free's part */
 static size_t dl__cap_saved(dl_capture *c, dl__dev *d);           /* d's own arena, set aside */
@@ -10076,6 +10088,120 @@ dl_tensor *dl_detach(dl_tensor *t)
     return dl__view("dl_detach", NULL, t, t->ndim, t->shape);
 }
 
+/* Multi-tensor updates (dl__backend.mt_apply). dl__mt_off: every update a
+   call per tensor (a test's switch: both ways give the same bits). */
+static bool dl__mt_off;
+
+/* d's cache slot in s (NULL: d has no mt_apply, or s holds DL__MT_DEVS devices) */
+static void **dl__mt_slot(dl__mtset *s, dl__dev *d)
+{
+    int i;
+    if (!d->be->mt_apply || dl__mt_off) return NULL;
+    for (i = 0; i < DL__MT_DEVS; i++) {
+        if (s->dev[i] == d) return &s->cache[i];
+        if (!s->dev[i]) { s->dev[i] = d; return &s->cache[i]; }
+    }
+    return NULL;
+}
+
+static void dl__mt_free(dl__mtset *s)
+{
+    int i;
+    for (i = 0; i < DL__MT_DEVS && s->dev[i]; i++) s->dev[i]->be->mt_free(s->dev[i], s->cache[i]);
+    DL_FREE(s->ents);
+    memset(s, 0, sizeof *s);
+}
+
+/* room for n entries in s->ents (grown once: a steady loop does not allocate) */
+static bool dl__mt_room(dl_ctx *ctx, dl__mtset *s, int n)
+{
+    dl__mtent *e;
+    if (n <= s->cap) return true;
+    e = (dl__mtent *)dl__malloc(ctx, sizeof(dl__mtent) * (size_t)n);
+    if (!e) return false;
+    DL_FREE(s->ents);
+    s->ents = e;
+    s->cap = n;
+    return true;
+}
+
+/* s ready for the list ts[0..n) (an optimizer's parameters): its scratch,
+   and on each device whose backend has mt_apply a cache with room for the
+   device's tensors and argbytes of arguments, so that no step allocates.
+   false (with the device's error under op's name) on failure. */
+static bool dl__mt_reserve(dl_ctx *ctx, const char *op, dl__mtset *s, int n, dl_tensor *const *ts, size_t argbytes)
+{
+    int i, j, k;
+    if (!dl__mt_room(ctx, s, n)) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", op); return false; }
+    for (i = 0; i < n; i++) {
+        dl__dev *d = ts[i]->dev_;
+        void **slot = dl__mt_slot(s, d);
+        if (!slot || *slot) continue;
+        for (k = 0, j = 0; j < n; j++) k += ts[j]->dev_ == d;
+        d->be->mt_apply(d, slot, 0, k, NULL, NULL, argbytes);
+        if (dl__dev_check(d, op) != DL_OK) return false;
+    }
+    return true;
+}
+
+/* How a tensor of a list on device d goes, its list walked in order with
+   done[ndone] the devices launched so far: DL__MT_LAUNCH (the first on d:
+   launch d's update of the whole list now, through *slot), DL__MT_DONE
+   (d's launch has it), DL__MT_EACH (no multi-tensor update on d: a call of
+   its own). */
+enum { DL__MT_LAUNCH, DL__MT_DONE, DL__MT_EACH };
+static int dl__mt_route(dl_ctx *ctx, dl__mtset *s, int n, dl__dev *d, dl__dev **done, int *ndone, void ***slot)
+{
+    int j;
+    for (j = 0; j < *ndone; j++) if (done[j] == d) return DL__MT_DONE;
+    *slot = dl__mt_slot(s, d);
+    if (!*slot || !dl__mt_room(ctx, s, n)) return DL__MT_EACH;
+    done[(*ndone)++] = d;
+    return DL__MT_LAUNCH;
+}
+
+/* One device's multi-tensor update (kind) of those of ts[0..n) on it that
+   want it (with a gradient; p: the tensor itself for ZERO's gradients, or
+   the parameter): one launch. */
+static void dl__mt_run(dl__mtset *s, void **slot, dl__dev *d, int kind, int n, dl_tensor *const *ts,
+                       dl_tensor **const *state, const void *args, size_t argbytes)
+{
+    int i, k = 0;
+    for (i = 0; i < n; i++) {
+        dl_tensor *t = ts[i];
+        dl__mtent *e;
+        if (!t || !t->grad || t->dev_ != d) continue;
+        e = &s->ents[k++];
+        memset(e, 0, sizeof *e);
+        e->p = (float *)(kind == DL__MT_ZERO ? t->grad->data : t->data);
+        e->g = (const float *)t->grad->data;
+        e->s0 = state && state[0] ? (float *)state[0][i]->data : NULL;
+        e->s1 = state && state[1] ? (float *)state[1][i]->data : NULL;
+        e->s2 = state && state[2] ? (float *)state[2][i]->data : NULL;
+        e->n = t->numel;
+        e->arg = i;
+    }
+    if (k) d->be->mt_apply(d, slot, kind, k, s->ents, args, argbytes);
+}
+
+/* every ts[i]->grad = 0 (those with one): a launch per device whose backend
+   has mt_apply (the first call builds its list), a fill per tensor
+   elsewhere (the CPU's) */
+static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *ts)
+{
+    dl__dev *done[DL__MT_DEVS];
+    void **slot = NULL;
+    int i, ndone = 0, how;
+    for (i = 0; i < n; i++) {
+        dl_tensor *t = ts[i];
+        if (!t || t->magic_ != DL__MAGIC || !t->grad) continue;
+        dl__cap_use(t->grad);
+        how = dl__mt_route(ctx, s, n, t->dev_, done, &ndone, &slot);
+        if (how == DL__MT_LAUNCH) dl__mt_run(s, slot, t->dev_, DL__MT_ZERO, n, ts, NULL, NULL, 0);
+        else if (how == DL__MT_EACH) dl_zero_grad(t);
+    }
+}
+
 void dl_zero_grad(dl_tensor *t)
 {
     if (!t || t->magic_ != DL__MAGIC || !t->grad) return;
@@ -13190,6 +13316,7 @@ struct dl_module {
     dl__ncache sd, np;
     char *path;                       /* scratch for names while walking */
     size_t pathcap;
+    dl__mtset *zset;                  /* dl_module_zero_grad's multi-tensor state (made at first use) */
 };
 
 static void dl__module_destroy(void *p)
@@ -13206,6 +13333,8 @@ static void dl__module_destroy(void *p)
     DL_FREE(m->np.names);
     DL_FREE(m->path);
     DL_FREE(m->state);
+    if (m->zset) dl__mt_free(m->zset);
+    DL_FREE(m->zset);
     DL_FREE(m);
 }
 
@@ -13572,6 +13701,9 @@ void dl_module_zero_grad(dl_module *m)
     int n, i;
     if (!dl__mod_ok(m)) return;
     n = dl__mod_params(m);
+    if (!m->zset && n > 0 && (m->zset = (dl__mtset *)dl__malloc(m->ctx, sizeof(dl__mtset))) != NULL)
+        memset(m->zset, 0, sizeof(dl__mtset));
+    if (m->zset) { dl__zero_grads(m->ctx, m->zset, n, m->scratch); return; }
     for (i = 0; i < n; i++) dl_zero_grad(m->scratch[i]);
 }
 
@@ -14039,6 +14171,8 @@ struct dl_optim {
        dl__adam_args): the kernels read them from here, and so does a
        captured step, whose replay hook rewrites them */
     void *args;
+    size_t argbytes;                  /* of all n */
+    dl__mtset mtu, mtz;               /* multi-tensor update and zero_grad (CUDA) */
 };
 
 static const char *const dl__sgd_state[] = {"momentum_buffer"};
@@ -14058,6 +14192,8 @@ static void dl__optim_destroy(void *p)
     int k, i;
     if (o->ctx->caps) dl__cap_owner_gone(o->ctx, o, "an optimizer (dl_optim_free)");
     o->magic = 0;
+    dl__mt_free(&o->mtu);
+    dl__mt_free(&o->mtz);
     for (k = 0; k < 3; k++) {
         if (!o->s[k]) continue;
         for (i = 0; i < o->n; i++) dl_free(o->s[k][i]);
@@ -14205,9 +14341,10 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
     o->glr = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
     o->glr0 = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
     o->gwd = (float *)dl__malloc(ctx, sizeof(float) * (size_t)ngroups);
-    o->args = dl__malloc(ctx, (kind == DL__OPT_SGD ? sizeof(dl__sgd_args) : sizeof(dl__adam_args)) * (size_t)total);
+    o->argbytes = (kind == DL__OPT_SGD ? sizeof(dl__sgd_args) : sizeof(dl__adam_args)) * (size_t)total;
+    o->args = dl__malloc(ctx, o->argbytes);
     if (!o->p || !o->pg || !o->pstep || !o->glr || !o->glr0 || !o->gwd || !o->args) goto oom_o;
-    memset(o->args, 0, (kind == DL__OPT_SGD ? sizeof(dl__sgd_args) : sizeof(dl__adam_args)) * (size_t)total);
+    memset(o->args, 0, o->argbytes);
     for (g = 0; g < ngroups; g++) {
         const dl_param_group *pg = &groups[g];
         float base_lr = kind == DL__OPT_SGD ? so.lr : ao.lr;
@@ -14231,6 +14368,12 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
             dl_set_name(o->s[k][i], snames[k]);
             DL__BE(t)->fill(t->dev_, (float *)o->s[k][i]->data, t->numel, 0.0f);
         }
+    }
+    /* the multi-tensor lists' room (CUDA): the steps then never allocate */
+    if (!dl__mt_reserve(ctx, fn, &o->mtu, o->n, o->p, o->argbytes) ||
+        !dl__mt_reserve(ctx, fn, &o->mtz, o->n, o->p, 0)) {
+        dl__optim_destroy(o);
+        return NULL;
     }
     o->magic = DL__OPT_MAGIC;
     if (!dl__own(ctx, dl__optim_destroy, o)) { dl__optim_destroy(o); return NULL; }
@@ -14367,35 +14510,76 @@ static void dl__optim_args(dl_optim *o, const unsigned char *mask)
     o->steps++;
 }
 
-/* A replay of a captured step: this step's arguments (the records point at
-   o->args) and its count, as dl_optim_step would have made them. */
-static void dl__optim_replay(dl_capture *cap, void *owner, void *mask)
+/* The updates of the parameters with a gradient, with o->args: a launch
+   per device whose backend has multi-tensor updates (CUDA), else a call per
+   parameter (the CPU's vectorized loops); the same arithmetic either way. */
+static void dl__optim_apply(dl_optim *o)
 {
+    dl__dev *done[DL__MT_DEVS];
+    void **slot = NULL;
+    int i, ndone = 0, how;
+    for (i = 0; i < o->n; i++) {
+        dl_tensor *p = o->p[i];
+        if (!p->grad) continue;      /* no gradient: skipped, as PyTorch */
+        how = dl__mt_route(o->ctx, &o->mtu, o->n, p->dev_, done, &ndone, &slot);
+        if (how == DL__MT_LAUNCH)
+            dl__mt_run(&o->mtu, slot, p->dev_, o->kind == DL__OPT_SGD ? DL__MT_SGD : DL__MT_ADAM, o->n, o->p,
+                       o->s, o->args, o->argbytes);
+        else if (how == DL__MT_EACH && o->kind == DL__OPT_SGD)
+            DL__BE(p)->sgd(p->dev_, (float *)p->data, (const float *)p->grad->data,
+                           o->s[0] ? (float *)o->s[0][i]->data : NULL, p->numel, (dl__sgd_args *)o->args + i);
+        else if (how == DL__MT_EACH)
+            DL__BE(p)->adam(p->dev_, (float *)p->data, (const float *)p->grad->data, (float *)o->s[0][i]->data,
+                            (float *)o->s[1][i]->data, o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL,
+                            p->numel, (dl__adam_args *)o->args + i);
+    }
+}
+
+/* What a captured step's replay needs of its optimizer: which parameters
+   it updated, and the multi-tensor caches (per device) its launches used. */
+typedef struct dl__optim_cap {
+    dl__mtset mt;                     /* (dev and cache only) */
+    unsigned char mask[1];            /* n of them */
+} dl__optim_cap;
+
+/* A replay of a captured step: this step's arguments (the CPU's records
+   point at o->args; a graph copies them from the caches it ran with) and
+   its count, as dl_optim_step would have made them. */
+static void dl__optim_replay(dl_capture *cap, void *owner, void *data)
+{
+    dl_optim *o = (dl_optim *)owner;
+    dl__optim_cap *oc = (dl__optim_cap *)data;
+    int i;
     (void)cap;
-    if (owner) dl__optim_args((dl_optim *)owner, (const unsigned char *)mask);
+    if (!o) return;
+    dl__optim_args(o, oc->mask);
+    for (i = 0; i < DL__MT_DEVS && oc->mt.dev[i]; i++)
+        if (oc->mt.cache[i]) oc->mt.dev[i]->be->mt_args(oc->mt.dev[i], oc->mt.cache[i], o->args, o->argbytes);
 }
 
 /* dl_optim_step inside a capture: every tensor it touches is the capture's
-   to know, and a replay must redo its host part (the hook). */
-static bool dl__optim_capture(dl_optim *o)
+   to know, and a replay must redo its host part (the hook). NULL: failed. */
+static dl__optim_cap *dl__optim_capture(dl_optim *o)
 {
-    unsigned char *mask = (unsigned char *)dl__malloc(o->ctx, (size_t)o->n);
+    dl__optim_cap *oc = (dl__optim_cap *)dl__malloc(o->ctx, sizeof(dl__optim_cap) + (size_t)o->n);
     int i, k;
-    if (!mask) { dl__err(o->ctx, DL_ERR_OOM, "dl_optim_step: out of memory"); return false; }
+    if (!oc) { dl__err(o->ctx, DL_ERR_OOM, "dl_optim_step: out of memory"); return NULL; }
+    memset(oc, 0, sizeof *oc);
     for (i = 0; i < o->n; i++) {
-        mask[i] = o->p[i]->grad != NULL;
-        if (!mask[i]) continue;
+        oc->mask[i] = o->p[i]->grad != NULL;
+        if (!oc->mask[i]) continue;
         dl__cap_use(o->p[i]->grad);
         for (k = 0; k < 3; k++) if (o->s[k]) dl__cap_use(o->s[k][i]);
     }
-    if (!dl__cap_hook(o->ctx, "dl_optim_step", dl__optim_replay, o, mask)) { DL_FREE(mask); return false; }
-    return true;
+    if (!dl__cap_hook(o->ctx, "dl_optim_step", dl__optim_replay, o, oc)) { DL_FREE(oc); return NULL; }
+    return oc;
 }
 
 dl_result dl_optim_step(dl_optim *o)
 {
     int i;
     dl_ctx *ctx;
+    dl__optim_cap *oc = NULL;
     if (!dl__optim_ok(o)) return DL_ERR_ARG;
     ctx = o->ctx;
     /* check everything first: a step is all or nothing */
@@ -14422,27 +14606,19 @@ dl_result dl_optim_step(dl_optim *o)
             if (o->s[k] && o->s[k][i]->dev_ != o->p[i]->dev_ && !dl__move(o->s[k][i], o->p[i]->dev_))
                 return ctx->err;
     }
-    if (ctx->cap && !dl__optim_capture(o)) return ctx->err;
+    if (ctx->cap && !(oc = dl__optim_capture(o))) return ctx->err;
     dl__optim_args(o, NULL);
-    for (i = 0; i < o->n; i++) {
-        dl_tensor *p = o->p[i];
-        if (!p->grad) continue;      /* no gradient: skipped, as PyTorch */
-        if (o->kind == DL__OPT_SGD)
-            DL__BE(p)->sgd(p->dev_, (float *)p->data, (const float *)p->grad->data,
-                           o->s[0] ? (float *)o->s[0][i]->data : NULL, p->numel, (dl__sgd_args *)o->args + i);
-        else
-            DL__BE(p)->adam(p->dev_, (float *)p->data, (const float *)p->grad->data, (float *)o->s[0][i]->data,
-                            (float *)o->s[1][i]->data, o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL,
-                            p->numel, (dl__adam_args *)o->args + i);
+    dl__optim_apply(o);
+    if (oc) {   /* the caches its launches ran with */
+        memcpy(oc->mt.dev, o->mtu.dev, sizeof oc->mt.dev);
+        memcpy(oc->mt.cache, o->mtu.cache, sizeof oc->mt.cache);
     }
     return DL_OK;
 }
 
 void dl_optim_zero_grad(dl_optim *o)
 {
-    int i;
-    if (!dl__optim_ok(o)) return;
-    for (i = 0; i < o->n; i++) dl_zero_grad(o->p[i]);
+    if (dl__optim_ok(o)) dl__zero_grads(o->ctx, &o->mtz, o->n, o->p);
 }
 
 dl_result dl_optim_set_lr(dl_optim *o, float lr)

@@ -16,7 +16,7 @@
    devices (below: tests/test_cuda.c, and every test program with its
    tensors on the emulated cuda:0); it has never run on a real GPU, so the
    GPU-only paths (warp/block reductions, cuBLAS, streams, pinned staging,
-   peer copies) have only been compiled.
+   peer copies, stream capture and graph launches) have only been compiled.
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -49,6 +49,27 @@
        two), the matrix products (cuBLAS sums in its own order), and row
        reductions / softmax over a contiguous dim, which use a fixed tree of
        warp shuffles (double accumulation, like the CPU).
+     - Capture (dl__backend.cap_*, dl.h's dl_capture_begin/end, dl_replay):
+       the stream is synchronized, then records (cudaStreamBeginCapture,
+       relaxed mode) into a graph; memory the graph uses stays its own
+       (scratch, temporaries: dl__cucap_block) until the capture is freed.
+       What changes from run to run is copied from pinned host memory by
+       the graph's first nodes, added after the capture (dl__cu_graph_prefix):
+       the RNG's {seed, counter}, which the random kernels read through a
+       pointer (dl__cu_draw: the same counters as the eager draw), and the
+       optimizers' argument structs. An event after those copies tells the
+       host when it may write the next run's values, so the host waits for
+       the start of the previous run, not its end. Inside a capture the
+       device refuses host reads and uploads, and cross entropy's target
+       check is skipped (a bad target counts as ignore_index). An emulated
+       device records each launch (a copy of the functor, as a launch takes
+       it by value) and each memset, copy and GEMM, and runs the list.
+     - Multi-tensor updates (dl__backend.mt_*): an optimizer's step over all
+       its parameters on a device, and a zero_grad, are one launch: a table
+       of the tensors (pointers, sizes, offsets) built once in device
+       memory, each element found by bisection of the offsets, then the
+       per-tensor kernel's arithmetic (dl__cu_sgd_at, dl__cu_adam_at): the
+       same bits.
      - Determinism: no atomics whose order changes results (the only atomic
        is an atomicMin on an index: order-independent). Reductions use a
        fixed block size and a fixed tree, col2im and the average-pooling
@@ -95,6 +116,37 @@
 
 typedef struct dl__cublock { char *p; size_t size; } dl__cublock;
 
+/* A capture's state on one device (dl__backend.cap_*, below). On a GPU the
+   stream records into a graph; an emulated device records its work as a
+   list of functor copies (ops) and runs that list for a replay. */
+typedef struct dl__cu_emuop {
+    void (*run)(const void *f, int64_t n);   /* f(i) for i in [0, n) */
+    void *f;                                 /* a copy of the functor */
+    int64_t n;
+} dl__cu_emuop;
+typedef struct dl__cu_pre { void *dst; const void *src; size_t bytes; } dl__cu_pre;
+typedef struct dl__cucap {
+    bool failed, empty;                /* empty: no work on this device, nothing to launch */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    dl__cu_emuop *ops;
+    size_t nops, capops;
+    void **blocks;                     /* device blocks its work uses (scratch, temporaries) */
+    size_t nblocks, capblocks;
+    void *scratch;
+    size_t scratch_size;
+    /* what changes from run to run: copies from pinned host memory at the
+       start of every run, each followed by its event (the host may rewrite
+       the source once the event has passed) */
+    dl__cu_pre *pre;
+    size_t npre, cappre;
+    cudaEvent_t *ev;
+    size_t nev, capev;
+    uint64_t *hrng, *drng;             /* {seed, counter} of the run: pinned host, device */
+    cudaEvent_t rng_ev;
+    uint64_t rng0;                     /* the counter at dl_capture_begin */
+} dl__cucap;
+
 typedef struct dl__cuimpl {
     int ordinal;
     bool emulate;                     /* host memory and host loops (DL_CUDA_EMULATE) */
@@ -120,6 +172,7 @@ typedef struct dl__cuimpl {
     void *scratch;
     size_t scratch_size;
     cudaEvent_t peer_ev;              /* cross-device copies */
+    dl__cucap *cap;                   /* while a capture records this device's work */
 } dl__cuimpl;
 
 #define DL__CUI(d) ((dl__cuimpl *)(d)->impl)
@@ -172,7 +225,7 @@ static void dl__cu_launched(dl__dev *d, const char *name)
 {
     dl__cuimpl *m = DL__CUI(d);
     cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess && m->sync_each) e = cudaStreamSynchronize(m->stream);
+    if (e == cudaSuccess && m->sync_each && !m->cap) e = cudaStreamSynchronize(m->stream);
     if (e != cudaSuccess) {
         char what[96];
         snprintf(what, sizeof what, "kernel %s", name);
@@ -239,17 +292,23 @@ static void dl__cu_release_cache(dl__dev *d)
     m->cached_bytes = 0;
 }
 
-static bool dl__cu_grow(dl__cublock **a, size_t *cap, size_t need)
+/* grows *p (esize each) to hold need; false on OOM */
+static bool dl__cu_vgrow(void **p, size_t *cap, size_t need, size_t esize)
 {
-    dl__cublock *n;
-    size_t c = *cap ? *cap : 64;
+    size_t c = *cap ? *cap : 16;
+    void *q;
     if (need <= *cap) return true;
     while (c < need) c *= 2;
-    n = (dl__cublock *)DL_REALLOC(*a, sizeof(dl__cublock) * c);
-    if (!n) return false;
-    *a = n;
+    q = DL_REALLOC(*p, esize * c);
+    if (!q) return false;
+    *p = q;
     *cap = c;
     return true;
+}
+
+static bool dl__cu_grow(dl__cublock **a, size_t *cap, size_t need)
+{
+    return dl__cu_vgrow((void **)a, cap, need, sizeof(dl__cublock));
 }
 
 /* first index in a (n entries, sorted by key) whose key is >= k */
@@ -320,6 +379,24 @@ static void dl__cu_block_put(dl__dev *d, void *p)
     m->cached_bytes += b.size;
 }
 
+/* A block that the capture recording on d owns until it is freed (a graph
+   keeps using it, so the cache must not hand it out again); NULL with the
+   device's failure recorded. */
+static void *dl__cucap_block(dl__dev *d, size_t bytes)
+{
+    dl__cucap *c = DL__CUI(d)->cap;
+    cudaError_t e;
+    void *p;
+    if (!dl__cu_vgrow((void **)&c->blocks, &c->capblocks, c->nblocks + 1, sizeof(void *))) {
+        dl__dev_fail(d, "cuda:%d: out of host memory recording a capture", d->id.index);
+        return NULL;
+    }
+    p = dl__cu_block_get(d, bytes, &e);
+    if (!p) { dl__cu_fail(d, "capture memory", e); return NULL; }
+    c->blocks[c->nblocks++] = p;
+    return p;
+}
+
 /* the backend's alloc: a block, tagged on emulated devices; NULL with a
    warning naming CUDA's reason (dl.h then reports DL_ERR_OOM with the sizes) */
 static void *dl__cu_alloc(dl__dev *d, size_t bytes)
@@ -345,12 +422,21 @@ static void dl__cu_free(dl__dev *d, void *p)
     dl__cu_block_put(d, DL__CUP(d, p));
 }
 
-/* the device's scratch for multi-pass reductions, at least bytes; NULL on failure */
+/* the device's scratch for multi-pass reductions, at least bytes (inside a
+   capture: the capture's, kept while it lives); NULL on failure */
 static void *dl__cu_scratch(dl__dev *d, size_t bytes)
 {
     dl__cuimpl *m = DL__CUI(d);
     cudaError_t e;
     void *p;
+    if (m->cap) {
+        size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+        if (m->cap->scratch_size >= bytes) return m->cap->scratch;
+        if (!(p = dl__cucap_block(d, want))) return NULL;   /* the old one stays: earlier work reads it */
+        m->cap->scratch = p;
+        m->cap->scratch_size = dl__cu_class(want);
+        return p;
+    }
     if (m->scratch_size >= bytes) return m->scratch;
     p = dl__cu_block_get(d, bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes, &e);
     if (!p) { dl__cu_fail(d, "scratch memory", e); return NULL; }
@@ -439,7 +525,55 @@ static unsigned dl__cu_grid(const dl__cuimpl *m, int64_t n, int64_t per_block)
     return (unsigned)(b < 1 ? 1 : b);
 }
 
-/* Runs f(i), i in [0, n): one kernel launch (a host loop when emulated). */
+template <typename I, typename F>
+static void dl__cu_emu_each(const void *f, int64_t n)
+{
+    const F *g = (const F *)f;
+    int64_t i;
+    for (i = 0; i < n; i++) (*g)((I)i);
+}
+
+/* An emulated device inside a capture: f(i), i in [0, n), is recorded (a
+   copy of f, by value as a kernel launch takes it), not run. */
+template <typename I, typename F>
+static void dl__cu_record(dl__dev *d, int64_t n, const F &f)
+{
+    dl__cucap *c = DL__CUI(d)->cap;
+    void *copy;
+    if (c->failed) return;
+    copy = DL_MALLOC(sizeof(F));
+    if (!copy || !dl__cu_vgrow((void **)&c->ops, &c->capops, c->nops + 1, sizeof(dl__cu_emuop))) {
+        DL_FREE(copy);
+        c->failed = true;
+        dl__dev_fail(d, "cuda:%d: out of host memory recording a capture", d->id.index);
+        return;
+    }
+    memcpy(copy, (const void *)&f, sizeof(F));
+    c->ops[c->nops].run = dl__cu_emu_each<I, F>;
+    c->ops[c->nops].f = copy;
+    c->ops[c->nops].n = n;
+    c->nops++;
+}
+
+/* An emulated device's work that is no kernel (memset, memmove, the CPU's
+   GEMM): f(0) now, or recorded inside a capture. */
+template <typename F>
+static void dl__cu_host(dl__dev *d, const F &f)
+{
+    if (DL__CUI(d)->cap) dl__cu_record<int64_t, F>(d, 1, f);
+    else f((int64_t)0);
+}
+struct dl__cuh_memset {
+    void *p; int byte; size_t n;
+    void operator()(int64_t) const { memset(p, byte, n); }
+};
+struct dl__cuh_memmove {
+    void *dst; const void *src; size_t n;
+    void operator()(int64_t) const { memmove(dst, src, n); }
+};
+
+/* Runs f(i), i in [0, n): one kernel launch (a host loop when emulated;
+   inside a capture the stream or the list records it). */
 template <typename I, typename F>
 static void dl__cu_run(dl__dev *d, const char *name, int64_t n, const F &f)
 {
@@ -447,6 +581,7 @@ static void dl__cu_run(dl__dev *d, const char *name, int64_t n, const F &f)
     if (n <= 0) return;
     if (m->emulate) {
         int64_t i;
+        if (m->cap) { dl__cu_record<I, F>(d, n, f); return; }
         for (i = 0; i < n; i++) f((I)i);
         return;
     }
@@ -461,7 +596,12 @@ static void dl__cu_memset(dl__dev *d, void *p, int byte, size_t n)
 {
     dl__cuimpl *m = DL__CUI(d);
     if (!n) return;
-    if (m->emulate) { memset(p, byte, n); return; }
+    if (m->emulate) {
+        dl__cuh_memset f;
+        f.p = p; f.byte = byte; f.n = n;
+        dl__cu_host(d, f);
+        return;
+    }
     dl__cu_ok(d, "cudaMemsetAsync", cudaMemsetAsync(p, byte, n, m->stream));
 }
 
@@ -469,7 +609,7 @@ static void dl__cu_memset(dl__dev *d, void *p, int byte, size_t n)
 static bool dl__cu_wait(dl__dev *d, const char *what)
 {
     dl__cuimpl *m = DL__CUI(d);
-    if (m->emulate) return true;
+    if (m->emulate || m->cap) return true;   /* (a capture's stream records: nothing to wait for) */
     return dl__cu_ok(d, what, cudaStreamSynchronize(m->stream));
 }
 
@@ -478,6 +618,11 @@ static bool dl__cu_get(dl__dev *d, void *dst, const void *src, size_t n, const c
 {
     dl__cuimpl *m = DL__CUI(d);
     if (!n) return true;
+    if (m->cap) {
+        memset(dst, 0, n);
+        dl__cap_refuse(d, "a read to the host");
+        return false;
+    }
     if (m->emulate) { memcpy(dst, src, n); return true; }
     if (!dl__cu_ok(d, what, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, m->stream))) return false;
     return dl__cu_wait(d, what);
@@ -493,6 +638,7 @@ static void dl__cu_upload(dl__dev *d, void *dst, const void *src, size_t n)
     size_t off, len;
     dst = DL__CUP(d, dst);
     if (!n) return;
+    if (m->cap) { dl__cap_refuse(d, "a copy from the host (upload)"); return; }
     if (m->emulate) { memcpy(dst, src, n); return; }
     if (!m->stage[0]) {   /* no pinned memory: CUDA stages it, and we wait */
         if (dl__cu_ok(d, "cudaMemcpyAsync (upload)", cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, m->stream)))
@@ -525,14 +671,19 @@ static void dl__cu_copy(dl__dev *d, void *dst, const void *src, size_t n)
     char *a = (char *)DL__CUP(d, dst);
     const char *b = (const char *)DL__CUP(d, src);
     if (!n || a == b) return;
-    if (m->emulate) { memmove(a, b, n); return; }
-    if (a < b + n && b < a + n) {   /* overlapping: through a temporary block */
-        cudaError_t e;
-        char *t = (char *)dl__cu_block_get(d, n, &e);
-        if (!t) { dl__cu_fail(d, "copy (temporary)", e); return; }
+    if (m->emulate) {
+        dl__cuh_memmove f;
+        f.dst = a; f.src = b; f.n = n;
+        dl__cu_host(d, f);
+        return;
+    }
+    if (a < b + n && b < a + n) {   /* overlapping: through a temporary block (a capture's own) */
+        cudaError_t e = cudaErrorMemoryAllocation;
+        char *t = (char *)(m->cap ? dl__cucap_block(d, n) : dl__cu_block_get(d, n, &e));
+        if (!t) { if (!m->cap) dl__cu_fail(d, "copy (temporary)", e); return; }
         if (dl__cu_ok(d, "cudaMemcpyAsync (copy)", cudaMemcpyAsync(t, b, n, cudaMemcpyDeviceToDevice, m->stream)))
             dl__cu_ok(d, "cudaMemcpyAsync (copy)", cudaMemcpyAsync(a, t, n, cudaMemcpyDeviceToDevice, m->stream));
-        dl__cu_block_put(d, t);
+        if (!m->cap) dl__cu_block_put(d, t);
         return;
     }
     dl__cu_ok(d, "cudaMemcpyAsync (copy)", cudaMemcpyAsync(a, b, n, cudaMemcpyDeviceToDevice, m->stream));
@@ -546,8 +697,12 @@ static void dl__cu_peer(dl__dev *dd, void *dst, dl__dev *sd, const void *src, si
     dst = DL__CUP(dd, dst);
     src = DL__CUP(sd, src);
     if (!n) return;
-    if (dm->emulate || sm->emulate) { memcpy(dst, src, n); return; }
+    if (dd != sd && (dm->cap || sm->cap)) {
+        dl__cap_refuse(dm->cap ? dd : sd, "a copy between two GPUs");
+        return;
+    }
     if (dd == sd) { dl__cu_copy(dd, (char *)dst + dd->tag, (const char *)src + sd->tag, n); return; }
+    if (dm->emulate || sm->emulate) { memcpy(dst, src, n); return; }
     dl__cu_enter(sd);
     if (!dl__cu_ok(sd, "cudaEventRecord (peer copy)", cudaEventRecord(sm->peer_ev, sm->stream))) return;
     dl__cu_enter(dd);
@@ -569,9 +724,34 @@ static void dl__cu_sync(dl__dev *d)
  * Fills
  * ========================================================================= */
 
+/* A draw of the context's generator inside a capture reads the seed and the
+   counter of each run from live ({seed, counter} on the device, copied at
+   the start of the run) and keeps its own counter as an offset from the
+   capture's first: the counters of eager step k, whichever run is step k.
+   Elsewhere live is NULL: seed and offset as given. */
+static DL__HD inline void dl__cu_draw(const uint64_t *live, uint64_t seed, uint64_t offset, uint64_t *s, uint64_t *o)
+{
+    *s = live ? live[0] : seed;
+    *o = live ? live[1] + offset : offset;
+}
+
+/* live and the offset for a draw (seed, offset) on d */
+static const uint64_t *dl__cu_live(dl__dev *d, uint64_t seed, uint64_t *offset)
+{
+    dl__cucap *c = DL__CUI(d)->cap;
+    if (!c || seed != d->ctx->seed || *offset < c->rng0) return NULL;   /* (another generator: as given) */
+    *offset -= c->rng0;
+    return c->drng;
+}
+
 struct dl__cuf_rand {
-    int dist; float *y; uint64_t seed, offset; float a, b;
-    DL__HD void operator()(int64_t i) const { y[i] = dl__rng_value(dist, seed, offset + (uint64_t)i, a, b); }
+    int dist; float *y; uint64_t seed, offset; float a, b; const uint64_t *live;
+    DL__HD void operator()(int64_t i) const
+    {
+        uint64_t sd, of;
+        dl__cu_draw(live, seed, offset, &sd, &of);
+        y[i] = dl__rng_value(dist, sd, of + (uint64_t)i, a, b);
+    }
 };
 
 static void dl__cu_rand(dl__dev *d, int dist, float *y, int64_t n, uint64_t seed, uint64_t offset,
@@ -579,6 +759,7 @@ static void dl__cu_rand(dl__dev *d, int dist, float *y, int64_t n, uint64_t seed
 {
     dl__cuf_rand f;
     dl__cu_enter(d);
+    f.live = dl__cu_live(d, seed, &offset);
     f.dist = dist; f.y = DL__CUP(d, y); f.seed = seed; f.offset = offset; f.a = a; f.b = b;
     dl__cu_run<int64_t>(d, "rand", n, f);
 }
@@ -1154,7 +1335,12 @@ static void dl__cu_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *sh
     nd = dl__cu_collapse(ndim, sh, 2, st);
     if (nd == 0 || (nd == 1 && st[0][0] == 1 && st[1][0] == 1)) {   /* one contiguous run */
         if (dst == src) return;
-        if (m->emulate) { memmove(dst, src, esize * (size_t)n); return; }
+        if (m->emulate) {
+            dl__cuh_memmove f;
+            f.dst = dst; f.src = src; f.n = esize * (size_t)n;
+            dl__cu_host(d, f);
+            return;
+        }
         dl__cu_ok(d, "cudaMemcpyAsync (copy_nd)",
                   cudaMemcpyAsync(dst, src, esize * (size_t)n, cudaMemcpyDeviceToDevice, m->stream));
         return;
@@ -1218,6 +1404,7 @@ static int64_t dl__cu_nonfinite(dl__dev *d, const float *x, int64_t n)
     dl__cuf_nonfinite f;
     unsigned long long r = ~0ull;
     if (n <= 0) return -1;
+    if (m->cap) { dl__cap_refuse(d, "a read to the host (nonfinite: anomaly mode)"); return -1; }
     dl__cu_memset(d, m->dres, 0xff, sizeof r);
     f.x = DL__CUP(d, x); f.res = (unsigned long long *)m->dres;
     dl__cu_run<int64_t>(d, "nonfinite", n, f);
@@ -1230,6 +1417,13 @@ static int64_t dl__cu_nonfinite(dl__dev *d, const float *x, int64_t n)
  * Matrix products: cuBLAS, row-major through the operand swap
  * ========================================================================= */
 
+/* an emulated device's GEMM: the CPU's */
+struct dl__cuh_gemm {
+    dl__dev *d; bool ta, tb; int64_t M, N, K; float alpha; const float *A; int64_t lda, sA;
+    const float *B; int64_t ldb, sB; float beta; float *C; int64_t ldc, sC, batch;
+    void operator()(int64_t) const { dl__cpu_gemm(d, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch); }
+};
+
 /* C (M,N) = alpha op(A) op(B) + beta C in row-major is, column-major,
    C^T (N,M) = alpha op(B)^T op(A)^T + beta C^T: cuBLAS gets B first. */
 static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -1240,7 +1434,14 @@ static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int6
     cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st;
     if (M <= 0 || N <= 0 || batch <= 0) return;
-    if (m->emulate) { dl__cpu_gemm(d, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch); return; }
+    if (m->emulate) {
+        dl__cuh_gemm f;
+        f.d = d; f.ta = ta; f.tb = tb; f.M = M; f.N = N; f.K = K; f.alpha = alpha; f.A = A; f.lda = lda;
+        f.sA = sA; f.B = B; f.ldb = ldb; f.sB = sB; f.beta = beta; f.C = C; f.ldc = ldc; f.sC = sC;
+        f.batch = batch;
+        dl__cu_host(d, f);
+        return;
+    }
     A = DL__CUP(d, A);
     B = DL__CUP(d, B);
     C = DL__CUP(d, C);
@@ -1413,6 +1614,10 @@ static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const 
         fo.ignore = ignore_index;
         dl__cu_run<int64_t>(d, "class_mask onehot", outer * C * inner, fo);
     }
+    /* a graph cannot stop for a bad target (PyTorch's graphs do not either):
+       inside a capture the check is skipped, and a target out of range
+       counts as ignore_index (valid 0, a zero one-hot row) */
+    if (m->cap) return -1;
     if (!dl__cu_get(d, m->hres, m->dres, sizeof r, "class_mask")) return -1;
     memcpy(&r, m->hres, sizeof r);
     if (r == ~0ull) return -1;
@@ -1427,10 +1632,12 @@ static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const 
 }
 
 struct dl__cuf_dropout {
-    float *mask; float p, scale; uint64_t seed, offset;
+    float *mask; float p, scale; uint64_t seed, offset; const uint64_t *live;
     DL__HD void operator()(int64_t i) const
     {
-        mask[i] = dl__rng_uniform01(seed, offset + (uint64_t)i) < p ? 0.0f : scale;
+        uint64_t sd, of;
+        dl__cu_draw(live, seed, offset, &sd, &of);
+        mask[i] = dl__rng_uniform01(sd, of + (uint64_t)i) < p ? 0.0f : scale;
     }
 };
 
@@ -1439,6 +1646,7 @@ static void dl__cu_dropout_mask(dl__dev *d, float *mask, int64_t n, float p, flo
 {
     dl__cuf_dropout f;
     dl__cu_enter(d);
+    f.live = dl__cu_live(d, seed, &offset);
     f.mask = DL__CUP(d, mask); f.p = p; f.scale = scale; f.seed = seed; f.offset = offset;
     dl__cu_run<int64_t>(d, "dropout_mask", n, f);
 }
@@ -2172,20 +2380,23 @@ static void dl__cu_ln_backward(dl__dev *d, float *dx, float *dw, float *db, cons
  * Optimizers
  * ========================================================================= */
 
-/* the CPU's dl__cpu_sgd, operation for operation */
+/* element i of the CPU's dl__cpu_sgd, operation for operation (the
+   per-tensor kernel and the multi-tensor one both run this) */
+static DL__HD inline void dl__cu_sgd_at(float *p, const float *g, float *buf, int64_t i, const dl__sgd_args &a)
+{
+    float dd = a.maximize ? -g[i] : g[i];
+    if (a.wd != 0.0f) dd = dl__cu_fadd(dd, dl__cu_fmul(a.wd, p[i]));
+    if (a.momentum != 0.0f) {
+        float b = a.first ? dd : dl__cu_fadd(dl__cu_fmul(buf[i], a.momentum), dl__cu_fmul(a.one_m_dampening, dd));
+        buf[i] = b;
+        dd = a.nesterov ? dl__cu_fadd(dd, dl__cu_fmul(a.momentum, b)) : b;
+    }
+    p[i] = dl__cu_fadd(p[i], dl__cu_fmul(-a.lr, dd));
+}
+
 struct dl__cuf_sgd {
     float *p; const float *g; float *buf; dl__sgd_args a;
-    DL__HD void operator()(int64_t i) const
-    {
-        float dd = a.maximize ? -g[i] : g[i];
-        if (a.wd != 0.0f) dd = dl__cu_fadd(dd, dl__cu_fmul(a.wd, p[i]));
-        if (a.momentum != 0.0f) {
-            float b = a.first ? dd : dl__cu_fadd(dl__cu_fmul(buf[i], a.momentum), dl__cu_fmul(a.one_m_dampening, dd));
-            buf[i] = b;
-            dd = a.nesterov ? dl__cu_fadd(dd, dl__cu_fmul(a.momentum, b)) : b;
-        }
-        p[i] = dl__cu_fadd(p[i], dl__cu_fmul(-a.lr, dd));
-    }
+    DL__HD void operator()(int64_t i) const { dl__cu_sgd_at(p, g, buf, i, a); }
 };
 
 static void dl__cu_sgd(dl__dev *d, float *p, const float *g, float *buf, int64_t n, const dl__sgd_args *a)
@@ -2196,26 +2407,29 @@ static void dl__cu_sgd(dl__dev *d, float *p, const float *g, float *buf, int64_t
     dl__cu_run<int64_t>(d, "sgd", n, f);
 }
 
-/* the CPU's dl__cpu_adam, operation for operation */
+/* element i of the CPU's dl__cpu_adam, operation for operation */
+static DL__HD inline void dl__cu_adam_at(float *p, const float *g, float *m, float *v, float *vmax, int64_t i,
+                                         const dl__adam_args &a)
+{
+    float gi = a.maximize ? -g[i] : g[i], pi = p[i], mi, vi, vv, denom;
+    if (a.decay != 1.0f) pi = dl__cu_fmul(pi, a.decay);
+    if (a.wd != 0.0f) gi = dl__cu_fadd(gi, dl__cu_fmul(a.wd, pi));
+    mi = dl__cu_fadd(dl__cu_fmul(m[i], a.beta1), dl__cu_fmul(a.one_m_beta1, gi));
+    vi = dl__cu_fadd(dl__cu_fmul(v[i], a.beta2), dl__cu_fmul(dl__cu_fmul(a.one_m_beta2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    vv = vi;
+    if (a.amsgrad) {
+        if (!(vmax[i] >= vv)) vmax[i] = vv;   /* NaN propagates */
+        vv = vmax[i];
+    }
+    denom = dl__cu_fadd(dl__cu_fdiv(dl__cu_fsqrt(vv), a.bc2_sqrt), a.eps);
+    p[i] = dl__cu_fadd(pi, dl__cu_fdiv(dl__cu_fmul(a.neg_step_size, mi), denom));
+}
+
 struct dl__cuf_adam {
     float *p; const float *g; float *m, *v, *vmax; dl__adam_args a;
-    DL__HD void operator()(int64_t i) const
-    {
-        float gi = a.maximize ? -g[i] : g[i], pi = p[i], mi, vi, vv, denom;
-        if (a.decay != 1.0f) pi = dl__cu_fmul(pi, a.decay);
-        if (a.wd != 0.0f) gi = dl__cu_fadd(gi, dl__cu_fmul(a.wd, pi));
-        mi = dl__cu_fadd(dl__cu_fmul(m[i], a.beta1), dl__cu_fmul(a.one_m_beta1, gi));
-        vi = dl__cu_fadd(dl__cu_fmul(v[i], a.beta2), dl__cu_fmul(dl__cu_fmul(a.one_m_beta2, gi), gi));
-        m[i] = mi;
-        v[i] = vi;
-        vv = vi;
-        if (a.amsgrad) {
-            if (!(vmax[i] >= vv)) vmax[i] = vv;   /* NaN propagates */
-            vv = vmax[i];
-        }
-        denom = dl__cu_fadd(dl__cu_fdiv(dl__cu_fsqrt(vv), a.bc2_sqrt), a.eps);
-        p[i] = dl__cu_fadd(pi, dl__cu_fdiv(dl__cu_fmul(a.neg_step_size, mi), denom));
-    }
+    DL__HD void operator()(int64_t i) const { dl__cu_adam_at(p, g, m, v, vmax, i, a); }
 };
 
 static void dl__cu_adam(dl__dev *d, float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
@@ -2236,6 +2450,7 @@ static double dl__cu_sumsq(dl__dev *d, const float *x, int64_t n)
     double r = 0;
     x = DL__CUP(d, x);
     if (n <= 0) return 0;
+    if (m->cap) { dl__cap_refuse(d, "a read to the host (sumsq)"); return 0; }
     if (m->emulate) {
         int64_t i;
         for (i = 0; i < n; i++) r += (double)x[i] * (double)x[i];
@@ -2257,6 +2472,400 @@ static double dl__cu_sumsq(dl__dev *d, const float *x, int64_t n)
 }
 
 /* ===========================================================================
+ * Multi-tensor updates: one launch for a list of tensors (dl__backend.mt_*)
+ * ========================================================================= */
+
+/* A list's device copy: the entries (device pointers) and their element
+   offsets, kept while the list stays the same; room for cap entries and
+   argcap bytes of arguments is made once (an optimizer reserves it when it
+   is made, so that its steps never allocate). The table's bytes stay in
+   pinned host memory: an eager run copies them once, a capture's graph at
+   the start of each run. The argument structs go through a pinned host
+   block and a device block, the host waiting for the last copy out of it
+   (ev) before it writes it again. Once a capture has used a list (pinned),
+   a change of the list makes a new one: the old stays (older) until the
+   owner frees them all, since a captured graph may still run it. */
+typedef struct dl__cumt {
+    struct dl__cumt *older;
+    int nt, cap;
+    bool pinned, loaded;              /* a capture uses it; an eager copy of htab is queued */
+    dl__mtent *host;                  /* the list as dl.h gave it (to see a change) */
+    unsigned char *htab;              /* pinned: the device table's bytes */
+    dl__mtent *dt;                    /* device: the entries, then int64 offsets (cap + 1) */
+    const int64_t *doff;
+    int64_t total;
+    void *hargs, *dargs;
+    size_t argcap;
+    cudaEvent_t ev;
+} dl__cumt;
+
+/* element i of the concatenated list: found by bisection of the offsets,
+   then the per-tensor kernel's arithmetic on that tensor's element */
+struct dl__cuf_mt {
+    const dl__mtent *t; const int64_t *off; const void *args; int nt, kind;
+    DL__HD void operator()(int64_t i) const
+    {
+        int lo = 0, hi = nt - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (off[mid] <= i) lo = mid;
+            else hi = mid - 1;
+        }
+        {
+            const dl__mtent &e = t[lo];
+            int64_t j = i - off[lo];
+            if (kind == DL__MT_ZERO) e.p[j] = 0.0f;
+            else if (kind == DL__MT_SGD) dl__cu_sgd_at(e.p, e.g, e.s0, j, ((const dl__sgd_args *)args)[e.arg]);
+            else dl__cu_adam_at(e.p, e.g, e.s0, e.s1, e.s2, j, ((const dl__adam_args *)args)[e.arg]);
+        }
+    }
+};
+
+static void dl__cu_hostfree(dl__cuimpl *m, void *p)
+{
+    if (!p) return;
+    if (m->emulate) DL_FREE(p);
+    else (void)cudaFreeHost(p);
+}
+
+static void *dl__cu_hostalloc(dl__cuimpl *m, size_t bytes)
+{
+    void *p = NULL;
+    if (m->emulate) return DL_MALLOC(bytes);
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) { (void)cudaGetLastError(); return NULL; }
+    return p;
+}
+
+/* a list and the lists it replaced */
+static void dl__cu_mt_free(dl__dev *d, void *cache)
+{
+    dl__cumt *c = (dl__cumt *)cache;
+    dl__cuimpl *m;
+    if (!c) return;
+    m = dl__cu_enter(d);
+    if (!m->emulate) (void)cudaStreamSynchronize(m->stream);   /* its last run may be under way */
+    while (c) {
+        dl__cumt *o = c->older;
+        dl__cu_hostfree(m, c->hargs);
+        dl__cu_hostfree(m, c->htab);
+        if (c->ev) (void)cudaEventDestroy(c->ev);
+        dl__cu_block_put(d, c->dt);
+        dl__cu_block_put(d, c->dargs);
+        DL_FREE(c->host);
+        DL_FREE(c);
+        c = o;
+    }
+    if (!m->emulate) (void)cudaGetLastError();
+}
+
+static void *dl__cu_raw0(dl__dev *d, const void *p) { return p ? (void *)((uintptr_t)p - d->tag) : NULL; }
+
+/* the bytes of a list's table: cap entries, then cap + 1 offsets */
+static size_t dl__cu_mt_bytes(const dl__cumt *c)
+{
+    return sizeof(dl__mtent) * (size_t)c->cap + sizeof(int64_t) * (size_t)(c->cap + 1);
+}
+
+/* room for a list of cap entries and argbytes of arguments (old: the list
+   it replaces, kept as older); NULL with the failure recorded */
+static dl__cumt *dl__cu_mt_new(dl__dev *d, dl__cumt *old, int cap, size_t argbytes)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    size_t tb = sizeof(dl__mtent) * (size_t)cap, bytes;
+    dl__cumt *c = (dl__cumt *)DL_MALLOC(sizeof(dl__cumt));
+    cudaError_t e = cudaSuccess;
+    if (!c) goto fail;
+    memset(c, 0, sizeof *c);
+    c->cap = cap;
+    bytes = dl__cu_mt_bytes(c);
+    if (!(c->host = (dl__mtent *)DL_MALLOC(tb)) || !(c->htab = (unsigned char *)dl__cu_hostalloc(m, bytes)) ||
+        !(c->dt = (dl__mtent *)dl__cu_block_get(d, bytes, &e)))
+        goto fail;
+    memset(c->htab, 0, bytes);
+    c->doff = (const int64_t *)(const void *)((const unsigned char *)c->dt + tb);
+    if (argbytes) {
+        c->argcap = argbytes;
+        if (!(c->dargs = dl__cu_block_get(d, argbytes, &e)) || !(c->hargs = dl__cu_hostalloc(m, argbytes))) goto fail;
+    }
+    if (!m->emulate && (e = cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) != cudaSuccess) goto fail;
+    c->older = old;
+    return c;
+fail:
+    dl__cu_fail(d, "multi-tensor update: memory for its tensor list", e == cudaSuccess ? cudaErrorMemoryAllocation : e);
+    dl__cu_mt_free(d, c);
+    return NULL;
+}
+
+/* c holds the list t (nt <= c->cap) from now on; its device copy is made
+   before the next run */
+static void dl__cu_mt_fill(dl__dev *d, dl__cumt *c, int nt, const dl__mtent *t)
+{
+    size_t tb = sizeof(dl__mtent) * (size_t)c->cap;
+    int k;
+    dl__cu_wait(d, "cudaStreamSynchronize (multi-tensor table)");   /* its last copy out of htab is done */
+    memcpy(c->host, t, sizeof(dl__mtent) * (size_t)nt);
+    c->nt = nt;
+    c->total = 0;
+    for (k = 0; k < nt; k++) {   /* the device's own pointers (an emulated device's untagged) */
+        dl__mtent r = t[k];
+        r.p = (float *)dl__cu_raw0(d, t[k].p);
+        r.g = (const float *)dl__cu_raw0(d, t[k].g);
+        r.s0 = (float *)dl__cu_raw0(d, t[k].s0);
+        r.s1 = (float *)dl__cu_raw0(d, t[k].s1);
+        r.s2 = (float *)dl__cu_raw0(d, t[k].s2);
+        memcpy(c->htab + sizeof(dl__mtent) * (size_t)k, &r, sizeof r);
+        memcpy(c->htab + tb + sizeof(int64_t) * (size_t)k, &c->total, sizeof c->total);
+        c->total += t[k].n;
+    }
+    memcpy(c->htab + tb + sizeof(int64_t) * (size_t)nt, &c->total, sizeof c->total);
+    c->loaded = false;
+}
+
+static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, cudaEvent_t ev);
+
+/* t NULL: room for nt tensors and argbytes, nothing run (an optimizer's creation) */
+static void dl__cu_mt_apply(dl__dev *d, void **cache, int kind, int nt, const dl__mtent *t, const void *args,
+                            size_t argbytes)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cumt *c = (dl__cumt *)*cache;
+    dl__cuf_mt f;
+    if (!t) {
+        if (!c && nt > 0 && (c = dl__cu_mt_new(d, NULL, nt, argbytes)) != NULL) *cache = c;
+        return;
+    }
+    if (nt <= 0) return;
+    if (!c || c->nt != nt || argbytes > c->argcap || memcmp(c->host, t, sizeof(dl__mtent) * (size_t)nt) != 0) {
+        if (!c || c->pinned || nt > c->cap || argbytes > c->argcap) {   /* a new list (the old kept) */
+            dl__cumt *n = dl__cu_mt_new(d, c, c && c->cap > nt ? c->cap : nt,
+                                        c && c->argcap > argbytes ? c->argcap : argbytes);
+            if (!n) return;
+            *cache = c = n;
+        }
+        dl__cu_mt_fill(d, c, nt, t);
+    }
+    if (m->cap) c->pinned = true;
+    if (!c->loaded) {   /* the table on the device: queued once, or at each run of a capture */
+        if (m->cap) {
+            if (!dl__cucap_pre(d, c->dt, c->htab, dl__cu_mt_bytes(c), NULL)) return;
+        } else if (m->emulate) {
+            memcpy(c->dt, c->htab, dl__cu_mt_bytes(c));
+            c->loaded = true;
+        } else {
+            if (!dl__cu_ok(d, "cudaMemcpyAsync (multi-tensor table)",
+                           cudaMemcpyAsync(c->dt, c->htab, dl__cu_mt_bytes(c), cudaMemcpyHostToDevice, m->stream)))
+                return;
+            c->loaded = true;
+        }
+    }
+    if (argbytes) {
+        /* a capture began on a synchronized stream: no copy out of hargs is pending */
+        if (!m->emulate && !m->cap &&
+            !dl__cu_ok(d, "cudaEventSynchronize (multi-tensor)", cudaEventSynchronize(c->ev)))
+            return;
+        memcpy(c->hargs, args, argbytes);
+        if (m->cap) {   /* every run of the graph copies them first (a replay's hook rewrites them) */
+            if (!dl__cucap_pre(d, c->dargs, c->hargs, argbytes, c->ev)) return;
+        } else if (m->emulate) {
+            memcpy(c->dargs, c->hargs, argbytes);
+        } else if (!dl__cu_ok(d, "cudaMemcpyAsync (multi-tensor)",
+                              cudaMemcpyAsync(c->dargs, c->hargs, argbytes, cudaMemcpyHostToDevice, m->stream)) ||
+                   !dl__cu_ok(d, "cudaEventRecord (multi-tensor)", cudaEventRecord(c->ev, m->stream))) {
+            return;
+        }
+    }
+    f.t = c->dt; f.off = c->doff; f.args = c->dargs; f.nt = nt; f.kind = kind;
+    dl__cu_run<int64_t>(d, kind == DL__MT_ZERO ? "zero (multi-tensor)" : "optimizer (multi-tensor)", c->total, f);
+}
+
+/* the arguments of the next run of this list's update (a capture's: the
+   list the capture was recorded with, maybe no longer the current one) */
+static void dl__cu_mt_args(dl__dev *d, void *cache, const void *args, size_t argbytes)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cumt *c = (dl__cumt *)cache;
+    if (!c || !argbytes || argbytes > c->argcap) return;
+    if (!m->emulate && !dl__cu_ok(d, "cudaEventSynchronize (multi-tensor)", cudaEventSynchronize(c->ev))) return;
+    memcpy(c->hargs, args, argbytes);
+}
+
+/* ===========================================================================
+ * Capture: stream capture into a CUDA graph (dl__backend.cap_*; dl.h's
+ * section "capture and replay" has the whole story)
+ * ========================================================================= */
+
+/* a copy from pinned host memory at the start of every run, and the event
+   recorded after the run's copies (once per event) */
+static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, cudaEvent_t ev)
+{
+    dl__cucap *c = DL__CUI(d)->cap;
+    size_t i;
+    if (!dl__cu_vgrow((void **)&c->pre, &c->cappre, c->npre + 1, sizeof(dl__cu_pre)) ||
+        !dl__cu_vgrow((void **)&c->ev, &c->capev, c->nev + 1, sizeof(cudaEvent_t))) {
+        c->failed = true;
+        dl__dev_fail(d, "cuda:%d: out of host memory recording a capture", d->id.index);
+        return false;
+    }
+    c->pre[c->npre].dst = dst;
+    c->pre[c->npre].src = src;
+    c->pre[c->npre].bytes = bytes;
+    c->npre++;
+    if (!ev) return true;
+    for (i = 0; i < c->nev; i++) if (c->ev[i] == ev) return true;
+    c->ev[c->nev++] = ev;
+    return true;
+}
+
+static void dl__cu_cap_free(dl__dev *d, void *cv)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cucap *c = (dl__cucap *)cv;
+    size_t i;
+    if (!c) return;
+    if (m->cap == c) {   /* still recording: the stream stops, the graph is dropped */
+        m->cap = NULL;
+        if (!m->emulate) {
+            cudaGraph_t g = NULL;
+            if (cudaStreamEndCapture(m->stream, &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
+        }
+    }
+    if (!m->emulate) {
+        (void)cudaStreamSynchronize(m->stream);   /* a run of it may be under way */
+        if (c->exec) (void)cudaGraphExecDestroy(c->exec);
+        if (c->graph) (void)cudaGraphDestroy(c->graph);
+        if (c->hrng) (void)cudaFreeHost(c->hrng);
+        if (c->rng_ev) (void)cudaEventDestroy(c->rng_ev);
+        (void)cudaGetLastError();
+    } else {
+        DL_FREE(c->hrng);
+    }
+    for (i = 0; i < c->nops; i++) DL_FREE(c->ops[i].f);
+    for (i = 0; i < c->nblocks; i++) dl__cu_block_put(d, c->blocks[i]);
+    DL_FREE(c->ops);
+    DL_FREE(c->blocks);
+    DL_FREE(c->pre);
+    DL_FREE(c->ev);
+    DL_FREE(c);
+}
+
+/* The stream (an emulated device: the list) starts recording, after the
+   work queued so far has finished. The run's {seed, counter} are its first
+   copy. NULL with the failure recorded. */
+static void *dl__cu_cap_begin(dl__dev *d, uint64_t rng0)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cucap *c = (dl__cucap *)DL_MALLOC(sizeof(dl__cucap));
+    cudaError_t e = cudaSuccess;
+    if (!c) { dl__dev_fail(d, "cuda:%d: out of host memory for a capture", d->id.index); return NULL; }
+    memset(c, 0, sizeof *c);
+    c->rng0 = rng0;
+    m->cap = c;
+    if (!(c->drng = (uint64_t *)dl__cucap_block(d, 2 * sizeof(uint64_t)))) goto fail;
+    if (m->emulate) c->hrng = (uint64_t *)DL_MALLOC(2 * sizeof(uint64_t));
+    else if ((e = cudaHostAlloc((void **)&c->hrng, 2 * sizeof(uint64_t), cudaHostAllocDefault)) != cudaSuccess ||
+             (e = cudaEventCreateWithFlags(&c->rng_ev, cudaEventDisableTiming)) != cudaSuccess) {
+        dl__cu_fail(d, "capture set-up", e);
+        goto fail;
+    }
+    if (!c->hrng || !dl__cucap_pre(d, c->drng, c->hrng, 2 * sizeof(uint64_t), c->rng_ev)) goto fail;
+    if (!m->emulate &&
+        (!dl__cu_ok(d, "cudaStreamSynchronize (capture)", cudaStreamSynchronize(m->stream)) ||
+         !dl__cu_ok(d, "cudaStreamBeginCapture",
+                    cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeRelaxed))))
+        goto fail;
+    return c;
+fail:
+    if (!d->failed) dl__dev_fail(d, "cuda:%d: out of memory starting a capture", d->id.index);
+    m->cap = NULL;
+    dl__cu_cap_free(d, c);
+    return NULL;
+}
+
+/* the per-run copies become the graph's first nodes: every node without a
+   dependency (a root) waits for them, and their events follow them */
+static bool dl__cu_graph_prefix(dl__dev *d, dl__cucap *c)
+{
+    size_t nroot = 0, i, j;
+    cudaGraphNode_t *roots = NULL, *cp = NULL, evn;
+    bool ok = false;
+    if (!dl__cu_ok(d, "cudaGraphGetRootNodes", cudaGraphGetRootNodes(c->graph, NULL, &nroot))) return false;
+    roots = (cudaGraphNode_t *)DL_MALLOC(sizeof(cudaGraphNode_t) * (nroot + 1));
+    cp = (cudaGraphNode_t *)DL_MALLOC(sizeof(cudaGraphNode_t) * (c->npre + 1));
+    if (!roots || !cp) { dl__dev_fail(d, "cuda:%d: out of host memory finishing a capture", d->id.index); goto out; }
+    if (!dl__cu_ok(d, "cudaGraphGetRootNodes", cudaGraphGetRootNodes(c->graph, roots, &nroot))) goto out;
+    for (i = 0; i < c->npre; i++)
+        if (!dl__cu_ok(d, "cudaGraphAddMemcpyNode1D",
+                       cudaGraphAddMemcpyNode1D(&cp[i], c->graph, NULL, 0, c->pre[i].dst, c->pre[i].src,
+                                                c->pre[i].bytes, cudaMemcpyHostToDevice)))
+            goto out;
+    for (i = 0; i < c->nev; i++)
+        if (!dl__cu_ok(d, "cudaGraphAddEventRecordNode",
+                       cudaGraphAddEventRecordNode(&evn, c->graph, cp, c->npre, c->ev[i])))
+            goto out;
+    for (i = 0; i < nroot; i++)
+        for (j = 0; j < c->npre; j++)
+#if CUDART_VERSION >= 13000
+            if (!dl__cu_ok(d, "cudaGraphAddDependencies",
+                           cudaGraphAddDependencies(c->graph, &cp[j], &roots[i], NULL, 1)))
+#else
+            if (!dl__cu_ok(d, "cudaGraphAddDependencies", cudaGraphAddDependencies(c->graph, &cp[j], &roots[i], 1)))
+#endif
+                goto out;
+    ok = true;
+out:
+    DL_FREE(roots);
+    DL_FREE(cp);
+    return ok;
+}
+
+/* Stops recording; a GPU's graph gets its per-run copies and is
+   instantiated. false: the capture failed (the reason recorded). */
+static bool dl__cu_cap_end(dl__dev *d, void *cv)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cucap *c = (dl__cucap *)cv;
+    size_t nodes = 0;
+    m->cap = NULL;
+    if (m->emulate) {
+        c->empty = c->nops == 0;
+        return !c->failed;
+    }
+    {
+        cudaError_t e = cudaStreamEndCapture(m->stream, &c->graph);
+        if (e != cudaSuccess || !c->graph) {
+            dl__cu_fail(d, "cudaStreamEndCapture", e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated);
+            (void)cudaGetLastError();
+            return false;
+        }
+    }
+    if (c->failed) return false;
+    if (!dl__cu_ok(d, "cudaGraphGetNodes", cudaGraphGetNodes(c->graph, NULL, &nodes))) return false;
+    c->empty = nodes == 0;
+    if (c->empty) return true;
+    return dl__cu_graph_prefix(d, c) && dl__cu_ok(d, "cudaGraphInstantiate", cudaGraphInstantiate(&c->exec, c->graph, 0));
+}
+
+/* One run: the host writes the run's {seed, counter} once the previous
+   run has copied them (it waits for nothing else), then one launch. */
+static bool dl__cu_cap_launch(dl__dev *d, void *cv, uint64_t seed, uint64_t rng)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cucap *c = (dl__cucap *)cv;
+    size_t i;
+    if (c->empty) return true;
+    if (!m->emulate && !dl__cu_ok(d, "cudaEventSynchronize (replay)", cudaEventSynchronize(c->rng_ev))) return false;
+    c->hrng[0] = seed;
+    c->hrng[1] = rng;
+    if (m->emulate) {
+        for (i = 0; i < c->npre; i++) memcpy(c->pre[i].dst, c->pre[i].src, c->pre[i].bytes);
+        for (i = 0; i < c->nops; i++) c->ops[i].run(c->ops[i].f, c->ops[i].n);
+        return true;
+    }
+    if (!dl__cu_ok(d, "cudaGraphLaunch", cudaGraphLaunch(c->exec, m->stream))) return false;
+    return !m->sync_each || dl__cu_ok(d, "cudaStreamSynchronize (replay)", cudaStreamSynchronize(m->stream));
+}
+
+/* ===========================================================================
  * The backend, and opening / closing devices
  * ========================================================================= */
 
@@ -2275,8 +2884,8 @@ static const dl__backend dl__cuda_backend = {
     NULL, NULL,   /* conv_s1, conv_s1_wgrad: the padded grid is a CPU cache layout; */
     NULL, NULL,   /* conv_wg, conv_wg_wgrad: so is Winograd here (cuBLAS on im2col instead) */
     dl__cu_conv_i2c,
-    NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL
+    dl__cu_cap_begin, dl__cu_cap_end, dl__cu_cap_launch, dl__cu_cap_free,
+    dl__cu_mt_apply, dl__cu_mt_args, dl__cu_mt_free
 };
 
 static int dl__cuda_count(void)

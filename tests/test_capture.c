@@ -19,7 +19,9 @@
       step, dl_step_end inside, nesting, collectives, the loader.
    4. Lifetimes: capture after capture, captures side by side, freeing in
       every order (capture, tensors it uses, its optimizer, the context;
-      during recording too); a replay after any of those is an error.
+      during recording too); a replay after any of those is an error. A
+      parameter that gets its first gradient after the capture: replays
+      update what the capture did (on CUDA: its own multi-tensor list).
    Every tensor lives on the context's default device, so `make test` runs
    this on the strict cpu:1 too and `make test-cuda-emu` on emulated cuda:0.
    Build: gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_capture.c -lm -lpthread */
@@ -572,6 +574,45 @@ static void test_lifetimes(void)
     dl_ctx_free(r.ctx);
 }
 
+/* A parameter without a gradient at capture gets one later (its optimizer's
+   lists change: on CUDA a new multi-tensor list, the captured one kept).
+   Replays go on updating what the capture updated, with this step's
+   arguments; the new one is left to eager steps. */
+static void test_list_change(void)
+{
+    dl_ctx *ctx = new_ctx(11);
+    dl_tensor *w = dl_param(dl_randn(ctx, DL_SHAPE(4, 3))), *u = dl_param(dl_randn(ctx, DL_SHAPE(3)));
+    dl_tensor *x = dl_keep(dl_randn(ctx, DL_SHAPE(2, 4))), *ps[2], *loss;
+    dl_optim *o;
+    dl_capture *cap = NULL;
+    float w1[12], w2[12], u1[3], u2[3];
+    int k;
+    ps[0] = w;
+    ps[1] = u;
+    o = dl_adam_params(ctx, 2, ps, NULL);
+    for (k = 0; k < 2; k++) {   /* the warm-up, then the captured step: w only */
+        if (k == 1) cap = dl_capture_begin(ctx);
+        dl_optim_zero_grad(o);
+        loss = dl_sum(dl_matmul(x, w), DL_ALL, false);
+        CHECK(loss && dl_backward(loss) == DL_OK && dl_optim_step(o) == DL_OK, "list change: step %d", k);
+        if (k == 0) dl_step_end(ctx);
+    }
+    CHECK(dl_capture_end(cap) == DL_OK, "list change: the capture: %s", dl_error_message(ctx));
+    dl_step_end(ctx);
+    dl_optim_zero_grad(o);   /* an eager step that gives u a gradient */
+    loss = dl_add(dl_sum(dl_matmul(x, w), DL_ALL, false), dl_sum(u, DL_ALL, false));
+    CHECK(loss && dl_backward(loss) == DL_OK && dl_optim_step(o) == DL_OK, "list change: u's first gradient");
+    dl_step_end(ctx);
+    CHECK(dl_read(w, w1, 12) == DL_OK && dl_read(u, u1, 3) == DL_OK, "list change: read");
+    CHECK(dl_replay(cap) == DL_OK && dl_replay(cap) == DL_OK, "list change: replays: %s", dl_error_message(ctx));
+    CHECK(dl_read(w, w2, 12) == DL_OK && dl_read(u, u2, 3) == DL_OK, "list change: read again");
+    CHECK(memcmp(u1, u2, sizeof u1) == 0, "list change: the replays leave u (not in the captured step)");
+    CHECK(memcmp(w1, w2, sizeof w1) != 0, "list change: the replays update w");
+    CHECK(dl_optim_steps(o) == 5, "list change: 5 optimizer steps counted (%lld)", (long long)dl_optim_steps(o));
+    dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;   /* (make valgrind): the MLP only */
@@ -584,6 +625,7 @@ int main(int argc, char **argv)
     test_memory();
     test_refusals();
     test_lifetimes();
+    test_list_change();
     CHECK(cnt_live == 0, "every allocation freed (%ld live)", cnt_live);
     TEST_END();
 }

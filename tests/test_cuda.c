@@ -17,7 +17,12 @@
    5. LeNet-BN: dl_module_to(cuda:0) and 20 Adam steps equal to the CPU
       within tolerance; saved from the GPU, loaded on the CPU; two runs give
       the same bits (determinism); DL_CUDA_SYNC=1 gives the same bits too.
-   6. Memory: no dl.h allocation and no cudaMalloc after step 1 over 1000
+   6. Multi-tensor updates: SGD (momentum, nesterov, dampening, maximize,
+      weight decay), Adam (amsgrad, maximize) and AdamW over five
+      parameters in one launch give the bits of the per-tensor kernels and
+      of cpu:0; a module's zero_grad and an optimizer step are one launch
+      each (counted in a capture's list on an emulated device).
+   7. Memory: no dl.h allocation and no cudaMalloc after step 1 over 1000
       steps of a steady loop.
 
    Build: compiled by nvcc as a whole (it defines DL_IMPLEMENTATION):
@@ -529,6 +534,151 @@ static void test_lenet(void)
     free(p0); free(p1); free(p2); free(p3);
 }
 
+/* ------------------------------------------------------------------ multi-tensor updates */
+
+/* nt parameters of sizes sz on dev (the same values on every device), each
+   with the gradient r (from backward of sum(p * r)); an optimizer over them
+   (kind 0 SGD, 1 Adam, 2 AdamW with the desc's options), three steps with
+   the lr changed between them. params/state: their bytes after. */
+#define MT_N 5
+static const int64_t g_mt_sz[MT_N] = {1, 7, 1000, 33, 4097};
+
+static dl_optim *mt_optim(dl_ctx *c, dl_tensor **p, int kind, const dl_sgd_desc *sd, const dl_adam_desc *ad)
+{
+    return kind == 0 ? dl_sgd_params(c, MT_N, p, sd) : kind == 1 ? dl_adam_params(c, MT_N, p, ad)
+                                                                : dl_adamw_params(c, MT_N, p, ad);
+}
+
+/* a tensor of n values in [-1, 1) on the default device, the same for a seed */
+static dl_tensor *mt_grad(int64_t n, int seed)
+{
+    float *v = (float *)malloc(sizeof(float) * (size_t)n);
+    uint32_t x = 2654435761u * (uint32_t)(seed + 1);
+    dl_tensor *t;
+    int64_t j;
+    for (j = 0; j < n; j++) {
+        x = x * 1664525u + 1013904223u;
+        v[j] = (float)(x >> 8) / 8388608.0f - 1.0f;
+    }
+    t = dl_from_array(C, DL_SHAPE(n), v);
+    free(v);
+    return t;
+}
+
+static bool mt_run(dl_device dev, int kind, const dl_sgd_desc *sd, const dl_adam_desc *ad, float *out, size_t cap,
+                   size_t *len)
+{
+    dl_tensor *p[MT_N];
+    dl_optim *o;
+    size_t n = 0;
+    int i, k, s;
+    bool ok = true;
+    dl_set_device(C, dev);
+    for (i = 0; i < MT_N; i++) {
+        float *v = (float *)malloc(sizeof(float) * (size_t)g_mt_sz[i]);
+        int64_t j;
+        for (j = 0; j < g_mt_sz[i]; j++) v[j] = (float)((j * 37 + i * 11) % 101) / 50.0f - 1.0f;
+        p[i] = dl_param(dl_from_array(C, DL_SHAPE(g_mt_sz[i]), v));
+        free(v);
+    }
+    o = mt_optim(C, p, kind, sd, ad);
+    for (s = 0; s < 3 && o; s++) {
+        dl_optim_zero_grad(o);
+        for (i = 0; i < MT_N; i++) {
+            dl_tensor *r = mt_grad(g_mt_sz[i], s * 10 + i);
+            ok = ok && dl_backward(dl_sum(dl_mul(p[i], r), DL_ALL, false)) == DL_OK;
+        }
+        ok = ok && dl_optim_set_lr(o, 0.05f / (float)(s + 1)) == DL_OK && dl_optim_step(o) == DL_OK;
+        dl_step_end(C);
+    }
+    ok = ok && o;
+    for (i = 0; i < MT_N && ok; i++) {
+        for (k = -1; k < 3; k++) {
+            dl_tensor *t = k < 0 ? p[i] : o->s[k] ? o->s[k][i] : NULL;
+            if (!t) continue;
+            if (n + (size_t)t->numel > cap) { ok = false; break; }
+            ok = ok && dl_read(t, out + n, t->numel) == DL_OK;
+            n += (size_t)t->numel;
+        }
+    }
+    *len = n;
+    dl_optim_free(o);
+    for (i = 0; i < MT_N; i++) dl_free(p[i]);
+    dl_set_device(C, dl_cpu());
+    return ok;
+}
+
+static void test_multi_tensor(void)
+{
+    static float a[40000], b[40000], c[40000];
+    static const char *names[] = {"SGD", "SGD momentum nesterov wd", "SGD maximize dampening", "Adam",
+                                  "Adam amsgrad wd", "AdamW", "Adam maximize"};
+    int cfg;
+    for (cfg = 0; cfg < 7; cfg++) {
+        dl_sgd_desc sd;
+        dl_adam_desc ad;
+        int kind = cfg < 3 ? 0 : cfg == 5 ? 2 : 1;
+        size_t na = 0, nb = 0, nc = 0;
+        bool ok;
+        memset(&sd, 0, sizeof sd);
+        memset(&ad, 0, sizeof ad);
+        sd.lr = 0.05f;
+        if (cfg == 1) { sd.momentum = 0.9f; sd.nesterov = true; sd.weight_decay = 1e-2f; }
+        if (cfg == 2) { sd.momentum = 0.5f; sd.dampening = 0.25f; sd.maximize = true; }
+        if (cfg == 4) { ad.amsgrad = true; ad.weight_decay = 0.1f; }
+        if (cfg == 6) ad.maximize = true;
+        ok = mt_run(dl_cpu(), kind, &sd, &ad, a, 40000, &na);
+        ok = mt_run(dl_cuda(0), kind, &sd, &ad, b, 40000, &nb) && ok;
+        dl__mt_off = true;   /* cuda:0's per-tensor kernels */
+        ok = mt_run(dl_cuda(0), kind, &sd, &ad, c, 40000, &nc) && ok;
+        dl__mt_off = false;
+        CHECK(ok && na == nb && na == nc && na > 0, "%s: multi-tensor runs: %s", names[cfg], dl_error_message(C));
+        CHECK(ok && memcmp(b, c, sizeof(float) * nb) == 0, "%s: cuda:0 multi-tensor = per-tensor, bit for bit", names[cfg]);
+        CHECK(ok && memcmp(a, b, sizeof(float) * na) == 0, "%s: cuda:0 multi-tensor = cpu:0, bit for bit", names[cfg]);
+        if (!g_quiet)
+            printf("cuda:0 %-30s multi-tensor: %s per-tensor, %s cpu:0\n", names[cfg],
+                   ok && memcmp(b, c, sizeof(float) * nb) == 0 ? "=" : "!=",
+                   ok && memcmp(a, b, sizeof(float) * na) == 0 ? "=" : "!=");
+    }
+    /* one launch each: zero_grad of a module, an optimizer step (counted in a capture's list on
+       an emulated device, where each launch is one entry) */
+    if (dl__cu_emu_count() > 0) {
+        dl_module *m;
+        dl_optim *o;
+        dl_capture *cap;
+        dl__cucap *cc;
+        size_t n0, n1, n2;
+        dl_tensor *x, *l;
+        dl_set_device(C, dl_cuda(0));
+        dl_module *layers[3];
+        layers[0] = dl_nn_linear(C, 8, 16, true);
+        layers[1] = dl_nn_relu(C);
+        layers[2] = dl_nn_linear(C, 16, 4, true);
+        m = dl_nn_sequential(C, 3, layers);
+        o = dl_adam(m, NULL);
+        x = dl_keep(dl_ones(C, DL_SHAPE(2, 8)));
+        l = dl_sum(dl_module_forward(m, x), DL_ALL, false);
+        CHECK(l && dl_backward(l) == DL_OK && dl_optim_step(o) == DL_OK, "one launch: warm-up");
+        dl_module_zero_grad(m);
+        dl_step_end(C);
+        cap = dl_capture_begin(C);
+        cc = DL__CUI(C->cuda[0])->cap;
+        n0 = cc ? cc->nops : 0;
+        dl_module_zero_grad(m);
+        n1 = cc ? cc->nops : 0;
+        l = dl_sum(dl_module_forward(m, x), DL_ALL, false);
+        dl_backward(l);
+        n2 = cc ? cc->nops : 0;
+        dl_optim_step(o);
+        CHECK(cc && n1 - n0 == 1, "dl_module_zero_grad of 4 gradients: %zu launches", n1 - n0);
+        CHECK(cc && cc->nops - n2 == 1, "dl_optim_step of 4 parameters: %zu launches", cc ? cc->nops - n2 : 0);
+        CHECK(dl_capture_end(cap) == DL_OK, "one launch: capture: %s", dl_error_message(C));
+        dl_capture_free(cap);
+        dl_step_end(C);
+        dl_set_device(C, dl_cpu());
+    }
+}
+
 /* ------------------------------------------------------------------ memory */
 
 static void test_memory(void)
@@ -621,6 +771,7 @@ int main(int argc, char **argv)
     test_errors();
     test_transfers();
     test_lenet();
+    test_multi_tensor();
     test_memory();
     dl_ctx_free(C);
     TEST_END();
