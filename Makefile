@@ -81,10 +81,12 @@ $(B)/%: examples/%.c dl.h examples/common.h examples/lenet_bn.h | $(B)
 # logs go to a new directory under runs/ each time (LOGDIR=dir for another,
 # LOGDIR= for none); the run prints the `tensorboard --logdir` line to use
 # DEVICE=cuda (or cuda:N) trains on the GPU with the nvcc build; DEVICE=cpu:1 ... too
+# CAPTURE=1 trains through a static graph (--capture: one step recorded, then replayed)
 DEVICE   ?=
+CAPTURE  ?=
 RUN_BIN   = $(if $(filter cuda%,$(DEVICE)),$(B)/cuda/lenet,$(B)/lenet)
 run: $(RUN_BIN) data
-	$(RUN_BIN) --epochs $(EPOCHS)$(if $(LOGDIR), --logdir $(LOGDIR))$(if $(DEVICE), --device $(DEVICE))
+	$(RUN_BIN) --epochs $(EPOCHS)$(if $(LOGDIR), --logdir $(LOGDIR))$(if $(DEVICE), --device $(DEVICE))$(if $(filter-out 0,$(CAPTURE)), --capture)
 
 data:
 	@examples/fetch_data.sh

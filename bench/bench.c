@@ -19,6 +19,14 @@
    random labels in 0..9 (fixed seed). A step is zero_grad, forward, loss,
    backward, optimizer step (and dl_step_end).
 
+   Capture and replay: a case NAME_graph (step_mlp_graph ...) is NAME's
+   training step captured once (dl_capture_begin/end, after one eager
+   warm-up step) and replayed (dl_replay) each repetition; run.sh prints
+   it against NAME, dl.h's eager step, on the CPU (PyTorch has no CPU graph
+   replay) and against PyTorch's torch.cuda.CUDAGraph replay on the GPU
+   (NAME_graph_cuda). step_mlp16 is step_mlp at batch 16, where dispatch
+   weighs most.
+
    CUDA: a case name with the suffix _cuda (step_lenet_bn_cuda, add_sync_cuda
    ...) runs the time case of that name with every tensor on cuda:0 and a
    dl_sync at the end of each repetition, so the time is the GPU's; it needs
@@ -58,6 +66,8 @@ typedef struct bench {
     dl_tensor *gout;         /* micro cases: the gradient fed to backward */
     dl_conv_desc conv;
     dl_pool_desc pool;
+    int64_t batch;           /* step cases: 0 = BATCH */
+    dl_capture *cap;         /* *_graph cases: the captured step */
 } bench;
 
 typedef int (*setup_fn)(bench *s);
@@ -98,7 +108,7 @@ static int make_batch(bench *s, dl_shape xshape)
         lab[i] = (int64_t)((r >> 33) % 10);
     }
     s->x = keep_randn(s, xshape, false);
-    s->y = dl_keep(dl_from_int64(s->ctx, DL_SHAPE(BATCH), lab));
+    s->y = dl_keep(dl_from_int64(s->ctx, DL_SHAPE(xshape.d[0]), lab));
     dl_step_end(s->ctx);
     return s->x && s->y ? 1 : fail(s, "input batch");
 }
@@ -200,21 +210,50 @@ static int setup_model(bench *s, dl_module *net, float lr)
     s->net = net;
     s->opt = net ? dl_sgd(net, &sd) : NULL;
     if (!s->opt) return fail(s, "model");
-    return make_batch(s, DL_SHAPE(BATCH, 1, 28, 28));
+    return make_batch(s, DL_SHAPE(s->batch ? s->batch : BATCH, 1, 28, 28));
 }
 
 static int setup_mlp(bench *s) { return setup_model(s, make_mlp(s->ctx), 0.1f); }
+static int setup_mlp16(bench *s) { s->batch = 16; return setup_mlp(s); }
 static int setup_lenet(bench *s) { return setup_model(s, make_lenet_d2l(s->ctx), 0.9f); }
 static int setup_lenet_bn(bench *s) { return setup_model(s, ex_lenet_bn(s->ctx), 0.1f); }
 static int setup_resnet_small(bench *s) { return setup_model(s, make_resnet_small(s->ctx), 0.1f); }
 
 /* zero_grad, forward, cross-entropy, backward, SGD step */
-static int rep_step(bench *s)
+static int step(bench *s)
 {
     dl_tensor *loss;
     dl_optim_zero_grad(s->opt);
     loss = dl_cross_entropy(dl_module_forward(s->net, s->x), s->y, NULL);
-    if (!loss || dl_backward(loss) != DL_OK || dl_optim_step(s->opt) != DL_OK) return fail(s, "step");
+    return loss && dl_backward(loss) == DL_OK && dl_optim_step(s->opt) == DL_OK ? 1 : fail(s, "step");
+}
+
+static int rep_step(bench *s)
+{
+    if (!step(s)) return 0;
+    dl_step_end(s->ctx);
+    return 1;
+}
+
+/* the *_graph cases: the eager case's set-up, one eager step (the warm-up:
+   gradients and the optimizer's lists), then one step captured */
+static int setup_graph(bench *s, setup_fn setup)
+{
+    if (!setup(s) || !rep_step(s)) return 0;
+    s->cap = dl_capture_begin(s->ctx);
+    if (!s->cap || !step(s) || dl_capture_end(s->cap) != DL_OK) return fail(s, "capture");
+    dl_step_end(s->ctx);
+    return 1;
+}
+static int setup_mlp_graph(bench *s) { return setup_graph(s, setup_mlp); }
+static int setup_mlp16_graph(bench *s) { return setup_graph(s, setup_mlp16); }
+static int setup_lenet_graph(bench *s) { return setup_graph(s, setup_lenet); }
+static int setup_lenet_bn_graph(bench *s) { return setup_graph(s, setup_lenet_bn); }
+static int setup_resnet_small_graph(bench *s) { return setup_graph(s, setup_resnet_small); }
+
+static int rep_graph(bench *s)
+{
+    if (dl_replay(s->cap) != DL_OK) return fail(s, "replay");
     dl_step_end(s->ctx);
     return 1;
 }
@@ -346,6 +385,12 @@ static const bcase g_cases[] = {
     {"step_lenet", KIND_TIME, setup_lenet, rep_step},
     {"step_lenet_bn", KIND_TIME, setup_lenet_bn, rep_step},
     {"step_resnet_small", KIND_TIME, setup_resnet_small, rep_step},
+    {"step_mlp16", KIND_TIME, setup_mlp16, rep_step},
+    {"step_mlp_graph", KIND_TIME, setup_mlp_graph, rep_graph},
+    {"step_mlp16_graph", KIND_TIME, setup_mlp16_graph, rep_graph},
+    {"step_lenet_graph", KIND_TIME, setup_lenet_graph, rep_graph},
+    {"step_lenet_bn_graph", KIND_TIME, setup_lenet_bn_graph, rep_graph},
+    {"step_resnet_small_graph", KIND_TIME, setup_resnet_small_graph, rep_graph},
     {"mem_lenet_bn", KIND_MEM, setup_lenet_bn, rep_step},
     {"mem_resnet_small", KIND_MEM, setup_resnet_small, rep_step},
     {"startup", KIND_STARTUP, setup_lenet_bn, rep_step},

@@ -24,6 +24,13 @@
 # devices, a data-parallel LeNet-BN step on 1 and 2 devices), which have no
 # PyTorch side.
 #
+# Capture and replay: a *_graph case is its step captured once and
+# replayed (dl_capture_begin/end, dl_replay). On the GPU (*_graph_cuda) it
+# runs against PyTorch's torch.cuda.CUDAGraph replay; on the CPU, where
+# PyTorch has no graph replay, its line compares dl.h's replay with dl.h's
+# eager step (the case without _graph) and says so: "dl.h eager" in place
+# of torch, ratio = replay / eager (below 1: the replay is faster).
+#
 # To add a case: one line in TABLE below, a row in bench.c's g_cases and an
 # entry in torch_bench.py's CASES (a kind other than time/mem/startup/gemm
 # needs a branch in run_case).
@@ -52,6 +59,12 @@ step_mlp             time     3       11
 step_lenet           time     3       11
 step_lenet_bn        time     3       11
 step_resnet_small    time     2       7
+step_mlp16           time     10      101
+step_mlp_graph       graph    3       11
+step_mlp16_graph     graph    10      101
+step_lenet_graph     graph    3       11
+step_lenet_bn_graph  graph    3       11
+step_resnet_small_graph graph 2       7
 add_sync_cuda        time     20      201
 matmul200_cuda       time     20      201
 conv1_fwdbwd_cuda    time     5       51
@@ -61,6 +74,10 @@ step_mlp_cuda        time     10      51
 step_lenet_cuda      time     10      51
 step_lenet_bn_cuda   time     10      51
 step_resnet_small_cuda time   5       21
+step_mlp_graph_cuda  time     20      201
+step_lenet_graph_cuda time    20      201
+step_lenet_bn_graph_cuda time 20      201
+step_resnet_small_graph_cuda time 10  51
 mem_lenet_bn         mem      -       20
 mem_resnet_small     mem      -       3
 startup              startup  -       7
@@ -83,8 +100,8 @@ ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a" || b + 0 == 0) print "n/a"; else printf "%.2f\n", a / b }'
 }
 
-line() {  # case threads dl torch
-    printf '%-20s %2s %10s %10s %7s\n' "$1" "$2" "$3" "$4" "$(ratio "$3" "$4")"
+line() {  # case threads dl torch [note]
+    printf '%-20s %2s %10s %10s %7s%s\n' "$1" "$2" "$3" "$4" "$(ratio "$3" "$4")" "${5:+  $5}"
 }
 
 # value of "case threads value" from a bench program's stdout, or n/a; the
@@ -194,6 +211,16 @@ run_case() {  # name kind warmup reps
         for t in $THREADS; do
             d=$(run_dl "$1" "$t" --steps "$4"); p=$(run_torch "$1" "$t" --steps "$4")
             line "$1" "$t" "$d" "$p"
+        done ;;
+    graph)   # dl.h's replay against dl.h's eager step, processes alternating
+        for t in $THREADS; do
+            d=n/a; e=n/a; r=0
+            while [ "$r" -lt "$ROUNDS" ]; do
+                d=$(smaller "$d" "$(run_dl "$1" "$t" --warmup "$3" --reps "$4")")
+                e=$(smaller "$e" "$(run_dl "${1%_graph}" "$t" --warmup "$3" --reps "$4")")
+                r=$((r + 1))
+            done
+            line "$1" "$t" "$d" "$e" "(dl.h eager, not torch: PyTorch has no CPU graph replay)"
         done ;;
     time)
         for t in $THREADS; do

@@ -17,6 +17,16 @@ CUDA: every case takes a device; a case named "<name>_cuda" runs <name> on
 torch.device("cuda") with torch.cuda.synchronize() at the end of each
 repetition (bench.c's _cuda cases call dl_sync likewise). Without CUDA such
 a case exits 2 and run.sh prints n/a.
+
+Graph cases (step_*_graph_cuda): the training step captured once as a CUDA
+graph and replayed, as PyTorch's documentation does a whole network
+(torch.cuda.graphs, "whole network capture"): three warm-up steps on a side
+stream, grads set to None, then forward, loss, backward and opt.step()
+captured with torch.cuda.graph; a repetition is g.replay(). bench.c's twin
+captures zero_grad too (dl.h keeps the gradients and zeroes them). PyTorch
+has no graph replay on the CPU: those cases exit 2 there (run.sh compares
+dl.h's replay with dl.h's eager step instead). step_mlp16 is step_mlp at
+batch 16.
 """
 import os
 import sys
@@ -106,22 +116,53 @@ def make_resnet_small():
 
 def batch(dev, shape):
     x = torch.randn(*shape, device=dev)
-    y = torch.randint(0, 10, (BATCH,), device=dev)
+    y = torch.randint(0, 10, (shape[0],), device=dev)
     return x, y
 
 
-def model_case(make, lr):
+def model(make, lr, n, dev):
+    """the model in training mode on dev, its SGD, a batch of n"""
+    net = make().to(dev)
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    x, y = batch(dev, (n, 1, 28, 28))
+    return net, opt, x, y
+
+
+def model_case(make, lr, n=BATCH):
     def setup(dev):
-        net = make().to(dev)
-        net.train()
-        opt = torch.optim.SGD(net.parameters(), lr=lr)
-        x, y = batch(dev, (BATCH, 1, 28, 28))
+        net, opt, x, y = model(make, lr, n, dev)
 
         def rep():
             opt.zero_grad()
             loss = F.cross_entropy(net(x), y)
             loss.backward()
             opt.step()
+        return rep
+    return setup
+
+
+def graph_case(make, lr, n=BATCH):
+    """the step as a CUDA graph (whole-network capture), replayed"""
+    def setup(dev):
+        net, opt, x, y = model(make, lr, n, dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(net(x), y).backward()
+                opt.step()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(g):
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+
+        def rep():
+            g.replay()
         return rep
     return setup
 
@@ -199,6 +240,12 @@ CASES = {
     "step_lenet": ("time", model_case(make_lenet_d2l, 0.9)),
     "step_lenet_bn": ("time", model_case(make_lenet_bn, 0.1)),
     "step_resnet_small": ("time", model_case(make_resnet_small, 0.1)),
+    "step_mlp16": ("time", model_case(make_mlp, 0.1, 16)),
+    "step_mlp_graph": ("graph", graph_case(make_mlp, 0.1)),
+    "step_mlp16_graph": ("graph", graph_case(make_mlp, 0.1, 16)),
+    "step_lenet_graph": ("graph", graph_case(make_lenet_d2l, 0.9)),
+    "step_lenet_bn_graph": ("graph", graph_case(make_lenet_bn, 0.1)),
+    "step_resnet_small_graph": ("graph", graph_case(make_resnet_small, 0.1)),
     "mem_lenet_bn": ("mem", model_case(make_lenet_bn, 0.1)),
     "mem_resnet_small": ("mem", model_case(make_resnet_small, 0.1)),
     "startup": ("startup", model_case(make_lenet_bn, 0.1)),
@@ -249,6 +296,11 @@ def main(argv):
         sys.stderr.write("torch_bench: no case %s\n" % name)
         return 2
     kind, setup, dev = case
+    if kind == "graph":
+        if dev.type != "cuda":
+            sys.stderr.write("torch_bench: %s: PyTorch has no graph replay on the CPU (a _cuda case)\n" % name)
+            return 2
+        kind = "time"
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.stderr.write("torch_bench: %s needs CUDA, which this torch does not have\n" % name)
         return 2

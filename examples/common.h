@@ -48,9 +48,13 @@ typedef struct ex_args {
     const char *logdir;         /* TensorBoard event files go here (NULL: none) */
     int64_t limit;              /* use only the first N training samples (0: all) */
     int ndev;                   /* devices the example takes: 1 (--device) or 2 (--devices A,B) */
+    bool capture;               /* --capture (ex_parse_capture's examples) */
     dl_device dev[2];           /* --device / --devices (type DL_DEVICE_DEFAULT: not given, the
                                    context's default device: cpu:0, or DL_DEVICE=...) */
 } ex_args;
+
+/* the example takes --capture (it called ex_parse_capture) */
+static bool ex_capture_flag;
 
 static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
 {
@@ -58,7 +62,7 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "usage: %s [--epochs N (%d)] [--batch N (%lld)] [--lr F (%g)] [--threads N (0)]\n"
             "       [--workers N (%d)] [--seed N (%llu)] [--limit N (0)] [--data DIR (%s)]\n"
             "       [--save FILE] [--resume FILE] [--csv FILE] [--svg FILE] [--logdir DIR]\n"
-            "       [%s (cpu%s)]\n"
+            "       [%s (cpu%s)]%s\n"
             "  --epochs N    epochs in the whole run, 0..%d (a resumed run counts the checkpoint's)\n"
             "  --batch N     samples per step, 1..%d\n"
             "  --lr F        learning rate, a finite number > 0\n"
@@ -77,13 +81,19 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "%s"
             "                cpu, cpu:N (a virtual CPU device with its own memory; cpu:N makes\n"
             "                the devices cpu:0 .. cpu:N), cuda:N (builds with -DDL_CUDA)\n"
+            "%s"
             "  --help        this text\n",
             d->prog, d->epochs, (long long)d->batch, (double)d->lr, d->workers,
             (unsigned long long)d->seed, d->data, d->ndev == 2 ? "--devices A,B" : "--device NAME",
-            d->ndev == 2 ? ",cpu:1" : "", EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS, EX_MAX_WORKERS,
+            d->ndev == 2 ? ",cpu:1" : "", ex_capture_flag ? " [--capture]" : "", EX_MAX_EPOCHS, EX_MAX_BATCH,
+            EX_MAX_THREADS, EX_MAX_WORKERS,
             d->ndev == 2 ? "  --devices A,B the model's first half on A, its second half on B (the\n"
                            "                activations and their gradients cross with dl_to):\n"
-                         : "  --device NAME where the model, the optimizer state and the batches live:\n");
+                         : "  --device NAME where the model, the optimizer state and the batches live:\n",
+            ex_capture_flag ? "  --capture     a static graph (no value): the step of the second full batch is\n"
+                              "                recorded (dl_capture_begin/end) and replayed (dl_replay) for the\n"
+                              "                later full batches; the first one and a smaller last one run eagerly\n"
+                            : "");
 }
 
 /* A bad command line: "prog: MESSAGE", the usage, exit status 2. */
@@ -345,6 +355,7 @@ static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const 
     for (i = 1; i < argc; i += 2) {     /* every flag but --help takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { ex_usage(stdout, &d); exit(0); }
+        if (ex_capture_flag && !strcmp(f, "--capture")) { a->capture = true; i--; continue; }   /* no value */
         if (strcmp(f, "--epochs") && strcmp(f, "--batch") && strcmp(f, "--lr") && strcmp(f, "--threads") &&
             strcmp(f, "--workers") && strcmp(f, "--seed") && strcmp(f, "--limit") && strcmp(f, "--data") &&
             strcmp(f, "--save") && strcmp(f, "--resume") && strcmp(f, "--csv") && strcmp(f, "--svg") &&
@@ -397,6 +408,14 @@ static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const 
 static EX_UNUSED void ex_parse(int argc, char **argv, ex_args *a, const char *name, int epochs, int64_t batch,
                                float lr)
 {
+    ex_parse_devices(argc, argv, a, name, epochs, batch, lr, 1);
+}
+
+/* ex_parse plus --capture (lenet.c, resnet.c). */
+static EX_UNUSED void ex_parse_capture(int argc, char **argv, ex_args *a, const char *name, int epochs,
+                                       int64_t batch, float lr)
+{
+    ex_capture_flag = true;
     ex_parse_devices(argc, argv, a, name, epochs, batch, lr, 1);
 }
 

@@ -5,6 +5,8 @@
    flips and random crops (padding 2), SGD momentum with a cosine schedule.
    The training loop is PyTorch's (train_epoch, evaluate below); flags,
    data loading, printing and checkpoints are in examples/common.h.
+   --capture trains through a static graph: one step recorded, then replayed
+   (graph_step below; examples/static_graph.c says what that gives and costs).
    Build: cc -std=c99 -O2 -I. examples/resnet.c -o build/resnet -lm -lpthread
    Run:   build/resnet --epochs 3   (--help for the flags) */
 #define _POSIX_C_SOURCE 200809L
@@ -68,13 +70,44 @@ static dl_module *make_resnet(dl_ctx *ctx)
     return dl_nn_sequential(ctx, 7, m);
 }
 
+/* --capture: PyTorch's whole-network capture (torch.cuda.graph). The step
+   is recorded once on static inputs, x and y kept from the first full batch
+   (which ran eagerly: it made the gradients the capture updates); each later
+   full batch is copied into them and the recorded work replayed. The loss
+   and the logits are the capture's tensors, rewritten by each replay. */
+typedef struct graph { dl_capture *cap; dl_tensor *x, *y, *logits, *loss; } graph;
+
+static dl_tensor *graph_step(ex_setup *s, graph *g, dl_module *net, dl_optim *opt, dl_tensor *x, dl_tensor *y,
+                             dl_tensor **logits)
+{
+    if (dl_copy_(g->x, x) != DL_OK || dl_copy_(g->y, y) != DL_OK) return NULL;   /* static_x.copy_(x) */
+    if (g->cap) {
+        if (dl_replay(g->cap) != DL_OK) return NULL;          /* g.replay() */
+    } else {
+        g->cap = dl_capture_begin(s->ctx);                    /* with torch.cuda.graph(g): */
+        dl_optim_zero_grad(opt);
+        g->logits = dl_module_forward(net, g->x);
+        g->loss = dl_cross_entropy(g->logits, g->y, NULL);
+        if (g->loss && dl_backward(g->loss) == DL_OK) dl_optim_step(opt);
+        if (dl_capture_end(g->cap) != DL_OK) return NULL;     /* the first error inside, if any */
+    }
+    *logits = g->logits;
+    return g->loss;
+}
+
 /* One pass over the training set. Returns 0, or 1 after printing what failed. */
-static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
+static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m, graph *g)
 {
     dl_tensor *x, *y, *logits, *loss;
     int rc;
     dl_module_train(net, true);                               /* model.train() */
     while ((rc = dl_loader_next(s->train, &x, &y)) > 0) {     /* for X, y in dataloader: */
+        if (g && g->x && x->shape[0] == g->x->shape[0]) {     /* --capture: the static graph */
+            if (!ex_loss_ok(s, m, loss = graph_step(s, g, net, opt, x, y, &logits))) return 1;
+            if (!ex_tb_step(s, m, opt, loss) || !ex_meter_add(m, loss, logits, y)) return ex_fail(s, m);
+            dl_step_end(s->ctx);
+            continue;
+        }
         dl_optim_zero_grad(opt);                              /* optimizer.zero_grad() */
         logits = dl_module_forward(net, x);                   /* pred = model(X) */
         loss = dl_cross_entropy(logits, y, NULL);             /* loss = loss_fn(pred, y) */
@@ -84,6 +117,8 @@ static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m)
             dl_optim_step(opt) != DL_OK ||                    /* optimizer.step() */
             !ex_meter_add(m, loss, logits, y))                /* running loss/accuracy, progress bar */
             return ex_fail(s, m);
+        if (g && !g->x && x->shape[0] == s->a->batch && (!(g->x = dl_keep(x)) || !(g->y = dl_keep(y))))
+            return ex_fail(s, m);                             /* --capture: the static inputs */
         dl_step_end(s->ctx);                                  /* free this step's tensors */
     }
     return rc < 0 ? ex_fail(s, m) : 0;
@@ -120,7 +155,8 @@ int main(int argc, char **argv)
     dl_sgd_desc sd;
     double acc = 0;
     int epoch, start;
-    ex_parse(argc, argv, &a, "resnet", 3, 128, 0.1f);        /* defaults: epochs, batch, lr */
+    graph g;
+    ex_parse_capture(argc, argv, &a, "resnet", 3, 128, 0.1f);   /* defaults: epochs, batch, lr */
     if (!ex_setup_fmnist(&a, "small ResNet-18-style on Fashion-MNIST", true, 2, &s)) return ex_done(&s, 1);
     net = make_resnet(s.ctx);
     if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
@@ -130,11 +166,13 @@ int main(int argc, char **argv)
     sd.weight_decay = 5e-4f;
     opt = dl_sgd(net, &sd);                                   /* SGD(params, lr, momentum=0.9, weight_decay=5e-4) */
     if ((start = ex_start(&s, net, opt)) < 0) return ex_done(&s, 1);   /* --resume, --logdir; the header line */
+    memset(&g, 0, sizeof g);
     for (epoch = start; epoch < a.epochs; epoch++) {
         float lr = ex_cosine(a.lr, epoch, a.epochs);          /* CosineAnnealingLR, once per epoch */
         if (dl_optim_set_lr(opt, lr) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));
         ex_meter_start(&m, &s, epoch);
-        if (train_epoch(&s, net, opt, &m) != 0 || (acc = evaluate(&s, net)) < 0) return ex_done(&s, 1);
+        if (train_epoch(&s, net, opt, &m, a.capture ? &g : NULL) != 0 || (acc = evaluate(&s, net)) < 0)
+            return ex_done(&s, 1);
         ex_epoch_end(&s, &m, acc);                            /* the epoch line */
         if (!ex_tb_epoch(&s, &m, net, acc)) return ex_done(&s, 1);   /* --logdir: accuracies, histograms */
         if (!ex_save(&s, net, opt, epoch + 1)) return ex_done(&s, 1);   /* --save */

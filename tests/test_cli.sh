@@ -249,6 +249,42 @@ check "model_parallel: memory on each device" eval "printf '%s\n' \"\$out\" | gr
 expect 0 "^features on cpu:2, classifier on cpu:1$" env DL_STRICT=1 $B/model_parallel $SHORT --epochs 2 --devices cpu:2,cpu:1
 check "model_parallel on cpu:2 + cpu:1 (strict): the same epoch lines" eval '[ "$(losses)" = "$base" ]'
 
+# --- --capture (lenet, resnet): no value; a static graph trains to the same
+# epoch lines as the eager loop, bit for bit (64 images, batch 16: the first
+# batch eager, the second captured, the rest replayed), on cpu and on the
+# strict cpu:1; the other examples do not take it; make run CAPTURE=1
+for e in lenet resnet; do
+    expect 0 "^  --capture     a static graph \(no value\)" $B/$e --help
+    expect 0 "^       \[--device NAME \(cpu\)\] \[--capture\]$" $B/$e --help
+    expect 2 "^$B/$e: unknown flag 1$" $B/$e $SHORT --capture 1
+    expect 0 "^epoch  2  train loss" $B/$e $SHORT --epochs 2
+    base=$(losses)
+    expect 0 "^epoch  2  train loss" $B/$e $SHORT --epochs 2 --capture
+    check "$e --capture: the same epoch lines as the eager loop" eval '[ -n "$base" ] && [ "$(losses)" = "$base" ]'
+    expect 0 "^device: cpu:1$" env DL_STRICT=1 $B/$e $SHORT --epochs 2 --capture --device cpu:1
+    check "$e --capture --device cpu:1 (strict): the same epoch lines" eval '[ "$(losses)" = "$base" ]'
+    expect 0 "^epoch  1  train loss" $B/$e $SHORT --capture --batch 64
+    check "$e --capture, one batch an epoch (never replayed): trains" eval '[ -n "$(losses)" ]'
+done
+for e in lenet_d2l mlp softmax_regression; do
+    expect 2 "^$B/$e: unknown flag --capture$" $B/$e $SHORT --capture
+done
+SG=$B/static_graph
+expect 0 "^usage: $SG \[--device NAME \(cpu\)\]" $SG --help
+expect 2 "^$SG: --batch 0: must be a whole number from 1 to 4096$" $SG --batch 0
+expect 2 "^$SG: --steps 2: must be a whole number from 3 to 100000$" $SG --steps 2
+expect 2 "^$SG: --model resnet: must be mlp or lenet$" $SG --model resnet
+expect 2 "^$SG: --device gpu: must be cpu, cpu:N or cuda:N$" $SG --device gpu
+expect 2 "^$SG: unknown flag --capture$" $SG --capture
+expect 2 "^$SG: --steps needs a value$" $SG --steps
+expect 2 "^$SG: --device cuda:0: .*built without DL_CUDA" $SG --device cuda:0
+expect 0 "^the last loss: [0-9.e-]+ eager, [0-9.e-]+ replayed: the same bits$" $SG --steps 6 --threads 1
+check "static_graph: times both ways" eval "printf '%s\n' \"\$out\" | grep -q '^  static (recorded once, replayed) .* ms a step'"
+check "static_graph: shows a refusal" eval "printf '%s\n' \"\$out\" | grep -q '^dl_item inside a capture: refused$'"
+expect 0 "^the last loss: .* the same bits$" env DL_STRICT=1 $SG --steps 4 --model lenet --batch 4 --device cpu:1
+expect 0 "^--capture$" sh -c "${MAKE:-make} -s -n run EPOCHS=1 CAPTURE=1 LOGDIR= | grep -o -- '--capture'"
+expect 0 "^none$" sh -c "${MAKE:-make} -s -n run EPOCHS=1 CAPTURE=0 LOGDIR= | grep -q -- '--capture' || echo none"
+
 # --- 20: --help everywhere, graph --out, "saved to PATH" for each file
 for e in $TRAIN custom_function gradcheck graph; do
     expect 0 "^usage: $B/$e " $B/$e --help
