@@ -10319,6 +10319,13 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         return DL_OK;
     }
     if (out->node_->released) goto freed;
+    if (out->node_->id >= ctx->ntape || ctx->tape[out->node_->id] != out->node_) {
+        /* a capture's tensor outlives dl_step_end; the tape it was recorded on does not */
+        dl__err(ctx, DL_ERR_GRAPH, "%s: out %s was made inside a capture, and its part of the tape went "
+                "at dl_step_end(); differentiate it inside the capture (a replay repeats that backward)",
+                name, dl__sh(out));
+        return DL_ERR_GRAPH;
+    }
     saved_bng = ctx->backward_nograd;
     ctx->backward_nograd = !create;
     top = out->node_->id;

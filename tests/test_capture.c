@@ -555,6 +555,17 @@ static void test_lifetimes(void)
     train_step(&r);
     dl_ctx_free(r.ctx);   /* a is recording */
 
+    /* a capture of a forward only: its output outlives dl_step_end, its tape does not */
+    a = begin_warm(&r);
+    la = dl_cross_entropy(dl_module_forward(r.net, r.x), r.y, NULL);
+    CHECK(la && dl_capture_end(a) == DL_OK, "forward only: capture");
+    dl_step_end(r.ctx);
+    CHECK(dl_replay(a) == DL_OK && dl_item(la) == dl_item(la), "forward only: replay and read");
+    CHECK(dl_backward(la) == DL_ERR_GRAPH, "a backward of a capture's output after dl_step_end");
+    EXPECT_ERR(r.ctx, DL_ERR_GRAPH, "dl_backward: out () was made inside a capture, and its part of the tape went");
+    dl_capture_free(a);
+    dl_ctx_free(r.ctx);
+
     /* a replay whose static inputs were rewritten: the new batch's loss */
     CHECK(run_init(&r, NET_MLP, OPT_SGD, 5), "rewrite: set-up");
     for (k = 1; k <= 2; k++) { write_batch(&r, k); train_step(&r); dl_step_end(r.ctx); }
