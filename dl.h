@@ -1305,6 +1305,9 @@ DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in
    is DL_ERR_IO naming the file, and its partial record is cut off again so
    the file stays readable. The writer belongs to the context (dl_ctx_free
    closes it); one thread at a time per writer. Tensors are read with dl_read.
+   A tag must be non-empty UTF-8 (DL_ERR_ARG otherwise: protobuf's readers
+   drop a record whose string is not UTF-8); graph names are cleaned to
+   [A-Za-z0-9_./-].
      histogram: TensorFlow's default buckets, the layout of TensorBoard's own
        histograms: limits -DBL_MAX, -1e20 < -1e-12*1.1^k <= -1e-12, 0, the
        same positive, DBL_MAX; a value v counts in the bucket of the first
@@ -4424,6 +4427,40 @@ static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, un
     *out = buf;
     *size = (size_t)sz;
     return DL_OK;
+}
+
+/* The length of the UTF-8 character that starts s (n > 0 bytes left), 0 when
+   the bytes there are not one as protobuf and Graphviz read UTF-8: no
+   overlong forms, no surrogates, nothing above U+10FFFF. */
+static size_t dl__utf8_char(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t len, i;
+    uint32_t cp;
+    if (u[0] < 0x80) return 1;
+    if (u[0] >= 0xc2 && u[0] <= 0xdf) { len = 2; cp = u[0] & 0x1fu; }
+    else if (u[0] >= 0xe0 && u[0] <= 0xef) { len = 3; cp = u[0] & 0x0fu; }
+    else if (u[0] >= 0xf0 && u[0] <= 0xf4) { len = 4; cp = u[0] & 0x07u; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((u[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (u[i] & 0x3fu);
+    }
+    if (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) return 0;
+    if (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) return 0;
+    return len;
+}
+
+/* The offset of the first byte of s that is not valid UTF-8; -1 when all are. */
+static int64_t dl__utf8_bad(const char *s)
+{
+    size_t n = strlen(s), i = 0, k;
+    while (i < n) {
+        if ((k = dl__utf8_char(s + i, n - i)) == 0) return (int64_t)i;
+        i += k;
+    }
+    return -1;
 }
 
 typedef struct dl__sb { char *s; size_t n, cap; bool oom; } dl__sb;
@@ -15367,9 +15404,18 @@ dl_result dl_summary_close(dl_summary_writer *w)
 
 static bool dl__tb_args(dl_summary_writer *w, const char *fn, const char *tag)
 {
+    int64_t bad;
     if (!dl__tb_ok(w)) return false;
     if (!tag || !tag[0]) {
         dl__err(w->ctx, DL_ERR_ARG, "%s: tag is %s (writing %s)", fn, tag ? "empty" : "NULL", w->path);
+        return false;
+    }
+    /* Summary.Value.tag is a protobuf string: a reader drops a record whose
+       string is not UTF-8 (TensorBoard showed nothing after it) */
+    if ((bad = dl__utf8_bad(tag)) >= 0) {
+        dl__err(w->ctx, DL_ERR_ARG, "%s: tag is not valid UTF-8 (byte 0x%02x at offset %lld); "
+                "TensorBoard's reader would reject the record (writing %s)", fn,
+                (unsigned)(unsigned char)tag[bad], (long long)bad, w->path);
         return false;
     }
     return true;
@@ -17794,6 +17840,25 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     return rc;
 }
 
+/* s (at most max bytes) inside a DOT "..." string: " and \ escaped, a line
+   break as \n (a new label line), other control bytes and bytes that are not
+   UTF-8 as '?', so that a name can neither end the string nor break the file */
+static void dl__dot_str(dl__sb *f, const char *s, size_t max)
+{
+    size_t n = 0, i = 0, k;
+    char e[2];
+    while (n < max && s[n]) n++;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        k = 1;
+        if (c == '"' || c == '\\') { e[0] = '\\'; e[1] = (char)c; dl__sb_put(f, e, 2); }
+        else if (c == '\n') dl__sb_put(f, "\\n", 2);
+        else if (c < 0x20 || c == 0x7f || (k = dl__utf8_char(s + i, n - i)) == 0) { dl__sb_put(f, "?", 1); k = 1; }
+        else dl__sb_put(f, s + i, k);
+        i += k;
+    }
+}
+
 static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
 {
     char sh[128];
@@ -17801,9 +17866,12 @@ static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
     k += snprintf(sh + k, sizeof sh - (size_t)k, "(");
     for (i = 0; i < t->ndim && k < 100; i++) k += snprintf(sh + k, sizeof sh - (size_t)k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
     snprintf(sh + k, sizeof sh - (size_t)k, ")");
-    dl__sbf(f, "  t%p [shape=ellipse, %s, label=\"%s%s%s%s\"];\n", (const void *)t, style,
-            t->name[0] ? t->name : "", t->name[0] ? "\\n" : "", sh,
-            t->requires_grad ? "\\nrequires_grad" : "");
+    dl__sbf(f, "  t%p [shape=ellipse, %s, label=\"", (const void *)t, style);
+    if (t->name[0]) {
+        dl__dot_str(f, t->name, sizeof t->name);
+        dl__sb_str(f, "\\n");
+    }
+    dl__sbf(f, "%s%s\"];\n", sh, t->requires_grad ? "\\nrequires_grad" : "");
 }
 
 dl_result dl_graph_dot(dl_tensor *root, const char *path)
@@ -17828,8 +17896,9 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
     while (sp > 0) {
         dl__node *n = stack[--sp];
         int j;
-        dl__sbf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"%s\"];\n",
-                (const void *)n, n->fn && n->fn->name ? n->fn->name : n->op->name);
+        dl__sbf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"", (const void *)n);
+        dl__dot_str(f, n->fn && n->fn->name ? n->fn->name : n->op->name, (size_t)-1);
+        dl__sb_str(f, "\"];\n");
         dl__sbf(f, "  n%p -> t%p;\n", (const void *)n, (const void *)n->out);
         for (j = 0; j < n->nin; j++) {
             dl_tensor *x = n->in[j];

@@ -3,7 +3,7 @@
    any age, custom functions returning an input, shared create_graph
    gradients, loader errors, checkpoint writes, optimizer values, messages of
    NULL returns, huge convolutions, the error message's lifetime, gzip bombs,
-   use after dl_free, thread counts. */
+   use after dl_free, thread counts, names that would break a DOT file. */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -532,6 +532,94 @@ static void test_threads_clamped(void)
     dl_ctx_free(ctx);
 }
 
+/* 13. dl_graph_dot escapes names: a quote, a backslash or a line break in a
+   tensor's or a custom function's name cannot end the label or add a
+   statement (every label stays one DOT string; graphviz reads the file
+   when it is installed) */
+static dl_tensor *id_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    (void)fc; (void)n; (void)user;
+    return dl_mul_scalar(in[0], 1.0f);
+}
+static dl_result id_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    (void)fc; (void)user;
+    gin[0] = g;
+    return DL_OK;
+}
+
+/* the DOT text outside its "..." strings (escapes honoured); NULL when a
+   string is left open at the end of a line */
+static char *dot_outside(const char *s)
+{
+    char *o = (char *)malloc(strlen(s) + 1), *p = o;
+    int in = 0;
+    for (; *s; s++) {
+        if (in) {
+            if (*s == '\\' && s[1] && s[1] != '\n') s++;
+            else if (*s == '"') in = 0;
+            else if (*s == '\n') { free(o); return NULL; }
+        } else if (*s == '"') {
+            in = 1;
+        } else {
+            *p++ = *s;
+        }
+    }
+    *p = 0;
+    if (in) { free(o); return NULL; }
+    return o;
+}
+
+static void test_dot_names(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_function evil;
+    const char *path = tmp("hostile.dot");
+    dl_tensor *w, *x, *mm, *loss;
+    char buf[8192], *out;
+    size_t n;
+    int semis = 0, nodes = 0;
+    FILE *f;
+    const char *c;
+    memset(&evil, 0, sizeof evil);
+    evil.name = "f\"]; injected_op -> n0; n1 [label=\"\\";
+    evil.forward = id_fwd;
+    evil.backward = id_bwd;
+    w = dl_set_name(dl_requires_grad(dl_randn(ctx, DL_SHAPE(3, 2)), true), "w\"];injected_w->x;//");
+    x = dl_set_name(dl_randn(ctx, DL_SHAPE(4, 3)), "x\n}\ndigraph injected_x {\\");
+    mm = dl_matmul(x, w);
+    loss = dl_sum(dl_function_apply(&evil, 1, &mm, NULL), DL_ALL, false);
+    dl_set_name(loss, "bad\xff\xfe utf8 \xc3\xa9 \x01");
+    CHECK(loss && dl_graph_dot(loss, path) == DL_OK, "dot written: %s", dl_error_message(ctx));
+    f = fopen(path, "r");
+    n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+    out = dot_outside(buf);
+    CHECK(out != NULL, "every label is one closed string on its line:\n%s", buf);
+    CHECK(out && !strstr(out, "injected"), "a name reached the DOT statements:\n%s", buf);
+    for (c = out ? out : ""; *c; c++) semis += *c == ';';
+    for (c = buf; (c = strstr(c, "[shape=")) != NULL; c++) nodes++;
+    /* 3 ops (matmul, the function, sum) and 5 tensors (x, w, the two op
+       outputs inside, loss): 8 nodes; 3 op -> output and 4 input -> op
+       edges; 2 statements in the header */
+    CHECK(nodes == 8 && semis == 2 + 8 + 7, "statements: %d nodes, %d ';'s:\n%s", nodes, semis, buf);
+    CHECK(strstr(buf, "label=\"w\\\"];injected_w->x;//\\n(3,2)") != NULL, "w's name escaped:\n%s", buf);
+    CHECK(strstr(buf, "label=\"x\\n}\\ndigraph injected_x {\\\\\\n(4,3)") != NULL, "x's name escaped");
+    CHECK(strstr(buf, "label=\"f\\\"]; injected_op -> n0; n1 [label=\\\"\\\\\"") != NULL, "the function's name escaped");
+    CHECK(strstr(buf, "label=\"bad?? utf8 \xc3\xa9 ?\\n()") != NULL, "bytes that are not UTF-8 and control bytes as '?'");
+    free(out);
+    if (system("command -v dot >/dev/null 2>&1") == 0) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s.svg' 2>&1", path, path);
+        fflush(stdout);
+        CHECK(system(cmd) == 0, "graphviz reads %s", path);
+    } else {
+        SKIP("graphviz's dot not installed: the DOT file was checked here only");
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -549,5 +637,6 @@ int main(void)
     test_gzip_bomb();
     test_use_after_free();
     test_threads_clamped();
+    test_dot_names();
     TEST_END();
 }
