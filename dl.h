@@ -810,7 +810,12 @@ DL_API void dl_sgd_update(dl_tensor *param, float lr);  /* p -= lr*grad; grad = 
    forward runs with grad mode off and may save tensors with dl_fn_save;
    backward gets the output gradient and fills grad_inputs[i] (leave NULL for
    inputs without a gradient). It runs with grad mode on only under
-   create_graph, so writing it with dl.h ops gives higher-order grads. */
+   create_graph, so writing it with dl.h ops gives higher-order grads.
+   Each gradient must have its input's shape and device (else dl_backward
+   fails naming both); an int32/int64 one is cast to float32 by value, as
+   PyTorch casts to the input's dtype. A backward that returns an error, or
+   whose own ops failed, fails dl_backward with a message under the
+   function's name ("in the backward of NAME: ..."). */
 typedef struct dl_fn_ctx dl_fn_ctx;
 typedef struct dl_function {
     const char *name;
@@ -3620,6 +3625,7 @@ struct dl_ctx {
     bool anomaly;
     const char *in_backward_of;       /* op whose backward is running */
     dl_result err;
+    uint64_t nerr;                    /* failures recorded so far (a backward that set none) */
     char msg[768];
     dl_log_fn log;
     void *log_user;
@@ -4067,6 +4073,7 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
     vsnprintf(ctx->msg + k, sizeof ctx->msg - (size_t)k, fmt, ap);
     va_end(ap);
     ctx->err = code;
+    ctx->nerr++;
     if (ctx->log) ctx->log(ctx->log_user, ctx->msg);
 #ifdef DL_ABORT_ON_ERROR
     abort();
@@ -8915,6 +8922,38 @@ static void dl__ready_count(dl_ctx *ctx, int64_t top)
         }
 }
 
+/* A custom function's gradient gj for input j of node n, checked as PyTorch
+   checks a Function's results: on the input's device (else DL_ERR_DEVICE
+   naming both), an int32/int64 gradient cast to float32 by value (PyTorch
+   casts to the input's dtype). NULL + error when refused. */
+static dl_tensor *dl__fn_grad(const char *name, dl__node *n, int j, dl_tensor *gj)
+{
+    dl_tensor *x = n->in[j], *y;
+    int64_t *v, i;
+    float *f;
+    if (gj->dev_ != x->dev_) {
+        dl__err(x->ctx_, DL_ERR_DEVICE, "%s: the gradient for input %d %s is on %s but the input is on "
+                "%s (a backward must return each gradient on its input's device; move it with dl_to())",
+                name, j, dl__sh(gj), dl_device_name(gj->device), dl_device_name(x->device));
+        return NULL;
+    }
+    if (gj->dtype == DL_DTYPE_F32) return gj;
+    y = dl__make(x->dev_, name, DL_DTYPE_F32, gj->ndim, gj->shape, false, NULL);
+    v = (int64_t *)DL_MALLOC(sizeof(int64_t) * (size_t)(gj->numel + 1));
+    if (!y || !v) {
+        DL_FREE(v);
+        if (y) dl__err(x->ctx_, DL_ERR_OOM, "%s: out of memory casting the %s gradient for input %d to float32",
+                       name, dl__dtype_str(gj->dtype), j);
+        return NULL;
+    }
+    if (dl_read_int64(gj, v, gj->numel) != DL_OK) { DL_FREE(v); return NULL; }
+    f = (float *)v;                       /* narrowed in place, front to back */
+    for (i = 0; i < gj->numel; i++) f[i] = (float)v[i];
+    DL__BE(y)->upload(y->dev_, y->data, f, sizeof(float) * (size_t)gj->numel);
+    DL_FREE(v);
+    return dl__dev_check(y->dev_, name) == DL_OK ? y : NULL;
+}
+
 static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
                                   int nt, dl_tensor *const *targets, dl_tensor **results)
 {
@@ -8970,6 +9009,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     for (i = top; i >= 0; i--) {
         dl__node *n = ctx->tape[i];
         dl_tensor *gin[64], **gp = gin, *g = n->gacc;
+        uint64_t nerr = ctx->nerr;
         if (!g) continue;
         n->gacc = NULL;
         for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
@@ -8979,15 +9019,19 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
             if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
         }
         for (j = 0; j < n->nin; j++) gp[j] = NULL;
-        ctx->in_backward_of = n->op->name;
+        ctx->in_backward_of = n->fn && n->fn->name ? n->fn->name : n->op->name;
         if (n->fn) rc = n->fn->backward((dl_fn_ctx *)n, g, gp, n->user);
         else rc = n->op->backward(n, g, gp);
         if (!retain) n->released = true;
+        if (rc != DL_OK && ctx->nerr == nerr)   /* failed, and said nothing: say which */
+            dl__err(ctx, rc, "%s: the backward returned %s without setting an error message", name,
+                    dl_result_string(rc));
         for (j = 0; j < n->nin && rc == DL_OK; j++) {
             dl_tensor *x = n->in[j], *gj = gp[j];
             if (!x || !x->requires_grad) continue;
             if (!gj) {
-                if (n->fn) continue;   /* a custom function may give no gradient */
+                /* a custom function may give no gradient, unless an op in it failed */
+                if (n->fn && ctx->nerr == nerr) continue;
                 rc = ctx->err != DL_OK ? ctx->err : DL_ERR_GRAPH;
                 if (ctx->err == DL_OK)
                     dl__err(ctx, DL_ERR_GRAPH, "%s: the backward rule gave no gradient for input %d", name, j);
@@ -8999,6 +9043,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                 rc = DL_ERR_SHAPE;
                 break;
             }
+            if (n->fn && !(gj = dl__fn_grad(name, n, j, gj))) { rc = ctx->err; break; }
             if (ctx->anomaly && !dl__done(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
             if (x->node_) {
                 if (x->node_->gacc) {

@@ -3,7 +3,8 @@
    any age, custom functions returning an input, shared create_graph
    gradients, loader errors, checkpoint writes, optimizer values, messages of
    NULL returns, huge convolutions, the error message's lifetime, gzip bombs,
-   use after dl_free, thread counts, names that would break a DOT file. */
+   use after dl_free, thread counts, names that would break a DOT file,
+   custom functions' gradients of another dtype or device. */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -620,6 +621,92 @@ static void test_dot_names(void)
     dl_ctx_free(ctx);
 }
 
+/* 14. a custom function's backward results are checked as PyTorch checks
+   them: an int gradient is cast to float32 by value (it was read as float
+   bits), a gradient on another device than its input is refused naming
+   both (it crashed in the strict device's axpy), and a backward that fails
+   says which function failed, also when it set no message or when an op in
+   it failed and it returned DL_OK */
+static int g_mode;
+static dl_tensor *scale_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    (void)fc; (void)n; (void)user;
+    return dl_mul_scalar(in[0], 2.0f);
+}
+static dl_result mode_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    static const int64_t i64[3] = {1, 2, -3};
+    static const int32_t i32[3] = {4, -5, 6};
+    dl_ctx *ctx = dl_tensor_ctx(g);
+    dl_device other = dl_ctx_device(ctx).index == 1 ? dl_cpu() : dl_cpu_device(1);
+    (void)fc; (void)user;
+    switch (g_mode) {
+    case 0: gin[0] = dl_from_int64(ctx, DL_SHAPE(3), i64); break;
+    case 1: gin[0] = dl_from_int32(ctx, DL_SHAPE(3), i32); break;
+    case 2: gin[0] = dl_to(dl_mul_scalar(g, 2.0f), other); break;
+    case 3: return DL_ERR_ARG;                                  /* no message */
+    case 4: gin[0] = dl_add(g, dl_ones(ctx, DL_SHAPE(2))); break; /* fails, returns DL_OK */
+    }
+    return DL_OK;
+}
+
+static void test_custom_grad_checks(void)
+{
+    dl_ctx_desc d;
+    dl_ctx *ctx;
+    dl_function fn = {"my_fn", scale_fwd, mode_bwd};
+    static const float xv[3] = {1, 2, 3};
+    float gv[3];
+    char want[160];
+    dl_tensor *x, *h;
+    dl_device here, other;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.cpu_devices = 2;
+    d.strict_devices = true;
+    ctx = dl_ctx_init(&d);
+    here = dl_ctx_device(ctx);
+    other = here.index == 1 ? dl_cpu() : dl_cpu_device(1);
+    x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), xv), true);
+    /* int64 and int32 gradients: cast to float32 by value */
+    g_mode = 0;
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &x, NULL), DL_ALL, false)) == DL_OK,
+          "int64 gradient: %s", dl_error_message(ctx));
+    CHECK(x->grad && x->grad->dtype == DL_DTYPE_F32 && dl_read(x->grad, gv, 3) == DL_OK && gv[0] == 1.0f &&
+          gv[1] == 2.0f && gv[2] == -3.0f, "int64 gradient cast by value: %g %g %g", (double)gv[0],
+          (double)gv[1], (double)gv[2]);
+    g_mode = 1;
+    h = dl_mul_scalar(x, 1.0f);           /* through an op: the cast gradient flows on */
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &h, NULL), DL_ALL, false)) == DL_OK,
+          "int32 gradient: %s", dl_error_message(ctx));
+    CHECK(dl_read(x->grad, gv, 3) == DL_OK && gv[0] == 5.0f && gv[1] == -3.0f && gv[2] == 3.0f,
+          "int32 gradient accumulated: %g %g %g", (double)gv[0], (double)gv[1], (double)gv[2]);
+    /* a gradient on another device: refused, naming both (leaf and op input) */
+    g_mode = 2;
+    snprintf(want, sizeof want, "in the backward of my_fn: dl_backward: the gradient for input 0 (3) is on %s but "
+             "the input is on %s", dl_device_name(other), dl_device_name(here));
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &x, NULL), DL_ALL, false)) == DL_ERR_DEVICE,
+          "gradient on another device refused");
+    EXPECT_ERR(ctx, DL_ERR_DEVICE, want);
+    h = dl_mul_scalar(x, 1.0f);
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &h, NULL), DL_ALL, false)) == DL_ERR_DEVICE,
+          "gradient on another device refused for an op's output");
+    EXPECT_ERR(ctx, DL_ERR_DEVICE, want);
+    CHECK(dl_read(x->grad, gv, 3) == DL_OK && gv[0] == 5.0f, "the leaf's gradient untouched");
+    /* a backward that fails without a message, and one whose op failed */
+    g_mode = 3;
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &x, NULL), DL_ALL, false)) == DL_ERR_ARG,
+          "a failing backward fails dl_backward");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "in the backward of my_fn: dl_backward: the backward returned DL_ERR_ARG "
+               "without setting an error message");
+    g_mode = 4;
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &x, NULL), DL_ALL, false)) == DL_ERR_SHAPE,
+          "an op failing inside the backward fails dl_backward");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "in the backward of my_fn: dl_add: a (3) and b (2) do not broadcast");
+    CHECK(dl_read(x->grad, gv, 3) == DL_OK && gv[0] == 5.0f, "the leaf's gradient still untouched");
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -638,5 +725,6 @@ int main(void)
     test_use_after_free();
     test_threads_clamped();
     test_dot_names();
+    test_custom_grad_checks();
     TEST_END();
 }
