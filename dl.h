@@ -74,6 +74,14 @@
        creation order and accumulates gradients into leaves' ->grad, then
        releases the graph (retain_graph keeps it). Backward rules are written
        with dl.h's own ops, so create_graph gives gradients of gradients.
+       A tensor's storage has a version (torch's t._version) that every
+       in-place write through the API bumps: dl_write, dl_fill_, dl_copy_,
+       zero_grad, optimizer steps, dl_init_*, dl_load, the collectives, batch
+       norm's running statistics; views share it. An op keeps the versions
+       of what its backward reads (a custom function: of its dl_fn_save
+       tensors), and dl_backward refuses (DL_ERR_GRAPH, PyTorch's "modified
+       by an inplace operation" message) when one moved since the forward,
+       instead of computing the gradient from the new values.
      Devices. A tensor lives on one device; ops never move data implicitly.
      Layers and losses. dl_conv1d/2d/3d, dl_conv_transpose*, pooling,
        dl_batch_norm, dl_layer_norm, dl_dropout, dl_cross_entropy and friends
@@ -610,6 +618,9 @@ struct dl_tensor {
     uint64_t step_;           /* step it was made in; 0 = persistent */
     bool sdata_;              /* a step tensor that owns its arena block (not a view) */
     bool viewed_;             /* another tensor shares its data */
+    uint32_t ver_;            /* version of its storage: in-place writes so far (a view's
+                                 counter is its base's) */
+    dl_tensor *vbase_;        /* a view: the tensor whose storage it shares (NULL: none) */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
@@ -1233,7 +1244,9 @@ DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
    "optim.<param>.momentum_buffer" (SGD with momentum), "optim.<param>.exp_avg",
    "optim.<param>.exp_avg_sq", "optim.<param>.max_exp_avg_sq" (amsgrad).
    <param> is the parameter's state_dict name in m ("param<i>" for an
-   optimizer parameter that m does not hold). Hyper-parameters go in
+   optimizer parameter that m does not hold). Names have no length limit (a
+   path is as long as the module tree is deep); a tree more than 256 modules
+   deep is refused (its state_dict too). Hyper-parameters go in
    __metadata__ as strings; dl_load restores the learning rate only (the rest
    stay as the optimizer was made).
    Writing: a uniquely named temporary file in the destination's directory,
@@ -3572,7 +3585,12 @@ struct dl__backend {
 
 
 typedef dl_result (*dl__bwd_fn)(dl__node *n, dl_tensor *g, dl_tensor **gin);
-typedef struct dl__op { const char *name; dl__bwd_fn backward; } dl__op;
+/* reads: the tensors whose values the backward rule reads (bit i: input i,
+   i < 7; DL__RD_OUT: the output); cross: inputs it reads only when another
+   input needs a gradient (a product's factors). Their versions are kept at
+   record and checked before the rule runs (PyTorch's saved variables). */
+typedef struct dl__op { const char *name; dl__bwd_fn backward; unsigned char reads, cross; } dl__op;
+#define DL__RD_OUT 0x80
 
 struct dl__node {
     const dl__op *op;
@@ -3581,6 +3599,8 @@ struct dl__node {
     dl_tensor **in;
     int nsaved;
     dl_tensor *saved[DL__NSAVED];
+    uint32_t ver[8];                  /* versions at record: of the inputs and output the
+                                         op reads (a custom function: of its saved tensors) */
     float f[4];                       /* attributes: scalars */
     int64_t i[DL_MAX_DIMS + 2];       /* attributes: dims, sizes */
     int ni;
@@ -5104,6 +5124,21 @@ oom:
 static dl_tensor *dl__like(const char *op, const dl_tensor *t)
 {
     return dl__make(t->dev_, op, DL_DTYPE_F32, t->ndim, t->shape, false, NULL);
+}
+
+/* The version of t's storage (torch's t._version): every in-place write
+   into its values through the API (dl_write, dl_fill_, dl_copy_, zero_grad,
+   an optimizer step, dl_load ...) bumps it, and a view shares its base's.
+   A node keeps the versions of the tensors its backward reads; backward
+   refuses to run it when one has moved since (dl__saved_ok). */
+static uint32_t *dl__ver(dl_tensor *t) { return &(t->vbase_ ? t->vbase_ : t)->ver_; }
+static void dl__bump_version(dl_tensor *t) { if (t) (*dl__ver(t))++; }
+/* a collective wrote t[0..n) in place, all but t[keep] (-1: none kept) */
+static dl_result dl__bump_list(dl_result rc, dl_tensor *const *t, int n, int keep)
+{
+    int i;
+    if (rc == DL_OK) for (i = 0; i < n; i++) if (i != keep) dl__bump_version(t[i]);
+    return rc;
 }
 
 static dl_tensor *dl__new(dl__dev *d, const char *op, int ndim, const int64_t *shape)
@@ -8345,7 +8380,11 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     node->out = out;
     node->nin = n;
     node->in = (dl_tensor **)(node + 1);
-    for (i = 0; i < n; i++) node->in[i] = in[i];
+    for (i = 0; i < n; i++) {
+        node->in[i] = in[i];
+        if (i < 7 && in[i] && ((op->reads | op->cross) >> i & 1)) node->ver[i] = *dl__ver(in[i]);
+    }
+    if (op->reads & DL__RD_OUT) node->ver[7] = *dl__ver(out);
     if (ctx->ntape == ctx->captape) {
         int64_t cap = ctx->captape ? ctx->captape * 2 : 256;
         dl__node **t = (dl__node **)DL_REALLOC(ctx->tape, sizeof(dl__node *) * (size_t)cap);
@@ -8505,7 +8544,7 @@ dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape s, const int32_t *v) { return dl_
 
 /* y = copy(x);  dx = g */
 static dl_result dl__copy_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { (void)n; gin[0] = g; return DL_OK; }
-static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd};
+static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd, 0, 0};
 
 static dl_tensor *dl__clone(const char *name, dl_tensor *t, bool persistent)
 {
@@ -8575,6 +8614,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
         return DL_ERR_ARG;
     }
     DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
+    dl__bump_version(t);
     return dl__dev_check(t->dev_, "dl_write");
 }
 
@@ -8584,6 +8624,7 @@ dl_result dl_fill_(dl_tensor *t, float v)
     if (!dl__writable("dl_fill_", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
     if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
     DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    dl__bump_version(t);
     return DL_OK;
 }
 
@@ -8608,6 +8649,7 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
         if (sd != dst->shape[d] && sd != 1) goto bad;
         ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
     }
+    dl__bump_version(dst);      /* torch bumps it for a self-copy too */
     if (src == dst || dst->numel == 0) return DL_OK;
     dl__strides(dst->shape, dst->ndim, ds);
     DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
@@ -8661,7 +8703,7 @@ static dl_result dl__to_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_to(g, n->in[0]->device);
     return DL_OK;
 }
-static const dl__op dl__op_to = {"dl_to", dl__to_bwd};
+static const dl__op dl__op_to = {"dl_to", dl__to_bwd, 0, 0};
 
 dl_tensor *dl_to(dl_tensor *t, dl_device dev)
 {
@@ -8859,12 +8901,14 @@ void dl_zero_grad(dl_tensor *t)
 {
     if (!t || t->magic_ != DL__MAGIC || !t->grad) return;
     DL__BE(t)->fill(t->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
+    dl__bump_version(t->grad);
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
 {
     if (!p || !dl__live("dl_sgd_update", "p", p) || !p->grad) return;
     DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
+    dl__bump_version(p);
     dl_zero_grad(p);
 }
 
@@ -8897,6 +8941,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
         DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
     }
     DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
+    dl__bump_version(x->grad);
     return true;
 }
 
@@ -8952,6 +8997,42 @@ static dl_tensor *dl__fn_grad(const char *name, dl__node *n, int j, dl_tensor *g
     DL__BE(y)->upload(y->dev_, y->data, f, sizeof(float) * (size_t)gj->numel);
     DL_FREE(v);
     return dl__dev_check(y->dev_, name) == DL_OK ? y : NULL;
+}
+
+/* Node n's backward is about to read what it saved: the inputs (and
+   output) its rule reads, a custom function's dl_fn_save tensors. Each must
+   be at the version it had at record, as PyTorch checks a saved variable. */
+static dl_result dl__saved_ok(const char *name, dl__node *n)
+{
+    int i, j, m = n->fn ? n->nsaved : 8;
+    for (i = 0; i < m; i++) {
+        dl_tensor *t;
+        char what[40], nm[40];
+        if (n->fn) {
+            t = n->saved[i];
+            snprintf(what, sizeof what, "saved tensor %d", i);
+        } else if (i == 7) {
+            t = n->op->reads & DL__RD_OUT ? n->out : NULL;
+            snprintf(what, sizeof what, "the output");
+        } else {
+            bool rd = i < n->nin && (n->op->reads >> i & 1);
+            if (!rd && i < n->nin && (n->op->cross >> i & 1))
+                for (j = 0; j < n->nin; j++) if (j != i && dl__need(n, j)) rd = true;
+            t = rd ? n->in[i] : NULL;
+            snprintf(what, sizeof what, "input %d", i);
+        }
+        if (!t || t->magic_ != DL__MAGIC || *dl__ver(t) == n->ver[i]) continue;
+        nm[0] = 0;
+        if (t->name[0]) snprintf(nm, sizeof nm, " '%.31s'", t->name);
+        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: one of the variables needed for gradient computation has "
+                "been modified by an inplace operation: [%s %s%s, %s] is at version %u; expected "
+                "version %u instead (%s of the op; it was written after the forward, by dl_write, "
+                "dl_fill_, dl_copy_, an optimizer step, dl_load ...: write into a dl_copy() of it, "
+                "or run the backward first)", name, dl__dtype_str(t->dtype), dl__sh(t), nm,
+                dl_device_name(t->device), (unsigned)*dl__ver(t), (unsigned)n->ver[i], what);
+        return DL_ERR_GRAPH;
+    }
+    return DL_OK;
 }
 
 static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
@@ -9020,8 +9101,8 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         }
         for (j = 0; j < n->nin; j++) gp[j] = NULL;
         ctx->in_backward_of = n->fn && n->fn->name ? n->fn->name : n->op->name;
-        if (n->fn) rc = n->fn->backward((dl_fn_ctx *)n, g, gp, n->user);
-        else rc = n->op->backward(n, g, gp);
+        rc = (n->fn ? n->nsaved : n->op->reads | n->op->cross) ? dl__saved_ok(name, n) : DL_OK;
+        if (rc == DL_OK) rc = n->fn ? n->fn->backward((dl_fn_ctx *)n, g, gp, n->user) : n->op->backward(n, g, gp);
         if (!retain) n->released = true;
         if (rc != DL_OK && ctx->nerr == nerr)   /* failed, and said nothing: say which */
             dl__err(ctx, rc, "%s: the backward returned %s without setting an error message", name,
@@ -9156,7 +9237,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     if (i < n || y->node_ || y->step_ == 0 || y->requires_grad) y = dl__view(fn->name ? fn->name : "custom function", NULL, y, y->ndim, y->shape);
     if (!y) return NULL;
     {
-        static const dl__op custom = {"custom function", NULL};
+        static const dl__op custom = {"custom function", NULL, 0, 0};
         if (dl__record(y, &custom, n, inputs, &node) < 0) return NULL;
     }
     if (node) {
@@ -9164,6 +9245,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
         node->user = user;
         node->nsaved = tmp.node.nsaved;
         memcpy(node->saved, tmp.node.saved, sizeof node->saved);
+        memcpy(node->ver, tmp.node.ver, sizeof node->ver);
     }
     return dl__done(y, fn->name ? fn->name : "custom function");
 }
@@ -9175,6 +9257,7 @@ void dl_fn_save(dl_fn_ctx *fc, dl_tensor *t)
         if (t && t->magic_ == DL__MAGIC) dl__err(t->ctx_, DL_ERR_ARG, "dl_fn_save: at most %d tensors", DL__NSAVED);
         return;
     }
+    if (t && t->magic_ == DL__MAGIC) fc->node.ver[fc->node.nsaved] = *dl__ver(t);
     fc->node.saved[fc->node.nsaved++] = t;
 }
 dl_tensor *dl_fn_saved(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nsaved ? fc->node.saved[i] : NULL; }
@@ -9278,18 +9361,18 @@ static dl_result dl__affine_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gi
 /* y = x / s;  dx = g / s */
 static dl_result dl__divs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_div_scalar(g, n->f[0]); return DL_OK; }
 
-static const dl__op dl__op_neg = {"dl_neg", dl__neg_bwd};
-static const dl__op dl__op_exp = {"dl_exp", dl__exp_bwd};
-static const dl__op dl__op_log = {"dl_log", dl__log_bwd};
-static const dl__op dl__op_sqrt = {"dl_sqrt", dl__sqrt_bwd};
-static const dl__op dl__op_abs = {"dl_abs", dl__abs_bwd};
-static const dl__op dl__op_erf = {"dl_erf", dl__erf_bwd};
-static const dl__op dl__op_clamp = {"dl_clamp", dl__clamp_bwd};
-static const dl__op dl__op_relu = {"dl_relu", dl__relu_bwd};
-static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd};
-static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd};
-static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd};
-static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd};
+static const dl__op dl__op_neg = {"dl_neg", dl__neg_bwd, 0, 0};
+static const dl__op dl__op_exp = {"dl_exp", dl__exp_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_log = {"dl_log", dl__log_bwd, 1, 0};
+static const dl__op dl__op_sqrt = {"dl_sqrt", dl__sqrt_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_abs = {"dl_abs", dl__abs_bwd, 1, 0};
+static const dl__op dl__op_erf = {"dl_erf", dl__erf_bwd, 1, 0};
+static const dl__op dl__op_clamp = {"dl_clamp", dl__clamp_bwd, 1, 0};
+static const dl__op dl__op_relu = {"dl_relu", dl__relu_bwd, 1, 0};
+static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd, 1, 0};
+static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd, 1, 0};
 /* y = x s(x), s = sigmoid;  dx = g * s * (1 + x (1 - s)) */
 static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
@@ -9297,10 +9380,10 @@ static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_mul(s, dl_add_scalar(dl_mul(DL__X, dl_rsub_scalar(s, 1.0f)), 1.0f)));
     return DL_OK;
 }
-static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd};
-static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd};
-static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd};
-static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd};
+static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd, 1, 0};
+static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd, 1, 0};
+static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd, 0, 0};
+static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd, 0, 0};
 
 dl_tensor *dl_neg(dl_tensor *a) { return dl__unary("dl_neg", &dl__op_neg, DL__U_NEG, a, 0, 0); }
 dl_tensor *dl_exp(dl_tensor *a) { return dl__unary("dl_exp", &dl__op_exp, DL__U_EXP, a, 0, 0); }
@@ -9424,12 +9507,12 @@ static dl_result dl__minimum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 
-static const dl__op dl__op_add = {"dl_add", dl__add_bwd};
-static const dl__op dl__op_sub = {"dl_sub", dl__sub_bwd};
-static const dl__op dl__op_mul = {"dl_mul", dl__mul_bwd};
-static const dl__op dl__op_div = {"dl_div", dl__div_bwd};
-static const dl__op dl__op_maximum = {"dl_maximum", dl__maximum_bwd};
-static const dl__op dl__op_minimum = {"dl_minimum", dl__minimum_bwd};
+static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0};
+static const dl__op dl__op_sub = {"dl_sub", dl__sub_bwd, 0, 0};
+static const dl__op dl__op_mul = {"dl_mul", dl__mul_bwd, 0, 3};
+static const dl__op dl__op_div = {"dl_div", dl__div_bwd, 2 | DL__RD_OUT, 0};
+static const dl__op dl__op_maximum = {"dl_maximum", dl__maximum_bwd, 3, 0};
+static const dl__op dl__op_minimum = {"dl_minimum", dl__minimum_bwd, 3, 0};
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_add", &dl__op_add, DL__B_ADD, a, b); }
 dl_tensor *dl_sub(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_sub", &dl__op_sub, DL__B_SUB, a, b); }
@@ -9451,6 +9534,7 @@ static dl_tensor *dl__view(const char *name, const dl__op *op, dl_tensor *t, int
     y = dl__make(t->dev_, name, t->dtype, ndim, shape, false, t->data);
     if (!y) return NULL;
     t->viewed_ = true;
+    y->vbase_ = t->vbase_ ? t->vbase_ : t;
     if (op && dl__record(y, op, 1, &t, &n) < 0) return NULL;
     return y;
 }
@@ -9461,7 +9545,7 @@ static dl_result dl__reshape_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_reshape(g, dl__shape_of(DL__X));
     return DL_OK;
 }
-static const dl__op dl__op_reshape = {"dl_reshape", dl__reshape_bwd};
+static const dl__op dl__op_reshape = {"dl_reshape", dl__reshape_bwd, 0, 0};
 
 dl_tensor *dl_reshape(dl_tensor *t, dl_shape shape)
 {
@@ -9583,7 +9667,7 @@ static dl_result dl__permute_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_permute(g, inv);
     return DL_OK;
 }
-static const dl__op dl__op_permute = {"dl_permute", dl__permute_bwd};
+static const dl__op dl__op_permute = {"dl_permute", dl__permute_bwd, 0, 0};
 
 dl_tensor *dl_permute(dl_tensor *t, dl_shape perm)
 {
@@ -9650,8 +9734,8 @@ static dl_result dl__unnarrow_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_narrow(g, (int)n->i[0], n->i[1], DL__X->shape[n->i[0]]);
     return DL_OK;
 }
-static const dl__op dl__op_narrow = {"dl_narrow", dl__narrow_bwd};
-static const dl__op dl__op_unnarrow = {"dl_narrow_backward", dl__unnarrow_bwd};
+static const dl__op dl__op_narrow = {"dl_narrow", dl__narrow_bwd, 0, 0};
+static const dl__op dl__op_unnarrow = {"dl_narrow_backward", dl__unnarrow_bwd, 0, 0};
 
 dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t len)
 {
@@ -9710,7 +9794,7 @@ static dl_result dl__cat_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     }
     return DL_OK;
 }
-static const dl__op dl__op_cat = {"dl_cat", dl__cat_bwd};
+static const dl__op dl__op_cat = {"dl_cat", dl__cat_bwd, 0, 0};
 
 dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
 {
@@ -9795,7 +9879,7 @@ static dl_result dl__expand_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__sum_like(g, DL__X);
     return DL_OK;
 }
-static const dl__op dl__op_expand = {"dl_expand", dl__expand_bwd};
+static const dl__op dl__op_expand = {"dl_expand", dl__expand_bwd, 0, 0};
 
 dl_tensor *dl_expand(dl_tensor *t, dl_shape shape)
 {
@@ -9943,7 +10027,7 @@ static dl_result dl__sum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_expand(dl_reshape(g, dl_shape_make(DL__X->ndim, ks)), dl__shape_of(DL__X));
     return DL_OK;
 }
-static const dl__op dl__op_sum = {"dl_sum", dl__sum_bwd};
+static const dl__op dl__op_sum = {"dl_sum", dl__sum_bwd, 0, 0};
 
 static int64_t dl__mask_bits(const bool *mask, int nd)
 {
@@ -10008,7 +10092,7 @@ static dl_result dl__max_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     }
     return DL_OK;
 }
-static const dl__op dl__op_max = {"dl_max", dl__max_bwd};
+static const dl__op dl__op_max = {"dl_max", dl__max_bwd, 1 | DL__RD_OUT, 0};
 
 dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim)
 {
@@ -10125,7 +10209,7 @@ static dl_result dl__mm_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
         gin[1] = dl__sum_like(tb ? dl__mm(g, a, true, ta) : dl__mm(a, g, !ta, false), b);
     return DL_OK;
 }
-static const dl__op dl__op_mm = {"dl_matmul", dl__mm_bwd};
+static const dl__op dl__op_mm = {"dl_matmul", dl__mm_bwd, 0, 3};
 
 static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
 {
@@ -10256,8 +10340,8 @@ static dl_result dl__log_softmax_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_sub(g, dl_mul(dl_exp(DL__Y), dl_sum(g, dl__dims1(dim), true)));
     return DL_OK;
 }
-static const dl__op dl__op_softmax = {"dl_softmax", dl__softmax_bwd};
-static const dl__op dl__op_log_softmax = {"dl_log_softmax", dl__log_softmax_bwd};
+static const dl__op dl__op_softmax = {"dl_softmax", dl__softmax_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_log_softmax = {"dl_log_softmax", dl__log_softmax_bwd, DL__RD_OUT, 0};
 
 static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_tensor *t, int dim)
 {
@@ -10391,7 +10475,7 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[2] = db;
     return dl__dev_check(x->dev_, "dl_batch_norm");
 }
-static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd};
+static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 
 /* layer norm over the last k dims */
 static dl_result dl__ln_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -10431,7 +10515,7 @@ static dl_result dl__ln_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[2] = db;
     return dl__dev_check(x->dev_, "dl_layer_norm");
 }
-static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd};
+static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd, 3, 0};
 
 /* records the normalization node */
 static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *y, dl_tensor *x,
@@ -10543,6 +10627,8 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
         k->unary(x->dev_, DL__U_AFFINE, rv, rv, C, 1.0f - momentum, 0.0f);
         k->axpy(x->dev_, rv, (const float *)var->data, C,
                 (float)((double)momentum * (double)cnt / (double)(cnt - 1)));
+        dl__bump_version(running_mean);
+        dl__bump_version(running_var);
     }
     return y;
 }
@@ -10873,7 +10959,7 @@ static dl_result dl__nn_bcep_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
                                   dl_clamp(dl_log(p), -100.0f, INFINITY)));
     return DL_OK;
 }
-static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd};
+static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd, 3, 0};
 static dl_tensor *dl__bce_prob_raw(dl_tensor *p, dl_tensor *y)
 {
     dl_tensor *l, *in[2];
@@ -10920,7 +11006,7 @@ static dl_result dl__nn_bce_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl_neg(dl_mul(g, n->in[0]));
     return DL_OK;
 }
-static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd};
+static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd, 1, 2};
 
 static dl_tensor *dl__bce_logits_raw(dl_tensor *x, dl_tensor *y)
 {
@@ -11199,9 +11285,9 @@ static dl_result dl__convW_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl__conv_run(a, g, NULL, &cp, b->shape + 2);
     return DL_OK;
 }
-static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd};
-static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd};
-static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd};
+static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
+static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd, 0, 3};
+static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd, 0, 3};
 
 /* Through the backend's Winograd entries (conv_wg, all n samples at once)
    when they take the conv, else its padded-grid entries, chunk by chunk
@@ -11682,9 +11768,9 @@ static dl_result dl__gather_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape);
     return DL_OK;
 }
-static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd};
-static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd};
-static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd};
+static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd, 0, 0};
+static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd, 0, 0};
+static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd, 0, 0};
 
 /* g (N,C,ob...) scattered to (N,C,ia...) at idx (N,C,ob...) */
 static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape)
@@ -11741,8 +11827,8 @@ static dl_result dl__avgpool_adj_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__avgpool_run(g, &pp, n->in[0]->shape + 2);
     return DL_OK;
 }
-static const dl__op dl__op_avgpool = {"dl_avg_pool", dl__avgpool_bwd};
-static const dl__op dl__op_avgpool_adj = {"dl_avg_pool_backward", dl__avgpool_adj_bwd};
+static const dl__op dl__op_avgpool = {"dl_avg_pool", dl__avgpool_bwd, 0, 0};
+static const dl__op dl__op_avgpool_adj = {"dl_avg_pool_backward", dl__avgpool_adj_bwd, 0, 0};
 
 static void dl__pgeom_from(dl__pgeom *g, const dl__pparam *pp, const int64_t *ia, const int64_t *ob)
 {
@@ -11978,6 +12064,9 @@ dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape s) { return dl__adaptiv
 
 #define DL__MOD_MAGIC 0x444c4d44u
 #define DL__NAME_MAX 64
+/* the module tree's walks stop at this depth with an error (a chain of
+   modules deeper than any model: their recursion stays bounded) */
+#define DL__MOD_DEPTH 256
 
 typedef struct dl__mtensor { char name[DL__NAME_MAX]; dl_tensor *t; bool param; } dl__mtensor;
 typedef struct dl__mchild { char name[DL__NAME_MAX]; dl_module *m; } dl__mchild;
@@ -12134,7 +12223,7 @@ static bool dl__mod_contains(const dl_module *root, const dl_module *x, int dept
 {
     int i;
     if (root == x) return true;
-    if (depth > 256) return true;     /* treat absurd depth as a cycle */
+    if (depth > DL__MOD_DEPTH) return true;     /* treat absurd depth as a cycle */
     for (i = 0; i < root->nc; i++)
         if (dl__mod_contains(root->cs[i].m, x, depth + 1)) return true;
     return false;
@@ -12179,15 +12268,25 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
     return m->forward(m, x);
 }
 
-static void dl__mod_train(dl_module *m, bool on, int depth)
+static void dl__mod_deep(dl_module *m, const char *fn)
 {
-    int i;
-    if (depth > 256) return;
-    m->training = on;
-    for (i = 0; i < m->nc; i++) dl__mod_train(m->cs[i].m, on, depth + 1);
+    dl__err(m->ctx, DL_ERR_ARG, "%s: %s: the module tree is more than %d modules deep", fn, m->type,
+            DL__MOD_DEPTH);
 }
 
-void dl_module_train(dl_module *m, bool on) { if (dl__mod_ok(m)) dl__mod_train(m, on, 0); }
+static bool dl__mod_train(dl_module *m, bool on, int depth)
+{
+    int i;
+    if (depth > DL__MOD_DEPTH) return false;
+    m->training = on;
+    for (i = 0; i < m->nc; i++) if (!dl__mod_train(m->cs[i].m, on, depth + 1)) return false;
+    return true;
+}
+
+void dl_module_train(dl_module *m, bool on)
+{
+    if (dl__mod_ok(m) && !dl__mod_train(m, on, 0)) dl__mod_deep(m, "dl_module_train");
+}
 
 dl_result dl_module_to(dl_module *m, dl_device dev)
 {
@@ -12248,7 +12347,7 @@ dl_tensor *dl_module_get(dl_module *m, const char *path)
 }
 
 typedef struct dl__nwalk {
-    bool params_only, fill;
+    bool params_only, fill, deep;
     int count;
     size_t bytes, maxpath;            /* name bytes with the NULs; longest prefix */
     dl_named_tensor *out;
@@ -12259,7 +12358,7 @@ typedef struct dl__nwalk {
 static void dl__nwalk_mod(const dl_module *m, size_t plen, dl__nwalk *w, int depth)
 {
     int pass, i;
-    if (depth > 256) return;
+    if (depth > DL__MOD_DEPTH) { w->deep = true; return; }
     if (plen > w->maxpath) w->maxpath = plen;
     for (pass = 0; pass < 2; pass++) {
         if (pass == 1 && w->params_only) break;
@@ -12309,6 +12408,7 @@ static int dl__named(dl_module *m, bool params_only, dl__ncache *c, const dl_nam
     memset(&w, 0, sizeof w);
     w.params_only = params_only;
     dl__nwalk_mod(m, 0, &w, 0);
+    if (w.deep) { dl__mod_deep(m, params_only ? "named_parameters" : "state_dict"); return -1; }
     arr = c->v;
     if (!dl__grow(m->ctx, &arr, &c->cap, w.count + 1, sizeof(dl_named_tensor))) return -1;
     c->v = (dl_named_tensor *)arr;
@@ -12416,11 +12516,13 @@ int64_t dl_fan_out(const dl_tensor *w)
 static void dl__fill_uniform(dl_tensor *t, double lo, double hi)
 {
     dl__fill_rand(t, DL__RAND_UNIFORM, (float)lo, (float)hi);
+    dl__bump_version(t);
 }
 
 static void dl__fill_normal(dl_tensor *t, double mean, double std)
 {
     dl__fill_rand(t, DL__RAND_NORMAL, (float)mean, (float)std);
+    dl__bump_version(t);
 }
 
 void dl_init_uniform(dl_tensor *t, float lo, float hi)
@@ -12435,7 +12537,9 @@ void dl_init_normal(dl_tensor *t, float mean, float std)
 
 void dl_init_constant(dl_tensor *t, float v)
 {
-    if (dl__init_ok("dl_init_constant", t)) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    if (!dl__init_ok("dl_init_constant", t)) return;
+    DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    dl__bump_version(t);
 }
 
 /* fan_in and fan_out, or false with an error for tensors with < 2 dims */
@@ -13193,6 +13297,7 @@ dl_result dl_optim_step(dl_optim *o)
                                  (float *)o->s[1][i]->data,
                                  o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL, p->numel, &a);
         }
+        dl__bump_version(p);
         o->pstep[i]++;
     }
     o->steps++;
@@ -13279,7 +13384,10 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
         if (c < 1.0f)
             for (i = 0; i < n; i++) {
                 dl_tensor *p = m->scratch[i];
-                if (p->grad) DL__BE(p)->scale(p->dev_, (float *)p->grad->data, p->numel, c);
+                if (p->grad) {
+                    DL__BE(p)->scale(p->dev_, (float *)p->grad->data, p->numel, c);
+                    dl__bump_version(p->grad);
+                }
             }
         total = tot;
     }
@@ -14204,24 +14312,40 @@ static bool dl__little_endian(void)
 
 /* what the loader expects: a module tensor, or an optimizer int64 scalar / state tensor */
 typedef struct dl__st_want {
-    char name[192];
+    const char *name;                 /* any length (in the block after the array) */
     dl_tensor *t;                     /* tensor to fill, or NULL for an int64 scalar */
     int64_t *scalar;                  /* where an I64 scalar goes */
     dl__st_entry *found;
 } dl__st_want;
 
-/* optimizer parameter i's name: its state_dict name in m, else "param<i>" */
-static void dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_tensor *sd,
-                          char *out, size_t n)
+/* optimizer parameter i's name: its state_dict name in m, else "param<i>" (in buf) */
+static const char *dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_tensor *sd,
+                                 char *buf, size_t n)
 {
     int j;
     for (j = 0; j < nmod; j++)
-        if (sd[j].t == o->p[i]) { snprintf(out, n, "%s", sd[j].name); return; }
-    snprintf(out, n, "param%d", i);
+        if (sd[j].t == o->p[i]) return sd[j].name;
+    snprintf(buf, n, "param%d", i);
+    return buf;
 }
 
-/* The list of names (and targets) that a checkpoint of m (+o) holds. */
-static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t *steps_slot)
+/* "<a><b><c><d>" into the names block at *at (sized for it); the name */
+static const char *dl__st_name(char **at, const char *a, const char *b, const char *c, const char *d)
+{
+    char *s = *at;
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c), ld = strlen(d);
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb);
+    memcpy(s + la + lb, c, lc);
+    memcpy(s + la + lb + lc, d, ld + 1);
+    *at = s + la + lb + lc + ld + 1;
+    return s;
+}
+
+/* The list of names (and targets) that a checkpoint of m (+o) holds; NULL
+   with an error (op, label name the call in it). */
+static dl__st_want *dl__st_wants(const char *op, const char *label, dl_module *m, dl_optim *o, int *count,
+                                 int64_t *steps_slot)
 {
     dl_ctx *ctx = m->ctx;
     /* the state_dict in a cache of its own: the caller's dl_module_state_dict
@@ -14231,30 +14355,47 @@ static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t 
     int nmod, n, i, k, ns = 0, w = 0;
     const char *const *sn = NULL;
     dl__st_want *ws;
-    char pn[128];
+    char pbuf[32], *at;
+    const char *pn;
+    size_t bytes = 0;
     memset(&c, 0, sizeof c);
     nmod = dl__named(m, false, &c, &sd);
     if (o) ns = dl__opt_nstate(o, &sn);
     n = nmod + (o ? 1 + o->n * (1 + ns) : 0);
-    ws = nmod < 0 ? NULL : (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1));
+    /* one block: the array, then every name (no length limit: a module path
+       is as long as the tree is deep) */
+    for (i = 0; i < nmod; i++) bytes += strlen(sd[i].name) + 1;
+    if (o) {
+        bytes += sizeof "optim.step";
+        for (i = 0; i < o->n; i++) {
+            size_t pl = strlen(dl__opt_pname(o, i, nmod, sd, pbuf, sizeof pbuf));
+            bytes += pl + sizeof "optim..step";
+            for (k = 0; k < ns; k++) bytes += pl + strlen(sn[k]) + sizeof "optim..";
+        }
+    }
+    ws = nmod < 0 ? NULL : (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1) + bytes);
     if (!ws) {
+        char why[sizeof ctx->msg];
+        snprintf(why, sizeof why, "%s", nmod >= 0 ? "out of memory" : ctx->msg);
+        dl__err(ctx, nmod >= 0 ? DL_ERR_OOM : ctx->err, "%s: %s: %s", op, label, why);
         DL_FREE(c.v); DL_FREE(c.names);
         return NULL;
     }
     memset(ws, 0, sizeof(dl__st_want) * (size_t)(n + 1));
+    at = (char *)(ws + n + 1);
     for (i = 0; i < nmod; i++) {
-        snprintf(ws[w].name, sizeof ws[w].name, "%s", sd[i].name);
+        ws[w].name = dl__st_name(&at, sd[i].name, "", "", "");
         ws[w++].t = sd[i].t;
     }
     if (o) {
-        snprintf(ws[w].name, sizeof ws[w].name, "optim.step");
+        ws[w].name = dl__st_name(&at, "optim.step", "", "", "");
         ws[w++].scalar = steps_slot;
         for (i = 0; i < o->n; i++) {
-            dl__opt_pname(o, i, nmod, sd, pn, sizeof pn);
-            snprintf(ws[w].name, sizeof ws[w].name, "optim.%s.step", pn);
+            pn = dl__opt_pname(o, i, nmod, sd, pbuf, sizeof pbuf);
+            ws[w].name = dl__st_name(&at, "optim.", pn, ".step", "");
             ws[w++].scalar = &o->pstep[i];
             for (k = 0; k < ns; k++) {
-                snprintf(ws[w].name, sizeof ws[w].name, "optim.%s.%s", pn, sn[k]);
+                ws[w].name = dl__st_name(&at, "optim.", pn, ".", sn[k]);
                 ws[w++].t = o->s[k][i];
             }
         }
@@ -14348,8 +14489,8 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
             return DL_ERR_ARG;
         }
     steps = o ? o->steps : 0;
-    ws = dl__st_wants(m, o, &n, &steps);
-    if (!ws) { dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, path); return DL_ERR_OOM; }
+    ws = dl__st_wants(op, path, m, o, &n, &steps);
+    if (!ws) return ctx->err;
     /* header */
     memset(&b, 0, sizeof b);
     dl__sb_str(&b, "{");
@@ -14714,8 +14855,8 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         goto done;
     }
     /* what we expect */
-    ws = dl__st_wants(m, o, &nw, &steps);
-    if (!ws) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); goto done; }
+    ws = dl__st_wants(op, label, m, o, &nw, &steps);
+    if (!ws) { rc = ctx->err; goto done; }
     for (i = 0; i < nw; i++) {
         dl__st_want *w = &ws[i];
         dl__st_entry *e = NULL;
@@ -14823,6 +14964,7 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         for (i = 0; i < nw; i++) {
             dl__st_want *w = &ws[i];
             if (!w->t) { dl__read_le(w->scalar, data + w->found->begin, 8, 1); continue; }
+            dl__bump_version(w->t);
             if (dl__host_ok(w->t)) {
                 dl__read_le(w->t->data, data + w->found->begin, dl__esize(w->t->dtype), w->t->numel);
                 continue;
@@ -16291,7 +16433,8 @@ dl_result dl_allreduce(dl_tensor *const *t, int n, dl_reduce_op op)
     dl_result rc = dl__replicas("dl_allreduce", t, n, true, &R);
     if (rc != DL_OK) return rc;
     if (!dl__reduce_op_ok(t[0]->ctx_, "dl_allreduce", (int)op)) return DL_ERR_ARG;
-    return dl__ring_allreduce(&R, t[0]->ctx_, "dl_allreduce", op == DL_REDUCE_MEAN ? 1.0f / (float)n : 1.0f);
+    return dl__bump_list(dl__ring_allreduce(&R, t[0]->ctx_, "dl_allreduce", op == DL_REDUCE_MEAN ? 1.0f / (float)n : 1.0f),
+                         t, n, -1);
 }
 
 dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
@@ -16303,7 +16446,7 @@ dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
         dl__err(t[0]->ctx_, DL_ERR_ARG, "dl_broadcast: root=%d; it must index the list (0..%d)", root, n - 1);
         return DL_ERR_ARG;
     }
-    return dl__ring_broadcast(&R, t[0]->ctx_, "dl_broadcast", root);
+    return dl__bump_list(dl__ring_broadcast(&R, t[0]->ctx_, "dl_broadcast", root), t, n, root);
 }
 
 /* ---- communicators */
@@ -17039,8 +17182,9 @@ dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op
     dl_result rc = dl__comm_replicas(c, "dl_comm_allreduce", t, n, true, &R);
     if (rc != DL_OK) return rc;
     if (!dl__reduce_op_ok(t[0]->ctx_, "dl_comm_allreduce", (int)op)) return DL_ERR_ARG;
-    return dl__comm_allreduce(c, "dl_comm_allreduce", &R, t[0]->ctx_,
-                              op == DL_REDUCE_MEAN ? 1.0f / ((float)n * (float)dl_comm_size(c)) : 1.0f);
+    rc = dl__comm_allreduce(c, "dl_comm_allreduce", &R, t[0]->ctx_,
+                            op == DL_REDUCE_MEAN ? 1.0f / ((float)n * (float)dl_comm_size(c)) : 1.0f);
+    return dl__bump_list(rc, t, n, -1);
 }
 
 static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx *ctx, int root)
@@ -17101,7 +17245,8 @@ dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root)
                 "(0..%d)", root, dl_comm_size(c) - 1);
         return DL_ERR_ARG;
     }
-    return dl__comm_bcast(c, "dl_comm_broadcast", &R, t[0]->ctx_, root);
+    rc = dl__comm_bcast(c, "dl_comm_broadcast", &R, t[0]->ctx_, root);
+    return dl__bump_list(rc, t, n, dl_comm_rank(c) == root ? 0 : -1);
 }
 
 dl_result dl_comm_barrier(dl_comm *c)
@@ -17415,7 +17560,7 @@ static dl_result dl__ddp_move(dl_ddp *dp, int i, float *f, int64_t lo, int64_t h
         if (a < e) {
             float *g = x->grad ? (float *)x->grad->data + (a - pos) : NULL;
             size_t bytes = sizeof(float) * (size_t)(e - a);
-            if (!pack) { if (g) d->be->copy(d, g, f + (a - lo), bytes); }
+            if (!pack) { if (g) { d->be->copy(d, g, f + (a - lo), bytes); dl__bump_version(x->grad); } }
             else if (g) d->be->copy(d, f + (a - lo), g, bytes);
             else d->be->fill(d, f + (a - lo), e - a, 0.0f);
         }
@@ -17609,8 +17754,10 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
 #endif
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x = dp->p[j];
-        if (x->grad && x->numel)
+        if (x->grad && x->numel) {
             d->be->upload(d, x->grad->data, dp->hflat + dp->pos[j], sizeof(float) * (size_t)x->numel);
+            dl__bump_version(x->grad);
+        }
     }
     return dl__dev_check(d, op);
 }

@@ -4,7 +4,8 @@
    gradients, loader errors, checkpoint writes, optimizer values, messages of
    NULL returns, huge convolutions, the error message's lifetime, gzip bombs,
    use after dl_free, thread counts, names that would break a DOT file,
-   custom functions' gradients of another dtype or device. */
+   custom functions' gradients of another dtype or device, checkpoints of
+   deeply nested models. */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -707,6 +708,106 @@ static void test_custom_grad_checks(void)
     dl_ctx_free(ctx);
 }
 
+/* 15. checkpoints of deeply nested models: names of any length save and
+   load (model and optimizer state; they were cut at 191 bytes when written
+   and read, so dl_load found keys twice and safetensors' loader refused the
+   file); a tree deeper than the walks go is refused, not listed in part */
+static const float WV8[8] = {1, -2, 3, .5f, -1, 2, .25f, 4};
+
+static bool same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int ca = 0, cb = 0;
+    bool same = fa && fb;
+    while (same && (ca = fgetc(fa)) == (cb = fgetc(fb)) && ca != EOF) {}
+    same = same && ca == cb;
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+static dl_module *deep_model(dl_ctx *ctx, int depth, char *longest, size_t cap)
+{
+    dl_module *root = dl_nn_sequential(ctx, 0, NULL), *cur = root, *c;
+    char name[80];
+    size_t len = 0;
+    int i;
+    for (i = 0; i < depth && i < 1000; i++) {
+        /* 63 characters, the longest a child name may be, unique per level */
+        snprintf(name, sizeof name, "level_%03d_a_long_child_name_as_a_generated_model_might_have_xyz", i);
+        c = dl_module_add(cur, name, dl_nn_sequential(ctx, 0, NULL));
+        if (!c) return NULL;
+        if (longest && len + 65 < cap) { memcpy(longest + len, name, 63); longest[len + 63] = '.'; len += 64; }
+        cur = c;
+    }
+    if (!dl_module_add(cur, "fc", dl_nn_linear(ctx, 4, 3, true))) return NULL;
+    if (longest) snprintf(longest + len, cap - len, "fc.weight");
+    return root;
+}
+
+static void test_deep_checkpoint(void)
+{
+    dl_ctx *ctx = new_ctx();
+    const char *p1 = tmp("deep1.safetensors"), *p2 = tmp("deep2.safetensors"), *pm = tmp("deep_m.safetensors");
+    char longest[4096], cmd[8192];
+    dl_module *m = deep_model(ctx, 40, longest, sizeof longest), *m2 = deep_model(ctx, 40, NULL, 0), *big;
+    dl_adam_desc ad;
+    dl_optim *o, *o2;
+    dl_tensor *x = dl_from_array(ctx, DL_SHAPE(2, 4), WV8), *w, *w2;
+    const dl_named_tensor *sd;
+    int n;
+    memset(&ad, 0, sizeof ad);
+    CHECK(m && m2, "40-deep models built: %s", dl_error_message(ctx));
+    if (!m || !m2) { dl_ctx_free(ctx); return; }
+    o = dl_adam(m, &ad);
+    o2 = dl_adam(m2, &ad);
+    n = dl_module_state_dict(m, &sd);
+    CHECK(n == 2 && strcmp(sd[0].name, longest) == 0 && strlen(longest) == 40 * 64 + 9,
+          "state_dict names of %d bytes: %d entries", (int)strlen(longest), n);
+    /* a step, so that Adam has state under the long names */
+    CHECK(dl_backward(dl_sum(dl_module_forward(m, x), DL_ALL, false)) == DL_OK && dl_optim_step(o) == DL_OK,
+          "a step: %s", dl_error_message(ctx));
+    CHECK(dl_save(p1, m, o) == DL_OK, "save: %s", dl_error_message(ctx));
+    CHECK(dl_save_module(pm, m) == DL_OK, "save_module: %s", dl_error_message(ctx));
+    /* into a fresh model and optimizer: saved again, the same bytes */
+    CHECK(dl_load(p1, m2, o2) == DL_OK, "load: %s", dl_error_message(ctx));
+    CHECK(dl_save(p2, m2, o2) == DL_OK, "save again: %s", dl_error_message(ctx));
+    CHECK(same_file(p1, p2), "the loaded model and optimizer save the same file");
+    w = dl_module_get(m, longest);
+    w2 = dl_module_get(m2, longest);
+    dl_no_grad_begin(ctx);
+    dl_fill_(w2, 0.0f);
+    dl_no_grad_end(ctx);
+    CHECK(dl_load_module(pm, m2) == DL_OK, "load_module: %s", dl_error_message(ctx));
+    CHECK(w && w2 && th_same_bytes(w, w2), "the weight under the longest name loaded");
+    /* safetensors' own reader, when Python has it: every key whole */
+    if (system("python3 -c 'import safetensors, numpy' >/dev/null 2>&1") == 0) {
+        /* 9 keys: weight, bias, optim.step, and per parameter step, exp_avg,
+           exp_avg_sq; the longest optim.<weight's name>.exp_avg_sq */
+        snprintf(cmd, sizeof cmd, "python3 -c \"import sys; from safetensors.numpy import load_file; "
+                 "d = load_file(sys.argv[1]); ks = list(d); "
+                 "sys.exit(0 if len(ks) == 9 and max(map(len, ks)) == %d and d[sys.argv[2]].shape == (3, 4) else 1)\" "
+                 "'%s' '%s'", (int)(strlen(longest) + strlen("optim..exp_avg_sq")), p1, longest);
+        fflush(stdout);
+        CHECK(system(cmd) == 0, "safetensors.numpy.load_file reads %s with its %d-byte names", p1, (int)strlen(longest));
+    } else {
+        SKIP("python3 with safetensors and numpy not available: the file was checked here only");
+    }
+    /* a tree deeper than 256 modules: refused with a message, no file written */
+    big = deep_model(ctx, 300, NULL, 0);
+    CHECK(big != NULL, "a 300-deep chain builds: %s", dl_error_message(ctx));
+    CHECK(dl_module_state_dict(big, &sd) == -1, "its state_dict is refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "state_dict: Sequential: the module tree is more than 256 modules deep");
+    remove(tmp("deep3.safetensors"));
+    CHECK(dl_save_module(tmp("deep3.safetensors"), big) != DL_OK, "its save is refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_save_module: build/hardening_tmp/deep3.safetensors: state_dict: Sequential: "
+               "the module tree is more than 256 modules deep");
+    CHECK(access(tmp("deep3.safetensors"), F_OK) != 0, "and nothing written");
+    dl_module_train(big, false);
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_module_train: Sequential: the module tree is more than 256 modules deep");
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -726,5 +827,6 @@ int main(void)
     test_threads_clamped();
     test_dot_names();
     test_custom_grad_checks();
+    test_deep_checkpoint();
     TEST_END();
 }
