@@ -522,7 +522,7 @@
        dl_ddp                     opaque: DistributedDataParallel over replicas
        dl_ddp_desc                data-parallel settings: communicator, bucket size ...
        dl_ddp_loss_fn             loss callback: (module, x, y, user) -> loss
-       dl_ddp_init                DDP(model): check replicas, broadcast rank 0's state
+       dl_ddp_init                DDP(model): check replicas and ranks, broadcast rank 0's state
        dl_ddp_step                split a batch, forward/backward per replica, allreduce, step
        dl_ddp_sync_grads          allreduce the gradients in buckets (after your own backward)
        dl_ddp_check               replicas still identical (checksums; DL_DEBUG does it each step)
@@ -1440,9 +1440,12 @@ DL_API dl_result dl_broadcast(dl_tensor *const *t, int n, int root);
    reduction runs over all of them: in-process ring, then across processes,
    then a broadcast back to the local replicas (the same bits everywhere).
    DL_COMM_LOCAL: one process (rank 0 of 1). DL_COMM_MPI (-DDL_MPI, launch
-   with mpirun): MPI_Init if nobody did; a peer that stops answering fails
-   the call after `timeout` seconds instead of hanging (the communicator is
-   then unusable). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
+   with mpirun): MPI_Init if nobody did; MPI errors come back as results
+   (MPI_ERRORS_RETURN on the communicator, point-to-point messages only: a
+   rank handed more than it expects fails with MPI_ERR_TRUNCATE, the job
+   goes on); a peer that stops answering fails the call after `timeout`
+   seconds instead of hanging (the communicator is then unusable in both
+   cases). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
    unique id goes over MPI, else a 1-rank communicator). DL_COMM_THREADS:
    the ranks are threads of this process, each with its own context (a
    context is single-threaded), so their replicas train at the same time:
@@ -1477,7 +1480,12 @@ DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_i
 /* Data-parallel training: n replicas of one model (built n times, each
    moved to its own device, same parameter names and shapes), each with its
    optimizer. dl_ddp_init copies replica 0's parameters and buffers to the
-   others (and process rank 0's to every process). dl_ddp_step splits the
+   others (and process rank 0's to every process). Across ranks it first
+   checks that every rank holds the same model (as PyTorch's DDP does): each
+   state_dict entry's name, dtype, shape and kind, in order, against rank
+   0's; a difference fails dl_ddp_init on every rank with one message naming
+   the first difference (DL_ERR_SHAPE), and the communicator stays usable.
+   dl_ddp_step splits the
    batch along dim 0 (near-equal parts, the first ones one row larger),
    runs loss(replica, x part, y part) and backward on each replica, sums the
    gradients weighted by each part's share of the batch (bucketed into flat
@@ -16642,7 +16650,10 @@ static bool dl__mpi_start(dl_comm *c)
     int inited = 0, rc;
     char es[MPI_MAX_ERROR_STRING];
     int el = 0;
-    MPI_Initialized(&inited);
+    if (MPI_Initialized(&inited) != MPI_SUCCESS) {
+        dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_init: MPI_Initialized failed");
+        return false;
+    }
     if (!inited) {
         rc = MPI_Init(NULL, NULL);
         if (rc != MPI_SUCCESS) {
@@ -16657,9 +16668,15 @@ static bool dl__mpi_start(dl_comm *c)
         if (c->mpi_inited) MPI_Finalize();
         return false;
     }
-    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);   /* errors come back, no abort */
-    MPI_Comm_rank(c->mpi, &c->rank);
-    MPI_Comm_size(c->mpi, &c->size);
+    /* errors come back, no abort (every call on c->mpi is point to point:
+       see dl__mpi_bcast) */
+    if (MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+        MPI_Comm_rank(c->mpi, &c->rank) != MPI_SUCCESS || MPI_Comm_size(c->mpi, &c->size) != MPI_SUCCESS) {
+        dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_init: MPI_Comm_set_errhandler/rank/size failed");
+        MPI_Comm_free(&c->mpi);
+        if (c->mpi_inited) MPI_Finalize();
+        return false;
+    }
     return true;
 }
 
@@ -16669,15 +16686,21 @@ static bool dl__mpi_wait(dl_comm *c, const char *op, int nrq, MPI_Request *rq, i
 {
     double t0 = MPI_Wtime();
     long spins = 0;
+    MPI_Status st[32];                /* nrq <= 32 */
     for (;;) {
-        int done = 0, rc = MPI_Testall(nrq, rq, &done, MPI_STATUSES_IGNORE);
+        int done = 0, rc = MPI_Testall(nrq, rq, &done, st), i;
         if (rc != MPI_SUCCESS) {
             char es[MPI_MAX_ERROR_STRING];
-            int el = 0;
+            int el = 0, cls = 0;
+            for (i = 0; rc == MPI_ERR_IN_STATUS && i < nrq; i++)   /* the request's own error */
+                if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) rc = st[i].MPI_ERROR;
             MPI_Error_string(rc, es, &el);
+            MPI_Error_class(rc, &cls);
             c->broken = true;
-            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI error talking to rank %d/%d: %s",
-                    op, c->rank, c->size, left, right, es);
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI error talking to rank %d/%d: %s%s",
+                    op, c->rank, c->size, left, right, es, cls == MPI_ERR_TRUNCATE ? " (a message longer "
+                    "than this rank expects: the ranks passed different sizes); this communicator cannot "
+                    "be used again" : "; this communicator cannot be used again");
             return false;
         }
         if (done) return true;
@@ -16773,6 +16796,39 @@ static int dl__mpi_async_run(dl_comm *c, const char *op, dl__mpi_async *a, bool 
             a->k++;
         }
     }
+}
+
+/* bytes at h from root to every process: a binomial tree of point-to-point
+   messages in chunks of 64 MiB. Not MPI_Ibcast: Open MPI reports a failed
+   nonblocking collective (a size mismatch: MPI_ERR_TRUNCATE) to
+   MPI_COMM_WORLD's handler, which aborts the job; a point-to-point error
+   comes back through c->mpi's MPI_ERRORS_RETURN. */
+static bool dl__mpi_bcast(dl_comm *c, const char *op, unsigned char *h, size_t bytes, int root)
+{
+    int P = c->size, vr = (c->rank - root + P) % P, mask, ns, to[32];
+    size_t o;
+    MPI_Request rq[32];
+    for (o = 0; o < bytes; o += (size_t)1 << 26) {
+        int m = (int)(bytes - o < ((size_t)1 << 26) ? bytes - o : ((size_t)1 << 26)), from = -1;
+        for (mask = 1; mask < P; mask <<= 1)
+            if (vr & mask) { from = (vr - mask + root) % P; break; }
+        if (from >= 0) {              /* from the parent, then on to the children */
+            if (MPI_Irecv(h + o, m, MPI_BYTE, from, 5, c->mpi, &rq[0]) != MPI_SUCCESS) goto fail;
+            if (!dl__mpi_wait(c, op, 1, rq, from, from)) return false;
+        }
+        for (ns = 0, mask >>= 1; mask > 0; mask >>= 1)
+            if (vr + mask < P) {
+                to[ns] = (vr + mask + root) % P;
+                if (MPI_Isend(h + o, m, MPI_BYTE, to[ns], 5, c->mpi, &rq[ns]) != MPI_SUCCESS) goto fail;
+                ns++;
+            }
+        if (ns && !dl__mpi_wait(c, op, ns, rq, to[0], to[ns - 1])) return false;
+    }
+    return true;
+fail:
+    c->broken = true;
+    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI_Isend/MPI_Irecv failed", op, c->rank, c->size);
+    return false;
 }
 
 /* the whole ring at once (c->htmp: its receive chunk) */
@@ -17130,7 +17186,10 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
         c->cuda = d.device.type == DL_DEVICE_CUDA ? d.device.index : c->rank % ngpu;
         if (c->rank == 0) nr = ncclGetUniqueId(&id);
 #ifdef DL_MPI
-        MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi);
+        if (!dl__mpi_bcast(c, "dl_comm_init", (unsigned char *)&id, sizeof id, 0)) {
+            dl__comm_destroy(c);
+            return NULL;
+        }
 #endif
         cudaSetDevice(c->cuda);
         if (nr == ncclSuccess) nr = ncclCommInitRank(&c->nccl, c->size, id, c->rank);
@@ -17214,19 +17273,10 @@ static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx 
 #endif
         {
 #ifdef DL_MPI
-            size_t bytes = (size_t)R->count * R->esize, o;
+            size_t bytes = (size_t)R->count * R->esize;
             if (!dl__comm_host(c, op, (int64_t)((bytes + 3) / 4))) return DL_ERR_OOM;
             if (c->rank == root) R->dev[0]->be->download(R->dev[0], c->hbuf, R->buf[0], bytes);
-            for (o = 0; o < bytes; o += (size_t)1 << 26) {
-                MPI_Request rq;
-                size_t m = bytes - o < ((size_t)1 << 26) ? bytes - o : ((size_t)1 << 26);
-                if (MPI_Ibcast((unsigned char *)c->hbuf + o, (int)m, MPI_BYTE, root, c->mpi, &rq) != MPI_SUCCESS) {
-                    c->broken = true;
-                    dl__err(ctx, DL_ERR_DEVICE, "%s: MPI_Ibcast failed", op);
-                    return DL_ERR_DEVICE;
-                }
-                if (!dl__mpi_wait(c, op, 1, &rq, root, root)) return DL_ERR_DEVICE;
-            }
+            if (!dl__mpi_bcast(c, op, (unsigned char *)c->hbuf, bytes, root)) return DL_ERR_DEVICE;
             if (c->rank != root) R->dev[0]->be->upload(R->dev[0], R->buf[0], c->hbuf, bytes);
             if (dl__dev_check(R->dev[0], op) != DL_OK) return DL_ERR_DEVICE;
 #endif
@@ -17257,13 +17307,11 @@ dl_result dl_comm_barrier(dl_comm *c)
         return dl__grp_meet(c, "dl_comm_barrier") ? DL_OK : c->ctx->err;
 #ifdef DL_MPI
     if (c->backend != DL_COMM_LOCAL && c->size > 1) {
-        MPI_Request rq;
-        if (MPI_Ibarrier(c->mpi, &rq) != MPI_SUCCESS) {
-            c->broken = true;
-            dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_barrier: MPI_Ibarrier failed");
-            return DL_ERR_DEVICE;
-        }
-        if (!dl__mpi_wait(c, "dl_comm_barrier", 1, &rq, -1, -1)) return DL_ERR_DEVICE;
+        /* a one-float sum around the ring (not MPI_Ibarrier: see dl__mpi_bcast):
+           no rank's last message can leave before every rank has come */
+        float one = 1.0f;
+        if (!dl__comm_host(c, "dl_comm_barrier", 1)) return DL_ERR_OOM;
+        if (!dl__mpi_ring(c, "dl_comm_barrier", &one, 1, 1.0f)) return DL_ERR_DEVICE;
     }
 #endif
     return DL_OK;
@@ -17344,6 +17392,136 @@ static bool dl__ddp_ok(dl_ddp *dp, const char *op)
 /* replica i's device (that of its first parameter) */
 static dl__dev *dl__ddp_dev(const dl_ddp *dp, int i) { return dp->p[(size_t)i * (size_t)dp->np]->dev_; }
 
+/* n bytes at buf from root to every process through a step tensor on d (so
+   that every backend's broadcast takes it: NCCL's needs device memory) */
+static dl_result dl__comm_bytes(dl_comm *c, const char *op, dl__dev *d, int root, void *buf, int64_t n)
+{
+    int64_t words = (n + 3) / 4;
+    dl_tensor *t = dl__make(d, op, DL_DTYPE_I32, 1, &words, false, NULL);
+    dl__ring R;
+    dl_result rc;
+    if (!t) return c->ctx->err;
+    if (c->rank == root && n) d->be->upload(d, t->data, buf, (size_t)n);
+    memset(&R, 0, sizeof R);
+    R.n = 1;
+    R.count = words;
+    R.esize = 4;
+    R.dev[0] = d;
+    R.buf[0] = (unsigned char *)t->data;
+    rc = dl__comm_bcast(c, op, &R, c->ctx, root);
+    if (rc == DL_OK && c->rank != root && n) d->be->download(d, buf, t->data, (size_t)n);
+    return rc == DL_OK ? dl__dev_check(d, op) : rc;
+}
+
+/* entry k of a list of NUL-terminated entries (n bytes); NULL past its end */
+static const char *dl__entry(const char *s, size_t n, int64_t k)
+{
+    size_t i = 0;
+    int64_t e;
+    for (e = 0; i < n; e++) {
+        if (e == k) return s + i;
+        i += strlen(s + i) + 1;
+    }
+    return NULL;
+}
+
+/* Every process must hold the same model, as PyTorch's DDP verifies at
+   construction: replica 0's state_dict (name, dtype, shape, parameter or
+   buffer of each entry, in order) against process 0's. Process 0's list
+   goes to all (its length first: no process receives more than it
+   expects); each finds its first difference; a sum over the processes
+   tells every one which differ; the first of those sends its entry; then
+   every process fails with the same message, before any broadcast or
+   gradient sum could pair unlike tensors. */
+static dl_result dl__ddp_same_model(dl_comm *c, dl_module *m, dl__dev *d)
+{
+    static const char *op = "dl_ddp_init";
+    dl_ctx *ctx = c->ctx;
+    const dl_named_tensor *sd;
+    dl__sb mine;
+    char *s0 = NULL, *theirs = NULL;
+    const char *a, *b;
+    uint64_t len0, lent;
+    int64_t n = dl_module_state_dict(m, &sd), i, k, diff = 0, P = c->size;
+    size_t ia = 0, ib = 0;
+    int r, first = -1, ndiff = 0;
+    float *v = NULL;
+    dl_tensor *vt;
+    dl_result rc;
+    if (n < 0) return ctx->err;
+    memset(&mine, 0, sizeof mine);
+    dl__sb_put(&mine, "", 0);               /* allocated even when empty */
+    for (i = 0; i < n; i++) {
+        dl__sbf(&mine, "'%s' %s %s %s", sd[i].name, dl__dtype_str(sd[i].t->dtype), dl__sh(sd[i].t),
+                sd[i].is_buffer ? "buffer" : "parameter");
+        dl__sb_put(&mine, "", 1);           /* the entry's NUL */
+    }
+    if (mine.oom || !(v = (float *)dl__malloc(ctx, sizeof(float) * (size_t)P))) goto oom;
+    len0 = mine.n;
+    rc = dl__comm_bytes(c, op, d, 0, &len0, (int64_t)sizeof len0);
+    if (rc != DL_OK) goto out;
+    s0 = c->rank == 0 ? mine.s : (char *)dl__malloc(ctx, (size_t)len0 + 1);
+    if (!s0) goto oom;
+    rc = dl__comm_bytes(c, op, d, 0, s0, (int64_t)len0);
+    if (rc != DL_OK) goto out;
+    s0[len0] = 0;
+    /* this process's first difference: entry k + 1 (0: none) */
+    for (k = 0; ia < len0 || ib < mine.n; k++) {
+        if (ia >= len0 || ib >= mine.n || strcmp(s0 + ia, mine.s + ib) != 0) { diff = k + 1; break; }
+        ia += strlen(s0 + ia) + 1;
+        ib += strlen(mine.s + ib) + 1;
+    }
+    memset(v, 0, sizeof(float) * (size_t)P);
+    v[c->rank] = (float)diff;               /* exact below 2^24 entries */
+    vt = dl__make(d, op, DL_DTYPE_F32, 1, &P, false, NULL);
+    if (!vt) { rc = ctx->err; goto out; }
+    d->be->upload(d, vt->data, v, sizeof(float) * (size_t)P);
+    rc = dl__comm_cross(c, op, d, (float *)vt->data, P, 1.0f);
+    if (rc != DL_OK) goto out;
+    d->be->download(d, v, vt->data, sizeof(float) * (size_t)P);
+    for (r = 0; r < P; r++)
+        if (v[r] != 0.0f) { ndiff++; if (first < 0) first = r; }
+    if (first < 0) { rc = DL_OK; goto out; }
+    /* the first differing process's entry ("" when its list ends there), to everyone */
+    k = (int64_t)v[first] - 1;
+    b = c->rank == first ? dl__entry(mine.s, mine.n, k) : NULL;
+    lent = b ? strlen(b) + 1 : 1;
+    rc = dl__comm_bytes(c, op, d, first, &lent, (int64_t)sizeof lent);
+    if (rc != DL_OK) goto out;
+    if (!(theirs = (char *)dl__malloc(ctx, (size_t)lent))) goto oom;
+    theirs[0] = 0;
+    if (b) memcpy(theirs, b, (size_t)lent);
+    rc = dl__comm_bytes(c, op, d, first, theirs, (int64_t)lent);
+    if (rc != DL_OK) goto out;
+    theirs[lent - 1] = 0;
+    a = dl__entry(s0, (size_t)len0, k);
+    {
+        dl__sb msg;
+        memset(&msg, 0, sizeof msg);
+        dl__sbf(&msg, "%s: the ranks hold different models (%d of %d differ from rank 0; this is rank %d): "
+                "rank %d's state_dict ", op, ndiff, (int)P, c->rank, first);
+        if (theirs[0]) { dl__sbf(&msg, "entry %lld is ", (long long)k); dl__sb_str(&msg, theirs); }
+        else dl__sbf(&msg, "has only %lld entries", (long long)k);
+        if (a && theirs[0]) { dl__sb_str(&msg, " where rank 0's is "); dl__sb_str(&msg, a); }
+        else if (a) { dl__sbf(&msg, " where rank 0's entry %lld is ", (long long)k); dl__sb_str(&msg, a); }
+        else dl__sbf(&msg, " where rank 0's has only %lld entries", (long long)k);
+        dl__sb_str(&msg, "; every rank must build the same model (the same names, dtypes and shapes, in order)");
+        dl__err(ctx, DL_ERR_SHAPE, "%s", msg.oom ? "dl_ddp_init: the ranks hold different models" : msg.s);
+        DL_FREE(msg.s);
+    }
+    rc = DL_ERR_SHAPE;
+    goto out;
+oom:
+    rc = DL_ERR_OOM;
+    dl__err(ctx, DL_ERR_OOM, "%s: out of memory comparing the ranks' models", op);
+out:
+    if (s0 != mine.s) DL_FREE(s0);
+    DL_FREE(mine.s);
+    DL_FREE(theirs);
+    DL_FREE(v);
+    return rc;
+}
+
 
 dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, const dl_ddp_desc *desc)
 {
@@ -17422,6 +17600,10 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         const dl_named_tensor *a;
         ns0 = dl_module_state_dict(replicas[0], &a);
         if (ns0 < 0) return NULL;
+        dl_module_named_parameters(replicas[0], &a);
+        if (desc && desc->comm && desc->comm->size > 1 &&
+            dl__ddp_same_model(desc->comm, replicas[0], a[0].t->dev_) != DL_OK)
+            return NULL;
     }
     dp = (dl_ddp *)dl__malloc(ctx, sizeof(dl_ddp));
     if (!dp) { dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory"); return NULL; }
