@@ -14499,6 +14499,14 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
     steps = o ? o->steps : 0;
     ws = dl__st_wants(op, path, m, o, &n, &steps);
     if (!ws) return ctx->err;
+    for (i = 0; i < n; i++)            /* the header is JSON: UTF-8 (safetensors' reader refuses the rest) */
+        if (dl__utf8_bad(ws[i].name) >= 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: %s: the name '%s' is not valid UTF-8 (byte 0x%02x at offset %lld); "
+                    "nothing was written", op, path, ws[i].name,
+                    (unsigned)(unsigned char)ws[i].name[dl__utf8_bad(ws[i].name)], (long long)dl__utf8_bad(ws[i].name));
+            DL_FREE(ws);
+            return DL_ERR_ARG;
+        }
     /* header */
     memset(&b, 0, sizeof b);
     dl__sb_str(&b, "{");

@@ -805,6 +805,14 @@ static void test_deep_checkpoint(void)
     CHECK(access(tmp("deep3.safetensors"), F_OK) != 0, "and nothing written");
     dl_module_train(big, false);
     EXPECT_ERR(ctx, DL_ERR_ARG, "dl_module_train: Sequential: the module tree is more than 256 modules deep");
+    /* a name that is not UTF-8: refused at save (safetensors' JSON header), nothing written */
+    {
+        dl_module *odd = dl_nn_sequential(ctx, 0, NULL);
+        dl_module_add(odd, "caf\xe9", dl_nn_linear(ctx, 2, 2, true));
+        CHECK(dl_save_module(tmp("deep3.safetensors"), odd) == DL_ERR_ARG, "a name that is not UTF-8 refused");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "the name 'caf\xe9.weight' is not valid UTF-8 (byte 0xe9 at offset 3); nothing was written");
+        CHECK(access(tmp("deep3.safetensors"), F_OK) != 0, "and nothing written");
+    }
     dl_ctx_free(ctx);
 }
 
