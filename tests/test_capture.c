@@ -263,7 +263,18 @@ static void test_memory(void)
     CHECK(a0 == 0, "memory: the replays (and the steps between) called the allocator %llu times",
           (unsigned long long)a0);
     a0 = allocs(r.ctx);
-    dl_replay(cap);
+    {   /* a replay's in-place writes move versions as the eager step's do */
+        const dl_named_tensor *p;
+        uint32_t v0, g0;
+        dl_module_named_parameters(r.net, &p);
+        v0 = *dl__ver(p[0].t);
+        g0 = *dl__ver(p[0].t->grad);
+        dl_replay(cap);
+        CHECK(*dl__ver(p[0].t) == v0 + 1, "memory: a replay bumps a parameter's version once (%u -> %u)",
+              (unsigned)v0, (unsigned)*dl__ver(p[0].t));
+        CHECK(*dl__ver(p[0].t->grad) - g0 == 2, "memory: and its gradient's twice (zero_grad, backward): %u",
+              (unsigned)(*dl__ver(p[0].t->grad) - g0));
+    }
     CHECK(allocs(r.ctx) == a0, "memory: one replay, no allocator call");
     l2 = dl_item(loss);
     CHECK(l2 == l2 && dl_last_error(r.ctx) == DL_OK, "memory: the loss after another replay");
