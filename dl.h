@@ -220,6 +220,8 @@
      - support float64 or float16 (yet);
      - synchronize batch-norm statistics across replicas (SyncBatchNorm), or
        overlap the gradient allreduce with backward;
+     - capture copies between GPUs, or between the host and a GPU, or
+       collectives (docs/capture.md lists what a capture refuses);
      - promise anything on a real GPU yet: the CUDA backend (DL_CUDA) and the
        NCCL communicator (DL_NCCL) are new, built and tested on emulated
        devices only; they have not yet run on a GPU.
@@ -917,7 +919,9 @@ DL_API bool dl_fn_needs_grad(dl_fn_ctx *fc, int i);          /* input i wants a 
    it: dl_step_end leaves them, dl_capture_free releases them. What a replay
    cannot repeat is refused inside the capture, naming the op: host reads
    and writes, persistent allocations (warm up first), tensors from before
-   the capture. NULL: out of memory, or a capture already running. */
+   the capture. dl_capture_begin returns NULL (with an error) when a capture
+   is already recording, in anomaly mode, with a dl_ddp hook installed, or
+   out of memory. */
 typedef struct dl_capture dl_capture;
 DL_API dl_capture *dl_capture_begin(dl_ctx *ctx);
 DL_API dl_result dl_capture_end(dl_capture *cap);   /* the first refusal or error, else DL_OK */

@@ -6,8 +6,9 @@
       (losses) and at the end (parameters, buffers, optimizer state): LeNet-BN
       with dropout, Adam, AdamW and SGD (momentum, nesterov), a cosine
       schedule, 24 steps, new data written into the static inputs between
-      replays. An MLP step too, and a capture that starts at the first step
-      after a warm-up.
+      replays; also the bench's other models: an MLP with dropout, d2l's
+      LeNet, a small ResNet (user modules, strided and 1x1 convolutions),
+      captures right after one warm-up step included.
    2. Memory: a replay allocates nothing (the allocator counts of every
       device and of the host); the capture's tensors outlive dl_step_end and
       read as stale after dl_capture_free; nothing leaks (a counting
@@ -58,7 +59,38 @@ static dl_ctx *new_ctx(uint64_t seed)
 }
 
 enum { OPT_ADAM, OPT_ADAMW, OPT_SGD };
-enum { NET_LENET, NET_MLP };
+enum { NET_LENET, NET_MLP, NET_D2L, NET_RESNET };
+
+/* a small ResNet's block (examples/resnet.c's, narrower): a user module,
+   relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) */
+typedef struct block { dl_module *conv1, *bn1, *conv2, *bn2, *proj, *proj_bn; } block;
+
+static dl_tensor *block_forward(dl_module *m, dl_tensor *x)
+{
+    block *b = (block *)dl_module_state(m);
+    dl_tensor *h = dl_relu(dl_module_forward(b->bn1, dl_module_forward(b->conv1, x)));
+    dl_tensor *sc = b->proj ? dl_module_forward(b->proj_bn, dl_module_forward(b->proj, x)) : x;
+    return dl_relu(dl_add(dl_module_forward(b->bn2, dl_module_forward(b->conv2, h)), sc));
+}
+
+static dl_module *res_block(dl_ctx *ctx, int64_t in, int64_t out, int64_t stride)
+{
+    dl_module *m = dl_module_new(ctx, "ResidualBlock", block_forward, sizeof(block));
+    dl_conv_desc c1 = dl_conv_desc_make(stride, 1, 1, 1), c2 = dl_conv_desc_make(1, 1, 1, 1);
+    dl_conv_desc p = dl_conv_desc_make(stride, 0, 1, 1);
+    block *b;
+    if (!m) return NULL;
+    b = (block *)dl_module_state(m);
+    b->conv1 = dl_module_add(m, "conv1", dl_nn_conv2d(ctx, in, out, 3, &c1, false));
+    b->bn1 = dl_module_add(m, "bn1", dl_nn_batch_norm2d(ctx, out));
+    b->conv2 = dl_module_add(m, "conv2", dl_nn_conv2d(ctx, out, out, 3, &c2, false));
+    b->bn2 = dl_module_add(m, "bn2", dl_nn_batch_norm2d(ctx, out));
+    if (stride != 1 || in != out) {
+        b->proj = dl_module_add(m, "shortcut", dl_nn_conv2d(ctx, in, out, 1, &p, false));
+        b->proj_bn = dl_module_add(m, "shortcut_bn", dl_nn_batch_norm2d(ctx, out));
+    }
+    return m;
+}
 
 /* LeNet-BN (examples/lenet_bn.h, the model of make run) with dropout after
    the hidden linear layers' ReLUs, or an MLP with dropout */
@@ -73,6 +105,31 @@ static dl_module *make_net(dl_ctx *ctx, int kind)
             if (i == 11) m[k++] = dl_nn_dropout(ctx, 0.25f);   /* after linear 400->120, BN, ReLU */
             if (i == 14) m[k++] = dl_nn_dropout(ctx, 0.5f);    /* after linear 120->84, BN, ReLU */
         }
+    } else if (kind == NET_D2L) {   /* d2l's LeNet: sigmoid, average pooling */
+        dl_conv_desc pad2 = dl_conv_desc_make(1, 2, 1, 1);
+        dl_pool_desc pool = dl_pool_desc_make(2, 2, 0, false, true);
+        m[k++] = dl_nn_conv2d(ctx, 1, 6, 5, &pad2, true);
+        m[k++] = dl_nn_sigmoid(ctx);
+        m[k++] = dl_nn_avg_pool2d(ctx, &pool);
+        m[k++] = dl_nn_conv2d(ctx, 6, 16, 5, NULL, true);
+        m[k++] = dl_nn_sigmoid(ctx);
+        m[k++] = dl_nn_avg_pool2d(ctx, &pool);
+        m[k++] = dl_nn_flatten(ctx);
+        m[k++] = dl_nn_linear(ctx, 400, 120, true);
+        m[k++] = dl_nn_sigmoid(ctx);
+        m[k++] = dl_nn_linear(ctx, 120, 84, true);
+        m[k++] = dl_nn_sigmoid(ctx);
+        m[k++] = dl_nn_linear(ctx, 84, 10, true);
+    } else if (kind == NET_RESNET) {   /* stem, two stages of blocks (the second strided), pooling */
+        dl_conv_desc stem = dl_conv_desc_make(1, 1, 1, 1);
+        m[k++] = dl_nn_conv2d(ctx, 1, 4, 3, &stem, false);
+        m[k++] = dl_nn_batch_norm2d(ctx, 4);
+        m[k++] = dl_nn_relu(ctx);
+        m[k++] = res_block(ctx, 4, 4, 1);
+        m[k++] = res_block(ctx, 4, 8, 2);
+        m[k++] = dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(1, 1));
+        m[k++] = dl_nn_flatten(ctx);
+        m[k++] = dl_nn_linear(ctx, 8, 10, true);
     } else {
         m[k++] = dl_nn_flatten(ctx);
         m[k++] = dl_nn_linear(ctx, 784, 64, true);
@@ -642,6 +699,8 @@ int main(int argc, char **argv)
         test_equivalence(NET_LENET, OPT_ADAM, 3, "LeNet-BN, dropout, Adam");
         test_equivalence(NET_LENET, OPT_ADAMW, 2, "LeNet-BN, dropout, AdamW");
         test_equivalence(NET_LENET, OPT_SGD, 5, "LeNet-BN, dropout, SGD nesterov");
+        test_equivalence(NET_D2L, OPT_ADAM, 3, "d2l LeNet, Adam");
+        test_equivalence(NET_RESNET, OPT_SGD, 2, "small ResNet (a user module), SGD nesterov");
     }
     test_equivalence(NET_MLP, OPT_ADAM, 2, "MLP, dropout, Adam");
     test_memory();
