@@ -10316,8 +10316,9 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
         if (!t || t->magic_ != DL__MAGIC || !t->grad) continue;
         dl__cap_use(t->grad);
         how = dl__mt_route(ctx, s, n, t->dev_, done, &ndone, &slot);
+        if (how == DL__MT_EACH) { dl_zero_grad(t); continue; }
         if (how == DL__MT_LAUNCH) dl__mt_run(s, slot, t->dev_, DL__MT_ZERO, n, ts, NULL, NULL, 0);
-        else if (how == DL__MT_EACH) dl_zero_grad(t);
+        dl__bump_version(t->grad);   /* as dl_zero_grad does */
     }
 }
 
