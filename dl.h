@@ -618,7 +618,12 @@ struct dl_tensor {
 
 typedef void (*dl_log_fn)(void *user, const char *message);
 
-/* Context settings; zero means default for every field. */
+/* Context settings; zero means default for every field. The environment
+   variables DL_CPU_DEVICES=N, DL_STRICT=1 and DL_DEVICE=cpu:1 fill
+   cpu_devices, strict_devices and device only where the desc leaves them at
+   zero (a NULL desc: all three), so a whole program or test suite can be
+   moved to another device from outside while a field set in the desc always
+   keeps its value. */
 typedef struct dl_ctx_desc {
     uint64_t seed;            /* RNG seed (0: 0x5eed) */
     int num_threads;          /* kernel threads: 0 = every core; more than the cores is
@@ -627,11 +632,11 @@ typedef struct dl_ctx_desc {
     size_t memory_limit;      /* bytes per device (0: no limit) */
     dl_log_fn log;            /* error log (NULL: stderr; dl_log_silent: none) */
     void *log_user;
-    int cpu_devices;          /* CPU devices cpu:0 .. cpu:N-1 (0: 1, the host); the
-                                 environment's DL_CPU_DEVICES=N raises it */
+    int cpu_devices;          /* CPU devices cpu:0 .. cpu:N-1 (0: DL_CPU_DEVICES=N, else 1,
+                                 the host) */
     bool strict_devices;      /* virtual CPU devices (cpu:1 ...) hand out tagged data pointers
-                                 that fault when host code touches them (DL_STRICT=1 too) */
-    dl_device device;         /* where creators put tensors (zero: cpu:0; DL_DEVICE=cpu:1 too) */
+                                 that fault when host code touches them (false: DL_STRICT=1) */
+    dl_device device;         /* where creators put tensors (zero: DL_DEVICE=cpu:1 ..., else cpu:0) */
 } dl_ctx_desc;
 
 typedef struct dl_memory_stats {
@@ -4042,6 +4047,24 @@ static const char *dl__dtype_str(dl_dtype t)
 static DL__TLS dl_result dl__noctx_err;
 static DL__TLS char dl__noctx_msg[256];
 
+/* A failure with no context to keep it: the thread's context-less slot,
+   reported through log (NULL: stderr; dl_ctx_init passes its desc's log). */
+static void dl__noctx_fail(dl_log_fn log, void *user, dl_result code, const char *msg)
+{
+    if (msg != dl__noctx_msg) {   /* a copy, cut to the slot (a context's message is longer) */
+        size_t n = strlen(msg);
+        if (n >= sizeof dl__noctx_msg) n = sizeof dl__noctx_msg - 1;
+        memcpy(dl__noctx_msg, msg, n);
+        dl__noctx_msg[n] = 0;
+    }
+    dl__noctx_err = code;
+    if (log) log(user, dl__noctx_msg);
+    else fprintf(stderr, "dl.h: %s\n", dl__noctx_msg);
+#ifdef DL_ABORT_ON_ERROR
+    abort();
+#endif
+}
+
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
 {
     va_list ap;
@@ -4050,11 +4073,7 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(dl__noctx_msg, sizeof dl__noctx_msg, fmt, ap);
         va_end(ap);
-        dl__noctx_err = code;
-        fprintf(stderr, "dl.h: %s\n", dl__noctx_msg);
-#ifdef DL_ABORT_ON_ERROR
-        abort();
-#endif
+        dl__noctx_fail(NULL, NULL, code, dl__noctx_msg);
         return;
     }
     if (ctx->in_backward_of)
@@ -4640,7 +4659,7 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
     if (dev.type == DL_DEVICE_CPU) {
         if (dev.index >= 0 && dev.index < ctx->ncpu) return ctx->cpu[dev.index];
         dl__err(ctx, DL_ERR_DEVICE, "%s: %s does not exist: this context has %d CPU device%s "
-                "(more with dl_ctx_desc.cpu_devices or DL_CPU_DEVICES=N)", op,
+                "(more with dl_ctx_desc.cpu_devices, or DL_CPU_DEVICES=N where that is 0)", op,
                 dl__dev_str(dev, b, sizeof b), ctx->ncpu, ctx->ncpu == 1 ? "" : "s");
         return NULL;
     }
@@ -4665,22 +4684,23 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
     return NULL;
 }
 
-/* cpu:0 .. cpu:N-1 (desc, or DL_CPU_DEVICES), strict mode (desc or
-   DL_STRICT=1), the default device (desc, or DL_DEVICE=cpu:1 ...). The
-   environment is read so that a whole test suite can be run on another
-   device without changing it. */
+/* cpu:0 .. cpu:N-1, strict mode, the default device: each from the desc,
+   or, where the desc leaves the field at zero, from the environment
+   (DL_CPU_DEVICES, DL_STRICT, DL_DEVICE), so that a whole test suite can be
+   run on another device without changing it while an explicit desc keeps
+   what it asked for. */
 static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
 {
     const char *env;
     int n = desc && desc->cpu_devices > 0 ? desc->cpu_devices : 1, i;
-    dl_device def = desc ? desc->device : dl_cpu();
+    dl_device def = desc ? desc->device : dl__devdef();
     ctx->strict = desc && desc->strict_devices;
     if (desc && (desc->cpu_devices < 0 || desc->cpu_devices > DL__MAX_CPU)) {
         dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: cpu_devices=%d must be between 0 (1 device) and %d",
                 desc->cpu_devices, DL__MAX_CPU);
         return false;
     }
-    if ((env = getenv("DL_CPU_DEVICES")) && *env) {
+    if ((!desc || desc->cpu_devices == 0) && (env = getenv("DL_CPU_DEVICES")) && *env) {
         char *end = NULL;
         long v = strtol(env, &end, 10);
         if (*end || v < 1 || v > DL__MAX_CPU) {
@@ -4688,10 +4708,10 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
                     env, DL__MAX_CPU);
             return false;
         }
-        if ((int)v > n) n = (int)v;
+        n = (int)v;
     }
-    if ((env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
-    if ((env = getenv("DL_DEVICE")) && *env) {
+    if (!ctx->strict && (env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
+    if (def.type == DL_DEVICE_DEFAULT && (env = getenv("DL_DEVICE")) && *env) {
         def = dl_device_parse(env);
         if (def.type < 0) {
             dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: DL_DEVICE=%s is not a device name (cpu, cpu:1, "
@@ -4717,38 +4737,40 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
 dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
-    if (!ctx) { dl__err(NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context"); return NULL; }
+    dl_log_fn log = desc && desc->log ? desc->log : NULL;   /* NULL: stderr */
+    if (!ctx) {
+        dl__noctx_fail(log, desc ? desc->log_user : NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context");
+        return NULL;
+    }
     memset(ctx, 0, sizeof *ctx);
     ctx->step = 1;
     dl__hstore_init(ctx);
-    ctx->log = dl__log_stderr;
+    ctx->log = NULL;                     /* a failure is reported once, at the end */
     if (desc) {
         ctx->memory_limit = desc->memory_limit;
-        if (desc->log) ctx->log = desc->log;
         ctx->log_user = desc->log_user;
     }
     dl_manual_seed(ctx, desc ? desc->seed : 0);
     if (desc && (desc->num_threads < 0 || desc->num_threads > 1024)) {
-        /* no context is returned: the message goes to the thread's context-less slot */
-        dl__err(NULL, DL_ERR_ARG, "dl_ctx_init: num_threads=%d must be between 0 (all %d cores) and 1024",
+        dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: num_threads=%d must be between 0 (all %d cores) and 1024",
                 desc->num_threads, dl__cores());
+        /* no context is returned: the message goes to the thread's context-less slot */
+        dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);
         dl__hstore_free(ctx);
         DL_FREE(ctx);
         return NULL;
     }
+    ctx->log = log ? log : dl__log_stderr;     /* the clamp's warning goes to the log */
     dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
-    {
-        dl_log_fn log = ctx->log;
-        ctx->log = NULL;                 /* a failure is reported once, below */
-        if (!dl__devs_init(ctx, desc)) {
-            dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
-            dl_ctx_free(ctx);
-            return NULL;
-        }
-        ctx->log = log;
+    ctx->log = NULL;
+    if (!dl__devs_init(ctx, desc)) {
+        dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);   /* no context is returned */
+        dl_ctx_free(ctx);
+        return NULL;
     }
+    ctx->log = log ? log : dl__log_stderr;
     return ctx;
 }
 

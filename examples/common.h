@@ -477,13 +477,14 @@ typedef struct ex_setup {
 } ex_setup;
 
 /* The CPU devices a run needs: cpu:N asks for cpu:0 .. cpu:N, so the
-   context gets N+1 (DL_CPU_DEVICES=M raises it further; 0: dl.h's 1). */
+   context gets N+1; 0 when only cpu:0 (or no CPU device) is named, so
+   dl.h's default applies: DL_CPU_DEVICES=M, else 1. */
 static EX_UNUSED int ex_cpu_devices(const ex_args *a)
 {
     int i, n = 0;
     for (i = 0; i < a->ndev; i++)
         if (a->dev[i].type == DL_DEVICE_CPU && a->dev[i].index + 1 > n) n = a->dev[i].index + 1;
-    return n;
+    return n > 1 ? n : 0;
 }
 
 /* Checks, before any work, that ctx can make each device the flags name

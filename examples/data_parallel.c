@@ -220,7 +220,7 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
     memset(&cd, 0, sizeof cd);
     cd.seed = 1;
     cd.num_threads = f->threads;
-    cd.cpu_devices = ncpu;
+    cd.cpu_devices = ncpu > 1 ? ncpu : 0;     /* 0: dl.h's default (DL_CPU_DEVICES=N, else 1) */
     cd.log = dl_log_silent;                   /* every failure is printed below */
     ctx = dl_ctx_init(&cd);
     if (!ctx) { fprintf(stderr, "%s: cannot create a context\n", f->prog); return 1; }
