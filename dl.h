@@ -305,6 +305,8 @@
        dl_mean                    x.mean(dims, keepdim)
        dl_max                     x.amax(dims, keepdim)
        dl_min                     x.amin(dims, keepdim)
+       dl_max_dim                 torch.max(x, dim, keepdim): values and indices
+       dl_min_dim                 torch.min(x, dim, keepdim): values and indices
        dl_var                     x.var(dims, correction, keepdim)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
      ops: linear algebra and softmax
@@ -762,7 +764,7 @@ DL_API dl_tensor *dl_log(dl_tensor *a);
 DL_API dl_tensor *dl_sqrt(dl_tensor *a);
 DL_API dl_tensor *dl_abs(dl_tensor *a);
 DL_API dl_tensor *dl_erf(dl_tensor *a);
-DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on [lo,hi] */
+DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on (lo,hi), 0 at the bounds */
 DL_API dl_tensor *dl_relu(dl_tensor *a);
 DL_API dl_tensor *dl_leaky_relu(dl_tensor *a, float negative_slope);
 DL_API dl_tensor *dl_sigmoid(dl_tensor *a);
@@ -773,9 +775,14 @@ DL_API dl_tensor *dl_silu(dl_tensor *a);      /* x * sigmoid(x) (SiLU, swish) */
 /* --- ops: reductions. dims: DL_DIMS(...) or DL_ALL; keepdim keeps size-1 dims */
 DL_API dl_tensor *dl_sum(dl_tensor *t, dl_shape dims, bool keepdim);
 DL_API dl_tensor *dl_mean(dl_tensor *t, dl_shape dims, bool keepdim);
-DL_API dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim); /* one dim: grad to
-                                            the arg-max; several: split among ties */
+DL_API dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim); /* torch.amax: the
+                                            gradient split evenly among ties */
 DL_API dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim);
+/* torch.max(t, dim) / torch.min(t, dim): the values, and in *indices (NULL:
+   not wanted) the int64 index of the first largest (smallest) along dim; the
+   whole gradient goes to that index */
+DL_API dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
+DL_API dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
 DL_API dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim);
                                             /* correction 1: unbiased (PyTorch default) */
 DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, first max */
@@ -3309,8 +3316,10 @@ static DL__HD inline float dl__siluf(float x)
     X(AFFINE, a * x + b) \
     X(DIVS, x / a) \
     X(GT, x > a ? 1.0f : 0.0f) \
+    X(NLE, x <= a ? 0.0f : 1.0f) \
     X(LEAKY_MASK, x > 0 ? 1.0f : a) \
-    X(INRANGE, (x >= a && x <= b) ? 1.0f : 0.0f)
+    X(INRANGE, (x >= a && x <= b) ? 1.0f : 0.0f) \
+    X(INSIDE, (x > a && x < b) ? 1.0f : 0.0f)
 
 /* p and q are the two inputs */
 #define DL__BINARY_OPS(X) \
@@ -3323,7 +3332,7 @@ static DL__HD inline float dl__siluf(float x)
     X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(EQ, p == q ? 1.0f : 0.0f) \
-    X(RELU_GRAD, q > 0 ? p : 0.0f) \
+    X(RELU_GRAD, q <= 0 ? 0.0f : p) \
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
     X(TANH_GRAD, p * (1.0f - q * q))
 
@@ -9168,14 +9177,15 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_mul_scalar(dl_exp(dl_neg(dl_mul(x, x))), 1.1283791670955126f));
     return DL_OK;
 }
-/* y = clamp(x, lo, hi);  dx = g where lo <= x <= hi, else 0 */
-static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INRANGE, n->f[0], n->f[1])); return DL_OK; }
-/* y = max(x, 0);  dx = g * (x > 0) */
+/* y = clamp(x, lo, hi);  dx = g where lo < x < hi, else 0 (at a bound and
+   at NaN: 0, as PyTorch 2.15) */
+static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INSIDE, n->f[0], n->f[1])); return DL_OK; }
+/* y = max(x, 0);  dx = g * !(x <= 0) (NaN passes g, as PyTorch's threshold_backward) */
 static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
 static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_GT, 0, 0));   /* differentiable */
-    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x > 0 ? g : 0 */
+    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_NLE, 0, 0));   /* differentiable */
+    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x <= 0 ? 0 : g */
     return DL_OK;
 }
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
@@ -9803,19 +9813,21 @@ static bool dl__red_mask(const char *name, const dl_tensor *t, dl_shape dims, bo
         return false;
     }
     for (i = 0; i < dims.ndim; i++) {
+        int nd = t->ndim > 0 ? t->ndim : 1;   /* a 0-d tensor takes dim 0 or -1, as PyTorch */
         int d = (int)dims.d[i];
-        if (dims.d[i] < -t->ndim || dims.d[i] >= t->ndim) {
+        if (dims.d[i] < -nd || dims.d[i] >= nd) {
             dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %lld is out of range for a tensor of shape %s "
-                    "(valid: %d..%d)", name, (long long)dims.d[i], dl__sh(t), -t->ndim, t->ndim - 1);
+                    "(valid: %d..%d)", name, (long long)dims.d[i], dl__sh(t), -nd, nd - 1);
             return false;
         }
-        if (d < 0) d += t->ndim;
+        if (d < 0) d += nd;
         if (mask[d]) {
             dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %d appears twice in dims", name, d);
             return false;
         }
         mask[d] = true;
     }
+    if (t->ndim == 0) mask[0] = false;        /* nothing to reduce */
     return true;
 }
 
@@ -9920,81 +9932,113 @@ dl_tensor *dl_mean(dl_tensor *t, dl_shape dims, bool keepdim)
     return dl_div_scalar(dl_sum(t, dims, keepdim), (float)cnt);
 }
 
-/* one dim:  y = max(x, dim);  dx = onehot(argmax) * g
-   several:  y = amax(x, dims); dx = [x == y] * g / count([x == y])  (ties share) */
+/* y = amax(x, dims);  dx = [x == y] * g / count([x == y])  (ties share the
+   gradient evenly, as torch.amax, over one dim or several) */
 static dl_result dl__max_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int64_t ks[DL_MAX_DIMS];
-    dl_tensor *gk, *x = DL__X;
+    bool mask[DL_MAX_DIMS];
+    int i;
+    dl_tensor *eq, *cnt, *x = DL__X;
     dl__keep_shape(n, ks);
-    gk = dl_reshape(g, dl_shape_make(x->ndim, ks));
-    if (n->nsaved) {   /* single dim: route to the recorded arg-max */
-        dl_tensor *idx = n->saved[0], *mask;
-        int dim = (int)n->i[1];
-        mask = dl__new(x->dev_, "dl_max", x->ndim, x->shape);
-        if (!mask) return DL_ERR_OOM;
-        DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)idx->data,
-                         dl__prod(x->shape, dim), x->shape[dim],
-                         dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
-        gin[0] = dl_mul(mask, gk);
-    } else {
-        bool mask[DL_MAX_DIMS];
-        int i;
-        dl_tensor *eq, *cnt;
-        for (i = 0; i < x->ndim; i++) mask[i] = (n->i[0] >> i) & 1;
-        eq = dl__bmask(x, dl_reshape(DL__Y, dl_shape_make(x->ndim, ks)), DL__B_EQ);
-        cnt = eq ? dl__reduce_raw("dl_max", DL__R_SUM, eq, mask) : NULL;
-        gin[0] = dl_mul(eq, dl_div(gk, cnt));
-    }
+    for (i = 0; i < x->ndim; i++) mask[i] = (n->i[0] >> i) & 1;
+    eq = dl__bmask(x, dl_reshape(DL__Y, dl_shape_make(x->ndim, ks)), DL__B_EQ);
+    cnt = eq ? dl__reduce_raw("dl_max", DL__R_SUM, eq, mask) : NULL;
+    gin[0] = dl_mul(eq, dl_div(dl_reshape(g, dl_shape_make(x->ndim, ks)), cnt));
     return DL_OK;
 }
 static const dl__op dl__op_max = {"dl_max", dl__max_bwd};
 
-dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim)
+/* false with an error when a dim to reduce has size 0 (max of nothing) */
+static bool dl__max_nonempty(const char *name, const dl_tensor *t, const bool *mask)
+{
+    int i;
+    for (i = 0; i < t->ndim; i++)
+        if (mask[i] && t->shape[i] == 0) {
+            dl__err(t->ctx_, DL_ERR_SHAPE, "%s: cannot reduce dim %d of size 0 of t %s (max of nothing)",
+                    name, i, dl__sh(t));
+            return false;
+        }
+    return true;
+}
+
+/* dl_max, or with min dl_min as -max(-t) */
+static dl_tensor *dl__max(const char *name, dl_tensor *t, dl_shape dims, bool keepdim, bool min)
 {
     bool mask[DL_MAX_DIMS];
-    dl_tensor *y, *idx = NULL;
+    dl_tensor *y;
     dl__node *n;
-    int i, nred = 0, dim = 0;
     if (!t) return NULL;
-    if (!dl__live("dl_max", "t", t) || !dl__f32("dl_max", "t", t)) return NULL;
-    if (!dl__red_mask("dl_max", t, dims, mask)) return NULL;
-    for (i = 0; i < t->ndim; i++)
-        if (mask[i]) {
-            nred++;
-            dim = i;
-            if (t->shape[i] == 0) {
-                dl__err(t->ctx_, DL_ERR_SHAPE, "dl_max: cannot reduce dim %d of size 0 of t %s "
-                        "(max of nothing)", i, dl__sh(t));
-                return NULL;
-            }
-        }
-    y = dl__reduce_raw("dl_max", DL__R_MAX, t, mask);
+    if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
+    if (!dl__red_mask(name, t, dims, mask) || !dl__max_nonempty(name, t, mask)) return NULL;
+    if (min && !(t = dl_neg(t))) return NULL;
+    /* the node keeps y, whose data are the keepdim-shaped values, for the tie mask */
+    y = dl__drop_dims("dl_max", dl__reduce_raw("dl_max", DL__R_MAX, t, mask), mask, keepdim);
     if (!y) return NULL;
-    if (nred == 1 && dims.ndim == 1 && dl__grad_on(t->ctx_) && t->requires_grad) {
-        idx = dl__make(t->dev_, "dl_max", DL_DTYPE_I64, y->ndim, y->shape, false, NULL);
-        if (!idx) return NULL;
-        DL__BE(t)->argmax(t->dev_, (int64_t *)idx->data, (const float *)t->data,
-                         dl__prod(t->shape, dim), t->shape[dim],
-                         dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
-    }
-    {   /* the node keeps the keepdim-shaped values for the tie mask */
-        dl_tensor *yk = y;
-        y = dl__drop_dims("dl_max", yk, mask, keepdim);
-        if (!y) return NULL;
-    }
     if (dl__record(y, &dl__op_max, 1, &t, &n) < 0) return NULL;
+    if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
+    y = dl__done(y, name);
+    return min ? dl_neg(y) : y;
+}
+dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_max", t, dims, keepdim, false); }
+dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_min", t, dims, keepdim, true); }
+
+/* y, idx = max(x, dim);  dx = onehot(idx) * g  (the whole gradient to the
+   index torch.max(x, dim) returns: the first largest) */
+static dl_result dl__max_dim_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int64_t ks[DL_MAX_DIMS];
+    dl_tensor *x = DL__X, *mask;
+    int dim = (int)n->i[1];
+    dl__keep_shape(n, ks);
+    mask = dl__new(x->dev_, "dl_max_dim", x->ndim, x->shape);
+    if (!mask) return DL_ERR_OOM;
+    if (x->numel)   /* a 0-d x: one element, index 0 */
+        DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)n->saved[0]->data,
+                          dl__prod(x->shape, dim), x->ndim ? x->shape[dim] : 1,
+                          dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
+    gin[0] = dl_mul(mask, dl_reshape(g, dl_shape_make(x->ndim, ks)));
+    return DL_OK;
+}
+static const dl__op dl__op_max_dim = {"dl_max_dim", dl__max_dim_bwd};
+
+/* dl_max_dim, or with min dl_min_dim as -max(-t) (the same indices) */
+static dl_tensor *dl__max_dim(const char *name, dl_tensor *t, int dim, bool keepdim, dl_tensor **indices, bool min)
+{
+    bool mask[DL_MAX_DIMS];
+    dl_tensor *y, *idx;
+    dl__node *n;
+    if (indices) *indices = NULL;
+    if (!t) return NULL;
+    if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
+    if (!dl__red_mask(name, t, DL_DIMS(dim), mask) || !dl__max_nonempty(name, t, mask)) return NULL;
+    if (min && !(t = dl_neg(t))) return NULL;
+    dim = t->ndim == 0 ? 0 : dim < 0 ? dim + t->ndim : dim;
+    y = dl__reduce_raw("dl_max_dim", DL__R_MAX, t, mask);
+    idx = y ? dl__make(t->dev_, "dl_max_dim", DL_DTYPE_I64, y->ndim, y->shape, false, NULL) : NULL;
+    if (!idx) return NULL;
+    if (t->numel)   /* a 0-d t: one element, index 0 */
+        DL__BE(t)->argmax(t->dev_, (int64_t *)idx->data, (const float *)t->data, dl__prod(t->shape, dim),
+                          t->ndim ? t->shape[dim] : 1, dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
+    y = dl__drop_dims("dl_max_dim", y, mask, keepdim);
+    if (!y || dl__record(y, &dl__op_max_dim, 1, &t, &n) < 0) return NULL;
     if (n) {
         n->i[0] = dl__mask_bits(mask, t->ndim);
         n->i[1] = dim;
-        if (idx) { n->saved[0] = idx; n->nsaved = 1; }
+        n->saved[0] = idx;
+        n->nsaved = 1;
     }
-    return dl__done(y, "dl_max");
+    if (indices) *indices = dl__drop_dims("dl_max_dim", idx, mask, keepdim);
+    y = dl__done(y, name);
+    return min ? dl_neg(y) : y;
 }
-
-dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim)
+dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
 {
-    return dl_neg(dl_max(dl_neg(t), dims, keepdim));
+    return dl__max_dim("dl_max_dim", t, dim, keepdim, indices, false);
+}
+dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
+{
+    return dl__max_dim("dl_min_dim", t, dim, keepdim, indices, true);
 }
 
 dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
@@ -10019,7 +10063,12 @@ dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)
     int i, k = 0;
     if (!t) return NULL;
     if (!dl__live("dl_argmax", "t", t) || !dl__f32("dl_argmax", "t", t)) return NULL;
-    if (!dl__dim("dl_argmax", t, &dim, t->ndim)) return NULL;
+    if (!dl__dim("dl_argmax", t, &dim, t->ndim ? t->ndim : 1)) return NULL;   /* 0-d: dim 0 or -1 */
+    if (t->ndim == 0) {   /* the one element: index 0, shape () */
+        y = dl__make(t->dev_, "dl_argmax", DL_DTYPE_I64, 0, shape, false, NULL);
+        if (y) DL__BE(t)->argmax(t->dev_, (int64_t *)y->data, (const float *)t->data, 1, 1, 1);
+        return y;
+    }
     if (t->shape[dim] == 0) {
         dl__err(t->ctx_, DL_ERR_SHAPE, "dl_argmax: dim %d of t %s has size 0", dim, dl__sh(t));
         return NULL;
@@ -10203,11 +10252,13 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
 {
     dl_tensor *y;
     dl__node *n;
+    bool scalar;
     if (!t) return NULL;
     if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
-    if (t->ndim == 0) t = dl_reshape(t, dl__dims1(1));   /* as PyTorch: a scalar is one class */
-    if (!t || !dl__dim(name, t, &dim, t->ndim)) return NULL;
-    y = dl__like(name, t);
+    if (!dl__dim(name, t, &dim, t->ndim ? t->ndim : 1)) return NULL;   /* 0-d: dim 0 or -1 */
+    scalar = t->ndim == 0;
+    if (scalar) t = dl_reshape(t, dl__dims1(1));   /* as PyTorch: a scalar is one class ... */
+    y = t ? dl__like(name, t) : NULL;
     if (!y) return NULL;
     if (y->numel)
         DL__BE(t)->softmax(t->dev_, log, (float *)y->data, (const float *)t->data,
@@ -10215,7 +10266,8 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
                           dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
     if (dl__record(y, op, 1, &t, &n) < 0) return NULL;
     if (n) n->i[0] = dim;
-    return dl__done(y, name);
+    y = dl__done(y, name);
+    return scalar ? dl_reshape(y, dl_shape_make(0, NULL)) : y;   /* ... and the result is 0-d */
 }
 
 dl_tensor *dl_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_softmax", &dl__op_softmax, false, t, dim); }
