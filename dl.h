@@ -196,6 +196,7 @@
        DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3]))
        DL_DIMS                    DL_DIMS(0, -1): dims for reductions and permute (dim=(0, -1))
        DL_ALL                     every dim (x.sum() with no dim)
+       DL_ZERO                    a real zero in a desc field where 0 means a non-zero default (-0.0f)
        dl_ctx                     opaque context: owns every tensor, module, optimizer, loader
        dl_tensor                  a tensor: ndim, shape, numel, dtype, device, data, grad ...
        dl_log_fn                  error log callback: void (*)(void *user, const char *message)
@@ -585,6 +586,13 @@ typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 #endif
 #define DL_DIMS(...) DL_SHAPE(__VA_ARGS__)
 #define DL_ALL dl_dims_all()      /* reduce over every dim */
+/* Zero means default: a zeroed desc field is PyTorch's default. Where that
+   default is not zero but zero is also a value a port may want (AdamW's
+   weight_decay 0.01, Adam's betas and eps, lr, a param group's lr and
+   weight_decay, smooth_l1's beta, gradcheck's atol and rtol), DL_ZERO asks
+   for a real zero: d.weight_decay = DL_ZERO is AdamW(weight_decay=0).
+   README.md, section "Zero means default", lists every such field. */
+#define DL_ZERO (-0.0f)
 
 typedef struct dl_ctx dl_ctx;
 typedef struct dl_tensor dl_tensor;
@@ -842,7 +850,7 @@ typedef dl_tensor *(*dl_gradcheck_fn)(void *user, dl_tensor *const *inputs);
 typedef struct dl_gradcheck_desc {
     double eps;             /* finite-difference step (0: 1e-3) */
     double atol, rtol;      /* pass when |analytic-numeric| <= atol + rtol*|numeric|
-                               (0: 1e-3, 1e-2) */
+                               (0: 1e-3, 1e-2; DL_ZERO: 0) */
     uint64_t seed;          /* projection vector seed (0: 1) */
 } dl_gradcheck_desc;
 typedef struct dl_gradcheck_result {
@@ -913,7 +921,7 @@ typedef struct dl_loss_desc {
                                  bce, bce_with_logits: weight broadcast to the input */
     dl_tensor *pos_weight;    /* bce_with_logits: weight of positive targets, broadcast
                                  to the input (typically (C), one per class) */
-    float beta;               /* smooth_l1: 0 -> 1.0 (PyTorch's default); -0.0f -> 0 (= L1) */
+    float beta;               /* smooth_l1: 0 -> 1.0 (PyTorch's default); DL_ZERO -> 0 (= L1) */
     float delta;              /* huber: 0 -> 1.0 (PyTorch's default); must be > 0 */
     bool log_target;          /* kl_div: target holds log-probabilities */
 } dl_loss_desc;
@@ -1175,15 +1183,16 @@ typedef struct dl_sgd_desc {
 } dl_sgd_desc;
 /* Zero means PyTorch's default: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8,
    weight_decay 0 (Adam) or 0.01 (AdamW). Where zero is a meaningful value
-   but not the default (the betas, eps, AdamW's weight_decay), write -0.0f
-   for an actual zero. */
+   but not the default (lr, the betas, eps, AdamW's weight_decay), write
+   DL_ZERO for an actual zero: AdamW(weight_decay=0) is .weight_decay = DL_ZERO. */
 typedef struct dl_adam_desc {
     float lr, beta1, beta2, eps, weight_decay;
     bool amsgrad, maximize;
 } dl_adam_desc;
 /* A parameter group, as a dict in torch.optim's param list: its own lr and
-   weight decay. lr 0: the optimizer's; weight_decay 0: the optimizer's,
-   -0.0f: none (biases and norm weights, typically). */
+   weight decay. lr 0: the optimizer's, DL_ZERO: 0 (a frozen group);
+   weight_decay 0: the optimizer's, DL_ZERO: none (biases and norm weights,
+   typically). */
 typedef struct dl_param_group {
     dl_tensor *const *params;
     int n;
@@ -12870,7 +12879,7 @@ static void dl__optim_destroy(void *p)
 
 static bool dl__optim_ok(const dl_optim *o) { return o && o->magic == DL__OPT_MAGIC; }
 
-/* zero means default; -0.0f means an actual zero */
+/* zero means default; DL_ZERO (-0.0f) means an actual zero */
 static float dl__dflt(float v, float def) { return v == 0.0f && !signbit(v) ? def : v; }
 
 static bool dl__lr_ok(dl_ctx *ctx, const char *fn, const char *what, float lr)
@@ -12961,7 +12970,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         if (pg->lr != 0.0f && !dl__lr_ok(ctx, fn, "a group's lr", pg->lr)) return NULL;
         if (!(pg->weight_decay >= 0.0f) || !isfinite(pg->weight_decay)) {
             dl__err(ctx, DL_ERR_ARG, "%s: group %d: weight_decay=%g must be a finite number >= 0 "
-                    "(-0.0f: none)", fn, g, (double)pg->weight_decay);
+                    "(DL_ZERO: none)", fn, g, (double)pg->weight_decay);
             return NULL;
         }
         if (total > INT32_MAX - pg->n) {
@@ -13005,7 +13014,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         const dl_param_group *pg = &groups[g];
         float base_lr = kind == DL__OPT_SGD ? so.lr : ao.lr;
         float base_wd = kind == DL__OPT_SGD ? so.weight_decay : ao.weight_decay;
-        o->glr[g] = o->glr0[g] = pg->lr != 0.0f ? pg->lr : base_lr;
+        o->glr[g] = o->glr0[g] = dl__dflt(pg->lr, base_lr) + 0.0f;
         o->gwd[g] = dl__dflt(pg->weight_decay, base_wd) + 0.0f;
         for (i = 0; i < pg->n; i++) {   /* de-duplicate, keeping the first */
             for (j = 0; j < o->n; j++) if (o->p[j] == pg->params[i]) break;
@@ -13113,7 +13122,7 @@ int dl_module_decay_groups(dl_module *m, dl_param_group out[2])
     out[0].n = a;
     out[1].params = m->groups + a;
     out[1].n = b;
-    out[1].weight_decay = -0.0f;
+    out[1].weight_decay = DL_ZERO;
     return 2;
 }
 
@@ -17776,8 +17785,9 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
                        const dl_gradcheck_desc *desc, dl_gradcheck_result *res)
 {
     double eps = desc && desc->eps > 0 ? desc->eps : 1e-3;
-    double atol = desc && desc->atol > 0 ? desc->atol : 1e-3;
-    double rtol = desc && desc->rtol > 0 ? desc->rtol : 1e-2;
+    /* DL_ZERO (-0.0) asks for a real zero */
+    double atol = desc && (desc->atol > 0 || (desc->atol == 0 && signbit(desc->atol))) ? desc->atol + 0.0 : 1e-3;
+    double rtol = desc && (desc->rtol > 0 || (desc->rtol == 0 && signbit(desc->rtol))) ? desc->rtol + 0.0 : 1e-2;
     dl_tensor *out, *r, *L, *grads[DL_GRADCHECK_MAX_INPUTS];
     float *rh, *ob;
     dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];

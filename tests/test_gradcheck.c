@@ -631,6 +631,24 @@ int main(void)
         dl_clear_error(G);
         dl_step_end(G);
     }
+    {   /* tolerances: DL_ZERO is a real zero (central differences of a cube in float
+           are off by ~1e-4 here, so zero tolerances fail what the defaults pass) */
+        dl_gradcheck_desc gd;
+        dl_gradcheck_result res;
+        P p = mkf(OP_POW, 3.0f, 0);
+        dl_tensor *x;
+        dl_manual_seed(G, 6);
+        x = dl_requires_grad(dl_randn(G, DL_SHAPE(3, 4)), true);
+        memset(&gd, 0, sizeof gd);
+        CHECK(dl_gradcheck(G, f_op, &p, 1, &x, &gd, &res) == DL_OK && res.ok, "x^3, default tolerances");
+        gd.atol = DL_ZERO;
+        gd.rtol = DL_ZERO;
+        CHECK(dl_gradcheck(G, f_op, &p, 1, &x, &gd, &res) == DL_OK && !res.ok && res.max_abs_err[0] > 0,
+              "x^3, atol = rtol = DL_ZERO: must fail (abs err %g)", res.max_abs_err[0]);
+        gd.atol = 1.0;
+        CHECK(dl_gradcheck(G, f_op, &p, 1, &x, &gd, &res) == DL_OK && res.ok, "x^3, atol 1, rtol DL_ZERO");
+        dl_step_end(G);
+    }
 
     /* second order: the checked function returns a gradient (create_graph) */
     gc1("grad tanh^3", "", mk(OP_SECOND), I(DL_SHAPE(5), F_RANDN));
