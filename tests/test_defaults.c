@@ -218,6 +218,15 @@ static void test_ops(void)
                   "avg_pool2d: dl_pool_desc_make(3, 0, 1, false, true) differs from the zeroed desc: %s", dl_error_message(G));
             CHECK(m1 && m2 && dl_same_shape(m1, m2) && th_same_bytes(m1, m2),
                   "max_pool2d: dl_pool_desc_make differs from the zeroed desc: %s", dl_error_message(G));
+            /* one option, two polarities: count_include_pad false = .no_count_include_pad true */
+            a = dl_pool_desc_make(3, 0, 1, false, false);
+            z.no_count_include_pad = true;
+            y1 = dl_avg_pool2d(x, &a);
+            y2 = dl_avg_pool2d(x, &z);
+            m1 = dl_avg_pool2d(x, &(dl_pool_desc){.kernel = {3, 3}, .padding = {1, 1}});
+            CHECK(y1 && y2 && m1 && th_same_bytes(y1, y2) && !th_same_bytes(y1, m1),
+                  "avg_pool2d: dl_pool_desc_make(..., count_include_pad false) = .no_count_include_pad true, "
+                  "and differs from the default");
             dl_clear_error(G);
             dl_step_end(G);
         }
