@@ -196,7 +196,7 @@
        dl_device_type             enum: DL_DEVICE_DEFAULT (0), DL_DEVICE_CPU, DL_DEVICE_CUDA
        dl_device                  {type, index}: torch.device("cpu:1")
        dl_shape                   a shape or a list of dims by value ({ndim, d[]})
-       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3]))
+       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3])); () is dl_shape_make(0, NULL)
        DL_DIMS                    DL_DIMS(0, -1): dims for reductions and permute (dim=(0, -1))
        DL_ALL                     every dim (x.sum() with no dim)
        DL_ZERO                    a real zero in a desc field where 0 means a non-zero default (-0.0f)
@@ -577,7 +577,10 @@ typedef enum dl_dtype { DL_DTYPE_F32 = 0, DL_DTYPE_I32, DL_DTYPE_I64 } dl_dtype;
 typedef enum dl_device_type { DL_DEVICE_DEFAULT = 0, DL_DEVICE_CPU, DL_DEVICE_CUDA } dl_device_type;
 typedef struct dl_device { int type; int index; } dl_device;
 
-/* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1). */
+/* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1).
+   DL_SHAPE() with no arguments is not a scalar's shape: it counts one
+   (empty) argument, so it is (0), one dim of size 0 (and its empty braces
+   are not ISO C). The 0-d shape () is dl_shape_make(0, NULL). */
 typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 
 #define DL__NARG(...) DL__NARG_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
@@ -8454,13 +8457,17 @@ dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
     int64_t cnt;
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
-    if (step == 0.0f || !(start == start) || !(end == end)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
-                (double)start, (double)end, (double)step);
+    if (step == 0.0f || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and the bounds and step finite (start %g, "
+                "end %g, step %g)", (double)start, (double)end, (double)step);
+        return NULL;
+    }
+    if (step > 0 ? end < start : end > start) {   /* as PyTorch: an error, not an empty tensor */
+        dl__err(ctx, DL_ERR_ARG, "dl_arange: upper bound and lower bound inconsistent with step sign (start %g, "
+                "end %g, step %g)", (double)start, (double)end, (double)step);
         return NULL;
     }
     n = ceil(((double)end - (double)start) / (double)step);
-    if (n < 0) n = 0;
     if (n > 1e15) {
         dl__err(ctx, DL_ERR_OOM, "dl_arange: %g elements is too many", n);
         return NULL;
@@ -14228,6 +14235,31 @@ static void dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_tensor *s
     snprintf(out, n, "param%d", i);
 }
 
+/* Whether name is optimizer state as dl_save writes it: "optim.step",
+   "optim.<P>.step" or "optim.<P>.<state>" (momentum_buffer, exp_avg,
+   exp_avg_sq, max_exp_avg_sq), P a state_dict name in ws[0 .. nw) or
+   param<i>. dl_load_module skips exactly these (and only in a file whose
+   __metadata__ says it holds optimizer state), so a model with a child
+   named "optim" still loads strictly. */
+static bool dl__st_optim_key(const char *name, const dl__st_want *ws, int nw)
+{
+    static const char *const states[] = {"step", "momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    const char *p = name + 6, *dot;
+    size_t pl;
+    int i;
+    if (strncmp(name, "optim.", 6) != 0) return false;
+    if (strcmp(p, "step") == 0) return true;
+    if (!(dot = strrchr(p, '.')) || dot == p) return false;
+    for (i = 0; i < 5 && strcmp(dot + 1, states[i]) != 0; i++) {}
+    if (i == 5) return false;
+    pl = (size_t)(dot - p);
+    for (i = 0; i < nw; i++)
+        if (strlen(ws[i].name) == pl && strncmp(ws[i].name, p, pl) == 0) return true;
+    if (pl <= 5 || strncmp(p, "param", 5) != 0) return false;
+    for (i = 5; i < (int)pl; i++) if (p[i] < '0' || p[i] > '9') return false;
+    return true;
+}
+
 /* The list of names (and targets) that a checkpoint of m (+o) holds. */
 static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t *steps_slot)
 {
@@ -14535,6 +14567,11 @@ static bool dl__st_describe(const dl__json *j, const dl__jv *d, dl__st_entry *e,
         return false;
     }
     if (e->dtype_known) {
+        if (numel > datalen / dl__esize(e->dtype)) {   /* before numel * size, which could wrap */
+            snprintf(msg, msgn, "%s with %llu elements needs more bytes than the data section's %llu",
+                     e->dtype_str, (unsigned long long)numel, (unsigned long long)datalen);
+            return false;
+        }
         bytes = numel * dl__esize(e->dtype);
         if (e->end - e->begin != bytes) {
             snprintf(msg, msgn, "data_offsets [%llu, %llu] hold %llu bytes but %s with %llu "
@@ -14771,10 +14808,11 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     }
     for (k = 0; k < ne; k++) {
         if (es[k].used) continue;
-        if (!o && strncmp(es[k].name, "optim.", 6) == 0) continue;   /* optimizer state not asked for */
+        if (!o && meta && dl__jmember(&j, meta, "dl.optim") && dl__st_optim_key(es[k].name, ws, nw))
+            continue;   /* optimizer state not asked for */
         dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the file has an extra tensor '%.100s' that the "
                 "%s does not have", op, label, es[k].name,
-                strncmp(es[k].name, "optim.", 6) == 0 ? "optimizer" : "module");
+                dl__st_optim_key(es[k].name, ws, nw) ? "optimizer" : "module");
         goto done;
     }
     if (o) {

@@ -496,6 +496,17 @@ static void size_errors(void)
     BAD(dl_from_array(C, DL_SHAPE(2), NULL), DL_ERR_ARG, "values is NULL");
     BAD(dl_arange(C, 0.0f, 1.0f, 0.0f), DL_ERR_ARG, "step");
     BAD(dl_arange(C, 0.0f, 1e20f, 1.0f), DL_ERR_OOM, "too many");
+    /* as PyTorch: a step against the direction from start to end is an error, not an empty tensor */
+    BAD(dl_arange(C, 0.0f, 5.0f, -1.0f), DL_ERR_ARG,
+        "dl_arange: upper bound and lower bound inconsistent with step sign (start 0, end 5, step -1)");
+    BAD(dl_arange(C, 5.0f, 0.0f, 1.0f), DL_ERR_ARG, "inconsistent with step sign");
+    BAD(dl_arange(C, 0.0f, INFINITY, 1.0f), DL_ERR_ARG, "dl_arange: step must be non-zero and the bounds and step finite");
+    BAD(dl_arange(C, 0.0f, 1.0f, NAN), DL_ERR_ARG, "dl_arange: step must be non-zero");
+    {
+        dl_tensor *d = dl_arange(C, 5.0f, 0.0f, -2.0f), *e = dl_arange(C, 3.0f, 3.0f, -1.0f);
+        CHECK(d && d->numel == 3 && th_f(d, 0) == 5.0f && th_f(d, 2) == 1.0f && e && e->numel == 0,
+              "dl_arange(5, 0, -2) = 5 3 1; (3, 3, -1) is empty");
+    }
     /* a context with a 1 MiB limit asked for 4 MB */
     {
         dl_ctx_desc d;
