@@ -10910,16 +10910,23 @@ dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_des
     if (!d) d = &dl__loss_defaults;
     if (!p || !y || !dl__nn_same(op, p, y, d, DL__LF_WEIGHT)) return NULL;
     if (d->weight && !dl__nn_bcast_to(op, "weight", d->weight, p)) return NULL;
-    if (p->numel) {   /* PyTorch: "all elements of input should be between 0 and 1" */
+    if (p->numel) {   /* PyTorch: "all elements of input (target) should be between 0 and 1" */
         bool mask[DL_MAX_DIMS];
-        dl_tensor *in = dl__mask(p, DL__U_INRANGE, 0.0f, 1.0f), *lo;
+        dl_tensor *ip = dl__mask(p, DL__U_INRANGE, 0.0f, 1.0f), *iy = dl__mask(y, DL__U_INRANGE, 0.0f, 1.0f);
+        dl_tensor *ok;
+        float v;
         int i;
         for (i = 0; i < DL_MAX_DIMS; i++) mask[i] = true;
-        lo = in ? dl__reduce_raw(op, DL__R_MIN, in, mask) : NULL;
-        if (!lo) return NULL;
-        if (dl__host_value(lo) != 1.0f) {
-            dl__err(p->ctx_, DL_ERR_ARG, "%s: input %s has values outside [0, 1] (probabilities "
-                    "expected; use dl_binary_cross_entropy_with_logits for logits)", op, dl__sh(p));
+        /* one host read for both (a device syncs once): 1 + 2 when every value is in range */
+        ok = ip && iy ? dl_add(dl__reduce_raw(op, DL__R_MIN, ip, mask),
+                               dl_mul_scalar(dl__reduce_raw(op, DL__R_MIN, iy, mask), 2.0f)) : NULL;
+        if (!ok) return NULL;
+        v = dl__host_value(ok);
+        if (v != 3.0f) {
+            bool pin = v == 1.0f;   /* p in range: then y is not */
+            dl__err(p->ctx_, DL_ERR_ARG, "%s: %s %s has values outside [0, 1] (%s)", op, pin ? "target" : "input",
+                    dl__sh(pin ? y : p), pin ? "BCE's targets are probabilities, as PyTorch's"
+                    : "probabilities expected; use dl_binary_cross_entropy_with_logits for logits");
             return NULL;
         }
     }
