@@ -424,8 +424,9 @@ static EX_UNUSED bool ex_load_split(const char *prog, dl_ctx *ctx, const char *d
     snprintf(pi, sizeof pi, "%s/%s-images-idx3-ubyte", dir, split);
     snprintf(pl, sizeof pl, "%s/%s-labels-idx1-ubyte", dir, split);
     if (dl_idx_load(ctx, pi, DL_DTYPE_F32, &xi) != DL_OK || dl_idx_load(ctx, pl, DL_DTYPE_I64, &yl) != DL_OK) {
-        fprintf(stderr, "%s: %s\n(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n", prog,
-                dl_error_message(ctx));
+        dl_result r = dl_last_error(ctx);   /* the hint only where the files are missing or not IDX */
+        fprintf(stderr, "%s: %s\n%s", prog, dl_error_message(ctx), r == DL_ERR_IO || r == DL_ERR_FORMAT ?
+                "(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n" : "");
         return false;
     }
     if (xi->ndim != 3 || xi->shape[1] != 28 || xi->shape[2] != 28 || yl->ndim != 1 || yl->numel != xi->shape[0]) {
