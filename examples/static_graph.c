@@ -213,11 +213,13 @@ static long flag_int(const char *prog, const char *flag, const char *v, long lo,
 
 int main(int argc, char **argv)
 {
-    dl_device dev = dl_cpu();
+    dl_device dev;            /* --device; not given: the context's default (cpu, or DL_DEVICE=...) */
     bool lenet = false;
     long batch = 16, steps = 200, threads = 0;
     run e, s;
     int i, ok;
+    dev.type = DL_DEVICE_DEFAULT;
+    dev.index = 0;
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return usage(argv[0], stdout, 0);
@@ -257,7 +259,7 @@ int main(int argc, char **argv)
         ok = 1;
     } else {
         printf("%s on %s, batch %ld, Adam, %ld steps (%d threads)\n", lenet ? "LeNet-BN" : "MLP with dropout",
-               dl_device_name(dev), batch, steps, dl_num_threads(e.ctx));
+               dl_device_name(dl_ctx_device(e.ctx)), batch, steps, dl_num_threads(e.ctx));
         printf("  eager (the tape rebuilt each step)   %8.3f ms a step\n", e.ms);
         printf("  static (recorded once, replayed)     %8.3f ms a step   (%.2fx the eager step)\n", s.ms,
                s.ms / e.ms);
