@@ -120,6 +120,8 @@ typedef struct dl__cuimpl {
     void *scratch;
     size_t scratch_size;
     cudaEvent_t peer_ev;              /* cross-device copies */
+    cudaEvent_t *pev;                 /* the profiler's marks: timing events, a pool */
+    int npev, usedpev;
 } dl__cuimpl;
 
 #define DL__CUI(d) ((dl__cuimpl *)(d)->impl)
@@ -564,6 +566,48 @@ static void dl__cu_sync(dl__dev *d)
     dl__cu_enter(d);
     dl__cu_wait(d, "cudaStreamSynchronize");
 }
+
+/* ===========================================================================
+ * The profiler's marks (dl_profile_*): timing events from a pool, recorded
+ * on the device's stream, so a span's time is the stream's (the device's
+ * work, and any wait for the host in between); read back, waiting for the
+ * later event, only when the profiler turns its spans into times. A
+ * failure gives no mark (the span is not counted), never an op's error.
+ * Emulated devices: the host clock.
+ * ========================================================================= */
+
+static int64_t dl__cu_prof_mark(dl__dev *d)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    if (m->emulate) return dl__prof_now();
+    if (m->usedpev == m->npev) {
+        int n = m->npev ? 2 * m->npev : 256;
+        cudaEvent_t *e = (cudaEvent_t *)DL_REALLOC(m->pev, sizeof(cudaEvent_t) * (size_t)n);
+        if (!e) return -1;
+        m->pev = e;
+        while (m->npev < n && cudaEventCreate(&m->pev[m->npev]) == cudaSuccess) m->npev++;
+        (void)cudaGetLastError();
+        if (m->usedpev == m->npev) return -1;
+    }
+    if (cudaEventRecord(m->pev[m->usedpev], m->stream) != cudaSuccess) { (void)cudaGetLastError(); return -1; }
+    return m->usedpev++;
+}
+
+static double dl__cu_prof_seconds(dl__dev *d, int64_t a, int64_t b)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    float ms = 0.0f;
+    if (m->emulate) return 1e-9 * (double)(b - a);
+    if (a < 0 || b < 0 || a >= m->usedpev || b >= m->usedpev) return 0.0;
+    if (cudaEventSynchronize(m->pev[b]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, m->pev[a], m->pev[b]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0.0;
+    }
+    return 1e-3 * (double)ms;
+}
+
+static void dl__cu_prof_release(dl__dev *d) { DL__CUI(d)->usedpev = 0; }
 
 /* ===========================================================================
  * Fills
@@ -2264,6 +2308,7 @@ static const dl__backend dl__cuda_backend = {
     "cuda",
     dl__cu_alloc, dl__cu_free, dl__cu_upload, dl__cu_download, dl__cu_copy, dl__cu_peer,
     dl__cu_sync,
+    dl__cu_prof_mark, dl__cu_prof_seconds, dl__cu_prof_release,
     dl__cu_rand, dl__cu_arange, dl__cu_fill, dl__cu_add_i64,
     dl__cu_unary, dl__cu_binary, dl__cu_reduce, dl__cu_argmax, dl__cu_onehot, dl__cu_copy_nd,
     dl__cu_axpy, dl__cu_nonfinite, dl__cu_gemm, dl__cu_softmax,
@@ -2302,6 +2347,7 @@ static void dl__cu_teardown(dl__dev *d)
         }
         if (m->hres) (void)cudaFreeHost(m->hres);
         if (m->peer_ev) (void)cudaEventDestroy(m->peer_ev);
+        for (k = 0; k < m->npev; k++) (void)cudaEventDestroy(m->pev[k]);
     } else if (m->hres) {
         DL_FREE(m->hres);
     }
@@ -2313,6 +2359,7 @@ static void dl__cu_teardown(dl__dev *d)
     (void)cudaGetLastError();
     DL_FREE(m->freel);
     DL_FREE(m->live);
+    DL_FREE(m->pev);
     DL_FREE(m);
     d->impl = NULL;
 }
