@@ -1431,6 +1431,12 @@ typedef struct dl_loader_desc {
     int num_workers;        /* threads preparing the next batch (0: in the caller) */
     uint64_t seed;          /* shuffling and augmentation (0: 1) */
     dl_device device;       /* where batches go (zero: the context's default device) */
+    bool device_data;       /* keep the whole dataset on `device` as bytes and make each
+                               batch there: gather, crop, flip, normalize (the same bits
+                               as the host's batches). The dataset must come from
+                               dl_tensor_dataset with x of whole numbers 0..255 (raw
+                               pixels; the transform's scale/mean/std normalize them);
+                               num_workers is not used */
 } dl_loader_desc;
 typedef struct dl_loader dl_loader;
 DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
@@ -3468,6 +3474,35 @@ static DL__UNUSED int64_t dl__s1_floats(const dl__cgeom *g, const dl__s1geom *q,
     return 2 * g->Ca * g->K + 16 + (flip ? g->Ca * g->Cb * g->K + 16 : 0) + (g->Ca + g->Cb) * n * q->Pa;
 }
 
+/* A loader's batch made on its device from the dataset kept there as bytes
+   (dl_loader_desc.device_data): samples of sn = C*H*W pixels; the crop's
+   zero padding; the normalization (v * scale - mean) * inv_std. */
+typedef struct dl__batchgeom {
+    int64_t sn, C, H, W, pad;
+    float scale, mean, inv_std;
+} dl__batchgeom;
+
+/* (v * scale - mean) * inv_std, as every loader computes it: in double,
+   where v * scale is exact (24 + 24 bits), so neither a contraction into an
+   FMA nor the device changes the bits */
+static DL__HD inline float dl__px_norm(float v, float scale, float mean, float inv_std)
+{
+    return (float)(((double)v * (double)scale - (double)mean) * (double)inv_std);
+}
+
+/* Pixel r (c, row, col) of a sample made from its bytes src: the sample
+   shifted by (dy, dx) - pad in a zero-padded frame (the random crop) and
+   mirrored when flip (the random horizontal flip), then normalized.
+   aug = flip | dy << 1 | dx << 32; aug 0 with pad 0 is the plain sample. */
+static DL__HD inline float dl__batch_px(const uint8_t *src, int64_t r, int64_t aug, const dl__batchgeom *g)
+{
+    int64_t HW = g->H * g->W, c = r / HW, q = r - c * HW, row = q / g->W, col = q - row * g->W;
+    int64_t dy = (aug >> 1) & 0x7fffffff, dx = aug >> 32;
+    int64_t sr = row + dy - g->pad, sq = ((aug & 1) ? g->W - 1 - col : col) + dx - g->pad;
+    float v = (sr >= 0 && sr < g->H && sq >= 0 && sq < g->W) ? (float)src[c * HW + sr * g->W + sq] : 0.0f;
+    return dl__px_norm(v, g->scale, g->mean, g->inv_std);
+}
+
 /* Geometry of one pooling: input ia, output ob, per-dim windows. */
 typedef struct dl__pgeom {
     int64_t ia[3], ob[3], k[3], s[3], p[3], d[3];
@@ -3559,6 +3594,11 @@ struct dl__backend {
     /* y (planes, Lout) = x (planes, Lin)[idx]  (0 where idx < 0) */
     void (*gather)(dl__dev *d, float *y, const float *x, const int64_t *idx, int64_t planes,
                    int64_t Lin, int64_t Lout);
+    /* a loader's batch from the dataset on the device (dl__batchgeom): for
+       sample j < cnt, i = plan[2j], x[j] (sn floats) = dl__batch_px of
+       data + i*sn (bytes) with aug plan[2j+1], y[j] = labels[i] */
+    void (*load_batch)(dl__dev *d, float *x, int64_t *y, const uint8_t *data, const int64_t *labels,
+                       const int64_t *plan, int64_t cnt, const dl__batchgeom *g);
     void (*avg_pool)(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g);
     void (*avg_pool_adj)(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g);
     /* fused normalization. Batch norm over x (N, C, L), per channel: bn_stats
@@ -7684,6 +7724,37 @@ static void dl__cpu_gather(dl__dev *d, float *y, const float *x, const int64_t *
     dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (Lout + 1) + 1, dl__scat_task, &u);
 }
 
+/* a loader's batch, a sample per task (dl__batch_px: the CUDA kernel's math) */
+typedef struct dl__lb_args {
+    float *x; int64_t *y; const uint8_t *data; const int64_t *labels, *plan; const dl__batchgeom *g;
+} dl__lb_args;
+
+static void dl__lb_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__lb_args *u = (const dl__lb_args *)arg;
+    int64_t j, r, sn = u->g->sn;
+    for (j = lo; j < hi; j++) {
+        int64_t i = u->plan[2 * j], aug = u->plan[2 * j + 1];
+        const uint8_t *src = u->data + i * sn;
+        float *x = u->x + j * sn;
+        for (r = 0; r < sn; r++) x[r] = dl__batch_px(src, r, aug, u->g);
+        u->y[j] = u->labels[i];
+    }
+}
+
+static void dl__cpu_load_batch(dl__dev *d, float *x, int64_t *y, const uint8_t *data, const int64_t *labels,
+                               const int64_t *plan, int64_t cnt, const dl__batchgeom *g)
+{
+    dl__lb_args u;
+    u.x = (float *)DL__RAW(d, x);
+    u.y = (int64_t *)DL__RAW(d, y);
+    u.data = (const uint8_t *)DL__RAW(d, data);
+    u.labels = (const int64_t *)DL__RAW(d, labels);
+    u.plan = (const int64_t *)DL__RAW(d, plan);
+    u.g = g;
+    dl__parallel_for(d->ctx->pool, cnt, (1 << 14) / (g->sn + 1) + 1, dl__lb_task, &u);
+}
+
 /* avg pooling, forward (adj = false: y = mean of window) or adjoint
    (adj = true: x[window] += y / divisor), one plane per task */
 typedef struct dl__avg_args { float *x; float *y; const dl__pgeom *g; bool adj; } dl__avg_args;
@@ -8333,7 +8404,7 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_axpy, dl__cpu_nonfinite, dl__cpu_gemm, dl__cpu_softmax,
     dl__cpu_class_mask, dl__cpu_dropout_mask, dl__cpu_bce_logits,
     dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
-    dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
+    dl__cpu_gather, dl__cpu_load_batch, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
     dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
     dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1, dl__cpu_conv_s1_wgrad,
 #ifdef DL__WG
@@ -13631,39 +13702,58 @@ typedef struct dl__tds {
     int64_t sn;          /* floats per sample */
 } dl__tds;
 
+/* the transform's normalization (scale, mean, 1/std) */
+static void dl__tds_norm(const dl__tds *d, float *scale, float *mean, float *inv_std)
+{
+    *scale = 1.0f; *mean = 0.0f; *inv_std = 1.0f;
+    if (!d->has_t) return;
+    if (d->t.scale != 0.0f) *scale = d->t.scale;
+    *mean = d->t.mean;
+    if (d->t.std != 0.0f) *inv_std = 1.0f / d->t.std;
+}
+
+/* whether a sample is augmented, and if so its draws from rng: flip, then
+   the crop's offsets dy, dx in 0..2p (p = crop_padding). The host's
+   dl__tds_get and the device loader's plan both draw here. */
+static bool dl__tds_aug(const dl__tds *d, uint64_t rng[4], bool *flip, int64_t *dy, int64_t *dx)
+{
+    int64_t p = d->t.crop_padding;
+    *flip = false;
+    *dy = *dx = 0;
+    if (!(d->has_t && d->train && d->ds.sample_shape.ndim >= 2 && (d->t.hflip || p > 0))) return false;
+    *flip = d->t.hflip && dl__rng_uniform(rng) < 0.5f;
+    if (p > 0) {
+        *dy = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+        *dx = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+        if (*dy > 2 * p) *dy = 2 * p;
+        if (*dx > 2 * p) *dx = 2 * p;
+    }
+    return true;
+}
+
 static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
 {
     const dl__tds *d = (const dl__tds *)ds->user;
     const float *src = d->xh + i * d->sn;
-    float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
-    int64_t k;
+    float scale, mean, inv_std;
+    int64_t k, dy, dx;
+    bool flip;
     *y = d->yh[i];
-    if (d->has_t) {
-        if (d->t.scale != 0.0f) scale = d->t.scale;
-        mean = d->t.mean;
-        if (d->t.std != 0.0f) inv_std = 1.0f / d->t.std;
-    }
-    if (d->has_t && d->train && d->ds.sample_shape.ndim >= 2 && (d->t.hflip || d->t.crop_padding > 0)) {
+    dl__tds_norm(d, &scale, &mean, &inv_std);
+    if (dl__tds_aug(d, rng, &flip, &dy, &dx)) {
         const dl_shape *s = &d->ds.sample_shape;
         int64_t H = s->d[s->ndim - 2], W = s->d[s->ndim - 1], C = (H > 0 && W > 0) ? d->sn / (H * W) : 0;
-        int64_t p = d->t.crop_padding, dy = 0, dx = 0, c, r, q;
-        bool flip = d->t.hflip && dl__rng_uniform(rng) < 0.5f;
-        if (p > 0) {
-            dy = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
-            dx = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
-            if (dy > 2 * p) dy = 2 * p;
-            if (dx > 2 * p) dx = 2 * p;
-        }
+        int64_t p = d->t.crop_padding, c, r, q;
         for (c = 0; c < C; c++)
             for (r = 0; r < H; r++)
                 for (q = 0; q < W; q++) {
                     int64_t sr = r + dy - p, sq = (flip ? W - 1 - q : q) + dx - p;
                     float v = (sr >= 0 && sr < H && sq >= 0 && sq < W) ? src[(c * H + sr) * W + sq] : 0.0f;
-                    x[(c * H + r) * W + q] = (v * scale - mean) * inv_std;
+                    x[(c * H + r) * W + q] = dl__px_norm(v, scale, mean, inv_std);
                 }
         return DL_OK;
     }
-    for (k = 0; k < d->sn; k++) x[k] = (src[k] * scale - mean) * inv_std;
+    for (k = 0; k < d->sn; k++) x[k] = dl__px_norm(src[k], scale, mean, inv_std);
     return DL_OK;
 }
 
@@ -13744,6 +13834,14 @@ struct dl_loader {
     dl_result job_rc;                 /* first failure of the job (under mu with workers) */
     int64_t job_bad_index, job_bad_pos;
     int nw;
+    /* device_data: the dataset on dev as bytes (ddata) with its labels, and
+       the epoch's plan (per position: sample index, crop and flip), drawn on
+       the host (hplan) and uploaded once an epoch (dplan) */
+    bool on_dev;
+    uint8_t *ddata;
+    int64_t *dlabels, *dplan, *hplan;
+    size_t dbytes[3];
+    dl__batchgeom geom;
 #ifndef DL_NO_THREADS
     pthread_t *th;
     pthread_mutex_t mu;
@@ -13760,6 +13858,12 @@ static int64_t dl__batch_count(const dl_loader *l, int64_t b)
     return (hi > l->n ? l->n : hi) - lo;
 }
 
+/* the generator of the sample at position pos of an epoch: its augmentation's draws */
+static void dl__loader_rng(const dl_loader *l, int64_t epoch, int64_t pos, uint64_t rng[4])
+{
+    dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)epoch << 40) ^ (uint64_t)pos, rng);
+}
+
 /* Fill the share of worker w (of nw) of the current job. The first failure
    (by position in the batch) is merged into job_rc / job_bad_index under the
    loader's lock by the caller, so reports do not depend on thread timing. */
@@ -13772,7 +13876,7 @@ static void dl__loader_fill(dl_loader *l, int w, int nw, dl_result *rc_out, int6
         int64_t pos = lo + j, idx = l->perm[pos];
         uint64_t rng[4];
         dl_result rc;
-        dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)l->job_epoch << 40) ^ (uint64_t)pos, rng);
+        dl__loader_rng(l, l->job_epoch, pos, rng);
         rc = l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, l->ybuf[l->job_slot] + j, rng);
         if (rc != DL_OK) { *rc_out = rc; *pos_out = j; return; }
     }
@@ -13874,12 +13978,91 @@ static void dl__loader_free(void *p)
     }
     DL_FREE(l->th);
 #endif
+    {   /* device_data's buffers */
+        void *p[3];
+        int i;
+        p[0] = l->ddata; p[1] = l->dlabels; p[2] = l->dplan;
+        for (i = 0; i < 3; i++)
+            if (p[i]) {
+                l->dev->be->free(l->dev, p[i]);
+                l->dev->persistent_bytes -= l->dbytes[i] < l->dev->persistent_bytes ? l->dbytes[i] : l->dev->persistent_bytes;
+            }
+    }
+    DL_FREE(l->hplan);
     DL_FREE(l->perm);
     DL_FREE(l->xbuf[0]);
     DL_FREE(l->xbuf[1]);
     DL_FREE(l->ybuf[0]);
     DL_FREE(l->ybuf[1]);
     DL_FREE(l);
+}
+
+/* device_data: the dataset's x as bytes and its labels on l->dev, and a
+   host buffer for the epochs' plans. Every check first (a dl_tensor_dataset,
+   whole numbers 0..255), then the memory. */
+static void *dl__loader_dalloc(dl_loader *l, int k, size_t bytes)
+{
+    dl__dev *d = l->dev;
+    void *p;
+    if (!dl__dev_limit_ok(d, bytes) || !(p = dl__dev_alloc(d, bytes ? bytes : 1))) return NULL;
+    l->dbytes[k] = bytes;
+    d->persistent_bytes += bytes;
+    dl__track_peak(d);
+    return p;
+}
+
+static dl_result dl__loader_to_device(dl_loader *l)
+{
+    dl_ctx *ctx = l->ctx;
+    const dl__tds *d = l->ds->get == dl__tds_get ? (const dl__tds *)l->ds->user : NULL;
+    const dl_shape *s = &l->ds->sample_shape;
+    uint8_t *bytes;
+    int64_t i, n = l->n * l->sn;
+    bool flip;
+    int64_t dy, dx;
+    uint64_t rng[4] = {0, 0, 0, 0};
+    if (!d) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: device_data needs a dataset made by dl_tensor_dataset "
+                "(this one has a get function of its own, which runs on the host)");
+        return DL_ERR_ARG;
+    }
+    for (i = 0; i < n; i++)
+        if (!(d->xh[i] >= 0.0f && d->xh[i] <= 255.0f && d->xh[i] == (float)(int)d->xh[i])) {
+            dl__err(ctx, DL_ERR_ARG, "dl_loader_new: device_data keeps x on %s as bytes, but x holds %g at "
+                    "flat index %lld (sample %lld): the values must be whole numbers from 0 to 255 (raw "
+                    "pixels; normalize them with dl_transform_desc's scale, mean and std)",
+                    dl_device_name(l->dev->id), (double)d->xh[i], (long long)i, (long long)(i / l->sn));
+            return DL_ERR_ARG;
+        }
+    l->on_dev = true;
+    l->geom.sn = l->sn;
+    l->geom.C = 1;
+    l->geom.H = 1;
+    l->geom.W = l->sn;
+    if (s->ndim >= 2 && s->d[s->ndim - 2] > 0 && s->d[s->ndim - 1] > 0) {
+        l->geom.H = s->d[s->ndim - 2];
+        l->geom.W = s->d[s->ndim - 1];
+        l->geom.C = l->sn / (l->geom.H * l->geom.W);
+    }
+    l->geom.pad = dl__tds_aug(d, rng, &flip, &dy, &dx) ? d->t.crop_padding : 0;   /* (draws thrown away) */
+    dl__tds_norm(d, &l->geom.scale, &l->geom.mean, &l->geom.inv_std);
+    bytes = (uint8_t *)dl__malloc(ctx, (size_t)n + 1);
+    l->hplan = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(2 * l->n + 1));
+    l->ddata = (uint8_t *)dl__loader_dalloc(l, 0, (size_t)n);
+    l->dlabels = (int64_t *)dl__loader_dalloc(l, 1, sizeof(int64_t) * (size_t)l->n);
+    l->dplan = (int64_t *)dl__loader_dalloc(l, 2, sizeof(int64_t) * (size_t)(2 * l->n));
+    if (!bytes || !l->hplan || !l->ddata || !l->dlabels || !l->dplan) {
+        DL_FREE(bytes);
+        dl__err(ctx, DL_ERR_OOM, "dl_loader_new: device_data: no memory for the dataset (%lld bytes of "
+                "samples, %lld of labels) on %s%s", (long long)n, (long long)(8 * l->n), dl_device_name(l->dev->id),
+                ctx->memory_limit ? " (memory_limit reached?)" : "");
+        return DL_ERR_OOM;
+    }
+    for (i = 0; i < n; i++) bytes[i] = (uint8_t)d->xh[i];
+    l->dev->be->upload(l->dev, l->ddata, bytes, (size_t)n);
+    l->dev->be->upload(l->dev, l->dlabels, d->yh, sizeof(int64_t) * (size_t)l->n);
+    DL_FREE(bytes);
+    return dl__dev_check(l->dev, "dl_loader_new");
 }
 
 dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *desc)
@@ -13915,13 +14098,19 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
     l->batch = -1;
     if (l->sn > 0 && (uint64_t)bs > (uint64_t)(INT64_MAX / 8) / (uint64_t)l->sn) goto oom;
     l->perm = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(l->n + 1));
-    l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-    l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-    l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
-    l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
-    if (!l->perm || !l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
+    if (!l->perm) goto oom;
+    if (l->d.device_data) {                     /* the dataset goes to the device; no host batches */
+        dl_result rc = dl__loader_to_device(l);
+        if (rc != DL_OK) { dl__loader_free(l); return NULL; }
+    } else {
+        l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+        l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+        l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+        l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+        if (!l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
+    }
 #ifndef DL_NO_THREADS
-    l->nw = l->d.num_workers;
+    l->nw = l->on_dev ? 0 : l->d.num_workers;
     if (l->nw > 0) {
         int i;
         pthread_mutex_init(&l->mu, NULL);
@@ -13963,6 +14152,25 @@ static void dl__loader_order(dl_loader *l)
     }
 }
 
+/* device_data: the epoch's plan (the order, each position's crop and flip,
+   drawn as the host loader draws them), uploaded in one copy */
+static dl_result dl__loader_plan(dl_loader *l)
+{
+    const dl__tds *d = (const dl__tds *)l->ds->user;
+    int64_t pos;
+    for (pos = 0; pos < l->n; pos++) {
+        uint64_t rng[4];
+        bool flip;
+        int64_t dy, dx, aug = 0;
+        dl__loader_rng(l, l->epoch, pos, rng);
+        if (dl__tds_aug(d, rng, &flip, &dy, &dx)) aug = (int64_t)flip | (dy << 1) | (dx << 32);
+        l->hplan[2 * pos] = l->perm[pos];
+        l->hplan[2 * pos + 1] = aug;
+    }
+    l->dev->be->upload(l->dev, l->dplan, l->hplan, sizeof(int64_t) * (size_t)(2 * l->n));
+    return dl__dev_check(l->dev, "dl_loader_next");
+}
+
 int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
 {
     int64_t shape[DL_MAX_DIMS + 1], cnt;
@@ -13978,9 +14186,23 @@ int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
         l->epoch++;
         dl__loader_order(l);
         l->batch = 0;
-        if (l->nb > 0) dl__loader_launch(l, 0, 0);
+        if (l->on_dev && l->nb > 0 && dl__loader_plan(l) != DL_OK) { l->batch = -1; return -1; }
+        if (!l->on_dev && l->nb > 0) dl__loader_launch(l, 0, 0);
     }
     if (l->batch >= l->nb) { l->batch = -1; return 0; }
+    if (l->on_dev) {      /* gather, crop, flip and normalize on the device */
+        cnt = dl__batch_count(l, l->batch);
+        shape[0] = cnt;
+        memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
+        *x = dl__make(l->dev, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
+        *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
+        if (!*x || !*y) { *x = *y = NULL; return -1; }
+        if (cnt) l->dev->be->load_batch(l->dev, (float *)(*x)->data, (int64_t *)(*y)->data, l->ddata, l->dlabels,
+                                        l->dplan + 2 * l->batch * l->d.batch_size, cnt, &l->geom);
+        if (dl__dev_check(l->dev, "dl_loader_next") != DL_OK) { *x = *y = NULL; return -1; }
+        l->batch++;
+        return 1;
+    }
     dl__loader_wait(l);
     slot = (int)(l->batch & 1);
     if (l->job_rc != DL_OK) {

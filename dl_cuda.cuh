@@ -1809,6 +1809,41 @@ static void dl__cu_gather(dl__dev *d, float *y, const float *x, const int64_t *i
     dl__cu_run<int64_t>(d, "gather", planes * Lout, f);
 }
 
+/* a loader's batch from the dataset kept on the device as bytes: one
+   thread per output pixel, dl__batch_px (the CPU's math, in double where a
+   contraction could change it); the thread of a sample's pixel 0 copies its
+   label. The sample order and each sample's crop and flip (plan) come from
+   the host once per epoch. */
+template <typename I>
+struct dl__cuf_load_batch {
+    float *x; int64_t *y; const uint8_t *data; const int64_t *labels, *plan; dl__batchgeom g;
+    DL__HD void operator()(I e) const
+    {
+        I j = e / (I)g.sn, r = e - j * (I)g.sn;
+        int64_t i = plan[2 * (int64_t)j];
+        x[e] = dl__batch_px(data + i * g.sn, (int64_t)r, plan[2 * (int64_t)j + 1], &g);
+        if (r == 0) y[j] = labels[i];
+    }
+};
+
+static void dl__cu_load_batch(dl__dev *d, float *x, int64_t *y, const uint8_t *data, const int64_t *labels,
+                              const int64_t *plan, int64_t cnt, const dl__batchgeom *g)
+{
+    int64_t n = cnt * g->sn;
+    dl__cu_enter(d);
+    if (dl__cu_small(n)) {
+        dl__cuf_load_batch<int32_t> f;
+        f.x = DL__CUP(d, x); f.y = DL__CUP(d, y); f.data = DL__CUP(d, data); f.labels = DL__CUP(d, labels);
+        f.plan = DL__CUP(d, plan); f.g = *g;
+        dl__cu_run<int32_t>(d, "load_batch", n, f);
+    } else {
+        dl__cuf_load_batch<int64_t> f;
+        f.x = DL__CUP(d, x); f.y = DL__CUP(d, y); f.data = DL__CUP(d, data); f.labels = DL__CUP(d, labels);
+        f.plan = DL__CUP(d, plan); f.g = *g;
+        dl__cu_run<int64_t>(d, "load_batch", n, f);
+    }
+}
+
 /* one output: the mean of its window, the CPU's loop */
 struct dl__cuf_avgpool {
     float *y; const float *x; dl__pgeom g;
@@ -2314,7 +2349,7 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_axpy, dl__cu_nonfinite, dl__cu_gemm, dl__cu_softmax,
     dl__cu_class_mask, dl__cu_dropout_mask, dl__cu_bce_logits,
     dl__cu_im2col, dl__cu_col2im, dl__cu_bias_add, dl__cu_max_pool, dl__cu_unpool,
-    dl__cu_gather, dl__cu_avg_pool, dl__cu_avg_pool_adj,
+    dl__cu_gather, dl__cu_load_batch, dl__cu_avg_pool, dl__cu_avg_pool_adj,
     dl__cu_bn_stats, dl__cu_bn_apply, dl__cu_bn_backward, dl__cu_ln_forward, dl__cu_ln_backward,
     dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale,
     NULL, NULL,   /* conv_s1, conv_s1_wgrad: the padded grid is a CPU cache layout; */
