@@ -88,7 +88,9 @@
        safetensors checkpoints (parameters, buffers, optimizer state).
      Data. dl_idx_load reads (Fashion-)MNIST files; dl_tensor_dataset plus
        dl_loader give shuffled, augmented minibatches prepared by worker
-       threads.
+       threads, or, with dl_loader_desc.device_data, made on the device
+       from the whole dataset kept there as bytes (the same batches: order,
+       crops, flips and normalization bit for bit).
      Errors. An op given bad input returns NULL and records one message that
        names the op, the operands and the rule; an op given NULL returns NULL
        silently, so a whole forward pass needs one check. Calls that return
