@@ -6,6 +6,8 @@
    --resume), the device (--device, or --devices for model parallelism),
    the cosine schedule, and the LeNet-BN model that lenet.c and
    data_parallel.c train. The training loop itself is in each example.
+   DL_PROFILE=1 in the environment makes any example print dl.h's per-op
+   table when it ends (dl_ctx_free; docs/profiling.md).
    Include after dl.h, with _POSIX_C_SOURCE 200809L defined first. POSIX
    (open, fsync, rename). */
 #ifndef DL_EXAMPLES_COMMON_H
