@@ -55,11 +55,16 @@ static bool near(double a, double b) { return fabs(a - b) <= 1e-9 + 1e-9 * fabs(
 static dl_tensor *leaf(dl_shape s, float base, bool grad)
 {
     int64_t n = 1, i;
-    float v[64];
+    float *v;
+    dl_tensor *t;
     int d;
     for (d = 0; d < s.ndim; d++) n *= s.d[d];
-    for (i = 0; i < n && i < 64; i++) v[i] = base + 0.25f * (float)(i % 7) - 0.5f;
-    return dl_requires_grad(dl_from_array(C, s, v), grad);
+    v = (float *)malloc(sizeof(float) * (size_t)(n + 1));
+    if (!v) return NULL;
+    for (i = 0; i < n; i++) v[i] = base + 0.25f * (float)(i % 7) - 0.5f;
+    t = dl_requires_grad(dl_from_array(C, s, v), grad);
+    free(v);
+    return t;
 }
 
 /* ------------------------------------------------------------------ counts and names */
