@@ -187,9 +187,12 @@
      - support float64 or float16 (yet);
      - synchronize batch-norm statistics across replicas (SyncBatchNorm), or
        overlap the gradient allreduce with backward;
-     - promise anything on a real GPU yet: the CUDA backend (DL_CUDA) and the
-       NCCL communicator (DL_NCCL) are new, built and tested on emulated
-       devices only; they have not yet run on a GPU.
+     - promise more GPU testing than this: the CUDA backend (DL_CUDA) and the
+       NCCL communicator (DL_NCCL) are tested on emulated devices (make
+       test-cuda-emu), and ran on one NVIDIA H100 at 7a1c176: make test-cuda
+       151 passed, 1 failed; make test-cuda-all 12,217 passed, 2 failed (the
+       three failures were test expectations, not the backend); make
+       test-nccl 988 passed.
 
    CONTENTS: the implementation (below the declarations, in the file that
    defines DL_IMPLEMENTATION) reads top to bottom in this order; each part
@@ -226,9 +229,10 @@
        dl_device_type             enum: DL_DEVICE_DEFAULT (0), DL_DEVICE_CPU, DL_DEVICE_CUDA
        dl_device                  {type, index}: torch.device("cpu:1")
        dl_shape                   a shape or a list of dims by value ({ndim, d[]})
-       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3]))
+       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3])); () is dl_shape_make(0, NULL)
        DL_DIMS                    DL_DIMS(0, -1): dims for reductions and permute (dim=(0, -1))
        DL_ALL                     every dim (x.sum() with no dim)
+       DL_ZERO                    a real zero in a desc field where 0 means a non-zero default (-0.0f)
        dl_ctx                     opaque context: owns every tensor, module, optimizer, loader
        dl_tensor                  a tensor: ndim, shape, numel, dtype, device, data, grad ...
        dl_log_fn                  error log callback: void (*)(void *user, const char *message)
@@ -338,6 +342,8 @@
        dl_mean                    x.mean(dims, keepdim)
        dl_max                     x.amax(dims, keepdim)
        dl_min                     x.amin(dims, keepdim)
+       dl_max_dim                 torch.max(x, dim, keepdim): values and indices
+       dl_min_dim                 torch.min(x, dim, keepdim): values and indices
        dl_var                     x.var(dims, correction, keepdim)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
      ops: linear algebra and softmax
@@ -402,7 +408,7 @@
        dl_conv_transpose1d        F.conv_transpose1d
        dl_conv_transpose2d        F.conv_transpose2d
        dl_conv_transpose3d        F.conv_transpose3d
-       dl_pool_desc               kernel, stride, padding, dilation, ceil_mode, no_count_include_pad
+       dl_pool_desc               kernel, stride, padding, dilation, ceil_mode, no_count_include_pad (= !count_include_pad)
        dl_pool_desc_make          a dl_pool_desc from PyTorch's keyword arguments
        dl_max_pool1d              F.max_pool1d
        dl_max_pool2d              F.max_pool2d
@@ -609,7 +615,10 @@ typedef enum dl_dtype { DL_DTYPE_F32 = 0, DL_DTYPE_I32, DL_DTYPE_I64 } dl_dtype;
 typedef enum dl_device_type { DL_DEVICE_DEFAULT = 0, DL_DEVICE_CPU, DL_DEVICE_CUDA } dl_device_type;
 typedef struct dl_device { int type; int index; } dl_device;
 
-/* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1). */
+/* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1).
+   DL_SHAPE() with no arguments is not a scalar's shape: it counts one
+   (empty) argument, so it is (0), one dim of size 0 (and its empty braces
+   are not ISO C). The 0-d shape () is dl_shape_make(0, NULL). */
 typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 
 #define DL__NARG(...) DL__NARG_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
@@ -621,6 +630,13 @@ typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 #endif
 #define DL_DIMS(...) DL_SHAPE(__VA_ARGS__)
 #define DL_ALL dl_dims_all()      /* reduce over every dim */
+/* Zero means default: a zeroed desc field is PyTorch's default. Where that
+   default is not zero but zero is also a value a port may want (AdamW's
+   weight_decay 0.01, Adam's betas and eps, lr, a param group's lr and
+   weight_decay, smooth_l1's beta, gradcheck's atol and rtol), DL_ZERO asks
+   for a real zero: d.weight_decay = DL_ZERO is AdamW(weight_decay=0).
+   README.md, section "Zero means default", lists every such field. */
+#define DL_ZERO (-0.0f)
 
 typedef struct dl_ctx dl_ctx;
 typedef struct dl_tensor dl_tensor;
@@ -659,7 +675,12 @@ struct dl_tensor {
 
 typedef void (*dl_log_fn)(void *user, const char *message);
 
-/* Context settings; zero means default for every field. */
+/* Context settings; zero means default for every field. The environment
+   variables DL_CPU_DEVICES=N, DL_STRICT=1 and DL_DEVICE=cpu:1 fill
+   cpu_devices, strict_devices and device only where the desc leaves them at
+   zero (a NULL desc: all three), so a whole program or test suite can be
+   moved to another device from outside while a field set in the desc always
+   keeps its value. */
 typedef struct dl_ctx_desc {
     uint64_t seed;            /* RNG seed (0: 0x5eed) */
     int num_threads;          /* kernel threads: 0 = every core; more than the cores is
@@ -668,11 +689,11 @@ typedef struct dl_ctx_desc {
     size_t memory_limit;      /* bytes per device (0: no limit) */
     dl_log_fn log;            /* error log (NULL: stderr; dl_log_silent: none) */
     void *log_user;
-    int cpu_devices;          /* CPU devices cpu:0 .. cpu:N-1 (0: 1, the host); the
-                                 environment's DL_CPU_DEVICES=N raises it */
+    int cpu_devices;          /* CPU devices cpu:0 .. cpu:N-1 (0: DL_CPU_DEVICES=N, else 1,
+                                 the host) */
     bool strict_devices;      /* virtual CPU devices (cpu:1 ...) hand out tagged data pointers
-                                 that fault when host code touches them (DL_STRICT=1 too) */
-    dl_device device;         /* where creators put tensors (zero: cpu:0; DL_DEVICE=cpu:1 too) */
+                                 that fault when host code touches them (false: DL_STRICT=1) */
+    dl_device device;         /* where creators put tensors (zero: DL_DEVICE=cpu:1 ..., else cpu:0) */
     int profile;              /* 1: count and time every op from the start (dl_profile_*; the
                                  table is printed at dl_ctx_free); -1: off; 0: DL_PROFILE=1 in
                                  the environment turns it on */
@@ -727,7 +748,8 @@ DL_API const char *dl_result_string(dl_result r);       /* "DL_ERR_SHAPE" ... */
 DL_API void dl_set_log(dl_ctx *ctx, dl_log_fn fn, void *user);
 DL_API void dl_log_silent(void *user, const char *message);  /* a log that drops */
 
-/* --- tensors: creation (step memory, on the CPU) */
+/* --- tensors: creation (step memory, on the context's device: dl_ctx_device,
+   cpu:0 unless dl_ctx_desc.device, DL_DEVICE or dl_set_device say otherwise) */
 DL_API dl_shape dl_shape_make(int ndim, const int64_t *dims);
 DL_API dl_shape dl_dims_all(void);
 DL_API dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape);           /* uninitialized */
@@ -801,7 +823,7 @@ DL_API dl_tensor *dl_log(dl_tensor *a);
 DL_API dl_tensor *dl_sqrt(dl_tensor *a);
 DL_API dl_tensor *dl_abs(dl_tensor *a);
 DL_API dl_tensor *dl_erf(dl_tensor *a);
-DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on [lo,hi] */
+DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on (lo,hi), 0 at the bounds */
 DL_API dl_tensor *dl_relu(dl_tensor *a);
 DL_API dl_tensor *dl_leaky_relu(dl_tensor *a, float negative_slope);
 DL_API dl_tensor *dl_sigmoid(dl_tensor *a);
@@ -812,9 +834,14 @@ DL_API dl_tensor *dl_silu(dl_tensor *a);      /* x * sigmoid(x) (SiLU, swish) */
 /* --- ops: reductions. dims: DL_DIMS(...) or DL_ALL; keepdim keeps size-1 dims */
 DL_API dl_tensor *dl_sum(dl_tensor *t, dl_shape dims, bool keepdim);
 DL_API dl_tensor *dl_mean(dl_tensor *t, dl_shape dims, bool keepdim);
-DL_API dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim); /* one dim: grad to
-                                            the arg-max; several: split among ties */
+DL_API dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim); /* torch.amax: the
+                                            gradient split evenly among ties */
 DL_API dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim);
+/* torch.max(t, dim) / torch.min(t, dim): the values, and in *indices (NULL:
+   not wanted) the int64 index of the first largest (smallest) along dim; the
+   whole gradient goes to that index */
+DL_API dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
+DL_API dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
 DL_API dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim);
                                             /* correction 1: unbiased (PyTorch default) */
 DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, first max */
@@ -879,7 +906,7 @@ typedef dl_tensor *(*dl_gradcheck_fn)(void *user, dl_tensor *const *inputs);
 typedef struct dl_gradcheck_desc {
     double eps;             /* finite-difference step (0: 1e-3) */
     double atol, rtol;      /* pass when |analytic-numeric| <= atol + rtol*|numeric|
-                               (0: 1e-3, 1e-2) */
+                               (0: 1e-3, 1e-2; DL_ZERO: 0) */
     uint64_t seed;          /* projection vector seed (0: 1) */
 } dl_gradcheck_desc;
 typedef struct dl_gradcheck_result {
@@ -969,7 +996,7 @@ typedef struct dl_loss_desc {
                                  bce, bce_with_logits: weight broadcast to the input */
     dl_tensor *pos_weight;    /* bce_with_logits: weight of positive targets, broadcast
                                  to the input (typically (C), one per class) */
-    float beta;               /* smooth_l1: 0 -> 1.0 (PyTorch's default); -0.0f -> 0 (= L1) */
+    float beta;               /* smooth_l1: 0 -> 1.0 (PyTorch's default); DL_ZERO -> 0 (= L1) */
     float delta;              /* huber: 0 -> 1.0 (PyTorch's default); must be > 0 */
     bool log_target;          /* kl_div: target holds log-probabilities */
 } dl_loss_desc;
@@ -1061,12 +1088,15 @@ typedef struct dl_pool_desc {
     int64_t padding[DL_MAX_SPATIAL];  /* each side, at most kernel/2 (max: -inf, avg: zeros) */
     int64_t dilation[DL_MAX_SPATIAL]; /* 0: 1 (max pooling only) */
     bool ceil_mode;                   /* ceil instead of floor in the output size */
-    bool no_count_include_pad;        /* avg: PyTorch's count_include_pad=False (divide by
-                                         the elements inside x only); zero: True, its default */
+    bool no_count_include_pad;        /* avg: = !count_include_pad, PyTorch's keyword
+                                         inverted so that zero is its default True; true:
+                                         divide by the elements inside x only */
 } dl_pool_desc;
 
 /* kernel, stride (0: = kernel) and padding in every spatial dim; dilation 1;
-   ceil_mode and count_include_pad as PyTorch's keyword arguments. */
+   ceil_mode and count_include_pad as PyTorch's keyword arguments (PyTorch's
+   default count_include_pad=True is true here; the desc stores it inverted:
+   .no_count_include_pad = !count_include_pad). */
 DL_API dl_pool_desc dl_pool_desc_make(int64_t kernel, int64_t stride, int64_t padding,
                                       bool ceil_mode, bool count_include_pad);
 
@@ -1231,15 +1261,16 @@ typedef struct dl_sgd_desc {
 } dl_sgd_desc;
 /* Zero means PyTorch's default: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8,
    weight_decay 0 (Adam) or 0.01 (AdamW). Where zero is a meaningful value
-   but not the default (the betas, eps, AdamW's weight_decay), write -0.0f
-   for an actual zero. */
+   but not the default (lr, the betas, eps, AdamW's weight_decay), write
+   DL_ZERO for an actual zero: AdamW(weight_decay=0) is .weight_decay = DL_ZERO. */
 typedef struct dl_adam_desc {
     float lr, beta1, beta2, eps, weight_decay;
     bool amsgrad, maximize;
 } dl_adam_desc;
 /* A parameter group, as a dict in torch.optim's param list: its own lr and
-   weight decay. lr 0: the optimizer's; weight_decay 0: the optimizer's,
-   -0.0f: none (biases and norm weights, typically). */
+   weight decay. lr 0: the optimizer's, DL_ZERO: 0 (a frozen group);
+   weight_decay 0: the optimizer's, DL_ZERO: none (biases and norm weights,
+   typically). */
 typedef struct dl_param_group {
     dl_tensor *const *params;
     int n;
@@ -3392,8 +3423,10 @@ static DL__HD inline float dl__siluf(float x)
     X(AFFINE, a * x + b) \
     X(DIVS, x / a) \
     X(GT, x > a ? 1.0f : 0.0f) \
+    X(NLE, x <= a ? 0.0f : 1.0f) \
     X(LEAKY_MASK, x > 0 ? 1.0f : a) \
-    X(INRANGE, (x >= a && x <= b) ? 1.0f : 0.0f)
+    X(INRANGE, (x >= a && x <= b) ? 1.0f : 0.0f) \
+    X(INSIDE, (x > a && x < b) ? 1.0f : 0.0f)
 
 /* p and q are the two inputs */
 #define DL__BINARY_OPS(X) \
@@ -3406,7 +3439,7 @@ static DL__HD inline float dl__siluf(float x)
     X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(EQ, p == q ? 1.0f : 0.0f) \
-    X(RELU_GRAD, q > 0 ? p : 0.0f) \
+    X(RELU_GRAD, q <= 0 ? 0.0f : p) \
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
     X(TANH_GRAD, p * (1.0f - q * q))
 
@@ -4208,6 +4241,24 @@ static const char *dl__dtype_str(dl_dtype t)
 static DL__TLS dl_result dl__noctx_err;
 static DL__TLS char dl__noctx_msg[256];
 
+/* A failure with no context to keep it: the thread's context-less slot,
+   reported through log (NULL: stderr; dl_ctx_init passes its desc's log). */
+static void dl__noctx_fail(dl_log_fn log, void *user, dl_result code, const char *msg)
+{
+    if (msg != dl__noctx_msg) {   /* a copy, cut to the slot (a context's message is longer) */
+        size_t n = strlen(msg);
+        if (n >= sizeof dl__noctx_msg) n = sizeof dl__noctx_msg - 1;
+        memcpy(dl__noctx_msg, msg, n);
+        dl__noctx_msg[n] = 0;
+    }
+    dl__noctx_err = code;
+    if (log) log(user, dl__noctx_msg);
+    else fprintf(stderr, "dl.h: %s\n", dl__noctx_msg);
+#ifdef DL_ABORT_ON_ERROR
+    abort();
+#endif
+}
+
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
 {
     va_list ap;
@@ -4216,11 +4267,7 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(dl__noctx_msg, sizeof dl__noctx_msg, fmt, ap);
         va_end(ap);
-        dl__noctx_err = code;
-        fprintf(stderr, "dl.h: %s\n", dl__noctx_msg);
-#ifdef DL_ABORT_ON_ERROR
-        abort();
-#endif
+        dl__noctx_fail(NULL, NULL, code, dl__noctx_msg);
         return;
     }
     if (ctx->in_backward_of)
@@ -4854,7 +4901,7 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
     if (dev.type == DL_DEVICE_CPU) {
         if (dev.index >= 0 && dev.index < ctx->ncpu) return ctx->cpu[dev.index];
         dl__err(ctx, DL_ERR_DEVICE, "%s: %s does not exist: this context has %d CPU device%s "
-                "(more with dl_ctx_desc.cpu_devices or DL_CPU_DEVICES=N)", op,
+                "(more with dl_ctx_desc.cpu_devices, or DL_CPU_DEVICES=N where that is 0)", op,
                 dl__dev_str(dev, b, sizeof b), ctx->ncpu, ctx->ncpu == 1 ? "" : "s");
         return NULL;
     }
@@ -4879,22 +4926,23 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
     return NULL;
 }
 
-/* cpu:0 .. cpu:N-1 (desc, or DL_CPU_DEVICES), strict mode (desc or
-   DL_STRICT=1), the default device (desc, or DL_DEVICE=cpu:1 ...). The
-   environment is read so that a whole test suite can be run on another
-   device without changing it. */
+/* cpu:0 .. cpu:N-1, strict mode, the default device: each from the desc,
+   or, where the desc leaves the field at zero, from the environment
+   (DL_CPU_DEVICES, DL_STRICT, DL_DEVICE), so that a whole test suite can be
+   run on another device without changing it while an explicit desc keeps
+   what it asked for. */
 static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
 {
     const char *env;
     int n = desc && desc->cpu_devices > 0 ? desc->cpu_devices : 1, i;
-    dl_device def = desc ? desc->device : dl_cpu();
+    dl_device def = desc ? desc->device : dl__devdef();
     ctx->strict = desc && desc->strict_devices;
     if (desc && (desc->cpu_devices < 0 || desc->cpu_devices > DL__MAX_CPU)) {
         dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: cpu_devices=%d must be between 0 (1 device) and %d",
                 desc->cpu_devices, DL__MAX_CPU);
         return false;
     }
-    if ((env = getenv("DL_CPU_DEVICES")) && *env) {
+    if ((!desc || desc->cpu_devices == 0) && (env = getenv("DL_CPU_DEVICES")) && *env) {
         char *end = NULL;
         long v = strtol(env, &end, 10);
         if (*end || v < 1 || v > DL__MAX_CPU) {
@@ -4902,10 +4950,10 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
                     env, DL__MAX_CPU);
             return false;
         }
-        if ((int)v > n) n = (int)v;
+        n = (int)v;
     }
-    if ((env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
-    if ((env = getenv("DL_DEVICE")) && *env) {
+    if (!ctx->strict && (env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
+    if (def.type == DL_DEVICE_DEFAULT && (env = getenv("DL_DEVICE")) && *env) {
         def = dl_device_parse(env);
         if (def.type < 0) {
             dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: DL_DEVICE=%s is not a device name (cpu, cpu:1, "
@@ -4931,38 +4979,40 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
 dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
-    if (!ctx) { dl__err(NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context"); return NULL; }
+    dl_log_fn log = desc && desc->log ? desc->log : NULL;   /* NULL: stderr */
+    if (!ctx) {
+        dl__noctx_fail(log, desc ? desc->log_user : NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context");
+        return NULL;
+    }
     memset(ctx, 0, sizeof *ctx);
     ctx->step = 1;
     dl__hstore_init(ctx);
-    ctx->log = dl__log_stderr;
+    ctx->log = NULL;                     /* a failure is reported once, at the end */
     if (desc) {
         ctx->memory_limit = desc->memory_limit;
-        if (desc->log) ctx->log = desc->log;
         ctx->log_user = desc->log_user;
     }
     dl_manual_seed(ctx, desc ? desc->seed : 0);
     if (desc && (desc->num_threads < 0 || desc->num_threads > 1024)) {
-        /* no context is returned: the message goes to the thread's context-less slot */
-        dl__err(NULL, DL_ERR_ARG, "dl_ctx_init: num_threads=%d must be between 0 (all %d cores) and 1024",
+        dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: num_threads=%d must be between 0 (all %d cores) and 1024",
                 desc->num_threads, dl__cores());
+        /* no context is returned: the message goes to the thread's context-less slot */
+        dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);
         dl__hstore_free(ctx);
         DL_FREE(ctx);
         return NULL;
     }
+    ctx->log = log ? log : dl__log_stderr;     /* the clamp's warning goes to the log */
     dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
-    {
-        dl_log_fn log = ctx->log;
-        ctx->log = NULL;                 /* a failure is reported once, below */
-        if (!dl__devs_init(ctx, desc)) {
-            dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
-            dl_ctx_free(ctx);
-            return NULL;
-        }
-        ctx->log = log;
+    ctx->log = NULL;
+    if (!dl__devs_init(ctx, desc)) {
+        dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);   /* no context is returned */
+        dl_ctx_free(ctx);
+        return NULL;
     }
+    ctx->log = log ? log : dl__log_stderr;
     {   /* the profiler: the desc's choice, else DL_PROFILE=1 */
         const char *env = getenv("DL_PROFILE");
         int on = desc ? desc->profile : 0;
@@ -8712,13 +8762,17 @@ dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
     int64_t cnt;
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
-    if (step == 0.0f || !(start == start) || !(end == end)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
-                (double)start, (double)end, (double)step);
+    if (step == 0.0f || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and the bounds and step finite (start %g, "
+                "end %g, step %g)", (double)start, (double)end, (double)step);
+        return NULL;
+    }
+    if (step > 0 ? end < start : end > start) {   /* as PyTorch: an error, not an empty tensor */
+        dl__err(ctx, DL_ERR_ARG, "dl_arange: upper bound and lower bound inconsistent with step sign (start %g, "
+                "end %g, step %g)", (double)start, (double)end, (double)step);
         return NULL;
     }
     n = ceil(((double)end - (double)start) / (double)step);
-    if (n < 0) n = 0;
     if (n > 1e15) {
         dl__err(ctx, DL_ERR_OOM, "dl_arange: %g elements is too many", n);
         return NULL;
@@ -9543,14 +9597,15 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_mul_scalar(dl_exp(dl_neg(dl_mul(x, x))), 1.1283791670955126f));
     return DL_OK;
 }
-/* y = clamp(x, lo, hi);  dx = g where lo <= x <= hi, else 0 */
-static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INRANGE, n->f[0], n->f[1])); return DL_OK; }
-/* y = max(x, 0);  dx = g * (x > 0) */
+/* y = clamp(x, lo, hi);  dx = g where lo < x < hi, else 0 (at a bound and
+   at NaN: 0, as PyTorch 2.15) */
+static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INSIDE, n->f[0], n->f[1])); return DL_OK; }
+/* y = max(x, 0);  dx = g * !(x <= 0) (NaN passes g, as PyTorch's threshold_backward) */
 static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
 static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_GT, 0, 0));   /* differentiable */
-    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x > 0 ? g : 0 */
+    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_NLE, 0, 0));   /* differentiable */
+    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x <= 0 ? 0 : g */
     return DL_OK;
 }
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
@@ -10180,19 +10235,21 @@ static bool dl__red_mask(const char *name, const dl_tensor *t, dl_shape dims, bo
         return false;
     }
     for (i = 0; i < dims.ndim; i++) {
+        int nd = t->ndim > 0 ? t->ndim : 1;   /* a 0-d tensor takes dim 0 or -1, as PyTorch */
         int d = (int)dims.d[i];
-        if (dims.d[i] < -t->ndim || dims.d[i] >= t->ndim) {
+        if (dims.d[i] < -nd || dims.d[i] >= nd) {
             dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %lld is out of range for a tensor of shape %s "
-                    "(valid: %d..%d)", name, (long long)dims.d[i], dl__sh(t), -t->ndim, t->ndim - 1);
+                    "(valid: %d..%d)", name, (long long)dims.d[i], dl__sh(t), -nd, nd - 1);
             return false;
         }
-        if (d < 0) d += t->ndim;
+        if (d < 0) d += nd;
         if (mask[d]) {
             dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %d appears twice in dims", name, d);
             return false;
         }
         mask[d] = true;
     }
+    if (t->ndim == 0) mask[0] = false;        /* nothing to reduce */
     return true;
 }
 
@@ -10297,82 +10354,113 @@ dl_tensor *dl_mean(dl_tensor *t, dl_shape dims, bool keepdim)
     return dl__end(t->ctx_, dl_div_scalar(dl_sum(t, dims, keepdim), (float)cnt), "dl_mean");
 }
 
-/* one dim:  y = max(x, dim);  dx = onehot(argmax) * g
-   several:  y = amax(x, dims); dx = [x == y] * g / count([x == y])  (ties share) */
+/* y = amax(x, dims);  dx = [x == y] * g / count([x == y])  (ties share the
+   gradient evenly, as torch.amax, over one dim or several) */
 static dl_result dl__max_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int64_t ks[DL_MAX_DIMS];
-    dl_tensor *gk, *x = DL__X;
+    bool mask[DL_MAX_DIMS];
+    int i;
+    dl_tensor *eq, *cnt, *x = DL__X;
     dl__keep_shape(n, ks);
-    gk = dl_reshape(g, dl_shape_make(x->ndim, ks));
-    if (n->nsaved) {   /* single dim: route to the recorded arg-max */
-        dl_tensor *idx = n->saved[0], *mask;
-        int dim = (int)n->i[1];
-        mask = dl__new(x->dev_, "dl_max", x->ndim, x->shape);
-        if (!mask) return DL_ERR_OOM;
-        DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)idx->data,
-                         dl__prod(x->shape, dim), x->shape[dim],
-                         dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
-        gin[0] = dl_mul(mask, gk);
-    } else {
-        bool mask[DL_MAX_DIMS];
-        int i;
-        dl_tensor *eq, *cnt;
-        for (i = 0; i < x->ndim; i++) mask[i] = (n->i[0] >> i) & 1;
-        eq = dl__bmask(x, dl_reshape(DL__Y, dl_shape_make(x->ndim, ks)), DL__B_EQ);
-        cnt = eq ? dl__reduce_raw("dl_max", DL__R_SUM, eq, mask) : NULL;
-        gin[0] = dl_mul(eq, dl_div(gk, cnt));
-    }
+    for (i = 0; i < x->ndim; i++) mask[i] = (n->i[0] >> i) & 1;
+    eq = dl__bmask(x, dl_reshape(DL__Y, dl_shape_make(x->ndim, ks)), DL__B_EQ);
+    cnt = eq ? dl__reduce_raw("dl_max", DL__R_SUM, eq, mask) : NULL;
+    gin[0] = dl_mul(eq, dl_div(dl_reshape(g, dl_shape_make(x->ndim, ks)), cnt));
     return DL_OK;
 }
 static const dl__op dl__op_max = {"dl_max", dl__max_bwd, 1 | DL__RD_OUT, 0};
 
-dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim)
+/* false with an error when a dim to reduce has size 0 (max of nothing) */
+static bool dl__max_nonempty(const char *name, const dl_tensor *t, const bool *mask)
+{
+    int i;
+    for (i = 0; i < t->ndim; i++)
+        if (mask[i] && t->shape[i] == 0) {
+            dl__err(t->ctx_, DL_ERR_SHAPE, "%s: cannot reduce dim %d of size 0 of t %s (max of nothing)",
+                    name, i, dl__sh(t));
+            return false;
+        }
+    return true;
+}
+
+/* dl_max, or with min dl_min as -max(-t) */
+static dl_tensor *dl__max(const char *name, dl_tensor *t, dl_shape dims, bool keepdim, bool min)
 {
     bool mask[DL_MAX_DIMS];
-    dl_tensor *y, *idx = NULL;
+    dl_tensor *y;
     dl__node *n;
-    int i, nred = 0, dim = 0;
     if (!t) return NULL;
-    if (!dl__live("dl_max", "t", t) || !dl__f32("dl_max", "t", t)) return NULL;
-    if (!dl__red_mask("dl_max", t, dims, mask)) return NULL;
-    for (i = 0; i < t->ndim; i++)
-        if (mask[i]) {
-            nred++;
-            dim = i;
-            if (t->shape[i] == 0) {
-                dl__err(t->ctx_, DL_ERR_SHAPE, "dl_max: cannot reduce dim %d of size 0 of t %s "
-                        "(max of nothing)", i, dl__sh(t));
-                return NULL;
-            }
-        }
-    y = dl__reduce_raw("dl_max", DL__R_MAX, t, mask);
+    if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
+    if (!dl__red_mask(name, t, dims, mask) || !dl__max_nonempty(name, t, mask)) return NULL;
+    if (min && !(t = dl_neg(t))) return NULL;
+    /* the node keeps y, whose data are the keepdim-shaped values, for the tie mask */
+    y = dl__drop_dims("dl_max", dl__reduce_raw("dl_max", DL__R_MAX, t, mask), mask, keepdim);
     if (!y) return NULL;
-    if (nred == 1 && dims.ndim == 1 && dl__grad_on(t->ctx_) && t->requires_grad) {
-        idx = dl__make(t->dev_, "dl_max", DL_DTYPE_I64, y->ndim, y->shape, false, NULL);
-        if (!idx) return NULL;
-        DL__BE(t)->argmax(t->dev_, (int64_t *)idx->data, (const float *)t->data,
-                         dl__prod(t->shape, dim), t->shape[dim],
-                         dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
-    }
-    {   /* the node keeps the keepdim-shaped values for the tie mask */
-        dl_tensor *yk = y;
-        y = dl__drop_dims("dl_max", yk, mask, keepdim);
-        if (!y) return NULL;
-    }
     if (dl__record(y, &dl__op_max, 1, &t, &n) < 0) return NULL;
+    if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
+    y = dl__check(y, name);
+    return dl__end(t->ctx_, min ? dl_neg(y) : y, name);   /* (the negation inside dl_min's span) */
+}
+dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_max", t, dims, keepdim, false); }
+dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_min", t, dims, keepdim, true); }
+
+/* y, idx = max(x, dim);  dx = onehot(idx) * g  (the whole gradient to the
+   index torch.max(x, dim) returns: the first largest) */
+static dl_result dl__max_dim_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int64_t ks[DL_MAX_DIMS];
+    dl_tensor *x = DL__X, *mask;
+    int dim = (int)n->i[1];
+    dl__keep_shape(n, ks);
+    mask = dl__new(x->dev_, "dl_max_dim", x->ndim, x->shape);
+    if (!mask) return DL_ERR_OOM;
+    if (x->numel)   /* a 0-d x: one element, index 0 */
+        DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)n->saved[0]->data,
+                          dl__prod(x->shape, dim), x->ndim ? x->shape[dim] : 1,
+                          dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
+    gin[0] = dl_mul(mask, dl_reshape(g, dl_shape_make(x->ndim, ks)));
+    return DL_OK;
+}
+static const dl__op dl__op_max_dim = {"dl_max_dim", dl__max_dim_bwd, 0, 0};   /* reads x's shape only, and its own indices */
+
+/* dl_max_dim, or with min dl_min_dim as -max(-t) (the same indices) */
+static dl_tensor *dl__max_dim(const char *name, dl_tensor *t, int dim, bool keepdim, dl_tensor **indices, bool min)
+{
+    bool mask[DL_MAX_DIMS];
+    dl_tensor *y, *idx;
+    dl__node *n;
+    if (indices) *indices = NULL;
+    if (!t) return NULL;
+    if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
+    if (!dl__red_mask(name, t, DL_DIMS(dim), mask) || !dl__max_nonempty(name, t, mask)) return NULL;
+    if (min && !(t = dl_neg(t))) return NULL;
+    dim = t->ndim == 0 ? 0 : dim < 0 ? dim + t->ndim : dim;
+    y = dl__reduce_raw("dl_max_dim", DL__R_MAX, t, mask);
+    idx = y ? dl__make(t->dev_, "dl_max_dim", DL_DTYPE_I64, y->ndim, y->shape, false, NULL) : NULL;
+    if (!idx) return NULL;
+    if (t->numel)   /* a 0-d t: one element, index 0 */
+        DL__BE(t)->argmax(t->dev_, (int64_t *)idx->data, (const float *)t->data, dl__prod(t->shape, dim),
+                          t->ndim ? t->shape[dim] : 1, dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
+    y = dl__drop_dims("dl_max_dim", y, mask, keepdim);
+    if (!y || dl__record(y, &dl__op_max_dim, 1, &t, &n) < 0) return NULL;
     if (n) {
         n->i[0] = dl__mask_bits(mask, t->ndim);
         n->i[1] = dim;
-        if (idx) { n->saved[0] = idx; n->nsaved = 1; }
+        n->saved[0] = idx;
+        n->nsaved = 1;
     }
-    return dl__done(y, "dl_max");
+    if (indices) *indices = dl__drop_dims("dl_max_dim", idx, mask, keepdim);
+    y = dl__check(y, name);
+    return dl__end(t->ctx_, min ? dl_neg(y) : y, name);
 }
-
-dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim)
+dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
 {
-    if (!t || !dl__live("dl_min", "t", t)) return NULL;
-    return dl__end(t->ctx_, dl_neg(dl_max(dl_neg(t), dims, keepdim)), "dl_min");
+    return dl__max_dim("dl_max_dim", t, dim, keepdim, indices, false);
+}
+dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
+{
+    return dl__max_dim("dl_min_dim", t, dim, keepdim, indices, true);
 }
 
 dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
@@ -10397,7 +10485,12 @@ dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)
     int i, k = 0;
     if (!t) return NULL;
     if (!dl__live("dl_argmax", "t", t) || !dl__f32("dl_argmax", "t", t)) return NULL;
-    if (!dl__dim("dl_argmax", t, &dim, t->ndim)) return NULL;
+    if (!dl__dim("dl_argmax", t, &dim, t->ndim ? t->ndim : 1)) return NULL;   /* 0-d: dim 0 or -1 */
+    if (t->ndim == 0) {   /* the one element: index 0, shape () */
+        y = dl__make(t->dev_, "dl_argmax", DL_DTYPE_I64, 0, shape, false, NULL);
+        if (y) DL__BE(t)->argmax(t->dev_, (int64_t *)y->data, (const float *)t->data, 1, 1, 1);
+        return dl__done(y, "dl_argmax");
+    }
     if (t->shape[dim] == 0) {
         dl__err(t->ctx_, DL_ERR_SHAPE, "dl_argmax: dim %d of t %s has size 0", dim, dl__sh(t));
         return NULL;
@@ -10582,11 +10675,13 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
 {
     dl_tensor *y;
     dl__node *n;
+    bool scalar;
     if (!t) return NULL;
     if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
-    if (t->ndim == 0) t = dl_reshape(t, dl__dims1(1));   /* as PyTorch: a scalar is one class */
-    if (!t || !dl__dim(name, t, &dim, t->ndim)) return NULL;
-    y = dl__like(name, t);
+    if (!dl__dim(name, t, &dim, t->ndim ? t->ndim : 1)) return NULL;   /* 0-d: dim 0 or -1 */
+    scalar = t->ndim == 0;
+    if (scalar) t = dl_reshape(t, dl__dims1(1));   /* as PyTorch: a scalar is one class ... */
+    y = t ? dl__like(name, t) : NULL;
     if (!y) return NULL;
     if (y->numel)
         DL__BE(t)->softmax(t->dev_, log, (float *)y->data, (const float *)t->data,
@@ -10594,7 +10689,8 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
                           dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
     if (dl__record(y, op, 1, &t, &n) < 0) return NULL;
     if (n) n->i[0] = dim;
-    return dl__done(y, name);
+    y = dl__check(y, name);
+    return dl__end(t->ctx_, scalar ? dl_reshape(y, dl_shape_make(0, NULL)) : y, name);   /* ... and the result is 0-d */
 }
 
 dl_tensor *dl_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_softmax", &dl__op_softmax, false, t, dim); }
@@ -11220,16 +11316,23 @@ dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_des
     if (!d) d = &dl__loss_defaults;
     if (!p || !y || !dl__nn_same(op, p, y, d, DL__LF_WEIGHT)) return NULL;
     if (d->weight && !dl__nn_bcast_to(op, "weight", d->weight, p)) return NULL;
-    if (p->numel) {   /* PyTorch: "all elements of input should be between 0 and 1" */
+    if (p->numel) {   /* PyTorch: "all elements of input (target) should be between 0 and 1" */
         bool mask[DL_MAX_DIMS];
-        dl_tensor *in = dl__mask(p, DL__U_INRANGE, 0.0f, 1.0f), *lo;
+        dl_tensor *ip = dl__mask(p, DL__U_INRANGE, 0.0f, 1.0f), *iy = dl__mask(y, DL__U_INRANGE, 0.0f, 1.0f);
+        dl_tensor *ok;
+        float v;
         int i;
         for (i = 0; i < DL_MAX_DIMS; i++) mask[i] = true;
-        lo = in ? dl__reduce_raw(op, DL__R_MIN, in, mask) : NULL;
-        if (!lo) return NULL;
-        if (dl__host_value(lo) != 1.0f) {
-            dl__err(p->ctx_, DL_ERR_ARG, "%s: input %s has values outside [0, 1] (probabilities "
-                    "expected; use dl_binary_cross_entropy_with_logits for logits)", op, dl__sh(p));
+        /* one host read for both (a device syncs once): 1 + 2 when every value is in range */
+        ok = ip && iy ? dl_add(dl__reduce_raw(op, DL__R_MIN, ip, mask),
+                               dl_mul_scalar(dl__reduce_raw(op, DL__R_MIN, iy, mask), 2.0f)) : NULL;
+        if (!ok) return NULL;
+        v = dl__host_value(ok);
+        if (v != 3.0f) {
+            bool pin = v == 1.0f;   /* p in range: then y is not */
+            dl__err(p->ctx_, DL_ERR_ARG, "%s: %s %s has values outside [0, 1] (%s)", op, pin ? "target" : "input",
+                    dl__sh(pin ? y : p), pin ? "BCE's targets are probabilities, as PyTorch's"
+                    : "probabilities expected; use dl_binary_cross_entropy_with_logits for logits");
             return NULL;
         }
     }
@@ -12164,7 +12267,7 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
     ctx = x->ctx_;
     if (!d) {
         dl__err(ctx, DL_ERR_ARG, "%s: desc is NULL; the kernel size is required "
-                "(dl_pool_desc_make(kernel, stride, padding))", name);
+                "(dl_pool_desc_make(kernel, stride, padding, ceil_mode, count_include_pad))", name);
         return NULL;
     }
     unbatched = x->ndim == nsp + 1;
@@ -13050,8 +13153,8 @@ static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_poo
     dl__poolm *s;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_%s_pool: ctx is NULL", kind == 0 ? "max" : kind == 1 ? "avg" : "adaptive_avg"); return NULL; }
     if (kind < 2 && !d) {
-        dl__err(ctx, DL_ERR_ARG, "dl_nn_%s: a dl_pool_desc is required (dl_pool_desc_make(kernel, stride, padding))",
-                kind ? "avg_pool" : "max_pool");
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_%s: a dl_pool_desc is required (dl_pool_desc_make(kernel, stride, "
+                "padding, ceil_mode, count_include_pad))", kind ? "avg_pool" : "max_pool");
         return NULL;
     }
     snprintf(type, sizeof type, "%s%dd", names[kind], spatial);
@@ -13223,7 +13326,7 @@ static void dl__optim_destroy(void *p)
 
 static bool dl__optim_ok(const dl_optim *o) { return o && o->magic == DL__OPT_MAGIC; }
 
-/* zero means default; -0.0f means an actual zero */
+/* zero means default; DL_ZERO (-0.0f) means an actual zero */
 static float dl__dflt(float v, float def) { return v == 0.0f && !signbit(v) ? def : v; }
 
 static bool dl__lr_ok(dl_ctx *ctx, const char *fn, const char *what, float lr)
@@ -13314,7 +13417,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         if (pg->lr != 0.0f && !dl__lr_ok(ctx, fn, "a group's lr", pg->lr)) return NULL;
         if (!(pg->weight_decay >= 0.0f) || !isfinite(pg->weight_decay)) {
             dl__err(ctx, DL_ERR_ARG, "%s: group %d: weight_decay=%g must be a finite number >= 0 "
-                    "(-0.0f: none)", fn, g, (double)pg->weight_decay);
+                    "(DL_ZERO: none)", fn, g, (double)pg->weight_decay);
             return NULL;
         }
         if (total > INT32_MAX - pg->n) {
@@ -13358,7 +13461,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         const dl_param_group *pg = &groups[g];
         float base_lr = kind == DL__OPT_SGD ? so.lr : ao.lr;
         float base_wd = kind == DL__OPT_SGD ? so.weight_decay : ao.weight_decay;
-        o->glr[g] = o->glr0[g] = pg->lr != 0.0f ? pg->lr : base_lr;
+        o->glr[g] = o->glr0[g] = dl__dflt(pg->lr, base_lr) + 0.0f;
         o->gwd[g] = dl__dflt(pg->weight_decay, base_wd) + 0.0f;
         for (i = 0; i < pg->n; i++) {   /* de-duplicate, keeping the first */
             for (j = 0; j < o->n; j++) if (o->p[j] == pg->params[i]) break;
@@ -13466,7 +13569,7 @@ int dl_module_decay_groups(dl_module *m, dl_param_group out[2])
     out[0].n = a;
     out[1].params = m->groups + a;
     out[1].n = b;
-    out[1].weight_decay = -0.0f;
+    out[1].weight_decay = DL_ZERO;
     return 2;
 }
 
@@ -14741,6 +14844,31 @@ static const char *dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_te
     return buf;
 }
 
+/* Whether name is optimizer state as dl_save writes it: "optim.step",
+   "optim.<P>.step" or "optim.<P>.<state>" (momentum_buffer, exp_avg,
+   exp_avg_sq, max_exp_avg_sq), P a state_dict name in ws[0 .. nw) or
+   param<i>. dl_load_module skips exactly these (and only in a file whose
+   __metadata__ says it holds optimizer state), so a model with a child
+   named "optim" still loads strictly. */
+static bool dl__st_optim_key(const char *name, const dl__st_want *ws, int nw)
+{
+    static const char *const states[] = {"step", "momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    const char *p = name + 6, *dot;
+    size_t pl;
+    int i;
+    if (strncmp(name, "optim.", 6) != 0) return false;
+    if (strcmp(p, "step") == 0) return true;
+    if (!(dot = strrchr(p, '.')) || dot == p) return false;
+    for (i = 0; i < 5 && strcmp(dot + 1, states[i]) != 0; i++) {}
+    if (i == 5) return false;
+    pl = (size_t)(dot - p);
+    for (i = 0; i < nw; i++)
+        if (strlen(ws[i].name) == pl && strncmp(ws[i].name, p, pl) == 0) return true;
+    if (pl <= 5 || strncmp(p, "param", 5) != 0) return false;
+    for (i = 5; i < (int)pl; i++) if (p[i] < '0' || p[i] > '9') return false;
+    return true;
+}
+
 /* "<a><b><c><d>" into the names block at *at (sized for it); the name */
 static const char *dl__st_name(char **at, const char *a, const char *b, const char *c, const char *d)
 {
@@ -15088,6 +15216,11 @@ static bool dl__st_describe(const dl__json *j, const dl__jv *d, dl__st_entry *e,
         return false;
     }
     if (e->dtype_known) {
+        if (numel > datalen / dl__esize(e->dtype)) {   /* before numel * size, which could wrap */
+            snprintf(msg, msgn, "%s with %llu elements needs more bytes than the data section's %llu",
+                     e->dtype_str, (unsigned long long)numel, (unsigned long long)datalen);
+            return false;
+        }
         bytes = numel * dl__esize(e->dtype);
         if (e->end - e->begin != bytes) {
             snprintf(msg, msgn, "data_offsets [%llu, %llu] hold %llu bytes but %s with %llu "
@@ -15324,10 +15457,11 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     }
     for (k = 0; k < ne; k++) {
         if (es[k].used) continue;
-        if (!o && strncmp(es[k].name, "optim.", 6) == 0) continue;   /* optimizer state not asked for */
+        if (!o && meta && dl__jmember(&j, meta, "dl.optim") && dl__st_optim_key(es[k].name, ws, nw))
+            continue;   /* optimizer state not asked for */
         dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the file has an extra tensor '%.100s' that the "
                 "%s does not have", op, label, es[k].name,
-                strncmp(es[k].name, "optim.", 6) == 0 ? "optimizer" : "module");
+                dl__st_optim_key(es[k].name, ws, nw) ? "optimizer" : "module");
         goto done;
     }
     if (o) {
@@ -18534,8 +18668,9 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
                        const dl_gradcheck_desc *desc, dl_gradcheck_result *res)
 {
     double eps = desc && desc->eps > 0 ? desc->eps : 1e-3;
-    double atol = desc && desc->atol > 0 ? desc->atol : 1e-3;
-    double rtol = desc && desc->rtol > 0 ? desc->rtol : 1e-2;
+    /* DL_ZERO (-0.0) asks for a real zero */
+    double atol = desc && (desc->atol > 0 || (desc->atol == 0 && signbit(desc->atol))) ? desc->atol + 0.0 : 1e-3;
+    double rtol = desc && (desc->rtol > 0 || (desc->rtol == 0 && signbit(desc->rtol))) ? desc->rtol + 0.0 : 1e-2;
     dl_tensor *out, *r, *L, *grads[DL_GRADCHECK_MAX_INPUTS];
     float *rh, *ob;
     dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];

@@ -432,8 +432,9 @@ static EX_UNUSED bool ex_load_split(const char *prog, dl_ctx *ctx, const char *d
     snprintf(pi, sizeof pi, "%s/%s-images-idx3-ubyte", dir, split);
     snprintf(pl, sizeof pl, "%s/%s-labels-idx1-ubyte", dir, split);
     if (dl_idx_load(ctx, pi, DL_DTYPE_F32, &xi) != DL_OK || dl_idx_load(ctx, pl, DL_DTYPE_I64, &yl) != DL_OK) {
-        fprintf(stderr, "%s: %s\n(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n", prog,
-                dl_error_message(ctx));
+        dl_result r = dl_last_error(ctx);   /* the hint only where the files are missing or not IDX */
+        fprintf(stderr, "%s: %s\n%s", prog, dl_error_message(ctx), r == DL_ERR_IO || r == DL_ERR_FORMAT ?
+                "(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n" : "");
         return false;
     }
     if (xi->ndim != 3 || xi->shape[1] != 28 || xi->shape[2] != 28 || yl->ndim != 1 || yl->numel != xi->shape[0]) {
@@ -488,13 +489,14 @@ typedef struct ex_setup {
 static EX_UNUSED bool ex_is_host(dl_device dev) { return dev.type == DL_DEVICE_CPU && dev.index == 0; }
 
 /* The CPU devices a run needs: cpu:N asks for cpu:0 .. cpu:N, so the
-   context gets N+1 (DL_CPU_DEVICES=M raises it further; 0: dl.h's 1). */
+   context gets N+1; 0 when only cpu:0 (or no CPU device) is named, so
+   dl.h's default applies: DL_CPU_DEVICES=M, else 1. */
 static EX_UNUSED int ex_cpu_devices(const ex_args *a)
 {
     int i, n = 0;
     for (i = 0; i < a->ndev; i++)
         if (a->dev[i].type == DL_DEVICE_CPU && a->dev[i].index + 1 > n) n = a->dev[i].index + 1;
-    return n;
+    return n > 1 ? n : 0;
 }
 
 /* Checks, before any work, that ctx can make each device the flags name

@@ -38,6 +38,7 @@
 static int g_rank;                          /* this process (MPI), 0 otherwise */
 
 typedef struct run {
+    const char *spec;           /* its --devices value (NULL: a default run) */
     int n;                      /* devices in this run */
     dl_device dev[MAX_DEV];
     double secs, acc;           /* mean epoch time (training only), last test accuracy */
@@ -98,21 +99,60 @@ static int64_t int_flag(const char *prog, const char *flag, const char *v, int64
 /* "cpu:0,cpu:1" -> a run; exit 2 naming the bad part */
 static void devices_flag(const char *prog, const char *v, run *r)
 {
-    char buf[256], *tok, *save = NULL;
+    char buf[256], *tok, *end;
     int i;
     if (strlen(v) >= sizeof buf) bad(prog, "%s %.40s...: %s", "--devices", v, "too long");
+    if (!v[0]) bad(prog, "%s '%s': %s", "--devices", v, "needs at least one device");
     strcpy(buf, v);
+    r->spec = v;
     r->n = 0;
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        dl_device d = dl_device_parse(tok);
+    for (tok = buf; tok; tok = end ? end + 1 : NULL) {   /* every item, empty ones too */
+        dl_device d;
+        if ((end = strchr(tok, ','))) *end = 0;
+        if (!tok[0]) bad(prog, "%s %s: %s", "--devices", v, "an empty device name (two commas, or one at an end)");
+        d = dl_device_parse(tok);
         if (d.type < 0) bad(prog, "%s %s: '%s' is not a device like cpu:1 or cuda:0", "--devices", v, tok);
+        if (d.type == DL_DEVICE_CPU && d.index >= EX_MAX_CPU_DEVICES)
+            bad(prog, "%s %s: '%s' does not exist: CPU devices go from cpu:0 to cpu:63", "--devices", v, tok);
         if (r->n == MAX_DEV) bad(prog, "%s %s: %s", "--devices", v, "more than 16 devices");
         for (i = 0; i < r->n; i++)
             if (r->dev[i].type == d.type && r->dev[i].index == d.index)
                 bad(prog, "%s %s: '%s' appears twice (one replica per device)", "--devices", v, tok);
         r->dev[r->n++] = d;
     }
-    if (r->n == 0) bad(prog, "%s '%s': %s", "--devices", v, "needs at least one device");
+}
+
+/* Every device of every run exists in this build and on this machine
+   (cuda:0 in a build without DL_CUDA does not): else prog: --devices LIST:
+   dl.h's reason, the usage, exit 2, before any work. */
+static void devices_exist(const flags *f)
+{
+    dl_ctx_desc cd;
+    dl_ctx *ctx;
+    dl_memory_stats ms;
+    int i, k, ncpu = 1;
+    for (k = 0; k < f->nruns; k++)
+        for (i = 0; i < f->runs[k].n; i++)
+            if (f->runs[k].dev[i].type == DL_DEVICE_CPU && f->runs[k].dev[i].index + 1 > ncpu)
+                ncpu = f->runs[k].dev[i].index + 1;
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = ncpu > 1 ? ncpu : 0;
+    cd.log = dl_log_silent;
+    if (!(ctx = dl_ctx_init(&cd))) {
+        fprintf(stderr, "%s: cannot create a context: %s\n", f->prog, dl_error_message(NULL));
+        exit(1);
+    }
+    for (k = 0; k < f->nruns; k++)
+        for (i = 0; i < f->runs[k].n; i++)
+            if (dl_memory_stats_get(ctx, f->runs[k].dev[i], &ms) != DL_OK) {
+                const char *msg = dl_error_message(ctx), *why = strstr(msg, ": ");
+                char v[64], reason[800];
+                snprintf(v, sizeof v, "%s", dl_device_name(f->runs[k].dev[i]));
+                snprintf(reason, sizeof reason, "%s", why ? why + 2 : msg);   /* without "dl_memory_stats_get: " */
+                dl_ctx_free(ctx);
+                bad(f->prog, "%s %s: %s", "--devices", f->runs[k].spec ? f->runs[k].spec : v, reason);
+            }
+    dl_ctx_free(ctx);
 }
 
 static void parse(int argc, char **argv, flags *f)
@@ -181,11 +221,12 @@ static void parse(int argc, char **argv, flags *f)
         }
 }
 
-/* one replica's loss on its part of the batch: pred = model(X); loss_fn(pred, y) */
+/* one replica's loss on its part of the batch: pred = model(X); loss_fn(pred, y),
+   times *user (see the training loop: a rank's share of the batch) */
 static dl_tensor *loss_fn(dl_module *net, dl_tensor *x, dl_tensor *y, void *user)
 {
-    (void)user;
-    return dl_cross_entropy(dl_module_forward(net, x), y, NULL);
+    dl_tensor *l = dl_cross_entropy(dl_module_forward(net, x), y, NULL);
+    return *(const float *)user == 1.0f ? l : dl_mul_scalar(l, *(const float *)user);
 }
 
 /* test accuracy of replica 0 in eval mode; -1 on an error (printed) */
@@ -234,7 +275,7 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
     memset(&cd, 0, sizeof cd);
     cd.seed = 1;
     cd.num_threads = f->threads;
-    cd.cpu_devices = ncpu;
+    cd.cpu_devices = ncpu > 1 ? ncpu : 0;     /* 0: dl.h's default (DL_CPU_DEVICES=N, else 1) */
     cd.log = dl_log_silent;                   /* every failure is printed below */
     ctx = dl_ctx_init(&cd);
     if (!ctx) { fprintf(stderr, "%s: cannot create a context\n", f->prog); return 1; }
@@ -286,12 +327,16 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
     dd.bucket_bytes = f->bucket_kb * 1024;
     dp = dl_ddp_init(r->n, net, opt, &dd);    /* replica 0's weights to every replica */
     if (!dp) goto fail;
-    if (rank == 0)
-        printf("%s on %s%s%s: %d replica%s, batch %lld (%lld per replica), %d threads\n",
+    if (rank == 0) {
+        int64_t per = f->batch / (r->n * size);   /* rows per replica: per, or per + 1 for the first ones */
+        char parts[48];
+        if (f->batch % (r->n * size)) snprintf(parts, sizeof parts, "%lld-%lld", (long long)per, (long long)per + 1);
+        else snprintf(parts, sizeof parts, "%lld", (long long)per);
+        printf("%s on %s%s%s: %d replica%s, batch %lld (%s per replica), %d threads\n",
                f->resnet18 ? "d2l ResNet-18" : "LeNet-BN", names,
                size > 1 ? " in each of " : "", size > 1 ? (grp ? "the thread ranks" : "the MPI processes") : "", r->n * size,
-               r->n * size == 1 ? "" : "s", (long long)f->batch, (long long)(f->batch / (r->n * size)),
-               dl_num_threads(ctx));
+               r->n * size == 1 ? "" : "s", (long long)f->batch, parts, dl_num_threads(ctx));
+    }
     for (epoch = 0; epoch < f->epochs; epoch++) {
         dl_tensor *x, *y;
         double t0 = ex_now(), loss_sum = 0, dt;
@@ -299,14 +344,22 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
         float loss;
         int rc;
         while ((rc = dl_loader_next(trainl, &x, &y)) > 0) {
-            int64_t b = x->shape[0] / size;   /* MPI: this process's rows of the batch */
-            if (b < r->n) { dl_step_end(ctx); continue; }   /* a last batch too small to split */
+            /* this rank's rows of the batch: near-equal parts, the first ones one
+               row larger (64 rows over 3 ranks: 22, 21, 21), none left out.
+               dl_ddp averages the ranks with equal weights, so each rank's mean
+               loss is scaled by its share, b * size / B: the average is then
+               the mean over the whole batch. Every rank has the same batches,
+               so every rank skips a last batch too small to split. */
+            int64_t B = x->shape[0], b = B / size + (rank < B % size ? 1 : 0);
+            int64_t off = rank * (B / size) + (rank < B % size ? rank : B % size);
+            float share = (float)((double)b * size / (double)B);
+            if (B / size < r->n) { dl_step_end(ctx); continue; }
             if (size > 1) {
-                x = dl_narrow(x, 0, rank * b, b);
-                y = dl_narrow(y, 0, rank * b, b);
+                x = dl_narrow(x, 0, off, b);
+                y = dl_narrow(y, 0, off, b);
             }
             /* zero_grad, forward and backward on every replica, allreduce, step */
-            if (dl_ddp_step(dp, x, y, loss_fn, NULL, &loss) != DL_OK) goto fail;
+            if (dl_ddp_step(dp, x, y, loss_fn, &share, &loss) != DL_OK) goto fail;
             loss_sum += loss;
             steps++;
             dl_step_end(ctx);
@@ -372,6 +425,7 @@ int main(int argc, char **argv)
     flags f;
     int k;
     parse(argc, argv, &f);
+    devices_exist(&f);
 #ifdef DL_MPI
     if (f.nruns > 1) f.nruns = 1;             /* one run per mpirun: MPI starts once */
 #endif
