@@ -8,6 +8,10 @@
 #                                        keeping each side's best median (noisy machines)
 #   CASES='*_cuda' THREADS=1 bench/run.sh   the GPU cases (make bench-cuda): dl.h's
 #                                        build/cuda/bench against PyTorch on cuda:0
+#   DL_PROFILE=1 CASES=step_resnet18 bench/run.sh   after each time or mem line,
+#                                        dl.h's per-op table (dl_profile_print) and
+#                                        torch.profiler's key_averages() table of the
+#                                        timed reps (both sides slowed by their profilers)
 #   (make bench / make bench CASES="..." THREADS="..." do the same)
 #
 # Builds build/bench (bench/bench.c), then for each case and thread count
@@ -59,6 +63,7 @@ step_mlp             time     3       11
 step_lenet           time     3       11
 step_lenet_bn        time     3       11
 step_resnet_small    time     2       7
+step_resnet18        time     1       3
 step_mlp16           time     10      101
 step_mlp_graph       graph    3       11
 step_mlp16_graph     graph    10      101
@@ -74,6 +79,7 @@ step_mlp_cuda        time     10      51
 step_lenet_cuda      time     10      51
 step_lenet_bn_cuda   time     10      51
 step_resnet_small_cuda time   5       21
+step_resnet18_cuda   time     5       21
 step_mlp_graph_cuda  time     20      201
 step_lenet_graph_cuda time    20      201
 step_lenet_bn_graph_cuda time 20      201
@@ -124,6 +130,7 @@ run_dl() {  # case threads args...
     case $c in *_cuda) bin=$DL_CUDA ;; esac
     if [ ! -x "$bin" ]; then echo "$bin was not built (nvcc missing?)" >"$TMP/e"; : >"$TMP/o"
     else OPENBLAS_NUM_THREADS=$t "$bin" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"; fi
+    if profiling; then cp "$TMP/e" "$TMP/prof_dl"; fi
     value_of "$c" "$TMP/o" "$TMP/e" dl.h
 }
 
@@ -131,7 +138,19 @@ run_torch() {
     c=$1; t=$2; shift 2
     if [ -z "$TORCH_VERSION" ]; then echo n/a; return; fi
     "$PYTHON" "$TORCH" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"
+    if profiling; then cp "$TMP/e" "$TMP/prof_torch"; fi
     value_of "$c" "$TMP/o" "$TMP/e" torch
+}
+
+profiling() { [ -n "${DL_PROFILE:-}" ] && [ "$DL_PROFILE" != 0 ]; }
+
+# DL_PROFILE=1: the two sides' tables of the case just printed, as comments
+show_profiles() {
+    for side in dl torch; do
+        [ -s "$TMP/prof_$side" ] && sed "s/^/# $side: /" "$TMP/prof_$side"
+        rm -f "$TMP/prof_$side"
+    done
+    return 0
 }
 
 now_ns() { date +%s%N; }
@@ -211,6 +230,7 @@ run_case() {  # name kind warmup reps
         for t in $THREADS; do
             d=$(run_dl "$1" "$t" --steps "$4"); p=$(run_torch "$1" "$t" --steps "$4")
             line "$1" "$t" "$d" "$p"
+            show_profiles
         done ;;
     graph)   # dl.h's replay against dl.h's eager step, processes alternating
         for t in $THREADS; do
@@ -231,6 +251,7 @@ run_case() {  # name kind warmup reps
                 r=$((r + 1))
             done
             line "$1" "$t" "$d" "$p"
+            show_profiles
         done ;;
     *) echo "# $1: unknown kind $2" ;;
     esac

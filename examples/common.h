@@ -6,6 +6,8 @@
    --resume), the device (--device, or --devices for model parallelism),
    the cosine schedule, and the LeNet-BN model that lenet.c and
    data_parallel.c train. The training loop itself is in each example.
+   DL_PROFILE=1 in the environment makes any example print dl.h's per-op
+   table when it ends (dl_ctx_free; docs/profiling.md).
    Include after dl.h, with _POSIX_C_SOURCE 200809L defined first. POSIX
    (open, fsync, rename). */
 #ifndef DL_EXAMPLES_COMMON_H
@@ -56,6 +58,10 @@ typedef struct ex_args {
 /* the example takes --capture (it called ex_parse_capture) */
 static bool ex_capture_flag;
 
+/* usage lines of an example's own flags (set before ex_parse; the
+   example takes those flags out of argv itself) */
+static const char *ex_own_usage = NULL;
+
 static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
 {
     fprintf(out,
@@ -81,7 +87,7 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "%s"
             "                cpu, cpu:N (a virtual CPU device with its own memory; cpu:N makes\n"
             "                the devices cpu:0 .. cpu:N), cuda:N (builds with -DDL_CUDA)\n"
-            "%s"
+            "%s%s"
             "  --help        this text\n",
             d->prog, d->epochs, (long long)d->batch, (double)d->lr, d->workers,
             (unsigned long long)d->seed, d->data, d->ndev == 2 ? "--devices A,B" : "--device NAME",
@@ -90,6 +96,7 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             d->ndev == 2 ? "  --devices A,B the model's first half on A, its second half on B (the\n"
                            "                activations and their gradients cross with dl_to):\n"
                          : "  --device NAME where the model, the optimizer state and the batches live:\n",
+            ex_own_usage ? ex_own_usage : "",
             ex_capture_flag ? "  --capture     a static graph (no value): the step of the second full batch is\n"
                               "                recorded (dl_capture_begin/end) and replayed (dl_replay) for the\n"
                               "                later full batches; the first one and a smaller last one run eagerly\n"
@@ -496,6 +503,9 @@ typedef struct ex_setup {
     bool tb_graph;              /* the graph is written (once, from the first step) */
 } ex_setup;
 
+/* cpu:0, where the data sets are loaded (any other device gets them as bytes) */
+static EX_UNUSED bool ex_is_host(dl_device dev) { return dev.type == DL_DEVICE_CPU && dev.index == 0; }
+
 /* The CPU devices a run needs: cpu:N asks for cpu:0 .. cpu:N, so the
    context gets N+1; 0 when only cpu:0 (or no CPU device) is named, so
    dl.h's default applies: DL_CPU_DEVICES=M, else 1. */
@@ -526,8 +536,11 @@ static EX_UNUSED void ex_devices_ok(const ex_args *a, dl_ctx *ctx)
 
 /* Sets up ctx (seed, threads, the CPU devices --device needs) and the
    Fashion-MNIST loaders (normalized; augmentation when hflip/crop_padding),
-   which hand their batches to the (first) device. The data sets stay on the
-   host. false on failure (message printed). */
+   which hand their batches to the (first) device. On the host (cpu:0) the
+   data sets stay there and worker threads make the batches; on any other
+   device (cuda:N, cpu:N) they live on that device as bytes and the batches
+   are made there (dl_loader_desc.device_data: the same batches, no copy a
+   step). false on failure (message printed). */
 static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool hflip, int64_t crop_padding,
                                       ex_setup *s)
 {
@@ -554,6 +567,7 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     memset(&ld, 0, sizeof ld);
     ld.batch_size = a->batch; ld.shuffle = true; ld.num_workers = a->workers; ld.seed = a->seed;
     ld.device = a->dev[0];          /* DataLoader + .to(device): batches arrive on the device */
+    ld.device_data = !ex_is_host(a->dev[0].type == DL_DEVICE_DEFAULT ? dl_ctx_device(s->ctx) : a->dev[0]);
     s->train = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xtr, ytr, &tr, true), &ld);
     ld.shuffle = false;
     s->test = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xte, yte, &tr, false), &ld);

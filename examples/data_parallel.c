@@ -14,6 +14,11 @@
    dl_comm across the processes. `--ranks N` does the same with N threads of
    this process instead of N processes (DL_COMM_THREADS): each thread has its
    own context and replica, so the replicas compute at the same time.
+   `--model resnet18` trains d2l's ResNet-18 (examples/resnet18.h) with
+   d2l's plain SGD at lr 0.1 instead: the chapter's two-GPU experiment is
+   build/cuda/data_parallel --model resnet18 --devices cuda:0,cuda:1
+   (on a device other than cpu:0 the data set lives there as bytes and
+   each batch is made there: dl_loader_desc.device_data).
 
    Build: cc -std=c99 -O2 -I. examples/data_parallel.c -o build/data_parallel -lm -lpthread
    Run:   build/data_parallel --epochs 2 --threads 2
@@ -25,6 +30,7 @@
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "examples/common.h"
+#include "examples/resnet18.h"
 
 #define MAX_RUNS 8
 #define MAX_DEV 16
@@ -40,6 +46,7 @@ typedef struct run {
 
 typedef struct flags {
     const char *prog, *data;
+    bool resnet18;              /* --model resnet18 (else LeNet-BN) */
     int epochs, threads, nruns, ranks;
     int64_t batch, limit, bucket_kb;
     float lr;
@@ -51,20 +58,21 @@ static void usage(FILE *out, const char *prog)
     fprintf(out,
             "usage: %s [--devices LIST]... [--epochs N (2)] [--batch N (256)] [--lr F (0.002)]\n"
             "       [--threads N (0)] [--limit N (0)] [--data DIR (data/fashion-mnist)] [--ranks N (0)]\n"
-            "       [--bucket-kb N (0)]\n"
+            "       [--bucket-kb N (0)] [--model NAME (lenet_bn)]\n"
             "  --devices LIST  comma-separated devices, one replica each: cpu:0,cpu:1 or cuda:0,cuda:1\n"
             "                  (at most %d, no repeats); repeat the flag for several runs; default:\n"
             "                  three runs, on cpu:0 | cpu:0,cpu:1 | cpu:0,cpu:1,cpu:2,cpu:3\n"
             "  --epochs N      epochs per run, 1..%d\n"
             "  --batch N       samples per step over all devices, 1..%d (at least one per device)\n"
-            "  --lr F          Adam's learning rate, a finite number > 0\n"
+            "  --lr F          the learning rate (Adam's; resnet18: SGD's, default 0.1), a finite number > 0\n"
             "  --threads N     kernel threads in all, 0..%d (0: every core)\n"
             "  --limit N       train on the first N samples, N >= 0 (0: all)\n"
             "  --data DIR      the Fashion-MNIST IDX files (`make data`)\n"
             "  --ranks N       1..16 thread ranks, each with its own context and its --devices list\n"
             "                  (DL_COMM_THREADS; --threads is then per rank); 0: one rank, this thread\n"
             "  --bucket-kb N   gradient buckets of N KiB, 0..1048576 (0: 25 MB, as PyTorch's DDP); with\n"
-            "                  --ranks each bucket is summed as soon as backward has finished it\n",
+            "                  --ranks each bucket is summed as soon as backward has finished it\n"
+            "  --model NAME    lenet_bn (LeNet-BN, Adam) or resnet18 (d2l's ResNet-18, SGD as d2l)\n",
             prog, MAX_DEV, EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS);
 }
 
@@ -155,13 +163,13 @@ static void parse(int argc, char **argv, flags *f)
     f->data = "data/fashion-mnist";
     f->epochs = 2;
     f->batch = 256;
-    f->lr = 2e-3f;
+    f->lr = 0.0f;                             /* not given: 2e-3 (LeNet-BN, Adam), 0.1 (resnet18, SGD) */
     for (i = 1; i < argc; i += 2) {
         const char *fl = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(fl, "--help") || !strcmp(fl, "-h")) { usage(stdout, f->prog); exit(0); }
         if (strcmp(fl, "--devices") && strcmp(fl, "--epochs") && strcmp(fl, "--batch") && strcmp(fl, "--lr") &&
             strcmp(fl, "--threads") && strcmp(fl, "--limit") && strcmp(fl, "--data") && strcmp(fl, "--ranks") &&
-            strcmp(fl, "--bucket-kb"))
+            strcmp(fl, "--bucket-kb") && strcmp(fl, "--model"))
             bad(f->prog, "unknown flag %s%s%s", fl, "", "");
         if (!v) bad(f->prog, "%s needs a value%s%s", fl, "", "");
         if (!strcmp(fl, "--devices")) {
@@ -172,6 +180,10 @@ static void parse(int argc, char **argv, flags *f)
         else if (!strcmp(fl, "--threads")) f->threads = (int)int_flag(f->prog, fl, v, 0, EX_MAX_THREADS, "a whole number from 0 to 1024");
         else if (!strcmp(fl, "--limit")) f->limit = int_flag(f->prog, fl, v, 0, INT64_MAX, "a whole number >= 0");
         else if (!strcmp(fl, "--data")) f->data = v;
+        else if (!strcmp(fl, "--model")) {
+            if (strcmp(v, "lenet_bn") && strcmp(v, "resnet18")) bad(f->prog, "%s %s: %s", fl, v, "must be lenet_bn or resnet18");
+            f->resnet18 = !strcmp(v, "resnet18");
+        }
         else if (!strcmp(fl, "--ranks")) f->ranks = (int)int_flag(f->prog, fl, v, 0, 16, "a whole number from 0 to 16");
         else if (!strcmp(fl, "--bucket-kb"))
             f->bucket_kb = int_flag(f->prog, fl, v, 0, 1048576, "a whole number from 0 to 1048576");
@@ -186,6 +198,7 @@ static void parse(int argc, char **argv, flags *f)
 #ifdef DL_MPI
     if (f->ranks) bad(f->prog, "%s%s: %s", "--ranks", "", "is for one process; under MPI the processes are the ranks");
 #endif
+    if (f->lr == 0.0f) f->lr = f->resnet18 ? 0.1f : 2e-3f;
     if (f->nruns == 0 && f->ranks) {          /* one replica on cpu:0 in each rank */
         f->runs[0].n = 1;
         f->runs[0].dev[0] = dl_cpu_device(0);
@@ -249,6 +262,7 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
     dl_ddp *dp;
     dl_ddp_desc dd;
     dl_adam_desc ad;
+    dl_sgd_desc sd;
     dl_tensor *xtr, *ytr, *xte, *yte;
     dl_transform_desc tr;
     dl_loader_desc ld;
@@ -292,15 +306,20 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
     memset(&ld, 0, sizeof ld);
     ld.batch_size = f->batch; ld.shuffle = true; ld.num_workers = 1; ld.seed = 1;
     ld.device = r->dev[0];                    /* batches land on replica 0's device */
+    ld.device_data = !ex_is_host(r->dev[0]);  /* ... made there, from the data set kept there */
     trainl = dl_loader_new(ctx, dl_tensor_dataset(ctx, xtr, ytr, &tr, true), &ld);
     ld.shuffle = false;
     testl = dl_loader_new(ctx, dl_tensor_dataset(ctx, xte, yte, &tr, false), &ld);
     if (!trainl || !testl) goto fail;
     memset(&ad, 0, sizeof ad);
     ad.lr = f->lr;
+    memset(&sd, 0, sizeof sd);
+    sd.lr = f->lr;
     for (i = 0; i < r->n; i++) {              /* replica i: the model on device i, its optimizer */
-        net[i] = ex_lenet_bn(ctx);           /* examples/common.h, as lenet.c */
-        if (!net[i] || dl_module_to(net[i], r->dev[i]) != DL_OK || !(opt[i] = dl_adam(net[i], &ad))) goto fail;
+        /* LeNet-BN (examples/common.h, as lenet.c) with Adam, or d2l's ResNet-18 with d2l's SGD */
+        net[i] = f->resnet18 ? ex_resnet18(ctx, 1, 10) : ex_lenet_bn(ctx);
+        if (!net[i] || dl_module_to(net[i], r->dev[i]) != DL_OK) goto fail;
+        if (!(opt[i] = f->resnet18 ? dl_sgd(net[i], &sd) : dl_adam(net[i], &ad))) goto fail;
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "," : "", dl_device_name(r->dev[i]));
     }
     memset(&dd, 0, sizeof dd);
@@ -313,7 +332,8 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
         char parts[48];
         if (f->batch % (r->n * size)) snprintf(parts, sizeof parts, "%lld-%lld", (long long)per, (long long)per + 1);
         else snprintf(parts, sizeof parts, "%lld", (long long)per);
-        printf("LeNet-BN on %s%s%s: %d replica%s, batch %lld (%s per replica), %d threads\n", names,
+        printf("%s on %s%s%s: %d replica%s, batch %lld (%s per replica), %d threads\n",
+               f->resnet18 ? "d2l ResNet-18" : "LeNet-BN", names,
                size > 1 ? " in each of " : "", size > 1 ? (grp ? "the thread ranks" : "the MPI processes") : "", r->n * size,
                r->n * size == 1 ? "" : "s", (long long)f->batch, parts, dl_num_threads(ctx));
     }

@@ -29,6 +29,7 @@ typedef struct graph { dl_capture *cap; dl_tensor *x, *y, *logits, *loss; } grap
 static dl_tensor *graph_step(ex_setup *s, graph *g, dl_module *net, dl_optim *opt, dl_tensor *x, dl_tensor *y,
                              dl_tensor **logits)
 {
+    *logits = NULL;
     if (dl_copy_(g->x, x) != DL_OK || dl_copy_(g->y, y) != DL_OK) return NULL;   /* static_x.copy_(x) */
     if (g->cap) {
         if (dl_replay(g->cap) != DL_OK) return NULL;          /* g.replay() */

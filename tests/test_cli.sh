@@ -13,7 +13,8 @@
 # --devices A,B (model_parallel): bad names, cuda:0 without DL_CUDA, and on
 # cpu:1 in strict mode the same epoch lines as on cpu. Trains only on a tiny
 # made-up dataset (64 images), plus one short run on the real data when
-# data/fashion-mnist has it.
+# data/fashion-mnist has it. d2l's ResNet-18: resnet --arch d2l and
+# data_parallel --model resnet18 on two devices, 2 steps of 4 images.
 # Prints "N passed, M failed" (", K skipped"); exit status 1 on a failure.
 cd "$(dirname "$0")/.." || exit 1
 B=build
@@ -562,6 +563,25 @@ if [ -f data/fashion-mnist/train-images-idx3-ubyte ]; then
 else
     skipped "test_cli: data/fashion-mnist not found, no run on the real data (run \`make data\`)"
 fi
+
+# --- d2l's ResNet-18 (examples/resnet18.h): resnet.c --arch d2l, data_parallel
+# --model resnet18 on two devices, 2 steps of 4 made-up images (the CPU's
+# share of the two-GPU experiment), the test set of 64
+expect 2 "^$B/resnet: --arch vgg: must be small or d2l$" $B/resnet --arch vgg
+expect 2 "^$B/resnet: --arch needs a value$" $B/resnet --epochs 1 --arch
+expect 0 "^  --arch NAME   small \(widths 16-32-64-128, batch 128\) or d2l" $B/resnet --help
+expect 0 "^d2l ResNet-18 on Fashion-MNIST: 11175818 parameters, 8 train / 64 test samples, batch 4" \
+    $B/resnet --data "$D" --arch d2l --epochs 1 --limit 8 --batch 4
+check "resnet --arch d2l: an epoch, then the accuracy" eval "printf '%s\n' \"\$out\" | grep -q '^epoch  1  train loss' && printf '%s\n' \"\$out\" | tail -n 1 | grep -qE '^test accuracy: [01]\.[0-9]{4}$'"
+expect 2 "^$DP: --model vgg: must be lenet_bn or resnet18" $DP --model vgg
+expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --model resnet18 --devices cpu:0,cpu:1 \
+    --epochs 1 --limit 8 --batch 4
+check "data_parallel --model resnet18: 2 replicas of d2l's ResNet-18" eval "printf '%s\n' \"\$out\" | grep -q '^d2l ResNet-18 on cpu:0,cpu:1: 2 replicas, batch 4 (2 per replica)'"
+base=$(printf '%s\n' "$out" | grep '^  epoch 1 ' | sed 's/  [0-9.]* s .*//')
+expect 0 "^cpu:1,cpu:2 +[0-9.]+" env DL_STRICT=1 $DP --data "$D" --model resnet18 --devices cpu:1,cpu:2 --epochs 1 \
+    --limit 8 --batch 4
+check "data_parallel --model resnet18 on cpu:1,cpu:2 (strict; the data on cpu:1): the same epoch line" \
+    eval '[ -n "$base" ] && [ "$(printf "%s\n" "$out" | grep "^  epoch 1 " | sed "s/  [0-9.]* s .*//")" = "$base" ]'
 
 rm -rf "$T"
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
