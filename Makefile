@@ -54,7 +54,14 @@ BENCH_FLAGS = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 NVCC      ?= nvcc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
-NVFLAGS   = -x cu $(CUDA_ARCH) -DDL_CUDA -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+# host code (the CPU backend, data loading, cpu tensors) as the CPU build
+# compiles it: -O3 (nvcc hands it to the host compiler) and -march=native
+# where that compiler takes it, so a DL_CUDA build's cpu:0 runs the same
+# vector kernels (build it on the machine that runs it); -ffp-contract=off
+# as C99 mode implies (g++'s GNU C++ default fuses a*b+c into an FMA where
+# -march=native has one, which would round otherwise than the CPU build)
+NVHOST    = -O3 $(if $(HAVE_NATIVE),-Xcompiler -march=native) -Xcompiler -ffp-contract=off
+NVFLAGS   = -x cu $(CUDA_ARCH) -DDL_CUDA -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror $(NVHOST)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lm -lpthread
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 # tests that check C-only constructs (compound literals, tentative definitions)
@@ -146,9 +153,9 @@ cuda: nvcc-check $(CUDA_TESTS) $(CUDA_EXAMPLES)
 $(B)/cuda:
 	mkdir -p $@
 $(B)/cuda/%.o: tests/%.c $(DEPS) dl_cuda.cuh | $(B)/cuda
-	$(NVCC) $(NVFLAGS) -O2 -Itests -I. -c $< -o $@
+	$(NVCC) $(NVFLAGS) -Itests -I. -c $< -o $@
 $(B)/cuda/%.o: examples/%.c dl.h dl_cuda.cuh examples/common.h examples/lenet_bn.h | $(B)/cuda
-	$(NVCC) $(NVFLAGS) -O3 -I. -c $< -o $@
+	$(NVCC) $(NVFLAGS) -I. -c $< -o $@
 $(B)/cuda/%: $(B)/cuda/%.o
 	$(CXX) $< -o $@ $(CUDA_LIBS)
 
@@ -212,7 +219,7 @@ nccl-check: $(B)/cuda/test_dist_nccl | $(B)/mpi
 # with the CUDA backend: one NCCL rank on cuda:0, dl_ddp's sums overlapped on
 # the communicator's stream (test_dist's test_nccl; it skips without a GPU)
 $(B)/cuda/test_dist_nccl: tests/test_dist.c $(DEPS) dl_cuda.cuh | $(B)/cuda
-	$(NVCC) $(NVFLAGS) -O2 -DDL_NCCL -Itests -I. tests/test_dist.c -o $@ -lnccl $(CUDA_LIBS)
+	$(NVCC) $(NVFLAGS) -DDL_NCCL -Itests -I. tests/test_dist.c -o $@ -lnccl $(CUDA_LIBS)
 test-nccl: $(B)/cuda/test_dist_nccl
 	@tests/run.sh $(B)/cuda/test_dist_nccl
 
@@ -235,7 +242,7 @@ bench-cuda: $(B)/bench
 	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(if $(CASES),$(CASES),*_cuda)" THREADS=1 ROUNDS="$(ROUNDS)" bench/run.sh
 
 $(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh examples/lenet_bn.h | $(B)/cuda
-	$(NVCC) $(NVFLAGS) -O3 -I. -c $< -o $@
+	$(NVCC) $(NVFLAGS) -I. -c $< -o $@
 
 # the ResNet's 3x3 convs, Winograd against the direct paths (dl.h only)
 $(B)/bench_conv3x3: bench/conv3x3.c dl.h | $(B)
