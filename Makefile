@@ -164,19 +164,21 @@ test-cuda: nvcc-check $(B)/cuda/test_cuda
 	@tests/run.sh $(B)/cuda/test_cuda
 
 # a real GPU: test_cuda, then every other CUDA-built test with its tensors on
-# cuda:0 (expect a few failures where a test wants the CPU's exact bits from
-# libm or the GEMM; each FAIL line names the check)
+# cuda:0, their expectations the CPU's: convolutions in exact fp32 too
+# (DL_ALLOW_TF32_CONV=0; TF32 is their default, as PyTorch's cuDNN)
+CUDA_ON0 = --env DL_DEVICE=cuda:0 --env DL_ALLOW_TF32_CONV=0
 test-cuda-all: nvcc-check $(CUDA_TESTS)
-	@tests/run.sh $(B)/cuda/test_cuda --tag @cuda:0 --env DL_DEVICE=cuda:0 \
+	@tests/run.sh $(B)/cuda/test_cuda --tag @cuda:0 $(CUDA_ON0) \
 	    $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
 
 # the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
 # needed), then every other CUDA-built test with all its tensors on the
 # emulated cuda:0 (as make test does on the strict cpu:1), then those tests
-# as they are, on the CPU: a DL_CUDA build works where there is no GPU
+# as they are, on the CPU: a DL_CUDA build works where there is no GPU (the
+# emulated device rounds TF32 products' operands as a GPU does)
 test-cuda-emu: nvcc-check $(CUDA_TESTS)
 	@tests/run.sh --tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda \
-	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 --env DL_DEVICE=cuda:0 $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
+	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 $(CUDA_ON0) $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san

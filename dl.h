@@ -220,7 +220,8 @@
        dl_ctx_device              where creators put tensors now
        dl_set_device              torch.set_default_device
        dl_sync                    torch.cuda.synchronize: wait for every device
-       dl_set_allow_tf32          torch.backends.cuda.matmul.allow_tf32 (CUDA devices; default off)
+       dl_set_allow_tf32          torch.backends.cuda.matmul.allow_tf32 (CUDA matrix products; default off)
+       dl_set_allow_tf32_conv     torch.backends.cudnn.allow_tf32 (CUDA convolutions; default on)
        dl_tensor_ctx              the context a tensor belongs to
      errors
        dl_last_error              code of the most recent failure (DL_OK when none)
@@ -632,6 +633,11 @@ typedef struct dl_ctx_desc {
     bool strict_devices;      /* virtual CPU devices (cpu:1 ...) hand out tagged data pointers
                                  that fault when host code touches them (DL_STRICT=1 too) */
     dl_device device;         /* where creators put tensors (zero: cpu:0; DL_DEVICE=cpu:1 too) */
+    /* TF32 tensor cores on CUDA devices, PyTorch's two switches (dl_set_allow_tf32,
+       dl_set_allow_tf32_conv): 1 on, -1 off, 0 the environment's DL_ALLOW_TF32=0|1 /
+       DL_ALLOW_TF32_CONV=0|1, else PyTorch's default (matmul off, conv on) */
+    int allow_tf32;           /* matrix products: torch.backends.cuda.matmul.allow_tf32 */
+    int allow_tf32_conv;      /* convolutions: torch.backends.cudnn.allow_tf32 */
 } dl_ctx_desc;
 
 typedef struct dl_memory_stats {
@@ -667,7 +673,16 @@ DL_API dl_device dl_ctx_device(const dl_ctx *ctx); /* where creators put tensors
    parameters ...) put tensors on dev from now on */
 DL_API dl_result dl_set_device(dl_ctx *ctx, dl_device dev);
 DL_API dl_result dl_sync(dl_ctx *ctx);             /* wait for every device's queued work */
-DL_API dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow); /* CUDA matmul/conv in TF32 (off: exact fp32) */
+/* TF32 tensor cores on CUDA devices (10-bit mantissa products, about 1e-3
+   relative error; several times fp32's speed), as PyTorch's two switches.
+   Matrix products (dl_matmul, dl_linear): off by default, exact fp32, as
+   torch.backends.cuda.matmul.allow_tf32 = False. Convolutions (forward and
+   both gradients): on by default, as torch.backends.cudnn.allow_tf32 = True.
+   dl_ctx_desc.allow_tf32 / allow_tf32_conv and DL_ALLOW_TF32 /
+   DL_ALLOW_TF32_CONV set them at dl_ctx_init (docs/cuda.md). No effect on
+   CPU devices, which compute in fp32. */
+DL_API dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow);      /* matrix products (default off) */
+DL_API dl_result dl_set_allow_tf32_conv(dl_ctx *ctx, bool allow); /* convolutions (default on) */
 DL_API dl_ctx *dl_tensor_ctx(const dl_tensor *t);
 
 /* --- errors
@@ -3621,7 +3636,8 @@ struct dl_ctx {
     dl_log_fn log;
     void *log_user;
     uint64_t seed, rng_offset;        /* the counter-based generator: next draw's counter */
-    bool allow_tf32;                  /* CUDA devices may use TF32 tensor cores (dl_set_allow_tf32) */
+    bool allow_tf32;                  /* CUDA matrix products may use TF32 (dl_set_allow_tf32) */
+    bool allow_tf32_conv;             /* CUDA convolutions may use TF32 (dl_set_allow_tf32_conv) */
     dl__pool *pool;
     int nthreads;
     char shbuf[8][128];
@@ -4573,7 +4589,7 @@ static const dl__backend *dl__cpu_be(void);
 static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op);   /* dl_cuda.cuh */
 static void dl__cuda_close(dl__dev *d);
 static int dl__cuda_count(void);
-static void dl__cuda_set_tf32(dl__dev *d, bool on);
+static void dl__cuda_set_tf32(dl__dev *d, bool matmul, bool conv);
 #endif
 
 static const char *dl__dev_str(dl_device d, char *buf, size_t n);
@@ -4714,6 +4730,33 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
     return ctx->defdev != NULL;
 }
 
+/* One TF32 switch: the desc's field v (1 on, -1 off), else the environment
+   variable env (0 or 1), else def (PyTorch's default). Read before any
+   device opens (DL_DEVICE=cuda:0 opens it in dl__devs_init). */
+static bool dl__tf32_opt(dl_ctx *ctx, const char *field, int v, const char *env, bool def, bool *out)
+{
+    const char *e;
+    if (v < -1 || v > 1) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: %s=%d must be 1 (on), -1 (off) or 0 (the environment's "
+                "%s, else PyTorch's default: %s)", field, v, env, def ? "on" : "off");
+        return false;
+    }
+    if (v) {
+        *out = v > 0;
+        return true;
+    }
+    if ((e = getenv(env)) && *e) {
+        if (strcmp(e, "0") != 0 && strcmp(e, "1") != 0) {
+            dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: %s=%s must be 0 (off) or 1 (on)", env, e);
+            return false;
+        }
+        *out = e[0] == '1';
+        return true;
+    }
+    *out = def;
+    return true;
+}
+
 dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
@@ -4742,7 +4785,11 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
     {
         dl_log_fn log = ctx->log;
         ctx->log = NULL;                 /* a failure is reported once, below */
-        if (!dl__devs_init(ctx, desc)) {
+        if (!dl__tf32_opt(ctx, "allow_tf32", desc ? desc->allow_tf32 : 0, "DL_ALLOW_TF32", false,
+                          &ctx->allow_tf32) ||
+            !dl__tf32_opt(ctx, "allow_tf32_conv", desc ? desc->allow_tf32_conv : 0, "DL_ALLOW_TF32_CONV", true,
+                          &ctx->allow_tf32_conv) ||
+            !dl__devs_init(ctx, desc)) {
             dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
             dl_ctx_free(ctx);
             return NULL;
@@ -4905,24 +4952,36 @@ dl_result dl_sync(dl_ctx *ctx)
     return DL_OK;
 }
 
-/* TF32 for the CUDA devices' matrix products (and so convolutions): about
-   1e-3 relative error instead of fp32's 1e-7, several times faster; the
-   devices opened later follow. No effect on CPU devices. */
+/* TF32 on the CUDA devices, the two switches (matmul, conv) of the context:
+   the open devices take them now, the devices opened later at their opening. */
+static dl_result dl__tf32_apply(dl_ctx *ctx, const char *op)
+{
+#ifdef DL_CUDA
+    int i;
+    for (i = 0; i < DL__MAX_CUDA; i++)
+        if (ctx->cuda[i]) {
+            dl__cuda_set_tf32(ctx->cuda[i], ctx->allow_tf32, ctx->allow_tf32_conv);
+            if (dl__dev_check(ctx->cuda[i], op) != DL_OK) return DL_ERR_DEVICE;
+        }
+#else
+    (void)ctx;
+    (void)op;
+#endif
+    return DL_OK;
+}
+
 dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow)
 {
     if (!ctx) return DL_ERR_ARG;
     ctx->allow_tf32 = allow;
-#ifdef DL_CUDA
-    {
-        int i;
-        for (i = 0; i < DL__MAX_CUDA; i++)
-            if (ctx->cuda[i]) {
-                dl__cuda_set_tf32(ctx->cuda[i], allow);
-                if (dl__dev_check(ctx->cuda[i], "dl_set_allow_tf32") != DL_OK) return DL_ERR_DEVICE;
-            }
-    }
-#endif
-    return DL_OK;
+    return dl__tf32_apply(ctx, "dl_set_allow_tf32");
+}
+
+dl_result dl_set_allow_tf32_conv(dl_ctx *ctx, bool allow)
+{
+    if (!ctx) return DL_ERR_ARG;
+    ctx->allow_tf32_conv = allow;
+    return dl__tf32_apply(ctx, "dl_set_allow_tf32_conv");
 }
 
 dl_ctx *dl_tensor_ctx(const dl_tensor *t) { return t && t->magic_ == DL__MAGIC ? t->ctx_ : NULL; }

@@ -4,7 +4,7 @@
    when DL_CUDA is defined, so the one file that defines DL_IMPLEMENTATION is
    compiled by nvcc as CUDA C++ and every other file stays plain C:
 
-       nvcc -c -x cu -O2 -DDL_CUDA -DDL_IMPLEMENTATION \
+       nvcc -c -x cu -O3 -Xcompiler -march=native -DDL_CUDA -DDL_IMPLEMENTATION \
             -gencode arch=compute_80,code=sm_80 \
             -gencode arch=compute_90,code=[sm_90,compute_90] impl.c -o impl.o
        cc -O2 main.c impl.o -o prog -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ -lm -lpthread
@@ -46,7 +46,8 @@
        DL__HD), accumulations run in the CPU's order. Most results are
        therefore bit-identical to the CPU's; the exceptions are the libm
        functions (expf, logf, erff, tanhf, powf: CUDA's differ by an ulp or
-       two), the matrix products (cuBLAS sums in its own order), and row
+       two), the matrix products (cuBLAS sums in its own order; TF32 where
+       a switch allows it: convolutions by default, as PyTorch), and row
        reductions / softmax over a contiguous dim, which use a fixed tree of
        warp shuffles (double accumulation, like the CPU).
      - Determinism: no atomics whose order changes results (the only atomic
@@ -65,8 +66,9 @@
      - DL_CUDA_EMULATE=N (or dl__cu_emu = N from the implementation file)
        makes cuda:0..N-1 emulated devices: host memory (tagged pointers, as
        dl.h's strict CPU devices: host code that touches them faults), every
-       functor run by a host loop, cuBLAS replaced by the CPU GEMM, the
-       shuffle kernels by their sequential twins (batch and layer norm: the
+       functor run by a host loop, cuBLAS replaced by the CPU GEMM (in TF32
+       mode on operands rounded to 10 mantissa bits), the shuffle kernels
+       by their sequential twins (batch and layer norm: the
        same per-channel / per-row routine with a group of one thread). It runs the kernels' index
        arithmetic and the whole device plumbing on a machine without a GPU
        (tests/test_cuda.c uses it); it is a test tool, not a backend. */
@@ -99,7 +101,9 @@ typedef struct dl__cuimpl {
     int ordinal;
     bool emulate;                     /* host memory and host loops (DL_CUDA_EMULATE) */
     bool sync_each;                   /* DL_CUDA_SYNC=1: wait after every launch */
-    bool tf32;                        /* cuBLAS may use TF32 tensor cores */
+    bool tf32;                        /* matrix products may use TF32 tensor cores (dl_set_allow_tf32) */
+    bool tf32_conv;                   /* convolutions may (dl_set_allow_tf32_conv) */
+    int blas_tf32;                    /* the handle's math mode now: 1 TF32, 0 exact fp32, -1 unknown */
     int max_blocks;                   /* grid size that fills the GPU */
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -1230,17 +1234,77 @@ static int64_t dl__cu_nonfinite(dl__dev *d, const float *x, int64_t n)
  * Matrix products: cuBLAS, row-major through the operand swap
  * ========================================================================= */
 
+/* TF32 as the emulated device computes it: the operand rounded to 10
+   mantissa bits, to nearest with ties away from zero (cvt.rna.tf32.f32);
+   inf and NaN pass. (cuBLAS's kernels may truncate instead: either way an
+   operand is within 2^-10 of itself, the products are summed in fp32.) */
+static inline float dl__cu_tf32(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* host copy of an emulated operand, (batch) matrices of rows x cols at row
+   stride ld and matrix stride st, rounded to TF32; tagged as the device's
+   pointers are (dl__cpu_gemm takes the tag off). NULL: no host memory. */
+static float *dl__cu_tf32_copy(dl__dev *d, const float *p, int64_t rows, int64_t cols, int64_t ld, int64_t st,
+                               int64_t batch)
+{
+    int64_t span = (batch - 1) * st + (rows - 1) * ld + cols, i;
+    const float *src = DL__CUP(d, p);
+    float *c = (float *)DL_MALLOC(sizeof(float) * (size_t)span);
+    if (!c) return NULL;
+    for (i = 0; i < span; i++) c[i] = dl__cu_tf32(src[i]);
+    return (float *)((uintptr_t)c + d->tag);
+}
+
+/* cuBLAS's math mode for the next call, set per call site (matrix products
+   and convolutions share the handle, each with its own switch) and only
+   when it changes: a setting of the handle on the host, no launch */
+static bool dl__cu_blas_mode(dl__dev *d, bool tf32)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (m->blas_tf32 == (int)tf32) return true;
+    if (!dl__cu_blas_ok(d, "cublasSetMathMode",
+                        cublasSetMathMode(m->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH))) {
+        m->blas_tf32 = -1;
+        return false;
+    }
+    m->blas_tf32 = (int)tf32;
+    return true;
+}
+
 /* C (M,N) = alpha op(A) op(B) + beta C in row-major is, column-major,
-   C^T (N,M) = alpha op(B)^T op(A)^T + beta C^T: cuBLAS gets B first. */
-static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
-                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
+   C^T (N,M) = alpha op(B)^T op(A)^T + beta C^T: cuBLAS gets B first.
+   tf32: TF32 tensor cores (the caller's switch), else exact fp32. */
+static void dl__cu_gemm_at(dl__dev *d, bool tf32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                           float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
 {
     dl__cuimpl *m = dl__cu_enter(d);
     cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st;
     if (M <= 0 || N <= 0 || batch <= 0) return;
-    if (m->emulate) { dl__cpu_gemm(d, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch); return; }
+    if (m->emulate) {
+        float *a = NULL, *b = NULL;
+        if (tf32 && K > 0) {
+            a = dl__cu_tf32_copy(d, A, ta ? K : M, ta ? M : K, lda, sA, batch);
+            b = dl__cu_tf32_copy(d, B, tb ? N : K, tb ? K : N, ldb, sB, batch);
+            if (!a || !b) {
+                if (a) DL_FREE(DL__CUP(d, a));
+                if (b) DL_FREE(DL__CUP(d, b));
+                dl__dev_fail(d, "cuda:%d gemm: out of host memory for the emulated TF32 operands", d->id.index);
+                return;
+            }
+        }
+        dl__cpu_gemm(d, ta, tb, M, N, K, alpha, a ? a : A, lda, sA, b ? b : B, ldb, sB, beta, C, ldc, sC, batch);
+        if (a) DL_FREE(DL__CUP(d, a));
+        if (b) DL_FREE(DL__CUP(d, b));
+        return;
+    }
     A = DL__CUP(d, A);
     B = DL__CUP(d, B);
     C = DL__CUP(d, C);
@@ -1262,6 +1326,7 @@ static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int6
                      d->id.index, (long long)M, (long long)N, (long long)K, (long long)batch);
         return;
     }
+    if (!dl__cu_blas_mode(d, tf32)) return;
     if (batch == 1)
         st = cublasSgemm(m->blas, opB, opA, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda,
                          &beta, C, (int)ldc);
@@ -1273,18 +1338,33 @@ static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int6
         dl__cu_launched(d, "gemm");
 }
 
-/* TF32 tensor cores for the matrix products (and so the convolutions) of
-   this device: about 1e-3 relative error instead of float32's 1e-7; off by
-   default (dl_set_allow_tf32). */
-static void dl__cuda_set_tf32(dl__dev *d, bool on)
+/* the backend's gemm: the matrix products (dl_matmul, dl_linear, ...), in
+   their math mode (torch.backends.cuda.matmul.allow_tf32; default exact) */
+static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
+{
+    dl__cu_gemm_at(d, DL__CUI(d)->tf32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+}
+
+/* the convolutions' products, in theirs (torch.backends.cudnn.allow_tf32; default TF32) */
+static void dl__cu_cgemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB, float beta, float *C,
+                         int64_t ldc, int64_t sC, int64_t batch)
+{
+    dl__cu_gemm_at(d, DL__CUI(d)->tf32_conv, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                   batch);
+}
+
+/* the context's two TF32 switches (dl_set_allow_tf32, dl_set_allow_tf32_conv):
+   read at each product; cuBLAS's mode follows at its next call */
+static void dl__cuda_set_tf32(dl__dev *d, bool matmul, bool conv)
 {
     dl__cuimpl *m;
     if (!d || d->id.type != DL_DEVICE_CUDA || !d->impl) return;
-    m = dl__cu_enter(d);
-    m->tf32 = on;
-    if (!m->emulate)
-        dl__cu_blas_ok(d, "cublasSetMathMode",
-                       cublasSetMathMode(m->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    m = DL__CUI(d);
+    m->tf32 = matmul;
+    m->tf32_conv = conv;
 }
 
 /* ===========================================================================
@@ -1605,8 +1685,8 @@ static bool dl__cu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w
     for (n0 = 0; n0 < n; n0 += nb) {
         int64_t cnt = n - n0 < nb ? n - n0 : nb;
         dl__cu_im2col(d, col, x + n0 * g->Ca * g->La, cnt, g);
-        dl__cu_gemm(d, false, false, g->Cb, g->Lb, caK, 1.0f, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f,
-                    y + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb, cnt);
+        dl__cu_cgemm(d, false, false, g->Cb, g->Lb, caK, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f,
+                     y + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb, cnt);
     }
     dl__arena_rewind(&d->data, mk);
     if (bias) dl__cu_bias_add(d, y, bias, n, g->Cb, g->Lb);
@@ -2377,7 +2457,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         m->hres = DL_MALLOC(64);
         m->dres = dl__cu_block_get(d, 64, &e);
         if (!m->hres || !m->dres) { what = "host memory"; e = cudaErrorMemoryAllocation; goto fail; }
-        m->tf32 = ctx->allow_tf32;
+        dl__cuda_set_tf32(d, ctx->allow_tf32, ctx->allow_tf32_conv);
         return d;
     }
     {
@@ -2425,7 +2505,8 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         m->blas_ws = NULL;
     }
     (void)cudaGetLastError();
-    if (ctx->allow_tf32) dl__cuda_set_tf32(d, true);
+    m->blas_tf32 = 0;   /* CUBLAS_DEFAULT_MATH, set above */
+    dl__cuda_set_tf32(d, ctx->allow_tf32, ctx->allow_tf32_conv);
     return d;
 fail:
     dl__err(ctx, DL_ERR_DEVICE, "%s: cuda:%d: %s: %s", op, index, what, cudaGetErrorString(e));

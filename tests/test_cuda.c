@@ -8,8 +8,14 @@
       error, so a first run on a GPU finds every broken op at once. The
       tolerance is |got - want| <= 1e-4 |want| + 1e-5 max|want| (libm and
       cuBLAS differ from the CPU by a few ulp); dropout masks and random
-      fills must be bit-identical.
-   2. dl_set_allow_tf32: matrix products within 1e-2 of the CPU, then exact again.
+      fills must be bit-identical. Every context that compares with the CPU
+      has TF32 off for convolutions too (dl_ctx_desc.allow_tf32_conv = -1;
+      its default is on, as PyTorch's cudnn.allow_tf32).
+   2. TF32, per call site: dl_set_allow_tf32 (matrix products) and
+      dl_set_allow_tf32_conv (convolutions) each within 1e-2 of the CPU while
+      the other stays exact (the emulated device rounds the operands of the
+      calls in TF32 mode to 10 mantissa bits); the desc's fields and
+      DL_ALLOW_TF32 / DL_ALLOW_TF32_CONV.
    3. Errors: mixed devices, a device that does not exist, out of memory
       (memory_limit, and a request larger than any card).
    4. dl_to round trips (cpu -> cuda:0 -> cpu, cuda:0 -> cuda:1, int64, the
@@ -46,6 +52,18 @@
 
 static dl_ctx *C;
 static int g_quiet;
+
+/* a context for comparing with the CPU: convolutions in exact fp32 too
+   (TF32 is their default, as PyTorch's torch.backends.cudnn.allow_tf32) */
+static dl_ctx *exact_ctx(void)
+{
+    dl_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.allow_tf32 = -1;
+    d.allow_tf32_conv = -1;
+    return dl_ctx_init(&d);
+}
 
 #include "optable.h"
 
@@ -214,11 +232,8 @@ static bool test_op_matrix_isolated(void)
         pid = fork();
         if (pid < 0) { CHECK(0, "fork: cannot isolate %s", case_at(c)->name); continue; }
         if (pid == 0) {
-            dl_ctx_desc d;
             setenv("DL_CUDA_SYNC", "1", 1);   /* the faulting launch names itself */
-            memset(&d, 0, sizeof d);
-            d.log = dl_log_silent;
-            C = dl_ctx_init(&d);
+            C = exact_ctx();
             if (!C || dl_device_count(C, DL_DEVICE_CUDA) == 0) _exit(77);
             th_pass = th_fail = 0;
             nops = nexact = 0;
@@ -266,29 +281,106 @@ static void test_random(void)
 
 /* ------------------------------------------------------------------ TF32 */
 
-static void test_tf32(void)
+/* largest |got - want| and largest |want| */
+static void diff_max(const float *got, const float *want, int n, double *mx, double *scale)
 {
-    float a[64 * 96], b[96 * 40], r0[64 * 40], r1[64 * 40];
-    double mx = 0, scale = 0;
     int i;
-    for (i = 0; i < 64 * 96; i++) a[i] = urand() - 0.5f;
-    for (i = 0; i < 96 * 40; i++) b[i] = urand() - 0.5f;
-    dl_set_device(C, dl_cpu());
-    dl_read(dl_matmul(dl_from_array(C, DL_SHAPE(64, 96), a), dl_from_array(C, DL_SHAPE(96, 40), b)), r0, 64 * 40);
-    CHECK(dl_set_allow_tf32(C, true) == DL_OK && DL__CUI(C->cuda[0])->tf32, "dl_set_allow_tf32 on: %s",
-          dl_error_message(C));
-    dl_set_device(C, dl_cuda(0));
-    CHECK(dl_read(dl_matmul(dl_from_array(C, DL_SHAPE(64, 96), a), dl_from_array(C, DL_SHAPE(96, 40), b)), r1,
-                  64 * 40) == DL_OK, "matmul with TF32: %s", dl_error_message(C));
-    for (i = 0; i < 64 * 40; i++) {
-        if (fabs((double)r0[i]) > scale) scale = fabs((double)r0[i]);
-        if (fabs((double)r0[i] - (double)r1[i]) > mx) mx = fabs((double)r0[i] - (double)r1[i]);
+    *mx = *scale = 0;
+    for (i = 0; i < n; i++) {
+        if (fabs((double)want[i]) > *scale) *scale = fabs((double)want[i]);
+        if (fabs((double)got[i] - (double)want[i]) > *mx) *mx = fabs((double)got[i] - (double)want[i]);
     }
-    CHECK(mx <= 1e-2 * scale, "TF32 matmul off by %g (scale %g)", mx, scale);
-    if (!g_quiet) printf("cuda:0 %-30s largest difference %.2e (scale %.2g)\n", "matmul with TF32", mx, scale);
-    CHECK(dl_set_allow_tf32(C, false) == DL_OK && !DL__CUI(C->cuda[0])->tf32, "dl_set_allow_tf32 off");
+}
+
+#define TF_X (4 * 8 * 12 * 12)
+#define TF_Y (4 * 6 * 12 * 12)
+
+/* a (64,96) x b (96,40) and conv2d(x (4,8,12,12), w (6,8,3,3), padding 1) on dev */
+static void tf32_run(dl_device dev, const float *a, const float *b, const float *x, const float *w, float *mm,
+                     float *cv)
+{
+    dl_conv_desc cd = dl_conv_desc_make(1, 1, 1, 1);
+    dl_set_device(C, dev);
+    CHECK(dl_read(dl_matmul(dl_from_array(C, DL_SHAPE(64, 96), a), dl_from_array(C, DL_SHAPE(96, 40), b)), mm,
+                  64 * 40) == DL_OK, "matmul on %s: %s", dl_device_name(dev), dl_error_message(C));
+    CHECK(dl_read(dl_conv2d(dl_from_array(C, DL_SHAPE(4, 8, 12, 12), x), dl_from_array(C, DL_SHAPE(6, 8, 3, 3), w),
+                            NULL, &cd), cv, TF_Y) == DL_OK, "conv2d on %s: %s", dl_device_name(dev), dl_error_message(C));
     dl_set_device(C, dl_cpu());
     dl_step_end(C);
+}
+
+/* TF32 per call site: the matrix products' switch and the convolutions'
+   on one cuBLAS handle. In TF32 mode a product's operands keep 10 of 23
+   mantissa bits (each within 2^-11 relative), so a sum of K products is off
+   by at most about 2^-10 sum|a b|: within 1e-2 of the scale here; in
+   exact mode fp32's error (about 1e-7 sqrt(K) relative) is under 1e-5.
+   The side whose switch is off must give the bits of a run with both off
+   (the same cuBLAS call in the same mode), the other side other bits. */
+static void test_tf32(void)
+{
+    static float a[64 * 96], b[96 * 40], x[TF_X], w[6 * 8 * 9];
+    static float mm0[64 * 40], mm1[64 * 40], mmE[64 * 40], cv0[TF_Y], cv1[TF_Y], cvE[TF_Y];
+    double mx, scale, cx, cscale;
+    dl__cuimpl *m;
+    int i, on;
+    for (i = 0; i < 64 * 96; i++) a[i] = urand() - 0.5f;
+    for (i = 0; i < 96 * 40; i++) b[i] = urand() - 0.5f;
+    for (i = 0; i < TF_X; i++) x[i] = urand() - 0.5f;
+    for (i = 0; i < 6 * 8 * 9; i++) w[i] = urand() - 0.5f;
+    tf32_run(dl_cpu(), a, b, x, w, mm0, cv0);
+    dl_set_device(C, dl_cuda(0));   /* opens cuda:0 */
+    dl_set_device(C, dl_cpu());
+    m = DL__CUI(C->cuda[0]);
+    CHECK(!m->tf32 && !m->tf32_conv, "this test's context: TF32 off for both (desc -1)");
+    tf32_run(dl_cuda(0), a, b, x, w, mmE, cvE);
+    diff_max(mmE, mm0, 64 * 40, &mx, &scale);
+    diff_max(cvE, cv0, TF_Y, &cx, &cscale);
+    CHECK(mx <= 1e-5 * scale && cx <= 1e-5 * cscale, "exact fp32 on cuda:0: matmul off by %g, conv2d by %g", mx, cx);
+    for (on = 0; on < 2; on++) {   /* on 0: matrix products in TF32; 1: convolutions */
+        const char *what = on ? "convolutions" : "matrix products";
+        CHECK((on ? dl_set_allow_tf32_conv(C, true) : dl_set_allow_tf32(C, true)) == DL_OK &&
+              m->tf32 == !on && m->tf32_conv == !!on, "TF32 on for the %s only: %s", what, dl_error_message(C));
+        tf32_run(dl_cuda(0), a, b, x, w, mm1, cv1);
+        diff_max(mm1, mm0, 64 * 40, &mx, &scale);
+        diff_max(cv1, cv0, TF_Y, &cx, &cscale);
+        if (on) {
+            CHECK(cx <= 1e-2 * cscale, "conv2d with TF32 off by %g (scale %g)", cx, cscale);
+            CHECK(mx <= 1e-5 * scale, "matmul stays exact fp32 while convolutions use TF32: off by %g", mx);
+        } else {
+            CHECK(mx <= 1e-2 * scale, "matmul with TF32 off by %g (scale %g)", mx, scale);
+            CHECK(cx <= 1e-5 * cscale, "conv2d stays exact fp32 while matrix products use TF32: off by %g", cx);
+        }
+        CHECK(memcmp(on ? mm1 : cv1, on ? mmE : cvE, sizeof(float) * (size_t)(on ? 64 * 40 : TF_Y)) == 0,
+              "TF32 for the %s only: the %s keep the exact run's bits", what, on ? "matrix products" : "convolutions");
+        CHECK(memcmp(on ? cv1 : mm1, on ? cvE : mmE, sizeof(float) * (size_t)(on ? TF_Y : 64 * 40)) != 0,
+              "TF32 for the %s: other bits than exact fp32", what);
+        if (!g_quiet)
+            printf("cuda:0 %-30s largest difference %.2e (scale %.2g); the other %.2e\n",
+                   on ? "conv2d with TF32" : "matmul with TF32", on ? cx : mx, on ? cscale : scale, on ? mx : cx);
+        CHECK((on ? dl_set_allow_tf32_conv(C, false) : dl_set_allow_tf32(C, false)) == DL_OK && !m->tf32 &&
+              !m->tf32_conv, "TF32 off again");
+    }
+    /* a context's desc fields and the environment reach a device opened later */
+    {
+        dl_ctx_desc d;
+        dl_ctx *c2;
+        memset(&d, 0, sizeof d);
+        d.log = dl_log_silent;
+        d.allow_tf32 = 1;
+        setenv("DL_ALLOW_TF32_CONV", "0", 1);
+        c2 = dl_ctx_init(&d);
+        unsetenv("DL_ALLOW_TF32_CONV");
+        CHECK(c2 && dl_set_device(c2, dl_cuda(0)) == DL_OK && DL__CUI(c2->cuda[0])->tf32 &&
+              !DL__CUI(c2->cuda[0])->tf32_conv, "desc allow_tf32 = 1, DL_ALLOW_TF32_CONV=0: %s",
+              dl_error_message(c2));
+        dl_ctx_free(c2);
+        memset(&d, 0, sizeof d);
+        d.log = dl_log_silent;
+        c2 = dl_ctx_init(&d);
+        CHECK(c2 && dl_set_device(c2, dl_cuda(0)) == DL_OK && !DL__CUI(c2->cuda[0])->tf32 &&
+              DL__CUI(c2->cuda[0])->tf32_conv, "PyTorch's defaults: matmul exact, conv TF32");
+        dl_ctx_free(c2);
+    }
 }
 
 /* ------------------------------------------------------------------ errors */
@@ -475,7 +567,6 @@ static void test_lenet(void)
     double a, worst = 0;
     bool x;
     int i, n0, n1, n2, n3;
-    dl_ctx_desc cd;
     dl_ctx *cs;
     for (i = 0; i < NB * 784; i++) g_xb[i] = urand() * 2.0f - 1.0f;
     for (i = 0; i < NB; i++) g_yb[i] = i % 10;
@@ -536,9 +627,7 @@ static void test_lenet(void)
     if (!g_quiet) printf("cuda:0 %-30s %s\n", "determinism (2 runs)", n1 == n2 && memcmp(p1, p2, sizeof(float) * (size_t)n1) == 0 ? "same bits" : "DIFFER");
     /* DL_CUDA_SYNC=1: wait after every launch, same results */
     setenv("DL_CUDA_SYNC", "1", 1);
-    memset(&cd, 0, sizeof cd);
-    cd.log = dl_log_silent;
-    cs = dl_ctx_init(&cd);               /* devices open at their first use: read it then */
+    cs = exact_ctx();                    /* devices open at their first use: read it then */
     CHECK(cs != NULL, "context for DL_CUDA_SYNC");
     if (cs) {
         n3 = train_lenet(cs, dl_cuda(0), 5, l3, &p3);
@@ -590,7 +679,6 @@ static void test_memory(void)
 
 int main(int argc, char **argv)
 {
-    dl_ctx_desc d;
     int i, n, isolate = -1;
     bool isolated = false;
     const char *emu;
@@ -611,9 +699,7 @@ int main(int argc, char **argv)
         }
         isolated = true;
     }
-    memset(&d, 0, sizeof d);
-    d.log = dl_log_silent;
-    C = dl_ctx_init(&d);
+    C = exact_ctx();
     CHECK(C != NULL, "context: %s", dl_error_message(NULL));
     if (!C) TEST_END();
     n = dl_device_count(C, DL_DEVICE_CUDA);
