@@ -3572,6 +3572,16 @@ struct dl__backend {
        declined; the caller takes whole-batch im2col */
     bool (*conv_i2c)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                      const dl__cgeom *g);
+    /* optional (NULL: none; the CPU has neither), tried after conv_s1 / conv_wg, the
+       backward's twins of conv_i2c (CUDA's: chunks of samples, products written in
+       place, no layout copy). convT_i2c: y (n, Ca, ia...) = the transposed conv
+       of x (n, Cb, ib...) with w (Cb, Ca, k...) + bias (Ca, or NULL): the input
+       gradient of a conv, and conv_transpose's forward. conv_i2c_wgrad: dw (Cb,
+       Ca, k...) = the weight gradient over the n samples of x (n, Ca, ia...)
+       and gy (n, Cb, ib...). false: declined; the caller takes whole-batch im2col */
+    bool (*convT_i2c)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                      const dl__cgeom *g);
+    bool (*conv_i2c_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g);
 };
 
 /* the backend of a tensor's device */
@@ -8291,7 +8301,8 @@ static const dl__backend dl__cpu_backend = {
 #else
     NULL, NULL,
 #endif
-    dl__cpu_conv_i2c
+    dl__cpu_conv_i2c,
+    NULL, NULL    /* convT_i2c, conv_i2c_wgrad: the CPU's backward is conv_s1 / Winograd, else im2col */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -11307,6 +11318,9 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
     dl__cgeom_flip(&g, &gt);
     done = y->numel ? dl__conv_s1_try(name, b, y, w, bias, &gt, 1) : 0;
     if (done < 0) return NULL;
+    if (y->numel && !done && DL__BE(b)->convT_i2c)
+        done = DL__BE(b)->convT_i2c(b->dev_, (float *)y->data, (const float *)b->data, (const float *)w->data,
+                                    bias ? (const float *)bias->data : NULL, g.N, &g);
     if (y->numel && !done) {
         /* per chunk: bt (Cb, cnt, Lb) = permute(b); col_g (CagK, cnt*Lb) = w_g^T @ bt_g;
            y = col2im(col) */
@@ -11356,6 +11370,9 @@ static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp
     CagK = g.Ca / g.G * g.K;
     done = y->numel ? dl__conv_s1_try(name, a, y, b, NULL, &g, 2) : 0;
     if (done < 0) return NULL;
+    if (y->numel && !done && g.N > 0 && DL__BE(a)->conv_i2c_wgrad)
+        done = DL__BE(a)->conv_i2c_wgrad(a->dev_, (float *)y->data, (const float *)a->data, (const float *)b->data,
+                                         g.N, &g);
     if (y->numel && !done) {
         /* per chunk: col = im2col(a), bt = permute(b);
            w_g (Cbg, CagK) += bt_g (Cbg, cnt*Lb) @ col_g^T */

@@ -1546,22 +1546,24 @@ static void dl__cu_bce_logits(dl__dev *d, float *out, const float *x, const floa
 
 /* col (Ca*K, n, Lb): element e = ((c*K + kk)*n + s)*Lb + pos <- x (n, Ca, ia...) */
 template <typename I>
+static DL__HD inline float dl__cu_i2c_at(const float *x, I n, const dl__cgeom &g, I e)
+{
+    I Lb = (I)g.Lb, K = (I)g.K, ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
+    I row = e / Lb, pos = e - row * Lb, s = row % n, q = row / n, c = q / K, kk = q - c * K;
+    I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
+    I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
+    I j0 = o0 * (I)g.s[0] + q0 * (I)g.d[0] - (I)g.p[0];
+    I j1 = o1 * (I)g.s[1] + q1 * (I)g.d[1] - (I)g.p[1];
+    I j2 = o2 * (I)g.s[2] + q2 * (I)g.d[2] - (I)g.p[2];
+    if (j0 >= 0 && j0 < (I)g.ia[0] && j1 >= 0 && j1 < (I)g.ia[1] && j2 >= 0 && j2 < (I)g.ia[2])
+        return x[(s * (I)g.Ca + c) * (I)g.La + (j0 * (I)g.ia[1] + j1) * (I)g.ia[2] + j2];
+    return 0.0f;
+}
+
+template <typename I>
 struct dl__cuf_im2col {
     float *col; const float *x; I n; dl__cgeom g;
-    DL__HD void operator()(I e) const
-    {
-        I Lb = (I)g.Lb, K = (I)g.K, ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
-        I row = e / Lb, pos = e - row * Lb, s = row % n, q = row / n, c = q / K, kk = q - c * K;
-        I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
-        I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
-        I j0 = o0 * (I)g.s[0] + q0 * (I)g.d[0] - (I)g.p[0];
-        I j1 = o1 * (I)g.s[1] + q1 * (I)g.d[1] - (I)g.p[1];
-        I j2 = o2 * (I)g.s[2] + q2 * (I)g.d[2] - (I)g.p[2];
-        float v = 0.0f;
-        if (j0 >= 0 && j0 < (I)g.ia[0] && j1 >= 0 && j1 < (I)g.ia[1] && j2 >= 0 && j2 < (I)g.ia[2])
-            v = x[(s * (I)g.Ca + c) * (I)g.La + (j0 * (I)g.ia[1] + j1) * (I)g.ia[2] + j2];
-        col[e] = v;
-    }
+    DL__HD void operator()(I e) const { col[e] = dl__cu_i2c_at<I>(x, n, g, e); }
 };
 
 static void dl__cu_im2col(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
@@ -1648,48 +1650,231 @@ static void dl__cu_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int
     }
 }
 
-/* The backend's conv_i2c, the CPU's without its cache blocking: im2col of
-   a chunk of samples, col (Ca K, cnt, Lb), then one strided-batched GEMM
-   with the weights as the left operand and a sample per batch entry (B:
-   the sample's Lb columns of col, rows cnt Lb apart) that writes each
-   sample's (Cb, Lb) block of y in place: no product in (Cb, n, Lb) order
-   and no permute pass after it (the caller's whole-batch path has both),
-   then the bias in one pass. Each element is the same sum as that path's.
-   Scratch: step memory, chunks under DL__CU_I2C_FLOATS (or one sample),
-   halved while the memory is not there. Declines groups, a sample's
-   matrix that passes cuBLAS's 32-bit sizes, and no memory for even one
-   sample's (the caller's path then reports it). */
+/* ---- Convolution through cuBLAS, chunks of samples, no layout copies.
+
+   Shapes (dl__cgeom): x (n, Ca, ia...), y (n, Cb, ib...), w (Cb, Ca, k...);
+   CaK = Ca K rows of im2col's matrix, col (CaK, cnt, Lb) for a chunk of
+   cnt samples: sample s's Lb columns start at col + s Lb, rows cnt Lb
+   apart. A strided-batched GEMM with a sample per batch entry then reads
+   or writes each sample's block of x, y and col where it lies, so no pass
+   reorders (Cb, n, Lb) into (n, Cb, Lb) or back, and the scratch is one
+   chunk's (under DL__CU_I2C_FLOATS floats, or one sample), never the
+   batch's. Every conv product runs in the convolutions' math mode
+   (dl__cu_cgemm: TF32 unless dl_set_allow_tf32_conv(ctx, false)).
+
+   Launches and bytes per chunk (floats; CaK Lb per sample is im2col's
+   matrix, the largest term):
+     forward  im2col, GEMM into y, (bias once)     writes CaK Lb, reads it
+     dx       GEMM into col, col2im gather         writes CaK Lb, reads it
+     dw       see dl__cu_conv_i2c_wgrad
+   1x1 convolutions (stride 1, no padding: x_s (Ca, L) is im2col's matrix
+   itself) skip im2col and col2im: forward and dx are one strided-batched
+   GEMM over all n samples, no scratch.
+
+   Declines groups (dl.h's whole-batch path does them, in exact fp32), a
+   sample's matrices past cuBLAS's 32-bit sizes, and no memory for even one
+   sample's scratch (the caller's path then reports it). */
 #ifndef DL__CU_I2C_FLOATS
 #define DL__CU_I2C_FLOATS ((int64_t)1 << 24)
 #endif
+
+/* the geometry within cuBLAS's int sizes and 64-bit offsets with margin */
+static bool dl__cu_conv_ok(const dl__cgeom *g, int64_t n)
+{
+    int64_t caK = g->Ca * g->K;
+    return g->G == 1 && n > 0 && n <= INT_MAX && g->Ca > 0 && g->Cb > 0 && g->Lb > 0 && g->La > 0 && caK > 0 &&
+           caK <= INT_MAX && g->Cb <= INT_MAX && g->Lb <= INT_MAX && g->La <= INT_MAX &&
+           caK <= (INT64_MAX / 16) / g->Lb && g->Cb <= (INT64_MAX / 16) / (caK + g->Lb) &&
+           g->Ca <= (INT64_MAX / 16) / g->La;
+}
+
+/* kernel 1, stride 1, no padding (dilation is moot): a product per sample */
+static bool dl__cu_pointwise(const dl__cgeom *g)
+{
+    int i;
+    if (g->K != 1) return false;
+    for (i = 0; i < 3; i++)
+        if (g->s[i] != 1 || g->p[i] != 0) return false;
+    return true;
+}
+
+/* Step-memory scratch of `per` floats a sample for *nb samples: nb under
+   DL__CU_I2C_FLOATS floats (at least one sample) and nb Lb within cuBLAS's
+   int, halved while the memory is not there (a memory_limit, a full GPU).
+   NULL: not even one sample's. The caller rewinds the arena. */
+static float *dl__cu_chunks(dl__dev *d, int64_t per, int64_t n, int64_t Lb, int64_t *nb)
+{
+    int64_t b = DL__CU_I2C_FLOATS / per;
+    float *p;
+    if (b > n) b = n;
+    if (b > INT_MAX / Lb) b = INT_MAX / Lb;
+    if (b < 1) b = 1;
+    while (!(p = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(b * per), true)) && b > 1)
+        b = (b + 1) / 2;
+    if (p) dl__track_peak(d);
+    *nb = b;
+    return p;
+}
+
+/* The backend's conv_i2c: y (n, Cb, ib...) = conv(x, w) + bias. Per chunk,
+   im2col then one strided-batched GEMM, w (Cb, CaK) the shared left
+   operand, that writes each sample's (Cb, Lb) block of y in place; 1x1:
+   one GEMM on x itself. Each element is the sum dl.h's whole-batch path
+   computes. */
 static bool dl__cu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                             const dl__cgeom *g)
 {
-    int64_t caK = g->Ca * g->K, per, nb, n0;
+    int64_t caK = g->Ca * g->K, nb, n0;
     dl__mark mk;
     float *col;
-    if (g->G != 1 || n <= 0 || g->Cb <= 0 || g->Lb <= 0 || caK <= 0 || caK > INT_MAX || g->Cb > INT_MAX ||
-        g->Lb > INT_MAX || caK > (INT64_MAX / 16) / g->Lb)
-        return false;
-    per = caK * g->Lb;
-    nb = DL__CU_I2C_FLOATS / per;
-    if (nb > n) nb = n;
-    if (nb > INT_MAX / g->Lb) nb = INT_MAX / g->Lb;   /* cuBLAS's ldb = nb Lb */
-    if (nb < 1) nb = 1;
+    if (!dl__cu_conv_ok(g, n)) return false;
+    if (dl__cu_pointwise(g)) {   /* y_s (Cb, L) = w (Cb, Ca) x_s (Ca, L), all n at once */
+        dl__cu_cgemm(d, false, false, g->Cb, g->Lb, g->Ca, w, g->Ca, 0, x, g->La, g->Ca * g->La, 0.0f, y, g->Lb,
+                     g->Cb * g->Lb, n);
+    } else {
+        mk = dl__arena_mark(&d->data);
+        col = dl__cu_chunks(d, caK * g->Lb, n, g->Lb, &nb);
+        if (!col) return false;
+        for (n0 = 0; n0 < n; n0 += nb) {
+            int64_t cnt = n - n0 < nb ? n - n0 : nb;
+            dl__cu_im2col(d, col, x + n0 * g->Ca * g->La, cnt, g);
+            dl__cu_cgemm(d, false, false, g->Cb, g->Lb, caK, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f,
+                         y + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb, cnt);
+        }
+        dl__arena_rewind(&d->data, mk);
+    }
+    if (bias) dl__cu_bias_add(d, y, bias, n, g->Cb, g->Lb);
+    return true;
+}
+
+/* The backend's convT_i2c: y (n, Ca, ia...) = convT(x (n, Cb, ib...), w) +
+   bias (Ca): the input gradient of conv. Per chunk, one strided-batched GEMM
+   col_s (CaK, Lb) = w^T (CaK, Cb) x_s (Cb, Lb) that writes each sample's
+   columns of col in place (x read where it lies), then col2im's gather
+   into y; 1x1: y_s = w^T x_s, one GEMM for all n. */
+static bool dl__cu_convT_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                             const dl__cgeom *g)
+{
+    int64_t caK = g->Ca * g->K, nb, n0;
+    dl__mark mk;
+    float *col;
+    if (!dl__cu_conv_ok(g, n)) return false;
+    if (dl__cu_pointwise(g)) {
+        dl__cu_cgemm(d, true, false, g->Ca, g->La, g->Cb, w, g->Ca, 0, x, g->Lb, g->Cb * g->Lb, 0.0f, y, g->La,
+                     g->Ca * g->La, n);
+    } else {
+        mk = dl__arena_mark(&d->data);
+        col = dl__cu_chunks(d, caK * g->Lb, n, g->Lb, &nb);
+        if (!col) return false;
+        for (n0 = 0; n0 < n; n0 += nb) {
+            int64_t cnt = n - n0 < nb ? n - n0 : nb;
+            dl__cu_cgemm(d, true, false, caK, g->Lb, g->Cb, w, caK, 0, x + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb,
+                         0.0f, col, cnt * g->Lb, g->Lb, cnt);
+            dl__cu_col2im(d, y + n0 * g->Ca * g->La, col, cnt, g);
+        }
+        dl__arena_rewind(&d->data, mk);
+    }
+    if (bias) dl__cu_bias_add(d, y, bias, n, g->Ca, g->La);
+    return true;
+}
+
+/* one launch for the weight gradient's two operands of a chunk: col (CaK,
+   cnt, Lb) = im2col(x), then gt (Cb, cnt, Lb) = gy (cnt, Cb, Lb) reordered */
+template <typename I>
+struct dl__cuf_i2c_gt {
+    float *col, *gt; const float *x, *gy; I n, ncol; dl__cgeom g;
+    DL__HD void operator()(I e) const
+    {
+        if (e < ncol) {
+            col[e] = dl__cu_i2c_at<I>(x, n, g, e);
+        } else {
+            I f = e - ncol, Lb = (I)g.Lb, row = f / Lb, pos = f - row * Lb, s = row % n, cb = row / n;
+            gt[f] = gy[(s * (I)g.Cb + cb) * Lb + pos];
+        }
+    }
+};
+
+/* dw (rows) = (acc ? dw : 0) + part[0] + ... + part[cnt-1], in that order */
+template <typename I>
+struct dl__cuf_psum {
+    float *dw; const float *part; I rows, cnt; bool acc;
+    DL__HD void operator()(I e) const
+    {
+        float v = acc ? dw[e] : 0.0f;
+        I k;
+        for (k = 0; k < cnt; k++) v = dl__cu_fadd(v, part[k * rows + e]);
+        dw[e] = v;
+    }
+};
+
+/* The backend's conv_i2c_wgrad: dw (Cb, CaK) = sum_s gy_s (Cb, Lb) col_s^T.
+   The sum runs over (s, l), but gy is laid out (n, Cb, Lb): its columns
+   (s, l) are not one stride apart, so no single GEMM reads it in place.
+   Two ways, chosen by the bytes they add to im2col's per sample:
+     partials  a strided-batched GEMM writes each sample's product
+               part_s (Cb, CaK) (K = Lb), then one pass sums them over s
+               in order into dw: 2 Cb CaK floats moved a sample (1x1: on x
+               itself, no im2col);
+     reorder   gy's chunk copied to (Cb, cnt, Lb) in im2col's launch, then
+               one GEMM with K = cnt Lb accumulates into dw: 2 Cb Lb a
+               sample.
+   Partials when CaK < Lb (1x1: Ca Cb < (Ca + Cb) Lb, the reorder copying x
+   too): early, wide layers (LeNet's first conv: 300 floats a sample against
+   9,408; a ResNet's 3x3 on 64 channels at 28x28: 73,728 against 100,352);
+   the reorder for deep ones (512 channels at 4x4: 16,384 against 4,718,592
+   for the partials). Both sum in a fixed order: the same bits every run.
+   Launches a chunk: 3 (im2col, GEMM, sum; 1x1: 2) or 2. */
+static bool dl__cu_conv_i2c_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
+                                  const dl__cgeom *g)
+{
+    int64_t caK = g->Ca * g->K, rows = g->Cb * caK, nb, n0;
+    bool pw = dl__cu_pointwise(g), partials;
+    dl__mark mk;
+    float *sc;
+    if (!dl__cu_conv_ok(g, n)) return false;
+    dl__cu_enter(d);
+    partials = pw ? g->Ca * g->Cb < (g->Ca + g->Cb) * g->Lb : caK < g->Lb;
     mk = dl__arena_mark(&d->data);
-    /* under a memory_limit (or a full GPU): fewer samples a chunk, down to one */
-    while (!(col = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(nb * per), true)) && nb > 1)
-        nb = (nb + 1) / 2;
-    if (!col) return false;
-    dl__track_peak(d);
+    sc = dl__cu_chunks(d, partials ? rows + (pw ? 0 : caK * g->Lb) : (caK + g->Cb) * g->Lb, n, g->Lb, &nb);
+    if (!sc) return false;
     for (n0 = 0; n0 < n; n0 += nb) {
         int64_t cnt = n - n0 < nb ? n - n0 : nb;
-        dl__cu_im2col(d, col, x + n0 * g->Ca * g->La, cnt, g);
-        dl__cu_cgemm(d, false, false, g->Cb, g->Lb, caK, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f,
-                     y + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb, cnt);
+        const float *xs = x + n0 * g->Ca * g->La, *gs = gy + n0 * g->Cb * g->Lb;
+        if (partials) {
+            float *part = sc, *col = sc + nb * rows;
+            int64_t tot = cnt * rows;
+            if (!pw) dl__cu_im2col(d, col, xs, cnt, g);
+            dl__cu_cgemm(d, false, true, g->Cb, caK, g->Lb, gs, g->Lb, g->Cb * g->Lb, pw ? xs : col,
+                         pw ? g->La : cnt * g->Lb, pw ? g->Ca * g->La : g->Lb, 0.0f, part, caK, rows, cnt);
+            if (dl__cu_small(tot)) {
+                dl__cuf_psum<int32_t> f;
+                f.dw = DL__CUP(d, dw); f.part = DL__CUP(d, part); f.rows = (int32_t)rows; f.cnt = (int32_t)cnt;
+                f.acc = n0 > 0;
+                dl__cu_run<int32_t>(d, "conv weight grad (sum)", rows, f);
+            } else {
+                dl__cuf_psum<int64_t> f;
+                f.dw = DL__CUP(d, dw); f.part = DL__CUP(d, part); f.rows = rows; f.cnt = cnt; f.acc = n0 > 0;
+                dl__cu_run<int64_t>(d, "conv weight grad (sum)", rows, f);
+            }
+        } else {
+            float *col = sc, *gt = sc + nb * caK * g->Lb;
+            int64_t ncol = caK * cnt * g->Lb, tot = ncol + g->Cb * cnt * g->Lb;
+            if (dl__cu_small(tot) && dl__cu_small(cnt * g->Ca * g->La) && dl__cu_small(cnt * g->Cb * g->Lb)) {
+                dl__cuf_i2c_gt<int32_t> f;
+                f.col = DL__CUP(d, col); f.gt = DL__CUP(d, gt); f.x = DL__CUP(d, xs); f.gy = DL__CUP(d, gs);
+                f.n = (int32_t)cnt; f.ncol = (int32_t)ncol; f.g = *g;
+                dl__cu_run<int32_t>(d, "conv weight grad (im2col)", tot, f);
+            } else {
+                dl__cuf_i2c_gt<int64_t> f;
+                f.col = DL__CUP(d, col); f.gt = DL__CUP(d, gt); f.x = DL__CUP(d, xs); f.gy = DL__CUP(d, gs);
+                f.n = cnt; f.ncol = ncol; f.g = *g;
+                dl__cu_run<int64_t>(d, "conv weight grad (im2col)", tot, f);
+            }
+            dl__cu_cgemm(d, false, true, g->Cb, caK, cnt * g->Lb, gt, cnt * g->Lb, 0, col, cnt * g->Lb, 0,
+                         n0 > 0 ? 1.0f : 0.0f, dw, caK, 0, 1);
+        }
     }
     dl__arena_rewind(&d->data, mk);
-    if (bias) dl__cu_bias_add(d, y, bias, n, g->Cb, g->Lb);
     return true;
 }
 
@@ -2354,7 +2539,7 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale,
     NULL, NULL,   /* conv_s1, conv_s1_wgrad: the padded grid is a CPU cache layout; */
     NULL, NULL,   /* conv_wg, conv_wg_wgrad: so is Winograd here (cuBLAS on im2col instead) */
-    dl__cu_conv_i2c
+    dl__cu_conv_i2c, dl__cu_convT_i2c, dl__cu_conv_i2c_wgrad
 };
 
 static int dl__cuda_count(void)

@@ -10,7 +10,10 @@
       cuBLAS differ from the CPU by a few ulp); dropout masks and random
       fills must be bit-identical. Every context that compares with the CPU
       has TF32 off for convolutions too (dl_ctx_desc.allow_tf32_conv = -1;
-      its default is on, as PyTorch's cudnn.allow_tf32).
+      its default is on, as PyTorch's cudnn.allow_tf32). The convolution
+      cases cover both weight-gradient paths (per-sample partials, reordered
+      gradient), 1x1 convolutions (no im2col), chunks and one sample.
+      The same cases run twice give the same bits (determinism).
    2. TF32, per call site: dl_set_allow_tf32 (matrix products) and
       dl_set_allow_tf32_conv (convolutions) each within 1e-2 of the CPU while
       the other stays exact (the emulated device rounds the operands of the
@@ -105,6 +108,11 @@ static dl_tensor *o_mm_tt(dl_tensor **i) { return dl_matmul(dl_transpose(i[0], 0
 static dl_tensor *o_relu_mlp(dl_tensor **i) { return dl_relu(dl_linear(i[0], i[1], i[2])); }
 static dl_tensor *o_bcast3(dl_tensor **i) { return dl_mul(dl_add(i[0], i[1]), dl_sigmoid(i[2])); }
 static dl_tensor *o_avg_pad(dl_tensor **i) { dl_pool_desc d = dl_pool_desc_make(3, 2, 1, false, true); return dl_avg_pool2d(i[0], &d); }
+static dl_tensor *o_conv_p1(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 1, 1, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_conv_1x1(dl_tensor **i) { return dl_conv2d(i[0], i[1], i[2], NULL); }
+static dl_tensor *o_conv_1x1_s2(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(2, 0, 1, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
+static dl_tensor *o_convT_1x1(dl_tensor **i) { return dl_conv_transpose2d(i[0], i[1], i[2], NULL); }
+static dl_tensor *o_conv1d_1x1(dl_tensor **i) { return dl_conv1d(i[0], i[1], i[2], NULL); }
 
 #define BIG(nm, fn, nin, kind, ...) {nm, fn, nin, {__VA_ARGS__}, kind, false}
 static const opcase g_big[] = {
@@ -129,6 +137,14 @@ static const opcase g_big[] = {
     BIG("conv2d groups, stride 2", o_conv_groups, 3, 0, S(2, 4, 9, 9), S(6, 2, 3, 3), S(6)),
     BIG("conv2d dilation 2", o_conv_dil, 3, 0, S(2, 3, 11, 11), S(4, 3, 3, 3), S(4)),
     BIG("conv2d stride 2, 5 chunks", o_conv_s2, 3, 0, S(9, 16, 28, 28), S(32, 16, 3, 3), S(32)),
+    BIG("conv2d reorder path, 4 chunks", o_conv_p1, 3, 0, S(20, 16, 8, 8), S(8, 16, 3, 3), S(8)),
+    BIG("conv2d reorder path, 1 sample", o_conv_p1, 3, 0, S(1, 16, 6, 6), S(5, 16, 3, 3), S(5)),
+    BIG("conv2d partials path, 1 sample", o_conv_p1, 3, 0, S(1, 2, 9, 9), S(3, 2, 3, 3), S(3)),
+    BIG("conv2d 1x1, partials", o_conv_1x1, 3, 0, S(5, 7, 6, 6), S(4, 7, 1, 1), S(4)),
+    BIG("conv2d 1x1, reorder", o_conv_1x1, 3, 0, S(6, 12, 2, 2), S(10, 12, 1, 1), S(10)),
+    BIG("conv1d 1x1, C=1", o_conv1d_1x1, 3, 0, S(3, 1, 17), S(2, 1, 1), S(2)),
+    BIG("conv2d 1x1 stride 2 (im2col)", o_conv_1x1_s2, 3, 0, S(4, 6, 7, 7), S(9, 6, 1, 1), S(9)),
+    BIG("conv_transpose2d 1x1", o_convT_1x1, 3, 0, S(4, 5, 3, 4), S(5, 6, 1, 1), S(6)),
     BIG("matmul 64x300x70", o_matmul, 2, 0, S(64, 300), S(300, 70)),
     BIG("matmul transposed", o_mm_tt, 2, 0, S(30, 20), S(25, 30)),
     BIG("linear + relu MLP", o_relu_mlp, 3, 0, S(256, 784), S(256, 784), S(256)),
@@ -381,6 +397,36 @@ static void test_tf32(void)
               DL__CUI(c2->cuda[0])->tf32_conv, "PyTorch's defaults: matmul exact, conv TF32");
         dl_ctx_free(c2);
     }
+}
+
+/* the kernels that split work over blocks sum in a fixed order: the same
+   case twice on cuda:0, the same bits (forward and every gradient) */
+static void test_determinism(void)
+{
+    static const char *names[] = {"conv2d reorder path, 4 chunks", "conv2d stride 2, 5 chunks", "conv2d 1x1, partials"};
+    size_t k, c;
+    for (k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const opcase *oc = NULL;
+        float *host[3];
+        result r0, r1;
+        bool same;
+        int j;
+        for (c = 0; c < sizeof g_big / sizeof g_big[0]; c++)
+            if (!strcmp(g_big[c].name, names[k])) oc = &g_big[c];
+        if (!oc) { CHECK(0, "no case %s", names[k]); continue; }
+        optable_inputs(oc, host);
+        run_on(oc, dl_cuda(0), host, &r0);
+        run_on(oc, dl_cuda(0), host, &r1);
+        same = r0.ok && r1.ok && r0.k == r1.k;
+        for (j = 0; same && j < r0.k; j++)
+            same = r0.n[j] == r1.n[j] && memcmp(r0.v[j], r1.v[j], sizeof(float) * (size_t)r0.n[j]) == 0;
+        CHECK(same, "%s: two runs on cuda:0 give other bits", oc->name);
+        if (!g_quiet) printf("cuda:0 %-30s two runs: %s\n", oc->name, same ? "same bits" : "DIFFER");
+        free_result(&r0);
+        free_result(&r1);
+        for (j = 0; j < oc->nin; j++) free(host[j]);
+    }
+    dl_set_device(C, dl_cpu());
 }
 
 /* ------------------------------------------------------------------ errors */
@@ -724,6 +770,7 @@ int main(int argc, char **argv)
     }
     if (!isolated) test_op_matrix();
     test_random();
+    test_determinism();
     test_tf32();
     test_errors();
     test_transfers();
