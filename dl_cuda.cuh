@@ -9,14 +9,17 @@
             -gencode arch=compute_90,code=[sm_90,compute_90] impl.c -o impl.o
        cc -O2 main.c impl.o -o prog -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ -lm -lpthread
 
-   (dl_cuda.cuh must sit next to dl.h.) `make cuda` builds every example and
-   test this way; README.md, section CUDA, has the details.
+   (dl_cuda.cuh must sit next to dl.h; -march=native: the host code, the
+   CPU backend among it, built as the CPU build is.) `make cuda` builds
+   every example and test this way; docs/cuda.md says how convolutions,
+   batch norm and TF32 work here, and why.
 
    Status: compiled warning-free for sm_80 and sm_90 and tested on emulated
    devices (below: tests/test_cuda.c, and every test program with its
-   tensors on the emulated cuda:0); it has never run on a real GPU, so the
-   GPU-only paths (warp/block reductions, cuBLAS, streams, pinned staging,
-   peer copies) have only been compiled.
+   tensors on the emulated cuda:0). It ran on an H100 once (issue 27):
+   correct, slow on convolution nets; the batch-norm split, the
+   convolution entries without copies and the per-call TF32 modes came
+   after that run and have only been compiled for a GPU and emulated.
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -47,9 +50,10 @@
        therefore bit-identical to the CPU's; the exceptions are the libm
        functions (expf, logf, erff, tanhf, powf: CUDA's differ by an ulp or
        two), the matrix products (cuBLAS sums in its own order; TF32 where
-       a switch allows it: convolutions by default, as PyTorch), and row
+       a switch allows it: convolutions by default, as PyTorch), row
        reductions / softmax over a contiguous dim, which use a fixed tree of
-       warp shuffles (double accumulation, like the CPU).
+       warp shuffles (double accumulation, like the CPU), and batch norm's
+       sums (double, chunks of each channel over many blocks).
      - Determinism: no atomics whose order changes results (the only atomic
        is an atomicMin on an index: order-independent). Reductions use a
        fixed block size and a fixed tree, col2im and the average-pooling
@@ -68,8 +72,9 @@
        dl.h's strict CPU devices: host code that touches them faults), every
        functor run by a host loop, cuBLAS replaced by the CPU GEMM (in TF32
        mode on operands rounded to 10 mantissa bits), the shuffle kernels
-       by their sequential twins (batch and layer norm: the
-       same per-channel / per-row routine with a group of one thread). It runs the kernels' index
+       by their sequential twins (layer norm: the same per-row routine with
+       a group of one thread; batch norm's pass 1: the GPU's chunks and
+       block tree, thread by thread). It runs the kernels' index
        arithmetic and the whole device plumbing on a machine without a GPU
        (tests/test_cuda.c uses it); it is a test tool, not a backend. */
 
@@ -2189,71 +2194,6 @@ static void dl__cu_groups(dl__dev *d, const char *name, int64_t njobs, int64_t p
     dl__cu_launched(d, name);
 }
 
-/* Walks elements t, t+G, t+2G ... of channel c's N*L in x (N, C, L), in
-   the CPU's order (n, then l), dividing only when l wraps. */
-struct dl__cu_bnwalk {
-    int64_t n, l, c, C, L, G;
-    DL__HD dl__cu_bnwalk(int64_t c_, int64_t t, int64_t G_, int64_t C_, int64_t L_)
-        : n(L_ > 0 ? t / L_ : 0), l(L_ > 0 ? t % L_ : 0), c(c_), C(C_), L(L_), G(G_) {}
-    DL__HD int64_t at() const { return (n * C + c) * L + l; }
-    DL__HD void next()
-    {
-        l += G;
-        if (l >= L) { n += l / L; l %= L; }
-    }
-};
-
-/* channel c: mean, biased var, invstd (dl__bn_stats_task) */
-struct dl__cuj_bn_stats {
-    float *mean, *invstd, *var; const float *x; int64_t N, C, L; float eps;
-    template <typename R>
-    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
-    {
-        int64_t M = N * L, k;
-        double s = 0, q = 0, m;
-        dl__cu_bnwalk w(c, t, G, C, L), w2(c, t, G, C, L);
-        for (k = t; k < M; k += G, w.next()) s = dl__cu_dadd(s, (double)x[w.at()]);
-        s = red(s);
-        m = s / (double)M;
-        for (k = t; k < M; k += G, w2.next()) {
-            double dv = (double)x[w2.at()] - m;
-            q = dl__cu_dadd(q, dl__cu_dmul(dv, dv));
-        }
-        q = red(q);
-        if (t == 0) {
-            mean[c] = (float)m;
-            var[c] = (float)(q / (double)M);
-            invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)eps));
-        }
-    }
-};
-
-/* channel c: sums[2c] = sum(g), sums[2c+1] = sum(g xhat); db, dw (dl__bn_sums_task) */
-struct dl__cuj_bn_sums {
-    double *sums; float *dw, *db; const float *g, *x, *mean, *invstd; int64_t N, C, L;
-    template <typename R>
-    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
-    {
-        int64_t M = N * L, k;
-        double sg = 0, sgx = 0, m = mean[c], is = invstd[c];
-        dl__cu_bnwalk w(c, t, G, C, L);
-        for (k = t; k < M; k += G, w.next()) {
-            int64_t at = w.at();
-            double gv = (double)g[at];
-            sg = dl__cu_dadd(sg, gv);
-            sgx = dl__cu_dadd(sgx, dl__cu_dmul(gv, (double)x[at] - m));
-        }
-        sg = red(sg);
-        sgx = red(sgx);
-        if (t == 0) {
-            sums[2 * c] = sg;
-            sums[2 * c + 1] = sgx * is;
-            if (db) db[c] = (float)sg;
-            if (dw) dw[c] = (float)(sgx * is);
-        }
-    }
-};
-
 /* row r of x (rows, n): mean, invstd, y (dl__ln_fwd_task) */
 struct dl__cuj_ln_fwd {
     float *y, *mean, *invstd; const float *x, *w, *b; int64_t n; float eps;
@@ -2311,32 +2251,6 @@ struct dl__cuj_ln_dx {
     }
 };
 
-/* y = (x - mean) invstd w + b, one thread per element (dl__bn_apply_task) */
-struct dl__cuf_bn_apply {
-    float *y; const float *x, *mean, *invstd, *w, *b; int64_t C, L;
-    DL__HD void operator()(int64_t e) const
-    {
-        int64_t c = (e / L) % C;
-        float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
-        float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
-        y[e] = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
-    }
-};
-
-/* dx = k (g - a - xhat bb), k = w invstd (dl__bn_dx_task) */
-struct dl__cuf_bn_dx {
-    float *dx; const float *g, *x, *mean, *invstd, *w; const double *sums; int64_t C, L; double M; bool train;
-    DL__HD void operator()(int64_t e) const
-    {
-        int64_t c = (e / L) % C;
-        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
-        float a = train ? (float)(sums[2 * c] / M) : 0.0f;
-        float bb = train ? (float)(sums[2 * c + 1] / M) : 0.0f;
-        float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
-        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(g[e], a), xh));
-    }
-};
-
 /* column j of the rows: dw = sum(g xhat), db = sum(g), rows in order (dl__ln_dwb_task) */
 struct dl__cuf_ln_dwb {
     float *dw, *db; const float *g, *x, *mean, *invstd; int64_t rows, cols;
@@ -2355,50 +2269,347 @@ struct dl__cuf_ln_dwb {
     }
 };
 
+/* ---- Batch norm over x (N, C, L): every channel split over many blocks.
+
+   Channel c has M = N L elements; element k = n L + l of it lies at
+   (n C + c) L + l. The sums (statistics: of d = x - K and d^2 with K =
+   x[c L], the channel's first element, as the CPU's one-pass shifted sums;
+   backward: of g and g (x - mean)) run in two passes:
+     pass 1  S chunks per channel, S = ceil(DL__CU_BN_BLOCKS / C) (at most
+             M), one block of 256 threads per chunk: thread t sums the
+             chunk's elements t, t + 256, ... in order, in double, then the
+             block's fixed tree (dl__cu_group_all); 2 doubles a chunk;
+     pass 2  a thread per channel adds its S partials in order s = 0, 1 ...
+             and finishes as the CPU (dl__bn_stats_fin, dl__bn_sums_fin).
+   C S >= DL__CU_BN_BLOCKS = 512 blocks whatever C is: 3.9 per SM of an H100
+   (132 SMs), where one block per channel (before) gave 6 or 16 busy SMs to
+   LeNet-BN's layers. The split is a function of (N, C, L) alone, so the
+   bits are the same on any GPU and every run, and the emulated device,
+   which runs the same chunks and the same tree on the host, computes the
+   same sums in the same order. Pass 1 reads x (and g) once: 4 (8) bytes
+   an element, four loads in flight per thread; pass 2 reads 16 C S bytes.
+   Against the CPU: the same terms in double, summed in another order (the
+   CPU: 32 interleaved partials per channel), so mean and var differ from
+   the CPU's by the double sums' rounding, about 1e-16 relative, before
+   they are rounded to float: almost always the same floats.
+   Apply and dx are one pass each, a thread per element (32-bit indices
+   when the sizes allow), with per-channel coefficients from pass 2. */
+#ifndef DL__CU_BN_BLOCKS
+#define DL__CU_BN_BLOCKS 512
+#endif
+
+/* thread t (of G) of pass-1 job j = c S + s: its two sums over chunk s of
+   channel c (ST: statistics, else the backward's), elements in order */
+template <bool ST, typename I>
+struct dl__cu_bnpart {
+    const float *x, *g, *mean; I C, L, M, S;
+    DL__HD void sums(I j, I t, I G, double *pa, double *pb) const
+    {
+        I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
+        I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
+        I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
+        const float *xc = x + c * L, *gc = ST ? NULL : g + c * L;
+        double a = 0.0, b = 0.0, K;
+        *pa = *pb = 0.0;
+        if (k >= hi) return;
+        K = ST ? (double)xc[0] : (double)mean[c];
+        n = k / L;
+        l = k - n * L;
+        for (; k < hi; k += 4 * G) {   /* four loads issued before the four adds, in order */
+            float xv[4], gv[4];
+            int u, cnt = 0;
+            for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
+                I at = n * CL + l;
+                xv[u] = xc[at];
+                if (!ST) gv[u] = gc[at];
+                n += gq;
+                l += gr;
+                if (l >= L) { l -= L; n++; }
+            }
+            for (u = 0; u < cnt; u++) {
+                double dv = (double)xv[u] - K;
+                if (ST) {
+                    a = dl__cu_dadd(a, dv);
+                    b = dl__cu_dadd(b, dl__cu_dmul(dv, dv));
+                } else {
+                    a = dl__cu_dadd(a, (double)gv[u]);
+                    b = dl__cu_dadd(b, dl__cu_dmul((double)gv[u], dv));
+                }
+            }
+        }
+        *pa = a;
+        *pb = b;
+    }
+};
+
+template <bool ST, typename I>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<ST, I> p, I jobs, double *part)
+{
+    __shared__ double sh[9];
+    I j;
+    for (j = (I)blockIdx.x; j < jobs; j += (I)gridDim.x) {
+        double a, b;
+        p.sums(j, (I)threadIdx.x, (I)DL__CU_THREADS, &a, &b);
+        a = dl__cu_group_all<DL__R_SUM, DL__CU_THREADS>(a, sh);
+        b = dl__cu_group_all<DL__R_SUM, DL__CU_THREADS>(b, sh);
+        if (threadIdx.x == 0) {
+            part[2 * j] = a;
+            part[2 * j + 1] = b;
+        }
+    }
+}
+
+/* a block's fixed tree (dl__cu_group_all<DL__R_SUM, 256>) on the host: in
+   each warp lane l takes lane l + o (o = 16, 8 ... 1, __shfl_down_sync),
+   then warp 0 does the same over the 8 warps' sums (lanes 8..31: zero) */
+static double dl__cu_tree256(double *v)
+{
+    double u[32];
+    int w, o, l;
+    for (w = 0; w < DL__CU_THREADS / 32; w++)
+        for (o = 16; o > 0; o >>= 1)
+            for (l = 0; l < o; l++) v[32 * w + l] = v[32 * w + l] + v[32 * w + l + o];
+    for (l = 0; l < 32; l++) u[l] = l < DL__CU_THREADS / 32 ? v[32 * l] : 0.0;
+    for (o = 16; o > 0; o >>= 1)
+        for (l = 0; l < o; l++) u[l] = u[l] + u[l + o];
+    return u[0];
+}
+
+/* pass 1 over (N, C, L): part (C S, 2); S chunks per channel */
+template <bool ST, typename I>
+static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
+                               int64_t C, int64_t L, int64_t M, int64_t S)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    dl__cu_bnpart<ST, I> p;
+    I jobs = (I)(C * S);
+    p.x = x; p.g = g; p.mean = mean; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
+    if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
+        double va[DL__CU_THREADS], vb[DL__CU_THREADS];
+        I j, t;
+        for (j = 0; j < jobs; j++) {
+            for (t = 0; t < DL__CU_THREADS; t++) p.sums(j, t, (I)DL__CU_THREADS, &va[t], &vb[t]);
+            part[2 * j] = dl__cu_tree256(va);
+            part[2 * j + 1] = dl__cu_tree256(vb);
+        }
+        return;
+    }
+    dl__cu_bn_pass1<ST, I><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(p, jobs, part);
+    dl__cu_launched(d, ST ? "bn_stats (pass 1)" : "bn_backward sums (pass 1)");
+}
+
+/* chunks per channel: C S >= DL__CU_BN_BLOCKS, at most M (a chunk has an element) */
+static int64_t dl__cu_bn_split(int64_t C, int64_t M)
+{
+    int64_t S = (DL__CU_BN_BLOCKS + C - 1) / C;
+    if (S > M) S = M;
+    return S < 1 ? 1 : S;
+}
+
+/* pass 1 with 32-bit indices where x's elements and the jobs allow */
+template <bool ST>
+static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const float *mean, int64_t N, int64_t C,
+                              int64_t L, int64_t *S, size_t extra)
+{
+    int64_t M = N * L;
+    double *part;
+    *S = dl__cu_bn_split(C, M);
+    part = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C * *S) + extra);
+    if (!part) return NULL;
+    if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * *S))
+        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, C, L, M, *S);
+    else
+        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, C, L, M, *S);
+    return part;
+}
+
+/* pass 2 of the statistics, channel c: its S partials in order, then the
+   CPU's dl__bn_stats_fin: s = mean(x - K), var = mean((x - K)^2) - s^2 */
+struct dl__cuf_bn_fin {
+    float *mean, *invstd, *var; const double *part; const float *x; int64_t S, L; double M; float eps;
+    DL__HD void operator()(int64_t c) const
+    {
+        double a = 0.0, b = 0.0, sm, q;
+        int64_t s;
+        for (s = 0; s < S; s++) {
+            a = dl__cu_dadd(a, part[2 * (c * S + s)]);
+            b = dl__cu_dadd(b, part[2 * (c * S + s) + 1]);
+        }
+        sm = a / M;
+        q = dl__cu_dadd(b / M, -dl__cu_dmul(sm, sm));
+        if (q < 0.0) q = 0.0;                                /* rounding; NaN stays */
+        mean[c] = (float)dl__cu_dadd((double)x[c * L], sm);
+        var[c] = (float)q;
+        invstd[c] = (float)(1.0 / sqrt(dl__cu_dadd(q, (double)eps)));
+    }
+};
+
+/* pass 2 of the backward sums, channel c (dl__bn_sums_fin): db, dw, and
+   dx's coefficients coef (C, 2) = (mean(g), mean(g xhat)) as floats */
+struct dl__cuf_bn_sfin {
+    float *dw, *db, *coef; const double *part; const float *invstd; int64_t S; double M;
+    DL__HD void operator()(int64_t c) const
+    {
+        double sg = 0.0, sgx = 0.0, is = (double)invstd[c];
+        int64_t s;
+        for (s = 0; s < S; s++) {
+            sg = dl__cu_dadd(sg, part[2 * (c * S + s)]);
+            sgx = dl__cu_dadd(sgx, part[2 * (c * S + s) + 1]);
+        }
+        sgx = dl__cu_dmul(sgx, is);                          /* sum(g xhat) */
+        if (db) db[c] = (float)sg;
+        if (dw) dw[c] = (float)sgx;
+        if (coef) {
+            coef[2 * c] = (float)(sg / M);
+            coef[2 * c + 1] = (float)(sgx / M);
+        }
+    }
+};
+
+/* n / d for 0 <= n < 2^31 by a multiply-high and a shift (Granlund and
+   Montgomery's round-up method, PyTorch's IntDivider): s = ceil(log2 d),
+   m = 2^32 (2^s - d) / d + 1, n / d = (umulhi(n, m) + n) >> s. Instead of
+   the 20-odd instructions of a 32-bit division in a kernel that moves 8 to
+   16 bytes an element. */
+struct dl__cu_div {
+    uint32_t d, m, s;
+    void init(uint32_t d_)
+    {
+        d = d_ ? d_ : 1;
+        for (s = 0; s < 32 && ((uint64_t)1 << s) < d; s++) {}
+        m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << s) - d)) / d + 1);
+    }
+    DL__HD uint32_t div(uint32_t n) const
+    {
+#ifdef __CUDA_ARCH__
+        return (__umulhi(n, m) + n) >> s;
+#else
+        return (uint32_t)((((uint64_t)n * m) >> 32) + n) >> s;
+#endif
+    }
+};
+
+/* the channel (e / L) % C of element e of x (N, C, L): by dl__cu_div with
+   32-bit indices, by division with 64-bit ones */
+template <typename I> struct dl__cu_chan;
+template <> struct dl__cu_chan<int32_t> {
+    dl__cu_div L, C;
+    void init(int64_t C_, int64_t L_) { C.init((uint32_t)C_); L.init((uint32_t)L_); }
+    DL__HD int32_t of(int32_t e) const
+    {
+        uint32_t t = L.div((uint32_t)e);
+        return (int32_t)(t - C.div(t) * C.d);
+    }
+};
+template <> struct dl__cu_chan<int64_t> {
+    int64_t C, L;
+    void init(int64_t C_, int64_t L_) { C = C_; L = L_; }
+    DL__HD int64_t of(int64_t e) const { return (e / L) % C; }
+};
+
+/* y = x sc + sh, sc = invstd w, sh = b - mean sc, one thread per element (dl__bn_apply_task) */
+template <typename I>
+struct dl__cuf_bn_apply {
+    float *y; const float *x, *mean, *invstd, *w, *b; dl__cu_chan<I> ch;
+    DL__HD void operator()(I e) const
+    {
+        I c = ch.of(e);
+        float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
+        float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
+        y[e] = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+    }
+};
+
+/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0 (dl__bn_dx_task) */
+template <typename I>
+struct dl__cuf_bn_dx {
+    float *dx; const float *g, *x, *mean, *invstd, *w, *coef; dl__cu_chan<I> ch;
+    DL__HD void operator()(I e) const
+    {
+        I c = ch.of(e);
+        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
+        float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
+        float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
+        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(g[e], a), xh));
+    }
+};
+
 static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
                             int64_t C, int64_t L, float eps)
 {
-    dl__cuj_bn_stats j;
+    dl__cuf_bn_fin f;
+    int64_t S;
+    double *part;
     dl__cu_enter(d);
-    j.mean = DL__CUP(d, mean); j.invstd = DL__CUP(d, invstd); j.var = DL__CUP(d, var); j.x = DL__CUP(d, x);
-    j.N = N; j.C = C; j.L = L; j.eps = eps;
-    dl__cu_groups(d, "bn_stats", C, N * L, j);
+    if (C <= 0 || N * L <= 0) return;
+    x = DL__CUP(d, x);
+    part = dl__cu_bn_part<true>(d, x, NULL, NULL, N, C, L, &S, 0);
+    if (!part) return;
+    f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
+    f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
+    dl__cu_run<int64_t>(d, "bn_stats (pass 2)", C, f);
 }
 
 static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
                             const float *w, const float *b, int64_t N, int64_t C, int64_t L)
 {
-    dl__cuf_bn_apply f;
+    int64_t n = N * C * L;
     dl__cu_enter(d);
-    if (C <= 0 || L <= 0) return;
-    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd);
-    f.w = w ? DL__CUP(d, w) : NULL; f.b = b ? DL__CUP(d, b) : NULL; f.C = C; f.L = L;
-    dl__cu_run<int64_t>(d, "bn_apply", N * C * L, f);
+    if (C <= 0 || L <= 0 || n <= 0) return;
+    y = DL__CUP(d, y); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
+    w = w ? DL__CUP(d, w) : NULL; b = b ? DL__CUP(d, b) : NULL;
+    if (dl__cu_small(n)) {
+        dl__cuf_bn_apply<int32_t> f;
+        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L);
+        dl__cu_run<int32_t>(d, "bn_apply", n, f);
+    } else {
+        dl__cuf_bn_apply<int64_t> f;
+        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L);
+        dl__cu_run<int64_t>(d, "bn_apply", n, f);
+    }
 }
 
 static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
                                int64_t L, bool train)
 {
-    double *sums = NULL;
+    float *coef = NULL;
+    int64_t n = N * C * L;
     dl__cu_enter(d);
     dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
     g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
     w = w ? DL__CUP(d, w) : NULL;
     if (C <= 0) return;
     if (dw || db || (dx && train)) {
-        dl__cuj_bn_sums j;
-        sums = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C));
-        if (!sums) return;
-        j.sums = sums; j.dw = dw; j.db = db; j.g = g; j.x = x; j.mean = mean; j.invstd = invstd;
-        j.N = N; j.C = C; j.L = L;
-        dl__cu_groups(d, "bn_backward sums", C, N * L, j);
+        dl__cuf_bn_sfin f;
+        int64_t S = 1;
+        size_t off = 0;
+        double *part = NULL;
+        if (n > 0) {
+            off = sizeof(double) * (size_t)(2 * C * dl__cu_bn_split(C, N * L));
+            part = dl__cu_bn_part<false>(d, x, g, mean, N, C, L, &S, sizeof(float) * (size_t)(2 * C));
+            if (!part) return;
+        } else {   /* no elements: the sums are zero (as the CPU's) */
+            part = (double *)dl__cu_scratch(d, sizeof(double) * 2 * (size_t)C + sizeof(float) * (size_t)(2 * C));
+            if (!part) return;
+            off = sizeof(double) * 2 * (size_t)C;
+            dl__cu_memset(d, part, 0, off);
+        }
+        if (dx && train) coef = (float *)((char *)part + off);
+        f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
+        dl__cu_run<int64_t>(d, "bn_backward sums (pass 2)", C, f);
     }
-    if (dx && L > 0) {
-        dl__cuf_bn_dx f;
-        f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.sums = sums;
-        f.C = C; f.L = L; f.M = (double)(N * L); f.train = train;
-        dl__cu_run<int64_t>(d, "bn_backward dx", N * C * L, f);
+    if (dx && L > 0 && n > 0) {
+        if (dl__cu_small(n)) {
+            dl__cuf_bn_dx<int32_t> f;
+            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef;
+            f.ch.init(C, L);
+            dl__cu_run<int32_t>(d, "bn_backward dx", n, f);
+        } else {
+            dl__cuf_bn_dx<int64_t> f;
+            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ch.init(C, L);
+            dl__cu_run<int64_t>(d, "bn_backward dx", n, f);
+        }
     }
 }
 

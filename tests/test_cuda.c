@@ -10,8 +10,10 @@
       cuBLAS differ from the CPU by a few ulp); dropout masks and random
       fills must be bit-identical. Every context that compares with the CPU
       has TF32 off for convolutions too (dl_ctx_desc.allow_tf32_conv = -1;
-      its default is on, as PyTorch's cudnn.allow_tf32). The convolution
-      cases cover both weight-gradient paths (per-sample partials, reordered
+      its default is on, as PyTorch's cudnn.allow_tf32). The batch-norm
+      cases cover C = 1, C of 7 and 600 (one chunk per channel), a channel
+      of 2 elements and LeNet-BN's and the ResNets' sizes; the convolution
+      cases both weight-gradient paths (per-sample partials, reordered
       gradient), 1x1 convolutions (no im2col), chunks and one sample.
       The same cases run twice give the same bits (determinism).
    2. TF32, per call site: dl_set_allow_tf32 (matrix products) and
@@ -129,6 +131,13 @@ static const opcase g_big[] = {
     BIG("layer_norm wide, block", o_ln_wide, 3, 0, S(4, 1500), S(1500), S(1500)),
     BIG("layer_norm no affine", o_ln_plain, 1, 0, S(33, 40)),
     BIG("batch_norm LeNet size", o_bn, 3, 0, S(32, 3, 14, 14), S(3), S(3)),
+    BIG("batch_norm C=1", o_bn, 3, 0, S(8, 1, 13, 11), S(1), S(1)),
+    BIG("batch_norm C=7, L=45", o_bn, 3, 0, S(5, 7, 9, 5), S(7), S(7)),
+    BIG("batch_norm 2 per channel", o_bn, 3, 0, S(2, 3), S(3), S(3)),
+    BIG("batch_norm1d 256x120", o_bn, 3, 0, S(256, 120), S(120), S(120)),
+    BIG("batch_norm C=600, one chunk", o_bn, 3, 0, S(3, 600, 2), S(600), S(600)),
+    BIG("batch_norm ResNet 4x4", o_bn, 3, 0, S(16, 128, 4, 4), S(128), S(128)),
+    BIG("batch_norm large", o_bn, 3, 0, S(32, 6, 40, 40), S(6), S(6)),
     BIG("batch_norm eval", o_bn_eval, 3, 0, S(8, 6, 5, 5), S(6), S(6)),
     BIG("batch_norm running stats", o_bn_train_stats, 1, 0, S(8, 6, 5, 5)),
     BIG("max_pool2d overlapping", o_pool_overlap, 1, 0, S(4, 6, 28, 28)),
@@ -399,11 +408,34 @@ static void test_tf32(void)
     }
 }
 
+/* dl__cu_div (the batch-norm kernels' channel of an element): n / d by a
+   multiply-high and a shift, for every n < 2^30 they meet; the host's
+   64-bit product is the device's __umulhi */
+static void test_divider(void)
+{
+    static const uint32_t ds[] = {1, 2, 3, 6, 7, 16, 49, 100, 784, 1000, 65537, 200704, (1u << 29) + 3, 1u << 30};
+    uint32_t bad = 0;
+    size_t k;
+    int i;
+    for (k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+        dl__cu_div v;
+        uint32_t edge[4];
+        edge[0] = 0; edge[1] = ds[k] - 1; edge[2] = ds[k]; edge[3] = (1u << 30) - 1;
+        v.init(ds[k]);
+        for (i = 0; i < 20000; i++) {
+            uint32_t n = i < 4 ? edge[i] : i < 10000 ? (uint32_t)i : (uint32_t)(urand() * 1073741823.0f);
+            if (v.div(n) != n / ds[k]) bad++;
+        }
+    }
+    CHECK(bad == 0, "dl__cu_div: %u quotients wrong", bad);
+}
+
 /* the kernels that split work over blocks sum in a fixed order: the same
    case twice on cuda:0, the same bits (forward and every gradient) */
 static void test_determinism(void)
 {
-    static const char *names[] = {"conv2d reorder path, 4 chunks", "conv2d stride 2, 5 chunks", "conv2d 1x1, partials"};
+    static const char *names[] = {"batch_norm large", "batch_norm1d 256x120", "batch_norm ResNet 4x4",
+                                  "conv2d reorder path, 4 chunks", "conv2d stride 2, 5 chunks", "conv2d 1x1, partials"};
     size_t k, c;
     for (k = 0; k < sizeof names / sizeof names[0]; k++) {
         const opcase *oc = NULL;
@@ -770,6 +802,7 @@ int main(int argc, char **argv)
     }
     if (!isolated) test_op_matrix();
     test_random();
+    test_divider();
     test_determinism();
     test_tf32();
     test_errors();
