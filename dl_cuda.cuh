@@ -1721,66 +1721,60 @@ static float *dl__cu_chunks(dl__dev *d, int64_t per, int64_t n, int64_t Lb, int6
     return p;
 }
 
-/* The backend's conv_i2c: y (n, Cb, ib...) = conv(x, w) + bias. Per chunk,
-   im2col then one strided-batched GEMM, w (Cb, CaK) the shared left
-   operand, that writes each sample's (Cb, Lb) block of y in place; 1x1:
-   one GEMM on x itself. Each element is the sum dl.h's whole-batch path
-   computes. */
-static bool dl__cu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
-                            const dl__cgeom *g)
+/* The forward (T false) and the transposed conv (T true), the one GEMM
+   read the other way:
+     conv_i2c   y (n, Cb, ib...) = conv(x, w) + bias (Cb). Per chunk,
+                im2col, then one strided-batched GEMM, w (Cb, CaK) the
+                shared left operand, that writes each sample's (Cb, Lb)
+                block of y in place;
+     convT_i2c  y (n, Ca, ia...) = convT(x (n, Cb, ib...), w) + bias (Ca):
+                conv's input gradient. Per chunk, one strided-batched GEMM
+                col_s (CaK, Lb) = w^T x_s (Cb, Lb) that writes each
+                sample's columns of col in place (x read where it lies),
+                then col2im's gather into y.
+   1x1: y_s = w x_s (w^T x_s), one GEMM for all n. Each element is the sum
+   dl.h's whole-batch path computes. */
+static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g, bool T)
 {
     int64_t caK = g->Ca * g->K, nb, n0;
+    int64_t Cx = T ? g->Cb : g->Ca, Lx = T ? g->Lb : g->La, Cy = T ? g->Ca : g->Cb, Ly = T ? g->La : g->Lb;
     dl__mark mk;
     float *col;
     if (!dl__cu_conv_ok(g, n)) return false;
-    if (dl__cu_pointwise(g)) {   /* y_s (Cb, L) = w (Cb, Ca) x_s (Ca, L), all n at once */
-        dl__cu_cgemm(d, false, false, g->Cb, g->Lb, g->Ca, w, g->Ca, 0, x, g->La, g->Ca * g->La, 0.0f, y, g->Lb,
-                     g->Cb * g->Lb, n);
+    if (dl__cu_pointwise(g)) {   /* y_s (Cy, L) = w or w^T (Cy, Cx) x_s (Cx, L), w stored (Cb, Ca) */
+        dl__cu_cgemm(d, T, false, Cy, Ly, Cx, w, g->Ca, 0, x, Lx, Cx * Lx, 0.0f, y, Ly, Cy * Ly, n);
     } else {
         mk = dl__arena_mark(&d->data);
         col = dl__cu_chunks(d, caK * g->Lb, n, g->Lb, &nb);
         if (!col) return false;
         for (n0 = 0; n0 < n; n0 += nb) {
             int64_t cnt = n - n0 < nb ? n - n0 : nb;
-            dl__cu_im2col(d, col, x + n0 * g->Ca * g->La, cnt, g);
-            dl__cu_cgemm(d, false, false, g->Cb, g->Lb, caK, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f,
-                         y + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb, cnt);
+            const float *xs = x + n0 * Cx * Lx;
+            float *ys = y + n0 * Cy * Ly;
+            if (!T) dl__cu_im2col(d, col, xs, cnt, g);
+            if (T) dl__cu_cgemm(d, true, false, caK, g->Lb, g->Cb, w, caK, 0, xs, g->Lb, g->Cb * g->Lb, 0.0f, col,
+                                cnt * g->Lb, g->Lb, cnt);
+            else dl__cu_cgemm(d, false, false, g->Cb, g->Lb, caK, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f, ys,
+                              g->Lb, g->Cb * g->Lb, cnt);
+            if (T) dl__cu_col2im(d, ys, col, cnt, g);
         }
         dl__arena_rewind(&d->data, mk);
     }
-    if (bias) dl__cu_bias_add(d, y, bias, n, g->Cb, g->Lb);
+    if (bias) dl__cu_bias_add(d, y, bias, n, Cy, Ly);
     return true;
 }
 
-/* The backend's convT_i2c: y (n, Ca, ia...) = convT(x (n, Cb, ib...), w) +
-   bias (Ca): the input gradient of conv. Per chunk, one strided-batched GEMM
-   col_s (CaK, Lb) = w^T (CaK, Cb) x_s (Cb, Lb) that writes each sample's
-   columns of col in place (x read where it lies), then col2im's gather
-   into y; 1x1: y_s = w^T x_s, one GEMM for all n. */
+static bool dl__cu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g)
+{
+    return dl__cu_conv_run(d, y, x, w, bias, n, g, false);
+}
+
 static bool dl__cu_convT_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                              const dl__cgeom *g)
 {
-    int64_t caK = g->Ca * g->K, nb, n0;
-    dl__mark mk;
-    float *col;
-    if (!dl__cu_conv_ok(g, n)) return false;
-    if (dl__cu_pointwise(g)) {
-        dl__cu_cgemm(d, true, false, g->Ca, g->La, g->Cb, w, g->Ca, 0, x, g->Lb, g->Cb * g->Lb, 0.0f, y, g->La,
-                     g->Ca * g->La, n);
-    } else {
-        mk = dl__arena_mark(&d->data);
-        col = dl__cu_chunks(d, caK * g->Lb, n, g->Lb, &nb);
-        if (!col) return false;
-        for (n0 = 0; n0 < n; n0 += nb) {
-            int64_t cnt = n - n0 < nb ? n - n0 : nb;
-            dl__cu_cgemm(d, true, false, caK, g->Lb, g->Cb, w, caK, 0, x + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb,
-                         0.0f, col, cnt * g->Lb, g->Lb, cnt);
-            dl__cu_col2im(d, y + n0 * g->Ca * g->La, col, cnt, g);
-        }
-        dl__arena_rewind(&d->data, mk);
-    }
-    if (bias) dl__cu_bias_add(d, y, bias, n, g->Ca, g->La);
-    return true;
+    return dl__cu_conv_run(d, y, x, w, bias, n, g, true);
 }
 
 /* one launch for the weight gradient's two operands of a chunk: col (CaK,
