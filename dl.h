@@ -74,6 +74,14 @@
        creation order and accumulates gradients into leaves' ->grad, then
        releases the graph (retain_graph keeps it). Backward rules are written
        with dl.h's own ops, so create_graph gives gradients of gradients.
+       A tensor's storage has a version (torch's t._version) that every
+       in-place write through the API bumps: dl_write, dl_fill_, dl_copy_,
+       zero_grad, optimizer steps, dl_init_*, dl_load, the collectives, batch
+       norm's running statistics; views share it. An op keeps the versions
+       of what its backward reads (a custom function: of its dl_fn_save
+       tensors), and dl_backward refuses (DL_ERR_GRAPH, PyTorch's "modified
+       by an inplace operation" message) when one moved since the forward,
+       instead of computing the gradient from the new values.
      Devices. A tensor lives on one device; ops never move data implicitly.
      Layers and losses. dl_conv1d/2d/3d, dl_conv_transpose*, pooling,
        dl_batch_norm, dl_layer_norm, dl_dropout, dl_cross_entropy and friends
@@ -515,7 +523,7 @@
        dl_ddp                     opaque: DistributedDataParallel over replicas
        dl_ddp_desc                data-parallel settings: communicator, bucket size ...
        dl_ddp_loss_fn             loss callback: (module, x, y, user) -> loss
-       dl_ddp_init                DDP(model): check replicas, broadcast rank 0's state
+       dl_ddp_init                DDP(model): check replicas and ranks, broadcast rank 0's state
        dl_ddp_step                split a batch, forward/backward per replica, allreduce, step
        dl_ddp_sync_grads          allreduce the gradients in buckets (after your own backward)
        dl_ddp_check               replicas still identical (checksums; DL_DEBUG does it each step)
@@ -611,6 +619,9 @@ struct dl_tensor {
     uint64_t step_;           /* step it was made in; 0 = persistent */
     bool sdata_;              /* a step tensor that owns its arena block (not a view) */
     bool viewed_;             /* another tensor shares its data */
+    uint32_t ver_;            /* version of its storage: in-place writes so far (a view's
+                                 counter is its base's) */
+    dl_tensor *vbase_;        /* a view: the tensor whose storage it shares (NULL: none) */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
@@ -825,7 +836,12 @@ DL_API void dl_sgd_update(dl_tensor *param, float lr);  /* p -= lr*grad; grad = 
    forward runs with grad mode off and may save tensors with dl_fn_save;
    backward gets the output gradient and fills grad_inputs[i] (leave NULL for
    inputs without a gradient). It runs with grad mode on only under
-   create_graph, so writing it with dl.h ops gives higher-order grads. */
+   create_graph, so writing it with dl.h ops gives higher-order grads.
+   Each gradient must have its input's shape and device (else dl_backward
+   fails naming both); an int32/int64 one is cast to float32 by value, as
+   PyTorch casts to the input's dtype. A backward that returns an error, or
+   whose own ops failed, fails dl_backward with a message under the
+   function's name ("in the backward of NAME: ..."). */
 typedef struct dl_fn_ctx dl_fn_ctx;
 typedef struct dl_function {
     const char *name;
@@ -1243,7 +1259,9 @@ DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
    "optim.<param>.momentum_buffer" (SGD with momentum), "optim.<param>.exp_avg",
    "optim.<param>.exp_avg_sq", "optim.<param>.max_exp_avg_sq" (amsgrad).
    <param> is the parameter's state_dict name in m ("param<i>" for an
-   optimizer parameter that m does not hold). Hyper-parameters go in
+   optimizer parameter that m does not hold). Names have no length limit (a
+   path is as long as the module tree is deep); a tree more than 256 modules
+   deep is refused (its state_dict too). Hyper-parameters go in
    __metadata__ as strings; dl_load restores the learning rate only (the rest
    stay as the optimizer was made).
    Writing: a uniquely named temporary file in the destination's directory,
@@ -1320,6 +1338,9 @@ DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in
    is DL_ERR_IO naming the file, and its partial record is cut off again so
    the file stays readable. The writer belongs to the context (dl_ctx_free
    closes it); one thread at a time per writer. Tensors are read with dl_read.
+   A tag must be non-empty UTF-8 (DL_ERR_ARG otherwise: protobuf's readers
+   drop a record whose string is not UTF-8); graph names are cleaned to
+   [A-Za-z0-9_./-].
      histogram: TensorFlow's default buckets, the layout of TensorBoard's own
        histograms: limits -DBL_MAX, -1e20 < -1e-12*1.1^k <= -1e-12, 0, the
        same positive, DBL_MAX; a value v counts in the bucket of the first
@@ -1434,9 +1455,12 @@ DL_API dl_result dl_broadcast(dl_tensor *const *t, int n, int root);
    reduction runs over all of them: in-process ring, then across processes,
    then a broadcast back to the local replicas (the same bits everywhere).
    DL_COMM_LOCAL: one process (rank 0 of 1). DL_COMM_MPI (-DDL_MPI, launch
-   with mpirun): MPI_Init if nobody did; a peer that stops answering fails
-   the call after `timeout` seconds instead of hanging (the communicator is
-   then unusable). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
+   with mpirun): MPI_Init if nobody did; MPI errors come back as results
+   (MPI_ERRORS_RETURN on the communicator, point-to-point messages only: a
+   rank handed more than it expects fails with MPI_ERR_TRUNCATE, the job
+   goes on); a peer that stops answering fails the call after `timeout`
+   seconds instead of hanging (the communicator is then unusable in both
+   cases). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
    unique id goes over MPI, else a 1-rank communicator). DL_COMM_THREADS:
    the ranks are threads of this process, each with its own context (a
    context is single-threaded), so their replicas train at the same time:
@@ -1471,7 +1495,12 @@ DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_i
 /* Data-parallel training: n replicas of one model (built n times, each
    moved to its own device, same parameter names and shapes), each with its
    optimizer. dl_ddp_init copies replica 0's parameters and buffers to the
-   others (and process rank 0's to every process). dl_ddp_step splits the
+   others (and process rank 0's to every process). Across ranks it first
+   checks that every rank holds the same model (as PyTorch's DDP does): each
+   state_dict entry's name, dtype, shape and kind, in order, against rank
+   0's; a difference fails dl_ddp_init on every rank with one message naming
+   the first difference (DL_ERR_SHAPE), and the communicator stays usable.
+   dl_ddp_step splits the
    batch along dim 0 (near-equal parts, the first ones one row larger),
    runs loss(replica, x part, y part) and backward on each replica, sums the
    gradients weighted by each part's share of the batch (bucketed into flat
@@ -3589,7 +3618,12 @@ struct dl__backend {
 
 
 typedef dl_result (*dl__bwd_fn)(dl__node *n, dl_tensor *g, dl_tensor **gin);
-typedef struct dl__op { const char *name; dl__bwd_fn backward; } dl__op;
+/* reads: the tensors whose values the backward rule reads (bit i: input i,
+   i < 7; DL__RD_OUT: the output); cross: inputs it reads only when another
+   input needs a gradient (a product's factors). Their versions are kept at
+   record and checked before the rule runs (PyTorch's saved variables). */
+typedef struct dl__op { const char *name; dl__bwd_fn backward; unsigned char reads, cross; } dl__op;
+#define DL__RD_OUT 0x80
 
 struct dl__node {
     const dl__op *op;
@@ -3598,6 +3632,8 @@ struct dl__node {
     dl_tensor **in;
     int nsaved;
     dl_tensor *saved[DL__NSAVED];
+    uint32_t ver[8];                  /* versions at record: of the inputs and output the
+                                         op reads (a custom function: of its saved tensors) */
     float f[4];                       /* attributes: scalars */
     int64_t i[DL_MAX_DIMS + 2];       /* attributes: dims, sizes */
     int ni;
@@ -3642,6 +3678,7 @@ struct dl_ctx {
     bool anomaly;
     const char *in_backward_of;       /* op whose backward is running */
     dl_result err;
+    uint64_t nerr;                    /* failures recorded so far (a backward that set none) */
     char msg[768];
     dl_log_fn log;
     void *log_user;
@@ -4090,6 +4127,7 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
     vsnprintf(ctx->msg + k, sizeof ctx->msg - (size_t)k, fmt, ap);
     va_end(ap);
     ctx->err = code;
+    ctx->nerr++;
     if (ctx->log) ctx->log(ctx->log_user, ctx->msg);
 #ifdef DL_ABORT_ON_ERROR
     abort();
@@ -4450,6 +4488,40 @@ static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, un
     *out = buf;
     *size = (size_t)sz;
     return DL_OK;
+}
+
+/* The length of the UTF-8 character that starts s (n > 0 bytes left), 0 when
+   the bytes there are not one as protobuf and Graphviz read UTF-8: no
+   overlong forms, no surrogates, nothing above U+10FFFF. */
+static size_t dl__utf8_char(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t len, i;
+    uint32_t cp;
+    if (u[0] < 0x80) return 1;
+    if (u[0] >= 0xc2 && u[0] <= 0xdf) { len = 2; cp = u[0] & 0x1fu; }
+    else if (u[0] >= 0xe0 && u[0] <= 0xef) { len = 3; cp = u[0] & 0x0fu; }
+    else if (u[0] >= 0xf0 && u[0] <= 0xf4) { len = 4; cp = u[0] & 0x07u; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((u[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (u[i] & 0x3fu);
+    }
+    if (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) return 0;
+    if (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) return 0;
+    return len;
+}
+
+/* The offset of the first byte of s that is not valid UTF-8; -1 when all are. */
+static int64_t dl__utf8_bad(const char *s)
+{
+    size_t n = strlen(s), i = 0, k;
+    while (i < n) {
+        if ((k = dl__utf8_char(s + i, n - i)) == 0) return (int64_t)i;
+        i += k;
+    }
+    return -1;
 }
 
 typedef struct dl__sb { char *s; size_t n, cap; bool oom; } dl__sb;
@@ -5129,6 +5201,21 @@ oom:
 static dl_tensor *dl__like(const char *op, const dl_tensor *t)
 {
     return dl__make(t->dev_, op, DL_DTYPE_F32, t->ndim, t->shape, false, NULL);
+}
+
+/* The version of t's storage (torch's t._version): every in-place write
+   into its values through the API (dl_write, dl_fill_, dl_copy_, zero_grad,
+   an optimizer step, dl_load ...) bumps it, and a view shares its base's.
+   A node keeps the versions of the tensors its backward reads; backward
+   refuses to run it when one has moved since (dl__saved_ok). */
+static uint32_t *dl__ver(dl_tensor *t) { return &(t->vbase_ ? t->vbase_ : t)->ver_; }
+static void dl__bump_version(dl_tensor *t) { if (t) (*dl__ver(t))++; }
+/* a collective wrote t[0..n) in place, all but t[keep] (-1: none kept) */
+static dl_result dl__bump_list(dl_result rc, dl_tensor *const *t, int n, int keep)
+{
+    int i;
+    if (rc == DL_OK) for (i = 0; i < n; i++) if (i != keep) dl__bump_version(t[i]);
+    return rc;
 }
 
 static dl_tensor *dl__new(dl__dev *d, const char *op, int ndim, const int64_t *shape)
@@ -8371,7 +8458,11 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     node->out = out;
     node->nin = n;
     node->in = (dl_tensor **)(node + 1);
-    for (i = 0; i < n; i++) node->in[i] = in[i];
+    for (i = 0; i < n; i++) {
+        node->in[i] = in[i];
+        if (i < 7 && in[i] && ((op->reads | op->cross) >> i & 1)) node->ver[i] = *dl__ver(in[i]);
+    }
+    if (op->reads & DL__RD_OUT) node->ver[7] = *dl__ver(out);
     if (ctx->ntape == ctx->captape) {
         int64_t cap = ctx->captape ? ctx->captape * 2 : 256;
         dl__node **t = (dl__node **)DL_REALLOC(ctx->tape, sizeof(dl__node *) * (size_t)cap);
@@ -8531,7 +8622,7 @@ dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape s, const int32_t *v) { return dl_
 
 /* y = copy(x);  dx = g */
 static dl_result dl__copy_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { (void)n; gin[0] = g; return DL_OK; }
-static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd};
+static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd, 0, 0};
 
 static dl_tensor *dl__clone(const char *name, dl_tensor *t, bool persistent)
 {
@@ -8601,6 +8692,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
         return DL_ERR_ARG;
     }
     DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
+    dl__bump_version(t);
     return dl__dev_check(t->dev_, "dl_write");
 }
 
@@ -8610,6 +8702,7 @@ dl_result dl_fill_(dl_tensor *t, float v)
     if (!dl__writable("dl_fill_", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
     if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
     DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    dl__bump_version(t);
     return DL_OK;
 }
 
@@ -8634,6 +8727,7 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
         if (sd != dst->shape[d] && sd != 1) goto bad;
         ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
     }
+    dl__bump_version(dst);      /* torch bumps it for a self-copy too */
     if (src == dst || dst->numel == 0) return DL_OK;
     dl__strides(dst->shape, dst->ndim, ds);
     DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
@@ -8687,7 +8781,7 @@ static dl_result dl__to_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_to(g, n->in[0]->device);
     return DL_OK;
 }
-static const dl__op dl__op_to = {"dl_to", dl__to_bwd};
+static const dl__op dl__op_to = {"dl_to", dl__to_bwd, 0, 0};
 
 dl_tensor *dl_to(dl_tensor *t, dl_device dev)
 {
@@ -8885,12 +8979,14 @@ void dl_zero_grad(dl_tensor *t)
 {
     if (!t || t->magic_ != DL__MAGIC || !t->grad) return;
     DL__BE(t)->fill(t->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
+    dl__bump_version(t->grad);
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
 {
     if (!p || !dl__live("dl_sgd_update", "p", p) || !p->grad) return;
     DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
+    dl__bump_version(p);
     dl_zero_grad(p);
 }
 
@@ -8923,6 +9019,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
         DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
     }
     DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
+    dl__bump_version(x->grad);
     return true;
 }
 
@@ -8946,6 +9043,74 @@ static void dl__ready_count(dl_ctx *ctx, int64_t top)
                 else x->pend_ = pass ? x->pend_ + 1 : 0;
             }
         }
+}
+
+/* A custom function's gradient gj for input j of node n, checked as PyTorch
+   checks a Function's results: on the input's device (else DL_ERR_DEVICE
+   naming both), an int32/int64 gradient cast to float32 by value (PyTorch
+   casts to the input's dtype). NULL + error when refused. */
+static dl_tensor *dl__fn_grad(const char *name, dl__node *n, int j, dl_tensor *gj)
+{
+    dl_tensor *x = n->in[j], *y;
+    int64_t *v, i;
+    float *f;
+    if (gj->dev_ != x->dev_) {
+        dl__err(x->ctx_, DL_ERR_DEVICE, "%s: the gradient for input %d %s is on %s but the input is on "
+                "%s (a backward must return each gradient on its input's device; move it with dl_to())",
+                name, j, dl__sh(gj), dl_device_name(gj->device), dl_device_name(x->device));
+        return NULL;
+    }
+    if (gj->dtype == DL_DTYPE_F32) return gj;
+    y = dl__make(x->dev_, name, DL_DTYPE_F32, gj->ndim, gj->shape, false, NULL);
+    v = (int64_t *)DL_MALLOC(sizeof(int64_t) * (size_t)(gj->numel + 1));
+    if (!y || !v) {
+        DL_FREE(v);
+        if (y) dl__err(x->ctx_, DL_ERR_OOM, "%s: out of memory casting the %s gradient for input %d to float32",
+                       name, dl__dtype_str(gj->dtype), j);
+        return NULL;
+    }
+    if (dl_read_int64(gj, v, gj->numel) != DL_OK) { DL_FREE(v); return NULL; }
+    f = (float *)v;                       /* narrowed in place, front to back */
+    for (i = 0; i < gj->numel; i++) f[i] = (float)v[i];
+    DL__BE(y)->upload(y->dev_, y->data, f, sizeof(float) * (size_t)gj->numel);
+    DL_FREE(v);
+    return dl__dev_check(y->dev_, name) == DL_OK ? y : NULL;
+}
+
+/* Node n's backward is about to read what it saved: the inputs (and
+   output) its rule reads, a custom function's dl_fn_save tensors. Each must
+   be at the version it had at record, as PyTorch checks a saved variable. */
+static dl_result dl__saved_ok(const char *name, dl__node *n)
+{
+    int i, j, m = n->fn ? n->nsaved : 8;
+    for (i = 0; i < m; i++) {
+        dl_tensor *t;
+        char what[40], nm[40];
+        if (n->fn) {
+            t = n->saved[i];
+            snprintf(what, sizeof what, "saved tensor %d", i);
+        } else if (i == 7) {
+            t = n->op->reads & DL__RD_OUT ? n->out : NULL;
+            snprintf(what, sizeof what, "the output");
+        } else {
+            bool rd = i < n->nin && (n->op->reads >> i & 1);
+            if (!rd && i < n->nin && (n->op->cross >> i & 1))
+                for (j = 0; j < n->nin; j++) if (j != i && dl__need(n, j)) rd = true;
+            t = rd ? n->in[i] : NULL;
+            snprintf(what, sizeof what, "input %d", i);
+        }
+        if (!t || t->magic_ != DL__MAGIC || *dl__ver(t) == n->ver[i]) continue;
+        nm[0] = 0;
+        if (t->name[0]) snprintf(nm, sizeof nm, " '%.31s'", t->name);
+        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: one of the variables needed for gradient computation has "
+                "been modified by an inplace operation: [%s %s%s, %s] is at version %u; expected "
+                "version %u instead (%s of the op; it was written after the forward, by dl_write, "
+                "dl_fill_, dl_copy_, an optimizer step, dl_load ...: write into a dl_copy() of it, "
+                "or run the backward first)", name, dl__dtype_str(t->dtype), dl__sh(t), nm,
+                dl_device_name(t->device), (unsigned)*dl__ver(t), (unsigned)n->ver[i], what);
+        return DL_ERR_GRAPH;
+    }
+    return DL_OK;
 }
 
 static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
@@ -9003,6 +9168,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     for (i = top; i >= 0; i--) {
         dl__node *n = ctx->tape[i];
         dl_tensor *gin[64], **gp = gin, *g = n->gacc;
+        uint64_t nerr = ctx->nerr;
         if (!g) continue;
         n->gacc = NULL;
         for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
@@ -9012,15 +9178,19 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
             if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
         }
         for (j = 0; j < n->nin; j++) gp[j] = NULL;
-        ctx->in_backward_of = n->op->name;
-        if (n->fn) rc = n->fn->backward((dl_fn_ctx *)n, g, gp, n->user);
-        else rc = n->op->backward(n, g, gp);
+        ctx->in_backward_of = n->fn && n->fn->name ? n->fn->name : n->op->name;
+        rc = (n->fn ? n->nsaved : n->op->reads | n->op->cross) ? dl__saved_ok(name, n) : DL_OK;
+        if (rc == DL_OK) rc = n->fn ? n->fn->backward((dl_fn_ctx *)n, g, gp, n->user) : n->op->backward(n, g, gp);
         if (!retain) n->released = true;
+        if (rc != DL_OK && ctx->nerr == nerr)   /* failed, and said nothing: say which */
+            dl__err(ctx, rc, "%s: the backward returned %s without setting an error message", name,
+                    dl_result_string(rc));
         for (j = 0; j < n->nin && rc == DL_OK; j++) {
             dl_tensor *x = n->in[j], *gj = gp[j];
             if (!x || !x->requires_grad) continue;
             if (!gj) {
-                if (n->fn) continue;   /* a custom function may give no gradient */
+                /* a custom function may give no gradient, unless an op in it failed */
+                if (n->fn && ctx->nerr == nerr) continue;
                 rc = ctx->err != DL_OK ? ctx->err : DL_ERR_GRAPH;
                 if (ctx->err == DL_OK)
                     dl__err(ctx, DL_ERR_GRAPH, "%s: the backward rule gave no gradient for input %d", name, j);
@@ -9032,6 +9202,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                 rc = DL_ERR_SHAPE;
                 break;
             }
+            if (n->fn && !(gj = dl__fn_grad(name, n, j, gj))) { rc = ctx->err; break; }
             if (ctx->anomaly && !dl__done(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
             if (x->node_) {
                 if (x->node_->gacc) {
@@ -9144,7 +9315,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     if (i < n || y->node_ || y->step_ == 0 || y->requires_grad) y = dl__view(fn->name ? fn->name : "custom function", NULL, y, y->ndim, y->shape);
     if (!y) return NULL;
     {
-        static const dl__op custom = {"custom function", NULL};
+        static const dl__op custom = {"custom function", NULL, 0, 0};
         if (dl__record(y, &custom, n, inputs, &node) < 0) return NULL;
     }
     if (node) {
@@ -9152,6 +9323,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
         node->user = user;
         node->nsaved = tmp.node.nsaved;
         memcpy(node->saved, tmp.node.saved, sizeof node->saved);
+        memcpy(node->ver, tmp.node.ver, sizeof node->ver);
     }
     return dl__done(y, fn->name ? fn->name : "custom function");
 }
@@ -9163,6 +9335,7 @@ void dl_fn_save(dl_fn_ctx *fc, dl_tensor *t)
         if (t && t->magic_ == DL__MAGIC) dl__err(t->ctx_, DL_ERR_ARG, "dl_fn_save: at most %d tensors", DL__NSAVED);
         return;
     }
+    if (t && t->magic_ == DL__MAGIC) fc->node.ver[fc->node.nsaved] = *dl__ver(t);
     fc->node.saved[fc->node.nsaved++] = t;
 }
 dl_tensor *dl_fn_saved(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nsaved ? fc->node.saved[i] : NULL; }
@@ -9266,18 +9439,18 @@ static dl_result dl__affine_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gi
 /* y = x / s;  dx = g / s */
 static dl_result dl__divs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_div_scalar(g, n->f[0]); return DL_OK; }
 
-static const dl__op dl__op_neg = {"dl_neg", dl__neg_bwd};
-static const dl__op dl__op_exp = {"dl_exp", dl__exp_bwd};
-static const dl__op dl__op_log = {"dl_log", dl__log_bwd};
-static const dl__op dl__op_sqrt = {"dl_sqrt", dl__sqrt_bwd};
-static const dl__op dl__op_abs = {"dl_abs", dl__abs_bwd};
-static const dl__op dl__op_erf = {"dl_erf", dl__erf_bwd};
-static const dl__op dl__op_clamp = {"dl_clamp", dl__clamp_bwd};
-static const dl__op dl__op_relu = {"dl_relu", dl__relu_bwd};
-static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd};
-static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd};
-static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd};
-static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd};
+static const dl__op dl__op_neg = {"dl_neg", dl__neg_bwd, 0, 0};
+static const dl__op dl__op_exp = {"dl_exp", dl__exp_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_log = {"dl_log", dl__log_bwd, 1, 0};
+static const dl__op dl__op_sqrt = {"dl_sqrt", dl__sqrt_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_abs = {"dl_abs", dl__abs_bwd, 1, 0};
+static const dl__op dl__op_erf = {"dl_erf", dl__erf_bwd, 1, 0};
+static const dl__op dl__op_clamp = {"dl_clamp", dl__clamp_bwd, 1, 0};
+static const dl__op dl__op_relu = {"dl_relu", dl__relu_bwd, 1, 0};
+static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd, 1, 0};
+static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd, 1, 0};
 /* y = x s(x), s = sigmoid;  dx = g * s * (1 + x (1 - s)) */
 static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
@@ -9285,10 +9458,10 @@ static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_mul(s, dl_add_scalar(dl_mul(DL__X, dl_rsub_scalar(s, 1.0f)), 1.0f)));
     return DL_OK;
 }
-static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd};
-static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd};
-static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd};
-static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd};
+static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd, 1, 0};
+static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd, 1, 0};
+static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd, 0, 0};
+static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd, 0, 0};
 
 dl_tensor *dl_neg(dl_tensor *a) { return dl__unary("dl_neg", &dl__op_neg, DL__U_NEG, a, 0, 0); }
 dl_tensor *dl_exp(dl_tensor *a) { return dl__unary("dl_exp", &dl__op_exp, DL__U_EXP, a, 0, 0); }
@@ -9412,12 +9585,12 @@ static dl_result dl__minimum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 
-static const dl__op dl__op_add = {"dl_add", dl__add_bwd};
-static const dl__op dl__op_sub = {"dl_sub", dl__sub_bwd};
-static const dl__op dl__op_mul = {"dl_mul", dl__mul_bwd};
-static const dl__op dl__op_div = {"dl_div", dl__div_bwd};
-static const dl__op dl__op_maximum = {"dl_maximum", dl__maximum_bwd};
-static const dl__op dl__op_minimum = {"dl_minimum", dl__minimum_bwd};
+static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0};
+static const dl__op dl__op_sub = {"dl_sub", dl__sub_bwd, 0, 0};
+static const dl__op dl__op_mul = {"dl_mul", dl__mul_bwd, 0, 3};
+static const dl__op dl__op_div = {"dl_div", dl__div_bwd, 2 | DL__RD_OUT, 0};
+static const dl__op dl__op_maximum = {"dl_maximum", dl__maximum_bwd, 3, 0};
+static const dl__op dl__op_minimum = {"dl_minimum", dl__minimum_bwd, 3, 0};
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_add", &dl__op_add, DL__B_ADD, a, b); }
 dl_tensor *dl_sub(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_sub", &dl__op_sub, DL__B_SUB, a, b); }
@@ -9439,6 +9612,7 @@ static dl_tensor *dl__view(const char *name, const dl__op *op, dl_tensor *t, int
     y = dl__make(t->dev_, name, t->dtype, ndim, shape, false, t->data);
     if (!y) return NULL;
     t->viewed_ = true;
+    y->vbase_ = t->vbase_ ? t->vbase_ : t;
     if (op && dl__record(y, op, 1, &t, &n) < 0) return NULL;
     return y;
 }
@@ -9449,7 +9623,7 @@ static dl_result dl__reshape_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_reshape(g, dl__shape_of(DL__X));
     return DL_OK;
 }
-static const dl__op dl__op_reshape = {"dl_reshape", dl__reshape_bwd};
+static const dl__op dl__op_reshape = {"dl_reshape", dl__reshape_bwd, 0, 0};
 
 dl_tensor *dl_reshape(dl_tensor *t, dl_shape shape)
 {
@@ -9571,7 +9745,7 @@ static dl_result dl__permute_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_permute(g, inv);
     return DL_OK;
 }
-static const dl__op dl__op_permute = {"dl_permute", dl__permute_bwd};
+static const dl__op dl__op_permute = {"dl_permute", dl__permute_bwd, 0, 0};
 
 dl_tensor *dl_permute(dl_tensor *t, dl_shape perm)
 {
@@ -9638,8 +9812,8 @@ static dl_result dl__unnarrow_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_narrow(g, (int)n->i[0], n->i[1], DL__X->shape[n->i[0]]);
     return DL_OK;
 }
-static const dl__op dl__op_narrow = {"dl_narrow", dl__narrow_bwd};
-static const dl__op dl__op_unnarrow = {"dl_narrow_backward", dl__unnarrow_bwd};
+static const dl__op dl__op_narrow = {"dl_narrow", dl__narrow_bwd, 0, 0};
+static const dl__op dl__op_unnarrow = {"dl_narrow_backward", dl__unnarrow_bwd, 0, 0};
 
 dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t len)
 {
@@ -9698,7 +9872,7 @@ static dl_result dl__cat_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     }
     return DL_OK;
 }
-static const dl__op dl__op_cat = {"dl_cat", dl__cat_bwd};
+static const dl__op dl__op_cat = {"dl_cat", dl__cat_bwd, 0, 0};
 
 dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
 {
@@ -9783,7 +9957,7 @@ static dl_result dl__expand_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__sum_like(g, DL__X);
     return DL_OK;
 }
-static const dl__op dl__op_expand = {"dl_expand", dl__expand_bwd};
+static const dl__op dl__op_expand = {"dl_expand", dl__expand_bwd, 0, 0};
 
 dl_tensor *dl_expand(dl_tensor *t, dl_shape shape)
 {
@@ -9931,7 +10105,7 @@ static dl_result dl__sum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_expand(dl_reshape(g, dl_shape_make(DL__X->ndim, ks)), dl__shape_of(DL__X));
     return DL_OK;
 }
-static const dl__op dl__op_sum = {"dl_sum", dl__sum_bwd};
+static const dl__op dl__op_sum = {"dl_sum", dl__sum_bwd, 0, 0};
 
 static int64_t dl__mask_bits(const bool *mask, int nd)
 {
@@ -9996,7 +10170,7 @@ static dl_result dl__max_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     }
     return DL_OK;
 }
-static const dl__op dl__op_max = {"dl_max", dl__max_bwd};
+static const dl__op dl__op_max = {"dl_max", dl__max_bwd, 1 | DL__RD_OUT, 0};
 
 dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim)
 {
@@ -10113,7 +10287,7 @@ static dl_result dl__mm_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
         gin[1] = dl__sum_like(tb ? dl__mm(g, a, true, ta) : dl__mm(a, g, !ta, false), b);
     return DL_OK;
 }
-static const dl__op dl__op_mm = {"dl_matmul", dl__mm_bwd};
+static const dl__op dl__op_mm = {"dl_matmul", dl__mm_bwd, 0, 3};
 
 static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
 {
@@ -10244,8 +10418,8 @@ static dl_result dl__log_softmax_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_sub(g, dl_mul(dl_exp(DL__Y), dl_sum(g, dl__dims1(dim), true)));
     return DL_OK;
 }
-static const dl__op dl__op_softmax = {"dl_softmax", dl__softmax_bwd};
-static const dl__op dl__op_log_softmax = {"dl_log_softmax", dl__log_softmax_bwd};
+static const dl__op dl__op_softmax = {"dl_softmax", dl__softmax_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_log_softmax = {"dl_log_softmax", dl__log_softmax_bwd, DL__RD_OUT, 0};
 
 static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_tensor *t, int dim)
 {
@@ -10379,7 +10553,7 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[2] = db;
     return dl__dev_check(x->dev_, "dl_batch_norm");
 }
-static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd};
+static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 
 /* layer norm over the last k dims */
 static dl_result dl__ln_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -10419,7 +10593,7 @@ static dl_result dl__ln_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[2] = db;
     return dl__dev_check(x->dev_, "dl_layer_norm");
 }
-static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd};
+static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd, 3, 0};
 
 /* records the normalization node */
 static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *y, dl_tensor *x,
@@ -10531,6 +10705,8 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
         k->unary(x->dev_, DL__U_AFFINE, rv, rv, C, 1.0f - momentum, 0.0f);
         k->axpy(x->dev_, rv, (const float *)var->data, C,
                 (float)((double)momentum * (double)cnt / (double)(cnt - 1)));
+        dl__bump_version(running_mean);
+        dl__bump_version(running_var);
     }
     return y;
 }
@@ -10861,7 +11037,7 @@ static dl_result dl__nn_bcep_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
                                   dl_clamp(dl_log(p), -100.0f, INFINITY)));
     return DL_OK;
 }
-static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd};
+static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd, 3, 0};
 static dl_tensor *dl__bce_prob_raw(dl_tensor *p, dl_tensor *y)
 {
     dl_tensor *l, *in[2];
@@ -10908,7 +11084,7 @@ static dl_result dl__nn_bce_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl_neg(dl_mul(g, n->in[0]));
     return DL_OK;
 }
-static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd};
+static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd, 1, 2};
 
 static dl_tensor *dl__bce_logits_raw(dl_tensor *x, dl_tensor *y)
 {
@@ -11187,9 +11363,9 @@ static dl_result dl__convW_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl__conv_run(a, g, NULL, &cp, b->shape + 2);
     return DL_OK;
 }
-static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd};
-static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd};
-static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd};
+static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
+static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd, 0, 3};
+static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd, 0, 3};
 
 /* Through the backend's Winograd entries (conv_wg, all n samples at once)
    when they take the conv, else its padded-grid entries, chunk by chunk
@@ -11676,9 +11852,9 @@ static dl_result dl__gather_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape);
     return DL_OK;
 }
-static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd};
-static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd};
-static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd};
+static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd, 0, 0};
+static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd, 0, 0};
+static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd, 0, 0};
 
 /* g (N,C,ob...) scattered to (N,C,ia...) at idx (N,C,ob...) */
 static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape)
@@ -11735,8 +11911,8 @@ static dl_result dl__avgpool_adj_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__avgpool_run(g, &pp, n->in[0]->shape + 2);
     return DL_OK;
 }
-static const dl__op dl__op_avgpool = {"dl_avg_pool", dl__avgpool_bwd};
-static const dl__op dl__op_avgpool_adj = {"dl_avg_pool_backward", dl__avgpool_adj_bwd};
+static const dl__op dl__op_avgpool = {"dl_avg_pool", dl__avgpool_bwd, 0, 0};
+static const dl__op dl__op_avgpool_adj = {"dl_avg_pool_backward", dl__avgpool_adj_bwd, 0, 0};
 
 static void dl__pgeom_from(dl__pgeom *g, const dl__pparam *pp, const int64_t *ia, const int64_t *ob)
 {
@@ -11972,6 +12148,9 @@ dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape s) { return dl__adaptiv
 
 #define DL__MOD_MAGIC 0x444c4d44u
 #define DL__NAME_MAX 64
+/* the module tree's walks stop at this depth with an error (a chain of
+   modules deeper than any model: their recursion stays bounded) */
+#define DL__MOD_DEPTH 256
 
 typedef struct dl__mtensor { char name[DL__NAME_MAX]; dl_tensor *t; bool param; } dl__mtensor;
 typedef struct dl__mchild { char name[DL__NAME_MAX]; dl_module *m; } dl__mchild;
@@ -12128,7 +12307,7 @@ static bool dl__mod_contains(const dl_module *root, const dl_module *x, int dept
 {
     int i;
     if (root == x) return true;
-    if (depth > 256) return true;     /* treat absurd depth as a cycle */
+    if (depth > DL__MOD_DEPTH) return true;     /* treat absurd depth as a cycle */
     for (i = 0; i < root->nc; i++)
         if (dl__mod_contains(root->cs[i].m, x, depth + 1)) return true;
     return false;
@@ -12173,15 +12352,25 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
     return m->forward(m, x);
 }
 
-static void dl__mod_train(dl_module *m, bool on, int depth)
+static void dl__mod_deep(dl_module *m, const char *fn)
 {
-    int i;
-    if (depth > 256) return;
-    m->training = on;
-    for (i = 0; i < m->nc; i++) dl__mod_train(m->cs[i].m, on, depth + 1);
+    dl__err(m->ctx, DL_ERR_ARG, "%s: %s: the module tree is more than %d modules deep", fn, m->type,
+            DL__MOD_DEPTH);
 }
 
-void dl_module_train(dl_module *m, bool on) { if (dl__mod_ok(m)) dl__mod_train(m, on, 0); }
+static bool dl__mod_train(dl_module *m, bool on, int depth)
+{
+    int i;
+    if (depth > DL__MOD_DEPTH) return false;
+    m->training = on;
+    for (i = 0; i < m->nc; i++) if (!dl__mod_train(m->cs[i].m, on, depth + 1)) return false;
+    return true;
+}
+
+void dl_module_train(dl_module *m, bool on)
+{
+    if (dl__mod_ok(m) && !dl__mod_train(m, on, 0)) dl__mod_deep(m, "dl_module_train");
+}
 
 dl_result dl_module_to(dl_module *m, dl_device dev)
 {
@@ -12242,7 +12431,7 @@ dl_tensor *dl_module_get(dl_module *m, const char *path)
 }
 
 typedef struct dl__nwalk {
-    bool params_only, fill;
+    bool params_only, fill, deep;
     int count;
     size_t bytes, maxpath;            /* name bytes with the NULs; longest prefix */
     dl_named_tensor *out;
@@ -12253,7 +12442,7 @@ typedef struct dl__nwalk {
 static void dl__nwalk_mod(const dl_module *m, size_t plen, dl__nwalk *w, int depth)
 {
     int pass, i;
-    if (depth > 256) return;
+    if (depth > DL__MOD_DEPTH) { w->deep = true; return; }
     if (plen > w->maxpath) w->maxpath = plen;
     for (pass = 0; pass < 2; pass++) {
         if (pass == 1 && w->params_only) break;
@@ -12303,6 +12492,7 @@ static int dl__named(dl_module *m, bool params_only, dl__ncache *c, const dl_nam
     memset(&w, 0, sizeof w);
     w.params_only = params_only;
     dl__nwalk_mod(m, 0, &w, 0);
+    if (w.deep) { dl__mod_deep(m, params_only ? "named_parameters" : "state_dict"); return -1; }
     arr = c->v;
     if (!dl__grow(m->ctx, &arr, &c->cap, w.count + 1, sizeof(dl_named_tensor))) return -1;
     c->v = (dl_named_tensor *)arr;
@@ -12410,11 +12600,13 @@ int64_t dl_fan_out(const dl_tensor *w)
 static void dl__fill_uniform(dl_tensor *t, double lo, double hi)
 {
     dl__fill_rand(t, DL__RAND_UNIFORM, (float)lo, (float)hi);
+    dl__bump_version(t);
 }
 
 static void dl__fill_normal(dl_tensor *t, double mean, double std)
 {
     dl__fill_rand(t, DL__RAND_NORMAL, (float)mean, (float)std);
+    dl__bump_version(t);
 }
 
 void dl_init_uniform(dl_tensor *t, float lo, float hi)
@@ -12429,7 +12621,9 @@ void dl_init_normal(dl_tensor *t, float mean, float std)
 
 void dl_init_constant(dl_tensor *t, float v)
 {
-    if (dl__init_ok("dl_init_constant", t)) DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    if (!dl__init_ok("dl_init_constant", t)) return;
+    DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
+    dl__bump_version(t);
 }
 
 /* fan_in and fan_out, or false with an error for tensors with < 2 dims */
@@ -13187,6 +13381,7 @@ dl_result dl_optim_step(dl_optim *o)
                                  (float *)o->s[1][i]->data,
                                  o->adam.amsgrad ? (float *)o->s[2][i]->data : NULL, p->numel, &a);
         }
+        dl__bump_version(p);
         o->pstep[i]++;
     }
     o->steps++;
@@ -13273,7 +13468,10 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
         if (c < 1.0f)
             for (i = 0; i < n; i++) {
                 dl_tensor *p = m->scratch[i];
-                if (p->grad) DL__BE(p)->scale(p->dev_, (float *)p->grad->data, p->numel, c);
+                if (p->grad) {
+                    DL__BE(p)->scale(p->dev_, (float *)p->grad->data, p->numel, c);
+                    dl__bump_version(p->grad);
+                }
             }
         total = tot;
     }
@@ -14198,24 +14396,40 @@ static bool dl__little_endian(void)
 
 /* what the loader expects: a module tensor, or an optimizer int64 scalar / state tensor */
 typedef struct dl__st_want {
-    char name[192];
+    const char *name;                 /* any length (in the block after the array) */
     dl_tensor *t;                     /* tensor to fill, or NULL for an int64 scalar */
     int64_t *scalar;                  /* where an I64 scalar goes */
     dl__st_entry *found;
 } dl__st_want;
 
-/* optimizer parameter i's name: its state_dict name in m, else "param<i>" */
-static void dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_tensor *sd,
-                          char *out, size_t n)
+/* optimizer parameter i's name: its state_dict name in m, else "param<i>" (in buf) */
+static const char *dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_tensor *sd,
+                                 char *buf, size_t n)
 {
     int j;
     for (j = 0; j < nmod; j++)
-        if (sd[j].t == o->p[i]) { snprintf(out, n, "%s", sd[j].name); return; }
-    snprintf(out, n, "param%d", i);
+        if (sd[j].t == o->p[i]) return sd[j].name;
+    snprintf(buf, n, "param%d", i);
+    return buf;
 }
 
-/* The list of names (and targets) that a checkpoint of m (+o) holds. */
-static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t *steps_slot)
+/* "<a><b><c><d>" into the names block at *at (sized for it); the name */
+static const char *dl__st_name(char **at, const char *a, const char *b, const char *c, const char *d)
+{
+    char *s = *at;
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c), ld = strlen(d);
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb);
+    memcpy(s + la + lb, c, lc);
+    memcpy(s + la + lb + lc, d, ld + 1);
+    *at = s + la + lb + lc + ld + 1;
+    return s;
+}
+
+/* The list of names (and targets) that a checkpoint of m (+o) holds; NULL
+   with an error (op, label name the call in it). */
+static dl__st_want *dl__st_wants(const char *op, const char *label, dl_module *m, dl_optim *o, int *count,
+                                 int64_t *steps_slot)
 {
     dl_ctx *ctx = m->ctx;
     /* the state_dict in a cache of its own: the caller's dl_module_state_dict
@@ -14225,30 +14439,47 @@ static dl__st_want *dl__st_wants(dl_module *m, dl_optim *o, int *count, int64_t 
     int nmod, n, i, k, ns = 0, w = 0;
     const char *const *sn = NULL;
     dl__st_want *ws;
-    char pn[128];
+    char pbuf[32], *at;
+    const char *pn;
+    size_t bytes = 0;
     memset(&c, 0, sizeof c);
     nmod = dl__named(m, false, &c, &sd);
     if (o) ns = dl__opt_nstate(o, &sn);
     n = nmod + (o ? 1 + o->n * (1 + ns) : 0);
-    ws = nmod < 0 ? NULL : (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1));
+    /* one block: the array, then every name (no length limit: a module path
+       is as long as the tree is deep) */
+    for (i = 0; i < nmod; i++) bytes += strlen(sd[i].name) + 1;
+    if (o) {
+        bytes += sizeof "optim.step";
+        for (i = 0; i < o->n; i++) {
+            size_t pl = strlen(dl__opt_pname(o, i, nmod, sd, pbuf, sizeof pbuf));
+            bytes += pl + sizeof "optim..step";
+            for (k = 0; k < ns; k++) bytes += pl + strlen(sn[k]) + sizeof "optim..";
+        }
+    }
+    ws = nmod < 0 ? NULL : (dl__st_want *)dl__malloc(ctx, sizeof(dl__st_want) * (size_t)(n + 1) + bytes);
     if (!ws) {
+        char why[sizeof ctx->msg];
+        snprintf(why, sizeof why, "%s", nmod >= 0 ? "out of memory" : ctx->msg);
+        dl__err(ctx, nmod >= 0 ? DL_ERR_OOM : ctx->err, "%s: %s: %s", op, label, why);
         DL_FREE(c.v); DL_FREE(c.names);
         return NULL;
     }
     memset(ws, 0, sizeof(dl__st_want) * (size_t)(n + 1));
+    at = (char *)(ws + n + 1);
     for (i = 0; i < nmod; i++) {
-        snprintf(ws[w].name, sizeof ws[w].name, "%s", sd[i].name);
+        ws[w].name = dl__st_name(&at, sd[i].name, "", "", "");
         ws[w++].t = sd[i].t;
     }
     if (o) {
-        snprintf(ws[w].name, sizeof ws[w].name, "optim.step");
+        ws[w].name = dl__st_name(&at, "optim.step", "", "", "");
         ws[w++].scalar = steps_slot;
         for (i = 0; i < o->n; i++) {
-            dl__opt_pname(o, i, nmod, sd, pn, sizeof pn);
-            snprintf(ws[w].name, sizeof ws[w].name, "optim.%s.step", pn);
+            pn = dl__opt_pname(o, i, nmod, sd, pbuf, sizeof pbuf);
+            ws[w].name = dl__st_name(&at, "optim.", pn, ".step", "");
             ws[w++].scalar = &o->pstep[i];
             for (k = 0; k < ns; k++) {
-                snprintf(ws[w].name, sizeof ws[w].name, "optim.%s.%s", pn, sn[k]);
+                ws[w].name = dl__st_name(&at, "optim.", pn, ".", sn[k]);
                 ws[w++].t = o->s[k][i];
             }
         }
@@ -14342,8 +14573,16 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
             return DL_ERR_ARG;
         }
     steps = o ? o->steps : 0;
-    ws = dl__st_wants(m, o, &n, &steps);
-    if (!ws) { dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, path); return DL_ERR_OOM; }
+    ws = dl__st_wants(op, path, m, o, &n, &steps);
+    if (!ws) return ctx->err;
+    for (i = 0; i < n; i++)            /* the header is JSON: UTF-8 (safetensors' reader refuses the rest) */
+        if (dl__utf8_bad(ws[i].name) >= 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: %s: the name '%s' is not valid UTF-8 (byte 0x%02x at offset %lld); "
+                    "nothing was written", op, path, ws[i].name,
+                    (unsigned)(unsigned char)ws[i].name[dl__utf8_bad(ws[i].name)], (long long)dl__utf8_bad(ws[i].name));
+            DL_FREE(ws);
+            return DL_ERR_ARG;
+        }
     /* header */
     memset(&b, 0, sizeof b);
     dl__sb_str(&b, "{");
@@ -14708,8 +14947,8 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         goto done;
     }
     /* what we expect */
-    ws = dl__st_wants(m, o, &nw, &steps);
-    if (!ws) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); goto done; }
+    ws = dl__st_wants(op, label, m, o, &nw, &steps);
+    if (!ws) { rc = ctx->err; goto done; }
     for (i = 0; i < nw; i++) {
         dl__st_want *w = &ws[i];
         dl__st_entry *e = NULL;
@@ -14817,6 +15056,7 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         for (i = 0; i < nw; i++) {
             dl__st_want *w = &ws[i];
             if (!w->t) { dl__read_le(w->scalar, data + w->found->begin, 8, 1); continue; }
+            dl__bump_version(w->t);
             if (dl__host_ok(w->t)) {
                 dl__read_le(w->t->data, data + w->found->begin, dl__esize(w->t->dtype), w->t->numel);
                 continue;
@@ -15443,9 +15683,18 @@ dl_result dl_summary_close(dl_summary_writer *w)
 
 static bool dl__tb_args(dl_summary_writer *w, const char *fn, const char *tag)
 {
+    int64_t bad;
     if (!dl__tb_ok(w)) return false;
     if (!tag || !tag[0]) {
         dl__err(w->ctx, DL_ERR_ARG, "%s: tag is %s (writing %s)", fn, tag ? "empty" : "NULL", w->path);
+        return false;
+    }
+    /* Summary.Value.tag is a protobuf string: a reader drops a record whose
+       string is not UTF-8 (TensorBoard showed nothing after it) */
+    if ((bad = dl__utf8_bad(tag)) >= 0) {
+        dl__err(w->ctx, DL_ERR_ARG, "%s: tag is not valid UTF-8 (byte 0x%02x at offset %lld); "
+                "TensorBoard's reader would reject the record (writing %s)", fn,
+                (unsigned)(unsigned char)tag[bad], (long long)bad, w->path);
         return false;
     }
     return true;
@@ -16276,7 +16525,8 @@ dl_result dl_allreduce(dl_tensor *const *t, int n, dl_reduce_op op)
     dl_result rc = dl__replicas("dl_allreduce", t, n, true, &R);
     if (rc != DL_OK) return rc;
     if (!dl__reduce_op_ok(t[0]->ctx_, "dl_allreduce", (int)op)) return DL_ERR_ARG;
-    return dl__ring_allreduce(&R, t[0]->ctx_, "dl_allreduce", op == DL_REDUCE_MEAN ? 1.0f / (float)n : 1.0f);
+    return dl__bump_list(dl__ring_allreduce(&R, t[0]->ctx_, "dl_allreduce", op == DL_REDUCE_MEAN ? 1.0f / (float)n : 1.0f),
+                         t, n, -1);
 }
 
 dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
@@ -16288,7 +16538,7 @@ dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
         dl__err(t[0]->ctx_, DL_ERR_ARG, "dl_broadcast: root=%d; it must index the list (0..%d)", root, n - 1);
         return DL_ERR_ARG;
     }
-    return dl__ring_broadcast(&R, t[0]->ctx_, "dl_broadcast", root);
+    return dl__bump_list(dl__ring_broadcast(&R, t[0]->ctx_, "dl_broadcast", root), t, n, root);
 }
 
 /* ---- communicators */
@@ -16484,7 +16734,10 @@ static bool dl__mpi_start(dl_comm *c)
     int inited = 0, rc;
     char es[MPI_MAX_ERROR_STRING];
     int el = 0;
-    MPI_Initialized(&inited);
+    if (MPI_Initialized(&inited) != MPI_SUCCESS) {
+        dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_init: MPI_Initialized failed");
+        return false;
+    }
     if (!inited) {
         rc = MPI_Init(NULL, NULL);
         if (rc != MPI_SUCCESS) {
@@ -16499,9 +16752,15 @@ static bool dl__mpi_start(dl_comm *c)
         if (c->mpi_inited) MPI_Finalize();
         return false;
     }
-    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);   /* errors come back, no abort */
-    MPI_Comm_rank(c->mpi, &c->rank);
-    MPI_Comm_size(c->mpi, &c->size);
+    /* errors come back, no abort (every call on c->mpi is point to point:
+       see dl__mpi_bcast) */
+    if (MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+        MPI_Comm_rank(c->mpi, &c->rank) != MPI_SUCCESS || MPI_Comm_size(c->mpi, &c->size) != MPI_SUCCESS) {
+        dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_init: MPI_Comm_set_errhandler/rank/size failed");
+        MPI_Comm_free(&c->mpi);
+        if (c->mpi_inited) MPI_Finalize();
+        return false;
+    }
     return true;
 }
 
@@ -16511,15 +16770,21 @@ static bool dl__mpi_wait(dl_comm *c, const char *op, int nrq, MPI_Request *rq, i
 {
     double t0 = MPI_Wtime();
     long spins = 0;
+    MPI_Status st[32];                /* nrq <= 32 */
     for (;;) {
-        int done = 0, rc = MPI_Testall(nrq, rq, &done, MPI_STATUSES_IGNORE);
+        int done = 0, rc = MPI_Testall(nrq, rq, &done, st), i;
         if (rc != MPI_SUCCESS) {
             char es[MPI_MAX_ERROR_STRING];
-            int el = 0;
+            int el = 0, cls = 0;
+            for (i = 0; rc == MPI_ERR_IN_STATUS && i < nrq; i++)   /* the request's own error */
+                if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) rc = st[i].MPI_ERROR;
             MPI_Error_string(rc, es, &el);
+            MPI_Error_class(rc, &cls);
             c->broken = true;
-            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI error talking to rank %d/%d: %s",
-                    op, c->rank, c->size, left, right, es);
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI error talking to rank %d/%d: %s%s",
+                    op, c->rank, c->size, left, right, es, cls == MPI_ERR_TRUNCATE ? " (a message longer "
+                    "than this rank expects: the ranks passed different sizes); this communicator cannot "
+                    "be used again" : "; this communicator cannot be used again");
             return false;
         }
         if (done) return true;
@@ -16615,6 +16880,39 @@ static int dl__mpi_async_run(dl_comm *c, const char *op, dl__mpi_async *a, bool 
             a->k++;
         }
     }
+}
+
+/* bytes at h from root to every process: a binomial tree of point-to-point
+   messages in chunks of 64 MiB. Not MPI_Ibcast: Open MPI reports a failed
+   nonblocking collective (a size mismatch: MPI_ERR_TRUNCATE) to
+   MPI_COMM_WORLD's handler, which aborts the job; a point-to-point error
+   comes back through c->mpi's MPI_ERRORS_RETURN. */
+static bool dl__mpi_bcast(dl_comm *c, const char *op, unsigned char *h, size_t bytes, int root)
+{
+    int P = c->size, vr = (c->rank - root + P) % P, mask, ns, to[32];
+    size_t o;
+    MPI_Request rq[32];
+    for (o = 0; o < bytes; o += (size_t)1 << 26) {
+        int m = (int)(bytes - o < ((size_t)1 << 26) ? bytes - o : ((size_t)1 << 26)), from = -1;
+        for (mask = 1; mask < P; mask <<= 1)
+            if (vr & mask) { from = (vr - mask + root) % P; break; }
+        if (from >= 0) {              /* from the parent, then on to the children */
+            if (MPI_Irecv(h + o, m, MPI_BYTE, from, 5, c->mpi, &rq[0]) != MPI_SUCCESS) goto fail;
+            if (!dl__mpi_wait(c, op, 1, rq, from, from)) return false;
+        }
+        for (ns = 0, mask >>= 1; mask > 0; mask >>= 1)
+            if (vr + mask < P) {
+                to[ns] = (vr + mask + root) % P;
+                if (MPI_Isend(h + o, m, MPI_BYTE, to[ns], 5, c->mpi, &rq[ns]) != MPI_SUCCESS) goto fail;
+                ns++;
+            }
+        if (ns && !dl__mpi_wait(c, op, ns, rq, to[0], to[ns - 1])) return false;
+    }
+    return true;
+fail:
+    c->broken = true;
+    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d: MPI_Isend/MPI_Irecv failed", op, c->rank, c->size);
+    return false;
 }
 
 /* the whole ring at once (c->htmp: its receive chunk) */
@@ -16972,7 +17270,10 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
         c->cuda = d.device.type == DL_DEVICE_CUDA ? d.device.index : c->rank % ngpu;
         if (c->rank == 0) nr = ncclGetUniqueId(&id);
 #ifdef DL_MPI
-        MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi);
+        if (!dl__mpi_bcast(c, "dl_comm_init", (unsigned char *)&id, sizeof id, 0)) {
+            dl__comm_destroy(c);
+            return NULL;
+        }
 #endif
         cudaSetDevice(c->cuda);
         if (nr == ncclSuccess) nr = ncclCommInitRank(&c->nccl, c->size, id, c->rank);
@@ -17024,8 +17325,9 @@ dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op
     dl_result rc = dl__comm_replicas(c, "dl_comm_allreduce", t, n, true, &R);
     if (rc != DL_OK) return rc;
     if (!dl__reduce_op_ok(t[0]->ctx_, "dl_comm_allreduce", (int)op)) return DL_ERR_ARG;
-    return dl__comm_allreduce(c, "dl_comm_allreduce", &R, t[0]->ctx_,
-                              op == DL_REDUCE_MEAN ? 1.0f / ((float)n * (float)dl_comm_size(c)) : 1.0f);
+    rc = dl__comm_allreduce(c, "dl_comm_allreduce", &R, t[0]->ctx_,
+                            op == DL_REDUCE_MEAN ? 1.0f / ((float)n * (float)dl_comm_size(c)) : 1.0f);
+    return dl__bump_list(rc, t, n, -1);
 }
 
 static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx *ctx, int root)
@@ -17055,19 +17357,10 @@ static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx 
 #endif
         {
 #ifdef DL_MPI
-            size_t bytes = (size_t)R->count * R->esize, o;
+            size_t bytes = (size_t)R->count * R->esize;
             if (!dl__comm_host(c, op, (int64_t)((bytes + 3) / 4))) return DL_ERR_OOM;
             if (c->rank == root) R->dev[0]->be->download(R->dev[0], c->hbuf, R->buf[0], bytes);
-            for (o = 0; o < bytes; o += (size_t)1 << 26) {
-                MPI_Request rq;
-                size_t m = bytes - o < ((size_t)1 << 26) ? bytes - o : ((size_t)1 << 26);
-                if (MPI_Ibcast((unsigned char *)c->hbuf + o, (int)m, MPI_BYTE, root, c->mpi, &rq) != MPI_SUCCESS) {
-                    c->broken = true;
-                    dl__err(ctx, DL_ERR_DEVICE, "%s: MPI_Ibcast failed", op);
-                    return DL_ERR_DEVICE;
-                }
-                if (!dl__mpi_wait(c, op, 1, &rq, root, root)) return DL_ERR_DEVICE;
-            }
+            if (!dl__mpi_bcast(c, op, (unsigned char *)c->hbuf, bytes, root)) return DL_ERR_DEVICE;
             if (c->rank != root) R->dev[0]->be->upload(R->dev[0], R->buf[0], c->hbuf, bytes);
             if (dl__dev_check(R->dev[0], op) != DL_OK) return DL_ERR_DEVICE;
 #endif
@@ -17086,7 +17379,8 @@ dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root)
                 "(0..%d)", root, dl_comm_size(c) - 1);
         return DL_ERR_ARG;
     }
-    return dl__comm_bcast(c, "dl_comm_broadcast", &R, t[0]->ctx_, root);
+    rc = dl__comm_bcast(c, "dl_comm_broadcast", &R, t[0]->ctx_, root);
+    return dl__bump_list(rc, t, n, dl_comm_rank(c) == root ? 0 : -1);
 }
 
 dl_result dl_comm_barrier(dl_comm *c)
@@ -17097,13 +17391,11 @@ dl_result dl_comm_barrier(dl_comm *c)
         return dl__grp_meet(c, "dl_comm_barrier") ? DL_OK : c->ctx->err;
 #ifdef DL_MPI
     if (c->backend != DL_COMM_LOCAL && c->size > 1) {
-        MPI_Request rq;
-        if (MPI_Ibarrier(c->mpi, &rq) != MPI_SUCCESS) {
-            c->broken = true;
-            dl__err(c->ctx, DL_ERR_DEVICE, "dl_comm_barrier: MPI_Ibarrier failed");
-            return DL_ERR_DEVICE;
-        }
-        if (!dl__mpi_wait(c, "dl_comm_barrier", 1, &rq, -1, -1)) return DL_ERR_DEVICE;
+        /* a one-float sum around the ring (not MPI_Ibarrier: see dl__mpi_bcast):
+           no rank's last message can leave before every rank has come */
+        float one = 1.0f;
+        if (!dl__comm_host(c, "dl_comm_barrier", 1)) return DL_ERR_OOM;
+        if (!dl__mpi_ring(c, "dl_comm_barrier", &one, 1, 1.0f)) return DL_ERR_DEVICE;
     }
 #endif
     return DL_OK;
@@ -17184,6 +17476,136 @@ static bool dl__ddp_ok(dl_ddp *dp, const char *op)
 /* replica i's device (that of its first parameter) */
 static dl__dev *dl__ddp_dev(const dl_ddp *dp, int i) { return dp->p[(size_t)i * (size_t)dp->np]->dev_; }
 
+/* n bytes at buf from root to every process through a step tensor on d (so
+   that every backend's broadcast takes it: NCCL's needs device memory) */
+static dl_result dl__comm_bytes(dl_comm *c, const char *op, dl__dev *d, int root, void *buf, int64_t n)
+{
+    int64_t words = (n + 3) / 4;
+    dl_tensor *t = dl__make(d, op, DL_DTYPE_I32, 1, &words, false, NULL);
+    dl__ring R;
+    dl_result rc;
+    if (!t) return c->ctx->err;
+    if (c->rank == root && n) d->be->upload(d, t->data, buf, (size_t)n);
+    memset(&R, 0, sizeof R);
+    R.n = 1;
+    R.count = words;
+    R.esize = 4;
+    R.dev[0] = d;
+    R.buf[0] = (unsigned char *)t->data;
+    rc = dl__comm_bcast(c, op, &R, c->ctx, root);
+    if (rc == DL_OK && c->rank != root && n) d->be->download(d, buf, t->data, (size_t)n);
+    return rc == DL_OK ? dl__dev_check(d, op) : rc;
+}
+
+/* entry k of a list of NUL-terminated entries (n bytes); NULL past its end */
+static const char *dl__entry(const char *s, size_t n, int64_t k)
+{
+    size_t i = 0;
+    int64_t e;
+    for (e = 0; i < n; e++) {
+        if (e == k) return s + i;
+        i += strlen(s + i) + 1;
+    }
+    return NULL;
+}
+
+/* Every process must hold the same model, as PyTorch's DDP verifies at
+   construction: replica 0's state_dict (name, dtype, shape, parameter or
+   buffer of each entry, in order) against process 0's. Process 0's list
+   goes to all (its length first: no process receives more than it
+   expects); each finds its first difference; a sum over the processes
+   tells every one which differ; the first of those sends its entry; then
+   every process fails with the same message, before any broadcast or
+   gradient sum could pair unlike tensors. */
+static dl_result dl__ddp_same_model(dl_comm *c, dl_module *m, dl__dev *d)
+{
+    static const char *op = "dl_ddp_init";
+    dl_ctx *ctx = c->ctx;
+    const dl_named_tensor *sd;
+    dl__sb mine;
+    char *s0 = NULL, *theirs = NULL;
+    const char *a, *b;
+    uint64_t len0, lent;
+    int64_t n = dl_module_state_dict(m, &sd), i, k, diff = 0, P = c->size;
+    size_t ia = 0, ib = 0;
+    int r, first = -1, ndiff = 0;
+    float *v = NULL;
+    dl_tensor *vt;
+    dl_result rc;
+    if (n < 0) return ctx->err;
+    memset(&mine, 0, sizeof mine);
+    dl__sb_put(&mine, "", 0);               /* allocated even when empty */
+    for (i = 0; i < n; i++) {
+        dl__sbf(&mine, "'%s' %s %s %s", sd[i].name, dl__dtype_str(sd[i].t->dtype), dl__sh(sd[i].t),
+                sd[i].is_buffer ? "buffer" : "parameter");
+        dl__sb_put(&mine, "", 1);           /* the entry's NUL */
+    }
+    if (mine.oom || !(v = (float *)dl__malloc(ctx, sizeof(float) * (size_t)P))) goto oom;
+    len0 = mine.n;
+    rc = dl__comm_bytes(c, op, d, 0, &len0, (int64_t)sizeof len0);
+    if (rc != DL_OK) goto out;
+    s0 = c->rank == 0 ? mine.s : (char *)dl__malloc(ctx, (size_t)len0 + 1);
+    if (!s0) goto oom;
+    rc = dl__comm_bytes(c, op, d, 0, s0, (int64_t)len0);
+    if (rc != DL_OK) goto out;
+    s0[len0] = 0;
+    /* this process's first difference: entry k + 1 (0: none) */
+    for (k = 0; ia < len0 || ib < mine.n; k++) {
+        if (ia >= len0 || ib >= mine.n || strcmp(s0 + ia, mine.s + ib) != 0) { diff = k + 1; break; }
+        ia += strlen(s0 + ia) + 1;
+        ib += strlen(mine.s + ib) + 1;
+    }
+    memset(v, 0, sizeof(float) * (size_t)P);
+    v[c->rank] = (float)diff;               /* exact below 2^24 entries */
+    vt = dl__make(d, op, DL_DTYPE_F32, 1, &P, false, NULL);
+    if (!vt) { rc = ctx->err; goto out; }
+    d->be->upload(d, vt->data, v, sizeof(float) * (size_t)P);
+    rc = dl__comm_cross(c, op, d, (float *)vt->data, P, 1.0f);
+    if (rc != DL_OK) goto out;
+    d->be->download(d, v, vt->data, sizeof(float) * (size_t)P);
+    for (r = 0; r < P; r++)
+        if (v[r] != 0.0f) { ndiff++; if (first < 0) first = r; }
+    if (first < 0) { rc = DL_OK; goto out; }
+    /* the first differing process's entry ("" when its list ends there), to everyone */
+    k = (int64_t)v[first] - 1;
+    b = c->rank == first ? dl__entry(mine.s, mine.n, k) : NULL;
+    lent = b ? strlen(b) + 1 : 1;
+    rc = dl__comm_bytes(c, op, d, first, &lent, (int64_t)sizeof lent);
+    if (rc != DL_OK) goto out;
+    if (!(theirs = (char *)dl__malloc(ctx, (size_t)lent))) goto oom;
+    theirs[0] = 0;
+    if (b) memcpy(theirs, b, (size_t)lent);
+    rc = dl__comm_bytes(c, op, d, first, theirs, (int64_t)lent);
+    if (rc != DL_OK) goto out;
+    theirs[lent - 1] = 0;
+    a = dl__entry(s0, (size_t)len0, k);
+    {
+        dl__sb msg;
+        memset(&msg, 0, sizeof msg);
+        dl__sbf(&msg, "%s: the ranks hold different models (%d of %d differ from rank 0; this is rank %d): "
+                "rank %d's state_dict ", op, ndiff, (int)P, c->rank, first);
+        if (theirs[0]) { dl__sbf(&msg, "entry %lld is ", (long long)k); dl__sb_str(&msg, theirs); }
+        else dl__sbf(&msg, "has only %lld entries", (long long)k);
+        if (a && theirs[0]) { dl__sb_str(&msg, " where rank 0's is "); dl__sb_str(&msg, a); }
+        else if (a) { dl__sbf(&msg, " where rank 0's entry %lld is ", (long long)k); dl__sb_str(&msg, a); }
+        else dl__sbf(&msg, " where rank 0's has only %lld entries", (long long)k);
+        dl__sb_str(&msg, "; every rank must build the same model (the same names, dtypes and shapes, in order)");
+        dl__err(ctx, DL_ERR_SHAPE, "%s", msg.oom ? "dl_ddp_init: the ranks hold different models" : msg.s);
+        DL_FREE(msg.s);
+    }
+    rc = DL_ERR_SHAPE;
+    goto out;
+oom:
+    rc = DL_ERR_OOM;
+    dl__err(ctx, DL_ERR_OOM, "%s: out of memory comparing the ranks' models", op);
+out:
+    if (s0 != mine.s) DL_FREE(s0);
+    DL_FREE(mine.s);
+    DL_FREE(theirs);
+    DL_FREE(v);
+    return rc;
+}
+
 
 dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, const dl_ddp_desc *desc)
 {
@@ -17262,6 +17684,10 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         const dl_named_tensor *a;
         ns0 = dl_module_state_dict(replicas[0], &a);
         if (ns0 < 0) return NULL;
+        dl_module_named_parameters(replicas[0], &a);
+        if (desc && desc->comm && desc->comm->size > 1 &&
+            dl__ddp_same_model(desc->comm, replicas[0], a[0].t->dev_) != DL_OK)
+            return NULL;
     }
     dp = (dl_ddp *)dl__malloc(ctx, sizeof(dl_ddp));
     if (!dp) { dl__err(ctx, DL_ERR_OOM, "dl_ddp_init: out of memory"); return NULL; }
@@ -17400,7 +17826,7 @@ static dl_result dl__ddp_move(dl_ddp *dp, int i, float *f, int64_t lo, int64_t h
         if (a < e) {
             float *g = x->grad ? (float *)x->grad->data + (a - pos) : NULL;
             size_t bytes = sizeof(float) * (size_t)(e - a);
-            if (!pack) { if (g) d->be->copy(d, g, f + (a - lo), bytes); }
+            if (!pack) { if (g) { d->be->copy(d, g, f + (a - lo), bytes); dl__bump_version(x->grad); } }
             else if (g) d->be->copy(d, f + (a - lo), g, bytes);
             else d->be->fill(d, f + (a - lo), e - a, 0.0f);
         }
@@ -17594,8 +18020,10 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
 #endif
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x = dp->p[j];
-        if (x->grad && x->numel)
+        if (x->grad && x->numel) {
             d->be->upload(d, x->grad->data, dp->hflat + dp->pos[j], sizeof(float) * (size_t)x->numel);
+            dl__bump_version(x->grad);
+        }
     }
     return dl__dev_check(d, op);
 }
@@ -17870,6 +18298,25 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     return rc;
 }
 
+/* s (at most max bytes) inside a DOT "..." string: " and \ escaped, a line
+   break as \n (a new label line), other control bytes and bytes that are not
+   UTF-8 as '?', so that a name can neither end the string nor break the file */
+static void dl__dot_str(dl__sb *f, const char *s, size_t max)
+{
+    size_t n = 0, i = 0, k;
+    char e[2];
+    while (n < max && s[n]) n++;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        k = 1;
+        if (c == '"' || c == '\\') { e[0] = '\\'; e[1] = (char)c; dl__sb_put(f, e, 2); }
+        else if (c == '\n') dl__sb_put(f, "\\n", 2);
+        else if (c < 0x20 || c == 0x7f || (k = dl__utf8_char(s + i, n - i)) == 0) { dl__sb_put(f, "?", 1); k = 1; }
+        else dl__sb_put(f, s + i, k);
+        i += k;
+    }
+}
+
 static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
 {
     char sh[128];
@@ -17877,9 +18324,12 @@ static void dl__dot_tensor(dl__sb *f, const dl_tensor *t, const char *style)
     k += snprintf(sh + k, sizeof sh - (size_t)k, "(");
     for (i = 0; i < t->ndim && k < 100; i++) k += snprintf(sh + k, sizeof sh - (size_t)k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
     snprintf(sh + k, sizeof sh - (size_t)k, ")");
-    dl__sbf(f, "  t%p [shape=ellipse, %s, label=\"%s%s%s%s\"];\n", (const void *)t, style,
-            t->name[0] ? t->name : "", t->name[0] ? "\\n" : "", sh,
-            t->requires_grad ? "\\nrequires_grad" : "");
+    dl__sbf(f, "  t%p [shape=ellipse, %s, label=\"", (const void *)t, style);
+    if (t->name[0]) {
+        dl__dot_str(f, t->name, sizeof t->name);
+        dl__sb_str(f, "\\n");
+    }
+    dl__sbf(f, "%s%s\"];\n", sh, t->requires_grad ? "\\nrequires_grad" : "");
 }
 
 dl_result dl_graph_dot(dl_tensor *root, const char *path)
@@ -17904,8 +18354,9 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
     while (sp > 0) {
         dl__node *n = stack[--sp];
         int j;
-        dl__sbf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"%s\"];\n",
-                (const void *)n, n->fn && n->fn->name ? n->fn->name : n->op->name);
+        dl__sbf(f, "  n%p [shape=box, style=filled, fillcolor=\"#cfe2f3\", label=\"", (const void *)n);
+        dl__dot_str(f, n->fn && n->fn->name ? n->fn->name : n->op->name, (size_t)-1);
+        dl__sb_str(f, "\"];\n");
         dl__sbf(f, "  n%p -> t%p;\n", (const void *)n, (const void *)n->out);
         for (j = 0; j < n->nin; j++) {
             dl_tensor *x = n->in[j];

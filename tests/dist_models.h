@@ -1,7 +1,8 @@
 /* tests/dist_models.h - what test_dist.c and test_mpi.c share: the models
-   they train (an MLP, LeNet with or without batch norm), the loss, and the
-   worst relative difference between two models' parameters. Include after
-   dl.h (with DL_IMPLEMENTATION) and harness.h. */
+   they train (an MLP, LeNet with or without batch norm), the small unlike
+   models of the mismatch tests, the loss, and the worst relative difference
+   between two models' parameters. Include after dl.h (with
+   DL_IMPLEMENTATION) and harness.h. */
 #ifndef DL_TEST_DIST_MODELS_H
 #define DL_TEST_DIST_MODELS_H
 #include <stdlib.h>
@@ -46,6 +47,27 @@ static dl_module *make_model(dl_ctx *c, int kind)
 {
     dl_module *m = kind == 0 ? make_mlp(c) : make_lenet(c, kind == 2);
     if (m && kind == 2) dl_module_train(m, false);
+    return m;
+}
+
+/* the models of the mismatch tests (dl_ddp_init across ranks that build
+   different models): 0: Sequential(Linear(4,4)), "0.weight" (4,4) and
+   "0.bias" (4); 1: "w" (3,4) alone; 2: "other_name" (4,3) alone; 3: as 0
+   with a bias of 5; 4: as 0 with an extra Linear(4,4) ("1.weight", "1.bias") */
+static dl_module *mismatch_model(dl_ctx *c, int v)
+{
+    dl_module *m, *p;
+    if (v == 1 || v == 2) {
+        p = dl_module_new(c, "Odd", NULL, 0);
+        dl_module_param(p, v == 1 ? "w" : "other_name", dl_zeros(c, v == 1 ? DL_SHAPE(3, 4) : DL_SHAPE(4, 3)));
+        return p;
+    }
+    m = dl_nn_sequential(c, 0, NULL);
+    p = dl_module_new(c, "Odd", NULL, 0);
+    dl_module_param(p, "weight", dl_zeros(c, DL_SHAPE(4, 4)));
+    dl_module_param(p, "bias", dl_zeros(c, v == 3 ? DL_SHAPE(5) : DL_SHAPE(4)));
+    dl_module_add(m, "0", p);
+    if (v == 4) dl_module_add(m, "1", dl_nn_linear(c, 4, 4, true));
     return m;
 }
 

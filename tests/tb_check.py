@@ -138,7 +138,7 @@ def main():
         return 2
     exp = {"scalar": [], "histo": [], "image": [], "graph": []}
     path = None
-    with open(sys.argv[1]) as f:
+    with open(sys.argv[1], encoding="utf-8") as f:
         for line in f:
             p = line.split()
             if not p:

@@ -440,7 +440,9 @@ static void test_ddp_errors(void)
 /* one rank: its own context (and 2 strict local devices), its communicator */
 typedef struct rank_job {
     dl_comm_group *g;
-    int rank, kind;                 /* kind 0: allreduce sizes, 1: dl_ddp, 2: hang (rank 1 never calls) */
+    int rank, kind;                 /* kind 0: allreduce sizes, 1: dl_ddp, 2: hang (rank 1 never calls),
+                                       3: dl_ddp_init of mismatch_model(variant) */
+    int variant;
     int64_t count;
     int mean;
     double timeout;
@@ -560,6 +562,18 @@ static void *rank_main(void *arg)
         j->params = (float *)malloc(sizeof(float) * (size_t)j->nparams);
         for (q = 0, k = 0; q < np && j->ok; q++) { dl_read(pa[q].t, j->params + k, pa[q].t->numel); k += pa[q].t->numel; }
         free(xb);
+    } else if (j->kind == 3) {        /* unlike models: refused on every rank; the communicator still works */
+        dl_module *m = mismatch_model(c, j->variant);
+        dl_ddp_desc dd;
+        dl_tensor *t;
+        memset(&dd, 0, sizeof dd);
+        dd.comm = comm;
+        j->ok = dl_ddp_init(1, &m, NULL, &dd) != NULL;
+        snprintf(j->err, sizeof j->err, "%s", dl_error_message(c));
+        t = dl_ones(c, DL_SHAPE(3));
+        j->nb = dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK && th_f(t, 2) == (float)j->g->size;
+        dl_ctx_free(c);
+        return NULL;
     } else if (j->rank == 0) {        /* kind 2: rank 1 never calls */
         dl_tensor *t = dl_ones(c, DL_SHAPE(10));
         double t0 = now_s();
@@ -737,6 +751,53 @@ static void test_comm_threads(void)
     dl_comm_group_free(g);
 }
 
+/* ranks that build unlike models: dl_ddp_init fails on every rank naming
+   the first difference (a name, a shape, an extra layer on either side,
+   two of three ranks), instead of summing unlike gradients or waiting out
+   the timeout; the communicator goes on working */
+static void test_threads_mismatch(void)
+{
+    static const struct { int n, v[3]; const char *what; } cases[] = {
+        {2, {1, 2, 0}, "rank 1's state_dict entry 0 is 'other_name' float32 (4,3) parameter where rank 0's is "
+                       "'w' float32 (3,4) parameter"},
+        {2, {0, 3, 0}, "rank 1's state_dict entry 1 is '0.bias' float32 (5) parameter where rank 0's is "
+                       "'0.bias' float32 (4) parameter"},
+        {2, {0, 4, 0}, "rank 1's state_dict entry 2 is '1.weight' float32 (4,4) parameter where rank 0's has only "
+                       "2 entries"},
+        {2, {4, 0, 0}, "rank 1's state_dict has only 2 entries where rank 0's entry 2 is '1.weight' float32 (4,4) "
+                       "parameter"},
+        {3, {0, 3, 4}, "(2 of 3 differ from rank 0; this is rank %d): rank 1's state_dict entry 1 is '0.bias' "
+                       "float32 (5) parameter where rank 0's is '0.bias' float32 (4) parameter; every rank must"}};
+    rank_job j[3];
+    dl_comm_group *g;
+    int c, i;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        g = dl_comm_group_new(cases[c].n);
+        memset(j, 0, sizeof j);
+        for (i = 0; i < cases[c].n; i++) {
+            j[i].g = g; j[i].rank = i; j[i].kind = 3; j[i].variant = cases[c].v[i]; j[i].timeout = 60;
+        }
+        run_ranks(j, cases[c].n);
+        for (i = 0; i < cases[c].n; i++) {
+            char want[400], head[160];
+            snprintf(want, sizeof want, cases[c].what, i);
+            snprintf(head, sizeof head, "dl_ddp_init: the ranks hold different models (%d of %d differ from rank 0; "
+                     "this is rank %d): ", c == 4 ? 2 : 1, cases[c].n, i);
+            CHECK(!j[i].ok && strstr(j[i].err, want) && (c == 4 || strstr(j[i].err, head) == j[i].err),
+                  "unlike models, case %d, rank %d: got '%s'", c, i, j[i].err);
+            CHECK(j[i].nb, "unlike models, case %d, rank %d: the communicator still sums", c, i);
+        }
+        dl_comm_group_free(g);
+    }
+    /* alike models (variant 0 everywhere): accepted */
+    g = dl_comm_group_new(2);
+    memset(j, 0, sizeof j);
+    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 3; j[i].timeout = 60; }
+    run_ranks(j, 2);
+    CHECK(j[0].ok && j[1].ok, "alike models: dl_ddp_init: %s %s", j[0].err, j[1].err);
+    dl_comm_group_free(g);
+}
+
 #if defined(DL_NCCL) && defined(DL_CUDA)
 /* NCCL with one rank on cuda:0 (make test-nccl, on a GPU machine): the
    communicator's allreduce, then dl_ddp with 8 buckets, each summed by NCCL
@@ -857,6 +918,7 @@ int main(int argc, char **argv)
     test_ddp_errors();
     test_other_backend();
     test_comm_threads();
+    test_threads_mismatch();
 #if defined(DL_NCCL) && defined(DL_CUDA)
     test_nccl();
 #endif

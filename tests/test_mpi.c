@@ -8,7 +8,10 @@
    replicas each) trains an MLP and LeNet 20 steps to the parameters of one
    model on the full batch (rel. tol. 1e-5); dl_ddp_check finds a process
    that drifted (built with DL_DEBUG, every dl_ddp_step checks the replicas
-   of all processes). Rank 0 prints the summed "N passed, M failed" line.
+   of all processes); processes with unlike models (another name, another
+   shape, an extra layer on either side) fail dl_ddp_init on every rank
+   with the first difference. Rank 0 prints the summed "N passed, M
+   failed" line.
 
    `test_mpi --stop` / `--kill` (tests/test_mpi_kill.sh): rank 1 hangs (as
    a lost node: alive, silent) or is killed while both ranks run allreduces
@@ -218,6 +221,71 @@ static void test_ddp(int kind, int nloc, int64_t B)
     free(yb);
 }
 
+/* ------------------------------------------------------------------ unlike models */
+
+/* the processes build unlike models: dl_ddp_init fails on every rank with
+   one message naming the first difference (before the fix: a name and a
+   shape of the same size trained silently, a bias of 5 against 4 aborted
+   the job with MPI_ERR_TRUNCATE, an extra layer waited out the timeout);
+   W goes on working */
+static void test_mismatch(void)
+{
+    static const struct { int v0, v1; const char *what; } cases[] = {
+        {1, 2, "rank 1's state_dict entry 0 is 'other_name' float32 (4,3) parameter where rank 0's is "
+               "'w' float32 (3,4) parameter"},
+        {0, 3, "rank 1's state_dict entry 1 is '0.bias' float32 (5) parameter where rank 0's is "
+               "'0.bias' float32 (4) parameter"},
+        {3, 0, "rank 1's state_dict entry 1 is '0.bias' float32 (4) parameter where rank 0's is "
+               "'0.bias' float32 (5) parameter"},
+        {0, 4, "rank 1's state_dict entry 2 is '1.weight' float32 (4,4) parameter where rank 0's has only 2 entries"},
+        {4, 0, "rank 1's state_dict has only 2 entries where rank 0's entry 2 is '1.weight' float32 (4,4) parameter"}};
+    int c;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        dl_module *m;
+        dl_ddp_desc dd;
+        dl_tensor *t;
+        char want[512];
+        memset(&dd, 0, sizeof dd);
+        dd.comm = W;
+        dl_set_device(C, dl_cpu_device(g_rank == 0 ? 0 : 1));
+        m = mismatch_model(C, g_rank == 0 ? cases[c].v0 : cases[c].v1);
+        snprintf(want, sizeof want, "dl_ddp_init: the ranks hold different models (1 of %d differ from rank 0; "
+                 "this is rank %d): %s; every rank must build the same model", g_size, g_rank, cases[c].what);
+        CHECK(dl_ddp_init(1, &m, NULL, &dd) == NULL && dl_last_error(C) == DL_ERR_SHAPE &&
+              strstr(dl_error_message(C), want) != NULL, "unlike models, case %d, rank %d: got '%s'", c, g_rank,
+              dl_error_message(C));
+        dl_clear_error(C);
+        t = dl_ones(C, DL_SHAPE(3));
+        CHECK(dl_comm_allreduce(W, &t, 1, DL_REDUCE_SUM) == DL_OK && th_f(t, 1) == (float)g_size,
+              "after unlike models, case %d: the communicator still sums (%s)", c, dl_error_message(C));
+        dl_set_device(C, dl_cpu());
+        dl_step_end(C);
+    }
+    /* unlike sizes in a broadcast, on a communicator of their own: the rank
+       that receives more than it expects gets MPI_ERR_TRUNCATE back as an
+       error (it aborted the job: Open MPI sends a nonblocking collective's
+       errors to MPI_COMM_WORLD's handler) */
+    {
+        dl_comm_desc cd;
+        dl_comm *w2;
+        dl_tensor *t;
+        dl_result rc;
+        memset(&cd, 0, sizeof cd);
+        cd.backend = DL_COMM_MPI;
+        cd.timeout = 5;
+        w2 = dl_comm_init(C, &cd);
+        t = dl_ones(C, DL_SHAPE(g_rank == 0 ? 5 : 4));
+        rc = dl_comm_broadcast(w2, &t, 1, 0);
+        CHECK(g_rank == 0 ? rc == DL_OK : rc == DL_ERR_DEVICE && strstr(dl_error_message(C),
+              "dl_comm_broadcast: rank 1 of 2: MPI error talking to rank 0/0: MPI_ERR_TRUNCATE") &&
+              strstr(dl_error_message(C), "the ranks passed different sizes"),
+              "rank %d: a broadcast of unlike sizes: %s", g_rank, dl_error_message(C));
+        dl_clear_error(C);
+        dl_comm_free(w2);
+        dl_step_end(C);
+    }
+}
+
 /* ------------------------------------------------------------------ a rank dies */
 
 static void die(int sig) { (void)sig; kill(getpid(), SIGKILL); }
@@ -343,6 +411,7 @@ int main(int argc, char **argv)
         free(g_params);
         g_params = NULL;
     }
+    test_mismatch();
     mine[0] = th_pass;
     mine[1] = th_fail;
     MPI_Reduce(mine, tot, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

@@ -4,7 +4,8 @@
    a histogram, images and a graph written, then read back with a TFRecord
    reader of this file's own: every record's CRCs and fields), files cut at
    every byte of their last record, and the errors: bad logdirs, a full disk
-   (/dev/full), a write cut short (RLIMIT_FSIZE), bad tensors. When Python's
+   (/dev/full), a write cut short (RLIMIT_FSIZE), bad tensors, tags that are
+   not UTF-8 (refused; the file stays readable after them). When Python's
    tensorboard package is importable, tests/tb_check.py reads the file with
    TensorBoard's own loader (one check; else it is skipped with a message).
    Outputs go to build/tb_summary/. */
@@ -885,17 +886,78 @@ static void test_errors(void)
     dl_ctx_free(other);
 }
 
-/* ------------------------------------------------------- 5. TensorBoard */
-static void test_tensorboard_reader(void)
+/* tests/tb_check.py reads the file an expectations file names with
+   TensorBoard's own loader (skipped without the tensorboard package) */
+static void tb_check(const char *expect)
 {
+    char cmd[512];
     if (system("python3 -c 'import tensorboard' >/dev/null 2>&1") != 0) {
         printf("SKIP tensorboard reader: python package tensorboard not installed (pip install tensorboard)\n");
         th_skip++;
         return;
     }
     fflush(stdout);
-    CHECK(system("python3 tests/tb_check.py " DIR_ "/expect.txt") == 0, "tests/tb_check.py (TensorBoard's loader)");
+    snprintf(cmd, sizeof cmd, "python3 tests/tb_check.py %s", expect);
+    CHECK(system(cmd) == 0, "tests/tb_check.py (TensorBoard's loader) on %s", expect);
 }
+
+/* ------------------------------------------- tags that are not UTF-8 */
+/* Summary.Value.tag is a protobuf string: a record whose tag is not UTF-8
+   is refused (before the fix it was written, and TensorBoard's reader then
+   showed nothing after it); UTF-8 tags, multi-byte too, are written */
+static void test_utf8_tags(void)
+{
+    dl_ctx_desc d;
+    dl_ctx *ctx;
+    dl_summary_writer *w;
+    FILE *ex;
+    static const float hv[] = {1.0f, 2.0f, 3.0f};
+    static const struct { const char *tag, *msg; } bad[] = {
+        {"bad\xff", "(byte 0xff at offset 3)"},
+        {"\xc0\xaf", "(byte 0xc0 at offset 0)"},          /* overlong '/' */
+        {"s\xed\xa0\x80", "(byte 0xed at offset 1)"},     /* a surrogate, U+D800 */
+        {"t\xe2\x82", "(byte 0xe2 at offset 1)"},         /* cut short */
+        {"\xf4\x90\x80\x80", "(byte 0xf4 at offset 0)"},  /* above U+10FFFF */
+        {"\x80x", "(byte 0x80 at offset 0)"}};            /* a lone continuation byte */
+    size_t i;
+    unsigned char *buf;
+    size_t n;
+    rec r[16];
+    int st;
+    dl_tensor *t;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    ctx = dl_ctx_init(&d);
+    w = dl_summary_open(ctx, DIR_ "/utf8");
+    CHECK(w != NULL, "open: %s", dl_error_message(ctx));
+    if (!w) { dl_ctx_free(ctx); return; }
+    t = dl_from_array(ctx, DL_SHAPE(3), hv);
+    ex = fopen(DIR_ "/expect_utf8.txt", "w");
+    fprintf(ex, "file %s\n", dl_summary_path(w));
+    CHECK(dl_summary_scalar(w, "a", 1, 1.0) == DL_OK, "scalar a");
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(dl_summary_scalar(w, bad[i].tag, 2, 2.0) == DL_ERR_ARG, "tag %d refused", (int)i);
+        EXPECT_ERR(ctx, DL_ERR_ARG, bad[i].msg);
+    }
+    CHECK(dl_summary_histogram(w, "h\xff", 2, t) == DL_ERR_ARG, "histogram tag refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_summary_histogram: tag is not valid UTF-8 (byte 0xff at offset 1)");
+    CHECK(dl_summary_image(w, "i\xfe", 2, t) == DL_ERR_ARG, "image tag refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_summary_image: tag is not valid UTF-8");
+    CHECK(dl_summary_scalar(w, "loss/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 3, 3.0) == DL_OK,
+          "a UTF-8 tag (2, 3 and 4 bytes): %s", dl_error_message(ctx));
+    CHECK(dl_summary_scalar(w, "b", 4, 4.0) == DL_OK, "scalar b");
+    CHECK(dl_summary_histogram(w, "h", 5, t) == DL_OK, "histogram h");
+    fprintf(ex, "scalar a 1 1\nscalar loss/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 3 3\nscalar b 4 4\nhisto h 5 1 2 3\n");
+    fclose(ex);
+    buf = slurp(dl_summary_path(w), &n);
+    CHECK(read_records(buf, n, r, 16, &st) == 5 && st == REC_END, "5 records: file_version, 3 scalars, 1 histogram");
+    free(buf);
+    dl_ctx_free(ctx);
+    tb_check(DIR_ "/expect_utf8.txt");   /* every record after the refused tags */
+}
+
+/* ------------------------------------------------------- 5. TensorBoard */
+static void test_tensorboard_reader(void) { tb_check(DIR_ "/expect.txt"); }
 
 int main(void)
 {
@@ -907,6 +969,7 @@ int main(void)
     test_graph_after_backward();
     test_errors();
     test_tensorboard_reader();
+    test_utf8_tags();
     if (th_skip) {
         printf("%d passed, %d failed, %d skipped\n", th_pass, th_fail, th_skip);
         return th_fail ? 1 : 0;
