@@ -12335,7 +12335,9 @@ dl_module *dl_module_add(dl_module *parent, const char *name, dl_module *child)
     arr = parent->cs;
     if (!dl__grow(parent->ctx, &arr, &parent->capc, parent->nc + 1, sizeof(dl__mchild))) return NULL;
     parent->cs = (dl__mchild *)arr;
-    snprintf(parent->cs[parent->nc].name, DL__NAME_MAX, "%s", name);
+    /* under DL__NAME_MAX (dl__mod_name_ok); not snprintf, which g++ -O3 flags
+       as truncating a caller's longer buffer */
+    memcpy(parent->cs[parent->nc].name, name, strlen(name) + 1);
     parent->cs[parent->nc].m = child;
     parent->nc++;
     return child;
