@@ -96,7 +96,9 @@
        safetensors checkpoints (parameters, buffers, optimizer state).
      Data. dl_idx_load reads (Fashion-)MNIST files; dl_tensor_dataset plus
        dl_loader give shuffled, augmented minibatches prepared by worker
-       threads.
+       threads, or, with dl_loader_desc.device_data, made on the device
+       from the whole dataset kept there as bytes (the same batches: order,
+       crops, flips and normalization bit for bit).
      Errors. An op given bad input returns NULL and records one message that
        names the op, the operands and the rule; an op given NULL returns NULL
        silently, so a whole forward pass needs one check. Calls that return
@@ -154,6 +156,29 @@
      thread and MPI paths give the bits of summing after backward. The
      replicas of one context sum their buckets after backward.
 
+   PROFILING
+     DL_PROFILE=1 in the environment (or dl_ctx_desc.profile = 1, or
+     dl_profile_enable) counts and times every op call and every backward
+     node, per device, and dl_ctx_free prints the table that torch.profiler's
+     prof.key_averages().table() prints, sorted by total time (to stderr;
+     dl_profile_print(ctx, file) prints it on demand, dl_profile_rows gives
+     the rows, dl_profile_reset starts over):
+
+         DL_PROFILE=1 build/lenet --epochs 1
+
+     A row is an op ("dl_conv2d") or a backward node ("dl_conv2d backward").
+     Total is the time from the op's start to its result; self is the total
+     less the time of the ops it called: dl_linear's total holds its
+     dl_matmul and dl_add, which are counted under their own names too, and
+     a backward node's total holds the ops of its backward rule. Times are
+     host wall time on CPU devices and CUDA events on GPUs (the time of the
+     device's stream, read without synchronizing until the table is made;
+     host time on emulated devices). Creators (dl_zeros, dl_from_array) and
+     dl_module_forward are not ops here; dl_optim_step and
+     dl_optim_zero_grad are. A call that fails is not counted. Off, each
+     hook is one test of a pointer (docs/profiling.md: what it costs, on
+     and off, and how to read the table).
+
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
        of persistent tensors: gradients, optimizer steps);
@@ -162,9 +187,12 @@
      - support float64 or float16 (yet);
      - synchronize batch-norm statistics across replicas (SyncBatchNorm), or
        overlap the gradient allreduce with backward;
-     - promise anything on a real GPU yet: the CUDA backend (DL_CUDA) and the
-       NCCL communicator (DL_NCCL) are new, built and tested on emulated
-       devices only; they have not yet run on a GPU.
+     - promise more GPU testing than this: the CUDA backend (DL_CUDA) and the
+       NCCL communicator (DL_NCCL) are tested on emulated devices (make
+       test-cuda-emu), and ran on one NVIDIA H100 at 7a1c176: make test-cuda
+       151 passed, 1 failed; make test-cuda-all 12,217 passed, 2 failed (the
+       three failures were test expectations, not the backend); make
+       test-nccl 988 passed.
 
    CONTENTS: the implementation (below the declarations, in the file that
    defines DL_IMPLEMENTATION) reads top to bottom in this order; each part
@@ -188,7 +216,7 @@
      data                      IDX files, datasets, the threaded loader
      io: safetensors, io: tensorboard
      dist                      allreduce, communicators (local, MPI, NCCL), data parallel
-     debug                     gradcheck, graph (DOT), anomaly mode
+     debug                     gradcheck, graph (DOT), anomaly mode; the profiler
 
    API INDEX: every public type, macro and function, one line each, in the
    order of the declarations below (tests/api_index_check.sh keeps it so);
@@ -201,9 +229,10 @@
        dl_device_type             enum: DL_DEVICE_DEFAULT (0), DL_DEVICE_CPU, DL_DEVICE_CUDA
        dl_device                  {type, index}: torch.device("cpu:1")
        dl_shape                   a shape or a list of dims by value ({ndim, d[]})
-       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3]))
+       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3])); () is dl_shape_make(0, NULL)
        DL_DIMS                    DL_DIMS(0, -1): dims for reductions and permute (dim=(0, -1))
        DL_ALL                     every dim (x.sum() with no dim)
+       DL_ZERO                    a real zero in a desc field where 0 means a non-zero default (-0.0f)
        dl_ctx                     opaque context: owns every tensor, module, optimizer, loader
        dl_tensor                  a tensor: ndim, shape, numel, dtype, device, data, grad ...
        dl_log_fn                  error log callback: void (*)(void *user, const char *message)
@@ -314,6 +343,8 @@
        dl_mean                    x.mean(dims, keepdim)
        dl_max                     x.amax(dims, keepdim)
        dl_min                     x.amin(dims, keepdim)
+       dl_max_dim                 torch.max(x, dim, keepdim): values and indices
+       dl_min_dim                 torch.min(x, dim, keepdim): values and indices
        dl_var                     x.var(dims, correction, keepdim)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
      ops: linear algebra and softmax
@@ -347,6 +378,11 @@
        dl_gradcheck               torch.autograd.gradcheck
        dl_graph_dot               the graph behind a tensor as Graphviz DOT (torchviz)
        dl_set_anomaly             torch.autograd.set_detect_anomaly
+       dl_profile_row             one row of the profile: name, device, calls, self and total seconds
+       dl_profile_enable          torch.profiler: prof.start() / prof.stop() (DL_PROFILE=1 starts it)
+       dl_profile_reset           forget what the profiler recorded
+       dl_profile_rows            prof.key_averages(): rows by total time
+       dl_profile_print           print(prof.key_averages().table()) to a FILE *
      ops: normalization and dropout
        dl_batch_norm              F.batch_norm
        dl_layer_norm              F.layer_norm
@@ -373,7 +409,7 @@
        dl_conv_transpose1d        F.conv_transpose1d
        dl_conv_transpose2d        F.conv_transpose2d
        dl_conv_transpose3d        F.conv_transpose3d
-       dl_pool_desc               kernel, stride, padding, dilation, ceil_mode, no_count_include_pad
+       dl_pool_desc               kernel, stride, padding, dilation, ceil_mode, no_count_include_pad (= !count_include_pad)
        dl_pool_desc_make          a dl_pool_desc from PyTorch's keyword arguments
        dl_max_pool1d              F.max_pool1d
        dl_max_pool2d              F.max_pool2d
@@ -580,7 +616,10 @@ typedef enum dl_dtype { DL_DTYPE_F32 = 0, DL_DTYPE_I32, DL_DTYPE_I64 } dl_dtype;
 typedef enum dl_device_type { DL_DEVICE_DEFAULT = 0, DL_DEVICE_CPU, DL_DEVICE_CUDA } dl_device_type;
 typedef struct dl_device { int type; int index; } dl_device;
 
-/* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1). */
+/* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1).
+   DL_SHAPE() with no arguments is not a scalar's shape: it counts one
+   (empty) argument, so it is (0), one dim of size 0 (and its empty braces
+   are not ISO C). The 0-d shape () is dl_shape_make(0, NULL). */
 typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 
 #define DL__NARG(...) DL__NARG_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
@@ -592,6 +631,13 @@ typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 #endif
 #define DL_DIMS(...) DL_SHAPE(__VA_ARGS__)
 #define DL_ALL dl_dims_all()      /* reduce over every dim */
+/* Zero means default: a zeroed desc field is PyTorch's default. Where that
+   default is not zero but zero is also a value a port may want (AdamW's
+   weight_decay 0.01, Adam's betas and eps, lr, a param group's lr and
+   weight_decay, smooth_l1's beta, gradcheck's atol and rtol), DL_ZERO asks
+   for a real zero: d.weight_decay = DL_ZERO is AdamW(weight_decay=0).
+   README.md, section "Zero means default", lists every such field. */
+#define DL_ZERO (-0.0f)
 
 typedef struct dl_ctx dl_ctx;
 typedef struct dl_tensor dl_tensor;
@@ -630,7 +676,12 @@ struct dl_tensor {
 
 typedef void (*dl_log_fn)(void *user, const char *message);
 
-/* Context settings; zero means default for every field. */
+/* Context settings; zero means default for every field. The environment
+   variables DL_CPU_DEVICES=N, DL_STRICT=1 and DL_DEVICE=cpu:1 fill
+   cpu_devices, strict_devices and device only where the desc leaves them at
+   zero (a NULL desc: all three), so a whole program or test suite can be
+   moved to another device from outside while a field set in the desc always
+   keeps its value. */
 typedef struct dl_ctx_desc {
     uint64_t seed;            /* RNG seed (0: 0x5eed) */
     int num_threads;          /* kernel threads: 0 = every core; more than the cores is
@@ -639,11 +690,14 @@ typedef struct dl_ctx_desc {
     size_t memory_limit;      /* bytes per device (0: no limit) */
     dl_log_fn log;            /* error log (NULL: stderr; dl_log_silent: none) */
     void *log_user;
-    int cpu_devices;          /* CPU devices cpu:0 .. cpu:N-1 (0: 1, the host); the
-                                 environment's DL_CPU_DEVICES=N raises it */
+    int cpu_devices;          /* CPU devices cpu:0 .. cpu:N-1 (0: DL_CPU_DEVICES=N, else 1,
+                                 the host) */
     bool strict_devices;      /* virtual CPU devices (cpu:1 ...) hand out tagged data pointers
-                                 that fault when host code touches them (DL_STRICT=1 too) */
-    dl_device device;         /* where creators put tensors (zero: cpu:0; DL_DEVICE=cpu:1 too) */
+                                 that fault when host code touches them (false: DL_STRICT=1) */
+    dl_device device;         /* where creators put tensors (zero: DL_DEVICE=cpu:1 ..., else cpu:0) */
+    int profile;              /* 1: count and time every op from the start (dl_profile_*; the
+                                 table is printed at dl_ctx_free); -1: off; 0: DL_PROFILE=1 in
+                                 the environment turns it on */
     /* TF32 tensor cores on CUDA devices, PyTorch's two switches (dl_set_allow_tf32,
        dl_set_allow_tf32_conv): 1 on, -1 off, 0 the environment's DL_ALLOW_TF32=0|1 /
        DL_ALLOW_TF32_CONV=0|1, else PyTorch's default (matmul off, conv on) */
@@ -709,7 +763,8 @@ DL_API const char *dl_result_string(dl_result r);       /* "DL_ERR_SHAPE" ... */
 DL_API void dl_set_log(dl_ctx *ctx, dl_log_fn fn, void *user);
 DL_API void dl_log_silent(void *user, const char *message);  /* a log that drops */
 
-/* --- tensors: creation (step memory, on the CPU) */
+/* --- tensors: creation (step memory, on the context's device: dl_ctx_device,
+   cpu:0 unless dl_ctx_desc.device, DL_DEVICE or dl_set_device say otherwise) */
 DL_API dl_shape dl_shape_make(int ndim, const int64_t *dims);
 DL_API dl_shape dl_dims_all(void);
 DL_API dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape);           /* uninitialized */
@@ -783,7 +838,7 @@ DL_API dl_tensor *dl_log(dl_tensor *a);
 DL_API dl_tensor *dl_sqrt(dl_tensor *a);
 DL_API dl_tensor *dl_abs(dl_tensor *a);
 DL_API dl_tensor *dl_erf(dl_tensor *a);
-DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on [lo,hi] */
+DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on (lo,hi), 0 at the bounds */
 DL_API dl_tensor *dl_relu(dl_tensor *a);
 DL_API dl_tensor *dl_leaky_relu(dl_tensor *a, float negative_slope);
 DL_API dl_tensor *dl_sigmoid(dl_tensor *a);
@@ -794,9 +849,14 @@ DL_API dl_tensor *dl_silu(dl_tensor *a);      /* x * sigmoid(x) (SiLU, swish) */
 /* --- ops: reductions. dims: DL_DIMS(...) or DL_ALL; keepdim keeps size-1 dims */
 DL_API dl_tensor *dl_sum(dl_tensor *t, dl_shape dims, bool keepdim);
 DL_API dl_tensor *dl_mean(dl_tensor *t, dl_shape dims, bool keepdim);
-DL_API dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim); /* one dim: grad to
-                                            the arg-max; several: split among ties */
+DL_API dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim); /* torch.amax: the
+                                            gradient split evenly among ties */
 DL_API dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim);
+/* torch.max(t, dim) / torch.min(t, dim): the values, and in *indices (NULL:
+   not wanted) the int64 index of the first largest (smallest) along dim; the
+   whole gradient goes to that index */
+DL_API dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
+DL_API dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
 DL_API dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim);
                                             /* correction 1: unbiased (PyTorch default) */
 DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, first max */
@@ -861,7 +921,7 @@ typedef dl_tensor *(*dl_gradcheck_fn)(void *user, dl_tensor *const *inputs);
 typedef struct dl_gradcheck_desc {
     double eps;             /* finite-difference step (0: 1e-3) */
     double atol, rtol;      /* pass when |analytic-numeric| <= atol + rtol*|numeric|
-                               (0: 1e-3, 1e-2) */
+                               (0: 1e-3, 1e-2; DL_ZERO: 0) */
     uint64_t seed;          /* projection vector seed (0: 1) */
 } dl_gradcheck_desc;
 typedef struct dl_gradcheck_result {
@@ -878,6 +938,25 @@ DL_API dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n,
                               dl_gradcheck_result *result);
 DL_API dl_result dl_graph_dot(dl_tensor *root, const char *path);  /* Graphviz DOT */
 DL_API void dl_set_anomaly(dl_ctx *ctx, bool on);  /* NaN/Inf check on every op output */
+
+/* --- debug: the profiler (PROFILING above; docs/profiling.md), torch.profiler's
+   key_averages() table. Times in seconds, per device: host wall time on CPU
+   devices, CUDA events on GPUs. */
+typedef struct dl_profile_row {
+    char name[80];          /* "dl_conv2d", or a backward node: "dl_conv2d backward" */
+    dl_device device;
+    int64_t calls;
+    double self_s;          /* time in the op less the ops it called (its children) */
+    double total_s;         /* all the time from the op's start to its end */
+} dl_profile_row;
+DL_API void dl_profile_enable(dl_ctx *ctx, bool on);   /* profiler.start() / stop() */
+DL_API void dl_profile_reset(dl_ctx *ctx);             /* forget the counts and times so far */
+/* key_averages(): up to cap rows, by device then total time (largest first);
+   returns how many rows there are (rows NULL: just count them) */
+DL_API int dl_profile_rows(dl_ctx *ctx, dl_profile_row *rows, int cap);
+/* print(prof.key_averages().table()): one table per device to stream, a
+   FILE * (NULL: stderr) */
+DL_API dl_result dl_profile_print(dl_ctx *ctx, void *stream);
 
 /* Normalization, dropout and losses. Semantics follow torch.nn.functional;
    where they differ it says so below. */
@@ -932,7 +1011,7 @@ typedef struct dl_loss_desc {
                                  bce, bce_with_logits: weight broadcast to the input */
     dl_tensor *pos_weight;    /* bce_with_logits: weight of positive targets, broadcast
                                  to the input (typically (C), one per class) */
-    float beta;               /* smooth_l1: 0 -> 1.0 (PyTorch's default); -0.0f -> 0 (= L1) */
+    float beta;               /* smooth_l1: 0 -> 1.0 (PyTorch's default); DL_ZERO -> 0 (= L1) */
     float delta;              /* huber: 0 -> 1.0 (PyTorch's default); must be > 0 */
     bool log_target;          /* kl_div: target holds log-probabilities */
 } dl_loss_desc;
@@ -1024,12 +1103,15 @@ typedef struct dl_pool_desc {
     int64_t padding[DL_MAX_SPATIAL];  /* each side, at most kernel/2 (max: -inf, avg: zeros) */
     int64_t dilation[DL_MAX_SPATIAL]; /* 0: 1 (max pooling only) */
     bool ceil_mode;                   /* ceil instead of floor in the output size */
-    bool no_count_include_pad;        /* avg: PyTorch's count_include_pad=False (divide by
-                                         the elements inside x only); zero: True, its default */
+    bool no_count_include_pad;        /* avg: = !count_include_pad, PyTorch's keyword
+                                         inverted so that zero is its default True; true:
+                                         divide by the elements inside x only */
 } dl_pool_desc;
 
 /* kernel, stride (0: = kernel) and padding in every spatial dim; dilation 1;
-   ceil_mode and count_include_pad as PyTorch's keyword arguments. */
+   ceil_mode and count_include_pad as PyTorch's keyword arguments (PyTorch's
+   default count_include_pad=True is true here; the desc stores it inverted:
+   .no_count_include_pad = !count_include_pad). */
 DL_API dl_pool_desc dl_pool_desc_make(int64_t kernel, int64_t stride, int64_t padding,
                                       bool ceil_mode, bool count_include_pad);
 
@@ -1194,15 +1276,16 @@ typedef struct dl_sgd_desc {
 } dl_sgd_desc;
 /* Zero means PyTorch's default: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8,
    weight_decay 0 (Adam) or 0.01 (AdamW). Where zero is a meaningful value
-   but not the default (the betas, eps, AdamW's weight_decay), write -0.0f
-   for an actual zero. */
+   but not the default (lr, the betas, eps, AdamW's weight_decay), write
+   DL_ZERO for an actual zero: AdamW(weight_decay=0) is .weight_decay = DL_ZERO. */
 typedef struct dl_adam_desc {
     float lr, beta1, beta2, eps, weight_decay;
     bool amsgrad, maximize;
 } dl_adam_desc;
 /* A parameter group, as a dict in torch.optim's param list: its own lr and
-   weight decay. lr 0: the optimizer's; weight_decay 0: the optimizer's,
-   -0.0f: none (biases and norm weights, typically). */
+   weight decay. lr 0: the optimizer's, DL_ZERO: 0 (a frozen group);
+   weight_decay 0: the optimizer's, DL_ZERO: none (biases and norm weights,
+   typically). */
 typedef struct dl_param_group {
     dl_tensor *const *params;
     int n;
@@ -1417,6 +1500,12 @@ typedef struct dl_loader_desc {
     int num_workers;        /* threads preparing the next batch (0: in the caller) */
     uint64_t seed;          /* shuffling and augmentation (0: 1) */
     dl_device device;       /* where batches go (zero: the context's default device) */
+    bool device_data;       /* keep the whole dataset on `device` as bytes and make each
+                               batch there: gather, crop, flip, normalize (the same bits
+                               as the host's batches). The dataset must come from
+                               dl_tensor_dataset with x of whole numbers 0..255 (raw
+                               pixels; the transform's scale/mean/std normalize them);
+                               num_workers is not used */
 } dl_loader_desc;
 typedef struct dl_loader dl_loader;
 DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
@@ -1553,6 +1642,7 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 #include <float.h>
 #include <assert.h>
 #include <limits.h>
+#include <time.h>
 #if !defined(DL_NO_THREADS) && !defined(__GNUC__)
 #define DL_NO_THREADS   /* the thread pool needs GCC's __atomic builtins (gcc, clang, icx) */
 #endif
@@ -3348,8 +3438,10 @@ static DL__HD inline float dl__siluf(float x)
     X(AFFINE, a * x + b) \
     X(DIVS, x / a) \
     X(GT, x > a ? 1.0f : 0.0f) \
+    X(NLE, x <= a ? 0.0f : 1.0f) \
     X(LEAKY_MASK, x > 0 ? 1.0f : a) \
-    X(INRANGE, (x >= a && x <= b) ? 1.0f : 0.0f)
+    X(INRANGE, (x >= a && x <= b) ? 1.0f : 0.0f) \
+    X(INSIDE, (x > a && x < b) ? 1.0f : 0.0f)
 
 /* p and q are the two inputs */
 #define DL__BINARY_OPS(X) \
@@ -3362,7 +3454,7 @@ static DL__HD inline float dl__siluf(float x)
     X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
     X(EQ, p == q ? 1.0f : 0.0f) \
-    X(RELU_GRAD, q > 0 ? p : 0.0f) \
+    X(RELU_GRAD, q <= 0 ? 0.0f : p) \
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
     X(TANH_GRAD, p * (1.0f - q * q))
 
@@ -3461,6 +3553,35 @@ static DL__UNUSED int64_t dl__s1_floats(const dl__cgeom *g, const dl__s1geom *q,
     return 2 * g->Ca * g->K + 16 + (flip ? g->Ca * g->Cb * g->K + 16 : 0) + (g->Ca + g->Cb) * n * q->Pa;
 }
 
+/* A loader's batch made on its device from the dataset kept there as bytes
+   (dl_loader_desc.device_data): samples of sn = C*H*W pixels; the crop's
+   zero padding; the normalization (v * scale - mean) * inv_std. */
+typedef struct dl__batchgeom {
+    int64_t sn, C, H, W, pad;
+    float scale, mean, inv_std;
+} dl__batchgeom;
+
+/* (v * scale - mean) * inv_std, as every loader computes it: in double,
+   where v * scale is exact (24 + 24 bits), so neither a contraction into an
+   FMA nor the device changes the bits */
+static DL__HD inline float dl__px_norm(float v, float scale, float mean, float inv_std)
+{
+    return (float)(((double)v * (double)scale - (double)mean) * (double)inv_std);
+}
+
+/* Pixel r (c, row, col) of a sample made from its bytes src: the sample
+   shifted by (dy, dx) - pad in a zero-padded frame (the random crop) and
+   mirrored when flip (the random horizontal flip), then normalized.
+   aug = flip | dy << 1 | dx << 32; aug 0 with pad 0 is the plain sample. */
+static DL__HD inline float dl__batch_px(const uint8_t *src, int64_t r, int64_t aug, const dl__batchgeom *g)
+{
+    int64_t HW = g->H * g->W, c = r / HW, q = r - c * HW, row = q / g->W, col = q - row * g->W;
+    int64_t dy = (aug >> 1) & 0x7fffffff, dx = aug >> 32;
+    int64_t sr = row + dy - g->pad, sq = ((aug & 1) ? g->W - 1 - col : col) + dx - g->pad;
+    float v = (sr >= 0 && sr < g->H && sq >= 0 && sq < g->W) ? (float)src[c * HW + sr * g->W + sq] : 0.0f;
+    return dl__px_norm(v, g->scale, g->mean, g->inv_std);
+}
+
 /* Geometry of one pooling: input ia, output ob, per-dim windows. */
 typedef struct dl__pgeom {
     int64_t ia[3], ob[3], k[3], s[3], p[3], d[3];
@@ -3497,6 +3618,13 @@ struct dl__backend {
     /* between two devices of this backend (dst on dd, src on sd) */
     void (*peer)(dl__dev *dd, void *dst, dl__dev *sd, const void *src, size_t bytes);
     void (*sync)(dl__dev *d);
+    /* the profiler's marks (optional; NULL: the host clock): prof_mark is a
+       token for "now" in the device's queue (-1: none to give), prof_seconds
+       the time between two tokens (waiting for the second), prof_release
+       the end of the tokens handed out so far (they may be reused) */
+    int64_t (*prof_mark)(dl__dev *d);
+    double (*prof_seconds)(dl__dev *d, int64_t a, int64_t b);
+    void (*prof_release)(dl__dev *d);
     /* fills: random (counter-based: y[i] from (seed, offset + i), the same on
        every backend), arange, one int64 += v */
     void (*rand)(dl__dev *d, int dist, float *y, int64_t n, uint64_t seed, uint64_t offset,
@@ -3545,6 +3673,11 @@ struct dl__backend {
     /* y (planes, Lout) = x (planes, Lin)[idx]  (0 where idx < 0) */
     void (*gather)(dl__dev *d, float *y, const float *x, const int64_t *idx, int64_t planes,
                    int64_t Lin, int64_t Lout);
+    /* a loader's batch from the dataset on the device (dl__batchgeom): for
+       sample j < cnt, i = plan[2j], x[j] (sn floats) = dl__batch_px of
+       data + i*sn (bytes) with aug plan[2j+1], y[j] = labels[i] */
+    void (*load_batch)(dl__dev *d, float *x, int64_t *y, const uint8_t *data, const int64_t *labels,
+                       const int64_t *plan, int64_t cnt, const dl__batchgeom *g);
     void (*avg_pool)(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g);
     void (*avg_pool_adj)(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g);
     /* fused normalization. Batch norm over x (N, C, L), per channel: bn_stats
@@ -3616,6 +3749,18 @@ struct dl__backend {
 /* the backend of a tensor's device */
 #define DL__BE(t) ((t)->dev_->be)
 
+/* nanoseconds on a monotonic clock (the profiler's host marks) */
+static int64_t dl__prof_now(void)
+{
+#if defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+#else
+    return (int64_t)((double)clock() * (1e9 / (double)CLOCKS_PER_SEC));
+#endif
+}
+
 
 typedef dl_result (*dl__bwd_fn)(dl__node *n, dl_tensor *g, dl_tensor **gin);
 /* reads: the tensors whose values the backward rule reads (bit i: input i,
@@ -3643,6 +3788,8 @@ struct dl__node {
     bool released;
     const dl_function *fn;            /* custom functions */
     void *user;
+    const char *pname;                /* the op that recorded it, while profiling ("dl_conv2d"
+                                         for a node of op dl_conv): its backward's name */
 };
 
 struct dl_fn_ctx { dl__node node; };
@@ -3650,6 +3797,7 @@ struct dl_fn_ctx { dl__node node; };
 /* Objects the context owns besides tensors (modules, optimizers, loaders):
    each registers a destructor that dl_ctx_free runs, newest first. */
 typedef struct dl__owned { struct dl__owned *next; void (*destroy)(void *p); void *p; } dl__owned;
+typedef struct dl__prof dl__prof;
 
 #define DL__MAX_CPU 64
 #define DL__MAX_CUDA 16
@@ -3696,7 +3844,21 @@ struct dl_ctx {
        backward */
     dl_result (*ready_fn)(void *user, dl_tensor *leaf);
     void *ready_user;
+    dl__prof *prof;                   /* the profiler while it records (NULL: off, and every hook is
+                                         one test of this pointer); section "debug: profiler" */
+    dl__prof *prof_data;              /* its tables, kept while it does not record */
 };
+
+/* The profiler's hooks (section "debug: profiler"): a span opens at an op's
+   first argument check (dl__live) and closes at its dl__done (or dl__end);
+   the backward walk opens one per node; an error drops the open ones. */
+static void dl__prof_begin(dl_ctx *ctx, dl__dev *d, const char *name, bool bwd);
+static void dl__prof_end(dl_ctx *ctx, const char *name, bool bwd);
+static void dl__prof_drop(dl_ctx *ctx, const char *name);
+static void dl__prof_fail(dl_ctx *ctx);
+static void dl__prof_step(dl_ctx *ctx);
+static void dl__prof_free(dl_ctx *ctx);
+static const char *dl__prof_top(const dl_ctx *ctx);
 
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -4105,6 +4267,24 @@ static const char *dl__dtype_str(dl_dtype t)
 static DL__TLS dl_result dl__noctx_err;
 static DL__TLS char dl__noctx_msg[256];
 
+/* A failure with no context to keep it: the thread's context-less slot,
+   reported through log (NULL: stderr; dl_ctx_init passes its desc's log). */
+static void dl__noctx_fail(dl_log_fn log, void *user, dl_result code, const char *msg)
+{
+    if (msg != dl__noctx_msg) {   /* a copy, cut to the slot (a context's message is longer) */
+        size_t n = strlen(msg);
+        if (n >= sizeof dl__noctx_msg) n = sizeof dl__noctx_msg - 1;
+        memcpy(dl__noctx_msg, msg, n);
+        dl__noctx_msg[n] = 0;
+    }
+    dl__noctx_err = code;
+    if (log) log(user, dl__noctx_msg);
+    else fprintf(stderr, "dl.h: %s\n", dl__noctx_msg);
+#ifdef DL_ABORT_ON_ERROR
+    abort();
+#endif
+}
+
 static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
 {
     va_list ap;
@@ -4113,11 +4293,7 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(dl__noctx_msg, sizeof dl__noctx_msg, fmt, ap);
         va_end(ap);
-        dl__noctx_err = code;
-        fprintf(stderr, "dl.h: %s\n", dl__noctx_msg);
-#ifdef DL_ABORT_ON_ERROR
-        abort();
-#endif
+        dl__noctx_fail(NULL, NULL, code, dl__noctx_msg);
         return;
     }
     if (ctx->in_backward_of)
@@ -4128,6 +4304,7 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
     va_end(ap);
     ctx->err = code;
     ctx->nerr++;
+    if (ctx->prof) dl__prof_fail(ctx);   /* the ops in progress failed: not counted */
     if (ctx->log) ctx->log(ctx->log_user, ctx->msg);
 #ifdef DL_ABORT_ON_ERROR
     abort();
@@ -4168,8 +4345,10 @@ void dl_set_log(dl_ctx *ctx, dl_log_fn fn, void *user)
 
 /* Every tensor argument passes here: it must be a live tensor of this step
    (or persistent). A header whose magic is wrong cannot name its context, so
-   nothing can be reported: the op returns NULL. */
-static bool dl__live(const char *op, const char *arg, const dl_tensor *t)
+   nothing can be reported: the op returns NULL. dl__live is an op's check
+   (it also opens the op's profiler span); calls that are not ops (dl_data,
+   dl_backward, modules, optimizers ...) check with dl__valid. */
+static bool dl__valid(const char *op, const char *arg, const dl_tensor *t)
 {
     dl_ctx *ctx;
     if (!t) return false;
@@ -4196,6 +4375,16 @@ static bool dl__live(const char *op, const char *arg, const dl_tensor *t)
                 op, arg, dl__sh(t), (unsigned long long)t->step_, (unsigned long long)ctx->step);
         return false;
     }
+    return true;
+}
+
+static bool dl__live(const char *op, const char *arg, const dl_tensor *t)
+{
+    dl_ctx *ctx;
+    if (!t || t->magic_ != DL__MAGIC || (t->step_ != 0 && t->step_ != t->ctx_->step))
+        return dl__valid(op, arg, t);    /* reports why (the checks above, inline: every op passes) */
+    ctx = t->ctx_;
+    if (ctx->prof) dl__prof_begin(ctx, t->dev_, op, false);
     return true;
 }
 
@@ -4738,7 +4927,7 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
     if (dev.type == DL_DEVICE_CPU) {
         if (dev.index >= 0 && dev.index < ctx->ncpu) return ctx->cpu[dev.index];
         dl__err(ctx, DL_ERR_DEVICE, "%s: %s does not exist: this context has %d CPU device%s "
-                "(more with dl_ctx_desc.cpu_devices or DL_CPU_DEVICES=N)", op,
+                "(more with dl_ctx_desc.cpu_devices, or DL_CPU_DEVICES=N where that is 0)", op,
                 dl__dev_str(dev, b, sizeof b), ctx->ncpu, ctx->ncpu == 1 ? "" : "s");
         return NULL;
     }
@@ -4763,22 +4952,23 @@ static dl__dev *dl__device(dl_ctx *ctx, dl_device dev, const char *op)
     return NULL;
 }
 
-/* cpu:0 .. cpu:N-1 (desc, or DL_CPU_DEVICES), strict mode (desc or
-   DL_STRICT=1), the default device (desc, or DL_DEVICE=cpu:1 ...). The
-   environment is read so that a whole test suite can be run on another
-   device without changing it. */
+/* cpu:0 .. cpu:N-1, strict mode, the default device: each from the desc,
+   or, where the desc leaves the field at zero, from the environment
+   (DL_CPU_DEVICES, DL_STRICT, DL_DEVICE), so that a whole test suite can be
+   run on another device without changing it while an explicit desc keeps
+   what it asked for. */
 static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
 {
     const char *env;
     int n = desc && desc->cpu_devices > 0 ? desc->cpu_devices : 1, i;
-    dl_device def = desc ? desc->device : dl_cpu();
+    dl_device def = desc ? desc->device : dl__devdef();
     ctx->strict = desc && desc->strict_devices;
     if (desc && (desc->cpu_devices < 0 || desc->cpu_devices > DL__MAX_CPU)) {
         dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: cpu_devices=%d must be between 0 (1 device) and %d",
                 desc->cpu_devices, DL__MAX_CPU);
         return false;
     }
-    if ((env = getenv("DL_CPU_DEVICES")) && *env) {
+    if ((!desc || desc->cpu_devices == 0) && (env = getenv("DL_CPU_DEVICES")) && *env) {
         char *end = NULL;
         long v = strtol(env, &end, 10);
         if (*end || v < 1 || v > DL__MAX_CPU) {
@@ -4786,10 +4976,10 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
                     env, DL__MAX_CPU);
             return false;
         }
-        if ((int)v > n) n = (int)v;
+        n = (int)v;
     }
-    if ((env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
-    if ((env = getenv("DL_DEVICE")) && *env) {
+    if (!ctx->strict && (env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
+    if (def.type == DL_DEVICE_DEFAULT && (env = getenv("DL_DEVICE")) && *env) {
         def = dl_device_parse(env);
         if (def.type < 0) {
             dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: DL_DEVICE=%s is not a device name (cpu, cpu:1, "
@@ -4842,41 +5032,48 @@ static bool dl__tf32_opt(dl_ctx *ctx, const char *field, int v, const char *env,
 dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
-    if (!ctx) { dl__err(NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context"); return NULL; }
+    dl_log_fn log = desc && desc->log ? desc->log : NULL;   /* NULL: stderr */
+    if (!ctx) {
+        dl__noctx_fail(log, desc ? desc->log_user : NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context");
+        return NULL;
+    }
     memset(ctx, 0, sizeof *ctx);
     ctx->step = 1;
     dl__hstore_init(ctx);
-    ctx->log = dl__log_stderr;
+    ctx->log = NULL;                     /* a failure is reported once, at the end */
     if (desc) {
         ctx->memory_limit = desc->memory_limit;
-        if (desc->log) ctx->log = desc->log;
         ctx->log_user = desc->log_user;
     }
     dl_manual_seed(ctx, desc ? desc->seed : 0);
     if (desc && (desc->num_threads < 0 || desc->num_threads > 1024)) {
-        /* no context is returned: the message goes to the thread's context-less slot */
-        dl__err(NULL, DL_ERR_ARG, "dl_ctx_init: num_threads=%d must be between 0 (all %d cores) and 1024",
+        dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: num_threads=%d must be between 0 (all %d cores) and 1024",
                 desc->num_threads, dl__cores());
+        /* no context is returned: the message goes to the thread's context-less slot */
+        dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);
         dl__hstore_free(ctx);
         DL_FREE(ctx);
         return NULL;
     }
+    ctx->log = log ? log : dl__log_stderr;     /* the clamp's warning goes to the log */
     dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
-    {
-        dl_log_fn log = ctx->log;
-        ctx->log = NULL;                 /* a failure is reported once, below */
-        if (!dl__tf32_opt(ctx, "allow_tf32", desc ? desc->allow_tf32 : 0, "DL_ALLOW_TF32", false,
-                          &ctx->allow_tf32) ||
-            !dl__tf32_opt(ctx, "allow_tf32_conv", desc ? desc->allow_tf32_conv : 0, "DL_ALLOW_TF32_CONV", true,
-                          &ctx->allow_tf32_conv) ||
-            !dl__devs_init(ctx, desc)) {
-            dl__err(NULL, ctx->err, "%s", ctx->msg);   /* no context is returned */
-            dl_ctx_free(ctx);
-            return NULL;
-        }
-        ctx->log = log;
+    ctx->log = NULL;
+    if (!dl__tf32_opt(ctx, "allow_tf32", desc ? desc->allow_tf32 : 0, "DL_ALLOW_TF32", false, &ctx->allow_tf32) ||
+        !dl__tf32_opt(ctx, "allow_tf32_conv", desc ? desc->allow_tf32_conv : 0, "DL_ALLOW_TF32_CONV", true,
+                      &ctx->allow_tf32_conv) ||
+        !dl__devs_init(ctx, desc)) {
+        dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);   /* no context is returned */
+        dl_ctx_free(ctx);
+        return NULL;
+    }
+    ctx->log = log ? log : dl__log_stderr;
+    {   /* the profiler: the desc's choice, else DL_PROFILE=1 */
+        const char *env = getenv("DL_PROFILE");
+        int on = desc ? desc->profile : 0;
+        if (on == 0 && env && *env && strcmp(env, "0") != 0) on = 1;
+        if (on > 0) dl_profile_enable(ctx, true);
     }
     return ctx;
 }
@@ -4945,6 +5142,7 @@ static DL__UNUSED void dl__disown(dl_ctx *ctx, void *p)
 void dl_ctx_free(dl_ctx *ctx)
 {
     if (!ctx) return;
+    dl__prof_free(ctx);   /* prints the table first when something was recorded */
     while (ctx->owned) {
         dl__owned *o = ctx->owned;
         ctx->owned = o->next;
@@ -4969,6 +5167,7 @@ void dl_step_end(dl_ctx *ctx)
     for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) dl__arena_reset(&ctx->cuda[i]->data);
     dl__hstep_end(ctx);
     ctx->ntape = 0;
+    if (ctx->prof) dl__prof_step(ctx);
 }
 
 uint64_t dl_step(const dl_ctx *ctx) { return ctx ? ctx->step : 0; }
@@ -7732,6 +7931,37 @@ static void dl__cpu_gather(dl__dev *d, float *y, const float *x, const int64_t *
     dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (Lout + 1) + 1, dl__scat_task, &u);
 }
 
+/* a loader's batch, a sample per task (dl__batch_px: the CUDA kernel's math) */
+typedef struct dl__lb_args {
+    float *x; int64_t *y; const uint8_t *data; const int64_t *labels, *plan; const dl__batchgeom *g;
+} dl__lb_args;
+
+static void dl__lb_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__lb_args *u = (const dl__lb_args *)arg;
+    int64_t j, r, sn = u->g->sn;
+    for (j = lo; j < hi; j++) {
+        int64_t i = u->plan[2 * j], aug = u->plan[2 * j + 1];
+        const uint8_t *src = u->data + i * sn;
+        float *x = u->x + j * sn;
+        for (r = 0; r < sn; r++) x[r] = dl__batch_px(src, r, aug, u->g);
+        u->y[j] = u->labels[i];
+    }
+}
+
+static void dl__cpu_load_batch(dl__dev *d, float *x, int64_t *y, const uint8_t *data, const int64_t *labels,
+                               const int64_t *plan, int64_t cnt, const dl__batchgeom *g)
+{
+    dl__lb_args u;
+    u.x = (float *)DL__RAW(d, x);
+    u.y = (int64_t *)DL__RAW(d, y);
+    u.data = (const uint8_t *)DL__RAW(d, data);
+    u.labels = (const int64_t *)DL__RAW(d, labels);
+    u.plan = (const int64_t *)DL__RAW(d, plan);
+    u.g = g;
+    dl__parallel_for(d->ctx->pool, cnt, (1 << 14) / (g->sn + 1) + 1, dl__lb_task, &u);
+}
+
 /* avg pooling, forward (adj = false: y = mean of window) or adjoint
    (adj = true: x[window] += y / divisor), one plane per task */
 typedef struct dl__avg_args { float *x; float *y; const dl__pgeom *g; bool adj; } dl__avg_args;
@@ -8375,12 +8605,13 @@ static const dl__backend dl__cpu_backend = {
     "cpu",
     dl__cpu_alloc, dl__cpu_free, dl__cpu_upload, dl__cpu_download, dl__cpu_copy, dl__cpu_peer,
     dl__cpu_sync,
+    NULL, NULL, NULL,   /* prof_mark, prof_seconds, prof_release: the host clock */
     dl__cpu_rand, dl__cpu_arange, dl__cpu_fill, dl__cpu_add_i64,
     dl__cpu_unary, dl__cpu_binary, dl__cpu_reduce, dl__cpu_argmax, dl__cpu_onehot, dl__cpu_copy_nd,
     dl__cpu_axpy, dl__cpu_nonfinite, dl__cpu_gemm, dl__cpu_softmax,
     dl__cpu_class_mask, dl__cpu_dropout_mask, dl__cpu_bce_logits,
     dl__cpu_im2col, dl__cpu_col2im, dl__cpu_bias_add, dl__cpu_max_pool, dl__cpu_unpool,
-    dl__cpu_gather, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
+    dl__cpu_gather, dl__cpu_load_batch, dl__cpu_avg_pool, dl__cpu_avg_pool_adj,
     dl__cpu_bn_stats, dl__cpu_bn_apply, dl__cpu_bn_backward, dl__cpu_ln_forward, dl__cpu_ln_backward,
     dl__cpu_sgd, dl__cpu_adam, dl__cpu_sumsq, dl__cpu_scale, dl__cpu_conv_s1, dl__cpu_conv_s1_wgrad,
 #ifdef DL__WG
@@ -8472,6 +8703,7 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
         ctx->captape = cap;
     }
     node->id = ctx->ntape;
+    if (ctx->prof) node->pname = dl__prof_top(ctx);
     ctx->tape[ctx->ntape++] = node;
     out->node_ = node;
     out->requires_grad = true;
@@ -8482,8 +8714,10 @@ oom:
     return -1;
 }
 
-/* Last step of every op: the anomaly check. */
-static dl_tensor *dl__done(dl_tensor *out, const char *op)
+/* Last step of every op: a failed backend call, the anomaly check, and the
+   end of the op's profiler span (dl__check: all but that, for the node an
+   op's helper records inside the op). */
+static dl_tensor *dl__check(dl_tensor *out, const char *op)
 {
     dl_ctx *ctx;
     int64_t i;
@@ -8505,6 +8739,35 @@ static dl_tensor *dl__done(dl_tensor *out, const char *op)
         }
     }
     return out;
+}
+
+static dl_tensor *dl__done(dl_tensor *out, const char *op)
+{
+    if (!dl__check(out, op)) return NULL;
+    if (out->ctx_->prof) dl__prof_end(out->ctx_, op, false);
+    return out;
+}
+
+/* The end of an op whose result another op made (a composite: dl_mean is
+   dl_sum then dl_div_scalar), or that returns an input as it is: closes
+   the op's profiler span (y NULL: the op failed, the span is dropped). */
+static dl_tensor *dl__end(dl_ctx *ctx, dl_tensor *y, const char *op)
+{
+    if (ctx->prof) {
+        if (y) dl__prof_end(ctx, op, false);
+        else dl__prof_drop(ctx, op);
+    }
+    return y;
+}
+
+/* dl__end for an op that returns a dl_result (dl_write, dl_fill_, dl_read ...) */
+static dl_result dl__end_rc(dl_ctx *ctx, dl_result rc, const char *op)
+{
+    if (ctx->prof) {
+        if (rc == DL_OK) dl__prof_end(ctx, op, false);
+        else dl__prof_drop(ctx, op);
+    }
+    return rc;
 }
 
 static bool dl__need(const dl__node *n, int i) { return n->in[i] && n->in[i]->requires_grad; }
@@ -8554,12 +8817,12 @@ dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape) { DL__DEFDEV(ctx, "dl_ones") ret
 dl_tensor *dl_zeros_like(dl_tensor *t)
 {
     if (!t || !dl__live("dl_zeros_like", "t", t)) return NULL;
-    return dl__filled(t->dev_, "dl_zeros_like", dl__shape_of(t), 0.0f);
+    return dl__end(t->ctx_, dl__filled(t->dev_, "dl_zeros_like", dl__shape_of(t), 0.0f), "dl_zeros_like");
 }
 dl_tensor *dl_ones_like(dl_tensor *t)
 {
     if (!t || !dl__live("dl_ones_like", "t", t)) return NULL;
-    return dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f);
+    return dl__end(t->ctx_, dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f), "dl_ones_like");
 }
 
 dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
@@ -8568,13 +8831,17 @@ dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
     int64_t cnt;
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
-    if (step == 0.0f || !(start == start) || !(end == end)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
-                (double)start, (double)end, (double)step);
+    if (step == 0.0f || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and the bounds and step finite (start %g, "
+                "end %g, step %g)", (double)start, (double)end, (double)step);
+        return NULL;
+    }
+    if (step > 0 ? end < start : end > start) {   /* as PyTorch: an error, not an empty tensor */
+        dl__err(ctx, DL_ERR_ARG, "dl_arange: upper bound and lower bound inconsistent with step sign (start %g, "
+                "end %g, step %g)", (double)start, (double)end, (double)step);
         return NULL;
     }
     n = ceil(((double)end - (double)start) / (double)step);
-    if (n < 0) n = 0;
     if (n > 1e15) {
         dl__err(ctx, DL_ERR_OOM, "dl_arange: %g elements is too many", n);
         return NULL;
@@ -8652,7 +8919,7 @@ dl_tensor *dl_keep(dl_tensor *t)
     if (!y) return NULL;
     memcpy(y->name, t->name, sizeof y->name);
     y->requires_grad = t->requires_grad && !t->node_;   /* a leaf's flag is kept */
-    return y;
+    return dl__end(t->ctx_, y, "dl_keep");
 }
 
 dl_tensor *dl_param(dl_tensor *t)
@@ -8693,7 +8960,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
     }
     DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
     dl__bump_version(t);
-    return dl__dev_check(t->dev_, "dl_write");
+    return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_write"), "dl_write");
 }
 
 dl_result dl_fill_(dl_tensor *t, float v)
@@ -8703,7 +8970,7 @@ dl_result dl_fill_(dl_tensor *t, float v)
     if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
     DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     dl__bump_version(t);
-    return DL_OK;
+    return dl__end_rc(t->ctx_, DL_OK, "dl_fill_");
 }
 
 dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
@@ -8728,11 +8995,11 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
         ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
     }
     dl__bump_version(dst);      /* torch bumps it for a self-copy too */
-    if (src == dst || dst->numel == 0) return DL_OK;
+    if (src == dst || dst->numel == 0) return dl__end_rc(dst->ctx_, DL_OK, op);
     dl__strides(dst->shape, dst->ndim, ds);
     DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
                         src->data, ss);
-    return DL_OK;
+    return dl__end_rc(dst->ctx_, DL_OK, op);
 bad:
     dl__err(dst->ctx_, DL_ERR_SHAPE, "%s: src %s does not broadcast to dst %s (sizes must match or be "
             "1, aligned from the right)", op, dl__sh(src), dl__sh(dst));
@@ -8742,7 +9009,7 @@ bad:
 void dl_free(dl_tensor *t)
 {
     if (!t) return;
-    if (t->magic_ != DL__MAGIC) { (void)dl__live("dl_free", "t", t); return; }   /* reports a double free in DL_DEBUG */
+    if (t->magic_ != DL__MAGIC) { (void)dl__valid("dl_free", "t", t); return; }   /* reports a double free in DL_DEBUG */
     if (t->step_ != 0) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_free: t %s is a step tensor; dl_step_end() releases it", dl__sh(t));
         return;
@@ -8791,7 +9058,7 @@ dl_tensor *dl_to(dl_tensor *t, dl_device dev)
     if (!t || !dl__live("dl_to", "t", t)) return NULL;
     d = dl__device(t->ctx_, dev, "dl_to");
     if (!d) return NULL;
-    if (d == t->dev_) return t;
+    if (d == t->dev_) return dl__end(t->ctx_, t, "dl_to");
     y = dl__make(d, "dl_to", t->dtype, t->ndim, t->shape, false, NULL);
     if (!y || !dl__copy_across(y, t)) return NULL;
     if (dl__record(y, &dl__op_to, 1, &t, &n) < 0) return NULL;
@@ -8854,7 +9121,7 @@ float dl_item(dl_tensor *t)
         return NAN;
     }
     DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
-    return dl__dev_check(t->dev_, "dl_item") == DL_OK ? v : NAN;
+    return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_item"), "dl_item") == DL_OK ? v : NAN;
 }
 
 /* the first float of a tensor, read to the host (a device tensor waits for its stream) */
@@ -8871,7 +9138,7 @@ dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
         return DL_ERR_ARG;
     }
     DL__BE(t)->download(t->dev_, dst, t->data, sizeof(float) * (size_t)n);
-    return dl__dev_check(t->dev_, "dl_read");
+    return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_read"), "dl_read");
 }
 
 dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
@@ -8886,7 +9153,7 @@ dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
     }
     if (t->dtype == DL_DTYPE_I64) {
         DL__BE(t)->download(t->dev_, dst, t->data, sizeof(int64_t) * (size_t)n);
-        return dl__dev_check(t->dev_, "dl_read_int64");
+        return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_read_int64"), "dl_read_int64");
     }
     /* 4-byte values: into the second half of dst, then widened in place, front to back */
     if (n) DL__BE(t)->download(t->dev_, (char *)(dst + n) - 4 * n, t->data, 4 * (size_t)n);
@@ -8895,13 +9162,13 @@ dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
         if (t->dtype == DL_DTYPE_I32) { int32_t v; memcpy(&v, src, 4); dst[i] = v; }
         else { float v; memcpy(&v, src, 4); dst[i] = (int64_t)v; }
     }
-    return dl__dev_check(t->dev_, "dl_read_int64");
+    return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_read_int64"), "dl_read_int64");
 }
 
 float *dl_data(dl_tensor *t)
 {
     char b[32];
-    if (!t || !dl__live("dl_data", "t", t) || !dl__f32("dl_data", "t", t)) return NULL;
+    if (!t || !dl__valid("dl_data", "t", t) || !dl__f32("dl_data", "t", t)) return NULL;
     if (!dl__host_ok(t)) {
         dl__err(t->ctx_, DL_ERR_DEVICE, "dl_data: t %s is on %s, whose memory the host cannot "
                 "address; read it with dl_read() or copy it with dl_to(t, dl_cpu())", dl__sh(t),
@@ -8929,7 +9196,7 @@ void dl_print(dl_tensor *t)
 {
     int64_t i, n;
     unsigned char buf[64 * 8];
-    if (!t || !dl__live("dl_print", "t", t)) { printf("tensor(NULL)\n"); return; }
+    if (!t || !dl__valid("dl_print", "t", t)) { printf("tensor(NULL)\n"); return; }
     n = t->numel < 64 ? t->numel : 64;
     DL__BE(t)->download(t->dev_, buf, t->data, (size_t)n * dl__esize(t->dtype));
     printf("tensor%s %s%s [", dl__sh(t), dl__dtype_str(t->dtype), t->requires_grad ? " requires_grad" : "");
@@ -8950,7 +9217,7 @@ void dl_print(dl_tensor *t)
 
 dl_tensor *dl_requires_grad(dl_tensor *t, bool on)
 {
-    if (!t || !dl__live("dl_requires_grad", "t", t)) return NULL;
+    if (!t || !dl__valid("dl_requires_grad", "t", t)) return NULL;
     if (t->node_) {
         dl__err(t->ctx_, DL_ERR_GRAPH, "dl_requires_grad: t %s is the output of %s, not a leaf; "
                 "use dl_detach() to make a leaf", dl__sh(t), t->node_->op->name);
@@ -8972,7 +9239,7 @@ bool dl_is_grad_enabled(const dl_ctx *ctx) { return ctx && dl__grad_on(ctx); }
 dl_tensor *dl_detach(dl_tensor *t)
 {
     if (!t || !dl__live("dl_detach", "t", t)) return NULL;
-    return dl__view("dl_detach", NULL, t, t->ndim, t->shape);
+    return dl__end(t->ctx_, dl__view("dl_detach", NULL, t, t->ndim, t->shape), "dl_detach");
 }
 
 void dl_zero_grad(dl_tensor *t)
@@ -8984,10 +9251,13 @@ void dl_zero_grad(dl_tensor *t)
 
 void dl_sgd_update(dl_tensor *p, float lr)
 {
-    if (!p || !dl__live("dl_sgd_update", "p", p) || !p->grad) return;
-    DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
-    dl__bump_version(p);
-    dl_zero_grad(p);
+    if (!p || !dl__live("dl_sgd_update", "p", p)) return;
+    if (p->grad) {
+        DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
+        dl__bump_version(p);
+        dl_zero_grad(p);
+    }
+    dl__end(p->ctx_, p, "dl_sgd_update");
 }
 
 /* Gradients made inside a backward (without create_graph) are given back
@@ -9123,8 +9393,9 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     int j;
     dl_result rc = DL_OK;
     bool saved_bng;
+    const char *pname;
     if (!out) return DL_ERR_ARG;
-    if (!dl__live(name, "out", out)) return out->magic_ == DL__MAGIC ? out->ctx_->err : DL_ERR_ARG;
+    if (!dl__valid(name, "out", out)) return out->magic_ == DL__MAGIC ? out->ctx_->err : DL_ERR_ARG;
     ctx = out->ctx_;
     create = desc && desc->create_graph;
     retain = create || (desc && desc->retain_graph);
@@ -9135,7 +9406,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     }
     if (desc && desc->grad) {
         seed = desc->grad;
-        if (!dl__live(name, "grad", seed)) return ctx->err;
+        if (!dl__valid(name, "grad", seed)) return ctx->err;
         if (!dl_same_shape(seed, out)) {
             dl__err(ctx, DL_ERR_SHAPE, "%s: grad %s must have the shape of out %s", name,
                     dl__sh(seed), dl__sh(out));
@@ -9179,6 +9450,8 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         }
         for (j = 0; j < n->nin; j++) gp[j] = NULL;
         ctx->in_backward_of = n->fn && n->fn->name ? n->fn->name : n->op->name;
+        pname = n->fn && n->fn->name ? n->fn->name : n->pname ? n->pname : n->op->name;
+        if (ctx->prof) dl__prof_begin(ctx, n->out->dev_, pname, true);   /* "dl_conv2d backward" */
         rc = (n->fn ? n->nsaved : n->op->reads | n->op->cross) ? dl__saved_ok(name, n) : DL_OK;
         if (rc == DL_OK) rc = n->fn ? n->fn->backward((dl_fn_ctx *)n, g, gp, n->user) : n->op->backward(n, g, gp);
         if (!retain) n->released = true;
@@ -9203,7 +9476,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                 break;
             }
             if (n->fn && !(gj = dl__fn_grad(name, n, j, gj))) { rc = ctx->err; break; }
-            if (ctx->anomaly && !dl__done(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
+            if (ctx->anomaly && !dl__check(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
             if (x->node_) {
                 if (x->node_->gacc) {
                     dl_tensor *old = x->node_->gacc;
@@ -9233,6 +9506,10 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                 }
                 if (ctx->ready_fn && x->pend_ > 0 && --x->pend_ == 0) rc = ctx->ready_fn(ctx->ready_user, x);
             }
+        }
+        if (ctx->prof) {
+            if (rc == DL_OK) dl__prof_end(ctx, pname, true);
+            else dl__prof_fail(ctx);
         }
         ctx->in_backward_of = NULL;
         if (rc != DL_OK) break;
@@ -9268,7 +9545,7 @@ dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs, dl_tensor **g
         return DL_ERR_ARG;
     }
     for (i = 0; i < n; i++) {
-        if (!inputs[i] || !dl__live("dl_grad", "an input", inputs[i])) return DL_ERR_ARG;
+        if (!inputs[i] || !dl__valid("dl_grad", "an input", inputs[i])) return DL_ERR_ARG;
         if (!inputs[i]->requires_grad) {
             dl__err(out->ctx_, DL_ERR_GRAPH, "dl_grad: input %d %s does not require grad", i,
                     dl__sh(inputs[i]));
@@ -9305,7 +9582,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     dl_no_grad_begin(ctx);
     y = fn->forward(&tmp, n, inputs, user);
     dl_no_grad_end(ctx);
-    if (!y) return NULL;
+    if (!y) return dl__end(ctx, NULL, fn->name ? fn->name : "dl_function_apply");
     if (!dl__live(fn->name ? fn->name : "dl_function_apply", "the forward's result", y)) return NULL;
     /* The output gets a header of its own: recording on an input (a
        pass-through, or an in-place-style forward that returns its argument),
@@ -9389,14 +9666,15 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_mul_scalar(dl_exp(dl_neg(dl_mul(x, x))), 1.1283791670955126f));
     return DL_OK;
 }
-/* y = clamp(x, lo, hi);  dx = g where lo <= x <= hi, else 0 */
-static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INRANGE, n->f[0], n->f[1])); return DL_OK; }
-/* y = max(x, 0);  dx = g * (x > 0) */
+/* y = clamp(x, lo, hi);  dx = g where lo < x < hi, else 0 (at a bound and
+   at NaN: 0, as PyTorch 2.15) */
+static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INSIDE, n->f[0], n->f[1])); return DL_OK; }
+/* y = max(x, 0);  dx = g * !(x <= 0) (NaN passes g, as PyTorch's threshold_backward) */
 static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
 static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_GT, 0, 0));   /* differentiable */
-    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x > 0 ? g : 0 */
+    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_NLE, 0, 0));   /* differentiable */
+    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x <= 0 ? 0 : g */
     return DL_OK;
 }
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
@@ -9670,7 +9948,7 @@ dl_tensor *dl_reshape(dl_tensor *t, dl_shape shape)
                 (long long)t->numel, dl__shp(t->ctx_, &shape), (long long)known);
         return NULL;
     }
-    return dl__view("dl_reshape", &dl__op_reshape, t, shape.ndim, out);
+    return dl__end(t->ctx_, dl__view("dl_reshape", &dl__op_reshape, t, shape.ndim, out), "dl_reshape");
 }
 
 dl_tensor *dl_flatten(dl_tensor *t, int start, int end)
@@ -9679,7 +9957,7 @@ dl_tensor *dl_flatten(dl_tensor *t, int start, int end)
     int i, k = 0;
     if (!t) return NULL;
     if (!dl__live("dl_flatten", "t", t)) return NULL;
-    if (t->ndim == 0) return dl_reshape(t, dl__dims1(1));
+    if (t->ndim == 0) return dl__end(t->ctx_, dl_reshape(t, dl__dims1(1)), "dl_flatten");
     if (!dl__dim("dl_flatten", t, &start, t->ndim) || !dl__dim("dl_flatten", t, &end, t->ndim)) return NULL;
     if (start > end) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_flatten: start_dim %d comes after end_dim %d", start, end);
@@ -9688,7 +9966,7 @@ dl_tensor *dl_flatten(dl_tensor *t, int start, int end)
     for (i = 0; i < start; i++) out[k++] = t->shape[i];
     out[k++] = dl__prod(t->shape + start, end - start + 1);
     for (i = end + 1; i < t->ndim; i++) out[k++] = t->shape[i];
-    return dl_reshape(t, dl_shape_make(k, out));
+    return dl__end(t->ctx_, dl_reshape(t, dl_shape_make(k, out)), "dl_flatten");
 }
 
 dl_tensor *dl_squeeze(dl_tensor *t, int dim)
@@ -9700,7 +9978,7 @@ dl_tensor *dl_squeeze(dl_tensor *t, int dim)
     if (!dl__dim("dl_squeeze", t, &dim, t->ndim)) return NULL;
     for (i = 0; i < t->ndim; i++)
         if (i != dim || t->shape[i] != 1) out[k++] = t->shape[i];   /* size != 1: no-op, as PyTorch */
-    return dl_reshape(t, dl_shape_make(k, out));
+    return dl__end(t->ctx_, dl_reshape(t, dl_shape_make(k, out)), "dl_squeeze");
 }
 
 dl_tensor *dl_unsqueeze(dl_tensor *t, int dim)
@@ -9718,7 +9996,7 @@ dl_tensor *dl_unsqueeze(dl_tensor *t, int dim)
         if (i == dim) out[k++] = 1;
         if (i < t->ndim) out[k++] = t->shape[i];
     }
-    return dl_reshape(t, dl_shape_make(k, out));
+    return dl__end(t->ctx_, dl_reshape(t, dl_shape_make(k, out)), "dl_unsqueeze");
 }
 
 /* A copy of t with its elements read through src_strides (elements) and an offset. */
@@ -9794,7 +10072,7 @@ dl_tensor *dl_transpose(dl_tensor *t, int d0, int d1)
     for (i = 0; i < t->ndim; i++) p.d[i] = i;
     p.d[d0] = d1;
     p.d[d1] = d0;
-    return dl_permute(t, p);
+    return dl__end(t->ctx_, dl_permute(t, p), "dl_transpose");
 }
 
 /* Place g into zeros of the full shape at [start, start+len) along dim:
@@ -9846,6 +10124,7 @@ static dl_tensor *dl__unnarrow(dl_tensor *g, int dim, int64_t start, int64_t ful
     dl_tensor *y;
     dl__node *n;
     if (!g) return NULL;
+    if (g->ctx_->prof) dl__prof_begin(g->ctx_, g->dev_, "dl_narrow_backward", false);
     memcpy(shape, g->shape, sizeof(int64_t) * (size_t)g->ndim);
     shape[dim] = full;
     y = dl__new(g->dev_, "dl_narrow_backward", g->ndim, shape);
@@ -9948,7 +10227,7 @@ dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim)
     if (!u) { dl__err(ctx, DL_ERR_OOM, "dl_stack: out of memory"); return NULL; }
     if (dim < 0) dim += ts[0]->ndim + 1;   /* insert position counts the new dim */
     for (i = 0; i < n; i++) if (!(u[i] = dl_unsqueeze(ts[i], dim))) return NULL;
-    return dl_cat(n, u, dim);
+    return dl__end(ctx, dl_cat(n, u, dim), "dl_stack");
 }
 
 /* y = expand(x);  dx = sum_to(g, x.shape) */
@@ -10002,8 +10281,8 @@ dl_tensor *dl_sum_to(dl_tensor *t, dl_shape shape)
         if (shape.d[d - lead] != 1) goto bad;
         dims.d[dims.ndim++] = d;
     }
-    if (dims.ndim == 0) return t->ndim == shape.ndim ? t : dl_reshape(t, shape);
-    return dl_reshape(dl_sum(t, dims, true), shape);
+    if (dims.ndim == 0) return dl__end(t->ctx_, t->ndim == shape.ndim ? t : dl_reshape(t, shape), "dl_sum_to");
+    return dl__end(t->ctx_, dl_reshape(dl_sum(t, dims, true), shape), "dl_sum_to");
 bad:
     dl__err(t->ctx_, DL_ERR_SHAPE, "dl_sum_to: t %s cannot be summed to %s (the target must "
             "broadcast to t's shape)", dl__sh(t), dl__shp(t->ctx_, &shape));
@@ -10025,19 +10304,21 @@ static bool dl__red_mask(const char *name, const dl_tensor *t, dl_shape dims, bo
         return false;
     }
     for (i = 0; i < dims.ndim; i++) {
+        int nd = t->ndim > 0 ? t->ndim : 1;   /* a 0-d tensor takes dim 0 or -1, as PyTorch */
         int d = (int)dims.d[i];
-        if (dims.d[i] < -t->ndim || dims.d[i] >= t->ndim) {
+        if (dims.d[i] < -nd || dims.d[i] >= nd) {
             dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %lld is out of range for a tensor of shape %s "
-                    "(valid: %d..%d)", name, (long long)dims.d[i], dl__sh(t), -t->ndim, t->ndim - 1);
+                    "(valid: %d..%d)", name, (long long)dims.d[i], dl__sh(t), -nd, nd - 1);
             return false;
         }
-        if (d < 0) d += t->ndim;
+        if (d < 0) d += nd;
         if (mask[d]) {
             dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %d appears twice in dims", name, d);
             return false;
         }
         mask[d] = true;
     }
+    if (t->ndim == 0) mask[0] = false;        /* nothing to reduce */
     return true;
 }
 
@@ -10139,84 +10420,116 @@ dl_tensor *dl_mean(dl_tensor *t, dl_shape dims, bool keepdim)
     if (!dl__live("dl_mean", "t", t) || !dl__f32("dl_mean", "t", t)) return NULL;
     if (!dl__red_mask("dl_mean", t, dims, mask)) return NULL;
     for (i = 0; i < t->ndim; i++) if (mask[i]) cnt *= t->shape[i];
-    return dl_div_scalar(dl_sum(t, dims, keepdim), (float)cnt);
+    return dl__end(t->ctx_, dl_div_scalar(dl_sum(t, dims, keepdim), (float)cnt), "dl_mean");
 }
 
-/* one dim:  y = max(x, dim);  dx = onehot(argmax) * g
-   several:  y = amax(x, dims); dx = [x == y] * g / count([x == y])  (ties share) */
+/* y = amax(x, dims);  dx = [x == y] * g / count([x == y])  (ties share the
+   gradient evenly, as torch.amax, over one dim or several) */
 static dl_result dl__max_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int64_t ks[DL_MAX_DIMS];
-    dl_tensor *gk, *x = DL__X;
+    bool mask[DL_MAX_DIMS];
+    int i;
+    dl_tensor *eq, *cnt, *x = DL__X;
     dl__keep_shape(n, ks);
-    gk = dl_reshape(g, dl_shape_make(x->ndim, ks));
-    if (n->nsaved) {   /* single dim: route to the recorded arg-max */
-        dl_tensor *idx = n->saved[0], *mask;
-        int dim = (int)n->i[1];
-        mask = dl__new(x->dev_, "dl_max", x->ndim, x->shape);
-        if (!mask) return DL_ERR_OOM;
-        DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)idx->data,
-                         dl__prod(x->shape, dim), x->shape[dim],
-                         dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
-        gin[0] = dl_mul(mask, gk);
-    } else {
-        bool mask[DL_MAX_DIMS];
-        int i;
-        dl_tensor *eq, *cnt;
-        for (i = 0; i < x->ndim; i++) mask[i] = (n->i[0] >> i) & 1;
-        eq = dl__bmask(x, dl_reshape(DL__Y, dl_shape_make(x->ndim, ks)), DL__B_EQ);
-        cnt = eq ? dl__reduce_raw("dl_max", DL__R_SUM, eq, mask) : NULL;
-        gin[0] = dl_mul(eq, dl_div(gk, cnt));
-    }
+    for (i = 0; i < x->ndim; i++) mask[i] = (n->i[0] >> i) & 1;
+    eq = dl__bmask(x, dl_reshape(DL__Y, dl_shape_make(x->ndim, ks)), DL__B_EQ);
+    cnt = eq ? dl__reduce_raw("dl_max", DL__R_SUM, eq, mask) : NULL;
+    gin[0] = dl_mul(eq, dl_div(dl_reshape(g, dl_shape_make(x->ndim, ks)), cnt));
     return DL_OK;
 }
 static const dl__op dl__op_max = {"dl_max", dl__max_bwd, 1 | DL__RD_OUT, 0};
 
-dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim)
+/* false with an error when a dim to reduce has size 0 (max of nothing) */
+static bool dl__max_nonempty(const char *name, const dl_tensor *t, const bool *mask)
+{
+    int i;
+    for (i = 0; i < t->ndim; i++)
+        if (mask[i] && t->shape[i] == 0) {
+            dl__err(t->ctx_, DL_ERR_SHAPE, "%s: cannot reduce dim %d of size 0 of t %s (max of nothing)",
+                    name, i, dl__sh(t));
+            return false;
+        }
+    return true;
+}
+
+/* dl_max, or with min dl_min as -max(-t) */
+static dl_tensor *dl__max(const char *name, dl_tensor *t, dl_shape dims, bool keepdim, bool min)
 {
     bool mask[DL_MAX_DIMS];
-    dl_tensor *y, *idx = NULL;
+    dl_tensor *y;
     dl__node *n;
-    int i, nred = 0, dim = 0;
     if (!t) return NULL;
-    if (!dl__live("dl_max", "t", t) || !dl__f32("dl_max", "t", t)) return NULL;
-    if (!dl__red_mask("dl_max", t, dims, mask)) return NULL;
-    for (i = 0; i < t->ndim; i++)
-        if (mask[i]) {
-            nred++;
-            dim = i;
-            if (t->shape[i] == 0) {
-                dl__err(t->ctx_, DL_ERR_SHAPE, "dl_max: cannot reduce dim %d of size 0 of t %s "
-                        "(max of nothing)", i, dl__sh(t));
-                return NULL;
-            }
-        }
-    y = dl__reduce_raw("dl_max", DL__R_MAX, t, mask);
+    if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
+    if (!dl__red_mask(name, t, dims, mask) || !dl__max_nonempty(name, t, mask)) return NULL;
+    if (min && !(t = dl_neg(t))) return NULL;
+    /* the node keeps y, whose data are the keepdim-shaped values, for the tie mask */
+    y = dl__drop_dims("dl_max", dl__reduce_raw("dl_max", DL__R_MAX, t, mask), mask, keepdim);
     if (!y) return NULL;
-    if (nred == 1 && dims.ndim == 1 && dl__grad_on(t->ctx_) && t->requires_grad) {
-        idx = dl__make(t->dev_, "dl_max", DL_DTYPE_I64, y->ndim, y->shape, false, NULL);
-        if (!idx) return NULL;
-        DL__BE(t)->argmax(t->dev_, (int64_t *)idx->data, (const float *)t->data,
-                         dl__prod(t->shape, dim), t->shape[dim],
-                         dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
-    }
-    {   /* the node keeps the keepdim-shaped values for the tie mask */
-        dl_tensor *yk = y;
-        y = dl__drop_dims("dl_max", yk, mask, keepdim);
-        if (!y) return NULL;
-    }
     if (dl__record(y, &dl__op_max, 1, &t, &n) < 0) return NULL;
+    if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
+    y = dl__check(y, name);
+    return dl__end(t->ctx_, min ? dl_neg(y) : y, name);   /* (the negation inside dl_min's span) */
+}
+dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_max", t, dims, keepdim, false); }
+dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_min", t, dims, keepdim, true); }
+
+/* y, idx = max(x, dim);  dx = onehot(idx) * g  (the whole gradient to the
+   index torch.max(x, dim) returns: the first largest) */
+static dl_result dl__max_dim_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int64_t ks[DL_MAX_DIMS];
+    dl_tensor *x = DL__X, *mask;
+    int dim = (int)n->i[1];
+    dl__keep_shape(n, ks);
+    mask = dl__new(x->dev_, "dl_max_dim", x->ndim, x->shape);
+    if (!mask) return DL_ERR_OOM;
+    if (x->numel)   /* a 0-d x: one element, index 0 */
+        DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)n->saved[0]->data,
+                          dl__prod(x->shape, dim), x->ndim ? x->shape[dim] : 1,
+                          dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
+    gin[0] = dl_mul(mask, dl_reshape(g, dl_shape_make(x->ndim, ks)));
+    return DL_OK;
+}
+static const dl__op dl__op_max_dim = {"dl_max_dim", dl__max_dim_bwd, 0, 0};   /* reads x's shape only, and its own indices */
+
+/* dl_max_dim, or with min dl_min_dim as -max(-t) (the same indices) */
+static dl_tensor *dl__max_dim(const char *name, dl_tensor *t, int dim, bool keepdim, dl_tensor **indices, bool min)
+{
+    bool mask[DL_MAX_DIMS];
+    dl_tensor *y, *idx;
+    dl__node *n;
+    if (indices) *indices = NULL;
+    if (!t) return NULL;
+    if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
+    if (!dl__red_mask(name, t, DL_DIMS(dim), mask) || !dl__max_nonempty(name, t, mask)) return NULL;
+    if (min && !(t = dl_neg(t))) return NULL;
+    dim = t->ndim == 0 ? 0 : dim < 0 ? dim + t->ndim : dim;
+    y = dl__reduce_raw("dl_max_dim", DL__R_MAX, t, mask);
+    idx = y ? dl__make(t->dev_, "dl_max_dim", DL_DTYPE_I64, y->ndim, y->shape, false, NULL) : NULL;
+    if (!idx) return NULL;
+    if (t->numel)   /* a 0-d t: one element, index 0 */
+        DL__BE(t)->argmax(t->dev_, (int64_t *)idx->data, (const float *)t->data, dl__prod(t->shape, dim),
+                          t->ndim ? t->shape[dim] : 1, dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
+    y = dl__drop_dims("dl_max_dim", y, mask, keepdim);
+    if (!y || dl__record(y, &dl__op_max_dim, 1, &t, &n) < 0) return NULL;
     if (n) {
         n->i[0] = dl__mask_bits(mask, t->ndim);
         n->i[1] = dim;
-        if (idx) { n->saved[0] = idx; n->nsaved = 1; }
+        n->saved[0] = idx;
+        n->nsaved = 1;
     }
-    return dl__done(y, "dl_max");
+    if (indices) *indices = dl__drop_dims("dl_max_dim", idx, mask, keepdim);
+    y = dl__check(y, name);
+    return dl__end(t->ctx_, min ? dl_neg(y) : y, name);
 }
-
-dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim)
+dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
 {
-    return dl_neg(dl_max(dl_neg(t), dims, keepdim));
+    return dl__max_dim("dl_max_dim", t, dim, keepdim, indices, false);
+}
+dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
+{
+    return dl__max_dim("dl_min_dim", t, dim, keepdim, indices, true);
 }
 
 dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
@@ -10230,8 +10543,8 @@ dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
     if (!dl__red_mask("dl_var", t, dims, mask)) return NULL;
     for (i = 0; i < t->ndim; i++) if (mask[i]) cnt *= t->shape[i];
     d = dl_sub(t, dl_mean(t, dims, true));
-    return dl_div_scalar(dl_sum(dl_mul(d, d), dims, keepdim),
-                         (float)(cnt - correction > 0 ? cnt - correction : 0));
+    return dl__end(t->ctx_, dl_div_scalar(dl_sum(dl_mul(d, d), dims, keepdim),
+                                          (float)(cnt - correction > 0 ? cnt - correction : 0)), "dl_var");
 }
 
 dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)
@@ -10241,7 +10554,12 @@ dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)
     int i, k = 0;
     if (!t) return NULL;
     if (!dl__live("dl_argmax", "t", t) || !dl__f32("dl_argmax", "t", t)) return NULL;
-    if (!dl__dim("dl_argmax", t, &dim, t->ndim)) return NULL;
+    if (!dl__dim("dl_argmax", t, &dim, t->ndim ? t->ndim : 1)) return NULL;   /* 0-d: dim 0 or -1 */
+    if (t->ndim == 0) {   /* the one element: index 0, shape () */
+        y = dl__make(t->dev_, "dl_argmax", DL_DTYPE_I64, 0, shape, false, NULL);
+        if (y) DL__BE(t)->argmax(t->dev_, (int64_t *)y->data, (const float *)t->data, 1, 1, 1);
+        return dl__done(y, "dl_argmax");
+    }
     if (t->shape[dim] == 0) {
         dl__err(t->ctx_, DL_ERR_SHAPE, "dl_argmax: dim %d of t %s has size 0", dim, dl__sh(t));
         return NULL;
@@ -10253,7 +10571,7 @@ dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)
     if (!y) return NULL;
     DL__BE(t)->argmax(t->dev_, (int64_t *)y->data, (const float *)t->data, dl__prod(t->shape, dim),
                      t->shape[dim], dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
-    return y;
+    return dl__done(y, "dl_argmax");
 }
 
 // >>section ops: matmul and softmax
@@ -10297,6 +10615,7 @@ static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
     dl__node *n;
     const dl__backend *k;
     if (!a || !b) return NULL;
+    if (a->ctx_->prof) dl__prof_begin(a->ctx_, a->dev_, "dl_matmul", false);   /* (dl_linear, backward rules) */
     na = a->ndim; nb = b->ndim;
     M = ta ? a->shape[na - 1] : a->shape[na - 2];
     K = ta ? a->shape[na - 2] : a->shape[na - 1];
@@ -10401,7 +10720,7 @@ dl_tensor *dl_linear(dl_tensor *x, dl_tensor *w, dl_tensor *b)
     }
     /* x w^T as one GEMM with w transposed in place: no copy of w per call */
     y = x->ndim >= 2 ? dl__mm(x, w, false, true) : dl_matmul(x, dl_transpose(w, 0, 1));
-    return b ? dl_add(y, b) : y;
+    return dl__end(x->ctx_, b ? dl_add(y, b) : y, op);
 }
 
 /* y = softmax(x);      dx = y * (g - sum(g * y, dim))
@@ -10425,11 +10744,13 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
 {
     dl_tensor *y;
     dl__node *n;
+    bool scalar;
     if (!t) return NULL;
     if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
-    if (t->ndim == 0) t = dl_reshape(t, dl__dims1(1));   /* as PyTorch: a scalar is one class */
-    if (!t || !dl__dim(name, t, &dim, t->ndim)) return NULL;
-    y = dl__like(name, t);
+    if (!dl__dim(name, t, &dim, t->ndim ? t->ndim : 1)) return NULL;   /* 0-d: dim 0 or -1 */
+    scalar = t->ndim == 0;
+    if (scalar) t = dl_reshape(t, dl__dims1(1));   /* as PyTorch: a scalar is one class ... */
+    y = t ? dl__like(name, t) : NULL;
     if (!y) return NULL;
     if (y->numel)
         DL__BE(t)->softmax(t->dev_, log, (float *)y->data, (const float *)t->data,
@@ -10437,7 +10758,8 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
                           dl__prod(t->shape + dim + 1, t->ndim - dim - 1));
     if (dl__record(y, op, 1, &t, &n) < 0) return NULL;
     if (n) n->i[0] = dim;
-    return dl__done(y, name);
+    y = dl__check(y, name);
+    return dl__end(t->ctx_, scalar ? dl_reshape(y, dl_shape_make(0, NULL)) : y, name);   /* ... and the result is 0-d */
 }
 
 dl_tensor *dl_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_softmax", &dl__op_softmax, false, t, dim); }
@@ -10548,7 +10870,7 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
                            (const float *)x->data, (const float *)n->saved[0]->data,
                            (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
                            N, C, L, n->i[0] != 0);
-    gin[0] = dx ? dl__done(dx, "dl_batch_norm") : NULL;
+    gin[0] = dx ? dl__check(dx, "dl_batch_norm") : NULL;
     gin[1] = dw;
     gin[2] = db;
     return dl__dev_check(x->dev_, "dl_batch_norm");
@@ -10611,7 +10933,8 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
         n->i[0] = attr;
         n->f[0] = eps;
     }
-    return dl__done(y, op);
+    (void)op;
+    return y;
 }
 
 dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
@@ -10671,7 +10994,7 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
                    dl_sqrt(dl_add_scalar(dl__nn_chan(running_var, x->ndim), eps)));
         if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
         if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
-        return y;
+        return dl__end(ctx, y, op);
     }
     {
         int64_t N = x->shape[0], L = (N * C) != 0 ? x->numel / (N * C) : 0;
@@ -10708,7 +11031,7 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
         dl__bump_version(running_mean);
         dl__bump_version(running_var);
     }
-    return y;
+    return dl__done(y, op);
 }
 
 dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
@@ -10747,7 +11070,7 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
         d->be->ln_forward(d, (float *)y->data, (float *)mean->data, (float *)invstd->data,
                           (const float *)x->data, weight ? (const float *)weight->data : NULL,
                           bias ? (const float *)bias->data : NULL, rows, cols, eps);
-        return dl__norm_record(op, &dl__op_ln, y, x, weight, bias, mean, invstd, k, eps);
+        return dl__done(dl__norm_record(op, &dl__op_ln, y, x, weight, bias, mean, invstd, k, eps), op);
     }
 }
 
@@ -10762,7 +11085,7 @@ dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
                 op, (double)p);
         return NULL;
     }
-    if (!training || p == 0.0f) return x;
+    if (!training || p == 0.0f) return dl__end(x->ctx_, x, op);
     mask = dl__like(op, x);
     if (!mask) return NULL;
     if (p == 1.0f) DL__BE(x)->fill(x->dev_, (float *)mask->data, x->numel, 0.0f);
@@ -10770,7 +11093,7 @@ dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
         DL__BE(x)->dropout_mask(x->dev_, (float *)mask->data, x->numel, p,
                                  (float)(1.0 / (1.0 - (double)p)), x->ctx_->seed,
                                  dl__rng_take(x->ctx_, x->numel));
-    return dl_mul(x, mask);
+    return dl__end(x->ctx_, dl_mul(x, mask), op);
 }
 
 /* ----------------------------------------------------------------- losses */
@@ -10914,7 +11237,8 @@ dl_tensor *dl_nll_loss(dl_tensor *log_probs, dl_tensor *target, const dl_loss_de
     if (!log_probs || !target) return NULL;
     if (!dl__live("dl_nll_loss", "log_probs", log_probs) || !dl__f32("dl_nll_loss", "log_probs", log_probs))
         return NULL;
-    return dl__nn_class_loss("dl_nll_loss", log_probs, target, d ? d : &dl__loss_defaults, false);
+    return dl__end(log_probs->ctx_, dl__nn_class_loss("dl_nll_loss", log_probs, target, d ? d : &dl__loss_defaults, false),
+                   "dl_nll_loss");
 }
 
 dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d)
@@ -10931,7 +11255,7 @@ dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target, const dl_loss_
     }
     lp = dl_log_softmax(logits, logits->ndim == 1 ? 0 : 1);
     if (!lp) return NULL;
-    return dl__nn_class_loss(op, lp, target, d ? d : &dl__loss_defaults, true);
+    return dl__end(logits->ctx_, dl__nn_class_loss(op, lp, target, d ? d : &dl__loss_defaults, true), op);
 }
 
 /* input and target: same shape, float32, same context and device; the desc
@@ -10969,14 +11293,14 @@ dl_tensor *dl_mse_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
     if (!d) d = &dl__loss_defaults;
     if (!a || !b || !dl__nn_same("dl_mse_loss", a, b, d, 0)) return NULL;
     t = dl_sub(a, b);
-    return dl__nn_reduce(dl_mul(t, t), d->reduction);
+    return dl__end(a->ctx_, dl__nn_reduce(dl_mul(t, t), d->reduction), "dl_mse_loss");
 }
 
 dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
 {
     if (!d) d = &dl__loss_defaults;
     if (!a || !b || !dl__nn_same("dl_l1_loss", a, b, d, 0)) return NULL;
-    return dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction);
+    return dl__end(a->ctx_, dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction), "dl_l1_loss");
 }
 
 /* t = a - b, m = [|t| < c] (no history):  m q(t) + (1-m) (s |t| - o),
@@ -11002,8 +11326,9 @@ dl_tensor *dl_smooth_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
         dl__err(a->ctx_, DL_ERR_ARG, "%s: beta=%g must be a finite number >= 0", op, (double)beta);
         return NULL;
     }
-    if (beta == 0.0f) return dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction);
-    return dl__nn_reduce(dl__nn_piecewise(a, b, beta, 0.5f / beta, 1.0f, 0.5f * beta), d->reduction);
+    if (beta == 0.0f) return dl__end(a->ctx_, dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction), op);
+    return dl__end(a->ctx_, dl__nn_reduce(dl__nn_piecewise(a, b, beta, 0.5f / beta, 1.0f, 0.5f * beta), d->reduction),
+                   op);
 }
 
 dl_tensor *dl_huber_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
@@ -11017,7 +11342,8 @@ dl_tensor *dl_huber_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
         dl__err(a->ctx_, DL_ERR_ARG, "%s: delta=%g must be a finite number > 0", op, (double)delta);
         return NULL;
     }
-    return dl__nn_reduce(dl__nn_piecewise(a, b, delta, 0.5f, delta, 0.5f * delta * delta), d->reduction);
+    return dl__end(a->ctx_, dl__nn_reduce(dl__nn_piecewise(a, b, delta, 0.5f, delta, 0.5f * delta * delta),
+                                          d->reduction), op);
 }
 
 /* -(y clamp(log p) + (1-y) clamp(log(1-p))), logs clamped to >= -100; backward as
@@ -11049,7 +11375,7 @@ static dl_tensor *dl__bce_prob_raw(dl_tensor *p, dl_tensor *y)
     in[0] = p;
     in[1] = y;
     if (dl__record(l, &dl__op_nn_bcep, 2, in, &n) < 0) return NULL;
-    return dl__done(l, "dl_binary_cross_entropy");
+    return dl__check(l, "dl_binary_cross_entropy");
 }
 
 dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_desc *d)
@@ -11059,22 +11385,29 @@ dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_des
     if (!d) d = &dl__loss_defaults;
     if (!p || !y || !dl__nn_same(op, p, y, d, DL__LF_WEIGHT)) return NULL;
     if (d->weight && !dl__nn_bcast_to(op, "weight", d->weight, p)) return NULL;
-    if (p->numel) {   /* PyTorch: "all elements of input should be between 0 and 1" */
+    if (p->numel) {   /* PyTorch: "all elements of input (target) should be between 0 and 1" */
         bool mask[DL_MAX_DIMS];
-        dl_tensor *in = dl__mask(p, DL__U_INRANGE, 0.0f, 1.0f), *lo;
+        dl_tensor *ip = dl__mask(p, DL__U_INRANGE, 0.0f, 1.0f), *iy = dl__mask(y, DL__U_INRANGE, 0.0f, 1.0f);
+        dl_tensor *ok;
+        float v;
         int i;
         for (i = 0; i < DL_MAX_DIMS; i++) mask[i] = true;
-        lo = in ? dl__reduce_raw(op, DL__R_MIN, in, mask) : NULL;
-        if (!lo) return NULL;
-        if (dl__host_value(lo) != 1.0f) {
-            dl__err(p->ctx_, DL_ERR_ARG, "%s: input %s has values outside [0, 1] (probabilities "
-                    "expected; use dl_binary_cross_entropy_with_logits for logits)", op, dl__sh(p));
+        /* one host read for both (a device syncs once): 1 + 2 when every value is in range */
+        ok = ip && iy ? dl_add(dl__reduce_raw(op, DL__R_MIN, ip, mask),
+                               dl_mul_scalar(dl__reduce_raw(op, DL__R_MIN, iy, mask), 2.0f)) : NULL;
+        if (!ok) return NULL;
+        v = dl__host_value(ok);
+        if (v != 3.0f) {
+            bool pin = v == 1.0f;   /* p in range: then y is not */
+            dl__err(p->ctx_, DL_ERR_ARG, "%s: %s %s has values outside [0, 1] (%s)", op, pin ? "target" : "input",
+                    dl__sh(pin ? y : p), pin ? "BCE's targets are probabilities, as PyTorch's"
+                    : "probabilities expected; use dl_binary_cross_entropy_with_logits for logits");
             return NULL;
         }
     }
     l = dl__bce_prob_raw(p, y);
     if (d->weight) l = dl_mul(l, d->weight);
-    return dl__nn_reduce(l, d->reduction);
+    return dl__end(p->ctx_, dl__nn_reduce(l, d->reduction), op);
 }
 
 /* l = max(x,0) - x y + log(1 + exp(-|x|));  dx = g (sigmoid(x) - y), dy = -g x */
@@ -11099,7 +11432,7 @@ static dl_tensor *dl__bce_logits_raw(dl_tensor *x, dl_tensor *y)
     in[0] = x;
     in[1] = y;
     if (dl__record(l, &dl__op_nn_bce, 2, in, &n) < 0) return NULL;
-    return dl__done(l, op);
+    return dl__check(l, op);
 }
 /* s = softplus(-x) = bce_logits(x, 1) (the fused stable kernel below);
    l = (1-y) x + (1 + (pw-1) y) s */
@@ -11119,7 +11452,7 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, const
                    dl_mul(dl_add_scalar(dl_mul(dl_sub_scalar(d->pos_weight, 1.0f), y), 1.0f), s));
     }
     if (d->weight) l = dl_mul(l, d->weight);
-    return dl__nn_reduce(l, d->reduction);
+    return dl__end(x->ctx_, dl__nn_reduce(l, d->reduction), op);
 }
 
 /* target (log target - input), 0 where target = 0 (PyTorch's xlogy);
@@ -11137,7 +11470,7 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
         dl_tensor *z = dl__mask(target, DL__U_INRANGE, 0.0f, 0.0f);
         l = dl_mul(target, dl_sub(dl_log(dl_add(target, z)), input));
     }
-    return dl__nn_reduce(l, d->reduction);
+    return dl__end(input->ctx_, dl__nn_reduce(l, d->reduction), op);
 }
 
 
@@ -11777,7 +12110,7 @@ static dl_tensor *dl__conv_api(const char *name, int nsp, bool transposed, dl_te
     if (unbatched) x = dl_unsqueeze(x, 0);
     if (!transposed) y = dl__conv_run(x, w, b, &cp, out);
     else y = dl__convT_run(x, w, b, &cp, out);
-    return unbatched ? dl_squeeze(y, 0) : y;
+    return dl__end(ctx, unbatched ? dl_squeeze(y, 0) : y, name);
 }
 
 dl_tensor *dl_conv1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv1d", 1, false, x, w, b, d); }
@@ -12009,7 +12342,7 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
     ctx = x->ctx_;
     if (!d) {
         dl__err(ctx, DL_ERR_ARG, "%s: desc is NULL; the kernel size is required "
-                "(dl_pool_desc_make(kernel, stride, padding))", name);
+                "(dl_pool_desc_make(kernel, stride, padding, ceil_mode, count_include_pad))", name);
         return NULL;
     }
     unbatched = x->ndim == nsp + 1;
@@ -12080,7 +12413,7 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
                                 (const float *)x->data, shape[0] * shape[1], &g);
         if (dl__record(y, &dl__op_maxpool, 1, &in1, &n) < 0) return NULL;
         if (n) { n->saved[0] = idx; n->nsaved = 1; }
-        y = dl__done(y, name);
+        y = dl__check(y, name);
     } else {
         dl__pparam pp;
         memset(&pp, 0, sizeof pp);
@@ -12089,7 +12422,7 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
         for (i = 0; i < nsp; i++) { pp.k[i] = k[i]; pp.s[i] = s[i]; pp.p[i] = p[i]; }
         y = dl__avgpool_run(x, &pp, ob);
     }
-    return unbatched ? dl_squeeze(y, 0) : y;
+    return dl__end(ctx, unbatched ? dl_squeeze(y, 0) : y, name);
 }
 
 dl_tensor *dl_max_pool1d(dl_tensor *x, const dl_pool_desc *d) { return dl__pool_api("dl_max_pool1d", 1, true, x, d); }
@@ -12105,8 +12438,10 @@ static dl_tensor *dl__adaptive_api(const char *name, int nsp, dl_tensor *x, dl_s
     bool unbatched;
     int i;
     dl_tensor *y;
+    dl_ctx *ctx;
     if (!x) return NULL;
     if (!dl__pool_input(name, nsp, x)) return NULL;
+    ctx = x->ctx_;
     if (os.ndim != nsp) {
         dl__err(x->ctx_, DL_ERR_ARG, "%s: output_size %s has %d entries; it needs one per spatial "
                 "dim (%d)", name, dl__shp(x->ctx_, &os), os.ndim, nsp);
@@ -12132,7 +12467,7 @@ static dl_tensor *dl__adaptive_api(const char *name, int nsp, dl_tensor *x, dl_s
     for (i = 0; i < 3; i++) { pp.k[i] = 1; pp.s[i] = 1; }
     if (unbatched) x = dl_unsqueeze(x, 0);
     y = dl__avgpool_run(x, &pp, os.d);
-    return unbatched ? dl_squeeze(y, 0) : y;
+    return dl__end(ctx, unbatched ? dl_squeeze(y, 0) : y, name);
 }
 
 dl_tensor *dl_adaptive_avg_pool1d(dl_tensor *x, dl_shape s) { return dl__adaptive_api("dl_adaptive_avg_pool1d", 1, x, s); }
@@ -12267,7 +12602,7 @@ static dl_tensor *dl__mod_register(dl_module *m, const char *fn, const char *nam
     dl_tensor *t;
     void *arr;
     if (!dl__mod_ok(m) || !init) return NULL;
-    if (!dl__live(fn, "init", init)) return NULL;
+    if (!dl__valid(fn, "init", init)) return NULL;
     if (init->ctx_ != m->ctx) {
         dl__err(m->ctx, DL_ERR_ARG, "%s: init for \"%s\" belongs to another context", fn,
                 name ? name : "");
@@ -12350,7 +12685,7 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
         dl__err(m->ctx, DL_ERR_ARG, "dl_module_forward: module %s has no forward function", m->type);
         return NULL;
     }
-    if (!dl__live(m->type, "x", x)) return NULL;
+    if (!dl__valid(m->type, "x", x)) return NULL;
     return m->forward(m, x);
 }
 
@@ -12576,7 +12911,7 @@ void dl_module_zero_grad(dl_module *m)
 // >>section nn: init
 static bool dl__init_ok(const char *fn, dl_tensor *t)
 {
-    return t && dl__live(fn, "t", t) && dl__f32(fn, "t", t);
+    return t && dl__valid(fn, "t", t) && dl__f32(fn, "t", t);
 }
 
 static int64_t dl__receptive(const dl_tensor *w)
@@ -12895,8 +13230,8 @@ static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_poo
     dl__poolm *s;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_%s_pool: ctx is NULL", kind == 0 ? "max" : kind == 1 ? "avg" : "adaptive_avg"); return NULL; }
     if (kind < 2 && !d) {
-        dl__err(ctx, DL_ERR_ARG, "dl_nn_%s: a dl_pool_desc is required (dl_pool_desc_make(kernel, stride, padding))",
-                kind ? "avg_pool" : "max_pool");
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_%s: a dl_pool_desc is required (dl_pool_desc_make(kernel, stride, "
+                "padding, ceil_mode, count_include_pad))", kind ? "avg_pool" : "max_pool");
         return NULL;
     }
     snprintf(type, sizeof type, "%s%dd", names[kind], spatial);
@@ -13068,7 +13403,7 @@ static void dl__optim_destroy(void *p)
 
 static bool dl__optim_ok(const dl_optim *o) { return o && o->magic == DL__OPT_MAGIC; }
 
-/* zero means default; -0.0f means an actual zero */
+/* zero means default; DL_ZERO (-0.0f) means an actual zero */
 static float dl__dflt(float v, float def) { return v == 0.0f && !signbit(v) ? def : v; }
 
 static bool dl__lr_ok(dl_ctx *ctx, const char *fn, const char *what, float lr)
@@ -13159,7 +13494,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         if (pg->lr != 0.0f && !dl__lr_ok(ctx, fn, "a group's lr", pg->lr)) return NULL;
         if (!(pg->weight_decay >= 0.0f) || !isfinite(pg->weight_decay)) {
             dl__err(ctx, DL_ERR_ARG, "%s: group %d: weight_decay=%g must be a finite number >= 0 "
-                    "(-0.0f: none)", fn, g, (double)pg->weight_decay);
+                    "(DL_ZERO: none)", fn, g, (double)pg->weight_decay);
             return NULL;
         }
         if (total > INT32_MAX - pg->n) {
@@ -13170,7 +13505,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         for (i = 0; i < pg->n; i++) {
             dl_tensor *t = pg->params[i];
             if (!t) { dl__err(ctx, DL_ERR_ARG, "%s: group %d: params[%d] is NULL", fn, g, i); return NULL; }
-            if (!dl__live(fn, "a parameter", t)) return NULL;
+            if (!dl__valid(fn, "a parameter", t)) return NULL;
             if (t->ctx_ != ctx) { dl__err(ctx, DL_ERR_ARG, "%s: params[%d] belongs to another context", fn, i); return NULL; }
             if (t->step_ != 0) {
                 dl__err(ctx, DL_ERR_ARG, "%s: params[%d] %s is a step tensor; optimizer parameters must "
@@ -13203,7 +13538,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         const dl_param_group *pg = &groups[g];
         float base_lr = kind == DL__OPT_SGD ? so.lr : ao.lr;
         float base_wd = kind == DL__OPT_SGD ? so.weight_decay : ao.weight_decay;
-        o->glr[g] = o->glr0[g] = pg->lr != 0.0f ? pg->lr : base_lr;
+        o->glr[g] = o->glr0[g] = dl__dflt(pg->lr, base_lr) + 0.0f;
         o->gwd[g] = dl__dflt(pg->weight_decay, base_wd) + 0.0f;
         for (i = 0; i < pg->n; i++) {   /* de-duplicate, keeping the first */
             for (j = 0; j < o->n; j++) if (o->p[j] == pg->params[i]) break;
@@ -13311,11 +13646,11 @@ int dl_module_decay_groups(dl_module *m, dl_param_group out[2])
     out[0].n = a;
     out[1].params = m->groups + a;
     out[1].n = b;
-    out[1].weight_decay = -0.0f;
+    out[1].weight_decay = DL_ZERO;
     return 2;
 }
 
-dl_result dl_optim_step(dl_optim *o)
+static dl_result dl__optim_step_run(dl_optim *o)
 {
     int i;
     dl_ctx *ctx;
@@ -13324,7 +13659,7 @@ dl_result dl_optim_step(dl_optim *o)
     /* check everything first: a step is all or nothing */
     for (i = 0; i < o->n; i++) {
         dl_tensor *p = o->p[i];
-        if (!dl__live("dl_optim_step", "a parameter", p)) return DL_ERR_ARG;
+        if (!dl__valid("dl_optim_step", "a parameter", p)) return DL_ERR_ARG;
         if (p->grad && (p->grad->magic_ != DL__MAGIC || !dl_same_shape(p->grad, p) ||
                         p->grad->dtype != DL_DTYPE_F32)) {
             dl__err(ctx, DL_ERR_SHAPE, "dl_optim_step: parameter %d %s has a gradient of another "
@@ -13390,11 +13725,31 @@ dl_result dl_optim_step(dl_optim *o)
     return DL_OK;
 }
 
-void dl_optim_zero_grad(dl_optim *o)
+static void dl__optim_zero_grad_run(dl_optim *o)
 {
     int i;
     if (!dl__optim_ok(o)) return;
     for (i = 0; i < o->n; i++) dl_zero_grad(o->p[i]);
+}
+
+/* the two as profiler spans on the first parameter's device (PyTorch's
+   "Optimizer.step#SGD.step" and "Optimizer.zero_grad#SGD.zero_grad") */
+dl_result dl_optim_step(dl_optim *o)
+{
+    dl_result rc;
+    bool prof = dl__optim_ok(o) && o->ctx->prof && o->n > 0 && o->p[0]->magic_ == DL__MAGIC;
+    if (prof) dl__prof_begin(o->ctx, o->p[0]->dev_, "dl_optim_step", false);
+    rc = dl__optim_step_run(o);
+    if (prof) dl__end_rc(o->ctx, rc, "dl_optim_step");
+    return rc;
+}
+
+void dl_optim_zero_grad(dl_optim *o)
+{
+    bool prof = dl__optim_ok(o) && o->ctx->prof && o->n > 0 && o->p[0]->magic_ == DL__MAGIC;
+    if (prof) dl__prof_begin(o->ctx, o->p[0]->dev_, "dl_optim_zero_grad", false);
+    dl__optim_zero_grad_run(o);
+    if (prof) dl__end_rc(o->ctx, DL_OK, "dl_optim_zero_grad");
 }
 
 dl_result dl_optim_set_lr(dl_optim *o, float lr)
@@ -13727,39 +14082,58 @@ typedef struct dl__tds {
     int64_t sn;          /* floats per sample */
 } dl__tds;
 
+/* the transform's normalization (scale, mean, 1/std) */
+static void dl__tds_norm(const dl__tds *d, float *scale, float *mean, float *inv_std)
+{
+    *scale = 1.0f; *mean = 0.0f; *inv_std = 1.0f;
+    if (!d->has_t) return;
+    if (d->t.scale != 0.0f) *scale = d->t.scale;
+    *mean = d->t.mean;
+    if (d->t.std != 0.0f) *inv_std = 1.0f / d->t.std;
+}
+
+/* whether a sample is augmented, and if so its draws from rng: flip, then
+   the crop's offsets dy, dx in 0..2p (p = crop_padding). The host's
+   dl__tds_get and the device loader's plan both draw here. */
+static bool dl__tds_aug(const dl__tds *d, uint64_t rng[4], bool *flip, int64_t *dy, int64_t *dx)
+{
+    int64_t p = d->t.crop_padding;
+    *flip = false;
+    *dy = *dx = 0;
+    if (!(d->has_t && d->train && d->ds.sample_shape.ndim >= 2 && (d->t.hflip || p > 0))) return false;
+    *flip = d->t.hflip && dl__rng_uniform(rng) < 0.5f;
+    if (p > 0) {
+        *dy = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+        *dx = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
+        if (*dy > 2 * p) *dy = 2 * p;
+        if (*dx > 2 * p) *dx = 2 * p;
+    }
+    return true;
+}
+
 static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
 {
     const dl__tds *d = (const dl__tds *)ds->user;
     const float *src = d->xh + i * d->sn;
-    float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
-    int64_t k;
+    float scale, mean, inv_std;
+    int64_t k, dy, dx;
+    bool flip;
     *y = d->yh[i];
-    if (d->has_t) {
-        if (d->t.scale != 0.0f) scale = d->t.scale;
-        mean = d->t.mean;
-        if (d->t.std != 0.0f) inv_std = 1.0f / d->t.std;
-    }
-    if (d->has_t && d->train && d->ds.sample_shape.ndim >= 2 && (d->t.hflip || d->t.crop_padding > 0)) {
+    dl__tds_norm(d, &scale, &mean, &inv_std);
+    if (dl__tds_aug(d, rng, &flip, &dy, &dx)) {
         const dl_shape *s = &d->ds.sample_shape;
         int64_t H = s->d[s->ndim - 2], W = s->d[s->ndim - 1], C = (H > 0 && W > 0) ? d->sn / (H * W) : 0;
-        int64_t p = d->t.crop_padding, dy = 0, dx = 0, c, r, q;
-        bool flip = d->t.hflip && dl__rng_uniform(rng) < 0.5f;
-        if (p > 0) {
-            dy = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
-            dx = (int64_t)(dl__rng_uniform(rng) * (float)(2 * p + 1));
-            if (dy > 2 * p) dy = 2 * p;
-            if (dx > 2 * p) dx = 2 * p;
-        }
+        int64_t p = d->t.crop_padding, c, r, q;
         for (c = 0; c < C; c++)
             for (r = 0; r < H; r++)
                 for (q = 0; q < W; q++) {
                     int64_t sr = r + dy - p, sq = (flip ? W - 1 - q : q) + dx - p;
                     float v = (sr >= 0 && sr < H && sq >= 0 && sq < W) ? src[(c * H + sr) * W + sq] : 0.0f;
-                    x[(c * H + r) * W + q] = (v * scale - mean) * inv_std;
+                    x[(c * H + r) * W + q] = dl__px_norm(v, scale, mean, inv_std);
                 }
         return DL_OK;
     }
-    for (k = 0; k < d->sn; k++) x[k] = (src[k] * scale - mean) * inv_std;
+    for (k = 0; k < d->sn; k++) x[k] = dl__px_norm(src[k], scale, mean, inv_std);
     return DL_OK;
 }
 
@@ -13775,7 +14149,7 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
 {
     dl__tds *d;
     if (!ctx || !x || !y) return NULL;
-    if (!dl__live("dl_tensor_dataset", "x", x) || !dl__live("dl_tensor_dataset", "y", y)) return NULL;
+    if (!dl__valid("dl_tensor_dataset", "x", x) || !dl__valid("dl_tensor_dataset", "y", y)) return NULL;
     if (!dl__f32("dl_tensor_dataset", "x", x)) return NULL;
     if (x->ndim < 1 || y->ndim != 1) {
         dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N)",
@@ -13840,6 +14214,14 @@ struct dl_loader {
     dl_result job_rc;                 /* first failure of the job (under mu with workers) */
     int64_t job_bad_index, job_bad_pos;
     int nw;
+    /* device_data: the dataset on dev as bytes (ddata) with its labels, and
+       the epoch's plan (per position: sample index, crop and flip), drawn on
+       the host (hplan) and uploaded once an epoch (dplan) */
+    bool on_dev;
+    uint8_t *ddata;
+    int64_t *dlabels, *dplan, *hplan;
+    size_t dbytes[3];
+    dl__batchgeom geom;
 #ifndef DL_NO_THREADS
     pthread_t *th;
     pthread_mutex_t mu;
@@ -13856,6 +14238,12 @@ static int64_t dl__batch_count(const dl_loader *l, int64_t b)
     return (hi > l->n ? l->n : hi) - lo;
 }
 
+/* the generator of the sample at position pos of an epoch: its augmentation's draws */
+static void dl__loader_rng(const dl_loader *l, int64_t epoch, int64_t pos, uint64_t rng[4])
+{
+    dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)epoch << 40) ^ (uint64_t)pos, rng);
+}
+
 /* Fill the share of worker w (of nw) of the current job. The first failure
    (by position in the batch) is merged into job_rc / job_bad_index under the
    loader's lock by the caller, so reports do not depend on thread timing. */
@@ -13868,7 +14256,7 @@ static void dl__loader_fill(dl_loader *l, int w, int nw, dl_result *rc_out, int6
         int64_t pos = lo + j, idx = l->perm[pos];
         uint64_t rng[4];
         dl_result rc;
-        dl__seed_state(l->d.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)l->job_epoch << 40) ^ (uint64_t)pos, rng);
+        dl__loader_rng(l, l->job_epoch, pos, rng);
         rc = l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, l->ybuf[l->job_slot] + j, rng);
         if (rc != DL_OK) { *rc_out = rc; *pos_out = j; return; }
     }
@@ -13970,12 +14358,91 @@ static void dl__loader_free(void *p)
     }
     DL_FREE(l->th);
 #endif
+    {   /* device_data's buffers */
+        void *p[3];
+        int i;
+        p[0] = l->ddata; p[1] = l->dlabels; p[2] = l->dplan;
+        for (i = 0; i < 3; i++)
+            if (p[i]) {
+                l->dev->be->free(l->dev, p[i]);
+                l->dev->persistent_bytes -= l->dbytes[i] < l->dev->persistent_bytes ? l->dbytes[i] : l->dev->persistent_bytes;
+            }
+    }
+    DL_FREE(l->hplan);
     DL_FREE(l->perm);
     DL_FREE(l->xbuf[0]);
     DL_FREE(l->xbuf[1]);
     DL_FREE(l->ybuf[0]);
     DL_FREE(l->ybuf[1]);
     DL_FREE(l);
+}
+
+/* device_data: the dataset's x as bytes and its labels on l->dev, and a
+   host buffer for the epochs' plans. Every check first (a dl_tensor_dataset,
+   whole numbers 0..255), then the memory. */
+static void *dl__loader_dalloc(dl_loader *l, int k, size_t bytes)
+{
+    dl__dev *d = l->dev;
+    void *p;
+    if (!dl__dev_limit_ok(d, bytes) || !(p = dl__dev_alloc(d, bytes ? bytes : 1))) return NULL;
+    l->dbytes[k] = bytes;
+    d->persistent_bytes += bytes;
+    dl__track_peak(d);
+    return p;
+}
+
+static dl_result dl__loader_to_device(dl_loader *l)
+{
+    dl_ctx *ctx = l->ctx;
+    const dl__tds *d = l->ds->get == dl__tds_get ? (const dl__tds *)l->ds->user : NULL;
+    const dl_shape *s = &l->ds->sample_shape;
+    uint8_t *bytes;
+    int64_t i, n = l->n * l->sn;
+    bool flip;
+    int64_t dy, dx;
+    uint64_t rng[4] = {0, 0, 0, 0};
+    if (!d) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: device_data needs a dataset made by dl_tensor_dataset "
+                "(this one has a get function of its own, which runs on the host)");
+        return DL_ERR_ARG;
+    }
+    for (i = 0; i < n; i++)
+        if (!(d->xh[i] >= 0.0f && d->xh[i] <= 255.0f && d->xh[i] == (float)(int)d->xh[i])) {
+            dl__err(ctx, DL_ERR_ARG, "dl_loader_new: device_data keeps x on %s as bytes, but x holds %g at "
+                    "flat index %lld (sample %lld): the values must be whole numbers from 0 to 255 (raw "
+                    "pixels; normalize them with dl_transform_desc's scale, mean and std)",
+                    dl_device_name(l->dev->id), (double)d->xh[i], (long long)i, (long long)(i / l->sn));
+            return DL_ERR_ARG;
+        }
+    l->on_dev = true;
+    l->geom.sn = l->sn;
+    l->geom.C = 1;
+    l->geom.H = 1;
+    l->geom.W = l->sn;
+    if (s->ndim >= 2 && s->d[s->ndim - 2] > 0 && s->d[s->ndim - 1] > 0) {
+        l->geom.H = s->d[s->ndim - 2];
+        l->geom.W = s->d[s->ndim - 1];
+        l->geom.C = l->sn / (l->geom.H * l->geom.W);
+    }
+    l->geom.pad = dl__tds_aug(d, rng, &flip, &dy, &dx) ? d->t.crop_padding : 0;   /* (draws thrown away) */
+    dl__tds_norm(d, &l->geom.scale, &l->geom.mean, &l->geom.inv_std);
+    bytes = (uint8_t *)dl__malloc(ctx, (size_t)n + 1);
+    l->hplan = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(2 * l->n + 1));
+    l->ddata = (uint8_t *)dl__loader_dalloc(l, 0, (size_t)n);
+    l->dlabels = (int64_t *)dl__loader_dalloc(l, 1, sizeof(int64_t) * (size_t)l->n);
+    l->dplan = (int64_t *)dl__loader_dalloc(l, 2, sizeof(int64_t) * (size_t)(2 * l->n));
+    if (!bytes || !l->hplan || !l->ddata || !l->dlabels || !l->dplan) {
+        DL_FREE(bytes);
+        dl__err(ctx, DL_ERR_OOM, "dl_loader_new: device_data: no memory for the dataset (%lld bytes of "
+                "samples, %lld of labels) on %s%s", (long long)n, (long long)(8 * l->n), dl_device_name(l->dev->id),
+                ctx->memory_limit ? " (memory_limit reached?)" : "");
+        return DL_ERR_OOM;
+    }
+    for (i = 0; i < n; i++) bytes[i] = (uint8_t)d->xh[i];
+    l->dev->be->upload(l->dev, l->ddata, bytes, (size_t)n);
+    l->dev->be->upload(l->dev, l->dlabels, d->yh, sizeof(int64_t) * (size_t)l->n);
+    DL_FREE(bytes);
+    return dl__dev_check(l->dev, "dl_loader_new");
 }
 
 dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *desc)
@@ -14011,13 +14478,19 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
     l->batch = -1;
     if (l->sn > 0 && (uint64_t)bs > (uint64_t)(INT64_MAX / 8) / (uint64_t)l->sn) goto oom;
     l->perm = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(l->n + 1));
-    l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-    l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-    l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
-    l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
-    if (!l->perm || !l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
+    if (!l->perm) goto oom;
+    if (l->d.device_data) {                     /* the dataset goes to the device; no host batches */
+        dl_result rc = dl__loader_to_device(l);
+        if (rc != DL_OK) { dl__loader_free(l); return NULL; }
+    } else {
+        l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+        l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
+        l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+        l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+        if (!l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
+    }
 #ifndef DL_NO_THREADS
-    l->nw = l->d.num_workers;
+    l->nw = l->on_dev ? 0 : l->d.num_workers;
     if (l->nw > 0) {
         int i;
         pthread_mutex_init(&l->mu, NULL);
@@ -14059,6 +14532,25 @@ static void dl__loader_order(dl_loader *l)
     }
 }
 
+/* device_data: the epoch's plan (the order, each position's crop and flip,
+   drawn as the host loader draws them), uploaded in one copy */
+static dl_result dl__loader_plan(dl_loader *l)
+{
+    const dl__tds *d = (const dl__tds *)l->ds->user;
+    int64_t pos;
+    for (pos = 0; pos < l->n; pos++) {
+        uint64_t rng[4];
+        bool flip;
+        int64_t dy, dx, aug = 0;
+        dl__loader_rng(l, l->epoch, pos, rng);
+        if (dl__tds_aug(d, rng, &flip, &dy, &dx)) aug = (int64_t)flip | (dy << 1) | (dx << 32);
+        l->hplan[2 * pos] = l->perm[pos];
+        l->hplan[2 * pos + 1] = aug;
+    }
+    l->dev->be->upload(l->dev, l->dplan, l->hplan, sizeof(int64_t) * (size_t)(2 * l->n));
+    return dl__dev_check(l->dev, "dl_loader_next");
+}
+
 int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
 {
     int64_t shape[DL_MAX_DIMS + 1], cnt;
@@ -14074,9 +14566,23 @@ int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
         l->epoch++;
         dl__loader_order(l);
         l->batch = 0;
-        if (l->nb > 0) dl__loader_launch(l, 0, 0);
+        if (l->on_dev && l->nb > 0 && dl__loader_plan(l) != DL_OK) { l->batch = -1; return -1; }
+        if (!l->on_dev && l->nb > 0) dl__loader_launch(l, 0, 0);
     }
     if (l->batch >= l->nb) { l->batch = -1; return 0; }
+    if (l->on_dev) {      /* gather, crop, flip and normalize on the device */
+        cnt = dl__batch_count(l, l->batch);
+        shape[0] = cnt;
+        memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
+        *x = dl__make(l->dev, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
+        *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
+        if (!*x || !*y) { *x = *y = NULL; return -1; }
+        if (cnt) l->dev->be->load_batch(l->dev, (float *)(*x)->data, (int64_t *)(*y)->data, l->ddata, l->dlabels,
+                                        l->dplan + 2 * l->batch * l->d.batch_size, cnt, &l->geom);
+        if (dl__dev_check(l->dev, "dl_loader_next") != DL_OK) { *x = *y = NULL; return -1; }
+        l->batch++;
+        return 1;
+    }
     dl__loader_wait(l);
     slot = (int)(l->batch & 1);
     if (l->job_rc != DL_OK) {
@@ -14413,6 +14919,31 @@ static const char *dl__opt_pname(dl_optim *o, int i, int nmod, const dl_named_te
         if (sd[j].t == o->p[i]) return sd[j].name;
     snprintf(buf, n, "param%d", i);
     return buf;
+}
+
+/* Whether name is optimizer state as dl_save writes it: "optim.step",
+   "optim.<P>.step" or "optim.<P>.<state>" (momentum_buffer, exp_avg,
+   exp_avg_sq, max_exp_avg_sq), P a state_dict name in ws[0 .. nw) or
+   param<i>. dl_load_module skips exactly these (and only in a file whose
+   __metadata__ says it holds optimizer state), so a model with a child
+   named "optim" still loads strictly. */
+static bool dl__st_optim_key(const char *name, const dl__st_want *ws, int nw)
+{
+    static const char *const states[] = {"step", "momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    const char *p = name + 6, *dot;
+    size_t pl;
+    int i;
+    if (strncmp(name, "optim.", 6) != 0) return false;
+    if (strcmp(p, "step") == 0) return true;
+    if (!(dot = strrchr(p, '.')) || dot == p) return false;
+    for (i = 0; i < 5 && strcmp(dot + 1, states[i]) != 0; i++) {}
+    if (i == 5) return false;
+    pl = (size_t)(dot - p);
+    for (i = 0; i < nw; i++)
+        if (strlen(ws[i].name) == pl && strncmp(ws[i].name, p, pl) == 0) return true;
+    if (pl <= 5 || strncmp(p, "param", 5) != 0) return false;
+    for (i = 5; i < (int)pl; i++) if (p[i] < '0' || p[i] > '9') return false;
+    return true;
 }
 
 /* "<a><b><c><d>" into the names block at *at (sized for it); the name */
@@ -14762,6 +15293,11 @@ static bool dl__st_describe(const dl__json *j, const dl__jv *d, dl__st_entry *e,
         return false;
     }
     if (e->dtype_known) {
+        if (numel > datalen / dl__esize(e->dtype)) {   /* before numel * size, which could wrap */
+            snprintf(msg, msgn, "%s with %llu elements needs more bytes than the data section's %llu",
+                     e->dtype_str, (unsigned long long)numel, (unsigned long long)datalen);
+            return false;
+        }
         bytes = numel * dl__esize(e->dtype);
         if (e->end - e->begin != bytes) {
             snprintf(msg, msgn, "data_offsets [%llu, %llu] hold %llu bytes but %s with %llu "
@@ -14998,10 +15534,11 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     }
     for (k = 0; k < ne; k++) {
         if (es[k].used) continue;
-        if (!o && strncmp(es[k].name, "optim.", 6) == 0) continue;   /* optimizer state not asked for */
+        if (!o && meta && dl__jmember(&j, meta, "dl.optim") && dl__st_optim_key(es[k].name, ws, nw))
+            continue;   /* optimizer state not asked for */
         dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the file has an extra tensor '%.100s' that the "
                 "%s does not have", op, label, es[k].name,
-                strncmp(es[k].name, "optim.", 6) == 0 ? "optimizer" : "module");
+                dl__st_optim_key(es[k].name, ws, nw) ? "optimizer" : "module");
         goto done;
     }
     if (o) {
@@ -15704,7 +16241,7 @@ static bool dl__tb_args(dl_summary_writer *w, const char *fn, const char *tag)
 
 static bool dl__tb_tensor(dl_summary_writer *w, const char *fn, const char *arg, dl_tensor *t)
 {
-    if (!t || !dl__live(fn, arg, t)) return false;
+    if (!t || !dl__valid(fn, arg, t)) return false;
     if (t->ctx_ != w->ctx) {
         dl__err(w->ctx, DL_ERR_ARG, "%s: %s %s belongs to another context than the writer of %s", fn, arg,
                 dl__sh(t), w->path);
@@ -16481,7 +17018,7 @@ static dl_result dl__replicas(const char *op, dl_tensor *const *t, int n, bool f
                     "that made it fail?)", op, i);
             return DL_ERR_ARG;
         }
-        if (!dl__live(op, "a replica", t[i])) return ctx ? ctx->err : DL_ERR_STALE;
+        if (!dl__valid(op, "a replica", t[i])) return ctx ? ctx->err : DL_ERR_STALE;
         if (f32 && !dl__f32(op, "a replica", t[i])) return DL_ERR_DTYPE;
         if (t[i]->ctx_ != ctx) {
             dl__err(ctx, DL_ERR_ARG, "%s: t[%d] belongs to another context than t[0]; replicas "
@@ -18112,7 +18649,7 @@ dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn fn,
         dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: %s is NULL (did the op that made it fail?)", !x ? "x" : "y");
         return DL_ERR_ARG;
     }
-    if (!dl__live("dl_ddp_step", "x", x) || !dl__live("dl_ddp_step", "y", y)) return ctx->err;
+    if (!dl__valid("dl_ddp_step", "x", x) || !dl__valid("dl_ddp_step", "y", y)) return ctx->err;
     if (!fn) { dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: the loss function is NULL"); return DL_ERR_ARG; }
     if (x->ctx_ != ctx || y->ctx_ != ctx) {
         dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: x and y must belong to the replicas' context");
@@ -18208,8 +18745,9 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
                        const dl_gradcheck_desc *desc, dl_gradcheck_result *res)
 {
     double eps = desc && desc->eps > 0 ? desc->eps : 1e-3;
-    double atol = desc && desc->atol > 0 ? desc->atol : 1e-3;
-    double rtol = desc && desc->rtol > 0 ? desc->rtol : 1e-2;
+    /* DL_ZERO (-0.0) asks for a real zero */
+    double atol = desc && (desc->atol > 0 || (desc->atol == 0 && signbit(desc->atol))) ? desc->atol + 0.0 : 1e-3;
+    double rtol = desc && (desc->rtol > 0 || (desc->rtol == 0 && signbit(desc->rtol))) ? desc->rtol + 0.0 : 1e-2;
     dl_tensor *out, *r, *L, *grads[DL_GRADCHECK_MAX_INPUTS];
     float *rh, *ob;
     dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];
@@ -18222,7 +18760,7 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
         return DL_ERR_ARG;
     }
     for (k = 0; k < n; k++) {
-        if (!inputs[k] || !dl__live("dl_gradcheck", "an input", inputs[k])) return DL_ERR_ARG;
+        if (!inputs[k] || !dl__valid("dl_gradcheck", "an input", inputs[k])) return DL_ERR_ARG;
         if (inputs[k]->requires_grad) { map[nn] = k; need[nn++] = inputs[k]; }
     }
     res->n = n;
@@ -18342,7 +18880,7 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
     dl__node **stack;
     int64_t sp = 0, cap;
     if (!root) return DL_ERR_ARG;
-    if (!dl__live("dl_graph_dot", "root", root)) return DL_ERR_ARG;
+    if (!dl__valid("dl_graph_dot", "root", root)) return DL_ERR_ARG;
     ctx = root->ctx_;
     if (!path) { dl__err(ctx, DL_ERR_ARG, "dl_graph_dot: path is NULL"); return DL_ERR_ARG; }
     memset(&sb, 0, sizeof sb);
@@ -18382,6 +18920,419 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
     dl__wput(&w, sb.s, sb.n);
     DL_FREE(sb.s);
     return dl__wclose(ctx, "dl_graph_dot", &w);
+}
+
+// >>section debug: profiler
+/* The profiler (dl_profile_*, DL_PROFILE=1) counts and times spans: one per
+   op call and one per backward node, as torch.profiler's key_averages().
+   A span opens at the op's first argument check (dl__live) and closes at
+   its end (dl__done, or dl__end for an op whose result another op made).
+   Spans nest: an op built from ops (dl_linear: dl_matmul, dl_add) is their
+   parent, and the ops a backward rule calls are children of the node's span
+   ("dl_linear backward" holds the dl_matmul calls of the rule). A span's
+   total is its end minus its start; its self is the total less its
+   children's totals on the same device. A second check of the same op's
+   arguments (the same name on top of the stack) opens nothing. Each span
+   takes two marks on its device: the host clock on CPU devices, CUDA events
+   in the device's stream on GPUs (the backend's prof_mark). The marks stay
+   pending and become times at dl_step_end once many are pending, and
+   whenever the table is read (which waits for a GPU's events), so recording
+   costs two marks, a hash lookup and no synchronization per op. A failed op
+   (an error, or a NULL result) is dropped: not counted, its time is its
+   parent's. Off, every hook is one test of ctx->prof. */
+
+#define DL__PROF_FLUSH 4096              /* pending spans turned into times at dl_step_end */
+#define DL__PROF_MAX_PENDING (1 << 20)   /* ... or as soon as no span is open */
+
+typedef struct dl__prow {                /* a row of the table: an op (or node) on a device */
+    char name[64];
+    bool bwd;
+    dl_device dev;
+    uint32_t hash;
+    int64_t calls;
+    double self, total;
+} dl__prow;
+
+typedef struct dl__pspan {
+    const char *name;                    /* the op's name string (while open) */
+    dl__dev *dev;
+    int row, parent;                     /* parent: the enclosing span's index, or -1 */
+    int64_t t0, t1;                      /* marks */
+    double child;                        /* the children's totals (while resolving) */
+    int state;                           /* 0 open, 1 closed, 2 dropped */
+} dl__pspan;
+
+struct dl__prof {
+    dl__prow *rows;
+    int nrows, caprows;
+    int *ht, htcap;                      /* rows by hash: index + 1, 0 empty */
+    dl__pspan *span;                     /* pending spans, in opening order */
+    int nspan, capspan;
+    int *stack, depth, capstack;         /* the open spans */
+    int64_t steps, dropped, lost;        /* dl_step_end calls; failed ops; spans without marks */
+    bool dirty;                          /* recorded since the table was last printed */
+};
+
+static int64_t dl__prof_mark(dl__dev *d) { return d->be->prof_mark ? d->be->prof_mark(d) : dl__prof_now(); }
+
+static uint32_t dl__prof_hash(const char *name, bool bwd, dl_device dev)
+{
+    uint32_t h = 2166136261u;
+    size_t i;
+    for (i = 0; name[i] && i < 63; i++) h = (h ^ (unsigned char)name[i]) * 16777619u;
+    h = (h ^ (uint32_t)bwd) * 16777619u;
+    h = (h ^ (uint32_t)dev.type) * 16777619u;
+    return (h ^ (uint32_t)dev.index) * 16777619u;
+}
+
+/* the row of (name, bwd, device), added if new; -1 when out of memory */
+static int dl__prof_row(dl__prof *p, const char *name, bool bwd, dl_device dev)
+{
+    uint32_t h = dl__prof_hash(name, bwd, dev);
+    int k;
+    dl__prow *r;
+    if (2 * (p->nrows + 1) > p->htcap) {           /* grow the table: at most half full */
+        int cap = p->htcap ? 2 * p->htcap : 64, i;
+        int *ht = (int *)DL_MALLOC(sizeof(int) * (size_t)cap);
+        if (!ht) return -1;
+        memset(ht, 0, sizeof(int) * (size_t)cap);
+        for (i = 0; i < p->nrows; i++) {
+            k = (int)(p->rows[i].hash & (uint32_t)(cap - 1));
+            while (ht[k]) k = (k + 1) & (cap - 1);
+            ht[k] = i + 1;
+        }
+        DL_FREE(p->ht);
+        p->ht = ht;
+        p->htcap = cap;
+    }
+    for (k = (int)(h & (uint32_t)(p->htcap - 1)); p->ht[k]; k = (k + 1) & (p->htcap - 1)) {
+        r = &p->rows[p->ht[k] - 1];
+        if (r->hash == h && r->bwd == bwd && r->dev.type == dev.type && r->dev.index == dev.index &&
+            strncmp(r->name, name, sizeof r->name - 1) == 0)
+            return p->ht[k] - 1;
+    }
+    if (p->nrows == p->caprows) {
+        int cap = p->caprows ? 2 * p->caprows : 64;
+        dl__prow *nr = (dl__prow *)DL_REALLOC(p->rows, sizeof(dl__prow) * (size_t)cap);
+        if (!nr) return -1;
+        p->rows = nr;
+        p->caprows = cap;
+    }
+    r = &p->rows[p->nrows];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->bwd = bwd;
+    r->dev = dev;
+    r->hash = h;
+    p->ht[k] = p->nrows + 1;
+    return p->nrows++;
+}
+
+static bool dl__prof_grow(void **a, int *cap, int need, size_t esize)
+{
+    int n;
+    void *q;
+    if (need <= *cap) return true;
+    n = *cap ? 2 * *cap : 1024;
+    while (n < need) n *= 2;
+    q = DL_REALLOC(*a, esize * (size_t)n);
+    if (!q) return false;
+    *a = q;
+    *cap = n;
+    return true;
+}
+
+/* the open span on top, if it is name's (forward op) or name's backward */
+static dl__pspan *dl__prof_is_top(dl__prof *p, const char *name, bool bwd)
+{
+    dl__pspan *s;
+    if (p->depth == 0) return NULL;
+    s = &p->span[p->stack[p->depth - 1]];
+    if (p->rows[s->row].bwd != bwd || (s->name != name && strcmp(s->name, name) != 0)) return NULL;
+    return s;
+}
+
+static const char *dl__prof_top(const dl_ctx *ctx)
+{
+    const dl__prof *p = ctx->prof;
+    const dl__pspan *s;
+    if (!p || p->depth == 0) return NULL;
+    s = &p->span[p->stack[p->depth - 1]];
+    return p->rows[s->row].bwd ? NULL : s->name;
+}
+
+static void dl__prof_begin(dl_ctx *ctx, dl__dev *d, const char *name, bool bwd)
+{
+    dl__prof *p = ctx->prof;
+    dl__pspan *s;
+    int row;
+    if (!bwd && dl__prof_is_top(p, name, false)) return;   /* the same op checking its next argument */
+    row = dl__prof_row(p, name, bwd, d->id);
+    if (row < 0 || !dl__prof_grow((void **)&p->span, &p->capspan, p->nspan + 1, sizeof(dl__pspan)) ||
+        !dl__prof_grow((void **)&p->stack, &p->capstack, p->depth + 1, sizeof(int))) {
+        p->lost++;                       /* out of memory: this call goes uncounted */
+        return;
+    }
+    s = &p->span[p->nspan];
+    s->name = name;
+    s->dev = d;
+    s->row = row;
+    s->parent = p->depth ? p->stack[p->depth - 1] : -1;
+    s->child = 0.0;
+    s->state = 0;
+    p->stack[p->depth++] = p->nspan++;
+    s->t0 = dl__prof_mark(d);            /* last: the bookkeeping above is not the op's time */
+    if (s->t0 < 0) { s->state = 2; p->lost++; }
+}
+
+static void dl__prof_resolve(dl_ctx *ctx);
+
+static void dl__prof_end(dl_ctx *ctx, const char *name, bool bwd)
+{
+    dl__prof *p = ctx->prof;
+    dl__pspan *s = dl__prof_is_top(p, name, bwd);
+    if (!s) return;                      /* no span of this op is open: an internal helper's end */
+    s->t1 = dl__prof_mark(s->dev);
+    if (s->state == 0) s->state = s->t1 < 0 ? 2 : 1;
+    if (s->t1 < 0) p->lost++;
+    p->depth--;
+    p->dirty = true;
+    if (p->depth == 0 && p->nspan >= DL__PROF_MAX_PENDING) dl__prof_resolve(ctx);
+}
+
+/* the op named failed without an error (a NULL result): its span goes */
+static void dl__prof_drop(dl_ctx *ctx, const char *name)
+{
+    dl__prof *p = ctx->prof;
+    dl__pspan *s = dl__prof_is_top(p, name, false);
+    if (!s) return;
+    s->state = 2;
+    p->depth--;
+    p->dropped++;
+}
+
+/* an error: every open span belongs to a failing op */
+static void dl__prof_fail(dl_ctx *ctx)
+{
+    dl__prof *p = ctx->prof;
+    while (p->depth > 0) {
+        p->span[p->stack[--p->depth]].state = 2;
+        p->dropped++;
+    }
+}
+
+/* spans into times (the open ones, stale at the points that call this, are
+   dropped first): children before their parents, so each parent knows its
+   children's totals when its own self time is taken */
+static void dl__prof_resolve(dl_ctx *ctx)
+{
+    dl__prof *p = ctx->prof_data;
+    int i;
+    if (!p) return;
+    while (p->depth > 0) {
+        p->span[p->stack[--p->depth]].state = 2;
+        p->dropped++;
+    }
+    for (i = p->nspan - 1; i >= 0; i--) {
+        dl__pspan *s = &p->span[i];
+        dl__prow *r = &p->rows[s->row];
+        double t, self;
+        if (s->state != 1) continue;
+        t = s->dev->be->prof_seconds ? s->dev->be->prof_seconds(s->dev, s->t0, s->t1)
+                                     : 1e-9 * (double)(s->t1 - s->t0);
+        if (t < 0) t = 0;
+        self = t - s->child;
+        r->calls++;
+        r->total += t;
+        r->self += self > 0 ? self : 0;
+        if (s->parent >= 0 && p->span[s->parent].dev == s->dev) p->span[s->parent].child += t;
+    }
+    p->nspan = 0;
+    for (i = 0; i < DL__MAX_CUDA; i++)
+        if (ctx->cuda[i] && ctx->cuda[i]->be->prof_release) ctx->cuda[i]->be->prof_release(ctx->cuda[i]);
+}
+
+static void dl__prof_step(dl_ctx *ctx)
+{
+    dl__prof *p = ctx->prof;
+    p->steps++;
+    if (p->depth > 0 || p->nspan >= DL__PROF_FLUSH) dl__prof_resolve(ctx);
+}
+
+void dl_profile_enable(dl_ctx *ctx, bool on)
+{
+    if (!ctx) return;
+    if (on) {
+        if (!ctx->prof_data) {
+            ctx->prof_data = (dl__prof *)dl__malloc(ctx, sizeof(dl__prof));
+            if (!ctx->prof_data) { dl__warn(ctx, "dl_profile_enable: out of memory; not profiling"); return; }
+            memset(ctx->prof_data, 0, sizeof(dl__prof));
+        }
+        ctx->prof = ctx->prof_data;
+    } else if (ctx->prof) {
+        dl__prof_resolve(ctx);
+        ctx->prof = NULL;
+    }
+}
+
+void dl_profile_reset(dl_ctx *ctx)
+{
+    dl__prof *p = ctx ? ctx->prof_data : NULL;
+    if (!p) return;
+    dl__prof_resolve(ctx);
+    p->nrows = 0;
+    if (p->ht) memset(p->ht, 0, sizeof(int) * (size_t)p->htcap);
+    p->steps = p->dropped = p->lost = 0;
+    p->dirty = false;
+}
+
+/* rows in the table's order: by device (CPU devices, then CUDA, by
+   index), then by total time, largest first (ties: by name) */
+static int dl__prof_cmp(const dl__prow *x, const dl__prow *y)
+{
+    int c;
+    if (x->dev.type != y->dev.type) return x->dev.type < y->dev.type ? -1 : 1;
+    if (x->dev.index != y->dev.index) return x->dev.index < y->dev.index ? -1 : 1;
+    if (x->total != y->total) return x->total > y->total ? -1 : 1;
+    c = strcmp(x->name, y->name);
+    return c ? c : (int)x->bwd - (int)y->bwd;
+}
+
+/* the row indices in order (NULL with none, or out of memory) */
+static int *dl__prof_order(dl_ctx *ctx, int *n)
+{
+    dl__prof *p = ctx->prof_data;
+    int *ix, i;
+    *n = 0;
+    if (!p) return NULL;
+    dl__prof_resolve(ctx);
+    if (!p->nrows) return NULL;
+    ix = (int *)DL_MALLOC(sizeof(int) * (size_t)p->nrows);
+    if (!ix) return NULL;
+    for (i = 0; i < p->nrows; i++) {     /* insertion sort: tens of rows, no global for qsort */
+        int j = i, v = i;
+        while (j > 0 && dl__prof_cmp(&p->rows[v], &p->rows[ix[j - 1]]) < 0) { ix[j] = ix[j - 1]; j--; }
+        ix[j] = v;
+    }
+    *n = p->nrows;
+    return ix;
+}
+
+static void dl__prof_name(const dl__prow *r, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s", r->name, r->bwd ? " backward" : "");
+}
+
+int dl_profile_rows(dl_ctx *ctx, dl_profile_row *rows, int cap)
+{
+    int n, i, *ix;
+    if (!ctx) return 0;
+    ix = dl__prof_order(ctx, &n);
+    for (i = 0; rows && i < n && i < cap; i++) {
+        const dl__prow *r = &ctx->prof_data->rows[ix[i]];
+        dl__prof_name(r, rows[i].name, sizeof rows[i].name);
+        rows[i].device = r->dev;
+        rows[i].calls = r->calls;
+        rows[i].self_s = r->self;
+        rows[i].total_s = r->total;
+    }
+    DL_FREE(ix);
+    return n;
+}
+
+/* PyTorch's _format_time: 1.234ms, 56.000us, 2.500s */
+static const char *dl__prof_time(double s, char *buf, size_t cap)
+{
+    double us = 1e6 * s;
+    if (us >= 1e6) snprintf(buf, cap, "%.3fs", us / 1e6);
+    else if (us >= 1e3) snprintf(buf, cap, "%.3fms", us / 1e3);
+    else snprintf(buf, cap, "%.3fus", us);
+    return buf;
+}
+
+/* One table per device, as PyTorch's key_averages().table(): names right-
+   aligned, then Self %, Self, Total %, Total, average and calls; the
+   percentages of the device's self time in all (the footer line). */
+dl_result dl_profile_print(dl_ctx *ctx, void *stream)
+{
+    FILE *f = stream ? (FILE *)stream : stderr;
+    dl__prof *p;
+    int n, i, j, w = 4, *ix;
+    char dash[128], name[80], t[6][32];
+    if (!ctx) return DL_ERR_ARG;
+    p = ctx->prof_data;
+    ix = dl__prof_order(ctx, &n);
+    if (!n) {
+        DL_FREE(ix);
+        if (p && p->nrows) { dl__err(ctx, DL_ERR_OOM, "dl_profile_print: out of memory"); return DL_ERR_OOM; }
+        fprintf(f, "dl.h profile: nothing recorded (DL_PROFILE=1, dl_ctx_desc.profile or dl_profile_enable)\n");
+        return DL_OK;
+    }
+    for (i = 0; i < n; i++) {
+        dl__prof_name(&p->rows[ix[i]], name, sizeof name);
+        if ((int)strlen(name) > w) w = (int)strlen(name);
+    }
+    memset(dash, '-', sizeof dash);
+    dash[w < 100 ? w : 100] = 0;
+    for (i = 0; i < n; i = j) {
+        dl_device dev = p->rows[ix[i]].dev;
+        bool gpu = dev.type == DL_DEVICE_CUDA;
+        const char *u = gpu ? "CUDA" : "CPU";
+        double all = 0;
+        int64_t calls = 0;
+        char lab[32];
+        for (j = i; j < n && p->rows[ix[j]].dev.type == dev.type && p->rows[ix[j]].dev.index == dev.index; j++) {
+            all += p->rows[ix[j]].self;
+            calls += p->rows[ix[j]].calls;
+        }
+        fprintf(f, "dl.h profile of %s (%s), %lld steps, %lld calls\n", dl__dev_str(dev, lab, sizeof lab),
+                gpu ? "CUDA events: the time of the device's stream" : "host wall time",
+                (long long)p->steps, (long long)calls);
+        fprintf(f, "%s  ------------  ------------  ------------  ------------  ------------  ------------\n", dash);
+        snprintf(t[0], sizeof t[0], "Self %s %%", u);
+        snprintf(t[1], sizeof t[1], "Self %s", u);
+        snprintf(t[2], sizeof t[2], "%s total %%", u);
+        snprintf(t[3], sizeof t[3], "%s total", u);
+        snprintf(t[4], sizeof t[4], "%s time avg", u);
+        fprintf(f, "%*s  %12s  %12s  %12s  %12s  %12s  %12s\n", w, "Name", t[0], t[1], t[2], t[3], t[4], "# of Calls");
+        fprintf(f, "%s  ------------  ------------  ------------  ------------  ------------  ------------\n", dash);
+        for (; i < j; i++) {
+            const dl__prow *r = &p->rows[ix[i]];
+            char pc[2][32];
+            dl__prof_name(r, name, sizeof name);
+            snprintf(pc[0], sizeof pc[0], "%.2f%%", all > 0 ? 100.0 * r->self / all : 0.0);
+            snprintf(pc[1], sizeof pc[1], "%.2f%%", all > 0 ? 100.0 * r->total / all : 0.0);
+            fprintf(f, "%*s  %12s  %12s  %12s  %12s  %12s  %12lld\n", w, name, pc[0],
+                    dl__prof_time(r->self, t[0], sizeof t[0]), pc[1], dl__prof_time(r->total, t[1], sizeof t[1]),
+                    dl__prof_time(r->calls ? r->total / (double)r->calls : 0.0, t[2], sizeof t[2]),
+                    (long long)r->calls);
+        }
+        fprintf(f, "%s  ------------  ------------  ------------  ------------  ------------  ------------\n", dash);
+        fprintf(f, "Self %s time total: %s\n", u, dl__prof_time(all, t[0], sizeof t[0]));
+        i = j;
+    }
+    if (p->dropped || p->lost)
+        fprintf(f, "(not counted: %lld calls of ops that failed, %lld without a time mark)\n",
+                (long long)p->dropped, (long long)p->lost);
+    fflush(f);
+    p->dirty = false;
+    DL_FREE(ix);
+    return DL_OK;
+}
+
+/* dl_ctx_free: the table (to stderr) when something was recorded since
+   it was last printed, then the profiler's memory */
+static void dl__prof_free(dl_ctx *ctx)
+{
+    dl__prof *p = ctx->prof_data;
+    if (!p) return;
+    if (p->dirty) dl_profile_print(ctx, NULL);
+    ctx->prof = ctx->prof_data = NULL;
+    DL_FREE(p->rows);
+    DL_FREE(p->ht);
+    DL_FREE(p->span);
+    DL_FREE(p->stack);
+    DL_FREE(p);
 }
 
 #endif /* DL__IMPLEMENTED */

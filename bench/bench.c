@@ -43,6 +43,7 @@
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "examples/lenet_bn.h"   /* ex_lenet_bn: the model of make run */
+#include "examples/resnet18.h"   /* ex_resnet18: d2l's ResNet-18 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,8 @@ static int setup_mlp(bench *s) { return setup_model(s, make_mlp(s->ctx), 0.1f); 
 static int setup_lenet(bench *s) { return setup_model(s, make_lenet_d2l(s->ctx), 0.9f); }
 static int setup_lenet_bn(bench *s) { return setup_model(s, ex_lenet_bn(s->ctx), 0.1f); }
 static int setup_resnet_small(bench *s) { return setup_model(s, make_resnet_small(s->ctx), 0.1f); }
+/* d2l's multi-GPU ResNet-18 (widths 64-512, 3x3 stem, no max pool); SGD lr 0.1 as d2l */
+static int setup_resnet18(bench *s) { return setup_model(s, ex_resnet18(s->ctx, 1, 10), 0.1f); }
 
 /* zero_grad, forward, cross-entropy, backward, SGD step */
 static int rep_step(bench *s)
@@ -350,6 +353,7 @@ static const bcase g_cases[] = {
     {"step_lenet", KIND_TIME, setup_lenet, rep_step},
     {"step_lenet_bn", KIND_TIME, setup_lenet_bn, rep_step},
     {"step_resnet_small", KIND_TIME, setup_resnet_small, rep_step},
+    {"step_resnet18", KIND_TIME, setup_resnet18, rep_step},
     {"mem_lenet_bn", KIND_MEM, setup_lenet_bn, rep_step},
     {"mem_resnet_small", KIND_MEM, setup_resnet_small, rep_step},
     {"startup", KIND_STARTUP, setup_lenet_bn, rep_step},
@@ -421,6 +425,7 @@ static int run_case(const bcase *c, const char *name, bool gpu, bool fp32, int t
     t = (double *)malloc(sizeof(double) * (size_t)reps);
     if (!t) { dl_ctx_free(s.ctx); return 1; }
     for (i = 0; i < warmup && ok; i++) ok = rep_synced(c, &s, gpu);
+    dl_profile_reset(s.ctx);   /* DL_PROFILE=1: the table (at dl_ctx_free) covers the timed reps */
     for (i = 0; i < reps && ok; i++) {
         double t0 = now_s();
         ok = rep_synced(c, &s, gpu);

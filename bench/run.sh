@@ -11,6 +11,10 @@
 #                                        each twice: NAME_cuda with PyTorch's defaults
 #                                        (convolutions in TF32, matrix products exact),
 #                                        NAME_cuda_fp32 with both sides in exact fp32
+#   DL_PROFILE=1 CASES=step_resnet18 bench/run.sh   after each time or mem line,
+#                                        dl.h's per-op table (dl_profile_print) and
+#                                        torch.profiler's key_averages() table of the
+#                                        timed reps (both sides slowed by their profilers)
 #   (make bench / make bench CASES="..." THREADS="..." do the same)
 #
 # Builds build/bench (bench/bench.c), then for each case and thread count
@@ -55,6 +59,7 @@ step_mlp             time     3       11
 step_lenet           time     3       11
 step_lenet_bn        time     3       11
 step_resnet_small    time     2       7
+step_resnet18        time     1       3
 add_sync_cuda        time     20      201
 matmul200_cuda       time     20      201
 conv1_fwdbwd_cuda    time     5       51
@@ -64,6 +69,7 @@ step_mlp_cuda        time     10      51
 step_lenet_cuda      time     10      51
 step_lenet_bn_cuda   time     10      51
 step_resnet_small_cuda time   5       21
+step_resnet18_cuda   time     5       21
 mem_lenet_bn         mem      -       20
 mem_resnet_small     mem      -       3
 startup              startup  -       7
@@ -110,6 +116,7 @@ run_dl() {  # case threads args...
     case $c in *_cuda) bin=$DL_CUDA ;; esac
     if [ ! -x "$bin" ]; then echo "$bin was not built (nvcc missing?)" >"$TMP/e"; : >"$TMP/o"
     else OPENBLAS_NUM_THREADS=$t "$bin" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"; fi
+    if profiling; then cp "$TMP/e" "$TMP/prof_dl"; fi
     value_of "$c" "$TMP/o" "$TMP/e" dl.h
 }
 
@@ -117,7 +124,19 @@ run_torch() {
     c=$1; t=$2; shift 2
     if [ -z "$TORCH_VERSION" ]; then echo n/a; return; fi
     "$PYTHON" "$TORCH" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"
+    if profiling; then cp "$TMP/e" "$TMP/prof_torch"; fi
     value_of "$c" "$TMP/o" "$TMP/e" torch
+}
+
+profiling() { [ -n "${DL_PROFILE:-}" ] && [ "$DL_PROFILE" != 0 ]; }
+
+# DL_PROFILE=1: the two sides' tables of the case just printed, as comments
+show_profiles() {
+    for side in dl torch; do
+        [ -s "$TMP/prof_$side" ] && sed "s/^/# $side: /" "$TMP/prof_$side"
+        rm -f "$TMP/prof_$side"
+    done
+    return 0
 }
 
 now_ns() { date +%s%N; }
@@ -197,6 +216,7 @@ run_case() {  # name kind warmup reps
         for t in $THREADS; do
             d=$(run_dl "$1" "$t" --steps "$4"); p=$(run_torch "$1" "$t" --steps "$4")
             line "$1" "$t" "$d" "$p"
+            show_profiles
         done ;;
     time)
         names=$1   # a GPU case twice: PyTorch's defaults (convolutions in TF32), then NAME_fp32, exact fp32
@@ -210,6 +230,7 @@ run_case() {  # name kind warmup reps
                     r=$((r + 1))
                 done
                 line "$n" "$t" "$d" "$p"
+                show_profiles
             done
         done ;;
     *) echo "# $1: unknown kind $2" ;;

@@ -21,6 +21,10 @@ explicitly (torch.backends.cudnn.allow_tf32 = True: convolutions in TF32;
 torch.backends.cuda.matmul.allow_tf32 = False); "<name>_cuda_fp32" runs
 <name> on the GPU with both False, exact fp32 (bench.c's _cuda_fp32 cases
 likewise).
+
+DL_PROFILE=1 (as for dl.h's side): the timed reps run under torch.profiler
+and its key_averages() table (sorted by total time, CUDA's on a GPU) goes
+to stderr, next to dl.h's table (bench/run.sh prints both).
 """
 import os
 import sys
@@ -92,6 +96,42 @@ class ResidualBlock(nn.Module):
         sc = self.shortcut_bn(self.shortcut(x)) if self.shortcut is not None else x
         h = self.bn2(self.conv2(h))
         return F.relu(h + sc)
+
+
+class Residual(nn.Module):
+    """d2l.Residual (examples/resnet18.h): relu(bn2(conv2(relu(bn1(conv1(x))))) + (conv3(x) or x)),
+    convs with biases, the 1x1 projection without batch norm."""
+
+    def __init__(self, cin, cout, use_1x1conv=False, strides=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, kernel_size=3, padding=1, stride=strides)
+        self.conv2 = nn.Conv2d(cout, cout, kernel_size=3, padding=1)
+        self.conv3 = nn.Conv2d(cin, cout, kernel_size=1, stride=strides) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.bn2 = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        if self.conv3 is not None:
+            x = self.conv3(x)
+        return F.relu(y + x)
+
+
+def make_resnet18():
+    """d2l's resnet18(10, 1), the multi-GPU chapter's model (widths 64-512,
+    3x3 stem at stride 1, no max pool; tests/golden/gen_resnet18.py checks
+    examples/resnet18.h against it)"""
+    def stage(cin, cout, first):
+        return nn.Sequential(Residual(cin, cout) if first else Residual(cin, cout, True, 2), Residual(cout, cout))
+    net = nn.Sequential(nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(64), nn.ReLU())
+    net.add_module("resnet_block1", stage(64, 64, True))
+    net.add_module("resnet_block2", stage(64, 128, False))
+    net.add_module("resnet_block3", stage(128, 256, False))
+    net.add_module("resnet_block4", stage(256, 512, False))
+    net.add_module("global_avg_pool", nn.AdaptiveAvgPool2d((1, 1)))
+    net.add_module("fc", nn.Sequential(nn.Flatten(), nn.Linear(512, 10)))
+    return net
 
 
 def make_resnet_small():
@@ -203,6 +243,7 @@ CASES = {
     "step_lenet": ("time", model_case(make_lenet_d2l, 0.9)),
     "step_lenet_bn": ("time", model_case(make_lenet_bn, 0.1)),
     "step_resnet_small": ("time", model_case(make_resnet_small, 0.1)),
+    "step_resnet18": ("time", model_case(make_resnet18, 0.1)),
     "mem_lenet_bn": ("mem", model_case(make_lenet_bn, 0.1)),
     "mem_resnet_small": ("mem", model_case(make_resnet_small, 0.1)),
     "startup": ("startup", model_case(make_lenet_bn, 0.1)),
@@ -281,11 +322,21 @@ def main(argv):
         rep()
     sync(dev)
     ts = []
+    prof = None
+    if os.environ.get("DL_PROFILE", "0") not in ("", "0"):
+        from torch.profiler import profile, ProfilerActivity
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        prof = profile(activities=acts)
+        prof.__enter__()
     for _ in range(opts["--reps"]):
         t0 = time.perf_counter()
         rep()
         sync(dev)
         ts.append(time.perf_counter() - t0)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        key = "cuda_time_total" if dev.type == "cuda" else "cpu_time_total"
+        sys.stderr.write(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
     ts.sort()
     n = len(ts)
     med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])

@@ -6,6 +6,8 @@
    --resume), the device (--device, or --devices for model parallelism),
    the cosine schedule, and the LeNet-BN model that lenet.c and
    data_parallel.c train. The training loop itself is in each example.
+   DL_PROFILE=1 in the environment makes any example print dl.h's per-op
+   table when it ends (dl_ctx_free; docs/profiling.md).
    Include after dl.h, with _POSIX_C_SOURCE 200809L defined first. POSIX
    (open, fsync, rename). */
 #ifndef DL_EXAMPLES_COMMON_H
@@ -52,6 +54,10 @@ typedef struct ex_args {
                                    context's default device: cpu:0, or DL_DEVICE=...) */
 } ex_args;
 
+/* usage lines of an example's own flags (set before ex_parse; the
+   example takes those flags out of argv itself) */
+static const char *ex_own_usage = NULL;
+
 static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
 {
     fprintf(out,
@@ -77,13 +83,15 @@ static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
             "%s"
             "                cpu, cpu:N (a virtual CPU device with its own memory; cpu:N makes\n"
             "                the devices cpu:0 .. cpu:N), cuda:N (builds with -DDL_CUDA)\n"
+            "%s"
             "  --help        this text\n",
             d->prog, d->epochs, (long long)d->batch, (double)d->lr, d->workers,
             (unsigned long long)d->seed, d->data, d->ndev == 2 ? "--devices A,B" : "--device NAME",
             d->ndev == 2 ? ",cpu:1" : "", EX_MAX_EPOCHS, EX_MAX_BATCH, EX_MAX_THREADS, EX_MAX_WORKERS,
             d->ndev == 2 ? "  --devices A,B the model's first half on A, its second half on B (the\n"
                            "                activations and their gradients cross with dl_to):\n"
-                         : "  --device NAME where the model, the optimizer state and the batches live:\n");
+                         : "  --device NAME where the model, the optimizer state and the batches live:\n",
+            ex_own_usage ? ex_own_usage : "");
 }
 
 /* A bad command line: "prog: MESSAGE", the usage, exit status 2. */
@@ -424,8 +432,9 @@ static EX_UNUSED bool ex_load_split(const char *prog, dl_ctx *ctx, const char *d
     snprintf(pi, sizeof pi, "%s/%s-images-idx3-ubyte", dir, split);
     snprintf(pl, sizeof pl, "%s/%s-labels-idx1-ubyte", dir, split);
     if (dl_idx_load(ctx, pi, DL_DTYPE_F32, &xi) != DL_OK || dl_idx_load(ctx, pl, DL_DTYPE_I64, &yl) != DL_OK) {
-        fprintf(stderr, "%s: %s\n(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n", prog,
-                dl_error_message(ctx));
+        dl_result r = dl_last_error(ctx);   /* the hint only where the files are missing or not IDX */
+        fprintf(stderr, "%s: %s\n%s", prog, dl_error_message(ctx), r == DL_ERR_IO || r == DL_ERR_FORMAT ?
+                "(run `make data` to fetch Fashion-MNIST, or give --data DIR)\n" : "");
         return false;
     }
     if (xi->ndim != 3 || xi->shape[1] != 28 || xi->shape[2] != 28 || yl->ndim != 1 || yl->numel != xi->shape[0]) {
@@ -476,14 +485,18 @@ typedef struct ex_setup {
     bool tb_graph;              /* the graph is written (once, from the first step) */
 } ex_setup;
 
+/* cpu:0, where the data sets are loaded (any other device gets them as bytes) */
+static EX_UNUSED bool ex_is_host(dl_device dev) { return dev.type == DL_DEVICE_CPU && dev.index == 0; }
+
 /* The CPU devices a run needs: cpu:N asks for cpu:0 .. cpu:N, so the
-   context gets N+1 (DL_CPU_DEVICES=M raises it further; 0: dl.h's 1). */
+   context gets N+1; 0 when only cpu:0 (or no CPU device) is named, so
+   dl.h's default applies: DL_CPU_DEVICES=M, else 1. */
 static EX_UNUSED int ex_cpu_devices(const ex_args *a)
 {
     int i, n = 0;
     for (i = 0; i < a->ndev; i++)
         if (a->dev[i].type == DL_DEVICE_CPU && a->dev[i].index + 1 > n) n = a->dev[i].index + 1;
-    return n;
+    return n > 1 ? n : 0;
 }
 
 /* Checks, before any work, that ctx can make each device the flags name
@@ -505,8 +518,11 @@ static EX_UNUSED void ex_devices_ok(const ex_args *a, dl_ctx *ctx)
 
 /* Sets up ctx (seed, threads, the CPU devices --device needs) and the
    Fashion-MNIST loaders (normalized; augmentation when hflip/crop_padding),
-   which hand their batches to the (first) device. The data sets stay on the
-   host. false on failure (message printed). */
+   which hand their batches to the (first) device. On the host (cpu:0) the
+   data sets stay there and worker threads make the batches; on any other
+   device (cuda:N, cpu:N) they live on that device as bytes and the batches
+   are made there (dl_loader_desc.device_data: the same batches, no copy a
+   step). false on failure (message printed). */
 static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool hflip, int64_t crop_padding,
                                       ex_setup *s)
 {
@@ -533,6 +549,7 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     memset(&ld, 0, sizeof ld);
     ld.batch_size = a->batch; ld.shuffle = true; ld.num_workers = a->workers; ld.seed = a->seed;
     ld.device = a->dev[0];          /* DataLoader + .to(device): batches arrive on the device */
+    ld.device_data = !ex_is_host(a->dev[0].type == DL_DEVICE_DEFAULT ? dl_ctx_device(s->ctx) : a->dev[0]);
     s->train = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xtr, ytr, &tr, true), &ld);
     ld.shuffle = false;
     s->test = dl_loader_new(s->ctx, dl_tensor_dataset(s->ctx, xte, yte, &tr, false), &ld);

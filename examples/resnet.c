@@ -3,14 +3,19 @@
    1x1 conv projection shortcut when the shape changes), four stages of two
    blocks (widths 16-32-64-128), global average pooling, random horizontal
    flips and random crops (padding 2), SGD momentum with a cosine schedule.
+   --arch d2l trains d2l's ResNet-18 instead (examples/resnet18.h: widths
+   64-128-256-512, 3x3 stem, batch 256 by default), the model of d2l's
+   multiple-GPUs chapter, with the same data, augmentation and optimizer.
    The training loop is PyTorch's (train_epoch, evaluate below); flags,
    data loading, printing and checkpoints are in examples/common.h.
    Build: cc -std=c99 -O2 -I. examples/resnet.c -o build/resnet -lm -lpthread
-   Run:   build/resnet --epochs 3   (--help for the flags) */
+   Run:   build/resnet --epochs 3   (--help for the flags)
+          build/resnet --arch d2l --device cuda --epochs 10 */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "examples/common.h"
+#include "examples/resnet18.h"
 
 /* state of one residual block; its children are registered on the module
    so their parameters get PyTorch-style names (layer1.0.conv1.weight ...) */
@@ -110,6 +115,20 @@ static double evaluate(ex_setup *s, dl_module *net)
     return total ? (double)correct / (double)total : 0.0;
 }
 
+/* --arch NAME, this example's own flag, taken out of argv before the shared
+   ones are parsed: "small" (the default), "d2l", or NULL when it has no value */
+static const char *take_arch(int *argc, char **argv)
+{
+    const char *arch = "small";
+    int i, k = 1;
+    for (i = 1; i < *argc; i++) {
+        if (!strcmp(argv[i], "--arch")) { arch = i + 1 < *argc ? argv[++i] : NULL; continue; }
+        argv[k++] = argv[i];
+    }
+    *argc = k;
+    return arch;
+}
+
 int main(int argc, char **argv)
 {
     ex_args a;
@@ -120,9 +139,16 @@ int main(int argc, char **argv)
     dl_sgd_desc sd;
     double acc = 0;
     int epoch, start;
-    ex_parse(argc, argv, &a, "resnet", 3, 128, 0.1f);        /* defaults: epochs, batch, lr */
-    if (!ex_setup_fmnist(&a, "small ResNet-18-style on Fashion-MNIST", true, 2, &s)) return ex_done(&s, 1);
-    net = make_resnet(s.ctx);
+    const char *arch = take_arch(&argc, argv);
+    bool d2l = arch && !strcmp(arch, "d2l");
+    ex_own_usage = "  --arch NAME   small (widths 16-32-64-128, batch 128) or d2l (d2l's ResNet-18: widths\n"
+                   "                64-128-256-512, batch 256; examples/resnet18.h)\n";
+    ex_parse(argc, argv, &a, d2l ? "resnet-d2l" : "resnet", 3, d2l ? 256 : 128, 0.1f);   /* defaults: epochs, batch, lr */
+    if (!arch) ex_bad_args(&a, "--arch needs a value");
+    if (!d2l && strcmp(arch, "small")) ex_bad_args(&a, "--arch %s: must be small or d2l", arch);
+    if (!ex_setup_fmnist(&a, d2l ? "d2l ResNet-18 on Fashion-MNIST" : "small ResNet-18-style on Fashion-MNIST",
+                         true, 2, &s)) return ex_done(&s, 1);
+    net = d2l ? ex_resnet18(s.ctx, 1, 10) : make_resnet(s.ctx);
     if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
     sd.lr = a.lr;

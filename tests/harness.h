@@ -48,6 +48,23 @@ static int th_close(const float *a, const float *b, long n, double rtol, double 
     return 1;
 }
 
+/* th_close, except that where b is NaN, a must be NaN (and is then close) */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static int th_close_nan(const float *a, const float *b, long n, double rtol, double atol, long *where)
+{
+    long i;
+    if (!a || !b) return 0;
+    for (i = 0; i < n; i++) {
+        if (b[i] != b[i] ? a[i] == a[i] : !th_close(a + i, b + i, 1, rtol, atol, NULL)) {
+            if (where) *where = i;
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* ---- host access to tensor data. Tests never dereference t->data: on a
    strict device (DL_STRICT=1 with DL_DEVICE=cpu:1) that pointer is tagged and
    faults at once, as a GPU pointer would. These go through the transfer

@@ -13,7 +13,8 @@
 # --devices A,B (model_parallel): bad names, cuda:0 without DL_CUDA, and on
 # cpu:1 in strict mode the same epoch lines as on cpu. Trains only on a tiny
 # made-up dataset (64 images), plus one short run on the real data when
-# data/fashion-mnist has it.
+# data/fashion-mnist has it. d2l's ResNet-18: resnet --arch d2l and
+# data_parallel --model resnet18 on two devices, 2 steps of 4 images.
 # Prints "N passed, M failed" (", K skipped"); exit status 1 on a failure.
 cd "$(dirname "$0")/.." || exit 1
 B=build
@@ -471,6 +472,50 @@ expect 2 "^$DP: --bucket-kb -1: must be a whole number from 0 to 1048576" $DP --
 expect 2 "^$DP: --bucket-kb 1048577: must be a whole number from 0 to 1048576" $DP --bucket-kb 1048577
 expect 0 "^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 --ranks 2 --threads 1 \
     --bucket-kb 16
+# devices that do not exist, and empty names, are usage errors before any work
+expect 2 "^$DP: --devices cpu:64: 'cpu:64' does not exist: CPU devices go from cpu:0 to cpu:63$" $DP --devices cpu:64
+expect 2 "^$DP: --devices cpu:0,cuda:0: cuda:0 requested but dl.h was built without DL_CUDA" \
+    $DP --data "$D" --devices cpu:0,cuda:0
+for v in cpu:0,,cpu:1 cpu:0, ,cpu:1; do
+    expect 2 "^$DP: --devices $v: an empty device name \(two commas, or one at an end\)$" $DP --devices "$v"
+done
+# a batch that --ranks does not divide: near-equal parts (64 = 22 + 21 + 21), no row left out
+expect 0 "^LeNet-BN on cpu:0 in each of the thread ranks: 3 replicas, batch 64 \(21-22 per replica\)" \
+    $DP --data "$D" --epochs 1 --batch 64 --ranks 3 --threads 1
+check "data_parallel --ranks 3 --batch 64: the run's line" eval "printf '%s\n' \"\$out\" | grep -qE '^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$'"
+# a data set too large for memory (ulimit -v): dl.h's message, without the "make data" hint
+BIG=$T/bigdata
+mkdir -p "$BIG"
+{ printf '\000\000\010\003'; be32 40000; be32 28; be32 28; head -c $((40000 * 784)) /dev/zero; } > "$BIG/train-images-idx3-ubyte"
+{ printf '\000\000\010\001'; be32 40000; head -c 40000 /dev/zero; } > "$BIG/train-labels-idx1-ubyte"
+expect 1 "^$B/mlp: dl_idx_load: cannot allocate 125440000 bytes" \
+    sh -c 'ulimit -v 90000; exec "$@"' sh $B/mlp --data "$BIG" --epochs 0 --workers 0 --threads 1
+check "no memory for the data: no 'run make data' hint" eval "! printf '%s\n' \"\$out\" | grep -q 'make data'"
+rm -rf "$BIG"
+expect 1 "^\(run \`make data\` to fetch Fashion-MNIST, or give --data DIR\)$" $B/mlp --data "$T/nowhere"
+
+# --- every example on the strict cpu:1 (a virtual device whose memory the host
+# cannot address: a host dereference of tensor data faults), as make test runs
+# the C tests: each runs to the end (exit 0)
+STRICT="env DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1"
+for e in $TRAIN; do
+    expect 0 "^test accuracy: [01]\.[0-9]{4}$" $STRICT $B/$e $SHORT
+done
+expect 0 "^cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $STRICT $DP --data "$D" --epochs 1 --batch 16 --devices cpu:1
+expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $STRICT $DP --data "$D" --epochs 1 --batch 16 \
+    --devices cpu:0,cpu:1
+expect 0 "^gradcheck passed" $STRICT $B/gradcheck
+expect 0 "^saved to $T/strict\.dot$" $STRICT env PATH="$PWD/$T/nodot:/usr/bin:/bin" $B/graph --out "$T/strict.dot"
+expect 0 "^  cpu:0 +[0-9.]+ us$" $STRICT $B/transfer_cost
+# custom_function: the Function written with dl ops runs on cpu:1; the one
+# written with host loops runs on cpu:0 only, and on cpu:1 says why not
+expect 0 "^MySigmoid vs the built-in: .* -> ok$" $STRICT $B/custom_function
+check "custom_function on cpu:1: HostSquare refused with dl_data's reason" eval "printf '%s\n' \"\$out\" | grep -q '^HostSquare on cpu:1: dl_data: t (4,5) is on cpu:1, whose memory the host cannot address'"
+expect 0 "^HostSquare vs the built-in: .* -> ok$" $B/custom_function
+check "custom_function on cpu:0: MySigmoid too" eval "printf '%s\n' \"\$out\" | grep -q '^MySigmoid vs the built-in: .* -> ok$'"
+all=$(ls examples/*.c | sed 's|^examples/||; s|\.c$||' | tr '\n' ' ')
+check "every example is run on the strict cpu:1 above (a new one: add it there): $all" \
+    [ "$all" = "custom_function data_parallel gradcheck graph lenet lenet_d2l mlp model_parallel resnet softmax_regression transfer_cost " ]
 
 # --- a short run on the real data, when it is there
 if [ -f data/fashion-mnist/train-images-idx3-ubyte ]; then
@@ -480,6 +525,25 @@ if [ -f data/fashion-mnist/train-images-idx3-ubyte ]; then
 else
     skipped "test_cli: data/fashion-mnist not found, no run on the real data (run \`make data\`)"
 fi
+
+# --- d2l's ResNet-18 (examples/resnet18.h): resnet.c --arch d2l, data_parallel
+# --model resnet18 on two devices, 2 steps of 4 made-up images (the CPU's
+# share of the two-GPU experiment), the test set of 64
+expect 2 "^$B/resnet: --arch vgg: must be small or d2l$" $B/resnet --arch vgg
+expect 2 "^$B/resnet: --arch needs a value$" $B/resnet --epochs 1 --arch
+expect 0 "^  --arch NAME   small \(widths 16-32-64-128, batch 128\) or d2l" $B/resnet --help
+expect 0 "^d2l ResNet-18 on Fashion-MNIST: 11175818 parameters, 8 train / 64 test samples, batch 4" \
+    $B/resnet --data "$D" --arch d2l --epochs 1 --limit 8 --batch 4
+check "resnet --arch d2l: an epoch, then the accuracy" eval "printf '%s\n' \"\$out\" | grep -q '^epoch  1  train loss' && printf '%s\n' \"\$out\" | tail -n 1 | grep -qE '^test accuracy: [01]\.[0-9]{4}$'"
+expect 2 "^$DP: --model vgg: must be lenet_bn or resnet18" $DP --model vgg
+expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --model resnet18 --devices cpu:0,cpu:1 \
+    --epochs 1 --limit 8 --batch 4
+check "data_parallel --model resnet18: 2 replicas of d2l's ResNet-18" eval "printf '%s\n' \"\$out\" | grep -q '^d2l ResNet-18 on cpu:0,cpu:1: 2 replicas, batch 4 (2 per replica)'"
+base=$(printf '%s\n' "$out" | grep '^  epoch 1 ' | sed 's/  [0-9.]* s .*//')
+expect 0 "^cpu:1,cpu:2 +[0-9.]+" env DL_STRICT=1 $DP --data "$D" --model resnet18 --devices cpu:1,cpu:2 --epochs 1 \
+    --limit 8 --batch 4
+check "data_parallel --model resnet18 on cpu:1,cpu:2 (strict; the data on cpu:1): the same epoch line" \
+    eval '[ -n "$base" ] && [ "$(printf "%s\n" "$out" | grep "^  epoch 1 " | sed "s/  [0-9.]* s .*//")" = "$base" ]'
 
 rm -rf "$T"
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi

@@ -507,7 +507,11 @@ static void errors(void)
     }
     /* pooling */
     CHECK(dl_max_pool2d(x, NULL) == NULL, "NULL pool desc");
-    EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: desc is NULL");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_max_pool2d: desc is NULL; the kernel size is required "
+               "(dl_pool_desc_make(kernel, stride, padding, ceil_mode, count_include_pad))");
+    CHECK(dl_nn_avg_pool2d(c, NULL) == NULL, "NULL pool desc for a module");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_nn_avg_pool: a dl_pool_desc is required "
+               "(dl_pool_desc_make(kernel, stride, padding, ceil_mode, count_include_pad))");
     pd = dl_pool_desc_make(2, 0, 0, false, true);
     pd.kernel[1] = 0;
     CHECK(dl_max_pool2d(x, &pd) == NULL, "kernel 0");

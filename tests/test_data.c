@@ -1,7 +1,10 @@
 /* tests/test_data.c - the IDX reader (parse, every malformed-file error),
    the tensor dataset and its transforms, and the loader: each sample once per
    epoch, seeded order, drop_last, and the same batches with 0, 1 or 2
-   worker threads. */
+   worker threads; with the dataset on the device (device_data) the same
+   batches, bit for bit, as the host's, with normalization, flips and crops
+   (on the context's default device: cpu:0, the strict cpu:1 of make test,
+   the emulated cuda:0 of make test-cuda-emu). */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -239,6 +242,133 @@ static void test_loader(void)
     EXPECT_ERR(ctx, DL_ERR_ARG, "persistent");
 }
 
+/* a dataset of n samples (C,H,W) of pseudo-random bytes 0..255, labels i % 10 */
+static dl_dataset *byte_ds(int64_t n, int64_t C, int64_t H, int64_t W, const dl_transform_desc *tr, bool train)
+{
+    int64_t i, sn = C * H * W, *yv = (int64_t *)malloc(sizeof(int64_t) * (size_t)n);
+    float *xv = (float *)malloc(sizeof(float) * (size_t)(n * sn));
+    uint32_t r = 12345;
+    dl_tensor *x, *y;
+    for (i = 0; i < n * sn; i++) { r = r * 1664525u + 1013904223u; xv[i] = (float)(r >> 24); }
+    for (i = 0; i < n; i++) yv[i] = i % 10;
+    x = dl_keep(dl_from_array(ctx, DL_SHAPE(n, C, H, W), xv));
+    y = dl_keep(dl_from_int64(ctx, DL_SHAPE(n), yv));
+    dl_step_end(ctx);
+    free(xv);
+    free(yv);
+    return dl_tensor_dataset(ctx, x, y, tr, train);
+}
+
+/* the loader with device_data against the host loader: every batch of 2
+   epochs (the order, crops, flips, normalization) bit for bit */
+static void device_loader_case(const char *what, dl_dataset *ds, const dl_loader_desc *base)
+{
+    dl_loader_desc dh = *base, dd = *base;
+    dl_loader *lh, *ld;
+    dl_tensor *xh, *yh, *xd, *yd;
+    int e, nb = 0, same = 1;
+    dd.device_data = true;
+    dd.num_workers = 2;                  /* ignored: the device makes the batches */
+    lh = dl_loader_new(ctx, ds, &dh);
+    ld = dl_loader_new(ctx, ds, &dd);
+    CHECK(lh && ld, "%s: two loaders: %s", what, dl_error_message(ctx));
+    if (!lh || !ld) return;
+    CHECK(dl_loader_num_batches(ld) == dl_loader_num_batches(lh), "%s: as many batches", what);
+    for (e = 0; e < 2; e++) {
+        int rh;
+        while ((rh = dl_loader_next(lh, &xh, &yh)) > 0 && dl_loader_next(ld, &xd, &yd) > 0) {
+            dl_device dev = dl_ctx_device(ctx);
+            bool ok = xd->device.type == dev.type && xd->device.index == dev.index && dl_same_shape(xh, xd) &&
+                      dl_same_shape(yh, yd) && th_same_bytes(xh, xd) && th_same_bytes(yh, yd);
+            if (!ok && same) CHECK(0, "%s: epoch %d batch %d differs from the host loader's", what, e + 1, nb);
+            same &= ok;
+            nb++;
+            dl_step_end(ctx);
+        }
+        CHECK(rh == 0 && dl_loader_next(ld, &xd, &yd) == 0, "%s: both epochs end together", what);
+    }
+    CHECK(same && nb > 0, "%s: %d batches of 2 epochs bit for bit as the host's", what, nb);
+}
+
+static void test_device_loader(void)
+{
+    dl_transform_desc tr;
+    dl_loader_desc d;
+    dl_dataset *ds;
+    dl_memory_stats ms0, ms1;
+    memset(&tr, 0, sizeof tr);
+    tr.scale = 1.0f / 255.0f; tr.mean = 0.2860f; tr.std = 0.3530f;   /* Fashion-MNIST's */
+    memset(&d, 0, sizeof d);
+    d.batch_size = 8; d.shuffle = true; d.seed = 11;
+    dl_memory_stats_get(ctx, dl_ctx_device(ctx), &ms0);
+    device_loader_case("normalized, shuffled", byte_ds(37, 1, 6, 5, &tr, true), &d);
+    dl_memory_stats_get(ctx, dl_ctx_device(ctx), &ms1);
+    CHECK(ms1.persistent_bytes >= ms0.persistent_bytes + 37 * 30 + 37 * 8 * 3,
+          "the bytes, labels and plan live on the device (%zu more bytes)", ms1.persistent_bytes - ms0.persistent_bytes);
+    tr.hflip = true; tr.crop_padding = 2;                             /* examples/resnet.c's augmentation */
+    device_loader_case("flips and crops, 2 channels", byte_ds(29, 2, 7, 6, &tr, true), &d);
+    d.drop_last = true; d.batch_size = 5;
+    device_loader_case("drop_last", byte_ds(29, 3, 4, 4, &tr, true), &d);
+    d.shuffle = false; d.drop_last = false;
+    device_loader_case("eval: no augmentation", byte_ds(13, 1, 5, 5, &tr, false), &d);
+    device_loader_case("no transform, flat samples", byte_ds(13, 1, 1, 7, NULL, true), &d);
+    {   /* resuming at an epoch: the plan of that epoch */
+        dl_loader *a, *b;
+        dl_tensor *xa, *ya, *xb, *yb;
+        ds = byte_ds(20, 1, 4, 4, &tr, true);
+        d.shuffle = true; d.batch_size = 20;
+        a = dl_loader_new(ctx, ds, &d);
+        d.device_data = true;
+        b = dl_loader_new(ctx, ds, &d);
+        dl_loader_set_epoch(a, 3);
+        dl_loader_set_epoch(b, 3);
+        CHECK(a && b && dl_loader_next(a, &xa, &ya) == 1 && dl_loader_next(b, &xb, &yb) == 1 &&
+              th_same_bytes(xa, xb) && th_same_bytes(ya, yb), "set_epoch: epoch 4's batch, on the device too");
+        dl_step_end(ctx);
+        d.device_data = false;
+    }
+    /* errors: x that bytes cannot hold (a get function of its own: test_device_loader_custom) */
+    {
+        dl_tensor *x, *y;
+        float xv[8] = {0, 1, 2, 255, 3, 4, 0.5f, 7};
+        int64_t yv[2] = {0, 1};
+        d.device_data = true;
+        x = dl_keep(dl_from_array(ctx, DL_SHAPE(2, 4), xv));
+        y = dl_keep(dl_from_int64(ctx, DL_SHAPE(2), yv));
+        CHECK(dl_loader_new(ctx, dl_tensor_dataset(ctx, x, y, NULL, false), &d) == NULL, "x with 0.5 refused");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "x holds 0.5 at flat index 6 (sample 1): the values must be whole numbers from 0 to 255");
+        xv[6] = 256.0f;
+        dl_free(x);
+        x = dl_keep(dl_from_array(ctx, DL_SHAPE(2, 4), xv));
+        CHECK(dl_loader_new(ctx, dl_tensor_dataset(ctx, x, y, NULL, false), &d) == NULL, "x with 256 refused");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "holds 256");
+        dl_step_end(ctx);
+    }
+    d.device_data = false;
+}
+
+static dl_result own_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
+{
+    (void)ds; (void)rng;
+    x[0] = (float)i;
+    *y = i;
+    return DL_OK;
+}
+
+static void test_device_loader_custom(void)
+{
+    dl_dataset ds;
+    dl_loader_desc d;
+    memset(&ds, 0, sizeof ds);
+    ds.length = 3;
+    ds.sample_shape = DL_SHAPE(1);
+    ds.get = own_get;
+    memset(&d, 0, sizeof d);
+    d.device_data = true;
+    CHECK(dl_loader_new(ctx, &ds, &d) == NULL, "device_data with a get function of its own");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "device_data needs a dataset made by dl_tensor_dataset");
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -247,6 +377,8 @@ int main(void)
     ctx = dl_ctx_init(&d);
     test_idx();
     test_loader();
+    test_device_loader();
+    test_device_loader_custom();
     dl_ctx_free(ctx);
     TEST_END();
 }

@@ -10,14 +10,14 @@
       targets (ignored by default), smooth L1's beta 1, Huber's delta 1,
       kl_div's mean, avg_pool's count_include_pad=True and stride = kernel.
       Then designated-initializer descs that set one or two fields
-      ({.reduction = DL_REDUCTION_SUM}, {.beta = -0.0f}, {.padding = {1, 1}},
+      ({.reduction = DL_REDUCTION_SUM}, {.beta = DL_ZERO}, {.padding = {1, 1}},
       ...). Forward and gradients, |got - want| <= 1e-5 + 1e-4 |want|.
    2. SGD, Adam and AdamW with zeroed descs (3 steps: SGD's lr 1e-3, AdamW's
-      weight_decay 0.01) and partial ones ({.lr = 0.1f}, Adam {.beta1 = -0.0f}
-      = betas (0, 0.999), AdamW {.weight_decay = -0.0f} = weight_decay 0,
+      weight_decay 0.01) and partial ones ({.lr = 0.1f}, Adam {.beta1 = DL_ZERO}
+      = betas (0, 0.999), AdamW {.weight_decay = DL_ZERO} = weight_decay 0,
       maximize), parameters after each step at 1e-7 + 1e-5 |want|.
    3. Parameter groups: SGD (momentum, nesterov), Adam, AdamW with two groups
-      of different lr and weight decay (-0.0f: none), dl_module_decay_groups,
+      of different lr and weight decay (DL_ZERO: none), dl_module_decay_groups,
       5 steps with dl_optim_set_lr between steps against LambdaLR (and
       dl_optim_set_group_lr against setting a group's lr); the split of
       dl_module_decay_groups on a small module; a checkpoint after 2 steps
@@ -105,7 +105,7 @@ static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor 
     } else if (!strcmp(op, "smooth_l1_loss")) {
         if (dflt) return dl_smooth_l1_loss(a, b, LOSS_DEFAULT);
         if (!strcmp(v, "beta05")) return dl_smooth_l1_loss(a, b, &(dl_loss_desc){.beta = 0.5f});
-        if (!strcmp(v, "beta0")) return dl_smooth_l1_loss(a, b, &(dl_loss_desc){.beta = -0.0f});
+        if (!strcmp(v, "beta0")) return dl_smooth_l1_loss(a, b, &(dl_loss_desc){.beta = DL_ZERO});
     } else if (!strcmp(op, "huber_loss")) {
         if (dflt) return dl_huber_loss(a, b, LOSS_DEFAULT);
         if (!strcmp(v, "delta2_sum"))
@@ -218,6 +218,15 @@ static void test_ops(void)
                   "avg_pool2d: dl_pool_desc_make(3, 0, 1, false, true) differs from the zeroed desc: %s", dl_error_message(G));
             CHECK(m1 && m2 && dl_same_shape(m1, m2) && th_same_bytes(m1, m2),
                   "max_pool2d: dl_pool_desc_make differs from the zeroed desc: %s", dl_error_message(G));
+            /* one option, two polarities: count_include_pad false = .no_count_include_pad true */
+            a = dl_pool_desc_make(3, 0, 1, false, false);
+            z.no_count_include_pad = true;
+            y1 = dl_avg_pool2d(x, &a);
+            y2 = dl_avg_pool2d(x, &z);
+            m1 = dl_avg_pool2d(x, &(dl_pool_desc){.kernel = {3, 3}, .padding = {1, 1}});
+            CHECK(y1 && y2 && m1 && th_same_bytes(y1, y2) && !th_same_bytes(y1, m1),
+                  "avg_pool2d: dl_pool_desc_make(..., count_include_pad false) = .no_count_include_pad true, "
+                  "and differs from the default");
             dl_clear_error(G);
             dl_step_end(G);
         }
@@ -260,11 +269,11 @@ static dl_optim *opt_make(const char *cfg, dl_module *m, int mode)
     if (!strcmp(cfg, "sgd_momentum")) return dl_sgd(m, &(dl_sgd_desc){.lr = 0.1f, .momentum = 0.9f});
     if (!strcmp(cfg, "sgd_maximize")) return dl_sgd(m, &(dl_sgd_desc){.lr = 0.1f, .maximize = true});
     if (!strcmp(cfg, "adam_lr")) return dl_adam(m, &(dl_adam_desc){.lr = 0.01f});
-    if (!strcmp(cfg, "adam_beta1_zero")) return dl_adam(m, &(dl_adam_desc){.beta1 = -0.0f});
-    if (!strcmp(cfg, "adam_beta2_zero")) return dl_adam(m, &(dl_adam_desc){.lr = 0.01f, .beta2 = -0.0f});
-    if (!strcmp(cfg, "adam_eps_zero")) return dl_adam(m, &(dl_adam_desc){.lr = 0.01f, .eps = -0.0f});
+    if (!strcmp(cfg, "adam_beta1_zero")) return dl_adam(m, &(dl_adam_desc){.beta1 = DL_ZERO});
+    if (!strcmp(cfg, "adam_beta2_zero")) return dl_adam(m, &(dl_adam_desc){.lr = 0.01f, .beta2 = DL_ZERO});
+    if (!strcmp(cfg, "adam_eps_zero")) return dl_adam(m, &(dl_adam_desc){.lr = 0.01f, .eps = DL_ZERO});
     if (!strcmp(cfg, "adam_maximize")) return dl_adam(m, &(dl_adam_desc){.maximize = true});
-    if (!strcmp(cfg, "adamw_wd_zero")) return dl_adamw(m, &(dl_adam_desc){.weight_decay = -0.0f});
+    if (!strcmp(cfg, "adamw_wd_zero")) return dl_adamw(m, &(dl_adam_desc){.weight_decay = DL_ZERO});
     return NULL;
 }
 
@@ -363,7 +372,7 @@ static dl_optim *group_opt(const char *cfg, dl_module *m, bool *sched)
     B[1] = dl_module_get(m, "2.bias");
     *sched = true;
     if (!strcmp(cfg, "sgd_momentum")) {
-        dl_param_group g[2] = {{.params = W, .n = 2}, {.params = B, .n = 2, .lr = 0.2f, .weight_decay = -0.0f}};
+        dl_param_group g[2] = {{.params = W, .n = 2}, {.params = B, .n = 2, .lr = 0.2f, .weight_decay = DL_ZERO}};
         return dl_sgd_groups(ctx, 2, g, &(dl_sgd_desc){.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f});
     }
     if (!strcmp(cfg, "sgd_nesterov")) {
@@ -372,7 +381,7 @@ static dl_optim *group_opt(const char *cfg, dl_module *m, bool *sched)
                                                        .weight_decay = 0.001f});
     }
     if (!strcmp(cfg, "adam")) {
-        dl_param_group g[2] = {{.params = W, .n = 2}, {.params = B, .n = 2, .lr = 0.003f, .weight_decay = -0.0f}};
+        dl_param_group g[2] = {{.params = W, .n = 2}, {.params = B, .n = 2, .lr = 0.003f, .weight_decay = DL_ZERO}};
         return dl_adam_groups(ctx, 2, g, &(dl_adam_desc){.lr = 0.01f, .weight_decay = 0.02f});
     }
     if (!strcmp(cfg, "adamw_decay")) {   /* the split of dl_module_decay_groups, group 1's lr set */
@@ -479,7 +488,7 @@ static void test_groups_golden(void)
 }
 
 /* dl_module_decay_groups: 2+-dim parameters in group 0 (the optimizer's decay),
-   the rest in group 1 (-0.0f: no decay), each in state_dict order */
+   the rest in group 1 (DL_ZERO: no decay), each in state_dict order */
 static void test_decay_groups(void)
 {
     dl_ctx *ctx = dl_ctx_init(&(dl_ctx_desc){.log = dl_log_silent, .seed = 3});
@@ -507,7 +516,7 @@ static void test_decay_groups(void)
     CHECK(g[0].lr == 0.0f && g[0].weight_decay == 0.0f && !signbit(g[0].weight_decay),
           "group 0: lr 0 and weight_decay +0 (the optimizer's)");
     CHECK(g[1].lr == 0.0f && g[1].weight_decay == 0.0f && signbit(g[1].weight_decay),
-          "group 1: weight_decay -0.0f (none)");
+          "group 1: weight_decay DL_ZERO (none)");
     /* AdamW (zeroed desc: lr 1e-3, weight decay 0.01) with zero gradients:
        the update is 0, so weights shrink by 1 - lr*wd and the rest stay */
     o = dl_adamw_groups(ctx, 2, g, &(dl_adam_desc){0});
@@ -661,6 +670,49 @@ static void test_group_errors(void)
     dl_ctx_free(ctx);
 }
 
+/* DL_ZERO is a real zero where zero means a non-zero default: a group's lr
+   (0: the optimizer's; DL_ZERO: a frozen group, as {"lr": 0} in PyTorch),
+   the optimizer's lr, AdamW's weight decay */
+static void test_dl_zero(void)
+{
+    dl_ctx *ctx = dl_ctx_init(&(dl_ctx_desc){.log = dl_log_silent});
+    dl_module *m = mlp(ctx, false);
+    dl_tensor *W[2], *B[2], *x = dl_randn(ctx, DL_SHAPE(3, 4)), *all[4];
+    unsigned char w0[4096], b0[4096], w1[4096], b1[4096];
+    size_t nw, nb;
+    dl_optim *o;
+    int k;
+    CHECK(DL_ZERO == 0.0f && signbit(DL_ZERO), "DL_ZERO is -0.0f");
+    W[0] = dl_module_get(m, "0.weight");
+    W[1] = dl_module_get(m, "2.weight");
+    B[0] = dl_module_get(m, "0.bias");
+    B[1] = dl_module_get(m, "2.bias");
+    all[0] = W[0]; all[1] = B[0]; all[2] = W[1]; all[3] = B[1];
+    for (k = 0; k < 3; k++) {
+        dl_param_group g[2] = {{.params = W, .n = 2}, {.params = B, .n = 2, .lr = DL_ZERO}};
+        const char *what = k == 0 ? "SGD, group 1 lr DL_ZERO" : k == 1 ? "Adam, group 1 lr DL_ZERO" :
+                           "AdamW lr DL_ZERO, weight decay 0.01";
+        o = k == 0 ? dl_sgd_groups(ctx, 2, g, &(dl_sgd_desc){.lr = 0.1f})
+          : k == 1 ? dl_adam_groups(ctx, 2, g, &(dl_adam_desc){.lr = 0.1f})
+                   : dl_adamw_params(ctx, 4, all, &(dl_adam_desc){.lr = DL_ZERO});
+        nw = sizeof(float) * (size_t)W[0]->numel;
+        nb = sizeof(float) * (size_t)B[0]->numel;
+        memcpy(w0, th_host(W[0]), nw);
+        memcpy(b0, th_host(B[0]), nb);
+        CHECK(o && (k == 2 ? dl_optim_lr(o) == 0.0f : dl_optim_group_lr(o, 1) == 0.0f && dl_optim_group_lr(o, 0) == 0.1f),
+              "%s: the lrs", what);
+        dl_optim_zero_grad(o);
+        CHECK(dl_backward(dl_sum(dl_module_forward(m, x), DL_ALL, false)) == DL_OK && dl_optim_step(o) == DL_OK,
+              "%s: a step: %s", what, dl_error_message(ctx));
+        memcpy(w1, th_host(W[0]), nw);
+        memcpy(b1, th_host(B[0]), nb);
+        CHECK(!memcmp(b0, b1, nb) && (k == 2) == !memcmp(w0, w1, nw), "%s: %s", what,
+              k == 2 ? "nothing moves" : "the weights move, the biases do not");
+        dl_optim_free(o);
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "tests/golden/defaults.bin";
@@ -679,6 +731,7 @@ int main(int argc, char **argv)
     test_decay_groups();
     test_groups_checkpoint();
     test_group_errors();
+    test_dl_zero();
     CHECK(dl_last_error(G) == DL_OK, "stray error at the end: %s", dl_error_message(G));
     g_free_recs();
     dl_ctx_free(G);

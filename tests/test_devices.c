@@ -12,6 +12,7 @@
 #include "dl.h"
 #include "harness.h"
 #include <stdlib.h>
+#include <unistd.h>
 
 static dl_ctx *C;
 static int g_verbose;
@@ -207,6 +208,117 @@ static void test_device_api(void)
     CHECK(dl_ctx_init(&cd) == NULL && strstr(dl_error_message(NULL), "cpu_devices=65"), "cpu_devices 65");
     dl_clear_error(NULL);
     test_tf32_switches();
+}
+
+/* The environment fills only what a dl_ctx_desc leaves at zero: an explicit
+   device, CPU device count or strict flag wins over DL_DEVICE,
+   DL_CPU_DEVICES and DL_STRICT. And dl_ctx_init's own failures go to the
+   desc's log: dl_log_silent prints nothing. */
+static int g_logged;
+static char g_logmsg[256];
+static void count_log(void *user, const char *m)
+{
+    (void)user;
+    g_logged++;
+    snprintf(g_logmsg, sizeof g_logmsg, "%s", m);
+}
+
+static bool strict_ctx(dl_ctx *c)
+{
+    dl_tensor *t = dl_zeros(c, DL_SHAPE(1));
+    bool strict;
+    dl_set_log(c, dl_log_silent, NULL);
+    strict = dl_data(dl_to(t, dl_cpu_device(1))) == NULL;   /* strict: the host cannot address cpu:1 */
+    dl_clear_error(c);
+    return strict;
+}
+
+static void test_desc_over_env(void)
+{
+    static const char *vars[3] = {"DL_CPU_DEVICES", "DL_DEVICE", "DL_STRICT"};
+    char *saved[3];
+    dl_ctx_desc cd;
+    dl_ctx *c2;
+    FILE *err;
+    int i, fd, k;
+    for (i = 0; i < 3; i++) saved[i] = getenv(vars[i]) ? strdup(getenv(vars[i])) : NULL;
+    setenv("DL_CPU_DEVICES", "4", 1);
+    setenv("DL_DEVICE", "cpu:2", 1);
+    setenv("DL_STRICT", "1", 1);
+    memset(&cd, 0, sizeof cd);
+    cd.log = dl_log_silent;
+    c2 = dl_ctx_init(&cd);                       /* all zero: the environment's */
+    CHECK(c2 && dl_device_count(c2, DL_DEVICE_CPU) == 4 && dl_ctx_device(c2).index == 2 && strict_ctx(c2),
+          "a zeroed desc: DL_CPU_DEVICES=4, DL_DEVICE=cpu:2, DL_STRICT=1");
+    dl_ctx_free(c2);
+    setenv("DL_STRICT", "0", 1);
+    cd.cpu_devices = 2;
+    cd.device = dl_cpu_device(1);
+    cd.strict_devices = true;
+    c2 = dl_ctx_init(&cd);                       /* all set: the desc's */
+    CHECK(c2 && dl_device_count(c2, DL_DEVICE_CPU) == 2 && dl_ctx_device(c2).type == DL_DEVICE_CPU &&
+          dl_ctx_device(c2).index == 1 && strict_ctx(c2),
+          "desc cpu_devices=2, device cpu:1, strict over DL_CPU_DEVICES=4 DL_DEVICE=cpu:2 DL_STRICT=0");
+    dl_ctx_free(c2);
+    setenv("DL_DEVICE", "cpu:0", 1);
+    cd.device = dl_cuda(0);
+    c2 = dl_ctx_init(&cd);
+#ifndef DL_CUDA
+    CHECK(c2 == NULL && strstr(dl_error_message(NULL), "cuda:0 requested but dl.h was built without DL_CUDA"),
+          "desc device cuda:0 with DL_DEVICE=cpu:0: refused in a CPU build, not run on the CPU: %s",
+          dl_error_message(NULL));
+#else
+    CHECK(!c2 || dl_ctx_device(c2).type == DL_DEVICE_CUDA, "desc device cuda:0 with DL_DEVICE=cpu:0: cuda:0");
+#endif
+    dl_ctx_free(c2);
+    dl_clear_error(NULL);
+    cd.device = dl_cpu_device(3);                /* desc's 2 devices, not the environment's 4 */
+    CHECK(dl_ctx_init(&cd) == NULL && strstr(dl_error_message(NULL), "cpu:3 does not exist: this context has 2"),
+          "desc cpu_devices=2 with DL_CPU_DEVICES=4: cpu:3 does not exist: %s", dl_error_message(NULL));
+    dl_clear_error(NULL);
+    /* dl_ctx_init's failures: once through the desc's log, none on stderr with dl_log_silent */
+    fflush(stderr);
+    err = tmpfile();
+    fd = dup(2);
+    CHECK(err && fd >= 0, "a file for stderr");
+    if (err && fd >= 0) {
+        char buf[512];
+        size_t got;
+        dup2(fileno(err), 2);
+        memset(&cd, 0, sizeof cd);
+        cd.log = count_log;
+        cd.num_threads = -1;
+        g_logged = 0;
+        CHECK(dl_ctx_init(&cd) == NULL && g_logged == 1 && strstr(g_logmsg, "num_threads=-1") &&
+              strstr(dl_error_message(NULL), "num_threads=-1"),
+              "num_threads=-1: once to the desc's log (%d: %s)", g_logged, g_logmsg);
+        cd.num_threads = 0;
+        cd.device = dl_cpu_device(9);
+        g_logged = 0;
+        CHECK(dl_ctx_init(&cd) == NULL && g_logged == 1 && strstr(g_logmsg, "cpu:9 does not exist") &&
+              strstr(dl_error_message(NULL), "cpu:9 does not exist"),
+              "device cpu:9: once to the desc's log (%d: %s)", g_logged, g_logmsg);
+        cd.log = dl_log_silent;
+        for (k = 0; k < 3; k++) {
+            cd.num_threads = k == 0 ? -1 : 0;
+            cd.device = k == 1 ? dl_cuda(99) : k == 2 ? dl_cpu_device(9) : dl_cpu();
+            CHECK(dl_ctx_init(&cd) == NULL && dl_last_error(NULL) != DL_OK, "failure %d with dl_log_silent", k);
+        }
+        fflush(stderr);
+        dup2(fd, 2);
+        fseek(err, 0, SEEK_SET);
+        got = fread(buf, 1, sizeof buf - 1, err);
+        buf[got] = 0;
+        CHECK(got == 0, "dl_ctx_init's failures with dl_log_silent: nothing on stderr, got \"%s\"", buf);
+    }
+    if (fd >= 0) close(fd);
+    if (err) fclose(err);
+    dl_clear_error(NULL);
+    for (i = 0; i < 3; i++) {
+        if (saved[i]) setenv(vars[i], saved[i], 1);
+        else unsetenv(vars[i]);
+        free(saved[i]);
+    }
 }
 
 /* ------------------------------------------------------------------ dl_to, modules, checkpoints */
@@ -467,6 +579,7 @@ int main(int argc, char **argv)
     if (!C) TEST_END();
     test_op_matrix();
     test_mixed_device_errors();
+    test_desc_over_env();
     test_device_api();
     test_to_and_modules();
     test_memory_per_device();

@@ -152,7 +152,20 @@ static void dim_errors(void)
     BAD(dl_min(T(2, 3), DL_DIMS(-4), false), DL_ERR_ARG, "out of range");
     BAD(dl_argmax(T(2, 3), 2, false), DL_ERR_ARG, "out of range");
     BAD(dl_argmax(T(2, 3), -3, true), DL_ERR_ARG, "dl_argmax");
+    BAD(dl_max_dim(T(2, 3), 2, false, NULL), DL_ERR_ARG, "dl_max_dim: dim 2 is out of range");
+    BAD(dl_min_dim(T(2, 3), -3, false, NULL), DL_ERR_ARG, "dl_min_dim: dim -3 is out of range");
+    BAD(dl_min(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "dl_min: dim 2 is out of range");
     BAD(dl_softmax(T(2, 3), 2), DL_ERR_ARG, "out of range");
+    {   /* a 0-d tensor takes dim 0 and -1 (as PyTorch), nothing else */
+        dl_tensor *s0 = dl_full(C, dl_shape_make(0, NULL), 1.0f);
+        BAD(dl_sum(s0, DL_DIMS(1), false), DL_ERR_ARG, "dl_sum: dim 1 is out of range for a tensor of shape () (valid: -1..0)");
+        BAD(dl_sum(s0, DL_DIMS(0, -1), false), DL_ERR_ARG, "dl_sum: dim 0 appears twice");
+        BAD(dl_max(s0, DL_DIMS(-2), false), DL_ERR_ARG, "dl_max: dim -2 is out of range");
+        BAD(dl_softmax(s0, 1), DL_ERR_ARG, "dl_softmax: dim 1 is out of range for a tensor of shape () (valid: -1..0)");
+        BAD(dl_log_softmax(s0, -2), DL_ERR_ARG, "dl_log_softmax: dim -2 is out of range");
+        BAD(dl_argmax(s0, 1, false), DL_ERR_ARG, "dl_argmax: dim 1 is out of range for a tensor of shape ()");
+        BAD(dl_max_dim(s0, -2, false, NULL), DL_ERR_ARG, "dl_max_dim: dim -2 is out of range");
+    }
     BAD(dl_log_softmax(T(2, 3), -3), DL_ERR_ARG, "dl_log_softmax");
     BAD(dl_narrow(T(2, 3), 2, 0, 1), DL_ERR_ARG, "out of range");
     BAD(dl_transpose(T(2, 3), 0, 2), DL_ERR_ARG, "out of range");
@@ -176,6 +189,8 @@ static void dim_errors(void)
 
     /* reductions over nothing */
     BAD(dl_max(dl_zeros(C, DL_SHAPE(2, 0)), DL_DIMS(1), false), DL_ERR_SHAPE, "size 0");
+    BAD(dl_max_dim(dl_zeros(C, DL_SHAPE(2, 0)), 1, false, NULL), DL_ERR_SHAPE,
+        "dl_max_dim: cannot reduce dim 1 of size 0 of t (2,0) (max of nothing)");
     BAD(dl_argmax(dl_zeros(C, DL_SHAPE(0, 3)), 0, false), DL_ERR_SHAPE, "size 0");
 
     /* clamp */
@@ -194,6 +209,7 @@ static void dtype_errors(void)
     BAD(dl_matmul(i64, T(3, 2)), DL_ERR_DTYPE, "dl_matmul");
     BAD(dl_sum(i64, DL_ALL, false), DL_ERR_DTYPE, "dl_sum");
     BAD(dl_max(i64, DL_DIMS(0), false), DL_ERR_DTYPE, "dl_max");
+    BAD(dl_max_dim(i64, 0, false, NULL), DL_ERR_DTYPE, "dl_max_dim");
     BAD(dl_softmax(i32, 1), DL_ERR_DTYPE, "dl_softmax");
     BAD(dl_argmax(i64, 1, false), DL_ERR_DTYPE, "dl_argmax");
     BAD(dl_relu(i64), DL_ERR_DTYPE, "dl_relu");
@@ -259,6 +275,8 @@ static void null_inputs(void)
     NULLOP(dl_sum(NULL, DL_ALL, 0));
     NULLOP(dl_mean(NULL, DL_DIMS(0), 1));
     NULLOP(dl_max(NULL, DL_DIMS(0), 0));
+    NULLOP(dl_max_dim(NULL, 0, 0, NULL));
+    NULLOP(dl_min_dim(NULL, 0, 0, NULL));
     NULLOP(dl_min(NULL, DL_ALL, 0));
     NULLOP(dl_var(NULL, DL_ALL, 1, 0));
     NULLOP(dl_argmax(NULL, 0, 0));
@@ -478,6 +496,17 @@ static void size_errors(void)
     BAD(dl_from_array(C, DL_SHAPE(2), NULL), DL_ERR_ARG, "values is NULL");
     BAD(dl_arange(C, 0.0f, 1.0f, 0.0f), DL_ERR_ARG, "step");
     BAD(dl_arange(C, 0.0f, 1e20f, 1.0f), DL_ERR_OOM, "too many");
+    /* as PyTorch: a step against the direction from start to end is an error, not an empty tensor */
+    BAD(dl_arange(C, 0.0f, 5.0f, -1.0f), DL_ERR_ARG,
+        "dl_arange: upper bound and lower bound inconsistent with step sign (start 0, end 5, step -1)");
+    BAD(dl_arange(C, 5.0f, 0.0f, 1.0f), DL_ERR_ARG, "inconsistent with step sign");
+    BAD(dl_arange(C, 0.0f, INFINITY, 1.0f), DL_ERR_ARG, "dl_arange: step must be non-zero and the bounds and step finite");
+    BAD(dl_arange(C, 0.0f, 1.0f, NAN), DL_ERR_ARG, "dl_arange: step must be non-zero");
+    {
+        dl_tensor *d = dl_arange(C, 5.0f, 0.0f, -2.0f), *e = dl_arange(C, 3.0f, 3.0f, -1.0f);
+        CHECK(d && d->numel == 3 && th_f(d, 0) == 5.0f && th_f(d, 2) == 1.0f && e && e->numel == 0,
+              "dl_arange(5, 0, -2) = 5 3 1; (3, 3, -1) is empty");
+    }
     /* a context with a 1 MiB limit asked for 4 MB */
     {
         dl_ctx_desc d;

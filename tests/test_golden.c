@@ -99,6 +99,13 @@ static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor 
     if (!strcmp(op, "min")) { G_NEED(1, 3); return dl_min(x, g_red_dims(p), g_pi(p, 0) != 0); }
     if (!strcmp(op, "var")) { G_NEED(1, 3); return dl_var(x, g_red_dims(p), g_pi(p, 1), g_pi(p, 0) != 0); }
     if (!strcmp(op, "argmax")) { G_NEED(1, 2); return dl_argmax(x, g_pi(p, 0), g_pi(p, 1) != 0); }
+    if (!strncmp(op, "max_dim", 7) || !strncmp(op, "min_dim", 7)) {   /* values, or "_idx": indices */
+        dl_tensor *idx = NULL, *v;
+        G_NEED(1, 2);
+        v = op[1] == 'a' ? dl_max_dim(x, g_pi(p, 0), g_pi(p, 1) != 0, &idx)
+                         : dl_min_dim(x, g_pi(p, 0), g_pi(p, 1) != 0, &idx);
+        return op[7] ? idx : v;
+    }
     if (!strcmp(op, "softmax")) { G_NEED(1, 1); return dl_softmax(x, g_pi(p, 0)); }
     if (!strcmp(op, "log_softmax")) { G_NEED(1, 1); return dl_log_softmax(x, g_pi(p, 0)); }
     if (!strcmp(op, "reshape")) { G_NEED(1, 1); return dl_reshape(x, g_param_shape(p, 0)); }
@@ -152,6 +159,7 @@ int main(int argc, char **argv)
     else {
         run_file("tests/golden/core.bin", 100);
         run_file("tests/golden/activations.bin", 6);   /* gen_activations.py: SiLU */
+        run_file("tests/golden/edges.bin", 40);        /* gen_edges.py: ties, 0-d, NaN, bounds */
     }
     TEST_END();
 }

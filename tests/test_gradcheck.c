@@ -25,7 +25,7 @@ enum {
     OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
     OP_RESHAPE, OP_FLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
-    OP_MLP, OP_CUSTOM, OP_SECOND
+    OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM
 };
 
 /* fills */
@@ -122,6 +122,8 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_MEAN: return dl_mean(a, p->sh, p->keep);
     case OP_MAX: return dl_max(a, p->sh, p->keep);
     case OP_MIN: return dl_min(a, p->sh, p->keep);
+    case OP_MAXDIM: return dl_max_dim(a, p->d0, p->keep, NULL);
+    case OP_MINDIM: return dl_min_dim(a, p->d0, p->keep, NULL);
     case OP_VAR: return dl_var(a, p->sh, p->d0, p->keep);
     case OP_MATMUL: return dl_matmul(a, b);
     case OP_SOFTMAX: return dl_softmax(a, p->d0);
@@ -562,6 +564,18 @@ int main(void)
     reduce_cases("dl_max", OP_MAX, F_DA);
     reduce_cases("dl_min", OP_MIN, F_DA);
     var_cases();
+    {   /* torch.max(x, dim) / torch.min(x, dim); 0-d tensors take dim 0 and -1, as PyTorch */
+        P p = mki(OP_MAXDIM, 1, 0);
+        gc1("dl_max_dim", "dim 1", p, I(DL_SHAPE(3, 4), F_DA));
+        p = mki(OP_MINDIM, -1, 0);
+        p.keep = true;
+        gc1("dl_min_dim", "dim -1 keepdim", p, I(DL_SHAPE(2, 3, 4), F_DA));
+        gc1("dl_max_dim", "0-d dim 0", mki(OP_MAXDIM, 0, 0), I(S0(), F_DA));
+        gc1("dl_max", "0-d dim -1", mkd(OP_MAX, DL_DIMS(-1), false), I(S0(), F_DA));
+        gc1("dl_sum", "0-d dim 0 keepdim", mkd(OP_SUM, DL_DIMS(0), true), I(S0(), F_RANDN));
+        gc1("dl_softmax", "0-d", mki(OP_SOFTMAX, 0, 0), I(S0(), F_RANDN));
+        gc1("dl_log_softmax", "0-d dim -1", mki(OP_LOGSOFTMAX, -1, 0), I(S0(), F_RANDN));
+    }
 
     /* matmul */
     matmul_cases();
@@ -615,6 +629,24 @@ int main(void)
               "gradcheck did not catch a wrong backward: rc %s ok %d rel %g", dl_result_string(rc),
               (int)res.ok, res.max_rel_err[0]);
         dl_clear_error(G);
+        dl_step_end(G);
+    }
+    {   /* tolerances: DL_ZERO is a real zero (central differences of a cube in float
+           are off by ~1e-4 here, so zero tolerances fail what the defaults pass) */
+        dl_gradcheck_desc gd;
+        dl_gradcheck_result res;
+        P p = mkf(OP_POW, 3.0f, 0);
+        dl_tensor *x;
+        dl_manual_seed(G, 6);
+        x = dl_requires_grad(dl_randn(G, DL_SHAPE(3, 4)), true);
+        memset(&gd, 0, sizeof gd);
+        CHECK(dl_gradcheck(G, f_op, &p, 1, &x, &gd, &res) == DL_OK && res.ok, "x^3, default tolerances");
+        gd.atol = DL_ZERO;
+        gd.rtol = DL_ZERO;
+        CHECK(dl_gradcheck(G, f_op, &p, 1, &x, &gd, &res) == DL_OK && !res.ok && res.max_abs_err[0] > 0,
+              "x^3, atol = rtol = DL_ZERO: must fail (abs err %g)", res.max_abs_err[0]);
+        gd.atol = 1.0;
+        CHECK(dl_gradcheck(G, f_op, &p, 1, &x, &gd, &res) == DL_OK && res.ok, "x^3, atol 1, rtol DL_ZERO");
         dl_step_end(G);
     }
 

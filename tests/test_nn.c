@@ -777,6 +777,8 @@ static void test_bad_files(void)
         {"offsets wrong size", "{\"weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}," BB "}", 24, 0, 0, "'weight': data_offsets [0, 12] hold 12 bytes"},
         {"offsets huge", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,99999999999999999999]}}", 24, 0, 0, "'bias': data_offsets are not integers"},
         {"shape huge", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[16,24]}}", 24, 0, 0, "'bias': shape has too many elements"},
+        {"numel * 8 wraps to 0", "{" WB "," BB ",\"x\":{\"dtype\":\"I64\",\"shape\":[4611686018427387904],\"data_offsets\":[24,24]}}", 24, 0, 0,
+         "'x': I64 with 4611686018427387904 elements needs more bytes than the data section's 24"},
         {"gap", "{" WB ",\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[20,28]}}", 28, 0, 0, "gap"},
         {"missing tensor", "{" WB "}", 16, 0, 0, "tensor 'bias' is missing"},
         {"extra tensor", "{" WB "," BB ",\"extra\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[24,28]}}", 28, 0, 0, "extra tensor 'extra'"},
@@ -837,6 +839,30 @@ static void test_bad_files(void)
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "extra tensor 'optim.weight.momentum_buffer'");
         CHECK(dl_save(path, lin, NULL) == DL_OK && dl_load(path, lin, so) == DL_ERR_FORMAT, "model-only file into optim");
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "'optim.step' is missing");
+    }
+    /* a child named "optim": dl_load_module skips only the optimizer state dl_save
+       wrote, so an unexpected "optim.*" key is still an error (strict loading) */
+    {
+        dl_module *net[2];
+        dl_optim *ao;
+        for (i = 0; i < 2; i++) {
+            dl_module *o = dl_module_new(ctx, "Opt", NULL, 0);
+            net[i] = dl_module_new(ctx, "Net", NULL, 0);
+            dl_module_add(net[i], "fc", dl_nn_linear(ctx, 3, 2, true));
+            dl_module_add(net[i], "optim", o);
+            dl_module_param(o, "weight", dl_randn(ctx, DL_SHAPE(2)));
+            if (i == 1) dl_module_param(o, "extra", dl_randn(ctx, DL_SHAPE(3)));   /* net[1]: one more */
+        }
+        CHECK(dl_save_module(path, net[1]) == DL_OK, "save the model with optim.extra");
+        CHECK(dl_load_module(path, net[0]) == DL_ERR_FORMAT, "optim.extra into a model without it: refused");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "the file has an extra tensor 'optim.extra' that the module does not have");
+        ao = dl_adam(net[0], NULL);
+        CHECK(ao && dl_save(path, net[0], ao) == DL_OK && dl_load_module(path, net[0]) == DL_OK,
+              "dl_save with Adam state, dl_load_module of the same model: the state is skipped: %s",
+              dl_error_message(ctx));
+        CHECK(dl_save(path, net[1], NULL) == DL_OK && dl_load_module(path, net[0]) == DL_ERR_FORMAT,
+              "a dl_save file without optimizer state: optim.extra refused too");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "extra tensor 'optim.extra'");
     }
     remove(path);
     dl_ctx_free(ctx);

@@ -1161,6 +1161,7 @@ static void test_errors(void)
         dl_tensor *a = U(DL_SHAPE(3, 4), -1.0f, 1.0f, false), *b = U(DL_SHAPE(3, 4), -1.0f, 1.0f, false);
         dl_tensor *pr = U(DL_SHAPE(3, 4), 0.1f, 0.9f, false), *w4 = dl_ones(G, DL_SHAPE(4));
         float pv[4] = {0.5f, 1.5f, 0.25f, 0.0f}, nv[4] = {0.5f, -0.1f, 0.25f, 1.0f}, qv[4] = {0.5f, NAN, 0.2f, 1.0f};
+        float yv4[4] = {0.0f, 1.0f, 0.25f, 1.0f};
         dl_tensor *y4 = dl_full(G, DL_SHAPE(4), 0.5f);
         memset(&d, 0, sizeof d); d.label_smoothing = 0.1f;
         ERR(dl_mse_loss(a, b, &d), DL_ERR_ARG, "dl_mse_loss: dl_loss_desc.label_smoothing is set but this loss does not use it");
@@ -1196,6 +1197,15 @@ static void test_errors(void)
         ERR(dl_binary_cross_entropy(dl_from_array(G, DL_SHAPE(4), pv), y4, NULL), DL_ERR_ARG, "outside [0, 1]");
         ERR(dl_binary_cross_entropy(dl_from_array(G, DL_SHAPE(4), nv), y4, NULL), DL_ERR_ARG, "dl_binary_cross_entropy: input (4) has values outside [0, 1]");
         ERR(dl_binary_cross_entropy(dl_from_array(G, DL_SHAPE(4), qv), y4, NULL), DL_ERR_ARG, "outside [0, 1]");
+        /* ... and targets outside [0, 1] (NaN too), as PyTorch: "all elements of target should be between 0 and 1" */
+        ERR(dl_binary_cross_entropy(y4, dl_from_array(G, DL_SHAPE(4), pv), NULL), DL_ERR_ARG,
+            "dl_binary_cross_entropy: target (4) has values outside [0, 1]");
+        ERR(dl_binary_cross_entropy(y4, dl_from_array(G, DL_SHAPE(4), nv), NULL), DL_ERR_ARG, "target (4) has values outside");
+        ERR(dl_binary_cross_entropy(y4, dl_from_array(G, DL_SHAPE(4), qv), NULL), DL_ERR_ARG, "target (4) has values outside");
+        ERR(dl_binary_cross_entropy(dl_from_array(G, DL_SHAPE(4), pv), dl_from_array(G, DL_SHAPE(4), nv), NULL),
+            DL_ERR_ARG, "input (4) has values outside");
+        CHECK(dl_binary_cross_entropy(y4, dl_from_array(G, DL_SHAPE(4), yv4), NULL) != NULL,
+              "targets 0, 1, 0.25 and 1 (in range, both ends): %s", dl_error_message(G));
         /* huber: delta <= 0 (and not finite); smooth L1: beta < 0 */
         memset(&d, 0, sizeof d); d.delta = -1.0f;
         ERR(dl_huber_loss(a, b, &d), DL_ERR_ARG, "dl_huber_loss: delta=-1 must be a finite number > 0");

@@ -179,11 +179,7 @@ def reduction(op, x, dims, keepdim, correction=1):
         if op == "var":
             return torch.var(t, dim=tdims, correction=correction, keepdim=keepdim)
         if op in ("max", "min"):
-            if allf and not keepdim:
-                return t.max() if op == "max" else t.min()
-            if len(tdims) == 1:
-                r = torch.max(t, tdims[0], keepdim) if op == "max" else torch.min(t, tdims[0], keepdim)
-                return r.values
+            # dl_max is torch.amax (ties share the gradient; random inputs have none)
             return torch.amax(t, dim=tdims, keepdim=keepdim) if op == "max" else \
                 torch.amin(t, dim=tdims, keepdim=keepdim)
         raise ValueError(op)

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""tests/golden/gen_edges.py - PyTorch golden values for edge cases of core
+ops, read by tests/test_golden.c in the format and case layout of gen.py
+(see its docstring): ties in max/min over one dim (torch.amax splits the
+gradient evenly) and torch.max(x, dim) with its indices, 0-d tensors in
+reductions, softmax and argmax, ReLU's gradient at NaN, clamp's at its
+bounds. A NaN in a record must be NaN in dl.h's result.
+
+Run from the repository root:   python3 tests/golden/gen_edges.py [out.bin]
+(default output: tests/golden/edges.bin). Deterministic:
+torch.manual_seed(1357), CPU, float32.
+"""
+import sys
+
+import torch
+
+import goldfile
+from goldfile import RECORDS, rec, randn, record_grads
+
+torch.manual_seed(1357)
+NAN = float("nan")
+
+
+def case(name, x, fn, params, grad=True):
+    """one input x (requiring grad unless grad is False), params as floats"""
+    t = x.detach().clone().to(torch.float32).requires_grad_(grad)
+    out = fn(t)
+    rec(name + "/x", t)
+    rec(name + "/params", torch.tensor(params, dtype=torch.float32))
+    record_grads(name, out, [t] if grad else [], ["x"] if grad else [])
+
+
+def ties(*s):
+    """small integers: many ties"""
+    return torch.randint(0, 3, s).to(torch.float32)
+
+
+# reductions: params [keepdim, correction, all_flag, dims...] as in gen.py
+def red(op, x, dims, keepdim):
+    def fn(t):
+        if op == "max":
+            return torch.amax(t, dim=dims, keepdim=keepdim)
+        if op == "min":
+            return torch.amin(t, dim=dims, keepdim=keepdim)
+        if op == "sum":
+            return torch.sum(t, dim=dims, keepdim=keepdim)
+        return torch.mean(t, dim=dims, keepdim=keepdim)
+    return fn, [float(keepdim), 1.0, 0.0] + [float(d) for d in dims]
+
+
+RED = [
+    ("max", "tie1", torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]]), [1], False),
+    ("max", "tie1k", ties(2, 3, 4), [1], True),
+    ("max", "tie_neg", ties(3, 4, 5), [-1], False),
+    ("max", "tie0", ties(4, 3), [0], False),
+    ("max", "tie02", ties(3, 4, 5), [0, 2], False),
+    ("min", "tie1", torch.tensor([[1.0, 1.0, 3.0], [0.0, 2.0, 0.0]]), [1], False),
+    ("min", "tie_neg", ties(3, 4, 5), [-1], True),
+    ("max", "scalar0", torch.tensor(2.5), [0], False),
+    ("max", "scalar_m1k", torch.tensor(-1.5), [-1], True),
+    ("min", "scalar0", torch.tensor(0.5), [0], False),
+    ("sum", "scalar0", torch.tensor(2.5), [0], False),
+    ("sum", "scalar_m1k", torch.tensor(2.5), [-1], True),
+    ("mean", "scalar0", torch.tensor(-3.0), [0], True),
+]
+for op, cname, x, dims, kd in RED:
+    fn, params = red(op, x, dims, kd)
+    case("%s/%s" % (op, cname), x, fn, params)
+
+# torch.max(x, dim) / torch.min(x, dim): params [dim, keepdim]; values with
+# the gradient to the index (the first largest), and the indices (int64)
+for op, f in (("max_dim", torch.max), ("min_dim", torch.min)):
+    for cname, x, dim, kd in (("a", randn(3, 4, 5), 1, False), ("k", randn(3, 4), -1, True),
+                              ("tie", ties(4, 6), 1, False), ("tie0k", ties(5, 3), 0, True),
+                              ("scalar", torch.tensor(1.25), 0, False)):
+        case("%s/%s" % (op, cname), x, lambda t, f=f, dim=dim, kd=kd: f(t, dim, kd).values,
+             [float(dim), float(kd)])
+        case("%s_idx/%s" % (op, cname), x, lambda t, f=f, dim=dim, kd=kd: f(t, dim, kd).indices,
+             [float(dim), float(kd)], grad=False)
+
+# softmax / log_softmax / argmax of a 0-d tensor: params [dim]; argmax [dim, keepdim]
+case("softmax/scalar0", torch.tensor(0.7), lambda t: torch.softmax(t, 0), [0.0])
+case("softmax/scalar_m1", torch.tensor(-2.0), lambda t: torch.softmax(t, -1), [-1.0])
+case("log_softmax/scalar0", torch.tensor(0.7), lambda t: torch.log_softmax(t, 0), [0.0])
+case("log_softmax/scalar_m1", torch.tensor(3.0), lambda t: torch.log_softmax(t, -1), [-1.0])
+case("argmax/scalar0", torch.tensor(0.7), lambda t: torch.argmax(t, 0), [0.0, 0.0], grad=False)
+case("argmax/scalar_m1k", torch.tensor(0.7), lambda t: torch.argmax(t, -1, True), [-1.0, 1.0], grad=False)
+
+# ReLU at NaN (threshold_backward passes the gradient), at 0 and -0; clamp
+# at its bounds and at NaN (gradient 0), lo == hi, one-sided bounds
+edge = torch.tensor([NAN, -1.0, -0.0, 0.0, 1e-30, 0.5, 1.0, 2.0])
+case("relu/nan", edge, torch.relu, [])
+for cname, lo, hi in (("bounds", 0.0, 1.0), ("eq", 1.0, 1.0), ("lo", 0.0, float("inf")),
+                      ("hi", float("-inf"), 1.0)):
+    case("clamp/" + cname, edge, lambda t, lo=lo, hi=hi: torch.clamp(t, lo, hi), [lo, hi])
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/edges.bin"
+    goldfile.write(path, RECORDS)
+
+
+if __name__ == "__main__":
+    main()
