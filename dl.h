@@ -319,7 +319,8 @@
        dl_ctx_device              where creators put tensors now
        dl_set_device              torch.set_default_device
        dl_sync                    torch.cuda.synchronize: wait for every device
-       dl_set_allow_tf32          torch.backends.cuda.matmul.allow_tf32 (CUDA devices; default off)
+       dl_set_allow_tf32          torch.backends.cuda.matmul.allow_tf32 (CUDA matrix products; default off)
+       dl_set_allow_tf32_conv     torch.backends.cudnn.allow_tf32 (CUDA convolutions; default on)
        dl_tensor_ctx              the context a tensor belongs to
      errors
        dl_last_error              code of the most recent failure (DL_OK when none)
@@ -765,6 +766,11 @@ typedef struct dl_ctx_desc {
     int profile;              /* 1: count and time every op from the start (dl_profile_*; the
                                  table is printed at dl_ctx_free); -1: off; 0: DL_PROFILE=1 in
                                  the environment turns it on */
+    /* TF32 tensor cores on CUDA devices, PyTorch's two switches (dl_set_allow_tf32,
+       dl_set_allow_tf32_conv): 1 on, -1 off, 0 the environment's DL_ALLOW_TF32=0|1 /
+       DL_ALLOW_TF32_CONV=0|1, else PyTorch's default (matmul off, conv on) */
+    int allow_tf32;           /* matrix products: torch.backends.cuda.matmul.allow_tf32 */
+    int allow_tf32_conv;      /* convolutions: torch.backends.cudnn.allow_tf32 */
 } dl_ctx_desc;
 
 typedef struct dl_memory_stats {
@@ -801,7 +807,16 @@ DL_API dl_device dl_ctx_device(const dl_ctx *ctx); /* where creators put tensors
    parameters ...) put tensors on dev from now on */
 DL_API dl_result dl_set_device(dl_ctx *ctx, dl_device dev);
 DL_API dl_result dl_sync(dl_ctx *ctx);             /* wait for every device's queued work */
-DL_API dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow); /* CUDA matmul/conv in TF32 (off: exact fp32) */
+/* TF32 tensor cores on CUDA devices (10-bit mantissa products, about 1e-3
+   relative error; several times fp32's speed), as PyTorch's two switches.
+   Matrix products (dl_matmul, dl_linear): off by default, exact fp32, as
+   torch.backends.cuda.matmul.allow_tf32 = False. Convolutions (forward and
+   both gradients): on by default, as torch.backends.cudnn.allow_tf32 = True.
+   dl_ctx_desc.allow_tf32 / allow_tf32_conv and DL_ALLOW_TF32 /
+   DL_ALLOW_TF32_CONV set them at dl_ctx_init (docs/cuda.md). No effect on
+   CPU devices, which compute in fp32. */
+DL_API dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow);      /* matrix products (default off) */
+DL_API dl_result dl_set_allow_tf32_conv(dl_ctx *ctx, bool allow); /* convolutions (default on) */
 DL_API dl_ctx *dl_tensor_ctx(const dl_tensor *t);
 
 /* --- errors
@@ -3834,6 +3849,16 @@ struct dl__backend {
        declined; the caller takes whole-batch im2col */
     bool (*conv_i2c)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                      const dl__cgeom *g);
+    /* optional (NULL: none; the CPU has neither), tried after conv_s1 / conv_wg, the
+       backward's twins of conv_i2c (CUDA's: chunks of samples, products written in
+       place, no layout copy). convT_i2c: y (n, Ca, ia...) = the transposed conv
+       of x (n, Cb, ib...) with w (Cb, Ca, k...) + bias (Ca, or NULL): the input
+       gradient of a conv, and conv_transpose's forward. conv_i2c_wgrad: dw (Cb,
+       Ca, k...) = the weight gradient over the n samples of x (n, Ca, ia...)
+       and gy (n, Cb, ib...). false: declined; the caller takes whole-batch im2col */
+    bool (*convT_i2c)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                      const dl__cgeom *g);
+    bool (*conv_i2c_wgrad)(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g);
     /* optional (NULL: dl.h records the device's calls itself, as it does the
        CPU's): a device that captures its own work (CUDA: stream capture into
        a graph). cap_begin starts recording d's work for a capture whose RNG
@@ -3947,7 +3972,8 @@ struct dl_ctx {
     dl_log_fn log;
     void *log_user;
     uint64_t seed, rng_offset;        /* the counter-based generator: next draw's counter */
-    bool allow_tf32;                  /* CUDA devices may use TF32 tensor cores (dl_set_allow_tf32) */
+    bool allow_tf32;                  /* CUDA matrix products may use TF32 (dl_set_allow_tf32) */
+    bool allow_tf32_conv;             /* CUDA convolutions may use TF32 (dl_set_allow_tf32_conv) */
     dl__pool *pool;
     int nthreads;
     char shbuf[8][128];
@@ -5030,7 +5056,7 @@ static const dl__backend *dl__cpu_be(void);
 static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op);   /* dl_cuda.cuh */
 static void dl__cuda_close(dl__dev *d);
 static int dl__cuda_count(void);
-static void dl__cuda_set_tf32(dl__dev *d, bool on);
+static void dl__cuda_set_tf32(dl__dev *d, bool matmul, bool conv);
 #endif
 
 static const char *dl__dev_str(dl_device d, char *buf, size_t n);
@@ -5177,6 +5203,33 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
     return ctx->defdev != NULL;
 }
 
+/* One TF32 switch: the desc's field v (1 on, -1 off), else the environment
+   variable env (0 or 1), else def (PyTorch's default). Read before any
+   device opens (DL_DEVICE=cuda:0 opens it in dl__devs_init). */
+static bool dl__tf32_opt(dl_ctx *ctx, const char *field, int v, const char *env, bool def, bool *out)
+{
+    const char *e;
+    if (v < -1 || v > 1) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: %s=%d must be 1 (on), -1 (off) or 0 (the environment's "
+                "%s, else PyTorch's default: %s)", field, v, env, def ? "on" : "off");
+        return false;
+    }
+    if (v) {
+        *out = v > 0;
+        return true;
+    }
+    if ((e = getenv(env)) && *e) {
+        if (strcmp(e, "0") != 0 && strcmp(e, "1") != 0) {
+            dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: %s=%s must be 0 (off) or 1 (on)", env, e);
+            return false;
+        }
+        *out = e[0] == '1';
+        return true;
+    }
+    *out = def;
+    return true;
+}
+
 dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
@@ -5208,7 +5261,10 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
     ctx->log = NULL;
-    if (!dl__devs_init(ctx, desc)) {
+    if (!dl__tf32_opt(ctx, "allow_tf32", desc ? desc->allow_tf32 : 0, "DL_ALLOW_TF32", false, &ctx->allow_tf32) ||
+        !dl__tf32_opt(ctx, "allow_tf32_conv", desc ? desc->allow_tf32_conv : 0, "DL_ALLOW_TF32_CONV", true,
+                      &ctx->allow_tf32_conv) ||
+        !dl__devs_init(ctx, desc)) {
         dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);   /* no context is returned */
         dl_ctx_free(ctx);
         return NULL;
@@ -5385,24 +5441,36 @@ dl_result dl_sync(dl_ctx *ctx)
     return DL_OK;
 }
 
-/* TF32 for the CUDA devices' matrix products (and so convolutions): about
-   1e-3 relative error instead of fp32's 1e-7, several times faster; the
-   devices opened later follow. No effect on CPU devices. */
+/* TF32 on the CUDA devices, the two switches (matmul, conv) of the context:
+   the open devices take them now, the devices opened later at their opening. */
+static dl_result dl__tf32_apply(dl_ctx *ctx, const char *op)
+{
+#ifdef DL_CUDA
+    int i;
+    for (i = 0; i < DL__MAX_CUDA; i++)
+        if (ctx->cuda[i]) {
+            dl__cuda_set_tf32(ctx->cuda[i], ctx->allow_tf32, ctx->allow_tf32_conv);
+            if (dl__dev_check(ctx->cuda[i], op) != DL_OK) return DL_ERR_DEVICE;
+        }
+#else
+    (void)ctx;
+    (void)op;
+#endif
+    return DL_OK;
+}
+
 dl_result dl_set_allow_tf32(dl_ctx *ctx, bool allow)
 {
     if (!ctx) return DL_ERR_ARG;
     ctx->allow_tf32 = allow;
-#ifdef DL_CUDA
-    {
-        int i;
-        for (i = 0; i < DL__MAX_CUDA; i++)
-            if (ctx->cuda[i]) {
-                dl__cuda_set_tf32(ctx->cuda[i], allow);
-                if (dl__dev_check(ctx->cuda[i], "dl_set_allow_tf32") != DL_OK) return DL_ERR_DEVICE;
-            }
-    }
-#endif
-    return DL_OK;
+    return dl__tf32_apply(ctx, "dl_set_allow_tf32");
+}
+
+dl_result dl_set_allow_tf32_conv(dl_ctx *ctx, bool allow)
+{
+    if (!ctx) return DL_ERR_ARG;
+    ctx->allow_tf32_conv = allow;
+    return dl__tf32_apply(ctx, "dl_set_allow_tf32_conv");
 }
 
 dl_ctx *dl_tensor_ctx(const dl_tensor *t) { return t && t->magic_ == DL__MAGIC ? t->ctx_ : NULL; }
@@ -8767,6 +8835,7 @@ static const dl__backend dl__cpu_backend = {
     NULL, NULL,
 #endif
     dl__cpu_conv_i2c,
+    NULL, NULL,   /* convT_i2c, conv_i2c_wgrad: the CPU's backward is conv_s1 / Winograd, else im2col */
     NULL, NULL, NULL, NULL,   /* cap_*: dl.h records the CPU's calls (capture and replay) */
     NULL, NULL, NULL          /* mt_*: the vectorized per-tensor loops are the CPU's best */
 };
@@ -9510,6 +9579,7 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL,
 #endif
     dl__rw_conv_i2c,
+    NULL, NULL,   /* convT_i2c, conv_i2c_wgrad: the CPU has neither */
     NULL, NULL, NULL, NULL,
     NULL, NULL, NULL
 };
@@ -13199,6 +13269,9 @@ static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, con
     dl__cgeom_flip(&g, &gt);
     done = y->numel ? dl__conv_s1_try(name, b, y, w, bias, &gt, 1) : 0;
     if (done < 0) return NULL;
+    if (y->numel && !done && DL__BE(b)->convT_i2c)
+        done = DL__BE(b)->convT_i2c(b->dev_, (float *)y->data, (const float *)b->data, (const float *)w->data,
+                                    bias ? (const float *)bias->data : NULL, g.N, &g);
     if (y->numel && !done) {
         /* per chunk: bt (Cb, cnt, Lb) = permute(b); col_g (CagK, cnt*Lb) = w_g^T @ bt_g;
            y = col2im(col) */
@@ -13248,6 +13321,9 @@ static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp
     CagK = g.Ca / g.G * g.K;
     done = y->numel ? dl__conv_s1_try(name, a, y, b, NULL, &g, 2) : 0;
     if (done < 0) return NULL;
+    if (y->numel && !done && g.N > 0 && DL__BE(a)->conv_i2c_wgrad)
+        done = DL__BE(a)->conv_i2c_wgrad(a->dev_, (float *)y->data, (const float *)a->data, (const float *)b->data,
+                                         g.N, &g);
     if (y->numel && !done) {
         /* per chunk: col = im2col(a), bt = permute(b);
            w_g (Cbg, CagK) += bt_g (Cbg, cnt*Lb) @ col_g^T */
@@ -14039,7 +14115,9 @@ dl_module *dl_module_add(dl_module *parent, const char *name, dl_module *child)
     arr = parent->cs;
     if (!dl__grow(parent->ctx, &arr, &parent->capc, parent->nc + 1, sizeof(dl__mchild))) return NULL;
     parent->cs = (dl__mchild *)arr;
-    snprintf(parent->cs[parent->nc].name, DL__NAME_MAX, "%s", name);
+    /* under DL__NAME_MAX (dl__mod_name_ok); not snprintf, which g++ -O3 flags
+       as truncating a caller's longer buffer */
+    memcpy(parent->cs[parent->nc].name, name, strlen(name) + 1);
     parent->cs[parent->nc].m = child;
     parent->nc++;
     return child;

@@ -4,13 +4,15 @@
    when DL_CUDA is defined, so the one file that defines DL_IMPLEMENTATION is
    compiled by nvcc as CUDA C++ and every other file stays plain C:
 
-       nvcc -c -x cu -O2 -DDL_CUDA -DDL_IMPLEMENTATION \
+       nvcc -c -x cu -O3 -Xcompiler -march=native -DDL_CUDA -DDL_IMPLEMENTATION \
             -gencode arch=compute_80,code=sm_80 \
             -gencode arch=compute_90,code=[sm_90,compute_90] impl.c -o impl.o
        cc -O2 main.c impl.o -o prog -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ -lm -lpthread
 
-   (dl_cuda.cuh must sit next to dl.h.) `make cuda` builds every example and
-   test this way; README.md, section CUDA, has the details.
+   (dl_cuda.cuh must sit next to dl.h; -march=native: the host code, the
+   CPU backend among it, built as the CPU build is.) `make cuda` builds
+   every example and test this way; docs/cuda.md says how convolutions,
+   batch norm and TF32 work here, and why.
 
    Status: compiled warning-free for sm_80 and sm_90 and tested on emulated
    devices (below: tests/test_cuda.c, and every test program with its
@@ -20,8 +22,9 @@
    passed, 2 failed (the three failures were test expectations, not the
    backend); make test-nccl 988 passed. Copies between two GPUs have run
    emulated only; so have capture and replay (stream capture, the graph's
-   per-run copies, graph launches) and the multi-tensor updates, which
-   came later: on a GPU they have only been compiled.
+   per-run copies, graph launches), the multi-tensor updates, the
+   batch-norm split, the convolution entries without copies and the
+   per-call TF32 modes, which came after that run (docs/cuda.md).
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -51,9 +54,11 @@
        DL__HD), accumulations run in the CPU's order. Most results are
        therefore bit-identical to the CPU's; the exceptions are the libm
        functions (expf, logf, erff, tanhf, powf: CUDA's differ by an ulp or
-       two), the matrix products (cuBLAS sums in its own order), and row
+       two), the matrix products (cuBLAS sums in its own order; TF32 where
+       a switch allows it: convolutions by default, as PyTorch), row
        reductions / softmax over a contiguous dim, which use a fixed tree of
-       warp shuffles (double accumulation, like the CPU).
+       warp shuffles (double accumulation, like the CPU), and batch norm's
+       sums (double, chunks of each channel over many blocks).
      - Capture (dl__backend.cap_*, dl.h's dl_capture_begin/end, dl_replay):
        the stream is synchronized, then records (cudaStreamBeginCapture,
        relaxed mode) into a graph; memory the graph uses stays its own
@@ -91,9 +96,11 @@
      - DL_CUDA_EMULATE=N (or dl__cu_emu = N from the implementation file)
        makes cuda:0..N-1 emulated devices: host memory (tagged pointers, as
        dl.h's strict CPU devices: host code that touches them faults), every
-       functor run by a host loop, cuBLAS replaced by the CPU GEMM, the
-       shuffle kernels by their sequential twins (batch and layer norm: the
-       same per-channel / per-row routine with a group of one thread). It runs the kernels' index
+       functor run by a host loop, cuBLAS replaced by the CPU GEMM (in TF32
+       mode on operands rounded to 10 mantissa bits), the shuffle kernels
+       by their sequential twins (layer norm: the same per-row routine with
+       a group of one thread; batch norm's pass 1: the GPU's chunks and
+       block tree, thread by thread). It runs the kernels' index
        arithmetic and the whole device plumbing on a machine without a GPU
        (tests/test_cuda.c uses it); it is a test tool, not a backend. */
 
@@ -156,7 +163,9 @@ typedef struct dl__cuimpl {
     int ordinal;
     bool emulate;                     /* host memory and host loops (DL_CUDA_EMULATE) */
     bool sync_each;                   /* DL_CUDA_SYNC=1: wait after every launch */
-    bool tf32;                        /* cuBLAS may use TF32 tensor cores */
+    bool tf32;                        /* matrix products may use TF32 tensor cores (dl_set_allow_tf32) */
+    bool tf32_conv;                   /* convolutions may (dl_set_allow_tf32_conv) */
+    int blas_tf32;                    /* the handle's math mode now: 1 TF32, 0 exact fp32, -1 unknown */
     int max_blocks;                   /* grid size that fills the GPU */
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -1467,18 +1476,86 @@ static int64_t dl__cu_nonfinite(dl__dev *d, const float *x, int64_t n)
  * Matrix products: cuBLAS, row-major through the operand swap
  * ========================================================================= */
 
-/* an emulated device's GEMM: the CPU's */
+/* TF32 as the emulated device computes it: the operand rounded to 10
+   mantissa bits, to nearest with ties away from zero (cvt.rna.tf32.f32);
+   inf and NaN pass. (cuBLAS's kernels may truncate instead: either way an
+   operand is within 2^-10 of itself, the products are summed in fp32.) */
+static inline float dl__cu_tf32(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* host copy of an emulated operand, (batch) matrices of rows x cols at row
+   stride ld and matrix stride st, rounded to TF32; tagged as the device's
+   pointers are (dl__cpu_gemm takes the tag off). NULL: no host memory. */
+static float *dl__cu_tf32_copy(dl__dev *d, const float *p, int64_t rows, int64_t cols, int64_t ld, int64_t st,
+                               int64_t batch)
+{
+    int64_t span = (batch - 1) * st + (rows - 1) * ld + cols, i;
+    const float *src = DL__CUP(d, p);
+    float *c = (float *)DL_MALLOC(sizeof(float) * (size_t)span);
+    if (!c) return NULL;
+    for (i = 0; i < span; i++) c[i] = dl__cu_tf32(src[i]);
+    return (float *)((uintptr_t)c + d->tag);
+}
+
+/* cuBLAS's math mode for the next call, set per call site (matrix products
+   and convolutions share the handle, each with its own switch) and only
+   when it changes: a setting of the handle on the host, no launch */
+static bool dl__cu_blas_mode(dl__dev *d, bool tf32)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (m->blas_tf32 == (int)tf32) return true;
+    if (!dl__cu_blas_ok(d, "cublasSetMathMode",
+                        cublasSetMathMode(m->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH))) {
+        m->blas_tf32 = -1;
+        return false;
+    }
+    m->blas_tf32 = (int)tf32;
+    return true;
+}
+
+/* an emulated device's GEMM: the CPU's, on operands rounded to TF32 when
+   tf32 (an emulated capture records it and runs it at each replay) */
+static void dl__cu_gemm_emul(dl__dev *d, bool tf32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                             float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
+{
+    float *a = NULL, *b = NULL;
+    if (tf32 && K > 0) {
+        a = dl__cu_tf32_copy(d, A, ta ? K : M, ta ? M : K, lda, sA, batch);
+        b = dl__cu_tf32_copy(d, B, tb ? N : K, tb ? K : N, ldb, sB, batch);
+        if (!a || !b) {
+            if (a) DL_FREE(DL__CUP(d, a));
+            if (b) DL_FREE(DL__CUP(d, b));
+            dl__dev_fail(d, "cuda:%d gemm: out of host memory for the emulated TF32 operands", d->id.index);
+            return;
+        }
+    }
+    dl__cpu_gemm(d, ta, tb, M, N, K, alpha, a ? a : A, lda, sA, b ? b : B, ldb, sB, beta, C, ldc, sC, batch);
+    if (a) DL_FREE(DL__CUP(d, a));
+    if (b) DL_FREE(DL__CUP(d, b));
+}
+
 struct dl__cuh_gemm {
-    dl__dev *d; bool ta, tb; int64_t M, N, K; float alpha; const float *A; int64_t lda, sA;
+    dl__dev *d; bool tf32, ta, tb; int64_t M, N, K; float alpha; const float *A; int64_t lda, sA;
     const float *B; int64_t ldb, sB; float beta; float *C; int64_t ldc, sC, batch;
-    void operator()(int64_t) const { dl__cpu_gemm(d, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch); }
+    void operator()(int64_t) const
+    {
+        dl__cu_gemm_emul(d, tf32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+    }
 };
 
 /* C (M,N) = alpha op(A) op(B) + beta C in row-major is, column-major,
-   C^T (N,M) = alpha op(B)^T op(A)^T + beta C^T: cuBLAS gets B first. */
-static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
-                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
+   C^T (N,M) = alpha op(B)^T op(A)^T + beta C^T: cuBLAS gets B first.
+   tf32: TF32 tensor cores (the caller's switch), else exact fp32. */
+static void dl__cu_gemm_at(dl__dev *d, bool tf32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                           float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
 {
     dl__cuimpl *m = dl__cu_enter(d);
     cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -1486,9 +1563,9 @@ static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int6
     if (M <= 0 || N <= 0 || batch <= 0) return;
     if (m->emulate) {
         dl__cuh_gemm f;
-        f.d = d; f.ta = ta; f.tb = tb; f.M = M; f.N = N; f.K = K; f.alpha = alpha; f.A = A; f.lda = lda;
-        f.sA = sA; f.B = B; f.ldb = ldb; f.sB = sB; f.beta = beta; f.C = C; f.ldc = ldc; f.sC = sC;
-        f.batch = batch;
+        f.d = d; f.tf32 = tf32; f.ta = ta; f.tb = tb; f.M = M; f.N = N; f.K = K; f.alpha = alpha; f.A = A;
+        f.lda = lda; f.sA = sA; f.B = B; f.ldb = ldb; f.sB = sB; f.beta = beta; f.C = C; f.ldc = ldc;
+        f.sC = sC; f.batch = batch;
         dl__cu_host(d, f);
         return;
     }
@@ -1513,6 +1590,7 @@ static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int6
                      d->id.index, (long long)M, (long long)N, (long long)K, (long long)batch);
         return;
     }
+    if (!dl__cu_blas_mode(d, tf32)) return;
     if (batch == 1)
         st = cublasSgemm(m->blas, opB, opA, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda,
                          &beta, C, (int)ldc);
@@ -1524,18 +1602,33 @@ static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int6
         dl__cu_launched(d, "gemm");
 }
 
-/* TF32 tensor cores for the matrix products (and so the convolutions) of
-   this device: about 1e-3 relative error instead of float32's 1e-7; off by
-   default (dl_set_allow_tf32). */
-static void dl__cuda_set_tf32(dl__dev *d, bool on)
+/* the backend's gemm: the matrix products (dl_matmul, dl_linear, ...), in
+   their math mode (torch.backends.cuda.matmul.allow_tf32; default exact) */
+static void dl__cu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch)
+{
+    dl__cu_gemm_at(d, DL__CUI(d)->tf32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+}
+
+/* the convolutions' products, in theirs (torch.backends.cudnn.allow_tf32; default TF32) */
+static void dl__cu_cgemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB, float beta, float *C,
+                         int64_t ldc, int64_t sC, int64_t batch)
+{
+    dl__cu_gemm_at(d, DL__CUI(d)->tf32_conv, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                   batch);
+}
+
+/* the context's two TF32 switches (dl_set_allow_tf32, dl_set_allow_tf32_conv):
+   read at each product; cuBLAS's mode follows at its next call */
+static void dl__cuda_set_tf32(dl__dev *d, bool matmul, bool conv)
 {
     dl__cuimpl *m;
     if (!d || d->id.type != DL_DEVICE_CUDA || !d->impl) return;
-    m = dl__cu_enter(d);
-    m->tf32 = on;
-    if (!m->emulate)
-        dl__cu_blas_ok(d, "cublasSetMathMode",
-                       cublasSetMathMode(m->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    m = DL__CUI(d);
+    m->tf32 = matmul;
+    m->tf32_conv = conv;
 }
 
 /* ===========================================================================
@@ -1724,22 +1817,24 @@ static void dl__cu_bce_logits(dl__dev *d, float *out, const float *x, const floa
 
 /* col (Ca*K, n, Lb): element e = ((c*K + kk)*n + s)*Lb + pos <- x (n, Ca, ia...) */
 template <typename I>
+static DL__HD inline float dl__cu_i2c_at(const float *x, I n, const dl__cgeom &g, I e)
+{
+    I Lb = (I)g.Lb, K = (I)g.K, ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
+    I row = e / Lb, pos = e - row * Lb, s = row % n, q = row / n, c = q / K, kk = q - c * K;
+    I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
+    I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
+    I j0 = o0 * (I)g.s[0] + q0 * (I)g.d[0] - (I)g.p[0];
+    I j1 = o1 * (I)g.s[1] + q1 * (I)g.d[1] - (I)g.p[1];
+    I j2 = o2 * (I)g.s[2] + q2 * (I)g.d[2] - (I)g.p[2];
+    if (j0 >= 0 && j0 < (I)g.ia[0] && j1 >= 0 && j1 < (I)g.ia[1] && j2 >= 0 && j2 < (I)g.ia[2])
+        return x[(s * (I)g.Ca + c) * (I)g.La + (j0 * (I)g.ia[1] + j1) * (I)g.ia[2] + j2];
+    return 0.0f;
+}
+
+template <typename I>
 struct dl__cuf_im2col {
     float *col; const float *x; I n; dl__cgeom g;
-    DL__HD void operator()(I e) const
-    {
-        I Lb = (I)g.Lb, K = (I)g.K, ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
-        I row = e / Lb, pos = e - row * Lb, s = row % n, q = row / n, c = q / K, kk = q - c * K;
-        I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
-        I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
-        I j0 = o0 * (I)g.s[0] + q0 * (I)g.d[0] - (I)g.p[0];
-        I j1 = o1 * (I)g.s[1] + q1 * (I)g.d[1] - (I)g.p[1];
-        I j2 = o2 * (I)g.s[2] + q2 * (I)g.d[2] - (I)g.p[2];
-        float v = 0.0f;
-        if (j0 >= 0 && j0 < (I)g.ia[0] && j1 >= 0 && j1 < (I)g.ia[1] && j2 >= 0 && j2 < (I)g.ia[2])
-            v = x[(s * (I)g.Ca + c) * (I)g.La + (j0 * (I)g.ia[1] + j1) * (I)g.ia[2] + j2];
-        col[e] = v;
-    }
+    DL__HD void operator()(I e) const { col[e] = dl__cu_i2c_at<I>(x, n, g, e); }
 };
 
 static void dl__cu_im2col(dl__dev *d, float *col, const float *x, int64_t n, const dl__cgeom *g)
@@ -1826,48 +1921,225 @@ static void dl__cu_bias_add(dl__dev *d, float *y, const float *b, int64_t n, int
     }
 }
 
-/* The backend's conv_i2c, the CPU's without its cache blocking: im2col of
-   a chunk of samples, col (Ca K, cnt, Lb), then one strided-batched GEMM
-   with the weights as the left operand and a sample per batch entry (B:
-   the sample's Lb columns of col, rows cnt Lb apart) that writes each
-   sample's (Cb, Lb) block of y in place: no product in (Cb, n, Lb) order
-   and no permute pass after it (the caller's whole-batch path has both),
-   then the bias in one pass. Each element is the same sum as that path's.
-   Scratch: step memory, chunks under DL__CU_I2C_FLOATS (or one sample),
-   halved while the memory is not there. Declines groups, a sample's
-   matrix that passes cuBLAS's 32-bit sizes, and no memory for even one
-   sample's (the caller's path then reports it). */
+/* ---- Convolution through cuBLAS, chunks of samples, no layout copies.
+
+   Shapes (dl__cgeom): x (n, Ca, ia...), y (n, Cb, ib...), w (Cb, Ca, k...);
+   CaK = Ca K rows of im2col's matrix, col (CaK, cnt, Lb) for a chunk of
+   cnt samples: sample s's Lb columns start at col + s Lb, rows cnt Lb
+   apart. A strided-batched GEMM with a sample per batch entry then reads
+   or writes each sample's block of x, y and col where it lies, so no pass
+   reorders (Cb, n, Lb) into (n, Cb, Lb) or back, and the scratch is one
+   chunk's (under DL__CU_I2C_FLOATS floats, or one sample), never the
+   batch's. Every conv product runs in the convolutions' math mode
+   (dl__cu_cgemm: TF32 unless dl_set_allow_tf32_conv(ctx, false)).
+
+   Launches and bytes per chunk (floats; CaK Lb per sample is im2col's
+   matrix, the largest term):
+     forward  im2col, GEMM into y, (bias once)     writes CaK Lb, reads it
+     dx       GEMM into col, col2im gather         writes CaK Lb, reads it
+     dw       see dl__cu_conv_i2c_wgrad
+   1x1 convolutions (stride 1, no padding: x_s (Ca, L) is im2col's matrix
+   itself) skip im2col and col2im: forward and dx are one strided-batched
+   GEMM over all n samples, no scratch.
+
+   Declines groups (dl.h's whole-batch path does them, in exact fp32), a
+   sample's matrices past cuBLAS's 32-bit sizes, and no memory for even one
+   sample's scratch (the caller's path then reports it). */
 #ifndef DL__CU_I2C_FLOATS
 #define DL__CU_I2C_FLOATS ((int64_t)1 << 24)
 #endif
+
+/* the geometry within cuBLAS's int sizes and 64-bit offsets with margin */
+static bool dl__cu_conv_ok(const dl__cgeom *g, int64_t n)
+{
+    int64_t caK = g->Ca * g->K;
+    return g->G == 1 && n > 0 && n <= INT_MAX && g->Ca > 0 && g->Cb > 0 && g->Lb > 0 && g->La > 0 && caK > 0 &&
+           caK <= INT_MAX && g->Cb <= INT_MAX && g->Lb <= INT_MAX && g->La <= INT_MAX &&
+           caK <= (INT64_MAX / 16) / g->Lb && g->Cb <= (INT64_MAX / 16) / (caK + g->Lb) &&
+           g->Ca <= (INT64_MAX / 16) / g->La;
+}
+
+/* kernel 1, stride 1, no padding (dilation is moot): a product per sample */
+static bool dl__cu_pointwise(const dl__cgeom *g)
+{
+    int i;
+    if (g->K != 1) return false;
+    for (i = 0; i < 3; i++)
+        if (g->s[i] != 1 || g->p[i] != 0) return false;
+    return true;
+}
+
+/* Step-memory scratch of `per` floats a sample for *nb samples: nb under
+   DL__CU_I2C_FLOATS floats (at least one sample) and nb Lb within cuBLAS's
+   int, halved while the memory is not there (a memory_limit, a full GPU).
+   NULL: not even one sample's. The caller rewinds the arena. */
+static float *dl__cu_chunks(dl__dev *d, int64_t per, int64_t n, int64_t Lb, int64_t *nb)
+{
+    int64_t b = DL__CU_I2C_FLOATS / per;
+    float *p;
+    if (b > n) b = n;
+    if (b > INT_MAX / Lb) b = INT_MAX / Lb;
+    if (b < 1) b = 1;
+    while (!(p = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(b * per), true)) && b > 1)
+        b = (b + 1) / 2;
+    if (p) dl__track_peak(d);
+    *nb = b;
+    return p;
+}
+
+/* The forward (T false) and the transposed conv (T true), the one GEMM
+   read the other way:
+     conv_i2c   y (n, Cb, ib...) = conv(x, w) + bias (Cb). Per chunk,
+                im2col, then one strided-batched GEMM, w (Cb, CaK) the
+                shared left operand, that writes each sample's (Cb, Lb)
+                block of y in place;
+     convT_i2c  y (n, Ca, ia...) = convT(x (n, Cb, ib...), w) + bias (Ca):
+                conv's input gradient. Per chunk, one strided-batched GEMM
+                col_s (CaK, Lb) = w^T x_s (Cb, Lb) that writes each
+                sample's columns of col in place (x read where it lies),
+                then col2im's gather into y.
+   1x1: y_s = w x_s (w^T x_s), one GEMM for all n. Each element is the sum
+   dl.h's whole-batch path computes. */
+static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g, bool T)
+{
+    int64_t caK = g->Ca * g->K, nb, n0;
+    int64_t Cx = T ? g->Cb : g->Ca, Lx = T ? g->Lb : g->La, Cy = T ? g->Ca : g->Cb, Ly = T ? g->La : g->Lb;
+    dl__mark mk;
+    float *col;
+    if (!dl__cu_conv_ok(g, n)) return false;
+    if (dl__cu_pointwise(g)) {   /* y_s (Cy, L) = w or w^T (Cy, Cx) x_s (Cx, L), w stored (Cb, Ca) */
+        dl__cu_cgemm(d, T, false, Cy, Ly, Cx, w, g->Ca, 0, x, Lx, Cx * Lx, 0.0f, y, Ly, Cy * Ly, n);
+    } else {
+        mk = dl__arena_mark(&d->data);
+        col = dl__cu_chunks(d, caK * g->Lb, n, g->Lb, &nb);
+        if (!col) return false;
+        for (n0 = 0; n0 < n; n0 += nb) {
+            int64_t cnt = n - n0 < nb ? n - n0 : nb;
+            const float *xs = x + n0 * Cx * Lx;
+            float *ys = y + n0 * Cy * Ly;
+            if (!T) dl__cu_im2col(d, col, xs, cnt, g);
+            if (T) dl__cu_cgemm(d, true, false, caK, g->Lb, g->Cb, w, caK, 0, xs, g->Lb, g->Cb * g->Lb, 0.0f, col,
+                                cnt * g->Lb, g->Lb, cnt);
+            else dl__cu_cgemm(d, false, false, g->Cb, g->Lb, caK, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f, ys,
+                              g->Lb, g->Cb * g->Lb, cnt);
+            if (T) dl__cu_col2im(d, ys, col, cnt, g);
+        }
+        dl__arena_rewind(&d->data, mk);
+    }
+    if (bias) dl__cu_bias_add(d, y, bias, n, Cy, Ly);
+    return true;
+}
+
 static bool dl__cu_conv_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                             const dl__cgeom *g)
 {
-    int64_t caK = g->Ca * g->K, per, nb, n0;
+    return dl__cu_conv_run(d, y, x, w, bias, n, g, false);
+}
+
+static bool dl__cu_convT_i2c(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                             const dl__cgeom *g)
+{
+    return dl__cu_conv_run(d, y, x, w, bias, n, g, true);
+}
+
+/* one launch for the weight gradient's two operands of a chunk: col (CaK,
+   cnt, Lb) = im2col(x), then gt (Cb, cnt, Lb) = gy (cnt, Cb, Lb) reordered */
+template <typename I>
+struct dl__cuf_i2c_gt {
+    float *col, *gt; const float *x, *gy; I n, ncol; dl__cgeom g;
+    DL__HD void operator()(I e) const
+    {
+        if (e < ncol) {
+            col[e] = dl__cu_i2c_at<I>(x, n, g, e);
+        } else {
+            I f = e - ncol, Lb = (I)g.Lb, row = f / Lb, pos = f - row * Lb, s = row % n, cb = row / n;
+            gt[f] = gy[(s * (I)g.Cb + cb) * Lb + pos];
+        }
+    }
+};
+
+/* dw (rows) = (acc ? dw : 0) + part[0] + ... + part[cnt-1], in that order */
+template <typename I>
+struct dl__cuf_psum {
+    float *dw; const float *part; I rows, cnt; bool acc;
+    DL__HD void operator()(I e) const
+    {
+        float v = acc ? dw[e] : 0.0f;
+        I k;
+        for (k = 0; k < cnt; k++) v = dl__cu_fadd(v, part[k * rows + e]);
+        dw[e] = v;
+    }
+};
+
+/* The backend's conv_i2c_wgrad: dw (Cb, CaK) = sum_s gy_s (Cb, Lb) col_s^T.
+   The sum runs over (s, l), but gy is laid out (n, Cb, Lb): its columns
+   (s, l) are not one stride apart, so no single GEMM reads it in place.
+   Two ways, chosen by the bytes they add to im2col's per sample:
+     partials  a strided-batched GEMM writes each sample's product
+               part_s (Cb, CaK) (K = Lb), then one pass sums them over s
+               in order into dw: 2 Cb CaK floats moved a sample (1x1: on x
+               itself, no im2col);
+     reorder   gy's chunk copied to (Cb, cnt, Lb) in im2col's launch, then
+               one GEMM with K = cnt Lb accumulates into dw: 2 Cb Lb a
+               sample.
+   Partials when CaK < Lb (1x1: Ca Cb < (Ca + Cb) Lb, the reorder copying x
+   too): early, wide layers (LeNet's first conv: 300 floats a sample against
+   9,408; a ResNet's 3x3 on 64 channels at 28x28: 73,728 against 100,352);
+   the reorder for deep ones (512 channels at 4x4: 16,384 against 4,718,592
+   for the partials). Both sum in a fixed order: the same bits every run.
+   Launches a chunk: 3 (im2col, GEMM, sum; 1x1: 2) or 2. */
+static bool dl__cu_conv_i2c_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
+                                  const dl__cgeom *g)
+{
+    int64_t caK = g->Ca * g->K, rows = g->Cb * caK, nb, n0;
+    bool pw = dl__cu_pointwise(g), partials;
     dl__mark mk;
-    float *col;
-    if (g->G != 1 || n <= 0 || g->Cb <= 0 || g->Lb <= 0 || caK <= 0 || caK > INT_MAX || g->Cb > INT_MAX ||
-        g->Lb > INT_MAX || caK > (INT64_MAX / 16) / g->Lb)
-        return false;
-    per = caK * g->Lb;
-    nb = DL__CU_I2C_FLOATS / per;
-    if (nb > n) nb = n;
-    if (nb > INT_MAX / g->Lb) nb = INT_MAX / g->Lb;   /* cuBLAS's ldb = nb Lb */
-    if (nb < 1) nb = 1;
+    float *sc;
+    if (!dl__cu_conv_ok(g, n)) return false;
+    dl__cu_enter(d);
+    partials = pw ? g->Ca * g->Cb < (g->Ca + g->Cb) * g->Lb : caK < g->Lb;
     mk = dl__arena_mark(&d->data);
-    /* under a memory_limit (or a full GPU): fewer samples a chunk, down to one */
-    while (!(col = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(nb * per), true)) && nb > 1)
-        nb = (nb + 1) / 2;
-    if (!col) return false;
-    dl__track_peak(d);
+    sc = dl__cu_chunks(d, partials ? rows + (pw ? 0 : caK * g->Lb) : (caK + g->Cb) * g->Lb, n, g->Lb, &nb);
+    if (!sc) return false;
     for (n0 = 0; n0 < n; n0 += nb) {
         int64_t cnt = n - n0 < nb ? n - n0 : nb;
-        dl__cu_im2col(d, col, x + n0 * g->Ca * g->La, cnt, g);
-        dl__cu_gemm(d, false, false, g->Cb, g->Lb, caK, 1.0f, w, caK, 0, col, cnt * g->Lb, g->Lb, 0.0f,
-                    y + n0 * g->Cb * g->Lb, g->Lb, g->Cb * g->Lb, cnt);
+        const float *xs = x + n0 * g->Ca * g->La, *gs = gy + n0 * g->Cb * g->Lb;
+        if (partials) {
+            float *part = sc, *col = sc + nb * rows;
+            int64_t tot = cnt * rows;
+            if (!pw) dl__cu_im2col(d, col, xs, cnt, g);
+            dl__cu_cgemm(d, false, true, g->Cb, caK, g->Lb, gs, g->Lb, g->Cb * g->Lb, pw ? xs : col,
+                         pw ? g->La : cnt * g->Lb, pw ? g->Ca * g->La : g->Lb, 0.0f, part, caK, rows, cnt);
+            if (dl__cu_small(tot)) {
+                dl__cuf_psum<int32_t> f;
+                f.dw = DL__CUP(d, dw); f.part = DL__CUP(d, part); f.rows = (int32_t)rows; f.cnt = (int32_t)cnt;
+                f.acc = n0 > 0;
+                dl__cu_run<int32_t>(d, "conv weight grad (sum)", rows, f);
+            } else {
+                dl__cuf_psum<int64_t> f;
+                f.dw = DL__CUP(d, dw); f.part = DL__CUP(d, part); f.rows = rows; f.cnt = cnt; f.acc = n0 > 0;
+                dl__cu_run<int64_t>(d, "conv weight grad (sum)", rows, f);
+            }
+        } else {
+            float *col = sc, *gt = sc + nb * caK * g->Lb;
+            int64_t ncol = caK * cnt * g->Lb, tot = ncol + g->Cb * cnt * g->Lb;
+            if (dl__cu_small(tot) && dl__cu_small(cnt * g->Ca * g->La) && dl__cu_small(cnt * g->Cb * g->Lb)) {
+                dl__cuf_i2c_gt<int32_t> f;
+                f.col = DL__CUP(d, col); f.gt = DL__CUP(d, gt); f.x = DL__CUP(d, xs); f.gy = DL__CUP(d, gs);
+                f.n = (int32_t)cnt; f.ncol = (int32_t)ncol; f.g = *g;
+                dl__cu_run<int32_t>(d, "conv weight grad (im2col)", tot, f);
+            } else {
+                dl__cuf_i2c_gt<int64_t> f;
+                f.col = DL__CUP(d, col); f.gt = DL__CUP(d, gt); f.x = DL__CUP(d, xs); f.gy = DL__CUP(d, gs);
+                f.n = cnt; f.ncol = ncol; f.g = *g;
+                dl__cu_run<int64_t>(d, "conv weight grad (im2col)", tot, f);
+            }
+            dl__cu_cgemm(d, false, true, g->Cb, caK, cnt * g->Lb, gt, cnt * g->Lb, 0, col, cnt * g->Lb, 0,
+                         n0 > 0 ? 1.0f : 0.0f, dw, caK, 0, 1);
+        }
     }
     dl__arena_rewind(&d->data, mk);
-    if (bias) dl__cu_bias_add(d, y, bias, n, g->Cb, g->Lb);
     return true;
 }
 
@@ -2217,71 +2489,6 @@ static void dl__cu_groups(dl__dev *d, const char *name, int64_t njobs, int64_t p
     dl__cu_launched(d, name);
 }
 
-/* Walks elements t, t+G, t+2G ... of channel c's N*L in x (N, C, L), in
-   the CPU's order (n, then l), dividing only when l wraps. */
-struct dl__cu_bnwalk {
-    int64_t n, l, c, C, L, G;
-    DL__HD dl__cu_bnwalk(int64_t c_, int64_t t, int64_t G_, int64_t C_, int64_t L_)
-        : n(L_ > 0 ? t / L_ : 0), l(L_ > 0 ? t % L_ : 0), c(c_), C(C_), L(L_), G(G_) {}
-    DL__HD int64_t at() const { return (n * C + c) * L + l; }
-    DL__HD void next()
-    {
-        l += G;
-        if (l >= L) { n += l / L; l %= L; }
-    }
-};
-
-/* channel c: mean, biased var, invstd (dl__bn_stats_task) */
-struct dl__cuj_bn_stats {
-    float *mean, *invstd, *var; const float *x; int64_t N, C, L; float eps;
-    template <typename R>
-    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
-    {
-        int64_t M = N * L, k;
-        double s = 0, q = 0, m;
-        dl__cu_bnwalk w(c, t, G, C, L), w2(c, t, G, C, L);
-        for (k = t; k < M; k += G, w.next()) s = dl__cu_dadd(s, (double)x[w.at()]);
-        s = red(s);
-        m = s / (double)M;
-        for (k = t; k < M; k += G, w2.next()) {
-            double dv = (double)x[w2.at()] - m;
-            q = dl__cu_dadd(q, dl__cu_dmul(dv, dv));
-        }
-        q = red(q);
-        if (t == 0) {
-            mean[c] = (float)m;
-            var[c] = (float)(q / (double)M);
-            invstd[c] = (float)(1.0 / sqrt(q / (double)M + (double)eps));
-        }
-    }
-};
-
-/* channel c: sums[2c] = sum(g), sums[2c+1] = sum(g xhat); db, dw (dl__bn_sums_task) */
-struct dl__cuj_bn_sums {
-    double *sums; float *dw, *db; const float *g, *x, *mean, *invstd; int64_t N, C, L;
-    template <typename R>
-    DL__HD void operator()(const R &red, int64_t c, int64_t t, int64_t G) const
-    {
-        int64_t M = N * L, k;
-        double sg = 0, sgx = 0, m = mean[c], is = invstd[c];
-        dl__cu_bnwalk w(c, t, G, C, L);
-        for (k = t; k < M; k += G, w.next()) {
-            int64_t at = w.at();
-            double gv = (double)g[at];
-            sg = dl__cu_dadd(sg, gv);
-            sgx = dl__cu_dadd(sgx, dl__cu_dmul(gv, (double)x[at] - m));
-        }
-        sg = red(sg);
-        sgx = red(sgx);
-        if (t == 0) {
-            sums[2 * c] = sg;
-            sums[2 * c + 1] = sgx * is;
-            if (db) db[c] = (float)sg;
-            if (dw) dw[c] = (float)(sgx * is);
-        }
-    }
-};
-
 /* row r of x (rows, n): mean, invstd, y (dl__ln_fwd_task) */
 struct dl__cuj_ln_fwd {
     float *y, *mean, *invstd; const float *x, *w, *b; int64_t n; float eps;
@@ -2339,32 +2546,6 @@ struct dl__cuj_ln_dx {
     }
 };
 
-/* y = (x - mean) invstd w + b, one thread per element (dl__bn_apply_task) */
-struct dl__cuf_bn_apply {
-    float *y; const float *x, *mean, *invstd, *w, *b; int64_t C, L;
-    DL__HD void operator()(int64_t e) const
-    {
-        int64_t c = (e / L) % C;
-        float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
-        float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
-        y[e] = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
-    }
-};
-
-/* dx = k (g - a - xhat bb), k = w invstd (dl__bn_dx_task) */
-struct dl__cuf_bn_dx {
-    float *dx; const float *g, *x, *mean, *invstd, *w; const double *sums; int64_t C, L; double M; bool train;
-    DL__HD void operator()(int64_t e) const
-    {
-        int64_t c = (e / L) % C;
-        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
-        float a = train ? (float)(sums[2 * c] / M) : 0.0f;
-        float bb = train ? (float)(sums[2 * c + 1] / M) : 0.0f;
-        float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
-        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(g[e], a), xh));
-    }
-};
-
 /* column j of the rows: dw = sum(g xhat), db = sum(g), rows in order (dl__ln_dwb_task) */
 struct dl__cuf_ln_dwb {
     float *dw, *db; const float *g, *x, *mean, *invstd; int64_t rows, cols;
@@ -2383,50 +2564,347 @@ struct dl__cuf_ln_dwb {
     }
 };
 
+/* ---- Batch norm over x (N, C, L): every channel split over many blocks.
+
+   Channel c has M = N L elements; element k = n L + l of it lies at
+   (n C + c) L + l. The sums (statistics: of d = x - K and d^2 with K =
+   x[c L], the channel's first element, as the CPU's one-pass shifted sums;
+   backward: of g and g (x - mean)) run in two passes:
+     pass 1  S chunks per channel, S = ceil(DL__CU_BN_BLOCKS / C) (at most
+             M), one block of 256 threads per chunk: thread t sums the
+             chunk's elements t, t + 256, ... in order, in double, then the
+             block's fixed tree (dl__cu_group_all); 2 doubles a chunk;
+     pass 2  a thread per channel adds its S partials in order s = 0, 1 ...
+             and finishes as the CPU (dl__bn_stats_fin, dl__bn_sums_fin).
+   C S >= DL__CU_BN_BLOCKS = 512 blocks whatever C is: 3.9 per SM of an H100
+   (132 SMs), where one block per channel (before) gave 6 or 16 busy SMs to
+   LeNet-BN's layers. The split is a function of (N, C, L) alone, so the
+   bits are the same on any GPU and every run, and the emulated device,
+   which runs the same chunks and the same tree on the host, computes the
+   same sums in the same order. Pass 1 reads x (and g) once: 4 (8) bytes
+   an element, four loads in flight per thread; pass 2 reads 16 C S bytes.
+   Against the CPU: the same terms in double, summed in another order (the
+   CPU: 32 interleaved partials per channel), so mean and var differ from
+   the CPU's by the double sums' rounding, about 1e-16 relative, before
+   they are rounded to float: almost always the same floats.
+   Apply and dx are one pass each, a thread per element (32-bit indices
+   when the sizes allow), with per-channel coefficients from pass 2. */
+#ifndef DL__CU_BN_BLOCKS
+#define DL__CU_BN_BLOCKS 512
+#endif
+
+/* thread t (of G) of pass-1 job j = c S + s: its two sums over chunk s of
+   channel c (ST: statistics, else the backward's), elements in order */
+template <bool ST, typename I>
+struct dl__cu_bnpart {
+    const float *x, *g, *mean; I C, L, M, S;
+    DL__HD void sums(I j, I t, I G, double *pa, double *pb) const
+    {
+        I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
+        I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
+        I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
+        const float *xc = x + c * L, *gc = ST ? NULL : g + c * L;
+        double a = 0.0, b = 0.0, K;
+        *pa = *pb = 0.0;
+        if (k >= hi) return;
+        K = ST ? (double)xc[0] : (double)mean[c];
+        n = k / L;
+        l = k - n * L;
+        for (; k < hi; k += 4 * G) {   /* four loads issued before the four adds, in order */
+            float xv[4], gv[4];
+            int u, cnt = 0;
+            for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
+                I at = n * CL + l;
+                xv[u] = xc[at];
+                if (!ST) gv[u] = gc[at];
+                n += gq;
+                l += gr;
+                if (l >= L) { l -= L; n++; }
+            }
+            for (u = 0; u < cnt; u++) {
+                double dv = (double)xv[u] - K;
+                if (ST) {
+                    a = dl__cu_dadd(a, dv);
+                    b = dl__cu_dadd(b, dl__cu_dmul(dv, dv));
+                } else {
+                    a = dl__cu_dadd(a, (double)gv[u]);
+                    b = dl__cu_dadd(b, dl__cu_dmul((double)gv[u], dv));
+                }
+            }
+        }
+        *pa = a;
+        *pb = b;
+    }
+};
+
+template <bool ST, typename I>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<ST, I> p, I jobs, double *part)
+{
+    __shared__ double sh[9];
+    I j;
+    for (j = (I)blockIdx.x; j < jobs; j += (I)gridDim.x) {
+        double a, b;
+        p.sums(j, (I)threadIdx.x, (I)DL__CU_THREADS, &a, &b);
+        a = dl__cu_group_all<DL__R_SUM, DL__CU_THREADS>(a, sh);
+        b = dl__cu_group_all<DL__R_SUM, DL__CU_THREADS>(b, sh);
+        if (threadIdx.x == 0) {
+            part[2 * j] = a;
+            part[2 * j + 1] = b;
+        }
+    }
+}
+
+/* a block's fixed tree (dl__cu_group_all<DL__R_SUM, 256>) on the host: in
+   each warp lane l takes lane l + o (o = 16, 8 ... 1, __shfl_down_sync),
+   then warp 0 does the same over the 8 warps' sums (lanes 8..31: zero) */
+static double dl__cu_tree256(double *v)
+{
+    double u[32];
+    int w, o, l;
+    for (w = 0; w < DL__CU_THREADS / 32; w++)
+        for (o = 16; o > 0; o >>= 1)
+            for (l = 0; l < o; l++) v[32 * w + l] = v[32 * w + l] + v[32 * w + l + o];
+    for (l = 0; l < 32; l++) u[l] = l < DL__CU_THREADS / 32 ? v[32 * l] : 0.0;
+    for (o = 16; o > 0; o >>= 1)
+        for (l = 0; l < o; l++) u[l] = u[l] + u[l + o];
+    return u[0];
+}
+
+/* pass 1 over (N, C, L): part (C S, 2); S chunks per channel */
+template <bool ST, typename I>
+static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
+                               int64_t C, int64_t L, int64_t M, int64_t S)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    dl__cu_bnpart<ST, I> p;
+    I jobs = (I)(C * S);
+    p.x = x; p.g = g; p.mean = mean; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
+    if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
+        double va[DL__CU_THREADS], vb[DL__CU_THREADS];
+        I j, t;
+        for (j = 0; j < jobs; j++) {
+            for (t = 0; t < DL__CU_THREADS; t++) p.sums(j, t, (I)DL__CU_THREADS, &va[t], &vb[t]);
+            part[2 * j] = dl__cu_tree256(va);
+            part[2 * j + 1] = dl__cu_tree256(vb);
+        }
+        return;
+    }
+    dl__cu_bn_pass1<ST, I><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(p, jobs, part);
+    dl__cu_launched(d, ST ? "bn_stats (pass 1)" : "bn_backward sums (pass 1)");
+}
+
+/* chunks per channel: C S >= DL__CU_BN_BLOCKS, at most M (a chunk has an element) */
+static int64_t dl__cu_bn_split(int64_t C, int64_t M)
+{
+    int64_t S = (DL__CU_BN_BLOCKS + C - 1) / C;
+    if (S > M) S = M;
+    return S < 1 ? 1 : S;
+}
+
+/* pass 1 with 32-bit indices where x's elements and the jobs allow */
+template <bool ST>
+static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const float *mean, int64_t N, int64_t C,
+                              int64_t L, int64_t *S, size_t extra)
+{
+    int64_t M = N * L;
+    double *part;
+    *S = dl__cu_bn_split(C, M);
+    part = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C * *S) + extra);
+    if (!part) return NULL;
+    if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * *S))
+        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, C, L, M, *S);
+    else
+        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, C, L, M, *S);
+    return part;
+}
+
+/* pass 2 of the statistics, channel c: its S partials in order, then the
+   CPU's dl__bn_stats_fin: s = mean(x - K), var = mean((x - K)^2) - s^2 */
+struct dl__cuf_bn_fin {
+    float *mean, *invstd, *var; const double *part; const float *x; int64_t S, L; double M; float eps;
+    DL__HD void operator()(int64_t c) const
+    {
+        double a = 0.0, b = 0.0, sm, q;
+        int64_t s;
+        for (s = 0; s < S; s++) {
+            a = dl__cu_dadd(a, part[2 * (c * S + s)]);
+            b = dl__cu_dadd(b, part[2 * (c * S + s) + 1]);
+        }
+        sm = a / M;
+        q = dl__cu_dadd(b / M, -dl__cu_dmul(sm, sm));
+        if (q < 0.0) q = 0.0;                                /* rounding; NaN stays */
+        mean[c] = (float)dl__cu_dadd((double)x[c * L], sm);
+        var[c] = (float)q;
+        invstd[c] = (float)(1.0 / sqrt(dl__cu_dadd(q, (double)eps)));
+    }
+};
+
+/* pass 2 of the backward sums, channel c (dl__bn_sums_fin): db, dw, and
+   dx's coefficients coef (C, 2) = (mean(g), mean(g xhat)) as floats */
+struct dl__cuf_bn_sfin {
+    float *dw, *db, *coef; const double *part; const float *invstd; int64_t S; double M;
+    DL__HD void operator()(int64_t c) const
+    {
+        double sg = 0.0, sgx = 0.0, is = (double)invstd[c];
+        int64_t s;
+        for (s = 0; s < S; s++) {
+            sg = dl__cu_dadd(sg, part[2 * (c * S + s)]);
+            sgx = dl__cu_dadd(sgx, part[2 * (c * S + s) + 1]);
+        }
+        sgx = dl__cu_dmul(sgx, is);                          /* sum(g xhat) */
+        if (db) db[c] = (float)sg;
+        if (dw) dw[c] = (float)sgx;
+        if (coef) {
+            coef[2 * c] = (float)(sg / M);
+            coef[2 * c + 1] = (float)(sgx / M);
+        }
+    }
+};
+
+/* n / d for 0 <= n < 2^31 by a multiply-high and a shift (Granlund and
+   Montgomery's round-up method, PyTorch's IntDivider): s = ceil(log2 d),
+   m = 2^32 (2^s - d) / d + 1, n / d = (umulhi(n, m) + n) >> s. Instead of
+   the 20-odd instructions of a 32-bit division in a kernel that moves 8 to
+   16 bytes an element. */
+struct dl__cu_div {
+    uint32_t d, m, s;
+    void init(uint32_t d_)
+    {
+        d = d_ ? d_ : 1;
+        for (s = 0; s < 32 && ((uint64_t)1 << s) < d; s++) {}
+        m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << s) - d)) / d + 1);
+    }
+    DL__HD uint32_t div(uint32_t n) const
+    {
+#ifdef __CUDA_ARCH__
+        return (__umulhi(n, m) + n) >> s;
+#else
+        return (uint32_t)((((uint64_t)n * m) >> 32) + n) >> s;
+#endif
+    }
+};
+
+/* the channel (e / L) % C of element e of x (N, C, L): by dl__cu_div with
+   32-bit indices, by division with 64-bit ones */
+template <typename I> struct dl__cu_chan;
+template <> struct dl__cu_chan<int32_t> {
+    dl__cu_div L, C;
+    void init(int64_t C_, int64_t L_) { C.init((uint32_t)C_); L.init((uint32_t)L_); }
+    DL__HD int32_t of(int32_t e) const
+    {
+        uint32_t t = L.div((uint32_t)e);
+        return (int32_t)(t - C.div(t) * C.d);
+    }
+};
+template <> struct dl__cu_chan<int64_t> {
+    int64_t C, L;
+    void init(int64_t C_, int64_t L_) { C = C_; L = L_; }
+    DL__HD int64_t of(int64_t e) const { return (e / L) % C; }
+};
+
+/* y = x sc + sh, sc = invstd w, sh = b - mean sc, one thread per element (dl__bn_apply_task) */
+template <typename I>
+struct dl__cuf_bn_apply {
+    float *y; const float *x, *mean, *invstd, *w, *b; dl__cu_chan<I> ch;
+    DL__HD void operator()(I e) const
+    {
+        I c = ch.of(e);
+        float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
+        float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
+        y[e] = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+    }
+};
+
+/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0 (dl__bn_dx_task) */
+template <typename I>
+struct dl__cuf_bn_dx {
+    float *dx; const float *g, *x, *mean, *invstd, *w, *coef; dl__cu_chan<I> ch;
+    DL__HD void operator()(I e) const
+    {
+        I c = ch.of(e);
+        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
+        float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
+        float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
+        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(g[e], a), xh));
+    }
+};
+
 static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
                             int64_t C, int64_t L, float eps)
 {
-    dl__cuj_bn_stats j;
+    dl__cuf_bn_fin f;
+    int64_t S;
+    double *part;
     dl__cu_enter(d);
-    j.mean = DL__CUP(d, mean); j.invstd = DL__CUP(d, invstd); j.var = DL__CUP(d, var); j.x = DL__CUP(d, x);
-    j.N = N; j.C = C; j.L = L; j.eps = eps;
-    dl__cu_groups(d, "bn_stats", C, N * L, j);
+    if (C <= 0 || N * L <= 0) return;
+    x = DL__CUP(d, x);
+    part = dl__cu_bn_part<true>(d, x, NULL, NULL, N, C, L, &S, 0);
+    if (!part) return;
+    f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
+    f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
+    dl__cu_run<int64_t>(d, "bn_stats (pass 2)", C, f);
 }
 
 static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
                             const float *w, const float *b, int64_t N, int64_t C, int64_t L)
 {
-    dl__cuf_bn_apply f;
+    int64_t n = N * C * L;
     dl__cu_enter(d);
-    if (C <= 0 || L <= 0) return;
-    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd);
-    f.w = w ? DL__CUP(d, w) : NULL; f.b = b ? DL__CUP(d, b) : NULL; f.C = C; f.L = L;
-    dl__cu_run<int64_t>(d, "bn_apply", N * C * L, f);
+    if (C <= 0 || L <= 0 || n <= 0) return;
+    y = DL__CUP(d, y); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
+    w = w ? DL__CUP(d, w) : NULL; b = b ? DL__CUP(d, b) : NULL;
+    if (dl__cu_small(n)) {
+        dl__cuf_bn_apply<int32_t> f;
+        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L);
+        dl__cu_run<int32_t>(d, "bn_apply", n, f);
+    } else {
+        dl__cuf_bn_apply<int64_t> f;
+        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L);
+        dl__cu_run<int64_t>(d, "bn_apply", n, f);
+    }
 }
 
 static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
                                int64_t L, bool train)
 {
-    double *sums = NULL;
+    float *coef = NULL;
+    int64_t n = N * C * L;
     dl__cu_enter(d);
     dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
     g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
     w = w ? DL__CUP(d, w) : NULL;
     if (C <= 0) return;
     if (dw || db || (dx && train)) {
-        dl__cuj_bn_sums j;
-        sums = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C));
-        if (!sums) return;
-        j.sums = sums; j.dw = dw; j.db = db; j.g = g; j.x = x; j.mean = mean; j.invstd = invstd;
-        j.N = N; j.C = C; j.L = L;
-        dl__cu_groups(d, "bn_backward sums", C, N * L, j);
+        dl__cuf_bn_sfin f;
+        int64_t S = 1;
+        size_t off = 0;
+        double *part = NULL;
+        if (n > 0) {
+            off = sizeof(double) * (size_t)(2 * C * dl__cu_bn_split(C, N * L));
+            part = dl__cu_bn_part<false>(d, x, g, mean, N, C, L, &S, sizeof(float) * (size_t)(2 * C));
+            if (!part) return;
+        } else {   /* no elements: the sums are zero (as the CPU's) */
+            part = (double *)dl__cu_scratch(d, sizeof(double) * 2 * (size_t)C + sizeof(float) * (size_t)(2 * C));
+            if (!part) return;
+            off = sizeof(double) * 2 * (size_t)C;
+            dl__cu_memset(d, part, 0, off);
+        }
+        if (dx && train) coef = (float *)((char *)part + off);
+        f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
+        dl__cu_run<int64_t>(d, "bn_backward sums (pass 2)", C, f);
     }
-    if (dx && L > 0) {
-        dl__cuf_bn_dx f;
-        f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.sums = sums;
-        f.C = C; f.L = L; f.M = (double)(N * L); f.train = train;
-        dl__cu_run<int64_t>(d, "bn_backward dx", N * C * L, f);
+    if (dx && L > 0 && n > 0) {
+        if (dl__cu_small(n)) {
+            dl__cuf_bn_dx<int32_t> f;
+            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef;
+            f.ch.init(C, L);
+            dl__cu_run<int32_t>(d, "bn_backward dx", n, f);
+        } else {
+            dl__cuf_bn_dx<int64_t> f;
+            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ch.init(C, L);
+            dl__cu_run<int64_t>(d, "bn_backward dx", n, f);
+        }
     }
 }
 
@@ -2969,7 +3447,7 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_sgd, dl__cu_adam, dl__cu_sumsq, dl__cu_scale,
     NULL, NULL,   /* conv_s1, conv_s1_wgrad: the padded grid is a CPU cache layout; */
     NULL, NULL,   /* conv_wg, conv_wg_wgrad: so is Winograd here (cuBLAS on im2col instead) */
-    dl__cu_conv_i2c,
+    dl__cu_conv_i2c, dl__cu_convT_i2c, dl__cu_conv_i2c_wgrad,
     dl__cu_cap_begin, dl__cu_cap_end, dl__cu_cap_launch, dl__cu_cap_free,
     dl__cu_mt_apply, dl__cu_mt_args, dl__cu_mt_free
 };
@@ -3076,7 +3554,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         m->hres = DL_MALLOC(64);
         m->dres = dl__cu_block_get(d, 64, &e);
         if (!m->hres || !m->dres) { what = "host memory"; e = cudaErrorMemoryAllocation; goto fail; }
-        m->tf32 = ctx->allow_tf32;
+        dl__cuda_set_tf32(d, ctx->allow_tf32, ctx->allow_tf32_conv);
         return d;
     }
     {
@@ -3124,7 +3602,8 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         m->blas_ws = NULL;
     }
     (void)cudaGetLastError();
-    if (ctx->allow_tf32) dl__cuda_set_tf32(d, true);
+    m->blas_tf32 = 0;   /* CUBLAS_DEFAULT_MATH, set above */
+    dl__cuda_set_tf32(d, ctx->allow_tf32, ctx->allow_tf32_conv);
     return d;
 fail:
     dl__err(ctx, DL_ERR_DEVICE, "%s: cuda:%d: %s: %s", op, index, what, cudaGetErrorString(e));

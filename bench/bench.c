@@ -32,6 +32,10 @@
    dl_sync at the end of each repetition, so the time is the GPU's; it needs
    the DL_CUDA build of this file (build/cuda/bench: make bench-cuda). The
    plain build, or a machine without a GPU, fails such a case (run.sh: n/a).
+   With PyTorch's defaults: convolutions in TF32, matrix products in exact
+   fp32 (torch.backends.cudnn.allow_tf32 = True, cuda.matmul.allow_tf32 =
+   False); NAME_cuda_fp32 runs the same case with both in exact fp32
+   (torch_bench.py sets both flags False); run.sh prints both lines.
 
    To add a case: write a setup function (and a rep function for a new kind
    of work), add a row to g_cases, the same name to torch_bench.py's CASES
@@ -434,7 +438,8 @@ static int rep_synced(const bcase *c, bench *s, bool gpu)
     return ok;
 }
 
-static int run_case(const bcase *c, const char *name, bool gpu, int threads, int warmup, int reps, int steps)
+static int run_case(const bcase *c, const char *name, bool gpu, bool fp32, int threads, int warmup, int reps,
+                    int steps)
 {
     bench s;
     dl_ctx_desc cd;
@@ -445,6 +450,8 @@ static int run_case(const bcase *c, const char *name, bool gpu, int threads, int
     cd.seed = 1;
     cd.num_threads = threads;
     if (gpu) cd.device = dl_cuda(0);   /* every tensor, the model's too, on the GPU */
+    cd.allow_tf32 = -1;                /* PyTorch's defaults, whatever the environment says, */
+    cd.allow_tf32_conv = fp32 ? -1 : 1;   /* or (_fp32) exact fp32 everywhere */
     s.ctx = dl_ctx_init(&cd);
     if (!s.ctx) { fprintf(stderr, "bench: dl_ctx_init failed: %s\n", dl_error_message(NULL)); return 1; }
     if (!c->setup(&s)) { dl_ctx_free(s.ctx); return 1; }
@@ -753,14 +760,16 @@ int main(int argc, char **argv)
     const bcase *c = NULL;
     int i, threads, warmup = 3, reps = 11, steps = 10;
     size_t k, len;
-    bool gpu = false, coll;
+    bool gpu = false, fp32 = false, coll;
     if (argc == 2 && !strcmp(argv[1], "--list")) {
         for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++) printf("%s\n", g_cases[k].name);
         return 0;
     }
     if (argc < 3) { usage(); return 2; }
     len = strlen(argv[1]);
-    gpu = len > 5 && !strcmp(argv[1] + len - 5, "_cuda");   /* NAME_cuda: NAME on cuda:0 */
+    fp32 = len > 10 && !strcmp(argv[1] + len - 10, "_cuda_fp32");   /* NAME_cuda_fp32: ... without TF32 */
+    if (fp32) len -= 5;
+    gpu = len > 5 && !strncmp(argv[1] + len - 5, "_cuda", 5);   /* NAME_cuda: NAME on cuda:0 */
     for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++)
         if (!strncmp(g_cases[k].name, argv[1], gpu ? len - 5 : len) && strlen(g_cases[k].name) == (gpu ? len - 5 : len))
             c = &g_cases[k];
@@ -778,5 +787,5 @@ int main(int argc, char **argv)
     if (i != argc || threads < 1 || warmup < 0 || reps < 1 || steps < 1) { usage(); return 2; }
     if (coll && !strcmp(argv[1], "allreduce_ranks")) return run_allreduce_ranks(warmup, reps);
     if (coll) return !strcmp(argv[1], "allreduce") ? run_allreduce(threads, warmup, reps) : run_ddp(threads, warmup, reps);
-    return run_case(c, argv[1], gpu, threads, warmup, reps, steps);
+    return run_case(c, argv[1], gpu, fp32, threads, warmup, reps, steps);
 }

@@ -7,7 +7,10 @@
 #   ROUNDS=3 bench/run.sh                each time case's process pair 3 times,
 #                                        keeping each side's best median (noisy machines)
 #   CASES='*_cuda' THREADS=1 bench/run.sh   the GPU cases (make bench-cuda): dl.h's
-#                                        build/cuda/bench against PyTorch on cuda:0
+#                                        build/cuda/bench against PyTorch on cuda:0,
+#                                        each twice: NAME_cuda with PyTorch's defaults
+#                                        (convolutions in TF32, matrix products exact),
+#                                        NAME_cuda_fp32 with both sides in exact fp32
 #   DL_PROFILE=1 CASES=step_resnet18 bench/run.sh   after each time or mem line,
 #                                        dl.h's per-op table (dl_profile_print) and
 #                                        torch.profiler's key_averages() table of the
@@ -243,15 +246,19 @@ run_case() {  # name kind warmup reps
             line "$1" "$t" "$d" "$e" "(dl.h eager, not torch: PyTorch has no CPU graph replay)"
         done ;;
     time)
-        for t in $THREADS; do
-            d=n/a; p=n/a; r=0
-            while [ "$r" -lt "$ROUNDS" ]; do
-                d=$(smaller "$d" "$(run_dl "$1" "$t" --warmup "$3" --reps "$4")")
-                p=$(smaller "$p" "$(run_torch "$1" "$t" --warmup "$3" --reps "$4")")
-                r=$((r + 1))
+        names=$1   # a GPU case twice: PyTorch's defaults (convolutions in TF32), then NAME_fp32, exact fp32
+        case $1 in *_cuda) names="$1 ${1}_fp32" ;; esac
+        for n in $names; do
+            for t in $THREADS; do
+                d=n/a; p=n/a; r=0
+                while [ "$r" -lt "$ROUNDS" ]; do
+                    d=$(smaller "$d" "$(run_dl "$n" "$t" --warmup "$3" --reps "$4")")
+                    p=$(smaller "$p" "$(run_torch "$n" "$t" --warmup "$3" --reps "$4")")
+                    r=$((r + 1))
+                done
+                line "$n" "$t" "$d" "$p"
+                show_profiles
             done
-            line "$1" "$t" "$d" "$p"
-            show_profiles
         done ;;
     *) echo "# $1: unknown kind $2" ;;
     esac

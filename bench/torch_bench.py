@@ -16,7 +16,11 @@ default set_to_none=True.
 CUDA: every case takes a device; a case named "<name>_cuda" runs <name> on
 torch.device("cuda") with torch.cuda.synchronize() at the end of each
 repetition (bench.c's _cuda cases call dl_sync likewise). Without CUDA such
-a case exits 2 and run.sh prints n/a.
+a case exits 2 and run.sh prints n/a. TF32: PyTorch's defaults, set
+explicitly (torch.backends.cudnn.allow_tf32 = True: convolutions in TF32;
+torch.backends.cuda.matmul.allow_tf32 = False); "<name>_cuda_fp32" runs
+<name> on the GPU with both False, exact fp32 (bench.c's _cuda_fp32 cases
+likewise).
 
 Graph cases (step_*_graph_cuda): the training step captured once as a CUDA
 graph and replayed, as PyTorch's documentation does a whole network
@@ -294,11 +298,14 @@ CASES = {
 
 
 def lookup(name):
-    """(kind, setup, device) for a case name; <name>_cuda runs <name> on the GPU."""
+    """(kind, setup, device, fp32) for a case name; <name>_cuda runs <name> on
+    the GPU with PyTorch's TF32 defaults, <name>_cuda_fp32 in exact fp32."""
     if name in CASES:
-        return CASES[name] + (torch.device("cpu"),)
-    if name.endswith("_cuda") and name[:-5] in CASES:
-        return CASES[name[:-5]] + (torch.device("cuda"),)
+        return CASES[name] + (torch.device("cpu"), False)
+    fp32 = name.endswith("_cuda_fp32")
+    base = name[:-10] if fp32 else name[:-5] if name.endswith("_cuda") else None
+    if base in CASES:
+        return CASES[base] + (torch.device("cuda"), fp32)
     return None
 
 
@@ -336,7 +343,7 @@ def main(argv):
     if case is None:
         sys.stderr.write("torch_bench: no case %s\n" % name)
         return 2
-    kind, setup, dev = case
+    kind, setup, dev, fp32 = case
     if kind == "graph":
         if dev.type != "cuda":
             sys.stderr.write("torch_bench: %s: PyTorch has no graph replay on the CPU (a _cuda case)\n" % name)
@@ -345,6 +352,9 @@ def main(argv):
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.stderr.write("torch_bench: %s needs CUDA, which this torch does not have\n" % name)
         return 2
+    if dev.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = not fp32
+        torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     rep = setup(dev)

@@ -109,6 +109,59 @@ static void test_mixed_device_errors(void)
     dl_step_end(c);
 }
 
+/* the TF32 switches (CUDA devices read them; every build keeps them): the
+   desc's fields (1 on, -1 off), else DL_ALLOW_TF32 / DL_ALLOW_TF32_CONV,
+   else PyTorch's defaults (matrix products exact, convolutions TF32). The
+   caller's own settings of the two variables are put back after. */
+static void test_tf32_switches(void)
+{
+    static const char *names[2] = {"DL_ALLOW_TF32", "DL_ALLOW_TF32_CONV"};
+    char saved[2][64];
+    bool had[2];
+    dl_ctx_desc cd;
+    dl_ctx *c2;
+    int k;
+    for (k = 0; k < 2; k++) {
+        const char *v = getenv(names[k]);
+        had[k] = v != NULL;
+        snprintf(saved[k], sizeof saved[k], "%s", v ? v : "");
+        unsetenv(names[k]);
+    }
+    c2 = dl_ctx_init(NULL);
+    CHECK(c2 && !c2->allow_tf32 && c2->allow_tf32_conv, "TF32 defaults: matrix products off, convolutions on");
+    CHECK(c2 && dl_set_allow_tf32(c2, true) == DL_OK && dl_set_allow_tf32_conv(c2, false) == DL_OK &&
+          c2->allow_tf32 && !c2->allow_tf32_conv, "dl_set_allow_tf32 / dl_set_allow_tf32_conv");
+    dl_ctx_free(c2);
+    CHECK(dl_set_allow_tf32(NULL, true) == DL_ERR_ARG && dl_set_allow_tf32_conv(NULL, true) == DL_ERR_ARG,
+          "TF32 switches of a NULL context");
+    setenv("DL_ALLOW_TF32", "1", 1);
+    setenv("DL_ALLOW_TF32_CONV", "0", 1);
+    c2 = dl_ctx_init(NULL);
+    CHECK(c2 && c2->allow_tf32 && !c2->allow_tf32_conv, "DL_ALLOW_TF32=1 DL_ALLOW_TF32_CONV=0");
+    dl_ctx_free(c2);
+    memset(&cd, 0, sizeof cd);
+    cd.allow_tf32 = -1;
+    cd.allow_tf32_conv = 1;
+    c2 = dl_ctx_init(&cd);
+    CHECK(c2 && !c2->allow_tf32 && c2->allow_tf32_conv, "the desc's fields win over the environment");
+    dl_ctx_free(c2);
+    setenv("DL_ALLOW_TF32_CONV", "yes", 1);
+    CHECK(dl_ctx_init(NULL) == NULL && strstr(dl_error_message(NULL), "dl_ctx_init: DL_ALLOW_TF32_CONV=yes must be 0 (off) or 1 (on)"),
+          "DL_ALLOW_TF32_CONV=yes: %s", dl_error_message(NULL));
+    c2 = dl_ctx_init(&cd);   /* the desc sets it: the variable is not read */
+    CHECK(c2 != NULL, "a bad DL_ALLOW_TF32_CONV is not read when the desc sets allow_tf32_conv");
+    dl_ctx_free(c2);
+    memset(&cd, 0, sizeof cd);
+    cd.allow_tf32 = 2;
+    CHECK(dl_ctx_init(&cd) == NULL && strstr(dl_error_message(NULL), "dl_ctx_init: allow_tf32=2 must be 1 (on), -1 (off) or 0"),
+          "allow_tf32=2: %s", dl_error_message(NULL));
+    for (k = 0; k < 2; k++) {
+        if (had[k]) setenv(names[k], saved[k], 1);
+        else unsetenv(names[k]);
+    }
+    dl_clear_error(NULL);
+}
+
 static void test_device_api(void)
 {
     dl_device d;
@@ -154,6 +207,7 @@ static void test_device_api(void)
     cd.cpu_devices = 65;
     CHECK(dl_ctx_init(&cd) == NULL && strstr(dl_error_message(NULL), "cpu_devices=65"), "cpu_devices 65");
     dl_clear_error(NULL);
+    test_tf32_switches();
 }
 
 /* The environment fills only what a dl_ctx_desc leaves at zero: an explicit

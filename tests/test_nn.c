@@ -195,7 +195,7 @@ static void test_modules(void)
 {
     dl_ctx *ctx = new_ctx(1);
     dl_module *mods[3], *seq, *net, *blk, *head;
-    dl_tensor *ts[16], *x, *y, *loss;
+    dl_tensor *ts[16] = {NULL}, *x, *y, *loss;   /* NULL: read below even if n < 4 */
     const dl_named_tensor *sd;
     char names[16][128];
     int n, i;
