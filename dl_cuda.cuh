@@ -2670,6 +2670,23 @@ static double dl__cu_tree256(double *v)
     return u[0];
 }
 
+/* an emulated device's pass 1: job j's threads one after the other, then
+   the block's tree */
+template <bool ST, typename I>
+struct dl__cuh_bnpart {
+    dl__cu_bnpart<ST, I> p; I jobs; double *part;
+    void operator()(int64_t) const
+    {
+        double va[DL__CU_THREADS], vb[DL__CU_THREADS];
+        I j, t;
+        for (j = 0; j < jobs; j++) {
+            for (t = 0; t < DL__CU_THREADS; t++) p.sums(j, t, (I)DL__CU_THREADS, &va[t], &vb[t]);
+            part[2 * j] = dl__cu_tree256(va);
+            part[2 * j + 1] = dl__cu_tree256(vb);
+        }
+    }
+};
+
 /* pass 1 over (N, C, L): part (C S, 2); S chunks per channel */
 template <bool ST, typename I>
 static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
@@ -2680,13 +2697,9 @@ static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const f
     I jobs = (I)(C * S);
     p.x = x; p.g = g; p.mean = mean; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
-        double va[DL__CU_THREADS], vb[DL__CU_THREADS];
-        I j, t;
-        for (j = 0; j < jobs; j++) {
-            for (t = 0; t < DL__CU_THREADS; t++) p.sums(j, t, (I)DL__CU_THREADS, &va[t], &vb[t]);
-            part[2 * j] = dl__cu_tree256(va);
-            part[2 * j + 1] = dl__cu_tree256(vb);
-        }
+        dl__cuh_bnpart<ST, I> f;
+        f.p = p; f.jobs = jobs; f.part = part;
+        dl__cu_host(d, f);   /* (recorded inside a capture) */
         return;
     }
     dl__cu_bn_pass1<ST, I><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(p, jobs, part);
