@@ -130,7 +130,7 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 run_dl() {  # case threads args...
     c=$1; t=$2; shift 2
     bin=$DL
-    case $c in *_cuda) bin=$DL_CUDA ;; esac
+    case $c in *_cuda|*_cuda_fp32) bin=$DL_CUDA ;; esac
     if [ ! -x "$bin" ]; then echo "$bin was not built (nvcc missing?)" >"$TMP/e"; : >"$TMP/o"
     else OPENBLAS_NUM_THREADS=$t "$bin" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"; fi
     if profiling; then cp "$TMP/e" "$TMP/prof_dl"; fi
