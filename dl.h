@@ -37,6 +37,9 @@
        DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
                            implementation file compiled by nvcc -x cu (link -lcudart
                            -lcublas); DL_CUDA_EMULATE=N emulates N GPUs in host memory
+       DL_NO_WINOGRAD      3x3 convolutions as direct sums only: no Winograd F(4x4, 3x3)
+                           (AVX-512 builds take it otherwise: faster, within 1e-4
+                           relative of the direct sums)
        DL_NO_THREADS       single-threaded build (no pthreads; implied where the
                            compiler lacks GCC's __atomic builtins)
        DL_ABORT_ON_ERROR   trap at the first error (for a debugger)
@@ -7276,7 +7279,7 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
    threads. The transforms add and subtract, so an inf among the inputs can
    meet another as inf - inf = NaN where direct sums give inf: the entries
    decline an operand holding inf or NaN. AVX-512 only. */
-#if defined(DL__GEMM_AVX512)
+#if defined(DL__GEMM_AVX512) && !defined(DL_NO_WINOGRAD)
 #define DL__WG 1
 #ifndef DL__WG_TILES
 #define DL__WG_TILES 64     /* F(2x2, 3x3)'s tiles per block of samples, at least (the GEMMs' rows);

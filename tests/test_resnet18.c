@@ -9,6 +9,16 @@
    the CPU, the strict cpu:1 and the emulated cuda:0.
    Run from the repository root: test_resnet18 [path/to/resnet18.bin] */
 #define _POSIX_C_SOURCE 200809L
+/* Direct 3x3 convolutions, as PyTorch's float32 reference: the bounds below
+   are a few times PyTorch's own float32 error, and training-mode batch norm
+   on 2 samples, 17 times over, amplifies rounding some 500x by the stem's
+   weight gradient (PyTorch's float32 error there is 2.3e-5 on values near
+   0.5, from convolutions that round to about 1e-7). The AVX-512 builds'
+   Winograd F(4x4, 3x3) stays within 1e-4 relative of the direct sums
+   (test_conv's bound for it), which that amplification turns into errors
+   of 1e-2 here (0.06 on 0.weight, measured): another arithmetic, checked
+   where it is bounded, not a wrong one. */
+#define DL_NO_WINOGRAD
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
