@@ -1,11 +1,11 @@
 #!/bin/sh
-# tests/snippets_check.sh - every C code snippet of README.md and of dl.h's
+# tests/snippets_check.sh - every C code snippet of README.md, docs/*.md and of dl.h's
 # comments compiles (-std=c99 -Wall -Wextra -Werror -pedantic), and every
 # whole program among them runs. One check per snippet; prints
 # "N passed, M failed" (a FAIL line names the snippet's file and line).
 #
 # Which snippets:
-#   README.md  every ```c fence. A fence right after a line
+#   README.md and docs/*.md  every ```c fence. A fence right after a line
 #              <!-- snippet: not compiled (why) --> is an outline and is skipped
 #              (it still counts, as a pass, so the count shows it).
 #   dl.h       the indented block after a comment line that says
@@ -36,7 +36,7 @@ awk -v dir="$dir" '
 function out(src, line, skip) { n++; f = sprintf("%s/s%02d.txt", dir, n)
     printf "" > f; name = f; printf "s%02d %s:%d %s\n", n, src, line, skip ? "skip" : "check" >> (dir "/list") }
 FNR == 1 { src = FILENAME; sub(/.*\//, "", src); inb = 0; want = 0; skipnext = 0 }
-src == "README.md" {
+src ~ /\.md$/ {
     if (!inb && /^<!-- snippet: not compiled/) { skipnext = 1; next }
     if (!inb && /^```c[ \t]*$/) { inb = 1; out(src, FNR + 1, skipnext); skipnext = 0; next }
     if (inb && /^```/) { inb = 0; close(name); next }
@@ -57,7 +57,7 @@ src == "dl.h" {
         if (/\*\//) { l = $0; sub(/ *\*\/.*/, "", l); print substr(l, ind + 1) > name; inb = 0; close(name); next }
         print substr($0, ind + 1) > name
     }
-}' README.md dl.h
+}' README.md docs/*.md dl.h
 
 pass=0; fail=0
 while read -r id where what; do
