@@ -36,7 +36,7 @@ EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
             $(B)/test_core_nothreads $(B)/test_gemm_nothreads
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
-DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h
+DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
@@ -81,7 +81,7 @@ $(B) $(B)/san:
 $(B)/%: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
-$(B)/%: examples/%.c dl.h examples/common.h examples/lenet_bn.h examples/resnet18.h | $(B)
+$(B)/%: examples/%.c dl.h examples/common.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)
 	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # the main job: LeNet-BN on Fashion-MNIST (make run EPOCHS=3). TensorBoard
@@ -156,7 +156,7 @@ $(B)/cuda:
 	mkdir -p $@
 $(B)/cuda/%.o: tests/%.c $(DEPS) dl_cuda.cuh | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -Itests -I. -c $< -o $@
-$(B)/cuda/%.o: examples/%.c dl.h dl_cuda.cuh examples/common.h examples/lenet_bn.h examples/resnet18.h | $(B)/cuda
+$(B)/cuda/%.o: examples/%.c dl.h dl_cuda.cuh examples/common.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -I. -c $< -o $@
 $(B)/cuda/%: $(B)/cuda/%.o
 	$(CXX) $< -o $@ $(CUDA_LIBS)
@@ -236,9 +236,9 @@ valgrind: $(B)/test_core $(B)/test_capture
 bench: $(B)/bench
 	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(CASES)" THREADS="$(THREADS)" ROUNDS="$(ROUNDS)" MPIRUN="$(MPIRUN)" bench/run.sh
 
-$(B)/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h | $(B)
+$(B)/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)
 	$(CC) $(WARN) $(BENCH_FLAGS) -I. $< -o $@ $(LDLIBS)
-$(B)/mpi/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h | $(B)/mpi
+$(B)/mpi/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)/mpi
 	$(MPICC) $(WARN) $(BENCH_FLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
 	@echo '$(CC) $(BENCH_FLAGS)' > $(B)/bench.flags
 
@@ -246,7 +246,7 @@ $(B)/mpi/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h | $(B
 bench-cuda: $(B)/bench
 	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(if $(CASES),$(CASES),*_cuda)" THREADS=1 ROUNDS="$(ROUNDS)" bench/run.sh
 
-$(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh examples/lenet_bn.h examples/resnet18.h | $(B)/cuda
+$(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -I. -c $< -o $@
 
 # the ResNet's 3x3 convs, Winograd against the direct paths (dl.h only)

@@ -52,6 +52,7 @@
 #include "dl.h"
 #include "examples/lenet_bn.h"   /* ex_lenet_bn: the model of make run */
 #include "examples/resnet18.h"   /* ex_resnet18: d2l's ResNet-18 */
+#include "examples/resnet_small.h"   /* ex_resnet_small: the net of examples/resnet.c */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,60 +151,6 @@ static dl_module *make_lenet_d2l(dl_ctx *ctx)
 }
 
 
-/* small ResNet: the user module of examples/resnet.c, copied.
-   y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) */
-typedef struct block { dl_module *conv1, *bn1, *conv2, *bn2, *proj, *proj_bn; } block;
-
-static dl_tensor *block_forward(dl_module *m, dl_tensor *x)
-{
-    block *b = (block *)dl_module_state(m);
-    dl_tensor *h = dl_relu(dl_module_forward(b->bn1, dl_module_forward(b->conv1, x)));
-    dl_tensor *sc = b->proj ? dl_module_forward(b->proj_bn, dl_module_forward(b->proj, x)) : x;
-    h = dl_module_forward(b->bn2, dl_module_forward(b->conv2, h));
-    return dl_relu(dl_add(h, sc));
-}
-
-static dl_module *residual_block(dl_ctx *ctx, int64_t in, int64_t out, int64_t stride)
-{
-    dl_module *m = dl_module_new(ctx, "ResidualBlock", block_forward, sizeof(block));
-    block *b;
-    dl_conv_desc c1 = dl_conv_desc_make(stride, 1, 1, 1), c2 = dl_conv_desc_make(1, 1, 1, 1);
-    dl_conv_desc p = dl_conv_desc_make(stride, 0, 1, 1);
-    if (!m) return NULL;
-    b = (block *)dl_module_state(m);
-    b->conv1 = dl_module_add(m, "conv1", dl_nn_conv2d(ctx, in, out, 3, &c1, false));
-    b->bn1 = dl_module_add(m, "bn1", dl_nn_batch_norm2d(ctx, out));
-    b->conv2 = dl_module_add(m, "conv2", dl_nn_conv2d(ctx, out, out, 3, &c2, false));
-    b->bn2 = dl_module_add(m, "bn2", dl_nn_batch_norm2d(ctx, out));
-    if (stride != 1 || in != out) {
-        b->proj = dl_module_add(m, "shortcut", dl_nn_conv2d(ctx, in, out, 1, &p, false));
-        b->proj_bn = dl_module_add(m, "shortcut_bn", dl_nn_batch_norm2d(ctx, out));
-    }
-    return m;
-}
-
-static dl_module *make_resnet_small(dl_ctx *ctx)
-{
-    static const int64_t width[4] = {16, 32, 64, 128};
-    dl_conv_desc stem = dl_conv_desc_make(1, 1, 1, 1);
-    dl_module *stage[4], *blocks[2], *m[7];
-    int64_t in = 16;
-    int st;
-    for (st = 0; st < 4; st++) {
-        blocks[0] = residual_block(ctx, in, width[st], st == 0 ? 1 : 2);
-        blocks[1] = residual_block(ctx, width[st], width[st], 1);
-        stage[st] = dl_nn_sequential(ctx, 2, blocks);
-        in = width[st];
-    }
-    m[0] = dl_nn_conv2d(ctx, 1, 16, 3, &stem, false);
-    m[1] = dl_nn_batch_norm2d(ctx, 16);
-    m[2] = dl_nn_relu(ctx);
-    m[3] = dl_nn_sequential(ctx, 4, stage);
-    m[4] = dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(1, 1));
-    m[5] = dl_nn_flatten(ctx);
-    m[6] = dl_nn_linear(ctx, 128, 10, true);
-    return dl_nn_sequential(ctx, 7, m);
-}
 
 /* ---------------------------------------------------------------- training steps */
 
@@ -222,7 +169,7 @@ static int setup_mlp(bench *s) { return setup_model(s, make_mlp(s->ctx), 0.1f); 
 static int setup_mlp16(bench *s) { s->batch = 16; return setup_mlp(s); }
 static int setup_lenet(bench *s) { return setup_model(s, make_lenet_d2l(s->ctx), 0.9f); }
 static int setup_lenet_bn(bench *s) { return setup_model(s, ex_lenet_bn(s->ctx), 0.1f); }
-static int setup_resnet_small(bench *s) { return setup_model(s, make_resnet_small(s->ctx), 0.1f); }
+static int setup_resnet_small(bench *s) { return setup_model(s, ex_resnet_small(s->ctx), 0.1f); }
 /* d2l's multi-GPU ResNet-18 (widths 64-512, 3x3 stem, no max pool); SGD lr 0.1 as d2l */
 static int setup_resnet18(bench *s) { return setup_model(s, ex_resnet18(s->ctx, 1, 10), 0.1f); }
 

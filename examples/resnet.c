@@ -9,7 +9,8 @@
    The training loop is PyTorch's (train_epoch, evaluate below); flags,
    data loading, printing and checkpoints are in examples/common.h.
    --capture trains through a static graph: one step recorded, then replayed
-   (graph_step below; examples/static_graph.c says what that gives and costs).
+   (ex_graph_step in examples/common.h; examples/static_graph.c says what
+   that gives and costs).
    Build: cc -std=c99 -O2 -I. examples/resnet.c -o build/resnet -lm -lpthread
    Run:   build/resnet --epochs 3   (--help for the flags)
           build/resnet --arch d2l --device cuda --epochs 10 */
@@ -18,98 +19,17 @@
 #include "dl.h"
 #include "examples/common.h"
 #include "examples/resnet18.h"
-
-/* state of one residual block; its children are registered on the module
-   so their parameters get PyTorch-style names (layer1.0.conv1.weight ...) */
-typedef struct block { dl_module *conv1, *bn1, *conv2, *bn2, *proj, *proj_bn; } block;
-
-/* y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) */
-static dl_tensor *block_forward(dl_module *m, dl_tensor *x)
-{
-    block *b = (block *)dl_module_state(m);
-    dl_tensor *h = dl_relu(dl_module_forward(b->bn1, dl_module_forward(b->conv1, x)));
-    dl_tensor *sc = b->proj ? dl_module_forward(b->proj_bn, dl_module_forward(b->proj, x)) : x;
-    h = dl_module_forward(b->bn2, dl_module_forward(b->conv2, h));
-    return dl_relu(dl_add(h, sc));
-}
-
-static dl_module *residual_block(dl_ctx *ctx, int64_t in, int64_t out, int64_t stride)
-{
-    dl_module *m = dl_module_new(ctx, "ResidualBlock", block_forward, sizeof(block));
-    block *b;
-    dl_conv_desc c1 = dl_conv_desc_make(stride, 1, 1, 1), c2 = dl_conv_desc_make(1, 1, 1, 1);
-    dl_conv_desc p = dl_conv_desc_make(stride, 0, 1, 1);
-    if (!m) return NULL;
-    b = (block *)dl_module_state(m);
-    b->conv1 = dl_module_add(m, "conv1", dl_nn_conv2d(ctx, in, out, 3, &c1, false));
-    b->bn1 = dl_module_add(m, "bn1", dl_nn_batch_norm2d(ctx, out));
-    b->conv2 = dl_module_add(m, "conv2", dl_nn_conv2d(ctx, out, out, 3, &c2, false));
-    b->bn2 = dl_module_add(m, "bn2", dl_nn_batch_norm2d(ctx, out));
-    if (stride != 1 || in != out) {
-        b->proj = dl_module_add(m, "shortcut", dl_nn_conv2d(ctx, in, out, 1, &p, false));
-        b->proj_bn = dl_module_add(m, "shortcut_bn", dl_nn_batch_norm2d(ctx, out));
-    }
-    return m;
-}
-
-static dl_module *make_resnet(dl_ctx *ctx)
-{
-    static const int64_t width[4] = {16, 32, 64, 128};
-    dl_conv_desc stem = dl_conv_desc_make(1, 1, 1, 1);
-    dl_module *stage[4], *blocks[2], *m[7];
-    int64_t in = 16;
-    int s;
-    for (s = 0; s < 4; s++) {
-        blocks[0] = residual_block(ctx, in, width[s], s == 0 ? 1 : 2);
-        blocks[1] = residual_block(ctx, width[s], width[s], 1);
-        stage[s] = dl_nn_sequential(ctx, 2, blocks);
-        in = width[s];
-    }
-    m[0] = dl_nn_conv2d(ctx, 1, 16, 3, &stem, false);
-    m[1] = dl_nn_batch_norm2d(ctx, 16);
-    m[2] = dl_nn_relu(ctx);
-    m[3] = dl_nn_sequential(ctx, 4, stage);
-    m[4] = dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(1, 1));
-    m[5] = dl_nn_flatten(ctx);
-    m[6] = dl_nn_linear(ctx, 128, 10, true);
-    return dl_nn_sequential(ctx, 7, m);
-}
-
-/* --capture: PyTorch's whole-network capture (torch.cuda.graph). The step
-   is recorded once on static inputs, x and y kept from the first full batch
-   (which ran eagerly: it made the gradients the capture updates); each later
-   full batch is copied into them and the recorded work replayed. The loss
-   and the logits are the capture's tensors, rewritten by each replay. */
-typedef struct graph { dl_capture *cap; dl_tensor *x, *y, *logits, *loss; } graph;
-
-static dl_tensor *graph_step(ex_setup *s, graph *g, dl_module *net, dl_optim *opt, dl_tensor *x, dl_tensor *y,
-                             dl_tensor **logits)
-{
-    *logits = NULL;
-    if (dl_copy_(g->x, x) != DL_OK || dl_copy_(g->y, y) != DL_OK) return NULL;   /* static_x.copy_(x) */
-    if (g->cap) {
-        if (dl_replay(g->cap) != DL_OK) return NULL;          /* g.replay() */
-    } else {
-        g->cap = dl_capture_begin(s->ctx);                    /* with torch.cuda.graph(g): */
-        dl_optim_zero_grad(opt);
-        g->logits = dl_module_forward(net, g->x);
-        g->loss = dl_cross_entropy(g->logits, g->y, NULL);
-        if (g->loss && dl_backward(g->loss) == DL_OK) dl_optim_step(opt);
-        if (dl_capture_end(g->cap) != DL_OK) return NULL;     /* the first error inside, if any */
-    }
-    *logits = g->logits;
-    return g->loss;
-}
+#include "examples/resnet_small.h"   /* the net and its block, a user module */
 
 /* One pass over the training set. Returns 0, or 1 after printing what failed. */
-static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m, graph *g)
+static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m, ex_graph *g)
 {
     dl_tensor *x, *y, *logits, *loss;
     int rc;
     dl_module_train(net, true);                               /* model.train() */
     while ((rc = dl_loader_next(s->train, &x, &y)) > 0) {     /* for X, y in dataloader: */
         if (g && g->x && x->shape[0] == g->x->shape[0]) {     /* --capture: the static graph */
-            if (!ex_loss_ok(s, m, loss = graph_step(s, g, net, opt, x, y, &logits))) return 1;
+            if (!ex_loss_ok(s, m, loss = ex_graph_step(s, g, net, opt, x, y, &logits))) return 1;
             if (!ex_tb_step(s, m, opt, loss) || !ex_meter_add(m, loss, logits, y)) return ex_fail(s, m);
             dl_step_end(s->ctx);
             continue;
@@ -175,7 +95,7 @@ int main(int argc, char **argv)
     dl_sgd_desc sd;
     double acc = 0;
     int epoch, start;
-    graph g;
+    ex_graph g;
     const char *arch = take_arch(&argc, argv);
     bool d2l = arch && !strcmp(arch, "d2l");
     ex_own_usage = "  --arch NAME   small (widths 16-32-64-128, batch 128) or d2l (d2l's ResNet-18: widths\n"
@@ -185,7 +105,7 @@ int main(int argc, char **argv)
     if (!d2l && strcmp(arch, "small")) ex_bad_args(&a, "--arch %s: must be small or d2l", arch);
     if (!ex_setup_fmnist(&a, d2l ? "d2l ResNet-18 on Fashion-MNIST" : "small ResNet-18-style on Fashion-MNIST",
                          true, 2, &s)) return ex_done(&s, 1);
-    net = d2l ? ex_resnet18(s.ctx, 1, 10) : make_resnet(s.ctx);
+    net = d2l ? ex_resnet18(s.ctx, 1, 10) : ex_resnet_small(s.ctx);
     if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */
     memset(&sd, 0, sizeof sd);                                /* zero: PyTorch's defaults */
     sd.lr = a.lr;

@@ -39,6 +39,7 @@ static void cnt_free(void *p) { if (p) cnt_live--; free(p); }
 #include "dl.h"
 #include "harness.h"
 #include "examples/lenet_bn.h"
+#include "examples/resnet_small.h"   /* ex_small_block: a user module */
 #include <stdio.h>
 
 #define B 8           /* batch */
@@ -61,36 +62,6 @@ static dl_ctx *new_ctx(uint64_t seed)
 enum { OPT_ADAM, OPT_ADAMW, OPT_SGD };
 enum { NET_LENET, NET_MLP, NET_D2L, NET_RESNET };
 
-/* a small ResNet's block (examples/resnet.c's, narrower): a user module,
-   relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) */
-typedef struct block { dl_module *conv1, *bn1, *conv2, *bn2, *proj, *proj_bn; } block;
-
-static dl_tensor *block_forward(dl_module *m, dl_tensor *x)
-{
-    block *b = (block *)dl_module_state(m);
-    dl_tensor *h = dl_relu(dl_module_forward(b->bn1, dl_module_forward(b->conv1, x)));
-    dl_tensor *sc = b->proj ? dl_module_forward(b->proj_bn, dl_module_forward(b->proj, x)) : x;
-    return dl_relu(dl_add(dl_module_forward(b->bn2, dl_module_forward(b->conv2, h)), sc));
-}
-
-static dl_module *res_block(dl_ctx *ctx, int64_t in, int64_t out, int64_t stride)
-{
-    dl_module *m = dl_module_new(ctx, "ResidualBlock", block_forward, sizeof(block));
-    dl_conv_desc c1 = dl_conv_desc_make(stride, 1, 1, 1), c2 = dl_conv_desc_make(1, 1, 1, 1);
-    dl_conv_desc p = dl_conv_desc_make(stride, 0, 1, 1);
-    block *b;
-    if (!m) return NULL;
-    b = (block *)dl_module_state(m);
-    b->conv1 = dl_module_add(m, "conv1", dl_nn_conv2d(ctx, in, out, 3, &c1, false));
-    b->bn1 = dl_module_add(m, "bn1", dl_nn_batch_norm2d(ctx, out));
-    b->conv2 = dl_module_add(m, "conv2", dl_nn_conv2d(ctx, out, out, 3, &c2, false));
-    b->bn2 = dl_module_add(m, "bn2", dl_nn_batch_norm2d(ctx, out));
-    if (stride != 1 || in != out) {
-        b->proj = dl_module_add(m, "shortcut", dl_nn_conv2d(ctx, in, out, 1, &p, false));
-        b->proj_bn = dl_module_add(m, "shortcut_bn", dl_nn_batch_norm2d(ctx, out));
-    }
-    return m;
-}
 
 /* LeNet-BN (examples/lenet_bn.h, the model of make run) with dropout after
    the hidden linear layers' ReLUs, or an MLP with dropout */
@@ -125,8 +96,8 @@ static dl_module *make_net(dl_ctx *ctx, int kind)
         m[k++] = dl_nn_conv2d(ctx, 1, 4, 3, &stem, false);
         m[k++] = dl_nn_batch_norm2d(ctx, 4);
         m[k++] = dl_nn_relu(ctx);
-        m[k++] = res_block(ctx, 4, 4, 1);
-        m[k++] = res_block(ctx, 4, 8, 2);
+        m[k++] = ex_small_block(ctx, 4, 4, 1);
+        m[k++] = ex_small_block(ctx, 4, 8, 2);
         m[k++] = dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(1, 1));
         m[k++] = dl_nn_flatten(ctx);
         m[k++] = dl_nn_linear(ctx, 8, 10, true);
