@@ -1081,31 +1081,4 @@ static EX_UNUSED float ex_cosine(float base, int epoch, int epochs)
     return dl_lr_cosine(base, epoch, epochs, 0.0f);
 }
 
-/* --capture (lenet, resnet): PyTorch's whole-network capture
-   (torch.cuda.graph), called from their training loops. The step
-   is recorded once on static inputs, x and y kept from the first full batch
-   (which ran eagerly: it made the gradients the capture updates); each later
-   full batch is copied into them and the recorded work replayed. The loss
-   and the logits are the capture's tensors, rewritten by each replay. */
-typedef struct ex_graph { dl_capture *cap; dl_tensor *x, *y, *logits, *loss; } ex_graph;
-
-static EX_UNUSED dl_tensor *ex_graph_step(ex_setup *s, ex_graph *g, dl_module *net, dl_optim *opt, dl_tensor *x,
-                                          dl_tensor *y, dl_tensor **logits)
-{
-    *logits = NULL;
-    if (dl_copy_(g->x, x) != DL_OK || dl_copy_(g->y, y) != DL_OK) return NULL;   /* static_x.copy_(x) */
-    if (g->cap) {
-        if (dl_replay(g->cap) != DL_OK) return NULL;          /* g.replay() */
-    } else {
-        g->cap = dl_capture_begin(s->ctx);                    /* with torch.cuda.graph(g): */
-        dl_optim_zero_grad(opt);
-        g->logits = dl_module_forward(net, g->x);
-        g->loss = dl_cross_entropy(g->logits, g->y, NULL);
-        if (g->loss && dl_backward(g->loss) == DL_OK) dl_optim_step(opt);
-        if (dl_capture_end(g->cap) != DL_OK) return NULL;     /* the first error inside, if any */
-    }
-    *logits = g->logits;
-    return g->loss;
-}
-
 #endif

@@ -9,8 +9,7 @@
    The training loop is PyTorch's (train_epoch, evaluate below); flags,
    data loading, printing and checkpoints are in examples/common.h.
    --capture trains through a static graph: one step recorded, then replayed
-   (ex_graph_step in examples/common.h; examples/static_graph.c says what
-   that gives and costs).
+   (graph_step below; examples/static_graph.c says what that gives and costs).
    Build: cc -std=c99 -O2 -I. examples/resnet.c -o build/resnet -lm -lpthread
    Run:   build/resnet --epochs 3   (--help for the flags)
           build/resnet --arch d2l --device cuda --epochs 10 */
@@ -21,15 +20,41 @@
 #include "examples/resnet18.h"
 #include "examples/resnet_small.h"   /* the net and its block, a user module */
 
+/* --capture: PyTorch's whole-network capture (torch.cuda.graph). The step
+   is recorded once on static inputs, x and y kept from the first full batch
+   (which ran eagerly: it made the gradients the capture updates); each later
+   full batch is copied into them and the recorded work replayed. The loss
+   and the logits are the capture's tensors, rewritten by each replay. */
+typedef struct graph { dl_capture *cap; dl_tensor *x, *y, *logits, *loss; } graph;
+
+static dl_tensor *graph_step(ex_setup *s, graph *g, dl_module *net, dl_optim *opt, dl_tensor *x, dl_tensor *y,
+                             dl_tensor **logits)
+{
+    *logits = NULL;
+    if (dl_copy_(g->x, x) != DL_OK || dl_copy_(g->y, y) != DL_OK) return NULL;   /* static_x.copy_(x) */
+    if (g->cap) {
+        if (dl_replay(g->cap) != DL_OK) return NULL;          /* g.replay() */
+    } else {
+        g->cap = dl_capture_begin(s->ctx);                    /* with torch.cuda.graph(g): */
+        dl_optim_zero_grad(opt);
+        g->logits = dl_module_forward(net, g->x);
+        g->loss = dl_cross_entropy(g->logits, g->y, NULL);
+        if (g->loss && dl_backward(g->loss) == DL_OK) dl_optim_step(opt);
+        if (dl_capture_end(g->cap) != DL_OK) return NULL;     /* the first error inside, if any */
+    }
+    *logits = g->logits;
+    return g->loss;
+}
+
 /* One pass over the training set. Returns 0, or 1 after printing what failed. */
-static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m, ex_graph *g)
+static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m, graph *g)
 {
     dl_tensor *x, *y, *logits, *loss;
     int rc;
     dl_module_train(net, true);                               /* model.train() */
     while ((rc = dl_loader_next(s->train, &x, &y)) > 0) {     /* for X, y in dataloader: */
         if (g && g->x && x->shape[0] == g->x->shape[0]) {     /* --capture: the static graph */
-            if (!ex_loss_ok(s, m, loss = ex_graph_step(s, g, net, opt, x, y, &logits))) return 1;
+            if (!ex_loss_ok(s, m, loss = graph_step(s, g, net, opt, x, y, &logits))) return 1;
             if (!ex_tb_step(s, m, opt, loss) || !ex_meter_add(m, loss, logits, y)) return ex_fail(s, m);
             dl_step_end(s->ctx);
             continue;
@@ -95,7 +120,7 @@ int main(int argc, char **argv)
     dl_sgd_desc sd;
     double acc = 0;
     int epoch, start;
-    ex_graph g;
+    graph g;
     const char *arch = take_arch(&argc, argv);
     bool d2l = arch && !strcmp(arch, "d2l");
     ex_own_usage = "  --arch NAME   small (widths 16-32-64-128, batch 128) or d2l (d2l's ResNet-18: widths\n"
