@@ -61,8 +61,14 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[
 # as C99 mode implies (g++'s GNU C++ default fuses a*b+c into an FMA where
 # -march=native has one, which would round otherwise than the CPU build)
 NVHOST    = -O3 $(if $(HAVE_NATIVE),-Xcompiler -march=native) -Xcompiler -ffp-contract=off
-NVFLAGS   = -x cu $(CUDA_ARCH) -DDL_CUDA -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror $(NVHOST)
-CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lm -lpthread
+NVFLAGS   = -x cu $(CUDA_ARCH) -DDL_CUDA $(NVDNN) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror $(NVHOST)
+NVDNN     = $(if $(filter 1,$(HAVE_CUDNN)),-DDL_CUDNN)
+# cuDNN, where its header is beside CUDA's or the system's (else HAVE_CUDNN=1
+# with NVCC's -I and CUDA_LIBS's -L pointing at it; HAVE_CUDNN=0: without):
+# the CUDA build's convolutions go through it (-DDL_CUDNN, docs/cuda.md)
+HAVE_CUDNN ?= $(if $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
+    /usr/include/$(shell uname -m)-linux-gnu/cudnn.h),1)
+CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(filter 1,$(HAVE_CUDNN)),-lcudnn) -lm -lpthread
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 # tests that check C-only constructs (compound literals, tentative definitions)
 # are not built as CUDA C++
@@ -167,11 +173,15 @@ test-cuda: nvcc-check $(B)/cuda/test_cuda
 
 # a real GPU: test_cuda, then every other CUDA-built test with its tensors on
 # cuda:0, their expectations the CPU's: convolutions in exact fp32 too
-# (DL_ALLOW_TF32_CONV=0; TF32 is their default, as PyTorch's cuDNN)
+# (DL_ALLOW_TF32_CONV=0; TF32 is their default, as PyTorch's cuDNN); then
+# the convolution tests again with every convolution through cuDNN
+# (DL_CUDNN=2: by default only those with 16+ channels take it)
 CUDA_ON0 = --env DL_DEVICE=cuda:0 --env DL_ALLOW_TF32_CONV=0
+CUDA_CONV_TESTS = $(addprefix $(B)/cuda/,test_conv test_golden test_gradcheck test_nn test_resnet18)
 test-cuda-all: nvcc-check $(CUDA_TESTS)
 	@tests/run.sh $(B)/cuda/test_cuda --tag @cuda:0 $(CUDA_ON0) \
-	    $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
+	    $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
+	    --tag @cuda:0-cudnn $(CUDA_ON0) --env DL_CUDNN=2 $(CUDA_CONV_TESTS)
 
 # the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
 # needed), then every other CUDA-built test with all its tensors on the

@@ -37,6 +37,9 @@
        DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
                            implementation file compiled by nvcc -x cu (link -lcudart
                            -lcublas); DL_CUDA_EMULATE=N emulates N GPUs in host memory
+       DL_CUDNN            with DL_CUDA: convolutions through cuDNN (link -lcudnn) where
+                           it takes them; env DL_CUDNN=0|1|2 (none, 16+ channels: the
+                           default, all) chooses at run time (docs/cuda.md)
        DL_NO_WINOGRAD      3x3 convolutions as direct sums only: no Winograd F(4x4, 3x3)
                            (AVX-512 builds take it otherwise: faster, within 1e-4
                            relative of the direct sums)

@@ -10,7 +10,8 @@
        cc -O2 main.c impl.o -o prog -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ -lm -lpthread
 
    (dl_cuda.cuh must sit next to dl.h; -march=native: the host code, the
-   CPU backend among it, built as the CPU build is.) `make cuda` builds
+   CPU backend among it, built as the CPU build is; -DDL_CUDNN on the nvcc
+   line and -lcudnn on the link: convolutions through cuDNN.) `make cuda` builds
    every example and test this way; docs/cuda.md says how convolutions,
    batch norm and TF32 work here, and why.
 
@@ -22,10 +23,12 @@
    passed, 2 failed (the three failures were test expectations, not the
    backend); make test-nccl 988 passed. What came after (the batch-norm
    split, the convolution entries without copies, the TF32 modes, capture
-   and replay, the multi-tensor updates, the dataset on the device) ran on
-   one H200 on 2026-11-26: the other test programs on cuda:0 13,729 passed,
-   1 failed; batch norm, TF32, multi-tensor updates and the capture of
-   convolution-free steps passed in test_cuda; bench figures in
+   and replay, the multi-tensor updates, the dataset on the device, cuDNN's
+   convolutions) ran on one H200 on 2026-11-26: test_cuda 300 passed, 0
+   failed; test_capture 440 passed; the other test programs on cuda:0
+   13,735 passed, 1 failed (test_resnet18's tightest bound, 1.0e-4 against
+   9.5e-5); the convolution tests with every convolution through cuDNN
+   5,375 passed, 1 failed (the same); figures in
    docs/cuda.md. Copies between two GPUs have run emulated only.
 
    Design
@@ -118,6 +121,9 @@
 
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#ifdef DL_CUDNN
+#include <cudnn.h>
+#endif
 
 #define DL__CU_THREADS 256                    /* threads per block, every kernel */
 #define DL__CU_STAGE ((size_t)4 << 20)        /* bytes per pinned upload staging buffer (two) */
@@ -191,6 +197,15 @@ typedef struct dl__cuimpl {
     dl__cucap *cap;                   /* while a capture records this device's work */
     cudaEvent_t *pev;                 /* the profiler's marks: timing events, a pool */
     int npev, usedpev;
+#ifdef DL_CUDNN
+    cudnnHandle_t dnn;                /* made at the first convolution; NULL: not yet */
+    bool dnn_off;                     /* cudnnCreate failed: the cuBLAS path from then on */
+    int dnn_mode;                     /* DL_CUDNN: 0 off, 1 channel-rich convs (default), 2 every conv */
+    int dnn_check;                    /* DL_CUDNN_CHECK=1: each call checked against cuBLAS's */
+    bool dnn_bypass;                  /* while that check runs the cuBLAS path */
+    struct dl__dnn_plan *plans;       /* one per (direction, batch, geometry, math mode) seen */
+    size_t nplans, capplans;
+#endif
 } dl__cuimpl;
 
 #define DL__CUI(d) ((dl__cuimpl *)(d)->impl)
@@ -1989,6 +2004,291 @@ static float *dl__cu_chunks(dl__dev *d, int64_t per, int64_t n, int64_t Lb, int6
     return p;
 }
 
+/* DL_CUDNN=1 (the default) gives cuDNN the convolutions with at least this
+   many input and output channels: there its implicit GEMMs on tensor cores
+   win (a ResNet's 3x3s: 4x the cuBLAS path's time on the H200); LeNet's
+   1->6 and 6->16 are faster through im2col and cuBLAS (step_lenet 0.41x
+   PyTorch that way, 0.65x through cuDNN in TF32) and skip loading cuDNN's
+   engines at start-up (1.4 s of make run DEVICE=cuda). DL_CUDNN=2: every
+   conv cuDNN takes (the tests' way to cover it); DL_CUDNN=0: none. */
+#ifndef DL__DNN_MIN_C
+#define DL__DNN_MIN_C 16
+#endif
+
+#ifdef DL_CUDNN
+/* cuDNN's convolutions (-DDL_CUDNN, link -lcudnn; the Makefile adds both
+   where it finds cudnn.h), as PyTorch's: conv_i2c, convT_i2c and
+   conv_i2c_wgrad below hand a real GPU's convolution (groups 1, DL_CUDNN's
+   channel rule) to cudnnConvolutionForward / BackwardData / BackwardFilter,
+   and take their cuBLAS path where cuDNN declines (an emulated device never
+   calls it). A plan per (direction, batch, geometry, math mode) keeps the
+   descriptors and the algorithm: the first of cuDNN's heuristic list
+   (cudnnGet*Algorithm_v7, PyTorch's way with cudnn.benchmark off) that is
+   deterministic, so a run, a replay and the next run give the same bits.
+   Exact fp32 (dl_set_allow_tf32_conv(ctx, false)) sets CUDNN_FMA_MATH and
+   takes only plain-sum algorithms (implicit GEMM and the like, no FFT or
+   Winograd), so its results stay within fp32 rounding of the CPU's. The
+   workspace comes from step memory, as im2col's chunks; the handle is made
+   at the first convolution outside a capture (cudnnCreate synchronizes).
+   DL_CUDNN_CHECK=1 runs each call's cuBLAS twin too and prints both's
+   largest difference (docs/cuda.md). */
+enum { DL__DNN_FWD, DL__DNN_DATA, DL__DNN_FILTER };
+
+typedef struct dl__dnn_plan {
+    int kind;
+    bool tf32, ok;                    /* ok false: cuDNN declined this one */
+    int64_t n;
+    dl__cgeom g;
+    cudnnTensorDescriptor_t a, b;     /* x (n, Ca, ia...), y (n, Cb, ib...) */
+    cudnnFilterDescriptor_t w;        /* (Cb, Ca, k...) */
+    cudnnConvolutionDescriptor_t conv;
+    int algo;
+    size_t ws;
+} dl__dnn_plan;
+
+static void dl__dnn_plan_free(dl__dnn_plan *p)
+{
+    if (p->a) (void)cudnnDestroyTensorDescriptor(p->a);
+    if (p->b) (void)cudnnDestroyTensorDescriptor(p->b);
+    if (p->w) (void)cudnnDestroyFilterDescriptor(p->w);
+    if (p->conv) (void)cudnnDestroyConvolutionDescriptor(p->conv);
+}
+
+static void dl__dnn_teardown(dl__cuimpl *m)
+{
+    size_t i;
+    for (i = 0; i < m->nplans; i++) dl__dnn_plan_free(&m->plans[i]);
+    DL_FREE(m->plans);
+    m->plans = NULL;
+    m->nplans = m->capplans = 0;
+    if (m->dnn) (void)cudnnDestroy(m->dnn);
+    m->dnn = NULL;
+}
+
+static bool dl__dnn_same(const dl__dnn_plan *p, int kind, bool tf32, int64_t n, const dl__cgeom *g)
+{
+    int i;
+    if (p->kind != kind || p->tf32 != tf32 || p->n != n || p->g.nsp != g->nsp || p->g.Ca != g->Ca ||
+        p->g.Cb != g->Cb || p->g.G != g->G)
+        return false;
+    for (i = 0; i < 3; i++)   /* all 3 slots: the real dims are the last nsp */
+        if (p->g.ia[i] != g->ia[i] || p->g.ib[i] != g->ib[i] || p->g.k[i] != g->k[i] || p->g.s[i] != g->s[i] ||
+            p->g.p[i] != g->p[i] || p->g.d[i] != g->d[i])
+            return false;
+    return true;
+}
+
+/* packed (n, c, sp...) descriptor of nd dims: dl__cgeom keeps its real
+   spatial dims last of 3 slots, padded by 1s in front, so the nd - 2 used
+   here are the last slots (a 1-d conv is (n, c, 1, L)) */
+static bool dl__dnn_tensor(cudnnTensorDescriptor_t t, int nd, int64_t n, int64_t c, const int64_t *sp)
+{
+    int dim[5], str[5], i;
+    dim[0] = (int)n; dim[1] = (int)c;
+    for (i = 0; i < nd - 2; i++) dim[2 + i] = (int)sp[5 - nd + i];
+    str[nd - 1] = 1;
+    for (i = nd - 2; i >= 0; i--) str[i] = str[i + 1] * dim[i + 1];
+    return cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, nd, dim, str) == CUDNN_STATUS_SUCCESS;
+}
+
+/* The algorithms that sum plainly (implicit GEMM and the like; not FFT or
+   Winograd, whose transforms round otherwise than the CPU's sums), a bit
+   per cuDNN algorithm number of each direction */
+#define DL__DNN_PLAIN_FWD (1u << CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM | \
+                           1u << CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM | \
+                           1u << CUDNN_CONVOLUTION_FWD_ALGO_GEMM | 1u << CUDNN_CONVOLUTION_FWD_ALGO_DIRECT)
+#define DL__DNN_PLAIN_DATA (1u << CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 | 1u << CUDNN_CONVOLUTION_BWD_DATA_ALGO_1)
+#define DL__DNN_PLAIN_FILTER (1u << CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 | \
+                              1u << CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 | 1u << CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3)
+
+/* p's algorithm: the first of cuDNN's list (r, cnt, best first) that is
+   deterministic, and in exact fp32 also of FMA math and summing plainly */
+template <typename P>
+static void dl__dnn_pick(dl__dnn_plan *p, const P *r, int cnt, unsigned plain)
+{
+    int i;
+    for (i = 0; i < cnt; i++) {
+        bool ok = r[i].status == CUDNN_STATUS_SUCCESS && r[i].determinism == CUDNN_DETERMINISTIC &&
+                  (p->tf32 || ((r[i].mathType == CUDNN_DEFAULT_MATH || r[i].mathType == CUDNN_FMA_MATH) &&
+                                ((plain >> (int)r[i].algo) & 1u)));
+        if (ok) {
+            p->algo = (int)r[i].algo;
+            p->ws = r[i].memory;
+            if (p->tf32) (void)cudnnSetConvolutionMathType(p->conv, r[i].mathType);
+            return;
+        }
+    }
+}
+
+/* the plan of one convolution: made at its first call, NULL where cuDNN
+   does not take it (asymmetric padding, a size past its ints, no handle) */
+static dl__dnn_plan *dl__dnn_get(dl__dev *d, int kind, int64_t n, const dl__cgeom *g)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    bool tf32 = m->tf32_conv;
+    int nd = (g->nsp < 2 ? 2 : g->nsp) + 2, i, cnt = 0, pad[3], str[3], dil[3], wd[5], out[5];
+    dl__dnn_plan *p;
+    size_t k;
+    for (k = 0; k < m->nplans; k++)
+        if (dl__dnn_same(&m->plans[k], kind, tf32, n, g)) return m->plans[k].ok ? &m->plans[k] : NULL;
+    if (!m->dnn) {
+        if (m->cap || m->dnn_off) return NULL;   /* not made inside a capture: cudnnCreate synchronizes */
+        if (m->dnn_check)
+            fprintf(stderr, "cuDNN check: library %zu (header %d), its CUDA runtime %zu\n", cudnnGetVersion(),
+                    CUDNN_VERSION, cudnnGetCudartVersion());
+        if (cudnnCreate(&m->dnn) != CUDNN_STATUS_SUCCESS || cudnnSetStream(m->dnn, m->stream) != CUDNN_STATUS_SUCCESS) {
+            if (m->dnn) (void)cudnnDestroy(m->dnn);
+            m->dnn = NULL;
+            m->dnn_off = true;
+            (void)cudaGetLastError();
+            dl__warn(d->ctx, "cuda:%d: cuDNN would not start; convolutions take cuBLAS", d->id.index);
+            return NULL;
+        }
+    }
+    if (!dl__cu_vgrow((void **)&m->plans, &m->capplans, m->nplans + 1, sizeof(dl__dnn_plan))) return NULL;
+    p = &m->plans[m->nplans++];
+    memset(p, 0, sizeof *p);
+    p->kind = kind; p->tf32 = tf32; p->n = n; p->g = *g;
+    if (g->nsp < 1 || g->nsp > 3 || g->G != 1) return NULL;
+    /* cuDNN's legacy descriptors count in int: larger tensors take the chunked cuBLAS path */
+    if (n > INT_MAX / g->Ca / g->La || n > INT_MAX / g->Cb / g->Lb || g->Cb > INT_MAX / g->Ca / g->K) return NULL;
+    for (i = 0; i < nd - 2; i++) {   /* slot j of 3 (a 1-d conv's first is pad 0, stride 1, k 1) */
+        int j = 5 - nd + i;
+        pad[i] = (int)g->p[j];
+        str[i] = (int)g->s[j];
+        dil[i] = (int)g->d[j];
+        wd[2 + i] = (int)g->k[j];
+    }
+    wd[0] = (int)g->Cb; wd[1] = (int)g->Ca;
+    if (cudnnCreateTensorDescriptor(&p->a) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateTensorDescriptor(&p->b) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateFilterDescriptor(&p->w) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateConvolutionDescriptor(&p->conv) != CUDNN_STATUS_SUCCESS ||
+        !dl__dnn_tensor(p->a, nd, n, g->Ca, g->ia) || !dl__dnn_tensor(p->b, nd, n, g->Cb, g->ib) ||
+        cudnnSetFilterNdDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nd, wd) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetConvolutionNdDescriptor(p->conv, nd - 2, pad, str, dil, CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetConvolutionMathType(p->conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionNdForwardOutputDim(p->conv, p->a, p->w, nd, out) != CUDNN_STATUS_SUCCESS)
+        return NULL;
+    /* symmetric padding only: dl.h's left padding must give dl.h's output size */
+    if (out[0] != (int)n || out[1] != (int)g->Cb) return NULL;
+    for (i = 0; i < nd - 2; i++)
+        if (out[2 + i] != (int)g->ib[5 - nd + i]) return NULL;
+    p->algo = -1;
+    if (kind == DL__DNN_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        if (cudnnGetConvolutionForwardAlgorithm_v7(m->dnn, p->a, p->w, p->conv, p->b, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                   &cnt, r) == CUDNN_STATUS_SUCCESS)
+            dl__dnn_pick(p, r, cnt, DL__DNN_PLAIN_FWD);
+    } else if (kind == DL__DNN_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        if (cudnnGetConvolutionBackwardDataAlgorithm_v7(m->dnn, p->w, p->b, p->conv, p->a,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &cnt,
+                                                        r) == CUDNN_STATUS_SUCCESS)
+            dl__dnn_pick(p, r, cnt, DL__DNN_PLAIN_DATA);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(m->dnn, p->a, p->b, p->conv, p->w,
+                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &cnt,
+                                                          r) == CUDNN_STATUS_SUCCESS)
+            dl__dnn_pick(p, r, cnt, DL__DNN_PLAIN_FILTER);
+    }
+    (void)cudaGetLastError();
+    if (p->algo < 0) return NULL;
+    p->ok = true;
+    return p;
+}
+
+static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g, bool T);
+static bool dl__cu_conv_i2c_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
+                                  const dl__cgeom *g);
+
+/* DL_CUDNN_CHECK=1: the same convolution by the cuBLAS path, both read
+   back and compared; each call's worst difference to stderr */
+static void dl__dnn_check(dl__dev *d, const dl__dnn_plan *p, const float *out, const float *in1, const float *in2,
+                          int64_t n, const dl__cgeom *g)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    size_t cnt = (size_t)(p->kind == DL__DNN_FWD ? n * g->Cb * g->Lb : p->kind == DL__DNN_DATA ? n * g->Ca * g->La
+                                                                                            : g->Cb * g->Ca * g->K);
+    float *ref = NULL, *ha = (float *)malloc(cnt * sizeof(float)), *hb = (float *)malloc(cnt * sizeof(float));
+    double worst = 0, big = 0;
+    size_t i, at = 0;
+    if (!ha || !hb || cudaMalloc((void **)&ref, cnt * sizeof(float)) != cudaSuccess) {
+        free(ha); free(hb);
+        return;
+    }
+    m->dnn_bypass = true;
+    if (p->kind == DL__DNN_FILTER) dl__cu_conv_i2c_wgrad(d, ref, in1, in2, n, g);
+    else dl__cu_conv_run(d, ref, in1, in2, NULL, n, g, p->kind == DL__DNN_DATA);
+    m->dnn_bypass = false;
+    (void)cudaStreamSynchronize(m->stream);
+    (void)cudaMemcpy(ha, out, cnt * sizeof(float), cudaMemcpyDeviceToHost);
+    (void)cudaMemcpy(hb, ref, cnt * sizeof(float), cudaMemcpyDeviceToHost);
+    for (i = 0; i < cnt; i++) {
+        double e = fabs((double)ha[i] - hb[i]);
+        if (!(e <= worst)) { worst = e; at = i; }
+        if (fabs((double)hb[i]) > big) big = fabs((double)hb[i]);
+    }
+    fprintf(stderr, "cuDNN check %s: n %lld Ca %lld Cb %lld ia %lldx%lldx%lld ib %lldx%lldx%lld k %lldx%lldx%lld "
+            "s %lld p %lld d %lld tf32 %d algo %d ws %zu: max diff %.3g at %zu (cudnn %.6g cublas %.6g), "
+            "max |ref| %.3g%s\n",
+            p->kind == DL__DNN_FWD ? "fwd" : p->kind == DL__DNN_DATA ? "dgrad" : "wgrad", (long long)n,
+            (long long)g->Ca, (long long)g->Cb, (long long)g->ia[0], (long long)g->ia[1], (long long)g->ia[2],
+            (long long)g->ib[0], (long long)g->ib[1], (long long)g->ib[2], (long long)g->k[0], (long long)g->k[1],
+            (long long)g->k[2], (long long)g->s[2], (long long)g->p[2], (long long)g->d[2], (int)p->tf32, p->algo,
+            p->ws, worst, at, ha[at], hb[at], big, worst > 1e-2 * (big > 1 ? big : 1) ? "  WRONG" : "");
+    cudaFree(ref);
+    free(ha); free(hb);
+}
+
+/* kind FWD: out (n, Cb, ib) = conv(in1 x, in2 w); DATA: out (n, Ca, ia) =
+   convT(in1 (n, Cb, ib), in2 w); FILTER: out dw = wgrad(in1 x, in2 gy).
+   false: cuDNN declined (no work queued); true: queued, or the device's
+   error recorded. */
+static bool dl__dnn_conv(dl__dev *d, int kind, float *out, const float *in1, const float *in2, int64_t n,
+                         const dl__cgeom *g)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    dl__dnn_plan *p;
+    dl__mark mk;
+    void *ws = NULL;
+    float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t st;
+    if (m->emulate || m->dnn_bypass) return false;
+    if (!m->dnn_mode || (m->dnn_mode == 1 && (g->Ca < DL__DNN_MIN_C || g->Cb < DL__DNN_MIN_C))) return false;
+    dl__cu_enter(d);
+    if (!(p = dl__dnn_get(d, kind, n, g))) return false;
+    mk = dl__arena_mark(&d->data);
+    if (p->ws && !(ws = dl__arena_alloc(d->ctx, &d->data, p->ws, true))) {
+        dl__arena_rewind(&d->data, mk);
+        return false;   /* no memory for its workspace: the cuBLAS path, which chunks */
+    }
+    if (ws) dl__track_peak(d);
+    if (kind == DL__DNN_FWD)
+        st = cudnnConvolutionForward(m->dnn, &one, p->a, in1, p->w, in2, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
+                                     ws, p->ws, &zero, p->b, out);
+    else if (kind == DL__DNN_DATA)
+        st = cudnnConvolutionBackwardData(m->dnn, &one, p->w, in2, p->b, in1, p->conv,
+                                          (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws, &zero, p->a, out);
+    else
+        st = cudnnConvolutionBackwardFilter(m->dnn, &one, p->a, in1, p->b, in2, p->conv,
+                                            (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws, &zero, p->w, out);
+    dl__arena_rewind(&d->data, mk);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        dl__dev_fail(d, "cuda:%d cuDNN convolution (%s): %s", d->id.index,
+                     kind == DL__DNN_FWD ? "forward" : kind == DL__DNN_DATA ? "input gradient" : "weight gradient",
+                     cudnnGetErrorString(st));
+        return true;
+    }
+    dl__cu_launched(d, kind == DL__DNN_FWD ? "cudnn conv" : kind == DL__DNN_DATA ? "cudnn conv dx" : "cudnn conv dw");
+    if (m->dnn_check && !m->cap) dl__dnn_check(d, p, out, in1, in2, n, g);
+    return true;
+}
+#endif
+
 /* The forward (T false) and the transposed conv (T true), the one GEMM
    read the other way:
      conv_i2c   y (n, Cb, ib...) = conv(x, w) + bias (Cb). Per chunk,
@@ -2010,6 +2310,12 @@ static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w
     dl__mark mk;
     float *col;
     if (!dl__cu_conv_ok(g, n)) return false;
+#ifdef DL_CUDNN
+    if (dl__dnn_conv(d, T ? DL__DNN_DATA : DL__DNN_FWD, y, x, w, n, g)) {
+        if (bias) dl__cu_bias_add(d, y, bias, n, Cy, Ly);
+        return true;
+    }
+#endif
     if (dl__cu_pointwise(g)) {   /* y_s (Cy, L) = w or w^T (Cy, Cx) x_s (Cx, L), w stored (Cb, Ca) */
         dl__cu_cgemm(d, T, false, Cy, Ly, Cx, w, g->Ca, 0, x, Lx, Cx * Lx, 0.0f, y, Ly, Cy * Ly, n);
     } else {
@@ -2100,6 +2406,9 @@ static bool dl__cu_conv_i2c_wgrad(dl__dev *d, float *dw, const float *x, const f
     float *sc;
     if (!dl__cu_conv_ok(g, n)) return false;
     dl__cu_enter(d);
+#ifdef DL_CUDNN
+    if (dl__dnn_conv(d, DL__DNN_FILTER, dw, x, gy, n, g)) return true;
+#endif
     partials = pw ? g->Ca * g->Cb < (g->Ca + g->Cb) * g->Lb : caK < g->Lb;
     mk = dl__arena_mark(&d->data);
     sc = dl__cu_chunks(d, partials ? rows + (pw ? 0 : caK * g->Lb) : (caK + g->Cb) * g->Lb, n, g->Lb, &nb);
@@ -3486,6 +3795,9 @@ static void dl__cu_teardown(dl__dev *d)
         (void)cudaSetDevice(m->ordinal);
         if (m->stream) (void)cudaStreamSynchronize(m->stream);
         if (m->blas) (void)cublasDestroy(m->blas);
+#ifdef DL_CUDNN
+        dl__dnn_teardown(m);
+#endif
         for (k = 0; k < 2; k++) {
             if (m->stage[k]) (void)cudaFreeHost(m->stage[k]);
             if (m->stage_ev[k]) (void)cudaEventDestroy(m->stage_ev[k]);
@@ -3528,7 +3840,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     dl__cuimpl *m;
     cudaError_t e = cudaSuccess;
     cublasStatus_t st;
-    const char *what = "";
+    const char *what = "", *dnn;
     int n = 0, k;
     bool emu = dl__cu_emu_count() > 0;
     if (emu) {
@@ -3548,6 +3860,13 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
                 emu ? " (emulated: DL_CUDA_EMULATE)" : "");
         return NULL;
     }
+    dnn = getenv("DL_CUDNN");
+    if (dnn && *dnn && strcmp(dnn, "0") != 0 && strcmp(dnn, "1") != 0 && strcmp(dnn, "2") != 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CUDNN=%s must be 0 (no convolution through cuDNN), 1 "
+                "(those with at least %d input and output channels; the default) or 2 (every one cuDNN takes)",
+                op, index, dnn, DL__DNN_MIN_C);
+        return NULL;
+    }
     d = dl__dev_new(ctx, dl_cuda(index), &dl__cuda_backend);
     m = (dl__cuimpl *)DL_MALLOC(sizeof(dl__cuimpl));
     if (!d || !m) {
@@ -3557,6 +3876,10 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         return NULL;
     }
     memset(m, 0, sizeof *m);
+#ifdef DL_CUDNN
+    m->dnn_mode = dnn && *dnn ? dnn[0] - '0' : 1;
+    m->dnn_check = dl__cu_envflag("DL_CUDNN_CHECK") != NULL;
+#endif
     d->impl = m;
     m->ordinal = index;
     m->emulate = emu;

@@ -506,6 +506,31 @@ static void test_errors(void)
         CHECK(dl_zeros(c2, DL_SHAPE(1024, 256)) != NULL, "1 MiB within the limit: %s", dl_error_message(c2));
         dl_ctx_free(c2);
     }
+    /* DL_CUDNN, read when a context opens a GPU: 0, 1, 2 or an error naming it */
+    {
+        static const char *const bad[3] = {"3", "yes", "-1"}, *const good[3] = {"0", "1", "2"};
+        int k;
+        for (k = 0; k < 3; k++) {
+            setenv("DL_CUDNN", bad[k], 1);
+            c2 = exact_ctx();
+            CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) == NULL, "DL_CUDNN=%s refused", bad[k]);
+            if (c2) {
+                char want[64];
+                snprintf(want, sizeof want, "DL_CUDNN=%s must be 0", bad[k]);
+                EXPECT_ERR(c2, DL_ERR_ARG, want);
+                dl_ctx_free(c2);
+            }
+            setenv("DL_CUDNN", good[k], 1);
+            c2 = exact_ctx();
+            CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) != NULL, "DL_CUDNN=%s: %s", good[k],
+                  c2 ? dl_error_message(c2) : "no context");
+#ifdef DL_CUDNN
+            CHECK(c2 && c2->cuda[0] && DL__CUI(c2->cuda[0])->dnn_mode == k, "DL_CUDNN=%s sets mode %d", good[k], k);
+#endif
+            if (c2) dl_ctx_free(c2);
+        }
+        unsetenv("DL_CUDNN");
+    }
     dl_step_end(C);
 }
 
