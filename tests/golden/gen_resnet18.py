@@ -30,6 +30,14 @@ input (p = -1) 2u. Computed in double, rounded once to float32.
 
 Run from the repository root:   python3 tests/golden/gen_resnet18.py [out.bin]
 (default output: tests/golden/resnet18.bin). CPU, float32.
+
+On a machine with a GPU:   python3 tests/golden/gen_resnet18.py --cuda [out.bin]
+(default tests/golden/resnet18_cuda.bin) writes resnet18/err32cuda/out and
+.../err32cuda/NAME: PyTorch's float32 error on cuda:0 (TF32 off for both
+convolutions and matrix products) against the same float64 values. A GPU
+sums in other orders than a CPU, and the 17 batch norms on 2 samples
+amplify the difference; test_resnet18 on a real GPU allows a few times the
+larger of PyTorch's two errors when this file is there.
 FILE FORMAT: tests/golden/goldfile.py.
 """
 import math
@@ -117,7 +125,9 @@ def set_params(net):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/resnet18.bin"
+    cuda = len(sys.argv) > 1 and sys.argv[1] == "--cuda"
+    args = sys.argv[2:] if cuda else sys.argv[1:]
+    path = args[0] if args else "tests/golden/resnet18_cuda.bin" if cuda else "tests/golden/resnet18.bin"
     net = resnet18(10, 1)
     count = sum(p.numel() for p in net.parameters())
     assert count == 11175818, count
@@ -135,6 +145,19 @@ def main():
         params = dict(net.named_parameters())
         return out, torch.autograd.grad((out * gout).sum(), [params[n] for n in names])
 
+    if cuda:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        dev = torch.device("cuda:0")
+        outc, gradsc = run(net.to(dev), x.to(dev), gout.to(dev))
+        outc, gradsc = outc.cpu(), [g.cpu() for g in gradsc]
+        out64, grads64 = run(net.cpu().double(), x.double(), gout.double())
+        del RECORDS[:]   # this file holds the GPU's errors only
+        rec("resnet18/err32cuda/out", torch.tensor([(outc.double() - out64).abs().max().item()]))
+        for n, gc, g64 in zip(names, gradsc, grads64):
+            rec("resnet18/err32cuda/" + n, torch.tensor([(gc.double() - g64).abs().max().item()]))
+        goldfile.write(path, RECORDS)
+        return
     out32, grads32 = run(net, x, gout)
     out64, grads64 = run(net.double(), x.double(), gout.double())
     rec("resnet18/x", x)
