@@ -27,7 +27,8 @@ TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC))
 # runs), dl.h's API INDEX lists every public name, the examples' command line
 # (needs the examples built), `make data`
 SNIPPETS  = tests/snippets_check.sh
-SCRIPTS   = $(SNIPPETS) tests/api_index_check.sh tests/test_cli.sh tests/test_fetch_data.sh
+SCRIPTS   = $(SNIPPETS) tests/api_index_check.sh tests/test_cli.sh tests/test_fetch_data.sh \
+            tests/test_bench_serve.sh
 # the same checks built other ways: clang, C++, OpenBLAS, without threads
 # and every C test built as the examples are (-O3 -march=native), so the
 # vector paths (AVX-512 / AVX2 GEMM kernels, pooling) run against the same checks

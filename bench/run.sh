@@ -19,7 +19,8 @@
 #
 # Builds build/bench (bench/bench.c), then for each case and thread count
 # runs build/bench and `python3 bench/torch_bench.py` (PYTHON=... for another
-# interpreter), one after the other with the same arguments, and prints
+# interpreter; for the *_cuda cases one `torch_bench.py --serve` process
+# answers them all), one after the other with the same arguments, and prints
 #     case threads dl torch ratio          ratio = dl / torch
 # time cases in milliseconds (median of the reps after the warm-ups, inside
 # each process), mem_* in MiB of peak resident memory, startup in seconds
@@ -140,6 +141,20 @@ run_dl() {  # case threads args...
 run_torch() {
     c=$1; t=$2; shift 2
     if [ -z "$TORCH_VERSION" ]; then echo n/a; return; fi
+    case $c in *_cuda|*_cuda_fp32)
+        if [ -n "$SERVED" ]; then   # the one PyTorch process of the GPU cases
+            echo "$c $t $*" >&3
+            if IFS= read -r ans <&4; then
+                case $ans in "ERR "*) echo "${ans#ERR }" >"$TMP/e"; : >"$TMP/o" ;;
+                *) echo "$ans" >"$TMP/o"; : >"$TMP/e" ;; esac
+            else
+                echo "the PyTorch process (torch_bench.py --serve) is gone:" >"$TMP/e"
+                tail -n 4 "$TMP/serve_err" >>"$TMP/e" 2>/dev/null; : >"$TMP/o"
+            fi
+            value_of "$c" "$TMP/o" "$TMP/e" torch
+            return
+        fi ;;
+    esac
     "$PYTHON" "$TORCH" "$c" "$t" "$@" </dev/null >"$TMP/o" 2>"$TMP/e"
     if profiling; then cp "$TMP/e" "$TMP/prof_torch"; fi
     value_of "$c" "$TMP/o" "$TMP/e" torch
@@ -303,6 +318,19 @@ else
 fi
 echo "# threads: $THREADS; rounds: $ROUNDS; ratio = dl / torch (time, memory: below 1 means dl.h is faster / smaller)"
 echo "# case               th         dl      torch   ratio   (ms; mem_*: MiB peak RSS; startup: s)"
+
+# The *_cuda cases' PyTorch side runs in one process (torch_bench.py
+# --serve, answering a case per line through two FIFOs): torch's import and
+# CUDA's start-up cost seconds a process on a GPU machine, paid once here.
+# Not with DL_PROFILE (each case's profiler table goes to its own stderr).
+SERVED=
+case $SELECTED in *_cuda*)
+    if [ -n "$TORCH_VERSION" ] && ! profiling && mkfifo "$TMP/req" "$TMP/ans" 2>/dev/null; then
+        "$PYTHON" "$TORCH" --serve <"$TMP/req" >"$TMP/ans" 2>"$TMP/serve_err" &
+        exec 3>"$TMP/req" 4<"$TMP/ans"
+        SERVED=1
+    fi ;;
+esac
 
 echo "$SELECTED" | while read -r name kind warmup reps; do
     [ -n "$name" ] && run_case "$name" "$kind" "$warmup" "$reps"

@@ -2,10 +2,17 @@
 bench/bench.c, with the same command line and output.
 
 Usage: python3 bench/torch_bench.py CASE THREADS [--warmup N] [--reps N] [--steps N]
-       python3 bench/torch_bench.py --list | --version
+       python3 bench/torch_bench.py --list | --version | --serve
 Prints one line, "CASE THREADS VALUE" (median ms; peak RSS in MiB for mem_*;
 0 for startup, which exits right after its first training step). Exit
 status 2: unknown case.
+
+--serve: reads such command lines (CASE THREADS [options]) from stdin and
+answers each time case with its line on stdout, or "ERR message", in one
+process: torch's import and CUDA's start-up (seconds on a GPU machine) are
+paid once, not per case (bench/run.sh uses it for the *_cuda cases). Between
+cases it frees what the last one held (gc, torch.cuda.empty_cache). mem_*
+and startup need a process of their own and are refused.
 
 Threads: torch.set_num_threads(THREADS). Models are the twins of bench.c's:
 same layers, PyTorch's default initialization (xavier_uniform for the d2l
@@ -322,54 +329,41 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def main(argv):
-    if len(argv) == 2 and argv[1] == "--list":
-        print("\n".join(CASES))
-        return 0
-    if len(argv) == 2 and argv[1] == "--version":
-        print(torch.__version__)
-        return 0
-    if len(argv) < 3 or (len(argv) - 3) % 2:
-        sys.stderr.write(__doc__)
-        return 2
-    name, threads = argv[1], int(argv[2])
+class CaseError(Exception):
+    """a case that cannot run here: the message says why"""
+
+
+def prepare(argv):
+    """(name, threads, opts, kind, rep, dev) of a command line CASE THREADS
+    [opts]; the case set up (TF32 switches, threads, seed) but not run"""
+    if len(argv) < 2 or len(argv) % 2:
+        raise CaseError("usage: CASE THREADS [--warmup N] [--reps N] [--steps N]")
+    name, threads = argv[0], int(argv[1])
     opts = {"--warmup": 3, "--reps": 11, "--steps": 10}
-    for k, v in zip(argv[3::2], argv[4::2]):
+    for k, v in zip(argv[2::2], argv[3::2]):
         if k not in opts:
-            sys.stderr.write(__doc__)
-            return 2
+            raise CaseError("unknown option %s" % k)
         opts[k] = int(v)
     case = lookup(name)
     if case is None:
-        sys.stderr.write("torch_bench: no case %s\n" % name)
-        return 2
+        raise CaseError("torch_bench: no case %s" % name)
     kind, setup, dev, fp32 = case
     if kind == "graph":
         if dev.type != "cuda":
-            sys.stderr.write("torch_bench: %s: PyTorch has no graph replay on the CPU (a _cuda case)\n" % name)
-            return 2
+            raise CaseError("torch_bench: %s: PyTorch has no graph replay on the CPU (a _cuda case)" % name)
         kind = "time"
     if dev.type == "cuda" and not torch.cuda.is_available():
-        sys.stderr.write("torch_bench: %s needs CUDA, which this torch does not have\n" % name)
-        return 2
+        raise CaseError("torch_bench: %s needs CUDA, which this torch does not have" % name)
     if dev.type == "cuda":
         torch.backends.cudnn.allow_tf32 = not fp32
         torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    rep = setup(dev)
-    if kind == "startup":
-        rep()
-        sync(dev)
-        sys.stdout.write("%s %d 0\n" % (name, threads))
-        sys.stdout.flush()
-        os._exit(0)  # end of the first step: leave without interpreter teardown
-    if kind == "mem":
-        for _ in range(opts["--steps"]):
-            rep()
-        sync(dev)
-        print("%s %d %.1f" % (name, threads, peak_rss_mb()))
-        return 0
+    return name, threads, opts, kind, setup(dev), dev
+
+
+def time_case(name, threads, opts, rep, dev):
+    """the line of a time case: median ms of the reps after the warm-ups"""
     for _ in range(opts["--warmup"]):
         rep()
     sync(dev)
@@ -392,7 +386,64 @@ def main(argv):
     ts.sort()
     n = len(ts)
     med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
-    print("%s %d %.4f" % (name, threads, 1e3 * med))
+    return "%s %d %.4f" % (name, threads, 1e3 * med)
+
+
+def serve():
+    """--serve: one line in, one line out, until stdin ends"""
+    import gc
+    for line in sys.stdin:
+        args = line.split()
+        if not args:
+            continue
+        try:
+            name, threads, opts, kind, rep, dev = prepare(args)
+            if kind != "time":
+                raise CaseError("torch_bench --serve: %s needs a process of its own" % name)
+            out = time_case(name, threads, opts, rep, dev)
+        except Exception as e:  # the answer says it; the next case still runs
+            out = "ERR %s" % str(e).replace("\n", " ")
+        rep = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "--serve":
+        return serve()
+    if len(argv) == 2 and argv[1] == "--list":
+        print("\n".join(CASES))
+        return 0
+    if len(argv) == 2 and argv[1] == "--version":
+        print(torch.__version__)
+        return 0
+    if len(argv) < 3 or (len(argv) - 3) % 2:
+        sys.stderr.write(__doc__)
+        return 2
+    try:
+        name, threads, opts, kind, rep, dev = prepare(argv[1:])
+    except CaseError as e:
+        sys.stderr.write("%s\n" % e)
+        if str(e).startswith("unknown option"):
+            sys.stderr.write(__doc__)
+        return 2
+    if kind == "startup":
+        rep()
+        sync(dev)
+        sys.stdout.write("%s %d 0\n" % (name, threads))
+        sys.stdout.flush()
+        os._exit(0)  # end of the first step: leave without interpreter teardown
+    if kind == "mem":
+        for _ in range(opts["--steps"]):
+            rep()
+        sync(dev)
+        print("%s %d %.1f" % (name, threads, peak_rss_mb()))
+        return 0
+    print(time_case(name, threads, opts, rep, dev))
     return 0
 
 
