@@ -143,7 +143,8 @@ run_torch() {
     if [ -z "$TORCH_VERSION" ]; then echo n/a; return; fi
     case $c in *_cuda|*_cuda_fp32)
         if [ -n "$SERVED" ]; then   # the one PyTorch process of the GPU cases
-            echo "$c $t $*" >&3
+            # (a dead server's FIFO would SIGPIPE this shell: the write fails instead)
+            (trap '' PIPE; echo "$c $t $*" >&3) 2>/dev/null
             if IFS= read -r ans <&4; then
                 case $ans in "ERR "*) echo "${ans#ERR }" >"$TMP/e"; : >"$TMP/o" ;;
                 *) echo "$ans" >"$TMP/o"; : >"$TMP/e" ;; esac

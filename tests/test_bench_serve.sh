@@ -47,14 +47,14 @@ else no "one serving process, no per-case ones:"; sed 's/^/    /' "$T/log"; fi
 for c in add_sync_cuda add_sync_cuda_fp32 linear_fwdbwd_cuda linear_fwdbwd_cuda_fp32; do
     if line "$c" | grep -qE "^$c +1 +n/a +1.25 +n/a$"; then ok; else no "$c: $(line "$c")"; fi
 done
-if line matmul200_cuda | grep -qE 'n/a +n/a +n/a$' && grep -q '^# torch matmul200_cuda: made-up refusal of matmul200_cuda' "$T/out"
+if line matmul200_cuda | grep -qE '^matmul200_cuda +1 +n/a +n/a +n/a$' && grep -q '^# torch matmul200_cuda: made-up refusal of matmul200_cuda' "$T/out"
 then ok; else no "an ERR answer: n/a and its reason"; sed 's/^/    /' "$T/out"; fi
 
 run 'conv1_fwdbwd_cuda bn2d_fwdbwd_cuda'   # the server exits at conv1: later lines n/a, no hang
 rc=$?
 if [ $rc = 0 ]; then ok; else no "run.sh after the server died: status $rc (124: it hung)"; fi
 for c in conv1_fwdbwd_cuda conv1_fwdbwd_cuda_fp32 bn2d_fwdbwd_cuda bn2d_fwdbwd_cuda_fp32; do
-    if line "$c" | grep -qE 'n/a +n/a$'; then ok; else no "$c after the server died: $(line "$c")"; fi
+    if line "$c" | grep -qE "^$c +1 +n/a +n/a +n/a$"; then ok; else no "$c after the server died: $(line "$c")"; fi
 done
 if grep -q "^# torch conv1_fwdbwd_cuda: the PyTorch process (torch_bench.py --serve) is gone" "$T/out"; then ok
 else no "the reason: the server is gone"; sed 's/^/    /' "$T/out"; fi
