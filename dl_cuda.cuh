@@ -199,9 +199,8 @@ typedef struct dl__cuimpl {
     int npev, usedpev;
 #ifdef DL_CUDNN
     cudnnHandle_t dnn;                /* made at the first convolution; NULL: not yet */
-    bool dnn_off;                     /* cudnnCreate failed: the cuBLAS path from then on */
-    int dnn_mode;                     /* DL_CUDNN: 0 off, 1 channel-rich convs (default), 2 every conv */
-    int dnn_check;                    /* DL_CUDNN_CHECK=1: each call checked against cuBLAS's */
+    int dnn_mode;                     /* DL_CUDNN: 0 off (or cudnnCreate failed), 1 16+ channels, 2 all */
+    bool dnn_check;                    /* DL_CUDNN_CHECK=1: each call checked against cuBLAS's */
     bool dnn_bypass;                  /* while that check runs the cuBLAS path */
     struct dl__dnn_plan *plans;       /* one per (direction, batch, geometry, math mode) seen */
     size_t nplans, capplans;
@@ -2132,14 +2131,14 @@ static dl__dnn_plan *dl__dnn_get(dl__dev *d, int kind, int64_t n, const dl__cgeo
     for (k = 0; k < m->nplans; k++)
         if (dl__dnn_same(&m->plans[k], kind, tf32, n, g)) return m->plans[k].ok ? &m->plans[k] : NULL;
     if (!m->dnn) {
-        if (m->cap || m->dnn_off) return NULL;   /* not made inside a capture: cudnnCreate synchronizes */
+        if (m->cap) return NULL;   /* not made inside a capture: cudnnCreate synchronizes */
         if (m->dnn_check)
             fprintf(stderr, "cuDNN check: library %zu (header %d), its CUDA runtime %zu\n", cudnnGetVersion(),
                     CUDNN_VERSION, cudnnGetCudartVersion());
         if (cudnnCreate(&m->dnn) != CUDNN_STATUS_SUCCESS || cudnnSetStream(m->dnn, m->stream) != CUDNN_STATUS_SUCCESS) {
             if (m->dnn) (void)cudnnDestroy(m->dnn);
             m->dnn = NULL;
-            m->dnn_off = true;
+            m->dnn_mode = 0;   /* the cuBLAS path from then on */
             (void)cudaGetLastError();
             dl__warn(d->ctx, "cuda:%d: cuDNN would not start; convolutions take cuBLAS", d->id.index);
             return NULL;
