@@ -36,7 +36,9 @@
        DL_ZLIB             dl_idx_load reads .gz files (link -lz)
        DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
                            implementation file compiled by nvcc -x cu (link -lcudart
-                           -lcublas); DL_CUDA_EMULATE=N emulates N GPUs in host memory
+                           -lcublas); DL_CUDA_EMULATE=N emulates N GPUs in host memory;
+                           on GPUs, convolutions with under 16 channels per group are
+                           direct sums (env DL_CONV_DIRECT=0: im2col and cuBLAS)
        DL_CUDNN            with DL_CUDA: convolutions through cuDNN (link -lcudnn) where
                            it takes them; env DL_CUDNN=0|1|2 (none, 16+ channels: the
                            default, all) chooses at run time (docs/cuda.md)

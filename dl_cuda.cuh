@@ -29,7 +29,8 @@
    13,735 passed, 1 failed (test_resnet18's tightest bound, 1.0e-4 against
    9.5e-5); the convolution tests with every convolution through cuDNN
    5,375 passed, 1 failed (the same); figures in
-   docs/cuda.md. Copies between two GPUs have run emulated only.
+   docs/cuda.md. Copies between two GPUs have run emulated only; so have the
+   direct sums of few-channel convolutions (dl__cu_direct), written after.
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -173,6 +174,7 @@ typedef struct dl__cuimpl {
     bool sync_each;                   /* DL_CUDA_SYNC=1: wait after every launch */
     bool tf32;                        /* matrix products may use TF32 tensor cores (dl_set_allow_tf32) */
     bool tf32_conv;                   /* convolutions may (dl_set_allow_tf32_conv) */
+    bool direct;                      /* DL_CONV_DIRECT (default on): few-channel convs by dl__cu_direct */
     int blas_tf32;                    /* the handle's math mode now: 1 TF32, 0 exact fp32, -1 unknown */
     int max_blocks;                   /* grid size that fills the GPU */
     cudaStream_t stream;
@@ -200,7 +202,7 @@ typedef struct dl__cuimpl {
 #ifdef DL_CUDNN
     cudnnHandle_t dnn;                /* made at the first convolution; NULL: not yet */
     int dnn_mode;                     /* DL_CUDNN: 0 off (or cudnnCreate failed), 1 16+ channels, 2 all */
-    bool dnn_check;                    /* DL_CUDNN_CHECK=1: each call checked against cuBLAS's */
+    bool dnn_check;                   /* DL_CUDNN_CHECK=1: each call checked against dl.h's own path */
     bool dnn_bypass;                  /* while that check runs the cuBLAS path */
     struct dl__dnn_plan *plans;       /* one per (direction, batch, geometry, math mode) seen */
     size_t nplans, capplans;
@@ -2029,8 +2031,8 @@ static float *dl__cu_chunks(dl__dev *d, int64_t per, int64_t n, int64_t Lb, int6
    Winograd), so its results stay within fp32 rounding of the CPU's. The
    workspace comes from step memory, as im2col's chunks; the handle is made
    at the first convolution outside a capture (cudnnCreate synchronizes).
-   DL_CUDNN_CHECK=1 runs each call's cuBLAS twin too and prints both's
-   largest difference (docs/cuda.md). */
+   DL_CUDNN_CHECK=1 runs each call's twin by dl.h's own kernels too and
+   prints both's largest difference (docs/cuda.md). */
 enum { DL__DNN_FWD, DL__DNN_DATA, DL__DNN_FILTER };
 
 typedef struct dl__dnn_plan {
@@ -2204,7 +2206,7 @@ static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w
 static bool dl__cu_conv_i2c_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
                                   const dl__cgeom *g);
 
-/* DL_CUDNN_CHECK=1: the same convolution by the cuBLAS path, both read
+/* DL_CUDNN_CHECK=1: the same convolution by dl.h's own path, both read
    back and compared; each call's worst difference to stderr */
 static void dl__dnn_check(dl__dev *d, const dl__dnn_plan *p, const float *out, const float *in1, const float *in2,
                           int64_t n, const dl__cgeom *g)
@@ -2288,6 +2290,262 @@ static bool dl__dnn_conv(dl__dev *d, int kind, float *out, const float *in1, con
 }
 #endif
 
+/* dw (rows) = (acc ? dw : 0) + part[0] + ... + part[cnt-1], in that order */
+template <typename I>
+struct dl__cuf_psum {
+    float *dw; const float *part; I rows, cnt; bool acc;
+    DL__HD void operator()(I e) const
+    {
+        float v = acc ? dw[e] : 0.0f;
+        I k;
+        for (k = 0; k < cnt; k++) v = dl__cu_fadd(v, part[k * rows + e]);
+        dw[e] = v;
+    }
+};
+
+/* ---- Direct convolution for few channels (LeNet's 1->6 and 6->16, a
+   grayscale stem): each output element is one thread's sum over its
+   Ca/G * K inputs, read where they lie, with the bias added in the same
+   pass; no im2col matrix, no GEMM, one launch. Where a sample's im2col
+   matrix is many times its input (K = 25 of them for a 5x5) and the
+   products are too thin for cuBLAS's tiles (M = 6 or 16), the im2col path
+   spends its time moving that matrix: LeNet's first conv writes and reads
+   K * Lb = 19,600 floats a sample through im2col, where this path reads
+   784 and writes 4,704.
+     forward   y (n, Cb, ib...) element (s, co, o) = sum over ci, kk
+               (in that order) of x (s, ci, o*stride + kk*dil - pad)
+               w (co, ci, kk), then + bias (co)
+     convT     y (n, Ca, ia...) element (s, ci, j) = sum over co, kk of
+               x (s, co, o) w (co, ci, kk) for the o with o*stride +
+               kk*dil - pad = j (the input gradient: col2im's gather with
+               the product folded in), then + bias (ci)
+     wgrad     dw (Cb, Ca/G, k...) element (co, ci, kk) = sum over the
+               samples s and output positions o of gy (s, co, o)
+               x (s, ci, o*stride + kk*dil - pad): one thread per element
+               and chunk of samples (about DL__CU_DIRECT_THREADS threads
+               in all, a constant, so every GPU sums in the same order),
+               then the chunks' partials added in order (dl__cuf_psum).
+   Products and sums round separately (no FMA), as the CPU's. Taken where
+   the GEMMs are thin: fewer than DL__DNN_MIN_C channels in or out per
+   group and at most DL__CU_DIRECT_MACS products per output position
+   (Cb/G Ca/G K); groups included (the im2col path has none). Exact fp32
+   in either math mode. DL_CONV_DIRECT=0 turns it off (the im2col path). */
+#ifndef DL__CU_DIRECT_MACS
+#define DL__CU_DIRECT_MACS 4096
+#endif
+#ifndef DL__CU_DIRECT_THREADS
+#define DL__CU_DIRECT_THREADS 65536
+#endif
+
+/* true where the direct path takes this geometry (n samples) */
+static bool dl__cu_direct_ok(const dl__cuimpl *m, const dl__cgeom *g, int64_t n)
+{
+    int64_t Cag, Cbg;
+    if (!m->direct || n <= 0 || g->G < 1 || g->Ca % g->G || g->Cb % g->G || g->K < 1) return false;
+    Cag = g->Ca / g->G;
+    Cbg = g->Cb / g->G;
+    if (Cag < 1 || Cbg < 1 || (Cag >= DL__DNN_MIN_C && Cbg >= DL__DNN_MIN_C)) return false;
+    return Cag * g->K <= DL__CU_DIRECT_MACS / Cbg;
+}
+
+/* 32-bit indices when every element count of the call is below 2^30 */
+static bool dl__cu_direct_small(const dl__cgeom *g, int64_t n)
+{
+    return dl__cu_small(n * g->Ca * g->La) && dl__cu_small(n * g->Cb * g->Lb) &&
+           dl__cu_small(g->Cb * (g->Ca / g->G) * g->K * n);
+}
+
+template <typename I>
+struct dl__cuf_dconv {
+    float *y; const float *x, *w, *b; dl__cgeom g;
+    DL__HD void operator()(I e) const
+    {
+        I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
+        I ia0 = (I)g.ia[0], ia1 = (I)g.ia[1], ia2 = (I)g.ia[2], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2];
+        I k0 = (I)g.k[0], k1 = (I)g.k[1], k2 = (I)g.k[2];
+        I pos = e % Lb, t = e / Lb, co = t % (I)g.Cb, s = t / (I)g.Cb;
+        I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
+        I b0 = o0 * (I)g.s[0] - (I)g.p[0], b1 = o1 * (I)g.s[1] - (I)g.p[1], b2 = o2 * (I)g.s[2] - (I)g.p[2];
+        const float *xs = x + (s * (I)g.Ca + co / Cbg * Cag) * La, *wc = w + co * Cag * K;
+        float acc = 0.0f;
+        I ci, q0, q1, q2;
+        for (ci = 0; ci < Cag; ci++)
+            for (q0 = 0; q0 < k0; q0++) {
+                I j0 = b0 + q0 * (I)g.d[0];
+                if (j0 < 0 || j0 >= ia0) continue;
+                for (q1 = 0; q1 < k1; q1++) {
+                    I j1 = b1 + q1 * (I)g.d[1];
+                    const float *xr, *wr;
+                    if (j1 < 0 || j1 >= ia1) continue;
+                    xr = xs + ci * La + (j0 * ia1 + j1) * ia2;
+                    wr = wc + ((ci * k0 + q0) * k1 + q1) * k2;
+                    for (q2 = 0; q2 < k2; q2++) {
+                        I j2 = b2 + q2 * (I)g.d[2];
+                        if (j2 >= 0 && j2 < ia2) acc = dl__cu_fadd(acc, dl__cu_fmul(xr[j2], wr[q2]));
+                    }
+                }
+            }
+        y[e] = b ? dl__cu_fadd(acc, b[co]) : acc;
+    }
+};
+
+/* S1: stride 1 in every dim, where output o = j + pad - kk*dil needs no
+   division (the input gradient of LeNet's and most small convs) */
+template <bool S1, typename I>
+static DL__HD inline bool dl__cu_tap(I t, I s, I n, I *o)
+{
+    if (t < 0) return false;
+    if (!S1) {
+        if (t % s) return false;
+        t /= s;
+    }
+    *o = t;
+    return t < n;
+}
+
+template <typename I, bool S1>
+struct dl__cuf_dconvT {
+    float *y; const float *x, *w, *b; dl__cgeom g;
+    DL__HD void operator()(I e) const
+    {
+        I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
+        I ia1 = (I)g.ia[1], ia2 = (I)g.ia[2], ib0 = (I)g.ib[0], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2];
+        I k0 = (I)g.k[0], k1 = (I)g.k[1], k2 = (I)g.k[2], s0 = (I)g.s[0], s1 = (I)g.s[1], s2 = (I)g.s[2];
+        I pos = e % La, t = e / La, ci = t % (I)g.Ca, s = t / (I)g.Ca, grp = ci / Cag, cl = ci - grp * Cag;
+        I j2 = pos % ia2, j1 = (pos / ia2) % ia1, j0 = pos / (ia2 * ia1);
+        I a0 = j0 + (I)g.p[0], a1 = j1 + (I)g.p[1], a2 = j2 + (I)g.p[2];
+        float acc = 0.0f;
+        I c, q0, q1, q2, o0, o1, o2;
+        for (c = grp * Cbg; c < (grp + 1) * Cbg; c++) {
+            const float *xs = x + (s * (I)g.Cb + c) * Lb, *wc = w + (c * Cag + cl) * K;
+            for (q0 = 0; q0 < k0; q0++) {
+                if (!dl__cu_tap<S1, I>(a0 - q0 * (I)g.d[0], s0, ib0, &o0)) continue;
+                for (q1 = 0; q1 < k1; q1++) {
+                    const float *xr, *wr;
+                    if (!dl__cu_tap<S1, I>(a1 - q1 * (I)g.d[1], s1, ib1, &o1)) continue;
+                    xr = xs + (o0 * ib1 + o1) * ib2;
+                    wr = wc + (q0 * k1 + q1) * k2;
+                    for (q2 = 0; q2 < k2; q2++)
+                        if (dl__cu_tap<S1, I>(a2 - q2 * (I)g.d[2], s2, ib2, &o2))
+                            acc = dl__cu_fadd(acc, dl__cu_fmul(xr[o2], wr[q2]));
+                }
+            }
+        }
+        y[e] = b ? dl__cu_fadd(acc, b[ci]) : acc;
+    }
+};
+
+/* part (nch, rows) or dw (rows) when nch is 1: element (k, r) sums samples
+   [k cs, (k+1) cs) of weight r = (co, ci, kk) */
+template <typename I>
+struct dl__cuf_dconvW {
+    float *part; const float *x, *gy; I n, cs; dl__cgeom g;
+    DL__HD void operator()(I e) const
+    {
+        I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
+        I rows = (I)g.Cb * Cag * K, ia0 = (I)g.ia[0], ia1 = (I)g.ia[1], ia2 = (I)g.ia[2];
+        I ib0 = (I)g.ib[0], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
+        I k = e / rows, r = e - k * rows, kk = r % K, t = r / K, ci = t % Cag, co = t / Cag;
+        I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
+        I c0 = q0 * (I)g.d[0] - (I)g.p[0], c1 = q1 * (I)g.d[1] - (I)g.p[1], c2 = q2 * (I)g.d[2] - (I)g.p[2];
+        I s, s1 = (k + 1) * cs < n ? (k + 1) * cs : n, o0, o1, o2;
+        float acc = 0.0f;
+        for (s = k * cs; s < s1; s++) {
+            const float *gs = gy + (s * (I)g.Cb + co) * Lb, *xs = x + (s * (I)g.Ca + co / Cbg * Cag + ci) * La;
+            for (o0 = 0; o0 < ib0; o0++) {
+                I j0 = o0 * (I)g.s[0] + c0;
+                if (j0 < 0 || j0 >= ia0) continue;
+                for (o1 = 0; o1 < ib1; o1++) {
+                    I j1 = o1 * (I)g.s[1] + c1;
+                    const float *xr, *gr;
+                    if (j1 < 0 || j1 >= ia1) continue;
+                    xr = xs + (j0 * ia1 + j1) * ia2;
+                    gr = gs + (o0 * ib1 + o1) * ib2;
+                    for (o2 = 0; o2 < ib2; o2++) {
+                        I j2 = o2 * (I)g.s[2] + c2;
+                        if (j2 >= 0 && j2 < ia2) acc = dl__cu_fadd(acc, dl__cu_fmul(gr[o2], xr[j2]));
+                    }
+                }
+            }
+        }
+        part[e] = acc;
+    }
+};
+
+template <typename I, typename F>
+static void dl__cu_direct_go(dl__dev *d, int64_t total, float *y, const float *x, const float *w, const float *b,
+                             const dl__cgeom *g)
+{
+    F f;
+    f.y = y; f.x = x; f.w = w; f.b = b; f.g = *g;
+    dl__cu_run<I>(d, "conv direct", total, f);
+}
+
+/* forward (T false) or convT (T true) by the direct path; false: declined */
+static bool dl__cu_direct(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                          const dl__cgeom *g, bool T)
+{
+    int64_t total = T ? n * g->Ca * g->La : n * g->Cb * g->Lb;
+    bool s1 = g->s[0] == 1 && g->s[1] == 1 && g->s[2] == 1;
+    if (!dl__cu_direct_ok(DL__CUI(d), g, n)) return false;
+    dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    x = DL__CUP(d, x);
+    w = DL__CUP(d, w);
+    if (bias) bias = DL__CUP(d, bias);
+    if (dl__cu_direct_small(g, n)) {
+        if (!T) dl__cu_direct_go<int32_t, dl__cuf_dconv<int32_t> >(d, total, y, x, w, bias, g);
+        else if (s1) dl__cu_direct_go<int32_t, dl__cuf_dconvT<int32_t, true> >(d, total, y, x, w, bias, g);
+        else dl__cu_direct_go<int32_t, dl__cuf_dconvT<int32_t, false> >(d, total, y, x, w, bias, g);
+    } else {
+        if (!T) dl__cu_direct_go<int64_t, dl__cuf_dconv<int64_t> >(d, total, y, x, w, bias, g);
+        else if (s1) dl__cu_direct_go<int64_t, dl__cuf_dconvT<int64_t, true> >(d, total, y, x, w, bias, g);
+        else dl__cu_direct_go<int64_t, dl__cuf_dconvT<int64_t, false> >(d, total, y, x, w, bias, g);
+    }
+    return true;
+}
+
+/* the weight gradient by the direct path; false: declined (or no memory
+   for the partials: the caller's path then reports it) */
+static bool dl__cu_direct_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
+                                const dl__cgeom *g)
+{
+    int64_t rows = g->Cb * (g->Ca / g->G) * g->K, nch, cs;
+    dl__mark mk;
+    float *part;
+    if (!dl__cu_direct_ok(DL__CUI(d), g, n)) return false;
+    nch = (DL__CU_DIRECT_THREADS + rows - 1) / rows;
+    if (nch > n) nch = n;
+    cs = (n + nch - 1) / nch;
+    nch = (n + cs - 1) / cs;
+    mk = dl__arena_mark(&d->data);
+    part = DL__CUP(d, dw);
+    if (nch > 1) {
+        part = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(nch * rows), true);
+        if (!part) return false;
+        dl__track_peak(d);
+        part = DL__CUP(d, part);
+    }
+    x = DL__CUP(d, x);
+    gy = DL__CUP(d, gy);
+    if (dl__cu_direct_small(g, n)) {
+        dl__cuf_dconvW<int32_t> f;
+        f.part = part; f.x = x; f.gy = gy; f.n = (int32_t)n; f.cs = (int32_t)cs; f.g = *g;
+        dl__cu_run<int32_t>(d, "conv direct (weight grad)", nch * rows, f);
+    } else {
+        dl__cuf_dconvW<int64_t> f;
+        f.part = part; f.x = x; f.gy = gy; f.n = n; f.cs = cs; f.g = *g;
+        dl__cu_run<int64_t>(d, "conv direct (weight grad)", nch * rows, f);
+    }
+    if (nch > 1) {
+        dl__cuf_psum<int64_t> f;
+        f.dw = DL__CUP(d, dw); f.part = part; f.rows = rows; f.cnt = nch; f.acc = false;
+        dl__cu_run<int64_t>(d, "conv direct (weight grad sum)", rows, f);
+    }
+    dl__arena_rewind(&d->data, mk);
+    return true;
+}
+
 /* The forward (T false) and the transposed conv (T true), the one GEMM
    read the other way:
      conv_i2c   y (n, Cb, ib...) = conv(x, w) + bias (Cb). Per chunk,
@@ -2308,13 +2566,15 @@ static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w
     int64_t Cx = T ? g->Cb : g->Ca, Lx = T ? g->Lb : g->La, Cy = T ? g->Ca : g->Cb, Ly = T ? g->La : g->Lb;
     dl__mark mk;
     float *col;
-    if (!dl__cu_conv_ok(g, n)) return false;
+    bool ok = dl__cu_conv_ok(g, n);
 #ifdef DL_CUDNN
-    if (dl__dnn_conv(d, T ? DL__DNN_DATA : DL__DNN_FWD, y, x, w, n, g)) {
+    if (ok && dl__dnn_conv(d, T ? DL__DNN_DATA : DL__DNN_FWD, y, x, w, n, g)) {
         if (bias) dl__cu_bias_add(d, y, bias, n, Cy, Ly);
         return true;
     }
 #endif
+    if (dl__cu_direct(d, y, x, w, bias, n, g, T)) return true;
+    if (!ok) return false;
     if (dl__cu_pointwise(g)) {   /* y_s (Cy, L) = w or w^T (Cy, Cx) x_s (Cx, L), w stored (Cb, Ca) */
         dl__cu_cgemm(d, T, false, Cy, Ly, Cx, w, g->Ca, 0, x, Lx, Cx * Lx, 0.0f, y, Ly, Cy * Ly, n);
     } else {
@@ -2366,18 +2626,6 @@ struct dl__cuf_i2c_gt {
     }
 };
 
-/* dw (rows) = (acc ? dw : 0) + part[0] + ... + part[cnt-1], in that order */
-template <typename I>
-struct dl__cuf_psum {
-    float *dw; const float *part; I rows, cnt; bool acc;
-    DL__HD void operator()(I e) const
-    {
-        float v = acc ? dw[e] : 0.0f;
-        I k;
-        for (k = 0; k < cnt; k++) v = dl__cu_fadd(v, part[k * rows + e]);
-        dw[e] = v;
-    }
-};
 
 /* The backend's conv_i2c_wgrad: dw (Cb, CaK) = sum_s gy_s (Cb, Lb) col_s^T.
    The sum runs over (s, l), but gy is laid out (n, Cb, Lb): its columns
@@ -2403,11 +2651,13 @@ static bool dl__cu_conv_i2c_wgrad(dl__dev *d, float *dw, const float *x, const f
     bool pw = dl__cu_pointwise(g), partials;
     dl__mark mk;
     float *sc;
-    if (!dl__cu_conv_ok(g, n)) return false;
+    bool ok = dl__cu_conv_ok(g, n);
     dl__cu_enter(d);
 #ifdef DL_CUDNN
-    if (dl__dnn_conv(d, DL__DNN_FILTER, dw, x, gy, n, g)) return true;
+    if (ok && dl__dnn_conv(d, DL__DNN_FILTER, dw, x, gy, n, g)) return true;
 #endif
+    if (dl__cu_direct_wgrad(d, dw, x, gy, n, g)) return true;
+    if (!ok) return false;
     partials = pw ? g->Ca * g->Cb < (g->Ca + g->Cb) * g->Lb : caK < g->Lb;
     mk = dl__arena_mark(&d->data);
     sc = dl__cu_chunks(d, partials ? rows + (pw ? 0 : caK * g->Lb) : (caK + g->Cb) * g->Lb, n, g->Lb, &nb);
@@ -3839,7 +4089,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     dl__cuimpl *m;
     cudaError_t e = cudaSuccess;
     cublasStatus_t st;
-    const char *what = "", *dnn;
+    const char *what = "", *dnn, *direct;
     int n = 0, k;
     bool emu = dl__cu_emu_count() > 0;
     if (emu) {
@@ -3866,6 +4116,13 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
                 op, index, dnn, DL__DNN_MIN_C);
         return NULL;
     }
+    direct = getenv("DL_CONV_DIRECT");
+    if (direct && *direct && strcmp(direct, "0") != 0 && strcmp(direct, "1") != 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CONV_DIRECT=%s must be 0 (every convolution through "
+                "im2col and cuBLAS, or cuDNN) or 1 (those with under %d input or output channels per group by "
+                "direct sums; the default)", op, index, direct, DL__DNN_MIN_C);
+        return NULL;
+    }
     d = dl__dev_new(ctx, dl_cuda(index), &dl__cuda_backend);
     m = (dl__cuimpl *)DL_MALLOC(sizeof(dl__cuimpl));
     if (!d || !m) {
@@ -3880,6 +4137,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     m->dnn_check = dl__cu_envflag("DL_CUDNN_CHECK") != NULL;
 #endif
     d->impl = m;
+    m->direct = !(direct && strcmp(direct, "0") == 0);
     m->ordinal = index;
     m->emulate = emu;
     m->sync_each = dl__cu_envflag("DL_CUDA_SYNC") != NULL;

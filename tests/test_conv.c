@@ -570,9 +570,11 @@ static void errors(void)
         cdesc.log = dl_log_silent;
         m = dl_ctx_init(&cdesc);
         dl_conv_desc s2 = dl_conv_desc_make(2, 2, 1, 1);
-        /* a sample's im2col matrix of 2 * 25 x 64 * 64 floats: over conv_i2c's
-           limit, so whole-batch im2col, whose scratch passes the limit */
-        y = dl_conv2d(dl_zeros(m, DL_SHAPE(8, 2, 128, 128)), dl_zeros(m, DL_SHAPE(8, 2, 5, 5)), NULL, &s2);
+        /* a sample's im2col matrix of 2 * 81 x 62 * 62 floats: over conv_i2c's
+           limit, so whole-batch im2col, whose scratch passes the limit (26
+           outputs of 2 * 81 products: too many for CUDA's direct path, which
+           needs no scratch) */
+        y = dl_conv2d(dl_zeros(m, DL_SHAPE(2, 2, 128, 128)), dl_zeros(m, DL_SHAPE(26, 2, 9, 9)), NULL, &s2);
         CHECK(y == NULL, "conv2d (stride 2: im2col) past memory_limit");
         EXPECT_ERR(m, DL_ERR_OOM, "dl_conv: cannot allocate");
         dl_step_end(m);

@@ -238,11 +238,39 @@ static void run_case(const opcase *oc, int *nops, int *nexact)
 
 static const opcase *case_at(size_t i) { return i < NSMALL ? &g_ops[i] : &g_big[i - NSMALL]; }
 
+/* The matrix's cases, then its convolutions again with DL_CONV_DIRECT=0:
+   the im2col and cuBLAS path, which the direct sums replace where a conv
+   has few channels (most cases here). Case i of NALL, *oc a copy renamed. */
+static size_t g_conv[64], g_nconv;
+#define NALL (NCASES + g_nconv)
+static void conv_cases(void)
+{
+    size_t c;
+    for (c = g_nconv = 0; c < NCASES; c++)
+        if (strncmp(case_at(c)->name, "conv", 4) == 0 && g_nconv < sizeof g_conv / sizeof g_conv[0])
+            g_conv[g_nconv++] = c;
+}
+static bool case_im2col(size_t i, opcase *oc, char *name, size_t cap)
+{
+    if (i < NCASES) { *oc = *case_at(i); return false; }
+    *oc = *case_at(g_conv[i - NCASES]);
+    snprintf(name, cap, "%s, im2col", oc->name);
+    oc->name = name;
+    return true;
+}
+
 static void test_op_matrix(void)
 {
     size_t c;
     int nops = 0, nexact = 0;
-    for (c = 0; c < NCASES; c++) run_case(case_at(c), &nops, &nexact);
+    for (c = 0; c < NALL; c++) {
+        opcase oc;
+        char name[96];
+        bool i2c = case_im2col(c, &oc, name, sizeof name);
+        if (C->cuda[0]) DL__CUI(C->cuda[0])->direct = !i2c;
+        run_case(&oc, &nops, &nexact);
+    }
+    if (C->cuda[0]) DL__CUI(C->cuda[0])->direct = true;
     dl_set_device(C, dl_cpu());
     printf("op x direction: %d ops on cuda:0 against cpu:0, %d bit-identical both ways\n", nops, nexact);
 }
@@ -255,32 +283,36 @@ static bool test_op_matrix_isolated(void)
 {
     size_t c;
     int nops = 0, nexact = 0, passed = 0, exact = 0;
-    for (c = 0; c < NCASES; c++) {
+    for (c = 0; c < NALL; c++) {
         int st = 0;
         pid_t pid;
+        opcase oc;
+        char name[96];
+        bool i2c = case_im2col(c, &oc, name, sizeof name);
         fflush(stdout);
         pid = fork();
-        if (pid < 0) { CHECK(0, "fork: cannot isolate %s", case_at(c)->name); continue; }
+        if (pid < 0) { CHECK(0, "fork: cannot isolate %s", oc.name); continue; }
         if (pid == 0) {
             setenv("DL_CUDA_SYNC", "1", 1);   /* the faulting launch names itself */
+            if (i2c) setenv("DL_CONV_DIRECT", "0", 1);
             C = exact_ctx();
             if (!C || dl_device_count(C, DL_DEVICE_CUDA) == 0) _exit(77);
             th_pass = th_fail = 0;
             nops = nexact = 0;
-            run_case(case_at(c), &nops, &nexact);
+            run_case(&oc, &nops, &nexact);
             fflush(stdout);
             _exit(th_fail ? 1 : nexact ? 3 : 0);   /* 3: passed, bit-identical */
         }
         if (waitpid(pid, &st, 0) != pid) st = -1;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 77) return false;
         CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3),
-              "%s: its process %s %d", case_at(c)->name, WIFSIGNALED(st) ? "died of signal" : "exited with status",
+              "%s: its process %s %d", oc.name, WIFSIGNALED(st) ? "died of signal" : "exited with status",
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
         if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3)) passed++;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 3) exact++;
     }
     printf("op x direction: %d ops on cuda:0 against cpu:0, one process each: %d passed, %d bit-identical both ways\n",
-           (int)NCASES, passed, exact);
+           (int)NALL, passed, exact);
     return true;
 }
 
@@ -362,6 +394,7 @@ static void test_tf32(void)
     dl_set_device(C, dl_cpu());
     m = DL__CUI(C->cuda[0]);
     CHECK(!m->tf32 && !m->tf32_conv, "this test's context: TF32 off for both (desc -1)");
+    m->direct = false;   /* this conv's 8 -> 6 channels through cuBLAS, which the switch steers */
     tf32_run(dl_cuda(0), a, b, x, w, mmE, cvE);
     diff_max(mmE, mm0, 64 * 40, &mx, &scale);
     diff_max(cvE, cv0, TF_Y, &cx, &cscale);
@@ -390,6 +423,17 @@ static void test_tf32(void)
         CHECK((on ? dl_set_allow_tf32_conv(C, false) : dl_set_allow_tf32(C, false)) == DL_OK && !m->tf32 &&
               !m->tf32_conv, "TF32 off again");
     }
+    /* the direct path (few channels) sums in exact fp32 whatever the
+       switch: the same bits with TF32 on and off, within fp32 rounding of cpu:0 */
+    m->direct = true;
+    tf32_run(dl_cuda(0), a, b, x, w, mm1, cvE);
+    dl_set_allow_tf32_conv(C, true);
+    tf32_run(dl_cuda(0), a, b, x, w, mm1, cv1);
+    dl_set_allow_tf32_conv(C, false);
+    diff_max(cv1, cv0, TF_Y, &cx, &cscale);
+    CHECK(memcmp(cv1, cvE, sizeof cv1) == 0 && cx <= 1e-5 * cscale,
+          "conv2d by direct sums: TF32 on changes no bit (%s), off by %g from cpu:0",
+          memcmp(cv1, cvE, sizeof cv1) == 0 ? "none" : "it did", cx);
     /* a context's desc fields and the environment reach a device opened later */
     {
         dl_ctx_desc d;
@@ -442,27 +486,34 @@ static void test_determinism(void)
     static const char *names[] = {"batch_norm large", "batch_norm1d 256x120", "batch_norm ResNet 4x4",
                                   "conv2d reorder path, 4 chunks", "conv2d stride 2, 5 chunks", "conv2d 1x1, partials"};
     size_t k, c;
-    for (k = 0; k < sizeof names / sizeof names[0]; k++) {
+    dl_set_device(C, dl_cuda(0));   /* opens it */
+    for (k = 0; k < 2 * sizeof names / sizeof names[0]; k++) {
         const opcase *oc = NULL;
+        const char *nm = names[k % (sizeof names / sizeof names[0])];
+        bool i2c = k >= sizeof names / sizeof names[0];   /* the second round: DL_CONV_DIRECT=0 */
         float *host[3];
         result r0, r1;
         bool same;
         int j;
+        if (i2c && strncmp(nm, "conv", 4) != 0) continue;
+        DL__CUI(C->cuda[0])->direct = !i2c;
         for (c = 0; c < sizeof g_big / sizeof g_big[0]; c++)
-            if (!strcmp(g_big[c].name, names[k])) oc = &g_big[c];
-        if (!oc) { CHECK(0, "no case %s", names[k]); continue; }
+            if (!strcmp(g_big[c].name, nm)) oc = &g_big[c];
+        if (!oc) { CHECK(0, "no case %s", nm); continue; }
         optable_inputs(oc, host);
         run_on(oc, dl_cuda(0), host, &r0);
         run_on(oc, dl_cuda(0), host, &r1);
         same = r0.ok && r1.ok && r0.k == r1.k;
         for (j = 0; same && j < r0.k; j++)
             same = r0.n[j] == r1.n[j] && memcmp(r0.v[j], r1.v[j], sizeof(float) * (size_t)r0.n[j]) == 0;
-        CHECK(same, "%s: two runs on cuda:0 give other bits", oc->name);
-        if (!g_quiet) printf("cuda:0 %-30s two runs: %s\n", oc->name, same ? "same bits" : "DIFFER");
+        CHECK(same, "%s%s: two runs on cuda:0 give other bits", oc->name, i2c ? ", im2col" : "");
+        if (!g_quiet)
+            printf("cuda:0 %-30s two runs%s: %s\n", oc->name, i2c ? " (im2col)" : "", same ? "same bits" : "DIFFER");
         free_result(&r0);
         free_result(&r1);
         for (j = 0; j < oc->nin; j++) free(host[j]);
     }
+    DL__CUI(C->cuda[0])->direct = true;
     dl_set_device(C, dl_cpu());
 }
 
@@ -506,30 +557,43 @@ static void test_errors(void)
         CHECK(dl_zeros(c2, DL_SHAPE(1024, 256)) != NULL, "1 MiB within the limit: %s", dl_error_message(c2));
         dl_ctx_free(c2);
     }
-    /* DL_CUDNN, read when a context opens a GPU: 0, 1, 2 or an error naming it */
+    /* DL_CUDNN (0, 1, 2) and DL_CONV_DIRECT (0, 1), read when a context
+       opens a GPU: another value is an error naming the variable */
     {
         static const char *const bad[3] = {"3", "yes", "-1"}, *const good[3] = {"0", "1", "2"};
-        int k;
-        for (k = 0; k < 3; k++) {
-            setenv("DL_CUDNN", bad[k], 1);
-            c2 = exact_ctx();
-            CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) == NULL, "DL_CUDNN=%s refused", bad[k]);
-            if (c2) {
-                char want[64];
-                snprintf(want, sizeof want, "DL_CUDNN=%s must be 0", bad[k]);
-                EXPECT_ERR(c2, DL_ERR_ARG, want);
-                dl_ctx_free(c2);
-            }
-            setenv("DL_CUDNN", good[k], 1);
-            c2 = exact_ctx();
-            CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) != NULL, "DL_CUDNN=%s: %s", good[k],
-                  c2 ? dl_error_message(c2) : "no context");
+        static const char *const var[2] = {"DL_CUDNN", "DL_CONV_DIRECT"};
+        int k, v;
+        for (v = 0; v < 2; v++)
+            for (k = 0; k < 3; k++) {
+                setenv(var[v], bad[k], 1);
+                c2 = exact_ctx();
+                CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) == NULL, "%s=%s refused", var[v], bad[k]);
+                if (c2) {
+                    char want[64];
+                    snprintf(want, sizeof want, "%s=%s must be 0", var[v], bad[k]);
+                    EXPECT_ERR(c2, DL_ERR_ARG, want);
+                    dl_ctx_free(c2);
+                }
+                if (v == 1 && k == 2) { unsetenv(var[v]); continue; }   /* DL_CONV_DIRECT: 0, 1 or unset */
+                setenv(var[v], good[k], 1);
+                c2 = exact_ctx();
+                CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) != NULL, "%s=%s: %s", var[v], good[k],
+                      c2 ? dl_error_message(c2) : "no context");
+                if (v == 1)
+                    CHECK(c2 && c2->cuda[0] && DL__CUI(c2->cuda[0])->direct == (k != 0), "DL_CONV_DIRECT=%s: %s",
+                          good[k], k ? "on" : "off");
 #ifdef DL_CUDNN
-            CHECK(c2 && c2->cuda[0] && DL__CUI(c2->cuda[0])->dnn_mode == k, "DL_CUDNN=%s sets mode %d", good[k], k);
+                if (v == 0)
+                    CHECK(c2 && c2->cuda[0] && DL__CUI(c2->cuda[0])->dnn_mode == k, "DL_CUDNN=%s sets mode %d",
+                          good[k], k);
 #endif
-            if (c2) dl_ctx_free(c2);
-        }
-        unsetenv("DL_CUDNN");
+                if (c2) dl_ctx_free(c2);
+            }
+        unsetenv(var[0]);
+        c2 = exact_ctx();
+        CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) && DL__CUI(c2->cuda[0])->direct,
+              "DL_CONV_DIRECT unset: on");
+        if (c2) dl_ctx_free(c2);
     }
     dl_step_end(C);
 }
@@ -942,6 +1006,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--no-isolate") == 0) isolate = 0;
         else { printf("usage: test_cuda [--emulate] [-q] [--isolate | --no-isolate]\n"); return 2; }
     }
+    conv_cases();
     emu = getenv("DL_CUDA_EMULATE");
     if (isolate < 0) isolate = !(emu && *emu && strcmp(emu, "0") != 0);   /* a real GPU: isolate */
     if (isolate) {
