@@ -1,0 +1,85 @@
+#!/bin/sh
+# bench/gpu_report.sh [OUTDIR] - what a machine with an NVIDIA GPU can check
+# that the CPU cannot, in the order that spends a short loan of one best, into
+# one log: OUTDIR/report.txt (default build/gpu-report), with
+# OUTDIR/resnet18_cuda.bin (PyTorch's GPU error for test_resnet18; copy it to
+# tests/golden/ and commit it).
+#
+#   1. the GPU, the driver, PyTorch
+#   2. make cuda for this GPU's architecture only (CUDA_ARCH from nvidia-smi)
+#   3. make test-cuda-all (the summary lines and every failure)
+#   4. tests/golden/gen_resnet18.py --cuda, then test_resnet18 on cuda:0 again
+#   5. make bench-cuda (every *_cuda case against PyTorch in the same run)
+#   6. the few-channel convolutions both ways: dl.h's side of the LeNet cases
+#      with DL_CONV_DIRECT=1 and 0 (the direct sums against im2col + cuBLAS)
+#   7. DL_PROFILE=1 tables of step_lenet_cuda and step_resnet18_cuda
+#   8. make run DEVICE=cuda, eager and CAPTURE=1 (wall time; needs data/)
+#
+# Each step has a time limit (STEP_LIMIT seconds, default 300) and its wall
+# time in the log; a step that fails or runs out leaves its output and the
+# rest go on. SKIP="3 5" leaves steps out. Environment passed to make as
+# usual (NVCC, CUDA_ARCH, HAVE_CUDNN, CUDA_LIBS).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+OUTDIR=${1:-build/gpu-report}
+LIMIT=${STEP_LIMIT:-300}
+SKIP=${SKIP:-}
+J=$(nproc 2>/dev/null || echo 4)
+mkdir -p "$OUTDIR" || exit 1
+LOG=$OUTDIR/report.txt
+: >"$LOG"
+
+say() { printf '%s\n' "$*" | tee -a "$LOG"; }
+
+# step N "title" command...: runs it under the limit, output to the log
+step() {
+    n=$1 title=$2
+    shift 2
+    case " $SKIP " in *" $n "*) say "## $n. $title: skipped (SKIP)"; return 0 ;; esac
+    say "## $n. $title"
+    t0=$(date +%s)
+    timeout "$LIMIT" sh -c "$*" >>"$LOG" 2>&1
+    rc=$?
+    say "(step $n: exit $rc, $(($(date +%s) - t0)) s)"
+    say ""
+}
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    say "gpu_report: no NVIDIA GPU here (nvidia-smi finds none); nothing to do"
+    exit 1
+fi
+if [ -z "${CUDA_ARCH:-}" ]; then
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+    case $cc in
+        [0-9][0-9] | [0-9][0-9][0-9]) CUDA_ARCH="-gencode arch=compute_$cc,code=[sm_$cc,compute_$cc]" ;;
+        *) CUDA_ARCH= ;;   # the Makefile's default
+    esac
+fi
+[ -n "$CUDA_ARCH" ] && export CUDA_ARCH
+say "# gpu_report $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say ""
+
+step 1 "machine" "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv;
+    nvcc --version | tail -n 2; python3 -c 'import torch; print(\"torch\", torch.__version__, torch.version.cuda,
+    \"cudnn\", torch.backends.cudnn.version())' || true; echo \"CUDA_ARCH=${CUDA_ARCH:-default}\""
+step 2 "make cuda (-j$J)" "make -j$J cuda 2>&1 | grep -E 'error|warning|Error' ; test -x build/cuda/test_cuda"
+step 3 "make test-cuda-all" "make test-cuda-all 2>&1 | grep -E 'passed|FAIL|WRONG|SKIP|error'"
+step 4 "test_resnet18: PyTorch's GPU float32 error, then the test on cuda:0" \
+    "python3 tests/golden/gen_resnet18.py --cuda '$OUTDIR/resnet18_cuda.bin' &&
+     cp '$OUTDIR/resnet18_cuda.bin' tests/golden/resnet18_cuda.bin &&
+     DL_DEVICE=cuda:0 DL_ALLOW_TF32_CONV=0 build/cuda/test_resnet18 2>&1 | grep -E 'passed|FAIL'"
+step 5 "make bench-cuda" "make bench-cuda"
+step 6 "few-channel convolutions: DL_CONV_DIRECT=1 then 0 (dl.h's ms)" \
+    "for c in conv1_fwdbwd_cuda conv2_fwdbwd_cuda step_lenet_cuda step_lenet_bn_cuda step_lenet_graph_cuda \
+              step_lenet_bn_graph_cuda step_resnet_small_cuda step_resnet_small_graph_cuda; do
+         a=\$(DL_CONV_DIRECT=1 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+         b=\$(DL_CONV_DIRECT=0 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+         printf '%-30s direct %-10s im2col %s\n' \$c \"\$a\" \"\$b\"; done"
+step 7 "DL_PROFILE=1: step_lenet_cuda, step_resnet18_cuda" \
+    "DL_PROFILE=1 build/cuda/bench step_lenet_cuda 1 2>&1 | head -n 30;
+     DL_PROFILE=1 build/cuda/bench step_resnet18_cuda 1 2>&1 | head -n 30"
+step 8 "make run DEVICE=cuda, eager then CAPTURE=1" \
+    "test -d data/fashion-mnist || echo 'no data/fashion-mnist: make run will try to fetch it';
+     /usr/bin/time -p make -s run DEVICE=cuda 2>&1 | tail -n 5;
+     /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 2>&1 | tail -n 5"
+say "# done: $LOG"
