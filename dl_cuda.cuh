@@ -2355,52 +2355,63 @@ static bool dl__cu_direct_small(const dl__cgeom *g, int64_t n)
            dl__cu_small(g->Cb * (g->Ca / g->G) * g->K * n);
 }
 
+/* [*lo, *hi): the taps q < k with b + q d in [0, n) (d > 0): the loops
+   below visit only those, no test per product */
+template <typename I>
+static DL__HD inline void dl__cu_taps(I b, I d, I n, I k, I *lo, I *hi)
+{
+    I h = n - b > 0 ? (n - b + d - 1) / d : 0;
+    *lo = b < 0 ? (d - 1 - b) / d : 0;
+    *hi = h < k ? h : k;
+}
+
 template <typename I>
 struct dl__cuf_dconv {
     float *y; const float *x, *w, *b; dl__cgeom g;
     DL__HD void operator()(I e) const
     {
         I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
-        I ia0 = (I)g.ia[0], ia1 = (I)g.ia[1], ia2 = (I)g.ia[2], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2];
-        I k0 = (I)g.k[0], k1 = (I)g.k[1], k2 = (I)g.k[2];
+        I ia1 = (I)g.ia[1], ia2 = (I)g.ia[2], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2];
+        I k1 = (I)g.k[1], k2 = (I)g.k[2], d0 = (I)g.d[0], d1 = (I)g.d[1], d2 = (I)g.d[2];
         I pos = e % Lb, t = e / Lb, co = t % (I)g.Cb, s = t / (I)g.Cb;
         I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
         I b0 = o0 * (I)g.s[0] - (I)g.p[0], b1 = o1 * (I)g.s[1] - (I)g.p[1], b2 = o2 * (I)g.s[2] - (I)g.p[2];
+        I l0, h0, l1, h1, l2, h2, ci, q0, q1, q2;
         const float *xs = x + (s * (I)g.Ca + co / Cbg * Cag) * La, *wc = w + co * Cag * K;
         float acc = 0.0f;
-        I ci, q0, q1, q2;
+        dl__cu_taps<I>(b0, d0, (I)g.ia[0], (I)g.k[0], &l0, &h0);
+        dl__cu_taps<I>(b1, d1, ia1, k1, &l1, &h1);
+        dl__cu_taps<I>(b2, d2, ia2, k2, &l2, &h2);
         for (ci = 0; ci < Cag; ci++)
-            for (q0 = 0; q0 < k0; q0++) {
-                I j0 = b0 + q0 * (I)g.d[0];
-                if (j0 < 0 || j0 >= ia0) continue;
-                for (q1 = 0; q1 < k1; q1++) {
-                    I j1 = b1 + q1 * (I)g.d[1];
-                    const float *xr, *wr;
-                    if (j1 < 0 || j1 >= ia1) continue;
-                    xr = xs + ci * La + (j0 * ia1 + j1) * ia2;
-                    wr = wc + ((ci * k0 + q0) * k1 + q1) * k2;
-                    for (q2 = 0; q2 < k2; q2++) {
-                        I j2 = b2 + q2 * (I)g.d[2];
-                        if (j2 >= 0 && j2 < ia2) acc = dl__cu_fadd(acc, dl__cu_fmul(xr[j2], wr[q2]));
-                    }
+            for (q0 = l0; q0 < h0; q0++)
+                for (q1 = l1; q1 < h1; q1++) {
+                    I xi = ci * La + ((b0 + q0 * d0) * ia1 + b1 + q1 * d1) * ia2 + b2;
+                    const float *wr = wc + ((ci * (I)g.k[0] + q0) * k1 + q1) * k2;
+                    for (q2 = l2; q2 < h2; q2++) acc = dl__cu_fadd(acc, dl__cu_fmul(xs[xi + q2 * d2], wr[q2]));
                 }
-            }
         y[e] = b ? dl__cu_fadd(acc, b[co]) : acc;
     }
 };
 
 /* S1: stride 1 in every dim, where output o = j + pad - kk*dil needs no
    division (the input gradient of LeNet's and most small convs) */
-template <bool S1, typename I>
+/* stride s > 1: output o = t / s of tap offset t, where s divides t */
+template <typename I>
 static DL__HD inline bool dl__cu_tap(I t, I s, I n, I *o)
 {
-    if (t < 0) return false;
-    if (!S1) {
-        if (t % s) return false;
-        t /= s;
-    }
-    *o = t;
-    return t < n;
+    if (t < 0 || t % s) return false;
+    *o = t / s;
+    return *o < n;
+}
+
+/* S1: stride 1 in every dim: output o = a - q d, the taps q with o in
+   [0, n) a range (a = j + pad), no division per product */
+template <typename I>
+static DL__HD inline void dl__cu_taps1(I a, I d, I n, I k, I *lo, I *hi)
+{
+    I h = a >= 0 ? a / d + 1 : 0;
+    *lo = a - n >= 0 ? (a - n) / d + 1 : 0;
+    *hi = h < k ? h : k;
 }
 
 template <typename I, bool S1>
@@ -2410,24 +2421,41 @@ struct dl__cuf_dconvT {
     {
         I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
         I ia1 = (I)g.ia[1], ia2 = (I)g.ia[2], ib0 = (I)g.ib[0], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2];
-        I k0 = (I)g.k[0], k1 = (I)g.k[1], k2 = (I)g.k[2], s0 = (I)g.s[0], s1 = (I)g.s[1], s2 = (I)g.s[2];
+        I k0 = (I)g.k[0], k1 = (I)g.k[1], k2 = (I)g.k[2], d0 = (I)g.d[0], d1 = (I)g.d[1], d2 = (I)g.d[2];
         I pos = e % La, t = e / La, ci = t % (I)g.Ca, s = t / (I)g.Ca, grp = ci / Cag, cl = ci - grp * Cag;
         I j2 = pos % ia2, j1 = (pos / ia2) % ia1, j0 = pos / (ia2 * ia1);
         I a0 = j0 + (I)g.p[0], a1 = j1 + (I)g.p[1], a2 = j2 + (I)g.p[2];
         float acc = 0.0f;
         I c, q0, q1, q2, o0, o1, o2;
-        for (c = grp * Cbg; c < (grp + 1) * Cbg; c++) {
-            const float *xs = x + (s * (I)g.Cb + c) * Lb, *wc = w + (c * Cag + cl) * K;
-            for (q0 = 0; q0 < k0; q0++) {
-                if (!dl__cu_tap<S1, I>(a0 - q0 * (I)g.d[0], s0, ib0, &o0)) continue;
-                for (q1 = 0; q1 < k1; q1++) {
-                    const float *xr, *wr;
-                    if (!dl__cu_tap<S1, I>(a1 - q1 * (I)g.d[1], s1, ib1, &o1)) continue;
-                    xr = xs + (o0 * ib1 + o1) * ib2;
-                    wr = wc + (q0 * k1 + q1) * k2;
-                    for (q2 = 0; q2 < k2; q2++)
-                        if (dl__cu_tap<S1, I>(a2 - q2 * (I)g.d[2], s2, ib2, &o2))
-                            acc = dl__cu_fadd(acc, dl__cu_fmul(xr[o2], wr[q2]));
+        if (S1) {
+            I l0, h0, l1, h1, l2, h2;
+            dl__cu_taps1<I>(a0, d0, ib0, k0, &l0, &h0);
+            dl__cu_taps1<I>(a1, d1, ib1, k1, &l1, &h1);
+            dl__cu_taps1<I>(a2, d2, ib2, k2, &l2, &h2);
+            for (c = grp * Cbg; c < (grp + 1) * Cbg; c++) {
+                const float *xs = x + (s * (I)g.Cb + c) * Lb, *wc = w + (c * Cag + cl) * K;
+                for (q0 = l0; q0 < h0; q0++)
+                    for (q1 = l1; q1 < h1; q1++) {
+                        I xi = ((a0 - q0 * d0) * ib1 + a1 - q1 * d1) * ib2 + a2;
+                        const float *wr = wc + (q0 * k1 + q1) * k2;
+                        for (q2 = l2; q2 < h2; q2++) acc = dl__cu_fadd(acc, dl__cu_fmul(xs[xi - q2 * d2], wr[q2]));
+                    }
+            }
+        } else {
+            I s0 = (I)g.s[0], s1 = (I)g.s[1], s2 = (I)g.s[2];
+            for (c = grp * Cbg; c < (grp + 1) * Cbg; c++) {
+                const float *xs = x + (s * (I)g.Cb + c) * Lb, *wc = w + (c * Cag + cl) * K;
+                for (q0 = 0; q0 < k0; q0++) {
+                    if (!dl__cu_tap<I>(a0 - q0 * d0, s0, ib0, &o0)) continue;
+                    for (q1 = 0; q1 < k1; q1++) {
+                        const float *xr, *wr;
+                        if (!dl__cu_tap<I>(a1 - q1 * d1, s1, ib1, &o1)) continue;
+                        xr = xs + (o0 * ib1 + o1) * ib2;
+                        wr = wc + (q0 * k1 + q1) * k2;
+                        for (q2 = 0; q2 < k2; q2++)
+                            if (dl__cu_tap<I>(a2 - q2 * d2, s2, ib2, &o2))
+                                acc = dl__cu_fadd(acc, dl__cu_fmul(xr[o2], wr[q2]));
+                    }
                 }
             }
         }
@@ -2443,30 +2471,26 @@ struct dl__cuf_dconvW {
     DL__HD void operator()(I e) const
     {
         I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
-        I rows = (I)g.Cb * Cag * K, ia0 = (I)g.ia[0], ia1 = (I)g.ia[1], ia2 = (I)g.ia[2];
-        I ib0 = (I)g.ib[0], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
+        I rows = (I)g.Cb * Cag * K, ia1 = (I)g.ia[1], ia2 = (I)g.ia[2];
+        I ib1 = (I)g.ib[1], ib2 = (I)g.ib[2], k1 = (I)g.k[1], k2 = (I)g.k[2];
+        I s0 = (I)g.s[0], s1 = (I)g.s[1], s2 = (I)g.s[2];
         I k = e / rows, r = e - k * rows, kk = r % K, t = r / K, ci = t % Cag, co = t / Cag;
         I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
         I c0 = q0 * (I)g.d[0] - (I)g.p[0], c1 = q1 * (I)g.d[1] - (I)g.p[1], c2 = q2 * (I)g.d[2] - (I)g.p[2];
-        I s, s1 = (k + 1) * cs < n ? (k + 1) * cs : n, o0, o1, o2;
+        I s, se = (k + 1) * cs < n ? (k + 1) * cs : n, o0, o1, o2, l0, h0, l1, h1, l2, h2;
         float acc = 0.0f;
-        for (s = k * cs; s < s1; s++) {
+        /* the outputs o whose input o s + c lies inside: ranges as the taps' */
+        dl__cu_taps<I>(c0, s0, (I)g.ia[0], (I)g.ib[0], &l0, &h0);
+        dl__cu_taps<I>(c1, s1, ia1, (I)g.ib[1], &l1, &h1);
+        dl__cu_taps<I>(c2, s2, ia2, ib2, &l2, &h2);
+        for (s = k * cs; s < se; s++) {
             const float *gs = gy + (s * (I)g.Cb + co) * Lb, *xs = x + (s * (I)g.Ca + co / Cbg * Cag + ci) * La;
-            for (o0 = 0; o0 < ib0; o0++) {
-                I j0 = o0 * (I)g.s[0] + c0;
-                if (j0 < 0 || j0 >= ia0) continue;
-                for (o1 = 0; o1 < ib1; o1++) {
-                    I j1 = o1 * (I)g.s[1] + c1;
-                    const float *xr, *gr;
-                    if (j1 < 0 || j1 >= ia1) continue;
-                    xr = xs + (j0 * ia1 + j1) * ia2;
-                    gr = gs + (o0 * ib1 + o1) * ib2;
-                    for (o2 = 0; o2 < ib2; o2++) {
-                        I j2 = o2 * (I)g.s[2] + c2;
-                        if (j2 >= 0 && j2 < ia2) acc = dl__cu_fadd(acc, dl__cu_fmul(gr[o2], xr[j2]));
-                    }
+            for (o0 = l0; o0 < h0; o0++)
+                for (o1 = l1; o1 < h1; o1++) {
+                    I xi = ((o0 * s0 + c0) * ia1 + o1 * s1 + c1) * ia2 + c2;
+                    const float *gr = gs + (o0 * ib1 + o1) * ib2;
+                    for (o2 = l2; o2 < h2; o2++) acc = dl__cu_fadd(acc, dl__cu_fmul(gr[o2], xs[xi + o2 * s2]));
                 }
-            }
         }
         part[e] = acc;
     }
