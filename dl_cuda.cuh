@@ -2324,7 +2324,9 @@ struct dl__cuf_psum {
                x (s, ci, o*stride + kk*dil - pad): one thread per element
                and chunk of samples (about DL__CU_DIRECT_THREADS threads
                in all, a constant, so every GPU sums in the same order),
-               then the chunks' partials added in order (dl__cuf_psum).
+               then the chunks' partials added in order (dl__cuf_psum);
+               declined where that leaves under a quarter of those
+               threads with over 4,096 products each
    Products and sums round separately (no FMA), as the CPU's. Taken where
    the GEMMs are thin: fewer than DL__DNN_MIN_C channels in or out per
    group and at most DL__CU_DIRECT_MACS products per output position
@@ -2542,6 +2544,9 @@ static bool dl__cu_direct_wgrad(dl__dev *d, float *dw, const float *x, const flo
     if (nch > n) nch = n;
     cs = (n + nch - 1) / nch;
     nch = (n + cs - 1) / cs;
+    /* few weights and few samples, long sums (a long 1-d signal): too few
+       threads, each too long a loop; cuBLAS's GEMM splits such sums */
+    if (nch * rows < DL__CU_DIRECT_THREADS / 4 && cs * g->Lb > 4096) return false;
     mk = dl__arena_mark(&d->data);
     part = DL__CUP(d, dw);
     if (nch > 1) {

@@ -120,6 +120,7 @@ static dl_tensor *o_conv_1x1(dl_tensor **i) { return dl_conv2d(i[0], i[1], i[2],
 static dl_tensor *o_conv_1x1_s2(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(2, 0, 1, 1); return dl_conv2d(i[0], i[1], i[2], &d); }
 static dl_tensor *o_convT_1x1(dl_tensor **i) { return dl_conv_transpose2d(i[0], i[1], i[2], NULL); }
 static dl_tensor *o_conv1d_1x1(dl_tensor **i) { return dl_conv1d(i[0], i[1], i[2], NULL); }
+static dl_tensor *o_conv1d_p1(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 1, 1, 1); return dl_conv1d(i[0], i[1], i[2], &d); }
 
 #define BIG(nm, fn, nin, kind, ...) {nm, fn, nin, {__VA_ARGS__}, kind, false}
 static const opcase g_big[] = {
@@ -157,6 +158,8 @@ static const opcase g_big[] = {
     BIG("conv2d 1x1, partials", o_conv_1x1, 3, 0, S(5, 7, 6, 6), S(4, 7, 1, 1), S(4)),
     BIG("conv2d 1x1, reorder", o_conv_1x1, 3, 0, S(6, 12, 2, 2), S(10, 12, 1, 1), S(10)),
     BIG("conv1d 1x1, C=1", o_conv1d_1x1, 3, 0, S(3, 1, 17), S(2, 1, 1), S(2)),
+    /* the direct path's forward, its weight gradient declined (6 sums of 20,000) */
+    BIG("conv1d long, 1 sample", o_conv1d_p1, 3, 0, S(1, 1, 20000), S(2, 1, 3), S(2)),
     BIG("conv2d 1x1 stride 2 (im2col)", o_conv_1x1_s2, 3, 0, S(4, 6, 7, 7), S(9, 6, 1, 1), S(9)),
     BIG("conv_transpose2d 1x1", o_convT_1x1, 3, 0, S(4, 5, 3, 4), S(5, 6, 1, 1), S(6)),
     BIG("matmul 64x300x70", o_matmul, 2, 0, S(64, 300), S(300, 70)),
