@@ -3578,6 +3578,12 @@ typedef struct dl__bcast {
 /* Geometry of one convolution, padded to 3 spatial dims: a 1-d/2-d conv
    gets leading dims of size 1 (kernel 1, stride 1, no padding, dilation 1).
    "a" is the conv input side (N,Ca,ia...), "b" the output side (N,Cb,ib...). */
+/* batch norm's running statistics, updated by bn_stats in training:
+   r = (1 - momentum) r + momentum stat, the variance's factor vmom =
+   momentum n/(n-1) (unbiased); and the module's num_batches_tracked += 1.
+   Each pointer may be NULL (not updated). */
+typedef struct dl__bn_running { float *rm, *rv; int64_t *nbt; float keep, mom, vmom; } dl__bn_running;
+
 typedef struct dl__cgeom {
     int nsp;
     int64_t N, Ca, Cb, G;
@@ -3804,13 +3810,16 @@ struct dl__backend {
     void (*avg_pool)(dl__dev *d, float *y, const float *x, int64_t planes, const dl__pgeom *g);
     void (*avg_pool_adj)(dl__dev *d, float *dx, const float *gy, int64_t planes, const dl__pgeom *g);
     /* fused normalization. Batch norm over x (N, C, L), per channel: bn_stats
-       gives mean, invstd = 1/sqrt(var + eps) and the biased var; bn_apply
+       gives mean, invstd = 1/sqrt(var + eps) and the biased var, and where
+       rs is not NULL updates the running statistics in the same pass
+       (dl__bn_running: rm = keep rm + mom mean, rv = keep rv + vmom var,
+       with two roundings each, as a scale and an axpy would; nbt += 1); bn_apply
        y = (x - mean) invstd w + b (w, b NULL: 1, 0); bn_backward gives dx =
        w invstd (g - mean(g) - xhat mean(g xhat)) in training (w invstd g in
        eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL). Layer norm
        over the rows of x (rows, cols) likewise, with w, b of size cols. */
     void (*bn_stats)(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
-                     int64_t C, int64_t L, float eps);
+                     int64_t C, int64_t L, float eps, const dl__bn_running *rs);
     void (*bn_apply)(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
                      const float *w, const float *b, int64_t N, int64_t C, int64_t L);
     void (*bn_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
@@ -8586,9 +8595,10 @@ static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
 
 /* mean, invstd = 1/sqrt(var + eps), biased var of x (N, C, L) per channel */
 static void dl__cpu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x,
-                             int64_t N, int64_t C, int64_t L, float eps)
+                             int64_t N, int64_t C, int64_t L, float eps, const dl__bn_running *rs)
 {
     dl__bn_args u;
+    int64_t c;
     memset(&u, 0, sizeof u);
     u.mean = (float *)DL__RAW(d, mean);
     u.invstd = (float *)DL__RAW(d, invstd);
@@ -8596,6 +8606,18 @@ static void dl__cpu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var,
     u.x = (const float *)DL__RAW(d, x);
     u.N = N; u.C = C; u.L = L; u.eps = eps;
     dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_stats_task, &u);
+    if (!rs) return;
+    if (rs->nbt) *(int64_t *)DL__RAW(d, rs->nbt) += 1;
+    if (rs->rm) {   /* AFFINE's a * x + b, then axpy's y += alpha * x: their bits */
+        float *rm = (float *)DL__RAW(d, rs->rm), *rv = rs->rv ? (float *)DL__RAW(d, rs->rv) : NULL;
+        for (c = 0; c < C; c++) {
+            rm[c] = rs->keep * rm[c] + 0.0f;
+            rm[c] += rs->mom * u.mean[c];
+            if (!rv) continue;
+            rv[c] = rs->keep * rv[c] + 0.0f;
+            rv[c] += rs->vmom * u.var[c];
+        }
+    }
 }
 
 static void dl__bn_apply_task(void *arg, int64_t lo, int64_t hi)
@@ -9445,13 +9467,18 @@ static void dl__rw_avg_pool_adj(dl__dev *d, float *dx, const float *gy, int64_t 
     DL__CPU.avg_pool_adj(d, dx, gy, planes, g);
 }
 static void dl__rw_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
-                            int64_t C, int64_t L, float eps)
+                            int64_t C, int64_t L, float eps, const dl__bn_running *rs)
 {
     DL__REC(d, DL__RK_BN_STATS) {
         r->p[0] = mean; r->p[1] = invstd; r->p[2] = var; r->p[3] = (void *)x;
         r->n[0] = N; r->n[1] = C; r->n[2] = L; r->f[0] = eps;
+        r->b[0] = rs != NULL;
+        if (rs) {
+            r->p[4] = rs->rm; r->p[5] = rs->rv; r->p[6] = rs->nbt;
+            r->f[1] = rs->keep; r->f[2] = rs->mom; r->g[0] = (double)rs->vmom;
+        }
     }
-    DL__CPU.bn_stats(d, mean, invstd, var, x, N, C, L, eps);
+    DL__CPU.bn_stats(d, mean, invstd, var, x, N, C, L, eps, rs);
 }
 static void dl__rw_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
                             const float *w, const float *b, int64_t N, int64_t C, int64_t L)
@@ -9658,10 +9685,14 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     case DL__RK_AVG_POOL_ADJ:
         DL__CPU.avg_pool_adj(d, (float *)p[0], (const float *)p[1], n[0], (const dl__pgeom *)a);
         break;
-    case DL__RK_BN_STATS:
+    case DL__RK_BN_STATS: {
+        dl__bn_running rs;
+        rs.rm = (float *)p[4]; rs.rv = (float *)p[5]; rs.nbt = (int64_t *)p[6];
+        rs.keep = r->f[1]; rs.mom = r->f[2]; rs.vmom = (float)r->g[0];
         DL__CPU.bn_stats(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], n[0], n[1], n[2],
-                         r->f[0]);
+                         r->f[0], r->b[0] ? &rs : NULL);
         break;
+    }
     case DL__RK_BN_APPLY:
         DL__CPU.bn_apply(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
                          (const float *)p[4], (const float *)p[5], n[0], n[1], n[2]);
@@ -12387,9 +12418,11 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
     return y;
 }
 
-dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
-                         dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
-                         float eps)
+/* dl_batch_norm; nbt: the module's num_batches_tracked, += 1 in training
+   (in bn_stats's pass where it shares x's device: no launch of its own) */
+static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
+                                 dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
+                                 float eps, dl_tensor *nbt)
 {
     static const char *op = "dl_batch_norm";
     dl_ctx *ctx;
@@ -12454,10 +12487,20 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
         y = dl__like(op, x);
         if (!mean || !invstd || !y) return NULL;
         if (training) {
+            /* the running statistics r = (1-m) r + m stat in the same pass,
+               in place, no history; var unbiased: * n/(n-1) */
+            dl__bn_running rs;
             var = dl__new(d, op, 1, &C);
             if (!var) return NULL;
+            rs.rm = running_mean ? (float *)running_mean->data : NULL;
+            rs.rv = running_var ? (float *)running_var->data : NULL;
+            rs.nbt = nbt && nbt->dev_ == d ? (int64_t *)nbt->data : NULL;
+            rs.keep = 1.0f - momentum;
+            rs.mom = momentum;
+            rs.vmom = (float)((double)momentum * (double)cnt / (double)(cnt - 1));
+            if (nbt && !rs.nbt) DL__BE(nbt)->add_i64(nbt->dev_, (int64_t *)nbt->data, 1);
             d->be->bn_stats(d, (float *)mean->data, (float *)invstd->data, (float *)var->data,
-                            (const float *)x->data, N, C, L, eps);
+                            (const float *)x->data, N, C, L, eps, rs.rm || rs.nbt ? &rs : NULL);
         } else {   /* the running statistics, copied: a later training step changes them */
             d->be->copy(d, mean->data, running_mean->data, sizeof(float) * (size_t)C);
             d->be->unary(d, DL__U_AFFINE, (float *)invstd->data, (const float *)running_var->data, C, 1.0f, eps);
@@ -12470,18 +12513,17 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
     }
     if (!y) return NULL;
     if (training && running_mean && C) {
-        /* r = (1-m) r + m stat, in place, no history; var unbiased: * n/(n-1) */
-        const dl__backend *k = DL__BE(x);
-        float *rm = (float *)running_mean->data, *rv = (float *)running_var->data;
-        k->unary(x->dev_, DL__U_AFFINE, rm, rm, C, 1.0f - momentum, 0.0f);
-        k->axpy(x->dev_, rm, (const float *)mean->data, C, momentum);
-        k->unary(x->dev_, DL__U_AFFINE, rv, rv, C, 1.0f - momentum, 0.0f);
-        k->axpy(x->dev_, rv, (const float *)var->data, C,
-                (float)((double)momentum * (double)cnt / (double)(cnt - 1)));
         dl__bump_version(running_mean);
-        dl__bump_version(running_var);
+        if (running_var) dl__bump_version(running_var);
     }
     return dl__done(y, op);
+}
+
+dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
+                         dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
+                         float eps)
+{
+    return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL);
 }
 
 dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
@@ -14726,11 +14768,8 @@ static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x)
                 s->spatial < 0 ? "(N,C) or (N,C,L)" : s->spatial == 2 ? "(N,C,H,W)" : "(N,C,D,H,W)");
         return NULL;
     }
-    if (train) {   /* num_batches_tracked (a replay repeats the += 1) */
-        dl__cap_use(s->nbt);
-        DL__BE(s->nbt)->add_i64(s->nbt->dev_, (int64_t *)s->nbt->data, 1);
-    }
-    return dl_batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps);
+    if (train) dl__cap_use(s->nbt);   /* num_batches_tracked += 1 (a replay repeats it) */
+    return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL);
 }
 
 static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_t c)

@@ -3324,6 +3324,7 @@ static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const 
    CPU's dl__bn_stats_fin: s = mean(x - K), var = mean((x - K)^2) - s^2 */
 struct dl__cuf_bn_fin {
     float *mean, *invstd, *var; const double *part; const float *x; int64_t S, L; double M; float eps;
+    float *rm, *rv; int64_t *nbt; float keep, mom, vmom;   /* dl__bn_running (NULL: none) */
     DL__HD void operator()(int64_t c) const
     {
         double a = 0.0, b = 0.0, sm, q;
@@ -3338,6 +3339,11 @@ struct dl__cuf_bn_fin {
         mean[c] = (float)dl__cu_dadd((double)x[c * L], sm);
         var[c] = (float)q;
         invstd[c] = (float)(1.0 / sqrt(dl__cu_dadd(q, (double)eps)));
+        if (nbt && c == 0) *nbt += 1;
+        if (rm) {   /* the unary AFFINE keep r + 0, then axpy's r + mom stat: their bits */
+            rm[c] = dl__cu_fadd(dl__cu_fadd(dl__cu_fmul(keep, rm[c]), 0.0f), dl__cu_fmul(mom, mean[c]));
+            if (rv) rv[c] = dl__cu_fadd(dl__cu_fadd(dl__cu_fmul(keep, rv[c]), 0.0f), dl__cu_fmul(vmom, var[c]));
+        }
     }
 };
 
@@ -3432,7 +3438,7 @@ struct dl__cuf_bn_dx {
 };
 
 static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
-                            int64_t C, int64_t L, float eps)
+                            int64_t C, int64_t L, float eps, const dl__bn_running *rs)
 {
     dl__cuf_bn_fin f;
     int64_t S;
@@ -3444,6 +3450,10 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     if (!part) return;
     f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
     f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
+    f.rm = rs ? DL__CUP(d, rs->rm) : NULL;
+    f.rv = rs && rs->rv ? DL__CUP(d, rs->rv) : NULL;
+    f.nbt = rs && rs->nbt ? DL__CUP(d, rs->nbt) : NULL;
+    f.keep = rs ? rs->keep : 0.0f; f.mom = rs ? rs->mom : 0.0f; f.vmom = rs ? rs->vmom : 0.0f;
     dl__cu_run<int64_t>(d, "bn_stats (pass 2)", C, f);
 }
 
