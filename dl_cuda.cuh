@@ -1740,19 +1740,21 @@ struct dl__cuf_cm_valid {
     {
         int64_t t = t64 ? t64[j] : (int64_t)t32[j];
         if (t == ignore) { valid[j] = 0.0f; return; }
-        if (t < 0 || t >= C) { valid[j] = 0.0f; dl__cu_min_index(res, j); return; }
+        if (t < 0 || t >= C) { valid[j] = 0.0f; if (res) dl__cu_min_index(res, j); return; }
         valid[j] = 1.0f;
     }
 };
 
-/* onehot (outer, C, inner): 1 where the target names the class */
+/* onehot (outer, C, inner): 1 where the target names the class; the
+   element of class 0 also writes its sample's valid (one launch for both) */
 struct dl__cuf_cm_onehot {
-    float *onehot; const int64_t *t64; const int32_t *t32; int64_t C, inner, ignore;
+    float *onehot; dl__cuf_cm_valid v; int64_t inner;
     DL__HD void operator()(int64_t e) const
     {
-        int64_t i = e % inner, q = e / inner, c = q % C, o = q / C, j = o * inner + i;
-        int64_t t = t64 ? t64[j] : (int64_t)t32[j];
-        onehot[e] = (t != ignore && t == c) ? 1.0f : 0.0f;
+        int64_t i = e % inner, q = e / inner, c = q % v.C, o = q / v.C, j = o * inner + i;
+        int64_t t = v.t64 ? v.t64[j] : (int64_t)v.t32[j];
+        onehot[e] = (t != v.ignore && t == c) ? 1.0f : 0.0f;
+        if (c == 0) v(j);
     }
 };
 
@@ -1766,18 +1768,19 @@ static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const 
     const int64_t *t64 = i64 ? (const int64_t *)DL__CUP(d, target) : NULL;
     const int32_t *t32 = i64 ? NULL : (const int32_t *)DL__CUP(d, target);
     if (outer <= 0 || inner <= 0) return -1;
-    dl__cu_memset(d, m->dres, 0xff, sizeof r);
-    fv.valid = DL__CUP(d, valid); fv.t64 = t64; fv.t32 = t32; fv.C = C; fv.ignore = ignore_index;
-    fv.res = (unsigned long long *)m->dres;
-    dl__cu_run<int64_t>(d, "class_mask", outer * inner, fv);
-    if (C > 0) {
-        fo.onehot = DL__CUP(d, onehot); fo.t64 = t64; fo.t32 = t32; fo.C = C; fo.inner = inner;
-        fo.ignore = ignore_index;
-        dl__cu_run<int64_t>(d, "class_mask onehot", outer * C * inner, fo);
-    }
     /* a graph cannot stop for a bad target (PyTorch's graphs do not either):
-       inside a capture the check is skipped, and a target out of range
-       counts as ignore_index (valid 0, a zero one-hot row) */
+       inside a capture the check is skipped (no result slot to reset, none
+       written), and a target out of range counts as ignore_index (valid 0,
+       a zero one-hot row) */
+    if (!m->cap) dl__cu_memset(d, m->dres, 0xff, sizeof r);
+    fv.valid = DL__CUP(d, valid); fv.t64 = t64; fv.t32 = t32; fv.C = C; fv.ignore = ignore_index;
+    fv.res = m->cap ? NULL : (unsigned long long *)m->dres;
+    if (C > 0) {
+        fo.onehot = DL__CUP(d, onehot); fo.v = fv; fo.inner = inner;
+        dl__cu_run<int64_t>(d, "class_mask", outer * C * inner, fo);
+    } else {
+        dl__cu_run<int64_t>(d, "class_mask", outer * inner, fv);
+    }
     if (m->cap) return -1;
     if (!dl__cu_get(d, m->hres, m->dres, sizeof r, "class_mask")) return -1;
     memcpy(&r, m->hres, sizeof r);
