@@ -3575,15 +3575,15 @@ typedef struct dl__bcast {
     int64_t n;
 } dl__bcast;
 
-/* Geometry of one convolution, padded to 3 spatial dims: a 1-d/2-d conv
-   gets leading dims of size 1 (kernel 1, stride 1, no padding, dilation 1).
-   "a" is the conv input side (N,Ca,ia...), "b" the output side (N,Cb,ib...). */
 /* batch norm's running statistics, updated by bn_stats in training:
    r = (1 - momentum) r + momentum stat, the variance's factor vmom =
    momentum n/(n-1) (unbiased); and the module's num_batches_tracked += 1.
    Each pointer may be NULL (not updated). */
 typedef struct dl__bn_running { float *rm, *rv; int64_t *nbt; float keep, mom, vmom; } dl__bn_running;
 
+/* Geometry of one convolution, padded to 3 spatial dims: a 1-d/2-d conv
+   gets leading dims of size 1 (kernel 1, stride 1, no padding, dilation 1).
+   "a" is the conv input side (N,Ca,ia...), "b" the output side (N,Cb,ib...). */
 typedef struct dl__cgeom {
     int nsp;
     int64_t N, Ca, Cb, G;
