@@ -1875,6 +1875,16 @@ static void dl__cu_im2col(dl__dev *d, float *col, const float *x, int64_t n, con
     }
 }
 
+/* the output o = t / s that tap offset t reaches (t = j + pad - kk dil):
+   false where t is negative, s does not divide it, or o >= n */
+template <typename I>
+static DL__HD inline bool dl__cu_tap(I t, I s, I n, I *o)
+{
+    if (t < 0 || t % s) return false;
+    *o = t / s;
+    return *o < n;
+}
+
 /* x (n, Ca, ia...) element e = sum over the kernel offsets kk (in order, as
    the CPU adds them) of the col entries that cover it: a gather, no atomics */
 template <typename I>
@@ -1889,12 +1899,11 @@ struct dl__cuf_col2im {
         float acc = 0.0f;
         for (kk = 0; kk < K; kk++) {
             I q2 = kk % k2, q1 = (kk / k2) % k1, q0 = kk / (k2 * k1);
-            I t0 = j0 + (I)g.p[0] - q0 * (I)g.d[0], t1 = j1 + (I)g.p[1] - q1 * (I)g.d[1];
-            I t2 = j2 + (I)g.p[2] - q2 * (I)g.d[2], o0, o1, o2;
-            if (t0 < 0 || t1 < 0 || t2 < 0) continue;
-            if (t0 % (I)g.s[0] || t1 % (I)g.s[1] || t2 % (I)g.s[2]) continue;
-            o0 = t0 / (I)g.s[0]; o1 = t1 / (I)g.s[1]; o2 = t2 / (I)g.s[2];
-            if (o0 >= (I)g.ib[0] || o1 >= (I)g.ib[1] || o2 >= (I)g.ib[2]) continue;
+            I o0, o1, o2;
+            if (!dl__cu_tap<I>(j0 + (I)g.p[0] - q0 * (I)g.d[0], (I)g.s[0], (I)g.ib[0], &o0) ||
+                !dl__cu_tap<I>(j1 + (I)g.p[1] - q1 * (I)g.d[1], (I)g.s[1], (I)g.ib[1], &o1) ||
+                !dl__cu_tap<I>(j2 + (I)g.p[2] - q2 * (I)g.d[2], (I)g.s[2], (I)g.ib[2], &o2))
+                continue;
             acc = dl__cu_fadd(acc, col[((c * K + kk) * n + s) * Lb + (o0 * (I)g.ib[1] + o1) * (I)g.ib[2] + o2]);
         }
         x[e] = acc;
@@ -2400,15 +2409,6 @@ struct dl__cuf_dconv {
 
 /* S1: stride 1 in every dim, where output o = j + pad - kk*dil needs no
    division (the input gradient of LeNet's and most small convs) */
-/* stride s > 1: output o = t / s of tap offset t, where s divides t */
-template <typename I>
-static DL__HD inline bool dl__cu_tap(I t, I s, I n, I *o)
-{
-    if (t < 0 || t % s) return false;
-    *o = t / s;
-    return *o < n;
-}
-
 /* S1: stride 1 in every dim: output o = a - q d, the taps q with o in
    [0, n) a range (a = j + pad), no division per product */
 template <typename I>
@@ -4123,6 +4123,15 @@ static const char *dl__cu_envflag(const char *name)
     return e && *e && strcmp(e, "0") != 0 ? e : NULL;
 }
 
+/* a mode variable: unset or empty 1 (the default), else one digit 0..top;
+   -1 for any other value */
+static int dl__cu_envmode(const char *name, int top)
+{
+    const char *e = getenv(name);
+    if (!e || !*e) return 1;
+    return e[0] >= '0' && e[0] <= '0' + top && !e[1] ? e[0] - '0' : -1;
+}
+
 /* cuda:index for ctx: stream, cuBLAS handle (+ workspace), pinned staging,
    result buffers. NULL with DL_ERR_DEVICE naming op when there is no such GPU. */
 static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
@@ -4131,8 +4140,8 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     dl__cuimpl *m;
     cudaError_t e = cudaSuccess;
     cublasStatus_t st;
-    const char *what = "", *dnn, *direct;
-    int n = 0, k;
+    const char *what = "";
+    int n = 0, k, dnn_mode, direct;
     bool emu = dl__cu_emu_count() > 0;
     if (emu) {
         n = dl__cu_emu;
@@ -4151,18 +4160,18 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
                 emu ? " (emulated: DL_CUDA_EMULATE)" : "");
         return NULL;
     }
-    dnn = getenv("DL_CUDNN");
-    if (dnn && *dnn && strcmp(dnn, "0") != 0 && strcmp(dnn, "1") != 0 && strcmp(dnn, "2") != 0) {
+    dnn_mode = dl__cu_envmode("DL_CUDNN", 2);
+    if (dnn_mode < 0) {
         dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CUDNN=%s must be 0 (no convolution through cuDNN), 1 "
                 "(those with at least %d input and output channels; the default) or 2 (every one cuDNN takes)",
-                op, index, dnn, DL__DNN_MIN_C);
+                op, index, getenv("DL_CUDNN"), DL__DNN_MIN_C);
         return NULL;
     }
-    direct = getenv("DL_CONV_DIRECT");
-    if (direct && *direct && strcmp(direct, "0") != 0 && strcmp(direct, "1") != 0) {
+    direct = dl__cu_envmode("DL_CONV_DIRECT", 1);
+    if (direct < 0) {
         dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CONV_DIRECT=%s must be 0 (every convolution through "
                 "im2col and cuBLAS, or cuDNN) or 1 (those with under %d input or output channels per group by "
-                "direct sums; the default)", op, index, direct, DL__DNN_MIN_C);
+                "direct sums; the default)", op, index, getenv("DL_CONV_DIRECT"), DL__DNN_MIN_C);
         return NULL;
     }
     d = dl__dev_new(ctx, dl_cuda(index), &dl__cuda_backend);
@@ -4175,11 +4184,11 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     }
     memset(m, 0, sizeof *m);
 #ifdef DL_CUDNN
-    m->dnn_mode = dnn && *dnn ? dnn[0] - '0' : 1;
+    m->dnn_mode = dnn_mode;
     m->dnn_check = dl__cu_envflag("DL_CUDNN_CHECK") != NULL;
 #endif
     d->impl = m;
-    m->direct = !(direct && strcmp(direct, "0") == 0);
+    m->direct = direct != 0;
     m->ordinal = index;
     m->emulate = emu;
     m->sync_each = dl__cu_envflag("DL_CUDA_SYNC") != NULL;
