@@ -1122,7 +1122,8 @@ typedef struct dl_loss_desc {
    mean is NaN, as PyTorch. label_smoothing e gives
    (1-e) * nll + e/C * sum_c(-weight[c] log p_c) (reduced the same way).
    Stable for large logits. Probability (float) targets are not supported.
-   The weight tensor gets a gradient if it requires one (PyTorch refuses). */
+   The weight tensor gets a gradient if it requires one (PyTorch refuses).
+   On CUDA one fused op (a weight that requires grad: the composite). */
 DL_API dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d);
 /* Negative log likelihood of log-probabilities (N,C) or (N,C,d1,...);
    targets and options as dl_cross_entropy (no label_smoothing). */
@@ -3709,6 +3710,21 @@ typedef struct dl__adam_args {
     bool amsgrad, maximize;
 } dl__adam_args;
 
+/* A class-index loss (dl__backend.class_loss): lp (outer, C, inner)
+   log-probabilities (cross entropy's log_softmax of its logits: logits
+   true), targets t (outer*inner; int64 if i64, else int32), w (C) class
+   weights or NULL (ones), red a dl_reduction, e label smoothing with
+   e1 = 1 - e and eC = e / C (floats, as the composite rounds them). */
+typedef struct dl__clsargs {
+    const float *lp;
+    const void *t;
+    const float *w;
+    int64_t outer, C, inner, ignore;
+    int red;
+    float e, e1, eC;
+    bool i64, logits;
+} dl__clsargs;
+
 /* One tensor of a multi-tensor update (dl__backend.mt_apply): p (DL__MT_ZERO:
    the tensor zeroed), its gradient, its optimizer state (NULL where unused:
    s0 momentum buffer or exp_avg, s1 exp_avg_sq, s2 max_exp_avg_sq), numel,
@@ -3902,7 +3918,26 @@ struct dl__backend {
                      size_t argbytes);
     void (*mt_args)(dl__dev *d, void *cache, const void *args, size_t argbytes);
     void (*mt_free)(dl__dev *d, void *cache);
+    /* optional (NULL: an axpy per tensor): y[k] += x[k] (n[k] floats) for
+       k < nt <= DL__AXM in one launch, element for element axpy's
+       arithmetic with alpha 1: a backward's leaf gradients (no two y alike) */
+    void (*axpy_multi)(dl__dev *d, int nt, float *const *y, const float *const *x, const int64_t *n);
+    /* optional (NULL: cross entropy and nll_loss are composites of the
+       entries above): a class-index loss in one pass each way (dl__clsargs).
+       Per position j (outer*inner of them) with target c_j: v_j = c_j is not
+       ignore_index; nll_j = -v_j w[c_j] lp[j,c_j]; sm_j = -v_j sum_c w_c
+       lp[j,c]. class_loss: NONE: loss[j] = e1 nll_j + eC sm_j (nll_j when
+       e = 0); SUM: loss[0] = the same of the sums; MEAN: of the sums each
+       divided by den[0] = sum_j v_j w[c_j]; den[1] = sum_c w_c. Returns -1,
+       or as class_mask the first bad target (inside a capture: no check, a
+       bad target counts as ignored). class_loss_bwd: dx (outer, C, inner) =
+       dlp - (logits ? exp(lp) sum_c dlp : 0), dlp[j,c] = -v_j (e1 s_j w_c
+       [c = c_j] + eC s_j w_c) (e1 s_j w_c [c = c_j] when e = 0), s_j =
+       g[0]/den[0] (MEAN), g[0] (SUM), g[j] (NONE). */
+    int64_t (*class_loss)(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad);
+    void (*class_loss_bwd)(dl__dev *d, float *dx, const float *g, const float *den, const dl__clsargs *a);
 };
+#define DL__AXM 48
 
 /* the backend of a tensor's device */
 #define DL__BE(t) ((t)->dev_->be)
@@ -8867,7 +8902,9 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_conv_i2c,
     NULL, NULL,   /* convT_i2c, conv_i2c_wgrad: the CPU's backward is conv_s1 / Winograd, else im2col */
     NULL, NULL, NULL, NULL,   /* cap_*: dl.h records the CPU's calls (capture and replay) */
-    NULL, NULL, NULL          /* mt_*: the vectorized per-tensor loops are the CPU's best */
+    NULL, NULL, NULL,         /* mt_*: the vectorized per-tensor loops are the CPU's best */
+    NULL,                     /* axpy_multi: likewise */
+    NULL, NULL                /* class_loss*: composites (a dispatch is cheap on the CPU) */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9616,7 +9653,9 @@ static const dl__backend dl__cap_backend = {
     dl__rw_conv_i2c,
     NULL, NULL,   /* convT_i2c, conv_i2c_wgrad: the CPU has neither */
     NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL
+    NULL, NULL, NULL,
+    NULL,
+    NULL, NULL
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -10767,6 +10806,54 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
     return true;
 }
 
+/* A backward's leaf gradients on a device whose backend has axpy_multi
+   (CUDA's): queued, then added by one launch per DL__AXM of them (at the
+   end of the backward, or sooner: another device, a full queue, a leaf met
+   twice), instead of a launch each; the same sums. A queued gradient is held
+   (gref_) until its launch, so its memory is not handed on before. Not
+   used with create_graph, a ready hook (it reads ->grad as each completes),
+   a custom function's gradients, a leaf's first gradient (->grad made) or
+   dl__mt_off (a test's switch). */
+typedef struct dl__accq {
+    dl__dev *d;
+    int n;
+    float *y[DL__AXM];
+    const float *x[DL__AXM];
+    int64_t len[DL__AXM];
+    dl_tensor *g[DL__AXM];
+} dl__accq;
+
+static void dl__accq_flush(dl_ctx *ctx, dl__accq *q)
+{
+    int k;
+    if (!q->n) return;
+    if (ctx->prof) dl__prof_begin(ctx, q->d, "accumulate grad", false);
+    q->d->be->axpy_multi(q->d, q->n, q->y, q->x, q->len);
+    if (ctx->prof) dl__prof_end(ctx, "accumulate grad", false);
+    for (k = 0; k < q->n; k++) dl__grad_release(q->g[k]);
+    q->n = 0;
+}
+
+/* true: x->grad += g is queued (else the caller adds it now) */
+static bool dl__accq_put(dl__accq *q, dl_tensor *x, dl_tensor *g)
+{
+    int k;
+    if (!x->grad || !x->dev_->be->axpy_multi || dl__mt_off || x->ctx_->ready_fn) return false;
+    if (q->n && (q->d != x->dev_ || q->n == DL__AXM)) dl__accq_flush(x->ctx_, q);
+    for (k = 0; k < q->n; k++)
+        if (q->y[k] == (float *)x->grad->data) { dl__accq_flush(x->ctx_, q); break; }
+    if (x->ctx_->cap) dl__cap_use(x->grad);
+    q->d = x->dev_;
+    q->y[q->n] = (float *)x->grad->data;
+    q->x[q->n] = (const float *)g->data;
+    q->len[q->n] = x->numel;
+    q->g[q->n] = g;
+    q->n++;
+    g->gref_++;
+    dl__bump_version(x->grad);
+    return true;
+}
+
 /* With a ready hook: how many gradients each leaf will receive from the
    nodes this backward runs (those reachable from the top; the stamp of
    ctx->visit marks them), so that the hook fires at the last one. */
@@ -10868,6 +10955,9 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     dl_result rc = DL_OK;
     bool saved_bng;
     const char *pname;
+    dl__accq q;
+    q.n = 0;
+    q.d = NULL;
     if (!out) return DL_ERR_ARG;
     if (!dl__valid(name, "out", out)) return out->magic_ == DL__MAGIC ? out->ctx_->err : DL_ERR_ARG;
     ctx = out->ctx_;
@@ -10924,7 +11014,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         if (!g) continue;
         n->gacc = NULL;
         for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
-        if (n->released) { ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
+        if (n->released) { dl__accq_flush(ctx, &q); ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
         if (n->nin > 64) {
             gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
             if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
@@ -10978,6 +11068,8 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                         else results[k]->gref_ += 1 << 20;   /* the caller's now */
                         gj->gref_ += 1 << 20;
                     }
+            } else if (!create && !n->fn && dl__accq_put(&q, x, gj)) {
+                continue;   /* added at the queue's launch, then given back */
             } else if (!dl__acc_leaf(x, gj, create)) {
                 rc = ctx->err;
             } else {
@@ -10996,6 +11088,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         if (rc != DL_OK) break;
         if (!n->fn) dl__grad_release(g);   /* this node's gradient: every use is done */
     }
+    dl__accq_flush(ctx, &q);
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
     if (rc != DL_OK) for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
@@ -12251,7 +12344,10 @@ dl_tensor *dl_log_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_log_so
    differentiable dl.h ops, so gradients (and gradients of gradients) come
    from their rules. The non-differentiable pieces (class one-hot masks from
    integer targets, dropout masks) come from a small kernel table of their
-   own, dispatched per device like dl__K, so a GPU backend can supply them. */
+   own, dispatched per device like dl__K, so a GPU backend can supply them.
+   Batch and layer norm are fused ops; so are cross entropy and nll_loss on
+   a backend with class_loss (CUDA's: 19 launches a step fewer), each with
+   a backward written in dl.h ops for create_graph. */
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -12637,22 +12733,171 @@ static dl_tensor *dl__nn_reduce(dl_tensor *t, dl_reduction r)
     return dl_mean(t, DL_ALL, false);
 }
 
-/* nll of log-probabilities lp (N,C,*) (or (C)) with optional label smoothing:
+/* A bad class-index target's error (bad_i: its flat index, bad_v: its value) */
+static void dl__cls_bad(const char *op, dl_tensor *x, dl_tensor *target, int64_t bad_i, int64_t bad_v,
+                        int64_t ignore)
+{
+    int64_t C = x->shape[1];
+    dl__err(x->ctx_, DL_ERR_ARG, "%s: target %s holds %lld at flat index %lld: class indices must "
+            "be in [0, %lld) (C = %lld, dim 1 of the input %s) or equal ignore_index %lld", op,
+            dl__sh(target), (long long)bad_v, (long long)bad_i, (long long)C, (long long)C,
+            dl__sh(x), (long long)ignore);
+}
+
+/* onehot (x's shape) and valid (target's) of the targets, no history; false
+   (error recorded) on a bad target where check */
+static bool dl__cls_masks(const char *op, dl_tensor *x, dl_tensor *target, int64_t ignore, bool check,
+                          dl_tensor **onehot, dl_tensor **valid)
+{
+    int64_t bad_i, bad_v = 0;
+    *onehot = dl__like(op, x);
+    *valid = dl__make(x->dev_, op, DL_DTYPE_F32, target->ndim, target->shape, false, NULL);
+    if (!*onehot || !*valid) return false;
+    bad_i = DL__BE(x)->class_mask(x->dev_, (float *)(*onehot)->data, (float *)(*valid)->data, target->data,
+                                  target->dtype == DL_DTYPE_I64, x->shape[0], x->shape[1],
+                                  dl__prod(x->shape + 2, x->ndim - 2), ignore, &bad_v);
+    if (check && bad_i >= 0) {
+        dl__cls_bad(op, x, target, bad_i, bad_v, ignore);
+        return false;
+    }
+    return true;
+}
+
+/* The fused class-index loss (dl__backend.class_loss: CUDA's). Node: in =
+   (x, target, weight), x the logits (cross entropy, i[1] = 1) or the
+   log-probabilities (nll_loss); saved = (lp: x's log_softmax, or x; den:
+   the mean's denominator and the weights' sum); i[0] reduction, i[2]
+   ignore_index, i[3] x's version; f[0] label smoothing. dl__cls_off: the
+   composites everywhere (a test's switch). */
+static bool dl__cls_off;
+
+static void dl__cls_args(dl__clsargs *a, dl_tensor *x, dl_tensor *lp, dl_tensor *target, dl_tensor *w,
+                         int red, int64_t ignore, float e, bool logits)
+{
+    a->lp = (const float *)lp->data;
+    a->t = target->data;
+    a->w = w ? (const float *)w->data : NULL;
+    a->outer = x->shape[0];
+    a->C = x->shape[1];
+    a->inner = dl__prod(x->shape + 2, x->ndim - 2);
+    a->ignore = ignore;
+    a->red = red;
+    a->e = e;
+    a->e1 = 1.0f - e;
+    a->eC = e / (float)a->C;
+    a->i64 = target->dtype == DL_DTYPE_I64;
+    a->logits = logits;
+}
+
+/* under create_graph, with dl.h ops: dlp = -(e1 ow + eC valid w) s, s the
+   scaled g; dx = dlp - exp(lp) sum_c dlp with lp recomputed from the logits */
+static dl_result dl__cls_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    const char *op = n->op->name;
+    dl_tensor *x = n->in[0], *t = n->in[1], *w = n->in[2], *onehot, *valid, *m, *s, *dlp;
+    int red = (int)n->i[0];
+    float e = n->f[0];
+    if (n->i[1] && *dl__ver(x) != (uint32_t)n->i[3]) {
+        dl__err(x->ctx_, DL_ERR_GRAPH, "%s: the logits %s were modified by an inplace operation after "
+                "the forward (version %u, expected %u); a second-order backward recomputes their "
+                "log_softmax: write into a dl_copy() of them", op, dl__sh(x), (unsigned)*dl__ver(x),
+                (unsigned)n->i[3]);
+        return DL_ERR_GRAPH;
+    }
+    if (!dl__cls_masks(op, x, t, n->i[2], false, &onehot, &valid)) return x->ctx_->err;
+    if (w) w = dl__nn_chan(w, x->ndim);
+    m = w ? dl_mul(onehot, w) : onehot;
+    s = red == DL_REDUCTION_MEAN ? dl_div(g, dl_sum(m, DL_ALL, false))
+        : red == DL_REDUCTION_NONE ? dl_unsqueeze(g, 1) : g;
+    if (e != 0.0f) {
+        dl_tensor *v = dl_unsqueeze(valid, 1);
+        m = dl_add(dl_mul_scalar(m, 1.0f - e), dl_mul_scalar(w ? dl_mul(v, w) : v, e / (float)x->shape[1]));
+    }
+    dlp = dl_neg(dl_mul(m, s));
+    if (n->i[1])
+        dlp = dl_sub(dlp, dl_mul(dl_exp(dl_log_softmax(x, 1)), dl_sum(dlp, dl__dims1(1), true)));
+    gin[0] = dlp;
+    return dlp ? DL_OK : x->ctx_->err;
+}
+
+static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = n->in[0], *dx;
+    dl__clsargs a;
+    if (!dl__need(n, 0)) return DL_OK;
+    if (dl__grad_on(x->ctx_)) return dl__cls_bwd_graph(n, g, gin);
+    if (!(dx = dl__like(n->op->name, x))) return DL_ERR_OOM;
+    dl__cls_args(&a, x, n->saved[0], n->in[1], n->in[2], (int)n->i[0], n->i[2], n->f[0], n->i[1] != 0);
+    if (dx->numel)
+        DL__BE(x)->class_loss_bwd(x->dev_, (float *)dx->data, (const float *)g->data,
+                                  (const float *)n->saved[1]->data, &a);
+    gin[0] = dl__check(dx, n->op->name);
+    return dl__dev_check(x->dev_, n->op->name);
+}
+/* reads: the target and the weight (the logits: only through lp, saved) */
+static const dl__op dl__op_ce = {"dl_cross_entropy", dl__cls_bwd, 6, 0};
+static const dl__op dl__op_nll = {"dl_nll_loss", dl__cls_bwd, 6, 0};
+
+static dl_tensor *dl__cls_fused(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *w,
+                                const dl_loss_desc *d, int64_t ignore, bool logits)
+{
+    dl_tensor *lp = x, *loss, *den, *in[3];
+    int64_t two = 2, bad_i, bad_v = 0;
+    dl__clsargs a;
+    dl__node *n;
+    if (logits) {
+        if (!(lp = dl__like(op, x))) return NULL;
+        if (x->numel)
+            DL__BE(x)->softmax(x->dev_, true, (float *)lp->data, (const float *)x->data, x->shape[0],
+                               x->shape[1], dl__prod(x->shape + 2, x->ndim - 2));
+    }
+    loss = d->reduction == DL_REDUCTION_NONE
+               ? dl__make(x->dev_, op, DL_DTYPE_F32, target->ndim, target->shape, false, NULL)
+               : dl__make(x->dev_, op, DL_DTYPE_F32, 0, NULL, false, NULL);
+    den = dl__make(x->dev_, op, DL_DTYPE_F32, 1, &two, false, NULL);
+    if (!loss || !den) return NULL;
+    dl__cls_args(&a, x, lp, target, w, (int)d->reduction, ignore, d->label_smoothing, logits);
+    bad_i = DL__BE(x)->class_loss(x->dev_, (float *)loss->data, (float *)den->data, &a, &bad_v);
+    if (bad_i >= 0) {
+        dl__cls_bad(op, x, target, bad_i, bad_v, ignore);
+        return NULL;
+    }
+    in[0] = x;
+    in[1] = target;
+    in[2] = w;
+    if (dl__record(loss, logits ? &dl__op_ce : &dl__op_nll, 3, in, &n) < 0) return NULL;
+    if (n) {
+        n->saved[0] = lp;
+        n->saved[1] = den;
+        n->nsaved = 2;
+        n->i[0] = (int64_t)d->reduction;
+        n->i[1] = logits;
+        n->i[2] = ignore;
+        n->i[3] = (int64_t)*dl__ver(x);
+        n->f[0] = d->label_smoothing;
+    }
+    return dl__check(loss, op);
+}
+
+/* nll of log-probabilities lp (N,C,*) (or (C)) with optional label smoothing
+   (x: lp, or with logits the logits, whose log_softmax over dim 1 is lp):
    onehot/valid masks from the targets (no history), then
      nll_i    = -sum_c onehot w_c lp          (w_c = 1 without weights)
      smooth_i = -valid_i sum_c w_c lp
      mean: sum(.) / sum(onehot w)             sum: sum(.)    none: per sample
-     loss = (1-e) nll + e/C smooth. */
-static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *lp, dl_tensor *target,
-                                    const dl_loss_desc *d, bool smoothing_allowed)
+     loss = (1-e) nll + e/C smooth.
+   Where the backend has class_loss (and the weight needs no gradient), that
+   in one fused op (dl__cls_fused) instead of these ops. */
+static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *target,
+                                    const dl_loss_desc *d, bool smoothing_allowed, bool logits)
 {
-    dl_ctx *ctx = lp->ctx_;
-    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss;
-    int64_t C, outer, inner, bad_i, bad_v = 0, ignore;
+    dl_ctx *ctx = x->ctx_;
+    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss, *lp;
+    int64_t ignore;
     float e = d->label_smoothing;
     int i;
     bool scalar = false;
-    if (!dl__live(op, "target", target) || !dl__pair(op, lp, target)) return NULL;
+    if (!dl__live(op, "target", target) || !dl__pair(op, x, target)) return NULL;
     if (!dl__loss_desc_ok(op, ctx, d, DL__LF_IGNORE | DL__LF_WEIGHT | (smoothing_allowed ? DL__LF_SMOOTH : 0)))
         return NULL;
     ignore = d->has_ignore_index ? d->ignore_index : -100;
@@ -12666,57 +12911,48 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *lp, dl_tensor *ta
         dl__err(ctx, DL_ERR_ARG, "%s: label_smoothing=%g must be in [0, 1]", op, (double)e);
         return NULL;
     }
-    if (lp->ndim == 1 && target->ndim == 0) {   /* one sample: (C) and a 0-d target */
+    if (x->ndim == 1 && target->ndim == 0) {   /* one sample: (C) and a 0-d target */
         scalar = true;
-        lp = dl_unsqueeze(lp, 0);
+        x = dl_unsqueeze(x, 0);
         target = dl_unsqueeze(target, 0);
-        if (!lp || !target) return NULL;
+        if (!x || !target) return NULL;
     }
-    if (lp->ndim < 2) {
+    if (x->ndim < 2) {
         dl__err(ctx, DL_ERR_SHAPE, "%s: input %s must be (N,C) or (N,C,d1,...) (or (C) with a "
-                "0-d target)", op, dl__sh(lp));
+                "0-d target)", op, dl__sh(x));
         return NULL;
     }
     {
-        bool ok = target->ndim == lp->ndim - 1 && target->shape[0] == lp->shape[0];
-        for (i = 1; ok && i < target->ndim; i++) ok = target->shape[i] == lp->shape[i + 1];
+        bool ok = target->ndim == x->ndim - 1 && target->shape[0] == x->shape[0];
+        for (i = 1; ok && i < target->ndim; i++) ok = target->shape[i] == x->shape[i + 1];
         if (!ok) {
             dl__err(ctx, DL_ERR_SHAPE, "%s: target %s must be the input %s without its class dim 1 "
-                    "((N,C,d1,...) -> (N,d1,...))", op, dl__sh(target), dl__sh(lp));
+                    "((N,C,d1,...) -> (N,d1,...))", op, dl__sh(target), dl__sh(x));
             return NULL;
         }
     }
-    C = lp->shape[1];
-    outer = lp->shape[0];
-    inner = dl__prod(lp->shape + 2, lp->ndim - 2);
     if (d->weight) {
-        dl_shape cs = dl__dims1(C);
-        if (!dl__nn_param(op, "weight", d->weight, lp, &cs, "one weight per class, dim 1")) return NULL;
-        w = dl__nn_chan(d->weight, lp->ndim);
-        if (!w) return NULL;
+        dl_shape cs = dl__dims1(x->shape[1]);
+        if (!dl__nn_param(op, "weight", d->weight, x, &cs, "one weight per class, dim 1")) return NULL;
     }
-    onehot = dl__like(op, lp);
-    valid = dl__make(lp->dev_, op, DL_DTYPE_F32, target->ndim, target->shape, false, NULL);
-    if (!onehot || !valid) return NULL;
-    bad_i = DL__BE(lp)->class_mask(lp->dev_, (float *)onehot->data, (float *)valid->data, target->data,
-                                    target->dtype == DL_DTYPE_I64, outer, C, inner, ignore, &bad_v);
-    if (bad_i >= 0) {
-        dl__err(ctx, DL_ERR_ARG, "%s: target %s holds %lld at flat index %lld: class indices must "
-                "be in [0, %lld) (C = %lld, dim 1 of the input %s) or equal ignore_index %lld", op,
-                dl__sh(target), (long long)bad_v, (long long)bad_i, (long long)C, (long long)C,
-                dl__sh(lp), (long long)ignore);
-        return NULL;
-    }
-    ow = w ? dl_mul(onehot, w) : onehot;
-    nll = dl_neg(dl_sum(dl_mul(ow, lp), dl__dims1(1), false));
-    if (d->reduction == DL_REDUCTION_MEAN) den = dl_sum(ow, DL_ALL, false);
-    if (d->reduction == DL_REDUCTION_MEAN) loss = dl_div(dl_sum(nll, DL_ALL, false), den);
-    else loss = dl__nn_reduce(nll, d->reduction);
-    if (e > 0.0f) {
-        dl_tensor *sm = dl_mul(dl_neg(dl_sum(w ? dl_mul(lp, w) : lp, dl__dims1(1), false)), valid);
-        if (d->reduction == DL_REDUCTION_MEAN) sm = dl_div(dl_sum(sm, DL_ALL, false), den);
-        else sm = dl__nn_reduce(sm, d->reduction);
-        loss = dl_add(dl_mul_scalar(loss, 1.0f - e), dl_mul_scalar(sm, e / (float)C));
+    if (DL__BE(x)->class_loss && !dl__cls_off && !(d->weight && d->weight->requires_grad)) {
+        loss = dl__cls_fused(op, x, target, d->weight, d, ignore, logits);
+    } else {
+        lp = logits ? dl_log_softmax(x, 1) : x;
+        if (!lp) return NULL;
+        if (d->weight && !(w = dl__nn_chan(d->weight, lp->ndim))) return NULL;
+        if (!dl__cls_masks(op, lp, target, ignore, true, &onehot, &valid)) return NULL;
+        ow = w ? dl_mul(onehot, w) : onehot;
+        nll = dl_neg(dl_sum(dl_mul(ow, lp), dl__dims1(1), false));
+        if (d->reduction == DL_REDUCTION_MEAN) den = dl_sum(ow, DL_ALL, false);
+        if (d->reduction == DL_REDUCTION_MEAN) loss = dl_div(dl_sum(nll, DL_ALL, false), den);
+        else loss = dl__nn_reduce(nll, d->reduction);
+        if (e > 0.0f) {
+            dl_tensor *sm = dl_mul(dl_neg(dl_sum(w ? dl_mul(lp, w) : lp, dl__dims1(1), false)), valid);
+            if (d->reduction == DL_REDUCTION_MEAN) sm = dl_div(dl_sum(sm, DL_ALL, false), den);
+            else sm = dl__nn_reduce(sm, d->reduction);
+            loss = dl_add(dl_mul_scalar(loss, 1.0f - e), dl_mul_scalar(sm, e / (float)lp->shape[1]));
+        }
     }
     if (scalar && loss && d->reduction == DL_REDUCTION_NONE) loss = dl_squeeze(loss, 0);
     return loss;
@@ -12729,14 +12965,13 @@ dl_tensor *dl_nll_loss(dl_tensor *log_probs, dl_tensor *target, const dl_loss_de
     if (!log_probs || !target) return NULL;
     if (!dl__live("dl_nll_loss", "log_probs", log_probs) || !dl__f32("dl_nll_loss", "log_probs", log_probs))
         return NULL;
-    return dl__end(log_probs->ctx_, dl__nn_class_loss("dl_nll_loss", log_probs, target, d ? d : &dl__loss_defaults, false),
-                   "dl_nll_loss");
+    return dl__end(log_probs->ctx_, dl__nn_class_loss("dl_nll_loss", log_probs, target, d ? d : &dl__loss_defaults,
+                                                      false, false), "dl_nll_loss");
 }
 
 dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target, const dl_loss_desc *d)
 {
     static const char *op = "dl_cross_entropy";
-    dl_tensor *lp;
     if (!logits || !target) return NULL;
     if (!dl__live(op, "logits", logits) || !dl__f32(op, "logits", logits)) return NULL;
     if (!dl__live(op, "target", target)) return NULL;
@@ -12745,9 +12980,7 @@ dl_tensor *dl_cross_entropy(dl_tensor *logits, dl_tensor *target, const dl_loss_
                 dl__sh(logits));
         return NULL;
     }
-    lp = dl_log_softmax(logits, logits->ndim == 1 ? 0 : 1);
-    if (!lp) return NULL;
-    return dl__end(logits->ctx_, dl__nn_class_loss(op, lp, target, d ? d : &dl__loss_defaults, true), op);
+    return dl__end(logits->ctx_, dl__nn_class_loss(op, logits, target, d ? d : &dl__loss_defaults, true, true), op);
 }
 
 /* input and target: same shape, float32, same context and device; the desc

@@ -29,15 +29,17 @@
    13,735 passed, 1 failed (test_resnet18's tightest bound, 1.0e-4 against
    9.5e-5); the convolution tests with every convolution through cuDNN
    5,375 passed, 1 failed (the same); figures in
-   docs/cuda.md. Copies between two GPUs have run emulated only; so have the
-   direct sums of few-channel convolutions (dl__cu_direct), written after.
+   docs/cuda.md. Copies between two GPUs have run emulated only; so have
+   what was written after: the direct sums of few-channel convolutions
+   (dl__cu_direct), the fused class-index losses (dl__cu_class_loss) and
+   the one-launch gradient accumulation (dl__cu_axpy_multi).
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
        copy is queued on that stream; the host waits only where a value comes
        back: download (dl_read, dl_item, ...), sync (dl_sync), nonfinite
-       (anomaly mode), class_mask (cross entropy's target check) and sumsq
-       (gradient clipping).
+       (anomaly mode), class_loss and class_mask (cross entropy's target
+       check; skipped inside a capture) and sumsq (gradient clipping).
      - Memory: a caching allocator per device. Blocks are rounded to size
        classes (four per power of two, at least 512 bytes), come from
        cudaMalloc once and go back to a free list on free; a later request of
@@ -86,6 +88,11 @@
        memory, each element found by bisection of the offsets, then the
        per-tensor kernel's arithmetic (dl__cu_sgd_at, dl__cu_adam_at): the
        same bits.
+     - Fewer launches (docs/cuda.md, "Launches"): cross entropy and
+       nll_loss are one op (class_loss: the loss in two launches, T partial
+       sums then one thread; the backward one launch with the row's sum in
+       closed form); a backward's leaf gradients are added by one launch per
+       48 (axpy_multi: the table in the launch's arguments).
      - Determinism: no atomics whose order changes results (the only atomic
        is an atomicMin on an index: order-independent). Reductions use a
        fixed block size and a fixed tree, col2im and the average-pooling
@@ -1443,6 +1450,44 @@ static void dl__cu_axpy(dl__dev *d, float *y, const float *x, int64_t n, float a
     dl__cu_run<int64_t>(d, "axpy", n, f);
 }
 
+/* y[k][j] += x[k][j] over the tensors' concatenated elements, k found by
+   bisection of the offsets; the table travels in the launch's arguments
+   (about 1.2 KB: no copy to the device, nothing to keep for a graph) */
+struct dl__cuf_axm {
+    float *y[DL__AXM]; const float *x[DL__AXM]; int64_t off[DL__AXM + 1]; int nt;
+    DL__HD void operator()(int64_t i) const
+    {
+        int lo = 0, hi = nt - 1;
+        int64_t j;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (off[mid] <= i) lo = mid;
+            else hi = mid - 1;
+        }
+        j = i - off[lo];
+        y[lo][j] = dl__cu_fadd(y[lo][j], x[lo][j]);   /* axpy with alpha 1 */
+    }
+};
+
+static void dl__cu_axpy_multi(dl__dev *d, int nt, float *const *y, const float *const *x, const int64_t *n)
+{
+    dl__cuf_axm f;
+    int k, m = 0;
+    dl__cu_enter(d);
+    f.off[0] = 0;
+    for (k = 0; k < nt && k < DL__AXM; k++) {
+        float *yk = y[k];
+        const float *xk = x[k];
+        if (n[k] <= 0) continue;
+        f.y[m] = DL__CUP(d, yk);
+        f.x[m] = DL__CUP(d, xk);
+        f.off[m + 1] = f.off[m] + n[k];
+        m++;
+    }
+    f.nt = m;
+    if (m) dl__cu_run<int64_t>(d, "axpy (multi-tensor)", f.off[m], f);
+}
+
 struct dl__cuf_scale {
     float *x; float s;
     DL__HD void operator()(int64_t i) const { x[i] = dl__cu_fmul(x[i], s); }
@@ -1758,13 +1803,31 @@ struct dl__cuf_cm_onehot {
     }
 };
 
+/* after a kernel that wrote the first bad target's index to m->dres (or
+   ~0): -1, or that index with the target's value in *bad (waits) */
+static int64_t dl__cu_bad_target(dl__dev *d, const int64_t *t64, const int32_t *t32, int64_t *bad, const char *what)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    unsigned long long r;
+    if (!dl__cu_get(d, m->hres, m->dres, sizeof r, what)) return -1;
+    memcpy(&r, m->hres, sizeof r);
+    if (r == ~0ull) return -1;
+    if (t64) {
+        if (!dl__cu_get(d, bad, t64 + r, sizeof(int64_t), what)) return -1;
+    } else {
+        int32_t v = 0;
+        if (!dl__cu_get(d, &v, t32 + r, sizeof v, what)) return -1;
+        *bad = v;
+    }
+    return (int64_t)r;
+}
+
 static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const void *target, bool i64,
                                  int64_t outer, int64_t C, int64_t inner, int64_t ignore_index, int64_t *bad)
 {
     dl__cuimpl *m = dl__cu_enter(d);
     dl__cuf_cm_valid fv;
     dl__cuf_cm_onehot fo;
-    unsigned long long r = ~0ull;
     const int64_t *t64 = i64 ? (const int64_t *)DL__CUP(d, target) : NULL;
     const int32_t *t32 = i64 ? NULL : (const int32_t *)DL__CUP(d, target);
     if (outer <= 0 || inner <= 0) return -1;
@@ -1772,7 +1835,7 @@ static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const 
        inside a capture the check is skipped (no result slot to reset, none
        written), and a target out of range counts as ignore_index (valid 0,
        a zero one-hot row) */
-    if (!m->cap) dl__cu_memset(d, m->dres, 0xff, sizeof r);
+    if (!m->cap) dl__cu_memset(d, m->dres, 0xff, sizeof(unsigned long long));
     fv.valid = DL__CUP(d, valid); fv.t64 = t64; fv.t32 = t32; fv.C = C; fv.ignore = ignore_index;
     fv.res = m->cap ? NULL : (unsigned long long *)m->dres;
     if (C > 0) {
@@ -1782,17 +1845,162 @@ static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const 
         dl__cu_run<int64_t>(d, "class_mask", outer * inner, fv);
     }
     if (m->cap) return -1;
-    if (!dl__cu_get(d, m->hres, m->dres, sizeof r, "class_mask")) return -1;
-    memcpy(&r, m->hres, sizeof r);
-    if (r == ~0ull) return -1;
-    if (i64) {
-        if (!dl__cu_get(d, bad, t64 + r, sizeof(int64_t), "class_mask")) return -1;
-    } else {
-        int32_t v = 0;
-        if (!dl__cu_get(d, &v, t32 + r, sizeof v, "class_mask")) return -1;
-        *bad = v;
+    return dl__cu_bad_target(d, t64, t32, bad, "class_mask");
+}
+
+/* ---- class-index losses in one pass each way (dl__backend.class_loss) ----
+   Forward: T partial sums, thread t over the positions t, t+T, ... (nll,
+   smoothing and the mean's weights in double, and its first bad target),
+   then one thread adds them in order and writes the loss: two launches,
+   the same order on every GPU and emulated. T depends on the size only. */
+static int64_t dl__cu_cls_T(int64_t P) { return P <= 256 ? P : P / 64 < 256 ? 256 : P / 64 > 2048 ? 2048 : P / 64; }
+
+static DL__HD inline int64_t dl__cu_cls_target(const dl__clsargs &a, int64_t j)
+{
+    return a.i64 ? ((const int64_t *)a.t)[j] : (int64_t)((const int32_t *)a.t)[j];
+}
+
+struct dl__cuf_clspart {
+    dl__clsargs a; float *loss; double *part; unsigned long long *first; int64_t P, T;
+    DL__HD void operator()(int64_t t) const
+    {
+        double sn = 0.0, ss = 0.0, sd = 0.0;
+        unsigned long long bad = ~0ull;
+        int64_t j, k;
+        for (j = t; j < P; j += T) {
+            int64_t o = j / a.inner, i = j - o * a.inner, c = dl__cu_cls_target(a, j);
+            const float *row = a.lp + o * a.C * a.inner + i;
+            float nll = 0.0f, sm = 0.0f;
+            bool v = c != a.ignore;
+            if (v && (c < 0 || c >= a.C)) {
+                if (bad == ~0ull) bad = (unsigned long long)j;
+                v = false;
+            }
+            if (v) {
+                float wc = a.w ? a.w[c] : 1.0f;
+                nll = -dl__cu_fmul(wc, row[c * a.inner]);
+                sd += (double)wc;
+                if (a.e != 0.0f) {
+                    double r = 0.0;
+                    for (k = 0; k < a.C; k++) r += (double)(a.w ? dl__cu_fmul(a.w[k], row[k * a.inner]) : row[k * a.inner]);
+                    sm = -(float)r;
+                }
+            }
+            if (a.red == DL_REDUCTION_NONE)
+                loss[j] = a.e != 0.0f ? dl__cu_fadd(dl__cu_fmul(a.e1, nll), dl__cu_fmul(a.eC, sm)) : nll;
+            sn += (double)nll;
+            ss += (double)sm;
+        }
+        part[3 * t] = sn;
+        part[3 * t + 1] = ss;
+        part[3 * t + 2] = sd;
+        first[t] = bad;
     }
-    return (int64_t)r;
+};
+
+struct dl__cuf_clsfin {
+    dl__clsargs a; float *loss, *den; const double *part; const unsigned long long *first;
+    unsigned long long *res; int64_t T;
+    DL__HD void operator()(int64_t) const
+    {
+        double sn = 0.0, ss = 0.0, sd = 0.0, sw = 0.0;
+        unsigned long long bad = ~0ull;
+        float fn, fs;
+        int64_t t;
+        for (t = 0; t < T; t++) {
+            sn += part[3 * t];
+            ss += part[3 * t + 1];
+            sd += part[3 * t + 2];
+            if (first[t] < bad) bad = first[t];
+        }
+        if (res) *res = bad;
+        if (a.e != 0.0f && a.w)
+            for (t = 0; t < a.C; t++) sw += (double)a.w[t];
+        else sw = (double)a.C;
+        den[0] = (float)sd;
+        den[1] = (float)sw;
+        if (a.red == DL_REDUCTION_NONE) return;
+        fn = (float)sn;
+        fs = (float)ss;
+        if (a.red == DL_REDUCTION_MEAN) {
+            fn = dl__cu_fdiv(fn, den[0]);
+            fs = dl__cu_fdiv(fs, den[0]);
+        }
+        loss[0] = a.e != 0.0f ? dl__cu_fadd(dl__cu_fmul(a.e1, fn), dl__cu_fmul(a.eC, fs)) : fn;
+    }
+};
+
+/* Backward: a thread per element of dx, the row's sum of dlp in closed form */
+struct dl__cuf_clsbwd {
+    dl__clsargs a; float *dx; const float *g, *den;
+    DL__HD void operator()(int64_t el) const
+    {
+        int64_t q = el / a.inner, i = el - q * a.inner, c = q % a.C, o = q / a.C;
+        int64_t j = o * a.inner + i, ct = dl__cu_cls_target(a, j);
+        bool v = ct != a.ignore && ct >= 0 && ct < a.C;
+        float s = a.red == DL_REDUCTION_NONE ? g[j] : a.red == DL_REDUCTION_MEAN ? dl__cu_fdiv(g[0], den[0]) : g[0];
+        float s1 = a.e != 0.0f ? dl__cu_fmul(a.e1, s) : s, s2 = dl__cu_fmul(a.eC, s), r = 0.0f;
+        if (v) {
+            float wc = a.w ? a.w[c] : 1.0f;
+            r = c == ct ? dl__cu_fmul(s1, wc) : 0.0f;
+            if (a.e != 0.0f) r = dl__cu_fadd(r, dl__cu_fmul(s2, wc));
+        }
+        r = -r;
+        if (a.logits) {
+            float S = 0.0f;
+            if (v) {
+                S = dl__cu_fmul(s1, a.w ? a.w[ct] : 1.0f);
+                if (a.e != 0.0f) S = dl__cu_fadd(S, dl__cu_fmul(s2, den[1]));
+                S = -S;
+            }
+            r = dl__cu_fsub(r, dl__cu_fmul(expf(a.lp[el]), S));
+        }
+        dx[el] = r;
+    }
+};
+
+/* a's pointers as the device's */
+static dl__clsargs dl__cu_cls_dev(dl__dev *d, const dl__clsargs *a)
+{
+    dl__clsargs r = *a;
+    r.lp = DL__CUP(d, a->lp);
+    r.t = DL__CUP(d, a->t);
+    r.w = a->w ? DL__CUP(d, a->w) : NULL;
+    return r;
+}
+
+static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    int64_t P = a->outer * a->inner, T = dl__cu_cls_T(P);
+    dl__cuf_clspart fp;
+    dl__cuf_clsfin ff;
+    double *part = NULL;
+    fp.a = ff.a = dl__cu_cls_dev(d, a);
+    if (T > 0) {
+        part = (double *)dl__cu_scratch(d, (sizeof(double) * 3 + sizeof(unsigned long long)) * (size_t)T);
+        if (!part) return -1;
+        fp.loss = DL__CUP(d, loss); fp.part = part; fp.first = (unsigned long long *)(part + 3 * T);
+        fp.P = P; fp.T = T;
+        dl__cu_run<int64_t>(d, "class loss (partials)", T, fp);
+    }
+    ff.loss = DL__CUP(d, loss); ff.den = DL__CUP(d, den); ff.part = part;
+    ff.first = part ? (const unsigned long long *)(part + 3 * T) : NULL;
+    ff.res = m->cap ? NULL : (unsigned long long *)m->dres;   /* a graph cannot stop for a bad target */
+    ff.T = T;
+    dl__cu_run<int64_t>(d, "class loss", 1, ff);
+    if (m->cap) return -1;
+    return dl__cu_bad_target(d, a->i64 ? (const int64_t *)fp.a.t : NULL, a->i64 ? NULL : (const int32_t *)fp.a.t,
+                             bad, "class loss");
+}
+
+static void dl__cu_class_loss_bwd(dl__dev *d, float *dx, const float *g, const float *den, const dl__clsargs *a)
+{
+    dl__cuf_clsbwd f;
+    dl__cu_enter(d);
+    f.a = dl__cu_cls_dev(d, a);
+    f.dx = DL__CUP(d, dx); f.g = DL__CUP(d, g); f.den = DL__CUP(d, den);
+    dl__cu_run<int64_t>(d, "class loss backward", a->outer * a->C * a->inner, f);
 }
 
 struct dl__cuf_dropout {
@@ -4064,7 +4272,9 @@ static const dl__backend dl__cuda_backend = {
     NULL, NULL,   /* conv_wg, conv_wg_wgrad: so is Winograd here (cuBLAS on im2col instead) */
     dl__cu_conv_i2c, dl__cu_convT_i2c, dl__cu_conv_i2c_wgrad,
     dl__cu_cap_begin, dl__cu_cap_end, dl__cu_cap_launch, dl__cu_cap_free,
-    dl__cu_mt_apply, dl__cu_mt_args, dl__cu_mt_free
+    dl__cu_mt_apply, dl__cu_mt_args, dl__cu_mt_free,
+    dl__cu_axpy_multi,
+    dl__cu_class_loss, dl__cu_class_loss_bwd
 };
 
 static int dl__cuda_count(void)

@@ -122,6 +122,45 @@ static dl_tensor *o_convT_1x1(dl_tensor **i) { return dl_conv_transpose2d(i[0], 
 static dl_tensor *o_conv1d_1x1(dl_tensor **i) { return dl_conv1d(i[0], i[1], i[2], NULL); }
 static dl_tensor *o_conv1d_p1(dl_tensor **i) { dl_conv_desc d = dl_conv_desc_make(1, 1, 1, 1); return dl_conv1d(i[0], i[1], i[2], &d); }
 
+/* class-index losses through CUDA's fused op (the weight detached: a weight
+   with a gradient takes the composite), targets in [0, 5) */
+/* a loss desc with weight |w| + 0.2 (w detached) or none */
+static dl_loss_desc ce_desc(dl_tensor *w)
+{
+    dl_loss_desc d;
+    memset(&d, 0, sizeof d);
+    if (w) d.weight = dl_add_scalar(dl_abs(dl_detach(w)), 0.2f);
+    return d;
+}
+static dl_tensor *o_ce_nd(dl_tensor **i)
+{
+    dl_loss_desc d = ce_desc(i[2]);
+    d.label_smoothing = 0.2f;
+    d.has_ignore_index = true;
+    d.ignore_index = 3;
+    d.reduction = DL_REDUCTION_NONE;
+    return dl_cross_entropy(i[0], i[1], &d);
+}
+static dl_tensor *o_ce_w_mean(dl_tensor **i)
+{
+    dl_loss_desc d = ce_desc(i[2]);
+    d.has_ignore_index = true;
+    d.ignore_index = 1;
+    return dl_cross_entropy(i[0], i[1], &d);
+}
+static dl_tensor *o_ce_sum_ls(dl_tensor **i)
+{
+    dl_loss_desc d = ce_desc(NULL);
+    d.label_smoothing = 0.1f;
+    d.reduction = DL_REDUCTION_SUM;
+    return dl_cross_entropy(i[0], i[1], &d);
+}
+static dl_tensor *o_nll_nd_w(dl_tensor **i)
+{
+    dl_loss_desc d = ce_desc(i[2]);
+    return dl_nll_loss(dl_log_softmax(i[0], 1), i[1], &d);
+}
+
 #define BIG(nm, fn, nin, kind, ...) {nm, fn, nin, {__VA_ARGS__}, kind, false}
 static const opcase g_big[] = {
     BIG("sum rows, multi-pass", o_sum_long, 1, 0, S(3, 40000)),
@@ -167,6 +206,10 @@ static const opcase g_big[] = {
     BIG("linear + relu MLP", o_relu_mlp, 3, 0, S(256, 784), S(256, 784), S(256)),
     BIG("broadcast 3 operands", o_bcast3, 3, 0, S(5, 1, 7, 3), S(4, 1, 3), S(7, 1)),
     BIG("cross_entropy batch 256", o_ce, 2, 2, S(256, 10), S(256)),
+    BIG("cross_entropy N-d weight ls ignore", o_ce_nd, 3, 2, S(8, 5, 6, 7), S(8, 6, 7), S(5)),
+    BIG("cross_entropy weight mean 300", o_ce_w_mean, 3, 2, S(300, 5), S(300), S(5)),
+    BIG("cross_entropy sum ls 20000", o_ce_sum_ls, 2, 2, S(20000, 5), S(20000)),
+    BIG("nll_loss N-d weight", o_nll_nd_w, 3, 2, S(4, 5, 3, 3), S(4, 3, 3), S(5)),
     BIG("dropout 256x1000", o_dropout, 1, 0, S(256, 1000)),
 };
 
@@ -888,6 +931,141 @@ static bool mt_run(dl_device dev, int kind, const dl_sgd_desc *sd, const dl_adam
     return ok;
 }
 
+/* A backward's leaf gradients (dl__backend.axpy_multi): ACC_N leaves of
+   sizes 1..9, every fifth on dev2, p[0] used twice in the loss and p[1]
+   twice through a shared subexpression; three backwards without zero_grad,
+   so the second and third add into existing gradients (the queued path).
+   grads: their bytes after. n_acc (a capture's list on an emulated dev:
+   its launches) counts the third backward's work when not NULL. */
+#define ACC_N 60
+static bool acc_run(dl_device dev, dl_device dev2, float *out, size_t cap, size_t *len, size_t *n_acc)
+{
+    dl_tensor *p[ACC_N];
+    size_t n = 0;
+    int i, r;
+    bool ok = true;
+    for (i = 0; i < ACC_N; i++) {
+        dl_set_device(C, i % 5 == 4 ? dev2 : dev);
+        p[i] = dl_param(mt_grad(i % 9 + 1, 100 + i));
+    }
+    for (r = 0; r < 3 && ok; r++) {
+        dl_capture *cap = NULL;
+        dl_tensor *l, *g[ACC_N];
+        for (i = 1; i < ACC_N; i++) {   /* (uploads: before a capture) */
+            dl_set_device(C, p[i]->device);
+            g[i] = dl_keep(mt_grad(i % 9 + 1, 10 * r + i));
+        }
+        if (r == 2 && n_acc) cap = dl_capture_begin(C);
+        dl_set_device(C, dev);
+        l = dl_sum(dl_mul(p[0], p[0]), DL_ALL, false);
+        for (i = 1; i < ACC_N; i++) {
+            dl_tensor *t;
+            dl_set_device(C, p[i]->device);
+            t = dl_mul(p[i], g[i]);
+            if (i == 1) t = dl_add(t, dl_mul_scalar(t, 0.5f));
+            l = dl_add(l, dl_to(dl_sum(t, DL_ALL, false), dev));
+        }
+        if (cap) {
+            dl__cucap *cc = DL__CUI(C->cuda[0])->cap;
+            size_t n0 = cc ? cc->nops : 0;
+            ok = dl_backward(l) == DL_OK;
+            *n_acc = cc ? cc->nops - n0 : 0;
+            ok = dl_capture_end(cap) == DL_OK && ok;
+            dl_capture_free(cap);
+        } else {
+            ok = dl_backward(l) == DL_OK;
+        }
+        dl_step_end(C);
+        for (i = 1; i < ACC_N; i++) dl_free(g[i]);
+    }
+    for (i = 0; i < ACC_N && ok; i++) {
+        if (!p[i]->grad || n + (size_t)p[i]->numel > cap) { ok = false; break; }
+        ok = dl_read(p[i]->grad, out + n, p[i]->numel) == DL_OK;
+        n += (size_t)p[i]->numel;
+    }
+    *len = n;
+    for (i = 0; i < ACC_N; i++) dl_free(p[i]);
+    dl_set_device(C, dl_cpu());
+    return ok;
+}
+
+static void test_grad_accum(void)
+{
+    static float a[600], b[600], c[600], e[600];
+    size_t na = 0, nb = 0, nc = 0, ne = 0, k1 = 0, k2 = 0;
+    bool ok = acc_run(dl_cpu(), dl_cpu(), a, 600, &na, NULL);
+    ok = acc_run(dl_cuda(0), dl_cuda(dl_device_count(C, DL_DEVICE_CUDA) > 1 ? 1 : 0), b, 600, &nb, NULL) && ok;
+    dl__mt_off = true;   /* an axpy launch per gradient */
+    ok = acc_run(dl_cuda(0), dl_cuda(dl_device_count(C, DL_DEVICE_CUDA) > 1 ? 1 : 0), c, 600, &nc, NULL) && ok;
+    dl__mt_off = false;
+    CHECK(ok && na == nb && na == nc && na > 0, "accumulated gradients: runs: %s", dl_error_message(C));
+    CHECK(ok && memcmp(b, c, sizeof(float) * nb) == 0, "accumulated gradients: one launch = one per leaf, bit for bit");
+    CHECK(ok && memcmp(a, b, sizeof(float) * na) == 0, "accumulated gradients: cuda = cpu:0, bit for bit");
+    if (dl__cu_emu_count() > 0) {   /* launches counted in an emulated capture, all on cuda:0 */
+        ok = acc_run(dl_cuda(0), dl_cuda(0), e, 600, &ne, &k1);
+        dl__mt_off = true;
+        ok = acc_run(dl_cuda(0), dl_cuda(0), e, 600, &ne, &k2) && ok;
+        dl__mt_off = false;
+        /* 60 leaves, p[0] met twice (a second launch at its second gradient,
+           as the queue holds it), 48 a launch: 3 launches for 61 additions */
+        CHECK(ok && k2 > k1 && k2 - k1 == 61 - 3, "accumulated gradients: %zu launches fewer (61 axpys -> 3)",
+              k2 - k1);
+    }
+}
+
+/* cross entropy on cuda:0 is one fused op (dl__backend.class_loss):
+   launches of a forward and backward counted in an emulated capture, fused
+   and as the composite (dl__cls_off), which must agree */
+static void test_fused_ce(void)
+{
+    static float xv[2560], gf[2][2560];
+    dl_tensor *x, *t, *l;
+    float lf[2] = {0, 0};
+    size_t n[2] = {0, 0};
+    int k;
+    bool ok = true;
+    for (k = 0; k < 2560; k++) xv[k] = (float)((k * 37) % 101) / 17.0f - 3.0f;
+    if (dl__cu_emu_count() <= 0) return;
+    dl_set_device(C, dl_cuda(0));
+    for (k = 0; k < 2; k++) {
+        dl_capture *cap;
+        dl__cucap *cc;
+        int64_t tv[256];
+        int i;
+        for (i = 0; i < 256; i++) tv[i] = (i * 7) % 10;
+        x = dl_param(dl_from_array(C, DL_SHAPE(256, 10), xv));
+        t = dl_keep(dl_from_int64(C, DL_SHAPE(256), tv));
+        dl__cls_off = k == 1;
+        ok = dl_backward(dl_cross_entropy(x, t, NULL)) == DL_OK && ok;   /* warm-up: x->grad made */
+        dl_zero_grad(x);
+        dl_step_end(C);
+        cap = dl_capture_begin(C);
+        cc = DL__CUI(C->cuda[0])->cap;
+        l = dl_cross_entropy(x, t, NULL);
+        ok = l && dl_backward(l) == DL_OK && ok;
+        n[k] = cc ? cc->nops : 0;
+        ok = dl_capture_end(cap) == DL_OK && ok;   /* (runs the step once) */
+        ok = ok && dl_read(l, &lf[k], 1) == DL_OK && x->grad && dl_read(x->grad, gf[k], 2560) == DL_OK;
+        dl_capture_free(cap);
+        dl__cls_off = false;
+        dl_step_end(C);
+        dl_free(x);
+        dl_free(t);
+    }
+    CHECK(ok, "fused cross entropy: runs: %s", dl_error_message(C));
+    /* fused: log_softmax, the loss's partials and sum, the seed, the backward, x->grad += */
+    CHECK(ok && n[0] <= 6 && n[1] > n[0], "cross entropy forward + backward: %zu launches fused, %zu composed",
+          n[0], n[1]);
+    {
+        double a, e = ok ? cmp_err(gf[0], gf[1], 2560, &a, &ok) : 2;
+        CHECK(ok || e <= 1, "fused cross entropy's gradient = the composite's (%.2f x tolerance)", e);
+        CHECK(fabsf(lf[0] - lf[1]) <= 1e-6f * fabsf(lf[1]), "fused cross entropy's loss %.9g = the composite's %.9g",
+              (double)lf[0], (double)lf[1]);
+    }
+    if (!g_quiet) printf("cuda:0 cross entropy fwd+bwd            %zu launches fused, %zu composed\n", n[0], n[1]);
+    dl_set_device(C, dl_cpu());
+}
+
 static void test_multi_tensor(void)
 {
     static float a[40000], b[40000], c[40000];
@@ -1052,6 +1230,8 @@ int main(int argc, char **argv)
     test_transfers();
     test_lenet();
     test_multi_tensor();
+    test_grad_accum();
+    test_fused_ce();
     test_memory();
     dl_ctx_free(C);
     TEST_END();
