@@ -1335,7 +1335,9 @@ DL_API dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias);
    max pool runs as the max pool, then the ReLU, on the pooled quarter of the
    data: both are monotone, so the values, the pool's chosen element and
    the gradients are the same (NaN included); the recorded graph shows the
-   pool first. */
+   pool first. A BatchNorm followed by a ReLU runs as one op (the ReLU in
+   batch norm's pass, its mask in the backward's), the same bits; on the
+   CPU not where a max pool follows (there the order rule saves more). */
 DL_API dl_module *dl_nn_sequential(dl_ctx *ctx, int n, dl_module *const *mods);
 DL_API dl_module *dl_nn_relu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_sigmoid(dl_ctx *ctx);
@@ -3830,17 +3832,20 @@ struct dl__backend {
        rs is not NULL updates the running statistics in the same pass
        (dl__bn_running: rm = keep rm + mom mean, rv = keep rv + vmom var,
        with two roundings each, as a scale and an axpy would; nbt += 1); bn_apply
-       y = (x - mean) invstd w + b (w, b NULL: 1, 0); bn_backward gives dx =
+       y = (x - mean) invstd w + b (w, b NULL: 1, 0), with relu then ReLU'd
+       (DL__U_RELU's expression); bn_backward gives dx =
        w invstd (g - mean(g) - xhat mean(g xhat)) in training (w invstd g in
-       eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL). Layer norm
+       eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL), where ry
+       (a fused ReLU's output, or NULL) makes g ry <= 0 ? 0 : g first
+       (DL__B_RELU_GRAD's). Layer norm
        over the rows of x (rows, cols) likewise, with w, b of size cols. */
     void (*bn_stats)(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
                      int64_t C, int64_t L, float eps, const dl__bn_running *rs);
     void (*bn_apply)(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
-                     const float *w, const float *b, int64_t N, int64_t C, int64_t L);
+                     const float *w, const float *b, int64_t N, int64_t C, int64_t L, bool relu);
     void (*bn_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                         const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                        int64_t L, bool train);
+                        int64_t L, bool train, const float *ry);
     void (*ln_forward)(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
                        const float *w, const float *b, int64_t rows, int64_t cols, float eps);
     void (*ln_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
@@ -8515,9 +8520,10 @@ static void dl__cpu_scale(dl__dev *d, float *x, int64_t n, float s)
 typedef struct dl__bn_args {
     float *y, *mean, *invstd, *var, *dx, *dw, *db;
     const float *x, *g, *w, *b, *cmean, *cinvstd;
+    const float *ry;                  /* backward: a fused ReLU's output (g masked), or NULL */
     int64_t N, C, L;
     float eps;
-    bool train;
+    bool train, relu;                 /* relu: apply's ReLU */
     double *sums;                     /* backward: per channel sum(g), sum(g xhat) */
 } dl__bn_args;
 
@@ -8665,14 +8671,20 @@ static void dl__bn_apply_task(void *arg, int64_t lo, int64_t hi)
         float sh = (u->b ? u->b[c] : 0.0f) - u->cmean[c] * sc;
         const float *x = u->x + p * u->L;
         float *y = u->y + p * u->L;
-        for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
+        if (u->relu)
+            for (l = 0; l < u->L; l++) {
+                float v = x[l] * sc + sh;
+                y[l] = (v > 0 || v != v) ? v : 0.0f;   /* DL__U_RELU */
+            }
+        else
+            for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
     }
 }
 
-/* y = (x - mean) invstd w + b per channel (w, b NULL: 1, 0) */
+/* y = (x - mean) invstd w + b per channel (w, b NULL: 1, 0), ReLU'd with relu */
 static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean,
                              const float *invstd, const float *w, const float *b, int64_t N,
-                             int64_t C, int64_t L)
+                             int64_t C, int64_t L, bool relu)
 {
     dl__bn_args u;
     memset(&u, 0, sizeof u);
@@ -8682,7 +8694,7 @@ static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *
     u.cinvstd = (const float *)DL__RAW(d, invstd);
     u.w = w ? (const float *)DL__RAW(d, w) : NULL;
     u.b = b ? (const float *)DL__RAW(d, b) : NULL;
-    u.N = N; u.C = C; u.L = L;
+    u.N = N; u.C = C; u.L = L; u.relu = relu;
     dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_apply_task, &u);
 }
 
@@ -8703,7 +8715,11 @@ static void dl__bn_sums_short(const dl__bn_args *u, int64_t lo, int64_t hi)
     for (c0 = lo; c0 < hi; c0 += nc) {
         nc = hi - c0 < cb ? hi - c0 : cb;
         for (j = 0; j < nc * L; j++) mm[j] = u->cmean[c0 + j / L];
-        DL__BN_SHORT_ROWS(pg, (double)u->g[base + j], pgx, d_ * ((double)u->x[base + j] - mm[j]));
+        if (u->ry)   /* g masked by the fused ReLU, as DL__B_RELU_GRAD */
+            DL__BN_SHORT_ROWS(pg, (double)(u->ry[base + j] <= 0 ? 0.0f : u->g[base + j]), pgx,
+                              d_ * ((double)u->x[base + j] - mm[j]));
+        else
+            DL__BN_SHORT_ROWS(pg, (double)u->g[base + j], pgx, d_ * ((double)u->x[base + j] - mm[j]));
         for (j = 0; j < nc; j++)
             dl__bn_sums_fin(u, c0 + j, dl__bn_short_total(pg, j, L), dl__bn_short_total(pgx, j, L));
     }
@@ -8726,7 +8742,12 @@ static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
                 const int64_t off = (n * u->C + c0 + j) * u->L;
                 const float *x = u->x + off, *g = u->g + off;
                 double *pg = ag + 32 * j, *pgx = agx + 32 * j, m = u->cmean[c0 + j];
-                DL__ACC32_ROWS2(pg, (double)g[l], pgx, d_ * ((double)x[l] - m));
+                if (u->ry) {
+                    const float *ry = u->ry + off;
+                    DL__ACC32_ROWS2(pg, (double)(ry[l] <= 0 ? 0.0f : g[l]), pgx, d_ * ((double)x[l] - m));
+                } else {
+                    DL__ACC32_ROWS2(pg, (double)g[l], pgx, d_ * ((double)x[l] - m));
+                }
             }
         for (j = 0; j < nc; j++) dl__bn_sums_fin(u, c0 + j, dl__acc32_total(ag + 32 * j), dl__acc32_total(agx + 32 * j));
     }
@@ -8745,15 +8766,22 @@ static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
         float bb = u->train ? (float)(u->sums[2 * c + 1] / M) : 0.0f;
         const float *x = u->x + p * u->L, *g = u->g + p * u->L;
         float *dx = u->dx + p * u->L;
-        for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
+        if (u->ry) {
+            const float *ry = u->ry + p * u->L;
+            for (l = 0; l < u->L; l++) dx[l] = k * ((ry[l] <= 0 ? 0.0f : g[l]) - a - (x[l] - m) * is * bb);
+        } else {
+            for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
+        }
     }
 }
 
 /* dx = w invstd (g - mean(g) - xhat mean(g xhat)) (train) or w invstd g
-   (eval); dw = sum(g xhat); db = sum(g); any output may be NULL */
+   (eval); dw = sum(g xhat); db = sum(g); any output may be NULL; ry: g
+   masked by a fused ReLU's output */
 static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
                                 const float *x, const float *mean, const float *invstd,
-                                const float *w, int64_t N, int64_t C, int64_t L, bool train)
+                                const float *w, int64_t N, int64_t C, int64_t L, bool train,
+                                const float *ry)
 {
     dl__bn_args u;
     double stack[64], *sums = stack;
@@ -8768,6 +8796,7 @@ static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, con
     u.cmean = (const float *)DL__RAW(d, mean);
     u.cinvstd = (const float *)DL__RAW(d, invstd);
     u.w = w ? (const float *)DL__RAW(d, w) : NULL;
+    u.ry = ry ? (const float *)DL__RAW(d, ry) : NULL;
     u.N = N; u.C = C; u.L = L; u.train = train; u.sums = sums;
     if (dw || db || (dx && train))
         dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_sums_task, &u);
@@ -9016,7 +9045,7 @@ enum {
 typedef struct dl__rec {
     int kind, k;                      /* the entry; a small argument (op, dist, ndim, flag) */
     dl__dev *d, *d2;                  /* its device (peer: d2, the source) */
-    void *p[8];                       /* data pointers */
+    void *p[9];                       /* data pointers */
     int64_t n[10];                    /* sizes, strides, counts */
     float f[3];
     double g[2];
@@ -9518,24 +9547,24 @@ static void dl__rw_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     DL__CPU.bn_stats(d, mean, invstd, var, x, N, C, L, eps, rs);
 }
 static void dl__rw_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
-                            const float *w, const float *b, int64_t N, int64_t C, int64_t L)
+                            const float *w, const float *b, int64_t N, int64_t C, int64_t L, bool relu)
 {
     DL__REC(d, DL__RK_BN_APPLY) {
         r->p[0] = y; r->p[1] = (void *)x; r->p[2] = (void *)mean; r->p[3] = (void *)invstd;
-        r->p[4] = (void *)w; r->p[5] = (void *)b; r->n[0] = N; r->n[1] = C; r->n[2] = L;
+        r->p[4] = (void *)w; r->p[5] = (void *)b; r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = relu;
     }
-    DL__CPU.bn_apply(d, y, x, mean, invstd, w, b, N, C, L);
+    DL__CPU.bn_apply(d, y, x, mean, invstd, w, b, N, C, L, relu);
 }
 static void dl__rw_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t L, bool train)
+                               int64_t L, bool train, const float *ry)
 {
     DL__REC(d, DL__RK_BN_BACKWARD) {
         r->p[0] = dx; r->p[1] = dw; r->p[2] = db; r->p[3] = (void *)g; r->p[4] = (void *)x;
-        r->p[5] = (void *)mean; r->p[6] = (void *)invstd; r->p[7] = (void *)w;
+        r->p[5] = (void *)mean; r->p[6] = (void *)invstd; r->p[7] = (void *)w; r->p[8] = (void *)ry;
         r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = train;
     }
-    DL__CPU.bn_backward(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train);
+    DL__CPU.bn_backward(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry);
 }
 static void dl__rw_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x, const float *w,
                               const float *b, int64_t rows, int64_t cols, float eps)
@@ -9734,11 +9763,12 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     }
     case DL__RK_BN_APPLY:
         DL__CPU.bn_apply(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
-                         (const float *)p[4], (const float *)p[5], n[0], n[1], n[2]);
+                         (const float *)p[4], (const float *)p[5], n[0], n[1], n[2], r->b[0]);
         break;
     case DL__RK_BN_BACKWARD:
         DL__CPU.bn_backward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
-                            (const float *)p[5], (const float *)p[6], (const float *)p[7], n[0], n[1], n[2], r->b[0]);
+                            (const float *)p[5], (const float *)p[6], (const float *)p[7], n[0], n[1], n[2], r->b[0],
+                            (const float *)p[8]);
         break;
     case DL__RK_LN_FORWARD:
         DL__CPU.ln_forward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
@@ -12433,12 +12463,19 @@ static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 
+static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
+static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
+static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};   /* + ReLU: reads its output */
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl_tensor *x = n->in[0], *w = n->in[1];
     int64_t N = x->shape[0], C = x->shape[1], L = (N * C) != 0 ? x->numel / (N * C) : 0;
     dl_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    if (dl__grad_on(x->ctx_)) return dl__bn_bwd_graph(n, g, gin);
+    bool relu = n->op == &dl__op_bn_relu;
+    if (dl__grad_on(x->ctx_)) {   /* the ReLU's backward as dl__relu_bwd's, from its output */
+        if (relu && !(g = dl_mul(g, dl__mask(n->out, DL__U_NLE, 0, 0)))) return x->ctx_->err;
+        return dl__bn_bwd_graph(n, g, gin);
+    }
     if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
     if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
     if (dl__need(n, 2) && !(db = dl__like("dl_batch_norm", n->in[2]))) return DL_ERR_OOM;
@@ -12446,13 +12483,12 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
                            db ? (float *)db->data : NULL, (const float *)g->data,
                            (const float *)x->data, (const float *)n->saved[0]->data,
                            (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
-                           N, C, L, n->i[0] != 0);
+                           N, C, L, n->i[0] != 0, relu ? (const float *)n->out->data : NULL);
     gin[0] = dx ? dl__check(dx, "dl_batch_norm") : NULL;
     gin[1] = dw;
     gin[2] = db;
     return dl__dev_check(x->dev_, "dl_batch_norm");
 }
-static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 
 /* layer norm over the last k dims */
 static dl_result dl__ln_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -12516,9 +12552,12 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
 
 /* dl_batch_norm; nbt: the module's num_batches_tracked, += 1 in training
    (in bn_stats's pass where it shares x's device: no launch of its own) */
+/* relu: relu(batch_norm(...)) as one op (a Sequential's BatchNorm then
+   ReLU: dl__seq_fwd), the ReLU in the apply pass and its mask in the
+   backward's, the values and bits of the two ops */
 static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
                                  dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
-                                 float eps, dl_tensor *nbt)
+                                 float eps, dl_tensor *nbt, bool relu)
 {
     static const char *op = "dl_batch_norm";
     dl_ctx *ctx;
@@ -12573,7 +12612,7 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
                    dl_sqrt(dl_add_scalar(dl__nn_chan(running_var, x->ndim), eps)));
         if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
         if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
-        return dl__end(ctx, y, op);
+        return dl__end(ctx, relu ? dl_relu(y) : y, op);
     }
     {
         int64_t N = x->shape[0], L = (N * C) != 0 ? x->numel / (N * C) : 0;
@@ -12604,8 +12643,8 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
         }
         d->be->bn_apply(d, (float *)y->data, (const float *)x->data, (const float *)mean->data,
                         (const float *)invstd->data, weight ? (const float *)weight->data : NULL,
-                        bias ? (const float *)bias->data : NULL, N, C, L);
-        y = dl__norm_record(op, &dl__op_bn, y, x, weight, bias, mean, invstd, training, eps);
+                        bias ? (const float *)bias->data : NULL, N, C, L, relu);
+        y = dl__norm_record(op, relu ? &dl__op_bn_relu : &dl__op_bn, y, x, weight, bias, mean, invstd, training, eps);
     }
     if (!y) return NULL;
     if (training && running_mean && C) {
@@ -12619,7 +12658,7 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
                          dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
                          float eps)
 {
-    return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL);
+    return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL, false);
 }
 
 dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
@@ -14786,19 +14825,34 @@ dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
 static dl_tensor *dl__relu_fwd(dl_module *m, dl_tensor *x);
 static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x);
 static bool dl__is_max_pool(const dl_module *m);
+static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x);
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu);
 
-/* ReLU then max pool runs as max pool then ReLU: max_S relu(x) =
+/* BatchNorm then ReLU runs as one op (dl__batch_norm's relu): the ReLU in
+   the normalization's pass, its mask in the backward's, the same bits as
+   the two ops with two passes over the data fewer (on a GPU two launches).
+   ReLU then max pool runs as max pool then ReLU: max_S relu(x) =
    relu(max_S x) for any window S, the pool takes the same element (the
    first largest, the last NaN: relu keeps NaN and the order of positive
    values, and a window with no positive value gets gradient 0 either way),
    and the ReLU reads and writes a quarter of the data (2x2 pools), forward
-   and backward */
+   and backward. BatchNorm, ReLU, MaxPool: on a GPU the first (launches
+   cost more than the quarter's passes; the pool then takes the first
+   largest of the ReLU'd window, the same element where one is positive,
+   and a window with none passes 0 through the ReLU's mask), on the CPU
+   the second (a quarter of the data beats the mask's two reads of the
+   whole in the backward). */
 static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
 {
     int i;
     for (i = 0; i < m->nc && x; i++) {
         dl_module *c = m->cs[i].m;
-        if (c->forward == dl__relu_fwd && i + 1 < m->nc && dl__is_max_pool(m->cs[i + 1].m)) {
+        if (c->forward == dl__bnm_fwd && i + 1 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&
+            dl__valid(c->type, "x", x) &&
+            !(x->device.type == DL_DEVICE_CPU && i + 2 < m->nc && dl__is_max_pool(m->cs[i + 2].m))) {
+            x = dl__bnm_run(c, x, true);
+            i++;
+        } else if (c->forward == dl__relu_fwd && i + 1 < m->nc && dl__is_max_pool(m->cs[i + 1].m)) {
             x = dl_module_forward(m->cs[++i].m, x);
             if (x) x = dl_module_forward(c, x);
         } else {
@@ -14991,7 +15045,7 @@ typedef struct dl__bnm {
     dl_tensor *w, *b, *rm, *rv, *nbt;
 } dl__bnm;
 
-static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x)
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu)
 {
     dl__bnm *s = (dl__bnm *)dl_module_state(m);
     bool ok = s->spatial < 0 ? (x->ndim == 2 || x->ndim == 3) : x->ndim == s->spatial + 2;
@@ -15002,8 +15056,9 @@ static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x)
         return NULL;
     }
     if (train) dl__cap_use(s->nbt);   /* num_batches_tracked += 1 (a replay repeats it) */
-    return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL);
+    return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL, relu);
 }
+static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x) { return dl__bnm_run(m, x, false); }
 
 static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_t c)
 {

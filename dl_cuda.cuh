@@ -92,7 +92,8 @@
        nll_loss are one op (class_loss: the loss in two launches, T partial
        sums then one thread; the backward one launch with the row's sum in
        closed form); a backward's leaf gradients are added by one launch per
-       48 (axpy_multi: the table in the launch's arguments).
+       48 (axpy_multi: the table in the launch's arguments); a Sequential's
+       BatchNorm then ReLU is one op (bn_apply's relu, bn_backward's ry).
      - Determinism: no atomics whose order changes results (the only atomic
        is an atomicMin on an index: order-independent). Reductions use a
        fixed block size and a fixed tree, col2im and the average-pooling
@@ -3397,13 +3398,13 @@ struct dl__cuf_ln_dwb {
    channel c (ST: statistics, else the backward's), elements in order */
 template <bool ST, typename I>
 struct dl__cu_bnpart {
-    const float *x, *g, *mean; I C, L, M, S;
+    const float *x, *g, *mean, *ry; I C, L, M, S;   /* ry: a fused ReLU's output (g masked) or NULL */
     DL__HD void sums(I j, I t, I G, double *pa, double *pb) const
     {
         I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
         I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
         I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
-        const float *xc = x + c * L, *gc = ST ? NULL : g + c * L;
+        const float *xc = x + c * L, *gc = ST ? NULL : g + c * L, *rc = ST || !ry ? NULL : ry + c * L;
         double a = 0.0, b = 0.0, K;
         *pa = *pb = 0.0;
         if (k >= hi) return;
@@ -3416,7 +3417,7 @@ struct dl__cu_bnpart {
             for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
                 I at = n * CL + l;
                 xv[u] = xc[at];
-                if (!ST) gv[u] = gc[at];
+                if (!ST) gv[u] = rc && rc[at] <= 0 ? 0.0f : gc[at];   /* DL__B_RELU_GRAD */
                 n += gq;
                 l += gr;
                 if (l >= L) { l -= L; n++; }
@@ -3490,12 +3491,12 @@ struct dl__cuh_bnpart {
 /* pass 1 over (N, C, L): part (C S, 2); S chunks per channel */
 template <bool ST, typename I>
 static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                               int64_t C, int64_t L, int64_t M, int64_t S)
+                               const float *ry, int64_t C, int64_t L, int64_t M, int64_t S)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
     I jobs = (I)(C * S);
-    p.x = x; p.g = g; p.mean = mean; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
+    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
         dl__cuh_bnpart<ST, I> f;
         f.p = p; f.jobs = jobs; f.part = part;
@@ -3516,8 +3517,8 @@ static int64_t dl__cu_bn_split(int64_t C, int64_t M)
 
 /* pass 1 with 32-bit indices where x's elements and the jobs allow */
 template <bool ST>
-static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const float *mean, int64_t N, int64_t C,
-                              int64_t L, int64_t *S, size_t extra)
+static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const float *mean, const float *ry,
+                              int64_t N, int64_t C, int64_t L, int64_t *S, size_t extra)
 {
     int64_t M = N * L;
     double *part;
@@ -3525,9 +3526,9 @@ static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const 
     part = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C * *S) + extra);
     if (!part) return NULL;
     if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * *S))
-        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, C, L, M, *S);
+        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, ry, C, L, M, *S);
     else
-        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, C, L, M, *S);
+        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, ry, C, L, M, *S);
     return part;
 }
 
@@ -3621,30 +3622,33 @@ template <> struct dl__cu_chan<int64_t> {
     DL__HD int64_t of(int64_t e) const { return (e / L) % C; }
 };
 
-/* y = x sc + sh, sc = invstd w, sh = b - mean sc, one thread per element (dl__bn_apply_task) */
+/* y = x sc + sh, sc = invstd w, sh = b - mean sc, one thread per element
+   (dl__bn_apply_task); relu: then DL__U_RELU's max(y, 0) */
 template <typename I>
 struct dl__cuf_bn_apply {
-    float *y; const float *x, *mean, *invstd, *w, *b; dl__cu_chan<I> ch;
+    float *y; const float *x, *mean, *invstd, *w, *b; dl__cu_chan<I> ch; bool relu;
     DL__HD void operator()(I e) const
     {
         I c = ch.of(e);
         float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
         float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
-        y[e] = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+        float v = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+        y[e] = !relu || v > 0 || v != v ? v : 0.0f;
     }
 };
 
 /* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0 (dl__bn_dx_task) */
 template <typename I>
 struct dl__cuf_bn_dx {
-    float *dx; const float *g, *x, *mean, *invstd, *w, *coef; dl__cu_chan<I> ch;
+    float *dx; const float *g, *x, *mean, *invstd, *w, *coef, *ry; dl__cu_chan<I> ch;
     DL__HD void operator()(I e) const
     {
         I c = ch.of(e);
         float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
         float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
         float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
-        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(g[e], a), xh));
+        float ge = ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
+        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
     }
 };
 
@@ -3657,7 +3661,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
     x = DL__CUP(d, x);
-    part = dl__cu_bn_part<true>(d, x, NULL, NULL, N, C, L, &S, 0);
+    part = dl__cu_bn_part<true>(d, x, NULL, NULL, NULL, N, C, L, &S, 0);
     if (!part) return;
     f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
     f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
@@ -3669,7 +3673,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
 }
 
 static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
-                            const float *w, const float *b, int64_t N, int64_t C, int64_t L)
+                            const float *w, const float *b, int64_t N, int64_t C, int64_t L, bool relu)
 {
     int64_t n = N * C * L;
     dl__cu_enter(d);
@@ -3678,18 +3682,18 @@ static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *m
     w = w ? DL__CUP(d, w) : NULL; b = b ? DL__CUP(d, b) : NULL;
     if (dl__cu_small(n)) {
         dl__cuf_bn_apply<int32_t> f;
-        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L);
+        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L); f.relu = relu;
         dl__cu_run<int32_t>(d, "bn_apply", n, f);
     } else {
         dl__cuf_bn_apply<int64_t> f;
-        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L);
+        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L); f.relu = relu;
         dl__cu_run<int64_t>(d, "bn_apply", n, f);
     }
 }
 
 static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t L, bool train)
+                               int64_t L, bool train, const float *ry)
 {
     float *coef = NULL;
     int64_t n = N * C * L;
@@ -3697,6 +3701,7 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
     dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
     g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
     w = w ? DL__CUP(d, w) : NULL;
+    ry = ry ? DL__CUP(d, ry) : NULL;
     if (C <= 0) return;
     if (dw || db || (dx && train)) {
         dl__cuf_bn_sfin f;
@@ -3705,7 +3710,7 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
         double *part = NULL;
         if (n > 0) {
             off = sizeof(double) * (size_t)(2 * C * dl__cu_bn_split(C, N * L));
-            part = dl__cu_bn_part<false>(d, x, g, mean, N, C, L, &S, sizeof(float) * (size_t)(2 * C));
+            part = dl__cu_bn_part<false>(d, x, g, mean, ry, N, C, L, &S, sizeof(float) * (size_t)(2 * C));
             if (!part) return;
         } else {   /* no elements: the sums are zero (as the CPU's) */
             part = (double *)dl__cu_scratch(d, sizeof(double) * 2 * (size_t)C + sizeof(float) * (size_t)(2 * C));
@@ -3720,12 +3725,13 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
     if (dx && L > 0 && n > 0) {
         if (dl__cu_small(n)) {
             dl__cuf_bn_dx<int32_t> f;
-            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef;
+            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
             f.ch.init(C, L);
             dl__cu_run<int32_t>(d, "bn_backward dx", n, f);
         } else {
             dl__cuf_bn_dx<int64_t> f;
-            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ch.init(C, L);
+            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
+            f.ch.init(C, L);
             dl__cu_run<int64_t>(d, "bn_backward dx", n, f);
         }
     }

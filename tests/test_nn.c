@@ -948,12 +948,77 @@ static void test_relu_pool_order(void)
     dl_ctx_free(ctx);
 }
 
+/* Sequential runs BatchNorm then ReLU as one op (the ReLU in the apply
+   pass, its mask in the backward's): the output, the input gradient and the
+   weight and bias gradients must be the same bits as the module then
+   dl_relu, in training and eval, 1-d and 2-d, with a max pool after (the
+   ReLU/pool order rule then meets the fused ReLU), first order and with
+   create_graph. Values include zeros of both signs and ties. */
+static void test_bn_relu_fusion(void)
+{
+    static const float vals[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f};
+    dl_ctx *ctx = new_ctx(4);
+    int c;
+    for (c = 0; c < 8; c++) {
+        bool two = c >= 2, train = c % 2 == 0, pool = c >= 4 && c < 6, second = c >= 6;
+        int64_t n = two ? 4 * 3 * 6 * 6 : 5 * 7, i;
+        dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+        dl_module *mods[3], *seq;
+        dl_tensor *x, *x2, *y, *ref, *gy, *g0[2] = {NULL, NULL};
+        const dl_named_tensor *ps;
+        float *h = (float *)malloc(sizeof(float) * (size_t)n);
+        uint64_t r = 777u + (uint64_t)c;
+        dl_backward_desc bd;
+        int np, k;
+        for (i = 0; i < n; i++) {
+            r = r * 6364136223846793005u + 1442695040888963407u;
+            h[i] = vals[(r >> 33) % 8] + (float)((r >> 40) % 5) * 0.25f;
+        }
+        x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, 6, 6) : DL_SHAPE(5, 7), h), true);
+        x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), true);
+        free(h);
+        mods[0] = two ? dl_nn_batch_norm2d(ctx, 3) : dl_nn_batch_norm1d(ctx, 7);
+        mods[1] = dl_nn_relu(ctx);
+        mods[2] = dl_nn_max_pool2d(ctx, &pd);
+        seq = dl_nn_sequential(ctx, pool ? 3 : 2, mods);
+        np = dl_module_named_parameters(mods[0], &ps);
+        dl_no_grad_begin(ctx);   /* weight and bias away from 1 and 0: the affine part counts */
+        for (k = 0; k < np; k++) dl_copy_(ps[k].t, dl_add_scalar(dl_rand(ctx, dl_shape_make(ps[k].t->ndim, ps[k].t->shape)), 0.5f * (float)k));
+        dl_no_grad_end(ctx);
+        if (!train) {   /* running statistics of a batch first */
+            dl_module_forward(mods[0], x);
+            dl_module_train(seq, false);
+        }
+        memset(&bd, 0, sizeof bd);
+        bd.create_graph = second;
+        y = dl_module_forward(seq, x);
+        ref = dl_relu(dl_module_forward(mods[0], x2));
+        if (pool) ref = dl_max_pool2d(ref, &pd);
+        CHECK(y && ref && th_same_bytes(y, ref), "batch_norm+relu case %d: the same output bits", c);
+        if (!y || !ref) { dl_clear_error(ctx); continue; }
+        gy = dl_randn(ctx, dl_shape_make(y->ndim, y->shape));
+        bd.grad = gy;
+        dl_module_zero_grad(mods[0]);   /* (the eval cases' first forward: no gradients) */
+        CHECK(dl_backward_ex(y, &bd) == DL_OK && x->grad, "batch_norm+relu case %d: backward", c);
+        g0[0] = np > 0 && ps[0].t->grad ? dl_copy(ps[0].t->grad) : NULL;
+        g0[1] = np > 1 && ps[1].t->grad ? dl_copy(ps[1].t->grad) : NULL;
+        dl_module_zero_grad(mods[0]);
+        CHECK(dl_backward_ex(ref, &bd) == DL_OK && x->grad && x2->grad && th_same_bytes(x->grad, x2->grad),
+              "batch_norm+relu case %d: the same input gradient bits", c);
+        CHECK(np == 2 && g0[0] && g0[1] && ps[0].t->grad && ps[1].t->grad && th_same_bytes(ps[0].t->grad, g0[0]) &&
+              th_same_bytes(ps[1].t->grad, g0[1]), "batch_norm+relu case %d: the same weight and bias gradient bits", c);
+        dl_step_end(ctx);
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/dl_test_nn_%ld", (long)getpid());
     if (!g_load("tests/golden/optim.bin")) { th_fail++; }
     test_modules();
     test_relu_pool_order();
+    test_bn_relu_fusion();
     CHECK(cnt_live == 0, "leak after modules: %ld", cnt_live);
     test_init();
     if (g_nrec) {
