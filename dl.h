@@ -8520,10 +8520,9 @@ static void dl__cpu_scale(dl__dev *d, float *x, int64_t n, float s)
 typedef struct dl__bn_args {
     float *y, *mean, *invstd, *var, *dx, *dw, *db;
     const float *x, *g, *w, *b, *cmean, *cinvstd;
-    const float *ry;                  /* backward: a fused ReLU's output (g masked), or NULL */
     int64_t N, C, L;
     float eps;
-    bool train, relu;                 /* relu: apply's ReLU */
+    bool train;
     double *sums;                     /* backward: per channel sum(g), sum(g xhat) */
 } dl__bn_args;
 
@@ -8671,13 +8670,7 @@ static void dl__bn_apply_task(void *arg, int64_t lo, int64_t hi)
         float sh = (u->b ? u->b[c] : 0.0f) - u->cmean[c] * sc;
         const float *x = u->x + p * u->L;
         float *y = u->y + p * u->L;
-        if (u->relu)
-            for (l = 0; l < u->L; l++) {
-                float v = x[l] * sc + sh;
-                y[l] = (v > 0 || v != v) ? v : 0.0f;   /* DL__U_RELU */
-            }
-        else
-            for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
+        for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
     }
 }
 
@@ -8694,8 +8687,11 @@ static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *
     u.cinvstd = (const float *)DL__RAW(d, invstd);
     u.w = w ? (const float *)DL__RAW(d, w) : NULL;
     u.b = b ? (const float *)DL__RAW(d, b) : NULL;
-    u.N = N; u.C = C; u.L = L; u.relu = relu;
+    u.N = N; u.C = C; u.L = L;
     dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_apply_task, &u);
+    /* the ReLU as its own vectorized pass (in the rows' loop above it costs a
+       branch an element where rows are short): the CPU saves the dispatch */
+    if (relu) dl__cpu_unary(d, DL__U_RELU, y, y, N * C * L, 0.0f, 0.0f);
 }
 
 /* channel c's sum(g) and sum(g (x - mean)) into sums, db and dw */
@@ -8715,11 +8711,7 @@ static void dl__bn_sums_short(const dl__bn_args *u, int64_t lo, int64_t hi)
     for (c0 = lo; c0 < hi; c0 += nc) {
         nc = hi - c0 < cb ? hi - c0 : cb;
         for (j = 0; j < nc * L; j++) mm[j] = u->cmean[c0 + j / L];
-        if (u->ry)   /* g masked by the fused ReLU, as DL__B_RELU_GRAD */
-            DL__BN_SHORT_ROWS(pg, (double)(u->ry[base + j] <= 0 ? 0.0f : u->g[base + j]), pgx,
-                              d_ * ((double)u->x[base + j] - mm[j]));
-        else
-            DL__BN_SHORT_ROWS(pg, (double)u->g[base + j], pgx, d_ * ((double)u->x[base + j] - mm[j]));
+        DL__BN_SHORT_ROWS(pg, (double)u->g[base + j], pgx, d_ * ((double)u->x[base + j] - mm[j]));
         for (j = 0; j < nc; j++)
             dl__bn_sums_fin(u, c0 + j, dl__bn_short_total(pg, j, L), dl__bn_short_total(pgx, j, L));
     }
@@ -8742,12 +8734,7 @@ static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
                 const int64_t off = (n * u->C + c0 + j) * u->L;
                 const float *x = u->x + off, *g = u->g + off;
                 double *pg = ag + 32 * j, *pgx = agx + 32 * j, m = u->cmean[c0 + j];
-                if (u->ry) {
-                    const float *ry = u->ry + off;
-                    DL__ACC32_ROWS2(pg, (double)(ry[l] <= 0 ? 0.0f : g[l]), pgx, d_ * ((double)x[l] - m));
-                } else {
-                    DL__ACC32_ROWS2(pg, (double)g[l], pgx, d_ * ((double)x[l] - m));
-                }
+                DL__ACC32_ROWS2(pg, (double)g[l], pgx, d_ * ((double)x[l] - m));
             }
         for (j = 0; j < nc; j++) dl__bn_sums_fin(u, c0 + j, dl__acc32_total(ag + 32 * j), dl__acc32_total(agx + 32 * j));
     }
@@ -8766,12 +8753,7 @@ static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
         float bb = u->train ? (float)(u->sums[2 * c + 1] / M) : 0.0f;
         const float *x = u->x + p * u->L, *g = u->g + p * u->L;
         float *dx = u->dx + p * u->L;
-        if (u->ry) {
-            const float *ry = u->ry + p * u->L;
-            for (l = 0; l < u->L; l++) dx[l] = k * ((ry[l] <= 0 ? 0.0f : g[l]) - a - (x[l] - m) * is * bb);
-        } else {
-            for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
-        }
+        for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
     }
 }
 
@@ -8785,9 +8767,15 @@ static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, con
 {
     dl__bn_args u;
     double stack[64], *sums = stack;
+    float *gm = NULL;
     memset(&u, 0, sizeof u);
     if (C > 32) sums = (double *)DL_MALLOC(sizeof(double) * (size_t)(2 * C));
-    if (!sums) { dl__dev_fail(d, "bn_backward: out of host memory for %lld sums", (long long)C); return; }
+    if (ry && !dx) gm = (float *)DL_MALLOC(sizeof(float) * (size_t)(N * C * L + 1));
+    if (!sums || (ry && !dx && !gm)) {
+        if (sums != stack) DL_FREE(sums);
+        dl__dev_fail(d, "bn_backward: out of host memory (%lld channels)", (long long)C);
+        return;
+    }
     u.dx = dx ? (float *)DL__RAW(d, dx) : NULL;
     u.dw = dw ? (float *)DL__RAW(d, dw) : NULL;
     u.db = db ? (float *)DL__RAW(d, db) : NULL;
@@ -8796,12 +8784,22 @@ static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, con
     u.cmean = (const float *)DL__RAW(d, mean);
     u.cinvstd = (const float *)DL__RAW(d, invstd);
     u.w = w ? (const float *)DL__RAW(d, w) : NULL;
-    u.ry = ry ? (const float *)DL__RAW(d, ry) : NULL;
     u.N = N; u.C = C; u.L = L; u.train = train; u.sums = sums;
+    if (ry) {   /* g masked as the ReLU's backward (DL__B_RELU_GRAD), in dx's memory (read there, then overwritten) */
+        dl__bcast flat;
+        dl__bin_args b;
+        memset(&flat, 0, sizeof flat);
+        flat.ndim = 1; flat.n = N * C * L; flat.shape[0] = flat.n; flat.sa[0] = flat.sb[0] = 1;
+        b.op = DL__B_RELU_GRAD; b.y = gm ? gm : u.dx; b.a = u.g; b.b = (const float *)DL__RAW(d, ry);
+        b.bc = &flat; b.row = 0;
+        dl__parallel_for(d->ctx->pool, flat.n, 1 << 15, dl__bin_flat_task, &b);
+        u.g = b.y;
+    }
     if (dw || db || (dx && train))
         dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_sums_task, &u);
     if (dx) dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_dx_task, &u);
     if (sums != stack) DL_FREE(sums);
+    DL_FREE(gm);
 }
 
 typedef struct dl__ln_args {

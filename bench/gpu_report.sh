@@ -14,6 +14,10 @@
 #      with DL_CONV_DIRECT=1 and 0 (the direct sums against im2col + cuBLAS)
 #   7. DL_PROFILE=1 tables of step_lenet_cuda and step_resnet18_cuda
 #   8. make run DEVICE=cuda, eager and CAPTURE=1 (wall time; needs data/)
+#   9. with BASE_DIR (a directory holding an older dl.h and dl_cuda.cuh, e.g.
+#      from `git show REV:dl.h`): bench built with those headers against
+#      this one, dl.h's side of the step cases alternating (an A/B of what
+#      changed in between, on the same GPU in the same run)
 #
 # Each step has a time limit (STEP_LIMIT seconds, default 300) and its wall
 # time in the log; a step that fails or runs out leaves its output and the
@@ -82,4 +86,14 @@ step 8 "make run DEVICE=cuda, eager then CAPTURE=1" \
     "test -d data/fashion-mnist || echo 'no data/fashion-mnist: make run will try to fetch it';
      /usr/bin/time -p make -s run DEVICE=cuda 2>&1 | tail -n 5;
      /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 2>&1 | tail -n 5"
+step 9 "A/B: bench with BASE_DIR's headers, then this tree's (dl.h's ms, 3 runs each)" \
+    "test -f '${BASE_DIR:-/nonexistent}/dl.h' || { echo 'BASE_DIR unset or without dl.h: nothing to compare'; exit 0; }
+     make -s B=build/base NVCC='${NVCC:-nvcc} -I${BASE_DIR:-.}' build/base/cuda/bench 2>&1 | grep -E 'error' ;
+     for c in step_mlp_cuda step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_mlp_graph_cuda \
+              step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda; do
+         for r in 1 2 3; do
+             a=\$(build/base/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+             b=\$(build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+             printf '%-30s base %-10s this %s\n' \$c \"\$a\" \"\$b\"
+         done; done"
 say "# done: $LOG"

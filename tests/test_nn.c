@@ -953,14 +953,15 @@ static void test_relu_pool_order(void)
    weight and bias gradients must be the same bits as the module then
    dl_relu, in training and eval, 1-d and 2-d, with a max pool after (the
    ReLU/pool order rule then meets the fused ReLU), first order and with
-   create_graph. Values include zeros of both signs and ties. */
+   create_graph, and with an input that needs no gradient (the mask then
+   has no dx to live in). Values include zeros of both signs and ties. */
 static void test_bn_relu_fusion(void)
 {
     static const float vals[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f};
     dl_ctx *ctx = new_ctx(4);
     int c;
-    for (c = 0; c < 8; c++) {
-        bool two = c >= 2, train = c % 2 == 0, pool = c >= 4 && c < 6, second = c >= 6;
+    for (c = 0; c < 9; c++) {
+        bool two = c >= 2, train = c % 2 == 0, pool = c >= 4 && c < 6, second = c == 6 || c == 7, nox = c == 8;
         int64_t n = two ? 4 * 3 * 6 * 6 : 5 * 7, i;
         dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
         dl_module *mods[3], *seq;
@@ -974,8 +975,8 @@ static void test_bn_relu_fusion(void)
             r = r * 6364136223846793005u + 1442695040888963407u;
             h[i] = vals[(r >> 33) % 8] + (float)((r >> 40) % 5) * 0.25f;
         }
-        x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, 6, 6) : DL_SHAPE(5, 7), h), true);
-        x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), true);
+        x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, 6, 6) : DL_SHAPE(5, 7), h), !nox);
+        x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), !nox);
         free(h);
         mods[0] = two ? dl_nn_batch_norm2d(ctx, 3) : dl_nn_batch_norm1d(ctx, 7);
         mods[1] = dl_nn_relu(ctx);
@@ -999,11 +1000,12 @@ static void test_bn_relu_fusion(void)
         gy = dl_randn(ctx, dl_shape_make(y->ndim, y->shape));
         bd.grad = gy;
         dl_module_zero_grad(mods[0]);   /* (the eval cases' first forward: no gradients) */
-        CHECK(dl_backward_ex(y, &bd) == DL_OK && x->grad, "batch_norm+relu case %d: backward", c);
+        CHECK(dl_backward_ex(y, &bd) == DL_OK && (nox || x->grad), "batch_norm+relu case %d: backward", c);
         g0[0] = np > 0 && ps[0].t->grad ? dl_copy(ps[0].t->grad) : NULL;
         g0[1] = np > 1 && ps[1].t->grad ? dl_copy(ps[1].t->grad) : NULL;
         dl_module_zero_grad(mods[0]);
-        CHECK(dl_backward_ex(ref, &bd) == DL_OK && x->grad && x2->grad && th_same_bytes(x->grad, x2->grad),
+        CHECK(dl_backward_ex(ref, &bd) == DL_OK && (nox ? !x->grad && !x2->grad : x->grad && x2->grad &&
+                                                    th_same_bytes(x->grad, x2->grad)),
               "batch_norm+relu case %d: the same input gradient bits", c);
         CHECK(np == 2 && g0[0] && g0[1] && ps[0].t->grad && ps[1].t->grad && th_same_bytes(ps[0].t->grad, g0[0]) &&
               th_same_bytes(ps[1].t->grad, g0[1]), "batch_norm+relu case %d: the same weight and bias gradient bits", c);
