@@ -12374,7 +12374,7 @@ dl_tensor *dl_log_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_log_so
    integer targets, dropout masks) come from a small kernel table of their
    own, dispatched per device like dl__K, so a GPU backend can supply them.
    Batch and layer norm are fused ops; so are cross entropy and nll_loss on
-   a backend with class_loss (CUDA's: 19 launches a step fewer), each with
+   a backend with class_loss (CUDA's: 13 launches a step fewer), each with
    a backward written in dl.h ops for create_graph. */
 
 /* ---------------------------------------------------------------- helpers */
