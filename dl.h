@@ -12549,10 +12549,10 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
 }
 
 /* dl_batch_norm; nbt: the module's num_batches_tracked, += 1 in training
-   (in bn_stats's pass where it shares x's device: no launch of its own) */
-/* relu: relu(batch_norm(...)) as one op (a Sequential's BatchNorm then
-   ReLU: dl__seq_fwd), the ReLU in the apply pass and its mask in the
-   backward's, the values and bits of the two ops */
+   (in bn_stats's pass where it shares x's device: no launch of its own);
+   relu: relu(batch_norm(...)) as one op (a Sequential's BatchNorm then
+   ReLU: dl__seq_fwd), the ReLU with the apply and its mask with the
+   backward, the values and bits of the two ops */
 static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
                                  dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
                                  float eps, dl_tensor *nbt, bool relu)
