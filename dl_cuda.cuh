@@ -1451,21 +1451,28 @@ static void dl__cu_axpy(dl__dev *d, float *y, const float *x, int64_t n, float a
     dl__cu_run<int64_t>(d, "axpy", n, f);
 }
 
-/* y[k][j] += x[k][j] over the tensors' concatenated elements, k found by
-   bisection of the offsets; the table travels in the launch's arguments
-   (about 1.2 KB: no copy to the device, nothing to keep for a graph) */
+/* the tensor of element i of a concatenated list: the last k < nt with
+   off[k] <= i (off ascending, off[0] = 0), by bisection */
+static DL__HD inline int dl__cu_mt_find(const int64_t *off, int nt, int64_t i)
+{
+    int lo = 0, hi = nt - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (off[mid] <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* y[k][j] += x[k][j] over the tensors' concatenated elements (k by
+   dl__cu_mt_find); the table travels in the launch's arguments (about
+   1.2 KB: no copy to the device, nothing to keep for a graph) */
 struct dl__cuf_axm {
     float *y[DL__AXM]; const float *x[DL__AXM]; int64_t off[DL__AXM + 1]; int nt;
     DL__HD void operator()(int64_t i) const
     {
-        int lo = 0, hi = nt - 1;
-        int64_t j;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) >> 1;
-            if (off[mid] <= i) lo = mid;
-            else hi = mid - 1;
-        }
-        j = i - off[lo];
+        int lo = dl__cu_mt_find(off, nt, i);
+        int64_t j = i - off[lo];
         y[lo][j] = dl__cu_fadd(y[lo][j], x[lo][j]);   /* axpy with alpha 1 */
     }
 };
@@ -3897,12 +3904,7 @@ struct dl__cuf_mt {
     const dl__mtent *t; const int64_t *off; const void *args; int nt, kind;
     DL__HD void operator()(int64_t i) const
     {
-        int lo = 0, hi = nt - 1;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) >> 1;
-            if (off[mid] <= i) lo = mid;
-            else hi = mid - 1;
-        }
+        int lo = dl__cu_mt_find(off, nt, i);
         {
             const dl__mtent &e = t[lo];
             int64_t j = i - off[lo];
