@@ -507,6 +507,7 @@
        dl_module_buffer           register_buffer
        dl_module_add              add_module (a named child)
        dl_module_forward          model(x)
+       dl_module_forward_relu     F.relu(bn(x)), fused for a BatchNorm
        dl_module_train            model.train() / model.eval()
        dl_module_to               model.to(device)
        dl_module_training         model.training
@@ -1296,6 +1297,12 @@ DL_API dl_tensor *dl_module_buffer(dl_module *m, const char *name, dl_tensor *in
    child; NULL child: NULL without a new message (its constructor failed). */
 DL_API dl_module *dl_module_add(dl_module *parent, const char *name, dl_module *child);
 DL_API dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x);  /* NULL x -> NULL silently */
+/* dl_relu(dl_module_forward(m, x)), the same values and gradients, with the
+   ReLU fused into m's op where m is a BatchNorm (in its normalization pass
+   and its backward's, as a Sequential's BatchNorm, ReLU: on a GPU two
+   launches and two passes over the data fewer). For a module's own
+   forward (a residual block's relu(bn1(conv1(x)))). */
+DL_API dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x);
 DL_API void dl_module_train(dl_module *m, bool on);   /* recursive: .train() / .eval() */
 /* model.to(dev): moves every parameter and buffer (and their grads) in place,
    so names, pointers held by the caller and optimizers stay valid (an
@@ -3941,6 +3948,10 @@ struct dl__backend {
        g[0]/den[0] (MEAN), g[0] (SUM), g[j] (NONE). */
     int64_t (*class_loss)(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad);
     void (*class_loss_bwd)(dl__dev *d, float *dx, const float *g, const float *den, const dl__clsargs *a);
+    /* optional (NULL: reduce twice): y[c] = sum of x (N, C, L) over N and
+       L, N > 1 and L > 1 (a sum over every dim but one of a contiguous
+       tensor: a convolution's bias gradient, dl_sum(g, (0, 2, 3))) */
+    void (*chan_sum)(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L);
 };
 #define DL__AXM 48
 
@@ -8931,7 +8942,8 @@ static const dl__backend dl__cpu_backend = {
     NULL, NULL, NULL, NULL,   /* cap_*: dl.h records the CPU's calls (capture and replay) */
     NULL, NULL, NULL,         /* mt_*: the vectorized per-tensor loops are the CPU's best */
     NULL,                     /* axpy_multi: likewise */
-    NULL, NULL                /* class_loss*: composites (a dispatch is cheap on the CPU) */
+    NULL, NULL,               /* class_loss*: composites (a dispatch is cheap on the CPU) */
+    NULL                      /* chan_sum: the two reduce passes (their bits) */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9682,7 +9694,8 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL, NULL, NULL,
     NULL, NULL, NULL,
     NULL,
-    NULL, NULL
+    NULL, NULL,
+    NULL
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -11924,13 +11937,39 @@ static bool dl__red_mask(const char *name, const dl_tensor *t, dl_shape dims, bo
     return true;
 }
 
+/* true when the masked dims of x are 0..a-1 and b.. (0 < a < b < ndim)
+   with N (the first run's size) and L (the last's) above 1: the backend's
+   chan_sum takes such a sum in one call. nCL: N, C, L. */
+static bool dl__chan_sum_ok(const dl_tensor *x, const bool *mask, int64_t *nCL)
+{
+    int a = 0, b, e, nd = x->ndim;
+    int64_t N, L;
+    while (a < nd && mask[a]) a++;
+    for (b = a; b < nd && !mask[b]; b++) {}
+    for (e = b; e < nd && mask[e]; e++) {}
+    if (x->numel <= 0 || a == 0 || b == a || b == nd || e != nd) return false;
+    N = dl__prod(x->shape, a);
+    L = dl__prod(x->shape + b, nd - b);
+    nCL[0] = N;
+    nCL[1] = dl__prod(x->shape + a, b - a);
+    nCL[2] = L;
+    return N > 1 && L > 1;
+}
+
 /* Reduce x over the masked dims into a new keepdim-shaped tensor (no tape). */
 static dl_tensor *dl__reduce_raw(const char *name, int rop, dl_tensor *x, const bool *mask)
 {
-    int64_t shape[DL_MAX_DIMS];
+    int64_t shape[DL_MAX_DIMS], nCL[3];
     dl_tensor *cur = x;
-    int d = x->ndim - 1;
-    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    int d;
+    for (d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
+    if (rop == DL__R_SUM && DL__BE(x)->chan_sum && dl__chan_sum_ok(x, mask, nCL)) {
+        for (d = 0; d < x->ndim; d++) if (mask[d]) shape[d] = 1;
+        cur = dl__new(x->dev_, name, x->ndim, shape);
+        if (cur) DL__BE(x)->chan_sum(x->dev_, (float *)cur->data, (const float *)x->data, nCL[0], nCL[1], nCL[2]);
+        return cur;
+    }
+    d = x->ndim - 1;
     while (d >= 0) {
         int hi, lo;
         int64_t outer, r, inner;
@@ -14454,6 +14493,16 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
     return m->forward(m, x);
 }
 
+static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x);
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu);
+
+dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x)
+{
+    if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x))
+        return dl__bnm_run(m, x, true);
+    return dl_relu(dl_module_forward(m, x));
+}
+
 static void dl__mod_deep(dl_module *m, const char *fn)
 {
     dl__err(m->ctx, DL_ERR_ARG, "%s: %s: the module tree is more than %d modules deep", fn, m->type,
@@ -14823,8 +14872,6 @@ dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
 static dl_tensor *dl__relu_fwd(dl_module *m, dl_tensor *x);
 static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x);
 static bool dl__is_max_pool(const dl_module *m);
-static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x);
-static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu);
 
 /* BatchNorm then ReLU runs as one op (dl__batch_norm's relu): the ReLU in
    the normalization's pass, its mask in the backward's, the same bits as

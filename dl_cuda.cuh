@@ -3411,11 +3411,11 @@ struct dl__cu_bnpart {
         I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
         I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
         I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
-        const float *xc = x + c * L, *gc = ST ? NULL : g + c * L, *rc = ST || !ry ? NULL : ry + c * L;
+        const float *xc = x ? x + c * L : NULL, *gc = ST ? NULL : g + c * L, *rc = ST || !ry ? NULL : ry + c * L;
         double a = 0.0, b = 0.0, K;
         *pa = *pb = 0.0;
         if (k >= hi) return;
-        K = ST ? (double)xc[0] : (double)mean[c];
+        K = ST ? (double)xc[0] : xc ? (double)mean[c] : 0.0;
         n = k / L;
         l = k - n * L;
         for (; k < hi; k += 4 * G) {   /* four loads issued before the four adds, in order */
@@ -3423,7 +3423,7 @@ struct dl__cu_bnpart {
             int u, cnt = 0;
             for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
                 I at = n * CL + l;
-                xv[u] = xc[at];
+                xv[u] = ST || xc ? xc[at] : 0.0f;
                 if (!ST) gv[u] = rc && rc[at] <= 0 ? 0.0f : gc[at];   /* DL__B_RELU_GRAD */
                 n += gq;
                 l += gr;
@@ -3436,7 +3436,7 @@ struct dl__cu_bnpart {
                     b = dl__cu_dadd(b, dl__cu_dmul(dv, dv));
                 } else {
                     a = dl__cu_dadd(a, (double)gv[u]);
-                    b = dl__cu_dadd(b, dl__cu_dmul((double)gv[u], dv));
+                    if (xc) b = dl__cu_dadd(b, dl__cu_dmul((double)gv[u], dv));
                 }
             }
         }
@@ -3511,7 +3511,7 @@ static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const f
         return;
     }
     dl__cu_bn_pass1<ST, I><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(p, jobs, part);
-    dl__cu_launched(d, ST ? "bn_stats (pass 1)" : "bn_backward sums (pass 1)");
+    dl__cu_launched(d, ST ? "bn_stats (pass 1)" : x ? "bn_backward sums (pass 1)" : "channel sums (pass 1)");
 }
 
 /* chunks per channel: C S >= DL__CU_BN_BLOCKS, at most M (a chunk has an element) */
@@ -3572,7 +3572,7 @@ struct dl__cuf_bn_sfin {
     float *dw, *db, *coef; const double *part; const float *invstd; int64_t S; double M;
     DL__HD void operator()(int64_t c) const
     {
-        double sg = 0.0, sgx = 0.0, is = (double)invstd[c];
+        double sg = 0.0, sgx = 0.0, is = invstd ? (double)invstd[c] : 1.0;
         int64_t s;
         for (s = 0; s < S; s++) {
             sg = dl__cu_dadd(sg, part[2 * (c * S + s)]);
@@ -3742,6 +3742,26 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
             dl__cu_run<int64_t>(d, "bn_backward dx", n, f);
         }
     }
+}
+
+/* y[c] = sum of x (N, C, L) over N and L (a convolution's bias gradient):
+   batch norm's backward sums with x as g and no second sum, so C S >= 512
+   blocks read x once and pass 2 adds each channel's partials in order
+   (two launches, a fixed order: the same bits every run and emulated).
+   Before, a pass over the rows of L then a thread per channel down the N
+   rows, each pass a launch and the first a block per row. */
+static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L)
+{
+    dl__cuf_bn_sfin f;
+    int64_t S;
+    double *part;
+    dl__cu_enter(d);
+    if (C <= 0 || N * L <= 0) return;
+    part = dl__cu_bn_part<false>(d, NULL, DL__CUP(d, x), NULL, NULL, N, C, L, &S, 0);
+    if (!part) return;
+    f.dw = NULL; f.db = DL__CUP(d, y); f.coef = NULL; f.part = part; f.invstd = NULL; f.S = S;
+    f.M = (double)(N * L);
+    dl__cu_run<int64_t>(d, "channel sums (pass 2)", C, f);
 }
 
 static void dl__cu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
@@ -4282,7 +4302,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_cap_begin, dl__cu_cap_end, dl__cu_cap_launch, dl__cu_cap_free,
     dl__cu_mt_apply, dl__cu_mt_args, dl__cu_mt_free,
     dl__cu_axpy_multi,
-    dl__cu_class_loss, dl__cu_class_loss_bwd
+    dl__cu_class_loss, dl__cu_class_loss_bwd,
+    dl__cu_chan_sum
 };
 
 static int dl__cuda_count(void)

@@ -27,7 +27,7 @@ typedef struct ex_residual { dl_module *conv1, *conv2, *conv3, *bn1, *bn2; } ex_
 static inline dl_tensor *ex_residual_forward(dl_module *m, dl_tensor *x)
 {
     ex_residual *b = (ex_residual *)dl_module_state(m);
-    dl_tensor *y = dl_relu(dl_module_forward(b->bn1, dl_module_forward(b->conv1, x)));
+    dl_tensor *y = dl_module_forward_relu(b->bn1, dl_module_forward(b->conv1, x));   /* fused */
     y = dl_module_forward(b->bn2, dl_module_forward(b->conv2, y));
     if (b->conv3) x = dl_module_forward(b->conv3, x);
     return dl_relu(dl_add(y, x));

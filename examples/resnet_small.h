@@ -16,7 +16,7 @@ typedef struct ex_small_block_state { dl_module *conv1, *bn1, *conv2, *bn2, *pro
 static inline dl_tensor *ex_small_block_forward(dl_module *m, dl_tensor *x)
 {
     ex_small_block_state *b = (ex_small_block_state *)dl_module_state(m);
-    dl_tensor *h = dl_relu(dl_module_forward(b->bn1, dl_module_forward(b->conv1, x)));
+    dl_tensor *h = dl_module_forward_relu(b->bn1, dl_module_forward(b->conv1, x));   /* one op */
     dl_tensor *sc = b->proj ? dl_module_forward(b->proj_bn, dl_module_forward(b->proj, x)) : x;
     h = dl_module_forward(b->bn2, dl_module_forward(b->conv2, h));
     return dl_relu(dl_add(h, sc));

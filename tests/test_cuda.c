@@ -1066,6 +1066,70 @@ static void test_fused_ce(void)
     dl_set_device(C, dl_cpu());
 }
 
+/* A sum over every dim but a middle run (a convolution's bias gradient:
+   dl_sum(g, (0, 2, 3))) is one chan_sum call: batch norm's pass 1 and 2.
+   Against cpu:0: bit for bit on quarter-integer data (every partial sum
+   exact), within float rounding on other data; the same bits twice; two
+   launches (counted inside an emulated capture); and the shapes it does not take
+   (N or L of 1, no dims before or after the kept run, nothing to sum, a
+   reduced middle) take the reduce passes and give the CPU's result. */
+static void test_chan_sum(void)
+{
+    static const struct { int nd; int64_t sh[4]; int nr; int64_t dims[3]; bool chan; } cs[] = {
+        {4, {7, 5, 9, 11}, 3, {0, 2, 3}, true},   {4, {3, 4, 6, 1000}, 3, {0, 2, 3}, true},
+        {4, {2, 3, 4, 5}, 3, {0, 1, 3}, true},    {3, {5, 6, 7}, 2, {0, 2}, true},
+        {3, {256, 64, 784}, 2, {0, 2}, true},     {4, {1, 3, 4, 5}, 3, {0, 2, 3}, false},
+        {4, {4, 3, 1, 1}, 3, {0, 2, 3}, false},   {2, {300, 17}, 1, {0}, false},
+        {3, {4, 5, 6}, 1, {1}, false},            {3, {0, 3, 4}, 2, {0, 2}, false},
+        {4, {2, 3, 4, 5}, 2, {0, 2}, false},
+    };
+    int c, q;
+    for (c = 0; c < (int)(sizeof cs / sizeof cs[0]); c++)
+        for (q = 0; q < 2; q++) {   /* q: quarter integers, then other values */
+            dl_shape sh = dl_shape_make(cs[c].nd, cs[c].sh), dims = dl_shape_make(cs[c].nr, cs[c].dims);
+            int64_t n = 1, i, ny;
+            float *h, *yc, *yg, *yg2;
+            dl_tensor *xc, *xg, *rc, *rg, *rg2;
+            dl_capture *cap;
+            dl__cucap *cc;
+            size_t nops = 0;
+            bool ok, exact;
+            double a, e;
+            for (i = 0; i < cs[c].nd; i++) n *= cs[c].sh[i];
+            h = (float *)malloc(sizeof(float) * (size_t)(n ? n : 1));
+            for (i = 0; i < n; i++)
+                h[i] = q == 0 ? (float)((i * 7919) % 23 - 11) * 0.25f : sinf((float)i * 0.37f) * 3.0f + 0.001f * (float)(i % 13);
+            dl_set_device(C, dl_cpu());
+            xc = dl_from_array(C, sh, h);
+            rc = dl_sum(xc, dims, c % 2 == 0);
+            dl_set_device(C, dl_cuda(0));
+            xg = dl_keep(dl_from_array(C, sh, h));
+            rg = dl_sum(xg, dims, c % 2 == 0);
+            cap = dl_capture_begin(C);
+            cc = DL__CUI(C->cuda[0])->cap;
+            rg2 = dl_sum(xg, dims, c % 2 == 0);
+            nops = cc ? cc->nops : 0;
+            ok = rc && rg && rg2 && dl_capture_end(cap) == DL_OK && rc->numel == rg->numel &&
+                 rc->ndim == rg->ndim && rg2->numel == rg->numel;
+            ny = ok ? rc->numel : 0;
+            yc = (float *)calloc((size_t)ny + 1, sizeof(float));
+            yg = (float *)calloc((size_t)ny + 1, sizeof(float));
+            yg2 = (float *)calloc((size_t)ny + 1, sizeof(float));
+            ok = ok && dl_read(rc, yc, ny) == DL_OK && dl_read(rg, yg, ny) == DL_OK && dl_read(rg2, yg2, ny) == DL_OK;
+            e = ok ? cmp_err(yg, yc, ny, &a, &exact) : 2;
+            CHECK(ok && (q == 0 ? exact : e <= 1), "chan_sum case %d%s: cuda:0 = cpu:0 (%s, %.2f x tolerance): %s", c,
+                  q ? "" : " (exact data)", exact ? "bit for bit" : "not exact", e, dl_error_message(C));
+            CHECK(ok && memcmp(yg, yg2, sizeof(float) * (size_t)ny) == 0, "chan_sum case %d: the same bits twice", c);
+            CHECK(!ok || !cs[c].chan || dl__cu_emu_count() <= 0 || nops == 2,   /* counted when emulated */
+                  "chan_sum case %d: %zu launches (2: the partials, then each channel's in order)", c, nops);
+            dl_capture_free(cap);
+            dl_free(xg);
+            free(h); free(yc); free(yg); free(yg2);
+            dl_step_end(C);
+        }
+    dl_set_device(C, dl_cpu());
+}
+
 static void test_multi_tensor(void)
 {
     static float a[40000], b[40000], c[40000];
@@ -1232,6 +1296,7 @@ int main(int argc, char **argv)
     test_multi_tensor();
     test_grad_accum();
     test_fused_ce();
+    test_chan_sum();
     test_memory();
     dl_ctx_free(C);
     TEST_END();

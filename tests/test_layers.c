@@ -101,6 +101,11 @@ static void test_batch_norm(void)
     CHECK(th_i64(dl_module_get(bn, "num_batches_tracked"), 0) == 1, "eval does not count");
     CHECK(dl_module_forward(bn, dl_randn(ctx, DL_SHAPE(8, 3))) == NULL, "BatchNorm2d refuses 2-D input");
     EXPECT_ERR(ctx, DL_ERR_SHAPE, "BatchNorm2d");
+    CHECK(dl_module_forward_relu(bn, dl_randn(ctx, DL_SHAPE(8, 3))) == NULL, "fused ReLU: 2-D input refused");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "BatchNorm2d: x (8,3) must be (N,C,H,W)");
+    CHECK(dl_module_forward_relu(bn, NULL) == NULL && dl_last_error(ctx) == DL_OK, "fused ReLU: NULL x -> NULL");
+    CHECK(dl_module_forward_relu(NULL, x) == NULL, "fused ReLU: NULL module -> NULL");
+    dl_clear_error(ctx);
     CHECK(dl_module_forward(dl_nn_batch_norm1d(ctx, 3), dl_randn(ctx, DL_SHAPE(8, 3))) != NULL, "BatchNorm1d (N,C)");
     CHECK(dl_module_forward(dl_nn_batch_norm1d(ctx, 3), dl_randn(ctx, DL_SHAPE(8, 3, 5))) != NULL, "BatchNorm1d (N,C,L)");
     CHECK(dl_module_forward(dl_nn_batch_norm3d(ctx, 3), dl_randn(ctx, DL_SHAPE(2, 3, 2, 2, 2))) != NULL, "BatchNorm3d");

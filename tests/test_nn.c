@@ -954,14 +954,20 @@ static void test_relu_pool_order(void)
    dl_relu, in training and eval, 1-d and 2-d, with a max pool after (the
    ReLU/pool order rule then meets the fused ReLU), first order and with
    create_graph, and with an input that needs no gradient (the mask then
-   has no dx to live in). Values include zeros of both signs and ties. */
+   has no dx to live in). Values include zeros of both signs and ties.
+   Cases 9-13 take dl_module_forward_relu instead of the Sequential (cases
+   0-3 and 6 again), case 14 that on a Linear (no fusion: the same as
+   dl_relu after it). */
 static void test_bn_relu_fusion(void)
 {
     static const float vals[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f};
     dl_ctx *ctx = new_ctx(4);
     int c;
-    for (c = 0; c < 9; c++) {
-        bool two = c >= 2, train = c % 2 == 0, pool = c >= 4 && c < 6, second = c == 6 || c == 7, nox = c == 8;
+    for (c = 0; c < 15; c++) {
+        static const int like[6] = {0, 1, 2, 3, 6, 0};
+        bool fr = c >= 9, lin = c == 14;
+        int b = fr ? like[c - 9] : c;
+        bool two = b >= 2, train = b % 2 == 0, pool = b >= 4 && b < 6, second = b == 6 || b == 7, nox = b == 8;
         int64_t n = two ? 4 * 3 * 6 * 6 : 5 * 7, i;
         dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
         dl_module *mods[3], *seq;
@@ -978,7 +984,7 @@ static void test_bn_relu_fusion(void)
         x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, 6, 6) : DL_SHAPE(5, 7), h), !nox);
         x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), !nox);
         free(h);
-        mods[0] = two ? dl_nn_batch_norm2d(ctx, 3) : dl_nn_batch_norm1d(ctx, 7);
+        mods[0] = lin ? dl_nn_linear(ctx, 7, 7, true) : two ? dl_nn_batch_norm2d(ctx, 3) : dl_nn_batch_norm1d(ctx, 7);
         mods[1] = dl_nn_relu(ctx);
         mods[2] = dl_nn_max_pool2d(ctx, &pd);
         seq = dl_nn_sequential(ctx, pool ? 3 : 2, mods);
@@ -992,7 +998,7 @@ static void test_bn_relu_fusion(void)
         }
         memset(&bd, 0, sizeof bd);
         bd.create_graph = second;
-        y = dl_module_forward(seq, x);
+        y = fr ? dl_module_forward_relu(mods[0], x) : dl_module_forward(seq, x);
         ref = dl_relu(dl_module_forward(mods[0], x2));
         if (pool) ref = dl_max_pool2d(ref, &pd);
         CHECK(y && ref && th_same_bytes(y, ref), "batch_norm+relu case %d: the same output bits", c);
