@@ -589,15 +589,26 @@ static EX_UNUSED int ex_done(ex_setup *s, int status)
 
 /* Number of rows whose arg-max equals the label; -1 on an error (logits
    NULL). The arg-max and the labels are read on the host (cpu:0): a
-   device's memory is read only through dl_to / dl_read. */
+   device's memory is read only through dl_to / dl_read. On a GPU both go
+   in one read (stacked there: each read waits for the device). */
 static EX_UNUSED int64_t ex_correct(dl_tensor *logits, dl_tensor *y)
 {
-    dl_tensor *am = dl_to(dl_argmax(logits, 1, false), dl_cpu());
+    dl_tensor *am = dl_argmax(logits, 1, false), *both[2];
     const int64_t *p, *q;
     int64_t i, n = 0;
-    if (!am || !(y = dl_to(y, dl_cpu()))) return -1;
-    p = (const int64_t *)am->data;
-    q = (const int64_t *)y->data;
+    if (!am || !y) return -1;
+    if (am->device.type != DL_DEVICE_CPU && am->device.type == y->device.type &&
+        am->device.index == y->device.index) {
+        both[0] = am;
+        both[1] = y;
+        if (!(am = dl_to(dl_stack(2, both, 0), dl_cpu()))) return -1;
+        p = (const int64_t *)am->data;
+        q = p + y->numel;
+    } else {
+        if (!(am = dl_to(am, dl_cpu())) || !(y = dl_to(y, dl_cpu()))) return -1;
+        p = (const int64_t *)am->data;
+        q = (const int64_t *)y->data;
+    }
     for (i = 0; i < y->numel; i++) n += p[i] == q[i];
     return n;
 }
@@ -608,6 +619,8 @@ typedef struct ex_meter {
     int64_t step, steps;        /* steps done, steps per epoch */
     int64_t seen, correct;
     double loss_sum, t0, secs;
+    dl_tensor *checked;         /* the loss ex_loss_ok read (its value: checked_v) */
+    float checked_v;
 } ex_meter;
 
 static EX_UNUSED void ex_meter_start(ex_meter *m, const ex_setup *s, int epoch)
@@ -636,11 +649,14 @@ static EX_UNUSED int ex_fail(const ex_setup *s, const ex_meter *m)
 }
 
 /* true when the loss is there (no error so far) and finite; otherwise
-   prints why training must stop, naming the epoch and the step. */
-static EX_UNUSED bool ex_loss_ok(const ex_setup *s, const ex_meter *m, dl_tensor *loss)
+   prints why training must stop, naming the epoch and the step. The
+   value is kept for ex_meter_add (one read of a GPU's loss, not two). */
+static EX_UNUSED bool ex_loss_ok(const ex_setup *s, ex_meter *m, dl_tensor *loss)
 {
     float v = loss ? dl_item(loss) : 0.0f;
     if (!loss) { ex_fail(s, m); return false; }
+    m->checked = loss;
+    m->checked_v = v;
     if (isfinite(v)) return true;
     ex_bar_break();
     fprintf(stderr, "%s: the loss is %s at epoch %d, step %lld of %lld: training diverged (try a smaller "
@@ -658,7 +674,8 @@ static EX_UNUSED bool ex_meter_add(ex_meter *m, dl_tensor *loss, dl_tensor *logi
     double el, rate, eta;
     int i, w = 30, filled;
     if (c < 0) return false;
-    m->loss_sum += (double)dl_item(loss) * (double)y->numel;
+    m->loss_sum += (double)(m->checked == loss ? m->checked_v : dl_item(loss)) * (double)y->numel;
+    m->checked = NULL;
     m->correct += c;
     m->seen += y->numel;
     m->step++;
