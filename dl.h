@@ -389,6 +389,7 @@
        dl_div                     a / b
        dl_maximum                 torch.maximum
        dl_minimum                 torch.minimum
+       dl_eq                      torch.eq (float32 1/0; float32 or int64 pairs)
        dl_add_scalar              a + s
        dl_sub_scalar              a - s
        dl_mul_scalar              a * s
@@ -904,6 +905,10 @@ DL_API dl_tensor *dl_mul(dl_tensor *a, dl_tensor *b);
 DL_API dl_tensor *dl_div(dl_tensor *a, dl_tensor *b);
 DL_API dl_tensor *dl_maximum(dl_tensor *a, dl_tensor *b);   /* ties split the grad */
 DL_API dl_tensor *dl_minimum(dl_tensor *a, dl_tensor *b);
+/* torch.eq: 1 where a == b, else 0, as float32 (dl.h has no bool dtype:
+   dl_sum counts, as (pred == y).float().sum()); a and b both float32 or
+   both int64 (class indices: dl_argmax's and the labels). No gradient. */
+DL_API dl_tensor *dl_eq(dl_tensor *a, dl_tensor *b);
 DL_API dl_tensor *dl_add_scalar(dl_tensor *a, float s);
 DL_API dl_tensor *dl_sub_scalar(dl_tensor *a, float s);
 DL_API dl_tensor *dl_mul_scalar(dl_tensor *a, float s);
@@ -3952,6 +3957,8 @@ struct dl__backend {
        L, N > 1 and L > 1 (a sum over every dim but one of a contiguous
        tensor: a convolution's bias gradient, dl_sum(g, (0, 2, 3))) */
     void (*chan_sum)(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L);
+    /* y[i] = a[i] == b[i] ? 1 : 0 for int64 a, b (dl_eq's int64 pairs) */
+    void (*eq_i64)(dl__dev *d, float *y, const int64_t *a, const int64_t *b, int64_t n);
 };
 #define DL__AXM 48
 
@@ -5883,6 +5890,15 @@ static void dl__cpu_add_i64(dl__dev *d, int64_t *p, int64_t v)
 {
     p = (int64_t *)DL__RAW(d, p);
     *p += v;
+}
+
+static void dl__cpu_eq_i64(dl__dev *d, float *y, const int64_t *a, const int64_t *b, int64_t n)
+{
+    int64_t i;
+    y = (float *)DL__RAW(d, y);
+    a = (const int64_t *)DL__RAW(d, a);
+    b = (const int64_t *)DL__RAW(d, b);
+    for (i = 0; i < n; i++) y[i] = a[i] == b[i] ? 1.0f : 0.0f;
 }
 
 typedef struct dl__un_args { int op; float *y; const float *x; float a, b; } dl__un_args;
@@ -8943,7 +8959,8 @@ static const dl__backend dl__cpu_backend = {
     NULL, NULL, NULL,         /* mt_*: the vectorized per-tensor loops are the CPU's best */
     NULL,                     /* axpy_multi: likewise */
     NULL, NULL,               /* class_loss*: composites (a dispatch is cheap on the CPU) */
-    NULL                      /* chan_sum: the two reduce passes (their bits) */
+    NULL,                     /* chan_sum: the two reduce passes (their bits) */
+    dl__cpu_eq_i64
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9048,7 +9065,7 @@ enum {
     DL__RK_BIAS_ADD, DL__RK_MAX_POOL, DL__RK_UNPOOL, DL__RK_GATHER, DL__RK_AVG_POOL, DL__RK_AVG_POOL_ADJ,
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
-    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C
+    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -9401,6 +9418,11 @@ static void dl__rw_add_i64(dl__dev *d, int64_t *p, int64_t v)
     DL__REC(d, DL__RK_ADD_I64) { r->p[0] = p; r->n[0] = v; }
     DL__CPU.add_i64(d, p, v);
 }
+static void dl__rw_eq_i64(dl__dev *d, float *y, const int64_t *a, const int64_t *b, int64_t n)
+{
+    DL__REC(d, DL__RK_EQ_I64) { r->p[0] = y; r->p[1] = (void *)a; r->p[2] = (void *)b; r->n[0] = n; }
+    DL__CPU.eq_i64(d, y, a, b, n);
+}
 static void dl__rw_unary(dl__dev *d, int op, float *y, const float *x, int64_t n, float a, float b)
 {
     DL__REC(d, DL__RK_UNARY) { r->k = op; r->p[0] = y; r->p[1] = (void *)x; r->n[0] = n; r->f[0] = a; r->f[1] = b; }
@@ -9695,7 +9717,8 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL, NULL,
     NULL,
     NULL, NULL,
-    NULL
+    NULL,
+    dl__rw_eq_i64
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -9716,6 +9739,7 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     case DL__RK_ARANGE: DL__CPU.arange(d, (float *)p[0], n[0], r->g[0], r->g[1]); break;
     case DL__RK_FILL: DL__CPU.fill(d, (float *)p[0], n[0], r->f[0]); break;
     case DL__RK_ADD_I64: DL__CPU.add_i64(d, (int64_t *)p[0], n[0]); break;
+    case DL__RK_EQ_I64: DL__CPU.eq_i64(d, (float *)p[0], (const int64_t *)p[1], (const int64_t *)p[2], n[0]); break;
     case DL__RK_UNARY: DL__CPU.unary(d, r->k, (float *)p[0], (const float *)p[1], n[0], r->f[0], r->f[1]); break;
     case DL__RK_BINARY:
         DL__CPU.binary(d, r->k, (float *)p[0], (const float *)p[1], (const float *)p[2], (const dl__bcast *)a);
@@ -11491,6 +11515,42 @@ dl_tensor *dl_mul(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_mul", &dl_
 dl_tensor *dl_div(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_div", &dl__op_div, DL__B_DIV, a, b); }
 dl_tensor *dl_maximum(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_maximum", &dl__op_maximum, DL__B_MAX, a, b); }
 dl_tensor *dl_minimum(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_minimum", &dl__op_minimum, DL__B_MIN, a, b); }
+
+/* torch.eq as float32 1/0: float32 pairs by the binary entry (no tape),
+   int64 pairs by eq_i64 after spreading a broadcast operand to the
+   result's shape (copy_nd with the broadcast's zero strides) */
+dl_tensor *dl_eq(dl_tensor *a, dl_tensor *b)
+{
+    static const char *op = "dl_eq";
+    dl__bcast bc;
+    dl_tensor *y, *ab[2];
+    int k;
+    if (!a || !b) return NULL;
+    if (!dl__live(op, "a", a) || !dl__live(op, "b", b) || !dl__pair(op, a, b)) return NULL;
+    if (a->dtype != b->dtype || (a->dtype != DL_DTYPE_F32 && a->dtype != DL_DTYPE_I64)) {
+        dl__err(a->ctx_, DL_ERR_DTYPE, "dl_eq: a %s is %s and b %s is %s (both must be float32 or both "
+                "int64)", dl__sh(a), dl__dtype_str(a->dtype), dl__sh(b), dl__dtype_str(b->dtype));
+        return NULL;
+    }
+    if (a->dtype == DL_DTYPE_F32) return dl__binary(op, NULL, DL__B_EQ, a, b);
+    if (!dl__broadcast(op, a, b, &bc)) return NULL;
+    y = dl__new(a->dev_, op, bc.ndim, bc.shape);
+    if (!y) return NULL;
+    ab[0] = a;
+    ab[1] = b;
+    for (k = 0; k < 2 && bc.n > 0; k++) {
+        int64_t st[DL_MAX_DIMS];
+        dl_tensor *t = ab[k];
+        if (t->numel == bc.n) continue;   /* already the result's shape (broadcast dims of 1 only) */
+        ab[k] = dl__make(a->dev_, op, DL_DTYPE_I64, bc.ndim, bc.shape, false, NULL);
+        if (!ab[k]) return NULL;
+        dl__strides(bc.shape, bc.ndim, st);
+        DL__BE(a)->copy_nd(a->dev_, 8, bc.ndim, bc.shape, ab[k]->data, st, t->data, k ? bc.sb : bc.sa);
+    }
+    if (bc.n > 0)
+        DL__BE(a)->eq_i64(a->dev_, (float *)y->data, (const int64_t *)ab[0]->data, (const int64_t *)ab[1]->data, bc.n);
+    return dl__done(y, op);
+}
 
 // >>section ops: shape
 /* reshape and friends make a new header over the same storage (a view);

@@ -891,6 +891,21 @@ static void dl__cu_add_i64(dl__dev *d, int64_t *p, int64_t v)
     dl__cu_run<int64_t>(d, "add_i64", 1, f);
 }
 
+/* dl_eq of int64 tensors (class indices): y = a == b ? 1 : 0 */
+struct dl__cuf_eq_i64 {
+    float *y; const int64_t *a, *b;
+    DL__HD void operator()(int64_t i) const { y[i] = a[i] == b[i] ? 1.0f : 0.0f; }
+};
+
+static void dl__cu_eq_i64(dl__dev *d, float *y, const int64_t *a, const int64_t *b, int64_t n)
+{
+    dl__cuf_eq_i64 f;
+    dl__cu_enter(d);
+    if (n <= 0) return;
+    f.y = DL__CUP(d, y); f.a = DL__CUP(d, a); f.b = DL__CUP(d, b);
+    dl__cu_run<int64_t>(d, "eq_i64", n, f);
+}
+
 /* ===========================================================================
  * Elementwise: dl.h's X-macro expressions, one instantiation per op
  * ========================================================================= */
@@ -4303,7 +4318,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_mt_apply, dl__cu_mt_args, dl__cu_mt_free,
     dl__cu_axpy_multi,
     dl__cu_class_loss, dl__cu_class_loss_bwd,
-    dl__cu_chan_sum
+    dl__cu_chan_sum,
+    dl__cu_eq_i64
 };
 
 static int dl__cuda_count(void)

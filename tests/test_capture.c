@@ -663,6 +663,25 @@ static void test_list_change(void)
     dl_ctx_free(ctx);
 }
 
+/* dl_eq of int64 tensors (the accuracy idiom) is recorded and replayed
+   on the rewritten input: its own backend entry */
+static void test_eq_replay(void)
+{
+    dl_ctx *ctx = new_ctx(12);
+    float xv[8] = {0.1f, 0.9f, 0.5f, 0.2f, 0.3f, 0.1f, 0.0f, 0.7f}, xw[8] = {0, 1, 0, 1, 0, 1, 0, 1}, v[2] = {-1, -1};
+    int64_t yv[4] = {1, 0, 0, 1};
+    dl_tensor *x = dl_keep(dl_from_array(ctx, DL_SHAPE(4, 2), xv)), *y = dl_keep(dl_from_int64(ctx, DL_SHAPE(4), yv)), *c;
+    dl_capture *cap = dl_capture_begin(ctx);
+    c = dl_sum(dl_eq(dl_argmax(x, 1, false), y), DL_ALL, false);
+    CHECK(c && dl_capture_end(cap) == DL_OK && dl_read(c, &v[0], 1) == DL_OK, "dl_eq captured: %s", dl_error_message(ctx));
+    CHECK(dl_write(x, xw, 8) == DL_OK && dl_replay(cap) == DL_OK && dl_read(c, &v[1], 1) == DL_OK,
+          "dl_eq replayed: %s", dl_error_message(ctx));
+    CHECK(v[0] == 4.0f && v[1] == 2.0f, "dl_eq: 4 rows right at capture, 2 at the replay (%g, %g)", (double)v[0],
+          (double)v[1]);
+    dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;   /* (make valgrind): the MLP only */
@@ -678,6 +697,7 @@ int main(int argc, char **argv)
     test_refusals();
     test_lifetimes();
     test_list_change();
+    test_eq_replay();
     CHECK(cnt_live == 0, "every allocation freed (%ld live)", cnt_live);
     TEST_END();
 }

@@ -226,6 +226,56 @@ static void test_expf(void)
     }
 }
 
+/* dl_eq (torch.eq as float32 1/0): float32 with NaN, signed zeros and
+   infinities; int64 (the accuracy idiom: dl_sum(dl_eq(dl_argmax(x, 1), y)))
+   with broadcasting on either side; no gradient; the refusals. */
+static void test_eq(void)
+{
+    float av[6] = {1.0f, NAN, -0.0f, INFINITY, 2.0f, -3.0f}, bv[6] = {1.0f, NAN, 0.0f, INFINITY, -2.0f, 3.0f};
+    float xv[8] = {0.1f, 0.9f, 0.5f, 0.2f, 0.3f, 0.1f, 0.0f, 0.7f};
+    int64_t iv[4] = {1, 0, 2, 1}, jv[3] = {7, -1, 7}, col[2] = {7, 8};
+    int32_t i32[1] = {4};
+    dl_tensor *a = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(6), av), true), *b = dl_from_array(ctx, DL_SHAPE(6), bv);
+    dl_tensor *y, *x, *lab, *i3, *c2;
+    static const float want[6] = {1, 0, 1, 1, 0, 0};
+    int k;
+    bool ok;
+    y = dl_eq(a, b);
+    ok = y && y->dtype == DL_DTYPE_F32 && y->ndim == 1 && y->numel == 6 && !y->requires_grad;
+    for (k = 0; ok && k < 6; k++) ok = at(y, k) == want[k];
+    CHECK(ok, "dl_eq float32: 1 0 1 1 0 0 (NaN != NaN, -0 == 0, inf == inf), no gradient");
+    y = dl_eq(dl_reshape(dl_from_array(ctx, DL_SHAPE(2), bv), DL_SHAPE(2, 1)), dl_from_array(ctx, DL_SHAPE(3), av));
+    CHECK(shape_is(y, 2, 2, 3, 0) && at(y, 0) == 1 && at(y, 1) == 0 && at(y, 3) == 0, "dl_eq float32 broadcast (2,1) x (3)");
+    x = dl_from_array(ctx, DL_SHAPE(4, 2), xv);
+    lab = dl_from_int64(ctx, DL_SHAPE(4), iv);
+    y = dl_sum(dl_eq(dl_argmax(x, 1, false), lab), dl_shape_make(0, NULL), false);
+    CHECK(y && y->ndim == 0 && at(y, 0) == 3.0f, "dl_eq int64: 3 of 4 arg-maxes are the labels (got %g)", y ? (double)at(y, 0) : -1.0);
+    i3 = dl_from_int64(ctx, DL_SHAPE(3), jv);
+    c2 = dl_reshape(dl_from_int64(ctx, DL_SHAPE(2), col), DL_SHAPE(2, 1));
+    y = dl_eq(c2, i3);
+    CHECK(shape_is(y, 2, 2, 3, 0) && at(y, 0) == 1 && at(y, 1) == 0 && at(y, 2) == 1 && at(y, 3) == 0 &&
+          at(y, 5) == 0, "dl_eq int64 broadcast (2,1) x (3): [[1 0 1] [0 0 0]]");
+    y = dl_eq(i3, c2);
+    CHECK(shape_is(y, 2, 2, 3, 0) && at(y, 2) == 1 && at(y, 4) == 0, "dl_eq int64 broadcast (3) x (2,1)");
+    y = dl_eq(dl_from_int64(ctx, DL_SHAPE(0), iv), dl_from_int64(ctx, DL_SHAPE(1), iv));
+    CHECK(y && y->numel == 0 && y->ndim == 1, "dl_eq int64: nothing to compare");
+    CHECK(dl_eq(a, lab) == NULL, "dl_eq float32 with int64 refused");
+    EXPECT_ERR(ctx, DL_ERR_DTYPE, "dl_eq: a (6) is float32 and b (4) is int64 (both must be float32 or both int64)");
+    CHECK(dl_eq(dl_from_int32(ctx, DL_SHAPE(1), i32), dl_from_int32(ctx, DL_SHAPE(1), i32)) == NULL,
+          "dl_eq int32 refused");
+    EXPECT_ERR(ctx, DL_ERR_DTYPE, "both must be float32 or both int64");
+    CHECK(dl_eq(lab, i3) == NULL, "dl_eq (4) with (3) refused");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "dl_eq: a (4) and b (3) do not broadcast");
+    CHECK(dl_eq(NULL, lab) == NULL && dl_eq(lab, NULL) == NULL && dl_last_error(ctx) == DL_OK, "dl_eq NULL -> NULL");
+    y = dl_to(lab, dl_cpu_device(dl_ctx_device(ctx).type == DL_DEVICE_CPU && dl_ctx_device(ctx).index == 1 ? 0 : 1));
+    if (y) {
+        CHECK(dl_eq(lab, y) == NULL, "dl_eq across devices refused");
+        EXPECT_ERR(ctx, DL_ERR_DEVICE, "dl_eq");
+    } else {
+        dl_clear_error(ctx);
+    }
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -239,6 +289,8 @@ int main(void)
     dl_step_end(ctx);
     test_matmul();
     test_expf();
+    test_eq();
+    dl_step_end(ctx);
     dl_ctx_free(ctx);
     TEST_END();
 }
