@@ -192,12 +192,14 @@ test-cuda-all: nvcc-check $(CUDA_TESTS)
 # emulated cuda:0 (as make test does on the strict cpu:1), test_conv there
 # with DL_CONV_DIRECT=0 (the im2col path), then those tests
 # as they are, on the CPU: a DL_CUDA build works where there is no GPU (the
-# emulated device rounds TF32 products' operands as a GPU does)
-test-cuda-emu: nvcc-check $(CUDA_TESTS)
+# emulated device rounds TF32 products' operands as a GPU does); last the
+# CUDA-built examples on emulated GPUs against the CPU build's
+test-cuda-emu: nvcc-check $(CUDA_TESTS) $(CUDA_EXAMPLES) $(EXAMPLES)
 	@tests/run.sh --tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda \
 	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 $(CUDA_ON0) $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda:0-emu-im2col --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv \
-	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS))
+	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
+	    --tag @cuda-emu tests/test_cuda_cli.sh
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)

@@ -613,19 +613,26 @@ static EX_UNUSED int64_t ex_correct(dl_tensor *logits, dl_tensor *y)
     return n;
 }
 
-/* One epoch's running numbers: steps, loss, accuracy, time. */
+/* One epoch's running numbers: steps, loss, accuracy, time. On a GPU the
+   sums stay on the device (pend) and are read at the epoch's end or, on a
+   terminal, for a progress bar four times a second: a read waits for the
+   device, and with none the host queues the next steps while it works. */
 typedef struct ex_meter {
     int epoch;                  /* 0-based */
     int64_t step, steps;        /* steps done, steps per epoch */
     int64_t seen, correct;
-    double loss_sum, t0, secs;
+    double loss_sum, t0, secs, drawn;
+    const ex_setup *s;
     dl_tensor *checked;         /* the loss ex_loss_ok read (its value: checked_v) */
     float checked_v;
+    dl_tensor *pend;            /* a GPU's (2): sum of loss * rows, correct rows; not read yet */
+    bool diverged;              /* said so: ex_fail says nothing more */
 } ex_meter;
 
 static EX_UNUSED void ex_meter_start(ex_meter *m, const ex_setup *s, int epoch)
 {
     memset(m, 0, sizeof *m);
+    m->s = s;
     m->epoch = epoch;
     m->steps = dl_loader_num_batches(s->train);
     m->t0 = ex_now();
@@ -641,6 +648,7 @@ static EX_UNUSED void ex_bar_break(void)
    outside training). Returns 1, the exit status. */
 static EX_UNUSED int ex_fail(const ex_setup *s, const ex_meter *m)
 {
+    if (m && m->diverged) return 1;
     ex_bar_break();
     if (m) fprintf(stderr, "%s: epoch %d, step %lld of %lld: %s\n", s->a->prog, m->epoch + 1,
                    (long long)m->step + 1, (long long)m->steps, dl_error_message(s->ctx));
@@ -648,21 +656,63 @@ static EX_UNUSED int ex_fail(const ex_setup *s, const ex_meter *m)
     return 1;
 }
 
-/* true when the loss is there (no error so far) and finite; otherwise
-   prints why training must stop, naming the epoch and the step. The
-   value is kept for ex_meter_add (one read of a GPU's loss, not two). */
-static EX_UNUSED bool ex_loss_ok(const ex_setup *s, ex_meter *m, dl_tensor *loss)
+/* false after saying that the loss v is not finite at the meter's step */
+static EX_UNUSED bool ex_diverged(const ex_setup *s, ex_meter *m, float v, int64_t step)
 {
-    float v = loss ? dl_item(loss) : 0.0f;
-    if (!loss) { ex_fail(s, m); return false; }
-    m->checked = loss;
-    m->checked_v = v;
-    if (isfinite(v)) return true;
     ex_bar_break();
     fprintf(stderr, "%s: the loss is %s at epoch %d, step %lld of %lld: training diverged (try a smaller "
             "--lr than %g) or the data holds NaN/Inf values; stopping\n", s->a->prog, isnan(v) ? "NaN" : "infinite",
-            m->epoch + 1, (long long)m->step + 1, (long long)m->steps, (double)s->a->lr);
+            m->epoch + 1, (long long)step, (long long)m->steps, (double)s->a->lr);
+    m->diverged = true;
     return false;
+}
+
+static EX_UNUSED bool ex_on_gpu(const dl_tensor *t) { return t && t->device.type != DL_DEVICE_CPU; }
+
+/* true when the loss is there (no error so far) and finite; otherwise
+   prints why training must stop, naming the epoch and the step. The
+   value is kept for ex_meter_add. On a GPU the loss is not read here:
+   ex_meter_add checks the sum of the losses where it reads it. */
+static EX_UNUSED bool ex_loss_ok(const ex_setup *s, ex_meter *m, dl_tensor *loss)
+{
+    float v;
+    if (!loss) { ex_fail(s, m); return false; }
+    if (ex_on_gpu(loss)) return true;
+    v = dl_item(loss);
+    m->checked = loss;
+    m->checked_v = v;
+    return isfinite(v) || ex_diverged(s, m, v, m->step + 1);
+}
+
+/* A GPU's pending sums onto the host (one read); false when that fails or
+   the losses' sum is not finite (said so: training diverged by this step) */
+static EX_UNUSED bool ex_meter_read(ex_meter *m)
+{
+    float v[2];
+    if (!m->pend) return true;
+    if (dl_read(m->pend, v, 2) != DL_OK) return false;
+    dl_free(m->pend);
+    m->pend = NULL;
+    m->loss_sum += (double)v[0];
+    m->correct += (int64_t)v[1];
+    return isfinite(v[0]) || ex_diverged(m->s, m, v[0], m->step);
+}
+
+/* On a GPU: pend += (loss * rows, correct rows), as PyTorch's tutorial's
+   (pred.argmax(1) == y).float().sum(), on the device and off the tape */
+static EX_UNUSED bool ex_meter_queue(ex_meter *m, dl_tensor *loss, dl_tensor *logits, dl_tensor *y)
+{
+    dl_tensor *part[2], *v;
+    bool ok;
+    dl_no_grad_begin(m->s->ctx);
+    part[0] = dl_mul_scalar(dl_detach(loss), (float)y->numel);
+    if (y->device.type != logits->device.type || y->device.index != logits->device.index)
+        y = dl_to(y, logits->device);   /* (model parallel: the labels where the logits are) */
+    part[1] = dl_sum(dl_eq(dl_argmax(logits, 1, false), y), dl_shape_make(0, NULL), false);
+    v = dl_stack(2, part, 0);
+    ok = v && (m->pend ? dl_copy_(m->pend, dl_add(m->pend, v)) == DL_OK : (m->pend = dl_keep(v)) != NULL);
+    dl_no_grad_end(m->s->ctx);
+    return ok;
 }
 
 /* Adds a finished step to the meter and draws the progress bar (on a
@@ -670,17 +720,31 @@ static EX_UNUSED bool ex_loss_ok(const ex_setup *s, ex_meter *m, dl_tensor *loss
    false on an error. */
 static EX_UNUSED bool ex_meter_add(ex_meter *m, dl_tensor *loss, dl_tensor *logits, dl_tensor *y)
 {
-    int64_t c = ex_correct(logits, y);
     double el, rate, eta;
     int i, w = 30, filled;
-    if (c < 0) return false;
-    m->loss_sum += (double)(m->checked == loss ? m->checked_v : dl_item(loss)) * (double)y->numel;
-    m->checked = NULL;
-    m->correct += c;
-    m->seen += y->numel;
-    m->step++;
+    bool tty = isatty(STDOUT_FILENO);
+    if (!loss || !logits || !y) return false;
+    if (ex_on_gpu(logits)) {
+        if (!ex_meter_queue(m, loss, logits, y)) return false;
+        m->seen += y->numel;
+        m->step++;
+        if (m->step < m->steps && !(tty && ex_now() - m->drawn >= 0.25)) {
+            m->secs = ex_now() - m->t0;   /* the host's: the device may be behind */
+            return true;
+        }
+        if (!ex_meter_read(m)) return false;
+    } else {
+        int64_t c = ex_correct(logits, y);
+        if (c < 0) return false;
+        m->loss_sum += (double)(m->checked == loss ? m->checked_v : dl_item(loss)) * (double)y->numel;
+        m->checked = NULL;
+        m->correct += c;
+        m->seen += y->numel;
+        m->step++;
+    }
     m->secs = ex_now() - m->t0;
-    if (!isatty(STDOUT_FILENO)) return true;
+    if (!tty) return true;
+    m->drawn = ex_now();
     el = m->secs > 0 ? m->secs : 1e-9;
     rate = (double)m->seen / el;
     eta = el / (double)m->step * (double)(m->steps - m->step);
@@ -696,10 +760,13 @@ static EX_UNUSED bool ex_meter_add(ex_meter *m, dl_tensor *loss, dl_tensor *logi
 
 /* The epoch line, also kept for --csv/--svg:
    epoch  1  train loss 0.4451  train acc 0.8499  test acc 0.8685  11.5s  5201 samples/s */
-static EX_UNUSED void ex_epoch_end(ex_setup *s, const ex_meter *m, double test_acc)
+static EX_UNUSED void ex_epoch_end(ex_setup *s, ex_meter *m, double test_acc)
 {
     ex_metrics *t = &s->met;
-    double n = m->seen ? (double)m->seen : 1.0, secs = m->secs > 0 ? m->secs : 1e-9;
+    double n, secs;
+    if (m->pend) ex_meter_read(m);   /* an epoch cut short: its last sums */
+    n = m->seen ? (double)m->seen : 1.0;
+    secs = m->secs > 0 ? m->secs : 1e-9;
     printf("epoch %2d  train loss %.4f  train acc %.4f  test acc %.4f  %.1fs  %.0f samples/s\n", m->epoch + 1,
            m->loss_sum / n, (double)m->correct / n, test_acc, m->secs, (double)m->seen / secs);
     fflush(stdout);
