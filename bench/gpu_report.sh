@@ -12,12 +12,16 @@
 #   5. make bench-cuda (every *_cuda case against PyTorch in the same run)
 #   6. the few-channel convolutions both ways: dl.h's side of the LeNet cases
 #      with DL_CONV_DIRECT=1 and 0 (the direct sums against im2col + cuBLAS)
-#   7. DL_PROFILE=1 tables of step_lenet_cuda and step_resnet18_cuda
+#   7. DL_PROFILE=1 tables of step_lenet_cuda, step_lenet_bn_cuda,
+#      step_resnet_small_cuda and step_resnet18_cuda
 #   8. make run DEVICE=cuda, eager and CAPTURE=1 (wall time; needs data/)
-#   9. with BASE_DIR (a directory holding an older dl.h and dl_cuda.cuh, e.g.
-#      from `git show REV:dl.h`): bench built with those headers against
-#      this one, dl.h's side of the step cases alternating (an A/B of what
-#      changed in between, on the same GPU in the same run)
+#   9. with BASE_DIR (an older checkout: dl.h, dl_cuda.cuh and examples/*.h,
+#      e.g. `git worktree add DIR REV`): bench built with those headers
+#      against this one, dl.h's side of the step cases alternating (an A/B
+#      of what changed in between, on the same GPU in the same run)
+#  10. ncu: each kernel's GPU time in the small nets' captured steps (the
+#      eager warm-up step, the capture's run, one replay), to see where a
+#      replay's time goes
 #
 # Each step has a time limit (STEP_LIMIT seconds, default 300) and its wall
 # time in the log; a step that fails or runs out leaves its output and the
@@ -79,9 +83,9 @@ step 6 "few-channel convolutions: DL_CONV_DIRECT=1 then 0 (dl.h's ms)" \
          a=\$(DL_CONV_DIRECT=1 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
          b=\$(DL_CONV_DIRECT=0 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
          printf '%-30s direct %-10s im2col %s\n' \$c \"\$a\" \"\$b\"; done"
-step 7 "DL_PROFILE=1: step_lenet_cuda, step_resnet18_cuda" \
-    "DL_PROFILE=1 build/cuda/bench step_lenet_cuda 1 2>&1 | head -n 30;
-     DL_PROFILE=1 build/cuda/bench step_resnet18_cuda 1 2>&1 | head -n 30"
+step 7 "DL_PROFILE=1: step_lenet_cuda, step_lenet_bn_cuda, step_resnet_small_cuda, step_resnet18_cuda" \
+    "for c in step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_resnet18_cuda; do
+         DL_PROFILE=1 build/cuda/bench \$c 1 2>&1 | head -n 30; done"
 step 8 "make run DEVICE=cuda, eager then CAPTURE=1" \
     "test -d data/fashion-mnist || echo 'no data/fashion-mnist: make run will try to fetch it';
      /usr/bin/time -p make -s run DEVICE=cuda 2>&1 | tail -n 5;
@@ -89,11 +93,21 @@ step 8 "make run DEVICE=cuda, eager then CAPTURE=1" \
 step 9 "A/B: bench with BASE_DIR's headers, then this tree's (dl.h's ms, 3 runs each)" \
     "test -f '${BASE_DIR:-/nonexistent}/dl.h' || { echo 'BASE_DIR unset or without dl.h: nothing to compare'; exit 0; }
      make -s B=build/base NVCC='${NVCC:-nvcc} -I${BASE_DIR:-.}' build/base/cuda/bench 2>&1 | grep -E 'error' ;
-     for c in step_mlp_cuda step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_mlp_graph_cuda \
-              step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda; do
+     for c in step_mlp_cuda step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_resnet18_cuda \
+              step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda; do
          for r in 1 2 3; do
              a=\$(build/base/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
              b=\$(build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
              printf '%-30s base %-10s this %s\n' \$c \"\$a\" \"\$b\"
          done; done"
+step 10 "ncu: kernel times (us) of step_{mlp,lenet,lenet_bn}_graph_cuda: warm-up, capture's run, replay" \
+    "command -v ncu >/dev/null || { echo 'no ncu'; exit 0; }
+     for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda; do
+         echo \"## \$c\"
+         ncu --csv --print-units base --metrics gpu__time_duration.sum build/cuda/bench \$c 1 --warmup 0 --reps 1 2>/dev/null |
+         python3 -c 'import csv, sys
+rows = [r for r in csv.reader(sys.stdin) if len(r) > 14 and r[12] == \"gpu__time_duration.sum\"]
+for r in rows: print(\"%6s %9.2f  %s\" % (r[0], float(r[14].replace(\",\", \"\")) / 1e3, r[4][:90]))
+print(\"kernels\", len(rows), \"total us\", round(sum(float(r[14].replace(\",\", \"\")) for r in rows) / 1e3, 1))'
+     done"
 say "# done: $LOG"
