@@ -623,8 +623,6 @@ typedef struct ex_meter {
     int64_t seen, correct;
     double loss_sum, t0, secs, drawn;
     const ex_setup *s;
-    dl_tensor *checked;         /* the loss ex_loss_ok read (its value: checked_v) */
-    float checked_v;
     dl_tensor *pend;            /* a GPU's (2): sum of loss * rows, correct rows; not read yet */
     bool diverged;              /* said so: ex_fail says nothing more */
 } ex_meter;
@@ -670,17 +668,15 @@ static EX_UNUSED bool ex_diverged(const ex_setup *s, ex_meter *m, float v, int64
 static EX_UNUSED bool ex_on_gpu(const dl_tensor *t) { return t && t->device.type != DL_DEVICE_CPU; }
 
 /* true when the loss is there (no error so far) and finite; otherwise
-   prints why training must stop, naming the epoch and the step. The
-   value is kept for ex_meter_add. On a GPU the loss is not read here:
-   ex_meter_add checks the sum of the losses where it reads it. */
+   prints why training must stop, naming the epoch and the step. On a GPU
+   the loss is not read here (a read waits for the device): ex_meter_add
+   checks the sum of the losses where it reads it. */
 static EX_UNUSED bool ex_loss_ok(const ex_setup *s, ex_meter *m, dl_tensor *loss)
 {
     float v;
     if (!loss) { ex_fail(s, m); return false; }
     if (ex_on_gpu(loss)) return true;
     v = dl_item(loss);
-    m->checked = loss;
-    m->checked_v = v;
     return isfinite(v) || ex_diverged(s, m, v, m->step + 1);
 }
 
@@ -736,8 +732,7 @@ static EX_UNUSED bool ex_meter_add(ex_meter *m, dl_tensor *loss, dl_tensor *logi
     } else {
         int64_t c = ex_correct(logits, y);
         if (c < 0) return false;
-        m->loss_sum += (double)(m->checked == loss ? m->checked_v : dl_item(loss)) * (double)y->numel;
-        m->checked = NULL;
+        m->loss_sum += (double)dl_item(loss) * (double)y->numel;
         m->correct += c;
         m->seen += y->numel;
         m->step++;
