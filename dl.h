@@ -509,6 +509,7 @@
        dl_module_add              add_module (a named child)
        dl_module_forward          model(x)
        dl_module_forward_relu     F.relu(bn(x)), fused for a BatchNorm
+       dl_module_forward_add_relu F.relu(bn(x) + r), fused for a BatchNorm
        dl_module_train            model.train() / model.eval()
        dl_module_to               model.to(device)
        dl_module_training         model.training
@@ -1308,6 +1309,14 @@ DL_API dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x);  /* NULL x -> N
    launches and two passes over the data fewer). For a module's own
    forward (a residual block's relu(bn1(conv1(x)))). */
 DL_API dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x);
+/* dl_relu(dl_add(dl_module_forward(m, x), r)) likewise: a residual block's
+   tail relu(bn2(conv2(h)) + shortcut), one op where m is a BatchNorm and r
+   has x's shape, device and dtype (the add and the ReLU in the
+   normalization pass, r's gradient written by the backward's first pass:
+   on a GPU three launches and five passes over the data fewer a block);
+   otherwise the three ops, with their errors (a broadcast r). NULL x or r:
+   NULL, with no new message (an earlier op failed). */
+DL_API dl_tensor *dl_module_forward_add_relu(dl_module *m, dl_tensor *x, dl_tensor *r);
 DL_API void dl_module_train(dl_module *m, bool on);   /* recursive: .train() / .eval() */
 /* model.to(dev): moves every parameter and buffer (and their grads) in place,
    so names, pointers held by the caller and optimizers stay valid (an
@@ -3844,20 +3853,23 @@ struct dl__backend {
        rs is not NULL updates the running statistics in the same pass
        (dl__bn_running: rm = keep rm + mom mean, rv = keep rv + vmom var,
        with two roundings each, as a scale and an axpy would; nbt += 1); bn_apply
-       y = (x - mean) invstd w + b (w, b NULL: 1, 0), with relu then ReLU'd
-       (DL__U_RELU's expression); bn_backward gives dx =
+       y = (x - mean) invstd w + b (w, b NULL: 1, 0), then + r where r (x's
+       shape: a residual) is not NULL, with relu then ReLU'd (DL__U_RELU's
+       expression): each step rounded as its own op would; bn_backward gives dx =
        w invstd (g - mean(g) - xhat mean(g xhat)) in training (w invstd g in
-       eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL), where ry
-       (a fused ReLU's output, or NULL) makes g ry <= 0 ? 0 : g first
-       (DL__B_RELU_GRAD's). Layer norm
+       eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL, not all
+       three), where ry (a fused ReLU's output, or NULL) makes g ry <= 0 ? 0 : g
+       first (DL__B_RELU_GRAD's), and gm (or NULL; with ry) gets that masked g
+       too (the residual's gradient). Layer norm
        over the rows of x (rows, cols) likewise, with w, b of size cols. */
     void (*bn_stats)(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
                      int64_t C, int64_t L, float eps, const dl__bn_running *rs);
     void (*bn_apply)(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
-                     const float *w, const float *b, int64_t N, int64_t C, int64_t L, bool relu);
+                     const float *w, const float *b, const float *r, int64_t N, int64_t C, int64_t L,
+                     bool relu);
     void (*bn_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                         const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                        int64_t L, bool train, const float *ry);
+                        int64_t L, bool train, const float *ry, float *gm);
     void (*ln_forward)(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
                        const float *w, const float *b, int64_t rows, int64_t cols, float eps);
     void (*ln_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
@@ -8546,7 +8558,7 @@ static void dl__cpu_scale(dl__dev *d, float *x, int64_t n, float s)
 
 typedef struct dl__bn_args {
     float *y, *mean, *invstd, *var, *dx, *dw, *db;
-    const float *x, *g, *w, *b, *cmean, *cinvstd;
+    const float *x, *g, *w, *b, *cmean, *cinvstd, *r;   /* r: apply's residual (or NULL) */
     int64_t N, C, L;
     float eps;
     bool train;
@@ -8698,13 +8710,18 @@ static void dl__bn_apply_task(void *arg, int64_t lo, int64_t hi)
         const float *x = u->x + p * u->L;
         float *y = u->y + p * u->L;
         for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
+        if (u->r) {   /* + the residual, rounded as dl_add's (in cache) */
+            const float *r = u->r + p * u->L;
+            for (l = 0; l < u->L; l++) y[l] = y[l] + r[l];
+        }
     }
 }
 
-/* y = (x - mean) invstd w + b per channel (w, b NULL: 1, 0), ReLU'd with relu */
+/* y = (x - mean) invstd w + b per channel (w, b NULL: 1, 0), + r (or NULL),
+   ReLU'd with relu */
 static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean,
-                             const float *invstd, const float *w, const float *b, int64_t N,
-                             int64_t C, int64_t L, bool relu)
+                             const float *invstd, const float *w, const float *b, const float *r,
+                             int64_t N, int64_t C, int64_t L, bool relu)
 {
     dl__bn_args u;
     memset(&u, 0, sizeof u);
@@ -8714,6 +8731,7 @@ static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *
     u.cinvstd = (const float *)DL__RAW(d, invstd);
     u.w = w ? (const float *)DL__RAW(d, w) : NULL;
     u.b = b ? (const float *)DL__RAW(d, b) : NULL;
+    u.r = r ? (const float *)DL__RAW(d, r) : NULL;
     u.N = N; u.C = C; u.L = L;
     dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_apply_task, &u);
     /* the ReLU as its own vectorized pass (in the rows' loop above it costs a
@@ -8786,19 +8804,19 @@ static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
 
 /* dx = w invstd (g - mean(g) - xhat mean(g xhat)) (train) or w invstd g
    (eval); dw = sum(g xhat); db = sum(g); any output may be NULL; ry: g
-   masked by a fused ReLU's output */
+   masked by a fused ReLU's output, into gm where given */
 static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
                                 const float *x, const float *mean, const float *invstd,
                                 const float *w, int64_t N, int64_t C, int64_t L, bool train,
-                                const float *ry)
+                                const float *ry, float *gm_out)
 {
     dl__bn_args u;
     double stack[64], *sums = stack;
     float *gm = NULL;
     memset(&u, 0, sizeof u);
     if (C > 32) sums = (double *)DL_MALLOC(sizeof(double) * (size_t)(2 * C));
-    if (ry && !dx) gm = (float *)DL_MALLOC(sizeof(float) * (size_t)(N * C * L + 1));
-    if (!sums || (ry && !dx && !gm)) {
+    if (ry && !dx && !gm_out) gm = (float *)DL_MALLOC(sizeof(float) * (size_t)(N * C * L + 1));
+    if (!sums || (ry && !dx && !gm_out && !gm)) {
         if (sums != stack) DL_FREE(sums);
         dl__dev_fail(d, "bn_backward: out of host memory (%lld channels)", (long long)C);
         return;
@@ -8817,7 +8835,8 @@ static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, con
         dl__bin_args b;
         memset(&flat, 0, sizeof flat);
         flat.ndim = 1; flat.n = N * C * L; flat.shape[0] = flat.n; flat.sa[0] = flat.sb[0] = 1;
-        b.op = DL__B_RELU_GRAD; b.y = gm ? gm : u.dx; b.a = u.g; b.b = (const float *)DL__RAW(d, ry);
+        b.op = DL__B_RELU_GRAD; b.y = gm_out ? (float *)DL__RAW(d, gm_out) : gm ? gm : u.dx;
+        b.a = u.g; b.b = (const float *)DL__RAW(d, ry);
         b.bc = &flat; b.row = 0;
         dl__parallel_for(d->ctx->pool, flat.n, 1 << 15, dl__bin_flat_task, &b);
         u.g = b.y;
@@ -9072,7 +9091,7 @@ enum {
 typedef struct dl__rec {
     int kind, k;                      /* the entry; a small argument (op, dist, ndim, flag) */
     dl__dev *d, *d2;                  /* its device (peer: d2, the source) */
-    void *p[9];                       /* data pointers */
+    void *p[10];                      /* data pointers */
     int64_t n[10];                    /* sizes, strides, counts */
     float f[3];
     double g[2];
@@ -9579,24 +9598,26 @@ static void dl__rw_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     DL__CPU.bn_stats(d, mean, invstd, var, x, N, C, L, eps, rs);
 }
 static void dl__rw_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
-                            const float *w, const float *b, int64_t N, int64_t C, int64_t L, bool relu)
+                            const float *w, const float *b, const float *res, int64_t N, int64_t C, int64_t L,
+                            bool relu)
 {
     DL__REC(d, DL__RK_BN_APPLY) {
         r->p[0] = y; r->p[1] = (void *)x; r->p[2] = (void *)mean; r->p[3] = (void *)invstd;
-        r->p[4] = (void *)w; r->p[5] = (void *)b; r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = relu;
+        r->p[4] = (void *)w; r->p[5] = (void *)b; r->p[6] = (void *)res;
+        r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = relu;
     }
-    DL__CPU.bn_apply(d, y, x, mean, invstd, w, b, N, C, L, relu);
+    DL__CPU.bn_apply(d, y, x, mean, invstd, w, b, res, N, C, L, relu);
 }
 static void dl__rw_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t L, bool train, const float *ry)
+                               int64_t L, bool train, const float *ry, float *gm)
 {
     DL__REC(d, DL__RK_BN_BACKWARD) {
         r->p[0] = dx; r->p[1] = dw; r->p[2] = db; r->p[3] = (void *)g; r->p[4] = (void *)x;
         r->p[5] = (void *)mean; r->p[6] = (void *)invstd; r->p[7] = (void *)w; r->p[8] = (void *)ry;
-        r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = train;
+        r->p[9] = gm; r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = train;
     }
-    DL__CPU.bn_backward(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry);
+    DL__CPU.bn_backward(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry, gm);
 }
 static void dl__rw_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x, const float *w,
                               const float *b, int64_t rows, int64_t cols, float eps)
@@ -9798,12 +9819,12 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     }
     case DL__RK_BN_APPLY:
         DL__CPU.bn_apply(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
-                         (const float *)p[4], (const float *)p[5], n[0], n[1], n[2], r->b[0]);
+                         (const float *)p[4], (const float *)p[5], (const float *)p[6], n[0], n[1], n[2], r->b[0]);
         break;
     case DL__RK_BN_BACKWARD:
         DL__CPU.bn_backward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
                             (const float *)p[5], (const float *)p[6], (const float *)p[7], n[0], n[1], n[2], r->b[0],
-                            (const float *)p[8]);
+                            (const float *)p[8], (float *)p[9]);
         break;
     case DL__RK_LN_FORWARD:
         DL__CPU.ln_forward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
@@ -12563,15 +12584,25 @@ static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};   /* + ReLU: reads its output */
+/* relu(batch_norm(x) + r): in[3] = r, whose gradient is the ReLU's masked g */
+static const dl__op dl__op_bn_add_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl_tensor *x = n->in[0], *w = n->in[1];
     int64_t N = x->shape[0], C = x->shape[1], L = (N * C) != 0 ? x->numel / (N * C) : 0;
-    dl_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    bool relu = n->op == &dl__op_bn_relu;
+    dl_tensor *dx = NULL, *dw = NULL, *db = NULL, *gm = NULL;
+    bool add = n->op == &dl__op_bn_add_relu, relu = add || n->op == &dl__op_bn_relu;
     if (dl__grad_on(x->ctx_)) {   /* the ReLU's backward as dl__relu_bwd's, from its output */
         if (relu && !(g = dl_mul(g, dl__mask(n->out, DL__U_NLE, 0, 0)))) return x->ctx_->err;
+        if (add && dl__need(n, 3)) gin[3] = g;
         return dl__bn_bwd_graph(n, g, gin);
+    }
+    if (add && dl__need(n, 3)) {   /* the residual's gradient: g masked, in the backward's pass */
+        if (!dl__need(n, 0) && !dl__need(n, 1) && !dl__need(n, 2)) {
+            gin[3] = dl__bmask(g, n->out, DL__B_RELU_GRAD);
+            return gin[3] ? DL_OK : x->ctx_->err;
+        }
+        if (!(gm = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
     }
     if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
     if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
@@ -12580,10 +12611,12 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
                            db ? (float *)db->data : NULL, (const float *)g->data,
                            (const float *)x->data, (const float *)n->saved[0]->data,
                            (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
-                           N, C, L, n->i[0] != 0, relu ? (const float *)n->out->data : NULL);
+                           N, C, L, n->i[0] != 0, relu ? (const float *)n->out->data : NULL,
+                           gm ? (float *)gm->data : NULL);
     gin[0] = dx ? dl__check(dx, "dl_batch_norm") : NULL;
     gin[1] = dw;
     gin[2] = db;
+    if (add) gin[3] = gm;
     return dl__dev_check(x->dev_, "dl_batch_norm");
 }
 
@@ -12629,13 +12662,13 @@ static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd, 3, 0};
 
 /* records the normalization node */
 static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *y, dl_tensor *x,
-                                  dl_tensor *w, dl_tensor *b, dl_tensor *mean, dl_tensor *invstd,
-                                  int64_t attr, float eps)
+                                  dl_tensor *w, dl_tensor *b, dl_tensor *r, dl_tensor *mean,
+                                  dl_tensor *invstd, int64_t attr, float eps)
 {
-    dl_tensor *in[3];
+    dl_tensor *in[4];
     dl__node *n;
-    in[0] = x; in[1] = w; in[2] = b;
-    if (dl__record(y, dop, 3, in, &n) < 0) return NULL;
+    in[0] = x; in[1] = w; in[2] = b; in[3] = r;
+    if (dl__record(y, dop, r ? 4 : 3, in, &n) < 0) return NULL;
     if (n) {
         n->saved[0] = mean;
         n->saved[1] = invstd;
@@ -12651,10 +12684,12 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
    (in bn_stats's pass where it shares x's device: no launch of its own);
    relu: relu(batch_norm(...)) as one op (a Sequential's BatchNorm then
    ReLU: dl__seq_fwd), the ReLU with the apply and its mask with the
-   backward, the values and bits of the two ops */
+   backward, the values and bits of the two ops; r (with relu; checked by
+   the caller: x's shape, device and dtype): relu(batch_norm(...) + r) as
+   one op, a residual block's tail (dl_module_forward_add_relu) */
 static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
                                  dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
-                                 float eps, dl_tensor *nbt, bool relu)
+                                 float eps, dl_tensor *nbt, bool relu, dl_tensor *r)
 {
     static const char *op = "dl_batch_norm";
     dl_ctx *ctx;
@@ -12709,6 +12744,7 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
                    dl_sqrt(dl_add_scalar(dl__nn_chan(running_var, x->ndim), eps)));
         if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
         if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
+        if (r) y = dl_add(y, r);
         return dl__end(ctx, relu ? dl_relu(y) : y, op);
     }
     {
@@ -12740,8 +12776,10 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
         }
         d->be->bn_apply(d, (float *)y->data, (const float *)x->data, (const float *)mean->data,
                         (const float *)invstd->data, weight ? (const float *)weight->data : NULL,
-                        bias ? (const float *)bias->data : NULL, N, C, L, relu);
-        y = dl__norm_record(op, relu ? &dl__op_bn_relu : &dl__op_bn, y, x, weight, bias, mean, invstd, training, eps);
+                        bias ? (const float *)bias->data : NULL, r ? (const float *)r->data : NULL,
+                        N, C, L, relu);
+        y = dl__norm_record(op, r ? &dl__op_bn_add_relu : relu ? &dl__op_bn_relu : &dl__op_bn, y, x, weight,
+                            bias, r, mean, invstd, training, eps);
     }
     if (!y) return NULL;
     if (training && running_mean && C) {
@@ -12755,7 +12793,7 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
                          dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
                          float eps)
 {
-    return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL, false);
+    return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL, false, NULL);
 }
 
 dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
@@ -12794,7 +12832,7 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
         d->be->ln_forward(d, (float *)y->data, (float *)mean->data, (float *)invstd->data,
                           (const float *)x->data, weight ? (const float *)weight->data : NULL,
                           bias ? (const float *)bias->data : NULL, rows, cols, eps);
-        return dl__done(dl__norm_record(op, &dl__op_ln, y, x, weight, bias, mean, invstd, k, eps), op);
+        return dl__done(dl__norm_record(op, &dl__op_ln, y, x, weight, bias, NULL, mean, invstd, k, eps), op);
     }
 }
 
@@ -14554,13 +14592,24 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
 }
 
 static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x);
-static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu);
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r);
 
 dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x)
 {
     if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x))
-        return dl__bnm_run(m, x, true);
+        return dl__bnm_run(m, x, true, NULL);
     return dl_relu(dl_module_forward(m, x));
+}
+
+dl_tensor *dl_module_forward_add_relu(dl_module *m, dl_tensor *x, dl_tensor *r)
+{
+    if (!r) return NULL;   /* as a NULL x: an earlier op failed and said why */
+    if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x) &&
+        dl__valid(m->type, "r", r) && x->dtype == DL_DTYPE_F32 && r->dtype == DL_DTYPE_F32 &&
+        r->ctx_ == x->ctx_ && r->dev_ == x->dev_ && r->ndim == x->ndim &&
+        memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) == 0)
+        return dl__bnm_run(m, x, true, r);   /* one op; else as written, with its ops' errors */
+    return dl_relu(dl_add(dl_module_forward(m, x), r));
 }
 
 static void dl__mod_deep(dl_module *m, const char *fn)
@@ -14955,7 +15004,7 @@ static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
         if (c->forward == dl__bnm_fwd && i + 1 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&
             dl__valid(c->type, "x", x) &&
             !(x->device.type == DL_DEVICE_CPU && i + 2 < m->nc && dl__is_max_pool(m->cs[i + 2].m))) {
-            x = dl__bnm_run(c, x, true);
+            x = dl__bnm_run(c, x, true, NULL);
             i++;
         } else if (c->forward == dl__relu_fwd && i + 1 < m->nc && dl__is_max_pool(m->cs[i + 1].m)) {
             x = dl_module_forward(m->cs[++i].m, x);
@@ -15150,7 +15199,7 @@ typedef struct dl__bnm {
     dl_tensor *w, *b, *rm, *rv, *nbt;
 } dl__bnm;
 
-static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu)
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r)
 {
     dl__bnm *s = (dl__bnm *)dl_module_state(m);
     bool ok = s->spatial < 0 ? (x->ndim == 2 || x->ndim == 3) : x->ndim == s->spatial + 2;
@@ -15161,9 +15210,9 @@ static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu)
         return NULL;
     }
     if (train) dl__cap_use(s->nbt);   /* num_batches_tracked += 1 (a replay repeats it) */
-    return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL, relu);
+    return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL, relu, r);
 }
-static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x) { return dl__bnm_run(m, x, false); }
+static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x) { return dl__bnm_run(m, x, false, NULL); }
 
 static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_t c)
 {

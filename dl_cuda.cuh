@@ -3421,12 +3421,14 @@ struct dl__cuf_ln_dwb {
 template <bool ST, typename I>
 struct dl__cu_bnpart {
     const float *x, *g, *mean, *ry; I C, L, M, S;   /* ry: a fused ReLU's output (g masked) or NULL */
+    float *gm;                                      /* with ry: the masked g written there (or NULL) */
     DL__HD void sums(I j, I t, I G, double *pa, double *pb) const
     {
         I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
         I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
         I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
         const float *xc = x ? x + c * L : NULL, *gc = ST ? NULL : g + c * L, *rc = ST || !ry ? NULL : ry + c * L;
+        float *mc = ST || !rc || !gm ? NULL : gm + c * L;
         double a = 0.0, b = 0.0, K;
         *pa = *pb = 0.0;
         if (k >= hi) return;
@@ -3440,6 +3442,7 @@ struct dl__cu_bnpart {
                 I at = n * CL + l;
                 xv[u] = ST || xc ? xc[at] : 0.0f;
                 if (!ST) gv[u] = rc && rc[at] <= 0 ? 0.0f : gc[at];   /* DL__B_RELU_GRAD */
+                if (mc) mc[at] = gv[u];                                /* each element once */
                 n += gq;
                 l += gr;
                 if (l >= L) { l -= L; n++; }
@@ -3513,12 +3516,12 @@ struct dl__cuh_bnpart {
 /* pass 1 over (N, C, L): part (C S, 2); S chunks per channel */
 template <bool ST, typename I>
 static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                               const float *ry, int64_t C, int64_t L, int64_t M, int64_t S)
+                               const float *ry, float *gm, int64_t C, int64_t L, int64_t M, int64_t S)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
     I jobs = (I)(C * S);
-    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
+    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
         dl__cuh_bnpart<ST, I> f;
         f.p = p; f.jobs = jobs; f.part = part;
@@ -3540,7 +3543,7 @@ static int64_t dl__cu_bn_split(int64_t C, int64_t M)
 /* pass 1 with 32-bit indices where x's elements and the jobs allow */
 template <bool ST>
 static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const float *mean, const float *ry,
-                              int64_t N, int64_t C, int64_t L, int64_t *S, size_t extra)
+                              float *gm, int64_t N, int64_t C, int64_t L, int64_t *S, size_t extra)
 {
     int64_t M = N * L;
     double *part;
@@ -3548,9 +3551,9 @@ static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const 
     part = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C * *S) + extra);
     if (!part) return NULL;
     if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * *S))
-        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, ry, C, L, M, *S);
+        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, ry, gm, C, L, M, *S);
     else
-        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, ry, C, L, M, *S);
+        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, ry, gm, C, L, M, *S);
     return part;
 }
 
@@ -3645,24 +3648,27 @@ template <> struct dl__cu_chan<int64_t> {
 };
 
 /* y = x sc + sh, sc = invstd w, sh = b - mean sc, one thread per element
-   (dl__bn_apply_task); relu: then DL__U_RELU's max(y, 0) */
+   (dl__bn_apply_task); r: then + r (dl_add's rounding); relu: then
+   DL__U_RELU's max(y, 0) */
 template <typename I>
 struct dl__cuf_bn_apply {
-    float *y; const float *x, *mean, *invstd, *w, *b; dl__cu_chan<I> ch; bool relu;
+    float *y; const float *x, *mean, *invstd, *w, *b, *r; dl__cu_chan<I> ch; bool relu;
     DL__HD void operator()(I e) const
     {
         I c = ch.of(e);
         float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
         float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
         float v = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+        if (r) v = dl__cu_fadd(v, r[e]);
         y[e] = !relu || v > 0 || v != v ? v : 0.0f;
     }
 };
 
-/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0 (dl__bn_dx_task) */
+/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0
+   (dl__bn_dx_task); gm: the masked g written there too (no pass 1 ran) */
 template <typename I>
 struct dl__cuf_bn_dx {
-    float *dx; const float *g, *x, *mean, *invstd, *w, *coef, *ry; dl__cu_chan<I> ch;
+    float *dx, *gm; const float *g, *x, *mean, *invstd, *w, *coef, *ry; dl__cu_chan<I> ch;
     DL__HD void operator()(I e) const
     {
         I c = ch.of(e);
@@ -3670,7 +3676,8 @@ struct dl__cuf_bn_dx {
         float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
         float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
         float ge = ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
-        dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
+        if (gm) gm[e] = ge;
+        if (dx) dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
     }
 };
 
@@ -3683,7 +3690,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
     x = DL__CUP(d, x);
-    part = dl__cu_bn_part<true>(d, x, NULL, NULL, NULL, N, C, L, &S, 0);
+    part = dl__cu_bn_part<true>(d, x, NULL, NULL, NULL, NULL, N, C, L, &S, 0);
     if (!part) return;
     f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
     f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
@@ -3694,28 +3701,46 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     dl__cu_run<int64_t>(d, "bn_stats (pass 2)", C, f);
 }
 
+template <typename I>
+static void dl__cu_bn_apply_run(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
+                                const float *w, const float *b, const float *r, int64_t n, int64_t C, int64_t L,
+                                bool relu)
+{
+    dl__cuf_bn_apply<I> f;
+    f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.r = r; f.ch.init(C, L); f.relu = relu;
+    dl__cu_run<I>(d, "bn_apply", n, f);
+}
+
 static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *mean, const float *invstd,
-                            const float *w, const float *b, int64_t N, int64_t C, int64_t L, bool relu)
+                            const float *w, const float *b, const float *r, int64_t N, int64_t C, int64_t L,
+                            bool relu)
 {
     int64_t n = N * C * L;
     dl__cu_enter(d);
     if (C <= 0 || L <= 0 || n <= 0) return;
     y = DL__CUP(d, y); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
-    w = w ? DL__CUP(d, w) : NULL; b = b ? DL__CUP(d, b) : NULL;
-    if (dl__cu_small(n)) {
-        dl__cuf_bn_apply<int32_t> f;
-        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L); f.relu = relu;
-        dl__cu_run<int32_t>(d, "bn_apply", n, f);
-    } else {
-        dl__cuf_bn_apply<int64_t> f;
-        f.y = y; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b; f.ch.init(C, L); f.relu = relu;
-        dl__cu_run<int64_t>(d, "bn_apply", n, f);
-    }
+    w = w ? DL__CUP(d, w) : NULL; b = b ? DL__CUP(d, b) : NULL; r = r ? DL__CUP(d, r) : NULL;
+    if (dl__cu_small(n)) dl__cu_bn_apply_run<int32_t>(d, y, x, mean, invstd, w, b, r, n, C, L, relu);
+    else dl__cu_bn_apply_run<int64_t>(d, y, x, mean, invstd, w, b, r, n, C, L, relu);
 }
 
+template <typename I>
+static void dl__cu_bn_dx_run(dl__dev *d, float *dx, float *gm, const float *g, const float *x, const float *mean,
+                             const float *invstd, const float *w, const float *coef, const float *ry, int64_t n,
+                             int64_t C, int64_t L)
+{
+    dl__cuf_bn_dx<I> f;
+    f.dx = dx; f.gm = gm; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
+    f.ch.init(C, L);
+    dl__cu_run<I>(d, dx ? "bn_backward dx" : "bn_backward mask", n, f);
+}
+
+/* gm (with ry): the masked g, written by pass 1 where it runs (the dx pass
+   then reads it in place of g and ry), else by the dx pass, else by a pass
+   of its own */
 static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t L, bool train, const float *ry)
+                               int64_t L, bool train, const float *ry, float *gm)
 {
     float *coef = NULL;
     int64_t n = N * C * L;
@@ -3724,6 +3749,7 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
     g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
     w = w ? DL__CUP(d, w) : NULL;
     ry = ry ? DL__CUP(d, ry) : NULL;
+    gm = ry && gm ? DL__CUP(d, gm) : NULL;
     if (C <= 0) return;
     if (dw || db || (dx && train)) {
         dl__cuf_bn_sfin f;
@@ -3732,8 +3758,13 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
         double *part = NULL;
         if (n > 0) {
             off = sizeof(double) * (size_t)(2 * C * dl__cu_bn_split(C, N * L));
-            part = dl__cu_bn_part<false>(d, x, g, mean, ry, N, C, L, &S, sizeof(float) * (size_t)(2 * C));
+            part = dl__cu_bn_part<false>(d, x, g, mean, ry, gm, N, C, L, &S, sizeof(float) * (size_t)(2 * C));
             if (!part) return;
+            if (gm) {   /* written: the dx pass reads it */
+                g = gm;
+                ry = NULL;
+                gm = NULL;
+            }
         } else {   /* no elements: the sums are zero (as the CPU's) */
             part = (double *)dl__cu_scratch(d, sizeof(double) * 2 * (size_t)C + sizeof(float) * (size_t)(2 * C));
             if (!part) return;
@@ -3744,18 +3775,9 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
         f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
         dl__cu_run<int64_t>(d, "bn_backward sums (pass 2)", C, f);
     }
-    if (dx && L > 0 && n > 0) {
-        if (dl__cu_small(n)) {
-            dl__cuf_bn_dx<int32_t> f;
-            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
-            f.ch.init(C, L);
-            dl__cu_run<int32_t>(d, "bn_backward dx", n, f);
-        } else {
-            dl__cuf_bn_dx<int64_t> f;
-            f.dx = dx; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
-            f.ch.init(C, L);
-            dl__cu_run<int64_t>(d, "bn_backward dx", n, f);
-        }
+    if ((dx || gm) && L > 0 && n > 0) {
+        if (dl__cu_small(n)) dl__cu_bn_dx_run<int32_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, n, C, L);
+        else dl__cu_bn_dx_run<int64_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, n, C, L);
     }
 }
 
@@ -3772,7 +3794,7 @@ static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int
     double *part;
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
-    part = dl__cu_bn_part<false>(d, NULL, DL__CUP(d, x), NULL, NULL, N, C, L, &S, 0);
+    part = dl__cu_bn_part<false>(d, NULL, DL__CUP(d, x), NULL, NULL, NULL, N, C, L, &S, 0);
     if (!part) return;
     f.dw = NULL; f.db = DL__CUP(d, y); f.coef = NULL; f.part = part; f.invstd = NULL; f.S = S;
     f.M = (double)(N * L);

@@ -28,9 +28,8 @@ static inline dl_tensor *ex_residual_forward(dl_module *m, dl_tensor *x)
 {
     ex_residual *b = (ex_residual *)dl_module_state(m);
     dl_tensor *y = dl_module_forward_relu(b->bn1, dl_module_forward(b->conv1, x));   /* fused */
-    y = dl_module_forward(b->bn2, dl_module_forward(b->conv2, y));
     if (b->conv3) x = dl_module_forward(b->conv3, x);
-    return dl_relu(dl_add(y, x));
+    return dl_module_forward_add_relu(b->bn2, dl_module_forward(b->conv2, y), x);   /* relu(bn2(.) + x), fused */
 }
 
 /* d2l.Residual(in, out, use_1x1conv, strides) */

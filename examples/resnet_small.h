@@ -18,8 +18,7 @@ static inline dl_tensor *ex_small_block_forward(dl_module *m, dl_tensor *x)
     ex_small_block_state *b = (ex_small_block_state *)dl_module_state(m);
     dl_tensor *h = dl_module_forward_relu(b->bn1, dl_module_forward(b->conv1, x));   /* one op */
     dl_tensor *sc = b->proj ? dl_module_forward(b->proj_bn, dl_module_forward(b->proj, x)) : x;
-    h = dl_module_forward(b->bn2, dl_module_forward(b->conv2, h));
-    return dl_relu(dl_add(h, sc));
+    return dl_module_forward_add_relu(b->bn2, dl_module_forward(b->conv2, h), sc);   /* one op */
 }
 
 /* a block from in to out channels; a 1x1 conv + BN shortcut where the

@@ -1130,6 +1130,63 @@ static void test_chan_sum(void)
     dl_set_device(C, dl_cpu());
 }
 
+/* relu(bn(x) + r) through dl_module_forward_add_relu on cuda:0: inside a
+   capture, forward and dl_grad of x, r, weight and bias take three
+   launches fewer than the three ops (the add and the ReLU in the apply
+   pass; the ReLU's mask, r's gradient, written by the backward's first
+   pass), counted when emulated; the output and the four gradients are the
+   three ops' bits (GPU and emulated) */
+static void test_bn_add_relu(void)
+{
+    static const int64_t sh[2][4] = {{6, 5, 7, 9}, {4, 16, 3, 3}};
+    int c, f;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 2; c++) {
+        dl_shape s = dl_shape_make(4, sh[c]);
+        dl_module *bn = dl_nn_batch_norm2d(C, sh[c][1]);
+        const dl_named_tensor *ps;
+        dl_tensor *x = dl_keep(dl_requires_grad(dl_randn(C, s), true));
+        dl_tensor *r = dl_keep(dl_requires_grad(dl_mul_scalar(dl_randn(C, s), 0.5f), true));
+        float *hv[2][5];
+        int64_t cnt[5];
+        size_t nops[2] = {0, 0};
+        bool ok = true;
+        int k;
+        dl_module_named_parameters(bn, &ps);
+        for (f = 0; f < 2; f++) {   /* f = 0: the three ops, 1: fused */
+            dl_tensor *in[4], *gr[4] = {NULL, NULL, NULL, NULL}, *y;
+            dl_capture *cap = dl_capture_begin(C);
+            dl__cucap *cc = DL__CUI(C->cuda[0])->cap;
+            size_t n0 = cc ? cc->nops : 0;
+            in[0] = x; in[1] = r; in[2] = ps[0].t; in[3] = ps[1].t;
+            y = f ? dl_module_forward_add_relu(bn, x, r) : dl_relu(dl_add(dl_module_forward(bn, x), r));
+            ok = ok && y && dl_grad(dl_sum(y, DL_ALL, false), 4, in, gr, NULL) == DL_OK;
+            nops[f] = cc ? cc->nops - n0 : 0;
+            ok = ok && dl_capture_end(cap) == DL_OK;
+            for (k = 0; k < 5; k++) {
+                dl_tensor *t = k ? gr[k - 1] : y;
+                cnt[k] = t ? t->numel : 0;
+                hv[f][k] = (float *)calloc((size_t)cnt[k] + 1, sizeof(float));
+                ok = ok && t && dl_read(t, hv[f][k], cnt[k]) == DL_OK;
+            }
+            dl_capture_free(cap);
+        }
+        for (k = 0; k < 5; k++)
+            CHECK(ok && memcmp(hv[0][k], hv[1][k], sizeof(float) * (size_t)cnt[k]) == 0,
+                  "bn+add+relu case %d: %s the three ops' bits: %s", c,
+                  k == 0 ? "output" : k == 1 ? "x's gradient" : k == 2 ? "r's gradient" : k == 3 ? "weight's gradient"
+                                                                                                : "bias's gradient",
+                  dl_error_message(C));
+        CHECK(!ok || dl__cu_emu_count() <= 0 || nops[1] + 3 == nops[0],   /* counted when emulated */
+              "bn+add+relu case %d: %zu launches fused, %zu as three ops (3 fewer)", c, nops[1], nops[0]);
+        for (k = 0; k < 5; k++) { free(hv[0][k]); free(hv[1][k]); }
+        dl_free(x);
+        dl_free(r);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 static void test_multi_tensor(void)
 {
     static float a[40000], b[40000], c[40000];
@@ -1297,6 +1354,7 @@ int main(int argc, char **argv)
     test_grad_accum();
     test_fused_ce();
     test_chan_sum();
+    test_bn_add_relu();
     test_memory();
     dl_ctx_free(C);
     TEST_END();

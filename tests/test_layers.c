@@ -106,6 +106,27 @@ static void test_batch_norm(void)
     CHECK(dl_module_forward_relu(bn, NULL) == NULL && dl_last_error(ctx) == DL_OK, "fused ReLU: NULL x -> NULL");
     CHECK(dl_module_forward_relu(NULL, x) == NULL, "fused ReLU: NULL module -> NULL");
     dl_clear_error(ctx);
+    {   /* relu(bn(x) + r): the fused op's refusals, and the three ops' where r is not x's twin */
+        dl_tensor *x2 = dl_randn(ctx, DL_SHAPE(8, 3)), *xi;
+        CHECK(dl_module_forward_add_relu(bn, x2, x2) == NULL, "fused add+ReLU: 2-D input refused");
+        EXPECT_ERR(ctx, DL_ERR_SHAPE, "BatchNorm2d: x (8,3) must be (N,C,H,W)");
+        CHECK(dl_module_forward_add_relu(bn, x, dl_randn(ctx, DL_SHAPE(8, 3, 5, 5))) == NULL,
+              "fused add+ReLU: r of another shape refused");
+        EXPECT_ERR(ctx, DL_ERR_SHAPE, "dl_add");
+        xi = dl_argmax(x, 1, true);
+        CHECK(xi && dl_module_forward_add_relu(bn, x, dl_expand(xi, DL_SHAPE(8, 3, 4, 4))) == NULL,
+              "fused add+ReLU: int64 r refused");
+        EXPECT_ERR(ctx, DL_ERR_DTYPE, "dl_add");
+        CHECK(dl_module_forward_add_relu(bn, x, NULL) == NULL && dl_last_error(ctx) == DL_OK,
+              "fused add+ReLU: NULL r -> NULL");
+        CHECK(dl_module_forward_add_relu(bn, NULL, x) == NULL && dl_last_error(ctx) == DL_OK,
+              "fused add+ReLU: NULL x -> NULL");
+        CHECK(dl_module_forward_add_relu(NULL, x, x) == NULL, "fused add+ReLU: NULL module -> NULL");
+        dl_clear_error(ctx);
+        y = dl_module_forward_add_relu(bn, x, dl_ones(ctx, DL_SHAPE(1, 3, 1, 1)));
+        CHECK(y && y->ndim == 4 && y->shape[0] == 8 && th_f(dl_min(y, DL_ALL, false), 0) >= 0.0f,
+              "fused add+ReLU: a broadcast r through the three ops");
+    }
     CHECK(dl_module_forward(dl_nn_batch_norm1d(ctx, 3), dl_randn(ctx, DL_SHAPE(8, 3))) != NULL, "BatchNorm1d (N,C)");
     CHECK(dl_module_forward(dl_nn_batch_norm1d(ctx, 3), dl_randn(ctx, DL_SHAPE(8, 3, 5))) != NULL, "BatchNorm1d (N,C,L)");
     CHECK(dl_module_forward(dl_nn_batch_norm3d(ctx, 3), dl_randn(ctx, DL_SHAPE(2, 3, 2, 2, 2))) != NULL, "BatchNorm3d");

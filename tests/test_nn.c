@@ -948,6 +948,28 @@ static void test_relu_pool_order(void)
     dl_ctx_free(ctx);
 }
 
+/* n values of quarters around vals (zeros of both signs, ties) into h, and
+   into hr (or NULL) halves of vals, from an LCG seeded with s */
+static void fill_quarters(float *h, float *hr, int64_t n, uint64_t s)
+{
+    static const float vals[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f};
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        h[i] = vals[(s >> 33) % 8] + (float)((s >> 40) % 5) * 0.25f;
+        if (hr) hr[i] = vals[(s >> 45) % 8] * 0.5f;
+    }
+}
+
+/* a module's parameters away from 1 and 0 (the affine part counts) */
+static void randomize_params(dl_ctx *ctx, int np, const dl_named_tensor *ps)
+{
+    int k;
+    dl_no_grad_begin(ctx);
+    for (k = 0; k < np; k++) dl_copy_(ps[k].t, dl_add_scalar(dl_rand(ctx, dl_shape_make(ps[k].t->ndim, ps[k].t->shape)), 0.5f * (float)k));
+    dl_no_grad_end(ctx);
+}
+
 /* Sequential runs BatchNorm then ReLU as one op (the ReLU in the apply
    pass, its mask in the backward's): the output, the input gradient and the
    weight and bias gradients must be the same bits as the module then
@@ -960,7 +982,6 @@ static void test_relu_pool_order(void)
    dl_relu after it). */
 static void test_bn_relu_fusion(void)
 {
-    static const float vals[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f};
     dl_ctx *ctx = new_ctx(4);
     int c;
     for (c = 0; c < 15; c++) {
@@ -968,19 +989,15 @@ static void test_bn_relu_fusion(void)
         bool fr = c >= 9, lin = c == 14;
         int b = fr ? like[c - 9] : c;
         bool two = b >= 2, train = b % 2 == 0, pool = b >= 4 && b < 6, second = b == 6 || b == 7, nox = b == 8;
-        int64_t n = two ? 4 * 3 * 6 * 6 : 5 * 7, i;
+        int64_t n = two ? 4 * 3 * 6 * 6 : 5 * 7;
         dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
         dl_module *mods[3], *seq;
         dl_tensor *x, *x2, *y, *ref, *gy, *g0[2] = {NULL, NULL};
         const dl_named_tensor *ps;
         float *h = (float *)malloc(sizeof(float) * (size_t)n);
-        uint64_t r = 777u + (uint64_t)c;
         dl_backward_desc bd;
-        int np, k;
-        for (i = 0; i < n; i++) {
-            r = r * 6364136223846793005u + 1442695040888963407u;
-            h[i] = vals[(r >> 33) % 8] + (float)((r >> 40) % 5) * 0.25f;
-        }
+        int np;
+        fill_quarters(h, NULL, n, 777u + (uint64_t)c);
         x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, 6, 6) : DL_SHAPE(5, 7), h), !nox);
         x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), !nox);
         free(h);
@@ -989,9 +1006,7 @@ static void test_bn_relu_fusion(void)
         mods[2] = dl_nn_max_pool2d(ctx, &pd);
         seq = dl_nn_sequential(ctx, pool ? 3 : 2, mods);
         np = dl_module_named_parameters(mods[0], &ps);
-        dl_no_grad_begin(ctx);   /* weight and bias away from 1 and 0: the affine part counts */
-        for (k = 0; k < np; k++) dl_copy_(ps[k].t, dl_add_scalar(dl_rand(ctx, dl_shape_make(ps[k].t->ndim, ps[k].t->shape)), 0.5f * (float)k));
-        dl_no_grad_end(ctx);
+        randomize_params(ctx, np, ps);
         if (!train) {   /* running statistics of a batch first */
             dl_module_forward(mods[0], x);
             dl_module_train(seq, false);
@@ -1020,6 +1035,78 @@ static void test_bn_relu_fusion(void)
     dl_ctx_free(ctx);
 }
 
+/* dl_module_forward_add_relu: relu(bn(x) + r) as one op where m is a
+   BatchNorm and r has x's shape. The output and the gradients of x, r,
+   weight and bias must be the same bits as the three ops:
+     0 training 2-d     1 eval 2-d       2 training 1-d     3 eval 1-d
+     4 create_graph     5 r needs no gradient
+     6 only r needs one (eval; the mask alone)
+     7 x needs none (the first pass writes r's gradient, no dx)
+     8 eval, weight and bias need none (the dx pass writes it)
+     9 r broadcast (1,3,1,1): not fused, the three ops
+    10 r is x itself    11 a Linear (not fused)
+   Values: quarters, so bn(x) + r hits zeros of both signs and ties. */
+static void test_bn_add_relu_fusion(void)
+{
+    dl_ctx *ctx = new_ctx(4);
+    int c;
+    for (c = 0; c < 12; c++) {
+        bool two = c != 2 && c != 3 && c != 11, train = c != 1 && c != 3 && c != 6 && c != 8;
+        bool xg = c != 6 && c != 7, rg = c != 5, pg = c != 6 && c != 8, lin = c == 11, self = c == 10;
+        int64_t n = two ? 4 * 3 * 6 * 6 : 5 * 7;
+        dl_module *m;
+        dl_tensor *x, *x2, *r, *r2, *y, *ref, *gy, *g0[2] = {NULL, NULL};
+        const dl_named_tensor *ps;
+        float *h = (float *)malloc(sizeof(float) * (size_t)n), *hr = (float *)malloc(sizeof(float) * (size_t)n);
+        dl_backward_desc bd;
+        int np, k;
+        fill_quarters(h, hr, n, 991u + (uint64_t)c);
+        x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, 6, 6) : DL_SHAPE(5, 7), h), xg);
+        x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), xg);
+        if (c == 9) {
+            r = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(1, 3, 1, 1), hr), rg);
+            r2 = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(1, 3, 1, 1), hr), rg);
+        } else {
+            r = self ? x : dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), hr), rg);
+            r2 = self ? x2 : dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), hr), rg);
+        }
+        free(h);
+        free(hr);
+        m = lin ? dl_nn_linear(ctx, 7, 7, true) : two ? dl_nn_batch_norm2d(ctx, 3) : dl_nn_batch_norm1d(ctx, 7);
+        np = dl_module_named_parameters(m, &ps);
+        randomize_params(ctx, np, ps);
+        for (k = 0; k < np; k++) dl_requires_grad(ps[k].t, pg);
+        if (!train) {   /* running statistics of a batch first */
+            dl_module_forward(m, x);
+            dl_module_train(m, false);
+        }
+        memset(&bd, 0, sizeof bd);
+        bd.create_graph = c == 4;
+        y = dl_module_forward_add_relu(m, x, r);
+        ref = dl_relu(dl_add(dl_module_forward(m, x2), r2));
+        CHECK(y && ref && th_same_bytes(y, ref), "batch_norm+add+relu case %d: the same output bits", c);
+        if (!y || !ref) { dl_clear_error(ctx); dl_step_end(ctx); continue; }
+        gy = dl_randn(ctx, dl_shape_make(y->ndim, y->shape));
+        bd.grad = gy;
+        dl_module_zero_grad(m);
+        CHECK(dl_backward_ex(y, &bd) == DL_OK, "batch_norm+add+relu case %d: backward", c);
+        g0[0] = np > 0 && ps[0].t->grad ? dl_copy(ps[0].t->grad) : NULL;
+        g0[1] = np > 1 && ps[1].t->grad ? dl_copy(ps[1].t->grad) : NULL;
+        dl_module_zero_grad(m);
+        CHECK(dl_backward_ex(ref, &bd) == DL_OK, "batch_norm+add+relu case %d: the reference's backward", c);
+        CHECK(xg ? x->grad && x2->grad && th_same_bytes(x->grad, x2->grad) : !x->grad && !x2->grad,
+              "batch_norm+add+relu case %d: the same input gradient bits", c);
+        CHECK(self || (rg ? r->grad && r2->grad && th_same_bytes(r->grad, r2->grad) : !r->grad && !r2->grad),
+              "batch_norm+add+relu case %d: the same residual gradient bits", c);
+        CHECK(pg ? np == 2 && g0[0] && g0[1] && ps[0].t->grad && ps[1].t->grad &&
+                   th_same_bytes(ps[0].t->grad, g0[0]) && th_same_bytes(ps[1].t->grad, g0[1])
+                 : !g0[0] && !g0[1] && !ps[0].t->grad && !ps[1].t->grad,
+              "batch_norm+add+relu case %d: the same weight and bias gradient bits", c);
+        dl_step_end(ctx);
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/dl_test_nn_%ld", (long)getpid());
@@ -1027,6 +1114,7 @@ int main(int argc, char **argv)
     test_modules();
     test_relu_pool_order();
     test_bn_relu_fusion();
+    test_bn_add_relu_fusion();
     CHECK(cnt_live == 0, "leak after modules: %ld", cnt_live);
     test_init();
     if (g_nrec) {

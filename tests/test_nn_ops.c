@@ -150,7 +150,7 @@ static void test_golden_losses(const char *path)
 /* ------------------------------------------------------------------ gradcheck */
 
 enum { GC_BN, GC_LN, GC_CE, GC_NLL, GC_MSE, GC_L1, GC_BCE, GC_DROP, GC_CE_HESS, GC_LN_HESS,
-       GC_BN_HESS, GC_SL1, GC_HUBER, GC_BCEP, GC_BCEW, GC_KL, GC_LOSS_HESS };
+       GC_BN_HESS, GC_SL1, GC_HUBER, GC_BCEP, GC_BCEW, GC_KL, GC_LOSS_HESS, GC_BN_ADD_RELU };
 
 /* inputs: in[0] = x (or a), then the fields flagged below, in this order */
 typedef struct GC {
@@ -167,6 +167,7 @@ typedef struct GC {
     float p;                      /* dropout */
     uint64_t seed;
     int sub;                      /* GC_LOSS_HESS: the loss (GC_SL1 .. GC_KL), desc d */
+    dl_module *mod;               /* GC_BN_ADD_RELU: the BatchNorm; in = (x, r) */
 } GC;
 
 static dl_ctx *G;
@@ -207,6 +208,7 @@ static dl_tensor *gc_fn(void *user, dl_tensor *const *in)
         return g->op == GC_CE ? dl_cross_entropy(in[0], g->target, &d)
                               : dl_nll_loss(in[0], g->target, &d);
     }
+    case GC_BN_ADD_RELU: return dl_module_forward_add_relu(g->mod, in[0], in[1]);
     case GC_MSE: return dl_mse_loss(in[0], in[1], red(g->r));
     case GC_L1: return dl_l1_loss(in[0], in[1], red(g->r));
     case GC_BCE: return dl_binary_cross_entropy_with_logits(in[0], in[1], red(g->r));
@@ -338,6 +340,26 @@ static void gc_bn(const char *what, dl_shape xs, bool training, bool rs, bool w,
     if (w) in[n++] = U(cs, 0.5f, 1.5f, true);
     if (b) in[n++] = U(cs, -1.0f, 1.0f, true);
     gc_run(what, &g, n, in);
+}
+
+/* relu(bn(x) + r), the fused op of dl_module_forward_add_relu, in x and r
+   (weight and bias: the module's, away from 1 and 0) */
+static void gc_bn_add_relu(const char *what, dl_shape xs, bool training)
+{
+    GC g = gc_new(GC_BN_ADD_RELU);
+    dl_tensor *in[2];
+    const dl_named_tensor *ps;
+    int np, k;
+    g.mod = xs.ndim == 4 ? dl_nn_batch_norm2d(G, xs.d[1]) : dl_nn_batch_norm1d(G, xs.d[1]);
+    np = dl_module_named_parameters(g.mod, &ps);
+    dl_no_grad_begin(G);
+    for (k = 0; k < np; k++) dl_copy_(ps[k].t, U(dl_shape_make(1, ps[k].t->shape), 0.5f, 1.5f, false));
+    if (!training) dl_module_forward(g.mod, U(xs, -2.0f, 2.0f, false));   /* running statistics */
+    dl_no_grad_end(G);
+    dl_module_train(g.mod, training);
+    in[0] = U(xs, -2.0f, 2.0f, true);
+    in[1] = U(xs, -1.0f, 1.0f, true);
+    gc_run(what, &g, 2, in);
 }
 
 static void gc_ln(const char *what, dl_shape xs, int k, bool affine)
@@ -523,6 +545,9 @@ static void test_gradcheck(void)
     gc_bn("bn eval 3d", DL_SHAPE(2, 3, 4), false, true, true, true);
     gc_bn("bn eval 4d", DL_SHAPE(2, 3, 2, 2), false, true, true, false);
     gc_bn("bn eval 5d", DL_SHAPE(2, 2, 2, 2, 3), false, true, false, true);
+    gc_bn_add_relu("bn+add+relu train 4d", DL_SHAPE(3, 2, 3, 4), true);
+    gc_bn_add_relu("bn+add+relu train 2d", DL_SHAPE(6, 3), true);
+    gc_bn_add_relu("bn+add+relu eval 4d", DL_SHAPE(2, 3, 2, 2), false);
     /* layer norm */
     gc_ln("ln 1 dim affine", DL_SHAPE(4, 6), 1, true);
     gc_ln("ln 1 dim plain", DL_SHAPE(2, 3, 5), 1, false);
