@@ -80,6 +80,11 @@ static void test_mixed_device_errors(void)
     ts[0] = a; ts[1] = b;
     CHECK(dl_cat(2, ts, 0) == NULL, "mixed cat");
     EXPECT_ERR(c, DL_ERR_DEVICE, "dl_cat: a is on cpu:0 and b is on cpu:1");
+    {   /* relu(bn(x) + r), r on another device: not fused, dl_add says why */
+        dl_module *bn = dl_nn_batch_norm1d(c, 3);
+        CHECK(dl_module_forward_add_relu(bn, dl_randn(c, DL_SHAPE(4, 3)), b) == NULL, "mixed bn+add+relu");
+        EXPECT_ERR(c, DL_ERR_DEVICE, "dl_add: a is on cpu:0 and b is on cpu:1");
+    }
     /* optimizer/parameter: a gradient on another device than its parameter */
     {
         dl_tensor *p = dl_param(dl_randn(c, DL_SHAPE(3)));
