@@ -508,7 +508,7 @@
        dl_module_buffer           register_buffer
        dl_module_add              add_module (a named child)
        dl_module_forward          model(x)
-       dl_module_forward_relu     F.relu(bn(x)), fused for a BatchNorm
+       dl_module_forward_relu     F.relu(bn(x)), fused for a BatchNorm (a Linear on a GPU)
        dl_module_forward_add_relu F.relu(bn(x) + r), fused for a BatchNorm
        dl_module_train            model.train() / model.eval()
        dl_module_to               model.to(device)
@@ -1306,8 +1306,10 @@ DL_API dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x);  /* NULL x -> N
 /* dl_relu(dl_module_forward(m, x)), the same values and gradients, with the
    ReLU fused into m's op where m is a BatchNorm (in its normalization pass
    and its backward's, as a Sequential's BatchNorm, ReLU: on a GPU two
-   launches and two passes over the data fewer). For a module's own
-   forward (a residual block's relu(bn1(conv1(x)))). */
+   launches and two passes over the data fewer), or, on a GPU, a Linear with
+   a bias (the bias and the ReLU in one pass each way, as a Sequential's
+   Linear, ReLU). For a module's own forward (a residual block's
+   relu(bn1(conv1(x)))). */
 DL_API dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x);
 /* dl_relu(dl_add(dl_module_forward(m, x), r)) likewise: a residual block's
    tail relu(bn2(conv2(h)) + shortcut), one op where m is a BatchNorm and r
@@ -3971,6 +3973,20 @@ struct dl__backend {
     void (*chan_sum)(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L);
     /* y[i] = a[i] == b[i] ? 1 : 0 for int64 a, b (dl_eq's int64 pairs) */
     void (*eq_i64)(dl__dev *d, float *y, const int64_t *a, const int64_t *b, int64_t n);
+    /* optional (NULL: the binary entry's add, then the unary entry's
+       activation; backward: the mask, then the reduce entry): a Linear's
+       bias and activation, act DL__U_RELU, DL__U_SIGMOID or DL__U_TANH.
+       bias_act: y = act(x + b[c]) for x (rows, cols), b (cols), with the
+       binary entry's add and the unary entry's expression (a = b = 0).
+       bias_act_bwd: gx = the activation's backward from its output y
+       (DL__B_RELU_GRAD, DL__B_SIGMOID_GRAD, DL__B_TANH_GRAD of g and y) and
+       db = gx summed over the rows as the reduce entry would add them;
+       returns false, doing nothing, where the reduce entry would add them
+       otherwise (gx NULL: only the answer). */
+    void (*bias_act)(dl__dev *d, float *y, const float *x, const float *b, int64_t rows, int64_t cols,
+                     int act);
+    bool (*bias_act_bwd)(dl__dev *d, float *gx, float *db, const float *g, const float *y, int64_t rows,
+                         int64_t cols, int act);
 };
 #define DL__AXM 48
 
@@ -8979,7 +8995,8 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* axpy_multi: likewise */
     NULL, NULL,               /* class_loss*: composites (a dispatch is cheap on the CPU) */
     NULL,                     /* chan_sum: the two reduce passes (their bits) */
-    dl__cpu_eq_i64
+    dl__cpu_eq_i64,
+    NULL, NULL                /* bias_act*: the add and the activation (vectorized passes) */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9739,7 +9756,8 @@ static const dl__backend dl__cap_backend = {
     NULL,
     NULL, NULL,
     NULL,
-    dl__rw_eq_i64
+    dl__rw_eq_i64,
+    NULL, NULL
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -12445,6 +12463,62 @@ dl_tensor *dl_linear(dl_tensor *x, dl_tensor *w, dl_tensor *b)
     return dl__end(x->ctx_, b ? dl_add(y, b) : y, op);
 }
 
+/* y = act(x + b), x (..., cols), b (cols), act DL__U_RELU, SIGMOID or TANH:
+   a Linear's bias and its activation as one node, one pass each way where
+   the backend fuses them (dl__backend.bias_act: CUDA), with the values and
+   bits of dl_add then the activation (the activation's backward from its
+   output, as dl__sigmoid_bwd's; the ReLU's mask from its output, the same
+   as from its input). Node: in = (x, b), i[0] = act; named after the
+   activation. */
+static dl_result dl__bias_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
+static const dl__op dl__op_bact_relu = {"dl_relu", dl__bias_act_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_bact_sigmoid = {"dl_sigmoid", dl__bias_act_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_bact_tanh = {"dl_tanh", dl__bias_act_bwd, DL__RD_OUT, 0};
+static dl_result dl__bias_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int act = (int)n->i[0];
+    dl_tensor *y = n->out, *b = n->in[1], *gx;
+    int64_t cols = b->numel, rows = cols ? y->numel / cols : 0;
+    if (dl__grad_on(g->ctx_)) {   /* the activations' differentiable rules */
+        if (act == DL__U_RELU) gx = dl_mul(g, dl__mask(y, DL__U_NLE, 0, 0));
+        else if (act == DL__U_SIGMOID) gx = dl_mul(g, dl_mul(y, dl_rsub_scalar(y, 1.0f)));
+        else gx = dl_mul(g, dl_rsub_scalar(dl_mul(y, y), 1.0f));
+    } else if (dl__need(n, 1) && DL__BE(y)->bias_act_bwd(y->dev_, NULL, NULL, NULL, NULL, rows, cols, act)) {
+        dl_tensor *db = dl__like(n->op->name, b);   /* the mask and the bias's sum in one pass */
+        if (!(gx = dl__like(n->op->name, y)) || !db) return DL_ERR_OOM;
+        DL__BE(y)->bias_act_bwd(y->dev_, (float *)gx->data, (float *)db->data, (const float *)g->data,
+                                (const float *)y->data, rows, cols, act);
+        gin[0] = dl__need(n, 0) ? gx : NULL;
+        gin[1] = db;
+        return dl__dev_check(y->dev_, n->op->name);
+    } else {
+        gx = dl__bmask(g, y, act == DL__U_RELU ? DL__B_RELU_GRAD : act == DL__U_SIGMOID ? DL__B_SIGMOID_GRAD
+                                                                                        : DL__B_TANH_GRAD);
+    }
+    if (!gx) return g->ctx_->err;
+    if (dl__need(n, 0)) gin[0] = gx;
+    if (dl__need(n, 1)) gin[1] = dl__sum_like(gx, b);
+    return DL_OK;
+}
+
+/* x, b: checked by the caller (dl__linear_act_ok) */
+static dl_tensor *dl__bias_act(dl_tensor *x, dl_tensor *b, int act)
+{
+    const dl__op *dop = act == DL__U_RELU ? &dl__op_bact_relu : act == DL__U_SIGMOID ? &dl__op_bact_sigmoid
+                                                                                     : &dl__op_bact_tanh;
+    dl_tensor *y, *in[2];
+    dl__node *n;
+    if (!x || !dl__live(dop->name, "x", x)) return NULL;
+    if (!(y = dl__like(dop->name, x))) return NULL;
+    DL__BE(x)->bias_act(x->dev_, (float *)y->data, (const float *)x->data, (const float *)b->data,
+                        b->numel ? x->numel / b->numel : 0, b->numel, act);
+    in[0] = x;
+    in[1] = b;
+    if (dl__record(y, dop, 2, in, &n) < 0) return NULL;
+    if (n) n->i[0] = act;
+    return dl__done(y, dop->name);
+}
+
 /* y = softmax(x);      dx = y * (g - sum(g * y, dim))
    y = log_softmax(x);  dx = g - exp(y) * sum(g, dim) */
 static dl_result dl__softmax_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -14594,10 +14668,14 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
 static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x);
 static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r);
 
+static bool dl__linear_act_ok(dl_module *m, dl_tensor *x);
+static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act);
+
 dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x)
 {
     if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x))
         return dl__bnm_run(m, x, true, NULL);
+    if (dl__mod_ok(m) && dl__linear_act_ok(m, x)) return dl__linear_act(m, x, DL__U_RELU);
     return dl_relu(dl_module_forward(m, x));
 }
 
@@ -14950,6 +15028,27 @@ static dl_tensor *dl__linear_fwd(dl_module *m, dl_tensor *x)
     return dl_linear(x, s->w, s->b);
 }
 
+/* a Linear with a bias whose bias and activation x's backend fuses
+   (dl__bias_act): x float32 (..., in) on the parameters' device; else
+   the module's forward then the activation, with their errors */
+static bool dl__linear_act_ok(dl_module *m, dl_tensor *x)
+{
+    dl__linear *s;
+    if (!x || m->forward != dl__linear_fwd || !dl__valid(m->type, "x", x)) return false;
+    s = (dl__linear *)m->state;
+    return s->b && DL__BE(x)->bias_act && x->dtype == DL_DTYPE_F32 && x->ndim >= 2 &&
+           x->shape[x->ndim - 1] == s->in && s->w->dev_ == x->dev_ && s->b->dev_ == x->dev_ &&
+           s->w->dtype == DL_DTYPE_F32 && s->b->dtype == DL_DTYPE_F32;
+}
+
+/* act(x w^T + b): the GEMM (dl_linear without its bias), then the bias and
+   the activation in one op */
+static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act)
+{
+    dl__linear *s = (dl__linear *)m->state;
+    return dl__bias_act(dl_linear(x, s->w, NULL), s->b, act);
+}
+
 dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
 {
     dl_module *m;
@@ -14979,6 +15078,15 @@ dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
 }
 
 static dl_tensor *dl__relu_fwd(dl_module *m, dl_tensor *x);
+static dl_tensor *dl__sigmoid_fwd(dl_module *m, dl_tensor *x);
+static dl_tensor *dl__tanh_fwd(dl_module *m, dl_tensor *x);
+
+/* the unary op of an activation module that dl__bias_act fuses, or -1 */
+static int dl__act_of(const dl_module *a)
+{
+    return a->forward == dl__relu_fwd ? DL__U_RELU : a->forward == dl__sigmoid_fwd ? DL__U_SIGMOID
+           : a->forward == dl__tanh_fwd ? DL__U_TANH : -1;
+}
 static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x);
 static bool dl__is_max_pool(const dl_module *m);
 
@@ -14995,7 +15103,10 @@ static bool dl__is_max_pool(const dl_module *m);
    largest of the ReLU'd window, the same element where one is positive,
    and a window with none passes 0 through the ReLU's mask), on the CPU
    the second (a quarter of the data beats the mask's two reads of the
-   whole in the backward). */
+   whole in the backward). Linear then ReLU, Sigmoid or Tanh, where the
+   backend fuses them (a GPU): the bias and the activation as one op
+   (dl__bias_act), one pass forward and, with the bias's gradient, one
+   backward, in place of two each. */
 static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
 {
     int i;
@@ -15005,6 +15116,9 @@ static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
             dl__valid(c->type, "x", x) &&
             !(x->device.type == DL_DEVICE_CPU && i + 2 < m->nc && dl__is_max_pool(m->cs[i + 2].m))) {
             x = dl__bnm_run(c, x, true, NULL);
+            i++;
+        } else if (i + 1 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__linear_act_ok(c, x)) {
+            x = dl__linear_act(c, x, dl__act_of(m->cs[i + 1].m));
             i++;
         } else if (c->forward == dl__relu_fwd && i + 1 < m->nc && dl__is_max_pool(m->cs[i + 1].m)) {
             x = dl_module_forward(m->cs[++i].m, x);

@@ -3781,6 +3781,96 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
     }
 }
 
+/* A Linear's bias and activation (dl__backend.bias_act): y = act(x + b[c])
+   for x (rows, cols), a thread per element, the binary kernel's add and the
+   unary kernel's expression: one launch and one pass where dl_add then the
+   activation took two of each. The backward (bias_act_bwd): a thread per
+   column walks down its rows in order, writes the activation's gradient
+   gx = GOP(g, y) and adds it up for db in the reduce's own order (its
+   sequential column sum, dl__cuf_colseq, which the reduce takes where
+   cols >= 8192 or rows < 1024; elsewhere the entry declines): the mask's
+   pass and the reduce's launch become one, with the same bits. */
+template <int ACT, typename I>
+struct dl__cuf_bias_act {
+    float *y; const float *x, *b; I cols;
+    DL__HD void operator()(I e) const { y[e] = dl__cu_un<ACT>(dl__cu_bin<DL__B_ADD>(x[e], b[e % cols]), 0.0f, 0.0f); }
+};
+
+template <int GOP, typename I>
+struct dl__cuf_bias_act_bwd {
+    float *gx, *db; const float *g, *y; I r, cols;
+    DL__HD void operator()(I c) const
+    {
+        float m = 0.0f;
+        I k;
+        for (k = 0; k < r; k++) {
+            I at = k * cols + c;
+            float v = dl__cu_bin<GOP>(g[at], y[at]);
+            gx[at] = v;
+            m = dl__cu_fadd(m, v);
+        }
+        db[c] = m;
+    }
+};
+
+template <int ACT, typename I>
+static void dl__cu_bias_act_run(dl__dev *d, float *y, const float *x, const float *b, int64_t n, int64_t cols)
+{
+    dl__cuf_bias_act<ACT, I> f;
+    f.y = y; f.x = x; f.b = b; f.cols = (I)cols;
+    dl__cu_run<I>(d, "bias_act", n, f);
+}
+
+template <int ACT>
+static void dl__cu_bias_act_i(dl__dev *d, float *y, const float *x, const float *b, int64_t n, int64_t cols)
+{
+    if (dl__cu_small(n)) dl__cu_bias_act_run<ACT, int32_t>(d, y, x, b, n, cols);
+    else dl__cu_bias_act_run<ACT, int64_t>(d, y, x, b, n, cols);
+}
+
+static void dl__cu_bias_act(dl__dev *d, float *y, const float *x, const float *b, int64_t rows, int64_t cols,
+                            int act)
+{
+    int64_t n = rows * cols;
+    dl__cu_enter(d);
+    if (n <= 0) return;
+    y = DL__CUP(d, y); x = DL__CUP(d, x); b = DL__CUP(d, b);
+    if (act == DL__U_RELU) dl__cu_bias_act_i<DL__U_RELU>(d, y, x, b, n, cols);
+    else if (act == DL__U_SIGMOID) dl__cu_bias_act_i<DL__U_SIGMOID>(d, y, x, b, n, cols);
+    else dl__cu_bias_act_i<DL__U_TANH>(d, y, x, b, n, cols);
+}
+
+template <int GOP, typename I>
+static void dl__cu_bias_act_bwd_run(dl__dev *d, float *gx, float *db, const float *g, const float *y, int64_t rows,
+                                    int64_t cols)
+{
+    dl__cuf_bias_act_bwd<GOP, I> f;
+    f.gx = gx; f.db = db; f.g = g; f.y = y; f.r = (I)rows; f.cols = (I)cols;
+    dl__cu_run<I>(d, "bias_act backward", cols, f);
+}
+
+template <int GOP>
+static void dl__cu_bias_act_bwd_i(dl__dev *d, float *gx, float *db, const float *g, const float *y, int64_t rows,
+                                  int64_t cols)
+{
+    if (dl__cu_small(rows * cols)) dl__cu_bias_act_bwd_run<GOP, int32_t>(d, gx, db, g, y, rows, cols);
+    else dl__cu_bias_act_bwd_run<GOP, int64_t>(d, gx, db, g, y, rows, cols);
+}
+
+static bool dl__cu_bias_act_bwd(dl__dev *d, float *gx, float *db, const float *g, const float *y, int64_t rows,
+                                int64_t cols, int act)
+{
+    /* dl__cu_reduce_op's sequential column sums: inner = cols > 1, outer 1 */
+    if (rows < 1 || cols < 2 || !(cols >= 8192 || rows < 1024)) return false;
+    if (!gx) return true;
+    dl__cu_enter(d);
+    gx = DL__CUP(d, gx); db = DL__CUP(d, db); g = DL__CUP(d, g); y = DL__CUP(d, y);
+    if (act == DL__U_RELU) dl__cu_bias_act_bwd_i<DL__B_RELU_GRAD>(d, gx, db, g, y, rows, cols);
+    else if (act == DL__U_SIGMOID) dl__cu_bias_act_bwd_i<DL__B_SIGMOID_GRAD>(d, gx, db, g, y, rows, cols);
+    else dl__cu_bias_act_bwd_i<DL__B_TANH_GRAD>(d, gx, db, g, y, rows, cols);
+    return true;
+}
+
 /* y[c] = sum of x (N, C, L) over N and L (a convolution's bias gradient):
    batch norm's backward sums with x as g and no second sum, so C S >= 512
    blocks read x once and pass 2 adds each channel's partials in order
@@ -4341,7 +4431,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_axpy_multi,
     dl__cu_class_loss, dl__cu_class_loss_bwd,
     dl__cu_chan_sum,
-    dl__cu_eq_i64
+    dl__cu_eq_i64,
+    dl__cu_bias_act, dl__cu_bias_act_bwd
 };
 
 static int dl__cuda_count(void)

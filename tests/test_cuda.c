@@ -1130,58 +1130,122 @@ static void test_chan_sum(void)
     dl_set_device(C, dl_cpu());
 }
 
-/* relu(bn(x) + r) through dl_module_forward_add_relu on cuda:0: inside a
-   capture, forward and dl_grad of x, r, weight and bias take three
-   launches fewer than the three ops (the add and the ReLU in the apply
-   pass; the ReLU's mask, r's gradient, written by the backward's first
-   pass), counted when emulated; the output and the four gradients are the
-   three ops' bits (GPU and emulated) */
+/* A fused op against the ops it replaces, on cuda:0: fwd(u, fused) (the
+   output y) then dl_grad of sum(y) in in[0..n-1], inside a capture, whose
+   launches are counted (when emulated) into *nops; y and the n gradients
+   read into hv[0..n] (cnt: their sizes). false on an error. */
+typedef dl_tensor *(*fused_fwd_fn)(void *u, bool fused);
+static bool fused_run(fused_fwd_fn fwd, void *u, bool fused, int n, dl_tensor **in, float **hv, int64_t *cnt,
+                      size_t *nops)
+{
+    dl_tensor *gr[4] = {NULL, NULL, NULL, NULL}, *y;
+    dl_capture *cap = dl_capture_begin(C);
+    dl__cucap *cc = DL__CUI(C->cuda[0])->cap;
+    size_t n0 = cc ? cc->nops : 0;
+    bool ok;
+    int k;
+    y = fwd(u, fused);
+    ok = y && dl_grad(dl_sum(y, DL_ALL, false), n, in, gr, NULL) == DL_OK;
+    *nops = cc ? cc->nops - n0 : 0;
+    ok = ok && dl_capture_end(cap) == DL_OK;
+    for (k = 0; k <= n; k++) {
+        dl_tensor *t = k ? gr[k - 1] : y;
+        cnt[k] = t ? t->numel : 0;
+        hv[k] = (float *)calloc((size_t)cnt[k] + 1, sizeof(float));
+        ok = ok && t && dl_read(t, hv[k], cnt[k]) == DL_OK;
+    }
+    dl_capture_free(cap);
+    return ok;
+}
+
+/* both ways: the same bits of y and each gradient (names[k]), and `fewer`
+   launches fused (counted when emulated) */
+static void fused_check(const char *what, int c, fused_fwd_fn fwd, void *u, int n, dl_tensor **in,
+                        const char *const *names, size_t fewer)
+{
+    float *hv[2][5];
+    int64_t cnt[5];
+    size_t nops[2] = {0, 0};
+    bool ok = fused_run(fwd, u, false, n, in, hv[0], cnt, &nops[0]);
+    int k;
+    ok = fused_run(fwd, u, true, n, in, hv[1], cnt, &nops[1]) && ok;
+    for (k = 0; k <= n; k++)
+        CHECK(ok && memcmp(hv[0][k], hv[1][k], sizeof(float) * (size_t)cnt[k]) == 0,
+              "%s case %d: %s the unfused ops' bits: %s", what, c, names[k], dl_error_message(C));
+    CHECK(!ok || dl__cu_emu_count() <= 0 || nops[1] + fewer == nops[0],   /* counted when emulated */
+          "%s case %d: %zu launches fused, %zu unfused (%zu fewer)", what, c, nops[1], nops[0], fewer);
+    for (k = 0; k <= n; k++) { free(hv[0][k]); free(hv[1][k]); }
+}
+
+typedef struct { dl_module *bn; dl_tensor *x, *r; } bn_add_case;
+static dl_tensor *bn_add_fwd(void *u, bool fused)
+{
+    bn_add_case *b = (bn_add_case *)u;
+    return fused ? dl_module_forward_add_relu(b->bn, b->x, b->r) : dl_relu(dl_add(dl_module_forward(b->bn, b->x), b->r));
+}
+
+/* relu(bn(x) + r) through dl_module_forward_add_relu: forward and dl_grad of
+   x, r, weight and bias take three launches fewer than the three ops (the
+   add and the ReLU in the apply pass; the ReLU's mask, r's gradient,
+   written by the backward's first pass), with the same bits */
 static void test_bn_add_relu(void)
 {
     static const int64_t sh[2][4] = {{6, 5, 7, 9}, {4, 16, 3, 3}};
-    int c, f;
+    static const char *const names[5] = {"output", "x's gradient", "r's gradient", "weight's gradient",
+                                         "bias's gradient"};
+    int c;
     dl_set_device(C, dl_cuda(0));
     for (c = 0; c < 2; c++) {
         dl_shape s = dl_shape_make(4, sh[c]);
-        dl_module *bn = dl_nn_batch_norm2d(C, sh[c][1]);
         const dl_named_tensor *ps;
-        dl_tensor *x = dl_keep(dl_requires_grad(dl_randn(C, s), true));
-        dl_tensor *r = dl_keep(dl_requires_grad(dl_mul_scalar(dl_randn(C, s), 0.5f), true));
-        float *hv[2][5];
-        int64_t cnt[5];
-        size_t nops[2] = {0, 0};
-        bool ok = true;
-        int k;
-        dl_module_named_parameters(bn, &ps);
-        for (f = 0; f < 2; f++) {   /* f = 0: the three ops, 1: fused */
-            dl_tensor *in[4], *gr[4] = {NULL, NULL, NULL, NULL}, *y;
-            dl_capture *cap = dl_capture_begin(C);
-            dl__cucap *cc = DL__CUI(C->cuda[0])->cap;
-            size_t n0 = cc ? cc->nops : 0;
-            in[0] = x; in[1] = r; in[2] = ps[0].t; in[3] = ps[1].t;
-            y = f ? dl_module_forward_add_relu(bn, x, r) : dl_relu(dl_add(dl_module_forward(bn, x), r));
-            ok = ok && y && dl_grad(dl_sum(y, DL_ALL, false), 4, in, gr, NULL) == DL_OK;
-            nops[f] = cc ? cc->nops - n0 : 0;
-            ok = ok && dl_capture_end(cap) == DL_OK;
-            for (k = 0; k < 5; k++) {
-                dl_tensor *t = k ? gr[k - 1] : y;
-                cnt[k] = t ? t->numel : 0;
-                hv[f][k] = (float *)calloc((size_t)cnt[k] + 1, sizeof(float));
-                ok = ok && t && dl_read(t, hv[f][k], cnt[k]) == DL_OK;
-            }
-            dl_capture_free(cap);
-        }
-        for (k = 0; k < 5; k++)
-            CHECK(ok && memcmp(hv[0][k], hv[1][k], sizeof(float) * (size_t)cnt[k]) == 0,
-                  "bn+add+relu case %d: %s the three ops' bits: %s", c,
-                  k == 0 ? "output" : k == 1 ? "x's gradient" : k == 2 ? "r's gradient" : k == 3 ? "weight's gradient"
-                                                                                                : "bias's gradient",
-                  dl_error_message(C));
-        CHECK(!ok || dl__cu_emu_count() <= 0 || nops[1] + 3 == nops[0],   /* counted when emulated */
-              "bn+add+relu case %d: %zu launches fused, %zu as three ops (3 fewer)", c, nops[1], nops[0]);
-        for (k = 0; k < 5; k++) { free(hv[0][k]); free(hv[1][k]); }
-        dl_free(x);
-        dl_free(r);
+        dl_tensor *in[4];
+        bn_add_case u;
+        u.bn = dl_nn_batch_norm2d(C, sh[c][1]);
+        u.x = dl_keep(dl_requires_grad(dl_randn(C, s), true));
+        u.r = dl_keep(dl_requires_grad(dl_mul_scalar(dl_randn(C, s), 0.5f), true));
+        dl_module_named_parameters(u.bn, &ps);
+        in[0] = u.x; in[1] = u.r; in[2] = ps[0].t; in[3] = ps[1].t;
+        fused_check("bn+add+relu", c, bn_add_fwd, &u, 4, in, names, 3);
+        dl_free(u.x);
+        dl_free(u.r);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
+typedef struct { dl_module *lin, *seq; dl_tensor *x; bool relu; } lin_act_case;
+static dl_tensor *lin_act_fwd(void *u, bool fused)
+{
+    lin_act_case *l = (lin_act_case *)u;
+    if (fused) return dl_module_forward(l->seq, l->x);
+    return l->relu ? dl_relu(dl_module_forward(l->lin, l->x)) : dl_sigmoid(dl_module_forward(l->lin, l->x));
+}
+
+/* Sequential's Linear then Sigmoid (or ReLU): the bias and the activation
+   one launch each way, two fewer than dl_linear then the activation
+   (forward and dl_grad of x, weight and bias), the same bits; 1100 rows:
+   one fewer (the bias's sum is not sequential there: the backward's two
+   launches stay) */
+static void test_linear_act(void)
+{
+    static const int64_t rows[3] = {256, 37, 1100};
+    static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
+    int c;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 3; c++) {
+        dl_module *mods[2];
+        const dl_named_tensor *ps;
+        dl_tensor *in[3];
+        lin_act_case u;
+        u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(rows[c], 40)), true));
+        u.relu = c == 1;
+        mods[0] = u.lin = dl_nn_linear(C, 40, 24, true);
+        mods[1] = u.relu ? dl_nn_relu(C) : dl_nn_sigmoid(C);
+        u.seq = dl_nn_sequential(C, 2, mods);
+        dl_module_named_parameters(u.lin, &ps);
+        in[0] = u.x; in[1] = ps[0].t; in[2] = ps[1].t;
+        fused_check("linear+act", c, lin_act_fwd, &u, 3, in, names, c == 2 ? 1 : 2);
+        dl_free(u.x);
         dl_step_end(C);
     }
     dl_set_device(C, dl_cpu());
@@ -1355,6 +1419,7 @@ int main(int argc, char **argv)
     test_fused_ce();
     test_chan_sum();
     test_bn_add_relu();
+    test_linear_act();
     test_memory();
     dl_ctx_free(C);
     TEST_END();

@@ -3,7 +3,7 @@
 # emulated GPUs (DL_CUDA_EMULATE=2), against the CPU build: each one-device
 # training example with --device cuda prints the epoch lines of the CPU run
 # (train loss within 1e-3, the accuracies within one sample of 64; resnet's
-# first loss within 1%), where on a GPU the running loss and accuracy stay
+# first step's loss), where on a GPU the running loss and accuracy stay
 # on the device and are read at the epoch's end; lenet and resnet with
 # --capture too (resnet's replay: the eager run's numbers exactly);
 # model_parallel over cuda:0,cuda:1; a loss that turns
@@ -75,16 +75,19 @@ done
 run cpu $B/lenet $SHORT
 run gpu $C/lenet $SHORT --device cuda --capture
 same "lenet --device cuda --capture" "$cpu" "$gpu"
-# the small ResNet drifts from the CPU's (Winograd there, 16-sample batch
-# norms on noise): its first epoch's loss within 1%, and a replay gives the
-# eager run's numbers exactly
-run cpu $B/resnet $SHORT
-run gpu $C/resnet $SHORT --device cuda
-run cap $C/resnet $SHORT --device cuda --capture
+# the small ResNet: one step an epoch (--limit 16). From the second step on
+# its loss moves with the last bits of the sums (16-sample batch norms on
+# noise, lr 0.1: the stem's convolution summed as im2col instead of direct
+# sums moves the emulated run's second loss by 0.6%, and the CPU sums by
+# Winograd), so the first step's loss is the CPU's within 1e-3, and a replay
+# gives the eager run's numbers exactly
+run cpu $B/resnet $SHORT --limit 16
+run gpu $C/resnet $SHORT --limit 16 --device cuda
+run cap $C/resnet $SHORT --limit 16 --device cuda --capture
 if [ -n "$gpu" ] && [ "$gpu" = "$cap" ] && printf '%s\n%s\n' "$cpu" "$gpu" | awk '
-    NR == 1 { l = $2 } NR == 3 { d = ($2 - l) / l; if (d < 0) d = -d; exit d > 0.01 }'; then ok
+    NR == 1 { l = $2 } NR == 3 { d = $2 - l; if (d < 0) d = -d; exit d > 1e-3 }'; then ok
 else
-    no "resnet --device cuda: the first loss within 1% of the CPU's, --capture the same numbers:"
+    no "resnet --device cuda: the first step's loss within 1e-3 of the CPU's, --capture the same numbers:"
     printf 'cpu:\n%s\ncuda:\n%s\ncuda --capture:\n%s\n' "$cpu" "$gpu" "$cap" | sed 's/^/    /'
 fi
 run cpu $B/model_parallel $SHORT --devices cpu:0,cpu:1

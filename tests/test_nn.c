@@ -1107,6 +1107,65 @@ static void test_bn_add_relu_fusion(void)
     dl_ctx_free(ctx);
 }
 
+/* Sequential's Linear then ReLU, Sigmoid or Tanh (and dl_module_forward_relu
+   on a Linear): on a GPU the bias and the activation are one op, one pass
+   each way. Output and the gradients of x, weight and bias must be the same
+   bits as dl_linear then the activation, for each activation:
+     0 (6, 7) -> 5      1 3-d x (2, 3, 7)      2 create_graph
+     3 bias needs no gradient (the mask alone)  4 x needs none
+     5 1100 rows (the bias's sum is not sequential there: two ops)
+     6 one output column (likewise)   7 no bias (never fused)
+     8 dl_module_forward_relu (ReLU only) */
+static void test_linear_act_fusion(void)
+{
+    dl_ctx *ctx = new_ctx(4);
+    int c, a;
+    for (a = 0; a < 3; a++)
+        for (c = 0; c < 9; c++) {
+            int64_t rows = c == 5 ? 1100 : 6, out = c == 6 ? 1 : 5, n = rows * 7;
+            dl_module *mods[2], *seq;
+            dl_tensor *x, *x2, *y, *ref, *gy, *g0[2] = {NULL, NULL};
+            const dl_named_tensor *ps;
+            float *h;
+            dl_backward_desc bd;
+            int np, k;
+            if (c == 8 && a != 0) continue;
+            h = (float *)malloc(sizeof(float) * (size_t)n);
+            fill_quarters(h, NULL, n, 4242u + (uint64_t)(10 * a + c));
+            x = dl_requires_grad(dl_from_array(ctx, c == 1 ? DL_SHAPE(2, 3, 7) : DL_SHAPE(rows, 7), h), c != 4);
+            x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), c != 4);
+            free(h);
+            mods[0] = dl_nn_linear(ctx, 7, out, c != 7);
+            mods[1] = a == 0 ? dl_nn_relu(ctx) : a == 1 ? dl_nn_sigmoid(ctx) : dl_nn_tanh(ctx);
+            seq = dl_nn_sequential(ctx, 2, mods);
+            np = dl_module_named_parameters(mods[0], &ps);
+            randomize_params(ctx, np, ps);
+            if (c == 3) dl_requires_grad(ps[1].t, false);
+            memset(&bd, 0, sizeof bd);
+            bd.create_graph = c == 2;
+            y = c == 8 ? dl_module_forward_relu(mods[0], x) : dl_module_forward(seq, x);
+            ref = dl_linear(x2, ps[0].t, c == 7 ? NULL : ps[1].t);
+            ref = a == 0 ? dl_relu(ref) : a == 1 ? dl_sigmoid(ref) : dl_tanh(ref);
+            CHECK(y && ref && th_same_bytes(y, ref), "linear+act %d case %d: the same output bits", a, c);
+            if (!y || !ref) { dl_clear_error(ctx); dl_step_end(ctx); continue; }
+            gy = dl_randn(ctx, dl_shape_make(y->ndim, y->shape));
+            bd.grad = gy;
+            dl_module_zero_grad(mods[0]);
+            CHECK(dl_backward_ex(y, &bd) == DL_OK, "linear+act %d case %d: backward", a, c);
+            for (k = 0; k < np; k++) g0[k] = ps[k].t->grad ? dl_copy(ps[k].t->grad) : NULL;
+            dl_module_zero_grad(mods[0]);
+            CHECK(dl_backward_ex(ref, &bd) == DL_OK, "linear+act %d case %d: the reference's backward", a, c);
+            CHECK(c == 4 ? !x->grad && !x2->grad : x->grad && x2->grad && th_same_bytes(x->grad, x2->grad),
+                  "linear+act %d case %d: the same input gradient bits", a, c);
+            for (k = 0; k < np; k++)
+                CHECK(k == 1 && c == 3 ? !g0[k] && !ps[k].t->grad
+                                       : g0[k] && ps[k].t->grad && th_same_bytes(ps[k].t->grad, g0[k]),
+                      "linear+act %d case %d: the same %s gradient bits", a, c, ps[k].name);
+            dl_step_end(ctx);
+        }
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/dl_test_nn_%ld", (long)getpid());
@@ -1115,6 +1174,7 @@ int main(int argc, char **argv)
     test_relu_pool_order();
     test_bn_relu_fusion();
     test_bn_add_relu_fusion();
+    test_linear_act_fusion();
     CHECK(cnt_live == 0, "leak after modules: %ld", cnt_live);
     test_init();
     if (g_nrec) {
