@@ -11347,28 +11347,38 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 /* y = clamp(x, lo, hi);  dx = g where lo < x < hi, else 0 (at a bound and
    at NaN: 0, as PyTorch 2.15) */
 static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INSIDE, n->f[0], n->f[1])); return DL_OK; }
-/* y = max(x, 0);  dx = g * !(x <= 0) (NaN passes g, as PyTorch's threshold_backward) */
+/* The backward of ReLU, sigmoid or tanh (act: DL__U_RELU, SIGMOID, TANH)
+   from t: the ReLU's input or output (the same mask), the others' output;
+   one pass, or with dl.h ops (differentiable) under create_graph.
+     relu     y = max(x, 0);       dx = g * !(x <= 0) (NaN passes g, as PyTorch's threshold_backward)
+     sigmoid  y = 1/(1+exp(-x));   dx = g * y * (1 - y)
+     tanh     y = tanh(x);         dx = g * (1 - y^2) */
 static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
+static dl_tensor *dl__act_grad(dl_tensor *g, dl_tensor *t, int act)
+{
+    if (dl__grad_on(g->ctx_)) {
+        if (act == DL__U_RELU) return dl_mul(g, dl__mask(t, DL__U_NLE, 0, 0));
+        if (act == DL__U_SIGMOID) return dl_mul(g, dl_mul(t, dl_rsub_scalar(t, 1.0f)));
+        return dl_mul(g, dl_rsub_scalar(dl_mul(t, t), 1.0f));
+    }
+    return dl__bmask(g, t, act == DL__U_RELU ? DL__B_RELU_GRAD : act == DL__U_SIGMOID ? DL__B_SIGMOID_GRAD
+                                                                                     : DL__B_TANH_GRAD);
+}
 static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_NLE, 0, 0));   /* differentiable */
-    else gin[0] = dl__bmask(g, DL__X, DL__B_RELU_GRAD);   /* one pass: x <= 0 ? 0 : g */
+    gin[0] = dl__act_grad(g, DL__X, DL__U_RELU);
     return DL_OK;
 }
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
 static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_LEAKY_MASK, n->f[0], 0)); return DL_OK; }
-/* y = 1/(1+exp(-x));  dx = g * y * (1 - y) */
 static dl_result dl__sigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl_mul(DL__Y, dl_rsub_scalar(DL__Y, 1.0f)));
-    else gin[0] = dl__bmask(g, DL__Y, DL__B_SIGMOID_GRAD);   /* one pass */
+    gin[0] = dl__act_grad(g, DL__Y, DL__U_SIGMOID);
     return DL_OK;
 }
-/* y = tanh(x);  dx = g * (1 - y^2) */
 static dl_result dl__tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__grad_on(g->ctx_)) gin[0] = dl_mul(g, dl_rsub_scalar(dl_mul(DL__Y, DL__Y), 1.0f));
-    else gin[0] = dl__bmask(g, DL__Y, DL__B_TANH_GRAD);   /* one pass */
+    gin[0] = dl__act_grad(g, DL__Y, DL__U_TANH);
     return DL_OK;
 }
 /* y = x Phi(x);  dx = g * (Phi(x) + x phi(x)), Phi(x) = (1 + erf(x/sqrt2))/2,
@@ -12466,10 +12476,8 @@ dl_tensor *dl_linear(dl_tensor *x, dl_tensor *w, dl_tensor *b)
 /* y = act(x + b), x (..., cols), b (cols), act DL__U_RELU, SIGMOID or TANH:
    a Linear's bias and its activation as one node, one pass each way where
    the backend fuses them (dl__backend.bias_act: CUDA), with the values and
-   bits of dl_add then the activation (the activation's backward from its
-   output, as dl__sigmoid_bwd's; the ReLU's mask from its output, the same
-   as from its input). Node: in = (x, b), i[0] = act; named after the
-   activation. */
+   bits of dl_add then the activation (dl__act_grad from the output).
+   Node: in = (x, b), i[0] = act; named after the activation. */
 static dl_result dl__bias_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 static const dl__op dl__op_bact_relu = {"dl_relu", dl__bias_act_bwd, DL__RD_OUT, 0};
 static const dl__op dl__op_bact_sigmoid = {"dl_sigmoid", dl__bias_act_bwd, DL__RD_OUT, 0};
@@ -12479,11 +12487,8 @@ static dl_result dl__bias_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     int act = (int)n->i[0];
     dl_tensor *y = n->out, *b = n->in[1], *gx;
     int64_t cols = b->numel, rows = cols ? y->numel / cols : 0;
-    if (dl__grad_on(g->ctx_)) {   /* the activations' differentiable rules */
-        if (act == DL__U_RELU) gx = dl_mul(g, dl__mask(y, DL__U_NLE, 0, 0));
-        else if (act == DL__U_SIGMOID) gx = dl_mul(g, dl_mul(y, dl_rsub_scalar(y, 1.0f)));
-        else gx = dl_mul(g, dl_rsub_scalar(dl_mul(y, y), 1.0f));
-    } else if (dl__need(n, 1) && DL__BE(y)->bias_act_bwd(y->dev_, NULL, NULL, NULL, NULL, rows, cols, act)) {
+    if (!dl__grad_on(g->ctx_) && dl__need(n, 1) &&
+        DL__BE(y)->bias_act_bwd(y->dev_, NULL, NULL, NULL, NULL, rows, cols, act)) {
         dl_tensor *db = dl__like(n->op->name, b);   /* the mask and the bias's sum in one pass */
         if (!(gx = dl__like(n->op->name, y)) || !db) return DL_ERR_OOM;
         DL__BE(y)->bias_act_bwd(y->dev_, (float *)gx->data, (float *)db->data, (const float *)g->data,
@@ -12491,11 +12496,8 @@ static dl_result dl__bias_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
         gin[0] = dl__need(n, 0) ? gx : NULL;
         gin[1] = db;
         return dl__dev_check(y->dev_, n->op->name);
-    } else {
-        gx = dl__bmask(g, y, act == DL__U_RELU ? DL__B_RELU_GRAD : act == DL__U_SIGMOID ? DL__B_SIGMOID_GRAD
-                                                                                        : DL__B_TANH_GRAD);
     }
-    if (!gx) return g->ctx_->err;
+    if (!(gx = dl__act_grad(g, y, act))) return g->ctx_->err;
     if (dl__need(n, 0)) gin[0] = gx;
     if (dl__need(n, 1)) gin[1] = dl__sum_like(gx, b);
     return DL_OK;
@@ -12667,13 +12669,13 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     dl_tensor *dx = NULL, *dw = NULL, *db = NULL, *gm = NULL;
     bool add = n->op == &dl__op_bn_add_relu, relu = add || n->op == &dl__op_bn_relu;
     if (dl__grad_on(x->ctx_)) {   /* the ReLU's backward as dl__relu_bwd's, from its output */
-        if (relu && !(g = dl_mul(g, dl__mask(n->out, DL__U_NLE, 0, 0)))) return x->ctx_->err;
+        if (relu && !(g = dl__act_grad(g, n->out, DL__U_RELU))) return x->ctx_->err;
         if (add && dl__need(n, 3)) gin[3] = g;
         return dl__bn_bwd_graph(n, g, gin);
     }
     if (add && dl__need(n, 3)) {   /* the residual's gradient: g masked, in the backward's pass */
         if (!dl__need(n, 0) && !dl__need(n, 1) && !dl__need(n, 2)) {
-            gin[3] = dl__bmask(g, n->out, DL__B_RELU_GRAD);
+            gin[3] = dl__act_grad(g, n->out, DL__U_RELU);
             return gin[3] ? DL_OK : x->ctx_->err;
         }
         if (!(gm = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
