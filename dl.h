@@ -508,7 +508,7 @@
        dl_module_buffer           register_buffer
        dl_module_add              add_module (a named child)
        dl_module_forward          model(x)
-       dl_module_forward_relu     F.relu(bn(x)), fused for a BatchNorm (a Linear on a GPU)
+       dl_module_forward_relu     F.relu(m(x)), fused for BatchNorm (on a GPU: Linear, small conv)
        dl_module_forward_add_relu F.relu(bn(x) + r), fused for a BatchNorm
        dl_module_train            model.train() / model.eval()
        dl_module_to               model.to(device)
@@ -1308,8 +1308,10 @@ DL_API dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x);  /* NULL x -> N
    and its backward's, as a Sequential's BatchNorm, ReLU: on a GPU two
    launches and two passes over the data fewer), or, on a GPU, a Linear with
    a bias (the bias and the ReLU in one pass each way, as a Sequential's
-   Linear, ReLU). For a module's own forward (a residual block's
-   relu(bn1(conv1(x)))). */
+   Linear, ReLU) or a convolution the direct sums take (fewer than 16
+   channels in or out: the ReLU in its launch, the mask in the bias sum's,
+   as a Sequential's Conv, ReLU). For a module's own forward (a residual
+   block's relu(bn1(conv1(x)))). */
 DL_API dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x);
 /* dl_relu(dl_add(dl_module_forward(m, x), r)) likewise: a residual block's
    tail relu(bn2(conv2(h)) + shortcut), one op where m is a BatchNorm and r
@@ -3741,6 +3743,8 @@ typedef struct dl__adam_args {
    weights or NULL (ones), red a dl_reduction, e label smoothing with
    e1 = 1 - e and eC = e / C (floats, as the composite rounds them). */
 typedef struct dl__clsargs {
+    const float *x;     /* class_loss with logits: lpw = log_softmax(x) first (else NULL) */
+    float *lpw;
     const float *lp;
     const void *t;
     const float *w;
@@ -3959,9 +3963,10 @@ struct dl__backend {
        ignore_index; nll_j = -v_j w[c_j] lp[j,c_j]; sm_j = -v_j sum_c w_c
        lp[j,c]. class_loss: NONE: loss[j] = e1 nll_j + eC sm_j (nll_j when
        e = 0); SUM: loss[0] = the same of the sums; MEAN: of the sums each
-       divided by den[0] = sum_j v_j w[c_j]; den[1] = sum_c w_c. Returns -1,
-       or as class_mask the first bad target (inside a capture: no check, a
-       bad target counts as ignored). class_loss_bwd: dx (outer, C, inner) =
+       divided by den[0] = sum_j v_j w[c_j]; den[1] = sum_c w_c; first, with
+       a->x, lp (a->lpw) = the softmax entry's log_softmax of x over C.
+       Returns -1, or as class_mask the first bad target (inside a capture:
+       no check, a bad target counts as ignored). class_loss_bwd: dx (outer, C, inner) =
        dlp - (logits ? exp(lp) sum_c dlp : 0), dlp[j,c] = -v_j (e1 s_j w_c
        [c = c_j] + eC s_j w_c) (e1 s_j w_c [c = c_j] when e = 0), s_j =
        g[0]/den[0] (MEAN), g[0] (SUM), g[j] (NONE). */
@@ -3969,8 +3974,12 @@ struct dl__backend {
     void (*class_loss_bwd)(dl__dev *d, float *dx, const float *g, const float *den, const dl__clsargs *a);
     /* optional (NULL: reduce twice): y[c] = sum of x (N, C, L) over N and
        L, N > 1 and L > 1 (a sum over every dim but one of a contiguous
-       tensor: a convolution's bias gradient, dl_sum(g, (0, 2, 3))) */
-    void (*chan_sum)(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L);
+       tensor: a convolution's bias gradient, dl_sum(g, (0, 2, 3))). With
+       ry (needs conv_act): the sums of gm = the activation act's backward
+       of x given its output ry (DL__B_*_GRAD of x and ry), gm written:
+       those two ops' bits; ry NULL: gm unused, act ignored. */
+    void (*chan_sum)(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L, const float *ry,
+                     float *gm, int act);
     /* y[i] = a[i] == b[i] ? 1 : 0 for int64 a, b (dl_eq's int64 pairs) */
     void (*eq_i64)(dl__dev *d, float *y, const int64_t *a, const int64_t *b, int64_t n);
     /* optional (NULL: the binary entry's add, then the unary entry's
@@ -3987,6 +3996,12 @@ struct dl__backend {
                      int act);
     bool (*bias_act_bwd)(dl__dev *d, float *gx, float *db, const float *g, const float *y, int64_t rows,
                          int64_t cols, int act);
+    /* optional (NULL: the conv entries, then the unary entry): y = act(conv(x,
+       w) + bias), n samples, act DL__U_RELU, SIGMOID or TANH, with the bits
+       of conv_i2c then the unary entry (a = b = 0); returns false, doing
+       nothing, where it would not (y NULL: only the answer) */
+    bool (*conv_act)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                     const dl__cgeom *g, int act);
 };
 #define DL__AXM 48
 
@@ -8996,7 +9011,8 @@ static const dl__backend dl__cpu_backend = {
     NULL, NULL,               /* class_loss*: composites (a dispatch is cheap on the CPU) */
     NULL,                     /* chan_sum: the two reduce passes (their bits) */
     dl__cpu_eq_i64,
-    NULL, NULL                /* bias_act*: the add and the activation (vectorized passes) */
+    NULL, NULL,               /* bias_act*: the add and the activation (vectorized passes) */
+    NULL                      /* conv_act: likewise */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9757,7 +9773,8 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL,
     NULL,
     dl__rw_eq_i64,
-    NULL, NULL
+    NULL, NULL,
+    NULL
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -12075,7 +12092,9 @@ static dl_tensor *dl__reduce_raw(const char *name, int rop, dl_tensor *x, const 
     if (rop == DL__R_SUM && DL__BE(x)->chan_sum && dl__chan_sum_ok(x, mask, nCL)) {
         for (d = 0; d < x->ndim; d++) if (mask[d]) shape[d] = 1;
         cur = dl__new(x->dev_, name, x->ndim, shape);
-        if (cur) DL__BE(x)->chan_sum(x->dev_, (float *)cur->data, (const float *)x->data, nCL[0], nCL[1], nCL[2]);
+        if (cur)
+            DL__BE(x)->chan_sum(x->dev_, (float *)cur->data, (const float *)x->data, nCL[0], nCL[1], nCL[2], NULL,
+                                NULL, -1);
         return cur;
     }
     d = x->ndim - 1;
@@ -13024,6 +13043,8 @@ static bool dl__cls_off;
 static void dl__cls_args(dl__clsargs *a, dl_tensor *x, dl_tensor *lp, dl_tensor *target, dl_tensor *w,
                          int red, int64_t ignore, float e, bool logits)
 {
+    a->x = NULL;
+    a->lpw = NULL;
     a->lp = (const float *)lp->data;
     a->t = target->data;
     a->w = w ? (const float *)w->data : NULL;
@@ -13095,18 +13116,17 @@ static dl_tensor *dl__cls_fused(const char *op, dl_tensor *x, dl_tensor *target,
     int64_t two = 2, bad_i, bad_v = 0;
     dl__clsargs a;
     dl__node *n;
-    if (logits) {
-        if (!(lp = dl__like(op, x))) return NULL;
-        if (x->numel)
-            DL__BE(x)->softmax(x->dev_, true, (float *)lp->data, (const float *)x->data, x->shape[0],
-                               x->shape[1], dl__prod(x->shape + 2, x->ndim - 2));
-    }
+    if (logits && !(lp = dl__like(op, x))) return NULL;   /* class_loss writes it */
     loss = d->reduction == DL_REDUCTION_NONE
                ? dl__make(x->dev_, op, DL_DTYPE_F32, target->ndim, target->shape, false, NULL)
                : dl__make(x->dev_, op, DL_DTYPE_F32, 0, NULL, false, NULL);
     den = dl__make(x->dev_, op, DL_DTYPE_F32, 1, &two, false, NULL);
     if (!loss || !den) return NULL;
     dl__cls_args(&a, x, lp, target, w, (int)d->reduction, ignore, d->label_smoothing, logits);
+    if (logits) {
+        a.x = (const float *)x->data;
+        a.lpw = (float *)lp->data;
+    }
     bad_i = DL__BE(x)->class_loss(x->dev_, (float *)loss->data, (float *)den->data, &a, &bad_v);
     if (bad_i >= 0) {
         dl__cls_bad(op, x, target, bad_i, bad_v, ignore);
@@ -13622,7 +13642,7 @@ static void dl__conv_permute(const dl_tensor *t, float *dst, const float *src, i
 }
 
 static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, const dl__cparam *cp,
-                               const int64_t *ib);
+                               const int64_t *ib, int act);
 static dl_tensor *dl__convT_run(dl_tensor *b, dl_tensor *w, dl_tensor *bias, const dl__cparam *cp,
                                 const int64_t *ia);
 static dl_tensor *dl__convW_run(dl_tensor *a, dl_tensor *b, const dl__cparam *cp, const int64_t *k);
@@ -13656,7 +13676,7 @@ static dl_result dl__convT_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     dl__cparam cp;
     dl_tensor *b = n->in[0], *w = n->in[1];
     dl__cparam_load(n, w->ndim - 2, &cp);
-    if (dl__need(n, 0)) gin[0] = dl__conv_run(g, w, NULL, &cp, b->shape + 2);
+    if (dl__need(n, 0)) gin[0] = dl__conv_run(g, w, NULL, &cp, b->shape + 2, -1);
     if (dl__need(n, 1)) gin[1] = dl__convW_run(g, b, &cp, w->shape + 2);
     if (dl__need(n, 2)) gin[2] = dl__bias_grad(g);
     return DL_OK;
@@ -13668,10 +13688,39 @@ static dl_result dl__convW_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     dl_tensor *a = n->in[0], *b = n->in[1];
     dl__cparam_load(n, n->out->ndim - 2, &cp);
     if (dl__need(n, 0)) gin[0] = dl__convT_run(b, g, NULL, &cp, a->shape + 2);
-    if (dl__need(n, 1)) gin[1] = dl__conv_run(a, g, NULL, &cp, b->shape + 2);
+    if (dl__need(n, 1)) gin[1] = dl__conv_run(a, g, NULL, &cp, b->shape + 2, -1);
+    return DL_OK;
+}
+/* b = act(conv(a, w) + bias) as one node (dl__backend.conv_act: a GPU's
+   direct sums), i[4] = act: the values and bits of dl_conv then the
+   activation. Backward: gm = the activation's backward from b
+   (dl__act_grad), in the same pass as the bias's sum where the backend's
+   chan_sum takes that sum, then dl__conv_bwd's rules with gm for g. */
+static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl__cparam cp;
+    dl_tensor *a = n->in[0], *w = n->in[1], *bias = n->in[2], *y = n->out, *gm, *db;
+    int act = (int)n->i[4], k;
+    int64_t nCL[3];
+    bool mask[DL_MAX_DIMS];
+    dl__cparam_load(n, w->ndim - 2, &cp);
+    for (k = 0; k < y->ndim; k++) mask[k] = k != 1;
+    if (dl__need(n, 2) && !dl__grad_on(g->ctx_) && DL__BE(y)->chan_sum && dl__chan_sum_ok(y, mask, nCL)) {
+        if (!(gm = dl__like(n->op->name, y)) || !(db = dl__like(n->op->name, bias))) return DL_ERR_OOM;
+        DL__BE(y)->chan_sum(y->dev_, (float *)db->data, (const float *)g->data, nCL[0], nCL[1], nCL[2],
+                            (const float *)y->data, (float *)gm->data, act);
+        if (dl__dev_check(y->dev_, n->op->name) != DL_OK) return g->ctx_->err;
+        gin[2] = db;
+    } else {
+        if (!(gm = dl__act_grad(g, y, act))) return g->ctx_->err;
+        if (dl__need(n, 2)) gin[2] = dl__bias_grad(gm);
+    }
+    if (dl__need(n, 0)) gin[0] = dl__convT_run(gm, w, NULL, &cp, a->shape + 2);
+    if (dl__need(n, 1)) gin[1] = dl__convW_run(a, gm, &cp, w->shape + 2);
     return DL_OK;
 }
 static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
+static const dl__op dl__op_conv_act = {"dl_conv", dl__conv_act_bwd, DL__RD_OUT, 3};
 static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd, 0, 3};
 static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd, 0, 3};
 
@@ -13724,7 +13773,7 @@ static int dl__conv_s1_try(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor
 /* a (N,Ca,ia...), w (Cb, Ca/G, k...), bias (Cb) or NULL -> (N, Cb, ib...).
    Shapes were checked by the caller. */
 static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, const dl__cparam *cp,
-                               const int64_t *ib)
+                               const int64_t *ib, int act)
 {
     const char *name = "dl_conv";
     int64_t shape[DL_MAX_DIMS], nb, n0, CagK, Cbg;
@@ -13733,6 +13782,7 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     dl__node *node;
     dl_ctx *ctx;
     int i, nsp = cp->nsp, done;
+    bool fused;
     if (!a || !w) return NULL;
     ctx = a->ctx_;
     dl__cgeom_make(&g, cp, a->shape[0], a->shape[1], w->shape[0], a->shape + 2, ib, w->shape + 2);
@@ -13743,7 +13793,13 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     if (!y) return NULL;
     Cbg = g.Cb / g.G;
     CagK = g.Ca / g.G * g.K;
-    done = y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, 0) : 0;
+    /* act >= 0: the activation after it, in the same launch where the backend fuses them */
+    fused = act >= 0 && y->numel && DL__BE(a)->conv_act &&
+            DL__BE(a)->conv_act(a->dev_, NULL, NULL, NULL, NULL, g.N, &g, act);
+    if (fused)
+        DL__BE(a)->conv_act(a->dev_, (float *)y->data, (const float *)a->data, (const float *)w->data,
+                            bias ? (const float *)bias->data : NULL, g.N, &g, act);
+    done = fused ? 1 : y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, 0) : 0;
     if (done < 0) return NULL;
     if (y->numel && !done && DL__BE(a)->conv_i2c)
         done = DL__BE(a)->conv_i2c(a->dev_, (float *)y->data, (const float *)a->data, (const float *)w->data,
@@ -13770,9 +13826,12 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
         if (bias) DL__BE(a)->bias_add(a->dev_, (float *)y->data, (const float *)bias->data, g.N, g.Cb, g.Lb);
     }
     in[0] = a; in[1] = w; in[2] = bias;
-    if (dl__record(y, &dl__op_conv, 3, in, &node) < 0) return NULL;
+    if (dl__record(y, fused ? &dl__op_conv_act : &dl__op_conv, 3, in, &node) < 0) return NULL;
     if (node) dl__cparam_save(node, cp);
-    return dl__done(y, name);
+    if (node && fused) node->i[node->ni++] = act;
+    y = dl__done(y, name);
+    if (!y || act < 0 || fused) return y;
+    return act == DL__U_RELU ? dl_relu(y) : act == DL__U_SIGMOID ? dl_sigmoid(y) : dl_tanh(y);
 }
 
 /* b (N,Cb,ib...), w (Cb, Ca/G, k...), bias (Ca) or NULL -> (N, Ca, ia...) */
@@ -13925,8 +13984,10 @@ static const char *dl__sp_names(int nsp)
 /* floor(a / b) for b > 0 */
 static int64_t dl__floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+/* act >= 0 (DL__U_RELU, SIGMOID, TANH; not transposed): that activation of
+   the result, fused where the backend can (dl__conv_run) */
 static dl_tensor *dl__conv_api(const char *name, int nsp, bool transposed, dl_tensor *x,
-                               dl_tensor *w, dl_tensor *b, const dl_conv_desc *d)
+                               dl_tensor *w, dl_tensor *b, const dl_conv_desc *d, int act)
 {
     dl_ctx *ctx;
     dl__cparam cp;
@@ -14083,17 +14144,17 @@ static dl_tensor *dl__conv_api(const char *name, int nsp, bool transposed, dl_te
         }
     }
     if (unbatched) x = dl_unsqueeze(x, 0);
-    if (!transposed) y = dl__conv_run(x, w, b, &cp, out);
+    if (!transposed) y = dl__conv_run(x, w, b, &cp, out, act);
     else y = dl__convT_run(x, w, b, &cp, out);
     return dl__end(ctx, unbatched ? dl_squeeze(y, 0) : y, name);
 }
 
-dl_tensor *dl_conv1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv1d", 1, false, x, w, b, d); }
-dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv2d", 2, false, x, w, b, d); }
-dl_tensor *dl_conv3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv3d", 3, false, x, w, b, d); }
-dl_tensor *dl_conv_transpose1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose1d", 1, true, x, w, b, d); }
-dl_tensor *dl_conv_transpose2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose2d", 2, true, x, w, b, d); }
-dl_tensor *dl_conv_transpose3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose3d", 3, true, x, w, b, d); }
+dl_tensor *dl_conv1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv1d", 1, false, x, w, b, d, -1); }
+dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv2d", 2, false, x, w, b, d, -1); }
+dl_tensor *dl_conv3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv3d", 3, false, x, w, b, d, -1); }
+dl_tensor *dl_conv_transpose1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose1d", 1, true, x, w, b, d, -1); }
+dl_tensor *dl_conv_transpose2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose2d", 2, true, x, w, b, d, -1); }
+dl_tensor *dl_conv_transpose3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose3d", 3, true, x, w, b, d, -1); }
 
 /* ------------------------------------------------------------ pooling */
 
@@ -14672,12 +14733,16 @@ static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *
 
 static bool dl__linear_act_ok(dl_module *m, dl_tensor *x);
 static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act);
+static dl_tensor *dl__convm_fwd(dl_module *m, dl_tensor *x);
+static bool dl__conv_act_ok(dl_module *m, dl_tensor *x);
+static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act);
 
 dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x)
 {
     if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x))
         return dl__bnm_run(m, x, true, NULL);
     if (dl__mod_ok(m) && dl__linear_act_ok(m, x)) return dl__linear_act(m, x, DL__U_RELU);
+    if (dl__mod_ok(m) && dl__conv_act_ok(m, x)) return dl__convm_act(m, x, DL__U_RELU);
     return dl_relu(dl_module_forward(m, x));
 }
 
@@ -15108,7 +15173,10 @@ static bool dl__is_max_pool(const dl_module *m);
    whole in the backward). Linear then ReLU, Sigmoid or Tanh, where the
    backend fuses them (a GPU): the bias and the activation as one op
    (dl__bias_act), one pass forward and, with the bias's gradient, one
-   backward, in place of two each. */
+   backward, in place of two each. A convolution then one of those, where
+   the backend's direct sums take the conv (a GPU, few channels: LeNet's):
+   the activation in the conv's launch, its backward in the bias sum's
+   first pass (dl__conv_act_bwd). */
 static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
 {
     int i;
@@ -15121,6 +15189,9 @@ static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
             i++;
         } else if (i + 1 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__linear_act_ok(c, x)) {
             x = dl__linear_act(c, x, dl__act_of(m->cs[i + 1].m));
+            i++;
+        } else if (i + 1 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__conv_act_ok(c, x)) {
+            x = dl__convm_act(c, x, dl__act_of(m->cs[i + 1].m));
             i++;
         } else if (c->forward == dl__relu_fwd && i + 1 < m->nc && dl__is_max_pool(m->cs[i + 1].m)) {
             x = dl_module_forward(m->cs[++i].m, x);
@@ -15175,6 +15246,21 @@ typedef struct dl__convm {
     dl_conv_desc d;
     dl_tensor *w, *b;
 } dl__convm;
+
+/* a convolution module (not transposed) whose activation x's backend may
+   fuse (dl__backend.conv_act); then dl__convm_act runs both, fused or
+   not, with the module's and the activation's values and errors */
+static bool dl__conv_act_ok(dl_module *m, dl_tensor *x)
+{
+    if (!x || m->forward != dl__convm_fwd || !dl__valid(m->type, "x", x)) return false;
+    return !((dl__convm *)dl_module_state(m))->transposed && DL__BE(x)->conv_act;
+}
+static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act)
+{
+    static const char *names[3] = {"dl_conv1d", "dl_conv2d", "dl_conv3d"};
+    dl__convm *s = (dl__convm *)dl_module_state(m);
+    return dl__conv_api(names[s->spatial - 1], s->spatial, false, x, s->w, s->b, &s->d, act);
+}
 
 static dl_tensor *dl__convm_fwd(dl_module *m, dl_tensor *x)
 {

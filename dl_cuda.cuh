@@ -933,6 +933,21 @@ static DL__HD inline float dl__cu_bin(float p, float q)
     }
 }
 
+/* a fused activation (act: DL__U_RELU, DL__U_SIGMOID, DL__U_TANH; -1:
+   none) with the unary kernel's expression, and its backward from the
+   output y with the binary kernel's (DL__B_*_GRAD of g and y) */
+static DL__HD inline float dl__cu_act(int act, float v)
+{
+    return act == DL__U_RELU ? dl__cu_un<DL__U_RELU>(v, 0.0f, 0.0f)
+           : act == DL__U_SIGMOID ? dl__cu_un<DL__U_SIGMOID>(v, 0.0f, 0.0f)
+           : act == DL__U_TANH ? dl__cu_un<DL__U_TANH>(v, 0.0f, 0.0f) : v;
+}
+static DL__HD inline float dl__cu_actg(int act, float g, float y)
+{
+    return act == DL__U_SIGMOID ? dl__cu_bin<DL__B_SIGMOID_GRAD>(g, y)
+           : act == DL__U_TANH ? dl__cu_bin<DL__B_TANH_GRAD>(g, y) : dl__cu_bin<DL__B_RELU_GRAD>(g, y);
+}
+
 template <int OP>
 struct dl__cuf_un {
     float *y; const float *x; float a, b;
@@ -1260,6 +1275,10 @@ static void dl__cu_reduce_rows(dl__dev *d, float *y, const float *x, int64_t out
     dl__cu_rowred_launch<OP, double, false>(d, cur, outer, len, len, 1, y, NULL);
 }
 
+/* column sums (inner > 1) the reduce adds sequentially, a thread per column
+   (dl__cuf_colseq): many columns or short ones; else partials in chunks */
+static bool dl__cu_colseq_ok(int64_t cols, int64_t r) { return cols >= 8192 || r < 1024; }
+
 template <int OP>
 static void dl__cu_reduce_op(dl__dev *d, float *y, const float *x, int64_t outer, int64_t r, int64_t inner)
 {
@@ -1282,7 +1301,7 @@ static void dl__cu_reduce_op(dl__dev *d, float *y, const float *x, int64_t outer
         dl__cu_reduce_rows<OP>(d, y, x, outer, r);
         return;
     }
-    if (cols >= 8192 || r < 1024) {    /* the CPU's loop, one thread per column */
+    if (dl__cu_colseq_ok(cols, r)) {    /* the CPU's loop, one thread per column */
         if (dl__cu_small(total)) {
             dl__cuf_colseq<OP, int32_t> f;
             f.y = y; f.x = x; f.r = (int32_t)r; f.inner = (int32_t)inner;
@@ -1298,12 +1317,12 @@ static void dl__cu_reduce_op(dl__dev *d, float *y, const float *x, int64_t outer
     {
         int64_t len = r, need = 0, nch;
         double *buf, *cur = NULL;
-        for (len = r; cols < 8192 && len >= 1024; len = (len + DL__CU_CCHUNK - 1) / DL__CU_CCHUNK)
+        for (len = r; !dl__cu_colseq_ok(cols, len); len = (len + DL__CU_CCHUNK - 1) / DL__CU_CCHUNK)
             need += cols * ((len + DL__CU_CCHUNK - 1) / DL__CU_CCHUNK);
         buf = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)need);
         if (!buf) return;
         len = r;
-        while (len >= 1024) {
+        while (!dl__cu_colseq_ok(cols, len)) {
             double *out = cur ? cur + cols * len : buf;
             dl__cuf_colpart<OP, double, int64_t> fd;
             dl__cuf_colpart<OP, float, int64_t> ff;
@@ -1875,7 +1894,9 @@ static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const 
    Forward: T partial sums, thread t over the positions t, t+T, ... (nll,
    smoothing and the mean's weights in double, and its first bad target),
    then one thread adds them in order and writes the loss: two launches,
-   the same order on every GPU and emulated. T depends on the size only. */
+   the same order on every GPU and emulated. T depends on the size only.
+   From logits (cross entropy), the thread first writes its positions' log
+   softmax (up to DL__CU_CLS_LSM classes; above, the softmax launch). */
 static int64_t dl__cu_cls_T(int64_t P) { return P <= 256 ? P : P / 64 < 256 ? 256 : P / 64 > 2048 ? 2048 : P / 64; }
 
 static DL__HD inline int64_t dl__cu_cls_target(const dl__clsargs &a, int64_t j)
@@ -1885,6 +1906,7 @@ static DL__HD inline int64_t dl__cu_cls_target(const dl__clsargs &a, int64_t j)
 
 struct dl__cuf_clspart {
     dl__clsargs a; float *loss; double *part; unsigned long long *first; int64_t P, T;
+    bool lsm;   /* position j's log_softmax first (a.x into a.lpw: the softmax kernel's line j) */
     DL__HD void operator()(int64_t t) const
     {
         double sn = 0.0, ss = 0.0, sd = 0.0;
@@ -1892,6 +1914,11 @@ struct dl__cuf_clspart {
         int64_t j, k;
         for (j = t; j < P; j += T) {
             int64_t o = j / a.inner, i = j - o * a.inner, c = dl__cu_cls_target(a, j);
+            if (lsm) {
+                dl__cuf_softmax sf;
+                sf.log = true; sf.y = a.lpw; sf.x = a.x; sf.n = a.C; sf.inner = a.inner;
+                sf(j);
+            }
             const float *row = a.lp + o * a.C * a.inner + i;
             float nll = 0.0f, sm = 0.0f;
             bool v = c != a.ignore;
@@ -1986,11 +2013,20 @@ struct dl__cuf_clsbwd {
 static dl__clsargs dl__cu_cls_dev(dl__dev *d, const dl__clsargs *a)
 {
     dl__clsargs r = *a;
+    r.x = a->x ? DL__CUP(d, a->x) : NULL;
+    r.lpw = a->lpw ? DL__CUP(d, a->lpw) : NULL;
     r.lp = DL__CUP(d, a->lp);
     r.t = DL__CUP(d, a->t);
     r.w = a->w ? DL__CUP(d, a->w) : NULL;
     return r;
 }
+
+/* the logits' log_softmax in the partials' threads (a line each, the
+   softmax kernel's arithmetic) up to this many classes; above, the
+   softmax entry's launch first (its lines' loops grow with C) */
+#ifndef DL__CU_CLS_LSM
+#define DL__CU_CLS_LSM 64
+#endif
 
 static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad)
 {
@@ -2000,6 +2036,8 @@ static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__
     dl__cuf_clsfin ff;
     double *part = NULL;
     fp.a = ff.a = dl__cu_cls_dev(d, a);
+    fp.lsm = a->x && a->C > 0 && a->C <= DL__CU_CLS_LSM;
+    if (a->x && !fp.lsm && P > 0 && a->C > 0) dl__cu_softmax(d, true, a->lpw, a->x, a->outer, a->C, a->inner);
     if (T > 0) {
         part = (double *)dl__cu_scratch(d, (sizeof(double) * 3 + sizeof(unsigned long long)) * (size_t)T);
         if (!part) return -1;
@@ -2492,6 +2530,13 @@ static void dl__dnn_check(dl__dev *d, const dl__dnn_plan *p, const float *out, c
    convT(in1 (n, Cb, ib), in2 w); FILTER: out dw = wgrad(in1 x, in2 gy).
    false: cuDNN declined (no work queued); true: queued, or the device's
    error recorded. */
+/* whether cuDNN is asked to take this geometry (it may still decline) */
+static bool dl__dnn_may(const dl__cuimpl *m, const dl__cgeom *g)
+{
+    if (m->emulate || m->dnn_bypass || !m->dnn_mode) return false;
+    return m->dnn_mode == 2 || (g->Ca >= DL__DNN_MIN_C && g->Cb >= DL__DNN_MIN_C);
+}
+
 static bool dl__dnn_conv(dl__dev *d, int kind, float *out, const float *in1, const float *in2, int64_t n,
                          const dl__cgeom *g)
 {
@@ -2501,8 +2546,7 @@ static bool dl__dnn_conv(dl__dev *d, int kind, float *out, const float *in1, con
     void *ws = NULL;
     float one = 1.0f, zero = 0.0f;
     cudnnStatus_t st;
-    if (m->emulate || m->dnn_bypass) return false;
-    if (!m->dnn_mode || (m->dnn_mode == 1 && (g->Ca < DL__DNN_MIN_C || g->Cb < DL__DNN_MIN_C))) return false;
+    if (!dl__dnn_may(m, g)) return false;
     dl__cu_enter(d);
     if (!(p = dl__dnn_get(d, kind, n, g))) return false;
     mk = dl__arena_mark(&d->data);
@@ -2612,7 +2656,7 @@ static DL__HD inline void dl__cu_taps(I b, I d, I n, I k, I *lo, I *hi)
 
 template <typename I>
 struct dl__cuf_dconv {
-    float *y; const float *x, *w, *b; dl__cgeom g;
+    float *y; const float *x, *w, *b; dl__cgeom g; int act;   /* act: dl__cu_act's (-1: none) */
     DL__HD void operator()(I e) const
     {
         I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
@@ -2634,7 +2678,7 @@ struct dl__cuf_dconv {
                     const float *wr = wc + ((ci * (I)g.k[0] + q0) * k1 + q1) * k2;
                     for (q2 = l2; q2 < h2; q2++) acc = dl__cu_fadd(acc, dl__cu_fmul(xs[xi + q2 * d2], wr[q2]));
                 }
-        y[e] = b ? dl__cu_fadd(acc, b[co]) : acc;
+        y[e] = dl__cu_act(act, b ? dl__cu_fadd(acc, b[co]) : acc);
     }
 };
 
@@ -2652,7 +2696,7 @@ static DL__HD inline void dl__cu_taps1(I a, I d, I n, I k, I *lo, I *hi)
 
 template <typename I, bool S1>
 struct dl__cuf_dconvT {
-    float *y; const float *x, *w, *b; dl__cgeom g;
+    float *y; const float *x, *w, *b; dl__cgeom g; int act;
     DL__HD void operator()(I e) const
     {
         I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
@@ -2695,7 +2739,7 @@ struct dl__cuf_dconvT {
                 }
             }
         }
-        y[e] = b ? dl__cu_fadd(acc, b[ci]) : acc;
+        y[e] = dl__cu_act(act, b ? dl__cu_fadd(acc, b[ci]) : acc);
     }
 };
 
@@ -2734,16 +2778,17 @@ struct dl__cuf_dconvW {
 
 template <typename I, typename F>
 static void dl__cu_direct_go(dl__dev *d, int64_t total, float *y, const float *x, const float *w, const float *b,
-                             const dl__cgeom *g)
+                             const dl__cgeom *g, int act)
 {
     F f;
-    f.y = y; f.x = x; f.w = w; f.b = b; f.g = *g;
-    dl__cu_run<I>(d, "conv direct", total, f);
+    f.y = y; f.x = x; f.w = w; f.b = b; f.g = *g; f.act = act;
+    dl__cu_run<I>(d, act < 0 ? "conv direct" : "conv direct + activation", total, f);
 }
 
-/* forward (T false) or convT (T true) by the direct path; false: declined */
+/* forward (T false) or convT (T true) by the direct path, then the
+   activation act (dl__cu_act's; -1: none); false: declined */
 static bool dl__cu_direct(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
-                          const dl__cgeom *g, bool T)
+                          const dl__cgeom *g, bool T, int act)
 {
     int64_t total = T ? n * g->Ca * g->La : n * g->Cb * g->Lb;
     bool s1 = g->s[0] == 1 && g->s[1] == 1 && g->s[2] == 1;
@@ -2754,13 +2799,13 @@ static bool dl__cu_direct(dl__dev *d, float *y, const float *x, const float *w, 
     w = DL__CUP(d, w);
     if (bias) bias = DL__CUP(d, bias);
     if (dl__cu_direct_small(g, n)) {
-        if (!T) dl__cu_direct_go<int32_t, dl__cuf_dconv<int32_t> >(d, total, y, x, w, bias, g);
-        else if (s1) dl__cu_direct_go<int32_t, dl__cuf_dconvT<int32_t, true> >(d, total, y, x, w, bias, g);
-        else dl__cu_direct_go<int32_t, dl__cuf_dconvT<int32_t, false> >(d, total, y, x, w, bias, g);
+        if (!T) dl__cu_direct_go<int32_t, dl__cuf_dconv<int32_t> >(d, total, y, x, w, bias, g, act);
+        else if (s1) dl__cu_direct_go<int32_t, dl__cuf_dconvT<int32_t, true> >(d, total, y, x, w, bias, g, act);
+        else dl__cu_direct_go<int32_t, dl__cuf_dconvT<int32_t, false> >(d, total, y, x, w, bias, g, act);
     } else {
-        if (!T) dl__cu_direct_go<int64_t, dl__cuf_dconv<int64_t> >(d, total, y, x, w, bias, g);
-        else if (s1) dl__cu_direct_go<int64_t, dl__cuf_dconvT<int64_t, true> >(d, total, y, x, w, bias, g);
-        else dl__cu_direct_go<int64_t, dl__cuf_dconvT<int64_t, false> >(d, total, y, x, w, bias, g);
+        if (!T) dl__cu_direct_go<int64_t, dl__cuf_dconv<int64_t> >(d, total, y, x, w, bias, g, act);
+        else if (s1) dl__cu_direct_go<int64_t, dl__cuf_dconvT<int64_t, true> >(d, total, y, x, w, bias, g, act);
+        else dl__cu_direct_go<int64_t, dl__cuf_dconvT<int64_t, false> >(d, total, y, x, w, bias, g, act);
     }
     return true;
 }
@@ -2836,7 +2881,7 @@ static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w
         return true;
     }
 #endif
-    if (dl__cu_direct(d, y, x, w, bias, n, g, T)) return true;
+    if (dl__cu_direct(d, y, x, w, bias, n, g, T, -1)) return true;
     if (!ok) return false;
     if (dl__cu_pointwise(g)) {   /* y_s (Cy, L) = w or w^T (Cy, Cx) x_s (Cx, L), w stored (Cb, Ca) */
         dl__cu_cgemm(d, T, false, Cy, Ly, Cx, w, g->Ca, 0, x, Lx, Cx * Lx, 0.0f, y, Ly, Cy * Ly, n);
@@ -2871,6 +2916,21 @@ static bool dl__cu_convT_i2c(dl__dev *d, float *y, const float *x, const float *
                              const dl__cgeom *g)
 {
     return dl__cu_conv_run(d, y, x, w, bias, n, g, true);
+}
+
+/* A convolution and the activation after it as one launch
+   (dl__backend.conv_act), where the direct path would take the conv and
+   cuDNN is not asked to: each output element is act(sum + bias), the
+   value the direct path then the unary kernel give, written once (a
+   launch and two passes over y fewer). y NULL: only whether it would. */
+static bool dl__cu_conv_act(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
+                            const dl__cgeom *g, int act)
+{
+#ifdef DL_CUDNN
+    if (dl__dnn_may(DL__CUI(d), g) && dl__cu_conv_ok(g, n)) return false;
+#endif
+    if (!dl__cu_direct_ok(DL__CUI(d), g, n)) return false;
+    return !y || dl__cu_direct(d, y, x, w, bias, n, g, false, act);
 }
 
 /* one launch for the weight gradient's two operands of a chunk: col (CaK,
@@ -3420,8 +3480,9 @@ struct dl__cuf_ln_dwb {
    channel c (ST: statistics, else the backward's), elements in order */
 template <bool ST, typename I>
 struct dl__cu_bnpart {
-    const float *x, *g, *mean, *ry; I C, L, M, S;   /* ry: a fused ReLU's output (g masked) or NULL */
-    float *gm;                                      /* with ry: the masked g written there (or NULL) */
+    const float *x, *g, *mean, *ry; I C, L, M, S;   /* ry: a fused activation's output or NULL */
+    float *gm;                                      /* with ry: its gradient written there (or NULL) */
+    int act;                                        /* with ry: which (dl__cu_actg; batch norm: ReLU) */
     DL__HD void sums(I j, I t, I G, double *pa, double *pb) const
     {
         I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
@@ -3441,7 +3502,7 @@ struct dl__cu_bnpart {
             for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
                 I at = n * CL + l;
                 xv[u] = ST || xc ? xc[at] : 0.0f;
-                if (!ST) gv[u] = rc && rc[at] <= 0 ? 0.0f : gc[at];   /* DL__B_RELU_GRAD */
+                if (!ST) gv[u] = rc ? dl__cu_actg(act, gc[at], rc[at]) : gc[at];
                 if (mc) mc[at] = gv[u];                                /* each element once */
                 n += gq;
                 l += gr;
@@ -3516,12 +3577,13 @@ struct dl__cuh_bnpart {
 /* pass 1 over (N, C, L): part (C S, 2); S chunks per channel */
 template <bool ST, typename I>
 static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                               const float *ry, float *gm, int64_t C, int64_t L, int64_t M, int64_t S)
+                               const float *ry, float *gm, int act, int64_t C, int64_t L, int64_t M, int64_t S)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
     I jobs = (I)(C * S);
-    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
+    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.act = act;
+    p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
         dl__cuh_bnpart<ST, I> f;
         f.p = p; f.jobs = jobs; f.part = part;
@@ -3543,7 +3605,7 @@ static int64_t dl__cu_bn_split(int64_t C, int64_t M)
 /* pass 1 with 32-bit indices where x's elements and the jobs allow */
 template <bool ST>
 static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const float *mean, const float *ry,
-                              float *gm, int64_t N, int64_t C, int64_t L, int64_t *S, size_t extra)
+                              float *gm, int act, int64_t N, int64_t C, int64_t L, int64_t *S, size_t extra)
 {
     int64_t M = N * L;
     double *part;
@@ -3551,9 +3613,9 @@ static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const 
     part = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C * *S) + extra);
     if (!part) return NULL;
     if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * *S))
-        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, ry, gm, C, L, M, *S);
+        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, ry, gm, act, C, L, M, *S);
     else
-        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, ry, gm, C, L, M, *S);
+        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, ry, gm, act, C, L, M, *S);
     return part;
 }
 
@@ -3690,7 +3752,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
     x = DL__CUP(d, x);
-    part = dl__cu_bn_part<true>(d, x, NULL, NULL, NULL, NULL, N, C, L, &S, 0);
+    part = dl__cu_bn_part<true>(d, x, NULL, NULL, NULL, NULL, -1, N, C, L, &S, 0);
     if (!part) return;
     f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
     f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
@@ -3758,7 +3820,8 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
         double *part = NULL;
         if (n > 0) {
             off = sizeof(double) * (size_t)(2 * C * dl__cu_bn_split(C, N * L));
-            part = dl__cu_bn_part<false>(d, x, g, mean, ry, gm, N, C, L, &S, sizeof(float) * (size_t)(2 * C));
+            part = dl__cu_bn_part<false>(d, x, g, mean, ry, gm, DL__U_RELU, N, C, L, &S,
+                                         sizeof(float) * (size_t)(2 * C));
             if (!part) return;
             if (gm) {   /* written: the dx pass reads it */
                 g = gm;
@@ -3861,7 +3924,7 @@ static bool dl__cu_bias_act_bwd(dl__dev *d, float *gx, float *db, const float *g
                                 int64_t cols, int act)
 {
     /* dl__cu_reduce_op's sequential column sums: inner = cols > 1, outer 1 */
-    if (rows < 1 || cols < 2 || !(cols >= 8192 || rows < 1024)) return false;
+    if (rows < 1 || cols < 2 || !dl__cu_colseq_ok(cols, rows)) return false;
     if (!gx) return true;
     dl__cu_enter(d);
     gx = DL__CUP(d, gx); db = DL__CUP(d, db); g = DL__CUP(d, g); y = DL__CUP(d, y);
@@ -3876,15 +3939,20 @@ static bool dl__cu_bias_act_bwd(dl__dev *d, float *gx, float *db, const float *g
    blocks read x once and pass 2 adds each channel's partials in order
    (two launches, a fixed order: the same bits every run and emulated).
    Before, a pass over the rows of L then a thread per channel down the N
-   rows, each pass a launch and the first a block per row. */
-static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L)
+   rows, each pass a launch and the first a block per row. With ry (a
+   fused activation's output, dl__cu_conv_act): the sums of gm = the
+   activation's gradient of x, which pass 1 writes as it reads each
+   element once, the bits of the activation's backward then this sum. */
+static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L,
+                            const float *ry, float *gm, int act)
 {
     dl__cuf_bn_sfin f;
     int64_t S;
     double *part;
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
-    part = dl__cu_bn_part<false>(d, NULL, DL__CUP(d, x), NULL, NULL, NULL, N, C, L, &S, 0);
+    part = dl__cu_bn_part<false>(d, NULL, DL__CUP(d, x), NULL, ry ? DL__CUP(d, ry) : NULL, gm ? DL__CUP(d, gm) : NULL,
+                                 act, N, C, L, &S, 0);
     if (!part) return;
     f.dw = NULL; f.db = DL__CUP(d, y); f.coef = NULL; f.part = part; f.invstd = NULL; f.S = S;
     f.M = (double)(N * L);
@@ -4432,7 +4500,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_class_loss, dl__cu_class_loss_bwd,
     dl__cu_chan_sum,
     dl__cu_eq_i64,
-    dl__cu_bias_act, dl__cu_bias_act_bwd
+    dl__cu_bias_act, dl__cu_bias_act_bwd,
+    dl__cu_conv_act
 };
 
 static int dl__cuda_count(void)

@@ -1107,6 +1107,34 @@ static void test_bn_add_relu_fusion(void)
     dl_ctx_free(ctx);
 }
 
+/* a fused op's output y against ref (the ops it replaces, on x2), then a
+   backward of each with the same random gradient: the same bits of the
+   output, of x's gradient (none for either where nox) and of module m's
+   weight and bias gradients (no bias gradient where nob); dl_step_end */
+static void fused_compare(dl_ctx *ctx, const char *what, int a, int c, dl_tensor *y, dl_tensor *ref,
+                          dl_backward_desc *bd, dl_module *m, dl_tensor *x, dl_tensor *x2, bool nox, bool nob)
+{
+    const dl_named_tensor *ps;
+    dl_tensor *g0[2] = {NULL, NULL};
+    int np = dl_module_named_parameters(m, &ps), k;
+    if (np > 2) np = 2;
+    CHECK(y && ref && th_same_bytes(y, ref), "%s %d case %d: the same output bits", what, a, c);
+    if (!y || !ref) { dl_clear_error(ctx); dl_step_end(ctx); return; }
+    bd->grad = dl_randn(ctx, dl_shape_make(y->ndim, y->shape));
+    dl_module_zero_grad(m);
+    CHECK(dl_backward_ex(y, bd) == DL_OK, "%s %d case %d: backward", what, a, c);
+    for (k = 0; k < np; k++) g0[k] = ps[k].t->grad ? dl_copy(ps[k].t->grad) : NULL;
+    dl_module_zero_grad(m);
+    CHECK(dl_backward_ex(ref, bd) == DL_OK, "%s %d case %d: the reference's backward", what, a, c);
+    CHECK(nox ? !x->grad && !x2->grad : x->grad && x2->grad && th_same_bytes(x->grad, x2->grad),
+          "%s %d case %d: the same input gradient bits", what, a, c);
+    for (k = 0; k < np; k++)
+        CHECK(k == 1 && nob ? !g0[k] && !ps[k].t->grad
+                            : g0[k] && ps[k].t->grad && th_same_bytes(ps[k].t->grad, g0[k]),
+              "%s %d case %d: the same %s gradient bits", what, a, c, ps[k].name);
+    dl_step_end(ctx);
+}
+
 /* Sequential's Linear then ReLU, Sigmoid or Tanh (and dl_module_forward_relu
    on a Linear): on a GPU the bias and the activation are one op, one pass
    each way. Output and the gradients of x, weight and bias must be the same
@@ -1124,11 +1152,11 @@ static void test_linear_act_fusion(void)
         for (c = 0; c < 9; c++) {
             int64_t rows = c == 5 ? 1100 : 6, out = c == 6 ? 1 : 5, n = rows * 7;
             dl_module *mods[2], *seq;
-            dl_tensor *x, *x2, *y, *ref, *gy, *g0[2] = {NULL, NULL};
+            dl_tensor *x, *x2, *y, *ref;
             const dl_named_tensor *ps;
             float *h;
             dl_backward_desc bd;
-            int np, k;
+            int np;
             if (c == 8 && a != 0) continue;
             h = (float *)malloc(sizeof(float) * (size_t)n);
             fill_quarters(h, NULL, n, 4242u + (uint64_t)(10 * a + c));
@@ -1146,22 +1174,70 @@ static void test_linear_act_fusion(void)
             y = c == 8 ? dl_module_forward_relu(mods[0], x) : dl_module_forward(seq, x);
             ref = dl_linear(x2, ps[0].t, c == 7 ? NULL : ps[1].t);
             ref = a == 0 ? dl_relu(ref) : a == 1 ? dl_sigmoid(ref) : dl_tanh(ref);
-            CHECK(y && ref && th_same_bytes(y, ref), "linear+act %d case %d: the same output bits", a, c);
-            if (!y || !ref) { dl_clear_error(ctx); dl_step_end(ctx); continue; }
-            gy = dl_randn(ctx, dl_shape_make(y->ndim, y->shape));
-            bd.grad = gy;
-            dl_module_zero_grad(mods[0]);
-            CHECK(dl_backward_ex(y, &bd) == DL_OK, "linear+act %d case %d: backward", a, c);
-            for (k = 0; k < np; k++) g0[k] = ps[k].t->grad ? dl_copy(ps[k].t->grad) : NULL;
-            dl_module_zero_grad(mods[0]);
-            CHECK(dl_backward_ex(ref, &bd) == DL_OK, "linear+act %d case %d: the reference's backward", a, c);
-            CHECK(c == 4 ? !x->grad && !x2->grad : x->grad && x2->grad && th_same_bytes(x->grad, x2->grad),
-                  "linear+act %d case %d: the same input gradient bits", a, c);
-            for (k = 0; k < np; k++)
-                CHECK(k == 1 && c == 3 ? !g0[k] && !ps[k].t->grad
-                                       : g0[k] && ps[k].t->grad && th_same_bytes(ps[k].t->grad, g0[k]),
-                      "linear+act %d case %d: the same %s gradient bits", a, c, ps[k].name);
-            dl_step_end(ctx);
+            fused_compare(ctx, "linear+act", a, c, y, ref, &bd, mods[0], x, x2, c == 4, c == 3);
+        }
+    dl_ctx_free(ctx);
+}
+
+/* Sequential runs a small convolution then ReLU, Sigmoid or Tanh as one op
+   where the backend fuses them (a GPU's direct sums: the activation in the
+   conv's launch, its backward in the bias sum's pass): the output and the
+   gradients of the input, weight and bias must be the bits of dl_conv*d
+   then the activation. Cases: 2-d (LeNet's first), 1-d, create_graph, a
+   bias without gradient, an input without, no bias, stride 2 with groups,
+   an unbatched input, dl_module_forward_relu (ReLU only), 16 -> 16
+   channels (the direct path declines: the two ops), 3-d, a max pool after
+   (ReLU only); elsewhere (the CPU) the two ops themselves. */
+static void test_conv_act_fusion(void)
+{
+    dl_ctx *ctx = new_ctx(4);
+    int c, a;
+    for (a = 0; a < 3; a++)
+        for (c = 0; c < 12; c++) {
+            int sp = c == 1 ? 1 : c == 10 ? 3 : 2, k;
+            int64_t ci = c == 9 ? 16 : c == 6 ? 4 : c == 1 ? 2 : 1, co = c == 9 ? 16 : c == 6 ? 4 : 6;
+            int64_t ksz = c == 0 ? 5 : 3, hw = c == 10 ? 5 : 9, nb = c == 7 ? 1 : 3, n, xs[5];
+            int nd = 0, np;
+            dl_conv_desc cd = dl_conv_desc_make(c == 6 ? 2 : 1, c == 0 ? 2 : 1, 1, c == 6 ? 4 : 1);
+            dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+            dl_module *mods[3], *seq;
+            dl_tensor *x, *x2, *y, *ref, *b;
+            const dl_named_tensor *ps;
+            float *h;
+            dl_backward_desc bd;
+            if ((c == 8 || c == 11) && a != 0) continue;
+            if (c != 7) xs[nd++] = nb;
+            xs[nd++] = ci;
+            for (k = 0; k < sp; k++) xs[nd++] = hw;
+            n = 1;
+            for (k = 0; k < nd; k++) n *= xs[k];
+            h = (float *)malloc(sizeof(float) * (size_t)n);
+            fill_quarters(h, NULL, n, 5151u + (uint64_t)(20 * a + c));
+            x = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
+            x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
+            free(h);
+            mods[0] = sp == 1 ? dl_nn_conv1d(ctx, ci, co, ksz, &cd, c != 5)
+                      : sp == 2 ? dl_nn_conv2d(ctx, ci, co, ksz, &cd, c != 5) : dl_nn_conv3d(ctx, ci, co, ksz, &cd, c != 5);
+            mods[1] = a == 0 ? dl_nn_relu(ctx) : a == 1 ? dl_nn_sigmoid(ctx) : dl_nn_tanh(ctx);
+            mods[2] = dl_nn_max_pool2d(ctx, &pd);
+            seq = dl_nn_sequential(ctx, c == 11 ? 3 : 2, mods);
+            np = dl_module_named_parameters(mods[0], &ps);
+            randomize_params(ctx, np, ps);
+            if (np == 2) {   /* a bias of both signs */
+                dl_no_grad_begin(ctx);
+                dl_copy_(ps[1].t, dl_add_scalar(ps[1].t, -1.0f));
+                dl_no_grad_end(ctx);
+            }
+            if (c == 3) dl_requires_grad(ps[1].t, false);
+            b = np == 2 ? ps[1].t : NULL;
+            memset(&bd, 0, sizeof bd);
+            bd.create_graph = c == 2;
+            y = c == 8 ? dl_module_forward_relu(mods[0], x) : dl_module_forward(seq, x);
+            ref = sp == 1 ? dl_conv1d(x2, ps[0].t, b, &cd) : sp == 2 ? dl_conv2d(x2, ps[0].t, b, &cd)
+                                                                     : dl_conv3d(x2, ps[0].t, b, &cd);
+            ref = a == 0 ? dl_relu(ref) : a == 1 ? dl_sigmoid(ref) : dl_tanh(ref);
+            if (c == 11) ref = dl_max_pool2d(ref, &pd);
+            fused_compare(ctx, "conv+act", a, c, y, ref, &bd, mods[0], x, x2, c == 4, c == 3);
         }
     dl_ctx_free(ctx);
 }
@@ -1175,6 +1251,7 @@ int main(int argc, char **argv)
     test_bn_relu_fusion();
     test_bn_add_relu_fusion();
     test_linear_act_fusion();
+    test_conv_act_fusion();
     CHECK(cnt_live == 0, "leak after modules: %ld", cnt_live);
     test_init();
     if (g_nrec) {

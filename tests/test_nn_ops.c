@@ -150,7 +150,8 @@ static void test_golden_losses(const char *path)
 /* ------------------------------------------------------------------ gradcheck */
 
 enum { GC_BN, GC_LN, GC_CE, GC_NLL, GC_MSE, GC_L1, GC_BCE, GC_DROP, GC_CE_HESS, GC_LN_HESS,
-       GC_BN_HESS, GC_SL1, GC_HUBER, GC_BCEP, GC_BCEW, GC_KL, GC_LOSS_HESS, GC_BN_ADD_RELU };
+       GC_BN_HESS, GC_SL1, GC_HUBER, GC_BCEP, GC_BCEW, GC_KL, GC_LOSS_HESS, GC_BN_ADD_RELU,
+       GC_CONV_ACT };
 
 /* inputs: in[0] = x (or a), then the fields flagged below, in this order */
 typedef struct GC {
@@ -167,7 +168,8 @@ typedef struct GC {
     float p;                      /* dropout */
     uint64_t seed;
     int sub;                      /* GC_LOSS_HESS: the loss (GC_SL1 .. GC_KL), desc d */
-    dl_module *mod;               /* GC_BN_ADD_RELU: the BatchNorm; in = (x, r) */
+    dl_module *mod;               /* GC_BN_ADD_RELU: the BatchNorm; in = (x, r); GC_CONV_ACT: a
+                                     Sequential (conv, activation); in = (x, its weight, bias) */
 } GC;
 
 static dl_ctx *G;
@@ -209,6 +211,7 @@ static dl_tensor *gc_fn(void *user, dl_tensor *const *in)
                               : dl_nll_loss(in[0], g->target, &d);
     }
     case GC_BN_ADD_RELU: return dl_module_forward_add_relu(g->mod, in[0], in[1]);
+    case GC_CONV_ACT: return dl_module_forward(g->mod, in[0]);   /* in[1], in[2]: its parameters */
     case GC_MSE: return dl_mse_loss(in[0], in[1], red(g->r));
     case GC_L1: return dl_l1_loss(in[0], in[1], red(g->r));
     case GC_BCE: return dl_binary_cross_entropy_with_logits(in[0], in[1], red(g->r));
@@ -360,6 +363,27 @@ static void gc_bn_add_relu(const char *what, dl_shape xs, bool training)
     in[0] = U(xs, -2.0f, 2.0f, true);
     in[1] = U(xs, -1.0f, 1.0f, true);
     gc_run(what, &g, 2, in);
+}
+
+/* a Sequential's convolution then activation (one op where the backend
+   fuses them: a GPU's direct sums), in x, the weight and the bias (the
+   module's own tensors: gradcheck perturbs them in place) */
+static void gc_conv_act(const char *what, dl_shape xs, int64_t out, int64_t k, int64_t stride, int64_t groups,
+                        int act)
+{
+    GC g = gc_new(GC_CONV_ACT);
+    dl_conv_desc cd = dl_conv_desc_make(stride, 1, 1, groups);
+    dl_tensor *in[3];
+    dl_module *mods[2];
+    const dl_named_tensor *ps;
+    int np, j;
+    mods[0] = xs.ndim == 3 ? dl_nn_conv1d(G, xs.d[1], out, k, &cd, true) : dl_nn_conv2d(G, xs.d[1], out, k, &cd, true);
+    mods[1] = act == 0 ? dl_nn_relu(G) : act == 1 ? dl_nn_sigmoid(G) : dl_nn_tanh(G);
+    g.mod = dl_nn_sequential(G, 2, mods);
+    np = dl_module_named_parameters(mods[0], &ps);
+    in[0] = U(xs, -2.0f, 2.0f, true);
+    for (j = 0; j < np && j < 2; j++) in[1 + j] = ps[j].t;
+    gc_run(what, &g, 1 + np, in);
 }
 
 static void gc_ln(const char *what, dl_shape xs, int k, bool affine)
@@ -613,6 +637,12 @@ static void test_gradcheck(void)
         in[2] = U(DL_SHAPE(2), -1.0f, 1.0f, true);
         gc_run("hessian batch_norm", &g, 3, in);
     }
+    /* last: the cases above keep their random inputs. Sigmoid and tanh:
+       smooth (ReLU's kinks defeat finite differences; its fused path is
+       checked bit for bit against dl_relu's in test_nn) */
+    gc_conv_act("conv2d+sigmoid", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1);
+    gc_conv_act("conv1d+tanh", DL_SHAPE(2, 2, 7), 3, 3, 1, 1, 2);
+    gc_conv_act("conv2d+tanh stride 2 groups 2", DL_SHAPE(2, 2, 5, 5), 4, 3, 2, 2, 2);
     printf("%d gradcheck cases\n", g_ngc);
 }
 
