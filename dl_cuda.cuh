@@ -1896,7 +1896,7 @@ static int64_t dl__cu_class_mask(dl__dev *d, float *onehot, float *valid, const 
    then one thread adds them in order and writes the loss: two launches,
    the same order on every GPU and emulated. T depends on the size only.
    From logits (cross entropy), the thread first writes its positions' log
-   softmax (up to DL__CU_CLS_LSM classes; above, the softmax launch). */
+   softmax (up to DL__CU_CLS_LSM logits a thread; above, the softmax launch). */
 static int64_t dl__cu_cls_T(int64_t P) { return P <= 256 ? P : P / 64 < 256 ? 256 : P / 64 > 2048 ? 2048 : P / 64; }
 
 static DL__HD inline int64_t dl__cu_cls_target(const dl__clsargs &a, int64_t j)
@@ -2022,10 +2022,12 @@ static dl__clsargs dl__cu_cls_dev(dl__dev *d, const dl__clsargs *a)
 }
 
 /* the logits' log_softmax in the partials' threads (a line each, the
-   softmax kernel's arithmetic) up to this many classes; above, the
-   softmax entry's launch first (its lines' loops grow with C) */
+   softmax kernel's arithmetic) while a thread's lines hold at most this
+   many logits (a few microseconds of loops: the small nets' steps, one
+   line a thread); above, the softmax entry's launch first, a thread or a
+   warp per line */
 #ifndef DL__CU_CLS_LSM
-#define DL__CU_CLS_LSM 64
+#define DL__CU_CLS_LSM 128
 #endif
 
 static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad)
@@ -2036,7 +2038,7 @@ static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__
     dl__cuf_clsfin ff;
     double *part = NULL;
     fp.a = ff.a = dl__cu_cls_dev(d, a);
-    fp.lsm = a->x && a->C > 0 && a->C <= DL__CU_CLS_LSM;
+    fp.lsm = a->x && a->C > 0 && T > 0 && (P + T - 1) / T * a->C <= DL__CU_CLS_LSM;
     if (a->x && !fp.lsm && P > 0 && a->C > 0) dl__cu_softmax(d, true, a->lpw, a->x, a->outer, a->C, a->inner);
     if (T > 0) {
         part = (double *)dl__cu_scratch(d, (sizeof(double) * 3 + sizeof(unsigned long long)) * (size_t)T);

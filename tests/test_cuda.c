@@ -209,7 +209,8 @@ static const opcase g_big[] = {
     BIG("cross_entropy N-d weight ls ignore", o_ce_nd, 3, 2, S(8, 5, 6, 7), S(8, 6, 7), S(5)),
     BIG("cross_entropy weight mean 300", o_ce_w_mean, 3, 2, S(300, 5), S(300), S(5)),
     BIG("cross_entropy sum ls 20000", o_ce_sum_ls, 2, 2, S(20000, 5), S(20000)),
-    /* over 64 classes: log_softmax by its own launch, not in the loss's threads */
+    /* log_softmax in the loss's threads (one line of 100 a thread); the 20,000
+       lines above (65 a thread): its own launch */
     BIG("cross_entropy 100 classes sum ls", o_ce_sum_ls, 2, 2, S(96, 100), S(96)),
     BIG("nll_loss N-d weight", o_nll_nd_w, 3, 2, S(4, 5, 3, 3), S(4, 3, 3), S(5)),
     BIG("dropout 256x1000", o_dropout, 1, 0, S(256, 1000)),
