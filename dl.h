@@ -13795,10 +13795,8 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     CagK = g.Ca / g.G * g.K;
     /* act >= 0: the activation after it, in the same launch where the backend fuses them */
     fused = act >= 0 && y->numel && DL__BE(a)->conv_act &&
-            DL__BE(a)->conv_act(a->dev_, NULL, NULL, NULL, NULL, g.N, &g, act);
-    if (fused)
-        DL__BE(a)->conv_act(a->dev_, (float *)y->data, (const float *)a->data, (const float *)w->data,
-                            bias ? (const float *)bias->data : NULL, g.N, &g, act);
+            DL__BE(a)->conv_act(a->dev_, (float *)y->data, (const float *)a->data, (const float *)w->data,
+                                bias ? (const float *)bias->data : NULL, g.N, &g, act);
     done = fused ? 1 : y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, 0) : 0;
     if (done < 0) return NULL;
     if (y->numel && !done && DL__BE(a)->conv_i2c)
