@@ -3999,7 +3999,7 @@ struct dl__backend {
     /* optional (NULL: the conv entries, then the unary entry): y = act(conv(x,
        w) + bias), n samples, act DL__U_RELU, SIGMOID or TANH, with the bits
        of conv_i2c then the unary entry (a = b = 0); returns false, doing
-       nothing, where it would not (y NULL: only the answer) */
+       nothing, where it would not */
     bool (*conv_act)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                      const dl__cgeom *g, int act);
 };

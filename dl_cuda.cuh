@@ -2924,7 +2924,7 @@ static bool dl__cu_convT_i2c(dl__dev *d, float *y, const float *x, const float *
    (dl__backend.conv_act), where the direct path would take the conv and
    cuDNN is not asked to: each output element is act(sum + bias), the
    value the direct path then the unary kernel give, written once (a
-   launch and two passes over y fewer). y NULL: only whether it would. */
+   launch and two passes over y fewer); false, doing nothing, elsewhere. */
 static bool dl__cu_conv_act(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                             const dl__cgeom *g, int act)
 {
@@ -2932,7 +2932,7 @@ static bool dl__cu_conv_act(dl__dev *d, float *y, const float *x, const float *w
     if (dl__dnn_may(DL__CUI(d), g) && dl__cu_conv_ok(g, n)) return false;
 #endif
     if (!dl__cu_direct_ok(DL__CUI(d), g, n)) return false;
-    return !y || dl__cu_direct(d, y, x, w, bias, n, g, false, act);
+    return dl__cu_direct(d, y, x, w, bias, n, g, false, act);
 }
 
 /* one launch for the weight gradient's two operands of a chunk: col (CaK,
