@@ -3969,7 +3969,8 @@ struct dl__backend {
        no check, a bad target counts as ignored). class_loss_bwd: dx (outer, C, inner) =
        dlp - (logits ? exp(lp) sum_c dlp : 0), dlp[j,c] = -v_j (e1 s_j w_c
        [c = c_j] + eC s_j w_c) (e1 s_j w_c [c = c_j] when e = 0), s_j =
-       g[0]/den[0] (MEAN), g[0] (SUM), g[j] (NONE). */
+       g[0]/den[0] (MEAN), g[0] (SUM), g[j] (NONE); g NULL: ones (backward's
+       implied seed, one element). */
     int64_t (*class_loss)(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad);
     void (*class_loss_bwd)(dl__dev *d, float *dx, const float *g, const float *den, const dl__clsargs *a);
     /* optional (NULL: reduce twice): y[c] = sum of x (N, C, L) over N and
@@ -4082,6 +4083,8 @@ struct dl_ctx {
     int64_t ntape, captape;
     int no_grad;                      /* no_grad nesting depth */
     bool backward_nograd;             /* inside a backward without create_graph */
+    const dl_tensor *seed_one;        /* inside a backward: its implied ones, left unfilled (a
+                                         fused class loss's backward reads them as 1) */
     bool anomaly;
     const char *in_backward_of;       /* op whose backward is running */
     dl_result err;
@@ -11065,12 +11068,14 @@ static dl_result dl__saved_ok(const char *name, dl__node *n)
     return DL_OK;
 }
 
+static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
+
 static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
                                   int nt, dl_tensor *const *targets, dl_tensor **results)
 {
     dl_ctx *ctx;
     dl_tensor *seed = NULL;
-    bool retain, create;
+    bool retain, create, unfilled = false;
     int64_t i, top;
     int j;
     dl_result rc = DL_OK;
@@ -11104,7 +11109,13 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                     (long long)out->numel);
             return DL_ERR_SHAPE;
         }
-        seed = dl_ones_like(out);
+        /* the implied ones of a fused class loss (CUDA's) are read by its
+           backward as 1, and by nothing else: it makes a new dx, and no
+           dl_grad target can be handed them. Left unfilled, they spare a
+           step a launch (a graph node) */
+        unfilled = !create && nt == 0 && out->node_ && out->node_->op->backward == dl__cls_bwd &&
+                   DL__BE(out)->class_loss_bwd;
+        seed = unfilled ? dl__like(name, out) : dl_ones_like(out);
         if (!seed) return ctx->err;
     }
     for (j = 0; j < nt; j++) results[j] = NULL;
@@ -11128,6 +11139,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     out->node_->gacc = seed;
     seed->gref_ = 1;
     if (desc && desc->grad) seed->gref_ += 1 << 20;   /* the caller's tensor */
+    ctx->seed_one = unfilled ? seed : NULL;
     for (i = top; i >= 0; i--) {
         dl__node *n = ctx->tape[i];
         dl_tensor *gin[64], **gp = gin, *g = n->gacc;
@@ -11212,9 +11224,11 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     dl__accq_flush(ctx, &q);
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
+    ctx->seed_one = NULL;
     if (rc != DL_OK) for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
     return rc;
 freed_n:
+    ctx->seed_one = NULL;
     for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
 freed:
     dl__err(ctx, DL_ERR_GRAPH, "%s: the graph through %s was already freed by an earlier "
@@ -13099,8 +13113,9 @@ static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__grad_on(x->ctx_)) return dl__cls_bwd_graph(n, g, gin);
     if (!(dx = dl__like(n->op->name, x))) return DL_ERR_OOM;
     dl__cls_args(&a, x, n->saved[0], n->in[1], n->in[2], (int)n->i[0], n->i[2], n->f[0], n->i[1] != 0);
-    if (dx->numel)
-        DL__BE(x)->class_loss_bwd(x->dev_, (float *)dx->data, (const float *)g->data,
+    if (dx->numel)   /* g NULL: the backward's unfilled seed, ones */
+        DL__BE(x)->class_loss_bwd(x->dev_, (float *)dx->data,
+                                  g == x->ctx_->seed_one ? NULL : (const float *)g->data,
                                   (const float *)n->saved[1]->data, &a);
     gin[0] = dl__check(dx, n->op->name);
     return dl__dev_check(x->dev_, n->op->name);

@@ -200,6 +200,7 @@ typedef struct dl__cuimpl {
     int stage_next;
     /* results coming back: 64 device bytes, 64 pinned host bytes */
     void *dres, *hres;
+    unsigned *ticket;                 /* the last-block counter of batch norm's pass 1 (zero between launches) */
     /* two-pass reductions */
     void *scratch;
     size_t scratch_size;
@@ -548,6 +549,18 @@ static DL__HD inline double dl__cu_dadd(double a, double b)
     return __dadd_rn(a, b);
 #else
     return a + b;
+#endif
+}
+
+/* a load that skips the SM's L1 (ld.global.cg): for data that another
+   block of the same launch wrote (batch norm's partials, read by the last
+   block) */
+static DL__HD inline double dl__cu_ldcg(const double *p)
+{
+#ifdef __CUDA_ARCH__
+    return __ldcg(p);
+#else
+    return *p;
 #endif
 }
 
@@ -1988,7 +2001,8 @@ struct dl__cuf_clsbwd {
         int64_t q = el / a.inner, i = el - q * a.inner, c = q % a.C, o = q / a.C;
         int64_t j = o * a.inner + i, ct = dl__cu_cls_target(a, j);
         bool v = ct != a.ignore && ct >= 0 && ct < a.C;
-        float s = a.red == DL_REDUCTION_NONE ? g[j] : a.red == DL_REDUCTION_MEAN ? dl__cu_fdiv(g[0], den[0]) : g[0];
+        float gj = !g ? 1.0f : a.red == DL_REDUCTION_NONE ? g[j] : g[0];   /* NULL: the implied seed */
+        float s = a.red == DL_REDUCTION_MEAN ? dl__cu_fdiv(gj, den[0]) : gj;
         float s1 = a.e != 0.0f ? dl__cu_fmul(a.e1, s) : s, s2 = dl__cu_fmul(a.eC, s), r = 0.0f;
         if (v) {
             float wc = a.w ? a.w[c] : 1.0f;
@@ -2062,7 +2076,7 @@ static void dl__cu_class_loss_bwd(dl__dev *d, float *dx, const float *g, const f
     dl__cuf_clsbwd f;
     dl__cu_enter(d);
     f.a = dl__cu_cls_dev(d, a);
-    f.dx = DL__CUP(d, dx); f.g = DL__CUP(d, g); f.den = DL__CUP(d, den);
+    f.dx = DL__CUP(d, dx); f.g = g ? DL__CUP(d, g) : NULL; f.den = DL__CUP(d, den);
     dl__cu_run<int64_t>(d, "class loss backward", a->outer * a->C * a->inner, f);
 }
 
@@ -3461,6 +3475,14 @@ struct dl__cuf_ln_dwb {
              block's fixed tree (dl__cu_group_all); 2 doubles a chunk;
      pass 2  a thread per channel adds its S partials in order s = 0, 1 ...
              and finishes as the CPU (dl__bn_stats_fin, dl__bn_sums_fin).
+             It runs in pass 1's launch, in the block that finishes last
+             (the ticket: each block's thread 0 writes its partials, a
+             __threadfence, then atomicInc on a per-device counter that
+             wraps to 0 at the grid size, so it is zero again for the next
+             launch and a graph's replays; CUB's and the CUDA samples'
+             threadFenceReduction). A launch fewer per pass: one graph
+             node for batch norm's statistics, one for its backward sums,
+             one for a convolution's bias gradient.
    C S >= DL__CU_BN_BLOCKS = 512 blocks whatever C is: 3.9 per SM of an H100
    (132 SMs), where one block per channel (before) gave 6 or 16 busy SMs to
    LeNet-BN's layers. The split is a function of (N, C, L) alone, so the
@@ -3526,11 +3548,14 @@ struct dl__cu_bnpart {
     }
 };
 
-template <bool ST, typename I>
-__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<ST, I> p, I jobs, double *part)
+template <bool ST, typename I, typename F>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<ST, I> p, I jobs, double *part,
+                                                                  F fin, int64_t C, unsigned *ticket)
 {
     __shared__ double sh[9];
+    __shared__ bool last;
     I j;
+    int64_t c;
     for (j = (I)blockIdx.x; j < jobs; j += (I)gridDim.x) {
         double a, b;
         p.sums(j, (I)threadIdx.x, (I)DL__CU_THREADS, &a, &b);
@@ -3541,6 +3566,14 @@ __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<
             part[2 * j + 1] = b;
         }
     }
+    if (threadIdx.x == 0) {
+        __threadfence();   /* this block's partials, visible before its ticket */
+        last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;   /* the last wraps it to 0 */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (c = (int64_t)threadIdx.x; c < C; c += DL__CU_THREADS) fin(c);   /* pass 2 (reads part by __ldcg) */
 }
 
 /* a block's fixed tree (dl__cu_group_all<DL__R_SUM, 256>) on the host: in
@@ -3560,26 +3593,30 @@ static double dl__cu_tree256(double *v)
 }
 
 /* an emulated device's pass 1: job j's threads one after the other, then
-   the block's tree */
-template <bool ST, typename I>
+   the block's tree; then pass 2, channel by channel */
+template <bool ST, typename I, typename F>
 struct dl__cuh_bnpart {
-    dl__cu_bnpart<ST, I> p; I jobs; double *part;
+    dl__cu_bnpart<ST, I> p; I jobs; double *part; F fin; int64_t C;
     void operator()(int64_t) const
     {
         double va[DL__CU_THREADS], vb[DL__CU_THREADS];
         I j, t;
+        int64_t c;
         for (j = 0; j < jobs; j++) {
             for (t = 0; t < DL__CU_THREADS; t++) p.sums(j, t, (I)DL__CU_THREADS, &va[t], &vb[t]);
             part[2 * j] = dl__cu_tree256(va);
             part[2 * j + 1] = dl__cu_tree256(vb);
         }
+        for (c = 0; c < C; c++) fin(c);
     }
 };
 
-/* pass 1 over (N, C, L): part (C S, 2); S chunks per channel */
-template <bool ST, typename I>
-static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                               const float *ry, float *gm, int act, int64_t C, int64_t L, int64_t M, int64_t S)
+/* passes 1 and 2 over (N, C, L), one launch: part (C S, 2), S chunks per
+   channel, then fin(c) for every channel (F: dl__cuf_bn_fin or _sfin) */
+template <bool ST, typename I, typename F>
+static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
+                               const float *ry, float *gm, int act, int64_t C, int64_t L, int64_t M, int64_t S,
+                               const F &fin)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
@@ -3587,13 +3624,14 @@ static void dl__cu_bn_part_run(dl__dev *d, double *part, const float *x, const f
     p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.act = act;
     p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
-        dl__cuh_bnpart<ST, I> f;
-        f.p = p; f.jobs = jobs; f.part = part;
+        dl__cuh_bnpart<ST, I, F> f;
+        f.p = p; f.jobs = jobs; f.part = part; f.fin = fin; f.C = C;
         dl__cu_host(d, f);   /* (recorded inside a capture) */
         return;
     }
-    dl__cu_bn_pass1<ST, I><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(p, jobs, part);
-    dl__cu_launched(d, ST ? "bn_stats (pass 1)" : x ? "bn_backward sums (pass 1)" : "channel sums (pass 1)");
+    dl__cu_bn_pass1<ST, I, F><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(p, jobs, part, fin, C,
+                                                                                       m->ticket);
+    dl__cu_launched(d, ST ? "bn_stats" : x ? "bn_backward sums" : "channel sums");
 }
 
 /* chunks per channel: C S >= DL__CU_BN_BLOCKS, at most M (a chunk has an element) */
@@ -3604,21 +3642,23 @@ static int64_t dl__cu_bn_split(int64_t C, int64_t M)
     return S < 1 ? 1 : S;
 }
 
-/* pass 1 with 32-bit indices where x's elements and the jobs allow */
-template <bool ST>
-static double *dl__cu_bn_part(dl__dev *d, const float *x, const float *g, const float *mean, const float *ry,
-                              float *gm, int act, int64_t N, int64_t C, int64_t L, int64_t *S, size_t extra)
+/* the partials' scratch: (C S, 2) doubles, then extra bytes */
+static double *dl__cu_bn_scratch(dl__dev *d, int64_t N, int64_t C, int64_t L, int64_t *S, size_t extra)
 {
-    int64_t M = N * L;
-    double *part;
-    *S = dl__cu_bn_split(C, M);
-    part = (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C * *S) + extra);
-    if (!part) return NULL;
-    if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * *S))
-        dl__cu_bn_part_run<ST, int32_t>(d, part, x, g, mean, ry, gm, act, C, L, M, *S);
+    *S = dl__cu_bn_split(C, N * L);
+    return (double *)dl__cu_scratch(d, sizeof(double) * (size_t)(2 * C * *S) + extra);
+}
+
+/* passes 1 and 2 with 32-bit indices where x's elements and the jobs allow */
+template <bool ST, typename F>
+static void dl__cu_bn_pass(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
+                           const float *ry, float *gm, int act, int64_t N, int64_t C, int64_t L, int64_t S,
+                           const F &fin)
+{
+    if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * S))
+        dl__cu_bn_pass_run<ST, int32_t, F>(d, part, x, g, mean, ry, gm, act, C, L, N * L, S, fin);
     else
-        dl__cu_bn_part_run<ST, int64_t>(d, part, x, g, mean, ry, gm, act, C, L, M, *S);
-    return part;
+        dl__cu_bn_pass_run<ST, int64_t, F>(d, part, x, g, mean, ry, gm, act, C, L, N * L, S, fin);
 }
 
 /* pass 2 of the statistics, channel c: its S partials in order, then the
@@ -3631,8 +3671,8 @@ struct dl__cuf_bn_fin {
         double a = 0.0, b = 0.0, sm, q;
         int64_t s;
         for (s = 0; s < S; s++) {
-            a = dl__cu_dadd(a, part[2 * (c * S + s)]);
-            b = dl__cu_dadd(b, part[2 * (c * S + s) + 1]);
+            a = dl__cu_dadd(a, dl__cu_ldcg(part + 2 * (c * S + s)));
+            b = dl__cu_dadd(b, dl__cu_ldcg(part + 2 * (c * S + s) + 1));
         }
         sm = a / M;
         q = dl__cu_dadd(b / M, -dl__cu_dmul(sm, sm));
@@ -3657,8 +3697,8 @@ struct dl__cuf_bn_sfin {
         double sg = 0.0, sgx = 0.0, is = invstd ? (double)invstd[c] : 1.0;
         int64_t s;
         for (s = 0; s < S; s++) {
-            sg = dl__cu_dadd(sg, part[2 * (c * S + s)]);
-            sgx = dl__cu_dadd(sgx, part[2 * (c * S + s) + 1]);
+            sg = dl__cu_dadd(sg, dl__cu_ldcg(part + 2 * (c * S + s)));
+            sgx = dl__cu_dadd(sgx, dl__cu_ldcg(part + 2 * (c * S + s) + 1));
         }
         sgx = dl__cu_dmul(sgx, is);                          /* sum(g xhat) */
         if (db) db[c] = (float)sg;
@@ -3754,7 +3794,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
     x = DL__CUP(d, x);
-    part = dl__cu_bn_part<true>(d, x, NULL, NULL, NULL, NULL, -1, N, C, L, &S, 0);
+    part = dl__cu_bn_scratch(d, N, C, L, &S, 0);
     if (!part) return;
     f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
     f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
@@ -3762,7 +3802,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     f.rv = rs && rs->rv ? DL__CUP(d, rs->rv) : NULL;
     f.nbt = rs && rs->nbt ? DL__CUP(d, rs->nbt) : NULL;
     f.keep = rs ? rs->keep : 0.0f; f.mom = rs ? rs->mom : 0.0f; f.vmom = rs ? rs->vmom : 0.0f;
-    dl__cu_run<int64_t>(d, "bn_stats (pass 2)", C, f);
+    dl__cu_bn_pass<true>(d, part, x, NULL, NULL, NULL, NULL, -1, N, C, L, S, f);
 }
 
 template <typename I>
@@ -3818,27 +3858,21 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
     if (dw || db || (dx && train)) {
         dl__cuf_bn_sfin f;
         int64_t S = 1;
-        size_t off = 0;
-        double *part = NULL;
+        double *part = dl__cu_bn_scratch(d, n > 0 ? N : 1, C, n > 0 ? L : 1, &S, sizeof(float) * (size_t)(2 * C));
+        if (!part) return;
+        if (dx && train) coef = (float *)(part + 2 * C * S);
+        f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
         if (n > 0) {
-            off = sizeof(double) * (size_t)(2 * C * dl__cu_bn_split(C, N * L));
-            part = dl__cu_bn_part<false>(d, x, g, mean, ry, gm, DL__U_RELU, N, C, L, &S,
-                                         sizeof(float) * (size_t)(2 * C));
-            if (!part) return;
+            dl__cu_bn_pass<false>(d, part, x, g, mean, ry, gm, DL__U_RELU, N, C, L, S, f);
             if (gm) {   /* written: the dx pass reads it */
                 g = gm;
                 ry = NULL;
                 gm = NULL;
             }
         } else {   /* no elements: the sums are zero (as the CPU's) */
-            part = (double *)dl__cu_scratch(d, sizeof(double) * 2 * (size_t)C + sizeof(float) * (size_t)(2 * C));
-            if (!part) return;
-            off = sizeof(double) * 2 * (size_t)C;
-            dl__cu_memset(d, part, 0, off);
+            dl__cu_memset(d, part, 0, sizeof(double) * 2 * (size_t)(C * S));
+            dl__cu_run<int64_t>(d, "bn_backward sums", C, f);
         }
-        if (dx && train) coef = (float *)((char *)part + off);
-        f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
-        dl__cu_run<int64_t>(d, "bn_backward sums (pass 2)", C, f);
     }
     if ((dx || gm) && L > 0 && n > 0) {
         if (dl__cu_small(n)) dl__cu_bn_dx_run<int32_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, n, C, L);
@@ -3939,7 +3973,8 @@ static bool dl__cu_bias_act_bwd(dl__dev *d, float *gx, float *db, const float *g
 /* y[c] = sum of x (N, C, L) over N and L (a convolution's bias gradient):
    batch norm's backward sums with x as g and no second sum, so C S >= 512
    blocks read x once and pass 2 adds each channel's partials in order
-   (two launches, a fixed order: the same bits every run and emulated).
+   (one launch: pass 1's last block runs pass 2; a fixed order: the same
+   bits every run and emulated).
    Before, a pass over the rows of L then a thread per channel down the N
    rows, each pass a launch and the first a block per row. With ry (a
    fused activation's output, dl__cu_conv_act): the sums of gm = the
@@ -3953,12 +3988,12 @@ static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int
     double *part;
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
-    part = dl__cu_bn_part<false>(d, NULL, DL__CUP(d, x), NULL, ry ? DL__CUP(d, ry) : NULL, gm ? DL__CUP(d, gm) : NULL,
-                                 act, N, C, L, &S, 0);
+    part = dl__cu_bn_scratch(d, N, C, L, &S, 0);
     if (!part) return;
     f.dw = NULL; f.db = DL__CUP(d, y); f.coef = NULL; f.part = part; f.invstd = NULL; f.S = S;
     f.M = (double)(N * L);
-    dl__cu_run<int64_t>(d, "channel sums (pass 2)", C, f);
+    dl__cu_bn_pass<false>(d, part, NULL, DL__CUP(d, x), NULL, ry ? DL__CUP(d, ry) : NULL, gm ? DL__CUP(d, gm) : NULL,
+                          act, N, C, L, S, f);
 }
 
 static void dl__cu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
@@ -4655,7 +4690,9 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         DL__CU_TRY(cudaEventCreateWithFlags(&m->peer_ev, cudaEventDisableTiming), "cudaEventCreate");
         DL__CU_TRY(cudaHostAlloc(&m->hres, 64, cudaHostAllocDefault), "cudaHostAlloc");
         m->dres = dl__cu_block_get(d, 64, &e);
-        if (!m->dres) { what = "cudaMalloc"; goto fail; }
+        m->ticket = (unsigned *)dl__cu_block_get(d, 64, &e);
+        if (!m->dres || !m->ticket) { what = "cudaMalloc"; goto fail; }
+        DL__CU_TRY(cudaMemsetAsync(m->ticket, 0, 64, m->stream), "cudaMemsetAsync");
         for (k = 0; k < 2; k++)   /* without pinned staging, uploads go through CUDA and wait */
             if (cudaHostAlloc((void **)&m->stage[k], DL__CU_STAGE, cudaHostAllocDefault) != cudaSuccess) {
                 (void)cudaGetLastError();

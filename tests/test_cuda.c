@@ -1056,8 +1056,9 @@ static void test_fused_ce(void)
         dl_free(t);
     }
     CHECK(ok, "fused cross entropy: runs: %s", dl_error_message(C));
-    /* fused: log_softmax with the loss's partials, their sum, the seed, the backward, x->grad += */
-    CHECK(ok && n[0] <= 5 && n[1] > n[0], "cross entropy forward + backward: %zu launches fused, %zu composed",
+    /* fused: log_softmax with the loss's partials, their sum, the backward, x->grad += (the
+       implied seed is read as 1, never filled) */
+    CHECK(ok && n[0] <= 4 && n[1] > n[0], "cross entropy forward + backward: %zu launches fused, %zu composed",
           n[0], n[1]);
     {
         double a, e = ok ? cmp_err(gf[0], gf[1], 2560, &a, &ok) : 2;
@@ -1069,11 +1070,80 @@ static void test_fused_ce(void)
     dl_set_device(C, dl_cpu());
 }
 
+/* A fused class loss's backward reads backward's implied seed as ones
+   without a fill; every other way in (an explicit grad, create_graph,
+   dl_grad, retain_graph twice) still gets filled ones. Each way, each
+   reduction (NONE on one element), nll_loss and a weight with label
+   smoothing: the gradient on cuda:0 = cpu:0's (composites), and a fill the
+   seed needs after an unfilled one (dl_grad, then dl_backward of a sum). */
+static void test_ce_seed(void)
+{
+    static const char *const way[] = {"dl_backward", "explicit ones", "create_graph", "dl_grad", "retain twice"};
+    float xv[60], gv[2][120], wv[5] = {0.5f, 1, 2, 1.5f, 0.25f};
+    int64_t tv[12];
+    int k, w, r, dv;
+    for (k = 0; k < 60; k++) xv[k] = (float)((k * 29) % 41) / 9.0f - 2.0f;
+    for (k = 0; k < 12; k++) tv[k] = (k * 3) % 5;
+    if (dl__cu_emu_count() <= 0) return;
+    for (r = 0; r < 5; r++)       /* mean, sum, none (1 element), nll mean, mean weight + smoothing */
+        for (w = 0; w < 5; w++) {
+            bool ok = true;
+            for (dv = 0; dv < 2; dv++) {
+                dl_device dev = dv ? dl_cuda(0) : dl_cpu();
+                int64_t N = r == 2 ? 1 : 12;
+                dl_loss_desc ld;
+                dl_tensor *x, *t, *l, *gx = NULL, *wt = NULL;
+                /* the step memory that the seed will take holds 7s, not ones left by an earlier seed */
+                dl_fill_(dl_to(dl_empty(C, DL_SHAPE(1 << 14)), dev), 7.0f);
+                dl_step_end(C);
+                memset(&ld, 0, sizeof ld);
+                ld.reduction = r == 1 ? DL_REDUCTION_SUM : r == 2 ? DL_REDUCTION_NONE : DL_REDUCTION_MEAN;
+                if (r == 4) {
+                    wt = dl_to(dl_from_array(C, DL_SHAPE(5), wv), dev);
+                    ld.weight = wt;
+                    ld.label_smoothing = 0.1f;
+                }
+                x = dl_param(dl_to(dl_from_array(C, DL_SHAPE(N, 5), xv), dev));
+                t = dl_to(dl_from_int64(C, DL_SHAPE(N), tv), dev);
+                l = r == 3 ? dl_nll_loss(dl_log_softmax(x, 1), t, &ld) : dl_cross_entropy(x, t, &ld);
+                if (w == 0) ok = dl_backward(l) == DL_OK && ok;
+                else if (w == 1 || w == 2 || w == 4) {
+                    dl_backward_desc bd;
+                    memset(&bd, 0, sizeof bd);
+                    bd.grad = w == 1 ? dl_ones_like(l) : NULL;
+                    bd.create_graph = w == 2;
+                    bd.retain_graph = w == 4;
+                    ok = dl_backward_ex(l, &bd) == DL_OK && ok;
+                    if (w == 4) ok = dl_backward(l) == DL_OK && ok;   /* x->grad twice the gradient */
+                } else {
+                    ok = dl_grad(l, 1, &x, &gx, NULL) == DL_OK && ok;
+                    /* then a seed that must be ones after an unfilled one was in the arena */
+                    ok = dl_backward(dl_sum(dl_mul(x, x), DL_ALL, false)) == DL_OK && ok;
+                    ok = ok && gx && dl_read(gx, gv[dv] + 5 * N, 5 * N) == DL_OK;
+                }
+                ok = ok && x->grad && dl_read(x->grad, gv[dv], 5 * N) == DL_OK;
+                dl_free(x);
+                dl_step_end(C);
+                if (!ok) break;
+                if (dv == 1) {
+                    double a;
+                    bool ex;
+                    double e = cmp_err(gv[1], gv[0], w == 3 ? 10 * N : 5 * N, &a, &ex);
+                    CHECK(e <= 1, "cuda:0 class loss %d, %s: the gradient = cpu:0's (%.2f x tolerance)", r, way[w], e);
+                }
+            }
+            CHECK(ok, "class loss %d, %s: runs: %s", r, way[w], dl_error_message(C));
+        }
+}
+
 /* A sum over every dim but a middle run (a convolution's bias gradient:
    dl_sum(g, (0, 2, 3))) is one chan_sum call: batch norm's pass 1 and 2.
    Against cpu:0: bit for bit on quarter-integer data (every partial sum
-   exact), within float rounding on other data; the same bits twice; two
-   launches (counted inside an emulated capture); and the shapes it does not take
+   exact), within float rounding on other data; the same bits from the
+   capture's run and from two replays (on a GPU: the last-block ticket
+   back at zero after each launch); one launch (the partials, then each
+   channel's sum in the last block; counted inside an emulated capture);
+   and the shapes it does not take
    (N or L of 1, no dims before or after the kept run, nothing to sum, a
    reduced middle) take the reduce passes and give the CPU's result. */
 static void test_chan_sum(void)
@@ -1123,8 +1193,14 @@ static void test_chan_sum(void)
             CHECK(ok && (q == 0 ? exact : e <= 1), "chan_sum case %d%s: cuda:0 = cpu:0 (%s, %.2f x tolerance): %s", c,
                   q ? "" : " (exact data)", exact ? "bit for bit" : "not exact", e, dl_error_message(C));
             CHECK(ok && memcmp(yg, yg2, sizeof(float) * (size_t)ny) == 0, "chan_sum case %d: the same bits twice", c);
-            CHECK(!ok || !cs[c].chan || dl__cu_emu_count() <= 0 || nops == 2,   /* counted when emulated */
-                  "chan_sum case %d: %zu launches (2: the partials, then each channel's in order)", c, nops);
+            for (i = 0; i < 2 && ok; i++) {
+                memset(yg2, 0, sizeof(float) * (size_t)ny);
+                ok = dl_replay(cap) == DL_OK && dl_read(rg2, yg2, ny) == DL_OK;
+                CHECK(ok && memcmp(yg, yg2, sizeof(float) * (size_t)ny) == 0,
+                      "chan_sum case %d: replay %d gives the same bits: %s", c, (int)i + 1, dl_error_message(C));
+            }
+            CHECK(!ok || !cs[c].chan || dl__cu_emu_count() <= 0 || nops == 1,   /* counted when emulated */
+                  "chan_sum case %d: %zu launches (1: the partials, then each channel's in order)", c, nops);
             dl_capture_free(cap);
             dl_free(xg);
             free(h); free(yc); free(yg); free(yg2);
@@ -1477,6 +1553,7 @@ int main(int argc, char **argv)
     test_multi_tensor();
     test_grad_accum();
     test_fused_ce();
+    test_ce_seed();
     test_chan_sum();
     test_bn_add_relu();
     test_linear_act();
