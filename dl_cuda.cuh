@@ -553,9 +553,10 @@ static DL__HD inline double dl__cu_dadd(double a, double b)
 }
 
 /* a load that skips the SM's L1 (ld.global.cg): for data that another
-   block of the same launch wrote (batch norm's partials, read by the last
-   block) */
-static DL__HD inline double dl__cu_ldcg(const double *p)
+   block of the same launch wrote (partials, read by the last block:
+   dl__cu_last_block) */
+template <typename T>
+static DL__HD inline T dl__cu_ldcg(const T *p)
 {
 #ifdef __CUDA_ARCH__
     return __ldcg(p);
@@ -570,6 +571,36 @@ __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each(I n, F f)
 {
     I stride = (I)blockDim.x * (I)gridDim.x;
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
+}
+
+/* Whether this block finished last among the launch's blocks (all its
+   threads get the answer): every thread fences its writes, then thread 0
+   takes a ticket, atomicInc on the device's counter, which wraps to 0 at
+   the grid size, so it is zero again for the next launch and for every
+   replay of a graph (the CUDA samples' threadFenceReduction). The last
+   block then reads the others' writes by dl__cu_ldcg. Which block is last
+   changes from run to run; what it computes does not. */
+static __device__ bool dl__cu_last_block(unsigned *ticket)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+/* f(i) for every i in [0, n), then fin(c) for c in [0, nfin) in the block
+   that finishes last */
+template <typename I, typename F, typename G>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each_fin(I n, F f, int64_t nfin, G fin, unsigned *ticket)
+{
+    I stride = (I)blockDim.x * (I)gridDim.x;
+    int64_t c;
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
+    if (!dl__cu_last_block(ticket)) return;
+    for (c = (int64_t)threadIdx.x; c < nfin; c += DL__CU_THREADS) fin(c);
 }
 
 /* blocks for n work items of `per` threads each, at most enough to fill the GPU */
@@ -641,6 +672,41 @@ static void dl__cu_run(dl__dev *d, const char *name, int64_t n, const F &f)
         return;
     }
     dl__cu_each<I, F><<<dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, m->stream>>>((I)n, f);
+    dl__cu_launched(d, name);
+}
+
+/* an emulated device's dl__cu_run_fin: both loops, one recorded launch */
+template <typename I, typename F, typename G>
+struct dl__cuh_fin {
+    F f; G fin; int64_t n, nfin;
+    void operator()(int64_t) const
+    {
+        int64_t i;
+        for (i = 0; i < n; i++) f((I)i);
+        for (i = 0; i < nfin; i++) fin(i);
+    }
+};
+
+/* Runs f(i), i in [0, n), then fin(c), c in [0, nfin), in one launch: the
+   block that finishes last runs fin (dl__cu_last_block), which reads what
+   f wrote by dl__cu_ldcg. For a short finish (a few threads' work): the
+   launch it saves costs more than one block's loop. */
+template <typename I, typename F, typename G>
+static void dl__cu_run_fin(dl__dev *d, const char *name, int64_t n, const F &f, int64_t nfin, const G &fin)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (n <= 0) {
+        dl__cu_run<int64_t>(d, name, nfin, fin);
+        return;
+    }
+    if (m->emulate) {
+        dl__cuh_fin<I, F, G> h;
+        h.f = f; h.fin = fin; h.n = n; h.nfin = nfin;
+        dl__cu_host(d, h);   /* (recorded inside a capture) */
+        return;
+    }
+    dl__cu_each_fin<I, F, G><<<dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, m->stream>>>((I)n, f, nfin,
+                                                                                                   fin, m->ticket);
     dl__cu_launched(d, name);
 }
 
@@ -1970,11 +2036,12 @@ struct dl__cuf_clsfin {
         unsigned long long bad = ~0ull;
         float fn, fs;
         int64_t t;
-        for (t = 0; t < T; t++) {
-            sn += part[3 * t];
-            ss += part[3 * t + 1];
-            sd += part[3 * t + 2];
-            if (first[t] < bad) bad = first[t];
+        for (t = 0; t < T; t++) {   /* (written by other blocks of the launch: dl__cu_run_fin) */
+            unsigned long long f1 = dl__cu_ldcg(first + t);
+            sn += dl__cu_ldcg(part + 3 * t);
+            ss += dl__cu_ldcg(part + 3 * t + 1);
+            sd += dl__cu_ldcg(part + 3 * t + 2);
+            if (f1 < bad) bad = f1;
         }
         if (res) *res = bad;
         if (a.e != 0.0f && a.w)
@@ -2059,13 +2126,12 @@ static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__
         if (!part) return -1;
         fp.loss = DL__CUP(d, loss); fp.part = part; fp.first = (unsigned long long *)(part + 3 * T);
         fp.P = P; fp.T = T;
-        dl__cu_run<int64_t>(d, "class loss (partials)", T, fp);
     }
     ff.loss = DL__CUP(d, loss); ff.den = DL__CUP(d, den); ff.part = part;
     ff.first = part ? (const unsigned long long *)(part + 3 * T) : NULL;
     ff.res = m->cap ? NULL : (unsigned long long *)m->dres;   /* a graph cannot stop for a bad target */
     ff.T = T;
-    dl__cu_run<int64_t>(d, "class loss", 1, ff);
+    dl__cu_run_fin<int64_t>(d, "class loss", T, fp, 1, ff);   /* the partials, then their sum: one launch */
     if (m->cap) return -1;
     return dl__cu_bad_target(d, a->i64 ? (const int64_t *)fp.a.t : NULL, a->i64 ? NULL : (const int32_t *)fp.a.t,
                              bad, "class loss");
@@ -2601,7 +2667,7 @@ struct dl__cuf_psum {
     {
         float v = acc ? dw[e] : 0.0f;
         I k;
-        for (k = 0; k < cnt; k++) v = dl__cu_fadd(v, part[k * rows + e]);
+        for (k = 0; k < cnt; k++) v = dl__cu_fadd(v, dl__cu_ldcg(part + k * rows + e));   /* (dl__cu_run_fin) */
         dw[e] = v;
     }
 };
@@ -2828,6 +2894,26 @@ static bool dl__cu_direct(dl__dev *d, float *y, const float *x, const float *w, 
 
 /* the weight gradient by the direct path; false: declined (or no memory
    for the partials: the caller's path then reports it) */
+/* the partials (nch chunks of samples), then their sums in order; those
+   in the partials' launch (its last block) while they are at most two
+   rows a thread of one block (LeNet's first conv: 150 weights; its second,
+   2,400, keeps the sums' own launch, a thread per weight) */
+template <typename I>
+static void dl__cu_direct_wgrad_run(dl__dev *d, float *dw, float *part, const float *x, const float *gy, int64_t n,
+                                    int64_t cs, int64_t nch, int64_t rows, const dl__cgeom *g)
+{
+    dl__cuf_dconvW<I> f;
+    dl__cuf_psum<int64_t> ps;
+    f.part = part; f.x = x; f.gy = gy; f.n = (I)n; f.cs = (I)cs; f.g = *g;
+    ps.dw = dw; ps.part = part; ps.rows = rows; ps.cnt = nch; ps.acc = false;
+    if (nch > 1 && rows <= 2 * DL__CU_THREADS) {
+        dl__cu_run_fin<I>(d, "conv direct (weight grad)", nch * rows, f, rows, ps);
+        return;
+    }
+    dl__cu_run<I>(d, "conv direct (weight grad)", nch * rows, f);
+    if (nch > 1) dl__cu_run<int64_t>(d, "conv direct (weight grad sum)", rows, ps);
+}
+
 static bool dl__cu_direct_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
                                 const dl__cgeom *g)
 {
@@ -2852,20 +2938,8 @@ static bool dl__cu_direct_wgrad(dl__dev *d, float *dw, const float *x, const flo
     }
     x = DL__CUP(d, x);
     gy = DL__CUP(d, gy);
-    if (dl__cu_direct_small(g, n)) {
-        dl__cuf_dconvW<int32_t> f;
-        f.part = part; f.x = x; f.gy = gy; f.n = (int32_t)n; f.cs = (int32_t)cs; f.g = *g;
-        dl__cu_run<int32_t>(d, "conv direct (weight grad)", nch * rows, f);
-    } else {
-        dl__cuf_dconvW<int64_t> f;
-        f.part = part; f.x = x; f.gy = gy; f.n = n; f.cs = cs; f.g = *g;
-        dl__cu_run<int64_t>(d, "conv direct (weight grad)", nch * rows, f);
-    }
-    if (nch > 1) {
-        dl__cuf_psum<int64_t> f;
-        f.dw = DL__CUP(d, dw); f.part = part; f.rows = rows; f.cnt = nch; f.acc = false;
-        dl__cu_run<int64_t>(d, "conv direct (weight grad sum)", rows, f);
-    }
+    if (dl__cu_direct_small(g, n)) dl__cu_direct_wgrad_run<int32_t>(d, DL__CUP(d, dw), part, x, gy, n, cs, nch, rows, g);
+    else dl__cu_direct_wgrad_run<int64_t>(d, DL__CUP(d, dw), part, x, gy, n, cs, nch, rows, g);
     dl__arena_rewind(&d->data, mk);
     return true;
 }
@@ -3476,13 +3550,9 @@ struct dl__cuf_ln_dwb {
      pass 2  a thread per channel adds its S partials in order s = 0, 1 ...
              and finishes as the CPU (dl__bn_stats_fin, dl__bn_sums_fin).
              It runs in pass 1's launch, in the block that finishes last
-             (the ticket: each block's thread 0 writes its partials, a
-             __threadfence, then atomicInc on a per-device counter that
-             wraps to 0 at the grid size, so it is zero again for the next
-             launch and a graph's replays; CUB's and the CUDA samples'
-             threadFenceReduction). A launch fewer per pass: one graph
-             node for batch norm's statistics, one for its backward sums,
-             one for a convolution's bias gradient.
+             (dl__cu_last_block's ticket). A launch fewer per pass: one
+             graph node for batch norm's statistics, one for its backward
+             sums, one for a convolution's bias gradient.
    C S >= DL__CU_BN_BLOCKS = 512 blocks whatever C is: 3.9 per SM of an H100
    (132 SMs), where one block per channel (before) gave 6 or 16 busy SMs to
    LeNet-BN's layers. The split is a function of (N, C, L) alone, so the
@@ -3553,7 +3623,6 @@ __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<
                                                                   F fin, int64_t C, unsigned *ticket)
 {
     __shared__ double sh[9];
-    __shared__ bool last;
     I j;
     int64_t c;
     for (j = (I)blockIdx.x; j < jobs; j += (I)gridDim.x) {
@@ -3566,14 +3635,8 @@ __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<
             part[2 * j + 1] = b;
         }
     }
-    if (threadIdx.x == 0) {
-        __threadfence();   /* this block's partials, visible before its ticket */
-        last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;   /* the last wraps it to 0 */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (c = (int64_t)threadIdx.x; c < C; c += DL__CU_THREADS) fin(c);   /* pass 2 (reads part by __ldcg) */
+    if (!dl__cu_last_block(ticket)) return;
+    for (c = (int64_t)threadIdx.x; c < C; c += DL__CU_THREADS) fin(c);   /* pass 2 */
 }
 
 /* a block's fixed tree (dl__cu_group_all<DL__R_SUM, 256>) on the host: in
