@@ -200,7 +200,7 @@ typedef struct dl__cuimpl {
     int stage_next;
     /* results coming back: 64 device bytes, 64 pinned host bytes */
     void *dres, *hres;
-    unsigned *ticket;                 /* the last-block counter of batch norm's pass 1 (zero between launches) */
+    unsigned *ticket;                 /* dl__cu_last_block's counter (zero between launches) */
     /* two-pass reductions */
     void *scratch;
     size_t scratch_size;
@@ -2892,8 +2892,6 @@ static bool dl__cu_direct(dl__dev *d, float *y, const float *x, const float *w, 
     return true;
 }
 
-/* the weight gradient by the direct path; false: declined (or no memory
-   for the partials: the caller's path then reports it) */
 /* the partials (nch chunks of samples), then their sums in order; those
    in the partials' launch (its last block) while they are at most two
    rows a thread of one block (LeNet's first conv: 150 weights; its second,
@@ -2914,6 +2912,8 @@ static void dl__cu_direct_wgrad_run(dl__dev *d, float *dw, float *part, const fl
     if (nch > 1) dl__cu_run<int64_t>(d, "conv direct (weight grad sum)", rows, ps);
 }
 
+/* the weight gradient by the direct path; false: declined (or no memory
+   for the partials: the caller's path then reports it) */
 static bool dl__cu_direct_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
                                 const dl__cgeom *g)
 {
