@@ -37,7 +37,7 @@ EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
             $(B)/test_core_nothreads $(B)/test_gemm_nothreads
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
-DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h
+DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h tests/tb_read.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10

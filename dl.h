@@ -599,6 +599,7 @@
        dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
        dl_summary_open            SummaryWriter(logdir)
        dl_summary_scalar          w.add_scalar
+       dl_summary_scalar_tensor   w.add_scalar(tag, loss), without waiting for a GPU
        dl_summary_histogram       w.add_histogram
        dl_summary_image           w.add_image / add_images
        dl_summary_graph           w.add_graph (the recorded tape)
@@ -1542,9 +1543,11 @@ DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in
    logdir/events.out.tfevents.<unix time>.<host>.<pid>.<n> whose first record
    is file_version "brain.Event:2"; view it with `tensorboard --logdir DIR`.
    Each record reaches the file in one write when it is made, so after a
-   crash TensorBoard reads every whole record; a write that fails (full disk)
-   is DL_ERR_IO naming the file, and its partial record is cut off again so
-   the file stays readable. The writer belongs to the context (dl_ctx_free
+   crash TensorBoard reads every whole record (a GPU value given to
+   dl_summary_scalar_tensor, and the scalars after it: when its queue is
+   written, see there); a write that fails (full disk) is DL_ERR_IO naming
+   the file, and its partial record is cut off again so the file stays
+   readable. The writer belongs to the context (dl_ctx_free
    closes it); one thread at a time per writer. Tensors are read with dl_read.
    A tag must be non-empty UTF-8 (DL_ERR_ARG otherwise: protobuf's readers
    drop a record whose string is not UTF-8); graph names are cleaned to
@@ -1572,13 +1575,22 @@ typedef struct dl_summary_writer dl_summary_writer;
 DL_API dl_summary_writer *dl_summary_open(dl_ctx *ctx, const char *logdir);
 /* add_scalar: value stored as float32 (Summary.Value.simple_value) */
 DL_API dl_result dl_summary_scalar(dl_summary_writer *w, const char *tag, int64_t step, double value);
+/* add_scalar of t, a tensor of one float32 element (a loss), without the
+   wait for the device that PyTorch's loss.item() costs: a GPU tensor's value
+   is copied on its device and queued, and the queue's records (with the
+   wall times of their calls, scalars given after it queued behind it) are
+   written by one read of the device at the writer's next histogram, image,
+   graph, flush or close, when 512 are queued, or when a value comes from
+   another GPU. Host memory (cpu:N) is read and written now. Refused
+   inside a capture, as dl_item. */
+DL_API dl_result dl_summary_scalar_tensor(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *t);
 /* add_histogram(tag, t, step) with TensorFlow's default buckets (above) */
 DL_API dl_result dl_summary_histogram(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *t);
 /* add_image (C,H,W) / add_images (N,C,H,W) as one PNG (above) */
 DL_API dl_result dl_summary_image(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *img);
 /* add_graph: the recorded graph that computed root (call before dl_step_end) */
 DL_API dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root);
-/* records are in the file already; this also syncs it to disk (fsync) */
+/* writes the queued scalars, then syncs the file to disk (fsync) */
 DL_API dl_result dl_summary_flush(dl_summary_writer *w);
 /* sync and close now (else dl_ctx_free closes it); NULL ok; w is gone after */
 DL_API dl_result dl_summary_close(dl_summary_writer *w);
@@ -18177,6 +18189,15 @@ static void dl__tb_png(dl__pb *b, const unsigned char *raw, size_t n, uint32_t w
 }
 
 /* ---- the writer */
+/* a scalar that dl_summary_scalar_tensor queued (slot: its float in the
+   writer's qbuf, on the GPU), or a host value that came after one (slot -1) */
+typedef struct dl__tbq {
+    char *tag;
+    int64_t step;
+    double wall, v;
+    int slot;
+} dl__tbq;
+
 struct dl_summary_writer {
     uint32_t magic;
     dl_ctx *ctx;
@@ -18189,7 +18210,12 @@ struct dl_summary_writer {
     uint64_t size;            /* bytes of whole records in the file */
     bool broken;              /* a partial record could not be removed */
     dl__pb buf;               /* the record being encoded */
+    dl__tbq *q;               /* scalars not yet written, in call order */
+    int qn, nslot;            /* how many; how many of them are qbuf's */
+    dl_tensor *qbuf;          /* DL__TB_QCAP floats on the values' device */
 };
+
+#define DL__TB_QCAP 512       /* scalars queued at most (a read of the device per 512) */
 
 static bool dl__tb_ok(const dl_summary_writer *w) { return w && w->magic == DL__TB_MAGIC; }
 
@@ -18248,17 +18274,18 @@ static dl_result dl__tb_write(dl_summary_writer *w, const char *fn, const unsign
 }
 
 /* Starts an Event in w->buf: 12 bytes for the frame header, wall_time, step. */
-static dl__pb *dl__tb_event(dl_summary_writer *w, int64_t step)
+static dl__pb *dl__tb_event_at(dl_summary_writer *w, int64_t step, double wall)
 {
     static const unsigned char room[12] = {0};
     dl__pb *b = &w->buf;
     b->n = 0;
     b->oom = false;
     dl__pb_raw(b, room, 12);
-    dl__pb_double(b, 1, dl__tb_now());
+    dl__pb_double(b, 1, wall);
     dl__pb_int(b, 2, step);
     return b;
 }
+static dl__pb *dl__tb_event(dl_summary_writer *w, int64_t step) { return dl__tb_event_at(w, step, dl__tb_now()); }
 
 /* Frames the Event in w->buf and writes it. */
 static dl_result dl__tb_emit(dl_summary_writer *w, const char *fn)
@@ -18329,11 +18356,86 @@ static dl_result dl__tb_close_file(dl_summary_writer *w, const char *fn)
     return rc;
 }
 
+/* One scalar's record (Summary.Value.simple_value, float32) at wall time wall */
+static dl_result dl__tb_scalar_rec(dl_summary_writer *w, const char *fn, const char *tag, int64_t step,
+                                   double wall, double value)
+{
+    dl__pb *b = dl__tb_event_at(w, step, wall);
+    size_t s = dl__pb_begin(b, 5), v;      /* Event.summary */
+    v = dl__pb_begin(b, 1);                 /* Summary.value */
+    dl__pb_str(b, 1, tag);
+    dl__pb_float(b, 2, (float)value);       /* simple_value */
+    dl__pb_end(b, v);
+    dl__pb_end(b, s);
+    return dl__tb_emit(w, fn);
+}
+
+/* Writes the queued scalars in call order: the GPU values by one read of
+   qbuf (the one wait on the device), each record with the wall time of its
+   call. The queue is empty after, whether or not that worked (a failed read
+   or write is fn's error); inside a capture it is kept and fn refused. */
+static dl_result dl__tb_drain(dl_summary_writer *w, const char *fn)
+{
+    float v[DL__TB_QCAP];
+    dl_result rc = DL_OK;
+    int i;
+    if (!w->qn) return DL_OK;
+    if (w->nslot) {
+        if (dl__cap_refused(w->ctx, fn, "writing the queued scalars (a read to the host)", DL__CAP_READ_HINT))
+            return DL_ERR_UNSUPPORTED;
+        DL__BE(w->qbuf)->download(w->qbuf->dev_, v, w->qbuf->data, sizeof(float) * (size_t)w->nslot);
+        rc = dl__dev_check(w->qbuf->dev_, fn);
+    }
+    for (i = 0; i < w->qn; i++) {
+        dl__tbq *e = &w->q[i];
+        if (rc == DL_OK)
+            rc = dl__tb_scalar_rec(w, fn, e->tag, e->step, e->wall, e->slot >= 0 ? (double)v[e->slot] : e->v);
+        DL_FREE(e->tag);
+    }
+    w->qn = w->nslot = 0;
+    return rc;
+}
+
+/* appends a scalar to the queue (room checked by the caller) */
+static dl_result dl__tb_queue(dl_summary_writer *w, const char *fn, const char *tag, int64_t step, double v,
+                              int slot)
+{
+    dl__tbq *e;
+    if (!w->q && !(w->q = (dl__tbq *)dl__malloc(w->ctx, sizeof(dl__tbq) * DL__TB_QCAP))) {
+        dl__err(w->ctx, DL_ERR_OOM, "%s: out of memory queueing a scalar for %s", fn, w->path);
+        return DL_ERR_OOM;
+    }
+    e = &w->q[w->qn];
+    if (!(e->tag = dl__strdup(tag))) {
+        dl__err(w->ctx, DL_ERR_OOM, "%s: out of memory queueing a scalar for %s", fn, w->path);
+        return DL_ERR_OOM;
+    }
+    e->step = step;
+    e->wall = dl__tb_now();
+    e->v = v;
+    e->slot = slot;
+    w->qn++;
+    if (slot >= 0) w->nslot++;
+    return DL_OK;
+}
+
+/* a host value's record: now, or queued behind GPU values to keep the order */
+static dl_result dl__tb_put(dl_summary_writer *w, const char *fn, const char *tag, int64_t step, double value)
+{
+    dl_result rc;
+    if (w->qn && w->qn < DL__TB_QCAP) return dl__tb_queue(w, fn, tag, step, value, -1);
+    if ((rc = dl__tb_drain(w, fn)) != DL_OK) return rc;
+    return dl__tb_scalar_rec(w, fn, tag, step, dl__tb_now(), value);
+}
+
 static void dl__tb_destroy(void *p)
 {
     dl_summary_writer *w = (dl_summary_writer *)p;
+    if (w->ctx) (void)dl__tb_drain(w, "dl_ctx_free");   /* (dl_summary_close drained it first) */
     (void)dl__tb_close_file(w, NULL);
     w->magic = 0;
+    DL_FREE(w->q);
+    if (w->qbuf) dl_free(w->qbuf);
     DL_FREE(w->buf.p);
     DL_FREE(w->path);
     DL_FREE(w);
@@ -18459,18 +18561,22 @@ const char *dl_summary_path(const dl_summary_writer *w) { return dl__tb_ok(w) ? 
 
 dl_result dl_summary_flush(dl_summary_writer *w)
 {
+    dl_result rc;
     if (!dl__tb_ok(w)) return DL_ERR_ARG;
+    if ((rc = dl__tb_drain(w, "dl_summary_flush")) != DL_OK) return rc;
     return dl__tb_sync(w, "dl_summary_flush");
 }
 
 dl_result dl_summary_close(dl_summary_writer *w)
 {
-    dl_result rc;
+    dl_result rc, rc2;
     if (!w) return DL_OK;
     if (!dl__tb_ok(w)) return DL_ERR_ARG;
-    rc = dl__tb_close_file(w, "dl_summary_close");
+    rc = dl__tb_drain(w, "dl_summary_close");
+    if (rc == DL_ERR_UNSUPPORTED) return rc;   /* inside a capture: the writer stays open */
+    rc2 = dl__tb_close_file(w, "dl_summary_close");
     dl__disown(w->ctx, w);
-    return rc;
+    return rc != DL_OK ? rc : rc2;
 }
 
 static bool dl__tb_args(dl_summary_writer *w, const char *fn, const char *tag)
@@ -18505,17 +18611,43 @@ static bool dl__tb_tensor(dl_summary_writer *w, const char *fn, const char *arg,
 
 dl_result dl_summary_scalar(dl_summary_writer *w, const char *tag, int64_t step, double value)
 {
-    dl__pb *b;
-    size_t s, v;
     if (!dl__tb_args(w, "dl_summary_scalar", tag)) return DL_ERR_ARG;
-    b = dl__tb_event(w, step);
-    s = dl__pb_begin(b, 5);                 /* Event.summary */
-    v = dl__pb_begin(b, 1);                 /* Summary.value */
-    dl__pb_str(b, 1, tag);
-    dl__pb_float(b, 2, (float)value);       /* simple_value */
-    dl__pb_end(b, v);
-    dl__pb_end(b, s);
-    return dl__tb_emit(w, "dl_summary_scalar");
+    return dl__tb_put(w, "dl_summary_scalar", tag, step, value);
+}
+
+/* A GPU's value is copied on its device into qbuf, no wait; the record is
+   written by dl__tb_drain. Host memory (cpu:N) is read now. */
+dl_result dl_summary_scalar_tensor(dl_summary_writer *w, const char *tag, int64_t step, dl_tensor *t)
+{
+    const char *fn = "dl_summary_scalar_tensor";
+    int64_t cap = DL__TB_QCAP;
+    dl_result rc;
+    float v;
+    if (!dl__tb_args(w, fn, tag)) return DL_ERR_ARG;
+    if (!dl__tb_tensor(w, fn, "t", t)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    if (t->dtype != DL_DTYPE_F32 || t->numel != 1) {
+        rc = t->dtype != DL_DTYPE_F32 ? DL_ERR_DTYPE : DL_ERR_SHAPE;
+        dl__err(w->ctx, rc, "%s: t %s %s: the value must be a tensor of one float32 element (tag \"%s\")",
+                fn, dl__dtype_str(t->dtype), dl__sh(t), tag);
+        return rc;
+    }
+    if (dl__cap_refused(w->ctx, fn, "a read to the host", DL__CAP_READ_HINT)) return DL_ERR_UNSUPPORTED;
+    if (t->device.type != DL_DEVICE_CUDA) {
+        DL__BE(t)->download(t->dev_, &v, t->data, sizeof v);
+        if ((rc = dl__dev_check(t->dev_, fn)) != DL_OK) return rc;
+        return dl__tb_put(w, fn, tag, step, (double)v);
+    }
+    if (w->qn == DL__TB_QCAP || (w->qbuf && w->qbuf->dev_ != t->dev_))
+        if ((rc = dl__tb_drain(w, fn)) != DL_OK) return rc;
+    if (w->qbuf && w->qbuf->dev_ != t->dev_) {   /* another device: a buffer there */
+        dl_free(w->qbuf);
+        w->qbuf = NULL;
+    }
+    if (!w->qbuf && !(w->qbuf = dl__make(t->dev_, fn, DL_DTYPE_F32, 1, &cap, true, NULL)))
+        return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_OOM;
+    DL__BE(t)->copy(t->dev_, (float *)w->qbuf->data + w->nslot, t->data, sizeof(float));
+    if ((rc = dl__dev_check(t->dev_, fn)) != DL_OK) return rc;
+    return dl__tb_queue(w, fn, tag, step, 0.0, w->nslot);
 }
 
 /* The tensor's values as doubles through dl_read / dl_read_int64 (NULL + error). */
@@ -18575,6 +18707,7 @@ dl_result dl_summary_histogram(dl_summary_writer *w, const char *tag, int64_t st
     dl_result rc;
     if (!dl__tb_args(w, fn, tag)) return DL_ERR_ARG;
     if (!dl__tb_tensor(w, fn, "t", t)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    if ((rc = dl__tb_drain(w, fn)) != DL_OK) return rc;   /* the queued scalars come first */
     if (t->numel == 0) {
         dl__err(w->ctx, DL_ERR_ARG, "%s: t %s has no elements (tag \"%s\")", fn, dl__sh(t), tag);
         return DL_ERR_ARG;
@@ -18654,8 +18787,10 @@ dl_result dl_summary_image(dl_summary_writer *w, const char *tag, int64_t step, 
     double *v;
     dl__pb *b;
     size_t s, val, im, e;
+    dl_result e0;
     if (!dl__tb_args(w, fn, tag)) return DL_ERR_ARG;
     if (!dl__tb_tensor(w, fn, "img", img)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    if ((e0 = dl__tb_drain(w, fn)) != DL_OK) return e0;   /* the queued scalars come first */
     if (img->ndim != 3 && img->ndim != 4) {
         dl__err(w->ctx, DL_ERR_SHAPE, "%s: img %s must be (C,H,W) or (N,C,H,W) (tag \"%s\")", fn,
                 dl__sh(img), tag);
@@ -18875,6 +19010,8 @@ dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root)
     dl_result rc = DL_ERR_OOM;
     if (!dl__tb_ok(w)) return DL_ERR_ARG;
     if (!dl__tb_tensor(w, fn, "root", root)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    if ((rc = dl__tb_drain(w, fn)) != DL_OK) return rc;   /* the queued scalars come first */
+    rc = DL_ERR_OOM;
     ctx = w->ctx;
     /* the ops behind root: the walk of dl_graph_dot (every node is on this
        step's tape, so ntape bounds them), then in tape order */

@@ -734,11 +734,16 @@ static bool dl__cu_wait(dl__dev *d, const char *what)
     return dl__cu_ok(d, what, cudaStreamSynchronize(m->stream));
 }
 
+/* reads of device memory to the host (each waits for the stream), emulated
+   devices' too: what tests/test_cuda.c counts */
+static size_t dl__cu_nreads;
+
 /* n bytes of device memory to the host, waiting */
 static bool dl__cu_get(dl__dev *d, void *dst, const void *src, size_t n, const char *what)
 {
     dl__cuimpl *m = DL__CUI(d);
     if (!n) return true;
+    dl__cu_nreads++;
     if (m->cap) {
         memset(dst, 0, n);
         dl__cap_refuse(d, "a read to the host");

@@ -14,7 +14,8 @@
 #      with DL_CONV_DIRECT=1 and 0 (the direct sums against im2col + cuBLAS)
 #   7. DL_PROFILE=1 tables of step_lenet_cuda, step_lenet_bn_cuda,
 #      step_resnet_small_cuda and step_resnet18_cuda
-#   8. make run DEVICE=cuda, eager and CAPTURE=1 (wall time; needs data/)
+#   8. make run DEVICE=cuda, eager and CAPTURE=1, with and without
+#      TensorBoard (wall time; needs data/)
 #   9. with BASE_DIR (an older checkout: dl.h, dl_cuda.cuh and examples/*.h,
 #      e.g. `git worktree add DIR REV`): bench built with those headers
 #      against this one, dl.h's side of the step cases alternating (an A/B
@@ -86,10 +87,12 @@ step 6 "few-channel convolutions: DL_CONV_DIRECT=1 then 0 (dl.h's ms)" \
 step 7 "DL_PROFILE=1: step_lenet_cuda, step_lenet_bn_cuda, step_resnet_small_cuda, step_resnet18_cuda" \
     "for c in step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_resnet18_cuda; do
          DL_PROFILE=1 build/cuda/bench \$c 1 2>&1 | head -n 30; done"
-step 8 "make run DEVICE=cuda, eager then CAPTURE=1" \
+step 8 "make run DEVICE=cuda, eager then CAPTURE=1, then both without TensorBoard (LOGDIR=)" \
     "test -d data/fashion-mnist || echo 'no data/fashion-mnist: make run will try to fetch it';
      /usr/bin/time -p make -s run DEVICE=cuda 2>&1 | tail -n 5;
-     /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 2>&1 | tail -n 5"
+     /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 2>&1 | tail -n 5;
+     /usr/bin/time -p make -s run DEVICE=cuda LOGDIR= 2>&1 | tail -n 4;
+     /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 LOGDIR= 2>&1 | tail -n 4"
 step 9 "A/B: bench with BASE_DIR's headers, then this tree's (dl.h's ms, 3 runs each)" \
     "test -f '${BASE_DIR:-/nonexistent}/dl.h' || { echo 'BASE_DIR unset or without dl.h: nothing to compare'; exit 0; }
      make -s B=build/base NVCC='${NVCC:-nvcc} -I${BASE_DIR:-.}' build/base/cuda/bench 2>&1 | grep -E 'error' ;

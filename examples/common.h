@@ -945,12 +945,15 @@ static EX_UNUSED bool ex_tb_open(ex_setup *s, dl_module *net)
    and ("train/lr", lr, step), step = epoch * steps_per_epoch + batch
    (0-based, as PyTorch's tutorial counts; a resumed run goes on counting),
    and on the run's first step writer.add_graph: the graph that computed
-   the loss. false (message printed) when a write failed. */
+   the loss. On a GPU the loss is not read here (PyTorch's loss.item()
+   waits for the device): dl_summary_scalar_tensor queues it on the device,
+   and ex_tb_epoch (at its histograms) writes the epoch's records. false
+   (message printed) when a write failed. */
 static EX_UNUSED bool ex_tb_step(ex_setup *s, const ex_meter *m, dl_optim *opt, dl_tensor *loss)
 {
     int64_t step = (int64_t)m->epoch * m->steps + m->step;
     if (!s->tb) return true;
-    if (dl_summary_scalar(s->tb, "train/loss", step, (double)dl_item(loss)) != DL_OK ||
+    if (dl_summary_scalar_tensor(s->tb, "train/loss", step, loss) != DL_OK ||   /* no wait for a GPU */
         dl_summary_scalar(s->tb, "train/lr", step, (double)dl_optim_lr(opt)) != DL_OK)
         return ex_tb_fail(s);
     if (!s->tb_graph) {

@@ -35,6 +35,8 @@
       each (counted in a capture's list on an emulated device).
    7. Memory: no dl.h allocation and no cudaMalloc after step 1 over 1000
       steps of a steady loop.
+   8. TensorBoard's dl_summary_scalar_tensor: a GPU's values queued without
+      a read of the device, then written in order by one.
 
    Build: compiled by nvcc as a whole (it defines DL_IMPLEMENTATION):
        make test-cuda        (runs on cuda:0 of a real GPU)
@@ -55,6 +57,7 @@
 #define DL__CU_I2C_FLOATS ((int64_t)1 << 16)
 #include "dl.h"
 #include "harness.h"
+#include "tb_read.h"
 #include <stdlib.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1496,6 +1499,124 @@ static void test_memory(void)
     dl_set_device(C, dl_cpu());
 }
 
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the records of an events file: count (status REC_END checked) */
+static int events(const char *path, unsigned char **buf, rec *r, int max)
+{
+    size_t n;
+    int st, nr;
+    *buf = slurp(path, &n);
+    nr = *buf ? read_records(*buf, n, r, max, &st) : -1;
+    return nr >= 0 && st == REC_END ? nr : -1;
+}
+
+/* 8. dl_summary_scalar_tensor on a GPU: the losses of 300 steps are copied
+   on the device and queued, no read of the device until 512 scalars are
+   queued (the host ones after them queue too), then one read writes them
+   all in call order with their calls' wall times; a value is the one at
+   the call (the tensor overwritten later, its step memory reused); a
+   histogram, a flush, close, dl_ctx_free and another GPU's value write the
+   queue first; inside a capture the queue is kept and the write refused. */
+static void test_summary_queue(void)
+{
+    dl_ctx *ctx = exact_ctx(), *c2;
+    dl_summary_writer *w, *w2;
+    dl_tensor *x, *h;
+    dl_capture *cap;
+    char path[512];
+    unsigned char *buf = NULL;
+    static rec r[700];
+    size_t r0, r1;
+    int nr, i, ok;
+    int64_t step;
+    pbf tag;
+    float v;
+    double wall, t0, t1, last;
+    dl_set_device(ctx, dl_cuda(0));
+    w = dl_summary_open(ctx, "build/test_cuda_tb");
+    CHECK(w != NULL, "summary queue: open: %s", dl_error_message(ctx));
+    if (!w) { dl_ctx_free(ctx); return; }
+    snprintf(path, sizeof path, "%s", dl_summary_path(w));
+    t0 = wall_now();
+    r0 = dl__cu_nreads;
+    for (i = 0; i < 300; i++) {
+        dl_tensor *loss = dl_mean(dl_full(ctx, DL_SHAPE(4), 0.5f * (float)i + 0.25f), DL_ALL, false);
+        if (dl_summary_scalar_tensor(w, "train/loss", i, loss) != DL_OK ||
+            dl_summary_scalar(w, "train/lr", i, 1.0 / (i + 1)) != DL_OK) break;
+        dl_step_end(ctx);
+    }
+    r1 = dl__cu_nreads;
+    CHECK(i == 300 && r1 - r0 == 1, "summary queue: 300 steps' losses and lrs, %zu reads of the device (1: at 512 queued)",
+          r1 - r0);
+    nr = events(path, &buf, r, 700);
+    CHECK(nr == 513, "summary queue: 512 records written by that read (%d in the file)", nr);
+    free(buf);
+    x = dl_keep(dl_full(ctx, DL_SHAPE(1), 7.0f));
+    CHECK(dl_summary_scalar_tensor(w, "kept", 300, x) == DL_OK && dl_fill_(x, 9.0f) == DL_OK, "summary queue: kept");
+    cap = dl_capture_begin(ctx);
+    h = dl_full(ctx, DL_SHAPE(3), 1.0f);
+    CHECK(dl_summary_histogram(w, "h", 301, h) == DL_ERR_UNSUPPORTED, "summary queue: a histogram inside a capture");
+    EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "dl_summary_histogram: writing the queued scalars (a read to the host) "
+               "inside a capture");
+    dl_capture_end(cap);
+    dl_capture_free(cap);
+    h = dl_keep(dl_full(ctx, DL_SHAPE(3), 1.0f));
+    r0 = dl__cu_nreads;
+    CHECK(dl_summary_histogram(w, "h", 301, h) == DL_OK, "summary queue: histogram: %s", dl_error_message(ctx));
+    CHECK(dl_summary_close(w) == DL_OK, "summary queue: close");
+    t1 = wall_now();
+    CHECK(dl__cu_nreads - r0 == 2, "summary queue: the histogram wrote the queue first (%zu reads: the queue's, "
+          "the histogram's)", dl__cu_nreads - r0);
+    nr = events(path, &buf, r, 700);
+    ok = nr == 1 + 600 + 1 + 1;
+    last = t0;
+    for (i = 0; ok && i < 600; i++) {
+        ok = pb_scalar(&r[1 + i], &step, &tag, &v, &wall) && step == i / 2 && wall >= last && wall <= t1;
+        last = wall;
+        if (ok && i % 2 == 0) ok = pb_streq(&tag, "train/loss") && v == 0.5f * (float)(i / 2) + 0.25f;
+        if (ok && i % 2 == 1) ok = pb_streq(&tag, "train/lr") && v == (float)(1.0 / (i / 2 + 1));
+    }
+    CHECK(ok, "summary queue: 600 scalars in call order, values, steps, wall times (record %d of %d)", i, nr);
+    CHECK(nr == 603 && pb_scalar(&r[601], &step, &tag, &v, &wall) && pb_streq(&tag, "kept") && v == 7.0f,
+          "summary queue: the value at the call (7; the tensor is 9 now)");
+    CHECK(nr == 603 && !pb_scalar(&r[602], &step, &tag, &v, &wall), "summary queue: the histogram last");
+    free(buf);
+    dl_free(x);
+    dl_free(h);
+    /* another GPU's value, then dl_ctx_free */
+    if (dl_device_count(ctx, DL_DEVICE_CUDA) >= 2) {
+        w2 = dl_summary_open(ctx, "build/test_cuda_tb");
+        snprintf(path, sizeof path, "%s", w2 ? dl_summary_path(w2) : "");
+        r0 = dl__cu_nreads;
+        dl_summary_scalar_tensor(w2, "a", 1, dl_to(dl_full(ctx, DL_SHAPE(1), 1.5f), dl_cuda(0)));
+        dl_summary_scalar_tensor(w2, "a", 2, dl_to(dl_full(ctx, DL_SHAPE(1), 2.5f), dl_cuda(1)));
+        CHECK(dl__cu_nreads - r0 == 1, "summary queue: a value on cuda:1 writes cuda:0's queue (%zu reads)",
+              dl__cu_nreads - r0);
+        dl_summary_close(w2);
+        nr = events(path, &buf, r, 8);
+        CHECK(nr == 3 && pb_scalar(&r[1], &step, &tag, &v, &wall) && v == 1.5f && pb_scalar(&r[2], &step, &tag, &v, &wall) &&
+              v == 2.5f, "summary queue: cuda:0's then cuda:1's value");
+        free(buf);
+    }
+    dl_ctx_free(ctx);
+    c2 = exact_ctx();
+    dl_set_device(c2, dl_cuda(0));
+    w2 = dl_summary_open(c2, "build/test_cuda_tb");
+    snprintf(path, sizeof path, "%s", w2 ? dl_summary_path(w2) : "");
+    for (i = 0; i < 3; i++) dl_summary_scalar_tensor(w2, "b", i, dl_full(c2, DL_SHAPE(1), (float)i));
+    dl_ctx_free(c2);
+    nr = events(path, &buf, r, 8);
+    CHECK(nr == 4 && pb_scalar(&r[3], &step, &tag, &v, &wall) && step == 2 && v == 2.0f,
+          "summary queue: dl_ctx_free wrote the queue (%d records)", nr);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     int i, n, isolate = -1;
@@ -1559,6 +1680,7 @@ int main(int argc, char **argv)
     test_linear_act();
     test_conv_act();
     test_memory();
+    test_summary_queue();
     dl_ctx_free(C);
     TEST_END();
 }

@@ -13,6 +13,7 @@
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
+#include "tb_read.h"
 #include <stdlib.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -22,23 +23,6 @@
 static int th_skip;
 
 /* ------------------------------------------------------------ file helpers */
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *b;
-    long sz;
-    *n = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = (unsigned char *)malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
-    fclose(f);
-    if (b) *n = (size_t)sz;
-    return b;
-}
-
 static void spit(const char *path, const unsigned char *b, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -54,135 +38,12 @@ static long file_size(const char *path)
     return (long)n;
 }
 
-/* --------------------------------------------- a TFRecord reader of our own */
-static uint32_t rd32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static uint64_t rd64(const unsigned char *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
-
-/* bitwise CRC-32C, independent of dl.h's table version */
-static uint32_t ref_crc32c(const unsigned char *p, size_t n)
-{
-    uint32_t c = 0xffffffffu;
-    size_t i;
-    int k;
-    for (i = 0; i < n; i++) {
-        c ^= p[i];
-        for (k = 0; k < 8; k++) c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
-static uint32_t ref_mask(uint32_t c) { return ((c >> 15) | (c << 17)) + 0xa282ead8u; }
-
-typedef struct rec { const unsigned char *p; size_t len, off; } rec;
-enum { REC_END = 0, REC_TRUNCATED = 1, REC_CORRUPT = 2 };
-
-/* Reads whole records of buf[0..n): their count; *status says how it ended. */
-static int read_records(const unsigned char *b, size_t n, rec *out, int max, int *status)
-{
-    size_t off = 0;
-    int k = 0;
-    *status = REC_END;
-    while (off < n) {
-        uint64_t len;
-        if (n - off < 12) { *status = REC_TRUNCATED; break; }
-        len = rd64(b + off);
-        if (rd32(b + off + 8) != ref_mask(ref_crc32c(b + off, 8))) { *status = REC_CORRUPT; break; }
-        if (n - off - 12 < len + 4) { *status = REC_TRUNCATED; break; }
-        if (rd32(b + off + 12 + len) != ref_mask(ref_crc32c(b + off + 12, (size_t)len))) { *status = REC_CORRUPT; break; }
-        if (k < max) { out[k].p = b + off + 12; out[k].len = (size_t)len; out[k].off = off; }
-        k++;
-        off += 12 + (size_t)len + 4;
-    }
-    return k;
-}
-
-/* ------------------------------------------- a protobuf reader of our own */
-typedef struct pbf { int field, wire; uint64_t v; const unsigned char *p; size_t len; } pbf;
-
-static int pb_varint(const unsigned char **p, const unsigned char *e, uint64_t *v)
-{
-    int s = 0;
-    *v = 0;
-    while (*p < e && s < 70) {
-        unsigned char c = *(*p)++;
-        *v |= (uint64_t)(c & 0x7f) << s;
-        if (!(c & 0x80)) return 1;
-        s += 7;
-    }
-    return 0;
-}
-
-/* the next field of [*p, e): 1, 0 at the end, -1 malformed */
-static int pb_next(const unsigned char **p, const unsigned char *e, pbf *f)
-{
-    uint64_t t;
-    if (*p >= e) return 0;
-    if (!pb_varint(p, e, &t)) return -1;
-    f->field = (int)(t >> 3);
-    f->wire = (int)(t & 7);
-    f->p = NULL;
-    f->len = 0;
-    switch (f->wire) {
-    case 0: return pb_varint(p, e, &f->v) ? 1 : -1;
-    case 1: if (e - *p < 8) return -1; f->v = rd64(*p); *p += 8; return 1;
-    case 5: if (e - *p < 4) return -1; f->v = rd32(*p); *p += 4; return 1;
-    case 2:
-        if (!pb_varint(p, e, &f->v) || (uint64_t)(e - *p) < f->v) return -1;
-        f->p = *p; f->len = (size_t)f->v; *p += f->len;
-        return 1;
-    default: return -1;
-    }
-}
-
-/* the k-th occurrence (0-based) of field in the message; 0 if none */
-static int pb_get(const unsigned char *m, size_t n, int field, int k, pbf *out)
-{
-    const unsigned char *p = m, *e = m + n;
-    pbf f;
-    int r;
-    while ((r = pb_next(&p, e, &f)) == 1)
-        if (f.field == field && k-- == 0) { *out = f; return 1; }
-    return 0;
-}
-
-static int pb_count(const unsigned char *m, size_t n, int field)
-{
-    const unsigned char *p = m, *e = m + n;
-    pbf f;
-    int c = 0;
-    while (pb_next(&p, e, &f) == 1) c += f.field == field;
-    return c;
-}
-
-/* the whole message parses */
-static int pb_valid(const unsigned char *m, size_t n)
-{
-    const unsigned char *p = m, *e = m + n;
-    pbf f;
-    int r;
-    while ((r = pb_next(&p, e, &f)) == 1) {}
-    return r == 0;
-}
-
-static double pb_double(const pbf *f) { double d; memcpy(&d, &f->v, 8); return d; }
-static float pb_float(const pbf *f) { uint32_t u = (uint32_t)f->v; float x; memcpy(&x, &u, 4); return x; }
-static int pb_streq(const pbf *f, const char *s) { return f->wire == 2 && f->len == strlen(s) && !memcmp(f->p, s, f->len); }
-
 /* ---------------------------------------------------- a PNG reader (stored) */
 typedef struct png { uint32_t w, h; int ctype; unsigned char *raw; size_t nraw; } png;
 
 static uint32_t be32(const unsigned char *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
-static uint32_t ref_crc32(const unsigned char *p, size_t n)
-{
-    uint32_t c = 0xffffffffu;
-    size_t i;
-    int k;
-    for (i = 0; i < n; i++) {
-        c ^= p[i];
-        for (k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
+static uint32_t ref_crc32(const unsigned char *p, size_t n) { return ref_crc(p, n, 0xedb88320u); }
 
 /* Checks signature, chunk CRCs, the zlib header, the stored blocks and the
    Adler-32; fills the raw scanlines. 1 on success, else 0 with why. */
@@ -886,6 +747,74 @@ static void test_errors(void)
     dl_ctx_free(other);
 }
 
+/* dl_summary_scalar_tensor where the value is in host memory (cpu:0, and
+   cpu:1 in make test's strict pass): read and written at once, in order with
+   dl_summary_scalar's; its refusals (tests/test_cuda.c: the GPU's queue) */
+static void test_scalar_tensor(void)
+{
+    dl_ctx *ctx = dl_ctx_init(NULL), *other = dl_ctx_init(NULL);
+    dl_summary_writer *w;
+    static const float two[2] = {0.25f, 0.125f};
+    static const int64_t iv[1] = {3};
+    dl_tensor *loss;
+    dl_capture *cap;
+    unsigned char *buf;
+    size_t n;
+    rec r[8];
+    int st, nr;
+    int64_t step;
+    pbf tag;
+    float v;
+    double wall;
+    dl_set_log(ctx, dl_log_silent, NULL);
+    w = dl_summary_open(ctx, DIR_ "/scalar_tensor");
+    CHECK(w != NULL, "open: %s", dl_error_message(ctx));
+    if (!w) { dl_ctx_free(ctx); dl_ctx_free(other); return; }
+    loss = dl_sum(dl_from_array(ctx, DL_SHAPE(2), two), DL_ALL, false);   /* 0-d: 0.375 */
+    CHECK(dl_summary_scalar_tensor(w, "train/loss", 3, loss) == DL_OK, "a 0-d tensor: %s", dl_error_message(ctx));
+    CHECK(dl_summary_scalar(w, "train/lr", 3, 0.5) == DL_OK, "then a host scalar");
+    CHECK(dl_summary_scalar_tensor(w, "one", 4, dl_from_array(ctx, DL_SHAPE(1, 1), two)) == DL_OK,
+          "a (1,1) tensor");
+    buf = slurp(dl_summary_path(w), &n);   /* before any flush or close */
+    nr = read_records(buf, n, r, 8, &st);
+    CHECK(nr == 4 && st == REC_END, "host memory: written at once, %d records", nr);
+    CHECK(nr == 4 && pb_scalar(&r[1], &step, &tag, &v, &wall) && step == 3 && pb_streq(&tag, "train/loss") &&
+          v == 0.375f && wall > 1.6e9, "the tensor's value, step and tag");
+    CHECK(nr == 4 && pb_scalar(&r[2], &step, &tag, &v, &wall) && pb_streq(&tag, "train/lr") && v == 0.5f &&
+          pb_scalar(&r[3], &step, &tag, &v, &wall) && step == 4 && v == 0.25f, "in call order");
+    free(buf);
+    /* refusals: nothing written */
+    CHECK(dl_summary_scalar_tensor(w, "l", 0, dl_from_int64(ctx, DL_SHAPE(1), iv)) == DL_ERR_DTYPE, "int64");
+    EXPECT_ERR(ctx, DL_ERR_DTYPE, "dl_summary_scalar_tensor: t int64 (1): the value must be a tensor of one "
+               "float32 element (tag \"l\")");
+    CHECK(dl_summary_scalar_tensor(w, "l", 0, dl_from_array(ctx, DL_SHAPE(2), two)) == DL_ERR_SHAPE, "2 elements");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "dl_summary_scalar_tensor: t float32 (2): the value must be a tensor of one");
+    CHECK(dl_summary_scalar_tensor(w, "l", 0, NULL) == DL_ERR_ARG, "NULL tensor");
+    CHECK(dl_summary_scalar_tensor(w, NULL, 0, loss) == DL_ERR_ARG, "NULL tag");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_summary_scalar_tensor: tag is NULL");
+    CHECK(dl_summary_scalar_tensor(NULL, "l", 0, loss) == DL_ERR_ARG, "NULL writer");
+    CHECK(dl_summary_scalar_tensor(w, "l", 0, dl_ones(other, DL_SHAPE(1))) == DL_ERR_ARG, "another context");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_summary_scalar_tensor: t (1) belongs to another context");
+    dl_step_end(ctx);
+    CHECK(dl_summary_scalar_tensor(w, "l", 0, loss) == DL_ERR_STALE, "a tensor of an ended step");
+    EXPECT_ERR(ctx, DL_ERR_STALE, "dl_summary_scalar_tensor: t ()");
+    loss = dl_keep(dl_full(ctx, DL_SHAPE(1), 2.0f));
+    cap = dl_capture_begin(ctx);
+    CHECK(dl_summary_scalar_tensor(w, "l", 0, loss) == DL_ERR_UNSUPPORTED, "inside a capture: refused");
+    EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "dl_summary_scalar_tensor: a read to the host inside a capture");
+    CHECK(dl_capture_end(cap) == DL_ERR_UNSUPPORTED, "the capture ends with the refusal");
+    dl_capture_free(cap);
+    CHECK(dl_summary_scalar_tensor(w, "l", 5, loss) == DL_OK, "after the capture: %s", dl_error_message(ctx));
+    buf = slurp(dl_summary_path(w), &n);
+    nr = read_records(buf, n, r, 8, &st);
+    CHECK(nr == 5 && st == REC_END && pb_scalar(&r[4], &step, &tag, &v, &wall) && step == 5 && v == 2.0f,
+          "the refused calls wrote nothing: %d records", nr);
+    free(buf);
+    CHECK(dl_summary_close(w) == DL_OK, "close");
+    dl_ctx_free(ctx);
+    dl_ctx_free(other);
+}
+
 /* tests/tb_check.py reads the file an expectations file names with
    TensorBoard's own loader (skipped without the tensorboard package) */
 static void tb_check(const char *expect)
@@ -968,6 +897,7 @@ int main(void)
     test_round_trip();
     test_graph_after_backward();
     test_errors();
+    test_scalar_tensor();
     test_tensorboard_reader();
     test_utf8_tags();
     if (th_skip) {
