@@ -565,6 +565,45 @@ static DL__HD inline T dl__cu_ldcg(const T *p)
 #endif
 }
 
+#ifdef __CUDA_ARCH__
+#define DL__CU_UNROLL _Pragma("unroll")
+#else
+#define DL__CU_UNROLL
+#endif
+
+/* A sum in a fixed order by one thread (a column of a bias gradient, the
+   partials of a last block's finish): add(k, read(k)) for k = 0 .. n-1, the
+   reads PF at a time into registers ahead of their adds. The adds and their
+   order are the plain loop's, so are the bits; what changes is how many
+   reads are in flight. Such a loop walks data the launch before wrote, out
+   of L2, where a read takes some 300 cycles and an add 4: one read at a
+   time (a loop that also stores, which the compiler may not read ahead of)
+   or the compiler's few make a 256-row column cost tens of microseconds. */
+template <int PF, typename I, typename R, typename A>
+static DL__HD inline void dl__cu_inorder(I n, const R &read, const A &add)
+{
+    I k = 0;
+    int q;
+    for (; k + PF <= n; k += PF) {
+        decltype(read(k)) v[PF];
+        DL__CU_UNROLL
+        for (q = 0; q < PF; q++) v[q] = read(k + (I)q);
+        DL__CU_UNROLL
+        for (q = 0; q < PF; q++) add(k + (I)q, v[q]);
+    }
+    for (; k < n; k++) add(k, read(k));
+}
+
+/* two doubles a partial, read by dl__cu_ldcg */
+struct dl__cu_dd { double a, b; };
+static DL__HD inline dl__cu_dd dl__cu_pair(const double *p)
+{
+    dl__cu_dd v;
+    v.a = dl__cu_ldcg(p);
+    v.b = dl__cu_ldcg(p + 1);
+    return v;
+}
+
 /* f(i) for every i in [0, n): grid-stride, index type I */
 template <typename I, typename F>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each(I n, F f)
@@ -1213,7 +1252,7 @@ struct dl__cuf_colseq {
         float m;
         if (OP == DL__R_SUM) {
             m = 0.0f;
-            for (k = 0; k < r; k++) m = dl__cu_fadd(m, p[k * inner]);
+            dl__cu_inorder<16>(r, [&](I q) { return p[q * inner]; }, [&](I, float v) { m = dl__cu_fadd(m, v); });
         } else if (r == 0) {
             m = OP == DL__R_MAX ? -INFINITY : INFINITY;
         } else {
@@ -1233,10 +1272,11 @@ struct dl__cuf_colpart {
     double *part; const T *x; I r, inner, nch, rc;
     DL__HD void operator()(I e) const
     {
-        I i = e % inner, t = e / inner, c = t % nch, o = t / nch, k;
+        I i = e % inner, t = e / inner, c = t % nch, o = t / nch;
         I lo = c * rc, hi = lo + rc < r ? lo + rc : r;
         double acc = dl__cu_rid<OP>();
-        for (k = lo; k < hi; k++) acc = dl__cu_comb<OP>(acc, (double)x[(o * r + k) * inner + i]);
+        dl__cu_inorder<16>(hi - lo, [&](I k) { return (double)x[(o * r + lo + k) * inner + i]; },
+                           [&](I, double v) { acc = dl__cu_comb<OP>(acc, v); });
         part[e] = acc;
     }
 };
@@ -1247,9 +1287,10 @@ struct dl__cuf_colfin {
     float *y; const double *x; I r, inner;
     DL__HD void operator()(I e) const
     {
-        I o = e / inner, i = e - o * inner, k;
+        I o = e / inner, i = e - o * inner;
         double acc = dl__cu_rid<OP>();
-        for (k = 0; k < r; k++) acc = dl__cu_comb<OP>(acc, x[(o * r + k) * inner + i]);
+        dl__cu_inorder<8>(r, [&](I k) { return x[(o * r + k) * inner + i]; },
+                          [&](I, double v) { acc = dl__cu_comb<OP>(acc, v); });
         y[e] = (float)acc;
     }
 };
@@ -2032,6 +2073,7 @@ struct dl__cuf_clspart {
     }
 };
 
+struct dl__cu_clsp { double n, s, d; unsigned long long f; };   /* a partial of dl__cuf_clspart */
 struct dl__cuf_clsfin {
     dl__clsargs a; float *loss, *den; const double *part; const unsigned long long *first;
     unsigned long long *res; int64_t T;
@@ -2041,13 +2083,20 @@ struct dl__cuf_clsfin {
         unsigned long long bad = ~0ull;
         float fn, fs;
         int64_t t;
-        for (t = 0; t < T; t++) {   /* (written by other blocks of the launch: dl__cu_run_fin) */
-            unsigned long long f1 = dl__cu_ldcg(first + t);
-            sn += dl__cu_ldcg(part + 3 * t);
-            ss += dl__cu_ldcg(part + 3 * t + 1);
-            sd += dl__cu_ldcg(part + 3 * t + 2);
-            if (f1 < bad) bad = f1;
-        }
+        /* (written by other blocks of the launch: dl__cu_run_fin) */
+        dl__cu_inorder<8>(T, [&](int64_t k) {
+            dl__cu_clsp v;
+            v.f = dl__cu_ldcg(first + k);
+            v.n = dl__cu_ldcg(part + 3 * k);
+            v.s = dl__cu_ldcg(part + 3 * k + 1);
+            v.d = dl__cu_ldcg(part + 3 * k + 2);
+            return v;
+        }, [&](int64_t, const dl__cu_clsp &v) {
+            sn += v.n;
+            ss += v.s;
+            sd += v.d;
+            if (v.f < bad) bad = v.f;
+        });
         if (res) *res = bad;
         if (a.e != 0.0f && a.w)
             for (t = 0; t < a.C; t++) sw += (double)a.w[t];
@@ -2671,8 +2720,8 @@ struct dl__cuf_psum {
     DL__HD void operator()(I e) const
     {
         float v = acc ? dw[e] : 0.0f;
-        I k;
-        for (k = 0; k < cnt; k++) v = dl__cu_fadd(v, dl__cu_ldcg(part + k * rows + e));   /* (dl__cu_run_fin) */
+        dl__cu_inorder<16>(cnt, [&](I k) { return dl__cu_ldcg(part + k * rows + e); },   /* (dl__cu_run_fin) */
+                           [&](I, float p) { v = dl__cu_fadd(v, p); });
         dw[e] = v;
     }
 };
@@ -3737,11 +3786,9 @@ struct dl__cuf_bn_fin {
     DL__HD void operator()(int64_t c) const
     {
         double a = 0.0, b = 0.0, sm, q;
-        int64_t s;
-        for (s = 0; s < S; s++) {
-            a = dl__cu_dadd(a, dl__cu_ldcg(part + 2 * (c * S + s)));
-            b = dl__cu_dadd(b, dl__cu_ldcg(part + 2 * (c * S + s) + 1));
-        }
+        const double *pc = part + 2 * c * S;   /* (a, b) pairs */
+        dl__cu_inorder<8>(S, [&](int64_t s) { return dl__cu_pair(pc + 2 * s); },
+                          [&](int64_t, dl__cu_dd v) { a = dl__cu_dadd(a, v.a); b = dl__cu_dadd(b, v.b); });
         sm = a / M;
         q = dl__cu_dadd(b / M, -dl__cu_dmul(sm, sm));
         if (q < 0.0) q = 0.0;                                /* rounding; NaN stays */
@@ -3763,11 +3810,9 @@ struct dl__cuf_bn_sfin {
     DL__HD void operator()(int64_t c) const
     {
         double sg = 0.0, sgx = 0.0, is = invstd ? (double)invstd[c] : 1.0;
-        int64_t s;
-        for (s = 0; s < S; s++) {
-            sg = dl__cu_dadd(sg, dl__cu_ldcg(part + 2 * (c * S + s)));
-            sgx = dl__cu_dadd(sgx, dl__cu_ldcg(part + 2 * (c * S + s) + 1));
-        }
+        const double *pc = part + 2 * c * S;   /* (sum g, sum g x) pairs */
+        dl__cu_inorder<8>(S, [&](int64_t s) { return dl__cu_pair(pc + 2 * s); },
+                          [&](int64_t, dl__cu_dd v) { sg = dl__cu_dadd(sg, v.a); sgx = dl__cu_dadd(sgx, v.b); });
         sgx = dl__cu_dmul(sgx, is);                          /* sum(g xhat) */
         if (db) db[c] = (float)sg;
         if (dw) dw[c] = (float)sgx;
@@ -3969,13 +4014,8 @@ struct dl__cuf_bias_act_bwd {
     DL__HD void operator()(I c) const
     {
         float m = 0.0f;
-        I k;
-        for (k = 0; k < r; k++) {
-            I at = k * cols + c;
-            float v = dl__cu_bin<GOP>(g[at], y[at]);
-            gx[at] = v;
-            m = dl__cu_fadd(m, v);
-        }
+        dl__cu_inorder<16>(r, [&](I k) { return dl__cu_bin<GOP>(g[k * cols + c], y[k * cols + c]); },
+                           [&](I k, float v) { gx[k * cols + c] = v; m = dl__cu_fadd(m, v); });
         db[c] = m;
     }
 };
