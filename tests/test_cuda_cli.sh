@@ -6,7 +6,7 @@
 # first step's loss), where on a GPU the running loss and accuracy stay
 # on the device and are read at the epoch's end; lenet and resnet with
 # --capture too (resnet's replay: the eager run's numbers exactly);
-# model_parallel over cuda:0,cuda:1; a loss that turns
+# model_parallel over cuda:0,cuda:1; --logdir's records; a loss that turns
 # non-finite stops the run with the CPU's message. Trains on a tiny made-up
 # dataset (64 images). Needs build/ and build/cuda/ (make all cuda).
 # Prints "N passed, M failed"; exit status 1 on a failure.
@@ -93,6 +93,20 @@ fi
 run cpu $B/model_parallel $SHORT --devices cpu:0,cpu:1
 run gpu $C/model_parallel $SHORT --devices cuda:0,cuda:1
 same "model_parallel --devices cuda:0,cuda:1" "$cpu" "$gpu"
+
+# --logdir on a GPU: each step's train/loss queued on the device
+# (dl_summary_scalar_tensor, no read a step) and written at the epoch's end:
+# the CPU run's records (8 steps); a run that diverges still writes the
+# losses of its 4 steps at exit
+tags() { cat "$1"/events.* 2>/dev/null | grep -a -o 'train/loss' | wc -l | tr -d ' '; }
+run cpu $B/lenet $SHORT --logdir "$T/tbc"
+run gpu $C/lenet $SHORT --device cuda --capture --logdir "$T/tbg"
+same "lenet --device cuda --capture --logdir" "$cpu" "$gpu"
+DL_CUDA_EMULATE=2 $TO $C/lenet $SHORT --device cuda --lr 1e38 --logdir "$T/tbd" >/dev/null 2>&1
+if [ "$(tags "$T/tbc")" = 8 ] && [ "$(tags "$T/tbg")" = 8 ] && [ "$(tags "$T/tbd")" = 4 ]; then ok
+else
+    no "--logdir: train/loss records: cpu $(tags "$T/tbc") (8), cuda $(tags "$T/tbg") (8), cuda diverged $(tags "$T/tbd") (4)"
+fi
 
 # a loss that turns non-finite: the CPU's message, the step where the meter read it
 for e in lenet mlp; do
