@@ -233,19 +233,20 @@ static dl_tensor *loss_fn(dl_module *net, dl_tensor *x, dl_tensor *y, void *user
 static double evaluate(const char *prog, dl_ctx *ctx, dl_loader *test, dl_module *net)
 {
     dl_tensor *x, *y;
-    int64_t correct = 0, total = 0, c;
+    ex_tally tally = {0, NULL};
+    int64_t correct, total = 0;
     int rc;
     dl_module_train(net, false);
     dl_no_grad_begin(ctx);
     while ((rc = dl_loader_next(test, &x, &y)) > 0) {
-        if ((c = ex_correct(dl_module_forward(net, x), y)) < 0) { rc = -1; break; }
-        correct += c;
+        if (!ex_tally_add(&tally, dl_module_forward(net, x), y)) break;
         total += y->numel;
         dl_step_end(ctx);
     }
+    correct = ex_tally_end(&tally, rc == 0);   /* a GPU's one read */
     dl_no_grad_end(ctx);
     dl_module_train(net, true);
-    if (rc != 0) { fprintf(stderr, "%s: %s\n", prog, dl_error_message(ctx)); return -1; }
+    if (correct < 0) { fprintf(stderr, "%s: %s\n", prog, dl_error_message(ctx)); return -1; }
     return total ? (double)correct / (double)total : 0.0;
 }
 

@@ -79,19 +79,20 @@ static int train_epoch(ex_setup *s, dl_module *net, dl_optim *opt, ex_meter *m, 
 static double evaluate(ex_setup *s, dl_module *net)
 {
     dl_tensor *x, *y;
-    int64_t correct = 0, total = 0, c;
+    ex_tally tally = {0, NULL};                               /* correct = 0 */
+    int64_t correct, total = 0;
     int rc;
     dl_module_train(net, false);                              /* model.eval() */
     dl_no_grad_begin(s->ctx);                                 /* with torch.no_grad(): */
     while ((rc = dl_loader_next(s->test, &x, &y)) > 0) {
         dl_tensor *logits = dl_module_forward(net, x);        /* pred = model(X) */
-        if ((c = ex_correct(logits, y)) < 0) break;           /* an error: stop */
-        correct += c;
+        if (!ex_tally_add(&tally, logits, y)) break;          /* correct += (pred.argmax(1) == y).sum() */
         total += y->numel;
         dl_step_end(s->ctx);
     }
+    correct = ex_tally_end(&tally, rc == 0);                  /* .item(): a GPU's one read */
     dl_no_grad_end(s->ctx);
-    if (rc != 0) { ex_fail(s, NULL); return -1; }
+    if (correct < 0) { ex_fail(s, NULL); return -1; }
     return total ? (double)correct / (double)total : 0.0;
 }
 
