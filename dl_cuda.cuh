@@ -385,7 +385,9 @@ static void *dl__cu_block_get(dl__dev *d, size_t bytes, cudaError_t *err)
     } else {
         b.size = cls;
         b.p = (char *)dl__cu_raw_alloc(d, cls, err);
-        if (!b.p && m->nfree) {               /* give the cache back and try again */
+        if (!b.p && m->nfree && !m->cap) {    /* give the cache back and try again (not inside a
+                                                 capture: cudaFree waits for the device, which a
+                                                 capture cannot; PyTorch's allocator skips it too) */
             dl__cu_release_cache(d);
             b.p = (char *)dl__cu_raw_alloc(d, cls, err);
         }
@@ -4297,7 +4299,8 @@ static void dl__cu_mt_free(dl__dev *d, void *cache)
     dl__cuimpl *m;
     if (!c) return;
     m = dl__cu_enter(d);
-    if (!m->emulate) (void)cudaStreamSynchronize(m->stream);   /* its last run may be under way */
+    if (!m->emulate && !m->cap)   /* its last run may be under way (a capture waited for it at begin) */
+        (void)cudaStreamSynchronize(m->stream);
     while (c) {
         dl__cumt *o = c->older;
         dl__cu_hostfree(m, c->hargs);
