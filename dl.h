@@ -1363,7 +1363,10 @@ DL_API dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias);
    the gradients are the same (NaN included); the recorded graph shows the
    pool first. A BatchNorm followed by a ReLU runs as one op (the ReLU in
    batch norm's pass, its mask in the backward's), the same bits; on the
-   CPU not where a max pool follows (there the order rule saves more). */
+   CPU not where a max pool follows (there the order rule saves more). On
+   a GPU a Linear or a small convolution and the ReLU, Sigmoid or Tanh
+   after it are one op too, and so is a 2x2, stride-2 AvgPool2d after a
+   small convolution's activation (d2l's LeNet): the same bits. */
 DL_API dl_module *dl_nn_sequential(dl_ctx *ctx, int n, dl_module *const *mods);
 DL_API dl_module *dl_nn_relu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_sigmoid(dl_ctx *ctx);
@@ -3990,9 +3993,12 @@ struct dl__backend {
        tensor: a convolution's bias gradient, dl_sum(g, (0, 2, 3))). With
        ry (needs conv_act): the sums of gm = the activation act's backward
        of x given its output ry (DL__B_*_GRAD of x and ry), gm written:
-       those two ops' bits; ry NULL: gm unused, act ignored. */
+       those two ops' bits; ry NULL: gm unused, act ignored. With ry and pw
+       > 0, x is the gradient of ry's 2x2, stride-2 average pool (rows of
+       width pw; (N, C, L/4)), taken through the pool's adjoint (its bits:
+       0 + x / 4) where the activation's backward reads it. */
     void (*chan_sum)(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L, const float *ry,
-                     float *gm, int act);
+                     float *gm, int act, int64_t pw);
     /* y[i] = a[i] == b[i] ? 1 : 0 for int64 a, b (dl_eq's int64 pairs) */
     void (*eq_i64)(dl__dev *d, float *y, const int64_t *a, const int64_t *b, int64_t n);
     /* optional (NULL: the binary entry's add, then the unary entry's
@@ -4011,10 +4017,12 @@ struct dl__backend {
                          int64_t cols, int act);
     /* optional (NULL: the conv entries, then the unary entry): y = act(conv(x,
        w) + bias), n samples, act DL__U_RELU, SIGMOID or TANH, with the bits
-       of conv_i2c then the unary entry (a = b = 0); returns false, doing
-       nothing, where it would not */
+       of conv_i2c then the unary entry (a = b = 0); yp not NULL: also yp =
+       y's 2x2, stride-2 average pool (a 2-d conv), with avg_pool's bits;
+       returns false, doing nothing, where it would not (y NULL: only the
+       answer, for the pooled variant) */
     bool (*conv_act)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
-                     const dl__cgeom *g, int act);
+                     const dl__cgeom *g, int act, float *yp);
 };
 #define DL__AXM 48
 
@@ -12120,7 +12128,7 @@ static dl_tensor *dl__reduce_raw(const char *name, int rop, dl_tensor *x, const 
         cur = dl__new(x->dev_, name, x->ndim, shape);
         if (cur)
             DL__BE(x)->chan_sum(x->dev_, (float *)cur->data, (const float *)x->data, nCL[0], nCL[1], nCL[2], NULL,
-                                NULL, -1);
+                                NULL, -1, 0);
         return cur;
     }
     d = x->ndim - 1;
@@ -13722,11 +13730,21 @@ static dl_result dl__convW_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
    direct sums), i[4] = act: the values and bits of dl_conv then the
    activation. Backward: gm = the activation's backward from b
    (dl__act_grad), in the same pass as the bias's sum where the backend's
-   chan_sum takes that sum, then dl__conv_bwd's rules with gm for g. */
+   chan_sum takes that sum, then dl__conv_bwd's rules with gm for g.
+   With i[5] = 1 (dl__op_conv_act_pool) the node's output is b's 2x2,
+   stride-2 average pool, b is saved[0], and g reaches the activation's
+   backward through the pool's adjoint (in chan_sum's pass, or
+   dl__avgpool_adj): the three ops' bits; under create_graph b is
+   computed again by ops, so that its history carries second order. */
+typedef struct dl__pparam { int nsp; int64_t k[3], s[3], p[3]; bool adaptive, cip; } dl__pparam;
+static const dl__pparam dl__pool2 = {2, {2, 2, 1}, {2, 2, 1}, {0, 0, 0}, false, true};
+static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int64_t *ia);
+
 static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl__cparam cp;
-    dl_tensor *a = n->in[0], *w = n->in[1], *bias = n->in[2], *y = n->out, *gm, *db;
+    bool pool = n->ni > 5 && n->i[5];
+    dl_tensor *a = n->in[0], *w = n->in[1], *bias = n->in[2], *y = pool ? n->saved[0] : n->out, *gm, *db;
     int act = (int)n->i[4], k;
     int64_t nCL[3];
     bool mask[DL_MAX_DIMS];
@@ -13735,10 +13753,13 @@ static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 2) && !dl__grad_on(g->ctx_) && DL__BE(y)->chan_sum && dl__chan_sum_ok(y, mask, nCL)) {
         if (!(gm = dl__like(n->op->name, y)) || !(db = dl__like(n->op->name, bias))) return DL_ERR_OOM;
         DL__BE(y)->chan_sum(y->dev_, (float *)db->data, (const float *)g->data, nCL[0], nCL[1], nCL[2],
-                            (const float *)y->data, (float *)gm->data, act);
+                            (const float *)y->data, (float *)gm->data, act, pool ? y->shape[3] : 0);
         if (dl__dev_check(y->dev_, n->op->name) != DL_OK) return g->ctx_->err;
         gin[2] = db;
     } else {
+        if (pool && dl__grad_on(g->ctx_) && !(y = dl__conv_run(a, w, bias, &cp, y->shape + 2, act)))
+            return g->ctx_->err;   /* create_graph: b again, with its history (saved[0] has none) */
+        if (pool && !(g = dl__avgpool_adj(g, &dl__pool2, y->shape + 2))) return y->ctx_->err;
         if (!(gm = dl__act_grad(g, y, act))) return g->ctx_->err;
         if (dl__need(n, 2)) gin[2] = dl__bias_grad(gm);
     }
@@ -13748,6 +13769,7 @@ static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
 static const dl__op dl__op_conv_act = {"dl_conv", dl__conv_act_bwd, DL__RD_OUT, 3};
+static const dl__op dl__op_conv_act_pool = {"dl_conv", dl__conv_act_bwd, 0, 3};   /* reads saved[0] */
 static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd, 0, 3};
 static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd, 0, 3};
 
@@ -13823,7 +13845,7 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     /* act >= 0: the activation after it, in the same launch where the backend fuses them */
     fused = act >= 0 && y->numel && DL__BE(a)->conv_act &&
             DL__BE(a)->conv_act(a->dev_, (float *)y->data, (const float *)a->data, (const float *)w->data,
-                                bias ? (const float *)bias->data : NULL, g.N, &g, act);
+                                bias ? (const float *)bias->data : NULL, g.N, &g, act, NULL);
     done = fused ? 1 : y->numel ? dl__conv_s1_try(name, a, y, w, bias, &g, 0) : 0;
     if (done < 0) return NULL;
     if (y->numel && !done && DL__BE(a)->conv_i2c)
@@ -13857,6 +13879,51 @@ static dl_tensor *dl__conv_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, cons
     y = dl__done(y, name);
     if (!y || act < 0 || fused) return y;
     return act == DL__U_RELU ? dl_relu(y) : act == DL__U_SIGMOID ? dl_sigmoid(y) : dl_tanh(y);
+}
+
+/* act(conv(a, w) + bias) (2-d, act >= 0) and its 2x2, stride-2 average
+   pool as one node (dl__op_conv_act_pool) where the backend's conv_act
+   takes both (a GPU's direct sums: d2l's LeNet), *pool left true; else
+   the conv and activation only (dl__conv_run), *pool set false. */
+static dl_tensor *dl__conv_pool_run(dl_tensor *a, dl_tensor *w, dl_tensor *bias, const dl__cparam *cp,
+                                    const int64_t *ib, int act, bool *pool)
+{
+    int64_t shape[4];
+    dl__cgeom g;
+    dl_tensor *y, *yp, *in[3];
+    dl__node *node;
+    bool ok = cp->nsp == 2 && act >= 0 && ib[0] % 2 == 0 && ib[1] % 2 == 0 && DL__BE(a)->conv_act;
+    if (ok) {
+        dl__cgeom_make(&g, cp, a->shape[0], a->shape[1], w->shape[0], a->shape + 2, ib, w->shape + 2);
+        ok = DL__BE(a)->conv_act(a->dev_, NULL, NULL, NULL, NULL, g.N, &g, act, NULL);   /* (the answer only) */
+    }
+    if (!ok) {
+        *pool = false;
+        return dl__conv_run(a, w, bias, cp, ib, act);
+    }
+    shape[0] = g.N;
+    shape[1] = g.Cb;
+    shape[2] = ib[0];
+    shape[3] = ib[1];
+    if (!(y = dl__new(a->dev_, "dl_conv", 4, shape))) return NULL;
+    shape[2] /= 2;
+    shape[3] /= 2;
+    if (!(yp = dl__new(a->dev_, "dl_conv", 4, shape))) return NULL;
+    if (!DL__BE(a)->conv_act(a->dev_, (float *)y->data, (const float *)a->data, (const float *)w->data,
+                             bias ? (const float *)bias->data : NULL, g.N, &g, act, (float *)yp->data)) {
+        *pool = false;   /* (it said it would) */
+        return dl__conv_run(a, w, bias, cp, ib, act);
+    }
+    in[0] = a; in[1] = w; in[2] = bias;
+    if (dl__record(yp, &dl__op_conv_act_pool, 3, in, &node) < 0) return NULL;
+    if (node) {
+        dl__cparam_save(node, cp);
+        node->i[node->ni++] = act;
+        node->i[node->ni++] = 1;
+        node->saved[0] = y;
+        node->nsaved = 1;
+    }
+    return dl__done(yp, "dl_conv");
 }
 
 /* b (N,Cb,ib...), w (Cb, Ca/G, k...), bias (Ca) or NULL -> (N, Ca, ia...) */
@@ -14012,7 +14079,7 @@ static int64_t dl__floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-
 /* act >= 0 (DL__U_RELU, SIGMOID, TANH; not transposed): that activation of
    the result, fused where the backend can (dl__conv_run) */
 static dl_tensor *dl__conv_api(const char *name, int nsp, bool transposed, dl_tensor *x,
-                               dl_tensor *w, dl_tensor *b, const dl_conv_desc *d, int act)
+                               dl_tensor *w, dl_tensor *b, const dl_conv_desc *d, int act, bool *pool)
 {
     dl_ctx *ctx;
     dl__cparam cp;
@@ -14169,22 +14236,21 @@ static dl_tensor *dl__conv_api(const char *name, int nsp, bool transposed, dl_te
         }
     }
     if (unbatched) x = dl_unsqueeze(x, 0);
-    if (!transposed) y = dl__conv_run(x, w, b, &cp, out, act);
-    else y = dl__convT_run(x, w, b, &cp, out);
+    if (transposed) y = dl__convT_run(x, w, b, &cp, out);
+    else y = pool ? dl__conv_pool_run(x, w, b, &cp, out, act, pool) : dl__conv_run(x, w, b, &cp, out, act);
     return dl__end(ctx, unbatched ? dl_squeeze(y, 0) : y, name);
 }
 
-dl_tensor *dl_conv1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv1d", 1, false, x, w, b, d, -1); }
-dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv2d", 2, false, x, w, b, d, -1); }
-dl_tensor *dl_conv3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv3d", 3, false, x, w, b, d, -1); }
-dl_tensor *dl_conv_transpose1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose1d", 1, true, x, w, b, d, -1); }
-dl_tensor *dl_conv_transpose2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose2d", 2, true, x, w, b, d, -1); }
-dl_tensor *dl_conv_transpose3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose3d", 3, true, x, w, b, d, -1); }
+dl_tensor *dl_conv1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv1d", 1, false, x, w, b, d, -1, NULL); }
+dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv2d", 2, false, x, w, b, d, -1, NULL); }
+dl_tensor *dl_conv3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv3d", 3, false, x, w, b, d, -1, NULL); }
+dl_tensor *dl_conv_transpose1d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose1d", 1, true, x, w, b, d, -1, NULL); }
+dl_tensor *dl_conv_transpose2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose2d", 2, true, x, w, b, d, -1, NULL); }
+dl_tensor *dl_conv_transpose3d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv_desc *d) { return dl__conv_api("dl_conv_transpose3d", 3, true, x, w, b, d, -1, NULL); }
 
 /* ------------------------------------------------------------ pooling */
 
-typedef struct dl__pparam { int nsp; int64_t k[3], s[3], p[3]; bool adaptive, cip; } dl__pparam;
-
+/* (dl__pparam: above, with the convolution's fused pool) */
 static void dl__pparam_save(dl__node *n, const dl__pparam *pp)
 {
     int i;
@@ -14760,14 +14826,14 @@ static bool dl__linear_act_ok(dl_module *m, dl_tensor *x);
 static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act);
 static dl_tensor *dl__convm_fwd(dl_module *m, dl_tensor *x);
 static bool dl__conv_act_ok(dl_module *m, dl_tensor *x);
-static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act);
+static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act, bool *pool);
 
 dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x)
 {
     if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x))
         return dl__bnm_run(m, x, true, NULL);
     if (dl__mod_ok(m) && dl__linear_act_ok(m, x)) return dl__linear_act(m, x, DL__U_RELU);
-    if (dl__mod_ok(m) && dl__conv_act_ok(m, x)) return dl__convm_act(m, x, DL__U_RELU);
+    if (dl__mod_ok(m) && dl__conv_act_ok(m, x)) return dl__convm_act(m, x, DL__U_RELU, NULL);
     return dl_relu(dl_module_forward(m, x));
 }
 
@@ -15181,6 +15247,7 @@ static int dl__act_of(const dl_module *a)
 }
 static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x);
 static bool dl__is_max_pool(const dl_module *m);
+static bool dl__is_avg_pool2(const dl_module *m);
 
 /* BatchNorm then ReLU runs as one op (dl__batch_norm's relu): the ReLU in
    the normalization's pass, its mask in the backward's, the same bits as
@@ -15201,7 +15268,9 @@ static bool dl__is_max_pool(const dl_module *m);
    backward, in place of two each. A convolution then one of those, where
    the backend's direct sums take the conv (a GPU, few channels: LeNet's):
    the activation in the conv's launch, its backward in the bias sum's
-   first pass (dl__conv_act_bwd). */
+   first pass (dl__conv_act_bwd); with a 2x2, stride-2 average pool after
+   the activation (d2l's LeNet) and an even output, the pool in that
+   launch too, and its adjoint in that first pass. */
 static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
 {
     int i;
@@ -15215,8 +15284,14 @@ static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
         } else if (i + 1 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__linear_act_ok(c, x)) {
             x = dl__linear_act(c, x, dl__act_of(m->cs[i + 1].m));
             i++;
+        } else if (i + 2 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__is_avg_pool2(m->cs[i + 2].m) &&
+                   dl__conv_act_ok(c, x)) {
+            bool pooled = true;
+            x = dl__convm_act(c, x, dl__act_of(m->cs[i + 1].m), &pooled);
+            if (x && !pooled) x = dl_module_forward(m->cs[i + 2].m, x);
+            i += 2;
         } else if (i + 1 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__conv_act_ok(c, x)) {
-            x = dl__convm_act(c, x, dl__act_of(m->cs[i + 1].m));
+            x = dl__convm_act(c, x, dl__act_of(m->cs[i + 1].m), NULL);
             i++;
         } else if (c->forward == dl__relu_fwd && i + 1 < m->nc && dl__is_max_pool(m->cs[i + 1].m)) {
             x = dl_module_forward(m->cs[++i].m, x);
@@ -15280,11 +15355,11 @@ static bool dl__conv_act_ok(dl_module *m, dl_tensor *x)
     if (!x || m->forward != dl__convm_fwd || !dl__valid(m->type, "x", x)) return false;
     return !((dl__convm *)dl_module_state(m))->transposed && DL__BE(x)->conv_act;
 }
-static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act)
+static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act, bool *pool)
 {
     static const char *names[3] = {"dl_conv1d", "dl_conv2d", "dl_conv3d"};
     dl__convm *s = (dl__convm *)dl_module_state(m);
-    return dl__conv_api(names[s->spatial - 1], s->spatial, false, x, s->w, s->b, &s->d, act);
+    return dl__conv_api(names[s->spatial - 1], s->spatial, false, x, s->w, s->b, &s->d, act, pool);
 }
 
 static dl_tensor *dl__convm_fwd(dl_module *m, dl_tensor *x)
@@ -15386,6 +15461,19 @@ static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x)
 static bool dl__is_max_pool(const dl_module *m)
 {
     return m->forward == dl__poolm_fwd && ((const dl__poolm *)m->state)->kind == 0;
+}
+
+/* an AvgPool2d of kernel 2, stride 2, no padding, floor mode (dl__pool2) */
+static bool dl__is_avg_pool2(const dl_module *m)
+{
+    const dl__poolm *s = (const dl__poolm *)m->state;
+    int i;
+    if (m->forward != dl__poolm_fwd || s->kind != 1 || s->spatial != 2 || s->d.ceil_mode) return false;
+    for (i = 0; i < 2; i++)
+        if (s->d.kernel[i] != 2 || (s->d.stride[i] != 0 && s->d.stride[i] != 2) || s->d.padding[i] != 0 ||
+            (s->d.dilation[i] != 0 && s->d.dilation[i] != 1))
+            return false;
+    return true;
 }
 
 static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_pool_desc *d, dl_shape out)

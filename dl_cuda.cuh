@@ -31,8 +31,10 @@
    5,375 passed, 1 failed (the same); figures in
    docs/cuda.md. Copies between two GPUs have run emulated only; so have
    what was written after: the direct sums of few-channel convolutions
-   (dl__cu_direct), the fused class-index losses (dl__cu_class_loss) and
-   the one-launch gradient accumulation (dl__cu_axpy_multi).
+   (dl__cu_direct, with the activation and 2x2 average pool after them:
+   dl__cu_conv_act), the fused class-index losses (dl__cu_class_loss), the
+   one-launch gradient accumulation (dl__cu_axpy_multi) and every launch
+   fusion since (docs/cuda.md, "Launches").
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -2797,11 +2799,16 @@ struct dl__cuf_dconv {
     float *y; const float *x, *w, *b; dl__cgeom g; int act;   /* act: dl__cu_act's (-1: none) */
     DL__HD void operator()(I e) const
     {
-        I Lb = (I)g.Lb, La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
-        I ia1 = (I)g.ia[1], ia2 = (I)g.ia[2], ib1 = (I)g.ib[1], ib2 = (I)g.ib[2];
+        I Lb = (I)g.Lb, ib1 = (I)g.ib[1], ib2 = (I)g.ib[2];
+        I pos = e % Lb, t = e / Lb;
+        y[e] = at(t / (I)g.Cb, t % (I)g.Cb, pos / (ib2 * ib1), (pos / ib2) % ib1, pos % ib2);
+    }
+    /* output (s, co, o0, o1, o2): act(the products' sum + bias) */
+    DL__HD float at(I s, I co, I o0, I o1, I o2) const
+    {
+        I La = (I)g.La, K = (I)g.K, Cag = (I)(g.Ca / g.G), Cbg = (I)(g.Cb / g.G);
+        I ia1 = (I)g.ia[1], ia2 = (I)g.ia[2];
         I k1 = (I)g.k[1], k2 = (I)g.k[2], d0 = (I)g.d[0], d1 = (I)g.d[1], d2 = (I)g.d[2];
-        I pos = e % Lb, t = e / Lb, co = t % (I)g.Cb, s = t / (I)g.Cb;
-        I o2 = pos % ib2, o1 = (pos / ib2) % ib1, o0 = pos / (ib2 * ib1);
         I b0 = o0 * (I)g.s[0] - (I)g.p[0], b1 = o1 * (I)g.s[1] - (I)g.p[1], b2 = o2 * (I)g.s[2] - (I)g.p[2];
         I l0, h0, l1, h1, l2, h2, ci, q0, q1, q2;
         const float *xs = x + (s * (I)g.Ca + co / Cbg * Cag) * La, *wc = w + co * Cag * K;
@@ -2816,7 +2823,28 @@ struct dl__cuf_dconv {
                     const float *wr = wc + ((ci * (I)g.k[0] + q0) * k1 + q1) * k2;
                     for (q2 = l2; q2 < h2; q2++) acc = dl__cu_fadd(acc, dl__cu_fmul(xs[xi + q2 * d2], wr[q2]));
                 }
-        y[e] = dl__cu_act(act, b ? dl__cu_fadd(acc, b[co]) : acc);
+        return dl__cu_act(act, b ? dl__cu_fadd(acc, b[co]) : acc);
+    }
+};
+
+/* The conv (+ activation) and the 2x2, stride-2 average pool after it
+   (a 2-d conv, ib (1, H, W), H and W even): a thread per pooled output
+   (s, co, i, j) writes the four outputs of its window to y, as
+   dl__cuf_dconv, and their mean to yp, as dl__cuf_avgpool (0 + the four
+   in row order, then / 4): the two kernels' bits in one launch */
+template <typename I>
+struct dl__cuf_dconv_pool {
+    dl__cuf_dconv<I> c; float *yp;
+    DL__HD void operator()(I e) const
+    {
+        I H = (I)c.g.ib[1], W = (I)c.g.ib[2], wp = W / 2, lp = H / 2 * wp;
+        I pos = e % lp, t = e / lp, s = t / (I)c.g.Cb, co = t % (I)c.g.Cb, i = pos / wp * 2, j = pos % wp * 2;
+        float *ys = c.y + t * (I)c.g.Lb + i * W + j, sum = 0.0f, v;
+        v = c.at(s, co, 0, i, j);         ys[0] = v;     sum = dl__cu_fadd(sum, v);
+        v = c.at(s, co, 0, i, j + 1);     ys[1] = v;     sum = dl__cu_fadd(sum, v);
+        v = c.at(s, co, 0, i + 1, j);     ys[W] = v;     sum = dl__cu_fadd(sum, v);
+        v = c.at(s, co, 0, i + 1, j + 1); ys[W + 1] = v; sum = dl__cu_fadd(sum, v);
+        yp[e] = dl__cu_fdiv(sum, 4.0f);
     }
 };
 
@@ -3070,13 +3098,28 @@ static bool dl__cu_convT_i2c(dl__dev *d, float *y, const float *x, const float *
    value the direct path then the unary kernel give, written once (a
    launch and two passes over y fewer); false, doing nothing, elsewhere. */
 static bool dl__cu_conv_act(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
-                            const dl__cgeom *g, int act)
+                            const dl__cgeom *g, int act, float *yp)
 {
 #ifdef DL_CUDNN
     if (dl__dnn_may(DL__CUI(d), g) && dl__cu_conv_ok(g, n)) return false;
 #endif
     if (!dl__cu_direct_ok(DL__CUI(d), g, n)) return false;
-    return dl__cu_direct(d, y, x, w, bias, n, g, false, act);
+    if (y && !yp) return dl__cu_direct(d, y, x, w, bias, n, g, false, act);
+    if (g->ib[0] != 1 || g->ib[1] % 2 || g->ib[2] % 2) return false;   /* the pool: 2-d, even H and W */
+    if (!y) return true;                                               /* the answer only */
+    dl__cu_enter(d);
+    if (dl__cu_direct_small(g, n)) {
+        dl__cuf_dconv_pool<int32_t> f;
+        f.c.y = DL__CUP(d, y); f.c.x = DL__CUP(d, x); f.c.w = DL__CUP(d, w); f.c.b = bias ? DL__CUP(d, bias) : NULL;
+        f.c.g = *g; f.c.act = act; f.yp = DL__CUP(d, yp);
+        dl__cu_run<int32_t>(d, "conv direct + activation + avg pool", n * g->Cb * g->Lb / 4, f);
+    } else {
+        dl__cuf_dconv_pool<int64_t> f;
+        f.c.y = DL__CUP(d, y); f.c.x = DL__CUP(d, x); f.c.w = DL__CUP(d, w); f.c.b = bias ? DL__CUP(d, bias) : NULL;
+        f.c.g = *g; f.c.act = act; f.yp = DL__CUP(d, yp);
+        dl__cu_run<int64_t>(d, "conv direct + activation + avg pool", n * g->Cb * g->Lb / 4, f);
+    }
+    return true;
 }
 
 /* one launch for the weight gradient's two operands of a chunk: col (CaK,
@@ -3633,12 +3676,23 @@ struct dl__cu_bnpart {
     const float *x, *g, *mean, *ry; I C, L, M, S;   /* ry: a fused activation's output or NULL */
     float *gm;                                      /* with ry: its gradient written there (or NULL) */
     int act;                                        /* with ry: which (dl__cu_actg; batch norm: ReLU) */
+    I pw;   /* > 0 (with ry): g is a 2x2 average pool's gradient (N, C, L/4), rows of width pw */
+    /* g at element (n, l) of channel c's gc: itself, or with pw the pool's
+       adjoint there, 0 + g / 4 (dl__cuf_avgpool_adj's one window) */
+    DL__HD float gat(const float *gc, I n, I l, I CL) const
+    {
+        I i;
+        if (!pw) return gc[n * CL + l];
+        i = l / pw;
+        return dl__cu_fadd(0.0f, dl__cu_fdiv(gc[n * (CL / 4) + (i >> 1) * (pw >> 1) + ((l - i * pw) >> 1)], 4.0f));
+    }
     DL__HD void sums(I j, I t, I G, double *pa, double *pb) const
     {
         I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
         I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
         I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
-        const float *xc = x ? x + c * L : NULL, *gc = ST ? NULL : g + c * L, *rc = ST || !ry ? NULL : ry + c * L;
+        const float *xc = x ? x + c * L : NULL, *gc = ST ? NULL : g + c * (pw ? L / 4 : L);
+        const float *rc = ST || !ry ? NULL : ry + c * L;
         float *mc = ST || !rc || !gm ? NULL : gm + c * L;
         double a = 0.0, b = 0.0, K;
         *pa = *pb = 0.0;
@@ -3652,7 +3706,7 @@ struct dl__cu_bnpart {
             for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
                 I at = n * CL + l;
                 xv[u] = ST || xc ? xc[at] : 0.0f;
-                if (!ST) gv[u] = rc ? dl__cu_actg(act, gc[at], rc[at]) : gc[at];
+                if (!ST) gv[u] = rc ? dl__cu_actg(act, gat(gc, n, l, CL), rc[at]) : gc[at];
                 if (mc) mc[at] = gv[u];                                /* each element once */
                 n += gq;
                 l += gr;
@@ -3734,13 +3788,13 @@ struct dl__cuh_bnpart {
    channel, then fin(c) for every channel (F: dl__cuf_bn_fin or _sfin) */
 template <bool ST, typename I, typename F>
 static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                               const float *ry, float *gm, int act, int64_t C, int64_t L, int64_t M, int64_t S,
-                               const F &fin)
+                               const float *ry, float *gm, int act, int64_t pw, int64_t C, int64_t L, int64_t M,
+                               int64_t S, const F &fin)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
     I jobs = (I)(C * S);
-    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.act = act;
+    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.act = act; p.pw = (I)pw;
     p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
         dl__cuh_bnpart<ST, I, F> f;
@@ -3771,13 +3825,13 @@ static double *dl__cu_bn_scratch(dl__dev *d, int64_t N, int64_t C, int64_t L, in
 /* passes 1 and 2 with 32-bit indices where x's elements and the jobs allow */
 template <bool ST, typename F>
 static void dl__cu_bn_pass(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                           const float *ry, float *gm, int act, int64_t N, int64_t C, int64_t L, int64_t S,
-                           const F &fin)
+                           const float *ry, float *gm, int act, int64_t pw, int64_t N, int64_t C, int64_t L,
+                           int64_t S, const F &fin)
 {
     if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * S))
-        dl__cu_bn_pass_run<ST, int32_t, F>(d, part, x, g, mean, ry, gm, act, C, L, N * L, S, fin);
+        dl__cu_bn_pass_run<ST, int32_t, F>(d, part, x, g, mean, ry, gm, act, pw, C, L, N * L, S, fin);
     else
-        dl__cu_bn_pass_run<ST, int64_t, F>(d, part, x, g, mean, ry, gm, act, C, L, N * L, S, fin);
+        dl__cu_bn_pass_run<ST, int64_t, F>(d, part, x, g, mean, ry, gm, act, pw, C, L, N * L, S, fin);
 }
 
 /* pass 2 of the statistics, channel c: its S partials in order, then the
@@ -3917,7 +3971,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     f.rv = rs && rs->rv ? DL__CUP(d, rs->rv) : NULL;
     f.nbt = rs && rs->nbt ? DL__CUP(d, rs->nbt) : NULL;
     f.keep = rs ? rs->keep : 0.0f; f.mom = rs ? rs->mom : 0.0f; f.vmom = rs ? rs->vmom : 0.0f;
-    dl__cu_bn_pass<true>(d, part, x, NULL, NULL, NULL, NULL, -1, N, C, L, S, f);
+    dl__cu_bn_pass<true>(d, part, x, NULL, NULL, NULL, NULL, -1, 0, N, C, L, S, f);
 }
 
 template <typename I>
@@ -3978,7 +4032,7 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
         if (dx && train) coef = (float *)(part + 2 * C * S);
         f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
         if (n > 0) {
-            dl__cu_bn_pass<false>(d, part, x, g, mean, ry, gm, DL__U_RELU, N, C, L, S, f);
+            dl__cu_bn_pass<false>(d, part, x, g, mean, ry, gm, DL__U_RELU, 0, N, C, L, S, f);
             if (gm) {   /* written: the dx pass reads it */
                 g = gm;
                 ry = NULL;
@@ -4089,9 +4143,11 @@ static bool dl__cu_bias_act_bwd(dl__dev *d, float *gx, float *db, const float *g
    rows, each pass a launch and the first a block per row. With ry (a
    fused activation's output, dl__cu_conv_act): the sums of gm = the
    activation's gradient of x, which pass 1 writes as it reads each
-   element once, the bits of the activation's backward then this sum. */
+   element once, the bits of the activation's backward then this sum;
+   with pw > 0 too, x is the gradient of a 2x2 average pool of rows of
+   width pw (N, C, L/4), read through the pool's adjoint (its bits). */
 static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int64_t C, int64_t L,
-                            const float *ry, float *gm, int act)
+                            const float *ry, float *gm, int act, int64_t pw)
 {
     dl__cuf_bn_sfin f;
     int64_t S;
@@ -4103,7 +4159,7 @@ static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int
     f.dw = NULL; f.db = DL__CUP(d, y); f.coef = NULL; f.part = part; f.invstd = NULL; f.S = S;
     f.M = (double)(N * L);
     dl__cu_bn_pass<false>(d, part, NULL, DL__CUP(d, x), NULL, ry ? DL__CUP(d, ry) : NULL, gm ? DL__CUP(d, gm) : NULL,
-                          act, N, C, L, S, f);
+                          act, ry ? pw : 0, N, C, L, S, f);
 }
 
 static void dl__cu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,

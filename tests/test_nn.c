@@ -1242,6 +1242,69 @@ static void test_conv_act_fusion(void)
     dl_ctx_free(ctx);
 }
 
+/* Sequential runs a small 2-d convolution, ReLU/Sigmoid/Tanh and a 2x2,
+   stride-2 average pool (d2l's LeNet) as one op where the backend fuses
+   them (a GPU's direct sums: the activation and the pool in the conv's
+   launch, the pool's adjoint and the activation's backward in the bias
+   sum's pass): the output and the gradients of the input, weight and bias
+   must be the bits of dl_conv2d, the activation and dl_avg_pool2d. Cases:
+   LeNet's first (1 -> 6, 5x5, padding 2) and second (6 -> 16, 5x5)
+   convolutions, create_graph, a bias without gradient, an input without,
+   no bias (the adjoint and the activation's backward as ops), an odd
+   output (9x9: the pool is not fused), an unbatched input, stride 2 with
+   groups, the pool's stride given as 2, 16 -> 16 channels (the direct path
+   declines: three ops), a pool of stride 1 (not this pool: never fused);
+   elsewhere (the CPU) the three ops themselves. */
+static void test_conv_act_pool_fusion(void)
+{
+    dl_ctx *ctx = new_ctx(4);
+    int c, a;
+    for (a = 0; a < 3; a++)
+        for (c = 0; c < 12; c++) {
+            int64_t ci = c == 10 ? 16 : c == 8 ? 4 : c == 1 ? 6 : 1, co = c == 10 ? 16 : c == 8 ? 4 : c == 1 ? 16 : 6;
+            int64_t ksz = c <= 1 ? 5 : 3, hw = c == 1 ? 14 : c == 6 ? 9 : 8, n, xs[4];
+            int nd = 0, np, k;
+            dl_conv_desc cd = dl_conv_desc_make(c == 8 ? 2 : 1, c == 0 ? 2 : c == 1 ? 0 : 1, 1, c == 8 ? 4 : 1);
+            dl_pool_desc pd = dl_pool_desc_make(2, c == 9 ? 2 : c == 11 ? 1 : 0, 0, false, true);
+            dl_module *mods[3], *seq;
+            dl_tensor *x, *x2, *y, *ref, *b;
+            const dl_named_tensor *ps;
+            float *h;
+            dl_backward_desc bd;
+            if (c != 7) xs[nd++] = 3;
+            xs[nd++] = ci;
+            xs[nd++] = hw;
+            xs[nd++] = hw;
+            n = 1;
+            for (k = 0; k < nd; k++) n *= xs[k];
+            h = (float *)malloc(sizeof(float) * (size_t)n);
+            fill_quarters(h, NULL, n, 6161u + (uint64_t)(20 * a + c));
+            x = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
+            x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
+            free(h);
+            mods[0] = dl_nn_conv2d(ctx, ci, co, ksz, &cd, c != 5);
+            mods[1] = a == 0 ? dl_nn_relu(ctx) : a == 1 ? dl_nn_sigmoid(ctx) : dl_nn_tanh(ctx);
+            mods[2] = dl_nn_avg_pool2d(ctx, &pd);
+            seq = dl_nn_sequential(ctx, 3, mods);
+            np = dl_module_named_parameters(mods[0], &ps);
+            randomize_params(ctx, np, ps);
+            if (np == 2) {   /* a bias of both signs */
+                dl_no_grad_begin(ctx);
+                dl_copy_(ps[1].t, dl_add_scalar(ps[1].t, -1.0f));
+                dl_no_grad_end(ctx);
+            }
+            if (c == 3) dl_requires_grad(ps[1].t, false);
+            b = np == 2 ? ps[1].t : NULL;
+            memset(&bd, 0, sizeof bd);
+            bd.create_graph = c == 2;
+            y = dl_module_forward(seq, x);
+            ref = dl_conv2d(x2, ps[0].t, b, &cd);
+            ref = dl_avg_pool2d(a == 0 ? dl_relu(ref) : a == 1 ? dl_sigmoid(ref) : dl_tanh(ref), &pd);
+            fused_compare(ctx, "conv+act+avgpool", a, c, y, ref, &bd, mods[0], x, x2, c == 4, c == 3);
+        }
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/dl_test_nn_%ld", (long)getpid());
@@ -1252,6 +1315,7 @@ int main(int argc, char **argv)
     test_bn_add_relu_fusion();
     test_linear_act_fusion();
     test_conv_act_fusion();
+    test_conv_act_pool_fusion();
     CHECK(cnt_live == 0, "leak after modules: %ld", cnt_live);
     test_init();
     if (g_nrec) {

@@ -151,7 +151,7 @@ static void test_golden_losses(const char *path)
 
 enum { GC_BN, GC_LN, GC_CE, GC_NLL, GC_MSE, GC_L1, GC_BCE, GC_DROP, GC_CE_HESS, GC_LN_HESS,
        GC_BN_HESS, GC_SL1, GC_HUBER, GC_BCEP, GC_BCEW, GC_KL, GC_LOSS_HESS, GC_BN_ADD_RELU,
-       GC_CONV_ACT };
+       GC_CONV_ACT, GC_CONV_ACT_HESS };
 
 /* inputs: in[0] = x (or a), then the fields flagged below, in this order */
 typedef struct GC {
@@ -168,8 +168,9 @@ typedef struct GC {
     float p;                      /* dropout */
     uint64_t seed;
     int sub;                      /* GC_LOSS_HESS: the loss (GC_SL1 .. GC_KL), desc d */
-    dl_module *mod;               /* GC_BN_ADD_RELU: the BatchNorm; in = (x, r); GC_CONV_ACT: a
-                                     Sequential (conv, activation); in = (x, its weight, bias) */
+    dl_module *mod;               /* GC_BN_ADD_RELU: the BatchNorm; in = (x, r); GC_CONV_ACT(_HESS): a
+                                     Sequential (conv, activation[, avg pool]); in = (x, its weight
+                                     [, bias]) */
 } GC;
 
 static dl_ctx *G;
@@ -235,7 +236,7 @@ static dl_tensor *gc_fn(void *user, dl_tensor *const *in)
         if (off) dl_no_grad_begin(G);
         return gx;
     }
-    case GC_CE_HESS: case GC_LN_HESS: case GC_BN_HESS: {
+    case GC_CE_HESS: case GC_LN_HESS: case GC_BN_HESS: case GC_CONV_ACT_HESS: {
         /* a first gradient d l / d x with history (create_graph): gradcheck
            then checks its derivatives (the Hessian, and mixed ones in w, b).
            dl_gradcheck turns grad mode off for its finite differences; the
@@ -251,6 +252,8 @@ static dl_tensor *gc_fn(void *user, dl_tensor *const *in)
             if (g->weight_in) d.weight = in[1];
             l = dl_cross_entropy(x, g->target, &d);
             if (l && l->ndim) l = dl_sum(l, DL_ALL, false);
+        } else if (g->op == GC_CONV_ACT_HESS) {
+            l = dl_sum(dl_module_forward(g->mod, x), DL_ALL, false);   /* the activation: nonlinear */
         } else {
             dl_tensor *y = g->op == GC_LN_HESS ? dl_layer_norm(x, g->ns, in[1], in[2], 1e-5f)
                                               : dl_batch_norm(x, NULL, NULL, in[1], in[2], true, 0.1f, 1e-5f);
@@ -366,20 +369,26 @@ static void gc_bn_add_relu(const char *what, dl_shape xs, bool training)
 }
 
 /* a Sequential's convolution then activation (one op where the backend
-   fuses them: a GPU's direct sums), in x, the weight and the bias (the
-   module's own tensors: gradcheck perturbs them in place) */
+   fuses them: a GPU's direct sums), and with pool a 2x2 average pool after
+   (fused too for an even output), in x, the weight and the bias (the
+   module's own tensors: gradcheck perturbs them in place); GCA_HESS: its
+   second order, the derivatives of d sum(y) / dx (create_graph) */
+enum { GCA_POOL = 1, GCA_HESS = 2, GCA_NOBIAS = 4 };
 static void gc_conv_act(const char *what, dl_shape xs, int64_t out, int64_t k, int64_t stride, int64_t groups,
-                        int act)
+                        int act, int how)
 {
-    GC g = gc_new(GC_CONV_ACT);
+    GC g = gc_new(how & GCA_HESS ? GC_CONV_ACT_HESS : GC_CONV_ACT);
+    bool bias = !(how & GCA_NOBIAS);
     dl_conv_desc cd = dl_conv_desc_make(stride, 1, 1, groups);
+    dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
     dl_tensor *in[3];
-    dl_module *mods[2];
+    dl_module *mods[3];
     const dl_named_tensor *ps;
     int np, j;
-    mods[0] = xs.ndim == 3 ? dl_nn_conv1d(G, xs.d[1], out, k, &cd, true) : dl_nn_conv2d(G, xs.d[1], out, k, &cd, true);
+    mods[0] = xs.ndim == 3 ? dl_nn_conv1d(G, xs.d[1], out, k, &cd, bias) : dl_nn_conv2d(G, xs.d[1], out, k, &cd, bias);
     mods[1] = act == 0 ? dl_nn_relu(G) : act == 1 ? dl_nn_sigmoid(G) : dl_nn_tanh(G);
-    g.mod = dl_nn_sequential(G, 2, mods);
+    mods[2] = dl_nn_avg_pool2d(G, &pd);
+    g.mod = dl_nn_sequential(G, how & GCA_POOL ? 3 : 2, mods);
     np = dl_module_named_parameters(mods[0], &ps);
     in[0] = U(xs, -2.0f, 2.0f, true);
     for (j = 0; j < np && j < 2; j++) in[1 + j] = ps[j].t;
@@ -640,9 +649,16 @@ static void test_gradcheck(void)
     /* last: the cases above keep their random inputs. Sigmoid and tanh:
        smooth (ReLU's kinks defeat finite differences; its fused path is
        checked bit for bit against dl_relu's in test_nn) */
-    gc_conv_act("conv2d+sigmoid", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1);
-    gc_conv_act("conv1d+tanh", DL_SHAPE(2, 2, 7), 3, 3, 1, 1, 2);
-    gc_conv_act("conv2d+tanh stride 2 groups 2", DL_SHAPE(2, 2, 5, 5), 4, 3, 2, 2, 2);
+    gc_conv_act("conv2d+sigmoid", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1, 0);
+    gc_conv_act("conv1d+tanh", DL_SHAPE(2, 2, 7), 3, 3, 1, 1, 2, 0);
+    gc_conv_act("conv2d+tanh stride 2 groups 2", DL_SHAPE(2, 2, 5, 5), 4, 3, 2, 2, 2, 0);
+    gc_conv_act("conv2d+sigmoid+avgpool", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1, GCA_POOL);
+    gc_conv_act("conv2d+relu+avgpool stride 2 groups 2", DL_SHAPE(2, 2, 8, 8), 4, 3, 2, 2, 0, GCA_POOL);
+    gc_conv_act("conv2d+sigmoid+avgpool, no bias", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1, GCA_POOL | GCA_NOBIAS);
+    gc_conv_act("conv2d+sigmoid second order", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1, GCA_HESS);
+    gc_conv_act("conv2d+tanh+avgpool second order", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 2, GCA_POOL | GCA_HESS);
+    gc_conv_act("conv2d+sigmoid+avgpool second order, no bias", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1,
+                GCA_POOL | GCA_HESS | GCA_NOBIAS);
     printf("%d gradcheck cases\n", g_ngc);
 }
 
