@@ -1349,30 +1349,39 @@ static dl_tensor *conv_act_fwd(void *u, bool fused)
    first pass, so two launches fewer than the conv then the activation
    (forward and dl_grad of x, weight and bias), the same bits; one fewer
    without a bias (the backward's own pass stays); none where the direct
-   path declines (16 -> 16 channels: the two ops) */
+   path declines (16 -> 16 channels: the two ops). With a 2x2 average
+   pool after (d2l's LeNet): the pool in the conv's launch too and its
+   adjoint in the bias sum's pass, four fewer than the three ops; two
+   without a bias (the adjoint and the activation's backward stay) or with
+   an odd output (9x9: the pool is not fused, the conv and activation
+   are); none for 16 -> 16 channels. */
 static void test_conv_act(void)
 {
-    static const int64_t cs[4][5] = {   /* N, C_in, C_out, H (= W), bias */
-        {8, 1, 6, 28, 1}, {5, 6, 16, 14, 1}, {4, 3, 8, 9, 0}, {2, 16, 16, 6, 1}};
+    static const int64_t cs[9][7] = {   /* N, C_in, C_out, H (= W), bias, pool, launches fewer */
+        {8, 1, 6, 28, 1, 0, 2}, {5, 6, 16, 14, 1, 0, 2}, {4, 3, 8, 9, 0, 0, 1}, {2, 16, 16, 6, 1, 0, 0},
+        {8, 1, 6, 28, 1, 1, 4}, {5, 6, 16, 14, 1, 1, 4}, {4, 3, 8, 10, 0, 1, 2}, {2, 16, 16, 6, 1, 1, 0},
+        {4, 3, 8, 9, 1, 1, 2}};
     static const char *const names[5] = {"output", "x's gradient", "weight's gradient", "bias's gradient", "-"};
     int c;
     dl_set_device(C, dl_cuda(0));
-    for (c = 0; c < 4; c++) {
-        dl_conv_desc cd = dl_conv_desc_make(1, c == 0 ? 2 : 1, 1, 1);
-        dl_module *mods[2];
+    for (c = 0; c < 9; c++) {
+        dl_conv_desc cd = dl_conv_desc_make(1, c % 4 == 0 ? 2 : 1, 1, 1);
+        dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+        dl_module *mods[3];
         const dl_named_tensor *ps;
         dl_tensor *in[3];
         conv_act_case u;
         int np;
         u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(cs[c][0], cs[c][1], cs[c][3], cs[c][3])), true));
         u.act = c % 3;
-        u.pool = NULL;
-        mods[0] = u.conv = dl_nn_conv2d(C, cs[c][1], cs[c][2], c == 0 ? 5 : 3, &cd, cs[c][4] != 0);
+        mods[0] = u.conv = dl_nn_conv2d(C, cs[c][1], cs[c][2], c % 4 == 0 ? 5 : 3, &cd, cs[c][4] != 0);
         mods[1] = u.act == 0 ? dl_nn_relu(C) : u.act == 1 ? dl_nn_sigmoid(C) : dl_nn_tanh(C);
-        u.seq = dl_nn_sequential(C, 2, mods);
+        mods[2] = u.pool = cs[c][5] ? dl_nn_avg_pool2d(C, &pd) : NULL;
+        u.seq = dl_nn_sequential(C, cs[c][5] ? 3 : 2, mods);
         np = dl_module_named_parameters(u.conv, &ps);
         in[0] = u.x; in[1] = ps[0].t; in[2] = np > 1 ? ps[1].t : NULL;
-        fused_check("conv+act", c, conv_act_fwd, &u, np + 1, in, names, c == 3 ? 0 : np > 1 ? 2 : 1);
+        fused_check(cs[c][5] ? "conv+act+avgpool" : "conv+act", c, conv_act_fwd, &u, np + 1, in, names,
+                    (size_t)cs[c][6]);
         dl_free(u.x);
         dl_step_end(C);
     }
@@ -1390,44 +1399,6 @@ static void test_conv_act(void)
         dl_clear_error(C);
         dl_step_end(C);
     }
-}
-
-/* Sequential's small convolution, activation and 2x2 average pool (d2l's
-   LeNet): the pool in the conv's launch too, its adjoint in the bias
-   sum's pass, so four launches fewer than the three ops (forward and
-   dl_grad of x, weight and bias), the same bits; two fewer without a bias
-   (the pool's adjoint and the activation's backward stay) or with an odd
-   output (9x9: the pool is not fused, the conv and activation are); none
-   where the direct path declines (16 -> 16 channels) */
-static void test_conv_act_pool(void)
-{
-    static const int64_t cs[5][5] = {   /* N, C_in, C_out, H (= W), bias */
-        {8, 1, 6, 28, 1}, {5, 6, 16, 14, 1}, {4, 3, 8, 10, 0}, {2, 16, 16, 6, 1}, {4, 3, 8, 9, 1}};
-    static const size_t fewer[5] = {4, 4, 2, 0, 2};
-    static const char *const names[5] = {"output", "x's gradient", "weight's gradient", "bias's gradient", "-"};
-    int c;
-    dl_set_device(C, dl_cuda(0));
-    for (c = 0; c < 5; c++) {
-        dl_conv_desc cd = dl_conv_desc_make(1, c == 0 ? 2 : 1, 1, 1);
-        dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
-        dl_module *mods[3];
-        const dl_named_tensor *ps;
-        dl_tensor *in[3];
-        conv_act_case u;
-        int np;
-        u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(cs[c][0], cs[c][1], cs[c][3], cs[c][3])), true));
-        u.act = c % 3;
-        mods[0] = u.conv = dl_nn_conv2d(C, cs[c][1], cs[c][2], c == 0 ? 5 : 3, &cd, cs[c][4] != 0);
-        mods[1] = u.act == 0 ? dl_nn_relu(C) : u.act == 1 ? dl_nn_sigmoid(C) : dl_nn_tanh(C);
-        mods[2] = u.pool = dl_nn_avg_pool2d(C, &pd);
-        u.seq = dl_nn_sequential(C, 3, mods);
-        np = dl_module_named_parameters(u.conv, &ps);
-        in[0] = u.x; in[1] = ps[0].t; in[2] = np > 1 ? ps[1].t : NULL;
-        fused_check("conv+act+avgpool", c, conv_act_fwd, &u, np + 1, in, names, fewer[c]);
-        dl_free(u.x);
-        dl_step_end(C);
-    }
-    dl_set_device(C, dl_cpu());
 }
 
 static void test_multi_tensor(void)
@@ -1719,7 +1690,6 @@ int main(int argc, char **argv)
     test_bn_add_relu();
     test_linear_act();
     test_conv_act();
-    test_conv_act_pool();
     test_memory();
     test_summary_queue();
     dl_ctx_free(C);

@@ -1179,6 +1179,28 @@ static void test_linear_act_fusion(void)
     dl_ctx_free(ctx);
 }
 
+/* the activation module a (0 ReLU, 1 Sigmoid, 2 Tanh) */
+static dl_module *act_module(dl_ctx *ctx, int a)
+{
+    return a == 0 ? dl_nn_relu(ctx) : a == 1 ? dl_nn_sigmoid(ctx) : dl_nn_tanh(ctx);
+}
+
+/* conv's weight (into *w) and bias randomized, the bias shifted to both
+   signs and without gradient where nobg; its bias, or NULL */
+static dl_tensor *conv_params(dl_ctx *ctx, dl_module *conv, bool nobg, dl_tensor **w)
+{
+    const dl_named_tensor *ps;
+    int np = dl_module_named_parameters(conv, &ps);
+    randomize_params(ctx, np, ps);
+    *w = ps[0].t;
+    if (np < 2) return NULL;
+    dl_no_grad_begin(ctx);
+    dl_copy_(ps[1].t, dl_add_scalar(ps[1].t, -1.0f));
+    dl_no_grad_end(ctx);
+    if (nobg) dl_requires_grad(ps[1].t, false);
+    return ps[1].t;
+}
+
 /* Sequential runs a small convolution then ReLU, Sigmoid or Tanh as one op
    where the backend fuses them (a GPU's direct sums: the activation in the
    conv's launch, its backward in the bias sum's pass): the output and the
@@ -1197,12 +1219,11 @@ static void test_conv_act_fusion(void)
             int sp = c == 1 ? 1 : c == 10 ? 3 : 2, k;
             int64_t ci = c == 9 ? 16 : c == 6 ? 4 : c == 1 ? 2 : 1, co = c == 9 ? 16 : c == 6 ? 4 : 6;
             int64_t ksz = c == 0 ? 5 : 3, hw = c == 10 ? 5 : 9, nb = c == 7 ? 1 : 3, n, xs[5];
-            int nd = 0, np;
+            int nd = 0;
             dl_conv_desc cd = dl_conv_desc_make(c == 6 ? 2 : 1, c == 0 ? 2 : 1, 1, c == 6 ? 4 : 1);
             dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
             dl_module *mods[3], *seq;
-            dl_tensor *x, *x2, *y, *ref, *b;
-            const dl_named_tensor *ps;
+            dl_tensor *x, *x2, *y, *ref, *b, *w;
             float *h;
             dl_backward_desc bd;
             if ((c == 8 || c == 11) && a != 0) continue;
@@ -1218,23 +1239,14 @@ static void test_conv_act_fusion(void)
             free(h);
             mods[0] = sp == 1 ? dl_nn_conv1d(ctx, ci, co, ksz, &cd, c != 5)
                       : sp == 2 ? dl_nn_conv2d(ctx, ci, co, ksz, &cd, c != 5) : dl_nn_conv3d(ctx, ci, co, ksz, &cd, c != 5);
-            mods[1] = a == 0 ? dl_nn_relu(ctx) : a == 1 ? dl_nn_sigmoid(ctx) : dl_nn_tanh(ctx);
+            mods[1] = act_module(ctx, a);
             mods[2] = dl_nn_max_pool2d(ctx, &pd);
             seq = dl_nn_sequential(ctx, c == 11 ? 3 : 2, mods);
-            np = dl_module_named_parameters(mods[0], &ps);
-            randomize_params(ctx, np, ps);
-            if (np == 2) {   /* a bias of both signs */
-                dl_no_grad_begin(ctx);
-                dl_copy_(ps[1].t, dl_add_scalar(ps[1].t, -1.0f));
-                dl_no_grad_end(ctx);
-            }
-            if (c == 3) dl_requires_grad(ps[1].t, false);
-            b = np == 2 ? ps[1].t : NULL;
+            b = conv_params(ctx, mods[0], c == 3, &w);
             memset(&bd, 0, sizeof bd);
             bd.create_graph = c == 2;
             y = c == 8 ? dl_module_forward_relu(mods[0], x) : dl_module_forward(seq, x);
-            ref = sp == 1 ? dl_conv1d(x2, ps[0].t, b, &cd) : sp == 2 ? dl_conv2d(x2, ps[0].t, b, &cd)
-                                                                     : dl_conv3d(x2, ps[0].t, b, &cd);
+            ref = sp == 1 ? dl_conv1d(x2, w, b, &cd) : sp == 2 ? dl_conv2d(x2, w, b, &cd) : dl_conv3d(x2, w, b, &cd);
             ref = a == 0 ? dl_relu(ref) : a == 1 ? dl_sigmoid(ref) : dl_tanh(ref);
             if (c == 11) ref = dl_max_pool2d(ref, &pd);
             fused_compare(ctx, "conv+act", a, c, y, ref, &bd, mods[0], x, x2, c == 4, c == 3);
@@ -1263,12 +1275,11 @@ static void test_conv_act_pool_fusion(void)
         for (c = 0; c < 12; c++) {
             int64_t ci = c == 10 ? 16 : c == 8 ? 4 : c == 1 ? 6 : 1, co = c == 10 ? 16 : c == 8 ? 4 : c == 1 ? 16 : 6;
             int64_t ksz = c <= 1 ? 5 : 3, hw = c == 1 ? 14 : c == 6 ? 9 : 8, n, xs[4];
-            int nd = 0, np, k;
+            int nd = 0, k;
             dl_conv_desc cd = dl_conv_desc_make(c == 8 ? 2 : 1, c == 0 ? 2 : c == 1 ? 0 : 1, 1, c == 8 ? 4 : 1);
             dl_pool_desc pd = dl_pool_desc_make(2, c == 9 ? 2 : c == 11 ? 1 : 0, 0, false, true);
             dl_module *mods[3], *seq;
-            dl_tensor *x, *x2, *y, *ref, *b;
-            const dl_named_tensor *ps;
+            dl_tensor *x, *x2, *y, *ref, *b, *w;
             float *h;
             dl_backward_desc bd;
             if (c != 7) xs[nd++] = 3;
@@ -1283,22 +1294,14 @@ static void test_conv_act_pool_fusion(void)
             x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
             free(h);
             mods[0] = dl_nn_conv2d(ctx, ci, co, ksz, &cd, c != 5);
-            mods[1] = a == 0 ? dl_nn_relu(ctx) : a == 1 ? dl_nn_sigmoid(ctx) : dl_nn_tanh(ctx);
+            mods[1] = act_module(ctx, a);
             mods[2] = dl_nn_avg_pool2d(ctx, &pd);
             seq = dl_nn_sequential(ctx, 3, mods);
-            np = dl_module_named_parameters(mods[0], &ps);
-            randomize_params(ctx, np, ps);
-            if (np == 2) {   /* a bias of both signs */
-                dl_no_grad_begin(ctx);
-                dl_copy_(ps[1].t, dl_add_scalar(ps[1].t, -1.0f));
-                dl_no_grad_end(ctx);
-            }
-            if (c == 3) dl_requires_grad(ps[1].t, false);
-            b = np == 2 ? ps[1].t : NULL;
+            b = conv_params(ctx, mods[0], c == 3, &w);
             memset(&bd, 0, sizeof bd);
             bd.create_graph = c == 2;
             y = dl_module_forward(seq, x);
-            ref = dl_conv2d(x2, ps[0].t, b, &cd);
+            ref = dl_conv2d(x2, w, b, &cd);
             ref = dl_avg_pool2d(a == 0 ? dl_relu(ref) : a == 1 ? dl_sigmoid(ref) : dl_tanh(ref), &pd);
             fused_compare(ctx, "conv+act+avgpool", a, c, y, ref, &bd, mods[0], x, x2, c == 4, c == 3);
         }
