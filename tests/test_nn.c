@@ -1179,6 +1179,23 @@ static void test_linear_act_fusion(void)
     dl_ctx_free(ctx);
 }
 
+/* two leaf inputs of shape (nd, xs) with the same quarter-step values
+   (fill_quarters, seed), requiring grad where grad: *x for the fused op,
+   *x2 for the ops it replaces */
+static void twin_inputs(dl_ctx *ctx, int nd, const int64_t *xs, uint64_t seed, bool grad, dl_tensor **x,
+                        dl_tensor **x2)
+{
+    int64_t n = 1;
+    int k;
+    float *h;
+    for (k = 0; k < nd; k++) n *= xs[k];
+    h = (float *)malloc(sizeof(float) * (size_t)n);
+    fill_quarters(h, NULL, n, seed);
+    *x = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), grad);
+    *x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), grad);
+    free(h);
+}
+
 /* the activation module a (0 ReLU, 1 Sigmoid, 2 Tanh) */
 static dl_module *act_module(dl_ctx *ctx, int a)
 {
@@ -1218,25 +1235,18 @@ static void test_conv_act_fusion(void)
         for (c = 0; c < 12; c++) {
             int sp = c == 1 ? 1 : c == 10 ? 3 : 2, k;
             int64_t ci = c == 9 ? 16 : c == 6 ? 4 : c == 1 ? 2 : 1, co = c == 9 ? 16 : c == 6 ? 4 : 6;
-            int64_t ksz = c == 0 ? 5 : 3, hw = c == 10 ? 5 : 9, nb = c == 7 ? 1 : 3, n, xs[5];
+            int64_t ksz = c == 0 ? 5 : 3, hw = c == 10 ? 5 : 9, nb = c == 7 ? 1 : 3, xs[5];
             int nd = 0;
             dl_conv_desc cd = dl_conv_desc_make(c == 6 ? 2 : 1, c == 0 ? 2 : 1, 1, c == 6 ? 4 : 1);
             dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
             dl_module *mods[3], *seq;
             dl_tensor *x, *x2, *y, *ref, *b, *w;
-            float *h;
             dl_backward_desc bd;
             if ((c == 8 || c == 11) && a != 0) continue;
             if (c != 7) xs[nd++] = nb;
             xs[nd++] = ci;
             for (k = 0; k < sp; k++) xs[nd++] = hw;
-            n = 1;
-            for (k = 0; k < nd; k++) n *= xs[k];
-            h = (float *)malloc(sizeof(float) * (size_t)n);
-            fill_quarters(h, NULL, n, 5151u + (uint64_t)(20 * a + c));
-            x = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
-            x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
-            free(h);
+            twin_inputs(ctx, nd, xs, 5151u + (uint64_t)(20 * a + c), c != 4, &x, &x2);
             mods[0] = sp == 1 ? dl_nn_conv1d(ctx, ci, co, ksz, &cd, c != 5)
                       : sp == 2 ? dl_nn_conv2d(ctx, ci, co, ksz, &cd, c != 5) : dl_nn_conv3d(ctx, ci, co, ksz, &cd, c != 5);
             mods[1] = act_module(ctx, a);
@@ -1274,25 +1284,18 @@ static void test_conv_act_pool_fusion(void)
     for (a = 0; a < 3; a++)
         for (c = 0; c < 12; c++) {
             int64_t ci = c == 10 ? 16 : c == 8 ? 4 : c == 1 ? 6 : 1, co = c == 10 ? 16 : c == 8 ? 4 : c == 1 ? 16 : 6;
-            int64_t ksz = c <= 1 ? 5 : 3, hw = c == 1 ? 14 : c == 6 ? 9 : 8, n, xs[4];
-            int nd = 0, k;
+            int64_t ksz = c <= 1 ? 5 : 3, hw = c == 1 ? 14 : c == 6 ? 9 : 8, xs[4];
+            int nd = 0;
             dl_conv_desc cd = dl_conv_desc_make(c == 8 ? 2 : 1, c == 0 ? 2 : c == 1 ? 0 : 1, 1, c == 8 ? 4 : 1);
             dl_pool_desc pd = dl_pool_desc_make(2, c == 9 ? 2 : c == 11 ? 1 : 0, 0, false, true);
             dl_module *mods[3], *seq;
             dl_tensor *x, *x2, *y, *ref, *b, *w;
-            float *h;
             dl_backward_desc bd;
             if (c != 7) xs[nd++] = 3;
             xs[nd++] = ci;
             xs[nd++] = hw;
             xs[nd++] = hw;
-            n = 1;
-            for (k = 0; k < nd; k++) n *= xs[k];
-            h = (float *)malloc(sizeof(float) * (size_t)n);
-            fill_quarters(h, NULL, n, 6161u + (uint64_t)(20 * a + c));
-            x = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
-            x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(nd, xs), h), c != 4);
-            free(h);
+            twin_inputs(ctx, nd, xs, 6161u + (uint64_t)(20 * a + c), c != 4, &x, &x2);
             mods[0] = dl_nn_conv2d(ctx, ci, co, ksz, &cd, c != 5);
             mods[1] = act_module(ctx, a);
             mods[2] = dl_nn_avg_pool2d(ctx, &pd);
