@@ -3092,6 +3092,17 @@ static bool dl__cu_convT_i2c(dl__dev *d, float *y, const float *x, const float *
     return dl__cu_conv_run(d, y, x, w, bias, n, g, true);
 }
 
+/* the pooled launch (dl__cuf_dconv_pool) with index type I */
+template <typename I>
+static void dl__cu_dconv_pool_go(dl__dev *d, float *y, float *yp, const float *x, const float *w, const float *bias,
+                                 int64_t n, const dl__cgeom *g, int act)
+{
+    dl__cuf_dconv_pool<I> f;
+    f.c.y = DL__CUP(d, y); f.c.x = DL__CUP(d, x); f.c.w = DL__CUP(d, w); f.c.b = bias ? DL__CUP(d, bias) : NULL;
+    f.c.g = *g; f.c.act = act; f.yp = DL__CUP(d, yp);
+    dl__cu_run<I>(d, "conv direct + activation + avg pool", n * g->Cb * g->Lb / 4, f);
+}
+
 /* A convolution and the activation after it as one launch
    (dl__backend.conv_act), where the direct path would take the conv and
    cuDNN is not asked to: each output element is act(sum + bias), the
@@ -3108,17 +3119,8 @@ static bool dl__cu_conv_act(dl__dev *d, float *y, const float *x, const float *w
     if (g->ib[0] != 1 || g->ib[1] % 2 || g->ib[2] % 2) return false;   /* the pool: 2-d, even H and W */
     if (!y) return true;                                               /* the answer only */
     dl__cu_enter(d);
-    if (dl__cu_direct_small(g, n)) {
-        dl__cuf_dconv_pool<int32_t> f;
-        f.c.y = DL__CUP(d, y); f.c.x = DL__CUP(d, x); f.c.w = DL__CUP(d, w); f.c.b = bias ? DL__CUP(d, bias) : NULL;
-        f.c.g = *g; f.c.act = act; f.yp = DL__CUP(d, yp);
-        dl__cu_run<int32_t>(d, "conv direct + activation + avg pool", n * g->Cb * g->Lb / 4, f);
-    } else {
-        dl__cuf_dconv_pool<int64_t> f;
-        f.c.y = DL__CUP(d, y); f.c.x = DL__CUP(d, x); f.c.w = DL__CUP(d, w); f.c.b = bias ? DL__CUP(d, bias) : NULL;
-        f.c.g = *g; f.c.act = act; f.yp = DL__CUP(d, yp);
-        dl__cu_run<int64_t>(d, "conv direct + activation + avg pool", n * g->Cb * g->Lb / 4, f);
-    }
+    if (dl__cu_direct_small(g, n)) dl__cu_dconv_pool_go<int32_t>(d, y, yp, x, w, bias, n, g, act);
+    else dl__cu_dconv_pool_go<int64_t>(d, y, yp, x, w, bias, n, g, act);
     return true;
 }
 
