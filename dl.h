@@ -4023,6 +4023,17 @@ struct dl__backend {
        answer, for the pooled variant) */
     bool (*conv_act)(dl__dev *d, float *y, const float *x, const float *w, const float *bias, int64_t n,
                      const dl__cgeom *g, int act, float *yp);
+    /* optional (NULL: bn_apply with relu, then max_pool; backward: unpool,
+       then bn_backward with ry): batch norm, its ReLU and a 2x2, stride-2
+       max pool of x (N, C, H, W), H and W even. bn_pool: yp (N, C, H/2,
+       W/2) = max_pool of bn_apply's ReLU'd y, idx (or NULL) its indices, as
+       max_pool's; bn_pool_bwd: bn_backward of g (yp's gradient) taken
+       through the unpool at idx and the ReLU's mask of yp: those ops' bits */
+    void (*bn_pool)(dl__dev *d, float *yp, int64_t *idx, const float *x, const float *mean, const float *invstd,
+                    const float *w, const float *b, int64_t N, int64_t C, int64_t H, int64_t W);
+    void (*bn_pool_bwd)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                        const float *mean, const float *invstd, const float *w, int64_t N, int64_t C, int64_t H,
+                        int64_t W, bool train, const float *yp, const int64_t *idx);
 };
 #define DL__AXM 48
 
@@ -9035,7 +9046,8 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* chan_sum: the two reduce passes (their bits) */
     dl__cpu_eq_i64,
     NULL, NULL,               /* bias_act*: the add and the activation (vectorized passes) */
-    NULL                      /* conv_act: likewise */
+    NULL,                     /* conv_act: likewise */
+    NULL, NULL                /* bn_pool*: the CPU pools before its ReLU (dl__seq_fwd) */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9797,7 +9809,8 @@ static const dl__backend dl__cap_backend = {
     NULL,
     dl__rw_eq_i64,
     NULL, NULL,
-    NULL
+    NULL,
+    NULL, NULL
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -12711,18 +12724,24 @@ static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
+static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape);
 static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};   /* + ReLU: reads its output */
 /* relu(batch_norm(x) + r): in[3] = r, whose gradient is the ReLU's masked g */
 static const dl__op dl__op_bn_add_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};
+/* max_pool2d(relu(batch_norm(x)), 2x2, stride 2): out the pooled output, saved[2] the pool's indices */
+static const dl__op dl__op_bn_relu_pool = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl_tensor *x = n->in[0], *w = n->in[1];
     int64_t N = x->shape[0], C = x->shape[1], L = (N * C) != 0 ? x->numel / (N * C) : 0;
     dl_tensor *dx = NULL, *dw = NULL, *db = NULL, *gm = NULL;
-    bool add = n->op == &dl__op_bn_add_relu, relu = add || n->op == &dl__op_bn_relu;
+    bool add = n->op == &dl__op_bn_add_relu, pool = n->op == &dl__op_bn_relu_pool;
+    bool relu = add || pool || n->op == &dl__op_bn_relu;
     if (dl__grad_on(x->ctx_)) {   /* the ReLU's backward as dl__relu_bwd's, from its output */
         if (relu && !(g = dl__act_grad(g, n->out, DL__U_RELU))) return x->ctx_->err;
+        /* (pooled: masked where the pool took it, then unpooled: the same values) */
+        if (pool && !(g = dl__unpool(g, n->saved[2], x->ndim, x->shape))) return x->ctx_->err;
         if (add && dl__need(n, 3)) gin[3] = g;
         return dl__bn_bwd_graph(n, g, gin);
     }
@@ -12736,12 +12755,19 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
     if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
     if (dl__need(n, 2) && !(db = dl__like("dl_batch_norm", n->in[2]))) return DL_ERR_OOM;
-    DL__BE(x)->bn_backward(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
-                           db ? (float *)db->data : NULL, (const float *)g->data,
-                           (const float *)x->data, (const float *)n->saved[0]->data,
-                           (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
-                           N, C, L, n->i[0] != 0, relu ? (const float *)n->out->data : NULL,
-                           gm ? (float *)gm->data : NULL);
+    if (pool)
+        DL__BE(x)->bn_pool_bwd(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
+                               db ? (float *)db->data : NULL, (const float *)g->data, (const float *)x->data,
+                               (const float *)n->saved[0]->data, (const float *)n->saved[1]->data,
+                               w ? (const float *)w->data : NULL, N, C, x->shape[2], x->shape[3], n->i[0] != 0,
+                               (const float *)n->out->data, (const int64_t *)n->saved[2]->data);
+    else
+        DL__BE(x)->bn_backward(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
+                               db ? (float *)db->data : NULL, (const float *)g->data,
+                               (const float *)x->data, (const float *)n->saved[0]->data,
+                               (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
+                               N, C, L, n->i[0] != 0, relu ? (const float *)n->out->data : NULL,
+                               gm ? (float *)gm->data : NULL);
     gin[0] = dx ? dl__check(dx, "dl_batch_norm") : NULL;
     gin[1] = dw;
     gin[2] = db;
@@ -12789,10 +12815,10 @@ static dl_result dl__ln_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd, 3, 0};
 
-/* records the normalization node */
+/* records the normalization node (idx: a fused max pool's indices, or NULL) */
 static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *y, dl_tensor *x,
                                   dl_tensor *w, dl_tensor *b, dl_tensor *r, dl_tensor *mean,
-                                  dl_tensor *invstd, int64_t attr, float eps)
+                                  dl_tensor *invstd, dl_tensor *idx, int64_t attr, float eps)
 {
     dl_tensor *in[4];
     dl__node *n;
@@ -12801,7 +12827,8 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
     if (n) {
         n->saved[0] = mean;
         n->saved[1] = invstd;
-        n->nsaved = 2;
+        n->saved[2] = idx;
+        n->nsaved = idx ? 3 : 2;
         n->i[0] = attr;
         n->f[0] = eps;
     }
@@ -12815,10 +12842,13 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
    ReLU: dl__seq_fwd), the ReLU with the apply and its mask with the
    backward, the values and bits of the two ops; r (with relu; checked by
    the caller: x's shape, device and dtype): relu(batch_norm(...) + r) as
-   one op, a residual block's tail (dl_module_forward_add_relu) */
+   one op, a residual block's tail (dl_module_forward_add_relu); pool (with
+   relu, no r; checked by the caller, dl__seq_fwd: x (N, C, H, W), H and W
+   even, the backend has bn_pool): then a 2x2, stride-2 max pool as one op
+   too (a Sequential's BatchNorm2d, ReLU, MaxPool2d(2, 2) on a GPU) */
 static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
                                  dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
-                                 float eps, dl_tensor *nbt, bool relu, dl_tensor *r)
+                                 float eps, dl_tensor *nbt, bool relu, dl_tensor *r, bool pool)
 {
     static const char *op = "dl_batch_norm";
     dl_ctx *ctx;
@@ -12874,14 +12904,27 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
         if (weight) y = dl_mul(y, dl__nn_chan(weight, x->ndim));
         if (bias) y = dl_add(y, dl__nn_chan(bias, x->ndim));
         if (r) y = dl_add(y, r);
+        if (pool) {
+            dl_pool_desc pd = dl_pool_desc_make(2, 2, 0, false, true);
+            return dl__end(ctx, dl_max_pool2d(dl_relu(y), &pd), op);
+        }
         return dl__end(ctx, relu ? dl_relu(y) : y, op);
     }
     {
         int64_t N = x->shape[0], L = (N * C) != 0 ? x->numel / (N * C) : 0;
         dl__dev *d = x->dev_;
+        dl_tensor *idx = NULL;
+        int64_t ps[4];
         mean = dl__new(d, op, 1, &C);
         invstd = dl__new(d, op, 1, &C);
-        y = dl__like(op, x);
+        if (pool) {   /* (N, C, H/2, W/2), and the indices where a backward may need them */
+            ps[0] = N; ps[1] = C; ps[2] = x->shape[2] / 2; ps[3] = x->shape[3] / 2;
+            y = dl__new(d, op, 4, ps);
+            if (y && dl__grad_on(ctx) && (x->requires_grad || (weight && weight->requires_grad) ||
+                                          (bias && bias->requires_grad)) &&
+                !(idx = dl__make(d, op, DL_DTYPE_I64, 4, ps, false, NULL)))
+                return NULL;
+        } else y = dl__like(op, x);
         if (!mean || !invstd || !y) return NULL;
         if (training) {
             /* the running statistics r = (1-m) r + m stat in the same pass,
@@ -12903,12 +12946,18 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
             d->be->unary(d, DL__U_AFFINE, (float *)invstd->data, (const float *)running_var->data, C, 1.0f, eps);
             d->be->unary(d, DL__U_POW, (float *)invstd->data, (const float *)invstd->data, C, -0.5f, 0.0f);
         }
-        d->be->bn_apply(d, (float *)y->data, (const float *)x->data, (const float *)mean->data,
-                        (const float *)invstd->data, weight ? (const float *)weight->data : NULL,
-                        bias ? (const float *)bias->data : NULL, r ? (const float *)r->data : NULL,
-                        N, C, L, relu);
-        y = dl__norm_record(op, r ? &dl__op_bn_add_relu : relu ? &dl__op_bn_relu : &dl__op_bn, y, x, weight,
-                            bias, r, mean, invstd, training, eps);
+        if (pool)
+            d->be->bn_pool(d, (float *)y->data, idx ? (int64_t *)idx->data : NULL, (const float *)x->data,
+                           (const float *)mean->data, (const float *)invstd->data,
+                           weight ? (const float *)weight->data : NULL, bias ? (const float *)bias->data : NULL,
+                           N, C, x->shape[2], x->shape[3]);
+        else
+            d->be->bn_apply(d, (float *)y->data, (const float *)x->data, (const float *)mean->data,
+                            (const float *)invstd->data, weight ? (const float *)weight->data : NULL,
+                            bias ? (const float *)bias->data : NULL, r ? (const float *)r->data : NULL,
+                            N, C, L, relu);
+        y = dl__norm_record(op, pool ? &dl__op_bn_relu_pool : r ? &dl__op_bn_add_relu : relu ? &dl__op_bn_relu
+                            : &dl__op_bn, y, x, weight, bias, r, mean, invstd, idx, training, eps);
     }
     if (!y) return NULL;
     if (training && running_mean && C) {
@@ -12922,7 +12971,8 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
                          dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
                          float eps)
 {
-    return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL, false, NULL);
+    return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL, false, NULL,
+                          false);
 }
 
 dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
@@ -12961,7 +13011,7 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
         d->be->ln_forward(d, (float *)y->data, (float *)mean->data, (float *)invstd->data,
                           (const float *)x->data, weight ? (const float *)weight->data : NULL,
                           bias ? (const float *)bias->data : NULL, rows, cols, eps);
-        return dl__done(dl__norm_record(op, &dl__op_ln, y, x, weight, bias, NULL, mean, invstd, k, eps), op);
+        return dl__done(dl__norm_record(op, &dl__op_ln, y, x, weight, bias, NULL, mean, invstd, NULL, k, eps), op);
     }
 }
 
@@ -14820,7 +14870,7 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
 }
 
 static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x);
-static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r);
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r, bool pool);
 
 static bool dl__linear_act_ok(dl_module *m, dl_tensor *x);
 static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act);
@@ -14831,7 +14881,7 @@ static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act, bool *pool)
 dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x)
 {
     if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x))
-        return dl__bnm_run(m, x, true, NULL);
+        return dl__bnm_run(m, x, true, NULL, false);
     if (dl__mod_ok(m) && dl__linear_act_ok(m, x)) return dl__linear_act(m, x, DL__U_RELU);
     if (dl__mod_ok(m) && dl__conv_act_ok(m, x)) return dl__convm_act(m, x, DL__U_RELU, NULL);
     return dl_relu(dl_module_forward(m, x));
@@ -14844,7 +14894,7 @@ dl_tensor *dl_module_forward_add_relu(dl_module *m, dl_tensor *x, dl_tensor *r)
         dl__valid(m->type, "r", r) && x->dtype == DL_DTYPE_F32 && r->dtype == DL_DTYPE_F32 &&
         r->ctx_ == x->ctx_ && r->dev_ == x->dev_ && r->ndim == x->ndim &&
         memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) == 0)
-        return dl__bnm_run(m, x, true, r);   /* one op; else as written, with its ops' errors */
+        return dl__bnm_run(m, x, true, r, false);   /* one op; else as written, with its ops' errors */
     return dl_relu(dl_add(dl_module_forward(m, x), r));
 }
 
@@ -15247,7 +15297,7 @@ static int dl__act_of(const dl_module *a)
 }
 static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x);
 static bool dl__is_max_pool(const dl_module *m);
-static bool dl__is_avg_pool2(const dl_module *m);
+static bool dl__is_pool2(const dl_module *m, int kind);
 
 /* BatchNorm then ReLU runs as one op (dl__batch_norm's relu): the ReLU in
    the normalization's pass, its mask in the backward's, the same bits as
@@ -15260,9 +15310,12 @@ static bool dl__is_avg_pool2(const dl_module *m);
    and backward. BatchNorm, ReLU, MaxPool: on a GPU the first (launches
    cost more than the quarter's passes; the pool then takes the first
    largest of the ReLU'd window, the same element where one is positive,
-   and a window with none passes 0 through the ReLU's mask), on the CPU
-   the second (a quarter of the data beats the mask's two reads of the
-   whole in the backward). Linear then ReLU, Sigmoid or Tanh, where the
+   and a window with none passes 0 through the ReLU's mask), and where the
+   pool is 2x2 with stride 2 and the height and width are even, all three
+   as one op (bn_pool: the pool in the apply's launch, which writes only
+   the pooled output; the unpool and the mask in the backward's two
+   passes); on the CPU the second (a quarter of the data beats the mask's
+   two reads of the whole in the backward). Linear then ReLU, Sigmoid or Tanh, where the
    backend fuses them (a GPU): the bias and the activation as one op
    (dl__bias_act), one pass forward and, with the bias's gradient, one
    backward, in place of two each. A convolution then one of those, where
@@ -15276,15 +15329,20 @@ static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
     int i;
     for (i = 0; i < m->nc && x; i++) {
         dl_module *c = m->cs[i].m;
-        if (c->forward == dl__bnm_fwd && i + 1 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&
-            dl__valid(c->type, "x", x) &&
-            !(x->device.type == DL_DEVICE_CPU && i + 2 < m->nc && dl__is_max_pool(m->cs[i + 2].m))) {
-            x = dl__bnm_run(c, x, true, NULL);
+        if (c->forward == dl__bnm_fwd && i + 2 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&
+            dl__is_pool2(m->cs[i + 2].m, 0) && dl__valid(c->type, "x", x) && DL__BE(x)->bn_pool &&
+            x->dtype == DL_DTYPE_F32 && x->ndim == 4 && x->shape[2] % 2 == 0 && x->shape[3] % 2 == 0) {
+            x = dl__bnm_run(c, x, true, NULL, true);
+            i += 2;
+        } else if (c->forward == dl__bnm_fwd && i + 1 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&
+                   dl__valid(c->type, "x", x) &&
+                   !(x->device.type == DL_DEVICE_CPU && i + 2 < m->nc && dl__is_max_pool(m->cs[i + 2].m))) {
+            x = dl__bnm_run(c, x, true, NULL, false);
             i++;
         } else if (i + 1 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__linear_act_ok(c, x)) {
             x = dl__linear_act(c, x, dl__act_of(m->cs[i + 1].m));
             i++;
-        } else if (i + 2 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__is_avg_pool2(m->cs[i + 2].m) &&
+        } else if (i + 2 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__is_pool2(m->cs[i + 2].m, 1) &&
                    dl__conv_act_ok(c, x)) {
             bool pooled = true;
             x = dl__convm_act(c, x, dl__act_of(m->cs[i + 1].m), &pooled);
@@ -15463,12 +15521,13 @@ static bool dl__is_max_pool(const dl_module *m)
     return m->forward == dl__poolm_fwd && ((const dl__poolm *)m->state)->kind == 0;
 }
 
-/* an AvgPool2d of kernel 2, stride 2, no padding, floor mode (dl__pool2) */
-static bool dl__is_avg_pool2(const dl_module *m)
+/* a MaxPool2d (kind 0) or AvgPool2d (1) of kernel 2, stride 2, no
+   padding (nor dilation), floor mode (dl__pool2) */
+static bool dl__is_pool2(const dl_module *m, int kind)
 {
     const dl__poolm *s = (const dl__poolm *)m->state;
     int i;
-    if (m->forward != dl__poolm_fwd || s->kind != 1 || s->spatial != 2 || s->d.ceil_mode) return false;
+    if (m->forward != dl__poolm_fwd || s->kind != kind || s->spatial != 2 || s->d.ceil_mode) return false;
     for (i = 0; i < 2; i++)
         if (s->d.kernel[i] != 2 || (s->d.stride[i] != 0 && s->d.stride[i] != 2) || s->d.padding[i] != 0 ||
             (s->d.dilation[i] != 0 && s->d.dilation[i] != 1))
@@ -15514,7 +15573,7 @@ typedef struct dl__bnm {
     dl_tensor *w, *b, *rm, *rv, *nbt;
 } dl__bnm;
 
-static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r)
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r, bool pool)
 {
     dl__bnm *s = (dl__bnm *)dl_module_state(m);
     bool ok = s->spatial < 0 ? (x->ndim == 2 || x->ndim == 3) : x->ndim == s->spatial + 2;
@@ -15525,9 +15584,10 @@ static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *
         return NULL;
     }
     if (train) dl__cap_use(s->nbt);   /* num_batches_tracked += 1 (a replay repeats it) */
-    return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL, relu, r);
+    return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL, relu, r,
+                          pool);
 }
-static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x) { return dl__bnm_run(m, x, false, NULL); }
+static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x) { return dl__bnm_run(m, x, false, NULL, false); }
 
 static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_t c)
 {

@@ -33,8 +33,9 @@
    what was written after: the direct sums of few-channel convolutions
    (dl__cu_direct, with the activation and 2x2 average pool after them:
    dl__cu_conv_act), the fused class-index losses (dl__cu_class_loss), the
-   one-launch gradient accumulation (dl__cu_axpy_multi) and every launch
-   fusion since (docs/cuda.md, "Launches").
+   one-launch gradient accumulation (dl__cu_axpy_multi), batch norm with
+   its ReLU and 2x2 max pool (dl__cu_bn_pool, dl__cu_bn_pool_bwd) and every
+   launch fusion since (docs/cuda.md, "Launches").
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -95,7 +96,8 @@
        sums then one thread; the backward one launch with the row's sum in
        closed form); a backward's leaf gradients are added by one launch per
        48 (axpy_multi: the table in the launch's arguments); a Sequential's
-       BatchNorm then ReLU is one op (bn_apply's relu, bn_backward's ry).
+       BatchNorm then ReLU is one op (bn_apply's relu, bn_backward's ry),
+       and with a 2x2 max pool after them too (bn_pool, bn_pool_bwd).
      - Determinism: no atomics whose order changes results (the only atomic
        is an atomicMin on an index: order-independent). Reductions use a
        fixed block size and a fixed tree, col2im and the average-pooling
@@ -3671,6 +3673,18 @@ struct dl__cuf_ln_dwb {
 #define DL__CU_BN_BLOCKS 512
 #endif
 
+/* The gradient at element l of a plane (rows of width pw, even) through a
+   2x2, stride-2 max pool's adjoint and then a fused ReLU's mask, from the
+   plane's pooled gradient g, pooled output yp and indices ix: the unpool's
+   0 + g where ix names l (else 0), then DL__B_RELU_GRAD of that and the
+   ReLU'd element the pool took (yp there): the two backward ops' bits. */
+template <typename I>
+static DL__HD inline float dl__cu_maxadj(const float *g, const float *yp, const int64_t *ix, I l, I pw)
+{
+    I i = l / pw, p = (i >> 1) * (pw >> 1) + ((l - i * pw) >> 1);
+    return ix[p] == (int64_t)l ? dl__cu_bin<DL__B_RELU_GRAD>(dl__cu_fadd(0.0f, g[p]), yp[p]) : 0.0f;
+}
+
 /* thread t (of G) of pass-1 job j = c S + s: its two sums over chunk s of
    channel c (ST: statistics, else the backward's), elements in order */
 template <bool ST, typename I>
@@ -3679,6 +3693,8 @@ struct dl__cu_bnpart {
     float *gm;                                      /* with ry: its gradient written there (or NULL) */
     int act;                                        /* with ry: which (dl__cu_actg; batch norm: ReLU) */
     I pw;   /* > 0 (with ry): g is a 2x2 average pool's gradient (N, C, L/4), rows of width pw */
+    const int64_t *pix;   /* with pw and ry: the pool is a max pool, these its indices (N, C, L/4),
+                             ry its output (dl__cu_maxadj) */
     /* g at element (n, l) of channel c's gc: itself, or with pw the pool's
        adjoint there, 0 + g / 4 (dl__cuf_avgpool_adj's one window) */
     DL__HD float gat(const float *gc, I n, I l, I CL) const
@@ -3694,7 +3710,8 @@ struct dl__cu_bnpart {
         I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
         I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
         const float *xc = x ? x + c * L : NULL, *gc = ST ? NULL : g + c * (pw ? L / 4 : L);
-        const float *rc = ST || !ry ? NULL : ry + c * L;
+        const float *rc = ST || !ry ? NULL : ry + c * (pix ? L / 4 : L);
+        const int64_t *ic = ST || !pix ? NULL : pix + c * (L / 4);
         float *mc = ST || !rc || !gm ? NULL : gm + c * L;
         double a = 0.0, b = 0.0, K;
         *pa = *pb = 0.0;
@@ -3708,7 +3725,11 @@ struct dl__cu_bnpart {
             for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
                 I at = n * CL + l;
                 xv[u] = ST || xc ? xc[at] : 0.0f;
-                if (!ST) gv[u] = rc ? dl__cu_actg(act, gat(gc, n, l, CL), rc[at]) : gc[at];
+                if (!ST) {
+                    I pq = n * (CL / 4);   /* (with ic: the pooled plane's start) */
+                    gv[u] = ic ? dl__cu_maxadj<I>(gc + pq, rc + pq, ic + pq, l, pw)
+                            : rc ? dl__cu_actg(act, gat(gc, n, l, CL), rc[at]) : gc[at];
+                }
                 if (mc) mc[at] = gv[u];                                /* each element once */
                 n += gq;
                 l += gr;
@@ -3790,13 +3811,13 @@ struct dl__cuh_bnpart {
    channel, then fin(c) for every channel (F: dl__cuf_bn_fin or _sfin) */
 template <bool ST, typename I, typename F>
 static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                               const float *ry, float *gm, int act, int64_t pw, int64_t C, int64_t L, int64_t M,
-                               int64_t S, const F &fin)
+                               const float *ry, float *gm, int act, int64_t pw, const int64_t *pix, int64_t C,
+                               int64_t L, int64_t M, int64_t S, const F &fin)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
     I jobs = (I)(C * S);
-    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.act = act; p.pw = (I)pw;
+    p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.act = act; p.pw = (I)pw; p.pix = pix;
     p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
         dl__cuh_bnpart<ST, I, F> f;
@@ -3827,13 +3848,13 @@ static double *dl__cu_bn_scratch(dl__dev *d, int64_t N, int64_t C, int64_t L, in
 /* passes 1 and 2 with 32-bit indices where x's elements and the jobs allow */
 template <bool ST, typename F>
 static void dl__cu_bn_pass(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
-                           const float *ry, float *gm, int act, int64_t pw, int64_t N, int64_t C, int64_t L,
-                           int64_t S, const F &fin)
+                           const float *ry, float *gm, int act, int64_t pw, const int64_t *pix, int64_t N,
+                           int64_t C, int64_t L, int64_t S, const F &fin)
 {
     if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * S))
-        dl__cu_bn_pass_run<ST, int32_t, F>(d, part, x, g, mean, ry, gm, act, pw, C, L, N * L, S, fin);
+        dl__cu_bn_pass_run<ST, int32_t, F>(d, part, x, g, mean, ry, gm, act, pw, pix, C, L, N * L, S, fin);
     else
-        dl__cu_bn_pass_run<ST, int64_t, F>(d, part, x, g, mean, ry, gm, act, pw, C, L, N * L, S, fin);
+        dl__cu_bn_pass_run<ST, int64_t, F>(d, part, x, g, mean, ry, gm, act, pw, pix, C, L, N * L, S, fin);
 }
 
 /* pass 2 of the statistics, channel c: its S partials in order, then the
@@ -3922,35 +3943,72 @@ template <> struct dl__cu_chan<int64_t> {
     DL__HD int64_t of(int64_t e) const { return (e / L) % C; }
 };
 
-/* y = x sc + sh, sc = invstd w, sh = b - mean sc, one thread per element
-   (dl__bn_apply_task); r: then + r (dl_add's rounding); relu: then
-   DL__U_RELU's max(y, 0) */
+/* x v of channel c normalized: v sc + sh, sc = invstd w, sh = b - mean sc
+   (dl__bn_apply_task's roundings) */
+template <typename I>
+static DL__HD inline float dl__cu_bn_val(float v, const float *mean, const float *invstd, const float *w,
+                                         const float *b, I c)
+{
+    float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
+    float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
+    return dl__cu_fadd(dl__cu_fmul(v, sc), sh);
+}
+
+/* y = x sc + sh, one thread per element; r: then + r (dl_add's rounding);
+   relu: then DL__U_RELU's max(y, 0) */
 template <typename I>
 struct dl__cuf_bn_apply {
     float *y; const float *x, *mean, *invstd, *w, *b, *r; dl__cu_chan<I> ch; bool relu;
     DL__HD void operator()(I e) const
     {
-        I c = ch.of(e);
-        float sc = dl__cu_fmul(invstd[c], w ? w[c] : 1.0f);
-        float sh = dl__cu_fsub(b ? b[c] : 0.0f, dl__cu_fmul(mean[c], sc));
-        float v = dl__cu_fadd(dl__cu_fmul(x[e], sc), sh);
+        float v = dl__cu_bn_val<I>(x[e], mean, invstd, w, b, ch.of(e));
         if (r) v = dl__cu_fadd(v, r[e]);
         y[e] = !relu || v > 0 || v != v ? v : 0.0f;
     }
 };
 
-/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0
-   (dl__bn_dx_task); gm: the masked g written there too (no pass 1 ran) */
+/* Batch norm, its ReLU and a 2x2, stride-2 max pool (bn_pool): a thread per
+   pooled output e of (N C, H/2, W/2) takes its window's four elements in
+   row order through bn_apply's expression and ReLU, then max_pool's choice
+   (the first largest, NaN wins), and writes it and its index in the plane:
+   the three ops' bits, without the ReLU'd (N, C, H, W) tensor. */
 template <typename I>
-struct dl__cuf_bn_dx {
-    float *dx, *gm; const float *g, *x, *mean, *invstd, *w, *coef, *ry; dl__cu_chan<I> ch;
+struct dl__cuf_bn_pool {
+    float *yp; int64_t *idx; const float *x, *mean, *invstd, *w, *b; I C, W, Lp;
     DL__HD void operator()(I e) const
     {
-        I c = ch.of(e);
+        I q = e / Lp, o = e - q * Lp, Wp = W >> 1, r = o / Wp, at0 = 2 * r * W + 2 * (o - r * Wp);
+        const float *xq = x + q * 4 * Lp;
+        float m = -INFINITY;
+        int64_t best = -1;
+        int u;
+        for (u = 0; u < 4; u++) {
+            I at = at0 + (I)(u >> 1) * W + (I)(u & 1);
+            float v = dl__cu_bn_val<I>(xq[at], mean, invstd, w, b, q % C);
+            v = v > 0 || v != v ? v : 0.0f;
+            if (best < 0 || v > m || v != v) { m = v; best = (int64_t)at; }
+        }
+        yp[e] = m;
+        if (idx) idx[e] = best;
+    }
+};
+
+/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0
+   (dl__bn_dx_task); gm: the masked g written there too (no pass 1 ran);
+   pix: g through a max pool's adjoint and the ReLU (dl__cu_maxadj; ry the
+   pool's output, L = pw H) */
+template <typename I>
+struct dl__cuf_bn_dx {
+    float *dx, *gm; const float *g, *x, *mean, *invstd, *w, *coef, *ry; const int64_t *pix; I L, pw;
+    dl__cu_chan<I> ch;
+    DL__HD void operator()(I e) const
+    {
+        I c = ch.of(e), q = pix ? e / L : 0;
         float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
         float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
         float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
-        float ge = ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
+        float ge = pix ? dl__cu_maxadj<I>(g + q * (L / 4), ry + q * (L / 4), pix + q * (L / 4), e - q * L, pw)
+                   : ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
         if (gm) gm[e] = ge;
         if (dx) dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
     }
@@ -3973,7 +4031,7 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     f.rv = rs && rs->rv ? DL__CUP(d, rs->rv) : NULL;
     f.nbt = rs && rs->nbt ? DL__CUP(d, rs->nbt) : NULL;
     f.keep = rs ? rs->keep : 0.0f; f.mom = rs ? rs->mom : 0.0f; f.vmom = rs ? rs->vmom : 0.0f;
-    dl__cu_bn_pass<true>(d, part, x, NULL, NULL, NULL, NULL, -1, 0, N, C, L, S, f);
+    dl__cu_bn_pass<true>(d, part, x, NULL, NULL, NULL, NULL, -1, 0, NULL, N, C, L, S, f);
 }
 
 template <typename I>
@@ -4000,22 +4058,48 @@ static void dl__cu_bn_apply(dl__dev *d, float *y, const float *x, const float *m
 }
 
 template <typename I>
+static void dl__cu_bn_pool_run(dl__dev *d, float *yp, int64_t *idx, const float *x, const float *mean,
+                               const float *invstd, const float *w, const float *b, int64_t np, int64_t C,
+                               int64_t W, int64_t Lp)
+{
+    dl__cuf_bn_pool<I> f;
+    f.yp = yp; f.idx = idx; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.b = b;
+    f.C = (I)C; f.W = (I)W; f.Lp = (I)Lp;
+    dl__cu_run<I>(d, "bn_apply + max_pool", np, f);
+}
+
+static void dl__cu_bn_pool(dl__dev *d, float *yp, int64_t *idx, const float *x, const float *mean,
+                           const float *invstd, const float *w, const float *b, int64_t N, int64_t C, int64_t H,
+                           int64_t W)
+{
+    int64_t Lp = (H / 2) * (W / 2), np = N * C * Lp;
+    dl__cu_enter(d);
+    if (np <= 0) return;
+    yp = DL__CUP(d, yp); idx = idx ? DL__CUP(d, idx) : NULL; x = DL__CUP(d, x); mean = DL__CUP(d, mean);
+    invstd = DL__CUP(d, invstd); w = w ? DL__CUP(d, w) : NULL; b = b ? DL__CUP(d, b) : NULL;
+    if (dl__cu_small(N * C * H * W)) dl__cu_bn_pool_run<int32_t>(d, yp, idx, x, mean, invstd, w, b, np, C, W, Lp);
+    else dl__cu_bn_pool_run<int64_t>(d, yp, idx, x, mean, invstd, w, b, np, C, W, Lp);
+}
+
+template <typename I>
 static void dl__cu_bn_dx_run(dl__dev *d, float *dx, float *gm, const float *g, const float *x, const float *mean,
-                             const float *invstd, const float *w, const float *coef, const float *ry, int64_t n,
-                             int64_t C, int64_t L)
+                             const float *invstd, const float *w, const float *coef, const float *ry,
+                             const int64_t *pix, int64_t pw, int64_t n, int64_t C, int64_t L)
 {
     dl__cuf_bn_dx<I> f;
     f.dx = dx; f.gm = gm; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
+    f.pix = pix; f.L = (I)L; f.pw = (I)pw;
     f.ch.init(C, L);
     dl__cu_run<I>(d, dx ? "bn_backward dx" : "bn_backward mask", n, f);
 }
 
 /* gm (with ry): the masked g, written by pass 1 where it runs (the dx pass
    then reads it in place of g and ry), else by the dx pass, else by a pass
-   of its own */
-static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
-                               const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t L, bool train, const float *ry, float *gm)
+   of its own. pix (with ry, no gm): g and ry are a 2x2 max pool's gradient
+   and output, pix its indices, rows of width pw (bn_pool_bwd) */
+static void dl__cu_bn_bwd_go(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                             const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                             int64_t L, bool train, const float *ry, float *gm, const int64_t *pix, int64_t pw)
 {
     float *coef = NULL;
     int64_t n = N * C * L;
@@ -4025,6 +4109,8 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
     w = w ? DL__CUP(d, w) : NULL;
     ry = ry ? DL__CUP(d, ry) : NULL;
     gm = ry && gm ? DL__CUP(d, gm) : NULL;
+    pix = ry && pix ? DL__CUP(d, pix) : NULL;
+    if (!pix) pw = 0;
     if (C <= 0) return;
     if (dw || db || (dx && train)) {
         dl__cuf_bn_sfin f;
@@ -4034,7 +4120,7 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
         if (dx && train) coef = (float *)(part + 2 * C * S);
         f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
         if (n > 0) {
-            dl__cu_bn_pass<false>(d, part, x, g, mean, ry, gm, DL__U_RELU, 0, N, C, L, S, f);
+            dl__cu_bn_pass<false>(d, part, x, g, mean, ry, gm, DL__U_RELU, pw, pix, N, C, L, S, f);
             if (gm) {   /* written: the dx pass reads it */
                 g = gm;
                 ry = NULL;
@@ -4046,9 +4132,23 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
         }
     }
     if ((dx || gm) && L > 0 && n > 0) {
-        if (dl__cu_small(n)) dl__cu_bn_dx_run<int32_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, n, C, L);
-        else dl__cu_bn_dx_run<int64_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, n, C, L);
+        if (dl__cu_small(n)) dl__cu_bn_dx_run<int32_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L);
+        else dl__cu_bn_dx_run<int64_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L);
     }
+}
+
+static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                               int64_t L, bool train, const float *ry, float *gm)
+{
+    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry, gm, NULL, 0);
+}
+
+static void dl__cu_bn_pool_bwd(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
+                               const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
+                               int64_t H, int64_t W, bool train, const float *yp, const int64_t *idx)
+{
+    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, H * W, train, yp, NULL, idx, W);
 }
 
 /* A Linear's bias and activation (dl__backend.bias_act): y = act(x + b[c])
@@ -4161,7 +4261,7 @@ static void dl__cu_chan_sum(dl__dev *d, float *y, const float *x, int64_t N, int
     f.dw = NULL; f.db = DL__CUP(d, y); f.coef = NULL; f.part = part; f.invstd = NULL; f.S = S;
     f.M = (double)(N * L);
     dl__cu_bn_pass<false>(d, part, NULL, DL__CUP(d, x), NULL, ry ? DL__CUP(d, ry) : NULL, gm ? DL__CUP(d, gm) : NULL,
-                          act, ry ? pw : 0, N, C, L, S, f);
+                          act, ry ? pw : 0, NULL, N, C, L, S, f);
 }
 
 static void dl__cu_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
@@ -4707,7 +4807,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_chan_sum,
     dl__cu_eq_i64,
     dl__cu_bias_act, dl__cu_bias_act_bwd,
-    dl__cu_conv_act
+    dl__cu_conv_act,
+    dl__cu_bn_pool, dl__cu_bn_pool_bwd
 };
 
 static int dl__cuda_count(void)

@@ -1295,6 +1295,45 @@ static void test_bn_add_relu(void)
     dl_set_device(C, dl_cpu());
 }
 
+typedef struct { dl_module *bn, *seq; dl_tensor *x; } bn_pool_case;
+static dl_tensor *bn_pool_fwd(void *u, bool fused)
+{
+    bn_pool_case *b = (bn_pool_case *)u;
+    dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+    return fused ? dl_module_forward(b->seq, b->x) : dl_max_pool2d(dl_relu(dl_module_forward(b->bn, b->x)), &pd);
+}
+
+/* Sequential's BatchNorm2d, ReLU, MaxPool2d(2): forward and dl_grad of x,
+   weight and bias take four launches fewer than the three ops (the ReLU
+   and the pool in the apply's launch; the unpool and the ReLU's mask in the
+   backward's two passes), with the same bits; an odd width keeps the pool
+   as its own op (BatchNorm and ReLU still one: two fewer) */
+static void test_bn_relu_pool(void)
+{
+    static const int64_t sh[3][5] = {{6, 5, 8, 10, 4}, {4, 16, 6, 6, 4}, {3, 4, 6, 7, 2}};   /* shape, fewer */
+    static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
+    int c;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 3; c++) {
+        dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+        const dl_named_tensor *ps;
+        dl_module *mods[3];
+        dl_tensor *in[3];
+        bn_pool_case u;
+        mods[0] = u.bn = dl_nn_batch_norm2d(C, sh[c][1]);
+        mods[1] = dl_nn_relu(C);
+        mods[2] = dl_nn_max_pool2d(C, &pd);
+        u.seq = dl_nn_sequential(C, 3, mods);
+        u.x = dl_keep(dl_requires_grad(dl_randn(C, dl_shape_make(4, sh[c])), true));
+        dl_module_named_parameters(u.bn, &ps);
+        in[0] = u.x; in[1] = ps[0].t; in[2] = ps[1].t;
+        fused_check("bn+relu+max_pool", c, bn_pool_fwd, &u, 3, in, names, (size_t)sh[c][4]);
+        dl_free(u.x);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 typedef struct { dl_module *lin, *seq; dl_tensor *x; bool relu; } lin_act_case;
 static dl_tensor *lin_act_fwd(void *u, bool fused)
 {
@@ -1688,6 +1727,7 @@ int main(int argc, char **argv)
     test_ce_seed();
     test_chan_sum();
     test_bn_add_relu();
+    test_bn_relu_pool();
     test_linear_act();
     test_conv_act();
     test_memory();

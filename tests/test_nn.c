@@ -979,26 +979,34 @@ static void randomize_params(dl_ctx *ctx, int np, const dl_named_tensor *ps)
    has no dx to live in). Values include zeros of both signs and ties.
    Cases 9-13 take dl_module_forward_relu instead of the Sequential (cases
    0-3 and 6 again), case 14 that on a Linear (no fusion: the same as
-   dl_relu after it). */
+   dl_relu after it). Cases 15-19 take the 2x2 pool again, which a GPU runs
+   in the same op (bn_pool): with create_graph, eval with an input that
+   needs no gradient, odd height and width (the pool then stays its own
+   op), NaN and infinities (eval: the running statistics stay finite), and
+   an odd width in eval. */
 static void test_bn_relu_fusion(void)
 {
     dl_ctx *ctx = new_ctx(4);
     int c;
-    for (c = 0; c < 15; c++) {
+    for (c = 0; c < 20; c++) {
         static const int like[6] = {0, 1, 2, 3, 6, 0};
-        bool fr = c >= 9, lin = c == 14;
+        bool fr = c >= 9 && c < 15, lin = c == 14;
         int b = fr ? like[c - 9] : c;
-        bool two = b >= 2, train = b % 2 == 0, pool = b >= 4 && b < 6, second = b == 6 || b == 7, nox = b == 8;
-        int64_t n = two ? 4 * 3 * 6 * 6 : 5 * 7;
+        bool two = b >= 2, train = b % 2 == 0, pool = (b >= 4 && b < 6) || b >= 15;
+        bool second = b == 6 || b == 7 || b == 15, nox = b == 8 || b == 16;
+        int64_t H = b == 17 ? 7 : 6, W = b == 17 || b == 19 ? 7 : 6, n = two ? 4 * 3 * H * W : 5 * 7, i;
         dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
         dl_module *mods[3], *seq;
-        dl_tensor *x, *x2, *y, *ref, *gy, *g0[2] = {NULL, NULL};
+        dl_tensor *x, *x2, *y, *ref, *gy, *g0[2] = {NULL, NULL}, *clean = NULL;
         const dl_named_tensor *ps;
         float *h = (float *)malloc(sizeof(float) * (size_t)n);
         dl_backward_desc bd;
         int np;
+        if (b >= 15) train = b == 15 || b == 17;
         fill_quarters(h, NULL, n, 777u + (uint64_t)c);
-        x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, 6, 6) : DL_SHAPE(5, 7), h), !nox);
+        if (b == 18) clean = dl_from_array(ctx, DL_SHAPE(4, 3, H, W), h);   /* (eval: finite running statistics) */
+        for (i = 0; b == 18 && i < n; i += 7) h[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        x = dl_requires_grad(dl_from_array(ctx, two ? DL_SHAPE(4, 3, H, W) : DL_SHAPE(5, 7), h), !nox);
         x2 = dl_requires_grad(dl_from_array(ctx, dl_shape_make(x->ndim, x->shape), h), !nox);
         free(h);
         mods[0] = lin ? dl_nn_linear(ctx, 7, 7, true) : two ? dl_nn_batch_norm2d(ctx, 3) : dl_nn_batch_norm1d(ctx, 7);
@@ -1008,7 +1016,7 @@ static void test_bn_relu_fusion(void)
         np = dl_module_named_parameters(mods[0], &ps);
         randomize_params(ctx, np, ps);
         if (!train) {   /* running statistics of a batch first */
-            dl_module_forward(mods[0], x);
+            dl_module_forward(mods[0], clean ? clean : x);
             dl_module_train(seq, false);
         }
         memset(&bd, 0, sizeof bd);

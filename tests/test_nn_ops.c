@@ -169,8 +169,8 @@ typedef struct GC {
     uint64_t seed;
     int sub;                      /* GC_LOSS_HESS: the loss (GC_SL1 .. GC_KL), desc d */
     dl_module *mod;               /* GC_BN_ADD_RELU: the BatchNorm; in = (x, r); GC_CONV_ACT(_HESS): a
-                                     Sequential (conv, activation[, avg pool]); in = (x, its weight
-                                     [, bias]) */
+                                     Sequential (conv, activation[, avg pool]) or (BatchNorm2d, ReLU,
+                                     MaxPool2d); in = (x, its weight[, bias]) */
 } GC;
 
 static dl_ctx *G;
@@ -390,6 +390,33 @@ static void gc_conv_act(const char *what, dl_shape xs, int64_t out, int64_t k, i
     mods[2] = dl_nn_avg_pool2d(G, &pd);
     g.mod = dl_nn_sequential(G, how & GCA_POOL ? 3 : 2, mods);
     np = dl_module_named_parameters(mods[0], &ps);
+    in[0] = U(xs, -2.0f, 2.0f, true);
+    for (j = 0; j < np && j < 2; j++) in[1 + j] = ps[j].t;
+    gc_run(what, &g, 1 + np, in);
+}
+
+/* a Sequential's BatchNorm2d, ReLU and 2x2 max pool (one op where the
+   backend fuses them: a GPU's bn_pool), in x, the weight and the bias
+   (away from 1 and 0); eval: running statistics of a batch first; hess:
+   the second order, as gc_conv_act's */
+static void gc_bn_relu_pool(const char *what, dl_shape xs, bool training, bool hess)
+{
+    GC g = gc_new(hess ? GC_CONV_ACT_HESS : GC_CONV_ACT);
+    dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+    dl_tensor *in[3];
+    dl_module *mods[3];
+    const dl_named_tensor *ps;
+    int np, j;
+    mods[0] = dl_nn_batch_norm2d(G, xs.d[1]);
+    mods[1] = dl_nn_relu(G);
+    mods[2] = dl_nn_max_pool2d(G, &pd);
+    g.mod = dl_nn_sequential(G, 3, mods);
+    np = dl_module_named_parameters(mods[0], &ps);
+    dl_no_grad_begin(G);
+    for (j = 0; j < np; j++) dl_copy_(ps[j].t, U(dl_shape_make(1, ps[j].t->shape), 0.5f, 1.5f, false));
+    if (!training) dl_module_forward(mods[0], U(xs, -2.0f, 2.0f, false));   /* running statistics */
+    dl_no_grad_end(G);
+    dl_module_train(g.mod, training);
     in[0] = U(xs, -2.0f, 2.0f, true);
     for (j = 0; j < np && j < 2; j++) in[1 + j] = ps[j].t;
     gc_run(what, &g, 1 + np, in);
@@ -657,6 +684,10 @@ static void test_gradcheck(void)
     gc_conv_act("conv2d+sigmoid+avgpool, no bias", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1, GCA_POOL | GCA_NOBIAS);
     gc_conv_act("conv2d+sigmoid second order", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1, GCA_HESS);
     gc_conv_act("conv2d+tanh+avgpool second order", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 2, GCA_POOL | GCA_HESS);
+    gc_bn_relu_pool("bn2d+relu+maxpool train", DL_SHAPE(3, 2, 4, 6), true, false);
+    gc_bn_relu_pool("bn2d+relu+maxpool eval", DL_SHAPE(2, 3, 4, 4), false, false);
+    gc_bn_relu_pool("bn2d+relu+maxpool odd (unfused)", DL_SHAPE(2, 2, 5, 5), true, false);
+    gc_bn_relu_pool("bn2d+relu+maxpool second order", DL_SHAPE(3, 2, 4, 4), true, true);
     gc_conv_act("conv2d+sigmoid+avgpool second order, no bias", DL_SHAPE(2, 1, 6, 6), 3, 3, 1, 1, 1,
                 GCA_POOL | GCA_HESS | GCA_NOBIAS);
     printf("%d gradcheck cases\n", g_ngc);
