@@ -4034,6 +4034,10 @@ struct dl__backend {
     void (*bn_pool_bwd)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                         const float *mean, const float *invstd, const float *w, int64_t N, int64_t C, int64_t H,
                         int64_t W, bool train, const float *yp, const int64_t *idx);
+    /* optional (NULL: copy, then the unary entry twice): eval-mode batch
+       norm's mean = rm and invstd = (rv + eps)^-0.5 over C channels in one
+       pass, with DL__U_AFFINE (1, eps) then DL__U_POW (-0.5)'s bits */
+    void (*bn_eval)(dl__dev *d, float *mean, float *invstd, const float *rm, const float *rv, int64_t C, float eps);
 };
 #define DL__AXM 48
 
@@ -9047,7 +9051,8 @@ static const dl__backend dl__cpu_backend = {
     dl__cpu_eq_i64,
     NULL, NULL,               /* bias_act*: the add and the activation (vectorized passes) */
     NULL,                     /* conv_act: likewise */
-    NULL, NULL                /* bn_pool*: the CPU pools before its ReLU (dl__seq_fwd) */
+    NULL, NULL,               /* bn_pool*: the CPU pools before its ReLU (dl__seq_fwd) */
+    NULL                      /* bn_eval: three calls (C values) */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -9810,7 +9815,8 @@ static const dl__backend dl__cap_backend = {
     dl__rw_eq_i64,
     NULL, NULL,
     NULL,
-    NULL, NULL
+    NULL, NULL,
+    NULL
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -12941,6 +12947,9 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
             if (nbt && !rs.nbt) DL__BE(nbt)->add_i64(nbt->dev_, (int64_t *)nbt->data, 1);
             d->be->bn_stats(d, (float *)mean->data, (float *)invstd->data, (float *)var->data,
                             (const float *)x->data, N, C, L, eps, rs.rm || rs.nbt ? &rs : NULL);
+        } else if (d->be->bn_eval) {   /* (as below, one launch) */
+            d->be->bn_eval(d, (float *)mean->data, (float *)invstd->data, (const float *)running_mean->data,
+                           (const float *)running_var->data, C, eps);
         } else {   /* the running statistics, copied: a later training step changes them */
             d->be->copy(d, mean->data, running_mean->data, sizeof(float) * (size_t)C);
             d->be->unary(d, DL__U_AFFINE, (float *)invstd->data, (const float *)running_var->data, C, 1.0f, eps);

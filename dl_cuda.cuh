@@ -4014,6 +4014,28 @@ struct dl__cuf_bn_dx {
     }
 };
 
+/* eval mode's mean and invstd from the running statistics, a thread per
+   channel (bn_eval): the copy's and the two unary kernels' bits */
+struct dl__cuf_bn_eval {
+    float *mean, *invstd; const float *rm, *rv; float eps;
+    DL__HD void operator()(int64_t c) const
+    {
+        mean[c] = rm[c];
+        invstd[c] = dl__cu_un<DL__U_POW>(dl__cu_un<DL__U_AFFINE>(rv[c], 1.0f, eps), -0.5f, 0.0f);
+    }
+};
+
+static void dl__cu_bn_eval(dl__dev *d, float *mean, float *invstd, const float *rm, const float *rv, int64_t C,
+                           float eps)
+{
+    dl__cuf_bn_eval f;
+    dl__cu_enter(d);
+    if (C <= 0) return;
+    f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.rm = DL__CUP(d, rm); f.rv = DL__CUP(d, rv);
+    f.eps = eps;
+    dl__cu_run<int64_t>(d, "bn eval statistics", C, f);
+}
+
 static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
                             int64_t C, int64_t L, float eps, const dl__bn_running *rs)
 {
@@ -4808,7 +4830,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_eq_i64,
     dl__cu_bias_act, dl__cu_bias_act_bwd,
     dl__cu_conv_act,
-    dl__cu_bn_pool, dl__cu_bn_pool_bwd
+    dl__cu_bn_pool, dl__cu_bn_pool_bwd,
+    dl__cu_bn_eval
 };
 
 static int dl__cuda_count(void)

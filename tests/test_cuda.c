@@ -1334,6 +1334,52 @@ static void test_bn_relu_pool(void)
     dl_set_device(C, dl_cpu());
 }
 
+/* Eval-mode batch norm on cuda:0: the mean and invstd of the running
+   statistics in one launch (bn_eval), then the apply: two launches (four
+   before), and the bits of the same arithmetic as ops: invstd =
+   (rv + eps)^-0.5, sc = invstd w, sh = b - rm sc, y = x sc + sh */
+static void test_bn_eval(void)
+{
+    static const int64_t sh[2][4] = {{4, 5, 3, 3}, {6, 7, 1, 1}};
+    int c;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 2; c++) {
+        int nd = c == 0 ? 4 : 2;
+        dl_shape xs = dl_shape_make(nd, sh[c]), cs = dl_shape_make(nd, sh[c]);
+        dl_module *bn = nd == 4 ? dl_nn_batch_norm2d(C, sh[c][1]) : dl_nn_batch_norm1d(C, sh[c][1]);
+        const dl_named_tensor *ps;
+        dl_tensor *x = dl_keep(dl_randn(C, xs)), *y, *ref, *sc, *shf;
+        dl_capture *cap;
+        dl__cucap *cc;
+        size_t n0 = 0, nops = 0;
+        int k;
+        dl_module_named_parameters(bn, &ps);
+        dl_no_grad_begin(C);
+        dl_copy_(ps[0].t, dl_add_scalar(dl_rand(C, DL_SHAPE(sh[c][1])), 0.5f));
+        dl_copy_(ps[1].t, dl_randn(C, DL_SHAPE(sh[c][1])));
+        dl_module_forward(bn, dl_mul_scalar(dl_randn(C, xs), 1.5f));   /* running statistics */
+        dl_no_grad_end(C);
+        dl_module_train(bn, false);
+        cap = dl_capture_begin(C);
+        cc = DL__CUI(C->cuda[0])->cap;
+        n0 = cc ? cc->nops : 0;
+        y = dl_module_forward(bn, x);
+        nops = cc ? cc->nops - n0 : 0;
+        CHECK(dl_capture_end(cap) == DL_OK && y, "eval batch_norm case %d: captured", c);
+        CHECK(dl__cu_emu_count() <= 0 || nops == 2, "eval batch_norm case %d: %zu launches (2: statistics, apply)", c, nops);
+        for (k = 2; k < nd; k++) cs.d[k] = 1;
+        cs.d[0] = 1;
+        sc = dl_mul(dl_pow(dl_add_scalar(dl_module_get(bn, "running_var"), 1e-5f), -0.5f), ps[0].t);
+        shf = dl_sub(ps[1].t, dl_mul(dl_module_get(bn, "running_mean"), sc));
+        ref = dl_add(dl_mul(x, dl_reshape(sc, cs)), dl_reshape(shf, cs));
+        CHECK(y && ref && th_same_bytes(y, ref), "eval batch_norm case %d: the ops' bits", c);
+        dl_capture_free(cap);
+        dl_free(x);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 typedef struct { dl_module *lin, *seq; dl_tensor *x; bool relu; } lin_act_case;
 static dl_tensor *lin_act_fwd(void *u, bool fused)
 {
@@ -1728,6 +1774,7 @@ int main(int argc, char **argv)
     test_chan_sum();
     test_bn_add_relu();
     test_bn_relu_pool();
+    test_bn_eval();
     test_linear_act();
     test_conv_act();
     test_memory();
