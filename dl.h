@@ -15340,7 +15340,8 @@ static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
         dl_module *c = m->cs[i].m;
         if (c->forward == dl__bnm_fwd && i + 2 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&
             dl__is_pool2(m->cs[i + 2].m, 0) && dl__valid(c->type, "x", x) && DL__BE(x)->bn_pool &&
-            x->dtype == DL_DTYPE_F32 && x->ndim == 4 && x->shape[2] % 2 == 0 && x->shape[3] % 2 == 0) {
+            x->dtype == DL_DTYPE_F32 && x->ndim == 4 && x->shape[2] > 0 && x->shape[3] > 0 &&
+            x->shape[2] % 2 == 0 && x->shape[3] % 2 == 0) {   /* (an empty side: the pool's error) */
             x = dl__bnm_run(c, x, true, NULL, true);
             i += 2;
         } else if (c->forward == dl__bnm_fwd && i + 1 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&

@@ -1040,6 +1040,25 @@ static void test_bn_relu_fusion(void)
               th_same_bytes(ps[1].t->grad, g0[1]), "batch_norm+relu case %d: the same weight and bias gradient bits", c);
         dl_step_end(ctx);
     }
+    {   /* eval, an empty height or width: the pool's error on every device, not an empty output */
+        dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+        dl_module *mods[3], *seq;
+        int k;
+        mods[0] = dl_nn_batch_norm2d(ctx, 3);
+        mods[1] = dl_nn_relu(ctx);
+        mods[2] = dl_nn_max_pool2d(ctx, &pd);
+        seq = dl_nn_sequential(ctx, 3, mods);
+        dl_module_train(seq, false);
+        for (k = 0; k < 2; k++) {
+            dl_tensor *y = dl_module_forward(seq, dl_zeros(ctx, k ? DL_SHAPE(2, 3, 4, 0) : DL_SHAPE(2, 3, 0, 4)));
+            CHECK(!y && dl_last_error(ctx) == DL_ERR_SHAPE && strstr(dl_error_message(ctx), "dl_max_pool2d") &&
+                  strstr(dl_error_message(ctx), "output size 0 < 1"),
+                  "batch_norm+relu+max_pool, eval, empty %s: the pool's error (%s)", k ? "width" : "height",
+                  dl_error_message(ctx));
+            dl_clear_error(ctx);
+        }
+        dl_step_end(ctx);
+    }
     dl_ctx_free(ctx);
 }
 
