@@ -4015,13 +4015,15 @@ struct dl__cuf_bn_dx {
 };
 
 /* eval mode's mean and invstd from the running statistics, a thread per
-   channel (bn_eval): the copy's and the two unary kernels' bits */
+   channel (bn_eval): the copy's and the two unary kernels' bits (one = 1,
+   p = -0.5 arrive as the unary launches' arguments do, not as constants
+   the compiler could fold into another powf) */
 struct dl__cuf_bn_eval {
-    float *mean, *invstd; const float *rm, *rv; float eps;
+    float *mean, *invstd; const float *rm, *rv; float one, eps, p;
     DL__HD void operator()(int64_t c) const
     {
         mean[c] = rm[c];
-        invstd[c] = dl__cu_un<DL__U_POW>(dl__cu_un<DL__U_AFFINE>(rv[c], 1.0f, eps), -0.5f, 0.0f);
+        invstd[c] = dl__cu_un<DL__U_POW>(dl__cu_un<DL__U_AFFINE>(rv[c], one, eps), p, 0.0f);
     }
 };
 
@@ -4032,7 +4034,7 @@ static void dl__cu_bn_eval(dl__dev *d, float *mean, float *invstd, const float *
     dl__cu_enter(d);
     if (C <= 0) return;
     f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.rm = DL__CUP(d, rm); f.rv = DL__CUP(d, rv);
-    f.eps = eps;
+    f.one = 1.0f; f.eps = eps; f.p = -0.5f;
     dl__cu_run<int64_t>(d, "bn eval statistics", C, f);
 }
 
