@@ -3943,7 +3943,7 @@ template <> struct dl__cu_chan<int64_t> {
     DL__HD int64_t of(int64_t e) const { return (e / L) % C; }
 };
 
-/* x v of channel c normalized: v sc + sh, sc = invstd w, sh = b - mean sc
+/* value v of channel c normalized: v sc + sh, sc = invstd w, sh = b - mean sc
    (dl__bn_apply_task's roundings) */
 template <typename I>
 static DL__HD inline float dl__cu_bn_val(float v, const float *mean, const float *invstd, const float *w,
