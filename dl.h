@@ -15324,10 +15324,10 @@ static bool dl__is_pool2(const dl_module *m, int kind);
    as one op (bn_pool: the pool in the apply's launch, which writes only
    the pooled output; the unpool and the mask in the backward's two
    passes); on the CPU the second (a quarter of the data beats the mask's
-   two reads of the whole in the backward). Linear then ReLU, Sigmoid or Tanh, where the
-   backend fuses them (a GPU): the bias and the activation as one op
-   (dl__bias_act), one pass forward and, with the bias's gradient, one
-   backward, in place of two each. A convolution then one of those, where
+   two reads of the whole in the backward). Linear then ReLU, Sigmoid or
+   Tanh, where the backend fuses them (a GPU): the bias and the activation
+   as one op (dl__bias_act), one pass forward and, with the bias's
+   gradient, one backward, in place of two each. A convolution then one of those, where
    the backend's direct sums take the conv (a GPU, few channels: LeNet's):
    the activation in the conv's launch, its backward in the bias sum's
    first pass (dl__conv_act_bwd); with a 2x2, stride-2 average pool after

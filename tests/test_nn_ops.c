@@ -348,21 +348,29 @@ static void gc_bn(const char *what, dl_shape xs, bool training, bool rs, bool w,
     gc_run(what, &g, n, in);
 }
 
+/* a BatchNorm for input xs (2d for 4 dims, else 1d), its weight and bias
+   away from 1 and 0; eval (training false): running statistics of a batch
+   first */
+static dl_module *gc_bn_module(dl_shape xs, bool training)
+{
+    dl_module *bn = xs.ndim == 4 ? dl_nn_batch_norm2d(G, xs.d[1]) : dl_nn_batch_norm1d(G, xs.d[1]);
+    const dl_named_tensor *ps;
+    int np = dl_module_named_parameters(bn, &ps), k;
+    dl_no_grad_begin(G);
+    for (k = 0; k < np; k++) dl_copy_(ps[k].t, U(dl_shape_make(1, ps[k].t->shape), 0.5f, 1.5f, false));
+    if (!training) dl_module_forward(bn, U(xs, -2.0f, 2.0f, false));   /* running statistics */
+    dl_no_grad_end(G);
+    dl_module_train(bn, training);
+    return bn;
+}
+
 /* relu(bn(x) + r), the fused op of dl_module_forward_add_relu, in x and r
    (weight and bias: the module's, away from 1 and 0) */
 static void gc_bn_add_relu(const char *what, dl_shape xs, bool training)
 {
     GC g = gc_new(GC_BN_ADD_RELU);
     dl_tensor *in[2];
-    const dl_named_tensor *ps;
-    int np, k;
-    g.mod = xs.ndim == 4 ? dl_nn_batch_norm2d(G, xs.d[1]) : dl_nn_batch_norm1d(G, xs.d[1]);
-    np = dl_module_named_parameters(g.mod, &ps);
-    dl_no_grad_begin(G);
-    for (k = 0; k < np; k++) dl_copy_(ps[k].t, U(dl_shape_make(1, ps[k].t->shape), 0.5f, 1.5f, false));
-    if (!training) dl_module_forward(g.mod, U(xs, -2.0f, 2.0f, false));   /* running statistics */
-    dl_no_grad_end(G);
-    dl_module_train(g.mod, training);
+    g.mod = gc_bn_module(xs, training);
     in[0] = U(xs, -2.0f, 2.0f, true);
     in[1] = U(xs, -1.0f, 1.0f, true);
     gc_run(what, &g, 2, in);
@@ -407,16 +415,12 @@ static void gc_bn_relu_pool(const char *what, dl_shape xs, bool training, bool h
     dl_module *mods[3];
     const dl_named_tensor *ps;
     int np, j;
-    mods[0] = dl_nn_batch_norm2d(G, xs.d[1]);
+    mods[0] = gc_bn_module(xs, training);
     mods[1] = dl_nn_relu(G);
     mods[2] = dl_nn_max_pool2d(G, &pd);
     g.mod = dl_nn_sequential(G, 3, mods);
-    np = dl_module_named_parameters(mods[0], &ps);
-    dl_no_grad_begin(G);
-    for (j = 0; j < np; j++) dl_copy_(ps[j].t, U(dl_shape_make(1, ps[j].t->shape), 0.5f, 1.5f, false));
-    if (!training) dl_module_forward(mods[0], U(xs, -2.0f, 2.0f, false));   /* running statistics */
-    dl_no_grad_end(G);
     dl_module_train(g.mod, training);
+    np = dl_module_named_parameters(mods[0], &ps);
     in[0] = U(xs, -2.0f, 2.0f, true);
     for (j = 0; j < np && j < 2; j++) in[1 + j] = ps[j].t;
     gc_run(what, &g, 1 + np, in);
