@@ -14937,6 +14937,12 @@ dl_result dl_module_to(dl_module *m, dl_device dev)
     if (!d) return m->ctx->err;
     n = dl_module_state_dict(m, &p);
     if (n < 0) return m->ctx->err;
+    for (i = 0; i < n; i++)   /* all live before any moves (DL_DEBUG names a dl_free()d one) */
+        if (!dl__valid("dl_module_to", "tensor", p[i].t)) {
+            if (m->ctx->err == DL_OK)
+                dl__err(m->ctx, DL_ERR_ARG, "dl_module_to: %s is not a live tensor", p[i].name);
+            return m->ctx->err;
+        }
     for (i = 0; i < n; i++)
         if (!dl__move(p[i].t, d)) return m->ctx->err;
     return DL_OK;

@@ -516,6 +516,38 @@ static void test_use_after_free(void)
     dl_free(p);
     EXPECT_ERR(ctx, DL_ERR_ARG, "use after free");
     dl_ctx_free(ctx);
+
+    /* a parameter freed under its module and optimizer: each later use is
+       an error naming it, and dl_module_to moves nothing */
+    {
+        const dl_named_tensor *np;
+        dl_module *lin;
+        dl_optim *o;
+        dl_tensor *x, *loss;
+        dl_ctx_desc d;
+        memset(&d, 0, sizeof d);
+        d.log = dl_log_silent;
+        d.cpu_devices = 2;
+        ctx = dl_ctx_init(&d);
+        lin = dl_nn_linear(ctx, 3, 2, true);
+        o = dl_sgd(lin, NULL);
+        x = dl_ones(ctx, DL_SHAPE(4, 3));
+        loss = dl_sum(dl_module_forward(lin, x), DL_ALL, false);
+        CHECK(loss && dl_backward(loss) == DL_OK && dl_optim_step(o) == DL_OK, "set-up: %s", dl_error_message(ctx));
+        dl_step_end(ctx);
+        CHECK(dl_module_named_parameters(lin, &np) == 2, "two parameters");
+        dl_free(np[0].t);   /* weight */
+        CHECK(dl_module_to(lin, dl_cpu_device(1)) == DL_ERR_ARG, "dl_module_to with a freed parameter");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_module_to: tensor weight was freed by dl_free()");
+        CHECK(np[1].t->device.index == 0, "nothing moved: the bias is still on cpu:0");
+        x = dl_ones(ctx, DL_SHAPE(4, 3));
+        CHECK(dl_module_forward(lin, x) == NULL, "a forward with a freed parameter");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free()");
+        dl_optim_zero_grad(o);
+        CHECK(dl_optim_step(o) != DL_OK, "an optimizer step with a freed parameter");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free()");
+        dl_ctx_free(ctx);
+    }
 #endif
 }
 
