@@ -37,7 +37,7 @@ EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
             $(B)/test_core_nothreads $(B)/test_gemm_nothreads
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
-DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/golden.h tests/optable.h tests/dist_models.h tests/tb_read.h
+DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/count_alloc.h tests/golden.h tests/optable.h tests/dist_models.h tests/tb_read.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
@@ -105,13 +105,17 @@ run: $(RUN_BIN) data
 data:
 	@examples/fetch_data.sh
 
-# libFuzzer targets for the file loaders, FUZZ_SECONDS each
+# libFuzzer targets for the file loaders and for sequences of capture and
+# replay calls (tests/test_capture_fuzz.c with DL_LIBFUZZER), FUZZ_SECONDS each
+FUZZ = clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I.
 fuzz: | $(B)
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. tests/fuzz_idx.c -o $(B)/fuzz_idx -lm -lpthread
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. tests/fuzz_checkpoint.c -o $(B)/fuzz_checkpoint -lm -lpthread
-	mkdir -p $(B)/corpus_idx $(B)/corpus_ckpt
+	$(FUZZ) tests/fuzz_idx.c -o $(B)/fuzz_idx -lm -lpthread
+	$(FUZZ) tests/fuzz_checkpoint.c -o $(B)/fuzz_checkpoint -lm -lpthread
+	$(FUZZ) -DDL_LIBFUZZER -DDL_DEBUG tests/test_capture_fuzz.c -o $(B)/fuzz_capture -lm -lpthread
+	mkdir -p $(B)/corpus_idx $(B)/corpus_ckpt $(B)/corpus_capture
 	$(B)/fuzz_idx -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_idx
 	$(B)/fuzz_checkpoint -max_total_time=$(FUZZ_SECONDS) $(B)/corpus_ckpt
+	$(B)/fuzz_capture -max_total_time=$(FUZZ_SECONDS) -max_len=64 $(B)/corpus_capture
 
 $(B)/%_native: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
@@ -245,9 +249,10 @@ $(B)/cuda/test_dist_nccl: tests/test_dist.c $(DEPS) dl_cuda.cuh | $(B)/cuda
 test-nccl: $(B)/cuda/test_dist_nccl
 	@tests/run.sh $(B)/cuda/test_dist_nccl
 
-valgrind: $(B)/test_core $(B)/test_capture
+valgrind: $(B)/test_core $(B)/test_capture $(B)/test_capture_fuzz
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_core --quick
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_capture --quick
+	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=all $(B)/test_capture_fuzz 100
 
 # benchmarks (never part of `make test`): build/bench and, when bench/gemm.c
 # and OpenBLAS are there, build/bench_gemm; bench/run.sh builds what it needs

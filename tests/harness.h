@@ -212,6 +212,25 @@ TH_UNUSED static size_t th_module_bytes(dl_module *m, unsigned char *dst, size_t
     }
     return pos;
 }
+
+/* th_module_bytes, then every state tensor of the optimizer o (momentum,
+   Adam's moments) after it: a training run's whole state as bytes */
+TH_UNUSED static size_t th_train_bytes(dl_module *m, dl_optim *o, unsigned char *dst, size_t cap)
+{
+    size_t n = th_module_bytes(m, dst, cap);
+    int i, k;
+    for (k = 0; k < 3 && n; k++) {
+        if (!o->s[k]) continue;
+        for (i = 0; i < o->n; i++) {
+            dl_tensor *t = o->s[k][i];
+            size_t b = sizeof(float) * (size_t)t->numel;
+            if (n + b > cap) return 0;
+            if (b) memcpy(dst + n, th_bytes(t), b);
+            n += b;
+        }
+    }
+    return n;
+}
 #endif
 
 #define TEST_END() do { \

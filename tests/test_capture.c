@@ -28,13 +28,7 @@
    Build: gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_capture.c -lm -lpthread */
 #include <stdlib.h>
 #include <string.h>
-static long cnt_live;
-static void *cnt_malloc(size_t n) { void *p = malloc(n); if (p) cnt_live++; return p; }
-static void *cnt_realloc(void *p, size_t n) { void *q = realloc(p, n); if (q && !p) cnt_live++; return q; }
-static void cnt_free(void *p) { if (p) cnt_live--; free(p); }
-#define DL_MALLOC(n) cnt_malloc(n)
-#define DL_REALLOC(p, n) cnt_realloc(p, n)
-#define DL_FREE(p) cnt_free(p)
+#include "count_alloc.h"   /* cnt_live, cnt_calls */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -202,22 +196,7 @@ static int run_steps(run *r, int cap_at, float *losses)
 }
 
 /* every byte of the model's state and the optimizer's */
-static size_t run_bytes(run *r, unsigned char *dst, size_t cap)
-{
-    size_t n = th_module_bytes(r->net, dst, cap);
-    int i, k;
-    for (k = 0; k < 3 && n; k++) {
-        if (!r->opt->s[k]) continue;
-        for (i = 0; i < r->opt->n; i++) {
-            dl_tensor *t = r->opt->s[k][i];
-            size_t b = sizeof(float) * (size_t)t->numel;
-            if (n + b > cap) return 0;
-            memcpy(dst + n, th_bytes(t), b);
-            n += b;
-        }
-    }
-    return n;
-}
+static size_t run_bytes(run *r, unsigned char *dst, size_t cap) { return th_train_bytes(r->net, r->opt, dst, cap); }
 
 static unsigned char g_a[1 << 20], g_b[1 << 20];
 

@@ -14,13 +14,7 @@
    Build: gcc -std=c99 -Wall -Wextra -Werror -pedantic -O2 -I. tests/test_nn.c -lm -lpthread */
 #include <stdlib.h>
 #include <string.h>
-static long cnt_live, cnt_calls;
-static void *cnt_malloc(size_t n) { void *p = malloc(n); if (p) { cnt_live++; cnt_calls++; } return p; }
-static void *cnt_realloc(void *p, size_t n) { void *q = realloc(p, n); if (q && !p) cnt_live++; cnt_calls++; return q; }
-static void cnt_free(void *p) { if (p) cnt_live--; free(p); }
-#define DL_MALLOC(n) cnt_malloc(n)
-#define DL_REALLOC(p, n) cnt_realloc(p, n)
-#define DL_FREE(p) cnt_free(p)
+#include "count_alloc.h"   /* cnt_live, cnt_calls */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
