@@ -98,8 +98,10 @@
        48 (axpy_multi: the table in the launch's arguments); a Sequential's
        BatchNorm then ReLU is one op (bn_apply's relu, bn_backward's ry),
        and with a 2x2 max pool after them too (bn_pool, bn_pool_bwd).
-     - Determinism: no atomics whose order changes results (the only atomic
-       is an atomicMin on an index: order-independent). Reductions use a
+     - Determinism: no atomics whose order changes results (an atomicMin
+       on an index, order-independent, and the last-block ticket's
+       atomicInc, which picks which block finishes a launch, not what it
+       computes: dl__cu_last_block). Reductions use a
        fixed block size and a fixed tree, col2im and the average-pooling
        adjoint gather (one thread per input element, contributions in the
        CPU's order), max-pool's backward scatters one plane per warp with
@@ -2629,8 +2631,9 @@ static bool dl__cu_conv_run(dl__dev *d, float *y, const float *x, const float *w
 static bool dl__cu_conv_i2c_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n,
                                   const dl__cgeom *g);
 
-/* DL_CUDNN_CHECK=1: the same convolution by dl.h's own path, both read
-   back and compared; each call's worst difference to stderr */
+/* DL_CUDNN_CHECK=1: the same convolution by dl.h's own path (direct sums
+   or im2col + cuBLAS, as without cuDNN), both read back and compared; each
+   call's worst difference to stderr */
 static void dl__dnn_check(dl__dev *d, const dl__dnn_plan *p, const float *out, const float *in1, const float *in2,
                           int64_t n, const dl__cgeom *g)
 {
@@ -2657,7 +2660,7 @@ static void dl__dnn_check(dl__dev *d, const dl__dnn_plan *p, const float *out, c
         if (fabs((double)hb[i]) > big) big = fabs((double)hb[i]);
     }
     fprintf(stderr, "cuDNN check %s: n %lld Ca %lld Cb %lld ia %lldx%lldx%lld ib %lldx%lldx%lld k %lldx%lldx%lld "
-            "s %lld p %lld d %lld tf32 %d algo %d ws %zu: max diff %.3g at %zu (cudnn %.6g cublas %.6g), "
+            "s %lld p %lld d %lld tf32 %d algo %d ws %zu: max diff %.3g at %zu (cudnn %.6g dl.h %.6g), "
             "max |ref| %.3g%s\n",
             p->kind == DL__DNN_FWD ? "fwd" : p->kind == DL__DNN_DATA ? "dgrad" : "wgrad", (long long)n,
             (long long)g->Ca, (long long)g->Cb, (long long)g->ia[0], (long long)g->ia[1], (long long)g->ia[2],
