@@ -242,6 +242,14 @@ static void mirror(fuzz *f, const slot *s, const char *what, long *count)
 
 /* ---------------------------------------------------------------- the calls */
 
+/* the training steps among a capture's ops */
+static int slot_steps(const slot *s)
+{
+    int i, n = 0;
+    for (i = 0; i < s->nops; i++) n += s->ops[i].kind == 'S';
+    return n;
+}
+
 /* an op in A ('S', 'F', 'Z'): eager (B the same) or recorded */
 static void do_op(fuzz *f, char kind)
 {
@@ -252,8 +260,7 @@ static void do_op(fuzz *f, char kind)
     bad = kind != 'Z' && !la;
     if (f->rec >= 0) {
         slot *s = &f->s[f->rec];
-        int i, steps = 0;
-        for (i = 0; i < s->nops; i++) steps += s->ops[i].kind == 'S';
+        int steps = slot_steps(s);
         if (s->nops < MAXOPS) {
             s->ops[s->nops].kind = kind;
             s->ops[s->nops].train = f->train;
@@ -451,10 +458,7 @@ static void do_rare(fuzz *f, int k)
         dl_optim_free(f->a.opt);
         for (i = 0; i < NSLOT; i++) {   /* a capture of its step is stale now; of forwards, not */
             slot *s = &f->s[i];
-            int j;
-            bool step = s->overflow;
-            for (j = 0; j < s->nops; j++) step = step || s->ops[j].kind == 'S';
-            if (s->state != SLOT_READY || !step) continue;
+            if (s->state != SLOT_READY || !(s->overflow || slot_steps(s))) continue;
             CHECK(dl_replay(s->cap) == DL_ERR_STALE, "a replay after its optimizer was freed: stale (%d ops)",
                   s->nops);
             failed_says_why(f, "dl_replay after dl_optim_free");
