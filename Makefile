@@ -49,9 +49,10 @@ THREADS  ?= 1 2
 ROUNDS   ?= 1
 BENCH_FLAGS = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 
-# CUDA (dl_cuda.cuh): every program is compiled by nvcc as a whole (it defines
-# DL_IMPLEMENTATION, so its file is the implementation unit) and linked by the
-# C++ compiler with the CUDA runtime and cuBLAS. Fat binary for sm_80 and sm_90.
+# CUDA (dl_cuda.cuh): every test is compiled by nvcc as a whole (it defines
+# DL_IMPLEMENTATION, so its file is the implementation unit; the examples
+# share one, below) and linked by the C++ compiler with the CUDA runtime and
+# cuBLAS. Fat binary for sm_80 and sm_90.
 NVCC      ?= nvcc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
@@ -88,8 +89,15 @@ $(B) $(B)/san:
 $(B)/%: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
-$(B)/%: examples/%.c dl.h examples/common.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)
-	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
+# The examples share one copy of dl.h's implementation, compiled once as
+# they are (-O3 -march=native): each example's own DL_IMPLEMENTATION is
+# ignored (DL_NO_IMPLEMENTATION) and it links $(B)/dl_ex.o. Compiling dl.h
+# into each of them took some 55 s a program, most of make test's time.
+EXHDRS    = examples/common.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h
+$(B)/dl_ex.o: dl.h | $(B)
+	$(CC) $(WARN) $(EXFLAGS) -DDL_IMPLEMENTATION -x c -c $< -o $@
+$(B)/%: examples/%.c $(B)/dl_ex.o dl.h $(EXHDRS) | $(B)
+	$(CC) $(WARN) $(EXFLAGS) -DDL_NO_IMPLEMENTATION -I. $< $(B)/dl_ex.o -o $@ $(LDLIBS)
 
 # the main job: LeNet-BN on Fashion-MNIST (make run EPOCHS=3). TensorBoard
 # logs go to a new directory under runs/ each time (LOGDIR=dir for another,
@@ -167,10 +175,17 @@ $(B)/cuda:
 	mkdir -p $@
 $(B)/cuda/%.o: tests/%.c $(DEPS) dl_cuda.cuh | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -Itests -I. -c $< -o $@
-$(B)/cuda/%.o: examples/%.c dl.h dl_cuda.cuh examples/common.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)/cuda
-	$(NVCC) $(NVFLAGS) -I. -c $< -o $@
 $(B)/cuda/%: $(B)/cuda/%.o
 	$(CXX) $< -o $@ $(CUDA_LIBS)
+# the examples as a user builds a CUDA program: the implementation unit by
+# nvcc (one object for all of them, as in the CPU build), their own files C
+# (dl.h's public part is the same with or without DL_CUDA)
+$(B)/cuda/dl_ex.o: dl.h dl_cuda.cuh | $(B)/cuda
+	$(NVCC) $(NVFLAGS) -DDL_IMPLEMENTATION -I. -c $< -o $@
+$(B)/cuda/%.o: examples/%.c dl.h $(EXHDRS) | $(B)/cuda
+	$(CC) $(WARN) $(EXFLAGS) -DDL_CUDA $(NVDNN) -DDL_NO_IMPLEMENTATION -I. -c $< -o $@
+$(CUDA_EXAMPLES): $(B)/cuda/%: $(B)/cuda/%.o $(B)/cuda/dl_ex.o
+	$(CXX) $^ -o $@ $(CUDA_LIBS)
 
 # on cuda:0 of a real GPU (without one it says so and passes)
 test-cuda: nvcc-check $(B)/cuda/test_cuda

@@ -32,6 +32,9 @@
 
    BUILD FLAGS (define before including, in every file that includes dl.h)
        DL_IMPLEMENTATION   emit the implementation (one translation unit)
+       DL_NO_IMPLEMENTATION  ignore this file's DL_IMPLEMENTATION: the implementation
+                           is linked from another object (make builds dl.h once for
+                           all the one-file programs of examples/ that way)
        DL_OPENBLAS         matrix products through cblas_sgemm (link -lopenblas)
        DL_ZLIB             dl_idx_load reads .gz files (link -lz)
        DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
@@ -1770,7 +1773,7 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 /* ======================================================================== */
 /*                              IMPLEMENTATION                              */
 /* ======================================================================== */
-#ifdef DL_IMPLEMENTATION
+#if defined(DL_IMPLEMENTATION) && !defined(DL_NO_IMPLEMENTATION)
 #ifndef DL__IMPLEMENTED
 #define DL__IMPLEMENTED
 

@@ -31,6 +31,7 @@
 #include "dl.h"
 #include "examples/common.h"
 #include "examples/resnet18.h"
+#include <pthread.h>   /* --ranks: a thread a rank */
 
 #define MAX_RUNS 8
 #define MAX_DEV 16

@@ -12,7 +12,9 @@
 #              "compiled by `make test`" or "compiled and run by `make test`"
 #              (after one optional blank line, up to the next blank line or
 #              the end of the comment); blocks without it are outlines.
-# How each is built (after removing its common indentation):
+# How each is built (after removing its common indentation; always with
+# -DDL_NO_IMPLEMENTATION, the programs linked with dl.h's implementation
+# compiled once, $dir/dl_impl.o):
 #   a whole program (has "int main(")   compiled as it is, run: exit status 0,
 #       and when it prints "step N loss X" lines, the last loss must be below
 #       1/100 of the first (the quick start trains);
@@ -45,7 +47,7 @@ src ~ /\.md$/ {
     next
 }
 src == "dl.h" {
-    if (/^#ifdef DL_IMPLEMENTATION/) nextfile
+    if (/^#if defined\(DL_IMPLEMENTATION\) && !defined\(DL_NO_IMPLEMENTATION\)/) nextfile
     if (!inb && !want && /compiled (and run )?by `make test`/) { want = 1; blanks = 0; next }
     if (want) {
         if (/^[ \t]*$/ && blanks++ == 0) next
@@ -58,6 +60,15 @@ src == "dl.h" {
         print substr($0, ind + 1) > name
     }
 }' README.md docs/*.md dl.h
+
+# dl.h's implementation, compiled once: every snippet is compiled with
+# DL_NO_IMPLEMENTATION (its own DL_IMPLEMENTATION ignored) and the programs
+# link this object, so a snippet costs its own lines, not dl.h's
+impl="$dir/dl_impl.o"
+if ! err=$($CC $WARN -O0 -I. -DDL_IMPLEMENTATION -x c -c dl.h -o "$impl" 2>&1); then
+    echo "FAIL snippets: dl.h's implementation does not compile:"; printf '%s\n' "$err" | head -n 20
+    echo "0 passed, 1 failed"; exit 1
+fi
 
 pass=0; fail=0
 while read -r id where what; do
@@ -81,8 +92,8 @@ while read -r id where what; do
           cat "$s"
           printf '    }\n    dl_ctx_free(ctx);\n    return 0;\n}\n'; } > "$c"
     fi
-    if [ -n "$cflags" ]; then o="$bin.o"; else o="$bin"; fi
-    if ! err=$($CC $WARN -O0 -I. $cflags "$c" -o "$o" -lm -lpthread 2>&1); then
+    if [ -n "$cflags" ]; then o="$bin.o"; else o="$bin"; cflags="$impl"; fi
+    if ! err=$($CC $WARN -O0 -I. -DDL_NO_IMPLEMENTATION "$c" $cflags -o "$o" -lm -lpthread 2>&1); then
         echo "FAIL snippet $where ($kind) does not compile:"; printf '%s\n' "$err" | head -n 20
         fail=$((fail + 1)); continue
     fi
