@@ -37,7 +37,7 @@ EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
             $(B)/test_core_nothreads $(B)/test_gemm_nothreads
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
-DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/count_alloc.h tests/golden.h tests/optable.h tests/dist_models.h tests/tb_read.h
+DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/th_prims.h tests/count_alloc.h tests/golden.h tests/optable.h tests/dist_models.h tests/tb_read.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
 EXFLAGS   = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 EPOCHS   ?= 10
@@ -88,6 +88,20 @@ $(B) $(B)/san:
 
 $(B)/%: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# The tests that reach dl.h only through its API and the harness share one
+# copy of the implementation per build, tests/th_impl.c's object (they are
+# compiled with DL_NO_IMPLEMENTATION); the others configure it (an allocator,
+# tile sizes) or read its internals, and compile it in whole.
+LINKED    = $(addprefix test_,data defaults golden gradcheck inplace layers nn_ops smoke torch_roundtrip)
+$(B)/th_impl.o: tests/th_impl.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -I. -c $< -o $@
+$(LINKED:%=$(B)/%): $(B)/%: tests/%.c $(B)/th_impl.o $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -DDL_NO_IMPLEMENTATION -I. $< $(B)/th_impl.o -o $@ $(LDLIBS)
+$(B)/th_impl_native.o: tests/th_impl.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(EXFLAGS) -I. -c $< -o $@
+$(LINKED:%=$(B)/%_native): $(B)/%_native: tests/%.c $(B)/th_impl_native.o $(DEPS) | $(B)
+	$(CC) $(WARN) $(EXFLAGS) -DDL_NO_IMPLEMENTATION -I. $< $(B)/th_impl_native.o -o $@ $(LDLIBS)
 
 # The examples share one copy of dl.h's implementation, compiled once as
 # they are (-O3 -march=native): each example's own DL_IMPLEMENTATION is
@@ -152,10 +166,11 @@ $(B)/test_ops_openblas: tests/test_ops.c $(DEPS) | $(B)
 STRICT_ENV = DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1
 # the newcomer's check: each test program once in its default build, the
 # shell checks (test_cli.sh needs the examples), then the same programs on
-# the strict cpu:1 (no second build)
+# the strict cpu:1 (no second build), but for test_gemm, which makes no
+# context (its kernels have no device: a second run would repeat the first)
 test: $(TESTS) $(EXAMPLES)
 	@CC="$(CC)" tests/run.sh $(TESTS) $(SCRIPTS) \
-	    --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(TESTS) $(SNIPPETS)
+	    --tag @cpu:1 $(addprefix --env ,$(STRICT_ENV)) $(filter-out $(B)/test_gemm,$(TESTS)) $(SNIPPETS)
 
 # the whole matrix: make test's programs, the other builds of them (EXTRA),
 # the strict cpu:1 pass and the emulated CUDA test (when nvcc is here)
@@ -177,6 +192,15 @@ $(B)/cuda/%.o: tests/%.c $(DEPS) dl_cuda.cuh | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -Itests -I. -c $< -o $@
 $(B)/cuda/%: $(B)/cuda/%.o
 	$(CXX) $< -o $@ $(CUDA_LIBS)
+# the LINKED tests as in the CPU build: tests/th_impl.c by nvcc, their own
+# files C
+CUDA_LINKED = $(filter $(LINKED),$(patsubst tests/%.c,%,$(filter-out $(CUDA_C_ONLY),$(TEST_SRC))))
+$(B)/cuda/th_impl.o: tests/th_impl.c $(DEPS) dl_cuda.cuh | $(B)/cuda
+	$(NVCC) $(NVFLAGS) -I. -c $< -o $@
+$(CUDA_LINKED:%=$(B)/cuda/%.o): $(B)/cuda/%.o: tests/%.c $(DEPS) | $(B)/cuda
+	$(CC) $(WARN) $(EXFLAGS) -DDL_CUDA $(NVDNN) -DDL_NO_IMPLEMENTATION -Itests -I. -c $< -o $@
+$(CUDA_LINKED:%=$(B)/cuda/%): $(B)/cuda/%: $(B)/cuda/%.o $(B)/cuda/th_impl.o
+	$(CXX) $^ -o $@ $(CUDA_LIBS)
 # the examples as a user builds a CUDA program: the implementation unit by
 # nvcc (one object for all of them, as in the CPU build), their own files C
 # (dl.h's public part is the same with or without DL_CUDA)

@@ -81,6 +81,22 @@ static int th_close_nan(const float *a, const float *b, long n, double rtol, dou
 #define TH_UNUSED
 #endif
 
+/* th__esize, th__down, th__up: here, or from tests/th_impl.c's object */
+#ifdef DL__IMPLEMENTED
+#define TH_PRIM TH_UNUSED static
+#include "th_prims.h"
+#else
+#ifdef __cplusplus
+extern "C" {
+#endif
+size_t th__esize(const dl_tensor *t);
+void th__down(dl_tensor *t, void *dst, size_t off, size_t n);
+void th__up(dl_tensor *t, size_t off, const void *src, size_t n);
+#ifdef __cplusplus
+}
+#endif
+#endif
+
 #define TH_RING 64
 static void *th_ring[TH_RING];
 static int th_ring_pos, th_ring_armed;
@@ -142,9 +158,9 @@ TH_UNUSED static void *th_bytes(dl_tensor *t)
     size_t n;
     void *h;
     if (!t) return NULL;
-    n = (size_t)t->numel * dl__esize(t->dtype);
+    n = (size_t)t->numel * th__esize(t);
     h = th_ring_alloc(n);
-    if (n) t->dev_->be->download(t->dev_, h, t->data, n);
+    if (n) th__down(t, h, 0, n);
     return h;
 }
 
@@ -153,7 +169,7 @@ TH_UNUSED static float th_f(dl_tensor *t, int64_t i)
 {
     float v;
     if (!t || t->dtype != DL_DTYPE_F32 || i < 0 || i >= t->numel) return NAN;
-    t->dev_->be->download(t->dev_, &v, (const float *)t->data + i, sizeof v);
+    th__down(t, &v, (size_t)i * sizeof v, sizeof v);
     return v;
 }
 
@@ -163,12 +179,12 @@ TH_UNUSED static int64_t th_i64(dl_tensor *t, int64_t i)
     if (!t || i < 0 || i >= t->numel) return INT64_MIN;
     if (t->dtype == DL_DTYPE_I64) {
         int64_t v;
-        t->dev_->be->download(t->dev_, &v, (const int64_t *)t->data + i, sizeof v);
+        th__down(t, &v, (size_t)i * sizeof v, sizeof v);
         return v;
     }
     if (t->dtype == DL_DTYPE_I32) {
         int32_t v;
-        t->dev_->be->download(t->dev_, &v, (const int32_t *)t->data + i, sizeof v);
+        th__down(t, &v, (size_t)i * sizeof v, sizeof v);
         return v;
     }
     return INT64_MIN;
@@ -178,14 +194,14 @@ TH_UNUSED static int64_t th_i64(dl_tensor *t, int64_t i)
 TH_UNUSED static void th_put(dl_tensor *t, const float *host)
 {
     if (t && t->dtype == DL_DTYPE_F32 && t->numel)
-        t->dev_->be->upload(t->dev_, t->data, host, sizeof(float) * (size_t)t->numel);
+        th__up(t, 0, host, sizeof(float) * (size_t)t->numel);
 }
 
 /* element i of a float32 tensor = v */
 TH_UNUSED static void th_set(dl_tensor *t, int64_t i, float v)
 {
     if (t && t->dtype == DL_DTYPE_F32 && i >= 0 && i < t->numel)
-        t->dev_->be->upload(t->dev_, (float *)t->data + i, &v, sizeof v);
+        th__up(t, (size_t)i * sizeof v, &v, sizeof v);
 }
 
 /* a and b hold the same bytes (same dtype and numel) */
@@ -193,7 +209,7 @@ TH_UNUSED static int th_same_bytes(dl_tensor *a, dl_tensor *b)
 {
     size_t n;
     if (!a || !b || a->dtype != b->dtype || a->numel != b->numel) return 0;
-    n = (size_t)a->numel * dl__esize(a->dtype);
+    n = (size_t)a->numel * th__esize(a);
     return memcmp(th_bytes(a), th_bytes(b), n) == 0;
 }
 
@@ -205,7 +221,7 @@ TH_UNUSED static size_t th_module_bytes(dl_module *m, unsigned char *dst, size_t
     int n = dl_module_state_dict(m, &sd), i;
     size_t pos = 0;
     for (i = 0; i < n; i++) {
-        size_t b = (size_t)sd[i].t->numel * dl__esize(sd[i].t->dtype);
+        size_t b = (size_t)sd[i].t->numel * th__esize(sd[i].t);
         if (pos + b > cap) return 0;
         if (b) memcpy(dst + pos, th_bytes(sd[i].t), b);
         pos += b;
@@ -213,6 +229,7 @@ TH_UNUSED static size_t th_module_bytes(dl_module *m, unsigned char *dst, size_t
     return pos;
 }
 
+#ifdef DL__IMPLEMENTED   /* (dl_optim's fields) */
 /* th_module_bytes, then every state tensor of the optimizer o (momentum,
    Adam's moments) after it: a training run's whole state as bytes */
 TH_UNUSED static size_t th_train_bytes(dl_module *m, dl_optim *o, unsigned char *dst, size_t cap)
@@ -231,6 +248,7 @@ TH_UNUSED static size_t th_train_bytes(dl_module *m, dl_optim *o, unsigned char 
     }
     return n;
 }
+#endif
 #endif
 
 #define TEST_END() do { \
