@@ -49,10 +49,10 @@ THREADS  ?= 1 2
 ROUNDS   ?= 1
 BENCH_FLAGS = -O3 $(if $(HAVE_NATIVE),-march=native) -g
 
-# CUDA (dl_cuda.cuh): every test is compiled by nvcc as a whole (it defines
+# CUDA (dl_cuda.cuh): a test is compiled by nvcc as a whole (it defines
 # DL_IMPLEMENTATION, so its file is the implementation unit; the examples
-# share one, below) and linked by the C++ compiler with the CUDA runtime and
-# cuBLAS. Fat binary for sm_80 and sm_90.
+# and the LINKED tests share one, below) and linked by the C++ compiler with
+# the CUDA runtime and cuBLAS. Fat binary for sm_80 and sm_90.
 NVCC      ?= nvcc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
