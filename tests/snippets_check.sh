@@ -92,8 +92,8 @@ while read -r id where what; do
           cat "$s"
           printf '    }\n    dl_ctx_free(ctx);\n    return 0;\n}\n'; } > "$c"
     fi
-    if [ -n "$cflags" ]; then o="$bin.o"; else o="$bin"; cflags="$impl"; fi
-    if ! err=$($CC $WARN -O0 -I. -DDL_NO_IMPLEMENTATION "$c" $cflags -o "$o" -lm -lpthread 2>&1); then
+    if [ -n "$cflags" ]; then o="$bin.o"; link=""; else o="$bin"; link="$impl"; fi
+    if ! err=$($CC $WARN -O0 -I. -DDL_NO_IMPLEMENTATION $cflags "$c" $link -o "$o" -lm -lpthread 2>&1); then
         echo "FAIL snippet $where ($kind) does not compile:"; printf '%s\n' "$err" | head -n 20
         fail=$((fail + 1)); continue
     fi
