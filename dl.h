@@ -751,6 +751,7 @@ struct dl_tensor {
     uint32_t ver_;            /* version of its storage: in-place writes so far (a view's
                                  counter is its base's) */
     dl_tensor *vbase_;        /* a view: the tensor whose storage it shares (NULL: none) */
+    bool detached_;           /* a view from dl_detach (or of one): writable whatever its base */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
@@ -855,7 +856,9 @@ DL_API dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape);           /* uninitiali
 DL_API dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape);
 DL_API dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape);
 DL_API dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float value);
-DL_API dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step); /* [start,end) */
+/* [start,end) as torch.arange: the count and the values worked out in double
+   (0, 0.3, 0.1 gives 3 elements, as there) */
+DL_API dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step);
 DL_API dl_tensor *dl_rand(dl_ctx *ctx, dl_shape shape);            /* U[0,1) */
 DL_API dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape);           /* N(0,1) */
 DL_API dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape shape, const float *values);  /* copies */
@@ -876,7 +879,9 @@ DL_API dl_tensor *dl_set_name(dl_tensor *t, const char *name); /* returns t */
 
 /* --- tensors: writing values (in place, as Tensor.copy_ / fill_). Into a
    leaf that requires grad only inside dl_no_grad_begin/end (as PyTorch);
-   never into an op's output that is part of a graph. */
+   never into an op's output that is part of a graph. Not recorded for
+   autograd: dl_copy_ refuses a src that requires grad while grad mode is
+   on (torch would record it; dl_copy(src) is the differentiable copy). */
 DL_API dl_result dl_write(dl_tensor *t, const float *src, int64_t n);  /* n must equal numel */
 DL_API dl_result dl_fill_(dl_tensor *t, float value);
 DL_API dl_result dl_copy_(dl_tensor *dst, dl_tensor *src);  /* src broadcasts to dst's shape */
@@ -886,7 +891,9 @@ DL_API float dl_item(dl_tensor *t);           /* the one element; NaN + error ot
 DL_API dl_result dl_read(dl_tensor *t, float *dst, int64_t n);   /* n must equal numel */
 DL_API dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n);
 DL_API float *dl_data(dl_tensor *t);          /* CPU float32 data, else NULL + error */
-DL_API int64_t dl_size(const dl_tensor *t, int dim);  /* negative dims count from the end */
+/* negative dims count from the end; -1 for a dim out of range (an error,
+   in dl_error_message) or a NULL t */
+DL_API int64_t dl_size(const dl_tensor *t, int dim);
 DL_API bool dl_same_shape(const dl_tensor *a, const dl_tensor *b);
 DL_API void dl_print(dl_tensor *t);           /* shape and (up to 64) values to stdout */
 
@@ -1453,7 +1460,8 @@ DL_API int64_t dl_optim_steps(const dl_optim *o);  /* dl_optim_step calls so far
 DL_API void dl_optim_free(dl_optim *o);        /* early release (else dl_ctx_free); NULL ok */
 
 /* schedules: pure functions of the epoch/step t (0-based), as
-   torch.optim.lr_scheduler's closed forms */
+   torch.optim.lr_scheduler's closed forms. A step_size or t_max <= 0
+   gives NaN (PyTorch divides by zero), which dl_optim_set_lr refuses. */
 DL_API float dl_lr_step(float base, int64_t epoch, int64_t step_size, float gamma); /* StepLR: base*gamma^(epoch/step_size) */
 DL_API float dl_lr_cosine(float base, int64_t t, int64_t t_max, float eta_min);
                 /* CosineAnnealingLR: eta_min + (base-eta_min)*(1+cos(pi*t/t_max))/2 */
@@ -1663,7 +1671,8 @@ DL_API int64_t dl_loader_num_batches(const dl_loader *l);
 DL_API int64_t dl_loader_epoch(const dl_loader *l);   /* epochs started so far */
 /* Continue as if `epochs` epochs had run (the next epoch's order and
    augmentation are those of epoch epochs+1): for resuming, as PyTorch's
-   sampler.set_epoch. Any batch in progress is dropped. */
+   sampler.set_epoch. Any batch in progress is dropped. epochs must be in
+   0..2^63-2; else an error (dl_error_message) and the loader is unchanged. */
 DL_API void dl_loader_set_epoch(dl_loader *l, int64_t epochs);
 
 /* --- dist */
@@ -4769,7 +4778,12 @@ static bool dl__pair(const char *op, const dl_tensor *a, const dl_tensor *b)
 static bool dl__dim(const char *op, const dl_tensor *t, int *dim, int ndim)
 {
     int d = *dim;
-    if (d < -ndim || d >= ndim || ndim == 0) {
+    if (ndim == 0) {
+        dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %d: the tensor of shape %s has no dims to choose from", op, d,
+                dl__sh(t));
+        return false;
+    }
+    if (d < -ndim || d >= ndim) {
         dl__err(t->ctx_, DL_ERR_ARG, "%s: dim %d is out of range for a tensor of shape %s "
                 "(valid: %d..%d)", op, d, dl__sh(t), -ndim, ndim - 1);
         return false;
@@ -4817,6 +4831,9 @@ static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *
     const char *slash;
     size_t dirlen, n;
     int attempt;
+#ifdef DL__UNIX
+    int mode = -1, shortname = 0;
+#endif
     memset(w, 0, sizeof *w);
     if (!path || !path[0]) {
         dl__err(ctx, DL_ERR_ARG, "%s: the path is %s", op, path ? "empty" : "NULL");
@@ -4851,11 +4868,14 @@ static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *
             w->final = next;
         }
 #endif
-        if (stat(w->final, &st) == 0 && !S_ISREG(st.st_mode)) {
-            dl__err(ctx, DL_ERR_IO, "%s: %s exists and is not a regular file (%s); refusing to "
-                    "replace it", op, w->final, S_ISDIR(st.st_mode) ? "a directory" :
-                    S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a pipe or socket");
-            goto fail;
+        if (stat(w->final, &st) == 0) {
+            if (!S_ISREG(st.st_mode)) {
+                dl__err(ctx, DL_ERR_IO, "%s: %s exists and is not a regular file (%s); refusing to "
+                        "replace it", op, w->final, S_ISDIR(st.st_mode) ? "a directory" :
+                        S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a pipe or socket");
+                goto fail;
+            }
+            mode = (int)(st.st_mode & 07777);   /* the new file keeps the old one's permissions */
         }
     }
 #endif
@@ -4866,13 +4886,22 @@ static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *
     if (!w->tmp) goto oom;
     for (attempt = 0; attempt < 100; attempt++) {
 #ifdef DL__UNIX
-        snprintf(w->tmp, n, "%.*s.%s.tmp-%ld-%d", (int)dirlen, w->final, w->final + dirlen,
-                 (long)getpid(), attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
+        if (shortname)   /* the file's name is near the file system's limit: no room to add to it */
+            snprintf(w->tmp, n, "%.*s.dl-tmp-%ld-%d", (int)dirlen, w->final, (long)getpid(),
+                     attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
+        else
+            snprintf(w->tmp, n, "%.*s.%s.tmp-%ld-%d", (int)dirlen, w->final, w->final + dirlen,
+                     (long)getpid(), attempt + (int)(((uintptr_t)w >> 4) & 0xffff) * 100);
         w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (w->fd >= 0) { w->ok = true; return true; }
+        if (w->fd >= 0) {
+            if (mode >= 0 && chmod(w->tmp, (mode_t)mode) != 0) { /* best effort, as cp's */ }
+            w->ok = true;
+            return true;
+        }
         if (errno == EEXIST) continue;
-        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file in the directory of %s (%s): does the "
-                "directory exist, is it writable?", op, w->final, dl__errno_str(errno));
+        if (errno == ENAMETOOLONG && !shortname) { shortname = 1; attempt--; continue; }
+        dl__err(ctx, DL_ERR_IO, "%s: cannot create a file in the directory of %s (%s)%s", op, w->final,
+                dl__errno_str(errno), errno == ENAMETOOLONG ? "" : ": does the directory exist, is it writable?");
         goto fail;
 #else
         FILE *probe;
@@ -5671,7 +5700,7 @@ dl_shape dl_dims_all(void) { dl_shape s; memset(&s, 0, sizeof s); return s; }
 static bool dl__numel(dl_ctx *ctx, const char *op, int ndim, const int64_t *shape, int64_t *numel)
 {
     int i;
-    int64_t n = 1;
+    int64_t n = 1, nz = 1;   /* nz: of the nonzero sizes, so that strides never overflow either */
     if (ndim < 0 || ndim > DL_MAX_DIMS) {
         dl__err(ctx, DL_ERR_SHAPE, "%s: %d dims requested; at most DL_MAX_DIMS=%d", op, ndim,
                 DL_MAX_DIMS);
@@ -5684,13 +5713,14 @@ static bool dl__numel(dl_ctx *ctx, const char *op, int ndim, const int64_t *shap
                     dl__shp(ctx, &s), i);
             return false;
         }
-        if (shape[i] && n > (INT64_MAX / 8) / shape[i]) {
+        if (shape[i] && nz > (INT64_MAX / 8) / shape[i]) {
             dl_shape s = dl_shape_make(ndim, shape);
-            dl__err(ctx, DL_ERR_OOM, "%s: shape %s has too many elements (size overflow)", op,
-                    dl__shp(ctx, &s));
+            dl__err(ctx, DL_ERR_OOM, "%s: shape %s has too many elements (size overflow%s)", op,
+                    dl__shp(ctx, &s), n == 0 ? " in its nonzero sizes" : "");
             return false;
         }
         n *= shape[i];
+        if (shape[i]) nz *= shape[i];
     }
     *numel = n;
     return true;
@@ -10366,13 +10396,13 @@ dl_tensor *dl_ones_like(dl_tensor *t)
     return dl__end(t->ctx_, dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f), "dl_ones_like");
 }
 
-dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
+dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step)
 {
     double n;
     int64_t cnt;
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
-    if (step == 0.0f || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
+    if (step == 0.0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
         dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and the bounds and step finite (start %g, "
                 "end %g, step %g)", (double)start, (double)end, (double)step);
         return NULL;
@@ -10382,7 +10412,7 @@ dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
                 "end %g, step %g)", (double)start, (double)end, (double)step);
         return NULL;
     }
-    n = ceil(((double)end - (double)start) / (double)step);
+    n = ceil((end - start) / step);
     if (n > 1e15) {
         dl__err(ctx, DL_ERR_OOM, "dl_arange: %g elements is too many", n);
         return NULL;
@@ -10390,7 +10420,7 @@ dl_tensor *dl_arange(dl_ctx *ctx, float start, float end, float step)
     cnt = (int64_t)n;
     t = dl__new(ctx->defdev, "dl_arange", 1, &cnt);
     if (!t) return NULL;
-    DL__BE(t)->arange(t->dev_, (float *)t->data, cnt, (double)start, (double)step);
+    DL__BE(t)->arange(t->dev_, (float *)t->data, cnt, start, step);
     return t;
 }
 
@@ -10488,6 +10518,12 @@ static bool dl__writable(const char *op, dl_tensor *t)
                 "dl_no_grad_begin()/dl_no_grad_end() (as torch.no_grad())", op, dl__sh(t));
         return false;
     }
+    if (t->vbase_ && t->vbase_->requires_grad && !t->vbase_->node_ && !t->detached_ && dl__grad_on(t->ctx_)) {
+        dl__err(t->ctx_, DL_ERR_GRAPH, "%s: t %s is a view, made under no_grad, of a leaf %s that requires "
+                "grad; write into it inside dl_no_grad_begin()/dl_no_grad_end() too (or into a "
+                "dl_detach() of the leaf)", op, dl__sh(t), dl__sh(t->vbase_));
+        return false;
+    }
     return true;
 }
 
@@ -10525,6 +10561,14 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
     if (!dst || !src) return DL_ERR_ARG;
     if (!dl__writable(op, dst)) return dst->magic_ == DL__MAGIC ? dst->ctx_->err : DL_ERR_ARG;
     if (!dl__live(op, "src", src) || !dl__pair(op, dst, src)) return dst->ctx_->err;
+    if (src->requires_grad && src != dst && dl__grad_on(dst->ctx_)) {
+        /* torch's copy_ would record it; here the copy is not on the tape,
+           and a gradient through dst would be lost without a word */
+        dl__err(dst->ctx_, DL_ERR_GRAPH, "%s: src %s requires grad, and an in-place copy is not "
+                "differentiable here: use y = dl_copy(src) (differentiable), or copy dl_detach(src) "
+                "or inside dl_no_grad_begin() for a plain copy", op, dl__sh(src));
+        return DL_ERR_GRAPH;
+    }
     if (src->dtype != dst->dtype) {
         dl__err(dst->ctx_, DL_ERR_DTYPE, "%s: dst %s is %s but src %s is %s", op, dl__sh(dst),
                 dl__dtype_str(dst->dtype), dl__sh(src), dl__dtype_str(src->dtype));
@@ -10736,8 +10780,7 @@ float *dl_data(dl_tensor *t)
 int64_t dl_size(const dl_tensor *t, int dim)
 {
     if (!t || t->magic_ != DL__MAGIC) return -1;
-    if (dim < 0) dim += t->ndim;
-    if (dim < 0 || dim >= t->ndim) return -1;
+    if (!dl__dim("dl_size", t, &dim, t->ndim)) return -1;
     return t->shape[dim];
 }
 
@@ -10797,8 +10840,11 @@ bool dl_is_grad_enabled(const dl_ctx *ctx) { return ctx && dl__grad_on(ctx); }
 
 dl_tensor *dl_detach(dl_tensor *t)
 {
+    dl_tensor *y;
     if (!t || !dl__live("dl_detach", "t", t)) return NULL;
-    return dl__end(t->ctx_, dl__view("dl_detach", NULL, t, t->ndim, t->shape), "dl_detach");
+    y = dl__view("dl_detach", NULL, t, t->ndim, t->shape);
+    if (y) y->detached_ = true;
+    return dl__end(t->ctx_, y, "dl_detach");
 }
 
 /* Multi-tensor updates (dl__backend.mt_apply). dl__mt_off: every update a
@@ -11139,6 +11185,21 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     if (desc && desc->grad) {
         seed = desc->grad;
         if (!dl__valid(name, "grad", seed)) return ctx->err;
+        if (seed->ctx_ != ctx) {
+            dl__err(ctx, DL_ERR_ARG, "%s: grad %s belongs to another context than out %s", name,
+                    dl__sh(seed), dl__sh(out));
+            return DL_ERR_ARG;
+        }
+        if (seed->dtype != DL_DTYPE_F32) {
+            dl__err(ctx, DL_ERR_DTYPE, "%s: grad %s is %s; gradients are float32, as out %s is", name,
+                    dl__sh(seed), dl__dtype_str(seed->dtype), dl__sh(out));
+            return DL_ERR_DTYPE;
+        }
+        if (seed->dev_ != out->dev_) {
+            dl__err(ctx, DL_ERR_DEVICE, "%s: grad %s is on %s but out %s is on %s", name, dl__sh(seed),
+                    dl_device_name(seed->device), dl__sh(out), dl_device_name(out->device));
+            return DL_ERR_DEVICE;
+        }
         if (!dl_same_shape(seed, out)) {
             dl__err(ctx, DL_ERR_SHAPE, "%s: grad %s must have the shape of out %s", name,
                     dl__sh(seed), dl__sh(out));
@@ -11223,6 +11284,14 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
             }
             if (n->fn && !(gj = dl__fn_grad(name, n, j, gj))) { rc = ctx->err; break; }
             if (ctx->anomaly && !dl__check(gj, n->op->name)) { rc = DL_ERR_NAN; break; }
+            if (x->node_ && (x->node_->id >= ctx->ntape || ctx->tape[x->node_->id] != x->node_)) {
+                /* as for out above: a capture's tensor, used in a later step */
+                dl__err(ctx, DL_ERR_GRAPH, "%s: input %d %s of %s was made inside a capture, and its part "
+                        "of the tape went at dl_step_end(); its gradient cannot flow back: use it inside "
+                        "the capture, or dl_detach() it", name, j, dl__sh(x), pname);
+                rc = DL_ERR_GRAPH;
+                break;
+            }
             if (x->node_) {
                 if (x->node_->gacc) {
                     dl_tensor *old = x->node_->gacc;
@@ -11314,6 +11383,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     dl__node *node;
     dl_fn_ctx tmp;
     int i;
+    uint64_t nerr;
     if (!fn || !inputs || n <= 0) {
         dl__err(NULL, DL_ERR_ARG, "dl_function_apply: %s%s%d inputs (it needs a function and at "
                 "least one input)", fn ? "" : "fn is NULL, ", inputs ? "" : "inputs is NULL, ", n);
@@ -11330,9 +11400,17 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     memset(&tmp, 0, sizeof tmp);
     tmp.node.in = (dl_tensor **)inputs;
     tmp.node.nin = n;
+    nerr = ctx->nerr;
     dl_no_grad_begin(ctx);
     y = fn->forward(&tmp, n, inputs, user);
     dl_no_grad_end(ctx);
+    if (y && ctx->nerr != nerr) {   /* an error inside (a 9th dl_fn_save ...): the result is not to be trusted */
+        char why[sizeof ctx->msg];
+        memcpy(why, ctx->msg, sizeof why);
+        dl__err(ctx, ctx->err, "%s: its forward returned a tensor after an error: %s",
+                fn->name ? fn->name : "dl_function_apply", why);
+        return NULL;
+    }
     if (!y) return dl__end(ctx, NULL, fn->name ? fn->name : "dl_function_apply");
     if (!dl__live(fn->name ? fn->name : "dl_function_apply", "the forward's result", y)) return NULL;
     /* The output gets a header of its own: recording on an input (a
@@ -11688,6 +11766,7 @@ static dl_tensor *dl__view(const char *name, const dl__op *op, dl_tensor *t, int
     if (!y) return NULL;
     t->viewed_ = true;
     y->vbase_ = t->vbase_ ? t->vbase_ : t;
+    y->detached_ = t->detached_;
     if (op && dl__record(y, op, 1, &t, &n) < 0) return NULL;
     return y;
 }
@@ -11772,7 +11851,7 @@ dl_tensor *dl_squeeze(dl_tensor *t, int dim)
     int i, k = 0;
     if (!t) return NULL;
     if (!dl__live("dl_squeeze", "t", t)) return NULL;
-    if (!dl__dim("dl_squeeze", t, &dim, t->ndim)) return NULL;
+    if (!dl__dim("dl_squeeze", t, &dim, t->ndim ? t->ndim : 1)) return NULL;   /* 0-d: dim 0 or -1, as torch */
     for (i = 0; i < t->ndim; i++)
         if (i != dim || t->shape[i] != 1) out[k++] = t->shape[i];   /* size != 1: no-op, as PyTorch */
     return dl__end(t->ctx_, dl_reshape(t, dl_shape_make(k, out)), "dl_squeeze");
@@ -11864,7 +11943,9 @@ dl_tensor *dl_transpose(dl_tensor *t, int d0, int d1)
     int i;
     if (!t) return NULL;
     if (!dl__live("dl_transpose", "t", t)) return NULL;
-    if (!dl__dim("dl_transpose", t, &d0, t->ndim) || !dl__dim("dl_transpose", t, &d1, t->ndim)) return NULL;
+    if (!dl__dim("dl_transpose", t, &d0, t->ndim ? t->ndim : 1) ||   /* 0-d: dims 0 or -1, as torch */
+        !dl__dim("dl_transpose", t, &d1, t->ndim ? t->ndim : 1)) return NULL;
+    if (t->ndim == 0) return dl__end(t->ctx_, dl_reshape(t, dl_shape_make(0, NULL)), "dl_transpose");
     p.ndim = t->ndim;
     for (i = 0; i < t->ndim; i++) p.d[i] = i;
     p.d[d0] = d1;
@@ -12022,6 +12103,11 @@ dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim)
         }
     u = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n);
     if (!u) { dl__err(ctx, DL_ERR_OOM, "dl_stack: out of memory"); return NULL; }
+    if (dim < -(ts[0]->ndim + 1) || dim > ts[0]->ndim) {
+        dl__err(ctx, DL_ERR_ARG, "dl_stack: dim %d is out of range for inputs %s (valid: %d..%d, the new "
+                "dim counted)", dim, dl__sh(ts[0]), -(ts[0]->ndim + 1), ts[0]->ndim);
+        return NULL;
+    }
     if (dim < 0) dim += ts[0]->ndim + 1;   /* insert position counts the new dim */
     for (i = 0; i < n; i++) if (!(u[i] = dl_unsqueeze(ts[i], dim))) return NULL;
     return dl__end(ctx, dl_cat(n, u, dim), "dl_stack");
@@ -12344,7 +12430,9 @@ static dl_tensor *dl__max_dim(const char *name, dl_tensor *t, int dim, bool keep
         n->saved[0] = idx;
         n->nsaved = 1;
     }
-    if (indices) *indices = dl__drop_dims("dl_max_dim", idx, mask, keepdim);
+    /* the caller's indices are a copy where the backward keeps idx: a
+       write into them must not move the gradient (PyTorch's version check) */
+    if (indices) *indices = dl__drop_dims("dl_max_dim", n ? dl__clone(name, idx, false) : idx, mask, keepdim);
     y = dl__check(y, name);
     return dl__end(t->ctx_, min ? dl_neg(y) : y, name);
 }
@@ -13128,6 +13216,20 @@ static bool dl__cls_masks(const char *op, dl_tensor *x, dl_tensor *target, int64
     return true;
 }
 
+/* The mean's denominator den (the targets' summed weights) as divided by:
+   den itself where > 0 (the same bits), else 1, and *nan0 (no history) 0
+   where den > 0, else NaN. With every target ignored PyTorch's mean is 0/0,
+   NaN, and its gradient 0: the loss gets the NaN through *nan0, while the
+   gradient, scaled by 1/1 instead of 1/0, stays 0 (inf times the zero
+   weights would make it NaN throughout). Where targets count but all their
+   weights are 0, PyTorch's gradient is NaN on their rows; here it is 0. */
+static dl_tensor *dl__cls_den(dl_tensor *den, dl_tensor **nan0)
+{
+    dl_tensor *dd = dl_detach(den);
+    if (nan0) *nan0 = dl_div(dl_mul_scalar(dd, 0.0f), dd);
+    return dl_add(den, dl_rsub_scalar(dl__mask(dd, DL__U_GT, 0.0f, 0.0f), 1.0f));
+}
+
 /* The fused class-index loss (dl__backend.class_loss: CUDA's). Node: in =
    (x, target, weight), x the logits (cross entropy, i[1] = 1) or the
    log-probabilities (nll_loss); saved = (lp: x's log_softmax, or x; den:
@@ -13174,7 +13276,7 @@ static dl_result dl__cls_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (!dl__cls_masks(op, x, t, n->i[2], false, &onehot, &valid)) return x->ctx_->err;
     if (w) w = dl__nn_chan(w, x->ndim);
     m = w ? dl_mul(onehot, w) : onehot;
-    s = red == DL_REDUCTION_MEAN ? dl_div(g, dl_sum(m, DL_ALL, false))
+    s = red == DL_REDUCTION_MEAN ? dl_div(g, dl__cls_den(dl_sum(m, DL_ALL, false), NULL))
         : red == DL_REDUCTION_NONE ? dl_unsqueeze(g, 1) : g;
     if (e != 0.0f) {
         dl_tensor *v = dl_unsqueeze(valid, 1);
@@ -13259,7 +13361,7 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
                                     const dl_loss_desc *d, bool smoothing_allowed, bool logits)
 {
     dl_ctx *ctx = x->ctx_;
-    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss, *lp;
+    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss, *lp, *nan0 = NULL;
     int64_t ignore;
     float e = d->label_smoothing;
     int i;
@@ -13311,7 +13413,7 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
         if (!dl__cls_masks(op, lp, target, ignore, true, &onehot, &valid)) return NULL;
         ow = w ? dl_mul(onehot, w) : onehot;
         nll = dl_neg(dl_sum(dl_mul(ow, lp), dl__dims1(1), false));
-        if (d->reduction == DL_REDUCTION_MEAN) den = dl_sum(ow, DL_ALL, false);
+        if (d->reduction == DL_REDUCTION_MEAN) den = dl__cls_den(dl_sum(ow, DL_ALL, false), &nan0);
         if (d->reduction == DL_REDUCTION_MEAN) loss = dl_div(dl_sum(nll, DL_ALL, false), den);
         else loss = dl__nn_reduce(nll, d->reduction);
         if (e > 0.0f) {
@@ -13320,6 +13422,7 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
             else sm = dl__nn_reduce(sm, d->reduction);
             loss = dl_add(dl_mul_scalar(loss, 1.0f - e), dl_mul_scalar(sm, e / (float)lp->shape[1]));
         }
+        if (nan0) loss = dl_add(loss, nan0);
     }
     if (scalar && loss && d->reduction == DL_REDUCTION_NONE) loss = dl_squeeze(loss, 0);
     return loss;
@@ -13402,9 +13505,13 @@ static dl_tensor *dl__nn_piecewise(dl_tensor *a, dl_tensor *b, float c, float k,
 {
     dl_tensor *t = dl_sub(a, b), *at = dl_abs(t);
     dl_tensor *m = dl__mask(dl_rsub_scalar(at, c), DL__U_GT, 0.0f, 0.0f);
-    dl_tensor *lin = dl_sub_scalar(dl_mul_scalar(at, s), o);
+    dl_tensor *lin = dl_sub_scalar(dl_mul_scalar(at, s), o), *tc;
     if (c <= 0.0f) return lin;
-    return dl_add(dl_mul(m, dl_mul_scalar(dl_mul(t, t), k)), dl_mul(dl_rsub_scalar(m, 1.0f), lin));
+    /* the quadratic branch on t clamped to [-c, c]: the same where it is
+       taken, and finite where it is not (an overflowing t*t times a zero
+       mask would make the loss NaN where PyTorch's is finite or inf) */
+    tc = dl_clamp(t, -c, c);
+    return dl_add(dl_mul(m, dl_mul_scalar(dl_mul(tc, tc), k)), dl_mul(dl_rsub_scalar(m, 1.0f), lin));
 }
 
 dl_tensor *dl_smooth_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
@@ -13439,7 +13546,8 @@ dl_tensor *dl_huber_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
 }
 
 /* -(y clamp(log p) + (1-y) clamp(log(1-p))), logs clamped to >= -100; backward as
-   PyTorch: dp = g (p - y) / max(p (1-p), 1e-12), dy = g (clamp(log(1-p)) - clamp(log p)) */
+   PyTorch: dp = g (p - y) / max(p (1-p), 1e-12), dy = -g logit(p) = -g log(p / (1-p)),
+   unclamped (+-inf at p = 0 or 1, as there) */
 static dl_tensor *dl__bce_prob_terms(dl_tensor *p, dl_tensor *y)
 {
     return dl_neg(dl_add(dl_mul(y, dl_clamp(dl_log(p), -100.0f, INFINITY)),
@@ -13451,8 +13559,7 @@ static dl_result dl__nn_bcep_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 0))
         gin[0] = dl_div(dl_mul(g, dl_sub(p, y)), dl_clamp(dl_mul(p, dl_rsub_scalar(p, 1.0f)), 1e-12f, INFINITY));
     if (dl__need(n, 1))
-        gin[1] = dl_mul(g, dl_sub(dl_clamp(dl_log(dl_rsub_scalar(p, 1.0f)), -100.0f, INFINITY),
-                                  dl_clamp(dl_log(p), -100.0f, INFINITY)));
+        gin[1] = dl_neg(dl_mul(g, dl_log(dl_div(p, dl_rsub_scalar(p, 1.0f)))));
     return DL_OK;
 }
 static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd, 3, 0};
@@ -15887,9 +15994,15 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         float base_wd = kind == DL__OPT_SGD ? so.weight_decay : ao.weight_decay;
         o->glr[g] = o->glr0[g] = dl__dflt(pg->lr, base_lr) + 0.0f;
         o->gwd[g] = dl__dflt(pg->weight_decay, base_wd) + 0.0f;
-        for (i = 0; i < pg->n; i++) {   /* de-duplicate, keeping the first */
+        for (i = 0; i < pg->n; i++) {   /* de-duplicate within a group, keeping the first */
             for (j = 0; j < o->n; j++) if (o->p[j] == pg->params[i]) break;
             if (j == o->n) { o->pstep[o->n] = 0; o->pg[o->n] = g; o->p[o->n++] = pg->params[i]; }
+            else if (o->pg[j] != g) {   /* which lr would it take? (torch: a ValueError) */
+                dl__err(ctx, DL_ERR_ARG, "%s: parameter %d %s of group %d is also in group %d; a parameter "
+                        "may be in one group only", fn, i, dl__sh(pg->params[i]), g, o->pg[j]);
+                dl__optim_destroy(o);
+                return NULL;
+            }
         }
     }
     ns = dl__opt_nstate(o, &snames);
@@ -16212,14 +16325,15 @@ void dl_optim_free(dl_optim *o) { if (dl__optim_ok(o)) dl__disown(o->ctx, o); }
 // >>section optim: schedules and clipping
 float dl_lr_step(float base, int64_t epoch, int64_t step_size, float gamma)
 {
-    if (step_size <= 0 || epoch < 0) return base;
+    if (step_size <= 0) return NAN;
+    if (epoch < 0) return base;
     return (float)((double)base * pow((double)gamma, (double)(epoch / step_size)));
 }
 
 float dl_lr_cosine(float base, int64_t t, int64_t t_max, float eta_min)
 {
     const double pi = 3.14159265358979323846;
-    if (t_max <= 0) return base;
+    if (t_max <= 0) return NAN;
     return (float)((double)eta_min + ((double)base - (double)eta_min) *
                    (1.0 + cos(pi * (double)t / (double)t_max)) / 2.0);
 }
@@ -16251,7 +16365,7 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
     {
         /* as torch (float32 tensors): coef = max_norm / (total + 1e-6), clamped to 1 */
         float tot = (float)sqrt(total), c = max_norm / (tot + 1e-6f);
-        if (c < 1.0f)
+        if (!(c >= 1.0f))   /* a NaN norm (or max_norm) makes every gradient NaN, as torch's clamp does */
             for (i = 0; i < n; i++) {
                 dl_tensor *p = m->scratch[i];
                 if (p->grad) {
@@ -16358,7 +16472,7 @@ static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned cha
             if (as == DL_DTYPE_F32) {
                 /* float64 files may hold values beyond float's range: saturate */
                 ((float *)t->data)[k] = v > FLT_MAX ? INFINITY : v < -FLT_MAX ? -INFINITY : (float)v;
-            } else if (v >= -9.2e18 && v <= 9.2e18) {
+            } else if (v >= -9.2e18 && v <= 9.2e18 && v == floor(v)) {   /* no silent truncation */
                 ((int64_t *)t->data)[k] = (int64_t)v;
             } else {
                 dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': element %lld (%g) is not an integer "
@@ -16877,7 +16991,7 @@ static dl_result dl__loader_to_device(dl_loader *l)
 dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *desc)
 {
     dl_loader *l;
-    int64_t bs;
+    int64_t bs, bcap;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_loader_new: ctx is NULL"); return NULL; }
     if (!ds) return NULL;   /* the dataset's constructor failed and said why */
     if (!ds->get || ds->length < 0) {
@@ -16891,6 +17005,24 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
                 (long long)desc->batch_size, desc->num_workers);
         return NULL;
     }
+    {   /* a user's dataset: its sample shape is read below, so check it first */
+        const dl_shape *s = &ds->sample_shape;
+        int k;
+        int64_t sn = 1;
+        if (s->ndim < 0 || s->ndim > DL_MAX_DIMS - 1) {
+            dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's sample_shape has ndim %d; it must be in "
+                    "0..%d (a batch adds a dim, at most DL_MAX_DIMS=%d)", s->ndim, DL_MAX_DIMS - 1, DL_MAX_DIMS);
+            return NULL;
+        }
+        for (k = 0; k < s->ndim; k++) {
+            if (s->d[k] < 0 || (s->d[k] > 0 && sn > INT64_MAX / 8 / s->d[k])) {
+                dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's sample_shape dim %d is %lld; each dim "
+                        "must be >= 0 and a sample under 2^60 elements", k, (long long)s->d[k]);
+                return NULL;
+            }
+            sn *= s->d[k];
+        }
+    }
     l = (dl_loader *)dl__malloc(ctx, sizeof *l);
     if (!l) { dl__err(ctx, DL_ERR_OOM, "dl_loader_new: out of memory"); return NULL; }
     memset(l, 0, sizeof *l);
@@ -16902,20 +17034,23 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
     l->d.batch_size = bs;
     if (!l->d.seed) l->d.seed = 1;
     l->n = ds->length;
-    l->nb = l->d.drop_last ? l->n / bs : (l->n + bs - 1) / bs;
+    l->nb = l->n / bs + (!l->d.drop_last && l->n % bs != 0);
     l->sn = dl__prod(ds->sample_shape.d, ds->sample_shape.ndim);
     l->batch = -1;
-    if (l->sn > 0 && (uint64_t)bs > (uint64_t)(INT64_MAX / 8) / (uint64_t)l->sn) goto oom;
+    /* no batch holds more than the dataset (DataLoader(ds, batch_size=10**12)
+       yields one batch of len(ds)): the buffers hold bcap samples */
+    bcap = bs < l->n ? bs : l->n > 0 ? l->n : 1;
+    if ((uint64_t)bcap > (uint64_t)(INT64_MAX / 8) / (uint64_t)(l->sn > 0 ? l->sn : 1)) goto oom;
     l->perm = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(l->n + 1));
     if (!l->perm) goto oom;
     if (l->d.device_data) {                     /* the dataset goes to the device; no host batches */
         dl_result rc = dl__loader_to_device(l);
         if (rc != DL_OK) { dl__loader_free(l); return NULL; }
     } else {
-        l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-        l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bs * l->sn + 1));
-        l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
-        l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bs);
+        l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bcap * l->sn + 1));
+        l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bcap * l->sn + 1));
+        l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bcap);
+        l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bcap);
         if (!l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
     }
 #ifndef DL_NO_THREADS
@@ -17041,7 +17176,12 @@ int64_t dl_loader_epoch(const dl_loader *l) { return l ? l->epoch : 0; }
 
 void dl_loader_set_epoch(dl_loader *l, int64_t epochs)
 {
-    if (!l || epochs < 0) return;
+    if (!l) return;
+    if (epochs < 0 || epochs == INT64_MAX) {   /* the next batch starts epoch epochs + 1 */
+        dl__err(l->ctx, DL_ERR_ARG, "dl_loader_set_epoch: epochs %lld must be in 0..2^63-2; the loader "
+                "is unchanged", (long long)epochs);
+        return;
+    }
     dl__loader_wait(l);
     l->epoch = epochs;
     l->batch = -1;
@@ -17507,6 +17647,22 @@ static void dl__write_le(dl__wfile *w, const void *data, size_t esize, int64_t n
     }
 }
 
+static int dl__strp_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name given twice in names[0..n) (sorted in place, so that a
+   huge header is not checked pair by pair), or NULL */
+static const char *dl__dup_name(const char **names, size_t n)
+{
+    size_t i;
+    if (n > 1) qsort((void *)names, n, sizeof *names, dl__strp_cmp);
+    for (i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) return names[i];
+    return NULL;
+}
+
 /* The checkpoint of m (+ o, + user metadata) written through dl__wopen. */
 static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_optim *o, int nmeta,
                           const dl_kv *meta)
@@ -17529,7 +17685,7 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
                 meta ? "given" : "NULL");
         return DL_ERR_ARG;
     }
-    for (i = 0; i < nmeta; i++)
+    for (i = 0; i < nmeta; i++) {
         if (!meta[i].key || !meta[i].value || !meta[i].key[0] || strcmp(meta[i].key, "format") == 0 ||
             strncmp(meta[i].key, "dl.", 3) == 0) {
             dl__err(ctx, DL_ERR_ARG, "%s: %s: metadata entry %d: key \"%s\" (and its value) must be "
@@ -17537,6 +17693,13 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
                     meta[i].key ? meta[i].key : "(null)");
             return DL_ERR_ARG;
         }
+        if (dl__utf8_bad(meta[i].key) >= 0 || dl__utf8_bad(meta[i].value) >= 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: %s: metadata entry %d: the %s is not valid UTF-8 (safetensors "
+                    "refuses such a header); nothing was written", op, path, i,
+                    dl__utf8_bad(meta[i].key) >= 0 ? "key" : "value");
+            return DL_ERR_ARG;
+        }
+    }
     steps = o ? o->steps : 0;
     ws = dl__st_wants(op, path, m, o, &n, &steps);
     if (!ws) return ctx->err;
@@ -17548,6 +17711,34 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
             DL_FREE(ws);
             return DL_ERR_ARG;
         }
+    {   /* every key once: a name given twice could never be loaded (a child
+           "optim" with a buffer "step" against the optimizer's "optim.step") */
+        const char **names = (const char **)DL_MALLOC(sizeof(char *) * (size_t)(n + nmeta + 1));
+        const char *dup;
+        int nn = 0, inmeta = 0;
+        if (!names) {
+            DL_FREE(ws);
+            dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, path);
+            return DL_ERR_OOM;
+        }
+        for (i = 0; i < n; i++) names[nn++] = ws[i].name;
+        names[nn++] = "__metadata__";
+        dup = dl__dup_name(names, (size_t)nn);
+        if (!dup) {
+            for (i = 0, nn = 0; i < nmeta; i++) names[nn++] = meta[i].key;
+            dup = dl__dup_name(names, (size_t)nn);
+            inmeta = 1;
+        }
+        if (dup) {
+            dl__err(ctx, DL_ERR_ARG, "%s: %s: the %s '%.100s' is given twice; each must be unique, so that "
+                    "the file loads; nothing was written", op, path,
+                    inmeta ? "metadata key" : "tensor name (module or optimizer state)", dup);
+            DL_FREE(names);
+            DL_FREE(ws);
+            return DL_ERR_ARG;
+        }
+        DL_FREE(names);
+    }
     /* header */
     memset(&b, 0, sizeof b);
     dl__sb_str(&b, "{");
@@ -17815,6 +18006,31 @@ static dl_result dl__st_header(dl_ctx *ctx, const char *op, const unsigned char 
                 label, j->errpos, (unsigned long long)hlen, j->err ? j->err : "?");
         return DL_ERR_FORMAT;
     }
+    {   /* one __metadata__, each of its keys once: where safetensors' reader
+           keeps the last of two, no reader here picks one silently */
+        const dl__jv *meta = NULL;
+        const char **keys, *dup;
+        size_t nk = 0;
+        int c;
+        for (c = j->v[*root].first; c >= 0; c = j->v[c].next) {
+            if (strcmp(j->v[c].key, "__metadata__") != 0) continue;
+            if (meta) {
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: '__metadata__' appears twice in the header", op, label);
+                return DL_ERR_FORMAT;
+            }
+            meta = &j->v[c];
+        }
+        if (!meta || meta->type != DL__J_OBJ) return DL_OK;
+        for (c = meta->first; c >= 0; c = j->v[c].next) nk++;
+        keys = (const char **)DL_MALLOC(sizeof(char *) * (nk + 1));
+        if (!keys) { dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); return DL_ERR_OOM; }
+        for (nk = 0, c = meta->first; c >= 0; c = j->v[c].next) keys[nk++] = j->v[c].key;
+        dup = dl__dup_name(keys, nk);
+        if (dup) dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ key '%.100s' appears twice in the header",
+                         op, label, dup);
+        DL_FREE(keys);
+        if (dup) return DL_ERR_FORMAT;
+    }
     return DL_OK;
 }
 
@@ -17863,11 +18079,7 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
                             "string (safetensors metadata maps strings to strings)", op, label, j.v[c3].key);
                     goto done;
                 }
-            if (meta) {
-                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: '__metadata__' appears twice in the header", op, label);
-                goto done;
-            }
-            meta = v;
+            meta = v;   /* (only one: dl__st_header) */
             continue;
         }
         memset(&es[ne], 0, sizeof es[ne]);
@@ -17925,8 +18137,8 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         for (k = 0; k < ne; k++) if (strcmp(es[k].name, w->name) == 0) { e = &es[k]; break; }
         if (!e) {
             if (w->t) dl__st_shape_str(w->t->ndim, w->t->shape, sa, sizeof sa);
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is missing from the file (%s %s)%s",
-                    op, label, w->name, w->t ? "the model has" : "an int64 scalar", w->t ? sa : "",
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is missing from the file (%s%s)%s",
+                    op, label, w->name, w->t ? "the model has " : "an int64 scalar", w->t ? sa : "",
                     strncmp(w->name, "optim.", 6) == 0 ? "; was it saved without this optimizer "
                     "(dl_save with o = NULL) or with other settings?" : "");
             goto done;
@@ -17957,8 +18169,11 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
                 goto done;
             }
             dl__read_le(&v, data + e->begin, 8, 1);
-            if (v < 0) {
-                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is a negative step count %lld",
+            /* steps and num_batches_tracked: the next increments must not
+               overflow, and Adam's bias corrections take the step as a double */
+            if (v < 0 || v > ((int64_t)1 << 53)) {
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is a count %lld outside 0..2^53 (a step "
+                        "count past 2^53 is not exact in float64, as PyTorch keeps it)",
                         op, label, w->name, (long long)v);
                 goto done;
             }
@@ -17981,7 +18196,7 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         char *endp = NULL;
         double d;
         if (!kind || strcmp(kind->s, dl__opt_names[o->kind]) != 0) {
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the optimizer state is for '%.20s' but o is %s",
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the optimizer state is for '%.40s' but o is %s",
                     op, label, kind ? kind->s : "(no dl.optim in __metadata__)", dl__opt_names[o->kind]);
             goto done;
         }
@@ -18002,6 +18217,11 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         {
             const dl__jv *ngv = meta ? dl__jmember(&j, meta, "dl.groups") : NULL;
             long ng = ngv ? strtol(ngv->s, &endp, 10) : 1;
+            if (ngv && (endp == ngv->s || *endp)) {
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ dl.groups \"%.40s\" is not a whole number",
+                        op, label, ngv->s);
+                goto done;
+            }
             if (ng != o->ng) {
                 dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the file's optimizer has %ld parameter groups but "
                         "o has %d", op, label, ng, o->ng);

@@ -180,7 +180,10 @@ static void parse(int argc, char **argv, flags *f)
         else if (!strcmp(fl, "--batch")) f->batch = int_flag(f->prog, fl, v, 1, EX_MAX_BATCH, "a whole number from 1 to 65536");
         else if (!strcmp(fl, "--threads")) f->threads = (int)int_flag(f->prog, fl, v, 0, EX_MAX_THREADS, "a whole number from 0 to 1024");
         else if (!strcmp(fl, "--limit")) f->limit = int_flag(f->prog, fl, v, 0, INT64_MAX, "a whole number >= 0");
-        else if (!strcmp(fl, "--data")) f->data = v;
+        else if (!strcmp(fl, "--data")) {
+            if (!v[0] || !strncmp(v, "--", 2)) bad(f->prog, "%s '%s': %s", fl, v, "needs a directory");
+            f->data = v;
+        }
         else if (!strcmp(fl, "--model")) {
             if (strcmp(v, "lenet_bn") && strcmp(v, "resnet18")) bad(f->prog, "%s %s: %s", fl, v, "must be lenet_bn or resnet18");
             f->resnet18 = !strcmp(v, "resnet18");
@@ -191,7 +194,8 @@ static void parse(int argc, char **argv, flags *f)
         else {
             char *end;
             double x = strtod(v, &end);
-            if (end == v || *end || !isfinite(x) || !(x > 0) || x > FLT_MAX || !((float)x > 0))
+            if (end == v || *end || isspace((unsigned char)v[0]) || !isfinite(x) || !(x > 0) || x > FLT_MAX ||
+                !((float)x > 0))
                 bad(f->prog, "%s %s: %s", fl, v, "must be a finite number > 0 (and within float32's range)");
             f->lr = (float)x;
         }

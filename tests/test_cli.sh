@@ -495,6 +495,8 @@ expect 2 "^$DP: --devices '': needs at least one device" $DP --devices ""
 expect 2 "^$DP: --epochs 0: must be a whole number from 1 to 1000" $DP --epochs 0
 expect 2 "^$DP: --batch 3: must be at least the number of devices of every run" $DP --batch 3
 expect 2 "^$DP: --lr -1: must be a finite number > 0" $DP --lr -1
+expect 2 "^$DP: --lr  0.5: must be a finite number > 0" $DP --lr " 0.5"
+expect 2 "^$DP: --data '': needs a directory" $DP --data ""
 expect 2 "^$DP: unknown flag --device" $DP --device cpu:0
 expect 0 "^usage: $DP \[--devices LIST\]" $DP --help
 expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 \

@@ -5,7 +5,7 @@
    NULL returns, huge convolutions, the error message's lifetime, gzip bombs,
    use after dl_free, thread counts, names that would break a DOT file,
    custom functions' gradients of another dtype or device, checkpoints of
-   deeply nested models. */
+   deeply nested models; then what a second such review found (section 16). */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -848,6 +848,441 @@ static void test_deep_checkpoint(void)
     dl_ctx_free(ctx);
 }
 
+/* 16. what a second hostile review found (2026-11-28); each case failed
+   before its fix */
+static dl_tensor *save9_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    int i;
+    (void)n; (void)user;
+    for (i = 0; i < 9; i++) dl_fn_save(fc, in[0]);   /* at most 8 */
+    return dl_mul(in[0], in[0]);
+}
+static dl_result save9_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    (void)user;
+    gin[0] = dl_mul_scalar(dl_mul(g, dl_fn_saved(fc, 0)), 2.0f);
+    return DL_OK;
+}
+
+static bool read_is(dl_tensor *t, const float *want, int n)
+{
+    float got[8];
+    int i;
+    if (!t || t->numel != n || dl_read(t, got, n) != DL_OK) return false;
+    for (i = 0; i < n; i++)
+        if (want[i] != want[i] ? got[i] == got[i] : got[i] != want[i]) return false;
+    return true;
+}
+
+static void test_review2_autograd(void)
+{
+    dl_ctx_desc cd;
+    dl_ctx *ctx, *ctx2 = new_ctx();
+    dl_backward_desc bd;
+    memset(&cd, 0, sizeof cd);
+    cd.log = dl_log_silent;
+    cd.cpu_devices = 2;
+    ctx = dl_ctx_init(&cd);
+    {   /* dl_copy_ from a src that requires grad: refused in grad mode (the
+           copy is not on the tape: the gradient through dst was lost) */
+        dl_tensor *x = dl_param(dl_full(ctx, DL_SHAPE(3), 2.0f)), *d = dl_zeros(ctx, DL_SHAPE(3));
+        CHECK(dl_copy_(d, x) == DL_ERR_GRAPH, "dl_copy_ of a src that requires grad, in grad mode");
+        EXPECT_ERR(ctx, DL_ERR_GRAPH, "dl_copy_: src (3) requires grad");
+        CHECK(dl_copy_(d, dl_detach(x)) == DL_OK, "a detached src: %s", dl_error_message(ctx));
+        dl_no_grad_begin(ctx);
+        CHECK(dl_copy_(d, x) == DL_OK, "under no_grad: %s", dl_error_message(ctx));
+        dl_no_grad_end(ctx);
+    }
+    {   /* max_dim's indices are the caller's: writing them does not move the gradient */
+        float xv[6] = {1, 5, 2, 7, 3, 4}, want[6] = {0, 1, 0, 1, 0, 0};
+        int64_t zero[2] = {0, 0};
+        dl_tensor *x = dl_param(dl_from_array(ctx, DL_SHAPE(2, 3), xv)), *idx = NULL;
+        dl_tensor *m = dl_max_dim(x, 1, false, &idx);
+        CHECK(m && idx && dl_copy_(idx, dl_from_int64(ctx, DL_SHAPE(2), zero)) == DL_OK, "write the indices: %s",
+              dl_error_message(ctx));
+        CHECK(dl_backward(dl_sum(m, DL_ALL, false)) == DL_OK && read_is(x->grad, want, 6),
+              "max_dim's gradient after its indices were overwritten: %s", dl_error_message(ctx));
+    }
+    {   /* a view of a leaf that requires grad, made under no_grad: not
+           writable in grad mode (torch refuses it too); a detached one is */
+        dl_tensor *x = dl_param(dl_ones(ctx, DL_SHAPE(2, 3))), *v;
+        dl_no_grad_begin(ctx);
+        v = dl_reshape(x, DL_SHAPE(6));
+        dl_no_grad_end(ctx);
+        CHECK(dl_fill_(v, 0.0f) == DL_ERR_GRAPH, "a no_grad view of a parameter written in grad mode");
+        EXPECT_ERR(ctx, DL_ERR_GRAPH, "made under no_grad, of a leaf (2,3) that requires grad");
+        CHECK(dl_fill_(dl_reshape(dl_detach(x), DL_SHAPE(6)), 1.0f) == DL_OK, "a view of a detach: %s",
+              dl_error_message(ctx));
+        dl_no_grad_begin(ctx);
+        CHECK(dl_fill_(v, 1.0f) == DL_OK, "the view under no_grad: %s", dl_error_message(ctx));
+        dl_no_grad_end(ctx);
+    }
+    {   /* the seed of dl_backward_ex: dtype, context and device, for a leaf and an op's output */
+        int64_t iv[3] = {5, 6, 7};
+        dl_tensor *x = dl_param(dl_ones(ctx, DL_SHAPE(3))), *outs[2];
+        int k;
+        outs[0] = x;
+        outs[1] = dl_mul(x, x);
+        for (k = 0; k < 2; k++) {
+            memset(&bd, 0, sizeof bd);
+            bd.retain_graph = true;
+            bd.grad = dl_from_int64(ctx, DL_SHAPE(3), iv);
+            CHECK(dl_backward_ex(outs[k], &bd) == DL_ERR_DTYPE, "%d: an int64 seed", k);
+            EXPECT_ERR(ctx, DL_ERR_DTYPE, "grad (3) is int64");
+            bd.grad = dl_ones(ctx2, DL_SHAPE(3));
+            CHECK(dl_backward_ex(outs[k], &bd) == DL_ERR_ARG, "%d: a seed of another context", k);
+            EXPECT_ERR(ctx, DL_ERR_ARG, "belongs to another context");
+            {   /* (make test runs it with cpu:1 the default device too) */
+                int other = x->device.index == 1 ? 0 : 1;
+                char want[64];
+                snprintf(want, sizeof want, "is on cpu:%d but out (3) is on cpu:%d", other, x->device.index);
+                bd.grad = dl_to(dl_ones(ctx, DL_SHAPE(3)), dl_cpu_device(other));
+                CHECK(bd.grad && dl_backward_ex(outs[k], &bd) == DL_ERR_DEVICE, "%d: a seed on cpu:%d", k, other);
+                EXPECT_ERR(ctx, DL_ERR_DEVICE, want);
+            }
+            CHECK(x->grad == NULL, "%d: a refused seed left a gradient", k);
+        }
+    }
+    {   /* a custom function's 9th dl_fn_save fails the apply, naming the function */
+        dl_function f;
+        dl_tensor *x = dl_param(dl_full(ctx, DL_SHAPE(3), 3.0f));
+        f.name = "save9";
+        f.forward = save9_fwd;
+        f.backward = save9_bwd;
+        CHECK(dl_function_apply(&f, 1, &x, NULL) == NULL, "9 saved tensors gave a result");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "save9: its forward returned a tensor after an error: dl_fn_save: at most 8");
+    }
+    dl_step_end(ctx);
+    {   /* a graph through a capture's tensor in a later step: an error (its
+           part of the tape is gone), not a gradient silently left out */
+        dl_tensor *w = dl_param(dl_full(ctx, DL_SHAPE(3), 2.0f)), *x = dl_keep(dl_ones(ctx, DL_SHAPE(3))), *h;
+        dl_capture *cap;
+        CHECK(dl_backward(dl_sum(dl_mul(w, x), DL_ALL, false)) == DL_OK, "warm-up: %s", dl_error_message(ctx));
+        dl_step_end(ctx);
+        cap = dl_capture_begin(ctx);
+        h = dl_mul(w, x);
+        CHECK(cap && h && dl_capture_end(cap) == DL_OK, "capture: %s", dl_error_message(ctx));
+        dl_step_end(ctx);
+        CHECK(dl_backward(dl_sum(dl_mul(h, h), DL_ALL, false)) == DL_ERR_GRAPH, "a backward through a capture's "
+              "tensor after dl_step_end");
+        EXPECT_ERR(ctx, DL_ERR_GRAPH, "was made inside a capture");
+        dl_step_end(ctx);
+        dl_capture_free(cap);
+        dl_free(x);
+        dl_free(w);
+    }
+    dl_ctx_free(ctx2);
+    dl_ctx_free(ctx);
+}
+
+static void test_review2_values(void)
+{
+    dl_ctx *ctx = new_ctx();
+    {   /* smooth L1 and Huber where t*t overflows: PyTorch's finite or inf loss, not NaN */
+        float av[3] = {3e19f, INFINITY, 1e5f}, zv[3] = {0, 0, 0}, want[3] = {3e19f - 0.5f, INFINITY, 1e5f - 0.5f};
+        float g[3], wg[3] = {1.0f / 3, 1.0f / 3, 1.0f / 3};
+        dl_loss_desc d;
+        dl_tensor *a = dl_param(dl_from_array(ctx, DL_SHAPE(3), av)), *z = dl_from_array(ctx, DL_SHAPE(3), zv);
+        memset(&d, 0, sizeof d);
+        d.reduction = DL_REDUCTION_NONE;
+        CHECK(read_is(dl_smooth_l1_loss(a, z, &d), want, 3), "smooth_l1 of 3e19, inf, 1e5");
+        CHECK(read_is(dl_huber_loss(a, z, &d), want, 3), "huber of 3e19, inf, 1e5");
+        d.beta = 1e-30f;
+        want[2] = 1e5f;
+        CHECK(read_is(dl_smooth_l1_loss(a, z, &d), want, 3), "smooth_l1 with beta 1e-30");
+        d.reduction = DL_REDUCTION_MEAN;
+        d.beta = 0.0f;
+        CHECK(dl_backward(dl_smooth_l1_loss(a, z, &d)) == DL_OK && a->grad && dl_read(a->grad, g, 3) == DL_OK &&
+              th_close(g, wg, 3, 1e-6, 0, NULL), "smooth_l1's gradient there: %g %g %g", (double)g[0],
+              (double)g[1], (double)g[2]);
+    }
+    {   /* cross entropy with every target ignored: loss NaN (0/0) and gradient 0, as PyTorch's */
+        float xv[6] = {0.5f, -1, 2, 0.1f, 3, 0.2f}, zeros[6] = {0, 0, 0, 0, 0, 0}, nan1[1] = {NAN};
+        int64_t tv[2] = {-100, -100};
+        dl_tensor *x = dl_param(dl_from_array(ctx, DL_SHAPE(2, 3), xv)), *l;
+        l = dl_cross_entropy(x, dl_from_int64(ctx, DL_SHAPE(2), tv), NULL);
+        CHECK(read_is(l, nan1, 1), "the loss of all-ignored targets is not NaN");
+        CHECK(dl_backward(l) == DL_OK && read_is(x->grad, zeros, 6), "the gradient of all-ignored targets is not 0");
+    }
+    {   /* a NaN norm in dl_clip_grad_norm makes every gradient NaN (torch's clamp) */
+        float nv[2] = {NAN, 300}, bv[2] = {400, 500}, nans[2] = {NAN, NAN};
+        dl_module *m = dl_module_new(ctx, "M", NULL, 0);
+        dl_tensor *a = dl_module_param(m, "a", dl_ones(ctx, DL_SHAPE(2)));
+        dl_tensor *b = dl_module_param(m, "b", dl_ones(ctx, DL_SHAPE(2)));
+        dl_tensor *l = dl_add(dl_sum(dl_mul(a, dl_from_array(ctx, DL_SHAPE(2), nv)), DL_ALL, false),
+                              dl_sum(dl_mul(b, dl_from_array(ctx, DL_SHAPE(2), bv)), DL_ALL, false));
+        float total;
+        CHECK(dl_backward(l) == DL_OK, "backward: %s", dl_error_message(ctx));
+        total = dl_clip_grad_norm(m, 1.0f);
+        CHECK(total != total && read_is(a->grad, nans, 2) && read_is(b->grad, nans, 2),
+              "clip with a NaN norm (%g) left finite gradients", (double)total);
+    }
+    {   /* dl_arange counts in double, as torch.arange */
+        dl_tensor *r = dl_arange(ctx, 0, 0.3, 0.1);
+        CHECK(r && r->numel == 3, "arange(0, 0.3, 0.1) has %lld elements", r ? (long long)r->numel : -1LL);
+    }
+    {   /* dl_stack's dim: the range of the result's dims, checked once under its name */
+        dl_tensor *ab[2];
+        ab[0] = dl_zeros(ctx, DL_SHAPE(2, 3));
+        ab[1] = dl_ones(ctx, DL_SHAPE(2, 3));
+        CHECK(dl_stack(2, ab, -4) == NULL, "stack at dim -4 of (2,3)");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_stack: dim -4 is out of range for inputs (2,3) (valid: -3..2");
+        CHECK(dl_stack(2, ab, 3) == NULL, "stack at dim 3 of (2,3)");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_stack: dim 3");
+        CHECK(dl_stack(2, ab, -3) && dl_stack(2, ab, -3)->shape[0] == 2 && dl_stack(2, ab, 2)->shape[2] == 2,
+              "stack at dims -3 and 2: %s", dl_error_message(ctx));
+    }
+    {   /* a 0-d tensor: squeeze and transpose take dim 0 or -1 (torch); dl_size says why it is -1 */
+        dl_tensor *s0 = dl_full(ctx, dl_shape_make(0, NULL), 3.0f), *r;
+        r = dl_squeeze(s0, -1);
+        CHECK(r && r->ndim == 0 && dl_item(r) == 3.0f, "squeeze of a 0-d tensor: %s", dl_error_message(ctx));
+        r = dl_transpose(s0, 0, -1);
+        CHECK(r && r->ndim == 0, "transpose of a 0-d tensor: %s", dl_error_message(ctx));
+        CHECK(dl_narrow(s0, 0, 0, 1) == NULL, "narrow of a 0-d tensor");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_narrow: dim 0: the tensor of shape () has no dims");
+        CHECK(dl_size(s0, 0) == -1, "dl_size of a 0-d tensor's dim 0");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_size: dim 0");
+        CHECK(dl_size(dl_zeros(ctx, DL_SHAPE(2, 3)), 5) == -1, "dl_size(t, 5) of a (2,3)");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_size: dim 5 is out of range for a tensor of shape (2,3)");
+    }
+    {   /* binary cross entropy's gradient for the target at p = 0 and 1: -logit(p), +-inf (torch) */
+        float pv[2] = {0, 1}, yv[2] = {0.5f, 0.5f}, g[2];
+        dl_loss_desc d;
+        dl_tensor *y = dl_param(dl_from_array(ctx, DL_SHAPE(2), yv));
+        memset(&d, 0, sizeof d);
+        d.reduction = DL_REDUCTION_SUM;
+        CHECK(dl_backward(dl_binary_cross_entropy(dl_from_array(ctx, DL_SHAPE(2), pv), y, &d)) == DL_OK &&
+              y->grad && dl_read(y->grad, g, 2) == DL_OK && g[0] == INFINITY && g[1] == -INFINITY,
+              "bce's target gradient at p = 0, 1: %g %g", (double)g[0], (double)g[1]);
+    }
+    {   /* schedules over a period <= 0: NaN (torch divides by zero), which set_lr refuses */
+        CHECK(dl_lr_step(0.1f, 3, 0, 0.5f) != dl_lr_step(0.1f, 3, 0, 0.5f), "StepLR with step_size 0");
+        CHECK(dl_lr_cosine(0.1f, 3, -1, 0.0f) != dl_lr_cosine(0.1f, 3, -1, 0.0f), "cosine with t_max -1");
+    }
+    {   /* a parameter in two groups: refused (torch: a ValueError), naming both */
+        dl_tensor *a = dl_param(dl_ones(ctx, DL_SHAPE(2))), *b = dl_param(dl_ones(ctx, DL_SHAPE(3)));
+        dl_tensor *g0[2], *g1[1];
+        dl_param_group pg[2];
+        g0[0] = a; g0[1] = b; g1[0] = a;
+        memset(pg, 0, sizeof pg);
+        pg[0].params = g0; pg[0].n = 2;
+        pg[1].params = g1; pg[1].n = 1; pg[1].lr = 0.5f;
+        CHECK(dl_sgd_groups(ctx, 2, pg, NULL) == NULL, "a parameter in two groups");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "parameter 0 (2) of group 1 is also in group 0");
+        g0[1] = a;   /* group 0 {a, a}: a twice within a group is kept once (torch warns) */
+        g1[0] = b;   /* group 1 {b} */
+        CHECK(dl_adam_groups(ctx, 2, pg, NULL) != NULL, "two distinct groups: %s", dl_error_message(ctx));
+        dl_free(a);
+        dl_free(b);
+    }
+    {   /* an empty shape whose other sizes overflow: refused (strides would overflow) */
+        CHECK(dl_zeros(ctx, DL_SHAPE(0, (int64_t)1 << 62, 4)) == NULL, "zeros (0, 2^62, 4)");
+        EXPECT_ERR(ctx, DL_ERR_OOM, "size overflow in its nonzero sizes");
+        CHECK(dl_zeros(ctx, DL_SHAPE(0, (int64_t)1 << 40, 4)) != NULL, "zeros (0, 2^40, 4): %s", dl_error_message(ctx));
+    }
+    dl_ctx_free(ctx);
+}
+
+/* a dataset of n samples of shape s whose get writes nothing */
+static dl_result empty_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
+{
+    (void)ds; (void)x; (void)rng;
+    *y = i;
+    return DL_OK;
+}
+
+/* the file's header with its first `from` replaced by `to` (the data unchanged) */
+static bool patch_header(const char *path, const char *from, const char *to)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL, len8[8];
+    char *h = NULL, *at;
+    long n;
+    uint64_t hlen = 0, nl;
+    int i;
+    bool ok = false;
+    if (!f) return false;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = (unsigned char *)malloc((size_t)n);
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        for (i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
+        h = (char *)calloc((size_t)hlen + strlen(to) + 1, 1);
+        if (h) memcpy(h, buf + 8, (size_t)hlen);
+        at = h ? strstr(h, from) : NULL;
+        if (at) {
+            memmove(at + strlen(to), at + strlen(from), strlen(at + strlen(from)) + 1);
+            memcpy(at, to, strlen(to));
+            ok = true;
+        }
+    }
+    fclose(f);
+    if (ok && (f = fopen(path, "wb"))) {
+        nl = strlen(h);
+        for (i = 0; i < 8; i++) len8[i] = (unsigned char)(nl >> (8 * i));
+        ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h, 1, nl, f) == nl &&
+             fwrite(buf + 8 + hlen, 1, (size_t)(n - 8 - (long)hlen), f) == (size_t)(n - 8 - (long)hlen);
+        fclose(f);
+    }
+    free(h);
+    free(buf);
+    return ok;
+}
+
+/* the int64 scalar `name` of a checkpoint set to v in place */
+static bool patch_scalar(const char *path, const char *name, int64_t v)
+{
+    FILE *f = fopen(path, "r+b");
+    unsigned char head[8], le[8];
+    char *h, key[128];
+    const char *at;
+    uint64_t hlen = 0, off;
+    int i;
+    bool ok = false;
+    if (!f) return false;
+    if (fread(head, 1, 8, f) == 8) {
+        for (i = 7; i >= 0; i--) hlen = hlen << 8 | head[i];
+        h = (char *)calloc((size_t)hlen + 1, 1);
+        if (h && fread(h, 1, (size_t)hlen, f) == hlen) {
+            snprintf(key, sizeof key, "\"%s\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[", name);
+            at = strstr(h, key);
+            if (at && sscanf(at + strlen(key), "%llu", (unsigned long long *)&off) == 1) {
+                for (i = 0; i < 8; i++) le[i] = (unsigned char)((uint64_t)v >> (8 * i));
+                ok = fseek(f, (long)(8 + hlen + off), SEEK_SET) == 0 && fwrite(le, 1, 8, f) == 8;
+            }
+        }
+        free(h);
+    }
+    fclose(f);
+    return ok;
+}
+
+static void test_review2_files(void)
+{
+    dl_ctx *ctx = new_ctx();
+    struct stat st;
+    {   /* a batch_size past the dataset: one batch of all of it (the buffers
+           hold no more), also with 0-element samples */
+        int64_t yv[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, bss[2] = {(int64_t)1 << 61, INT64_MAX};
+        int k, s;
+        for (s = 0; s < 2; s++)
+            for (k = 0; k < 2; k++) {
+                dl_tensor *x = dl_keep(dl_zeros(ctx, DL_SHAPE(10, s ? 2 : 0))), *y = dl_keep(dl_from_int64(ctx, DL_SHAPE(10), yv));
+                dl_dataset *ds = dl_tensor_dataset(ctx, x, y, NULL, false);
+                dl_loader_desc ld;
+                dl_loader *l;
+                dl_tensor *bx, *by;
+                memset(&ld, 0, sizeof ld);
+                ld.batch_size = bss[k];
+                l = dl_loader_new(ctx, ds, &ld);
+                CHECK(l && dl_loader_num_batches(l) == 1 && dl_loader_next(l, &bx, &by) == 1 && by->numel == 10 &&
+                      dl_loader_next(l, &bx, &by) == 0, "batch_size %lld over 10 samples of %d: %s",
+                      (long long)bss[k], s ? 2 : 0, dl_error_message(ctx));
+                dl_step_end(ctx);
+                dl_free(x);
+                dl_free(y);
+            }
+    }
+    {   /* a user's dataset with a bad sample_shape: refused, naming it */
+        dl_dataset ds;
+        memset(&ds, 0, sizeof ds);
+        ds.length = 4;
+        ds.get = empty_get;
+        ds.sample_shape.ndim = 100;
+        CHECK(dl_loader_new(ctx, &ds, NULL) == NULL, "sample_shape ndim 100");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "sample_shape has ndim 100");
+        ds.sample_shape.ndim = -3;
+        CHECK(dl_loader_new(ctx, &ds, NULL) == NULL, "sample_shape ndim -3");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "sample_shape has ndim -3");
+        ds.sample_shape = DL_SHAPE(2, -5);
+        CHECK(dl_loader_new(ctx, &ds, NULL) == NULL, "sample_shape (2,-5)");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "sample_shape dim 1 is -5");
+        ds.sample_shape = DL_SHAPE(2);
+        {
+            dl_loader *l = dl_loader_new(ctx, &ds, NULL);
+            CHECK(l != NULL, "a good dataset: %s", dl_error_message(ctx));
+            dl_loader_set_epoch(l, INT64_MAX);
+            EXPECT_ERR(ctx, DL_ERR_ARG, "dl_loader_set_epoch: epochs 9223372036854775807 must be in 0..2^63-2");
+            dl_loader_set_epoch(l, -1);
+            EXPECT_ERR(ctx, DL_ERR_ARG, "dl_loader_set_epoch: epochs -1");
+            CHECK(dl_loader_epoch(l) == 0, "a refused set_epoch changed the epoch");
+        }
+    }
+    {   /* labels of an IDX file that are not whole numbers: refused as int64, not truncated */
+        static const unsigned char idx[16] = {0, 0, 0x0D, 1, 0, 0, 0, 2, 0x3F, 0xC0, 0, 0, 0x40, 0, 0, 0};
+        FILE *f = fopen(tmp("frac.idx"), "wb");
+        dl_tensor *t = NULL;
+        CHECK(f && fwrite(idx, 1, sizeof idx, f) == sizeof idx, "write frac.idx");
+        if (f) fclose(f);
+        CHECK(dl_idx_load(ctx, tmp("frac.idx"), DL_DTYPE_I64, &t) == DL_ERR_FORMAT, "1.5 loaded as a label");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "element 0 (1.5) is not an integer");
+        CHECK(dl_idx_load(ctx, tmp("frac.idx"), DL_DTYPE_F32, &t) == DL_OK, "as float32: %s", dl_error_message(ctx));
+        dl_free(t);
+    }
+    {   /* checkpoints: names given twice are refused before anything is written */
+        dl_module *m = dl_module_new(ctx, "Net", NULL, 0), *c;
+        dl_optim *o;
+        int64_t five = 5;
+        dl_kv kv[2];
+        dl_module_add(m, "fc", dl_nn_linear(ctx, 2, 2, true));
+        c = dl_module_add(m, "optim", dl_module_new(ctx, "Holder", NULL, 0));
+        dl_module_buffer(c, "step", dl_from_int64(ctx, dl_shape_make(0, NULL), &five));
+        o = dl_adam(m, NULL);
+        remove(tmp("dup.st"));
+        CHECK(dl_save(tmp("dup.st"), m, o) == DL_ERR_ARG, "a module buffer 'optim.step' beside Adam's");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "the tensor name (module or optimizer state) 'optim.step' is given twice");
+        CHECK(stat(tmp("dup.st"), &st) != 0, "a refused save wrote the file");
+        kv[0].key = kv[1].key = "run";
+        kv[0].value = "a";
+        kv[1].value = "b";
+        CHECK(dl_save_meta(tmp("dup.st"), m, NULL, 2, kv) == DL_ERR_ARG, "a metadata key twice");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "the metadata key 'run' is given twice");
+        kv[0].value = "\xff";
+        CHECK(dl_save_meta(tmp("dup.st"), m, NULL, 1, kv) == DL_ERR_ARG, "metadata that is not UTF-8");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "metadata entry 0: the value is not valid UTF-8");
+        dl_optim_free(o);
+    }
+    {   /* read: a metadata key twice, dl.groups not a number, a step count past 2^53;
+           saved again over a private file, the file stays private */
+        dl_module *m = dl_nn_linear(ctx, 2, 2, true);
+        dl_optim *o = dl_adam(m, NULL);
+        dl_kv kv;
+        char val[16];
+        kv.key = "run";
+        kv.value = "a";
+        CHECK(dl_save_meta(tmp("meta.st"), m, o, 1, &kv) == DL_OK && patch_header(tmp("meta.st"),
+              "\"run\":\"a\"", "\"run\":\"a\",\"run\":\"b\""), "write meta.st: %s", dl_error_message(ctx));
+        CHECK(dl_checkpoint_meta(ctx, tmp("meta.st"), "run", val, sizeof val) == DL_ERR_FORMAT, "a key twice");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "__metadata__ key 'run' appears twice");
+        CHECK(dl_load(tmp("meta.st"), m, o) == DL_ERR_FORMAT, "load: a key twice");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "__metadata__ key 'run' appears twice");
+        CHECK(dl_save(tmp("groups.st"), m, o) == DL_OK && patch_header(tmp("groups.st"), "\"__metadata__\":{",
+              "\"__metadata__\":{\"dl.groups\":\"1abc\","), "write groups.st: %s", dl_error_message(ctx));
+        CHECK(dl_load(tmp("groups.st"), m, o) == DL_ERR_FORMAT, "dl.groups \"1abc\"");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "dl.groups \"1abc\" is not a whole number");
+        CHECK(dl_save(tmp("step.st"), m, o) == DL_OK && patch_scalar(tmp("step.st"), "optim.step", INT64_MAX),
+              "write step.st: %s", dl_error_message(ctx));
+        CHECK(dl_load(tmp("step.st"), m, o) == DL_ERR_FORMAT, "a step count of 2^63-1");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "'optim.step' is a count 9223372036854775807 outside 0..2^53");
+        CHECK(chmod(tmp("step.st"), 0600) == 0 && dl_save(tmp("step.st"), m, o) == DL_OK &&
+              stat(tmp("step.st"), &st) == 0 && (st.st_mode & 0777) == 0600,
+              "saved over a 0600 file: mode %o", (unsigned)(st.st_mode & 0777));
+        dl_optim_free(o);
+    }
+    {   /* a file name near the file system's limit: the temporary gets a short name */
+        char name[251];
+        dl_module *m = dl_nn_linear(ctx, 2, 2, true);
+        memset(name, 'n', 250);
+        name[250] = 0;
+        CHECK(dl_save(tmp(name), m, NULL) == DL_OK && stat(tmp(name), &st) == 0, "a 250-character file name: %s",
+              dl_error_message(ctx));
+        CHECK(count_tmp_files(g_dir) == 0, "a temporary file was left");
+        remove(tmp(name));
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -868,5 +1303,8 @@ int main(void)
     test_dot_names();
     test_custom_grad_checks();
     test_deep_checkpoint();
+    test_review2_autograd();
+    test_review2_values();
+    test_review2_files();
     TEST_END();
 }
