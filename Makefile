@@ -72,9 +72,11 @@ HAVE_CUDNN ?= $(if $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h 
     /usr/include/$(shell uname -m)-linux-gnu/cudnn.h),1)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(filter 1,$(HAVE_CUDNN)),-lcudnn) -lm -lpthread
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
-# tests that check C-only constructs (compound literals, tentative definitions)
-# are not built as CUDA C++
-CUDA_C_ONLY   = tests/test_defaults.c tests/test_summary.c tests/test_torch_roundtrip.c
+# a test that checks C-only constructs (compound literals, tentative
+# definitions) and compiles the implementation whole is not built as CUDA
+# C++ (the LINKED ones, test_defaults and test_torch_roundtrip among them,
+# are compiled as C and link the nvcc-built implementation: below)
+CUDA_C_ONLY   = tests/test_summary.c
 CUDA_TESTS    = $(patsubst tests/%.c,$(B)/cuda/%,$(filter-out $(CUDA_C_ONLY),$(TEST_SRC)) tests/test_cuda.c)
 CUDA_EXAMPLES = $(patsubst examples/%.c,$(B)/cuda/%,$(sort $(wildcard examples/*.c)))
 # make test-all runs tests/test_cuda.c on emulated CUDA devices when nvcc is here
@@ -246,6 +248,11 @@ test-cuda-emu: nvcc-check $(CUDA_TESTS) $(CUDA_EXAMPLES) $(EXAMPLES)
 
 $(B)/san/%: tests/%.c $(DEPS) | $(B)/san
 	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
+# the LINKED tests share one sanitized implementation here too
+$(B)/san/th_impl.o: tests/th_impl.c $(DEPS) | $(B)/san
+	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -I. -c $< -o $@
+$(LINKED:%=$(B)/san/%): $(B)/san/%: tests/%.c $(B)/san/th_impl.o $(DEPS) | $(B)/san
+	$(CC) $(WARN) -O1 -g $(SAN) -DDL_DEBUG -DDL_NO_IMPLEMENTATION -I. $< $(B)/san/th_impl.o -o $@ $(LDLIBS)
 
 # threaded code (the loader's workers, the kernel thread pool, the allreduce ring) under ThreadSanitizer
 TSANTESTS = $(B)/tsan/test_data $(B)/tsan/test_core $(B)/tsan/test_gemm $(B)/tsan/test_hardening $(B)/tsan/test_dist
