@@ -13216,18 +13216,37 @@ static bool dl__cls_masks(const char *op, dl_tensor *x, dl_tensor *target, int64
     return true;
 }
 
-/* The mean's denominator den (the targets' summed weights) as divided by:
-   den itself where > 0 (the same bits), else 1, and *nan0 (no history) 0
-   where den > 0, else NaN. With every target ignored PyTorch's mean is 0/0,
-   NaN, and its gradient 0: the loss gets the NaN through *nan0, while the
-   gradient, scaled by 1/1 instead of 1/0, stays 0 (inf times the zero
-   weights would make it NaN throughout). Where targets count but all their
-   weights are 0, PyTorch's gradient is NaN on their rows; here it is 0. */
-static dl_tensor *dl__cls_den(dl_tensor *den, dl_tensor **nan0)
+/* The class losses' mean: y = num / den, den the targets' summed weights,
+   and in the backward den where > 0, else 1. With every target ignored
+   PyTorch's mean is 0/0, NaN, and its gradient 0: scaled by 1/0 = inf,
+   the zero weights would make the gradient NaN throughout. (Where targets
+   count but all their weights are 0, PyTorch's gradient is NaN on their
+   rows; here it is 0.) */
+static dl_tensor *dl__cls_safe(dl_tensor *den)
 {
-    dl_tensor *dd = dl_detach(den);
-    if (nan0) *nan0 = dl_div(dl_mul_scalar(dd, 0.0f), dd);
-    return dl_add(den, dl_rsub_scalar(dl__mask(dd, DL__U_GT, 0.0f, 0.0f), 1.0f));
+    return dl_add(den, dl_rsub_scalar(dl__mask(den, DL__U_GT, 0.0f, 0.0f), 1.0f));
+}
+/* as dl_div's: dnum = g / den, dden = -(g y) / den, den made safe */
+static dl_result dl__cls_mean_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *den = dl__cls_safe(n->in[1]);
+    if (dl__need(n, 0)) gin[0] = dl_div(g, den);
+    if (dl__need(n, 1)) gin[1] = dl_neg(dl_div(dl_mul(g, n->out), den));
+    return DL_OK;
+}
+static const dl__op dl__op_cls_mean = {"dl_div", dl__cls_mean_bwd, 2 | DL__RD_OUT, 0};
+static dl_tensor *dl__cls_mean(dl_tensor *num, dl_tensor *den)
+{
+    dl_tensor *y, *in[2];
+    dl__node *n;
+    if (!num || !den) return NULL;
+    dl_no_grad_begin(num->ctx_);
+    y = dl_div(num, den);
+    dl_no_grad_end(num->ctx_);
+    in[0] = num;
+    in[1] = den;
+    if (!y || dl__record(y, &dl__op_cls_mean, 2, in, &n) < 0) return NULL;
+    return y;
 }
 
 /* The fused class-index loss (dl__backend.class_loss: CUDA's). Node: in =
@@ -13276,7 +13295,7 @@ static dl_result dl__cls_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (!dl__cls_masks(op, x, t, n->i[2], false, &onehot, &valid)) return x->ctx_->err;
     if (w) w = dl__nn_chan(w, x->ndim);
     m = w ? dl_mul(onehot, w) : onehot;
-    s = red == DL_REDUCTION_MEAN ? dl_div(g, dl__cls_den(dl_sum(m, DL_ALL, false), NULL))
+    s = red == DL_REDUCTION_MEAN ? dl_div(g, dl__cls_safe(dl_sum(m, DL_ALL, false)))
         : red == DL_REDUCTION_NONE ? dl_unsqueeze(g, 1) : g;
     if (e != 0.0f) {
         dl_tensor *v = dl_unsqueeze(valid, 1);
@@ -13361,7 +13380,7 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
                                     const dl_loss_desc *d, bool smoothing_allowed, bool logits)
 {
     dl_ctx *ctx = x->ctx_;
-    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss, *lp, *nan0 = NULL;
+    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss, *lp;
     int64_t ignore;
     float e = d->label_smoothing;
     int i;
@@ -13413,16 +13432,15 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
         if (!dl__cls_masks(op, lp, target, ignore, true, &onehot, &valid)) return NULL;
         ow = w ? dl_mul(onehot, w) : onehot;
         nll = dl_neg(dl_sum(dl_mul(ow, lp), dl__dims1(1), false));
-        if (d->reduction == DL_REDUCTION_MEAN) den = dl__cls_den(dl_sum(ow, DL_ALL, false), &nan0);
-        if (d->reduction == DL_REDUCTION_MEAN) loss = dl_div(dl_sum(nll, DL_ALL, false), den);
+        if (d->reduction == DL_REDUCTION_MEAN) den = dl_sum(ow, DL_ALL, false);
+        if (d->reduction == DL_REDUCTION_MEAN) loss = dl__cls_mean(dl_sum(nll, DL_ALL, false), den);
         else loss = dl__nn_reduce(nll, d->reduction);
         if (e > 0.0f) {
             dl_tensor *sm = dl_mul(dl_neg(dl_sum(w ? dl_mul(lp, w) : lp, dl__dims1(1), false)), valid);
-            if (d->reduction == DL_REDUCTION_MEAN) sm = dl_div(dl_sum(sm, DL_ALL, false), den);
+            if (d->reduction == DL_REDUCTION_MEAN) sm = dl__cls_mean(dl_sum(sm, DL_ALL, false), den);
             else sm = dl__nn_reduce(sm, d->reduction);
             loss = dl_add(dl_mul_scalar(loss, 1.0f - e), dl_mul_scalar(sm, e / (float)lp->shape[1]));
         }
-        if (nan0) loss = dl_add(loss, nan0);
     }
     if (scalar && loss && d->reduction == DL_REDUCTION_NONE) loss = dl_squeeze(loss, 0);
     return loss;
