@@ -11973,7 +11973,7 @@ static const dl__op dl__op_unnarrow = {"dl_narrow_backward", dl__unnarrow_bwd, 0
 
 dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t len)
 {
-    int64_t st[DL_MAX_DIMS], shape[DL_MAX_DIMS];
+    int64_t st[DL_MAX_DIMS], shape[DL_MAX_DIMS], start0 = start;   /* (the message names what was passed) */
     dl_tensor *y;
     dl__node *n;
     if (!t) return NULL;
@@ -11982,7 +11982,7 @@ dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t len)
     if (start < 0) start += t->shape[dim];
     if (start < 0 || len < 0 || start > t->shape[dim] || len > t->shape[dim] - start) {
         dl__err(t->ctx_, DL_ERR_ARG, "dl_narrow: start %lld, length %lld do not fit in dim %d of "
-                "size %lld of t %s", (long long)start, (long long)len, dim,
+                "size %lld of t %s", (long long)start0, (long long)len, dim,
                 (long long)t->shape[dim], dl__sh(t));
         return NULL;
     }

@@ -1042,6 +1042,8 @@ static void test_review2_values(void)
         EXPECT_ERR(ctx, DL_ERR_ARG, "dl_narrow: dim 0: the tensor of shape () has no dims");
         CHECK(dl_size(s0, 0) == -1, "dl_size of a 0-d tensor's dim 0");
         EXPECT_ERR(ctx, DL_ERR_ARG, "dl_size: dim 0");
+        CHECK(dl_narrow(dl_zeros(ctx, DL_SHAPE(3)), 0, -10, 1) == NULL, "narrow from -10 of 3");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_narrow: start -10, length 1 do not fit");
         CHECK(dl_size(dl_zeros(ctx, DL_SHAPE(2, 3)), 5) == -1, "dl_size(t, 5) of a (2,3)");
         EXPECT_ERR(ctx, DL_ERR_ARG, "dl_size: dim 5 is out of range for a tensor of shape (2,3)");
     }
