@@ -1285,6 +1285,147 @@ static void test_review2_files(void)
     dl_ctx_free(ctx);
 }
 
+static dl_tensor *twice_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    (void)fc; (void)n;
+    return user ? dl_ones((dl_ctx *)user, DL_SHAPE(3)) : dl_mul_scalar(in[0], 2.0f);   /* user: a foreign context */
+}
+static dl_result twice_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    (void)fc; (void)user;
+    gin[0] = dl_mul_scalar(g, 2.0f);
+    return DL_OK;
+}
+
+static int gc_calls, gc_mode;
+static dl_tensor *gc_f(void *user, dl_tensor *const *in)
+{
+    (void)user;
+    if (gc_calls++ < 2) return dl_mul(in[0], in[0]);
+    return gc_mode == 0 ? NULL : gc_mode == 1 ? dl_zeros(dl_tensor_ctx(in[0]), DL_SHAPE(4)) : dl_mul(in[0], in[0]);
+}
+
+static void test_review2_modules(void)
+{
+    dl_ctx_desc cd;
+    dl_ctx *ctx, *ctx2 = new_ctx();
+    dl_gradcheck_result res;
+    memset(&cd, 0, sizeof cd);
+    cd.log = dl_log_silent;
+    cd.cpu_devices = 2;
+    cd.memory_limit = (size_t)16 << 20;
+    ctx = dl_ctx_init(&cd);
+    {   /* dl_module_to inside a step: the old storage lives to dl_step_end (a
+           view reads the old values, as torch's), and a backward of a graph
+           made before the move is refused, not run across devices */
+        dl_module *lin = dl_nn_linear(ctx, 2, 3, true);
+        dl_tensor *w = dl_module_get(lin, "weight"), *x = dl_ones(ctx, DL_SHAPE(4, 2)), *v, *y;
+        int here = w->device.index, other = here == 1 ? 0 : 1;
+        float before[6], after[6];
+        dl_read(w, before, 6);
+        v = dl_reshape(dl_detach(w), DL_SHAPE(6));
+        y = dl_sum(dl_module_forward(lin, x), DL_ALL, false);
+        CHECK(dl_module_to(lin, dl_cpu_device(other)) == DL_OK, "module_to: %s", dl_error_message(ctx));
+        CHECK(dl_read(v, after, 6) == DL_OK && memcmp(before, after, sizeof before) == 0,
+              "a view of the weight after dl_module_to: %s", dl_error_message(ctx));
+        CHECK(dl_backward(y) != DL_OK, "a backward across the move succeeded");
+        dl_clear_error(ctx);
+        dl_step_end(ctx);
+        CHECK(dl_module_to(lin, dl_cpu_device(here)) == DL_OK && w->device.index == here, "back: %s",
+              dl_error_message(ctx));
+    }
+    {   /* out of memory halfway through dl_module_to: nothing moves (the
+           weight had moved without its gradient) */
+        dl_module *lin = dl_nn_linear(ctx, 1000, 1000, false);
+        dl_tensor *w = dl_module_get(lin, "weight"), *hog[9];
+        int here = w->device.index, other = here == 1 ? 0 : 1, i;
+        dl_step_end(ctx);
+        CHECK(dl_backward(dl_sum(dl_module_forward(lin, dl_ones(ctx, DL_SHAPE(2, 1000))), DL_ALL, false)) == DL_OK &&
+              w->grad, "backward: %s", dl_error_message(ctx));
+        dl_step_end(ctx);
+        dl_set_device(ctx, dl_cpu_device(other));   /* 9 MiB there: the weight fits, not its grad too */
+        for (i = 0; i < 9; i++) {
+            hog[i] = dl_keep(dl_zeros(ctx, DL_SHAPE((int64_t)1 << 18)));
+            dl_step_end(ctx);
+        }
+        dl_set_device(ctx, dl_cpu_device(here));
+        CHECK(dl_module_to(lin, dl_cpu_device(other)) == DL_ERR_OOM, "a move past memory_limit");
+        EXPECT_ERR(ctx, DL_ERR_OOM, "for a gradient (1000,1000)");
+        CHECK(w->device.index == here && w->grad->device.index == here, "a failed move left the weight on cpu:%d "
+              "and its gradient on cpu:%d", w->device.index, w->grad->device.index);
+        dl_module_zero_grad(lin);
+        CHECK(dl_last_error(ctx) == DL_OK, "zero_grad after a failed move: %s", dl_error_message(ctx));
+        for (i = 0; i < 9; i++) dl_free(hog[i]);
+        dl_step_end(ctx);
+    }
+    {   /* dl_gradcheck: a later call of f that fails or changes shape, an
+           input of another context: an error and ok false, never a pass */
+        dl_tensor *x = dl_param(dl_ones(ctx, DL_SHAPE(3)));
+        dl_tensor *xo = dl_param(dl_ones(ctx2, DL_SHAPE(3)));
+        for (gc_mode = 0; gc_mode < 2; gc_mode++) {
+            gc_calls = 0;
+            CHECK(dl_gradcheck(ctx, gc_f, NULL, 1, &x, NULL, &res) == DL_ERR_ARG && !res.ok, "mode %d: %s", gc_mode,
+                  dl_error_message(ctx));
+            EXPECT_ERR(ctx, DL_ERR_ARG, gc_mode ? "returned of another shape" : "returned NULL");
+        }
+        gc_calls = 0;
+        CHECK(dl_gradcheck(ctx, gc_f, NULL, 1, &xo, NULL, &res) == DL_ERR_ARG && !res.ok, "an input of another context");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "input 0 (3) belongs to another context");
+        gc_calls = 0;
+        CHECK(dl_gradcheck(ctx, gc_f, NULL, 1, &x, NULL, &res) == DL_OK && res.ok, "a good f: %s", dl_error_message(ctx));
+        dl_free(x);
+        dl_free(xo);
+    }
+    {   /* a custom function whose forward returns another context's tensor: refused */
+        dl_function f;
+        dl_tensor *x = dl_requires_grad(dl_ones(ctx, DL_SHAPE(3)), true);
+        f.name = "foreign";
+        f.forward = twice_fwd;
+        f.backward = twice_bwd;
+        CHECK(dl_function_apply(&f, 1, &x, ctx2) == NULL, "a result of another context");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "foreign: its forward returned a tensor (3) of another context");
+        dl_clear_error(ctx2);
+    }
+    {   /* the profiler: an unnamed custom function is counted under one name
+           (its span opened and closed under two); a failed write is an error */
+        dl_function f;
+        dl_tensor *x = dl_requires_grad(dl_ones(ctx, DL_SHAPE(3)), true);
+        dl_profile_row rows[16];
+        int n, i, found = 0;
+        FILE *full = fopen("/dev/full", "w");
+        f.name = NULL;
+        f.forward = twice_fwd;
+        f.backward = twice_bwd;
+        dl_profile_reset(ctx);
+        dl_profile_enable(ctx, true);
+        for (i = 0; i < 3; i++) dl_function_apply(&f, 1, &x, NULL);
+        n = dl_profile_rows(ctx, rows, 16);
+        for (i = 0; i < n && i < 16; i++)
+            if (strcmp(rows[i].name, "dl_function_apply") == 0) found = (int)rows[i].calls;
+        CHECK(found == 3, "an unnamed custom function counted %d times of 3", found);
+        if (full) {
+            CHECK(dl_profile_print(ctx, full) == DL_ERR_IO, "printing the profile to /dev/full");
+            EXPECT_ERR(ctx, DL_ERR_IO, "dl_profile_print: writing");
+            fclose(full);
+        }
+        dl_profile_enable(ctx, false);
+        dl_profile_reset(ctx);
+        dl_step_end(ctx);
+    }
+    {   /* a child shared at every level of 40: dl_module_add walks each module once (2^40 before) */
+        dl_module *m = dl_module_new(ctx, "Leaf", NULL, 0);
+        int i;
+        for (i = 0; i < 40 && m; i++) {
+            dl_module *up = dl_module_new(ctx, "Level", NULL, 0);
+            if (!dl_module_add(up, "a", m) || !dl_module_add(up, "b", m)) up = NULL;
+            m = up;
+        }
+        CHECK(m != NULL, "40 levels of a shared child: %s", dl_error_message(ctx));
+    }
+    dl_ctx_free(ctx2);
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -1308,5 +1449,6 @@ int main(void)
     test_review2_autograd();
     test_review2_values();
     test_review2_files();
+    test_review2_modules();
     TEST_END();
 }
