@@ -1137,7 +1137,9 @@ typedef struct dl_loss_desc {
    values in [0,C) or ignore_index (anything else is an error).
    Mean reduction divides by the sum of weight[target] over non-ignored
    targets (their count without weights); if every target is ignored the
-   mean is NaN, as PyTorch. label_smoothing e gives
+   mean is NaN and the gradient 0, as PyTorch. (If targets count but their
+   weights sum to 0, PyTorch's gradient is NaN on their rows, as the fused
+   CUDA op's; the CPU's composite gives 0 there.) label_smoothing e gives
    (1-e) * nll + e/C * sum_c(-weight[c] log p_c) (reduced the same way).
    Stable for large logits. Probability (float) targets are not supported.
    The weight tensor gets a gradient if it requires one (PyTorch refuses).
@@ -7197,7 +7199,9 @@ static bool dl__cpu_conv_i2c(dl__dev *d, float *y, const float *x, const float *
     int64_t afl, tfl;
     void *raw;
     float *buf;
-    bool rows = g->ia[0] == 1 && g->k[0] == 1;   /* 2-d (or 1-d): dl__i2c_rows */
+    /* 2-d (or 1-d): dl__i2c_rows; a depth of 1 with depth padding (output
+       depths of padding only) is 3-d */
+    bool rows = g->ia[0] == 1 && g->k[0] == 1 && g->p[0] == 0 && g->ib[0] == 1;
     if (g->G != 1 || n <= 0 || M <= 0 || K <= 0 || g->Lb < 128 || (!rows && !dl__i2c_tab_ok(g)) ||
         g->Lb > DL__I2C_MAX_PER / K)
         return false;
@@ -7509,7 +7513,8 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
 
 static bool dl__wg_ok(const dl__cgeom *g, int64_t n)
 {
-    return n > 0 && g->G == 1 && g->ia[0] == 1 && g->ib[0] == 1 && g->k[0] == 1 && g->k[1] == 3 && g->k[2] == 3 &&
+    return n > 0 && g->G == 1 && g->ia[0] == 1 && g->ib[0] == 1 && g->k[0] == 1 && g->p[0] == 0 &&
+           g->k[1] == 3 && g->k[2] == 3 &&
            g->s[1] == 1 && g->s[2] == 1 && g->d[1] == 1 && g->d[2] == 1 && g->p[1] >= 0 && g->p[1] <= 2 &&
            g->p[2] >= 0 && g->p[2] <= 2 && g->Ca > 0 && g->Cb > 0 && g->Ca % 16 == 0 && g->Cb % 16 == 0 &&
            g->ib[1] > 0 && g->ib[2] > 0 && g->ib[1] == g->ia[1] + 2 * g->p[1] - 2 &&
@@ -8263,7 +8268,7 @@ static void dl__maxpool_task(void *arg, int64_t lo, int64_t hi)
     const dl__pool_args *u = (const dl__pool_args *)arg;
     const dl__pgeom *g = u->g;
     int64_t q, o0, o1, o2;
-    if (g->ia[0] == 1 && g->d[1] == 1 && g->d[2] == 1) {
+    if (g->ia[0] == 1 && g->ob[0] == 1 && g->d[1] == 1 && g->d[2] == 1) {
         for (q = lo; q < hi; q++)
             dl__maxpool2d_plane(u->x + q * g->La, u->y + q * g->Lb, u->idx ? u->idx + q * g->Lb : NULL, g);
         return;
@@ -8496,7 +8501,8 @@ static void dl__avgpool_task(void *arg, int64_t lo, int64_t hi)
     const dl__avg_args *u = (const dl__avg_args *)arg;
     const dl__pgeom *g = u->g;
     int64_t q, o0, o1, o2;
-    if (g->ia[0] == 1 && g->ob[0] == 1 && g->ob[2] <= DL__AVG_MAXW) {
+    /* (depth padding would count in the divisor: the general loop) */
+    if (g->ia[0] == 1 && g->ob[0] == 1 && g->p[0] == 0 && g->ob[2] <= DL__AVG_MAXW) {
         for (q = lo; q < hi; q++) dl__avgpool2d_plane(u->x + q * g->La, u->y + q * g->Lb, g, u->adj);
         return;
     }
@@ -13273,14 +13279,15 @@ static bool dl__cls_masks(const char *op, dl_tensor *x, dl_tensor *target, int64
 }
 
 /* The class losses' mean: y = num / den, den the targets' summed weights,
-   and in the backward den where > 0, else 1. With every target ignored
-   PyTorch's mean is 0/0, NaN, and its gradient 0: scaled by 1/0 = inf,
-   the zero weights would make the gradient NaN throughout. (Where targets
-   count but all their weights are 0, PyTorch's gradient is NaN on their
-   rows; here it is 0.) */
+   and in the backward den where != 0 (weights may be negative), else 1.
+   With every target ignored PyTorch's mean is 0/0, NaN, and its gradient
+   0: scaled by 1/0 = inf, the zero weights would make the gradient NaN
+   throughout. (Where targets count but all their weights are 0, PyTorch's
+   gradient is NaN on their rows, and so is the fused CUDA backward's;
+   this composite's is 0.) */
 static dl_tensor *dl__cls_safe(dl_tensor *den)
 {
-    return dl_add(den, dl_rsub_scalar(dl__mask(den, DL__U_GT, 0.0f, 0.0f), 1.0f));
+    return dl_add(den, dl_rsub_scalar(dl__mask(dl_abs(den), DL__U_GT, 0.0f, 0.0f), 1.0f));
 }
 /* as dl_div's: dnum = g / den, dden = -(g y) / den, den made safe */
 static dl_result dl__cls_mean_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -14740,6 +14747,12 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
         if (!is_max && dil[i] != 1) {
             dl__err(ctx, DL_ERR_ARG, "%s: dilation[%d]=%lld: dilation applies to max pooling only",
                     name, i, (long long)dil[i]);
+            return NULL;
+        }
+        if (!is_max && nsp == 3 && in < k[i]) {   /* PyTorch's avg_pool3d checks it, padding aside */
+            dl__err(ctx, DL_ERR_SHAPE, "%s: input %s is smaller than the kernel in spatial dim %d (%lld < "
+                    "kernel[%d]=%lld), as PyTorch's avg_pool3d refuses", name, dl__sh(x), i, (long long)in, i,
+                    (long long)k[i]);
             return NULL;
         }
         if (k[i] > DL__PACK_MAX || s[i] > DL__PACK_MAX || dil[i] > DL__PACK_MAX) {

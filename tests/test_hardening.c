@@ -874,15 +874,21 @@ static bool read_is(dl_tensor *t, const float *want, int n)
     return true;
 }
 
-static void test_review2_autograd(void)
+/* a context with cpu:0 and cpu:1 (memory_limit 0: none) */
+static dl_ctx *two_cpu_ctx(size_t memory_limit)
 {
     dl_ctx_desc cd;
-    dl_ctx *ctx, *ctx2 = new_ctx();
-    dl_backward_desc bd;
     memset(&cd, 0, sizeof cd);
     cd.log = dl_log_silent;
     cd.cpu_devices = 2;
-    ctx = dl_ctx_init(&cd);
+    cd.memory_limit = memory_limit;
+    return dl_ctx_init(&cd);
+}
+
+static void test_review2_autograd(void)
+{
+    dl_ctx *ctx = two_cpu_ctx(0), *ctx2 = new_ctx();
+    dl_backward_desc bd;
     {   /* dl_copy_ from a src that requires grad: refused in grad mode (the
            copy is not on the tape: the gradient through dst was lost) */
         dl_tensor *x = dl_param(dl_full(ctx, DL_SHAPE(3), 2.0f)), *d = dl_zeros(ctx, DL_SHAPE(3));
@@ -1076,6 +1082,17 @@ static void test_review2_values(void)
         CHECK(dl_adam_groups(ctx, 2, pg, NULL) != NULL, "two distinct groups: %s", dl_error_message(ctx));
         dl_free(a);
         dl_free(b);
+    }
+    {   /* avg_pool3d of an input smaller than its kernel: refused, as PyTorch's (the depth
+           padding had also been left out of the divisor of such a window on the CPU) */
+        dl_pool_desc pd;
+        memset(&pd, 0, sizeof pd);
+        pd.kernel[0] = 3; pd.kernel[1] = pd.kernel[2] = 2;
+        pd.stride[0] = pd.stride[1] = pd.stride[2] = 2;
+        pd.padding[0] = 1;
+        CHECK(dl_avg_pool3d(dl_ones(ctx, DL_SHAPE(1, 1, 1, 4, 4)), &pd) == NULL, "avg_pool3d, depth 1 < kernel 3");
+        EXPECT_ERR(ctx, DL_ERR_SHAPE, "is smaller than the kernel in spatial dim 0 (1 < kernel[0]=3)");
+        CHECK(dl_avg_pool3d(dl_ones(ctx, DL_SHAPE(1, 1, 3, 4, 4)), &pd) != NULL, "depth 3: %s", dl_error_message(ctx));
     }
     {   /* an empty shape whose other sizes overflow: refused (strides would overflow) */
         CHECK(dl_zeros(ctx, DL_SHAPE(0, (int64_t)1 << 62, 4)) == NULL, "zeros (0, 2^62, 4)");
@@ -1307,14 +1324,8 @@ static dl_tensor *gc_f(void *user, dl_tensor *const *in)
 
 static void test_review2_modules(void)
 {
-    dl_ctx_desc cd;
-    dl_ctx *ctx, *ctx2 = new_ctx();
+    dl_ctx *ctx = two_cpu_ctx((size_t)16 << 20), *ctx2 = new_ctx();
     dl_gradcheck_result res;
-    memset(&cd, 0, sizeof cd);
-    cd.log = dl_log_silent;
-    cd.cpu_devices = 2;
-    cd.memory_limit = (size_t)16 << 20;
-    ctx = dl_ctx_init(&cd);
     {   /* dl_module_to inside a step: the old storage lives to dl_step_end (a
            view reads the old values, as torch's), and a backward of a graph
            made before the move is refused, not run across devices */

@@ -221,6 +221,14 @@ case("lenet/b4", [("X", torch.rand(4, 1, 28, 28)), ("W1", W1), ("b1", randn(6) *
      gout=torch.ones(()))
 
 
+# ------------------------------------------------------------ 3-d over single frames
+# (input depth 1, depth padding: output depths of padding only; 128+ output
+# positions and stride 2, so that the CPU's im2col paths take them)
+conv_case("frame", 3, 2, 3, 4, (1, 16, 16), (1, 3, 3), stride=(1, 2, 2), padding=1)
+conv_case("frame_s3", 3, 1, 2, 2, (1, 12, 12), 1, stride=(3, 1, 1), padding=(1, 0, 0))
+pool_case("max", "frame", 3, (1, 2, 1, 6, 6), (2, 2, 2), stride=(1, 2, 2), padding=(1, 0, 0))
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/conv.bin"
     goldfile.write(path, RECORDS)

@@ -146,16 +146,16 @@ def targets(shape, C, ignore=None, nign=0):
 
 
 def class_case(op, cname, xshape, red="mean", ignore=-100, nign=0, weight=False, ls=0.0,
-               dd=False, scale=1.0, xs=None):
+               dd=False, scale=1.0, xs=None, wvals=None, tvals=None):
     C = xshape[1] if len(xshape) > 1 else xshape[0]
     tshape = (xshape[0],) + tuple(xshape[2:]) if len(xshape) > 1 else ()
     x = xs if xs is not None else randn(*xshape) * scale
     if op == "nll_loss":
         x = torch.log_softmax(x, 1)
-    t = targets(tshape, C, ignore, nign)
+    t = targets(tshape, C, ignore, nign) if tvals is None else torch.tensor(tvals).reshape(tshape)
     inputs = [("x", x), ("target", t.float())]
-    if weight:
-        inputs += [("weight", rand(C) + 0.2)]
+    if weight or wvals is not None:
+        inputs += [("weight", rand(C) + 0.2 if wvals is None else torch.tensor(wvals))]
     fields = [f for f, _ in inputs]
 
     def fn(*ts):
@@ -226,6 +226,15 @@ pair_case("bce_logits", "large_mean", (2, 4), "mean",
           y=torch.tensor([[1.0, 0.0, 0.3, 0.7], [0.5, 0.0, 1.0, 0.25]]))
 pair_case("bce_logits", "dd", (3, 4), "mean", dd=True, x=randn(3, 4) * 2)
 pair_case("mse_loss", "dd", (3, 4), "sum", dd=True)
+
+
+# ------------------------------------------------------------ negative class weights
+# (the mean divides by the targets' summed weight: negative here, and in (-1, 0))
+class_case("cross_entropy", "negw_mean", (3, 4), "mean", wvals=[-2.0, 1.0, 0.5, 1.5], tvals=[0, 0, 1])
+class_case("cross_entropy", "negw_frac_mean", (2, 3), "mean", wvals=[-0.75, 0.25, 1.0], tvals=[0, 1])
+class_case("cross_entropy", "negw_ls_mean", (3, 4), "mean", wvals=[-2.0, 1.0, 0.5, 1.5], tvals=[0, 0, 1],
+           ls=0.1)
+class_case("nll_loss", "negw_frac_mean", (2, 3), "mean", wvals=[-0.75, 0.25, 1.0], tvals=[0, 1])
 
 
 # ------------------------------------------------------------ write
