@@ -1703,7 +1703,10 @@ DL_API dl_result dl_broadcast(dl_tensor *const *t, int n, int root);
    rank handed more than it expects fails with MPI_ERR_TRUNCATE, the job
    goes on); a peer that stops answering fails the call after `timeout`
    seconds instead of hanging (the communicator is then unusable in both
-   cases). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
+   cases), except in dl_comm_init itself, whose MPI_Comm_dup waits for
+   every rank without a timeout. dl_comm_allreduce and dl_comm_broadcast
+   first check that every process passes the same sizes and number of
+   local tensors (DL_ERR_SHAPE on all of them otherwise). DL_COMM_NCCL (-DDL_NCCL, CUDA tensors; with -DDL_MPI the
    unique id goes over MPI, else a 1-rank communicator). DL_COMM_THREADS:
    the ranks are threads of this process, each with its own context (a
    context is single-threaded), so their replicas train at the same time:
@@ -1734,6 +1737,8 @@ DL_API dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_re
 DL_API dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root);
 DL_API dl_result dl_comm_barrier(dl_comm *c);       /* local devices synced, then all processes */
 DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_init did MPI_Init */
+/* (A freed group, communicator or dl_ddp is gone, as memory after free():
+   passing one again is undefined; the checks catch NULL and other objects.) */
 
 /* Data-parallel training: n replicas of one model (built n times, each
    moved to its own device, same parameter names and shapes), each with its
@@ -4358,9 +4363,8 @@ static pthread_mutex_t dl__registry_mu = PTHREAD_MUTEX_INITIALIZER;
 #ifdef DL__HVM
 static size_t dl__page(void)
 {
-    static size_t ps;
-    if (!ps) { long v = sysconf(_SC_PAGESIZE); ps = v > 0 ? (size_t)v : 4096; }
-    return ps;
+    long v = sysconf(_SC_PAGESIZE);   /* (no cache: a static written by two contexts' threads races) */
+    return v > 0 ? (size_t)v : 4096;
 }
 
 /* Replaces [p, p+n) with fresh read-only zero pages (the old pages go back
@@ -20029,7 +20033,7 @@ void dl_comm_group_free(dl_comm_group *g)
 {
     if (!g) return;
     if (g->magic != DL__GROUP_MAGIC) {
-        dl__err(NULL, DL_ERR_ARG, "dl_comm_group_free: not a group from dl_comm_group_new (freed?)");
+        dl__err(NULL, DL_ERR_ARG, "dl_comm_group_free: not a group from dl_comm_group_new");
         return;
     }
     if (g->njoined) {
@@ -20056,6 +20060,8 @@ struct dl_comm {
     float *hbuf, *htmp;               /* MPI, THREADS: host copy of one replica, receive chunk */
     int64_t hcap;
     dl_comm_group *group;             /* THREADS */
+    uint64_t astep;                   /* overlapped backwards so far, of every dl_ddp on it (the
+                                         key of the posted sums: the same sequence on every rank) */
 #ifdef DL_MPI
     MPI_Comm mpi;
     bool mpi_inited;                  /* dl_comm_init called MPI_Init */
@@ -20106,10 +20112,17 @@ static void dl__comm_destroy(void *p)
     DL_FREE(c);
 }
 
+/* the code dl__comm_ok's failure recorded (capture: unsupported, a broken
+   communicator: device, anything else: arg) */
+static dl_result dl__comm_rc(const dl_comm *c)
+{
+    return c && c->magic == DL__COMM_MAGIC && c->ctx->err != DL_OK ? c->ctx->err : DL_ERR_ARG;
+}
+
 static bool dl__comm_ok(dl_comm *c, const char *op)
 {
     if (!c || c->magic != DL__COMM_MAGIC) {
-        dl__err(NULL, DL_ERR_ARG, "%s: not a communicator from dl_comm_init (freed?)", op);
+        dl__err(NULL, DL_ERR_ARG, "%s: not a communicator from dl_comm_init", op);
         return false;
     }
     if (c->broken) {
@@ -20446,7 +20459,7 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
             return false;
         }
     if (bcast) {
-        if (r != root) memcpy(buf, g->buf[root], (size_t)count);
+        if (r != root && count) memcpy(buf, g->buf[root], (size_t)count);
     } else {
         int64_t off, len;
         dl__seg(count, n, r, &off, &len);
@@ -20729,10 +20742,53 @@ static dl_result dl__comm_allreduce(dl_comm *c, const char *op, dl__ring *R, dl_
 
 /* the checks of the communicator calls: a live communicator (or NULL),
    then dl__replicas */
+/* Every process passes the same number of elements of the same size and
+   the same number of local replicas (one small sum of each one's numbers,
+   which every process then reads the same way): else DL_ERR_SHAPE on all
+   of them, before any data moves. A shorter message would otherwise
+   complete on the receiving side with the rest of its buffer stale, and
+   unlike replica counts scale a MEAN wrongly. */
+static dl_result dl__comm_same_count(dl_comm *c, const char *op, const dl__ring *R, dl_ctx *ctx)
+{
+    int64_t P = c->size, k = 3 * P, r;
+    uint64_t bytes = (uint64_t)R->count * R->esize;
+    float *v;
+    dl_tensor *vt;
+    dl_result rc;
+    if (P <= 1) return DL_OK;
+    v = (float *)dl__malloc(ctx, sizeof(float) * (size_t)k);
+    vt = v ? dl__make(R->dev[0], op, DL_DTYPE_F32, 1, &k, false, NULL) : NULL;
+    if (!vt) { DL_FREE(v); return ctx->err != DL_OK ? ctx->err : DL_ERR_OOM; }
+    memset(v, 0, sizeof(float) * (size_t)k);
+    v[3 * c->rank] = (float)(bytes >> 24);          /* 24 bits a float: exact */
+    v[3 * c->rank + 1] = (float)(bytes & 0xFFFFFF);
+    v[3 * c->rank + 2] = (float)R->n;
+    R->dev[0]->be->upload(R->dev[0], vt->data, v, sizeof(float) * (size_t)k);
+    rc = dl__comm_cross(c, op, R->dev[0], (float *)vt->data, k, 1.0f);
+    if (rc == DL_OK) {
+        R->dev[0]->be->download(R->dev[0], v, vt->data, sizeof(float) * (size_t)k);
+        for (r = 0; r < P; r++) {
+            uint64_t b = (uint64_t)v[3 * r] << 24 | (uint64_t)v[3 * r + 1];
+            if (b != bytes || (int)v[3 * r + 2] != R->n) {
+                dl__err(ctx, DL_ERR_SHAPE, "%s: process %d passed %llu bytes in %d replica%s, process %lld %llu "
+                        "bytes in %d; every process must pass the same shapes and number of tensors", op,
+                        c->rank, (unsigned long long)bytes, R->n, R->n == 1 ? "" : "s", (long long)r,
+                        (unsigned long long)b, (int)v[3 * r + 2]);
+                rc = DL_ERR_SHAPE;
+                break;
+            }
+        }
+    }
+    DL_FREE(v);
+    return rc;
+}
+
 static dl_result dl__comm_replicas(dl_comm *c, const char *op, dl_tensor *const *t, int n, bool f32, dl__ring *R)
 {
-    if (c && !dl__comm_ok(c, op)) return DL_ERR_ARG;
-    return dl__replicas(op, t, n, f32, R);
+    dl_result rc;
+    if (c && !dl__comm_ok(c, op)) return dl__comm_rc(c);
+    rc = dl__replicas(op, t, n, f32, R);
+    return rc == DL_OK && c ? dl__comm_same_count(c, op, R, t[0]->ctx_) : rc;
 }
 
 dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op op)
@@ -20801,7 +20857,7 @@ dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root)
 
 dl_result dl_comm_barrier(dl_comm *c)
 {
-    if (!dl__comm_ok(c, "dl_comm_barrier")) return DL_ERR_ARG;
+    if (!dl__comm_ok(c, "dl_comm_barrier")) return dl__comm_rc(c);
     if (dl_sync(c->ctx) != DL_OK) return c->ctx->err;
     if (c->backend == DL_COMM_THREADS && c->size > 1)
         return dl__grp_meet(c, "dl_comm_barrier") ? DL_OK : c->ctx->err;
@@ -20842,7 +20898,7 @@ struct dl_ddp {
     int *bneed, *bleft;               /* per bucket: parameters overlapping it; still to come */
     bool *bposted, *bdone;
     float *hflat;                     /* host: every bucket (total floats) */
-    uint64_t astep;                   /* steps taken (the key of the posted sums) */
+    uint64_t astep;                   /* this step's key of the posted sums: comm->astep's count */
     int early;                        /* buckets posted during the last backward */
 #if defined(DL_NCCL) && defined(DL_CUDA)
     dl_tensor *dflat;                 /* NCCL: every bucket, on the replica's GPU */
@@ -20882,10 +20938,16 @@ static void dl__ddp_destroy(void *v)
     DL_FREE(dp);
 }
 
+/* the code dl__ddp_ok's failure recorded (a capture: unsupported) */
+static dl_result dl__ddp_rc(const dl_ddp *dp)
+{
+    return dp && dp->magic == DL__DDP_MAGIC && dp->ctx->err != DL_OK ? dp->ctx->err : DL_ERR_ARG;
+}
+
 static bool dl__ddp_ok(dl_ddp *dp, const char *op)
 {
     if (dp && dp->magic == DL__DDP_MAGIC) return !dl__cap_refused(dp->ctx, op, "a collective", "run collectives outside the captured step");
-    dl__err(NULL, DL_ERR_ARG, "%s: not a dl_ddp from dl_ddp_init (freed?)", op);
+    dl__err(NULL, DL_ERR_ARG, "%s: not a dl_ddp from dl_ddp_init", op);
     return false;
 }
 
@@ -21252,21 +21314,53 @@ static dl_result dl__ddp_move(dl_ddp *dp, int i, float *f, int64_t lo, int64_t h
     return dl__dev_check(d, op);
 }
 
-static dl_result dl__ddp_sum(dl_ddp *dp, const char *op)
+/* A gradient on one replica of any process: on all of them (zeros where
+   none came), so that every one writes the sum back (a parameter that some
+   ranks' losses did not reach had kept its own gradient there, and the
+   replicas drifted apart). Across processes one sum of np flags; a
+   parameter no rank has a gradient for keeps none, as in PyTorch. */
+static dl_result dl__ddp_grad_union(dl_ddp *dp, const char *op)
 {
     int i, j, np = dp->np, n = dp->n;
-    int64_t lo;
-    for (j = 0; j < np; j++) {          /* a gradient on one replica: on all (zeros) */
-        bool any = false;
+    bool cross = dp->comm && dp->comm->size > 1 && np > 0;
+    float *v = NULL;
+    if (cross) {
+        dl__dev *d = dl__ddp_dev(dp, 0);
+        int64_t cnt = np;
+        dl_tensor *vt = dl__make(d, op, DL_DTYPE_F32, 1, &cnt, false, NULL);
+        dl_result rc;
+        v = (float *)dl__malloc(dp->ctx, sizeof(float) * (size_t)np);
+        if (!vt || !v) { DL_FREE(v); return dp->ctx->err != DL_OK ? dp->ctx->err : DL_ERR_OOM; }
+        for (j = 0; j < np; j++) {
+            v[j] = 0.0f;
+            for (i = 0; i < n; i++) if (dp->p[(size_t)i * (size_t)np + (size_t)j]->grad) v[j] = 1.0f;
+        }
+        d->be->upload(d, vt->data, v, sizeof(float) * (size_t)np);
+        rc = dl__comm_cross(dp->comm, op, d, (float *)vt->data, np, 1.0f);
+        if (rc != DL_OK) { DL_FREE(v); return rc; }
+        d->be->download(d, v, vt->data, sizeof(float) * (size_t)np);
+    }
+    for (j = 0; j < np; j++) {
+        bool any = cross && v[j] > 0.0f;
         for (i = 0; i < n; i++) any = any || dp->p[(size_t)i * (size_t)np + (size_t)j]->grad;
         for (i = 0; any && i < n; i++) {
             dl_tensor *x = dp->p[(size_t)i * (size_t)np + (size_t)j];
             if (x->grad) continue;
             x->grad = dl__make(x->dev_, op, DL_DTYPE_F32, x->ndim, x->shape, true, NULL);
-            if (!x->grad) return dp->ctx->err;
+            if (!x->grad) { DL_FREE(v); return dp->ctx->err; }
             DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
         }
     }
+    DL_FREE(v);
+    return DL_OK;
+}
+
+static dl_result dl__ddp_sum(dl_ddp *dp, const char *op)
+{
+    int i, n = dp->n;
+    int64_t lo;
+    dl_result rc0 = dl__ddp_grad_union(dp, op);
+    if (rc0 != DL_OK) return rc0;
     for (lo = 0; lo < dp->total; lo += dp->bucket) {
         int64_t hi = lo + dp->bucket < dp->total ? lo + dp->bucket : dp->total;
         dl__ring R;
@@ -21401,7 +21495,7 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
     dl__dev *d = dl__ddp_dev(dp, 0);
     dl_result rc;
     int b, j;
-    dp->astep++;
+    dp->astep = ++dp->comm->astep;   /* (two models on one communicator: keys never repeat) */
     dp->early = 0;
     for (b = 0; b < dp->nb; b++) {
         dp->bleft[b] = dp->bneed[b];
@@ -21417,6 +21511,7 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
         if (!dp->bposted[b] && (rc = dl__ddp_post(dp, b, op)) != DL_OK) return rc;
     for (b = 0; b < dp->nb; b++)
         if ((rc = dl__ddp_progress(dp, b, true, op)) != DL_OK) return rc;
+    if ((rc = dl__ddp_grad_union(dp, op)) != DL_OK) return rc;   /* (the sums are done: a collective of its own) */
 #if defined(DL_NCCL) && defined(DL_CUDA)
     if (dp->comm->backend == DL_COMM_NCCL) {   /* the device's stream waits for the sums, then unpacks */
         dl_comm *c = dp->comm;
@@ -21447,8 +21542,8 @@ static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const cha
 dl_result dl_ddp_sync_grads(dl_ddp *dp)
 {
     int i;
-    if (!dl__ddp_ok(dp, "dl_ddp_sync_grads")) return DL_ERR_ARG;
-    if (dp->comm && !dl__comm_ok(dp->comm, "dl_ddp_sync_grads")) return DL_ERR_ARG;
+    if (!dl__ddp_ok(dp, "dl_ddp_sync_grads")) return dl__ddp_rc(dp);
+    if (dp->comm && !dl__comm_ok(dp->comm, "dl_ddp_sync_grads")) return dl__comm_rc(dp->comm);
     for (i = 0; i < dp->n; i++) dp->w[i] = 1.0f / ((float)dp->n * (float)dl_comm_size(dp->comm));
     return dl__ddp_sum(dp, "dl_ddp_sync_grads");
 }
@@ -21487,7 +21582,7 @@ dl_result dl_ddp_check(dl_ddp *dp)
     int i, j;
     float *sum;
     dl_result rc = DL_OK;
-    if (!dl__ddp_ok(dp, "dl_ddp_check")) return DL_ERR_ARG;
+    if (!dl__ddp_ok(dp, "dl_ddp_check")) return dl__ddp_rc(dp);
     sum = dp->sum;
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x0 = dp->p[j];
@@ -21518,10 +21613,10 @@ dl_result dl_ddp_step(dl_ddp *dp, dl_tensor *x, dl_tensor *y, dl_ddp_loss_fn fn,
     dl_result rc;
     double total = 0;
     if (loss_out) *loss_out = NAN;
-    if (!dl__ddp_ok(dp, "dl_ddp_step")) return DL_ERR_ARG;
+    if (!dl__ddp_ok(dp, "dl_ddp_step")) return dl__ddp_rc(dp);
     ctx = dp->ctx;
     n = dp->n;
-    if (dp->comm && !dl__comm_ok(dp->comm, "dl_ddp_step")) return DL_ERR_ARG;
+    if (dp->comm && !dl__comm_ok(dp->comm, "dl_ddp_step")) return dl__comm_rc(dp->comm);
     if (!x || !y) {
         dl__err(ctx, DL_ERR_ARG, "dl_ddp_step: %s is NULL (did the op that made it fail?)", !x ? "x" : "y");
         return DL_ERR_ARG;

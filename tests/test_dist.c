@@ -798,6 +798,122 @@ static void test_threads_mismatch(void)
     dl_comm_group_free(g);
 }
 
+/* What a hostile review of the thread ranks found (2026-11-28); each case
+   failed before its fix. A model of two linear layers "a" and "b"; the
+   loss uses b only where user says so (a layer some ranks' losses skip). */
+static dl_tensor *ab_loss(dl_module *m, dl_tensor *x, dl_tensor *y, void *user)
+{
+    dl_tensor *l = dl_sum(dl_module_forward(dl_module_child(m, "a"), x), DL_ALL, false);
+    (void)y;
+    return user ? dl_add(l, dl_sum(dl_module_forward(dl_module_child(m, "b"), x), DL_ALL, false)) : l;
+}
+
+static dl_module *ab_model(dl_ctx *c)
+{
+    dl_module *m = dl_module_new(c, "AB", NULL, 0);
+    dl_module_add(m, "a", dl_nn_linear(c, 6, 3, true));
+    dl_module_add(m, "b", dl_nn_linear(c, 6, 2, true));
+    return m;
+}
+
+typedef struct review_job {
+    dl_comm_group *g;
+    int rank, kind;   /* 0: allreduce of 10 floats (rank 1: 11, or 0 with zero); 1: two dl_ddp on one
+                         communicator; 2: layer b in rank 0's loss only */
+    int zero;
+    dl_result rc;
+    double secs;
+    float params[2][64];   /* kinds 1, 2: each model's parameters after the steps */
+    char err[800];
+} review_job;
+
+static void *review_rank(void *arg)
+{
+    review_job *j = (review_job *)arg;
+    dl_ctx_desc cd;
+    dl_comm_desc md;
+    dl_ctx *c;
+    dl_comm *comm;
+    memset(&cd, 0, sizeof cd);
+    cd.num_threads = 1;
+    cd.log = dl_log_silent;
+    c = dl_ctx_init(&cd);
+    memset(&md, 0, sizeof md);
+    md.backend = DL_COMM_THREADS;
+    md.group = j->g;
+    md.rank = j->rank;
+    md.timeout = 30;
+    comm = c ? dl_comm_init(c, &md) : NULL;
+    if (!comm) { j->rc = DL_ERR_ARG; snprintf(j->err, sizeof j->err, "no communicator"); dl_ctx_free(c); return NULL; }
+    if (j->kind == 0) {
+        dl_tensor *t = dl_ones(c, DL_SHAPE(j->rank == 1 ? (j->zero ? 0 : 11) : 10));
+        double t0 = now_s();
+        j->rc = dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM);
+        j->secs = now_s() - t0;
+    } else {
+        dl_module *m[2];
+        dl_optim *o[2];
+        dl_ddp *dp[2];
+        dl_ddp_desc dd;
+        float xv[4 * 6];
+        int k, step, nm = j->kind == 1 ? 2 : 1, i;
+        for (i = 0; i < 4 * 6; i++) xv[i] = sinf((float)(i + 7 * j->rank));
+        memset(&dd, 0, sizeof dd);
+        dd.comm = comm;
+        dd.bucket_bytes = 36;   /* several buckets: some summed during backward */
+        for (k = 0; k < nm; k++) {
+            dl_manual_seed(c, 10 + (uint64_t)(j->rank + 3 * k));
+            m[k] = ab_model(c);
+            o[k] = dl_sgd(m[k], NULL);
+            dp[k] = dl_ddp_init(1, &m[k], &o[k], &dd);
+        }
+        j->rc = dp[0] && (nm == 1 || dp[1]) ? DL_OK : dl_last_error(c);
+        for (step = 0; step < 5 && j->rc == DL_OK; step++)
+            for (k = 0; k < nm && j->rc == DL_OK; k++) {
+                dl_tensor *x = dl_from_array(c, DL_SHAPE(4, 6), xv);
+                j->rc = dl_ddp_step(dp[k], x, x, ab_loss, j->kind == 1 || j->rank == 0 ? (void *)1 : NULL, NULL);
+                dl_step_end(c);
+            }
+        for (k = 0; k < nm && j->rc == DL_OK; k++) {
+            const dl_named_tensor *pa;
+            int np = dl_module_named_parameters(m[k], &pa), q, off = 0;
+            for (q = 0; q < np; q++) { dl_read(pa[q].t, j->params[k] + off, pa[q].t->numel); off += (int)pa[q].t->numel; }
+        }
+    }
+    if (j->rc != DL_OK) snprintf(j->err, sizeof j->err, "%s", dl_error_message(c));
+    dl_ctx_free(c);
+    return NULL;
+}
+
+static void test_threads_review(void)
+{
+    review_job j[2];
+    pthread_t th[2];
+    int kind, zero, i;
+    for (kind = 0; kind < 3; kind++)
+        for (zero = 0; zero < (kind == 0 ? 2 : 1); zero++) {
+            dl_comm_group *g = dl_comm_group_new(2);
+            memset(j, 0, sizeof j);
+            for (i = 0; i < 2; i++) {
+                j[i].g = g; j[i].rank = i; j[i].kind = kind; j[i].zero = zero;
+                pthread_create(&th[i], NULL, review_rank, &j[i]);
+            }
+            for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+            if (kind == 0) {   /* unlike sizes (0 too): refused on both ranks at once, not after the timeout */
+                for (i = 0; i < 2; i++)
+                    CHECK(j[i].rc == DL_ERR_SHAPE && strstr(j[i].err, "every process must pass the same shapes") &&
+                          j[i].secs < 10, "rank %d, %s floats against 10: %s after %.1f s: %s", i, zero ? "0" : "11",
+                          dl_result_string(j[i].rc), j[i].secs, j[i].err);
+            } else {           /* the ranks' models stay identical */
+                CHECK(j[0].rc == DL_OK && j[1].rc == DL_OK, "kind %d: %s / %s", kind, j[0].err, j[1].err);
+                CHECK(memcmp(j[0].params, j[1].params, sizeof j[0].params) == 0, "kind %d (%s): the ranks' "
+                      "replicas drifted apart", kind, kind == 1 ? "two dl_ddp on one communicator"
+                      : "a layer in rank 0's loss only");
+            }
+            dl_comm_group_free(g);
+        }
+}
+
 #if defined(DL_NCCL) && defined(DL_CUDA)
 /* NCCL with one rank on cuda:0 (make test-nccl, on a GPU machine): the
    communicator's allreduce, then dl_ddp with 8 buckets, each summed by NCCL
@@ -919,6 +1035,7 @@ int main(int argc, char **argv)
     test_other_backend();
     test_comm_threads();
     test_threads_mismatch();
+    test_threads_review();
 #if defined(DL_NCCL) && defined(DL_CUDA)
     test_nccl();
 #endif
