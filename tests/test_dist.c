@@ -483,27 +483,37 @@ static void rank_batch(uint32_t *rng, float *xb, int64_t *yb)
 
 static float rank_value(int rank, int rep, int64_t i) { return sinf(0.7f * (float)i + (float)(3 * rank + rep)) * 0.5f; }
 
+/* a thread rank's context (one thread; with strict: and 2 strict local
+   devices) and its communicator; NULL with err filled (nothing left) */
+static dl_comm *rank_comm(dl_comm_group *g, int rank, double timeout, bool strict, dl_ctx **out, char *err,
+                          size_t errn)
+{
+    dl_ctx_desc cd;
+    dl_comm_desc md;
+    dl_comm *comm;
+    memset(&cd, 0, sizeof cd);
+    cd.cpu_devices = strict ? 2 : 0;
+    cd.strict_devices = strict;
+    cd.num_threads = 1;
+    cd.log = dl_log_silent;
+    *out = dl_ctx_init(&cd);
+    if (!*out) { snprintf(err, errn, "rank %d: no context", rank); return NULL; }
+    memset(&md, 0, sizeof md);
+    md.backend = DL_COMM_THREADS;
+    md.group = g;
+    md.rank = rank;
+    md.timeout = timeout;
+    comm = dl_comm_init(*out, &md);
+    if (!comm) { snprintf(err, errn, "%s", dl_error_message(*out)); dl_ctx_free(*out); *out = NULL; }
+    return comm;
+}
+
 static void *rank_main(void *arg)
 {
     rank_job *j = (rank_job *)arg;
-    dl_ctx_desc cd;
-    dl_comm_desc md;
     dl_ctx *c;
-    dl_comm *comm;
-    memset(&cd, 0, sizeof cd);
-    cd.cpu_devices = 2;
-    cd.strict_devices = true;
-    cd.num_threads = 1;
-    cd.log = dl_log_silent;
-    c = dl_ctx_init(&cd);
-    if (!c) { snprintf(j->err, sizeof j->err, "rank %d: no context", j->rank); return NULL; }
-    memset(&md, 0, sizeof md);
-    md.backend = DL_COMM_THREADS;
-    md.group = j->g;
-    md.rank = j->rank;
-    md.timeout = j->timeout;
-    comm = dl_comm_init(c, &md);
-    if (!comm) { snprintf(j->err, sizeof j->err, "%s", dl_error_message(c)); dl_ctx_free(c); return NULL; }
+    dl_comm *comm = rank_comm(j->g, j->rank, j->timeout, true, &c, j->err, sizeof j->err);
+    if (!comm) return NULL;
     if (j->kind == 0) {               /* 2 local replicas per rank, then across the ranks */
         dl_tensor *t[2];
         float *v = (float *)malloc(sizeof(float) * (size_t)j->count);
@@ -830,21 +840,9 @@ typedef struct review_job {
 static void *review_rank(void *arg)
 {
     review_job *j = (review_job *)arg;
-    dl_ctx_desc cd;
-    dl_comm_desc md;
     dl_ctx *c;
-    dl_comm *comm;
-    memset(&cd, 0, sizeof cd);
-    cd.num_threads = 1;
-    cd.log = dl_log_silent;
-    c = dl_ctx_init(&cd);
-    memset(&md, 0, sizeof md);
-    md.backend = DL_COMM_THREADS;
-    md.group = j->g;
-    md.rank = j->rank;
-    md.timeout = 30;
-    comm = c ? dl_comm_init(c, &md) : NULL;
-    if (!comm) { j->rc = DL_ERR_ARG; snprintf(j->err, sizeof j->err, "no communicator"); dl_ctx_free(c); return NULL; }
+    dl_comm *comm = rank_comm(j->g, j->rank, 30, false, &c, j->err, sizeof j->err);
+    if (!comm) { j->rc = DL_ERR_ARG; return NULL; }
     if (j->kind == 0) {
         dl_tensor *t = dl_ones(c, DL_SHAPE(j->rank == 1 ? (j->zero ? 0 : 11) : 10));
         double t0 = now_s();
