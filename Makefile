@@ -119,12 +119,14 @@ $(B)/%: examples/%.c $(B)/dl_ex.o dl.h $(EXHDRS) | $(B)
 # logs go to a new directory under runs/ each time (LOGDIR=dir for another,
 # LOGDIR= for none); the run prints the `tensorboard --logdir` line to use
 # DEVICE=cuda (or cuda:N) trains on the GPU with the nvcc build; DEVICE=cpu:1 ... too
-# CAPTURE=1 trains through a static graph (--capture: one step recorded, then replayed)
+# CAPTURE=1 (yes, true, on) trains through a static graph (--capture: one step
+# recorded, then replayed); DL_DATA_DIR as for make data
 DEVICE   ?=
 CAPTURE  ?=
 RUN_BIN   = $(if $(filter cuda%,$(DEVICE)),$(B)/cuda/lenet,$(B)/lenet)
-run: $(RUN_BIN) data
-	$(RUN_BIN) --epochs $(EPOCHS)$(if $(LOGDIR), --logdir $(LOGDIR))$(if $(DEVICE), --device $(DEVICE))$(if $(filter-out 0,$(CAPTURE)), --capture)
+run: $(if $(filter cuda%,$(DEVICE)),nvcc-check) $(RUN_BIN) data
+	$(if $(filter-out 0 1 no yes false true off on,$(CAPTURE)),$(error make run: CAPTURE=$(CAPTURE): must be 1, yes, true or on (or 0, no, false, off, empty)))
+	$(RUN_BIN) --epochs $(EPOCHS)$(if $(LOGDIR), --logdir '$(LOGDIR)')$(if $(DEVICE), --device $(DEVICE))$(if $(filter 1 yes true on,$(CAPTURE)), --capture)$(if $(DL_DATA_DIR), --data '$(DL_DATA_DIR)/fashion-mnist')
 
 data:
 	@examples/fetch_data.sh
@@ -133,6 +135,7 @@ data:
 # replay calls (tests/test_capture_fuzz.c with DL_LIBFUZZER), FUZZ_SECONDS each
 FUZZ = clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I.
 fuzz: | $(B)
+	@case "$(FUZZ_SECONDS)" in ''|*[!0-9]*|0) echo "make fuzz: FUZZ_SECONDS=$(FUZZ_SECONDS): must be a whole number of seconds > 0 (libFuzzer would run without a limit)"; exit 2;; esac
 	$(FUZZ) tests/fuzz_idx.c -o $(B)/fuzz_idx -lm -lpthread
 	$(FUZZ) tests/fuzz_checkpoint.c -o $(B)/fuzz_checkpoint -lm -lpthread
 	$(FUZZ) -DDL_LIBFUZZER -DDL_DEBUG tests/test_capture_fuzz.c -o $(B)/fuzz_capture -lm -lpthread

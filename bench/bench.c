@@ -53,6 +53,7 @@
 #include "examples/lenet_bn.h"   /* ex_lenet_bn: the model of make run */
 #include "examples/resnet18.h"   /* ex_resnet18: d2l's ResNet-18 */
 #include "examples/resnet_small.h"   /* ex_resnet_small: the net of examples/resnet.c */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -696,6 +697,22 @@ static int run_ddp(int threads, int warmup, int reps)
     return 0;
 }
 
+/* *out = the whole of v as a whole number in [lo, hi]; else the flag, the
+   value and the rule on stderr and false */
+static bool int_arg(const char *flag, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '-') || *end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "bench: %s %s: must be a whole number from %ld to %ld\n", flag, v, lo, hi);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: build/bench CASE THREADS [--warmup N] [--reps N] [--steps N]\n"
@@ -723,15 +740,14 @@ int main(int argc, char **argv)
     coll = !gpu && (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "ddp_lenet_bn") ||
                     !strcmp(argv[1], "allreduce_ranks"));   /* not in g_cases */
     if (!coll && (!c || (gpu && c->kind != KIND_TIME))) { fprintf(stderr, "bench: no case %s in dl.h's bench\n", argv[1]); return 2; }
-    threads = atoi(argv[2]);
+    if (!int_arg("THREADS", argv[2], 1, 1024, &threads)) return 2;
     for (i = 3; i + 1 < argc; i += 2) {
-        int v = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--warmup")) warmup = v;
-        else if (!strcmp(argv[i], "--reps")) reps = v;
-        else if (!strcmp(argv[i], "--steps")) steps = v;
-        else { usage(); return 2; }
+        int *v = !strcmp(argv[i], "--warmup") ? &warmup : !strcmp(argv[i], "--reps") ? &reps :
+                 !strcmp(argv[i], "--steps") ? &steps : NULL;
+        if (!v) { fprintf(stderr, "bench: unknown flag %s\n", argv[i]); usage(); return 2; }
+        if (!int_arg(argv[i], argv[i + 1], v == &warmup ? 0 : 1, 1000000000, v)) return 2;
     }
-    if (i != argc || threads < 1 || warmup < 0 || reps < 1 || steps < 1) { usage(); return 2; }
+    if (i != argc) { fprintf(stderr, "bench: %s needs a value\n", argv[i]); usage(); return 2; }
     if (coll && !strcmp(argv[1], "allreduce_ranks")) return run_allreduce_ranks(warmup, reps);
     if (coll) return !strcmp(argv[1], "allreduce") ? run_allreduce(threads, warmup, reps) : run_ddp(threads, warmup, reps);
     return run_case(c, argv[1], gpu, fp32, threads, warmup, reps, steps);

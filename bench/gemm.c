@@ -15,6 +15,7 @@
    Y = dl's median GFLOP/s at 1024^3 on one thread / X).
    Groups: square lenet linear resnet (a case name or group name selects). */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <time.h>
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -329,16 +330,30 @@ int main(int argc, char **argv)
     dl__pool *pools[2];
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            tlist[0] = atoi(argv[++i]);
-            nt = 1;
-        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "--reps")) {
+            const char *f = argv[i], *v = i + 1 < argc ? argv[++i] : "";
+            char *end;
+            long x;
+            errno = 0;
+            x = strtol(v, &end, 10);
+            if (!(v[0] >= '0' && v[0] <= '9') || *end || errno == ERANGE || x < 1 || x > (f[2] == 't' ? 1024 : 100000)) {
+                fprintf(stderr, "%s: %s %s: must be a whole number from 1 to %d\n", argv[0], f, v,
+                        f[2] == 't' ? 1024 : 100000);
+                return 2;
+            }
+            if (f[2] == 't') { tlist[0] = (int)x; nt = 1; }
+            else reps = (int)x;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: %s [--quick] [--threads N] [--reps N] [case|group ...]\ncases:", argv[0]);
             for (i = 0; i < NCASES; i++) printf(" %s", g_cases[i].name);
             printf("\ngroups: square lenet linear resnet\n");
             return 0;
         } else if (nsel < 256) sel[nsel++] = argv[i];
+    }
+    for (i = 0; i < nsel; i++) {   /* every name a case or a group */
+        int k, found = 0;
+        for (k = 0; k < NCASES; k++) found |= !strcmp(sel[i], g_cases[k].name) || !strcmp(sel[i], g_cases[k].group);
+        if (!found) { fprintf(stderr, "%s: no case or group %s (--help lists them)\n", argv[0], sel[i]); return 2; }
     }
     if (quick) {
         if (reps > 7) reps = 7;

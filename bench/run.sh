@@ -49,6 +49,17 @@ PYTHON=${PYTHON:-python3}
 THREADS=${THREADS:-1 2}
 CASES=${CASES:-}
 ROUNDS=${ROUNDS:-1}
+# the settings: whole numbers (a bad one measured nothing and said so only as n/a)
+for t in $THREADS; do
+    case $t in
+        '' | *[!0-9]* | 0) echo "bench: THREADS=\"$THREADS\": each must be a whole number from 1 to 1024" >&2; exit 2 ;;
+    esac
+    [ "$t" -le 1024 ] || { echo "bench: THREADS=\"$THREADS\": each must be a whole number from 1 to 1024" >&2; exit 2; }
+done
+[ -n "$THREADS" ] || { echo "bench: THREADS is empty: give thread counts, e.g. THREADS=\"1 2\"" >&2; exit 2; }
+case $ROUNDS in
+    '' | *[!0-9]* | 0) echo "bench: ROUNDS=$ROUNDS: must be a whole number >= 1" >&2; exit 2 ;;
+esac
 DL=build/bench
 DL_CUDA=${DL_CUDA:-build/cuda/bench}   # the nvcc build, for the *_cuda cases
 TORCH="bench/torch_bench.py"

@@ -57,6 +57,9 @@ typedef struct ex_args {
 
 /* the example takes --capture (it called ex_parse_capture) */
 static bool ex_capture_flag;
+/* the model has batch norm: a training batch of one sample is refused before
+   training (batch norm needs 2 values per channel, as PyTorch's) */
+static bool ex_batch_norm_model;
 
 /* usage lines of an example's own flags (set before ex_parse; the
    example takes those flags out of argv itself) */
@@ -211,6 +214,25 @@ static EX_UNUSED bool ex_resolve(const char *path, char *out, size_t cap)
         memcpy(out + dir, buf, (size_t)k + 1);
     }
     return true;
+}
+
+/* Whether paths a and b name the same file: "./x" and "x", a symbolic
+   link and its target, two hard links (the same inode where it exists,
+   else the same name in the same directory, by its inode). */
+static EX_UNUSED bool ex_same_path(const char *a, const char *b)
+{
+    char ra[4096], rb[4096];
+    const char *sa, *sb;
+    struct stat st1, st2;
+    if (!strcmp(a, b)) return true;
+    if (stat(a, &st1) == 0 && stat(b, &st2) == 0) return st1.st_dev == st2.st_dev && st1.st_ino == st2.st_ino;
+    if (!ex_resolve(a, ra, sizeof ra) || !ex_resolve(b, rb, sizeof rb)) return false;
+    sa = strrchr(ra, '/');
+    sb = strrchr(rb, '/');
+    if (strcmp(sa ? sa + 1 : ra, sb ? sb + 1 : rb)) return false;   /* other names */
+    if (sa) ra[sa - ra + (sa == ra)] = 0; else strcpy(ra, ".");
+    if (sb) rb[sb - rb + (sb == rb)] = 0; else strcpy(rb, ".");
+    return stat(ra, &st1) == 0 && stat(rb, &st2) == 0 && st1.st_dev == st2.st_dev && st1.st_ino == st2.st_ino;
 }
 
 /* Checks, before any training, that path can be written: it is not a
@@ -393,6 +415,8 @@ static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const 
                 a->prog, a->threads, cores, cores);
         a->threads = (int)cores;
     }
+    if (a->epochs == 0 && a->save)   /* the checkpoint is written after each epoch */
+        ex_bad_args(&d, "--save %s with --epochs 0: no epoch runs, so nothing would be saved", a->save);
     /* the outputs: distinct, and writable now rather than after hours of training */
     out[0][0] = "--save"; out[0][1] = a->save;
     out[1][0] = "--csv"; out[1][1] = a->csv;
@@ -401,10 +425,10 @@ static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const 
     for (i = 0; i < 4; i++) {
         if (!out[i][1]) continue;
         for (j = i + 1; j < 4; j++)
-            if (out[j][1] && !strcmp(out[i][1], out[j][1]))
+            if (out[j][1] && ex_same_path(out[i][1], out[j][1]))
                 ex_bad_args(&d, "%s %s and %s %s: two outputs in one %s", out[i][0], out[i][1], out[j][0], out[j][1],
                             j == 3 ? "path" : "file");
-        if (i > 0 && a->resume && !strcmp(out[i][1], a->resume))
+        if (i > 0 && a->resume && ex_same_path(out[i][1], a->resume))
             ex_bad_args(&d, "%s %s would overwrite the --resume checkpoint", out[i][0], out[i][1]);
         if (i < 3 ? !ex_output_ok(a->prog, out[i][0], out[i][1]) : !ex_logdir_ok(a->prog, out[i][0], out[i][1]))
             exit(2);
@@ -574,6 +598,10 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     s->ntrain = xtr->shape[0];
     s->ntest = xte->shape[0];
     if (!s->train || !s->test) { fprintf(stderr, "%s: %s\n", a->prog, dl_error_message(s->ctx)); return false; }
+    if (ex_batch_norm_model && (s->ntrain % a->batch == 1 || s->ntrain == 1))
+        ex_bad_args(a, "--batch %lld with %lld training samples (--limit) leaves a batch of one sample, which "
+                    "batch norm cannot train on; change --batch or --limit", (long long)a->batch,
+                    (long long)s->ntrain);
     return true;
 }
 

@@ -25,8 +25,11 @@ static int run_dot(const char *dotfile, const char *svgfile)
     int status;
     pid_t pid = fork();
     if (pid < 0) return 1;
-    if (pid == 0) {
-        execlp("dot", "dot", "-Tsvg", dotfile, "-o", svgfile, (char *)NULL);
+    if (pid == 0) {   /* a relative name that starts with '-' would read as an option: ./-x */
+        char in[4200], outf[4200];
+        snprintf(in, sizeof in, "%s%.4096s", dotfile[0] == '-' ? "./" : "", dotfile);
+        snprintf(outf, sizeof outf, "%s%.4096s", svgfile[0] == '-' ? "./" : "", svgfile);
+        execlp("dot", "dot", "-Tsvg", in, "-o", outf, (char *)NULL);
         _exit(127);
     }
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 1;

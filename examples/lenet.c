@@ -108,6 +108,7 @@ int main(int argc, char **argv)
     int epoch, start;
     graph g;
     ex_parse_capture(argc, argv, &a, "lenet", 10, 256, 2e-3f);   /* defaults: epochs, batch, lr */
+    ex_batch_norm_model = true;
     if (!ex_setup_fmnist(&a, "LeNet-BN on Fashion-MNIST", false, 0, &s)) return ex_done(&s, 1);
     net = ex_lenet_bn(s.ctx);                                 /* examples/common.h */
     if (dl_module_to(net, a.dev[0]) != DL_OK) return ex_done(&s, ex_fail(&s, NULL));   /* model.to(device) */

@@ -127,6 +127,7 @@ int main(int argc, char **argv)
     ex_parse_devices(argc, argv, &a, "model_parallel", 2, 256, 2e-3f, 2);   /* defaults: epochs, batch, lr; 2 devices */
     snprintf(title, sizeof title, "LeNet-BN split across %s and %s on Fashion-MNIST", dl_device_name(a.dev[0]),
              dl_device_name(a.dev[1]));
+    ex_batch_norm_model = true;
     if (!ex_setup_fmnist(&a, title, false, 0, &s)) return ex_done(&s, 1);   /* batches arrive on A */
     net = make_split_lenet(s.ctx, a.dev[0], a.dev[1]);
     memset(&ad, 0, sizeof ad);                                /* zero: PyTorch's defaults */

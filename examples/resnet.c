@@ -104,7 +104,10 @@ static const char *take_arch(int *argc, char **argv)
     const char *arch = "small";
     int i, k = 1;
     for (i = 1; i < *argc; i++) {
-        if (!strcmp(argv[i], "--arch")) { arch = i + 1 < *argc ? argv[++i] : NULL; continue; }
+        if (!strcmp(argv[i], "--arch")) {   /* (a flag after it is no value: "--arch --epochs 1") */
+            arch = i + 1 < *argc && strncmp(argv[i + 1], "--", 2) ? argv[++i] : NULL;
+            continue;
+        }
         argv[k++] = argv[i];
     }
     *argc = k;
@@ -129,6 +132,7 @@ int main(int argc, char **argv)
     ex_parse_capture(argc, argv, &a, d2l ? "resnet-d2l" : "resnet", 3, d2l ? 256 : 128, 0.1f);   /* defaults: epochs, batch, lr */
     if (!arch) ex_bad_args(&a, "--arch needs a value");
     if (!d2l && strcmp(arch, "small")) ex_bad_args(&a, "--arch %s: must be small or d2l", arch);
+    ex_batch_norm_model = true;
     if (!ex_setup_fmnist(&a, d2l ? "d2l ResNet-18 on Fashion-MNIST" : "small ResNet-18-style on Fashion-MNIST",
                          true, 2, &s)) return ex_done(&s, 1);
     net = d2l ? ex_resnet18(s.ctx, 1, 10) : ex_resnet_small(s.ctx);

@@ -204,7 +204,7 @@ static long flag_int(const char *prog, const char *flag, const char *v, long lo,
 {
     char *end;
     long n = strtol(v, &end, 10);
-    if (end == v || *end || n < lo || n > hi) {
+    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '-') || *end || n < lo || n > hi) {   /* as common.h: no " 5", "+5" */
         fprintf(stderr, "%s: %s %s: must be a whole number from %ld to %ld\n", prog, flag, v, lo, hi);
         exit(usage(prog, stderr, 2));
     }

@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,17 +64,28 @@ int main(int argc, char **argv)
     dl_tensor *a, *b, *ga, *gb;
     double cpu, gpu, copies;
     for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        const char *f = argv[i];
+        char *end;
+        long v;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             printf("usage: %s [--n N (200)] [--reps N (101)]\n", argv[0]);
             return 0;
         }
-        if (i + 1 < argc && !strcmp(argv[i], "--n")) n = atoi(argv[++i]);
-        else if (i + 1 < argc && !strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
-        else { fprintf(stderr, "%s: unknown argument %s (--help)\n", argv[0], argv[i]); return 2; }
-    }
-    if (n < 1 || n > 8192 || reps < 1 || reps > 100000) {
-        fprintf(stderr, "%s: --n must be 1..8192 and --reps 1..100000\n", argv[0]);
-        return 2;
+        if (strcmp(f, "--n") && strcmp(f, "--reps")) {
+            fprintf(stderr, "%s: unknown argument %s (--help)\n", argv[0], f);
+            return 2;
+        }
+        if (i + 1 == argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], f); return 2; }
+        errno = 0;
+        v = strtol(argv[++i], &end, 10);   /* the whole value, a whole number in range */
+        if (!(argv[i][0] >= '0' && argv[i][0] <= '9') || *end || errno == ERANGE || v < 1 ||
+            v > (!strcmp(f, "--n") ? 8192 : 100000)) {
+            fprintf(stderr, "%s: %s %s: must be a whole number from 1 to %d\n", argv[0], f, argv[i],
+                    !strcmp(f, "--n") ? 8192 : 100000);
+            return 2;
+        }
+        if (!strcmp(f, "--n")) n = (int)v;
+        else reps = (int)v;
     }
     ctx = dl_ctx_init(NULL);
     if (!ctx) { fprintf(stderr, "%s: %s\n", argv[0], dl_error_message(NULL)); return 1; }

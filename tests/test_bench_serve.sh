@@ -68,6 +68,23 @@ run 'step_mlp16'                            # CPU cases: a process each, as befo
 if grep -q '^process step_mlp16' "$T/log" && ! grep -q '^serve' "$T/log"; then ok
 else no "a CPU case: its own process"; sed 's/^/    /' "$T/log"; fi
 
+# bad settings: refused with the setting and the rule, exit 2 (they measured
+# nothing, every line n/a, and exited 0)
+for v in ROUNDS=0 ROUNDS=abc THREADS=0 THREADS=abc THREADS=99999; do
+    out=$(env "$v" sh bench/run.sh 2>&1); rc=$?
+    if [ $rc = 2 ] && printf '%s\n' "$out" | grep -q "^bench: ${v%%=*}="; then ok
+    else no "$v: status $rc: $(printf '%s' "$out" | head -c 300)"; fi
+done
+# build/bench's own numbers: whole, in range, named (atoi took 2abc as 2)
+if [ -x build/bench ]; then
+    for args in "matmul200 2abc" "matmul200 1 --reps 1e9" "matmul200 1 --warmup -1" "matmul200 1 --reps"; do
+        # shellcheck disable=SC2086
+        out=$(build/bench $args 2>&1); rc=$?
+        if [ $rc = 2 ] && printf '%s\n' "$out" | grep -qE "^bench: (THREADS|--reps|--warmup) "; then ok
+        else no "build/bench $args: status $rc: $(printf '%s' "$out" | head -c 300)"; fi
+    done
+fi
+
 rm -rf "$T"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -131,6 +131,12 @@ for f in --save --csv --svg; do
     expect 2 "^$B/mlp: $f $T/no/such/out: the directory $T/no/such does not exist" $B/mlp $SHORT $f "$T/no/such/out"
 done
 expect 2 "^$B/mlp: --csv $T/a and --svg $T/a: two outputs in one file" $B/mlp $SHORT --csv "$T/a" --svg "$T/a"
+# the same file written another way: ./x, a symbolic link (the checkpoint was overwritten by the CSV)
+expect 2 "^$B/mlp: --csv $T/a and --svg $T/./a: two outputs in one file" $B/mlp $SHORT --csv "$T/a" --svg "$T/./a"
+: > "$T/ck.st"; ln -sf ck.st "$T/cklink.st"
+expect 2 "^$B/mlp: --csv $T/./ck.st would overwrite the --resume checkpoint" $B/mlp $SHORT --resume "$T/ck.st" --csv "$T/./ck.st"
+expect 2 "^$B/mlp: --svg $T/cklink.st would overwrite the --resume checkpoint" $B/mlp $SHORT --resume "$T/ck.st" --svg "$T/cklink.st"
+check "a refused run left the --resume checkpoint alone" test ! -s "$T/ck.st"
 if [ "$(id -u)" != 0 ]; then
     mkdir -p "$T/ro" && chmod 555 "$T/ro"
     expect 2 "^$B/mlp: --save $T/ro/ck.st: cannot create a file in $T/ro" $B/mlp $SHORT --save "$T/ro/ck.st"
@@ -273,6 +279,7 @@ done
 SG=$B/static_graph
 expect 0 "^usage: $SG \[--device NAME \(cpu\)\]" $SG --help
 expect 2 "^$SG: --batch 0: must be a whole number from 1 to 4096$" $SG --batch 0
+expect 2 "^$SG: --batch  5: must be a whole number from 1 to 4096$" $SG --batch " 5"
 expect 2 "^$SG: --steps 2: must be a whole number from 3 to 100000$" $SG --steps 2
 expect 2 "^$SG: --model resnet: must be mlp or lenet$" $SG --model resnet
 expect 2 "^$SG: --device gpu: must be cpu, cpu:N or cuda:N$" $SG --device gpu
@@ -285,6 +292,10 @@ check "static_graph: shows a refusal" eval "printf '%s\n' \"\$out\" | grep -q '^
 expect 0 "^the last loss: .* the same bits$" env DL_STRICT=1 $SG --steps 4 --model lenet --batch 4 --device cpu:1
 expect 0 "^--capture$" sh -c "${MAKE:-make} -s -n run EPOCHS=1 CAPTURE=1 LOGDIR= | grep -o -- '--capture'"
 expect 0 "^none$" sh -c "${MAKE:-make} -s -n run EPOCHS=1 CAPTURE=0 LOGDIR= | grep -q -- '--capture' || echo none"
+expect 0 "^none$" sh -c "${MAKE:-make} -s -n run EPOCHS=1 CAPTURE=no LOGDIR= | grep -q -- '--capture' || echo none"
+expect 2 "make run: CAPTURE=maybe: must be 1, yes, true or on" ${MAKE:-make} -s -n run EPOCHS=1 CAPTURE=maybe LOGDIR=
+expect 0 "--data '/elsewhere/fashion-mnist'" sh -c "DL_DATA_DIR=/elsewhere ${MAKE:-make} -s -n run EPOCHS=1 LOGDIR= 2>/dev/null | grep -o -- \"--data '/elsewhere/fashion-mnist'\""
+expect 2 "make fuzz: FUZZ_SECONDS=x: must be a whole number of seconds > 0" ${MAKE:-make} -s fuzz FUZZ_SECONDS=x
 
 # --- 20: --help everywhere, graph --out, "saved to PATH" for each file
 for e in $TRAIN custom_function gradcheck graph; do
@@ -302,6 +313,11 @@ printf '#!/bin/sh\n# fake Graphviz: dot -Tsvg IN -o OUT\necho "<svg/>" > "$4"\n'
 chmod +x "$T/bin/dot"
 expect 0 "^saved to $T/g2\.svg$" env PATH="$PWD/$T/bin:$PATH" $B/graph --out "$T/g2.dot"
 check "graph: saved to the .dot too" eval "printf '%s\n' \"\$out\" | grep -q '^saved to $T/g2.dot$'"
+# a name that starts with '-' reaches dot as ./-d.dot, not as an option
+printf '#!/bin/sh\n[ "$2" = ./-d.dot ] && echo "<svg/>" > "$4"\n' > "$T/bin/dot"
+expect 0 "^saved to -d\.svg$" sh -c "cd '$T' && PATH='$PWD/$T/bin':\"\$PATH\" '$PWD/$B/graph' --out -d.dot"
+check "graph --out -d.dot: dot read ./-d.dot and the .svg is there" test -s "$T/-d.svg"
+printf '#!/bin/sh\n# fake Graphviz: dot -Tsvg IN -o OUT\necho "<svg/>" > "$4"\n' > "$T/bin/dot"
 printf '#!/bin/sh\necho "dot: broken" >&2\nexit 3\n' > "$T/bin/dot"
 mkdir -p "$T/g3"
 expect 1 "^$B/graph: dot -Tsvg $T/g3/g\.dot failed \(exit status 3\)" env PATH="$PWD/$T/bin:$PATH" $B/graph --out "$T/g3/g.dot"
@@ -340,7 +356,7 @@ for e in $TRAIN; do
 done
 check "examples/lenet.c logs the step and the epoch itself" eval "grep -q 'ex_tb_step(s, m, opt, loss)' examples/lenet.c && grep -q 'ex_tb_epoch(&s, &m, net, acc)' examples/lenet.c"
 expect 0 "^  --logdir DIR  TensorBoard logs" $B/lenet --help
-expect 0 "^LOGDIR: runs/lenet-" env -u LOGDIR sh -c 'echo "LOGDIR: $(${MAKE:-make} -s -n run EPOCHS=1 | sed -n "s/.*--logdir \([^ ]*\).*/\1/p")"'
+expect 0 "^LOGDIR: runs/lenet-" env -u LOGDIR sh -c 'echo "LOGDIR: $(${MAKE:-make} -s -n run EPOCHS=1 | tr -d "\047" | sed -n "s/.*--logdir \([^ ]*\).*/\1/p")"'
 # the contents, read back by TensorBoard: a 2-epoch run, a resumed run, a cut-off file
 L=$T/runs/mlp2
 expect 0 "^epoch  2  train loss" $B/mlp $SHORT --epochs 2 --logdir "$L"
@@ -553,6 +569,16 @@ expect 0 "^MySigmoid vs the built-in: .* -> ok$" $STRICT $B/custom_function
 check "custom_function on cpu:1: HostSquare refused with dl_data's reason" eval "printf '%s\n' \"\$out\" | grep -q '^HostSquare on cpu:1: dl_data: t (4,5) is on cpu:1, whose memory the host cannot address'"
 expect 0 "^HostSquare vs the built-in: .* -> ok$" $B/custom_function
 check "custom_function on cpu:0: MySigmoid too" eval "printf '%s\n' \"\$out\" | grep -q '^MySigmoid vs the built-in: .* -> ok$'"
+# a non-strict cpu:1 is host memory: the host variant runs there too (it exited 1)
+expect 0 "^HostSquare vs the built-in: .* -> ok$" env DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 $B/custom_function
+# whole numbers in range, named with the flag (atoi took 5abc as 5, 4294967496 as 200)
+expect 2 "^$B/transfer_cost: --n 5abc: must be a whole number from 1 to 8192$" $B/transfer_cost --n 5abc
+expect 2 "^$B/transfer_cost: --n 4294967496: must be a whole number from 1 to 8192$" $B/transfer_cost --n 4294967496
+expect 2 "^$B/transfer_cost: --reps needs a value$" $B/transfer_cost --reps
+# a batch norm model and a last batch of one sample: refused before training (it failed after an epoch)
+expect 2 "^$B/lenet: --batch 16 with 17 training samples \(--limit\) leaves a batch of one sample" \
+    $B/lenet --data "$D" --epochs 1 --batch 16 --limit 17
+expect 2 "^$B/lenet: --save $T/e0.st with --epochs 0: no epoch runs" $B/lenet --data "$D" --epochs 0 --save "$T/e0.st"
 all=$(ls examples/*.c | sed 's|^examples/||; s|\.c$||' | tr '\n' ' ')
 check "every example is run on the strict cpu:1 above (a new one: add it there): $all" \
     [ "$all" = "custom_function data_parallel gradcheck graph lenet lenet_d2l mlp model_parallel resnet softmax_regression static_graph transfer_cost " ]
@@ -571,6 +597,7 @@ fi
 # share of the two-GPU experiment), the test set of 64
 expect 2 "^$B/resnet: --arch vgg: must be small or d2l$" $B/resnet --arch vgg
 expect 2 "^$B/resnet: --arch needs a value$" $B/resnet --epochs 1 --arch
+expect 2 "^$B/resnet: --arch needs a value$" $B/resnet --arch --epochs 1   # (it took --epochs as the value)
 expect 0 "^  --arch NAME   small \(widths 16-32-64-128, batch 128\) or d2l" $B/resnet --help
 expect 0 "^d2l ResNet-18 on Fashion-MNIST: 11175818 parameters, 8 train / 64 test samples, batch 4" \
     $B/resnet --data "$D" --arch d2l --epochs 1 --limit 8 --batch 4
