@@ -23,7 +23,7 @@ HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
 # tests/test_mpi.c needs mpicc and mpirun: `make test-mpi`
 TEST_SRC := $(filter-out tests/test_cuda.c tests/test_mpi.c,$(sort $(wildcard tests/test_*.c)))
 TESTS     = $(patsubst tests/%.c,$(B)/%,$(TEST_SRC))
-# shell tests: every C snippet of README.md and dl.h's comments compiles (and
+# shell tests: every C snippet of README.md, docs/*.md and dl.h's comments compiles (and
 # runs), dl.h's API INDEX lists every public name, the examples' command line
 # (needs the examples built), `make data`
 SNIPPETS  = tests/snippets_check.sh

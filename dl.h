@@ -5,7 +5,7 @@
        #define DL_IMPLEMENTATION
    before you include this file in *one* C (or C++) file to create the
    implementation. Every other file includes it without the define. With
-   DL_CUDA that one file is compiled by nvcc (README.md, section CUDA).
+   DL_CUDA that one file is compiled by nvcc (docs/cuda.md, Building).
 
    QUICK START (compiled and run by `make test`: tests/snippets_check.sh)
 
@@ -255,7 +255,8 @@
        (as C's free: undefined);
      - support float64 or float16 (yet);
      - synchronize batch-norm statistics across replicas (SyncBatchNorm), or
-       overlap the gradient allreduce with backward;
+       overlap the gradient allreduce with backward between the replicas of
+       one context (across thread ranks, MPI and NCCL it does);
      - capture copies between GPUs, or between the host and a GPU, or
        collectives (docs/capture.md lists what a capture refuses);
      - promise more GPU testing than this: the CUDA backend (DL_CUDA) and the
@@ -264,7 +265,8 @@
        151 passed, 1 failed; make test-cuda-all 12,217 passed, 2 failed (the
        three failures were test expectations, not the backend); make
        test-nccl 988 passed. Capture and replay on a GPU, and the
-       multi-tensor optimizers, came after that run: emulated only.
+       multi-tensor optimizers, came after that run; they then ran on one
+       H200 (2026-11-26, docs/cuda.md, Status).
 
    CONTENTS: the implementation (below the declarations, in the file that
    defines DL_IMPLEMENTATION) reads top to bottom in this order; each part
