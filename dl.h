@@ -8274,7 +8274,8 @@ static void dl__maxpool_task(void *arg, int64_t lo, int64_t hi)
     const dl__pool_args *u = (const dl__pool_args *)arg;
     const dl__pgeom *g = u->g;
     int64_t q, o0, o1, o2;
-    if (g->ia[0] == 1 && g->ob[0] == 1 && g->d[1] == 1 && g->d[2] == 1) {
+    /* the 2-d plane: one depth window that holds depth 0 (its taps at -p0 + t d0) */
+    if (g->ia[0] == 1 && g->ob[0] == 1 && g->p[0] % g->d[0] == 0 && g->d[1] == 1 && g->d[2] == 1) {
         for (q = lo; q < hi; q++)
             dl__maxpool2d_plane(u->x + q * g->La, u->y + q * g->Lb, u->idx ? u->idx + q * g->Lb : NULL, g);
         return;
