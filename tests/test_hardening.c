@@ -864,6 +864,17 @@ static dl_result save9_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *u
     return DL_OK;
 }
 
+/* a dl_function of these parts */
+static dl_function fn_of(const char *name, dl_tensor *(*fwd)(dl_fn_ctx *, int, dl_tensor *const *, void *),
+                         dl_result (*bwd)(dl_fn_ctx *, dl_tensor *, dl_tensor **, void *))
+{
+    dl_function f;
+    f.name = name;
+    f.forward = fwd;
+    f.backward = bwd;
+    return f;
+}
+
 static bool read_is(dl_tensor *t, const float *want, int n)
 {
     float got[64];
@@ -950,11 +961,8 @@ static void test_review2_autograd(void)
         }
     }
     {   /* a custom function's 9th dl_fn_save fails the apply, naming the function */
-        dl_function f;
+        dl_function f = fn_of("save9", save9_fwd, save9_bwd);
         dl_tensor *x = dl_param(dl_full(ctx, DL_SHAPE(3), 3.0f));
-        f.name = "save9";
-        f.forward = save9_fwd;
-        f.backward = save9_bwd;
         CHECK(dl_function_apply(&f, 1, &x, NULL) == NULL, "9 saved tensors gave a result");
         EXPECT_ERR(ctx, DL_ERR_ARG, "save9: its forward returned a tensor after an error: dl_fn_save: at most 8");
     }
@@ -1098,6 +1106,7 @@ static void test_review2_values(void)
            every window is padding, -inf, and no gradient (the 2-d plane path took depth 0) */
         float xv[16], g[16], want[16], zero[16];
         dl_pool_desc pd;
+        dl_backward_desc bd;
         dl_tensor *x, *y;
         int i;
         for (i = 0; i < 16; i++) { xv[i] = (float)i; want[i] = -INFINITY; zero[i] = 0.0f; }
@@ -1109,7 +1118,9 @@ static void test_review2_values(void)
         x = dl_param(dl_from_array(ctx, DL_SHAPE(1, 1, 1, 4, 4), xv));
         y = dl_max_pool3d(x, &pd);
         CHECK(read_is(y, want, 16), "max_pool3d over padding only: not -inf: %s", dl_error_message(ctx));
-        CHECK(y && dl_backward_ex(y, &(dl_backward_desc){.grad = dl_ones(ctx, DL_SHAPE(1, 1, 1, 4, 4))}) == DL_OK &&
+        memset(&bd, 0, sizeof bd);
+        bd.grad = dl_ones(ctx, DL_SHAPE(1, 1, 1, 4, 4));
+        CHECK(y && dl_backward_ex(y, &bd) == DL_OK &&
               x->grad && dl_read(x->grad, g, 16) == DL_OK && memcmp(g, zero, sizeof g) == 0,
               "max_pool3d over padding only: a gradient reached the input (%g)", (double)g[0]);
         dl_free(x);
@@ -1408,11 +1419,8 @@ static void test_review2_modules(void)
         dl_free(xo);
     }
     {   /* a custom function whose forward returns another context's tensor: refused */
-        dl_function f;
+        dl_function f = fn_of("foreign", twice_fwd, twice_bwd);
         dl_tensor *x = dl_requires_grad(dl_ones(ctx, DL_SHAPE(3)), true);
-        f.name = "foreign";
-        f.forward = twice_fwd;
-        f.backward = twice_bwd;
         CHECK(dl_function_apply(&f, 1, &x, ctx2) == NULL, "a result of another context");
         EXPECT_ERR(ctx, DL_ERR_ARG, "foreign: its forward returned a tensor (3) of another context");
         dl_clear_error(ctx2);
@@ -1424,9 +1432,7 @@ static void test_review2_modules(void)
         dl_profile_row rows[16];
         int n, i, found = 0;
         FILE *full = fopen("/dev/full", "w");
-        f.name = NULL;
-        f.forward = twice_fwd;
-        f.backward = twice_bwd;
+        f = fn_of(NULL, twice_fwd, twice_bwd);
         dl_profile_reset(ctx);
         dl_profile_enable(ctx, true);
         for (i = 0; i < 3; i++) dl_function_apply(&f, 1, &x, NULL);
