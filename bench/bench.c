@@ -54,6 +54,7 @@
 #include "examples/resnet18.h"   /* ex_resnet18: d2l's ResNet-18 */
 #include "examples/resnet_small.h"   /* ex_resnet_small: the net of examples/resnet.c */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
