@@ -20608,6 +20608,20 @@ static dl_result dl__comm_cross(dl_comm *c, const char *op, dl__dev *d, float *b
 #endif
 }
 
+/* v[0..n) (host floats) summed over the processes in place, through a step
+   tensor on d (NCCL sums device memory only): the small agreements of
+   dl_ddp_init, the collectives' size check and dl_ddp's gradient flags */
+static dl_result dl__comm_sum_floats(dl_comm *c, const char *op, dl__dev *d, float *v, int64_t n)
+{
+    dl_tensor *vt = dl__make(d, op, DL_DTYPE_F32, 1, &n, false, NULL);
+    dl_result rc;
+    if (!vt) return c->ctx->err != DL_OK ? c->ctx->err : DL_ERR_OOM;
+    d->be->upload(d, vt->data, v, sizeof(float) * (size_t)n);
+    rc = dl__comm_cross(c, op, d, (float *)vt->data, n, 1.0f);
+    if (rc == DL_OK) d->be->download(d, v, vt->data, sizeof(float) * (size_t)n);
+    return rc;
+}
+
 dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
 {
     dl_comm *c;
@@ -20756,20 +20770,16 @@ static dl_result dl__comm_same_count(dl_comm *c, const char *op, const dl__ring 
     int64_t P = c->size, k = 3 * P, r;
     uint64_t bytes = (uint64_t)R->count * R->esize;
     float *v;
-    dl_tensor *vt;
     dl_result rc;
     if (P <= 1) return DL_OK;
     v = (float *)dl__malloc(ctx, sizeof(float) * (size_t)k);
-    vt = v ? dl__make(R->dev[0], op, DL_DTYPE_F32, 1, &k, false, NULL) : NULL;
-    if (!vt) { DL_FREE(v); return ctx->err != DL_OK ? ctx->err : DL_ERR_OOM; }
+    if (!v) return ctx->err != DL_OK ? ctx->err : DL_ERR_OOM;
     memset(v, 0, sizeof(float) * (size_t)k);
     v[3 * c->rank] = (float)(bytes >> 24);          /* 24 bits a float: exact */
     v[3 * c->rank + 1] = (float)(bytes & 0xFFFFFF);
     v[3 * c->rank + 2] = (float)R->n;
-    R->dev[0]->be->upload(R->dev[0], vt->data, v, sizeof(float) * (size_t)k);
-    rc = dl__comm_cross(c, op, R->dev[0], (float *)vt->data, k, 1.0f);
+    rc = dl__comm_sum_floats(c, op, R->dev[0], v, k);
     if (rc == DL_OK) {
-        R->dev[0]->be->download(R->dev[0], v, vt->data, sizeof(float) * (size_t)k);
         for (r = 0; r < P; r++) {
             uint64_t b = (uint64_t)v[3 * r] << 24 | (uint64_t)v[3 * r + 1];
             if (b != bytes || (int)v[3 * r + 2] != R->n) {
@@ -21011,7 +21021,6 @@ static dl_result dl__ddp_same_model(dl_comm *c, dl_module *m, dl__dev *d)
     size_t ia = 0, ib = 0;
     int r, first = -1, ndiff = 0;
     float *v = NULL;
-    dl_tensor *vt;
     dl_result rc;
     if (n < 0) return ctx->err;
     memset(&mine, 0, sizeof mine);
@@ -21038,12 +21047,8 @@ static dl_result dl__ddp_same_model(dl_comm *c, dl_module *m, dl__dev *d)
     }
     memset(v, 0, sizeof(float) * (size_t)P);
     v[c->rank] = (float)diff;               /* exact below 2^24 entries */
-    vt = dl__make(d, op, DL_DTYPE_F32, 1, &P, false, NULL);
-    if (!vt) { rc = ctx->err; goto out; }
-    d->be->upload(d, vt->data, v, sizeof(float) * (size_t)P);
-    rc = dl__comm_cross(c, op, d, (float *)vt->data, P, 1.0f);
+    rc = dl__comm_sum_floats(c, op, d, v, P);
     if (rc != DL_OK) goto out;
-    d->be->download(d, v, vt->data, sizeof(float) * (size_t)P);
     for (r = 0; r < P; r++)
         if (v[r] != 0.0f) { ndiff++; if (first < 0) first = r; }
     if (first < 0) { rc = DL_OK; goto out; }
@@ -21328,20 +21333,15 @@ static dl_result dl__ddp_grad_union(dl_ddp *dp, const char *op)
     bool cross = dp->comm && dp->comm->size > 1 && np > 0;
     float *v = NULL;
     if (cross) {
-        dl__dev *d = dl__ddp_dev(dp, 0);
-        int64_t cnt = np;
-        dl_tensor *vt = dl__make(d, op, DL_DTYPE_F32, 1, &cnt, false, NULL);
         dl_result rc;
         v = (float *)dl__malloc(dp->ctx, sizeof(float) * (size_t)np);
-        if (!vt || !v) { DL_FREE(v); return dp->ctx->err != DL_OK ? dp->ctx->err : DL_ERR_OOM; }
+        if (!v) return dp->ctx->err != DL_OK ? dp->ctx->err : DL_ERR_OOM;
         for (j = 0; j < np; j++) {
             v[j] = 0.0f;
             for (i = 0; i < n; i++) if (dp->p[(size_t)i * (size_t)np + (size_t)j]->grad) v[j] = 1.0f;
         }
-        d->be->upload(d, vt->data, v, sizeof(float) * (size_t)np);
-        rc = dl__comm_cross(dp->comm, op, d, (float *)vt->data, np, 1.0f);
+        rc = dl__comm_sum_floats(dp->comm, op, dl__ddp_dev(dp, 0), v, np);
         if (rc != DL_OK) { DL_FREE(v); return rc; }
-        d->be->download(d, v, vt->data, sizeof(float) * (size_t)np);
     }
     for (j = 0; j < np; j++) {
         bool any = cross && v[j] > 0.0f;
