@@ -655,12 +655,14 @@
 #define DL_H
 
 /* The implementation uses POSIX.1-2008 file calls (lstat, realpath) where
-   the platform has them; a strict -std=c99 build hides them unless asked,
-   so the implementation unit asks (this only adds declarations). */
+   the platform has them, and MAP_ANONYMOUS; a strict
+   -std=c99 build hides them unless asked, so the implementation unit asks
+   (this only adds declarations). */
 #if defined(DL_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
     !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && \
     (defined(__unix__) || defined(__APPLE__))
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE 1
 #endif
 
 #include <stddef.h>
@@ -754,6 +756,7 @@ struct dl_tensor {
                                  counter is its base's) */
     dl_tensor *vbase_;        /* a view: the tensor whose storage it shares (NULL: none) */
     bool detached_;           /* a view from dl_detach (or of one): writable whatever its base */
+    bool pinned_;             /* read in place by a dl_tensor_dataset: dl_free refuses */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
@@ -800,7 +803,8 @@ typedef struct dl_memory_stats {
                                  steps' worth plus a few MiB */
     size_t peak_bytes;        /* peak of persistent_bytes + step_bytes */
     uint64_t alloc_calls;     /* calls to the device allocator so far */
-    size_t capture_bytes;     /* step memory that finished captures hold (dl_capture_free) */
+    size_t capture_bytes;     /* step memory that finished captures hold (dl_capture_free, then
+                                 the next dl_step_end, gives it back) */
 } dl_memory_stats;
 
 /* --- context */
@@ -873,7 +877,11 @@ DL_API dl_tensor *dl_copy(dl_tensor *t);      /* new storage; differentiable (cl
    A leaf keeps its requires_grad flag; an op's output gives a plain tensor. */
 DL_API dl_tensor *dl_keep(dl_tensor *t);
 DL_API dl_tensor *dl_param(dl_tensor *t);     /* dl_keep + requires_grad: a trainable leaf */
-DL_API void dl_free(dl_tensor *t);            /* persistent tensors only; NULL ok */
+/* Frees a persistent tensor (and its persistent gradient); NULL ok. Any use
+   after is an error naming it. Its memory goes back at the next
+   dl_step_end: this step's graph and views of it may still read it. A
+   dl_tensor_dataset's host x is refused (the dataset reads it). */
+DL_API void dl_free(dl_tensor *t);
 /* A copy on dev (t itself when it is there already), differentiable: the
    gradient flows back to t's device. */
 DL_API dl_tensor *dl_to(dl_tensor *t, dl_device dev);
@@ -1020,7 +1028,10 @@ DL_API bool dl_fn_needs_grad(dl_fn_ctx *fc, int i);          /* input i wants a 
    or replayed); dl_replay runs the recorded work again on the same
    tensors, with the RNG counter, optimizer steps, learning rates and
    num_batches_tracked read anew. Tensors made inside the capture belong to
-   it: dl_step_end leaves them, dl_capture_free releases them. What a replay
+   it: dl_step_end leaves them, dl_capture_free releases them (their
+   memory goes back at the next dl_step_end: this step's tape, or a view
+   of one, may still read it; the tensors themselves are stale at once).
+   What a replay
    cannot repeat is refused inside the capture, naming the op: host reads
    and writes, persistent allocations (warm up first), tensors from before
    the capture. dl_capture_begin returns NULL (with an error) when a capture
@@ -1454,7 +1465,12 @@ DL_API dl_result dl_optim_step(dl_optim *o);   /* one update of every parameter 
 DL_API void dl_optim_zero_grad(dl_optim *o);   /* grads = 0 (kept allocated) */
 /* Learning rates. dl_optim_set_lr sets group 0's lr and scales every other
    group by the same factor relative to its initial lr, as PyTorch's
-   schedulers act on every group; lr must be finite and >= 0. */
+   multiplicative schedulers act on every group (StepLR, warmup, cosine to
+   eta_min 0); lr must be finite and >= 0. It is refused when group 0's
+   initial lr is 0 and there are other groups (no factor). A schedule that
+   is not a factor (cosine to eta_min > 0) over several groups: set each
+   group's lr, dl_optim_set_group_lr(o, g, dl_lr_cosine(base_g, t, T, eta_min)),
+   as CosineAnnealingLR does per group. Empty groups are accepted. */
 DL_API dl_result dl_optim_set_lr(dl_optim *o, float lr);
 DL_API float dl_optim_lr(const dl_optim *o);                 /* group 0's */
 DL_API int dl_optim_num_groups(const dl_optim *o);
@@ -1643,8 +1659,10 @@ struct dl_dataset {
     dl_result (*get)(const dl_dataset *ds, int64_t index, float *x, int64_t *y, uint64_t rng[4]);
     void *user;
 };
-/* A dataset over x (N, ...) float32 and y (N) int64 persistent tensors,
-   with an optional transform (NULL: none); augmentation only when train. */
+/* A dataset over x (N, ...) float32 and y (N) int64 (or int32) persistent
+   tensors, with an optional transform (NULL: none); augmentation only when
+   train. Datasets live until dl_ctx_free, and so does a host x, which is
+   read in place (not copied): dl_free(x) is refused. */
 DL_API dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y,
                                      const dl_transform_desc *t, bool train);
 
@@ -1819,6 +1837,15 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 #include <sys/types.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
+/* Anonymous mappings: a strict POSIX build (the user's _POSIX_C_SOURCE)
+   hides MAP_ANONYMOUS. Mappings of /dev/zero, the fallback, never merge
+   with their neighbours, so every release of header pages would cost the
+   process one of its limited mappings; Linux's value, where it is 0x20. */
+#if !defined(MAP_ANONYMOUS) && defined(__linux__) && \
+    (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || \
+     defined(__riscv) || defined(__powerpc__) || defined(__s390__) || defined(__loongarch__))
+#define MAP_ANONYMOUS 0x20
+#endif
 /* lstat and realpath (POSIX.1-2008) are declared: glibc says so with
    __USE_XOPEN2K8; other systems declare them unless a strict mode hides them */
 #if defined(__USE_XOPEN2K8) || (!defined(__GLIBC__) && !defined(__STRICT_ANSI__)) || \
@@ -1851,7 +1878,7 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 #endif
 
 #define DL__MAGIC 0x444c5431u
-#define DL__FREED 0x46524545u        /* DL_DEBUG: a dl_free()d header */
+#define DL__FREED 0x46524545u        /* a dl_free()d header (until dl_step_end; DL_DEBUG: for good) */
 #define DL__CAP_GEN ((uint64_t)1 << 62)  /* a capture's tensors: step_ = DL__CAP_GEN | its serial */
 #define DL__NSAVED 8
 
@@ -3502,6 +3529,13 @@ typedef struct dl__hmark { dl__hregion *r; size_t pos; dl__mark m; } dl__hmark;
 #else
 #define DL__HD
 #endif
+/* a product that a sum follows, rounded once as the CPU's (nvcc contracts
+   a * b + c into an FMA on the device unless told not to) */
+#if defined(__CUDA_ARCH__)
+#define DL__MUL_RN(a, b) __fmul_rn((a), (b))
+#else
+#define DL__MUL_RN(a, b) ((a) * (b))
+#endif
 
 typedef struct dl__backend dl__backend;
 
@@ -3599,7 +3633,7 @@ static DL__HD inline float dl__siluf(float x)
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
     X(POW, a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : powf(x, a)) \
     X(CLAMP, x < a ? a : (x > b ? b : x)) \
-    X(AFFINE, a * x + b) \
+    X(AFFINE, DL__MUL_RN(a, x) + b) \
     X(DIVS, x / a) \
     X(GT, x > a ? 1.0f : 0.0f) \
     X(NLE, x <= a ? 0.0f : 1.0f) \
@@ -3615,12 +3649,12 @@ static DL__HD inline float dl__siluf(float x)
     X(DIV, p / q) \
     X(MAX, (p > q || p != p) ? p : q) \
     X(MIN, (p < q || p != p) ? p : q) \
-    X(GT_HALF, p > q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
-    X(LT_HALF, p < q ? 1.0f : (p == q ? 0.5f : 0.0f)) \
+    X(GT_HALF, p < q ? 0.0f : (p == q ? 0.5f : 1.0f)) /* (NaN: 1, as PyTorch's) */ \
+    X(LT_HALF, p > q ? 0.0f : (p == q ? 0.5f : 1.0f)) \
     X(EQ, p == q ? 1.0f : 0.0f) \
     X(RELU_GRAD, q <= 0 ? 0.0f : p) \
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
-    X(TANH_GRAD, p * (1.0f - q * q))
+    X(TANH_GRAD, p * (1.0f - DL__MUL_RN(q, q)))
 
 #define DL__OPENUM(nm, ex) DL__U_##nm,
 enum { DL__UNARY_OPS(DL__OPENUM) DL__U_COUNT };
@@ -3805,7 +3839,8 @@ enum { DL__MT_ZERO = 0, DL__MT_SGD, DL__MT_ADAM };
 /* One list's multi-tensor state (an optimizer's parameters, a module's
    gradients): per device it spans, the backend's cache; ents, the scratch
    where one device's entries are put together. */
-#define DL__MT_DEVS 8
+#define DL__MT_DEVS 16          /* DL__MAX_CUDA: a slot for every GPU (a device without one would
+                                   take per-tensor calls, whose arguments a CUDA graph bakes in) */
 typedef struct dl__mtset {
     dl__dev *dev[DL__MT_DEVS];
     void *cache[DL__MT_DEVS];
@@ -4117,6 +4152,7 @@ typedef struct dl__prof dl__prof;
 
 #define DL__MAX_CPU 64
 #define DL__MAX_CUDA 16
+typedef char dl__mt_devs_cover_cuda[DL__MT_DEVS >= DL__MAX_CUDA ? 1 : -1];
 
 typedef struct dl__dfree { struct dl__dfree *next; dl_tensor *t; dl__dev *d; void *p; } dl__dfree;
 struct dl_ctx {
@@ -4136,7 +4172,8 @@ struct dl_ctx {
     dl__arena hdr[2];                 /* without address space: headers by step parity */
     dl_ctx *reg_next;                 /* registry of contexts (stale pointer reports) */
     dl_tensor *persist;               /* persistent tensors */
-    dl_tensor *freed;                 /* DL_DEBUG: dl_free()d headers, poisoned */
+    dl_tensor *freed;                 /* dl_free()d headers, poisoned: released at dl_step_end
+                                         (DL_DEBUG: at dl_ctx_free, so a late use names them) */
     size_t memory_limit;              /* per device (0: none) */
     uint64_t alloc_calls;             /* host allocations: headers, tape, modules ... */
     dl__node **tape;
@@ -4171,7 +4208,9 @@ struct dl_ctx {
        error, not a crash), released capture header regions */
     dl_capture *cap, *caps, *dead;
     uint64_t capserial;
-    dl__hregion *capreg;
+    dl__hregion *capreg;              /* address space the captures' headers are carved from,
+                                         one after another (newest first) */
+    struct dl__capleft *capleft;      /* freed captures' memory, released at dl_step_end */
     dl__arena capgrave;               /* without address space: freed captures' headers */
     dl__prof *prof;                   /* the profiler while it records (NULL: off, and every hook is
                                          one test of this pointer); section "debug: profiler" */
@@ -4210,6 +4249,7 @@ static void dl__cap_owner_gone(dl_ctx *ctx, void *owner, const char *what);   /*
 static void dl__cap_refuse(dl__dev *d, const char *what);        /* a device entry's refusal */
 static void dl__cap_forget(dl_tensor *t, const char *how);       /* t's storage goes away */
 static void dl__caps_free(dl_ctx *ctx);                          /* dl_ctx_free's part */
+static void dl__capleft_free(dl_ctx *ctx);                       /* freed captures' memory: dl_step_end */
 static size_t dl__cap_saved(dl_capture *c, dl__dev *d);           /* d's own arena, set aside */
 
 static void *dl__malloc(dl_ctx *ctx, size_t bytes)
@@ -4715,13 +4755,11 @@ static bool dl__valid(const char *op, const char *arg, const dl_tensor *t)
     bool capt;
     if (!t) return false;
     if (t->magic_ != DL__MAGIC) {
-#ifdef DL_DEBUG
         if (t->magic_ == DL__FREED) {
             dl__err(t->ctx_, DL_ERR_ARG, "%s: %s %s was freed by dl_free() (use after free)", op,
                     arg, t->name[0] ? t->name : "(unnamed)");
             return false;
         }
-#endif
         ctx = dl__header_owner(t, &capt);    /* a released step header reads as zeros */
         if (ctx && capt)
             dl__err(ctx, DL_ERR_STALE, "%s: %s was made inside a capture that dl_capture_free() "
@@ -5403,10 +5441,11 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
     return ctx->defdev != NULL;
 }
 
-/* One TF32 switch: the desc's field v (1 on, -1 off), else the environment
-   variable env (0 or 1), else def (PyTorch's default). Read before any
-   device opens (DL_DEVICE=cuda:0 opens it in dl__devs_init). */
-static bool dl__tf32_opt(dl_ctx *ctx, const char *field, int v, const char *env, bool def, bool *out)
+/* One on/off switch (TF32, the profiler): the desc's field v (1 on, -1
+   off), else the environment variable env (0 or 1), else def (PyTorch's
+   default). Read before any device opens (DL_DEVICE=cuda:0 opens it in
+   dl__devs_init). */
+static bool dl__switch_opt(dl_ctx *ctx, const char *field, int v, const char *env, bool def, bool *out)
 {
     const char *e;
     if (v < -1 || v > 1) {
@@ -5434,6 +5473,7 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
 {
     dl_ctx *ctx = (dl_ctx *)DL_MALLOC(sizeof(dl_ctx));
     dl_log_fn log = desc && desc->log ? desc->log : NULL;   /* NULL: stderr */
+    bool prof = false;
     if (!ctx) {
         dl__noctx_fail(log, desc ? desc->log_user : NULL, DL_ERR_OOM, "dl_ctx_init: out of memory for the context");
         return NULL;
@@ -5461,21 +5501,17 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
     ctx->pool = dl__pool_create(ctx->nthreads);
     ctx->alloc_calls++;
     ctx->log = NULL;
-    if (!dl__tf32_opt(ctx, "allow_tf32", desc ? desc->allow_tf32 : 0, "DL_ALLOW_TF32", false, &ctx->allow_tf32) ||
-        !dl__tf32_opt(ctx, "allow_tf32_conv", desc ? desc->allow_tf32_conv : 0, "DL_ALLOW_TF32_CONV", true,
+    if (!dl__switch_opt(ctx, "allow_tf32", desc ? desc->allow_tf32 : 0, "DL_ALLOW_TF32", false, &ctx->allow_tf32) ||
+        !dl__switch_opt(ctx, "allow_tf32_conv", desc ? desc->allow_tf32_conv : 0, "DL_ALLOW_TF32_CONV", true,
                       &ctx->allow_tf32_conv) ||
+        !dl__switch_opt(ctx, "profile", desc ? desc->profile : 0, "DL_PROFILE", false, &prof) ||
         !dl__devs_init(ctx, desc)) {
         dl__noctx_fail(log, ctx->log_user, ctx->err, ctx->msg);   /* no context is returned */
         dl_ctx_free(ctx);
         return NULL;
     }
     ctx->log = log ? log : dl__log_stderr;
-    {   /* the profiler: the desc's choice, else DL_PROFILE=1 */
-        const char *env = getenv("DL_PROFILE");
-        int on = desc ? desc->profile : 0;
-        if (on == 0 && env && *env && strcmp(env, "0") != 0) on = 1;
-        if (on > 0) dl_profile_enable(ctx, true);
-    }
+    if (prof) dl_profile_enable(ctx, true);   /* the desc's choice, else DL_PROFILE=1 */
     return ctx;
 }
 
@@ -5511,6 +5547,38 @@ static void dl__persist_release(dl_tensor *t)
     t->magic_ = 0;
     DL_FREE(t);
 #endif
+}
+
+/* dl_free's release: the tensor is gone at once (its header reads as
+   freed: an op given it says so), but its header and storage go back at
+   the next dl_step_end, as a step's memory does, because this step's tape
+   and views made of it may still point there (PyTorch's graph and views
+   keep a tensor's storage alive). A DL_DEBUG build keeps the header,
+   poisoned, until dl_ctx_free. */
+static void dl__persist_drop(dl_tensor *t)
+{
+    dl_ctx *ctx = t->ctx_;
+    dl__dev *d = t->dev_;
+    size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
+    dl__dfree *f = NULL;
+    if (t->owns_ && !(f = (dl__dfree *)DL_MALLOC(sizeof *f))) {
+        dl__persist_release(t);   /* (out of memory: now) */
+        return;
+    }
+    if (ctx->caps) dl__cap_forget(t, "freed");   /* a capture that uses t cannot replay */
+    dl__persist_unlink(t);
+    d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
+    if (f) {
+        f->t = NULL;
+        f->d = d;
+        f->p = t->data;
+        f->next = ctx->dfree;
+        ctx->dfree = f;
+    }
+    t->magic_ = DL__FREED;
+    t->data = NULL;
+    t->pnext_ = ctx->freed;
+    ctx->freed = t;
 }
 
 /* Register p to be destroyed by dl_ctx_free (false, with an error, on OOM). */
@@ -5583,6 +5651,10 @@ void dl_step_end(dl_ctx *ctx)
     }
     ctx->step++;
     dl__dfree_all(ctx);
+    dl__capleft_free(ctx);
+#ifndef DL_DEBUG
+    while (ctx->freed) { dl_tensor *t = ctx->freed; ctx->freed = t->pnext_; DL_FREE(t); }
+#endif
     for (i = 0; i < ctx->ncpu; i++) dl__arena_reset(&ctx->cpu[i]->data);
     for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) dl__arena_reset(&ctx->cuda[i]->data);
     dl__hstep_end(ctx);
@@ -8929,7 +9001,10 @@ static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
         float bb = u->train ? (float)(u->sums[2 * c + 1] / M) : 0.0f;
         const float *x = u->x + p * u->L, *g = u->g + p * u->L;
         float *dx = u->dx + p * u->L;
-        for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
+        if (!u->train)   /* (eval: affine in x, so an inf or NaN x still gets k g, as PyTorch's) */
+            for (l = 0; l < u->L; l++) dx[l] = k * g[l];
+        else
+            for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
     }
 }
 
@@ -9207,8 +9282,21 @@ static bool dl__host_ok(const dl_tensor *t)
 #define DL__CAP_MAGIC 0x444c4350u
 #define DL__CAP_FREED 0x444c4346u     /* a dl_capture_free()d capture's husk */
 #ifdef DL__HVM
-#define DL__CAP_HREGION ((size_t)1 << 30)   /* address space for one capture's headers */
+#define DL__CAP_HREGION ((size_t)1 << 30)   /* address space a capture's headers may take, at least */
 #endif
+
+/* What a freed capture leaves until the step ends: its step memory and
+   header pages. This step's tape, and views made of its tensors, may still
+   point there (a backward, a read of the view), so they go back at
+   dl_step_end, as a step's own do. */
+typedef struct dl__capleft {
+    struct dl__capleft *next;
+    int n;
+    dl__arena *arena;                 /* n, one per device */
+#ifdef DL__HVM
+    dl__hregion *hreg;
+#endif
+} dl__capleft;
 enum { DL__CAP_RECORDING = 1, DL__CAP_READY, DL__CAP_FAILED, DL__CAP_INVALID };
 
 /* the entry a record calls again */
@@ -9236,9 +9324,11 @@ typedef struct dl__rec {
     size_t blob;                      /* else: the host struct copied to cap->blob + blob */
 } dl__rec;
 
-/* A function a replay runs first (optimizer steps); data is DL_FREE'd with the capture. */
+/* A function a replay runs first (optimizer steps), and again with undo
+   when the replay fails (what it counted did not happen); data is
+   DL_FREE'd with the capture. */
 typedef struct dl__caphook {
-    void (*fn)(dl_capture *cap, void *owner, void *data);
+    void (*fn)(dl_capture *cap, void *owner, void *data, bool undo);
     void *owner, *data;
 } dl__caphook;
 
@@ -9443,7 +9533,7 @@ static void dl__cap_owner_gone(dl_ctx *ctx, void *owner, const char *what)
 /* Registers fn(cap, owner, data) to run at the start of every replay of
    the capture running. One per owner: false (with an error naming op)
    when owner has one already, since what it refreshes changes once a step. */
-static bool dl__cap_hook(dl_ctx *ctx, const char *op, void (*fn)(dl_capture *, void *, void *),
+static bool dl__cap_hook(dl_ctx *ctx, const char *op, void (*fn)(dl_capture *, void *, void *, bool),
                          void *owner, void *data)
 {
     dl_capture *c = ctx->cap;
@@ -10039,6 +10129,12 @@ static void dl__cap_stop(dl_capture *c)
     int i;
     ctx->cap = NULL;
     c->draws = ctx->rng_offset - c->rng0;
+#ifdef DL__HVM
+    if (c->hreg) {   /* the next capture's headers start after this one's pages */
+        ctx->capreg->pos += c->hreg->rw_hi;
+        c->hreg->size = c->hreg->rw_hi;
+    }
+#endif
     for (i = 0; i < c->ndev; i++) {
         dl__capdev *cd = &c->dev[i];
         dl__dev *d = cd->d;
@@ -10052,6 +10148,53 @@ static void dl__cap_stop(dl_capture *c)
         }
     }
     c->state = c->err != DL_OK ? DL__CAP_FAILED : DL__CAP_READY;
+}
+
+#ifdef DL__HVM
+/* The headers of the capture about to record: the rest of the newest
+   capture region (a new one when under DL__CAP_HREGION is left). Captures
+   take it one after another (one records at a time): dl__cap_stop moves
+   the region's pos past what this one used, so released captures are one
+   stretch of read-only pages, not a mapping each. */
+static dl__hregion *dl__cap_hregion(dl_ctx *ctx)
+{
+    dl__hregion *s = ctx->capreg, *r;
+    if (!s || s->size - s->pos < DL__CAP_HREGION) {
+        dl__hregion *n = dl__hregion_new(ctx, 0, DL__HREGION);
+        if (!n) return NULL;
+        n->next = s;
+        ctx->capreg = s = n;
+    }
+    r = (dl__hregion *)DL_MALLOC(sizeof *r);
+    if (!r) return NULL;
+    memset(r, 0, sizeof *r);
+    r->base = s->base + s->pos;
+    r->size = s->size - s->pos;
+    return r;
+}
+#endif
+
+/* Gives back what freed captures left (dl_step_end, dl_ctx_free). */
+static void dl__capleft_free(dl_ctx *ctx)
+{
+    while (ctx->capleft) {
+        dl__capleft *l = ctx->capleft;
+        int i;
+        ctx->capleft = l->next;
+        for (i = 0; i < l->n; i++) {
+            dl__dev *d = l->arena[i].dev;
+            d->held -= l->arena[i].reserved < d->held ? l->arena[i].reserved : d->held;
+            dl__arena_free(&l->arena[i]);
+        }
+#ifdef DL__HVM
+        if (l->hreg) {   /* its headers read as zeros from now on; the addresses stay reserved */
+            dl__hregion_release(ctx, l->hreg, l->hreg->rw_hi);
+            DL_FREE(l->hreg);
+        }
+#endif
+        DL_FREE(l->arena);
+        DL_FREE(l);
+    }
 }
 
 dl_capture *dl_capture_begin(dl_ctx *ctx)
@@ -10094,7 +10237,7 @@ dl_capture *dl_capture_begin(dl_ctx *ctx)
     c->rng0 = ctx->rng_offset;
     c->harena.min_chunk = (size_t)64 << 10;
 #ifdef DL__HVM
-    if (ctx->hreg) c->hreg = dl__hregion_new(ctx, 0, DL__CAP_HREGION);   /* NULL: the arena */
+    if (ctx->hreg) c->hreg = dl__cap_hregion(ctx);   /* NULL: the arena */
 #endif
     for (i = 0; i < ctx->ncpu; i++) c->dev[k++].d = ctx->cpu[i];
     for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) c->dev[k++].d = ctx->cuda[i];
@@ -10136,7 +10279,7 @@ dl_result dl_capture_end(dl_capture *c)
 {
     dl_ctx *ctx;
     int i;
-    if (!dl__cap_ok(c, "dl_capture_end")) return DL_ERR_ARG;
+    if (!dl__cap_ok(c, "dl_capture_end")) return c && c->magic == DL__CAP_FREED ? DL_ERR_STALE : DL_ERR_ARG;
     ctx = c->ctx;
     if (c->state != DL__CAP_RECORDING) {
         dl__err(ctx, DL_ERR_ARG, "dl_capture_end: the capture is not recording (it ended already)");
@@ -10157,6 +10300,13 @@ dl_result dl_capture_end(dl_capture *c)
     ctx->err = c->err;
     snprintf(ctx->msg, sizeof ctx->msg, "%s", c->msg);
     return c->err;
+}
+
+/* a failed replay: the optimizer steps it counted did not happen */
+static void dl__replay_undo(dl_capture *c)
+{
+    int k;
+    for (k = c->nhook - 1; k >= 0; k--) c->hook[k].fn(c, c->hook[k].owner, c->hook[k].data, true);
 }
 
 dl_result dl_replay(dl_capture *c)
@@ -10181,15 +10331,18 @@ dl_result dl_replay(dl_capture *c)
     c->seed = ctx->seed;
     c->rng = ctx->rng_offset;
     ctx->rng_offset += c->draws;
-    for (k = 0; k < c->nhook; k++) c->hook[k].fn(c, c->hook[k].owner, c->hook[k].data);
+    for (k = 0; k < c->nhook; k++) c->hook[k].fn(c, c->hook[k].owner, c->hook[k].data, false);
     for (i = 0; i < c->nbump; i++) if (c->bumps[i]) (*dl__ver(c->bumps[i]))++;   /* its in-place writes */
     for (k = 0; k < c->ndev; k++) {
         dl__dev *d = c->dev[k].d;
-        if (c->dev[k].impl && !d->be->cap_launch(d, c->dev[k].impl, c->seed, c->rng))
-            return dl__dev_check(d, "dl_replay");
+        if (c->dev[k].impl && !d->be->cap_launch(d, c->dev[k].impl, c->seed, c->rng)) {
+            dl_result rc = dl__dev_check(d, "dl_replay");
+            dl__replay_undo(c);
+            return rc;
+        }
     }
     for (i = 0; i < c->nrec; i++)
-        if (!dl__rec_run(c, &c->rec[i])) return ctx->err;
+        if (!dl__rec_run(c, &c->rec[i])) { dl__replay_undo(c); return ctx->err; }
     return DL_OK;
 }
 
@@ -10200,12 +10353,22 @@ static void dl__cap_release(dl_capture *c)
     dl_ctx *ctx = c->ctx;
     dl_capture **pp;
     int i;
+    dl__capleft *left = (dl__capleft *)DL_MALLOC(sizeof(dl__capleft));
     if (c->state == DL__CAP_RECORDING) dl__cap_stop(c);
+    if (left) {
+        memset(left, 0, sizeof *left);
+        left->arena = (dl__arena *)DL_MALLOC(sizeof(dl__arena) * (size_t)(c->ndev + 1));
+        if (!left->arena) { DL_FREE(left); left = NULL; }
+    }
     for (i = 0; i < c->ndev; i++) {
         dl__capdev *cd = &c->dev[i];
         if (cd->impl) cd->d->be->cap_free(cd->d, cd->impl);
-        cd->d->held -= cd->arena.reserved < cd->d->held ? cd->arena.reserved : cd->d->held;
-        dl__arena_free(&cd->arena);
+        cd->arena.dev = cd->d;
+        if (left) left->arena[left->n++] = cd->arena;   /* (out of memory: given back now) */
+        else {
+            cd->d->held -= cd->arena.reserved < cd->d->held ? cd->arena.reserved : cd->d->held;
+            dl__arena_free(&cd->arena);
+        }
     }
     for (i = 0; i < c->nhook; i++) DL_FREE(c->hook[i].data);
     DL_FREE(c->dev);
@@ -10215,12 +10378,16 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->uses);
     DL_FREE(c->bumps);
 #ifdef DL__HVM
-    if (c->hreg) {   /* its headers read as zeros from now on; the addresses stay reserved */
+    if (left) left->hreg = c->hreg;
+    else if (c->hreg) {
         dl__hregion_release(ctx, c->hreg, c->hreg->rw_hi);
-        c->hreg->next = ctx->capreg;
-        ctx->capreg = c->hreg;
+        DL_FREE(c->hreg);
     }
 #endif
+    if (left) {
+        left->next = ctx->capleft;
+        ctx->capleft = left;
+    }
     if (c->harena.head) {   /* its headers stay readable (and stale) until dl_ctx_free */
         dl__chunk *ch = c->harena.head;
         while (ch->next) ch = ch->next;
@@ -10249,6 +10416,7 @@ static void dl__caps_free(dl_ctx *ctx)
 {
     while (ctx->cap) dl__cap_release(ctx->cap);
     while (ctx->caps) dl__cap_release(ctx->caps);
+    dl__capleft_free(ctx);
     while (ctx->dead) { dl_capture *c = ctx->dead; ctx->dead = c->next; DL_FREE(c); }
 #ifdef DL__HVM
     while (ctx->capreg) {
@@ -10631,8 +10799,13 @@ void dl_free(dl_tensor *t)
         dl__err(t->ctx_, DL_ERR_ARG, "dl_free: t %s is a step tensor; dl_step_end() releases it", dl__sh(t));
         return;
     }
-    if (t->grad && t->grad->step_ == 0) dl__persist_release(t->grad);
-    dl__persist_release(t);
+    if (t->pinned_) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_free: t %s holds the samples of a dl_tensor_dataset, which reads "
+                "them in place until dl_ctx_free (datasets live as long as their context)", dl__sh(t));
+        return;
+    }
+    if (t->grad && t->grad->step_ == 0) dl__persist_drop(t->grad);
+    dl__persist_drop(t);
 }
 
 /* Copies src's data into dst (same dtype and numel) across devices: one
@@ -10814,7 +10987,16 @@ dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
     for (i = 0; i < n; i++) {
         char *src = (char *)(dst + n) - 4 * n + 4 * i;
         if (t->dtype == DL_DTYPE_I32) { int32_t v; memcpy(&v, src, 4); dst[i] = v; }
-        else { float v; memcpy(&v, src, 4); dst[i] = (int64_t)v; }
+        else {                    /* truncated toward zero, as torch's .long() */
+            float v;
+            memcpy(&v, src, 4);
+            if (!(v > -9.2233720e18f && v < 9.2233720e18f)) {
+                dl__err(t->ctx_, DL_ERR_ARG, "dl_read_int64: t %s holds %g at index %lld, which is not in "
+                        "int64's range", dl__sh(t), (double)v, (long long)i);
+                return DL_ERR_ARG;
+            }
+            dst[i] = (int64_t)v;
+        }
     }
     return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_read_int64"), "dl_read_int64");
 }
@@ -11664,7 +11846,8 @@ dl_tensor *dl_leaky_relu(dl_tensor *a, float s) { return dl__unary("dl_leaky_rel
 dl_tensor *dl_pow(dl_tensor *a, float p) { return dl__unary("dl_pow", &dl__op_pow, DL__U_POW, a, p, 0); }
 dl_tensor *dl_add_scalar(dl_tensor *a, float s) { return dl__unary("dl_add_scalar", &dl__op_affine, DL__U_AFFINE, a, 1.0f, s); }
 dl_tensor *dl_sub_scalar(dl_tensor *a, float s) { return dl__unary("dl_sub_scalar", &dl__op_affine, DL__U_AFFINE, a, 1.0f, -s); }
-dl_tensor *dl_mul_scalar(dl_tensor *a, float s) { return dl__unary("dl_mul_scalar", &dl__op_affine, DL__U_AFFINE, a, s, 0.0f); }
+/* (b = -0: x s + -0 is x s for every x, -0 included; + 0 would turn -0 into +0) */
+dl_tensor *dl_mul_scalar(dl_tensor *a, float s) { return dl__unary("dl_mul_scalar", &dl__op_affine, DL__U_AFFINE, a, s, -0.0f); }
 dl_tensor *dl_rsub_scalar(dl_tensor *a, float s) { return dl__unary("dl_rsub_scalar", &dl__op_affine, DL__U_AFFINE, a, -1.0f, s); }
 dl_tensor *dl_div_scalar(dl_tensor *a, float s) { return dl__unary("dl_div_scalar", &dl__op_divs, DL__U_DIVS, a, s, 0); }
 
@@ -16044,8 +16227,9 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
     }
     for (g = 0; g < ngroups; g++) {
         const dl_param_group *pg = &groups[g];
-        if (pg->n <= 0 || !pg->params) {
-            dl__err(ctx, DL_ERR_ARG, "%s: group %d: got an empty parameter list", fn, g);
+        if (pg->n < 0 || (pg->n > 0 && !pg->params)) {   /* (an empty group is fine, as PyTorch's) */
+            dl__err(ctx, DL_ERR_ARG, "%s: group %d: n=%d with params %s", fn, g, pg->n,
+                    pg->params ? "given" : "NULL");
             return NULL;
         }
         if (pg->lr != 0.0f && !dl__lr_ok(ctx, fn, "a group's lr", pg->lr)) return NULL;
@@ -16075,6 +16259,11 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
                 return NULL;
             }
         }
+    }
+    if (total == 0) {   /* (dl_module_decay_groups of a model without parameters) */
+        dl__err(ctx, DL_ERR_ARG, "%s: got an empty parameter list (%d group%s, none with a parameter)", fn,
+                ngroups, ngroups == 1 ? "" : "s");
+        return NULL;
     }
     o = (dl_optim *)dl__malloc(ctx, sizeof(dl_optim));
     if (!o) goto oom;
@@ -16302,13 +16491,18 @@ typedef struct dl__optim_cap {
 /* A replay of a captured step: this step's arguments (the CPU's records
    point at o->args; a graph copies them from the caches it ran with) and
    its count, as dl_optim_step would have made them. */
-static void dl__optim_replay(dl_capture *cap, void *owner, void *data)
+static void dl__optim_replay(dl_capture *cap, void *owner, void *data, bool undo)
 {
     dl_optim *o = (dl_optim *)owner;
     dl__optim_cap *oc = (dl__optim_cap *)data;
     int i;
     (void)cap;
     if (!o) return;
+    if (undo) {                       /* the replay failed: its step is not counted */
+        for (i = 0; i < o->n; i++) if (oc->mask[i]) o->pstep[i]--;
+        o->steps--;
+        return;
+    }
     dl__optim_args(o, oc->mask);
     for (i = 0; i < DL__MT_DEVS && oc->mt.dev[i]; i++)
         if (oc->mt.cache[i]) oc->mt.dev[i]->be->mt_args(oc->mt.dev[i], oc->mt.cache[i], o->args, o->argbytes);
@@ -16404,9 +16598,15 @@ dl_result dl_optim_set_lr(dl_optim *o, float lr)
     double f;
     if (!dl__optim_ok(o)) return DL_ERR_ARG;
     if (!dl__lr_ok(o->ctx, "dl_optim_set_lr", "lr", lr)) return DL_ERR_ARG;
+    if (o->glr0[0] == 0.0f && o->ng > 1) {   /* no factor to scale the other groups by */
+        dl__err(o->ctx, DL_ERR_ARG, "dl_optim_set_lr: group 0's initial lr is 0 (frozen), so lr=%g gives no "
+                "factor for the other %d group%s: set each group's lr with dl_optim_set_group_lr", (double)lr,
+                o->ng - 1, o->ng == 2 ? "" : "s");
+        return DL_ERR_ARG;
+    }
     f = o->glr0[0] > 0.0f ? (double)lr / (double)o->glr0[0] : 1.0;
     o->glr[0] = lr;
-    for (g = 1; g < o->ng; g++) o->glr[g] = o->glr0[0] > 0.0f ? (float)((double)o->glr0[g] * f) : lr;
+    for (g = 1; g < o->ng; g++) o->glr[g] = (float)((double)o->glr0[g] * f);   /* (frozen groups stay 0) */
     return DL_OK;
 }
 
@@ -16446,7 +16646,7 @@ float dl_lr_cosine(float base, int64_t t, int64_t t_max, float eta_min)
 
 float dl_lr_warmup(float base, int64_t t, int64_t warmup)
 {
-    if (warmup <= 1 || t + 1 >= warmup) return base;
+    if (warmup <= 1 || t >= warmup - 1) return base;   /* (t + 1 overflows at INT64_MAX) */
     if (t < 0) t = 0;
     return (float)((double)base * (double)(t + 1) / (double)warmup);
 }
@@ -16815,6 +17015,11 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
         dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: x and y must be persistent (dl_keep them)");
         return NULL;
     }
+    if (y->dtype != DL_DTYPE_I64 && y->dtype != DL_DTYPE_I32) {   /* (a float label was truncated) */
+        dl__err(ctx, DL_ERR_DTYPE, "dl_tensor_dataset: y %s must hold int64 or int32 class labels",
+                dl__sh(y));
+        return NULL;
+    }
     if (t && (t->crop_padding < 0 || t->crop_padding > 1024)) {
         dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: crop_padding %lld out of range 0..1024", (long long)t->crop_padding);
         return NULL;
@@ -16844,6 +17049,11 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
         d->xh = d->xcopy;
     } else d->xh = (const float *)x->data;
     if (!dl__own(ctx, dl__tds_free, d)) { dl__tds_free(d); return NULL; }
+    if (!d->xcopy) {                  /* x's storage (its view base's) is read until dl_ctx_free */
+        dl_tensor *o = x;
+        x->pinned_ = true;
+        while (!o->owns_ && o->vbase_) { o = o->vbase_; o->pinned_ = true; }
+    }
     return &d->ds;
 }
 
@@ -17056,7 +17266,8 @@ static dl_result dl__loader_to_device(dl_loader *l)
         return DL_ERR_ARG;
     }
     for (i = 0; i < n; i++)
-        if (!(d->xh[i] >= 0.0f && d->xh[i] <= 255.0f && d->xh[i] == (float)(int)d->xh[i])) {
+        if (!(d->xh[i] >= 0.0f && d->xh[i] <= 255.0f && d->xh[i] == (float)(int)d->xh[i]) ||
+            signbit(d->xh[i])) {      /* (a byte has no -0: the batches would differ in a bit) */
             dl__err(ctx, DL_ERR_ARG, "dl_loader_new: device_data keeps x on %s as bytes, but x holds %g at "
                     "flat index %lld (sample %lld): the values must be whole numbers from 0 to 255 (raw "
                     "pixels; normalize them with dl_transform_desc's scale, mean and std)",
@@ -17784,6 +17995,9 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
     char num[64];
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
     ctx = m->ctx;
+    if (dl__cap_refused(ctx, op, "writing a checkpoint (a read of every tensor to the host)",
+                        DL__CAP_READ_HINT))
+        return DL_ERR_UNSUPPORTED;
     if (!path) { dl__err(ctx, DL_ERR_ARG, "%s: path is NULL", op); return DL_ERR_ARG; }
     if (o && !dl__optim_ok(o)) { dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer", op, path); return DL_ERR_ARG; }
     if (nmeta < 0 || (nmeta > 0 && !meta)) {
@@ -17912,6 +18126,12 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
             void *h = DL_MALLOC(bytes + 1);
             if (!h) { w.ok = false; w.err = -1; break; }
             DL__BE(t)->download(t->dev_, h, t->data, bytes);
+            if (dl__dev_check(t->dev_, op) != DL_OK) {   /* (its bytes are not the tensor's) */
+                DL_FREE(h);
+                w.ok = false;
+                w.err = EIO;
+                break;
+            }
             dl__write_le(&w, h, dl__esize(t->dtype), t->numel);
             DL_FREE(h);
         }
@@ -18158,6 +18378,8 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     dl_result rc = DL_ERR_FORMAT;
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
     ctx = m->ctx;
+    if (dl__cap_refused(ctx, op, "loading a checkpoint (host writes into the tensors)", DL__CAP_WRITE_HINT))
+        return DL_ERR_UNSUPPORTED;
     if (o && (!dl__optim_ok(o) || o->ctx != ctx)) {
         dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer of this context", op, label);
         return DL_ERR_ARG;
@@ -18266,6 +18488,16 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
                         "%s in the model", op, label, w->name, sa, sb2);
                 goto done;
             }
+            if (w->t->dtype == DL_DTYPE_I64 && w->t->ndim == 0 && strlen(w->name) >= 19 &&
+                strcmp(w->name + strlen(w->name) - 19, "num_batches_tracked") == 0) {
+                int64_t v;   /* a count that each training forward increments */
+                dl__read_le(&v, data + e->begin, 8, 1);
+                if (v < 0 || v > ((int64_t)1 << 53)) {
+                    dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is a count %lld outside 0..2^53 (its "
+                            "next increments must not overflow)", op, label, w->name, (long long)v);
+                    goto done;
+                }
+            }
         } else {
             int64_t v;
             if (!e->dtype_known || e->dtype != DL_DTYPE_I64 || e->ndim != 0) {
@@ -18360,6 +18592,7 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
             }
             dl__read_le(h, data + w->found->begin, dl__esize(w->t->dtype), w->t->numel);
             DL__BE(w->t)->upload(w->t->dev_, w->t->data, h, (size_t)w->t->numel * dl__esize(w->t->dtype));
+            if ((rc = dl__dev_check(w->t->dev_, op)) != DL_OK) { DL_FREE(h); goto done; }
         }
         DL_FREE(h);
     }
@@ -18381,6 +18614,8 @@ static dl_result dl__load(const char *op, const char *path, dl_module *m, dl_opt
     size_t len;
     dl_result rc;
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
+    if (dl__cap_refused(m->ctx, op, "loading a checkpoint (host writes into the tensors)", DL__CAP_WRITE_HINT))
+        return DL_ERR_UNSUPPORTED;
     rc = dl__read_file(m->ctx, op, path, &buf, &len);
     if (rc != DL_OK) return rc;
     rc = dl__load_buffer(op, buf, len, path, m, o);
@@ -18702,6 +18937,8 @@ struct dl_summary_writer {
 #endif
     uint64_t size;            /* bytes of whole records in the file */
     bool broken;              /* a partial record could not be removed */
+    int64_t nlost;            /* records that could not be written (each reported then) */
+    bool sync_failed;         /* an fsync failed: what it held may never reach the disk */
     dl__pb buf;               /* the record being encoded */
     dl__tbq *q;               /* scalars not yet written, in call order */
     int qn, nslot;            /* how many; how many of them are qbuf's */
@@ -18748,7 +18985,8 @@ static dl_result dl__tb_write(dl_summary_writer *w, const char *fn, const unsign
                 }
                 dl__err(w->ctx, DL_ERR_IO, "%s: writing %s failed: %s; %s", fn, w->path, dl__errno_str(e),
                         w->broken ? "the file now ends in a partial record (TensorBoard reads the records "
-                        "before it)" : "the file keeps every record written before");
+                        "before it)" : w->size == 0 ? "no file is left" :
+                        "the file keeps every record written before");
                 return DL_ERR_IO;
             }
             done += (size_t)k;
@@ -18801,6 +19039,7 @@ static dl_result dl__tb_emit(dl_summary_writer *w, const char *fn)
     } else {
         rc = dl__tb_write(w, fn, b->p, b->n);
     }
+    if (rc != DL_OK) w->nlost++;
     b->n = 0;
     if (b->cap > ((size_t)1 << 20)) {   /* do not hold on to an image's worth */
         DL_FREE(b->p);
@@ -18814,16 +19053,32 @@ static dl_result dl__tb_sync(dl_summary_writer *w, const char *fn)
 {
 #ifdef DL__UNIX
     if (fsync(w->fd) != 0 && errno != EINVAL) {
+        w->sync_failed = true;
         dl__err(w->ctx, DL_ERR_IO, "%s: syncing %s to disk failed: %s", fn, w->path, dl__errno_str(errno));
         return DL_ERR_IO;
     }
 #else
     if (fflush(w->f) != 0) {
+        w->sync_failed = true;
         dl__err(w->ctx, DL_ERR_IO, "%s: flushing %s failed", fn, w->path);
         return DL_ERR_IO;
     }
 #endif
     return DL_OK;
+}
+
+/* flush and close fail for good once anything was lost (a failed write or
+   sync is reported once by the system: a later fsync may succeed) */
+static dl_result dl__tb_lost(dl_summary_writer *w, const char *fn)
+{
+    if (!w->nlost && !w->broken && !w->sync_failed) return DL_OK;
+    if (w->nlost)
+        dl__err(w->ctx, DL_ERR_IO, "%s: %lld record%s could not be written to %s (each call said so); "
+                "the file lacks them", fn, (long long)w->nlost, w->nlost == 1 ? "" : "s", w->path);
+    else
+        dl__err(w->ctx, DL_ERR_IO, "%s: an earlier %s of %s failed; the file may lack records", fn,
+                w->broken ? "write" : "sync to disk", w->path);
+    return DL_ERR_IO;
 }
 
 /* Closes the file (first error recorded, by fn when fn is not NULL). */
@@ -18883,6 +19138,8 @@ static dl_result dl__tb_drain(dl_summary_writer *w, const char *fn)
         dl__tbq *e = &w->q[i];
         if (rc == DL_OK)
             rc = dl__tb_scalar_rec(w, fn, e->tag, e->step, e->wall, e->slot >= 0 ? (double)v[e->slot] : e->v);
+        else
+            w->nlost++;                  /* (a failed record counted itself) */
         DL_FREE(e->tag);
     }
     w->qn = w->nslot = 0;
@@ -19057,7 +19314,8 @@ dl_result dl_summary_flush(dl_summary_writer *w)
     dl_result rc;
     if (!dl__tb_ok(w)) return DL_ERR_ARG;
     if ((rc = dl__tb_drain(w, "dl_summary_flush")) != DL_OK) return rc;
-    return dl__tb_sync(w, "dl_summary_flush");
+    if ((rc = dl__tb_sync(w, "dl_summary_flush")) != DL_OK) return rc;
+    return dl__tb_lost(w, "dl_summary_flush");
 }
 
 dl_result dl_summary_close(dl_summary_writer *w)
@@ -19068,6 +19326,7 @@ dl_result dl_summary_close(dl_summary_writer *w)
     rc = dl__tb_drain(w, "dl_summary_close");
     if (rc == DL_ERR_UNSUPPORTED) return rc;   /* inside a capture: the writer stays open */
     rc2 = dl__tb_close_file(w, "dl_summary_close");
+    if (rc == DL_OK && rc2 == DL_OK) rc = dl__tb_lost(w, "dl_summary_close");
     dl__disown(w->ctx, w);
     return rc != DL_OK ? rc : rc2;
 }
@@ -19489,12 +19748,27 @@ static void dl__tb_node_def(dl__pb *b, const dl__tbn *nd, const dl__tbn *nodes, 
     dl__pb_end(b, nf);
 }
 
+/* pushes n on a growing array of nodes (the graph walks of dl_summary_graph
+   and dl_graph_dot); false when out of memory */
+static bool dl__node_push(dl__node ***a, int64_t *n, int64_t *cap, dl__node *x)
+{
+    if (*n == *cap) {
+        int64_t c = 2 * *cap + 16;
+        dl__node **p = (dl__node **)DL_REALLOC(*a, sizeof(dl__node *) * (size_t)c);
+        if (!p) return false;
+        *a = p;
+        *cap = c;
+    }
+    (*a)[(*n)++] = x;
+    return true;
+}
+
 dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root)
 {
     const char *fn = "dl_summary_graph";
     dl_ctx *ctx;
     dl__node **ops = NULL, **stack = NULL;
-    int64_t nops = 0, capops, sp = 0, nin = 0, nn = 0, i, j;
+    int64_t nops = 0, capops, capstack, sp = 0, nin = 0, nn = 0, i, j;
     dl__tbn *nodes = NULL, **sorted = NULL;
     int64_t *ttab = NULL, *ntab = NULL;
     size_t cap = 1, mask;
@@ -19506,23 +19780,24 @@ dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root)
     if ((rc = dl__tb_drain(w, fn)) != DL_OK) return rc;   /* the queued scalars come first */
     rc = DL_ERR_OOM;
     ctx = w->ctx;
-    /* the ops behind root: the walk of dl_graph_dot (every node is on this
-       step's tape, so ntape bounds them), then in tape order */
-    capops = ctx->ntape + 1;
+    /* the ops behind root: the walk of dl_graph_dot, then in tape order (a
+       capture's graph is no longer on the tape after dl_step_end: the
+       arrays grow) */
+    capops = capstack = ctx->ntape + 1;
     ops = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)capops);
-    stack = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)capops);
+    stack = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)capstack);
     if (!ops || !stack) goto oom;
     ctx->visit++;
     if (root->node_) { root->node_->visit = ctx->visit; stack[sp++] = root->node_; }
     while (sp > 0) {
         dl__node *n = stack[--sp];
-        if (nops < capops) ops[nops++] = n;
+        if (!dl__node_push(&ops, &nops, &capops, n)) goto oom;
         nin += n->nin;
         for (j = 0; j < n->nin; j++) {
             dl_tensor *x = n->in[j];
             if (x && x->node_ && x->node_->visit != ctx->visit) {
                 x->node_->visit = ctx->visit;
-                if (sp < capops) stack[sp++] = x->node_;
+                if (!dl__node_push(&stack, &sp, &capstack, x->node_)) goto oom;
             }
         }
     }
@@ -21910,7 +22185,12 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
             if (x->node_) {
                 if (x->node_->visit != ctx->visit) {
                     x->node_->visit = ctx->visit;
-                    if (sp < cap) stack[sp++] = x->node_;
+                    if (!dl__node_push(&stack, &sp, &cap, x->node_)) {
+                        DL_FREE(stack);
+                        DL_FREE(sb.s);
+                        dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory");
+                        return DL_ERR_OOM;
+                    }
                     dl__dot_tensor(f, x, "style=solid");
                 }
             } else {
@@ -21951,7 +22231,7 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
 #define DL__PROF_MAX_PENDING (1 << 20)   /* ... or as soon as no span is open */
 
 typedef struct dl__prow {                /* a row of the table: an op (or node) on a device */
-    char name[64];
+    char *name;                          /* the op's whole name (a copy) */
     bool bwd;
     dl_device dev;
     uint32_t hash;
@@ -21985,7 +22265,7 @@ static uint32_t dl__prof_hash(const char *name, bool bwd, dl_device dev)
 {
     uint32_t h = 2166136261u;
     size_t i;
-    for (i = 0; name[i] && i < 63; i++) h = (h ^ (unsigned char)name[i]) * 16777619u;
+    for (i = 0; name[i]; i++) h = (h ^ (unsigned char)name[i]) * 16777619u;
     h = (h ^ (uint32_t)bwd) * 16777619u;
     h = (h ^ (uint32_t)dev.type) * 16777619u;
     return (h ^ (uint32_t)dev.index) * 16777619u;
@@ -22014,7 +22294,7 @@ static int dl__prof_row(dl__prof *p, const char *name, bool bwd, dl_device dev)
     for (k = (int)(h & (uint32_t)(p->htcap - 1)); p->ht[k]; k = (k + 1) & (p->htcap - 1)) {
         r = &p->rows[p->ht[k] - 1];
         if (r->hash == h && r->bwd == bwd && r->dev.type == dev.type && r->dev.index == dev.index &&
-            strncmp(r->name, name, sizeof r->name - 1) == 0)
+            strcmp(r->name, name) == 0)
             return p->ht[k] - 1;
     }
     if (p->nrows == p->caprows) {
@@ -22026,12 +22306,19 @@ static int dl__prof_row(dl__prof *p, const char *name, bool bwd, dl_device dev)
     }
     r = &p->rows[p->nrows];
     memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, "%s", name);
+    if (!(r->name = dl__strdup(name))) return -1;
     r->bwd = bwd;
     r->dev = dev;
     r->hash = h;
     p->ht[k] = p->nrows + 1;
     return p->nrows++;
+}
+
+static void dl__prof_free_names(dl__prof *p)
+{
+    int i;
+    for (i = 0; i < p->nrows; i++) DL_FREE(p->rows[i].name);
+    p->nrows = 0;
 }
 
 static bool dl__prof_grow(void **a, int *cap, int need, size_t esize)
@@ -22186,7 +22473,7 @@ void dl_profile_reset(dl_ctx *ctx)
     dl__prof *p = ctx ? ctx->prof_data : NULL;
     if (!p) return;
     dl__prof_resolve(ctx);
-    p->nrows = 0;
+    dl__prof_free_names(p);
     if (p->ht) memset(p->ht, 0, sizeof(int) * (size_t)p->htcap);
     p->steps = p->dropped = p->lost = 0;
     p->dirty = false;
@@ -22341,6 +22628,7 @@ static void dl__prof_free(dl_ctx *ctx)
     if (!p) return;
     if (p->dirty) dl_profile_print(ctx, NULL);
     ctx->prof = ctx->prof_data = NULL;
+    dl__prof_free_names(p);
     DL_FREE(p->rows);
     DL_FREE(p->ht);
     DL_FREE(p->span);

@@ -3377,16 +3377,17 @@ static void dl__cu_gather(dl__dev *d, float *y, const float *x, const int64_t *i
 /* a loader's batch from the dataset kept on the device as bytes: one
    thread per output pixel, dl__batch_px (the CPU's math, in double where a
    contraction could change it); the thread of a sample's pixel 0 copies its
-   label. The sample order and each sample's crop and flip (plan) come from
-   the host once per epoch. */
+   label (a thread per sample when samples are empty: only labels). The
+   sample order and each sample's crop and flip (plan) come from the host
+   once per epoch. */
 template <typename I>
 struct dl__cuf_load_batch {
     float *x; int64_t *y; const uint8_t *data; const int64_t *labels, *plan; dl__batchgeom g;
     DL__HD void operator()(I e) const
     {
-        I j = e / (I)g.sn, r = e - j * (I)g.sn;
+        I sn = g.sn ? (I)g.sn : (I)1, j = e / sn, r = e - j * sn;
         int64_t i = plan[2 * (int64_t)j];
-        x[e] = dl__batch_px(data + i * g.sn, (int64_t)r, plan[2 * (int64_t)j + 1], &g);
+        if (g.sn) x[e] = dl__batch_px(data + i * g.sn, (int64_t)r, plan[2 * (int64_t)j + 1], &g);
         if (r == 0) y[j] = labels[i];
     }
 };
@@ -3394,7 +3395,7 @@ struct dl__cuf_load_batch {
 static void dl__cu_load_batch(dl__dev *d, float *x, int64_t *y, const uint8_t *data, const int64_t *labels,
                               const int64_t *plan, int64_t cnt, const dl__batchgeom *g)
 {
-    int64_t n = cnt * g->sn;
+    int64_t n = cnt * (g->sn ? g->sn : 1);
     dl__cu_enter(d);
     if (dl__cu_small(n)) {
         dl__cuf_load_batch<int32_t> f;
@@ -4009,7 +4010,8 @@ struct dl__cuf_bn_dx {
         I c = ch.of(e), q = pix ? e / L : 0;
         float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
         float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
-        float xh = dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb);
+        /* eval (no coef): no xhat term, so an inf or NaN x still gets k g */
+        float xh = coef ? dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb) : 0.0f;
         float ge = pix ? dl__cu_maxadj<I>(g + q * (L / 4), ry + q * (L / 4), pix + q * (L / 4), e - q * L, pw)
                    : ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
         if (gm) gm[e] = ge;
@@ -4672,7 +4674,9 @@ static void dl__cu_cap_free(dl__dev *d, void *cv)
         }
     }
     if (!m->emulate) {
-        (void)cudaStreamSynchronize(m->stream);   /* a run of it may be under way */
+        /* a run of it may be under way; not while another capture records
+           (that would end it; its begin waited for every run before) */
+        if (!m->cap) (void)cudaStreamSynchronize(m->stream);
         if (c->exec) (void)cudaGraphExecDestroy(c->exec);
         if (c->graph) (void)cudaGraphDestroy(c->graph);
         if (c->hrng) (void)cudaFreeHost(c->hrng);

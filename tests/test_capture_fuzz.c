@@ -316,7 +316,7 @@ static void do_end(fuzz *f, int k)
         if (s->state == SLOT_NONE) return;
         rc = dl_capture_end(s->cap);
         CHECK(rc != DL_OK, "dl_capture_end with nothing recording fails");
-        if (s->state == SLOT_FREED) CHECK(rc == DL_ERR_ARG && dl_last_error(f->a.ctx) == DL_ERR_STALE,
+        if (s->state == SLOT_FREED) CHECK(rc == DL_ERR_STALE && dl_last_error(f->a.ctx) == DL_ERR_STALE,
                                           "dl_capture_end of a freed capture: stale");
         failed_says_why(f, "dl_capture_end");
         return;

@@ -312,6 +312,9 @@ static void test_device_loader(void)
     d.shuffle = false; d.drop_last = false;
     device_loader_case("eval: no augmentation", byte_ds(13, 1, 5, 5, &tr, false), &d);
     device_loader_case("no transform, flat samples", byte_ds(13, 1, 1, 7, NULL, true), &d);
+    /* empty samples: the labels still come (CUDA's kernel had a thread per
+       pixel, none here, so its labels were never written) */
+    device_loader_case("empty samples", byte_ds(9, 1, 0, 5, NULL, false), &d);
     {   /* resuming at an epoch: the plan of that epoch */
         dl_loader *a, *b;
         dl_tensor *xa, *ya, *xb, *yb;

@@ -634,8 +634,18 @@ static void test_group_errors(void)
     B[1] = dl_module_get(m, "2.bias");
     {
         dl_param_group g[2] = {{.params = W, .n = 2}, {.params = B, .n = 0}};
-        CHECK(dl_sgd_groups(ctx, 2, g, NULL) == NULL, "empty group");
-        EXPECT_ERR(ctx, DL_ERR_ARG, "group 1: got an empty parameter list");
+        /* an empty group is accepted, as PyTorch's (dl_module_decay_groups of a
+           model without biases gives one); no parameter at all is not */
+        o = dl_sgd_groups(ctx, 2, g, NULL);
+        CHECK(o && dl_optim_num_groups(o) == 2, "an empty group: %s", dl_error_message(ctx));
+        dl_optim_free(o);
+        g[1].n = -1;
+        CHECK(dl_sgd_groups(ctx, 2, g, NULL) == NULL, "a negative count");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_sgd_groups: group 1: n=-1 with params given");
+        g[0].n = g[1].n = 0;
+        CHECK(dl_sgd_groups(ctx, 2, g, NULL) == NULL, "every group empty");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "got an empty parameter list (2 groups, none with a parameter)");
+        g[0].n = 2;
         CHECK(dl_adam_groups(ctx, 0, g, NULL) == NULL, "no groups");
         EXPECT_ERR(ctx, DL_ERR_ARG, "got no parameter groups");
         g[1].n = 2;
@@ -663,6 +673,22 @@ static void test_group_errors(void)
               (double)dl_optim_group_lr(o, 1));
         CHECK(dl_optim_set_group_lr(o, 1, 0.3f) == DL_OK && dl_optim_group_lr(o, 0) == 0.05f &&
               dl_optim_group_lr(o, 1) == 0.3f, "set_group_lr sets one group");
+        dl_optim_free(o);
+        /* a frozen group (initial lr 0) stays frozen; a frozen group 0 gives no
+           factor for the others (it used to set them all to lr) */
+        g[0].lr = 0.2f;
+        g[1].lr = DL_ZERO;
+        o = dl_sgd_groups(ctx, 2, g, NULL);
+        CHECK(o && dl_optim_set_lr(o, 0.1f) == DL_OK && dl_optim_group_lr(o, 0) == 0.1f &&
+              dl_optim_group_lr(o, 1) == 0.0f, "a frozen group 1 stays at 0");
+        dl_optim_free(o);
+        g[0].lr = DL_ZERO;
+        g[1].lr = 0.1f;
+        o = dl_sgd_groups(ctx, 2, g, NULL);
+        CHECK(o && dl_optim_set_lr(o, 0.05f) == DL_ERR_ARG && dl_optim_group_lr(o, 0) == 0.0f &&
+              dl_optim_group_lr(o, 1) == 0.1f, "a frozen group 0: refused, nothing changed");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_optim_set_lr: group 0's initial lr is 0 (frozen), so lr=0.05 gives no "
+                   "factor for the other 1 group");
         CHECK(dl_optim_group_lr(o, 7) == 0.0f && dl_optim_group_lr(NULL, 0) == 0.0f && dl_optim_num_groups(NULL) == 0,
               "lr of a group that does not exist: 0");
         CHECK(dl_last_error(ctx) == DL_OK, "stray error: %s", dl_error_message(ctx));

@@ -1463,6 +1463,231 @@ static void test_review2_modules(void)
     dl_ctx_free(ctx);
 }
 
+/* ---- 17. the third hostile review (capture lifetimes, data, values) ---- */
+
+/* mappings of this process (Linux), -1 elsewhere */
+static long map_count(void)
+{
+#ifdef __linux__
+    FILE *f = fopen("/proc/self/maps", "r");
+    long n = 0;
+    int c;
+    if (!f) return -1;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+#else
+    return -1;
+#endif
+}
+
+static void test_review3_capture(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *w = dl_param(dl_rand(ctx, DL_SHAPE(8, 8))), *x = dl_keep(dl_rand(ctx, DL_SHAPE(8, 8)));
+    dl_tensor *h, *l, *v;
+    dl_capture *c;
+    float out[64];
+    {   /* a capture freed in its own step, then a failing backward in that step: an
+           error (the tape still lists the capture's nodes: they used to be unmapped, SEGV) */
+        c = dl_capture_begin(ctx);
+        l = dl_sum(dl_mul(w, x), DL_ALL, false);
+        (void)dl_item(l);                               /* a host read: the capture fails */
+        CHECK(dl_capture_end(c) == DL_ERR_UNSUPPORTED, "a failed capture");
+        dl_capture_free(c);
+        l = dl_sum(dl_mul(w, x), DL_ALL, false);       /* the step, eagerly */
+        dl_no_grad_begin(ctx);
+        dl_fill_(x, 1.0f);                              /* x changes under the graph */
+        dl_no_grad_end(ctx);
+        CHECK(dl_backward(l) == DL_ERR_GRAPH, "the backward's own error: %s", dl_error_message(ctx));
+        dl_clear_error(ctx);
+        dl_step_end(ctx);
+    }
+    {   /* eager ops and views on a capture's tensor, then dl_capture_free in that
+           step: the view reads and the backward runs (the memory goes back at
+           dl_step_end, a heap-use-after-free before); the tensor itself is stale */
+        dl_backward(dl_sum(dl_mul(w, x), DL_ALL, false));   /* warm-up: w->grad */
+        dl_step_end(ctx);
+        dl_zero_grad(w);
+        c = dl_capture_begin(ctx);
+        h = dl_mul(w, x);
+        CHECK(dl_capture_end(c) == DL_OK, "capture: %s", dl_error_message(ctx));
+        v = dl_reshape(h, DL_SHAPE(64));
+        l = dl_sum(v, DL_ALL, false);
+        dl_capture_free(c);
+        CHECK(dl_read(v, out, 64) == DL_OK && out[0] == out[0], "a view of it reads");
+        CHECK(dl_backward(l) == DL_OK && w->grad && dl_read(w->grad, out, 64) == DL_OK && out[0] == 1.0f,
+              "the backward reaches w: %s", dl_error_message(ctx));
+        CHECK(dl_read(h, out, 64) == DL_ERR_STALE, "the capture's own tensor is stale at once");
+        EXPECT_ERR(ctx, DL_ERR_STALE, "made inside a capture that dl_capture_free() released");
+        dl_step_end(ctx);
+        CHECK(dl_read(v, out, 64) == DL_ERR_STALE, "the view is stale after the step");
+        dl_clear_error(ctx);
+    }
+    {   /* dl_free of a persistent tensor with a view and a graph in this step: the
+           view reads (a heap-use-after-free before), a backward that needs it
+           says it was freed; the tensor itself is gone at once */
+        dl_tensor *k = dl_param(dl_full(ctx, DL_SHAPE(2, 3), 2.0f)), *kv = dl_reshape(dl_detach(k), DL_SHAPE(6));
+        dl_tensor *y = dl_sum(dl_mul(k, k), DL_ALL, false);
+        dl_free(k);
+        CHECK(dl_read(kv, out, 6) == DL_OK && out[5] == 2.0f, "a view of a dl_free()d tensor reads");
+        CHECK(dl_backward(y) == DL_ERR_ARG, "a backward that reads it");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "in the backward of dl_mul: dl_mul: b (unnamed) was freed by dl_free()");
+        CHECK(dl_read(k, out, 6) == DL_ERR_ARG, "the tensor is freed");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free() (use after free)");
+        dl_step_end(ctx);
+    }
+    {   /* checkpoints inside a capture are refused (a save wrote zeros on strict
+           devices, a load wrote host memory a replay would not) */
+        dl_module *m = dl_nn_linear(ctx, 2, 2, true);
+        c = dl_capture_begin(ctx);
+        CHECK(dl_save_module(tmp("cap.safetensors"), m) == DL_ERR_UNSUPPORTED, "dl_save_module refused");
+        EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "dl_save_module: writing a checkpoint (a read of every tensor to the "
+                   "host) inside a capture");
+        CHECK(dl_load_module(tmp("cap.safetensors"), m) == DL_ERR_UNSUPPORTED, "dl_load_module refused");
+        EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "dl_load_module: loading a checkpoint (host writes into the "
+                   "tensors) inside a capture");
+        dl_capture_free(c);
+        dl_step_end(ctx);
+    }
+    {   /* a replay that fails (a bad class target) counts no optimizer step */
+        int64_t good[4] = {0, 1, 2, 1}, bad[4] = {0, 7, 2, 1};
+        dl_module *net = dl_nn_linear(ctx, 3, 3, false);
+        dl_optim *opt = dl_adam(net, NULL);
+        dl_tensor *xs = dl_keep(dl_rand(ctx, DL_SHAPE(4, 3))), *ys = dl_keep(dl_from_int64(ctx, DL_SHAPE(4), good));
+        int k;
+        c = NULL;
+        for (k = 0; k < 2; k++) {
+            if (k == 1) c = dl_capture_begin(ctx);
+            dl_optim_zero_grad(opt);
+            dl_backward(dl_cross_entropy(dl_module_forward(net, xs), ys, NULL));
+            dl_optim_step(opt);
+            if (k == 1) CHECK(dl_capture_end(c) == DL_OK, "captured step: %s", dl_error_message(ctx));
+            dl_step_end(ctx);
+        }
+        CHECK(dl_replay(c) == DL_OK && dl_optim_steps(opt) == 3, "a replay counts a step");
+        dl_copy_(ys, dl_from_int64(ctx, DL_SHAPE(4), bad));
+        CHECK(dl_replay(c) == DL_ERR_ARG && dl_optim_steps(opt) == 3, "a failed one does not: %lld",
+              (long long)dl_optim_steps(opt));
+        dl_copy_(ys, dl_from_int64(ctx, DL_SHAPE(4), good));
+        CHECK(dl_replay(c) == DL_OK && dl_optim_steps(opt) == 4, "the next counts");
+        dl_capture_free(c);
+        CHECK(dl_capture_end(c) == DL_ERR_STALE, "dl_capture_end of a freed capture: DL_ERR_STALE");
+        dl_clear_error(ctx);
+        dl_step_end(ctx);
+    }
+    {   /* captures made and freed many times use no more mappings (each took two,
+           for good: the process's limit, about 65,000, ended it after 32,000) */
+        long m0, m1;
+        int k;
+        m0 = map_count();
+        for (k = 0; k < 2000; k++) {
+            c = dl_capture_begin(ctx);
+            dl_sum(dl_mul(w, x), DL_ALL, false);
+            dl_capture_end(c);
+            dl_capture_free(c);
+            dl_step_end(ctx);
+        }
+        m1 = map_count();
+        CHECK(m0 < 0 || m1 - m0 < 50, "2000 captures: mappings %ld -> %ld", m0, m1);
+    }
+    dl_ctx_free(ctx);
+}
+
+static void test_review3_values(void)
+{
+    dl_ctx *ctx = new_ctx();
+    {   /* maximum/minimum at a NaN: the gradient reaches both inputs, as PyTorch's
+           where(a == b, g/2, g).masked_fill_(a < b, 0) (it vanished) */
+        float av[3] = {NAN, 1, 2}, bv[3] = {1, NAN, 2}, want[3] = {1, 1, 0.5f};
+        int k;
+        for (k = 0; k < 2; k++) {
+            dl_tensor *a = dl_param(dl_from_array(ctx, DL_SHAPE(3), av)), *b = dl_param(dl_from_array(ctx, DL_SHAPE(3), bv));
+            dl_tensor *y = k ? dl_minimum(a, b) : dl_maximum(a, b);
+            CHECK(dl_backward(dl_sum(y, DL_ALL, false)) == DL_OK && read_is(a->grad, want, 3) &&
+                  read_is(b->grad, want, 3), "%s: gradients 1 1 0.5 at a NaN", k ? "minimum" : "maximum");
+            dl_free(a);
+            dl_free(b);
+        }
+    }
+    {   /* mul_scalar keeps the sign of zero (x * s + 0 made -0 +0), so sqrt's gradient at -0 is -inf */
+        float zv[2] = {-0.0f, 0.0f}, g[2];
+        dl_tensor *z = dl_param(dl_from_array(ctx, DL_SHAPE(2), zv)), *y = dl_mul_scalar(z, 2.0f);
+        float got[2];
+        CHECK(y && dl_read(y, got, 2) == DL_OK && signbit(got[0]) && !signbit(got[1]), "mul_scalar(-0, 2) = -0");
+        CHECK(dl_backward(dl_sum(dl_sqrt(z), DL_ALL, false)) == DL_OK && dl_read(z->grad, g, 2) == DL_OK &&
+              g[0] == -INFINITY && g[1] == INFINITY, "d sqrt at -0 and 0: %g %g", (double)g[0], (double)g[1]);
+        dl_free(z);
+    }
+    {   /* eval-mode batch norm is affine in x: an inf or NaN x still gets w invstd g (it got NaN) */
+        float xv[4] = {1, INFINITY, NAN, -INFINITY}, g[4];
+        dl_tensor *x = dl_param(dl_from_array(ctx, DL_SHAPE(4, 1), xv));
+        dl_tensor *rm = dl_keep(dl_zeros(ctx, DL_SHAPE(1))), *rv = dl_keep(dl_ones(ctx, DL_SHAPE(1)));
+        dl_tensor *y = dl_batch_norm(x, rm, rv, NULL, NULL, false, 0.1f, 1e-5f);
+        float k = 1.0f / sqrtf(1.0f + 1e-5f);
+        CHECK(dl_backward(dl_sum(y, DL_ALL, false)) == DL_OK && dl_read(x->grad, g, 4) == DL_OK &&
+              fabsf(g[0] - k) < 1e-6f && g[1] == g[0] && g[2] == g[0] && g[3] == g[0],
+              "eval batch norm's dx at inf/NaN: %g %g %g %g", (double)g[0], (double)g[1], (double)g[2], (double)g[3]);
+    }
+    {   /* a checkpoint's num_batches_tracked past 2^53 is refused (the next forward overflowed) */
+        dl_module *bn = dl_nn_batch_norm1d(ctx, 2), *bn2 = dl_nn_batch_norm1d(ctx, 2);
+        int64_t big[1] = {INT64_MAX};
+        dl_copy_(dl_module_get(bn, "num_batches_tracked"), dl_from_int64(ctx, dl_shape_make(0, NULL), big));
+        CHECK(dl_save_module(tmp("nbt.safetensors"), bn) == DL_OK, "save");
+        CHECK(dl_load_module(tmp("nbt.safetensors"), bn2) == DL_ERR_FORMAT, "load refused");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "tensor 'num_batches_tracked' is a count 9223372036854775807 outside 0..2^53");
+    }
+    {   /* optimizers: the groups of a model without biases (one empty) are
+           accepted; a warmup at t = INT64_MAX is base (t + 1 overflowed) */
+        dl_module *lin = dl_nn_linear(ctx, 4, 3, false);
+        dl_param_group pg[2];
+        int ng = dl_module_decay_groups(lin, pg);
+        dl_optim *o = dl_adamw_groups(ctx, ng, pg, NULL);
+        CHECK(ng == 2 && pg[1].n == 0 && o != NULL, "decay groups with an empty one: %s", dl_error_message(ctx));
+        dl_backward(dl_sum(dl_module_forward(lin, dl_ones(ctx, DL_SHAPE(2, 4))), DL_ALL, false));
+        CHECK(dl_optim_step(o) == DL_OK, "and it steps");
+        CHECK(dl_lr_warmup(0.5f, INT64_MAX, 10) == 0.5f && dl_lr_warmup(0.5f, 8, 10) == 0.45f, "warmup");
+    }
+    dl_ctx_free(ctx);
+}
+
+static void test_review3_data(void)
+{
+    dl_ctx *ctx = new_ctx();
+    {   /* a dataset's host x read in place: dl_free of it is refused (use after free in the loader) */
+        int64_t yv[4] = {1, 2, 3, 4};
+        dl_tensor *x = dl_keep(dl_ones(ctx, DL_SHAPE(4, 2))), *y = dl_keep(dl_from_int64(ctx, DL_SHAPE(4), yv));
+        dl_dataset *ds = dl_tensor_dataset(ctx, x, y, NULL, false);
+        CHECK(ds != NULL, "dataset: %s", dl_error_message(ctx));
+        if (ds && dl__host_ok(x)) {
+            dl_free(x);
+            EXPECT_ERR(ctx, DL_ERR_ARG, "dl_free: t (4,2) holds the samples of a dl_tensor_dataset");
+            CHECK(dl_sum(x, DL_ALL, false) != NULL, "x is still there");
+        }
+    }
+    {   /* float labels are refused (they were truncated toward zero, 1e30 undefined) */
+        float yf[3] = {0.5f, 2.9f, 1e30f};
+        int64_t got[3];
+        dl_tensor *x = dl_keep(dl_ones(ctx, DL_SHAPE(3, 2))), *y = dl_keep(dl_from_array(ctx, DL_SHAPE(3), yf));
+        CHECK(dl_tensor_dataset(ctx, x, y, NULL, false) == NULL, "float y");
+        EXPECT_ERR(ctx, DL_ERR_DTYPE, "dl_tensor_dataset: y (3) must hold int64 or int32 class labels");
+        CHECK(dl_read_int64(y, got, 3) == DL_ERR_ARG, "dl_read_int64 of 1e30");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_read_int64: t (3) holds 1e+30 at index 2, which is not in int64's range");
+    }
+    {   /* device_data refuses -0 (a byte has no sign: its batches would differ from the host's in a bit) */
+        float xv[4] = {1, -0.0f, 3, 4};
+        int64_t yv[2] = {0, 1};
+        dl_loader_desc ld;
+        dl_tensor *x = dl_keep(dl_from_array(ctx, DL_SHAPE(2, 1, 1, 2), xv)), *y = dl_keep(dl_from_int64(ctx, DL_SHAPE(2), yv));
+        memset(&ld, 0, sizeof ld);
+        ld.batch_size = 2;
+        ld.device_data = true;
+        CHECK(dl_loader_new(ctx, dl_tensor_dataset(ctx, x, y, NULL, false), &ld) == NULL, "-0 refused");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "x holds -0 at flat index 1 (sample 0)");
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -1487,5 +1712,8 @@ int main(void)
     test_review2_values();
     test_review2_files();
     test_review2_modules();
+    test_review3_capture();
+    test_review3_values();
+    test_review3_data();
     TEST_END();
 }

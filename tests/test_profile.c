@@ -173,6 +173,32 @@ static void test_custom_function(void)
     dl_profile_reset(C);
 }
 
+/* two functions whose names share their first 70 bytes are two rows (a
+   name was cut to 63 bytes for the table's key: one row, calls summed);
+   dl_profile_row.name holds the first 79 */
+static void test_long_names(void)
+{
+    static const char *na = "model.encoder.layers.0.self_attention.scaled_dot_product_attention.q",
+                      *nb = "model.encoder.layers.0.self_attention.scaled_dot_product_attention.k";
+    dl_function fa, fb;
+    dl_tensor *x, *in[1];
+    memset(&fa, 0, sizeof fa);
+    fa.name = na;
+    fa.forward = sq_fwd;
+    fa.backward = sq_bwd;
+    fb = fa;
+    fb.name = nb;
+    dl_profile_reset(C);
+    x = leaf(DL_SHAPE(5), 1.0f, false);
+    in[0] = x;
+    CHECK(dl_function_apply(&fa, 1, in, NULL) && dl_function_apply(&fa, 1, in, NULL) &&
+          dl_function_apply(&fb, 1, in, NULL), "three calls: %s", dl_error_message(C));
+    CHECK(calls(na) == 2 && calls(nb) == 1, "two rows: %lld and %lld calls", (long long)calls(na),
+          (long long)calls(nb));
+    dl_step_end(C);
+    dl_profile_reset(C);
+}
+
 /* names of backward nodes: the op the user called, per dimension */
 static void test_names(void)
 {
@@ -500,7 +526,17 @@ static void test_off_and_desc(void)
     d.profile = 0;
     b = dl_ctx_init(&d);
     CHECK(b && b->prof == NULL, "DL_PROFILE=0: off");
+    /* anything else is refused, as the TF32 switches: "off" used to turn it on */
+    d.log = dl_log_silent;
+    setenv("DL_PROFILE", "off", 1);
+    CHECK(dl_ctx_init(&d) == NULL && strstr(dl_error_message(NULL), "dl_ctx_init: DL_PROFILE=off must be 0 (off) or 1 (on)"),
+          "DL_PROFILE=off: %s", dl_error_message(NULL));
     unsetenv("DL_PROFILE");
+    d.profile = 2;
+    CHECK(dl_ctx_init(&d) == NULL && strstr(dl_error_message(NULL), "dl_ctx_init: profile=2 must be 1 (on), -1 (off) or 0"),
+          "profile=2: %s", dl_error_message(NULL));
+    dl_clear_error(NULL);
+    d.log = NULL;
     dl_ctx_free(a);                    /* (nothing recorded: no table) */
     dl_ctx_free(b);
 }
@@ -543,6 +579,7 @@ int main(void)
     test_nesting();
     test_custom_function();
     test_names();
+    test_long_names();
     test_op_matrix();
     test_more_ops();
     test_failures();

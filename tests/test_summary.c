@@ -615,6 +615,55 @@ static void test_graph_after_backward(void)
     dl_ctx_free(ctx);
 }
 
+/* a capture's loss after dl_step_end: its graph is no longer on the tape,
+   and both writers still walk all of it (they used to size their walk by
+   the tape, dropping nodes: one node of eleven, with DL_OK) */
+static dl_tensor *two_branches(dl_tensor *x, dl_tensor *w1, dl_tensor *w2)
+{
+    dl_tensor *a = dl_relu(dl_matmul(x, w1)), *b = dl_tanh(dl_matmul(x, w2));
+    return dl_sum(dl_add(dl_mul(a, b), dl_sigmoid(b)), DL_ALL, false);
+}
+static void test_graph_after_capture(void)
+{
+    dl_ctx *ctx = dl_ctx_init(NULL);
+    dl_summary_writer *w = dl_summary_open(ctx, DIR_ "/captured");
+    dl_tensor *w1 = dl_param(dl_randn(ctx, DL_SHAPE(4, 4))), *w2 = dl_param(dl_randn(ctx, DL_SHAPE(4, 4)));
+    dl_tensor *x = dl_keep(dl_randn(ctx, DL_SHAPE(2, 4))), *l;
+    dl_capture *cap;
+    unsigned char *buf, *d1, *d2;
+    size_t n, n1, n2;
+    rec r[4];
+    pbf f1, f2;
+    gnode *gn = (gnode *)malloc(sizeof(gnode) * 64);
+    int st, nr, k1 = 0, k2 = 0;
+    CHECK(dl_backward(two_branches(x, w1, w2)) == DL_OK, "warm-up step (makes the gradients)");
+    dl_step_end(ctx);
+    cap = dl_capture_begin(ctx);
+    l = two_branches(x, w1, w2);
+    CHECK(dl_graph_dot(l, DIR_ "/captured/in.dot") == DL_OK && dl_summary_graph(w, l) == DL_OK, "in the capture");
+    CHECK(dl_backward(l) == DL_OK && dl_capture_end(cap) == DL_OK, "capture: %s", dl_error_message(ctx));
+    dl_step_end(ctx);
+    CHECK(dl_replay(cap) == DL_OK, "replay");
+    CHECK(dl_graph_dot(l, DIR_ "/captured/after.dot") == DL_OK && dl_summary_graph(w, l) == DL_OK, "after");
+    buf = w ? slurp(dl_summary_path(w), &n) : NULL;
+    nr = buf ? read_records(buf, n, r, 4, &st) : 0;
+    CHECK(nr == 3 && pb_get(r[1].p, r[1].len, 4, 0, &f1) && pb_get(r[2].p, r[2].len, 4, 0, &f2), "two graphs");
+    if (nr == 3) {
+        k1 = parse_graph(f1.p, f1.len, gn, 64);
+        k2 = parse_graph(f2.p, f2.len, gn, 64);
+    }
+    CHECK(k1 == 11 && k2 == 11, "the whole graph both times: %d, %d nodes", k1, k2);
+    d1 = slurp(DIR_ "/captured/in.dot", &n1);
+    d2 = slurp(DIR_ "/captured/after.dot", &n2);
+    CHECK(d1 && d2 && n1 == n2, "the same dot file both times (%zu, %zu bytes)", n1, n2);
+    free(d1);
+    free(d2);
+    free(buf);
+    free(gn);
+    dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
 /* ------------------------------------------------------------- 4. errors */
 static void test_errors(void)
 {
@@ -623,6 +672,7 @@ static void test_errors(void)
     dl_tensor *t;
     long before;
     float nanv[3];
+    int lost = 0;
     dl_set_log(ctx, dl_log_silent, NULL);
     CHECK(dl_summary_open(NULL, DIR_) == NULL, "NULL ctx");
     CHECK(dl_summary_open(ctx, NULL) == NULL, "NULL logdir");
@@ -692,6 +742,7 @@ static void test_errors(void)
             close(full);
             close(saved);
             CHECK(file_size(dl_summary_path(w)) == before, "nothing of it in the file");
+            lost++;
             CHECK(dl_summary_scalar(w, "s", 2, 2.0) == DL_OK, "space again: writes go on");
         } else {
             th_skip++;
@@ -714,6 +765,7 @@ static void test_errors(void)
                 dl_result rc = dl_summary_scalar(w, "s", 3, 3.0);
                 setrlimit(RLIMIT_FSIZE, &old);
                 CHECK(rc == DL_ERR_IO, "write over the size limit fails");
+                lost++;
                 EXPECT_ERR(ctx, DL_ERR_IO, "the file keeps every record written before");
                 CHECK(file_size(dl_summary_path(w)) == sz, "the 10 bytes written are cut off again");
                 CHECK(dl_summary_scalar(w, "s", 4, 4.0) == DL_OK, "later writes go on");
@@ -727,6 +779,17 @@ static void test_errors(void)
             }
         }
         signal(SIGXFSZ, SIG_DFL);
+    }
+    /* records were lost above: flush (and close) say so every time, not
+       only the call that lost them (a loop that checks only close) */
+    if (lost > 0) {
+        char want[128];
+        snprintf(want, sizeof want, "dl_summary_flush: %d record%s could not be written to " DIR_ "/errors/", lost,
+                 lost == 1 ? "" : "s");
+        CHECK(dl_summary_flush(w) == DL_ERR_IO, "flush after lost records");
+        EXPECT_ERR(ctx, DL_ERR_IO, want);
+        CHECK(dl_summary_flush(w) == DL_ERR_IO, "and again");
+        CHECK(dl_summary_scalar(w, "s", 5, 5.0) == DL_OK, "writes still go on");
     }
     /* a writer the context closes: its records are in the file */
     {
@@ -896,6 +959,7 @@ int main(void)
     test_png();
     test_round_trip();
     test_graph_after_backward();
+    test_graph_after_capture();
     test_errors();
     test_scalar_tensor();
     test_tensorboard_reader();
