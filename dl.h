@@ -16219,6 +16219,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
     dl_adam_desc ao;
     int i, j, k, g, ns, total = 0;
     const char *const *snames;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", fn); return NULL; }
     if (!dl__optim_desc(ctx, fn, kind, sd, ad, &so, &ao)) return NULL;
     if (ngroups <= 0 || !groups) {
         dl__err(ctx, DL_ERR_ARG, "%s: got no parameter groups (ngroups %d%s)", fn, ngroups,
@@ -16375,15 +16376,15 @@ dl_optim *dl_adamw_params(dl_ctx *ctx, int n, dl_tensor *const *params, const dl
 }
 dl_optim *dl_sgd_groups(dl_ctx *ctx, int ng, const dl_param_group *g, const dl_sgd_desc *d)
 {
-    return ctx ? dl__optim_make(ctx, "dl_sgd_groups", DL__OPT_SGD, ng, g, d, NULL) : NULL;
+    return dl__optim_make(ctx, "dl_sgd_groups", DL__OPT_SGD, ng, g, d, NULL);
 }
 dl_optim *dl_adam_groups(dl_ctx *ctx, int ng, const dl_param_group *g, const dl_adam_desc *d)
 {
-    return ctx ? dl__optim_make(ctx, "dl_adam_groups", DL__OPT_ADAM, ng, g, NULL, d) : NULL;
+    return dl__optim_make(ctx, "dl_adam_groups", DL__OPT_ADAM, ng, g, NULL, d);
 }
 dl_optim *dl_adamw_groups(dl_ctx *ctx, int ng, const dl_param_group *g, const dl_adam_desc *d)
 {
-    return ctx ? dl__optim_make(ctx, "dl_adamw_groups", DL__OPT_ADAMW, ng, g, NULL, d) : NULL;
+    return dl__optim_make(ctx, "dl_adamw_groups", DL__OPT_ADAMW, ng, g, NULL, d);
 }
 
 int dl_module_decay_groups(dl_module *m, dl_param_group out[2])

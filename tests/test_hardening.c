@@ -419,6 +419,8 @@ static void test_null_returns_have_messages(void)
     NULL_WITH_MSG(ctx, dl_sgd_params(NULL, 1, ts, NULL));
     NULL_WITH_MSG(ctx, dl_adam_params(ctx, 0, ts, NULL));
     NULL_WITH_MSG(ctx, dl_adam_groups(ctx, 0, NULL, NULL));
+    NULL_WITH_MSG(ctx, dl_sgd_groups(NULL, 0, NULL, NULL));
+    NULL_WITH_MSG(ctx, dl_adamw_groups(NULL, 0, NULL, NULL));
     NULL_WITH_MSG(ctx, dl_loader_new(NULL, NULL, NULL));
     NULL_WITH_MSG(ctx, dl_tensor_dataset(ctx, a, a, NULL, false));
     NULL_WITH_MSG(ctx, dl_function_apply(NULL, 1, ts, NULL));
