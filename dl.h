@@ -16794,16 +16794,26 @@ static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned cha
 }
 
 #ifdef DL_ZLIB
+/* After a gzip member's end: the next member's start when one follows
+   (concatenated .gz files are one file to gzip -d), else zr. */
+static int dl__gz_member(z_stream *z, int zr)
+{
+    if (zr == Z_STREAM_END && z->avail_in >= 2 && z->next_in[0] == 0x1f && z->next_in[1] == 0x8b)
+        return inflateReset(z) == Z_OK ? Z_OK : zr;
+    return zr;
+}
+
 /* Inflates a gzip image in memory. The IDX header is read from the first
    decompressed bytes and the output is capped at exactly the size it
    implies, so a small file of zeros cannot make the reader allocate
-   gigabytes ("decompression bomb"). */
+   gigabytes ("decompression bomb"); the buffer grows as data arrives, so a
+   small file whose header claims gigabytes does not reserve them either. */
 static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned char *gz, size_t gzlen,
                                 unsigned char **out, size_t *outlen)
 {
     z_stream z;
     unsigned char head[4 + 4 * 255], *buf = NULL;
-    size_t need = 4, have = 0, total = 0;
+    size_t need = 4, have = 0, total = 0, cap;
     int zr = Z_OK, i;
     dl_result rc = DL_ERR_FORMAT;
     *out = NULL;
@@ -16821,10 +16831,14 @@ static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned ch
         z.avail_out = (uInt)(need - have);
         zr = inflate(&z, Z_NO_FLUSH);
         have = need - z.avail_out;
-        if (zr != Z_OK) break;
         if (have == 4 && need == 4) need = 4 + 4 * (size_t)head[3];
+        if ((zr = dl__gz_member(&z, zr)) != Z_OK) break;
     }
-    if (have == 4 && need == 4 && head[3] == 0) need = 4;
+    if (have >= 4 && (head[3] == 0 || head[3] > DL_MAX_DIMS) && head[0] == 0 && head[1] == 0) {
+        dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s' declares %d dims (1..%d supported)", path, head[3],
+                DL_MAX_DIMS);
+        goto done;
+    }
     if (have < need || (have >= 4 && (head[0] != 0 || head[1] != 0))) {
         dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': the decompressed data does not start with an "
                 "IDX header (%s)", path, have < need ? (zr == Z_STREAM_END ? "it ends first" :
@@ -16849,23 +16863,28 @@ static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned ch
         }
         total = need + (size_t)(n * (uint64_t)esz);
     }
-    buf = (unsigned char *)dl__malloc(ctx, total + 1);
-    if (!buf) {
-        rc = DL_ERR_OOM;
-        dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot allocate the %zu bytes its header "
-                "declares", path, total);
-        goto done;
-    }
+    cap = total + 1 < ((size_t)1 << 26) ? total + 1 : ((size_t)1 << 26);
+    buf = (unsigned char *)dl__malloc(ctx, cap);
+    if (!buf) goto oom;
     memcpy(buf, head, need);
     have = need;
     /* one byte more than declared: finding it means the file holds more data than its header says */
     while (zr == Z_OK && have < total + 1) {
-        size_t room = total + 1 - have;
+        size_t room;
+        if (have == cap) {            /* grow: doubling, up to the declared size */
+            size_t nc = cap >= (total + 1) / 2 ? total + 1 : 2 * cap;
+            unsigned char *nb = (unsigned char *)DL_REALLOC(buf, nc);
+            if (!nb) goto oom;
+            buf = nb;
+            cap = nc;
+        }
+        room = cap - have;
         z.next_out = buf + have;
         z.avail_out = (uInt)(room > 0x40000000u ? 0x40000000u : room);
         zr = inflate(&z, Z_NO_FLUSH);
         have += (room > 0x40000000u ? 0x40000000u : room) - z.avail_out;
         if (zr == Z_BUF_ERROR && z.avail_in == 0) break;
+        zr = dl__gz_member(&z, zr);
     }
     if (zr != Z_STREAM_END && zr != Z_OK && zr != Z_BUF_ERROR) {
         dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': corrupt gzip data (%s)", path, z.msg ? z.msg : "inflate failed");
@@ -16881,6 +16900,11 @@ static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned ch
     *outlen = total;
     buf = NULL;
     rc = DL_OK;
+    goto done;
+oom:
+    rc = DL_ERR_OOM;
+    dl__err(ctx, DL_ERR_OOM, "dl_idx_load: '%s': cannot allocate the %zu bytes its header declares", path,
+            total);
 done:
     DL_FREE(buf);
     inflateEnd(&z);

@@ -501,6 +501,17 @@ static void test_gzip_bomb(void)
         gzclose(gz);
         CHECK(dl_idx_load(ctx, path, DL_DTYPE_I64, &t) == DL_ERR_FORMAT, "short .gz");
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "declares 18 bytes but the decompressed file has 13");
+        gz = gzopen(path, "ab");    /* the rest as a second gzip member: one file, as gzip -d reads it */
+        gzwrite(gz, data + 5, 5);
+        gzclose(gz);
+        CHECK(dl_idx_load(ctx, path, DL_DTYPE_I64, &t) == DL_OK && dl_read_int64(t, y, 10) == DL_OK &&
+              y[9] == 9, "a .gz of two members: %s", dl_error_message(ctx));
+        hdr[3] = 0;                 /* no dims: said so (it was "declares 5 bytes but has 4") */
+        gz = gzopen(path, "wb");
+        gzwrite(gz, hdr, 4);
+        gzclose(gz);
+        CHECK(dl_idx_load(ctx, path, DL_DTYPE_I64, &t) == DL_ERR_FORMAT, "0 dims");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "bomb-idx1-ubyte.gz' declares 0 dims (1..8 supported)");
     }
     dl_ctx_free(ctx);
 #endif
