@@ -251,8 +251,8 @@
    DOES NOT
      - do in-place ops on tensors in a graph (except the documented updates
        of persistent tensors: gradients, optimizer steps);
-     - detect use after dl_free() of a persistent tensor outside DL_DEBUG builds
-       (as C's free: undefined);
+     - detect use after dl_free() of a persistent tensor past the step it was
+       freed in, outside DL_DEBUG builds (as C's free: undefined);
      - support float64 or float16 (yet);
      - synchronize batch-norm statistics across replicas (SyncBatchNorm), or
        overlap the gradient allreduce with backward between the replicas of
@@ -757,6 +757,10 @@ struct dl_tensor {
     dl_tensor *vbase_;        /* a view: the tensor whose storage it shares (NULL: none) */
     bool detached_;           /* a view from dl_detach (or of one): writable whatever its base */
     bool pinned_;             /* read in place by a dl_tensor_dataset: dl_free refuses */
+    dl_tensor *gowner_;       /* a persistent gradient's tensor (dl_free of it: owner->grad = NULL) */
+    bool nohist_;             /* a persistent gradient a create_graph backward added to without
+                                 the history (until zeroed), or computed from one: a backward
+                                 through it is refused */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
@@ -877,10 +881,12 @@ DL_API dl_tensor *dl_copy(dl_tensor *t);      /* new storage; differentiable (cl
    A leaf keeps its requires_grad flag; an op's output gives a plain tensor. */
 DL_API dl_tensor *dl_keep(dl_tensor *t);
 DL_API dl_tensor *dl_param(dl_tensor *t);     /* dl_keep + requires_grad: a trainable leaf */
-/* Frees a persistent tensor (and its persistent gradient); NULL ok. Any use
-   after is an error naming it. Its memory goes back at the next
-   dl_step_end: this step's graph and views of it may still read it. A
-   dl_tensor_dataset's host x is refused (the dataset reads it). */
+/* Frees a persistent tensor (and its persistent gradient); NULL ok. A use
+   after, within the step, is an error naming it (DL_DEBUG: any time after).
+   Its memory goes back at the next dl_step_end (memory_limit counts it
+   until then): this step's graph and views of it may still read it.
+   Freeing a gradient leaves its tensor without one (PyTorch's p.grad =
+   None). A dl_tensor_dataset's host x is refused (the dataset reads it). */
 DL_API void dl_free(dl_tensor *t);
 /* A copy on dev (t itself when it is there already), differentiable: the
    gradient flows back to t's device. */
@@ -979,7 +985,11 @@ typedef struct dl_backward_desc {
     dl_tensor *grad;        /* seed gradient (NULL: ones; output must be one element) */
     bool retain_graph;      /* keep the graph for another backward */
     bool create_graph;      /* record the backward itself (higher-order grads);
-                               implies retain_graph */
+                               implies retain_graph. A step leaf's ->grad gets the
+                               history; a persistent leaf's (a parameter's) is summed in
+                               place without it, and a later backward through anything
+                               computed from it is refused (until it is zeroed): take
+                               such gradients with dl_grad (torch.autograd.grad) */
 } dl_backward_desc;
 
 DL_API dl_tensor *dl_requires_grad(dl_tensor *t, bool on);  /* leaves only; returns t */
@@ -3546,6 +3556,8 @@ struct dl__dev {
     dl__arena data;                   /* step memory: O(1) release at dl_step_end */
     size_t held;                      /* step memory set aside: captures' arenas (and during a
                                          capture, the device's own), counted by memory_limit */
+    size_t pending;                   /* freed persistent storage kept to dl_step_end (dl_free,
+                                         dl_module_to's old copy): memory_limit counts it */
     size_t persistent_bytes, peak_bytes;
     uint64_t alloc_calls;             /* calls to the backend's allocator */
     uintptr_t tag;                    /* strict devices: added to every data pointer */
@@ -4154,7 +4166,8 @@ typedef struct dl__prof dl__prof;
 #define DL__MAX_CUDA 16
 typedef char dl__mt_devs_cover_cuda[DL__MT_DEVS >= DL__MAX_CUDA ? 1 : -1];
 
-typedef struct dl__dfree { struct dl__dfree *next; dl_tensor *t; dl__dev *d; void *p; } dl__dfree;
+/* storage freed at the next dl_step_end (bytes: counted in d->pending until then) */
+typedef struct dl__dfree { struct dl__dfree *next; dl_tensor *t; dl__dev *d; void *p; size_t bytes; } dl__dfree;
 struct dl_ctx {
     uint64_t step;
     uint32_t mod_mark;                /* the last dl__mod_contains walk's mark */
@@ -4174,6 +4187,7 @@ struct dl_ctx {
     dl_tensor *persist;               /* persistent tensors */
     dl_tensor *freed;                 /* dl_free()d headers, poisoned: released at dl_step_end
                                          (DL_DEBUG: at dl_ctx_free, so a late use names them) */
+    dl_tensor *freed_kept;            /* the same while captures lived: to dl_ctx_free */
     size_t memory_limit;              /* per device (0: none) */
     uint64_t alloc_calls;             /* host allocations: headers, tape, modules ... */
     dl__node **tape;
@@ -4263,7 +4277,7 @@ static void *dl__malloc(dl_ctx *ctx, size_t bytes)
 /* the context's memory_limit holds for each device */
 static bool dl__dev_limit_ok(dl__dev *d, size_t extra)
 {
-    size_t total = d->persistent_bytes + d->data.reserved + d->held + extra;
+    size_t total = d->persistent_bytes + d->data.reserved + d->held + d->pending + extra;
     return d->ctx->memory_limit == 0 || total <= d->ctx->memory_limit;
 }
 
@@ -4785,6 +4799,16 @@ static bool dl__valid(const char *op, const char *arg, const dl_tensor *t)
         return false;
     }
     return ctx->cap ? dl__cap_input(op, arg, (dl_tensor *)t) : true;
+}
+
+/* what a call given a tensor that dl__valid/dl__live refused returns: the
+   error it recorded (DL_ERR_STALE for a released header, as the message) */
+static dl_result dl__bad_rc(const dl_tensor *t)
+{
+    bool capt;
+    if (t->magic_ == DL__MAGIC) return t->ctx_->err;
+    if (t->magic_ != DL__FREED && dl__header_owner(t, &capt)) return DL_ERR_STALE;
+    return DL_ERR_ARG;
 }
 
 static bool dl__live(const char *op, const char *arg, const dl_tensor *t)
@@ -5572,13 +5596,20 @@ static void dl__persist_drop(dl_tensor *t)
         f->t = NULL;
         f->d = d;
         f->p = t->data;
+        f->bytes = (size_t)t->numel * dl__esize(t->dtype);
+        d->pending += f->bytes;
         f->next = ctx->dfree;
         ctx->dfree = f;
     }
     t->magic_ = DL__FREED;
     t->data = NULL;
-    t->pnext_ = ctx->freed;
-    ctx->freed = t;
+    if (ctx->caps) {   /* a capture's graph may point at it after the step: kept to dl_ctx_free */
+        t->pnext_ = ctx->freed_kept;
+        ctx->freed_kept = t;
+    } else {
+        t->pnext_ = ctx->freed;
+        ctx->freed = t;
+    }
 }
 
 /* Register p to be destroyed by dl_ctx_free (false, with an error, on OOM). */
@@ -5615,6 +5646,7 @@ static void dl__dfree_all(dl_ctx *ctx)
         dl__dfree *f = ctx->dfree;
         ctx->dfree = f->next;
         f->d->be->free(f->d, f->p);
+        f->d->pending -= f->bytes < f->d->pending ? f->bytes : f->d->pending;
         DL_FREE(f);
     }
 }
@@ -5632,6 +5664,7 @@ void dl_ctx_free(dl_ctx *ctx)
     }
     while (ctx->persist) dl__persist_release(ctx->persist);
     while (ctx->freed) { dl_tensor *t = ctx->freed; ctx->freed = t->pnext_; DL_FREE(t); }
+    while (ctx->freed_kept) { dl_tensor *t = ctx->freed_kept; ctx->freed_kept = t->pnext_; DL_FREE(t); }
     dl__dfree_all(ctx);
     dl__devs_free(ctx);
     dl__hstore_free(ctx);
@@ -9363,6 +9396,7 @@ struct dl_capture {
     int64_t nbump, capbump;
     uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
     uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
+    int64_t failed_at;                /* a failed replay's record (dl__replay_undo) */
 #ifdef DL__HVM
     dl__hregion *hreg;                /* headers and nodes made inside it */
 #endif
@@ -10302,10 +10336,12 @@ dl_result dl_capture_end(dl_capture *c)
     return c->err;
 }
 
-/* a failed replay: the optimizer steps it counted did not happen */
-static void dl__replay_undo(dl_capture *c)
+/* a failed replay, at CPU record failed_at (-1: a device's launch, before
+   any record): the optimizer steps that did not run are not counted */
+static void dl__replay_undo(dl_capture *c, int64_t failed_at)
 {
     int k;
+    c->failed_at = failed_at;
     for (k = c->nhook - 1; k >= 0; k--) c->hook[k].fn(c, c->hook[k].owner, c->hook[k].data, true);
 }
 
@@ -10337,12 +10373,12 @@ dl_result dl_replay(dl_capture *c)
         dl__dev *d = c->dev[k].d;
         if (c->dev[k].impl && !d->be->cap_launch(d, c->dev[k].impl, c->seed, c->rng)) {
             dl_result rc = dl__dev_check(d, "dl_replay");
-            dl__replay_undo(c);
+            dl__replay_undo(c, -1);
             return rc;
         }
     }
     for (i = 0; i < c->nrec; i++)
-        if (!dl__rec_run(c, &c->rec[i])) { dl__replay_undo(c); return ctx->err; }
+        if (!dl__rec_run(c, &c->rec[i])) { dl__replay_undo(c, i); return ctx->err; }
     return DL_OK;
 }
 
@@ -10443,11 +10479,17 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     dl_ctx *ctx = out->ctx_;
     dl__node *node;
     int i;
-    bool need = false;
+    bool need = false, taint = false;
     *pn = NULL;
     if (!dl__grad_on(ctx)) return 0;
-    for (i = 0; i < n; i++) if (in[i] && in[i]->requires_grad) need = true;
-    if (!need) return 0;
+    for (i = 0; i < n; i++) {
+        if (in[i] && in[i]->requires_grad) need = true;
+        if (in[i] && in[i]->nohist_) taint = true;
+    }
+    if (!need) {   /* computed from a gradient whose history was dropped: so is out (a backward refuses it) */
+        if (taint) out->nohist_ = true;
+        return 0;
+    }
     node = (dl__node *)dl__halloc(ctx, sizeof(dl__node) + sizeof(dl_tensor *) * (size_t)n);
     if (!node) goto oom;
     memset(node, 0, sizeof *node);
@@ -10727,7 +10769,7 @@ static bool dl__writable(const char *op, dl_tensor *t)
 dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
 {
     if (!t) return DL_ERR_ARG;
-    if (!dl__writable("dl_write", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__writable("dl_write", t)) return dl__bad_rc(t);
     if (dl__cap_refused(t->ctx_, "dl_write", "a copy from the host", DL__CAP_WRITE_HINT)) return DL_ERR_UNSUPPORTED;
     if (!dl__f32("dl_write", "t", t)) return DL_ERR_DTYPE;
     if (!src || n != t->numel) {
@@ -10743,7 +10785,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
 dl_result dl_fill_(dl_tensor *t, float v)
 {
     if (!t) return DL_ERR_ARG;
-    if (!dl__writable("dl_fill_", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__writable("dl_fill_", t)) return dl__bad_rc(t);
     if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
     DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     dl__bump_version(t);
@@ -10756,7 +10798,7 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
     int64_t ds[DL_MAX_DIMS], ss[DL_MAX_DIMS], st[DL_MAX_DIMS];
     int d;
     if (!dst || !src) return DL_ERR_ARG;
-    if (!dl__writable(op, dst)) return dst->magic_ == DL__MAGIC ? dst->ctx_->err : DL_ERR_ARG;
+    if (!dl__writable(op, dst)) return dl__bad_rc(dst);
     if (!dl__live(op, "src", src) || !dl__pair(op, dst, src)) return dst->ctx_->err;
     if (src->requires_grad && src != dst && dl__grad_on(dst->ctx_)) {
         /* torch's copy_ would record it; here the copy is not on the tape,
@@ -10804,7 +10846,9 @@ void dl_free(dl_tensor *t)
                 "them in place until dl_ctx_free (datasets live as long as their context)", dl__sh(t));
         return;
     }
-    if (t->grad && t->grad->step_ == 0) dl__persist_drop(t->grad);
+    /* a gradient freed: its tensor has none (PyTorch's p.grad = None) */
+    if (t->gowner_ && t->gowner_->magic_ == DL__MAGIC && t->gowner_->grad == t) t->gowner_->grad = NULL;
+    if (t->grad && t->grad->magic_ == DL__MAGIC && t->grad->step_ == 0) dl__persist_drop(t->grad);
     dl__persist_drop(t);
 }
 
@@ -10890,6 +10934,8 @@ static bool dl__move(dl_tensor *t, dl__dev *d)
     old->t = t;
     old->d = od;                     /* views and this step's tape may still read the old storage */
     old->p = t->data;
+    old->bytes = bytes;
+    od->pending += bytes;
     old->next = t->ctx_->dfree;
     t->ctx_->dfree = old;
     dl__bump_version(t);             /* a backward that reads t refuses (it moved under the graph) */
@@ -10913,6 +10959,7 @@ static void dl__move_undo(dl_ctx *ctx, dl__dfree *mark)
         size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
         ctx->dfree = f->next;
         t->dev_->be->free(t->dev_, t->data);
+        f->d->pending -= f->bytes < f->d->pending ? f->bytes : f->d->pending;
         t->dev_->persistent_bytes -= bytes < t->dev_->persistent_bytes ? bytes : t->dev_->persistent_bytes;
         f->d->persistent_bytes += bytes;
         t->data = f->p;
@@ -10954,7 +11001,7 @@ static float dl__host_value(dl_tensor *t) { return dl__host_value_at(t, 0); }
 dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
 {
     if (!t) return DL_ERR_ARG;
-    if (!dl__live("dl_read", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__live("dl_read", "t", t)) return dl__bad_rc(t);
     if (dl__cap_refused(t->ctx_, "dl_read", "a read to the host", DL__CAP_READ_HINT)) return DL_ERR_UNSUPPORTED;
     if (!dl__f32("dl_read", "t", t)) return DL_ERR_DTYPE;
     if (!dst || n != t->numel) {
@@ -10970,7 +11017,7 @@ dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n)
 {
     int64_t i;
     if (!t) return DL_ERR_ARG;
-    if (!dl__live("dl_read_int64", "t", t)) return t->magic_ == DL__MAGIC ? t->ctx_->err : DL_ERR_ARG;
+    if (!dl__live("dl_read_int64", "t", t)) return dl__bad_rc(t);
     if (dl__cap_refused(t->ctx_, "dl_read_int64", "a read to the host", DL__CAP_READ_HINT))
         return DL_ERR_UNSUPPORTED;
     if (!dst || n != t->numel) {
@@ -11197,6 +11244,7 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
         if (how == DL__MT_EACH) { dl_zero_grad(t); continue; }
         if (how == DL__MT_LAUNCH) dl__mt_run(s, slot, t->dev_, DL__MT_ZERO, n, ts, NULL, NULL, 0);
         dl__bump_version(t->grad);   /* as dl_zero_grad does */
+        t->grad->nohist_ = false;
     }
 }
 
@@ -11206,6 +11254,7 @@ void dl_zero_grad(dl_tensor *t)
     if (t->ctx_->cap) dl__cap_use(t->grad);
     DL__BE(t->grad)->fill(t->grad->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
     dl__bump_version(t->grad);
+    t->grad->nohist_ = false;
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
@@ -11248,8 +11297,13 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
     if (!x->grad) {
         x->grad = dl__make(x->dev_, "dl_backward", DL_DTYPE_F32, x->ndim, x->shape, x->step_ == 0, NULL);
         if (!x->grad) return false;
+        x->grad->gowner_ = x;
         DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
     }
+    /* a persistent gradient is summed in place: g's history (create_graph) is
+       not kept, so a backward through what is computed from it is refused
+       (until it is zeroed), instead of dropping a penalty on it */
+    if (create_graph && g->requires_grad) x->grad->nohist_ = true;
     if (x->ctx_->cap) dl__cap_use(x->grad);
     DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     dl__bump_version(x->grad);
@@ -11411,7 +11465,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     q.n = 0;
     q.d = NULL;
     if (!out) return DL_ERR_ARG;
-    if (!dl__valid(name, "out", out)) return out->magic_ == DL__MAGIC ? out->ctx_->err : DL_ERR_ARG;
+    if (!dl__valid(name, "out", out)) return dl__bad_rc(out);
     ctx = out->ctx_;
     create = desc && desc->create_graph;
     retain = create || (desc && desc->retain_graph);
@@ -11489,6 +11543,17 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         n->gacc = NULL;
         for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
         if (n->released) { dl__accq_flush(ctx, &q); ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
+        for (j = 0; j < n->nin; j++)
+            if (n->in[j] && n->in[j]->nohist_) {
+                dl__err(ctx, DL_ERR_GRAPH, "%s: the graph goes through input %d %s of %s, computed from a "
+                        "parameter's ->grad that a create_graph backward summed into without its history (a "
+                        "persistent gradient is updated in place): its terms would be silently dropped; take "
+                        "that gradient with dl_grad(..., create_graph) (torch.autograd.grad)", name, j,
+                        dl__sh(n->in[j]), n->op->name);
+                rc = DL_ERR_GRAPH;
+                break;
+            }
+        if (rc != DL_OK) break;
         if (n->nin > 64) {
             gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
             if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
@@ -16486,6 +16551,7 @@ static void dl__optim_apply(dl_optim *o)
    it updated, and the multi-tensor caches (per device) its launches used. */
 typedef struct dl__optim_cap {
     dl__mtset mt;                     /* (dev and cache only) */
+    int64_t rec_at;                   /* its first CPU record (a replay failing before it undoes the count) */
     unsigned char mask[1];            /* n of them */
 } dl__optim_cap;
 
@@ -16497,9 +16563,9 @@ static void dl__optim_replay(dl_capture *cap, void *owner, void *data, bool undo
     dl_optim *o = (dl_optim *)owner;
     dl__optim_cap *oc = (dl__optim_cap *)data;
     int i;
-    (void)cap;
     if (!o) return;
-    if (undo) {                       /* the replay failed: its step is not counted */
+    if (undo) {                       /* the replay failed before the step ran: not counted */
+        if (cap->failed_at >= oc->rec_at) return;   /* (it ran: a later record failed) */
         for (i = 0; i < o->n; i++) if (oc->mask[i]) o->pstep[i]--;
         o->steps--;
         return;
@@ -16517,6 +16583,7 @@ static dl__optim_cap *dl__optim_capture(dl_optim *o)
     int i, k;
     if (!oc) { dl__err(o->ctx, DL_ERR_OOM, "dl_optim_step: out of memory"); return NULL; }
     memset(oc, 0, sizeof *oc);
+    oc->rec_at = o->ctx->cap->nrec;
     for (i = 0; i < o->n; i++) {
         oc->mask[i] = o->p[i]->grad != NULL;
         if (!oc->mask[i]) continue;
@@ -21651,6 +21718,7 @@ static dl_result dl__ddp_grad_union(dl_ddp *dp, const char *op)
             if (x->grad) continue;
             x->grad = dl__make(x->dev_, op, DL_DTYPE_F32, x->ndim, x->shape, true, NULL);
             if (!x->grad) { DL_FREE(v); return dp->ctx->err; }
+            x->grad->gowner_ = x;
             DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
         }
     }

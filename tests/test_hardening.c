@@ -1550,6 +1550,42 @@ static void test_review3_capture(void)
         EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free() (use after free)");
         dl_step_end(ctx);
     }
+    {   /* dl_free of a gradient: its tensor has none (p.grad = None), and freeing the
+           tensor after does not free the gradient twice (a double free at dl_step_end) */
+        dl_tensor *p = dl_param(dl_ones(ctx, DL_SHAPE(4)));
+        dl_backward(dl_sum(dl_mul(p, p), DL_ALL, false));
+        CHECK(p->grad != NULL, "a gradient");
+        dl_free(p->grad);
+        CHECK(p->grad == NULL, "dl_free(p->grad) leaves p without one");
+        dl_zero_grad(p);
+        CHECK(dl_backward(dl_sum(dl_mul(p, p), DL_ALL, false)) == DL_OK && p->grad &&
+              dl_read(p->grad, out, 4) == DL_OK && out[0] == 2.0f, "a backward makes a new one");
+        dl_free(p->grad);
+        dl_free(p);
+        dl_step_end(ctx);
+    }
+    {   /* memory_limit counts what dl_free keeps to the step's end (50 frees of 2 MiB
+           under a 6 MiB limit all succeeded, 100 MiB held) */
+        dl_ctx_desc d;
+        dl_ctx *lc;
+        dl_tensor *z;
+        int k, ok = 0;
+        memset(&d, 0, sizeof d);
+        d.log = dl_log_silent;
+        d.memory_limit = (size_t)6 << 20;
+        lc = dl_ctx_init(&d);
+        z = dl_zeros(lc, DL_SHAPE(512, 1024));   /* 2 MiB of step memory, then copies of it */
+        for (k = 0; k < 10; k++) {
+            dl_tensor *big = dl_keep(z);
+            if (!big) break;
+            ok++;
+            dl_free(big);
+        }
+        CHECK(ok < 10 && dl_last_error(lc) == DL_ERR_OOM, "the limit holds within a step: %d of 10", ok);
+        dl_step_end(lc);
+        CHECK(dl_keep(dl_zeros(lc, DL_SHAPE(512, 1024))) != NULL, "and the memory is back after it");
+        dl_ctx_free(lc);
+    }
     {   /* checkpoints inside a capture are refused (a save wrote zeros on strict
            devices, a load wrote host memory a replay would not) */
         dl_module *m = dl_nn_linear(ctx, 2, 2, true);
@@ -1567,7 +1603,7 @@ static void test_review3_capture(void)
         int64_t good[4] = {0, 1, 2, 1}, bad[4] = {0, 7, 2, 1};
         dl_module *net = dl_nn_linear(ctx, 3, 3, false);
         dl_optim *opt = dl_adam(net, NULL);
-        dl_tensor *xs = dl_keep(dl_rand(ctx, DL_SHAPE(4, 3))), *ys = dl_keep(dl_from_int64(ctx, DL_SHAPE(4), good));
+        dl_tensor *xs = dl_keep(dl_rand(ctx, DL_SHAPE(4, 3))), *ys = dl_keep(dl_from_int64(ctx, DL_SHAPE(4), good)), *ys2;
         int k;
         c = NULL;
         for (k = 0; k < 2; k++) {
@@ -1584,6 +1620,36 @@ static void test_review3_capture(void)
               (long long)dl_optim_steps(opt));
         dl_copy_(ys, dl_from_int64(ctx, DL_SHAPE(4), good));
         CHECK(dl_replay(c) == DL_OK && dl_optim_steps(opt) == 4, "the next counts");
+        dl_capture_free(c);
+        /* a record after the optimizer's that fails: the step ran, and counts */
+        ys2 = dl_keep(dl_from_int64(ctx, DL_SHAPE(4), good));
+        for (k = 0; k < 2; k++) {
+            if (k == 1) c = dl_capture_begin(ctx);
+            dl_optim_zero_grad(opt);
+            dl_backward(dl_cross_entropy(dl_module_forward(net, xs), ys, NULL));
+            dl_optim_step(opt);
+            dl_cross_entropy(dl_module_forward(net, xs), ys2, NULL);   /* an evaluation after it */
+            if (k == 1) CHECK(dl_capture_end(c) == DL_OK, "captured step: %s", dl_error_message(ctx));
+            dl_step_end(ctx);
+        }
+        dl_copy_(ys2, dl_from_int64(ctx, DL_SHAPE(4), bad));
+        CHECK(dl_replay(c) == DL_ERR_ARG && dl_optim_steps(opt) == 7, "the step ran before the failure: %lld",
+              (long long)dl_optim_steps(opt));
+        {   /* a capture's graph after an input it used was freed, and the step ended */
+            dl_tensor *xin = dl_keep(dl_rand(ctx, DL_SHAPE(4, 3))), *lo;
+            dl_capture *c2;
+            dl_step_end(ctx);
+            c2 = dl_capture_begin(ctx);
+            lo = dl_sum(dl_module_forward(net, xin), DL_ALL, false);
+            CHECK(dl_capture_end(c2) == DL_OK, "capture");
+            dl_free(xin);
+            dl_step_end(ctx);
+            CHECK(dl_graph_dot(lo, tmp("freed_input.dot")) == DL_OK, "dl_graph_dot: %s", dl_error_message(ctx));
+            dl_capture_free(c2);
+            dl_step_end(ctx);
+            CHECK(dl_read(lo, out, 1) == DL_ERR_STALE, "a released capture's tensor: DL_ERR_STALE");
+            dl_clear_error(ctx);
+        }
         dl_capture_free(c);
         CHECK(dl_capture_end(c) == DL_ERR_STALE, "dl_capture_end of a freed capture: DL_ERR_STALE");
         dl_clear_error(ctx);
@@ -1649,6 +1715,34 @@ static void test_review3_values(void)
         CHECK(dl_save_module(tmp("nbt.safetensors"), bn) == DL_OK, "save");
         CHECK(dl_load_module(tmp("nbt.safetensors"), bn2) == DL_ERR_FORMAT, "load refused");
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "tensor 'num_batches_tracked' is a count 9223372036854775807 outside 0..2^53");
+    }
+    {   /* create_graph into a parameter: its persistent ->grad is summed in place
+           without the history, so a penalty on it (loss + sum(w.grad^2)) was
+           silently dropped; an op that would differentiate through it is refused
+           until it is zeroed, and dl_grad gives the penalty's gradient (8 w x^4) */
+        float wv[2] = {1.0f, -1.5f}, xv[2] = {1.0f, 2.0f}, g[2];
+        dl_tensor *w = dl_param(dl_from_array(ctx, DL_SHAPE(2), wv)), *x = dl_from_array(ctx, DL_SHAPE(2), xv);
+        dl_tensor *loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false), *gw;   /* sum (w x)^2 */
+        dl_backward_desc bd;
+        memset(&bd, 0, sizeof bd);
+        bd.create_graph = true;
+        CHECK(dl_backward_ex(loss, &bd) == DL_OK && w->grad, "create_graph backward into a parameter");
+        loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
+        CHECK(dl_backward(dl_add(loss, dl_sum(dl_mul(w->grad, w->grad), DL_ALL, false))) == DL_ERR_GRAPH,
+              "a backward of loss + a penalty on w->grad is refused");
+        EXPECT_ERR(ctx, DL_ERR_GRAPH, "dl_backward: the graph goes through input 1 () of dl_add, computed from a "
+                   "parameter's ->grad");
+        CHECK(dl_copy(w->grad) != NULL, "reading it (a copy) is fine");
+        dl_zero_grad(w);
+        loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
+        CHECK(dl_backward(dl_add(loss, dl_sum(dl_mul(w->grad, w->grad), DL_ALL, false))) == DL_OK,
+              "zeroed: usable again");
+        dl_zero_grad(w);
+        loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
+        CHECK(dl_grad(loss, 1, &w, &gw, &bd) == DL_OK && gw &&
+              dl_backward(dl_sum(dl_mul(gw, gw), DL_ALL, false)) == DL_OK && dl_read(w->grad, g, 2) == DL_OK &&
+              g[0] == 8.0f && g[1] == -192.0f, "dl_grad's penalty reaches w: %g %g", (double)g[0], (double)g[1]);
+        dl_step_end(ctx);
     }
     {   /* optimizers: the groups of a model without biases (one empty) are
            accepted; a warmup at t = INT64_MAX is base (t + 1 overflowed) */
