@@ -35,7 +35,9 @@
        DL_NO_IMPLEMENTATION  ignore this file's DL_IMPLEMENTATION: the implementation
                            is linked from another object (make builds dl.h once for
                            all the one-file programs of examples/ that way)
-       DL_OPENBLAS         matrix products through cblas_sgemm (link -lopenblas)
+       DL_OPENBLAS         matrix products through cblas_sgemm (link -lopenblas); their
+                           bits follow OpenBLAS's thread count, which dl_ctx_init and
+                           dl_set_num_threads set too (process-wide, as torch's)
        DL_ZLIB             dl_idx_load reads .gz files (link -lz)
        DL_CUDA             tensors on NVIDIA GPUs too (dl_cuda(i)): dl_cuda.cuh, the
                            implementation file compiled by nvcc -x cu (link -lcudart
@@ -49,7 +51,8 @@
                            (AVX-512 builds take it otherwise: faster, within 1e-4
                            relative of the direct sums)
        DL_NO_THREADS       single-threaded build (no pthreads; implied where the
-                           compiler lacks GCC's __atomic builtins)
+                           compiler lacks GCC's __atomic builtins); one thread of the
+                           process may use dl.h at a time
        DL_ABORT_ON_ERROR   trap at the first error (for a debugger)
        DL_DEBUG            checks that cost memory: a dl_free()d tensor's header is
                            kept, poisoned, so a use after free is an error naming
@@ -4185,9 +4188,10 @@ struct dl_ctx {
     dl__arena hdr[2];                 /* without address space: headers by step parity */
     dl_ctx *reg_next;                 /* registry of contexts (stale pointer reports) */
     dl_tensor *persist;               /* persistent tensors */
-    dl_tensor *freed;                 /* dl_free()d headers, poisoned: released at dl_step_end
-                                         (DL_DEBUG: at dl_ctx_free, so a late use names them) */
-    dl_tensor *freed_kept;            /* the same while captures lived: to dl_ctx_free */
+    dl_tensor *freed;                 /* this step's dl_free()d tensors (their data too), poisoned:
+                                         released at dl_step_end (dl__freed_release) */
+    dl_tensor *freed_kept;            /* their headers kept to dl_ctx_free (DL_DEBUG, so a late use
+                                         names them; or while captures lived) */
     size_t memory_limit;              /* per device (0: none) */
     uint64_t alloc_calls;             /* host allocations: headers, tape, modules ... */
     dl__node **tape;
@@ -4490,7 +4494,9 @@ static void *dl__halloc_vm(dl_ctx *ctx, size_t need)
         if (!n) return NULL;
         if (r) r->retire_step = ctx->step + 2;
         n->next = r;
+        DL__REG_LOCK();   /* (another thread's dl__header_owner walks the list) */
         ctx->hreg = r = n;
+        DL__REG_UNLOCK();
         ctx->hkeep = ctx->hstep = 0;
     }
     return dl__hregion_take(ctx, r, need);
@@ -4562,13 +4568,21 @@ static void dl__hstore_init(dl_ctx *ctx)
     DL__REG_UNLOCK();
 }
 
-static void dl__hstore_free(dl_ctx *ctx)
+/* ctx leaves the registry (dl_ctx_free's first act: another thread's
+   dl__header_owner walks the registered contexts' regions, which are freed
+   after; they change only under the lock, DL__REG_LOCK) */
+static void dl__registry_unlink(dl_ctx *ctx)
 {
     dl_ctx **pp;
     DL__REG_LOCK();
     for (pp = &dl__registry; *pp; pp = &(*pp)->reg_next)
         if (*pp == ctx) { *pp = ctx->reg_next; break; }
     DL__REG_UNLOCK();
+}
+
+static void dl__hstore_free(dl_ctx *ctx)
+{
+    dl__registry_unlink(ctx);
 #ifdef DL__HVM
     while (ctx->hreg) {
         dl__hregion *r = ctx->hreg;
@@ -5285,7 +5299,9 @@ static void dl__warn(dl_ctx *ctx, const char *fmt, ...)
 
 static int dl__cores(void)
 {
-#if defined(DL__UNIX) && defined(_SC_NPROCESSORS_ONLN)
+#if defined(DL_NO_THREADS)
+    return 1;                         /* (the cores this build can use) */
+#elif defined(DL__UNIX) && defined(_SC_NPROCESSORS_ONLN)
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     return nc > 0 ? (nc > 1024 ? 1024 : (int)nc) : 1;
 #else
@@ -5523,6 +5539,12 @@ dl_ctx *dl_ctx_init(const dl_ctx_desc *desc)
     ctx->log = log ? log : dl__log_stderr;     /* the clamp's warning goes to the log */
     dl__threads_ok(ctx, "dl_ctx_init", desc ? desc->num_threads : 0, &ctx->nthreads);
     ctx->pool = dl__pool_create(ctx->nthreads);
+#ifdef DL_OPENBLAS
+    openblas_set_num_threads(ctx->nthreads);
+#endif
+    if (dl__pool_size(ctx->pool) < ctx->nthreads)   /* (no memory or no threads for the pool) */
+        dl__warn(ctx, "dl_ctx_init: could not start %d threads; running on %d", ctx->nthreads,
+                 dl__pool_size(ctx->pool));
     ctx->alloc_calls++;
     ctx->log = NULL;
     if (!dl__switch_opt(ctx, "allow_tf32", desc ? desc->allow_tf32 : 0, "DL_ALLOW_TF32", false, &ctx->allow_tf32) ||
@@ -5549,28 +5571,17 @@ static void dl__persist_unlink(dl_tensor *t)
 
 static size_t dl__esize(dl_dtype t) { return t == DL_DTYPE_I64 ? 8 : 4; }
 
+/* dl_ctx_free's release of a persistent tensor (dl_free's: dl__persist_drop) */
 static void dl__persist_release(dl_tensor *t)
 {
     dl__dev *d = t->dev_;
-#ifdef DL_DEBUG
-    dl_ctx *ctx = t->ctx_;
-#endif
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
     if (t->ctx_->caps) dl__cap_forget(t, "freed");   /* a capture that uses t cannot replay */
     dl__persist_unlink(t);
     d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
     if (t->owns_) d->be->free(d, t->data);
-#ifdef DL_DEBUG
-    /* debug builds keep the header, poisoned, so that a use after dl_free is
-       an error naming the tensor; dl_ctx_free releases it */
-    t->magic_ = DL__FREED;
-    t->data = NULL;
-    t->pnext_ = ctx->freed;
-    ctx->freed = t;
-#else
     t->magic_ = 0;
     DL_FREE(t);
-#endif
 }
 
 /* dl_free's release: the tensor is gone at once (its header reads as
@@ -5584,39 +5595,44 @@ static void dl__persist_drop(dl_tensor *t)
     dl_ctx *ctx = t->ctx_;
     dl__dev *d = t->dev_;
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
-    dl__dfree *f = NULL;
-    if (t->owns_ && !(f = (dl__dfree *)DL_MALLOC(sizeof *f))) {
-        dl__persist_release(t);   /* (out of memory: now) */
-        return;
-    }
     if (ctx->caps) dl__cap_forget(t, "freed");   /* a capture that uses t cannot replay */
     dl__persist_unlink(t);
     d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
-    if (f) {
-        f->t = NULL;
-        f->d = d;
-        f->p = t->data;
-        f->bytes = (size_t)t->numel * dl__esize(t->dtype);
-        d->pending += f->bytes;
-        f->next = ctx->dfree;
-        ctx->dfree = f;
-    }
-    t->magic_ = DL__FREED;
-    t->data = NULL;
-    if (ctx->caps) {   /* a capture's graph may point at it after the step: kept to dl_ctx_free */
-        t->pnext_ = ctx->freed_kept;
-        ctx->freed_kept = t;
-    } else {
-        t->pnext_ = ctx->freed;
-        ctx->freed = t;
+    if (t->owns_) d->pending += bytes - sizeof(dl_tensor);   /* (its data stays to dl_step_end) */
+    t->magic_ = DL__FREED;   /* (nothing allocated here: freeing cannot fail) */
+    t->pnext_ = ctx->freed;
+    ctx->freed = t;
+}
+
+/* dl_step_end's (and dl_ctx_free's) part: the data of this step's dl_free()d
+   tensors goes back; their headers too, unless kept (DL_DEBUG, so that a
+   late use names them, or while captures live, whose graphs may point
+   there: to dl_ctx_free) */
+static void dl__freed_release(dl_ctx *ctx, bool keep)
+{
+    while (ctx->freed) {
+        dl_tensor *t = ctx->freed;
+        ctx->freed = t->pnext_;
+        if (t->owns_ && t->data) {
+            size_t b = (size_t)t->numel * dl__esize(t->dtype);
+            t->dev_->be->free(t->dev_, t->data);
+            t->dev_->pending -= b < t->dev_->pending ? b : t->dev_->pending;
+        }
+        t->data = NULL;
+        if (keep) {
+            t->pnext_ = ctx->freed_kept;
+            ctx->freed_kept = t;
+        } else {
+            DL_FREE(t);
+        }
     }
 }
 
 /* Register p to be destroyed by dl_ctx_free (false, with an error, on OOM). */
-static DL__UNUSED bool dl__own(dl_ctx *ctx, void (*destroy)(void *p), void *p)
+static DL__UNUSED bool dl__own(dl_ctx *ctx, const char *op, void (*destroy)(void *p), void *p)
 {
     dl__owned *o = (dl__owned *)dl__malloc(ctx, sizeof(dl__owned));
-    if (!o) { dl__err(ctx, DL_ERR_OOM, "out of memory"); return false; }
+    if (!o) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", op); return false; }
     o->destroy = destroy;
     o->p = p;
     o->next = ctx->owned;
@@ -5654,6 +5670,7 @@ static void dl__dfree_all(dl_ctx *ctx)
 void dl_ctx_free(dl_ctx *ctx)
 {
     if (!ctx) return;
+    dl__registry_unlink(ctx);
     dl__caps_free(ctx);        /* first: a capture running on CUDA ends before its stream goes */
     dl__prof_free(ctx);   /* prints the table first when something was recorded */
     while (ctx->owned) {
@@ -5663,7 +5680,7 @@ void dl_ctx_free(dl_ctx *ctx)
         DL_FREE(o);
     }
     while (ctx->persist) dl__persist_release(ctx->persist);
-    while (ctx->freed) { dl_tensor *t = ctx->freed; ctx->freed = t->pnext_; DL_FREE(t); }
+    dl__freed_release(ctx, false);
     while (ctx->freed_kept) { dl_tensor *t = ctx->freed_kept; ctx->freed_kept = t->pnext_; DL_FREE(t); }
     dl__dfree_all(ctx);
     dl__devs_free(ctx);
@@ -5685,8 +5702,10 @@ void dl_step_end(dl_ctx *ctx)
     ctx->step++;
     dl__dfree_all(ctx);
     dl__capleft_free(ctx);
-#ifndef DL_DEBUG
-    while (ctx->freed) { dl_tensor *t = ctx->freed; ctx->freed = t->pnext_; DL_FREE(t); }
+#ifdef DL_DEBUG
+    dl__freed_release(ctx, true);
+#else
+    dl__freed_release(ctx, ctx->caps != NULL);
 #endif
     for (i = 0; i < ctx->ncpu; i++) dl__arena_reset(&ctx->cpu[i]->data);
     for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) dl__arena_reset(&ctx->cuda[i]->data);
@@ -5707,6 +5726,9 @@ dl_result dl_set_num_threads(dl_ctx *ctx, int n)
     dl__pool_destroy(ctx->pool);
     ctx->pool = p;
     ctx->nthreads = n;
+#ifdef DL_OPENBLAS
+    openblas_set_num_threads(n);      /* (its bits follow its thread count, as torch.set_num_threads) */
+#endif
     return DL_OK;
 }
 
@@ -9401,6 +9423,7 @@ struct dl_capture {
     dl__hregion *hreg;                /* headers and nodes made inside it */
 #endif
     dl__arena harena;                 /* the same without address space to reserve */
+    struct dl__capleft *left;         /* what dl_capture_free leaves to dl_step_end (allocated up front) */
 };
 
 static uint64_t dl__cap_gen(dl_ctx *ctx) { return ctx->cap->gen; }
@@ -10197,7 +10220,9 @@ static dl__hregion *dl__cap_hregion(dl_ctx *ctx)
         dl__hregion *n = dl__hregion_new(ctx, 0, DL__HREGION);
         if (!n) return NULL;
         n->next = s;
+        DL__REG_LOCK();   /* (another thread's dl__header_owner walks the list) */
         ctx->capreg = s = n;
+        DL__REG_UNLOCK();
     }
     r = (dl__hregion *)DL_MALLOC(sizeof *r);
     if (!r) return NULL;
@@ -10262,7 +10287,18 @@ dl_capture *dl_capture_begin(dl_ctx *ctx)
     c->ndev = ctx->ncpu;
     for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) c->ndev++;
     c->dev = (dl__capdev *)dl__malloc(ctx, sizeof(dl__capdev) * (size_t)c->ndev);
-    if (!c->dev) { DL_FREE(c); goto oom; }
+    c->left = (dl__capleft *)dl__malloc(ctx, sizeof(dl__capleft));   /* (dl_capture_free allocates nothing) */
+    if (c->left) {
+        memset(c->left, 0, sizeof *c->left);
+        c->left->arena = (dl__arena *)dl__malloc(ctx, sizeof(dl__arena) * (size_t)(c->ndev + 1));
+    }
+    if (!c->dev || !c->left || !c->left->arena) {
+        if (c->left) DL_FREE(c->left->arena);
+        DL_FREE(c->left);
+        DL_FREE(c->dev);
+        DL_FREE(c);
+        goto oom;
+    }
     memset(c->dev, 0, sizeof(dl__capdev) * (size_t)c->ndev);
     c->magic = DL__CAP_MAGIC;
     c->ctx = ctx;
@@ -10389,13 +10425,8 @@ static void dl__cap_release(dl_capture *c)
     dl_ctx *ctx = c->ctx;
     dl_capture **pp;
     int i;
-    dl__capleft *left = (dl__capleft *)DL_MALLOC(sizeof(dl__capleft));
+    dl__capleft *left = c->left;     /* (made at dl_capture_begin) */
     if (c->state == DL__CAP_RECORDING) dl__cap_stop(c);
-    if (left) {
-        memset(left, 0, sizeof *left);
-        left->arena = (dl__arena *)DL_MALLOC(sizeof(dl__arena) * (size_t)(c->ndev + 1));
-        if (!left->arena) { DL_FREE(left); left = NULL; }
-    }
     for (i = 0; i < c->ndev; i++) {
         dl__capdev *cd = &c->dev[i];
         if (cd->impl) cd->d->be->cap_free(cd->d, cd->impl);
@@ -10905,7 +10936,7 @@ dl_tensor *dl_to(dl_tensor *t, dl_device dev)
 
 /* Moves a persistent tensor's storage to d in place (the header, its
    name and every pointer to it stay valid); its grad goes along. */
-static bool dl__move(dl_tensor *t, dl__dev *d)
+static bool dl__move(const char *op, dl_tensor *t, dl__dev *d)
 {
     dl__dev *od = t->dev_;
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype);
@@ -10914,14 +10945,14 @@ static bool dl__move(dl_tensor *t, dl__dev *d)
     dl__dfree *old;
     if (od == d) return true;
     if (!t->owns_ || t->step_ != 0) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_module_to: %s %s does not own its storage", t->name, dl__sh(t));
+        dl__err(t->ctx_, DL_ERR_ARG, "%s: %s %s does not own its storage", op, t->name, dl__sh(t));
         return false;
     }
-    if (t->ctx_->cap && !dl__cap_persistent(t->ctx_, "dl_module_to")) return false;
+    if (t->ctx_->cap && !dl__cap_persistent(t->ctx_, op)) return false;
     old = (dl__dfree *)DL_MALLOC(sizeof *old);
     if (!old || !dl__dev_limit_ok(d, bytes + sizeof(dl_tensor)) || !(p = dl__dev_alloc(d, bytes))) {
         DL_FREE(old);
-        dl__err(t->ctx_, DL_ERR_OOM, "dl_module_to: cannot allocate %zu bytes on %s for %s %s", bytes,
+        dl__err(t->ctx_, DL_ERR_OOM, "%s: cannot allocate %zu bytes on %s for %s %s", op, bytes,
                 dl_device_name(d->id), t->name[0] ? t->name : "a gradient", dl__sh(t));
         return false;
     }
@@ -10945,7 +10976,7 @@ static bool dl__move(dl_tensor *t, dl__dev *d)
     t->data = p;
     t->dev_ = d;
     t->device = d->id;
-    if (t->grad && t->grad->step_ == 0 && !dl__move(t->grad, d)) return false;
+    if (t->grad && t->grad->step_ == 0 && !dl__move(op, t->grad, d)) return false;
     return true;
 }
 
@@ -15195,7 +15226,7 @@ dl_module *dl_module_new(dl_ctx *ctx, const char *type, dl_module_fn forward, si
     snprintf(m->type, sizeof m->type, "%s", type ? type : "Module");
     m->forward = forward;
     m->training = true;
-    if (!dl__own(ctx, dl__module_destroy, m)) { dl__module_destroy(m); return NULL; }
+    if (!dl__own(ctx, "dl_module_new", dl__module_destroy, m)) { dl__module_destroy(m); return NULL; }
     return m;
 }
 
@@ -15404,7 +15435,7 @@ dl_result dl_module_to(dl_module *m, dl_device dev)
     {   /* all or nothing: a failure (out of memory halfway) moves back what had moved */
         dl__dfree *mark = m->ctx->dfree;
         for (i = 0; i < n; i++)
-            if (!dl__move(p[i].t, d)) {
+            if (!dl__move("dl_module_to", p[i].t, d)) {
                 dl__move_undo(m->ctx, mark);
                 return m->ctx->err;
             }
@@ -16386,7 +16417,7 @@ static dl_optim *dl__optim_make(dl_ctx *ctx, const char *fn, int kind, int ngrou
         return NULL;
     }
     o->magic = DL__OPT_MAGIC;
-    if (!dl__own(ctx, dl__optim_destroy, o)) { dl__optim_destroy(o); return NULL; }
+    if (!dl__own(ctx, fn, dl__optim_destroy, o)) { dl__optim_destroy(o); return NULL; }
     return o;
 oom_o:
     dl__optim_destroy(o);
@@ -16622,7 +16653,7 @@ static dl_result dl__optim_step_run(dl_optim *o)
     for (i = 0; i < o->n; i++) {
         int k;
         for (k = 0; k < 3; k++)
-            if (o->s[k] && o->s[k][i]->dev_ != o->p[i]->dev_ && !dl__move(o->s[k][i], o->p[i]->dev_))
+            if (o->s[k] && o->s[k][i]->dev_ != o->p[i]->dev_ && !dl__move("dl_optim_step", o->s[k][i], o->p[i]->dev_))
                 return ctx->err;
     }
     if (ctx->cap && !(oc = dl__optim_capture(o))) return ctx->err;
@@ -17140,7 +17171,7 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
         if (dl_read(x, d->xcopy, x->numel) != DL_OK) { dl__tds_free(d); return NULL; }
         d->xh = d->xcopy;
     } else d->xh = (const float *)x->data;
-    if (!dl__own(ctx, dl__tds_free, d)) { dl__tds_free(d); return NULL; }
+    if (!dl__own(ctx, "dl_tensor_dataset", dl__tds_free, d)) { dl__tds_free(d); return NULL; }
     if (!d->xcopy) {                  /* x's storage (its view base's) is read until dl_ctx_free */
         dl_tensor *o = x;
         x->pinned_ = true;
@@ -17482,7 +17513,7 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
         l->nw = l->started;   /* fewer threads if the system refused some */
     }
 #endif
-    if (!dl__own(ctx, dl__loader_free, l)) { dl__loader_free(l); return NULL; }
+    if (!dl__own(ctx, "dl_loader_new", dl__loader_free, l)) { dl__loader_free(l); return NULL; }
     return l;
 oom:
     dl__loader_free(l);
@@ -19131,7 +19162,7 @@ static dl_result dl__tb_emit(dl_summary_writer *w, const char *fn)
     } else {
         rc = dl__tb_write(w, fn, b->p, b->n);
     }
-    if (rc != DL_OK) w->nlost++;
+    if (rc == DL_ERR_IO) w->nlost++;   /* (out of memory before writing: the caller may retry) */
     b->n = 0;
     if (b->cap > ((size_t)1 << 20)) {   /* do not hold on to an image's worth */
         DL_FREE(b->p);
@@ -19389,7 +19420,7 @@ dl_summary_writer *dl_summary_open(dl_ctx *ctx, const char *logdir)
     }
     b = dl__tb_event(w, 0);
     dl__pb_str(b, 3, "brain.Event:2");
-    if (dl__tb_emit(w, fn) != DL_OK || !dl__own(ctx, dl__tb_destroy, w)) {
+    if (dl__tb_emit(w, fn) != DL_OK || !dl__own(ctx, fn, dl__tb_destroy, w)) {
         (void)dl__tb_close_file(w, NULL);
         remove(w->path);
         w->ctx = NULL;
@@ -21100,7 +21131,7 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
     }
 #endif
     c->magic = DL__COMM_MAGIC;
-    if (!dl__own(ctx, dl__comm_destroy, c)) { dl__comm_destroy(c); return NULL; }
+    if (!dl__own(ctx, "dl_comm_init", dl__comm_destroy, c)) { dl__comm_destroy(c); return NULL; }
     return c;
 }
 
@@ -21553,6 +21584,7 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
     dp->o = (dl_optim **)dl__malloc(ctx, sizeof(dl_optim *) * (size_t)n);
     dp->p = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)n * (size_t)np);
     dp->flat = (dl_tensor **)dl__malloc(ctx, sizeof(dl_tensor *) * (size_t)n);
+    if (dp->flat) memset(dp->flat, 0, sizeof(dl_tensor *) * (size_t)n);   /* (dl__ddp_destroy frees them) */
     dp->w = (float *)dl__malloc(ctx, sizeof(float) * (size_t)n);
     dp->sum = (float *)dl__malloc(ctx, sizeof(float) * 2 * (size_t)np);
     if (!dp->m || !dp->o || !dp->p || !dp->flat || !dp->w || !dp->sum) {
@@ -21638,7 +21670,7 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
             at += m;
         }
     }
-    if (!dl__own(ctx, dl__ddp_destroy, dp)) { dl__ddp_destroy(dp); return NULL; }
+    if (!dl__own(ctx, "dl_ddp_init", dl__ddp_destroy, dp)) { dl__ddp_destroy(dp); return NULL; }
     dp->magic = DL__DDP_MAGIC;
     /* replica 0 of process 0 -> everyone: parameters and buffers */
     for (j = 0; j < ns0; j++) {
@@ -22262,7 +22294,7 @@ dl_result dl_graph_dot(dl_tensor *root, const char *path)
     dl__dot_tensor(f, root, "style=filled, fillcolor=\"#ffd9b3\"");
     cap = ctx->ntape + 1;
     stack = (dl__node **)DL_MALLOC(sizeof(dl__node *) * (size_t)cap);
-    if (!stack) { dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
+    if (!stack) { DL_FREE(sb.s); dl__err(ctx, DL_ERR_OOM, "dl_graph_dot: out of memory"); return DL_ERR_OOM; }
     ctx->visit++;
     if (root->node_) { root->node_->visit = ctx->visit; stack[sp++] = root->node_; }
     while (sp > 0) {

@@ -2407,8 +2407,8 @@ static bool dl__cu_pointwise(const dl__cgeom *g)
 {
     int i;
     if (g->K != 1) return false;
-    for (i = 0; i < 3; i++)
-        if (g->s[i] != 1 || g->p[i] != 0) return false;
+    for (i = 0; i < 3; i++)   /* (a transposed conv's output_padding makes ia > ib: not pointwise) */
+        if (g->s[i] != 1 || g->p[i] != 0 || g->ia[i] != g->ib[i]) return false;
     return true;
 }
 

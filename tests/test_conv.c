@@ -335,6 +335,9 @@ static void gradchecks(void)
         c = conv(L_CONVT, nsp, 1, 0, 2, 1);
         c.cd.output_padding[0] = 1;
         gc(LAB("convT dilation 2 output_padding 1"), c, SP(nsp, 1, 2, 3, 2, 2), SP(nsp, 2, 1, 2, 2, 2), 1);
+        /* kernel 1: the output is longer than the input by the padding (CUDA's
+           pointwise path took it for a plain product, reading rows of the wrong length) */
+        gc(LAB("convT k1 dilation 2 output_padding 1"), c, SP(nsp, 1, 2, 3, 2, 2), SP(nsp, 2, 2, 1, 1, 1), 2);
         gc(LAB("convT groups 2"), conv(L_CONVT, nsp, 2, 0, 1, 2), SP(nsp, 1, 4, 2, 2, 2), SP(nsp, 4, 1, 2, 2, 2), 2);
         gc(LAB("convT depthwise"), conv(L_CONVT, nsp, 1, 1, 1, 2), SP(nsp, 1, 2, 3, 2, 2), SP(nsp, 2, 1, 3, 3, 3), 2);
         /* pooling */

@@ -90,7 +90,7 @@ static void test_mixed_device_errors(void)
         dl_tensor *p = dl_param(dl_randn(c, DL_SHAPE(3)));
         dl_optim *o = dl_sgd_params(c, 1, &p, NULL);
         dl_backward(dl_sum(dl_mul(p, p), DL_ALL, false));
-        CHECK(p->grad && dl__move(p->grad, c->cpu[1]), "grad moved");
+        CHECK(p->grad && dl__move("dl_module_to", p->grad, c->cpu[1]), "grad moved");
         CHECK(dl_optim_step(o) == DL_ERR_DEVICE, "optimizer with a grad on another device");
         EXPECT_ERR(c, DL_ERR_DEVICE, "parameter 0 (3) is on cpu:0 but its gradient is on cpu:1");
         dl_optim_free(o);

@@ -1673,6 +1673,49 @@ static void test_review3_capture(void)
     dl_ctx_free(ctx);
 }
 
+/* a stale tensor used on one thread while another thread's contexts make
+   and free captures: the stale check walked the other contexts' header
+   regions while they were freed (heap-use-after-free under make sanitize) */
+static int race_stop;
+static void *race_user(void *arg)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *old = dl_ones(ctx, DL_SHAPE(3));
+    long *stale = (long *)arg;
+    int s, i;
+    dl_step_end(ctx);
+    for (s = 0; s < 6; s++) {   /* enough later headers that step 1's pages go back (zeros) */
+        for (i = 0; i < 20000; i++) dl_zeros(ctx, DL_SHAPE(1));
+        dl_step_end(ctx);
+    }
+    while (!__atomic_load_n(&race_stop, __ATOMIC_ACQUIRE)) {
+        if (!dl_relu(old) && dl_last_error(ctx) == DL_ERR_STALE) (*stale)++;
+        dl_clear_error(ctx);
+    }
+    dl_ctx_free(ctx);
+    return NULL;
+}
+static void test_header_owner_race(void)
+{
+    pthread_t t;
+    long stale = 0;
+    int i;
+    race_stop = 0;
+    pthread_create(&t, NULL, race_user, &stale);
+    for (i = 0; i < 300; i++) {
+        dl_ctx *ctx = new_ctx();
+        dl_tensor *w = dl_param(dl_randn(ctx, DL_SHAPE(4, 4)));
+        dl_capture *c = dl_capture_begin(ctx);
+        dl_sum(dl_mul(w, w), DL_ALL, false);
+        dl_capture_end(c);
+        dl_capture_free(c);
+        dl_ctx_free(ctx);
+    }
+    __atomic_store_n(&race_stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    CHECK(stale > 0, "the stale tensor was reported (%ld times) while captures came and went", stale);
+}
+
 static void test_review3_values(void)
 {
     dl_ctx *ctx = new_ctx();
@@ -1820,6 +1863,7 @@ int main(void)
     test_review2_files();
     test_review2_modules();
     test_review3_capture();
+    test_header_owner_race();
     test_review3_values();
     test_review3_data();
     TEST_END();
