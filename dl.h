@@ -1192,7 +1192,9 @@ DL_API dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y
 /* KL divergence of log-probabilities `input` from `target` (probabilities,
    or log-probabilities with log_target): target (log target - input),
    0 where target is 0. PyTorch's reduction 'mean' averages over elements;
-   DL_REDUCTION_BATCHMEAN (the mathematically correct one) divides by N. */
+   DL_REDUCTION_BATCHMEAN (the mathematically correct one) divides by N.
+   Where target is 0, target's gradient is -input (PyTorch's is NaN; the
+   one-sided derivative log t + 1 - input is -inf there). */
 DL_API dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d);
 
 
