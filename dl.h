@@ -761,6 +761,7 @@ struct dl_tensor {
     bool detached_;           /* a view from dl_detach (or of one): writable whatever its base */
     bool pinned_;             /* read in place by a dl_tensor_dataset: dl_free refuses */
     dl_tensor *gowner_;       /* a persistent gradient's tensor (dl_free of it: owner->grad = NULL) */
+    bool capused_;            /* dl_free()d while a capture used it: its header stays to dl_ctx_free */
     bool nohist_;             /* a persistent gradient a create_graph backward added to without
                                  the history (until zeroed), or computed from one: a backward
                                  through it is refused */
@@ -4267,7 +4268,7 @@ static bool dl__cap_persistent(dl_ctx *ctx, const char *op);     /* refuses pers
 static bool dl__cap_refused(dl_ctx *ctx, const char *op, const char *what, const char *hint);
 static void dl__cap_owner_gone(dl_ctx *ctx, void *owner, const char *what);   /* (an optimizer) */
 static void dl__cap_refuse(dl__dev *d, const char *what);        /* a device entry's refusal */
-static void dl__cap_forget(dl_tensor *t, const char *how);       /* t's storage goes away */
+static bool dl__cap_forget(dl_tensor *t, const char *how);       /* t's storage goes away */
 static void dl__caps_free(dl_ctx *ctx);                          /* dl_ctx_free's part */
 static void dl__capleft_free(dl_ctx *ctx);                       /* freed captures' memory: dl_step_end */
 static size_t dl__cap_saved(dl_capture *c, dl__dev *d);           /* d's own arena, set aside */
@@ -5597,7 +5598,8 @@ static void dl__persist_drop(dl_tensor *t)
     dl_ctx *ctx = t->ctx_;
     dl__dev *d = t->dev_;
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
-    if (ctx->caps) dl__cap_forget(t, "freed");   /* a capture that uses t cannot replay */
+    /* a capture that uses t cannot replay, and its graph may point at t's header */
+    if (ctx->caps && dl__cap_forget(t, "freed")) t->capused_ = true;
     dl__persist_unlink(t);
     d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
     if (t->owns_) d->pending += bytes - sizeof(dl_tensor);   /* (its data stays to dl_step_end) */
@@ -5607,10 +5609,10 @@ static void dl__persist_drop(dl_tensor *t)
 }
 
 /* dl_step_end's (and dl_ctx_free's) part: the data of this step's dl_free()d
-   tensors goes back; their headers too, unless kept (DL_DEBUG, so that a
-   late use names them, or while captures live, whose graphs may point
-   there: to dl_ctx_free) */
-static void dl__freed_release(dl_ctx *ctx, bool keep)
+   tensors goes back; their headers too, unless kept to dl_ctx_free (all of
+   them: DL_DEBUG, so that a late use names them; else those a capture
+   used, whose graph may point there) */
+static void dl__freed_release(dl_ctx *ctx, bool keep_all)
 {
     while (ctx->freed) {
         dl_tensor *t = ctx->freed;
@@ -5621,7 +5623,7 @@ static void dl__freed_release(dl_ctx *ctx, bool keep)
             t->dev_->pending -= b < t->dev_->pending ? b : t->dev_->pending;
         }
         t->data = NULL;
-        if (keep) {
+        if (keep_all || t->capused_) {
             t->pnext_ = ctx->freed_kept;
             ctx->freed_kept = t;
         } else {
@@ -5707,7 +5709,7 @@ void dl_step_end(dl_ctx *ctx)
 #ifdef DL_DEBUG
     dl__freed_release(ctx, true);
 #else
-    dl__freed_release(ctx, ctx->caps != NULL);
+    dl__freed_release(ctx, false);
 #endif
     for (i = 0; i < ctx->ncpu; i++) dl__arena_reset(&ctx->cpu[i]->data);
     for (i = 0; i < DL__MAX_CUDA; i++) if (ctx->cuda[i]) dl__arena_reset(&ctx->cuda[i]->data);
@@ -9418,6 +9420,9 @@ struct dl_capture {
     int64_t nuse, capuse;
     dl_tensor **bumps;                /* the version bumps of its in-place writes, in order */
     int64_t nbump, capbump;
+    struct dl__capnh { dl_tensor *t; bool v; } *nohist;   /* gradients whose nohist_ it set or
+                                         cleared, and to what (t NULL: forgotten): a replay does the same */
+    int64_t nnohist, capnohist;
     uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
     uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
     int64_t failed_at;                /* a failed replay's record (dl__replay_undo) */
@@ -9518,6 +9523,21 @@ static void dl__cap_bump(dl_tensor *t)
     c->bumps[c->nbump++] = t;
 }
 
+/* t->nohist_ = v (dl_backward_desc.create_graph); inside a capture the
+   change is listed, so that a replay, which runs no host code, repeats it */
+static void dl__nohist_set(dl_tensor *t, bool v)
+{
+    dl_capture *c = t->ctx_->cap;
+    int64_t i;
+    t->nohist_ = v;
+    if (!c || t->step_ != 0) return;
+    dl__cap_use(t);
+    for (i = 0; i < c->nnohist; i++) if (c->nohist[i].t == t) { c->nohist[i].v = v; return; }
+    if (!dl__cap_grow(t->ctx_, (void **)&c->nohist, &c->capnohist, c->nnohist + 1, sizeof *c->nohist)) return;
+    c->nohist[c->nnohist].t = t;
+    c->nohist[c->nnohist++].v = v;
+}
+
 /* dl__live's part inside a capture: persistent tensors are listed, its own
    pass, a step tensor from before it or another capture's are refused. */
 static bool dl__cap_input(const char *op, const char *arg, dl_tensor *t)
@@ -9555,22 +9575,27 @@ static void dl__cap_invalidate(dl_capture *c, const char *msg)
     snprintf(c->msg, sizeof c->msg, "%s", msg);
 }
 
-/* t's storage goes away (how: "freed" ...): every capture that uses it */
-static void dl__cap_forget(dl_tensor *t, const char *how)
+/* t's storage goes away (how: "freed" ...): every capture that uses it
+   (true when one did: its graph may point at t's header) */
+static bool dl__cap_forget(dl_tensor *t, const char *how)
 {
     dl_capture *c;
     int64_t i;
+    bool used = false;
     for (c = t->ctx_->caps; c; c = c->next)
         for (i = 0; i < c->nuse; i++)
             if (c->uses[i] == t) {
                 int64_t j;
                 char m[256];
+                used = true;
                 for (j = 0; j < c->nbump; j++) if (c->bumps[j] == t) c->bumps[j] = NULL;
+                for (j = 0; j < c->nnohist; j++) if (c->nohist[j].t == t) c->nohist[j].t = NULL;
                 snprintf(m, sizeof m, "the capture uses %s %s, which was %s after dl_capture_begin(); "
                          "capture again", t->name[0] ? t->name : "a tensor", dl__sh(t), how);
                 c->uses[i] = NULL;
                 dl__cap_invalidate(c, m);
             }
+    return used;
 }
 
 /* owner (an optimizer with a hook) goes away (what: its name) */
@@ -10374,8 +10399,9 @@ dl_result dl_capture_end(dl_capture *c)
     return c->err;
 }
 
-/* a failed replay, at CPU record failed_at (-1: a device's launch, before
-   any record): the optimizer steps that did not run are not counted */
+/* a failed replay, at CPU record failed_at (-2: a device's graph launch,
+   before everything): the optimizer steps that did not run are not counted
+   (an optimizer's rec_at: its first CPU record, -1 when a graph holds it) */
 static void dl__replay_undo(dl_capture *c, int64_t failed_at)
 {
     int k;
@@ -10411,12 +10437,13 @@ dl_result dl_replay(dl_capture *c)
         dl__dev *d = c->dev[k].d;
         if (c->dev[k].impl && !d->be->cap_launch(d, c->dev[k].impl, c->seed, c->rng)) {
             dl_result rc = dl__dev_check(d, "dl_replay");
-            dl__replay_undo(c, -1);
+            dl__replay_undo(c, -2);
             return rc;
         }
     }
     for (i = 0; i < c->nrec; i++)
         if (!dl__rec_run(c, &c->rec[i])) { dl__replay_undo(c, i); return ctx->err; }
+    for (i = 0; i < c->nnohist; i++) if (c->nohist[i].t) c->nohist[i].t->nohist_ = c->nohist[i].v;
     return DL_OK;
 }
 
@@ -10446,6 +10473,7 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->hook);
     DL_FREE(c->uses);
     DL_FREE(c->bumps);
+    DL_FREE(c->nohist);
 #ifdef DL__HVM
     if (left) left->hreg = c->hreg;
     else if (c->hreg) {
@@ -10812,6 +10840,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
     }
     DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
     dl__bump_version(t);
+    if (t->nohist_) dl__nohist_set(t, false);   /* (new values, without a history to drop) */
     return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_write"), "dl_write");
 }
 
@@ -10822,6 +10851,7 @@ dl_result dl_fill_(dl_tensor *t, float v)
     if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
     DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     dl__bump_version(t);
+    if (t->nohist_ || t->ctx_->cap) dl__nohist_set(t, false);   /* (new values, without a history to drop) */
     return dl__end_rc(t->ctx_, DL_OK, "dl_fill_");
 }
 
@@ -10855,6 +10885,10 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
         ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
     }
     dl__bump_version(dst);      /* torch bumps it for a self-copy too */
+    {   /* values of a gradient whose history was dropped carry the mark along (grad mode) */
+        bool nh = src->nohist_ && dl__grad_on(dst->ctx_);
+        if (dst->nohist_ != nh || (dst->ctx_->cap && nh)) dl__nohist_set(dst, nh);
+    }
     if (src == dst || dst->numel == 0) return dl__end_rc(dst->ctx_, DL_OK, op);
     dl__strides(dst->shape, dst->ndim, ds);
     DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
@@ -11277,7 +11311,7 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
         if (how == DL__MT_EACH) { dl_zero_grad(t); continue; }
         if (how == DL__MT_LAUNCH) dl__mt_run(s, slot, t->dev_, DL__MT_ZERO, n, ts, NULL, NULL, 0);
         dl__bump_version(t->grad);   /* as dl_zero_grad does */
-        t->grad->nohist_ = false;
+        if (t->grad->nohist_ || ctx->cap) dl__nohist_set(t->grad, false);
     }
 }
 
@@ -11287,7 +11321,7 @@ void dl_zero_grad(dl_tensor *t)
     if (t->ctx_->cap) dl__cap_use(t->grad);
     DL__BE(t->grad)->fill(t->grad->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
     dl__bump_version(t->grad);
-    t->grad->nohist_ = false;
+    if (t->grad->nohist_ || t->ctx_->cap) dl__nohist_set(t->grad, false);
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
@@ -11336,7 +11370,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
     /* a persistent gradient is summed in place: g's history (create_graph) is
        not kept, so a backward through what is computed from it is refused
        (until it is zeroed), instead of dropping a penalty on it */
-    if (create_graph && g->requires_grad) x->grad->nohist_ = true;
+    if (create_graph && g->requires_grad) dl__nohist_set(x->grad, true);
     if (x->ctx_->cap) dl__cap_use(x->grad);
     DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     dl__bump_version(x->grad);
@@ -16617,6 +16651,12 @@ static dl__optim_cap *dl__optim_capture(dl_optim *o)
     if (!oc) { dl__err(o->ctx, DL_ERR_OOM, "dl_optim_step: out of memory"); return NULL; }
     memset(oc, 0, sizeof *oc);
     oc->rec_at = o->ctx->cap->nrec;
+    for (i = 0; i < o->n; i++) {   /* on a device that captures a graph (CUDA), the step runs before
+                                      every CPU record: a CPU record's failure comes after it */
+        int k;
+        for (k = 0; k < o->ctx->cap->ndev; k++)
+            if (o->ctx->cap->dev[k].d == o->p[i]->dev_ && o->ctx->cap->dev[k].impl) oc->rec_at = -1;
+    }
     for (i = 0; i < o->n; i++) {
         oc->mask[i] = o->p[i]->grad != NULL;
         if (!oc->mask[i]) continue;

@@ -1780,6 +1780,59 @@ static void test_review3_values(void)
         loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
         CHECK(dl_backward(dl_add(loss, dl_sum(dl_mul(w->grad, w->grad), DL_ALL, false))) == DL_OK,
               "zeroed: usable again");
+        {   /* the mark follows the values: dl_copy_ carries it, dl_fill_ clears it */
+            dl_tensor *buf = dl_keep(dl_zeros(ctx, DL_SHAPE(2)));
+            dl_zero_grad(w);
+            loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
+            CHECK(dl_backward_ex(loss, &bd) == DL_OK && dl_copy_(buf, w->grad) == DL_OK, "a copy of w->grad");
+            loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
+            CHECK(dl_backward(dl_add(loss, dl_sum(dl_mul(buf, buf), DL_ALL, false))) == DL_ERR_GRAPH,
+                  "a penalty on the copy is refused too (it was dropped)");
+            dl_clear_error(ctx);
+            CHECK(dl_fill_(w->grad, 0.0f) == DL_OK && dl_fill_(buf, 1.0f) == DL_OK, "overwritten");
+            loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
+            CHECK(dl_backward(dl_add(loss, dl_sum(dl_mul(w->grad, buf), DL_ALL, false))) == DL_OK,
+                  "overwritten values carry no mark: %s", dl_error_message(ctx));
+            dl_free(buf);
+        }
+        {   /* a replay repeats what the captured step did to the mark */
+            dl_capture *cg;
+            dl_zero_grad(w);
+            dl_step_end(ctx);
+            x = dl_keep(dl_from_array(ctx, DL_SHAPE(2), xv));
+            cg = dl_capture_begin(ctx);
+            dl_zero_grad(w);
+            CHECK(dl_backward_ex(dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false), &bd) == DL_OK &&
+                  dl_capture_end(cg) == DL_OK, "a captured create_graph step: %s", dl_error_message(ctx));
+            dl_step_end(ctx);
+            dl_zero_grad(w);
+            CHECK(!w->grad->nohist_ && dl_replay(cg) == DL_OK && w->grad->nohist_, "its replay marks w->grad again");
+            dl_capture_free(cg);
+            dl_step_end(ctx);
+            cg = dl_capture_begin(ctx);   /* a plain step: its zero_grad clears the mark on replay */
+            dl_zero_grad(w);
+            dl_backward(dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false));
+            CHECK(dl_capture_end(cg) == DL_OK, "a captured plain step");
+            dl_step_end(ctx);
+            CHECK(dl_backward_ex(dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false), &bd) == DL_OK &&
+                  w->grad->nohist_, "marked by an eager create_graph backward");
+            dl_step_end(ctx);
+            CHECK(dl_replay(cg) == DL_OK && !w->grad->nohist_, "the plain step's replay clears it");
+            {   /* with a capture alive, dl_free'd tensors it never used go back at dl_step_end */
+                int k, kept = 0;
+                dl_tensor *t;
+                for (k = 0; k < 20; k++) {
+                    dl_free(dl_keep(dl_ones(ctx, DL_SHAPE(4))));
+                    dl_step_end(ctx);
+                }
+                for (t = ctx->freed_kept; t; t = t->pnext_) kept++;
+#ifdef DL_DEBUG
+                kept = 0;                 /* (a debug build keeps every freed header, on purpose) */
+#endif
+                CHECK(kept == 0, "freed headers kept while an unrelated capture lives: %d", kept);
+            }
+            dl_capture_free(cg);
+        }
         dl_zero_grad(w);
         loss = dl_sum(dl_mul(dl_mul(w, x), dl_mul(w, x)), DL_ALL, false);
         CHECK(dl_grad(loss, 1, &w, &gw, &bd) == DL_OK && gw &&
