@@ -992,8 +992,10 @@ typedef struct dl_backward_desc {
                                implies retain_graph. A step leaf's ->grad gets the
                                history; a persistent leaf's (a parameter's) is summed in
                                place without it, and a later backward through anything
-                               computed from it is refused (until it is zeroed): take
-                               such gradients with dl_grad (torch.autograd.grad) */
+                               computed from it (views and dl_copy_ included) is refused
+                               until it is zeroed, as is a create_graph backward into it
+                               inside a capture: take such gradients with dl_grad
+                               (torch.autograd.grad) */
 } dl_backward_desc;
 
 DL_API dl_tensor *dl_requires_grad(dl_tensor *t, bool on);  /* leaves only; returns t */
@@ -4803,6 +4805,13 @@ static bool dl__valid(const char *op, const char *arg, const dl_tensor *t)
         return false;
     }
     ctx = t->ctx_;
+    if (t->vbase_ && (t->step_ & DL__CAP_GEN) && t->vbase_->magic_ == DL__FREED && dl__cap_gen_live(ctx, t->step_)) {
+        /* a capture's view of a dl_free()d tensor (its header kept: capused_; its data gone at the
+           step's end; a step's own view may read it to then) */
+        dl__err(ctx, DL_ERR_STALE, "%s: %s %s is a view of %s, which dl_free() freed", op, arg, dl__sh(t),
+                t->vbase_->name[0] ? t->vbase_->name : "a tensor");
+        return false;
+    }
     if (t->step_ != 0 && t->step_ != ctx->step && !dl__cap_gen_live(ctx, t->step_)) {
         if (t->step_ & DL__CAP_GEN)
             dl__err(ctx, DL_ERR_STALE, "%s: %s %s was made inside a capture that dl_capture_free() "
@@ -9420,9 +9429,6 @@ struct dl_capture {
     int64_t nuse, capuse;
     dl_tensor **bumps;                /* the version bumps of its in-place writes, in order */
     int64_t nbump, capbump;
-    struct dl__capnh { dl_tensor *t; bool v; } *nohist;   /* gradients whose nohist_ it set or
-                                         cleared, and to what (t NULL: forgotten): a replay does the same */
-    int64_t nnohist, capnohist;
     uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
     uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
     int64_t failed_at;                /* a failed replay's record (dl__replay_undo) */
@@ -9523,19 +9529,11 @@ static void dl__cap_bump(dl_tensor *t)
     c->bumps[c->nbump++] = t;
 }
 
-/* t->nohist_ = v (dl_backward_desc.create_graph); inside a capture the
-   change is listed, so that a replay, which runs no host code, repeats it */
-static void dl__nohist_set(dl_tensor *t, bool v)
+/* t carries the create_graph mark (dl_backward_desc): its own, or, a view,
+   its base's (a copy into a view marks the base) */
+static bool dl__nh(const dl_tensor *t)
 {
-    dl_capture *c = t->ctx_->cap;
-    int64_t i;
-    t->nohist_ = v;
-    if (!c || t->step_ != 0) return;
-    dl__cap_use(t);
-    for (i = 0; i < c->nnohist; i++) if (c->nohist[i].t == t) { c->nohist[i].v = v; return; }
-    if (!dl__cap_grow(t->ctx_, (void **)&c->nohist, &c->capnohist, c->nnohist + 1, sizeof *c->nohist)) return;
-    c->nohist[c->nnohist].t = t;
-    c->nohist[c->nnohist++].v = v;
+    return t->nohist_ || (t->vbase_ && !t->detached_ && t->vbase_->nohist_);
 }
 
 /* dl__live's part inside a capture: persistent tensors are listed, its own
@@ -9589,7 +9587,6 @@ static bool dl__cap_forget(dl_tensor *t, const char *how)
                 char m[256];
                 used = true;
                 for (j = 0; j < c->nbump; j++) if (c->bumps[j] == t) c->bumps[j] = NULL;
-                for (j = 0; j < c->nnohist; j++) if (c->nohist[j].t == t) c->nohist[j].t = NULL;
                 snprintf(m, sizeof m, "the capture uses %s %s, which was %s after dl_capture_begin(); "
                          "capture again", t->name[0] ? t->name : "a tensor", dl__sh(t), how);
                 c->uses[i] = NULL;
@@ -10428,6 +10425,13 @@ dl_result dl_replay(dl_capture *c)
                     c->msg);
         return ctx->err;
     }
+    for (i = 0; i < c->nuse; i++)   /* (a replay runs no host code: it could not follow the mark) */
+        if (c->uses[i] && c->uses[i]->nohist_) {
+            dl__err(ctx, DL_ERR_GRAPH, "dl_replay: the capture reads %s %s, a parameter's ->grad that a "
+                    "create_graph backward summed into without its history; zero it (dl_zero_grad) before "
+                    "the replay", c->uses[i]->name[0] ? c->uses[i]->name : "a tensor", dl__sh(c->uses[i]));
+            return DL_ERR_GRAPH;
+        }
     c->seed = ctx->seed;
     c->rng = ctx->rng_offset;
     ctx->rng_offset += c->draws;
@@ -10443,7 +10447,6 @@ dl_result dl_replay(dl_capture *c)
     }
     for (i = 0; i < c->nrec; i++)
         if (!dl__rec_run(c, &c->rec[i])) { dl__replay_undo(c, i); return ctx->err; }
-    for (i = 0; i < c->nnohist; i++) if (c->nohist[i].t) c->nohist[i].t->nohist_ = c->nohist[i].v;
     return DL_OK;
 }
 
@@ -10473,7 +10476,6 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->hook);
     DL_FREE(c->uses);
     DL_FREE(c->bumps);
-    DL_FREE(c->nohist);
 #ifdef DL__HVM
     if (left) left->hreg = c->hreg;
     else if (c->hreg) {
@@ -10545,7 +10547,7 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     if (!dl__grad_on(ctx)) return 0;
     for (i = 0; i < n; i++) {
         if (in[i] && in[i]->requires_grad) need = true;
-        if (in[i] && in[i]->nohist_) taint = true;
+        if (in[i] && dl__nh(in[i])) taint = true;
     }
     if (!need) {   /* computed from a gradient whose history was dropped: so is out (a backward refuses it) */
         if (taint) out->nohist_ = true;
@@ -10840,7 +10842,7 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
     }
     DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
     dl__bump_version(t);
-    if (t->nohist_) dl__nohist_set(t, false);   /* (new values, without a history to drop) */
+    t->nohist_ = false;   /* (new values, without a history to drop) */
     return dl__end_rc(t->ctx_, dl__dev_check(t->dev_, "dl_write"), "dl_write");
 }
 
@@ -10851,7 +10853,7 @@ dl_result dl_fill_(dl_tensor *t, float v)
     if (!dl__f32("dl_fill_", "t", t)) return DL_ERR_DTYPE;
     DL__BE(t)->fill(t->dev_, (float *)t->data, t->numel, v);
     dl__bump_version(t);
-    if (t->nohist_ || t->ctx_->cap) dl__nohist_set(t, false);   /* (new values, without a history to drop) */
+    t->nohist_ = false;   /* (new values, without a history to drop) */
     return dl__end_rc(t->ctx_, DL_OK, "dl_fill_");
 }
 
@@ -10885,10 +10887,12 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
         ss[d] = (is >= 0 && sd != 1) ? st[is] : 0;
     }
     dl__bump_version(dst);      /* torch bumps it for a self-copy too */
-    {   /* values of a gradient whose history was dropped carry the mark along (grad mode) */
-        bool nh = src->nohist_ && dl__grad_on(dst->ctx_);
-        if (dst->nohist_ != nh || (dst->ctx_->cap && nh)) dl__nohist_set(dst, nh);
-    }
+    /* values of a gradient whose history was dropped carry the mark along
+       (grad mode; into a view: its base's); other values clear it */
+    if (dl__nh(src) && dl__grad_on(dst->ctx_))
+        (dst->vbase_ && !dst->detached_ ? dst->vbase_ : dst)->nohist_ = true;
+    else
+        dst->nohist_ = false;
     if (src == dst || dst->numel == 0) return dl__end_rc(dst->ctx_, DL_OK, op);
     dl__strides(dst->shape, dst->ndim, ds);
     DL__BE(dst)->copy_nd(dst->dev_, dl__esize(dst->dtype), dst->ndim, dst->shape, dst->data, ds,
@@ -11311,7 +11315,7 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
         if (how == DL__MT_EACH) { dl_zero_grad(t); continue; }
         if (how == DL__MT_LAUNCH) dl__mt_run(s, slot, t->dev_, DL__MT_ZERO, n, ts, NULL, NULL, 0);
         dl__bump_version(t->grad);   /* as dl_zero_grad does */
-        if (t->grad->nohist_ || ctx->cap) dl__nohist_set(t->grad, false);
+        t->grad->nohist_ = false;
     }
 }
 
@@ -11321,7 +11325,7 @@ void dl_zero_grad(dl_tensor *t)
     if (t->ctx_->cap) dl__cap_use(t->grad);
     DL__BE(t->grad)->fill(t->grad->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
     dl__bump_version(t->grad);
-    if (t->grad->nohist_ || t->ctx_->cap) dl__nohist_set(t->grad, false);
+    t->grad->nohist_ = false;
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
@@ -11361,6 +11365,13 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
         x->grad = x->grad ? dl_add(x->grad, g) : dl_copy(g);
         return x->grad != NULL;
     }
+    if (create_graph && g->requires_grad && x->ctx_->cap) {   /* (a replay could not follow the mark) */
+        dl__err(x->ctx_, DL_ERR_UNSUPPORTED, "dl_backward: create_graph into %s %s, a persistent leaf, inside "
+                "a capture: its ->grad would lose the history; in a captured step take such gradients "
+                "with dl_grad(..., create_graph) (torch.autograd.grad)", x->name[0] ? x->name : "parameter",
+                dl__sh(x));
+        return false;
+    }
     if (!x->grad) {
         x->grad = dl__make(x->dev_, "dl_backward", DL_DTYPE_F32, x->ndim, x->shape, x->step_ == 0, NULL);
         if (!x->grad) return false;
@@ -11370,7 +11381,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
     /* a persistent gradient is summed in place: g's history (create_graph) is
        not kept, so a backward through what is computed from it is refused
        (until it is zeroed), instead of dropping a penalty on it */
-    if (create_graph && g->requires_grad) dl__nohist_set(x->grad, true);
+    if (create_graph && g->requires_grad) x->grad->nohist_ = true;
     if (x->ctx_->cap) dl__cap_use(x->grad);
     DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     dl__bump_version(x->grad);
@@ -11611,7 +11622,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
         if (n->released) { dl__accq_flush(ctx, &q); ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
         for (j = 0; j < n->nin; j++)
-            if (n->in[j] && n->in[j]->nohist_) {
+            if (n->in[j] && dl__nh(n->in[j])) {
                 dl__err(ctx, DL_ERR_GRAPH, "%s: the graph goes through input %d %s of %s, computed from a "
                         "parameter's ->grad that a create_graph backward summed into without its history (a "
                         "persistent gradient is updated in place): its terms would be silently dropped; take "
