@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <signal.h>
 #include <pthread.h>
+#include <sched.h>
 #include <dirent.h>
 #ifdef DL_ZLIB
 #include <zlib.h>
@@ -1696,7 +1697,7 @@ static void test_review3_capture(void)
 /* a stale tensor used on one thread while another thread's contexts make
    and free captures: the stale check walked the other contexts' header
    regions while they were freed (heap-use-after-free under make sanitize) */
-static int race_stop;
+static int race_stop, race_ready;
 static void *race_user(void *arg)
 {
     dl_ctx *ctx = new_ctx();
@@ -1708,10 +1709,11 @@ static void *race_user(void *arg)
         for (i = 0; i < 20000; i++) dl_zeros(ctx, DL_SHAPE(1));
         dl_step_end(ctx);
     }
-    while (!__atomic_load_n(&race_stop, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&race_ready, 1, __ATOMIC_RELEASE);
+    do {   /* (at least once, however fast the other thread was) */
         if (!dl_relu(old) && dl_last_error(ctx) == DL_ERR_STALE) (*stale)++;
         dl_clear_error(ctx);
-    }
+    } while (!__atomic_load_n(&race_stop, __ATOMIC_ACQUIRE));
     dl_ctx_free(ctx);
     return NULL;
 }
@@ -1720,8 +1722,9 @@ static void test_header_owner_race(void)
     pthread_t t;
     long stale = 0;
     int i;
-    race_stop = 0;
+    race_stop = race_ready = 0;
     pthread_create(&t, NULL, race_user, &stale);
+    while (!__atomic_load_n(&race_ready, __ATOMIC_ACQUIRE)) sched_yield();   /* its stale tensor is ready */
     for (i = 0; i < 300; i++) {
         dl_ctx *ctx = new_ctx();
         dl_tensor *w = dl_param(dl_randn(ctx, DL_SHAPE(4, 4)));
