@@ -9429,6 +9429,8 @@ struct dl_capture {
     int64_t nuse, capuse;
     dl_tensor **bumps;                /* the version bumps of its in-place writes, in order */
     int64_t nbump, capbump;
+    void **owners;                    /* optimizers whose lists it launched without a hook (zero_grad) */
+    int64_t nowner, capowner;
     uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
     uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
     int64_t failed_at;                /* a failed replay's record (dl__replay_undo) */
@@ -9595,20 +9597,39 @@ static bool dl__cap_forget(dl_tensor *t, const char *how)
     return used;
 }
 
-/* owner (an optimizer with a hook) goes away (what: its name) */
+/* owner (an optimizer) goes away (what: its name): every capture that
+   stepped it (a hook) or launched its lists (its zero_grad: the graph reads
+   the list, which goes with it) */
 static void dl__cap_owner_gone(dl_ctx *ctx, void *owner, const char *what)
 {
     dl_capture *c;
-    int i;
-    for (c = ctx->caps; c; c = c->next)
+    int64_t i;
+    for (c = ctx->caps; c; c = c->next) {
+        char m[256];
+        snprintf(m, sizeof m, "the capture uses %s, which was freed after dl_capture_begin(); capture again",
+                 what);
         for (i = 0; i < c->nhook; i++)
             if (c->hook[i].owner == owner) {
-                char m[256];
-                snprintf(m, sizeof m, "the capture steps %s, which was freed after dl_capture_begin(); "
-                         "capture again", what);
                 c->hook[i].owner = NULL;
                 dl__cap_invalidate(c, m);
             }
+        for (i = 0; i < c->nowner; i++)
+            if (c->owners[i] == owner) {
+                c->owners[i] = NULL;
+                dl__cap_invalidate(c, m);
+            }
+    }
+}
+
+/* the capture recording launches owner's lists (no-op outside a capture) */
+static void dl__cap_owner_use(dl_ctx *ctx, void *owner)
+{
+    dl_capture *c = ctx->cap;
+    int64_t i;
+    if (!c) return;
+    for (i = 0; i < c->nowner; i++) if (c->owners[i] == owner) return;
+    if (!dl__cap_grow(ctx, (void **)&c->owners, &c->capowner, c->nowner + 1, sizeof(void *))) return;
+    c->owners[c->nowner++] = owner;
 }
 
 /* Registers fn(cap, owner, data) to run at the start of every replay of
@@ -10476,6 +10497,7 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->hook);
     DL_FREE(c->uses);
     DL_FREE(c->bumps);
+    DL_FREE(c->owners);
 #ifdef DL__HVM
     if (left) left->hreg = c->hreg;
     else if (c->hreg) {
@@ -16721,7 +16743,9 @@ static dl_result dl__optim_step_run(dl_optim *o)
 
 static void dl__optim_zero_grad_run(dl_optim *o)
 {
-    if (dl__optim_ok(o)) dl__zero_grads(o->ctx, &o->mtz, o->n, o->p);
+    if (!dl__optim_ok(o)) return;
+    dl__cap_owner_use(o->ctx, o);     /* (a capture launches o's list: o's freeing makes it stale) */
+    dl__zero_grads(o->ctx, &o->mtz, o->n, o->p);
 }
 
 /* the two as profiler spans on the first parameter's device (PyTorch's

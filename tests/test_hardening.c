@@ -1551,6 +1551,23 @@ static void test_review3_capture(void)
         EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free() (use after free)");
         dl_step_end(ctx);
     }
+    {   /* a capture of an optimizer's zero_grad alone, then the optimizer freed: the
+           replay is stale (on CUDA the graph launched the optimizer's freed list:
+           a read of freed memory, found by the capture fuzz on emulated cuda:0) */
+        dl_module *lin = dl_nn_linear(ctx, 2, 2, true);
+        dl_optim *op = dl_sgd(lin, NULL);
+        dl_capture *cz;
+        dl_backward(dl_sum(dl_module_forward(lin, dl_ones(ctx, DL_SHAPE(1, 2))), DL_ALL, false));
+        dl_step_end(ctx);
+        cz = dl_capture_begin(ctx);
+        dl_optim_zero_grad(op);
+        CHECK(dl_capture_end(cz) == DL_OK && dl_replay(cz) == DL_OK, "a captured zero_grad replays");
+        dl_optim_free(op);
+        CHECK(dl_replay(cz) == DL_ERR_STALE, "after dl_optim_free: stale");
+        EXPECT_ERR(ctx, DL_ERR_STALE, "the capture uses an optimizer (dl_optim_free), which was freed");
+        dl_capture_free(cz);
+        dl_step_end(ctx);
+    }
     {   /* a capture's view of a tensor dl_free()d later: its data is gone after the step,
            so using the view is an error (it read freed memory) */
         dl_tensor *b = dl_keep(dl_ones(ctx, DL_SHAPE(4))), *bv;
