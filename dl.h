@@ -4805,13 +4805,6 @@ static bool dl__valid(const char *op, const char *arg, const dl_tensor *t)
         return false;
     }
     ctx = t->ctx_;
-    if (t->vbase_ && (t->step_ & DL__CAP_GEN) && t->vbase_->magic_ == DL__FREED && dl__cap_gen_live(ctx, t->step_)) {
-        /* a capture's view of a dl_free()d tensor (its header kept: capused_; its data gone at the
-           step's end; a step's own view may read it to then) */
-        dl__err(ctx, DL_ERR_STALE, "%s: %s %s is a view of %s, which dl_free() freed", op, arg, dl__sh(t),
-                t->vbase_->name[0] ? t->vbase_->name : "a tensor");
-        return false;
-    }
     if (t->step_ != 0 && t->step_ != ctx->step && !dl__cap_gen_live(ctx, t->step_)) {
         if (t->step_ & DL__CAP_GEN)
             dl__err(ctx, DL_ERR_STALE, "%s: %s %s was made inside a capture that dl_capture_free() "
@@ -4822,6 +4815,13 @@ static bool dl__valid(const char *op, const char *arg, const dl_tensor *t)
                 "%s: %s %s was made in step %llu, which dl_step_end() released (now step "
                 "%llu); copy it with dl_keep() to use it in later steps",
                 op, arg, dl__sh(t), (unsigned long long)t->step_, (unsigned long long)ctx->step);
+        return false;
+    }
+    if (t->vbase_ && (t->step_ & DL__CAP_GEN) && t->vbase_->magic_ == DL__FREED) {
+        /* a live capture's view of a dl_free()d tensor (its header kept: capused_; its data gone at
+           the step's end; a step's own view may read it to then) */
+        dl__err(ctx, DL_ERR_STALE, "%s: %s %s is a view of %s, which dl_free() freed", op, arg, dl__sh(t),
+                t->vbase_->name[0] ? t->vbase_->name : "a tensor");
         return false;
     }
     return ctx->cap ? dl__cap_input(op, arg, (dl_tensor *)t) : true;
@@ -10478,17 +10478,13 @@ static void dl__cap_release(dl_capture *c)
     dl_ctx *ctx = c->ctx;
     dl_capture **pp;
     int i;
-    dl__capleft *left = c->left;     /* (made at dl_capture_begin) */
+    dl__capleft *left = c->left;     /* (made at dl_capture_begin: releasing allocates nothing) */
     if (c->state == DL__CAP_RECORDING) dl__cap_stop(c);
     for (i = 0; i < c->ndev; i++) {
         dl__capdev *cd = &c->dev[i];
         if (cd->impl) cd->d->be->cap_free(cd->d, cd->impl);
         cd->arena.dev = cd->d;
-        if (left) left->arena[left->n++] = cd->arena;   /* (out of memory: given back now) */
-        else {
-            cd->d->held -= cd->arena.reserved < cd->d->held ? cd->arena.reserved : cd->d->held;
-            dl__arena_free(&cd->arena);
-        }
+        left->arena[left->n++] = cd->arena;
     }
     for (i = 0; i < c->nhook; i++) DL_FREE(c->hook[i].data);
     DL_FREE(c->dev);
@@ -10499,16 +10495,10 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->bumps);
     DL_FREE(c->owners);
 #ifdef DL__HVM
-    if (left) left->hreg = c->hreg;
-    else if (c->hreg) {
-        dl__hregion_release(ctx, c->hreg, c->hreg->rw_hi);
-        DL_FREE(c->hreg);
-    }
+    left->hreg = c->hreg;
 #endif
-    if (left) {
-        left->next = ctx->capleft;
-        ctx->capleft = left;
-    }
+    left->next = ctx->capleft;
+    ctx->capleft = left;
     if (c->harena.head) {   /* its headers stay readable (and stale) until dl_ctx_free */
         dl__chunk *ch = c->harena.head;
         while (ch->next) ch = ch->next;
