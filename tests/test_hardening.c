@@ -46,7 +46,13 @@ static void test_stale_any_age(void)
 {
     dl_ctx *ctx = new_ctx();
     int ages[] = {1, 2, 3, 10, 1000}, i, s;
-    for (i = 0; i < 5; i++) {
+#if defined(DL__HVM)
+    int nages = 5;
+#else   /* DL_NO_MMAP or no 64-bit POSIX: documented to catch the next step only */
+    int nages = 1;
+    SKIP("no never-reused header addresses here: stale tensors checked 1 step old only");
+#endif
+    for (i = 0; i < nages; i++) {
         dl_tensor *old, *r;
         dl_step_end(ctx);
         old = dl_ones(ctx, DL_SHAPE(4, 4));   /* the step's first tensor */
@@ -68,6 +74,7 @@ static void test_stale_any_age(void)
         CHECK(dl_sum(old, DL_ALL, false) == NULL && dl_last_error(ctx) == DL_ERR_STALE, "age %d: dl_sum", ages[i]);
         dl_clear_error(ctx);
     }
+#if defined(DL__HVM)
     {   /* far older than the header batches given back to the system */
         dl_tensor *old;
         dl_step_end(ctx);
@@ -82,6 +89,7 @@ static void test_stale_any_age(void)
               dl_error_message(ctx));
         dl_clear_error(ctx);
     }
+#endif
     dl_ctx_free(ctx);
 }
 
