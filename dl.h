@@ -3672,6 +3672,7 @@ static DL__HD inline float dl__siluf(float x)
     X(GT_HALF, p < q ? 0.0f : (p == q ? 0.5f : 1.0f)) /* (NaN: 1, as PyTorch's) */ \
     X(LT_HALF, p > q ? 0.0f : (p == q ? 0.5f : 1.0f)) \
     X(EQ, p == q ? 1.0f : 0.0f) \
+    X(MMUL, q == 0.0f ? 0.0f : p * q) /* p masked by q: 0 where q is, even at p inf/NaN */ \
     X(RELU_GRAD, q <= 0 ? 0.0f : p) \
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
     X(TANH_GRAD, p * (1.0f - DL__MUL_RN(q, q)))
@@ -11903,7 +11904,8 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 /* y = clamp(x, lo, hi);  dx = g where lo < x < hi, else 0 (at a bound and
    at NaN: 0, as PyTorch 2.15) */
-static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_INSIDE, n->f[0], n->f[1])); return DL_OK; }
+static dl_tensor *dl__mmul(dl_tensor *a, dl_tensor *m);
+static dl_result dl__clamp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl__mmul(g, dl__mask(DL__X, DL__U_INSIDE, n->f[0], n->f[1])); return DL_OK; }
 /* The backward of ReLU, sigmoid or tanh (act: DL__U_RELU, SIGMOID, TANH)
    from t: the ReLU's input or output (the same mask), the others' output;
    one pass, or with dl.h ops (differentiable) under create_graph.
@@ -11914,7 +11916,7 @@ static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
 static dl_tensor *dl__act_grad(dl_tensor *g, dl_tensor *t, int act)
 {
     if (dl__grad_on(g->ctx_)) {
-        if (act == DL__U_RELU) return dl_mul(g, dl__mask(t, DL__U_NLE, 0, 0));
+        if (act == DL__U_RELU) return dl__mmul(g, dl__mask(t, DL__U_NLE, 0, 0));
         if (act == DL__U_SIGMOID) return dl_mul(g, dl_mul(t, dl_rsub_scalar(t, 1.0f)));
         return dl_mul(g, dl_rsub_scalar(dl_mul(t, t), 1.0f));
     }
@@ -12065,6 +12067,24 @@ static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop)
     return dl__binary("mask", NULL, kop, a, b);
 }
 
+/* y = a m, but 0 where m is 0 whatever a is (PyTorch's where(m, a, 0) for
+   a 0/1 mask m): a masked-off inf or NaN stays out of the result, as in
+   the backward of clamp, maximum, max_dim and relu (an inf gradient) and
+   the class losses (a -inf log-probability of a class not the target).
+   da = g masked by m;  dm = g a (the product's, away from m = 0). */
+static dl_tensor *dl__mmul(dl_tensor *a, dl_tensor *m);
+static dl_result dl__mmul_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (dl__need(n, 0)) gin[0] = dl__sum_like(dl__mmul(g, n->in[1]), n->in[0]);
+    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_mul(g, n->in[0]), n->in[1]);
+    return DL_OK;
+}
+static const dl__op dl__op_mmul = {"dl_mul", dl__mmul_bwd, 0, 3};
+static dl_tensor *dl__mmul(dl_tensor *a, dl_tensor *m)
+{
+    return dl__binary("dl_mul", &dl__op_mmul, DL__B_MMUL, a, m);
+}
+
 #define DL__A (n->in[0])
 #define DL__B (n->in[1])
 /* y = a + b;  da = sum_to(g), db = sum_to(g) */
@@ -12098,14 +12118,14 @@ static dl_result dl__div_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 /* y = max(a, b);  da = g [a > b] + g/2 [a == b] (as PyTorch), db likewise */
 static dl_result dl__maximum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__need(n, 0)) gin[0] = dl__sum_like(dl_mul(g, dl__bmask(DL__A, DL__B, DL__B_GT_HALF)), DL__A);
-    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_mul(g, dl__bmask(DL__B, DL__A, DL__B_GT_HALF)), DL__B);
+    if (dl__need(n, 0)) gin[0] = dl__sum_like(dl__mmul(g, dl__bmask(DL__A, DL__B, DL__B_GT_HALF)), DL__A);
+    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl__mmul(g, dl__bmask(DL__B, DL__A, DL__B_GT_HALF)), DL__B);
     return DL_OK;
 }
 static dl_result dl__minimum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__need(n, 0)) gin[0] = dl__sum_like(dl_mul(g, dl__bmask(DL__A, DL__B, DL__B_LT_HALF)), DL__A);
-    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_mul(g, dl__bmask(DL__B, DL__A, DL__B_LT_HALF)), DL__B);
+    if (dl__need(n, 0)) gin[0] = dl__sum_like(dl__mmul(g, dl__bmask(DL__A, DL__B, DL__B_LT_HALF)), DL__A);
+    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl__mmul(g, dl__bmask(DL__B, DL__A, DL__B_LT_HALF)), DL__B);
     return DL_OK;
 }
 
@@ -12806,7 +12826,7 @@ static dl_result dl__max_dim_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
         DL__BE(x)->onehot(x->dev_, (float *)mask->data, (const int64_t *)n->saved[0]->data,
                           dl__prod(x->shape, dim), x->ndim ? x->shape[dim] : 1,
                           dl__prod(x->shape + dim + 1, x->ndim - dim - 1));
-    gin[0] = dl_mul(mask, dl_reshape(g, dl_shape_make(x->ndim, ks)));
+    gin[0] = dl__mmul(dl_reshape(g, dl_shape_make(x->ndim, ks)), mask);
     return DL_OK;
 }
 static const dl__op dl__op_max_dim = {"dl_max_dim", dl__max_dim_bwd, 0, 0};   /* reads x's shape only, and its own indices */
@@ -13788,7 +13808,7 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
                                     const dl_loss_desc *d, bool smoothing_allowed, bool logits)
 {
     dl_ctx *ctx = x->ctx_;
-    dl_tensor *onehot, *valid, *w = NULL, *ow, *nll, *den = NULL, *loss, *lp;
+    dl_tensor *onehot, *valid, *w = NULL, *nll, *den = NULL, *loss, *lp;
     int64_t ignore;
     float e = d->label_smoothing;
     int i;
@@ -13838,13 +13858,15 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
         if (!lp) return NULL;
         if (d->weight && !(w = dl__nn_chan(d->weight, lp->ndim))) return NULL;
         if (!dl__cls_masks(op, lp, target, ignore, true, &onehot, &valid)) return NULL;
-        ow = w ? dl_mul(onehot, w) : onehot;
-        nll = dl_neg(dl_sum(dl_mul(ow, lp), dl__dims1(1), false));
-        if (d->reduction == DL_REDUCTION_MEAN) den = dl_sum(ow, DL_ALL, false);
+        /* the target's log-probability picked out, not multiplied by a
+           0/1 mask: another class's -inf (a masked logit) stays out */
+        nll = dl__mmul(lp, onehot);
+        nll = dl_neg(dl_sum(w ? dl_mul(nll, w) : nll, dl__dims1(1), false));
+        if (d->reduction == DL_REDUCTION_MEAN) den = dl_sum(w ? dl_mul(onehot, w) : onehot, DL_ALL, false);
         if (d->reduction == DL_REDUCTION_MEAN) loss = dl__cls_mean(dl_sum(nll, DL_ALL, false), den);
         else loss = dl__nn_reduce(nll, d->reduction);
         if (e > 0.0f) {
-            dl_tensor *sm = dl_mul(dl_neg(dl_sum(w ? dl_mul(lp, w) : lp, dl__dims1(1), false)), valid);
+            dl_tensor *sm = dl__mmul(dl_neg(dl_sum(w ? dl_mul(lp, w) : lp, dl__dims1(1), false)), valid);
             if (d->reduction == DL_REDUCTION_MEAN) sm = dl__cls_mean(dl_sum(sm, DL_ALL, false), den);
             else sm = dl__nn_reduce(sm, d->reduction);
             loss = dl_add(dl_mul_scalar(loss, 1.0f - e), dl_mul_scalar(sm, e / (float)lp->shape[1]));
@@ -13924,20 +13946,21 @@ dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
     return dl__end(a->ctx_, dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction), "dl_l1_loss");
 }
 
-/* t = a - b, m = [|t| < c] (no history):  m q(t) + (1-m) (s |t| - o),
-   q(t) = k t^2.  smooth L1: k = 0.5/beta, s = 1, o = beta/2;
-   Huber: k = 0.5, s = delta, o = delta^2/2. */
-static dl_tensor *dl__nn_piecewise(dl_tensor *a, dl_tensor *b, float c, float k, float s, float o)
+/* t = a - b, m = [|t| < c] (no history):  m q(t) + (1-m) s (|t| - c/2),
+   q(t) = k t^2.  smooth L1: k = 0.5/beta, s = 1;  Huber: k = 0.5, s = delta
+   (PyTorch's delta (|t| - delta/2), which stays finite where delta^2 would
+   not). Each branch is masked off (dl__mmul), so the one not taken adds 0
+   even where it overflows. */
+static dl_tensor *dl__nn_piecewise(dl_tensor *a, dl_tensor *b, float c, float k, float s)
 {
     dl_tensor *t = dl_sub(a, b), *at = dl_abs(t);
     dl_tensor *m = dl__mask(dl_rsub_scalar(at, c), DL__U_GT, 0.0f, 0.0f);
-    dl_tensor *lin = dl_sub_scalar(dl_mul_scalar(at, s), o), *tc;
-    if (c <= 0.0f) return lin;
+    dl_tensor *lin = dl_sub_scalar(at, 0.5f * c), *tc;
+    if (s != 1.0f) lin = dl_mul_scalar(lin, s);
     /* the quadratic branch on t clamped to [-c, c]: the same where it is
-       taken, and finite where it is not (an overflowing t*t times a zero
-       mask would make the loss NaN where PyTorch's is finite or inf) */
+       taken, and no inf - inf where it is not */
     tc = dl_clamp(t, -c, c);
-    return dl_add(dl_mul(m, dl_mul_scalar(dl_mul(tc, tc), k)), dl_mul(dl_rsub_scalar(m, 1.0f), lin));
+    return dl_add(dl__mmul(dl_mul_scalar(dl_mul(tc, tc), k), m), dl__mmul(lin, dl_rsub_scalar(m, 1.0f)));
 }
 
 dl_tensor *dl_smooth_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
@@ -13952,7 +13975,7 @@ dl_tensor *dl_smooth_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
         return NULL;
     }
     if (beta == 0.0f) return dl__end(a->ctx_, dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction), op);
-    return dl__end(a->ctx_, dl__nn_reduce(dl__nn_piecewise(a, b, beta, 0.5f / beta, 1.0f, 0.5f * beta), d->reduction),
+    return dl__end(a->ctx_, dl__nn_reduce(dl__nn_piecewise(a, b, beta, 0.5f / beta, 1.0f), d->reduction),
                    op);
 }
 
@@ -13967,7 +13990,7 @@ dl_tensor *dl_huber_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
         dl__err(a->ctx_, DL_ERR_ARG, "%s: delta=%g must be a finite number > 0", op, (double)delta);
         return NULL;
     }
-    return dl__end(a->ctx_, dl__nn_reduce(dl__nn_piecewise(a, b, delta, 0.5f, delta, 0.5f * delta * delta),
+    return dl__end(a->ctx_, dl__nn_reduce(dl__nn_piecewise(a, b, delta, 0.5f, delta),
                                           d->reduction), op);
 }
 

@@ -9,6 +9,7 @@
       second derivatives (a gradient taken with create_graph, checked again).
    3. dropout statistics, scaling, seeding; large logits; int32 targets.
    4. errors: code and message, then the context still works; NULL inputs.
+   5. infinities that a mask keeps out (masked logits, inf gradients).
       The newer losses (smooth_l1, huber, binary_cross_entropy, bce_logits
       with weight/pos_weight, kl_div) come from tests/golden/losses.bin
       (tests/golden/gen_losses.py), run the same way.
@@ -1379,6 +1380,89 @@ static void test_errors(void)
 
 static void quiet_log(void *u, const char *m) { (void)u; (void)m; }
 
+/* 5. infinities a mask should keep out (values from torch 2.15): a -inf
+   (masked) logit or an ignored row of NaN in the class losses, Huber and
+   smooth L1 with a delta/beta whose square overflows, and an inf upstream
+   gradient through clamp, maximum, max_dim and relu (PyTorch's where: 0 where
+   the mask is 0, not 0 * inf = NaN) */
+static float nn_item(dl_tensor *t) { return t ? dl_item(t) : NAN; }
+static void test_masked_inf(void)
+{
+    float x[] = {-INFINITY, 0.0f, 1.0f, 2.0f, 1.0f, 0.0f}, g[8];
+    float x2[] = {0.0f, 1.0f, 2.0f, -INFINITY, 1.0f, 0.0f}, x3[] = {NAN, NAN, NAN, 1.0f, 2.0f, 3.0f};
+    float x4[] = {3e38f, -3e38f, 1.0f};
+    int64_t t[] = {1, 0}, t2[] = {1, -100}, t3[] = {-100, 2}, t4[] = {2};
+    dl_loss_desc ls, none, w;
+    dl_tensor *X = dl_requires_grad(dl_from_array(G, DL_SHAPE(2, 3), x), true), *T = dl_from_int64(G, DL_SHAPE(2), t);
+    dl_tensor *ce = dl_cross_entropy(X, T, NULL), *y;
+    float wv[] = {0.5f, 2.0f, 1.0f};
+    memset(&ls, 0, sizeof ls);
+    none = w = ls;
+    ls.label_smoothing = 0.1f;
+    none.reduction = DL_REDUCTION_NONE;
+    w.weight = dl_from_array(G, DL_SHAPE(3), wv);
+    CHECK(fabsf(nn_item(ce) - 0.860434f) < 1e-5f, "cross_entropy, a -inf logit not the target: %g (torch 0.860434)",
+          (double)nn_item(ce));
+    CHECK(fabsf(nn_item(dl_nll_loss(dl_log_softmax(X, 1), T, NULL)) - 0.860434f) < 1e-5f, "nll_loss of it");
+    CHECK(fabsf(nn_item(dl_cross_entropy(X, T, &w)) - 1.1321305f) < 1e-5f, "with weights: %g (torch 1.1321305)",
+          (double)nn_item(dl_cross_entropy(X, T, &w)));
+    y = dl_cross_entropy(X, T, &none);
+    CHECK(y && th_host(y)[0] == th_host(y)[0] && fabsf(th_host(y)[0] - 1.3132616f) < 1e-5f, "reduction none");
+    CHECK(isinf(nn_item(dl_cross_entropy(X, T, &ls))) && nn_item(dl_cross_entropy(X, T, &ls)) > 0,
+          "label smoothing over a -inf logit: +inf as torch");
+    CHECK(dl_backward(ce) == DL_OK && X->grad && dl_read(X->grad, g, 6) == DL_OK, "backward");
+    CHECK(g[0] == 0.0f && fabsf(g[1] + 0.365529f) < 1e-5f && fabsf(g[2] - 0.365529f) < 1e-5f, "gradient %g %g %g",
+          (double)g[0], (double)g[1], (double)g[2]);
+    CHECK(fabsf(nn_item(dl_cross_entropy(dl_from_array(G, DL_SHAPE(2, 3), x2), dl_from_int64(G, DL_SHAPE(2), t2),
+                                         NULL)) - 1.407606f) < 1e-5f, "an ignored row holding -inf");
+    CHECK(fabsf(nn_item(dl_cross_entropy(dl_from_array(G, DL_SHAPE(2, 3), x3), dl_from_int64(G, DL_SHAPE(2), t3),
+                                         &ls)) - 0.5076059f) < 1e-5f, "an ignored row of NaN, label smoothing");
+    CHECK(fabsf(nn_item(dl_cross_entropy(dl_from_array(G, DL_SHAPE(1, 3), x4), dl_from_int64(G, DL_SHAPE(1), t4),
+                                         NULL)) - 3e38f) < 1e32f, "logits +-3e38: 3e38 as torch");
+    {   /* Huber delta 1e20 (delta^2 = inf), smooth L1 beta 1e20 at an inf difference */
+        float a[] = {0.0f, 1.0f, 2.0f}, b[] = {0.5f, 1.0f, -1.0f}, inf1 = INFINITY, z = 0.0f;
+        dl_loss_desc h;
+        dl_tensor *A = dl_requires_grad(dl_from_array(G, DL_SHAPE(3), a), true);
+        memset(&h, 0, sizeof h);
+        h.delta = 1e20f;
+        y = dl_huber_loss(A, dl_from_array(G, DL_SHAPE(3), b), &h);
+        CHECK(fabsf(nn_item(y) - 1.5416667f) < 1e-5f, "huber delta=1e20: %g (torch 1.541667)", (double)nn_item(y));
+        CHECK(y && dl_backward(y) == DL_OK && dl_read(A->grad, g, 3) == DL_OK && fabsf(g[0] + 1.0f / 6) < 1e-6f &&
+              g[1] == 0.0f && fabsf(g[2] - 1.0f) < 1e-6f, "its gradient %g %g %g", (double)g[0], (double)g[1],
+              (double)g[2]);
+        memset(&h, 0, sizeof h);
+        h.beta = 1e20f;
+        y = dl_smooth_l1_loss(dl_from_array(G, DL_SHAPE(1), &inf1), dl_from_array(G, DL_SHAPE(1), &z), &h);
+        CHECK(isinf(nn_item(y)) && nn_item(y) > 0, "smooth_l1 beta=1e20 of inf: %g (torch inf)", (double)nn_item(y));
+    }
+    {   /* an inf upstream gradient, where the mask is 0 */
+        float v[] = {-2.0f, -0.5f, 0.0f, 0.5f, 2.0f, 3.0f, -3.0f, 1.0f}, gi[8];
+        const char *nm[] = {"clamp", "maximum", "max_dim", "relu (create_graph)"};
+        int k, i;
+        for (i = 0; i < 8; i++) gi[i] = INFINITY;
+        for (k = 0; k < 4; k++) {
+            dl_tensor *xv = dl_requires_grad(dl_from_array(G, DL_SHAPE(8), v), true);
+            dl_tensor *out = k == 0 ? dl_clamp(xv, -1.0f, 1.0f) : k == 1 ? dl_maximum(xv, dl_zeros(G, DL_SHAPE(8)))
+                           : k == 2 ? dl_max_dim(xv, 0, true, NULL) : dl_relu(xv);
+            dl_backward_desc bd;
+            int ok;
+            memset(&bd, 0, sizeof bd);
+            bd.grad = out ? dl_from_array(G, dl_shape_make(out->ndim, out->shape), gi) : NULL;
+            bd.create_graph = k == 3;
+            ok = out && dl_backward_ex(out, &bd) == DL_OK && dl_read(xv->grad, g, 8) == DL_OK;
+            for (i = 0; ok && i < 8; i++) {
+                float want = k == 0 ? (v[i] > -1 && v[i] < 1 ? INFINITY : 0) : k == 1 ? (v[i] > 0 ? INFINITY : v[i] == 0 ? INFINITY : 0)
+                           : k == 2 ? (i == 5 ? INFINITY : 0) : (v[i] > 0 ? INFINITY : 0);
+                ok = g[i] == want;
+            }
+            CHECK(ok, "%s: an inf gradient is 0 where masked (got %g %g %g %g %g %g)", nm[k], (double)g[0],
+                  (double)g[1], (double)g[2], (double)g[3], (double)g[4], (double)g[5]);
+            dl_clear_error(G);
+        }
+    }
+    dl_step_end(G);
+}
+
 int main(int argc, char **argv)
 {
     dl_ctx_desc desc;
@@ -1396,6 +1480,7 @@ int main(int argc, char **argv)
     test_values();
     test_bn_blocks();
     test_errors();
+    test_masked_inf();
     CHECK(dl_last_error(G) == DL_OK, "stray error at the end: %s", dl_error_message(G));
     dl_ctx_free(G);
     TEST_END();
