@@ -991,9 +991,10 @@ typedef struct dl_backward_desc {
     bool create_graph;      /* record the backward itself (higher-order grads);
                                implies retain_graph. A step leaf's ->grad gets the
                                history; a persistent leaf's (a parameter's) is summed in
-                               place without it, and a later backward through anything
-                               computed from it (views and dl_copy_ included) is refused
-                               until it is zeroed, as is a create_graph backward into it
+                               place without it, and a backward through anything
+                               computed from it (views and dl_copy_ included) before it
+                               is zeroed is refused (zeroing it after does not bring the
+                               history back), as is a create_graph backward into it
                                inside a capture: take such gradients with dl_grad
                                (torch.autograd.grad) */
 } dl_backward_desc;
@@ -1002,8 +1003,10 @@ DL_API dl_tensor *dl_requires_grad(dl_tensor *t, bool on);  /* leaves only; retu
 DL_API dl_result dl_backward(dl_tensor *loss);
 DL_API dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *desc);
 /* torch.autograd.grad: d out / d inputs[i] into grads[i] (NULL where out does not
-   depend on it); leaves' ->grad untouched. With create_graph the results carry
-   history (differentiate them again). */
+   depend on it); leaves' ->grad untouched. Only the graph between out and the
+   inputs is walked (and, without retain_graph, freed): what lies below an
+   input stays for a later backward. With create_graph the results carry
+   history (differentiate them again). On an error every grads[i] is NULL. */
 DL_API dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs,
                          dl_tensor **grads, const dl_backward_desc *desc);
 DL_API void dl_zero_grad(dl_tensor *t);          /* grad = 0 (kept allocated) */
@@ -4158,6 +4161,8 @@ struct dl__node {
     int64_t id;                       /* position on the tape */
     uint64_t visit;
     bool released;
+    int nh;                           /* 1 + the first input carrying the create_graph mark
+                                         when it was recorded (0: none): a backward refuses it */
     const dl_function *fn;            /* custom functions */
     void *user;
     const char *pname;                /* the op that recorded it, while profiling ("dl_conv2d"
@@ -10554,13 +10559,13 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
 {
     dl_ctx *ctx = out->ctx_;
     dl__node *node;
-    int i;
-    bool need = false, taint = false;
+    int i, taint = 0;
+    bool need = false;
     *pn = NULL;
     if (!dl__grad_on(ctx)) return 0;
     for (i = 0; i < n; i++) {
         if (in[i] && in[i]->requires_grad) need = true;
-        if (in[i] && dl__nh(in[i])) taint = true;
+        if (in[i] && !taint && dl__nh(in[i])) taint = i + 1;
     }
     if (!need) {   /* computed from a gradient whose history was dropped: so is out (a backward refuses it) */
         if (taint) out->nohist_ = true;
@@ -10572,6 +10577,7 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     node->op = op;
     node->out = out;
     node->nin = n;
+    node->nh = taint;   /* as the inputs were now: zeroing the gradient later does not bring the history back */
     node->in = (dl_tensor **)(node + 1);
     for (i = 0; i < n; i++) {
         node->in[i] = in[i];
@@ -11372,13 +11378,14 @@ static void dl__grad_release(dl_tensor *t)
    create_graph, so it can be differentiated again). */
 static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
 {
+    bool lost = create_graph && (g->requires_grad || dl__nh(g));   /* g has a history to drop */
     if (create_graph && x->step_ != 0) {
         /* a new tensor either way: g may be another leaf's gradient too (dl_sum_to
            passes its argument through), and every leaf owns its grad */
         x->grad = x->grad ? dl_add(x->grad, g) : dl_copy(g);
         return x->grad != NULL;
     }
-    if (create_graph && g->requires_grad && x->ctx_->cap) {   /* (a replay could not follow the mark) */
+    if (lost && x->ctx_->cap) {   /* (a replay could not follow the mark) */
         dl__err(x->ctx_, DL_ERR_UNSUPPORTED, "dl_backward: create_graph into %s %s, a persistent leaf, inside "
                 "a capture: its ->grad would lose the history; in a captured step take such gradients "
                 "with dl_grad(..., create_graph) (torch.autograd.grad)", x->name[0] ? x->name : "parameter",
@@ -11394,7 +11401,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
     /* a persistent gradient is summed in place: g's history (create_graph) is
        not kept, so a backward through what is computed from it is refused
        (until it is zeroed), instead of dropping a penalty on it */
-    if (create_graph && g->requires_grad) x->grad->nohist_ = true;
+    if (lost) x->grad->nohist_ = true;
     if (x->ctx_->cap) dl__cap_use(x->grad);
     DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     dl__bump_version(x->grad);
@@ -11552,6 +11559,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     dl_result rc = DL_OK;
     bool saved_bng;
     const char *pname;
+    unsigned char *need = NULL;
     dl__accq q;
     q.n = 0;
     q.d = NULL;
@@ -11622,6 +11630,29 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     ctx->backward_nograd = !create;
     top = out->node_->id;
     if (ctx->ready_fn && nt == 0) dl__ready_count(ctx, top);
+    if (nt > 0) {
+        /* dl_grad: only the nodes on a path from out down to a target run
+           (torch's exec_info): one that leads to none is neither run nor
+           released, so a later backward may still go through it */
+        need = (unsigned char *)dl__halloc(ctx, (size_t)top + 1);
+        if (!need) {
+            ctx->backward_nograd = saved_bng;
+            dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name);
+            return DL_ERR_OOM;
+        }
+        for (i = 0; i <= top; i++) {
+            dl__node *n = ctx->tape[i];
+            need[i] = 0;
+            for (j = 0; j < n->nin && !need[i]; j++) {
+                dl_tensor *x = n->in[j];
+                int k;
+                if (!x) continue;
+                for (k = 0; k < nt; k++) if (targets[k] == x) need[i] = 1;
+                if (x->node_ && x->node_->id < i && ctx->tape[x->node_->id] == x->node_ && need[x->node_->id])
+                    need[i] = 1;
+            }
+        }
+    }
     out->node_->gacc = seed;
     seed->gref_ = 1;
     if (desc && desc->grad) seed->gref_ += 1 << 20;   /* the caller's tensor */
@@ -11633,18 +11664,21 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         if (!g) continue;
         n->gacc = NULL;
         for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
+        if (need && !need[i]) {
+            if (!n->fn) dl__grad_release(g);
+            continue;
+        }
         if (n->released) { dl__accq_flush(ctx, &q); ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
-        for (j = 0; j < n->nin; j++)
-            if (n->in[j] && dl__nh(n->in[j])) {
-                dl__err(ctx, DL_ERR_GRAPH, "%s: the graph goes through input %d %s of %s, computed from a "
-                        "parameter's ->grad that a create_graph backward summed into without its history (a "
-                        "persistent gradient is updated in place): its terms would be silently dropped; take "
-                        "that gradient with dl_grad(..., create_graph) (torch.autograd.grad)", name, j,
-                        dl__sh(n->in[j]), n->op->name);
-                rc = DL_ERR_GRAPH;
-                break;
-            }
-        if (rc != DL_OK) break;
+        if (n->nh) {   /* (marked when the op was recorded) */
+            j = n->nh - 1;
+            dl__err(ctx, DL_ERR_GRAPH, "%s: the graph goes through input %d %s of %s, computed from a "
+                    "parameter's ->grad that a create_graph backward summed into without its history (a "
+                    "persistent gradient is updated in place): its terms would be silently dropped; take "
+                    "that gradient with dl_grad(..., create_graph) (torch.autograd.grad)", name, j,
+                    dl__sh(n->in[j]), n->op->name);
+            rc = DL_ERR_GRAPH;
+            break;
+        }
         if (n->nin > 64) {
             gp = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)n->nin);
             if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
@@ -11759,6 +11793,7 @@ dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs, dl_tensor **g
                   const dl_backward_desc *d)
 {
     int i;
+    dl_result rc;
     if (!out) return DL_ERR_ARG;
     if (n <= 0 || !inputs || !grads) {
         if (out->magic_ == DL__MAGIC)
@@ -11773,7 +11808,9 @@ dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs, dl_tensor **g
             return DL_ERR_GRAPH;
         }
     }
-    return dl__run_backward("dl_grad", out, d, n, inputs, grads);
+    rc = dl__run_backward("dl_grad", out, d, n, inputs, grads);
+    if (rc != DL_OK) for (i = 0; i < n; i++) grads[i] = NULL;   /* none half-made */
+    return rc;
 }
 
 // >>section autograd: custom functions

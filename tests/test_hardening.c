@@ -1960,6 +1960,86 @@ static void test_review3_data(void)
     dl_ctx_free(ctx);
 }
 
+/* 18. what a fourth hostile review found (2026-11-28, create_graph and
+   dl_grad against torch 2.15); each case failed on the previous code */
+static void test_review4_autograd(void)
+{
+    dl_ctx *ctx = new_ctx();
+    float a[3] = {0.5f, -1.0f, 2.0f}, g3[3];
+    dl_backward_desc cg;
+    memset(&cg, 0, sizeof cg);
+    cg.create_graph = true;
+    {   /* the mark is the one an op was recorded with: z = sum(w + w.grad) made
+           while w.grad is marked, then zeroed, gave 1 1 1 (torch 7 13 19, the
+           Hessian's terms dropped); now refused */
+        dl_tensor *w = dl_param(dl_from_array(ctx, DL_SHAPE(3), a)), *z;
+        CHECK(dl_backward_ex(dl_sum(dl_pow(w, 3.0f), DL_ALL, false), &cg) == DL_OK, "marks w.grad");
+        z = dl_sum(dl_add(w, w->grad), DL_ALL, false);
+        dl_zero_grad(w);
+        CHECK(dl_backward(z) == DL_ERR_GRAPH, "zeroed after the op was recorded: still refused");
+        EXPECT_ERR(ctx, DL_ERR_GRAPH, "the graph goes through input 1 (3) of dl_add, computed from a parameter's ->grad");
+        dl_free(w);
+    }
+    {   /* and the other way: recorded while the gradient was clean, a create_graph
+           backward marking it later does not refuse (torch: v.grad = 1 1 1) */
+        dl_tensor *w = dl_param(dl_from_array(ctx, DL_SHAPE(3), a)), *v, *z;
+        CHECK(dl_backward(dl_sum(dl_mul(w, w), DL_ALL, false)) == DL_OK, "w.grad = 2 w");
+        v = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), a), true);
+        z = dl_sum(dl_add(v, w->grad), DL_ALL, false);
+        CHECK(dl_backward_ex(dl_sum(dl_pow(w, 3.0f), DL_ALL, false), &cg) == DL_OK, "marked after");
+        CHECK(dl_backward(z) == DL_OK && dl_read(v->grad, g3, 3) == DL_OK && g3[0] == 1 && g3[1] == 1 &&
+              g3[2] == 1, "v.grad = 1 1 1: %s", dl_error_message(ctx));
+        dl_free(w);
+    }
+    {   /* a seed computed from a marked gradient marks the leaf it reaches: p.grad =
+           c w.grad had lost w's history, and a penalty on it went through silently
+           (w.grad 0.75 3 12, torch 6.75 21 36) */
+        dl_tensor *w = dl_param(dl_from_array(ctx, DL_SHAPE(3), a)), *p = dl_param(dl_from_array(ctx, DL_SHAPE(3), a));
+        dl_tensor *c = dl_from_array(ctx, DL_SHAPE(3), a), *v = dl_ones(ctx, DL_SHAPE(3));
+        dl_backward_desc sd = cg;
+        CHECK(dl_backward_ex(dl_sum(dl_pow(w, 3.0f), DL_ALL, false), &cg) == DL_OK, "w.grad marked");
+        sd.grad = w->grad;
+        CHECK(dl_backward_ex(dl_mul(p, c), &sd) == DL_OK && p->grad && p->grad->nohist_, "p.grad marked too");
+        CHECK(dl_backward(dl_sum(dl_mul(dl_add(p, p->grad), v), DL_ALL, false)) == DL_ERR_GRAPH,
+              "a penalty on p.grad is refused");
+        dl_clear_error(ctx);
+        dl_free(w);
+        dl_free(p);
+    }
+    dl_step_end(ctx);
+    {   /* dl_grad with respect to a non-leaf walks (and frees) only the graph above it:
+           a backward after it through what lies below worked in torch and was refused */
+        dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), a), true), *h = dl_tanh(x), *gh = NULL;
+        int i, ok;
+        CHECK(dl_grad(dl_sum(dl_mul(h, h), DL_ALL, false), 1, &h, &gh, NULL) == DL_OK && gh, "dl_grad(sum h^2, h)");
+        CHECK(dl_backward(dl_sum(h, DL_ALL, false)) == DL_OK && x->grad && dl_read(x->grad, g3, 3) == DL_OK,
+              "then a backward through tanh: %s", dl_error_message(ctx));
+        for (i = 0, ok = 1; i < 3; i++) ok &= fabsf(g3[i] - (1.0f - tanhf(a[i]) * tanhf(a[i]))) < 1e-6f;
+        CHECK(ok, "x.grad = 1 - tanh^2: %g %g %g", (double)g3[0], (double)g3[1], (double)g3[2]);
+        /* after a backward freed what is below h, dl_grad(., h) still works (torch: 2 tanh x) */
+        gh = NULL;
+        CHECK(dl_grad(dl_sum(dl_mul(h, h), DL_ALL, false), 1, &h, &gh, NULL) == DL_OK && gh &&
+              dl_read(gh, g3, 3) == DL_OK && fabsf(g3[2] - 2.0f * tanhf(2.0f)) < 1e-6f,
+              "dl_grad above a freed graph: %s", dl_error_message(ctx));
+        {   /* below h2 = w + w.grad (marked) is not walked: dl_grad(sum h2^2, h2) = 2 h2 */
+            dl_tensor *w = dl_param(dl_from_array(ctx, DL_SHAPE(3), a)), *h2, *x2 = h;
+            CHECK(dl_backward_ex(dl_sum(dl_pow(w, 3.0f), DL_ALL, false), &cg) == DL_OK, "w.grad marked");
+            h2 = dl_add(w, w->grad);
+            gh = NULL;
+            CHECK(dl_grad(dl_sum(dl_mul(h2, h2), DL_ALL, false), 1, &h2, &gh, NULL) == DL_OK && gh &&
+                  dl_read(gh, g3, 3) == DL_OK && g3[0] == 2.5f && g3[1] == 4.0f && g3[2] == 28.0f,
+                  "dl_grad(., h2) above a marked gradient: %g %g %g", (double)g3[0], (double)g3[1], (double)g3[2]);
+            /* on an error no result is left half-made */
+            gh = x2;
+            CHECK(dl_grad(dl_sum(dl_mul(w, h2), DL_ALL, false), 1, &w, &gh, NULL) == DL_ERR_GRAPH && gh == NULL,
+                  "a refused dl_grad leaves its results NULL");
+            dl_clear_error(ctx);
+            dl_free(w);
+        }
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -1988,5 +2068,6 @@ int main(void)
     test_header_owner_race();
     test_review3_values();
     test_review3_data();
+    test_review4_autograd();
     TEST_END();
 }
