@@ -30,13 +30,14 @@ SNIPPETS  = tests/snippets_check.sh
 SCRIPTS   = $(SNIPPETS) tests/api_index_check.sh tests/test_cli.sh tests/test_fetch_data.sh \
             tests/test_bench_serve.sh
 # the same checks built other ways: clang, C++, OpenBLAS, without threads,
-# without mmap
+# without mmap, DL_MAX_DIMS 4 and 16
 # and every C test built as the examples are (-O3 -march=native), so the
 # vector paths (AVX-512 / AVX2 GEMM kernels, pooling) run against the same checks
 NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
 EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx $(if $(HAVE_NATIVE),$(B)/test_conv_cxx_native)) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
-            $(B)/test_core_nothreads $(B)/test_gemm_nothreads $(B)/test_hardening_nommap
+            $(B)/test_core_nothreads $(B)/test_gemm_nothreads $(B)/test_hardening_nommap \
+            $(B)/test_core_dims4 $(B)/test_core_dims16
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/th_prims.h tests/count_alloc.h tests/golden.h tests/optable.h tests/dist_models.h tests/tb_read.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
@@ -164,6 +165,11 @@ $(B)/test_data_zlib: tests/test_data.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
 $(B)/test_hardening_debug: tests/test_hardening.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_DEBUG -DDL_ZLIB -I. $< -o $@ -lz $(LDLIBS)
+# the smallest and largest DL_MAX_DIMS (the smallest as the examples build: -O3)
+$(B)/test_core_dims4: tests/test_core.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(EXFLAGS) -DDL_MAX_DIMS=4 -I. $< -o $@ $(LDLIBS)
+$(B)/test_core_dims16: tests/test_core.c $(DEPS) | $(B)
+	$(CC) $(WARN) $(CFLAGS) -DDL_MAX_DIMS=16 -I. $< -o $@ $(LDLIBS)
 # without the never-reused header addresses (-DDL_NO_MMAP): stale tensors one step old
 $(B)/test_hardening_nommap: tests/test_hardening.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(CFLAGS) -DDL_NO_MMAP -I. $< -o $@ $(LDLIBS)

@@ -61,8 +61,10 @@
                            stale step tensor is detected through the next step only)
        DL_MALLOC/DL_REALLOC/DL_FREE   host allocator (define all three or none)
        DL_ASSERT(x)        internal invariants (default: assert)
-       DL_MAX_DIMS         most dimensions a tensor may have (default 8)
-       DL_API              storage class of the public functions (default extern)
+       DL_MAX_DIMS         most dimensions a tensor may have (default 8; 4 to 16)
+       DL_API              storage class of the public functions (default extern;
+                           for static, with GCC or Clang: static __attribute__((unused)),
+                           or -Wunused-function reports every function not called)
        DL_MPI              dl_comm across processes over MPI (build with mpicc,
                            launch with mpirun; see DATA PARALLEL)
        DL_NCCL             dl_comm over NCCL (nvcc, link -lnccl; with DL_MPI the
@@ -657,8 +659,8 @@
 #ifndef DL_H
 #define DL_H
 
-/* The implementation uses POSIX.1-2008 file calls (lstat, realpath) where
-   the platform has them, and MAP_ANONYMOUS; a strict
+/* The implementation uses POSIX.1-2001 file calls (lstat, readlink,
+   ftruncate) where the platform has them, and MAP_ANONYMOUS; a strict
    -std=c99 build hides them unless asked, so the implementation unit asks
    (this only adds declarations). */
 #if defined(DL_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
@@ -712,8 +714,9 @@ typedef struct dl_device { int type; int index; } dl_device;
    are not ISO C). The 0-d shape () is dl_shape_make(0, NULL). */
 typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 
-#define DL__NARG(...) DL__NARG_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define DL__NARG_(a1, a2, a3, a4, a5, a6, a7, a8, n, ...) n
+/* (counts to 16, DL_MAX_DIMS' most: more arguments than DL_MAX_DIMS do not compile) */
+#define DL__NARG(...) DL__NARG_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define DL__NARG_(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, n, ...) n
 #ifdef __cplusplus
 #define DL_SHAPE(...) (dl_shape{DL__NARG(__VA_ARGS__), {__VA_ARGS__}})
 #else
@@ -1533,7 +1536,9 @@ DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
    synced): a crash never leaves a half-written checkpoint in place of a good
    one, and concurrent savers never collide. A destination that exists but is
    not a regular file (a directory, device, pipe) is refused, not replaced; a
-   symbolic link is written through to its target (POSIX builds).
+   symbolic link is written through to its target (POSIX builds; under a strict
+   -std=c99 without feature macros, include dl.h before any system header in
+   its implementation file, or the link is replaced by the file).
    dl_load checks the whole file (header, every offset against the file size,
    dtypes, shapes, names: a missing or extra tensor is an error) before it
    changes anything, so a failed load leaves m and o as they were. With o NULL
@@ -1867,11 +1872,13 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
      defined(__riscv) || defined(__powerpc__) || defined(__s390__) || defined(__loongarch__))
 #define MAP_ANONYMOUS 0x20
 #endif
-/* lstat and realpath (POSIX.1-2008) are declared: glibc says so with
-   __USE_XOPEN2K8; other systems declare them unless a strict mode hides them */
-#if defined(__USE_XOPEN2K8) || (!defined(__GLIBC__) && !defined(__STRICT_ANSI__)) || \
-    (!defined(__GLIBC__) && defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 200809L)
-#define DL__POSIX2008 1
+/* lstat, readlink and ftruncate (POSIX.1-2001) are declared: glibc says so
+   with __USE_XOPEN2K or __USE_XOPEN_EXTENDED; other systems declare them
+   unless a strict mode hides them. (A strict -std=c99 unit that includes a
+   system header before dl.h gets none: dl.h's own request comes too late.) */
+#if defined(__USE_XOPEN2K) || defined(__USE_XOPEN_EXTENDED) || (!defined(__GLIBC__) && !defined(__STRICT_ANSI__)) || \
+    (!defined(__GLIBC__) && defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 200112L)
+#define DL__POSIX_FILES 1
 #endif
 #endif
 #ifdef DL_OPENBLAS
@@ -3575,6 +3582,8 @@ struct dl__dev {
     bool failed;                      /* a backend call failed: errmsg says what */
     char errmsg[256];
     void *impl;                       /* the backend's own state (CUDA: stream, handles) */
+    void *hscratch;                   /* host scratch of the CPU kernels, grown once */
+    size_t hscratch_bytes;
 };
 
 static dl_result dl__dev_check(dl__dev *d, const char *op);
@@ -4950,7 +4959,7 @@ static bool dl__wopen(dl_ctx *ctx, const char *op, const char *path, dl__wfile *
 #ifdef DL__UNIX
     {
         struct stat st;
-#ifdef DL__POSIX2008
+#ifdef DL__POSIX_FILES
         int hops = 0;
         while (lstat(w->final, &st) == 0 && S_ISLNK(st.st_mode)) {
             /* follow the link: its target, relative to the link's directory */
@@ -5378,6 +5387,7 @@ static void dl__dev_free(dl__dev *d)
 #ifdef DL_CUDA
     if (d->id.type == DL_DEVICE_CUDA) dl__cuda_close(d);
 #endif
+    DL_FREE(d->hscratch);
     DL_FREE(d);
 }
 
@@ -9085,6 +9095,20 @@ static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
 /* dx = w invstd (g - mean(g) - xhat mean(g xhat)) (train) or w invstd g
    (eval); dw = sum(g xhat); db = sum(g); any output may be NULL; ry: g
    masked by a fused ReLU's output, into gm where given */
+/* d's host scratch of at least bytes (grown once: a steady loop does not
+   allocate; one backend call uses it at a time), NULL when out of memory */
+static void *dl__hscratch(dl__dev *d, size_t bytes)
+{
+    if (bytes > d->hscratch_bytes) {
+        void *p = dl__malloc(d->ctx, bytes);
+        if (!p) return NULL;
+        DL_FREE(d->hscratch);
+        d->hscratch = p;
+        d->hscratch_bytes = bytes;
+    }
+    return d->hscratch;
+}
+
 static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
                                 const float *x, const float *mean, const float *invstd,
                                 const float *w, int64_t N, int64_t C, int64_t L, bool train,
@@ -9093,13 +9117,17 @@ static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, con
     dl__bn_args u;
     double stack[64], *sums = stack;
     float *gm = NULL;
+    bool need_gm = ry && !dx && !gm_out;   /* the masked g has nowhere else to go */
+    size_t nsum = C > 32 ? sizeof(double) * (size_t)(2 * C) : 0;
     memset(&u, 0, sizeof u);
-    if (C > 32) sums = (double *)DL_MALLOC(sizeof(double) * (size_t)(2 * C));
-    if (ry && !dx && !gm_out) gm = (float *)DL_MALLOC(sizeof(float) * (size_t)(N * C * L + 1));
-    if (!sums || (ry && !dx && !gm_out && !gm)) {
-        if (sums != stack) DL_FREE(sums);
-        dl__dev_fail(d, "bn_backward: out of host memory (%lld channels)", (long long)C);
-        return;
+    if (nsum || need_gm) {
+        char *h = (char *)dl__hscratch(d, nsum + (need_gm ? sizeof(float) * (size_t)(N * C * L + 1) : 0));
+        if (!h) {
+            dl__dev_fail(d, "bn_backward: out of host memory (%lld channels)", (long long)C);
+            return;
+        }
+        if (nsum) sums = (double *)(void *)h;
+        if (need_gm) gm = (float *)(void *)(h + nsum);
     }
     u.dx = dx ? (float *)DL__RAW(d, dx) : NULL;
     u.dw = dw ? (float *)DL__RAW(d, dw) : NULL;
@@ -9124,8 +9152,6 @@ static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, con
     if (dw || db || (dx && train))
         dl__parallel_for(d->ctx->pool, C, (1 << 15) / (N * L + 1) + 1, dl__bn_sums_task, &u);
     if (dx) dl__parallel_for(d->ctx->pool, N * C, (1 << 15) / (L + 1) + 1, dl__bn_dx_task, &u);
-    if (sums != stack) DL_FREE(sums);
-    DL_FREE(gm);
 }
 
 typedef struct dl__ln_args {
@@ -15122,6 +15148,11 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
     if (!x) return NULL;
     if (!dl__pool_input(name, nsp, x)) return NULL;
     ctx = x->ctx_;
+    if (nsp + 2 > DL_MAX_DIMS) {   /* (a 3-d pool's (N,C,D,H,W) in a DL_MAX_DIMS=4 build) */
+        dl__err(ctx, DL_ERR_SHAPE, "%s: x %s: the batched form (N,C + %d spatial dims) needs %d dims; this "
+                "build has DL_MAX_DIMS=%d", name, dl__sh(x), nsp, nsp + 2, DL_MAX_DIMS);
+        return NULL;
+    }
     if (!d) {
         dl__err(ctx, DL_ERR_ARG, "%s: desc is NULL; the kernel size is required "
                 "(dl_pool_desc_make(kernel, stride, padding, ceil_mode, count_include_pad))", name);
@@ -19227,7 +19258,7 @@ static dl_result dl__tb_write(dl_summary_writer *w, const char *fn, const unsign
             if (k <= 0) {
                 int e = k < 0 ? errno : ENOSPC;
                 if (done > 0) {
-#ifdef DL__POSIX2008
+#ifdef DL__POSIX_FILES
                     if (ftruncate(w->fd, (off_t)w->size) != 0) w->broken = true;
 #else
                     w->broken = true;

@@ -405,6 +405,33 @@ static void test_ready_hook(void)
     dl_ctx_free(ctx);
 }
 
+/* ---- the DL_MAX_DIMS builds (test-all: 4 and 16): DL_SHAPE counts every
+   argument (up to 8 it did: a 10-argument shape became ndim 2), and the
+   layers past the limit refuse with it named */
+static void test_max_dims(void)
+{
+    dl_ctx *ctx = new_ctx();
+#if DL_MAX_DIMS >= 10
+    dl_shape s = DL_SHAPE(1, 1, 1, 1, 1, 1, 1, 1, 2, 3);
+    dl_tensor *t = dl_zeros(ctx, DL_SHAPE(1, 1, 1, 1, 1, 1, 1, 1, 2, 3));
+    CHECK(s.ndim == 10 && s.d[9] == 3, "DL_SHAPE of 10: ndim %d", s.ndim);
+    CHECK(t && t->ndim == 10 && t->numel == 6, "dl_zeros of 10 dims");
+    CHECK(DL_DIMS(0, 1, 2, 3, 4, 5, 6, 7, 8).ndim == 9, "DL_DIMS of 9");
+#endif
+#if DL_MAX_DIMS < 5
+    {
+        dl_pool_desc pd = dl_pool_desc_make(2, 2, 0, false, true);
+        dl_tensor *x = dl_zeros(ctx, DL_SHAPE(2, 3, 4, 4));
+        CHECK(dl_max_pool3d(x, &pd) == NULL && dl_last_error(ctx) == DL_ERR_SHAPE &&
+              strstr(dl_error_message(ctx), "dl_max_pool3d") && strstr(dl_error_message(ctx), "DL_MAX_DIMS=4"),
+              "a 3-d pool in a DL_MAX_DIMS=4 build: %s", dl_error_message(ctx));
+        dl_clear_error(ctx);
+    }
+#endif
+    CHECK(dl_zeros(ctx, DL_SHAPE(2, 3, 4, 5)) != NULL, "4 dims in every build");
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -418,6 +445,7 @@ int main(int argc, char **argv)
     test_threads();
     test_rng();
     test_ready_hook();
+    test_max_dims();
     CHECK(cnt_live == 0, "%ld blocks live at exit", cnt_live);
     TEST_END();
 }

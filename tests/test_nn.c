@@ -607,6 +607,23 @@ static void test_optim_misc(void)
                   (unsigned long long)(m2[k].alloc_calls - m1[k].alloc_calls), dl_device_name(dev[k]));
         }
     }
+    {   /* batch norm's backward: more than 32 channels (its sums), and a fused ReLU
+           on an input without gradient (the masked g), no host allocator call after
+           step 1 (each called malloc every step) */
+        dl_module *bn = dl_nn_batch_norm2d(ctx, 40), *bn2 = dl_nn_batch_norm2d(ctx, 8);
+        long before = 0;
+        for (i = 0; i < 5; i++) {
+            dl_tensor *xb = dl_randn(ctx, DL_SHAPE(4, 40, 4, 4)), *xr = dl_randn(ctx, DL_SHAPE(4, 8, 4, 4));
+            dl_tensor *l = dl_add(dl_sum(dl_module_forward(bn, xb), DL_ALL, false),
+                                  dl_sum(dl_module_forward_relu(bn2, xr), DL_ALL, false));
+            CHECK(l && dl_backward(l) == DL_OK, "bn step %d: %s", i, dl_error_message(ctx));
+            dl_module_zero_grad(bn);
+            dl_module_zero_grad(bn2);
+            dl_step_end(ctx);
+            if (i >= 2) CHECK(cnt_calls == before, "bn step %d: %ld allocator calls", i, cnt_calls - before);
+            before = cnt_calls;
+        }
+    }
     dl_ctx_free(ctx);
 }
 
