@@ -1771,7 +1771,10 @@ typedef struct dl_comm_desc {
 } dl_comm_desc;
 typedef struct dl_comm dl_comm;
 /* THREADS: a group of `size` ranks (1..DL_MAX_THREAD_RANKS); NULL on a bad
-   size or no memory. Free it after every rank's dl_comm_free. */
+   size or no memory. Free it after every rank's dl_comm_free. A rank whose
+   dl_comm is freed while others are joined leaves the group broken: their
+   collectives fail at once (not after the timeout), naming it; when every
+   rank has left, the group can be joined again. */
 #define DL_MAX_THREAD_RANKS 64
 DL_API dl_comm_group *dl_comm_group_new(int size);
 DL_API void dl_comm_group_free(dl_comm_group *g);   /* NULL ok; refused while a rank has joined */
@@ -20561,6 +20564,8 @@ struct dl_comm_group {
     uint64_t gen;                      /* meetings completed */
     int arrived;                       /* ranks at the current meeting */
     bool broken;
+    int left;                          /* 1 + the first rank to leave while others were joined
+                                          (0: none): the group is broken until all have left */
     float *buf[DL_MAX_THREAD_RANKS];   /* each rank's host buffer for the current collective */
     int64_t count[DL_MAX_THREAD_RANKS];
     dl__grp_slot slot[2 * DL__GRP_ASYNC];  /* posted sums: (step parity, bucket) */
@@ -20655,6 +20660,15 @@ static void dl__comm_destroy(void *p)
 #endif
         g->joined[c->rank] = false;
         g->njoined--;
+        if (g->njoined > 0 && !g->left) {
+            /* the others' collectives can no longer complete: they fail now, not
+               after c->timeout (those already complete keep their results) */
+            g->left = c->rank + 1;
+            g->broken = true;
+#ifndef DL_NO_THREADS
+            pthread_cond_broadcast(&g->cv);
+#endif
+        }
 #ifndef DL_NO_THREADS
         pthread_mutex_unlock(&g->mu);
 #endif
@@ -20952,9 +20966,18 @@ static void dl__grp_deadline(const dl_comm *c, struct timespec *until)
 /* a rank missed `what` by the timeout: the group is broken; false with the error */
 static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
 {
+    int left;
+    pthread_mutex_lock(&c->group->mu);
+    left = c->group->left;
+    pthread_mutex_unlock(&c->group->mu);
     c->broken = true;
-    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: a rank died, hangs, "
-            "or failed (the group is broken)", op, c->rank, c->size, c->timeout, what);
+    if (left)
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited for %s: rank %d left the group (its "
+                "dl_comm was freed: it failed or stopped early; the group is broken)", op, c->rank, c->size,
+                what, left - 1);
+    else
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: a rank died, "
+                "hangs, or failed (the group is broken)", op, c->rank, c->size, c->timeout, what);
     return false;
 }
 #else
@@ -21039,8 +21062,10 @@ static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, 
     uint64_t key = step * 65536u + (uint64_t)bucket + 1u;
     int r = c->rank, n = c->size, j, q;
     bool last, bad = false, broken;
+    int left;
     pthread_mutex_lock(&g->mu);
     broken = g->broken;
+    left = g->left;
     if (sl->key != key) {
         sl->key = key;
         sl->arrived = 0;
@@ -21052,7 +21077,11 @@ static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, 
     pthread_mutex_unlock(&g->mu);
     if (broken) {
         c->broken = true;
-        dl__err(c->ctx, DL_ERR_DEVICE, "%s: the thread group is broken (a rank timed out or failed)", op);
+        if (left)
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads): rank %d left the group (its dl_comm was "
+                    "freed: it failed or stopped early; the group is broken)", op, r, n, left - 1);
+        else
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: the thread group is broken (a rank timed out or failed)", op);
         return false;
     }
     if (!last) return true;
@@ -21238,6 +21267,12 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
 #endif
         taken = g->joined[d.rank];
         if (!taken) {
+            if (g->njoined == 0) {   /* a new round: what the last one left behind goes */
+                g->broken = false;
+                g->left = 0;
+                g->arrived = 0;
+                memset(g->slot, 0, sizeof g->slot);
+            }
             g->joined[d.rank] = true;
             g->njoined++;
         }

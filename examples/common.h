@@ -219,11 +219,26 @@ static EX_UNUSED bool ex_resolve(const char *path, char *out, size_t cap)
 /* Whether paths a and b name the same file: "./x" and "x", a symbolic
    link and its target, two hard links (the same inode where it exists,
    else the same name in the same directory, by its inode). */
-static EX_UNUSED bool ex_same_path(const char *a, const char *b)
+/* path without trailing "/" and "/." ("x/", "x/." and "x/./" are "x"; "/" stays) */
+static void ex_trim_path(char *p)
 {
-    char ra[4096], rb[4096];
+    size_t n = strlen(p);
+    for (;;) {
+        if (n > 1 && p[n - 1] == '/') p[--n] = 0;
+        else if (n > 2 && p[n - 1] == '.' && p[n - 2] == '/') p[n -= 2] = 0;
+        else break;
+    }
+}
+static EX_UNUSED bool ex_same_path(const char *a0, const char *b0)
+{
+    char a[4096], b[4096], ra[4096], rb[4096];
     const char *sa, *sb;
     struct stat st1, st2;
+    if (strlen(a0) >= sizeof a || strlen(b0) >= sizeof b) return !strcmp(a0, b0);
+    strcpy(a, a0);
+    strcpy(b, b0);
+    ex_trim_path(a);
+    ex_trim_path(b);
     if (!strcmp(a, b)) return true;
     if (stat(a, &st1) == 0 && stat(b, &st2) == 0) return st1.st_dev == st2.st_dev && st1.st_ino == st2.st_ino;
     if (!ex_resolve(a, ra, sizeof ra) || !ex_resolve(b, rb, sizeof rb)) return false;
@@ -482,6 +497,21 @@ static EX_UNUSED bool ex_load_split(const char *prog, dl_ctx *ctx, const char *d
     if (xi->ndim != 3 || xi->shape[1] != 28 || xi->shape[2] != 28 || yl->ndim != 1 || yl->numel != xi->shape[0]) {
         fprintf(stderr, "%s: %s, %s: need N 28x28 images and N labels\n", prog, pi, pl);
         return false;
+    }
+    if (xi->shape[0] == 0) {   /* nothing to train on or to score: not an accuracy of 0 */
+        fprintf(stderr, "%s: %s holds no images\n", prog, pi);
+        return false;
+    }
+    {   /* a class outside 0..9 is a corrupt file: the loss refuses it in training,
+           but a test split would only score 0 */
+        const int64_t *c = (const int64_t *)yl->data;
+        int64_t i;
+        for (i = 0; i < yl->numel; i++)
+            if (c[i] < 0 || c[i] > 9) {
+                fprintf(stderr, "%s: %s: label %lld is %lld: Fashion-MNIST's classes are 0..9\n", prog, pl,
+                        (long long)i, (long long)c[i]);
+                return false;
+            }
     }
     {   /* NaN/Inf pixels (possible in float IDX files) would train on garbage: refuse them */
         const float *v = (const float *)xi->data;

@@ -64,7 +64,8 @@ static void usage(FILE *out, const char *prog)
             "                  (at most %d, no repeats); repeat the flag for several runs; default:\n"
             "                  three runs, on cpu:0 | cpu:0,cpu:1 | cpu:0,cpu:1,cpu:2,cpu:3\n"
             "  --epochs N      epochs per run, 1..%d\n"
-            "  --batch N       samples per step over all devices, 1..%d (at least one per device)\n"
+            "  --batch N       samples per step over all devices, 1..%d (at least two per device:\n"
+            "                  batch norm)\n"
             "  --lr F          the learning rate (Adam's; resnet18: SGD's, default 0.1), a finite number > 0\n"
             "  --threads N     kernel threads in all, 0..%d (0: every core)\n"
             "  --limit N       train on the first N samples, N >= 0 (0: all)\n"
@@ -218,11 +219,11 @@ static void parse(int argc, char **argv, flags *f)
         f->nruns = 3;
     }
     for (k = 0; k < f->nruns; k++)
-        if (f->batch < f->runs[k].n * (f->ranks ? f->ranks : 1)) {
+        if (f->batch < 2 * f->runs[k].n * (f->ranks ? f->ranks : 1)) {
             char v[32];
             snprintf(v, sizeof v, "%lld", (long long)f->batch);
-            bad(f->prog, "%s %s: %s", "--batch", v, "must be at least the number of devices of every run "
-                "(times --ranks)");
+            bad(f->prog, "%s %s: %s", "--batch", v, "must be at least twice the number of devices of every run "
+                "(times --ranks): each replica's batch norm needs 2 rows");
         }
 }
 
@@ -355,11 +356,12 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
                dl_ddp averages the ranks with equal weights, so each rank's mean
                loss is scaled by its share, b * size / B: the average is then
                the mean over the whole batch. Every rank has the same batches,
-               so every rank skips a last batch too small to split. */
+               so every rank skips a last batch too small to split (batch
+               norm needs 2 rows on every replica). */
             int64_t B = x->shape[0], b = B / size + (rank < B % size ? 1 : 0);
             int64_t off = rank * (B / size) + (rank < B % size ? rank : B % size);
             float share = (float)((double)b * size / (double)B);
-            if (B / size < r->n) { dl_step_end(ctx); continue; }
+            if (B / size < 2 * r->n) { dl_step_end(ctx); continue; }
             if (size > 1) {
                 x = dl_narrow(x, 0, off, b);
                 y = dl_narrow(y, 0, off, b);

@@ -204,7 +204,7 @@ static long flag_int(const char *prog, const char *flag, const char *v, long lo,
 {
     char *end;
     long n = strtol(v, &end, 10);
-    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '-') || *end || n < lo || n > hi) {   /* as common.h: no " 5", "+5" */
+    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '-') || *end || n < lo || n > hi) {   /* no " 5", "+5" */
         fprintf(stderr, "%s: %s %s: must be a whole number from %ld to %ld\n", prog, flag, v, lo, hi);
         exit(usage(prog, stderr, 2));
     }
@@ -246,6 +246,11 @@ int main(int argc, char **argv)
                 return usage(argv[0], stderr, 2);
             }
         }
+    }
+    if (lenet && batch < 2) {   /* (as the other examples, before any work) */
+        fprintf(stderr, "%s: --batch %ld: the lenet model's batch norm needs at least 2 samples a step\n",
+                argv[0], batch);
+        return usage(argv[0], stderr, 2);
     }
     memset(&e, 0, sizeof e);
     memset(&s, 0, sizeof s);

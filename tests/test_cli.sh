@@ -373,6 +373,9 @@ expect 2 "^$B/mlp: --logdir /dev/null: a device, not a directory" $B/mlp --data 
 expect 2 "^$B/mlp: --logdir $T/afile/run: $T/afile is not a directory$" $B/mlp $SHORT --logdir "$T/afile/run"
 expect 2 "^$B/mlp: --logdir needs a path, got ''" $B/mlp $SHORT --logdir ""
 expect 2 "^$B/mlp: --csv $T/tbx and --logdir $T/tbx: two outputs in one path$" $B/mlp $SHORT --csv "$T/tbx" --logdir "$T/tbx"
+# the same path with a trailing / or /. (was taken for another, and failed after training)
+expect 2 "^$B/mlp: --csv $T/tbx and --logdir $T/tbx/: two outputs in one path$" $B/mlp $SHORT --csv "$T/tbx" --logdir "$T/tbx/"
+expect 2 "^$B/mlp: --csv $T/tbx and --logdir $T/tbx/.: two outputs in one path$" $B/mlp $SHORT --csv "$T/tbx" --logdir "$T/tbx/."
 check "a refused --logdir creates nothing" eval "[ ! -e '$T/tbx' ] && [ -f '$T/afile' ]"
 if [ "$(id -u)" != 0 ]; then
     mkdir -p "$T/rotb" && chmod 555 "$T/rotb"
@@ -509,7 +512,11 @@ expect 2 "^$DP: --devices gpu:1: 'gpu:1' is not a device like cpu:1 or cuda:0" $
 expect 2 "^$DP: --devices cpu:1,cpu:1: 'cpu:1' appears twice \(one replica per device\)" $DP --devices cpu:1,cpu:1
 expect 2 "^$DP: --devices '': needs at least one device" $DP --devices ""
 expect 2 "^$DP: --epochs 0: must be a whole number from 1 to 1000" $DP --epochs 0
-expect 2 "^$DP: --batch 3: must be at least the number of devices of every run" $DP --batch 3
+expect 2 "^$DP: --batch 3: must be at least twice the number of devices of every run" $DP --batch 3
+# a replica's batch norm needs 2 rows: refused before any work (it failed at step 1,
+# and with --ranks the other rank then waited out the 300 s timeout)
+expect 2 "^$DP: --batch 3: must be at least twice the number of devices of every run \(times --ranks\): each replica's batch norm needs 2 rows" \
+    $DP --data "$D" --ranks 2 --batch 3
 expect 2 "^$DP: --lr -1: must be a finite number > 0" $DP --lr -1
 expect 2 "^$DP: --lr  0.5: must be a finite number > 0" $DP --lr " 0.5"
 expect 2 "^$DP: --data '': needs a directory" $DP --data ""
@@ -519,7 +526,7 @@ expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --ep
     --devices cpu:0 --devices cpu:0,cpu:1
 check "data_parallel: an epoch line per run" eval "[ \$(printf '%s\n' \"\$out\" | grep -c '^  epoch 1 ') = 2 ]"
 expect 2 "^$DP: --ranks 17: must be a whole number from 0 to 16" $DP --ranks 17
-expect 2 "^$DP: --batch 3: must be at least the number of devices of every run \(times --ranks\)" $DP --ranks 4 --batch 3
+expect 2 "^$DP: --batch 7: must be at least twice the number of devices of every run \(times --ranks\)" $DP --ranks 4 --batch 7
 expect 0 "^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 --ranks 2 --threads 1
 check "data_parallel --ranks 2: two thread ranks train one model" eval "printf '%s\n' \"\$out\" | grep -q '^LeNet-BN on cpu:0 in each of the thread ranks: 2 replicas, batch 16 (8 per replica)'"
 expect 2 "^$DP: --bucket-kb -1: must be a whole number from 0 to 1048576" $DP --bucket-kb -1
@@ -547,6 +554,16 @@ expect 1 "^$B/mlp: dl_idx_load: cannot allocate 125440000 bytes" \
 check "no memory for the data: no 'run make data' hint" eval "! printf '%s\n' \"\$out\" | grep -q 'make data'"
 rm -rf "$BIG"
 expect 1 "^\(run \`make data\` to fetch Fashion-MNIST, or give --data DIR\)$" $B/mlp --data "$T/nowhere"
+# a test split whose labels are not classes 0..9 (scored 0.0000, exit 0, before), an empty split
+BADL=$T/badlabels
+mkdata "$BADL"
+{ printf '\000\000\010\001'; be32 64; head -c 63 /dev/zero; printf '\310'; } > "$BADL/t10k-labels-idx1-ubyte"
+expect 1 "^$B/mlp: $BADL/t10k-labels-idx1-ubyte: label 63 is 200: Fashion-MNIST's classes are 0..9$" \
+    $B/mlp --data "$BADL" --epochs 1 --batch 16
+{ printf '\000\000\010\003'; be32 0; be32 28; be32 28; } > "$BADL/t10k-images-idx3-ubyte"
+{ printf '\000\000\010\001'; be32 0; } > "$BADL/t10k-labels-idx1-ubyte"
+expect 1 "^$B/mlp: $BADL/t10k-images-idx3-ubyte holds no images$" $B/mlp --data "$BADL" --epochs 1 --batch 16
+rm -rf "$BADL"
 
 # --- every example on the strict cpu:1 (a virtual device whose memory the host
 # cannot address: a host dereference of tensor data faults), as make test runs
@@ -563,6 +580,8 @@ expect 0 "^saved to $T/strict\.dot$" $STRICT env PATH="$PWD/$T/nodot:/usr/bin:/b
 expect 0 "^  cpu:0 +[0-9.]+ us$" $STRICT $B/transfer_cost
 expect 0 "^MLP with dropout on cpu:1, " $STRICT $B/static_graph --steps 4 --batch 4
 check "static_graph on cpu:1: the same bits both ways" eval "printf '%s\n' \"\$out\" | grep -q 'replayed: the same bits$'"
+expect 2 "^$B/static_graph: --batch 1: the lenet model's batch norm needs at least 2 samples a step$" \
+    $B/static_graph --model lenet --batch 1
 # custom_function: the Function written with dl ops runs on cpu:1; the one
 # written with host loops runs on cpu:0 only, and on cpu:1 says why not
 expect 0 "^MySigmoid vs the built-in: .* -> ok$" $STRICT $B/custom_function
