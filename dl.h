@@ -3666,7 +3666,8 @@ static DL__HD inline float dl__siluf(float x)
     X(SILU, dl__siluf(x)) \
     X(TANH, tanhf(x)) \
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
-    X(POW, a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : powf(x, a)) \
+    X(POW, a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
+           a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a)) /* (torch's rsqrt at -0, -inf) */ \
     X(CLAMP, x < a ? a : (x > b ? b : x)) \
     X(AFFINE, DL__MUL_RN(a, x) + b) \
     X(DIVS, x / a) \

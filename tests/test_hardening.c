@@ -577,7 +577,11 @@ static void test_use_after_free(void)
 static void test_threads_clamped(void)
 {
     dl_ctx *ctx = new_ctx();
+#ifdef DL_NO_THREADS
+    long cores = 1;   /* (a single-threaded build has one core to give) */
+#else
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
     CHECK(dl_set_num_threads(ctx, 100000) == DL_ERR_ARG, "100000 threads accepted");
     EXPECT_ERR(ctx, DL_ERR_ARG, "num_threads=100000 must be between 0");
     CHECK(dl_set_num_threads(ctx, -3) == DL_ERR_ARG, "-3 threads accepted");
@@ -2036,6 +2040,15 @@ static void test_review4_autograd(void)
             dl_clear_error(ctx);
             dl_free(w);
         }
+    }
+    {   /* x^-0.5 at -0 and -inf as torch's rsqrt (-inf, NaN: powf gave +inf, 0), and so
+           x^0.5's gradient at -0 (-inf) */
+        float v[2] = {-0.0f, -INFINITY}, y[2];
+        dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(2), v), true);
+        CHECK(dl_read(dl_pow(x, -0.5f), y, 2) == DL_OK && isinf(y[0]) && y[0] < 0 && isnan(y[1]),
+              "pow(-0, -0.5) = %g, pow(-inf, -0.5) = %g (torch -inf, nan)", (double)y[0], (double)y[1]);
+        CHECK(dl_backward(dl_sum(dl_pow(x, 0.5f), DL_ALL, false)) == DL_OK && dl_read(x->grad, y, 2) == DL_OK &&
+              isinf(y[0]) && y[0] < 0, "d sqrt(x) at -0: %g (torch -inf)", (double)y[0]);
     }
     dl_ctx_free(ctx);
 }
