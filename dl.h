@@ -5489,7 +5489,13 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
         }
         n = (int)v;
     }
-    if (!ctx->strict && (env = getenv("DL_STRICT")) && *env) ctx->strict = strcmp(env, "0") != 0;
+    if (!ctx->strict && (env = getenv("DL_STRICT")) && *env) {
+        if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {   /* (as the other switches: DL_PROFILE ...) */
+            dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: DL_STRICT=%s must be 0 (off) or 1 (on)", env);
+            return false;
+        }
+        ctx->strict = env[0] == '1';
+    }
     if (def.type == DL_DEVICE_DEFAULT && (env = getenv("DL_DEVICE")) && *env) {
         def = dl_device_parse(env);
         if (def.type < 0) {

@@ -93,9 +93,11 @@ static int args_ok(int argc, char **argv)
                "  on cpu:0 also a function written with host loops; writes no files\n", argv[0]);
         exit(0);
     }
-    if (argc > 1) {
+    if (argc > 1) {   /* (the first that is not --help: "--help x" is about x) */
+        int k = 1;
+        while (k < argc - 1 && (!strcmp(argv[k], "--help") || !strcmp(argv[k], "-h"))) k++;
         fprintf(stderr, "%s: unknown argument %s: this example takes no flags\nusage: %s [--help]\n",
-                argv[0], argv[1], argv[0]);
+                argv[0], argv[k], argv[0]);
         return 0;
     }
     return 1;

@@ -24,9 +24,11 @@ static int args_ok(int argc, char **argv)
                "  prints analytic vs numerical gradients of a small network; writes no files\n", argv[0]);
         exit(0);
     }
-    if (argc > 1) {
+    if (argc > 1) {   /* (the first that is not --help: "--help x" is about x) */
+        int k = 1;
+        while (k < argc - 1 && (!strcmp(argv[k], "--help") || !strcmp(argv[k], "-h"))) k++;
         fprintf(stderr, "%s: unknown argument %s: this example takes no flags\nusage: %s [--help]\n",
-                argv[0], argv[1], argv[0]);
+                argv[0], argv[k], argv[0]);
         return 0;
     }
     return 1;

@@ -303,6 +303,7 @@ for e in $TRAIN custom_function gradcheck graph; do
 done
 expect 2 "^$B/custom_function: unknown argument --out" $B/custom_function --out x
 expect 2 "^$B/gradcheck: unknown argument x" $B/gradcheck x
+expect 2 "^$B/custom_function: unknown argument x:" $B/custom_function --help x
 expect 2 "^$B/graph: unknown flag --bogus" $B/graph --bogus
 expect 2 "^$B/graph: --out needs a file name" $B/graph --out
 expect 2 "^$B/graph: --out /dev/full: a device" $B/graph --out /dev/full

@@ -164,6 +164,17 @@ static void test_tf32_switches(void)
         if (had[k]) setenv(names[k], saved[k], 1);
         else unsetenv(names[k]);
     }
+    {   /* DL_STRICT takes 0 or 1 as the other switches (2 was silently on) */
+        const char *old = getenv("DL_STRICT");
+        char sv[32] = "";
+        int had_strict = old != NULL;
+        if (had_strict) snprintf(sv, sizeof sv, "%s", old);
+        setenv("DL_STRICT", "2", 1);
+        CHECK(dl_ctx_init(NULL) == NULL && strstr(dl_error_message(NULL), "dl_ctx_init: DL_STRICT=2 must be 0 (off) "
+              "or 1 (on)"), "DL_STRICT=2: %s", dl_error_message(NULL));
+        if (had_strict) setenv("DL_STRICT", sv, 1);
+        else unsetenv("DL_STRICT");
+    }
     dl_clear_error(NULL);
 }
 
