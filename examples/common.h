@@ -1215,6 +1215,14 @@ static EX_UNUSED int ex_resume(ex_setup *s, dl_module *net, dl_optim *opt)
         fprintf(stderr, "%s: --resume %s: the checkpoint was trained with --lr %s, this run has --lr %s\n", p, r, x, y);
         return -1;
     }
+    {   /* the whole of the value, digits only (a hand-edited "abc" is no seed 0) */
+        const char *c = seed;
+        while (*c >= '0' && *c <= '9') c++;
+        if (*c || c == seed || c - seed > 20) {
+            fprintf(stderr, "%s: --resume %s: the checkpoint's seed \"%s\" is not a whole number\n", p, r, seed);
+            return -1;
+        }
+    }
     if (strtoull(seed, NULL, 10) != a->seed) {
         fprintf(stderr, "%s: --resume %s: the checkpoint was trained with --seed %s, this run has --seed %llu\n",
                 p, r, seed, (unsigned long long)a->seed);

@@ -191,6 +191,10 @@ expect 1 "^$B/mlp: --resume $R: the checkpoint was trained with --lr 0.05, this 
     $B/mlp $SHORT --epochs 2 --lr 0.1 --resume "$R"
 expect 1 "^$B/mlp: --resume $R: the checkpoint was trained with --seed 1, this run has --seed 2$" \
     $B/mlp $SHORT --epochs 2 --seed 2 --resume "$R"
+LC_ALL=C sed 's/"seed":"1"/"seed":"a"/' "$R" > "$T/ck_seed.st"   # (a hand-edited seed; the same length)
+expect 1 "^$B/mlp: --resume $T/ck_seed.st: the checkpoint's seed \"a\" is not a whole number$" \
+    $B/mlp $SHORT --epochs 2 --resume "$T/ck_seed.st"
+rm -f "$T/ck_seed.st"
 expect 1 "^$B/mlp: --resume $R: the checkpoint was trained with --limit 0 \(64 training samples\), this run has --limit 32 \(32 training samples\)$" \
     $B/mlp $SHORT --epochs 2 --limit 32 --resume "$R"
 expect 1 "^$B/lenet: --resume $R: the checkpoint was written by the example mlp, this is lenet$" \
