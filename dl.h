@@ -3607,6 +3607,11 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
    subnormal results round once). Within 2 ulp of the true value over the
    whole range (tests/test_ops.c checks every float from -104 to 89 in steps);
    +-inf and NaN as expf. */
+/* batch norm's shift K for a channel's one-pass sums: its first value, or 0
+   where that is inf or NaN (x - K would make every sum NaN: the mean of a
+   channel holding inf is inf, as PyTorch's, and its variance NaN) */
+static DL__HD inline double dl__bn_shift(float v) { return v - v == 0.0f ? (double)v : 0.0; }
+
 static DL__HD inline float dl__expf(float x)
 {
     float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);   /* NaN passes */
@@ -8930,7 +8935,7 @@ static void dl__bn_stats_short(const dl__bn_args *u, int64_t lo, int64_t hi)
     int64_t c0, nc, j, L = u->L, cb = DL__BN_SHORT / L;
     for (c0 = lo; c0 < hi; c0 += nc) {
         nc = hi - c0 < cb ? hi - c0 : cb;
-        for (j = 0; j < nc * L; j++) kk[j] = (double)u->x[(c0 + j / L) * L];
+        for (j = 0; j < nc * L; j++) kk[j] = dl__bn_shift(u->x[(c0 + j / L) * L]);
         DL__BN_SHORT_ROWS(ps, (double)u->x[base + j] - kk[j], pq, d_ * d_);
         for (j = 0; j < nc; j++)
             dl__bn_stats_fin(u, c0 + j, dl__bn_short_total(ps, j, L), dl__bn_short_total(pq, j, L), kk[j * L]);
@@ -8955,8 +8960,8 @@ static void dl__bn_stats_task(void *arg, int64_t lo, int64_t hi)
         int64_t nc = hi - c0 < DL__BN_CB ? hi - c0 : DL__BN_CB, j;
         /* one pass: the sums of x - K and of its square, in double, with K
            the channel's first value (so that they do not cancel unless the
-           data lie far from K compared with their spread) */
-        for (j = 0; j < nc; j++) K[j] = (double)u->x[(c0 + j) * u->L];
+           data lie far from K compared with their spread; dl__bn_shift) */
+        for (j = 0; j < nc; j++) K[j] = dl__bn_shift(u->x[(c0 + j) * u->L]);
         for (j = 0; j < nc * 32; j++) as[j] = aq[j] = 0.0;
         for (n = 0; n < u->N; n++)
             for (j = 0; j < nc; j++) {

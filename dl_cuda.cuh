@@ -3720,7 +3720,7 @@ struct dl__cu_bnpart {
         double a = 0.0, b = 0.0, K;
         *pa = *pb = 0.0;
         if (k >= hi) return;
-        K = ST ? (double)xc[0] : xc ? (double)mean[c] : 0.0;
+        K = ST ? dl__bn_shift(xc[0]) : xc ? (double)mean[c] : 0.0;
         n = k / L;
         l = k - n * L;
         for (; k < hi; k += 4 * G) {   /* four loads issued before the four adds, in order */
@@ -3875,7 +3875,7 @@ struct dl__cuf_bn_fin {
         sm = a / M;
         q = dl__cu_dadd(b / M, -dl__cu_dmul(sm, sm));
         if (q < 0.0) q = 0.0;                                /* rounding; NaN stays */
-        mean[c] = (float)dl__cu_dadd((double)x[c * L], sm);
+        mean[c] = (float)dl__cu_dadd(dl__bn_shift(x[c * L]), sm);
         var[c] = (float)q;
         invstd[c] = (float)(1.0 / sqrt(dl__cu_dadd(q, (double)eps)));
         if (nbt && c == 0) *nbt += 1;

@@ -2050,6 +2050,22 @@ static void test_review4_autograd(void)
         CHECK(dl_backward(dl_sum(dl_pow(x, 0.5f), DL_ALL, false)) == DL_OK && dl_read(x->grad, y, 2) == DL_OK &&
               isinf(y[0]) && y[0] < 0, "d sqrt(x) at -0: %g (torch -inf)", (double)y[0]);
     }
+    {   /* batch norm's running mean of a channel whose first value is inf: inf, as
+           torch's (the shifted sums made it NaN); a NaN channel stays NaN */
+        float v[8] = {INFINITY, 1, 1, 2, 3, 4, 5, 6}, rmv[2], rvv[2];
+        int k;
+        for (k = 0; k < 2; k++) {
+            dl_tensor *rm = dl_keep(dl_zeros(ctx, DL_SHAPE(2))), *rv = dl_keep(dl_ones(ctx, DL_SHAPE(2)));
+            v[0] = k ? NAN : INFINITY;
+            CHECK(dl_batch_norm(dl_from_array(ctx, DL_SHAPE(2, 2, 2), v), rm, rv, NULL, NULL, true, 0.1f, 1e-5f) &&
+                  dl_read(rm, rmv, 2) == DL_OK && dl_read(rv, rvv, 2) == DL_OK, "bn with %s", k ? "NaN" : "inf");
+            CHECK((k ? isnan(rmv[0]) : isinf(rmv[0]) && rmv[0] > 0) && isnan(rvv[0]) && fabsf(rmv[1] - 0.35f) < 1e-6f &&
+                  fabsf(rvv[1] - 1.4666667f) < 1e-5f, "running stats %g %g %g %g (torch %s nan 0.35 1.4667)",
+                  (double)rmv[0], (double)rvv[0], (double)rmv[1], (double)rvv[1], k ? "nan" : "inf");
+            dl_free(rm);
+            dl_free(rv);
+        }
+    }
     dl_ctx_free(ctx);
 }
 
