@@ -20559,6 +20559,7 @@ dl_result dl_broadcast(dl_tensor *const *t, int n, int root)
 typedef struct dl__grp_slot {
     uint64_t key;                      /* step * 65536 + bucket + 1; 0: unused */
     int arrived;
+    uint64_t posted;                   /* bit r: rank r posted it */
     bool done, bad;                    /* bad: the ranks' counts differed */
     float *buf[DL_MAX_THREAD_RANKS];
     int64_t count[DL_MAX_THREAD_RANKS];
@@ -20575,9 +20576,13 @@ struct dl_comm_group {
     int njoined;
     uint64_t gen;                      /* meetings completed */
     int arrived;                       /* ranks at the current meeting */
+    uint64_t here;                     /* bit r: rank r is at the current meeting */
     bool broken;
     int left;                          /* 1 + the first rank to leave while others were joined
                                           (0: none): the group is broken until all have left */
+    uint64_t came;                     /* when a timeout broke it: bit r, rank r had come */
+    int busy;                          /* ranks still at work on the current collective's buffers */
+    int summing;                       /* posted sums being reduced (their buffers read) */
     float *buf[DL_MAX_THREAD_RANKS];   /* each rank's host buffer for the current collective */
     int64_t count[DL_MAX_THREAD_RANKS];
     dl__grp_slot slot[2 * DL__GRP_ASYNC];  /* posted sums: (step parity, bucket) */
@@ -20636,6 +20641,7 @@ struct dl_comm {
     float *hbuf, *htmp;               /* MPI, THREADS: host copy of one replica, receive chunk */
     int64_t hcap;
     dl_comm_group *group;             /* THREADS */
+    int users;                        /* dl_ddp objects using it: dl_comm_free refuses meanwhile */
     uint64_t astep;                   /* overlapped backwards so far, of every dl_ddp on it (the
                                          key of the posted sums: the same sequence on every rank) */
 #ifdef DL_MPI
@@ -20672,7 +20678,7 @@ static void dl__comm_destroy(void *p)
 #endif
         g->joined[c->rank] = false;
         g->njoined--;
-        if (g->njoined > 0 && !g->left) {
+        if (g->njoined > 0 && !g->broken) {
             /* the others' collectives can no longer complete: they fail now, not
                after c->timeout (those already complete keep their results) */
             g->left = c->rank + 1;
@@ -20682,6 +20688,7 @@ static void dl__comm_destroy(void *p)
 #endif
         }
 #ifndef DL_NO_THREADS
+        while (g->busy > 0 || g->summing > 0) pthread_cond_wait(&g->cv, &g->mu);   /* (see dl__grp_quiet) */
         pthread_mutex_unlock(&g->mu);
 #endif
     }
@@ -20976,17 +20983,47 @@ static void dl__grp_deadline(const dl_comm *c, struct timespec *until)
 }
 
 /* a rank missed `what` by the timeout: the group is broken; false with the error */
+/* g broken by a timeout (under g->mu): came, the ranks that had come (0:
+   unknown), named by the message of every rank's failing call */
+static void dl__grp_break(dl_comm_group *g, uint64_t came)
+{
+    if (!g->broken) g->came = came;
+    g->broken = true;
+    pthread_cond_broadcast(&g->cv);
+}
+
+/* Under g->mu: wait until no rank works on buffers of a call that failed
+   (a collective's segment sums, a posted sum being reduced), so that a
+   failing call returns only when no other rank will touch its memory.
+   That work is the other ranks' own, bounded: no deadline. */
+static void dl__grp_quiet(dl_comm_group *g)
+{
+    while (g->busy > 0 || g->summing > 0) pthread_cond_wait(&g->cv, &g->mu);
+}
+
+/* a failed call's error: which rank left, or which did not come */
 static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
 {
-    int left;
-    pthread_mutex_lock(&c->group->mu);
-    left = c->group->left;
-    pthread_mutex_unlock(&c->group->mu);
+    dl_comm_group *g = c->group;
+    int left, j, k = 0;
+    uint64_t came;
+    char who[160];
+    pthread_mutex_lock(&g->mu);
+    dl__grp_quiet(g);
+    left = g->left;
+    came = g->came;
+    pthread_mutex_unlock(&g->mu);
     c->broken = true;
+    who[0] = 0;
+    for (j = 0; came && j < c->size && k < (int)sizeof who - 16; j++)
+        if (!(came >> j & 1)) k += snprintf(who + k, sizeof who - (size_t)k, "%s%d", k ? ", " : "", j);
     if (left)
         dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited for %s: rank %d left the group (its "
                 "dl_comm was freed: it failed or stopped early; the group is broken)", op, c->rank, c->size,
                 what, left - 1);
+    else if (who[0])
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: rank(s) %s did "
+                "not come in time (dead, hung, failed, or slower than the timeout; the group is broken)", op, c->rank, c->size, c->timeout, what, who);
     else
         dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: a rank died, "
                 "hangs, or failed (the group is broken)", op, c->rank, c->size, c->timeout, what);
@@ -21003,7 +21040,7 @@ static bool dl__grp_no_threads(dl_comm *c, const char *op)
 /* THREADS: meet the other ranks (every rank's call makes one); false with
    the error when the group is or becomes broken (a rank missed the meeting
    by c->timeout seconds, or failed) */
-static bool dl__grp_meet(dl_comm *c, const char *op)
+static bool dl__grp_meet(dl_comm *c, const char *op, int busy)
 {
 #ifndef DL_NO_THREADS
     dl_comm_group *g = c->group;
@@ -21013,20 +21050,24 @@ static bool dl__grp_meet(dl_comm *c, const char *op)
     dl__grp_deadline(c, &until);
     pthread_mutex_lock(&g->mu);
     gen = g->gen;
-    if (!g->broken && ++g->arrived == g->size) {
-        g->arrived = 0;
-        g->gen++;
-        pthread_cond_broadcast(&g->cv);
-    }
-    while (g->gen == gen && !g->broken)
-        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && g->gen == gen) {
-            g->broken = true;
+    if (!g->broken) {
+        g->here |= (uint64_t)1 << c->rank;
+        if (++g->arrived == g->size) {
+            g->arrived = 0;
+            g->here = 0;
+            g->gen++;
+            if (busy >= 0) g->busy = busy;   /* (set with the meeting: no rank is past it before) */
             pthread_cond_broadcast(&g->cv);
         }
+    }
+    while (g->gen == gen && !g->broken)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && g->gen == gen && !g->broken)
+            dl__grp_break(g, g->here);
     ok = g->gen != gen;
     pthread_mutex_unlock(&g->mu);
     return ok || dl__grp_timed_out(c, op, "the other ranks");
 #else
+    (void)busy;
     return dl__grp_no_threads(c, op);
 #endif
 }
@@ -21039,27 +21080,35 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
 {
     dl_comm_group *g = c->group;
     int r = c->rank, n = c->size, j;
+    bool ok;
     g->buf[r] = buf;
     g->count[r] = count;
-    if (!dl__grp_meet(c, op)) return false;
-    for (j = 0; j < n; j++)
-        if (g->count[j] != count) {
-            /* every rank sees the same mismatch and fails the same way; the
-               second meeting keeps the buffers alive until all have looked */
-            dl__grp_meet(c, op);
-            c->broken = true;
-            dl__err(c->ctx, DL_ERR_SHAPE, "%s: rank %d passed %lld %s, rank %d %lld; every rank must pass the "
-                    "same shapes", op, r, (long long)count, bcast ? "bytes" : "floats", j, (long long)g->count[j]);
-            return false;
+    if (!dl__grp_meet(c, op, n)) return false;   /* (n ranks now at work on the buffers: g->busy) */
+    for (j = 0; j < n && g->count[j] == count; j++) {}
+    if (j == n) {
+        if (bcast) {
+            if (r != root && count) memcpy(buf, g->buf[root], (size_t)count);
+        } else {
+            int64_t off, len;
+            dl__seg(count, n, r, &off, &len);
+            dl__sum_segment(g->buf, n, r, off, len, scale);   /* the ring's order: x_r, then x_{r+1} + that, ... */
         }
-    if (bcast) {
-        if (r != root && count) memcpy(buf, g->buf[root], (size_t)count);
-    } else {
-        int64_t off, len;
-        dl__seg(count, n, r, &off, &len);
-        dl__sum_segment(g->buf, n, r, off, len, scale);   /* the ring's order: x_r, then x_{r+1} + that, ... */
     }
-    return dl__grp_meet(c, op);
+#ifndef DL_NO_THREADS
+    pthread_mutex_lock(&g->mu);
+    if (--g->busy == 0) pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+#endif
+    /* the second meeting keeps the buffers alive until every rank is done
+       with them (and a rank that fails it waits for that: dl__grp_quiet) */
+    ok = dl__grp_meet(c, op, -1);
+    if (j < n) {   /* every rank sees the same mismatch and fails the same way */
+        c->broken = true;
+        dl__err(c->ctx, DL_ERR_SHAPE, "%s: rank %d passed %lld %s, rank %d %lld; every rank must pass the "
+                "same shapes", op, r, (long long)count, bcast ? "bytes" : "floats", j, (long long)g->count[j]);
+        return false;
+    }
+    return ok;
 }
 
 /* THREADS, without waiting: post buf (count floats of host memory) as this
@@ -21073,29 +21122,24 @@ static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, 
     dl__grp_slot *sl = &g->slot[(step & 1) * DL__GRP_ASYNC + (uint64_t)bucket];
     uint64_t key = step * 65536u + (uint64_t)bucket + 1u;
     int r = c->rank, n = c->size, j, q;
-    bool last, bad = false, broken;
-    int left;
+    bool last = false, bad = false, broken;
     pthread_mutex_lock(&g->mu);
     broken = g->broken;
-    left = g->left;
-    if (sl->key != key) {
-        sl->key = key;
-        sl->arrived = 0;
-        sl->done = sl->bad = false;
+    if (!broken) {   /* (a broken group's slots are left alone: a sum may still read them) */
+        if (sl->key != key) {
+            sl->key = key;
+            sl->arrived = 0;
+            sl->posted = 0;
+            sl->done = sl->bad = false;
+        }
+        sl->buf[r] = buf;
+        sl->count[r] = count;
+        sl->posted |= (uint64_t)1 << r;
+        last = ++sl->arrived == n;
+        if (last) g->summing++;   /* this rank reduces it: the others' buffers are read until done */
     }
-    sl->buf[r] = buf;
-    sl->count[r] = count;
-    last = ++sl->arrived == n;
     pthread_mutex_unlock(&g->mu);
-    if (broken) {
-        c->broken = true;
-        if (left)
-            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads): rank %d left the group (its dl_comm was "
-                    "freed: it failed or stopped early; the group is broken)", op, r, n, left - 1);
-        else
-            dl__err(c->ctx, DL_ERR_DEVICE, "%s: the thread group is broken (a rank timed out or failed)", op);
-        return false;
-    }
+    if (broken) return dl__grp_timed_out(c, op, "the other ranks' gradients");
     if (!last) return true;
     for (j = 0; j < n; j++) bad = bad || sl->count[j] != count;
     for (q = 0; q < n && !bad; q++) {             /* segment q: the ring's order from rank q */
@@ -21106,6 +21150,7 @@ static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, 
     pthread_mutex_lock(&g->mu);
     sl->done = true;
     sl->bad = bad;
+    g->summing--;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     return true;
@@ -21130,10 +21175,9 @@ static bool dl__grp_wait(dl_comm *c, const char *op, uint64_t step, int bucket)
     dl__grp_deadline(c, &until);
     pthread_mutex_lock(&g->mu);
     while (!(sl->key == key && sl->done) && !g->broken)
-        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && !(sl->key == key && sl->done)) {
-            g->broken = true;
-            pthread_cond_broadcast(&g->cv);
-        }
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && !(sl->key == key && sl->done) &&
+            !g->broken)
+            dl__grp_break(g, sl->key == key ? sl->posted : 0);
     ok = sl->key == key && sl->done;
     bad = ok && sl->bad;
     if (bad)
@@ -21282,7 +21326,9 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
             if (g->njoined == 0) {   /* a new round: what the last one left behind goes */
                 g->broken = false;
                 g->left = 0;
+                g->came = 0;
                 g->arrived = 0;
+                g->here = 0;
                 memset(g->slot, 0, sizeof g->slot);
             }
             g->joined[d.rank] = true;
@@ -21345,7 +21391,13 @@ int dl_comm_size(const dl_comm *c) { return c && c->magic == DL__COMM_MAGIC ? c-
 
 void dl_comm_free(dl_comm *c)
 {
-    if (c && c->magic == DL__COMM_MAGIC) dl__disown(c->ctx, c);
+    if (!c || c->magic != DL__COMM_MAGIC) return;
+    if (c->users > 0) {   /* (its dl_ddp would use it freed) */
+        dl__err(c->ctx, DL_ERR_ARG, "dl_comm_free: %d dl_ddp still use this communicator; dl_ddp_free %s first "
+                "(dl_ctx_free frees all in order)", c->users, c->users == 1 ? "it" : "them");
+        return;
+    }
+    dl__disown(c->ctx, c);
 }
 
 /* local ring, then across processes on replica 0, then back to the others */
@@ -21404,6 +21456,11 @@ static dl_result dl__comm_replicas(dl_comm *c, const char *op, dl_tensor *const 
     dl_result rc;
     if (c && !dl__comm_ok(c, op)) return dl__comm_rc(c);
     rc = dl__replicas(op, t, n, f32, R);
+    if (rc == DL_OK && c && t[0]->ctx_ != c->ctx) {
+        dl__err(t[0]->ctx_, DL_ERR_ARG, "%s: t[0] %s belongs to another context than the communicator "
+                "(each rank's tensors and communicator share its context)", op, dl__sh(t[0]));
+        return DL_ERR_ARG;
+    }
     return rc == DL_OK && c ? dl__comm_same_count(c, op, R, t[0]->ctx_) : rc;
 }
 
@@ -21476,7 +21533,7 @@ dl_result dl_comm_barrier(dl_comm *c)
     if (!dl__comm_ok(c, "dl_comm_barrier")) return dl__comm_rc(c);
     if (dl_sync(c->ctx) != DL_OK) return c->ctx->err;
     if (c->backend == DL_COMM_THREADS && c->size > 1)
-        return dl__grp_meet(c, "dl_comm_barrier") ? DL_OK : c->ctx->err;
+        return dl__grp_meet(c, "dl_comm_barrier", -1) ? DL_OK : c->ctx->err;
 #ifdef DL_MPI
     if (c->backend != DL_COMM_LOCAL && c->size > 1) {
         /* a one-float sum around the ring (not MPI_Ibarrier: see dl__mpi_bcast):
@@ -21530,6 +21587,14 @@ static void dl__ddp_destroy(void *v)
 {
     dl_ddp *dp = (dl_ddp *)v;
     int i;
+#ifndef DL_NO_THREADS
+    if (dp->comm && dp->comm->group) {   /* no other rank reads its buffers any more (dl__grp_quiet) */
+        pthread_mutex_lock(&dp->comm->group->mu);
+        dl__grp_quiet(dp->comm->group);
+        pthread_mutex_unlock(&dp->comm->group->mu);
+    }
+#endif
+    if (dp->comm) dp->comm->users--;
     for (i = 0; dp->flat && i < dp->n; i++) dl_free(dp->flat[i]);
     DL_FREE(dp->m);
     DL_FREE(dp->o);
@@ -21711,6 +21776,11 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
     }
     ctx = replicas[0]->ctx;
     if (desc && desc->comm && !dl__comm_ok(desc->comm, "dl_ddp_init")) return NULL;
+    if (desc && desc->comm && desc->comm->ctx != ctx) {
+        dl__err(ctx, DL_ERR_ARG, "dl_ddp_init: desc.comm belongs to another context than the replicas (each "
+                "rank's model and communicator share its context)");
+        return NULL;
+    }
     if (desc && desc->bucket_bytes < 0) {
         dl__err(ctx, DL_ERR_ARG, "dl_ddp_init: bucket_bytes=%lld; it must be >= 0 (0: 25 MB)",
                 (long long)desc->bucket_bytes);
@@ -21783,6 +21853,7 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
     memset(dp, 0, sizeof *dp);
     dp->ctx = ctx;
     dp->comm = desc ? desc->comm : NULL;
+    if (dp->comm) dp->comm->users++;   /* (dl__ddp_destroy gives it back) */
     dp->n = n;
     dp->np = np;
     dp->m = (dl_module **)dl__malloc(ctx, sizeof(dl_module *) * (size_t)n);
@@ -21806,6 +21877,12 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         for (j = 0; j < np; j++) dp->p[(size_t)i * (size_t)np + (size_t)j] = a[j].t;
     }
     for (j = 0; j < np; j++) dp->total += dp->p[j]->numel;
+    if (dp->total == 0) {   /* (as torch's DDP, which refuses a model with nothing to synchronize) */
+        dl__ddp_destroy(dp);
+        dl__err(ctx, DL_ERR_ARG, "dl_ddp_init: the model's %d parameter(s) hold no elements: there is nothing "
+                "to sum", np);
+        return NULL;
+    }
     dp->bucket = (desc && desc->bucket_bytes ? desc->bucket_bytes : (int64_t)25 << 20) / (int64_t)sizeof(float);
     if (dp->bucket < 1) dp->bucket = 1;
     if (dp->bucket > dp->total) dp->bucket = dp->total;

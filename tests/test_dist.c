@@ -433,6 +433,36 @@ static void test_ddp_errors(void)
     EXPECT_ERR(C, DL_ERR_DEVICE, "dl_ddp_check: replica 1 on cpu:1 has drifted from replica 0: parameter 0");
     dl_ddp_free(dp);
     CHECK(dl_ddp_check(NULL) == DL_ERR_ARG, "dl_ddp_check(NULL) is refused");
+    {   /* a communicator of another context is refused (dl_ddp_step then read it freed
+           once that context went); dl_comm_free is refused while a dl_ddp uses it (the
+           dl_ddp used it freed); a model whose parameters hold no elements is refused
+           (a division by zero) */
+        dl_ctx *c2 = dl_ctx_init(NULL);
+        dl_comm *cm = dl_comm_init(c2, NULL), *cm1 = dl_comm_init(C, NULL);
+        dl_ddp_desc dd;
+        dl_tensor *t = dl_ones(C, DL_SHAPE(3));
+        dl_module *e = dl_module_new(C, "Empty", NULL, 0);
+        memset(&dd, 0, sizeof dd);
+        dd.comm = cm;
+        CHECK(cm && cm1 && dl_ddp_init(1, r, NULL, &dd) == NULL, "a communicator of another context");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_ddp_init: desc.comm belongs to another context than the replicas");
+        CHECK(dl_comm_allreduce(cm, &t, 1, DL_REDUCE_SUM) == DL_ERR_ARG, "allreduce of another context's tensor");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_comm_allreduce: t[0] (3) belongs to another context than the communicator");
+        dd.comm = cm1;
+        dp = dl_ddp_init(1, r, NULL, &dd);
+        CHECK(dp != NULL, "dl_ddp_init on this context's communicator: %s", dl_error_message(C));
+        dl_comm_free(cm1);
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_comm_free: 1 dl_ddp still use this communicator; dl_ddp_free it first");
+        CHECK(dp && dl_ddp_check(dp) == DL_OK, "the dl_ddp still works");
+        dl_ddp_free(dp);
+        dl_comm_free(cm1);   /* now it goes */
+        CHECK(dl_last_error(C) == DL_OK, "dl_comm_free after dl_ddp_free: %s", dl_error_message(C));
+        if (e) dl_module_param(e, "w", dl_zeros(C, DL_SHAPE(0)));
+        CHECK(e && dl_ddp_init(1, &e, NULL, NULL) == NULL, "a model of 0 elements");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_ddp_init: the model's 1 parameter(s) hold no elements");
+        dl_ctx_free(c2);
+        dl_step_end(C);
+    }
 }
 
 /* ------------------------------------------------------------ DL_COMM_THREADS */
@@ -769,7 +799,7 @@ static void test_comm_threads(void)
     for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 2; j[i].timeout = 0.3; }
     run_ranks(j, 2);
     CHECK(!j[0].ok && strstr(j[0].err, "dl_comm_allreduce: rank 0 of 2 (threads) waited up to 0.3 s for the other "
-          "ranks: a rank died, hangs, or failed") != NULL, "a missing rank: got '%s'", j[0].err);
+          "ranks: rank(s) 1 did not come in time (dead, hung, failed") != NULL, "a missing rank, named: got '%s'", j[0].err);
     CHECK(j[0].secs >= 0.25 && j[0].secs < 10, "a missing rank: failed after %.2f s (timeout 0.3 s)", j[0].secs);
     dl_comm_group_free(g);
 }
