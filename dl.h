@@ -765,6 +765,10 @@ struct dl_tensor {
     bool pinned_;             /* read in place by a dl_tensor_dataset: dl_free refuses */
     dl_tensor *gowner_;       /* a persistent gradient's tensor (dl_free of it: owner->grad = NULL) */
     bool capused_;            /* dl_free()d while a capture used it: its header stays to dl_ctx_free */
+    bool cut_;                /* dl_zero_grad wrote zeros into it while it had a history
+                                 (torch's zero_grad: detach_, zero_): an op recorded at version
+                                 hcut_ or later takes no gradient through node_ */
+    uint32_t hcut_;
     bool nohist_;             /* a persistent gradient a create_graph backward added to without
                                  the history (until zeroed), or computed from one: a backward
                                  through it is refused */
@@ -10620,9 +10624,10 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     node->nin = n;
     node->nh = taint;   /* as the inputs were now: zeroing the gradient later does not bring the history back */
     node->in = (dl_tensor **)(node + 1);
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n; i++) {   /* (every input's version: the ones it reads are checked, and each
+                                      says whether its history was cut before, dl_tensor.cut_) */
         node->in[i] = in[i];
-        if (i < 7 && in[i] && ((op->reads | op->cross) >> i & 1)) node->ver[i] = *dl__ver(in[i]);
+        if (i < 7 && in[i]) node->ver[i] = *dl__ver(in[i]);
     }
     if (op->reads & DL__RD_OUT) node->ver[7] = *dl__ver(out);
     if (ctx->ntape == ctx->captape) {
@@ -11386,6 +11391,11 @@ void dl_zero_grad(dl_tensor *t)
     DL__BE(t->grad)->fill(t->grad->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
     dl__bump_version(t->grad);
     t->grad->nohist_ = false;
+    if (t->grad->node_) {   /* (a step leaf's create_graph gradient: ops recorded from now on
+                               read a constant; those recorded before keep its history) */
+        t->grad->cut_ = true;
+        t->grad->hcut_ = *dl__ver(t->grad);
+    }
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
@@ -11609,6 +11619,13 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     ctx = out->ctx_;
     create = desc && desc->create_graph;
     retain = create || (desc && desc->retain_graph);
+    if (!out->requires_grad && dl__nh(out)) {   /* (its only history was the one dropped) */
+        dl__err(ctx, DL_ERR_GRAPH, "%s: out %s was computed from a parameter's ->grad that a create_graph "
+                "backward summed into without its history (a persistent gradient is updated in place): "
+                "its terms would be silently dropped; take that gradient with dl_grad(..., create_graph) "
+                "(torch.autograd.grad)", name, dl__sh(out));
+        return DL_ERR_GRAPH;
+    }
     if (!out->requires_grad) {
         dl__err(ctx, DL_ERR_GRAPH, "%s: out %s does not require grad: no input was marked with "
                 "dl_requires_grad(), or it was computed under dl_no_grad_begin()", name, dl__sh(out));
@@ -11659,7 +11676,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         if (nt == 0 && !dl__acc_leaf(out, seed, create)) return ctx->err;
         return DL_OK;
     }
-    if (out->node_->released) goto freed;
+    if (out->node_->released && nt == 0) goto freed;   /* (dl_grad: only if a node it needs went) */
     if (out->node_->id >= ctx->ntape || ctx->tape[out->node_->id] != out->node_) {
         /* a capture's tensor outlives dl_step_end; the tape it was recorded on does not */
         dl__err(ctx, DL_ERR_GRAPH, "%s: out %s was made inside a capture, and its part of the tape went "
@@ -11767,6 +11784,13 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                         "the capture, or dl_detach() it", name, j, dl__sh(x), pname);
                 rc = DL_ERR_GRAPH;
                 break;
+            }
+            if (x->node_ && x->cut_ && !n->fn && j < 7 && n->ver[j] - x->hcut_ < 0x80000000u) {
+                /* x was zeroed (dl_zero_grad of a gradient with history) before this op
+                   read it: the op saw a constant, as after torch's detach_() and zero_() */
+                gj->gref_++;
+                dl__grad_release(gj);
+                continue;
             }
             if (x->node_) {
                 if (x->node_->gacc) {

@@ -2066,6 +2066,46 @@ static void test_review4_autograd(void)
             dl_free(rv);
         }
     }
+    dl_step_end(ctx);
+    {   /* dl_zero_grad of a step leaf's gradient with history (create_graph): an op
+           recorded after it reads zeros, so no gradient goes through the old history
+           (it gave the old 6x; torch: 0), one recorded before keeps it (torch: 6x) */
+        float xv[2] = {0.5f, -1.0f};
+        dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(2), xv), true), *g, *h0, *h, *gx = NULL;
+        CHECK(dl_backward_ex(dl_sum(dl_pow(x, 3.0f), DL_ALL, false), &cg) == DL_OK && x->grad, "x.grad = 3x^2");
+        g = x->grad;
+        h0 = dl_sum(g, DL_ALL, false);
+        dl_zero_grad(x);
+        h = dl_sum(g, DL_ALL, false);
+        CHECK(dl_grad(h, 1, &x, &gx, NULL) == DL_OK && (gx == NULL || (dl_read(gx, g3, 2) == DL_OK && g3[0] == 0 &&
+              g3[1] == 0)), "after dl_zero_grad: no gradient through the old history");
+        gx = NULL;
+        CHECK(dl_grad(h0, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g3, 2) == DL_OK && g3[0] == 3.0f &&
+              g3[1] == -6.0f, "recorded before dl_zero_grad: 6x as torch (%g %g)", (double)g3[0], (double)g3[1]);
+    }
+    {   /* dl_grad of an out whose graph a backward freed, when no freed node is needed:
+           grad(y, [y]) is the seed (torch), not "already freed" */
+        float xv[2] = {1.0f, 1.5f}, sv[2] = {2.0f, 3.0f};
+        dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(2), xv), true), *y = dl_mul(x, x), *gy = NULL;
+        dl_backward_desc sd;
+        memset(&sd, 0, sizeof sd);
+        sd.grad = dl_from_array(ctx, DL_SHAPE(2), sv);
+        CHECK(dl_backward(dl_sum(y, DL_ALL, false)) == DL_OK, "a backward frees y's graph");
+        CHECK(dl_grad(y, 1, &y, &gy, &sd) == DL_OK && gy && dl_read(gy, g3, 2) == DL_OK && g3[0] == 2 && g3[1] == 3,
+              "dl_grad(y, [y]) after: the seed: %s", dl_error_message(ctx));
+        gy = NULL;
+        CHECK(dl_grad(y, 1, &x, &gy, &sd) == DL_ERR_GRAPH, "dl_grad(y, [x]) needs the freed node");
+        EXPECT_ERR(ctx, DL_ERR_GRAPH, "already freed");
+    }
+    {   /* a backward of an out computed only from a marked gradient names the mark, not
+           "does not require grad" */
+        dl_tensor *w = dl_param(dl_from_array(ctx, DL_SHAPE(3), a));
+        CHECK(dl_backward_ex(dl_sum(dl_pow(w, 3.0f), DL_ALL, false), &cg) == DL_OK, "w.grad marked");
+        CHECK(dl_backward(dl_sum(dl_mul(w->grad, w->grad), DL_ALL, false)) == DL_ERR_GRAPH, "refused");
+        EXPECT_ERR(ctx, DL_ERR_GRAPH, "was computed from a parameter's ->grad that a create_graph backward summed "
+                   "into without its history");
+        dl_free(w);
+    }
     dl_ctx_free(ctx);
 }
 
