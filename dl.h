@@ -1777,8 +1777,9 @@ typedef struct dl_comm dl_comm;
 /* THREADS: a group of `size` ranks (1..DL_MAX_THREAD_RANKS); NULL on a bad
    size or no memory. Free it after every rank's dl_comm_free. A rank whose
    dl_comm is freed while others are joined leaves the group broken: their
-   collectives fail at once (not after the timeout), naming it; when every
-   rank has left, the group can be joined again. */
+   collectives fail at once (not after the timeout), naming it. A group is
+   joined again for another round once every rank has left the last one (a
+   rank that joins earlier waits for that, up to its timeout). */
 #define DL_MAX_THREAD_RANKS 64
 DL_API dl_comm_group *dl_comm_group_new(int size);
 DL_API void dl_comm_group_free(dl_comm_group *g);   /* NULL ok; refused while a rank has joined */
@@ -13968,7 +13969,10 @@ static dl_tensor *dl__nn_class_loss(const char *op, dl_tensor *x, dl_tensor *tar
         if (d->reduction == DL_REDUCTION_MEAN) loss = dl__cls_mean(dl_sum(nll, DL_ALL, false), den);
         else loss = dl__nn_reduce(nll, d->reduction);
         if (e > 0.0f) {
-            dl_tensor *sm = dl__mmul(dl_neg(dl_sum(w ? dl_mul(lp, w) : lp, dl__dims1(1), false)), valid);
+            /* ignored rows masked before the weight: a -inf there would make the
+               weight's gradient 0 * -inf = NaN */
+            dl_tensor *lpv = dl__mmul(lp, dl_unsqueeze(valid, 1));
+            dl_tensor *sm = dl_neg(dl_sum(w ? dl_mul(lpv, w) : lpv, dl__dims1(1), false));
             if (d->reduction == DL_REDUCTION_MEAN) sm = dl__cls_mean(dl_sum(sm, DL_ALL, false), den);
             else sm = dl__nn_reduce(sm, d->reduction);
             loss = dl_add(dl_mul_scalar(loss, 1.0f - e), dl_mul_scalar(sm, e / (float)lp->shape[1]));
@@ -20713,6 +20717,7 @@ static void dl__comm_destroy(void *p)
         }
 #ifndef DL_NO_THREADS
         while (g->busy > 0 || g->summing > 0) pthread_cond_wait(&g->cv, &g->mu);   /* (see dl__grp_quiet) */
+        pthread_cond_broadcast(&g->cv);   /* (a rank joining the next round waits for the last to leave) */
         pthread_mutex_unlock(&g->mu);
 #endif
     }
@@ -21341,12 +21346,19 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
     if (c->timeout < 0) { DL_FREE(c); return NULL; }
     if (d.backend == DL_COMM_THREADS) {   /* take the rank */
         dl_comm_group *g = d.group;
-        bool taken;
+        bool taken, draining = false;
 #ifndef DL_NO_THREADS
+        struct timespec until;
+        dl__grp_deadline(c, &until);
         pthread_mutex_lock(&g->mu);
+        /* a round broken by a rank that left (or failed) ends when every rank has
+           left it: a rank joining again meanwhile (the next round) waits for that */
+        while (!g->joined[d.rank] && g->broken && g->njoined > 0 &&
+               pthread_cond_timedwait(&g->cv, &g->mu, &until) != ETIMEDOUT) {}
+        draining = !g->joined[d.rank] && g->broken && g->njoined > 0;
 #endif
         taken = g->joined[d.rank];
-        if (!taken) {
+        if (!taken && !draining) {
             if (g->njoined == 0) {   /* a new round: what the last one left behind goes */
                 g->broken = false;
                 g->left = 0;
@@ -21365,6 +21377,13 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
             DL_FREE(c);
             dl__err(ctx, DL_ERR_ARG, "dl_comm_init: rank %d of the group is already taken (each rank joins "
                     "once)", d.rank);
+            return NULL;
+        }
+        if (draining) {
+            double t = c->timeout;
+            DL_FREE(c);
+            dl__err(ctx, DL_ERR_DEVICE, "dl_comm_init: rank %d waited %.1f s for the group's last round to end "
+                    "(it broke, and some of its ranks have not called dl_comm_free)", d.rank, t);
             return NULL;
         }
         c->group = g;

@@ -373,6 +373,14 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
             dl_step_end(ctx);
         }
         if (rc < 0) goto fail;
+        if (steps == 0) {   /* every batch too small to split (--limit): nothing trained is no result */
+            if (rank == 0)
+                fprintf(stderr, "%s: --limit %lld, --batch %lld: no batch gives each of the %d replicas 2 rows "
+                        "(batch norm); nothing was trained\n", f->prog, (long long)f->limit, (long long)f->batch,
+                        r->n * size);
+            dl_ctx_free(ctx);
+            return 1;
+        }
         dt = ex_now() - t0;                   /* training time: evaluation not included */
         total_secs += dt;
         r->secs = total_secs / (epoch + 1);

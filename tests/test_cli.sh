@@ -530,6 +530,9 @@ expect 0 "^usage: $DP \[--devices LIST\]" $DP --help
 expect 0 "^cpu:0,cpu:1 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 \
     --devices cpu:0 --devices cpu:0,cpu:1
 check "data_parallel: an epoch line per run" eval "[ \$(printf '%s\n' \"\$out\" | grep -c '^  epoch 1 ') = 2 ]"
+# --limit leaving no batch big enough for every replica: an error, not a result of nothing
+expect 1 "^$DP: --limit 7, --batch 8: no batch gives each of the 4 replicas 2 rows \(batch norm\); nothing was trained$" \
+    $DP --data "$D" --epochs 1 --limit 7 --batch 8 --devices cpu:0,cpu:1,cpu:2,cpu:3
 expect 2 "^$DP: --ranks 17: must be a whole number from 0 to 16" $DP --ranks 17
 expect 2 "^$DP: --batch 7: must be at least twice the number of devices of every run \(times --ranks\)" $DP --ranks 4 --batch 7
 expect 0 "^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 --ranks 2 --threads 1

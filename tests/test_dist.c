@@ -470,7 +470,7 @@ static void test_ddp_errors(void)
 /* one rank: its own context (and 2 strict local devices), its communicator */
 typedef struct rank_job {
     dl_comm_group *g;
-    int rank, kind;                 /* kind 0: allreduce sizes, 1: dl_ddp, 2: hang (rank 1 never calls),
+    int rank, kind;                 /* kind 0: allreduce sizes, 1: dl_ddp, 2: hang (rank 1 never calls), 4: two rounds,
                                        3: dl_ddp_init of mismatch_model(variant) */
     int variant;
     int64_t count;
@@ -614,6 +614,24 @@ static void *rank_main(void *arg)
         j->nb = dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK && th_f(t, 2) == (float)j->g->size;
         dl_ctx_free(c);
         return NULL;
+    } else if (j->kind == 4) {        /* two rounds: allreduce, leave, join again at once (rank 1 leaves late) */
+        int round;
+        for (round = 0; round < 2 && comm; round++) {
+            dl_tensor *t = dl_ones(c, DL_SHAPE(4));
+            j->ok = dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK && th_f(t, 3) == 2.0f;
+            if (!j->ok) break;
+            if (j->rank == 1) {
+                struct timespec ts;
+                ts.tv_sec = 0;
+                ts.tv_nsec = 300000000L;
+                nanosleep(&ts, NULL);
+            }
+            dl_ctx_free(c);
+            c = NULL;
+            if (round == 0 && !(comm = rank_comm(j->g, j->rank, j->timeout, true, &c, j->err, sizeof j->err)))
+                return NULL;
+        }
+        if (!c) return NULL;
     } else if (j->rank == 0) {        /* kind 2: rank 1 never calls */
         dl_tensor *t = dl_ones(c, DL_SHAPE(10));
         double t0 = now_s();
@@ -792,6 +810,19 @@ static void test_comm_threads(void)
     run_ranks(j, 2);
     CHECK(j[0].ok && j[1].ok, "the group after a broken round: '%s' '%s'", j[0].err, j[1].err);
     for (i = 0; i < 2; i++) { free(j[i].got[0]); free(j[i].got[1]); }
+    dl_comm_group_free(g);
+    /* ranks that leave and join again at once, one of them leaving round 1 later: the
+       early one waits for the round to end, then both rounds succeed (round 2 failed,
+       and the other rank waited out its timeout) */
+    g = dl_comm_group_new(2);
+    memset(j, 0, sizeof j);
+    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 4; j[i].timeout = 20; }
+    {
+        double t0 = now_s();
+        run_ranks(j, 2);
+        CHECK(j[0].ok && j[1].ok && now_s() - t0 < 10, "two rounds on one group: '%s' '%s' (%.1f s)", j[0].err,
+              j[1].err, now_s() - t0);
+    }
     dl_comm_group_free(g);
     /* a rank that never comes: the other fails after its timeout, with the message */
     g = dl_comm_group_new(2);

@@ -1435,6 +1435,23 @@ static void test_masked_inf(void)
         y = dl_smooth_l1_loss(dl_from_array(G, DL_SHAPE(1), &inf1), dl_from_array(G, DL_SHAPE(1), &z), &h);
         CHECK(isinf(nn_item(y)) && nn_item(y) > 0, "smooth_l1 beta=1e20 of inf: %g (torch inf)", (double)nn_item(y));
     }
+    {   /* label smoothing with a weight that requires grad, an ignored row holding -inf:
+           the weight's gradient was NaN (0 * -inf); torch, the loss over the rows that
+           count: 0.064997 0.144997 -0.709983 */
+        float xv[6] = {0.2f, -1.0f, 0.5f, -INFINITY, 0.0f, 1.0f}, wv3[3] = {1.0f, 2.0f, 0.5f}, gw[3];
+        int64_t tv[2] = {2, -1};
+        dl_loss_desc d;
+        dl_tensor *W = dl_requires_grad(dl_from_array(G, DL_SHAPE(3), wv3), true), *l;
+        memset(&d, 0, sizeof d);
+        d.has_ignore_index = true;
+        d.ignore_index = -1;
+        d.label_smoothing = 0.1f;
+        d.weight = W;
+        l = dl_cross_entropy(dl_from_array(G, DL_SHAPE(2, 3), xv), dl_from_int64(G, DL_SHAPE(2), tv), &d);
+        CHECK(l && fabsf(dl_item(l) - 0.984951f) < 1e-5f && dl_backward(l) == DL_OK && dl_read(W->grad, gw, 3) == DL_OK &&
+              fabsf(gw[0] - 0.064997f) < 1e-5f && fabsf(gw[1] - 0.144997f) < 1e-5f && fabsf(gw[2] + 0.709983f) < 1e-5f,
+              "weight gradient with an ignored -inf row: %g %g %g", (double)gw[0], (double)gw[1], (double)gw[2]);
+    }
     {   /* an inf upstream gradient, where the mask is 0 */
         float v[] = {-2.0f, -0.5f, 0.0f, 0.5f, 2.0f, 3.0f, -3.0f, 1.0f}, gi[8];
         const char *nm[] = {"clamp", "maximum", "max_dim", "relu (create_graph)"};
