@@ -20609,6 +20609,13 @@ struct dl_comm_group {
     int left;                          /* 1 + the first rank to leave while others were joined
                                           (0: none): the group is broken until all have left */
     uint64_t came;                     /* when a timeout broke it: bit r, rank r had come */
+    int mph[DL_MAX_THREAD_RANKS];      /* the meeting each rank is at: 0 a barrier, 1 a collective's
+                                          first, 2 its second (ranks at unlike meetings break it) */
+    const char *mop[DL_MAX_THREAD_RANKS];  /* and the call it is in */
+    int quit;                          /* 1 + a rank whose dl_ddp_step failed with its gradients posted
+                                          (they are withdrawn: the group is broken) */
+    int unlike, unlike_by;             /* 1 + a rank at another meeting than the last to come, and
+                                          1 + that last one (0: none) */
     int busy;                          /* ranks still at work on the current collective's buffers */
     int summing;                       /* posted sums being reduced (their buffers read) */
     float *buf[DL_MAX_THREAD_RANKS];   /* each rank's host buffer for the current collective */
@@ -21034,14 +21041,32 @@ static void dl__grp_quiet(dl_comm_group *g)
 static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
 {
     dl_comm_group *g = c->group;
-    int left, j, k = 0;
+    int left, quit, j, k = 0, unlike, by = 0, ph[2] = {0, 0};
     uint64_t came;
     char who[160];
+    const char *uop[2] = {"", ""};
     pthread_mutex_lock(&g->mu);
     dl__grp_quiet(g);
     left = g->left;
+    quit = g->quit;
     came = g->came;
+    unlike = g->unlike;
+    if (unlike) {   /* (the last rank to come, and one at another meeting) */
+        by = g->unlike_by - 1;
+        ph[0] = g->mph[by];
+        uop[0] = g->mop[by];
+        ph[1] = g->mph[unlike - 1];
+        uop[1] = g->mop[unlike - 1];
+    }
     pthread_mutex_unlock(&g->mu);
+    if (unlike) {
+        static const char *const what[3] = {"a barrier", "a collective's first meeting", "a collective's second"};
+        c->broken = true;
+        dl__err(c->ctx, DL_ERR_ARG, "%s: rank %d of %d (threads): rank %d was at %s (%s), rank %d at %s (%s): "
+                "every rank must make the same calls in the same order (the group is broken)", op, c->rank, c->size,
+                by, what[ph[0]], uop[0], unlike - 1, what[ph[1]], uop[1]);
+        return false;
+    }
     c->broken = true;
     who[0] = 0;
     for (j = 0; came && j < c->size && k < (int)sizeof who - 16; j++)
@@ -21050,6 +21075,9 @@ static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
         dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited for %s: rank %d left the group (its "
                 "dl_comm was freed: it failed or stopped early; the group is broken)", op, c->rank, c->size,
                 what, left - 1);
+    else if (quit)
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited for %s: rank %d failed in its "
+                "dl_ddp_step, its gradients withdrawn (the group is broken)", op, c->rank, c->size, what, quit - 1);
     else if (who[0])
         dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: rank(s) %s did "
                 "not come in time (dead, hung, failed, or slower than the timeout; the group is broken)", op, c->rank, c->size, c->timeout, what, who);
@@ -21069,23 +21097,33 @@ static bool dl__grp_no_threads(dl_comm *c, const char *op)
 /* THREADS: meet the other ranks (every rank's call makes one); false with
    the error when the group is or becomes broken (a rank missed the meeting
    by c->timeout seconds, or failed) */
-static bool dl__grp_meet(dl_comm *c, const char *op, int busy)
+static bool dl__grp_meet(dl_comm *c, const char *op, int phase, int busy)
 {
 #ifndef DL_NO_THREADS
     dl_comm_group *g = c->group;
     struct timespec until;
     uint64_t gen;
     bool ok;
+    int j;
     dl__grp_deadline(c, &until);
     pthread_mutex_lock(&g->mu);
     gen = g->gen;
     if (!g->broken) {
         g->here |= (uint64_t)1 << c->rank;
+        g->mph[c->rank] = phase;
+        g->mop[c->rank] = op;
         if (++g->arrived == g->size) {
-            g->arrived = 0;
-            g->here = 0;
-            g->gen++;
-            if (busy >= 0) g->busy = busy;   /* (set with the meeting: no rank is past it before) */
+            for (j = 0; j < g->size && g->mph[j] == phase; j++) {}
+            if (j < g->size) {   /* a barrier met a collective (the ranks' calls differ): every one fails */
+                g->unlike = j + 1;
+                g->unlike_by = c->rank + 1;
+                g->broken = true;
+            } else {
+                g->arrived = 0;
+                g->here = 0;
+                g->gen++;
+                if (busy >= 0) g->busy = busy;   /* (set with the meeting: no rank is past it before) */
+            }
             pthread_cond_broadcast(&g->cv);
         }
     }
@@ -21096,6 +21134,7 @@ static bool dl__grp_meet(dl_comm *c, const char *op, int busy)
     pthread_mutex_unlock(&g->mu);
     return ok || dl__grp_timed_out(c, op, "the other ranks");
 #else
+    (void)phase;
     (void)busy;
     return dl__grp_no_threads(c, op);
 #endif
@@ -21112,7 +21151,7 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
     bool ok;
     g->buf[r] = buf;
     g->count[r] = count;
-    if (!dl__grp_meet(c, op, n)) return false;   /* (n ranks now at work on the buffers: g->busy) */
+    if (!dl__grp_meet(c, op, 1, n)) return false;   /* (n ranks now at work on the buffers: g->busy) */
     for (j = 0; j < n && g->count[j] == count; j++) {}
     if (j == n) {
         if (bcast) {
@@ -21130,7 +21169,7 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
 #endif
     /* the second meeting keeps the buffers alive until every rank is done
        with them (and a rank that fails it waits for that: dl__grp_quiet) */
-    ok = dl__grp_meet(c, op, -1);
+    ok = dl__grp_meet(c, op, 2, -1);
     if (j < n) {   /* every rank sees the same mismatch and fails the same way */
         c->broken = true;
         dl__err(c->ctx, DL_ERR_SHAPE, "%s: rank %d passed %lld %s, rank %d %lld; every rank must pass the "
@@ -21363,6 +21402,8 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
                 g->broken = false;
                 g->left = 0;
                 g->came = 0;
+                g->quit = 0;
+                g->unlike = g->unlike_by = 0;
                 g->arrived = 0;
                 g->here = 0;
                 memset(g->slot, 0, sizeof g->slot);
@@ -21463,9 +21504,12 @@ static dl_result dl__comm_allreduce(dl_comm *c, const char *op, dl__ring *R, dl_
    of them, before any data moves. A shorter message would otherwise
    complete on the receiving side with the rest of its buffer stale, and
    unlike replica counts scale a MEAN wrongly. */
-static dl_result dl__comm_same_count(dl_comm *c, const char *op, const dl__ring *R, dl_ctx *ctx)
+/* ... and the same call: what, the reduce op (allreduce) or the root
+   (broadcast), as a small whole number (a rank's SUM against another's
+   MEAN, or two roots, made each segment its owner's: no error, no answer) */
+static dl_result dl__comm_same_count(dl_comm *c, const char *op, const dl__ring *R, dl_ctx *ctx, int what)
 {
-    int64_t P = c->size, k = 3 * P, r;
+    int64_t P = c->size, k = 4 * P, r;
     uint64_t bytes = (uint64_t)R->count * R->esize;
     float *v;
     dl_result rc;
@@ -21473,18 +21517,27 @@ static dl_result dl__comm_same_count(dl_comm *c, const char *op, const dl__ring 
     v = (float *)dl__malloc(ctx, sizeof(float) * (size_t)k);
     if (!v) return ctx->err != DL_OK ? ctx->err : DL_ERR_OOM;
     memset(v, 0, sizeof(float) * (size_t)k);
-    v[3 * c->rank] = (float)(bytes >> 24);          /* 24 bits a float: exact */
-    v[3 * c->rank + 1] = (float)(bytes & 0xFFFFFF);
-    v[3 * c->rank + 2] = (float)R->n;
+    v[4 * c->rank] = (float)(bytes >> 24);          /* 24 bits a float: exact */
+    v[4 * c->rank + 1] = (float)(bytes & 0xFFFFFF);
+    v[4 * c->rank + 2] = (float)R->n;
+    v[4 * c->rank + 3] = (float)what;
     rc = dl__comm_sum_floats(c, op, R->dev[0], v, k);
     if (rc == DL_OK) {
         for (r = 0; r < P; r++) {
-            uint64_t b = (uint64_t)v[3 * r] << 24 | (uint64_t)v[3 * r + 1];
-            if (b != bytes || (int)v[3 * r + 2] != R->n) {
+            uint64_t b = (uint64_t)v[4 * r] << 24 | (uint64_t)v[4 * r + 1];
+            if (b == bytes && (int)v[4 * r + 2] == R->n && (int)v[4 * r + 3] != what) {
+                bool bc = strcmp(op, "dl_comm_broadcast") == 0;
+                dl__err(ctx, DL_ERR_ARG, "%s: process %d passed %s %d, process %lld %d; every process must pass "
+                        "the same%s", op, c->rank, bc ? "root" : "op", what, (long long)r, (int)v[4 * r + 3],
+                        bc ? " root" : " reduce op (DL_REDUCE_SUM 0, DL_REDUCE_MEAN 1)");
+                rc = DL_ERR_ARG;
+                break;
+            }
+            if (b != bytes || (int)v[4 * r + 2] != R->n) {
                 dl__err(ctx, DL_ERR_SHAPE, "%s: process %d passed %llu bytes in %d replica%s, process %lld %llu "
                         "bytes in %d; every process must pass the same shapes and number of tensors", op,
                         c->rank, (unsigned long long)bytes, R->n, R->n == 1 ? "" : "s", (long long)r,
-                        (unsigned long long)b, (int)v[3 * r + 2]);
+                        (unsigned long long)b, (int)v[4 * r + 2]);
                 rc = DL_ERR_SHAPE;
                 break;
             }
@@ -21494,7 +21547,8 @@ static dl_result dl__comm_same_count(dl_comm *c, const char *op, const dl__ring 
     return rc;
 }
 
-static dl_result dl__comm_replicas(dl_comm *c, const char *op, dl_tensor *const *t, int n, bool f32, dl__ring *R)
+static dl_result dl__comm_replicas(dl_comm *c, const char *op, dl_tensor *const *t, int n, bool f32, dl__ring *R,
+                                   int what)
 {
     dl_result rc;
     if (c && !dl__comm_ok(c, op)) return dl__comm_rc(c);
@@ -21504,15 +21558,17 @@ static dl_result dl__comm_replicas(dl_comm *c, const char *op, dl_tensor *const 
                 "(each rank's tensors and communicator share its context)", op, dl__sh(t[0]));
         return DL_ERR_ARG;
     }
-    return rc == DL_OK && c ? dl__comm_same_count(c, op, R, t[0]->ctx_) : rc;
+    return rc == DL_OK && c ? dl__comm_same_count(c, op, R, t[0]->ctx_, what) : rc;
 }
 
 dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_reduce_op op)
 {
     dl__ring R;
-    dl_result rc = dl__comm_replicas(c, "dl_comm_allreduce", t, n, true, &R);
+    dl_result rc;
+    if (t && n > 0 && t[0] && t[0]->magic_ == DL__MAGIC && !dl__reduce_op_ok(t[0]->ctx_, "dl_comm_allreduce", (int)op))
+        return DL_ERR_ARG;   /* (before the ranks meet: they must agree on it) */
+    rc = dl__comm_replicas(c, "dl_comm_allreduce", t, n, true, &R, (int)op);
     if (rc != DL_OK) return rc;
-    if (!dl__reduce_op_ok(t[0]->ctx_, "dl_comm_allreduce", (int)op)) return DL_ERR_ARG;
     rc = dl__comm_allreduce(c, "dl_comm_allreduce", &R, t[0]->ctx_,
                             op == DL_REDUCE_MEAN ? 1.0f / ((float)n * (float)dl_comm_size(c)) : 1.0f);
     return dl__bump_list(rc, t, n, -1);
@@ -21560,13 +21616,14 @@ static dl_result dl__comm_bcast(dl_comm *c, const char *op, dl__ring *R, dl_ctx 
 dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root)
 {
     dl__ring R;
-    dl_result rc = dl__comm_replicas(c, "dl_comm_broadcast", t, n, false, &R);
-    if (rc != DL_OK) return rc;
-    if (root < 0 || root >= dl_comm_size(c)) {
+    dl_result rc;
+    if (t && n > 0 && t[0] && t[0]->magic_ == DL__MAGIC && (root < 0 || root >= dl_comm_size(c))) {
         dl__err(t[0]->ctx_, DL_ERR_ARG, "dl_comm_broadcast: root=%d; it must be a process rank "
                 "(0..%d)", root, dl_comm_size(c) - 1);
-        return DL_ERR_ARG;
+        return DL_ERR_ARG;   /* (before the ranks meet: they must agree on it) */
     }
+    rc = dl__comm_replicas(c, "dl_comm_broadcast", t, n, false, &R, root);
+    if (rc != DL_OK) return rc;
     rc = dl__comm_bcast(c, "dl_comm_broadcast", &R, t[0]->ctx_, root);
     return dl__bump_list(rc, t, n, dl_comm_rank(c) == root ? 0 : -1);
 }
@@ -21576,7 +21633,7 @@ dl_result dl_comm_barrier(dl_comm *c)
     if (!dl__comm_ok(c, "dl_comm_barrier")) return dl__comm_rc(c);
     if (dl_sync(c->ctx) != DL_OK) return c->ctx->err;
     if (c->backend == DL_COMM_THREADS && c->size > 1)
-        return dl__grp_meet(c, "dl_comm_barrier", -1) ? DL_OK : c->ctx->err;
+        return dl__grp_meet(c, "dl_comm_barrier", 0, -1) ? DL_OK : c->ctx->err;
 #ifdef DL_MPI
     if (c->backend != DL_COMM_LOCAL && c->size > 1) {
         /* a one-float sum around the ring (not MPI_Ibarrier: see dl__mpi_bcast):
@@ -21626,17 +21683,12 @@ struct dl_ddp {
 #endif
 };
 
+static void dl__ddp_withdraw(dl_ddp *dp);
 static void dl__ddp_destroy(void *v)
 {
     dl_ddp *dp = (dl_ddp *)v;
     int i;
-#ifndef DL_NO_THREADS
-    if (dp->comm && dp->comm->group) {   /* no other rank reads its buffers any more (dl__grp_quiet) */
-        pthread_mutex_lock(&dp->comm->group->mu);
-        dl__grp_quiet(dp->comm->group);
-        pthread_mutex_unlock(&dp->comm->group->mu);
-    }
-#endif
+    if (dp->comm && dp->comm->group) dl__ddp_withdraw(dp);   /* no other rank reads its buffers any more */
     if (dp->comm) dp->comm->users--;
     for (i = 0; dp->flat && i < dp->n; i++) dl_free(dp->flat[i]);
     DL_FREE(dp->m);
@@ -21968,6 +22020,7 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
         dp->bneed = (int *)dl__malloc(ctx, sizeof(int) * (size_t)dp->nb);
         dp->bleft = (int *)dl__malloc(ctx, sizeof(int) * (size_t)dp->nb);
         dp->bposted = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
+        if (dp->bposted) memset(dp->bposted, 0, sizeof(bool) * (size_t)dp->nb);   /* (dl__ddp_withdraw reads them) */
         dp->bdone = (bool *)dl__malloc(ctx, sizeof(bool) * (size_t)dp->nb);
         dp->hflat = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(dp->comm->backend == DL_COMM_NCCL ? 1 : dp->total));
 #ifdef DL_MPI
@@ -22217,7 +22270,47 @@ static dl_result dl__ddp_ready(void *user, dl_tensor *x)
 /* overlap: backward of replica 0 with the hook, then the buckets it did
    not post (parameters without a gradient), the waits, and the sums back
    into the gradients */
+/* THREADS: a step that fails with buckets posted and not yet summed must
+   not leave them: another rank posting last would sum into this rank's
+   buffers after it returned (or freed them). The group breaks (the others'
+   calls fail, naming this rank), and sums already running end first. */
+static void dl__ddp_withdraw(dl_ddp *dp)
+{
+#ifndef DL_NO_THREADS
+    dl_comm *c = dp->comm;
+    dl_comm_group *g;
+    int b;
+    bool open = false;
+    if (!c || !c->group || !dp->bposted) return;
+    g = c->group;
+    pthread_mutex_lock(&g->mu);
+    for (b = 0; b < dp->nb && b < DL__GRP_ASYNC; b++) {
+        const dl__grp_slot *sl = &g->slot[(dp->astep & 1) * DL__GRP_ASYNC + (uint64_t)b];
+        if (dp->bposted[b] && !(sl->key == dp->astep * 65536u + (uint64_t)b + 1u && sl->done)) open = true;
+    }
+    if (open && !g->broken) {
+        g->quit = c->rank + 1;
+        g->broken = true;
+        pthread_cond_broadcast(&g->cv);
+    }
+    dl__grp_quiet(g);
+    pthread_mutex_unlock(&g->mu);
+    if (open) c->broken = true;
+    for (b = 0; b < dp->nb; b++) dp->bposted[b] = false;
+#else
+    (void)dp;
+#endif
+}
+
+static dl_result dl__ddp_backward_overlap1(dl_ddp *dp, dl_tensor *loss, const char *op);
 static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const char *op)
+{
+    dl_result rc = dl__ddp_backward_overlap1(dp, loss, op);
+    if (rc != DL_OK && dp->comm->backend == DL_COMM_THREADS) dl__ddp_withdraw(dp);
+    return rc;
+}
+
+static dl_result dl__ddp_backward_overlap1(dl_ddp *dp, dl_tensor *loss, const char *op)
 {
     dl_ctx *ctx = dp->ctx;
     dl__dev *d = dl__ddp_dev(dp, 0);

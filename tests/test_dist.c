@@ -538,6 +538,30 @@ static dl_comm *rank_comm(dl_comm_group *g, int rank, double timeout, bool stric
     return comm;
 }
 
+/* kind 6: a custom identity whose backward fails on rank 0, between two Linear layers:
+   rank 0's step fails after its hook posted the second layer's buckets */
+static dl_tensor *wd_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
+{
+    (void)fc; (void)n; (void)user;
+    return dl_mul_scalar(in[0], 1.0f);
+}
+static dl_result wd_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *user)
+{
+    if (*(const int *)user == 0) {
+        dl__err(dl_tensor_ctx(g), DL_ERR_ARG, "wd_bwd: rank 0 fails here");
+        return DL_ERR_ARG;
+    }
+    if (dl_fn_needs_grad(fc, 0)) gin[0] = g;
+    return DL_OK;
+}
+static const dl_function WdId = {"WdId", wd_fwd, wd_bwd};
+static dl_tensor *wd_loss(dl_module *m, dl_tensor *x, dl_tensor *y, void *user)
+{
+    dl_tensor *h = dl_module_forward(dl_module_child(m, "0"), x);
+    h = dl_function_apply(&WdId, 1, &h, user);
+    return dl_mse_loss(dl_module_forward(dl_module_child(m, "1"), h), y, NULL);
+}
+
 static void *rank_main(void *arg)
 {
     rank_job *j = (rank_job *)arg;
@@ -614,6 +638,53 @@ static void *rank_main(void *arg)
         j->nb = dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK && th_f(t, 2) == (float)j->g->size;
         dl_ctx_free(c);
         return NULL;
+    } else if (j->kind == 5) {        /* calls that differ between the ranks */
+        dl_tensor *t = dl_full(c, DL_SHAPE(4), (float)(j->rank + 1));
+        double t0 = now_s();
+        if (j->variant == 0) {        /* two roots, then SUM against MEAN: refused on both; the comm goes on */
+            j->ok = dl_comm_broadcast(comm, &t, 1, 1 - j->rank) == DL_ERR_ARG &&
+                    strstr(dl_error_message(c), "every process must pass the same root") != NULL;
+            j->nb = j->ok && dl_comm_allreduce(comm, &t, 1, j->rank ? DL_REDUCE_MEAN : DL_REDUCE_SUM) == DL_ERR_ARG &&
+                    strstr(dl_error_message(c), "every process must pass the same reduce op") != NULL;
+            dl_clear_error(c);
+            j->early = j->nb && dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK && th_f(t, 0) == 3.0f;
+        } else {                      /* a barrier against an allreduce: both fail at once (it hung) */
+            j->ok = (j->rank ? dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) : dl_comm_barrier(comm)) == DL_ERR_ARG &&
+                    strstr(dl_error_message(c), "every rank must make the same calls in the same order") != NULL;
+        }
+        j->secs = now_s() - t0;
+        snprintf(j->err, sizeof j->err, "%s", dl_error_message(c));
+        dl_ctx_free(c);
+        return NULL;
+    } else if (j->kind == 6) {        /* rank 0's step fails after posting buckets: rank 1 fails, naming it */
+        dl_module *ms[2], *m;
+        dl_optim *o;
+        dl_ddp *dp;
+        dl_ddp_desc dd;
+        dl_sgd_desc sd;
+        struct timespec ts;
+        ms[0] = dl_nn_linear(c, 64, 64, true);
+        ms[1] = dl_nn_linear(c, 64, 32, true);
+        m = dl_nn_sequential(c, 2, ms);
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.01f;
+        o = dl_sgd(m, &sd);
+        memset(&dd, 0, sizeof dd);
+        dd.comm = comm;
+        dd.bucket_bytes = 4 * 1024;
+        dp = dl_ddp_init(1, &m, &o, &dd);
+        if (dp && j->rank) {          /* rank 1 posts last */
+            ts.tv_sec = 0;
+            ts.tv_nsec = 100000000L;
+            nanosleep(&ts, NULL);
+        }
+        j->ok = dp && dl_ddp_step(dp, dl_randn(c, DL_SHAPE(4, 64)), dl_randn(c, DL_SHAPE(4, 32)), wd_loss, &j->rank,
+                                  NULL) != DL_OK;
+        if (j->ok && j->rank == 1) j->ok = strstr(dl_error_message(c), "rank 0 failed in its dl_ddp_step") != NULL;
+        snprintf(j->err, sizeof j->err, "%s", dl_error_message(c));
+        if (dp) dl_ddp_free(dp);      /* (its buffers: no sum may touch them after) */
+        dl_ctx_free(c);
+        return NULL;
     } else if (j->kind == 4) {        /* two rounds: allreduce, leave, join again at once (rank 1 leaves late) */
         int round;
         for (round = 0; round < 2 && comm; round++) {
@@ -662,7 +733,7 @@ static void test_comm_threads(void)
     static const int64_t sizes[] = {1, 7, 1000, 65536 * 2 + 3};
     dl_comm_group *g;
     rank_job j[3];
-    int n, si, mean, i, r;
+    int n, si, mean, i, r, k;
     /* bad input */
     CHECK(dl_comm_group_new(0) == NULL, "a group of 0 ranks");
     EXPECT_ERR(NULL, DL_ERR_ARG, "dl_comm_group_new: size=0; it must be 1..64");
@@ -823,6 +894,26 @@ static void test_comm_threads(void)
         CHECK(j[0].ok && j[1].ok && now_s() - t0 < 10, "two rounds on one group: '%s' '%s' (%.1f s)", j[0].err,
               j[1].err, now_s() - t0);
     }
+    dl_comm_group_free(g);
+    /* calls that differ: two broadcast roots, SUM against MEAN (DL_OK with neither
+       answer before), a barrier against an allreduce (it hung, with no deadline) */
+    for (k = 0; k < 2; k++) {
+        g = dl_comm_group_new(2);
+        memset(j, 0, sizeof j);
+        for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 5; j[i].variant = k; j[i].timeout = 20; }
+        run_ranks(j, 2);
+        for (i = 0; i < 2; i++)
+            CHECK(j[i].ok && (k || (j[i].nb && j[i].early)) && j[i].secs < 10, "unlike calls %d, rank %d: %s (%.1f s)",
+                  k, i, j[i].err, j[i].secs);
+        dl_comm_group_free(g);
+    }
+    /* a step that fails with buckets posted: they are withdrawn, the other rank
+       fails naming it (and sums nothing into the freed buffers) */
+    g = dl_comm_group_new(2);
+    memset(j, 0, sizeof j);
+    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 6; j[i].timeout = 20; }
+    run_ranks(j, 2);
+    CHECK(j[0].ok && j[1].ok, "a failed step's posted buckets: rank 0 '%s', rank 1 '%s'", j[0].err, j[1].err);
     dl_comm_group_free(g);
     /* a rank that never comes: the other fails after its timeout, with the message */
     g = dl_comm_group_new(2);
