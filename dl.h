@@ -20612,6 +20612,7 @@ struct dl_comm_group {
     int mph[DL_MAX_THREAD_RANKS];      /* the meeting each rank is at: 0 a barrier, 1 a collective's
                                           first, 2 its second (ranks at unlike meetings break it) */
     const char *mop[DL_MAX_THREAD_RANKS];  /* and the call it is in */
+    int mkind[DL_MAX_THREAD_RANKS];    /* and what the collective is: 1 a sum, 2 + root a broadcast */
     int quit;                          /* 1 + a rank whose dl_ddp_step failed with its gradients posted
                                           (they are withdrawn: the group is broken) */
     int unlike, unlike_by;             /* 1 + a rank at another meeting than the last to come, and
@@ -21041,7 +21042,7 @@ static void dl__grp_quiet(dl_comm_group *g)
 static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
 {
     dl_comm_group *g = c->group;
-    int left, quit, j, k = 0, unlike, by = 0, ph[2] = {0, 0};
+    int left, quit, j, k = 0, unlike, by = 0, ph[2] = {0, 0}, kd[2] = {0, 0};
     uint64_t came;
     char who[160];
     const char *uop[2] = {"", ""};
@@ -21055,16 +21056,25 @@ static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
         by = g->unlike_by - 1;
         ph[0] = g->mph[by];
         uop[0] = g->mop[by];
+        kd[0] = g->mkind[by];
         ph[1] = g->mph[unlike - 1];
         uop[1] = g->mop[unlike - 1];
+        kd[1] = g->mkind[unlike - 1];
     }
     pthread_mutex_unlock(&g->mu);
     if (unlike) {
-        static const char *const what[3] = {"a barrier", "a collective's first meeting", "a collective's second"};
+        static const char *const what[3] = {"a barrier", "the first meeting", "the second meeting"};
+        char at[2][96];
+        for (j = 0; j < 2; j++) {
+            if (kd[j] >= 2)
+                snprintf(at[j], sizeof at[j], "%s of a broadcast from rank %d (%s)", what[ph[j]], kd[j] - 2, uop[j]);
+            else
+                snprintf(at[j], sizeof at[j], "%s%s (%s)", what[ph[j]], kd[j] == 1 ? " of a sum" : "", uop[j]);
+        }
         c->broken = true;
-        dl__err(c->ctx, DL_ERR_ARG, "%s: rank %d of %d (threads): rank %d was at %s (%s), rank %d at %s (%s): "
-                "every rank must make the same calls in the same order (the group is broken)", op, c->rank, c->size,
-                by, what[ph[0]], uop[0], unlike - 1, what[ph[1]], uop[1]);
+        dl__err(c->ctx, DL_ERR_ARG, "%s: rank %d of %d (threads): rank %d was at %s, rank %d at %s: every rank "
+                "must make the same calls in the same order (the group is broken)", op, c->rank, c->size, by,
+                at[0], unlike - 1, at[1]);
         return false;
     }
     c->broken = true;
@@ -21097,7 +21107,7 @@ static bool dl__grp_no_threads(dl_comm *c, const char *op)
 /* THREADS: meet the other ranks (every rank's call makes one); false with
    the error when the group is or becomes broken (a rank missed the meeting
    by c->timeout seconds, or failed) */
-static bool dl__grp_meet(dl_comm *c, const char *op, int phase, int busy)
+static bool dl__grp_meet(dl_comm *c, const char *op, int phase, int kind, int busy)
 {
 #ifndef DL_NO_THREADS
     dl_comm_group *g = c->group;
@@ -21112,8 +21122,9 @@ static bool dl__grp_meet(dl_comm *c, const char *op, int phase, int busy)
         g->here |= (uint64_t)1 << c->rank;
         g->mph[c->rank] = phase;
         g->mop[c->rank] = op;
+        g->mkind[c->rank] = kind;
         if (++g->arrived == g->size) {
-            for (j = 0; j < g->size && g->mph[j] == phase; j++) {}
+            for (j = 0; j < g->size && g->mph[j] == phase && g->mkind[j] == kind && !strcmp(g->mop[j], op); j++) {}
             if (j < g->size) {   /* a barrier met a collective (the ranks' calls differ): every one fails */
                 g->unlike = j + 1;
                 g->unlike_by = c->rank + 1;
@@ -21135,6 +21146,7 @@ static bool dl__grp_meet(dl_comm *c, const char *op, int phase, int busy)
     return ok || dl__grp_timed_out(c, op, "the other ranks");
 #else
     (void)phase;
+    (void)kind;
     (void)busy;
     return dl__grp_no_threads(c, op);
 #endif
@@ -21151,7 +21163,7 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
     bool ok;
     g->buf[r] = buf;
     g->count[r] = count;
-    if (!dl__grp_meet(c, op, 1, n)) return false;   /* (n ranks now at work on the buffers: g->busy) */
+    if (!dl__grp_meet(c, op, 1, bcast ? 2 + root : 1, n)) return false;   /* (n ranks now at work on the buffers: g->busy) */
     for (j = 0; j < n && g->count[j] == count; j++) {}
     if (j == n) {
         if (bcast) {
@@ -21169,7 +21181,7 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
 #endif
     /* the second meeting keeps the buffers alive until every rank is done
        with them (and a rank that fails it waits for that: dl__grp_quiet) */
-    ok = dl__grp_meet(c, op, 2, -1);
+    ok = dl__grp_meet(c, op, 2, bcast ? 2 + root : 1, -1);
     if (j < n) {   /* every rank sees the same mismatch and fails the same way */
         c->broken = true;
         dl__err(c->ctx, DL_ERR_SHAPE, "%s: rank %d passed %lld %s, rank %d %lld; every rank must pass the "
@@ -21633,7 +21645,7 @@ dl_result dl_comm_barrier(dl_comm *c)
     if (!dl__comm_ok(c, "dl_comm_barrier")) return dl__comm_rc(c);
     if (dl_sync(c->ctx) != DL_OK) return c->ctx->err;
     if (c->backend == DL_COMM_THREADS && c->size > 1)
-        return dl__grp_meet(c, "dl_comm_barrier", 0, -1) ? DL_OK : c->ctx->err;
+        return dl__grp_meet(c, "dl_comm_barrier", 0, 0, -1) ? DL_OK : c->ctx->err;
 #ifdef DL_MPI
     if (c->backend != DL_COMM_LOCAL && c->size > 1) {
         /* a one-float sum around the ring (not MPI_Ibarrier: see dl__mpi_bcast):
@@ -21683,12 +21695,12 @@ struct dl_ddp {
 #endif
 };
 
-static void dl__ddp_withdraw(dl_ddp *dp);
+static void dl__ddp_withdraw(dl_ddp *dp, bool failed);
 static void dl__ddp_destroy(void *v)
 {
     dl_ddp *dp = (dl_ddp *)v;
     int i;
-    if (dp->comm && dp->comm->group) dl__ddp_withdraw(dp);   /* no other rank reads its buffers any more */
+    if (dp->comm && dp->comm->group) dl__ddp_withdraw(dp, false);   /* no other rank reads its buffers any more */
     if (dp->comm) dp->comm->users--;
     for (i = 0; dp->flat && i < dp->n; i++) dl_free(dp->flat[i]);
     DL_FREE(dp->m);
@@ -22272,21 +22284,25 @@ static dl_result dl__ddp_ready(void *user, dl_tensor *x)
    into the gradients */
 /* THREADS: a step that fails with buckets posted and not yet summed must
    not leave them: another rank posting last would sum into this rank's
-   buffers after it returned (or freed them). The group breaks (the others'
-   calls fail, naming this rank), and sums already running end first. */
-static void dl__ddp_withdraw(dl_ddp *dp)
+   buffers after it returned (or freed them); and a failed step, posted or
+   not, leaves this rank a step ahead of the others' keys. So the group
+   breaks (the others' calls fail at once, naming this rank), and sums
+   already running end first. dl_ddp's destruction does the same when a
+   bucket it posted is still not summed (failed false). */
+static void dl__ddp_withdraw(dl_ddp *dp, bool failed)
 {
 #ifndef DL_NO_THREADS
     dl_comm *c = dp->comm;
     dl_comm_group *g;
     int b;
-    bool open = false;
+    bool open = failed;   /* (a failed step is out of step with the others' in any case) */
     if (!c || !c->group || !dp->bposted) return;
     g = c->group;
     pthread_mutex_lock(&g->mu);
     for (b = 0; b < dp->nb && b < DL__GRP_ASYNC; b++) {
         const dl__grp_slot *sl = &g->slot[(dp->astep & 1) * DL__GRP_ASYNC + (uint64_t)b];
-        if (dp->bposted[b] && !(sl->key == dp->astep * 65536u + (uint64_t)b + 1u && sl->done)) open = true;
+        if (dp->bposted[b] && !dp->bdone[b] && !(sl->key == dp->astep * 65536u + (uint64_t)b + 1u && sl->done))
+            open = true;
     }
     if (open && !g->broken) {
         g->quit = c->rank + 1;
@@ -22299,6 +22315,7 @@ static void dl__ddp_withdraw(dl_ddp *dp)
     for (b = 0; b < dp->nb; b++) dp->bposted[b] = false;
 #else
     (void)dp;
+    (void)failed;
 #endif
 }
 
@@ -22306,7 +22323,7 @@ static dl_result dl__ddp_backward_overlap1(dl_ddp *dp, dl_tensor *loss, const ch
 static dl_result dl__ddp_backward_overlap(dl_ddp *dp, dl_tensor *loss, const char *op)
 {
     dl_result rc = dl__ddp_backward_overlap1(dp, loss, op);
-    if (rc != DL_OK && dp->comm->backend == DL_COMM_THREADS) dl__ddp_withdraw(dp);
+    if (rc != DL_OK && dp->comm->backend == DL_COMM_THREADS) dl__ddp_withdraw(dp, true);
     return rc;
 }
 

@@ -561,6 +561,17 @@ static dl_tensor *wd_loss(dl_module *m, dl_tensor *x, dl_tensor *y, void *user)
     h = dl_function_apply(&WdId, 1, &h, user);
     return dl_mse_loss(dl_module_forward(dl_module_child(m, "1"), h), y, NULL);
 }
+/* the same identity at the output: rank 0's backward fails before any bucket is posted */
+static dl_tensor *wd_loss_top(dl_module *m, dl_tensor *x, dl_tensor *y, void *user)
+{
+    dl_tensor *h = dl_module_forward(dl_module_child(m, "1"), dl_module_forward(dl_module_child(m, "0"), x));
+    return dl_mse_loss(dl_function_apply(&WdId, 1, &h, user), y, NULL);
+}
+static dl_tensor *mse_loss_fn(dl_module *m, dl_tensor *x, dl_tensor *y, void *user)
+{
+    (void)user;
+    return dl_mse_loss(dl_module_forward(m, x), y, NULL);
+}
 
 static void *rank_main(void *arg)
 {
@@ -648,8 +659,18 @@ static void *rank_main(void *arg)
                     strstr(dl_error_message(c), "every process must pass the same reduce op") != NULL;
             dl_clear_error(c);
             j->early = j->nb && dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK && th_f(t, 0) == 3.0f;
-        } else {                      /* a barrier against an allreduce: both fail at once (it hung) */
+        } else if (j->variant == 1) { /* a barrier against an allreduce: both fail at once (it hung) */
             j->ok = (j->rank ? dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) : dl_comm_barrier(comm)) == DL_ERR_ARG &&
+                    strstr(dl_error_message(c), "every rank must make the same calls in the same order") != NULL;
+        } else {                      /* dl_ddp_init's broadcast against an allreduce of as many floats as bytes
+                                         (a heap-buffer-overflow: the units differed) */
+            dl_module *m = dl_nn_linear(c, 1, 4, true);
+            dl_tensor *u = dl_ones(c, DL_SHAPE(8));
+            dl_ddp_desc dd;
+            memset(&dd, 0, sizeof dd);
+            dd.comm = comm;
+            j->ok = (j->rank ? dl_comm_allreduce(comm, &u, 1, DL_REDUCE_SUM) == DL_ERR_ARG
+                             : dl_ddp_init(1, &m, NULL, &dd) == NULL) &&
                     strstr(dl_error_message(c), "every rank must make the same calls in the same order") != NULL;
         }
         j->secs = now_s() - t0;
@@ -678,13 +699,40 @@ static void *rank_main(void *arg)
             ts.tv_nsec = 100000000L;
             nanosleep(&ts, NULL);
         }
-        j->ok = dp && dl_ddp_step(dp, dl_randn(c, DL_SHAPE(4, 64)), dl_randn(c, DL_SHAPE(4, 32)), wd_loss, &j->rank,
-                                  NULL) != DL_OK;
+        j->secs = now_s();
+        j->ok = dp && dl_ddp_step(dp, dl_randn(c, DL_SHAPE(4, 64)), dl_randn(c, DL_SHAPE(4, 32)),
+                                  j->variant ? wd_loss_top : wd_loss, &j->rank, NULL) != DL_OK;
+        j->secs = now_s() - j->secs;
         if (j->ok && j->rank == 1) j->ok = strstr(dl_error_message(c), "rank 0 failed in its dl_ddp_step") != NULL;
         snprintf(j->err, sizeof j->err, "%s", dl_error_message(c));
         if (dp) dl_ddp_free(dp);      /* (its buffers: no sum may touch them after) */
         dl_ctx_free(c);
         return NULL;
+    } else if (j->kind == 7) {        /* two dl_ddp on one communicator (a GAN's two nets) */
+        dl_ddp *dd2[2];
+        int q, st;
+        static const int order[5] = {0, 1, 0, 0, 0};
+        for (q = 0; q < 2; q++) {
+            dl_module *m;
+            dl_optim *o;
+            dl_sgd_desc sd;
+            dl_ddp_desc dd;
+            dl_manual_seed(c, 7);
+            m = dl_nn_linear(c, 8, 4, true);
+            memset(&sd, 0, sizeof sd);
+            sd.lr = 0.05f;
+            o = dl_sgd(m, &sd);
+            memset(&dd, 0, sizeof dd);
+            dd.comm = comm;
+            dd2[q] = dl_ddp_init(1, &m, &o, &dd);
+        }
+        j->ok = dd2[0] && dd2[1];
+        for (st = 0; st < 5 && j->ok; st++) {
+            if (st == 4 && j->rank == 0) dl_ddp_free(dd2[1]);   /* B, idle since step 1: freed (it broke the group) */
+            j->ok = dl_ddp_step(dd2[order[st]], dl_randn(c, DL_SHAPE(2, 8)), dl_randn(c, DL_SHAPE(2, 4)), mse_loss_fn,
+                                NULL, NULL) == DL_OK && dl_comm_barrier(comm) == DL_OK;
+            dl_step_end(c);
+        }
     } else if (j->kind == 4) {        /* two rounds: allreduce, leave, join again at once (rank 1 leaves late) */
         int round;
         for (round = 0; round < 2 && comm; round++) {
@@ -897,7 +945,7 @@ static void test_comm_threads(void)
     dl_comm_group_free(g);
     /* calls that differ: two broadcast roots, SUM against MEAN (DL_OK with neither
        answer before), a barrier against an allreduce (it hung, with no deadline) */
-    for (k = 0; k < 2; k++) {
+    for (k = 0; k < 3; k++) {
         g = dl_comm_group_new(2);
         memset(j, 0, sizeof j);
         for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 5; j[i].variant = k; j[i].timeout = 20; }
@@ -909,11 +957,22 @@ static void test_comm_threads(void)
     }
     /* a step that fails with buckets posted: they are withdrawn, the other rank
        fails naming it (and sums nothing into the freed buffers) */
+    for (k = 0; k < 2; k++) {   /* (1: it fails before posting any: rank 1 waited out its timeout) */
+        g = dl_comm_group_new(2);
+        memset(j, 0, sizeof j);
+        for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 6; j[i].variant = k; j[i].timeout = 20; }
+        run_ranks(j, 2);
+        CHECK(j[0].ok && j[1].ok && j[1].secs < 10, "a failed step (%s): rank 0 '%s', rank 1 '%s' after %.1f s",
+              k ? "nothing posted" : "buckets posted", j[0].err, j[1].err, j[1].secs);
+        dl_comm_group_free(g);
+    }
+    /* two dl_ddp on one communicator: freeing the idle one broke the group (its
+       long-reused slots looked unsummed) */
     g = dl_comm_group_new(2);
     memset(j, 0, sizeof j);
-    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 6; j[i].timeout = 20; }
+    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 7; j[i].timeout = 20; }
     run_ranks(j, 2);
-    CHECK(j[0].ok && j[1].ok, "a failed step's posted buckets: rank 0 '%s', rank 1 '%s'", j[0].err, j[1].err);
+    CHECK(j[0].ok && j[1].ok, "two dl_ddp, one freed: rank 0 '%s', rank 1 '%s'", j[0].err, j[1].err);
     dl_comm_group_free(g);
     /* a rank that never comes: the other fails after its timeout, with the message */
     g = dl_comm_group_new(2);
