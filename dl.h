@@ -20613,8 +20613,8 @@ struct dl_comm_group {
                                           first, 2 its second (ranks at unlike meetings break it) */
     const char *mop[DL_MAX_THREAD_RANKS];  /* and the call it is in */
     int mkind[DL_MAX_THREAD_RANKS];    /* and what the collective is: 1 a sum, 2 + root a broadcast */
-    int quit;                          /* 1 + a rank whose dl_ddp_step failed with its gradients posted
-                                          (they are withdrawn: the group is broken) */
+    uint64_t aborted[DL_MAX_THREAD_RANKS]; /* rank r's overlapped dl_ddp_step number aborted[r]
+                                          failed: its posted sums of that step will not complete (0: none) */
     int unlike, unlike_by;             /* 1 + a rank at another meeting than the last to come, and
                                           1 + that last one (0: none) */
     int busy;                          /* ranks still at work on the current collective's buffers */
@@ -21042,14 +21042,13 @@ static void dl__grp_quiet(dl_comm_group *g)
 static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
 {
     dl_comm_group *g = c->group;
-    int left, quit, j, k = 0, unlike, by = 0, ph[2] = {0, 0}, kd[2] = {0, 0};
+    int left, j, k = 0, unlike, by = 0, ph[2] = {0, 0}, kd[2] = {0, 0};
     uint64_t came;
     char who[160];
     const char *uop[2] = {"", ""};
     pthread_mutex_lock(&g->mu);
     dl__grp_quiet(g);
     left = g->left;
-    quit = g->quit;
     came = g->came;
     unlike = g->unlike;
     if (unlike) {   /* (the last rank to come, and one at another meeting) */
@@ -21085,9 +21084,6 @@ static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
         dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited for %s: rank %d left the group (its "
                 "dl_comm was freed: it failed or stopped early; the group is broken)", op, c->rank, c->size,
                 what, left - 1);
-    else if (quit)
-        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited for %s: rank %d failed in its "
-                "dl_ddp_step, its gradients withdrawn (the group is broken)", op, c->rank, c->size, what, quit - 1);
     else if (who[0])
         dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: rank(s) %s did "
                 "not come in time (dead, hung, failed, or slower than the timeout; the group is broken)", op, c->rank, c->size, c->timeout, what, who);
@@ -21195,6 +21191,33 @@ static bool dl__grp_collective(dl_comm *c, const char *op, float *buf, int64_t c
    rank's part of sum number `bucket` of step `step` (see dl__grp_slot);
    the last rank to post reduces it for all. buf must stay untouched until
    dl__grp_wait. */
+#ifndef DL_NO_THREADS
+/* THREADS, under g->mu: 1 + a rank whose dl_ddp_step number step failed (0: none) */
+static int dl__grp_aborted(const dl_comm_group *g, uint64_t step)
+{
+    int q;
+    for (q = 0; q < g->size; q++)
+        if (g->aborted[q] == step) return q + 1;
+    return 0;
+}
+
+/* the error of a sum that another rank's failed step leaves incomplete: this
+   rank's step fails too, and the communicator stays usable (every rank is
+   then at the same step). Under g->mu, which it releases. */
+static bool dl__grp_abort_err(dl_comm *c, const char *op, int who)
+{
+    bool broken;
+    dl__grp_quiet(c->group);   /* (sums already running read this rank's buffers) */
+    broken = c->group->broken;
+    pthread_mutex_unlock(&c->group->mu);
+    if (broken) c->broken = true;
+    dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads): rank %d's dl_ddp_step failed at this step, so its "
+            "gradients will not come; this step fails on every rank%s", op, c->rank, c->size, who - 1,
+            broken ? " (and the group has broken since)" : " (the communicator stays usable)");
+    return false;
+}
+#endif
+
 static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, float *buf, int64_t count)
 {
 #ifndef DL_NO_THREADS
@@ -21205,6 +21228,7 @@ static bool dl__grp_post(dl_comm *c, const char *op, uint64_t step, int bucket, 
     bool last = false, bad = false, broken;
     pthread_mutex_lock(&g->mu);
     broken = g->broken;
+    if ((j = dl__grp_aborted(g, step)) != 0) return dl__grp_abort_err(c, op, j);   /* (the first cause) */
     if (!broken) {   /* (a broken group's slots are left alone: a sum may still read them) */
         if (sl->key != key) {
             sl->key = key;
@@ -21254,11 +21278,12 @@ static bool dl__grp_wait(dl_comm *c, const char *op, uint64_t step, int bucket)
     int j = 0;
     dl__grp_deadline(c, &until);
     pthread_mutex_lock(&g->mu);
-    while (!(sl->key == key && sl->done) && !g->broken)
+    while (!(sl->key == key && sl->done) && !g->broken && !dl__grp_aborted(g, step))
         if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && !(sl->key == key && sl->done) &&
-            !g->broken)
+            !g->broken && !dl__grp_aborted(g, step))
             dl__grp_break(g, sl->key == key ? sl->posted : 0);
     ok = sl->key == key && sl->done;
+    if (!ok && (j = dl__grp_aborted(g, step)) != 0) return dl__grp_abort_err(c, op, j);   /* (the first cause) */
     bad = ok && sl->bad;
     if (bad)
         while (j < c->size && sl->count[j] == sl->count[c->rank]) j++;
@@ -21414,7 +21439,7 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
                 g->broken = false;
                 g->left = 0;
                 g->came = 0;
-                g->quit = 0;
+                memset(g->aborted, 0, sizeof g->aborted);
                 g->unlike = g->unlike_by = 0;
                 g->arrived = 0;
                 g->here = 0;
@@ -22282,13 +22307,15 @@ static dl_result dl__ddp_ready(void *user, dl_tensor *x)
 /* overlap: backward of replica 0 with the hook, then the buckets it did
    not post (parameters without a gradient), the waits, and the sums back
    into the gradients */
-/* THREADS: a step that fails with buckets posted and not yet summed must
-   not leave them: another rank posting last would sum into this rank's
-   buffers after it returned (or freed them); and a failed step, posted or
-   not, leaves this rank a step ahead of the others' keys. So the group
-   breaks (the others' calls fail at once, naming this rank), and sums
-   already running end first. dl_ddp's destruction does the same when a
-   bucket it posted is still not summed (failed false). */
+/* THREADS: a step that fails must not leave its posted buckets: another
+   rank posting last would sum into this rank's buffers after it returned
+   (or freed them); and the others must not wait for buckets this rank will
+   not post. The step is marked aborted (g->aborted): the others' posts and
+   waits of it fail at once, naming this rank, and no new sum of it starts;
+   sums already running end first. Every rank has then failed the same
+   step, so their step numbers still agree and the communicator stays
+   usable. dl_ddp's destruction does the same when a bucket it posted is
+   still not summed (failed false). */
 static void dl__ddp_withdraw(dl_ddp *dp, bool failed)
 {
 #ifndef DL_NO_THREADS
@@ -22304,14 +22331,12 @@ static void dl__ddp_withdraw(dl_ddp *dp, bool failed)
         if (dp->bposted[b] && !dp->bdone[b] && !(sl->key == dp->astep * 65536u + (uint64_t)b + 1u && sl->done))
             open = true;
     }
-    if (open && !g->broken) {
-        g->quit = c->rank + 1;
-        g->broken = true;
+    if (open) {   /* the others' posts and waits of this step fail now, naming this rank */
+        g->aborted[c->rank] = dp->astep;
         pthread_cond_broadcast(&g->cv);
     }
     dl__grp_quiet(g);
     pthread_mutex_unlock(&g->mu);
-    if (open) c->broken = true;
     for (b = 0; b < dp->nb; b++) dp->bposted[b] = false;
 #else
     (void)dp;
