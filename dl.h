@@ -20694,6 +20694,9 @@ struct dl_comm {
 #endif
 };
 
+#ifndef DL_NO_THREADS
+static void dl__grp_quiet(dl_comm_group *g);
+#endif
 static void dl__comm_destroy(void *p)
 {
     dl_comm *c = (dl_comm *)p;
@@ -20724,7 +20727,7 @@ static void dl__comm_destroy(void *p)
 #endif
         }
 #ifndef DL_NO_THREADS
-        while (g->busy > 0 || g->summing > 0) pthread_cond_wait(&g->cv, &g->mu);   /* (see dl__grp_quiet) */
+        dl__grp_quiet(g);   /* no rank still works on this one's buffers */
         pthread_cond_broadcast(&g->cv);   /* (a rank joining the next round waits for the last to leave) */
         pthread_mutex_unlock(&g->mu);
 #endif
@@ -21725,7 +21728,7 @@ static void dl__ddp_destroy(void *v)
 {
     dl_ddp *dp = (dl_ddp *)v;
     int i;
-    if (dp->comm && dp->comm->group) dl__ddp_withdraw(dp, false);   /* no other rank reads its buffers any more */
+    dl__ddp_withdraw(dp, false);   /* (THREADS) no other rank reads its buffers any more */
     if (dp->comm) dp->comm->users--;
     for (i = 0; dp->flat && i < dp->n; i++) dl_free(dp->flat[i]);
     DL_FREE(dp->m);
