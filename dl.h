@@ -214,8 +214,9 @@
      at each replay: the RNG counter (dropout), the optimizer's step counts
      and bias corrections, learning rates (dl_optim_set_lr between replays),
      batch norm's num_batches_tracked. The rest is baked in: shapes,
-     train/eval mode, the host code's decisions. That is the price of a
-     static graph.
+     train/eval mode, which tensors require grad (a replay refuses while
+     one it uses has another flag), the host code's decisions. That is the
+     price of a static graph.
      Refused inside a capture (the op fails, naming itself; dl_capture_end
      returns the first error and the capture cannot replay): host reads
      (dl_item, dl_read, dl_data, dl_to to the host, anomaly mode,
@@ -224,7 +225,8 @@
      allocations (warm up first: an eager step makes the gradients and the
      optimizer state), a step tensor made before the capture or one made by
      another capture, collectives, dl_step_end, a second step of one
-     optimizer. Freeing the capture, or a persistent tensor or optimizer it
+     optimizer, dl_manual_seed and dl_optim_set_lr (set them between
+     replays). Freeing the capture, or a persistent tensor or optimizer it
      uses (or moving one with dl_module_to), makes a later replay an error
      (DL_ERR_STALE), not a crash. A replay allocates nothing. On CPU
      devices it keeps cross entropy's check of the targets (a bad one fails
@@ -324,6 +326,8 @@
        dl_step_end                end a step: release step memory and the tape, O(1)
        dl_step                    current step number
        dl_manual_seed             torch.manual_seed
+       dl_get_rng_state           torch.get_rng_state (the seed and the counter)
+       dl_set_rng_state           torch.set_rng_state
        dl_set_num_threads         torch.set_num_threads
        dl_num_threads             torch.get_num_threads
        dl_memory_stats_get        a device's memory use (torch.cuda.memory_stats)
@@ -561,7 +565,7 @@
        dl_sgd_groups              SGD over param groups
        dl_adam_groups             Adam over param groups
        dl_adamw_groups            AdamW over param groups
-       dl_module_decay_groups     two groups: weights (decay) and biases/norm weights (no decay)
+       dl_module_decay_groups     two groups: tensors of 2+ dims (decay), the rest (no decay)
        dl_optim_step              opt.step()
        dl_optim_zero_grad         opt.zero_grad() (grads set to 0, kept)
        dl_optim_set_lr            set the lr (every group scaled alike, as a scheduler)
@@ -576,7 +580,7 @@
        dl_lr_warmup               linear warmup's lr at a step (LinearLR)
        dl_clip_grad_norm          nn.utils.clip_grad_norm_(model.parameters(), max_norm)
      io: safetensors checkpoints
-       dl_save                    module + optimizer + run state to a safetensors file
+       dl_save                    module + optimizer state to a safetensors file
        dl_load                    read it back (checked before anything changes)
        dl_save_module             safetensors.torch.save_file(model.state_dict())
        dl_load_module             model.load_state_dict(load_file(path)) (strict)
@@ -729,7 +733,7 @@ typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
    weight_decay 0.01, Adam's betas and eps, lr, a param group's lr and
    weight_decay, smooth_l1's beta, gradcheck's atol and rtol), DL_ZERO asks
    for a real zero: d.weight_decay = DL_ZERO is AdamW(weight_decay=0).
-   README.md, section "Zero means default", lists every such field. */
+   docs/defaults.md lists every such field. */
 #define DL_ZERO (-0.0f)
 
 typedef struct dl_ctx dl_ctx;
@@ -828,6 +832,15 @@ DL_API void dl_ctx_free(dl_ctx *ctx);                  /* frees every tensor; NU
 DL_API void dl_step_end(dl_ctx *ctx);       /* release all step memory and the tape: O(1) */
 DL_API uint64_t dl_step(const dl_ctx *ctx); /* current step number (starts at 1) */
 DL_API void dl_manual_seed(dl_ctx *ctx, uint64_t seed);
+/* The generator's state, as torch.get_rng_state / set_rng_state: state[0]
+   the seed, state[1] the counter (a draw of n numbers moves it by n).
+   dl_save does not write it (torch.save of state_dicts does not either):
+   a run that draws (dropout) resumes where it stopped when the two numbers
+   go into the checkpoint's metadata (dl_save_meta) and come back through
+   dl_set_rng_state. Refused inside a capture (a replay reads the state);
+   NULL state: DL_ERR_ARG. */
+DL_API void dl_get_rng_state(const dl_ctx *ctx, uint64_t state[2]);
+DL_API dl_result dl_set_rng_state(dl_ctx *ctx, const uint64_t state[2]);
 DL_API dl_result dl_set_num_threads(dl_ctx *ctx, int n);  /* as dl_ctx_desc.num_threads */
 DL_API int dl_num_threads(const dl_ctx *ctx);
 DL_API dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out);
@@ -1006,7 +1019,7 @@ typedef struct dl_backward_desc {
                                (torch.autograd.grad) */
 } dl_backward_desc;
 
-DL_API dl_tensor *dl_requires_grad(dl_tensor *t, bool on);  /* leaves only; returns t */
+DL_API dl_tensor *dl_requires_grad(dl_tensor *t, bool on);  /* leaves (an output that requires grad: on is a no-op); returns t */
 DL_API dl_result dl_backward(dl_tensor *loss);
 DL_API dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *desc);
 /* torch.autograd.grad: d out / d inputs[i] into grads[i] (NULL where out does not
@@ -1485,9 +1498,12 @@ DL_API dl_optim *dl_adamw_params(dl_ctx *ctx, int n, dl_tensor *const *params, c
 DL_API dl_optim *dl_sgd_groups(dl_ctx *ctx, int ngroups, const dl_param_group *g, const dl_sgd_desc *d);
 DL_API dl_optim *dl_adam_groups(dl_ctx *ctx, int ngroups, const dl_param_group *g, const dl_adam_desc *d);
 DL_API dl_optim *dl_adamw_groups(dl_ctx *ctx, int ngroups, const dl_param_group *g, const dl_adam_desc *d);
-/* The common split: out[0] the parameters with 2 or more dims (weights,
-   the optimizer's weight decay), out[1] the rest (biases, norm weights: no
-   weight decay). Returns 2 (the arrays belong to m). */
+/* The common split (nanoGPT's and timm's p.dim() >= 2): out[0] the
+   parameters with 2 or more dims (Linear and conv weights: the optimizer's
+   weight decay), out[1] the rest (biases, 1-d norm weights: no weight
+   decay). A norm over 2+ dims (dl_nn_layer_norm(ctx, DL_SHAPE(C, L))) has
+   2-d weights, which decay by this rule; build the groups by hand to keep
+   them out. Returns 2 (the arrays belong to m). */
 DL_API int dl_module_decay_groups(dl_module *m, dl_param_group out[2]);
 DL_API dl_result dl_optim_step(dl_optim *o);   /* one update of every parameter with a grad */
 DL_API void dl_optim_zero_grad(dl_optim *o);   /* grads = 0 (kept allocated) */
@@ -1498,7 +1514,9 @@ DL_API void dl_optim_zero_grad(dl_optim *o);   /* grads = 0 (kept allocated) */
    initial lr is 0 and there are other groups (no factor). A schedule that
    is not a factor (cosine to eta_min > 0) over several groups: set each
    group's lr, dl_optim_set_group_lr(o, g, dl_lr_cosine(base_g, t, T, eta_min)),
-   as CosineAnnealingLR does per group. Empty groups are accepted. */
+   as CosineAnnealingLR does per group. Empty groups are accepted. Both
+   are refused inside a capture (a replay reads the lr when it runs: set it
+   between replays). */
 DL_API dl_result dl_optim_set_lr(dl_optim *o, float lr);
 DL_API float dl_optim_lr(const dl_optim *o);                 /* group 0's */
 DL_API int dl_optim_num_groups(const dl_optim *o);
@@ -1728,7 +1746,7 @@ DL_API int64_t dl_loader_epoch(const dl_loader *l);   /* epochs started so far *
 DL_API void dl_loader_set_epoch(dl_loader *l, int64_t epochs);
 
 /* --- dist */
-/* Data parallelism (DESIGN.md section 10). In one process: dl_allreduce and
+/* Data parallelism (docs/data-parallel.md). In one process: dl_allreduce and
    dl_broadcast over one tensor per device (virtual CPU devices or GPUs),
    a chunked ring through the backends' copy entries. Across processes: a
    dl_comm (MPI with -DDL_MPI, NCCL with -DDL_NCCL). On top: dl_ddp, which
@@ -5300,6 +5318,29 @@ void dl_manual_seed(dl_ctx *ctx, uint64_t seed)
     ctx->rng_offset = 0;
 }
 
+void dl_get_rng_state(const dl_ctx *ctx, uint64_t state[2])
+{
+    if (!ctx || !state) return;
+    state[0] = ctx->seed;
+    state[1] = ctx->rng_offset;
+}
+
+dl_result dl_set_rng_state(dl_ctx *ctx, const uint64_t state[2])
+{
+    if (!ctx) return DL_ERR_ARG;
+    if (!state) {
+        dl__err(ctx, DL_ERR_ARG, "dl_set_rng_state: state is NULL (it needs the seed and the counter, as "
+                "dl_get_rng_state writes them)");
+        return DL_ERR_ARG;
+    }
+    if (dl__cap_refused(ctx, "dl_set_rng_state", "setting the generator", "set it before dl_capture_begin() "
+                        "or between replays (a replay reads the generator's seed and counter)"))
+        return DL_ERR_UNSUPPORTED;
+    ctx->seed = state[0] ? state[0] : 0x5eed;   /* (as dl_manual_seed(0)) */
+    ctx->rng_offset = state[1];
+    return DL_OK;
+}
+
 static uint64_t dl__rng_take(dl_ctx *ctx, int64_t n)
 {
     uint64_t o = ctx->rng_offset;
@@ -5624,7 +5665,7 @@ static void dl__persist_release(dl_tensor *t)
 {
     dl__dev *d = t->dev_;
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
-    if (t->ctx_->caps) dl__cap_forget(t, "freed");   /* a capture that uses t cannot replay */
+    if (t->ctx_->caps) dl__cap_forget(t, "freed (dl_ctx_free)");   /* a capture that uses t cannot replay */
     dl__persist_unlink(t);
     d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
     if (t->owns_) d->be->free(d, t->data);
@@ -5644,7 +5685,7 @@ static void dl__persist_drop(dl_tensor *t)
     dl__dev *d = t->dev_;
     size_t bytes = (size_t)t->numel * dl__esize(t->dtype) + sizeof(dl_tensor);
     /* a capture that uses t cannot replay, and its graph may point at t's header */
-    if (ctx->caps && dl__cap_forget(t, "freed")) t->capused_ = true;
+    if (ctx->caps && dl__cap_forget(t, "freed (dl_free)")) t->capused_ = true;
     dl__persist_unlink(t);
     d->persistent_bytes -= bytes < d->persistent_bytes ? bytes : d->persistent_bytes;
     if (t->owns_) d->pending += bytes - sizeof(dl_tensor);   /* (its data stays to dl_step_end) */
@@ -6334,6 +6375,8 @@ static double dl__acc8_total(const double *a)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+#define DL__COLB 256   /* columns a reduce's column sums hold in double at once */
+
 static void dl__red_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__red_args *u = (const dl__red_args *)p;
@@ -6361,9 +6404,17 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
             continue;
         }
         if (u->op == DL__R_SUM) {
-            for (i = 0; i < inner; i++) y[i] = 0.0f;
-            for (k = 0; k < r; k++)
-                for (i = 0; i < inner; i++) y[i] += x[k * inner + i];
+            /* each column in order in double, DL__COLB columns at a time (a
+               float chain stalls: 2^24 + 1 == 2^24; torch sums in cascade) */
+            double acc[DL__COLB];
+            int64_t i0, nb;
+            for (i0 = 0; i0 < inner; i0 += nb) {
+                nb = inner - i0 < DL__COLB ? inner - i0 : DL__COLB;
+                for (i = 0; i < nb; i++) acc[i] = 0.0;
+                for (k = 0; k < r; k++)
+                    for (i = 0; i < nb; i++) acc[i] += x[k * inner + i0 + i];
+                for (i = 0; i < nb; i++) y[i0 + i] = (float)acc[i];
+            }
         } else {
             if (r == 0) { for (i = 0; i < inner; i++) y[i] = u->op == DL__R_MAX ? -INFINITY : INFINITY; continue; }
             for (i = 0; i < inner; i++) y[i] = x[i];
@@ -8588,6 +8639,12 @@ typedef struct dl__avg_args { float *x; float *y; const dl__pgeom *g; bool adj; 
    unrolled. Sums and adjoint contributions in the general loop's order, so
    the bits are the same. */
 #define DL__AVG_MAXW 512
+/* a window of more than this many elements sums in double, then divides
+   once (global average pooling of a 4000x4000 plane: 1023.06 in float,
+   1000.00 so; torch takes that case as a mean, which sums in cascade);
+   smaller ones in float, in order (torch's loop; the GPU's fused 2x2
+   pools have those bits) */
+#define DL__AVG_DSUM 16
 static void dl__avgpool2d_plane(float *DL__RESTRICT x, float *DL__RESTRICT y, const dl__pgeom *g,
                                 bool adj)
 {
@@ -8669,6 +8726,11 @@ static void dl__avgpool2d_plane(float *DL__RESTRICT x, float *DL__RESTRICT y, co
                 float v = y[oi] / (float)div;
                 for (j1 = l1; j1 < h1; j1++)
                     for (j2 = l2; j2 < h2; j2++) x[j1 * W + j2] += v;
+            } else if ((h1 - l1) * (h2 - l2) > DL__AVG_DSUM) {
+                double s = 0.0;
+                for (j1 = l1; j1 < h1; j1++)
+                    for (j2 = l2; j2 < h2; j2++) s += x[j1 * W + j2];
+                y[oi] = (float)(s / (double)div);
             } else {
                 float s = 0.0f;
                 for (j1 = l1; j1 < h1; j1++)
@@ -8714,12 +8776,17 @@ static void dl__avgpool_task(void *arg, int64_t lo, int64_t hi)
                                 for (j2 = l[2]; j2 < h[2]; j2++)
                                     x[(j0 * g->ia[1] + j1) * g->ia[2] + j2] += v;
                     } else {
+                        bool dsum = (h[0] - l[0]) * (h[1] - l[1]) * (h[2] - l[2]) > DL__AVG_DSUM;
+                        double sd = 0.0;
                         float s = 0.0f;
                         for (j0 = l[0]; j0 < h[0]; j0++)
                             for (j1 = l[1]; j1 < h[1]; j1++)
-                                for (j2 = l[2]; j2 < h[2]; j2++)
-                                    s += x[(j0 * g->ia[1] + j1) * g->ia[2] + j2];
-                        y[oi] = s / (float)div;
+                                for (j2 = l[2]; j2 < h[2]; j2++) {
+                                    float v = x[(j0 * g->ia[1] + j1) * g->ia[2] + j2];
+                                    if (dsum) sd += v;
+                                    else s += v;
+                                }
+                        y[oi] = dsum ? (float)(sd / (double)div) : s / (float)div;
                     }
                 }
     }
@@ -9353,7 +9420,7 @@ static bool dl__host_ok(const dl_tensor *t)
 }
 
 // >>section capture and replay
-/* A static graph of one step (DESIGN.md 6b; PyTorch's torch.cuda.graph and
+/* A static graph of one step (docs/capture.md; PyTorch's torch.cuda.graph and
    CUDAGraph.replay). dl_capture_begin(ctx) .. dl_capture_end(cap) records
    the backend work of the ops in between; dl_replay(cap) runs that work
    again on the same memory.
@@ -9479,6 +9546,7 @@ struct dl_capture {
     int nhook, caphook;
     dl_tensor **uses;                 /* persistent tensors it touches (NULL: forgotten) */
     int64_t nuse, capuse;
+    unsigned char *ureq;              /* their requires_grad at dl_capture_end (a replay checks it) */
     dl_tensor **bumps;                /* the version bumps of its in-place writes, in order */
     int64_t nbump, capbump;
     void **owners;                    /* optimizers whose lists it launched without a hook (zero_grad) */
@@ -9544,6 +9612,7 @@ static bool dl__cap_refused(dl_ctx *ctx, const char *op, const char *what, const
 }
 #define DL__CAP_READ_HINT "read it after dl_capture_end() or dl_replay()"
 #define DL__CAP_WRITE_HINT "write static inputs between replays (dl_copy_, dl_write), outside the capture"
+#define DL__CAP_LR_HINT "set it before dl_capture_begin() or between replays (each replay reads the groups' lr)"
 
 static bool dl__cap_grow(dl_ctx *ctx, void **p, int64_t *cap, int64_t need, size_t esize)
 {
@@ -10453,6 +10522,18 @@ dl_result dl_capture_end(dl_capture *c)
         return DL_ERR_ARG;
     }
     dl__cap_stop(c);
+    /* which gradients the step makes is baked in: a replay refuses while a
+       tensor it uses has another requires_grad (dl_requires_grad, or the field) */
+    if (c->state == DL__CAP_READY && c->nuse > 0) {
+        int64_t j;
+        if (!(c->ureq = (unsigned char *)dl__malloc(ctx, (size_t)c->nuse))) {
+            dl__cap_fail(c, DL_ERR_OOM, "dl_capture_end: out of host memory for the capture's list of "
+                         "tensors", true);
+            c->state = DL__CAP_FAILED;
+        } else {
+            for (j = 0; j < c->nuse; j++) c->ureq[j] = c->uses[j] && c->uses[j]->requires_grad;
+        }
+    }
     /* the step has run on the devices dl.h records; the others run it now */
     for (i = 0; i < c->ndev && c->state == DL__CAP_READY; i++) {
         dl__dev *d = c->dev[i].d;
@@ -10463,9 +10544,12 @@ dl_result dl_capture_end(dl_capture *c)
         }
     }
     if (c->state == DL__CAP_READY) return DL_OK;
-    /* the failure was reported when it happened; the context shows it again */
+    /* the failure was reported when it happened; the context shows it again
+       (under this call's name where the message names no op: a tensor or an
+       optimizer the capture used was freed meanwhile) */
     ctx->err = c->err;
-    snprintf(ctx->msg, sizeof ctx->msg, "%s", c->msg);
+    if (strncmp(c->msg, "dl_", 3)) snprintf(ctx->msg, sizeof ctx->msg, "dl_capture_end: %.700s", c->msg);
+    else snprintf(ctx->msg, sizeof ctx->msg, "%s", c->msg);
     return c->err;
 }
 
@@ -10498,13 +10582,23 @@ dl_result dl_replay(dl_capture *c)
                     c->msg);
         return ctx->err;
     }
-    for (i = 0; i < c->nuse; i++)   /* (a replay runs no host code: it could not follow the mark) */
-        if (c->uses[i] && c->uses[i]->nohist_) {
+    for (i = 0; i < c->nuse; i++) {   /* (a replay runs no host code: it could not follow the mark) */
+        dl_tensor *u = c->uses[i];
+        if (!u) continue;
+        if (u->nohist_) {
             dl__err(ctx, DL_ERR_GRAPH, "dl_replay: the capture reads %s %s, a parameter's ->grad that a "
                     "create_graph backward summed into without its history; zero it (dl_zero_grad) before "
-                    "the replay", c->uses[i]->name[0] ? c->uses[i]->name : "a tensor", dl__sh(c->uses[i]));
+                    "the replay", u->name[0] ? u->name : "a tensor", dl__sh(u));
             return DL_ERR_GRAPH;
         }
+        if (u->requires_grad != (c->ureq[i] != 0)) {
+            dl__err(ctx, DL_ERR_STALE, "dl_replay: the capture uses %s %s, whose requires_grad is now %s "
+                    "(%s at capture): which gradients the step makes is baked in; set it back, or capture "
+                    "again", u->name[0] ? u->name : "a tensor", dl__sh(u), u->requires_grad ? "true" : "false",
+                    c->ureq[i] ? "true" : "false");
+            return DL_ERR_STALE;
+        }
+    }
     c->seed = ctx->seed;
     c->rng = ctx->rng_offset;
     ctx->rng_offset += c->draws;
@@ -10544,6 +10638,7 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->blob);
     DL_FREE(c->hook);
     DL_FREE(c->uses);
+    DL_FREE(c->ureq);
     DL_FREE(c->bumps);
     DL_FREE(c->owners);
 #ifdef DL__HVM
@@ -11242,6 +11337,7 @@ void dl_print(dl_tensor *t)
 dl_tensor *dl_requires_grad(dl_tensor *t, bool on)
 {
     if (!t || !dl__valid("dl_requires_grad", "t", t)) return NULL;
+    if (t->node_ && on && t->requires_grad) return t;   /* torch: requires_grad_() on such a tensor does nothing */
     if (t->node_) {
         dl__err(t->ctx_, DL_ERR_GRAPH, "dl_requires_grad: t %s is the output of %s, not a leaf; "
                 "use dl_detach() to make a leaf", dl__sh(t), t->node_->op->name);
@@ -16897,6 +16993,8 @@ dl_result dl_optim_set_lr(dl_optim *o, float lr)
     int g;
     double f;
     if (!dl__optim_ok(o)) return DL_ERR_ARG;
+    if (dl__cap_refused(o->ctx, "dl_optim_set_lr", "a learning-rate change", DL__CAP_LR_HINT))
+        return DL_ERR_UNSUPPORTED;
     if (!dl__lr_ok(o->ctx, "dl_optim_set_lr", "lr", lr)) return DL_ERR_ARG;
     if (o->glr0[0] == 0.0f && o->ng > 1) {   /* no factor to scale the other groups by */
         dl__err(o->ctx, DL_ERR_ARG, "dl_optim_set_lr: group 0's initial lr is 0 (frozen), so lr=%g gives no "
@@ -16913,6 +17011,8 @@ dl_result dl_optim_set_lr(dl_optim *o, float lr)
 dl_result dl_optim_set_group_lr(dl_optim *o, int group, float lr)
 {
     if (!dl__optim_ok(o)) return DL_ERR_ARG;
+    if (dl__cap_refused(o->ctx, "dl_optim_set_group_lr", "a learning-rate change", DL__CAP_LR_HINT))
+        return DL_ERR_UNSUPPORTED;
     if (group < 0 || group >= o->ng) {
         dl__err(o->ctx, DL_ERR_ARG, "dl_optim_set_group_lr: group %d does not exist (0..%d)", group, o->ng - 1);
         return DL_ERR_ARG;

@@ -559,6 +559,14 @@ static DL__HD inline double dl__cu_dadd(double a, double b)
     return a + b;
 #endif
 }
+static DL__HD inline double dl__cu_ddiv(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+    return __ddiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
 
 /* a load that skips the SM's L1 (ld.global.cg): for data that another
    block of the same launch wrote (partials, read by the last block:
@@ -1248,7 +1256,7 @@ struct dl__cuf_rowseq {
     }
 };
 
-/* one column (inner > 1), the CPU's loop exactly: float sum in order;
+/* one column (inner > 1), the CPU's loop exactly: sum in double, in order;
    max/min from the first element, a later NaN replaces it */
 template <int OP, typename I>
 struct dl__cuf_colseq {
@@ -1259,8 +1267,10 @@ struct dl__cuf_colseq {
         const float *p = x + o * r * inner + i;
         float m;
         if (OP == DL__R_SUM) {
-            m = 0.0f;
-            dl__cu_inorder<16>(r, [&](I q) { return p[q * inner]; }, [&](I, float v) { m = dl__cu_fadd(m, v); });
+            double s = 0.0;
+            dl__cu_inorder<16>(r, [&](I q) { return p[q * inner]; },
+                               [&](I, float v) { s = dl__cu_dadd(s, (double)v); });
+            m = (float)s;
         } else if (r == 0) {
             m = OP == DL__R_MAX ? -INFINITY : INFINITY;
         } else {
@@ -3410,7 +3420,8 @@ static void dl__cu_load_batch(dl__dev *d, float *x, int64_t *y, const uint8_t *d
     }
 }
 
-/* one output: the mean of its window, the CPU's loop */
+/* one output: the mean of its window, the CPU's loop (in double past
+   DL__AVG_DSUM elements) */
 struct dl__cuf_avgpool {
     float *y; const float *x; dl__pgeom g;
     DL__HD void operator()(int64_t e) const
@@ -3418,6 +3429,8 @@ struct dl__cuf_avgpool {
         int64_t q = e / g.Lb, oi = e - q * g.Lb, o0, o1, o2, l[3], h[3], pc[3], j0, j1, j2, div;
         const float *xp = x + q * g.La;
         float s = 0.0f;
+        double sd = 0.0;
+        bool dsum;
         o2 = oi % g.ob[2];
         o1 = (oi / g.ob[2]) % g.ob[1];
         o0 = oi / (g.ob[2] * g.ob[1]);
@@ -3427,10 +3440,15 @@ struct dl__cuf_avgpool {
         if (l[0] >= h[0] || l[1] >= h[1] || l[2] >= h[2]) { y[e] = 0.0f; return; }
         div = (g.count_include_pad || g.adaptive) ? pc[0] * pc[1] * pc[2]
                                                   : (h[0] - l[0]) * (h[1] - l[1]) * (h[2] - l[2]);
+        dsum = (h[0] - l[0]) * (h[1] - l[1]) * (h[2] - l[2]) > DL__AVG_DSUM;
         for (j0 = l[0]; j0 < h[0]; j0++)
             for (j1 = l[1]; j1 < h[1]; j1++)
-                for (j2 = l[2]; j2 < h[2]; j2++) s = dl__cu_fadd(s, xp[(j0 * g.ia[1] + j1) * g.ia[2] + j2]);
-        y[e] = dl__cu_fdiv(s, (float)div);
+                for (j2 = l[2]; j2 < h[2]; j2++) {
+                    float v = xp[(j0 * g.ia[1] + j1) * g.ia[2] + j2];
+                    if (dsum) sd = dl__cu_dadd(sd, (double)v);
+                    else s = dl__cu_fadd(s, v);
+                }
+        y[e] = dsum ? (float)dl__cu_ddiv(sd, (double)div) : dl__cu_fdiv(s, (float)div);
     }
 };
 
@@ -4200,10 +4218,10 @@ struct dl__cuf_bias_act_bwd {
     float *gx, *db; const float *g, *y; I r, cols;
     DL__HD void operator()(I c) const
     {
-        float m = 0.0f;
+        double m = 0.0;
         dl__cu_inorder<16>(r, [&](I k) { return dl__cu_bin<GOP>(g[k * cols + c], y[k * cols + c]); },
-                           [&](I k, float v) { gx[k * cols + c] = v; m = dl__cu_fadd(m, v); });
-        db[c] = m;
+                           [&](I k, float v) { gx[k * cols + c] = v; m = dl__cu_dadd(m, (double)v); });
+        db[c] = (float)m;
     }
 };
 

@@ -378,6 +378,18 @@ static void test_refusals(void)
     dl_manual_seed(r.ctx, 3);
     expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_manual_seed: reseeding", "dl_manual_seed");
 
+    /* a schedule set inside the step: a replay reads the groups' lr, so it
+       could not repeat the set (eager StepLR 1, 0.5, 0.25 .. against every
+       replay at the captured 0.5 before this was refused) */
+    cap = begin_warm(&r);
+    CHECK(dl_optim_set_lr(r.opt, 0.5f * r.lr0) == DL_ERR_UNSUPPORTED, "dl_optim_set_lr inside a capture");
+    CHECK(dl_optim_lr(r.opt) == r.lr0, "a refused dl_optim_set_lr leaves the lr");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_optim_set_lr: a learning-rate change inside a capture",
+                   "dl_optim_set_lr");
+    cap = begin_warm(&r);
+    CHECK(dl_optim_set_group_lr(r.opt, 0, 0.5f * r.lr0) == DL_ERR_UNSUPPORTED, "dl_optim_set_group_lr inside a capture");
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_optim_set_group_lr: a learning-rate change", "dl_optim_set_group_lr");
+
     cap = begin_warm(&r);
     {
         dl_tensor *ts[1];
@@ -538,9 +550,45 @@ static void test_lifetimes(void)
         dl_module_named_parameters(r.net, &p);
         dl_free(p[0].t);
         CHECK(dl_replay(b) == DL_ERR_STALE, "a replay after a parameter it uses was freed");
-        EXPECT_ERR(r.ctx, DL_ERR_STALE, "which was freed after dl_capture_begin()");
+        EXPECT_ERR(r.ctx, DL_ERR_STALE, "which was freed (dl_free) after dl_capture_begin()");
     }
     dl_capture_free(b);
+    dl_ctx_free(r.ctx);
+
+    /* a parameter freed while the capture records: dl_capture_end names itself */
+    a = begin_warm(&r);
+    train_step(&r);
+    {
+        const dl_named_tensor *p;
+        dl_module_named_parameters(r.net, &p);
+        dl_free(p[1].t);
+    }
+    CHECK(dl_capture_end(a) == DL_ERR_STALE, "a parameter freed while recording: dl_capture_end fails");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "dl_capture_end: the capture uses");
+    dl_capture_free(a);
+    dl_ctx_free(r.ctx);
+
+    /* a parameter frozen (or unfrozen) between replays: which gradients the
+       step makes was baked in, so the replay refuses until it is set back
+       (it went on training the frozen layer before) */
+    a = begin_warm(&r);
+    train_step(&r);
+    CHECK(dl_capture_end(a) == DL_OK, "requires_grad: capture");
+    {
+        const dl_named_tensor *p;
+        dl_module_named_parameters(r.net, &p);
+        CHECK(dl_requires_grad(p[0].t, false) == p[0].t, "requires_grad: freeze");
+        CHECK(dl_replay(a) == DL_ERR_STALE, "a replay after a parameter it uses was frozen");
+        EXPECT_ERR(r.ctx, DL_ERR_STALE, "whose requires_grad is now false (true at capture)");
+        dl_requires_grad(p[0].t, true);
+        CHECK(dl_replay(a) == DL_OK, "requires_grad set back: the replay runs: %s", dl_error_message(r.ctx));
+        r.x->requires_grad = true;   /* the static input, through the field */
+        CHECK(dl_replay(a) == DL_ERR_STALE, "a replay after the static input's requires_grad was set");
+        EXPECT_ERR(r.ctx, DL_ERR_STALE, "whose requires_grad is now true (false at capture)");
+        r.x->requires_grad = false;
+        CHECK(dl_replay(a) == DL_OK, "the input's flag set back: the replay runs: %s", dl_error_message(r.ctx));
+    }
+    dl_capture_free(a);
     dl_ctx_free(r.ctx);
 
     /* its optimizer freed */

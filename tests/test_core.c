@@ -337,6 +337,35 @@ static void test_rng(void)
         CHECK(inside, "rand outside [0,1)");
     }
     CHECK(fabs(m / 10000 - 0.5) < 0.02, "rand mean %g", m / 10000);
+    /* the state (torch.get_rng_state / set_rng_state): the same draws again,
+       a dropout mask too; refused inside a capture and with NULL */
+    {
+        uint64_t st[2], st2[2];
+        dl_tensor *x = dl_ones(ctx, DL_SHAPE(64)), *d1, *d2;
+        dl_capture *cap;
+        dl_get_rng_state(ctx, st);
+        a = dl_rand(ctx, DL_SHAPE(7));
+        d1 = dl_dropout(x, 0.5f, true);
+        dl_manual_seed(ctx, 99);
+        dl_rand(ctx, DL_SHAPE(3));
+        CHECK(dl_set_rng_state(ctx, st) == DL_OK, "dl_set_rng_state");
+        b = dl_rand(ctx, DL_SHAPE(7));
+        d2 = dl_dropout(x, 0.5f, true);
+        CHECK(th_same_bytes(a, b) && th_same_bytes(d1, d2), "the state set back: the same numbers, the same mask");
+        dl_get_rng_state(ctx, st2);
+        CHECK(st2[0] == st[0] && st2[1] == st[1] + 7 + 64, "the counter moved by the draws (%llu -> %llu)",
+              (unsigned long long)st[1], (unsigned long long)st2[1]);
+        CHECK(dl_set_rng_state(ctx, NULL) == DL_ERR_ARG, "dl_set_rng_state(NULL)");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_set_rng_state: state is NULL");
+        cap = dl_capture_begin(ctx);
+        CHECK(cap && dl_set_rng_state(ctx, st) == DL_ERR_UNSUPPORTED, "dl_set_rng_state inside a capture");
+        EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "dl_set_rng_state: setting the generator inside a capture");
+        CHECK(dl_capture_end(cap) == DL_ERR_UNSUPPORTED, "the capture fails");
+        dl_capture_free(cap);
+        dl_get_rng_state(ctx, st);
+        CHECK(st[0] == st2[0] && st[1] == st2[1], "a refused set leaves the state");
+        dl_clear_error(ctx);
+    }
     dl_ctx_free(ctx);
 }
 

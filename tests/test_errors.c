@@ -230,7 +230,11 @@ static void dtype_errors(void)
     {
         dl_tensor *x = dl_requires_grad(T(2, 3), true);
         dl_tensor *y = dl_mul(x, x);
-        BAD(dl_requires_grad(y, true), DL_ERR_GRAPH, "not a leaf");
+        /* torch: y.requires_grad_() on an output that requires grad does
+           nothing (a port's WGAN-GP x_hat); requires_grad_(False) raises */
+        CHECK(dl_requires_grad(y, true) == y && y->requires_grad && dl_last_error(C) == DL_OK,
+              "dl_requires_grad(y, true) on an output that requires grad: y, as torch");
+        BAD(dl_requires_grad(y, false), DL_ERR_GRAPH, "not a leaf");
         BAD(dl_requires_grad(y, false), DL_ERR_GRAPH, "dl_detach");
         CHECK(dl_requires_grad(dl_detach(y), true) != NULL, "a detached copy can require grad");
     }

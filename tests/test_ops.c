@@ -276,6 +276,60 @@ static void test_eq(void)
     }
 }
 
+/* Long sums that a float chain gets wrong: 2^24 then ones (a float chain
+   stays at 2^24: 2^24 + 1 rounds back to it). Column sums of a reduce (a
+   dim other than the last, a broadcast operand's gradient, a Linear's bias
+   gradient: the fused bias + ReLU on a GPU) and average pools over large
+   windows add in double, so each is exact here; torch's cascade sums are
+   too. Before: 16777216 for every one. */
+static void test_long_sums(void)
+{
+    enum { R = 1001 };
+    static float xv[R * 6], gv[R * 2], pv[R];
+    const float big = 16777216.0f, want = 16778216.0f;   /* 2^24 + 1000: a float */
+    dl_tensor *x, *y, *b, *w, *loss;
+    int i, ok;
+    for (i = 0; i < R * 6; i++) xv[i] = i < 6 ? big : 1.0f;
+    x = dl_from_array(ctx, DL_SHAPE(R, 6), xv);     /* row 0: 2^24, then 1000 rows of ones */
+    y = dl_sum(x, DL_SHAPE(0), false);
+    for (i = 0, ok = y != NULL; ok && i < 6; i++) ok = at(y, i) == want;
+    CHECK(ok, "column sums of (1001, 6): 2^24 + 1000 each (got %.9g)", y ? (double)at(y, 0) : -1.0);
+    y = dl_sum(dl_reshape(x, DL_SHAPE(R, 2, 3)), DL_SHAPE(0, 2), false);   /* two passes: the last dim, then 0 */
+    CHECK(y && at(y, 0) == 3 * want && at(y, 1) == 3 * want, "sum over dims (0, 2) of (1001, 2, 3): %.9g",
+          y ? (double)at(y, 0) : -1.0);
+    y = dl_mean(dl_reshape(x, DL_SHAPE(1, R, 6)), DL_SHAPE(1), false);     /* the middle dim */
+    CHECK(y && at(y, 5) == (float)(16778216.0 / R), "mean over the middle dim of (1, 1001, 6): %.9g",
+          y ? (double)at(y, 5) : -1.0);
+    /* a broadcast operand's gradient, then a Linear's bias through ReLU */
+    for (i = 0; i < R * 2; i++) gv[i] = i < 2 ? big : 1.0f;
+    b = dl_requires_grad(dl_zeros(ctx, DL_SHAPE(2)), true);
+    loss = dl_sum(dl_mul(dl_add(dl_ones(ctx, DL_SHAPE(R, 2)), b), dl_from_array(ctx, DL_SHAPE(R, 2), gv)), DL_ALL, false);
+    CHECK(loss && dl_backward(loss) == DL_OK && b->grad && at(b->grad, 0) == want && at(b->grad, 1) == want,
+          "the gradient of a broadcast bias: 2^24 + 1000 (got %.9g)", b->grad ? (double)at(b->grad, 0) : -1.0);
+    w = dl_requires_grad(dl_ones(ctx, DL_SHAPE(2, 3)), true);
+    b = dl_requires_grad(dl_zeros(ctx, DL_SHAPE(2)), true);
+    loss = dl_sum(dl_mul(dl_relu(dl_linear(dl_ones(ctx, DL_SHAPE(R, 3)), w, b)), dl_from_array(ctx, DL_SHAPE(R, 2), gv)),
+                  DL_ALL, false);
+    CHECK(loss && dl_backward(loss) == DL_OK && b->grad && at(b->grad, 0) == want && at(b->grad, 1) == want,
+          "a Linear's bias gradient through ReLU: 2^24 + 1000 (got %.9g)", b->grad ? (double)at(b->grad, 0) : -1.0);
+    /* global average pooling of a 7 x 143 plane (1001 values), and one
+       average-pool window as large */
+    for (i = 0; i < R; i++) pv[i] = i ? 1.0f : big;
+    x = dl_from_array(ctx, DL_SHAPE(1, 1, 7, 143), pv);
+    y = dl_adaptive_avg_pool2d(x, DL_SHAPE(1, 1));
+    CHECK(y && at(y, 0) == (float)(16778216.0 / R), "adaptive_avg_pool2d to 1x1 of 2^24 and 1000 ones: %.9g",
+          y ? (double)at(y, 0) : -1.0);
+    {
+        dl_pool_desc pd = dl_pool_desc_make(7, 7, 0, false, true);
+        pd.kernel[1] = pd.stride[1] = 143;
+        y = dl_avg_pool2d(x, &pd);
+        CHECK(y && y->numel == 1 && at(y, 0) == (float)(16778216.0 / R), "avg_pool2d with a 7x143 window: %.9g",
+              y ? (double)at(y, 0) : -1.0);
+    }
+    y = dl_adaptive_avg_pool1d(dl_reshape(x, DL_SHAPE(1, 1, R)), DL_SHAPE(1));
+    CHECK(y && at(y, 0) == (float)(16778216.0 / R), "adaptive_avg_pool1d to 1: %.9g", y ? (double)at(y, 0) : -1.0);
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -290,6 +344,8 @@ int main(void)
     test_matmul();
     test_expf();
     test_eq();
+    dl_step_end(ctx);
+    test_long_sums();
     dl_step_end(ctx);
     dl_ctx_free(ctx);
     TEST_END();
