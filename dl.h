@@ -225,8 +225,8 @@
      allocations (warm up first: an eager step makes the gradients and the
      optimizer state), a step tensor made before the capture or one made by
      another capture, collectives, dl_step_end, a second step of one
-     optimizer, dl_manual_seed and dl_optim_set_lr (set them between
-     replays). Freeing the capture, or a persistent tensor or optimizer it
+     optimizer, dl_manual_seed, dl_set_rng_state and dl_optim_set_lr (set
+     them between replays). Freeing the capture, or a persistent tensor or optimizer it
      uses (or moving one with dl_module_to), makes a later replay an error
      (DL_ERR_STALE), not a crash. A replay allocates nothing. On CPU
      devices it keeps cross entropy's check of the targets (a bad one fails
@@ -431,6 +431,7 @@
        dl_max_dim                 torch.max(x, dim, keepdim): values and indices
        dl_min_dim                 torch.min(x, dim, keepdim): values and indices
        dl_var                     x.var(dims, correction, keepdim)
+       dl_norm                    x.norm(dim=dims, keepdim) (2-norm, torch.linalg.vector_norm)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
      ops: linear algebra and softmax
        dl_matmul                  torch.matmul
@@ -994,6 +995,14 @@ DL_API dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **in
 DL_API dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
 DL_API dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim);
                                             /* correction 1: unbiased (PyTorch default) */
+/* The Euclidean norm over dims (DL_ALL: every element), as
+   torch.linalg.vector_norm(t, 2, dims, keepdim): sqrt of the sum of
+   squares, summed in double. Its gradient is g t / norm, and 0 where the
+   norm is 0 (torch's subgradient: dl_sqrt(dl_sum(x * x)) gives NaN there,
+   as it does in torch), so a gradient penalty (WGAN-GP) survives a sample
+   whose gradient is exactly 0. Twice differentiable (create_graph); the
+   second derivative at a zero norm is NaN, as torch's. */
+DL_API dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim);
 DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, first max */
 
 /* --- ops: linear algebra and softmax */
@@ -13084,6 +13093,41 @@ dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
     d = dl_sub(t, dl_mean(t, dims, true));
     return dl__end(t->ctx_, dl_div_scalar(dl_sum(dl_mul(d, d), dims, keepdim),
                                           (float)(cnt - correction > 0 ? cnt - correction : 0)), "dl_var");
+}
+
+/* y = sqrt(sum(x^2, dims));  dx = g (x / y), with x / y 0 where y is 0:
+   torch's order (grad * (self / norm).masked_fill_(norm == 0, 0)), so a
+   NaN g stays NaN and the second derivative at a zero row is NaN, as its */
+static dl_result dl__norm_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int64_t ks[DL_MAX_DIMS];
+    dl_shape s;
+    dl_tensor *y;
+    dl__keep_shape(n, ks);
+    s = dl_shape_make(DL__X->ndim, ks);
+    y = dl_reshape(DL__Y, s);
+    gin[0] = dl_mul(dl_reshape(g, s), dl__mmul(dl_div(DL__X, y), dl__mask(y, DL__U_NLE, 0.0f, 0.0f)));
+    return DL_OK;
+}
+static const dl__op dl__op_norm = {"dl_norm", dl__norm_bwd, 1 | DL__RD_OUT, 0};
+
+dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
+{
+    bool mask[DL_MAX_DIMS];
+    dl_tensor *y;
+    dl__node *n;
+    dl_ctx *ctx;
+    if (!t) return NULL;
+    if (!dl__live("dl_norm", "t", t) || !dl__f32("dl_norm", "t", t)) return NULL;
+    if (!dl__red_mask("dl_norm", t, dims, mask)) return NULL;
+    ctx = t->ctx_;
+    dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__norm_bwd */
+    y = dl_sqrt(dl_sum(dl_mul(t, t), dims, keepdim));
+    dl_no_grad_end(ctx);
+    if (!y) return dl__end(ctx, NULL, "dl_norm");
+    if (dl__record(y, &dl__op_norm, 1, &t, &n) < 0) return dl__end(ctx, NULL, "dl_norm");
+    if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
+    return dl__done(y, "dl_norm");
 }
 
 dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)

@@ -340,7 +340,7 @@ static void test_rng(void)
     /* the state (torch.get_rng_state / set_rng_state): the same draws again,
        a dropout mask too; refused inside a capture and with NULL */
     {
-        uint64_t st[2], st2[2];
+        uint64_t st[2] = {0, 0}, st2[2] = {0, 0};
         dl_tensor *x = dl_ones(ctx, DL_SHAPE(64)), *d1, *d2;
         dl_capture *cap;
         dl_get_rng_state(ctx, st);

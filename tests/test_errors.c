@@ -148,6 +148,8 @@ static void dim_errors(void)
     BAD(dl_sum(T(2, 3), DL_DIMS(1, -1), false), DL_ERR_ARG, "twice");
     BAD(dl_mean(T(2, 3), DL_DIMS(0, 5), false), DL_ERR_ARG, "dl_mean");
     BAD(dl_var(T(2, 3), DL_DIMS(2), 1, false), DL_ERR_ARG, "dl_var");
+    BAD(dl_norm(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "dl_norm");
+    BAD(dl_norm(T(2, 3), DL_DIMS(0, 0), false), DL_ERR_ARG, "twice");
     BAD(dl_max(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "out of range");
     BAD(dl_min(T(2, 3), DL_DIMS(-4), false), DL_ERR_ARG, "out of range");
     BAD(dl_argmax(T(2, 3), 2, false), DL_ERR_ARG, "out of range");
@@ -208,6 +210,7 @@ static void dtype_errors(void)
     BAD(dl_mul(i32, T(2, 3)), DL_ERR_DTYPE, "int32");
     BAD(dl_matmul(i64, T(3, 2)), DL_ERR_DTYPE, "dl_matmul");
     BAD(dl_sum(i64, DL_ALL, false), DL_ERR_DTYPE, "dl_sum");
+    BAD(dl_norm(i64, DL_ALL, false), DL_ERR_DTYPE, "dl_norm");
     BAD(dl_max(i64, DL_DIMS(0), false), DL_ERR_DTYPE, "dl_max");
     BAD(dl_max_dim(i64, 0, false, NULL), DL_ERR_DTYPE, "dl_max_dim");
     BAD(dl_softmax(i32, 1), DL_ERR_DTYPE, "dl_softmax");
@@ -283,6 +286,7 @@ static void null_inputs(void)
     NULLOP(dl_min_dim(NULL, 0, 0, NULL));
     NULLOP(dl_min(NULL, DL_ALL, 0));
     NULLOP(dl_var(NULL, DL_ALL, 1, 0));
+    NULLOP(dl_norm(NULL, DL_ALL, 0));
     NULLOP(dl_argmax(NULL, 0, 0));
     NULLOP(dl_softmax(NULL, 0));
     NULLOP(dl_log_softmax(NULL, 0));

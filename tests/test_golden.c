@@ -98,6 +98,7 @@ static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor 
     if (!strcmp(op, "max")) { G_NEED(1, 3); return dl_max(x, g_red_dims(p), g_pi(p, 0) != 0); }
     if (!strcmp(op, "min")) { G_NEED(1, 3); return dl_min(x, g_red_dims(p), g_pi(p, 0) != 0); }
     if (!strcmp(op, "var")) { G_NEED(1, 3); return dl_var(x, g_red_dims(p), g_pi(p, 1), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "norm")) { G_NEED(1, 3); return dl_norm(x, g_red_dims(p), g_pi(p, 0) != 0); }
     if (!strcmp(op, "argmax")) { G_NEED(1, 2); return dl_argmax(x, g_pi(p, 0), g_pi(p, 1) != 0); }
     if (!strncmp(op, "max_dim", 7) || !strncmp(op, "min_dim", 7)) {   /* values, or "_idx": indices */
         dl_tensor *idx = NULL, *v;
@@ -160,6 +161,7 @@ int main(int argc, char **argv)
         run_file("tests/golden/core.bin", 100);
         run_file("tests/golden/activations.bin", 6);   /* gen_activations.py: SiLU */
         run_file("tests/golden/edges.bin", 40);        /* gen_edges.py: ties, 0-d, NaN, bounds */
+        run_file("tests/golden/norm.bin", 13);         /* gen_norm.py: dl_norm, zero rows */
     }
     TEST_END();
 }

@@ -25,11 +25,11 @@ enum {
     OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
     OP_RESHAPE, OP_FLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
-    OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM
+    OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM
 };
 
 /* fills */
-enum { F_RANDN, F_POS, F_AWAY, F_DA, F_DB };
+enum { F_RANDN, F_POS, F_AWAY, F_DA, F_DB, F_ZROW };   /* F_ZROW: randn, row 1 of the last dim 0 */
 
 typedef struct P {
     int op;
@@ -125,6 +125,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_MAXDIM: return dl_max_dim(a, p->d0, p->keep, NULL);
     case OP_MINDIM: return dl_min_dim(a, p->d0, p->keep, NULL);
     case OP_VAR: return dl_var(a, p->sh, p->d0, p->keep);
+    case OP_NORM: return dl_norm(a, p->sh, p->keep);
     case OP_MATMUL: return dl_matmul(a, b);
     case OP_SOFTMAX: return dl_softmax(a, p->d0);
     case OP_LOGSOFTMAX: return dl_log_softmax(a, p->d0);
@@ -147,10 +148,13 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         return dl_mean(dl_log_softmax(z, 1), DL_ALL, false);
     }
     case OP_CUSTOM: return dl_function_apply(&MY_SIGMOID, 1, in, NULL);
-    case OP_SECOND: {
-        /* g = d/dx sum(tanh(x)^3), with history (create_graph). During the
-           finite-difference evaluations dl_gradcheck turns grad mode off;
-           the inner dl_grad needs it on, so it is re-enabled around it. */
+    case OP_SECOND:
+    case OP_SECOND_NORM: {
+        /* g = d/dx sum(tanh(x)^3), or WGAN-GP's shape: d/dx sum((norm(x * x,
+           dim 1) - 1)^2) through dl_norm's backward, with history
+           (create_graph). During the finite-difference evaluations
+           dl_gradcheck turns grad mode off; the inner dl_grad needs it on,
+           so it is re-enabled around it. */
         dl_ctx *c = dl_tensor_ctx(a);
         bool off = !dl_is_grad_enabled(c);
         dl_tensor *y, *g = NULL;
@@ -158,7 +162,8 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         memset(&bd, 0, sizeof bd);
         bd.create_graph = true;
         if (off) dl_no_grad_end(c);
-        y = dl_sum(dl_pow(dl_tanh(a), 3.0f), DL_ALL, false);
+        if (p->op == OP_SECOND) y = dl_sum(dl_pow(dl_tanh(a), 3.0f), DL_ALL, false);
+        else y = dl_sum(dl_pow(dl_sub_scalar(dl_norm(dl_mul(a, a), DL_DIMS(1), false), 1.0f), 2.0f), DL_ALL, false);
         if (y && dl_grad(y, 1, &a, &g, &bd) != DL_OK) g = NULL;
         if (off) dl_no_grad_begin(c);
         return g;
@@ -194,6 +199,10 @@ static void fill(dl_tensor *t, int kind)
         dl_manual_seed(G, g_seed);
         r = dl_randn(G, dl_shape_make(t->ndim, t->shape));
         if (!r || dl_read(r, d, n) != DL_OK) CHECK(0, "fill: randn: %s", dl_error_message(G));
+        if (kind == F_ZROW && t->ndim >= 1) {
+            int64_t w = t->shape[t->ndim - 1];
+            for (i = w; i < 2 * w && i < n; i++) d[i] = 0.0f;
+        }
     }
     if (dl_write(t, d, n) != DL_OK) CHECK(0, "fill: dl_write: %s", dl_error_message(G));
     free(d);
@@ -564,6 +573,25 @@ int main(void)
     reduce_cases("dl_max", OP_MAX, F_DA);
     reduce_cases("dl_min", OP_MIN, F_DA);
     var_cases();
+    {   /* the 2-norm: its gradient at a zero row is 0 (a central difference
+           there is 0 too: |eps| - |-eps|) */
+        int keep;
+        for (keep = 0; keep < 2; keep++) {
+            const char *kl = keep ? "keep" : "";
+            char l[64];
+            snprintf(l, sizeof l, "dim 1 %s", kl);
+            gc1("dl_norm", l, mkd(OP_NORM, DL_DIMS(1), keep != 0), I(DL_SHAPE(3, 4), F_RANDN));
+            snprintf(l, sizeof l, "dim 1, a zero row %s", kl);
+            gc1("dl_norm", l, mkd(OP_NORM, DL_DIMS(1), keep != 0), I(DL_SHAPE(3, 4), F_ZROW));
+            snprintf(l, sizeof l, "dims 0,2 %s", kl);
+            gc1("dl_norm", l, mkd(OP_NORM, DL_DIMS(0, 2), keep != 0), I(DL_SHAPE(2, 3, 4), F_RANDN));
+            snprintf(l, sizeof l, "all %s", kl);
+            gc1("dl_norm", l, mkd(OP_NORM, DL_ALL, keep != 0), I(DL_SHAPE(2, 3, 4), F_RANDN));
+            snprintf(l, sizeof l, "dim -1 size-1 %s", kl);
+            gc1("dl_norm", l, mkd(OP_NORM, DL_DIMS(-1), keep != 0), I(DL_SHAPE(3, 1, 5), F_RANDN));
+        }
+        gc1("dl_norm", "0-d", mkd(OP_NORM, DL_ALL, false), I(S0(), F_RANDN));
+    }
     {   /* torch.max(x, dim) / torch.min(x, dim); 0-d tensors take dim 0 and -1, as PyTorch */
         P p = mki(OP_MAXDIM, 1, 0);
         gc1("dl_max_dim", "dim 1", p, I(DL_SHAPE(3, 4), F_DA));
@@ -654,6 +682,9 @@ int main(void)
     gc1("grad tanh^3", "", mk(OP_SECOND), I(DL_SHAPE(5), F_RANDN));
     gc1("grad tanh^3", "2-d", mk(OP_SECOND), I(DL_SHAPE(2, 3), F_RANDN));
     gc1("grad tanh^3", "0-d", mk(OP_SECOND), I(S0(), F_RANDN));
+    gc1("grad of a norm penalty", "", mk(OP_SECOND_NORM), I(DL_SHAPE(3, 4), F_RANDN));
+    /* (at a zero row the norm's first gradient is 0 by convention but not
+       differentiable: test_golden checks it against torch's, NaN-free) */
     second_order_closed_form();
 
     printf("%d gradcheck cases\n", ncases);
