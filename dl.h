@@ -215,8 +215,9 @@
      and bias corrections, learning rates (dl_optim_set_lr between replays),
      batch norm's num_batches_tracked. The rest is baked in: shapes,
      train/eval mode, which tensors require grad (a replay refuses while
-     one it uses has another flag), the host code's decisions. That is the
-     price of a static graph.
+     one it uses has another flag; dl_requires_grad calls inside the
+     captured step are made again by each replay), the host code's
+     decisions. That is the price of a static graph.
      Refused inside a capture (the op fails, naming itself; dl_capture_end
      returns the first error and the capture cannot replay): host reads
      (dl_item, dl_read, dl_data, dl_to to the host, anomaly mode,
@@ -542,6 +543,7 @@
        dl_nn_tanh                 nn.Tanh
        dl_nn_gelu                 nn.GELU
        dl_nn_silu                 nn.SiLU
+       dl_nn_leaky_relu           nn.LeakyReLU(negative_slope)
        dl_nn_flatten              nn.Flatten
        dl_init_uniform            nn.init.uniform_
        dl_init_normal             nn.init.normal_
@@ -609,6 +611,8 @@
        dl_nn_batch_norm2d         nn.BatchNorm2d
        dl_nn_batch_norm3d         nn.BatchNorm3d
        dl_nn_layer_norm           nn.LayerNorm
+       dl_nn_batch_norm_options   BatchNorm*d(..., momentum=, eps=)
+       dl_nn_layer_norm_eps       LayerNorm(..., eps=)
        dl_nn_dropout              nn.Dropout
      io: tensorboard
        dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
@@ -838,8 +842,9 @@ DL_API void dl_manual_seed(dl_ctx *ctx, uint64_t seed);
    dl_save does not write it (torch.save of state_dicts does not either):
    a run that draws (dropout) resumes where it stopped when the two numbers
    go into the checkpoint's metadata (dl_save_meta) and come back through
-   dl_set_rng_state. Refused inside a capture (a replay reads the state);
-   NULL state: DL_ERR_ARG. */
+   dl_set_rng_state. dl_set_rng_state is refused inside a capture (a replay
+   reads the state) and with a NULL state (DL_ERR_ARG); dl_get_rng_state
+   with a NULL ctx or state writes nothing. */
 DL_API void dl_get_rng_state(const dl_ctx *ctx, uint64_t state[2]);
 DL_API dl_result dl_set_rng_state(dl_ctx *ctx, const uint64_t state[2]);
 DL_API dl_result dl_set_num_threads(dl_ctx *ctx, int n);  /* as dl_ctx_desc.num_threads */
@@ -1239,7 +1244,11 @@ DL_API dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_d
    batched input (N,C,spatial...) or an unbatched one (C,spatial...), which
    gives an unbatched result. Output sizes follow torch.nn.functional
    exactly (floor division; ceil_mode as PyTorch: the last window must start
-   inside the input or the left padding). All of them are differentiable to
+   inside the input or the left padding). An output size below 1 is an
+   error, as torch's "Output size is too small" (one torch quirk differs:
+   its batched conv_transpose1d returns an empty tensor for a size of
+   exactly 0, where its 2-d, 3-d and unbatched forms refuse it, as dl.h
+   does for all). All of them are differentiable to
    any order (their backward rules are written with these same ops). */
 
 #define DL_MAX_SPATIAL 3
@@ -1448,6 +1457,7 @@ DL_API dl_module *dl_nn_sigmoid(dl_ctx *ctx);
 DL_API dl_module *dl_nn_tanh(dl_ctx *ctx);
 DL_API dl_module *dl_nn_gelu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_silu(dl_ctx *ctx);
+DL_API dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope);   /* finite; 0.01 in torch */
 DL_API dl_module *dl_nn_flatten(dl_ctx *ctx);        /* flatten(1,-1) */
 
 /* init helpers, in place on a float32 CPU tensor, from the context RNG (as
@@ -1621,6 +1631,16 @@ DL_API dl_module *dl_nn_batch_norm1d(dl_ctx *ctx, int64_t channels);   /* x (N,C
 DL_API dl_module *dl_nn_batch_norm2d(dl_ctx *ctx, int64_t channels);   /* x (N,C,H,W) */
 DL_API dl_module *dl_nn_batch_norm3d(dl_ctx *ctx, int64_t channels);   /* x (N,C,D,H,W) */
 DL_API dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape normalized_shape);
+/* The settings PyTorch takes as keyword arguments, on a made module:
+   BatchNorm*d(C, momentum=momentum, eps=eps) is dl_nn_batch_norm2d then
+   dl_nn_batch_norm_options(m, momentum, eps) (momentum in [0, 1]: 0 keeps
+   the running statistics; eps finite and > 0); LayerNorm(shape, eps=eps)
+   likewise. DL_ERR_ARG for another kind of module or a bad value (the
+   module unchanged). Not kept in checkpoints (nor are they in a torch
+   state_dict). affine=False: freeze weight and bias (dl_requires_grad(p,
+   false)) at their 1 and 0. */
+DL_API dl_result dl_nn_batch_norm_options(dl_module *m, float momentum, float eps);
+DL_API dl_result dl_nn_layer_norm_eps(dl_module *m, float eps);
 DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in eval mode */
 
 /* --- io: tensorboard
@@ -9555,7 +9575,11 @@ struct dl_capture {
     int nhook, caphook;
     dl_tensor **uses;                 /* persistent tensors it touches (NULL: forgotten) */
     int64_t nuse, capuse;
-    unsigned char *ureq;              /* their requires_grad at dl_capture_end (a replay checks it) */
+    unsigned char *ureq;              /* their requires_grad at dl_capture_end, which a replay
+                                         checks; 2: the step sets it (rgs) */
+    int64_t capureq;
+    struct dl__caprg { dl_tensor *t; bool on; } *rgs;   /* dl_requires_grad calls inside, in order */
+    int64_t nrg, caprg;
     dl_tensor **bumps;                /* the version bumps of its in-place writes, in order */
     int64_t nbump, capbump;
     void **owners;                    /* optimizers whose lists it launched without a hook (zero_grad) */
@@ -9648,8 +9672,22 @@ static void dl__cap_use(dl_tensor *t)
     if (!t || !t->ctx_->cap || t->step_ != 0) return;
     c = t->ctx_->cap;
     for (i = 0; i < c->nuse; i++) if (c->uses[i] == t) return;
-    if (!dl__cap_grow(t->ctx_, (void **)&c->uses, &c->capuse, c->nuse + 1, sizeof(dl_tensor *))) return;
+    if (!dl__cap_grow(t->ctx_, (void **)&c->uses, &c->capuse, c->nuse + 1, sizeof(dl_tensor *)) ||
+        !dl__cap_grow(t->ctx_, (void **)&c->ureq, &c->capureq, c->nuse + 1, 1))
+        return;
     c->uses[c->nuse++] = t;
+}
+
+/* dl_requires_grad(t, on) inside the capture: a replay sets it again, as
+   the eager step does (a GAN's two captured steps, each freezing the other
+   network), and does not check t's flag before it */
+static void dl__cap_rgset(dl_tensor *t, bool on)
+{
+    dl_capture *c = t->ctx_->cap;
+    dl__cap_use(t);
+    if (!dl__cap_grow(t->ctx_, (void **)&c->rgs, &c->caprg, c->nrg + 1, sizeof *c->rgs)) return;
+    c->rgs[c->nrg].t = t;
+    c->rgs[c->nrg++].on = on;
 }
 
 /* An in-place write inside the capture moved t's version (dl__bump_version):
@@ -9719,6 +9757,7 @@ static bool dl__cap_forget(dl_tensor *t, const char *how)
                 char m[256];
                 used = true;
                 for (j = 0; j < c->nbump; j++) if (c->bumps[j] == t) c->bumps[j] = NULL;
+                for (j = 0; j < c->nrg; j++) if (c->rgs[j].t == t) c->rgs[j].t = NULL;
                 snprintf(m, sizeof m, "the capture uses %s %s, which was %s after dl_capture_begin(); "
                          "capture again", t->name[0] ? t->name : "a tensor", dl__sh(t), how);
                 c->uses[i] = NULL;
@@ -10532,15 +10571,14 @@ dl_result dl_capture_end(dl_capture *c)
     }
     dl__cap_stop(c);
     /* which gradients the step makes is baked in: a replay refuses while a
-       tensor it uses has another requires_grad (dl_requires_grad, or the field) */
-    if (c->state == DL__CAP_READY && c->nuse > 0) {
-        int64_t j;
-        if (!(c->ureq = (unsigned char *)dl__malloc(ctx, (size_t)c->nuse))) {
-            dl__cap_fail(c, DL_ERR_OOM, "dl_capture_end: out of host memory for the capture's list of "
-                         "tensors", true);
-            c->state = DL__CAP_FAILED;
-        } else {
-            for (j = 0; j < c->nuse; j++) c->ureq[j] = c->uses[j] && c->uses[j]->requires_grad;
+       tensor it uses has another requires_grad (dl_requires_grad, or the
+       field), unless the step itself sets it (2) */
+    if (c->state == DL__CAP_READY) {
+        int64_t j, k;
+        for (j = 0; j < c->nuse; j++) {
+            dl_tensor *u = c->uses[j];
+            c->ureq[j] = u && u->requires_grad;
+            for (k = 0; u && k < c->nrg; k++) if (c->rgs[k].t == u) c->ureq[j] = 2;
         }
     }
     /* the step has run on the devices dl.h records; the others run it now */
@@ -10600,7 +10638,7 @@ dl_result dl_replay(dl_capture *c)
                     "the replay", u->name[0] ? u->name : "a tensor", dl__sh(u));
             return DL_ERR_GRAPH;
         }
-        if (u->requires_grad != (c->ureq[i] != 0)) {
+        if (c->ureq[i] != 2 && u->requires_grad != (c->ureq[i] != 0)) {
             dl__err(ctx, DL_ERR_STALE, "dl_replay: the capture uses %s %s, whose requires_grad is now %s "
                     "(%s at capture): which gradients the step makes is baked in; set it back, or capture "
                     "again", u->name[0] ? u->name : "a tensor", dl__sh(u), u->requires_grad ? "true" : "false",
@@ -10608,6 +10646,7 @@ dl_result dl_replay(dl_capture *c)
             return DL_ERR_STALE;
         }
     }
+    for (i = 0; i < c->nrg; i++) if (c->rgs[i].t) c->rgs[i].t->requires_grad = c->rgs[i].on;
     c->seed = ctx->seed;
     c->rng = ctx->rng_offset;
     ctx->rng_offset += c->draws;
@@ -10648,6 +10687,7 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->hook);
     DL_FREE(c->uses);
     DL_FREE(c->ureq);
+    DL_FREE(c->rgs);
     DL_FREE(c->bumps);
     DL_FREE(c->owners);
 #ifdef DL__HVM
@@ -11357,6 +11397,7 @@ dl_tensor *dl_requires_grad(dl_tensor *t, bool on)
                 "can require grad", dl__sh(t), dl__dtype_str(t->dtype));
         return NULL;
     }
+    if (t->ctx_->cap && t->step_ == 0) dl__cap_rgset(t, on);   /* a replay sets it again */
     t->requires_grad = on;
     return t;
 }
@@ -16236,6 +16277,19 @@ dl_module *dl_nn_sigmoid(dl_ctx *ctx) { return dl_module_new(ctx, "Sigmoid", dl_
 dl_module *dl_nn_tanh(dl_ctx *ctx) { return dl_module_new(ctx, "Tanh", dl__tanh_fwd, 0); }
 dl_module *dl_nn_gelu(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_fwd, 0); }
 dl_module *dl_nn_silu(dl_ctx *ctx) { return dl_module_new(ctx, "SiLU", dl__silu_fwd, 0); }
+static dl_tensor *dl__leakym_fwd(dl_module *m, dl_tensor *x) { return dl_leaky_relu(x, *(float *)dl_module_state(m)); }
+dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope)
+{
+    dl_module *m;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_leaky_relu: ctx is NULL"); return NULL; }
+    if (!isfinite(negative_slope)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_leaky_relu: negative_slope=%g must be finite", (double)negative_slope);
+        return NULL;
+    }
+    m = dl_module_new(ctx, "LeakyReLU", dl__leakym_fwd, sizeof(float));
+    if (m) *(float *)dl_module_state(m) = negative_slope;
+    return m;
+}
 dl_module *dl_nn_flatten(dl_ctx *ctx) { return dl_module_new(ctx, "Flatten", dl__flatten_fwd, 0); }
 
 // >>section nn: layer modules
@@ -16460,11 +16514,56 @@ dl_module *dl_nn_batch_norm1d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "Ba
 dl_module *dl_nn_batch_norm2d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm2d", 2, ch); }
 dl_module *dl_nn_batch_norm3d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm3d", 3, ch); }
 
-typedef struct dl__lnm { dl_shape shape; dl_tensor *w, *b; } dl__lnm;
+/* m is a module whose forward is fwd (dl.h's own kind, whatever its type
+   name), else false with the error */
+static bool dl__mod_kind(dl_module *m, const char *op, dl_module_fn fwd, const char *what)
+{
+    if (!dl__mod_ok(m)) {
+        if (m) dl__err(NULL, DL_ERR_ARG, "%s: m is not a module (freed, or never made)", op);
+        return false;
+    }
+    if (m->forward != fwd) {
+        dl__err(m->ctx, DL_ERR_ARG, "%s: m is a %s module; it needs %s", op, m->type, what);
+        return false;
+    }
+    return true;
+}
+
+/* eps finite and > 0, else false with the error */
+static bool dl__eps_ok(dl_ctx *ctx, const char *op, float eps)
+{
+    if (isfinite(eps) && eps > 0.0f) return true;
+    dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be finite and > 0", op, (double)eps);
+    return false;
+}
+
+dl_result dl_nn_batch_norm_options(dl_module *m, float momentum, float eps)
+{
+    dl__bnm *s;
+    if (!dl__mod_kind(m, "dl_nn_batch_norm_options", dl__bnm_fwd, "a BatchNorm1d/2d/3d")) return DL_ERR_ARG;
+    if (!(momentum >= 0.0f && momentum <= 1.0f)) {
+        dl__err(m->ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: momentum=%g must be in [0, 1]", (double)momentum);
+        return DL_ERR_ARG;
+    }
+    if (!dl__eps_ok(m->ctx, "dl_nn_batch_norm_options", eps)) return DL_ERR_ARG;
+    s = (dl__bnm *)dl_module_state(m);
+    s->momentum = momentum;
+    s->eps = eps;
+    return DL_OK;
+}
+
+typedef struct dl__lnm { dl_shape shape; dl_tensor *w, *b; float eps; } dl__lnm;
 static dl_tensor *dl__lnm_fwd(dl_module *m, dl_tensor *x)
 {
     dl__lnm *s = (dl__lnm *)dl_module_state(m);
-    return dl_layer_norm(x, s->shape, s->w, s->b, 1e-5f);
+    return dl_layer_norm(x, s->shape, s->w, s->b, s->eps);
+}
+dl_result dl_nn_layer_norm_eps(dl_module *m, float eps)
+{
+    if (!dl__mod_kind(m, "dl_nn_layer_norm_eps", dl__lnm_fwd, "a LayerNorm")) return DL_ERR_ARG;
+    if (!dl__eps_ok(m->ctx, "dl_nn_layer_norm_eps", eps)) return DL_ERR_ARG;
+    ((dl__lnm *)dl_module_state(m))->eps = eps;
+    return DL_OK;
 }
 dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape shape)
 {
@@ -16478,6 +16577,7 @@ dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape shape)
     if (!m) return NULL;
     s = (dl__lnm *)dl_module_state(m);
     s->shape = shape;
+    s->eps = 1e-5f;
     s->w = dl_module_param(m, "weight", dl_ones(ctx, shape));
     s->b = dl_module_param(m, "bias", dl_zeros(ctx, shape));
     return s->w && s->b ? m : NULL;

@@ -694,6 +694,81 @@ static void test_list_change(void)
     dl_ctx_free(ctx);
 }
 
+/* A GAN's shape: two captured steps, each freezing the other network with
+   dl_requires_grad at its start. Each replay sets those flags again, as the
+   eager step does, so the replays alternate as the eager steps do and give
+   their bits (the flag check refused the first replay before the captures
+   recorded the calls). */
+static dl_module *g_na, *g_nb;
+static dl_optim *g_oa, *g_ob;
+static dl_tensor *g_gx;
+
+static void gan_flags(dl_module *m, bool on)
+{
+    const dl_named_tensor *p;
+    int n = dl_module_named_parameters(m, &p), i;
+    for (i = 0; i < n; i++) dl_requires_grad(p[i].t, on);
+}
+
+static int gan_step(int which)
+{
+    dl_optim *o = which == 0 ? g_oa : g_ob;
+    dl_tensor *y, *loss;
+    gan_flags(g_na, which == 0);
+    gan_flags(g_nb, which == 1);
+    dl_optim_zero_grad(o);
+    y = dl_module_forward(g_nb, dl_tanh(dl_module_forward(g_na, g_gx)));
+    loss = dl_sum(dl_mul(y, y), DL_ALL, false);
+    return loss && dl_backward(loss) == DL_OK && dl_optim_step(o) == DL_OK;
+}
+
+static void gan_run(bool capture, float *out)
+{
+    dl_ctx *ctx = new_ctx(13);
+    dl_sgd_desc sd;
+    dl_capture *cap[2] = {NULL, NULL};
+    const dl_named_tensor *p;
+    int it, w, ok = 1;
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.05f;
+    g_na = dl_nn_linear(ctx, 4, 4, true);
+    g_nb = dl_nn_linear(ctx, 4, 1, true);
+    g_oa = dl_sgd(g_na, &sd);
+    g_ob = dl_sgd(g_nb, &sd);
+    g_gx = dl_keep(dl_randn(ctx, DL_SHAPE(2, 4)));
+    for (it = 0; it < 6 && ok; it++)
+        for (w = 0; w < 2 && ok; w++) {
+            if (!capture || it == 0) {
+                ok = gan_step(w);
+            } else if (it == 1) {
+                cap[w] = dl_capture_begin(ctx);
+                ok = gan_step(w) && dl_capture_end(cap[w]) == DL_OK;
+            } else {
+                ok = dl_replay(cap[w]) == DL_OK;
+            }
+            CHECK(ok, "GAN steps (%s): iteration %d, step %c: %s", capture ? "captured" : "eager", it, w ? 'B' : 'A',
+                  dl_error_message(ctx));
+            dl_step_end(ctx);
+        }
+    dl_module_named_parameters(g_na, &p);
+    CHECK(dl_read(p[0].t, out, 16) == DL_OK, "GAN: read A's weight");
+    CHECK(dl_module_named_parameters(g_nb, &p) == 2 && p[0].t->requires_grad, "GAN: the last step (B's) left B trainable");
+    dl_capture_free(cap[0]);
+    dl_capture_free(cap[1]);
+    dl_ctx_free(ctx);
+}
+
+static void test_gan_flags(void)
+{
+    float e[16], c[16];
+    memset(e, 0, sizeof e);
+    memset(c, 0xff, sizeof c);
+    gan_run(false, e);
+    gan_run(true, c);
+    CHECK(memcmp(e, c, sizeof e) == 0, "GAN: replays of two captured steps that freeze each other: the eager bits "
+          "(%.9g, %.9g)", (double)e[0], (double)c[0]);
+}
+
 /* dl_eq of int64 tensors (the accuracy idiom) is recorded and replayed
    on the rewritten input: its own backend entry */
 static void test_eq_replay(void)
@@ -729,6 +804,7 @@ int main(int argc, char **argv)
     test_lifetimes();
     test_list_change();
     test_eq_replay();
+    test_gan_flags();
     CHECK(cnt_live == 0, "every allocation freed (%ld live)", cnt_live);
     TEST_END();
 }

@@ -132,6 +132,51 @@ static void test_batch_norm(void)
     CHECK(dl_module_forward(dl_nn_batch_norm3d(ctx, 3), dl_randn(ctx, DL_SHAPE(2, 3, 2, 2, 2))) != NULL, "BatchNorm3d");
 }
 
+/* PyTorch's keyword settings on made modules: BatchNorm*d's momentum and
+   eps, LayerNorm's eps (each against the functional op, bit for bit), and
+   LeakyReLU(negative_slope); every refusal leaves the module as it was */
+static void test_options(void)
+{
+    dl_module *bn = dl_nn_batch_norm1d(ctx, 3), *ln = dl_nn_layer_norm(ctx, DL_SHAPE(5)), *lr, *lin;
+    dl_tensor *x = dl_add_scalar(dl_randn(ctx, DL_SHAPE(6, 3)), 2.0f), *x5 = dl_randn(ctx, DL_SHAPE(4, 5));
+    dl_tensor *rm = dl_keep(dl_zeros(ctx, DL_SHAPE(3))), *rv = dl_keep(dl_ones(ctx, DL_SHAPE(3))), *y, *want;
+    CHECK(dl_nn_batch_norm_options(bn, 0.3f, 1e-3f) == DL_OK, "BatchNorm1d(3, momentum=0.3, eps=1e-3)");
+    y = dl_module_forward(bn, x);
+    want = dl_batch_norm(x, rm, rv, dl_module_get(bn, "weight"), dl_module_get(bn, "bias"), true, 0.3f, 1e-3f);
+    CHECK(same(y, want) && same(dl_module_get(bn, "running_mean"), rm) && same(dl_module_get(bn, "running_var"), rv),
+          "BatchNorm1d with momentum 0.3, eps 1e-3: the functional op's output and running statistics");
+    CHECK(dl_nn_batch_norm_options(bn, 0.0f, 1e-5f) == DL_OK, "momentum 0 (running statistics kept)");
+    CHECK(dl_nn_batch_norm_options(bn, 1.5f, 1e-5f) == DL_ERR_ARG, "momentum 1.5 refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: momentum=1.5 must be in [0, 1]");
+    CHECK(dl_nn_batch_norm_options(bn, NAN, 1e-5f) == DL_ERR_ARG, "momentum NaN refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "momentum=nan");
+    CHECK(dl_nn_batch_norm_options(bn, 0.1f, 0.0f) == DL_ERR_ARG, "eps 0 refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: eps=0 must be finite and > 0");
+    CHECK(dl_nn_batch_norm_options(ln, 0.1f, 1e-5f) == DL_ERR_ARG, "batch-norm options on a LayerNorm refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: m is a LayerNorm module; it needs a BatchNorm1d/2d/3d");
+    CHECK(dl_nn_batch_norm_options(NULL, 0.1f, 1e-5f) == DL_ERR_ARG, "NULL module");
+    dl_clear_error(ctx);
+    CHECK(dl_nn_layer_norm_eps(ln, 1e-2f) == DL_OK, "LayerNorm(5, eps=1e-2)");
+    CHECK(same(dl_module_forward(ln, x5), dl_layer_norm(x5, DL_SHAPE(5), dl_module_get(ln, "weight"),
+                                                         dl_module_get(ln, "bias"), 1e-2f)),
+          "LayerNorm with eps 1e-2: the functional op's bits");
+    CHECK(dl_nn_layer_norm_eps(ln, INFINITY) == DL_ERR_ARG, "LayerNorm eps inf refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_layer_norm_eps: eps=inf must be finite and > 0");
+    CHECK(same(dl_module_forward(ln, x5), dl_layer_norm(x5, DL_SHAPE(5), dl_module_get(ln, "weight"),
+                                                         dl_module_get(ln, "bias"), 1e-2f)),
+          "a refused eps leaves the module");
+    CHECK(dl_nn_layer_norm_eps(bn, 1e-2f) == DL_ERR_ARG, "LayerNorm eps on a BatchNorm refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "m is a BatchNorm1d module; it needs a LayerNorm");
+    lr = dl_nn_leaky_relu(ctx, 0.2f);
+    CHECK(lr && !strcmp(dl_module_type(lr), "LeakyReLU") && dl_module_num_params(lr) == 0 &&
+          same(dl_module_forward(lr, x5), dl_leaky_relu(x5, 0.2f)), "LeakyReLU(0.2): the functional op, no parameters");
+    CHECK(dl_nn_leaky_relu(ctx, NAN) == NULL, "LeakyReLU(NaN) refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_leaky_relu: negative_slope=nan must be finite");
+    lin = dl_nn_linear(ctx, 2, 2, true);
+    CHECK(dl_nn_layer_norm_eps(lin, 1e-3f) == DL_ERR_ARG, "LayerNorm eps on a Linear refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "m is a Linear module");
+}
+
 static void test_checkpoint(void)
 {
     dl_module *m[3], *a, *b;
@@ -251,6 +296,8 @@ int main(void)
     test_forward();
     dl_step_end(ctx);
     test_batch_norm();
+    dl_step_end(ctx);
+    test_options();
     dl_step_end(ctx);
     test_checkpoint();
     dl_step_end(ctx);
