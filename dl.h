@@ -843,8 +843,9 @@ DL_API void dl_manual_seed(dl_ctx *ctx, uint64_t seed);
    a run that draws (dropout) resumes where it stopped when the two numbers
    go into the checkpoint's metadata (dl_save_meta) and come back through
    dl_set_rng_state. dl_set_rng_state is refused inside a capture (a replay
-   reads the state) and with a NULL state (DL_ERR_ARG); dl_get_rng_state
-   with a NULL ctx or state writes nothing. */
+   reads the state) and with a NULL state (DL_ERR_ARG); a seed of 0 is
+   0x5eed, as dl_manual_seed(0) makes it. dl_get_rng_state with a NULL ctx
+   or state writes nothing. */
 DL_API void dl_get_rng_state(const dl_ctx *ctx, uint64_t state[2]);
 DL_API dl_result dl_set_rng_state(dl_ctx *ctx, const uint64_t state[2]);
 DL_API dl_result dl_set_num_threads(dl_ctx *ctx, int n);  /* as dl_ctx_desc.num_threads */
@@ -1001,8 +1002,9 @@ DL_API dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **in
 DL_API dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim);
                                             /* correction 1: unbiased (PyTorch default) */
 /* The Euclidean norm over dims (DL_ALL: every element), as
-   torch.linalg.vector_norm(t, 2, dims, keepdim): sqrt of the sum of
-   squares, summed in double. Its gradient is g t / norm, and 0 where the
+   torch.linalg.vector_norm(t, 2, dims, keepdim): sqrt of the sum of the
+   squares (squared in float32, as torch's: 1e20 gives inf; summed in
+   double). Its gradient is g t / norm, and 0 where the
    norm is 0 (torch's subgradient: dl_sqrt(dl_sum(x * x)) gives NaN there,
    as it does in torch), so a gradient penalty (WGAN-GP) survives a sample
    whose gradient is exactly 0. Twice differentiable (create_graph); the
@@ -1637,7 +1639,9 @@ DL_API dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape normalized_shape);
    the running statistics; eps finite and > 0); LayerNorm(shape, eps=eps)
    likewise. DL_ERR_ARG for another kind of module or a bad value (the
    module unchanged). Not kept in checkpoints (nor are they in a torch
-   state_dict). affine=False: freeze weight and bias (dl_requires_grad(p,
+   state_dict). A capture bakes them in: refused inside one
+   (DL_ERR_UNSUPPORTED; a replay runs with the settings it was captured
+   with). affine=False: freeze weight and bias (dl_requires_grad(p,
    false)) at their 1 and 0. */
 DL_API dl_result dl_nn_batch_norm_options(dl_module *m, float momentum, float eps);
 DL_API dl_result dl_nn_layer_norm_eps(dl_module *m, float eps);
@@ -16523,10 +16527,11 @@ static bool dl__mod_kind(dl_module *m, const char *op, dl_module_fn fwd, const c
         return false;
     }
     if (m->forward != fwd) {
-        dl__err(m->ctx, DL_ERR_ARG, "%s: m is a %s module; it needs %s", op, m->type, what);
+        dl__err(m->ctx, DL_ERR_ARG, "%s: m (a \"%s\" module) was not made by %s", op, m->type, what);
         return false;
     }
-    return true;
+    return !dl__cap_refused(m->ctx, op, "a module setting's change", "set it before dl_capture_begin() (a "
+                            "replay runs with the settings of the capture)");
 }
 
 /* eps finite and > 0, else false with the error */
@@ -16540,7 +16545,8 @@ static bool dl__eps_ok(dl_ctx *ctx, const char *op, float eps)
 dl_result dl_nn_batch_norm_options(dl_module *m, float momentum, float eps)
 {
     dl__bnm *s;
-    if (!dl__mod_kind(m, "dl_nn_batch_norm_options", dl__bnm_fwd, "a BatchNorm1d/2d/3d")) return DL_ERR_ARG;
+    if (!dl__mod_kind(m, "dl_nn_batch_norm_options", dl__bnm_fwd, "dl_nn_batch_norm1d/2d/3d"))
+        return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
     if (!(momentum >= 0.0f && momentum <= 1.0f)) {
         dl__err(m->ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: momentum=%g must be in [0, 1]", (double)momentum);
         return DL_ERR_ARG;
@@ -16560,7 +16566,8 @@ static dl_tensor *dl__lnm_fwd(dl_module *m, dl_tensor *x)
 }
 dl_result dl_nn_layer_norm_eps(dl_module *m, float eps)
 {
-    if (!dl__mod_kind(m, "dl_nn_layer_norm_eps", dl__lnm_fwd, "a LayerNorm")) return DL_ERR_ARG;
+    if (!dl__mod_kind(m, "dl_nn_layer_norm_eps", dl__lnm_fwd, "dl_nn_layer_norm"))
+        return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
     if (!dl__eps_ok(m->ctx, "dl_nn_layer_norm_eps", eps)) return DL_ERR_ARG;
     ((dl__lnm *)dl_module_state(m))->eps = eps;
     return DL_OK;

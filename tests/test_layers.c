@@ -153,7 +153,8 @@ static void test_options(void)
     CHECK(dl_nn_batch_norm_options(bn, 0.1f, 0.0f) == DL_ERR_ARG, "eps 0 refused");
     EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: eps=0 must be finite and > 0");
     CHECK(dl_nn_batch_norm_options(ln, 0.1f, 1e-5f) == DL_ERR_ARG, "batch-norm options on a LayerNorm refused");
-    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: m is a LayerNorm module; it needs a BatchNorm1d/2d/3d");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: m (a \"LayerNorm\" module) was not made by "
+               "dl_nn_batch_norm1d/2d/3d");
     CHECK(dl_nn_batch_norm_options(NULL, 0.1f, 1e-5f) == DL_ERR_ARG, "NULL module");
     dl_clear_error(ctx);
     CHECK(dl_nn_layer_norm_eps(ln, 1e-2f) == DL_OK, "LayerNorm(5, eps=1e-2)");
@@ -166,7 +167,7 @@ static void test_options(void)
                                                          dl_module_get(ln, "bias"), 1e-2f)),
           "a refused eps leaves the module");
     CHECK(dl_nn_layer_norm_eps(bn, 1e-2f) == DL_ERR_ARG, "LayerNorm eps on a BatchNorm refused");
-    EXPECT_ERR(ctx, DL_ERR_ARG, "m is a BatchNorm1d module; it needs a LayerNorm");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "m (a \"BatchNorm1d\" module) was not made by dl_nn_layer_norm");
     lr = dl_nn_leaky_relu(ctx, 0.2f);
     CHECK(lr && !strcmp(dl_module_type(lr), "LeakyReLU") && dl_module_num_params(lr) == 0 &&
           same(dl_module_forward(lr, x5), dl_leaky_relu(x5, 0.2f)), "LeakyReLU(0.2): the functional op, no parameters");
@@ -174,7 +175,22 @@ static void test_options(void)
     EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_leaky_relu: negative_slope=nan must be finite");
     lin = dl_nn_linear(ctx, 2, 2, true);
     CHECK(dl_nn_layer_norm_eps(lin, 1e-3f) == DL_ERR_ARG, "LayerNorm eps on a Linear refused");
-    EXPECT_ERR(ctx, DL_ERR_ARG, "m is a Linear module");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "m (a \"Linear\" module)");
+    {   /* a user's module named as dl.h's: told apart by its forward, its state left alone */
+        dl_module *u = dl_module_new(ctx, "BatchNorm2d", NULL, 4);
+        CHECK(u && dl_nn_batch_norm_options(u, 0.5f, 1e-3f) == DL_ERR_ARG, "a user's \"BatchNorm2d\" refused");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "m (a \"BatchNorm2d\" module) was not made by dl_nn_batch_norm1d/2d/3d");
+    }
+    {   /* inside a capture: refused (a replay runs with the captured settings) */
+        dl_capture *cap = dl_capture_begin(ctx);
+        CHECK(cap && dl_nn_batch_norm_options(bn, 0.2f, 1e-3f) == DL_ERR_UNSUPPORTED,
+              "batch-norm options inside a capture refused");
+        EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "dl_nn_batch_norm_options: a module setting's change inside a capture");
+        CHECK(dl_nn_layer_norm_eps(ln, 1e-3f) == DL_ERR_UNSUPPORTED, "layer-norm eps inside a capture refused");
+        CHECK(dl_capture_end(cap) == DL_ERR_UNSUPPORTED, "the capture fails");
+        dl_capture_free(cap);
+        dl_clear_error(ctx);
+    }
 }
 
 static void test_checkpoint(void)
