@@ -1602,7 +1602,8 @@ DL_API dl_result dl_load_module(const char *path, dl_module *m);
 typedef struct dl_kv { const char *key, *value; } dl_kv;
 DL_API dl_result dl_save_meta(const char *path, dl_module *m, dl_optim *o, int nmeta, const dl_kv *meta);
 /* Reads one __metadata__ value (any key, "dl.lr" too) into value (cap bytes
-   with the NUL); DL_ERR_FORMAT when the file has no such key. */
+   with the NUL); DL_ERR_FORMAT when the file has no such key. It reads the
+   file's header only, not its tensors. */
 DL_API dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *key, char *value,
                                     size_t cap);
 
@@ -5184,12 +5185,17 @@ done:
 }
 
 /* Reads a whole regular file into a new buffer (DL_FREE it). */
-static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, unsigned char **out,
-                               size_t *size)
+/* The whole file into *out (*size bytes); with head_max > 0 only a
+   safetensors file's head: the 8-byte length and a header of up to
+   head_max bytes (*out holds those, *size is still the file's size, so the
+   header's checks read as the whole file's; a longer or impossible header
+   length: 8 bytes only, which those checks refuse before reading on). */
+static dl_result dl__read_file_ex(dl_ctx *ctx, const char *op, const char *path, unsigned char **out,
+                                  size_t *size, uint64_t head_max)
 {
     FILE *f;
     long sz;
-    size_t got;
+    size_t got, want;
     unsigned char *buf;
     *out = NULL;
     *size = 0;
@@ -5222,23 +5228,42 @@ static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, un
         dl__err(ctx, DL_ERR_IO, "%s: cannot determine the size of '%s' (not a regular file?)", op, path);
         return DL_ERR_IO;
     }
-    buf = (unsigned char *)dl__malloc(ctx, (size_t)sz + 1);
+    want = (size_t)sz;
+    if (head_max && sz >= 8) {
+        unsigned char h8[8];
+        uint64_t hl = 0;
+        int i;
+        if (fread(h8, 1, 8, f) != 8 || fseek(f, 0, SEEK_SET) != 0) {
+            fclose(f);
+            dl__err(ctx, DL_ERR_IO, "%s: reading the first 8 bytes of '%s' failed", op, path);
+            return DL_ERR_IO;
+        }
+        for (i = 7; i >= 0; i--) hl = (hl << 8) | h8[i];
+        want = hl <= (uint64_t)sz - 8 && hl <= head_max ? 8 + (size_t)hl : 8;
+    }
+    buf = (unsigned char *)dl__malloc(ctx, want + 1);
     if (!buf) {
         fclose(f);
-        dl__err(ctx, DL_ERR_OOM, "%s: '%s': cannot allocate %ld bytes to read it", op, path, sz);
+        dl__err(ctx, DL_ERR_OOM, "%s: '%s': cannot allocate %zu bytes to read it", op, path, want);
         return DL_ERR_OOM;
     }
-    got = sz ? fread(buf, 1, (size_t)sz, f) : 0;
-    if (got != (size_t)sz || ferror(f)) {
+    got = want ? fread(buf, 1, want, f) : 0;
+    if (got != want || ferror(f)) {
         fclose(f);
         DL_FREE(buf);
-        dl__err(ctx, DL_ERR_IO, "%s: reading '%s' failed after %zu of %ld bytes", op, path, got, sz);
+        dl__err(ctx, DL_ERR_IO, "%s: reading '%s' failed after %zu of %zu bytes", op, path, got, want);
         return DL_ERR_IO;
     }
     fclose(f);
     *out = buf;
     *size = (size_t)sz;
     return DL_OK;
+}
+
+static dl_result dl__read_file(dl_ctx *ctx, const char *op, const char *path, unsigned char **out,
+                               size_t *size)
+{
+    return dl__read_file_ex(ctx, op, path, out, size, 0);
 }
 
 /* The length of the UTF-8 character that starts s (n > 0 bytes left), 0 when
@@ -19217,7 +19242,7 @@ dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *key, cha
         return DL_ERR_ARG;
     }
     value[0] = 0;
-    rc = dl__read_file(ctx, op, path, &buf, &len);
+    rc = dl__read_file_ex(ctx, op, path, &buf, &len, DL__ST_MAX_HEADER);   /* the header only */
     if (rc != DL_OK) return rc;
     rc = dl__st_header(ctx, op, buf, len, path, &j, &root, &data, &datalen);
     if (rc == DL_OK) {

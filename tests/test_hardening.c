@@ -1331,6 +1331,22 @@ static void test_review2_files(void)
               "\"run\":\"a\"", "\"run\":\"a\",\"run\":\"b\""), "write meta.st: %s", dl_error_message(ctx));
         CHECK(dl_checkpoint_meta(ctx, tmp("meta.st"), "run", val, sizeof val) == DL_ERR_FORMAT, "a key twice");
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "__metadata__ key 'run' appears twice");
+        {   /* dl_checkpoint_meta reads the header only: a 256 MiB file (sparse past the
+               header) answers at once, and a file cut inside its header is still refused */
+            FILE *f;
+            CHECK(dl_save_meta(tmp("big.st"), m, o, 1, &kv) == DL_OK, "write big.st: %s", dl_error_message(ctx));
+            f = fopen(tmp("big.st"), "r+b");
+            CHECK(f && fseek(f, (1L << 28) - 1, SEEK_SET) == 0 && fputc(0, f) == 0, "big.st: 256 MiB");
+            if (f) fclose(f);
+            CHECK(dl_checkpoint_meta(ctx, tmp("big.st"), "run", val, sizeof val) == DL_OK && !strcmp(val, "a"),
+                  "dl_checkpoint_meta of a 256 MiB checkpoint: \"%s\": %s", val, dl_error_message(ctx));
+            f = fopen(tmp("big.st"), "wb");
+            CHECK(f && fwrite("\x40\0\0\0\0\0\0\0{\"__meta", 1, 17, f) == 17, "big.st: cut inside its header");
+            if (f) fclose(f);
+            CHECK(dl_checkpoint_meta(ctx, tmp("big.st"), "run", val, sizeof val) == DL_ERR_FORMAT, "a cut header");
+            EXPECT_ERR(ctx, DL_ERR_FORMAT, "the header length 64 is larger than the rest of the file (9 bytes)");
+            remove(tmp("big.st"));
+        }
         CHECK(dl_load(tmp("meta.st"), m, o) == DL_ERR_FORMAT, "load: a key twice");
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "__metadata__ key 'run' appears twice");
         CHECK(dl_save(tmp("groups.st"), m, o) == DL_OK && patch_header(tmp("groups.st"), "\"__metadata__\":{",
