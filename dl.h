@@ -8784,16 +8784,16 @@ static void dl__avgpool2d_plane(float *DL__RESTRICT x, float *DL__RESTRICT y, co
                 float v = y[oi] / (float)div;
                 for (j1 = l1; j1 < h1; j1++)
                     for (j2 = l2; j2 < h2; j2++) x[j1 * W + j2] += v;
-            } else if ((h1 - l1) * (h2 - l2) > DL__AVG_DSUM) {
-                double s = 0.0;
-                for (j1 = l1; j1 < h1; j1++)
-                    for (j2 = l2; j2 < h2; j2++) s += x[j1 * W + j2];
-                y[oi] = (float)(s / (double)div);
             } else {
+                bool dsum = (h1 - l1) * (h2 - l2) > DL__AVG_DSUM;
+                double sd = 0.0;
                 float s = 0.0f;
                 for (j1 = l1; j1 < h1; j1++)
-                    for (j2 = l2; j2 < h2; j2++) s += x[j1 * W + j2];
-                y[oi] = s / (float)div;
+                    for (j2 = l2; j2 < h2; j2++) {
+                        if (dsum) sd += x[j1 * W + j2];
+                        else s += x[j1 * W + j2];
+                    }
+                y[oi] = dsum ? (float)(sd / (double)div) : s / (float)div;
             }
         }
     }
@@ -16543,9 +16543,10 @@ dl_module *dl_nn_batch_norm1d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "Ba
 dl_module *dl_nn_batch_norm2d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm2d", 2, ch); }
 dl_module *dl_nn_batch_norm3d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm3d", 3, ch); }
 
-/* m is a module whose forward is fwd (dl.h's own kind, whatever its type
-   name), else false with the error */
-static bool dl__mod_kind(dl_module *m, const char *op, dl_module_fn fwd, const char *what)
+/* a setting of m may change: m is a module whose forward is fwd (dl.h's
+   own kind, whatever its type name) and no capture records (a replay runs
+   with the captured settings); else false with the error */
+static bool dl__mod_setting_ok(dl_module *m, const char *op, dl_module_fn fwd, const char *what)
 {
     if (!dl__mod_ok(m)) {
         if (m) dl__err(NULL, DL_ERR_ARG, "%s: m is not a module (freed, or never made)", op);
@@ -16570,7 +16571,7 @@ static bool dl__eps_ok(dl_ctx *ctx, const char *op, float eps)
 dl_result dl_nn_batch_norm_options(dl_module *m, float momentum, float eps)
 {
     dl__bnm *s;
-    if (!dl__mod_kind(m, "dl_nn_batch_norm_options", dl__bnm_fwd, "dl_nn_batch_norm1d/2d/3d"))
+    if (!dl__mod_setting_ok(m, "dl_nn_batch_norm_options", dl__bnm_fwd, "dl_nn_batch_norm1d/2d/3d"))
         return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
     if (!(momentum >= 0.0f && momentum <= 1.0f)) {
         dl__err(m->ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: momentum=%g must be in [0, 1]", (double)momentum);
@@ -16591,7 +16592,7 @@ static dl_tensor *dl__lnm_fwd(dl_module *m, dl_tensor *x)
 }
 dl_result dl_nn_layer_norm_eps(dl_module *m, float eps)
 {
-    if (!dl__mod_kind(m, "dl_nn_layer_norm_eps", dl__lnm_fwd, "dl_nn_layer_norm"))
+    if (!dl__mod_setting_ok(m, "dl_nn_layer_norm_eps", dl__lnm_fwd, "dl_nn_layer_norm"))
         return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
     if (!dl__eps_ok(m->ctx, "dl_nn_layer_norm_eps", eps)) return DL_ERR_ARG;
     ((dl__lnm *)dl_module_state(m))->eps = eps;

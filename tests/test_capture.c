@@ -304,6 +304,14 @@ static void test_memory(void)
 
 /* ------------------------------------------------------------ refusals */
 
+/* the run's k-th parameter (state_dict order) */
+static dl_tensor *net_param(run *r, int k)
+{
+    const dl_named_tensor *p;
+    dl_module_named_parameters(r->net, &p);
+    return p[k].t;
+}
+
 /* a run warmed up by two eager steps, then a capture begun */
 static dl_capture *begin_warm(run *r)
 {
@@ -545,24 +553,16 @@ static void test_lifetimes(void)
     EXPECT_ERR(r.ctx, DL_ERR_ARG, "dl_capture_end: the capture is not recording");
 
     /* a tensor it uses freed (a parameter: dl_free) */
-    {
-        const dl_named_tensor *p;
-        dl_module_named_parameters(r.net, &p);
-        dl_free(p[0].t);
-        CHECK(dl_replay(b) == DL_ERR_STALE, "a replay after a parameter it uses was freed");
-        EXPECT_ERR(r.ctx, DL_ERR_STALE, "which was freed (dl_free) after dl_capture_begin()");
-    }
+    dl_free(net_param(&r, 0));
+    CHECK(dl_replay(b) == DL_ERR_STALE, "a replay after a parameter it uses was freed");
+    EXPECT_ERR(r.ctx, DL_ERR_STALE, "which was freed (dl_free) after dl_capture_begin()");
     dl_capture_free(b);
     dl_ctx_free(r.ctx);
 
     /* a parameter freed while the capture records: dl_capture_end names itself */
     a = begin_warm(&r);
     train_step(&r);
-    {
-        const dl_named_tensor *p;
-        dl_module_named_parameters(r.net, &p);
-        dl_free(p[1].t);
-    }
+    dl_free(net_param(&r, 1));
     CHECK(dl_capture_end(a) == DL_ERR_STALE, "a parameter freed while recording: dl_capture_end fails");
     EXPECT_ERR(r.ctx, DL_ERR_STALE, "dl_capture_end: the capture uses");
     dl_capture_free(a);
@@ -575,12 +575,11 @@ static void test_lifetimes(void)
     train_step(&r);
     CHECK(dl_capture_end(a) == DL_OK, "requires_grad: capture");
     {
-        const dl_named_tensor *p;
-        dl_module_named_parameters(r.net, &p);
-        CHECK(dl_requires_grad(p[0].t, false) == p[0].t, "requires_grad: freeze");
+        dl_tensor *w = net_param(&r, 0);
+        CHECK(dl_requires_grad(w, false) == w, "requires_grad: freeze");
         CHECK(dl_replay(a) == DL_ERR_STALE, "a replay after a parameter it uses was frozen");
         EXPECT_ERR(r.ctx, DL_ERR_STALE, "whose requires_grad is now false (true at capture)");
-        dl_requires_grad(p[0].t, true);
+        dl_requires_grad(w, true);
         CHECK(dl_replay(a) == DL_OK, "requires_grad set back: the replay runs: %s", dl_error_message(r.ctx));
         r.x->requires_grad = true;   /* the static input, through the field */
         CHECK(dl_replay(a) == DL_ERR_STALE, "a replay after the static input's requires_grad was set");
