@@ -1284,66 +1284,129 @@ struct dl__cuf_colseq {
     }
 };
 
-/* Ordered column sums staged through shared memory: a real GPU's form of
-   dl__cuf_colseq's sum and of dl__cuf_bias_act_bwd for columns of at least
-   DL__CU_TILE_MIN rows. Block b takes the 32 columns [32b, 32b + 32); its
-   8 warps read DL__CU_TROWS rows of them at a time, a warp a row (32
-   neighbouring columns: coalesced, and all of a stage's reads in flight at
-   once), into shared memory; then lane l of warp 0 adds column l's values
-   in row order, in double. The adds and their order are the
-   thread-per-column loop's, so are the bits (an emulated device runs that
-   loop); what goes is its wait on the reads: dl__cu_inorder keeps 16 in
-   flight, 16 trips to L2 for a 256-row column, which made these kernels
-   18-25 us of an MLP's 150 us step on an H200 (ncu), PyTorch's own reduce
-   5-14 us. rd(e, k): column e's value at row k (with what the caller
-   writes on the way: bias_act_bwd's gx). */
+/* Ordered column sums staged through shared memory: dl__cuf_colseq's sum
+   and dl__cuf_bias_act_bwd for columns of at least DL__CU_TILE_MIN rows.
+   Block b takes the 32 columns [32b, 32b + 32); its 8 warps read
+   DL__CU_TROWS rows of them at a time, a warp a row (32 neighbouring
+   columns: coalesced), DL__CU_COLB rows a thread before any of their
+   values is used or written (rd.get, then rd.put: a store between two
+   reads would keep the compiler from moving the second above it), into
+   shared memory; then lane l of warp 0 adds column l's values in row
+   order, in double. The adds and their order are the thread-per-column
+   loop's, so are the bits; what goes is its wait on the reads:
+   dl__cu_inorder keeps 16 in flight, 16 trips to L2 for a 256-row
+   column (18-25 us of an MLP's 150 us step on an H200 under ncu; PyTorch's
+   own reduce 5-14 us). On the H200 the staged reduce took 6.9 us where
+   the loop took 17.8; bias_act_bwd's first staged form, a read then its
+   store then the next read, stayed at 24 us: hence get, then put. The two phases between the block's barriers are
+   host-and-device functions: an emulated device runs them thread after
+   thread, block after block (dl__cuh_colsum). rd.get(e, k): what column
+   e's value at row k is made of; rd.put(e, k, raw): that value (with
+   what the caller writes on the way: bias_act_bwd's gx). */
 #ifndef DL__CU_TROWS
 #define DL__CU_TROWS 256
 #endif
 #define DL__CU_TILE_MIN 32
+#define DL__CU_COLB 8
 
 template <typename I, typename R>
-__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_colsum_k(I ncol, I r, R rd, float *y)
+struct dl__cu_colsum {
+    R rd; I ncol, r; float *y;
+    /* phase 1, thread t: rows [k0, k0 + kn) of columns [c0, c0 + 32) into tile */
+    DL__HD void load(float (*tile)[32], I c0, I k0, I kn, int t) const
+    {
+        const int lane = t & 31, wrp = t >> 5, nw = DL__CU_THREADS / 32;
+        I e = c0 + (I)lane, k;
+        int q;
+        if (e >= ncol) return;
+        for (k = (I)wrp; k < kn; k += (I)(DL__CU_COLB * nw)) {
+            typename R::raw v[DL__CU_COLB] = {};
+            DL__CU_UNROLL
+            for (q = 0; q < DL__CU_COLB; q++)
+                if (k + (I)(q * nw) < kn) v[q] = rd.get(e, k0 + k + (I)(q * nw));
+            DL__CU_UNROLL
+            for (q = 0; q < DL__CU_COLB; q++)
+                if (k + (I)(q * nw) < kn) tile[k + q * nw][lane] = rd.put(e, k0 + k + (I)(q * nw), v[q]);
+        }
+    }
+    /* phase 2, lane l of warp 0: column c0 + l's kn rows, in order, into *s */
+    DL__HD void add(float (*tile)[32], I c0, I kn, int lane, double *s) const
+    {
+        I k;
+        if (c0 + (I)lane >= ncol) return;
+        for (k = 0; k < kn; k++) *s = dl__cu_dadd(*s, (double)tile[k][lane]);
+    }
+};
+
+template <typename I, typename R>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_colsum_k(dl__cu_colsum<I, R> f)
 {
     __shared__ float tile[DL__CU_TROWS][32];
-    const int lane = threadIdx.x & 31, wrp = threadIdx.x >> 5;
-    I c0, k0, k;
-    for (c0 = (I)blockIdx.x * 32; c0 < ncol; c0 += (I)gridDim.x * 32) {
-        I e = c0 + (I)lane;
+    const int lane = threadIdx.x & 31;
+    I c0, k0;
+    for (c0 = (I)blockIdx.x * 32; c0 < f.ncol; c0 += (I)gridDim.x * 32) {
         double s = 0.0;
-        for (k0 = 0; k0 < r; k0 += DL__CU_TROWS) {
-            I kn = r - k0 < (I)DL__CU_TROWS ? r - k0 : (I)DL__CU_TROWS;
-            if (e < ncol) {
-#pragma unroll 8
-                for (k = (I)wrp; k < kn; k += DL__CU_THREADS / 32) tile[k][lane] = rd(e, k0 + k);
-            }
+        for (k0 = 0; k0 < f.r; k0 += DL__CU_TROWS) {
+            I kn = f.r - k0 < (I)DL__CU_TROWS ? f.r - k0 : (I)DL__CU_TROWS;
+            f.load(tile, c0, k0, kn, (int)threadIdx.x);
             __syncthreads();
-            if (wrp == 0 && e < ncol)
-                for (k = 0; k < kn; k++) s = dl__cu_dadd(s, (double)tile[k][lane]);
+            if (threadIdx.x < 32) f.add(tile, c0, kn, lane, &s);
             __syncthreads();
         }
-        if (wrp == 0 && e < ncol) y[e] = (float)s;
+        if (threadIdx.x < 32 && c0 + (I)lane < f.ncol) f.y[c0 + lane] = (float)s;
     }
 }
+
+/* an emulated device's dl__cu_colsum_k: the same phases, thread after thread */
+template <typename I, typename R>
+struct dl__cuh_colsum {
+    dl__cu_colsum<I, R> f;
+    void operator()(int64_t) const
+    {
+        float tile[DL__CU_TROWS][32];   /* (32 KB of the host thread's stack, as the block's shared memory) */
+        double s[32];
+        I c0, k0;
+        int t;
+        for (c0 = 0; c0 < f.ncol; c0 += 32) {
+            for (t = 0; t < 32; t++) s[t] = 0.0;
+            for (k0 = 0; k0 < f.r; k0 += DL__CU_TROWS) {
+                I kn = f.r - k0 < (I)DL__CU_TROWS ? f.r - k0 : (I)DL__CU_TROWS;
+                for (t = 0; t < DL__CU_THREADS; t++) f.load(tile, c0, k0, kn, t);
+                for (t = 0; t < 32; t++) f.add(tile, c0, kn, t, &s[t]);
+            }
+            for (t = 0; t < 32 && c0 + (I)t < f.ncol; t++) f.y[c0 + t] = (float)s[t];
+        }
+    }
+};
 
 /* y[e] = the in-order sum of column e of rd (ncol columns of r rows) */
 template <typename I, typename R>
 static void dl__cu_colsum_go(dl__dev *d, const char *name, I ncol, I r, const R &rd, float *y)
 {
     dl__cuimpl *m = DL__CUI(d);
-    dl__cu_colsum_k<I, R><<<dl__cu_grid(m, ncol, 32), DL__CU_THREADS, 0, m->stream>>>(ncol, r, rd, y);
+    dl__cu_colsum<I, R> f;
+    f.rd = rd; f.ncol = ncol; f.r = r; f.y = y;
+    if (m->emulate) {
+        dl__cuh_colsum<I, R> h;
+        h.f = f;
+        dl__cu_host(d, h);   /* (recorded inside a capture) */
+        return;
+    }
+    dl__cu_colsum_k<I, R><<<dl__cu_grid(m, ncol, 32), DL__CU_THREADS, 0, m->stream>>>(f);
     dl__cu_launched(d, name);
 }
 
 /* rd for x (outer, r, inner): column e = (o, i) */
 template <typename I>
 struct dl__cur_col {
+    typedef float raw;
     const float *x; I r, inner;
-    __device__ float operator()(I e, I k) const
+    DL__HD float get(I e, I k) const
     {
         I o = e / inner, i = e - o * inner;
         return x[(o * r + k) * inner + i];
     }
+    DL__HD float put(I, I, float v) const { return v; }
 };
 
 /* columns split into chunks of rc rows: part (outer, nch, inner) in double */
@@ -1507,7 +1570,7 @@ static void dl__cu_reduce_op(dl__dev *d, float *y, const float *x, int64_t outer
         return;
     }
     if (dl__cu_colseq_ok(cols, r)) {    /* the CPU's loop, one thread per column */
-        if (OP == DL__R_SUM && !m->emulate && r >= DL__CU_TILE_MIN) {   /* the same adds, staged */
+        if (OP == DL__R_SUM && r >= DL__CU_TILE_MIN) {   /* the same adds, staged */
             if (dl__cu_small(total)) {
                 dl__cur_col<int32_t> rd;
                 rd.x = x; rd.r = (int32_t)r; rd.inner = (int32_t)inner;
@@ -4355,16 +4418,24 @@ struct dl__cuf_bias_act_bwd {
     }
 };
 
-/* dl__cu_colsum_k's rd for the backward: gx = GOP(g, y), written, and added */
+/* dl__cu_colsum's rd for the backward: gx = GOP(g, y), written, and added */
+struct dl__cu_gy { float g, y; };
 template <int GOP, typename I>
 struct dl__cur_bact {
+    typedef dl__cu_gy raw;
     float *gx; const float *g, *y; I cols;
-    __device__ float operator()(I c, I k) const
+    DL__HD dl__cu_gy get(I c, I k) const
     {
-        I at = k * cols + c;
-        float v = dl__cu_bin<GOP>(g[at], y[at]);
-        gx[at] = v;
+        dl__cu_gy v;
+        v.g = g[k * cols + c];
+        v.y = y[k * cols + c];
         return v;
+    }
+    DL__HD float put(I c, I k, dl__cu_gy v) const
+    {
+        float r = dl__cu_bin<GOP>(v.g, v.y);
+        gx[k * cols + c] = r;
+        return r;
     }
 };
 
@@ -4400,7 +4471,7 @@ static void dl__cu_bias_act_bwd_run(dl__dev *d, float *gx, float *db, const floa
                                     int64_t cols)
 {
     dl__cuf_bias_act_bwd<GOP, I> f;
-    if (!DL__CUI(d)->emulate && rows >= DL__CU_TILE_MIN) {   /* the same adds, staged (dl__cu_colsum_k) */
+    if (rows >= DL__CU_TILE_MIN) {   /* the same adds, staged (dl__cu_colsum) */
         dl__cur_bact<GOP, I> rd;
         rd.gx = gx; rd.g = g; rd.y = y; rd.cols = (I)cols;
         dl__cu_colsum_go<I>(d, "bias_act backward", (I)cols, (I)rows, rd, db);

@@ -1418,6 +1418,89 @@ static void test_linear_act(void)
     dl_set_device(C, dl_cpu());
 }
 
+/* The in-order column sums on a GPU (dl__cu_colsum: staged through shared
+   memory where a column has 32+ rows, a thread per column below): dl_sum
+   over dim 0 and a Linear's bias + activation backward (bias_act_bwd)
+   against the definition, bit for bit: gx = the activation's gradient of
+   (g, y), each column's sum in double in row order, then rounded. The
+   data make the order show (rows of +-2^60 that cancel, around values an
+   accumulator that large drops): the sum in reverse order fails it.
+   Shapes below, at, and across the 32-column blocks and 256-row stages. */
+static void test_colsum(void)
+{
+    static const int64_t rc[][2] = {{31, 10}, {32, 10}, {37, 33}, {256, 10}, {256, 256}, {257, 64},
+                                    {600, 40}, {1023, 5}, {512, 2}};
+    static const int acts[3] = {DL__U_RELU, DL__U_SIGMOID, DL__U_TANH};
+    int c, a;
+    for (c = 0; c < (int)(sizeof rc / sizeof rc[0]); c++) {
+        int64_t rows = rc[c][0], cols = rc[c][1], n = rows * cols, i, k, j, bad = -1;
+        float *g = (float *)malloc(sizeof(float) * (size_t)n), *y = (float *)malloc(sizeof(float) * (size_t)n);
+        float *gx = (float *)malloc(sizeof(float) * (size_t)n), *got = (float *)malloc(sizeof(float) * (size_t)n);
+        float *db = (float *)malloc(sizeof(float) * (size_t)cols), *dg = (float *)malloc(sizeof(float) * (size_t)cols);
+        dl_tensor *tg, *ty, *tgx, *tdb, *s;
+        bool ok;
+        for (i = 0; i < n; i++) {   /* row k, column j */
+            int64_t k0 = i / cols, j0 = i % cols, m = (k0 - 3) % 14;
+            bool big = k0 >= 3 && (m == 0 || m == 7) && (m == 7 || k0 + 7 < rows);
+            /* pairs of rows +B, -B (B = 2^60 (1 + j/64)) that cancel, between
+               them values of 2^-10 .. 2^10 that an accumulator near B loses:
+               which ones it loses depends on the order */
+            g[i] = big ? (m == 0 ? 1.0f : -1.0f) * ldexpf(1.0f + (float)(j0 % 64) / 64.0f, 60)
+                       : sinf((float)i * 0.37f + 0.1f) * ldexpf(1.0f, (int)((i * 7) % 21) - 10);
+            y[i] = big ? 0.75f : 0.5f + 0.45f * cosf((float)i * 0.23f) * (i % 5 == 0 ? -1.0f : 1.0f);   /* some below 0 for ReLU */
+        }
+        dl_set_device(C, dl_cuda(0));
+        tg = dl_from_array(C, DL_SHAPE(rows, cols), g);
+        ty = dl_from_array(C, DL_SHAPE(rows, cols), y);
+        /* dl_sum over the rows: the plain column sum */
+        s = dl_sum(tg, DL_SHAPE(0), false);
+        for (j = 0; j < cols; j++) {
+            double acc = 0.0;
+            for (k = 0; k < rows; k++) acc += (double)g[k * cols + j];
+            db[j] = (float)acc;
+        }
+        ok = s && s->numel == cols && dl_read(s, dg, cols) == DL_OK;
+        for (j = 0; ok && j < cols && bad < 0; j++)
+            if (memcmp(&db[j], &dg[j], sizeof(float)) != 0) bad = j;
+        CHECK(ok && bad < 0, "column sum (%lld, %lld) on cuda:0: the in-order double sum's bits (column %lld: %.9g, want %.9g): %s",
+              (long long)rows, (long long)cols, (long long)bad, bad >= 0 ? (double)dg[bad] : 0.0,
+              bad >= 0 ? (double)db[bad] : 0.0, dl_error_message(C));
+        dl_set_device(C, dl_cpu());   /* the CPU's reduce: the same definition */
+        s = dl_sum(dl_from_array(C, DL_SHAPE(rows, cols), g), DL_SHAPE(0), false);
+        ok = s && s->numel == cols && dl_read(s, dg, cols) == DL_OK && memcmp(dg, db, sizeof(float) * (size_t)cols) == 0;
+        CHECK(ok, "column sum (%lld, %lld) on cpu:0: the same bits", (long long)rows, (long long)cols);
+        dl_set_device(C, dl_cuda(0));
+        for (a = 0; a < 3; a++) {
+            bool took;
+            tgx = dl_zeros(C, DL_SHAPE(rows, cols));
+            tdb = dl_zeros(C, DL_SHAPE(cols));
+            took = tgx && tdb && DL__BE(tg)->bias_act_bwd(tg->dev_, (float *)tgx->data, (float *)tdb->data,
+                                                          (const float *)tg->data, (const float *)ty->data, rows,
+                                                          cols, acts[a]);
+            for (i = 0; i < n; i++)
+                gx[i] = acts[a] == DL__U_RELU      ? dl__cu_bin<DL__B_RELU_GRAD>(g[i], y[i])
+                        : acts[a] == DL__U_SIGMOID ? dl__cu_bin<DL__B_SIGMOID_GRAD>(g[i], y[i])
+                                                   : dl__cu_bin<DL__B_TANH_GRAD>(g[i], y[i]);
+            for (j = 0; j < cols; j++) {
+                double acc = 0.0;
+                for (k = 0; k < rows; k++) acc += (double)gx[k * cols + j];
+                db[j] = (float)acc;
+            }
+            if (cols < 2) {   /* (the entry declines one column: the reduce takes it) */
+                CHECK(!took, "bias_act_bwd declines one column");
+                continue;
+            }
+            ok = took && dl_read(tgx, got, n) == DL_OK && dl_read(tdb, dg, cols) == DL_OK &&
+                 memcmp(got, gx, sizeof(float) * (size_t)n) == 0 && memcmp(dg, db, sizeof(float) * (size_t)cols) == 0;
+            CHECK(ok, "bias_act_bwd (%lld, %lld) act %d on cuda:0: gx and the bias's sum, the definition's bits: %s",
+                  (long long)rows, (long long)cols, acts[a], dl_error_message(C));
+        }
+        dl_step_end(C);
+        free(g); free(y); free(gx); free(got); free(db); free(dg);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 typedef struct { dl_module *conv, *seq, *pool; dl_tensor *x; int act; } conv_act_case;
 static dl_tensor *conv_act_fwd(void *u, bool fused)
 {
@@ -1776,6 +1859,7 @@ int main(int argc, char **argv)
     test_bn_relu_pool();
     test_bn_eval();
     test_linear_act();
+    test_colsum();
     test_conv_act();
     test_memory();
     test_summary_queue();
