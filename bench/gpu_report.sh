@@ -23,6 +23,9 @@
 #  10. ncu: each kernel's GPU time in the small nets' captured steps (the
 #      eager warm-up step, the capture's run, one replay), to see where a
 #      replay's time goes
+#  11. make test-nccl, with the system's NCCL or else the one in PyTorch's
+#      wheel (nvidia.nccl: a namespace package, so its __path__, not
+#      __file__; a libnccl.so link to libnccl.so.2 made beside it if none)
 #
 # Each step has a time limit (STEP_LIMIT seconds, default 300) and its wall
 # time in the log; a step that fails or runs out leaves its output and the
@@ -113,4 +116,11 @@ rows = [r for r in csv.reader(sys.stdin) if len(r) > 14 and r[12] == \"gpu__time
 for r in rows: print(\"%6s %9.2f  %s\" % (r[0], float(r[14].replace(\",\", \"\")) / 1e3, r[4][:90]))
 print(\"kernels\", len(rows), \"total us\", round(sum(float(r[14].replace(\",\", \"\")) for r in rows) / 1e3, 1))'
      done"
+step 11 "make test-nccl" \
+    "if ! echo '#include <nccl.h>' | \${NVCC:-nvcc} -x cu -E - >/dev/null 2>&1; then
+         NC=\$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])') || { echo 'no NCCL: none beside CUDA, none in PyTorch'; exit 0; }
+         [ -e \$NC/lib/libnccl.so ] || ln -s libnccl.so.2 \$NC/lib/libnccl.so
+         export LD_LIBRARY_PATH=\$NC/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} NVCC=\"\${NVCC:-nvcc} -I\$NC/include -L\$NC/lib\"
+     fi
+     make test-nccl NVCC=\"\${NVCC:-nvcc}\" 2>&1 | grep -E 'passed|FAIL|SKIP|error'"
 say "# done: $LOG"
