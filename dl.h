@@ -629,7 +629,9 @@
        dl_idx_load                read an IDX ((Fashion-)MNIST) file into a tensor
        dl_transform_desc          per-sample transform: scale, mean, std, hflip, crop_padding
        dl_dataset                 a Dataset: length, sample_shape, get callback, user
-       dl_tensor_dataset          TensorDataset(x, y) with an optional transform
+                                  (float targets: get_target, target_shape)
+       dl_tensor_dataset          TensorDataset(x, y) with an optional transform; y labels
+                                  (int64/int32) or float targets
        dl_loader_desc             batch_size, shuffle, drop_last, num_workers, seed, device
        dl_loader                  opaque: a DataLoader
        dl_loader_new              DataLoader(ds, ...)
@@ -1733,18 +1735,25 @@ typedef struct dl_transform_desc {
    one sample's floats and its label. get may be called from worker threads
    at once for different indices; rng is a per-sample seeded generator for
    augmentation (the same sample position gets the same numbers whatever the
-   worker count). */
+   worker count). Float targets (regression, PyTorch's TensorDataset over a
+   float y): get_target in place of get fills the sample's floats and its
+   target's, target_shape of them (ndim 0: one float), and the loader's y
+   batches are float32 (B, target_shape...); a dataset sets one of the two. */
 typedef struct dl_dataset dl_dataset;
 struct dl_dataset {
     int64_t length;
     dl_shape sample_shape;
     dl_result (*get)(const dl_dataset *ds, int64_t index, float *x, int64_t *y, uint64_t rng[4]);
     void *user;
+    dl_shape target_shape;
+    dl_result (*get_target)(const dl_dataset *ds, int64_t index, float *x, float *y, uint64_t rng[4]);
 };
-/* A dataset over x (N, ...) float32 and y (N) int64 (or int32) persistent
-   tensors, with an optional transform (NULL: none); augmentation only when
-   train. Datasets live until dl_ctx_free, and so does a host x, which is
-   read in place (not copied): dl_free(x) is refused. */
+/* A dataset over persistent tensors x (N, ...) float32 and y: (N) int64 or
+   int32 class labels, or float32 targets (N, ...) (get_target; y (N) gives
+   one float a sample), with an optional transform of x (NULL: none);
+   augmentation only when train. Datasets live until dl_ctx_free, and so
+   does a host x, which is read in place (not copied): dl_free(x) is
+   refused. */
 DL_API dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y,
                                      const dl_transform_desc *t, bool train);
 
@@ -1759,13 +1768,13 @@ typedef struct dl_loader_desc {
                                batch there: gather, crop, flip, normalize (the same bits
                                as the host's batches). The dataset must come from
                                dl_tensor_dataset with x of whole numbers 0..255 (raw
-                               pixels; the transform's scale/mean/std normalize them);
-                               num_workers is not used */
+                               pixels; the transform's scale/mean/std normalize them)
+                               and class labels; num_workers is not used */
 } dl_loader_desc;
 typedef struct dl_loader dl_loader;
 DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
-/* The next minibatch as step tensors x (B, sample...) and y (B) int64:
-   1 with a batch; 0 at the end of an epoch (the next call starts the next
+/* The next minibatch as step tensors x (B, sample...) and y (B) int64
+   (float32 (B, target...) for a dataset with float targets): 1 with a batch; 0 at the end of an epoch (the next call starts the next
    epoch, with a new order); -1 on error (dl_error_message tells), so (an
    outline, not compiled)
        while ((rc = dl_loader_next(l, &x, &y)) > 0) { ... }
@@ -17526,10 +17535,11 @@ typedef struct dl__tds {
     dl_tensor *x, *y;
     const float *xh;     /* x's values on the host */
     float *xcopy;        /* owned copy (x on a device) or NULL */
-    int64_t *yh;         /* labels */
+    int64_t *yh;         /* labels, or NULL */
+    float *yf;           /* float targets (tn a sample), or NULL */
     dl_transform_desc t;
     bool has_t, train;
-    int64_t sn;          /* floats per sample */
+    int64_t sn, tn;      /* floats per sample, per target */
 } dl__tds;
 
 /* the transform's normalization (scale, mean, 1/std) */
@@ -17561,14 +17571,13 @@ static bool dl__tds_aug(const dl__tds *d, uint64_t rng[4], bool *flip, int64_t *
     return true;
 }
 
-static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
+/* sample i's floats, transformed */
+static void dl__tds_x(const dl__tds *d, int64_t i, float *x, uint64_t rng[4])
 {
-    const dl__tds *d = (const dl__tds *)ds->user;
     const float *src = d->xh + i * d->sn;
     float scale, mean, inv_std;
     int64_t k, dy, dx;
     bool flip;
-    *y = d->yh[i];
     dl__tds_norm(d, &scale, &mean, &inv_std);
     if (dl__tds_aug(d, rng, &flip, &dy, &dx)) {
         const dl_shape *s = &d->ds.sample_shape;
@@ -17581,9 +17590,24 @@ static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t 
                     float v = (sr >= 0 && sr < H && sq >= 0 && sq < W) ? src[(c * H + sr) * W + sq] : 0.0f;
                     x[(c * H + r) * W + q] = dl__px_norm(v, scale, mean, inv_std);
                 }
-        return DL_OK;
+        return;
     }
     for (k = 0; k < d->sn; k++) x[k] = dl__px_norm(src[k], scale, mean, inv_std);
+}
+
+static dl_result dl__tds_get(const dl_dataset *ds, int64_t i, float *x, int64_t *y, uint64_t rng[4])
+{
+    const dl__tds *d = (const dl__tds *)ds->user;
+    *y = d->yh[i];
+    dl__tds_x(d, i, x, rng);
+    return DL_OK;
+}
+
+static dl_result dl__tds_get_f(const dl_dataset *ds, int64_t i, float *x, float *y, uint64_t rng[4])
+{
+    const dl__tds *d = (const dl__tds *)ds->user;
+    if (d->tn > 0) memcpy(y, d->yf + i * d->tn, sizeof(float) * (size_t)d->tn);
+    dl__tds_x(d, i, x, rng);
     return DL_OK;
 }
 
@@ -17592,6 +17616,7 @@ static void dl__tds_free(void *p)
     dl__tds *d = (dl__tds *)p;
     DL_FREE(d->xcopy);
     DL_FREE(d->yh);
+    DL_FREE(d->yf);
     DL_FREE(d);
 }
 
@@ -17601,9 +17626,9 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
     if (!ctx || !x || !y) return NULL;
     if (!dl__valid("dl_tensor_dataset", "x", x) || !dl__valid("dl_tensor_dataset", "y", y)) return NULL;
     if (!dl__f32("dl_tensor_dataset", "x", x)) return NULL;
-    if (x->ndim < 1 || y->ndim != 1) {
-        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N)",
-                dl__sh(x), dl__sh(y));
+    if (x->ndim < 1 || y->ndim < 1 || (y->ndim != 1 && y->dtype != DL_DTYPE_F32)) {
+        dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N) class labels "
+                "or y (N, ...) float32 targets", dl__sh(x), dl__sh(y));
         return NULL;
     }
     if (x->shape[0] != y->shape[0]) {
@@ -17614,11 +17639,6 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
     }
     if (x->step_ != 0 || y->step_ != 0) {
         dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: x and y must be persistent (dl_keep them)");
-        return NULL;
-    }
-    if (y->dtype != DL_DTYPE_I64 && y->dtype != DL_DTYPE_I32) {   /* (a float label was truncated) */
-        dl__err(ctx, DL_ERR_DTYPE, "dl_tensor_dataset: y %s must hold int64 or int32 class labels",
-                dl__sh(y));
         return NULL;
     }
     if (t && (t->crop_padding < 0 || t->crop_padding > 1024)) {
@@ -17635,16 +17655,26 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
     d->sn = dl__prod(x->shape + 1, x->ndim - 1);
     d->ds.length = x->shape[0];
     d->ds.sample_shape = dl_shape_make(x->ndim - 1, x->shape + 1);
-    d->ds.get = dl__tds_get;
     d->ds.user = d;
-    d->yh = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(y->numel + 1));
+    if (y->dtype == DL_DTYPE_F32) {   /* targets: y's rows */
+        d->ds.get_target = dl__tds_get_f;
+        d->ds.target_shape = dl_shape_make(y->ndim - 1, y->shape + 1);
+        d->tn = dl__prod(y->shape + 1, y->ndim - 1);
+        d->yf = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(y->numel + 1));
+    } else {
+        d->ds.get = dl__tds_get;
+        d->yh = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(y->numel + 1));
+    }
     if (!dl__host_ok(x)) d->xcopy = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(x->numel + 1));
-    if (!d->yh || (!dl__host_ok(x) && !d->xcopy)) {
+    if ((!d->yh && !d->yf) || (!dl__host_ok(x) && !d->xcopy)) {
         dl__tds_free(d);
         dl__err(ctx, DL_ERR_OOM, "dl_tensor_dataset: out of memory for the labels or a host copy of x");
         return NULL;
     }
-    if (dl_read_int64(y, d->yh, y->numel) != DL_OK) { dl__tds_free(d); return NULL; }
+    if (d->yf ? dl_read(y, d->yf, y->numel) != DL_OK : dl_read_int64(y, d->yh, y->numel) != DL_OK) {
+        dl__tds_free(d);
+        return NULL;
+    }
     if (d->xcopy) {
         if (dl_read(x, d->xcopy, x->numel) != DL_OK) { dl__tds_free(d); return NULL; }
         d->xh = d->xcopy;
@@ -17666,7 +17696,9 @@ struct dl_loader {
     int64_t n, nb, sn, epoch, batch;
     int64_t *perm;
     float *xbuf[2];
-    int64_t *ybuf[2];
+    void *ybuf[2];                    /* int64 labels, or tn floats a sample (ft) */
+    bool ft;                          /* float targets: the dataset's get_target */
+    int64_t tn;
     /* the job in flight: fill batch job_batch of epoch job_epoch into slot job_slot */
     int64_t job_batch, job_epoch;
     int job_slot;
@@ -17717,7 +17749,9 @@ static void dl__loader_fill(dl_loader *l, int w, int nw, dl_result *rc_out, int6
         uint64_t rng[4];
         dl_result rc;
         dl__loader_rng(l, l->job_epoch, pos, rng);
-        rc = l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, l->ybuf[l->job_slot] + j, rng);
+        rc = l->ft ? l->ds->get_target(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn,
+                                       (float *)l->ybuf[l->job_slot] + j * l->tn, rng)
+                   : l->ds->get(l->ds, idx, l->xbuf[l->job_slot] + j * l->sn, (int64_t *)l->ybuf[l->job_slot] + j, rng);
         if (rc != DL_OK) { *rc_out = rc; *pos_out = j; return; }
     }
 }
@@ -17912,9 +17946,19 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
     int64_t bs, bcap;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_loader_new: ctx is NULL"); return NULL; }
     if (!ds) return NULL;   /* the dataset's constructor failed and said why */
-    if (!ds->get || ds->length < 0) {
+    if ((!ds->get && !ds->get_target) || ds->length < 0) {
         dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has %s (length %lld)",
-                ds->get ? "a negative length" : "no get function", (long long)ds->length);
+                ds->length < 0 ? "a negative length" : "no get or get_target function", (long long)ds->length);
+        return NULL;
+    }
+    if (ds->get && ds->get_target) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has both get and get_target: set get for class "
+                "labels, get_target for float targets");
+        return NULL;
+    }
+    if (ds->get_target && desc && desc->device_data) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: device_data takes class labels, and this dataset has float "
+                "targets (get_target): load it with device_data false");
         return NULL;
     }
     bs = desc && desc->batch_size > 0 ? desc->batch_size : 1;
@@ -17923,22 +17967,27 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
                 (long long)desc->batch_size, desc->num_workers);
         return NULL;
     }
-    {   /* a user's dataset: its sample shape is read below, so check it first */
-        const dl_shape *s = &ds->sample_shape;
-        int k;
-        int64_t sn = 1;
-        if (s->ndim < 0 || s->ndim > DL_MAX_DIMS - 1) {
-            dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's sample_shape has ndim %d; it must be in "
-                    "0..%d (a batch adds a dim, at most DL_MAX_DIMS=%d)", s->ndim, DL_MAX_DIMS - 1, DL_MAX_DIMS);
-            return NULL;
-        }
-        for (k = 0; k < s->ndim; k++) {
-            if (s->d[k] < 0 || (s->d[k] > 0 && sn > INT64_MAX / 8 / s->d[k])) {
-                dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's sample_shape dim %d is %lld; each dim "
-                        "must be >= 0 and a sample under 2^60 elements", k, (long long)s->d[k]);
+    {   /* a user's dataset: its sample shape (and target shape) is read below, so check it first */
+        int k, w;
+        for (w = 0; w < (ds->get_target ? 2 : 1); w++) {
+            const dl_shape *s = w ? &ds->target_shape : &ds->sample_shape;
+            const char *nm = w ? "target_shape" : "sample_shape";
+            int64_t sn = 1;
+            if (s->ndim < 0 || s->ndim > DL_MAX_DIMS - 1) {
+                dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's %s has ndim %d; it must be in "
+                        "0..%d (a batch adds a dim, at most DL_MAX_DIMS=%d)", nm, s->ndim, DL_MAX_DIMS - 1,
+                        DL_MAX_DIMS);
                 return NULL;
             }
-            sn *= s->d[k];
+            for (k = 0; k < s->ndim; k++) {
+                if (s->d[k] < 0 || (s->d[k] > 0 && sn > INT64_MAX / 8 / s->d[k])) {
+                    dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's %s dim %d is %lld; each dim "
+                            "must be >= 0 and a %s under 2^60 elements", nm, k, (long long)s->d[k],
+                            w ? "target" : "sample");
+                    return NULL;
+                }
+                sn *= s->d[k];
+            }
         }
     }
     l = (dl_loader *)dl__malloc(ctx, sizeof *l);
@@ -17954,21 +18003,26 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
     l->n = ds->length;
     l->nb = l->n / bs + (!l->d.drop_last && l->n % bs != 0);
     l->sn = dl__prod(ds->sample_shape.d, ds->sample_shape.ndim);
+    l->ft = ds->get_target != NULL;
+    l->tn = l->ft ? dl__prod(ds->target_shape.d, ds->target_shape.ndim) : 1;
     l->batch = -1;
     /* no batch holds more than the dataset (DataLoader(ds, batch_size=10**12)
        yields one batch of len(ds)): the buffers hold bcap samples */
     bcap = bs < l->n ? bs : l->n > 0 ? l->n : 1;
-    if ((uint64_t)bcap > (uint64_t)(INT64_MAX / 8) / (uint64_t)(l->sn > 0 ? l->sn : 1)) goto oom;
+    if ((uint64_t)bcap > (uint64_t)(INT64_MAX / 8) / (uint64_t)(l->sn > 0 ? l->sn : 1) ||
+        (uint64_t)bcap > (uint64_t)(INT64_MAX / 8) / (uint64_t)(l->tn > 0 ? l->tn : 1))
+        goto oom;
     l->perm = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)(l->n + 1));
     if (!l->perm) goto oom;
     if (l->d.device_data) {                     /* the dataset goes to the device; no host batches */
         dl_result rc = dl__loader_to_device(l);
         if (rc != DL_OK) { dl__loader_free(l); return NULL; }
     } else {
+        size_t yb = l->ft ? sizeof(float) * (size_t)(bcap * l->tn + 1) : sizeof(int64_t) * (size_t)bcap;
         l->xbuf[0] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bcap * l->sn + 1));
         l->xbuf[1] = (float *)dl__malloc(ctx, sizeof(float) * (size_t)(bcap * l->sn + 1));
-        l->ybuf[0] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bcap);
-        l->ybuf[1] = (int64_t *)dl__malloc(ctx, sizeof(int64_t) * (size_t)bcap);
+        l->ybuf[0] = dl__malloc(ctx, yb);
+        l->ybuf[1] = dl__malloc(ctx, yb);
         if (!l->xbuf[0] || !l->xbuf[1] || !l->ybuf[0] || !l->ybuf[1]) goto oom;
     }
 #ifndef DL_NO_THREADS
@@ -18071,8 +18125,8 @@ int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
     dl__loader_wait(l);
     slot = (int)(l->batch & 1);
     if (l->job_rc != DL_OK) {
-        dl__err(l->ctx, l->job_rc, "dl_loader_next: the dataset's get failed for sample %lld (%s)",
-                    (long long)l->job_bad_index, dl_result_string(l->job_rc));
+        dl__err(l->ctx, l->job_rc, "dl_loader_next: the dataset's %s failed for sample %lld (%s)",
+                l->ft ? "get_target" : "get", (long long)l->job_bad_index, dl_result_string(l->job_rc));
         l->batch = -1;
         return -1;
     }
@@ -18081,10 +18135,16 @@ int dl_loader_next(dl_loader *l, dl_tensor **x, dl_tensor **y)
     shape[0] = cnt;
     memcpy(shape + 1, l->ds->sample_shape.d, sizeof(int64_t) * (size_t)l->ds->sample_shape.ndim);
     *x = dl__make(l->dev, "dl_loader_next", DL_DTYPE_F32, l->ds->sample_shape.ndim + 1, shape, false, NULL);
-    *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
+    if (l->ft) {   /* float targets (B, target...) */
+        memcpy(shape + 1, l->ds->target_shape.d, sizeof(int64_t) * (size_t)l->ds->target_shape.ndim);
+        *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_F32, l->ds->target_shape.ndim + 1, shape, false, NULL);
+    } else {
+        *y = dl__make(l->dev, "dl_loader_next", DL_DTYPE_I64, 1, &cnt, false, NULL);
+    }
     if (!*x || !*y) { *x = *y = NULL; return -1; }
     DL__BE(*x)->upload(l->dev, (*x)->data, l->xbuf[slot], sizeof(float) * (size_t)(cnt * l->sn));
-    DL__BE(*y)->upload(l->dev, (*y)->data, l->ybuf[slot], sizeof(int64_t) * (size_t)cnt);
+    DL__BE(*y)->upload(l->dev, (*y)->data, l->ybuf[slot],
+                       l->ft ? sizeof(float) * (size_t)(cnt * l->tn) : sizeof(int64_t) * (size_t)cnt);
     l->batch++;
     return 1;
 }

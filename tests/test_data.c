@@ -372,6 +372,130 @@ static void test_device_loader_custom(void)
     EXPECT_ERR(ctx, DL_ERR_ARG, "device_data needs a dataset made by dl_tensor_dataset");
 }
 
+/* a dataset of its own with float targets (2 a sample): sample i is (i),
+   its target (i / 2, -i); sample 5 fails */
+static dl_result own_get_t(const dl_dataset *ds, int64_t i, float *x, float *y, uint64_t rng[4])
+{
+    (void)ds; (void)rng;
+    if (i == 5) return DL_ERR_IO;
+    x[0] = (float)i;
+    y[0] = (float)i * 0.5f;
+    y[1] = -(float)i;
+    return DL_OK;
+}
+
+/* Float targets (regression), as PyTorch's TensorDataset over a float y
+   and a Dataset of one's own: y batches float32 (B, target...) holding
+   the rows of the samples in the batch, in every order and with workers;
+   then the refusals. */
+static void test_float_targets(void)
+{
+    int w, k, tk;
+    for (tk = 0; tk < 2; tk++)   /* y (10, 3), then y (10) */
+        for (w = 0; w < 3; w += 2) {
+            float xv[20], yv[30];
+            int seen[10];
+            int64_t i;
+            dl_tensor *x, *y, *bx, *by;
+            dl_dataset *ds;
+            dl_loader_desc d;
+            dl_loader *l;
+            bool ok = true;
+            int nb = 0, rc;
+            for (i = 0; i < 10; i++) {
+                xv[2 * i] = (float)i;
+                xv[2 * i + 1] = -(float)i;
+                for (k = 0; k < 3; k++) yv[3 * i + k] = 100.0f * (float)i + (float)k + 0.25f;
+                seen[i] = 0;
+            }
+            if (tk == 1)
+                for (i = 0; i < 10; i++) yv[i] = 100.0f * (float)i + 0.25f;
+            x = dl_keep(dl_from_array(ctx, DL_SHAPE(10, 2), xv));
+            y = dl_keep(tk == 0 ? dl_from_array(ctx, DL_SHAPE(10, 3), yv) : dl_from_array(ctx, DL_SHAPE(10), yv));
+            ds = dl_tensor_dataset(ctx, x, y, NULL, true);
+            CHECK(ds && !ds->get && ds->get_target && ds->target_shape.ndim == (tk == 0 ? 1 : 0),
+                  "float y %s: a dataset of float targets: %s", tk ? "(10)" : "(10, 3)", dl_error_message(ctx));
+            memset(&d, 0, sizeof d);
+            d.batch_size = 4;
+            d.shuffle = true;
+            d.num_workers = w;
+            l = ds ? dl_loader_new(ctx, ds, &d) : NULL;
+            while (l && (rc = dl_loader_next(l, &bx, &by)) > 0) {
+                float hx[8], hy[12];
+                int64_t b = bx->shape[0], r;
+                ok = ok && by->dtype == DL_DTYPE_F32 && by->shape[0] == b && by->ndim == (tk == 0 ? 2 : 1) &&
+                     (tk == 1 || by->shape[1] == 3) && dl_read(bx, hx, b * 2) == DL_OK &&
+                     dl_read(by, hy, b * (tk == 0 ? 3 : 1)) == DL_OK;
+                for (r = 0; ok && r < b; r++) {
+                    int s = (int)hx[2 * r];
+                    seen[s]++;
+                    for (k = 0; k < (tk == 0 ? 3 : 1); k++)
+                        ok = ok && hy[r * (tk == 0 ? 3 : 1) + k] == 100.0f * (float)s + (float)k + 0.25f;
+                }
+                nb++;
+                dl_step_end(ctx);
+            }
+            for (i = 0; i < 10; i++) ok = ok && seen[i] == 1;
+            CHECK(l && ok && nb == 3, "float targets %s, %d workers: each batch's y rows are its samples' (%d "
+                  "batches): %s", tk ? "(10)" : "(10, 3)", w, nb, dl_error_message(ctx));
+        }
+    {   /* a dataset of its own: get_target, target_shape (2) */
+        dl_dataset ds;
+        dl_loader_desc d;
+        dl_loader *l;
+        dl_tensor *bx, *by;
+        float hy[6];
+        memset(&ds, 0, sizeof ds);
+        ds.length = 3;
+        ds.sample_shape = DL_SHAPE(1);
+        ds.target_shape = DL_SHAPE(2);
+        ds.get_target = own_get_t;
+        memset(&d, 0, sizeof d);
+        d.batch_size = 3;
+        l = dl_loader_new(ctx, &ds, &d);
+        CHECK(l && dl_loader_next(l, &bx, &by) == 1 && by->ndim == 2 && by->shape[0] == 3 && by->shape[1] == 2 &&
+              dl_read(by, hy, 6) == DL_OK && hy[0] == 0.0f && hy[1] == 0.0f && hy[2] == 0.5f && hy[3] == -1.0f &&
+              hy[4] == 1.0f && hy[5] == -2.0f, "get_target: y (3, 2) in order: %s", dl_error_message(ctx));
+        dl_step_end(ctx);
+        ds.length = 6;   /* sample 5 fails */
+        l = dl_loader_new(ctx, &ds, &d);
+        CHECK(l && dl_loader_next(l, &bx, &by) == 1 && dl_loader_next(l, &bx, &by) == -1, "a failing get_target");
+        EXPECT_ERR(ctx, DL_ERR_IO, "dl_loader_next: the dataset's get_target failed for sample 5");
+        dl_step_end(ctx);
+        ds.length = 3;
+        ds.get = own_get;   /* both */
+        CHECK(dl_loader_new(ctx, &ds, &d) == NULL, "get and get_target");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has both get and get_target");
+        ds.get = NULL;
+        ds.get_target = NULL;   /* neither */
+        CHECK(dl_loader_new(ctx, &ds, &d) == NULL, "no get function");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has no get or get_target function (length 3)");
+        ds.get_target = own_get_t;
+        ds.target_shape.ndim = DL_MAX_DIMS;
+        CHECK(dl_loader_new(ctx, &ds, &d) == NULL, "target_shape of DL_MAX_DIMS dims");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's target_shape has ndim");
+        ds.target_shape = DL_SHAPE(-1);
+        CHECK(dl_loader_new(ctx, &ds, &d) == NULL, "target_shape (-1)");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_loader_new: the dataset's target_shape dim 0 is -1; each dim must be >= 0 "
+                   "and a target under 2^60 elements");
+        ds.target_shape = DL_SHAPE(2);
+        d.device_data = true;
+        CHECK(dl_loader_new(ctx, &ds, &d) == NULL, "device_data with float targets");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_loader_new: device_data takes class labels, and this dataset has float "
+                   "targets (get_target): load it with device_data false");
+    }
+    {   /* shapes dl_tensor_dataset refuses */
+        dl_tensor *x = dl_keep(dl_zeros(ctx, DL_SHAPE(4, 2))), *y9 = dl_keep(dl_zeros(ctx, DL_SHAPE(3, 2)));
+        int64_t lv[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+        dl_tensor *l2 = dl_keep(dl_from_int64(ctx, DL_SHAPE(4, 2), lv));
+        CHECK(dl_tensor_dataset(ctx, x, y9, NULL, false) == NULL, "float y of 3 rows for 4 samples");
+        EXPECT_ERR(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x has 4 samples (4,2) but y has 3 labels (3,2)");
+        CHECK(dl_tensor_dataset(ctx, x, l2, NULL, false) == NULL, "int labels (4, 2)");
+        EXPECT_ERR(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x (4,2) and y (4,2): need x (N, ...) and y (N) class "
+                   "labels or y (N, ...) float32 targets");
+    }
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -382,6 +506,7 @@ int main(void)
     test_loader();
     test_device_loader();
     test_device_loader_custom();
+    test_float_targets();
     dl_ctx_free(ctx);
     TEST_END();
 }

@@ -1957,12 +1957,24 @@ static void test_review3_data(void)
             CHECK(dl_sum(x, DL_ALL, false) != NULL, "x is still there");
         }
     }
-    {   /* float labels are refused (they were truncated toward zero, 1e30 undefined) */
-        float yf[3] = {0.5f, 2.9f, 1e30f};
+    {   /* a float y: targets, as PyTorch's TensorDataset, never labels truncated toward zero (as they
+           once were, 1e30 undefined): the batches hold its bits, and cross entropy refuses them */
+        float yf[3] = {0.5f, 2.9f, 1e30f}, v[3] = {0, 0, 0};
         int64_t got[3];
         dl_tensor *x = dl_keep(dl_ones(ctx, DL_SHAPE(3, 2))), *y = dl_keep(dl_from_array(ctx, DL_SHAPE(3), yf));
-        CHECK(dl_tensor_dataset(ctx, x, y, NULL, false) == NULL, "float y");
-        EXPECT_ERR(ctx, DL_ERR_DTYPE, "dl_tensor_dataset: y (3) must hold int64 or int32 class labels");
+        dl_tensor *bx = NULL, *by = NULL;
+        dl_dataset *ds = dl_tensor_dataset(ctx, x, y, NULL, false);
+        dl_loader_desc ld;
+        dl_loader *l;
+        memset(&ld, 0, sizeof ld);
+        ld.batch_size = 3;
+        l = ds ? dl_loader_new(ctx, ds, &ld) : NULL;
+        CHECK(ds && !ds->get && ds->get_target && ds->target_shape.ndim == 0, "float y: float targets");
+        CHECK(l && dl_loader_next(l, &bx, &by) == 1 && by->dtype == DL_DTYPE_F32 && by->ndim == 1 &&
+              by->shape[0] == 3 && dl_read(by, v, 3) == DL_OK && memcmp(v, yf, sizeof v) == 0,
+              "float targets' batch holds their bits: %s", dl_error_message(ctx));
+        CHECK(by && dl_cross_entropy(dl_zeros(ctx, DL_SHAPE(3, 4)), by, NULL) == NULL, "cross entropy of float targets");
+        EXPECT_ERR(ctx, DL_ERR_DTYPE, "dl_cross_entropy: target (3) has dtype float32; class-index targets must be int64");
         CHECK(dl_read_int64(y, got, 3) == DL_ERR_ARG, "dl_read_int64 of 1e30");
         EXPECT_ERR(ctx, DL_ERR_ARG, "dl_read_int64: t (3) holds 1e+30 at index 2, which is not in int64's range");
     }
