@@ -1774,8 +1774,9 @@ typedef struct dl_loader_desc {
 typedef struct dl_loader dl_loader;
 DL_API dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc *d);
 /* The next minibatch as step tensors x (B, sample...) and y (B) int64
-   (float32 (B, target...) for a dataset with float targets): 1 with a batch; 0 at the end of an epoch (the next call starts the next
-   epoch, with a new order); -1 on error (dl_error_message tells), so (an
+   (float32 (B, target...) for a dataset with float targets): 1 with a
+   batch; 0 at the end of an epoch (the next call starts the next epoch,
+   with a new order); -1 on error (dl_error_message tells), so (an
    outline, not compiled)
        while ((rc = dl_loader_next(l, &x, &y)) > 0) { ... }
        if (rc < 0) { report dl_error_message(ctx) } */
