@@ -2230,6 +2230,16 @@ struct dl__cuf_clspart {
 };
 
 struct dl__cu_clsp { double n, s, d; unsigned long long f; };   /* a partial of dl__cuf_clspart */
+/* partial k, written by other blocks of the launch (dl__cu_ldcg) */
+static DL__HD inline dl__cu_clsp dl__cu_clsp_ld(const double *part, const unsigned long long *first, int64_t k)
+{
+    dl__cu_clsp v;
+    v.f = dl__cu_ldcg(first + k);
+    v.n = dl__cu_ldcg(part + 3 * k);
+    v.s = dl__cu_ldcg(part + 3 * k + 1);
+    v.d = dl__cu_ldcg(part + 3 * k + 2);
+    return v;
+}
 struct dl__cuf_clsfin {
     dl__clsargs a; float *loss, *den; const double *part; const unsigned long long *first;
     unsigned long long *res; int64_t T;
@@ -2241,20 +2251,13 @@ struct dl__cuf_clsfin {
         float fn, fs;
         int64_t t;
         /* (written by other blocks of the launch: dl__cu_run_fin) */
-        dl__cu_inorder<8>(T, [&](int64_t k) {
-            dl__cu_clsp v;
-            if (st) return st[k];
-            v.f = dl__cu_ldcg(first + k);
-            v.n = dl__cu_ldcg(part + 3 * k);
-            v.s = dl__cu_ldcg(part + 3 * k + 1);
-            v.d = dl__cu_ldcg(part + 3 * k + 2);
-            return v;
-        }, [&](int64_t, const dl__cu_clsp &v) {
-            sn += v.n;
-            ss += v.s;
-            sd += v.d;
-            if (v.f < bad) bad = v.f;
-        });
+        dl__cu_inorder<8>(T, [&](int64_t k) { return st ? st[k] : dl__cu_clsp_ld(part, first, k); },
+                          [&](int64_t, const dl__cu_clsp &v) {
+                              sn += v.n;
+                              ss += v.s;
+                              sd += v.d;
+                              if (v.f < bad) bad = v.f;
+                          });
         if (res) *res = bad;
         if (a.e != 0.0f && a.w)
             for (t = 0; t < a.C; t++) sw += (double)a.w[t];
@@ -2318,12 +2321,7 @@ __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_cls_k(int64_t n, dl__cu
     int64_t stride = (int64_t)blockDim.x * (int64_t)gridDim.x, i, k;
     for (i = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; i < n; i += stride) f(i);
     if (!dl__cu_last_block(ticket)) return;
-    for (k = (int64_t)threadIdx.x; k < fin.T; k += DL__CU_THREADS) {
-        st[k].f = dl__cu_ldcg(fin.first + k);
-        st[k].n = dl__cu_ldcg(fin.part + 3 * k);
-        st[k].s = dl__cu_ldcg(fin.part + 3 * k + 1);
-        st[k].d = dl__cu_ldcg(fin.part + 3 * k + 2);
-    }
+    for (k = (int64_t)threadIdx.x; k < fin.T; k += DL__CU_THREADS) st[k] = dl__cu_clsp_ld(fin.part, fin.first, k);
     __syncthreads();
     if (threadIdx.x == 0) {
         fin.st = st;
