@@ -236,19 +236,22 @@ test-cuda: nvcc-check $(B)/cuda/test_cuda
 # the convolution tests again with every convolution through cuDNN
 # (DL_CUDNN=2: by default only those with 16+ channels take it), and
 # test_conv with DL_CONV_DIRECT=0 (im2col and cuBLAS for the few-channel
-# convs that the direct sums take by default)
+# convs that the direct sums take by default) and =2 (the direct sums'
+# per-element kernels, where by default their shared-memory tiles run)
 CUDA_ON0 = --env DL_DEVICE=cuda:0 --env DL_ALLOW_TF32_CONV=0
 CUDA_CONV_TESTS = $(addprefix $(B)/cuda/,test_conv test_golden test_gradcheck test_nn test_resnet18)
 test-cuda-all: nvcc-check $(CUDA_TESTS)
 	@tests/run.sh $(B)/cuda/test_cuda --tag @cuda:0 $(CUDA_ON0) \
 	    $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda:0-cudnn $(CUDA_ON0) --env DL_CUDNN=2 $(CUDA_CONV_TESTS) \
-	    --tag @cuda:0-im2col $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv
+	    --tag @cuda:0-im2col $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv \
+	    --tag @cuda:0-elem $(CUDA_ON0) --env DL_CONV_DIRECT=2 $(B)/cuda/test_conv
 
 # the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
 # needed), then every other CUDA-built test with all its tensors on the
 # emulated cuda:0 (as make test does on the strict cpu:1), test_conv there
-# with DL_CONV_DIRECT=0 (the im2col path), then those tests
+# with DL_CONV_DIRECT=0 (the im2col path) and 2 (per-element direct sums),
+# then those tests
 # as they are, on the CPU: a DL_CUDA build works where there is no GPU (the
 # emulated device rounds TF32 products' operands as a GPU does); last the
 # CUDA-built examples on emulated GPUs against the CPU build's
@@ -256,6 +259,7 @@ test-cuda-emu: nvcc-check $(CUDA_TESTS) $(CUDA_EXAMPLES) $(EXAMPLES)
 	@tests/run.sh --tag @cuda-emu --env DL_CUDA_EMULATE=2 $(B)/cuda/test_cuda \
 	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 $(CUDA_ON0) $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda:0-emu-im2col --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv \
+	    --tag @cuda:0-emu-elem --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CONV_DIRECT=2 $(B)/cuda/test_conv \
 	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda-emu tests/test_cuda_cli.sh
 

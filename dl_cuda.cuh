@@ -29,13 +29,13 @@
    13,735 passed, 1 failed (test_resnet18's tightest bound, 1.0e-4 against
    9.5e-5); the convolution tests with every convolution through cuDNN
    5,375 passed, 1 failed (the same); figures in
-   docs/cuda.md. Copies between two GPUs have run emulated only; so have
-   what was written after: the direct sums of few-channel convolutions
-   (dl__cu_direct, with the activation and 2x2 average pool after them:
-   dl__cu_conv_act), the fused class-index losses (dl__cu_class_loss), the
-   one-launch gradient accumulation (dl__cu_axpy_multi), batch norm with
-   its ReLU and 2x2 max pool (dl__cu_bn_pool, dl__cu_bn_pool_bwd) and every
-   launch fusion since (docs/cuda.md, "Launches").
+   docs/cuda.md. The direct sums of few-channel convolutions (dl__cu_direct,
+   with the activation and 2x2 average pool after them: dl__cu_conv_act),
+   the fused class-index losses, batch norm with its ReLU and pool and the
+   launch fusions ran on one H200 on 2026-11-28 (make test-cuda-all 36,734
+   passed, 3 failed: test expectations, since fixed). Emulated only: copies
+   between two GPUs, bias_act_bwd's reads before its writes, and
+   the direct sums in shared memory (dl__cu_tile_fwd, dl__cu_tile_wgrad).
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -188,7 +188,8 @@ typedef struct dl__cuimpl {
     bool sync_each;                   /* DL_CUDA_SYNC=1: wait after every launch */
     bool tf32;                        /* matrix products may use TF32 tensor cores (dl_set_allow_tf32) */
     bool tf32_conv;                   /* convolutions may (dl_set_allow_tf32_conv) */
-    bool direct;                      /* DL_CONV_DIRECT (default on): few-channel convs by dl__cu_direct */
+    int direct;                       /* DL_CONV_DIRECT: 0 off; 1 (default) few-channel convs by the
+                                         tiles, else dl__cu_direct's per-element kernels; 2 those only */
     int blas_tf32;                    /* the handle's math mode now: 1 TF32, 0 exact fp32, -1 unknown */
     int max_blocks;                   /* grid size that fills the GPU */
     cudaStream_t stream;
@@ -3130,6 +3131,414 @@ struct dl__cuf_dconvW {
     }
 };
 
+/* ---- The direct sums in shared memory (DL_CONV_DIRECT=1, the default):
+   where a sample's channels of a group fit in a block's shared memory
+   (DL__CU_TILE_SH floats, with the weights and the partials), a block
+   takes a sample (forward, input gradient) or a chunk of samples (weight
+   gradient): it copies them in once, with the padding written as zeros,
+   then each thread sums for up to 4 channels (and a pooled output's 2x2
+   window: up to 16 sums) out of shared memory, so each value read serves
+   4 to 16 products. The per-element kernels above read x and w from
+   global memory for every product, one sum a thread: on an H200 (ncu,
+   2026-11-28) LeNet's convolutions ran at 0.23-0.61 waves with a long
+   dependent chain a thread, ~490 us of an 800 us step where PyTorch's
+   cuDNN took ~260. The forward and the input gradient add in the
+   per-element kernels' order (ci, then the taps; the padding's products
+   are zeros, which change no sum), so they give the same bits; the
+   weight gradient adds a chunk's samples, then the output rows of a part
+   of them, then the parts, then the chunks (DL__CU_TILE_CHUNKS of them at
+   most, a constant: every GPU adds in the same order). 2-d and 1-d
+   convolutions; the input gradient at stride 1; the weight gradient with
+   kernels at most DL__CU_TILE_KW wide. DL_CONV_DIRECT=2 keeps the
+   per-element kernels (an A/B of the two on one GPU). */
+#ifndef DL__CU_TILE_SH
+#define DL__CU_TILE_SH 12288          /* floats: 48 KB, what a block gets without opting in */
+#endif
+#define DL__CU_TILE_CHUNKS 256
+#define DL__CU_TILE_KW 8
+#define DL__CU_TILE_CT 4              /* channels a thread */
+
+/* A block kernel in phases with barriers between: f.nblk blocks
+   (grid-stride), f.nt threads a block (a multiple of 32, at most
+   DL__CU_THREADS), f.shf floats of shared memory; block b runs phases
+   0 .. f.phases(b) - 1, thread t of phase p being f.run(sh, b, p, t).
+   What a phase reads of sh an earlier phase wrote. */
+template <typename F>
+__global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_tile_k(F f)
+{
+    extern __shared__ float dl__cu_tsh[];
+    int64_t b;
+    for (b = (int64_t)blockIdx.x; b < f.nblk; b += (int64_t)gridDim.x) {
+        int p, np = f.phases(b);
+        for (p = 0; p < np; p++) {
+            f.run(dl__cu_tsh, b, p, (int)threadIdx.x);
+            __syncthreads();
+        }
+    }
+}
+
+/* an emulated device's dl__cu_tile_k: each phase thread after thread */
+template <typename F>
+struct dl__cuh_tile {
+    F f;
+    void operator()(int64_t) const
+    {
+        float sh[DL__CU_TILE_SH];   /* (48 KB of the host thread's stack, as the block's shared memory) */
+        int64_t b;
+        int p, t;
+        for (b = 0; b < f.nblk; b++)
+            for (p = 0; p < f.phases(b); p++)
+                for (t = 0; t < f.nt; t++) f.run(sh, b, p, t);
+    }
+};
+
+/* the tile launches so far (what tests/test_cuda.c counts) */
+static size_t dl__cu_ntiles;
+
+template <typename F>
+static void dl__cu_tile_go(dl__dev *d, const char *name, const F &f)
+{
+    dl__cuimpl *m = DL__CUI(d);
+    if (f.nblk <= 0) return;
+    dl__cu_ntiles++;
+    if (m->emulate) {
+        dl__cuh_tile<F> h;
+        h.f = f;
+        dl__cu_host(d, h);   /* (recorded inside a capture) */
+        return;
+    }
+    dl__cu_tile_k<F><<<dl__cu_grid(m, f.nblk, 1), f.nt, f.shf * sizeof(float), m->stream>>>(f);
+    dl__cu_launched(d, name);
+}
+
+/* threads for `items` items: a multiple of 32, at most DL__CU_THREADS */
+static int dl__cu_tile_nt(int64_t items)
+{
+    int64_t t = (items + 31) / 32 * 32;
+    return (int)(t < 32 ? 32 : t > DL__CU_THREADS ? DL__CU_THREADS : t);
+}
+
+/* thread t of nt: dst (C, PH, PW) = src (C, H, W) (channel stride cs) at
+   row r + o1, column q + o2, and 0 where that lies outside */
+static DL__HD inline void dl__cu_tile_pad(float *dst, const float *src, int C, int H, int W, int PH, int PW, int o1,
+                                          int o2, int64_t cs, int t, int nt)
+{
+    int i, n = C * PH * PW;
+    for (i = t; i < n; i += nt) {
+        int q = i % PW, r = i / PW % PH, c = i / (PW * PH), sr = r + o1, sc = q + o2;
+        dst[i] = sr >= 0 && sr < H && sc >= 0 && sc < W ? src[c * cs + sr * W + sc] : 0.0f;
+    }
+}
+
+/* thread t of nt: dst[0, n) = src[0, n) */
+static DL__HD inline void dl__cu_tile_cp(float *dst, const float *src, int n, int t, int nt)
+{
+    int i;
+    for (i = t; i < n; i += nt) dst[i] = src[i];
+}
+
+/* true where the tiles take this 2-d (or 1-d) geometry */
+static bool dl__cu_tile_2d(const dl__cgeom *g)
+{
+    return g->ia[0] == 1 && g->ib[0] == 1 && g->k[0] == 1 && g->p[0] == 0;
+}
+
+/* The forward (+ activation; NP 4: + the 2x2 average pool), a block per
+   (sample, group): x's group channels padded, (Cag, PH, PW), then the
+   group's weights (Cbg, Cag, K); an item is up to 4 output channels at
+   one output (NP 1) or pooled output (NP 4: its window's four) */
+template <int NP>
+struct dl__cut_conv {
+    float *y, *yp; const float *x, *w, *b; dl__cgeom g; int act, nt, PH, PW; int64_t nblk; size_t shf;
+    DL__HD int phases(int64_t) const { return 2; }
+    DL__HD void run(float *sh, int64_t blk, int p, int t) const
+    {
+        const int G = (int)g.G, Cag = (int)(g.Ca / G), Cbg = (int)(g.Cb / G), K = (int)g.K, Lb = (int)g.Lb;
+        const int k1 = (int)g.k[1], k2 = (int)g.k[2], ib1 = (int)g.ib[1], ib2 = (int)g.ib[2];
+        const int s1 = (int)g.s[1], s2 = (int)g.s[2], d1 = (int)g.d[1], d2 = (int)g.d[2];
+        const int s = (int)(blk / G), grp = (int)(blk % G);
+        const int sw = NP == 4 ? ib2 / 2 : ib2, spots = NP == 4 ? ib1 / 2 * sw : ib1 * ib2;
+        const int ntile = (Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT;
+        float *xt = sh, *wt = sh + Cag * PH * PW;
+        int it;
+        if (p == 0) {
+            dl__cu_tile_pad(xt, x + ((int64_t)s * g.Ca + grp * Cag) * g.La, Cag, (int)g.ia[1], (int)g.ia[2], PH, PW,
+                            -(int)g.p[1], -(int)g.p[2], g.La, t, nt);
+            dl__cu_tile_cp(wt, w + (int64_t)grp * Cbg * Cag * K, Cbg * Cag * K, t, nt);
+            return;
+        }
+        for (it = t; it < ntile * spots; it += nt) {
+            const int co0 = it / spots * DL__CU_TILE_CT, sp = it % spots;
+            const int nc = Cbg - co0 < DL__CU_TILE_CT ? Cbg - co0 : DL__CU_TILE_CT;
+            const int o1 = sp / sw * (NP == 4 ? 2 : 1), o2 = sp % sw * (NP == 4 ? 2 : 1);
+            float acc[DL__CU_TILE_CT][NP];
+            int ci, q1, q2, j, e;
+            for (j = 0; j < DL__CU_TILE_CT; j++)
+                for (e = 0; e < NP; e++) acc[j][e] = 0.0f;
+            for (ci = 0; ci < Cag; ci++)
+                for (q1 = 0; q1 < k1; q1++) {
+                    const float *xr = xt + (ci * PH + o1 * s1 + q1 * d1) * PW + o2 * s2;
+                    const float *wr = wt + ((co0 * Cag + ci) * k1 + q1) * k2;
+                    for (q2 = 0; q2 < k2; q2++) {
+                        float xv[NP];
+                        xv[0] = xr[q2 * d2];
+                        if (NP == 4) {
+                            xv[NP == 4 ? 1 : 0] = xr[q2 * d2 + s2];
+                            xv[NP == 4 ? 2 : 0] = xr[s1 * PW + q2 * d2];
+                            xv[NP == 4 ? 3 : 0] = xr[s1 * PW + s2 + q2 * d2];
+                        }
+                        DL__CU_UNROLL
+                        for (j = 0; j < DL__CU_TILE_CT; j++)
+                            if (j < nc) {
+                                float wv = wr[j * Cag * K + q2];
+                                DL__CU_UNROLL
+                                for (e = 0; e < NP; e++) acc[j][e] = dl__cu_fadd(acc[j][e], dl__cu_fmul(xv[e], wv));
+                            }
+                    }
+                }
+            for (j = 0; j < nc; j++) {
+                const int co = grp * Cbg + co0 + j;
+                float *yo = y + ((int64_t)s * g.Cb + co) * Lb + o1 * ib2 + o2, sum = 0.0f;
+                for (e = 0; e < NP; e++) {
+                    float v = dl__cu_act(act, b ? dl__cu_fadd(acc[j][e], b[co]) : acc[j][e]);
+                    yo[e / 2 * ib2 + e % 2] = v;
+                    sum = dl__cu_fadd(sum, v);
+                }
+                if (NP == 4) yp[((int64_t)s * g.Cb + co) * (Lb / 4) + sp] = dl__cu_fdiv(sum, 4.0f);
+            }
+        }
+    }
+};
+
+/* The input gradient (and conv_transpose's forward) at stride 1, a block
+   per (sample, group): x (the output side, (n, Cb, ib)) of the group's
+   channels, padded so that every tap reads inside, (Cbg, GH, GW), then
+   the group's weights; an item is up to 4 input channels at one position.
+   y (s, ci, j) = act(sum over co, q (in that order) of x (s, co, j + p -
+   q d) w (co, ci, q), + bias (ci)): at tile row j + (k - 1 - q) d. */
+struct dl__cut_convT {
+    float *y; const float *x, *w, *b; dl__cgeom g; int act, nt, GH, GW; int64_t nblk; size_t shf;
+    DL__HD int phases(int64_t) const { return 2; }
+    DL__HD void run(float *sh, int64_t blk, int p, int t) const
+    {
+        const int G = (int)g.G, Cag = (int)(g.Ca / G), Cbg = (int)(g.Cb / G), K = (int)g.K, La = (int)g.La;
+        const int k1 = (int)g.k[1], k2 = (int)g.k[2], ia2 = (int)g.ia[2], d1 = (int)g.d[1], d2 = (int)g.d[2];
+        const int s = (int)(blk / G), grp = (int)(blk % G);
+        const int ntile = (Cag + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT;
+        float *xt = sh, *wt = sh + Cbg * GH * GW;
+        int it;
+        if (p == 0) {
+            dl__cu_tile_pad(xt, x + ((int64_t)s * g.Cb + grp * Cbg) * g.Lb, Cbg, (int)g.ib[1], (int)g.ib[2], GH, GW,
+                            (int)(g.p[1] - (g.k[1] - 1) * g.d[1]), (int)(g.p[2] - (g.k[2] - 1) * g.d[2]), g.Lb, t, nt);
+            dl__cu_tile_cp(wt, w + (int64_t)grp * Cbg * Cag * K, Cbg * Cag * K, t, nt);
+            return;
+        }
+        for (it = t; it < ntile * La; it += nt) {
+            const int c0 = it / La * DL__CU_TILE_CT, pos = it % La, j1 = pos / ia2, j2 = pos % ia2;
+            const int nc = Cag - c0 < DL__CU_TILE_CT ? Cag - c0 : DL__CU_TILE_CT;
+            float acc[DL__CU_TILE_CT];
+            int co, q1, q2, j;
+            for (j = 0; j < DL__CU_TILE_CT; j++) acc[j] = 0.0f;
+            for (co = 0; co < Cbg; co++)
+                for (q1 = 0; q1 < k1; q1++) {
+                    const float *xr = xt + (co * GH + j1 + (k1 - 1 - q1) * d1) * GW + j2 + (k2 - 1) * d2;
+                    const float *wr = wt + ((co * Cag + c0) * k1 + q1) * k2;
+                    for (q2 = 0; q2 < k2; q2++) {
+                        float xv = xr[-q2 * d2];
+                        DL__CU_UNROLL
+                        for (j = 0; j < DL__CU_TILE_CT; j++)
+                            if (j < nc) acc[j] = dl__cu_fadd(acc[j], dl__cu_fmul(xv, wr[j * K + q2]));
+                    }
+                }
+            for (j = 0; j < nc; j++) {
+                const int ci = grp * Cag + c0 + j;
+                y[((int64_t)s * g.Ca + ci) * La + pos] = dl__cu_act(act, b ? dl__cu_fadd(acc[j], b[ci]) : acc[j]);
+            }
+        }
+    }
+};
+
+/* The weight gradient's partials, a block per (chunk of cs samples,
+   group): per sample, x's group channels padded (as the forward's) and
+   gy's, then each item (part pp of the output rows, co, ci, q1) adds the
+   sample's products to its k2 sums (kept in shared memory between
+   samples); then the parts added in order into part (chunk, rows) */
+struct dl__cut_wgrad {
+    float *part; const float *x, *gy; dl__cgeom g; int n, cs, P, rpp, nt, PH, PW; int64_t nblk; size_t shf;
+    DL__HD int ns(int64_t blk) const
+    {
+        int k = (int)(blk / g.G), e = (k + 1) * cs < n ? (k + 1) * cs : n;
+        return e - k * cs;
+    }
+    DL__HD int phases(int64_t blk) const { return 2 * ns(blk) + 1; }
+    DL__HD void run(float *sh, int64_t blk, int p, int t) const
+    {
+        const int G = (int)g.G, Cag = (int)(g.Ca / G), Cbg = (int)(g.Cb / G), K = (int)g.K, Lb = (int)g.Lb;
+        const int k1 = (int)g.k[1], k2 = (int)g.k[2], ib1 = (int)g.ib[1], ib2 = (int)g.ib[2];
+        const int s1 = (int)g.s[1], s2 = (int)g.s[2], d1 = (int)g.d[1], d2 = (int)g.d[2];
+        const int k = (int)(blk / G), grp = (int)(blk % G), ipp = Cbg * Cag * k1;
+        float *xt = sh, *gt = sh + Cag * PH * PW, *res = gt + Cbg * Lb;
+        int it;
+        if (p == 2 * ns(blk)) {   /* the parts, in order */
+            for (it = t; it < ipp * k2; it += nt) {
+                float v = 0.0f;
+                int q;
+                for (q = 0; q < P; q++) v = dl__cu_fadd(v, res[q * ipp * k2 + it]);
+                part[(int64_t)k * g.Cb * Cag * K + (int64_t)grp * Cbg * Cag * K + it] = v;
+            }
+            return;
+        }
+        if (p % 2 == 0) {
+            const int s = k * cs + p / 2;
+            dl__cu_tile_pad(xt, x + ((int64_t)s * g.Ca + grp * Cag) * g.La, Cag, (int)g.ia[1], (int)g.ia[2], PH, PW,
+                            -(int)g.p[1], -(int)g.p[2], g.La, t, nt);
+            dl__cu_tile_cp(gt, gy + ((int64_t)s * g.Cb + grp * Cbg) * Lb, Cbg * Lb, t, nt);
+            return;
+        }
+        for (it = t; it < P * ipp; it += nt) {
+            const int pp = it / ipp, r = it % ipp, q1 = r % k1, ci = r / k1 % Cag, co = r / (k1 * Cag);
+            const int oe = (pp + 1) * rpp < ib1 ? (pp + 1) * rpp : ib1;
+            float acc[DL__CU_TILE_KW], *rs = res + (int64_t)it * k2;
+            int o1, o2, q;
+            DL__CU_UNROLL
+            for (q = 0; q < DL__CU_TILE_KW; q++) acc[q] = p == 1 || q >= k2 ? 0.0f : rs[q];
+            for (o1 = pp * rpp; o1 < oe; o1++) {
+                const float *gr = gt + co * Lb + o1 * ib2, *xr = xt + (ci * PH + o1 * s1 + q1 * d1) * PW;
+                for (o2 = 0; o2 < ib2; o2++) {
+                    const float gv = gr[o2], *xo = xr + o2 * s2;
+                    DL__CU_UNROLL
+                    for (q = 0; q < DL__CU_TILE_KW; q++)
+                        if (q < k2) acc[q] = dl__cu_fadd(acc[q], dl__cu_fmul(gv, xo[q * d2]));
+                }
+            }
+            for (q = 0; q < k2; q++) rs[q] = acc[q];
+        }
+    }
+};
+
+/* dw (rows) = the chunks' partials (cnt, rows) added: a warp a row, lane l
+   the partials l, l + 32, ... in order, then the 32 lanes' sums in order */
+struct dl__cut_psum {
+    float *dw; const float *part; int rows, cnt, nt; int64_t nblk; size_t shf;
+    DL__HD int phases(int64_t) const { return 2; }
+    DL__HD void run(float *sh, int64_t blk, int p, int t) const
+    {
+        const int row = (int)blk * (DL__CU_THREADS / 32) + t / 32, lane = t % 32;
+        if (row >= rows) return;
+        if (p == 0) {
+            float v = 0.0f;
+            int m = cnt > lane ? (cnt - lane + 31) / 32 : 0;
+            dl__cu_inorder<8>(m, [&](int q) { return part[(int64_t)(lane + 32 * q) * rows + row]; },
+                              [&](int, float u) { v = dl__cu_fadd(v, u); });
+            sh[t] = v;
+        } else if (lane == 0) {
+            float v = sh[t];
+            int q;
+            for (q = 1; q < 32; q++) v = dl__cu_fadd(v, sh[t + q]);
+            dw[row] = v;
+        }
+    }
+};
+
+/* the tiles' forward or convT (T) (+ act, + the pool into yp); false:
+   they do not take it (the per-element kernels then may) */
+static bool dl__cu_tile_fwd(dl__dev *d, float *y, float *yp, const float *x, const float *w, const float *bias,
+                            int64_t n, const dl__cgeom *g, bool T, int act)
+{
+    const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, wk = Cbg * Cag * g->K;
+    int64_t PH, PW, sh;
+    if (DL__CUI(d)->direct != 1 || !dl__cu_tile_2d(g) || !dl__cu_direct_small(g, n)) return false;
+    if (T) {
+        if (g->s[1] != 1 || g->s[2] != 1 || yp) return false;
+        PH = g->ia[1] + (g->k[1] - 1) * g->d[1];
+        PW = g->ia[2] + (g->k[2] - 1) * g->d[2];
+        sh = Cbg * PH * PW + wk;
+    } else {
+        PH = (g->ib[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
+        PW = (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
+        sh = Cag * PH * PW + wk;
+    }
+    if (sh > DL__CU_TILE_SH) return false;
+    if (!y) return true;   /* (the answer only) */
+    dl__cu_enter(d);
+    y = DL__CUP(d, y);
+    x = DL__CUP(d, x);
+    w = DL__CUP(d, w);
+    if (bias) bias = DL__CUP(d, bias);
+    if (T) {
+        dl__cut_convT f;
+        f.y = y; f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act; f.GH = (int)PH; f.GW = (int)PW;
+        f.nblk = n * G; f.shf = (size_t)sh;
+        f.nt = dl__cu_tile_nt((Cag + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * g->La);
+        dl__cu_tile_go(d, "conv tiles (transposed)", f);
+    } else if (yp) {
+        dl__cut_conv<4> f;
+        f.y = y; f.yp = DL__CUP(d, yp); f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act;
+        f.PH = (int)PH; f.PW = (int)PW; f.nblk = n * G; f.shf = (size_t)sh;
+        f.nt = dl__cu_tile_nt((Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * (g->Lb / 4));
+        dl__cu_tile_go(d, "conv tiles + activation + avg pool", f);
+    } else {
+        dl__cut_conv<1> f;
+        f.y = y; f.yp = NULL; f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act;
+        f.PH = (int)PH; f.PW = (int)PW; f.nblk = n * G; f.shf = (size_t)sh;
+        f.nt = dl__cu_tile_nt((Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * g->Lb);
+        dl__cu_tile_go(d, act < 0 ? "conv tiles" : "conv tiles + activation", f);
+    }
+    return true;
+}
+
+/* where a weight gradient's partials (nch chunks of rows) go: dw itself
+   for one chunk, else step memory (NULL: none left) */
+static float *dl__cu_wgrad_part(dl__dev *d, float *dw, int64_t nch, int64_t rows)
+{
+    float *part;
+    if (nch <= 1) return DL__CUP(d, dw);
+    part = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(nch * rows), true);
+    if (!part) return NULL;
+    dl__track_peak(d);
+    return DL__CUP(d, part);
+}
+
+/* the tiles' weight gradient; false: they do not take it (or no memory
+   for the partials: the per-element kernels then may) */
+static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g)
+{
+    const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, rows = g->Cb * Cag * g->K, ipp = Cbg * Cag * g->k[1];
+    const int64_t PH = (g->ib[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
+    const int64_t PW = (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
+    int64_t nch, cs, P, rpp, sh;
+    dl__mark mk;
+    float *part;
+    dl__cut_wgrad f;
+    if (DL__CUI(d)->direct != 1 || !dl__cu_tile_2d(g) || !dl__cu_direct_small(g, n) || g->k[2] > DL__CU_TILE_KW)
+        return false;
+    P = (DL__CU_THREADS + ipp - 1) / ipp;
+    if (P > g->ib[1]) P = g->ib[1];
+    rpp = (g->ib[1] + P - 1) / P;
+    P = (g->ib[1] + rpp - 1) / rpp;
+    sh = Cag * PH * PW + Cbg * g->Lb + P * ipp * g->k[2];
+    if (sh > DL__CU_TILE_SH) return false;
+    nch = n < DL__CU_TILE_CHUNKS ? n : DL__CU_TILE_CHUNKS;
+    cs = (n + nch - 1) / nch;
+    nch = (n + cs - 1) / cs;
+    dl__cu_enter(d);
+    mk = dl__arena_mark(&d->data);
+    part = dl__cu_wgrad_part(d, dw, nch, rows);
+    if (!part) return false;
+    f.part = part; f.x = DL__CUP(d, x); f.gy = DL__CUP(d, gy); f.g = *g; f.n = (int)n; f.cs = (int)cs;
+    f.P = (int)P; f.rpp = (int)rpp; f.PH = (int)PH; f.PW = (int)PW; f.nblk = nch * G; f.shf = (size_t)sh;
+    f.nt = dl__cu_tile_nt(P * ipp);
+    dl__cu_tile_go(d, "conv tiles (weight grad)", f);
+    if (nch > 1) {
+        dl__cut_psum ps;
+        ps.dw = DL__CUP(d, dw); ps.part = part; ps.rows = (int)rows; ps.cnt = (int)nch; ps.nt = DL__CU_THREADS;
+        ps.nblk = (rows + DL__CU_THREADS / 32 - 1) / (DL__CU_THREADS / 32); ps.shf = DL__CU_THREADS;
+        dl__cu_tile_go(d, "conv tiles (weight grad sum)", ps);
+    }
+    dl__arena_rewind(&d->data, mk);
+    return true;
+}
+
 template <typename I, typename F>
 static void dl__cu_direct_go(dl__dev *d, int64_t total, float *y, const float *x, const float *w, const float *b,
                              const dl__cgeom *g, int act)
@@ -3147,6 +3556,7 @@ static bool dl__cu_direct(dl__dev *d, float *y, const float *x, const float *w, 
     int64_t total = T ? n * g->Ca * g->La : n * g->Cb * g->Lb;
     bool s1 = g->s[0] == 1 && g->s[1] == 1 && g->s[2] == 1;
     if (!dl__cu_direct_ok(DL__CUI(d), g, n)) return false;
+    if (dl__cu_tile_fwd(d, y, NULL, x, w, bias, n, g, T, act)) return true;
     dl__cu_enter(d);
     y = DL__CUP(d, y);
     x = DL__CUP(d, x);
@@ -3193,6 +3603,7 @@ static bool dl__cu_direct_wgrad(dl__dev *d, float *dw, const float *x, const flo
     dl__mark mk;
     float *part;
     if (!dl__cu_direct_ok(DL__CUI(d), g, n)) return false;
+    if (dl__cu_tile_wgrad(d, dw, x, gy, n, g)) return true;
     nch = (DL__CU_DIRECT_THREADS + rows - 1) / rows;
     if (nch > n) nch = n;
     cs = (n + nch - 1) / nch;
@@ -3201,13 +3612,8 @@ static bool dl__cu_direct_wgrad(dl__dev *d, float *dw, const float *x, const flo
        threads, each too long a loop; cuBLAS's GEMM splits such sums */
     if (nch * rows < DL__CU_DIRECT_THREADS / 4 && cs * g->Lb > 4096) return false;
     mk = dl__arena_mark(&d->data);
-    part = DL__CUP(d, dw);
-    if (nch > 1) {
-        part = (float *)dl__arena_alloc(d->ctx, &d->data, sizeof(float) * (size_t)(nch * rows), true);
-        if (!part) return false;
-        dl__track_peak(d);
-        part = DL__CUP(d, part);
-    }
+    part = dl__cu_wgrad_part(d, dw, nch, rows);
+    if (!part) return false;
     x = DL__CUP(d, x);
     gy = DL__CUP(d, gy);
     if (dl__cu_direct_small(g, n)) dl__cu_direct_wgrad_run<int32_t>(d, DL__CUP(d, dw), part, x, gy, n, cs, nch, rows, g);
@@ -3306,6 +3712,7 @@ static bool dl__cu_conv_act(dl__dev *d, float *y, const float *x, const float *w
     if (y && !yp) return dl__cu_direct(d, y, x, w, bias, n, g, false, act);
     if (g->ib[0] != 1 || g->ib[1] % 2 || g->ib[2] % 2) return false;   /* the pool: 2-d, even H and W */
     if (!y) return true;                                               /* the answer only */
+    if (dl__cu_tile_fwd(d, y, yp, x, w, bias, n, g, false, act)) return true;
     dl__cu_enter(d);
     if (dl__cu_direct_small(g, n)) dl__cu_dconv_pool_go<int32_t>(d, y, yp, x, w, bias, n, g, act);
     else dl__cu_dconv_pool_go<int64_t>(d, y, yp, x, w, bias, n, g, act);
@@ -5182,11 +5589,12 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
                 op, index, getenv("DL_CUDNN"), DL__DNN_MIN_C);
         return NULL;
     }
-    direct = dl__cu_envmode("DL_CONV_DIRECT", 1);
+    direct = dl__cu_envmode("DL_CONV_DIRECT", 2);
     if (direct < 0) {
         dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CONV_DIRECT=%s must be 0 (every convolution through "
-                "im2col and cuBLAS, or cuDNN) or 1 (those with under %d input or output channels per group by "
-                "direct sums; the default)", op, index, getenv("DL_CONV_DIRECT"), DL__DNN_MIN_C);
+                "im2col and cuBLAS, or cuDNN), 1 (those with under %d input or output channels per group by "
+                "direct sums, in shared memory where they fit; the default) or 2 (direct sums, a thread an "
+                "element)", op, index, getenv("DL_CONV_DIRECT"), DL__DNN_MIN_C);
         return NULL;
     }
     d = dl__dev_new(ctx, dl_cuda(index), &dl__cuda_backend);
@@ -5203,7 +5611,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     m->dnn_check = dl__cu_envflag("DL_CUDNN_CHECK") != NULL;
 #endif
     d->impl = m;
-    m->direct = direct != 0;
+    m->direct = direct;
     m->ordinal = index;
     m->emulate = emu;
     m->sync_each = dl__cu_envflag("DL_CUDA_SYNC") != NULL;

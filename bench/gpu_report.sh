@@ -10,8 +10,9 @@
 #   3. make test-cuda-all (the summary lines and every failure)
 #   4. tests/golden/gen_resnet18.py --cuda, then test_resnet18 on cuda:0 again
 #   5. make bench-cuda (every *_cuda case against PyTorch in the same run)
-#   6. the few-channel convolutions both ways: dl.h's side of the LeNet cases
-#      with DL_CONV_DIRECT=1 and 0 (the direct sums against im2col + cuBLAS)
+#   6. the few-channel convolutions three ways: dl.h's side of the LeNet
+#      cases with DL_CONV_DIRECT=1, 2 and 0 (the direct sums' shared-memory
+#      tiles, their per-element kernels, im2col + cuBLAS)
 #   7. DL_PROFILE=1 tables of step_lenet_cuda, step_lenet_bn_cuda,
 #      step_resnet_small_cuda and step_resnet18_cuda
 #   8. make run DEVICE=cuda, eager and CAPTURE=1, with and without
@@ -81,12 +82,13 @@ step 4 "test_resnet18: PyTorch's GPU float32 error, then the test on cuda:0" \
      cp '$OUTDIR/resnet18_cuda.bin' tests/golden/resnet18_cuda.bin &&
      DL_DEVICE=cuda:0 DL_ALLOW_TF32_CONV=0 build/cuda/test_resnet18 2>&1 | grep -E 'passed|FAIL'"
 step 5 "make bench-cuda" "make bench-cuda"
-step 6 "few-channel convolutions: DL_CONV_DIRECT=1 then 0 (dl.h's ms)" \
+step 6 "few-channel convolutions: DL_CONV_DIRECT=1, 2 then 0 (dl.h's ms)" \
     "for c in conv1_fwdbwd_cuda conv2_fwdbwd_cuda step_lenet_cuda step_lenet_bn_cuda step_lenet_graph_cuda \
               step_lenet_bn_graph_cuda step_resnet_small_cuda step_resnet_small_graph_cuda; do
          a=\$(DL_CONV_DIRECT=1 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+         e=\$(DL_CONV_DIRECT=2 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
          b=\$(DL_CONV_DIRECT=0 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
-         printf '%-30s direct %-10s im2col %s\n' \$c \"\$a\" \"\$b\"; done"
+         printf '%-30s tiles %-10s per-element %-10s im2col %s\n' \$c \"\$a\" \"\$e\" \"\$b\"; done"
 step 7 "DL_PROFILE=1: step_lenet_cuda, step_lenet_bn_cuda, step_resnet_small_cuda, step_resnet18_cuda" \
     "for c in step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_resnet18_cuda; do
          DL_PROFILE=1 build/cuda/bench \$c 1 2>&1 | head -n 30; done"

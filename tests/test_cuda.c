@@ -609,7 +609,7 @@ static void test_errors(void)
         CHECK(dl_zeros(c2, DL_SHAPE(1024, 256)) != NULL, "1 MiB within the limit: %s", dl_error_message(c2));
         dl_ctx_free(c2);
     }
-    /* DL_CUDNN (0, 1, 2) and DL_CONV_DIRECT (0, 1), read when a context
+    /* DL_CUDNN (0, 1, 2) and DL_CONV_DIRECT (0, 1, 2), read when a context
        opens a GPU: another value is an error naming the variable */
     {
         static const char *const bad[3] = {"3", "yes", "-1"}, *const good[3] = {"0", "1", "2"};
@@ -626,14 +626,13 @@ static void test_errors(void)
                     EXPECT_ERR(c2, DL_ERR_ARG, want);
                     dl_ctx_free(c2);
                 }
-                if (v == 1 && k == 2) { unsetenv(var[v]); continue; }   /* DL_CONV_DIRECT: 0, 1 or unset */
                 setenv(var[v], good[k], 1);
                 c2 = exact_ctx();
                 CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) != NULL, "%s=%s: %s", var[v], good[k],
                       c2 ? dl_error_message(c2) : "no context");
                 if (v == 1)
-                    CHECK(c2 && c2->cuda[0] && DL__CUI(c2->cuda[0])->direct == (k != 0), "DL_CONV_DIRECT=%s: %s",
-                          good[k], k ? "on" : "off");
+                    CHECK(c2 && c2->cuda[0] && DL__CUI(c2->cuda[0])->direct == k, "DL_CONV_DIRECT=%s: mode %d",
+                          good[k], k);
 #ifdef DL_CUDNN
                 if (v == 0)
                     CHECK(c2 && c2->cuda[0] && DL__CUI(c2->cuda[0])->dnn_mode == k, "DL_CUDNN=%s sets mode %d",
@@ -642,9 +641,10 @@ static void test_errors(void)
                 if (c2) dl_ctx_free(c2);
             }
         unsetenv(var[0]);
+        unsetenv(var[1]);
         c2 = exact_ctx();
-        CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) && DL__CUI(c2->cuda[0])->direct,
-              "DL_CONV_DIRECT unset: on");
+        CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) && DL__CUI(c2->cuda[0])->direct == 1,
+              "DL_CONV_DIRECT unset: mode 1");
         if (c2) dl_ctx_free(c2);
     }
     dl_step_end(C);
@@ -1501,6 +1501,111 @@ static void test_colsum(void)
     dl_set_device(C, dl_cpu());
 }
 
+/* The direct sums' shared-memory tiles (DL_CONV_DIRECT=1) against their
+   per-element kernels (2), on one module and input, inside a capture: the
+   output and x's gradient with the same bits (the same adds in the same
+   order; the padding's products are zeros), the bias's too (the same
+   kernel), the weight's close (its own order: chunks of samples, parts of
+   the rows) and the same bits twice; and the tiles taken where they fit
+   (forward; input gradient at stride 1; weight gradient with kernels at
+   most 8 wide), not where they do not. */
+typedef struct { dl_module *seq; dl_tensor *x, *r; } tile_case;
+static dl_tensor *tile_fwd(void *u, bool fused)
+{
+    tile_case *k = (tile_case *)u;
+    (void)fused;
+    return dl_mul(dl_module_forward(k->seq, k->x), k->r);
+}
+static void test_conv_tiles(void)
+{
+    /* N, C_in, C_out, H, W (H 0: 1-d), kernel, stride, pad, dilation, groups, bias, act (-1 none, 0 relu,
+       1 sigmoid, 2 tanh), 2x2 average pool, tiles taken (forward, x's gradient, w's gradient) */
+    static const int cs[][16] = {
+        {8, 1, 6, 28, 28, 5, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1},    /* d2l's LeNet */
+        {8, 6, 16, 14, 14, 5, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        {8, 1, 6, 28, 28, 5, 1, 0, 1, 1, 1, -1, 0, 1, 1, 1},  /* LeNet-BN's first */
+        {3, 4, 6, 9, 9, 3, 2, 1, 1, 2, 1, 0, 0, 1, 0, 1},     /* stride 2, groups */
+        {2, 3, 4, 12, 12, 3, 1, 2, 2, 1, 0, 2, 1, 1, 1, 1},   /* dilation, no bias, pooled */
+        {4, 3, 8, 9, 9, 3, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1},     /* 9x9: the pool not fused */
+        {2, 2, 5, 5, 7, 3, 1, 1, 1, 1, 1, 2, 0, 1, 1, 1},     /* 5 channels, 5x7 */
+        {3, 2, 3, 0, 50, 5, 1, 2, 1, 1, 1, 0, 0, 1, 1, 1},    /* 1-d */
+        {2, 1, 3, 20, 20, 9, 1, 4, 1, 1, 1, -1, 0, 1, 1, 0},  /* 9 wide: the weight's per element */
+        {2, 1, 4, 120, 120, 3, 1, 1, 1, 1, 1, -1, 0, 0, 0, 0}, /* over the shared memory */
+        {300, 1, 2, 8, 8, 3, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1},   /* 300 samples: chunks of 2 */
+        {2, 4, 4, 10, 10, 3, 1, 1, 1, 4, 1, 1, 0, 1, 1, 1},   /* depthwise */
+    };
+    static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
+    const int nc = (int)(sizeof cs / sizeof cs[0]);
+    int c;
+    if (!C->cuda[0]) dl_set_device(C, dl_cuda(0));
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < nc; c++) {
+        const int *k = cs[c];
+        dl_conv_desc cd = dl_conv_desc_make(k[6], k[7], k[8], k[9]);
+        dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+        dl_module *mods[3];
+        const dl_named_tensor *ps;
+        dl_tensor *in[3], *y;
+        float *hv[3][5];
+        int64_t cnt[5];
+        size_t nops[3], t0, tl[3];
+        tile_case u;
+        int np = 0, nm = 0, m, j;
+        bool ok = true, oned = k[3] == 0;
+        mods[nm++] = oned ? dl_nn_conv1d(C, k[1], k[2], k[5], &cd, k[10] != 0)
+                          : dl_nn_conv2d(C, k[1], k[2], k[5], &cd, k[10] != 0);
+        if (k[11] >= 0) mods[nm++] = k[11] == 0 ? dl_nn_relu(C) : k[11] == 1 ? dl_nn_sigmoid(C) : dl_nn_tanh(C);
+        if (k[12]) mods[nm++] = dl_nn_avg_pool2d(C, &pd);
+        u.seq = dl_nn_sequential(C, nm, mods);
+        u.x = dl_keep(dl_requires_grad(oned ? dl_randn(C, DL_SHAPE(k[0], k[1], k[4]))
+                                            : dl_randn(C, DL_SHAPE(k[0], k[1], k[3], k[4])), true));
+        y = dl_module_forward(u.seq, u.x);
+        u.r = y ? dl_keep(dl_randn(C, dl_shape_make(y->ndim, y->shape))) : NULL;
+        np = dl_module_named_parameters(mods[0], &ps);
+        in[0] = u.x; in[1] = ps[0].t; in[2] = np > 1 ? ps[1].t : NULL;
+        for (m = 0; m < 3; m++) {   /* per element, tiles, tiles again */
+            DL__CUI(C->cuda[0])->direct = m ? 1 : 2;
+            t0 = dl__cu_ntiles;
+            ok = u.r && fused_run(tile_fwd, &u, true, np + 1, in, hv[m], cnt, &nops[m]) && ok;
+            tl[m] = dl__cu_ntiles - t0;
+        }
+        DL__CUI(C->cuda[0])->direct = 1;
+        for (j = 0; j <= np + 1; j++) {
+            bool same = ok && memcmp(hv[0][j], hv[1][j], sizeof(float) * (size_t)cnt[j]) == 0;
+            bool again = ok && memcmp(hv[1][j], hv[2][j], sizeof(float) * (size_t)cnt[j]) == 0;
+            CHECK(again, "conv tiles case %d: the %s twice, other bits", c, names[j]);
+            if (j == 2 && ok) {   /* the weight's gradient: its own order */
+                double mx = 0.0, scale = 0.0;
+                int64_t e;
+                for (e = 0; e < cnt[j]; e++) {
+                    double dv = fabs((double)hv[0][j][e] - hv[1][j][e]);
+                    if (dv > mx) mx = dv;
+                    if (fabs(hv[0][j][e]) > scale) scale = fabs(hv[0][j][e]);
+                }
+                CHECK(mx <= 1e-5 * (scale + 1.0), "conv tiles case %d: the weight's gradient off by %g (scale %g)",
+                      c, mx, scale);
+            } else {
+                CHECK(same, "conv tiles case %d: the %s: other bits than the per-element kernels'", c, names[j]);
+            }
+        }
+        /* the tile launches: forward, x's gradient, w's gradient (+ its sum where there are chunks) */
+        {
+            size_t want = (size_t)(k[13] + k[14]) + (k[15] ? (k[0] > 1 ? 2 : 1) : 0);
+            CHECK(tl[0] == 0 && tl[1] == want && tl[2] == want, "conv tiles case %d: %zu, %zu tile launches (%zu wanted)",
+                  c, tl[1], tl[2], want);
+        }
+        if (!g_quiet)
+            printf("cuda:0 conv tiles case %-2d          %zu tile launches of %zu: output, x's gradient same bits\n",
+                   c, tl[1], nops[1]);
+        for (m = 0; m < 3; m++)
+            for (j = 0; j <= np + 1; j++) free(hv[m][j]);
+        dl_free(u.x);
+        dl_free(u.r);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 typedef struct { dl_module *conv, *seq, *pool; dl_tensor *x; int act; } conv_act_case;
 static dl_tensor *conv_act_fwd(void *u, bool fused)
 {
@@ -1861,6 +1966,7 @@ int main(int argc, char **argv)
     test_linear_act();
     test_colsum();
     test_conv_act();
+    test_conv_tiles();
     test_memory();
     test_summary_queue();
     dl_ctx_free(C);
