@@ -3359,15 +3359,18 @@ struct dl__cut_convT {
 };
 
 /* The weight gradient's partials, a block per (chunk of cs samples,
-   group): per sample, x's group channels padded (as the forward's) and
-   gy's, then each item (part pp of the output rows, co, ci, q1) adds the
-   sample's products to its k2 sums (kept in shared memory between
-   samples); then the parts added in order into part (chunk, rows) */
+   group, CB of the group's output channels): per sample, x's group
+   channels padded (as the forward's) and gy's CB channels, then each item
+   (part pp of the output rows, co, ci, q1) adds the sample's products to
+   its k2 sums (kept in shared memory between samples); then the parts
+   added in order into part (chunk, rows). CB (what fits in shared
+   memory) and P follow from the shapes alone, so does the order. */
 struct dl__cut_wgrad {
-    float *part; const float *x, *gy; dl__cgeom g; int n, cs, P, rpp, nt, PH, PW; int64_t nblk; size_t shf;
+    float *part; const float *x, *gy; dl__cgeom g; int n, cs, P, rpp, CB, nt, PH, PW; int64_t nblk; size_t shf;
+    DL__HD int ncb() const { return ((int)(g.Cb / g.G) + CB - 1) / CB; }
     DL__HD int ns(int64_t blk) const
     {
-        int k = (int)(blk / g.G), e = (k + 1) * cs < n ? (k + 1) * cs : n;
+        int k = (int)(blk / (g.G * ncb())), e = (k + 1) * cs < n ? (k + 1) * cs : n;
         return e - k * cs;
     }
     DL__HD int phases(int64_t blk) const { return 2 * ns(blk) + 1; }
@@ -3376,15 +3379,17 @@ struct dl__cut_wgrad {
         const int G = (int)g.G, Cag = (int)(g.Ca / G), Cbg = (int)(g.Cb / G), K = (int)g.K, Lb = (int)g.Lb;
         const int k1 = (int)g.k[1], k2 = (int)g.k[2], ib1 = (int)g.ib[1], ib2 = (int)g.ib[2];
         const int s1 = (int)g.s[1], s2 = (int)g.s[2], d1 = (int)g.d[1], d2 = (int)g.d[2];
-        const int k = (int)(blk / G), grp = (int)(blk % G), ipp = Cbg * Cag * k1;
-        float *xt = sh, *gt = sh + Cag * PH * PW, *res = gt + Cbg * Lb;
+        const int nb = ncb(), k = (int)(blk / (G * nb)), grp = (int)(blk / nb % G), cb0 = (int)(blk % nb) * CB;
+        const int cbn = Cbg - cb0 < CB ? Cbg - cb0 : CB, ipp = cbn * Cag * k1;
+        const int64_t row0 = (int64_t)(grp * Cbg + cb0) * Cag * K;   /* the block's first weight */
+        float *xt = sh, *gt = sh + Cag * PH * PW, *res = gt + CB * Lb;
         int it;
         if (p == 2 * ns(blk)) {   /* the parts, in order */
             for (it = t; it < ipp * k2; it += nt) {
                 float v = 0.0f;
                 int q;
                 for (q = 0; q < P; q++) v = dl__cu_fadd(v, res[q * ipp * k2 + it]);
-                part[(int64_t)k * g.Cb * Cag * K + (int64_t)grp * Cbg * Cag * K + it] = v;
+                part[(int64_t)k * g.Cb * Cag * K + row0 + it] = v;
             }
             return;
         }
@@ -3392,7 +3397,7 @@ struct dl__cut_wgrad {
             const int s = k * cs + p / 2;
             dl__cu_tile_pad(xt, x + ((int64_t)s * g.Ca + grp * Cag) * g.La, Cag, (int)g.ia[1], (int)g.ia[2], PH, PW,
                             -(int)g.p[1], -(int)g.p[2], g.La, t, nt);
-            dl__cu_tile_cp(gt, gy + ((int64_t)s * g.Cb + grp * Cbg) * Lb, Cbg * Lb, t, nt);
+            dl__cu_tile_cp(gt, gy + ((int64_t)s * g.Cb + grp * Cbg + cb0) * Lb, cbn * Lb, t, nt);
             return;
         }
         for (it = t; it < P * ipp; it += nt) {
@@ -3503,21 +3508,27 @@ static float *dl__cu_wgrad_part(dl__dev *d, float *dw, int64_t nch, int64_t rows
    for the partials: the per-element kernels then may) */
 static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g)
 {
-    const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, rows = g->Cb * Cag * g->K, ipp = Cbg * Cag * g->k[1];
+    const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, rows = g->Cb * Cag * g->K;
     const int64_t PH = (g->ib[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
     const int64_t PW = (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
-    int64_t nch, cs, P, rpp, sh;
+    int64_t nch, cs, P = 1, rpp = 1, sh = 0, CB = 1, nb;
     dl__mark mk;
     float *part;
     dl__cut_wgrad f;
     if (DL__CUI(d)->direct != 1 || !dl__cu_tile_2d(g) || !dl__cu_direct_small(g, n) || g->k[2] > DL__CU_TILE_KW)
         return false;
-    P = (DL__CU_THREADS + ipp - 1) / ipp;
-    if (P > g->ib[1]) P = g->ib[1];
-    rpp = (g->ib[1] + P - 1) / P;
-    P = (g->ib[1] + rpp - 1) / rpp;
-    sh = Cag * PH * PW + Cbg * g->Lb + P * ipp * g->k[2];
-    if (sh > DL__CU_TILE_SH) return false;
+    /* CB output channels a block: the group's in the fewest even shares
+       whose tiles fit (the parts P give about a block's threads of items) */
+    for (nb = 1; nb <= Cbg; nb++) {
+        const int64_t ipp = (CB = (Cbg + nb - 1) / nb) * Cag * g->k[1];
+        P = (DL__CU_THREADS + ipp - 1) / ipp;
+        if (P > g->ib[1]) P = g->ib[1];
+        rpp = (g->ib[1] + P - 1) / P;
+        P = (g->ib[1] + rpp - 1) / rpp;
+        sh = Cag * PH * PW + CB * g->Lb + P * ipp * g->k[2];
+        if (sh <= DL__CU_TILE_SH) break;
+    }
+    if (nb > Cbg) return false;
     nch = n < DL__CU_TILE_CHUNKS ? n : DL__CU_TILE_CHUNKS;
     cs = (n + nch - 1) / nch;
     nch = (n + cs - 1) / cs;
@@ -3526,8 +3537,9 @@ static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float
     part = dl__cu_wgrad_part(d, dw, nch, rows);
     if (!part) return false;
     f.part = part; f.x = DL__CUP(d, x); f.gy = DL__CUP(d, gy); f.g = *g; f.n = (int)n; f.cs = (int)cs;
-    f.P = (int)P; f.rpp = (int)rpp; f.PH = (int)PH; f.PW = (int)PW; f.nblk = nch * G; f.shf = (size_t)sh;
-    f.nt = dl__cu_tile_nt(P * ipp);
+    f.P = (int)P; f.rpp = (int)rpp; f.CB = (int)CB; f.PH = (int)PH; f.PW = (int)PW; f.shf = (size_t)sh;
+    f.nblk = nch * G * f.ncb();
+    f.nt = dl__cu_tile_nt(P * CB * Cag * g->k[1]);
     dl__cu_tile_go(d, "conv tiles (weight grad)", f);
     if (nch > 1) {
         dl__cut_psum ps;

@@ -1533,6 +1533,8 @@ static void test_conv_tiles(void)
         {2, 1, 4, 120, 120, 3, 1, 1, 1, 1, 1, -1, 0, 0, 0, 0}, /* over the shared memory */
         {300, 1, 2, 8, 8, 3, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1},   /* 300 samples: chunks of 2 */
         {2, 4, 4, 10, 10, 3, 1, 1, 1, 4, 1, 1, 0, 1, 1, 1},   /* depthwise */
+        {4, 1, 16, 28, 28, 3, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1},  /* a grayscale stem: the weight's 2 x 8 channels */
+        {2, 3, 16, 32, 32, 3, 1, 1, 1, 1, 1, -1, 0, 1, 0, 1}, /* a CIFAR stem: the weight's 6, 6 and 4 */
     };
     static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
     const int nc = (int)(sizeof cs / sizeof cs[0]);
