@@ -3416,7 +3416,9 @@ struct dl__cut_wgrad {
                         if (q < k2) acc[q] = dl__cu_fadd(acc[q], dl__cu_fmul(gv, xo[q * d2]));
                 }
             }
-            for (q = 0; q < k2; q++) rs[q] = acc[q];
+            DL__CU_UNROLL
+            for (q = 0; q < DL__CU_TILE_KW; q++)
+                if (q < k2) rs[q] = acc[q];
         }
     }
 };
