@@ -613,6 +613,7 @@
        dl_nn_layer_norm           nn.LayerNorm
        dl_nn_batch_norm_options   BatchNorm*d(..., momentum=, eps=)
        dl_nn_layer_norm_eps       LayerNorm(..., eps=)
+       dl_nn_norm_no_affine       BatchNorm*d(..., affine=False), LayerNorm(..., elementwise_affine=False)
        dl_nn_dropout              nn.Dropout
      io: tensorboard
        dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
@@ -1644,10 +1645,17 @@ DL_API dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape normalized_shape);
    module unchanged). Not kept in checkpoints (nor are they in a torch
    state_dict). A capture bakes them in: refused inside one
    (DL_ERR_UNSUPPORTED; a replay runs with the settings it was captured
-   with). affine=False: freeze weight and bias (dl_requires_grad(p,
-   false)) at their 1 and 0. */
+   with). */
 DL_API dl_result dl_nn_batch_norm_options(dl_module *m, float momentum, float eps);
 DL_API dl_result dl_nn_layer_norm_eps(dl_module *m, float eps);
+/* BatchNorm*d(C, affine=False), LayerNorm(shape, elementwise_affine=False):
+   m (a batch or layer norm) loses its weight and bias, as parameters and
+   in its state_dict (so a torch checkpoint of such a model loads, and one
+   saved here loads in torch); it normalizes only (dl_batch_norm's and
+   dl_layer_norm's NULL weight and bias). Before an optimizer is made over
+   m (PyTorch's constructor argument); again on such a module: DL_OK.
+   DL_ERR_ARG for another kind of module, DL_ERR_UNSUPPORTED in a capture. */
+DL_API dl_result dl_nn_norm_no_affine(dl_module *m);
 DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in eval mode */
 
 /* --- io: tensorboard
@@ -16606,6 +16614,41 @@ dl_result dl_nn_layer_norm_eps(dl_module *m, float eps)
         return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
     if (!dl__eps_ok(m->ctx, "dl_nn_layer_norm_eps", eps)) return DL_ERR_ARG;
     ((dl__lnm *)dl_module_state(m))->eps = eps;
+    return DL_OK;
+}
+
+/* m's own tensor `name` out of its list (the tensor itself stays alive:
+   an optimizer made earlier may hold it) */
+static void dl__mod_unregister(dl_module *m, const char *name)
+{
+    int i;
+    for (i = 0; i < m->nt; i++)
+        if (strcmp(m->ts[i].name, name) == 0) {
+            memmove(m->ts + i, m->ts + i + 1, sizeof(dl__mtensor) * (size_t)(m->nt - i - 1));
+            m->nt--;
+            return;
+        }
+}
+
+dl_result dl_nn_norm_no_affine(dl_module *m)
+{
+    const char *op = "dl_nn_norm_no_affine";
+    bool bn = dl__mod_ok(m) && m->forward == dl__bnm_fwd;
+    dl_tensor **w, **b;
+    if (!dl__mod_setting_ok(m, op, bn ? dl__bnm_fwd : dl__lnm_fwd, "dl_nn_batch_norm1d/2d/3d or dl_nn_layer_norm"))
+        return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
+    if (bn) {
+        dl__bnm *s = (dl__bnm *)dl_module_state(m);
+        w = &s->w;
+        b = &s->b;
+    } else {
+        dl__lnm *s = (dl__lnm *)dl_module_state(m);
+        w = &s->w;
+        b = &s->b;
+    }
+    dl__mod_unregister(m, "weight");
+    dl__mod_unregister(m, "bias");
+    *w = *b = NULL;
     return DL_OK;
 }
 dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape shape)

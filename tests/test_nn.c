@@ -734,6 +734,115 @@ static void test_torch_written(void)
     dl_ctx_free(ctx);
 }
 
+/* max |got - want| / (1e-5 + 1e-4 |want|) over n: <= 1 passes (the
+   chain of a conv, two batch norms and a layer norm on 4 samples) */
+static double na_err(const float *got, const float *want, int64_t n)
+{
+    double worst = 0.0;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double r = fabs((double)got[i] - want[i]) / (1e-5 + 1e-4 * fabs((double)want[i]));
+        if (!(r <= worst)) worst = r;   /* (NaN counts) */
+    }
+    return worst;
+}
+
+/* BatchNorm*d(affine=False) and LayerNorm(elementwise_affine=False):
+   dl_nn_norm_no_affine, against PyTorch's model of the same layers
+   (tests/golden/gen_noaffine.py): its state_dict loads strictly, the
+   outputs in eval and train mode, x's gradient and the running mean
+   after a train step are PyTorch's; the norms have no parameters; a file
+   saved here loads back; the refusals. */
+static void test_no_affine(void)
+{
+    dl_ctx *ctx = new_ctx(5);
+    const char *torch_file = "tests/golden/noaffine.safetensors";
+    const grec *gx = g_get("x"), *ge = g_get("eval"), *gg = g_get("gout"), *gt = g_get("train");
+    const grec *ggx = g_get("grad_x"), *grm = g_get("rm1");
+    dl_conv_desc cd = dl_conv_desc_make(1, 0, 1, 1);
+    const dl_named_tensor *ps;
+    dl_module *mods[7], *seq, *bn;
+    dl_tensor *x, *y, *gr = NULL;
+    dl_capture *cap;
+    int k;
+    mods[0] = dl_nn_conv2d(ctx, 1, 3, 3, &cd, true);
+    mods[1] = dl_nn_batch_norm2d(ctx, 3);
+    mods[2] = dl_nn_relu(ctx);
+    mods[3] = dl_nn_flatten(ctx);
+    mods[4] = dl_nn_linear(ctx, 48, 8, true);
+    mods[5] = dl_nn_layer_norm(ctx, DL_SHAPE(8));
+    mods[6] = dl_nn_batch_norm1d(ctx, 8);
+    CHECK(dl_nn_norm_no_affine(mods[1]) == DL_OK && dl_nn_norm_no_affine(mods[5]) == DL_OK &&
+          dl_nn_norm_no_affine(mods[6]) == DL_OK && dl_nn_norm_no_affine(mods[6]) == DL_OK,
+          "no_affine on BatchNorm2d, LayerNorm, BatchNorm1d (twice): %s", dl_error_message(ctx));
+    CHECK(dl_module_named_parameters(mods[1], &ps) == 0 && dl_module_named_parameters(mods[5], &ps) == 0 &&
+          dl_module_named_parameters(mods[6], &ps) == 0, "the norms have no parameters");
+    CHECK(dl_module_get(mods[1], "weight") == NULL && dl_module_get(mods[1], "running_var") != NULL,
+          "BatchNorm2d: no weight, its running_var");
+    dl_clear_error(ctx);
+    seq = dl_nn_sequential(ctx, 7, mods);
+    CHECK(dl_module_named_parameters(seq, &ps) == 4, "the conv's and the linear's 4 parameters");
+    CHECK(dl_load(torch_file, seq, NULL) == DL_OK, "load PyTorch's affine=False state_dict: %s",
+          dl_error_message(ctx));
+    if (gx && ge && gg && gt && ggx && grm) {
+        x = dl_from_array(ctx, DL_SHAPE(4, 1, 6, 6), gx->v);
+        dl_module_train(seq, false);
+        y = dl_module_forward(seq, x);
+        CHECK(y && na_err(th_host(y), ge->v, 32) <= 1.0, "eval output as PyTorch's (%g)",
+              y ? na_err(th_host(y), ge->v, 32) : -1.0);
+        dl_module_train(seq, true);
+        x = dl_requires_grad(x, true);
+        y = dl_module_forward(seq, x);
+        CHECK(y && dl_grad(dl_sum(dl_mul(y, dl_from_array(ctx, DL_SHAPE(4, 8), gg->v)), DL_ALL, false), 1, &x, &gr,
+                           NULL) == DL_OK, "train step: %s", dl_error_message(ctx));
+        CHECK(y && na_err(th_host(y), gt->v, 32) <= 1.0, "train output as PyTorch's");
+        CHECK(gr && na_err(th_host(gr), ggx->v, 144) <= 1.0, "x's gradient as PyTorch's (%g)",
+              gr ? na_err(th_host(gr), ggx->v, 144) : -1.0);
+        CHECK(na_err(th_host(dl_module_get(seq, "6.running_mean")), grm->v, 8) <= 1.0, "running_mean as PyTorch's");
+        dl_step_end(ctx);
+    }
+    /* saved here, loaded into another such model; into a model with the
+       weights, refused by name */
+    CHECK(dl_save(tmp_path("noaffine.safetensors"), seq, NULL) == DL_OK, "save: %s", dl_error_message(ctx));
+    bn = dl_nn_batch_norm2d(ctx, 3);
+    {
+        dl_module *m2[7];
+        dl_module *seq2;
+        m2[0] = dl_nn_conv2d(ctx, 1, 3, 3, &cd, true);
+        m2[1] = bn;
+        m2[2] = dl_nn_relu(ctx);
+        m2[3] = dl_nn_flatten(ctx);
+        m2[4] = dl_nn_linear(ctx, 48, 8, true);
+        m2[5] = dl_nn_layer_norm(ctx, DL_SHAPE(8));
+        m2[6] = dl_nn_batch_norm1d(ctx, 8);
+        dl_nn_norm_no_affine(m2[5]);
+        dl_nn_norm_no_affine(m2[6]);
+        seq2 = dl_nn_sequential(ctx, 7, m2);
+        CHECK(dl_load(torch_file, seq2, NULL) == DL_ERR_FORMAT, "an affine BatchNorm2d refuses the file");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "'1.weight' is missing");
+        CHECK(dl_nn_norm_no_affine(bn) == DL_OK && dl_load(tmp_path("noaffine.safetensors"), seq2, NULL) == DL_OK,
+              "dl.h's file loads into the same layers: %s", dl_error_message(ctx));
+        for (k = 0; k < 2; k++) {
+            const char *nm = k ? "6.running_var" : "1.running_mean";
+            dl_tensor *a = dl_module_get(seq, nm), *b = dl_module_get(seq2, nm);
+            CHECK(a && b && memcmp(th_host(a), th_host(b), sizeof(float) * (size_t)a->numel) == 0, "%s round trip", nm);
+        }
+    }
+    remove(tmp_path("noaffine.safetensors"));
+    /* refusals: another kind of module, NULL, inside a capture */
+    CHECK(dl_nn_norm_no_affine(mods[4]) == DL_ERR_ARG, "Linear refused");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_norm_no_affine: m (a \"Linear\" module) was not made by "
+               "dl_nn_batch_norm1d/2d/3d or dl_nn_layer_norm");
+    CHECK(dl_nn_norm_no_affine(NULL) == DL_ERR_ARG, "NULL refused");
+    bn = dl_nn_batch_norm1d(ctx, 4);
+    cap = dl_capture_begin(ctx);
+    CHECK(cap && dl_nn_norm_no_affine(bn) == DL_ERR_UNSUPPORTED, "refused in a capture");
+    CHECK(dl_module_named_parameters(bn, &ps) == 2, "a refused call leaves the weight and bias");
+    dl_capture_free(cap);
+    dl_clear_error(ctx);
+    dl_ctx_free(ctx);
+}
+
 /* write [u64 hlen][header][data] (hlen_override when nonzero) */
 static void write_st(const char *path, const char *header, const unsigned char *data, size_t dlen,
                      uint64_t hlen_override, size_t cut)
@@ -1367,6 +1476,9 @@ int main(int argc, char **argv)
         test_clip_sched();
         test_torch_written();
     }
+    g_free();
+    if (g_load("tests/golden/noaffine.bin")) test_no_affine();   /* (gen_noaffine.py) */
+    else th_fail++;
     test_optim_misc();
     test_resume();
     test_bad_files();
