@@ -1608,6 +1608,97 @@ static void test_conv_tiles(void)
     dl_set_device(C, dl_cpu());
 }
 
+/* The tiles through dl_conv2d and dl_conv_transpose2d with what a module
+   does not set: per-dim strides, dilations and padding, padding='same'
+   with an even kernel (the extra padding on the right), a 4x2 kernel,
+   groups, conv_transpose's forward (the input gradient's kernel) and its
+   output_padding: mode 1 against mode 2 as above, and the tile launches. */
+typedef struct { dl_tensor *x, *w, *b, *r; dl_conv_desc cd; bool T; } tile_fn_case;
+static dl_tensor *tile_fn_fwd(void *u, bool fused)
+{
+    tile_fn_case *k = (tile_fn_case *)u;
+    (void)fused;
+    return dl_mul(k->T ? dl_conv_transpose2d(k->x, k->w, k->b, &k->cd) : dl_conv2d(k->x, k->w, k->b, &k->cd), k->r);
+}
+static void test_conv_tiles_fn(void)
+{
+    /* x (N, C, H, W), w (4 sizes), transposed, stride (2), padding (2), dilation (2), groups, same,
+       output_padding (2), tile launches */
+    static const int cs[][20] = {
+        {3, 2, 7, 9, 5, 2, 4, 2, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 4},
+        {2, 3, 11, 10, 4, 3, 3, 3, 0, 2, 1, 1, 3, 1, 2, 1, 0, 0, 0, 3},
+        {2, 4, 6, 5, 4, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 0, 0, 0, 4},
+        {2, 3, 5, 5, 3, 2, 3, 3, 1, 2, 2, 0, 0, 1, 1, 1, 0, 1, 1, 3},
+    };
+    static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
+    const int nc = (int)(sizeof cs / sizeof cs[0]);
+    int c;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < nc; c++) {
+        const int *k = cs[c];
+        tile_fn_case u;
+        dl_tensor *in[3], *y;
+        float *hv[3][5];
+        int64_t cnt[5];
+        size_t nops[3], t0, tl[3];
+        int m, j, d;
+        bool ok = true;
+        memset(&u.cd, 0, sizeof u.cd);
+        for (d = 0; d < 2; d++) {
+            u.cd.stride[d] = k[9 + d];
+            u.cd.padding[d] = k[11 + d];
+            u.cd.dilation[d] = k[13 + d];
+            u.cd.output_padding[d] = k[17 + d];
+        }
+        u.cd.groups = k[15];
+        u.cd.padding_same = k[16] != 0;
+        u.T = k[8] != 0;
+        u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(k[0], k[1], k[2], k[3])), true));
+        u.w = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(k[4], k[5], k[6], k[7])), true));
+        u.b = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(u.T ? k[5] * k[15] : k[4])), true));
+        u.r = NULL;
+        y = u.T ? dl_conv_transpose2d(u.x, u.w, u.b, &u.cd) : dl_conv2d(u.x, u.w, u.b, &u.cd);
+        CHECK(y != NULL, "conv tiles fn case %d: %s", c, dl_error_message(C));
+        u.r = y ? dl_keep(dl_randn(C, dl_shape_make(y->ndim, y->shape))) : NULL;
+        in[0] = u.x; in[1] = u.w; in[2] = u.b;
+        for (m = 0; m < 3; m++) {
+            DL__CUI(C->cuda[0])->direct = m ? 1 : 2;
+            t0 = dl__cu_ntiles;
+            ok = u.r && fused_run(tile_fn_fwd, &u, true, 3, in, hv[m], cnt, &nops[m]) && ok;
+            tl[m] = dl__cu_ntiles - t0;
+        }
+        DL__CUI(C->cuda[0])->direct = 1;
+        for (j = 0; j < 4; j++) {
+            CHECK(ok && memcmp(hv[1][j], hv[2][j], sizeof(float) * (size_t)cnt[j]) == 0,
+                  "conv tiles fn case %d: the %s twice, other bits", c, names[j]);
+            if (j == 2 && ok) {
+                double mx = 0.0, scale = 0.0;
+                int64_t e;
+                for (e = 0; e < cnt[j]; e++) {
+                    double dv = fabs((double)hv[0][j][e] - hv[1][j][e]);
+                    if (dv > mx) mx = dv;
+                    if (fabs(hv[0][j][e]) > scale) scale = fabs(hv[0][j][e]);
+                }
+                CHECK(mx <= 1e-5 * (scale + 1.0), "conv tiles fn case %d: the weight's gradient off by %g", c, mx);
+            } else {
+                CHECK(ok && memcmp(hv[0][j], hv[1][j], sizeof(float) * (size_t)cnt[j]) == 0,
+                      "conv tiles fn case %d: the %s: other bits than the per-element kernels'", c, names[j]);
+            }
+        }
+        CHECK(tl[0] == 0 && tl[1] == (size_t)k[19] && tl[2] == (size_t)k[19],
+              "conv tiles fn case %d: %zu, %zu tile launches (%d wanted)", c, tl[1], tl[2], k[19]);
+        for (m = 0; m < 3; m++)
+            for (j = 0; j < 4; j++) free(hv[m][j]);
+        dl_free(u.x);
+        dl_free(u.w);
+        dl_free(u.b);
+        dl_free(u.r);
+        dl_step_end(C);
+    }
+    if (!g_quiet) printf("cuda:0 %-30s %d cases: per-dim, same, 4x2, transposed\n", "conv tiles (functional)", nc);
+    dl_set_device(C, dl_cpu());
+}
+
 typedef struct { dl_module *conv, *seq, *pool; dl_tensor *x; int act; } conv_act_case;
 static dl_tensor *conv_act_fwd(void *u, bool fused)
 {
@@ -1969,6 +2060,7 @@ int main(int argc, char **argv)
     test_colsum();
     test_conv_act();
     test_conv_tiles();
+    test_conv_tiles_fn();
     test_memory();
     test_summary_queue();
     dl_ctx_free(C);
