@@ -3132,25 +3132,26 @@ struct dl__cuf_dconvW {
 };
 
 /* ---- The direct sums in shared memory (DL_CONV_DIRECT=1, the default):
-   where a sample's channels of a group fit in a block's shared memory
-   (DL__CU_TILE_SH floats, with the weights and the partials), a block
-   takes a sample (forward, input gradient) or a chunk of samples (weight
-   gradient): it copies them in once, with the padding written as zeros,
-   then each thread sums for up to 4 channels (and a pooled output's 2x2
-   window: up to 16 sums) out of shared memory, so each value read serves
-   4 to 16 products. The per-element kernels above read x and w from
-   global memory for every product, one sum a thread: on an H200 (ncu,
-   2026-11-28) LeNet's convolutions ran at 0.23-0.61 waves with a long
-   dependent chain a thread, ~490 us of an 800 us step where PyTorch's
-   cuDNN took ~260. The forward and the input gradient add in the
-   per-element kernels' order (ci, then the taps; the padding's products
-   are zeros, which change no sum), so they give the same bits; the
-   weight gradient adds a chunk's samples, then the output rows of a part
-   of them, then the parts, then the chunks (DL__CU_TILE_CHUNKS of them at
-   most, a constant: every GPU adds in the same order). 2-d and 1-d
-   convolutions; the input gradient at stride 1; the weight gradient with
-   kernels at most DL__CU_TILE_KW wide. DL_CONV_DIRECT=2 keeps the
-   per-element kernels (an A/B of the two on one GPU). */
+   a block takes a sample (forward, input gradient) or a chunk of samples
+   (weight gradient), or a band of its output rows where a whole sample's
+   channels of a group do not fit in DL__CU_TILE_SH floats with the
+   weights (and the partials); it copies them in once, with the padding
+   written as zeros, then each thread sums for up to 4 channels (and a
+   pooled output's 2x2 window: up to 16 sums) out of shared memory, so
+   each value read serves 4 to 16 products. The per-element kernels above
+   read x and w from global memory for every product, one sum a thread:
+   on an H200 (ncu, 2026-11-28) LeNet's convolutions ran at 0.23-0.61
+   waves with a long dependent chain a thread, ~490 us of an 800 us step
+   where PyTorch's cuDNN took ~260. The forward and the input gradient add
+   in the per-element kernels' order (ci, then the taps; the padding's
+   products are zeros, which change no sum), so they give the same bits;
+   the weight gradient adds a chunk's samples, then the output rows of a
+   part of a band, then the parts, then the (chunk, band) partials
+   (DL__CU_TILE_CHUNKS chunks at most, a constant: every GPU adds in the
+   same order). 2-d and 1-d convolutions; the input gradient at stride 1;
+   the weight gradient with kernels at most DL__CU_TILE_KW wide.
+   DL_CONV_DIRECT=2 keeps the per-element kernels (an A/B of the two on
+   one GPU). */
 #ifndef DL__CU_TILE_SH
 #define DL__CU_TILE_SH 12288          /* floats: 48 KB, what a block gets without opting in */
 #endif
@@ -3244,40 +3245,42 @@ static bool dl__cu_tile_2d(const dl__cgeom *g)
 }
 
 /* The forward (+ activation; NP 4: + the 2x2 average pool), a block per
-   (sample, group): x's group channels padded, (Cag, PH, PW), then the
-   group's weights (Cbg, Cag, K); an item is up to 4 output channels at
-   one output (NP 1) or pooled output (NP 4: its window's four) */
+   (sample, group, band of R output rows): the rows of x's group channels
+   that the band reads, padded, (Cag, PH, PW), then the group's weights
+   (Cbg, Cag, K); an item is up to 4 output channels at one output (NP 1)
+   or pooled output (NP 4: its window's four; R even) */
 template <int NP>
 struct dl__cut_conv {
-    float *y, *yp; const float *x, *w, *b; dl__cgeom g; int act, nt, PH, PW; int64_t nblk; size_t shf;
+    float *y, *yp; const float *x, *w, *b; dl__cgeom g; int act, nt, PH, PW, R, nbd; int64_t nblk; size_t shf;
     DL__HD int phases(int64_t) const { return 2; }
     DL__HD void run(float *sh, int64_t blk, int p, int t) const
     {
         const int G = (int)g.G, Cag = (int)(g.Ca / G), Cbg = (int)(g.Cb / G), K = (int)g.K, Lb = (int)g.Lb;
         const int k1 = (int)g.k[1], k2 = (int)g.k[2], ib1 = (int)g.ib[1], ib2 = (int)g.ib[2];
         const int s1 = (int)g.s[1], s2 = (int)g.s[2], d1 = (int)g.d[1], d2 = (int)g.d[2];
-        const int s = (int)(blk / G), grp = (int)(blk % G);
-        const int sw = NP == 4 ? ib2 / 2 : ib2, spots = NP == 4 ? ib1 / 2 * sw : ib1 * ib2;
+        const int s = (int)(blk / (G * nbd)), grp = (int)(blk / nbd % G), r0 = (int)(blk % nbd) * R;
+        const int nr = ib1 - r0 < R ? ib1 - r0 : R;   /* the band's output rows */
+        const int sw = NP == 4 ? ib2 / 2 : ib2, spots = NP == 4 ? nr / 2 * sw : nr * ib2;
         const int ntile = (Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT;
         float *xt = sh, *wt = sh + Cag * PH * PW;
         int it;
         if (p == 0) {
             dl__cu_tile_pad(xt, x + ((int64_t)s * g.Ca + grp * Cag) * g.La, Cag, (int)g.ia[1], (int)g.ia[2], PH, PW,
-                            -(int)g.p[1], -(int)g.p[2], g.La, t, nt);
+                            r0 * s1 - (int)g.p[1], -(int)g.p[2], g.La, t, nt);
             dl__cu_tile_cp(wt, w + (int64_t)grp * Cbg * Cag * K, Cbg * Cag * K, t, nt);
             return;
         }
         for (it = t; it < ntile * spots; it += nt) {
             const int co0 = it / spots * DL__CU_TILE_CT, sp = it % spots;
             const int nc = Cbg - co0 < DL__CU_TILE_CT ? Cbg - co0 : DL__CU_TILE_CT;
-            const int o1 = sp / sw * (NP == 4 ? 2 : 1), o2 = sp % sw * (NP == 4 ? 2 : 1);
+            const int l1 = sp / sw * (NP == 4 ? 2 : 1), o2 = sp % sw * (NP == 4 ? 2 : 1), o1 = r0 + l1;
             float acc[DL__CU_TILE_CT][NP];
             int ci, q1, q2, j, e;
             for (j = 0; j < DL__CU_TILE_CT; j++)
                 for (e = 0; e < NP; e++) acc[j][e] = 0.0f;
             for (ci = 0; ci < Cag; ci++)
                 for (q1 = 0; q1 < k1; q1++) {
-                    const float *xr = xt + (ci * PH + o1 * s1 + q1 * d1) * PW + o2 * s2;
+                    const float *xr = xt + (ci * PH + l1 * s1 + q1 * d1) * PW + o2 * s2;
                     const float *wr = wt + ((co0 * Cag + ci) * k1 + q1) * k2;
                     for (q2 = 0; q2 < k2; q2++) {
                         float xv[NP];
@@ -3304,44 +3307,48 @@ struct dl__cut_conv {
                     yo[e / 2 * ib2 + e % 2] = v;
                     sum = dl__cu_fadd(sum, v);
                 }
-                if (NP == 4) yp[((int64_t)s * g.Cb + co) * (Lb / 4) + sp] = dl__cu_fdiv(sum, 4.0f);
+                if (NP == 4) yp[((int64_t)s * g.Cb + co) * (Lb / 4) + o1 / 2 * sw + o2 / 2] = dl__cu_fdiv(sum, 4.0f);
             }
         }
     }
 };
 
 /* The input gradient (and conv_transpose's forward) at stride 1, a block
-   per (sample, group): x (the output side, (n, Cb, ib)) of the group's
-   channels, padded so that every tap reads inside, (Cbg, GH, GW), then
-   the group's weights; an item is up to 4 input channels at one position.
-   y (s, ci, j) = act(sum over co, q (in that order) of x (s, co, j + p -
-   q d) w (co, ci, q), + bias (ci)): at tile row j + (k - 1 - q) d. */
+   per (sample, group, band of R rows of y): x (the output side, (n, Cb,
+   ib)) of the group's channels, padded so that every tap reads inside,
+   (Cbg, GH, GW) for the band's rows, then the group's weights; an item is
+   up to 4 input channels at one position. y (s, ci, j) = act(sum over co,
+   q (in that order) of x (s, co, j + p - q d) w (co, ci, q), + bias (ci)):
+   at tile row j - r0 + (k - 1 - q) d. */
 struct dl__cut_convT {
-    float *y; const float *x, *w, *b; dl__cgeom g; int act, nt, GH, GW; int64_t nblk; size_t shf;
+    float *y; const float *x, *w, *b; dl__cgeom g; int act, nt, GH, GW, R, nbd; int64_t nblk; size_t shf;
     DL__HD int phases(int64_t) const { return 2; }
     DL__HD void run(float *sh, int64_t blk, int p, int t) const
     {
         const int G = (int)g.G, Cag = (int)(g.Ca / G), Cbg = (int)(g.Cb / G), K = (int)g.K, La = (int)g.La;
-        const int k1 = (int)g.k[1], k2 = (int)g.k[2], ia2 = (int)g.ia[2], d1 = (int)g.d[1], d2 = (int)g.d[2];
-        const int s = (int)(blk / G), grp = (int)(blk % G);
+        const int k1 = (int)g.k[1], k2 = (int)g.k[2], ia1 = (int)g.ia[1], ia2 = (int)g.ia[2];
+        const int d1 = (int)g.d[1], d2 = (int)g.d[2];
+        const int s = (int)(blk / (G * nbd)), grp = (int)(blk / nbd % G), r0 = (int)(blk % nbd) * R;
+        const int nr = ia1 - r0 < R ? ia1 - r0 : R, npos = nr * ia2;
         const int ntile = (Cag + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT;
         float *xt = sh, *wt = sh + Cbg * GH * GW;
         int it;
         if (p == 0) {
             dl__cu_tile_pad(xt, x + ((int64_t)s * g.Cb + grp * Cbg) * g.Lb, Cbg, (int)g.ib[1], (int)g.ib[2], GH, GW,
-                            (int)(g.p[1] - (g.k[1] - 1) * g.d[1]), (int)(g.p[2] - (g.k[2] - 1) * g.d[2]), g.Lb, t, nt);
+                            r0 + (int)(g.p[1] - (g.k[1] - 1) * g.d[1]), (int)(g.p[2] - (g.k[2] - 1) * g.d[2]), g.Lb,
+                            t, nt);
             dl__cu_tile_cp(wt, w + (int64_t)grp * Cbg * Cag * K, Cbg * Cag * K, t, nt);
             return;
         }
-        for (it = t; it < ntile * La; it += nt) {
-            const int c0 = it / La * DL__CU_TILE_CT, pos = it % La, j1 = pos / ia2, j2 = pos % ia2;
-            const int nc = Cag - c0 < DL__CU_TILE_CT ? Cag - c0 : DL__CU_TILE_CT;
+        for (it = t; it < ntile * npos; it += nt) {
+            const int c0 = it / npos * DL__CU_TILE_CT, lp = it % npos, l1 = lp / ia2, j2 = lp % ia2;
+            const int pos = (r0 + l1) * ia2 + j2, nc = Cag - c0 < DL__CU_TILE_CT ? Cag - c0 : DL__CU_TILE_CT;
             float acc[DL__CU_TILE_CT];
             int co, q1, q2, j;
             for (j = 0; j < DL__CU_TILE_CT; j++) acc[j] = 0.0f;
             for (co = 0; co < Cbg; co++)
                 for (q1 = 0; q1 < k1; q1++) {
-                    const float *xr = xt + (co * GH + j1 + (k1 - 1 - q1) * d1) * GW + j2 + (k2 - 1) * d2;
+                    const float *xr = xt + (co * GH + l1 + (k1 - 1 - q1) * d1) * GW + j2 + (k2 - 1) * d2;
                     const float *wr = wt + ((co * Cag + c0) * k1 + q1) * k2;
                     for (q2 = 0; q2 < k2; q2++) {
                         float xv = xr[-q2 * d2];
@@ -3358,19 +3365,21 @@ struct dl__cut_convT {
     }
 };
 
-/* The weight gradient's partials, a block per (chunk of cs samples,
-   group, CB of the group's output channels): per sample, x's group
-   channels padded (as the forward's) and gy's CB channels, then each item
-   (part pp of the output rows, co, ci, q1) adds the sample's products to
+/* The weight gradient's partials, a block per (chunk of cs samples, band
+   of RB output rows, group, CB of the group's output channels): per
+   sample, the rows of x's group channels that the band reads, padded (as
+   the forward's), and the band's rows of gy's CB channels, then each item
+   (part pp of the band's rows, co, ci, q1) adds the sample's products to
    its k2 sums (kept in shared memory between samples); then the parts
-   added in order into part (chunk, rows). CB (what fits in shared
-   memory) and P follow from the shapes alone, so does the order. */
+   added in order into part (chunk and band, rows). RB, CB (what fits in
+   shared memory) and P follow from the shapes alone, so does the order. */
 struct dl__cut_wgrad {
-    float *part; const float *x, *gy; dl__cgeom g; int n, cs, P, rpp, CB, nt, PH, PW; int64_t nblk; size_t shf;
+    float *part; const float *x, *gy; dl__cgeom g; int n, cs, P, rpp, CB, RB, nbd, nt, PH, PW; int64_t nblk;
+    size_t shf;
     DL__HD int ncb() const { return ((int)(g.Cb / g.G) + CB - 1) / CB; }
     DL__HD int ns(int64_t blk) const
     {
-        int k = (int)(blk / (g.G * ncb())), e = (k + 1) * cs < n ? (k + 1) * cs : n;
+        int k = (int)(blk / (g.G * ncb() * nbd)), e = (k + 1) * cs < n ? (k + 1) * cs : n;
         return e - k * cs;
     }
     DL__HD int phases(int64_t blk) const { return 2 * ns(blk) + 1; }
@@ -3379,36 +3388,38 @@ struct dl__cut_wgrad {
         const int G = (int)g.G, Cag = (int)(g.Ca / G), Cbg = (int)(g.Cb / G), K = (int)g.K, Lb = (int)g.Lb;
         const int k1 = (int)g.k[1], k2 = (int)g.k[2], ib1 = (int)g.ib[1], ib2 = (int)g.ib[2];
         const int s1 = (int)g.s[1], s2 = (int)g.s[2], d1 = (int)g.d[1], d2 = (int)g.d[2];
-        const int nb = ncb(), k = (int)(blk / (G * nb)), grp = (int)(blk / nb % G), cb0 = (int)(blk % nb) * CB;
-        const int cbn = Cbg - cb0 < CB ? Cbg - cb0 : CB, ipp = cbn * Cag * k1;
+        const int nb = ncb(), cb0 = (int)(blk % nb) * CB, grp = (int)(blk / nb % G);
+        const int band = (int)(blk / (nb * G) % nbd), k = (int)(blk / ((int64_t)nb * G * nbd)), r0 = band * RB;
+        const int cbn = Cbg - cb0 < CB ? Cbg - cb0 : CB, ipp = cbn * Cag * k1, re = r0 + RB < ib1 ? r0 + RB : ib1;
         const int64_t row0 = (int64_t)(grp * Cbg + cb0) * Cag * K;   /* the block's first weight */
-        float *xt = sh, *gt = sh + Cag * PH * PW, *res = gt + CB * Lb;
+        float *xt = sh, *gt = sh + Cag * PH * PW, *res = gt + CB * RB * ib2;
         int it;
         if (p == 2 * ns(blk)) {   /* the parts, in order */
             for (it = t; it < ipp * k2; it += nt) {
                 float v = 0.0f;
                 int q;
                 for (q = 0; q < P; q++) v = dl__cu_fadd(v, res[q * ipp * k2 + it]);
-                part[(int64_t)k * g.Cb * Cag * K + row0 + it] = v;
+                part[((int64_t)k * nbd + band) * g.Cb * Cag * K + row0 + it] = v;
             }
             return;
         }
         if (p % 2 == 0) {
             const int s = k * cs + p / 2;
             dl__cu_tile_pad(xt, x + ((int64_t)s * g.Ca + grp * Cag) * g.La, Cag, (int)g.ia[1], (int)g.ia[2], PH, PW,
-                            -(int)g.p[1], -(int)g.p[2], g.La, t, nt);
-            dl__cu_tile_cp(gt, gy + ((int64_t)s * g.Cb + grp * Cbg + cb0) * Lb, cbn * Lb, t, nt);
+                            r0 * s1 - (int)g.p[1], -(int)g.p[2], g.La, t, nt);
+            dl__cu_tile_pad(gt, gy + ((int64_t)s * g.Cb + grp * Cbg + cb0) * Lb, cbn, ib1, ib2, RB, ib2, r0, 0, Lb, t,
+                            nt);
             return;
         }
         for (it = t; it < P * ipp; it += nt) {
             const int pp = it / ipp, r = it % ipp, q1 = r % k1, ci = r / k1 % Cag, co = r / (k1 * Cag);
-            const int oe = (pp + 1) * rpp < ib1 ? (pp + 1) * rpp : ib1;
+            const int oe = r0 + (pp + 1) * rpp < re ? r0 + (pp + 1) * rpp : re;
             float acc[DL__CU_TILE_KW], *rs = res + (int64_t)it * k2;
             int o1, o2, q;
             DL__CU_UNROLL
             for (q = 0; q < DL__CU_TILE_KW; q++) acc[q] = p == 1 || q >= k2 ? 0.0f : rs[q];
-            for (o1 = pp * rpp; o1 < oe; o1++) {
-                const float *gr = gt + co * Lb + o1 * ib2, *xr = xt + (ci * PH + o1 * s1 + q1 * d1) * PW;
+            for (o1 = r0 + pp * rpp; o1 < oe; o1++) {
+                const float *gr = gt + (co * RB + o1 - r0) * ib2, *xr = xt + (ci * PH + (o1 - r0) * s1 + q1 * d1) * PW;
                 for (o2 = 0; o2 < ib2; o2++) {
                     const float gv = gr[o2], *xo = xr + o2 * s2;
                     DL__CU_UNROLL
@@ -3448,25 +3459,27 @@ struct dl__cut_psum {
 };
 
 /* the tiles' forward or convT (T) (+ act, + the pool into yp); false:
-   they do not take it (the per-element kernels then may) */
+   they do not take it (the per-element kernels then may). Bands of R
+   rows (of y), the most that fit in shared memory (even with the pool). */
 static bool dl__cu_tile_fwd(dl__dev *d, float *y, float *yp, const float *x, const float *w, const float *bias,
                             int64_t n, const dl__cgeom *g, bool T, int act)
 {
     const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, wk = Cbg * Cag * g->K;
-    int64_t PH, PW, sh;
+    const int64_t rows = T ? g->ia[1] : g->ib[1], step = yp ? 2 : 1;
+    int64_t R, PH = 0, PW, sh = 0, nbd, items;
     if (DL__CUI(d)->direct != 1 || !dl__cu_tile_2d(g) || !dl__cu_direct_small(g, n)) return false;
-    if (T) {
-        if (g->s[1] != 1 || g->s[2] != 1 || yp) return false;
-        PH = g->ia[1] + (g->k[1] - 1) * g->d[1];
-        PW = g->ia[2] + (g->k[2] - 1) * g->d[2];
-        sh = Cbg * PH * PW + wk;
-    } else {
-        PH = (g->ib[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
-        PW = (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
-        sh = Cag * PH * PW + wk;
+    if (T && (g->s[1] != 1 || g->s[2] != 1 || yp)) return false;
+    PW = T ? g->ia[2] + (g->k[2] - 1) * g->d[2] : (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
+    for (R = rows - rows % step; R >= step; R -= step) {
+        PH = T ? R + (g->k[1] - 1) * g->d[1] : (R - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
+        sh = (T ? Cbg : Cag) * PH * PW + wk;
+        if (sh <= DL__CU_TILE_SH) break;
     }
-    if (sh > DL__CU_TILE_SH) return false;
+    if (R < step) return false;
     if (!y) return true;   /* (the answer only) */
+    nbd = (rows + R - 1) / R;
+    if (T) items = (Cag + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * R * g->ia[2];
+    else items = (Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * (R / step) * (g->ib[2] / step);
     dl__cu_enter(d);
     y = DL__CUP(d, y);
     x = DL__CUP(d, x);
@@ -3475,20 +3488,19 @@ static bool dl__cu_tile_fwd(dl__dev *d, float *y, float *yp, const float *x, con
     if (T) {
         dl__cut_convT f;
         f.y = y; f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act; f.GH = (int)PH; f.GW = (int)PW;
-        f.nblk = n * G; f.shf = (size_t)sh;
-        f.nt = dl__cu_tile_nt((Cag + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * g->La);
+        f.R = (int)R; f.nbd = (int)nbd; f.nblk = n * G * nbd; f.shf = (size_t)sh; f.nt = dl__cu_tile_nt(items);
         dl__cu_tile_go(d, "conv tiles (transposed)", f);
     } else if (yp) {
         dl__cut_conv<4> f;
         f.y = y; f.yp = DL__CUP(d, yp); f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act;
-        f.PH = (int)PH; f.PW = (int)PW; f.nblk = n * G; f.shf = (size_t)sh;
-        f.nt = dl__cu_tile_nt((Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * (g->Lb / 4));
+        f.PH = (int)PH; f.PW = (int)PW; f.R = (int)R; f.nbd = (int)nbd; f.nblk = n * G * nbd; f.shf = (size_t)sh;
+        f.nt = dl__cu_tile_nt(items);
         dl__cu_tile_go(d, "conv tiles + activation + avg pool", f);
     } else {
         dl__cut_conv<1> f;
         f.y = y; f.yp = NULL; f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act;
-        f.PH = (int)PH; f.PW = (int)PW; f.nblk = n * G; f.shf = (size_t)sh;
-        f.nt = dl__cu_tile_nt((Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT * g->Lb);
+        f.PH = (int)PH; f.PW = (int)PW; f.R = (int)R; f.nbd = (int)nbd; f.nblk = n * G * nbd; f.shf = (size_t)sh;
+        f.nt = dl__cu_tile_nt(items);
         dl__cu_tile_go(d, act < 0 ? "conv tiles" : "conv tiles + activation", f);
     }
     return true;
@@ -3511,41 +3523,48 @@ static float *dl__cu_wgrad_part(dl__dev *d, float *dw, int64_t nch, int64_t rows
 static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g)
 {
     const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, rows = g->Cb * Cag * g->K;
-    const int64_t PH = (g->ib[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
     const int64_t PW = (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
-    int64_t nch, cs, P = 1, rpp = 1, sh = 0, CB = 1, nb;
+    int64_t nch, cs, P = 1, rpp = 1, sh = 0, CB = 1, nb = 1, RB, PH = 1, nbd;
     dl__mark mk;
     float *part;
     dl__cut_wgrad f;
     if (DL__CUI(d)->direct != 1 || !dl__cu_tile_2d(g) || !dl__cu_direct_small(g, n) || g->k[2] > DL__CU_TILE_KW)
         return false;
-    /* CB output channels a block: the group's in the fewest even shares
-       whose tiles fit (the parts P give about a block's threads of items) */
-    for (nb = 1; nb <= Cbg; nb++) {
-        const int64_t ipp = (CB = (Cbg + nb - 1) / nb) * Cag * g->k[1];
-        P = (DL__CU_THREADS + ipp - 1) / ipp;
-        if (P > g->ib[1]) P = g->ib[1];
-        rpp = (g->ib[1] + P - 1) / P;
-        P = (g->ib[1] + rpp - 1) / rpp;
-        sh = Cag * PH * PW + CB * g->Lb + P * ipp * g->k[2];
-        if (sh <= DL__CU_TILE_SH) break;
+    /* bands of RB output rows (all of them, then halves, quarters ...),
+       each with the group's output channels in the fewest even shares
+       (CB) whose tiles fit; the parts P give about a block's threads of
+       items */
+    for (RB = g->ib[1];; RB = (RB + 1) / 2) {
+        PH = (RB - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
+        for (nb = 1; nb <= Cbg; nb++) {
+            const int64_t ipp = (CB = (Cbg + nb - 1) / nb) * Cag * g->k[1];
+            P = (DL__CU_THREADS + ipp - 1) / ipp;
+            if (P > RB) P = RB;
+            rpp = (RB + P - 1) / P;
+            P = (RB + rpp - 1) / rpp;
+            sh = Cag * PH * PW + CB * RB * g->ib[2] + P * ipp * g->k[2];
+            if (sh <= DL__CU_TILE_SH) break;
+        }
+        if (nb <= Cbg || RB == 1) break;
     }
     if (nb > Cbg) return false;
+    nbd = (g->ib[1] + RB - 1) / RB;
     nch = n < DL__CU_TILE_CHUNKS ? n : DL__CU_TILE_CHUNKS;
     cs = (n + nch - 1) / nch;
     nch = (n + cs - 1) / cs;
     dl__cu_enter(d);
     mk = dl__arena_mark(&d->data);
-    part = dl__cu_wgrad_part(d, dw, nch, rows);
+    part = dl__cu_wgrad_part(d, dw, nch * nbd, rows);
     if (!part) return false;
     f.part = part; f.x = DL__CUP(d, x); f.gy = DL__CUP(d, gy); f.g = *g; f.n = (int)n; f.cs = (int)cs;
-    f.P = (int)P; f.rpp = (int)rpp; f.CB = (int)CB; f.PH = (int)PH; f.PW = (int)PW; f.shf = (size_t)sh;
-    f.nblk = nch * G * f.ncb();
+    f.P = (int)P; f.rpp = (int)rpp; f.CB = (int)CB; f.RB = (int)RB; f.nbd = (int)nbd; f.PH = (int)PH;
+    f.PW = (int)PW; f.shf = (size_t)sh; f.nblk = nch * nbd * G * f.ncb();
     f.nt = dl__cu_tile_nt(P * CB * Cag * g->k[1]);
     dl__cu_tile_go(d, "conv tiles (weight grad)", f);
-    if (nch > 1) {
+    if (nch * nbd > 1) {
         dl__cut_psum ps;
-        ps.dw = DL__CUP(d, dw); ps.part = part; ps.rows = (int)rows; ps.cnt = (int)nch; ps.nt = DL__CU_THREADS;
+        ps.dw = DL__CUP(d, dw); ps.part = part; ps.rows = (int)rows; ps.cnt = (int)(nch * nbd);
+        ps.nt = DL__CU_THREADS;
         ps.nblk = (rows + DL__CU_THREADS / 32 - 1) / (DL__CU_THREADS / 32); ps.shf = DL__CU_THREADS;
         dl__cu_tile_go(d, "conv tiles (weight grad sum)", ps);
     }

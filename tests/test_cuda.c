@@ -1508,7 +1508,8 @@ static void test_colsum(void)
    kernel), the weight's close (its own order: chunks of samples, parts of
    the rows) and the same bits twice; and the tiles taken where they fit
    (forward; input gradient at stride 1; weight gradient with kernels at
-   most 8 wide), not where they do not. */
+   most 8 wide; in bands of rows where a whole sample does not), not
+   where they do not. */
 typedef struct { dl_module *seq; dl_tensor *x, *r; } tile_case;
 static dl_tensor *tile_fwd(void *u, bool fused)
 {
@@ -1530,11 +1531,15 @@ static void test_conv_tiles(void)
         {2, 2, 5, 5, 7, 3, 1, 1, 1, 1, 1, 2, 0, 1, 1, 1},     /* 5 channels, 5x7 */
         {3, 2, 3, 0, 50, 5, 1, 2, 1, 1, 1, 0, 0, 1, 1, 1},    /* 1-d */
         {2, 1, 3, 20, 20, 9, 1, 4, 1, 1, 1, -1, 0, 1, 1, 0},  /* 9 wide: the weight's per element */
-        {2, 1, 4, 120, 120, 3, 1, 1, 1, 1, 1, -1, 0, 0, 0, 0}, /* over the shared memory */
+        {2, 1, 4, 120, 120, 3, 1, 1, 1, 1, 1, -1, 0, 1, 1, 1}, /* bands of rows */
         {300, 1, 2, 8, 8, 3, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1},   /* 300 samples: chunks of 2 */
         {2, 4, 4, 10, 10, 3, 1, 1, 1, 4, 1, 1, 0, 1, 1, 1},   /* depthwise */
-        {4, 1, 16, 28, 28, 3, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1},  /* a grayscale stem: the weight's 2 x 8 channels */
-        {2, 3, 16, 32, 32, 3, 1, 1, 1, 1, 1, -1, 0, 1, 0, 1}, /* a CIFAR stem: the weight's 6, 6 and 4 */
+        {4, 1, 16, 28, 28, 3, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1},  /* a grayscale stem: the weight's 2 x 8 channels */
+        {2, 3, 16, 32, 32, 3, 1, 1, 1, 1, 1, -1, 0, 1, 1, 1}, /* a CIFAR stem: the weight's 6, 6 and 4 */
+        {2, 3, 4, 64, 64, 5, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1},   /* bands, pooled */
+        {2, 3, 6, 80, 80, 3, 2, 1, 1, 1, 1, 0, 0, 1, 0, 1},   /* bands, stride 2 */
+        {2, 2, 5, 70, 90, 3, 1, 2, 2, 1, 0, 2, 0, 1, 1, 1},   /* bands, dilation 2, no bias */
+        {2, 1, 2, 0, 20000, 3, 1, 1, 1, 1, 1, -1, 0, 0, 0, 0}, /* 1-d, 20,000 long: over the shared memory */
     };
     static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
     const int nc = (int)(sizeof cs / sizeof cs[0]);
