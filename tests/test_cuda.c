@@ -1510,6 +1510,50 @@ static void test_colsum(void)
    (forward; input gradient at stride 1; weight gradient with kernels at
    most 8 wide; in bands of rows where a whole sample does not), not
    where they do not. */
+
+/* fwd (y * r) and dl_grad of sum in in[0..n-1] (x, w[, b]) three times on
+   cuda:0: per element, tiles, tiles again; the checks above, case c of
+   what, `want` tile launches. Returns the tiles' launches in all. */
+static size_t tile_modes(const char *what, int c, fused_fwd_fn fwd, void *u, int n, dl_tensor **in, size_t want)
+{
+    static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
+    float *hv[3][5];
+    int64_t cnt[5];
+    size_t nops[3], t0, tl[3];
+    int m, j;
+    bool ok = true;
+    for (m = 0; m < 3; m++) {
+        DL__CUI(C->cuda[0])->direct = m ? 1 : 2;
+        t0 = dl__cu_ntiles;
+        ok = fused_run(fwd, u, true, n, in, hv[m], cnt, &nops[m]) && ok;
+        tl[m] = dl__cu_ntiles - t0;
+    }
+    DL__CUI(C->cuda[0])->direct = 1;
+    for (j = 0; j <= n; j++) {
+        CHECK(ok && memcmp(hv[1][j], hv[2][j], sizeof(float) * (size_t)cnt[j]) == 0,
+              "%s case %d: the %s twice, other bits", what, c, names[j]);
+        if (j == 2 && ok) {   /* the weight's gradient: its own order */
+            double mx = 0.0, scale = 0.0;
+            int64_t e;
+            for (e = 0; e < cnt[j]; e++) {
+                double dv = fabs((double)hv[0][j][e] - hv[1][j][e]);
+                if (dv > mx) mx = dv;
+                if (fabs(hv[0][j][e]) > scale) scale = fabs(hv[0][j][e]);
+            }
+            CHECK(mx <= 1e-5 * (scale + 1.0), "%s case %d: the weight's gradient off by %g (scale %g)", what, c, mx,
+                  scale);
+        } else {
+            CHECK(ok && memcmp(hv[0][j], hv[1][j], sizeof(float) * (size_t)cnt[j]) == 0,
+                  "%s case %d: the %s: other bits than the per-element kernels'", what, c, names[j]);
+        }
+    }
+    CHECK(ok && tl[0] == 0 && tl[1] == want && tl[2] == want, "%s case %d: %zu, %zu tile launches (%zu wanted)", what,
+          c, tl[1], tl[2], want);
+    for (m = 0; m < 3; m++)
+        for (j = 0; j <= n; j++) free(hv[m][j]);
+    return tl[1];
+}
+
 typedef struct { dl_module *seq; dl_tensor *x, *r; } tile_case;
 static dl_tensor *tile_fwd(void *u, bool fused)
 {
@@ -1541,10 +1585,8 @@ static void test_conv_tiles(void)
         {2, 2, 5, 70, 90, 3, 1, 2, 2, 1, 0, 2, 0, 1, 1, 1},   /* bands, dilation 2, no bias */
         {2, 1, 2, 0, 20000, 3, 1, 1, 1, 1, 1, -1, 0, 0, 0, 0}, /* 1-d, 20,000 long: over the shared memory */
     };
-    static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
     const int nc = (int)(sizeof cs / sizeof cs[0]);
     int c;
-    if (!C->cuda[0]) dl_set_device(C, dl_cuda(0));
     dl_set_device(C, dl_cuda(0));
     for (c = 0; c < nc; c++) {
         const int *k = cs[c];
@@ -1553,12 +1595,10 @@ static void test_conv_tiles(void)
         dl_module *mods[3];
         const dl_named_tensor *ps;
         dl_tensor *in[3], *y;
-        float *hv[3][5];
-        int64_t cnt[5];
-        size_t nops[3], t0, tl[3];
         tile_case u;
-        int np = 0, nm = 0, m, j;
-        bool ok = true, oned = k[3] == 0;
+        int np, nm = 0;
+        bool oned = k[3] == 0;
+        size_t n;
         mods[nm++] = oned ? dl_nn_conv1d(C, k[1], k[2], k[5], &cd, k[10] != 0)
                           : dl_nn_conv2d(C, k[1], k[2], k[5], &cd, k[10] != 0);
         if (k[11] >= 0) mods[nm++] = k[11] == 0 ? dl_nn_relu(C) : k[11] == 1 ? dl_nn_sigmoid(C) : dl_nn_tanh(C);
@@ -1570,42 +1610,11 @@ static void test_conv_tiles(void)
         u.r = y ? dl_keep(dl_randn(C, dl_shape_make(y->ndim, y->shape))) : NULL;
         np = dl_module_named_parameters(mods[0], &ps);
         in[0] = u.x; in[1] = ps[0].t; in[2] = np > 1 ? ps[1].t : NULL;
-        for (m = 0; m < 3; m++) {   /* per element, tiles, tiles again */
-            DL__CUI(C->cuda[0])->direct = m ? 1 : 2;
-            t0 = dl__cu_ntiles;
-            ok = u.r && fused_run(tile_fwd, &u, true, np + 1, in, hv[m], cnt, &nops[m]) && ok;
-            tl[m] = dl__cu_ntiles - t0;
-        }
-        DL__CUI(C->cuda[0])->direct = 1;
-        for (j = 0; j <= np + 1; j++) {
-            bool same = ok && memcmp(hv[0][j], hv[1][j], sizeof(float) * (size_t)cnt[j]) == 0;
-            bool again = ok && memcmp(hv[1][j], hv[2][j], sizeof(float) * (size_t)cnt[j]) == 0;
-            CHECK(again, "conv tiles case %d: the %s twice, other bits", c, names[j]);
-            if (j == 2 && ok) {   /* the weight's gradient: its own order */
-                double mx = 0.0, scale = 0.0;
-                int64_t e;
-                for (e = 0; e < cnt[j]; e++) {
-                    double dv = fabs((double)hv[0][j][e] - hv[1][j][e]);
-                    if (dv > mx) mx = dv;
-                    if (fabs(hv[0][j][e]) > scale) scale = fabs(hv[0][j][e]);
-                }
-                CHECK(mx <= 1e-5 * (scale + 1.0), "conv tiles case %d: the weight's gradient off by %g (scale %g)",
-                      c, mx, scale);
-            } else {
-                CHECK(same, "conv tiles case %d: the %s: other bits than the per-element kernels'", c, names[j]);
-            }
-        }
         /* the tile launches: forward, x's gradient, w's gradient (+ its sum where there are chunks) */
-        {
-            size_t want = (size_t)(k[13] + k[14]) + (k[15] ? (k[0] > 1 ? 2 : 1) : 0);
-            CHECK(tl[0] == 0 && tl[1] == want && tl[2] == want, "conv tiles case %d: %zu, %zu tile launches (%zu wanted)",
-                  c, tl[1], tl[2], want);
-        }
-        if (!g_quiet)
-            printf("cuda:0 conv tiles case %-2d          %zu tile launches of %zu: output, x's gradient same bits\n",
-                   c, tl[1], nops[1]);
-        for (m = 0; m < 3; m++)
-            for (j = 0; j <= np + 1; j++) free(hv[m][j]);
+        n = u.r ? tile_modes("conv tiles", c, tile_fwd, &u, np + 1, in,
+                             (size_t)(k[13] + k[14]) + (k[15] ? (k[0] > 1 ? 2 : 1) : 0)) : 0;
+        CHECK(u.r != NULL, "conv tiles case %d: %s", c, dl_error_message(C));
+        if (!g_quiet) printf("cuda:0 conv tiles case %-2d          %zu tile launches: output, x's gradient same bits\n", c, n);
         dl_free(u.x);
         dl_free(u.r);
         dl_step_end(C);
@@ -1635,7 +1644,6 @@ static void test_conv_tiles_fn(void)
         {2, 4, 6, 5, 4, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 0, 0, 0, 4},
         {2, 3, 5, 5, 3, 2, 3, 3, 1, 2, 2, 0, 0, 1, 1, 1, 0, 1, 1, 3},
     };
-    static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
     const int nc = (int)(sizeof cs / sizeof cs[0]);
     int c;
     dl_set_device(C, dl_cuda(0));
@@ -1643,11 +1651,7 @@ static void test_conv_tiles_fn(void)
         const int *k = cs[c];
         tile_fn_case u;
         dl_tensor *in[3], *y;
-        float *hv[3][5];
-        int64_t cnt[5];
-        size_t nops[3], t0, tl[3];
-        int m, j, d;
-        bool ok = true;
+        int d;
         memset(&u.cd, 0, sizeof u.cd);
         for (d = 0; d < 2; d++) {
             u.cd.stride[d] = k[9 + d];
@@ -1661,39 +1665,11 @@ static void test_conv_tiles_fn(void)
         u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(k[0], k[1], k[2], k[3])), true));
         u.w = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(k[4], k[5], k[6], k[7])), true));
         u.b = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(u.T ? k[5] * k[15] : k[4])), true));
-        u.r = NULL;
         y = u.T ? dl_conv_transpose2d(u.x, u.w, u.b, &u.cd) : dl_conv2d(u.x, u.w, u.b, &u.cd);
-        CHECK(y != NULL, "conv tiles fn case %d: %s", c, dl_error_message(C));
         u.r = y ? dl_keep(dl_randn(C, dl_shape_make(y->ndim, y->shape))) : NULL;
+        CHECK(u.r != NULL, "conv tiles fn case %d: %s", c, dl_error_message(C));
         in[0] = u.x; in[1] = u.w; in[2] = u.b;
-        for (m = 0; m < 3; m++) {
-            DL__CUI(C->cuda[0])->direct = m ? 1 : 2;
-            t0 = dl__cu_ntiles;
-            ok = u.r && fused_run(tile_fn_fwd, &u, true, 3, in, hv[m], cnt, &nops[m]) && ok;
-            tl[m] = dl__cu_ntiles - t0;
-        }
-        DL__CUI(C->cuda[0])->direct = 1;
-        for (j = 0; j < 4; j++) {
-            CHECK(ok && memcmp(hv[1][j], hv[2][j], sizeof(float) * (size_t)cnt[j]) == 0,
-                  "conv tiles fn case %d: the %s twice, other bits", c, names[j]);
-            if (j == 2 && ok) {
-                double mx = 0.0, scale = 0.0;
-                int64_t e;
-                for (e = 0; e < cnt[j]; e++) {
-                    double dv = fabs((double)hv[0][j][e] - hv[1][j][e]);
-                    if (dv > mx) mx = dv;
-                    if (fabs(hv[0][j][e]) > scale) scale = fabs(hv[0][j][e]);
-                }
-                CHECK(mx <= 1e-5 * (scale + 1.0), "conv tiles fn case %d: the weight's gradient off by %g", c, mx);
-            } else {
-                CHECK(ok && memcmp(hv[0][j], hv[1][j], sizeof(float) * (size_t)cnt[j]) == 0,
-                      "conv tiles fn case %d: the %s: other bits than the per-element kernels'", c, names[j]);
-            }
-        }
-        CHECK(tl[0] == 0 && tl[1] == (size_t)k[19] && tl[2] == (size_t)k[19],
-              "conv tiles fn case %d: %zu, %zu tile launches (%d wanted)", c, tl[1], tl[2], k[19]);
-        for (m = 0; m < 3; m++)
-            for (j = 0; j < 4; j++) free(hv[m][j]);
+        if (u.r) tile_modes("conv tiles fn", c, tile_fn_fwd, &u, 3, in, (size_t)k[19]);
         dl_free(u.x);
         dl_free(u.w);
         dl_free(u.b);
