@@ -3159,6 +3159,15 @@ struct dl__cuf_dconvW {
 #define DL__CU_TILE_KW 8
 #define DL__CU_TILE_CT 4              /* channels a thread */
 
+/* channels an item of C: the fewest items of at most DL__CU_TILE_CT, as
+   even as a fixed size makes them (6: 3 + 3, not 4 + 2); which item sums
+   a channel changes no sum's order */
+static DL__HD inline int dl__cu_tile_ct(int C)
+{
+    int n = (C + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT;
+    return (C + n - 1) / n;
+}
+
 /* A block kernel in phases with barriers between: f.nblk blocks
    (grid-stride), f.nt threads a block (a multiple of 32, at most
    DL__CU_THREADS), f.shf floats of shared memory; block b runs phases
@@ -3261,7 +3270,7 @@ struct dl__cut_conv {
         const int s = (int)(blk / (G * nbd)), grp = (int)(blk / nbd % G), r0 = (int)(blk % nbd) * R;
         const int nr = ib1 - r0 < R ? ib1 - r0 : R;   /* the band's output rows */
         const int sw = NP == 4 ? ib2 / 2 : ib2, spots = NP == 4 ? nr / 2 * sw : nr * ib2;
-        const int ntile = (Cbg + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT;
+        const int ct = dl__cu_tile_ct(Cbg), ntile = (Cbg + ct - 1) / ct;
         float *xt = sh, *wt = sh + Cag * PH * PW;
         int it;
         if (p == 0) {
@@ -3271,8 +3280,7 @@ struct dl__cut_conv {
             return;
         }
         for (it = t; it < ntile * spots; it += nt) {
-            const int co0 = it / spots * DL__CU_TILE_CT, sp = it % spots;
-            const int nc = Cbg - co0 < DL__CU_TILE_CT ? Cbg - co0 : DL__CU_TILE_CT;
+            const int co0 = it / spots * ct, sp = it % spots, nc = Cbg - co0 < ct ? Cbg - co0 : ct;
             const int l1 = sp / sw * (NP == 4 ? 2 : 1), o2 = sp % sw * (NP == 4 ? 2 : 1), o1 = r0 + l1;
             float acc[DL__CU_TILE_CT][NP];
             int ci, q1, q2, j, e;
@@ -3299,9 +3307,11 @@ struct dl__cut_conv {
                             }
                     }
                 }
-            for (j = 0; j < nc; j++) {
+            DL__CU_UNROLL
+            for (j = 0; j < DL__CU_TILE_CT && j < nc; j++) {   /* (unrolled: acc stays in registers) */
                 const int co = grp * Cbg + co0 + j;
                 float *yo = y + ((int64_t)s * g.Cb + co) * Lb + o1 * ib2 + o2, sum = 0.0f;
+                DL__CU_UNROLL
                 for (e = 0; e < NP; e++) {
                     float v = dl__cu_act(act, b ? dl__cu_fadd(acc[j][e], b[co]) : acc[j][e]);
                     yo[e / 2 * ib2 + e % 2] = v;
@@ -3330,7 +3340,7 @@ struct dl__cut_convT {
         const int d1 = (int)g.d[1], d2 = (int)g.d[2];
         const int s = (int)(blk / (G * nbd)), grp = (int)(blk / nbd % G), r0 = (int)(blk % nbd) * R;
         const int nr = ia1 - r0 < R ? ia1 - r0 : R, npos = nr * ia2;
-        const int ntile = (Cag + DL__CU_TILE_CT - 1) / DL__CU_TILE_CT;
+        const int ct = dl__cu_tile_ct(Cag), ntile = (Cag + ct - 1) / ct;
         float *xt = sh, *wt = sh + Cbg * GH * GW;
         int it;
         if (p == 0) {
@@ -3341,8 +3351,8 @@ struct dl__cut_convT {
             return;
         }
         for (it = t; it < ntile * npos; it += nt) {
-            const int c0 = it / npos * DL__CU_TILE_CT, lp = it % npos, l1 = lp / ia2, j2 = lp % ia2;
-            const int pos = (r0 + l1) * ia2 + j2, nc = Cag - c0 < DL__CU_TILE_CT ? Cag - c0 : DL__CU_TILE_CT;
+            const int c0 = it / npos * ct, lp = it % npos, l1 = lp / ia2, j2 = lp % ia2;
+            const int pos = (r0 + l1) * ia2 + j2, nc = Cag - c0 < ct ? Cag - c0 : ct;
             float acc[DL__CU_TILE_CT];
             int co, q1, q2, j;
             for (j = 0; j < DL__CU_TILE_CT; j++) acc[j] = 0.0f;
@@ -3357,7 +3367,8 @@ struct dl__cut_convT {
                             if (j < nc) acc[j] = dl__cu_fadd(acc[j], dl__cu_fmul(xv, wr[j * K + q2]));
                     }
                 }
-            for (j = 0; j < nc; j++) {
+            DL__CU_UNROLL
+            for (j = 0; j < DL__CU_TILE_CT && j < nc; j++) {   /* (unrolled: acc stays in registers) */
                 const int ci = grp * Cag + c0 + j;
                 y[((int64_t)s * g.Ca + ci) * La + pos] = dl__cu_act(act, b ? dl__cu_fadd(acc[j], b[ci]) : acc[j]);
             }
