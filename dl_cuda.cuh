@@ -3247,6 +3247,13 @@ static DL__HD inline void dl__cu_tile_cp(float *dst, const float *src, int n, in
     for (i = t; i < n; i += nt) dst[i] = src[i];
 }
 
+/* input rows (or columns) that n outputs read at stride st through a
+   kernel of k taps at dilation dil, padding included */
+static int64_t dl__cu_tile_span(int64_t n, int64_t st, int64_t k, int64_t dil)
+{
+    return (n - 1) * st + (k - 1) * dil + 1;
+}
+
 /* true where the tiles take this 2-d (or 1-d) geometry */
 static bool dl__cu_tile_2d(const dl__cgeom *g)
 {
@@ -3261,6 +3268,11 @@ static bool dl__cu_tile_2d(const dl__cgeom *g)
 template <int NP>
 struct dl__cut_conv {
     float *y, *yp; const float *x, *w, *b; dl__cgeom g; int act, nt, PH, PW, R, nbd; int64_t nblk; size_t shf;
+    dl__cut_conv() {}
+    template <int M>
+    explicit dl__cut_conv(const dl__cut_conv<M> &o)   /* the same launch with the other NP */
+        : y(o.y), yp(o.yp), x(o.x), w(o.w), b(o.b), g(o.g), act(o.act), nt(o.nt), PH(o.PH), PW(o.PW), R(o.R),
+          nbd(o.nbd), nblk(o.nblk), shf(o.shf) {}
     DL__HD int phases(int64_t) const { return 2; }
     DL__HD void run(float *sh, int64_t blk, int p, int t) const
     {
@@ -3480,9 +3492,9 @@ static bool dl__cu_tile_fwd(dl__dev *d, float *y, float *yp, const float *x, con
     int64_t R, PH = 0, PW, sh = 0, nbd, items;
     if (DL__CUI(d)->direct != 1 || !dl__cu_tile_2d(g) || !dl__cu_direct_small(g, n)) return false;
     if (T && (g->s[1] != 1 || g->s[2] != 1 || yp)) return false;
-    PW = T ? g->ia[2] + (g->k[2] - 1) * g->d[2] : (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
+    PW = T ? dl__cu_tile_span(g->ia[2], 1, g->k[2], g->d[2]) : dl__cu_tile_span(g->ib[2], g->s[2], g->k[2], g->d[2]);
     for (R = rows - rows % step; R >= step; R -= step) {
-        PH = T ? R + (g->k[1] - 1) * g->d[1] : (R - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
+        PH = T ? dl__cu_tile_span(R, 1, g->k[1], g->d[1]) : dl__cu_tile_span(R, g->s[1], g->k[1], g->d[1]);
         sh = (T ? Cbg : Cag) * PH * PW + wk;
         if (sh <= DL__CU_TILE_SH) break;
     }
@@ -3501,18 +3513,13 @@ static bool dl__cu_tile_fwd(dl__dev *d, float *y, float *yp, const float *x, con
         f.y = y; f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act; f.GH = (int)PH; f.GW = (int)PW;
         f.R = (int)R; f.nbd = (int)nbd; f.nblk = n * G * nbd; f.shf = (size_t)sh; f.nt = dl__cu_tile_nt(items);
         dl__cu_tile_go(d, "conv tiles (transposed)", f);
-    } else if (yp) {
-        dl__cut_conv<4> f;
-        f.y = y; f.yp = DL__CUP(d, yp); f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act;
-        f.PH = (int)PH; f.PW = (int)PW; f.R = (int)R; f.nbd = (int)nbd; f.nblk = n * G * nbd; f.shf = (size_t)sh;
-        f.nt = dl__cu_tile_nt(items);
-        dl__cu_tile_go(d, "conv tiles + activation + avg pool", f);
     } else {
-        dl__cut_conv<1> f;
-        f.y = y; f.yp = NULL; f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act;
+        dl__cut_conv<1> f;   /* (the fields dl__cut_conv<4> has too) */
+        f.y = y; f.yp = yp ? DL__CUP(d, yp) : NULL; f.x = x; f.w = w; f.b = bias; f.g = *g; f.act = act;
         f.PH = (int)PH; f.PW = (int)PW; f.R = (int)R; f.nbd = (int)nbd; f.nblk = n * G * nbd; f.shf = (size_t)sh;
         f.nt = dl__cu_tile_nt(items);
-        dl__cu_tile_go(d, act < 0 ? "conv tiles" : "conv tiles + activation", f);
+        if (yp) dl__cu_tile_go(d, "conv tiles + activation + avg pool", dl__cut_conv<4>(f));
+        else dl__cu_tile_go(d, act < 0 ? "conv tiles" : "conv tiles + activation", f);
     }
     return true;
 }
@@ -3534,7 +3541,7 @@ static float *dl__cu_wgrad_part(dl__dev *d, float *dw, int64_t nch, int64_t rows
 static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g)
 {
     const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, rows = g->Cb * Cag * g->K;
-    const int64_t PW = (g->ib[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
+    const int64_t PW = dl__cu_tile_span(g->ib[2], g->s[2], g->k[2], g->d[2]);
     int64_t nch, cs, P = 1, rpp = 1, sh = 0, CB = 1, nb = 1, RB, PH = 1, nbd;
     dl__mark mk;
     float *part;
@@ -3546,7 +3553,7 @@ static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float
        (CB) whose tiles fit; the parts P give about a block's threads of
        items */
     for (RB = g->ib[1];; RB = (RB + 1) / 2) {
-        PH = (RB - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
+        PH = dl__cu_tile_span(RB, g->s[1], g->k[1], g->d[1]);
         for (nb = 1; nb <= Cbg; nb++) {
             const int64_t ipp = (CB = (Cbg + nb - 1) / nb) * Cag * g->k[1];
             P = (DL__CU_THREADS + ipp - 1) / ipp;
