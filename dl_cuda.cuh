@@ -2022,9 +2022,40 @@ static void dl__cuda_set_tf32(dl__dev *d, bool matmul, bool conv)
  * Softmax
  * ========================================================================= */
 
+/* A line of at most this many: read into registers first, all in flight
+   (an unrolled loop of constant indexes), then the same arithmetic from
+   there. The loop below reads, compares and adds element by element, one
+   trip to memory after another where nvcc cannot unroll a loop of unknown
+   length around exp() (the class loss of 10 classes: 30 reads a thread,
+   each waiting for the last). */
+#define DL__CU_SMR 16
+
 /* one (outer, inner) line of n, the CPU's loop exactly */
 struct dl__cuf_softmax {
     bool log; float *y; const float *x; int64_t n, inner;
+    /* the same, its n <= DL__CU_SMR values read first */
+    DL__HD void regs(float *yp, const float *xp) const
+    {
+        float v[DL__CU_SMR], m = -INFINITY;
+        double s = 0;
+        int k;
+        DL__CU_UNROLL
+        for (k = 0; k < DL__CU_SMR; k++) v[k] = k < n ? xp[k * inner] : -INFINITY;
+        DL__CU_UNROLL
+        for (k = 0; k < DL__CU_SMR; k++) if (k < n && v[k] > m) m = v[k];
+        if (m == -INFINITY) m = 0;
+        DL__CU_UNROLL
+        for (k = 0; k < DL__CU_SMR; k++) if (k < n) s = dl__cu_dadd(s, exp((double)(v[k] - m)));
+        if (log) {
+            float ls = (float)::log(s);
+            DL__CU_UNROLL
+            for (k = 0; k < DL__CU_SMR; k++) if (k < n) yp[k * inner] = dl__cu_fsub(dl__cu_fsub(v[k], m), ls);
+        } else {
+            float inv = (float)(1.0 / s);
+            DL__CU_UNROLL
+            for (k = 0; k < DL__CU_SMR; k++) if (k < n) yp[k * inner] = dl__cu_fmul(expf(v[k] - m), inv);
+        }
+    }
     DL__HD void operator()(int64_t j) const
     {
         int64_t o = j / inner, i = j - o * inner, k;
@@ -2032,6 +2063,10 @@ struct dl__cuf_softmax {
         float *yp = y + o * n * inner + i;
         float m = -INFINITY;
         double s = 0;
+        if (n <= DL__CU_SMR) {
+            regs(yp, xp);
+            return;
+        }
         for (k = 0; k < n; k++) if (xp[k * inner] > m) m = xp[k * inner];
         if (m == -INFINITY) m = 0;
         for (k = 0; k < n; k++) s = dl__cu_dadd(s, exp((double)(xp[k * inner] - m)));
