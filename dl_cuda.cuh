@@ -232,6 +232,17 @@ typedef struct dl__cuimpl {
 /* emulated devices: -1 = read DL_CUDA_EMULATE at the first use */
 static int dl__cu_emu = -1;
 
+/* A test's switch (tests/test_cuda.c): an emulated device runs the
+   elements of a launch, the blocks of a block kernel and the threads of
+   each of its phases last to first. A GPU keeps no order among them, so
+   work that leans on one (a thread reading what another wrote since the
+   last barrier, two threads writing one place) gives other bits then.
+   (Every emulated block kernel's shared memory also starts as NaNs: a
+   read of what the block did not write shows.) */
+static bool dl__cu_emu_rev;
+/* element i of n in the emulated order */
+static inline int64_t dl__cu_emu_at(int64_t i, int64_t n) { return dl__cu_emu_rev ? n - 1 - i : i; }
+
 static int dl__cu_emu_count(void)
 {
     if (dl__cu_emu < 0) {
@@ -672,7 +683,7 @@ static void dl__cu_emu_each(const void *f, int64_t n)
 {
     const F *g = (const F *)f;
     int64_t i;
-    for (i = 0; i < n; i++) (*g)((I)i);
+    for (i = 0; i < n; i++) (*g)((I)dl__cu_emu_at(i, n));
 }
 
 /* An emulated device inside a capture: f(i), i in [0, n), is recorded (a
@@ -724,7 +735,7 @@ static void dl__cu_run(dl__dev *d, const char *name, int64_t n, const F &f)
     if (m->emulate) {
         int64_t i;
         if (m->cap) { dl__cu_record<I, F>(d, n, f); return; }
-        for (i = 0; i < n; i++) f((I)i);
+        for (i = 0; i < n; i++) f((I)dl__cu_emu_at(i, n));
         return;
     }
     dl__cu_each<I, F><<<dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, m->stream>>>((I)n, f);
@@ -738,8 +749,8 @@ struct dl__cuh_fin {
     void operator()(int64_t) const
     {
         int64_t i;
-        for (i = 0; i < n; i++) f((I)i);
-        for (i = 0; i < nfin; i++) fin(i);
+        for (i = 0; i < n; i++) f((I)dl__cu_emu_at(i, n));
+        for (i = 0; i < nfin; i++) fin(dl__cu_emu_at(i, nfin));
     }
 };
 
@@ -1366,14 +1377,19 @@ struct dl__cuh_colsum {
     {
         float tile[DL__CU_TROWS][32];   /* (32 KB of the host thread's stack, as the block's shared memory) */
         double s[32];
-        I c0, k0;
-        int t;
-        for (c0 = 0; c0 < f.ncol; c0 += 32) {
+        I c0, k0, nb = (f.ncol + 31) / 32, b;
+        int t, i;
+        for (b = 0; b < nb; b++) {
+            c0 = (I)dl__cu_emu_at(b, nb) * 32;
             for (t = 0; t < 32; t++) s[t] = 0.0;
+            for (t = 0; t < DL__CU_TROWS * 32; t++) tile[t / 32][t % 32] = NAN;
             for (k0 = 0; k0 < f.r; k0 += DL__CU_TROWS) {
                 I kn = f.r - k0 < (I)DL__CU_TROWS ? f.r - k0 : (I)DL__CU_TROWS;
-                for (t = 0; t < DL__CU_THREADS; t++) f.load(tile, c0, k0, kn, t);
-                for (t = 0; t < 32; t++) f.add(tile, c0, kn, t, &s[t]);
+                for (i = 0; i < DL__CU_THREADS; i++) f.load(tile, c0, k0, kn, (int)dl__cu_emu_at(i, DL__CU_THREADS));
+                for (i = 0; i < 32; i++) {
+                    t = (int)dl__cu_emu_at(i, 32);
+                    f.add(tile, c0, kn, t, &s[t]);
+                }
             }
             for (t = 0; t < 32 && c0 + (I)t < f.ncol; t++) f.y[c0 + t] = (float)s[t];
         }
@@ -3229,11 +3245,14 @@ struct dl__cuh_tile {
     void operator()(int64_t) const
     {
         float sh[DL__CU_TILE_SH];   /* (48 KB of the host thread's stack, as the block's shared memory) */
-        int64_t b;
+        int64_t b, i;
         int p, t;
-        for (b = 0; b < f.nblk; b++)
+        for (i = 0; i < f.nblk; i++) {
+            b = dl__cu_emu_at(i, f.nblk);
+            for (t = 0; t < DL__CU_TILE_SH; t++) sh[t] = NAN;
             for (p = 0; p < f.phases(b); p++)
-                for (t = 0; t < f.nt; t++) f.run(sh, b, p, t);
+                for (t = 0; t < f.nt; t++) f.run(sh, b, p, (int)dl__cu_emu_at(t, f.nt));
+        }
     }
 };
 
@@ -4501,14 +4520,19 @@ struct dl__cuh_bnpart {
     void operator()(int64_t) const
     {
         double va[DL__CU_THREADS], vb[DL__CU_THREADS];
-        I j, t;
+        I j, t, i, q;
         int64_t c;
-        for (j = 0; j < jobs; j++) {
-            for (t = 0; t < DL__CU_THREADS; t++) p.sums(j, t, (I)DL__CU_THREADS, &va[t], &vb[t]);
+        for (i = 0; i < jobs; i++) {
+            j = (I)dl__cu_emu_at(i, jobs);
+            for (t = 0; t < DL__CU_THREADS; t++) va[t] = vb[t] = NAN;
+            for (q = 0; q < DL__CU_THREADS; q++) {
+                t = (I)dl__cu_emu_at(q, DL__CU_THREADS);
+                p.sums(j, t, (I)DL__CU_THREADS, &va[t], &vb[t]);
+            }
             part[2 * j] = dl__cu_tree256(va);
             part[2 * j + 1] = dl__cu_tree256(vb);
         }
-        for (c = 0; c < C; c++) fin(c);
+        for (c = 0; c < C; c++) fin(dl__cu_emu_at(c, C));
     }
 };
 

@@ -18,7 +18,9 @@
       of 2 elements and LeNet-BN's and the ResNets' sizes; the convolution
       cases both weight-gradient paths (per-sample partials, reordered
       gradient), 1x1 convolutions (no im2col), chunks and one sample.
-      The same cases run twice give the same bits (determinism).
+      The same cases run twice give the same bits (determinism); on an
+      emulated device every case runs again with its threads and blocks
+      last to first and shared memory starting as NaNs: the same bits.
    2. TF32, per call site: dl_set_allow_tf32 (matrix products) and
       dl_set_allow_tf32_conv (convolutions) each within 1e-2 of the CPU while
       the other stays exact (the emulated device rounds the operands of the
@@ -572,6 +574,48 @@ static void test_determinism(void)
     }
     DL__CUI(C->cuda[0])->direct = true;
     dl_set_device(C, dl_cpu());
+}
+
+/* On an emulated device: every case of the matrix (forward and every
+   gradient) run again with the elements of each launch, the blocks of each
+   block kernel and the threads of each of its phases last to first
+   (dl__cu_emu_rev), the block kernels' shared memory starting as NaNs:
+   the same bits. A GPU keeps no order among threads and blocks; work that
+   leaned on the emulator's (a thread reading what another wrote since the
+   last barrier, two threads writing one place, a read of shared memory
+   that the block did not write) would differ here before it ever ran on
+   one. */
+static void test_emulated_order(void)
+{
+    size_t c;
+    int n = 0;
+    if (dl__cu_emu_count() <= 0) return;   /* (a GPU keeps an order of its own) */
+    dl_set_device(C, dl_cuda(0));   /* opens it */
+    for (c = 0; c < NALL; c++) {
+        opcase oc;
+        char name[96];
+        float *host[3];
+        result r0, r1;
+        bool same, i2c = case_im2col(c, &oc, name, sizeof name);
+        int j;
+        DL__CUI(C->cuda[0])->direct = !i2c;
+        optable_inputs(&oc, host);
+        run_on(&oc, dl_cuda(0), host, &r0);
+        dl__cu_emu_rev = true;
+        run_on(&oc, dl_cuda(0), host, &r1);
+        dl__cu_emu_rev = false;
+        same = r0.ok && r1.ok && r0.k == r1.k;
+        for (j = 0; same && j < r0.k; j++)
+            same = r0.n[j] == r1.n[j] && memcmp(r0.v[j], r1.v[j], sizeof(float) * (size_t)r0.n[j]) == 0;
+        CHECK(same, "%s: the emulated cuda:0 gives other bits with its threads and blocks last to first", oc.name);
+        n++;
+        free_result(&r0);
+        free_result(&r1);
+        for (j = 0; j < oc.nin; j++) free(host[j]);
+    }
+    DL__CUI(C->cuda[0])->direct = true;
+    dl_set_device(C, dl_cpu());
+    if (!g_quiet) printf("cuda:0 %d cases with threads and blocks last to first: compared\n", n);
 }
 
 /* ------------------------------------------------------------------ errors */
@@ -1516,27 +1560,33 @@ static void test_colsum(void)
    most 8 wide; in bands of rows where a whole sample does not), not
    where they do not. */
 
-/* fwd (y * r) and dl_grad of sum in in[0..n-1] (x, w[, b]) three times on
-   cuda:0: per element, tiles, tiles again; the checks above, case c of
-   what, `want` tile launches. Returns the tiles' launches in all. */
+/* fwd (y * r) and dl_grad of sum in in[0..n-1] (x, w[, b]) four times on
+   cuda:0: per element, tiles, tiles again, and tiles with an emulated
+   device's threads and blocks last to first (the same bits: no thread
+   leans on another's writes between barriers); the checks above, case c
+   of what, `want` tile launches. Returns the tiles' launches in all. */
 static size_t tile_modes(const char *what, int c, fused_fwd_fn fwd, void *u, int n, dl_tensor **in, size_t want)
 {
     static const char *const names[4] = {"output", "x's gradient", "weight's gradient", "bias's gradient"};
-    float *hv[3][5];
+    float *hv[4][5];
     int64_t cnt[5];
-    size_t nops[3], t0, tl[3];
+    size_t nops[4], t0, tl[4];
     int m, j;
     bool ok = true;
-    for (m = 0; m < 3; m++) {
+    for (m = 0; m < 4; m++) {   /* per element, tiles, tiles again (captured), tiles last to first */
         DL__CUI(C->cuda[0])->direct = m ? 1 : 2;
+        dl__cu_emu_rev = m == 3;   /* (an emulated device's order: test_emulated_order) */
         t0 = dl__cu_ntiles;
         ok = fused_run(fwd, u, true, n, in, hv[m], cnt, &nops[m]) && ok;
         tl[m] = dl__cu_ntiles - t0;
     }
+    dl__cu_emu_rev = false;
     DL__CUI(C->cuda[0])->direct = 1;
     for (j = 0; j <= n; j++) {
         CHECK(ok && memcmp(hv[1][j], hv[2][j], sizeof(float) * (size_t)cnt[j]) == 0,
               "%s case %d: the %s twice, other bits", what, c, names[j]);
+        CHECK(ok && memcmp(hv[1][j], hv[3][j], sizeof(float) * (size_t)cnt[j]) == 0,
+              "%s case %d: the %s, threads and blocks last to first: other bits", what, c, names[j]);
         if (j == 2 && ok) {   /* the weight's gradient: its own order */
             double mx = 0.0, scale = 0.0;
             int64_t e;
@@ -1554,7 +1604,7 @@ static size_t tile_modes(const char *what, int c, fused_fwd_fn fwd, void *u, int
     }
     CHECK(ok && tl[0] == 0 && tl[1] == want && tl[2] == want, "%s case %d: %zu, %zu tile launches (%zu wanted)", what,
           c, tl[1], tl[2], want);
-    for (m = 0; m < 3; m++)
+    for (m = 0; m < 4; m++)
         for (j = 0; j <= n; j++) free(hv[m][j]);
     return tl[1];
 }
@@ -2030,6 +2080,7 @@ int main(int argc, char **argv)
     test_random();
     test_divider();
     test_determinism();
+    test_emulated_order();
     test_tf32();
     test_errors();
     test_transfers();
