@@ -3308,6 +3308,19 @@ static int64_t dl__cu_tile_span(int64_t n, int64_t st, int64_t k, int64_t dil)
     return (n - 1) * st + (k - 1) * dil + 1;
 }
 
+/* the weight gradient's tile rows of w floats lie w apart, or w + 1 where
+   w is even. A warp's threads read the rows of a kernel's taps down a
+   column (x) and of its output channels (gy) at the same time, and rows an
+   even number apart share banks of shared memory: at d2l LeNet's padded
+   32, x's 5 taps fell in one bank, 5 reads one after another (a model of
+   the 32 banks over a warp's addresses, LeNet's and LeNet-BN's layers:
+   x's reads from up to 8-way conflicts to at most 2-way, gy's from up to
+   5-way to at most 2-way; not measured on a GPU). The
+   forward's pooled reads fare better at the plain width (d2l LeNet's
+   conv2: 3-way there, 5 at 15), so it keeps it. The extra column is
+   written and never read. */
+static int64_t dl__cu_tile_rs(int64_t w) { return w % 2 ? w : w + 1; }
+
 /* true where the tiles take this 2-d (or 1-d) geometry */
 static bool dl__cu_tile_2d(const dl__cgeom *g)
 {
@@ -3449,9 +3462,10 @@ struct dl__cut_convT {
    (part pp of the band's rows, co, ci, q1) adds the sample's products to
    its k2 sums (kept in shared memory between samples); then the parts
    added in order into part (chunk and band, rows). RB, CB (what fits in
-   shared memory) and P follow from the shapes alone, so does the order. */
+   shared memory) and P follow from the shapes alone, so does the order.
+   Tile rows lie PW and GW floats apart (odd: dl__cu_tile_rs). */
 struct dl__cut_wgrad {
-    float *part; const float *x, *gy; dl__cgeom g; int n, cs, P, rpp, CB, RB, nbd, nt, PH, PW; int64_t nblk;
+    float *part; const float *x, *gy; dl__cgeom g; int n, cs, P, rpp, CB, RB, nbd, nt, PH, PW, GW; int64_t nblk;
     size_t shf;
     DL__HD int ncb() const { return ((int)(g.Cb / g.G) + CB - 1) / CB; }
     DL__HD int ns(int64_t blk) const
@@ -3469,7 +3483,7 @@ struct dl__cut_wgrad {
         const int band = (int)(blk / (nb * G) % nbd), k = (int)(blk / ((int64_t)nb * G * nbd)), r0 = band * RB;
         const int cbn = Cbg - cb0 < CB ? Cbg - cb0 : CB, ipp = cbn * Cag * k1, re = r0 + RB < ib1 ? r0 + RB : ib1;
         const int64_t row0 = (int64_t)(grp * Cbg + cb0) * Cag * K;   /* the block's first weight */
-        float *xt = sh, *gt = sh + Cag * PH * PW, *res = gt + CB * RB * ib2;
+        float *xt = sh, *gt = sh + Cag * PH * PW, *res = gt + CB * RB * GW;
         int it;
         if (p == 2 * ns(blk)) {   /* the parts, in order */
             for (it = t; it < ipp * k2; it += nt) {
@@ -3484,7 +3498,7 @@ struct dl__cut_wgrad {
             const int s = k * cs + p / 2;
             dl__cu_tile_pad(xt, x + ((int64_t)s * g.Ca + grp * Cag) * g.La, Cag, (int)g.ia[1], (int)g.ia[2], PH, PW,
                             r0 * s1 - (int)g.p[1], -(int)g.p[2], g.La, t, nt);
-            dl__cu_tile_pad(gt, gy + ((int64_t)s * g.Cb + grp * Cbg + cb0) * Lb, cbn, ib1, ib2, RB, ib2, r0, 0, Lb, t,
+            dl__cu_tile_pad(gt, gy + ((int64_t)s * g.Cb + grp * Cbg + cb0) * Lb, cbn, ib1, ib2, RB, GW, r0, 0, Lb, t,
                             nt);
             return;
         }
@@ -3496,7 +3510,7 @@ struct dl__cut_wgrad {
             DL__CU_UNROLL
             for (q = 0; q < DL__CU_TILE_KW; q++) acc[q] = p == 1 || q >= k2 ? 0.0f : rs[q];
             for (o1 = r0 + pp * rpp; o1 < oe; o1++) {
-                const float *gr = gt + (co * RB + o1 - r0) * ib2, *xr = xt + (ci * PH + (o1 - r0) * s1 + q1 * d1) * PW;
+                const float *gr = gt + (co * RB + o1 - r0) * GW, *xr = xt + (ci * PH + (o1 - r0) * s1 + q1 * d1) * PW;
                 for (o2 = 0; o2 < ib2; o2++) {
                     const float gv = gr[o2], *xo = xr + o2 * s2;
                     DL__CU_UNROLL
@@ -3595,7 +3609,8 @@ static float *dl__cu_wgrad_part(dl__dev *d, float *dw, int64_t nch, int64_t rows
 static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float *gy, int64_t n, const dl__cgeom *g)
 {
     const int64_t G = g->G, Cag = g->Ca / G, Cbg = g->Cb / G, rows = g->Cb * Cag * g->K;
-    const int64_t PW = dl__cu_tile_span(g->ib[2], g->s[2], g->k[2], g->d[2]);
+    const int64_t PW = dl__cu_tile_rs(dl__cu_tile_span(g->ib[2], g->s[2], g->k[2], g->d[2]));
+    const int64_t GW = dl__cu_tile_rs(g->ib[2]);
     int64_t nch, cs, P = 1, rpp = 1, sh = 0, CB = 1, nb = 1, RB, PH = 1, nbd;
     dl__mark mk;
     float *part;
@@ -3614,7 +3629,7 @@ static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float
             if (P > RB) P = RB;
             rpp = (RB + P - 1) / P;
             P = (RB + rpp - 1) / rpp;
-            sh = Cag * PH * PW + CB * RB * g->ib[2] + P * ipp * g->k[2];
+            sh = Cag * PH * PW + CB * RB * GW + P * ipp * g->k[2];
             if (sh <= DL__CU_TILE_SH) break;
         }
         if (nb <= Cbg || RB == 1) break;
@@ -3630,7 +3645,7 @@ static bool dl__cu_tile_wgrad(dl__dev *d, float *dw, const float *x, const float
     if (!part) return false;
     f.part = part; f.x = DL__CUP(d, x); f.gy = DL__CUP(d, gy); f.g = *g; f.n = (int)n; f.cs = (int)cs;
     f.P = (int)P; f.rpp = (int)rpp; f.CB = (int)CB; f.RB = (int)RB; f.nbd = (int)nbd; f.PH = (int)PH;
-    f.PW = (int)PW; f.shf = (size_t)sh; f.nblk = nch * nbd * G * f.ncb();
+    f.PW = (int)PW; f.GW = (int)GW; f.shf = (size_t)sh; f.nblk = nch * nbd * G * f.ncb();
     f.nt = dl__cu_tile_nt(P * CB * Cag * g->k[1]);
     dl__cu_tile_go(d, "conv tiles (weight grad)", f);
     if (nch * nbd > 1) {
