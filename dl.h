@@ -90,6 +90,10 @@
        creation order and accumulates gradients into leaves' ->grad, then
        releases the graph (retain_graph keeps it). Backward rules are written
        with dl.h's own ops, so create_graph gives gradients of gradients.
+       As in PyTorch, the masks of relu's, leaky_relu's, abs's and max
+       pooling's backwards are functions of their input with a zero
+       derivative (a second derivative through them alone is zeros), those
+       of clamp, max and maximum constants (refused there, as in PyTorch).
        A tensor's storage has a version (torch's t._version) that every
        in-place write through the API bumps: dl_write, dl_fill_, dl_copy_,
        zero_grad, optimizer steps, dl_init_*, dl_load, the collectives, batch
@@ -11822,7 +11826,9 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     }
     if (!out->requires_grad) {
         dl__err(ctx, DL_ERR_GRAPH, "%s: out %s does not require grad: no input was marked with "
-                "dl_requires_grad(), or it was computed under dl_no_grad_begin()", name, dl__sh(out));
+                "dl_requires_grad(), it was computed under dl_no_grad_begin(), or it depends on them only "
+                "through comparisons (a first gradient of clamp, max or maximum: their masks have no "
+                "derivative, as in PyTorch)", name, dl__sh(out));
         return DL_ERR_GRAPH;
     }
     if (desc && desc->grad) {
@@ -12178,7 +12184,27 @@ static dl_tensor *dl__mask(dl_tensor *x, int kop, float a, float b)
     return x ? dl__unary("mask", NULL, kop, x, a, b) : NULL;
 }
 
+/* A backward's mask whose derivative is zero, recorded as such under
+   create_graph (x requires grad): PyTorch's relu, leaky_relu and abs
+   backwards (threshold_backward, leaky_relu_backward, sgn) are functions
+   of x with a zero derivative, so a gradient taken through the mask alone
+   (the second derivative of a ReLU net in its input) is zeros there, not
+   "does not require grad". dl__mask's masks stay constants: a loss's
+   branches, and clamp's and max's backwards, whose masks are booleans in
+   PyTorch too (it refuses those second derivatives as dl.h does). */
 #define DL__X (n->in[0])
+static dl_result dl__mask0_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    (void)g;
+    gin[0] = dl_zeros_like(DL__X);
+    return DL_OK;
+}
+static const dl__op dl__op_mask0 = {"mask", dl__mask0_bwd, 0, 0};   /* (reads x's shape only) */
+static dl_tensor *dl__mask0(dl_tensor *x, int kop, float a, float b)
+{
+    return x ? dl__unary("mask", &dl__op_mask0, kop, x, a, b) : NULL;
+}
+
 #define DL__Y (n->out)
 
 /* y = -x;  dx = -g */
@@ -12190,7 +12216,7 @@ static dl_result dl__log_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0
 /* y = sqrt(x);  dx = g / (2 y) */
 static dl_result dl__sqrt_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_div(g, dl_mul_scalar(DL__Y, 2.0f)); return DL_OK; }
 /* y = |x|;  dx = g * sign(x) */
-static dl_result dl__abs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_SIGN, 0, 0)); return DL_OK; }
+static dl_result dl__abs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask0(DL__X, DL__U_SIGN, 0, 0)); return DL_OK; }
 /* y = erf(x);  dx = g * 2/sqrt(pi) * exp(-x^2) */
 static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
@@ -12212,7 +12238,7 @@ static dl_tensor *dl__bmask(dl_tensor *a, dl_tensor *b, int kop);
 static dl_tensor *dl__act_grad(dl_tensor *g, dl_tensor *t, int act)
 {
     if (dl__grad_on(g->ctx_)) {
-        if (act == DL__U_RELU) return dl__mmul(g, dl__mask(t, DL__U_NLE, 0, 0));
+        if (act == DL__U_RELU) return dl__mmul(g, dl__mask0(t, DL__U_NLE, 0, 0));
         if (act == DL__U_SIGMOID) return dl_mul(g, dl_mul(t, dl_rsub_scalar(t, 1.0f)));
         return dl_mul(g, dl_rsub_scalar(dl_mul(t, t), 1.0f));
     }
@@ -12225,7 +12251,7 @@ static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
-static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask(DL__X, DL__U_LEAKY_MASK, n->f[0], 0)); return DL_OK; }
+static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask0(DL__X, DL__U_LEAKY_MASK, n->f[0], 0)); return DL_OK; }
 static dl_result dl__sigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     gin[0] = dl__act_grad(g, DL__Y, DL__U_SIGMOID);
@@ -13579,7 +13605,7 @@ static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
-static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape);
+static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape, dl_tensor *x);
 static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};   /* + ReLU: reads its output */
 /* relu(batch_norm(x) + r): in[3] = r, whose gradient is the ReLU's masked g */
@@ -13596,7 +13622,7 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__grad_on(x->ctx_)) {   /* the ReLU's backward as dl__relu_bwd's, from its output */
         if (relu && !(g = dl__act_grad(g, n->out, DL__U_RELU))) return x->ctx_->err;
         /* (pooled: masked where the pool took it, then unpooled: the same values) */
-        if (pool && !(g = dl__unpool(g, n->saved[2], x->ndim, x->shape))) return x->ctx_->err;
+        if (pool && !(g = dl__unpool(g, n->saved[2], x->ndim, x->shape, NULL))) return x->ctx_->err;
         if (add && dl__need(n, 3)) gin[3] = g;
         return dl__bn_bwd_graph(n, g, gin);
     }
@@ -15246,32 +15272,37 @@ static void dl__pgeom_make(dl__pgeom *g, int nsp, const int64_t *ia, const int64
 }
 
 /* --- max pooling: y = x[idx];  dx = unpool(g, idx);  unpool's backward: gather */
-static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape);
+static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape, dl_tensor *x);
 static dl_tensor *dl__pool_gather(dl_tensor *x, dl_tensor *idx);
 
+/* (under create_graph the unpool also takes x, with a zero derivative:
+   PyTorch's max_pool backward is a function of its input, so a gradient
+   through it alone is zeros, as with dl__mask0) */
 static dl_result dl__maxpool_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape);
+    gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape, n->in[0]);
     return DL_OK;
 }
 static dl_result dl__unpool_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     gin[0] = dl__pool_gather(g, n->saved[0]);
+    if (n->nin > 1 && dl__need(n, 1)) gin[1] = dl_zeros_like(n->in[1]);
     return DL_OK;
 }
 static dl_result dl__gather_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape);
+    gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape, NULL);
     return DL_OK;
 }
 static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd, 0, 0};
 static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd, 0, 0};
 static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd, 0, 0};
 
-/* g (N,C,ob...) scattered to (N,C,ia...) at idx (N,C,ob...) */
-static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape)
+/* g (N,C,ob...) scattered to (N,C,ia...) at idx (N,C,ob...); x: the
+   pool's input, recorded as a second input (zero derivative), or NULL */
+static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape, dl_tensor *x)
 {
-    dl_tensor *y;
+    dl_tensor *y, *in[2];
     dl__node *n;
     int64_t planes;
     if (!g || !idx) return NULL;
@@ -15282,7 +15313,9 @@ static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64
         DL__BE(g)->unpool(g->dev_, (float *)y->data, (const float *)g->data,
                           (const int64_t *)idx->data, planes, y->numel / planes,
                           planes ? g->numel / planes : 0);
-    if (dl__record(y, &dl__op_unpool, 1, &g, &n) < 0) return NULL;
+    in[0] = g;
+    in[1] = x;
+    if (dl__record(y, &dl__op_unpool, x ? 2 : 1, in, &n) < 0) return NULL;
     if (n) { n->saved[0] = idx; n->nsaved = 1; }
     return dl__done(y, "dl_max_pool_backward");
 }

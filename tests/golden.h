@@ -291,7 +291,7 @@ static G_UNUSED const grec *g_find(long lo, long hi, const char *prefix, const c
 static G_UNUSED int g_is_input(const char *f)
 {
     return strcmp(f, "params") && strcmp(f, "gout") && strcmp(f, "out") && strncmp(f, "grad_", 5) &&
-           strncmp(f, "v_", 2) && strncmp(f, "hv_", 3) && strncmp(f, "after_", 6);
+           strncmp(f, "v_", 2) && strncmp(f, "hv_", 3) && strncmp(f, "after_", 6) && strcmp(f, "greq");
 }
 
 /* cases with double backward; records of in-place updates checked */
@@ -396,6 +396,17 @@ static G_UNUSED void g_case(long lo, long hi, int *ncases)
     }
     if (!dd) return;
     g_n_dd++;
+    {
+        /* greq (where the file has it): which first gradients carry history
+           in PyTorch (torch.autograd.grad(..., create_graph=True)
+           .requires_grad), so which second derivatives exist there */
+        const grec *greq = g_find(lo, hi, "", "greq");
+        for (k = 0; greq && k < nreq && k < greq->numel; k++) {
+            bool want = greq->v[k] != 0.0f, got = grads[k] && grads[k]->requires_grad;
+            CHECK(got == want, "%s: the first gradient of input %d %s history, PyTorch's %s", cname, k,
+                  got ? "carries" : "carries no", want ? "does" : "does not");
+        }
+    }
     {
         dl_tensor *s2 = NULL;
         dl_result rc;

@@ -1370,6 +1370,13 @@ int main(int argc, char **argv)
         CHECK(ncases > 120, "expected more than 120 cases in %s, found %d", path, ncases);
         g_free_recs();
     }
+    if (argc <= 1 && !g_load("tests/golden/masks_pool.bin")) {   /* gen_masks.py: max pooling's second derivative */
+        CHECK(0, "loading the golden file tests/golden/masks_pool.bin");
+    } else if (argc <= 1) {
+        ncases = g_run_cases();
+        CHECK(ncases == 1, "expected 1 case in tests/golden/masks_pool.bin, found %d", ncases);
+        g_free_recs();
+    }
     s1_paths();
     i2c_paths();
     wg_paths(2);

@@ -166,6 +166,23 @@ static void test_autograd(void)
     }
     CHECK(at(x->grad, 0) == 0.0f, "dl_grad must not touch ->grad");
 
+    /* second derivatives through masks, as PyTorch (tests/golden/gen_masks.py):
+       relu's first gradient carries history (zero derivative), clamp's none */
+    memset(&bd, 0, sizeof bd);
+    bd.create_graph = true;
+    y = dl_sum(dl_mul(dl_relu(x), dl_relu(x)), DL_ALL, false);   /* d2 = 2 where x > 0 */
+    CHECK(dl_grad(y, 1, &x, g, &bd) == DL_OK && g[0] && g[0]->requires_grad, "relu^2: first gradient");
+    CHECK(dl_grad(dl_sum(g[0], DL_ALL, false), 1, &x, g, NULL) == DL_OK && g[0] && at(g[0], 1) == 2.0f,
+          "relu^2: second derivative 2: %s", dl_error_message(ctx));
+    y = dl_sum(dl_relu(x), DL_ALL, false);
+    CHECK(dl_grad(y, 1, &x, g, &bd) == DL_OK && g[0] && g[0]->requires_grad, "relu: first gradient has history");
+    CHECK(dl_grad(dl_sum(g[0], DL_ALL, false), 1, &x, g, NULL) == DL_OK && g[0] && at(g[0], 0) == 0.0f &&
+              at(g[0], 2) == 0.0f, "relu: second derivative zeros: %s", dl_error_message(ctx));
+    y = dl_sum(dl_clamp(x, 0.0f, 2.5f), DL_ALL, false);
+    CHECK(dl_grad(y, 1, &x, g, &bd) == DL_OK && g[0] && !g[0]->requires_grad, "clamp: first gradient, no history");
+    CHECK(dl_grad(dl_sum(g[0], DL_ALL, false), 1, &x, g, NULL) == DL_ERR_GRAPH, "clamp: second derivative refused");
+    EXPECT_ERR(ctx, DL_ERR_GRAPH, "only through comparisons (a first gradient of clamp, max or maximum");
+
     /* gradient of a non-leaf target */
     {
         dl_tensor *h = dl_mul_scalar(x, 3.0f);

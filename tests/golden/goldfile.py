@@ -19,12 +19,13 @@ def randn(*s):
     return torch.randn(tuple(s), dtype=torch.float32)
 
 
-def record_grads(name, out, req, reqf, dd=False, gout=None, v=None):
+def record_grads(name, out, req, reqf, dd=False, gout=None, v=None, greq=False):
     """Records what the C runner (tests/golden.h) checks for one case: gout
     (random unless given), v_<f> when dd (random unless given), then out,
     grad_<f> = d out/d req[i] under gout, and hv_<f>, the Hessian-vector
     product d/d req of sum_i grad_i . v_i. A gradient that does not exist is
-    recorded as zeros."""
+    recorded as zeros. greq (with dd): also greq, 1 or 0 per input, whether
+    its first gradient carries history (requires_grad)."""
     grads = hv = None
     if req:
         if gout is None:
@@ -43,6 +44,9 @@ def record_grads(name, out, req, reqf, dd=False, gout=None, v=None):
                     continue
                 term = (g * vi).sum()
                 s2 = term if s2 is None else s2 + term
+            if greq:
+                rec(name + "/greq", torch.tensor([1.0 if g is not None and g.requires_grad else 0.0
+                                                  for g in grads]))
             if s2 is None:
                 hv = [None] * len(req)
             else:
