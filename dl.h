@@ -980,7 +980,7 @@ DL_API dl_tensor *dl_sub_scalar(dl_tensor *a, float s);
 DL_API dl_tensor *dl_mul_scalar(dl_tensor *a, float s);
 DL_API dl_tensor *dl_div_scalar(dl_tensor *a, float s);
 DL_API dl_tensor *dl_rsub_scalar(dl_tensor *a, float s);     /* s - a */
-DL_API dl_tensor *dl_pow(dl_tensor *a, float exponent);
+DL_API dl_tensor *dl_pow(dl_tensor *a, float exponent);   /* gradient p a^(p-1), p - 1 in double */
 DL_API dl_tensor *dl_neg(dl_tensor *a);
 DL_API dl_tensor *dl_exp(dl_tensor *a);
 DL_API dl_tensor *dl_log(dl_tensor *a);
@@ -3750,7 +3750,8 @@ static DL__HD inline float dl__siluf(float x)
     X(SILU, dl__siluf(x)) \
     X(TANH, tanhf(x)) \
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
-    X(POW, a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
+    X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) : /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
+           a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
            a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a)) /* (torch's rsqrt at -0, -inf) */ \
     X(CLAMP, x < a ? a : (x > b ? b : x)) \
     X(AFFINE, DL__MUL_RN(a, x) + b) \
@@ -12272,13 +12273,20 @@ static dl_result dl__gelu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_add(cdf, dl_mul(x, pdf)));
     return DL_OK;
 }
-/* y = x^p;  dx = g * p * x^(p-1)   (p = 0: dx = 0) */
+/* y = x^p;  dx = g * p * x^(p-1)   (p = 0: dx = 0). p is f[0] + f[1]:
+   p - 1 is taken in double (PyTorch's Scalar exponent) and passed as a
+   float and what the float could not hold, the kernel's pow then in
+   double. In float, p - 1 rounds to -1 for |p| < 6e-8 (a finite gradient
+   at negative x, PyTorch's NaN) and to p for |p| > 2^24 (at x = -1 the
+   other sign). Where p - 1 is a float, f[1] is 0: the float kernel. */
+static dl_tensor *dl__pow2(dl_tensor *x, float hi, float lo);
 static dl_result dl__pow_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    float p = n->f[0];
-    if (p == 0.0f) gin[0] = dl_mul_scalar(g, 0.0f);
-    else if (p == 1.0f) gin[0] = g;
-    else gin[0] = dl_mul(g, dl_mul_scalar(dl_pow(DL__X, p - 1.0f), p));
+    double p = (double)n->f[0] + (double)n->f[1], e = p - 1.0;
+    float hi = (float)e, lo = (float)(e - (double)hi);
+    if (p == 0.0) gin[0] = dl_mul_scalar(g, 0.0f);
+    else if (p == 1.0) gin[0] = g;
+    else gin[0] = dl_mul(g, dl_mul_scalar(dl__pow2(DL__X, hi, lo), (float)p));
     return DL_OK;
 }
 /* y = a x + b;  dx = a g */
@@ -12323,6 +12331,8 @@ dl_tensor *dl_gelu(dl_tensor *a) { return dl__unary("dl_gelu", &dl__op_gelu, DL_
 dl_tensor *dl_silu(dl_tensor *a) { return dl__unary("dl_silu", &dl__op_silu, DL__U_SILU, a, 0, 0); }
 dl_tensor *dl_leaky_relu(dl_tensor *a, float s) { return dl__unary("dl_leaky_relu", &dl__op_leaky, DL__U_LEAKY, a, s, 0); }
 dl_tensor *dl_pow(dl_tensor *a, float p) { return dl__unary("dl_pow", &dl__op_pow, DL__U_POW, a, p, 0); }
+/* x^(hi + lo), the sum in double (dl__pow_bwd) */
+static dl_tensor *dl__pow2(dl_tensor *x, float hi, float lo) { return dl__unary("dl_pow", &dl__op_pow, DL__U_POW, x, hi, lo); }
 dl_tensor *dl_add_scalar(dl_tensor *a, float s) { return dl__unary("dl_add_scalar", &dl__op_affine, DL__U_AFFINE, a, 1.0f, s); }
 dl_tensor *dl_sub_scalar(dl_tensor *a, float s) { return dl__unary("dl_sub_scalar", &dl__op_affine, DL__U_AFFINE, a, 1.0f, -s); }
 /* (b = -0: x s + -0 is x s for every x, -0 included; + 0 would turn -0 into +0) */

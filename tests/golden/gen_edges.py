@@ -4,7 +4,8 @@ ops, read by tests/test_golden.c in the format and case layout of gen.py
 (see its docstring): ties in max/min over one dim (torch.amax splits the
 gradient evenly) and torch.max(x, dim) with its indices, 0-d tensors in
 reductions, softmax and argmax, ReLU's gradient at NaN, clamp's at its
-bounds. A NaN in a record must be NaN in dl.h's result.
+bounds, pow's gradient where p - 1 is no float. A NaN in a record must be NaN in
+dl.h's result.
 
 Run from the repository root:   python3 tests/golden/gen_edges.py [out.bin]
 (default output: tests/golden/edges.bin). Deterministic:
@@ -93,6 +94,17 @@ case("relu/nan", edge, torch.relu, [])
 for cname, lo, hi in (("bounds", 0.0, 1.0), ("eq", 1.0, 1.0), ("lo", 0.0, float("inf")),
                       ("hi", float("-inf"), 1.0)):
     case("clamp/" + cname, edge, lambda t, lo=lo, hi=hi: torch.clamp(t, lo, hi), [lo, hi])
+
+# pow's gradient p x^(p-1) with p - 1 in double (PyTorch's Scalar): for
+# |p| > 2^24, p - 1 in float would round to p (the other sign at x = -1);
+# for |p| < 6e-8, to -1 (finite at negative x where PyTorch gives NaN);
+# p = 0.3, whose p - 1 needs more than a float's bits. params [p], p a float32.
+for cname, pv, xs in (("p2e25", 2.0 ** 25, [-1.0, 1.0, -0.5, 0.5, -0.999, 0.999]),
+                      ("ptiny", 1e-9, [-2.0, -0.5, 0.5, 2.0]),
+                      ("mtiny", -1e-9, [-2.0, -0.5, 0.5, 2.0]),
+                      ("p03", 0.3, [0.5, 1.5, 2.0, 3.0])):
+    pf = float(torch.tensor(pv, dtype=torch.float32))
+    case("pow/" + cname, torch.tensor(xs), lambda t, pf=pf: torch.pow(t, pf), [pf])
 
 
 def main():
