@@ -1236,7 +1236,10 @@ DL_API dl_tensor *dl_huber_loss(dl_tensor *input, dl_tensor *target, const dl_lo
    p in [0,1] */
 DL_API dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_desc *d);
 /* -w (pw y log sigmoid(x) + (1-y) log(1 - sigmoid(x))), computed stably as
-   (1-y) x + (1 + (pw-1) y) softplus(-x): finite for any |x|. */
+   PyTorch does, (1-y) x + (1 + (pw-1) y) softplus(-x): finite for finite x;
+   at x = +-inf the infinities and NaNs of PyTorch's (+inf at x = +inf for
+   y < 1, NaN at x = -inf), but for the target's gradient at x = -inf with
+   a pos_weight <= 1: NaN here, +inf in PyTorch's fused rule. */
 DL_API dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, const dl_loss_desc *d);
 /* KL divergence of log-probabilities `input` from `target` (probabilities,
    or log-probabilities with log_target): target (log target - input),
@@ -3733,6 +3736,15 @@ static DL__HD inline float dl__siluf(float x)
     return (x >= 0 ? x : x * e) / (1.0f + e);
 }
 
+/* softplus(-x) = -log_sigmoid(x) = max(-x, 0) + log1p(exp(-|x|)), finite
+   where it can be (0 at x = +inf), and bce_with_logits' loss in PyTorch's
+   form, (1 - y) x - log_sigmoid(x): +inf at x = +inf (y < 1), NaN at
+   x = -inf (y < 1) and at y = 1, x = +-inf, as PyTorch's. (The form
+   max(x, 0) - x y + log1p(exp(-|x|)) gave NaN at x = +inf and +inf at
+   x = -inf; for finite x it is the same sum, rounded otherwise.) */
+static DL__HD inline float dl__softplus_negf(float x) { return (x < 0 ? -x : 0.0f) + log1pf(expf(-fabsf(x))); }
+static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN(1.0f - y, x) + dl__softplus_negf(x); }
+
 /* Elementwise math: one expression per op, used by every backend (CPU loops
    here, CUDA kernels in dl_cuda.cuh), so a device adds launches, not math.
    x is the input, a and b the op's scalar attributes. */
@@ -3750,6 +3762,7 @@ static DL__HD inline float dl__siluf(float x)
     X(SILU, dl__siluf(x)) \
     X(TANH, tanhf(x)) \
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
+    X(SOFTPLUSN, dl__softplus_negf(x)) /* softplus(-x): bce_with_logits with pos_weight */ \
     X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) : /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
            a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
            a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a)) /* (torch's rsqrt at -0, -inf) */ \
@@ -6735,8 +6748,7 @@ static void dl__nn_bce_task(void *arg, int64_t lo, int64_t hi)
     const dl__nn_bce_args *u = (const dl__nn_bce_args *)arg;
     int64_t i;
     for (i = lo; i < hi; i++) {
-        float x = u->x[i];
-        u->out[i] = (x > 0 ? x : 0.0f) - x * u->y[i] + log1pf(expf(-fabsf(x)));
+        u->out[i] = dl__bce_logitsf(u->x[i], u->y[i]);
     }
 }
 
@@ -14428,7 +14440,7 @@ dl_tensor *dl_binary_cross_entropy(dl_tensor *p, dl_tensor *y, const dl_loss_des
     return dl__end(p->ctx_, dl__nn_reduce(l, d->reduction), op);
 }
 
-/* l = max(x,0) - x y + log(1 + exp(-|x|));  dx = g (sigmoid(x) - y), dy = -g x */
+/* l = (1 - y) x - log_sigmoid(x) (dl__bce_logitsf);  dx = g (sigmoid(x) - y), dy = -g x */
 static dl_result dl__nn_bce_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     if (dl__need(n, 0)) gin[0] = dl_mul(g, dl_sub(dl_sigmoid(n->in[0]), n->in[1]));
@@ -14452,8 +14464,14 @@ static dl_tensor *dl__bce_logits_raw(dl_tensor *x, dl_tensor *y)
     if (dl__record(l, &dl__op_nn_bce, 2, in, &n) < 0) return NULL;
     return dl__check(l, op);
 }
-/* s = softplus(-x) = bce_logits(x, 1) (the fused stable kernel below);
-   l = (1-y) x + (1 + (pw-1) y) s */
+/* s = softplus(-x) = -log_sigmoid(x), ds = -sigmoid(-x) g;
+   l = (1-y) x + (1 + (pw-1) y) s (PyTorch's form) */
+static dl_result dl__softplusn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    gin[0] = dl_neg(dl_mul(g, dl_sigmoid(dl_neg(n->in[0]))));
+    return DL_OK;
+}
+static const dl__op dl__op_softplusn = {"dl_binary_cross_entropy_with_logits", dl__softplusn_bwd, 1, 0};
 
 dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, const dl_loss_desc *d)
 {
@@ -14465,7 +14483,7 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, const
     if (d->pos_weight && !dl__nn_bcast_to(op, "pos_weight", d->pos_weight, x)) return NULL;
     if (!d->pos_weight) l = dl__bce_logits_raw(x, y);
     else {
-        dl_tensor *s = dl__bce_logits_raw(x, dl_ones_like(x));
+        dl_tensor *s = dl__unary(op, &dl__op_softplusn, DL__U_SOFTPLUSN, x, 0.0f, 0.0f);
         l = dl_add(dl_mul(dl_rsub_scalar(y, 1.0f), x),
                    dl_mul(dl_add_scalar(dl_mul(dl_sub_scalar(d->pos_weight, 1.0f), y), 1.0f), s));
     }

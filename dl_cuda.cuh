@@ -2467,8 +2467,7 @@ struct dl__cuf_bce {
     float *out; const float *x, *y;
     DL__HD void operator()(int64_t i) const
     {
-        float v = x[i];
-        out[i] = dl__cu_fadd(dl__cu_fsub(v > 0 ? v : 0.0f, dl__cu_fmul(v, y[i])), log1pf(expf(-fabsf(v))));
+        out[i] = dl__bce_logitsf(x[i], y[i]);
     }
 };
 

@@ -191,6 +191,21 @@ kl_case("zeros_sum", (3, 4), "sum", False, zeros=3)
 kl_case("zeros_none", (3, 4), "none", False, zeros=4)
 
 
+# infinite logits, per element: PyTorch's form (1 - y) x - log_sigmoid(x) gives
+# +inf at x = +inf (y < 1) and NaN at x = -inf or at y = 1, x = +-inf; with
+# pos_weight (> 1 here: at x = -inf and pos_weight <= 1 the target's gradient
+# is NaN in dl.h's composite, +inf in PyTorch's fused rule)
+INF = float("inf")
+xi = torch.tensor([[INF, -INF, INF, -INF, INF, -INF, 3.0, -3.0, 0.0]] * 2)
+yi = torch.tensor([[0.5, 0.5, 0.0, 0.0, 1.0, 1.0, 0.5, 0.25, 1.0], [0.0, 1.0, 0.5, 0.75, 0.0, 1.0, 1.0, 0.0, 0.5]])
+case("bce_logits/inf_none", [("x", xi), ("y", yi)],
+     lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction="none"), [float(RED["none"])], ["x", "y"])
+pwi = torch.tensor([2.0, 1.5, 3.0, 1.5, 2.0, 2.0, 0.5, 4.0, 1.25])
+case("bce_logits/inf_pw_none", [("x", xi), ("y", yi), ("pw", pwi)],
+     lambda x, y, pw: F.binary_cross_entropy_with_logits(x, y, pos_weight=pw, reduction="none"),
+     [float(RED["none"])], ["x", "y"])
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/losses.bin"
     goldfile.write(path, goldfile.RECORDS)
