@@ -1257,10 +1257,10 @@ DL_API dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_d
    gives an unbatched result. Output sizes follow torch.nn.functional
    exactly (floor division; ceil_mode as PyTorch: the last window must start
    inside the input or the left padding). An output size below 1 is an
-   error, as torch's "Output size is too small" (one torch quirk differs:
-   its batched conv_transpose1d returns an empty tensor for a size of
-   exactly 0, where its 2-d, 3-d and unbatched forms refuse it, as dl.h
-   does for all). All of them are differentiable to
+   error, as torch's "Output size is too small", but for PyTorch's one
+   exception: a batched transposed convolution at a size of exactly 0
+   returns an empty (N, OC, ...) tensor, whose inputs' gradients are
+   zeros (unbatched, it refuses). All of them are differentiable to
    any order (their backward rules are written with these same ops). */
 
 #define DL_MAX_SPATIAL 3
@@ -15084,13 +15084,44 @@ static int64_t dl__floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-
 
 /* act >= 0 (DL__U_RELU, SIGMOID, TANH; not transposed): that activation of
    the result, fused where the backend can (dl__conv_run) */
+/* A batched transposed convolution whose output has a spatial size of 0
+   (PyTorch returns an empty (N, OC, out...) tensor there; unbatched, and
+   at sizes below 0, it refuses): nothing to compute, and each input's
+   gradient is zeros */
+static dl_result dl__empty_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int j;
+    (void)g;
+    for (j = 0; j < n->nin; j++) if (dl__need(n, j)) gin[j] = dl_zeros_like(n->in[j]);
+    return DL_OK;
+}
+static const dl__op dl__op_convT_empty = {"dl_conv_transpose", dl__empty_bwd, 0, 0};   /* (reads shapes only) */
+static dl_tensor *dl__convT_empty(const char *name, dl_tensor *x, dl_tensor *w, dl_tensor *b, int64_t OC,
+                                  int nsp, const int64_t *out)
+{
+    int64_t sh[2 + DL_MAX_SPATIAL];
+    dl_tensor *y, *in[3];
+    dl__node *n;
+    int i;
+    sh[0] = x->shape[0];
+    sh[1] = OC;
+    for (i = 0; i < nsp; i++) sh[2 + i] = out[i];
+    y = dl__new(x->dev_, name, 2 + nsp, sh);
+    if (!y) return NULL;
+    in[0] = x;
+    in[1] = w;
+    in[2] = b;
+    if (dl__record(y, &dl__op_convT_empty, b ? 3 : 2, in, &n) < 0) return NULL;
+    return y;
+}
+
 static dl_tensor *dl__conv_api(const char *name, int nsp, bool transposed, dl_tensor *x,
                                dl_tensor *w, dl_tensor *b, const dl_conv_desc *d, int act, bool *pool)
 {
     dl_ctx *ctx;
     dl__cparam cp;
     int64_t out[3], C, OC, G;
-    bool unbatched;
+    bool unbatched, empty = false;
     int i;
     dl_tensor *y;
     if (!x || !w) return NULL;
@@ -15233,14 +15264,17 @@ static dl_tensor *dl__conv_api(const char *name, int nsp, bool transposed, dl_te
             }
         } else {
             out[i] = (in - 1) * cp.s[i] - 2 * cp.p[i] + ek + (d ? d->output_padding[i] : 0);
-            if (out[i] < 1) {
+            if (out[i] < (unbatched ? 1 : 0)) {
                 dl__err(ctx, DL_ERR_SHAPE, "%s: x %s, w %s: spatial dim %d: output size (in-1)*stride "
-                        "- 2*padding + dilation*(k-1) + output_padding + 1 = %lld is < 1", name,
-                        dl__sh(x), dl__sh(w), i, (long long)out[i]);
+                        "- 2*padding + dilation*(k-1) + output_padding + 1 = %lld is < %d%s", name,
+                        dl__sh(x), dl__sh(w), i, (long long)out[i], unbatched ? 1 : 0,
+                        unbatched ? " (an unbatched x; a batched one gives an empty result at 0, as PyTorch)" : "");
                 return NULL;
             }
+            empty = empty || out[i] == 0;
         }
     }
+    if (empty) return dl__end(ctx, dl__convT_empty(name, x, w, b, OC, nsp, out), name);
     if (unbatched) x = dl_unsqueeze(x, 0);
     if (transposed) y = dl__convT_run(x, w, b, &cp, out);
     else y = pool ? dl__conv_pool_run(x, w, b, &cp, out, act, pool) : dl__conv_run(x, w, b, &cp, out, act);

@@ -508,6 +508,13 @@ static void errors(void)
     d = dl_conv_desc_make(1, 3, 1, 1);
     CHECK(dl_conv_transpose1d(dl_randn(c, DL_SHAPE(1, 2, 2)), dl_randn(c, DL_SHAPE(2, 1, 2)), NULL, &d) == NULL, "convT output < 1");
     EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv_transpose1d: x (1,2,2), w (2,1,2): spatial dim 0: output size");
+    d = dl_conv_desc_make(1, 1, 1, 1);   /* an output size of 0: batched, empty (as PyTorch); unbatched, refused */
+    y = dl_conv_transpose2d(dl_randn(c, DL_SHAPE(2, 2, 1, 1)), dl_randn(c, DL_SHAPE(2, 3, 2, 2)), NULL, &d);
+    CHECK(y && y->ndim == 4 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 0 && y->numel == 0,
+          "convT batched, output size 0: an empty (2,3,0,0): %s", dl_error_message(c));
+    CHECK(dl_conv_transpose2d(dl_randn(c, DL_SHAPE(2, 1, 1)), dl_randn(c, DL_SHAPE(2, 3, 2, 2)), NULL, &d) == NULL,
+          "convT unbatched, output size 0");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "= 0 is < 1 (an unbatched x; a batched one gives an empty result at 0, as PyTorch)");
     /* b with the wrong size */
     CHECK(dl_conv2d(x, w, dl_randn(c, DL_SHAPE(3)), NULL) == NULL, "b (3)");
     EXPECT_ERR(c, DL_ERR_SHAPE, "dl_conv2d: b (3) must be (OC) = (4)");
@@ -1370,11 +1377,12 @@ int main(int argc, char **argv)
         CHECK(ncases > 120, "expected more than 120 cases in %s, found %d", path, ncases);
         g_free_recs();
     }
-    if (argc <= 1 && !g_load("tests/golden/masks_pool.bin")) {   /* gen_masks.py: max pooling's second derivative */
-        CHECK(0, "loading the golden file tests/golden/masks_pool.bin");
+    /* gen_conv_edges.py: max pooling's second derivative, empty transposed convolutions */
+    if (argc <= 1 && !g_load("tests/golden/conv_edges.bin")) {
+        CHECK(0, "loading the golden file tests/golden/conv_edges.bin");
     } else if (argc <= 1) {
         ncases = g_run_cases();
-        CHECK(ncases == 1, "expected 1 case in tests/golden/masks_pool.bin, found %d", ncases);
+        CHECK(ncases == 6, "expected 6 cases in tests/golden/conv_edges.bin, found %d", ncases);
         g_free_recs();
     }
     s1_paths();

@@ -2,10 +2,10 @@
 """tests/golden/gen_masks.py - PyTorch golden values for second derivatives
 through the masks of piecewise-linear ops.
 
-Run from the repository root:   python3 tests/golden/gen_masks.py
-Writes tests/golden/masks.bin (ops of test_golden.c) and
-tests/golden/masks_pool.bin (max pooling, test_conv.c). Works with torch
-1.13 and newer. Deterministic: torch.manual_seed(2468), CPU, float32.
+Run from the repository root:   python3 tests/golden/gen_masks.py [out.bin]
+(default output: tests/golden/masks.bin, read by test_golden.c; max
+pooling's case is gen_conv_edges.py's). Works with torch 1.13 and newer.
+Deterministic: torch.manual_seed(2468), CPU, float32.
 
 The backwards of relu, leaky_relu, abs and max pooling are functions of
 their input in PyTorch (threshold_backward, leaky_relu_backward, sgn,
@@ -17,8 +17,8 @@ first gradients carry none, and PyTorch refuses the second derivative.
 Each case records greq (see goldfile.record_grads) with the Hessian-vector
 product: the C runner checks both.
 
-FILE FORMAT and record names: as tests/golden/core.bin (see gen.py) and
-conv.bin (see gen_conv.py), plus <op>/<case>/greq.
+FILE FORMAT and record names: as tests/golden/core.bin (see gen.py), plus
+<op>/<case>/greq.
 """
 import os
 import sys
@@ -49,11 +49,6 @@ def case(name, inputs, fn, params=None):
     record_grads(name, out, ts, [f for f, _ in inputs], dd=True, greq=True)
 
 
-def write(path):
-    goldfile.write(path, goldfile.RECORDS)
-    del goldfile.RECORDS[:]
-
-
 # history, zeros
 case("relu/mask", [("x", nonzero(3, 4))], torch.relu)
 case("leaky_relu/mask", [("x", nonzero(2, 5))], lambda x: F.leaky_relu(x, 0.1), params=[0.1])
@@ -62,10 +57,4 @@ case("abs/mask", [("x", nonzero(4, 3))], torch.abs)
 case("clamp/mask", [("x", nonzero(3, 4) * 2)], lambda x: torch.clamp(x, -0.5, 0.7), params=[-0.5, 0.7])
 case("max/mask", [("x", randn(3, 4))], lambda x: torch.amax(x, dim=1), params=[0.0, 1.0, 0.0, 1.0])
 case("maximum/mask", [("a", randn(3, 4)), ("b", randn(3, 4))], torch.maximum)
-write(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/masks.bin")
-
-# max pooling (params as gen_conv.py's: kernel[3], stride[3], padding[3], dilation[3], ceil, cip)
-x = (torch.arange(2 * 2 * 6 * 6, dtype=torch.float32) * 0.2 + 0.06)[torch.randperm(144)].reshape(2, 2, 6, 6)
-case("max_pool2d/mask", [("x", x)], lambda t: F.max_pool2d(t, 2),
-     params=[2, 2, 0, 2, 2, 0, 0, 0, 0, 1, 1, 0, 0, 1])
-write(sys.argv[2] if len(sys.argv) > 2 else "tests/golden/masks_pool.bin")
+goldfile.write(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/masks.bin", goldfile.RECORDS)

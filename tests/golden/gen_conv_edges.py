@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""tests/golden/gen_conv_edges.py - PyTorch golden values for edge cases of
+convolution and pooling, read by tests/test_conv.c next to conv.bin (same
+runner, tests/golden.h; params as gen_conv.py's).
+
+Run from the repository root:   python3 tests/golden/gen_conv_edges.py [out.bin]
+(default output: tests/golden/conv_edges.bin). Works with torch 1.13 and
+newer. Deterministic: torch.manual_seed(1470), CPU, float32.
+
+  max_pool2d/mask            the second derivative through max pooling's
+                             backward: its first gradient carries history
+                             (greq 1), zeros (see gen_masks.py)
+  conv_transpose{1,2,3}d/empty*   a batched transposed convolution whose
+                             output has a spatial size of exactly 0: PyTorch
+                             returns an empty (N, OC, ...) tensor, the
+                             inputs' gradients zeros (unbatched it refuses)
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import goldfile  # noqa: E402
+from goldfile import rec, randn, record_grads  # noqa: E402
+
+torch.manual_seed(1470)
+
+
+def case(name, inputs, fn, params, dd=False, greq=False):
+    ts = [t.detach().clone().to(torch.float32).requires_grad_(True) for _, t in inputs]
+    out = fn(*ts)
+    for (f, _), t in zip(inputs, ts):
+        rec(name + "/" + f, t)
+    rec(name + "/params", torch.tensor(params, dtype=torch.float32))
+    record_grads(name, out, ts, [f for f, _ in inputs], dd=dd, greq=greq)
+
+
+def three(v, nsp, fill=0):
+    v = list(v) if isinstance(v, (list, tuple)) else [v] * nsp
+    return v + [fill] * (3 - nsp)
+
+
+# max pooling: kernel[3], stride[3], padding[3], dilation[3], ceil_mode, count_include_pad
+x = (torch.arange(2 * 2 * 6 * 6, dtype=torch.float32) * 0.2 + 0.06)[torch.randperm(144)].reshape(2, 2, 6, 6)
+case("max_pool2d/mask", [("x", x)], lambda t: F.max_pool2d(t, 2),
+     [2, 2, 0, 2, 2, 0, 0, 0, 0, 1, 1, 0, 0, 1], dd=True, greq=True)
+
+# conv_transpose: stride[3], padding[3], dilation[3], output_padding[3], groups, padding_same
+CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+for nsp in (1, 2, 3):
+    for cname, pad in (("empty", 1), ("empty_first", [1] + [0] * (nsp - 1))):
+        if nsp == 1 and cname == "empty_first":
+            continue
+        pads = three(pad, nsp)
+
+        def fn(x, w, b, nsp=nsp, pads=pads):
+            return CONVT[nsp](x, w, b, padding=tuple(pads[:nsp]))
+        case("conv_transpose%dd/%s" % (nsp, cname),
+             [("x", randn(2, 3, *([1] * nsp))), ("w", randn(3, 4, *([2] * nsp))), ("b", randn(4))], fn,
+             three(1, nsp) + pads + three(1, nsp) + [0, 0, 0] + [1, 0])
+
+goldfile.write(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/conv_edges.bin", goldfile.RECORDS)
