@@ -237,6 +237,7 @@ static G_UNUSED void g_compare(const char *cname, const char *what, dl_tensor *t
         double ex = d - (G_ATOL + G_RTOL * fabs(b));
         if (b != b) ex = a != a ? -1.0 : 1e300;
         else if (a != a) ex = 1e300;
+        else if (isinf(a) || isinf(b)) ex = a == b ? -1.0 : 1e300;   /* (an infinity: the same one) */
         if (ex > 0) nbad++;
         if (ex > wexcess) { wexcess = ex; worst = i; }
     }

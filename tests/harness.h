@@ -43,7 +43,10 @@ static int th_close(const float *a, const float *b, long n, double rtol, double 
     if (!a || !b) return 0;
     for (i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= atol + rtol * fabs((double)b[i]))) { if (where) *where = i; return 0; }
+        if (isinf(b[i]) ? a[i] != b[i] : !(d <= atol + rtol * fabs((double)b[i]))) {   /* (an infinity: the same one) */
+            if (where) *where = i;
+            return 0;
+        }
     }
     return 1;
 }
