@@ -12452,11 +12452,11 @@ static dl_result dl__mul_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_mul(g, DL__A), DL__B);
     return DL_OK;
 }
-/* y = a / b;  da = g / b, db = -g y / b */
+/* y = a / b;  da = g / b, db = -g (y / b) */
 static dl_result dl__div_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     if (dl__need(n, 0)) gin[0] = dl__sum_like(dl_div(g, DL__B), DL__A);
-    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_neg(dl_div(dl_mul(g, DL__Y), DL__B)), DL__B);
+    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_neg(dl_mul(g, dl_div(DL__Y, DL__B))), DL__B);   /* (PyTorch's order) */
     return DL_OK;
 }
 /* y = max(a, b);  da = g [a > b] + g/2 [a == b] (as PyTorch), db likewise */
@@ -13216,19 +13216,53 @@ dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
     return dl__max_dim("dl_min_dim", t, dim, keepdim, indices, true);
 }
 
+/* y = sum((x - mean)^2, dims) / dof;  dx = (2 / dof) g (x - mean(x, dims)):
+   PyTorch's var_backward, in its order. The chain rule through the
+   mean adds a term that is zero in exact arithmetic and NaN across a
+   whole row that holds an inf; PyTorch's closed form leaves it out (NaN
+   only at the inf, -inf/+inf beside it), as here. dof = max(0, N -
+   correction): at 0, 2/0 = inf, +-inf where x differs from the mean and
+   NaN where it does not, as PyTorch's per-dim reduction (its full one
+   differs in sign there, as the stops' notes record). */
+static dl_result dl__var_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int64_t ks[DL_MAX_DIMS], dims[DL_MAX_DIMS];
+    int i, nd = 0;
+    dl_tensor *x = DL__X;
+    dl__keep_shape(n, ks);
+    for (i = 0; i < x->ndim; i++) if ((n->i[0] >> i) & 1) dims[nd++] = i;
+    gin[0] = dl_mul(dl_mul_scalar(dl_reshape(g, dl_shape_make(x->ndim, ks)), (float)(2.0 / (double)n->f[0])),
+                    dl_sub(x, dl_mean(x, dl_shape_make(nd, dims), true)));
+    return DL_OK;
+}
+static const dl__op dl__op_var = {"dl_var", dl__var_bwd, 1, 0};
+
 dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
 {
     bool mask[DL_MAX_DIMS];
     int64_t cnt = 1;
     int i;
-    dl_tensor *d;
+    float dof;
+    dl_tensor *d, *y;
+    dl__node *n;
+    dl_ctx *ctx;
     if (!t) return NULL;
     if (!dl__live("dl_var", "t", t) || !dl__f32("dl_var", "t", t)) return NULL;
     if (!dl__red_mask("dl_var", t, dims, mask)) return NULL;
     for (i = 0; i < t->ndim; i++) if (mask[i]) cnt *= t->shape[i];
+    dof = (float)(cnt - correction > 0 ? cnt - correction : 0);
+    ctx = t->ctx_;
+    dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__var_bwd */
     d = dl_sub(t, dl_mean(t, dims, true));
-    return dl__end(t->ctx_, dl_div_scalar(dl_sum(dl_mul(d, d), dims, keepdim),
-                                          (float)(cnt - correction > 0 ? cnt - correction : 0)), "dl_var");
+    y = dl_div_scalar(dl_sum(dl_mul(d, d), dims, keepdim), dof);
+    dl_no_grad_end(ctx);
+    if (!y) return dl__end(ctx, NULL, "dl_var");
+    if (dl__record(y, &dl__op_var, 1, &t, &n) < 0) return dl__end(ctx, NULL, "dl_var");
+    if (n) {
+        n->i[0] = dl__mask_bits(mask, t->ndim);
+        n->f[0] = dof;
+    }
+    return dl__done(y, "dl_var");
 }
 
 /* y = sqrt(sum(x^2, dims));  dx = g (x / y), with x / y 0 where y is 0:

@@ -4,8 +4,9 @@ ops, read by tests/test_golden.c in the format and case layout of gen.py
 (see its docstring): ties in max/min over one dim (torch.amax splits the
 gradient evenly) and torch.max(x, dim) with its indices, 0-d tensors in
 reductions, softmax and argmax, ReLU's gradient at NaN, clamp's at its
-bounds, pow's gradient where p - 1 is no float. A NaN in a record must be NaN in
-dl.h's result.
+bounds, pow's gradient where p - 1 is no float, and every elementwise op and
+reduction over special values (NaN, +-inf, +-0, denormals, +-1e38). A NaN
+in a record must be NaN in dl.h's result, an infinity the same infinity.
 
 Run from the repository root:   python3 tests/golden/gen_edges.py [out.bin]
 (default output: tests/golden/edges.bin). Deterministic:
@@ -105,6 +106,51 @@ for cname, pv, xs in (("p2e25", 2.0 ** 25, [-1.0, 1.0, -0.5, 0.5, -0.999, 0.999]
                       ("p03", 0.3, [0.5, 1.5, 2.0, 3.0])):
     pf = float(torch.tensor(pv, dtype=torch.float32))
     case("pow/" + cname, torch.tensor(xs), lambda t, pf=pf: torch.pow(t, pf), [pf])
+
+
+# every elementwise op and reduction over special values (NaN, +-inf, +-0,
+# denormals, +-1e38, exp's overflow): forward and gradient, NaN where
+# PyTorch's is NaN and the same infinities. GELU at +inf: PyTorch's CPU
+# kernel gives NaN (x * (1 + erf) is inf in exact arithmetic; dl.h gives
+# inf), so its sweep leaves inf out.
+INF = float("inf")
+SPECIAL = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 1e-38, 1e38, -1e38, 1.0, -1.0, 0.5, 1e-45, 88.8,
+                        -104.0, 20.0, -20.0, 3.0, -0.3])
+UNARY = {"neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs,
+         "erf": torch.erf, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+         "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+for op, fn in UNARY.items():
+    case(op + "/special", SPECIAL if op != "gelu" else torch.cat([SPECIAL[:1], SPECIAL[2:]]), fn, [])
+case("leaky_relu/special", SPECIAL, lambda t: torch.nn.functional.leaky_relu(t, 0.1), [0.1])
+case("clamp/special", SPECIAL, lambda t: torch.clamp(t, -1.0, 2.0), [-1.0, 2.0])
+for i, p in enumerate((2.0, 3.0, 0.5, -0.5, -1.0, 1.5, 0.0, 1.0, -2.0)):
+    case("pow/special%d" % i, SPECIAL, lambda t, p=p: torch.pow(t, p), [p])
+SCALAR = {"add_scalar": lambda t, v: t + v, "sub_scalar": lambda t, v: t - v, "mul_scalar": lambda t, v: t * v,
+          "div_scalar": lambda t, v: t / v, "rsub_scalar": lambda t, v: v - t}
+for op, fn in SCALAR.items():
+    for i, v in enumerate((2.5, 0.0, -0.0, INF)):
+        case("%s/special%d" % (op, i), SPECIAL, lambda t, fn=fn, v=v: fn(t, v), [v])
+
+
+def pair(name, a, b, fn):
+    ta, tb = a.clone().requires_grad_(True), b.clone().requires_grad_(True)
+    out = fn(ta, tb)
+    rec(name + "/a", ta)
+    rec(name + "/b", tb)
+    record_grads(name, out, [ta, tb], ["a", "b"])
+
+
+n = SPECIAL.numel()
+for op, fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", torch.div),
+               ("maximum", torch.maximum), ("minimum", torch.minimum)):
+    pair(op + "/special", SPECIAL.repeat(n), SPECIAL.repeat_interleave(n), fn)
+ROWS = torch.tensor([[NAN, 1.0, 2.0], [INF, 1.0, 2.0], [-INF, INF, 0.0], [1e38, 1e38, 1e38], [-0.0, 0.0, -0.0],
+                     [5.0, 5.0, 5.0], [INF, INF, 1.0], [-INF, -INF, -INF]])
+for op, fn in (("sum", lambda t: t.sum(1)), ("mean", lambda t: t.mean(1)), ("max", lambda t: t.amax(1)),
+               ("min", lambda t: t.amin(1)), ("var", lambda t: torch.var(t, 1, correction=1))):
+    case(op + "/special", ROWS, fn, [0.0, 1.0, 0.0, 1.0])
+case("softmax/special", ROWS, lambda t: torch.softmax(t, 1), [1.0])
+case("log_softmax/special", ROWS, lambda t: torch.log_softmax(t, 1), [1.0])
 
 
 def main():
