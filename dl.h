@@ -14351,8 +14351,8 @@ dl_tensor *dl_mse_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
     dl_tensor *t;
     if (!d) d = &dl__loss_defaults;
     if (!a || !b || !dl__nn_same("dl_mse_loss", a, b, d, 0)) return NULL;
-    t = dl_sub(a, b);
-    return dl__end(a->ctx_, dl__nn_reduce(dl_mul(t, t), d->reduction), "dl_mse_loss");
+    t = dl_sub(a, b);   /* t^2 by dl_pow: its gradient (2 t) g, PyTorch's order (2 t overflows first) */
+    return dl__end(a->ctx_, dl__nn_reduce(dl_pow(t, 2.0f), d->reduction), "dl_mse_loss");
 }
 
 dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
@@ -14362,20 +14362,22 @@ dl_tensor *dl_l1_loss(dl_tensor *a, dl_tensor *b, const dl_loss_desc *d)
     return dl__end(a->ctx_, dl__nn_reduce(dl_abs(dl_sub(a, b)), d->reduction), "dl_l1_loss");
 }
 
-/* t = a - b, m = [|t| < c] (no history):  m q(t) + (1-m) s (|t| - c/2),
+/* t = a - b, m = [!(|t| >= c)] (no history):  m q(t) + (1-m) s (|t| - c/2),
    q(t) = k t^2.  smooth L1: k = 0.5/beta, s = 1;  Huber: k = 0.5, s = delta
    (PyTorch's delta (|t| - delta/2), which stays finite where delta^2 would
    not). Each branch is masked off (dl__mmul), so the one not taken adds 0
-   even where it overflows. */
+   even where it overflows. A NaN t takes the quadratic branch, as in
+   PyTorch's backward kernels (neither t < -c nor t > c): its gradient is
+   NaN there (the linear branch's sign(NaN) would give 0). */
 static dl_tensor *dl__nn_piecewise(dl_tensor *a, dl_tensor *b, float c, float k, float s)
 {
     dl_tensor *t = dl_sub(a, b), *at = dl_abs(t);
-    dl_tensor *m = dl__mask(dl_rsub_scalar(at, c), DL__U_GT, 0.0f, 0.0f);
+    dl_tensor *m = dl__mask(dl_rsub_scalar(at, c), DL__U_NLE, 0.0f, 0.0f);
     dl_tensor *lin = dl_sub_scalar(at, 0.5f * c), *tc;
     if (s != 1.0f) lin = dl_mul_scalar(lin, s);
-    /* the quadratic branch on t clamped to [-c, c]: the same where it is
-       taken, and no inf - inf where it is not */
-    tc = dl_clamp(t, -c, c);
+    /* the quadratic branch on t where it is taken, 0 elsewhere: no inf -
+       inf (an inf t times its zero mask) in its value or gradient */
+    tc = dl__mmul(t, m);
     return dl_add(dl__mmul(dl_mul_scalar(dl_mul(tc, tc), k), m), dl__mmul(lin, dl_rsub_scalar(m, 1.0f)));
 }
 

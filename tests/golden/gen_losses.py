@@ -206,6 +206,41 @@ case("bce_logits/inf_pw_none", [("x", xi), ("y", yi), ("pw", pwi)],
      [float(RED["none"])], ["x", "y"])
 
 
+# special values, per element: NaN, +-inf, +-1e38 in the logits and the
+# differences (a NaN difference's gradient is NaN in smooth_l1 and huber,
+# as PyTorch's kernels, 0 in l1 as its sign), p at 0 and 1, -inf
+# log-probabilities. (layer_norm of a row holding +-1e38 is left out:
+# PyTorch's float variance overflows to NaN there, dl.h's is finite.)
+NAN = float("nan")
+X = torch.tensor([[INF, 0., 1.], [-INF, 0., 1.], [NAN, 0., 1.], [-INF, -INF, 0.], [INF, INF, 0.],
+                  [1e38, -1e38, 0.], [-INF, -INF, -INF], [0., 0., 0.]])
+T = torch.tensor([0, 0, 1, 2, 2, 1, 0, 2]).float()
+for red in ("none", "sum"):
+    for ls in (0.0, 0.1):
+        case("cross_entropy/special_%s_ls%g" % (red, ls), [("x", X), ("target", T)],
+             lambda x, t, red=red, ls=ls: F.cross_entropy(x, t.long(), reduction=red, label_smoothing=ls),
+             [float(RED[red]), -100.0, ls], ["x"])
+    case("nll_loss/special_" + red, [("x", X), ("target", T)],
+         lambda x, t, red=red: F.nll_loss(x, t.long(), reduction=red), [float(RED[red]), -100.0, 0.0], ["x"])
+S = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 1e38, -1e38, 1.0, -1.0, 0.5, 2.0])
+SA, SB = S.repeat(S.numel()), S.repeat_interleave(S.numel())
+case("mse_loss/special", [("a", SA), ("b", SB)], lambda a, b: F.mse_loss(a, b, reduction="none"),
+     [float(RED["none"])], ["a", "b"])
+case("l1_loss/special", [("a", SA), ("b", SB)], lambda a, b: F.l1_loss(a, b, reduction="none"),
+     [float(RED["none"])], ["a", "b"])
+case("smooth_l1_loss/special", [("a", SA), ("b", SB)], lambda a, b: F.smooth_l1_loss(a, b, reduction="none"),
+     [float(RED["none"]), 0.0], ["a", "b"])
+case("huber_loss/special", [("a", SA), ("b", SB)], lambda a, b: F.huber_loss(a, b, reduction="none"),
+     [float(RED["none"]), 0.0], ["a", "b"])
+case("binary_cross_entropy/special",
+     [("p", torch.tensor([0.0, 1.0, 0.5, 1e-30, 1 - 1e-7, 0.0, 1.0])),
+      ("y", torch.tensor([0.0, 1.0, 0.5, 1.0, 0.0, 1.0, 0.0]))],
+     lambda p, y: F.binary_cross_entropy(p, y, reduction="none"), [float(RED["none"])], ["p", "y"])
+case("kl_div/special", [("x", torch.tensor([[-INF, 0.0, -1.0], [0.0, -INF, -0.5], [NAN, -1.0, -2.0]])),
+                        ("y", torch.tensor([[0.0, 1.0, 0.5], [0.5, 0.0, 0.2], [0.3, 0.3, 0.0]]))],
+     lambda x, y: F.kl_div(x, y, reduction="none"), [float(RED["none"]), 0.0], ["x"])
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/losses.bin"
     goldfile.write(path, goldfile.RECORDS)
