@@ -1260,7 +1260,10 @@ DL_API dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_d
    error, as torch's "Output size is too small", but for PyTorch's one
    exception: a batched transposed convolution at a size of exactly 0
    returns an empty (N, OC, ...) tensor, whose inputs' gradients are
-   zeros (unbatched, it refuses). All of them are differentiable to
+   zeros (unbatched, it refuses). An inf or NaN weight: the forward's
+   NaNs are PyTorch's (its im2col multiplies the padding's zeros too), x's
+   gradient has more (PyTorch's col2im adds only the taps that land in x;
+   dl.h's padded sums add the padding's products). All of them are differentiable to
    any order (their backward rules are written with these same ops). */
 
 #define DL_MAX_SPATIAL 3

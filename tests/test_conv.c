@@ -1382,7 +1382,7 @@ int main(int argc, char **argv)
         CHECK(0, "loading the golden file tests/golden/conv_edges.bin");
     } else if (argc <= 1) {
         ncases = g_run_cases();
-        CHECK(ncases == 6, "expected 6 cases in tests/golden/conv_edges.bin, found %d", ncases);
+        CHECK(ncases == 13, "expected 13 cases in tests/golden/conv_edges.bin, found %d", ncases);
         g_free_recs();
     }
     s1_paths();

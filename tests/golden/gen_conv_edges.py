@@ -14,6 +14,7 @@ newer. Deterministic: torch.manual_seed(1470), CPU, float32.
                              output has a spatial size of exactly 0: PyTorch
                              returns an empty (N, OC, ...) tensor, the
                              inputs' gradients zeros (unbatched it refuses)
+  max_pool2d, avg_pool2d, conv2d /special*   NaN and +-inf in x
 """
 import os
 import sys
@@ -60,5 +61,23 @@ for nsp in (1, 2, 3):
         case("conv_transpose%dd/%s" % (nsp, cname),
              [("x", randn(2, 3, *([1] * nsp))), ("w", randn(3, 4, *([2] * nsp))), ("b", randn(4))], fn,
              three(1, nsp) + pads + three(1, nsp) + [0, 0, 0] + [1, 0])
+
+# special values in x (NaN, +-inf): max and average pooling, a padded conv2d
+# (an inf or NaN weight is left out: PyTorch's input gradient adds only the
+# taps that land inside x, dl.h's padded sums the zero-padding's products
+# too, NaN times a weight's inf or NaN, so NaNs spread over more of x)
+NAN, INF = float("nan"), float("inf")
+xs = randn(1, 2, 6, 6)
+for (c, r, q), v in (((0, 0, 0), NAN), ((0, 2, 3), INF), ((1, 4, 4), -INF), ((1, 0, 5), NAN), ((1, 1, 1), INF),
+                     ((0, 5, 5), -INF), ((0, 3, 0), NAN), ((0, 3, 1), INF)):
+    xs[0, c, r, q] = v
+for k, st, pd in ((2, 2, 0), (3, 1, 1), (3, 2, 1)):
+    pp = three(k, 2) + three(st, 2) + three(pd, 2) + three(1, 2) + [0, 1]
+    case("max_pool2d/special_k%d_s%d_p%d" % (k, st, pd), [("x", xs)],
+         lambda t, k=k, st=st, pd=pd: F.max_pool2d(t, k, st, pd), pp)
+    case("avg_pool2d/special_k%d_s%d_p%d" % (k, st, pd), [("x", xs)],
+         lambda t, k=k, st=st, pd=pd: F.avg_pool2d(t, k, st, pd), pp)
+case("conv2d/special", [("x", xs), ("w", randn(3, 2, 3, 3)), ("b", randn(3))],
+     lambda a, w, b: F.conv2d(a, w, b, padding=1), three(1, 2) + three(1, 2) + three(1, 2) + [0, 0, 0] + [1, 0])
 
 goldfile.write(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/conv_edges.bin", goldfile.RECORDS)
