@@ -151,6 +151,12 @@ for op, fn in (("sum", lambda t: t.sum(1)), ("mean", lambda t: t.mean(1)), ("max
     case(op + "/special", ROWS, fn, [0.0, 1.0, 0.0, 1.0])
 case("softmax/special", ROWS, lambda t: torch.softmax(t, 1), [1.0])
 case("log_softmax/special", ROWS, lambda t: torch.log_softmax(t, 1), [1.0])
+ROWS2 = torch.cat([ROWS, torch.tensor([[1.0, NAN, NAN], [2.0, 3.0, NAN]])])   # (NaN wins, the first one)
+for op, f in (("max_dim", torch.max), ("min_dim", torch.min)):
+    case(op + "/special", ROWS2, lambda t, f=f: f(t, 1).values, [1.0, 0.0])
+    case(op + "_idx/special", ROWS2, lambda t, f=f: f(t, 1).indices, [1.0, 0.0], grad=False)
+case("argmax/special", ROWS2, lambda t: torch.argmax(t, 1), [1.0, 0.0], grad=False)
+case("norm/special", ROWS2, lambda t: torch.linalg.vector_norm(t, 2, dim=1), [0.0, 1.0, 0.0, 1.0])
 
 
 def main():
