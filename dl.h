@@ -13225,8 +13225,8 @@ dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
    whole row that holds an inf; PyTorch's closed form leaves it out (NaN
    only at the inf, -inf/+inf beside it), as here. dof = max(0, N -
    correction): at 0, 2/0 = inf, +-inf where x differs from the mean and
-   NaN where it does not, as PyTorch's per-dim reduction (its full one
-   differs in sign there, as the stops' notes record). */
+   NaN where it does not, as PyTorch's per-dim reduction (its full
+   reduction gives +inf on both sides of the mean there). */
 static dl_result dl__var_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int64_t ks[DL_MAX_DIMS], dims[DL_MAX_DIMS];
