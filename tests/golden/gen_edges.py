@@ -23,13 +23,14 @@ torch.manual_seed(1357)
 NAN = float("nan")
 
 
-def case(name, x, fn, params, grad=True):
-    """one input x (requiring grad unless grad is False), params as floats"""
+def case(name, x, fn, params, grad=True, dd=False):
+    """one input x (requiring grad unless grad is False), params as floats;
+    dd: with a Hessian-vector product"""
     t = x.detach().clone().to(torch.float32).requires_grad_(grad)
     out = fn(t)
     rec(name + "/x", t)
     rec(name + "/params", torch.tensor(params, dtype=torch.float32))
-    record_grads(name, out, [t] if grad else [], ["x"] if grad else [])
+    record_grads(name, out, [t] if grad else [], ["x"] if grad else [], dd)
 
 
 def ties(*s):
@@ -157,6 +158,20 @@ for op, f in (("max_dim", torch.max), ("min_dim", torch.min)):
     case(op + "_idx/special", ROWS2, lambda t, f=f: f(t, 1).indices, [1.0, 0.0], grad=False)
 case("argmax/special", ROWS2, lambda t: torch.argmax(t, 1), [1.0, 0.0], grad=False)
 case("norm/special", ROWS2, lambda t: torch.linalg.vector_norm(t, 2, dim=1), [0.0, 1.0, 0.0, 1.0])
+
+# second order over the special values: Hessian-vector products (GELU's at
+# +-1e38: PyTorch's x * x overflows to NaN, dl.h's is 0; left out with inf)
+for op, fn in UNARY.items():
+    x = SPECIAL if op != "gelu" else SPECIAL[torch.tensor([i for i in range(SPECIAL.numel()) if i not in (1, 6, 7)])]
+    case(op + "/special_dd", x, fn, [], dd=True)
+case("leaky_relu/special_dd", SPECIAL, lambda t: torch.nn.functional.leaky_relu(t, 0.1), [0.1], dd=True)
+for i, p in enumerate((2.0, 3.0, 0.5, -1.0, 1.5)):
+    case("pow/special_dd%d" % i, SPECIAL, lambda t, p=p: torch.pow(t, p), [p], dd=True)
+ROWS3 = torch.tensor([[NAN, 1.0, 2.0], [INF, 1.0, 2.0], [-INF, INF, 0.0], [5.0, 5.0, 5.0], [INF, INF, 1.0],
+                      [-INF, -INF, -INF], [1.0, 2.0, 3.0]])
+case("softmax/special_dd", ROWS3, lambda t: torch.softmax(t, 1), [1.0], dd=True)
+case("log_softmax/special_dd", ROWS3, lambda t: torch.log_softmax(t, 1), [1.0], dd=True)
+case("var/special_dd", ROWS3, lambda t: torch.var(t, 1, correction=1), [0.0, 1.0, 0.0, 1.0], dd=True)
 
 
 def main():
