@@ -538,6 +538,16 @@ static void test_divider(void)
     CHECK(bad == 0, "dl__cu_div: %u quotients wrong", bad);
 }
 
+/* two runs of a case gave the same bits (forward and every gradient) */
+static bool same_bits(const result *r0, const result *r1)
+{
+    bool same = r0->ok && r1->ok && r0->k == r1->k;
+    int j;
+    for (j = 0; same && j < r0->k; j++)
+        same = r0->n[j] == r1->n[j] && memcmp(r0->v[j], r1->v[j], sizeof(float) * (size_t)r0->n[j]) == 0;
+    return same;
+}
+
 /* the kernels that split work over blocks sum in a fixed order: the same
    case twice on cuda:0, the same bits (forward and every gradient) */
 static void test_determinism(void)
@@ -562,9 +572,7 @@ static void test_determinism(void)
         optable_inputs(oc, host);
         run_on(oc, dl_cuda(0), host, &r0);
         run_on(oc, dl_cuda(0), host, &r1);
-        same = r0.ok && r1.ok && r0.k == r1.k;
-        for (j = 0; same && j < r0.k; j++)
-            same = r0.n[j] == r1.n[j] && memcmp(r0.v[j], r1.v[j], sizeof(float) * (size_t)r0.n[j]) == 0;
+        same = same_bits(&r0, &r1);
         CHECK(same, "%s%s: two runs on cuda:0 give other bits", oc->name, i2c ? ", im2col" : "");
         if (!g_quiet)
             printf("cuda:0 %-30s two runs%s: %s\n", oc->name, i2c ? " (im2col)" : "", same ? "same bits" : "DIFFER");
@@ -604,9 +612,7 @@ static void test_emulated_order(void)
         dl__cu_emu_rev = true;
         run_on(&oc, dl_cuda(0), host, &r1);
         dl__cu_emu_rev = false;
-        same = r0.ok && r1.ok && r0.k == r1.k;
-        for (j = 0; same && j < r0.k; j++)
-            same = r0.n[j] == r1.n[j] && memcmp(r0.v[j], r1.v[j], sizeof(float) * (size_t)r0.n[j]) == 0;
+        same = same_bits(&r0, &r1);
         CHECK(same, "%s: the emulated cuda:0 gives other bits with its threads and blocks last to first", oc.name);
         n++;
         free_result(&r0);
