@@ -1377,13 +1377,14 @@ int main(int argc, char **argv)
         CHECK(ncases > 120, "expected more than 120 cases in %s, found %d", path, ncases);
         g_free_recs();
     }
-    /* gen_conv_edges.py: max pooling's second derivative, empty transposed convolutions */
-    if (argc <= 1 && !g_load("tests/golden/conv_edges.bin")) {
-        CHECK(0, "loading the golden file tests/golden/conv_edges.bin");
-    } else if (argc <= 1) {
-        ncases = g_run_cases();
-        CHECK(ncases == 13, "expected 13 cases in tests/golden/conv_edges.bin, found %d", ncases);
-        g_free_recs();
+    if (argc <= 1) {   /* gen_conv_edges.py: max pooling's second derivative, empty convT, special values */
+        if (!g_load("tests/golden/conv_edges.bin")) {
+            CHECK(0, "loading the golden file tests/golden/conv_edges.bin");
+        } else {
+            ncases = g_run_cases();
+            CHECK(ncases == 13, "expected 13 cases in tests/golden/conv_edges.bin, found %d", ncases);
+            g_free_recs();
+        }
     }
     s1_paths();
     i2c_paths();
