@@ -27,6 +27,9 @@
 #  11. make test-nccl, with the system's NCCL or else the one in PyTorch's
 #      wheel (nvidia.nccl: a namespace package, so its __path__, not
 #      __file__; a libnccl.so link to libnccl.so.2 made beside it if none)
+#  12. ncu: the convolution tiles' shared-memory bank conflicts (loads and
+#      their wavefronts) and time in LeNet's and LeNet-BN's captured steps,
+#      to check the odd row stride's model (docs/cuda.md)
 #
 # Each step has a time limit (STEP_LIMIT seconds, default 300) and its wall
 # time in the log; a step that fails or runs out leaves its output and the
@@ -125,4 +128,12 @@ step 11 "make test-nccl" \
          export LD_LIBRARY_PATH=\$NC/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} NVCC=\"\${NVCC:-nvcc} -I\$NC/include -L\$NC/lib\"
      fi
      make test-nccl NVCC=\"\${NVCC:-nvcc}\" 2>&1 | grep -E 'passed|FAIL|SKIP|error'"
+step 12 "ncu: shared-memory bank conflicts of the conv tiles (LeNet, LeNet-BN replays)" \
+    "command -v ncu >/dev/null || { echo 'no ncu'; exit 0; }
+     for c in step_lenet_graph_cuda step_lenet_bn_graph_cuda; do
+         echo \"## \$c\"
+         ncu --kernel-name regex:dl__cu_tile_k --print-units base \
+             --metrics gpu__time_duration.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum \
+             build/cuda/bench \$c 1 --warmup 0 --reps 1 2>/dev/null | grep -E 'dl__cu_tile_k|duration|conflicts|wavefronts'
+     done"
 say "# done: $LOG"
