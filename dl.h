@@ -12209,13 +12209,15 @@ static dl_tensor *dl__mask(dl_tensor *x, int kop, float a, float b)
    branches, and clamp's and max's backwards, whose masks are booleans in
    PyTorch too (it refuses those second derivatives as dl.h does). */
 #define DL__X (n->in[0])
-static dl_result dl__mask0_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+/* an op whose derivative is zero: zeros for each input that needs one */
+static dl_result dl__zero_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
+    int j;
     (void)g;
-    gin[0] = dl_zeros_like(DL__X);
+    for (j = 0; j < n->nin; j++) if (dl__need(n, j)) gin[j] = dl_zeros_like(n->in[j]);
     return DL_OK;
 }
-static const dl__op dl__op_mask0 = {"mask", dl__mask0_bwd, 0, 0};   /* (reads x's shape only) */
+static const dl__op dl__op_mask0 = {"mask", dl__zero_bwd, 0, 0};   /* (reads x's shape only) */
 static dl_tensor *dl__mask0(dl_tensor *x, int kop, float a, float b)
 {
     return x ? dl__unary("mask", &dl__op_mask0, kop, x, a, b) : NULL;
@@ -15127,14 +15129,7 @@ static int64_t dl__floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-
    (PyTorch returns an empty (N, OC, out...) tensor there; unbatched, and
    at sizes below 0, it refuses): nothing to compute, and each input's
    gradient is zeros */
-static dl_result dl__empty_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
-{
-    int j;
-    (void)g;
-    for (j = 0; j < n->nin; j++) if (dl__need(n, j)) gin[j] = dl_zeros_like(n->in[j]);
-    return DL_OK;
-}
-static const dl__op dl__op_convT_empty = {"dl_conv_transpose", dl__empty_bwd, 0, 0};   /* (reads shapes only) */
+static const dl__op dl__op_convT_empty = {"dl_conv_transpose", dl__zero_bwd, 0, 0};   /* (reads shapes only) */
 static dl_tensor *dl__convT_empty(const char *name, dl_tensor *x, dl_tensor *w, dl_tensor *b, int64_t OC,
                                   int nsp, const int64_t *out)
 {

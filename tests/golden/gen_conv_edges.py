@@ -24,18 +24,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goldfile  # noqa: E402
-from goldfile import rec, randn, record_grads  # noqa: E402
+from goldfile import case, randn  # noqa: E402
 
 torch.manual_seed(1470)
-
-
-def case(name, inputs, fn, params, dd=False, greq=False):
-    ts = [t.detach().clone().to(torch.float32).requires_grad_(True) for _, t in inputs]
-    out = fn(*ts)
-    for (f, _), t in zip(inputs, ts):
-        rec(name + "/" + f, t)
-    rec(name + "/params", torch.tensor(params, dtype=torch.float32))
-    record_grads(name, out, ts, [f for f, _ in inputs], dd=dd, greq=greq)
 
 
 def three(v, nsp, fill=0):

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goldfile  # noqa: E402
-from goldfile import rec, randn, record_grads  # noqa: E402
+from goldfile import randn  # noqa: E402
 
 torch.manual_seed(2468)
 
@@ -40,13 +40,7 @@ def nonzero(*s):
 
 
 def case(name, inputs, fn, params=None):
-    ts = [t.detach().clone().to(torch.float32).requires_grad_(True) for _, t in inputs]
-    out = fn(*ts)
-    for (f, _), t in zip(inputs, ts):
-        rec(name + "/" + f, t)
-    if params is not None:
-        rec(name + "/params", torch.tensor(params, dtype=torch.float32))
-    record_grads(name, out, ts, [f for f, _ in inputs], dd=True, greq=True)
+    goldfile.case(name, inputs, fn, params, dd=True, greq=True)
 
 
 # history, zeros

@@ -60,6 +60,18 @@ def record_grads(name, out, req, reqf, dd=False, gout=None, v=None, greq=False):
                 rec(name + "/hv_" + f, h if h is not None else torch.zeros_like(t))
 
 
+def case(name, inputs, fn, params=None, dd=False, greq=False):
+    """A case whose inputs (a list of (field, tensor)) all require grad:
+    the inputs, params (floats) if given, then record_grads' records."""
+    ts = [t.detach().clone().to(torch.float32).requires_grad_(True) for _, t in inputs]
+    out = fn(*ts)
+    for (f, _), t in zip(inputs, ts):
+        rec(name + "/" + f, t)
+    if params is not None:
+        rec(name + "/params", torch.tensor(params, dtype=torch.float32))
+    record_grads(name, out, ts, [f for f, _ in inputs], dd=dd, greq=greq)
+
+
 def write(path, records):
     """records: list of (name, torch tensor); values are written as float32."""
     parts = [b"DLGOLD1\0", struct.pack("<II", 1, len(records))]
