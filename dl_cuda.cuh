@@ -3237,7 +3237,13 @@ __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_tile_k(F f)
     }
 }
 
-/* an emulated device's dl__cu_tile_k: each phase thread after thread */
+/* an emulated device's dl__cu_tile_k: each phase thread after thread.
+   The block's f.shf floats start as NaNs (a read of a slot no phase wrote
+   shows in the result); the rest of the host array holds a NaN of its own
+   bits, checked after each block: a GPU gives a block f.shf floats, and a
+   write past them, which the host array would take silently, fails the
+   launch there (an illegal address), so here it stops the test. */
+#define DL__CU_SH_GUARD 0x7fe5a5a5u
 template <typename F>
 struct dl__cuh_tile {
     F f;
@@ -3246,11 +3252,28 @@ struct dl__cuh_tile {
         float sh[DL__CU_TILE_SH];   /* (48 KB of the host thread's stack, as the block's shared memory) */
         int64_t b, i;
         int p, t;
+        if (f.shf > DL__CU_TILE_SH || f.nt <= 0 || f.nt > DL__CU_THREADS || f.nt % 32) {
+            fprintf(stderr, "dl_cuda.cuh: a tile launch of %d threads and %lld floats of shared memory (at most "
+                    "%d threads, a multiple of 32, and %d floats): a GPU refuses it\n", f.nt, (long long)f.shf,
+                    DL__CU_THREADS, DL__CU_TILE_SH);
+            abort();
+        }
         for (i = 0; i < f.nblk; i++) {
+            uint32_t g = DL__CU_SH_GUARD;
             b = dl__cu_emu_at(i, f.nblk);
-            for (t = 0; t < DL__CU_TILE_SH; t++) sh[t] = NAN;
+            for (t = 0; t < (int)f.shf; t++) sh[t] = NAN;
+            for (; t < DL__CU_TILE_SH; t++) memcpy(&sh[t], &g, sizeof g);
             for (p = 0; p < f.phases(b); p++)
                 for (t = 0; t < f.nt; t++) f.run(sh, b, p, (int)dl__cu_emu_at(t, f.nt));
+            for (t = (int)f.shf; t < DL__CU_TILE_SH; t++) {
+                memcpy(&g, &sh[t], sizeof g);
+                if (g != DL__CU_SH_GUARD) {
+                    fprintf(stderr, "dl_cuda.cuh: block %lld of a tile launch wrote float %d of its shared memory, "
+                            "past the %lld it was given (a GPU fails the launch)\n", (long long)b, t,
+                            (long long)f.shf);
+                    abort();
+                }
+            }
         }
     }
 };
