@@ -30,6 +30,11 @@
 #  12. ncu: the convolution tiles' shared-memory bank conflicts (loads and
 #      their wavefronts) and time in LeNet's and LeNet-BN's captured steps,
 #      to check the odd row stride's model (docs/cuda.md)
+#  13. compute-sanitizer's memcheck, racecheck and synccheck over
+#      test_cuda's groups of block kernels (--only: the tiles, the staged
+#      column sums, batch norm's pass, the class loss), which only ran on
+#      emulated devices before: out-of-range and misaligned accesses, shared
+#      memory hazards between a block's threads, barriers not all reach
 #
 # Each step has a time limit (STEP_LIMIT seconds, default 300) and its wall
 # time in the log; a step that fails or runs out leaves its output and the
@@ -135,5 +140,16 @@ step 12 "ncu: shared-memory bank conflicts of the conv tiles (LeNet, LeNet-BN re
          ncu --kernel-name regex:dl__cu_tile_k --print-units base \
              --metrics gpu__time_duration.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum \
              build/cuda/bench \$c 1 --warmup 0 --reps 1 2>/dev/null | grep -E 'dl__cu_tile_k|duration|conflicts|wavefronts'
+     done"
+step 13 "compute-sanitizer: memcheck, racecheck, synccheck of the block kernels (test_cuda --only)" \
+    "command -v compute-sanitizer >/dev/null || { echo 'no compute-sanitizer'; exit 0; }
+     for t in memcheck racecheck synccheck; do
+         echo \"## \$t\"
+         timeout 200 compute-sanitizer --tool \$t --error-exitcode 3 --print-limit 20 build/cuda/test_cuda -q \
+             --only conv_tiles,conv_tiles_fn,colsum,chan_sum,fused_ce,bn_relu_pool,bn_add_relu \
+             >$OUTDIR/sanitizer-\$t.txt 2>&1
+         rc=\$?
+         grep -E 'passed|FAIL|ERROR SUMMARY|RACECHECK SUMMARY|Error|error|hazard|Invalid' $OUTDIR/sanitizer-\$t.txt | head -n 30
+         echo \"(\$t: exit \$rc; 3: the tool found errors, 124: out of time; all in $OUTDIR/sanitizer-\$t.txt)\"
      done"
 say "# done: $LOG"

@@ -48,7 +48,8 @@
        make test-cuda-emu    (DL_CUDA_EMULATE=2: cuda:0 and cuda:1 are host
                               memory running the same kernels' functors)
    test_cuda --emulate does what DL_CUDA_EMULATE=2 does; -q drops the
-   per-op lines. Without a CUDA device it says so and exits 0.
+   per-op lines; --only conv_tiles,colsum runs those groups of main's
+   table and not the op matrix (bench/gpu_report.sh: compute-sanitizer). Without a CUDA device it says so and exits 0.
 
    On a real GPU each op case runs in a process of its own (fork) with
    DL_CUDA_SYNC=1: a kernel that faults poisons its CUDA context, which would
@@ -1224,7 +1225,7 @@ static void test_chan_sum(void)
             dl_capture *cap;
             dl__cucap *cc;
             size_t nops = 0;
-            bool ok, exact;
+            bool ok, exact = false;
             double a, e;
             for (i = 0; i < cs[c].nd; i++) n *= cs[c].sh[i];
             h = (float *)malloc(sizeof(float) * (size_t)(n ? n : 1));
@@ -2036,17 +2037,72 @@ static void test_summary_queue(void)
     free(buf);
 }
 
+/* the groups after the op matrix, in the order they run (--only picks some) */
+static const struct { const char *name; void (*fn)(void); } g_groups[] = {
+    {"random", test_random}, {"divider", test_divider}, {"determinism", test_determinism},
+    {"emulated_order", test_emulated_order}, {"tf32", test_tf32}, {"errors", test_errors},
+    {"transfers", test_transfers}, {"lenet", test_lenet}, {"multi_tensor", test_multi_tensor},
+    {"grad_accum", test_grad_accum}, {"fused_ce", test_fused_ce}, {"ce_seed", test_ce_seed},
+    {"chan_sum", test_chan_sum}, {"bn_add_relu", test_bn_add_relu}, {"bn_relu_pool", test_bn_relu_pool},
+    {"bn_eval", test_bn_eval}, {"linear_act", test_linear_act}, {"colsum", test_colsum},
+    {"conv_act", test_conv_act}, {"conv_tiles", test_conv_tiles}, {"conv_tiles_fn", test_conv_tiles_fn},
+    {"memory", test_memory}, {"summary_queue", test_summary_queue}};
+
+/* name is one of the comma-separated list (NULL: every group) */
+static bool picked(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = list;
+    if (!list) return true;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && strncmp(p, name, n) == 0) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+static int usage(void)
+{
+    int i;
+    printf("usage: test_cuda [--emulate] [-q] [--isolate | --no-isolate] [--only GROUP[,GROUP...]]\n"
+           "  --only: these groups and not the op matrix (for compute-sanitizer); groups:");
+    for (i = 0; i < (int)(sizeof g_groups / sizeof g_groups[0]); i++) printf(" %s", g_groups[i].name);
+    printf("\n");
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     int i, n, isolate = -1;
     bool isolated = false;
-    const char *emu;
+    const char *emu, *only = NULL;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--emulate") == 0) setenv("DL_CUDA_EMULATE", "2", 1);
         else if (strcmp(argv[i], "-q") == 0) g_quiet = 1;
         else if (strcmp(argv[i], "--isolate") == 0) isolate = 1;
         else if (strcmp(argv[i], "--no-isolate") == 0) isolate = 0;
-        else { printf("usage: test_cuda [--emulate] [-q] [--isolate | --no-isolate]\n"); return 2; }
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+        else return usage();
+    }
+    if (only) {   /* every name a group's: a misspelt one would test nothing and pass */
+        const char *p = only;
+        while (*p) {
+            const char *e = strchr(p, ',');
+            size_t k = e ? (size_t)(e - p) : strlen(p);
+            bool known = false;
+            for (i = 0; i < (int)(sizeof g_groups / sizeof g_groups[0]); i++)
+                if (strlen(g_groups[i].name) == k && strncmp(p, g_groups[i].name, k) == 0) known = true;
+            if (!known) {
+                printf("test_cuda: --only '%.*s': no such group\n", (int)k, p);
+                return usage();
+            }
+            if (!e) break;
+            p = e + 1;
+        }
+        if (isolate < 0) isolate = 0;   /* (isolation is the op matrix's) */
     }
     conv_cases();
     emu = getenv("DL_CUDA_EMULATE");
@@ -2082,30 +2138,9 @@ int main(int argc, char **argv)
             printf("test_cuda: cuda:0 is %s, sm_%d%d, %d SMs, %.1f GiB; driver %d, runtime %d\n", pr.name,
                    pr.major, pr.minor, pr.multiProcessorCount, (double)pr.totalGlobalMem / 1073741824.0, drv, rt);
     }
-    if (!isolated) test_op_matrix();
-    test_random();
-    test_divider();
-    test_determinism();
-    test_emulated_order();
-    test_tf32();
-    test_errors();
-    test_transfers();
-    test_lenet();
-    test_multi_tensor();
-    test_grad_accum();
-    test_fused_ce();
-    test_ce_seed();
-    test_chan_sum();
-    test_bn_add_relu();
-    test_bn_relu_pool();
-    test_bn_eval();
-    test_linear_act();
-    test_colsum();
-    test_conv_act();
-    test_conv_tiles();
-    test_conv_tiles_fn();
-    test_memory();
-    test_summary_queue();
+    if (!isolated && !only) test_op_matrix();
+    for (i = 0; i < (int)(sizeof g_groups / sizeof g_groups[0]); i++)
+        if (picked(only, g_groups[i].name)) g_groups[i].fn();
     dl_ctx_free(C);
     TEST_END();
 }

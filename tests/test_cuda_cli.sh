@@ -119,6 +119,18 @@ for e in lenet mlp; do
         printf '%s\n' "$out" | tail -n 4 | sed 's/^/    /'
     fi
 done
+# test_cuda --only (bench/gpu_report.sh's compute-sanitizer step): a
+# misspelt group is refused by name, not a run that tests nothing
+if [ -x $C/test_cuda ]; then
+    out=$($C/test_cuda --emulate -q --only colsum,nosuch 2>&1)
+    rc=$?
+    if [ "$rc" = 2 ] && printf '%s\n' "$out" | grep -q "^test_cuda: --only 'nosuch': no such group"; then ok
+    else no "test_cuda --only colsum,nosuch: expected status 2 naming 'nosuch'; got $rc: $out"; fi
+    out=$($C/test_cuda --emulate -q --only colsum 2>&1)
+    rc=$?
+    if [ "$rc" = 0 ] && printf '%s\n' "$out" | grep -qE '^[1-9][0-9]* passed, 0 failed'; then ok
+    else no "test_cuda --only colsum: expected status 0 and its checks passed; got $rc: $(printf '%s\n' "$out" | tail -n 2)"; fi
+fi
 rm -rf "$T"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
