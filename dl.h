@@ -782,9 +782,8 @@ struct dl_tensor {
     dl_tensor *gowner_;       /* a persistent gradient's tensor (dl_free of it: owner->grad = NULL) */
     bool capused_;            /* dl_free()d while a capture used it: its header stays to dl_ctx_free */
     bool cut_;                /* dl_zero_grad wrote zeros into it while it had a history
-                                 (torch's zero_grad: detach_, zero_): an op recorded at version
-                                 hcut_ or later takes no gradient through node_ */
-    uint32_t hcut_;
+                                 (torch's zero_grad: detach_, zero_): an op recorded from then
+                                 on takes no gradient through node_ (dl__node.cutin) */
     bool nohist_;             /* a persistent gradient a create_graph backward added to without
                                  the history (until zeroed), or computed from one: a backward
                                  through it is refused */
@@ -4281,6 +4280,9 @@ struct dl__node {
     void *user;
     const char *pname;                /* the op that recorded it, while profiling ("dl_conv2d"
                                          for a node of op dl_conv): its backward's name */
+    const unsigned char *cutin;       /* NULL, or nin flags: input j's history was cut
+                                         (dl_tensor.cut_) when this op was recorded, so no
+                                         gradient goes through it from here */
 };
 
 struct dl_fn_ctx { dl__node node; };
@@ -10817,27 +10819,32 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     dl_ctx *ctx = out->ctx_;
     dl__node *node;
     int i, taint = 0;
-    bool need = false;
+    bool need = false, cut = false;
     *pn = NULL;
     if (!dl__grad_on(ctx)) return 0;
     for (i = 0; i < n; i++) {
         if (in[i] && in[i]->requires_grad) need = true;
         if (in[i] && !taint && dl__nh(in[i])) taint = i + 1;
+        if (in[i] && in[i]->cut_ && in[i]->node_) cut = true;
     }
     if (!need) {   /* computed from a gradient whose history was dropped: so is out (a backward refuses it) */
         if (taint) out->nohist_ = true;
         return 0;
     }
-    node = (dl__node *)dl__halloc(ctx, sizeof(dl__node) + sizeof(dl_tensor *) * (size_t)n);
+    node = (dl__node *)dl__halloc(ctx, sizeof(dl__node) + (sizeof(dl_tensor *) + cut) * (size_t)n);
     if (!node) goto oom;
     memset(node, 0, sizeof *node);
     node->op = op;
     node->out = out;
+    if (cut) {   /* (decided now: a later dl_zero_grad cuts only the ops recorded after it) */
+        unsigned char *c = (unsigned char *)((dl_tensor **)(node + 1) + n);
+        for (i = 0; i < n; i++) c[i] = in[i] && in[i]->cut_ && in[i]->node_;
+        node->cutin = c;
+    }
     node->nin = n;
     node->nh = taint;   /* as the inputs were now: zeroing the gradient later does not bring the history back */
     node->in = (dl_tensor **)(node + 1);
-    for (i = 0; i < n; i++) {   /* (every input's version: the ones it reads are checked, and each
-                                      says whether its history was cut before, dl_tensor.cut_) */
+    for (i = 0; i < n; i++) {   /* (the versions of the first 7: those the rule reads are checked) */
         node->in[i] = in[i];
         if (i < 7 && in[i]) node->ver[i] = *dl__ver(in[i]);
     }
@@ -11605,11 +11612,9 @@ void dl_zero_grad(dl_tensor *t)
     DL__BE(t->grad)->fill(t->grad->dev_, (float *)t->grad->data, t->grad->numel, 0.0f);
     dl__bump_version(t->grad);
     t->grad->nohist_ = false;
-    if (t->grad->node_) {   /* (a step leaf's create_graph gradient: ops recorded from now on
-                               read a constant; those recorded before keep its history) */
-        t->grad->cut_ = true;
-        t->grad->hcut_ = *dl__ver(t->grad);
-    }
+    if (t->grad->node_) t->grad->cut_ = true;   /* (a step leaf's create_graph gradient: ops recorded
+                                                   from now on read a constant; those recorded before
+                                                   keep its history) */
 }
 
 void dl_sgd_update(dl_tensor *p, float lr)
@@ -12001,7 +12006,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                 rc = DL_ERR_GRAPH;
                 break;
             }
-            if (x->node_ && x->cut_ && !n->fn && j < 7 && n->ver[j] - x->hcut_ < 0x80000000u) {
+            if (x->node_ && n->cutin && n->cutin[j]) {
                 /* x was zeroed (dl_zero_grad of a gradient with history) before this op
                    read it: the op saw a constant, as after torch's detach_() and zero_() */
                 gj->gref_++;

@@ -2111,6 +2111,33 @@ static void test_review4_autograd(void)
         CHECK(dl_grad(h0, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g3, 2) == DL_OK && g3[0] == 3.0f &&
               g3[1] == -6.0f, "recorded before dl_zero_grad: 6x as torch (%g %g)", (double)g3[0], (double)g3[1]);
     }
+    {   /* the cut is decided when an op is recorded, for every input: a custom
+           function's (its node's versions are its saved tensors'), an op's 8th
+           input and later (versions kept for 7), an op recorded between two
+           zero_grads (the second moved the cut past it): torch 0, 7 7 and 1 1;
+           these took the old history's 6x */
+        float xv[2] = {0.5f, -1.0f};
+        dl_function idf = {"identity", id_fwd, id_bwd};
+        dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(2), xv), true), *g, *h, *gx = NULL, *cat[8];
+        int k;
+        CHECK(dl_backward_ex(dl_sum(dl_pow(x, 3.0f), DL_ALL, false), &cg) == DL_OK && x->grad, "x.grad = 3x^2");
+        g = x->grad;
+        dl_zero_grad(x);
+        h = dl_sum(dl_function_apply(&idf, 1, &g, NULL), DL_ALL, false);
+        CHECK(h && dl_grad(h, 1, &x, &gx, NULL) == DL_OK && (gx == NULL || (dl_read(gx, g3, 2) == DL_OK &&
+              g3[0] == 0 && g3[1] == 0)), "a custom function after dl_zero_grad: no gradient through the history");
+        for (k = 0; k < 7; k++) cat[k] = x;
+        cat[7] = g;
+        h = dl_sum(dl_cat(8, cat, 0), DL_ALL, false);
+        gx = NULL;
+        CHECK(h && dl_grad(h, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g3, 2) == DL_OK && g3[0] == 7 &&
+              g3[1] == 7, "dl_cat's 8th input zeroed: 7 7 as torch (%g %g)", (double)g3[0], (double)g3[1]);
+        h = dl_sum(dl_add(dl_mul_scalar(x, 1.0f), g), DL_ALL, false);
+        dl_zero_grad(x);
+        gx = NULL;
+        CHECK(h && dl_grad(h, 1, &x, &gx, NULL) == DL_OK && gx && dl_read(gx, g3, 2) == DL_OK && g3[0] == 1 &&
+              g3[1] == 1, "recorded between two dl_zero_grads: 1 1 as torch (%g %g)", (double)g3[0], (double)g3[1]);
+    }
     {   /* dl_grad of an out whose graph a backward freed, when no freed node is needed:
            grad(y, [y]) is the seed (torch), not "already freed" */
         float xv[2] = {1.0f, 1.5f}, sv[2] = {2.0f, 3.0f};
