@@ -57,6 +57,16 @@ static dl_shape g_param_shape(const grec *p, int from)
 
 /* ------------------------------------------------------------------ ops */
 
+/* gen_fuzz.py's OPS, in the same order: a "prog" case's op indexes */
+static const char *const g_prog_ops[] = {
+    "add", "sub", "mul", "div", "maximum", "minimum", "matmul", "add_scalar", "mul_scalar",
+    "rsub_scalar", "pow", "neg", "exp", "log", "sqrt", "abs", "erf", "relu", "sigmoid", "tanh",
+    "gelu", "silu", "leaky_relu", "clamp", "sum", "mean", "max", "min", "var", "norm", "max_dim",
+    "min_dim", "softmax", "log_softmax", "reshape", "squeeze", "unsqueeze", "permute",
+    "transpose", "narrow", "cat", "stack", "expand", "sum_to", "flatten", "div_scalar",
+    "sub_scalar"};
+#define G_PROG_MAX 96
+
 /* Runs op on the inputs. Sets *bad to a message when the case itself is
    malformed (unknown op, missing params). */
 static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor **in,
@@ -120,6 +130,47 @@ static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor 
     if (!strcmp(op, "stack")) { G_NEED(1, 1); return dl_stack(n, in, g_pi(p, 0)); }
     if (!strcmp(op, "expand")) { G_NEED(1, 1); return dl_expand(x, g_param_shape(p, 0)); }
     if (!strcmp(op, "sum_to")) { G_NEED(1, 1); return dl_sum_to(x, g_param_shape(p, 0)); }
+    if (!strcmp(op, "prog")) {
+        /* gen_fuzz.py's program: params = [count, then per instruction: op index,
+           input count, input indexes (inputs 0 .. n-1, instruction k's result
+           n + k), param count, params]; its result is the last instruction's */
+        dl_tensor *vals[G_PROG_MAX], *args[G_MAXIN];
+        int nv = n, k, j, ninstr;
+        long pos = 1;
+        G_NEED(1, 1);
+        if (n > G_PROG_MAX) { *bad = "too many inputs"; return NULL; }
+        for (k = 0; k < n; k++) vals[k] = in[k];
+        ninstr = g_pi(p, 0);
+        for (k = 0; k < ninstr; k++) {
+            grec q;
+            int opi, ni, npp;
+            if (pos + 2 > np) { *bad = "program cut short"; return NULL; }
+            opi = g_pi(p, (int)pos++);
+            ni = g_pi(p, (int)pos++);
+            if (opi < 0 || opi >= (int)(sizeof g_prog_ops / sizeof g_prog_ops[0]) || ni < 1 || ni > G_MAXIN ||
+                pos + ni + 1 > np || nv == G_PROG_MAX) {
+                *bad = "bad instruction";
+                return NULL;
+            }
+            for (j = 0; j < ni; j++) {
+                int r = g_pi(p, (int)pos++);
+                if (r < 0 || r >= nv) { *bad = "an input index out of range"; return NULL; }
+                args[j] = vals[r];
+            }
+            npp = g_pi(p, (int)pos++);
+            if (npp < 0 || pos + npp > np) { *bad = "params cut short"; return NULL; }
+            memset(&q, 0, sizeof q);
+            q.ndim = 1;
+            q.shape[0] = npp;
+            q.numel = npp;
+            q.v = p->v + pos;
+            pos += npp;
+            vals[nv] = g_run(g_prog_ops[opi], ni, NULL, args, &q, bad);
+            if (*bad || !vals[nv]) return NULL;
+            nv++;
+        }
+        return nv > n ? vals[nv - 1] : NULL;
+    }
     if (!strcmp(op, "mlp")) {
         /* mean((tanh(x W1^T + b1) W2^T + b2 - y)^2); inputs x, y, W1, b1, W2, b2 */
         dl_tensor *h, *d;
@@ -163,6 +214,7 @@ int main(int argc, char **argv)
         run_file("tests/golden/edges.bin", 40);        /* gen_edges.py: ties, 0-d, NaN, bounds */
         run_file("tests/golden/norm.bin", 13);         /* gen_norm.py: dl_norm, zero rows */
         run_file("tests/golden/masks.bin", 6);         /* gen_masks.py: second derivatives through masks */
+        run_file("tests/golden/fuzz.bin", 240);        /* gen_fuzz.py: random programs of the ops above */
     }
     TEST_END();
 }

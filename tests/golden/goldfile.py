@@ -72,6 +72,23 @@ def case(name, inputs, fn, params=None, dd=False, greq=False):
     record_grads(name, out, ts, [f for f, _ in inputs], dd=dd, greq=greq)
 
 
+def reduce(op, t, dims, keepdim, correction=1):
+    """dl_sum / dl_mean / dl_var / dl_max / dl_min / dl_norm over dims (a
+    tuple) as torch computes them (dl_max: torch.amax, ties share the
+    gradient)"""
+    if op == "sum":
+        return torch.sum(t, dim=dims, keepdim=keepdim)
+    if op == "mean":
+        return torch.mean(t, dim=dims, keepdim=keepdim)
+    if op == "var":
+        return torch.var(t, dim=dims, correction=correction, keepdim=keepdim)
+    if op == "norm":
+        return torch.linalg.vector_norm(t, 2, dim=dims, keepdim=keepdim)
+    if op in ("max", "min"):
+        return torch.amax(t, dim=dims, keepdim=keepdim) if op == "max" else torch.amin(t, dim=dims, keepdim=keepdim)
+    raise ValueError(op)
+
+
 def write(path, records):
     """records: list of (name, torch tensor); values are written as float32."""
     parts = [b"DLGOLD1\0", struct.pack("<II", 1, len(records))]
