@@ -14790,7 +14790,7 @@ static dl_result dl__convW_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
    computed again by ops, so that its history carries second order. */
 typedef struct dl__pparam { int nsp; int64_t k[3], s[3], p[3]; bool adaptive, cip; } dl__pparam;
 static const dl__pparam dl__pool2 = {2, {2, 2, 1}, {2, 2, 1}, {0, 0, 0}, false, true};
-static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int64_t *ia);
+static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int64_t *ia, dl_tensor *x);
 
 static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
@@ -14811,7 +14811,7 @@ static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     } else {
         if (pool && dl__grad_on(g->ctx_) && !(y = dl__conv_run(a, w, bias, &cp, y->shape + 2, act)))
             return g->ctx_->err;   /* create_graph: b again, with its history (saved[0] has none) */
-        if (pool && !(g = dl__avgpool_adj(g, &dl__pool2, y->shape + 2))) return y->ctx_->err;
+        if (pool && !(g = dl__avgpool_adj(g, &dl__pool2, y->shape + 2, y))) return y->ctx_->err;
         if (!(gm = dl__act_grad(g, y, act))) return g->ctx_->err;
         if (dl__need(n, 2)) gin[2] = dl__bias_grad(gm);
     }
@@ -15441,13 +15441,21 @@ static dl_tensor *dl__pool_gather(dl_tensor *x, dl_tensor *idx)
 
 /* --- average pooling: y = A x (linear);  dx = A^T g;  A^T's backward is A */
 static dl_tensor *dl__avgpool_run(dl_tensor *x, const dl__pparam *pp, const int64_t *ob);
-static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int64_t *ia);
+static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int64_t *ia, dl_tensor *x);
 
+/* (under create_graph the adjoint also takes x, with a zero derivative:
+   PyTorch's avg_pool and adaptive_avg_pool backwards are functions of
+   their input, so a gradient through them alone carries history, its
+   derivative zeros, as with dl__mask0; not an adaptive pool to all 1s,
+   which PyTorch computes as a mean, whose backward does not read x) */
 static dl_result dl__avgpool_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl__pparam pp;
-    dl__pparam_load(n, n->in[0]->ndim - 2, &pp);
-    gin[0] = dl__avgpool_adj(g, &pp, n->in[0]->shape + 2);
+    dl_tensor *x = n->in[0];
+    int i, ones = 0;
+    dl__pparam_load(n, x->ndim - 2, &pp);
+    for (i = 0; i < pp.nsp; i++) ones += g->shape[2 + i] == 1;
+    gin[0] = dl__avgpool_adj(g, &pp, x->shape + 2, pp.adaptive && ones == pp.nsp ? NULL : x);
     return DL_OK;
 }
 static dl_result dl__avgpool_adj_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -15455,6 +15463,7 @@ static dl_result dl__avgpool_adj_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     dl__pparam pp;
     dl__pparam_load(n, n->in[0]->ndim - 2, &pp);
     gin[0] = dl__avgpool_run(g, &pp, n->in[0]->shape + 2);
+    if (n->nin > 1 && dl__need(n, 1)) gin[1] = dl_zeros_like(n->in[1]);
     return DL_OK;
 }
 static const dl__op dl__op_avgpool = {"dl_avg_pool", dl__avgpool_bwd, 0, 0};
@@ -15490,12 +15499,14 @@ static dl_tensor *dl__avgpool_run(dl_tensor *x, const dl__pparam *pp, const int6
     return dl__done(y, name);
 }
 
-static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int64_t *ia)
+/* g (N,C,ob...) spread back to (N,C,ia...); x: the pool's input, recorded
+   as a second input (zero derivative), or NULL */
+static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int64_t *ia, dl_tensor *x)
 {
     const char *name = "dl_avg_pool_backward";
     int64_t shape[DL_MAX_DIMS];
     dl__pgeom pg;
-    dl_tensor *y;
+    dl_tensor *y, *in[2];
     dl__node *n;
     int i;
     if (!g) return NULL;
@@ -15508,7 +15519,9 @@ static dl_tensor *dl__avgpool_adj(dl_tensor *g, const dl__pparam *pp, const int6
     if (y->numel)
         DL__BE(g)->avg_pool_adj(g->dev_, (float *)y->data, (const float *)g->data,
                                 shape[0] * shape[1], &pg);
-    if (dl__record(y, &dl__op_avgpool_adj, 1, &g, &n) < 0) return NULL;
+    in[0] = g;
+    in[1] = x;
+    if (dl__record(y, &dl__op_avgpool_adj, x ? 2 : 1, in, &n) < 0) return NULL;
     if (n) dl__pparam_save(n, pp);
     return dl__done(y, name);
 }

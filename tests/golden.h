@@ -148,7 +148,7 @@ static G_UNUSED int g_load(const char *path)
         r->v = (float *)malloc((size_t)(numel ? numel : 1) * sizeof(float));
         if (!r->v) goto oom;
         for (j = 0; j < (size_t)numel; j++) {
-            uint32_t u;
+            uint32_t u = 0;   /* (set by g_u32: the bytes are there) */
             g_u32(buf, len, &pos, &u);
             memcpy(&r->v[j], &u, sizeof u);
         }
@@ -436,6 +436,150 @@ static G_UNUSED void g_case(long lo, long hi, int *ncases)
             g_compare(cname, what, hv[k], hv_r[k]);
         }
     }
+}
+
+/* ------------------------------------------------------------ core ops, programs */
+/* params as integers; fails the case if fewer than need */
+static G_UNUSED int g_pi(const grec *params, int k) { return (int)params->v[k]; }
+
+/* reduction params: [keepdim, correction, all_flag, dims...] */
+static G_UNUSED dl_shape g_red_dims(const grec *p)
+{
+    int64_t d[DL_MAX_DIMS];
+    int i, n = (int)p->numel - 3;
+    if (g_pi(p, 2)) return DL_ALL;
+    if (n > DL_MAX_DIMS) n = DL_MAX_DIMS;
+    for (i = 0; i < n; i++) d[i] = (int64_t)p->v[3 + i];
+    return dl_shape_make(n, d);
+}
+
+static G_UNUSED dl_shape g_param_shape(const grec *p, int from)
+{
+    int64_t d[DL_MAX_DIMS];
+    int i, n = (int)p->numel - from;
+    if (n > DL_MAX_DIMS) n = DL_MAX_DIMS;
+    if (n < 0) n = 0;
+    for (i = 0; i < n; i++) d[i] = (int64_t)p->v[from + i];
+    return dl_shape_make(n, d);
+}
+
+/* The core ops (test_golden's cases, and the instructions of gen_fuzz.py's
+   programs in every runner): op on in[0 .. n-1] with params p; a runner
+   calls it after its own ops (*bad: "unknown op" for any other name). */
+static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const grec *p, const char **bad)
+{
+    dl_tensor *x = n > 0 ? in[0] : NULL, *y = n > 1 ? in[1] : NULL;
+    int np = p ? (int)p->numel : 0;
+#define G_NEED(ni, npar) do { if (n < (ni) || np < (npar)) { *bad = "wrong number of inputs or params"; return NULL; } } while (0)
+    *bad = NULL;
+    if (!strcmp(op, "add")) { G_NEED(2, 0); return dl_add(x, y); }
+    if (!strcmp(op, "sub")) { G_NEED(2, 0); return dl_sub(x, y); }
+    if (!strcmp(op, "mul")) { G_NEED(2, 0); return dl_mul(x, y); }
+    if (!strcmp(op, "div")) { G_NEED(2, 0); return dl_div(x, y); }
+    if (!strcmp(op, "maximum")) { G_NEED(2, 0); return dl_maximum(x, y); }
+    if (!strcmp(op, "minimum")) { G_NEED(2, 0); return dl_minimum(x, y); }
+    if (!strcmp(op, "matmul")) { G_NEED(2, 0); return dl_matmul(x, y); }
+    if (!strcmp(op, "add_scalar")) { G_NEED(1, 1); return dl_add_scalar(x, p->v[0]); }
+    if (!strcmp(op, "sub_scalar")) { G_NEED(1, 1); return dl_sub_scalar(x, p->v[0]); }
+    if (!strcmp(op, "mul_scalar")) { G_NEED(1, 1); return dl_mul_scalar(x, p->v[0]); }
+    if (!strcmp(op, "div_scalar")) { G_NEED(1, 1); return dl_div_scalar(x, p->v[0]); }
+    if (!strcmp(op, "rsub_scalar")) { G_NEED(1, 1); return dl_rsub_scalar(x, p->v[0]); }
+    if (!strcmp(op, "pow")) { G_NEED(1, 1); return dl_pow(x, p->v[0]); }
+    if (!strcmp(op, "neg")) { G_NEED(1, 0); return dl_neg(x); }
+    if (!strcmp(op, "exp")) { G_NEED(1, 0); return dl_exp(x); }
+    if (!strcmp(op, "log")) { G_NEED(1, 0); return dl_log(x); }
+    if (!strcmp(op, "sqrt")) { G_NEED(1, 0); return dl_sqrt(x); }
+    if (!strcmp(op, "abs")) { G_NEED(1, 0); return dl_abs(x); }
+    if (!strcmp(op, "erf")) { G_NEED(1, 0); return dl_erf(x); }
+    if (!strcmp(op, "relu")) { G_NEED(1, 0); return dl_relu(x); }
+    if (!strcmp(op, "sigmoid")) { G_NEED(1, 0); return dl_sigmoid(x); }
+    if (!strcmp(op, "tanh")) { G_NEED(1, 0); return dl_tanh(x); }
+    if (!strcmp(op, "gelu")) { G_NEED(1, 0); return dl_gelu(x); }
+    if (!strcmp(op, "silu")) { G_NEED(1, 0); return dl_silu(x); }
+    if (!strcmp(op, "leaky_relu")) { G_NEED(1, 1); return dl_leaky_relu(x, p->v[0]); }
+    if (!strcmp(op, "clamp")) { G_NEED(1, 2); return dl_clamp(x, p->v[0], p->v[1]); }
+    if (!strcmp(op, "sum")) { G_NEED(1, 3); return dl_sum(x, g_red_dims(p), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "mean")) { G_NEED(1, 3); return dl_mean(x, g_red_dims(p), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "max")) { G_NEED(1, 3); return dl_max(x, g_red_dims(p), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "min")) { G_NEED(1, 3); return dl_min(x, g_red_dims(p), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "var")) { G_NEED(1, 3); return dl_var(x, g_red_dims(p), g_pi(p, 1), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "norm")) { G_NEED(1, 3); return dl_norm(x, g_red_dims(p), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "argmax")) { G_NEED(1, 2); return dl_argmax(x, g_pi(p, 0), g_pi(p, 1) != 0); }
+    if (!strncmp(op, "max_dim", 7) || !strncmp(op, "min_dim", 7)) {   /* values, or "_idx": indices */
+        dl_tensor *idx = NULL, *v;
+        G_NEED(1, 2);
+        v = op[1] == 'a' ? dl_max_dim(x, g_pi(p, 0), g_pi(p, 1) != 0, &idx)
+                         : dl_min_dim(x, g_pi(p, 0), g_pi(p, 1) != 0, &idx);
+        return op[7] ? idx : v;
+    }
+    if (!strcmp(op, "softmax")) { G_NEED(1, 1); return dl_softmax(x, g_pi(p, 0)); }
+    if (!strcmp(op, "log_softmax")) { G_NEED(1, 1); return dl_log_softmax(x, g_pi(p, 0)); }
+    if (!strcmp(op, "reshape")) { G_NEED(1, 1); return dl_reshape(x, g_param_shape(p, 0)); }
+    if (!strcmp(op, "flatten")) { G_NEED(1, 2); return dl_flatten(x, g_pi(p, 0), g_pi(p, 1)); }
+    if (!strcmp(op, "squeeze")) { G_NEED(1, 1); return dl_squeeze(x, g_pi(p, 0)); }
+    if (!strcmp(op, "unsqueeze")) { G_NEED(1, 1); return dl_unsqueeze(x, g_pi(p, 0)); }
+    if (!strcmp(op, "permute")) { G_NEED(1, 1); return dl_permute(x, g_param_shape(p, 0)); }
+    if (!strcmp(op, "transpose")) { G_NEED(1, 2); return dl_transpose(x, g_pi(p, 0), g_pi(p, 1)); }
+    if (!strcmp(op, "narrow")) { G_NEED(1, 3); return dl_narrow(x, g_pi(p, 0), (int64_t)p->v[1], (int64_t)p->v[2]); }
+    if (!strcmp(op, "cat")) { G_NEED(1, 1); return dl_cat(n, in, g_pi(p, 0)); }
+    if (!strcmp(op, "stack")) { G_NEED(1, 1); return dl_stack(n, in, g_pi(p, 0)); }
+    if (!strcmp(op, "expand")) { G_NEED(1, 1); return dl_expand(x, g_param_shape(p, 0)); }
+    if (!strcmp(op, "sum_to")) { G_NEED(1, 1); return dl_sum_to(x, g_param_shape(p, 0)); }
+#undef G_NEED
+    *bad = "unknown op";
+    return NULL;
+}
+
+/* gen_fuzz.py's program (a "prog" case): p = [count, then per instruction:
+   the op's name (its length, then its characters' codes), its input count,
+   the input indexes (in[0 .. n-1] are 0 .. n-1, instruction k's result
+   n + k), its param count and params]; each instruction runs through the
+   runner's g_run, so a runner's own ops (conv, pooling) can be used too.
+   The program's result is the last instruction's. */
+#define G_PROG_MAX 96
+static G_UNUSED dl_tensor *g_prog(int n, dl_tensor **in, const grec *p, const char **bad)
+{
+    dl_tensor *vals[G_PROG_MAX], *args[G_MAXIN];
+    int nv = n, k, j, ninstr, np = p ? (int)p->numel : 0;
+    long pos = 1;
+    *bad = NULL;
+    if (np < 1 || n < 1 || n > G_PROG_MAX) { *bad = "a program needs inputs and its code"; return NULL; }
+    for (k = 0; k < n; k++) vals[k] = in[k];
+    ninstr = g_pi(p, 0);
+    for (k = 0; k < ninstr; k++) {
+        grec q;
+        char name[32];
+        int nl, ni, npp;
+        if (pos >= np || (nl = g_pi(p, (int)pos++)) < 1 || nl >= (int)sizeof name || pos + nl + 1 > np) {
+            *bad = "program cut short (an op's name)";
+            return NULL;
+        }
+        for (j = 0; j < nl; j++) name[j] = (char)g_pi(p, (int)pos++);
+        name[nl] = 0;
+        ni = g_pi(p, (int)pos++);
+        if (ni < 1 || ni > G_MAXIN || pos + ni + 1 > np || nv == G_PROG_MAX) {
+            *bad = "bad instruction";
+            return NULL;
+        }
+        for (j = 0; j < ni; j++) {
+            int r = g_pi(p, (int)pos++);
+            if (r < 0 || r >= nv) { *bad = "an input index out of range"; return NULL; }
+            args[j] = vals[r];
+        }
+        npp = g_pi(p, (int)pos++);
+        if (npp < 0 || pos + npp > np) { *bad = "params cut short"; return NULL; }
+        memset(&q, 0, sizeof q);
+        q.name = name;
+        q.ndim = 1;
+        q.shape[0] = npp;
+        q.numel = npp;
+        q.v = p->v + pos;
+        pos += npp;
+        vals[nv] = g_run(name, ni, NULL, args, &q, bad);
+        if (*bad || !vals[nv]) return NULL;
+        nv++;
+    }
+    return nv > n ? vals[nv - 1] : NULL;
 }
 
 /* Runs every case of the loaded file (records grouped by their "op/case/"

@@ -36,16 +36,6 @@ static const dl_loss_desc *red(dl_reduction r)
 
 /* ------------------------------------------------------------------ golden: ops */
 
-static dl_shape g_param_shape(const grec *p, int from)
-{
-    int64_t d[DL_MAX_DIMS];
-    int i, n = (int)p->numel - from;
-    if (n > DL_MAX_DIMS) n = DL_MAX_DIMS;
-    if (n < 0) n = 0;
-    for (i = 0; i < n; i++) d[i] = (int64_t)p->v[from + i];
-    return dl_shape_make(n, d);
-}
-
 static dl_tensor *g_get(int n, const grec *const *rs, dl_tensor **in, const char *field)
 {
     int k;

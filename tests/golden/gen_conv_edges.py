@@ -15,6 +15,10 @@ newer. Deterministic: torch.manual_seed(1470), CPU, float32.
                              returns an empty (N, OC, ...) tensor, the
                              inputs' gradients zeros (unbatched it refuses)
   max_pool2d, avg_pool2d, conv2d /special*   NaN and +-inf in x
+  avg_pool{1,2}d/mask, adaptive_avg_pool{1,2}d/mask_o*   average pooling's
+                             first gradient carries history, its second
+                             derivative zeros; not an adaptive pool to all
+                             1s (PyTorch's mean)
 """
 import os
 import sys
@@ -70,5 +74,17 @@ for k, st, pd in ((2, 2, 0), (3, 1, 1), (3, 2, 1)):
          lambda t, k=k, st=st, pd=pd: F.avg_pool2d(t, k, st, pd), pp)
 case("conv2d/special", [("x", xs), ("w", randn(3, 2, 3, 3)), ("b", randn(3))],
      lambda a, w, b: F.conv2d(a, w, b, padding=1), three(1, 2) + three(1, 2) + three(1, 2) + [0, 0, 0] + [1, 0])
+
+# average pooling's first gradient carries history in PyTorch (its backward
+# reads x), its second derivative zeros; an adaptive pool to all 1s is a mean
+# there, whose backward does not read x: no history (gen_fuzz.py found it)
+ADAP = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d}
+case("avg_pool2d/mask", [("x", randn(2, 2, 6, 6))], lambda t: F.avg_pool2d(t, 3, 2, 1),
+     [3, 3, 0, 2, 2, 0, 1, 1, 0, 1, 1, 0, 0, 1], dd=True, greq=True)
+case("avg_pool1d/mask", [("x", randn(2, 3, 7))], lambda t: F.avg_pool1d(t, 2, ceil_mode=True),
+     [2, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1], dd=True, greq=True)
+for nsp, o in ((2, [3, 2]), (2, [1, 1]), (1, [2]), (1, [1])):
+    case("adaptive_avg_pool%dd/mask_o%s" % (nsp, "".join(map(str, o))), [("x", randn(2, 2, *([5] * nsp)))],
+         lambda t, nsp=nsp, o=o: ADAP[nsp](t, o), three(o, nsp), dd=True, greq=True)
 
 goldfile.write(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/conv_edges.bin", goldfile.RECORDS)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tests/golden/gen_fuzz.py - random programs of core ops against PyTorch.
 
-Run from the repository root:   python3 tests/golden/gen_fuzz.py [out.bin [count]]
-(default output: tests/golden/fuzz.bin, 240 programs, read by test_golden.c).
+Run from the repository root:   python3 tests/golden/gen_fuzz.py [out.bin [count [conv.bin [count]]]]
+(default output: tests/golden/fuzz.bin, 240 programs, read by test_golden.c,
+and tests/golden/fuzz_conv.bin, 120, read by test_conv.c).
 Deterministic: random.seed(1357) and torch.manual_seed(1357), CPU, float32.
 
 Each case is a program of 3 to 10 instructions over one to three inputs:
@@ -25,11 +26,20 @@ from the values). A dl.h result outside the runner's tolerance (1e-5 +
 not in rounding.
 
 Program encoding (the case's params record, floats): the instruction
-count, then per instruction: the op's index in OPS (the same table as
-test_golden.c's g_prog_ops), its input count, the input values' indexes
-(the inputs are 0 .. n-1, instruction k's result is n + k), its param
-count and params in the form the op's own golden cases use (gen.py). The
-program's result is the last instruction's.
+count, then per instruction: the op's name (its length, then its
+characters' codes), its input count, the input values' indexes (the
+inputs are 0 .. n-1, instruction k's result is n + k), its param count
+and params in the form the op's own golden cases use (gen.py, gen_conv.py).
+The program's result is the last instruction's (tests/golden.h: g_prog).
+
+The convolution programs (fuzz_conv.bin, test_conv.c; 120 of them) start
+from a batch x (N, C, spatial 1-d or 2-d) and a bank P of 400 values that
+every weight and bias is a narrow + reshape of (so P's gradient adds up
+the weights'): convolutions and transposed convolutions (stride, padding,
+'same', dilation, groups, output_padding), max, average and adaptive
+pooling, activations, residual adds, channel cat, and views that hand a
+convolution a non-contiguous input (a transpose of the spatial dims, a
+narrow), then a reduction or a Linear from P.
 
 FILE FORMAT and record names: as tests/golden/core.bin (see gen.py):
 prog/<k>/x0 .. x2, params, gout, [v_*], out, grad_*, [greq, hv_*].
@@ -43,15 +53,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goldfile  # noqa: E402
-
-# the op table: test_golden.c's g_prog_ops, in the same order
-OPS = ["add", "sub", "mul", "div", "maximum", "minimum", "matmul", "add_scalar", "mul_scalar",
-       "rsub_scalar", "pow", "neg", "exp", "log", "sqrt", "abs", "erf", "relu", "sigmoid", "tanh",
-       "gelu", "silu", "leaky_relu", "clamp", "sum", "mean", "max", "min", "var", "norm", "max_dim",
-       "min_dim", "softmax", "log_softmax", "reshape", "squeeze", "unsqueeze", "permute",
-       "transpose", "narrow", "cat", "stack", "expand", "sum_to", "flatten", "div_scalar",
-       "sub_scalar"]
-
 
 def run_op(op, xs, p):
     """op on tensors xs with params p (floats), as test_golden.c's g_run"""
@@ -113,7 +114,30 @@ def run_op(op, xs, p):
         return x.sum_to_size(pi)
     if op == "flatten":
         return torch.flatten(x, pi[0], pi[1])
+    if op.startswith("conv"):   # gen_conv.py's params: stride, padding, dilation, output_padding, groups, same
+        nsp = int(op[-2])
+        st, pd, dl, opd = tuple(pi[0:nsp]), tuple(pi[3:3 + nsp]), tuple(pi[6:6 + nsp]), tuple(pi[9:9 + nsp])
+        b = xs[2] if len(xs) > 2 else None
+        if op.startswith("conv_transpose"):
+            return CONVT[nsp](x, xs[1], b, stride=st, padding=pd, output_padding=opd, groups=pi[12], dilation=dl)
+        return CONV[nsp](x, xs[1], b, stride=st, padding="same" if pi[13] else pd, dilation=dl, groups=pi[12])
+    if "_pool" in op:   # kernel, stride (0: the kernel), padding, dilation, ceil_mode, count_include_pad
+        nsp = int(op[-2])
+        if op.startswith("adaptive"):
+            return ADAP[nsp](x, tuple(pi[:nsp]))
+        ks, pd, dl = tuple(pi[0:nsp]), tuple(pi[6:6 + nsp]), tuple(pi[9:9 + nsp])
+        st = tuple(pi[3 + i] or pi[i] for i in range(nsp))
+        if op.startswith("max"):
+            return MAXP[nsp](x, ks, st, pd, dl, ceil_mode=bool(pi[12]))
+        return AVGP[nsp](x, ks, st, pd, ceil_mode=bool(pi[12]), count_include_pad=bool(pi[13]))
     raise ValueError(op)
+
+
+CONV = {1: F.conv1d, 2: F.conv2d}
+CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d}
+MAXP = {1: F.max_pool1d, 2: F.max_pool2d}
+AVGP = {1: F.avg_pool1d, 2: F.avg_pool2d}
+ADAP = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d}
 
 
 def run_prog(prog, inputs):
@@ -126,8 +150,8 @@ def run_prog(prog, inputs):
 def encode(prog):
     code = [float(len(prog))]
     for op, ins, p in prog:
-        code += [float(OPS.index(op)), float(len(ins))] + [float(i) for i in ins] + [float(len(p))] + \
-            [float(v) for v in p]
+        code += [float(len(op))] + [float(ord(c)) for c in op] + [float(len(ins))] + [float(i) for i in ins] + \
+            [float(len(p))] + [float(v) for v in p]
     return code
 
 
@@ -327,6 +351,105 @@ class Gen:
             return False
 
 
+def three(v, fill=0):
+    return list(v) + [fill] * (3 - len(v))
+
+
+class ConvGen(Gen):
+    """a convolution net's program: x (value 0) and the bank P (value 1)"""
+    BANK = 400
+
+    def weight(self, shape):
+        n = 1
+        for d in shape:
+            n *= d
+        off = self.rng.randrange(0, self.BANK - n + 1)
+        return self.emit("reshape", [self.emit("narrow", [1], [0, off, n])], list(shape))
+
+    def maps(self):
+        """the feature maps (batched, 1-d or 2-d), the later ones more often"""
+        ok = [j for j in range(len(self.vals)) if j != 1 and self.vals[j].dim() in (3, 4) and j != 1]
+        return max(self.rng.choice(ok), self.rng.choice(ok))
+
+    def step(self):
+        rng = self.rng
+        i = self.maps()
+        x = self.vals[i]
+        nsp, C = x.dim() - 2, x.shape[1]
+        kind = rng.random()
+        try:
+            if kind < 0.35:   # convolution, transposed one time in four
+                t = rng.random() < 0.25
+                g = rng.choice([d for d in range(1, C + 1) if C % d == 0])
+                co = g * rng.randint(1, 3)
+                ks = [rng.randint(1, 3) for _ in range(nsp)]
+                st = [rng.randint(1, 2) for _ in range(nsp)]
+                dl = [rng.randint(1, 2) for _ in range(nsp)]
+                pd = [rng.randint(0, k - 1) for k in ks]
+                same = 1 if not t and all(v == 1 for v in st) and rng.random() < 0.3 else 0
+                opd = [rng.randint(0, max(a, b) - 1) for a, b in zip(st, dl)] if t else [0] * nsp
+                w = self.weight([C, co // g] + ks if t else [co, C // g] + ks)
+                ins = [self.tame(i), w]
+                if rng.random() < 0.7:
+                    ins.append(self.weight([co]))
+                op = ("conv_transpose%dd" if t else "conv%dd") % nsp
+                return self.emit(op, ins, three(st) + three(pd) + three(dl) + three(opd) + [g, same])
+            if kind < 0.55:   # pooling
+                k = rng.random()
+                if k < 0.2:
+                    return self.emit("adaptive_avg_pool%dd" % nsp, [i],
+                                     three([rng.randint(1, s) for s in x.shape[2:]]))
+                mx = k < 0.6
+                if mx and torch.unique(x).numel() != x.numel():   # ties: which one takes the gradient
+                    return
+                ks = [rng.randint(1, 3) for _ in range(nsp)]
+                dl = [rng.randint(1, 2) if mx else 1 for _ in range(nsp)]
+                pd = [rng.randint(0, ((k_ - 1) * d + 1) // 2) for k_, d in zip(ks, dl)]
+                st = [rng.randint(0, 2) for _ in range(nsp)]
+                ceil = rng.randrange(2)
+                cip = rng.randrange(2)
+                op = ("max_pool%dd" if mx else "avg_pool%dd") % nsp
+                prm = three(ks) + three(st) + three(pd) + three(dl, 1) + [ceil, cip]
+                y = run_op(op, [x], prm)
+                for d in range(nsp):   # a window in the padding only: torch 2.15's max pooling
+                    L, s_ = x.shape[2 + d], st[d] or ks[d]   # gives -inf and an index past the input
+                    if any(not any(0 <= j * s_ - pd[d] + t * dl[d] < L for t in range(ks[d]))
+                           for j in range(y.shape[2 + d])):   # (its backward writes there)
+                        return
+                return self.emit(op, [i], prm)
+            if kind < 0.70:   # activation
+                op = rng.choice(["relu", "tanh", "sigmoid", "gelu", "silu"])
+                return self.emit(op, [i], [])
+            if kind < 0.80 and nsp == 2:   # a transposed view into what follows
+                return self.emit("transpose", [i], [2, 3])
+            if kind < 0.85:   # a narrow of the spatial dims
+                d = rng.randrange(2, x.dim())
+                if x.shape[d] < 3:
+                    return
+                ln = rng.randint(2, x.shape[d] - 1)
+                return self.emit("narrow", [i], [d, rng.randint(0, x.shape[d] - ln), ln])
+            same = [j for j in range(len(self.vals)) if j != 1 and self.vals[j].shape == x.shape and j != i]
+            if kind < 0.93 and same:   # residual
+                return self.emit("add", [i, rng.choice(same)], [])
+            chan = [j for j in range(len(self.vals)) if j != 1 and self.vals[j].dim() == x.dim() and
+                    self.vals[j].shape[0] == x.shape[0] and self.vals[j].shape[2:] == x.shape[2:]]
+            return self.emit("cat", [i, rng.choice(chan)], [1])
+        except RuntimeError:   # a size torch refuses (an output of size 0 ...): another step
+            return
+
+    def finish(self):
+        i = len(self.vals) - 1
+        if self.vals[i].dim() not in (3, 4):
+            i = self.maps()
+        if self.rng.random() < 0.5:
+            return self.emit("sum", [i], [0, 1, 1])
+        f = self.emit("flatten", [i], [1, -1])
+        nf = self.vals[f].shape[1]
+        if nf * 3 > self.BANK:
+            return self.emit("mean", [f], [0, 1, 1])
+        return self.emit("matmul", [f, self.weight([nf, 3])], [])
+
+
 def results(prog, inputs, gout, vs, dd):
     """out, the inputs' gradients (zeros where none), whether each carries
     history, and the Hessian-vector products, as goldfile.record_grads
@@ -356,11 +479,18 @@ def close(a, b):
         bool(((a - b).abs() <= 1e-6 + 1e-5 * b.abs()).all())
 
 
-def make(rng, k, dd):
-    n_in = rng.randint(1, 3)
-    inputs = [torch.randn(rshape(rng), dtype=torch.float64) for _ in range(n_in)]
-    g = Gen(rng, inputs)
-    steps = rng.randint(3, 10)
+def make(rng, k, dd, conv=False):
+    if conv:
+        nsp = rng.randint(1, 2)
+        x = torch.randn([rng.randint(1, 3), rng.randint(1, 4)] + [rng.randint(4, 9) for _ in range(nsp)],
+                        dtype=torch.float64)
+        inputs = [x, torch.randn(ConvGen.BANK, dtype=torch.float64) * 0.5]
+        g = ConvGen(rng, inputs)
+        steps = rng.randint(3, 8)
+    else:
+        inputs = [torch.randn(rshape(rng), dtype=torch.float64) for _ in range(rng.randint(1, 3))]
+        g = Gen(rng, inputs)
+        steps = rng.randint(3, 10)
     tries = 0
     while len(g.prog) < steps and tries < 60:
         tries += 1
@@ -368,6 +498,8 @@ def make(rng, k, dd):
             g.step()
         except (RuntimeError, IndexError, ValueError) as e:   # a bug in the generator: stop loudly
             raise SystemExit("gen_fuzz: program %d: %s" % (k, e))
+    if conv:
+        g.finish()
     if not g.prog or g.vals[-1].numel() == 0:
         return None
     out64 = g.vals[-1]
@@ -381,17 +513,14 @@ def make(rng, k, dd):
     return g.prog, in32, gout, vs
 
 
-def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/fuzz.bin"
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 240
-    random.seed(1357)
-    torch.manual_seed(1357)
-    rng = random.Random(1357)
+def programs(path, count, conv):
+    goldfile.RECORDS.clear()
+    rng = random.Random(1357 + conv)
     k = tried = 0
     while k < count:
         tried += 1
         dd = k % 3 == 2
-        made = make(rng, k, dd)
+        made = make(rng, k, dd, conv)
         if made is None:
             continue
         prog, in32, gout, vs = made
@@ -405,6 +534,14 @@ def main():
         k += 1
     print("gen_fuzz: %d programs kept of %d made (the rest ill-conditioned in float32)" % (count, tried))
     goldfile.write(path, goldfile.RECORDS)
+
+
+def main():
+    a = sys.argv[1:]
+    random.seed(1357)
+    torch.manual_seed(1357)
+    programs(a[0] if len(a) > 0 else "tests/golden/fuzz.bin", int(a[1]) if len(a) > 1 else 240, False)
+    programs(a[2] if len(a) > 2 else "tests/golden/fuzz_conv.bin", int(a[3]) if len(a) > 3 else 120, True)
 
 
 if __name__ == "__main__":
