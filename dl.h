@@ -1160,7 +1160,9 @@ DL_API dl_result dl_profile_print(dl_ctx *ctx, void *stream);
      UNBIASED batch variance for running_var (as PyTorch). They must not
      require grad.
    eval (training false): normalizes with running_mean/running_var, which
-     must be given.
+     must be given. Its gradient uses them as they were at the forward
+     (PyTorch's backward reads them again: a training-mode call updating
+     them in between changes PyTorch's eval gradient, not dl.h's).
    weight and bias (C) may each be NULL (no scale / no shift).
    y = (x - mean) / sqrt(var + eps) * weight + bias. Differentiable in x,
    weight and bias (and twice: written with dl.h ops). */

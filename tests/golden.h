@@ -533,7 +533,7 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
 /* gen_fuzz.py's program (a "prog" case): p = [count, then per instruction:
    the op's name (its length, then its characters' codes), its input count,
    the input indexes (in[0 .. n-1] are 0 .. n-1, instruction k's result
-   n + k), its param count and params]; each instruction runs through the
+   n + k, -1 an optional argument left out), its param count and params]; each instruction runs through the
    runner's g_run, so a runner's own ops (conv, pooling) can be used too.
    The program's result is the last instruction's. */
 #define G_PROG_MAX 96
@@ -561,10 +561,10 @@ static G_UNUSED dl_tensor *g_prog(int n, dl_tensor **in, const grec *p, const ch
             *bad = "bad instruction";
             return NULL;
         }
-        for (j = 0; j < ni; j++) {
+        for (j = 0; j < ni; j++) {   /* (-1: NULL, an optional argument left out) */
             int r = g_pi(p, (int)pos++);
-            if (r < 0 || r >= nv) { *bad = "an input index out of range"; return NULL; }
-            args[j] = vals[r];
+            if (r < -1 || r >= nv) { *bad = "an input index out of range"; return NULL; }
+            args[j] = r < 0 ? NULL : vals[r];
         }
         npp = g_pi(p, (int)pos++);
         if (npp < 0 || pos + npp > np) { *bad = "params cut short"; return NULL; }
@@ -580,6 +580,79 @@ static G_UNUSED dl_tensor *g_prog(int n, dl_tensor **in, const grec *p, const ch
         nv++;
     }
     return nv > n ? vals[nv - 1] : NULL;
+}
+
+/* params[0..11]: four arrays of 3 (gen_conv.py's three() each) */
+static G_UNUSED void g_arrays4(const grec *p, int64_t *a, int64_t *b, int64_t *c, int64_t *d)
+{
+    int i;
+    for (i = 0; i < 3; i++) {
+        a[i] = g_pi(p, i);
+        b[i] = g_pi(p, 3 + i);
+        c[i] = g_pi(p, 6 + i);
+        d[i] = g_pi(p, 9 + i);
+    }
+}
+
+/* conv: stride, padding, dilation, output_padding, groups, padding_same */
+static G_UNUSED dl_conv_desc g_conv_desc(const grec *p)
+{
+    dl_conv_desc d;
+    memset(&d, 0, sizeof d);
+    g_arrays4(p, d.stride, d.padding, d.dilation, d.output_padding);
+    d.groups = g_pi(p, 12);
+    d.padding_same = g_pi(p, 13) != 0;
+    return d;
+}
+
+/* pooling: kernel, stride, padding, dilation, ceil_mode, count_include_pad */
+static G_UNUSED dl_pool_desc g_pool_desc(const grec *p)
+{
+    dl_pool_desc d;
+    memset(&d, 0, sizeof d);
+    g_arrays4(p, d.kernel, d.stride, d.padding, d.dilation);
+    d.ceil_mode = g_pi(p, 12) != 0;
+    d.no_count_include_pad = g_pi(p, 13) == 0;
+    return d;
+}
+
+/* Convolution and pooling (test_conv's cases, gen_fuzz.py's conv and nn
+   programs), then the core ops: op on x, w, b (in[0..2]) with params p as
+   gen_conv.py writes them; *bad: "unknown op" for any other name. */
+static G_UNUSED dl_tensor *g_any(const char *op, int n, dl_tensor **in, const grec *p, const char **bad)
+{
+    int np = p ? (int)p->numel : 0;
+    dl_tensor *x = n > 0 ? in[0] : NULL, *w = n > 1 ? in[1] : NULL, *b = n > 2 ? in[2] : NULL;
+    *bad = NULL;
+    if (!strncmp(op, "conv", 4)) {
+        dl_conv_desc d;
+        if (np < 14 || n < 2) { *bad = "conv needs x, w and 14 params"; return NULL; }
+        d = g_conv_desc(p);
+        if (!strcmp(op, "conv1d")) return dl_conv1d(x, w, b, &d);
+        if (!strcmp(op, "conv2d")) return dl_conv2d(x, w, b, &d);
+        if (!strcmp(op, "conv3d")) return dl_conv3d(x, w, b, &d);
+        if (!strcmp(op, "conv_transpose1d")) return dl_conv_transpose1d(x, w, b, &d);
+        if (!strcmp(op, "conv_transpose2d")) return dl_conv_transpose2d(x, w, b, &d);
+        if (!strcmp(op, "conv_transpose3d")) return dl_conv_transpose3d(x, w, b, &d);
+    } else if (!strncmp(op, "max_pool", 8) || !strncmp(op, "avg_pool", 8)) {
+        dl_pool_desc d;
+        if (np < 14 || n < 1) { *bad = "pooling needs x and 14 params"; return NULL; }
+        d = g_pool_desc(p);
+        if (!strcmp(op, "max_pool1d")) return dl_max_pool1d(x, &d);
+        if (!strcmp(op, "max_pool2d")) return dl_max_pool2d(x, &d);
+        if (!strcmp(op, "max_pool3d")) return dl_max_pool3d(x, &d);
+        if (!strcmp(op, "avg_pool1d")) return dl_avg_pool1d(x, &d);
+        if (!strcmp(op, "avg_pool2d")) return dl_avg_pool2d(x, &d);
+        if (!strcmp(op, "avg_pool3d")) return dl_avg_pool3d(x, &d);
+    } else if (!strncmp(op, "adaptive_avg_pool", 17)) {
+        int64_t o[3];
+        if (np < 3 || n < 1) { *bad = "adaptive pooling needs x and 3 params"; return NULL; }
+        o[0] = g_pi(p, 0); o[1] = g_pi(p, 1); o[2] = g_pi(p, 2);
+        if (!strcmp(op, "adaptive_avg_pool1d")) return dl_adaptive_avg_pool1d(x, dl_shape_make(1, o));
+        if (!strcmp(op, "adaptive_avg_pool2d")) return dl_adaptive_avg_pool2d(x, dl_shape_make(2, o));
+        if (!strcmp(op, "adaptive_avg_pool3d")) return dl_adaptive_avg_pool3d(x, dl_shape_make(3, o));
+    }
+    return g_core(op, n, in, p, bad);
 }
 
 /* Runs every case of the loaded file (records grouped by their "op/case/"

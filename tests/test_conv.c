@@ -44,38 +44,6 @@
 
 #include "golden.h"
 
-static dl_conv_desc g_conv_desc(const grec *p)
-{
-    dl_conv_desc d;
-    int i;
-    memset(&d, 0, sizeof d);
-    for (i = 0; i < 3; i++) {
-        d.stride[i] = g_pi(p, i);
-        d.padding[i] = g_pi(p, 3 + i);
-        d.dilation[i] = g_pi(p, 6 + i);
-        d.output_padding[i] = g_pi(p, 9 + i);
-    }
-    d.groups = g_pi(p, 12);
-    d.padding_same = g_pi(p, 13) != 0;
-    return d;
-}
-
-static dl_pool_desc g_pool_desc(const grec *p)
-{
-    dl_pool_desc d;
-    int i;
-    memset(&d, 0, sizeof d);
-    for (i = 0; i < 3; i++) {
-        d.kernel[i] = g_pi(p, i);
-        d.stride[i] = g_pi(p, 3 + i);
-        d.padding[i] = g_pi(p, 6 + i);
-        d.dilation[i] = g_pi(p, 9 + i);
-    }
-    d.ceil_mode = g_pi(p, 12) != 0;
-    d.no_count_include_pad = g_pi(p, 13) == 0;
-    return d;
-}
-
 /* y = x w^T + b */
 /* whether m's cuda:0 is a real GPU that gives every convolution to cuDNN
    (DL_CUDNN=2, make test-cuda-all's cudnn pass), where the scratch that
@@ -115,44 +83,15 @@ static dl_tensor *lenet_loss(dl_tensor *const *in)
 static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor **in,
                         const grec *p, const char **bad)
 {
-    int np = p ? (int)p->numel : 0;
     (void)rs;
-    dl_tensor *x = n > 0 ? in[0] : NULL, *w = n > 1 ? in[1] : NULL, *b = n > 2 ? in[2] : NULL;
     *bad = NULL;
-    if (!strncmp(op, "conv", 4)) {
-        dl_conv_desc d;
-        if (np < 14 || n < 2) { *bad = "conv needs x, w and 14 params"; return NULL; }
-        d = g_conv_desc(p);
-        if (!strcmp(op, "conv1d")) return dl_conv1d(x, w, b, &d);
-        if (!strcmp(op, "conv2d")) return dl_conv2d(x, w, b, &d);
-        if (!strcmp(op, "conv3d")) return dl_conv3d(x, w, b, &d);
-        if (!strcmp(op, "conv_transpose1d")) return dl_conv_transpose1d(x, w, b, &d);
-        if (!strcmp(op, "conv_transpose2d")) return dl_conv_transpose2d(x, w, b, &d);
-        if (!strcmp(op, "conv_transpose3d")) return dl_conv_transpose3d(x, w, b, &d);
-    } else if (!strncmp(op, "max_pool", 8) || !strncmp(op, "avg_pool", 8)) {
-        dl_pool_desc d;
-        if (np < 14 || n < 1) { *bad = "pooling needs x and 14 params"; return NULL; }
-        d = g_pool_desc(p);
-        if (!strcmp(op, "max_pool1d")) return dl_max_pool1d(x, &d);
-        if (!strcmp(op, "max_pool2d")) return dl_max_pool2d(x, &d);
-        if (!strcmp(op, "max_pool3d")) return dl_max_pool3d(x, &d);
-        if (!strcmp(op, "avg_pool1d")) return dl_avg_pool1d(x, &d);
-        if (!strcmp(op, "avg_pool2d")) return dl_avg_pool2d(x, &d);
-        if (!strcmp(op, "avg_pool3d")) return dl_avg_pool3d(x, &d);
-    } else if (!strncmp(op, "adaptive_avg_pool", 17)) {
-        int64_t o[3];
-        if (np < 3 || n < 1) { *bad = "adaptive pooling needs x and 3 params"; return NULL; }
-        o[0] = g_pi(p, 0); o[1] = g_pi(p, 1); o[2] = g_pi(p, 2);
-        if (!strcmp(op, "adaptive_avg_pool1d")) return dl_adaptive_avg_pool1d(x, dl_shape_make(1, o));
-        if (!strcmp(op, "adaptive_avg_pool2d")) return dl_adaptive_avg_pool2d(x, dl_shape_make(2, o));
-        if (!strcmp(op, "adaptive_avg_pool3d")) return dl_adaptive_avg_pool3d(x, dl_shape_make(3, o));
-    } else if (!strcmp(op, "lenet")) {
+    if (!strcmp(op, "lenet")) {
         if (n != 12) { *bad = "lenet needs 12 inputs"; return NULL; }
         return lenet_loss(in);
     } else if (!strcmp(op, "prog")) {   /* gen_fuzz.py's conv programs (fuzz_conv.bin) */
         return g_prog(n, in, p, bad);
     }
-    return g_core(op, n, in, p, bad);   /* (a program's other instructions) */
+    return g_any(op, n, in, p, bad);   /* convolution and pooling (and a program's other ops) */
 }
 
 /* ------------------------------------------------------------------ one case */

@@ -13,7 +13,9 @@
       The newer losses (smooth_l1, huber, binary_cross_entropy, bce_logits
       with weight/pos_weight, kl_div) come from tests/golden/losses.bin
       (tests/golden/gen_losses.py), run the same way.
-   Run from the repository root: test_nn_ops [path/to/nn_ops.bin [path/to/losses.bin]] */
+   6. gen_fuzz.py's random nets and losses (tests/golden/fuzz_nn.bin).
+   Run from the repository root:
+       test_nn_ops [path/to/nn_ops.bin [path/to/losses.bin [path/to/fuzz_nn.bin]]] */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -36,9 +38,32 @@ static const dl_loss_desc *red(dl_reduction r)
 
 /* ------------------------------------------------------------------ golden: ops */
 
+/* a program's instruction (gen_fuzz.py's nn programs) names no fields: its
+   arguments are in this order (-1 in the program: one left out, NULL) */
+static const char *g_cur_op;
+static const struct { const char *op, *args; } g_pos_args[] = {
+    {"batch_norm", "x rm rv w b"}, {"layer_norm", "x w b"}, {"cross_entropy", "x target weight"},
+    {"nll_loss", "x target weight"}, {"mse_loss", "a b"}, {"l1_loss", "a b"}, {"smooth_l1_loss", "a b"},
+    {"huber_loss", "a b"}, {"bce_logits", "x y w pw"}, {"binary_cross_entropy", "p y w"}, {"kl_div", "x y"}};
+
 static dl_tensor *g_get(int n, const grec *const *rs, dl_tensor **in, const char *field)
 {
     int k;
+    if (!rs) {   /* by position */
+        for (k = 0; k < (int)(sizeof g_pos_args / sizeof g_pos_args[0]); k++)
+            if (!strcmp(g_pos_args[k].op, g_cur_op)) {
+                const char *a = g_pos_args[k].args;
+                size_t fl = strlen(field);
+                int pos = 0;
+                while (*a) {
+                    if (!strncmp(a, field, fl) && (a[fl] == ' ' || a[fl] == 0)) return pos < n ? in[pos] : NULL;
+                    while (*a && *a != ' ') a++;
+                    while (*a == ' ') a++;
+                    pos++;
+                }
+            }
+        return NULL;
+    }
     for (k = 0; k < n; k++) if (!strcmp(g_field(rs[k]), field)) return in[k];
     return NULL;
 }
@@ -47,9 +72,12 @@ static dl_tensor *g_get(int n, const grec *const *rs, dl_tensor **in, const char
 static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor **in,
                         const grec *p, const char **bad)
 {
-    dl_tensor *x = g_get(n, rs, in, "x");
+    dl_tensor *x;
     int np = p ? (int)p->numel : 0;
     *bad = NULL;
+    g_cur_op = op;
+    if (!strcmp(op, "prog")) return g_prog(n, in, p, bad);   /* gen_fuzz.py's nn programs (fuzz_nn.bin) */
+    x = g_get(n, rs, in, "x");
 #define G_NEED(npar) do { if (np < (npar)) { *bad = "too few params"; return NULL; } } while (0)
     if (!strcmp(op, "batch_norm")) {
         G_NEED(3);
@@ -106,8 +134,7 @@ static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor 
         return dl_kl_div(x, g_get(n, rs, in, "y"), &d);
     }
 #undef G_NEED
-    *bad = "unknown op";
-    return NULL;
+    return g_any(op, n, in, p, bad);   /* a program's other ops */
 }
 
 static void test_golden(const char *path)
@@ -135,6 +162,25 @@ static void test_golden_losses(const char *path)
     printf("golden: %d cases (%d with double backward) from %s\n", ncases, g_n_dd, path);
     CHECK(ncases >= 76, "expected at least 76 cases in %s, found %d", path, ncases);
     CHECK(g_n_dd >= 14, "expected at least 14 double-backward cases, found %d", g_n_dd);
+    g_free_recs();
+}
+
+/* gen_fuzz.py's nn programs: small nets (Linear, batch norm in both modes,
+   layer norm, convolution, pooling, activations) and a loss (cross entropy
+   with class weights, label smoothing and ignore_index, nll, mse, l1,
+   smooth_l1, huber, bce, bce_logits with weight and pos_weight, kl_div),
+   the running statistics after */
+static void test_golden_fuzz(const char *path)
+{
+    int ncases;
+    g_n_dd = g_n_after = 0;
+    if (!g_load(path)) { CHECK(0, "loading the golden file %s", path); return; }
+    ncases = g_run_cases();
+    printf("golden: %d programs (%d with double backward, %d running-stat updates) from %s\n", ncases, g_n_dd,
+           g_n_after, path);
+    CHECK(ncases >= 100, "expected at least 100 programs in %s, found %d", path, ncases);
+    CHECK(g_n_dd >= 30 && g_n_after >= 20, "expected double-backward programs and running-stat records, found %d "
+          "and %d", g_n_dd, g_n_after);
     g_free_recs();
 }
 
@@ -1496,6 +1542,7 @@ int main(int argc, char **argv)
     if (!G) TEST_END();
     test_golden(argc > 1 ? argv[1] : "tests/golden/nn_ops.bin");
     test_golden_losses(argc > 2 ? argv[2] : "tests/golden/losses.bin");
+    test_golden_fuzz(argc > 3 ? argv[3] : "tests/golden/fuzz_nn.bin");
     test_gradcheck();
     test_gradcheck_losses();
     test_dropout();

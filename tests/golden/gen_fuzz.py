@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """tests/golden/gen_fuzz.py - random programs of core ops against PyTorch.
 
-Run from the repository root:   python3 tests/golden/gen_fuzz.py [out.bin [count [conv.bin [count]]]]
+Run from the repository root:
+    python3 tests/golden/gen_fuzz.py [out.bin [count [conv.bin [count [nn.bin [count]]]]]]
 (default output: tests/golden/fuzz.bin, 240 programs, read by test_golden.c,
-and tests/golden/fuzz_conv.bin, 120, read by test_conv.c).
+tests/golden/fuzz_conv.bin, 120, read by test_conv.c, and
+tests/golden/fuzz_nn.bin, 100, read by test_nn_ops.c).
 Deterministic: random.seed(1357) and torch.manual_seed(1357), CPU, float32.
 
 Each case is a program of 3 to 10 instructions over one to three inputs:
@@ -28,9 +30,10 @@ not in rounding.
 Program encoding (the case's params record, floats): the instruction
 count, then per instruction: the op's name (its length, then its
 characters' codes), its input count, the input values' indexes (the
-inputs are 0 .. n-1, instruction k's result is n + k), its param count
-and params in the form the op's own golden cases use (gen.py, gen_conv.py).
-The program's result is the last instruction's (tests/golden.h: g_prog).
+inputs are 0 .. n-1, instruction k's result is n + k, -1 an optional
+argument left out), its param count and params in the form the op's own
+golden cases use (gen.py, gen_conv.py, gen_nn_ops.py, gen_losses.py). The
+program's result is the last instruction's (tests/golden.h: g_prog).
 
 The convolution programs (fuzz_conv.bin, test_conv.c; 120 of them) start
 from a batch x (N, C, spatial 1-d or 2-d) and a bank P of 400 values that
@@ -41,18 +44,35 @@ pooling, activations, residual adds, channel cat, and views that hand a
 convolution a non-contiguous input (a transpose of the spatial dims, a
 narrow), then a reduction or a Linear from P.
 
+The nn programs (fuzz_nn.bin, test_nn_ops.c; 100) are small nets and a
+loss: x (N, F) or (N, C, H, W), the bank P, class indices, batch norm's
+running statistics and a class weight (no gradient: torch refuses one for
+nll_loss's and the bce weights); Linear layers, batch norm in training
+and eval mode (the running statistics after the call checked), layer
+norm over the last dims, with or without weight and bias, the convolution
+programs' steps, activations; then cross entropy (class weights, label
+smoothing, ignore_index), nll, mse, l1, smooth_l1, huber (their kinks kept
+away), bce, bce_logits (weight, pos_weight) or kl_div, in every reduction.
+Left out: an eval-mode batch norm before a training-mode one on the same
+statistics (torch 2.15's eval backward reads them again after the update;
+dl.h's uses the forward's, the true derivative).
+
 FILE FORMAT and record names: as tests/golden/core.bin (see gen.py):
-prog/<k>/x0 .. x2, params, gout, [v_*], out, grad_*, [greq, hv_*].
+prog/<k>/x0 .. x2 (nn: x0, x1, target, rm, rv, cw), params, gout, [v_*],
+out, grad_*, [greq, hv_*], [after_rm, after_rv].
 """
 import os
 import random
 import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goldfile  # noqa: E402
+
+warnings.filterwarnings("ignore", message="reduction: 'mean' divides")   # (kl_div's 'mean', as asked)
 
 def run_op(op, xs, p):
     """op on tensors xs with params p (floats), as test_golden.c's g_run"""
@@ -114,6 +134,8 @@ def run_op(op, xs, p):
         return x.sum_to_size(pi)
     if op == "flatten":
         return torch.flatten(x, pi[0], pi[1])
+    if op in NN:
+        return NN[op](xs, p, pi)
     if op.startswith("conv"):   # gen_conv.py's params: stride, padding, dilation, output_padding, groups, same
         nsp = int(op[-2])
         st, pd, dl, opd = tuple(pi[0:nsp]), tuple(pi[3:3 + nsp]), tuple(pi[6:6 + nsp]), tuple(pi[9:9 + nsp])
@@ -133,6 +155,23 @@ def run_op(op, xs, p):
     raise ValueError(op)
 
 
+RED = ["mean", "sum", "none", "batchmean"]   # dl_reduction's order
+# gen_nn_ops.py's and gen_losses.py's params; arguments by position (NULL: None)
+NN = {
+    "batch_norm": lambda xs, p, pi: F.batch_norm(xs[0], xs[1], xs[2], xs[3], xs[4], bool(pi[0]), p[1], p[2]),
+    "layer_norm": lambda xs, p, pi: F.layer_norm(xs[0], pi[1:], xs[1], xs[2], p[0]),
+    "cross_entropy": lambda xs, p, pi: F.cross_entropy(xs[0], xs[1].long(), xs[2], ignore_index=pi[1],
+                                                       reduction=RED[pi[0]], label_smoothing=p[2]),
+    "nll_loss": lambda xs, p, pi: F.nll_loss(xs[0], xs[1].long(), xs[2], ignore_index=pi[1], reduction=RED[pi[0]]),
+    "mse_loss": lambda xs, p, pi: F.mse_loss(xs[0], xs[1], reduction=RED[pi[0]]),
+    "l1_loss": lambda xs, p, pi: F.l1_loss(xs[0], xs[1], reduction=RED[pi[0]]),
+    "smooth_l1_loss": lambda xs, p, pi: F.smooth_l1_loss(xs[0], xs[1], reduction=RED[pi[0]], beta=p[1] or 1.0),
+    "huber_loss": lambda xs, p, pi: F.huber_loss(xs[0], xs[1], reduction=RED[pi[0]], delta=p[1] or 1.0),
+    "bce_logits": lambda xs, p, pi: F.binary_cross_entropy_with_logits(xs[0], xs[1], xs[2], reduction=RED[pi[0]],
+                                                                     pos_weight=xs[3]),
+    "binary_cross_entropy": lambda xs, p, pi: F.binary_cross_entropy(xs[0], xs[1], xs[2], reduction=RED[pi[0]]),
+    "kl_div": lambda xs, p, pi: F.kl_div(xs[0], xs[1], reduction=RED[pi[0]], log_target=bool(pi[1])),
+}
 CONV = {1: F.conv1d, 2: F.conv2d}
 CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d}
 MAXP = {1: F.max_pool1d, 2: F.max_pool2d}
@@ -143,7 +182,7 @@ ADAP = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d}
 def run_prog(prog, inputs):
     vals = list(inputs)
     for op, ins, p in prog:
-        vals.append(run_op(op, [vals[i] for i in ins], p))
+        vals.append(run_op(op, [vals[i] if i >= 0 else None for i in ins], p))
     return vals[-1]
 
 
@@ -174,7 +213,7 @@ class Gen:
         self.prog = []
 
     def emit(self, op, ins, p):
-        y = run_op(op, [self.vals[i] for i in ins], p)
+        y = run_op(op, [self.vals[i] if i >= 0 else None for i in ins], p)
         self.prog.append((op, ins, [float(v) for v in p]))
         self.vals.append(y)
         return len(self.vals) - 1
@@ -450,12 +489,120 @@ class ConvGen(Gen):
         return self.emit("matmul", [f, self.weight([nf, 3])], [])
 
 
-def results(prog, inputs, gout, vs, dd):
+class NNGen(ConvGen):
+    """a small net and its loss: x (value 0), the bank P (1), class indices
+    target (2), batch norm's running mean and variance rm, rv (3, 4), for
+    dim 1 of x's size, a class weight cw (5; no gradient, as torch's
+    nll_loss wants); every other weight a slice of P"""
+
+    def __init__(self, rng, inputs, classes):
+        super().__init__(rng, inputs)
+        self.classes = classes
+        self.bn = 0
+        self.bn_eval = False
+        self.inputs0 = inputs
+        self.xd = [True] + [False] * (len(inputs) - 1)
+
+    def maps(self):
+        """the values computed from x with its batch (not from the weights alone)"""
+        n = self.vals[0].shape[0]
+        ok = [j for j in range(len(self.vals)) if self.fromx(j) and self.vals[j].dim() >= 2 and
+              self.vals[j].shape[0] == n]
+        return max(self.rng.choice(ok), self.rng.choice(ok))
+
+    def fromx(self, j):
+        while len(self.xd) < len(self.vals):
+            k = len(self.xd) - len(self.inputs0)
+            self.xd.append(any(i >= 0 and self.xd[i] for i in self.prog[k][1]))
+        return self.xd[j]
+
+    def linear(self, i, nout):
+        f = self.vals[i].shape[-1]
+        y = self.emit("matmul", [i, self.weight([f, nout])], [])
+        return self.emit("add", [y, self.weight([nout])], []) if self.rng.random() < 0.7 else y
+
+    def step(self):
+        rng = self.rng
+        i = self.maps()
+        x = self.vals[i]
+        kind = rng.random()
+        try:
+            if kind < 0.25 and x.shape[1] == self.vals[3].shape[0] and self.bn < 2:   # batch norm
+                self.bn += 1
+                c = x.shape[1]
+                w = self.weight([c]) if rng.random() < 0.8 else -1
+                b = self.weight([c]) if rng.random() < 0.8 else -1
+                train = 1 if rng.random() < 0.7 and not self.bn_eval else 0
+                self.bn_eval = self.bn_eval or not train   # (then no update: torch's eval backward would
+                #                                             read the updated statistics, dl.h's not)
+                return self.emit("batch_norm", [self.tame(i), 3, 4, w, b], [train, rng.choice([0.1, 0.3]),
+                                                                           rng.choice([1e-5, 1e-3])])
+            if kind < 0.40:   # layer norm over the last 1 or 2 dims
+                nd = rng.randint(1, min(2, x.dim() - 1))
+                shape = list(x.shape[x.dim() - nd:])
+                w = self.weight(shape) if rng.random() < 0.7 else -1
+                b = self.weight(shape) if rng.random() < 0.7 else -1
+                return self.emit("layer_norm", [self.tame(i), w, b], [rng.choice([1e-5, 1e-3])] + shape)
+            if kind < 0.55:   # Linear on the last dim
+                if x.shape[-1] * 6 > self.BANK // 2:
+                    return
+                return self.linear(self.tame(i), rng.randint(2, 6))
+            if kind < 0.70:
+                return self.emit(rng.choice(["relu", "tanh", "sigmoid", "gelu", "silu"]), [i], [])
+            if x.dim() in (3, 4):   # a convolution net's step
+                return ConvGen.step(self)
+        except RuntimeError:   # a size torch refuses (1 value per channel ...): another step
+            return
+
+    def finish(self):
+        rng = self.rng
+        i = self.maps()
+        if self.vals[i].dim() > 2:
+            i = self.emit("flatten", [i], [1, -1])
+        if self.vals[i].shape[1] * self.classes * 2 > self.BANK:
+            i = self.linear(self.emit("tanh", [self.emit("narrow", [i], [1, 0, 8])], []), 8) \
+                if self.vals[i].shape[1] > 8 else i
+        z = self.linear(self.tame(i), self.classes)   # logits (N, classes)
+        loss = rng.choice(["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+                           "bce_logits", "binary_cross_entropy", "kl_div"])
+        red = rng.randrange(4 if loss == "kl_div" else 3)
+        if loss in ("cross_entropy", "nll_loss"):   # (a class weight cannot require grad in torch: cw)
+            w = 5 if rng.random() < 0.4 else -1
+            ign = rng.choice([-100, -100, rng.randrange(self.classes)])
+            ls = rng.choice([0.0, 0.0, 0.1, 0.25]) if loss == "cross_entropy" else 0.0
+            if loss == "nll_loss":
+                z = self.emit("log_softmax", [z], [1])
+            return self.emit(loss, [z, 2, w], [red, ign, ls])
+        flat = [j for j in range(len(self.vals)) if self.fromx(j) and self.vals[j].dim() == 2 and
+                self.vals[j].shape[0] == self.vals[z].shape[0] and self.vals[j].shape[1] * self.classes * 2 <= self.BANK]
+        other = self.linear(self.tame(rng.choice(flat) if flat and rng.random() < 0.5 else i), self.classes)
+        if loss in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"):
+            prm = [red] + ([rng.choice([0.0, 0.5, 2.0])] if loss in ("smooth_l1_loss", "huber_loss") else [])
+            d = (self.vals[z] - self.vals[other]).abs()
+            kink = prm[1] or 1.0 if len(prm) > 1 else 0.0
+            if float((d - kink).abs().min()) < 0.02:   # at the kink: which side is a choice
+                return None
+            return self.emit(loss, [z, other], prm)
+        if loss == "bce_logits":
+            w = 5 if rng.random() < 0.4 else -1   # (weight and pos_weight: no gradient in torch either)
+            pw = 5 if rng.random() < 0.4 else -1
+            return self.emit(loss, [z, self.emit("sigmoid", [other], []), w, pw], [red])
+        if loss == "binary_cross_entropy":
+            w = 5 if rng.random() < 0.4 else -1
+            return self.emit(loss, [self.emit("sigmoid", [z], []), self.emit("sigmoid", [other], []), w], [red])
+        lt = rng.randrange(2)
+        y = self.emit("log_softmax" if lt else "softmax", [other], [1])
+        return self.emit(loss, [self.emit("log_softmax", [z], [1]), y], [red, lt])
+
+
+def results(prog, inputs, gout, vs, dd, req=None):
     """out, the inputs' gradients (zeros where none), whether each carries
     history, and the Hessian-vector products, as goldfile.record_grads
     computes them, in the inputs' dtype"""
-    ts = [t.detach().clone().requires_grad_(True) for t in inputs]
-    out = run_prog(prog, ts)
+    ts = [t.detach().clone() for t in inputs]
+    req = req or [True] * len(ts)
+    out = run_prog(prog, [t.requires_grad_(True) if r else t for t, r in zip(ts, req)])
+    ts = [t for t, r in zip(ts, req) if r]
     grads = torch.autograd.grad(out, ts, gout.to(out.dtype), create_graph=dd, allow_unused=True)
     greq = [g is not None and g.requires_grad for g in grads]
     hv = None
@@ -480,7 +627,23 @@ def close(a, b):
 
 
 def make(rng, k, dd, conv=False):
-    if conv:
+    names = None
+    req = None
+    if conv == 2:
+        classes = rng.randint(2, 5)
+        n = rng.randint(2, 5)
+        shape = [n, rng.randint(2, 6)] if rng.random() < 0.5 else [n, rng.randint(1, 3), rng.randint(3, 6),
+                                                                  rng.randint(3, 6)]
+        c = shape[1]
+        inputs = [torch.randn(shape, dtype=torch.float64), torch.randn(ConvGen.BANK, dtype=torch.float64) * 0.5,
+                  torch.tensor([float(rng.randrange(classes)) for _ in range(n)], dtype=torch.float64),
+                  torch.randn(c, dtype=torch.float64) * 0.3, torch.rand(c, dtype=torch.float64) + 0.5,
+                  torch.rand(classes, dtype=torch.float64) + 0.3]
+        names = ["x0", "x1", "target", "rm", "rv", "cw"]
+        req = [True, True, False, False, False, False]
+        g = NNGen(rng, inputs, classes)
+        steps = rng.randint(2, 6)
+    elif conv:
         nsp = rng.randint(1, 2)
         x = torch.randn([rng.randint(1, 3), rng.randint(1, 4)] + [rng.randint(4, 9) for _ in range(nsp)],
                         dtype=torch.float64)
@@ -498,24 +661,29 @@ def make(rng, k, dd, conv=False):
             g.step()
         except (RuntimeError, IndexError, ValueError) as e:   # a bug in the generator: stop loudly
             raise SystemExit("gen_fuzz: program %d: %s" % (k, e))
-    if conv:
-        g.finish()
+    if conv and g.finish() is None:
+        return None
     if not g.prog or g.vals[-1].numel() == 0:
         return None
     out64 = g.vals[-1]
+    names = names or ["x%d" % j for j in range(len(inputs))]
+    req = req or [True] * len(inputs)
     gout = torch.randn(out64.shape, dtype=torch.float64).float()
-    vs = [torch.randn(t.shape, dtype=torch.float64).float() for t in inputs]
+    vs = [torch.randn(t.shape, dtype=torch.float64).float() for t, r in zip(inputs, req) if r]
     in32 = [t.float() for t in inputs]
-    r32, q32 = results(g.prog, in32, gout, vs, dd)
-    r64, q64 = results(g.prog, [t.double() for t in in32], gout.double(), [v.double() for v in vs], dd)
+    try:
+        r32, q32 = results(g.prog, in32, gout, vs, dd, req)
+        r64, q64 = results(g.prog, [t.double() for t in in32], gout.double(), [v.double() for v in vs], dd, req)
+    except RuntimeError:   # torch itself fails (2.15: a double backward through layer norms without
+        return None        # a weight, "Expected a proper Tensor but got None"): another program
     if q32 != q64 or not all(close(a, b) for a, b in zip(r32, r64)):
         return None
-    return g.prog, in32, gout, vs
+    return g.prog, in32, names, req, gout, vs
 
 
 def programs(path, count, conv):
     goldfile.RECORDS.clear()
-    rng = random.Random(1357 + conv)
+    rng = random.Random(1357 + int(conv))
     k = tried = 0
     while k < count:
         tried += 1
@@ -523,14 +691,18 @@ def programs(path, count, conv):
         made = make(rng, k, dd, conv)
         if made is None:
             continue
-        prog, in32, gout, vs = made
+        prog, in32, names, req, gout, vs = made
         name = "prog/%d" % k
-        ts = [t.clone().requires_grad_(True) for t in in32]
-        for j, t in enumerate(ts):
-            goldfile.rec(name + "/x%d" % j, t)
+        ts = [t.clone().requires_grad_(True) if r else t.clone() for t, r in zip(in32, req)]
+        for f, t in zip(names, ts):
+            goldfile.rec(name + "/" + f, t)
         goldfile.rec(name + "/params", torch.tensor(encode(prog), dtype=torch.float32))
-        goldfile.record_grads(name, run_prog(prog, ts), ts, ["x%d" % j for j in range(len(ts))], dd=dd,
-                              gout=gout, v=vs if dd else None, greq=dd)
+        out = run_prog(prog, ts)   # (batch norm's running statistics move: after_rm, after_rv)
+        goldfile.record_grads(name, out, [t for t, r in zip(ts, req) if r], [f for f, r in zip(names, req) if r],
+                              dd=dd, gout=gout, v=vs if dd else None, greq=dd)
+        for f, t, r in zip(names, ts, req):
+            if f in ("rm", "rv") and any(op == "batch_norm" and pr[0] for op, _, pr in prog):
+                goldfile.rec(name + "/after_" + f, t)
         k += 1
     print("gen_fuzz: %d programs kept of %d made (the rest ill-conditioned in float32)" % (count, tried))
     goldfile.write(path, goldfile.RECORDS)
@@ -542,6 +714,7 @@ def main():
     torch.manual_seed(1357)
     programs(a[0] if len(a) > 0 else "tests/golden/fuzz.bin", int(a[1]) if len(a) > 1 else 240, False)
     programs(a[2] if len(a) > 2 else "tests/golden/fuzz_conv.bin", int(a[3]) if len(a) > 3 else 120, True)
+    programs(a[4] if len(a) > 4 else "tests/golden/fuzz_nn.bin", int(a[5]) if len(a) > 5 else 100, 2)
 
 
 if __name__ == "__main__":
