@@ -13,9 +13,10 @@
       The newer losses (smooth_l1, huber, binary_cross_entropy, bce_logits
       with weight/pos_weight, kl_div) come from tests/golden/losses.bin
       (tests/golden/gen_losses.py), run the same way.
-   6. gen_fuzz.py's random nets and losses (tests/golden/fuzz_nn.bin).
+   6. gen_fuzz.py's random nets and losses (tests/golden/fuzz_nn.bin) and
+      random Sequentials of modules (fuzz_net.bin: the fused paths).
    Run from the repository root:
-       test_nn_ops [path/to/nn_ops.bin [path/to/losses.bin [path/to/fuzz_nn.bin]]] */
+       test_nn_ops [nn_ops.bin [losses.bin [fuzz_nn.bin [fuzz_net.bin]]]] */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -181,6 +182,192 @@ static void test_golden_fuzz(const char *path)
     CHECK(ncases >= 100, "expected at least 100 programs in %s, found %d", path, ncases);
     CHECK(g_n_dd >= 30 && g_n_after >= 20, "expected double-backward programs and running-stat records, found %d "
           "and %d", g_n_dd, g_n_after);
+    g_free_recs();
+}
+
+/* gen_fuzz.py's nets of modules (fuzz_net.bin): a Sequential from its spec
+   ([train, layer count, then per layer: code, param count, params]), the
+   fused paths taken as they are met (convolution + activation [+ 2x2
+   average pool], batch norm + ReLU [+ 2x2 max pool], Linear +
+   activation), its state loaded from s_<name>, then out, the gradients of
+   x and every parameter (dl_grad), the buffers after (after_<name>) and,
+   where recorded, which first gradients carry history and the
+   Hessian-vector products. */
+static dl_module *g_net(dl_ctx *ctx, const grec *spec, const char **bad)
+{
+    const float *v = spec->v;
+    long n = (long)spec->numel, pos = 2;
+    dl_module *mods[64];
+    int nl, i;
+    if (n < 2 || (nl = (int)v[1]) < 1 || nl > 64) { *bad = "bad spec"; return NULL; }
+    for (i = 0; i < nl; i++) {
+        const float *q;
+        int code, np;
+        int64_t d[DL_MAX_DIMS], k;
+        if (pos + 2 > n) { *bad = "spec cut short"; return NULL; }
+        code = (int)v[pos];
+        np = (int)v[pos + 1];
+        pos += 2;
+        if (np < 0 || pos + np > n) { *bad = "spec cut short"; return NULL; }
+        q = v + pos;
+        pos += np;
+#define Q(j) ((int64_t)q[j])
+        switch (code) {
+        case 0: mods[i] = dl_nn_linear(ctx, Q(0), Q(1), q[2] != 0.0f); break;
+        case 1: {
+            dl_conv_desc c = dl_conv_desc_make(Q(3), Q(4), Q(5), Q(6));
+            mods[i] = dl_nn_conv2d(ctx, Q(0), Q(1), Q(2), &c, q[7] != 0.0f);
+            break;
+        }
+        case 2: mods[i] = dl_nn_batch_norm2d(ctx, Q(0)); break;
+        case 3: mods[i] = dl_nn_batch_norm1d(ctx, Q(0)); break;
+        case 4: mods[i] = dl_nn_relu(ctx); break;
+        case 5: mods[i] = dl_nn_sigmoid(ctx); break;
+        case 6: mods[i] = dl_nn_tanh(ctx); break;
+        case 7: mods[i] = dl_nn_gelu(ctx); break;
+        case 8: mods[i] = dl_nn_silu(ctx); break;
+        case 9: mods[i] = dl_nn_leaky_relu(ctx, q[0]); break;
+        case 10: mods[i] = dl_nn_flatten(ctx); break;
+        case 11: {
+            dl_pool_desc pd = dl_pool_desc_make(Q(0), Q(1), Q(2), false, true);
+            mods[i] = dl_nn_max_pool2d(ctx, &pd);
+            break;
+        }
+        case 12: {
+            dl_pool_desc pd = dl_pool_desc_make(Q(0), Q(1), Q(2), q[3] != 0.0f, q[4] != 0.0f);
+            mods[i] = dl_nn_avg_pool2d(ctx, &pd);
+            break;
+        }
+        case 13: mods[i] = dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(Q(0), Q(1))); break;
+        case 14:
+            for (k = 0; k < Q(0) && k < DL_MAX_DIMS && k + 1 < np; k++) d[k] = Q(1 + k);
+            mods[i] = dl_nn_layer_norm(ctx, dl_shape_make((int)k, d));
+            break;
+        default: *bad = "unknown layer"; return NULL;
+        }
+#undef Q
+        if (!mods[i]) return NULL;
+    }
+    return dl_nn_sequential(ctx, nl, mods);
+}
+
+/* the module tensor a record names (after its prefix), compared with it */
+static void g_net_state(const char *cname, dl_module *net, const grec *r, const char *prefix)
+{
+    const char *f = g_field(r) + strlen(prefix);
+    dl_tensor *t = dl_module_get(net, f);
+    char what[96];
+    snprintf(what, sizeof what, "%s%s", prefix, f);
+    if (!t) { CHECK(0, "%s: %s: no such tensor in the net: %s", cname, what, dl_error_message(g_ctx)); return; }
+    if (t->dtype == DL_DTYPE_I64) {   /* num_batches_tracked */
+        int64_t c = -1;
+        CHECK(t->numel == 1 && dl_read_int64(t, &c, 1) == DL_OK && (float)c == r->v[0], "%s: %s = %lld, PyTorch's %g",
+              cname, what, (long long)c, (double)r->v[0]);
+        return;
+    }
+    g_compare(cname, what, t, r);
+}
+
+static void g_net_case(long lo, long hi)
+{
+    char cname[64];
+    const grec *spec = g_find(lo, hi, "", "spec"), *xr = g_find(lo, hi, "", "x"), *gr = g_find(lo, hi, "", "gout");
+    const grec *outr = g_find(lo, hi, "", "out"), *greq = g_find(lo, hi, "", "greq");
+    const char *bad = NULL;
+    const dl_named_tensor *np;
+    dl_tensor *req[64], *grads[64], *hv[64], *x, *out, *s2 = NULL;
+    const grec *v_r[64];
+    dl_module *net;
+    dl_backward_desc desc;
+    int nreq, k, dd;
+    long i;
+    size_t pl = g_prefix_len(&g_recs[lo]);
+    snprintf(cname, sizeof cname, "%.*s", (int)(pl > 0 ? pl - 1 : 0), g_recs[lo].name);
+    if (!spec || !xr || !gr || !outr) { CHECK(0, "%s: spec, x, gout or out missing", cname); return; }
+    net = g_net(g_ctx, spec, &bad);
+    if (!net) { CHECK(0, "%s: building the net: %s", cname, bad ? bad : dl_error_message(g_ctx)); return; }
+    dl_no_grad_begin(g_ctx);
+    for (i = lo; i < hi; i++) {   /* its state (num_batches_tracked: 0 on both sides) */
+        const char *f = g_field(&g_recs[i]);
+        dl_tensor *t;
+        if (strncmp(f, "s_", 2) || strstr(f, "num_batches_tracked")) continue;
+        t = dl_module_get(net, f + 2);
+        CHECK(t && g_same_shape(t, &g_recs[i]) &&
+              dl_copy_(t, dl_from_array(g_ctx, dl_shape_make(g_recs[i].ndim, g_recs[i].shape), g_recs[i].v)) == DL_OK,
+              "%s: loading %s: %s", cname, f + 2, dl_error_message(g_ctx));
+    }
+    dl_no_grad_end(g_ctx);
+    dl_module_train(net, spec->v[0] != 0.0f);
+    x = dl_requires_grad(dl_from_array(g_ctx, dl_shape_make(xr->ndim, xr->shape), xr->v), true);
+    out = dl_module_forward(net, x);
+    if (!out) { CHECK(0, "%s: forward: %s", cname, dl_error_message(g_ctx)); return; }
+    g_compare(cname, "out", out, outr);
+    for (i = lo; i < hi; i++)
+        if (!strncmp(g_field(&g_recs[i]), "after_", 6)) g_net_state(cname, net, &g_recs[i], "after_");
+    req[0] = x;
+    nreq = 1;
+    k = dl_module_named_parameters(net, &np);
+    for (i = 0; i < k && nreq < 64; i++) req[nreq++] = np[i].t;
+    dd = g_find(lo, hi, "", "v_x") != NULL;
+    memset(&desc, 0, sizeof desc);
+    desc.grad = dl_from_array(g_ctx, dl_shape_make(gr->ndim, gr->shape), gr->v);
+    desc.create_graph = dd != 0;
+    if (!g_same_shape(out, gr)) return;
+    CHECK(dl_grad(out, nreq, req, grads, &desc) == DL_OK, "%s: dl_grad: %s", cname, dl_error_message(g_ctx));
+    for (k = 0; k < nreq; k++) {
+        const char *f = k ? np[k - 1].name : "x";
+        const grec *g = g_find(lo, hi, "grad_", f);
+        char what[96];
+        snprintf(what, sizeof what, "grad_%s", f);
+        if (!g) { CHECK(0, "%s: no %s record (the parameters' names or order differ)", cname, what); return; }
+        g_compare(cname, what, grads[k], g);
+        v_r[k] = dd ? g_find(lo, hi, "v_", f) : NULL;
+    }
+    if (!dd) return;
+    g_n_dd++;
+    for (k = 0; greq && k < nreq && k < greq->numel; k++) {
+        bool want = greq->v[k] != 0.0f, got = grads[k] && grads[k]->requires_grad;
+        CHECK(got == want, "%s: the first gradient of %s %s history, PyTorch's %s", cname,
+              k ? np[k - 1].name : "x", got ? "carries" : "carries no", want ? "does" : "does not");
+    }
+    for (k = 0; k < nreq; k++) {
+        dl_tensor *term;
+        if (!v_r[k]) { CHECK(0, "%s: v_ record missing for input %d", cname, k); return; }
+        if (!grads[k] || !grads[k]->requires_grad) continue;
+        term = dl_sum(dl_mul(grads[k], dl_from_array(g_ctx, dl_shape_make(v_r[k]->ndim, v_r[k]->shape), v_r[k]->v)),
+                      DL_ALL, false);
+        s2 = s2 ? dl_add(s2, term) : term;
+    }
+    for (k = 0; k < nreq; k++) hv[k] = NULL;
+    if (s2) CHECK(dl_grad(s2, nreq, req, hv, NULL) == DL_OK, "%s: second dl_grad: %s", cname, dl_error_message(g_ctx));
+    for (k = 0; k < nreq; k++) {
+        const char *f = k ? np[k - 1].name : "x";
+        const grec *h = g_find(lo, hi, "hv_", f);
+        char what[96];
+        snprintf(what, sizeof what, "hv_%s", f);
+        if (h) g_compare(cname, what, hv[k], h);
+        else CHECK(0, "%s: no %s record", cname, what);
+    }
+}
+
+static void test_golden_nets(const char *path)
+{
+    long i, j;
+    int ncases = 0;
+    g_n_dd = 0;
+    if (!g_load(path)) { CHECK(0, "loading the golden file %s", path); return; }
+    for (i = 0; i < g_nrec; i = j) {
+        size_t pl = g_prefix_len(&g_recs[i]);
+        for (j = i + 1; j < g_nrec; j++)
+            if (g_prefix_len(&g_recs[j]) != pl || strncmp(g_recs[j].name, g_recs[i].name, pl) != 0) break;
+        g_net_case(i, j);
+        ncases++;
+        dl_clear_error(g_ctx);
+        dl_step_end(g_ctx);
+    }
+    printf("golden: %d nets of modules (%d with double backward) from %s\n", ncases, g_n_dd, path);
+    CHECK(ncases >= 100 && g_n_dd >= 30, "expected at least 100 nets, 30 of them second order, in %s: %d, %d", path,
+          ncases, g_n_dd);
     g_free_recs();
 }
 
@@ -1543,6 +1730,7 @@ int main(int argc, char **argv)
     test_golden(argc > 1 ? argv[1] : "tests/golden/nn_ops.bin");
     test_golden_losses(argc > 2 ? argv[2] : "tests/golden/losses.bin");
     test_golden_fuzz(argc > 3 ? argv[3] : "tests/golden/fuzz_nn.bin");
+    test_golden_nets(argc > 4 ? argv[4] : "tests/golden/fuzz_net.bin");
     test_gradcheck();
     test_gradcheck_losses();
     test_dropout();

@@ -2,10 +2,11 @@
 """tests/golden/gen_fuzz.py - random programs of core ops against PyTorch.
 
 Run from the repository root:
-    python3 tests/golden/gen_fuzz.py [out.bin [count [conv.bin [count [nn.bin [count]]]]]]
+    python3 tests/golden/gen_fuzz.py [out.bin [n [conv.bin [n [nn.bin [n [net.bin [n]]]]]]]]
 (default output: tests/golden/fuzz.bin, 240 programs, read by test_golden.c,
-tests/golden/fuzz_conv.bin, 120, read by test_conv.c, and
-tests/golden/fuzz_nn.bin, 100, read by test_nn_ops.c).
+tests/golden/fuzz_conv.bin, 120, read by test_conv.c,
+tests/golden/fuzz_nn.bin, 100, and tests/golden/fuzz_net.bin, 100 nets of
+modules, both read by test_nn_ops.c).
 Deterministic: random.seed(1357) and torch.manual_seed(1357), CPU, float32.
 
 Each case is a program of 3 to 10 instructions over one to three inputs:
@@ -53,6 +54,18 @@ norm over the last dims, with or without weight and bias, the convolution
 programs' steps, activations; then cross entropy (class weights, label
 smoothing, ignore_index), nll, mse, l1, smooth_l1, huber (their kinks kept
 away), bce, bce_logits (weight, pos_weight) or kl_div, in every reduction.
+The nets of modules (fuzz_net.bin, test_nn_ops.c; 100) are Sequentials
+of torch.nn's Linear, Conv2d (stride, padding, dilation, groups, bias or
+not), BatchNorm1d/2d, the activations, MaxPool2d, AvgPool2d,
+AdaptiveAvgPool2d, LayerNorm and Flatten, built to meet dl.h's fused
+paths (convolution + activation [+ 2x2 average pool], batch norm + ReLU
+[+ 2x2 max pool], Linear + activation), with their norms' affine
+parameters and running statistics away from the defaults, in training or
+eval mode: records spec ([train, layer count, then per layer: code
+(L_CODES), param count, params]), x, s_<name> (the state_dict), gout,
+out, grad_x and grad_<parameter>, after_<buffer>, and for a third
+v_*, greq and hv_*.
+
 Left out: an eval-mode batch norm before a training-mode one on the same
 statistics (torch 2.15's eval backward reads them again after the update;
 dl.h's uses the forward's, the true derivative).
@@ -681,6 +694,211 @@ def make(rng, k, dd, conv=False):
     return g.prog, in32, names, req, gout, vs
 
 
+# ------------------------------------------------------------ nets of modules
+# spec: [train, layer count, then per layer: code, param count, params]
+L_CODES = {"linear": 0, "conv2d": 1, "bn2d": 2, "bn1d": 3, "relu": 4, "sigmoid": 5, "tanh": 6, "gelu": 7, "silu": 8,
+           "leaky_relu": 9, "flatten": 10, "max_pool2d": 11, "avg_pool2d": 12, "adaptive2d": 13, "layer_norm": 14}
+
+
+def torch_layer(kind, p):
+    p = [int(v) if float(v).is_integer() else v for v in p]
+    if kind == "linear":
+        return torch.nn.Linear(p[0], p[1], bias=bool(p[2]))
+    if kind == "conv2d":
+        return torch.nn.Conv2d(p[0], p[1], p[2], stride=p[3], padding=p[4], dilation=p[5], groups=p[6],
+                               bias=bool(p[7]))
+    if kind in ("bn2d", "bn1d"):
+        return (torch.nn.BatchNorm2d if kind == "bn2d" else torch.nn.BatchNorm1d)(p[0])
+    if kind == "leaky_relu":
+        return torch.nn.LeakyReLU(p[0])
+    if kind == "max_pool2d":
+        return torch.nn.MaxPool2d(p[0], p[1], p[2])
+    if kind == "avg_pool2d":
+        return torch.nn.AvgPool2d(p[0], p[1], p[2], ceil_mode=bool(p[3]), count_include_pad=bool(p[4]))
+    if kind == "adaptive2d":
+        return torch.nn.AdaptiveAvgPool2d((p[0], p[1]))
+    if kind == "layer_norm":
+        return torch.nn.LayerNorm(p[1:])
+    return {"relu": torch.nn.ReLU, "sigmoid": torch.nn.Sigmoid, "tanh": torch.nn.Tanh, "gelu": torch.nn.GELU,
+            "silu": torch.nn.SiLU, "flatten": torch.nn.Flatten}[kind]()
+
+
+def make_net(rng):
+    """a Sequential that takes the fused paths (conv + activation [+ 2x2
+    average pool], batch norm + ReLU [+ 2x2 max pool], Linear +
+    activation) and others; returns (layers, x) or None"""
+    n = rng.randint(2, 4)
+    x = torch.randn(n, rng.randint(1, 3), rng.choice([4, 6, 8, 10, 5, 7]), rng.choice([4, 6, 8, 10, 5, 7]),
+                    dtype=torch.float64)
+    layers = []
+    seq = torch.nn.Sequential().double()
+    y = x
+
+    def add(kind, p):
+        nonlocal y
+        m = torch_layer(kind, p).double()
+        y2 = m(y)   # (raises on a size torch refuses)
+        layers.append((kind, [float(v) for v in p]))
+        seq.append(m)
+        y = y2
+
+    acts = ["relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu"]
+
+    def act():
+        a = rng.choice(acts)
+        add(a, [rng.choice([0.01, 0.2])] if a == "leaky_relu" else [])
+
+    try:
+        for _ in range(rng.randint(2, 5)):
+            if y.dim() == 4:
+                c, h, w = y.shape[1], y.shape[2], y.shape[3]
+                k = rng.random()
+                if k < 0.35:   # conv [+ act [+ 2x2 average pool]]
+                    g = rng.choice([d for d in range(1, c + 1) if c % d == 0])
+                    ks = rng.randint(1, 3)
+                    add("conv2d", [c, g * rng.randint(1, 3), ks, rng.choice([1, 1, 2]), rng.randint(0, ks // 2 + 1),
+                                   rng.choice([1, 1, 2]), g, rng.randrange(2)])
+                    if rng.random() < 0.7:
+                        act()
+                        if rng.random() < 0.4 and y.shape[2] % 2 == 0 and y.shape[3] % 2 == 0:
+                            add("avg_pool2d", [2, 2, 0, 0, 1])
+                elif k < 0.65:   # batch norm [+ ReLU [+ 2x2 max pool]]
+                    add("bn2d", [c])
+                    if rng.random() < 0.7:
+                        add("relu", [])
+                        if rng.random() < 0.5 and h >= 2 and w >= 2:
+                            add("max_pool2d", [2, 2, 0])
+                elif k < 0.75:
+                    kk = rng.randint(1, 3)
+                    if rng.random() < 0.5:
+                        add("max_pool2d", [kk, rng.randint(1, 2), rng.randint(0, kk // 2)])
+                    else:
+                        add("avg_pool2d", [kk, rng.randint(1, 2), rng.randint(0, kk // 2), rng.randrange(2),
+                                           rng.randrange(2)])
+                elif k < 0.82:
+                    add("adaptive2d", [rng.randint(1, h), rng.randint(1, w)])
+                elif k < 0.90:
+                    add("layer_norm", [2, h, w] if rng.random() < 0.5 else [1, w])
+                else:
+                    act()
+            else:
+                f = y.shape[1]
+                k = rng.random()
+                if k < 0.5:
+                    add("linear", [f, rng.randint(2, 8), rng.randrange(2) if rng.random() < 0.3 else 1])
+                    if rng.random() < 0.7:
+                        act()
+                elif k < 0.7:
+                    add("bn1d", [f])
+                    if rng.random() < 0.5:
+                        add("relu", [])
+                elif k < 0.85:
+                    add("layer_norm", [1, f])
+                else:
+                    act()
+            if y.dim() == 4 and rng.random() < 0.15:
+                add("flatten", [])
+        if y.dim() == 4:
+            add("flatten", [])
+        if y.shape[1] > 400:
+            return None
+        add("linear", [y.shape[1], rng.randint(2, 5), 1])
+    except RuntimeError:   # a size torch refuses, one value per channel ...
+        return None
+    return layers, x
+
+
+def net_results(layers, state, x, train, gout, vs, dd):
+    """out, the gradients of x and every parameter, their history, the
+    Hessian-vector products and the buffers after, in x's dtype"""
+    seq = torch.nn.Sequential(*[torch_layer(k, p) for k, p in layers]).to(x.dtype)
+    seq.load_state_dict({k: v.to(x.dtype) if v.is_floating_point() else v for k, v in state.items()})
+    seq.train(train)
+    xs = x.detach().clone().requires_grad_(True)
+    ps = [q for _, q in seq.named_parameters()]
+    out = seq(xs)
+    req = [xs] + ps
+    grads = torch.autograd.grad(out, req, gout.to(out.dtype), create_graph=dd, allow_unused=True)
+    greq = [g is not None and g.requires_grad for g in grads]
+    hv = []
+    if dd:
+        s2 = None
+        for g, v in zip(grads, vs):
+            if g is not None and g.requires_grad:
+                t = (g * v.to(g.dtype)).sum()
+                s2 = t if s2 is None else s2 + t
+        hv = [None] * len(req) if s2 is None else torch.autograd.grad(s2, req, allow_unused=True)
+        hv = [h if h is not None else torch.zeros_like(t) for h, t in zip(hv, req)]
+    grads = [g if g is not None else torch.zeros_like(t) for g, t in zip(grads, req)]
+    bufs = [b.detach().clone() for _, b in seq.named_buffers()]
+    return [out] + grads + hv + [b.double() for b in bufs], greq, seq
+
+
+def nets(path, count):
+    goldfile.RECORDS.clear()
+    rng = random.Random(2468)
+    torch.manual_seed(2468)
+    k = tried = 0
+    while k < count:
+        tried += 1
+        made = make_net(rng)
+        if made is None:
+            continue
+        layers, x = made
+        train = rng.random() < 0.7
+        dd = k % 3 == 2
+        seq = torch.nn.Sequential(*[torch_layer(kk, p) for kk, p in layers])
+        with torch.no_grad():   # affine norms and running statistics away from their defaults
+            for name, t in seq.named_parameters():
+                if name.endswith("weight") and t.dim() == 1:
+                    t.uniform_(0.5, 1.5)
+                elif name.endswith("bias") and t.dim() == 1:
+                    t.normal_(0, 0.5)
+            for name, t in seq.named_buffers():
+                if name.endswith("running_mean"):
+                    t.normal_(0, 0.3)
+                elif name.endswith("running_var"):
+                    t.uniform_(0.5, 1.5)
+        state = {kk: v.detach().clone() for kk, v in seq.state_dict().items()}
+        x32 = x.float()
+        outshape = torch.nn.Sequential(*[torch_layer(kk, p) for kk, p in layers]).double()(x).shape
+        gout = torch.randn(outshape, dtype=torch.float64).float()
+        vs = [torch.randn(x.shape, dtype=torch.float64).float()] + \
+            [torch.randn(t.shape, dtype=torch.float64).float() for _, t in seq.named_parameters()]
+        try:
+            r32, q32, seq32 = net_results(layers, state, x32, train, gout, vs, dd)
+            r64, q64, _ = net_results(layers, state, x32.double(), train, gout.double(), [v.double() for v in vs], dd)
+        except RuntimeError:
+            continue
+        if q32 != q64 or not all(close(a, b) for a, b in zip(r32, r64)):
+            continue
+        name = "net/%d" % k
+        spec = [1.0 if train else 0.0, float(len(layers))]
+        for kk, p in layers:
+            spec += [float(L_CODES[kk]), float(len(p))] + p
+        goldfile.rec(name + "/spec", torch.tensor(spec))
+        goldfile.rec(name + "/x", x32)
+        for kk, v in state.items():
+            goldfile.rec(name + "/s_" + kk, v.float())
+        goldfile.rec(name + "/gout", gout)
+        pnames = ["x"] + [kk for kk, _ in seq32.named_parameters()]
+        if dd:
+            for f, v in zip(pnames, vs):
+                goldfile.rec(name + "/v_" + f, v)
+        goldfile.rec(name + "/out", r32[0])
+        for f, g in zip(pnames, r32[1:1 + len(pnames)]):
+            goldfile.rec(name + "/grad_" + f, g)
+        if dd:
+            goldfile.rec(name + "/greq", torch.tensor([1.0 if q else 0.0 for q in q32]))
+            for f, h in zip(pnames, r32[1 + len(pnames):1 + 2 * len(pnames)]):
+                goldfile.rec(name + "/hv_" + f, h)
+        for (bn, _), b in zip(seq32.named_buffers(), r32[len(r32) - len(list(seq32.named_buffers())):]):
+            goldfile.rec(name + "/after_" + bn, b.float())
+        k += 1
+    print("gen_fuzz: %d nets kept of %d made (the rest ill-conditioned in float32)" % (count, tried))
+    goldfile.write(path, goldfile.RECORDS)
+
+
 def programs(path, count, conv):
     goldfile.RECORDS.clear()
     rng = random.Random(1357 + int(conv))
@@ -715,6 +933,7 @@ def main():
     programs(a[0] if len(a) > 0 else "tests/golden/fuzz.bin", int(a[1]) if len(a) > 1 else 240, False)
     programs(a[2] if len(a) > 2 else "tests/golden/fuzz_conv.bin", int(a[3]) if len(a) > 3 else 120, True)
     programs(a[4] if len(a) > 4 else "tests/golden/fuzz_nn.bin", int(a[5]) if len(a) > 5 else 100, 2)
+    nets(a[6] if len(a) > 6 else "tests/golden/fuzz_net.bin", int(a[7]) if len(a) > 7 else 100)
 
 
 if __name__ == "__main__":
