@@ -13,10 +13,11 @@
       The newer losses (smooth_l1, huber, binary_cross_entropy, bce_logits
       with weight/pos_weight, kl_div) come from tests/golden/losses.bin
       (tests/golden/gen_losses.py), run the same way.
-   6. gen_fuzz.py's random nets and losses (tests/golden/fuzz_nn.bin) and
-      random Sequentials of modules (fuzz_net.bin: the fused paths).
+   6. gen_fuzz.py's random nets and losses (tests/golden/fuzz_nn.bin),
+      random Sequentials of modules (fuzz_net.bin: the fused paths) and
+      optimizer runs (fuzz_optim.bin).
    Run from the repository root:
-       test_nn_ops [nn_ops.bin [losses.bin [fuzz_nn.bin [fuzz_net.bin]]]] */
+       test_nn_ops [nn_ops.bin [losses.bin [fuzz_nn.bin [fuzz_net.bin [fuzz_optim.bin]]]]] */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -183,6 +184,23 @@ static void test_golden_fuzz(const char *path)
     CHECK(g_n_dd >= 30 && g_n_after >= 20, "expected double-backward programs and running-stat records, found %d "
           "and %d", g_n_dd, g_n_after);
     g_free_recs();
+}
+
+/* the records' cases, each run by fn (a runner of its own kind) */
+static int g_each_case(void (*fn)(long, long))
+{
+    long i, j;
+    int ncases = 0;
+    for (i = 0; i < g_nrec; i = j) {
+        size_t pl = g_prefix_len(&g_recs[i]);
+        for (j = i + 1; j < g_nrec; j++)
+            if (g_prefix_len(&g_recs[j]) != pl || strncmp(g_recs[j].name, g_recs[i].name, pl) != 0) break;
+        fn(i, j);
+        ncases++;
+        dl_clear_error(g_ctx);
+        dl_step_end(g_ctx);
+    }
+    return ncases;
 }
 
 /* gen_fuzz.py's nets of modules (fuzz_net.bin): a Sequential from its spec
@@ -352,22 +370,85 @@ static void g_net_case(long lo, long hi)
 
 static void test_golden_nets(const char *path)
 {
-    long i, j;
-    int ncases = 0;
+    int ncases;
     g_n_dd = 0;
     if (!g_load(path)) { CHECK(0, "loading the golden file %s", path); return; }
-    for (i = 0; i < g_nrec; i = j) {
-        size_t pl = g_prefix_len(&g_recs[i]);
-        for (j = i + 1; j < g_nrec; j++)
-            if (g_prefix_len(&g_recs[j]) != pl || strncmp(g_recs[j].name, g_recs[i].name, pl) != 0) break;
-        g_net_case(i, j);
-        ncases++;
-        dl_clear_error(g_ctx);
-        dl_step_end(g_ctx);
-    }
+    ncases = g_each_case(g_net_case);
     printf("golden: %d nets of modules (%d with double backward) from %s\n", ncases, g_n_dd, path);
     CHECK(ncases >= 100 && g_n_dd >= 30, "expected at least 100 nets, 30 of them second order, in %s: %d, %d", path,
           ncases, g_n_dd);
+    g_free_recs();
+}
+
+/* gen_fuzz.py's optimizer runs (fuzz_optim.bin): SGD (momentum,
+   dampening, nesterov, weight decay, maximize), Adam and AdamW (betas,
+   eps, weight decay, amsgrad, maximize) over 1-3 parameters, 2-8 steps of
+   given gradients (each a backward of sum(p * g): exactly g) with the
+   learning rate changed between steps (a schedule: dl_optim_set_lr, as
+   torch's param_groups[0]["lr"]); the parameters after every step */
+static void g_opt_case(long lo, long hi)
+{
+    char cname[64], f[32];
+    const grec *hy = g_find(lo, hi, "", "hyper"), *lrs = g_find(lo, hi, "", "lrs"), *r;
+    dl_tensor *ps[8];
+    dl_optim *o = NULL;
+    int np = 0, kind, steps, t, i;
+    size_t pl = g_prefix_len(&g_recs[lo]);
+    snprintf(cname, sizeof cname, "%.*s", (int)(pl > 0 ? pl - 1 : 0), g_recs[lo].name);
+    if (!hy || hy->numel < 12 || !lrs) { CHECK(0, "%s: hyper or lrs missing", cname); return; }
+    kind = (int)hy->v[0];
+    steps = (int)hy->v[1];
+    for (np = 0; np < 8; np++) {
+        snprintf(f, sizeof f, "p%d", np);
+        if (!(r = g_find(lo, hi, "", f))) break;
+        ps[np] = dl_param(dl_from_array(g_ctx, dl_shape_make(r->ndim, r->shape), r->v));
+    }
+    if (kind == 0) {
+        dl_sgd_desc d;
+        memset(&d, 0, sizeof d);
+        d.lr = hy->v[2]; d.momentum = hy->v[3]; d.dampening = hy->v[4]; d.weight_decay = hy->v[5];
+        d.nesterov = hy->v[6] != 0.0f; d.maximize = hy->v[7] != 0.0f;
+        o = dl_sgd_params(g_ctx, np, ps, &d);
+    } else {
+        dl_adam_desc d;
+        memset(&d, 0, sizeof d);
+        d.lr = hy->v[2]; d.beta1 = hy->v[8]; d.beta2 = hy->v[9]; d.eps = hy->v[10];
+        d.weight_decay = hy->v[5] == 0.0f ? DL_ZERO : hy->v[5];   /* (AdamW's 0 means its default 0.01) */
+        d.amsgrad = hy->v[11] != 0.0f; d.maximize = hy->v[7] != 0.0f;
+        o = kind == 1 ? dl_adam_params(g_ctx, np, ps, &d) : dl_adamw_params(g_ctx, np, ps, &d);
+    }
+    if (!o || np == 0) { CHECK(0, "%s: the optimizer: %s", cname, dl_error_message(g_ctx)); return; }
+    for (t = 0; t < steps && t < lrs->numel; t++) {
+        dl_tensor *loss = NULL;
+        dl_optim_zero_grad(o);
+        for (i = 0; i < np; i++) {
+            dl_tensor *term;
+            snprintf(f, sizeof f, "g%d_%d", t, i);
+            if (!(r = g_find(lo, hi, "", f))) { CHECK(0, "%s: no %s record", cname, f); goto done; }
+            term = dl_sum(dl_mul(ps[i], dl_from_array(g_ctx, dl_shape_make(r->ndim, r->shape), r->v)), DL_ALL, false);
+            loss = loss ? dl_add(loss, term) : term;
+        }
+        CHECK(dl_backward(loss) == DL_OK && dl_optim_set_lr(o, lrs->v[t]) == DL_OK && dl_optim_step(o) == DL_OK,
+              "%s: step %d: %s", cname, t, dl_error_message(g_ctx));
+        for (i = 0; i < np; i++) {
+            snprintf(f, sizeof f, "after%d_%d", t, i);
+            if (!(r = g_find(lo, hi, "", f))) { CHECK(0, "%s: no %s record", cname, f); goto done; }
+            g_compare(cname, f, ps[i], r);
+        }
+        dl_step_end(g_ctx);
+    }
+done:
+    dl_optim_free(o);
+    for (i = 0; i < np; i++) dl_free(ps[i]);
+}
+
+static void test_golden_optims(const char *path)
+{
+    int ncases;
+    if (!g_load(path)) { CHECK(0, "loading the golden file %s", path); return; }
+    ncases = g_each_case(g_opt_case);
+    printf("golden: %d optimizer runs from %s\n", ncases, path);
+    CHECK(ncases >= 150, "expected at least 150 optimizer runs in %s, found %d", path, ncases);
     g_free_recs();
 }
 
@@ -1731,6 +1812,7 @@ int main(int argc, char **argv)
     test_golden_losses(argc > 2 ? argv[2] : "tests/golden/losses.bin");
     test_golden_fuzz(argc > 3 ? argv[3] : "tests/golden/fuzz_nn.bin");
     test_golden_nets(argc > 4 ? argv[4] : "tests/golden/fuzz_net.bin");
+    test_golden_optims(argc > 5 ? argv[5] : "tests/golden/fuzz_optim.bin");
     test_gradcheck();
     test_gradcheck_losses();
     test_dropout();

@@ -2,11 +2,12 @@
 """tests/golden/gen_fuzz.py - random programs of core ops against PyTorch.
 
 Run from the repository root:
-    python3 tests/golden/gen_fuzz.py [out.bin [n [conv.bin [n [nn.bin [n [net.bin [n]]]]]]]]
+    python3 tests/golden/gen_fuzz.py [out.bin [n [conv.bin [n [nn.bin [n [net.bin [n [optim.bin [n]]]]]]]]]]
 (default output: tests/golden/fuzz.bin, 240 programs, read by test_golden.c,
 tests/golden/fuzz_conv.bin, 120, read by test_conv.c,
-tests/golden/fuzz_nn.bin, 100, and tests/golden/fuzz_net.bin, 100 nets of
-modules, both read by test_nn_ops.c).
+tests/golden/fuzz_nn.bin, 100, tests/golden/fuzz_net.bin, 100 nets of
+modules, and tests/golden/fuzz_optim.bin, 150 optimizer runs, all three
+read by test_nn_ops.c).
 Deterministic: random.seed(1357) and torch.manual_seed(1357), CPU, float32.
 
 Each case is a program of 3 to 10 instructions over one to three inputs:
@@ -65,6 +66,15 @@ eval mode: records spec ([train, layer count, then per layer: code
 (L_CODES), param count, params]), x, s_<name> (the state_dict), gout,
 out, grad_x and grad_<parameter>, after_<buffer>, and for a third
 v_*, greq and hv_*.
+
+The optimizer runs (fuzz_optim.bin; 150): torch.optim's SGD (momentum,
+dampening, nesterov, weight decay, maximize), Adam and AdamW (betas, eps,
+weight decay, amsgrad, maximize), foreach=False, hyper-parameters that
+are float32 values, over 1-3 parameters and 2-8 steps of given gradients
+(of sizes 1e-3 to 10), the learning rate changed between steps: records
+hyper ([kind 0 SGD / 1 Adam / 2 AdamW, steps, lr, momentum, dampening,
+weight_decay, nesterov, maximize, beta1, beta2, eps, amsgrad]), lrs (each
+step's), p<i>, g<t>_<i> and after<t>_<i> (the parameters after step t).
 
 Left out: an eval-mode batch norm before a training-mode one on the same
 statistics (torch 2.15's eval backward reads them again after the update;
@@ -899,6 +909,76 @@ def nets(path, count):
     goldfile.write(path, goldfile.RECORDS)
 
 
+# ------------------------------------------------------------ optimizers
+# hyper: [kind (0 SGD, 1 Adam, 2 AdamW), steps, lr, momentum, dampening, weight_decay,
+#         nesterov, maximize, beta1, beta2, eps, amsgrad]
+def make_optim(rng):
+    kind = rng.randrange(3)
+    f = lambda v: float(torch.tensor(v, dtype=torch.float32))   # (the scalars dl.h stores)
+    lr = f(rng.choice([1e-3, 0.01, 0.1, 0.5]))
+    h = dict(lr=lr)
+    if kind == 0:
+        mom = f(rng.choice([0.0, 0.5, 0.9]))
+        nest = mom > 0 and rng.random() < 0.4
+        damp = 0.0 if nest else f(rng.choice([0.0, 0.0, 0.1, 0.5]))
+        wd = f(rng.choice([0.0, 0.0, 1e-4, 0.01, 0.1]))
+        h.update(momentum=mom, dampening=damp, weight_decay=wd, nesterov=nest, maximize=rng.random() < 0.25)
+        hyper = [0, 0, lr, mom, damp, wd, float(nest), float(h["maximize"]), 0, 0, 0, 0]
+    else:
+        b1, b2 = f(rng.choice([0.9, 0.8, 0.5])), f(rng.choice([0.999, 0.99, 0.9]))
+        eps = f(rng.choice([1e-8, 1e-6, 1e-3]))
+        wd = f(rng.choice([0.0, 0.0, 1e-4, 0.01, 0.1]))
+        h.update(betas=(b1, b2), eps=eps, weight_decay=wd, amsgrad=rng.random() < 0.4,
+                 maximize=rng.random() < 0.25)
+        hyper = [kind, 0, lr, 0, 0, wd, 0, float(h["maximize"]), b1, b2, eps, float(h["amsgrad"])]
+    steps = rng.randint(2, 8)
+    hyper[1] = float(steps)
+    shapes = [[rng.randint(1, 5) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(1, 3))]
+    p0 = [torch.randn(s) for s in shapes]
+    grads = [[torch.randn(s) * rng.choice([1e-3, 1.0, 10.0]) for s in shapes] for _ in range(steps)]
+    lrs = [f(lr * rng.choice([1.0, 1.0, 0.5, 0.1, 2.0])) if t else lr for t in range(steps)]   # a schedule
+    return kind, h, hyper, p0, grads, lrs
+
+
+def run_optim(kind, h, p0, grads, lrs, dtype):
+    ps = [p.clone().to(dtype).requires_grad_(True) for p in p0]
+    opt = [torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW][kind](ps, foreach=False, **h)
+    after = []
+    for g, lr in zip(grads, lrs):
+        opt.param_groups[0]["lr"] = lr
+        for p, gi in zip(ps, g):
+            p.grad = gi.clone().to(dtype)
+        opt.step()
+        after.append([p.detach().clone() for p in ps])
+    return after
+
+
+def optims(path, count):
+    goldfile.RECORDS.clear()
+    rng = random.Random(3579)
+    torch.manual_seed(3579)
+    k = tried = 0
+    while k < count:
+        tried += 1
+        kind, h, hyper, p0, grads, lrs = make_optim(rng)
+        a32 = run_optim(kind, h, p0, grads, lrs, torch.float32)
+        a64 = run_optim(kind, h, p0, grads, lrs, torch.float64)
+        if not all(close(x, y) for s32, s64 in zip(a32, a64) for x, y in zip(s32, s64)):
+            continue
+        name = "opt/%d" % k
+        goldfile.rec(name + "/hyper", torch.tensor(hyper))
+        goldfile.rec(name + "/lrs", torch.tensor(lrs))
+        for i, p in enumerate(p0):
+            goldfile.rec(name + "/p%d" % i, p)
+        for t in range(len(grads)):
+            for i in range(len(p0)):
+                goldfile.rec(name + "/g%d_%d" % (t, i), grads[t][i])
+                goldfile.rec(name + "/after%d_%d" % (t, i), a32[t][i])
+        k += 1
+    print("gen_fuzz: %d optimizer runs kept of %d made (the rest ill-conditioned in float32)" % (count, tried))
+    goldfile.write(path, goldfile.RECORDS)
+
+
 def programs(path, count, conv):
     goldfile.RECORDS.clear()
     rng = random.Random(1357 + int(conv))
@@ -934,6 +1014,7 @@ def main():
     programs(a[2] if len(a) > 2 else "tests/golden/fuzz_conv.bin", int(a[3]) if len(a) > 3 else 120, True)
     programs(a[4] if len(a) > 4 else "tests/golden/fuzz_nn.bin", int(a[5]) if len(a) > 5 else 100, 2)
     nets(a[6] if len(a) > 6 else "tests/golden/fuzz_net.bin", int(a[7]) if len(a) > 7 else 100)
+    optims(a[8] if len(a) > 8 else "tests/golden/fuzz_optim.bin", int(a[9]) if len(a) > 9 else 150)
 
 
 if __name__ == "__main__":
