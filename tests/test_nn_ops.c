@@ -186,23 +186,6 @@ static void test_golden_fuzz(const char *path)
     g_free_recs();
 }
 
-/* the records' cases, each run by fn (a runner of its own kind) */
-static int g_each_case(void (*fn)(long, long))
-{
-    long i, j;
-    int ncases = 0;
-    for (i = 0; i < g_nrec; i = j) {
-        size_t pl = g_prefix_len(&g_recs[i]);
-        for (j = i + 1; j < g_nrec; j++)
-            if (g_prefix_len(&g_recs[j]) != pl || strncmp(g_recs[j].name, g_recs[i].name, pl) != 0) break;
-        fn(i, j);
-        ncases++;
-        dl_clear_error(g_ctx);
-        dl_step_end(g_ctx);
-    }
-    return ncases;
-}
-
 /* gen_fuzz.py's nets of modules (fuzz_net.bin): a Sequential from its spec
    ([train, layer count, then per layer: code, param count, params]), the
    fused paths taken as they are met (convolution + activation [+ 2x2
