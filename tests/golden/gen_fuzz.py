@@ -38,7 +38,7 @@ golden cases use (gen.py, gen_conv.py, gen_nn_ops.py, gen_losses.py). The
 program's result is the last instruction's (tests/golden.h: g_prog).
 
 The convolution programs (fuzz_conv.bin, test_conv.c; 120 of them) start
-from a batch x (N, C, spatial 1-d or 2-d) and a bank P of 400 values that
+from a batch x (N, C, spatial 1-d to 3-d) and a bank P of 400 values that
 every weight and bias is a narrow + reshape of (so P's gradient adds up
 the weights'): convolutions and transposed convolutions (stride, padding,
 'same', dilation, groups, output_padding), max, average and adaptive
@@ -195,11 +195,11 @@ NN = {
     "binary_cross_entropy": lambda xs, p, pi: F.binary_cross_entropy(xs[0], xs[1], xs[2], reduction=RED[pi[0]]),
     "kl_div": lambda xs, p, pi: F.kl_div(xs[0], xs[1], reduction=RED[pi[0]], log_target=bool(pi[1])),
 }
-CONV = {1: F.conv1d, 2: F.conv2d}
-CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d}
-MAXP = {1: F.max_pool1d, 2: F.max_pool2d}
-AVGP = {1: F.avg_pool1d, 2: F.avg_pool2d}
-ADAP = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d}
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+MAXP = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+AVGP = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+ADAP = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 
 
 def run_prog(prog, inputs):
@@ -425,18 +425,22 @@ class ConvGen(Gen):
         n = 1
         for d in shape:
             n *= d
+        if n > self.BANK:
+            raise RuntimeError("a weight larger than the bank")   # (the step is dropped)
         off = self.rng.randrange(0, self.BANK - n + 1)
         return self.emit("reshape", [self.emit("narrow", [1], [0, off, n])], list(shape))
 
     def maps(self):
-        """the feature maps (batched, 1-d or 2-d), the later ones more often"""
-        ok = [j for j in range(len(self.vals)) if j != 1 and self.vals[j].dim() in (3, 4) and j != 1]
+        """the feature maps (batched, 1-d to 3-d), the later ones more often"""
+        ok = [j for j in range(len(self.vals)) if j != 1 and self.vals[j].dim() in (3, 4, 5)]
         return max(self.rng.choice(ok), self.rng.choice(ok))
 
     def step(self):
         rng = self.rng
         i = self.maps()
         x = self.vals[i]
+        if x.dim() not in (3, 4, 5):   # (NNGen's maps: a (N, F) value)
+            return
         nsp, C = x.dim() - 2, x.shape[1]
         kind = rng.random()
         try:
@@ -482,7 +486,7 @@ class ConvGen(Gen):
             if kind < 0.70:   # activation
                 op = rng.choice(["relu", "tanh", "sigmoid", "gelu", "silu"])
                 return self.emit(op, [i], [])
-            if kind < 0.80 and nsp == 2:   # a transposed view into what follows
+            if kind < 0.80 and nsp >= 2:   # a transposed view into what follows
                 return self.emit("transpose", [i], [2, 3])
             if kind < 0.85:   # a narrow of the spatial dims
                 d = rng.randrange(2, x.dim())
@@ -501,7 +505,7 @@ class ConvGen(Gen):
 
     def finish(self):
         i = len(self.vals) - 1
-        if self.vals[i].dim() not in (3, 4):
+        if self.vals[i].dim() not in (3, 4, 5):
             i = self.maps()
         if self.rng.random() < 0.5:
             return self.emit("sum", [i], [0, 1, 1])
@@ -667,9 +671,9 @@ def make(rng, k, dd, conv=False):
         g = NNGen(rng, inputs, classes)
         steps = rng.randint(2, 6)
     elif conv:
-        nsp = rng.randint(1, 2)
-        x = torch.randn([rng.randint(1, 3), rng.randint(1, 4)] + [rng.randint(4, 9) for _ in range(nsp)],
-                        dtype=torch.float64)
+        nsp = rng.choice([1, 2, 2, 3])
+        x = torch.randn([rng.randint(1, 3), rng.randint(1, 4)] +
+                        [rng.randint(3, 5) if nsp == 3 else rng.randint(4, 9) for _ in range(nsp)], dtype=torch.float64)
         inputs = [x, torch.randn(ConvGen.BANK, dtype=torch.float64) * 0.5]
         g = ConvGen(rng, inputs)
         steps = rng.randint(3, 8)
