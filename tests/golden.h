@@ -683,4 +683,97 @@ static G_UNUSED void g_case1(long lo, long hi)
 /* every case of the loaded file, each an op's (g_case) */
 static G_UNUSED int g_run_cases(void) { return g_each_case(g_case1); }
 
+/* A program (gen_fuzz.py) captured and replayed: its inputs persistent
+   (dl_keep), the forward and dl_grad recorded by dl_capture_begin/end, then
+   the capture's run and two replays must give the eager run's bits: the
+   output and every input's gradient. */
+#define G_CAPN 4
+static G_UNUSED float *g_cap_read(dl_tensor *t)
+{
+    float *v = t ? (float *)calloc((size_t)t->numel + 1, sizeof(float)) : NULL;
+    if (v && dl_read(t, v, t->numel) != DL_OK) { free(v); v = NULL; }
+    return v;
+}
+
+static G_UNUSED void g_prog_capture(long lo, long hi)
+{
+    char cname[64];
+    const grec *in_r[G_MAXIN], *p = g_find(lo, hi, "", "params"), *gr = g_find(lo, hi, "", "gout");
+    dl_tensor *in[G_MAXIN], *req[G_MAXIN], *grads[G_MAXIN], *gout, *out;
+    float *want[G_MAXIN + 1], *got;
+    dl_backward_desc desc;
+    dl_capture *cap = NULL;
+    const char *bad = NULL;
+    int n = 0, nreq = 0, k, run;
+    long i;
+    size_t pl = g_prefix_len(&g_recs[lo]);
+    snprintf(cname, sizeof cname, "%.*s captured", (int)(pl > 0 ? pl - 1 : 0), g_recs[lo].name);
+    if (!p || !gr) return;
+    for (i = lo; i < hi && n < G_MAXIN; i++) {
+        const grec *r = &g_recs[i];
+        if (!g_is_input(g_field(r))) continue;
+        in_r[n] = r;
+        in[n] = dl_keep(dl_from_array(g_ctx, dl_shape_make(r->ndim, r->shape), r->v));
+        if (in[n] && g_find(lo, hi, "grad_", g_field(r))) req[nreq++] = dl_requires_grad(in[n], true);
+        n++;
+    }
+    gout = dl_keep(dl_from_array(g_ctx, dl_shape_make(gr->ndim, gr->shape), gr->v));
+    memset(&desc, 0, sizeof desc);
+    desc.grad = gout;
+    memset(want, 0, sizeof want);
+    for (run = 0; run < G_CAPN; run++) {   /* eager, the capture's run, two replays */
+        if (run == 1) cap = dl_capture_begin(g_ctx);
+        if (run <= 1) {
+            out = g_run("prog", n, in_r, in, p, &bad);
+            if (!out || dl_grad(out, nreq, req, grads, &desc) != DL_OK) {
+                CHECK(0, "%s: %s: %s", cname, run ? "inside the capture" : "eager", bad ? bad : dl_error_message(g_ctx));
+                break;
+            }
+            if (run == 1 && dl_capture_end(cap) != DL_OK) {
+                CHECK(0, "%s: dl_capture_end: %s", cname, dl_error_message(g_ctx));
+                break;
+            }
+        } else if (dl_replay(cap) != DL_OK) {
+            CHECK(0, "%s: replay %d: %s", cname, run - 1, dl_error_message(g_ctx));
+            break;
+        }
+        for (k = 0; k <= nreq; k++) {
+            dl_tensor *t = k ? grads[k - 1] : out;
+            if (!t) continue;   /* (no gradient: none in every run) */
+            got = g_cap_read(t);
+            if (run == 0) want[k] = got;
+            else {
+                CHECK(got && want[k] && memcmp(got, want[k], sizeof(float) * (size_t)t->numel) == 0,
+                      "%s: %s of the %s: the eager run's bits", cname, k ? "a gradient" : "the output",
+                      run == 1 ? "capture's run" : "replay");
+                free(got);
+            }
+        }
+        dl_step_end(g_ctx);
+    }
+    for (k = 0; k <= nreq; k++) free(want[k]);
+    dl_capture_free(cap);
+    for (k = 0; k < n; k++) dl_free(in[k]);
+    dl_free(gout);
+}
+
+/* every program of a gen_fuzz.py file captured and replayed, in a context
+   of its own */
+static G_UNUSED void g_capture_file(const char *path)
+{
+    int ncases;
+    dl_ctx *outer = g_ctx;   /* (a runner's own, back after) */
+    if (!g_load(path)) { CHECK(0, "loading the golden file %s", path); return; }
+    g_ctx = dl_ctx_init(NULL);
+    CHECK(g_ctx != NULL, "dl_ctx_init");
+    if (g_ctx) {
+        ncases = g_each_case(g_prog_capture);
+        printf("golden: %d programs captured and replayed from %s\n", ncases, path);
+        CHECK(ncases > 0, "no programs in %s", path);
+        dl_ctx_free(g_ctx);
+    }
+    g_ctx = outer;
+    g_free_recs();
+}
+
 #endif

@@ -1300,6 +1300,10 @@ int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "tests/golden/conv.bin";
     int ncases = 0;
+    if (argc > 2 && !strcmp(argv[1], "--capture")) {   /* gen_fuzz.py's conv programs, captured */
+        g_capture_file(argv[2]);
+        TEST_END();
+    }
     g_ctx = dl_ctx_init(NULL);
     CHECK(g_ctx != NULL, "dl_ctx_init");
     if (!g_ctx) TEST_END();
@@ -1332,6 +1336,7 @@ int main(int argc, char **argv)
                   f == 0 ? "" : "at least ", more[f].n, more[f].path, ncases);
             g_free_recs();
         }
+        g_capture_file("tests/golden/fuzz_conv.bin");   /* the same programs, captured and replayed */
     }
     s1_paths();
     i2c_paths();

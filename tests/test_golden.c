@@ -3,6 +3,7 @@
    The values come from tests/golden/gen.py (torch; regenerate with
    `python3 tests/golden/gen.py`). Run from the repository root:
        test_golden [path/to/core.bin]     (default tests/golden/core.bin)
+       test_golden --capture path/to/fuzz.bin   (gen_fuzz.py's programs captured)
    For every case it recomputes the forward result, the gradients for a
    fixed upstream gradient (dl_grad with dl_backward_desc.grad = gout) and,
    where the file has them, Hessian-vector products (dl_grad with
@@ -75,7 +76,8 @@ static void run_file(const char *path, int min_cases)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1) run_file(argv[1], 1);
+    if (argc > 2 && !strcmp(argv[1], "--capture")) g_capture_file(argv[2]);
+    else if (argc > 1) run_file(argv[1], 1);
     else {
         run_file("tests/golden/core.bin", 100);
         run_file("tests/golden/activations.bin", 6);   /* gen_activations.py: SiLU */
@@ -83,6 +85,7 @@ int main(int argc, char **argv)
         run_file("tests/golden/norm.bin", 13);         /* gen_norm.py: dl_norm, zero rows */
         run_file("tests/golden/masks.bin", 6);         /* gen_masks.py: second derivatives through masks */
         run_file("tests/golden/fuzz.bin", 240);        /* gen_fuzz.py: random programs of the ops above */
+        g_capture_file("tests/golden/fuzz.bin");        /* the same, captured and replayed */
     }
     TEST_END();
 }
