@@ -91,9 +91,10 @@
        releases the graph (retain_graph keeps it). Backward rules are written
        with dl.h's own ops, so create_graph gives gradients of gradients.
        As in PyTorch, the masks of relu's, leaky_relu's, abs's and max
-       pooling's backwards are functions of their input with a zero
-       derivative (a second derivative through them alone is zeros), those
-       of clamp, max and maximum constants (refused there, as in PyTorch).
+       pooling's backwards and average pooling's adjoint are functions of
+       their input with a zero derivative (a second derivative through
+       them alone is zeros), those of clamp, max and maximum constants
+       (refused there, as in PyTorch).
        A tensor's storage has a version (torch's t._version) that every
        in-place write through the API bumps: dl_write, dl_fill_, dl_copy_,
        zero_grad, optimizer steps, dl_init_*, dl_load, the collectives, batch
