@@ -699,7 +699,7 @@ static G_UNUSED void g_prog_capture(long lo, long hi)
 {
     char cname[64];
     const grec *in_r[G_MAXIN], *p = g_find(lo, hi, "", "params"), *gr = g_find(lo, hi, "", "gout");
-    dl_tensor *in[G_MAXIN], *req[G_MAXIN], *grads[G_MAXIN], *gout, *out;
+    dl_tensor *in[G_MAXIN], *req[G_MAXIN], *grads[G_MAXIN], *gout, *out = NULL;
     float *want[G_MAXIN + 1], *got;
     dl_backward_desc desc;
     dl_capture *cap = NULL;
@@ -721,6 +721,7 @@ static G_UNUSED void g_prog_capture(long lo, long hi)
     memset(&desc, 0, sizeof desc);
     desc.grad = gout;
     memset(want, 0, sizeof want);
+    memset(grads, 0, sizeof grads);
     for (run = 0; run < G_CAPN; run++) {   /* eager, the capture's run, two replays */
         if (run == 1) cap = dl_capture_begin(g_ctx);
         if (run <= 1) {
