@@ -251,7 +251,8 @@ test-cuda-all: nvcc-check $(CUDA_TESTS)
 # needed), then every other CUDA-built test with all its tensors on the
 # emulated cuda:0 (as make test does on the strict cpu:1), test_conv there
 # with DL_CONV_DIRECT=0 (the im2col path) and 2 (per-element direct sums),
-# then those tests
+# test_conv, test_nn_ops and test_golden with the emulator's threads and
+# blocks last to first (DL_CUDA_EMULATE_REVERSE=1), then those tests
 # as they are, on the CPU: a DL_CUDA build works where there is no GPU (the
 # emulated device rounds TF32 products' operands as a GPU does); last the
 # CUDA-built examples on emulated GPUs against the CPU build's
@@ -260,6 +261,8 @@ test-cuda-emu: nvcc-check $(CUDA_TESTS) $(CUDA_EXAMPLES) $(EXAMPLES)
 	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 $(CUDA_ON0) $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda:0-emu-im2col --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv \
 	    --tag @cuda:0-emu-elem --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CONV_DIRECT=2 $(B)/cuda/test_conv \
+	    --tag @cuda:0-emu-rev --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CUDA_EMULATE_REVERSE=1 \
+	        $(B)/cuda/test_conv $(B)/cuda/test_nn_ops $(B)/cuda/test_golden \
 	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda-emu tests/test_cuda_cli.sh
 

@@ -243,12 +243,16 @@ static bool dl__cu_emu_rev;
 /* element i of n in the emulated order */
 static inline int64_t dl__cu_emu_at(int64_t i, int64_t n) { return dl__cu_emu_rev ? n - 1 - i : i; }
 
+/* DL_CUDA_EMULATE=N: cuda:0 .. N-1 emulated; DL_CUDA_EMULATE_REVERSE=1 runs
+   them last to first from the start (dl__cu_emu_rev: make test-cuda-emu's
+   reversed pass over the convolutions, the fused modules and the fuzz) */
 static int dl__cu_emu_count(void)
 {
     if (dl__cu_emu < 0) {
-        const char *e = getenv("DL_CUDA_EMULATE");
+        const char *e = getenv("DL_CUDA_EMULATE"), *r = getenv("DL_CUDA_EMULATE_REVERSE");
         long v = e && *e ? strtol(e, NULL, 10) : 0;
         dl__cu_emu = v < 0 ? 0 : v > DL__MAX_CUDA ? DL__MAX_CUDA : (int)v;
+        if (dl__cu_emu && r && r[0] == '1' && !r[1]) dl__cu_emu_rev = true;
     }
     return dl__cu_emu;
 }
