@@ -10320,7 +10320,7 @@ static const dl__backend dl__cap_backend = {
 static bool dl__rec_run(dl_capture *c, const dl__rec *r)
 {
     dl__dev *d = r->d;
-    const void *a = r->arg ? r->arg : c->blob + r->blob;
+    const void *a = r->arg ? r->arg : c->blob ? c->blob + r->blob : NULL;   /* (no blob: NULL + 0 is UB) */
     void *const *p = r->p;
     const int64_t *n = r->n;
     uint64_t seed = r->b[2] ? c->seed : (uint64_t)n[9], off = r->b[2] ? c->rng + r->u : r->u;

@@ -552,11 +552,18 @@ static uint8_t draw_call(uint32_t r, bool *recording)
     return (uint8_t)(c + 32 * (int)((r >> 16) % 8));
 }
 
+/* sequences `make fuzz` found, run first: 29 f1 0a 27 2f 71 replayed a
+   record whose host struct was empty from a capture without any (NULL +
+   0: UBSan's "applying zero offset to null pointer", 2026-11-29) */
+static const struct { const char *b; size_t n; } g_found[] = {{"\x29\xf1\x0a\x27\x2f\x71", 6}};
+
 int main(int argc, char **argv)
 {
     uint8_t seq[MAXSEQ + 1];
     uint32_t r = 12345u;
     int n = NSEQ, i, j;
+    for (i = 0; i < (int)(sizeof g_found / sizeof g_found[0]); i++)
+        run_sequence((const uint8_t *)g_found[i].b, g_found[i].n);
     if (argc > 1) {   /* the count of sequences: 1 .. 10^7 */
         char *end;
         long v = strtol(argv[1], &end, 10);
