@@ -848,10 +848,15 @@ def net_results(layers, state, x, train, gout, vs, dd):
     return [out] + grads + hv + [b.double() for b in bufs], greq, seq
 
 
-def nets(path, count):
+def fresh(seed):
+    """an empty record list; torch's generator and a random.Random seeded"""
     goldfile.RECORDS.clear()
-    rng = random.Random(2468)
-    torch.manual_seed(2468)
+    torch.manual_seed(seed)
+    return random.Random(seed)
+
+
+def nets(path, count):
+    rng = fresh(2468)
     k = tried = 0
     while k < count:
         tried += 1
@@ -958,9 +963,7 @@ def run_optim(kind, h, p0, grads, lrs, dtype):
 
 
 def optims(path, count):
-    goldfile.RECORDS.clear()
-    rng = random.Random(3579)
-    torch.manual_seed(3579)
+    rng = fresh(3579)
     k = tried = 0
     while k < count:
         tried += 1
