@@ -10816,6 +10816,10 @@ static void dl__caps_free(dl_ctx *ctx)
 
 static bool dl__grad_on(const dl_ctx *ctx) { return ctx->no_grad == 0 && !ctx->backward_nograd; }
 
+/* t's history was cut by dl_zero_grad: ops recorded from now on take no
+   gradient through it */
+static bool dl__cut(const dl_tensor *t) { return t && t->cut_ && t->node_; }
+
 /* 1: recorded (*pn set), 0: not needed, -1: out of memory (error recorded). */
 static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const *in, dl__node **pn)
 {
@@ -10828,7 +10832,7 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     for (i = 0; i < n; i++) {
         if (in[i] && in[i]->requires_grad) need = true;
         if (in[i] && !taint && dl__nh(in[i])) taint = i + 1;
-        if (in[i] && in[i]->cut_ && in[i]->node_) cut = true;
+        if (dl__cut(in[i])) cut = true;
     }
     if (!need) {   /* computed from a gradient whose history was dropped: so is out (a backward refuses it) */
         if (taint) out->nohist_ = true;
@@ -10841,7 +10845,7 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     node->out = out;
     if (cut) {   /* (decided now: a later dl_zero_grad cuts only the ops recorded after it) */
         unsigned char *c = (unsigned char *)((dl_tensor **)(node + 1) + n);
-        for (i = 0; i < n; i++) c[i] = in[i] && in[i]->cut_ && in[i]->node_;
+        for (i = 0; i < n; i++) c[i] = dl__cut(in[i]);
         node->cutin = c;
     }
     node->nin = n;

@@ -298,12 +298,62 @@ static G_UNUSED int g_is_input(const char *f)
 /* cases with double backward; records of in-place updates checked */
 static G_UNUSED int g_n_dd, g_n_after;
 
+/* The second order of a case whose first gradients grads[k] (of req[k],
+   records named names[k]) were taken with create_graph: which of them
+   carry history in PyTorch (its greq record, where the file has it:
+   torch.autograd.grad(..., create_graph=True) .requires_grad, so which
+   second derivatives exist there), then dl_grad of sum_k sum(grads[k] *
+   v_<name>) against hv_<name>. */
+#define G_MAXREQ 64
+static G_UNUSED void g_second_order(const char *cname, long lo, long hi, int nreq, dl_tensor **req,
+                                    dl_tensor **grads, const char *const *names)
+{
+    const grec *greq = g_find(lo, hi, "", "greq"), *v_r[G_MAXREQ], *hv_r[G_MAXREQ];
+    dl_tensor *hv[G_MAXREQ], *s2 = NULL;
+    char what[96];
+    dl_result rc;
+    int k;
+    if (nreq > G_MAXREQ) { CHECK(0, "%s: over %d inputs for a second order", cname, G_MAXREQ); return; }
+    for (k = 0; greq && k < nreq && k < greq->numel; k++) {
+        bool want = greq->v[k] != 0.0f, got = grads[k] && grads[k]->requires_grad;
+        CHECK(got == want, "%s: the first gradient of %s %s history, PyTorch's %s", cname, names[k],
+              got ? "carries" : "carries no", want ? "does" : "does not");
+    }
+    for (k = 0; k < nreq; k++) {
+        dl_tensor *vk, *term;
+        v_r[k] = g_find(lo, hi, "v_", names[k]);
+        hv_r[k] = g_find(lo, hi, "hv_", names[k]);
+        if (!v_r[k] || !hv_r[k]) { CHECK(0, "%s: v_/hv_ record missing for %s", cname, names[k]); return; }
+        if (!grads[k] || !grads[k]->requires_grad) continue;
+        vk = dl_from_array(g_ctx, dl_shape_make(v_r[k]->ndim, v_r[k]->shape), v_r[k]->v);
+        term = dl_sum(dl_mul(grads[k], vk), DL_ALL, false);
+        s2 = s2 ? dl_add(s2, term) : term;
+        if (!s2) break;
+    }
+    for (k = 0; k < nreq; k++) hv[k] = NULL;
+    if (s2) {
+        rc = dl_grad(s2, nreq, req, hv, NULL);
+        CHECK(rc == DL_OK, "%s: second dl_grad failed: %s: %s", cname, dl_result_string(rc),
+              dl_error_message(g_ctx));
+        if (rc != DL_OK) { dl_clear_error(g_ctx); return; }
+    } else if (dl_last_error(g_ctx) != DL_OK) {
+        CHECK(0, "%s: building sum(grad * v) failed: %s", cname, dl_error_message(g_ctx));
+        dl_clear_error(g_ctx);
+        return;
+    }
+    for (k = 0; k < nreq; k++) {
+        snprintf(what, sizeof what, "hv_%s", names[k]);
+        g_compare(cname, what, hv[k], hv_r[k]);
+    }
+}
+
 static G_UNUSED void g_case(long lo, long hi, int *ncases)
 {
     char cname[256], op[64], what[96];
     const grec *in_r[G_MAXIN], *params, *gout_r, *out_r;
-    const grec *grad_r[G_MAXIN], *v_r[G_MAXIN], *hv_r[G_MAXIN];
-    dl_tensor *in[G_MAXIN], *req[G_MAXIN], *grads[G_MAXIN], *hv[G_MAXIN], *out;
+    const grec *grad_r[G_MAXIN];
+    dl_tensor *in[G_MAXIN], *req[G_MAXIN], *grads[G_MAXIN], *out;
+    const char *names[G_MAXIN];
     int nin = 0, nreq = 0, k, dd = 0;
     long i;
     size_t pl = g_prefix_len(&g_recs[lo]);
@@ -332,9 +382,7 @@ static G_UNUSED void g_case(long lo, long hi, int *ncases)
         const char *f = g_field(in_r[k]);
         dl_shape s = dl_shape_make(in_r[k]->ndim, in_r[k]->shape);
         grad_r[k] = g_find(lo, hi, "grad_", f);
-        v_r[k] = g_find(lo, hi, "v_", f);
-        hv_r[k] = g_find(lo, hi, "hv_", f);
-        if (v_r[k]) dd = 1;
+        if (g_find(lo, hi, "v_", f)) dd = 1;
         if (!strcmp(f, "target")) {   /* class indices, stored as floats */
             int64_t *t = (int64_t *)malloc(sizeof(int64_t) * (size_t)(in_r[k]->numel + 1));
             int64_t j;
@@ -349,8 +397,6 @@ static G_UNUSED void g_case(long lo, long hi, int *ncases)
             in[k] = dl_requires_grad(in[k], true);
             req[nreq] = in[k];
             grad_r[nreq] = grad_r[k];
-            v_r[nreq] = v_r[k];
-            hv_r[nreq] = hv_r[k];
             nreq++;
         }
         if (!in[k]) {
@@ -397,45 +443,8 @@ static G_UNUSED void g_case(long lo, long hi, int *ncases)
     }
     if (!dd) return;
     g_n_dd++;
-    {
-        /* greq (where the file has it): which first gradients carry history
-           in PyTorch (torch.autograd.grad(..., create_graph=True)
-           .requires_grad), so which second derivatives exist there */
-        const grec *greq = g_find(lo, hi, "", "greq");
-        for (k = 0; greq && k < nreq && k < greq->numel; k++) {
-            bool want = greq->v[k] != 0.0f, got = grads[k] && grads[k]->requires_grad;
-            CHECK(got == want, "%s: the first gradient of input %d %s history, PyTorch's %s", cname, k,
-                  got ? "carries" : "carries no", want ? "does" : "does not");
-        }
-    }
-    {
-        dl_tensor *s2 = NULL;
-        dl_result rc;
-        for (k = 0; k < nreq; k++) {
-            dl_tensor *vk, *term;
-            if (!v_r[k] || !hv_r[k]) { CHECK(0, "%s: v_/hv_ record missing for input %d", cname, k); return; }
-            if (!grads[k] || !grads[k]->requires_grad) continue;
-            vk = dl_from_array(g_ctx, dl_shape_make(v_r[k]->ndim, v_r[k]->shape), v_r[k]->v);
-            term = dl_sum(dl_mul(grads[k], vk), DL_ALL, false);
-            s2 = s2 ? dl_add(s2, term) : term;
-            if (!s2) break;
-        }
-        for (k = 0; k < nreq; k++) hv[k] = NULL;
-        if (s2) {
-            rc = dl_grad(s2, nreq, req, hv, NULL);
-            CHECK(rc == DL_OK, "%s: second dl_grad failed: %s: %s", cname, dl_result_string(rc),
-                  dl_error_message(g_ctx));
-            if (rc != DL_OK) { dl_clear_error(g_ctx); return; }
-        } else if (dl_last_error(g_ctx) != DL_OK) {
-            CHECK(0, "%s: building sum(grad * v) failed: %s", cname, dl_error_message(g_ctx));
-            dl_clear_error(g_ctx);
-            return;
-        }
-        for (k = 0; k < nreq; k++) {
-            snprintf(what, sizeof what, "hv_%s", g_field(hv_r[k]) + 3);
-            g_compare(cname, what, hv[k], hv_r[k]);
-        }
-    }
+    for (k = 0; k < nreq; k++) names[k] = g_field(grad_r[k]) + 5;
+    g_second_order(cname, lo, hi, nreq, req, grads, names);
 }
 
 /* ------------------------------------------------------------ core ops, programs */

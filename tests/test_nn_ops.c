@@ -273,11 +273,11 @@ static void g_net_case(long lo, long hi)
 {
     char cname[64];
     const grec *spec = g_find(lo, hi, "", "spec"), *xr = g_find(lo, hi, "", "x"), *gr = g_find(lo, hi, "", "gout");
-    const grec *outr = g_find(lo, hi, "", "out"), *greq = g_find(lo, hi, "", "greq");
+    const grec *outr = g_find(lo, hi, "", "out");
     const char *bad = NULL;
     const dl_named_tensor *np;
-    dl_tensor *req[64], *grads[64], *hv[64], *x, *out, *s2 = NULL;
-    const grec *v_r[64];
+    dl_tensor *req[G_MAXREQ], *grads[G_MAXREQ], *x, *out;
+    const char *names[G_MAXREQ];
     dl_module *net;
     dl_backward_desc desc;
     int nreq, k, dd;
@@ -306,9 +306,13 @@ static void g_net_case(long lo, long hi)
     for (i = lo; i < hi; i++)
         if (!strncmp(g_field(&g_recs[i]), "after_", 6)) g_net_state(cname, net, &g_recs[i], "after_");
     req[0] = x;
+    names[0] = "x";
     nreq = 1;
     k = dl_module_named_parameters(net, &np);
-    for (i = 0; i < k && nreq < 64; i++) req[nreq++] = np[i].t;
+    for (i = 0; i < k && nreq < G_MAXREQ; i++) {
+        names[nreq] = np[i].name;
+        req[nreq++] = np[i].t;
+    }
     dd = g_find(lo, hi, "", "v_x") != NULL;
     memset(&desc, 0, sizeof desc);
     desc.grad = dl_from_array(g_ctx, dl_shape_make(gr->ndim, gr->shape), gr->v);
@@ -319,39 +323,15 @@ static void g_net_case(long lo, long hi)
         return;
     }
     for (k = 0; k < nreq; k++) {
-        const char *f = k ? np[k - 1].name : "x";
-        const grec *g = g_find(lo, hi, "grad_", f);
+        const grec *g = g_find(lo, hi, "grad_", names[k]);
         char what[96];
-        snprintf(what, sizeof what, "grad_%s", f);
+        snprintf(what, sizeof what, "grad_%s", names[k]);
         if (!g) { CHECK(0, "%s: no %s record (the parameters' names or order differ)", cname, what); return; }
         g_compare(cname, what, grads[k], g);
-        v_r[k] = dd ? g_find(lo, hi, "v_", f) : NULL;
     }
     if (!dd) return;
     g_n_dd++;
-    for (k = 0; greq && k < nreq && k < greq->numel; k++) {
-        bool want = greq->v[k] != 0.0f, got = grads[k] && grads[k]->requires_grad;
-        CHECK(got == want, "%s: the first gradient of %s %s history, PyTorch's %s", cname,
-              k ? np[k - 1].name : "x", got ? "carries" : "carries no", want ? "does" : "does not");
-    }
-    for (k = 0; k < nreq; k++) {
-        dl_tensor *term;
-        if (!v_r[k]) { CHECK(0, "%s: v_ record missing for input %d", cname, k); return; }
-        if (!grads[k] || !grads[k]->requires_grad) continue;
-        term = dl_sum(dl_mul(grads[k], dl_from_array(g_ctx, dl_shape_make(v_r[k]->ndim, v_r[k]->shape), v_r[k]->v)),
-                      DL_ALL, false);
-        s2 = s2 ? dl_add(s2, term) : term;
-    }
-    for (k = 0; k < nreq; k++) hv[k] = NULL;
-    if (s2) CHECK(dl_grad(s2, nreq, req, hv, NULL) == DL_OK, "%s: second dl_grad: %s", cname, dl_error_message(g_ctx));
-    for (k = 0; k < nreq; k++) {
-        const char *f = k ? np[k - 1].name : "x";
-        const grec *h = g_find(lo, hi, "hv_", f);
-        char what[96];
-        snprintf(what, sizeof what, "hv_%s", f);
-        if (h) g_compare(cname, what, hv[k], h);
-        else CHECK(0, "%s: no %s record", cname, what);
-    }
+    g_second_order(cname, lo, hi, nreq, req, grads, names);
 }
 
 static void test_golden_nets(const char *path)
