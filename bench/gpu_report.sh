@@ -40,11 +40,35 @@
 # time in the log; a step that fails or runs out leaves its output and the
 # rest go on. SKIP="3 5" leaves steps out. Environment passed to make as
 # usual (NVCC, CUDA_ARCH, HAVE_CUDNN, CUDA_LIBS).
+#
+# PLAN=short: for a loan of 15 minutes, in one device call of about 8
+# (a fresh machine's start counts too). No make: the programs come built
+# (bench/gpu_kit.sh, run where there is no GPU: KIT=DIR, default
+# build/gpu-kit, named in the device's carry list), or else only those six
+# are built here. Steps 1, 2 (the kit: its commit, the libraries it needed
+# found), 3 (test_cuda; test_conv, test_nn_ops, test_golden and
+# test_capture on cuda:0, test_conv again with the per-element kernels),
+# 5 (the bench's step_*_cuda, conv1 and batch-norm cases against PyTorch),
+# 6 (the LeNet cases three ways), 10 (ncu) and 13 (memcheck and racecheck
+# only); STEP_LIMIT 150 and SKIP "4 7 8 9 11 12" unless given.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${1:-build/gpu-report}
-LIMIT=${STEP_LIMIT:-300}
-SKIP=${SKIP:-}
+PLAN=${PLAN:-full}
+case $PLAN in
+    full) LIMIT=${STEP_LIMIT:-300}; SKIP=${SKIP:-} ;;
+    short) LIMIT=${STEP_LIMIT:-150}; SKIP=${SKIP-4 7 8 9 11 12} ;;
+    *) echo "gpu_report: PLAN=$PLAN: must be full (the default) or short (a 15-minute loan)" >&2; exit 2 ;;
+esac
+KIT=${KIT:-build/gpu-kit}
+CONVCASES="conv1_fwdbwd_cuda conv2_fwdbwd_cuda step_lenet_cuda step_lenet_bn_cuda step_lenet_graph_cuda
+           step_lenet_bn_graph_cuda step_resnet_small_cuda step_resnet_small_graph_cuda"
+SANTOOLS="memcheck racecheck synccheck" SANLIMIT=200
+if [ "$PLAN" = short ]; then
+    CONVCASES="conv1_fwdbwd_cuda step_lenet_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda"
+    SANTOOLS="memcheck racecheck" SANLIMIT=70
+fi
+KITBINS="test_cuda test_conv test_nn_ops test_golden test_capture bench"
 J=$(nproc 2>/dev/null || echo 4)
 mkdir -p "$OUTDIR" || exit 1
 LOG=$OUTDIR/report.txt
@@ -77,22 +101,58 @@ if [ -z "${CUDA_ARCH:-}" ]; then
     esac
 fi
 [ -n "$CUDA_ARCH" ] && export CUDA_ARCH
-say "# gpu_report $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "# gpu_report $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), PLAN=$PLAN"
 say ""
+
+# PLAN=short: the kit's programs into build/cuda (the tests read and write
+# under build/ too), if they start; each library the loader does not find
+# is looked for beside CUDA and in PyTorch's wheels (nvidia/*/lib)
+KITNOTE="no kit ($KIT/test_cuda absent): the six programs built here"
+if [ "$PLAN" = short ] && [ -x "$KIT/test_cuda" ]; then
+    for lib in $(ldd "$KIT/test_cuda" "$KIT/bench" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u); do
+        f=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -n 1)
+        [ -n "$f" ] && LD_LIBRARY_PATH=$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    done
+    export LD_LIBRARY_PATH
+    mkdir -p build/cuda || exit 1
+    for p in $KITBINS; do cp "$KIT/$p" build/cuda/ || exit 1; done
+    if build/cuda/test_cuda -q --only colsum >"$OUTDIR/kit-smoke.txt" 2>&1; then
+        KITNOTE="the kit's programs ($KIT, built at $(tr '\n' ' ' <"$KIT/COMMIT" 2>/dev/null)), LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    else
+        KITNOTE="the kit's test_cuda did not start or failed ($(tail -n 3 "$OUTDIR/kit-smoke.txt" | tr '\n' ' ')): the six programs built here"
+        for p in $KITBINS; do rm -f "build/cuda/$p"; done
+    fi
+fi
 
 step 1 "machine" "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv;
     nvcc --version | tail -n 2; python3 -c 'import torch; print(\"torch\", torch.__version__, torch.version.cuda,
     \"cudnn\", torch.backends.cudnn.version())' || true; echo \"CUDA_ARCH=${CUDA_ARCH:-default}\""
-step 2 "make cuda (-j$J)" "make -j$J cuda 2>&1 | grep -E 'error|warning|Error' ; test -x build/cuda/test_cuda"
-step 3 "make test-cuda-all" "make test-cuda-all 2>&1 | grep -E 'passed|FAIL|WRONG|SKIP|error'"
+if [ "$PLAN" = short ]; then
+    step 2 "the programs: $KITNOTE" \
+        "for p in $KITBINS; do [ -x build/cuda/\$p ] || need=\"\${need:-} build/cuda/\$p\"; done
+         [ -z \"\${need:-}\" ] || make -j$J \$need 2>&1 | grep -E 'error|warning|Error'
+         test -x build/cuda/test_cuda && test -x build/cuda/bench"
+    step 3 "test_cuda, then test_conv, test_nn_ops, test_golden, test_capture on cuda:0 (exact fp32), test_conv per-element" \
+        "tests/run.sh build/cuda/test_cuda --tag @cuda:0 --env DL_DEVICE=cuda:0 --env DL_ALLOW_TF32_CONV=0 \
+             build/cuda/test_conv build/cuda/test_nn_ops build/cuda/test_golden build/cuda/test_capture \
+             --tag @cuda:0-elem --env DL_DEVICE=cuda:0 --env DL_ALLOW_TF32_CONV=0 --env DL_CONV_DIRECT=2 build/cuda/test_conv \
+             2>&1 | grep -E 'passed|FAIL|WRONG|SKIP|error'"
+else
+    step 2 "make cuda (-j$J)" "make -j$J cuda 2>&1 | grep -E 'error|warning|Error' ; test -x build/cuda/test_cuda"
+    step 3 "make test-cuda-all" "make test-cuda-all 2>&1 | grep -E 'passed|FAIL|WRONG|SKIP|error'"
+fi
 step 4 "test_resnet18: PyTorch's GPU float32 error, then the test on cuda:0" \
     "python3 tests/golden/gen_resnet18.py --cuda '$OUTDIR/resnet18_cuda.bin' &&
      cp '$OUTDIR/resnet18_cuda.bin' tests/golden/resnet18_cuda.bin &&
      DL_DEVICE=cuda:0 DL_ALLOW_TF32_CONV=0 build/cuda/test_resnet18 2>&1 | grep -E 'passed|FAIL'"
-step 5 "make bench-cuda" "make bench-cuda"
+if [ "$PLAN" = short ]; then
+    step 5 "bench: the step cases, conv1 and batch norm against PyTorch (bench/run.sh, no make)" \
+        "CASES='step_*_cuda conv1_fwdbwd_cuda bn2d_fwdbwd_cuda' THREADS=1 DL_CUDA=build/cuda/bench sh bench/run.sh"
+else
+    step 5 "make bench-cuda" "make bench-cuda"
+fi
 step 6 "few-channel convolutions: DL_CONV_DIRECT=1, 2 then 0 (dl.h's ms)" \
-    "for c in conv1_fwdbwd_cuda conv2_fwdbwd_cuda step_lenet_cuda step_lenet_bn_cuda step_lenet_graph_cuda \
-              step_lenet_bn_graph_cuda step_resnet_small_cuda step_resnet_small_graph_cuda; do
+    "for c in $CONVCASES; do
          a=\$(DL_CONV_DIRECT=1 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
          e=\$(DL_CONV_DIRECT=2 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
          b=\$(DL_CONV_DIRECT=0 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
@@ -141,11 +201,11 @@ step 12 "ncu: shared-memory bank conflicts of the conv tiles (LeNet, LeNet-BN re
              --metrics gpu__time_duration.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum \
              build/cuda/bench \$c 1 --warmup 0 --reps 1 2>/dev/null | grep -E 'dl__cu_tile_k|duration|conflicts|wavefronts'
      done"
-step 13 "compute-sanitizer: memcheck, racecheck, synccheck of the block kernels (test_cuda --only)" \
+step 13 "compute-sanitizer: $SANTOOLS of the block kernels (test_cuda --only)" \
     "command -v compute-sanitizer >/dev/null || { echo 'no compute-sanitizer'; exit 0; }
-     for t in memcheck racecheck synccheck; do
+     for t in $SANTOOLS; do
          echo \"## \$t\"
-         timeout 200 compute-sanitizer --tool \$t --error-exitcode 3 --print-limit 20 build/cuda/test_cuda -q \
+         timeout $SANLIMIT compute-sanitizer --tool \$t --error-exitcode 3 --print-limit 20 build/cuda/test_cuda -q \
              --only conv_tiles,conv_tiles_fn,colsum,chan_sum,fused_ce,bn_relu_pool,bn_add_relu \
              >$OUTDIR/sanitizer-\$t.txt 2>&1
          rc=\$?
