@@ -13,6 +13,11 @@
 # programs link CUDA's runtime, cuBLAS and cuDNN dynamically: gpu_report.sh
 # looks for any the GPU machine's loader does not find (in PyTorch's
 # wheels too) and builds there after all if the kit does not start.
+#
+# BASE=REV also builds bench with that commit's dl.h, dl_cuda.cuh and
+# examples/*.h (bench.c this tree's) as DIR/bench-base, so the loan times
+# the step cases of both, alternating, on one GPU in one run (an A/B of
+# what changed since REV; e.g. the last commit measured on a GPU).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 DIR=${1:-build/gpu-kit}
@@ -28,6 +33,19 @@ mkdir -p "$DIR" || exit 1
 for p in $KIT; do
     cp build/kit/cuda/$p "$DIR/$p" && strip "$DIR/$p" || { echo "gpu_kit: could not copy $p into $DIR" >&2; exit 1; }
 done
+rm -f "$DIR/bench-base" "$DIR/BASE"
+if [ -n "${BASE:-}" ]; then
+    src=build/kit-base-src
+    rm -rf "$src" && mkdir -p "$src/examples" || exit 1
+    for f in dl.h dl_cuda.cuh $(git ls-tree --name-only "$BASE" examples/ | grep '\.h$'); do
+        git show "$BASE:$f" >"$src/$f" || { echo "gpu_kit: BASE=$BASE: no $f there" >&2; exit 1; }
+    done
+    rm -f build/kit-base/cuda/bench build/kit-base/cuda/bench.o
+    make B=build/kit-base HAVE_NATIVE= CUDA_ARCH="$ARCH" NVCC="${NVCC:-nvcc} -I$src" build/kit-base/cuda/bench ||
+        { echo "gpu_kit: bench with BASE=$BASE's headers did not build" >&2; exit 1; }
+    cp build/kit-base/cuda/bench "$DIR/bench-base" && strip "$DIR/bench-base" || exit 1
+    git rev-parse "$BASE" >"$DIR/BASE"
+fi
 git rev-parse HEAD >"$DIR/COMMIT" 2>/dev/null || echo unknown >"$DIR/COMMIT"
 git diff --quiet HEAD -- dl.h dl_cuda.cuh tests bench examples 2>/dev/null || echo "(uncommitted changes)" >>"$DIR/COMMIT"
 echo "gpu_kit: $(du -sh "$DIR" | cut -f1) in $DIR, built for: $ARCH"

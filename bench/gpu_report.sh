@@ -49,15 +49,17 @@
 # found), 3 (test_cuda; test_conv, test_nn_ops, test_golden and
 # test_capture on cuda:0, test_conv again with the per-element kernels),
 # 5 (the bench's step_*_cuda, conv1 and batch-norm cases against PyTorch),
-# 6 (the LeNet cases three ways), 10 (ncu) and 13 (memcheck and racecheck
-# only); STEP_LIMIT 150 and SKIP "4 7 8 9 11 12" unless given.
+# 6 (the LeNet cases three ways), 9 (with the kit's bench-base, built by
+# gpu_kit.sh BASE=REV: the step cases of REV's headers and this tree's,
+# alternating), 10 (ncu) and 13 (memcheck and racecheck only); STEP_LIMIT
+# 150 and SKIP "4 7 8 11 12" unless given.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${1:-build/gpu-report}
 PLAN=${PLAN:-full}
 case $PLAN in
     full) LIMIT=${STEP_LIMIT:-300}; SKIP=${SKIP:-} ;;
-    short) LIMIT=${STEP_LIMIT:-150}; SKIP=${SKIP-4 7 8 9 11 12} ;;
+    short) LIMIT=${STEP_LIMIT:-150}; SKIP=${SKIP-4 7 8 11 12} ;;
     *) echo "gpu_report: PLAN=$PLAN: must be full (the default) or short (a 15-minute loan)" >&2; exit 2 ;;
 esac
 KIT=${KIT:-build/gpu-kit}
@@ -116,11 +118,12 @@ if [ "$PLAN" = short ] && [ -x "$KIT/test_cuda" ]; then
     export LD_LIBRARY_PATH
     mkdir -p build/cuda || exit 1
     for p in $KITBINS; do cp "$KIT/$p" build/cuda/ || exit 1; done
+    [ -x "$KIT/bench-base" ] && cp "$KIT/bench-base" build/cuda/
     if build/cuda/test_cuda -q --only colsum >"$OUTDIR/kit-smoke.txt" 2>&1; then
         KITNOTE="the kit's programs ($KIT, built at $(tr '\n' ' ' <"$KIT/COMMIT" 2>/dev/null)), LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     else
         KITNOTE="the kit's test_cuda did not start or failed ($(tail -n 3 "$OUTDIR/kit-smoke.txt" | tr '\n' ' ')): the six programs built here"
-        for p in $KITBINS; do rm -f "build/cuda/$p"; done
+        for p in $KITBINS bench-base; do rm -f "build/cuda/$p"; done
     fi
 fi
 
@@ -166,16 +169,27 @@ step 8 "make run DEVICE=cuda, eager then CAPTURE=1, then both without TensorBoar
      /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 2>&1 | tail -n 5;
      /usr/bin/time -p make -s run DEVICE=cuda LOGDIR= 2>&1 | tail -n 4;
      /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 LOGDIR= 2>&1 | tail -n 4"
-step 9 "A/B: bench with BASE_DIR's headers, then this tree's (dl.h's ms, 3 runs each)" \
-    "test -f '${BASE_DIR:-/nonexistent}/dl.h' || { echo 'BASE_DIR unset or without dl.h: nothing to compare'; exit 0; }
-     make -s B=build/base NVCC='${NVCC:-nvcc} -I${BASE_DIR:-.}' build/base/cuda/bench 2>&1 | grep -E 'error' ;
-     for c in step_mlp_cuda step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_resnet18_cuda \
-              step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda; do
-         for r in 1 2 3; do
-             a=\$(build/base/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
-             b=\$(build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
-             printf '%-30s base %-10s this %s\n' \$c \"\$a\" \"\$b\"
-         done; done"
+if [ "$PLAN" = short ]; then
+    step 9 "A/B: the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), then this tree's (dl.h's ms, 3 runs each)" \
+        "test -x build/cuda/bench-base || { echo 'no bench-base in the kit (bench/gpu_kit.sh with BASE=REV): nothing to compare'; exit 0; }
+         for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda step_lenet_cuda; do
+             for r in 1 2 3; do
+                 a=\$(build/cuda/bench-base \$c 1 2>/dev/null | awk '{print \$3}')
+                 b=\$(build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+                 printf '%-30s base %-10s this %s\n' \$c \"\$a\" \"\$b\"
+             done; done"
+else
+    step 9 "A/B: bench with BASE_DIR's headers, then this tree's (dl.h's ms, 3 runs each)" \
+        "test -f '${BASE_DIR:-/nonexistent}/dl.h' || { echo 'BASE_DIR unset or without dl.h: nothing to compare'; exit 0; }
+         make -s B=build/base NVCC='${NVCC:-nvcc} -I${BASE_DIR:-.}' build/base/cuda/bench 2>&1 | grep -E 'error' ;
+         for c in step_mlp_cuda step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_resnet18_cuda \
+                  step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda; do
+             for r in 1 2 3; do
+                 a=\$(build/base/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+                 b=\$(build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
+                 printf '%-30s base %-10s this %s\n' \$c \"\$a\" \"\$b\"
+             done; done"
+fi
 step 10 "ncu: kernel times (us) of step_{mlp,lenet,lenet_bn}_graph_cuda: warm-up, capture's run, replay" \
     "command -v ncu >/dev/null || { echo 'no ncu'; exit 0; }
      for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda; do
