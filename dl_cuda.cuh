@@ -141,6 +141,18 @@
 #endif
 
 #define DL__CU_THREADS 256                    /* threads per block, every kernel */
+
+/* Measurement experiments, for a copy of bench only (bench/gpu_kit.sh
+   builds bench-x1 and bench-x2; never a program that needs its results):
+   DL__CU_EXP leaves work out, so that the step's time without it bounds
+   what fusing it away could gain; the results are then wrong.
+     1  a graph's per-run copies from the host of the RNG's {seed,
+        counter} and the optimizers' arguments, and their events: no nodes
+     2  zero_grad's multi-tensor launch and the backward's gradient
+        accumulation (axpy_multi): not launched */
+#ifndef DL__CU_EXP
+#define DL__CU_EXP 0
+#endif
 #define DL__CU_STAGE ((size_t)4 << 20)        /* bytes per pinned upload staging buffer (two) */
 #define DL__CU_RCHUNK 16384                   /* row reductions: elements per block pass */
 #define DL__CU_CCHUNK 256                     /* column reductions: rows per partial */
@@ -1818,6 +1830,7 @@ static void dl__cu_axpy_multi(dl__dev *d, int nt, float *const *y, const float *
     dl__cuf_axm f;
     int k, m = 0;
     dl__cu_enter(d);
+    if (DL__CU_EXP & 2) return;
     f.off[0] = 0;
     for (k = 0; k < nt && k < DL__AXM; k++) {
         float *yk = y[k];
@@ -5375,7 +5388,7 @@ static void dl__cu_mt_apply(dl__dev *d, void **cache, int kind, int nt, const dl
         if (!c && nt > 0 && (c = dl__cu_mt_new(d, NULL, nt, argbytes)) != NULL) *cache = c;
         return;
     }
-    if (nt <= 0) return;
+    if (nt <= 0 || ((DL__CU_EXP & 2) && kind == DL__MT_ZERO)) return;
     if (!c || c->nt != nt || argbytes > c->argcap || memcmp(c->host, t, sizeof(dl__mtent) * (size_t)nt) != 0) {
         if (!c || c->pinned || nt > c->cap || argbytes > c->argcap) {   /* a new list (the old kept) */
             dl__cumt *n = dl__cu_mt_new(d, c, c && c->cap > nt ? c->cap : nt,
@@ -5441,6 +5454,7 @@ static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, 
 {
     dl__cucap *c = DL__CUI(d)->cap;
     size_t i;
+    if ((DL__CU_EXP & 1) && ev) return true;   /* (a table's copy stays: its kernels would read garbage) */
     if (!dl__cu_vgrow((void **)&c->pre, &c->cappre, c->npre + 1, sizeof(dl__cu_pre)) ||
         !dl__cu_vgrow((void **)&c->ev, &c->capev, c->nev + 1, sizeof(cudaEvent_t))) {
         c->failed = true;

@@ -49,10 +49,12 @@
 # found), 3 (test_cuda; test_conv, test_nn_ops, test_golden and
 # test_capture on cuda:0, test_conv again with the per-element kernels),
 # 5 (the bench's step_*_cuda, conv1 and batch-norm cases against PyTorch),
-# 6 (the LeNet cases three ways), 9 (with the kit's bench-base, built by
-# gpu_kit.sh BASE=REV: the step cases of REV's headers and this tree's,
-# alternating), 10 (ncu) and 13 (memcheck and racecheck only); STEP_LIMIT
-# 150 and SKIP "4 7 8 11 12" unless given.
+# 6 (the LeNet cases three ways), 9 (the step cases with this tree's
+# bench, and alternating with it the kit's bench-base, built by
+# gpu_kit.sh BASE=REV from REV's headers, and bench-x1 and bench-x2,
+# dl_cuda.cuh's measurement experiments DL__CU_EXP), 10 (ncu) and 13
+# (memcheck and racecheck only); STEP_LIMIT 150 and SKIP "4 7 8 11 12"
+# unless given.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${1:-build/gpu-report}
@@ -118,12 +120,12 @@ if [ "$PLAN" = short ] && [ -x "$KIT/test_cuda" ]; then
     export LD_LIBRARY_PATH
     mkdir -p build/cuda || exit 1
     for p in $KITBINS; do cp "$KIT/$p" build/cuda/ || exit 1; done
-    [ -x "$KIT/bench-base" ] && cp "$KIT/bench-base" build/cuda/
+    for p in bench-base bench-x1 bench-x2; do [ -x "$KIT/$p" ] && cp "$KIT/$p" build/cuda/; done
     if build/cuda/test_cuda -q --only colsum >"$OUTDIR/kit-smoke.txt" 2>&1; then
         KITNOTE="the kit's programs ($KIT, built at $(tr '\n' ' ' <"$KIT/COMMIT" 2>/dev/null)), LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     else
         KITNOTE="the kit's test_cuda did not start or failed ($(tail -n 3 "$OUTDIR/kit-smoke.txt" | tr '\n' ' ')): the six programs built here"
-        for p in $KITBINS bench-base; do rm -f "build/cuda/$p"; done
+        for p in $KITBINS bench-base bench-x1 bench-x2; do rm -f "build/cuda/$p"; done
     fi
 fi
 
@@ -170,13 +172,16 @@ step 8 "make run DEVICE=cuda, eager then CAPTURE=1, then both without TensorBoar
      /usr/bin/time -p make -s run DEVICE=cuda LOGDIR= 2>&1 | tail -n 4;
      /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 LOGDIR= 2>&1 | tail -n 4"
 if [ "$PLAN" = short ]; then
-    step 9 "A/B: the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), then this tree's (dl.h's ms, 3 runs each)" \
-        "test -x build/cuda/bench-base || { echo 'no bench-base in the kit (bench/gpu_kit.sh with BASE=REV): nothing to compare'; exit 0; }
-         for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda step_lenet_cuda; do
+    step 9 "A/B: this tree's bench, the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), bench-x1 (no per-run copies), bench-x2 (no zero_grad or accumulation launches); dl.h's ms, 3 runs each, alternating" \
+        "for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda step_lenet_cuda; do
              for r in 1 2 3; do
-                 a=\$(build/cuda/bench-base \$c 1 2>/dev/null | awk '{print \$3}')
-                 b=\$(build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
-                 printf '%-30s base %-10s this %s\n' \$c \"\$a\" \"\$b\"
+                 line=\$(printf '%-30s' \$c)
+                 for b in bench bench-base bench-x1 bench-x2; do
+                     [ -x build/cuda/\$b ] || continue
+                     v=\$(build/cuda/\$b \$c 1 2>/dev/null | awk '{print \$3}')
+                     line=\"\$line \$b \${v:-n/a}\"
+                 done
+                 echo \"\$line\"
              done; done"
 else
     step 9 "A/B: bench with BASE_DIR's headers, then this tree's (dl.h's ms, 3 runs each)" \
