@@ -237,7 +237,9 @@ test-cuda: nvcc-check $(B)/cuda/test_cuda
 # (DL_CUDNN=2: by default only those with 16+ channels take it), and
 # test_conv with DL_CONV_DIRECT=0 (im2col and cuBLAS for the few-channel
 # convs that the direct sums take by default) and =2 (the direct sums'
-# per-element kernels, where by default their shared-memory tiles run)
+# per-element kernels, where by default their shared-memory tiles run);
+# test_capture with DL_CUDA_REPLAY_ARGS=0 (a replay's changing values by
+# copy nodes, not one kernel node's parameters)
 CUDA_ON0 = --env DL_DEVICE=cuda:0 --env DL_ALLOW_TF32_CONV=0
 CUDA_CONV_TESTS = $(addprefix $(B)/cuda/,test_conv test_golden test_gradcheck test_nn test_resnet18)
 test-cuda-all: nvcc-check $(CUDA_TESTS)
@@ -245,12 +247,14 @@ test-cuda-all: nvcc-check $(CUDA_TESTS)
 	    $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda:0-cudnn $(CUDA_ON0) --env DL_CUDNN=2 $(CUDA_CONV_TESTS) \
 	    --tag @cuda:0-im2col $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv \
-	    --tag @cuda:0-elem $(CUDA_ON0) --env DL_CONV_DIRECT=2 $(B)/cuda/test_conv
+	    --tag @cuda:0-elem $(CUDA_ON0) --env DL_CONV_DIRECT=2 $(B)/cuda/test_conv \
+	    --tag @cuda:0-copies $(CUDA_ON0) --env DL_CUDA_REPLAY_ARGS=0 $(B)/cuda/test_capture
 
 # the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
 # needed), then every other CUDA-built test with all its tensors on the
 # emulated cuda:0 (as make test does on the strict cpu:1), test_conv there
 # with DL_CONV_DIRECT=0 (the im2col path) and 2 (per-element direct sums),
+# test_capture with DL_CUDA_REPLAY_ARGS=0 (the replay's copy nodes),
 # test_conv, test_nn_ops and test_golden with the emulator's threads and
 # blocks last to first (DL_CUDA_EMULATE_REVERSE=1), then those tests
 # as they are, on the CPU: a DL_CUDA build works where there is no GPU (the
@@ -261,6 +265,7 @@ test-cuda-emu: nvcc-check $(CUDA_TESTS) $(CUDA_EXAMPLES) $(EXAMPLES)
 	    --tag @cuda:0-emu --env DL_CUDA_EMULATE=2 $(CUDA_ON0) $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \
 	    --tag @cuda:0-emu-im2col --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv \
 	    --tag @cuda:0-emu-elem --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CONV_DIRECT=2 $(B)/cuda/test_conv \
+	    --tag @cuda:0-emu-copies --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CUDA_REPLAY_ARGS=0 $(B)/cuda/test_capture \
 	    --tag @cuda:0-emu-rev --env DL_CUDA_EMULATE=2 $(CUDA_ON0) --env DL_CUDA_EMULATE_REVERSE=1 \
 	        $(B)/cuda/test_conv $(B)/cuda/test_nn_ops $(B)/cuda/test_golden \
 	    --tag @cuda-build $(filter-out $(B)/cuda/test_cuda,$(CUDA_TESTS)) \

@@ -789,6 +789,11 @@ struct dl_tensor {
                                  the history (until zeroed), or computed from one: a backward
                                  through it is refused */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
+    bool zpend_;              /* a persistent gradient that dl_optim_zero_grad (or the module's)
+                                 zeroed inside a capture on a device with axpy_multi without a
+                                 launch: the backward's first sum into it writes it (0 + g),
+                                 anything else the capture does with it first writes the zeros
+                                 (dl__cap_zflush); cleared when the capture stops */
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
@@ -4167,7 +4172,8 @@ struct dl__backend {
     /* optional (NULL: an axpy per tensor): y[k] += x[k] (n[k] floats) for
        k < nt <= DL__AXM in one launch, element for element axpy's
        arithmetic with alpha 1: a backward's leaf gradients (no two y alike) */
-    void (*axpy_multi)(dl__dev *d, int nt, float *const *y, const float *const *x, const int64_t *n);
+    void (*axpy_multi)(dl__dev *d, int nt, float *const *y, const float *const *x, const int64_t *n,
+                       uint64_t first);   /* bit k: y[k] is zero (0 + x[k]; it is not read) */
     /* optional (NULL: cross entropy and nll_loss are composites of the
        entries above): a class-index loss in one pass each way (dl__clsargs).
        Per position j (outer*inner of them) with target c_j: v_j = c_j is not
@@ -9656,6 +9662,8 @@ struct dl_capture {
     int64_t nbump, capbump;
     void **owners;                    /* optimizers whose lists it launched without a hook (zero_grad) */
     int64_t nowner, capowner;
+    dl_tensor **zp;                   /* gradients zeroed without a launch (zpend_), in order */
+    int64_t nzp, capzp;
     uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
     uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
     int64_t failed_at;                /* a failed replay's record (dl__replay_undo) */
@@ -9737,7 +9745,22 @@ static bool dl__cap_grow(dl_ctx *ctx, void **p, int64_t *cap, int64_t need, size
 }
 
 /* A persistent tensor the capture touches (no-op outside a capture). */
-static void dl__cap_use(dl_tensor *t)
+/* t, or the gradient whose storage it views, was zeroed inside the capture
+   without a launch (zpend_): the zeros are written now, before what touches
+   it (a read between zero_grad and the backward, a parameter without a
+   gradient this step at the optimizer's step or the capture's end) */
+static void dl__cap_zflush(dl_tensor *t)
+{
+    dl_tensor *b;
+    if (!t || !t->ctx_->cap) return;
+    b = t->zpend_ ? t : t->vbase_ && t->vbase_->zpend_ ? t->vbase_ : NULL;
+    if (!b) return;
+    b->zpend_ = false;
+    DL__BE(b)->fill(b->dev_, (float *)b->data, b->numel, 0.0f);
+}
+
+/* the capture uses persistent t (its own list; no zeros written) */
+static void dl__cap_note(dl_tensor *t)
 {
     dl_capture *c;
     int64_t i;
@@ -9748,6 +9771,12 @@ static void dl__cap_use(dl_tensor *t)
         !dl__cap_grow(t->ctx_, (void **)&c->ureq, &c->capureq, c->nuse + 1, 1))
         return;
     c->uses[c->nuse++] = t;
+}
+
+static void dl__cap_use(dl_tensor *t)
+{
+    dl__cap_zflush(t);
+    dl__cap_note(t);
 }
 
 /* dl_requires_grad(t, on) inside the capture: a replay sets it again, as
@@ -9784,7 +9813,7 @@ static bool dl__cap_input(const char *op, const char *arg, dl_tensor *t)
 {
     dl_ctx *ctx = t->ctx_;
     if (t->step_ == 0) { dl__cap_use(t); return true; }
-    if (t->step_ == ctx->cap->gen) return true;
+    if (t->step_ == ctx->cap->gen) { dl__cap_zflush(t); return true; }   /* (a view of a gradient) */
     if (t->step_ == ctx->step)
         dl__err(ctx, DL_ERR_ARG, "%s: %s %s is a step tensor made before dl_capture_begin(): "
                 "dl_step_end() recycles its memory, so a replay could not use it; make it "
@@ -10469,7 +10498,14 @@ static bool dl__cap_ok(dl_capture *c, const char *op)
 static void dl__cap_stop(dl_capture *c)
 {
     dl_ctx *ctx = c->ctx;
+    int64_t z;
     int i;
+    /* gradients zeroed without a launch that nothing summed into: their
+       zeros, last (the eager step leaves them zero) */
+    for (z = 0; z < c->nzp; z++)
+        if (c->zp[z]->magic_ == DL__MAGIC) dl__cap_zflush(c->zp[z]);
+        else c->zp[z]->zpend_ = false;
+    c->nzp = 0;
     ctx->cap = NULL;
     c->draws = ctx->rng_offset - c->rng0;
 #ifdef DL__HVM
@@ -10762,6 +10798,7 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->rgs);
     DL_FREE(c->bumps);
     DL_FREE(c->owners);
+    DL_FREE(c->zp);
 #ifdef DL__HVM
     left->hreg = c->hreg;
 #endif
@@ -11603,6 +11640,24 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
     for (i = 0; i < n; i++) {
         dl_tensor *t = ts[i];
         if (!t || t->magic_ != DL__MAGIC || !t->grad) continue;
+        if (ctx->cap && t->grad->step_ == 0 && t->dev_->be->axpy_multi && !dl__mt_off) {
+            /* inside a capture on a device whose backward sums leaves by axpy_multi: no
+               launch; the backward's first sum writes 0 + g (the same bits as the zeros
+               and the sum), anything else that touches it first writes the zeros */
+            dl_capture *c = ctx->cap;
+            dl__cap_note(t->grad);
+            if (!t->grad->zpend_ &&
+                dl__cap_grow(ctx, (void **)&c->zp, &c->capzp, c->nzp + 1, sizeof(dl_tensor *))) {
+                c->zp[c->nzp++] = t->grad;
+                t->grad->zpend_ = true;
+            } else if (!t->grad->zpend_) {
+                dl_zero_grad(t);   /* (no room to remember it: the zeros now) */
+                continue;
+            }
+            dl__bump_version(t->grad);   /* as dl_zero_grad does */
+            t->grad->nohist_ = false;
+            continue;
+        }
         dl__cap_use(t->grad);
         how = dl__mt_route(ctx, s, n, t->dev_, done, &ndone, &slot);
         if (how == DL__MT_EACH) { dl_zero_grad(t); continue; }
@@ -11696,6 +11751,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
 typedef struct dl__accq {
     dl__dev *d;
     int n;
+    uint64_t first;              /* bit k: y[k] was zeroed inside the capture without a launch */
     float *y[DL__AXM];
     const float *x[DL__AXM];
     int64_t len[DL__AXM];
@@ -11707,10 +11763,11 @@ static void dl__accq_flush(dl_ctx *ctx, dl__accq *q)
     int k;
     if (!q->n) return;
     if (ctx->prof) dl__prof_begin(ctx, q->d, "accumulate grad", false);
-    q->d->be->axpy_multi(q->d, q->n, q->y, q->x, q->len);
+    q->d->be->axpy_multi(q->d, q->n, q->y, q->x, q->len, q->first);
     if (ctx->prof) dl__prof_end(ctx, "accumulate grad", false);
     for (k = 0; k < q->n; k++) dl__grad_release(q->g[k]);
     q->n = 0;
+    q->first = 0;
 }
 
 /* true: x->grad += g is queued (else the caller adds it now) */
@@ -11721,7 +11778,11 @@ static bool dl__accq_put(dl__accq *q, dl_tensor *x, dl_tensor *g)
     if (q->n && (q->d != x->dev_ || q->n == DL__AXM)) dl__accq_flush(x->ctx_, q);
     for (k = 0; k < q->n; k++)
         if (q->y[k] == (float *)x->grad->data) { dl__accq_flush(x->ctx_, q); break; }
-    if (x->ctx_->cap) dl__cap_use(x->grad);
+    if (x->ctx_->cap && x->grad->zpend_) {   /* (zeroed inside the capture: written, not summed into) */
+        x->grad->zpend_ = false;
+        q->first |= (uint64_t)1 << q->n;
+    }
+    if (x->ctx_->cap) dl__cap_note(x->grad);
     q->d = x->dev_;
     q->y[q->n] = (float *)x->grad->data;
     q->x[q->n] = (const float *)g->data;
@@ -11839,6 +11900,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     unsigned char *need = NULL;
     dl__accq q;
     q.n = 0;
+    q.first = 0;
     q.d = NULL;
     if (!out) return DL_ERR_ARG;
     if (!dl__valid(name, "out", out)) return dl__bad_rc(out);

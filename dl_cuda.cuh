@@ -34,8 +34,10 @@
    the fused class-index losses, batch norm with its ReLU and pool and the
    launch fusions ran on one H200 on 2026-11-28 (make test-cuda-all 36,734
    passed, 3 failed: test expectations, since fixed). Emulated only: copies
-   between two GPUs, bias_act_bwd's reads before its writes, and
-   the direct sums in shared memory (dl__cu_tile_fwd, dl__cu_tile_wgrad).
+   between two GPUs, bias_act_bwd's reads before its writes, the direct
+   sums in shared memory (dl__cu_tile_fwd, dl__cu_tile_wgrad), and a
+   replay's per-run values as a kernel node's parameters (dl__cu_setarg;
+   DL_CUDA_REPLAY_ARGS=0: the copy nodes that ran on the H200).
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -171,7 +173,38 @@ typedef struct dl__cu_emuop {
     void *f;                                 /* a copy of the functor */
     int64_t n;
 } dl__cu_emuop;
-typedef struct dl__cu_pre { void *dst; const void *src; size_t bytes; } dl__cu_pre;
+typedef struct dl__cu_pre { void *dst; const void *src; size_t bytes; bool run; } dl__cu_pre;
+
+/* A graph's values that change from run to run (the RNG's {seed, counter},
+   the optimizers' arguments: dl__cu_pre.run) as the parameters of one
+   kernel node at the graph's start, which writes them where the graph's
+   kernels read them; the host sets them before each launch
+   (cudaGraphExecKernelNodeSetParams: the bytes are taken at the call, so
+   the host waits for nothing). With DL_CUDA_REPLAY_ARGS=0, or when they do
+   not fit, a copy node from pinned host memory each and an event after
+   them, the host waiting for the previous run's copies before it rewrites
+   their sources. The parameters fit in the 4 KB every GPU takes. */
+#define DL__CU_SETN 16
+#define DL__CU_SETPAY 3584
+typedef struct dl__cu_setarg {
+    int n, len[DL__CU_SETN], off[DL__CU_SETN];
+    void *dst[DL__CU_SETN];
+    unsigned char pay[DL__CU_SETPAY];
+} dl__cu_setarg;
+
+/* thread t of nt: the values into place */
+static DL__HD inline void dl__cu_set_run(const dl__cu_setarg &a, int t, int nt)
+{
+    int i, j;
+    for (i = 0; i < a.n; i++)
+        for (j = t; j < a.len[i]; j += nt) ((unsigned char *)a.dst[i])[j] = a.pay[a.off[i] + j];
+}
+
+__global__ void dl__cu_setk(dl__cu_setarg a)
+{
+    dl__cu_set_run(a, (int)threadIdx.x, (int)blockDim.x);
+}
+
 typedef struct dl__cucap {
     bool failed, empty;                /* empty: no work on this device, nothing to launch */
     cudaGraph_t graph;
@@ -192,12 +225,15 @@ typedef struct dl__cucap {
     uint64_t *hrng, *drng;             /* {seed, counter} of the run: pinned host, device */
     cudaEvent_t rng_ev;
     uint64_t rng0;                     /* the counter at dl_capture_begin */
+    dl__cu_setarg *set;                /* the run's values as a kernel node's parameters (NULL: copies) */
+    cudaGraphNode_t setnode;
 } dl__cucap;
 
 typedef struct dl__cuimpl {
     int ordinal;
     bool emulate;                     /* host memory and host loops (DL_CUDA_EMULATE) */
     bool sync_each;                   /* DL_CUDA_SYNC=1: wait after every launch */
+    bool replay_args;                 /* DL_CUDA_REPLAY_ARGS (default 1): dl__cu_setarg, else copies */
     bool tf32;                        /* matrix products may use TF32 tensor cores (dl_set_allow_tf32) */
     bool tf32_conv;                   /* convolutions may (dl_set_allow_tf32_conv) */
     int direct;                       /* DL_CONV_DIRECT: 0 off; 1 (default) few-channel convs by the
@@ -1814,24 +1850,28 @@ static DL__HD inline int dl__cu_mt_find(const int64_t *off, int nt, int64_t i)
 
 /* y[k][j] += x[k][j] over the tensors' concatenated elements (k by
    dl__cu_mt_find); the table travels in the launch's arguments (about
-   1.2 KB: no copy to the device, nothing to keep for a graph) */
+   1.2 KB: no copy to the device, nothing to keep for a graph). Bit k of
+   first: y[k] is zero (zero_grad inside a capture left it unwritten), so
+   it is 0 + x[k], y[k] not read: the bits of the zeros and the sum */
 struct dl__cuf_axm {
-    float *y[DL__AXM]; const float *x[DL__AXM]; int64_t off[DL__AXM + 1]; int nt;
+    float *y[DL__AXM]; const float *x[DL__AXM]; int64_t off[DL__AXM + 1]; int nt; uint64_t first;
     DL__HD void operator()(int64_t i) const
     {
         int lo = dl__cu_mt_find(off, nt, i);
         int64_t j = i - off[lo];
-        y[lo][j] = dl__cu_fadd(y[lo][j], x[lo][j]);   /* axpy with alpha 1 */
+        y[lo][j] = dl__cu_fadd((first >> lo) & 1 ? 0.0f : y[lo][j], x[lo][j]);   /* axpy with alpha 1 */
     }
 };
 
-static void dl__cu_axpy_multi(dl__dev *d, int nt, float *const *y, const float *const *x, const int64_t *n)
+static void dl__cu_axpy_multi(dl__dev *d, int nt, float *const *y, const float *const *x, const int64_t *n,
+                              uint64_t first)
 {
     dl__cuf_axm f;
     int k, m = 0;
     dl__cu_enter(d);
     if (DL__CU_EXP & 2) return;
     f.off[0] = 0;
+    f.first = 0;
     for (k = 0; k < nt && k < DL__AXM; k++) {
         float *yk = y[k];
         const float *xk = x[k];
@@ -1839,6 +1879,7 @@ static void dl__cu_axpy_multi(dl__dev *d, int nt, float *const *y, const float *
         f.y[m] = DL__CUP(d, yk);
         f.x[m] = DL__CUP(d, xk);
         f.off[m + 1] = f.off[m] + n[k];
+        if ((first >> k) & 1) f.first |= (uint64_t)1 << m;
         m++;
     }
     f.nt = m;
@@ -5375,7 +5416,7 @@ static void dl__cu_mt_fill(dl__dev *d, dl__cumt *c, int nt, const dl__mtent *t)
     c->loaded = false;
 }
 
-static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, cudaEvent_t ev);
+static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, bool run, cudaEvent_t ev);
 
 /* t NULL: room for nt tensors and argbytes, nothing run (an optimizer's creation) */
 static void dl__cu_mt_apply(dl__dev *d, void **cache, int kind, int nt, const dl__mtent *t, const void *args,
@@ -5401,7 +5442,7 @@ static void dl__cu_mt_apply(dl__dev *d, void **cache, int kind, int nt, const dl
     if (m->cap) c->pinned = true;
     if (!c->loaded) {   /* the table on the device: queued once, or at each run of a capture */
         if (m->cap) {
-            if (!dl__cucap_pre(d, c->dt, c->htab, dl__cu_mt_bytes(c), NULL)) return;
+            if (!dl__cucap_pre(d, c->dt, c->htab, dl__cu_mt_bytes(c), false, NULL)) return;
         } else if (m->emulate) {
             memcpy(c->dt, c->htab, dl__cu_mt_bytes(c));
             c->loaded = true;
@@ -5419,7 +5460,7 @@ static void dl__cu_mt_apply(dl__dev *d, void **cache, int kind, int nt, const dl
             return;
         memcpy(c->hargs, args, argbytes);
         if (m->cap) {   /* every run of the graph copies them first (a replay's hook rewrites them) */
-            if (!dl__cucap_pre(d, c->dargs, c->hargs, argbytes, c->ev)) return;
+            if (!dl__cucap_pre(d, c->dargs, c->hargs, argbytes, true, c->ev)) return;
         } else if (m->emulate) {
             memcpy(c->dargs, c->hargs, argbytes);
         } else if (!dl__cu_ok(d, "cudaMemcpyAsync (multi-tensor)",
@@ -5449,12 +5490,13 @@ static void dl__cu_mt_args(dl__dev *d, void *cache, const void *args, size_t arg
  * ========================================================================= */
 
 /* a copy from pinned host memory at the start of every run, and the event
-   recorded after the run's copies (once per event) */
-static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, cudaEvent_t ev)
+   recorded after the run's copies (once per event); run: the host rewrites
+   the source between runs (a value of the run: dl__cu_setarg's) */
+static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, bool run, cudaEvent_t ev)
 {
     dl__cucap *c = DL__CUI(d)->cap;
     size_t i;
-    if ((DL__CU_EXP & 1) && ev) return true;   /* (a table's copy stays: its kernels would read garbage) */
+    if ((DL__CU_EXP & 1) && run) return true;   /* (a table's copy stays: its kernels would read garbage) */
     if (!dl__cu_vgrow((void **)&c->pre, &c->cappre, c->npre + 1, sizeof(dl__cu_pre)) ||
         !dl__cu_vgrow((void **)&c->ev, &c->capev, c->nev + 1, sizeof(cudaEvent_t))) {
         c->failed = true;
@@ -5464,10 +5506,43 @@ static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, 
     c->pre[c->npre].dst = dst;
     c->pre[c->npre].src = src;
     c->pre[c->npre].bytes = bytes;
+    c->pre[c->npre].run = run;
     c->npre++;
     if (!ev) return true;
     for (i = 0; i < c->nev; i++) if (c->ev[i] == ev) return true;
     c->ev[c->nev++] = ev;
+    return true;
+}
+
+/* dl__cu_setk's node: one warp, args[0] its dl__cu_setarg */
+static cudaKernelNodeParams dl__cu_setk_params(void **args)
+{
+    cudaKernelNodeParams kp = cudaKernelNodeParams();
+    kp.func = (void *)dl__cu_setk;
+    kp.gridDim = dim3(1, 1, 1);
+    kp.blockDim = dim3(32, 1, 1);
+    kp.kernelParams = args;
+    return kp;
+}
+
+/* the run's values (the copies marked run) into c->set's parameters, as
+   their sources hold them now; false: they do not fit (c->set unchanged) */
+static bool dl__cucap_pack(dl__cucap *c)
+{
+    size_t i;
+    int n = 0, off = 0;
+    for (i = 0; i < c->npre; i++) {
+        const dl__cu_pre *p = &c->pre[i];
+        if (!p->run) continue;
+        if (n == DL__CU_SETN || p->bytes > (size_t)(DL__CU_SETPAY - off)) return false;
+        c->set->dst[n] = p->dst;
+        c->set->len[n] = (int)p->bytes;
+        c->set->off[n] = off;
+        memcpy(c->set->pay + off, p->src, p->bytes);
+        off += (int)((p->bytes + 7) / 8 * 8);
+        n++;
+    }
+    c->set->n = n;
     return true;
 }
 
@@ -5502,6 +5577,7 @@ static void dl__cu_cap_free(dl__dev *d, void *cv)
     DL_FREE(c->blocks);
     DL_FREE(c->pre);
     DL_FREE(c->ev);
+    DL_FREE(c->set);
     DL_FREE(c);
 }
 
@@ -5524,7 +5600,7 @@ static void *dl__cu_cap_begin(dl__dev *d, uint64_t rng0)
         dl__cu_fail(d, "capture set-up", e);
         goto fail;
     }
-    if (!c->hrng || !dl__cucap_pre(d, c->drng, c->hrng, 2 * sizeof(uint64_t), c->rng_ev)) goto fail;
+    if (!c->hrng || !dl__cucap_pre(d, c->drng, c->hrng, 2 * sizeof(uint64_t), true, c->rng_ev)) goto fail;
     if (!m->emulate &&
         (!dl__cu_ok(d, "cudaStreamSynchronize (capture)", cudaStreamSynchronize(m->stream)) ||
          !dl__cu_ok(d, "cudaStreamBeginCapture",
@@ -5539,10 +5615,12 @@ fail:
 }
 
 /* the per-run copies become the graph's first nodes: every node without a
-   dependency (a root) waits for them, and their events follow them */
+   dependency (a root) waits for them, and their events follow them; with
+   c->set, its kernel node takes the place of the copies marked run (and
+   their events) */
 static bool dl__cu_graph_prefix(dl__dev *d, dl__cucap *c)
 {
-    size_t nroot = 0, i, j;
+    size_t nroot = 0, i, j, np = 0;
     cudaGraphNode_t *roots = NULL, *cp = NULL, evn;
     bool ok = false;
     if (!dl__cu_ok(d, "cudaGraphGetRootNodes", cudaGraphGetRootNodes(c->graph, NULL, &nroot))) return false;
@@ -5550,17 +5628,27 @@ static bool dl__cu_graph_prefix(dl__dev *d, dl__cucap *c)
     cp = (cudaGraphNode_t *)DL_MALLOC(sizeof(cudaGraphNode_t) * (c->npre + 1));
     if (!roots || !cp) { dl__dev_fail(d, "cuda:%d: out of host memory finishing a capture", d->id.index); goto out; }
     if (!dl__cu_ok(d, "cudaGraphGetRootNodes", cudaGraphGetRootNodes(c->graph, roots, &nroot))) goto out;
-    for (i = 0; i < c->npre; i++)
+    for (i = 0; i < c->npre; i++) {
+        if (c->set && c->pre[i].run) continue;
         if (!dl__cu_ok(d, "cudaGraphAddMemcpyNode1D",
-                       cudaGraphAddMemcpyNode1D(&cp[i], c->graph, NULL, 0, c->pre[i].dst, c->pre[i].src,
+                       cudaGraphAddMemcpyNode1D(&cp[np++], c->graph, NULL, 0, c->pre[i].dst, c->pre[i].src,
                                                 c->pre[i].bytes, cudaMemcpyHostToDevice)))
             goto out;
-    for (i = 0; i < c->nev; i++)
-        if (!dl__cu_ok(d, "cudaGraphAddEventRecordNode",
-                       cudaGraphAddEventRecordNode(&evn, c->graph, cp, c->npre, c->ev[i])))
+    }
+    if (c->set) {
+        void *args[1] = {c->set};
+        cudaKernelNodeParams kp = dl__cu_setk_params(args);
+        if (!dl__cu_ok(d, "cudaGraphAddKernelNode", cudaGraphAddKernelNode(&c->setnode, c->graph, NULL, 0, &kp)))
             goto out;
+        cp[np++] = c->setnode;
+    } else {
+        for (i = 0; i < c->nev; i++)
+            if (!dl__cu_ok(d, "cudaGraphAddEventRecordNode",
+                           cudaGraphAddEventRecordNode(&evn, c->graph, cp, np, c->ev[i])))
+                goto out;
+    }
     for (i = 0; i < nroot; i++)
-        for (j = 0; j < c->npre; j++)
+        for (j = 0; j < np; j++)
 #if CUDART_VERSION >= 13000
             if (!dl__cu_ok(d, "cudaGraphAddDependencies",
                            cudaGraphAddDependencies(c->graph, &cp[j], &roots[i], NULL, 1)))
@@ -5583,6 +5671,15 @@ static bool dl__cu_cap_end(dl__dev *d, void *cv)
     dl__cucap *c = (dl__cucap *)cv;
     size_t nodes = 0;
     m->cap = NULL;
+    if (m->replay_args && !c->failed) {   /* (no values to set, or too many: the copies) */
+        size_t i;
+        for (i = 0; i < c->npre && !c->pre[i].run; i++) {}
+        if (i < c->npre && (c->set = (dl__cu_setarg *)DL_MALLOC(sizeof(dl__cu_setarg))) != NULL &&
+            !dl__cucap_pack(c)) {
+            DL_FREE(c->set);
+            c->set = NULL;
+        }
+    }
     if (m->emulate) {
         c->empty = c->nops == 0;
         return !c->failed;
@@ -5610,13 +5707,24 @@ static bool dl__cu_cap_launch(dl__dev *d, void *cv, uint64_t seed, uint64_t rng)
     dl__cucap *c = (dl__cucap *)cv;
     size_t i;
     if (c->empty) return true;
-    if (!m->emulate && !dl__cu_ok(d, "cudaEventSynchronize (replay)", cudaEventSynchronize(c->rng_ev))) return false;
+    if (!m->emulate && !c->set &&
+        !dl__cu_ok(d, "cudaEventSynchronize (replay)", cudaEventSynchronize(c->rng_ev)))
+        return false;
     c->hrng[0] = seed;
     c->hrng[1] = rng;
-    if (m->emulate) {
-        for (i = 0; i < c->npre; i++) memcpy(c->pre[i].dst, c->pre[i].src, c->pre[i].bytes);
+    if (c->set) (void)dl__cucap_pack(c);   /* (they fitted at the end of the capture: they fit) */
+    if (m->emulate) {   /* the graph's first nodes, then its work */
+        for (i = 0; i < c->npre; i++)
+            if (!c->set || !c->pre[i].run) memcpy(c->pre[i].dst, c->pre[i].src, c->pre[i].bytes);
+        if (c->set) dl__cu_set_run(*c->set, 0, 1);
         for (i = 0; i < c->nops; i++) c->ops[i].run(c->ops[i].f, c->ops[i].n);
         return true;
+    }
+    if (c->set) {
+        void *args[1] = {c->set};
+        cudaKernelNodeParams kp = dl__cu_setk_params(args);
+        if (!dl__cu_ok(d, "cudaGraphExecKernelNodeSetParams", cudaGraphExecKernelNodeSetParams(c->exec, c->setnode, &kp)))
+            return false;
     }
     if (!dl__cu_ok(d, "cudaGraphLaunch", cudaGraphLaunch(c->exec, m->stream))) return false;
     return !m->sync_each || dl__cu_ok(d, "cudaStreamSynchronize (replay)", cudaStreamSynchronize(m->stream));
@@ -5728,7 +5836,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     cudaError_t e = cudaSuccess;
     cublasStatus_t st;
     const char *what = "";
-    int n = 0, k, dnn_mode, direct;
+    int n = 0, k, dnn_mode, direct, replay_args;
     bool emu = dl__cu_emu_count() > 0;
     if (emu) {
         n = dl__cu_emu;
@@ -5754,6 +5862,13 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
                 op, index, getenv("DL_CUDNN"), DL__DNN_MIN_C);
         return NULL;
     }
+    replay_args = dl__cu_envmode("DL_CUDA_REPLAY_ARGS", 1);
+    if (replay_args < 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CUDA_REPLAY_ARGS=%s must be 1 (a replay's changing "
+                "values set as one kernel node's parameters; the default) or 0 (copied from pinned host memory "
+                "by the graph's first nodes)", op, index, getenv("DL_CUDA_REPLAY_ARGS"));
+        return NULL;
+    }
     direct = dl__cu_envmode("DL_CONV_DIRECT", 2);
     if (direct < 0) {
         dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CONV_DIRECT=%s must be 0 (every convolution through "
@@ -5777,6 +5892,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
 #endif
     d->impl = m;
     m->direct = direct;
+    m->replay_args = replay_args == 1;
     m->ordinal = index;
     m->emulate = emu;
     m->sync_each = dl__cu_envflag("DL_CUDA_SYNC") != NULL;

@@ -787,6 +787,137 @@ static void test_eq_replay(void)
     dl_ctx_free(ctx);
 }
 
+/* zero_grad inside a capture. On a GPU (real or emulated) it launches
+   nothing: the backward's first sum into each gradient writes it (0 + g),
+   and whatever else touches a zeroed gradient first writes the zeros. Each
+   mode runs a warm-up step (non-zero gradients), then its step eagerly
+   three times, or captured (the capture's run) and replayed twice, and
+   keeps what it read and every gradient and parameter after each run: the
+   same bits both ways.
+     0 zero_grad, backward, step
+     1 a read of a zeroed gradient before the backward (0)
+     2 the same through a view made before the zero_grad
+     3 a layer without a gradient this step (its gradient stays zero)
+     4 zero_grad, backward, zero_grad, backward, step
+     5 zero_grad, two backwards summed, step */
+#define ZN 53   /* the floats one run keeps: 1 read, then L0 w (12), b (4), L1 w (8), b (2), their grads */
+static void zero_run(int mode, bool capture, float *out)
+{
+    dl_ctx *ctx = new_ctx(31);
+    dl_module *layers[2], *net;
+    dl_optim *o;
+    dl_sgd_desc sd;
+    dl_capture *cap = NULL;
+    dl_tensor *x, *r = NULL;
+    const dl_named_tensor *p;
+    int run, np, i;
+    float xv[6] = {0.5f, -1.0f, 2.0f, 0.25f, 1.5f, -0.75f};
+    layers[0] = dl_nn_linear(ctx, 3, 4, true);
+    layers[1] = dl_nn_linear(ctx, 4, 2, true);
+    net = dl_nn_sequential(ctx, 2, layers);
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.1f;
+    o = dl_sgd(net, &sd);
+    x = dl_keep(dl_from_array(ctx, DL_SHAPE(2, 3), xv));
+    np = dl_module_named_parameters(net, &p);
+    CHECK(np == 4 && o && x && dl_backward(dl_sum(dl_module_forward(net, x), DL_ALL, false)) == DL_OK &&
+          dl_optim_step(o) == DL_OK, "zero_grad in a capture, mode %d: warm-up: %s", mode, dl_error_message(ctx));
+    dl_step_end(ctx);
+    for (run = 0; run < 3; run++) {
+        float *q = out + run * ZN;
+        if (capture && run == 0) cap = dl_capture_begin(ctx);
+        if (!capture || run == 0) {
+            dl_tensor *v = mode == 2 ? dl_reshape(p[0].t->grad, DL_SHAPE(12)) : NULL, *y;
+            dl_optim_zero_grad(o);
+            if (mode == 1) r = dl_sum(p[0].t->grad, DL_ALL, false);
+            if (mode == 2) r = dl_sum(v, DL_ALL, false);
+            y = dl_module_forward(mode == 3 ? layers[0] : net, x);
+            dl_backward(dl_sum(dl_mul(y, y), DL_ALL, false));
+            if (mode == 4) dl_optim_zero_grad(o);
+            if (mode == 4 || mode == 5) dl_backward(dl_sum(dl_module_forward(net, x), DL_ALL, false));
+            dl_optim_step(o);
+            if (capture) CHECK(dl_capture_end(cap) == DL_OK, "zero_grad in a capture, mode %d: %s", mode,
+                               dl_error_message(ctx));
+        } else {
+            CHECK(dl_replay(cap) == DL_OK, "zero_grad in a capture, mode %d: replay: %s", mode, dl_error_message(ctx));
+        }
+        q[0] = 0.0f;
+        if (r) CHECK(dl_read(r, q, 1) == DL_OK, "zero_grad in a capture, mode %d: read", mode);
+        for (i = 0, q++; i < np; i++) {
+            CHECK(dl_read(p[i].t, q, p[i].t->numel) == DL_OK && dl_read(p[i].t->grad, q + 26, p[i].t->numel) == DL_OK,
+                  "zero_grad in a capture, mode %d: %s", mode, p[i].name);
+            q += p[i].t->numel;
+        }
+        if (!capture) dl_step_end(ctx);
+    }
+    if (cap) dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
+static void test_zero_grad_inside(void)
+{
+    static const char *const what[6] = {"plain", "a read of a zeroed gradient", "a read through a view made before",
+                                        "a layer without a gradient", "zero_grad twice", "two backwards summed"};
+    float e[3 * ZN], c[3 * ZN];
+    int mode, k;
+    for (mode = 0; mode < 6; mode++) {
+        memset(e, 0, sizeof e);
+        memset(c, 0xff, sizeof c);
+        zero_run(mode, false, e);
+        zero_run(mode, true, c);
+        CHECK(memcmp(e, c, sizeof e) == 0, "zero_grad inside a capture, %s: the eager bits", what[mode]);
+        if (mode == 1 || mode == 2)
+            CHECK(e[0] == 0.0f && c[0] == 0.0f && c[ZN] == 0.0f && c[2 * ZN] == 0.0f,
+                  "zero_grad inside a capture, %s: 0 (%g, %g)", what[mode], (double)c[0], (double)c[ZN]);
+        if (mode == 3)
+            for (k = 0; k < 3; k++)
+                CHECK(c[k * ZN + 27 + 16] == 0.0f && c[k * ZN + 26 + 26] == 0.0f,
+                      "zero_grad inside a capture, a layer without a gradient: its gradient zero after run %d", k);
+    }
+}
+
+/* a capture that fails after zero_grad leaves no mark: an eager backward
+   afterwards adds to the gradients as they are (on a GPU nothing of the
+   capture ran; on the CPU what ran before the refusal did) */
+static void test_zero_grad_failed(void)
+{
+    dl_ctx *ctx = new_ctx(32);
+    dl_module *net = dl_nn_linear(ctx, 3, 4, true);
+    dl_optim *o;
+    dl_sgd_desc sd;
+    dl_capture *cap;
+    dl_tensor *x, *w;
+    const dl_named_tensor *p;
+    float xv[6] = {0.5f, -1.0f, 2.0f, 0.25f, 1.5f, -0.75f}, g0[12], g[12], g1[12];
+    int i, same = 1;
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.1f;
+    o = dl_sgd(net, &sd);
+    x = dl_keep(dl_from_array(ctx, DL_SHAPE(2, 3), xv));
+    w = dl_module_named_parameters(net, &p) == 2 ? p[0].t : NULL;
+    CHECK(o && x && w && dl_backward(dl_sum(dl_module_forward(net, x), DL_ALL, false)) == DL_OK &&
+          dl_backward(dl_sum(dl_module_forward(net, x), DL_ALL, false)) == DL_OK,
+          "zero_grad in a failed capture: warm-up: %s", dl_error_message(ctx));
+    dl_step_end(ctx);
+    cap = dl_capture_begin(ctx);
+    dl_optim_zero_grad(o);
+    (void)dl_item(dl_sum(dl_module_forward(net, x), DL_ALL, false));   /* refused: the capture fails */
+    CHECK(dl_capture_end(cap) != DL_OK, "zero_grad in a failed capture: the capture fails");
+    dl_capture_free(cap);
+    CHECK(dl_read(w->grad, g0, 12) == DL_OK, "zero_grad in a failed capture: read");
+    dl_step_end(ctx);
+    CHECK(dl_backward(dl_sum(dl_module_forward(net, x), DL_ALL, false)) == DL_OK && dl_read(w->grad, g1, 12) == DL_OK,
+          "zero_grad in a failed capture: eager backward: %s", dl_error_message(ctx));
+    dl_step_end(ctx);
+    dl_optim_zero_grad(o);
+    CHECK(dl_backward(dl_sum(dl_module_forward(net, x), DL_ALL, false)) == DL_OK && dl_read(w->grad, g, 12) == DL_OK,
+          "zero_grad in a failed capture: the gradient alone");
+    for (i = 0; i < 12; i++) same &= g1[i] == g0[i] + g[i];
+    CHECK(same, "zero_grad in a failed capture: the eager backward after it adds (%g + %g = %g)", (double)g0[0],
+          (double)g[0], (double)g1[0]);
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;   /* (make valgrind): the MLP only */
@@ -804,6 +935,8 @@ int main(int argc, char **argv)
     test_list_change();
     test_eq_replay();
     test_gan_flags();
+    test_zero_grad_inside();
+    test_zero_grad_failed();
     CHECK(cnt_live == 0, "every allocation freed (%ld live)", cnt_live);
     TEST_END();
 }
