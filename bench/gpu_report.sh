@@ -155,7 +155,7 @@ step 4 "test_resnet18: PyTorch's GPU float32 error, then the test on cuda:0" \
      DL_DEVICE=cuda:0 DL_ALLOW_TF32_CONV=0 build/cuda/test_resnet18 2>&1 | grep -E 'passed|FAIL'"
 if [ "$PLAN" = short ]; then
     step 5 "bench: the step cases, conv1 and batch norm against PyTorch (bench/run.sh, no make)" \
-        "CASES='step_*_cuda conv1_fwdbwd_cuda bn2d_fwdbwd_cuda' THREADS=1 DL_CUDA=build/cuda/bench sh bench/run.sh"
+        "CASES='step_*_cuda conv1_fwdbwd_cuda bn2d_fwdbwd_cuda' THREADS=1 DL_CUDA=build/cuda/bench MAKE=true sh bench/run.sh"
 else
     step 5 "make bench-cuda" "make bench-cuda"
 fi
