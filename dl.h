@@ -789,6 +789,10 @@ struct dl_tensor {
                                  the history (until zeroed), or computed from one: a backward
                                  through it is refused */
     bool bwd_tmp_;            /* made inside a backward without create_graph */
+    bool apend_;              /* a persistent gradient whose backward sum inside a capture waits in
+                                 the capture's queue (pacc) for the optimizer's launch, which makes
+                                 it (dl__mtacc); anything else that touches it first launches the
+                                 queue (dl__cap_accflush) */
     bool zpend_;              /* a persistent gradient that dl_optim_zero_grad (or the module's)
                                  zeroed inside a capture on a device with axpy_multi without a
                                  launch: the backward's first sum into it writes it (0 + g),
@@ -3980,6 +3984,16 @@ typedef struct dl__mtent {
     int64_t n, arg;
 } dl__mtent;
 enum { DL__MT_ZERO = 0, DL__MT_SGD, DL__MT_ADAM };
+#define DL__AXM 48
+/* An update's gradient sums, inside a capture: entry k (k < DL__AXM) of the
+   list first sums src[k] into its gradient (bit k of has; 0 + src[k] where
+   bit k of first: the gradient was zeroed without a launch), writes it, and
+   updates with it: the backward's last axpy_multi launch and the update in
+   one, the same arithmetic. */
+typedef struct dl__mtacc {
+    const float *src[DL__AXM];
+    uint64_t has, first;
+} dl__mtacc;
 
 /* One list's multi-tensor state (an optimizer's parameters, a module's
    gradients): per device it spans, the backend's cache; ents, the scratch
@@ -4166,7 +4180,7 @@ struct dl__backend {
        its next run without running it (a replay's optimizer hook: a
        captured run reads them); mt_free releases a cache. */
     void (*mt_apply)(dl__dev *d, void **cache, int kind, int nt, const dl__mtent *t, const void *args,
-                     size_t argbytes);
+                     size_t argbytes, const dl__mtacc *acc);   /* acc: NULL, or sums first (SGD, Adam) */
     void (*mt_args)(dl__dev *d, void *cache, const void *args, size_t argbytes);
     void (*mt_free)(dl__dev *d, void *cache);
     /* optional (NULL: an axpy per tensor): y[k] += x[k] (n[k] floats) for
@@ -4241,7 +4255,6 @@ struct dl__backend {
        pass, with DL__U_AFFINE (1, eps) then DL__U_POW (-0.5)'s bits */
     void (*bn_eval)(dl__dev *d, float *mean, float *invstd, const float *rm, const float *rv, int64_t C, float eps);
 };
-#define DL__AXM 48
 
 /* the backend of a tensor's device */
 #define DL__BE(t) ((t)->dev_->be)
@@ -9634,6 +9647,18 @@ typedef struct dl__capdev {
     void *impl;                       /* a device that captures itself (CUDA): its state */
 } dl__capdev;
 
+/* a backward's queue of leaf-gradient sums (dl__accq_put) */
+typedef struct dl__accq {
+    dl__dev *d;
+    int n;
+    uint64_t first;              /* bit k: y[k] was zeroed inside the capture without a launch */
+    float *y[DL__AXM];
+    const float *x[DL__AXM];
+    int64_t len[DL__AXM];
+    dl_tensor *g[DL__AXM];
+    dl_tensor *yt[DL__AXM];      /* the gradients y[k] are the data of */
+} dl__accq;
+
 struct dl_capture {
     uint32_t magic;
     int state;
@@ -9664,6 +9689,7 @@ struct dl_capture {
     int64_t nowner, capowner;
     dl_tensor **zp;                   /* gradients zeroed without a launch (zpend_), in order */
     int64_t nzp, capzp;
+    dl__accq pacc;                    /* a backward's last sums, waiting for the optimizer (apend_) */
     uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
     uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
     int64_t failed_at;                /* a failed replay's record (dl__replay_undo) */
@@ -9749,7 +9775,7 @@ static bool dl__cap_grow(dl_ctx *ctx, void **p, int64_t *cap, int64_t need, size
    without a launch (zpend_): the zeros are written now, before what touches
    it (a read between zero_grad and the backward, a parameter without a
    gradient this step at the optimizer's step or the capture's end) */
-static void dl__cap_zflush(dl_tensor *t)
+static void dl__cap_zeros(dl_tensor *t)
 {
     dl_tensor *b;
     if (!t || !t->ctx_->cap) return;
@@ -9757,6 +9783,26 @@ static void dl__cap_zflush(dl_tensor *t)
     if (!b) return;
     b->zpend_ = false;
     DL__BE(b)->fill(b->dev_, (float *)b->data, b->numel, 0.0f);
+}
+
+/* the capture's waiting sums (pacc: a backward's last, kept for the
+   optimizer's launch) launched now, before what touches their gradients */
+static void dl__accq_flush(dl_ctx *ctx, dl__accq *q);
+static void dl__cap_accflush(dl_ctx *ctx)
+{
+    dl_capture *c = ctx->cap;
+    int k;
+    if (!c || !c->pacc.n) return;
+    for (k = 0; k < c->pacc.n; k++) c->pacc.yt[k]->apend_ = false;
+    dl__accq_flush(ctx, &c->pacc);
+}
+
+/* what touches gradient t inside a capture finds its sums and zeros written */
+static void dl__cap_zflush(dl_tensor *t)
+{
+    if (!t || !t->ctx_->cap) return;
+    if (t->apend_ || (t->vbase_ && t->vbase_->apend_)) dl__cap_accflush(t->ctx_);
+    dl__cap_zeros(t);
 }
 
 /* the capture uses persistent t (its own list; no zeros written) */
@@ -10500,6 +10546,7 @@ static void dl__cap_stop(dl_capture *c)
     dl_ctx *ctx = c->ctx;
     int64_t z;
     int i;
+    dl__cap_accflush(ctx);   /* sums that no optimizer made */
     /* gradients zeroed without a launch that nothing summed into: their
        zeros, last (the eager step leaves them zero) */
     for (z = 0; z < c->nzp; z++)
@@ -11583,7 +11630,7 @@ static bool dl__mt_reserve(dl_ctx *ctx, const char *op, dl__mtset *s, int n, dl_
         void **slot = dl__mt_slot(s, d);
         if (!slot || *slot) continue;
         for (k = 0, j = 0; j < n; j++) k += ts[j]->dev_ == d;
-        d->be->mt_apply(d, slot, 0, k, NULL, NULL, argbytes);
+        d->be->mt_apply(d, slot, 0, k, NULL, NULL, argbytes, NULL);
         if (dl__dev_check(d, op) != DL_OK) return false;
     }
     return true;
@@ -11608,10 +11655,14 @@ static int dl__mt_route(dl_ctx *ctx, dl__mtset *s, int n, dl__dev *d, dl__dev **
 /* One device's multi-tensor update (kind) of those of ts[0..n) on it that
    want it (with a gradient; p: the tensor itself for ZERO's gradients, or
    the parameter): one launch. */
+static void dl__grad_release(dl_tensor *t);
 static void dl__mt_run(dl__mtset *s, void **slot, dl__dev *d, int kind, int n, dl_tensor *const *ts,
                        dl_tensor **const *state, const void *args, size_t argbytes)
 {
-    int i, k = 0;
+    dl_capture *c = d->ctx->cap;
+    dl__mtacc acc;
+    int i, k = 0, m, took = 0;
+    memset(&acc, 0, sizeof acc);
     for (i = 0; i < n; i++) {
         dl_tensor *t = ts[i];
         dl__mtent *e;
@@ -11625,8 +11676,30 @@ static void dl__mt_run(dl__mtset *s, void **slot, dl__dev *d, int kind, int n, d
         e->s2 = state && state[2] ? (float *)state[2][i]->data : NULL;
         e->n = t->numel;
         e->arg = i;
+        if (kind != DL__MT_ZERO && c && t->grad->apend_ && c->pacc.d == d && k <= DL__AXM)
+            for (m = 0; m < c->pacc.n; m++)
+                if (c->pacc.yt[m] == t->grad) {
+                    acc.src[k - 1] = c->pacc.x[m];
+                    acc.has |= (uint64_t)1 << (k - 1);
+                    if ((c->pacc.first >> m) & 1) acc.first |= (uint64_t)1 << (k - 1);
+                    took++;
+                    break;
+                }
     }
-    if (k) d->be->mt_apply(d, slot, kind, k, s->ents, args, argbytes);
+    if (!k) return;
+    if (c && c->pacc.n && (!took || took != c->pacc.n)) {   /* (sums of another list wait too: all now) */
+        dl__cap_accflush(d->ctx);
+        took = 0;
+    }
+    d->be->mt_apply(d, slot, kind, k, s->ents, args, argbytes, took ? &acc : NULL);
+    if (took) {   /* the backward's last sums: made by this launch */
+        for (m = 0; m < c->pacc.n; m++) {
+            c->pacc.yt[m]->apend_ = false;
+            dl__grad_release(c->pacc.g[m]);
+        }
+        c->pacc.n = 0;
+        c->pacc.first = 0;
+    }
 }
 
 /* every ts[i]->grad = 0 (those with one): a launch per device whose backend
@@ -11645,6 +11718,7 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
                launch; the backward's first sum writes 0 + g (the same bits as the zeros
                and the sum), anything else that touches it first writes the zeros */
             dl_capture *c = ctx->cap;
+            if (t->grad->apend_) dl__cap_accflush(ctx);
             dl__cap_note(t->grad);
             if (!t->grad->zpend_ &&
                 dl__cap_grow(ctx, (void **)&c->zp, &c->capzp, c->nzp + 1, sizeof(dl_tensor *))) {
@@ -11748,15 +11822,7 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
    used with create_graph, a ready hook (it reads ->grad as each completes),
    a custom function's gradients, a leaf's first gradient (->grad made) or
    dl__mt_off (a test's switch). */
-typedef struct dl__accq {
-    dl__dev *d;
-    int n;
-    uint64_t first;              /* bit k: y[k] was zeroed inside the capture without a launch */
-    float *y[DL__AXM];
-    const float *x[DL__AXM];
-    int64_t len[DL__AXM];
-    dl_tensor *g[DL__AXM];
-} dl__accq;
+
 
 static void dl__accq_flush(dl_ctx *ctx, dl__accq *q)
 {
@@ -11784,6 +11850,7 @@ static bool dl__accq_put(dl__accq *q, dl_tensor *x, dl_tensor *g)
     }
     if (x->ctx_->cap) dl__cap_note(x->grad);
     q->d = x->dev_;
+    q->yt[q->n] = x->grad;
     q->y[q->n] = (float *)x->grad->data;
     q->x[q->n] = (const float *)g->data;
     q->len[q->n] = x->numel;
@@ -11905,6 +11972,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     if (!out) return DL_ERR_ARG;
     if (!dl__valid(name, "out", out)) return dl__bad_rc(out);
     ctx = out->ctx_;
+    if (ctx->cap) dl__cap_accflush(ctx);   /* (an earlier backward's sums come first) */
     create = desc && desc->create_graph;
     retain = create || (desc && desc->retain_graph);
     if (!out->requires_grad && dl__nh(out)) {   /* (its only history was the one dropped) */
@@ -12122,7 +12190,14 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         if (rc != DL_OK) break;
         if (!n->fn) dl__grad_release(g);   /* this node's gradient: every use is done */
     }
-    dl__accq_flush(ctx, &q);
+    if (ctx->cap && rc == DL_OK && q.n && q.d->be->mt_apply && !dl__mt_off) {
+        /* inside a capture the last sums wait: an optimizer's launch may make them (dl__mtacc) */
+        int k;
+        ctx->cap->pacc = q;
+        for (k = 0; k < q.n; k++) q.yt[k]->apend_ = true;
+    } else {
+        dl__accq_flush(ctx, &q);
+    }
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
     ctx->seed_one = NULL;
@@ -17303,7 +17378,8 @@ static void dl__optim_apply(dl_optim *o)
         if (how == DL__MT_LAUNCH)
             dl__mt_run(&o->mtu, slot, p->dev_, o->kind == DL__OPT_SGD ? DL__MT_SGD : DL__MT_ADAM, o->n, o->p,
                        o->s, o->args, o->argbytes);
-        else if (how == DL__MT_EACH && o->kind == DL__OPT_SGD)
+        if (how == DL__MT_EACH) dl__cap_accflush(o->ctx);   /* (nothing waits outside a capture) */
+        if (how == DL__MT_EACH && o->kind == DL__OPT_SGD)
             DL__BE(p)->sgd(p->dev_, (float *)p->data, (const float *)p->grad->data,
                            o->s[0] ? (float *)o->s[0][i]->data : NULL, p->numel, (dl__sgd_args *)o->args + i);
         else if (how == DL__MT_EACH)
@@ -17359,7 +17435,8 @@ static dl__optim_cap *dl__optim_capture(dl_optim *o)
     for (i = 0; i < o->n; i++) {
         oc->mask[i] = o->p[i]->grad != NULL;
         if (!oc->mask[i]) continue;
-        dl__cap_use(o->p[i]->grad);
+        dl__cap_zeros(o->p[i]->grad);   /* (its waiting sum: the update's launch makes it, or launches it) */
+        dl__cap_note(o->p[i]->grad);
         for (k = 0; k < 3; k++) if (o->s[k]) dl__cap_use(o->s[k][i]);
     }
     if (!dl__cap_hook(o->ctx, "dl_optim_step", dl__optim_replay, o, oc)) { DL_FREE(oc); return NULL; }

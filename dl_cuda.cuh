@@ -5301,13 +5301,15 @@ typedef struct dl__cumt {
 /* element i of the concatenated list: found by bisection of the offsets,
    then the per-tensor kernel's arithmetic on that tensor's element */
 struct dl__cuf_mt {
-    const dl__mtent *t; const int64_t *off; const void *args; int nt, kind;
+    const dl__mtent *t; const int64_t *off; const void *args; int nt, kind; dl__mtacc acc;
     DL__HD void operator()(int64_t i) const
     {
         int lo = dl__cu_mt_find(off, nt, i);
         {
             const dl__mtent &e = t[lo];
             int64_t j = i - off[lo];
+            if (!(DL__CU_EXP & 2) && lo < DL__AXM && ((acc.has >> lo) & 1))   /* the backward's sum, first */
+                ((float *)e.g)[j] = dl__cu_fadd((acc.first >> lo) & 1 ? 0.0f : e.g[j], acc.src[lo][j]);
             if (kind == DL__MT_ZERO) e.p[j] = 0.0f;
             else if (kind == DL__MT_SGD) dl__cu_sgd_at(e.p, e.g, e.s0, j, ((const dl__sgd_args *)args)[e.arg]);
             else dl__cu_adam_at(e.p, e.g, e.s0, e.s1, e.s2, j, ((const dl__adam_args *)args)[e.arg]);
@@ -5420,7 +5422,7 @@ static bool dl__cucap_pre(dl__dev *d, void *dst, const void *src, size_t bytes, 
 
 /* t NULL: room for nt tensors and argbytes, nothing run (an optimizer's creation) */
 static void dl__cu_mt_apply(dl__dev *d, void **cache, int kind, int nt, const dl__mtent *t, const void *args,
-                            size_t argbytes)
+                            size_t argbytes, const dl__mtacc *acc)
 {
     dl__cuimpl *m = dl__cu_enter(d);
     dl__cumt *c = (dl__cumt *)*cache;
@@ -5470,7 +5472,18 @@ static void dl__cu_mt_apply(dl__dev *d, void **cache, int kind, int nt, const dl
         }
     }
     f.t = c->dt; f.off = c->doff; f.args = c->dargs; f.nt = nt; f.kind = kind;
-    dl__cu_run<int64_t>(d, kind == DL__MT_ZERO ? "zero (multi-tensor)" : "optimizer (multi-tensor)", c->total, f);
+    memset(&f.acc, 0, sizeof f.acc);
+    if (acc) {   /* (the sums' sources: device pointers) */
+        int k;
+        f.acc.has = acc->has;
+        f.acc.first = acc->first;
+        for (k = 0; k < DL__AXM; k++) {
+            const float *sk = acc->src[k];
+            if ((acc->has >> k) & 1) f.acc.src[k] = DL__CUP(d, sk);
+        }
+    }
+    dl__cu_run<int64_t>(d, kind == DL__MT_ZERO ? "zero (multi-tensor)" : acc ? "gradient sums + optimizer "
+                        "(multi-tensor)" : "optimizer (multi-tensor)", c->total, f);
 }
 
 /* the arguments of the next run of this list's update (a capture's: the

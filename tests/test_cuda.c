@@ -1051,8 +1051,9 @@ static bool acc_run(dl_device dev, dl_device dev2, float *out, size_t cap, size_
             dl__cucap *cc = DL__CUI(C->cuda[0])->cap;
             size_t n0 = cc ? cc->nops : 0;
             ok = dl_backward(l) == DL_OK;
+            ok = dl_capture_end(cap) == DL_OK && ok;   /* (the backward's last sums wait for an
+                                                          optimizer's launch; here, the end's) */
             *n_acc = cc ? cc->nops - n0 : 0;
-            ok = dl_capture_end(cap) == DL_OK && ok;
             dl_capture_free(cap);
         } else {
             ok = dl_backward(l) == DL_OK;
