@@ -151,7 +151,8 @@
      1  a graph's per-run copies from the host of the RNG's {seed,
         counter} and the optimizers' arguments, and their events: no nodes
      2  zero_grad's multi-tensor launch and the backward's gradient
-        accumulation (axpy_multi): not launched */
+        sums (axpy_multi's launches, and those an optimizer's launch
+        makes inside a capture): not done */
 #ifndef DL__CU_EXP
 #define DL__CU_EXP 0
 #endif

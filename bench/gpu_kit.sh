@@ -34,9 +34,9 @@ for p in $KIT; do
     cp build/kit/cuda/$p "$DIR/$p" && strip "$DIR/$p" || { echo "gpu_kit: could not copy $p into $DIR" >&2; exit 1; }
 done
 # bench-x1, bench-x2: bench with dl_cuda.cuh's measurement experiments
-# (DL__CU_EXP: without a graph's per-run copies from the host; without
-# zero_grad's and the gradient accumulation's launches), to time what
-# they cost in a replay (their results are wrong; timing only)
+# (DL__CU_EXP: without a graph's per-run values from the host; without
+# zero_grad's launch and the gradient sums), to time what they cost in a
+# replay (their results are wrong; timing only)
 for x in 1 2; do
     rm -f build/kit-x$x/cuda/bench build/kit-x$x/cuda/bench.o
     make B=build/kit-x$x HAVE_NATIVE= CUDA_ARCH="$ARCH" NVCC="${NVCC:-nvcc} -DDL__CU_EXP=$x" build/kit-x$x/cuda/bench ||

@@ -175,7 +175,7 @@ step 8 "make run DEVICE=cuda, eager then CAPTURE=1, then both without TensorBoar
      /usr/bin/time -p make -s run DEVICE=cuda LOGDIR= 2>&1 | tail -n 4;
      /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 LOGDIR= 2>&1 | tail -n 4"
 if [ "$PLAN" = short ]; then
-    step 9 "A/B: this tree's bench, with DL_CUDA_REPLAY_ARGS=0 (copies), the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), bench-x1 (no per-run values), bench-x2 (no zero_grad or accumulation launches); dl.h's ms, 3 runs each, alternating" \
+    step 9 "A/B: this tree's bench, with DL_CUDA_REPLAY_ARGS=0 (copies), the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), bench-x1 (no per-run values), bench-x2 (no zero_grad launch or gradient sums); dl.h's ms, 3 runs each, alternating" \
         "for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda step_lenet_cuda; do
              for r in 1 2 3; do
                  line=\$(printf '%-30s' \$c)
