@@ -9770,7 +9770,6 @@ static bool dl__cap_grow(dl_ctx *ctx, void **p, int64_t *cap, int64_t need, size
     return true;
 }
 
-/* A persistent tensor the capture touches (no-op outside a capture). */
 /* t, or the gradient whose storage it views, was zeroed inside the capture
    without a launch (zpend_): the zeros are written now, before what touches
    it (a read between zero_grad and the backward, a parameter without a
@@ -9819,6 +9818,7 @@ static void dl__cap_note(dl_tensor *t)
     c->uses[c->nuse++] = t;
 }
 
+/* A persistent tensor the capture touches (no-op outside a capture). */
 static void dl__cap_use(dl_tensor *t)
 {
     dl__cap_zflush(t);
@@ -11654,7 +11654,10 @@ static int dl__mt_route(dl_ctx *ctx, dl__mtset *s, int n, dl__dev *d, dl__dev **
 
 /* One device's multi-tensor update (kind) of those of ts[0..n) on it that
    want it (with a gradient; p: the tensor itself for ZERO's gradients, or
-   the parameter): one launch. */
+   the parameter): one launch. Inside a capture, an update whose list holds
+   every gradient of the backward's waiting sums (pacc, in its first
+   DL__AXM entries) makes them on the way (dl__mtacc); else they are
+   launched first. */
 static void dl__grad_release(dl_tensor *t);
 static void dl__mt_run(dl__mtset *s, void **slot, dl__dev *d, int kind, int n, dl_tensor *const *ts,
                        dl_tensor **const *state, const void *args, size_t argbytes)
@@ -11821,8 +11824,9 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
    (gref_) until its launch, so its memory is not handed on before. Not
    used with create_graph, a ready hook (it reads ->grad as each completes),
    a custom function's gradients, a leaf's first gradient (->grad made) or
-   dl__mt_off (a test's switch). */
-
+   dl__mt_off (a test's switch). The queue (dl__accq) is defined beside
+   the capture, which keeps a backward's last one (pacc) for an optimizer's
+   launch to make. */
 
 static void dl__accq_flush(dl_ctx *ctx, dl__accq *q)
 {
