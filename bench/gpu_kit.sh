@@ -33,16 +33,19 @@ mkdir -p "$DIR" || exit 1
 for p in $KIT; do
     cp build/kit/cuda/$p "$DIR/$p" && strip "$DIR/$p" || { echo "gpu_kit: could not copy $p into $DIR" >&2; exit 1; }
 done
+# bench_as NAME FLAGS WHAT: bench built under build/kit-NAME with nvcc
+# FLAGS added, as DIR/bench-NAME (WHAT: for the message if it fails)
+bench_as() {
+    rm -f "build/kit-$1/cuda/bench" "build/kit-$1/cuda/bench.o"
+    make B="build/kit-$1" HAVE_NATIVE= CUDA_ARCH="$ARCH" NVCC="${NVCC:-nvcc} $2" "build/kit-$1/cuda/bench" ||
+        { echo "gpu_kit: bench $3 did not build" >&2; exit 1; }
+    cp "build/kit-$1/cuda/bench" "$DIR/bench-$1" && strip "$DIR/bench-$1" || exit 1
+}
 # bench-x1, bench-x2: bench with dl_cuda.cuh's measurement experiments
 # (DL__CU_EXP: without a graph's per-run values from the host; without
 # zero_grad's launch and the gradient sums), to time what they cost in a
 # replay (their results are wrong; timing only)
-for x in 1 2; do
-    rm -f build/kit-x$x/cuda/bench build/kit-x$x/cuda/bench.o
-    make B=build/kit-x$x HAVE_NATIVE= CUDA_ARCH="$ARCH" NVCC="${NVCC:-nvcc} -DDL__CU_EXP=$x" build/kit-x$x/cuda/bench ||
-        { echo "gpu_kit: bench with DL__CU_EXP=$x did not build" >&2; exit 1; }
-    cp build/kit-x$x/cuda/bench "$DIR/bench-x$x" && strip "$DIR/bench-x$x" || exit 1
-done
+for x in 1 2; do bench_as x$x "-DDL__CU_EXP=$x" "with DL__CU_EXP=$x"; done
 rm -f "$DIR/bench-base" "$DIR/BASE"
 if [ -n "${BASE:-}" ]; then
     src=build/kit-base-src
@@ -50,10 +53,7 @@ if [ -n "${BASE:-}" ]; then
     for f in dl.h dl_cuda.cuh $(git ls-tree --name-only "$BASE" examples/ | grep '\.h$'); do
         git show "$BASE:$f" >"$src/$f" || { echo "gpu_kit: BASE=$BASE: no $f there" >&2; exit 1; }
     done
-    rm -f build/kit-base/cuda/bench build/kit-base/cuda/bench.o
-    make B=build/kit-base HAVE_NATIVE= CUDA_ARCH="$ARCH" NVCC="${NVCC:-nvcc} -I$src" build/kit-base/cuda/bench ||
-        { echo "gpu_kit: bench with BASE=$BASE's headers did not build" >&2; exit 1; }
-    cp build/kit-base/cuda/bench "$DIR/bench-base" && strip "$DIR/bench-base" || exit 1
+    bench_as base "-I$src" "with BASE=$BASE's headers"
     git rev-parse "$BASE" >"$DIR/BASE"
 fi
 git rev-parse HEAD >"$DIR/COMMIT" 2>/dev/null || echo unknown >"$DIR/COMMIT"
