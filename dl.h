@@ -4096,7 +4096,10 @@ struct dl__backend {
        eval), dw = sum(g xhat), db = sum(g) (outputs may be NULL, not all
        three), where ry (a fused ReLU's output, or NULL) makes g ry <= 0 ? 0 : g
        first (DL__B_RELU_GRAD's), and gm (or NULL; with ry) gets that masked g
-       too (the residual's gradient). Layer norm
+       too (the residual's gradient); sdb (or NULL; L 1, no gm, where
+       colsum_fused says so) gets dx summed over the rows as the reduce
+       entry would add them (the bias gradient of the Linear that made x).
+       Layer norm
        over the rows of x (rows, cols) likewise, with w, b of size cols. */
     void (*bn_stats)(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
                      int64_t C, int64_t L, float eps, const dl__bn_running *rs);
@@ -4105,7 +4108,7 @@ struct dl__backend {
                      bool relu);
     void (*bn_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                         const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                        int64_t L, bool train, const float *ry, float *gm);
+                        int64_t L, bool train, const float *ry, float *gm, float *sdb);
     void (*ln_forward)(dl__dev *d, float *y, float *mean, float *invstd, const float *x,
                        const float *w, const float *b, int64_t rows, int64_t cols, float eps);
     void (*ln_backward)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
@@ -4201,9 +4204,12 @@ struct dl__backend {
        dlp - (logits ? exp(lp) sum_c dlp : 0), dlp[j,c] = -v_j (e1 s_j w_c
        [c = c_j] + eC s_j w_c) (e1 s_j w_c [c = c_j] when e = 0), s_j =
        g[0]/den[0] (MEAN), g[0] (SUM), g[j] (NONE); g NULL: ones (backward's
-       implied seed, one element). */
+       implied seed, one element). db (or NULL; inner 1, where colsum_fused
+       says so) gets dx summed over the outer positions as the reduce entry
+       would add them (the bias gradient of the Linear that made the logits). */
     int64_t (*class_loss)(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad);
-    void (*class_loss_bwd)(dl__dev *d, float *dx, const float *g, const float *den, const dl__clsargs *a);
+    void (*class_loss_bwd)(dl__dev *d, float *dx, float *db, const float *g, const float *den,
+                           const dl__clsargs *a);
     /* optional (NULL: reduce twice): y[c] = sum of x (N, C, L) over N and
        L, N > 1 and L > 1 (a sum over every dim but one of a contiguous
        tensor: a convolution's bias gradient, dl_sum(g, (0, 2, 3))). With
@@ -4254,6 +4260,12 @@ struct dl__backend {
        norm's mean = rm and invstd = (rv + eps)^-0.5 over C channels in one
        pass, with DL__U_AFFINE (1, eps) then DL__U_POW (-0.5)'s bits */
     void (*bn_eval)(dl__dev *d, float *mean, float *invstd, const float *rm, const float *rv, int64_t C, float eps);
+    /* optional (NULL: never): the reduce entry adds the columns of (rows,
+       cols) over the rows in order, and class_loss_bwd's db and
+       bn_backward's sdb can add a gradient's columns so in their own
+       launch (a consumer's backward makes its Linear's bias gradient,
+       dl__bias_of) */
+    bool (*colsum_fused)(int64_t rows, int64_t cols);
 };
 
 /* the backend of a tensor's device */
@@ -4305,6 +4317,11 @@ struct dl__node {
     const unsigned char *cutin;       /* NULL, or nin flags: input j's history was cut
                                          (dl_tensor.cut_) when this op was recorded, so no
                                          gradient goes through it from here */
+    dl_tensor *bgrad;                 /* during backward, a dl_add's: its input 1's gradient,
+                                         made by its output's consumer in its own launch
+                                         (dl__bias_of), valid while the gradient that reaches
+                                         this node is bgrad_of (no other joined) */
+    const dl_tensor *bgrad_of;
 };
 
 struct dl_fn_ctx { dl__node node; };
@@ -9319,13 +9336,14 @@ static void *dl__hscratch(dl__dev *d, size_t bytes)
 static void dl__cpu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g,
                                 const float *x, const float *mean, const float *invstd,
                                 const float *w, int64_t N, int64_t C, int64_t L, bool train,
-                                const float *ry, float *gm_out)
+                                const float *ry, float *gm_out, float *sdb)
 {
     dl__bn_args u;
     double stack[64], *sums = stack;
     float *gm = NULL;
     bool need_gm = ry && !dx && !gm_out;   /* the masked g has nowhere else to go */
     size_t nsum = C > 32 ? sizeof(double) * (size_t)(2 * C) : 0;
+    (void)sdb;   /* (NULL: no colsum_fused) */
     memset(&u, 0, sizeof u);
     if (nsum || need_gm) {
         char *h = (char *)dl__hscratch(d, nsum + (need_gm ? sizeof(float) * (size_t)(N * C * L + 1) : 0));
@@ -9496,7 +9514,8 @@ static const dl__backend dl__cpu_backend = {
     NULL, NULL,               /* bias_act*: the add and the activation (vectorized passes) */
     NULL,                     /* conv_act: likewise */
     NULL, NULL,               /* bn_pool*: the CPU pools before its ReLU (dl__seq_fwd) */
-    NULL                      /* bn_eval: three calls (C values) */
+    NULL,                     /* bn_eval: three calls (C values) */
+    NULL                      /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -10253,14 +10272,14 @@ static void dl__rw_bn_apply(dl__dev *d, float *y, const float *x, const float *m
 }
 static void dl__rw_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t L, bool train, const float *ry, float *gm)
+                               int64_t L, bool train, const float *ry, float *gm, float *sdb)
 {
     DL__REC(d, DL__RK_BN_BACKWARD) {
         r->p[0] = dx; r->p[1] = dw; r->p[2] = db; r->p[3] = (void *)g; r->p[4] = (void *)x;
         r->p[5] = (void *)mean; r->p[6] = (void *)invstd; r->p[7] = (void *)w; r->p[8] = (void *)ry;
         r->p[9] = gm; r->n[0] = N; r->n[1] = C; r->n[2] = L; r->b[0] = train;
     }
-    DL__CPU.bn_backward(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry, gm);
+    DL__CPU.bn_backward(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry, gm, sdb);
 }
 static void dl__rw_ln_forward(dl__dev *d, float *y, float *mean, float *invstd, const float *x, const float *w,
                               const float *b, int64_t rows, int64_t cols, float eps)
@@ -10386,6 +10405,7 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL,
     NULL,
     NULL, NULL,
+    NULL,
     NULL
 };
 
@@ -10471,7 +10491,7 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     case DL__RK_BN_BACKWARD:
         DL__CPU.bn_backward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
                             (const float *)p[5], (const float *)p[6], (const float *)p[7], n[0], n[1], n[2], r->b[0],
-                            (const float *)p[8], (float *)p[9]);
+                            (const float *)p[8], (float *)p[9], NULL);
         break;
     case DL__RK_LN_FORWARD:
         DL__CPU.ln_forward(d, (float *)p[0], (float *)p[1], (float *)p[2], (const float *)p[3], (const float *)p[4],
@@ -11957,6 +11977,17 @@ static dl_result dl__saved_ok(const char *name, dl__node *n)
 
 static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 
+/* a backward that stopped at tape position i: no gradient or bias sums
+   of it stay on the nodes it did not reach */
+static void dl__bwd_clear(dl_ctx *ctx, int64_t i)
+{
+    for (; i >= 0; i--) {
+        ctx->tape[i]->gacc = NULL;
+        ctx->tape[i]->bgrad = NULL;
+        ctx->tape[i]->bgrad_of = NULL;
+    }
+}
+
 static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
                                   int nt, dl_tensor *const *targets, dl_tensor **results)
 {
@@ -12081,10 +12112,13 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         dl__node *n = ctx->tape[i];
         dl_tensor *gin[64], **gp = gin, *g = n->gacc;
         uint64_t nerr = ctx->nerr;
+        if (n->bgrad_of != g) n->bgrad = NULL;   /* another gradient joined the loss's dx: sum them */
+        n->bgrad_of = NULL;
         if (!g) continue;
         n->gacc = NULL;
         for (j = 0; j < nt; j++) if (targets[j] == n->out) { results[j] = g; g->gref_ += 1 << 20; }
         if (need && !need[i]) {
+            n->bgrad = NULL;
             if (!n->fn) dl__grad_release(g);
             continue;
         }
@@ -12109,6 +12143,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         if (ctx->prof) dl__prof_begin(ctx, n->out->dev_, pname, true);   /* "dl_conv2d backward" */
         rc = (n->fn ? n->nsaved : n->op->reads | n->op->cross) ? dl__saved_ok(name, n) : DL_OK;
         if (rc == DL_OK) rc = n->fn ? n->fn->backward((dl_fn_ctx *)n, g, gp, n->user) : n->op->backward(n, g, gp);
+        n->bgrad = NULL;
         if (!retain) n->released = true;
         if (rc != DL_OK && ctx->nerr == nerr)   /* failed, and said nothing: say which */
             dl__err(ctx, rc, "%s: the backward returned %s without setting an error message", name,
@@ -12205,11 +12240,11 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
     ctx->seed_one = NULL;
-    if (rc != DL_OK) for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
+    if (rc != DL_OK) dl__bwd_clear(ctx, i);
     return rc;
 freed_n:
     ctx->seed_one = NULL;
-    for (; i >= 0; i--) ctx->tape[i]->gacc = NULL;
+    dl__bwd_clear(ctx, i);
 freed:
     dl__err(ctx, DL_ERR_GRAPH, "%s: the graph through %s was already freed by an earlier "
             "backward; pass retain_graph = true to the first one to backward twice", name,
@@ -12593,7 +12628,7 @@ static dl_tensor *dl__mmul(dl_tensor *a, dl_tensor *m)
 static dl_result dl__add_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     if (dl__need(n, 0)) gin[0] = dl__sum_like(g, DL__A);
-    if (dl__need(n, 1)) gin[1] = dl__sum_like(g, DL__B);
+    if (dl__need(n, 1)) gin[1] = n->bgrad ? n->bgrad : dl__sum_like(g, DL__B);   /* (dl__bias_of) */
     return DL_OK;
 }
 /* y = a - b;  da = g, db = -g */
@@ -12632,6 +12667,37 @@ static dl_result dl__minimum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 
 static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0};
+
+/* A backward that makes x's gradient (rows, cols) in its own launch can
+   make the bias gradient of the dl_add that made x too, from (rows, cols)
+   and a bias b (cols) that needs one (a Linear's x w^T + b), where the
+   backend adds the columns there as its reduce entry would
+   (dl__backend.colsum_fused): *p that add, *db a new (cols) tensor for
+   the sums (else both NULL); false: out of memory (reported). The add's
+   backward takes the sums (dl__node.bgrad) if that gradient is all that
+   reaches it (dl_backward checks; else it sums as ever): the same bits,
+   one launch fewer. The class losses' backward (a Linear, then cross
+   entropy: the MLP's, LeNet's steps) and batch norm's over (N, C) (a
+   Linear, then BatchNorm1d: LeNet-BN's) do. */
+static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
+{
+    dl__node *a = x->node_;
+    dl_ctx *ctx = x->ctx_;
+    dl_tensor *b;
+    *p = NULL;
+    *db = NULL;
+    if (!a || a->op != &dl__op_add || a->out != x || a->released || a->id >= ctx->ntape || ctx->tape[a->id] != a ||
+        x->ndim != 2 || (a->cutin && a->cutin[1]) || !DL__BE(x)->colsum_fused ||
+        !DL__BE(x)->colsum_fused(x->shape[0], x->shape[1]))
+        return true;
+    b = a->in[1];
+    if (!b || !b->requires_grad || b->ndim != 1 || b->shape[0] != x->shape[1] || !a->in[0] ||
+        !dl_same_shape(a->in[0], x))
+        return true;
+    if (!(*db = dl__new(x->dev_, op, 1, &b->shape[0]))) return false;
+    *p = a;
+    return true;
+}
 static const dl__op dl__op_sub = {"dl_sub", dl__sub_bwd, 0, 0};
 static const dl__op dl__op_mul = {"dl_mul", dl__mul_bwd, 0, 3};
 static const dl__op dl__op_div = {"dl_div", dl__div_bwd, 2 | DL__RD_OUT, 0};
@@ -13830,7 +13896,8 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl_tensor *x = n->in[0], *w = n->in[1];
     int64_t N = x->shape[0], C = x->shape[1], L = (N * C) != 0 ? x->numel / (N * C) : 0;
-    dl_tensor *dx = NULL, *dw = NULL, *db = NULL, *gm = NULL;
+    dl_tensor *dx = NULL, *dw = NULL, *db = NULL, *gm = NULL, *sdb = NULL;
+    dl__node *p = NULL;
     bool add = n->op == &dl__op_bn_add_relu, pool = n->op == &dl__op_bn_relu_pool;
     bool relu = add || pool || n->op == &dl__op_bn_relu;
     if (dl__grad_on(x->ctx_)) {   /* the ReLU's backward as dl__relu_bwd's, from its output */
@@ -13850,6 +13917,7 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
     if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
     if (dl__need(n, 2) && !(db = dl__like("dl_batch_norm", n->in[2]))) return DL_ERR_OOM;
+    if (dx && dx->numel && !pool && !gm && !dl__bias_of(x, "dl_batch_norm", &p, &sdb)) return DL_ERR_OOM;
     if (pool)
         DL__BE(x)->bn_pool_bwd(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
                                db ? (float *)db->data : NULL, (const float *)g->data, (const float *)x->data,
@@ -13862,7 +13930,11 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
                                (const float *)x->data, (const float *)n->saved[0]->data,
                                (const float *)n->saved[1]->data, w ? (const float *)w->data : NULL,
                                N, C, L, n->i[0] != 0, relu ? (const float *)n->out->data : NULL,
-                               gm ? (float *)gm->data : NULL);
+                               gm ? (float *)gm->data : NULL, sdb ? (float *)sdb->data : NULL);
+    if (sdb) {
+        p->bgrad = sdb;
+        p->bgrad_of = dx;
+    }
     gin[0] = dx ? dl__check(dx, "dl_batch_norm") : NULL;
     gin[1] = dw;
     gin[2] = db;
@@ -14309,16 +14381,22 @@ static dl_result dl__cls_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
 
 static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    dl_tensor *x = n->in[0], *dx;
+    dl_tensor *x = n->in[0], *dx, *db = NULL;
+    dl__node *p = NULL;
     dl__clsargs a;
     if (!dl__need(n, 0)) return DL_OK;
     if (dl__grad_on(x->ctx_)) return dl__cls_bwd_graph(n, g, gin);
     if (!(dx = dl__like(n->op->name, x))) return DL_ERR_OOM;
     dl__cls_args(&a, x, n->saved[0], n->in[1], n->in[2], (int)n->i[0], n->i[2], n->f[0], n->i[1] != 0);
+    if (dx->numel && !dl__bias_of(x, n->op->name, &p, &db)) return DL_ERR_OOM;
     if (dx->numel)   /* g NULL: the backward's unfilled seed, ones */
-        DL__BE(x)->class_loss_bwd(x->dev_, (float *)dx->data,
+        DL__BE(x)->class_loss_bwd(x->dev_, (float *)dx->data, db ? (float *)db->data : NULL,
                                   g == x->ctx_->seed_one ? NULL : (const float *)g->data,
                                   (const float *)n->saved[1]->data, &a);
+    if (db) {
+        p->bgrad = db;
+        p->bgrad_of = dx;
+    }
     gin[0] = dl__check(dx, n->op->name);
     return dl__dev_check(x->dev_, n->op->name);
 }

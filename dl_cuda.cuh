@@ -1350,7 +1350,8 @@ struct dl__cuf_colseq {
 };
 
 /* Ordered column sums staged through shared memory: dl__cuf_colseq's sum
-   and dl__cuf_bias_act_bwd for columns of at least DL__CU_TILE_MIN rows.
+   and dl__cuf_bias_act_bwd for columns of at least DL__CU_TILE_MIN rows,
+   and the class loss's backward with its logits' bias gradient.
    Block b takes the 32 columns [32b, 32b + 32); its 8 warps read
    DL__CU_TROWS rows of them at a time, a warp a row (32 neighbouring
    columns: coalesced), DL__CU_COLB rows a thread before any of their
@@ -1367,7 +1368,8 @@ struct dl__cuf_colseq {
    host-and-device functions: an emulated device runs them thread after
    thread, block after block (dl__cuh_colsum). rd.get(e, k): what column
    e's value at row k is made of; rd.put(e, k, raw): that value (with
-   what the caller writes on the way: bias_act_bwd's gx). */
+   what the caller writes on the way: bias_act_bwd's gx, the class loss's
+   dx). */
 #ifndef DL__CU_TROWS
 #define DL__CU_TROWS 256
 #endif
@@ -1617,6 +1619,9 @@ static void dl__cu_reduce_rows(dl__dev *d, float *y, const float *x, int64_t out
    (dl__cuf_colseq; a sum over 32+ rows staged, dl__cu_colsum): many columns
    or short ones; else partials in chunks */
 static bool dl__cu_colseq_ok(int64_t cols, int64_t r) { return cols >= 8192 || r < 1024; }
+/* dl__backend.colsum_fused: a sum over the rows of (rows, cols) is dl__cu_reduce_op's in-order one
+   (inner cols > 1, outer 1), which a launch that makes the rows' values can make as dl__cu_colsum_go */
+static bool dl__cu_colsum_fused(int64_t rows, int64_t cols) { return rows >= 1 && cols >= 2 && dl__cu_colseq_ok(cols, rows); }
 
 template <int OP>
 static void dl__cu_reduce_op(dl__dev *d, float *y, const float *x, int64_t outer, int64_t r, int64_t inner)
@@ -2389,7 +2394,8 @@ struct dl__cuf_clsfin {
 /* Backward: a thread per element of dx, the row's sum of dlp in closed form */
 struct dl__cuf_clsbwd {
     dl__clsargs a; float *dx; const float *g, *den;
-    DL__HD void operator()(int64_t el) const
+    DL__HD void operator()(int64_t el) const { dx[el] = val(el); }
+    DL__HD float val(int64_t el) const
     {
         int64_t q = el / a.inner, i = el - q * a.inner, c = q % a.C, o = q / a.C;
         int64_t j = o * a.inner + i, ct = dl__cu_cls_target(a, j);
@@ -2412,7 +2418,21 @@ struct dl__cuf_clsbwd {
             }
             r = dl__cu_fsub(r, dl__cu_fmul(expf(a.lp[el]), S));
         }
-        dx[el] = r;
+        return r;
+    }
+};
+
+/* dl__cu_colsum's rd for the class loss's backward with its logits' bias
+   gradient: dx (outer, C) column c, row k, written, and added */
+template <typename I>
+struct dl__cur_cls {
+    typedef float raw;
+    dl__cuf_clsbwd f; I C;
+    DL__HD float get(I c, I k) const { return f.val((int64_t)k * (int64_t)C + (int64_t)c); }
+    DL__HD float put(I c, I k, float v) const
+    {
+        f.dx[(int64_t)k * (int64_t)C + (int64_t)c] = v;
+        return v;
     }
 };
 
@@ -2493,13 +2513,26 @@ static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__
                              bad, "class loss");
 }
 
-static void dl__cu_class_loss_bwd(dl__dev *d, float *dx, const float *g, const float *den, const dl__clsargs *a)
+/* with db (dl__cu_colsum_fused's sizes), dx's column sums in the same
+   launch: the staged column sum, reading dx's elements as it writes them */
+static void dl__cu_class_loss_bwd(dl__dev *d, float *dx, float *db, const float *g, const float *den,
+                                  const dl__clsargs *a)
 {
     dl__cuf_clsbwd f;
     dl__cu_enter(d);
     f.a = dl__cu_cls_dev(d, a);
     f.dx = DL__CUP(d, dx); f.g = g ? DL__CUP(d, g) : NULL; f.den = DL__CUP(d, den);
-    dl__cu_run<int64_t>(d, "class loss backward", a->outer * a->C * a->inner, f);
+    if (!db) {
+        dl__cu_run<int64_t>(d, "class loss backward", a->outer * a->C * a->inner, f);
+    } else if (dl__cu_small(a->outer * a->C)) {
+        dl__cur_cls<int32_t> rd;
+        rd.f = f; rd.C = (int32_t)a->C;
+        dl__cu_colsum_go<int32_t>(d, "class loss backward", (int32_t)a->C, (int32_t)a->outer, rd, DL__CUP(d, db));
+    } else {
+        dl__cur_cls<int64_t> rd;
+        rd.f = f; rd.C = a->C;
+        dl__cu_colsum_go<int64_t>(d, "class loss backward", a->C, a->outer, rd, DL__CUP(d, db));
+    }
 }
 
 struct dl__cuf_dropout {
@@ -4831,6 +4864,13 @@ struct dl__cuf_bn_dx {
     dl__cu_chan<I> ch;
     DL__HD void operator()(I e) const
     {
+        float ge, v = val(e, &ge);
+        if (gm) gm[e] = ge;
+        if (dx) dx[e] = v;
+    }
+    /* element e's dx, and in *gep its masked g */
+    DL__HD float val(I e, float *gep) const
+    {
         I c = ch.of(e), q = pix ? e / L : 0;
         float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
         float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
@@ -4838,8 +4878,26 @@ struct dl__cuf_bn_dx {
         float xh = coef ? dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb) : 0.0f;
         float ge = pix ? dl__cu_maxadj<I>(g + q * (L / 4), ry + q * (L / 4), pix + q * (L / 4), e - q * L, pw)
                    : ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
-        if (gm) gm[e] = ge;
-        if (dx) dx[e] = dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
+        *gep = ge;
+        return dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
+    }
+};
+
+/* dl__cu_colsum's rd for batch norm's dx over (N, C) (L 1, no pool, no
+   gm) with the bias gradient of the Linear that made x: column c, row k */
+template <typename I>
+struct dl__cur_bndx {
+    typedef float raw;
+    dl__cuf_bn_dx<I> f; I C;
+    DL__HD float get(I c, I k) const
+    {
+        float ge;
+        return f.val(k * C + c, &ge);
+    }
+    DL__HD float put(I c, I k, float v) const
+    {
+        f.dx[k * C + c] = v;
+        return v;
     }
 };
 
@@ -4937,12 +4995,18 @@ static void dl__cu_bn_pool(dl__dev *d, float *yp, int64_t *idx, const float *x, 
 template <typename I>
 static void dl__cu_bn_dx_run(dl__dev *d, float *dx, float *gm, const float *g, const float *x, const float *mean,
                              const float *invstd, const float *w, const float *coef, const float *ry,
-                             const int64_t *pix, int64_t pw, int64_t n, int64_t C, int64_t L)
+                             const int64_t *pix, int64_t pw, int64_t n, int64_t C, int64_t L, float *sdb)
 {
     dl__cuf_bn_dx<I> f;
     f.dx = dx; f.gm = gm; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
     f.pix = pix; f.L = (I)L; f.pw = (I)pw;
     f.ch.init(C, L);
+    if (sdb) {   /* (N, C): dx's columns summed in the same launch */
+        dl__cur_bndx<I> rd;
+        rd.f = f; rd.C = (I)C;
+        dl__cu_colsum_go<I>(d, "bn_backward dx", (I)C, (I)(n / C), rd, sdb);
+        return;
+    }
     dl__cu_run<I>(d, dx ? "bn_backward dx" : "bn_backward mask", n, f);
 }
 
@@ -4952,12 +5016,14 @@ static void dl__cu_bn_dx_run(dl__dev *d, float *dx, float *gm, const float *g, c
    and output, pix its indices, rows of width pw (bn_pool_bwd) */
 static void dl__cu_bn_bwd_go(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                              const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                             int64_t L, bool train, const float *ry, float *gm, const int64_t *pix, int64_t pw)
+                             int64_t L, bool train, const float *ry, float *gm, const int64_t *pix, int64_t pw,
+                             float *sdb)
 {
     float *coef = NULL;
     int64_t n = N * C * L;
     dl__cu_enter(d);
     dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
+    sdb = dx && sdb && L == 1 && !pix && !(ry && gm) ? DL__CUP(d, sdb) : NULL;   /* (the caller's rule) */
     g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
     w = w ? DL__CUP(d, w) : NULL;
     ry = ry ? DL__CUP(d, ry) : NULL;
@@ -4985,23 +5051,23 @@ static void dl__cu_bn_bwd_go(dl__dev *d, float *dx, float *dw, float *db, const 
         }
     }
     if ((dx || gm) && L > 0 && n > 0) {
-        if (dl__cu_small(n)) dl__cu_bn_dx_run<int32_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L);
-        else dl__cu_bn_dx_run<int64_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L);
+        if (dl__cu_small(n)) dl__cu_bn_dx_run<int32_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L, sdb);
+        else dl__cu_bn_dx_run<int64_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L, sdb);
     }
 }
 
 static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t L, bool train, const float *ry, float *gm)
+                               int64_t L, bool train, const float *ry, float *gm, float *sdb)
 {
-    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry, gm, NULL, 0);
+    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, L, train, ry, gm, NULL, 0, sdb);
 }
 
 static void dl__cu_bn_pool_bwd(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
                                int64_t H, int64_t W, bool train, const float *yp, const int64_t *idx)
 {
-    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, H * W, train, yp, NULL, idx, W);
+    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, H * W, train, yp, NULL, idx, W, NULL);
 }
 
 /* A Linear's bias and activation (dl__backend.bias_act): y = act(x + b[c])
@@ -5106,8 +5172,7 @@ static void dl__cu_bias_act_bwd_i(dl__dev *d, float *gx, float *db, const float 
 static bool dl__cu_bias_act_bwd(dl__dev *d, float *gx, float *db, const float *g, const float *y, int64_t rows,
                                 int64_t cols, int act)
 {
-    /* dl__cu_reduce_op's sequential column sums: inner = cols > 1, outer 1 */
-    if (rows < 1 || cols < 2 || !dl__cu_colseq_ok(cols, rows)) return false;
+    if (!dl__cu_colsum_fused(rows, cols)) return false;
     if (!gx) return true;
     dl__cu_enter(d);
     gx = DL__CUP(d, gx); db = DL__CUP(d, db); g = DL__CUP(d, g); y = DL__CUP(d, y);
@@ -5773,7 +5838,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_bias_act, dl__cu_bias_act_bwd,
     dl__cu_conv_act,
     dl__cu_bn_pool, dl__cu_bn_pool_bwd,
-    dl__cu_bn_eval
+    dl__cu_bn_eval,
+    dl__cu_colsum_fused
 };
 
 static int dl__cuda_count(void)

@@ -1495,6 +1495,132 @@ static void test_linear_act(void)
     dl_set_device(C, dl_cpu());
 }
 
+typedef struct { dl_tensor *x, *w, *b, *t; dl_loss_desc d; bool joined; } ce_bias_case;
+static dl_tensor *ce_bias_fwd(void *u, bool fused)
+{
+    ce_bias_case *e = (ce_bias_case *)u;
+    /* b + z's add has the bias first: the loss's backward leaves its sums to it */
+    dl_tensor *z = e->w ? (fused ? dl_linear(e->x, e->w, e->b) : dl_add(e->b, dl_linear(e->x, e->w, NULL)))
+                        : fused ? dl_add(e->x, e->b) : dl_add(e->b, e->x);
+    dl_tensor *l = dl_cross_entropy(z, e->t, &e->d);
+    return e->joined ? dl_add(dl_sum(l, DL_ALL, false), dl_mul_scalar(dl_sum(dl_mul(z, z), DL_ALL, false), 0.25f)) : l;
+}
+
+/* Cross entropy of a Linear's logits, x w^T + b, or of x + b: the loss's
+   backward launch adds dx's columns into b's gradient too (dl__cls_bias),
+   one launch fewer than the add's own sum, with the same bits (forward and
+   dl_grad of x, (w,) b; then dl_backward's b->grad), for each reduction,
+   label smoothing, a weight and ignore_index, under 32 rows; and none
+   fewer where the sum is not the reduce's in-order one (1100 rows; one
+   class), or where another gradient joins dx before the add (its sum then
+   sums both) */
+static void test_ce_bias(void)
+{
+    /* rows, classes, reduction, smoothing x 10, weight and ignore_index 1, joined, a Linear, fewer */
+    static const int cs[8][8] = {{256, 10, 0, 0, 0, 0, 0, 1}, {5, 3, 2, 1, 1, 0, 0, 1},  {40, 7, 1, 0, 0, 0, 0, 1},
+                                 {256, 10, 0, 0, 0, 0, 1, 1}, {1100, 4, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 0, 0, 0, 0, 0},
+                                 {256, 10, 0, 0, 0, 1, 0, 0}, {33, 6, 2, 2, 1, 1, 1, 0}};
+    static const char *const names[5] = {"loss", "x's gradient", "b's gradient", "w's gradient", ""};
+    static const char *const lnames[5] = {"loss", "x's gradient", "w's gradient", "b's gradient", ""};
+    int c, k;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 8; c++) {
+        int64_t N = cs[c][0], K = cs[c][1], *tv = (int64_t *)malloc(sizeof(int64_t) * (size_t)N), i;
+        float *cw = (float *)malloc(sizeof(float) * (size_t)K), *gb[2];
+        dl_tensor *in[3];
+        ce_bias_case u;
+        memset(&u, 0, sizeof u);
+        for (i = 0; i < N; i++) tv[i] = (i * 7 + 3) % K;
+        for (i = 0; i < K; i++) cw[i] = 0.5f + (float)i / (float)K;
+        u.d.reduction = (dl_reduction)cs[c][2];
+        u.d.label_smoothing = (float)cs[c][3] / 10.0f;
+        if (cs[c][4]) {
+            u.d.weight = dl_keep(dl_from_array(C, DL_SHAPE(K), cw));
+            u.d.has_ignore_index = true;
+            u.d.ignore_index = 1;
+        }
+        u.joined = cs[c][5] != 0;
+        u.t = dl_keep(dl_from_int64(C, DL_SHAPE(N), tv));
+        u.b = dl_keep(dl_param(dl_mul_scalar(dl_randn(C, DL_SHAPE(K)), 0.5f)));
+        if (cs[c][6]) {
+            u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(N, 12)), true));
+            u.w = dl_keep(dl_param(dl_mul_scalar(dl_randn(C, DL_SHAPE(K, 12)), 0.3f)));
+            in[0] = u.x; in[1] = u.w; in[2] = u.b;
+        } else {
+            u.x = dl_keep(dl_requires_grad(dl_mul_scalar(dl_randn(C, DL_SHAPE(N, K)), 2.0f), true));
+            in[0] = u.x; in[1] = u.b;
+        }
+        fused_check(cs[c][6] ? "linear+cross_entropy" : "bias+cross_entropy", c, ce_bias_fwd, &u, cs[c][6] ? 3 : 2, in,
+                    cs[c][6] ? lnames : names, (size_t)cs[c][7]);
+        for (k = 0; k < 2; k++) {   /* dl_backward: b->grad (the implied seed where the loss is one value) */
+            dl_tensor *l = ce_bias_fwd(&u, k == 1);
+            gb[k] = (float *)calloc((size_t)K, sizeof(float));
+            CHECK(l && dl_backward(u.d.reduction == DL_REDUCTION_NONE || u.joined ? dl_sum(l, DL_ALL, false) : l) == DL_OK &&
+                      u.b->grad && dl_read(u.b->grad, gb[k], K) == DL_OK,
+                  "ce bias case %d: dl_backward: %s", c, dl_error_message(C));
+            dl_zero_grad(u.b);
+            dl_step_end(C);
+        }
+        CHECK(memcmp(gb[0], gb[1], sizeof(float) * (size_t)K) == 0, "ce bias case %d: dl_backward's b->grad: the "
+              "unfused ops' bits", c);
+        free(gb[0]); free(gb[1]);
+        dl_free(u.x); dl_free(u.b); dl_free(u.t);
+        if (u.w) dl_free(u.w);
+        if (u.d.weight) dl_free(u.d.weight);
+        free(tv); free(cw);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
+typedef struct { dl_module *lin, *seq, *tail; dl_tensor *x; } bn_bias_case;
+static dl_tensor *bn_bias_fwd(void *u, bool fused)
+{
+    bn_bias_case *e = (bn_bias_case *)u;
+    const dl_named_tensor *ps;
+    dl_module_named_parameters(e->lin, &ps);
+    /* b + x w^T has the bias first: batch norm's backward leaves its sums to it */
+    return fused ? dl_module_forward(e->seq, e->x)
+                 : dl_module_forward(e->tail, dl_add(ps[1].t, dl_linear(e->x, ps[0].t, NULL)));
+}
+
+/* Sequential's Linear, BatchNorm1d (and ReLU): batch norm's backward
+   launch adds dx's columns into the Linear's bias gradient too
+   (dl__bias_of), one launch fewer than the add's own sum, with the same
+   bits (forward and dl_grad of x, weight, bias and batch norm's weight),
+   in training and eval mode, under 32 rows; none fewer at 1100 rows (not
+   the reduce's in-order sum there) */
+static void test_bn_bias(void)
+{
+    static const int cs[5][5] = {{256, 120, 1, 1, 1}, {37, 84, 1, 0, 1}, {256, 84, 0, 1, 1}, {1100, 16, 1, 1, 0},
+                                 {9, 5, 1, 1, 1}};   /* rows, channels, training, ReLU, fewer */
+    static const char *const names[5] = {"output", "x's gradient", "weight's gradient", "bias's gradient",
+                                         "batch norm's weight's gradient"};
+    int c;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 5; c++) {
+        dl_module *mods[3], *tail[2];
+        const dl_named_tensor *ps, *pb;
+        dl_tensor *in[4];
+        bn_bias_case u;
+        int nm = cs[c][3] ? 3 : 2;
+        mods[0] = u.lin = dl_nn_linear(C, 24, cs[c][1], true);
+        mods[1] = tail[0] = dl_nn_batch_norm1d(C, cs[c][1]);
+        mods[2] = tail[1] = dl_nn_relu(C);
+        u.seq = dl_nn_sequential(C, nm, mods);
+        u.tail = dl_nn_sequential(C, nm - 1, tail);
+        dl_module_train(u.seq, cs[c][2] != 0);
+        u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(cs[c][0], 24)), true));
+        dl_module_named_parameters(u.lin, &ps);
+        dl_module_named_parameters(tail[0], &pb);
+        in[0] = u.x; in[1] = ps[0].t; in[2] = ps[1].t; in[3] = pb[0].t;
+        fused_check("linear+batch_norm1d", c, bn_bias_fwd, &u, 4, in, names, (size_t)cs[c][4]);
+        dl_free(u.x);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 /* The in-order column sums on a GPU (dl__cu_colsum: staged through shared
    memory where a column has 32+ rows, a thread per column below): dl_sum
    over dim 0 and a Linear's bias + activation backward (bias_act_bwd)
@@ -2066,7 +2192,8 @@ static const struct { const char *name; void (*fn)(void); } g_groups[] = {
     {"transfers", test_transfers}, {"lenet", test_lenet}, {"multi_tensor", test_multi_tensor},
     {"grad_accum", test_grad_accum}, {"fused_ce", test_fused_ce}, {"ce_seed", test_ce_seed},
     {"chan_sum", test_chan_sum}, {"bn_add_relu", test_bn_add_relu}, {"bn_relu_pool", test_bn_relu_pool},
-    {"bn_eval", test_bn_eval}, {"linear_act", test_linear_act}, {"colsum", test_colsum},
+    {"bn_eval", test_bn_eval}, {"linear_act", test_linear_act}, {"ce_bias", test_ce_bias},
+    {"bn_bias", test_bn_bias}, {"colsum", test_colsum},
     {"conv_act", test_conv_act}, {"conv_tiles", test_conv_tiles}, {"conv_tiles_fn", test_conv_tiles_fn},
     {"memory", test_memory}, {"summary_queue", test_summary_queue}};
 
