@@ -17,7 +17,7 @@
       random Sequentials of modules (fuzz_net.bin: the fused paths) and
       optimizer runs (fuzz_optim.bin).
    Run from the repository root:
-       test_nn_ops [nn_ops.bin [losses.bin [fuzz_nn.bin [fuzz_net.bin [fuzz_optim.bin]]]]] */
+       test_nn_ops [nn_ops.bin [losses.bin [fuzz_nn.bin [fuzz_net.bin [fuzz_optim.bin [dropout.bin]]]]]] */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -86,6 +86,14 @@ static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor 
         return dl_batch_norm(x, g_get(n, rs, in, "rm"), g_get(n, rs, in, "rv"), g_get(n, rs, in, "w"),
                              g_get(n, rs, in, "b"), p->v[0] != 0.0f, p->v[1], p->v[2]);
     }
+    if (!strcmp(op, "dropout")) {   /* gen_dropout.py: the generator's state, then the mask it draws */
+        uint64_t st[2];
+        G_NEED(4);
+        st[0] = (uint64_t)p->v[1];
+        st[1] = (uint64_t)p->v[2] + ((uint64_t)p->v[3] << 24);
+        if (dl_set_rng_state(g_ctx, st) != DL_OK) return NULL;
+        return dl_dropout(x, p->v[0], true);
+    }
     if (!strcmp(op, "layer_norm")) {
         G_NEED(2);
         return dl_layer_norm(x, g_param_shape(p, 1), g_get(n, rs, in, "w"), g_get(n, rs, in, "b"),
@@ -150,6 +158,26 @@ static void test_golden(const char *path)
     CHECK(g_n_dd >= 8, "expected double-backward cases, found %d", g_n_dd);
     CHECK(g_n_after >= 10, "expected running-stat records, found %d", g_n_after);
     g_free_recs();
+}
+
+/* dropout (gen_dropout.py): dl.h's mask, recomputed from its documented
+   generator (Philox4x32-10 of seed and counter), under PyTorch's
+   arithmetic (x * mask * (1 / (1 - p)), the gradient likewise), each p in
+   (0, 1), p 0 and 1, a zero seed, counters that cross 2^32, a double
+   backward */
+static void test_golden_dropout(const char *path)
+{
+    int ncases;
+    uint64_t st[2];
+    g_n_dd = g_n_after = 0;
+    dl_get_rng_state(g_ctx, st);
+    if (!g_load(path)) { CHECK(0, "loading the golden file %s", path); return; }
+    ncases = g_run_cases();
+    printf("golden: %d dropout cases (%d with double backward) from %s\n", ncases, g_n_dd, path);
+    CHECK(ncases >= 9 && g_n_dd >= 1, "expected 9 dropout cases, one with double backward, in %s, found %d, %d", path,
+          ncases, g_n_dd);
+    g_free_recs();
+    dl_set_rng_state(g_ctx, st);   /* (the tests after this one draw as before) */
 }
 
 /* the newer losses: smooth_l1 (beta default, 0.5, 2, -0.0f = 0), huber (delta
@@ -1779,6 +1807,7 @@ int main(int argc, char **argv)
     test_golden_fuzz(argc > 3 ? argv[3] : "tests/golden/fuzz_nn.bin");
     test_golden_nets(argc > 4 ? argv[4] : "tests/golden/fuzz_net.bin");
     test_golden_optims(argc > 5 ? argv[5] : "tests/golden/fuzz_optim.bin");
+    test_golden_dropout(argc > 6 ? argv[6] : "tests/golden/dropout.bin");
     test_gradcheck();
     test_gradcheck_losses();
     test_dropout();
