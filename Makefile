@@ -239,7 +239,8 @@ test-cuda: nvcc-check $(B)/cuda/test_cuda
 # convs that the direct sums take by default) and =2 (the direct sums'
 # per-element kernels, where by default their shared-memory tiles run);
 # test_capture with DL_CUDA_REPLAY_ARGS=0 (a replay's changing values by
-# copy nodes, not one kernel node's parameters)
+# copy nodes, not one kernel node's parameters) and with DL_CUDA_PDL=1
+# (programmatic dependent launches)
 CUDA_ON0 = --env DL_DEVICE=cuda:0 --env DL_ALLOW_TF32_CONV=0
 CUDA_CONV_TESTS = $(addprefix $(B)/cuda/,test_conv test_golden test_gradcheck test_nn test_resnet18)
 test-cuda-all: nvcc-check $(CUDA_TESTS)
@@ -248,7 +249,8 @@ test-cuda-all: nvcc-check $(CUDA_TESTS)
 	    --tag @cuda:0-cudnn $(CUDA_ON0) --env DL_CUDNN=2 $(CUDA_CONV_TESTS) \
 	    --tag @cuda:0-im2col $(CUDA_ON0) --env DL_CONV_DIRECT=0 $(B)/cuda/test_conv \
 	    --tag @cuda:0-elem $(CUDA_ON0) --env DL_CONV_DIRECT=2 $(B)/cuda/test_conv \
-	    --tag @cuda:0-copies $(CUDA_ON0) --env DL_CUDA_REPLAY_ARGS=0 $(B)/cuda/test_capture
+	    --tag @cuda:0-copies $(CUDA_ON0) --env DL_CUDA_REPLAY_ARGS=0 $(B)/cuda/test_capture \
+	    --tag @cuda:0-pdl $(CUDA_ON0) --env DL_CUDA_PDL=1 $(B)/cuda/test_capture $(B)/cuda/test_conv
 
 # the same program with cuda:0 and cuda:1 emulated in host memory (no GPU
 # needed), then every other CUDA-built test with all its tensors on the

@@ -37,7 +37,9 @@
    between two GPUs, bias_act_bwd's reads before its writes, the direct
    sums in shared memory (dl__cu_tile_fwd, dl__cu_tile_wgrad), and a
    replay's per-run values as a kernel node's parameters (dl__cu_setarg;
-   DL_CUDA_REPLAY_ARGS=0: the copy nodes that ran on the H200).
+   DL_CUDA_REPLAY_ARGS=0: the copy nodes that ran on the H200), a
+   consumer's backward making its Linear's bias gradient (dl__bias_of),
+   and programmatic dependent launches (DL_CUDA_PDL=1, off by default).
 
    Design
      - One stream and one cuBLAS handle per device (d->impl). Every kernel and
@@ -201,8 +203,24 @@ static DL__HD inline void dl__cu_set_run(const dl__cu_setarg &a, int t, int nt)
         for (j = t; j < a.len[i]; j += nt) ((unsigned char *)a.dst[i])[j] = a.pay[a.off[i] + j];
 }
 
+/* DL_CUDA_PDL=1 (compute capability 9.0+): every kernel launch is a
+   programmatic dependent launch (cudaLaunchAttributeProgrammaticStream-
+   Serialization, dl__cu_go): its blocks may start while the previous
+   kernel's last ones run, and each kernel's first act is to wait for the
+   previous one to finish and its writes to show (griddepcontrol.wait,
+   which returns at once in a launch without the attribute), so nothing it
+   reads or writes races with it; what is hidden is the gap between two
+   launches, in a captured graph too (its edges become programmatic). Off
+   by default: not yet measured. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DL__CU_PDL_WAIT() cudaGridDependencySynchronize()
+#else
+#define DL__CU_PDL_WAIT() ((void)0)
+#endif
+
 __global__ void dl__cu_setk(dl__cu_setarg a)
 {
+    DL__CU_PDL_WAIT();
     dl__cu_set_run(a, (int)threadIdx.x, (int)blockDim.x);
 }
 
@@ -235,6 +253,8 @@ typedef struct dl__cuimpl {
     bool emulate;                     /* host memory and host loops (DL_CUDA_EMULATE) */
     bool sync_each;                   /* DL_CUDA_SYNC=1: wait after every launch */
     bool replay_args;                 /* DL_CUDA_REPLAY_ARGS (default 1): dl__cu_setarg, else copies */
+    bool pdl;                         /* DL_CUDA_PDL=1 on compute capability 9.0+: dl__cu_go's
+                                         programmatic dependent launches (default 0) */
     bool tf32;                        /* matrix products may use TF32 tensor cores (dl_set_allow_tf32) */
     bool tf32_conv;                   /* convolutions may (dl_set_allow_tf32_conv) */
     int direct;                       /* DL_CONV_DIRECT: 0 off; 1 (default) few-channel convs by the
@@ -689,6 +709,7 @@ static DL__HD inline dl__cu_dd dl__cu_pair(const double *p, bool sh = false)
 template <typename I, typename F>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each(I n, F f)
 {
+    DL__CU_PDL_WAIT();
     I stride = (I)blockDim.x * (I)gridDim.x;
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
 }
@@ -716,6 +737,7 @@ static __device__ bool dl__cu_last_block(unsigned *ticket)
 template <typename I, typename F, typename G>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each_fin(I n, F f, int64_t nfin, G fin, unsigned *ticket)
 {
+    DL__CU_PDL_WAIT();
     I stride = (I)blockDim.x * (I)gridDim.x;
     int64_t c;
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
@@ -729,6 +751,28 @@ static unsigned dl__cu_grid(const dl__cuimpl *m, int64_t n, int64_t per_block)
     int64_t b = (n + per_block - 1) / per_block;
     if (b > m->max_blocks) b = m->max_blocks;
     return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* k<<<grid, block, shm, the device's stream>>>(a...), or with m->pdl the same as a programmatic
+   dependent launch (DL__CU_PDL_WAIT); errors as a launch's (dl__cu_launched reads them) */
+template <typename... P, typename... A>
+static void dl__cu_go(const dl__cuimpl *m, void (*k)(P...), unsigned grid, unsigned block, size_t shm, A... a)
+{
+    if (m->pdl) {
+        cudaLaunchConfig_t cfg = cudaLaunchConfig_t();
+        cudaLaunchAttribute at = cudaLaunchAttribute();
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(block);
+        cfg.dynamicSmemBytes = shm;
+        cfg.stream = m->stream;
+        at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at.val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        (void)cudaLaunchKernelEx(&cfg, k, a...);
+        return;
+    }
+    k<<<grid, block, shm, m->stream>>>(a...);
 }
 
 template <typename I, typename F>
@@ -791,7 +835,7 @@ static void dl__cu_run(dl__dev *d, const char *name, int64_t n, const F &f)
         for (i = 0; i < n; i++) f((I)dl__cu_emu_at(i, n));
         return;
     }
-    dl__cu_each<I, F><<<dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, m->stream>>>((I)n, f);
+    dl__cu_go(m, dl__cu_each<I, F>, dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, (I)n, f);
     dl__cu_launched(d, name);
 }
 
@@ -825,8 +869,8 @@ static void dl__cu_run_fin(dl__dev *d, const char *name, int64_t n, const F &f, 
         dl__cu_host(d, h);   /* (recorded inside a capture) */
         return;
     }
-    dl__cu_each_fin<I, F, G><<<dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, m->stream>>>((I)n, f, nfin,
-                                                                                                   fin, m->ticket);
+    dl__cu_go(m, dl__cu_each_fin<I, F, G>, dl__cu_grid(m, n, DL__CU_THREADS), DL__CU_THREADS, 0, (I)n, f, nfin, fin,
+              m->ticket);
     dl__cu_launched(d, name);
 }
 
@@ -1408,6 +1452,7 @@ struct dl__cu_colsum {
 template <typename I, typename R>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_colsum_k(dl__cu_colsum<I, R> f)
 {
+    DL__CU_PDL_WAIT();
     __shared__ float tile[DL__CU_TROWS][32];
     const int lane = threadIdx.x & 31;
     I c0, k0;
@@ -1464,7 +1509,7 @@ static void dl__cu_colsum_go(dl__dev *d, const char *name, I ncol, I r, const R 
         dl__cu_host(d, h);   /* (recorded inside a capture) */
         return;
     }
-    dl__cu_colsum_k<I, R><<<dl__cu_grid(m, ncol, 32), DL__CU_THREADS, 0, m->stream>>>(f);
+    dl__cu_go(m, dl__cu_colsum_k<I, R>, dl__cu_grid(m, ncol, 32), DL__CU_THREADS, 0, f);
     dl__cu_launched(d, name);
 }
 
@@ -1548,6 +1593,7 @@ template <int OP, int G, typename T, bool SQ>
 __global__ void __launch_bounds__(DL__CU_THREADS)
 dl__cu_rowred(const T *x, int64_t rows, int64_t r, int64_t chunk, int64_t nchunk, float *yf, double *yd)
 {
+    DL__CU_PDL_WAIT();
     __shared__ double sh[9];
     const int gpb = DL__CU_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
     const int64_t total = rows * nchunk;
@@ -1580,11 +1626,11 @@ static void dl__cu_rowred_launch(dl__dev *d, const T *x, int64_t rows, int64_t r
     int64_t jobs = rows * nchunk, per = chunk < r ? chunk : r;
     if (jobs <= 0) return;
     if (per <= 256)
-        dl__cu_rowred<OP, 32, T, SQ><<<dl__cu_grid(m, jobs, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
-            x, rows, r, chunk, nchunk, yf, yd);
+        dl__cu_go(m, dl__cu_rowred<OP, 32, T, SQ>, dl__cu_grid(m, jobs, DL__CU_THREADS / 32), DL__CU_THREADS, 0,
+                  x, rows, r, chunk, nchunk, yf, yd);
     else
-        dl__cu_rowred<OP, 256, T, SQ><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(
-            x, rows, r, chunk, nchunk, yf, yd);
+        dl__cu_go(m, dl__cu_rowred<OP, 256, T, SQ>, dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, x, rows, r, chunk,
+                  nchunk, yf, yd);
     dl__cu_launched(d, "reduce rows");
 }
 
@@ -2166,6 +2212,7 @@ template <int G>
 __global__ void __launch_bounds__(DL__CU_THREADS)
 dl__cu_softmax_rows(bool log, float *y, const float *x, int64_t rows, int64_t n)
 {
+    DL__CU_PDL_WAIT();
     __shared__ double sh[9];
     const int gpb = DL__CU_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
     int64_t base;
@@ -2206,10 +2253,10 @@ static void dl__cu_softmax(dl__dev *d, bool log, float *y, const float *x, int64
         return;
     }
     if (n <= 1024)
-        dl__cu_softmax_rows<32><<<dl__cu_grid(m, outer, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
-            log, y, x, outer, n);
+        dl__cu_go(m, dl__cu_softmax_rows<32>, dl__cu_grid(m, outer, DL__CU_THREADS / 32), DL__CU_THREADS, 0, log, y,
+                  x, outer, n);
     else
-        dl__cu_softmax_rows<256><<<dl__cu_grid(m, outer, 1), DL__CU_THREADS, 0, m->stream>>>(log, y, x, outer, n);
+        dl__cu_go(m, dl__cu_softmax_rows<256>, dl__cu_grid(m, outer, 1), DL__CU_THREADS, 0, log, y, x, outer, n);
     dl__cu_launched(d, "softmax rows");
 }
 
@@ -2448,6 +2495,7 @@ struct dl__cur_cls {
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_cls_k(int64_t n, dl__cuf_clspart f, dl__cuf_clsfin fin,
                                                                unsigned *ticket)
 {
+    DL__CU_PDL_WAIT();
     __shared__ dl__cu_clsp st[DL__CU_CLS_ST];
     int64_t stride = (int64_t)blockDim.x * (int64_t)gridDim.x, i, k;
     for (i = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; i < n; i += stride) f(i);
@@ -2503,7 +2551,7 @@ static int64_t dl__cu_class_loss(dl__dev *d, float *loss, float *den, const dl__
     ff.T = T;
     ff.st = NULL;
     if (!m->emulate && T > 0 && T <= DL__CU_CLS_ST) {   /* the same, the last block's reads staged */
-        dl__cu_cls_k<<<dl__cu_grid(m, T, DL__CU_THREADS), DL__CU_THREADS, 0, m->stream>>>(T, fp, ff, m->ticket);
+        dl__cu_go(m, dl__cu_cls_k, dl__cu_grid(m, T, DL__CU_THREADS), DL__CU_THREADS, 0, T, fp, ff, m->ticket);
         dl__cu_launched(d, "class loss");
     } else {
         dl__cu_run_fin<int64_t>(d, "class loss", T, fp, 1, ff);   /* the partials, then their sum: one launch */
@@ -3318,6 +3366,7 @@ static DL__HD inline int dl__cu_tile_ct(int C)
 template <typename F>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_tile_k(F f)
 {
+    DL__CU_PDL_WAIT();
     extern __shared__ float dl__cu_tsh[];
     int64_t b;
     for (b = (int64_t)blockIdx.x; b < f.nblk; b += (int64_t)gridDim.x) {
@@ -3385,7 +3434,7 @@ static void dl__cu_tile_go(dl__dev *d, const char *name, const F &f)
         dl__cu_host(d, h);   /* (recorded inside a capture) */
         return;
     }
-    dl__cu_tile_k<F><<<dl__cu_grid(m, f.nblk, 1), f.nt, f.shf * sizeof(float), m->stream>>>(f);
+    dl__cu_go(m, dl__cu_tile_k<F>, dl__cu_grid(m, f.nblk, 1), (unsigned)f.nt, f.shf * sizeof(float), f);
     dl__cu_launched(d, name);
 }
 
@@ -4127,6 +4176,7 @@ struct dl__cuf_unpool_plane {
 __global__ void __launch_bounds__(DL__CU_THREADS)
 dl__cu_unpool_warp(float *dx, const float *g, const int64_t *idx, int64_t planes, int64_t Lin, int64_t Lout)
 {
+    DL__CU_PDL_WAIT();
     __shared__ float sv[DL__CU_THREADS];
     const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x & 31, wb = threadIdx.x & ~31;
@@ -4175,8 +4225,8 @@ static void dl__cu_unpool(dl__dev *d, float *dx, const float *g, const int64_t *
         dl__cu_run<int64_t>(d, "unpool", planes, f);
         return;
     }
-    dl__cu_unpool_warp<<<dl__cu_grid(m, planes, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
-        dx, g, idx, planes, Lin, Lout);
+    dl__cu_go(m, dl__cu_unpool_warp, dl__cu_grid(m, planes, DL__CU_THREADS / 32), DL__CU_THREADS, 0, dx, g, idx,
+              planes, Lin, Lout);
     dl__cu_launched(d, "unpool");
 }
 
@@ -4365,6 +4415,7 @@ struct dl__cu_grpsum {
 template <int G, typename J>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_groups_k(int64_t njobs, J job)
 {
+    DL__CU_PDL_WAIT();
     __shared__ double sh[9];
     const int gpb = DL__CU_THREADS / G;
     dl__cu_grpsum<G> red;
@@ -4394,10 +4445,10 @@ static void dl__cu_groups(dl__dev *d, const char *name, int64_t njobs, int64_t p
         return;
     }
     if (per <= 1024)
-        dl__cu_groups_k<32, J><<<dl__cu_grid(m, njobs, DL__CU_THREADS / 32), DL__CU_THREADS, 0, m->stream>>>(
-            njobs, job);
+        dl__cu_go(m, dl__cu_groups_k<32, J>, dl__cu_grid(m, njobs, DL__CU_THREADS / 32), DL__CU_THREADS, 0, njobs,
+                  job);
     else
-        dl__cu_groups_k<DL__CU_THREADS, J><<<dl__cu_grid(m, njobs, 1), DL__CU_THREADS, 0, m->stream>>>(njobs, job);
+        dl__cu_go(m, dl__cu_groups_k<DL__CU_THREADS, J>, dl__cu_grid(m, njobs, 1), DL__CU_THREADS, 0, njobs, job);
     dl__cu_launched(d, name);
 }
 
@@ -4602,6 +4653,7 @@ template <bool ST, typename I, typename F>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<ST, I> p, I jobs, double *part,
                                                                   F fin, int64_t C, unsigned *ticket)
 {
+    DL__CU_PDL_WAIT();
     __shared__ double sh[9], st[DL__CU_BN_ST];
     I j;
     int64_t c;
@@ -4683,8 +4735,8 @@ static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const f
         dl__cu_host(d, f);   /* (recorded inside a capture) */
         return;
     }
-    dl__cu_bn_pass1<ST, I, F><<<dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, m->stream>>>(p, jobs, part, fin, C,
-                                                                                       m->ticket);
+    dl__cu_go(m, dl__cu_bn_pass1<ST, I, F>, dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, p, jobs, part, fin, C,
+              m->ticket);
     dl__cu_launched(d, ST ? "bn_stats" : x ? "bn_backward sums" : "channel sums");
 }
 
@@ -5916,7 +5968,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     cudaError_t e = cudaSuccess;
     cublasStatus_t st;
     const char *what = "";
-    int n = 0, k, dnn_mode, direct, replay_args;
+    int n = 0, k, dnn_mode, direct, replay_args, pdl;
     bool emu = dl__cu_emu_count() > 0;
     if (emu) {
         n = dl__cu_emu;
@@ -5949,6 +6001,13 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
                 "by the graph's first nodes)", op, index, getenv("DL_CUDA_REPLAY_ARGS"));
         return NULL;
     }
+    pdl = getenv("DL_CUDA_PDL") && *getenv("DL_CUDA_PDL") ? dl__cu_envmode("DL_CUDA_PDL", 1) : 0;
+    if (pdl < 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CUDA_PDL=%s must be 0 (each kernel launched after the "
+                "previous one ends; the default) or 1 (programmatic dependent launches, compute capability 9.0 "
+                "and up)", op, index, getenv("DL_CUDA_PDL"));
+        return NULL;
+    }
     direct = dl__cu_envmode("DL_CONV_DIRECT", 2);
     if (direct < 0) {
         dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CONV_DIRECT=%s must be 0 (every convolution through "
@@ -5973,6 +6032,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     d->impl = m;
     m->direct = direct;
     m->replay_args = replay_args == 1;
+    m->pdl = emu && pdl == 1;   /* (emulated: the mode only; a GPU's below) */
     m->ordinal = index;
     m->emulate = emu;
     m->sync_each = dl__cu_envflag("DL_CUDA_SYNC") != NULL;
@@ -5994,6 +6054,11 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         DL__CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, index),
                    "cudaDeviceGetAttribute");
         m->max_blocks = (nsm > 0 ? nsm : 1) * (2048 / DL__CU_THREADS);
+        if (pdl) {   /* (the kernels wait only in code built for 9.0 and up: else plain launches) */
+            cudaFuncAttributes fa;
+            DL__CU_TRY(cudaFuncGetAttributes(&fa, dl__cu_setk), "cudaFuncGetAttributes");
+            m->pdl = fa.ptxVersion >= 90;   /* (__CUDA_ARCH__ of the code that runs) */
+        }
         DL__CU_TRY(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
         for (k = 0; k < 2; k++)
             DL__CU_TRY(cudaEventCreateWithFlags(&m->stage_ev[k], cudaEventDisableTiming), "cudaEventCreate");

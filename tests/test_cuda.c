@@ -698,29 +698,36 @@ static void test_errors(void)
             }
         unsetenv(var[0]);
         unsetenv(var[1]);
-        /* DL_CUDA_REPLAY_ARGS: 0 or 1 (a replay's values by copies or as a kernel node's parameters) */
-        for (k = 0; k < 3; k++) {
-            static const char *const rbad[3] = {"2", "yes", "-1"};
-            setenv("DL_CUDA_REPLAY_ARGS", rbad[k], 1);
-            c2 = exact_ctx();
-            CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) == NULL, "DL_CUDA_REPLAY_ARGS=%s refused", rbad[k]);
-            if (c2) {
-                char want[64];
-                snprintf(want, sizeof want, "DL_CUDA_REPLAY_ARGS=%s must be 1", rbad[k]);
-                EXPECT_ERR(c2, DL_ERR_ARG, want);
-                dl_ctx_free(c2);
+        /* DL_CUDA_REPLAY_ARGS: 0 or 1 (a replay's values by copies or as a kernel node's parameters);
+           DL_CUDA_PDL: 0 or 1 (programmatic dependent launches; emulated: the mode only) */
+        for (v = 0; v < 2; v++) {
+            static const char *const rbad[3] = {"2", "yes", "-1"}, *const bvar[2] = {"DL_CUDA_REPLAY_ARGS",
+                                                                                     "DL_CUDA_PDL"};
+            for (k = 0; k < 3; k++) {
+                setenv(bvar[v], rbad[k], 1);
+                c2 = exact_ctx();
+                CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) == NULL, "%s=%s refused", bvar[v], rbad[k]);
+                if (c2) {
+                    char want[64];
+                    snprintf(want, sizeof want, "%s=%s must be %d", bvar[v], rbad[k], v ? 0 : 1);
+                    EXPECT_ERR(c2, DL_ERR_ARG, want);
+                    dl_ctx_free(c2);
+                }
+                if (k == 2) break;
+                setenv(bvar[v], good[k], 1);
+                c2 = exact_ctx();
+                CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) &&
+                          (v ? DL__CUI(c2->cuda[0])->pdl == (k == 1 && dl__cu_emu_count() > 0)
+                             : DL__CUI(c2->cuda[0])->replay_args == (k == 1)),
+                      "%s=%s: %s", bvar[v], good[k], c2 ? dl_error_message(c2) : "no context");
+                if (c2) dl_ctx_free(c2);
             }
-            if (k == 2) break;
-            setenv("DL_CUDA_REPLAY_ARGS", good[k], 1);
-            c2 = exact_ctx();
-            CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) && DL__CUI(c2->cuda[0])->replay_args == (k == 1),
-                  "DL_CUDA_REPLAY_ARGS=%s: %s", good[k], c2 ? dl_error_message(c2) : "no context");
-            if (c2) dl_ctx_free(c2);
+            unsetenv(bvar[v]);
         }
-        unsetenv("DL_CUDA_REPLAY_ARGS");
         c2 = exact_ctx();
         CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) && DL__CUI(c2->cuda[0])->direct == 1 &&
-              DL__CUI(c2->cuda[0])->replay_args, "DL_CONV_DIRECT, DL_CUDA_REPLAY_ARGS unset: modes 1");
+                  DL__CUI(c2->cuda[0])->replay_args && !DL__CUI(c2->cuda[0])->pdl,
+              "DL_CONV_DIRECT, DL_CUDA_REPLAY_ARGS unset: modes 1; DL_CUDA_PDL unset: 0");
         if (c2) dl_ctx_free(c2);
     }
     dl_step_end(C);
