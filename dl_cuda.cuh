@@ -205,22 +205,25 @@ static DL__HD inline void dl__cu_set_run(const dl__cu_setarg &a, int t, int nt)
 
 /* DL_CUDA_PDL=1 (compute capability 9.0+): every kernel launch is a
    programmatic dependent launch (cudaLaunchAttributeProgrammaticStream-
-   Serialization, dl__cu_go): its blocks may start while the previous
-   kernel's last ones run, and each kernel's first act is to wait for the
-   previous one to finish and its writes to show (griddepcontrol.wait,
-   which returns at once in a launch without the attribute), so nothing it
-   reads or writes races with it; what is hidden is the gap between two
-   launches, in a captured graph too (its edges become programmatic). Off
-   by default: not yet measured. */
+   Serialization, dl__cu_go): its blocks may be scheduled while the
+   previous kernel's last ones run. Each kernel's first act is to wait for
+   the previous one to end and its writes to show (griddepcontrol.wait,
+   which returns at once in a launch without the attribute), so nothing
+   it reads or writes races with it; its second, to let the next one's
+   launch begin (griddepcontrol.launch_dependents: once every block of
+   this launch has said so, the next may be scheduled, to wait at its own
+   first act; it implies nothing about this launch's writes). What is
+   hidden is the gap between two launches, in a captured graph too (its
+   edges become programmatic). Off by default: not yet measured. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define DL__CU_PDL_WAIT() cudaGridDependencySynchronize()
+#define DL__CU_PDL_ENTER() (cudaGridDependencySynchronize(), cudaTriggerProgrammaticLaunchCompletion())
 #else
-#define DL__CU_PDL_WAIT() ((void)0)
+#define DL__CU_PDL_ENTER() ((void)0)
 #endif
 
 __global__ void dl__cu_setk(dl__cu_setarg a)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     dl__cu_set_run(a, (int)threadIdx.x, (int)blockDim.x);
 }
 
@@ -709,7 +712,7 @@ static DL__HD inline dl__cu_dd dl__cu_pair(const double *p, bool sh = false)
 template <typename I, typename F>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each(I n, F f)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     I stride = (I)blockDim.x * (I)gridDim.x;
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
 }
@@ -737,7 +740,7 @@ static __device__ bool dl__cu_last_block(unsigned *ticket)
 template <typename I, typename F, typename G>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_each_fin(I n, F f, int64_t nfin, G fin, unsigned *ticket)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     I stride = (I)blockDim.x * (I)gridDim.x;
     int64_t c;
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
@@ -754,7 +757,7 @@ static unsigned dl__cu_grid(const dl__cuimpl *m, int64_t n, int64_t per_block)
 }
 
 /* k<<<grid, block, shm, the device's stream>>>(a...), or with m->pdl the same as a programmatic
-   dependent launch (DL__CU_PDL_WAIT); errors as a launch's (dl__cu_launched reads them) */
+   dependent launch (DL__CU_PDL_ENTER); errors as a launch's (dl__cu_launched reads them) */
 template <typename... P, typename... A>
 static void dl__cu_go(const dl__cuimpl *m, void (*k)(P...), unsigned grid, unsigned block, size_t shm, A... a)
 {
@@ -1452,7 +1455,7 @@ struct dl__cu_colsum {
 template <typename I, typename R>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_colsum_k(dl__cu_colsum<I, R> f)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     __shared__ float tile[DL__CU_TROWS][32];
     const int lane = threadIdx.x & 31;
     I c0, k0;
@@ -1593,7 +1596,7 @@ template <int OP, int G, typename T, bool SQ>
 __global__ void __launch_bounds__(DL__CU_THREADS)
 dl__cu_rowred(const T *x, int64_t rows, int64_t r, int64_t chunk, int64_t nchunk, float *yf, double *yd)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     __shared__ double sh[9];
     const int gpb = DL__CU_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
     const int64_t total = rows * nchunk;
@@ -2212,7 +2215,7 @@ template <int G>
 __global__ void __launch_bounds__(DL__CU_THREADS)
 dl__cu_softmax_rows(bool log, float *y, const float *x, int64_t rows, int64_t n)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     __shared__ double sh[9];
     const int gpb = DL__CU_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
     int64_t base;
@@ -2495,7 +2498,7 @@ struct dl__cur_cls {
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_cls_k(int64_t n, dl__cuf_clspart f, dl__cuf_clsfin fin,
                                                                unsigned *ticket)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     __shared__ dl__cu_clsp st[DL__CU_CLS_ST];
     int64_t stride = (int64_t)blockDim.x * (int64_t)gridDim.x, i, k;
     for (i = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; i < n; i += stride) f(i);
@@ -3366,7 +3369,7 @@ static DL__HD inline int dl__cu_tile_ct(int C)
 template <typename F>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_tile_k(F f)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     extern __shared__ float dl__cu_tsh[];
     int64_t b;
     for (b = (int64_t)blockIdx.x; b < f.nblk; b += (int64_t)gridDim.x) {
@@ -4176,7 +4179,7 @@ struct dl__cuf_unpool_plane {
 __global__ void __launch_bounds__(DL__CU_THREADS)
 dl__cu_unpool_warp(float *dx, const float *g, const int64_t *idx, int64_t planes, int64_t Lin, int64_t Lout)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     __shared__ float sv[DL__CU_THREADS];
     const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x & 31, wb = threadIdx.x & ~31;
@@ -4415,7 +4418,7 @@ struct dl__cu_grpsum {
 template <int G, typename J>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_groups_k(int64_t njobs, J job)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     __shared__ double sh[9];
     const int gpb = DL__CU_THREADS / G;
     dl__cu_grpsum<G> red;
@@ -4653,7 +4656,7 @@ template <bool ST, typename I, typename F>
 __global__ void __launch_bounds__(DL__CU_THREADS) dl__cu_bn_pass1(dl__cu_bnpart<ST, I> p, I jobs, double *part,
                                                                   F fin, int64_t C, unsigned *ticket)
 {
-    DL__CU_PDL_WAIT();
+    DL__CU_PDL_ENTER();
     __shared__ double sh[9], st[DL__CU_BN_ST];
     I j;
     int64_t c;
