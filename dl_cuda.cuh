@@ -5972,6 +5972,7 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
     cublasStatus_t st;
     const char *what = "";
     int n = 0, k, dnn_mode, direct, replay_args, pdl;
+    long ws_mib = 32;
     bool emu = dl__cu_emu_count() > 0;
     if (emu) {
         n = dl__cu_emu;
@@ -6010,6 +6011,16 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
                 "previous one ends; the default) or 1 (programmatic dependent launches, compute capability 9.0 "
                 "and up)", op, index, getenv("DL_CUDA_PDL"));
         return NULL;
+    }
+    if (getenv("DL_CUDA_BLAS_WS") && *getenv("DL_CUDA_BLAS_WS")) {
+        const char *w = getenv("DL_CUDA_BLAS_WS");
+        char *end = NULL;
+        ws_mib = strtol(w, &end, 10);
+        if (*w < '0' || *w > '9' || *end || ws_mib < 0 || ws_mib > 4096) {
+            dl__err(ctx, DL_ERR_ARG, "%s: opening cuda:%d: DL_CUDA_BLAS_WS=%s must be a whole number of MiB from 0 "
+                    "to 4096 (cuBLAS's workspace; the default 32; 0: none, so no split-K GEMM)", op, index, w);
+            return NULL;
+        }
     }
     direct = dl__cu_envmode("DL_CONV_DIRECT", 2);
     if (direct < 0) {
@@ -6094,9 +6105,12 @@ static dl__dev *dl__cuda_open(dl_ctx *ctx, int index, const char *op)
         e = cudaErrorUnknown;
         goto fail;
     }
-    /* cuBLAS's workspace from our cache (32 MiB, NVIDIA's advice for Hopper) */
-    m->blas_ws_size = (size_t)32 << 20;
-    m->blas_ws = dl__cu_block_get(d, m->blas_ws_size, &e);
+    /* cuBLAS's workspace from our cache (32 MiB, NVIDIA's advice for Hopper; DL_CUDA_BLAS_WS MiB,
+       where 0 gives it none: its algorithms that split K and add the parts in a second kernel, a
+       graph node more each, cannot run then; an experiment, not yet measured) */
+    m->blas_ws_size = (size_t)ws_mib << 20;
+    m->blas_ws = m->blas_ws_size ? dl__cu_block_get(d, m->blas_ws_size, &e) : NULL;
+    if (!m->blas_ws_size) (void)cublasSetWorkspace(m->blas, NULL, 0);
     if (m->blas_ws && cublasSetWorkspace(m->blas, m->blas_ws, m->blas_ws_size) != CUBLAS_STATUS_SUCCESS) {
         dl__cu_block_put(d, m->blas_ws);
         m->blas_ws = NULL;

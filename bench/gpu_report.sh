@@ -52,7 +52,8 @@
 # 5 (the bench's step_*_cuda, conv1 and batch-norm cases against PyTorch),
 # 6 (the LeNet cases three ways), 9 (the step cases with this tree's
 # bench, with DL_CUDA_REPLAY_ARGS=0, with DL_CUDA_PDL=1 (programmatic
-# dependent launches), and alternating with them the kit's
+# dependent launches), with DL_CUDA_BLAS_WS=0 (cuBLAS without a
+# workspace), and alternating with them the kit's
 # bench-base, built by
 # gpu_kit.sh BASE=REV from REV's headers, and bench-x1 and bench-x2,
 # dl_cuda.cuh's measurement experiments DL__CU_EXP), 10 (ncu) and 13
@@ -177,15 +178,16 @@ step 8 "make run DEVICE=cuda, eager then CAPTURE=1, then both without TensorBoar
      /usr/bin/time -p make -s run DEVICE=cuda LOGDIR= 2>&1 | tail -n 4;
      /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 LOGDIR= 2>&1 | tail -n 4"
 if [ "$PLAN" = short ]; then
-    step 9 "A/B: this tree's bench, with DL_CUDA_REPLAY_ARGS=0 (copies), with DL_CUDA_PDL=1 (pdl), the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), bench-x1 (no per-run values), bench-x2 (no zero_grad launch or gradient sums); dl.h's ms, 3 runs each, alternating" \
+    step 9 "A/B: this tree's bench, with DL_CUDA_REPLAY_ARGS=0 (copies), with DL_CUDA_PDL=1 (pdl), with DL_CUDA_BLAS_WS=0 (nows: no split-K GEMMs), the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), bench-x1 (no per-run values), bench-x2 (no zero_grad launch or gradient sums); dl.h's ms, 3 runs each, alternating" \
         "for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda step_lenet_cuda; do
              for r in 1 2 3; do
                  line=\$(printf '%-30s' \$c)
-                 for b in bench bench:copies bench:pdl bench-base bench-x1 bench-x2; do
+                 for b in bench bench:copies bench:pdl bench:nows bench-base bench-x1 bench-x2; do
                      [ -x build/cuda/\${b%:*} ] || continue
-                     a=1; p=0
-                     case \$b in *:copies) a=0 ;; *:pdl) p=1 ;; esac
-                     v=\$(DL_CUDA_REPLAY_ARGS=\$a DL_CUDA_PDL=\$p build/cuda/\${b%:*} \$c 1 2>/dev/null | awk '{print \$3}')
+                     a=1; p=0; w=32
+                     case \$b in *:copies) a=0 ;; *:pdl) p=1 ;; *:nows) w=0 ;; esac
+                     v=\$(DL_CUDA_REPLAY_ARGS=\$a DL_CUDA_PDL=\$p DL_CUDA_BLAS_WS=\$w build/cuda/\${b%:*} \$c 1 2>/dev/null |
+                         awk '{print \$3}')
                      line=\"\$line \$b \${v:-n/a}\"
                  done
                  echo \"\$line\"

@@ -724,6 +724,20 @@ static void test_errors(void)
             }
             unsetenv(bvar[v]);
         }
+        for (k = 0; k < 7; k++) {   /* DL_CUDA_BLAS_WS: cuBLAS's workspace in MiB, 0 to 4096 */
+            static const char *const wv[7] = {"x", "-1", "4097", "1.5", " 8", "0", "64"};
+            setenv("DL_CUDA_BLAS_WS", wv[k], 1);
+            c2 = exact_ctx();
+            CHECK(c2 && (dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) != NULL) == (k >= 5),
+                  "DL_CUDA_BLAS_WS=%s %s", wv[k], k >= 5 ? "taken" : "refused");
+            if (c2 && k < 5) {
+                char want[64];
+                snprintf(want, sizeof want, "DL_CUDA_BLAS_WS=%s must be a whole number of MiB", wv[k]);
+                EXPECT_ERR(c2, DL_ERR_ARG, want);
+            }
+            if (c2) dl_ctx_free(c2);
+        }
+        unsetenv("DL_CUDA_BLAS_WS");
         c2 = exact_ctx();
         CHECK(c2 && dl_to(dl_zeros(c2, DL_SHAPE(2)), dl_cuda(0)) && DL__CUI(c2->cuda[0])->direct == 1 &&
                   DL__CUI(c2->cuda[0])->replay_args && !DL__CUI(c2->cuda[0])->pdl,
