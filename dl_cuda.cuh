@@ -3350,7 +3350,9 @@ struct dl__cuf_dconvW {
 #endif
 #define DL__CU_TILE_CHUNKS 256
 #define DL__CU_TILE_KW 8
-#define DL__CU_TILE_CT 4              /* channels a thread */
+#ifndef DL__CU_TILE_CT
+#define DL__CU_TILE_CT 4              /* channels a thread (gpu_kit.sh's bench-ct1, -ct2: 1, 2) */
+#endif
 
 /* channels an item of C: the fewest items of at most DL__CU_TILE_CT, as
    even as a fixed size makes them (6: 3 + 3, not 4 + 2); which item sums

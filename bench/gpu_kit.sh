@@ -46,6 +46,10 @@ bench_as() {
 # zero_grad's launch and the gradient sums), to time what they cost in a
 # replay (their results are wrong; timing only)
 for x in 1 2; do bench_as x$x "-DDL__CU_EXP=$x" "with DL__CU_EXP=$x"; done
+# bench-ct1, bench-ct2: the convolution tiles with 1 or 2 channels a
+# thread where the default sums 4 (more threads, fewer reads shared; the
+# same bits), for gpu_report.sh's step 6
+for x in 1 2; do bench_as ct$x "-DDL__CU_TILE_CT=$x" "with DL__CU_TILE_CT=$x"; done
 rm -f "$DIR/bench-base" "$DIR/BASE"
 if [ -n "${BASE:-}" ]; then
     src=build/kit-base-src

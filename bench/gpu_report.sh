@@ -50,7 +50,8 @@
 # test_capture on cuda:0, test_conv again with the per-element kernels,
 # test_capture with DL_CUDA_REPLAY_ARGS=0 and with DL_CUDA_PDL=1),
 # 5 (the bench's step_*_cuda, conv1 and batch-norm cases against PyTorch),
-# 6 (the LeNet cases three ways), 9 (the step cases with this tree's
+# 6 (the LeNet cases three ways, and with the kit's bench-ct2 and
+# bench-ct1: the tiles with 2 and 1 channels a thread), 9 (the step cases with this tree's
 # bench, with DL_CUDA_REPLAY_ARGS=0, with DL_CUDA_PDL=1 (programmatic
 # dependent launches), with DL_CUDA_BLAS_WS=0 (cuBLAS without a
 # workspace), and alternating with them the kit's
@@ -124,12 +125,12 @@ if [ "$PLAN" = short ] && [ -x "$KIT/test_cuda" ]; then
     export LD_LIBRARY_PATH
     mkdir -p build/cuda || exit 1
     for p in $KITBINS; do cp "$KIT/$p" build/cuda/ || exit 1; done
-    for p in bench-base bench-x1 bench-x2; do [ -x "$KIT/$p" ] && cp "$KIT/$p" build/cuda/; done
+    for p in bench-base bench-x1 bench-x2 bench-ct1 bench-ct2; do [ -x "$KIT/$p" ] && cp "$KIT/$p" build/cuda/; done
     if build/cuda/test_cuda -q --only colsum >"$OUTDIR/kit-smoke.txt" 2>&1; then
         KITNOTE="the kit's programs ($KIT, built at $(tr '\n' ' ' <"$KIT/COMMIT" 2>/dev/null)), LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     else
         KITNOTE="the kit's test_cuda did not start or failed ($(tail -n 3 "$OUTDIR/kit-smoke.txt" | tr '\n' ' ')): the six programs built here"
-        for p in $KITBINS bench-base bench-x1 bench-x2; do rm -f "build/cuda/$p"; done
+        for p in $KITBINS bench-base bench-x1 bench-x2 bench-ct1 bench-ct2; do rm -f "build/cuda/$p"; done
     fi
 fi
 
@@ -162,12 +163,15 @@ if [ "$PLAN" = short ]; then
 else
     step 5 "make bench-cuda" "make bench-cuda"
 fi
-step 6 "few-channel convolutions: DL_CONV_DIRECT=1, 2 then 0 (dl.h's ms)" \
+step 6 "few-channel convolutions: DL_CONV_DIRECT=1, 2 then 0, then the kit's tiles with 2 and 1 channels a thread (dl.h's ms)" \
     "for c in $CONVCASES; do
          a=\$(DL_CONV_DIRECT=1 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
          e=\$(DL_CONV_DIRECT=2 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
          b=\$(DL_CONV_DIRECT=0 build/cuda/bench \$c 1 2>/dev/null | awk '{print \$3}')
-         printf '%-30s tiles %-10s per-element %-10s im2col %s\n' \$c \"\$a\" \"\$e\" \"\$b\"; done"
+         t2=\$([ -x build/cuda/bench-ct2 ] && build/cuda/bench-ct2 \$c 1 2>/dev/null | awk '{print \$3}')
+         t1=\$([ -x build/cuda/bench-ct1 ] && build/cuda/bench-ct1 \$c 1 2>/dev/null | awk '{print \$3}')
+         printf '%-30s tiles %-10s per-element %-10s im2col %-10s ct2 %-10s ct1 %s\n' \$c \"\$a\" \"\$e\" \"\$b\" \
+             \"\${t2:-n/a}\" \"\${t1:-n/a}\"; done"
 step 7 "DL_PROFILE=1: step_lenet_cuda, step_lenet_bn_cuda, step_resnet_small_cuda, step_resnet18_cuda" \
     "for c in step_lenet_cuda step_lenet_bn_cuda step_resnet_small_cuda step_resnet18_cuda; do
          DL_PROFILE=1 build/cuda/bench \$c 1 2>&1 | head -n 30; done"
