@@ -12112,7 +12112,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         dl__node *n = ctx->tape[i];
         dl_tensor *gin[64], **gp = gin, *g = n->gacc;
         uint64_t nerr = ctx->nerr;
-        if (n->bgrad_of != g) n->bgrad = NULL;   /* another gradient joined the loss's dx: sum them */
+        if (n->bgrad_of != g) n->bgrad = NULL;   /* another gradient joined its consumer's: sum them */
         n->bgrad_of = NULL;
         if (!g) continue;
         n->gacc = NULL;
