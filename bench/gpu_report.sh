@@ -56,7 +56,7 @@
 # dependent launches), with DL_CUDA_BLAS_WS=0 (cuBLAS without a
 # workspace), and alternating with them the kit's
 # bench-base, built by
-# gpu_kit.sh BASE=REV from REV's headers, and bench-x1 and bench-x2,
+# gpu_kit.sh BASE=REV from REV's headers, and bench-x1 (and bench-x2),
 # dl_cuda.cuh's measurement experiments DL__CU_EXP), 10 (ncu) and 13
 # (memcheck and racecheck only); STEP_LIMIT 150 and SKIP "4 7 8 11 12"
 # unless given.
@@ -126,6 +126,7 @@ if [ "$PLAN" = short ] && [ -x "$KIT/test_cuda" ]; then
     mkdir -p build/cuda || exit 1
     for p in $KITBINS; do cp "$KIT/$p" build/cuda/ || exit 1; done
     for p in bench-base bench-x1 bench-x2 bench-ct1 bench-ct2; do [ -x "$KIT/$p" ] && cp "$KIT/$p" build/cuda/; done
+    [ -x "$KIT/bench-x2" ] || rm -f build/cuda/bench-x2   # (an older kit's)
     if build/cuda/test_cuda -q --only colsum >"$OUTDIR/kit-smoke.txt" 2>&1; then
         KITNOTE="the kit's programs ($KIT, built at $(tr '\n' ' ' <"$KIT/COMMIT" 2>/dev/null)), LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     else
@@ -182,7 +183,7 @@ step 8 "make run DEVICE=cuda, eager then CAPTURE=1, then both without TensorBoar
      /usr/bin/time -p make -s run DEVICE=cuda LOGDIR= 2>&1 | tail -n 4;
      /usr/bin/time -p make -s run DEVICE=cuda CAPTURE=1 LOGDIR= 2>&1 | tail -n 4"
 if [ "$PLAN" = short ]; then
-    step 9 "A/B: this tree's bench, with DL_CUDA_REPLAY_ARGS=0 (copies), with DL_CUDA_PDL=1 (pdl), with DL_CUDA_BLAS_WS=0 (nows: no split-K GEMMs), the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), bench-x1 (no per-run values), bench-x2 (no zero_grad launch or gradient sums); dl.h's ms, 3 runs each, alternating" \
+    step 9 "A/B: this tree's bench, with DL_CUDA_REPLAY_ARGS=0 (copies), with DL_CUDA_PDL=1 (pdl), with DL_CUDA_BLAS_WS=0 (nows: no split-K GEMMs), the kit's bench-base ($(cut -c1-12 "$KIT/BASE" 2>/dev/null || echo none)'s headers), bench-x1 (no per-run values), bench-x2 where a kit has it (no gradient sums); dl.h's ms, 3 runs each, alternating" \
         "for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_resnet_small_graph_cuda step_lenet_cuda; do
              for r in 1 2 3; do
                  line=\$(printf '%-30s' \$c)
