@@ -2472,16 +2472,18 @@ struct dl__cuf_clsbwd {
     }
 };
 
-/* dl__cu_colsum's rd for the class loss's backward with its logits' bias
-   gradient: dx (outer, C) column c, row k, written, and added */
-template <typename I>
-struct dl__cur_cls {
+/* dl__cu_colsum's rd for a backward that makes a gradient dx (rows, C)
+   element by element (f.val(e): the class loss's, batch norm's over (N,
+   C)) with the bias gradient of the Linear that made its input: column c,
+   row k, written, and added */
+template <typename I, typename F>
+struct dl__cur_el {
     typedef float raw;
-    dl__cuf_clsbwd f; I C;
-    DL__HD float get(I c, I k) const { return f.val((int64_t)k * (int64_t)C + (int64_t)c); }
+    F f; I C;
+    DL__HD float get(I c, I k) const { return f.val(k * C + c); }
     DL__HD float put(I c, I k, float v) const
     {
-        f.dx[(int64_t)k * (int64_t)C + (int64_t)c] = v;
+        f.dx[k * C + c] = v;
         return v;
     }
 };
@@ -2576,11 +2578,11 @@ static void dl__cu_class_loss_bwd(dl__dev *d, float *dx, float *db, const float 
     if (!db) {
         dl__cu_run<int64_t>(d, "class loss backward", a->outer * a->C * a->inner, f);
     } else if (dl__cu_small(a->outer * a->C)) {
-        dl__cur_cls<int32_t> rd;
+        dl__cur_el<int32_t, dl__cuf_clsbwd> rd;
         rd.f = f; rd.C = (int32_t)a->C;
         dl__cu_colsum_go<int32_t>(d, "class loss backward", (int32_t)a->C, (int32_t)a->outer, rd, DL__CUP(d, db));
     } else {
-        dl__cur_cls<int64_t> rd;
+        dl__cur_el<int64_t, dl__cuf_clsbwd> rd;
         rd.f = f; rd.C = a->C;
         dl__cu_colsum_go<int64_t>(d, "class loss backward", a->C, a->outer, rd, DL__CUP(d, db));
     }
@@ -4925,6 +4927,11 @@ struct dl__cuf_bn_dx {
         if (gm) gm[e] = ge;
         if (dx) dx[e] = v;
     }
+    DL__HD float val(I e) const
+    {
+        float ge;
+        return val(e, &ge);
+    }
     /* element e's dx, and in *gep its masked g */
     DL__HD float val(I e, float *gep) const
     {
@@ -4937,24 +4944,6 @@ struct dl__cuf_bn_dx {
                    : ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
         *gep = ge;
         return dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
-    }
-};
-
-/* dl__cu_colsum's rd for batch norm's dx over (N, C) (L 1, no pool, no
-   gm) with the bias gradient of the Linear that made x: column c, row k */
-template <typename I>
-struct dl__cur_bndx {
-    typedef float raw;
-    dl__cuf_bn_dx<I> f; I C;
-    DL__HD float get(I c, I k) const
-    {
-        float ge;
-        return f.val(k * C + c, &ge);
-    }
-    DL__HD float put(I c, I k, float v) const
-    {
-        f.dx[k * C + c] = v;
-        return v;
     }
 };
 
@@ -5059,7 +5048,7 @@ static void dl__cu_bn_dx_run(dl__dev *d, float *dx, float *gm, const float *g, c
     f.pix = pix; f.L = (I)L; f.pw = (I)pw;
     f.ch.init(C, L);
     if (sdb) {   /* (N, C): dx's columns summed in the same launch */
-        dl__cur_bndx<I> rd;
+        dl__cur_el<I, dl__cuf_bn_dx<I> > rd;   /* (L 1, no pool, no gm) */
         rd.f = f; rd.C = (I)C;
         dl__cu_colsum_go<I>(d, "bn_backward dx", (I)C, (I)(n / C), rd, sdb);
         return;
