@@ -1591,6 +1591,28 @@ static void test_ce_bias(void)
         free(tv); free(cw);
         dl_step_end(C);
     }
+    {   /* dl_grad of the logits alone walks no node below them: the add's sums the loss's
+           backward made are dropped there, and a dl_backward after it (the graph kept) makes
+           its own: b->grad = the logits' gradient summed over dim 0 */
+        static float gb[2][6];
+        dl_backward_desc bd;
+        dl_tensor *x = dl_param(dl_randn(C, DL_SHAPE(40, 6))), *b = dl_keep(dl_param(dl_randn(C, DL_SHAPE(6))));
+        int64_t tv[40], i;
+        dl_tensor *t, *z, *l, *gz = NULL;
+        for (i = 0; i < 40; i++) tv[i] = i % 6;
+        t = dl_from_int64(C, DL_SHAPE(40), tv);
+        z = dl_add(x, b);
+        l = dl_cross_entropy(z, t, NULL);
+        memset(&bd, 0, sizeof bd);
+        bd.retain_graph = true;
+        CHECK(l && dl_grad(l, 1, &z, &gz, &bd) == DL_OK && gz && !b->grad && dl_backward(l) == DL_OK && b->grad &&
+                  dl_read(b->grad, gb[0], 6) == DL_OK && dl_read(dl_sum(gz, DL_DIMS(0), false), gb[1], 6) == DL_OK &&
+                  memcmp(gb[0], gb[1], sizeof gb[0]) == 0,
+              "ce bias: dl_grad of the logits, then dl_backward: b->grad = their gradient's sum: %s",
+              dl_error_message(C));
+        dl_free(b);
+        dl_step_end(C);
+    }
     dl_set_device(C, dl_cpu());
 }
 
