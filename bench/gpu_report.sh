@@ -209,11 +209,13 @@ else
                  printf '%-30s base %-10s this %s\n' \$c \"\$a\" \"\$b\"
              done; done"
 fi
-step 10 "ncu: kernel times (us) of step_{mlp,lenet,lenet_bn}_graph_cuda: warm-up, capture's run, replay" \
+step 10 "ncu: kernel times (us) of step_{mlp,lenet,lenet_bn}_graph_cuda, then the MLP's with DL_CUDA_BLAS_WS=0: warm-up, capture's run, replay" \
     "command -v ncu >/dev/null || { echo 'no ncu'; exit 0; }
-     for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda; do
+     for c in step_mlp_graph_cuda step_lenet_graph_cuda step_lenet_bn_graph_cuda step_mlp_graph_cuda:nows; do
          echo \"## \$c\"
-         ncu --csv --print-units base --metrics gpu__time_duration.sum build/cuda/bench \$c 1 --warmup 0 --reps 1 2>/dev/null |
+         w=32; case \$c in *:nows) w=0 ;; esac
+         DL_CUDA_BLAS_WS=\$w ncu --csv --print-units base --metrics gpu__time_duration.sum build/cuda/bench \${c%:*} 1 \
+             --warmup 0 --reps 1 2>/dev/null |
          python3 -c 'import csv, sys
 rows = [r for r in csv.reader(sys.stdin) if len(r) > 14 and r[12] == \"gpu__time_duration.sum\"]
 for r in rows: print(\"%6s %9.2f  %s\" % (r[0], float(r[14].replace(\",\", \"\")) / 1e3, r[4][:90]))
