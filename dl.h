@@ -4098,7 +4098,9 @@ struct dl__backend {
        first (DL__B_RELU_GRAD's), and gm (or NULL; with ry) gets that masked g
        too (the residual's gradient); sdb (or NULL; L 1, no gm, where
        colsum_fused says so) gets dx summed over the rows as the reduce
-       entry would add them (the bias gradient of the Linear that made x).
+       entry would add them (the bias gradient of the Linear that made x);
+       with L > 1 (where the backend has chan_sum) sdb gets dx summed over
+       N and L as chan_sum would add it (the convolution's bias gradient).
        Layer norm
        over the rows of x (rows, cols) likewise, with w, b of size cols. */
     void (*bn_stats)(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
@@ -4250,12 +4252,13 @@ struct dl__backend {
        max pool of x (N, C, H, W), H and W even. bn_pool: yp (N, C, H/2,
        W/2) = max_pool of bn_apply's ReLU'd y, idx (or NULL) its indices, as
        max_pool's; bn_pool_bwd: bn_backward of g (yp's gradient) taken
-       through the unpool at idx and the ReLU's mask of yp: those ops' bits */
+       through the unpool at idx and the ReLU's mask of yp: those ops' bits
+       (sdb: bn_backward's, L = H W) */
     void (*bn_pool)(dl__dev *d, float *yp, int64_t *idx, const float *x, const float *mean, const float *invstd,
                     const float *w, const float *b, int64_t N, int64_t C, int64_t H, int64_t W);
     void (*bn_pool_bwd)(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                         const float *mean, const float *invstd, const float *w, int64_t N, int64_t C, int64_t H,
-                        int64_t W, bool train, const float *yp, const int64_t *idx);
+                        int64_t W, bool train, const float *yp, const int64_t *idx, float *sdb);
     /* optional (NULL: copy, then the unary entry twice): eval-mode batch
        norm's mean = rm and invstd = (rv + eps)^-0.5 over C channels in one
        pass, with DL__U_AFFINE (1, eps) then DL__U_POW (-0.5)'s bits */
@@ -12678,7 +12681,10 @@ static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0};
    reaches it (dl_backward checks; else it sums as ever): the same bits,
    one launch fewer. The class losses' backward (a Linear, then cross
    entropy: the MLP's, LeNet's steps) and batch norm's over (N, C) (a
-   Linear, then BatchNorm1d: LeNet-BN's) do. */
+   Linear, then BatchNorm1d: LeNet-BN's) do. x (N, C, ...): the bias of
+   the dl_conv that made x (dl__conv_bias_of): batch norm's backward
+   over (N, C, L) (a convolution, then BatchNorm2d: LeNet-BN's two). */
+static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db);
 static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
 {
     dl__node *a = x->node_;
@@ -12686,6 +12692,7 @@ static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **
     dl_tensor *b;
     *p = NULL;
     *db = NULL;
+    if (x->ndim >= 3) return dl__conv_bias_of(x, op, p, db);
     if (!a || a->op != &dl__op_add || a->out != x || a->released || a->id >= ctx->ntape || ctx->tape[a->id] != a ||
         x->ndim != 2 || (a->cutin && a->cutin[1]) || !DL__BE(x)->colsum_fused ||
         !DL__BE(x)->colsum_fused(x->shape[0], x->shape[1]))
@@ -13917,13 +13924,15 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
     if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
     if (dl__need(n, 2) && !(db = dl__like("dl_batch_norm", n->in[2]))) return DL_ERR_OOM;
-    if (dx && dx->numel && !pool && !gm && !dl__bias_of(x, "dl_batch_norm", &p, &sdb)) return DL_ERR_OOM;
+    if (dx && dx->numel && (x->ndim > 2 || (!pool && !gm)) && !dl__bias_of(x, "dl_batch_norm", &p, &sdb))
+        return DL_ERR_OOM;
     if (pool)
         DL__BE(x)->bn_pool_bwd(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
                                db ? (float *)db->data : NULL, (const float *)g->data, (const float *)x->data,
                                (const float *)n->saved[0]->data, (const float *)n->saved[1]->data,
                                w ? (const float *)w->data : NULL, N, C, x->shape[2], x->shape[3], n->i[0] != 0,
-                               (const float *)n->out->data, (const int64_t *)n->saved[2]->data);
+                               (const float *)n->out->data, (const int64_t *)n->saved[2]->data,
+                               sdb ? (float *)sdb->data : NULL);
     else
         DL__BE(x)->bn_backward(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
                                db ? (float *)db->data : NULL, (const float *)g->data,
@@ -14980,7 +14989,7 @@ static dl_result dl__conv_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     dl__cparam_load(n, w->ndim - 2, &cp);
     if (dl__need(n, 0)) gin[0] = dl__convT_run(g, w, NULL, &cp, a->shape + 2);
     if (dl__need(n, 1)) gin[1] = dl__convW_run(a, g, &cp, w->shape + 2);
-    if (dl__need(n, 2)) gin[2] = dl__bias_grad(g);
+    if (dl__need(n, 2)) gin[2] = n->bgrad ? n->bgrad : dl__bias_grad(g);   /* (dl__conv_bias_of) */
     return DL_OK;
 }
 /* a = convT(b, w) + bias;  db = conv(g, w), dw = convW(g, b), dbias = sum(g) */
@@ -15046,6 +15055,26 @@ static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
+
+/* dl__bias_of for x (N, C, ...) made by dl_conv with a bias that needs a
+   gradient, N and the spatial size L above 1, where the backend has
+   chan_sum: the reduce of dl__conv_bwd's dl__bias_grad then, whose sum
+   bn_backward's sdb adds as it makes dx */
+static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
+{
+    dl__node *a = x->node_;
+    dl_ctx *ctx = x->ctx_;
+    dl_tensor *b;
+    if (!a || a->op != &dl__op_conv || a->out != x || a->released || a->id >= ctx->ntape || ctx->tape[a->id] != a ||
+        a->nin < 3 || (a->cutin && a->cutin[2]) || !DL__BE(x)->chan_sum || x->shape[0] <= 1 || !x->numel ||
+        x->numel / (x->shape[0] * x->shape[1]) <= 1)
+        return true;
+    b = a->in[2];
+    if (!b || !b->requires_grad || b->ndim != 1 || b->shape[0] != x->shape[1]) return true;
+    if (!(*db = dl__new(x->dev_, op, 1, &b->shape[0]))) return false;
+    *p = a;
+    return true;
+}
 static const dl__op dl__op_conv_act = {"dl_conv", dl__conv_act_bwd, DL__RD_OUT, 3};
 static const dl__op dl__op_conv_act_pool = {"dl_conv", dl__conv_act_bwd, 0, 3};   /* reads saved[0] */
 static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd, 0, 3};

@@ -4562,7 +4562,12 @@ struct dl__cuf_ln_dwb {
    the CPU's by the double sums' rounding, about 1e-16 relative, before
    they are rounded to float: almost always the same floats.
    Apply and dx are one pass each, a thread per element (32-bit indices
-   when the sizes allow), with per-channel coefficients from pass 2. */
+   when the sizes allow), with per-channel coefficients from pass 2. Where
+   the backward's dx is also to be summed per channel (the bias gradient of
+   the convolution that made x: dl__conv_bias_of), the dx pass is passes 1
+   and 2 of that sum instead (dl__cu_bn_dx_sums_run), each element computed,
+   written and added as it is read: the bits of the dx pass, then of the
+   convolution's own sum over it, in one launch and one read fewer. */
 #ifndef DL__CU_BN_BLOCKS
 #define DL__CU_BN_BLOCKS 512
 #endif
@@ -4579,6 +4584,82 @@ static DL__HD inline float dl__cu_maxadj(const float *g, const float *yp, const 
     return ix[p] == (int64_t)l ? dl__cu_bin<DL__B_RELU_GRAD>(dl__cu_fadd(0.0f, g[p]), yp[p]) : 0.0f;
 }
 
+/* n / d for 0 <= n < 2^31 by a multiply-high and a shift (Granlund and
+   Montgomery's round-up method, PyTorch's IntDivider): s = ceil(log2 d),
+   m = 2^32 (2^s - d) / d + 1, n / d = (umulhi(n, m) + n) >> s. Instead of
+   the 20-odd instructions of a 32-bit division in a kernel that moves 8 to
+   16 bytes an element. */
+struct dl__cu_div {
+    uint32_t d, m, s;
+    void init(uint32_t d_)
+    {
+        d = d_ ? d_ : 1;
+        for (s = 0; s < 32 && ((uint64_t)1 << s) < d; s++) {}
+        m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << s) - d)) / d + 1);
+    }
+    DL__HD uint32_t div(uint32_t n) const
+    {
+#ifdef __CUDA_ARCH__
+        return (__umulhi(n, m) + n) >> s;
+#else
+        return (uint32_t)((((uint64_t)n * m) >> 32) + n) >> s;
+#endif
+    }
+};
+
+/* the channel (e / L) % C of element e of x (N, C, L): by dl__cu_div with
+   32-bit indices, by division with 64-bit ones */
+template <typename I> struct dl__cu_chan;
+template <> struct dl__cu_chan<int32_t> {
+    dl__cu_div L, C;
+    void init(int64_t C_, int64_t L_) { C.init((uint32_t)C_); L.init((uint32_t)L_); }
+    DL__HD int32_t of(int32_t e) const
+    {
+        uint32_t t = L.div((uint32_t)e);
+        return (int32_t)(t - C.div(t) * C.d);
+    }
+};
+template <> struct dl__cu_chan<int64_t> {
+    int64_t C, L;
+    void init(int64_t C_, int64_t L_) { C = C_; L = L_; }
+    DL__HD int64_t of(int64_t e) const { return (e / L) % C; }
+};
+
+/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0
+   (dl__bn_dx_task); gm: the masked g written there too (no pass 1 ran);
+   pix: g through a max pool's adjoint and the ReLU (dl__cu_maxadj; ry the
+   pool's output, L = pw H) */
+template <typename I>
+struct dl__cuf_bn_dx {
+    float *dx, *gm; const float *g, *x, *mean, *invstd, *w, *coef, *ry; const int64_t *pix; I L, pw;
+    dl__cu_chan<I> ch;
+    DL__HD void operator()(I e) const
+    {
+        float ge, v = val(e, &ge);
+        if (gm) gm[e] = ge;
+        if (dx) dx[e] = v;
+    }
+    DL__HD float val(I e) const
+    {
+        float ge;
+        return val(e, &ge);
+    }
+    /* element e's dx, and in *gep its masked g */
+    DL__HD float val(I e, float *gep) const { return at(e, ch.of(e), pix ? e / L : 0, gep); }
+    /* the same of element e of channel c in plane q = e / L (with pix) */
+    DL__HD float at(I e, I c, I q, float *gep) const
+    {
+        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
+        float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
+        /* eval (no coef): no xhat term, so an inf or NaN x still gets k g */
+        float xh = coef ? dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb) : 0.0f;
+        float ge = pix ? dl__cu_maxadj<I>(g + q * (L / 4), ry + q * (L / 4), pix + q * (L / 4), e - q * L, pw)
+                   : ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
+        *gep = ge;
+        return dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
+    }
+};
+
 /* thread t (of G) of pass-1 job j = c S + s: its two sums over chunk s of
    channel c (ST: statistics, else the backward's), elements in order */
 template <bool ST, typename I>
@@ -4589,6 +4670,9 @@ struct dl__cu_bnpart {
     I pw;   /* > 0 (with ry): g is a 2x2 average pool's gradient (N, C, L/4), rows of width pw */
     const int64_t *pix;   /* with pw and ry: the pool is a max pool, these its indices (N, C, L/4),
                              ry its output (dl__cu_maxadj) */
+    bool dxm;              /* (not ST, no x, g, ry): the sums of batch norm's dx, dxr.at of each element,
+                              which it writes (and dxr.gm) as it reads them: dl__cu_bn_dx_sums */
+    dl__cuf_bn_dx<I> dxr;
     /* g at element (n, l) of channel c's gc: itself, or with pw the pool's
        adjoint there, 0 + g / 4 (dl__cuf_avgpool_adj's one window) */
     DL__HD float gat(const float *gc, I n, I l, I CL) const
@@ -4603,7 +4687,7 @@ struct dl__cu_bnpart {
         I c = j / S, s = j - c * S, q = M / S, r = M - q * S;
         I lo = s * q + (s < r ? s : r), hi = lo + q + (s < r ? 1 : 0), k = lo + t, n, l, CL = C * L;
         I gq = G / L, gr = G - gq * L;   /* k += G is (n, l) += (gq, gr), then one carry: no division */
-        const float *xc = x ? x + c * L : NULL, *gc = ST ? NULL : g + c * (pw ? L / 4 : L);
+        const float *xc = x ? x + c * L : NULL, *gc = ST || !g ? NULL : g + c * (pw ? L / 4 : L);
         const float *rc = ST || !ry ? NULL : ry + c * (pix ? L / 4 : L);
         const int64_t *ic = ST || !pix ? NULL : pix + c * (L / 4);
         float *mc = ST || !rc || !gm ? NULL : gm + c * L;
@@ -4619,7 +4703,12 @@ struct dl__cu_bnpart {
             for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
                 I at = n * CL + l;
                 xv[u] = ST || xc ? xc[at] : 0.0f;
-                if (!ST) {
+                if (!ST && dxm) {   /* element at + c L, in plane n C + c */
+                    float ge;
+                    gv[u] = dxr.at(at + c * L, c, n * C + c, &ge);
+                    if (dxr.gm) dxr.gm[at + c * L] = ge;
+                    if (dxr.dx) dxr.dx[at + c * L] = gv[u];
+                } else if (!ST) {
                     I pq = n * (CL / 4);   /* (with ic: the pooled plane's start) */
                     gv[u] = ic ? dl__cu_maxadj<I>(gc + pq, rc + pq, ic + pq, l, pw)
                             : rc ? dl__cu_actg(act, gat(gc, n, l, CL), rc[at]) : gc[at];
@@ -4729,13 +4818,15 @@ struct dl__cuh_bnpart {
 template <bool ST, typename I, typename F>
 static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
                                const float *ry, float *gm, int act, int64_t pw, const int64_t *pix, int64_t C,
-                               int64_t L, int64_t M, int64_t S, const F &fin)
+                               int64_t L, int64_t M, int64_t S, const F &fin, const dl__cuf_bn_dx<I> *dxr = NULL)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
     I jobs = (I)(C * S);
     p.x = x; p.g = g; p.mean = mean; p.ry = ry; p.gm = gm; p.act = act; p.pw = (I)pw; p.pix = pix;
     p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
+    p.dxm = dxr != NULL;
+    p.dxr = dxr ? *dxr : dl__cuf_bn_dx<I>();
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
         dl__cuh_bnpart<ST, I, F> f;
         f.p = p; f.jobs = jobs; f.part = part; f.fin = fin; f.C = C;
@@ -4744,7 +4835,8 @@ static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const f
     }
     dl__cu_go(m, dl__cu_bn_pass1<ST, I, F>, dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, p, jobs, part, fin, C,
               m->ticket);
-    dl__cu_launched(d, ST ? "bn_stats" : x ? "bn_backward sums" : "channel sums");
+    dl__cu_launched(d, ST ? "bn_stats" : x ? "bn_backward sums" : dxr ? "bn_backward dx + channel sums"
+                                                                      : "channel sums");
 }
 
 /* chunks per channel: C S >= DL__CU_BN_BLOCKS, at most M (a chunk has an element) */
@@ -4822,47 +4914,6 @@ struct dl__cuf_bn_sfin {
     }
 };
 
-/* n / d for 0 <= n < 2^31 by a multiply-high and a shift (Granlund and
-   Montgomery's round-up method, PyTorch's IntDivider): s = ceil(log2 d),
-   m = 2^32 (2^s - d) / d + 1, n / d = (umulhi(n, m) + n) >> s. Instead of
-   the 20-odd instructions of a 32-bit division in a kernel that moves 8 to
-   16 bytes an element. */
-struct dl__cu_div {
-    uint32_t d, m, s;
-    void init(uint32_t d_)
-    {
-        d = d_ ? d_ : 1;
-        for (s = 0; s < 32 && ((uint64_t)1 << s) < d; s++) {}
-        m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << s) - d)) / d + 1);
-    }
-    DL__HD uint32_t div(uint32_t n) const
-    {
-#ifdef __CUDA_ARCH__
-        return (__umulhi(n, m) + n) >> s;
-#else
-        return (uint32_t)((((uint64_t)n * m) >> 32) + n) >> s;
-#endif
-    }
-};
-
-/* the channel (e / L) % C of element e of x (N, C, L): by dl__cu_div with
-   32-bit indices, by division with 64-bit ones */
-template <typename I> struct dl__cu_chan;
-template <> struct dl__cu_chan<int32_t> {
-    dl__cu_div L, C;
-    void init(int64_t C_, int64_t L_) { C.init((uint32_t)C_); L.init((uint32_t)L_); }
-    DL__HD int32_t of(int32_t e) const
-    {
-        uint32_t t = L.div((uint32_t)e);
-        return (int32_t)(t - C.div(t) * C.d);
-    }
-};
-template <> struct dl__cu_chan<int64_t> {
-    int64_t C, L;
-    void init(int64_t C_, int64_t L_) { C = C_; L = L_; }
-    DL__HD int64_t of(int64_t e) const { return (e / L) % C; }
-};
-
 /* value v of channel c normalized: v sc + sh, sc = invstd w, sh = b - mean sc
    (dl__bn_apply_task's roundings) */
 template <typename I>
@@ -4910,40 +4961,6 @@ struct dl__cuf_bn_pool {
         }
         yp[e] = m;
         if (idx) idx[e] = best;
-    }
-};
-
-/* dx = k (g - a - xhat bb), k = w invstd, (a, bb) = coef (train) or 0
-   (dl__bn_dx_task); gm: the masked g written there too (no pass 1 ran);
-   pix: g through a max pool's adjoint and the ReLU (dl__cu_maxadj; ry the
-   pool's output, L = pw H) */
-template <typename I>
-struct dl__cuf_bn_dx {
-    float *dx, *gm; const float *g, *x, *mean, *invstd, *w, *coef, *ry; const int64_t *pix; I L, pw;
-    dl__cu_chan<I> ch;
-    DL__HD void operator()(I e) const
-    {
-        float ge, v = val(e, &ge);
-        if (gm) gm[e] = ge;
-        if (dx) dx[e] = v;
-    }
-    DL__HD float val(I e) const
-    {
-        float ge;
-        return val(e, &ge);
-    }
-    /* element e's dx, and in *gep its masked g */
-    DL__HD float val(I e, float *gep) const
-    {
-        I c = ch.of(e), q = pix ? e / L : 0;
-        float is = invstd[c], wc = w ? w[c] : 1.0f, m = mean[c], k = dl__cu_fmul(is, wc);
-        float a = coef ? coef[2 * c] : 0.0f, bb = coef ? coef[2 * c + 1] : 0.0f;
-        /* eval (no coef): no xhat term, so an inf or NaN x still gets k g */
-        float xh = coef ? dl__cu_fmul(dl__cu_fmul(dl__cu_fsub(x[e], m), is), bb) : 0.0f;
-        float ge = pix ? dl__cu_maxadj<I>(g + q * (L / 4), ry + q * (L / 4), pix + q * (L / 4), e - q * L, pw)
-                   : ry && ry[e] <= 0 ? 0.0f : g[e];   /* a fused ReLU's mask (DL__B_RELU_GRAD) */
-        *gep = ge;
-        return dl__cu_fmul(k, dl__cu_fsub(dl__cu_fsub(ge, a), xh));
     }
 };
 
@@ -5056,6 +5073,28 @@ static void dl__cu_bn_dx_run(dl__dev *d, float *dx, float *gm, const float *g, c
     dl__cu_run<I>(d, dx ? "bn_backward dx" : "bn_backward mask", n, f);
 }
 
+/* dx (N, C, L > 1) as dl__cu_bn_dx_run's, in a pass that also adds it up
+   per channel into sdb: dl__cu_chan_sum's pass over that dx (the same
+   chunks S, threads and trees, the bits of the reduce after it) where each
+   element is computed, written and added, in one launch; part: (C S, 2)
+   doubles of scratch (pass 1's, whose values its launch has used) */
+template <typename I>
+static void dl__cu_bn_dx_sums_run(dl__dev *d, double *part, int64_t S, float *dx, float *gm, const float *g,
+                                  const float *x, const float *mean, const float *invstd, const float *w,
+                                  const float *coef, const float *ry, const int64_t *pix, int64_t pw, int64_t N,
+                                  int64_t C, int64_t L, float *sdb)
+{
+    dl__cuf_bn_dx<I> f;
+    dl__cuf_bn_sfin fin;
+    f.dx = dx; f.gm = gm; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
+    f.pix = pix; f.L = (I)L; f.pw = (I)pw;
+    f.ch.init(C, L);
+    fin.dw = NULL; fin.db = sdb; fin.coef = NULL; fin.part = part; fin.invstd = NULL; fin.S = S;
+    fin.M = (double)(N * L);
+    dl__cu_bn_pass_run<false, I, dl__cuf_bn_sfin>(d, part, NULL, NULL, NULL, NULL, NULL, -1, 0, NULL, C, L, N * L, S,
+                                                  fin, &f);
+}
+
 /* gm (with ry): the masked g, written by pass 1 where it runs (the dx pass
    then reads it in place of g and ry), else by the dx pass, else by a pass
    of its own. pix (with ry, no gm): g and ry are a 2x2 max pool's gradient
@@ -5066,10 +5105,12 @@ static void dl__cu_bn_bwd_go(dl__dev *d, float *dx, float *dw, float *db, const 
                              float *sdb)
 {
     float *coef = NULL;
-    int64_t n = N * C * L;
+    double *part = NULL;
+    int64_t n = N * C * L, S = 1;
     dl__cu_enter(d);
     dx = dx ? DL__CUP(d, dx) : NULL; dw = dw ? DL__CUP(d, dw) : NULL; db = db ? DL__CUP(d, db) : NULL;
-    sdb = dx && sdb && L == 1 && !pix && !(ry && gm) ? DL__CUP(d, sdb) : NULL;   /* (the caller's rule) */
+    /* (the caller's rule: L 1, the columns; L > 1, the channels) */
+    sdb = dx && sdb && (L > 1 || (!pix && !(ry && gm))) ? DL__CUP(d, sdb) : NULL;
     g = DL__CUP(d, g); x = DL__CUP(d, x); mean = DL__CUP(d, mean); invstd = DL__CUP(d, invstd);
     w = w ? DL__CUP(d, w) : NULL;
     ry = ry ? DL__CUP(d, ry) : NULL;
@@ -5079,8 +5120,7 @@ static void dl__cu_bn_bwd_go(dl__dev *d, float *dx, float *dw, float *db, const 
     if (C <= 0) return;
     if (dw || db || (dx && train)) {
         dl__cuf_bn_sfin f;
-        int64_t S = 1;
-        double *part = dl__cu_bn_scratch(d, n > 0 ? N : 1, C, n > 0 ? L : 1, &S, sizeof(float) * (size_t)(2 * C));
+        part = dl__cu_bn_scratch(d, n > 0 ? N : 1, C, n > 0 ? L : 1, &S, sizeof(float) * (size_t)(2 * C));
         if (!part) return;
         if (dx && train) coef = (float *)(part + 2 * C * S);
         f.dw = dw; f.db = db; f.coef = coef; f.part = part; f.invstd = invstd; f.S = S; f.M = (double)(N * L);
@@ -5096,7 +5136,12 @@ static void dl__cu_bn_bwd_go(dl__dev *d, float *dx, float *dw, float *db, const 
             dl__cu_run<int64_t>(d, "bn_backward sums", C, f);
         }
     }
-    if ((dx || gm) && L > 0 && n > 0) {
+    if (sdb && L > 1 && n > 0) {   /* dx and the channels' sums (pass 1's scratch, its S: the same split) */
+        if (!part && !(part = dl__cu_bn_scratch(d, N, C, L, &S, 0))) return;
+        if (dl__cu_small(n + 4 * DL__CU_THREADS * C) && dl__cu_small(C * S))   /* (dl__cu_bn_pass's rule) */
+            dl__cu_bn_dx_sums_run<int32_t>(d, part, S, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, N, C, L, sdb);
+        else dl__cu_bn_dx_sums_run<int64_t>(d, part, S, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, N, C, L, sdb);
+    } else if ((dx || gm) && L > 0 && n > 0) {
         if (dl__cu_small(n)) dl__cu_bn_dx_run<int32_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L, sdb);
         else dl__cu_bn_dx_run<int64_t>(d, dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, n, C, L, sdb);
     }
@@ -5111,9 +5156,9 @@ static void dl__cu_bn_backward(dl__dev *d, float *dx, float *dw, float *db, cons
 
 static void dl__cu_bn_pool_bwd(dl__dev *d, float *dx, float *dw, float *db, const float *g, const float *x,
                                const float *mean, const float *invstd, const float *w, int64_t N, int64_t C,
-                               int64_t H, int64_t W, bool train, const float *yp, const int64_t *idx)
+                               int64_t H, int64_t W, bool train, const float *yp, const int64_t *idx, float *sdb)
 {
-    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, H * W, train, yp, NULL, idx, W, NULL);
+    dl__cu_bn_bwd_go(d, dx, dw, db, g, x, mean, invstd, w, N, C, H * W, train, yp, NULL, idx, W, sdb);
 }
 
 /* A Linear's bias and activation (dl__backend.bias_act): y = act(x + b[c])

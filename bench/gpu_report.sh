@@ -241,7 +241,7 @@ step 13 "compute-sanitizer: $SANTOOLS of the block kernels (test_cuda --only)" \
      for t in $SANTOOLS; do
          echo \"## \$t\"
          timeout $SANLIMIT compute-sanitizer --tool \$t --error-exitcode 3 --print-limit 20 build/cuda/test_cuda -q \
-             --only conv_tiles,conv_tiles_fn,colsum,chan_sum,fused_ce,ce_bias,bn_bias,bn_relu_pool,bn_add_relu \
+             --only conv_tiles,conv_tiles_fn,colsum,chan_sum,fused_ce,ce_bias,bn_bias,conv_bn_bias,bn_relu_pool,bn_add_relu \
              >$OUTDIR/sanitizer-\$t.txt 2>&1
          rc=\$?
          grep -E 'passed|FAIL|ERROR SUMMARY|RACECHECK SUMMARY|Error|error|hazard|Invalid' $OUTDIR/sanitizer-\$t.txt | head -n 30

@@ -1664,6 +1664,88 @@ static void test_bn_bias(void)
     dl_set_device(C, dl_cpu());
 }
 
+typedef struct { dl_module *conv, *tail; dl_tensor *x, *r, *gw; bool joined; } conv_bn_case;
+static dl_tensor *conv_bn_fwd(void *u, bool fused)
+{
+    conv_bn_case *e = (conv_bn_case *)u;
+    dl_tensor *z = dl_module_forward(e->conv, e->x), *y;
+    /* z * 1 between: batch norm's input is no convolution's, so the conv sums its own bias gradient */
+    dl_tensor *b = fused ? z : dl_mul_scalar(z, 1.0f);
+    y = dl_mul(e->r ? dl_module_forward_add_relu(e->tail, b, e->r) : dl_module_forward(e->tail, b), e->gw);
+    return e->joined ? dl_add(dl_sum(y, DL_ALL, false), dl_mul_scalar(dl_sum(dl_mul(z, z), DL_ALL, false), 0.25f)) : y;
+}
+
+/* A convolution (with a bias), then BatchNorm2d (and ReLU, a max pool, a
+   residual): batch norm's dx launch adds dx up per channel into the
+   convolution's bias gradient too (dl__conv_bias_of), the launch of that
+   sum fewer, with the same bits (forward and dl_grad of x, weight, bias and
+   batch norm's weight; then dl_backward's bias->grad), in training and eval
+   mode; none fewer with one sample, a 1x1 output, or another gradient
+   joined at the convolution's output */
+static void test_conv_bn_bias(void)
+{
+    /* N, in, out, H, kernel, variant (0 BN, 1 + ReLU, 2 + ReLU + max pool, 3 + r then ReLU), training,
+       joined, fewer (the z * 1 of the unfused ops: one launch; the sum: one) */
+    static const int cs[9][9] = {{8, 1, 6, 28, 5, 2, 1, 0, 2}, {5, 6, 16, 12, 5, 2, 1, 0, 2},
+                                 {4, 3, 8, 9, 3, 0, 1, 0, 2},  {4, 3, 8, 9, 3, 1, 0, 0, 2},
+                                 {3, 4, 5, 7, 3, 3, 1, 0, 2},  {3, 4, 5, 8, 3, 2, 0, 0, 2},
+                                 {1, 3, 4, 6, 3, 0, 1, 0, 1},  {6, 2, 4, 1, 3, 1, 1, 0, 1},
+                                 {4, 3, 8, 9, 3, 1, 1, 1, 1}};
+    static const char *const names[5] = {"output", "x's gradient", "weight's gradient", "bias's gradient",
+                                         "batch norm's weight's gradient"};
+    int c, k;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 9; c++) {
+        const int *q = cs[c];
+        int64_t Ho = q[3] - (q[4] == 5 ? 4 : 0);
+        dl_conv_desc cd = dl_conv_desc_make(1, q[4] == 5 ? 0 : 1, 1, 1);
+        dl_pool_desc pd = dl_pool_desc_make(2, 0, 0, false, true);
+        dl_module *tail[3];
+        const dl_named_tensor *ps, *pb;
+        dl_tensor *in[4];
+        float *gb[2];
+        conv_bn_case u;
+        memset(&u, 0, sizeof u);
+        u.conv = dl_nn_conv2d(C, q[1], q[2], q[4], &cd, true);
+        tail[0] = dl_nn_batch_norm2d(C, q[2]);
+        tail[1] = dl_nn_relu(C);
+        tail[2] = dl_nn_max_pool2d(C, &pd);
+        u.tail = q[5] == 3 ? tail[0] : dl_nn_sequential(C, q[5] + 1, tail);
+        dl_module_train(u.conv, q[6] != 0);
+        dl_module_train(u.tail, q[6] != 0);
+        if (!q[6]) {   /* running statistics away from 0 and 1 */
+            dl_no_grad_begin(C);
+            dl_module_forward(tail[0], dl_mul_scalar(dl_randn(C, DL_SHAPE(4, q[2], 3, 3)), 1.5f));
+            dl_no_grad_end(C);
+        }
+        u.x = dl_keep(dl_requires_grad(dl_randn(C, DL_SHAPE(q[0], q[1], q[3], q[3])), true));
+        u.r = q[5] == 3 ? dl_keep(dl_randn(C, DL_SHAPE(q[0], q[2], Ho, Ho))) : NULL;
+        u.gw = dl_keep(dl_randn(C, DL_SHAPE(q[0], q[2], q[5] == 2 ? Ho / 2 : Ho, q[5] == 2 ? Ho / 2 : Ho)));
+        u.joined = q[7] != 0;
+        dl_module_named_parameters(u.conv, &ps);
+        dl_module_named_parameters(tail[0], &pb);
+        in[0] = u.x; in[1] = ps[0].t; in[2] = ps[1].t; in[3] = pb[0].t;
+        fused_check("conv+batch_norm2d", c, conv_bn_fwd, &u, 4, in, names, (size_t)q[8]);
+        for (k = 0; k < 2; k++) {   /* dl_backward: the bias's ->grad */
+            dl_tensor *y = conv_bn_fwd(&u, k == 1);
+            gb[k] = (float *)calloc((size_t)q[2], sizeof(float));
+            CHECK(y && dl_backward(dl_sum(y, DL_ALL, false)) == DL_OK && ps[1].t->grad &&
+                      dl_read(ps[1].t->grad, gb[k], q[2]) == DL_OK,
+                  "conv+batch_norm2d case %d: dl_backward: %s", c, dl_error_message(C));
+            dl_module_zero_grad(u.conv);
+            dl_module_zero_grad(u.tail);
+            dl_step_end(C);
+        }
+        CHECK(memcmp(gb[0], gb[1], sizeof(float) * (size_t)q[2]) == 0, "conv+batch_norm2d case %d: dl_backward's "
+              "bias->grad: the unfused ops' bits", c);
+        free(gb[0]); free(gb[1]);
+        dl_free(u.x); dl_free(u.gw);
+        if (u.r) dl_free(u.r);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 /* The in-order column sums on a GPU (dl__cu_colsum: staged through shared
    memory where a column has 32+ rows, a thread per column below): dl_sum
    over dim 0 and a Linear's bias + activation backward (bias_act_bwd)
@@ -2236,7 +2318,8 @@ static const struct { const char *name; void (*fn)(void); } g_groups[] = {
     {"grad_accum", test_grad_accum}, {"fused_ce", test_fused_ce}, {"ce_seed", test_ce_seed},
     {"chan_sum", test_chan_sum}, {"bn_add_relu", test_bn_add_relu}, {"bn_relu_pool", test_bn_relu_pool},
     {"bn_eval", test_bn_eval}, {"linear_act", test_linear_act}, {"ce_bias", test_ce_bias},
-    {"bn_bias", test_bn_bias}, {"colsum", test_colsum},
+    {"bn_bias", test_bn_bias}, {"conv_bn_bias", test_conv_bn_bias},
+    {"colsum", test_colsum},
     {"conv_act", test_conv_act}, {"conv_tiles", test_conv_tiles}, {"conv_tiles_fn", test_conv_tiles_fn},
     {"memory", test_memory}, {"summary_queue", test_summary_queue}};
 
