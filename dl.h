@@ -4269,6 +4269,12 @@ struct dl__backend {
        launch (a consumer's backward makes its Linear's bias gradient,
        dl__bias_of) */
     bool (*colsum_fused)(int64_t rows, int64_t cols);
+    /* optional (NULL: dl_add, then bn_stats): bn_stats of z = x + xb[c]
+       for x (N, C), xb (C), z written (each element x + xb[c], the binary
+       add's rounding) by the pass that reads x for the statistics: a
+       Linear's bias add in batch norm's launch (dl__seq_fwd) */
+    void (*bn_stats_add)(dl__dev *d, float *mean, float *invstd, float *var, float *z, const float *x,
+                         const float *xb, int64_t N, int64_t C, float eps, const dl__bn_running *rs);
 };
 
 /* the backend of a tensor's device */
@@ -9280,6 +9286,10 @@ static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__bn_args *u = (const dl__bn_args *)arg;
     int64_t c0, n;
+    if (u->N == 0 || u->L == 0) {   /* an empty batch (eval): sums of nothing */
+        for (c0 = lo; c0 < hi; c0++) dl__bn_sums_fin(u, c0, 0.0, 0.0);
+        return;
+    }
     if (u->L < 32) {
         dl__bn_sums_short(u, lo, hi);
         return;
@@ -9518,7 +9528,8 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* conv_act: likewise */
     NULL, NULL,               /* bn_pool*: the CPU pools before its ReLU (dl__seq_fwd) */
     NULL,                     /* bn_eval: three calls (C values) */
-    NULL                      /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
+    NULL,                     /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
+    NULL                      /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -10408,6 +10419,7 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL,
     NULL,
     NULL, NULL,
+    NULL,
     NULL,
     NULL
 };
@@ -12681,10 +12693,9 @@ static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0};
    reaches it (dl_backward checks; else it sums as ever): the same bits,
    one launch fewer. The class losses' backward (a Linear, then cross
    entropy: the MLP's, LeNet's steps) and batch norm's over (N, C) (a
-   Linear, then BatchNorm1d: LeNet-BN's) do. x (N, C, ...): the bias of
-   the dl_conv that made x (dl__conv_bias_of): batch norm's backward
-   over (N, C, L) (a convolution, then BatchNorm2d: LeNet-BN's two). */
-static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db);
+   Linear, then BatchNorm1d: LeNet-BN's) do. (Batch norm's backward over
+   (N, C, L > 1) takes the bias of the dl_conv that made x likewise:
+   dl__conv_bias_of.) */
 static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
 {
     dl__node *a = x->node_;
@@ -12692,7 +12703,6 @@ static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **
     dl_tensor *b;
     *p = NULL;
     *db = NULL;
-    if (x->ndim >= 3) return dl__conv_bias_of(x, op, p, db);
     if (!a || a->op != &dl__op_add || a->out != x || a->released || a->id >= ctx->ntape || ctx->tape[a->id] != a ||
         x->ndim != 2 || (a->cutin && a->cutin[1]) || !DL__BE(x)->colsum_fused ||
         !DL__BE(x)->colsum_fused(x->shape[0], x->shape[1]))
@@ -13892,6 +13902,7 @@ static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
+static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db);
 static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape, dl_tensor *x);
 static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};   /* + ReLU: reads its output */
@@ -13924,7 +13935,9 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 0) && !(dx = dl__like("dl_batch_norm", x))) return DL_ERR_OOM;
     if (dl__need(n, 1) && !(dw = dl__like("dl_batch_norm", w))) return DL_ERR_OOM;
     if (dl__need(n, 2) && !(db = dl__like("dl_batch_norm", n->in[2]))) return DL_ERR_OOM;
-    if (dx && dx->numel && (x->ndim > 2 || (!pool && !gm)) && !dl__bias_of(x, "dl_batch_norm", &p, &sdb))
+    if (dx && dx->numel &&
+        !(x->ndim > 2 ? dl__conv_bias_of(x, "dl_batch_norm", &p, &sdb)
+                      : pool || gm || dl__bias_of(x, "dl_batch_norm", &p, &sdb)))
         return DL_ERR_OOM;
     if (pool)
         DL__BE(x)->bn_pool_bwd(x->dev_, dx ? (float *)dx->data : NULL, dw ? (float *)dw->data : NULL,
@@ -14022,15 +14035,22 @@ static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *
    relu, no r; checked by the caller, dl__seq_fwd: x (N, C, H, W), H and W
    even, the backend has bn_pool): then a 2x2, stride-2 max pool as one op
    too (a Sequential's BatchNorm2d, ReLU, MaxPool2d(2, 2) on a GPU) */
+/* lb (or NULL): x is a Linear's x w^T (N, C) and lb (C, checked by the
+   caller) its bias, whose add dl_add records; in training, where the
+   backend has bn_stats_add, its values made by the statistics' pass */
 static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *running_var,
                                  dl_tensor *weight, dl_tensor *bias, bool training, float momentum,
-                                 float eps, dl_tensor *nbt, bool relu, dl_tensor *r, bool pool)
+                                 float eps, dl_tensor *nbt, bool relu, dl_tensor *r, bool pool, dl_tensor *lb)
 {
     static const char *op = "dl_batch_norm";
     dl_ctx *ctx;
     dl_shape cs;
-    dl_tensor *y, *mean = NULL, *invstd = NULL, *var = NULL;
+    dl_tensor *y, *mean = NULL, *invstd = NULL, *var = NULL, *z = NULL;
     int64_t C, cnt;
+    if (x && lb && !(training && x->ndim == 2 && x->dev_->be->bn_stats_add && !r && !pool)) {
+        x = dl_add(x, lb);
+        lb = NULL;
+    }
     if (!x) return NULL;
     if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
     ctx = x->ctx_;
@@ -14101,7 +14121,7 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
                 !(idx = dl__make(d, op, DL_DTYPE_I64, 4, ps, false, NULL)))
                 return NULL;
         } else y = dl__like(op, x);
-        if (!mean || !invstd || !y) return NULL;
+        if (!mean || !invstd || !y || (lb && !(z = dl__like("dl_add", x)))) return NULL;
         if (training) {
             /* the running statistics r = (1-m) r + m stat in the same pass,
                in place, no history; var unbiased: * n/(n-1) */
@@ -14115,8 +14135,19 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
             rs.mom = momentum;
             rs.vmom = (float)((double)momentum * (double)cnt / (double)(cnt - 1));
             if (nbt && !rs.nbt) DL__BE(nbt)->add_i64(nbt->dev_, (int64_t *)nbt->data, 1);
-            d->be->bn_stats(d, (float *)mean->data, (float *)invstd->data, (float *)var->data,
-                            (const float *)x->data, N, C, L, eps, rs.rm || rs.nbt ? &rs : NULL);
+            if (z) {   /* z = x + lb in the statistics' pass, then dl_add's node and checks */
+                dl_tensor *in[2];
+                dl__node *an;
+                d->be->bn_stats_add(d, (float *)mean->data, (float *)invstd->data, (float *)var->data,
+                                    (float *)z->data, (const float *)x->data, (const float *)lb->data, N, C, eps,
+                                    rs.rm || rs.nbt ? &rs : NULL);
+                in[0] = x;
+                in[1] = lb;
+                if (dl__record(z, &dl__op_add, 2, in, &an) < 0 || !dl__check(z, "dl_add")) return NULL;
+                x = z;
+            } else
+                d->be->bn_stats(d, (float *)mean->data, (float *)invstd->data, (float *)var->data,
+                                (const float *)x->data, N, C, L, eps, rs.rm || rs.nbt ? &rs : NULL);
         } else if (d->be->bn_eval) {   /* (as below, one launch) */
             d->be->bn_eval(d, (float *)mean->data, (float *)invstd->data, (const float *)running_mean->data,
                            (const float *)running_var->data, C, eps);
@@ -14151,7 +14182,7 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor *runni
                          float eps)
 {
     return dl__batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, NULL, false, NULL,
-                          false);
+                          false, NULL);
 }
 
 dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
@@ -15056,10 +15087,11 @@ static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 }
 static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
 
-/* dl__bias_of for x (N, C, ...) made by dl_conv with a bias that needs a
-   gradient, N and the spatial size L above 1, where the backend has
-   chan_sum: the reduce of dl__conv_bwd's dl__bias_grad then, whose sum
-   bn_backward's sdb adds as it makes dx */
+/* dl__bias_of for batch norm's x (N, C, ...) made by dl_conv with a bias
+   that needs a gradient, N and the spatial size L above 1, where the
+   backend has chan_sum: the reduce of dl__conv_bwd's dl__bias_grad then,
+   whose sum bn_backward's sdb adds as it makes dx (bn_backward's alone:
+   class_loss_bwd's db is a Linear's, over the rows of (N, C)) */
 static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
 {
     dl__node *a = x->node_;
@@ -16191,7 +16223,7 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
 }
 
 static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x);
-static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r, bool pool);
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r, bool pool, dl_tensor *lb);
 
 static bool dl__linear_act_ok(dl_module *m, dl_tensor *x);
 static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act);
@@ -16202,7 +16234,7 @@ static dl_tensor *dl__convm_act(dl_module *m, dl_tensor *x, int act, bool *pool)
 dl_tensor *dl_module_forward_relu(dl_module *m, dl_tensor *x)
 {
     if (dl__mod_ok(m) && x && m->forward == dl__bnm_fwd && dl__valid(m->type, "x", x))
-        return dl__bnm_run(m, x, true, NULL, false);
+        return dl__bnm_run(m, x, true, NULL, false, NULL);
     if (dl__mod_ok(m) && dl__linear_act_ok(m, x)) return dl__linear_act(m, x, DL__U_RELU);
     if (dl__mod_ok(m) && dl__conv_act_ok(m, x)) return dl__convm_act(m, x, DL__U_RELU, NULL);
     return dl_relu(dl_module_forward(m, x));
@@ -16215,7 +16247,7 @@ dl_tensor *dl_module_forward_add_relu(dl_module *m, dl_tensor *x, dl_tensor *r)
         dl__valid(m->type, "r", r) && x->dtype == DL_DTYPE_F32 && r->dtype == DL_DTYPE_F32 &&
         r->ctx_ == x->ctx_ && r->dev_ == x->dev_ && r->ndim == x->ndim &&
         memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) == 0)
-        return dl__bnm_run(m, x, true, r, false);   /* one op; else as written, with its ops' errors */
+        return dl__bnm_run(m, x, true, r, false, NULL);   /* one op; else as written, with its ops' errors */
     return dl_relu(dl_add(dl_module_forward(m, x), r));
 }
 
@@ -16582,6 +16614,20 @@ static bool dl__linear_act_ok(dl_module *m, dl_tensor *x)
            s->w->dtype == DL_DTYPE_F32 && s->b->dtype == DL_DTYPE_F32;
 }
 
+/* a Linear with a bias, then BatchNorm1d in training, whose bias add x's
+   backend makes in batch norm's statistics pass (bn_stats_add): x float32
+   (N, in) on the parameters' device (dl__linear_act_ok's rules) */
+static bool dl__bnm_1d_training(const dl_module *m);
+static bool dl__linear_bn_ok(dl_module *m, dl_module *bn, dl_tensor *x)
+{
+    dl__linear *s;
+    if (!x || m->forward != dl__linear_fwd || !dl__bnm_1d_training(bn) || !dl__valid(m->type, "x", x)) return false;
+    s = (dl__linear *)m->state;
+    return s->b && DL__BE(x)->bn_stats_add && x->dtype == DL_DTYPE_F32 && x->ndim == 2 && x->shape[1] == s->in &&
+           s->w->dev_ == x->dev_ && s->b->dev_ == x->dev_ && s->w->dtype == DL_DTYPE_F32 &&
+           s->b->dtype == DL_DTYPE_F32;
+}
+
 /* act(x w^T + b): the GEMM (dl_linear without its bias), then the bias and
    the activation in one op */
 static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act)
@@ -16656,7 +16702,11 @@ static bool dl__is_pool2(const dl_module *m, int kind);
    the activation in the conv's launch, its backward in the bias sum's
    first pass (dl__conv_act_bwd); with a 2x2, stride-2 average pool after
    the activation (d2l's LeNet) and an even output, the pool in that
-   launch too, and its adjoint in that first pass. */
+   launch too, and its adjoint in that first pass. Linear then
+   BatchNorm1d in training (and ReLU), where the backend adds the bias in
+   batch norm's statistics pass (bn_stats_add: a GPU): the GEMM, then that
+   pass makes x w^T + b (recorded as dl_add's node) as it reads x w^T, one
+   launch and one read fewer. */
 static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
 {
     int i;
@@ -16666,13 +16716,19 @@ static dl_tensor *dl__seq_fwd(dl_module *m, dl_tensor *x)
             dl__is_pool2(m->cs[i + 2].m, 0) && dl__valid(c->type, "x", x) && DL__BE(x)->bn_pool &&
             x->dtype == DL_DTYPE_F32 && x->ndim == 4 && x->shape[2] > 0 && x->shape[3] > 0 &&
             x->shape[2] % 2 == 0 && x->shape[3] % 2 == 0) {   /* (an empty side: the pool's error) */
-            x = dl__bnm_run(c, x, true, NULL, true);
+            x = dl__bnm_run(c, x, true, NULL, true, NULL);
             i += 2;
         } else if (c->forward == dl__bnm_fwd && i + 1 < m->nc && m->cs[i + 1].m->forward == dl__relu_fwd &&
                    dl__valid(c->type, "x", x) &&
                    !(x->device.type == DL_DEVICE_CPU && i + 2 < m->nc && dl__is_max_pool(m->cs[i + 2].m))) {
-            x = dl__bnm_run(c, x, true, NULL, false);
+            x = dl__bnm_run(c, x, true, NULL, false, NULL);
             i++;
+        } else if (i + 1 < m->nc && dl__linear_bn_ok(c, m->cs[i + 1].m, x)) {
+            dl__linear *s = (dl__linear *)c->state;
+            bool relu = i + 2 < m->nc && m->cs[i + 2].m->forward == dl__relu_fwd;
+            dl_tensor *xw = dl_linear(x, s->w, NULL);
+            x = xw ? dl__bnm_run(m->cs[i + 1].m, xw, relu, NULL, false, s->b) : NULL;
+            i += relu ? 2 : 1;
         } else if (i + 1 < m->nc && dl__act_of(m->cs[i + 1].m) >= 0 && dl__linear_act_ok(c, x)) {
             x = dl__linear_act(c, x, dl__act_of(m->cs[i + 1].m));
             i++;
@@ -16920,7 +16976,7 @@ typedef struct dl__bnm {
     dl_tensor *w, *b, *rm, *rv, *nbt;
 } dl__bnm;
 
-static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r, bool pool)
+static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *r, bool pool, dl_tensor *lb)
 {
     dl__bnm *s = (dl__bnm *)dl_module_state(m);
     bool ok = s->spatial < 0 ? (x->ndim == 2 || x->ndim == 3) : x->ndim == s->spatial + 2;
@@ -16932,9 +16988,13 @@ static dl_tensor *dl__bnm_run(dl_module *m, dl_tensor *x, bool relu, dl_tensor *
     }
     if (train) dl__cap_use(s->nbt);   /* num_batches_tracked += 1 (a replay repeats it) */
     return dl__batch_norm(x, s->rm, s->rv, s->w, s->b, train, s->momentum, s->eps, train ? s->nbt : NULL, relu, r,
-                          pool);
+                          pool, lb);
 }
-static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x) { return dl__bnm_run(m, x, false, NULL, false); }
+static dl_tensor *dl__bnm_fwd(dl_module *m, dl_tensor *x) { return dl__bnm_run(m, x, false, NULL, false, NULL); }
+static bool dl__bnm_1d_training(const dl_module *m)
+{
+    return m->forward == dl__bnm_fwd && ((const dl__bnm *)m->state)->spatial < 0 && dl_module_training(m);
+}
 
 static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_t c)
 {

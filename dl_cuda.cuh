@@ -4673,6 +4673,9 @@ struct dl__cu_bnpart {
     bool dxm;              /* (not ST, no x, g, ry): the sums of batch norm's dx, dxr.at of each element,
                               which it writes (and dxr.gm) as it reads them: dl__cu_bn_dx_sums */
     dl__cuf_bn_dx<I> dxr;
+    const float *xb;       /* (ST) or NULL: the statistics of z = x + xb[c], z written to xz as read
+                              (a Linear's bias add: dl__cu_bn_stats_add) */
+    float *xz;
     /* g at element (n, l) of channel c's gc: itself, or with pw the pool's
        adjoint there, 0 + g / 4 (dl__cuf_avgpool_adj's one window) */
     DL__HD float gat(const float *gc, I n, I l, I CL) const
@@ -4694,7 +4697,7 @@ struct dl__cu_bnpart {
         double a = 0.0, b = 0.0, K;
         *pa = *pb = 0.0;
         if (k >= hi) return;
-        K = ST ? dl__bn_shift(xc[0]) : xc ? (double)mean[c] : 0.0;
+        K = ST ? dl__bn_shift(xb ? dl__cu_fadd(xc[0], xb[c]) : xc[0]) : xc ? (double)mean[c] : 0.0;
         n = k / L;
         l = k - n * L;
         for (; k < hi; k += 4 * G) {   /* four loads issued before the four adds, in order */
@@ -4703,6 +4706,10 @@ struct dl__cu_bnpart {
             for (u = 0; u < 4 && k + u * G < hi; u++, cnt++) {
                 I at = n * CL + l;
                 xv[u] = ST || xc ? xc[at] : 0.0f;
+                if (ST && xb) {   /* the binary add's rounding, each element written once */
+                    xv[u] = dl__cu_fadd(xv[u], xb[c]);
+                    xz[at + c * L] = xv[u];
+                }
                 if (!ST && dxm) {   /* element at + c L, in plane n C + c */
                     float ge;
                     gv[u] = dxr.at(at + c * L, c, n * C + c, &ge);
@@ -4818,7 +4825,8 @@ struct dl__cuh_bnpart {
 template <bool ST, typename I, typename F>
 static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
                                const float *ry, float *gm, int act, int64_t pw, const int64_t *pix, int64_t C,
-                               int64_t L, int64_t M, int64_t S, const F &fin, const dl__cuf_bn_dx<I> *dxr = NULL)
+                               int64_t L, int64_t M, int64_t S, const F &fin, const dl__cuf_bn_dx<I> *dxr = NULL,
+                               const float *xb = NULL, float *xz = NULL)
 {
     dl__cuimpl *m = DL__CUI(d);
     dl__cu_bnpart<ST, I> p;
@@ -4827,6 +4835,7 @@ static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const f
     p.C = (I)C; p.L = (I)L; p.M = (I)M; p.S = (I)S;
     p.dxm = dxr != NULL;
     p.dxr = dxr ? *dxr : dl__cuf_bn_dx<I>();
+    p.xb = xb; p.xz = xz;
     if (m->emulate) {   /* the same threads, one after the other, then the block's tree */
         dl__cuh_bnpart<ST, I, F> f;
         f.p = p; f.jobs = jobs; f.part = part; f.fin = fin; f.C = C;
@@ -4835,7 +4844,7 @@ static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const f
     }
     dl__cu_go(m, dl__cu_bn_pass1<ST, I, F>, dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, p, jobs, part, fin, C,
               m->ticket);
-    dl__cu_launched(d, ST ? "bn_stats" : x ? "bn_backward sums" : dxr ? "bn_backward dx + channel sums"
+    dl__cu_launched(d, ST ? (xb ? "bias add + bn_stats" : "bn_stats") : x ? "bn_backward sums" : dxr ? "bn_backward dx + channel sums"
                                                                       : "channel sums");
 }
 
@@ -4858,18 +4867,20 @@ static double *dl__cu_bn_scratch(dl__dev *d, int64_t N, int64_t C, int64_t L, in
 template <bool ST, typename F>
 static void dl__cu_bn_pass(dl__dev *d, double *part, const float *x, const float *g, const float *mean,
                            const float *ry, float *gm, int act, int64_t pw, const int64_t *pix, int64_t N,
-                           int64_t C, int64_t L, int64_t S, const F &fin)
+                           int64_t C, int64_t L, int64_t S, const F &fin, const float *xb = NULL, float *xz = NULL)
 {
     if (dl__cu_small(N * C * L + 4 * DL__CU_THREADS * (int64_t)C) && dl__cu_small(C * S))
-        dl__cu_bn_pass_run<ST, int32_t, F>(d, part, x, g, mean, ry, gm, act, pw, pix, C, L, N * L, S, fin);
+        dl__cu_bn_pass_run<ST, int32_t, F>(d, part, x, g, mean, ry, gm, act, pw, pix, C, L, N * L, S, fin, NULL, xb,
+                                           xz);
     else
-        dl__cu_bn_pass_run<ST, int64_t, F>(d, part, x, g, mean, ry, gm, act, pw, pix, C, L, N * L, S, fin);
+        dl__cu_bn_pass_run<ST, int64_t, F>(d, part, x, g, mean, ry, gm, act, pw, pix, C, L, N * L, S, fin, NULL, xb,
+                                           xz);
 }
 
 /* pass 2 of the statistics, channel c: its S partials in order, then the
    CPU's dl__bn_stats_fin: s = mean(x - K), var = mean((x - K)^2) - s^2 */
 struct dl__cuf_bn_fin {
-    float *mean, *invstd, *var; const double *part; const float *x; int64_t S, L; double M; float eps;
+    float *mean, *invstd, *var; const double *part; const float *x, *xb; int64_t S, L; double M; float eps;
     float *rm, *rv; int64_t *nbt; float keep, mom, vmom;   /* dl__bn_running (NULL: none) */
     DL__HD void operator()(int64_t c) const { go(c, NULL); }
     /* st: the partials staged in shared memory (dl__cu_bn_pass1), or NULL */
@@ -4882,7 +4893,7 @@ struct dl__cuf_bn_fin {
         sm = a / M;
         q = dl__cu_dadd(b / M, -dl__cu_dmul(sm, sm));
         if (q < 0.0) q = 0.0;                                /* rounding; NaN stays */
-        mean[c] = (float)dl__cu_dadd(dl__bn_shift(x[c * L]), sm);
+        mean[c] = (float)dl__cu_dadd(dl__bn_shift(xb ? dl__cu_fadd(x[c * L], xb[c]) : x[c * L]), sm);
         var[c] = (float)q;
         invstd[c] = (float)(1.0 / sqrt(dl__cu_dadd(q, (double)eps)));
         if (nbt && c == 0) *nbt += 1;
@@ -4988,8 +4999,10 @@ static void dl__cu_bn_eval(dl__dev *d, float *mean, float *invstd, const float *
     dl__cu_run<int64_t>(d, "bn eval statistics", C, f);
 }
 
-static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
-                            int64_t C, int64_t L, float eps, const dl__bn_running *rs)
+/* the statistics of x (N, C, L), or with xb those of z = x + xb[c], which
+   pass 1 writes as it reads x (the binary add's bits: dl__cu_bn_stats_add) */
+static void dl__cu_bn_stats_go(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
+                               int64_t C, int64_t L, float eps, const dl__bn_running *rs, const float *xb, float *z)
 {
     dl__cuf_bn_fin f;
     int64_t S;
@@ -4997,15 +5010,31 @@ static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, 
     dl__cu_enter(d);
     if (C <= 0 || N * L <= 0) return;
     x = DL__CUP(d, x);
+    xb = xb ? DL__CUP(d, xb) : NULL;
+    z = xb ? DL__CUP(d, z) : NULL;
     part = dl__cu_bn_scratch(d, N, C, L, &S, 0);
     if (!part) return;
     f.mean = DL__CUP(d, mean); f.invstd = DL__CUP(d, invstd); f.var = DL__CUP(d, var); f.part = part; f.x = x;
+    f.xb = xb;
     f.S = S; f.L = L; f.M = (double)(N * L); f.eps = eps;
     f.rm = rs ? DL__CUP(d, rs->rm) : NULL;
     f.rv = rs && rs->rv ? DL__CUP(d, rs->rv) : NULL;
     f.nbt = rs && rs->nbt ? DL__CUP(d, rs->nbt) : NULL;
     f.keep = rs ? rs->keep : 0.0f; f.mom = rs ? rs->mom : 0.0f; f.vmom = rs ? rs->vmom : 0.0f;
-    dl__cu_bn_pass<true>(d, part, x, NULL, NULL, NULL, NULL, -1, 0, NULL, N, C, L, S, f);
+    dl__cu_bn_pass<true>(d, part, x, NULL, NULL, NULL, NULL, -1, 0, NULL, N, C, L, S, f, xb, z);
+}
+
+static void dl__cu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var, const float *x, int64_t N,
+                            int64_t C, int64_t L, float eps, const dl__bn_running *rs)
+{
+    dl__cu_bn_stats_go(d, mean, invstd, var, x, N, C, L, eps, rs, NULL, NULL);
+}
+
+/* dl__backend.bn_stats_add: a Linear's bias add (x (N, C) + xb) in the statistics' launch */
+static void dl__cu_bn_stats_add(dl__dev *d, float *mean, float *invstd, float *var, float *z, const float *x,
+                                const float *xb, int64_t N, int64_t C, float eps, const dl__bn_running *rs)
+{
+    dl__cu_bn_stats_go(d, mean, invstd, var, x, N, C, 1, eps, rs, xb, z);
 }
 
 template <typename I>
@@ -5930,7 +5959,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_conv_act,
     dl__cu_bn_pool, dl__cu_bn_pool_bwd,
     dl__cu_bn_eval,
-    dl__cu_colsum_fused
+    dl__cu_colsum_fused,
+    dl__cu_bn_stats_add
 };
 
 static int dl__cuda_count(void)

@@ -1616,6 +1616,45 @@ static void test_ce_bias(void)
     dl_set_device(C, dl_cpu());
 }
 
+typedef struct { dl_module *conv; dl_tensor *x, *t; bool nll; } conv_ce_case;
+static dl_tensor *conv_ce_fwd(void *u, bool fused)
+{
+    conv_ce_case *e = (conv_ce_case *)u;
+    dl_tensor *z = dl_module_forward(e->conv, e->x);
+    if (!fused) z = dl_mul_scalar(z, 1.0f);
+    return e->nll ? dl_nll_loss(z, e->t, NULL) : dl_cross_entropy(z, e->t, NULL);
+}
+
+/* Cross entropy (and nll_loss) of a convolution's (N, C, d...) output, a
+   bias on it: the loss's backward makes no bias sums there (dl__bias_of
+   takes a Linear's (N, C) logits alone; batch norm's backward takes a
+   convolution's bias): the bits of the ops with a * 1 between, the mul's
+   launch the one fewer; 2-d and 1-d convolutions */
+static void test_conv_ce(void)
+{
+    static const char *const names[5] = {"loss", "x's gradient", "weight's gradient", "bias's gradient", ""};
+    int c;
+    dl_set_device(C, dl_cuda(0));
+    for (c = 0; c < 3; c++) {
+        dl_conv_desc cd = dl_conv_desc_make(1, 1, 1, 1);
+        int64_t tv[2 * 5 * 5], i, nt = c == 1 ? 2 * 7 : 2 * 5 * 5;
+        const dl_named_tensor *ps;
+        dl_tensor *in[3];
+        conv_ce_case u;
+        for (i = 0; i < nt; i++) tv[i] = (i * 3 + 1) % 4;
+        u.nll = c == 2;
+        u.conv = c == 1 ? dl_nn_conv1d(C, 2, 4, 3, &cd, true) : dl_nn_conv2d(C, 2, 4, 3, &cd, true);
+        u.x = dl_keep(dl_requires_grad(dl_randn(C, c == 1 ? DL_SHAPE(2, 2, 7) : DL_SHAPE(2, 2, 5, 5)), true));
+        u.t = dl_keep(dl_from_int64(C, c == 1 ? DL_SHAPE(2, 7) : DL_SHAPE(2, 5, 5), tv));
+        dl_module_named_parameters(u.conv, &ps);
+        in[0] = u.x; in[1] = ps[0].t; in[2] = ps[1].t;
+        fused_check(u.nll ? "conv+nll_loss" : "conv+cross_entropy", c, conv_ce_fwd, &u, 3, in, names, 1);
+        dl_free(u.x); dl_free(u.t);
+        dl_step_end(C);
+    }
+    dl_set_device(C, dl_cpu());
+}
+
 typedef struct { dl_module *lin, *seq, *tail; dl_tensor *x; } bn_bias_case;
 static dl_tensor *bn_bias_fwd(void *u, bool fused)
 {
@@ -1629,14 +1668,15 @@ static dl_tensor *bn_bias_fwd(void *u, bool fused)
 
 /* Sequential's Linear, BatchNorm1d (and ReLU): batch norm's backward
    launch adds dx's columns into the Linear's bias gradient too
-   (dl__bias_of), one launch fewer than the add's own sum, with the same
-   bits (forward and dl_grad of x, weight, bias and batch norm's weight),
-   in training and eval mode, under 32 rows; none fewer at 1100 rows (not
-   the reduce's in-order sum there) */
+   (dl__bias_of), one launch fewer than the add's own sum, and in training
+   its statistics' launch adds the bias (bn_stats_add), one fewer than the
+   add's own, with the same bits (forward and dl_grad of x, weight, bias
+   and batch norm's weight), in training and eval mode, under 32 rows; at
+   1100 rows the backward's sum stays (not the reduce's in-order one) */
 static void test_bn_bias(void)
 {
-    static const int cs[5][5] = {{256, 120, 1, 1, 1}, {37, 84, 1, 0, 1}, {256, 84, 0, 1, 1}, {1100, 16, 1, 1, 0},
-                                 {9, 5, 1, 1, 1}};   /* rows, channels, training, ReLU, fewer */
+    static const int cs[5][5] = {{256, 120, 1, 1, 2}, {37, 84, 1, 0, 2}, {256, 84, 0, 1, 1}, {1100, 16, 1, 1, 1},
+                                 {9, 5, 1, 1, 2}};   /* rows, channels, training, ReLU, fewer */
     static const char *const names[5] = {"output", "x's gradient", "weight's gradient", "bias's gradient",
                                          "batch norm's weight's gradient"};
     int c;
@@ -1660,6 +1700,36 @@ static void test_bn_bias(void)
         fused_check("linear+batch_norm1d", c, bn_bias_fwd, &u, 4, in, names, (size_t)cs[c][4]);
         dl_free(u.x);
         dl_step_end(C);
+    }
+    {   /* the running statistics and num_batches_tracked of two training steps: the unfused ops' bits */
+        dl_module *lin[2], *bn[2], *mods[2];
+        dl_tensor *x = dl_keep(dl_randn(C, DL_SHAPE(40, 24)));
+        const dl_named_tensor *p0, *p1;
+        int k, i, np;
+        for (k = 0; k < 2; k++) {
+            lin[k] = dl_nn_linear(C, 24, 16, true);
+            bn[k] = dl_nn_batch_norm1d(C, 16);
+        }
+        np = dl_module_named_parameters(lin[0], &p0);
+        dl_module_named_parameters(lin[1], &p1);
+        dl_no_grad_begin(C);
+        for (i = 0; i < np; i++) CHECK(dl_copy_(p1[i].t, p0[i].t) == DL_OK, "linear+batch_norm1d: the copy");
+        dl_no_grad_end(C);
+        mods[0] = lin[0]; mods[1] = bn[0];
+        mods[0] = dl_nn_sequential(C, 2, mods);
+        for (i = 0; i < 2; i++) {
+            CHECK(dl_module_forward(mods[0], dl_mul_scalar(x, (float)(i + 1))) &&
+                      dl_module_forward(bn[1], dl_add(dl_linear(dl_mul_scalar(x, (float)(i + 1)), p1[0].t, NULL),
+                                                      p1[1].t)),
+                  "linear+batch_norm1d: step %d: %s", i, dl_error_message(C));
+            dl_step_end(C);
+        }
+        CHECK(th_same_bytes(dl_module_get(bn[0], "running_mean"), dl_module_get(bn[1], "running_mean")) &&
+                  th_same_bytes(dl_module_get(bn[0], "running_var"), dl_module_get(bn[1], "running_var")) &&
+                  th_same_bytes(dl_module_get(bn[0], "num_batches_tracked"),
+                                dl_module_get(bn[1], "num_batches_tracked")),
+              "linear+batch_norm1d: the running statistics: the unfused ops' bits");
+        dl_free(x);
     }
     dl_set_device(C, dl_cpu());
 }
@@ -2317,7 +2387,7 @@ static const struct { const char *name; void (*fn)(void); } g_groups[] = {
     {"transfers", test_transfers}, {"lenet", test_lenet}, {"multi_tensor", test_multi_tensor},
     {"grad_accum", test_grad_accum}, {"fused_ce", test_fused_ce}, {"ce_seed", test_ce_seed},
     {"chan_sum", test_chan_sum}, {"bn_add_relu", test_bn_add_relu}, {"bn_relu_pool", test_bn_relu_pool},
-    {"bn_eval", test_bn_eval}, {"linear_act", test_linear_act}, {"ce_bias", test_ce_bias},
+    {"bn_eval", test_bn_eval}, {"linear_act", test_linear_act}, {"ce_bias", test_ce_bias}, {"conv_ce", test_conv_ce},
     {"bn_bias", test_bn_bias}, {"conv_bn_bias", test_conv_bn_bias},
     {"colsum", test_colsum},
     {"conv_act", test_conv_act}, {"conv_tiles", test_conv_tiles}, {"conv_tiles_fn", test_conv_tiles_fn},

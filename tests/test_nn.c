@@ -1179,6 +1179,27 @@ static void test_bn_relu_fusion(void)
         }
         dl_step_end(ctx);
     }
+    {   /* eval, an empty batch (N 0; 2-d and 4-d): the backward's sums of nothing, weight and bias
+           gradients 0 (as torch), an empty input gradient */
+        int k;
+        for (k = 0; k < 2; k++) {
+            dl_module *bn = k ? dl_nn_batch_norm2d(ctx, 3) : dl_nn_batch_norm1d(ctx, 3);
+            dl_tensor *x = dl_requires_grad(dl_zeros(ctx, k ? DL_SHAPE(0, 3, 4, 6) : DL_SHAPE(0, 3)), true), *y;
+            const dl_named_tensor *ps;
+            float gw[3] = {1, 1, 1}, gb[3] = {1, 1, 1};
+            dl_module_named_parameters(bn, &ps);
+            dl_module_train(bn, false);
+            y = dl_module_forward(bn, x);
+            CHECK(y && y->numel == 0 && dl_backward(dl_sum(y, DL_ALL, false)) == DL_OK && x->grad &&
+                      x->grad->numel == 0 && ps[0].t->grad && ps[1].t->grad && dl_read(ps[0].t->grad, gw, 3) == DL_OK &&
+                      dl_read(ps[1].t->grad, gb, 3) == DL_OK && gw[0] == 0 && gw[1] == 0 && gw[2] == 0 && gb[0] == 0 &&
+                      gb[1] == 0 && gb[2] == 0,
+                  "batch_norm, eval, an empty batch %s: zero weight and bias gradients: %s", k ? "(0,3,4,6)" : "(0,3)",
+                  dl_error_message(ctx));
+            dl_clear_error(ctx);
+            dl_step_end(ctx);
+        }
+    }
     dl_ctx_free(ctx);
 }
 
