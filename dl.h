@@ -780,6 +780,7 @@ struct dl_tensor {
     dl_tensor *vbase_;        /* a view: the tensor whose storage it shares (NULL: none) */
     bool detached_;           /* a view from dl_detach (or of one): writable whatever its base */
     bool pinned_;             /* read in place by a dl_tensor_dataset: dl_free refuses */
+    struct dl_module *mheld_; /* a module's parameter or buffer (the last module it joined): dl_free refuses */
     dl_tensor *gowner_;       /* a persistent gradient's tensor (dl_free of it: owner->grad = NULL) */
     bool capused_;            /* dl_free()d while a capture used it: its header stays to dl_ctx_free */
     bool cut_;                /* dl_zero_grad wrote zeros into it while it had a history
@@ -933,7 +934,9 @@ DL_API dl_tensor *dl_param(dl_tensor *t);     /* dl_keep + requires_grad: a trai
    Its memory goes back at the next dl_step_end (memory_limit counts it
    until then): this step's graph and views of it may still read it.
    Freeing a gradient leaves its tensor without one (PyTorch's p.grad =
-   None). A dl_tensor_dataset's host x is refused (the dataset reads it). */
+   None). A dl_tensor_dataset's host x is refused (the dataset reads it),
+   and so is a module's parameter or buffer (the module, its optimizers
+   and checkpoints read it until dl_ctx_free). */
 DL_API void dl_free(dl_tensor *t);
 /* A copy on dev (t itself when it is there already), differentiable: the
    gradient flows back to t's device. */
@@ -11327,6 +11330,12 @@ void dl_free(dl_tensor *t)
                 "them in place until dl_ctx_free (datasets live as long as their context)", dl__sh(t));
         return;
     }
+    if (t->mheld_) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_free: t %s is %s of a %s module, which (with its optimizers and "
+                "checkpoints) reads it until dl_ctx_free (modules live as long as their context)", dl__sh(t),
+                t->name[0] ? t->name : "a parameter or buffer", dl_module_type(t->mheld_));
+        return;
+    }
     /* a gradient freed: its tensor has none (PyTorch's p.grad = None) */
     if (t->gowner_ && t->gowner_->magic_ == DL__MAGIC && t->gowner_->grad == t) t->gowner_->grad = NULL;
     if (t->grad && t->grad->magic_ == DL__MAGIC && t->grad->step_ == 0) dl__persist_drop(t->grad);
@@ -12590,7 +12599,8 @@ static bool dl__broadcast(const char *name, const dl_tensor *a, const dl_tensor 
         bc->shape[d] = da == 1 ? db : da;
         bc->sa[d] = (da == 1) ? 0 : sa[ia];
         bc->sb[d] = (db == 1) ? 0 : sb[ib];
-        bc->n *= bc->shape[d];
+        /* (saturated past int64: the result's allocation then names the overflow) */
+        bc->n = bc->shape[d] != 0 && bc->n > INT64_MAX / bc->shape[d] ? INT64_MAX : bc->n * bc->shape[d];
     }
     return true;
 }
@@ -16149,6 +16159,7 @@ static dl_tensor *dl__mod_register(dl_module *m, const char *fn, const char *nam
     if (!t) return NULL;
     dl_set_name(t, name);
     t->requires_grad = param;
+    t->mheld_ = m;
     snprintf(m->ts[m->nt].name, DL__NAME_MAX, "%s", name);
     m->ts[m->nt].t = t;
     m->ts[m->nt].param = param;
@@ -17413,7 +17424,8 @@ static dl_optim *dl__optim_list(dl_ctx *ctx, const char *fn, int kind, int n, dl
     dl_param_group g;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", fn); return NULL; }
     if (n <= 0 || !params) {
-        dl__err(ctx, DL_ERR_ARG, "%s: got an empty parameter list", fn);
+        dl__err(ctx, DL_ERR_ARG, "%s: got an empty parameter list (n=%d%s; n must be >= 1 with params not NULL)",
+                fn, n, params ? "" : ", params NULL");
         return NULL;
     }
     memset(&g, 0, sizeof g);
@@ -20628,6 +20640,8 @@ dl_result dl_summary_histogram(dl_summary_writer *w, const char *tag, int64_t st
     dl_result rc;
     if (!dl__tb_args(w, fn, tag)) return DL_ERR_ARG;
     if (!dl__tb_tensor(w, fn, "t", t)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
+    if (dl__cap_refused(w->ctx, fn, "a histogram of t (a read to the host)", DL__CAP_READ_HINT))
+        return DL_ERR_UNSUPPORTED;
     if ((rc = dl__tb_drain(w, fn)) != DL_OK) return rc;   /* the queued scalars come first */
     if (t->numel == 0) {
         dl__err(w->ctx, DL_ERR_ARG, "%s: t %s has no elements (tag \"%s\")", fn, dl__sh(t), tag);
@@ -23453,6 +23467,9 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     dl_result rc = DL_OK;
     if (!ctx || !f || !res || !inputs) return DL_ERR_ARG;
     memset(res, 0, sizeof *res);
+    if (dl__cap_refused(ctx, "dl_gradcheck", "a gradient check (it reads values to the host and reseeds)",
+                        "check gradients outside the capture"))
+        return DL_ERR_UNSUPPORTED;
     if (n <= 0 || n > DL_GRADCHECK_MAX_INPUTS) {
         dl__err(ctx, DL_ERR_ARG, "dl_gradcheck: %d inputs; 1..%d supported", n, DL_GRADCHECK_MAX_INPUTS);
         return DL_ERR_ARG;

@@ -336,6 +336,12 @@ static void expect_refused(run *r, dl_capture *cap, dl_result code, const char *
     dl_ctx_free(r->ctx);
 }
 
+static dl_tensor *sq_sum(void *user, dl_tensor *const *in)
+{
+    (void)user;
+    return dl_sum(dl_mul(in[0], in[0]), DL_ALL, false);
+}
+
 static void test_refusals(void)
 {
     run r;
@@ -385,6 +391,24 @@ static void test_refusals(void)
     cap = begin_warm(&r);
     dl_manual_seed(r.ctx, 3);
     expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_manual_seed: reseeding", "dl_manual_seed");
+
+    /* a gradient check and a histogram: refused by their own names up front (they once failed inside
+       under dl_mul's and dl_read's) */
+    cap = begin_warm(&r);
+    {
+        dl_gradcheck_result gr;
+        dl_tensor *in[1];
+        in[0] = r.x;
+        CHECK(dl_gradcheck(r.ctx, sq_sum, NULL, 1, in, NULL, &gr) == DL_ERR_UNSUPPORTED, "dl_gradcheck inside a capture");
+    }
+    expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_gradcheck: a gradient check", "dl_gradcheck");
+    cap = begin_warm(&r);
+    {
+        dl_summary_writer *w = dl_summary_open(r.ctx, "build/test_capture_tb");
+        CHECK(w && dl_summary_histogram(w, "h", 0, r.x) == DL_ERR_UNSUPPORTED, "dl_summary_histogram inside a capture");
+        CHECK(w && dl_summary_close(w) == DL_OK, "dl_summary_close: %s", dl_error_message(r.ctx));
+        expect_refused(&r, cap, DL_ERR_UNSUPPORTED, "dl_summary_histogram: a histogram of t", "dl_summary_histogram");
+    }
 
     /* a schedule set inside the step: a replay reads the groups' lr, so it
        could not repeat the set (eager StepLR 1, 0.5, 0.25 .. against every
@@ -552,18 +576,22 @@ static void test_lifetimes(void)
     dl_capture_end(b);
     EXPECT_ERR(r.ctx, DL_ERR_ARG, "dl_capture_end: the capture is not recording");
 
-    /* a tensor it uses freed (a parameter: dl_free) */
+    /* a module's parameter cannot be freed (dl_free refuses: the module reads it); the replay goes on */
     dl_free(net_param(&r, 0));
-    CHECK(dl_replay(b) == DL_ERR_STALE, "a replay after a parameter it uses was freed");
+    EXPECT_ERR(r.ctx, DL_ERR_ARG, "dl_free: t (64,784) is weight of a Linear module");
+    CHECK(dl_replay(b) == DL_OK, "a replay after a refused dl_free of its parameter: %s", dl_error_message(r.ctx));
+    /* a tensor it uses freed (the static input: dl_free) */
+    dl_free(r.x);
+    CHECK(dl_replay(b) == DL_ERR_STALE, "a replay after a tensor it uses was freed");
     EXPECT_ERR(r.ctx, DL_ERR_STALE, "which was freed (dl_free) after dl_capture_begin()");
     dl_capture_free(b);
     dl_ctx_free(r.ctx);
 
-    /* a parameter freed while the capture records: dl_capture_end names itself */
+    /* a tensor it uses freed while the capture records: dl_capture_end names itself */
     a = begin_warm(&r);
     train_step(&r);
-    dl_free(net_param(&r, 1));
-    CHECK(dl_capture_end(a) == DL_ERR_STALE, "a parameter freed while recording: dl_capture_end fails");
+    dl_free(r.y);
+    CHECK(dl_capture_end(a) == DL_ERR_STALE, "a tensor freed while recording: dl_capture_end fails");
     EXPECT_ERR(r.ctx, DL_ERR_STALE, "dl_capture_end: the capture uses");
     dl_capture_free(a);
     dl_ctx_free(r.ctx);

@@ -461,6 +461,13 @@ static void test_huge_conv(void)
         CHECK(dl_last_error(ctx) == DL_ERR_OOM, "huge conv: %s", dl_error_message(ctx));
         dl_clear_error(ctx);
     }
+    {   /* empty operands whose broadcast sizes multiply past int64 (2^40 x 2^40): the result's error,
+           no wrapped product on the way (UBSan: make sanitize) */
+        int64_t big = (int64_t)1 << 40;
+        dl_tensor *a = dl_zeros(ctx, DL_SHAPE(big, 1, 0)), *b = dl_zeros(ctx, DL_SHAPE(1, big, 0));
+        CHECK(a && b && dl_add(a, b) == NULL && dl_maximum(a, b) == NULL, "a broadcast past int64 succeeded");
+        EXPECT_ERR(ctx, DL_ERR_OOM, "size overflow");
+    }
     dl_ctx_free(ctx);
 }
 
@@ -1956,6 +1963,18 @@ static void test_review3_data(void)
             EXPECT_ERR(ctx, DL_ERR_ARG, "dl_free: t (4,2) holds the samples of a dl_tensor_dataset");
             CHECK(dl_sum(x, DL_ALL, false) != NULL, "x is still there");
         }
+    }
+    {   /* a module's parameter or buffer: dl_free refused (the module, its optimizer, clip_grad_norm
+           and dl_save read it; they once read it after the free), the module still works */
+        dl_module *lin = dl_nn_linear(ctx, 3, 2, true), *bn = dl_nn_batch_norm1d(ctx, 2);
+        dl_free(dl_module_get(lin, "bias"));
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_free: t (2) is bias of a Linear module, which (with its optimizers and "
+                   "checkpoints) reads it until dl_ctx_free");
+        dl_free(dl_module_get(bn, "running_mean"));
+        EXPECT_ERR(ctx, DL_ERR_ARG, "is running_mean of a BatchNorm1d module");
+        CHECK(dl_module_forward(lin, dl_ones(ctx, DL_SHAPE(4, 3))) != NULL && dl_clip_grad_norm(lin, 1.0f) >= 0.0f,
+              "the Linear after the refused free: %s", dl_error_message(ctx));
+        dl_step_end(ctx);
     }
     {   /* a float y: targets, as PyTorch's TensorDataset, never labels truncated toward zero (as they
            once were, 1e30 undefined): the batches hold its bits, and cross entropy refuses them */

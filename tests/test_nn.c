@@ -573,6 +573,8 @@ static void test_optim_misc(void)
     EXPECT_ERR(ctx, DL_ERR_ARG, "persistent");
     CHECK(dl_sgd_params(ctx, 0, ps, &sd) == NULL, "empty");
     EXPECT_ERR(ctx, DL_ERR_ARG, "empty parameter list");
+    CHECK(dl_sgd_params(ctx, -1, ps, &sd) == NULL, "n -1");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_sgd_params: got an empty parameter list (n=-1; n must be >= 1");
     CHECK(dl_sgd(dl_nn_relu(ctx), &sd) == NULL, "module without params");
     EXPECT_ERR(ctx, DL_ERR_ARG, "no parameters");
 
