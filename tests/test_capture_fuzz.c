@@ -435,17 +435,10 @@ static void do_host(fuzz *f, int k)
 static void do_rare(fuzz *f, int k)
 {
     if (k == 0 && f->rec < 0) {
-#ifdef DL_DEBUG
-        /* a parameter freed under the model: with DL_DEBUG its header stays,
-           poisoned, so every later use is an error naming it (without, a use
-           after dl_free is undefined, as C's free) */
-        const dl_named_tensor *p;
-        if (dl_module_named_parameters(f->a.net, &p) > 0) dl_free(p[0].t);
-#else
-        /* the static input freed: the captures that read it are stale */
+        /* the static input freed: the captures that read it are stale (a
+           module's parameter cannot be: dl_free refuses it) */
         dl_free(f->a.x);
         f->a.x = NULL;
-#endif
         f->broken = true;
         f->compare = false;
     } else if (k == 1 && f->rec < 0) {   /* the model moved: replays are stale, eager steps mix devices */

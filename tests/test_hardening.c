@@ -546,8 +546,9 @@ static void test_use_after_free(void)
     EXPECT_ERR(ctx, DL_ERR_ARG, "use after free");
     dl_ctx_free(ctx);
 
-    /* a parameter freed under its module and optimizer: each later use is
-       an error naming it, and dl_module_to moves nothing */
+    /* a module's parameter: dl_free refuses it (the module and its
+       optimizer read it), everything goes on; a parameter of an optimizer
+       alone (dl_param) freed under it: each later use is an error naming it */
     {
         const dl_named_tensor *np;
         dl_module *lin;
@@ -566,15 +567,24 @@ static void test_use_after_free(void)
         dl_step_end(ctx);
         CHECK(dl_module_named_parameters(lin, &np) == 2, "two parameters");
         dl_free(np[0].t);   /* weight */
-        CHECK(dl_module_to(lin, dl_cpu_device(1)) == DL_ERR_ARG, "dl_module_to with a freed parameter");
-        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_module_to: tensor weight was freed by dl_free()");
-        CHECK(np[1].t->device.index == 0, "nothing moved: the bias is still on cpu:0");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_free: t (2,3) is weight of a Linear module");
+        CHECK(dl_module_to(lin, dl_cpu_device(1)) == DL_OK && np[1].t->device.index == 1, "dl_module_to: %s",
+              dl_error_message(ctx));
         x = dl_ones(ctx, DL_SHAPE(4, 3));
-        CHECK(dl_module_forward(lin, x) == NULL, "a forward with a freed parameter");
-        EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free()");
+        loss = dl_sum(dl_module_forward(lin, dl_to(x, dl_cpu_device(1))), DL_ALL, false);
         dl_optim_zero_grad(o);
-        CHECK(dl_optim_step(o) != DL_OK, "an optimizer step with a freed parameter");
-        EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free()");
+        CHECK(loss && dl_backward(loss) == DL_OK && dl_optim_step(o) == DL_OK, "a step after the refused free: %s",
+              dl_error_message(ctx));
+        dl_step_end(ctx);
+        {
+            dl_tensor *p = dl_param(dl_ones(ctx, DL_SHAPE(3)));
+            dl_optim *o2 = dl_sgd_params(ctx, 1, &p, NULL);
+            CHECK(p && o2, "a standalone parameter's optimizer: %s", dl_error_message(ctx));
+            dl_free(p);
+            dl_optim_zero_grad(o2);
+            CHECK(dl_optim_step(o2) != DL_OK, "an optimizer step with a freed parameter");
+            EXPECT_ERR(ctx, DL_ERR_ARG, "was freed by dl_free()");
+        }
         dl_ctx_free(ctx);
     }
 #endif
