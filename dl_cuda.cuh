@@ -4844,8 +4844,10 @@ static void dl__cu_bn_pass_run(dl__dev *d, double *part, const float *x, const f
     }
     dl__cu_go(m, dl__cu_bn_pass1<ST, I, F>, dl__cu_grid(m, jobs, 1), DL__CU_THREADS, 0, p, jobs, part, fin, C,
               m->ticket);
-    dl__cu_launched(d, ST ? (xb ? "bias add + bn_stats" : "bn_stats") : x ? "bn_backward sums" : dxr ? "bn_backward dx + channel sums"
-                                                                      : "channel sums");
+    dl__cu_launched(d, ST    ? (xb ? "bias add + bn_stats" : "bn_stats")
+                       : x   ? "bn_backward sums"
+                       : dxr ? "bn_backward dx + channel sums"
+                             : "channel sums");
 }
 
 /* chunks per channel: C S >= DL__CU_BN_BLOCKS, at most M (a chunk has an element) */
