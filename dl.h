@@ -12706,15 +12706,20 @@ static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0};
    Linear, then BatchNorm1d: LeNet-BN's) do. (Batch norm's backward over
    (N, C, L > 1) takes the bias of the dl_conv that made x likewise:
    dl__conv_bias_of.) */
-static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
+/* x's node: op's, live on the tape (a backward may still walk it), or NULL */
+static dl__node *dl__made_by(dl_tensor *x, const dl__op *op)
 {
     dl__node *a = x->node_;
     dl_ctx *ctx = x->ctx_;
+    return a && a->op == op && a->out == x && !a->released && a->id < ctx->ntape && ctx->tape[a->id] == a ? a : NULL;
+}
+static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
+{
+    dl__node *a = dl__made_by(x, &dl__op_add);
     dl_tensor *b;
     *p = NULL;
     *db = NULL;
-    if (!a || a->op != &dl__op_add || a->out != x || a->released || a->id >= ctx->ntape || ctx->tape[a->id] != a ||
-        x->ndim != 2 || (a->cutin && a->cutin[1]) || !DL__BE(x)->colsum_fused ||
+    if (!a || x->ndim != 2 || (a->cutin && a->cutin[1]) || !DL__BE(x)->colsum_fused ||
         !DL__BE(x)->colsum_fused(x->shape[0], x->shape[1]))
         return true;
     b = a->in[1];
@@ -15104,11 +15109,11 @@ static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
    class_loss_bwd's db is a Linear's, over the rows of (N, C)) */
 static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db)
 {
-    dl__node *a = x->node_;
-    dl_ctx *ctx = x->ctx_;
+    dl__node *a = dl__made_by(x, &dl__op_conv);
     dl_tensor *b;
-    if (!a || a->op != &dl__op_conv || a->out != x || a->released || a->id >= ctx->ntape || ctx->tape[a->id] != a ||
-        a->nin < 3 || (a->cutin && a->cutin[2]) || !DL__BE(x)->chan_sum || x->shape[0] <= 1 || !x->numel ||
+    *p = NULL;
+    *db = NULL;
+    if (!a || a->nin < 3 || (a->cutin && a->cutin[2]) || !DL__BE(x)->chan_sum || x->shape[0] <= 1 || !x->numel ||
         x->numel / (x->shape[0] * x->shape[1]) <= 1)
         return true;
     b = a->in[2];
