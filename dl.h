@@ -4380,6 +4380,7 @@ struct dl_ctx {
                                          fused class loss's backward reads them as 1) */
     bool anomaly;
     const char *in_backward_of;       /* op whose backward is running */
+    const char *in_call;              /* a module constructor running (dl__err names it first) */
     dl_result err;
     uint64_t nerr;                    /* failures recorded so far (a backward that set none) */
     char msg[768];
@@ -4907,6 +4908,17 @@ static void dl__err(dl_ctx *ctx, dl_result code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(ctx->msg + k, sizeof ctx->msg - (size_t)k, fmt, ap);
     va_end(ap);
+    if (ctx->in_call) {   /* "dl_nn_linear: dl_empty: ...", unless the message names it already */
+        size_t n = strlen(ctx->in_call), room = sizeof ctx->msg - (size_t)k;
+        char *m = ctx->msg + k;
+        if (n + 2 < room && !(strncmp(m, ctx->in_call, n) == 0 && m[n] == ':')) {
+            memmove(m + n + 2, m, room - n - 2);
+            m[room - 1] = 0;
+            memcpy(m, ctx->in_call, n);
+            m[n] = ':';
+            m[n + 1] = ' ';
+        }
+    }
     ctx->err = code;
     ctx->nerr++;
     if (ctx->prof) dl__prof_fail(ctx);   /* the ops in progress failed: not counted */
@@ -16652,7 +16664,23 @@ static dl_tensor *dl__linear_act(dl_module *m, dl_tensor *x, int act)
     return dl__bias_act(dl_linear(x, s->w, NULL), s->b, act);
 }
 
+static dl_module *dl__nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias);
+/* a module constructor's work, with ctx->in_call = fn: an error from what it
+   calls (dl_empty: too many elements) names the constructor first */
+#define DL__IN_CALL(ctx, fn, call)                                                   \
+    do {                                                                             \
+        const char *dl__prev = (ctx) ? (ctx)->in_call : NULL;                        \
+        if (ctx) (ctx)->in_call = (fn);                                              \
+        m = (call);                                                                  \
+        if (ctx) (ctx)->in_call = dl__prev;                                          \
+    } while (0)
 dl_module *dl_nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
+{
+    dl_module *m;
+    DL__IN_CALL(ctx, "dl_nn_linear", dl__nn_linear(ctx, in, out, bias));
+    return m;
+}
+static dl_module *dl__nn_linear(dl_ctx *ctx, int64_t in, int64_t out, bool bias)
 {
     dl_module *m;
     dl__linear *s;
@@ -16906,9 +16934,14 @@ dl_module *dl_nn_conv(dl_ctx *ctx, int spatial, int64_t in, int64_t out, const i
 static dl_module *dl__conv_k(dl_ctx *ctx, int sp, int64_t in, int64_t out, int64_t k, const dl_conv_desc *d,
                              bool bias, bool tr)
 {
+    static const char *const fn[2][3] = {{"dl_nn_conv1d", "dl_nn_conv2d", "dl_nn_conv3d"},
+                                         {"dl_nn_conv_transpose1d", "dl_nn_conv_transpose2d",
+                                          "dl_nn_conv_transpose3d"}};
     int64_t ks[DL_MAX_SPATIAL];
+    dl_module *m;
     ks[0] = ks[1] = ks[2] = k;
-    return dl_nn_conv(ctx, sp, in, out, ks, d, bias, tr);
+    DL__IN_CALL(ctx, fn[tr][sp - 1], dl_nn_conv(ctx, sp, in, out, ks, d, bias, tr));
+    return m;
 }
 dl_module *dl_nn_conv1d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 1, i, o, k, d, b, false); }
 dl_module *dl_nn_conv2d(dl_ctx *c, int64_t i, int64_t o, int64_t k, const dl_conv_desc *d, bool b) { return dl__conv_k(c, 2, i, o, k, d, b, false); }
@@ -17035,9 +17068,24 @@ static dl_module *dl__bnm_new(dl_ctx *ctx, const char *type, int spatial, int64_
     s->nbt = dl_module_buffer(m, "num_batches_tracked", dl_from_int64(ctx, dl_shape_make(0, NULL), &zero));
     return s->w && s->b && s->rm && s->rv && s->nbt ? m : NULL;
 }
-dl_module *dl_nn_batch_norm1d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm1d", -1, ch); }
-dl_module *dl_nn_batch_norm2d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm2d", 2, ch); }
-dl_module *dl_nn_batch_norm3d(dl_ctx *c, int64_t ch) { return dl__bnm_new(c, "BatchNorm3d", 3, ch); }
+dl_module *dl_nn_batch_norm1d(dl_ctx *c, int64_t ch)
+{
+    dl_module *m;
+    DL__IN_CALL(c, "dl_nn_batch_norm1d", dl__bnm_new(c, "BatchNorm1d", -1, ch));
+    return m;
+}
+dl_module *dl_nn_batch_norm2d(dl_ctx *c, int64_t ch)
+{
+    dl_module *m;
+    DL__IN_CALL(c, "dl_nn_batch_norm2d", dl__bnm_new(c, "BatchNorm2d", 2, ch));
+    return m;
+}
+dl_module *dl_nn_batch_norm3d(dl_ctx *c, int64_t ch)
+{
+    dl_module *m;
+    DL__IN_CALL(c, "dl_nn_batch_norm3d", dl__bnm_new(c, "BatchNorm3d", 3, ch));
+    return m;
+}
 
 /* a setting of m may change: m is a module whose forward is fwd (dl.h's
    own kind, whatever its type name) and no capture records (a replay runs

@@ -461,6 +461,20 @@ static void test_huge_conv(void)
         CHECK(dl_last_error(ctx) == DL_ERR_OOM, "huge conv: %s", dl_error_message(ctx));
         dl_clear_error(ctx);
     }
+    {   /* module constructors with absurd sizes: the allocation's error, under the constructor's name */
+        dl_conv_desc cd = dl_conv_desc_make(1, 0, 1, 1);
+        int64_t huge = (int64_t)1 << 62;
+        CHECK(dl_nn_linear(ctx, huge, 3, true) == NULL, "a Linear of 2^62 x 3 weights");
+        EXPECT_ERR(ctx, DL_ERR_OOM, "dl_nn_linear: dl_empty: shape (3,4611686018427387904) has too many elements");
+        CHECK(dl_nn_conv2d(ctx, 2, 3, huge, &cd, true) == NULL, "a conv2d of kernel 2^62");
+        EXPECT_ERR(ctx, DL_ERR_OOM, "dl_nn_conv2d: dl_empty: shape (3,2,4611686018427387904,4611686018427387904)");
+        CHECK(dl_nn_batch_norm2d(ctx, huge) == NULL, "a BatchNorm2d of 2^62 channels");
+        EXPECT_ERR(ctx, DL_ERR_OOM, "dl_nn_batch_norm2d: dl_ones: shape (4611686018427387904)");
+        CHECK(dl_nn_linear(ctx, 0, 3, true) == NULL &&   /* its own message: named once */
+                  strncmp(dl_error_message(ctx), "dl_nn_linear: in_features=0", 27) == 0,
+              "a Linear of 0 inputs: %s", dl_error_message(ctx));
+        dl_clear_error(ctx);
+    }
     {   /* empty operands whose broadcast sizes multiply past int64 (2^40 x 2^40): the result's error,
            no wrapped product on the way (UBSan: make sanitize) */
         int64_t big = (int64_t)1 << 40;
