@@ -4633,6 +4633,14 @@ template <typename I>
 struct dl__cuf_bn_dx {
     float *dx, *gm; const float *g, *x, *mean, *invstd, *w, *coef, *ry; const int64_t *pix; I L, pw;
     dl__cu_chan<I> ch;
+    void init(float *dx_, float *gm_, const float *g_, const float *x_, const float *mean_, const float *invstd_,
+              const float *w_, const float *coef_, const float *ry_, const int64_t *pix_, int64_t pw_, int64_t C,
+              int64_t L_)
+    {
+        dx = dx_; gm = gm_; g = g_; x = x_; mean = mean_; invstd = invstd_; w = w_; coef = coef_; ry = ry_;
+        pix = pix_; L = (I)L_; pw = (I)pw_;
+        ch.init(C, L_);
+    }
     DL__HD void operator()(I e) const
     {
         float ge, v = val(e, &ge);
@@ -5092,9 +5100,7 @@ static void dl__cu_bn_dx_run(dl__dev *d, float *dx, float *gm, const float *g, c
                              const int64_t *pix, int64_t pw, int64_t n, int64_t C, int64_t L, float *sdb)
 {
     dl__cuf_bn_dx<I> f;
-    f.dx = dx; f.gm = gm; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
-    f.pix = pix; f.L = (I)L; f.pw = (I)pw;
-    f.ch.init(C, L);
+    f.init(dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, C, L);
     if (sdb) {   /* (N, C): dx's columns summed in the same launch */
         dl__cur_el<I, dl__cuf_bn_dx<I> > rd;   /* (L 1, no pool, no gm) */
         rd.f = f; rd.C = (I)C;
@@ -5117,9 +5123,7 @@ static void dl__cu_bn_dx_sums_run(dl__dev *d, double *part, int64_t S, float *dx
 {
     dl__cuf_bn_dx<I> f;
     dl__cuf_bn_sfin fin;
-    f.dx = dx; f.gm = gm; f.g = g; f.x = x; f.mean = mean; f.invstd = invstd; f.w = w; f.coef = coef; f.ry = ry;
-    f.pix = pix; f.L = (I)L; f.pw = (I)pw;
-    f.ch.init(C, L);
+    f.init(dx, gm, g, x, mean, invstd, w, coef, ry, pix, pw, C, L);
     fin.dw = NULL; fin.db = sdb; fin.coef = NULL; fin.part = part; fin.invstd = NULL; fin.S = S;
     fin.M = (double)(N * L);
     dl__cu_bn_pass_run<false, I, dl__cuf_bn_sfin>(d, part, NULL, NULL, NULL, NULL, NULL, -1, 0, NULL, C, L, N * L, S,
