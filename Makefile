@@ -15,6 +15,8 @@ B        = build
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -include cblas.h -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
 HAVE_NATIVE   := $(shell echo 'int main(void){return 0;}' | $(CC) -march=native -x c - -o /dev/null >/dev/null 2>&1 && echo 1)
+# -march=native with AVX-512: test-all also builds the AVX2 paths (GEMM kernels, Winograd) an AVX2 CPU takes
+HAVE_AVX512   := $(if $(HAVE_NATIVE),$(shell $(CC) -march=native -dM -E -x c /dev/null 2>/dev/null | grep -q __AVX512F__ && echo 1))
 HAVE_ZLIB     := $(shell echo 'int main(void){return 0;}' | $(CC) -include zlib.h -x c - -o /dev/null -lz >/dev/null 2>&1 && echo 1)
 HAVE_CLANG    := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 HAVE_CXX      := $(shell command -v g++ >/dev/null 2>&1 && echo 1)
@@ -37,7 +39,7 @@ NATIVE    = $(if $(HAVE_NATIVE),$(patsubst tests/%.c,$(B)/%_native,$(TEST_SRC)))
 EXTRA     = $(NATIVE) $(if $(HAVE_CLANG),$(B)/test_core_clang) $(if $(HAVE_CXX),$(B)/test_core_cxx $(B)/test_ops_cxx $(B)/test_dist_cxx $(if $(HAVE_NATIVE),$(B)/test_conv_cxx_native)) \
             $(if $(HAVE_OPENBLAS),$(B)/test_ops_openblas) $(if $(HAVE_ZLIB),$(B)/test_data_zlib $(B)/test_hardening_debug) \
             $(B)/test_core_nothreads $(B)/test_gemm_nothreads $(B)/test_hardening_nommap \
-            $(B)/test_core_dims4 $(B)/test_core_dims16
+            $(B)/test_core_dims4 $(B)/test_core_dims16 $(if $(HAVE_AVX512),$(B)/test_conv_avx2 $(B)/test_gemm_avx2)
 SANTESTS  = $(patsubst tests/%.c,$(B)/san/%,$(TEST_SRC))
 DEPS      = dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h tests/harness.h tests/th_prims.h tests/count_alloc.h tests/golden.h tests/optable.h tests/dist_models.h tests/tb_read.h
 EXAMPLES  = $(patsubst examples/%.c,$(B)/%,$(sort $(wildcard examples/*.c)))
@@ -148,6 +150,8 @@ fuzz: | $(B)
 
 $(B)/%_native: tests/%.c $(DEPS) | $(B)
 	$(CC) $(WARN) $(EXFLAGS) -I. $< -o $@ $(LDLIBS)
+$(B)/%_avx2: tests/%.c $(DEPS) | $(B)
+	$(CC) $(WARN) -O3 -mavx2 -mfma -g -I. $< -o $@ $(LDLIBS)
 $(B)/test_core_clang: tests/test_core.c $(DEPS) | $(B)
 	clang $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 $(B)/test_core_cxx: tests/test_core.c $(DEPS) | $(B)

@@ -48,8 +48,8 @@
                            it takes them; env DL_CUDNN=0|1|2 (none, 16+ channels: the
                            default, all) chooses at run time (docs/cuda.md)
        DL_NO_WINOGRAD      3x3 convolutions as direct sums only: no Winograd F(4x4, 3x3)
-                           (AVX-512 builds take it otherwise: faster, within 1e-4
-                           relative of the direct sums)
+                           (AVX-512 and AVX2 builds take it otherwise: faster, within
+                           1e-4 relative of the direct sums)
        DL_NO_THREADS       single-threaded build (no pthreads; implied where the
                            compiler lacks GCC's __atomic builtins); one thread of the
                            process may use dl.h at a time
@@ -7887,8 +7887,10 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
    samples (from n alone) added in order, so the bits do not depend on the
    threads. The transforms add and subtract, so an inf among the inputs can
    meet another as inf - inf = NaN where direct sums give inf: the entries
-   decline an operand holding inf or NaN. AVX-512 only. */
-#if defined(DL__GEMM_AVX512) && !defined(DL_NO_WINOGRAD)
+   decline an operand holding inf or NaN. With AVX-512, or with AVX2 and
+   FMA (a vector of 16 floats as two of 8, dl__v16: the same operations
+   lane by lane, so the same bits). */
+#if (defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)) && !defined(DL_NO_WINOGRAD)
 #define DL__WG 1
 #ifndef DL__WG_TILES
 #define DL__WG_TILES 64     /* F(2x2, 3x3)'s tiles per block of samples, at least (the GEMMs' rows);
@@ -7897,6 +7899,95 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
 #endif
 #ifndef DL__WG_CHUNKS
 #define DL__WG_CHUNKS 8     /* the weight gradient's partial sums */
+#endif
+/* 16 floats (lanes along channels) and the operations the transforms
+   use: one AVX-512 register, or two AVX2 ones (l: lanes 0-7, h: 8-15) */
+#if defined(DL__GEMM_AVX512)
+typedef __m512 dl__v16;
+typedef __m512i dl__v16i;
+DL__GEMM_INLINE dl__v16 dl__v_ld(const float *p) { return _mm512_loadu_ps(p); }
+DL__GEMM_INLINE void dl__v_st(float *p, dl__v16 a) { _mm512_storeu_ps(p, a); }
+/* the first n lanes (1..16) from p, the others 0; stored: the first n */
+DL__GEMM_INLINE dl__v16 dl__v_ldn(const float *p, int n)
+{
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+DL__GEMM_INLINE void dl__v_stn(float *p, int n, dl__v16 a) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), a); }
+DL__GEMM_INLINE dl__v16 dl__v_zero(void) { return _mm512_setzero_ps(); }
+DL__GEMM_INLINE dl__v16 dl__v_set1(float x) { return _mm512_set1_ps(x); }
+DL__GEMM_INLINE dl__v16 dl__v_add(dl__v16 a, dl__v16 b) { return _mm512_add_ps(a, b); }
+DL__GEMM_INLINE dl__v16 dl__v_sub(dl__v16 a, dl__v16 b) { return _mm512_sub_ps(a, b); }
+DL__GEMM_INLINE dl__v16 dl__v_mul(dl__v16 a, dl__v16 b) { return _mm512_mul_ps(a, b); }
+DL__GEMM_INLINE dl__v16 dl__v_fma(dl__v16 a, dl__v16 b, dl__v16 c) { return _mm512_fmadd_ps(a, b, c); }    /* a b + c */
+DL__GEMM_INLINE dl__v16 dl__v_fnma(dl__v16 a, dl__v16 b, dl__v16 c) { return _mm512_fnmadd_ps(a, b, c); }  /* c - a b */
+/* lane i: i * step; p[lane] gathered */
+DL__GEMM_INLINE dl__v16i dl__v_iota(int step)
+{
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32(step));
+}
+DL__GEMM_INLINE dl__v16 dl__v_gather(const float *p, dl__v16i idx)
+{
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, idx, p, 4);
+}
+#else
+typedef struct dl__v16 { __m256 l, h; } dl__v16;
+typedef struct dl__v16i { __m256i l, h; } dl__v16i;
+DL__GEMM_INLINE dl__v16 dl__v_mk(__m256 l, __m256 h)
+{
+    dl__v16 r;
+    r.l = l;
+    r.h = h;
+    return r;
+}
+DL__GEMM_INLINE dl__v16 dl__v_ld(const float *p) { return dl__v_mk(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)); }
+DL__GEMM_INLINE void dl__v_st(float *p, dl__v16 a)
+{
+    _mm256_storeu_ps(p, a.l);
+    _mm256_storeu_ps(p + 8, a.h);
+}
+/* lanes below n of 8 (n may be out of 0..8) */
+DL__GEMM_INLINE __m256i dl__v_mask8(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+DL__GEMM_INLINE dl__v16 dl__v_ldn(const float *p, int n)
+{
+    if (n == 16) return dl__v_ld(p);
+    return dl__v_mk(n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, dl__v_mask8(n)),
+                    n > 8 ? _mm256_maskload_ps(p + 8, dl__v_mask8(n - 8)) : _mm256_setzero_ps());
+}
+DL__GEMM_INLINE void dl__v_stn(float *p, int n, dl__v16 a)
+{
+    if (n >= 8) _mm256_storeu_ps(p, a.l);
+    else _mm256_maskstore_ps(p, dl__v_mask8(n), a.l);
+    if (n == 16) _mm256_storeu_ps(p + 8, a.h);
+    else if (n > 8) _mm256_maskstore_ps(p + 8, dl__v_mask8(n - 8), a.h);
+}
+DL__GEMM_INLINE dl__v16 dl__v_zero(void) { return dl__v_mk(_mm256_setzero_ps(), _mm256_setzero_ps()); }
+DL__GEMM_INLINE dl__v16 dl__v_set1(float x) { return dl__v_mk(_mm256_set1_ps(x), _mm256_set1_ps(x)); }
+DL__GEMM_INLINE dl__v16 dl__v_add(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_add_ps(a.l, b.l), _mm256_add_ps(a.h, b.h)); }
+DL__GEMM_INLINE dl__v16 dl__v_sub(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_sub_ps(a.l, b.l), _mm256_sub_ps(a.h, b.h)); }
+DL__GEMM_INLINE dl__v16 dl__v_mul(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_mul_ps(a.l, b.l), _mm256_mul_ps(a.h, b.h)); }
+DL__GEMM_INLINE dl__v16 dl__v_fma(dl__v16 a, dl__v16 b, dl__v16 c)
+{
+    return dl__v_mk(_mm256_fmadd_ps(a.l, b.l, c.l), _mm256_fmadd_ps(a.h, b.h, c.h));
+}
+DL__GEMM_INLINE dl__v16 dl__v_fnma(dl__v16 a, dl__v16 b, dl__v16 c)
+{
+    return dl__v_mk(_mm256_fnmadd_ps(a.l, b.l, c.l), _mm256_fnmadd_ps(a.h, b.h, c.h));
+}
+DL__GEMM_INLINE dl__v16i dl__v_iota(int step)
+{
+    dl__v16i r;
+    r.l = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(step));
+    r.h = _mm256_add_epi32(r.l, _mm256_set1_epi32(8 * step));
+    return r;
+}
+DL__GEMM_INLINE dl__v16 dl__v_gather(const float *p, dl__v16i idx)
+{
+    return dl__v_mk(_mm256_i32gather_ps(p, idx.l, 4), _mm256_i32gather_ps(p, idx.h, 4));
+}
 #endif
 /* floats of a (T, C) slice of the buffers that hold one (T, C) per xi:
    padded by a cache line, so that the A2 slices a transform writes at once
@@ -7934,7 +8025,8 @@ typedef struct dl__wg_job {
 } dl__wg_job;
 
 /* 16 rows of 16 floats transposed in place */
-DL__GEMM_INLINE void dl__tr16(__m512 *r)
+#if defined(DL__GEMM_AVX512)
+DL__GEMM_INLINE void dl__v_tr16(dl__v16 *r)
 {
     const __mmask16 m16 = (__mmask16)0xFFFF;   /* (the maskz forms: g++ 12 warns on the others' undefined source) */
     const __mmask8 m8 = (__mmask8)0xFF;
@@ -7961,24 +8053,64 @@ DL__GEMM_INLINE void dl__tr16(__m512 *r)
         r[i + 8] = _mm512_maskz_shuffle_f32x4(m16, t[i], t[i + 8], 0xdd);
     }
 }
+#else
+/* 8 rows of 8 floats */
+DL__GEMM_INLINE void dl__tr8(__m256 *r)
+{
+    __m256 t[8], u[8];
+    int i;
+    for (i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+/* the four 8 x 8 blocks, each transposed, the two off the diagonal swapped */
+DL__GEMM_INLINE void dl__v_tr16(dl__v16 *r)
+{
+    __m256 b[4][8];
+    int i;
+    for (i = 0; i < 8; i++) {
+        b[0][i] = r[i].l;
+        b[1][i] = r[i].h;
+        b[2][i] = r[8 + i].l;
+        b[3][i] = r[8 + i].h;
+    }
+    for (i = 0; i < 4; i++) dl__tr8(b[i]);
+    for (i = 0; i < 8; i++) {
+        r[i].l = b[0][i];
+        r[i].h = b[2][i];
+        r[8 + i].l = b[1][i];
+        r[8 + i].h = b[3][i];
+    }
+}
+#endif
 
 /* 16 channels' planes (rows ss apart, n positions) into dst + off[p]
    (16 channels each); *bad turns NaN at an inf or NaN */
-static void dl__wg_in(const float *src, int64_t ss, int64_t n, float *dst, const int64_t *off, __m512 *bad)
+static void dl__wg_in(const float *src, int64_t ss, int64_t n, float *dst, const int64_t *off, dl__v16 *bad)
 {
-    const __m512 z = _mm512_setzero_ps();
-    __m512 r[16], b = *bad;
+    const dl__v16 z = dl__v_zero();
+    dl__v16 r[16], b = *bad;
     int64_t p;
     int i;
     for (p = 0; p < n; p += 16) {
         int w = n - p < 16 ? (int)(n - p) : 16;
-        const __mmask16 m = (__mmask16)((1u << w) - 1u);
         for (i = 0; i < 16; i++) {
-            r[i] = _mm512_maskz_loadu_ps(m, src + i * ss + p);
-            b = _mm512_fmadd_ps(r[i], z, b);
+            r[i] = dl__v_ldn(src + i * ss + p, w);
+            b = dl__v_fma(r[i], z, b);
         }
-        dl__tr16(r);
-        for (i = 0; i < w; i++) _mm512_storeu_ps(dst + off[p + i], r[i]);
+        dl__v_tr16(r);
+        for (i = 0; i < w; i++) dl__v_st(dst + off[p + i], r[i]);
     }
     *bad = b;
 }
@@ -7986,18 +8118,18 @@ static void dl__wg_in(const float *src, int64_t ss, int64_t n, float *dst, const
 /* the reverse: n positions of 16 channels (sld apart) into 16 rows ds apart */
 static void dl__wg_out(const float *src, int64_t sld, int64_t n, float *dst, int64_t ds)
 {
-    __m512 r[16];
+    dl__v16 r[16];
     int64_t p;
     int i;
     for (p = 0; p < n; p += 16) {
         int w = n - p < 16 ? (int)(n - p) : 16;
-        const __mmask16 m = (__mmask16)((1u << w) - 1u);
-        for (i = 0; i < 16; i++) r[i] = i < w ? _mm512_loadu_ps(src + (p + i) * sld) : _mm512_setzero_ps();
-        dl__tr16(r);
-        for (i = 0; i < 16; i++) _mm512_mask_storeu_ps(dst + i * ds + p, m, r[i]);
+        for (i = 0; i < 16; i++) r[i] = i < w ? dl__v_ld(src + (p + i) * sld) : dl__v_zero();
+        dl__v_tr16(r);
+        for (i = 0; i < 16; i++) dl__v_stn(dst + i * ds + p, w, r[i]);
     }
 }
 
+#if defined(DL__GEMM_AVX512)
 /* c (mr <= 8 rows ldc apart, 16 NV columns) = (acc ? c : 0) + the sum over
    k < K of a[r ars + k aks] b[k ldb + j], in order of k */
 #define DL__WG_FMA(r)                                                   \
@@ -8047,96 +8179,139 @@ static void dl__wg_gemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t
         }
     }
 }
+#else
+/* AVX2: c (mr <= 6 rows, 16 columns), the same sums in the same order */
+#define DL__WG_FMA2(r)                                                  \
+    {                                                                   \
+        const __m256 a_ = _mm256_set1_ps(a##r[k * aks]);                \
+        c##r##0 = _mm256_fmadd_ps(a_, b0, c##r##0);                     \
+        c##r##1 = _mm256_fmadd_ps(a_, b1, c##r##1);                     \
+    }
+#define DL__WG_PUT2(r)                                                                  \
+    if (mr > r) {                                                                       \
+        float *c_ = c + r * ldc;                                                        \
+        if (acc) {                                                                      \
+            c##r##0 = _mm256_add_ps(_mm256_loadu_ps(c_), c##r##0);                      \
+            c##r##1 = _mm256_add_ps(_mm256_loadu_ps(c_ + 8), c##r##1);                  \
+        }                                                                               \
+        _mm256_storeu_ps(c_, c##r##0);                                                  \
+        _mm256_storeu_ps(c_ + 8, c##r##1);                                              \
+    }
+DL__GEMM_INLINE void dl__wg_kern(int64_t K, const float *a, int64_t ars, int64_t aks, int mr, const float *b,
+                                 int64_t ldb, float *c, int64_t ldc, int acc)
+{
+    const float *a0 = a, *a1 = a + (mr > 1 ? ars : 0), *a2 = a + (mr > 2 ? 2 * ars : 0),
+                *a3 = a + (mr > 3 ? 3 * ars : 0), *a4 = a + (mr > 4 ? 4 * ars : 0), *a5 = a + (mr > 5 ? 5 * ars : 0);
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+           c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    int64_t k;
+    for (k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
+        DL__WG_FMA2(0) DL__WG_FMA2(1) DL__WG_FMA2(2) DL__WG_FMA2(3) DL__WG_FMA2(4) DL__WG_FMA2(5)
+    }
+    DL__WG_PUT2(0) DL__WG_PUT2(1) DL__WG_PUT2(2) DL__WG_PUT2(3) DL__WG_PUT2(4) DL__WG_PUT2(5)
+}
+
+static void dl__wg_gemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b,
+                        int64_t ldb, float *c, int64_t ldc, int acc)
+{
+    int64_t i, j;
+    for (i = 0; i < M; i += 6) {
+        int mr = (int)(M - i < 6 ? M - i : 6);
+        for (j = 0; j < N; j += 16) dl__wg_kern(K, a + i * ars, ars, aks, mr, b + j, ldb, c + i * ldc + j, ldc, acc);
+    }
+}
+#endif
 
 /* F(2x2, 3x3)'s v[xi] (row vs apart) = B^T d B for 16 channels, d the 4x4 patch at p
    (rows rs apart, columns Ci apart) */
 DL__GEMM_INLINE void dl__wg_vtile(const float *p, int64_t rs, int64_t cs, float *v, int64_t vs)
 {
-    __m512 d[4][4], t[4][4];
+    dl__v16 d[4][4], t[4][4];
     int i, j;
     for (i = 0; i < 4; i++)
-        for (j = 0; j < 4; j++) d[i][j] = _mm512_loadu_ps(p + i * rs + j * cs);
+        for (j = 0; j < 4; j++) d[i][j] = dl__v_ld(p + i * rs + j * cs);
     for (j = 0; j < 4; j++) {
-        t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+        t[0][j] = dl__v_sub(d[0][j], d[2][j]);
+        t[1][j] = dl__v_add(d[1][j], d[2][j]);
+        t[2][j] = dl__v_sub(d[2][j], d[1][j]);
+        t[3][j] = dl__v_sub(d[1][j], d[3][j]);
     }
     for (i = 0; i < 4; i++) {
-        _mm512_storeu_ps(v + (4 * i) * vs, _mm512_sub_ps(t[i][0], t[i][2]));
-        _mm512_storeu_ps(v + (4 * i + 1) * vs, _mm512_add_ps(t[i][1], t[i][2]));
-        _mm512_storeu_ps(v + (4 * i + 2) * vs, _mm512_sub_ps(t[i][2], t[i][1]));
-        _mm512_storeu_ps(v + (4 * i + 3) * vs, _mm512_sub_ps(t[i][1], t[i][3]));
+        dl__v_st(v + (4 * i) * vs, dl__v_sub(t[i][0], t[i][2]));
+        dl__v_st(v + (4 * i + 1) * vs, dl__v_add(t[i][1], t[i][2]));
+        dl__v_st(v + (4 * i + 2) * vs, dl__v_sub(t[i][2], t[i][1]));
+        dl__v_st(v + (4 * i + 3) * vs, dl__v_sub(t[i][1], t[i][3]));
     }
 }
 
 /* F(4x4, 3x3)'s one-dimensional transforms, 16 channels a vector: n
    values s apart in, rs apart out (Lavin and Gray's matrices, points 0,
    +-1, +-2) */
-#define DL__WG_C(x) _mm512_set1_ps(x)
+#define DL__WG_C(x) dl__v_set1(x)
 /* 6 = B^T 6 (input) */
-DL__GEMM_INLINE void dl__wg4_bt(const __m512 *d, int s, __m512 *r, int rs)
+DL__GEMM_INLINE void dl__wg4_bt(const dl__v16 *d, int s, dl__v16 *r, int rs)
 {
-    const __m512 a = _mm512_add_ps(d[s], d[2 * s]), b = _mm512_add_ps(d[3 * s], d[4 * s]);
-    const __m512 e = _mm512_sub_ps(d[s], d[2 * s]), f = _mm512_sub_ps(d[4 * s], d[3 * s]);
-    const __m512 h = _mm512_sub_ps(d[3 * s], d[s]), k = _mm512_sub_ps(d[4 * s], d[2 * s]);
-    r[0] = _mm512_fmadd_ps(DL__WG_C(4.0f), d[0], _mm512_fmadd_ps(DL__WG_C(-5.0f), d[2 * s], d[4 * s]));
-    r[rs] = _mm512_fnmadd_ps(DL__WG_C(4.0f), a, b);
-    r[2 * rs] = _mm512_fmadd_ps(DL__WG_C(4.0f), e, f);
-    r[3 * rs] = _mm512_fmadd_ps(DL__WG_C(2.0f), h, k);
-    r[4 * rs] = _mm512_fnmadd_ps(DL__WG_C(2.0f), h, k);
-    r[5 * rs] = _mm512_fmadd_ps(DL__WG_C(4.0f), d[s], _mm512_fmadd_ps(DL__WG_C(-5.0f), d[3 * s], d[5 * s]));
+    const dl__v16 a = dl__v_add(d[s], d[2 * s]), b = dl__v_add(d[3 * s], d[4 * s]);
+    const dl__v16 e = dl__v_sub(d[s], d[2 * s]), f = dl__v_sub(d[4 * s], d[3 * s]);
+    const dl__v16 h = dl__v_sub(d[3 * s], d[s]), k = dl__v_sub(d[4 * s], d[2 * s]);
+    r[0] = dl__v_fma(DL__WG_C(4.0f), d[0], dl__v_fma(DL__WG_C(-5.0f), d[2 * s], d[4 * s]));
+    r[rs] = dl__v_fnma(DL__WG_C(4.0f), a, b);
+    r[2 * rs] = dl__v_fma(DL__WG_C(4.0f), e, f);
+    r[3 * rs] = dl__v_fma(DL__WG_C(2.0f), h, k);
+    r[4 * rs] = dl__v_fnma(DL__WG_C(2.0f), h, k);
+    r[5 * rs] = dl__v_fma(DL__WG_C(4.0f), d[s], dl__v_fma(DL__WG_C(-5.0f), d[3 * s], d[5 * s]));
 }
 /* 6 = G 3 (weights) */
-DL__GEMM_INLINE void dl__wg4_g(const __m512 *g, int s, __m512 *r, int rs)
+DL__GEMM_INLINE void dl__wg4_g(const dl__v16 *g, int s, dl__v16 *r, int rs)
 {
-    const __m512 a = _mm512_add_ps(g[0], g[2 * s]), b = _mm512_fmadd_ps(DL__WG_C(4.0f), g[2 * s], g[0]);
-    r[0] = _mm512_mul_ps(DL__WG_C(0.25f), g[0]);
-    r[rs] = _mm512_mul_ps(DL__WG_C(-1.0f / 6.0f), _mm512_add_ps(a, g[s]));
-    r[2 * rs] = _mm512_mul_ps(DL__WG_C(-1.0f / 6.0f), _mm512_sub_ps(a, g[s]));
-    r[3 * rs] = _mm512_mul_ps(DL__WG_C(1.0f / 24.0f), _mm512_fmadd_ps(DL__WG_C(2.0f), g[s], b));
-    r[4 * rs] = _mm512_mul_ps(DL__WG_C(1.0f / 24.0f), _mm512_fnmadd_ps(DL__WG_C(2.0f), g[s], b));
+    const dl__v16 a = dl__v_add(g[0], g[2 * s]), b = dl__v_fma(DL__WG_C(4.0f), g[2 * s], g[0]);
+    r[0] = dl__v_mul(DL__WG_C(0.25f), g[0]);
+    r[rs] = dl__v_mul(DL__WG_C(-1.0f / 6.0f), dl__v_add(a, g[s]));
+    r[2 * rs] = dl__v_mul(DL__WG_C(-1.0f / 6.0f), dl__v_sub(a, g[s]));
+    r[3 * rs] = dl__v_mul(DL__WG_C(1.0f / 24.0f), dl__v_fma(DL__WG_C(2.0f), g[s], b));
+    r[4 * rs] = dl__v_mul(DL__WG_C(1.0f / 24.0f), dl__v_fnma(DL__WG_C(2.0f), g[s], b));
     r[5 * rs] = g[2 * s];
 }
 /* 4 = A^T 6 (output) */
-DL__GEMM_INLINE void dl__wg4_at(const __m512 *q, int s, __m512 *r, int rs)
+DL__GEMM_INLINE void dl__wg4_at(const dl__v16 *q, int s, dl__v16 *r, int rs)
 {
-    const __m512 a = _mm512_add_ps(q[s], q[2 * s]), b = _mm512_add_ps(q[3 * s], q[4 * s]);
-    const __m512 e = _mm512_sub_ps(q[s], q[2 * s]), f = _mm512_sub_ps(q[3 * s], q[4 * s]);
-    r[0] = _mm512_add_ps(_mm512_add_ps(q[0], a), b);
-    r[rs] = _mm512_fmadd_ps(DL__WG_C(2.0f), f, e);
-    r[2 * rs] = _mm512_fmadd_ps(DL__WG_C(4.0f), b, a);
-    r[3 * rs] = _mm512_add_ps(_mm512_fmadd_ps(DL__WG_C(8.0f), f, e), q[5 * s]);
+    const dl__v16 a = dl__v_add(q[s], q[2 * s]), b = dl__v_add(q[3 * s], q[4 * s]);
+    const dl__v16 e = dl__v_sub(q[s], q[2 * s]), f = dl__v_sub(q[3 * s], q[4 * s]);
+    r[0] = dl__v_add(dl__v_add(q[0], a), b);
+    r[rs] = dl__v_fma(DL__WG_C(2.0f), f, e);
+    r[2 * rs] = dl__v_fma(DL__WG_C(4.0f), b, a);
+    r[3 * rs] = dl__v_add(dl__v_fma(DL__WG_C(8.0f), f, e), q[5 * s]);
 }
 /* 6 = A 4 (output gradient) */
-DL__GEMM_INLINE void dl__wg4_a(const __m512 *e, int s, __m512 *r, int rs)
+DL__GEMM_INLINE void dl__wg4_a(const dl__v16 *e, int s, dl__v16 *r, int rs)
 {
-    const __m512 a = _mm512_add_ps(e[0], e[2 * s]), b = _mm512_add_ps(e[s], e[3 * s]);
-    const __m512 c = _mm512_fmadd_ps(DL__WG_C(4.0f), e[2 * s], e[0]), d = _mm512_fmadd_ps(DL__WG_C(4.0f), e[3 * s], e[s]);
+    const dl__v16 a = dl__v_add(e[0], e[2 * s]), b = dl__v_add(e[s], e[3 * s]);
+    const dl__v16 c = dl__v_fma(DL__WG_C(4.0f), e[2 * s], e[0]), d = dl__v_fma(DL__WG_C(4.0f), e[3 * s], e[s]);
     r[0] = e[0];
-    r[rs] = _mm512_add_ps(a, b);
-    r[2 * rs] = _mm512_sub_ps(a, b);
-    r[3 * rs] = _mm512_fmadd_ps(DL__WG_C(2.0f), d, c);
-    r[4 * rs] = _mm512_fnmadd_ps(DL__WG_C(2.0f), d, c);
+    r[rs] = dl__v_add(a, b);
+    r[2 * rs] = dl__v_sub(a, b);
+    r[3 * rs] = dl__v_fma(DL__WG_C(2.0f), d, c);
+    r[4 * rs] = dl__v_fnma(DL__WG_C(2.0f), d, c);
     r[5 * rs] = e[3 * s];
 }
 /* 3 = G^T 6 (weight gradient) */
-DL__GEMM_INLINE void dl__wg4_gt(const __m512 *q, int s, __m512 *r, int rs)
+DL__GEMM_INLINE void dl__wg4_gt(const dl__v16 *q, int s, dl__v16 *r, int rs)
 {
-    const __m512 a = _mm512_add_ps(q[s], q[2 * s]), b = _mm512_add_ps(q[3 * s], q[4 * s]);
-    const __m512 e = _mm512_sub_ps(q[s], q[2 * s]), f = _mm512_sub_ps(q[3 * s], q[4 * s]);
-    r[0] = _mm512_fmadd_ps(DL__WG_C(0.25f), q[0],
-                           _mm512_fmadd_ps(DL__WG_C(-1.0f / 6.0f), a, _mm512_mul_ps(DL__WG_C(1.0f / 24.0f), b)));
-    r[rs] = _mm512_fmadd_ps(DL__WG_C(-1.0f / 6.0f), e, _mm512_mul_ps(DL__WG_C(1.0f / 12.0f), f));
-    r[2 * rs] = _mm512_fmadd_ps(DL__WG_C(1.0f / 6.0f), _mm512_sub_ps(b, a), q[5 * s]);
+    const dl__v16 a = dl__v_add(q[s], q[2 * s]), b = dl__v_add(q[3 * s], q[4 * s]);
+    const dl__v16 e = dl__v_sub(q[s], q[2 * s]), f = dl__v_sub(q[3 * s], q[4 * s]);
+    r[0] = dl__v_fma(DL__WG_C(0.25f), q[0],
+                           dl__v_fma(DL__WG_C(-1.0f / 6.0f), a, dl__v_mul(DL__WG_C(1.0f / 24.0f), b)));
+    r[rs] = dl__v_fma(DL__WG_C(-1.0f / 6.0f), e, dl__v_mul(DL__WG_C(1.0f / 12.0f), f));
+    r[2 * rs] = dl__v_fma(DL__WG_C(1.0f / 6.0f), dl__v_sub(b, a), q[5 * s]);
 }
 
 /* o (k x k) = F x F^T for x (n x n, row-major), F the one-dimensional
    transform f (n values in, k out): f down each column, then along each row */
-DL__GEMM_INLINE void dl__wg4_2d(void (*f)(const __m512 *, int, __m512 *, int), int n, int k, const __m512 *x,
-                                __m512 *o)
+DL__GEMM_INLINE void dl__wg4_2d(void (*f)(const dl__v16 *, int, dl__v16 *, int), int n, int k, const dl__v16 *x,
+                                dl__v16 *o)
 {
-    __m512 t[36];   /* k x n */
+    dl__v16 t[36];   /* k x n */
     int i, j;
     for (j = 0; j < n; j++) f(x + j, n, t + j, n);
     for (i = 0; i < k; i++) f(t + i * n, 1, o + i * k, 1);
@@ -8147,15 +8322,15 @@ DL__GEMM_INLINE void dl__wg4_2d(void (*f)(const __m512 *, int, __m512 *, int), i
    columns cs apart), F from f (n values to 6): v = B^T d B of a 6x6
    input patch (f = dl__wg4_bt), z = A e A^T of a 4x4 output gradient
    (f = dl__wg4_a) */
-DL__GEMM_INLINE void dl__wg4_tile(void (*f)(const __m512 *, int, __m512 *, int), int n, const float *p, int64_t rs,
+DL__GEMM_INLINE void dl__wg4_tile(void (*f)(const dl__v16 *, int, dl__v16 *, int), int n, const float *p, int64_t rs,
                                   int64_t cs, float *o, int64_t os)
 {
-    __m512 x[36], t[36];
+    dl__v16 x[36], t[36];
     int i, j;
     for (i = 0; i < n; i++)
-        for (j = 0; j < n; j++) x[n * i + j] = _mm512_loadu_ps(p + i * rs + j * cs);
+        for (j = 0; j < n; j++) x[n * i + j] = dl__v_ld(p + i * rs + j * cs);
     dl__wg4_2d(f, n, 6, x, t);
-    for (i = 0; i < 36; i++) _mm512_storeu_ps(o + i * os, t[i]);
+    for (i = 0; i < 36; i++) dl__v_st(o + i * os, t[i]);
 }
 
 /* v (A2 slices DL__WG_XS(T, Ci) apart, each (T, Ci)) for the nc samples in xp */
@@ -8174,7 +8349,7 @@ static void dl__wg_vblock(const dl__wg_job *J, const float *xp, int64_t nc, floa
 }
 
 /* samples [n0, n0 + nc) of x into xp (and of gy into gp): transposed, padding untouched */
-static void dl__wg_load(const dl__wg_job *J, int64_t n0, int64_t nc, float *xp, float *gp, __m512 *bad)
+static void dl__wg_load(const dl__wg_job *J, int64_t n0, int64_t nc, float *xp, float *gp, dl__v16 *bad)
 {
     int64_t i, c;
     for (i = 0; i < nc; i++) {
@@ -8192,37 +8367,35 @@ static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__wg_job *J = (const dl__wg_job *)arg;
     const int64_t Ci = J->Ci, Co = J->Co, P = Ci * Co;
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)(J->flip ? 9 : 9 * Ci)));
-    const __m512 h = _mm512_set1_ps(0.5f);
+    const dl__v16i idx = dl__v_iota((int)(J->flip ? 9 : 9 * Ci));
+    const dl__v16 h = dl__v_set1(0.5f);
     int64_t ci, co;
     for (ci = lo; ci < hi; ci++)
         for (co = 0; co < Co; co += 16) {
             const float *src = J->flip ? J->w + (ci * Co + co) * 9 : J->w + (co * Ci + ci) * 9;
-            __m512 g[3][3], t[4][3];
+            dl__v16 g[3][3], t[4][3];
             float *u = J->u + ci * Co + co;
             int i, j;
             for (i = 0; i < 3; i++)
-                for (j = 0; j < 3; j++) g[i][j] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, idx,
-                                                     src + (J->flip ? 8 - 3 * i - j : 3 * i + j), 4);
+                for (j = 0; j < 3; j++) g[i][j] = dl__v_gather(src + (J->flip ? 8 - 3 * i - j : 3 * i + j), idx);
             if (J->m == 4) {   /* G g G^T, 6x6 */
-                __m512 o[36];
+                dl__v16 o[36];
                 dl__wg4_2d(dl__wg4_g, 3, 6, &g[0][0], o);
-                for (i = 0; i < 36; i++) _mm512_storeu_ps(u + i * P, o[i]);
+                for (i = 0; i < 36; i++) dl__v_st(u + i * P, o[i]);
             } else {           /* 4x4 */
                 for (j = 0; j < 3; j++) {
                     t[0][j] = g[0][j];
-                    t[1][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(g[0][j], g[1][j]), g[2][j]));
-                    t[2][j] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(g[0][j], g[1][j]), g[2][j]));
+                    t[1][j] = dl__v_mul(h, dl__v_add(dl__v_add(g[0][j], g[1][j]), g[2][j]));
+                    t[2][j] = dl__v_mul(h, dl__v_add(dl__v_sub(g[0][j], g[1][j]), g[2][j]));
                     t[3][j] = g[2][j];
                 }
                 for (i = 0; i < 4; i++) {
-                    _mm512_storeu_ps(u + 4 * i * P, t[i][0]);
-                    _mm512_storeu_ps(u + (4 * i + 1) * P,
-                                     _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(t[i][0], t[i][1]), t[i][2])));
-                    _mm512_storeu_ps(u + (4 * i + 2) * P,
-                                     _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(t[i][0], t[i][1]), t[i][2])));
-                    _mm512_storeu_ps(u + (4 * i + 3) * P, t[i][2]);
+                    dl__v_st(u + 4 * i * P, t[i][0]);
+                    dl__v_st(u + (4 * i + 1) * P,
+                                     dl__v_mul(h, dl__v_add(dl__v_add(t[i][0], t[i][1]), t[i][2])));
+                    dl__v_st(u + (4 * i + 2) * P,
+                                     dl__v_mul(h, dl__v_add(dl__v_sub(t[i][0], t[i][1]), t[i][2])));
+                    dl__v_st(u + (4 * i + 3) * P, t[i][2]);
                 }
             }
         }
@@ -8232,33 +8405,33 @@ static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
    qs apart; the first nr rows (ys apart) and nw columns (cs apart) of the
    m x m tile are written (a plane's odd edge cuts it). F(2x2, 3x3): */
 DL__GEMM_INLINE void dl__wg_ytile(const float *q0, int64_t qs, float *y, int64_t ys, int64_t cs, int nr, int nw,
-                                  __m512 bv)
+                                  dl__v16 bv)
 {
-    __m512 q[16], s0[4], s1[4];
+    dl__v16 q[16], s0[4], s1[4];
     int j;
-    for (j = 0; j < 16; j++) q[j] = _mm512_loadu_ps(q0 + j * qs);
+    for (j = 0; j < 16; j++) q[j] = dl__v_ld(q0 + j * qs);
     for (j = 0; j < 4; j++) {
-        s0[j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
-        s1[j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
+        s0[j] = dl__v_add(dl__v_add(q[j], q[4 + j]), q[8 + j]);
+        s1[j] = dl__v_sub(dl__v_sub(q[4 + j], q[8 + j]), q[12 + j]);
     }
-    _mm512_storeu_ps(y, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), bv));
-    if (nw > 1) _mm512_storeu_ps(y + cs, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]), bv));
+    dl__v_st(y, dl__v_add(dl__v_add(dl__v_add(s0[0], s0[1]), s0[2]), bv));
+    if (nw > 1) dl__v_st(y + cs, dl__v_add(dl__v_sub(dl__v_sub(s0[1], s0[2]), s0[3]), bv));
     if (nr > 1) {
-        _mm512_storeu_ps(y + ys, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), bv));
+        dl__v_st(y + ys, dl__v_add(dl__v_add(dl__v_add(s1[0], s1[1]), s1[2]), bv));
         if (nw > 1)
-            _mm512_storeu_ps(y + ys + cs, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]), bv));
+            dl__v_st(y + ys + cs, dl__v_add(dl__v_sub(dl__v_sub(s1[1], s1[2]), s1[3]), bv));
     }
 }
 /* F(4x4, 3x3): */
 DL__GEMM_INLINE void dl__wg4_ytile(const float *q0, int64_t qs, float *y, int64_t ys, int64_t cs, int nr, int nw,
-                                   __m512 bv)
+                                   dl__v16 bv)
 {
-    __m512 q[36], o[16];
+    dl__v16 q[36], o[16];
     int r, j;
-    for (j = 0; j < 36; j++) q[j] = _mm512_loadu_ps(q0 + j * qs);
+    for (j = 0; j < 36; j++) q[j] = dl__v_ld(q0 + j * qs);
     dl__wg4_2d(dl__wg4_at, 6, 4, q, o);
     for (r = 0; r < nr; r++)
-        for (j = 0; j < nw; j++) _mm512_storeu_ps(y + r * ys + j * cs, _mm512_add_ps(o[4 * r + j], bv));
+        for (j = 0; j < nw; j++) dl__v_st(y + r * ys + j * cs, dl__v_add(o[4 * r + j], bv));
 }
 
 /* yt (samples, OH OW, Co): for output channels [co0, co0 + cc) of each of
@@ -8271,7 +8444,7 @@ static void dl__wg_yblock(const dl__wg_job *J, const float *q, int64_t T, int64_
         int nr = (int)(OH - oh < m ? OH - oh : m), nw = (int)(OW - ow < m ? OW - ow : m);
         float *y0 = yt + ((t / (J->TH * J->TW) * OH + oh) * OW + ow) * Co + co0;
         for (c = 0; c < cc; c += 16) {
-            const __m512 bv = J->bias ? _mm512_loadu_ps(J->bias + co0 + c) : _mm512_setzero_ps();
+            const dl__v16 bv = J->bias ? dl__v_ld(J->bias + co0 + c) : dl__v_zero();
             if (m == 4) dl__wg4_ytile(q + t * cc + c, qs, y0 + c, OW * Co, Co, nr, nw, bv);
             else dl__wg_ytile(q + t * cc + c, qs, y0 + c, OW * Co, Co, nr, nw, bv);
         }
@@ -8283,20 +8456,20 @@ static void dl__wg_yblock(const dl__wg_job *J, const float *q, int64_t T, int64_
    dl__wg4_tile): */
 DL__GEMM_INLINE void dl__wg_ztile(const float *p, int64_t rs, int64_t cs, float *z, int64_t zs)
 {
-    const __m512 zero = _mm512_setzero_ps();
-    __m512 d00 = _mm512_loadu_ps(p), d01 = _mm512_loadu_ps(p + cs), d10 = _mm512_loadu_ps(p + rs),
-           d11 = _mm512_loadu_ps(p + rs + cs), q[4][2];
+    const dl__v16 zero = dl__v_zero();
+    dl__v16 d00 = dl__v_ld(p), d01 = dl__v_ld(p + cs), d10 = dl__v_ld(p + rs),
+           d11 = dl__v_ld(p + rs + cs), q[4][2];
     int r;
     q[0][0] = d00; q[0][1] = d01;
-    q[1][0] = _mm512_add_ps(d00, d10); q[1][1] = _mm512_add_ps(d01, d11);
-    q[2][0] = _mm512_sub_ps(d00, d10); q[2][1] = _mm512_sub_ps(d01, d11);
-    q[3][0] = _mm512_sub_ps(zero, d10); q[3][1] = _mm512_sub_ps(zero, d11);
+    q[1][0] = dl__v_add(d00, d10); q[1][1] = dl__v_add(d01, d11);
+    q[2][0] = dl__v_sub(d00, d10); q[2][1] = dl__v_sub(d01, d11);
+    q[3][0] = dl__v_sub(zero, d10); q[3][1] = dl__v_sub(zero, d11);
     for (r = 0; r < 4; r++) {
         float *o = z + 4 * r * zs;
-        _mm512_storeu_ps(o, q[r][0]);
-        _mm512_storeu_ps(o + zs, _mm512_add_ps(q[r][0], q[r][1]));
-        _mm512_storeu_ps(o + 2 * zs, _mm512_sub_ps(q[r][0], q[r][1]));
-        _mm512_storeu_ps(o + 3 * zs, _mm512_sub_ps(zero, q[r][1]));
+        dl__v_st(o, q[r][0]);
+        dl__v_st(o + zs, dl__v_add(q[r][0], q[r][1]));
+        dl__v_st(o + 2 * zs, dl__v_sub(q[r][0], q[r][1]));
+        dl__v_st(o + 3 * zs, dl__v_sub(zero, q[r][1]));
     }
 }
 
@@ -8322,7 +8495,7 @@ static void dl__wg_fwd_task(void *arg, int64_t slot, int64_t end)
     int64_t Ci = J->Ci, Co = J->Co, CC = J->CC, b;
     float *xp = J->bufs + slot * J->stride, *v = xp + dl__round_up(J->nb * J->xpn, 16);
     float *m = v + J->A2 * DL__WG_XS(J->T, Ci), *yt = m + J->A2 * DL__WG_XS(J->T, CC);
-    __m512 bad = _mm512_setzero_ps();
+    dl__v16 bad = dl__v_zero();
     (void)end;
     while ((b = dl__claim(&J->cl)) < J->nblk) {
         int64_t n0 = b * J->nb, nc = J->n - n0 < J->nb ? J->n - n0 : J->nb, T = nc * J->TH * J->TW;
@@ -8340,7 +8513,7 @@ static void dl__wg_fwd_task(void *arg, int64_t slot, int64_t end)
             for (c = 0; c < Co; c += 16)
                 dl__wg_out(yt + i * J->OL * Co + c, Co, J->OL, J->y + ((n0 + i) * Co + c) * J->OL, J->OL);
     }
-    _mm512_storeu_ps(J->bad + 16 * slot, bad);
+    dl__v_st(J->bad + 16 * slot, bad);
 }
 
 /* weight gradient: chunks of samples claimed in turn, each summed into its own S */
@@ -8350,7 +8523,7 @@ static void dl__wg_wgrad_task(void *arg, int64_t slot, int64_t end)
     int64_t Ci = J->Ci, Co = J->Co, ch;
     float *xp = J->bufs + slot * J->stride, *v = xp + dl__round_up(J->nb * J->xpn, 16);
     float *gp = v + J->A2 * DL__WG_XS(J->T, Ci), *z = gp + dl__round_up(J->nb * J->gpn, 16);
-    __m512 bad = _mm512_setzero_ps();
+    dl__v16 bad = dl__v_zero();
     (void)end;
     while ((ch = dl__claim(&J->cl)) < J->nchunk) {
         int64_t s0 = J->n * ch / J->nchunk, s1 = J->n * (ch + 1) / J->nchunk, n0;
@@ -8365,7 +8538,7 @@ static void dl__wg_wgrad_task(void *arg, int64_t slot, int64_t end)
                             S + xi * Co * Ci, Ci, n0 > s0);
         }
     }
-    _mm512_storeu_ps(J->bad + 16 * slot, bad);
+    dl__v_st(J->bad + 16 * slot, bad);
 }
 
 /* dw[co] = G^T (the chunks' S summed in order) G, 16 input channels a vector */
@@ -8373,34 +8546,34 @@ static void dl__wg_dw_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__wg_job *J = (const dl__wg_job *)arg;
     const int64_t Ci = J->Ci, Co = J->Co;
-    const __m512 h = _mm512_set1_ps(0.5f);
+    const dl__v16 h = dl__v_set1(0.5f);
     int64_t co, ci, ch;
     for (co = lo; co < hi; co++)
         for (ci = 0; ci < Ci; ci += 16) {
-            __m512 s[36], t[3][4], o;
+            dl__v16 s[36], t[3][4], o;
             float r[9][16], *dw = J->y + (co * Ci + ci) * 9;
             int i, j, l;
             for (i = 0; i < J->A2; i++) {
-                s[i] = _mm512_loadu_ps(J->s + (i * Co + co) * Ci + ci);
+                s[i] = dl__v_ld(J->s + (i * Co + co) * Ci + ci);
                 for (ch = 1; ch < J->nchunk; ch++)
-                    s[i] = _mm512_add_ps(s[i], _mm512_loadu_ps(J->s + ((ch * J->A2 + i) * Co + co) * Ci + ci));
+                    s[i] = dl__v_add(s[i], dl__v_ld(J->s + ((ch * J->A2 + i) * Co + co) * Ci + ci));
             }
             if (J->m == 4) {   /* G^T S G, S 6x6 */
-                __m512 q[9];
+                dl__v16 q[9];
                 dl__wg4_2d(dl__wg4_gt, 6, 3, s, q);
-                for (i = 0; i < 9; i++) _mm512_storeu_ps(r[i], q[i]);
+                for (i = 0; i < 9; i++) dl__v_st(r[i], q[i]);
             } else {           /* S 4x4 */
                 for (j = 0; j < 4; j++) {
-                    const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(s[4 + j], s[8 + j]));
-                    t[0][j] = _mm512_add_ps(s[j], p);
-                    t[1][j] = _mm512_mul_ps(h, _mm512_sub_ps(s[4 + j], s[8 + j]));
-                    t[2][j] = _mm512_add_ps(p, s[12 + j]);
+                    const dl__v16 p = dl__v_mul(h, dl__v_add(s[4 + j], s[8 + j]));
+                    t[0][j] = dl__v_add(s[j], p);
+                    t[1][j] = dl__v_mul(h, dl__v_sub(s[4 + j], s[8 + j]));
+                    t[2][j] = dl__v_add(p, s[12 + j]);
                 }
                 for (i = 0; i < 3; i++) {
-                    o = _mm512_mul_ps(h, _mm512_add_ps(t[i][1], t[i][2]));
-                    _mm512_storeu_ps(r[3 * i], _mm512_add_ps(t[i][0], o));
-                    _mm512_storeu_ps(r[3 * i + 1], _mm512_mul_ps(h, _mm512_sub_ps(t[i][1], t[i][2])));
-                    _mm512_storeu_ps(r[3 * i + 2], _mm512_add_ps(o, t[i][3]));
+                    o = dl__v_mul(h, dl__v_add(t[i][1], t[i][2]));
+                    dl__v_st(r[3 * i], dl__v_add(t[i][0], o));
+                    dl__v_st(r[3 * i + 1], dl__v_mul(h, dl__v_sub(t[i][1], t[i][2])));
+                    dl__v_st(r[3 * i + 2], dl__v_add(o, t[i][3]));
                 }
             }
             for (l = 0; l < 16; l++)
@@ -14887,7 +15060,7 @@ dl_tensor *dl_kl_div(dl_tensor *input, dl_tensor *target, const dl_loss_desc *d)
    a quarter more input positions than output ones goes the other way,
    w^T gy then col2im, a sample at a time (dl__s1s_task). Before conv_s1,
    a backend may take a 3x3 stride-1 conv by Winograd's F(2x2, 3x3) or
-   F(4x4, 3x3) (conv_wg, conv_wg_wgrad; the CPU's with AVX-512 and channels
+   F(4x4, 3x3) (conv_wg, conv_wg_wgrad; the CPU's with AVX-512 or AVX2 and channels
    in multiples of 16: see dl__wg_ok): other sums, within rounding, and a
    decline for inf or NaN operands. Other convs without groups whose
    sample's im2col matrix is small (at most DL__I2C_MAX_PER floats, at

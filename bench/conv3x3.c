@@ -30,7 +30,7 @@ int main(int argc, char **argv)
     cd.num_threads = argc > 1 ? atoi(argv[1]) : 1;
     c = dl_ctx_init(&cd);
     if (!c) return 1;
-    if (!dl__cpu_be()->conv_wg) printf("# this build has no Winograd entries (AVX-512 only): both rows are direct\n");
+    if (!dl__cpu_be()->conv_wg) printf("# this build has no Winograd entries (they need AVX-512, or AVX2 and FMA): both rows are direct\n");
     g_direct = *dl__cpu_be();
     g_direct.conv_wg = NULL;
     g_direct.conv_wg_wgrad = NULL;
