@@ -2426,7 +2426,8 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
    depend on the thread count, the split, or which path a tile took; the
    scalar dl__gemm_ref gives the same bits. The one exception in summation
    order, the skinny "dot" path (op(B) = B^T with few rows, long K; its own
-   scalar twin dl__gemm_dot_ref), is chosen from the shape alone. */
+   scalar twin dl__gemm_dot_ref; AVX-512 and AVX2 builds), is chosen from
+   the shape alone. */
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -3019,13 +3020,14 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
    the end the 16 lanes are summed by one fixed tree and C is updated as by
    the kernels. A tile is up to 4 rows of A x 6 rows of B; threads split the
    rows of B. Whether this path runs depends on the shape alone. */
-#if defined(DL__GEMM_AVX512)
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
 #define DL__GEMM_DOT 1
 #ifndef DL__GEMM_DOT_KK
 #define DL__GEMM_DOT_KK 512
 #endif
 #define DL__GEMM_DOT_NB 240      /* rows of B per pass over K (bounds the parked accumulators) */
 #define DL__GEMM_DOT_MAX_M 64
+#if defined(DL__GEMM_AVX512)
 /* keeps a value in a register: gcc would rather fold the load of b into each
    of the four multiply-adds that use it, which costs more loads */
 #if defined(__GNUC__)
@@ -3150,6 +3152,102 @@ static void dl__gemm_dot(int nr, int ns, int64_t nv, int tail, const float *a, i
     default: DL__DOT_SCASES(1) break;
     }
 }
+#else
+/* AVX2: the same 16 lanes a pair, lanes 0-7 (l) and 8-15 (h) in two
+   registers, the same multiply-adds in the same order and the same tree;
+   16 registers hold a tile of at most 2 rows of a x 3 of b, so
+   dl__gemm_dot walks the caller's tile (up to 4 x 6) in such pieces */
+DL__GEMM_INLINE void dl__gemm_dot_out2(float *c, __m256 l, __m256 h, float alpha, float beta, int mode)
+{
+    float s;
+    __m256 d = _mm256_add_ps(l, h);                           /* lane i + lane i ^ 8 */
+    d = _mm256_add_ps(d, _mm256_permute2f128_ps(d, d, 1));    /* ... ^ 4 */
+    d = _mm256_add_ps(d, _mm256_permute_ps(d, 0x4E));         /* ... ^ 2 */
+    d = _mm256_add_ps(d, _mm256_permute_ps(d, 0xB1));         /* ... ^ 1 */
+    s = _mm256_cvtss_f32(d);
+    if (mode == 0) *c = alpha * s;
+    else if (mode == 1) *c = DL__GEMM_FMA(alpha, s, *c);
+    else *c = DL__GEMM_FMA(alpha, s, beta * *c);
+}
+
+/* one half (off 0: lanes 0-7 into the l accumulators, 8: 8-15 into h) */
+#define DL__DOT2_HALF(LD, off, e0, e1)                              \
+    {                                                               \
+        const __m256 a0 = LD(a + o + off, off);                     \
+        const __m256 a1 = R > 1 ? LD(a + kas + o + off, off) : a0;  \
+        DL__DOT2_S3(LD, off, e0, e1)                                \
+    }
+/* the b rows' products: E0: row 0's accumulators (l0 or h0), E1: row 1's */
+#define DL__DOT2_S3(LD, off, E0, E1)                                \
+    if (S > 0) { const __m256 b_ = LD(b0 + o + off, off); E0##0 = _mm256_fmadd_ps(a0, b_, E0##0); if (R > 1) E1##0 = _mm256_fmadd_ps(a1, b_, E1##0); } \
+    if (S > 1) { const __m256 b_ = LD(b1 + o + off, off); E0##1 = _mm256_fmadd_ps(a0, b_, E0##1); if (R > 1) E1##1 = _mm256_fmadd_ps(a1, b_, E1##1); } \
+    if (S > 2) { const __m256 b_ = LD(b2 + o + off, off); E0##2 = _mm256_fmadd_ps(a0, b_, E0##2); if (R > 1) E1##2 = _mm256_fmadd_ps(a1, b_, E1##2); }
+#define DL__DOT2_LDU(p, off) _mm256_loadu_ps(p)
+#define DL__DOT2_LDM(p, off) _mm256_maskload_ps(p, off ? mh : ml)
+#define DL__DOT2_PAIR(r, s, OP) \
+    if (R > r && S > s) OP(r, s)
+#define DL__DOT2_ALL(OP)                                                                              \
+    DL__DOT2_PAIR(0, 0, OP) DL__DOT2_PAIR(0, 1, OP) DL__DOT2_PAIR(0, 2, OP)                           \
+    DL__DOT2_PAIR(1, 0, OP) DL__DOT2_PAIR(1, 1, OP) DL__DOT2_PAIR(1, 2, OP)
+#define DL__DOT2_GET(r, s) { l##r##s = _mm256_loadu_ps(P + r * pst + s * 16); h##r##s = _mm256_loadu_ps(P + r * pst + s * 16 + 8); }
+#define DL__DOT2_PUT(r, s) { _mm256_storeu_ps(P + r * pst + s * 16, l##r##s); _mm256_storeu_ps(P + r * pst + s * 16 + 8, h##r##s); }
+#define DL__DOT2_OUT(r, s) dl__gemm_dot_out2(c + r * ldc + s, l##r##s, h##r##s, alpha, beta, mode);
+DL__GEMM_INLINE void dl__gemm_dot_tile2(const int R, const int S, int64_t nv, int tail, const float *DL__RESTRICT a,
+                                        int64_t kas, const float *const *bq, int64_t reps, int64_t ras, int64_t rbs,
+                                        float *P, int64_t pst, int first, int last, float *c, int64_t ldc,
+                                        float alpha, float beta)
+{
+    const int mode = dl__gemm_mode(beta);
+    const __m256 z = _mm256_setzero_ps();
+    const float *b0 = bq[0], *b1 = S > 1 ? bq[1] : b0, *b2 = S > 2 ? bq[2] : b0;
+    __m256 l00 = z, l01 = z, l02 = z, l10 = z, l11 = z, l12 = z, h00 = z, h01 = z, h02 = z, h10 = z, h11 = z, h12 = z;
+    int64_t v, o, rp, nfull = tail ? nv - 1 : nv;
+    if (!first) {
+        DL__DOT2_ALL(DL__DOT2_GET)
+    }
+    for (rp = 0; rp < reps; rp++) {
+        for (v = 0, o = 0; v < nfull; v++, o += 16) {
+            DL__DOT2_HALF(DL__DOT2_LDU, 0, l0, l1)
+            DL__DOT2_HALF(DL__DOT2_LDU, 8, h0, h1)
+        }
+        if (tail) {
+            const __m256i ml = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const __m256i mh = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail - 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            DL__DOT2_HALF(DL__DOT2_LDM, 0, l0, l1)
+            DL__DOT2_HALF(DL__DOT2_LDM, 8, h0, h1)
+        }
+        a += ras;
+        b0 += rbs; b1 += rbs; b2 += rbs;
+    }
+    if (last) {
+        DL__DOT2_ALL(DL__DOT2_OUT)
+    } else {
+        DL__DOT2_ALL(DL__DOT2_PUT)
+    }
+}
+
+static void dl__gemm_dot(int nr, int ns, int64_t nv, int tail, const float *a, int64_t kas, const float *const *bq,
+                         int64_t reps, int64_t ras, int64_t rbs, float *P, int64_t pst, int first, int last, float *c,
+                         int64_t ldc, float alpha, float beta)
+{
+    int r0, s0;
+    for (r0 = 0; r0 < nr; r0 += 2)
+        for (s0 = 0; s0 < ns; s0 += 3) {
+            const int R = nr - r0 < 2 ? nr - r0 : 2, S = ns - s0 < 3 ? ns - s0 : 3;
+            const float *ar = a + r0 * kas, *const *bs = bq + s0;
+            float *Pp = P + r0 * pst + s0 * 16, *cp = c + r0 * ldc + s0;
+            if (R == 2) {
+                if (S == 3) dl__gemm_dot_tile2(2, 3, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
+                else if (S == 2) dl__gemm_dot_tile2(2, 2, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
+                else dl__gemm_dot_tile2(2, 1, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
+            } else {
+                if (S == 3) dl__gemm_dot_tile2(1, 3, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
+                else if (S == 2) dl__gemm_dot_tile2(1, 2, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
+                else dl__gemm_dot_tile2(1, 1, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
+            }
+        }
+}
+#endif
 
 /* Whether A B^T takes the dot path: from the shape alone. Cost model in
    cycles: the dot path runs at ~3/4 of the kernel's speed plus ~5 cycles a
@@ -7331,7 +7429,7 @@ static void dl__bias_rows(float *y, const float *b, int64_t C, int64_t L, int64_
    multiplies it, into its own buffer, so it stays in its cache. Forward and
    input gradient (flip): one sample at a time, the same sums in the same
    order as im2col (the same bits). Weight gradient (the dot path's tiles,
-   AVX-512): threads split dw's columns; each walks the samples in chunks,
+   AVX-512 or AVX2): threads split dw's columns; each walks the samples in chunks,
    copying the planes of its channels, and sums each sample's products
    lane-wise with the accumulators parked between chunks. */
 typedef struct dl__s1r {

@@ -248,7 +248,15 @@ static void test_comm_local(void)
 
 /* ------------------------------------------------------------------ data parallel */
 
-/* 20 SGD steps (momentum) of one model on the full batch vs dl_ddp on n devices */
+/* 20 SGD steps (momentum) of one model on the full batch vs dl_ddp on n
+   devices. The smooth nets (MLP, LeNet: sigmoid, average pooling) are
+   compared after all 20 steps. LeNet-BN's ReLU and max pool are not: the
+   two runs sum the gradients in other orders (halves, then the
+   allreduce), and once a parameter differs by that rounding an activation
+   at zero or a tie in a pool can fall the other way, and the runs part for
+   good (seen: 2e-7 apart for 13 steps, then 5e-5). So each of its steps
+   starts the full-batch model from replica 0's parameters and momentum (a
+   checkpoint's round trip, exact), and each step is compared. */
 static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
 {
     static const char *names[] = {"MLP", "LeNet", "LeNet-BN (eval)"};
@@ -260,7 +268,9 @@ static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
     float *xb = (float *)malloc(sizeof(float) * (size_t)B * 784);
     int64_t *yb = (int64_t *)malloc(sizeof(int64_t) * (size_t)B);
     int i, step, ok = 1;
-    double diff, lossdiff = 0;
+    double diff, lossdiff = 0, stepdiff = 0;
+    char ckpt[64];
+    snprintf(ckpt, sizeof ckpt, "/tmp/dl_test_dist_%ld.ckpt", (long)getpid());
     memset(&sd, 0, sizeof sd);
     sd.lr = 0.05f;
     sd.momentum = 0.9f;
@@ -286,19 +296,25 @@ static void test_ddp_equiv(int kind, int n, int64_t B, int64_t bucket_bytes)
         int64_t k;
         for (k = 0; k < B * 784; k++) xb[k] = urand() * 2.0f - 1.0f;
         for (k = 0; k < B; k++) yb[k] = (int64_t)(urand() * 10) % 10;
+        if (kind == 2 && step > 0) {   /* from replica 0's state */
+            ok = dl_save(ckpt, rep[0], op[0]) == DL_OK && dl_load(ckpt, ref, oref) == DL_OK;
+            if (!ok) break;
+        }
         l1 = ref_step(C, ref, oref, xb, yb, B);
         ok = l1 == l1 && dl_ddp_step(dp, dl_from_array(C, DL_SHAPE(B, 1, 28, 28), xb),
                                      dl_from_int64(C, DL_SHAPE(B), yb), ce_loss, NULL, &l2) == DL_OK;
         if (fabs(l1 - l2) > lossdiff) lossdiff = fabs(l1 - l2);
+        if (ok && kind == 2 && (diff = param_diff(ref, rep[0], NULL, NULL)) > stepdiff) stepdiff = diff;
         dl_step_end(C);
     }
+    remove(ckpt);
     CHECK(ok, "%s on %d devices: 20 steps: %s", names[kind], n, dl_error_message(C));
     CHECK(lossdiff < 1e-5, "%s on %d devices (batch %lld): the loss = the full batch's (worst diff %.3g)",
           names[kind], n, (long long)B, lossdiff);
-    diff = param_diff(ref, rep[0], NULL, NULL);
+    diff = kind == 2 ? stepdiff : param_diff(ref, rep[0], NULL, NULL);
     CHECK(diff < 1e-5, "%s on %d devices (batch %lld, buckets %lld B): parameters = one device on the full "
-          "batch after 20 steps (worst relative diff %.3g)", names[kind], n, (long long)B,
-          (long long)bucket_bytes, diff);
+          "batch %s (worst relative diff %.3g)", names[kind], n, (long long)B, (long long)bucket_bytes,
+          kind == 2 ? "after each of 20 steps from the same state" : "after 20 steps", diff);
     for (i = 1; i < n; i++)
         CHECK(param_diff(rep[0], rep[i], NULL, NULL) == 0, "%s: replica %d = replica 0, bit for bit", names[kind], i);
     CHECK(dl_ddp_check(dp) == DL_OK, "dl_ddp_check after training");
