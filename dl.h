@@ -2483,6 +2483,115 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #define DL__GEMM_FMA(a, b, c) ((c) + (a) * (b))
 #endif
 
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+/* 16 floats and the operations the vector loops outside the GEMM use
+   (Winograd's transforms, col2im's rows): one AVX-512 register, or two
+   AVX2 ones (l: lanes 0-7, h: 8-15) with the same operations lane by
+   lane, so the same bits */
+#if defined(DL__GEMM_AVX512)
+typedef __m512 dl__v16;
+typedef __m512i dl__v16i;
+DL__GEMM_INLINE dl__v16 dl__v_ld(const float *p) { return _mm512_loadu_ps(p); }
+DL__GEMM_INLINE void dl__v_st(float *p, dl__v16 a) { _mm512_storeu_ps(p, a); }
+/* the first n lanes (1..16) from p, the others 0; stored: the first n */
+DL__GEMM_INLINE dl__v16 dl__v_ldn(const float *p, int n)
+{
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+DL__GEMM_INLINE void dl__v_stn(float *p, int n, dl__v16 a) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), a); }
+/* lanes [lo, lo + n) from p + lo ..., the others 0 (lo + n <= 16) */
+DL__GEMM_INLINE dl__v16 dl__v_ldr(const float *p, int lo, int n)
+{
+    return _mm512_maskz_loadu_ps((__mmask16)(((1u << n) - 1u) << lo), p);
+}
+DL__GEMM_INLINE dl__v16 dl__v_zero(void) { return _mm512_setzero_ps(); }
+DL__GEMM_INLINE dl__v16 dl__v_set1(float x) { return _mm512_set1_ps(x); }
+DL__GEMM_INLINE dl__v16 dl__v_add(dl__v16 a, dl__v16 b) { return _mm512_add_ps(a, b); }
+DL__GEMM_INLINE dl__v16 dl__v_sub(dl__v16 a, dl__v16 b) { return _mm512_sub_ps(a, b); }
+DL__GEMM_INLINE dl__v16 dl__v_mul(dl__v16 a, dl__v16 b) { return _mm512_mul_ps(a, b); }
+DL__GEMM_INLINE dl__v16 dl__v_fma(dl__v16 a, dl__v16 b, dl__v16 c) { return _mm512_fmadd_ps(a, b, c); }    /* a b + c */
+DL__GEMM_INLINE dl__v16 dl__v_fnma(dl__v16 a, dl__v16 b, dl__v16 c) { return _mm512_fnmadd_ps(a, b, c); }  /* c - a b */
+/* lane i: i * step; p[lane] gathered */
+DL__GEMM_INLINE dl__v16i dl__v_iota(int step)
+{
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32(step));
+}
+DL__GEMM_INLINE dl__v16 dl__v_gather(const float *p, dl__v16i idx)
+{
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, idx, p, 4);
+}
+#else
+typedef struct dl__v16 { __m256 l, h; } dl__v16;
+typedef struct dl__v16i { __m256i l, h; } dl__v16i;
+DL__GEMM_INLINE dl__v16 dl__v_mk(__m256 l, __m256 h)
+{
+    dl__v16 r;
+    r.l = l;
+    r.h = h;
+    return r;
+}
+DL__GEMM_INLINE dl__v16 dl__v_ld(const float *p) { return dl__v_mk(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)); }
+DL__GEMM_INLINE void dl__v_st(float *p, dl__v16 a)
+{
+    _mm256_storeu_ps(p, a.l);
+    _mm256_storeu_ps(p + 8, a.h);
+}
+/* lanes below n of 8 (n may be out of 0..8) */
+DL__GEMM_INLINE __m256i dl__v_mask8(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+DL__GEMM_INLINE dl__v16 dl__v_ldn(const float *p, int n)
+{
+    if (n == 16) return dl__v_ld(p);
+    return dl__v_mk(n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, dl__v_mask8(n)),
+                    n > 8 ? _mm256_maskload_ps(p + 8, dl__v_mask8(n - 8)) : _mm256_setzero_ps());
+}
+DL__GEMM_INLINE dl__v16 dl__v_ldr(const float *p, int lo, int n)
+{
+    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), i8 = _mm256_add_epi32(i, _mm256_set1_epi32(8));
+    const __m256i a = _mm256_set1_epi32(lo - 1), b = _mm256_set1_epi32(lo + n);
+    return dl__v_mk(lo < 8 ? _mm256_maskload_ps(p, _mm256_and_si256(_mm256_cmpgt_epi32(i, a), _mm256_cmpgt_epi32(b, i)))
+                           : _mm256_setzero_ps(),
+                    lo + n > 8 ? _mm256_maskload_ps(p + 8, _mm256_and_si256(_mm256_cmpgt_epi32(i8, a),
+                                                                            _mm256_cmpgt_epi32(b, i8)))
+                               : _mm256_setzero_ps());
+}
+DL__GEMM_INLINE void dl__v_stn(float *p, int n, dl__v16 a)
+{
+    if (n >= 8) _mm256_storeu_ps(p, a.l);
+    else _mm256_maskstore_ps(p, dl__v_mask8(n), a.l);
+    if (n == 16) _mm256_storeu_ps(p + 8, a.h);
+    else if (n > 8) _mm256_maskstore_ps(p + 8, dl__v_mask8(n - 8), a.h);
+}
+DL__GEMM_INLINE dl__v16 dl__v_zero(void) { return dl__v_mk(_mm256_setzero_ps(), _mm256_setzero_ps()); }
+DL__GEMM_INLINE dl__v16 dl__v_set1(float x) { return dl__v_mk(_mm256_set1_ps(x), _mm256_set1_ps(x)); }
+DL__GEMM_INLINE dl__v16 dl__v_add(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_add_ps(a.l, b.l), _mm256_add_ps(a.h, b.h)); }
+DL__GEMM_INLINE dl__v16 dl__v_sub(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_sub_ps(a.l, b.l), _mm256_sub_ps(a.h, b.h)); }
+DL__GEMM_INLINE dl__v16 dl__v_mul(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_mul_ps(a.l, b.l), _mm256_mul_ps(a.h, b.h)); }
+DL__GEMM_INLINE dl__v16 dl__v_fma(dl__v16 a, dl__v16 b, dl__v16 c)
+{
+    return dl__v_mk(_mm256_fmadd_ps(a.l, b.l, c.l), _mm256_fmadd_ps(a.h, b.h, c.h));
+}
+DL__GEMM_INLINE dl__v16 dl__v_fnma(dl__v16 a, dl__v16 b, dl__v16 c)
+{
+    return dl__v_mk(_mm256_fnmadd_ps(a.l, b.l, c.l), _mm256_fnmadd_ps(a.h, b.h, c.h));
+}
+DL__GEMM_INLINE dl__v16i dl__v_iota(int step)
+{
+    dl__v16i r;
+    r.l = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(step));
+    r.h = _mm256_add_epi32(r.l, _mm256_set1_epi32(8 * step));
+    return r;
+}
+DL__GEMM_INLINE dl__v16 dl__v_gather(const float *p, dl__v16i idx)
+{
+    return dl__v_mk(_mm256_i32gather_ps(p, idx.l, 4), _mm256_i32gather_ps(p, idx.h, 4));
+}
+#endif
+#endif
+
 /* element (i,p) of op(A), element (p,j) of op(B) */
 #define DL__OPA(A, lda, ta, i, p) ((ta) ? (A)[(int64_t)(p) * (lda) + (i)] : (A)[(int64_t)(i) * (lda) + (p)])
 #define DL__OPB(B, ldb, tb, p, j) ((tb) ? (B)[(int64_t)(j) * (ldb) + (p)] : (B)[(int64_t)(p) * (ldb) + (j)])
@@ -7806,8 +7915,8 @@ static bool dl__cpu_conv_s1r_wgrad(dl__dev *d, float *dw, const float *x, const 
    ih = oh + kh d1 - p1, iw = ow + kw d2 - p2. Each element is summed where
    it is written, 16 along a row at a time: the table (dl__s1s_table) lists
    for row ih and positions [iw0, iw0 + 16) the shifted runs of col to add
-   (offset, first lane, lanes); the AVX-512 loop loads them masked into four
-   chains of adds taken in turn. No store is read back. */
+   (offset, first lane, lanes); the vector loop (AVX-512, AVX2) loads them
+   masked into four chains of adds taken in turn. No store is read back. */
 static int64_t dl__s1s_table(const dl__cgeom *g, int64_t *idx, int64_t *off, int32_t *ln)
 {
     int64_t ih, iw0, kh, kw, q = 0, e = 0, ia2 = g->ia[2], ib2 = g->ib[2];
@@ -7838,18 +7947,16 @@ static void dl__s1s_plane(const dl__cgeom *g, float *dx, const float *col, const
     for (ih = 0; ih < g->ia[1]; ih++, dx += ia2)
         for (iw0 = 0; iw0 < ia2; iw0 += 16, q++) {
             int64_t w = ia2 - iw0 < 16 ? ia2 - iw0 : 16;
-#if defined(DL__GEMM_AVX512)
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, t;
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
+            dl__v16 a0 = dl__v_zero(), a1 = a0, a2 = a0, a3 = a0, t;
             for (e = idx[q]; e < idx[q + 1]; e++) {
-                t = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(
-                                          (__mmask16)(((1u << (ln[e] >> 8)) - 1u) << (ln[e] & 255)), col + off[e]));
+                t = dl__v_add(a0, dl__v_ldr(col + off[e], ln[e] & 255, ln[e] >> 8));
                 a0 = a1;   /* the next term into the next chain */
                 a1 = a2;
                 a2 = a3;
                 a3 = t;
             }
-            _mm512_mask_storeu_ps(dx + iw0, (__mmask16)((1u << w) - 1u),
-                                  _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+            dl__v_stn(dx + iw0, (int)w, dl__v_add(dl__v_add(a0, a1), dl__v_add(a2, a3)));
 #else
             float acc[16];
             int j;
@@ -7997,95 +8104,6 @@ static bool dl__cpu_conv_s1_wgrad(dl__dev *d, float *dw, const float *x, const f
 #endif
 #ifndef DL__WG_CHUNKS
 #define DL__WG_CHUNKS 8     /* the weight gradient's partial sums */
-#endif
-/* 16 floats (lanes along channels) and the operations the transforms
-   use: one AVX-512 register, or two AVX2 ones (l: lanes 0-7, h: 8-15) */
-#if defined(DL__GEMM_AVX512)
-typedef __m512 dl__v16;
-typedef __m512i dl__v16i;
-DL__GEMM_INLINE dl__v16 dl__v_ld(const float *p) { return _mm512_loadu_ps(p); }
-DL__GEMM_INLINE void dl__v_st(float *p, dl__v16 a) { _mm512_storeu_ps(p, a); }
-/* the first n lanes (1..16) from p, the others 0; stored: the first n */
-DL__GEMM_INLINE dl__v16 dl__v_ldn(const float *p, int n)
-{
-    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
-}
-DL__GEMM_INLINE void dl__v_stn(float *p, int n, dl__v16 a) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), a); }
-DL__GEMM_INLINE dl__v16 dl__v_zero(void) { return _mm512_setzero_ps(); }
-DL__GEMM_INLINE dl__v16 dl__v_set1(float x) { return _mm512_set1_ps(x); }
-DL__GEMM_INLINE dl__v16 dl__v_add(dl__v16 a, dl__v16 b) { return _mm512_add_ps(a, b); }
-DL__GEMM_INLINE dl__v16 dl__v_sub(dl__v16 a, dl__v16 b) { return _mm512_sub_ps(a, b); }
-DL__GEMM_INLINE dl__v16 dl__v_mul(dl__v16 a, dl__v16 b) { return _mm512_mul_ps(a, b); }
-DL__GEMM_INLINE dl__v16 dl__v_fma(dl__v16 a, dl__v16 b, dl__v16 c) { return _mm512_fmadd_ps(a, b, c); }    /* a b + c */
-DL__GEMM_INLINE dl__v16 dl__v_fnma(dl__v16 a, dl__v16 b, dl__v16 c) { return _mm512_fnmadd_ps(a, b, c); }  /* c - a b */
-/* lane i: i * step; p[lane] gathered */
-DL__GEMM_INLINE dl__v16i dl__v_iota(int step)
-{
-    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                              _mm512_set1_epi32(step));
-}
-DL__GEMM_INLINE dl__v16 dl__v_gather(const float *p, dl__v16i idx)
-{
-    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, idx, p, 4);
-}
-#else
-typedef struct dl__v16 { __m256 l, h; } dl__v16;
-typedef struct dl__v16i { __m256i l, h; } dl__v16i;
-DL__GEMM_INLINE dl__v16 dl__v_mk(__m256 l, __m256 h)
-{
-    dl__v16 r;
-    r.l = l;
-    r.h = h;
-    return r;
-}
-DL__GEMM_INLINE dl__v16 dl__v_ld(const float *p) { return dl__v_mk(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)); }
-DL__GEMM_INLINE void dl__v_st(float *p, dl__v16 a)
-{
-    _mm256_storeu_ps(p, a.l);
-    _mm256_storeu_ps(p + 8, a.h);
-}
-/* lanes below n of 8 (n may be out of 0..8) */
-DL__GEMM_INLINE __m256i dl__v_mask8(int n)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-DL__GEMM_INLINE dl__v16 dl__v_ldn(const float *p, int n)
-{
-    if (n == 16) return dl__v_ld(p);
-    return dl__v_mk(n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, dl__v_mask8(n)),
-                    n > 8 ? _mm256_maskload_ps(p + 8, dl__v_mask8(n - 8)) : _mm256_setzero_ps());
-}
-DL__GEMM_INLINE void dl__v_stn(float *p, int n, dl__v16 a)
-{
-    if (n >= 8) _mm256_storeu_ps(p, a.l);
-    else _mm256_maskstore_ps(p, dl__v_mask8(n), a.l);
-    if (n == 16) _mm256_storeu_ps(p + 8, a.h);
-    else if (n > 8) _mm256_maskstore_ps(p + 8, dl__v_mask8(n - 8), a.h);
-}
-DL__GEMM_INLINE dl__v16 dl__v_zero(void) { return dl__v_mk(_mm256_setzero_ps(), _mm256_setzero_ps()); }
-DL__GEMM_INLINE dl__v16 dl__v_set1(float x) { return dl__v_mk(_mm256_set1_ps(x), _mm256_set1_ps(x)); }
-DL__GEMM_INLINE dl__v16 dl__v_add(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_add_ps(a.l, b.l), _mm256_add_ps(a.h, b.h)); }
-DL__GEMM_INLINE dl__v16 dl__v_sub(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_sub_ps(a.l, b.l), _mm256_sub_ps(a.h, b.h)); }
-DL__GEMM_INLINE dl__v16 dl__v_mul(dl__v16 a, dl__v16 b) { return dl__v_mk(_mm256_mul_ps(a.l, b.l), _mm256_mul_ps(a.h, b.h)); }
-DL__GEMM_INLINE dl__v16 dl__v_fma(dl__v16 a, dl__v16 b, dl__v16 c)
-{
-    return dl__v_mk(_mm256_fmadd_ps(a.l, b.l, c.l), _mm256_fmadd_ps(a.h, b.h, c.h));
-}
-DL__GEMM_INLINE dl__v16 dl__v_fnma(dl__v16 a, dl__v16 b, dl__v16 c)
-{
-    return dl__v_mk(_mm256_fnmadd_ps(a.l, b.l, c.l), _mm256_fnmadd_ps(a.h, b.h, c.h));
-}
-DL__GEMM_INLINE dl__v16i dl__v_iota(int step)
-{
-    dl__v16i r;
-    r.l = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(step));
-    r.h = _mm256_add_epi32(r.l, _mm256_set1_epi32(8 * step));
-    return r;
-}
-DL__GEMM_INLINE dl__v16 dl__v_gather(const float *p, dl__v16i idx)
-{
-    return dl__v_mk(_mm256_i32gather_ps(p, idx.l, 4), _mm256_i32gather_ps(p, idx.h, 4));
-}
 #endif
 /* floats of a (T, C) slice of the buffers that hold one (T, C) per xi:
    padded by a cache line, so that the A2 slices a transform writes at once
