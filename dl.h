@@ -3345,15 +3345,15 @@ static void dl__gemm_dot(int nr, int ns, int64_t nv, int tail, const float *a, i
             const int R = nr - r0 < 2 ? nr - r0 : 2, S = ns - s0 < 3 ? ns - s0 : 3;
             const float *ar = a + r0 * kas, *const *bs = bq + s0;
             float *Pp = P + r0 * pst + s0 * 16, *cp = c + r0 * ldc + s0;
-            if (R == 2) {
-                if (S == 3) dl__gemm_dot_tile2(2, 3, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
-                else if (S == 2) dl__gemm_dot_tile2(2, 2, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
-                else dl__gemm_dot_tile2(2, 1, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
-            } else {
-                if (S == 3) dl__gemm_dot_tile2(1, 3, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
-                else if (S == 2) dl__gemm_dot_tile2(1, 2, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
-                else dl__gemm_dot_tile2(1, 1, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta);
-            }
+#define DL__DOT2_CALL(R_, S_) \
+    dl__gemm_dot_tile2(R_, S_, nv, tail, ar, kas, bs, reps, ras, rbs, Pp, pst, first, last, cp, ldc, alpha, beta)
+            if (R == 2 && S == 3) DL__DOT2_CALL(2, 3);
+            else if (R == 2 && S == 2) DL__DOT2_CALL(2, 2);
+            else if (R == 2) DL__DOT2_CALL(2, 1);
+            else if (S == 3) DL__DOT2_CALL(1, 3);
+            else if (S == 2) DL__DOT2_CALL(1, 2);
+            else DL__DOT2_CALL(1, 1);
+#undef DL__DOT2_CALL
         }
 }
 #endif
