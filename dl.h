@@ -2499,7 +2499,7 @@ DL__GEMM_INLINE dl__v16 dl__v_ldn(const float *p, int n)
     return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
 }
 DL__GEMM_INLINE void dl__v_stn(float *p, int n, dl__v16 a) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), a); }
-/* lanes [lo, lo + n) from p + lo ..., the others 0 (lo + n <= 16) */
+/* lanes [lo, lo + n) of p (lane j: p[j]), the others 0 (lo + n <= 16) */
 DL__GEMM_INLINE dl__v16 dl__v_ldr(const float *p, int lo, int n)
 {
     return _mm512_maskz_loadu_ps((__mmask16)(((1u << n) - 1u) << lo), p);
@@ -3320,8 +3320,7 @@ DL__GEMM_INLINE void dl__gemm_dot_tile2(const int R, const int S, int64_t nv, in
             DL__DOT2_HALF(DL__DOT2_LDU, 8, h0, h1)
         }
         if (tail) {
-            const __m256i ml = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            const __m256i mh = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail - 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const __m256i ml = dl__v_mask8(tail), mh = dl__v_mask8(tail - 8);
             DL__DOT2_HALF(DL__DOT2_LDM, 0, l0, l1)
             DL__DOT2_HALF(DL__DOT2_LDM, 8, h0, h1)
         }
