@@ -2472,6 +2472,13 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #else
 #define DL__GEMM_INLINE static inline
 #endif
+/* keeps a vector in a register: gcc would rather fold its load into each
+   of the multiply-adds that use it, which costs a load each */
+#if defined(__GNUC__)
+#define DL__GEMM_INREG(x) __asm__("" : "+v"(x))
+#else
+#define DL__GEMM_INREG(x) (void)0
+#endif
 
 /* Fused multiply-add of the portable kernel and the scalar paths: fmaf where
    the target has it in hardware (the intrinsics paths always do), else a
@@ -3044,8 +3051,10 @@ DL__GEMM_INLINE void dl__gemm_k8(const int R, const int V, int64_t kc, const flo
     int64_t p;
     for (p = 0; p < kc; p++) {
         const float *bp = boff ? b + boff[p] : b;
-        const __m256 b0 = _mm256_loadu_ps(bp);
-        const __m256 b1 = V > 1 ? _mm256_loadu_ps(bp + 8) : b0;
+        __m256 b0 = _mm256_loadu_ps(bp);
+        __m256 b1 = V > 1 ? _mm256_loadu_ps(bp + 8) : b0;
+        DL__GEMM_INREG(b0);
+        DL__GEMM_INREG(b1);
         DL__K8_ROW(0)
         DL__K8_ROW(1)
         DL__K8_ROW(2)
@@ -3137,13 +3146,6 @@ static void dl__gemm_kernel(int64_t kc, const float *DL__RESTRICT a, const float
 #define DL__GEMM_DOT_NB 240      /* rows of B per pass over K (bounds the parked accumulators) */
 #define DL__GEMM_DOT_MAX_M 64
 #if defined(DL__GEMM_AVX512)
-/* keeps a value in a register: gcc would rather fold the load of b into each
-   of the four multiply-adds that use it, which costs more loads */
-#if defined(__GNUC__)
-#define DL__GEMM_INREG(x) __asm__("" : "+v"(x))
-#else
-#define DL__GEMM_INREG(x) (void)0
-#endif
 
 #define DL__DOT_Z(r) __m512 d##r##0 = z, d##r##1 = z, d##r##2 = z, d##r##3 = z, d##r##4 = z, d##r##5 = z
 #define DL__DOT_S(s, LD)                                            \
@@ -3282,15 +3284,17 @@ DL__GEMM_INLINE void dl__gemm_dot_out2(float *c, __m256 l, __m256 h, float alpha
 /* one half (off 0: lanes 0-7 into the l accumulators, 8: 8-15 into h) */
 #define DL__DOT2_HALF(LD, off, e0, e1)                              \
     {                                                               \
-        const __m256 a0 = LD(a + o + off, off);                     \
-        const __m256 a1 = R > 1 ? LD(a + kas + o + off, off) : a0;  \
+        __m256 a0 = LD(a + o + off, off);                           \
+        __m256 a1 = R > 1 ? LD(a + kas + o + off, off) : a0;        \
+        DL__GEMM_INREG(a0);                                         \
+        DL__GEMM_INREG(a1);                                         \
         DL__DOT2_S3(LD, off, e0, e1)                                \
     }
 /* the b rows' products: E0: row 0's accumulators (l0 or h0), E1: row 1's */
 #define DL__DOT2_S3(LD, off, E0, E1)                                \
-    if (S > 0) { const __m256 b_ = LD(b0 + o + off, off); E0##0 = _mm256_fmadd_ps(a0, b_, E0##0); if (R > 1) E1##0 = _mm256_fmadd_ps(a1, b_, E1##0); } \
-    if (S > 1) { const __m256 b_ = LD(b1 + o + off, off); E0##1 = _mm256_fmadd_ps(a0, b_, E0##1); if (R > 1) E1##1 = _mm256_fmadd_ps(a1, b_, E1##1); } \
-    if (S > 2) { const __m256 b_ = LD(b2 + o + off, off); E0##2 = _mm256_fmadd_ps(a0, b_, E0##2); if (R > 1) E1##2 = _mm256_fmadd_ps(a1, b_, E1##2); }
+    if (S > 0) { __m256 b_ = LD(b0 + o + off, off); DL__GEMM_INREG(b_); E0##0 = _mm256_fmadd_ps(a0, b_, E0##0); if (R > 1) E1##0 = _mm256_fmadd_ps(a1, b_, E1##0); } \
+    if (S > 1) { __m256 b_ = LD(b1 + o + off, off); DL__GEMM_INREG(b_); E0##1 = _mm256_fmadd_ps(a0, b_, E0##1); if (R > 1) E1##1 = _mm256_fmadd_ps(a1, b_, E1##1); } \
+    if (S > 2) { __m256 b_ = LD(b2 + o + off, off); DL__GEMM_INREG(b_); E0##2 = _mm256_fmadd_ps(a0, b_, E0##2); if (R > 1) E1##2 = _mm256_fmadd_ps(a1, b_, E1##2); }
 #define DL__DOT2_LDU(p, off) _mm256_loadu_ps(p)
 #define DL__DOT2_LDM(p, off) _mm256_maskload_ps(p, off ? mh : ml)
 #define DL__DOT2_PAIR(r, s, OP) \

@@ -13,7 +13,7 @@
        gemm_peak_fraction n=1024 Y
    (one thread, register-only FMA loop timed in thread CPU time, best of 7;
    Y = dl's median GFLOP/s at 1024^3 on one thread / X).
-   Groups: square lenet linear resnet (a case name or group name selects). */
+   Groups: square lenet linear resnet mlp16 (a case name or group name selects). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <time.h>
@@ -69,6 +69,12 @@ static const bcase g_cases[] = {
     {"rs16_igrad", "resnet", 1, 0, 144, 12544, 16},
     {"rs64_igrad", "resnet", 1, 0, 576, 3136, 64},
     {"rs128_igrad", "resnet", 1, 0, 1152, 1568, 128},
+    /* the MLP's Linear layers at batch 16 (step_mlp16) */
+    {"fc784_fwd16", "mlp16", 0, 1, 16, 256, 784},
+    {"fc256_fwd16", "mlp16", 0, 1, 16, 10, 256},
+    {"fc256_dx16", "mlp16", 0, 0, 16, 256, 10},
+    {"fc784_dw16", "mlp16", 1, 0, 256, 784, 16},
+    {"fc256_dw16", "mlp16", 1, 0, 10, 256, 16},
 };
 #define NCASES ((int)(sizeof(g_cases) / sizeof(g_cases[0])))
 
@@ -346,7 +352,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: %s [--quick] [--threads N] [--reps N] [case|group ...]\ncases:", argv[0]);
             for (i = 0; i < NCASES; i++) printf(" %s", g_cases[i].name);
-            printf("\ngroups: square lenet linear resnet\n");
+            printf("\ngroups: square lenet linear resnet mlp16\n");
             return 0;
         } else if (nsel < 256) sel[nsel++] = argv[i];
     }
