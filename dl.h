@@ -1069,7 +1069,7 @@ DL_API dl_tensor *dl_detach(dl_tensor *t);       /* shares data, no history */
 DL_API void dl_no_grad_begin(dl_ctx *ctx);       /* nestable, as torch.no_grad() */
 DL_API void dl_no_grad_end(dl_ctx *ctx);
 DL_API bool dl_is_grad_enabled(const dl_ctx *ctx);
-DL_API void dl_sgd_update(dl_tensor *param, float lr);  /* p -= lr*grad; grad = 0 */
+DL_API void dl_sgd_update(dl_tensor *param, float lr);  /* p -= lr*grad; grad = 0 (lr finite) */
 
 /* Custom differentiable functions, as torch.autograd.Function.
    forward runs with grad mode off and may save tensors with dl_fn_save;
@@ -1121,7 +1121,7 @@ DL_API void dl_capture_free(dl_capture *cap);       /* NULL ok; also ends a capt
 #define DL_GRADCHECK_MAX_INPUTS 8
 typedef dl_tensor *(*dl_gradcheck_fn)(void *user, dl_tensor *const *inputs);
 typedef struct dl_gradcheck_desc {
-    double eps;             /* finite-difference step (0: 1e-3) */
+    double eps;             /* finite-difference step, < 1 (0: 1e-3) */
     double atol, rtol;      /* pass when |analytic-numeric| <= atol + rtol*|numeric|
                                (0: 1e-3, 1e-2; DL_ZERO: 0) */
     uint64_t seed;          /* projection vector seed (0: 1) */
@@ -1569,9 +1569,11 @@ DL_API dl_result dl_optim_set_lr(dl_optim *o, float lr);
 DL_API float dl_optim_lr(const dl_optim *o);                 /* group 0's */
 DL_API int dl_optim_num_groups(const dl_optim *o);
 DL_API dl_result dl_optim_set_group_lr(dl_optim *o, int group, float lr);
-DL_API float dl_optim_group_lr(const dl_optim *o, int group);
+DL_API float dl_optim_group_lr(const dl_optim *o, int group);   /* 0, with an error: no such group */
 DL_API int64_t dl_optim_steps(const dl_optim *o);  /* dl_optim_step calls so far */
-DL_API void dl_optim_free(dl_optim *o);        /* early release (else dl_ctx_free); NULL ok */
+/* early release (else dl_ctx_free); NULL ok, a second free does nothing;
+   after it, a dl_optim_* call on o is an error (DL_ERR_ARG) that says so */
+DL_API void dl_optim_free(dl_optim *o);
 
 /* schedules: pure functions of the epoch/step t (0-based), as
    torch.optim.lr_scheduler's closed forms. A step_size or t_max <= 0
@@ -1580,9 +1582,11 @@ DL_API float dl_lr_step(float base, int64_t epoch, int64_t step_size, float gamm
 DL_API float dl_lr_cosine(float base, int64_t t, int64_t t_max, float eta_min);
                 /* CosineAnnealingLR: eta_min + (base-eta_min)*(1+cos(pi*t/t_max))/2 */
 DL_API float dl_lr_warmup(float base, int64_t t, int64_t warmup);
-                /* base*min(1,(t+1)/warmup): = LinearLR(start_factor=1/warmup, total_iters=warmup-1) */
+                /* base*min(1,(t+1)/warmup): = LinearLR(start_factor=1/warmup, total_iters=warmup-1);
+                   warmup <= 1: base (no warm-up) */
 /* torch.nn.utils.clip_grad_norm_: total = L2 norm of all grads (shared params
-   once); grads *= min(1, max_norm/(total+1e-6)); returns total (0 without grads). */
+   once); grads *= min(1, max_norm/(total+1e-6)); returns total (0 without grads).
+   max_norm must be >= 0 (inf: no clipping); else 0 with an error. */
 DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
 
 /* --- io: safetensors checkpoints
@@ -1742,7 +1746,9 @@ DL_API dl_result dl_summary_image(dl_summary_writer *w, const char *tag, int64_t
 DL_API dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root);
 /* writes the queued scalars, then syncs the file to disk (fsync) */
 DL_API dl_result dl_summary_flush(dl_summary_writer *w);
-/* sync and close now (else dl_ctx_free closes it); NULL ok; w is gone after */
+/* sync and close now (else dl_ctx_free closes it); NULL ok; closing again
+   does nothing (DL_OK, as PyTorch's close()), and any other use of a
+   closed w is an error that says so */
 DL_API dl_result dl_summary_close(dl_summary_writer *w);
 /* the events file's path (NULL for NULL) */
 DL_API const char *dl_summary_path(const dl_summary_writer *w);
@@ -1756,7 +1762,9 @@ DL_API dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tens
 
 /* Per-sample transform of an image dataset: x = (raw * scale - mean) / std,
    then (training only) a random horizontal flip and a random crop after zero
-   padding by crop_padding. scale 0 means 1; std 0 means 1. */
+   padding by crop_padding. scale 0 means 1; std 0 means 1. scale, mean,
+   std and 1/std must be finite; hflip and crop_padding need images: x
+   (N, H, W) or (N, C, H, W). */
 typedef struct dl_transform_desc {
     float scale, mean, std;
     bool hflip;
@@ -1885,8 +1893,10 @@ DL_API dl_result dl_comm_allreduce(dl_comm *c, dl_tensor *const *t, int n, dl_re
 DL_API dl_result dl_comm_broadcast(dl_comm *c, dl_tensor *const *t, int n, int root);
 DL_API dl_result dl_comm_barrier(dl_comm *c);       /* local devices synced, then all processes */
 DL_API void dl_comm_free(dl_comm *c);               /* MPI_Finalize if dl_comm_init did MPI_Init */
-/* (A freed group, communicator or dl_ddp is gone, as memory after free():
-   passing one again is undefined; the checks catch NULL and other objects.) */
+/* (A freed communicator or dl_ddp stays, marked, until dl_ctx_free: a
+   second free does nothing, a use is an error that says it was freed. A
+   freed group, which belongs to no context, is gone, as memory after
+   free(): passing one again is undefined.) */
 
 /* Data-parallel training: n replicas of one model (built n times, each
    moved to its own device, same parameter names and shapes), each with its
@@ -4551,6 +4561,11 @@ struct dl_fn_ctx { dl__node node; };
 /* Objects the context owns besides tensors (modules, optimizers, loaders):
    each registers a destructor that dl_ctx_free runs, newest first. */
 typedef struct dl__owned { struct dl__owned *next; void (*destroy)(void *p); void *p; } dl__owned;
+/* An object a program may free before dl_ctx_free (an optimizer, a summary
+   writer, a communicator, a dl_ddp) leaves a husk: its release frees what
+   it holds and marks it freed (a magic of its own kind) but keeps the
+   struct to dl_ctx_free (ctx->husks), so a later use is an error naming
+   the free, and a second free does nothing, as in PyTorch, not a crash. */
 typedef struct dl__prof dl__prof;
 
 #define DL__MAX_CPU 64
@@ -4605,6 +4620,7 @@ struct dl_ctx {
     int shi;
     uint64_t visit;
     dl__owned *owned;
+    dl__owned *husks;                 /* early-freed objects' structs (dl__disown), to dl_ctx_free */
     /* backward calls it once a leaf's gradient is complete (dl_ddp starts
        a bucket's allreduce from it); a result other than DL_OK stops the
        backward */
@@ -6103,15 +6119,18 @@ static DL__UNUSED bool dl__own(dl_ctx *ctx, const char *op, void (*destroy)(void
 }
 
 /* Destroy p now (and forget it) if the context owns it. */
-static DL__UNUSED void dl__disown(dl_ctx *ctx, void *p)
+/* p freed early: release(p) frees what it holds and leaves the struct, a
+   husk, which stays (with its entry) to dl_ctx_free */
+static DL__UNUSED void dl__disown(dl_ctx *ctx, void *p, void (*release)(void *p))
 {
     dl__owned **pp = &ctx->owned;
     while (*pp) {
         if ((*pp)->p == p) {
             dl__owned *o = *pp;
             *pp = o->next;
-            o->destroy(o->p);
-            DL_FREE(o);
+            release(o->p);
+            o->next = ctx->husks;
+            ctx->husks = o;
             return;
         }
         pp = &(*pp)->next;
@@ -6139,6 +6158,12 @@ void dl_ctx_free(dl_ctx *ctx)
         dl__owned *o = ctx->owned;
         ctx->owned = o->next;
         o->destroy(o->p);
+        DL_FREE(o);
+    }
+    while (ctx->husks) {
+        dl__owned *o = ctx->husks;
+        ctx->husks = o->next;
+        DL_FREE(o->p);
         DL_FREE(o);
     }
     while (ctx->persist) dl__persist_release(ctx->persist);
@@ -6279,7 +6304,8 @@ dl_ctx *dl_tensor_ctx(const dl_tensor *t) { return t && t->magic_ == DL__MAGIC ?
 dl_result dl_memory_stats_get(dl_ctx *ctx, dl_device dev, dl_memory_stats *out)
 {
     dl__dev *d;
-    if (!ctx || !out) return DL_ERR_ARG;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_memory_stats_get: ctx is NULL"); return DL_ERR_ARG; }
+    if (!out) { dl__err(ctx, DL_ERR_ARG, "dl_memory_stats_get: out is NULL"); return DL_ERR_ARG; }
     memset(out, 0, sizeof *out);
     d = dl__device(ctx, dev, "dl_memory_stats_get");
     if (!d) return ctx->err;
@@ -11552,9 +11578,13 @@ dl_result dl_write(dl_tensor *t, const float *src, int64_t n)
     if (!dl__writable("dl_write", t)) return dl__bad_rc(t);
     if (dl__cap_refused(t->ctx_, "dl_write", "a copy from the host", DL__CAP_WRITE_HINT)) return DL_ERR_UNSUPPORTED;
     if (!dl__f32("dl_write", "t", t)) return DL_ERR_DTYPE;
-    if (!src || n != t->numel) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_write: t %s has %lld elements but src holds %lld%s",
-                dl__sh(t), (long long)t->numel, (long long)n, src ? "" : " (src is NULL)");
+    if (!src) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_write: src is NULL (t %s, n %lld)", dl__sh(t), (long long)n);
+        return DL_ERR_ARG;
+    }
+    if (n != t->numel) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_write: t %s has %lld elements but src holds %lld", dl__sh(t),
+                (long long)t->numel, (long long)n);
         return DL_ERR_ARG;
     }
     DL__BE(t)->upload(t->dev_, t->data, src, sizeof(float) * (size_t)n);
@@ -11798,9 +11828,13 @@ dl_result dl_read(dl_tensor *t, float *dst, int64_t n)
     if (!dl__live("dl_read", "t", t)) return dl__bad_rc(t);
     if (dl__cap_refused(t->ctx_, "dl_read", "a read to the host", DL__CAP_READ_HINT)) return DL_ERR_UNSUPPORTED;
     if (!dl__f32("dl_read", "t", t)) return DL_ERR_DTYPE;
-    if (!dst || n != t->numel) {
-        dl__err(t->ctx_, DL_ERR_ARG, "dl_read: t %s has %lld elements but dst holds %lld%s",
-                dl__sh(t), (long long)t->numel, (long long)n, dst ? "" : " (dst is NULL)");
+    if (!dst) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_read: dst is NULL (t %s, n %lld)", dl__sh(t), (long long)n);
+        return DL_ERR_ARG;
+    }
+    if (n != t->numel) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_read: t %s has %lld elements but dst holds %lld", dl__sh(t),
+                (long long)t->numel, (long long)n);
         return DL_ERR_ARG;
     }
     DL__BE(t)->download(t->dev_, dst, t->data, sizeof(float) * (size_t)n);
@@ -12107,6 +12141,10 @@ void dl_zero_grad(dl_tensor *t)
 void dl_sgd_update(dl_tensor *p, float lr)
 {
     if (!p || !dl__live("dl_sgd_update", "p", p)) return;
+    if (!isfinite(lr)) {   /* (a negative lr is an ascent step, as p.data -= lr * p.grad allows) */
+        dl__err(p->ctx_, DL_ERR_ARG, "dl_sgd_update: lr=%g must be finite", (double)lr);
+        return;
+    }
     if (p->grad) {
         dl__cap_use(p->grad);
         DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
@@ -12244,6 +12282,12 @@ static dl_tensor *dl__fn_grad(const char *name, dl__node *n, int j, dl_tensor *g
     dl_tensor *x = n->in[j], *y;
     int64_t *v, i;
     float *f;
+    if (gj->ctx_ != x->ctx_) {   /* (its own devices: the same name is another device) */
+        dl__err(x->ctx_, DL_ERR_ARG, "%s: the gradient for input %d %s belongs to another context than the input "
+                "(a backward must make its gradients with the input's context: from grad_output or the saved "
+                "tensors)", name, j, dl__sh(gj));
+        return NULL;
+    }
     if (gj->dev_ != x->dev_) {
         dl__err(x->ctx_, DL_ERR_DEVICE, "%s: the gradient for input %d %s is on %s but the input is on "
                 "%s (a backward must return each gradient on its input's device; move it with dl_to())",
@@ -12647,7 +12691,11 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
         dl__err(ctx, ctx->err, "%s: its forward returned a tensor after an error: %s", nm, why);
         return dl__end(ctx, NULL, nm);
     }
-    if (!y) return dl__end(ctx, NULL, nm);
+    if (!y) {
+        if (ctx->nerr == nerr)   /* (one of its ops failed: that said why) */
+            dl__err(ctx, DL_ERR_ARG, "%s: its forward returned NULL without an error", nm);
+        return dl__end(ctx, NULL, nm);
+    }
     if (!dl__live(nm, "the forward's result", y)) return dl__end(ctx, NULL, nm);
     if (y->ctx_ != ctx) {   /* its node would go on the other context's tape, out of this backward's reach */
         dl__err(ctx, DL_ERR_ARG, "%s: its forward returned a tensor %s of another context than its inputs'",
@@ -14397,6 +14445,11 @@ static dl_tensor *dl__batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tenso
     if (bias && !dl__nn_param(op, "bias", bias, x, &cs, "one value per channel, dim 1")) return NULL;
     if (!(eps >= 0.0f)) {
         dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be >= 0", op, (double)eps);
+        return NULL;
+    }
+    if (training && running_mean && !(momentum >= 0.0f && momentum <= 1.0f)) {   /* (unused otherwise) */
+        dl__err(ctx, DL_ERR_ARG, "%s: momentum=%g must be in [0, 1] (it updates running_mean and running_var)", op,
+                (double)momentum);
         return NULL;
     }
     cnt = C ? x->numel / C : 0;
@@ -16539,6 +16592,11 @@ dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x)
         return NULL;
     }
     if (!dl__valid(m->type, "x", x)) return NULL;
+    if (x->ctx_ != m->ctx) {   /* (its parameters' ops would fail in x's context, not the module's) */
+        dl__err(m->ctx, DL_ERR_ARG, "dl_module_forward: x %s belongs to another context than module %s", dl__sh(x),
+                m->type);
+        return NULL;
+    }
     return m->forward(m, x);
 }
 
@@ -16845,12 +16903,24 @@ static void dl__fill_normal(dl_tensor *t, double mean, double std)
 
 void dl_init_uniform(dl_tensor *t, float lo, float hi)
 {
-    if (dl__init_ok("dl_init_uniform", t)) dl__fill_uniform(t, lo, hi);
+    if (!dl__init_ok("dl_init_uniform", t)) return;
+    if (!(isfinite(lo) && isfinite(hi) && lo <= hi)) {   /* (torch: "from=1 > to=-1") */
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_init_uniform: lo=%g, hi=%g: need finite bounds with lo <= hi", (double)lo,
+                (double)hi);
+        return;
+    }
+    dl__fill_uniform(t, lo, hi);
 }
 
 void dl_init_normal(dl_tensor *t, float mean, float std)
 {
-    if (dl__init_ok("dl_init_normal", t)) dl__fill_normal(t, mean, std);
+    if (!dl__init_ok("dl_init_normal", t)) return;
+    if (!(isfinite(mean) && isfinite(std) && std >= 0.0f)) {   /* (torch: "normal expects std >= 0.0") */
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_init_normal: mean=%g, std=%g: need a finite mean and a finite std >= 0",
+                (double)mean, (double)std);
+        return;
+    }
+    dl__fill_normal(t, mean, std);
 }
 
 void dl_init_constant(dl_tensor *t, float v)
@@ -17217,7 +17287,7 @@ dl_module *dl_nn_conv(dl_ctx *ctx, int spatial, int64_t in, int64_t out, const i
     if (bias) {
         s->b = dl_module_param(m, "bias", dl_empty(ctx, dl_shape_make(1, &out)));
         if (!s->b) return NULL;
-        bound = 1.0 / sqrt((double)dl_fan_in(s->w));
+        bound = dl_fan_in(s->w) > 0 ? 1.0 / sqrt((double)dl_fan_in(s->w)) : 0.0;   /* (PyTorch: 0 fans, no init) */
         dl_init_uniform(s->b, (float)-bound, (float)bound);
     }
     return m;
@@ -17551,12 +17621,13 @@ static int dl__opt_nstate(const dl_optim *o, const char *const **names)
     return o->adam.amsgrad ? 3 : 2;
 }
 
-static void dl__optim_destroy(void *p)
+#define DL__OPT_FREED 0x444c4f46u   /* a husk (dl__disown) */
+static void dl__optim_release(void *p)
 {
     dl_optim *o = (dl_optim *)p;
     int k, i;
     if (o->ctx->caps) dl__cap_owner_gone(o->ctx, o, "an optimizer (dl_optim_free)");
-    o->magic = 0;
+    o->magic = DL__OPT_FREED;
     dl__mt_free(&o->mtu);
     dl__mt_free(&o->mtz);
     for (k = 0; k < 3; k++) {
@@ -17571,10 +17642,26 @@ static void dl__optim_destroy(void *p)
     DL_FREE(o->glr);
     DL_FREE(o->glr0);
     DL_FREE(o->gwd);
-    DL_FREE(o);
+}
+
+static void dl__optim_destroy(void *p)
+{
+    dl__optim_release(p);
+    DL_FREE(p);
 }
 
 static bool dl__optim_ok(const dl_optim *o) { return o && o->magic == DL__OPT_MAGIC; }
+
+/* dl__optim_ok, or an error that names op and why not */
+static bool dl__optim_live(const dl_optim *o, const char *op)
+{
+    if (dl__optim_ok(o)) return true;
+    if (o && o->magic == DL__OPT_FREED)
+        dl__err(o->ctx, DL_ERR_ARG, "%s: this optimizer was freed (dl_optim_free)", op);
+    else
+        dl__err(NULL, DL_ERR_ARG, "%s: o is %s", op, o ? "not an optimizer from dl_sgd/dl_adam/dl_adamw" : "NULL");
+    return false;
+}
 
 /* zero means default; DL_ZERO (-0.0f) means an actual zero */
 static float dl__dflt(float v, float def) { return v == 0.0f && !signbit(v) ? def : v; }
@@ -17976,7 +18063,7 @@ static dl_result dl__optim_step_run(dl_optim *o)
     int i;
     dl_ctx *ctx;
     dl__optim_cap *oc = NULL;
-    if (!dl__optim_ok(o)) return DL_ERR_ARG;
+    if (!dl__optim_live(o, "dl_optim_step")) return DL_ERR_ARG;
     ctx = o->ctx;
     /* check everything first: a step is all or nothing */
     for (i = 0; i < o->n; i++) {
@@ -18014,7 +18101,7 @@ static dl_result dl__optim_step_run(dl_optim *o)
 
 static void dl__optim_zero_grad_run(dl_optim *o)
 {
-    if (!dl__optim_ok(o)) return;
+    if (!dl__optim_live(o, "dl_optim_zero_grad")) return;
     dl__cap_owner_use(o->ctx, o);     /* (a capture launches o's list: o's freeing makes it stale) */
     dl__zero_grads(o->ctx, &o->mtz, o->n, o->p);
 }
@@ -18043,7 +18130,7 @@ dl_result dl_optim_set_lr(dl_optim *o, float lr)
 {
     int g;
     double f;
-    if (!dl__optim_ok(o)) return DL_ERR_ARG;
+    if (!dl__optim_live(o, "dl_optim_set_lr")) return DL_ERR_ARG;
     if (dl__cap_refused(o->ctx, "dl_optim_set_lr", "a learning-rate change", DL__CAP_LR_HINT))
         return DL_ERR_UNSUPPORTED;
     if (!dl__lr_ok(o->ctx, "dl_optim_set_lr", "lr", lr)) return DL_ERR_ARG;
@@ -18061,7 +18148,7 @@ dl_result dl_optim_set_lr(dl_optim *o, float lr)
 
 dl_result dl_optim_set_group_lr(dl_optim *o, int group, float lr)
 {
-    if (!dl__optim_ok(o)) return DL_ERR_ARG;
+    if (!dl__optim_live(o, "dl_optim_set_group_lr")) return DL_ERR_ARG;
     if (dl__cap_refused(o->ctx, "dl_optim_set_group_lr", "a learning-rate change", DL__CAP_LR_HINT))
         return DL_ERR_UNSUPPORTED;
     if (group < 0 || group >= o->ng) {
@@ -18073,11 +18160,20 @@ dl_result dl_optim_set_group_lr(dl_optim *o, int group, float lr)
     return DL_OK;
 }
 
-float dl_optim_lr(const dl_optim *o) { return dl__optim_ok(o) ? o->glr[0] : 0.0f; }
-float dl_optim_group_lr(const dl_optim *o, int g) { return dl__optim_ok(o) && g >= 0 && g < o->ng ? o->glr[g] : 0.0f; }
-int dl_optim_num_groups(const dl_optim *o) { return dl__optim_ok(o) ? o->ng : 0; }
-int64_t dl_optim_steps(const dl_optim *o) { return dl__optim_ok(o) ? o->steps : 0; }
-void dl_optim_free(dl_optim *o) { if (dl__optim_ok(o)) dl__disown(o->ctx, o); }
+float dl_optim_lr(const dl_optim *o) { return dl__optim_live(o, "dl_optim_lr") ? o->glr[0] : 0.0f; }
+float dl_optim_group_lr(const dl_optim *o, int g)
+{
+    if (!dl__optim_live(o, "dl_optim_group_lr")) return 0.0f;
+    if (g < 0 || g >= o->ng) {
+        dl__err(o->ctx, DL_ERR_ARG, "dl_optim_group_lr: group %d does not exist (0..%d)", g, o->ng - 1);
+        return 0.0f;
+    }
+    return o->glr[g];
+}
+int dl_optim_num_groups(const dl_optim *o) { return dl__optim_live(o, "dl_optim_num_groups") ? o->ng : 0; }
+int64_t dl_optim_steps(const dl_optim *o) { return dl__optim_live(o, "dl_optim_steps") ? o->steps : 0; }
+/* (a second free finds a husk: nothing to do) */
+void dl_optim_free(dl_optim *o) { if (dl__optim_ok(o)) dl__disown(o->ctx, o, dl__optim_release); }
 
 // >>section optim: schedules and clipping
 float dl_lr_step(float base, int64_t epoch, int64_t step_size, float gamma)
@@ -18107,6 +18203,11 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
     int n, i;
     double total = 0;
     if (!dl__mod_ok(m)) return 0.0f;
+    if (!(max_norm >= 0.0f)) {   /* (torch computes with it: a NaN makes every gradient NaN, < 0 flips them) */
+        dl__err(m->ctx, DL_ERR_ARG, "dl_clip_grad_norm: max_norm=%g must be >= 0 (the gradients are unchanged)",
+                (double)max_norm);
+        return 0.0f;
+    }
     if (dl__cap_refused(m->ctx, "dl_clip_grad_norm", "a read to the host (the norm it returns)",
                         "clip outside the captured step")) return 0.0f;
     n = dl__mod_params(m);
@@ -18488,8 +18589,14 @@ static void dl__tds_free(void *p)
 dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_transform_desc *t, bool train)
 {
     dl__tds *d;
-    if (!ctx || !x || !y) return NULL;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_tensor_dataset: ctx is NULL"); return NULL; }
+    if (!x || !y) { dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: %s is NULL", !x ? "x" : "y"); return NULL; }
     if (!dl__valid("dl_tensor_dataset", "x", x) || !dl__valid("dl_tensor_dataset", "y", y)) return NULL;
+    if (x->ctx_ != ctx || y->ctx_ != ctx) {   /* (the loader would read them after their context went) */
+        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: %s %s belongs to another context than ctx", x->ctx_ != ctx ? "x" : "y",
+                dl__sh(x->ctx_ != ctx ? x : y));
+        return NULL;
+    }
     if (!dl__f32("dl_tensor_dataset", "x", x)) return NULL;
     if (x->ndim < 1 || y->ndim < 1 || (y->ndim != 1 && y->dtype != DL_DTYPE_F32)) {
         dl__err(ctx, DL_ERR_SHAPE, "dl_tensor_dataset: x %s and y %s: need x (N, ...) and y (N) class labels "
@@ -18508,6 +18615,17 @@ dl_dataset *dl_tensor_dataset(dl_ctx *ctx, dl_tensor *x, dl_tensor *y, const dl_
     }
     if (t && (t->crop_padding < 0 || t->crop_padding > 1024)) {
         dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: crop_padding %lld out of range 0..1024", (long long)t->crop_padding);
+        return NULL;
+    }
+    if (t && !(isfinite(t->scale) && isfinite(t->mean) && isfinite(t->std) &&
+               (t->std == 0.0f || isfinite(1.0f / t->std)))) {   /* (every sample would be NaN or inf) */
+        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: transform scale=%g, mean=%g, std=%g: each must be finite, and "
+                "1/std too (std 0 means 1)", (double)t->scale, (double)t->mean, (double)t->std);
+        return NULL;
+    }
+    if (t && (t->hflip || t->crop_padding > 0) && x->ndim < 3) {
+        dl__err(ctx, DL_ERR_ARG, "dl_tensor_dataset: the transform's %s needs image samples, x (N, H, W) or "
+                "(N, C, H, W), and x is %s", t->hflip ? "hflip" : "crop_padding", dl__sh(x));
         return NULL;
     }
     d = (dl__tds *)dl__malloc(ctx, sizeof *d);
@@ -18811,6 +18929,11 @@ dl_loader *dl_loader_new(dl_ctx *ctx, const dl_dataset *ds, const dl_loader_desc
     int64_t bs, bcap;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_loader_new: ctx is NULL"); return NULL; }
     if (!ds) return NULL;   /* the dataset's constructor failed and said why */
+    if ((ds->get == dl__tds_get || ds->get_target == dl__tds_get_f) && ((const dl__tds *)ds->user)->x->ctx_ != ctx) {
+        dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset (dl_tensor_dataset) belongs to another context than "
+                "ctx: make the loader in the dataset's context");
+        return NULL;
+    }
     if ((!ds->get && !ds->get_target) || ds->length < 0) {
         dl__err(ctx, DL_ERR_ARG, "dl_loader_new: the dataset has %s (length %lld)",
                 ds->length < 0 ? "a negative length" : "no get or get_target function", (long long)ds->length);
@@ -19525,7 +19648,11 @@ static dl_result dl__save(const char *op, const char *path, dl_module *m, dl_opt
                         DL__CAP_READ_HINT))
         return DL_ERR_UNSUPPORTED;
     if (!path) { dl__err(ctx, DL_ERR_ARG, "%s: path is NULL", op); return DL_ERR_ARG; }
-    if (o && !dl__optim_ok(o)) { dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer", op, path); return DL_ERR_ARG; }
+    if (o && (!dl__optim_ok(o) || o->ctx != ctx)) {   /* (dl_load refuses the pair: it could not be read back) */
+        dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer of this context%s", op, path,
+                o->magic == DL__OPT_FREED ? " (it was freed: dl_optim_free)" : "");
+        return DL_ERR_ARG;
+    }
     if (nmeta < 0 || (nmeta > 0 && !meta)) {
         dl__err(ctx, DL_ERR_ARG, "%s: %s: %d metadata entries but meta is %s", op, path, nmeta,
                 meta ? "given" : "NULL");
@@ -19907,7 +20034,8 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     if (dl__cap_refused(ctx, op, "loading a checkpoint (host writes into the tensors)", DL__CAP_WRITE_HINT))
         return DL_ERR_UNSUPPORTED;
     if (o && (!dl__optim_ok(o) || o->ctx != ctx)) {
-        dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer of this context", op, label);
+        dl__err(ctx, DL_ERR_ARG, "%s: %s: o is not an optimizer of this context%s", op, label,
+                o->magic == DL__OPT_FREED ? " (it was freed: dl_optim_free)" : "");
         return DL_ERR_ARG;
     }
     rc = dl__st_header(ctx, op, buf, len, label, &j, &root, &data, &datalen);
@@ -20475,6 +20603,18 @@ struct dl_summary_writer {
 
 static bool dl__tb_ok(const dl_summary_writer *w) { return w && w->magic == DL__TB_MAGIC; }
 
+/* dl__tb_ok, or an error naming fn and why not */
+#define DL__TB_CLOSED 0x44544243u   /* a husk (dl__disown) */
+static bool dl__tb_live(const dl_summary_writer *w, const char *fn)
+{
+    if (dl__tb_ok(w)) return true;
+    if (w && w->magic == DL__TB_CLOSED)
+        dl__err(w->ctx, DL_ERR_ARG, "%s: this summary writer was closed (dl_summary_close)", fn);
+    else
+        dl__err(NULL, DL_ERR_ARG, "%s: w is %s", fn, w ? "not a summary writer from dl_summary_open" : "NULL");
+    return false;
+}
+
 static double dl__tb_now(void)
 {
 #if defined(DL__UNIX) && defined(CLOCK_REALTIME)
@@ -20704,17 +20844,23 @@ static dl_result dl__tb_put(dl_summary_writer *w, const char *fn, const char *ta
     return dl__tb_scalar_rec(w, fn, tag, step, dl__tb_now(), value);
 }
 
-static void dl__tb_destroy(void *p)
+static void dl__tb_release(void *p)
 {
     dl_summary_writer *w = (dl_summary_writer *)p;
     if (w->ctx) (void)dl__tb_drain(w, "dl_ctx_free");   /* (dl_summary_close drained it first) */
     (void)dl__tb_close_file(w, NULL);
-    w->magic = 0;
+    w->magic = DL__TB_CLOSED;
     DL_FREE(w->q);
     if (w->qbuf) dl_free(w->qbuf);
+    w->qbuf = NULL;
     DL_FREE(w->buf.p);
     DL_FREE(w->path);
-    DL_FREE(w);
+}
+
+static void dl__tb_destroy(void *p)
+{
+    dl__tb_release(p);
+    DL_FREE(p);
 }
 
 /* mkdir -p; the last component must end up a directory */
@@ -20838,7 +20984,7 @@ const char *dl_summary_path(const dl_summary_writer *w) { return dl__tb_ok(w) ? 
 dl_result dl_summary_flush(dl_summary_writer *w)
 {
     dl_result rc;
-    if (!dl__tb_ok(w)) return DL_ERR_ARG;
+    if (!dl__tb_live(w, "dl_summary_flush")) return DL_ERR_ARG;
     if ((rc = dl__tb_drain(w, "dl_summary_flush")) != DL_OK) return rc;
     if ((rc = dl__tb_sync(w, "dl_summary_flush")) != DL_OK) return rc;
     return dl__tb_lost(w, "dl_summary_flush");
@@ -20847,20 +20993,20 @@ dl_result dl_summary_flush(dl_summary_writer *w)
 dl_result dl_summary_close(dl_summary_writer *w)
 {
     dl_result rc, rc2;
-    if (!w) return DL_OK;
+    if (!w || w->magic == DL__TB_CLOSED) return DL_OK;   /* (closed before: as PyTorch's close()) */
     if (!dl__tb_ok(w)) return DL_ERR_ARG;
     rc = dl__tb_drain(w, "dl_summary_close");
     if (rc == DL_ERR_UNSUPPORTED) return rc;   /* inside a capture: the writer stays open */
     rc2 = dl__tb_close_file(w, "dl_summary_close");
     if (rc == DL_OK && rc2 == DL_OK) rc = dl__tb_lost(w, "dl_summary_close");
-    dl__disown(w->ctx, w);
+    dl__disown(w->ctx, w, dl__tb_release);
     return rc != DL_OK ? rc : rc2;
 }
 
 static bool dl__tb_args(dl_summary_writer *w, const char *fn, const char *tag)
 {
     int64_t bad;
-    if (!dl__tb_ok(w)) return false;
+    if (!dl__tb_live(w, fn)) return false;
     if (!tag || !tag[0]) {
         dl__err(w->ctx, DL_ERR_ARG, "%s: tag is %s (writing %s)", fn, tag ? "empty" : "NULL", w->path);
         return false;
@@ -21303,7 +21449,7 @@ dl_result dl_summary_graph(dl_summary_writer *w, dl_tensor *root)
     dl__pb *b;
     size_t g, ver;
     dl_result rc = DL_ERR_OOM;
-    if (!dl__tb_ok(w)) return DL_ERR_ARG;
+    if (!dl__tb_live(w, fn)) return DL_ERR_ARG;
     if (!dl__tb_tensor(w, fn, "root", root)) return w->ctx->err != DL_OK ? w->ctx->err : DL_ERR_ARG;
     if ((rc = dl__tb_drain(w, fn)) != DL_OK) return rc;   /* the queued scalars come first */
     rc = DL_ERR_OOM;
@@ -21901,7 +22047,8 @@ struct dl_comm {
 #ifndef DL_NO_THREADS
 static void dl__grp_quiet(dl_comm_group *g);
 #endif
-static void dl__comm_destroy(void *p)
+#define DL__COMM_FREED 0xD1C0F4Eu   /* a husk (dl__disown) */
+static void dl__comm_release(void *p)
 {
     dl_comm *c = (dl_comm *)p;
 #ifdef DL_NCCL
@@ -21944,8 +22091,13 @@ static void dl__comm_destroy(void *p)
 #endif
     DL_FREE(c->hbuf);
     DL_FREE(c->htmp);
-    c->magic = 0;
-    DL_FREE(c);
+    c->magic = DL__COMM_FREED;
+}
+
+static void dl__comm_destroy(void *p)
+{
+    dl__comm_release(p);
+    DL_FREE(p);
 }
 
 /* the code dl__comm_ok's failure recorded (capture: unsupported, a broken
@@ -21957,6 +22109,10 @@ static dl_result dl__comm_rc(const dl_comm *c)
 
 static bool dl__comm_ok(dl_comm *c, const char *op)
 {
+    if (c && c->magic == DL__COMM_FREED) {
+        dl__err(c->ctx, DL_ERR_ARG, "%s: this communicator was freed (dl_comm_free)", op);
+        return false;
+    }
     if (!c || c->magic != DL__COMM_MAGIC) {
         dl__err(NULL, DL_ERR_ARG, "%s: not a communicator from dl_comm_init", op);
         return false;
@@ -22725,7 +22881,7 @@ void dl_comm_free(dl_comm *c)
                 "(dl_ctx_free frees all in order)", c->users, c->users == 1 ? "it" : "them");
         return;
     }
-    dl__disown(c->ctx, c);
+    dl__disown(c->ctx, c, dl__comm_release);
 }
 
 /* local ring, then across processes on replica 0, then back to the others */
@@ -22928,7 +23084,8 @@ struct dl_ddp {
 };
 
 static void dl__ddp_withdraw(dl_ddp *dp, bool failed);
-static void dl__ddp_destroy(void *v)
+#define DL__DDP_FREED 0xDD9F4EEDu   /* a husk (dl__disown) */
+static void dl__ddp_release(void *v)
 {
     dl_ddp *dp = (dl_ddp *)v;
     int i;
@@ -22954,8 +23111,13 @@ static void dl__ddp_destroy(void *v)
     DL_FREE(dp->am);
     DL_FREE(dp->atmp);
 #endif
-    dp->magic = 0;
-    DL_FREE(dp);
+    dp->magic = DL__DDP_FREED;
+}
+
+static void dl__ddp_destroy(void *v)
+{
+    dl__ddp_release(v);
+    DL_FREE(v);
 }
 
 /* the code dl__ddp_ok's failure recorded (a capture: unsupported) */
@@ -22967,7 +23129,8 @@ static dl_result dl__ddp_rc(const dl_ddp *dp)
 static bool dl__ddp_ok(dl_ddp *dp, const char *op)
 {
     if (dp && dp->magic == DL__DDP_MAGIC) return !dl__cap_refused(dp->ctx, op, "a collective", "run collectives outside the captured step");
-    dl__err(NULL, DL_ERR_ARG, "%s: not a dl_ddp from dl_ddp_init", op);
+    if (dp && dp->magic == DL__DDP_FREED) dl__err(dp->ctx, DL_ERR_ARG, "%s: this dl_ddp was freed (dl_ddp_free)", op);
+    else dl__err(NULL, DL_ERR_ARG, "%s: not a dl_ddp from dl_ddp_init", op);
     return false;
 }
 
@@ -23309,7 +23472,7 @@ dl_ddp *dl_ddp_init(int n, dl_module *const *replicas, dl_optim *const *optims, 
 
 void dl_ddp_free(dl_ddp *dp)
 {
-    if (dp && dp->magic == DL__DDP_MAGIC) dl__disown(dp->ctx, dp);
+    if (dp && dp->magic == DL__DDP_MAGIC) dl__disown(dp->ctx, dp, dl__ddp_release);
 }
 
 dl_module *dl_ddp_module(dl_ddp *dp, int i)
@@ -23810,8 +23973,18 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
     dl_tensor *need[DL_GRADCHECK_MAX_INPUTS];
     int k, nn = 0, map[DL_GRADCHECK_MAX_INPUTS];
     dl_result rc = DL_OK;
-    if (!ctx || !f || !res || !inputs) return DL_ERR_ARG;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_gradcheck: ctx is NULL"); return DL_ERR_ARG; }
+    if (!f || !res || !inputs) {
+        dl__err(ctx, DL_ERR_ARG, "dl_gradcheck: %s is NULL", !f ? "f" : !res ? "res" : "inputs");
+        return DL_ERR_ARG;
+    }
     memset(res, 0, sizeof *res);
+    if (desc && !(isfinite(desc->eps) && desc->eps >= 0 && desc->eps < 1 && isfinite(desc->atol) &&
+                  desc->atol >= 0 && isfinite(desc->rtol) && desc->rtol >= 0)) {   /* (0: the defaults) */
+        dl__err(ctx, DL_ERR_ARG, "dl_gradcheck: eps=%g, atol=%g, rtol=%g: need 0 <= eps < 1 and finite atol, "
+                "rtol >= 0 (0: the defaults 1e-3, 1e-3, 1e-2)", desc->eps, desc->atol, desc->rtol);
+        return DL_ERR_ARG;
+    }
     if (dl__cap_refused(ctx, "dl_gradcheck", "a gradient check (it reads values to the host and reseeds)",
                         "check gradients outside the capture"))
         return DL_ERR_UNSUPPORTED;

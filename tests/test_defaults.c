@@ -689,8 +689,13 @@ static void test_group_errors(void)
               dl_optim_group_lr(o, 1) == 0.1f, "a frozen group 0: refused, nothing changed");
         EXPECT_ERR(ctx, DL_ERR_ARG, "dl_optim_set_lr: group 0's initial lr is 0 (frozen), so lr=0.05 gives no "
                    "factor for the other 1 group");
-        CHECK(dl_optim_group_lr(o, 7) == 0.0f && dl_optim_group_lr(NULL, 0) == 0.0f && dl_optim_num_groups(NULL) == 0,
-              "lr of a group that does not exist: 0");
+        CHECK(dl_last_error(ctx) == DL_OK, "stray error: %s", dl_error_message(ctx));
+        /* a group that does not exist: 0 and an error (PyTorch: IndexError) */
+        CHECK(dl_optim_group_lr(o, 7) == 0.0f, "lr of a group that does not exist: 0");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_optim_group_lr: group 7 does not exist (0..1)");
+        CHECK(dl_optim_group_lr(NULL, 0) == 0.0f && dl_optim_num_groups(NULL) == 0, "of NULL: 0");
+        CHECK(strstr(dl_error_message(NULL), "dl_optim_num_groups: o is NULL") != NULL, "NULL o named: %s",
+              dl_error_message(NULL));
         CHECK(dl_last_error(ctx) == DL_OK, "stray error: %s", dl_error_message(ctx));
     }
     dl_ctx_free(ctx);

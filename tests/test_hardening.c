@@ -5,7 +5,8 @@
    NULL returns, huge convolutions, the error message's lifetime, gzip bombs,
    use after dl_free, thread counts, names that would break a DOT file,
    custom functions' gradients of another dtype or device, checkpoints of
-   deeply nested models; then what a second such review found (section 16). */
+   deeply nested models; then what a second such review found (section 16)
+   and the later ones (test_review3_*, test_review4_*, test_review5). */
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
@@ -2207,6 +2208,216 @@ static void test_review4_autograd(void)
     dl_ctx_free(ctx);
 }
 
+/* 19. a fifth review (2026-11-29): objects freed early leave husks (a later
+   use is an error, a second free nothing, under ASan and valgrind clean);
+   tensors of another context; values that poisoned state silently */
+static dl_tensor *r5_fwd_null(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *u)
+{
+    (void)fc; (void)n; (void)in; (void)u;
+    return NULL;
+}
+static dl_tensor *r5_fwd_id(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *u)
+{
+    (void)fc; (void)n; (void)u;
+    return dl_mul_scalar(in[0], 1.0f);
+}
+static dl_result r5_bwd_other(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gi, void *u)
+{
+    (void)fc; (void)g;
+    gi[0] = dl_ones((dl_ctx *)u, DL_SHAPE(2));   /* another context's tensor */
+    return DL_OK;
+}
+static dl_tensor *r5_sq(void *u, dl_tensor *const *in)
+{
+    (void)u;
+    return dl_sum(dl_mul(in[0], in[0]), DL_ALL, false);
+}
+
+static void test_review5(void)
+{
+    dl_ctx *A = new_ctx(), *B = new_ctx();
+    {   /* a dataset of another context's tensors: accepted, then read freed memory */
+        static const int64_t lab[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+        dl_tensor *x = dl_keep(dl_rand(B, DL_SHAPE(8, 3))), *y = dl_keep(dl_from_int64(B, DL_SHAPE(8), lab));
+        dl_dataset *ds;
+        CHECK(dl_tensor_dataset(A, x, y, NULL, true) == NULL, "dataset of B's tensors in A refused");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_tensor_dataset: x (8,3) belongs to another context than ctx");
+        CHECK(dl_tensor_dataset(A, NULL, y, NULL, true) == NULL, "NULL x");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_tensor_dataset: x is NULL");
+        ds = dl_tensor_dataset(B, x, y, NULL, true);
+        CHECK(ds && dl_loader_new(A, ds, NULL) == NULL, "B's dataset in A's loader refused");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_loader_new: the dataset (dl_tensor_dataset) belongs to another context");
+    }
+    {   /* an optimizer freed early */
+        dl_tensor *p = dl_param(dl_ones(A, DL_SHAPE(2)));
+        dl_module *m = dl_nn_linear(A, 2, 2, true);
+        dl_optim *o = dl_sgd_params(A, 1, &p, NULL);
+        CHECK(dl_optim_group_lr(o, 5) == 0.0f, "group 5 of 1");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_optim_group_lr: group 5 does not exist (0..0)");
+        dl_optim_free(o);
+        CHECK(dl_optim_steps(o) == 0, "steps of a freed optimizer");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_optim_steps: this optimizer was freed (dl_optim_free)");
+        CHECK(dl_optim_step(o) == DL_ERR_ARG, "step of a freed optimizer");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_optim_step: this optimizer was freed");
+        dl_optim_zero_grad(o);
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_optim_zero_grad: this optimizer was freed");
+        CHECK(dl_save(tmp("r5.safetensors"), m, o) == DL_ERR_ARG, "dl_save with a freed optimizer");
+        EXPECT_ERR(A, DL_ERR_ARG, "o is not an optimizer of this context (it was freed: dl_optim_free)");
+        dl_optim_free(o);   /* a second free: nothing */
+        CHECK(dl_last_error(A) == DL_OK, "a second dl_optim_free is a no-op");
+        o = dl_sgd_params(B, 1, &p, NULL);   /* p of A: refused */
+        CHECK(o == NULL, "B's optimizer over A's parameter refused");
+        dl_clear_error(B);
+        {
+            dl_tensor *q = dl_param(dl_ones(B, DL_SHAPE(2)));
+            dl_optim *ob = dl_sgd_params(B, 1, &q, NULL);
+            CHECK(dl_save(tmp("r5.safetensors"), m, ob) == DL_ERR_ARG, "dl_save(module of A, optimizer of B)");
+            EXPECT_ERR(A, DL_ERR_ARG, "o is not an optimizer of this context");
+        }
+        CHECK(dl_module_forward(m, dl_ones(B, DL_SHAPE(1, 2))) == NULL, "module of A, x of B");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_module_forward: x (1,2) belongs to another context than module");
+    }
+    {   /* a summary writer closed twice (PyTorch's close() is idempotent), then used */
+        dl_summary_writer *w = dl_summary_open(A, tmp("r5_tb"));
+        CHECK(w && dl_summary_scalar(w, "loss", 0, 1.0) == DL_OK, "writer: %s", dl_error_message(A));
+        CHECK(dl_summary_close(w) == DL_OK && dl_summary_close(w) == DL_OK, "closed twice");
+        CHECK(dl_summary_scalar(w, "loss", 1, 1.0) == DL_ERR_ARG, "a scalar after close");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_summary_scalar: this summary writer was closed (dl_summary_close)");
+        CHECK(dl_summary_flush(w) == DL_ERR_ARG, "flush after close");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_summary_flush: this summary writer was closed");
+    }
+    {   /* a communicator freed twice, then used */
+        dl_comm *c = dl_comm_init(A, NULL);
+        dl_tensor *t = dl_ones(A, DL_SHAPE(2));
+        CHECK(c != NULL, "local communicator");
+        dl_comm_free(c);
+        dl_comm_free(c);
+        CHECK(dl_comm_allreduce(c, &t, 1, DL_REDUCE_SUM) == DL_ERR_ARG, "allreduce on a freed communicator");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_comm_allreduce: this communicator was freed (dl_comm_free)");
+    }
+    {   /* a dl_ddp freed twice, then used */
+        dl_ctx_desc cd;
+        dl_ctx *D;
+        dl_module *r[2];
+        dl_optim *op[2];
+        dl_ddp *dp;
+        dl_sgd_desc sd;
+        int i;
+        memset(&cd, 0, sizeof cd);
+        cd.log = dl_log_silent;
+        cd.cpu_devices = 2;
+        D = dl_ctx_init(&cd);
+        memset(&sd, 0, sizeof sd);
+        sd.lr = 0.1f;
+        for (i = 0; i < 2; i++) {
+            r[i] = dl_nn_linear(D, 3, 2, true);
+            CHECK(dl_module_to(r[i], dl_cpu_device(i)) == DL_OK, "to cpu:%d: %s", i, dl_error_message(D));
+            op[i] = dl_sgd(r[i], &sd);
+        }
+        dp = dl_ddp_init(2, r, op, NULL);
+        CHECK(dp != NULL, "dl_ddp_init: %s", dl_error_message(D));
+        dl_ddp_free(dp);
+        dl_ddp_free(dp);
+        CHECK(dl_ddp_check(dp) != DL_OK, "dl_ddp_check on a freed dl_ddp");
+        EXPECT_ERR(D, DL_ERR_ARG, "dl_ddp_check: this dl_ddp was freed (dl_ddp_free)");
+        dl_ctx_free(D);
+    }
+    {   /* the functional batch norm's momentum, checked as the module's */
+        dl_tensor *x = dl_rand(A, DL_SHAPE(4, 3)), *rm = dl_zeros(A, DL_SHAPE(3)), *rv = dl_ones(A, DL_SHAPE(3));
+        float bad[] = {NAN, INFINITY, 2.0f, -1.0f}, got[3];
+        int i;
+        for (i = 0; i < 4; i++) {
+            CHECK(dl_batch_norm(x, rm, rv, NULL, NULL, true, bad[i], 1e-5f) == NULL, "momentum %g", (double)bad[i]);
+            EXPECT_ERR(A, DL_ERR_ARG, "dl_batch_norm: momentum=");
+        }
+        CHECK(dl_read(rm, got, 3) == DL_OK && got[0] == 0 && got[2] == 0, "running_mean untouched");
+        CHECK(dl_batch_norm(x, rm, rv, NULL, NULL, false, NAN, 1e-5f) != NULL, "eval ignores momentum");
+    }
+    {   /* custom functions: a NULL forward result, a gradient of another context */
+        dl_tensor *p = dl_param(dl_ones(A, DL_SHAPE(2))), *y;
+        dl_function f = {"r5fn", r5_fwd_null, r5_bwd_other};
+        CHECK(dl_function_apply(&f, 1, &p, B) == NULL, "forward returned NULL");
+        EXPECT_ERR(A, DL_ERR_ARG, "r5fn: its forward returned NULL without an error");
+        f.forward = r5_fwd_id;
+        y = dl_function_apply(&f, 1, &p, B);
+        CHECK(y && dl_backward(dl_sum(y, DL_ALL, false)) == DL_ERR_ARG, "a gradient of B for A's input");
+        EXPECT_ERR(A, DL_ERR_ARG, "the gradient for input 0 (2) belongs to another context than the input");
+    }
+    {   /* values that poisoned state without a word */
+        static const int64_t lab4[4] = {0, 1, 0, 1};
+        dl_tensor *p = dl_param(dl_ones(A, DL_SHAPE(2))), *w = dl_param(dl_zeros(A, DL_SHAPE(2, 2)));
+        dl_module *m = dl_nn_linear(A, 3, 2, true);
+        dl_tensor *x = dl_keep(dl_rand(A, DL_SHAPE(4, 3))), *x3 = dl_keep(dl_rand(A, DL_SHAPE(4, 2, 2)));
+        dl_tensor *y = dl_keep(dl_from_int64(A, DL_SHAPE(4), lab4));
+        dl_transform_desc tr;
+        dl_gradcheck_desc gd;
+        dl_gradcheck_result res;
+        dl_memory_stats ms;
+        float v[4], g0[2];
+        CHECK(dl_backward(dl_sum(dl_mul(p, p), DL_ALL, false)) == DL_OK, "p.grad");
+        dl_sgd_update(p, NAN);
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_sgd_update: lr=nan must be finite");
+        CHECK(dl_read(p, v, 2) == DL_OK && v[0] == 1 && v[1] == 1, "p unchanged");
+        CHECK(dl_backward(dl_sum(dl_module_forward(m, x), DL_ALL, false)) == DL_OK, "grads");
+        dl_read(dl_module_get(m, "bias")->grad, g0, 2);
+        CHECK(dl_clip_grad_norm(m, NAN) == 0.0f, "max_norm NaN");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm: max_norm=nan must be >= 0");
+        CHECK(dl_clip_grad_norm(m, -1.0f) == 0.0f, "max_norm -1");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm: max_norm=-1 must be >= 0");
+        CHECK(dl_read(dl_module_get(m, "bias")->grad, v, 2) == DL_OK && v[0] == g0[0] && v[1] == g0[1],
+              "gradients unchanged");
+        dl_init_uniform(w, 1.0f, -1.0f);
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_init_uniform: lo=1, hi=-1: need finite bounds with lo <= hi");
+        dl_init_uniform(w, NAN, 1.0f);
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_init_uniform: lo=nan");
+        dl_init_normal(w, 0.0f, -1.0f);
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_init_normal: mean=0, std=-1");
+        CHECK(dl_read(w, v, 4) == DL_OK && v[0] == 0 && v[3] == 0, "w unchanged");
+        memset(&tr, 0, sizeof tr);
+        tr.std = NAN;
+        CHECK(dl_tensor_dataset(A, x, y, &tr, true) == NULL, "transform std NaN");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_tensor_dataset: transform scale=0, mean=0, std=nan");
+        tr.std = 1e-45f;   /* 1/std is inf */
+        CHECK(dl_tensor_dataset(A, x, y, &tr, true) == NULL, "transform std 1e-45");
+        EXPECT_ERR(A, DL_ERR_ARG, "and 1/std too");
+        tr.std = 0.0f;
+        tr.scale = INFINITY;
+        CHECK(dl_tensor_dataset(A, x, y, &tr, true) == NULL, "transform scale inf");
+        EXPECT_ERR(A, DL_ERR_ARG, "scale=inf");
+        tr.scale = 0.0f;
+        tr.hflip = true;
+        CHECK(dl_tensor_dataset(A, x, y, &tr, true) == NULL, "hflip of (N, 3) samples");
+        EXPECT_ERR(A, DL_ERR_ARG, "the transform's hflip needs image samples, x (N, H, W) or (N, C, H, W), and x is (4,3)");
+        CHECK(dl_tensor_dataset(A, x3, y, &tr, true) != NULL, "hflip of (N, 2, 2) samples: %s", dl_error_message(A));
+        memset(&gd, 0, sizeof gd);
+        gd.eps = INFINITY;
+        CHECK(dl_gradcheck(A, r5_sq, NULL, 1, &p, &gd, &res) == DL_ERR_ARG, "gradcheck eps inf");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_gradcheck: eps=inf");
+        gd.eps = -1.0;
+        CHECK(dl_gradcheck(A, r5_sq, NULL, 1, &p, &gd, &res) == DL_ERR_ARG, "gradcheck eps -1");
+        EXPECT_ERR(A, DL_ERR_ARG, "need 0 <= eps < 1");
+        gd.eps = 0.0;
+        gd.atol = -1.0;
+        CHECK(dl_gradcheck(A, r5_sq, NULL, 1, &p, &gd, &res) == DL_ERR_ARG, "gradcheck atol -1");
+        EXPECT_ERR(A, DL_ERR_ARG, "atol=-1");
+        CHECK(dl_gradcheck(A, NULL, NULL, 1, &p, NULL, &res) == DL_ERR_ARG, "gradcheck f NULL");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_gradcheck: f is NULL");
+        gd.atol = 0.0;
+        CHECK(dl_gradcheck(A, r5_sq, NULL, 1, &p, &gd, &res) == DL_OK && res.ok, "the defaults still pass");
+        CHECK(dl_memory_stats_get(A, dl_cpu(), NULL) == DL_ERR_ARG, "memory stats into NULL");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_memory_stats_get: out is NULL");
+        CHECK(dl_memory_stats_get(A, dl_cpu(), &ms) == DL_OK, "memory stats");
+        CHECK(dl_write(dl_zeros(A, DL_SHAPE(2, 2)), NULL, 4) == DL_ERR_ARG, "write from NULL");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_write: src is NULL (t (2,2), n 4)");
+        CHECK(dl_write(x, v, 4) == DL_ERR_ARG, "write of 4 into 12");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_write: t (4,3) has 12 elements but src holds 4");
+        CHECK(dl_read(p, NULL, 2) == DL_ERR_ARG, "read into NULL");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_read: dst is NULL (t (2), n 2)");
+    }
+    dl_ctx_free(B);
+    dl_ctx_free(A);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "build/hardening_tmp");
@@ -2236,5 +2447,6 @@ int main(void)
     test_review3_values();
     test_review3_data();
     test_review4_autograd();
+    test_review5();
     TEST_END();
 }
