@@ -16214,6 +16214,42 @@ static bool dl__pool_input(const char *name, int nsp, dl_tensor *x)
     return true;
 }
 
+/* d's values, without an input (dl__pool_api and the modules' constructors) */
+static bool dl__pool_desc_ok(dl_ctx *ctx, const char *name, int nsp, bool is_max, const dl_pool_desc *d)
+{
+    int i;
+    for (i = 0; i < nsp; i++) {
+        int64_t k = d->kernel[i], s = d->stride[i] ? d->stride[i] : k, p = d->padding[i];
+        int64_t dil = d->dilation[i] ? d->dilation[i] : 1;
+        if (k < 1) {
+            dl__err(ctx, DL_ERR_ARG, "%s: kernel[%d]=%lld must be >= 1", name, i, (long long)k);
+            return false;
+        }
+        if (s < 1 || dil < 1) {
+            dl__err(ctx, DL_ERR_ARG, "%s: %s[%d]=%lld must be >= 1 (0 means %s)", name, s < 1 ? "stride" : "dilation",
+                    i, (long long)(s < 1 ? s : dil), s < 1 ? "the kernel size" : "1");
+            return false;
+        }
+        if (p < 0 || p > k / 2) {
+            dl__err(ctx, DL_ERR_ARG, "%s: padding[%d]=%lld must be between 0 and half the "
+                    "kernel size (kernel[%d]=%lld)", name, i, (long long)p, i, (long long)k);
+            return false;
+        }
+        if (!is_max && dil != 1) {
+            dl__err(ctx, DL_ERR_ARG, "%s: dilation[%d]=%lld: dilation applies to max pooling only", name, i,
+                    (long long)dil);
+            return false;
+        }
+        if (k > DL__PACK_MAX || s > DL__PACK_MAX || dil > DL__PACK_MAX) {
+            dl__err(ctx, DL_ERR_ARG, "%s: kernel %lld, stride %lld, dilation %lld in dim %d: each "
+                    "must be at most %lld", name, (long long)k, (long long)s, (long long)dil, i,
+                    (long long)DL__PACK_MAX);
+            return false;
+        }
+    }
+    return true;
+}
+
 static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor *x,
                                const dl_pool_desc *d)
 {
@@ -16235,6 +16271,7 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
                 "(dl_pool_desc_make(kernel, stride, padding, ceil_mode, count_include_pad))", name);
         return NULL;
     }
+    if (!dl__pool_desc_ok(ctx, name, nsp, is_max, d)) return NULL;
     unbatched = x->ndim == nsp + 1;
     for (i = 0; i < nsp; i++) {
         int64_t in = x->shape[(unbatched ? 1 : 2) + i], num;
@@ -16242,36 +16279,10 @@ static dl_tensor *dl__pool_api(const char *name, int nsp, bool is_max, dl_tensor
         s[i] = d->stride[i] ? d->stride[i] : k[i];
         p[i] = d->padding[i];
         dil[i] = d->dilation[i] ? d->dilation[i] : 1;
-        if (k[i] < 1) {
-            dl__err(ctx, DL_ERR_ARG, "%s: kernel[%d]=%lld must be >= 1", name, i, (long long)k[i]);
-            return NULL;
-        }
-        if (s[i] < 1 || dil[i] < 1) {
-            dl__err(ctx, DL_ERR_ARG, "%s: %s[%d]=%lld must be >= 1 (0 means %s)", name,
-                    s[i] < 1 ? "stride" : "dilation", i, (long long)(s[i] < 1 ? s[i] : dil[i]),
-                    s[i] < 1 ? "the kernel size" : "1");
-            return NULL;
-        }
-        if (p[i] < 0 || p[i] > k[i] / 2) {
-            dl__err(ctx, DL_ERR_ARG, "%s: padding[%d]=%lld must be between 0 and half the "
-                    "kernel size (kernel[%d]=%lld)", name, i, (long long)p[i], i, (long long)k[i]);
-            return NULL;
-        }
-        if (!is_max && dil[i] != 1) {
-            dl__err(ctx, DL_ERR_ARG, "%s: dilation[%d]=%lld: dilation applies to max pooling only",
-                    name, i, (long long)dil[i]);
-            return NULL;
-        }
         if (!is_max && nsp == 3 && in < k[i]) {   /* PyTorch's avg_pool3d checks it, padding aside */
             dl__err(ctx, DL_ERR_SHAPE, "%s: input %s is smaller than the kernel in spatial dim %d (%lld < "
                     "kernel[%d]=%lld), as PyTorch's avg_pool3d refuses", name, dl__sh(x), i, (long long)in, i,
                     (long long)k[i]);
-            return NULL;
-        }
-        if (k[i] > DL__PACK_MAX || s[i] > DL__PACK_MAX || dil[i] > DL__PACK_MAX) {
-            dl__err(ctx, DL_ERR_ARG, "%s: kernel %lld, stride %lld, dilation %lld in dim %d: each "
-                    "must be at most %lld", name, (long long)k[i], (long long)s[i],
-                    (long long)dil[i], i, (long long)DL__PACK_MAX);
             return NULL;
         }
         /* PyTorch's pooling_output_shape */
@@ -16328,6 +16339,23 @@ dl_tensor *dl_avg_pool1d(dl_tensor *x, const dl_pool_desc *d) { return dl__pool_
 dl_tensor *dl_avg_pool2d(dl_tensor *x, const dl_pool_desc *d) { return dl__pool_api("dl_avg_pool2d", 2, false, x, d); }
 dl_tensor *dl_avg_pool3d(dl_tensor *x, const dl_pool_desc *d) { return dl__pool_api("dl_avg_pool3d", 3, false, x, d); }
 
+/* an adaptive pool's output_size, without an input */
+static bool dl__apool_size_ok(dl_ctx *ctx, const char *name, int nsp, dl_shape os)
+{
+    int i;
+    if (os.ndim != nsp) {
+        dl__err(ctx, DL_ERR_ARG, "%s: output_size %s has %d entries; it needs one per spatial "
+                "dim (%d)", name, dl__shp(ctx, &os), os.ndim, nsp);
+        return false;
+    }
+    for (i = 0; i < nsp; i++)
+        if (os.d[i] < 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: output_size %s has a negative entry", name, dl__shp(ctx, &os));
+            return false;
+        }
+    return true;
+}
+
 static dl_tensor *dl__adaptive_api(const char *name, int nsp, dl_tensor *x, dl_shape os)
 {
     dl__pparam pp;
@@ -16338,19 +16366,10 @@ static dl_tensor *dl__adaptive_api(const char *name, int nsp, dl_tensor *x, dl_s
     if (!x) return NULL;
     if (!dl__pool_input(name, nsp, x)) return NULL;
     ctx = x->ctx_;
-    if (os.ndim != nsp) {
-        dl__err(x->ctx_, DL_ERR_ARG, "%s: output_size %s has %d entries; it needs one per spatial "
-                "dim (%d)", name, dl__shp(x->ctx_, &os), os.ndim, nsp);
-        return NULL;
-    }
+    if (!dl__apool_size_ok(ctx, name, nsp, os)) return NULL;
     unbatched = x->ndim == nsp + 1;
     for (i = 0; i < nsp; i++) {
         int64_t in = x->shape[(unbatched ? 1 : 2) + i];
-        if (os.d[i] < 0) {
-            dl__err(x->ctx_, DL_ERR_ARG, "%s: output_size %s has a negative entry", name,
-                    dl__shp(x->ctx_, &os));
-            return NULL;
-        }
         if (in < 1 && os.d[i] > 0) {
             dl__err(x->ctx_, DL_ERR_SHAPE, "%s: x %s has size 0 in spatial dim %d: nothing to "
                     "average", name, dl__sh(x), i);
@@ -17352,7 +17371,7 @@ static bool dl__is_pool2(const dl_module *m, int kind)
 static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_pool_desc *d, dl_shape out)
 {
     static const char *names[3] = {"MaxPool", "AvgPool", "AdaptiveAvgPool"};
-    char type[32];
+    char type[32], fn[40];
     dl_module *m;
     dl__poolm *s;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_%s_pool: ctx is NULL", kind == 0 ? "max" : kind == 1 ? "avg" : "adaptive_avg"); return NULL; }
@@ -17361,6 +17380,10 @@ static dl_module *dl__poolm_new(dl_ctx *ctx, int kind, int spatial, const dl_poo
                 "padding, ceil_mode, count_include_pad))", kind ? "avg_pool" : "max_pool");
         return NULL;
     }
+    snprintf(fn, sizeof fn, "dl_nn_%s%dd", kind == 0 ? "max_pool" : kind == 1 ? "avg_pool" : "adaptive_avg_pool",
+             spatial);
+    if (kind < 2 ? !dl__pool_desc_ok(ctx, fn, spatial, kind == 0, d) : !dl__apool_size_ok(ctx, fn, spatial, out))
+        return NULL;   /* (refused here, not at the first forward) */
     snprintf(type, sizeof type, "%s%dd", names[kind], spatial);
     m = dl_module_new(ctx, type, dl__poolm_fwd, sizeof(dl__poolm));
     if (!m) return NULL;

@@ -2414,6 +2414,20 @@ static void test_review5(void)
         CHECK(dl_read(p, NULL, 2) == DL_ERR_ARG, "read into NULL");
         EXPECT_ERR(A, DL_ERR_ARG, "dl_read: dst is NULL (t (2), n 2)");
     }
+    {   /* pooling modules check their settings when made (were accepted, refused at the first forward) */
+        dl_pool_desc d = dl_pool_desc_make(0, 0, 0, false, true);
+        CHECK(dl_nn_max_pool2d(A, &d) == NULL, "max pool of kernel 0");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_nn_max_pool2d: kernel[0]=0 must be >= 1");
+        CHECK(dl_nn_adaptive_avg_pool2d(A, DL_SHAPE(-1, 1)) == NULL, "adaptive pool to (-1, 1)");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_nn_adaptive_avg_pool2d: output_size (-1,1) has a negative entry");
+        CHECK(dl_nn_adaptive_avg_pool3d(A, DL_SHAPE(2, 2)) == NULL, "adaptive 3-d pool to (2, 2)");
+        EXPECT_ERR(A, DL_ERR_ARG, "output_size (2,2) has 2 entries; it needs one per spatial dim (3)");
+        d = dl_pool_desc_make(2, 2, 0, false, true);
+        d.dilation[1] = 2;
+        CHECK(dl_nn_avg_pool2d(A, &d) == NULL, "avg pool with a dilation");
+        EXPECT_ERR(A, DL_ERR_ARG, "dl_nn_avg_pool2d: dilation[1]=2: dilation applies to max pooling only");
+        CHECK(dl_nn_max_pool2d(A, &d) != NULL && dl_last_error(A) == DL_OK, "max pool with that dilation: fine");
+    }
     dl_ctx_free(B);
     dl_ctx_free(A);
 }
