@@ -908,6 +908,8 @@ DL_API void dl_log_silent(void *user, const char *message);  /* a log that drops
 
 /* --- tensors: creation (step memory, on the context's device: dl_ctx_device,
    cpu:0 unless dl_ctx_desc.device, DL_DEVICE or dl_set_device say otherwise) */
+/* a shape of ndim dims from dims (NULL: ndim zeros); an ndim outside
+   0..DL_MAX_DIMS is kept, and refused by the op that gets the shape */
 DL_API dl_shape dl_shape_make(int ndim, const int64_t *dims);
 DL_API dl_shape dl_dims_all(void);
 DL_API dl_tensor *dl_empty(dl_ctx *ctx, dl_shape shape);           /* uninitialized */
@@ -1717,7 +1719,7 @@ DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in
        fill, PyTorch's add_images), C = 1 gray, 3 RGB, 4 RGBA, written as an
        8-bit PNG (stored deflate blocks: no zlib). float32 values are [0,1]:
        v*255 clipped to 0..255 and truncated, as PyTorch's add_image; int32 and
-       int64 values are 0..255, clipped.
+       int64 values are 0..255, clipped; a NaN pixel is written 0 (black).
      graph: the tape behind root as a GraphDef, the picture of dl_graph_dot:
        a node per op named <op>_<k> (k counts that op in tape order; op: the
        dl op's name or the custom function's), per leaf its dl_set_name name
