@@ -113,7 +113,7 @@ $(LINKED:%=$(B)/%_native): $(B)/%_native: tests/%.c $(B)/th_impl_native.o $(DEPS
 # they are (-O3 -march=native): each example's own DL_IMPLEMENTATION is
 # ignored (DL_NO_IMPLEMENTATION) and it links $(B)/dl_ex.o. Compiling dl.h
 # into each of them took some 55 s a program, most of make test's time.
-EXHDRS    = examples/common.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h
+EXHDRS    = examples/common.h examples/cli.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h
 $(B)/dl_ex.o: dl.h | $(B)
 	$(CC) $(WARN) $(EXFLAGS) -DDL_IMPLEMENTATION -x c -c $< -o $@
 $(B)/%: examples/%.c $(B)/dl_ex.o dl.h $(EXHDRS) | $(B)
@@ -314,7 +314,7 @@ $(B)/mpi:
 	mkdir -p $@
 $(B)/mpi/test_mpi: tests/test_mpi.c $(DEPS) | $(B)/mpi
 	$(MPICC) $(WARN) $(CFLAGS) -DDL_MPI -DDL_DEBUG -I. $< -o $@ $(LDLIBS)
-$(B)/mpi/data_parallel: examples/data_parallel.c dl.h examples/common.h | $(B)/mpi
+$(B)/mpi/data_parallel: examples/data_parallel.c dl.h examples/common.h examples/cli.h | $(B)/mpi
 	$(MPICC) $(WARN) $(EXFLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
 test-mpi: $(B)/mpi/test_mpi
 	@B=$(B) MPIRUN="$(MPIRUN)" tests/run.sh tests/test_mpi.sh tests/test_mpi_kill.sh
@@ -344,9 +344,9 @@ valgrind: $(B)/test_core $(B)/test_capture $(B)/test_capture_fuzz
 bench: $(B)/bench
 	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(CASES)" THREADS="$(THREADS)" ROUNDS="$(ROUNDS)" MPIRUN="$(MPIRUN)" bench/run.sh
 
-$(B)/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)
+$(B)/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h examples/cli.h | $(B)
 	$(CC) $(WARN) $(BENCH_FLAGS) -I. $< -o $@ $(LDLIBS)
-$(B)/mpi/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)/mpi
+$(B)/mpi/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h examples/cli.h | $(B)/mpi
 	$(MPICC) $(WARN) $(BENCH_FLAGS) -DDL_MPI -I. $< -o $@ $(LDLIBS)
 	@echo '$(CC) $(BENCH_FLAGS)' > $(B)/bench.flags
 
@@ -354,7 +354,7 @@ $(B)/mpi/bench: bench/bench.c dl.h examples/lenet_bn.h examples/resnet18.h examp
 bench-cuda: $(B)/bench
 	@MAKE="$(MAKE)" CC="$(CC)" CASES="$(if $(CASES),$(CASES),*_cuda)" THREADS=1 ROUNDS="$(ROUNDS)" bench/run.sh
 
-$(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h | $(B)/cuda
+$(B)/cuda/bench.o: bench/bench.c dl.h dl_cuda.cuh examples/lenet_bn.h examples/resnet18.h examples/resnet_small.h examples/cli.h | $(B)/cuda
 	$(NVCC) $(NVFLAGS) -I. -c $< -o $@
 
 # the ResNet's 3x3 convs, Winograd against the direct paths (dl.h only)

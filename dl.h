@@ -5923,7 +5923,7 @@ static bool dl__devs_init(dl_ctx *ctx, const dl_ctx_desc *desc)
     if ((!desc || desc->cpu_devices == 0) && (env = getenv("DL_CPU_DEVICES")) && *env) {
         char *end = NULL;
         long v = strtol(env, &end, 10);
-        if (*end || v < 1 || v > DL__MAX_CPU) {
+        if (*end || !(env[0] >= '0' && env[0] <= '9') || v < 1 || v > DL__MAX_CPU) {   /* (digits only: " 2", "+2") */
             dl__err(ctx, DL_ERR_ARG, "dl_ctx_init: DL_CPU_DEVICES=%s must be a number from 1 to %d",
                     env, DL__MAX_CPU);
             return false;
@@ -18322,9 +18322,11 @@ static dl_result dl__idx_parse(dl_ctx *ctx, const char *path, const unsigned cha
     }
     if ((uint64_t)numel > (uint64_t)((size - 4 - 4 * (size_t)nd) / (size_t)esz) ||
         4 + 4 * (size_t)nd + (size_t)numel * (size_t)esz != size) {
+        bool longer = (uint64_t)numel <= (uint64_t)((size - 4 - 4 * (size_t)nd) / (size_t)esz);
         dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its dims need %lld bytes of data but the file "
-                "has %zu (truncated, or a count mismatch)", path, (long long)numel * esz,
-                size - 4 - 4 * (size_t)nd);
+                "has %zu (%s)", path, (long long)numel * esz, size - 4 - 4 * (size_t)nd,
+                longer ? "bytes after the data: a count mismatch, or another file appended" :
+                         "truncated, or a count mismatch");
         return DL_ERR_FORMAT;
     }
     if (as != DL_DTYPE_F32 && as != DL_DTYPE_I64) {
@@ -18468,8 +18470,9 @@ static dl_result dl__idx_gunzip(dl_ctx *ctx, const char *path, const unsigned ch
     }
     if (have != total) {
         dl__err(ctx, DL_ERR_FORMAT, "dl_idx_load: '%s': its header declares %zu bytes but the "
-                "decompressed file has %s%zu (truncated, or a count mismatch)", path, total,
-                have > total ? "more than " : "", have > total ? total : have);
+                "decompressed file has %s%zu (%s)", path, total, have > total ? "more than " : "",
+                have > total ? total : have, have > total ? "a count mismatch, or another file appended" :
+                "truncated, or a count mismatch");
         goto done;
     }
     *out = buf;

@@ -53,6 +53,7 @@
 #include "examples/lenet_bn.h"   /* ex_lenet_bn: the model of make run */
 #include "examples/resnet18.h"   /* ex_resnet18: d2l's ResNet-18 */
 #include "examples/resnet_small.h"   /* ex_resnet_small: the net of examples/resnet.c */
+#include "examples/cli.h"           /* stdout checked at exit */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -714,10 +715,10 @@ static bool int_arg(const char *flag, const char *v, long lo, long hi, int *out)
     return true;
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr, "usage: build/bench CASE THREADS [--warmup N] [--reps N] [--steps N]\n"
-                    "       build/bench --list\n");
+    fprintf(to, "usage: build/bench CASE THREADS [--warmup N] [--reps N] [--steps N]\n"
+                "       build/bench --list    (the cases)\n");
 }
 
 int main(int argc, char **argv)
@@ -726,11 +727,14 @@ int main(int argc, char **argv)
     int i, threads, warmup = 3, reps = 11, steps = 10;
     size_t k, len;
     bool gpu = false, fp32 = false, coll;
+    EX_CHECK_STDOUT("bench");
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
     if (argc == 2 && !strcmp(argv[1], "--list")) {
         for (k = 0; k < sizeof g_cases / sizeof g_cases[0]; k++) printf("%s\n", g_cases[k].name);
+        printf("allreduce\nddp_lenet_bn\nallreduce_ranks\n");   /* (the collectives: not in g_cases) */
         return 0;
     }
-    if (argc < 3) { usage(); return 2; }
+    if (argc < 3) { usage(stderr); return 2; }
     len = strlen(argv[1]);
     fp32 = len > 10 && !strcmp(argv[1] + len - 10, "_cuda_fp32");   /* NAME_cuda_fp32: ... without TF32 */
     if (fp32) len -= 5;
@@ -745,10 +749,15 @@ int main(int argc, char **argv)
     for (i = 3; i + 1 < argc; i += 2) {
         int *v = !strcmp(argv[i], "--warmup") ? &warmup : !strcmp(argv[i], "--reps") ? &reps :
                  !strcmp(argv[i], "--steps") ? &steps : NULL;
-        if (!v) { fprintf(stderr, "bench: unknown flag %s\n", argv[i]); usage(); return 2; }
+        if (!v) { fprintf(stderr, "bench: unknown flag %s\n", argv[i]); usage(stderr); return 2; }
         if (!int_arg(argv[i], argv[i + 1], v == &warmup ? 0 : 1, 1000000000, v)) return 2;
     }
-    if (i != argc) { fprintf(stderr, "bench: %s needs a value\n", argv[i]); usage(); return 2; }
+    if (i != argc) {
+        bool flag = !strcmp(argv[i], "--warmup") || !strcmp(argv[i], "--reps") || !strcmp(argv[i], "--steps");
+        fprintf(stderr, "bench: %s %s\n", argv[i], flag ? "needs a value" : "is no flag (unknown argument)");
+        usage(stderr);
+        return 2;
+    }
     if (coll && !strcmp(argv[1], "allreduce_ranks")) return run_allreduce_ranks(warmup, reps);
     if (coll) return !strcmp(argv[1], "allreduce") ? run_allreduce(threads, warmup, reps) : run_ddp(threads, warmup, reps);
     return run_case(c, argv[1], gpu, fp32, threads, warmup, reps, steps);

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "cli.h"
 
 #if defined(__GNUC__)
 #define EX_UNUSED __attribute__((unused))
@@ -384,6 +385,7 @@ static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const 
     const char *out[4][2];
     int i, j;
     long cores = ex_cores();
+    EX_CHECK_STDOUT(argv[0]);
     memset(&d, 0, sizeof d);
     d.prog = argv[0];
     d.name = name;
@@ -610,6 +612,8 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     cd.num_threads = a->threads;
     cd.log = dl_log_silent;         /* every failure is reported below, with its context */
     cd.cpu_devices = ex_cpu_devices(a);
+    if (a->dev[0].type != DL_DEVICE_DEFAULT)   /* --device/--devices given: DL_DEVICE does not apply (a */
+        cd.device = a->dev[0].type == DL_DEVICE_CPU ? a->dev[0] : dl_cpu();   /* cuda:N is checked below) */
     s->ctx = dl_ctx_init(&cd);
     if (!s->ctx) { fprintf(stderr, "%s: cannot create a context: %s\n", a->prog, dl_error_message(NULL)); return false; }
     ex_devices_ok(a, s->ctx);
@@ -628,7 +632,7 @@ static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool 
     s->ntrain = xtr->shape[0];
     s->ntest = xte->shape[0];
     if (!s->train || !s->test) { fprintf(stderr, "%s: %s\n", a->prog, dl_error_message(s->ctx)); return false; }
-    if (ex_batch_norm_model && (s->ntrain % a->batch == 1 || s->ntrain == 1))
+    if (ex_batch_norm_model && (a->batch == 1 || s->ntrain % a->batch == 1 || s->ntrain == 1))
         ex_bad_args(a, "--batch %lld with %lld training samples (--limit) leaves a batch of one sample, which "
                     "batch norm cannot train on; change --batch or --limit", (long long)a->batch,
                     (long long)s->ntrain);
@@ -1244,9 +1248,19 @@ static EX_UNUSED int ex_resume(ex_setup *s, dl_module *net, dl_optim *opt)
         return -1;
     }
     steps = dl_optim_steps(opt);
-    if (done < 0 || done > epochs || (double)steps != done * (double)dl_loader_num_batches(s->train)) {
+    if (done < 0 || done > epochs) {
+        fprintf(stderr, "%s: --resume %s: the checkpoint says %.0f epochs done of its --epochs %.0f (epochs_done "
+                "must be 0..epochs)\n", p, r, done, epochs);
+        return -1;
+    }
+    if ((double)steps != done * (double)dl_loader_num_batches(s->train)) {
         fprintf(stderr, "%s: --resume %s: the checkpoint says %.0f epochs done but holds %lld optimizer steps "
                 "(%lld per epoch)\n", p, r, done, (long long)steps, (long long)dl_loader_num_batches(s->train));
+        return -1;
+    }
+    if (a->save && done >= (double)a->epochs) {   /* (--save is written after each epoch) */
+        fprintf(stderr, "%s: --resume %s --save %s: the checkpoint has all %d epochs done, so no epoch runs and "
+                "nothing would be saved; raise --epochs\n", p, r, a->save, a->epochs);
         return -1;
     }
     dl_loader_set_epoch(s->train, (int64_t)done);

@@ -15,6 +15,7 @@
           DL_CPU_DEVICES=2 DL_DEVICE=cpu:1 DL_STRICT=1 build/custom_function   (MySigmoid only) */
 #define DL_IMPLEMENTATION
 #include "dl.h"
+#include "examples/cli.h"   /* stdout checked at exit */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,7 @@ int main(int argc, char **argv)
     dl_ctx *ctx;
     dl_tensor *x;
     int rc;
+    EX_CHECK_STDOUT(argv[0]);
     if (!args_ok(argc, argv)) return 2;
     memset(&cd, 0, sizeof cd);
     cd.log = dl_log_silent;   /* every failure is printed below, with its function's name */

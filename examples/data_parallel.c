@@ -139,6 +139,7 @@ static void devices_exist(const flags *f)
                 ncpu = f->runs[k].dev[i].index + 1;
     memset(&cd, 0, sizeof cd);
     cd.cpu_devices = ncpu > 1 ? ncpu : 0;
+    cd.device = dl_cpu();                     /* --devices name the replicas' devices: DL_DEVICE does not apply */
     cd.log = dl_log_silent;
     if (!(ctx = dl_ctx_init(&cd))) {
         fprintf(stderr, "%s: cannot create a context: %s\n", f->prog, dl_error_message(NULL));
@@ -283,6 +284,7 @@ static int train(const flags *f, run *r, dl_comm_group *grp, int grank)
     cd.seed = 1;
     cd.num_threads = f->threads;
     cd.cpu_devices = ncpu > 1 ? ncpu : 0;     /* 0: dl.h's default (DL_CPU_DEVICES=N, else 1) */
+    cd.device = dl_cpu();                     /* (as above: DL_DEVICE does not apply) */
     cd.log = dl_log_silent;                   /* every failure is printed below */
     ctx = dl_ctx_init(&cd);
     if (!ctx) { fprintf(stderr, "%s: cannot create a context\n", f->prog); return 1; }
@@ -440,6 +442,7 @@ int main(int argc, char **argv)
 {
     flags f;
     int k;
+    EX_CHECK_STDOUT(argv[0]);
     parse(argc, argv, &f);
     devices_exist(&f);
 #ifdef DL_MPI

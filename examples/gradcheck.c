@@ -3,6 +3,7 @@
    Build: cc -std=c99 -O2 -I. examples/gradcheck.c -o build/gradcheck -lm -lpthread */
 #define DL_IMPLEMENTATION
 #include "dl.h"
+#include "examples/cli.h"   /* stdout checked at exit */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ int main(int argc, char **argv)
     dl_gradcheck_result r;
     dl_gradcheck_desc gd;
     int i;
+    EX_CHECK_STDOUT(argv[0]);
     if (!args_ok(argc, argv)) return 2;
     if (!(ctx = dl_ctx_init(NULL))) { fprintf(stderr, "%s: cannot create a context\n", argv[0]); return 1; }
     in[0] = dl_randn(ctx, DL_SHAPE(6, 5));

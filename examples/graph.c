@@ -45,6 +45,7 @@ int main(int argc, char **argv)
     dl_ctx *ctx;
     dl_tensor *w, *b, *x, *y, *p, *ll, *loss;
     ex_wfile f;
+    EX_CHECK_STDOUT(argv[0]);
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout, argv[0]); return 0; }
         if (!strcmp(argv[i], "--out") && i + 1 < argc && argv[i + 1][0] && strncmp(argv[i + 1], "--", 2)) {

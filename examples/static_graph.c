@@ -43,6 +43,7 @@
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "examples/lenet_bn.h"
+#include "examples/cli.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,7 @@ int main(int argc, char **argv)
     long batch = 16, steps = 200, threads = 0;
     run e, s;
     int i, ok;
+    EX_CHECK_STDOUT(argv[0]);
     dev.type = DL_DEVICE_DEFAULT;
     dev.index = 0;
     for (i = 1; i < argc; i++) {
@@ -241,8 +243,8 @@ int main(int argc, char **argv)
             lenet = !strcmp(v, "lenet");
         } else {
             dev = dl_device_parse(v);
-            if (dev.type < 0 || dev.index > 63) {
-                fprintf(stderr, "%s: --device %s: must be cpu, cpu:N or cuda:N\n", argv[0], v);
+            if (dev.type < 0 || dev.index > (dev.type == DL_DEVICE_CUDA ? 15 : 63)) {
+                fprintf(stderr, "%s: --device %s: must be cpu, cpu:N (N 0..63) or cuda:N (N 0..15)\n", argv[0], v);
                 return usage(argv[0], stderr, 2);
             }
         }

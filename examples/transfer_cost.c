@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define DL_IMPLEMENTATION
 #include "dl.h"
+#include "examples/cli.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
     dl_ctx *ctx;
     dl_tensor *a, *b, *ga, *gb;
     double cpu, gpu, copies;
+    EX_CHECK_STDOUT(argv[0]);
     for (i = 1; i < argc; i++) {
         const char *f = argv[i];
         char *end;

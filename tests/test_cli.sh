@@ -8,7 +8,8 @@
 # training example's loop is in its own file; --logdir writes a TensorBoard
 # events file (read back with TensorBoard's own loader when python3 has the
 # tensorboard package), a bad --logdir is refused before training and a failed
-# write to it stops the run. Also test_smoke's skip line and
+# write to it stops the run; standard output that cannot be written is
+# exit 1 in every program (examples/cli.h). Also test_smoke's skip line and
 # run.sh's skip total. --device NAME (every one-device training example) and
 # --devices A,B (model_parallel): bad names, cuda:0 without DL_CUDA, and on
 # cpu:1 in strict mode the same epoch lines as on cpu. Trains only on a tiny
@@ -286,7 +287,7 @@ expect 2 "^$SG: --batch 0: must be a whole number from 1 to 4096$" $SG --batch 0
 expect 2 "^$SG: --batch  5: must be a whole number from 1 to 4096$" $SG --batch " 5"
 expect 2 "^$SG: --steps 2: must be a whole number from 3 to 100000$" $SG --steps 2
 expect 2 "^$SG: --model resnet: must be mlp or lenet$" $SG --model resnet
-expect 2 "^$SG: --device gpu: must be cpu, cpu:N or cuda:N$" $SG --device gpu
+expect 2 "^$SG: --device gpu: must be cpu, cpu:N \(N 0..63\) or cuda:N \(N 0..15\)$" $SG --device gpu
 expect 2 "^$SG: unknown flag --capture$" $SG --capture
 expect 2 "^$SG: --steps needs a value$" $SG --steps
 expect 2 "^$SG: --device cuda:0: .*built without DL_CUDA" $SG --device cuda:0
@@ -638,6 +639,35 @@ expect 0 "^cpu:1,cpu:2 +[0-9.]+" env DL_STRICT=1 $DP --data "$D" --model resnet1
     --limit 8 --batch 4
 check "data_parallel --model resnet18 on cpu:1,cpu:2 (strict; the data on cpu:1): the same epoch line" \
     eval '[ -n "$base" ] && [ "$(printf "%s\n" "$out" | grep "^  epoch 1 " | sed "s/  [0-9.]* s .*//")" = "$base" ]'
+
+# --- a hostile review of the command lines (2026-11-29)
+# standard output that cannot be written fails the run (it exited 0, the
+# accuracy line lost), in every program
+expect 1 "^$B/mlp: writing standard output: No space left on device$" sh -c "exec $B/mlp $SHORT >/dev/full"
+expect 1 "^$B/gradcheck: writing standard output: No space left on device$" sh -c "exec $B/gradcheck >/dev/full"
+expect 1 "^$B/transfer_cost: writing standard output: " sh -c "exec $B/transfer_cost --n 4 --reps 1 >/dev/full"
+# a flag given twice: the last one counts (as in most Unix tools)
+expect 0 "^epoch  2 " $B/mlp $SHORT --epochs 2
+# a batch of one on a batch-norm model: refused before training (--batch 1 slipped through)
+expect 2 "^$B/lenet: --batch 1 with 64 training samples \(--limit\) leaves a batch of one sample" \
+    $B/lenet --data "$D" --epochs 1 --batch 1
+# an explicit --device is not overridden by DL_DEVICE (cpu:3 did not exist in its context)
+expect 0 "^device: cpu:1$" env DL_DEVICE=cpu:3 DL_CPU_DEVICES=4 $B/mlp $SHORT --device cpu:1
+# a resumed run with every epoch done and --save: it wrote nothing and exited 0
+expect 0 "^saved to $T/done.st$" $B/mlp $SHORT --save "$T/done.st"
+expect 1 "^$B/mlp: --resume $T/done.st --save $T/new.st: the checkpoint has all 1 epochs done, so no epoch runs" \
+    $B/mlp $SHORT --resume "$T/done.st" --save "$T/new.st"
+check "nothing written" test ! -e "$T/new.st"
+expect 2 "^$B/static_graph: --device cuda:20: must be cpu, cpu:N \(N 0..63\) or cuda:N \(N 0..15\)$" \
+    $B/static_graph --device cuda:20
+if [ -x "$B/bench" ]; then   # (built by make bench and make all, not by make test)
+    expect 0 "^usage: build/bench CASE THREADS" $B/bench --help
+    expect 2 "^bench: junk is no flag \(unknown argument\)$" $B/bench step_mlp 1 junk
+    expect 0 "^allreduce_ranks$" $B/bench --list
+    expect 1 "^bench: writing standard output: " sh -c "exec $B/bench --list >/dev/full"
+else
+    skipped "test_cli: $B/bench not built (make all or make bench): its command line not checked"
+fi
 
 rm -rf "$T"
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi

@@ -2428,6 +2428,27 @@ static void test_review5(void)
         EXPECT_ERR(A, DL_ERR_ARG, "dl_nn_avg_pool2d: dilation[1]=2: dilation applies to max pooling only");
         CHECK(dl_nn_max_pool2d(A, &d) != NULL && dl_last_error(A) == DL_OK, "max pool with that dilation: fine");
     }
+    {   /* an IDX file longer than its dims: said so, not "truncated" */
+        static const unsigned char idx[] = {0, 0, 8, 1, 0, 0, 0, 2, 7, 8, 9};   /* u8, 1 dim of 2: one byte too many */
+        FILE *f = fopen(tmp("r5_long.idx"), "wb");
+        dl_tensor *t = NULL;
+        CHECK(f && fwrite(idx, 1, sizeof idx, f) == sizeof idx && fclose(f) == 0, "wrote the IDX file");
+        CHECK(dl_idx_load(A, tmp("r5_long.idx"), DL_DTYPE_F32, &t) == DL_ERR_FORMAT, "a file too long refused");
+        EXPECT_ERR(A, DL_ERR_FORMAT, "its dims need 2 bytes of data but the file has 3 (bytes after the data");
+    }
+    {   /* DL_CPU_DEVICES takes digits only, as DL_STRICT ("+2", " 2" were 2) */
+        const char *old = getenv("DL_CPU_DEVICES"), *bad[2] = {" 2", "+2"};
+        char keep[64];
+        int i;
+        snprintf(keep, sizeof keep, "%s", old ? old : "");
+        for (i = 0; i < 2; i++) {
+            setenv("DL_CPU_DEVICES", bad[i], 1);
+            CHECK(dl_ctx_init(NULL) == NULL && strstr(dl_error_message(NULL), "DL_CPU_DEVICES=") != NULL,
+                  "DL_CPU_DEVICES='%s' refused: %s", bad[i], dl_error_message(NULL));
+        }
+        if (old) setenv("DL_CPU_DEVICES", keep, 1);
+        else unsetenv("DL_CPU_DEVICES");
+    }
     dl_ctx_free(B);
     dl_ctx_free(A);
 }
