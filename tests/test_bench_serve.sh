@@ -92,6 +92,21 @@ if [ -n "$bench" ]; then
         if [ $rc = 2 ] && printf '%s\n' "$out" | grep -qE "^bench: (THREADS|--reps|--warmup) "; then ok
         else no "build/bench $args: status $rc: $(printf '%s' "$out" | head -c 300)"; fi
     done
+    # --help exits 0 (was 2); a stray argument is named as such; --list has
+    # the collective cases; a --list that cannot be written is exit 1
+    # (examples/cli.h), not 0
+    for t in "0|^usage: build/bench CASE THREADS|--help" "2|^bench: junk is no flag \(unknown argument\)$|matmul200 1 junk" \
+             "0|^allreduce_ranks$|--list"; do
+        want=${t%%|*} rest=${t#*|}
+        pat=${rest%%|*} args=${rest#*|}
+        # shellcheck disable=SC2086
+        out=$("$bench" $args 2>&1); rc=$?
+        if [ $rc = "$want" ] && printf '%s\n' "$out" | grep -qE -- "$pat"; then ok
+        else no "build/bench $args: status $rc (want $want): $(printf '%s' "$out" | head -c 300)"; fi
+    done
+    out=$(sh -c "exec $bench --list >/dev/full" 2>&1); rc=$?
+    if [ $rc = 1 ] && printf '%s\n' "$out" | grep -q "^bench: writing standard output: "; then ok
+    else no "build/bench --list >/dev/full: status $rc: $out"; fi
 else
     skip=1
     echo "SKIP build/bench's flags: no build/dl_ex.o to link bench.c with (make test builds it), no build/bench"

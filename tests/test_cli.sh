@@ -660,14 +660,6 @@ expect 1 "^$B/mlp: --resume $T/done.st --save $T/new.st: the checkpoint has all 
 check "nothing written" test ! -e "$T/new.st"
 expect 2 "^$B/static_graph: --device cuda:20: must be cpu, cpu:N \(N 0..63\) or cuda:N \(N 0..15\)$" \
     $B/static_graph --device cuda:20
-if [ -x "$B/bench" ]; then   # (built by make bench and make all, not by make test)
-    expect 0 "^usage: build/bench CASE THREADS" $B/bench --help
-    expect 2 "^bench: junk is no flag \(unknown argument\)$" $B/bench step_mlp 1 junk
-    expect 0 "^allreduce_ranks$" $B/bench --list
-    expect 1 "^bench: writing standard output: " sh -c "exec $B/bench --list >/dev/full"
-else
-    skipped "test_cli: $B/bench not built (make all or make bench): its command line not checked"
-fi
 
 rm -rf "$T"
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
