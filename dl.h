@@ -6120,7 +6120,6 @@ static DL__UNUSED bool dl__own(dl_ctx *ctx, const char *op, void (*destroy)(void
     return true;
 }
 
-/* Destroy p now (and forget it) if the context owns it. */
 /* p freed early: release(p) frees what it holds and leaves the struct, a
    husk, which stays (with its entry) to dl_ctx_free */
 static DL__UNUSED void dl__disown(dl_ctx *ctx, void *p, void (*release)(void *p))
@@ -8448,7 +8447,7 @@ DL__GEMM_INLINE void dl__wg4_gt(const dl__v16 *q, int s, dl__v16 *r, int rs)
     const dl__v16 a = dl__v_add(q[s], q[2 * s]), b = dl__v_add(q[3 * s], q[4 * s]);
     const dl__v16 e = dl__v_sub(q[s], q[2 * s]), f = dl__v_sub(q[3 * s], q[4 * s]);
     r[0] = dl__v_fma(DL__WG_C(0.25f), q[0],
-                           dl__v_fma(DL__WG_C(-1.0f / 6.0f), a, dl__v_mul(DL__WG_C(1.0f / 24.0f), b)));
+                     dl__v_fma(DL__WG_C(-1.0f / 6.0f), a, dl__v_mul(DL__WG_C(1.0f / 24.0f), b)));
     r[rs] = dl__v_fma(DL__WG_C(-1.0f / 6.0f), e, dl__v_mul(DL__WG_C(1.0f / 12.0f), f));
     r[2 * rs] = dl__v_fma(DL__WG_C(1.0f / 6.0f), dl__v_sub(b, a), q[5 * s]);
 }
@@ -8538,10 +8537,8 @@ static void dl__wg_u_task(void *arg, int64_t lo, int64_t hi)
                 }
                 for (i = 0; i < 4; i++) {
                     dl__v_st(u + 4 * i * P, t[i][0]);
-                    dl__v_st(u + (4 * i + 1) * P,
-                                     dl__v_mul(h, dl__v_add(dl__v_add(t[i][0], t[i][1]), t[i][2])));
-                    dl__v_st(u + (4 * i + 2) * P,
-                                     dl__v_mul(h, dl__v_add(dl__v_sub(t[i][0], t[i][1]), t[i][2])));
+                    dl__v_st(u + (4 * i + 1) * P, dl__v_mul(h, dl__v_add(dl__v_add(t[i][0], t[i][1]), t[i][2])));
+                    dl__v_st(u + (4 * i + 2) * P, dl__v_mul(h, dl__v_add(dl__v_sub(t[i][0], t[i][1]), t[i][2])));
                     dl__v_st(u + (4 * i + 3) * P, t[i][2]);
                 }
             }
@@ -8604,8 +8601,7 @@ static void dl__wg_yblock(const dl__wg_job *J, const float *q, int64_t T, int64_
 DL__GEMM_INLINE void dl__wg_ztile(const float *p, int64_t rs, int64_t cs, float *z, int64_t zs)
 {
     const dl__v16 zero = dl__v_zero();
-    dl__v16 d00 = dl__v_ld(p), d01 = dl__v_ld(p + cs), d10 = dl__v_ld(p + rs),
-           d11 = dl__v_ld(p + rs + cs), q[4][2];
+    dl__v16 d00 = dl__v_ld(p), d01 = dl__v_ld(p + cs), d10 = dl__v_ld(p + rs), d11 = dl__v_ld(p + rs + cs), q[4][2];
     int r;
     q[0][0] = d00; q[0][1] = d01;
     q[1][0] = dl__v_add(d00, d10); q[1][1] = dl__v_add(d01, d11);
