@@ -22235,7 +22235,7 @@ static bool dl__mpi_wait(dl_comm *c, const char *op, int nrq, MPI_Request *rq, i
         if (done) return true;
         if (MPI_Wtime() - t0 > c->timeout) {
             c->broken = true;
-            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d waited %.1f s for rank %d or %d "
+            dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d waited %g s for rank %d or %d "
                     "(timeout: dl_comm_desc.timeout or DL_COMM_TIMEOUT): a rank died or hangs; this "
                     "communicator cannot be used again", op, c->rank, c->size, c->timeout, left, right);
             return false;
@@ -22465,17 +22465,24 @@ static bool dl__grp_timed_out(dl_comm *c, const char *op, const char *what)
     }
     c->broken = true;
     who[0] = 0;
-    for (j = 0; came && j < c->size && k < (int)sizeof who - 16; j++)
-        if (!(came >> j & 1)) k += snprintf(who + k, sizeof who - (size_t)k, "%s%d", k ? ", " : "", j);
+    for (j = 0; came && j < c->size && k < (int)sizeof who - 16; j++)   /* (not this rank: see late) */
+        if (!(came >> j & 1) && j != c->rank)
+            k += snprintf(who + k, sizeof who - (size_t)k, "%s%d", k ? ", " : "", j);
     if (left)
         dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited for %s: rank %d left the group (its "
                 "dl_comm was freed: it failed or stopped early; the group is broken)", op, c->rank, c->size,
                 what, left - 1);
+    else if (came && !(came >> c->rank & 1))   /* this rank came after the others had given up on it */
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) came too late: the other ranks had waited up "
+                "to %g s for it and given up%s%s%s (slower than the timeout, DL_COMM_TIMEOUT or the desc's; "
+                "the group is broken)", op, c->rank, c->size, c->timeout, who[0] ? "; rank(s) " : "", who,
+                who[0] ? " had not come either" : "");
     else if (who[0])
-        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: rank(s) %s did "
-                "not come in time (dead, hung, failed, or slower than the timeout; the group is broken)", op, c->rank, c->size, c->timeout, what, who);
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %g s for %s: rank(s) %s did "
+                "not come in time (dead, hung, failed, or slower than the timeout; the group is broken)", op,
+                c->rank, c->size, c->timeout, what, who);
     else
-        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %.1f s for %s: a rank died, "
+        dl__err(c->ctx, DL_ERR_DEVICE, "%s: rank %d of %d (threads) waited up to %g s for %s: a rank died, "
                 "hangs, or failed (the group is broken)", op, c->rank, c->size, c->timeout, what);
     return false;
 }
@@ -22847,7 +22854,7 @@ dl_comm *dl_comm_init(dl_ctx *ctx, const dl_comm_desc *desc)
         if (draining) {
             double t = c->timeout;
             DL_FREE(c);
-            dl__err(ctx, DL_ERR_DEVICE, "dl_comm_init: rank %d waited %.1f s for the group's last round to end "
+            dl__err(ctx, DL_ERR_DEVICE, "dl_comm_init: rank %d waited %g s for the group's last round to end "
                     "(it broke, and some of its ranks have not called dl_comm_free)", d.rank, t);
             return NULL;
         }

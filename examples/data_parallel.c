@@ -419,6 +419,19 @@ static int train_ranks(const flags *f, run *r)
     dl_comm_group *g = dl_comm_group_new(f->ranks);
     int i, started, rc = 0;
     if (!g) { fprintf(stderr, "%s: cannot make a group of %d ranks\n", f->prog, f->ranks); return 1; }
+    {   /* the data checked once here: a missing file is one message, not one per rank */
+        dl_ctx_desc cd;
+        dl_ctx *ctx;
+        dl_tensor *x, *y;
+        bool ok;
+        memset(&cd, 0, sizeof cd);
+        cd.log = dl_log_silent;
+        if (!(ctx = dl_ctx_init(&cd))) { fprintf(stderr, "%s: cannot create a context\n", f->prog); rc = 1; }
+        ok = ctx && ex_load_split(f->prog, ctx, f->data, "train", f->limit, &x, &y) &&
+             ex_load_split(f->prog, ctx, f->data, "t10k", 0, &x, &y);
+        dl_ctx_free(ctx);
+        if (!ok) { dl_comm_group_free(g); return 1; }
+    }
     for (started = 0; started < f->ranks; started++) {
         a[started].f = f; a[started].r = *r; a[started].g = g; a[started].rank = started; a[started].rc = 1;
         if (pthread_create(&th[started], NULL, rank_main, &a[started]) != 0) {

@@ -14,7 +14,7 @@
 static void usage(FILE *out, const char *prog)
 {
     fprintf(out, "usage: %s [--out FILE (build/logreg.dot)]\n"
-                 "  --out FILE  the graph as Graphviz DOT; with Graphviz installed also FILE.svg\n"
+                 "  --out FILE  the graph as Graphviz DOT (not .svg); with Graphviz also FILE.svg\n"
                  "              (FILE's .dot replaced by .svg)\n"
                  "  --help      this text\n", prog);
 }
@@ -58,6 +58,11 @@ int main(int argc, char **argv)
         return 2;
     }
     n = strlen(out);
+    if (n > 4 && !strcmp(out + n - 4, ".svg")) {   /* (the file holds DOT text, the SVG goes beside it) */
+        fprintf(stderr, "%s: --out %s: the file is Graphviz DOT text, not SVG: name it .dot (the SVG is "
+                "written beside it, x.dot -> x.svg)\n", argv[0], out);
+        return 2;
+    }
     if (n + 5 > sizeof svg) { fprintf(stderr, "%s: --out %s: path too long\n", argv[0], out); return 2; }
     strcpy(svg, out);
     if (n > 4 && !strcmp(out + n - 4, ".dot")) strcpy(svg + n - 4, ".svg");

@@ -132,7 +132,7 @@ int main(int argc, char **argv)
     ex_parse_capture(argc, argv, &a, d2l ? "resnet-d2l" : "resnet", 3, d2l ? 256 : 128, 0.1f);   /* defaults: epochs, batch, lr */
     if (!arch) ex_bad_args(&a, "--arch needs a value");
     if (!d2l && strcmp(arch, "small")) ex_bad_args(&a, "--arch %s: must be small or d2l", arch);
-    ex_batch_norm_model = true;
+    ex_batch_norm_model = false;   /* (BatchNorm2d on >= 4x4 maps: a batch of one has 16+ values a channel, as PyTorch trains it) */
     if (!ex_setup_fmnist(&a, d2l ? "d2l ResNet-18 on Fashion-MNIST" : "small ResNet-18-style on Fashion-MNIST",
                          true, 2, &s)) return ex_done(&s, 1);
     net = d2l ? ex_resnet18(s.ctx, 1, 10) : ex_resnet_small(s.ctx);

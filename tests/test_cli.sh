@@ -312,6 +312,8 @@ expect 2 "^$B/custom_function: unknown argument x:" $B/custom_function --help x
 expect 2 "^$B/graph: unknown flag --bogus" $B/graph --bogus
 expect 2 "^$B/graph: --out needs a file name" $B/graph --out
 expect 2 "^$B/graph: --out /dev/full: a device" $B/graph --out /dev/full
+expect 2 "^$B/graph: --out $T/g\.svg: the file is Graphviz DOT text, not SVG: name it \.dot" $B/graph --out "$T/g.svg"
+check "graph --out g.svg: refused, nothing written" eval "[ ! -e '$T/g.svg' ]"
 expect 0 "^saved to $T/g\.dot$" env PATH="$PWD/$T/nodot:/usr/bin:/bin" $B/graph --out "$T/g.dot"
 check "graph: the DOT file" eval "head -n 1 '$T/g.dot' | grep -q '^digraph'"
 mkdir -p "$T/bin"
@@ -535,6 +537,10 @@ check "data_parallel: an epoch line per run" eval "[ \$(printf '%s\n' \"\$out\" 
 expect 1 "^$DP: --limit 7, --batch 8: no batch gives each of the 4 replicas 2 rows \(batch norm\); nothing was trained$" \
     $DP --data "$D" --epochs 1 --limit 7 --batch 8 --devices cpu:0,cpu:1,cpu:2,cpu:3
 expect 2 "^$DP: --ranks 17: must be a whole number from 0 to 16" $DP --ranks 17
+# missing data with --ranks: one message, not one per rank
+expect 1 "^$DP: dl_idx_load: cannot open '$T/none/train-images-idx3-ubyte'" $DP --data "$T/none" --ranks 4
+check "data_parallel --ranks 4 without data: the message once" \
+    eval "[ \$(printf '%s\n' \"\$out\" | grep -c 'cannot open') = 1 ]"
 expect 2 "^$DP: --batch 7: must be at least twice the number of devices of every run \(times --ranks\)" $DP --ranks 4 --batch 7
 expect 0 "^cpu:0 +[0-9.]+ +[01]\.[0-9]{4} +[0-9.]+x$" $DP --data "$D" --epochs 1 --batch 16 --ranks 2 --threads 1
 check "data_parallel --ranks 2: two thread ranks train one model" eval "printf '%s\n' \"\$out\" | grep -q '^LeNet-BN on cpu:0 in each of the thread ranks: 2 replicas, batch 16 (8 per replica)'"
@@ -651,6 +657,8 @@ expect 0 "^epoch  2 " $B/mlp $SHORT --epochs 2
 # a batch of one on a batch-norm model: refused before training (--batch 1 slipped through)
 expect 2 "^$B/lenet: --batch 1 with 64 training samples \(--limit\) leaves a batch of one sample" \
     $B/lenet --data "$D" --epochs 1 --batch 1
+# ... but the ResNets' BatchNorm2d sees 4x4 maps or larger: a batch of one trains, as in PyTorch
+expect 0 "^test accuracy: [01]\.[0-9]{4}$" $B/resnet --data "$D" --epochs 1 --limit 3 --batch 1
 # an explicit --device is not overridden by DL_DEVICE (cpu:3 did not exist in its context)
 expect 0 "^device: cpu:1$" env DL_DEVICE=cpu:3 DL_CPU_DEVICES=4 $B/mlp $SHORT --device cpu:1
 # a resumed run with every epoch done and --save: it wrote nothing and exited 0

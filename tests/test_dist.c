@@ -785,6 +785,10 @@ static void *rank_main(void *arg)
         ts.tv_nsec = 800000000L;
         nanosleep(&ts, NULL);
         j->ok = 1;
+        if (j->variant == 1) {        /* then calls, after rank 0 gave up */
+            dl_tensor *t = dl_ones(c, DL_SHAPE(10));
+            j->ok = dl_comm_allreduce(comm, &t, 1, DL_REDUCE_SUM) == DL_OK;
+        }
     }
     if (!j->ok) snprintf(j->err, sizeof j->err, "%s", dl_error_message(c));
     dl_ctx_free(c);                   /* frees the communicator: the rank is given back */
@@ -1006,6 +1010,17 @@ static void test_comm_threads(void)
     CHECK(!j[0].ok && strstr(j[0].err, "dl_comm_allreduce: rank 0 of 2 (threads) waited up to 0.3 s for the other "
           "ranks: rank(s) 1 did not come in time (dead, hung, failed") != NULL, "a missing rank, named: got '%s'", j[0].err);
     CHECK(j[0].secs >= 0.25 && j[0].secs < 10, "a missing rank: failed after %.2f s (timeout 0.3 s)", j[0].secs);
+    dl_comm_group_free(g);
+    /* the late rank itself is told it came too late, not that it did not come */
+    g = dl_comm_group_new(2);
+    memset(j, 0, sizeof j);
+    for (i = 0; i < 2; i++) { j[i].g = g; j[i].rank = i; j[i].kind = 2; j[i].variant = 1; j[i].timeout = 0.05; }
+    run_ranks(j, 2);
+    CHECK(!j[0].ok && strstr(j[0].err, "rank 0 of 2 (threads) waited up to 0.05 s for the other ranks: rank(s) 1 "
+          "did not come in time") != NULL, "a late rank, named by the other: got '%s'", j[0].err);
+    CHECK(!j[1].ok && strstr(j[1].err, "dl_comm_allreduce: rank 1 of 2 (threads) came too late: the other ranks "
+          "had waited up to 0.05 s for it and given up (slower than the timeout") != NULL,
+          "the late rank is told so: got '%s'", j[1].err);
     dl_comm_group_free(g);
 }
 
