@@ -7605,6 +7605,20 @@ static void dl__copy_run(float *DL__RESTRICT d, const float *DL__RESTRICT s, int
         const __mmask16 m = (__mmask16)((1u << n) - 1u);
         _mm512_mask_storeu_ps(d, m, _mm512_maskz_loadu_ps(m, s));
     }
+#elif defined(DL__GEMM_AVX2)
+    /* (the runs are short, 5 to 30 floats: a call to memcpy cost more than
+       the copy; the tail as an overlapping vector, not a masked store, which
+       is slow on AMD's processors) */
+    if (n >= 8) {
+        int64_t j;
+        for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(d + j, _mm256_loadu_ps(s + j));
+        if (j < n) _mm256_storeu_ps(d + n - 8, _mm256_loadu_ps(s + n - 8));
+    } else if (n >= 4) {
+        _mm_storeu_ps(d, _mm_loadu_ps(s));
+        _mm_storeu_ps(d + n - 4, _mm_loadu_ps(s + n - 4));
+    } else {
+        for (; n > 0; n--) *d++ = *s++;
+    }
 #else
     if (n > 0) memcpy(d, s, sizeof(float) * (size_t)n);
 #endif
@@ -8907,8 +8921,9 @@ static void dl__maxpool2d_plane(const float *DL__RESTRICT x, float *DL__RESTRICT
 #if defined(DL__GEMM_AVX512)
             /* 16 outputs at a time: the window's four taps as four vectors
                (even and odd columns of the two rows), the same sequential
-               rule per lane; the tail with masks */
-            for (; o2 < OW; o2 += 16) {
+               rule per lane; the tail with masks (the lanes' offsets are
+               32-bit: rows under 2^30 floats) */
+            for (; o2 < OW && W < ((int64_t)1 << 30); o2 += 16) {
                 const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
                 const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
                 int64_t nout = OW - o2 < 16 ? OW - o2 : 16, nin = 2 * nout;
@@ -8937,6 +8952,61 @@ static void dl__maxpool2d_plane(const float *DL__RESTRICT x, float *DL__RESTRICT
                                                   _mm512_maskz_cvtepi32_epi64((__mmask8)0xFF, _mm512_maskz_extracti64x4_epi64((__mmask8)0xF, off, 1)));
                     _mm512_mask_storeu_epi64(ir + o2, (__mmask8)(mo & 0xFF), lo);
                     _mm512_mask_storeu_epi64(ir + o2 + 8, (__mmask8)(mo >> 8), hi);
+                }
+            }
+#elif defined(DL__GEMM_AVX2)
+            /* 8 outputs at a time, as the AVX-512 loop above: each row's 16
+               floats split into even and odd columns (a shuffle within the
+               128-bit halves, then a swap of the middle 64-bit quarters);
+               the tail with masked loads */
+            for (; o2 < OW && W < ((int64_t)1 << 30); o2 += 8) {
+                const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                int nout = OW - o2 < 8 ? (int)(OW - o2) : 8;
+                const float *p0 = x + r + 2 * o2, *p1 = p0 + W;
+                __m256 a0, a1, b0, b1, m, v, k, off = _mm256_setzero_ps();
+                if (nout == 8) {
+                    a0 = _mm256_loadu_ps(p0); a1 = _mm256_loadu_ps(p0 + 8);
+                    b0 = _mm256_loadu_ps(p1); b1 = _mm256_loadu_ps(p1 + 8);
+                } else {
+                    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * nout), iota);
+                    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * nout - 8), iota);
+                    a0 = _mm256_maskload_ps(p0, m0); a1 = _mm256_maskload_ps(p0 + 8, m1);
+                    b0 = _mm256_maskload_ps(p1, m0); b1 = _mm256_maskload_ps(p1 + 8, m1);
+                }
+#define DL__DEINT(u, w, sel) _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(u, w, sel)), 0xD8))
+#define DL__MAXV(src, o) do { v = (src); \
+        k = _mm256_or_ps(_mm256_cmp_ps(v, m, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)); \
+        m = _mm256_blendv_ps(m, v, k); off = _mm256_blendv_ps(off, _mm256_castsi256_ps(_mm256_set1_epi32(o)), k); \
+    } while (0)
+                m = DL__DEINT(a0, a1, 0x88);
+                DL__MAXV(DL__DEINT(a0, a1, 0xDD), 1);
+                DL__MAXV(DL__DEINT(b0, b1, 0x88), (int)W);
+                DL__MAXV(DL__DEINT(b0, b1, 0xDD), (int)W + 1);
+#undef DL__MAXV
+#undef DL__DEINT
+                if (nout == 8) _mm256_storeu_ps(yr + o2, m);
+                else {   /* (a masked store is slow on AMD's processors) */
+                    float t8[8];
+                    int j;
+                    _mm256_storeu_ps(t8, m);
+                    for (j = 0; j < nout; j++) yr[o2 + j] = t8[j];
+                }
+                if (ir) {
+                    __m256i oi = _mm256_castps_si256(off);
+                    __m256i base = _mm256_add_epi64(_mm256_set1_epi64x(r + 2 * o2), _mm256_setr_epi64x(0, 2, 4, 6));
+                    __m256i lo = _mm256_add_epi64(base, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(oi)));
+                    __m256i hi = _mm256_add_epi64(_mm256_add_epi64(base, _mm256_set1_epi64x(8)),
+                                                  _mm256_cvtepi32_epi64(_mm256_extracti128_si256(oi, 1)));
+                    if (nout == 8) {
+                        _mm256_storeu_si256((__m256i *)(void *)(ir + o2), lo);
+                        _mm256_storeu_si256((__m256i *)(void *)(ir + o2 + 4), hi);
+                    } else {
+                        int64_t t8[8];
+                        int j;
+                        _mm256_storeu_si256((__m256i *)(void *)t8, lo);
+                        _mm256_storeu_si256((__m256i *)(void *)(t8 + 4), hi);
+                        for (j = 0; j < nout; j++) ir[o2 + j] = t8[j];
+                    }
                 }
             }
 #endif

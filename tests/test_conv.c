@@ -1105,6 +1105,56 @@ static void wg_paths(int tile)
 
 /* ================================================================ 8. im2col a sample at a time */
 
+/* the 2x2, stride-2 max pool's vector loops (16 or 8 outputs at a time, the
+   tail masked) against the sequential rule, widths 2..41 and odd heights:
+   values and the gradient's scatter (which records the index), with ties
+   (the first tap wins) and NaNs (the last NaN wins) */
+static void pool2x2_paths(void)
+{
+    dl_pool_desc pd = dl_pool_desc_make(2, 2, 0, false, false);
+    int W, H, bad = 0, checked = 0;
+    uint32_t rng = 7;
+    for (W = 2; W <= 41; W++)
+        for (H = 2; H <= 5; H += 3) {
+            int64_t n = 3 * H * W, OH = H / 2, OW = W / 2, q, i, j;
+            float *xv = (float *)malloc(sizeof(float) * (size_t)n), *yv, *gv, *dx;
+            dl_tensor *x, *y, *g;
+            for (i = 0; i < n; i++) {
+                rng = rng * 1664525u + 1013904223u;
+                xv[i] = (float)(rng >> 29);           /* 0..7: many ties */
+                if ((rng >> 8) % 23 == 0) xv[i] = NAN;
+            }
+            x = dl_requires_grad(dl_from_array(g_ctx, DL_SHAPE(3, H, W), xv), true);
+            yv = (float *)malloc(sizeof(float) * (size_t)(3 * OH * OW));
+            gv = (float *)malloc(sizeof(float) * (size_t)(3 * OH * OW));
+            dx = (float *)malloc(sizeof(float) * (size_t)n);
+            for (i = 0; i < 3 * OH * OW; i++) gv[i] = (float)(i + 1);
+            y = dl_max_pool2d(x, &pd);
+            g = dl_from_array(g_ctx, DL_SHAPE(3, OH, OW), gv);
+            if (!y || dl_backward(dl_sum(dl_mul(y, g), DL_ALL, false)) != DL_OK) { bad++; goto next; }
+            dl_read(y, yv, 3 * OH * OW);
+            dl_read(x->grad, dx, n);
+            for (q = 0; q < 3; q++)
+                for (i = 0; i < OH; i++)
+                    for (j = 0; j < OW; j++) {
+                        const float *p = xv + q * H * W;
+                        int64_t at = 2 * i * W + 2 * j, best = at, taps[3], t;
+                        float m = p[at], got = yv[(q * OH + i) * OW + j];
+                        taps[0] = at + 1; taps[1] = at + W; taps[2] = at + W + 1;
+                        for (t = 0; t < 3; t++)
+                            if (p[taps[t]] > m || p[taps[t]] != p[taps[t]]) { m = p[taps[t]]; best = taps[t]; }
+                        checked++;
+                        if (!(got == m || (got != got && m != m)) ||
+                            dx[q * H * W + best] != gv[(q * OH + i) * OW + j]) bad++;
+                    }
+        next:
+            free(xv); free(yv); free(gv); free(dx);
+            dl_step_end(g_ctx);
+        }
+    CHECK(bad == 0 && checked > 2000, "max pool 2x2 stride 2, widths 2..41: %d of %d windows differ from the "
+          "sequential rule (value or index)", bad, checked);
+}
+
 /* The CPU's conv_i2c (strided convs: im2col one sample at a time into a
    thread's buffer, the GEMM straight into y) against whole-batch im2col
    (device 1: the same backend without conv_i2c): the same bits for y, dx,
@@ -1343,6 +1393,7 @@ int main(int argc, char **argv)
     wg_paths(2);
     wg_paths(4);
     i2c_sample_paths();
+    pool2x2_paths();
     timing();
     CHECK(dl_last_error(g_ctx) == DL_OK, "stray error at the end: %s", dl_error_message(g_ctx));
     dl_ctx_free(g_ctx);
