@@ -1001,7 +1001,8 @@ DL_API dl_tensor *dl_log(dl_tensor *a);
 DL_API dl_tensor *dl_sqrt(dl_tensor *a);
 DL_API dl_tensor *dl_abs(dl_tensor *a);
 DL_API dl_tensor *dl_erf(dl_tensor *a);
-DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on (lo,hi), 0 at the bounds */
+DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on (lo,hi), 0 at the bounds;
+                                                                  lo > hi: hi (as torch.clamp) */
 DL_API dl_tensor *dl_relu(dl_tensor *a);
 DL_API dl_tensor *dl_leaky_relu(dl_tensor *a, float negative_slope);
 DL_API dl_tensor *dl_sigmoid(dl_tensor *a);
@@ -4005,7 +4006,8 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) : /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
            a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
            a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a)) /* (torch's rsqrt at -0, -inf) */ \
-    X(CLAMP, x < a ? a : (x > b ? b : x)) \
+    X(CLAMP, a != a || b != b ? a + b : (x < a ? a : x) > b ? b : (x < a ? a : x)) /* min(max(x, a), b), \
+           as torch.clamp: b where a > b, NaN where a bound is */ \
     X(AFFINE, DL__MUL_RN(a, x) + b) \
     X(DIVS, x / a) \
     X(GT, x > a ? 1.0f : 0.0f) \
@@ -12989,12 +12991,10 @@ dl_tensor *dl_mul_scalar(dl_tensor *a, float s) { return dl__unary("dl_mul_scala
 dl_tensor *dl_rsub_scalar(dl_tensor *a, float s) { return dl__unary("dl_rsub_scalar", &dl__op_affine, DL__U_AFFINE, a, -1.0f, s); }
 dl_tensor *dl_div_scalar(dl_tensor *a, float s) { return dl__unary("dl_div_scalar", &dl__op_divs, DL__U_DIVS, a, s, 0); }
 
+/* (lo > hi gives hi everywhere, a NaN bound NaN: torch.clamp's min(max(x, lo), hi);
+   the gradient is 0 there, as PyTorch's) */
 dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi)
 {
-    if (a && a->magic_ == DL__MAGIC && !(lo <= hi)) {
-        dl__err(a->ctx_, DL_ERR_ARG, "dl_clamp: lo=%g must be <= hi=%g", (double)lo, (double)hi);
-        return NULL;
-    }
     return dl__unary("dl_clamp", &dl__op_clamp, DL__U_CLAMP, a, lo, hi);
 }
 

@@ -90,11 +90,13 @@ case("argmax/scalar0", torch.tensor(0.7), lambda t: torch.argmax(t, 0), [0.0, 0.
 case("argmax/scalar_m1k", torch.tensor(0.7), lambda t: torch.argmax(t, -1, True), [-1.0, 1.0], grad=False)
 
 # ReLU at NaN (threshold_backward passes the gradient), at 0 and -0; clamp
-# at its bounds and at NaN (gradient 0), lo == hi, one-sided bounds
+# at its bounds and at NaN (gradient 0), lo == hi, one-sided bounds,
 edge = torch.tensor([NAN, -1.0, -0.0, 0.0, 1e-30, 0.5, 1.0, 2.0])
 case("relu/nan", edge, torch.relu, [])
+# lo > hi (hi everywhere: min(max(x, lo), hi)) and a NaN bound (NaN everywhere)
 for cname, lo, hi in (("bounds", 0.0, 1.0), ("eq", 1.0, 1.0), ("lo", 0.0, float("inf")),
-                      ("hi", float("-inf"), 1.0)):
+                      ("hi", float("-inf"), 1.0), ("crossed", 1.0, 0.0), ("nanlo", NAN, 1.0),
+                      ("nanhi", 0.0, NAN)):
     case("clamp/" + cname, edge, lambda t, lo=lo, hi=hi: torch.clamp(t, lo, hi), [lo, hi])
 
 # pow's gradient p x^(p-1) with p - 1 in double (PyTorch's Scalar): for
