@@ -17417,9 +17417,19 @@ static dl_tensor *dl__poolm_fwd(dl_module *m, dl_tensor *x)
     }
 }
 
+/* a max pool whose every window holds an input position (so that
+   relu(max_pool(x)) = max_pool(relu(x)), which dl__seq_fwd uses): no
+   dilation. (Dilated taps can step over the whole input from the padding:
+   max_pool's -inf, relu's 0 first.) With dilation 1 and padding <= kernel/2
+   the first window's last tap and the last window's first are inside. */
 static bool dl__is_max_pool(const dl_module *m)
 {
-    return m->forward == dl__poolm_fwd && ((const dl__poolm *)m->state)->kind == 0;
+    const dl__poolm *s = (const dl__poolm *)m->state;
+    int i;
+    if (m->forward != dl__poolm_fwd || s->kind != 0) return false;
+    for (i = 0; i < s->spatial; i++)
+        if (s->d.dilation[i] > 1) return false;
+    return true;
 }
 
 /* a MaxPool2d (kind 0) or AvgPool2d (1) of kernel 2, stride 2, no

@@ -64,6 +64,24 @@ static void test_forward(void)
     CHECK(same(dl_module_forward(dl_nn_adaptive_avg_pool2d(ctx, DL_SHAPE(1, 1)), x2), dl_adaptive_avg_pool2d(x2, DL_SHAPE(1, 1))), "AdaptiveAvgPool2d");
     CHECK(same(dl_module_forward(dl_nn_max_pool1d(ctx, &p), x1), dl_max_pool1d(x1, &p)), "MaxPool1d");
     CHECK(same(dl_module_forward(dl_nn_avg_pool3d(ctx, &p), x3), dl_avg_pool3d(x3, &p)), "AvgPool3d");
+    {   /* Sequential(ReLU, MaxPool) runs as pool then ReLU on the CPU, except where a dilated
+           window can lie in the padding alone (torch: max_pool(relu(x)) = -inf there) */
+        dl_pool_desc pd = dl_pool_desc_make(2, 1, 1, false, true);
+        dl_module *seq[2];
+        float v[3];
+        dl_tensor *xs = dl_from_array(ctx, DL_SHAPE(1, 1, 2), ((float[]){0.5f, -2.0f}));
+        pd.dilation[0] = 3;
+        seq[0] = dl_nn_relu(ctx);
+        seq[1] = dl_nn_max_pool1d(ctx, &pd);
+        CHECK(same(dl_module_forward(dl_nn_sequential(ctx, 2, seq), xs), dl_max_pool1d(dl_relu(xs), &pd)) &&
+              dl_read(dl_max_pool1d(dl_relu(xs), &pd), v, 1) == DL_OK && v[0] == -INFINITY,
+              "Sequential(ReLU, MaxPool1d(2, 1, 1, dilation=3)) = max_pool1d(relu(x)): -inf");
+        pd = dl_pool_desc_make(3, 2, 1, true, true);   /* (dilation 1: pool first, the same values) */
+        seq[0] = dl_nn_relu(ctx);
+        seq[1] = dl_nn_max_pool2d(ctx, &pd);
+        CHECK(same(dl_module_forward(dl_nn_sequential(ctx, 2, seq), x2), dl_max_pool2d(dl_relu(x2), &pd)),
+              "Sequential(ReLU, MaxPool2d(3, 2, 1, ceil_mode))");
+    }
     {
         dl_module *ln = dl_nn_layer_norm(ctx, DL_SHAPE(8, 8));
         CHECK(same(dl_module_forward(ln, x2), dl_layer_norm(x2, DL_SHAPE(8, 8), dl_module_get(ln, "weight"), dl_module_get(ln, "bias"), 1e-5f)), "LayerNorm");
