@@ -540,7 +540,7 @@
        dl_module_state_dict       model.state_dict(): names and tensors, in order
        dl_module_named_parameters model.named_parameters() (a shared one once)
        dl_module_num_params       sum(p.numel() for p in model.parameters())
-       dl_module_zero_grad        model.zero_grad() (grads set to 0, kept)
+       dl_module_zero_grad        model.zero_grad() (set to none: kept, zeroed)
        dl_nn_linear               nn.Linear
        dl_nn_sequential           nn.Sequential
        dl_nn_relu                 nn.ReLU
@@ -575,7 +575,7 @@
        dl_adamw_groups            AdamW over param groups
        dl_module_decay_groups     two groups: tensors of 2+ dims (decay), the rest (no decay)
        dl_optim_step              opt.step()
-       dl_optim_zero_grad         opt.zero_grad() (grads set to 0, kept)
+       dl_optim_zero_grad         opt.zero_grad() (set to none: kept, zeroed)
        dl_optim_set_lr            set the lr (every group scaled alike, as a scheduler)
        dl_optim_lr                opt.param_groups[0]["lr"]
        dl_optim_num_groups        len(opt.param_groups)
@@ -799,6 +799,10 @@ struct dl_tensor {
                                  launch: the backward's first sum into it writes it (0 + g),
                                  anything else the capture does with it first writes the zeros
                                  (dl__cap_zflush); cleared when the capture stops */
+    bool gnone_;              /* a persistent gradient set to "none" by dl_optim_zero_grad or
+                                 dl_module_zero_grad (PyTorch 2's set_to_none): kept, zero, and
+                                 no gradient while its version is gnver_ (dl__has_grad) */
+    uint32_t gnver_;
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
@@ -1067,7 +1071,7 @@ DL_API dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *desc);
    history (differentiate them again). On an error every grads[i] is NULL. */
 DL_API dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs,
                          dl_tensor **grads, const dl_backward_desc *desc);
-DL_API void dl_zero_grad(dl_tensor *t);          /* grad = 0 (kept allocated) */
+DL_API void dl_zero_grad(dl_tensor *t);          /* grad = 0 (kept allocated; a gradient of 0, not none) */
 DL_API dl_tensor *dl_detach(dl_tensor *t);       /* shares data, no history */
 DL_API void dl_no_grad_begin(dl_ctx *ctx);       /* nestable, as torch.no_grad() */
 DL_API void dl_no_grad_end(dl_ctx *ctx);
@@ -1466,7 +1470,7 @@ typedef struct dl_named_tensor {
 DL_API int dl_module_state_dict(dl_module *m, const dl_named_tensor **out);
 DL_API int dl_module_named_parameters(dl_module *m, const dl_named_tensor **out);
 DL_API int64_t dl_module_num_params(dl_module *m);   /* elements; shared params once */
-DL_API void dl_module_zero_grad(dl_module *m);       /* grads = 0 (kept allocated) */
+DL_API void dl_module_zero_grad(dl_module *m);       /* set to none, as dl_optim_zero_grad */
 
 /* built-ins */
 /* Linear: x (*,in) -> x W^T + b (*,out); weight (out,in), bias (out).
@@ -1557,7 +1561,15 @@ DL_API dl_optim *dl_adamw_groups(dl_ctx *ctx, int ngroups, const dl_param_group 
    them out. Returns 2 (the arrays belong to m). */
 DL_API int dl_module_decay_groups(dl_module *m, dl_param_group out[2]);
 DL_API dl_result dl_optim_step(dl_optim *o);   /* one update of every parameter with a grad */
-DL_API void dl_optim_zero_grad(dl_optim *o);   /* grads = 0 (kept allocated) */
+/* PyTorch 2's zero_grad (set_to_none=True): each ->grad is kept allocated
+   and zeroed, and counts as none (torch: p.grad is None) until something
+   writes it: a backward's sum, an allreduce, dl_write, dl_copy_,
+   dl_zero_grad. dl_optim_step skips a parameter whose gradient is none (its
+   momentum, moments, step count and weight decay untouched: a layer this
+   step's loss did not reach stays as it is), and dl_clip_grad_norm leaves
+   it out. For set_to_none=False (zeros that count), dl_zero_grad each
+   parameter instead. */
+DL_API void dl_optim_zero_grad(dl_optim *o);
 /* Learning rates. dl_optim_set_lr sets group 0's lr and scales every other
    group by the same factor relative to its initial lr, as PyTorch's
    multiplicative schedulers act on every group (StepLR, warmup, cosine to
@@ -6454,6 +6466,25 @@ static void dl__bump_version(dl_tensor *t)
     if (!t) return;
     (*dl__ver(t))++;
     if (t->ctx_->cap) dl__cap_bump(t);   /* a replay writes it in place again */
+}
+
+/* p has a gradient (torch: p.grad is not None). PyTorch 2's zero_grad sets
+   gradients to None, so that an optimizer skips a parameter this step's
+   loss did not reach (its momentum, moments, step count and weight decay
+   untouched). dl.h keeps the buffer (no allocation in a steady loop): an
+   optimizer's or module's zero_grad writes zeros and marks it none
+   (dl__grad_none); the first write into it after that, through anything
+   that moves its version (a backward's sum, an allreduce, dl_write,
+   dl_zero_grad), makes it a gradient again. */
+static bool dl__has_grad(dl_tensor *p)
+{
+    dl_tensor *g = p->grad;
+    return g && !(g->gnone_ && *dl__ver(g) == g->gnver_);
+}
+static void dl__grad_none(dl_tensor *g)
+{
+    g->gnone_ = true;
+    g->gnver_ = *dl__ver(g);
 }
 /* a collective wrote t[0..n) in place, all but t[keep] (-1: none kept) */
 static dl_result dl__bump_list(dl_result rc, dl_tensor *const *t, int n, int keep)
@@ -12121,7 +12152,7 @@ static void dl__mt_run(dl__mtset *s, void **slot, dl__dev *d, int kind, int n, d
     for (i = 0; i < n; i++) {
         dl_tensor *t = ts[i];
         dl__mtent *e;
-        if (!t || !t->grad || t->dev_ != d) continue;
+        if (!t || !t->grad || t->dev_ != d || (kind != DL__MT_ZERO && !dl__has_grad(t))) continue;
         e = &s->ents[k++];
         memset(e, 0, sizeof *e);
         e->p = (float *)(kind == DL__MT_ZERO ? t->grad->data : t->data);
@@ -12157,9 +12188,9 @@ static void dl__mt_run(dl__mtset *s, void **slot, dl__dev *d, int kind, int n, d
     }
 }
 
-/* every ts[i]->grad = 0 (those with one): a launch per device whose backend
-   has mt_apply (the first call builds its list), a fill per tensor
-   elsewhere (the CPU's) */
+/* every ts[i]->grad = 0 (those with one), set to none (dl__has_grad): a
+   launch per device whose backend has mt_apply (the first call builds its
+   list), a fill per tensor elsewhere (the CPU's) */
 static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *ts)
 {
     dl__dev *done[DL__MT_DEVS];
@@ -12181,18 +12212,25 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
                 t->grad->zpend_ = true;
             } else if (!t->grad->zpend_) {
                 dl_zero_grad(t);   /* (no room to remember it: the zeros now) */
+                dl__grad_none(t->grad);
                 continue;
             }
             dl__bump_version(t->grad);   /* as dl_zero_grad does */
             t->grad->nohist_ = false;
+            dl__grad_none(t->grad);
             continue;
         }
         dl__cap_use(t->grad);
         how = dl__mt_route(ctx, s, n, t->dev_, done, &ndone, &slot);
-        if (how == DL__MT_EACH) { dl_zero_grad(t); continue; }
+        if (how == DL__MT_EACH) {
+            dl_zero_grad(t);
+            dl__grad_none(t->grad);
+            continue;
+        }
         if (how == DL__MT_LAUNCH) dl__mt_run(s, slot, t->dev_, DL__MT_ZERO, n, ts, NULL, NULL, 0);
         dl__bump_version(t->grad);   /* as dl_zero_grad does */
         t->grad->nohist_ = false;
+        dl__grad_none(t->grad);
     }
 }
 
@@ -18045,7 +18083,7 @@ static void dl__optim_args(dl_optim *o, const unsigned char *mask)
     int i;
     for (i = 0; i < o->n; i++) {
         float lr = o->glr[o->pg[i]], wd = o->gwd[o->pg[i]];
-        if (mask ? !mask[i] : !o->p[i]->grad) continue;
+        if (mask ? !mask[i] : !dl__has_grad(o->p[i])) continue;
         if (o->kind == DL__OPT_SGD) {
             dl__sgd_args *a = (dl__sgd_args *)o->args + i;
             a->lr = lr;
@@ -18089,7 +18127,7 @@ static void dl__optim_apply(dl_optim *o)
     int i, ndone = 0, how;
     for (i = 0; i < o->n; i++) {
         dl_tensor *p = o->p[i];
-        if (!p->grad) continue;      /* no gradient: skipped, as PyTorch */
+        if (!dl__has_grad(p)) continue;   /* no gradient (or none since zero_grad): skipped, as PyTorch */
         how = dl__mt_route(o->ctx, &o->mtu, o->n, p->dev_, done, &ndone, &slot);
         if (how == DL__MT_LAUNCH)
             dl__mt_run(&o->mtu, slot, p->dev_, o->kind == DL__OPT_SGD ? DL__MT_SGD : DL__MT_ADAM, o->n, o->p,
@@ -18149,7 +18187,7 @@ static dl__optim_cap *dl__optim_capture(dl_optim *o)
             if (o->ctx->cap->dev[k].d == o->p[i]->dev_ && o->ctx->cap->dev[k].impl) oc->rec_at = -1;
     }
     for (i = 0; i < o->n; i++) {
-        oc->mask[i] = o->p[i]->grad != NULL;
+        oc->mask[i] = dl__has_grad(o->p[i]);
         if (!oc->mask[i]) continue;
         dl__cap_zeros(o->p[i]->grad);   /* (its waiting sum: the update's launch makes it, or launches it) */
         dl__cap_note(o->p[i]->grad);
@@ -18315,7 +18353,7 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
     for (i = 0; i < n; i++) {
         dl_tensor *p = m->scratch[i];
         double norm;
-        if (!p->grad) continue;
+        if (!dl__has_grad(p)) continue;   /* (torch skips a None gradient) */
         norm = sqrt(DL__BE(p)->sumsq(p->dev_, (const float *)p->grad->data, p->numel));
         /* torch: norm of the per-tensor float32 norms */
         norm = (double)(float)norm;
@@ -18327,7 +18365,7 @@ float dl_clip_grad_norm(dl_module *m, float max_norm)
         if (!(c >= 1.0f))   /* a NaN norm (or max_norm) makes every gradient NaN, as torch's clamp does */
             for (i = 0; i < n; i++) {
                 dl_tensor *p = m->scratch[i];
-                if (p->grad) {
+                if (dl__has_grad(p)) {
                     DL__BE(p)->scale(p->dev_, (float *)p->grad->data, p->numel, c);
                     dl__bump_version(p->grad);
                 }
@@ -23605,7 +23643,7 @@ static dl_result dl__ddp_move(dl_ddp *dp, int i, float *f, int64_t lo, int64_t h
         dl_tensor *x = dp->p[(size_t)i * (size_t)dp->np + (size_t)j];
         int64_t a = pos > lo ? pos : lo, e = pos + x->numel < hi ? pos + x->numel : hi;
         if (a < e) {
-            float *g = x->grad ? (float *)x->grad->data + (a - pos) : NULL;
+            float *g = dl__has_grad(x) ? (float *)x->grad->data + (a - pos) : NULL;
             size_t bytes = sizeof(float) * (size_t)(e - a);
             if (!pack) { if (g) { d->be->copy(d, g, f + (a - lo), bytes); dl__bump_version(x->grad); } }
             else if (g) d->be->copy(d, f + (a - lo), g, bytes);
@@ -23633,17 +23671,21 @@ static dl_result dl__ddp_grad_union(dl_ddp *dp, const char *op)
         if (!v) return dp->ctx->err != DL_OK ? dp->ctx->err : DL_ERR_OOM;
         for (j = 0; j < np; j++) {
             v[j] = 0.0f;
-            for (i = 0; i < n; i++) if (dp->p[(size_t)i * (size_t)np + (size_t)j]->grad) v[j] = 1.0f;
+            for (i = 0; i < n; i++) if (dl__has_grad(dp->p[(size_t)i * (size_t)np + (size_t)j])) v[j] = 1.0f;
         }
         rc = dl__comm_sum_floats(dp->comm, op, dl__ddp_dev(dp, 0), v, np);
         if (rc != DL_OK) { DL_FREE(v); return rc; }
     }
     for (j = 0; j < np; j++) {
         bool any = cross && v[j] > 0.0f;
-        for (i = 0; i < n; i++) any = any || dp->p[(size_t)i * (size_t)np + (size_t)j]->grad;
+        for (i = 0; i < n; i++) any = any || dl__has_grad(dp->p[(size_t)i * (size_t)np + (size_t)j]);
         for (i = 0; any && i < n; i++) {
             dl_tensor *x = dp->p[(size_t)i * (size_t)np + (size_t)j];
-            if (x->grad) continue;
+            if (dl__has_grad(x)) continue;
+            if (x->grad) {   /* set to none by zero_grad: its zeros are a gradient again */
+                x->grad->gnone_ = false;
+                continue;
+            }
             x->grad = dl__make(x->dev_, op, DL_DTYPE_F32, x->ndim, x->shape, true, NULL);
             if (!x->grad) { DL_FREE(v); return dp->ctx->err; }
             x->grad->gowner_ = x;
@@ -23875,7 +23917,7 @@ static dl_result dl__ddp_backward_overlap1(dl_ddp *dp, dl_tensor *loss, const ch
 #endif
     for (j = 0; j < dp->np; j++) {
         dl_tensor *x = dp->p[j];
-        if (x->grad && x->numel) {
+        if (dl__has_grad(x) && x->numel) {
             d->be->upload(d, x->grad->data, dp->hflat + dp->pos[j], sizeof(float) * (size_t)x->numel);
             dl__bump_version(x->grad);
         }

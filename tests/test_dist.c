@@ -1092,7 +1092,9 @@ static dl_module *ab_model(dl_ctx *c)
 typedef struct review_job {
     dl_comm_group *g;
     int rank, kind;   /* 0: allreduce of 10 floats (rank 1: 11, or 0 with zero); 1: two dl_ddp on one
-                         communicator; 2: layer b in rank 0's loss only */
+                         communicator; 2: layer b in rank 0's loss only; 3: in every rank's loss at
+                         step 0, in none after (SGD with momentum and weight decay; params[1]:
+                         the parameters after step 0) */
     int zero;
     dl_result rc;
     double secs;
@@ -1123,16 +1125,29 @@ static void *review_rank(void *arg)
         dd.comm = comm;
         dd.bucket_bytes = 36;   /* several buckets: some summed during backward */
         for (k = 0; k < nm; k++) {
+            dl_sgd_desc sd;
+            memset(&sd, 0, sizeof sd);
+            if (j->kind == 3) { sd.lr = 0.1f; sd.momentum = 0.9f; sd.weight_decay = 0.1f; }
             dl_manual_seed(c, 10 + (uint64_t)(j->rank + 3 * k));
             m[k] = ab_model(c);
-            o[k] = dl_sgd(m[k], NULL);
+            o[k] = dl_sgd(m[k], j->kind == 3 ? &sd : NULL);
             dp[k] = dl_ddp_init(1, &m[k], &o[k], &dd);
         }
         j->rc = dp[0] && (nm == 1 || dp[1]) ? DL_OK : dl_last_error(c);
+
         for (step = 0; step < 5 && j->rc == DL_OK; step++)
             for (k = 0; k < nm && j->rc == DL_OK; k++) {
                 dl_tensor *x = dl_from_array(c, DL_SHAPE(4, 6), xv);
-                j->rc = dl_ddp_step(dp[k], x, x, ab_loss, j->kind == 1 || j->rank == 0 ? (void *)1 : NULL, NULL);
+                j->rc = dl_ddp_step(dp[k], x, x, ab_loss, j->kind == 1 || (j->kind == 2 && j->rank == 0) ||
+                                    (j->kind == 3 && step == 0) ? (void *)1 : NULL, NULL);
+                if (j->kind == 3 && step == 0 && j->rc == DL_OK) {
+                    const dl_named_tensor *pa;
+                    int np = dl_module_named_parameters(m[0], &pa), q, off = 0;
+                    for (q = 0; q < np; q++) {
+                        dl_read(pa[q].t, j->params[1] + off, pa[q].t->numel);
+                        off += (int)pa[q].t->numel;
+                    }
+                }
                 dl_step_end(c);
             }
         for (k = 0; k < nm && j->rc == DL_OK; k++) {
@@ -1151,7 +1166,7 @@ static void test_threads_review(void)
     review_job j[2];
     pthread_t th[2];
     int kind, zero, i;
-    for (kind = 0; kind < 3; kind++)
+    for (kind = 0; kind < 4; kind++)
         for (zero = 0; zero < (kind == 0 ? 2 : 1); zero++) {
             dl_comm_group *g = dl_comm_group_new(2);
             memset(j, 0, sizeof j);
@@ -1169,7 +1184,13 @@ static void test_threads_review(void)
                 CHECK(j[0].rc == DL_OK && j[1].rc == DL_OK, "kind %d: %s / %s", kind, j[0].err, j[1].err);
                 CHECK(memcmp(j[0].params, j[1].params, sizeof j[0].params) == 0, "kind %d (%s): the ranks' "
                       "replicas drifted apart", kind, kind == 1 ? "two dl_ddp on one communicator"
-                      : "a layer in rank 0's loss only");
+                      : kind == 2 ? "a layer in rank 0's loss only" : "a layer in no rank's loss");
+                if (kind == 3)   /* (its gradient none on every rank after step 0: skipped, its
+                                    momentum and weight decay too) */
+                    CHECK(memcmp(j[0].params[0] + 21, j[0].params[1] + 21, 14 * sizeof(float)) == 0 &&
+                          memcmp(j[0].params[0], j[0].params[1], 21 * sizeof(float)) != 0,
+                          "a layer in no rank's loss after step 0: not updated (as PyTorch's zero_grad, "
+                          "set to None), the other one is");
             }
             dl_comm_group_free(g);
         }

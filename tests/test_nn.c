@@ -434,11 +434,72 @@ static dl_module *golden_linear(dl_ctx *ctx, dl_tensor **x, dl_tensor **y)
     return lin;
 }
 
+/* gen_optim.py's skip_loss: step k's loss of a _skip run leaves the bias
+   out (k % 3 == 1) or the weight (k == 5); zero_grad sets the left-out
+   gradient to none and the optimizer skips that parameter, as PyTorch 2 */
+static dl_tensor *skip_loss(dl_module *m, dl_tensor *x, dl_tensor *y, int k)
+{
+    dl_tensor *d;
+    if (k % 3 == 1) d = dl_sub(dl_matmul(x, dl_transpose(dl_module_get(m, "weight"), 0, 1)), y);
+    else if (k == 5) d = dl_sub(dl_module_get(m, "bias"), y);
+    else return mse(m, x, y);
+    return dl_mean(dl_mul(d, d), DL_ALL, false);
+}
+
+/* zero_grad sets gradients to "none" (PyTorch 2's set_to_none): a
+   parameter that no backward (nor anything else) wrote since is skipped by
+   the step, its weight decay and momentum too; a write into the kept
+   buffer (dl_write, dl_zero_grad: x.grad.zero_()) makes it a gradient again;
+   dl_clip_grad_norm leaves none out */
+static void test_zero_grad_none(void)
+{
+    dl_ctx *ctx = new_ctx(3);
+    dl_module *lin = dl_nn_linear(ctx, 2, 2, true);
+    dl_tensor *w = dl_module_get(lin, "weight"), *b = dl_module_get(lin, "bias");
+    dl_tensor *x = dl_keep(dl_ones(ctx, DL_SHAPE(1, 2)));
+    dl_sgd_desc sd;
+    dl_optim *o;
+    float w0[4], w1[4], b0[2], b1[2], g[4] = {1, 2, 3, 4};
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.5f; sd.momentum = 0.9f; sd.weight_decay = 0.25f;
+    o = dl_sgd(lin, &sd);
+    CHECK(dl_backward(dl_sum(dl_module_forward(lin, x), DL_ALL, false)) == DL_OK && dl_optim_step(o) == DL_OK,
+          "zero_grad none: first step: %s", dl_error_message(ctx));
+    dl_read(w, w0, 4); dl_read(b, b0, 2);
+    dl_optim_zero_grad(o);
+    CHECK(w->grad && b->grad && th_host(w->grad)[0] == 0.0f, "zero_grad keeps the buffers, zeroed");
+    CHECK(dl_optim_step(o) == DL_OK, "a step without a backward");
+    dl_read(w, w1, 4); dl_read(b, b1, 2);
+    CHECK(memcmp(w0, w1, sizeof w0) == 0 && memcmp(b0, b1, sizeof b0) == 0,
+          "a step after zero_grad and no backward updates nothing (weight decay, momentum: skipped)");
+    CHECK(dl_clip_grad_norm(lin, 1.0f) == 0.0f && dl_last_error(ctx) == DL_OK, "clip: no gradient, norm 0");
+    dl_optim_zero_grad(o);
+    dl_write(w->grad, g, 4);                         /* p.grad = g by hand */
+    CHECK(dl_optim_step(o) == DL_OK, "a step with a written gradient");
+    dl_read(w, w1, 4); dl_read(b, b1, 2);
+    CHECK(memcmp(w0, w1, sizeof w0) != 0 && memcmp(b0, b1, sizeof b0) == 0,
+          "a gradient written by hand counts; the bias (none) is skipped");
+    dl_optim_zero_grad(o);
+    dl_zero_grad(b);                                 /* b.grad = zeros: a gradient of 0 */
+    CHECK(dl_optim_step(o) == DL_OK, "a step after dl_zero_grad");
+    dl_read(w, w0, 4); dl_read(b, b0, 2);
+    CHECK(memcmp(w0, w1, sizeof w0) == 0 && memcmp(b0, b1, sizeof b0) != 0,
+          "dl_zero_grad's zeros are a gradient (momentum and weight decay move b), w's none is skipped");
+    dl_module_zero_grad(lin);                        /* model.zero_grad(): none too */
+    CHECK(dl_optim_step(o) == DL_OK, "a step after dl_module_zero_grad");
+    dl_read(w, w1, 4); dl_read(b, b1, 2);
+    CHECK(memcmp(w0, w1, sizeof w0) == 0 && memcmp(b0, b1, sizeof b0) == 0,
+          "dl_module_zero_grad sets none as well");
+    dl_ctx_free(ctx);
+}
+
 static void test_optim_golden(void)
 {
     static const char *cfgs[] = {"sgd_plain", "sgd_momentum", "sgd_dampening", "sgd_nesterov",
                                  "sgd_weight_decay", "sgd_all", "adam_default", "adam_lr",
-                                 "adam_weight_decay", "adam_amsgrad", "adamw_wd", "adamw_amsgrad"};
+                                 "adam_weight_decay", "adam_amsgrad", "adamw_wd", "adamw_amsgrad",
+                                 "sgd_dampening_skip", "sgd_all_skip", "adam_weight_decay_skip",
+                                 "adam_amsgrad_skip", "adamw_amsgrad_skip"};
     int c, s;
     for (c = 0; c < (int)(sizeof cfgs / sizeof cfgs[0]); c++) {
         dl_ctx *ctx = new_ctx(1);
@@ -459,7 +520,8 @@ static void test_optim_golden(void)
             int64_t i;
             dl_tensor *w = dl_module_get(lin, "weight"), *b = dl_module_get(lin, "bias");
             dl_optim_zero_grad(o);
-            if (dl_backward(mse(lin, x, y)) != DL_OK || dl_optim_step(o) != DL_OK) {
+            if (dl_backward(strstr(cfgs[c], "_skip") ? skip_loss(lin, x, y, s) : mse(lin, x, y)) != DL_OK ||
+                dl_optim_step(o) != DL_OK) {
                 CHECK(0, "%s step %d: %s", cfgs[c], s, dl_error_message(ctx));
                 break;
             }
@@ -1503,6 +1565,7 @@ int main(int argc, char **argv)
     if (g_load("tests/golden/noaffine.bin")) test_no_affine();   /* (gen_noaffine.py) */
     else th_fail++;
     test_optim_misc();
+    test_zero_grad_none();
     test_resume();
     test_bad_files();
     if (argc > 2 && strcmp(argv[1], "--write") == 0) CHECK(write_for_torch(argv[2]), "write for torch");

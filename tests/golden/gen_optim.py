@@ -22,6 +22,10 @@ RECORDS
     <cfg>/weight (10,3,4), <cfg>/bias (10,3)
                                         parameters after each of 10 steps of
                                         zero_grad, forward, backward, step
+    <cfg>_skip/...                      the same with steps that leave a parameter out of
+                                        the loss (skip_loss: the bias at steps 1, 4, 7, the
+                                        weight at step 5): PyTorch 2's zero_grad sets its
+                                        grad to None and the step skips it
     clip/max_norm (2), clip/total_norm (2), clip/grad_weight (2,3,4), clip/grad_bias (2,3)
                                         clip_grad_norm_ of the gradients at init
     sched/step (20)                     StepLR(step_size=3, gamma=0.5), base 0.1, epochs 0..19
@@ -55,16 +59,26 @@ def problem():
     return lin.weight.detach().clone(), lin.bias.detach().clone(), x, y
 
 
-def run(cfg, make_opt, w0, b0, x, y, steps=10):
+def skip_loss(lin, x, y, k):
+    """step k's loss of a <cfg>_skip run: some steps leave a parameter out
+    (zero_grad sets its grad to None, so the optimizer skips it)"""
+    if k % 3 == 1:                          # the bias unused
+        return ((x @ lin.weight.t() - y) ** 2).mean()
+    if k == 5:                              # the weight unused
+        return ((lin.bias - y) ** 2).mean()
+    return ((lin(x) - y) ** 2).mean()
+
+
+def run(cfg, make_opt, w0, b0, x, y, steps=10, skip=False):
     lin = torch.nn.Linear(4, 3)
     with torch.no_grad():
         lin.weight.copy_(w0)
         lin.bias.copy_(b0)
     opt = make_opt(lin.parameters())
     ws, bs = [], []
-    for _ in range(steps):
+    for k in range(steps):
         opt.zero_grad()
-        loss = ((lin(x) - y) ** 2).mean()
+        loss = skip_loss(lin, x, y, k) if skip else ((lin(x) - y) ** 2).mean()
         loss.backward()
         opt.step()
         ws.append(lin.weight.detach().clone())
@@ -85,8 +99,12 @@ def optim_cases(w0, b0, x, y):
     for name, lr, mom, damp, wd, nest in sgd:
         lr, mom, damp, wd = f32(lr), f32(mom), f32(damp), f32(wd)
         rec(name + "/hyper", [lr, mom, damp, wd, 1.0 if nest else 0.0])
-        run(name, lambda p: torch.optim.SGD(p, lr=lr, momentum=mom, dampening=damp,
-                                            weight_decay=wd, nesterov=nest), w0, b0, x, y)
+        make = lambda p: torch.optim.SGD(p, lr=lr, momentum=mom, dampening=damp, weight_decay=wd,
+                                         nesterov=nest)
+        run(name, make, w0, b0, x, y)
+        if name in ("sgd_dampening", "sgd_all"):
+            rec(name + "_skip/hyper", [lr, mom, damp, wd, 1.0 if nest else 0.0])
+            run(name + "_skip", make, w0, b0, x, y, skip=True)
     adam = [  # name, lr, beta1, beta2, eps, weight_decay, amsgrad
         ("adam_default", 1e-3, 0.9, 0.999, 1e-8, 0.0, False),
         ("adam_lr", 0.05, 0.9, 0.999, 1e-8, 0.0, False),
@@ -99,8 +117,11 @@ def optim_cases(w0, b0, x, y):
         lr, b1, b2, eps, wd = f32(lr), f32(b1), f32(b2), f32(eps), f32(wd)
         rec(name + "/hyper", [lr, b1, b2, eps, wd, 1.0 if ams else 0.0])
         cls = torch.optim.AdamW if name.startswith("adamw") else torch.optim.Adam
-        run(name, lambda p: cls(p, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, amsgrad=ams),
-            w0, b0, x, y)
+        make = lambda p: cls(p, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, amsgrad=ams)
+        run(name, make, w0, b0, x, y)
+        if name in ("adam_weight_decay", "adam_amsgrad", "adamw_amsgrad"):
+            rec(name + "_skip/hyper", [lr, b1, b2, eps, wd, 1.0 if ams else 0.0])
+            run(name + "_skip", make, w0, b0, x, y, skip=True)
 
 
 def clip_cases(w0, b0, x, y):
