@@ -451,6 +451,7 @@
        dl_backward_ex             out.backward(grad, retain_graph, create_graph)
        dl_grad                    torch.autograd.grad
        dl_zero_grad               x.grad.zero_()
+       dl_has_grad                x.grad is not None (zero_grad: kept, none)
        dl_detach                  x.detach()
        dl_no_grad_begin           enter torch.no_grad() (nestable)
        dl_no_grad_end             leave it
@@ -962,7 +963,8 @@ DL_API dl_result dl_copy_(dl_tensor *dst, dl_tensor *src);  /* src broadcasts to
 DL_API float dl_item(dl_tensor *t);           /* the one element; NaN + error otherwise */
 DL_API dl_result dl_read(dl_tensor *t, float *dst, int64_t n);   /* n must equal numel */
 DL_API dl_result dl_read_int64(dl_tensor *t, int64_t *dst, int64_t n);
-DL_API float *dl_data(dl_tensor *t);          /* CPU float32 data, else NULL + error */
+DL_API float *dl_data(dl_tensor *t);          /* CPU float32 data, else NULL + error (of a
+                                                 ->grad set to none: it counts again) */
 /* negative dims count from the end; -1 for a dim out of range (an error,
    in dl_error_message) or a NULL t */
 DL_API int64_t dl_size(const dl_tensor *t, int dim);
@@ -1072,6 +1074,10 @@ DL_API dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *desc);
 DL_API dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs,
                          dl_tensor **grads, const dl_backward_desc *desc);
 DL_API void dl_zero_grad(dl_tensor *t);          /* grad = 0 (kept allocated; a gradient of 0, not none) */
+/* t.grad is not None: t has a ->grad that no dl_optim_zero_grad or
+   dl_module_zero_grad set to none since (the buffer is kept: ->grad stays
+   non-NULL, zeroed); false for NULL */
+DL_API bool dl_has_grad(dl_tensor *t);
 DL_API dl_tensor *dl_detach(dl_tensor *t);       /* shares data, no history */
 DL_API void dl_no_grad_begin(dl_ctx *ctx);       /* nestable, as torch.no_grad() */
 DL_API void dl_no_grad_end(dl_ctx *ctx);
@@ -6476,15 +6482,22 @@ static void dl__bump_version(dl_tensor *t)
    (dl__grad_none); the first write into it after that, through anything
    that moves its version (a backward's sum, an allreduce, dl_write,
    dl_zero_grad), makes it a gradient again. */
-static bool dl__has_grad(dl_tensor *p)
-{
-    dl_tensor *g = p->grad;
-    return g && !(g->gnone_ && *dl__ver(g) == g->gnver_);
-}
+static bool dl__grad_is_none(dl_tensor *g) { return g->gnone_ && *dl__ver(g) == g->gnver_; }
+static bool dl__has_grad(dl_tensor *p) { return p->grad && !dl__grad_is_none(p->grad); }
+static void dl__cap_none(dl_tensor *g);
 static void dl__grad_none(dl_tensor *g)
 {
     g->gnone_ = true;
     g->gnver_ = *dl__ver(g);
+    if (g->ctx_->cap) dl__cap_none(g);   /* (a replay's bumps leave it none) */
+}
+/* a version bump that writes no value (a move to another device): a
+   gradient that was none stays none */
+static void dl__bump_same(dl_tensor *t)
+{
+    bool none = dl__grad_is_none(t);
+    dl__bump_version(t);
+    if (none) t->gnver_ = *dl__ver(t);
 }
 /* a collective wrote t[0..n) in place, all but t[keep] (-1: none kept) */
 static dl_result dl__bump_list(dl_result rc, dl_tensor *const *t, int n, int keep)
@@ -10156,6 +10169,10 @@ struct dl_capture {
     int64_t nowner, capowner;
     dl_tensor **zp;                   /* gradients zeroed without a launch (zpend_), in order */
     int64_t nzp, capzp;
+    dl_tensor **nones;                /* gradients a zero_grad inside set to none (dl__grad_none);
+                                         at dl_capture_end those still none: a replay's bumps
+                                         leave them none */
+    int64_t nnone, capnone;
     dl__accq pacc;                    /* a backward's last sums, waiting for the optimizer (apend_) */
     uint64_t rng0, draws;             /* the RNG counter at dl_capture_begin; counters it takes */
     uint64_t seed, rng;               /* during a replay: the generator's seed, its counter at the start */
@@ -10313,6 +10330,15 @@ static void dl__cap_bump(dl_tensor *t)
     c->bumps[c->nbump++] = t;
 }
 
+/* a zero_grad inside the capture set gradient g to none (dl__grad_none) */
+static void dl__cap_none(dl_tensor *g)
+{
+    dl_capture *c = g->ctx_->cap;
+    dl__cap_use(g);   /* (its freeing forgets it: dl__cap_forget) */
+    if (!dl__cap_grow(g->ctx_, (void **)&c->nones, &c->capnone, c->nnone + 1, sizeof(dl_tensor *))) return;
+    c->nones[c->nnone++] = g;
+}
+
 /* t carries the create_graph mark (dl_backward_desc): its own, or, a view,
    its base's (a copy into a view marks the base) */
 static bool dl__nh(const dl_tensor *t)
@@ -10371,6 +10397,7 @@ static bool dl__cap_forget(dl_tensor *t, const char *how)
                 char m[256];
                 used = true;
                 for (j = 0; j < c->nbump; j++) if (c->bumps[j] == t) c->bumps[j] = NULL;
+                for (j = 0; j < c->nnone; j++) if (c->nones[j] == t) c->nones[j] = NULL;
                 for (j = 0; j < c->nrg; j++) if (c->rgs[j].t == t) c->rgs[j].t = NULL;
                 snprintf(m, sizeof m, "the capture uses %s %s, which was %s after dl_capture_begin(); "
                          "capture again", t->name[0] ? t->name : "a tensor", dl__sh(t), how);
@@ -11022,6 +11049,13 @@ static void dl__cap_stop(dl_capture *c)
         if (c->zp[z]->magic_ == DL__MAGIC) dl__cap_zflush(c->zp[z]);
         else c->zp[z]->zpend_ = false;
     c->nzp = 0;
+    {   /* the gradients its zero_grads left none to its end */
+        int64_t k = 0;
+        for (z = 0; z < c->nnone; z++)
+            if (c->nones[z] && c->nones[z]->magic_ == DL__MAGIC && dl__grad_is_none(c->nones[z]))
+                c->nones[k++] = c->nones[z];
+        c->nnone = k;
+    }
     ctx->cap = NULL;
     c->draws = ctx->rng_offset - c->rng0;
 #ifdef DL__HVM
@@ -11276,6 +11310,7 @@ dl_result dl_replay(dl_capture *c)
     ctx->rng_offset += c->draws;
     for (k = 0; k < c->nhook; k++) c->hook[k].fn(c, c->hook[k].owner, c->hook[k].data, false);
     for (i = 0; i < c->nbump; i++) if (c->bumps[i]) (*dl__ver(c->bumps[i]))++;   /* its in-place writes */
+    for (i = 0; i < c->nnone; i++) if (c->nones[i]) dl__grad_none(c->nones[i]);  /* (its zero_grads' nones) */
     for (k = 0; k < c->ndev; k++) {
         dl__dev *d = c->dev[k].d;
         if (c->dev[k].impl && !d->be->cap_launch(d, c->dev[k].impl, c->seed, c->rng)) {
@@ -11315,6 +11350,7 @@ static void dl__cap_release(dl_capture *c)
     DL_FREE(c->bumps);
     DL_FREE(c->owners);
     DL_FREE(c->zp);
+    DL_FREE(c->nones);
 #ifdef DL__HVM
     left->hreg = c->hreg;
 #endif
@@ -11863,7 +11899,7 @@ static bool dl__move(const char *op, dl_tensor *t, dl__dev *d)
     od->pending += bytes;
     old->next = t->ctx_->dfree;
     t->ctx_->dfree = old;
-    dl__bump_version(t);             /* a backward that reads t refuses (it moved under the graph) */
+    dl__bump_same(t);                /* a backward that reads t refuses (it moved under the graph) */
     od->persistent_bytes -= bytes + sizeof(dl_tensor) < od->persistent_bytes ? bytes + sizeof(dl_tensor) : od->persistent_bytes;
     d->persistent_bytes += bytes + sizeof(dl_tensor);
     dl__track_peak(d);
@@ -11988,7 +12024,16 @@ float *dl_data(dl_tensor *t)
                 dl__dev_str(t->device, b, sizeof b));
         return NULL;
     }
+    {   /* a writable pointer: a gradient set to none counts again (what is written is the gradient) */
+        dl_tensor *b = t->vbase_ ? t->vbase_ : t;
+        if (dl__grad_is_none(b)) b->gnone_ = false;
+    }
     return (float *)t->data;
+}
+
+bool dl_has_grad(dl_tensor *t)
+{
+    return t && t->magic_ == DL__MAGIC && dl__has_grad(t);
 }
 
 int64_t dl_size(const dl_tensor *t, int dim)
@@ -12253,7 +12298,7 @@ void dl_sgd_update(dl_tensor *p, float lr)
         dl__err(p->ctx_, DL_ERR_ARG, "dl_sgd_update: lr=%g must be finite", (double)lr);
         return;
     }
-    if (p->grad) {
+    if (dl__has_grad(p)) {   /* (none since a zero_grad: nothing to do, as no gradient) */
         dl__cap_use(p->grad);
         DL__BE(p)->axpy(p->dev_, (float *)p->data, (const float *)p->grad->data, p->numel, -lr);
         dl__bump_version(p);
@@ -16985,7 +17030,10 @@ void dl_module_zero_grad(dl_module *m)
     if (!m->zset && n > 0 && (m->zset = (dl__mtset *)dl__malloc(m->ctx, sizeof(dl__mtset))) != NULL)
         memset(m->zset, 0, sizeof(dl__mtset));
     if (m->zset) { dl__zero_grads(m->ctx, m->zset, n, m->scratch); return; }
-    for (i = 0; i < n; i++) dl_zero_grad(m->scratch[i]);
+    for (i = 0; i < n; i++) {   /* (no memory for the list: one at a time) */
+        dl_zero_grad(m->scratch[i]);
+        if (m->scratch[i]->grad) dl__grad_none(m->scratch[i]->grad);
+    }
 }
 
 // >>section nn: init

@@ -490,6 +490,44 @@ static void test_zero_grad_none(void)
     dl_read(w, w1, 4); dl_read(b, b1, 2);
     CHECK(memcmp(w0, w1, sizeof w0) == 0 && memcmp(b0, b1, sizeof b0) == 0,
           "dl_module_zero_grad sets none as well");
+    CHECK(!dl_has_grad(w) && !dl_has_grad(b) && !dl_has_grad(NULL), "dl_has_grad: none after zero_grad");
+    dl_sgd_update(b, 0.5f);                          /* (no gradient: nothing, and still none) */
+    dl_read(b, b1, 2);
+    CHECK(memcmp(b0, b1, sizeof b0) == 0 && !dl_has_grad(b), "dl_sgd_update of a none gradient: nothing");
+    {   /* what a review found: a move, a replay and a write through dl_data */
+        dl_ctx_desc cd;
+        dl_ctx *c2;
+        dl_module *l2;
+        dl_capture *cap;
+        dl_tensor *a2, *b2, *x2;
+        memset(&cd, 0, sizeof cd);
+        cd.log = dl_log_silent;
+        cd.cpu_devices = 2;
+        c2 = dl_ctx_init(&cd);
+        l2 = dl_nn_linear(c2, 2, 1, true);
+        a2 = dl_module_get(l2, "weight");
+        b2 = dl_module_get(l2, "bias");
+        x2 = dl_keep(dl_ones(c2, DL_SHAPE(1, 2)));
+        dl_backward(dl_sum(dl_module_forward(l2, x2), DL_ALL, false));
+        dl_module_zero_grad(l2);
+        CHECK(dl_module_to(l2, dl_cpu_device(1)) == DL_OK && !dl_has_grad(a2) && !dl_has_grad(b2),
+              "dl_module_to keeps a none gradient none (model.to(): grad stays None)");
+        dl_step_end(c2);
+        x2 = dl_keep(dl_to(x2, dl_cpu_device(1)));
+        cap = dl_capture_begin(c2);                  /* zero_grad, then a loss without the bias */
+        dl_module_zero_grad(l2);
+        dl_backward(dl_sum(dl_matmul(x2, dl_transpose(a2, 0, 1)), DL_ALL, false));
+        CHECK(dl_capture_end(cap) == DL_OK && dl_has_grad(a2) && !dl_has_grad(b2), "capture: %s",
+              dl_error_message(c2));
+        CHECK(dl_replay(cap) == DL_OK && dl_has_grad(a2) && !dl_has_grad(b2),
+              "a replay leaves the gradient its zero_grad set to none none (the bias)");
+        dl_capture_free(cap);
+        dl_step_end(c2);
+        dl_module_zero_grad(l2);
+        dl_module_to(l2, dl_cpu());
+        CHECK(dl_data(b2->grad) && dl_has_grad(b2), "a ->grad's dl_data pointer: the gradient counts again");
+        dl_ctx_free(c2);
+    }
     dl_ctx_free(ctx);
 }
 
