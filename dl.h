@@ -1548,7 +1548,8 @@ typedef struct dl_param_group {
     float lr, weight_decay;
 } dl_param_group;
 /* Optimizers over a module's parameters (state_dict order, shared ones once),
-   over a list of persistent float32 tensors, or over groups. Owned by the
+   over a list of persistent float32 tensors (one listed twice: updated
+   once; PyTorch warns and updates it twice), or over groups. Owned by the
    context. */
 DL_API dl_optim *dl_sgd(dl_module *m, const dl_sgd_desc *d);      /* NULL d: defaults */
 DL_API dl_optim *dl_adam(dl_module *m, const dl_adam_desc *d);
