@@ -1782,10 +1782,12 @@ DL_API const char *dl_summary_path(const dl_summary_writer *w);
    gzip files need -DDL_ZLIB (link -lz); otherwise the error says to gunzip. */
 DL_API dl_result dl_idx_load(dl_ctx *ctx, const char *path, dl_dtype as, dl_tensor **out);
 
-/* Per-sample transform of an image dataset: x = (raw * scale - mean) / std,
-   then (training only) a random horizontal flip and a random crop after zero
-   padding by crop_padding. scale 0 means 1; std 0 means 1. scale, mean,
-   std and 1/std must be finite; hflip and crop_padding need images: x
+/* Per-sample transform of an image dataset: (training only) a random crop
+   of the raw pixels zero-padded by crop_padding and a random horizontal
+   flip, then x = (raw * scale - mean) / std (a padded pixel: (0 - mean) /
+   std), as torchvision's RandomCrop(padding), RandomHorizontalFlip,
+   ToTensor, Normalize. scale 0 means 1; std 0 means 1. scale, mean, std
+   and 1/std must be finite; hflip and crop_padding need images: x
    (N, H, W) or (N, C, H, W). */
 typedef struct dl_transform_desc {
     float scale, mean, std;
