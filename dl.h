@@ -1089,9 +1089,10 @@ DL_API void dl_sgd_update(dl_tensor *param, float lr);  /* p -= lr*grad; grad = 
    backward gets the output gradient and fills grad_inputs[i] (leave NULL for
    inputs without a gradient). It runs with grad mode on only under
    create_graph, so writing it with dl.h ops gives higher-order grads.
-   Each gradient must have its input's shape and device (else dl_backward
-   fails naming both); an int32/int64 one is cast to float32 by value, as
-   PyTorch casts to the input's dtype. A backward that returns an error, or
+   Each gradient must have its input's shape, or a shape the input
+   broadcasts to (summed down to the input's, as PyTorch's autograd does),
+   and its device (else dl_backward fails naming both); an int32/int64 one
+   is cast to float32 by value, as PyTorch casts to the input's dtype. A backward that returns an error, or
    whose own ops failed, fails dl_backward with a message under the
    function's name ("in the backward of NAME: ..."). */
 typedef struct dl_fn_ctx dl_fn_ctx;
@@ -11540,6 +11541,15 @@ static dl_tensor *dl__sum_like(dl_tensor *g, const dl_tensor *x)
 {
     return dl_sum_to(g, dl__shape_of(x));
 }
+/* x's shape broadcasts to g's (dl_sum_to(g, x's shape) works) */
+static bool dl__bcasts_to(const dl_tensor *x, const dl_tensor *g)
+{
+    int d, lead = g->ndim - x->ndim;
+    if (lead < 0) return false;
+    for (d = 0; d < x->ndim; d++)
+        if (x->shape[d] != g->shape[lead + d] && x->shape[d] != 1) return false;
+    return true;
+}
 
 // >>section tensors: creation and reading
 /* defined with the shape ops below */
@@ -12687,9 +12697,15 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                     dl__err(ctx, DL_ERR_GRAPH, "%s: the backward rule gave no gradient for input %d", name, j);
                 break;
             }
+            if (n->fn && gj->magic_ == DL__MAGIC && !dl_same_shape(gj, x) && dl__bcasts_to(x, gj)) {
+                /* a custom backward's broadcast gradient: summed to the input's shape (torch's
+                   validate_outputs: sum_to where the input's shape expands to the gradient's) */
+                if (!(gj = dl__sum_like(gj, x))) { rc = ctx->err; break; }
+            }
             if (gj->magic_ != DL__MAGIC || !dl_same_shape(gj, x)) {
                 dl__err(ctx, DL_ERR_SHAPE, "%s: the gradient for input %d has shape %s but the "
-                        "input has shape %s", name, j, dl__sh(gj), dl__sh(x));
+                        "input has shape %s (nor does the input's broadcast to it)", name, j, dl__sh(gj),
+                        dl__sh(x));
                 rc = DL_ERR_SHAPE;
                 break;
             }

@@ -737,6 +737,8 @@ static dl_result mode_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *us
     case 2: gin[0] = dl_to(dl_mul_scalar(g, 2.0f), other); break;
     case 3: return DL_ERR_ARG;                                  /* no message */
     case 4: gin[0] = dl_add(g, dl_ones(ctx, DL_SHAPE(2))); break; /* fails, returns DL_OK */
+    case 5: gin[0] = dl_expand(dl_mul_scalar(g, 2.0f), DL_SHAPE(2, 3)); break;   /* broadcast: summed */
+    case 6: gin[0] = dl_ones(ctx, DL_SHAPE(4)); break;                          /* no broadcast */
     }
     return DL_OK;
 }
@@ -795,6 +797,18 @@ static void test_custom_grad_checks(void)
           "an op failing inside the backward fails dl_backward");
     EXPECT_ERR(ctx, DL_ERR_SHAPE, "in the backward of my_fn: dl_add: a (3) and b (2) do not broadcast");
     CHECK(dl_read(x->grad, gv, 3) == DL_OK && gv[0] == 5.0f, "the leaf's gradient still untouched");
+    /* a gradient of a shape the input broadcasts to is summed down, as PyTorch's autograd
+       does ((g*2).expand(2, 3) for a (3) input: 4 each); another shape is refused */
+    g_mode = 5;
+    dl_zero_grad(x);
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &x, NULL), DL_ALL, false)) == DL_OK &&
+          dl_read(x->grad, gv, 3) == DL_OK && gv[0] == 4.0f && gv[1] == 4.0f && gv[2] == 4.0f,
+          "a broadcast gradient summed to the input's shape: %s", dl_error_message(ctx));
+    g_mode = 6;
+    CHECK(dl_backward(dl_sum(dl_function_apply(&fn, 1, &x, NULL), DL_ALL, false)) == DL_ERR_SHAPE,
+          "a gradient of another shape refused");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "the gradient for input 0 has shape (4) but the input has shape (3) (nor "
+               "does the input's broadcast to it)");
     dl_ctx_free(ctx);
 }
 
