@@ -10338,7 +10338,8 @@ static void dl__cap_bump(dl_tensor *t)
 static void dl__cap_none(dl_tensor *g)
 {
     dl_capture *c = g->ctx_->cap;
-    dl__cap_use(g);   /* (its freeing forgets it: dl__cap_forget) */
+    dl__cap_note(g);   /* (its freeing forgets it: dl__cap_forget; no zeros written: a zero_grad
+                          inside a capture on a GPU leaves them to the backward's first sum) */
     if (!dl__cap_grow(g->ctx_, (void **)&c->nones, &c->capnone, c->nnone + 1, sizeof(dl_tensor *))) return;
     c->nones[c->nnone++] = g;
 }
