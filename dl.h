@@ -11542,13 +11542,13 @@ static dl_tensor *dl__sum_like(dl_tensor *g, const dl_tensor *x)
 {
     return dl_sum_to(g, dl__shape_of(x));
 }
-/* x's shape broadcasts to g's (dl_sum_to(g, x's shape) works) */
-static bool dl__bcasts_to(const dl_tensor *x, const dl_tensor *g)
+/* shape (nd, s) broadcasts to g's (dl_sum_to(g, that shape) works) */
+static bool dl__bcasts_to(int nd, const int64_t *s, const dl_tensor *g)
 {
-    int d, lead = g->ndim - x->ndim;
+    int d, lead = g->ndim - nd;
     if (lead < 0) return false;
-    for (d = 0; d < x->ndim; d++)
-        if (x->shape[d] != g->shape[lead + d] && x->shape[d] != 1) return false;
+    for (d = 0; d < nd; d++)
+        if (s[d] != g->shape[lead + d] && s[d] != 1) return false;
     return true;
 }
 
@@ -12247,6 +12247,14 @@ static void dl__mt_run(dl__mtset *s, void **slot, dl__dev *d, int kind, int n, d
     }
 }
 
+/* ts[i]->grad (those with one) set to none, at the version its zeros gave it */
+static void dl__grads_none(int n, dl_tensor *const *ts)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (ts[i] && ts[i]->magic_ == DL__MAGIC && ts[i]->grad) dl__grad_none(ts[i]->grad);
+}
+
 /* every ts[i]->grad = 0 (those with one), set to none (dl__has_grad): a
    launch per device whose backend has mt_apply (the first call builds its
    list), a fill per tensor elsewhere (the CPU's) */
@@ -12271,26 +12279,20 @@ static void dl__zero_grads(dl_ctx *ctx, dl__mtset *s, int n, dl_tensor *const *t
                 t->grad->zpend_ = true;
             } else if (!t->grad->zpend_) {
                 dl_zero_grad(t);   /* (no room to remember it: the zeros now) */
-                dl__grad_none(t->grad);
                 continue;
             }
             dl__bump_version(t->grad);   /* as dl_zero_grad does */
             t->grad->nohist_ = false;
-            dl__grad_none(t->grad);
             continue;
         }
         dl__cap_use(t->grad);
         how = dl__mt_route(ctx, s, n, t->dev_, done, &ndone, &slot);
-        if (how == DL__MT_EACH) {
-            dl_zero_grad(t);
-            dl__grad_none(t->grad);
-            continue;
-        }
+        if (how == DL__MT_EACH) { dl_zero_grad(t); continue; }
         if (how == DL__MT_LAUNCH) dl__mt_run(s, slot, t->dev_, DL__MT_ZERO, n, ts, NULL, NULL, 0);
         dl__bump_version(t->grad);   /* as dl_zero_grad does */
         t->grad->nohist_ = false;
-        dl__grad_none(t->grad);
     }
+    dl__grads_none(n, ts);
 }
 
 void dl_zero_grad(dl_tensor *t)
@@ -12698,7 +12700,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
                     dl__err(ctx, DL_ERR_GRAPH, "%s: the backward rule gave no gradient for input %d", name, j);
                 break;
             }
-            if (n->fn && gj->magic_ == DL__MAGIC && !dl_same_shape(gj, x) && dl__bcasts_to(x, gj)) {
+            if (n->fn && gj->magic_ == DL__MAGIC && !dl_same_shape(gj, x) && dl__bcasts_to(x->ndim, x->shape, gj)) {
                 /* a custom backward's broadcast gradient: summed to the input's shape (torch's
                    validate_outputs: sum_to where the input's shape expands to the gradient's) */
                 if (!(gj = dl__sum_like(gj, x))) { rc = ctx->err; break; }
@@ -13705,21 +13707,17 @@ dl_tensor *dl_sum_to(dl_tensor *t, dl_shape shape)
     int d, lead;
     if (!t) return NULL;
     if (!dl__live("dl_sum_to", "t", t)) return NULL;
-    lead = t->ndim - shape.ndim;
-    if (lead < 0) goto bad;
-    dims.ndim = 0;
-    for (d = 0; d < t->ndim; d++) {
-        if (d < lead) { dims.d[dims.ndim++] = d; continue; }
-        if (shape.d[d - lead] == t->shape[d]) continue;
-        if (shape.d[d - lead] != 1) goto bad;
-        dims.d[dims.ndim++] = d;
+    if (shape.ndim < 0 || !dl__bcasts_to(shape.ndim, shape.d, t)) {
+        dl__err(t->ctx_, DL_ERR_SHAPE, "dl_sum_to: t %s cannot be summed to %s (the target must "
+                "broadcast to t's shape)", dl__sh(t), dl__shp(t->ctx_, &shape));
+        return NULL;
     }
+    lead = t->ndim - shape.ndim;
+    dims.ndim = 0;
+    for (d = 0; d < t->ndim; d++)
+        if (d < lead || shape.d[d - lead] != t->shape[d]) dims.d[dims.ndim++] = d;
     if (dims.ndim == 0) return dl__end(t->ctx_, t->ndim == shape.ndim ? t : dl_reshape(t, shape), "dl_sum_to");
     return dl__end(t->ctx_, dl_reshape(dl_sum(t, dims, true), shape), "dl_sum_to");
-bad:
-    dl__err(t->ctx_, DL_ERR_SHAPE, "dl_sum_to: t %s cannot be summed to %s (the target must "
-            "broadcast to t's shape)", dl__sh(t), dl__shp(t->ctx_, &shape));
-    return NULL;
 }
 
 // >>section ops: reductions
@@ -17050,10 +17048,8 @@ void dl_module_zero_grad(dl_module *m)
     if (!m->zset && n > 0 && (m->zset = (dl__mtset *)dl__malloc(m->ctx, sizeof(dl__mtset))) != NULL)
         memset(m->zset, 0, sizeof(dl__mtset));
     if (m->zset) { dl__zero_grads(m->ctx, m->zset, n, m->scratch); return; }
-    for (i = 0; i < n; i++) {   /* (no memory for the list: one at a time) */
-        dl_zero_grad(m->scratch[i]);
-        if (m->scratch[i]->grad) dl__grad_none(m->scratch[i]->grad);
-    }
+    for (i = 0; i < n; i++) dl_zero_grad(m->scratch[i]);   /* (no memory for the list: one at a time) */
+    dl__grads_none(n, m->scratch);
 }
 
 // >>section nn: init
