@@ -979,7 +979,7 @@ DL_API dl_tensor *dl_unsqueeze(dl_tensor *t, int dim);        /* insert a size-1
 DL_API dl_tensor *dl_permute(dl_tensor *t, dl_shape perm);
 DL_API dl_tensor *dl_transpose(dl_tensor *t, int dim0, int dim1);
 DL_API dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t length);
-DL_API dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim);
+DL_API dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim);  /* (0,) inputs skipped, as torch */
 DL_API dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim);
 DL_API dl_tensor *dl_expand(dl_tensor *t, dl_shape shape);    /* broadcast to shape (copies) */
 DL_API dl_tensor *dl_sum_to(dl_tensor *t, dl_shape shape);    /* sum broadcast dims away */
@@ -13570,14 +13570,26 @@ static dl_tensor *dl__unnarrow(dl_tensor *g, int dim, int64_t start, int64_t ful
     return dl__done(y, "dl_narrow_backward");
 }
 
+/* torch.cat's legacy rule: a 1-D empty input, shape (0,), is skipped when
+   the others have more dims (acc = empty(0); acc = cat(acc, batch) works) */
+static bool dl__cat_skip(const dl_tensor *t, int ndim)
+{
+    return t->ndim == 1 && t->numel == 0 && ndim != 1;
+}
+
 /* y = cat(x_i, dim);  dx_i = narrow(g, dim, offset_i, size_i) */
 static dl_result dl__cat_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int i, dim = (int)n->i[0];
     int64_t off = 0;
     for (i = 0; i < n->nin; i++) {
-        if (dl__need(n, i)) gin[i] = dl_narrow(g, dim, off, n->in[i]->shape[dim]);
-        off += n->in[i]->shape[dim];
+        const dl_tensor *x = n->in[i];
+        if (dl__cat_skip(x, g->ndim)) {   /* a skipped (0,): an empty gradient */
+            if (dl__need(n, i)) gin[i] = dl__new(g->dev_, "dl_cat_backward", 1, x->shape);
+            continue;
+        }
+        if (dl__need(n, i)) gin[i] = dl_narrow(g, dim, off, x->shape[dim]);
+        off += x->shape[dim];
     }
     return DL_OK;
 }
@@ -13585,7 +13597,7 @@ static const dl__op dl__op_cat = {"dl_cat", dl__cat_bwd, 0, 0};
 
 dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
 {
-    int i, d;
+    int i, d, r;
     int64_t shape[DL_MAX_DIMS], ds[DL_MAX_DIMS], ss[DL_MAX_DIMS], off = 0;
     dl_tensor *t0, *y;
     dl__node *node;
@@ -13594,8 +13606,10 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
         return NULL;
     }
     for (i = 0; i < n; i++) if (!ts[i]) return NULL;
-    t0 = ts[0];
     for (i = 0; i < n; i++) if (!dl__live("dl_cat", "an input", ts[i])) return NULL;
+    for (r = 0; r < n && ts[r]->ndim == 1 && ts[r]->numel == 0; r++) {}
+    if (r == n) r = 0;            /* all (0,): the result is (0,) */
+    t0 = ts[r];                   /* the first input not skipped gives the shape */
     if (!dl__dim("dl_cat", t0, &dim, t0->ndim)) return NULL;
     memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)t0->ndim);
     shape[dim] = 0;
@@ -13603,25 +13617,27 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
         const dl_tensor *t = ts[i];
         if (!dl__pair("dl_cat", t0, t)) return NULL;
         if (t->dtype != t0->dtype) {
-            dl__err(t0->ctx_, DL_ERR_DTYPE, "dl_cat: input %d %s has dtype %s but input 0 %s has "
-                    "%s; all inputs must share a dtype", i, dl__sh(t), dl__dtype_str(t->dtype),
+            dl__err(t0->ctx_, DL_ERR_DTYPE, "dl_cat: input %d %s has dtype %s but input %d %s has "
+                    "%s; all inputs must share a dtype", i, dl__sh(t), dl__dtype_str(t->dtype), r,
                     dl__sh(t0), dl__dtype_str(t0->dtype));
             return NULL;
         }
+        if (dl__cat_skip(t, t0->ndim)) continue;
         if (t->ndim != t0->ndim) goto bad;
         for (d = 0; d < t0->ndim; d++) if (d != dim && t->shape[d] != t0->shape[d]) goto bad;
         shape[dim] += t->shape[dim];
         continue;
     bad:
-        dl__err(t0->ctx_, DL_ERR_SHAPE, "dl_cat: input %d %s %s does not fit input 0 %s %s: "
-                "all dims but dim %d must match", i, dl__sh(t),
-                dl__dtype_str(t->dtype), dl__sh(t0), dl__dtype_str(t0->dtype), dim);
+        dl__err(t0->ctx_, DL_ERR_SHAPE, "dl_cat: input %d %s %s does not fit input %d %s %s: "
+                "all dims but dim %d must match (a 1-D empty input is skipped)", i, dl__sh(t),
+                dl__dtype_str(t->dtype), r, dl__sh(t0), dl__dtype_str(t0->dtype), dim);
         return NULL;
     }
     y = dl__make(t0->dev_, "dl_cat", t0->dtype, t0->ndim, shape, false, NULL);
     if (!y) return NULL;
     dl__strides(shape, t0->ndim, ds);
     for (i = 0; i < n; i++) {
+        if (dl__cat_skip(ts[i], t0->ndim)) continue;
         dl__strides(ts[i]->shape, t0->ndim, ss);
         if (ts[i]->numel)
             DL__BE(t0)->copy_nd(t0->dev_, dl__esize(t0->dtype), t0->ndim, ts[i]->shape,

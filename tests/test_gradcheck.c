@@ -403,6 +403,8 @@ static void shape_cases(void)
         I(DL_SHAPE(2, 3, 1), F_RANDN), I(DL_SHAPE(2, 3, 3), F_RANDN));
     gc2("dl_cat", "dim 1 3-d", mki(OP_CAT, 1, 0), I(DL_SHAPE(2, 2, 3), F_RANDN), I(DL_SHAPE(2, 1, 3), F_RANDN));
     gc1("dl_cat", "one input", mki(OP_CAT, 0, 0), I(DL_SHAPE(3, 2), F_RANDN));
+    gc3("dl_cat", "a (0,) input skipped", mki(OP_CAT, 1, 0), I(DL_SHAPE(2, 2), F_RANDN), I(DL_SHAPE(0), F_RANDN),
+        I(DL_SHAPE(2, 3), F_RANDN));
     /* stack */
     for (d = -1; d <= 2; d++) {
         char l[32];

@@ -116,6 +116,15 @@ static void test_shapes(void)
         CHECK(dl_reshape(l, DL_SHAPE(2, 2))->dtype == DL_DTYPE_I64, "int reshape");
         CHECK(dl_cat(2, ls, 0)->numel == 8 && dl_read_int64(dl_cat(2, ls, 0), out, 4) == DL_ERR_ARG, "int cat");
         dl_clear_error(ctx);
+        /* torch's legacy rule: a (0,) input is skipped beside 2-D ones (an accumulator started empty) */
+        ls[0] = dl_from_int64(ctx, DL_SHAPE(0), lv); ls[1] = dl_reshape(l, DL_SHAPE(2, 2));
+        c = dl_cat(2, ls, -1);
+        CHECK(shape_is(c, 2, 2, 2, 0) && dl_read_int64(c, out, 4) == DL_OK && out[2] == 4,
+              "int cat after an empty accumulator: (2,2) %s", dl_error_message(ctx));
+        ls[0] = dl_empty(ctx, DL_SHAPE(0));
+        CHECK(dl_cat(2, ls, 0) == NULL && strstr(dl_error_message(ctx), "share a dtype"),
+              "an empty f32 beside i64: refused, dtypes differ (%s)", dl_error_message(ctx));
+        dl_clear_error(ctx);
         CHECK(dl_read_int64(i32, out, 2) == DL_OK && out[1] == 8, "int32 read");
     }
     {   /* 0-d and empty tensors */

@@ -316,6 +316,15 @@ case("mlp/hvp",
       ("W2", randn(2, 4)), ("b2", randn(2))],
      mlp, grad=["W1", "b1", "W2", "b2"], dd=True, gout=torch.ones(()))
 
+# cat's legacy rule: a 1-D empty input (0,) is skipped beside inputs with more
+# dims, its gradient empty (acc = torch.tensor([]); acc = torch.cat([acc, x]))
+case("cat/skip", [("x0", torch.empty(0)), ("x1", randn(2, 3)), ("x2", torch.empty(0)),
+                  ("x3", randn(2, 2))], lambda a, b, c, d: torch.cat([a, b, c, d], 1), params=[1])
+case("cat/skip_first", [("x0", torch.empty(0)), ("x1", randn(3, 2))],
+     lambda a, b: torch.cat([a, b], -2), params=[-2])
+case("cat/all_empty", [("x0", torch.empty(0)), ("x1", torch.empty(0))],
+     lambda a, b: torch.cat([a, b], 0), params=[0])
+
 
 # ------------------------------------------------------------ write
 def main():
