@@ -13608,7 +13608,7 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
     for (i = 0; i < n; i++) if (!ts[i]) return NULL;
     for (i = 0; i < n; i++) if (!dl__live("dl_cat", "an input", ts[i])) return NULL;
     for (r = 0; r < n && ts[r]->ndim == 1 && ts[r]->numel == 0; r++) {}
-    if (r == n) r = 0;            /* all (0,): the result is (0,) */
+    if (r == n) r = dim = 0;      /* all (0,): the result is (0,), whatever the dim (as torch) */
     t0 = ts[r];                   /* the first input not skipped gives the shape */
     if (!dl__dim("dl_cat", t0, &dim, t0->ndim)) return NULL;
     memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)t0->ndim);
@@ -13623,15 +13623,19 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
             return NULL;
         }
         if (dl__cat_skip(t, t0->ndim)) continue;
-        if (t->ndim != t0->ndim) goto bad;
-        for (d = 0; d < t0->ndim; d++) if (d != dim && t->shape[d] != t0->shape[d]) goto bad;
+        if (t->ndim != t0->ndim) {
+            dl__err(t0->ctx_, DL_ERR_SHAPE, "dl_cat: input %d %s has %d dims but input %d %s has %d: "
+                    "all inputs must have the same number of dims (but a 1-D empty one, skipped)", i,
+                    dl__sh(t), t->ndim, r, dl__sh(t0), t0->ndim);
+            return NULL;
+        }
+        for (d = 0; d < t0->ndim; d++)
+            if (d != dim && t->shape[d] != t0->shape[d]) {
+                dl__err(t0->ctx_, DL_ERR_SHAPE, "dl_cat: input %d %s does not fit input %d %s: "
+                        "all dims but dim %d must match", i, dl__sh(t), r, dl__sh(t0), dim);
+                return NULL;
+            }
         shape[dim] += t->shape[dim];
-        continue;
-    bad:
-        dl__err(t0->ctx_, DL_ERR_SHAPE, "dl_cat: input %d %s %s does not fit input %d %s %s: "
-                "all dims but dim %d must match (a 1-D empty input is skipped)", i, dl__sh(t),
-                dl__dtype_str(t->dtype), r, dl__sh(t0), dl__dtype_str(t0->dtype), dim);
-        return NULL;
     }
     y = dl__make(t0->dev_, "dl_cat", t0->dtype, t0->ndim, shape, false, NULL);
     if (!y) return NULL;

@@ -104,9 +104,11 @@ static void shape_errors(void)
 
     /* cat / stack */
     arr[0] = T(2, 3); arr[1] = T(2, 4);
-    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat");
+    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat: input 1 (2,4) does not fit input 0 (2,3): all dims but dim 0 must match");
     arr[0] = T(2, 3); arr[1] = dl_randn(C, DL_SHAPE(3));
-    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat");
+    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "input 1 (3) has 1 dims but input 0 (2,3) has 2");
+    arr[0] = dl_randn(C, DL_SHAPE(0)); arr[1] = dl_randn(C, DL_SHAPE(3)); arr[2] = T(2, 3);   /* (0,) skipped */
+    BAD(dl_cat(3, arr, 0), DL_ERR_SHAPE, "input 2 (2,3) has 2 dims but input 1 (3) has 1");
     i64 = dl_from_int64(C, DL_SHAPE(2, 3), iv);
     arr[0] = T(2, 3); arr[1] = i64;
     /* a dtype mismatch is a dtype error (DL_ERR_DTYPE: "wrong dtype for the op") */

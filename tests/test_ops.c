@@ -121,7 +121,11 @@ static void test_shapes(void)
         c = dl_cat(2, ls, -1);
         CHECK(shape_is(c, 2, 2, 2, 0) && dl_read_int64(c, out, 4) == DL_OK && out[2] == 4,
               "int cat after an empty accumulator: (2,2) %s", dl_error_message(ctx));
-        ls[0] = dl_empty(ctx, DL_SHAPE(0));
+        ls[1] = dl_empty(ctx, DL_SHAPE(0));   /* all (0,): (0,) whatever the dim, as torch */
+        ls[0] = ls[1];
+        c = dl_cat(2, ls, 5);
+        CHECK(c && c->ndim == 1 && c->numel == 0, "cat of (0,) (0,) along dim 5: (0,) %s", dl_error_message(ctx));
+        ls[0] = dl_empty(ctx, DL_SHAPE(0)); ls[1] = dl_reshape(l, DL_SHAPE(2, 2));
         CHECK(dl_cat(2, ls, 0) == NULL && strstr(dl_error_message(ctx), "share a dtype"),
               "an empty f32 beside i64: refused, dtypes differ (%s)", dl_error_message(ctx));
         dl_clear_error(ctx);
