@@ -393,6 +393,7 @@
      ops: shape
        dl_reshape                 x.reshape / x.view (a view)
        dl_flatten                 torch.flatten(x, start, end) (a view)
+       dl_unflatten               torch.unflatten(x, dim, sizes) (a view)
        dl_squeeze                 x.squeeze(dim) (a view)
        dl_unsqueeze               x.unsqueeze(dim) (a view)
        dl_permute                 x.permute(dims) (copies)
@@ -551,6 +552,7 @@
        dl_nn_silu                 nn.SiLU
        dl_nn_leaky_relu           nn.LeakyReLU(negative_slope)
        dl_nn_flatten              nn.Flatten
+       dl_nn_unflatten            nn.Unflatten(dim, unflattened_size)
        dl_init_uniform            nn.init.uniform_
        dl_init_normal             nn.init.normal_
        dl_init_constant           nn.init.constant_
@@ -974,6 +976,8 @@ DL_API void dl_print(dl_tensor *t);           /* shape and (up to 64) values to 
 /* --- ops: shape (views share storage; the rest copy). Dims may be negative. */
 DL_API dl_tensor *dl_reshape(dl_tensor *t, dl_shape shape);   /* one dim may be -1 */
 DL_API dl_tensor *dl_flatten(dl_tensor *t, int start_dim, int end_dim);
+/* dim into sizes (one may be -1; their product is dim's size): a view */
+DL_API dl_tensor *dl_unflatten(dl_tensor *t, int dim, dl_shape sizes);
 DL_API dl_tensor *dl_squeeze(dl_tensor *t, int dim);          /* drop a size-1 dim */
 DL_API dl_tensor *dl_unsqueeze(dl_tensor *t, int dim);        /* insert a size-1 dim */
 DL_API dl_tensor *dl_permute(dl_tensor *t, dl_shape perm);
@@ -1502,6 +1506,7 @@ DL_API dl_module *dl_nn_gelu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_silu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope);   /* finite; 0.01 in torch */
 DL_API dl_module *dl_nn_flatten(dl_ctx *ctx);        /* flatten(1,-1) */
+DL_API dl_module *dl_nn_unflatten(dl_ctx *ctx, int dim, dl_shape sizes);   /* dl_unflatten(x, dim, sizes) */
 
 /* init helpers, in place on a float32 CPU tensor, from the context RNG (as
    torch.nn.init). fan_in = shape[1]*prod(shape[2:]), fan_out = shape[0]*prod(shape[2:]);
@@ -1627,7 +1632,10 @@ DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
    path is as long as the module tree is deep); a tree more than 256 modules
    deep is refused (its state_dict too). Hyper-parameters go in
    __metadata__ as strings; dl_load restores the learning rate only (the rest
-   stay as the optimizer was made).
+   stay as the optimizer was made): the rate last set, the one the last step
+   used (PyTorch's checkpoint, saved after scheduler.step(), holds the next
+   one). A loop that sets the rate before each step from a schedule sets it
+   again after the load, from dl_optim_steps(o), as it would have.
    Writing: a uniquely named temporary file in the destination's directory,
    synced to disk, then renamed over the destination (and the directory
    synced): a crash never leaves a half-written checkpoint in place of a good
@@ -13397,6 +13405,62 @@ dl_tensor *dl_flatten(dl_tensor *t, int start, int end)
     return dl__end(t->ctx_, dl_reshape(t, dl_shape_make(k, out)), "dl_flatten");
 }
 
+/* sizes as torch.unflatten takes them (op: the caller's name); false with the error said */
+static bool dl__unflatten_sizes(dl_ctx *ctx, const char *op, const dl_shape *sizes, int *infer)
+{
+    int i;
+    *infer = -1;
+    if (sizes->ndim < 1 || sizes->ndim > DL_MAX_DIMS) {
+        dl__err(ctx, DL_ERR_ARG, "%s: sizes has %d dims; it needs 1..%d", op, sizes->ndim, DL_MAX_DIMS);
+        return false;
+    }
+    for (i = 0; i < sizes->ndim; i++) {
+        if (sizes->d[i] >= 0) continue;
+        if (sizes->d[i] != -1 || *infer >= 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: sizes %s: each size must be >= 0, or one of them -1 (inferred)", op,
+                    dl__shp(ctx, sizes));
+            return false;
+        }
+        *infer = i;
+    }
+    return true;
+}
+
+dl_tensor *dl_unflatten(dl_tensor *t, int dim, dl_shape sizes)
+{
+    int64_t out[DL_MAX_DIMS], known = 1;
+    int i, k = 0, infer;
+    if (!t) return NULL;
+    if (!dl__live("dl_unflatten", "t", t)) return NULL;
+    if (!dl__unflatten_sizes(t->ctx_, "dl_unflatten", &sizes, &infer)) return NULL;
+    if (!dl__dim("dl_unflatten", t, &dim, t->ndim)) return NULL;
+    if (t->ndim - 1 + sizes.ndim > DL_MAX_DIMS) {
+        dl__err(t->ctx_, DL_ERR_SHAPE, "dl_unflatten: %s with dim %d as %s would have %d dims; at most %d",
+                dl__sh(t), dim, dl__shp(t->ctx_, &sizes), t->ndim - 1 + sizes.ndim, DL_MAX_DIMS);
+        return NULL;
+    }
+    for (i = 0; i < sizes.ndim; i++)
+        if (i != infer)   /* saturated: past any dim's size */
+            known = sizes.d[i] && known > INT64_MAX / sizes.d[i] ? INT64_MAX : known * sizes.d[i];
+    if (infer >= 0 && known == 0) {
+        dl__err(t->ctx_, DL_ERR_SHAPE, "dl_unflatten: sizes %s: the -1 is ambiguous where the others multiply "
+                "to 0", dl__shp(t->ctx_, &sizes));
+        return NULL;
+    }
+    if (infer >= 0 && t->shape[dim] % known == 0) sizes.d[infer] = t->shape[dim] / known;
+    else if (infer < 0 && known == t->shape[dim]) infer = 0;
+    else infer = -2;
+    if (infer == -2) {
+        dl__err(t->ctx_, DL_ERR_SHAPE, "dl_unflatten: sizes %s do not multiply to the size of dim %d of %s "
+                "(%lld)", dl__shp(t->ctx_, &sizes), dim, dl__sh(t), (long long)t->shape[dim]);
+        return NULL;
+    }
+    for (i = 0; i < dim; i++) out[k++] = t->shape[i];
+    for (i = 0; i < sizes.ndim; i++) out[k++] = sizes.d[i];
+    for (i = dim + 1; i < t->ndim; i++) out[k++] = t->shape[i];
+    return dl__end(t->ctx_, dl_reshape(t, dl_shape_make(k, out)), "dl_unflatten");
+}
+
 dl_tensor *dl_squeeze(dl_tensor *t, int dim)
 {
     int64_t out[DL_MAX_DIMS];
@@ -17411,6 +17475,26 @@ dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope)
     return m;
 }
 dl_module *dl_nn_flatten(dl_ctx *ctx) { return dl_module_new(ctx, "Flatten", dl__flatten_fwd, 0); }
+typedef struct dl__unflatm { int dim; dl_shape sizes; } dl__unflatm;
+static dl_tensor *dl__unflat_fwd(dl_module *m, dl_tensor *x)
+{
+    const dl__unflatm *u = (const dl__unflatm *)dl_module_state(m);
+    return dl_unflatten(x, u->dim, u->sizes);
+}
+dl_module *dl_nn_unflatten(dl_ctx *ctx, int dim, dl_shape sizes)
+{
+    dl_module *m;
+    int infer;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_unflatten: ctx is NULL"); return NULL; }
+    if (!dl__unflatten_sizes(ctx, "dl_nn_unflatten", &sizes, &infer)) return NULL;
+    m = dl_module_new(ctx, "Unflatten", dl__unflat_fwd, sizeof(dl__unflatm));
+    if (m) {
+        dl__unflatm *u = (dl__unflatm *)dl_module_state(m);
+        u->dim = dim;
+        u->sizes = sizes;
+    }
+    return m;
+}
 
 // >>section nn: layer modules
 /* Each layer keeps its settings and parameter pointers in the module's state

@@ -525,6 +525,7 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
     if (!strcmp(op, "log_softmax")) { G_NEED(1, 1); return dl_log_softmax(x, g_pi(p, 0)); }
     if (!strcmp(op, "reshape")) { G_NEED(1, 1); return dl_reshape(x, g_param_shape(p, 0)); }
     if (!strcmp(op, "flatten")) { G_NEED(1, 2); return dl_flatten(x, g_pi(p, 0), g_pi(p, 1)); }
+    if (!strcmp(op, "unflatten")) { G_NEED(1, 2); return dl_unflatten(x, g_pi(p, 0), g_param_shape(p, 1)); }
     if (!strcmp(op, "squeeze")) { G_NEED(1, 1); return dl_squeeze(x, g_pi(p, 0)); }
     if (!strcmp(op, "unsqueeze")) { G_NEED(1, 1); return dl_unsqueeze(x, g_pi(p, 0)); }
     if (!strcmp(op, "permute")) { G_NEED(1, 1); return dl_permute(x, g_param_shape(p, 0)); }

@@ -102,6 +102,14 @@ static void shape_errors(void)
     dl_matmul(T(2, 3), T(4, 5));
     EXPECT_ERR2(C, DL_ERR_SHAPE, "dl_matmul", "(4,5)");
 
+    BAD(dl_unflatten(T(2, 12), 1, DL_SHAPE(5, -1)), DL_ERR_SHAPE, "dl_unflatten: sizes (5,-1) do not multiply to the size of dim 1 of (2,12) (12)");
+    BAD(dl_unflatten(T(2, 12), 2, DL_SHAPE(3, 4)), DL_ERR_ARG, "dl_unflatten: dim 2 is out of range");
+    BAD(dl_unflatten(T(2, 12), 1, DL_SHAPE(-1, -1)), DL_ERR_ARG, "one of them -1");
+    BAD(dl_unflatten(T(2, 12), 1, DL_SHAPE(-2, 6)), DL_ERR_ARG, "each size must be >= 0");
+    BAD(dl_unflatten(T(2, 12), 1, dl_shape_make(0, NULL)), DL_ERR_ARG, "sizes has 0 dims; it needs 1..8");
+    BAD(dl_unflatten(dl_randn(C, DL_SHAPE(0, 4)), 0, DL_SHAPE(-1, 0)), DL_ERR_SHAPE, "the -1 is ambiguous");
+    BAD(dl_unflatten(T(2, 12), 1, DL_SHAPE(1, 1, 1, 1, 1, 1, 1, 12)), DL_ERR_SHAPE, "would have 9 dims; at most 8");
+
     /* cat / stack */
     arr[0] = T(2, 3); arr[1] = T(2, 4);
     BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat: input 1 (2,4) does not fit input 0 (2,3): all dims but dim 0 must match");
@@ -302,6 +310,7 @@ static void null_inputs(void)
     NULLOP(dl_log_softmax(NULL, 0));
     NULLOP(dl_reshape(NULL, DL_SHAPE(6)));
     NULLOP(dl_flatten(NULL, 0, -1));
+    NULLOP(dl_unflatten(NULL, 0, DL_SHAPE(1)));
     NULLOP(dl_squeeze(NULL, 0));
     NULLOP(dl_unsqueeze(NULL, 0));
     NULLOP(dl_permute(NULL, DL_DIMS(1, 0)));

@@ -23,7 +23,7 @@ enum {
     OP_SIGMOID, OP_TANH, OP_GELU, OP_SILU,
     OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_VAR,
     OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
-    OP_RESHAPE, OP_FLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
+    OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM
 };
@@ -131,6 +131,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_LOGSOFTMAX: return dl_log_softmax(a, p->d0);
     case OP_RESHAPE: return dl_reshape(a, p->sh);
     case OP_FLATTEN: return dl_flatten(a, p->d0, p->d1);
+    case OP_UNFLATTEN: return dl_unflatten(a, p->d0, p->sh);
     case OP_SQUEEZE: return dl_squeeze(a, p->d0);
     case OP_UNSQUEEZE: return dl_unsqueeze(a, p->d0);
     case OP_PERMUTE: return dl_permute(a, p->sh);
@@ -365,6 +366,14 @@ static void shape_cases(void)
     gc1("dl_flatten", "1..2", mki(OP_FLATTEN, 1, 2), I(DL_SHAPE(2, 3, 4, 2), F_RANDN));
     gc1("dl_flatten", "1..1", mki(OP_FLATTEN, 1, 1), I(DL_SHAPE(2, 3, 4), F_RANDN));
     gc1("dl_flatten", "0-d", mki(OP_FLATTEN, 0, -1), I(S0(), F_RANDN));
+    {
+        P p = mks(OP_UNFLATTEN, DL_SHAPE(3, -1));
+        p.d0 = 1;
+        gc1("dl_unflatten", "dim 1 -> (3,-1)", p, I(DL_SHAPE(2, 12, 3), F_RANDN));
+        p = mks(OP_UNFLATTEN, DL_SHAPE(2, 1, 2));
+        p.d0 = -1;
+        gc1("dl_unflatten", "dim -1 -> (2,1,2)", p, I(DL_SHAPE(3, 4), F_RANDN));
+    }
     /* squeeze / unsqueeze */
     gc1("dl_squeeze", "dim 1", mki(OP_SQUEEZE, 1, 0), I(DL_SHAPE(2, 1, 3), F_RANDN));
     gc1("dl_squeeze", "dim 0", mki(OP_SQUEEZE, 0, 0), I(DL_SHAPE(1, 4), F_RANDN));

@@ -2,7 +2,7 @@
    BatchNorm, LayerNorm, Dropout): PyTorch state_dict names and shapes,
    default initialization bounds, forward equal to the functional ops,
    batch norm train/eval and running buffers, a checkpoint round trip with
-   every buffer, and constructor errors. */
+   every buffer, constructor errors, and Unflatten. */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -256,7 +256,41 @@ static void test_errors(void)
         CHECK(dl_last_error(ctx) == DL_ERR_SHAPE && strstr(dl_error_message(ctx), "dl_conv2d"), "message: %s", dl_error_message(ctx));
         dl_clear_error(ctx);
     }
+    CHECK(dl_nn_unflatten(ctx, 1, DL_SHAPE(-1, 4, -1)) == NULL, "unflatten with two -1");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_unflatten: sizes (-1,4,-1): each size must be >= 0, or one of them -1");
+    {   /* an Unflatten whose sizes do not fit the input: the op's message */
+        dl_module *u = dl_nn_unflatten(ctx, 1, DL_SHAPE(16, 7, 7));
+        CHECK(dl_module_forward(u, dl_randn(ctx, DL_SHAPE(2, 780))) == NULL, "unflatten 780 as (16,7,7)");
+        EXPECT_ERR(ctx, DL_ERR_SHAPE, "sizes (16,7,7) do not multiply to the size of dim 1 of (2,780) (780)");
+    }
     CHECK(dl_add(dl_ones(ctx, DL_SHAPE(2)), dl_ones(ctx, DL_SHAPE(2))) != NULL, "context still works");
+}
+
+/* nn.Unflatten in a decoder: torch's state_dict indexes (the module holds
+   a place, no tensors), the forward a view of its input (16*7*7 -> 16,7,7) */
+static void test_unflatten(void)
+{
+    dl_conv_desc up = dl_conv_desc_make(2, 1, 1, 1);
+    dl_module *m[3], *net;
+    const dl_named_tensor *sd;
+    dl_tensor *z = dl_randn(ctx, DL_SHAPE(2, 32)), *h, *y;
+    int n;
+    up.output_padding[0] = up.output_padding[1] = 1;
+    m[0] = dl_nn_linear(ctx, 32, 16 * 7 * 7, true);
+    m[1] = dl_nn_unflatten(ctx, 1, DL_SHAPE(16, 7, 7));
+    m[2] = dl_nn_conv_transpose2d(ctx, 16, 8, 3, &up, true);
+    net = dl_nn_sequential(ctx, 3, m);
+    n = dl_module_state_dict(net, &sd);
+    CHECK(n == 4 && !strcmp(sd[0].name, "0.weight") && !strcmp(sd[2].name, "2.weight") &&
+          !strcmp(dl_module_type(m[1]), "Unflatten"), "Linear, Unflatten, ConvTranspose2d: 0.*, 2.* (%d tensors)", n);
+    y = dl_module_forward(net, z);
+    CHECK(y && y->ndim == 4 && y->shape[0] == 2 && y->shape[1] == 8 && y->shape[2] == 14 && y->shape[3] == 14,
+          "decoder (2,32) -> (2,8,14,14): %s", dl_error_message(ctx));
+    h = dl_module_forward(m[1], dl_module_forward(m[0], z));
+    CHECK(h && h->ndim == 4 && h->shape[1] == 16 && h->shape[3] == 7 &&
+          same(h, dl_reshape(dl_module_forward(m[0], z), DL_SHAPE(2, 16, 7, 7))), "Unflatten = reshape (2,16,7,7)");
+    h = dl_module_forward(dl_nn_unflatten(ctx, -1, DL_SHAPE(-1, 8)), dl_randn(ctx, DL_SHAPE(3, 2, 32)));
+    CHECK(h && h->ndim == 4 && h->shape[2] == 4 && h->shape[3] == 8, "Unflatten(-1, (-1, 8)) of (3,2,32): (3,2,4,8)");
 }
 
 /* The 2-d pooling fast paths (plane at a time, 2x2 unrolled, AVX-512) equal
@@ -336,6 +370,8 @@ int main(void)
     test_checkpoint();
     dl_step_end(ctx);
     test_errors();
+    dl_step_end(ctx);
+    test_unflatten();
     dl_step_end(ctx);
     test_pool_paths();
     dl_ctx_free(ctx);

@@ -325,6 +325,11 @@ case("cat/skip_first", [("x0", torch.empty(0)), ("x1", randn(3, 2))],
 case("cat/all_empty", [("x0", torch.empty(0)), ("x1", torch.empty(0))],
      lambda a, b: torch.cat([a, b], 0), params=[0])
 
+# unflatten: params [dim, sizes...] (one size may be -1)
+case("unflatten/mid", [("x", randn(2, 12, 3))], lambda t: t.unflatten(1, (3, -1)), params=[1, 3, -1])
+case("unflatten/last", [("x", randn(3, 4))], lambda t: t.unflatten(-1, (2, 1, 2)), params=[-1, 2, 1, 2])
+case("unflatten/first", [("x", randn(6, 2))], lambda t: torch.nn.Unflatten(0, (-1, 3))(t), params=[0, -1, 3])
+
 
 # ------------------------------------------------------------ write
 def main():
