@@ -429,6 +429,7 @@
        dl_sigmoid                 torch.sigmoid
        dl_tanh                    torch.tanh
        dl_gelu                    F.gelu (erf form)
+       dl_gelu_tanh               F.gelu(x, approximate='tanh')
        dl_silu                    F.silu
      ops: reductions
        dl_sum                     x.sum(dims, keepdim)
@@ -549,6 +550,7 @@
        dl_nn_sigmoid              nn.Sigmoid
        dl_nn_tanh                 nn.Tanh
        dl_nn_gelu                 nn.GELU
+       dl_nn_gelu_tanh            nn.GELU(approximate='tanh')
        dl_nn_silu                 nn.SiLU
        dl_nn_leaky_relu           nn.LeakyReLU(negative_slope)
        dl_nn_flatten              nn.Flatten
@@ -1018,6 +1020,7 @@ DL_API dl_tensor *dl_leaky_relu(dl_tensor *a, float negative_slope);
 DL_API dl_tensor *dl_sigmoid(dl_tensor *a);
 DL_API dl_tensor *dl_tanh(dl_tensor *a);
 DL_API dl_tensor *dl_gelu(dl_tensor *a);      /* x * Phi(x), erf form (PyTorch default) */
+DL_API dl_tensor *dl_gelu_tanh(dl_tensor *a); /* approximate='tanh': x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 DL_API dl_tensor *dl_silu(dl_tensor *a);      /* x * sigmoid(x) (SiLU, swish) */
 
 /* --- ops: reductions. dims: DL_DIMS(...) or DL_ALL; keepdim keeps size-1 dims */
@@ -1503,6 +1506,7 @@ DL_API dl_module *dl_nn_relu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_sigmoid(dl_ctx *ctx);
 DL_API dl_module *dl_nn_tanh(dl_ctx *ctx);
 DL_API dl_module *dl_nn_gelu(dl_ctx *ctx);
+DL_API dl_module *dl_nn_gelu_tanh(dl_ctx *ctx);   /* nn.GELU(approximate='tanh') */
 DL_API dl_module *dl_nn_silu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope);   /* finite; 0.01 in torch */
 DL_API dl_module *dl_nn_flatten(dl_ctx *ctx);        /* flatten(1,-1) */
@@ -4015,6 +4019,10 @@ static DL__HD inline float dl__siluf(float x)
 static DL__HD inline float dl__softplus_negf(float x) { return (x < 0 ? -x : 0.0f) + log1pf(expf(-fabsf(x))); }
 static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN(1.0f - y, x) + dl__softplus_negf(x); }
 
+/* the tanh GELU's constants, as torch's: sqrt(2/pi) and 0.044715 */
+#define DL__GELU_B 0.7978845608028654f
+#define DL__GELU_K 0.044715f
+
 /* Elementwise math: one expression per op, used by every backend (CPU loops
    here, CUDA kernels in dl_cuda.cuh), so a device adds launches, not math.
    x is the input, a and b the op's scalar attributes. */
@@ -4032,6 +4040,7 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(SILU, dl__siluf(x)) \
     X(TANH, tanhf(x)) \
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
+    X(GELU_TANH, 0.5f * x * (1.0f + tanhf(DL__GELU_B * (x + DL__MUL_RN(DL__GELU_K, x * x * x))))) /* torch's order */ \
     X(SOFTPLUSN, dl__softplus_negf(x)) /* softplus(-x): bce_with_logits with pos_weight */ \
     X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) : /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
            a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
@@ -13070,6 +13079,19 @@ static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd, 1, 0};
 static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd, DL__RD_OUT, 0};
 static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd, DL__RD_OUT, 0};
 static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd, 1, 0};
+/* y = x/2 (1 + t), t = tanh(B (x + K x^3));  dx = g (l' + r'), as torch's
+   GeluBackward: l' = (1 + t)/2, r' = x/2 (1 - t^2) B (1 + 3K x^2) */
+static dl_result dl__gelu_tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *x = DL__X, *xsq = dl_mul(x, x);
+    dl_tensor *t = dl_tanh(dl_mul_scalar(dl_add(x, dl_mul_scalar(dl_mul(xsq, x), DL__GELU_K)), DL__GELU_B));
+    dl_tensor *ld = dl_mul_scalar(dl_add_scalar(t, 1.0f), 0.5f);
+    dl_tensor *id = dl_mul_scalar(dl_add_scalar(dl_mul_scalar(xsq, 3.0f * DL__GELU_K), 1.0f), DL__GELU_B);
+    dl_tensor *rd = dl_mul(dl_mul(dl_mul_scalar(x, 0.5f), dl_rsub_scalar(dl_mul(t, t), 1.0f)), id);
+    gin[0] = dl_mul(g, dl_add(ld, rd));
+    return DL_OK;
+}
+static const dl__op dl__op_gelu_tanh = {"dl_gelu_tanh", dl__gelu_tanh_bwd, 1, 0};
 /* y = x s(x), s = sigmoid;  dx = g * s * (1 + x (1 - s)) */
 static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
@@ -13092,6 +13114,7 @@ dl_tensor *dl_relu(dl_tensor *a) { return dl__unary("dl_relu", &dl__op_relu, DL_
 dl_tensor *dl_sigmoid(dl_tensor *a) { return dl__unary("dl_sigmoid", &dl__op_sigmoid, DL__U_SIGMOID, a, 0, 0); }
 dl_tensor *dl_tanh(dl_tensor *a) { return dl__unary("dl_tanh", &dl__op_tanh, DL__U_TANH, a, 0, 0); }
 dl_tensor *dl_gelu(dl_tensor *a) { return dl__unary("dl_gelu", &dl__op_gelu, DL__U_GELU, a, 0, 0); }
+dl_tensor *dl_gelu_tanh(dl_tensor *a) { return dl__unary("dl_gelu_tanh", &dl__op_gelu_tanh, DL__U_GELU_TANH, a, 0, 0); }
 dl_tensor *dl_silu(dl_tensor *a) { return dl__unary("dl_silu", &dl__op_silu, DL__U_SILU, a, 0, 0); }
 dl_tensor *dl_leaky_relu(dl_tensor *a, float s) { return dl__unary("dl_leaky_relu", &dl__op_leaky, DL__U_LEAKY, a, s, 0); }
 dl_tensor *dl_pow(dl_tensor *a, float p) { return dl__unary("dl_pow", &dl__op_pow, DL__U_POW, a, p, 0); }
@@ -17454,12 +17477,14 @@ static dl_tensor *dl__relu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_
 static dl_tensor *dl__sigmoid_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_sigmoid(x); }
 static dl_tensor *dl__tanh_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_tanh(x); }
 static dl_tensor *dl__gelu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_gelu(x); }
+static dl_tensor *dl__gelu_tanh_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_gelu_tanh(x); }
 static dl_tensor *dl__silu_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_silu(x); }
 static dl_tensor *dl__flatten_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_flatten(x, 1, -1); }
 dl_module *dl_nn_relu(dl_ctx *ctx) { return dl_module_new(ctx, "ReLU", dl__relu_fwd, 0); }
 dl_module *dl_nn_sigmoid(dl_ctx *ctx) { return dl_module_new(ctx, "Sigmoid", dl__sigmoid_fwd, 0); }
 dl_module *dl_nn_tanh(dl_ctx *ctx) { return dl_module_new(ctx, "Tanh", dl__tanh_fwd, 0); }
 dl_module *dl_nn_gelu(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_fwd, 0); }
+dl_module *dl_nn_gelu_tanh(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_tanh_fwd, 0); }
 dl_module *dl_nn_silu(dl_ctx *ctx) { return dl_module_new(ctx, "SiLU", dl__silu_fwd, 0); }
 static dl_tensor *dl__leakym_fwd(dl_module *m, dl_tensor *x) { return dl_leaky_relu(x, *(float *)dl_module_state(m)); }
 dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope)

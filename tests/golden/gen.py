@@ -330,6 +330,9 @@ case("unflatten/mid", [("x", randn(2, 12, 3))], lambda t: t.unflatten(1, (3, -1)
 case("unflatten/last", [("x", randn(3, 4))], lambda t: t.unflatten(-1, (2, 1, 2)), params=[-1, 2, 1, 2])
 case("unflatten/first", [("x", randn(6, 2))], lambda t: torch.nn.Unflatten(0, (-1, 3))(t), params=[0, -1, 3])
 
+# GELU's tanh approximation (nn.GELU(approximate="tanh")), with its second derivative
+case("gelu_tanh/a", [("x", randn(4, 5) * 2)], lambda t: torch.nn.functional.gelu(t, approximate="tanh"), dd=True)
+
 
 # ------------------------------------------------------------ write
 def main():

@@ -175,6 +175,15 @@ case("softmax/special_dd", ROWS3, lambda t: torch.softmax(t, 1), [1.0], dd=True)
 case("log_softmax/special_dd", ROWS3, lambda t: torch.log_softmax(t, 1), [1.0], dd=True)
 case("var/special_dd", ROWS3, lambda t: torch.var(t, 1, correction=1), [0.0, 1.0, 0.0, 1.0], dd=True)
 
+# GELU's tanh approximation over the special values, first and second order
+# (last in the file: the cases above keep their random draws)
+def gelu_tanh(t):
+    return torch.nn.functional.gelu(t, approximate="tanh")
+
+
+case("gelu_tanh/special", SPECIAL, gelu_tanh, [])
+case("gelu_tanh/special_dd", SPECIAL, gelu_tanh, [], dd=True)
+
 
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/edges.bin"
