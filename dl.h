@@ -13470,14 +13470,12 @@ dl_tensor *dl_unflatten(dl_tensor *t, int dim, dl_shape sizes)
                 "to 0", dl__shp(t->ctx_, &sizes));
         return NULL;
     }
-    if (infer >= 0 && t->shape[dim] % known == 0) sizes.d[infer] = t->shape[dim] / known;
-    else if (infer < 0 && known == t->shape[dim]) infer = 0;
-    else infer = -2;
-    if (infer == -2) {
+    if (infer >= 0 ? t->shape[dim] % known != 0 : known != t->shape[dim]) {
         dl__err(t->ctx_, DL_ERR_SHAPE, "dl_unflatten: sizes %s do not multiply to the size of dim %d of %s "
                 "(%lld)", dl__shp(t->ctx_, &sizes), dim, dl__sh(t), (long long)t->shape[dim]);
         return NULL;
     }
+    if (infer >= 0) sizes.d[infer] = t->shape[dim] / known;
     for (i = 0; i < dim; i++) out[k++] = t->shape[i];
     for (i = 0; i < sizes.ndim; i++) out[k++] = sizes.d[i];
     for (i = dim + 1; i < t->ndim; i++) out[k++] = t->shape[i];
