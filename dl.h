@@ -17800,7 +17800,7 @@ static bool dl__mod_setting_ok(dl_module *m, const char *op, dl_module_fn fwd, c
 static bool dl__eps_ok(dl_ctx *ctx, const char *op, float eps)
 {
     if (isfinite(eps) && eps > 0.0f) return true;
-    dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be finite and > 0", op, (double)eps);
+    dl__err(ctx, DL_ERR_ARG, "%s: eps=%g must be finite and > 0 (PyTorch's default: 1e-5)", op, (double)eps);
     return false;
 }
 
@@ -20451,11 +20451,17 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         dl__st_entry *e = NULL;
         for (k = 0; k < ne; k++) if (strcmp(es[k].name, w->name) == 0) { e = &es[k]; break; }
         if (!e) {
+            size_t nl = strlen(w->name);
+            bool wb = (nl >= 6 && strcmp(w->name + nl - 6, "weight") == 0) ||
+                      (nl >= 4 && strcmp(w->name + nl - 4, "bias") == 0);
             if (w->t) dl__st_shape_str(w->t->ndim, w->t->shape, sa, sizeof sa);
             dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is missing from the file (%s%s)%s",
                     op, label, w->name, w->t ? "the model has " : "an int64 scalar", w->t ? sa : "",
                     strncmp(w->name, "optim.", 6) == 0 ? "; was it saved without this optimizer "
-                    "(dl_save with o = NULL) or with other settings?" : "");
+                    "(dl_save with o = NULL) or with other settings?" :
+                    wb ? "; if the saved layer has none (PyTorch's bias=False, affine=False, "
+                    "elementwise_affine=False), make this one without it too (the bias argument, "
+                    "dl_nn_norm_no_affine)" : "");
             goto done;
         }
         e->used = true;

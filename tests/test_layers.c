@@ -169,7 +169,7 @@ static void test_options(void)
     CHECK(dl_nn_batch_norm_options(bn, NAN, 1e-5f) == DL_ERR_ARG, "momentum NaN refused");
     EXPECT_ERR(ctx, DL_ERR_ARG, "momentum=nan");
     CHECK(dl_nn_batch_norm_options(bn, 0.1f, 0.0f) == DL_ERR_ARG, "eps 0 refused");
-    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: eps=0 must be finite and > 0");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: eps=0 must be finite and > 0 (PyTorch's default: 1e-5)");
     CHECK(dl_nn_batch_norm_options(ln, 0.1f, 1e-5f) == DL_ERR_ARG, "batch-norm options on a LayerNorm refused");
     EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_batch_norm_options: m (a \"LayerNorm\" module) was not made by "
                "dl_nn_batch_norm1d/2d/3d");

@@ -921,7 +921,9 @@ static void test_no_affine(void)
         dl_nn_norm_no_affine(m2[6]);
         seq2 = dl_nn_sequential(ctx, 7, m2);
         CHECK(dl_load(torch_file, seq2, NULL) == DL_ERR_FORMAT, "an affine BatchNorm2d refuses the file");
-        EXPECT_ERR(ctx, DL_ERR_FORMAT, "'1.weight' is missing");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "'1.weight' is missing from the file (the model has (3)); if the saved "
+                   "layer has none (PyTorch's bias=False, affine=False, elementwise_affine=False), make this one "
+                   "without it too (the bias argument, dl_nn_norm_no_affine)");
         CHECK(dl_nn_norm_no_affine(bn) == DL_OK && dl_load(tmp_path("noaffine.safetensors"), seq2, NULL) == DL_OK,
               "dl.h's file loads into the same layers: %s", dl_error_message(ctx));
         for (k = 0; k < 2; k++) {
