@@ -600,6 +600,7 @@
        dl_kv                      {key, value}: a string metadata pair
        dl_save_meta               dl_save with extra __metadata__ strings
        dl_checkpoint_meta         read one __metadata__ value of a file
+       dl_load_tensor             safetensors.torch.load_file(path)[name]
      nn: layer modules
        dl_nn_conv                 nn.Conv1d/2d/3d or ConvTranspose*d with a kernel per dim
        dl_nn_conv1d               nn.Conv1d
@@ -1672,6 +1673,14 @@ DL_API dl_result dl_save_meta(const char *path, dl_module *m, dl_optim *o, int n
    file's header only, not its tensors. */
 DL_API dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *key, char *value,
                                     size_t cap);
+/* safetensors.torch.load_file(path)[name]: the file's tensor of that name
+   (any safetensors file: dl_save's, PyTorch's, data written in Python) as a
+   new persistent tensor on the context's device, with the file's shape and
+   dtype (F32, I64 or I32; dl_free it, or dl_ctx_free does). The whole file
+   is checked as dl_load checks it. NULL on DL_ERR_IO, DL_ERR_FORMAT
+   (malformed; no such name: the message lists the names there are; another
+   dtype), DL_ERR_OOM. */
+DL_API dl_tensor *dl_load_tensor(dl_ctx *ctx, const char *path, const char *name);
 
 
 /* --- nn: layer modules around the functional ops (PyTorch names, defaults
@@ -20346,6 +20355,94 @@ static dl_result dl__st_header(dl_ctx *ctx, const char *op, const unsigned char 
     return DL_OK;
 }
 
+/* The tensor entries of a parsed header (dl__st_header): each described and
+   checked, names unique, data offsets tiling the data section exactly (as
+   safetensors requires). *es_out (ne of them) and *sorted_out (by offset)
+   are the caller's to free, also on failure; *meta: __metadata__ or NULL. */
+static dl_result dl__st_entries(dl_ctx *ctx, const char *op, const char *label, const dl__json *j, int root,
+                                uint64_t datalen, dl__st_entry **es_out, dl__st_entry ***sorted_out, int *ne_out,
+                                const dl__jv **meta)
+{
+    dl__st_entry *es, **sorted;
+    int c, i, ne = 0;
+    uint64_t pos;
+    char msg[256];
+    *meta = NULL;
+    *ne_out = 0;
+    for (c = j->v[root].first; c >= 0; c = j->v[c].next) ne++;
+    es = (dl__st_entry *)DL_MALLOC(sizeof(dl__st_entry) * (size_t)(ne + 1));
+    sorted = (dl__st_entry **)DL_MALLOC(sizeof(dl__st_entry *) * (size_t)(ne + 1));
+    *es_out = es;
+    *sorted_out = sorted;
+    if (!es || !sorted) { dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); return DL_ERR_OOM; }
+    ne = 0;
+    for (c = j->v[root].first; c >= 0; c = j->v[c].next) {
+        const dl__jv *v = &j->v[c];
+        if (strcmp(v->key, "__metadata__") == 0) {
+            int c3;
+            if (v->type != DL__J_OBJ) {
+                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ is not an object", op, label);
+                return DL_ERR_FORMAT;
+            }
+            for (c3 = v->first; c3 >= 0; c3 = j->v[c3].next)
+                if (j->v[c3].type != DL__J_STR) {
+                    dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ value '%.100s' is not a "
+                            "string (safetensors metadata maps strings to strings)", op, label, j->v[c3].key);
+                    return DL_ERR_FORMAT;
+                }
+            *meta = v;   /* (only one: dl__st_header) */
+            continue;
+        }
+        memset(&es[ne], 0, sizeof es[ne]);
+        es[ne].name = v->key;
+        if (v->klen == 0 || strlen(v->key) != v->klen) {
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: a tensor has an empty name", op, label);
+            return DL_ERR_FORMAT;
+        }
+        if (!dl__st_describe(j, v, &es[ne], datalen, msg, sizeof msg)) {
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s': %s", op, label, v->key, msg);
+            return DL_ERR_FORMAT;
+        }
+        sorted[ne] = &es[ne];
+        ne++;
+    }
+    /* names: unique (sorted, so that a huge header is not checked pair by pair) */
+    if (ne) qsort(sorted, (size_t)ne, sizeof *sorted, dl__st_cmp_name);
+    for (i = 1; i < ne; i++)
+        if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: '%.100s' appears twice in the header", op, label,
+                    sorted[i]->name);
+            return DL_ERR_FORMAT;
+        }
+    /* offsets: sorted, they must tile the data section exactly (as safetensors requires) */
+    if (ne) qsort(sorted, (size_t)ne, sizeof *sorted, dl__st_cmp);
+    pos = 0;
+    for (i = 0; i < ne; i++) {
+        if (sorted[i]->begin < pos) {
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' data_offsets [%llu, %llu] "
+                    "overlap tensor '%.100s' (ends at %llu)", op, label, sorted[i]->name,
+                    (unsigned long long)sorted[i]->begin, (unsigned long long)sorted[i]->end,
+                    sorted[i - 1]->name, (unsigned long long)pos);
+            return DL_ERR_FORMAT;
+        }
+        if (sorted[i]->begin > pos) {
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' data_offsets [%llu, %llu] "
+                    "leave a gap after byte %llu (offsets must be contiguous)", op, label,
+                    sorted[i]->name, (unsigned long long)sorted[i]->begin,
+                    (unsigned long long)sorted[i]->end, (unsigned long long)pos);
+            return DL_ERR_FORMAT;
+        }
+        pos = sorted[i]->end;
+    }
+    if (pos != datalen) {
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the tensors cover %llu bytes but the data section "
+                "has %llu", op, label, (unsigned long long)pos, (unsigned long long)datalen);
+        return DL_ERR_FORMAT;
+    }
+    *ne_out = ne;
+    return DL_OK;
+}
+
 /* Load a safetensors image held in memory (label names it in messages). */
 static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_t len,
                                  const char *label, dl_module *m, dl_optim *o)
@@ -20354,13 +20451,13 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
     dl__json j;
     dl__st_entry *es = NULL, **sorted = NULL;
     dl__st_want *ws = NULL;
-    int root, c, ne = 0, nw = 0, i, k;
-    uint64_t datalen, pos;
+    int root, ne = 0, nw = 0, i, k;
+    uint64_t datalen;
     const unsigned char *data;
     const dl__jv *meta = NULL;
     int64_t steps = 0;
     float *glr = NULL;
-    char msg[256], sa[160], sb2[160];
+    char sa[160], sb2[160];
     dl_result rc = DL_ERR_FORMAT;
     if (!dl__mod_ok(m)) return DL_ERR_ARG;
     ctx = m->ctx;
@@ -20372,77 +20469,9 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         return DL_ERR_ARG;
     }
     rc = dl__st_header(ctx, op, buf, len, label, &j, &root, &data, &datalen);
+    if (rc == DL_OK) rc = dl__st_entries(ctx, op, label, &j, root, datalen, &es, &sorted, &ne, &meta);
     if (rc != DL_OK) goto done;
     rc = DL_ERR_FORMAT;
-    /* entries */
-    for (c = j.v[root].first; c >= 0; c = j.v[c].next) ne++;
-    es = (dl__st_entry *)DL_MALLOC(sizeof(dl__st_entry) * (size_t)(ne + 1));
-    sorted = (dl__st_entry **)DL_MALLOC(sizeof(dl__st_entry *) * (size_t)(ne + 1));
-    if (!es || !sorted) { rc = DL_ERR_OOM; dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, label); goto done; }
-    ne = 0;
-    for (c = j.v[root].first; c >= 0; c = j.v[c].next) {
-        const dl__jv *v = &j.v[c];
-        if (strcmp(v->key, "__metadata__") == 0) {
-            int c3;
-            if (v->type != DL__J_OBJ) {
-                dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ is not an object", op, label);
-                goto done;
-            }
-            for (c3 = v->first; c3 >= 0; c3 = j.v[c3].next)
-                if (j.v[c3].type != DL__J_STR) {
-                    dl__err(ctx, DL_ERR_FORMAT, "%s: %s: __metadata__ value '%.100s' is not a "
-                            "string (safetensors metadata maps strings to strings)", op, label, j.v[c3].key);
-                    goto done;
-                }
-            meta = v;   /* (only one: dl__st_header) */
-            continue;
-        }
-        memset(&es[ne], 0, sizeof es[ne]);
-        es[ne].name = v->key;
-        if (v->klen == 0 || strlen(v->key) != v->klen) {
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: a tensor has an empty name", op, label);
-            goto done;
-        }
-        if (!dl__st_describe(&j, v, &es[ne], datalen, msg, sizeof msg)) {
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s': %s", op, label, v->key, msg);
-            goto done;
-        }
-        sorted[ne] = &es[ne];
-        ne++;
-    }
-    /* names: unique (sorted, so that a huge header is not checked pair by pair) */
-    if (ne) qsort(sorted, (size_t)ne, sizeof *sorted, dl__st_cmp_name);
-    for (i = 1; i < ne; i++)
-        if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: '%.100s' appears twice in the header", op, label,
-                    sorted[i]->name);
-            goto done;
-        }
-    /* offsets: sorted, they must tile the data section exactly (as safetensors requires) */
-    if (ne) qsort(sorted, (size_t)ne, sizeof *sorted, dl__st_cmp);
-    pos = 0;
-    for (i = 0; i < ne; i++) {
-        if (sorted[i]->begin < pos) {
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' data_offsets [%llu, %llu] "
-                    "overlap tensor '%.100s' (ends at %llu)", op, label, sorted[i]->name,
-                    (unsigned long long)sorted[i]->begin, (unsigned long long)sorted[i]->end,
-                    sorted[i - 1]->name, (unsigned long long)pos);
-            goto done;
-        }
-        if (sorted[i]->begin > pos) {
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' data_offsets [%llu, %llu] "
-                    "leave a gap after byte %llu (offsets must be contiguous)", op, label,
-                    sorted[i]->name, (unsigned long long)sorted[i]->begin,
-                    (unsigned long long)sorted[i]->end, (unsigned long long)pos);
-            goto done;
-        }
-        pos = sorted[i]->end;
-    }
-    if (pos != datalen) {
-        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: the tensors cover %llu bytes but the data section "
-                "has %llu", op, label, (unsigned long long)pos, (unsigned long long)datalen);
-        goto done;
-    }
     /* what we expect */
     ws = dl__st_wants(op, label, m, o, &nw, &steps);
     if (!ws) { rc = ctx->err; goto done; }
@@ -20658,6 +20687,74 @@ dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *key, cha
     return rc;
 }
 
+
+/* dl_load_tensor from a safetensors image in memory (path: its label in messages) */
+static dl_tensor *dl__load_tensor_buffer(dl_ctx *ctx, const char *op, const unsigned char *buf, size_t len,
+                                         const char *path, const char *name)
+{
+    dl__json j;
+    int root, ne = 0, k;
+    const unsigned char *data;
+    uint64_t datalen;
+    const dl__jv *meta;
+    dl__st_entry *es = NULL, **sorted = NULL, *e = NULL;
+    dl_tensor *t = NULL;
+    dl_result rc;
+    rc = dl__st_header(ctx, op, buf, len, path, &j, &root, &data, &datalen);
+    if (rc == DL_OK) rc = dl__st_entries(ctx, op, path, &j, root, datalen, &es, &sorted, &ne, &meta);
+    for (k = 0; rc == DL_OK && k < ne && !e; k++) if (strcmp(es[k].name, name) == 0) e = &es[k];
+    if (rc == DL_OK && !e) {   /* name the file's tensors, the first 8 in the header's order */
+        char list[600];
+        size_t at = 0;
+        list[0] = 0;
+        for (k = 0; k < ne && k < 8 && at < sizeof list; k++)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s'%.60s'", k ? ", " : "", es[k].name);
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s has no tensor '%.100s' (it has %d%s%s%s)", op, path, name, ne,
+                ne ? ": " : "", list, ne > 8 ? ", ..." : "");
+    } else if (rc == DL_OK && !e->dtype_known) {
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' has dtype %.20s; dl.h reads F32, I64 and I32",
+                op, path, name, e->dtype_str);
+    } else if (rc == DL_OK && (t = dl__make(ctx->defdev, op, e->dtype, e->ndim, e->shape, true, NULL)) != NULL) {
+        size_t esz = dl__esize(e->dtype), bytes = (size_t)t->numel * esz;
+        void *h = dl__host_ok(t) ? t->data : DL_MALLOC(bytes + 1);   /* (a device's: through the host) */
+        if (!h) {
+            dl__err(ctx, DL_ERR_OOM, "%s: %s: out of memory", op, path);
+        } else {
+            dl__read_le(h, data + e->begin, esz, t->numel);
+            if (h != t->data) {
+                DL__BE(t)->upload(t->dev_, t->data, h, bytes);
+                DL_FREE(h);
+            }
+        }
+        if (!h || dl__dev_check(t->dev_, op) != DL_OK) {
+            dl_free(t);
+            t = NULL;
+        } else {
+            dl_set_name(t, name);
+        }
+    }
+    DL_FREE(j.sb);
+    DL_FREE(j.v);
+    DL_FREE(es);
+    DL_FREE(sorted);
+    return t;
+}
+
+dl_tensor *dl_load_tensor(dl_ctx *ctx, const char *path, const char *name)
+{
+    static const char *op = "dl_load_tensor";
+    unsigned char *buf;
+    size_t len;
+    dl_tensor *t;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", op); return NULL; }
+    if (!name) { dl__err(ctx, DL_ERR_ARG, "%s: name is NULL", op); return NULL; }
+    if (dl__cap_refused(ctx, op, "a copy from the host", "load tensors before dl_capture_begin() (they "
+                        "persist); " DL__CAP_WRITE_HINT)) return NULL;
+    if (dl__read_file(ctx, op, path, &buf, &len) != DL_OK) return NULL;
+    t = dl__load_tensor_buffer(ctx, op, buf, len, path, name);
+    DL_FREE(buf);
+    return t;
+}
 
 // >>section io: tensorboard
 /* TensorBoard event files (see the declarations). A record is framed as

@@ -1,7 +1,8 @@
 /* tests/fuzz_checkpoint.c - libFuzzer target for the safetensors checkpoint
    loader. Each input is loaded from memory (dl__load_buffer, the code behind
    dl_load) into a small fixed model, once without and once with an Adam
-   (amsgrad) optimizer. It must never crash, leak or read out of bounds, and a
+   (amsgrad) optimizer, then read by dl_load_tensor's reader (one tensor by
+   name). It must never crash, leak or read out of bounds, and a
    failed load must leave the model and the optimizer unchanged (checked
    against a snapshot; a violation aborts).
 
@@ -110,6 +111,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             g_snap_n = fz_snapshot(g_snap);    /* a valid file: the new state is the reference */
         }
         dl_clear_error(g_ctx);
+    }
+    {   /* dl_load_tensor's reader: a tensor, or NULL with a message */
+        dl_tensor *t = dl__load_tensor_buffer(g_ctx, "dl_load_tensor", data, size, "fuzz", "seq.0.weight");
+        if (!t && (dl_last_error(g_ctx) == DL_OK || dl_error_message(g_ctx)[0] == 0)) abort();
+        dl_free(t);
+        dl_clear_error(g_ctx);
+        dl_step_end(g_ctx);
     }
     return 0;
 }

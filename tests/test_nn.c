@@ -833,6 +833,37 @@ static void test_torch_written(void)
         CHECK(dl_load("tests/golden/torch_written.safetensors", lin, dl_sgd(lin, &sd)) == DL_ERR_FORMAT, "no optim state");
         EXPECT_ERR(ctx, DL_ERR_FORMAT, "'optim.step' is missing");
     }
+    {   /* one tensor of a file by name (safetensors.torch.load_file(p)[name]), on the context's device */
+        const char *tw = "tests/golden/torch_written.safetensors", *na = "tests/golden/noaffine.safetensors";
+        dl_tensor *t = dl_load_tensor(ctx, tw, "weight"), *n;
+        int64_t v = -1;
+        CHECK(t && t->ndim == 2 && t->shape[0] == 3 && t->shape[1] == 5 && t->dtype == DL_DTYPE_F32 && w &&
+              memcmp(th_host(t), w->v, 60) == 0 && !strcmp(t->name, "weight"), "dl_load_tensor weight (3,5): %s",
+              dl_error_message(ctx));
+        dl_step_end(ctx);   /* persistent: it outlives the step */
+        n = dl_load_tensor(ctx, na, "1.num_batches_tracked");
+        CHECK(t && dl_sum(t, DL_ALL, false) && n && n->dtype == DL_DTYPE_I64 && n->ndim == 0 &&
+              dl_read_int64(n, &v, 1) == DL_OK && v == 3, "an I64 scalar: num_batches_tracked %lld", (long long)v);
+        dl_free(t);
+        dl_free(n);
+        CHECK(dl_load_tensor(ctx, tw, "weights") == NULL, "no such name");
+        EXPECT_ERR(ctx, DL_ERR_FORMAT, "torch_written.safetensors has no tensor 'weights' (it has 2: ");
+        CHECK(dl_load_tensor(ctx, na, "x") == NULL && strstr(dl_error_message(ctx), "(it has 10: ") &&
+              strstr(dl_error_message(ctx), ", ...)"), "ten names: the first 8 listed (%s)", dl_error_message(ctx));
+        dl_clear_error(ctx);
+        CHECK(dl_load_tensor(ctx, tmp_path("does_not_exist.safetensors"), "w") == NULL, "missing file");
+        EXPECT_ERR(ctx, DL_ERR_IO, "dl_load_tensor: cannot open");
+        CHECK(dl_load_tensor(ctx, tw, NULL) == NULL, "NULL name");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_load_tensor: name is NULL");
+        CHECK(dl_load_tensor(NULL, tw, "weight") == NULL, "NULL ctx");
+        {
+            dl_capture *cap = dl_capture_begin(ctx);
+            CHECK(cap && dl_load_tensor(ctx, tw, "weight") == NULL, "refused in a capture");
+            EXPECT_ERR(ctx, DL_ERR_UNSUPPORTED, "dl_load_tensor");
+            dl_capture_free(cap);
+            dl_clear_error(ctx);
+        }
+    }
     dl_ctx_free(ctx);
 }
 
@@ -1031,6 +1062,14 @@ static void test_bad_files(void)
               cases[i].name, dl_result_string(r), m);
         if (getenv("DL_NN_VERBOSE")) printf("  %-26s %s\n", cases[i].name, m);
         dl_clear_error(ctx);
+        if (strcmp(cases[i].name, "wrong shape") && strcmp(cases[i].name, "missing tensor") &&
+            strcmp(cases[i].name, "extra tensor")) {   /* the file itself is bad: dl_load_tensor says the same */
+            dl_tensor *t = dl_load_tensor(ctx, path, "weight");
+            m = dl_error_message(ctx);
+            CHECK(!t && dl_last_error(ctx) == DL_ERR_FORMAT && strstr(m, cases[i].msg) && strstr(m, path) &&
+                  !strncmp(m, "dl_load_tensor: ", 16), "dl_load_tensor, %s: \"%s\"", cases[i].name, m);
+            dl_clear_error(ctx);
+        }
         CHECK(th_module_bytes(lin, after, sizeof after) == nb && memcmp(before, after, nb) == 0, "%s: model changed", cases[i].name);
     }
     /* nesting deeper than the limit */
