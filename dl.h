@@ -986,7 +986,8 @@ DL_API dl_tensor *dl_unsqueeze(dl_tensor *t, int dim);        /* insert a size-1
 DL_API dl_tensor *dl_permute(dl_tensor *t, dl_shape perm);
 DL_API dl_tensor *dl_transpose(dl_tensor *t, int dim0, int dim1);
 DL_API dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t length);
-DL_API dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim);  /* (0,) inputs skipped, as torch */
+DL_API dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim);  /* (0,) inputs skipped, as torch (not
+                                                                    their dtype: it must match) */
 DL_API dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim);
 DL_API dl_tensor *dl_expand(dl_tensor *t, dl_shape shape);    /* broadcast to shape (copies) */
 DL_API dl_tensor *dl_sum_to(dl_tensor *t, dl_shape shape);    /* sum broadcast dims away */
@@ -1676,8 +1677,10 @@ DL_API dl_result dl_checkpoint_meta(dl_ctx *ctx, const char *path, const char *k
 /* safetensors.torch.load_file(path)[name]: the file's tensor of that name
    (any safetensors file: dl_save's, PyTorch's, data written in Python) as a
    new persistent tensor on the context's device, with the file's shape and
-   dtype (F32, I64 or I32; dl_free it, or dl_ctx_free does). The whole file
-   is checked as dl_load checks it. NULL on DL_ERR_IO, DL_ERR_FORMAT
+   dtype (F32, I64 or I32; dl_free it, or dl_ctx_free does), named after the
+   key (its first 31 bytes). The whole file is checked as dl_load checks it
+   (a tensor of another dtype or of more than DL_MAX_DIMS dims is refused
+   where it is the one asked for). NULL on DL_ERR_IO, DL_ERR_FORMAT
    (malformed; no such name: the message lists the names there are; another
    dtype), DL_ERR_OOM. */
 DL_API dl_tensor *dl_load_tensor(dl_ctx *ctx, const char *path, const char *name);
@@ -11972,8 +11975,12 @@ static void dl__move_undo(dl_ctx *ctx, dl__dfree *mark)
 
 dl_tensor *dl_set_name(dl_tensor *t, const char *name)
 {
+    size_t n = name ? strlen(name) : 0;
     if (!t || t->magic_ != DL__MAGIC) return t;
-    snprintf(t->name, sizeof t->name, "%s", name ? name : "");
+    if (n >= sizeof t->name)   /* cut, not inside a UTF-8 character */
+        for (n = sizeof t->name - 1; n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80; n--) {}
+    if (n) memcpy(t->name, name, n);
+    t->name[n] = 0;
     return t;
 }
 
@@ -13471,9 +13478,14 @@ dl_tensor *dl_unflatten(dl_tensor *t, int dim, dl_shape sizes)
                 dl__sh(t), dim, dl__shp(t->ctx_, &sizes), t->ndim - 1 + sizes.ndim, DL_MAX_DIMS);
         return NULL;
     }
-    for (i = 0; i < sizes.ndim; i++)
-        if (i != infer)   /* saturated: past any dim's size */
-            known = sizes.d[i] && known > INT64_MAX / sizes.d[i] ? INT64_MAX : known * sizes.d[i];
+    for (i = 0; i < sizes.ndim; i++) {
+        if (i == infer) continue;
+        if (sizes.d[i] && known > INT64_MAX / sizes.d[i]) {
+            dl__err(t->ctx_, DL_ERR_SHAPE, "dl_unflatten: sizes %s multiply past int64", dl__shp(t->ctx_, &sizes));
+            return NULL;
+        }
+        known *= sizes.d[i];
+    }
     if (infer >= 0 && known == 0) {
         dl__err(t->ctx_, DL_ERR_SHAPE, "dl_unflatten: sizes %s: the -1 is ambiguous where the others multiply "
                 "to 0", dl__shp(t->ctx_, &sizes));
@@ -13704,6 +13716,11 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
     for (r = 0; r < n && ts[r]->ndim == 1 && ts[r]->numel == 0; r++) {}
     if (r == n) r = dim = 0;      /* all (0,): the result is (0,), whatever the dim (as torch) */
     t0 = ts[r];                   /* the first input not skipped gives the shape */
+    if (t0->ndim == 0) {
+        dl__err(t0->ctx_, DL_ERR_SHAPE, "dl_cat: input %d is 0-d (shape ()): only tensors with dims are "
+                "concatenated (dl_stack, or dl_unsqueeze it first)", r);
+        return NULL;
+    }
     if (!dl__dim("dl_cat", t0, &dim, t0->ndim)) return NULL;
     memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)t0->ndim);
     shape[dim] = 0;
@@ -19755,7 +19772,7 @@ typedef struct dl__st_entry {
     dl_dtype dtype;
     bool dtype_known;
     const char *dtype_str;
-    int ndim;
+    int ndim;                         /* may be > DL_MAX_DIMS: shape holds the first ones */
     int64_t shape[DL_MAX_DIMS];
     uint64_t begin, end;
     bool used;
@@ -20203,13 +20220,13 @@ static bool dl__st_describe(const dl__json *j, const dl__jv *d, dl__st_entry *e,
             snprintf(msg, msgn, "shape[%d] is not a non-negative integer", e->ndim);
             return false;
         }
-        if (e->ndim == DL_MAX_DIMS) { snprintf(msg, msgn, "shape has more than DL_MAX_DIMS=%d dims", DL_MAX_DIMS); return false; }
         if (x->ival && numel > ((uint64_t)1 << 62) / (uint64_t)x->ival) {
             snprintf(msg, msgn, "shape has too many elements (overflow)");
             return false;
         }
         numel *= (uint64_t)x->ival;
-        e->shape[e->ndim++] = x->ival;
+        if (e->ndim < DL_MAX_DIMS) e->shape[e->ndim] = x->ival;   /* (more dims: counted, refused where read) */
+        e->ndim++;
     }
     if (of->type != DL__J_ARR || of->first < 0 || j->v[of->first].next < 0 ||
         j->v[j->v[of->first].next].next >= 0) {
@@ -20259,9 +20276,9 @@ static void dl__st_shape_str(int ndim, const int64_t *s, char *b, size_t n)
     int i;
     size_t k = 0;
     k += (size_t)snprintf(b, n, "(");
-    for (i = 0; i < ndim && k < n - 24; i++)
+    for (i = 0; i < ndim && i < DL_MAX_DIMS && k < n - 24; i++)
         k += (size_t)snprintf(b + k, n - k, i ? ",%lld" : "%lld", (long long)s[i]);
-    snprintf(b + k, n - k, ")");
+    snprintf(b + k, n - k, ndim > DL_MAX_DIMS ? ",... %d dims)" : ")", ndim);
 }
 
 static void dl__read_le(void *dst, const unsigned char *src, size_t esize, int64_t numel)
@@ -20709,11 +20726,15 @@ static dl_tensor *dl__load_tensor_buffer(dl_ctx *ctx, const char *op, const unsi
         list[0] = 0;
         for (k = 0; k < ne && k < 8 && at < sizeof list; k++)
             at += (size_t)snprintf(list + at, sizeof list - at, "%s'%.60s'", k ? ", " : "", es[k].name);
-        dl__err(ctx, DL_ERR_FORMAT, "%s: %s has no tensor '%.100s' (it has %d%s%s%s)", op, path, name, ne,
-                ne ? ": " : "", list, ne > 8 ? ", ..." : "");
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s has no tensor '%.100s' (it has %d%s%s%s)%s", op, path, name, ne,
+                ne ? ": " : "", list, ne > 8 ? ", ..." : "", meta && dl__jmember(&j, meta, name) ?
+                "; it is a __metadata__ key: dl_checkpoint_meta reads it" : "");
     } else if (rc == DL_OK && !e->dtype_known) {
         dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' has dtype %.20s; dl.h reads F32, I64 and I32",
                 op, path, name, e->dtype_str);
+    } else if (rc == DL_OK && e->ndim > DL_MAX_DIMS) {
+        dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%.100s' has %d dims; dl.h's tensors have at most "
+                "DL_MAX_DIMS=%d", op, path, name, e->ndim, DL_MAX_DIMS);
     } else if (rc == DL_OK && (t = dl__make(ctx->defdev, op, e->dtype, e->ndim, e->shape, true, NULL)) != NULL) {
         size_t esz = dl__esize(e->dtype), bytes = (size_t)t->numel * esz;
         void *h = dl__host_ok(t) ? t->data : DL_MALLOC(bytes + 1);   /* (a device's: through the host) */

@@ -109,8 +109,16 @@ static void shape_errors(void)
     BAD(dl_unflatten(T(2, 12), 1, dl_shape_make(0, NULL)), DL_ERR_ARG, "sizes has 0 dims; it needs 1..8");
     BAD(dl_unflatten(dl_randn(C, DL_SHAPE(0, 4)), 0, DL_SHAPE(-1, 0)), DL_ERR_SHAPE, "the -1 is ambiguous");
     BAD(dl_unflatten(T(2, 12), 1, DL_SHAPE(1, 1, 1, 1, 1, 1, 1, 12)), DL_ERR_SHAPE, "would have 9 dims; at most 8");
+    BAD(dl_unflatten(dl_zeros(C, DL_SHAPE(0)), 0, DL_SHAPE((int64_t)1 << 62, 4, 0)), DL_ERR_SHAPE,
+        "dl_unflatten: sizes (4611686018427387904,4,0) multiply past int64");
+    BAD(dl_unflatten(dl_zeros(C, DL_SHAPE(0)), 0, DL_SHAPE(-1, (int64_t)1 << 40, (int64_t)1 << 40)), DL_ERR_SHAPE,
+        "multiply past int64");
 
     /* cat / stack */
+    arr[0] = T(2, 3); arr[1] = dl_randn(C, dl_shape_make(0, NULL));
+    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "input 1 () has 0 dims but input 0 (2,3) has 2");
+    arr[0] = dl_randn(C, DL_SHAPE(0)); arr[1] = dl_randn(C, dl_shape_make(0, NULL));
+    BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat: input 1 is 0-d (shape ()): only tensors with dims");
     arr[0] = T(2, 3); arr[1] = T(2, 4);
     BAD(dl_cat(2, arr, 0), DL_ERR_SHAPE, "dl_cat: input 1 (2,4) does not fit input 0 (2,3): all dims but dim 0 must match");
     arr[0] = T(2, 3); arr[1] = dl_randn(C, DL_SHAPE(3));

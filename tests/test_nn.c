@@ -814,6 +814,25 @@ static void test_resume(void)
     }
 }
 
+/* write [u64 hlen][header][data] (hlen_override when nonzero) */
+static void write_st(const char *path, const char *header, const unsigned char *data, size_t dlen,
+                     uint64_t hlen_override, size_t cut)
+{
+    FILE *f = fopen(path, "wb");
+    unsigned char len8[8];
+    uint64_t h = hlen_override ? hlen_override : (uint64_t)strlen(header);
+    int i;
+    unsigned char *all;
+    size_t n = 8 + strlen(header) + dlen;
+    all = (unsigned char *)malloc(n);
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)(h >> (8 * i));
+    memcpy(all, len8, 8);
+    memcpy(all + 8, header, strlen(header));
+    if (dlen) memcpy(all + 8 + strlen(header), data, dlen);
+    if (f) { fwrite(all, 1, n - cut, f); fclose(f); }
+    free(all);
+}
+
 static void test_torch_written(void)
 {
     dl_ctx *ctx = new_ctx(3);
@@ -851,6 +870,35 @@ static void test_torch_written(void)
         CHECK(dl_load_tensor(ctx, na, "x") == NULL && strstr(dl_error_message(ctx), "(it has 10: ") &&
               strstr(dl_error_message(ctx), ", ...)"), "ten names: the first 8 listed (%s)", dl_error_message(ctx));
         dl_clear_error(ctx);
+        {   /* a 9-dim tensor beside: refused only where it is the one asked for; a __metadata__ key */
+            static const unsigned char d[12] = {0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64};
+            const char *p9 = tmp_path("d9.safetensors");
+            dl_module *l1 = dl_nn_linear(ctx, 1, 1, false);
+            write_st(p9, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                     "\"d9\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[4,12]},"
+                     "\"__metadata__\":{\"k\":\"v\"}}", d, 12, 0, 0);
+            n = dl_load_tensor(ctx, p9, "a");
+            CHECK(n && n->numel == 1 && th_f(n, 0) == 1.0f, "'a' beside a 9-dim tensor: %s", dl_error_message(ctx));
+            dl_free(n);
+            CHECK(dl_load_tensor(ctx, p9, "d9") == NULL, "the 9-dim one");
+            EXPECT_ERR(ctx, DL_ERR_FORMAT, "tensor 'd9' has 9 dims; dl.h's tensors have at most DL_MAX_DIMS=");
+            CHECK(dl_load_tensor(ctx, p9, "k") == NULL, "a metadata key");
+            EXPECT_ERR(ctx, DL_ERR_FORMAT, "has no tensor 'k' (it has 2: 'a', 'd9'); it is a __metadata__ key: "
+                       "dl_checkpoint_meta reads it");
+            write_st(p9, "{\"weight\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
+                     d, 4, 0, 0);
+            CHECK(dl_load(p9, l1, NULL) == DL_ERR_FORMAT, "a 9-dim weight into Linear(1,1)");
+            EXPECT_ERR(ctx, DL_ERR_FORMAT, "'weight' has shape (1,1,1,1,1,1,1,1,... 9 dims) in the file but (1,1)");
+            remove(p9);
+        }
+        {   /* a key longer than a tensor's name: cut before a UTF-8 character, not inside it */
+            char nm[40];
+            memset(nm, 'a', 30);
+            nm[30] = (char)0xC3; nm[31] = (char)0xA9; nm[32] = 'b'; nm[33] = 0;
+            n = dl_set_name(dl_zeros(ctx, DL_SHAPE(1)), nm);
+            CHECK(n && strlen(n->name) == 30 && n->name[29] == 'a', "a name cut at 30 bytes (%zu)",
+                  n ? strlen(n->name) : (size_t)0);
+        }
         CHECK(dl_load_tensor(ctx, tmp_path("does_not_exist.safetensors"), "w") == NULL, "missing file");
         EXPECT_ERR(ctx, DL_ERR_IO, "dl_load_tensor: cannot open");
         CHECK(dl_load_tensor(ctx, tw, NULL) == NULL, "NULL name");
@@ -976,25 +1024,6 @@ static void test_no_affine(void)
     dl_capture_free(cap);
     dl_clear_error(ctx);
     dl_ctx_free(ctx);
-}
-
-/* write [u64 hlen][header][data] (hlen_override when nonzero) */
-static void write_st(const char *path, const char *header, const unsigned char *data, size_t dlen,
-                     uint64_t hlen_override, size_t cut)
-{
-    FILE *f = fopen(path, "wb");
-    unsigned char len8[8];
-    uint64_t h = hlen_override ? hlen_override : (uint64_t)strlen(header);
-    int i;
-    unsigned char *all;
-    size_t n = 8 + strlen(header) + dlen;
-    all = (unsigned char *)malloc(n);
-    for (i = 0; i < 8; i++) len8[i] = (unsigned char)(h >> (8 * i));
-    memcpy(all, len8, 8);
-    memcpy(all + 8, header, strlen(header));
-    if (dlen) memcpy(all + 8 + strlen(header), data, dlen);
-    if (f) { fwrite(all, 1, n - cut, f); fclose(f); }
-    free(all);
 }
 
 typedef struct bad_case { const char *name, *header; size_t dlen; uint64_t hlen; size_t cut; const char *msg; } bad_case;
