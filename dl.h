@@ -1072,7 +1072,12 @@ typedef struct dl_backward_desc {
                                (torch.autograd.grad) */
 } dl_backward_desc;
 
-DL_API dl_tensor *dl_requires_grad(dl_tensor *t, bool on);  /* leaves (an output that requires grad: on is a no-op); returns t */
+/* x.requires_grad_(on) on a leaf (on an output that requires grad: on is a
+   no-op); returns t. Off on a module's parameter freezes it, as PyTorch's
+   (a GAN's discriminator during the generator's step): no gradient reaches
+   it, and an optimizer's step leaves it alone while its gradient is none
+   (weight decay and momentum included, as torch's). */
+DL_API dl_tensor *dl_requires_grad(dl_tensor *t, bool on);
 DL_API dl_result dl_backward(dl_tensor *loss);
 DL_API dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *desc);
 /* torch.autograd.grad: d out / d inputs[i] into grads[i] (NULL where out does not
@@ -4006,21 +4011,15 @@ static DL__HD inline float dl__expf(float x)
     return p * s1 * s2;
 }
 
-/* 1/(1+exp(-x)) for x >= 0, exp(x)/(1+exp(x)) below (no overflow): one
-   exp, of -|x|, and one division, so that a vector loop computes no branch
-   it throws away */
-static DL__HD inline float dl__sigmoidf(float x)
-{
-    float e = dl__expf(-fabsf(x));
-    return (x >= 0 ? 1.0f : e) / (1.0f + e);
-}
+/* 1/(1+exp(-x)), PyTorch's form on the CPU and on CUDA: one exp and one
+   division, no branch. Below x = -88.72 exp(-x) overflows and the result
+   is 0 where exp(x)/(1+exp(x)) would give a subnormal: torch's 0, which
+   BCE then clamps to log 0 = -100 as torch does (the stable form's
+   log(1e-40) = -92 made such a loss differ by 8 per element). */
+static DL__HD inline float dl__sigmoidf(float x) { return 1.0f / (1.0f + dl__expf(-x)); }
 
-/* x sigmoid(x) as x/(1+exp(-x)) and x exp(x)/(1+exp(x)), the same way */
-static DL__HD inline float dl__siluf(float x)
-{
-    float e = dl__expf(-fabsf(x));
-    return (x >= 0 ? x : x * e) / (1.0f + e);
-}
+/* x sigmoid(x) as x/(1+exp(-x)), the same way (-0 below -88.72, as torch) */
+static DL__HD inline float dl__siluf(float x) { return x / (1.0f + dl__expf(-x)); }
 
 /* softplus(-x) = -log_sigmoid(x) = max(-x, 0) + log1p(exp(-|x|)), finite
    where it can be (0 at x = +inf), and bce_with_logits' loss in PyTorch's

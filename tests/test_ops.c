@@ -51,6 +51,22 @@ static void test_values(void)
         dl_tensor *s = dl_sigmoid(dl_from_array(ctx, DL_SHAPE(2), big));
         CHECK(at(s, 0) == 0 && at(s, 1) == 1, "sigmoid saturates without NaN");
     }
+    {   /* below -88.72, torch's 1/(1 + exp(-x)): exactly 0 (SiLU -0), not a
+           subnormal, so BCE of it clamps log 0 to -100 as torch's (40 here) */
+        float deep[4] = {-88.8f, -90.0f, -100.0f, -103.0f}, y04 = 0.4f;
+        dl_tensor *x = dl_from_array(ctx, DL_SHAPE(4), deep), *s = dl_sigmoid(x), *l = dl_silu(x), *bce;
+        dl_loss_desc ld;
+        int k, ok = 1;
+        for (k = 0; k < 4; k++) ok &= at(s, k) == 0.0f && at(l, k) == 0.0f && signbit(at(l, k));
+        CHECK(ok, "sigmoid 0 and silu -0 below -88.72 (torch's): %g %g", (double)at(s, 1), (double)at(l, 1));
+        memset(&ld, 0, sizeof ld);
+        ld.reduction = DL_REDUCTION_SUM;
+        bce = dl_binary_cross_entropy(dl_sigmoid(dl_full(ctx, DL_SHAPE(1), -100.0f)),
+                                      dl_full(ctx, DL_SHAPE(1), y04), &ld);
+        CHECK(bce && dl_item(bce) == 40.0f, "BCE(sigmoid(-100), 0.4) = 40 as torch's: %.9g", bce ? (double)dl_item(bce) : -1.0);
+        CHECK(fabsf(at(dl_sigmoid(dl_full(ctx, DL_SHAPE(1), -88.7f)), 0) - 3.00663579e-39f) <= 1e-44f,
+              "sigmoid(-88.7) subnormal, torch's 3.00663579e-39");
+    }
     /* reductions */
     y = dl_sum(a, DL_DIMS(0), false);
     CHECK(shape_is(y, 1, 3, 0, 0) && at(y, 0) == -3 && at(y, 2) == -3, "sum dim 0");
