@@ -446,6 +446,9 @@
        dl_linear                  F.linear(x, w, b): x w^T + b
        dl_softmax                 torch.softmax(x, dim)
        dl_log_softmax             torch.log_softmax(x, dim)
+     ops: embedding
+       DL_NO_PADDING              padding_idx=None
+       dl_embedding               F.embedding(idx, weight, padding_idx)
      autograd
        dl_backward_desc           backward options: grad (seed), retain_graph, create_graph
        dl_requires_grad           x.requires_grad_(on)
@@ -555,6 +558,8 @@
        dl_nn_leaky_relu           nn.LeakyReLU(negative_slope)
        dl_nn_flatten              nn.Flatten
        dl_nn_unflatten            nn.Unflatten(dim, unflattened_size)
+       dl_nn_embedding            nn.Embedding(num_embeddings, embedding_dim)
+       dl_nn_embedding_padding    nn.Embedding(..., padding_idx=)
        dl_init_uniform            nn.init.uniform_
        dl_init_normal             nn.init.normal_
        dl_init_constant           nn.init.constant_
@@ -1057,6 +1062,21 @@ DL_API dl_tensor *dl_linear(dl_tensor *x, dl_tensor *w, dl_tensor *b);
 DL_API dl_tensor *dl_softmax(dl_tensor *t, int dim);
 DL_API dl_tensor *dl_log_softmax(dl_tensor *t, int dim);
 
+/* --- ops: embedding */
+#define DL_NO_PADDING INT64_MIN   /* dl_embedding's padding_idx=None */
+/* F.embedding(idx, weight, padding_idx): the rows of weight (V, D) at idx
+   (int64 or int32, any shape up to 7 dims, values in [0, V); anything
+   else is an error naming the flat index and the value) -> idx's shape +
+   (D). weight's gradient adds the output gradient's rows into the rows
+   they were read from, in idx's order (PyTorch's CPU order; the same bits
+   on every device, a GPU included); the row padding_idx gets no gradient
+   (a negative padding_idx counts from the end, as PyTorch's; DL_NO_PADDING:
+   none). Twice differentiable. Not here: max_norm, scale_grad_by_freq,
+   sparse gradients. Inside a capture on a GPU an index out of range is
+   not checked (a graph cannot stop: PyTorch's device assert) and reads a
+   row of zeros; replays on CPU devices keep the check. */
+DL_API dl_tensor *dl_embedding(dl_tensor *idx, dl_tensor *weight, int64_t padding_idx);
+
 /* --- autograd */
 typedef struct dl_backward_desc {
     dl_tensor *grad;        /* seed gradient (NULL: ones; output must be one element) */
@@ -1518,6 +1538,15 @@ DL_API dl_module *dl_nn_silu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope);   /* finite; 0.01 in torch */
 DL_API dl_module *dl_nn_flatten(dl_ctx *ctx);        /* flatten(1,-1) */
 DL_API dl_module *dl_nn_unflatten(dl_ctx *ctx, int dim, dl_shape sizes);   /* dl_unflatten(x, dim, sizes) */
+/* nn.Embedding(num_embeddings, embedding_dim): parameter "weight" (num, dim),
+   N(0, 1) as PyTorch's; forward dl_embedding(x, weight, padding_idx) with
+   x the int64/int32 indices. Both sizes must be positive. */
+DL_API dl_module *dl_nn_embedding(dl_ctx *ctx, int64_t num_embeddings, int64_t embedding_dim);
+/* nn.Embedding(..., padding_idx=p): zeroes weight's row p (in [-num, num),
+   a negative one from the end) and keeps that row's gradient 0 from then
+   on; DL_NO_PADDING: none again. DL_ERR_ARG for another kind of module or
+   p out of range, DL_ERR_UNSUPPORTED in a capture. */
+DL_API dl_result dl_nn_embedding_padding(dl_module *m, int64_t padding_idx);
 
 /* init helpers, in place on a float32 CPU tensor, from the context RNG (as
    torch.nn.init). fan_in = shape[1]*prod(shape[2:]), fan_out = shape[0]*prod(shape[2:]);
@@ -4552,6 +4581,17 @@ struct dl__backend {
        Linear's bias add in batch norm's launch (dl__seq_fwd) */
     void (*bn_stats_add)(dl__dev *d, float *mean, float *invstd, float *var, float *z, const float *x,
                          const float *xb, int64_t N, int64_t C, float eps, const dl__bn_running *rs);
+    /* embedding. embed: y (n, D) = the rows of w (V, D) at idx (n of them,
+       int64 if i64 else int32), a row of zeros where idx == zrow (-1: none);
+       returns -1, or as class_mask the first i whose idx is outside [0, V)
+       (its value in *bad; inside a capture: no check, the row zeros).
+       embed_bwd: dw (V, D) = 0, then dw[idx[i]] += g[i] (rows of D) for i
+       ascending, skipping idx == pad and idx outside [0, V); scratch: n + 2V
+       int64s the backend may use (the CPU does not) */
+    int64_t (*embed)(dl__dev *d, float *y, const float *w, const void *idx, bool i64, int64_t n, int64_t V,
+                     int64_t D, int64_t zrow, int64_t *bad);
+    void (*embed_bwd)(dl__dev *d, float *dw, const float *g, const void *idx, bool i64, int64_t n, int64_t V,
+                      int64_t D, int64_t pad, int64_t *scratch);
 };
 
 /* the backend of a tensor's device */
@@ -9224,6 +9264,72 @@ static void dl__cpu_gather(dl__dev *d, float *y, const float *x, const int64_t *
     dl__parallel_for(d->ctx->pool, planes, (1 << 14) / (Lout + 1) + 1, dl__scat_task, &u);
 }
 
+/* embedding rows (dl__backend.embed, embed_bwd) */
+typedef struct dl__emb_args {
+    float *y; const float *w; const void *idx; bool i64; int64_t n, V, D, zrow;
+} dl__emb_args;
+
+static int64_t dl__emb_at(const void *idx, bool i64, int64_t i)
+{
+    return i64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
+}
+
+static void dl__emb_task(void *arg, int64_t lo, int64_t hi)   /* rows [lo, hi) of y */
+{
+    const dl__emb_args *u = (const dl__emb_args *)arg;
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        int64_t t = dl__emb_at(u->idx, u->i64, i);
+        float *y = u->y + i * u->D;
+        if (t < 0 || t >= u->V || t == u->zrow) memset(y, 0, sizeof(float) * (size_t)u->D);
+        else memcpy(y, u->w + t * u->D, sizeof(float) * (size_t)u->D);
+    }
+}
+
+static int64_t dl__cpu_embed(dl__dev *d, float *y, const float *w, const void *idx, bool i64, int64_t n,
+                             int64_t V, int64_t D, int64_t zrow, int64_t *bad)
+{
+    dl__emb_args u;
+    int64_t i;
+    u.y = (float *)DL__RAW0(d, y);
+    u.w = (const float *)DL__RAW0(d, w);
+    u.idx = DL__RAW0(d, idx);
+    u.i64 = i64; u.n = n; u.V = V; u.D = D; u.zrow = zrow;
+    for (i = 0; i < n; i++) {
+        int64_t t = dl__emb_at(u.idx, i64, i);
+        if (t < 0 || t >= V) { *bad = t; return i; }
+    }
+    if (D > 0) dl__parallel_for(d->ctx->pool, n, (1 << 14) / (D + 1) + 1, dl__emb_task, &u);
+    return -1;
+}
+
+/* columns [lo, hi) of dw: zeroed, then each row of g added in idx's order */
+static void dl__embb_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__emb_args *u = (const dl__emb_args *)arg;
+    float *dw = u->y;
+    const float *g = u->w;
+    int64_t i, c, t;
+    for (t = 0; t < u->V; t++) memset(dw + t * u->D + lo, 0, sizeof(float) * (size_t)(hi - lo));
+    for (i = 0; i < u->n; i++) {
+        t = dl__emb_at(u->idx, u->i64, i);
+        if (t < 0 || t >= u->V || t == u->zrow) continue;
+        for (c = lo; c < hi; c++) dw[t * u->D + c] += g[i * u->D + c];
+    }
+}
+
+static void dl__cpu_embed_bwd(dl__dev *d, float *dw, const float *g, const void *idx, bool i64, int64_t n,
+                              int64_t V, int64_t D, int64_t pad, int64_t *scratch)
+{
+    dl__emb_args u;
+    (void)scratch;
+    u.y = (float *)DL__RAW0(d, dw);
+    u.w = (const float *)DL__RAW0(d, g);
+    u.idx = DL__RAW0(d, idx);
+    u.i64 = i64; u.n = n; u.V = V; u.D = D; u.zrow = pad;
+    if (V > 0 && D > 0) dl__parallel_for(d->ctx->pool, D, (1 << 14) / (n + V + 1) + 1, dl__embb_task, &u);
+}
+
 /* a loader's batch, a sample per task (dl__batch_px: the CUDA kernel's math) */
 typedef struct dl__lb_args {
     float *x; int64_t *y; const uint8_t *data; const int64_t *labels, *plan; const dl__batchgeom *g;
@@ -10008,7 +10114,8 @@ static const dl__backend dl__cpu_backend = {
     NULL, NULL,               /* bn_pool*: the CPU pools before its ReLU (dl__seq_fwd) */
     NULL,                     /* bn_eval: three calls (C values) */
     NULL,                     /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
-    NULL                      /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
+    NULL,                     /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
+    dl__cpu_embed, dl__cpu_embed_bwd
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -10126,7 +10233,7 @@ enum {
     DL__RK_BIAS_ADD, DL__RK_MAX_POOL, DL__RK_UNPOOL, DL__RK_GATHER, DL__RK_AVG_POOL, DL__RK_AVG_POOL_ADJ,
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
-    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64
+    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -10685,6 +10792,24 @@ static int64_t dl__rw_class_mask(dl__dev *d, float *onehot, float *valid, const 
     }
     return DL__CPU.class_mask(d, onehot, valid, target, i64, outer, C, inner, ignore_index, bad);
 }
+static int64_t dl__rw_embed(dl__dev *d, float *y, const float *w, const void *idx, bool i64, int64_t n,
+                            int64_t V, int64_t D, int64_t zrow, int64_t *bad)
+{
+    DL__REC(d, DL__RK_EMBED) {
+        r->p[0] = y; r->p[1] = (void *)w; r->p[2] = (void *)idx; r->b[0] = i64;
+        r->n[0] = n; r->n[1] = V; r->n[2] = D; r->n[3] = zrow;
+    }
+    return DL__CPU.embed(d, y, w, idx, i64, n, V, D, zrow, bad);
+}
+static void dl__rw_embed_bwd(dl__dev *d, float *dw, const float *g, const void *idx, bool i64, int64_t n,
+                             int64_t V, int64_t D, int64_t pad, int64_t *scratch)
+{
+    DL__REC(d, DL__RK_EMBED_BWD) {
+        r->p[0] = dw; r->p[1] = (void *)g; r->p[2] = (void *)idx; r->p[3] = scratch; r->b[0] = i64;
+        r->n[0] = n; r->n[1] = V; r->n[2] = D; r->n[3] = pad;
+    }
+    DL__CPU.embed_bwd(d, dw, g, idx, i64, n, V, D, pad, scratch);
+}
 static void dl__rw_dropout_mask(dl__dev *d, float *mask, int64_t n, float p, float scale, uint64_t seed,
                                 uint64_t offset)
 {
@@ -10915,7 +11040,8 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL,
     NULL,
     NULL,
-    NULL
+    NULL,
+    dl__rw_embed, dl__rw_embed_bwd
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -10967,6 +11093,21 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
         }
         break;
     }
+    case DL__RK_EMBED: {
+        int64_t bad = 0, at = DL__CPU.embed(d, (float *)p[0], (const float *)p[1], p[2], r->b[0], n[0], n[1],
+                                            n[2], n[3], &bad);
+        if (at >= 0) {
+            dl__err(c->ctx, DL_ERR_ARG, "dl_replay: an embedding index holds %lld at flat index %lld: "
+                    "indices must be in [0, %lld) (num_embeddings; the op's check, which replays on CPU "
+                    "devices keep)", (long long)bad, (long long)at, (long long)n[1]);
+            return false;
+        }
+        break;
+    }
+    case DL__RK_EMBED_BWD:
+        DL__CPU.embed_bwd(d, (float *)p[0], (const float *)p[1], p[2], r->b[0], n[0], n[1], n[2], n[3],
+                          (int64_t *)p[3]);
+        break;
     case DL__RK_DROPOUT: DL__CPU.dropout_mask(d, (float *)p[0], n[0], r->f[0], r->f[1], seed, off); break;
     case DL__RK_BCE: DL__CPU.bce_logits(d, (float *)p[0], (const float *)p[1], (const float *)p[2], n[0]); break;
     case DL__RK_IM2COL: DL__CPU.im2col(d, (float *)p[0], (const float *)p[1], n[0], (const dl__cgeom *)a); break;
@@ -14473,6 +14614,118 @@ static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_t
 dl_tensor *dl_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_softmax", &dl__op_softmax, false, t, dim); }
 dl_tensor *dl_log_softmax(dl_tensor *t, int dim) { return dl__softmax("dl_log_softmax", &dl__op_log_softmax, true, t, dim); }
 
+/* --- embedding: y = w[idx] (rows);  dw = the rows of g added at idx
+   (dl_embedding_backward);  its backward: gg's rows at idx again, zeros at
+   the padding row (PyTorch's embedding_dense_double_backward) */
+static dl_tensor *dl__embed_rows(const char *op, dl_tensor *w, dl_tensor *idx, int64_t zrow, int64_t pad);
+static bool dl__same_dev(const char *op, const char *an, const dl_tensor *a, const char *bn, const dl_tensor *b);
+static dl_tensor *dl__embed_scatter(dl_tensor *g, dl_tensor *idx, int64_t V, int64_t pad);
+
+static dl_result dl__embed_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__need(n, 0)) return DL_OK;
+    gin[0] = dl__embed_scatter(g, n->in[1], n->in[0]->shape[0], n->i[0]);
+    return gin[0] ? DL_OK : g->ctx_->err;
+}
+static dl_result dl__embed_scatter_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__need(n, 0)) return DL_OK;
+    gin[0] = dl__embed_rows("dl_embedding_backward", g, n->in[1], n->i[0], n->i[0]);
+    return gin[0] ? DL_OK : g->ctx_->err;
+}
+/* reads: the indices (input 1) */
+static const dl__op dl__op_embed = {"dl_embedding", dl__embed_bwd, 2, 0};
+static const dl__op dl__op_embed_scatter = {"dl_embedding_backward", dl__embed_scatter_bwd, 2, 0};
+
+/* w (V, D)'s rows at idx -> idx's shape + (D), zeros where idx == zrow;
+   recorded with pad (the row whose gradient stays 0; -1: none) */
+static dl_tensor *dl__embed_rows(const char *op, dl_tensor *w, dl_tensor *idx, int64_t zrow, int64_t pad)
+{
+    int64_t sh[DL_MAX_DIMS], bad_i, bad_v = 0, V = w->shape[0];
+    dl_tensor *y, *in[2];
+    dl__node *n;
+    memcpy(sh, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
+    sh[idx->ndim] = w->shape[1];
+    y = dl__new(w->dev_, op, idx->ndim + 1, sh);
+    if (!y) return NULL;
+    bad_i = idx->numel ? DL__BE(w)->embed(w->dev_, (float *)y->data, (const float *)w->data, idx->data,
+                                          idx->dtype == DL_DTYPE_I64, idx->numel, V, w->shape[1], zrow, &bad_v)
+                       : -1;
+    if (bad_i >= 0) {
+        dl__err(w->ctx_, DL_ERR_ARG, "%s: idx %s holds %lld at flat index %lld: indices must be in "
+                "[0, %lld) (num_embeddings, dim 0 of weight %s)", op, dl__sh(idx), (long long)bad_v,
+                (long long)bad_i, (long long)V, dl__sh(w));
+        return NULL;
+    }
+    in[0] = w;
+    in[1] = idx;
+    if (dl__record(y, &dl__op_embed, 2, in, &n) < 0) return NULL;
+    if (n) { n->i[0] = pad; n->ni = 1; }
+    return dl__done(y, op);
+}
+
+/* g (idx's shape + (D)) added into a (V, D) at idx, in idx's order */
+static dl_tensor *dl__embed_scatter(dl_tensor *g, dl_tensor *idx, int64_t V, int64_t pad)
+{
+    const char *op = "dl_embedding_backward";
+    int64_t sh[2], D = g->shape[g->ndim - 1];
+    dl_tensor *dw, *scratch, *in[2];
+    dl__node *n;
+    sh[0] = V;
+    sh[1] = D;
+    dw = dl__new(g->dev_, op, 2, sh);
+    sh[0] = idx->numel + 2 * V;
+    scratch = dl__make(g->dev_, op, DL_DTYPE_I64, 1, sh, false, NULL);
+    if (!dw || !scratch) return NULL;
+    if (dw->numel)
+        DL__BE(g)->embed_bwd(g->dev_, (float *)dw->data, (const float *)g->data, idx->data,
+                             idx->dtype == DL_DTYPE_I64, idx->numel, V, D, pad, (int64_t *)scratch->data);
+    in[0] = g;
+    in[1] = idx;
+    if (dl__record(dw, &dl__op_embed_scatter, 2, in, &n) < 0) return NULL;
+    if (n) { n->i[0] = pad; n->ni = 1; }
+    return dl__done(dw, op);
+}
+
+dl_tensor *dl_embedding(dl_tensor *idx, dl_tensor *weight, int64_t padding_idx)
+{
+    const char *op = "dl_embedding";
+    dl_ctx *ctx;
+    int64_t V;
+    if (!idx || !weight) return NULL;
+    if (!dl__live(op, "idx", idx) || !dl__live(op, "weight", weight)) return NULL;
+    ctx = weight->ctx_;
+    if (!dl__same_dev(op, "idx", idx, "weight", weight) || !dl__f32(op, "weight", weight)) return NULL;
+    if (idx->dtype != DL_DTYPE_I64 && idx->dtype != DL_DTYPE_I32) {
+        dl__err(ctx, DL_ERR_DTYPE, "%s: idx %s has dtype %s; indices must be int64 or int32", op,
+                dl__sh(idx), dl__dtype_str(idx->dtype));
+        return NULL;
+    }
+    if (weight->ndim != 2) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: weight %s must be 2-D (num_embeddings, embedding_dim)", op,
+                dl__sh(weight));
+        return NULL;
+    }
+    if (idx->ndim >= DL_MAX_DIMS) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: idx %s has %d dims; the result adds one and tensors have at "
+                "most %d", op, dl__sh(idx), idx->ndim, DL_MAX_DIMS);
+        return NULL;
+    }
+    V = weight->shape[0];
+    if (padding_idx != DL_NO_PADDING) {
+        if (padding_idx < -V || padding_idx >= V) {
+            dl__err(ctx, DL_ERR_ARG, "%s: padding_idx=%lld must be in [-%lld, %lld) (num_embeddings, dim 0 "
+                    "of weight %s), or DL_NO_PADDING", op, (long long)padding_idx, (long long)V,
+                    (long long)V, dl__sh(weight));
+            return NULL;
+        }
+        if (padding_idx < 0) padding_idx += V;
+    } else {
+        padding_idx = -1;
+    }
+    return dl__embed_rows(op, weight, idx, -1, padding_idx);
+}
+
 // >>section ops: normalization, dropout, losses
 /* Everything here but binary_cross_entropy_with_logits is a composite of
    differentiable dl.h ops, so gradients (and gradients of gradients) come
@@ -17857,6 +18110,54 @@ dl_result dl_nn_layer_norm_eps(dl_module *m, float eps)
         return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
     if (!dl__eps_ok(m->ctx, "dl_nn_layer_norm_eps", eps)) return DL_ERR_ARG;
     ((dl__lnm *)dl_module_state(m))->eps = eps;
+    return DL_OK;
+}
+
+typedef struct dl__embm { dl_tensor *w; int64_t pad; } dl__embm;
+static dl_tensor *dl__embm_fwd(dl_module *m, dl_tensor *x)
+{
+    const dl__embm *s = (const dl__embm *)dl_module_state(m);
+    return dl_embedding(x, s->w, s->pad);
+}
+dl_module *dl_nn_embedding(dl_ctx *ctx, int64_t num_embeddings, int64_t embedding_dim)
+{
+    dl_module *m;
+    dl__embm *s;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_embedding: ctx is NULL"); return NULL; }
+    if (num_embeddings <= 0 || embedding_dim <= 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_embedding: num_embeddings=%lld and embedding_dim=%lld must be "
+                "positive", (long long)num_embeddings, (long long)embedding_dim);
+        return NULL;
+    }
+    m = dl_module_new(ctx, "Embedding", dl__embm_fwd, sizeof(dl__embm));
+    if (!m) return NULL;
+    s = (dl__embm *)dl_module_state(m);
+    s->pad = DL_NO_PADDING;
+    s->w = dl_module_param(m, "weight", dl_empty(ctx, DL_SHAPE(num_embeddings, embedding_dim)));
+    if (!s->w) return NULL;
+    dl_init_normal(s->w, 0.0f, 1.0f);
+    return m;
+}
+dl_result dl_nn_embedding_padding(dl_module *m, int64_t padding_idx)
+{
+    const char *op = "dl_nn_embedding_padding";
+    dl__embm *s;
+    int64_t V;
+    if (!dl__mod_setting_ok(m, op, dl__embm_fwd, "dl_nn_embedding"))
+        return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
+    s = (dl__embm *)dl_module_state(m);
+    V = s->w->shape[0];
+    if (padding_idx == DL_NO_PADDING) { s->pad = DL_NO_PADDING; return DL_OK; }
+    if (padding_idx < -V || padding_idx >= V) {
+        dl__err(m->ctx, DL_ERR_ARG, "%s: padding_idx=%lld must be in [-%lld, %lld) (num_embeddings), or "
+                "DL_NO_PADDING", op, (long long)padding_idx, (long long)V, (long long)V);
+        return DL_ERR_ARG;
+    }
+    if (padding_idx < 0) padding_idx += V;
+    if (!dl__valid(op, "weight", s->w)) return m->ctx->err;   /* (a weight freed by the user) */
+    DL__BE(s->w)->fill(s->w->dev_, (float *)s->w->data + padding_idx * s->w->shape[1], s->w->shape[1], 0.0f);
+    dl__bump_version(s->w);
+    s->pad = padding_idx;
     return DL_OK;
 }
 

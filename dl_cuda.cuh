@@ -4255,6 +4255,93 @@ static void dl__cu_gather(dl__dev *d, float *y, const float *x, const int64_t *i
     dl__cu_run<int64_t>(d, "gather", planes * Lout, f);
 }
 
+/* ---- embedding (dl__backend.embed, embed_bwd) ----
+   Forward: a thread per element of y (per index where D is 0), the first
+   bad index by atomicMin as class_mask's. Backward in idx's order without
+   atomics on floats: a thread per row v of dw finds where its indices lie
+   (off[v]: the valid indices below v, cnt[v]: those equal to v) and lists
+   their positions in ascending order (perm, a stable counting sort; each
+   thread reads all of idx: V n compares, a broadcast per warp); then a
+   thread per element of dw adds its rows of g in that order from 0, as the
+   CPU's loop (the same bits). */
+struct dl__cuf_embed {
+    float *y; const float *w; const int64_t *t64; const int32_t *t32; int64_t V, D, zrow;
+    unsigned long long *res;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t Dk = D > 0 ? D : 1, i = e / Dk, c = e - i * Dk, t = t64 ? t64[i] : (int64_t)t32[i];
+        bool ok = t >= 0 && t < V;
+        if (!ok && res && c == 0) dl__cu_min_index(res, i);
+        if (D > 0) y[e] = ok && t != zrow ? w[t * D + c] : 0.0f;
+    }
+};
+
+static int64_t dl__cu_embed(dl__dev *d, float *y, const float *w, const void *idx, bool i64, int64_t n, int64_t V,
+                            int64_t D, int64_t zrow, int64_t *bad)
+{
+    dl__cuimpl *m = dl__cu_enter(d);
+    dl__cuf_embed f;
+    if (n <= 0) return -1;
+    f.y = DL__CUP(d, y); f.w = DL__CUP(d, w);
+    f.t64 = i64 ? (const int64_t *)DL__CUP(d, idx) : NULL;
+    f.t32 = i64 ? NULL : (const int32_t *)DL__CUP(d, idx);
+    f.V = V; f.D = D; f.zrow = zrow;
+    /* inside a capture no check (as class_mask): a bad index reads zeros */
+    if (!m->cap) dl__cu_memset(d, m->dres, 0xff, sizeof(unsigned long long));
+    f.res = m->cap ? NULL : (unsigned long long *)m->dres;
+    dl__cu_run<int64_t>(d, "embed", n * (D > 0 ? D : 1), f);
+    if (m->cap) return -1;
+    return dl__cu_bad_target(d, f.t64, f.t32, bad, "embed");
+}
+
+struct dl__cuf_embb_list {
+    const int64_t *t64; const int32_t *t32; int64_t n, V, pad; int64_t *perm, *off, *cnt;
+    DL__HD void operator()(int64_t v) const
+    {
+        int64_t i, below = 0, c = 0, k = 0;
+        for (i = 0; i < n; i++) {
+            int64_t t = t64 ? t64[i] : (int64_t)t32[i];
+            if (t < 0 || t >= V || t == pad) continue;
+            below += t < v;
+            c += t == v;
+        }
+        off[v] = below;
+        cnt[v] = c;
+        for (i = 0; k < c && i < n; i++) {
+            int64_t t = t64 ? t64[i] : (int64_t)t32[i];
+            if (t == v) perm[below + k++] = i;
+        }
+    }
+};
+
+struct dl__cuf_embb_sum {
+    float *dw; const float *g; const int64_t *perm, *off, *cnt; int64_t D;
+    DL__HD void operator()(int64_t e) const
+    {
+        int64_t v = e / D, c = e - v * D, k, o = off[v], nk = cnt[v];
+        float s = 0.0f;
+        for (k = 0; k < nk; k++) s = dl__cu_fadd(s, g[perm[o + k] * D + c]);
+        dw[e] = s;
+    }
+};
+
+static void dl__cu_embed_bwd(dl__dev *d, float *dw, const float *g, const void *idx, bool i64, int64_t n,
+                             int64_t V, int64_t D, int64_t pad, int64_t *scratch)
+{
+    dl__cuf_embb_list fl;
+    dl__cuf_embb_sum fs;
+    dl__cu_enter(d);
+    if (V <= 0 || D <= 0) return;
+    scratch = DL__CUP(d, scratch);
+    fl.t64 = i64 ? (const int64_t *)DL__CUP(d, idx) : NULL;
+    fl.t32 = i64 ? NULL : (const int32_t *)DL__CUP(d, idx);
+    fl.n = n; fl.V = V; fl.pad = pad;
+    fl.perm = scratch; fl.off = scratch + n; fl.cnt = scratch + n + V;
+    dl__cu_run<int64_t>(d, "embed_bwd_list", V, fl);
+    fs.dw = DL__CUP(d, dw); fs.g = DL__CUP(d, g); fs.perm = fl.perm; fs.off = fl.off; fs.cnt = fl.cnt; fs.D = D;
+    dl__cu_run<int64_t>(d, "embed_bwd_sum", V * D, fs);
+}
+
 /* a loader's batch from the dataset kept on the device as bytes: one
    thread per output pixel, dl__batch_px (the CPU's math, in double where a
    contraction could change it); the thread of a sample's pixel 0 copies its
@@ -5966,7 +6053,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_bn_pool, dl__cu_bn_pool_bwd,
     dl__cu_bn_eval,
     dl__cu_colsum_fused,
-    dl__cu_bn_stats_add
+    dl__cu_bn_stats_add,
+    dl__cu_embed, dl__cu_embed_bwd
 };
 
 static int dl__cuda_count(void)

@@ -533,6 +533,14 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
     if (!strcmp(op, "transpose")) { G_NEED(1, 2); return dl_transpose(x, g_pi(p, 0), g_pi(p, 1)); }
     if (!strcmp(op, "narrow")) { G_NEED(1, 3); return dl_narrow(x, g_pi(p, 0), (int64_t)p->v[1], (int64_t)p->v[2]); }
     if (!strcmp(op, "cat")) { G_NEED(1, 1); return dl_cat(n, in, g_pi(p, 0)); }
+    if (!strcmp(op, "embedding")) {   /* inputs weight, target (indices)[, x]; params [has pad, pad, then
+                                           1: squared, 2: times x] */
+        dl_tensor *e;
+        G_NEED(2, 3);
+        e = dl_embedding(y, x, g_pi(p, 0) ? (int64_t)g_pi(p, 1) : DL_NO_PADDING);
+        if (g_pi(p, 2) == 2) { G_NEED(3, 3); return dl_mul(e, in[2]); }
+        return g_pi(p, 2) ? dl_mul(e, e) : e;
+    }
     if (!strcmp(op, "stack")) { G_NEED(1, 1); return dl_stack(n, in, g_pi(p, 0)); }
     if (!strcmp(op, "expand")) { G_NEED(1, 1); return dl_expand(x, g_param_shape(p, 0)); }
     if (!strcmp(op, "sum_to")) { G_NEED(1, 1); return dl_sum_to(x, g_param_shape(p, 0)); }

@@ -15,7 +15,7 @@ typedef struct opcase {
     opfn f;
     int nin;
     dl_shape shape[3];
-    int kind;            /* input values: 0 randn, 1 positive, 2 class targets (int64), 3 in (0,1) */
+    int kind;            /* input values: 0 randn, 1 positive, 2 class targets (int64 in [0, 5)), 3 in (0,1) */
     bool nograd;         /* forward only */
 } opcase;
 
@@ -70,6 +70,8 @@ static dl_tensor *o_adaptive(dl_tensor **i) { return dl_adaptive_avg_pool2d(i[0]
 static dl_tensor *o_bn(dl_tensor **i) { return dl_batch_norm(i[0], NULL, NULL, i[1], i[2], true, 0.1f, 1e-5f); }
 static dl_tensor *o_ln(dl_tensor **i) { return dl_layer_norm(i[0], DL_SHAPE(5), i[1], i[2], 1e-5f); }
 static dl_tensor *o_dropout(dl_tensor **i) { return dl_dropout(i[0], 0.3f, true); }
+static dl_tensor *o_emb(dl_tensor **i) { return dl_embedding(i[1], i[0], DL_NO_PADDING); }
+static dl_tensor *o_emb_pad(dl_tensor **i) { dl_tensor *y = dl_embedding(i[1], i[0], 2); return dl_mul(y, y); }
 static dl_tensor *o_ce(dl_tensor **i) { dl_loss_desc d; memset(&d, 0, sizeof d); d.label_smoothing = 0.1f; return dl_cross_entropy(i[0], i[1], &d); }
 static dl_tensor *o_nll(dl_tensor **i) { return dl_nll_loss(dl_log_softmax(i[0], 1), i[1], NULL); }
 static dl_tensor *o_mse(dl_tensor **i) { return dl_mse_loss(i[0], i[1], NULL); }
@@ -137,6 +139,8 @@ static const opcase g_ops[] = {
     {"dl_batch_norm", o_bn, 3, {S(4, 3, 5), S(3), S(3)}, 0, false},
     {"dl_layer_norm", o_ln, 3, {S(4, 5), S(5), S(5)}, 0, false},
     {"dl_dropout", o_dropout, 1, {S(4, 50)}, 0, false},
+    {"dl_embedding", o_emb, 2, {S(5, 3), S(4, 3)}, 2, false},
+    {"dl_embedding padding_idx", o_emb_pad, 2, {S(5, 4), S(2, 7)}, 2, false},
     {"dl_cross_entropy", o_ce, 2, {S(6, 5), S(6)}, 2, false},
     {"dl_nll_loss", o_nll, 2, {S(6, 5), S(6)}, 2, false},
     {"dl_mse_loss", o_mse, 2, {S(3, 4), S(3, 4)}, 0, false},

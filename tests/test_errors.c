@@ -713,6 +713,74 @@ static void result_strings(void)
     CHECK(dl_last_error(C) == DL_OK && strcmp(dl_error_message(C), "") == 0, "cleared: DL_OK and \"\"");
 }
 
+/* dl_embedding: every refusal names the op, the value and the rule */
+static void embedding_errors(void)
+{
+    int64_t iv[4] = {0, 3, 1, 2}, big[3] = {1, 4, 0}, neg[2] = {2, -1};
+    int32_t i32[3] = {0, 7, 1};
+    dl_tensor *w = T(4, 3), *idx = dl_from_int64(C, DL_SHAPE(4), iv);
+    dl_ctx_desc d;
+    dl_ctx *L;
+    BAD(dl_embedding(dl_from_int64(C, DL_SHAPE(3), big), w, DL_NO_PADDING), DL_ERR_ARG,
+        "dl_embedding: idx (3) holds 4 at flat index 1: indices must be in [0, 4) (num_embeddings, dim 0 of "
+        "weight (4,3))");
+    BAD(dl_embedding(dl_from_int64(C, DL_SHAPE(2), neg), w, DL_NO_PADDING), DL_ERR_ARG,
+        "idx (2) holds -1 at flat index 1");
+    BAD(dl_embedding(dl_from_int32(C, DL_SHAPE(3), i32), w, DL_NO_PADDING), DL_ERR_ARG,
+        "idx (3) holds 7 at flat index 1");
+    BAD(dl_embedding(T(2, 2), w, DL_NO_PADDING), DL_ERR_DTYPE,
+        "dl_embedding: idx (2,2) has dtype float32; indices must be int64 or int32");
+    BAD(dl_embedding(idx, dl_randn(C, DL_SHAPE(12)), DL_NO_PADDING), DL_ERR_SHAPE,
+        "dl_embedding: weight (12) must be 2-D (num_embeddings, embedding_dim)");
+    BAD(dl_embedding(idx, dl_from_int64(C, DL_SHAPE(2, 2), iv), DL_NO_PADDING), DL_ERR_DTYPE,
+        "dl_embedding: weight (2,2) has dtype int64; this op needs float32");
+    BAD(dl_embedding(dl_reshape(idx, DL_SHAPE(1, 1, 1, 1, 1, 1, 1, 4)), w, DL_NO_PADDING), DL_ERR_SHAPE,
+        "dl_embedding: idx (1,1,1,1,1,1,1,4) has 8 dims; the result adds one and tensors have at most 8");
+    BAD(dl_embedding(idx, w, 4), DL_ERR_ARG,
+        "dl_embedding: padding_idx=4 must be in [-4, 4) (num_embeddings, dim 0 of weight (4,3)), or DL_NO_PADDING");
+    BAD(dl_embedding(idx, w, -5), DL_ERR_ARG, "padding_idx=-5 must be in [-4, 4)");
+    NULLOP(dl_embedding(NULL, w, DL_NO_PADDING));
+    NULLOP(dl_embedding(idx, NULL, DL_NO_PADDING));
+    /* another context; another CPU device */
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.cpu_devices = 2;
+    L = dl_ctx_init(&d);
+    CHECK(L != NULL, "second context");
+    if (L) {
+        dl_tensor *wl, *i1;
+        CHECK(dl_set_device(L, dl_cpu()) == DL_OK, "cpu:0");   /* (make test also runs with DL_DEVICE=cpu:1) */
+        wl = dl_randn(L, DL_SHAPE(4, 3));
+        BAD(dl_embedding(idx, wl, DL_NO_PADDING), DL_ERR_ARG,
+            "dl_embedding: idx and weight belong to different contexts");
+        CHECK(dl_set_device(L, dl_cpu_device(1)) == DL_OK, "cpu:1: %s", dl_error_message(L));
+        i1 = dl_from_int64(L, DL_SHAPE(4), iv);
+        CHECK(dl_embedding(i1, wl, DL_NO_PADDING) == NULL, "idx on cpu:1, weight on cpu:0");
+        EXPECT_ERR(L, DL_ERR_DEVICE, "dl_embedding: idx (4) is on cpu:1 but weight (4,3) is on cpu:0; move one "
+                   "with dl_to()");
+        dl_ctx_free(L);
+    }
+    /* the modules */
+    CHECK(dl_nn_embedding(C, 0, 3) == NULL, "Embedding(0, 3) refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_embedding: num_embeddings=0 and embedding_dim=3 must be positive");
+    CHECK(dl_nn_embedding(C, 5, -1) == NULL, "Embedding(5, -1) refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "embedding_dim=-1 must be positive");
+    CHECK(dl_nn_embedding(NULL, 5, 3) == NULL, "Embedding(NULL ctx) refused");
+    {
+        dl_module *e = dl_nn_embedding(C, 5, 3), *lin = dl_nn_linear(C, 2, 2, true);
+        CHECK(e && lin, "modules: %s", dl_error_message(C));
+        CHECK(dl_nn_embedding_padding(e, 5) == DL_ERR_ARG, "padding_idx 5 of 5 refused");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_embedding_padding: padding_idx=5 must be in [-5, 5) (num_embeddings), "
+                   "or DL_NO_PADDING");
+        CHECK(dl_nn_embedding_padding(lin, 0) == DL_ERR_ARG, "padding on a Linear refused");
+        EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_embedding_padding: m (a \"Linear\" module) was not made by dl_nn_embedding");
+        CHECK(dl_nn_embedding_padding(NULL, 0) == DL_ERR_ARG, "padding on NULL refused");
+        BAD(dl_module_forward(e, T(2, 2)), DL_ERR_DTYPE, "dl_embedding: idx (2,2) has dtype float32");
+    }
+    WORKS();
+    dl_step_end(C);
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -735,6 +803,7 @@ int main(void)
     size_errors();
     misc_errors();
     anomaly_errors();
+    embedding_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
     dl_ctx_free(C);
     TEST_END();

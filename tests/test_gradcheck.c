@@ -25,7 +25,8 @@ enum {
     OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
-    OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM
+    OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
+    OP_EMBED, OP_SECOND_EMBED
 };
 
 /* fills */
@@ -150,7 +151,16 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         return dl_mean(dl_log_softmax(z, 1), DL_ALL, false);
     }
     case OP_CUSTOM: return dl_function_apply(&MY_SIGMOID, 1, in, NULL);
+    case OP_EMBED: {
+        /* the weight (V, D) read at the indices p->sh (as (2, n/2) when i0),
+           padding_idx d0 when keep; d1: the result times itself */
+        dl_tensor *idx = dl_from_int64(dl_tensor_ctx(a), p->i0 ? DL_SHAPE(2, p->sh.ndim / 2) : DL_SHAPE(p->sh.ndim),
+                                       p->sh.d);
+        dl_tensor *y = dl_embedding(idx, a, p->keep ? p->d0 : DL_NO_PADDING);
+        return p->d1 ? dl_mul(y, y) : y;
+    }
     case OP_SECOND:
+    case OP_SECOND_EMBED:
     case OP_SECOND_NORM: {
         /* g = d/dx sum(tanh(x)^3), or WGAN-GP's shape: d/dx sum((norm(x * x,
            dim 1) - 1)^2) through dl_norm's backward, with history
@@ -165,6 +175,10 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         bd.create_graph = true;
         if (off) dl_no_grad_end(c);
         if (p->op == OP_SECOND) y = dl_sum(dl_pow(dl_tanh(a), 3.0f), DL_ALL, false);
+        else if (p->op == OP_SECOND_EMBED) {   /* d/dw sum(embedding(idx, w)^3): through its backward's backward */
+            int64_t iv[5] = {2, 0, 2, 3, 1};
+            y = dl_sum(dl_pow(dl_embedding(dl_from_int64(c, DL_SHAPE(5), iv), a, 1), 3.0f), DL_ALL, false);
+        }
         else y = dl_sum(dl_pow(dl_sub_scalar(dl_norm(dl_mul(a, a), DL_DIMS(1), false), 1.0f), 2.0f), DL_ALL, false);
         if (y && dl_grad(y, 1, &a, &g, &bd) != DL_OK) g = NULL;
         if (off) dl_no_grad_begin(c);
@@ -374,6 +388,19 @@ static void shape_cases(void)
         p = mks(OP_UNFLATTEN, DL_SHAPE(2, 1, 2));
         p.d0 = -1;
         gc1("dl_unflatten", "dim -1 -> (2,1,2)", p, I(DL_SHAPE(3, 4), F_RANDN));
+    }
+    /* embedding: repeated indices, a 2-d index, squared */
+    {
+        P p = mks(OP_EMBED, DL_SHAPE(1, 3, 1, 0, 3, 3));
+        gc1("dl_embedding", "idx (6)", p, I(DL_SHAPE(4, 3), F_RANDN));
+        p.d1 = 1;
+        gc1("dl_embedding", "squared", p, I(DL_SHAPE(4, 2), F_RANDN));
+        /* (padding_idx: no gradient for that row by design, not its derivative;
+           test_golden checks it against torch's) */
+        p = mks(OP_EMBED, DL_SHAPE(0, 4, 4, 2, 0, 0));
+        p.i0 = 1;
+        p.d1 = 1;
+        gc1("dl_embedding", "idx (2,3), squared", p, I(DL_SHAPE(5, 1), F_RANDN));
     }
     /* squeeze / unsqueeze */
     gc1("dl_squeeze", "dim 1", mki(OP_SQUEEZE, 1, 0), I(DL_SHAPE(2, 1, 3), F_RANDN));
@@ -696,6 +723,7 @@ int main(void)
     gc1("grad tanh^3", "2-d", mk(OP_SECOND), I(DL_SHAPE(2, 3), F_RANDN));
     gc1("grad tanh^3", "0-d", mk(OP_SECOND), I(S0(), F_RANDN));
     gc1("grad of a norm penalty", "", mk(OP_SECOND_NORM), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("grad of embedding^3", "padding_idx 1", mk(OP_SECOND_EMBED), I(DL_SHAPE(4, 3), F_RANDN));
     /* (at a zero row the norm's first gradient is 0 by convention but not
        differentiable: test_golden checks it against torch's, NaN-free) */
     second_order_closed_form();

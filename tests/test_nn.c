@@ -1651,6 +1651,157 @@ static void test_conv_act_pool_fusion(void)
     dl_ctx_free(ctx);
 }
 
+/* nn.Embedding in a character-level MLP language model against PyTorch
+   (gen_embedding.py): torch's initial state_dict loads (padding row 0 of
+   zeros), six SGD steps (momentum, weight decay) give torch's losses and
+   parameters, the padding row stays 0, eval logits match, int32 contexts
+   give the int64 ones' bits, and a captured step replays eager's bits */
+static dl_module *emb_mlp(dl_ctx *ctx)
+{
+    dl_module *m[5];
+    m[0] = dl_nn_embedding(ctx, 27, 10);
+    CHECK(m[0] && dl_nn_embedding_padding(m[0], 0) == DL_OK, "Embedding(27, 10, padding_idx=0): %s",
+          dl_error_message(ctx));
+    m[1] = dl_nn_flatten(ctx);
+    m[2] = dl_nn_linear(ctx, 30, 64, true);
+    m[3] = dl_nn_tanh(ctx);
+    m[4] = dl_nn_linear(ctx, 64, 27, true);
+    return dl_nn_sequential(ctx, 5, m);
+}
+
+static void emb_cmp(dl_ctx *ctx, const char *what, dl_tensor *got, const char *key)
+{
+    const char *data = "tests/golden/embedding_data.safetensors";
+    dl_tensor *want = dl_load_tensor(ctx, data, key);
+    float *a, *b;
+    CHECK(got && want && got->numel == want->numel, "%s: %s", what, dl_error_message(ctx));
+    if (!got || !want || got->numel != want->numel) { dl_clear_error(ctx); return; }
+    a = (float *)malloc(sizeof(float) * (size_t)got->numel + 1);
+    b = (float *)malloc(sizeof(float) * (size_t)got->numel + 1);
+    if (a && b && dl_read(got, a, got->numel) == DL_OK && dl_read(want, b, want->numel) == DL_OK)
+        cmp(what, a, b, (long)got->numel);
+    else CHECK(0, "%s: read", what);
+    free(a);
+    free(b);
+    dl_free(want);
+}
+
+static void test_embedding_mlp(void)
+{
+    const char *init = "tests/golden/embedding_init.safetensors", *data = "tests/golden/embedding_data.safetensors";
+    dl_ctx *ctx = new_ctx(3);
+    dl_module *net = emb_mlp(ctx);
+    dl_sgd_desc sd;
+    dl_optim *opt;
+    dl_tensor *X, *Y, *losses, *row0, *logits64;
+    const dl_named_tensor *ps;
+    float lw[6], r0[10], l64[4 * 27], l32[4 * 27];
+    int64_t xv[32 * 3];
+    int32_t x32[4 * 3];
+    int k, np;
+    CHECK(dl_load_module(init, net) == DL_OK, "torch's state_dict loads: %s", dl_error_message(ctx));
+    X = dl_load_tensor(ctx, data, "X");
+    Y = dl_load_tensor(ctx, data, "Y");
+    losses = dl_load_tensor(ctx, data, "losses");
+    CHECK(X && Y && losses && X->dtype == DL_DTYPE_I64 && dl_read(losses, lw, 6) == DL_OK, "data: %s",
+          dl_error_message(ctx));
+    if (!X || !Y || !losses) { dl_clear_error(ctx); dl_ctx_free(ctx); return; }
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.1f;
+    sd.momentum = 0.9f;
+    sd.weight_decay = 1e-4f;
+    opt = dl_sgd(net, &sd);
+    for (k = 0; k < 6; k++) {
+        dl_tensor *loss;
+        float l;
+        dl_optim_zero_grad(opt);
+        loss = dl_cross_entropy(dl_module_forward(net, X), Y, NULL);
+        l = loss ? dl_item(loss) : -1.0f;
+        CHECK(fabsf(l - lw[k]) <= 1e-5f * fabsf(lw[k]), "step %d: loss %.8g, torch %.8g", k, (double)l, (double)lw[k]);
+        CHECK(dl_backward(loss) == DL_OK && dl_optim_step(opt) == DL_OK, "step %d: %s", k, dl_error_message(ctx));
+        dl_step_end(ctx);
+    }
+    np = dl_module_named_parameters(net, &ps);
+    CHECK(np == 5, "5 parameters (%d)", np);
+    for (k = 0; k < np; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "final.%s", ps[k].name);
+        emb_cmp(ctx, key, ps[k].t, key);
+    }
+    row0 = dl_narrow(dl_module_get(net, "0.weight"), 0, 0, 1);
+    CHECK(row0 && dl_read(row0, r0, 10) == DL_OK && r0[0] == 0.0f && r0[9] == 0.0f,
+          "the padding row stays 0 (%g)", (double)r0[0]);
+    dl_module_train(net, false);
+    logits64 = dl_module_forward(net, dl_narrow(X, 0, 0, 4));
+    emb_cmp(ctx, "eval logits", logits64, "eval");
+    CHECK(dl_read_int64(X, xv, 32 * 3) == DL_OK, "contexts");
+    for (k = 0; k < 12; k++) x32[k] = (int32_t)xv[k];
+    CHECK(logits64 && dl_read(logits64, l64, 4 * 27) == DL_OK &&
+          dl_read(dl_module_forward(net, dl_from_int32(ctx, DL_SHAPE(4, 3), x32)), l32, 4 * 27) == DL_OK &&
+          memcmp(l64, l32, sizeof l64) == 0, "int32 contexts: the int64 bits");
+    dl_step_end(ctx);
+    dl_ctx_free(ctx);
+
+    /* a captured training step replays eager's bits (two contexts from one start) */
+    {
+        dl_ctx *ce = new_ctx(3), *cc = new_ctx(3);
+        dl_module *ne = emb_mlp(ce), *nc = emb_mlp(cc);
+        dl_optim *oe, *oc;
+        dl_tensor *xe, *ye, *xc, *yc, *lc = NULL;
+        dl_capture *cap = NULL;
+        float le, lr;
+        CHECK(dl_load_module(init, ne) == DL_OK && dl_load_module(init, nc) == DL_OK, "loads");
+        oe = dl_sgd(ne, &sd);
+        oc = dl_sgd(nc, &sd);
+        xe = dl_load_tensor(ce, data, "X");
+        ye = dl_load_tensor(ce, data, "Y");
+        xc = dl_load_tensor(cc, data, "X");
+        yc = dl_load_tensor(cc, data, "Y");
+        for (k = 0; k < 5; k++) {   /* step 0 eager (the warm-up), 1 captured, then replays */
+            dl_tensor *l;
+            dl_optim_zero_grad(oe);
+            l = dl_cross_entropy(dl_module_forward(ne, xe), ye, NULL);
+            dl_backward(l);
+            dl_optim_step(oe);
+            le = l ? dl_item(l) : -1.0f;
+            dl_step_end(ce);
+            if (k < 2) {
+                if (k == 1) cap = dl_capture_begin(cc);
+                dl_optim_zero_grad(oc);
+                lc = dl_cross_entropy(dl_module_forward(nc, xc), yc, NULL);
+                dl_backward(lc);
+                dl_optim_step(oc);
+                if (k == 1) CHECK(cap && dl_capture_end(cap) == DL_OK, "capture: %s", dl_error_message(cc));
+            } else {
+                CHECK(dl_replay(cap) == DL_OK, "replay %d: %s", k, dl_error_message(cc));
+            }
+            lr = lc ? dl_item(lc) : -2.0f;
+            CHECK(memcmp(&le, &lr, sizeof le) == 0, "step %d: replay %.9g, eager %.9g", k, (double)lr, (double)le);
+            dl_step_end(cc);
+        }
+        {
+            float a[270], b[270];
+            CHECK(dl_read(dl_module_get(ne, "0.weight"), a, 270) == DL_OK &&
+                  dl_read(dl_module_get(nc, "0.weight"), b, 270) == DL_OK && memcmp(a, b, sizeof a) == 0,
+                  "embedding weight after 5 steps: replay = eager");
+        }
+        /* an index out of range written into the static input: the replay refuses it */
+        {
+            int64_t bad[96];
+            CHECK(dl_read_int64(xc, bad, 96) == DL_OK, "read X");
+            bad[7] = 27;
+            dl_no_grad_begin(cc);
+            CHECK(dl_copy_(xc, dl_from_int64(cc, DL_SHAPE(32, 3), bad)) == DL_OK, "rewrite X: %s", dl_error_message(cc));
+            dl_no_grad_end(cc);
+            CHECK(dl_replay(cap) != DL_OK, "a replay with index 27 of 27 fails");
+            EXPECT_ERR(cc, DL_ERR_ARG, "dl_replay: an embedding index holds 27 at flat index 7: indices must be in [0, 27)");
+        }
+        dl_capture_free(cap);
+        dl_ctx_free(ce);
+        dl_ctx_free(cc);
+    }
+}
+
 int main(int argc, char **argv)
 {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/dl_test_nn_%ld", (long)getpid());
@@ -1673,6 +1824,7 @@ int main(int argc, char **argv)
     if (g_load("tests/golden/noaffine.bin")) test_no_affine();   /* (gen_noaffine.py) */
     else th_fail++;
     test_optim_misc();
+    test_embedding_mlp();
     test_zero_grad_none();
     test_resume();
     test_bad_files();

@@ -334,6 +334,32 @@ case("unflatten/first", [("x", randn(6, 2))], lambda t: torch.nn.Unflatten(0, (-
 case("gelu_tanh/a", [("x", randn(4, 5) * 2)], lambda t: torch.nn.functional.gelu(t, approximate="tanh"), dd=True)
 
 
+# embedding: inputs weight (V, D) and target (the indices, stored as floats;
+# the runner makes them int64); params [has padding_idx, padding_idx, then 1:
+# the output times itself, 2: times a third input x]
+def emb_case(name, V, D, idx, pad=None, sq=False, dd=False):
+    def fn(w, t):
+        y = torch.nn.functional.embedding(t.long(), w, padding_idx=pad)
+        return y * y if sq else y
+    case("embedding/" + name, [("weight", randn(V, D)), ("target", idx.to(torch.float32))], fn,
+         params=[0.0 if pad is None else 1.0, 0.0 if pad is None else float(pad), 1.0 if sq else 0.0],
+         grad=["weight"], dd=dd)
+
+
+emb_case("repeats", 6, 4, torch.randint(0, 6, (3, 5)))
+emb_case("pad", 7, 3, torch.tensor([2, 0, 2, 6, 1, 2, 5, 0, 2, 3]), pad=2)
+emb_case("negpad_sq", 5, 3, torch.tensor([[[4, 1], [0, 4]], [[3, 4], [2, 0]]]), pad=-1, sq=True, dd=True)
+emb_case("scalar", 4, 5, torch.tensor(3))
+emb_case("empty", 3, 4, torch.zeros(0, dtype=torch.long))
+emb_case("wide", 10, 33, torch.randint(0, 10, (40,)), sq=True)
+# the output times an input x: x's second derivative reads the backward's
+# own backward, gathered rows of v, zeros at padding_idx (torch's)
+idx = torch.tensor([[1, 3, 1], [0, 3, 2]])
+case("embedding/pad_mul", [("weight", randn(4, 2)), ("target", idx.to(torch.float32)), ("x", randn(2, 3, 2))],
+     lambda w, t, x: torch.nn.functional.embedding(t.long(), w, padding_idx=3) * x,
+     params=[1.0, 3.0, 2.0], grad=["weight", "x"], dd=True)
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
