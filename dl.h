@@ -1104,7 +1104,10 @@ DL_API dl_result dl_backward_ex(dl_tensor *out, const dl_backward_desc *desc);
    depend on it); leaves' ->grad untouched. Only the graph between out and the
    inputs is walked (and, without retain_graph, freed): what lies below an
    input stays for a later backward. With create_graph the results carry
-   history (differentiate them again). On an error every grads[i] is NULL. */
+   history (differentiate them again), inside dl_no_grad_begin/end too (as
+   torch's). On an error every grads[i] is NULL. A custom function's
+   backward may call it (torch's reentrant backward): the outer backward's
+   pending gradients wait. */
 DL_API dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs,
                          dl_tensor **grads, const dl_backward_desc *desc);
 DL_API void dl_zero_grad(dl_tensor *t);          /* grad = 0 (kept allocated; a gradient of 0, not none) */
@@ -12702,14 +12705,63 @@ static void dl__bwd_clear(dl_ctx *ctx, int64_t i)
     }
 }
 
+static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_backward_desc *desc,
+                                   int nt, dl_tensor *const *targets, dl_tensor **results);
+
+/* A backward, or one inside another's backward rule (a custom function's
+   backward calling dl_grad, torch's reentrant backward): the outer walk's
+   gradients waiting on the tape's nodes are set aside while the inner walk
+   runs (it goes down the whole tape), then put back. */
 static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_backward_desc *desc,
                                   int nt, dl_tensor *const *targets, dl_tensor **results)
+{
+    typedef struct { dl_tensor *gacc, *bgrad; const dl_tensor *bgrad_of; } pend;
+    dl_ctx *ctx;
+    pend *st;
+    int64_t i, n;
+    const char *ibo;
+    const dl_tensor *so;
+    dl_result rc;
+    if (!out || out->magic_ != DL__MAGIC || !out->ctx_->in_backward_of)
+        return dl__run_backward1(name, out, desc, nt, targets, results);
+    ctx = out->ctx_;
+    n = ctx->ntape;
+    st = (pend *)dl__halloc(ctx, sizeof(pend) * (size_t)(n ? n : 1));
+    if (!st) {
+        dl__err(ctx, DL_ERR_OOM, "%s: out of memory (a backward inside %s's backward)", name, ctx->in_backward_of);
+        return DL_ERR_OOM;
+    }
+    for (i = 0; i < n; i++) {
+        dl__node *d = ctx->tape[i];
+        st[i].gacc = d->gacc;
+        st[i].bgrad = d->bgrad;
+        st[i].bgrad_of = d->bgrad_of;
+        d->gacc = d->bgrad = NULL;
+        d->bgrad_of = NULL;
+    }
+    ibo = ctx->in_backward_of;
+    so = ctx->seed_one;
+    ctx->in_backward_of = NULL;
+    rc = dl__run_backward1(name, out, desc, nt, targets, results);
+    for (i = 0; i < n; i++) {
+        dl__node *d = ctx->tape[i];
+        d->gacc = st[i].gacc;
+        d->bgrad = st[i].bgrad;
+        d->bgrad_of = st[i].bgrad_of;
+    }
+    ctx->in_backward_of = ibo;
+    ctx->seed_one = so;
+    return rc;
+}
+
+static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_backward_desc *desc,
+                                   int nt, dl_tensor *const *targets, dl_tensor **results)
 {
     dl_ctx *ctx;
     dl_tensor *seed = NULL;
     bool retain, create, unfilled = false;
     int64_t i, top;
-    int j;
+    int j, saved_ng;
     dl_result rc = DL_OK;
     bool saved_bng;
     const char *pname;
@@ -12792,7 +12844,10 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         return DL_ERR_GRAPH;
     }
     saved_bng = ctx->backward_nograd;
+    saved_ng = ctx->no_grad;
     ctx->backward_nograd = !create;
+    if (create) ctx->no_grad = 0;   /* (torch's engine runs a create_graph backward in grad mode, whatever
+                                        the caller's: its gradients carry history under no_grad too) */
     top = out->node_->id;
     if (ctx->ready_fn && nt == 0) dl__ready_count(ctx, top);
     if (nt > 0) {
@@ -12802,6 +12857,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
         need = (unsigned char *)dl__halloc(ctx, (size_t)top + 1);
         if (!need) {
             ctx->backward_nograd = saved_bng;
+            ctx->no_grad = saved_ng;
             dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name);
             return DL_ERR_OOM;
         }
@@ -12836,7 +12892,13 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
             if (!n->fn) dl__grad_release(g);
             continue;
         }
-        if (n->released) { dl__accq_flush(ctx, &q); ctx->backward_nograd = saved_bng; out = n->out; goto freed_n; }
+        if (n->released) {
+            dl__accq_flush(ctx, &q);
+            ctx->backward_nograd = saved_bng;
+            ctx->no_grad = saved_ng;
+            out = n->out;
+            goto freed_n;
+        }
         if (n->nh) {   /* (marked when the op was recorded) */
             j = n->nh - 1;
             dl__err(ctx, DL_ERR_GRAPH, "%s: the graph goes through input %d %s of %s, computed from a "
@@ -12959,6 +13021,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     }
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
+    ctx->no_grad = saved_ng;
     ctx->seed_one = NULL;
     if (rc != DL_OK) dl__bwd_clear(ctx, i);
     return rc;
@@ -12989,8 +13052,14 @@ dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs, dl_tensor **g
             dl__err(out->ctx_, DL_ERR_ARG, "dl_grad: need at least one input and an output array");
         return DL_ERR_ARG;
     }
+    for (i = 0; i < n; i++) grads[i] = NULL;   /* (on every error too, as documented) */
     for (i = 0; i < n; i++) {
         if (!inputs[i] || !dl__valid("dl_grad", "an input", inputs[i])) return DL_ERR_ARG;
+        if (out->magic_ == DL__MAGIC && inputs[i]->ctx_ != out->ctx_) {
+            dl__err(out->ctx_, DL_ERR_ARG, "dl_grad: input %d %s belongs to another context than out %s", i,
+                    dl__sh(inputs[i]), dl__sh(out));
+            return DL_ERR_ARG;
+        }
         if (!inputs[i]->requires_grad) {
             dl__err(out->ctx_, DL_ERR_GRAPH, "dl_grad: input %d %s does not require grad", i,
                     dl__sh(inputs[i]));
@@ -13057,7 +13126,8 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     for (i = 0; i < n; i++) if (y == inputs[i]) break;
     if (i < n || y->node_ || y->step_ == 0 || y->requires_grad) y = dl__view(nm, NULL, y, y->ndim, y->shape);
     if (!y) return dl__end(ctx, NULL, nm);
-    {
+    node = NULL;
+    if (y->dtype == DL_DTYPE_F32) {   /* (an integer output is not differentiable: torch's) */
         static const dl__op custom = {"custom function", NULL, 0, 0};
         if (dl__record(y, &custom, n, inputs, &node) < 0) return dl__end(ctx, NULL, nm);
     }
@@ -24768,6 +24838,11 @@ dl_result dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int n, dl_ten
             return DL_ERR_ARG;
         }
         if (inputs[k]->requires_grad) { map[nn] = k; need[nn++] = inputs[k]; }
+    }
+    if (nn == 0) {   /* (a check of nothing would pass: torch refuses it too) */
+        dl__err(ctx, DL_ERR_ARG, "dl_gradcheck: none of the %d inputs requires grad: mark the ones to check "
+                "with dl_requires_grad(x, true)", n);
+        return DL_ERR_ARG;
     }
     res->n = n;
     out = f(user, inputs);

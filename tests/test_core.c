@@ -257,6 +257,110 @@ static void test_custom(void)
     dl_ctx_free(ctx);
 }
 
+/* A custom backward that calls dl_grad on another graph (torch's reentrant
+   backward): the outer backward's pending gradients survive it (they were
+   dropped: W's gradient lost its h*h term); a create_graph dl_grad inside
+   dl_no_grad_begin keeps its history (torch's engine: grad mode =
+   create_graph); integer outputs of a custom function do not require grad;
+   a failed dl_grad leaves no stale pointers; gradcheck of no input refuses */
+static dl_tensor *g_S, *g_V, *g_GV;
+static dl_tensor *re_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *u)
+{
+    (void)fc; (void)n; (void)u;
+    return dl_mul_scalar(in[0], 2.0f);
+}
+static dl_result re_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *u)
+{
+    dl_backward_desc bd;
+    dl_result rc;
+    (void)fc; (void)u;
+    memset(&bd, 0, sizeof bd);
+    bd.retain_graph = true;
+    if ((rc = dl_grad(g_S, 1, &g_V, &g_GV, &bd)) != DL_OK) return rc;
+    gin[0] = dl_mul_scalar(g, 2.0f);
+    return DL_OK;
+}
+static const dl_function reentrant = {"reentrant", re_fwd, re_bwd};
+static dl_tensor *argmax_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *u)
+{
+    (void)fc; (void)n; (void)u;
+    return dl_argmax(in[0], 0, false);
+}
+static dl_result argmax_bwd(dl_fn_ctx *fc, dl_tensor *g, dl_tensor **gin, void *u)
+{
+    (void)fc; (void)u;
+    gin[0] = dl_zeros_like(g);
+    return DL_OK;
+}
+static const dl_function int_out = {"int_out", argmax_fwd, argmax_bwd};
+static dl_tensor *gc_none(void *user, dl_tensor *const *in) { (void)user; return dl_sum(in[0], DL_ALL, false); }
+
+static void test_reentrant(void)
+{
+    dl_ctx *ctx = new_ctx();
+    float wv[3] = {1, 2, 3}, xv[3] = {4, 5, 6}, got[3];
+    dl_tensor *W = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), wv), true), *x = dl_from_array(ctx, DL_SHAPE(3), xv);
+    dl_tensor *h = dl_mul(W, x), *c, *loss, *g = NULL, *grads[2] = {W, W}, *ins[2];
+    dl_backward_desc bd;
+    dl_gradcheck_result gr;
+    g_V = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), wv), true);
+    g_S = dl_sum(dl_mul(g_V, g_V), DL_ALL, false);
+    c = dl_function_apply(&reentrant, 1, &h, NULL);
+    loss = dl_add(dl_sum(c, DL_ALL, false), dl_sum(dl_mul(h, h), DL_ALL, false));
+    CHECK(dl_backward(loss) == DL_OK && W->grad && dl_read(W->grad, got, 3) == DL_OK, "outer backward: %s",
+          dl_error_message(ctx));
+    CHECK(got[0] == 40 && got[1] == 110 && got[2] == 228, "W.grad = 2x + 2 (Wx) x = 40 110 228 (torch's): %g %g %g",
+          (double)got[0], (double)got[1], (double)got[2]);
+    CHECK(g_GV && dl_read(g_GV, got, 3) == DL_OK && got[0] == 2 && got[2] == 6, "the inner dl_grad: 2V");
+    dl_step_end(ctx);
+
+    /* create_graph inside no_grad: x.grad of sum(x^2) + sum(g^2), g = 3x^2 -> 2x + 36x^3 */
+    x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), wv), true);
+    memset(&bd, 0, sizeof bd);
+    bd.create_graph = true;
+    c = dl_sum(dl_mul(dl_mul(x, x), x), DL_ALL, false);
+    dl_no_grad_begin(ctx);   /* (an evaluation block around the penalty's gradient) */
+    CHECK(dl_grad(c, 1, &x, &g, &bd) == DL_OK && g &&
+          g->requires_grad, "create_graph under no_grad: the gradient carries history");
+    CHECK(!dl_is_grad_enabled(ctx), "no_grad again after it");
+    dl_no_grad_end(ctx);
+    loss = dl_add(dl_sum(dl_mul(x, x), DL_ALL, false), dl_sum(dl_mul(g, g), DL_ALL, false));
+    CHECK(dl_backward(loss) == DL_OK && dl_read(x->grad, got, 3) == DL_OK && got[0] == 38 && got[1] == 292 &&
+          got[2] == 978, "x.grad 38 292 978 (torch's): %g %g %g", (double)got[0], (double)got[1], (double)got[2]);
+    dl_step_end(ctx);
+
+    /* an int64 output of a custom function: not differentiable */
+    x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), xv), true);
+    c = dl_function_apply(&int_out, 1, &x, NULL);
+    CHECK(c && c->dtype == DL_DTYPE_I64 && !c->requires_grad, "a custom function's int64 output needs no grad");
+    CHECK(dl_backward(c) == DL_ERR_GRAPH, "and a backward from it is refused");
+    dl_clear_error(ctx);
+
+    /* dl_grad's errors leave every grads[i] NULL; another context is named */
+    ins[0] = x;
+    ins[1] = dl_from_array(ctx, DL_SHAPE(3), wv);   /* requires no grad */
+    CHECK(dl_grad(dl_sum(x, DL_ALL, false), 2, ins, grads, NULL) == DL_ERR_GRAPH && !grads[0] && !grads[1],
+          "a failed dl_grad: grads NULL");
+    dl_clear_error(ctx);
+    {
+        dl_ctx *o = new_ctx();
+        dl_tensor *xo = dl_requires_grad(dl_from_array(o, DL_SHAPE(3), wv), true);
+        CHECK(dl_grad(dl_sum(x, DL_ALL, false), 1, &xo, grads, NULL) == DL_ERR_ARG && !grads[0],
+              "dl_grad of an input from another context refused");
+        CHECK(strstr(dl_error_message(ctx), "dl_grad: input 0 (3) belongs to another context than out ()") != NULL,
+              "message: %s", dl_error_message(ctx));
+        dl_clear_error(ctx);
+        dl_ctx_free(o);
+    }
+    /* gradcheck with no input that requires grad would check nothing */
+    ins[0] = dl_from_array(ctx, DL_SHAPE(3), wv);
+    CHECK(dl_gradcheck(ctx, gc_none, NULL, 1, ins, NULL, &gr) == DL_ERR_ARG &&
+          strstr(dl_error_message(ctx), "dl_gradcheck: none of the 1 inputs requires grad") != NULL,
+          "gradcheck of nothing refused: %s", dl_error_message(ctx));
+    dl_clear_error(ctx);
+    dl_ctx_free(ctx);
+}
+
 /* ---- graph picture */
 static void test_dot(void)
 {
@@ -486,6 +590,7 @@ int main(int argc, char **argv)
     test_autograd();
     test_leaf_kinds();
     test_custom();
+    test_reentrant();
     test_dot();
     test_anomaly();
     test_threads();
