@@ -815,7 +815,9 @@ struct dl_tensor {
                                  no gradient while its version is gnver_ (dl__has_grad) */
     uint32_t gnver_;
     int32_t gref_;            /* backward: how many gradient slots hold it */
-    int32_t pend_;            /* backward with a ready hook: gradients still to come (leaves) */
+    int32_t pend_;            /* backward: a leaf's gradients still to come (dl__ready_count) */
+    dl_tensor *lacc_;         /* backward: a leaf's gradients so far, summed, while more are to come */
+    dl_tensor *lnext_;        /* backward: the next leaf with such a sum (dl_ctx.lacc) */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
 };
 
@@ -4633,6 +4635,8 @@ struct dl__node {
     float f[4];                       /* attributes: scalars */
     int64_t i[DL_MAX_DIMS + 2];       /* attributes: dims, sizes */
     int ni;
+    uint64_t rg;                      /* bit i: input i required grad when recorded (i < 64;
+                                         the later ones: as they are now) */
     dl_tensor *gacc;                  /* gradient of out, during backward */
     int64_t id;                       /* position on the tape */
     uint64_t visit;
@@ -4723,6 +4727,7 @@ struct dl_ctx {
        backward */
     dl_result (*ready_fn)(void *user, dl_tensor *leaf);
     void *ready_user;
+    dl_tensor *lacc;                  /* backward: the leaves whose lacc_ was set (dl__lacc_put) */
     /* capture and replay: the capture being recorded (NULL: none), the live
        captures, the husks of freed ones (so that a late dl_replay is an
        error, not a crash), released capture header regions */
@@ -11620,6 +11625,7 @@ static int dl__record(dl_tensor *out, const dl__op *op, int n, dl_tensor *const 
     for (i = 0; i < n; i++) {   /* (the versions of the first 7: those the rule reads are checked) */
         node->in[i] = in[i];
         if (i < 7 && in[i]) node->ver[i] = *dl__ver(in[i]);
+        if (i < 64 && in[i] && in[i]->requires_grad) node->rg |= (uint64_t)1 << i;
     }
     if (op->reads & DL__RD_OUT) node->ver[7] = *dl__ver(out);
     if (ctx->ntape == ctx->captape) {
@@ -11700,7 +11706,13 @@ static dl_result dl__end_rc(dl_ctx *ctx, dl_result rc, const char *op)
     return rc;
 }
 
-static bool dl__need(const dl__node *n, int i) { return n->in[i] && n->in[i]->requires_grad; }
+/* input i gets a gradient: it requires grad now and did when the op was
+   recorded (torch decides at the forward: a leaf switched on after it gets
+   none, one switched off before the backward none either) */
+static bool dl__need(const dl__node *n, int i)
+{
+    return n->in[i] && n->in[i]->requires_grad && (i >= 64 || (n->rg >> i & 1));
+}
 static int64_t dl__prod(const int64_t *s, int n) { int64_t p = 1; int i; for (i = 0; i < n; i++) p *= s[i]; return p; }
 static void dl__strides(const int64_t *shape, int n, int64_t *st)
 {
@@ -12599,23 +12611,26 @@ static bool dl__accq_put(dl__accq *q, dl_tensor *x, dl_tensor *g)
 /* With a ready hook: how many gradients each leaf will receive from the
    nodes this backward runs (those reachable from the top; the stamp of
    ctx->visit marks them), so that the hook fires at the last one. */
-static void dl__ready_count(dl_ctx *ctx, int64_t top)
+static bool dl__ready_count(dl_ctx *ctx, int64_t top)
 {
     int64_t i;
     int j, pass;
+    bool released = false;
     ctx->visit++;
     ctx->tape[top]->visit = ctx->visit;
     for (pass = 0; pass < 2; pass++)       /* 0: clear the leaves' counts, 1: count */
         for (i = top; i >= 0; i--) {
             dl__node *n = ctx->tape[i];
-            if (n->visit != ctx->visit || n->released) continue;
+            if (n->visit != ctx->visit) continue;
+            if (n->released) { released = true; continue; }
             for (j = 0; j < n->nin; j++) {
                 dl_tensor *x = n->in[j];
-                if (!x || !x->requires_grad) continue;
+                if (!dl__need(n, j)) continue;
                 if (x->node_) x->node_->visit = ctx->visit;
                 else x->pend_ = pass ? x->pend_ + 1 : 0;
             }
         }
+    return released;
 }
 
 /* A custom function's gradient gj for input j of node n, checked as PyTorch
@@ -12708,6 +12723,60 @@ static void dl__bwd_clear(dl_ctx *ctx, int64_t i)
 static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_backward_desc *desc,
                                    int nt, dl_tensor *const *targets, dl_tensor **results);
 
+/* A leaf's gradients are summed first and added into its ->grad once, when
+   the last has come (torch's AccumulateGrad runs when its inputs are
+   ready): a seed or an op that reads that ->grad sees it unchanged during
+   the walk, and a backward that fails midway adds nothing to it.
+   dl__lacc_put keeps gj (own: a gradient the walk made, not a custom
+   backward's tensor) in x's sum; dl__lacc_take gives the sum with gj
+   added, the slot emptied. */
+static bool dl__lacc_put(dl_tensor *x, dl_tensor *gj, bool own)
+{
+    dl_tensor *old = x->lacc_;
+    if (!old) {
+        x->lacc_ = gj;
+        gj->gref_++;
+        x->lnext_ = x->ctx_->lacc;
+        x->ctx_->lacc = x;
+        return true;
+    }
+    x->lacc_ = dl_add(old, gj);
+    if (!x->lacc_) return false;
+    x->lacc_->gref_++;
+    dl__grad_release(old);
+    if (own) { gj->gref_++; dl__grad_release(gj); }
+    return true;
+}
+static dl_tensor *dl__lacc_take(dl_tensor *x, dl_tensor *gj, bool own)
+{
+    dl_tensor *old = x->lacc_, *t;
+    x->lacc_ = NULL;
+    if (!gj) return old;   /* (held: the caller releases it) */
+    t = dl_add(old, gj);
+    dl__grad_release(old);
+    if (own) { gj->gref_++; dl__grad_release(gj); }
+    return t;
+}
+/* the end of a walk: the sums of leaves whose last gradient never came (a
+   branch that gave none) added now (add), or dropped (a failed backward) */
+static dl_result dl__lacc_finish(dl_ctx *ctx, bool add, bool create, dl__accq *q)
+{
+    dl_result rc = DL_OK;
+    while (ctx->lacc) {
+        dl_tensor *x = ctx->lacc, *t = x->lacc_;
+        ctx->lacc = x->lnext_;
+        x->lnext_ = NULL;
+        x->lacc_ = NULL;
+        x->pend_ = 0;
+        if (!t) continue;
+        if (!add || rc != DL_OK) { dl__grad_release(t); continue; }
+        if (!create && dl__accq_put(q, x, t)) { dl__grad_release(t); continue; }
+        if (!dl__acc_leaf(x, t, create)) rc = ctx->err;
+        dl__grad_release(t);
+    }
+    return rc;
+}
+
 /* A backward, or one inside another's backward rule (a custom function's
    backward calling dl_grad, torch's reentrant backward): the outer walk's
    gradients waiting on the tape's nodes are set aside while the inner walk
@@ -12721,6 +12790,7 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     int64_t i, n;
     const char *ibo;
     const dl_tensor *so;
+    dl_tensor *lacc;
     dl_result rc;
     if (!out || out->magic_ != DL__MAGIC || !out->ctx_->in_backward_of)
         return dl__run_backward1(name, out, desc, nt, targets, results);
@@ -12741,8 +12811,11 @@ static dl_result dl__run_backward(const char *name, dl_tensor *out, const dl_bac
     }
     ibo = ctx->in_backward_of;
     so = ctx->seed_one;
+    lacc = ctx->lacc;
+    ctx->lacc = NULL;
     ctx->in_backward_of = NULL;
     rc = dl__run_backward1(name, out, desc, nt, targets, results);
+    ctx->lacc = lacc;
     for (i = 0; i < n; i++) {
         dl__node *d = ctx->tape[i];
         d->gacc = st[i].gacc;
@@ -12763,7 +12836,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
     int64_t i, top;
     int j, saved_ng;
     dl_result rc = DL_OK;
-    bool saved_bng;
+    bool saved_bng, defer = false;
     const char *pname;
     unsigned char *need = NULL;
     dl__accq q;
@@ -12849,7 +12922,10 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
     if (create) ctx->no_grad = 0;   /* (torch's engine runs a create_graph backward in grad mode, whatever
                                         the caller's: its gradients carry history under no_grad too) */
     top = out->node_->id;
-    if (ctx->ready_fn && nt == 0) dl__ready_count(ctx, top);
+    /* each leaf's gradients to come (dl__lacc_put); where a node the walk may
+       reach was freed by an earlier backward, every leaf's sum waits for the
+       walk's end (which that node's error will likely stop: nothing added) */
+    defer = nt == 0 && dl__ready_count(ctx, top);
     if (nt > 0) {
         /* dl_grad: only the nodes on a path from out down to a target run
            (torch's exec_info): one that leads to none is neither run nor
@@ -12926,7 +13002,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
                     dl_result_string(rc));
         for (j = 0; j < n->nin && rc == DL_OK; j++) {
             dl_tensor *x = n->in[j], *gj = gp[j];
-            if (!x || !x->requires_grad) continue;
+            if (!dl__need(n, j)) continue;
             if (!gj) {
                 /* a custom function may give no gradient, unless an op in it failed */
                 if (n->fn && ctx->nerr == nerr) continue;
@@ -12991,16 +13067,29 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
                         else results[k]->gref_ += 1 << 20;   /* the caller's now */
                         gj->gref_ += 1 << 20;
                     }
-            } else if (!create && !n->fn && dl__accq_put(&q, x, gj)) {
-                continue;   /* added at the queue's launch, then given back */
-            } else if (!dl__acc_leaf(x, gj, create)) {
-                rc = ctx->err;
             } else {
-                if (!n->fn) {
-                    gj->gref_++;
-                    dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
+                bool own = !n->fn, last = x->pend_ == 1 && !defer;
+                if (x->pend_ > 1 || defer) {   /* more of x's gradients to come: summed first */
+                    if (x->pend_ > 0) x->pend_--;
+                    if (!dl__lacc_put(x, gj, own)) { rc = ctx->err; break; }
+                    continue;
                 }
-                if (ctx->ready_fn && x->pend_ > 0 && --x->pend_ == 0) rc = ctx->ready_fn(ctx->ready_user, x);
+                x->pend_ = 0;
+                if (x->lacc_) {
+                    if (!(gj = dl__lacc_take(x, gj, own))) { rc = ctx->err; break; }
+                    own = true;
+                }
+                if (!create && own && dl__accq_put(&q, x, gj)) continue;   /* added at the queue's launch,
+                                                                               then given back */
+                if (!dl__acc_leaf(x, gj, create)) {
+                    rc = ctx->err;
+                } else {
+                    if (own) {
+                        gj->gref_++;
+                        dl__grad_release(gj);   /* added into the leaf's own grad: no longer needed */
+                    }
+                    if (ctx->ready_fn && last) rc = ctx->ready_fn(ctx->ready_user, x);
+                }
             }
         }
         if (ctx->prof) {
@@ -13010,6 +13099,10 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
         ctx->in_backward_of = NULL;
         if (rc != DL_OK) break;
         if (!n->fn) dl__grad_release(g);   /* this node's gradient: every use is done */
+    }
+    if (ctx->lacc) {
+        dl_result r2 = dl__lacc_finish(ctx, rc == DL_OK, create, &q);
+        if (rc == DL_OK) rc = r2;
     }
     if (ctx->cap && rc == DL_OK && q.n && q.d->be->mt_apply && !dl__mt_off) {
         /* inside a capture the last sums wait: an optimizer's launch may make them (dl__mtacc) */
@@ -13027,6 +13120,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
     return rc;
 freed_n:
     ctx->seed_one = NULL;
+    dl__lacc_finish(ctx, false, create, &q);
     dl__bwd_clear(ctx, i);
 freed:
     dl__err(ctx, DL_ERR_GRAPH, "%s: the graph through %s was already freed by an earlier "
@@ -13098,6 +13192,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     memset(&tmp, 0, sizeof tmp);
     tmp.node.in = (dl_tensor **)inputs;
     tmp.node.nin = n;
+    tmp.node.rg = ~(uint64_t)0;   /* (in the forward: as the inputs are now) */
     nerr = ctx->nerr;
     dl_no_grad_begin(ctx);
     y = fn->forward(&tmp, n, inputs, user);
@@ -13152,7 +13247,7 @@ void dl_fn_save(dl_fn_ctx *fc, dl_tensor *t)
     fc->node.saved[fc->node.nsaved++] = t;
 }
 dl_tensor *dl_fn_saved(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nsaved ? fc->node.saved[i] : NULL; }
-bool dl_fn_needs_grad(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nin && fc->node.in[i]->requires_grad; }
+bool dl_fn_needs_grad(dl_fn_ctx *fc, int i) { return fc && i >= 0 && i < fc->node.nin && dl__need(&fc->node, i); }
 
 // >>section ops: elementwise
 /* Each op: checks, output, kernel call, tape node. The backward rule below it

@@ -329,6 +329,42 @@ static void test_reentrant(void)
           got[2] == 978, "x.grad 38 292 978 (torch's): %g %g %g", (double)got[0], (double)got[1], (double)got[2]);
     dl_step_end(ctx);
 
+    /* requires_grad decided at the forward, as torch: switched on after it, no
+       gradient; switched off before the backward, none either */
+    {
+        dl_tensor *a = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), wv), true);
+        dl_tensor *b = dl_from_array(ctx, DL_SHAPE(3), xv), *y = dl_sum(dl_mul(a, b), DL_ALL, false);
+        dl_requires_grad(b, true);
+        CHECK(dl_backward(y) == DL_OK && dl_has_grad(a) && !dl_has_grad(b), "b switched on after the forward: no grad");
+        y = dl_sum(dl_mul(a, b), DL_ALL, false);
+        dl_requires_grad(a, false);
+        CHECK(dl_backward(y) == DL_OK && dl_has_grad(b) && dl_read(a->grad, got, 3) == DL_OK && got[0] == 4,
+              "a switched off before the backward: its gradient unchanged (4 5 6), b's made");
+    }
+    /* a leaf's gradients are summed, then added into ->grad once the last has
+       come (torch's AccumulateGrad): a seed that is that ->grad, an op that
+       reads it, a backward that fails midway (torch's values) */
+    {
+        dl_tensor *a = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), wv), true), *G, *y;
+        dl_backward_desc sd;
+        CHECK(dl_backward(dl_sum(a, DL_ALL, false)) == DL_OK, "a.grad = 1");
+        memset(&sd, 0, sizeof sd);
+        sd.grad = a->grad;
+        CHECK(dl_backward_ex(dl_add(a, dl_mul_scalar(a, 3.0f)), &sd) == DL_OK && dl_read(a->grad, got, 3) == DL_OK &&
+              got[0] == 5 && got[2] == 5, "seed = a.grad (1): a.grad 1 + 1 + 3 = 5, torch's (%g)", (double)got[0]);
+        G = a->grad;   /* 5 5 5, read by the graph: x*G + x*x*G */
+        y = dl_add(dl_sum(dl_mul(a, G), DL_ALL, false), dl_sum(dl_mul(dl_mul(a, a), G), DL_ALL, false));
+        CHECK(dl_backward(y) == DL_OK && dl_read(a->grad, got, 3) == DL_OK && got[0] == 5 + 5 + 2 * 1 * 5 &&
+              got[2] == 5 + 5 + 2 * 3 * 5, "a graph reading a.grad: 20 .. 40 (%g %g)", (double)got[0], (double)got[2]);
+        y = dl_mul(a, a);
+        CHECK(dl_backward(dl_sum(y, DL_ALL, false)) == DL_OK && dl_read(a->grad, got, 3) == DL_OK, "y's graph freed");
+        CHECK(dl_backward(dl_sum(dl_add(y, dl_mul_scalar(a, 10.0f)), DL_ALL, false)) == DL_ERR_GRAPH,
+              "a backward through the freed graph fails");
+        dl_clear_error(ctx);
+        CHECK(dl_read(a->grad, wv, 3) == DL_OK && memcmp(got, wv, sizeof got) == 0,
+              "and adds nothing: the other path's 10 is not left in a.grad (%g, was %g)", (double)wv[0], (double)got[0]);
+        wv[0] = 1; wv[1] = 2; wv[2] = 3;
+    }
     /* an int64 output of a custom function: not differentiable */
     x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(3), xv), true);
     c = dl_function_apply(&int_out, 1, &x, NULL);
