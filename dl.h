@@ -431,6 +431,8 @@
        dl_gelu                    F.gelu (erf form)
        dl_gelu_tanh               F.gelu(x, approximate='tanh')
        dl_silu                    F.silu
+       dl_softplus                F.softplus(x, beta, threshold)
+       dl_logsigmoid              F.logsigmoid
      ops: reductions
        dl_sum                     x.sum(dims, keepdim)
        dl_mean                    x.mean(dims, keepdim)
@@ -555,6 +557,8 @@
        dl_nn_gelu                 nn.GELU
        dl_nn_gelu_tanh            nn.GELU(approximate='tanh')
        dl_nn_silu                 nn.SiLU
+       dl_nn_softplus             nn.Softplus(beta, threshold)
+       dl_nn_logsigmoid           nn.LogSigmoid
        dl_nn_leaky_relu           nn.LeakyReLU(negative_slope)
        dl_nn_flatten              nn.Flatten
        dl_nn_unflatten            nn.Unflatten(dim, unflattened_size)
@@ -1031,6 +1035,10 @@ DL_API dl_tensor *dl_tanh(dl_tensor *a);
 DL_API dl_tensor *dl_gelu(dl_tensor *a);      /* x * Phi(x), erf form (PyTorch default) */
 DL_API dl_tensor *dl_gelu_tanh(dl_tensor *a); /* approximate='tanh': x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 DL_API dl_tensor *dl_silu(dl_tensor *a);      /* x * sigmoid(x) (SiLU, swish) */
+/* F.softplus(x, beta, threshold): log(1 + exp(beta x)) / beta, x itself where
+   beta x > threshold (PyTorch's defaults: beta 1, threshold 20) */
+DL_API dl_tensor *dl_softplus(dl_tensor *a, float beta, float threshold);
+DL_API dl_tensor *dl_logsigmoid(dl_tensor *a); /* F.logsigmoid: log(sigmoid(x)), stable */
 
 /* --- ops: reductions. dims: DL_DIMS(...) or DL_ALL; keepdim keeps size-1 dims */
 DL_API dl_tensor *dl_sum(dl_tensor *t, dl_shape dims, bool keepdim);
@@ -1540,6 +1548,8 @@ DL_API dl_module *dl_nn_tanh(dl_ctx *ctx);
 DL_API dl_module *dl_nn_gelu(dl_ctx *ctx);
 DL_API dl_module *dl_nn_gelu_tanh(dl_ctx *ctx);   /* nn.GELU(approximate='tanh') */
 DL_API dl_module *dl_nn_silu(dl_ctx *ctx);
+DL_API dl_module *dl_nn_softplus(dl_ctx *ctx, float beta, float threshold);   /* nn.Softplus(): 1, 20 */
+DL_API dl_module *dl_nn_logsigmoid(dl_ctx *ctx);
 DL_API dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope);   /* finite; 0.01 in torch */
 DL_API dl_module *dl_nn_flatten(dl_ctx *ctx);        /* flatten(1,-1) */
 DL_API dl_module *dl_nn_unflatten(dl_ctx *ctx, int dim, dl_shape sizes);   /* dl_unflatten(x, dim, sizes) */
@@ -4087,6 +4097,8 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
     X(GELU_TANH, 0.5f * x * (1.0f + tanhf(DL__GELU_B * (x + DL__MUL_RN(DL__GELU_K, x * x * x))))) /* torch's order */ \
     X(SOFTPLUSN, dl__softplus_negf(x)) /* softplus(-x): bce_with_logits with pos_weight */ \
+    X(SOFTPLUS, x * a > b ? x : log1pf(expf(x * a)) / a) /* F.softplus(beta a, threshold b), torch's */ \
+    X(LOGSIGMOID, -dl__softplus_negf(x)) /* min(x, 0) - log1p(exp(-|x|)), torch's */ \
     X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) : /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
            a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
            a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a)) /* (torch's rsqrt at -0, -inf) */ \
@@ -13421,6 +13433,23 @@ static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd, 1, 0};
+/* y = softplus(x) = log1p(exp(b x)) / b (x where b x > t);  dx = g s(b x),
+   1 past the threshold (torch's z / (z + 1), z = exp(b x), as a sigmoid) */
+static dl_result dl__softplus_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *bx = dl_mul_scalar(DL__X, n->f[0]), *m = dl__mask(bx, DL__U_GT, n->f[1], 0.0f);
+    dl_tensor *s = dl_sigmoid(bx);
+    gin[0] = dl_mul(g, dl_add(s, dl_mul(m, dl_rsub_scalar(s, 1.0f))));
+    return DL_OK;
+}
+static const dl__op dl__op_softplus = {"dl_softplus", dl__softplus_bwd, 1, 0};
+/* y = log sigmoid(x);  dx = g sigmoid(-x) */
+static dl_result dl__logsigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    gin[0] = dl_mul(g, dl_sigmoid(dl_neg(DL__X)));
+    return DL_OK;
+}
+static const dl__op dl__op_logsigmoid = {"dl_logsigmoid", dl__logsigmoid_bwd, 1, 0};
 static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd, 1, 0};
 static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd, 0, 0};
 static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd, 0, 0};
@@ -13437,6 +13466,18 @@ dl_tensor *dl_tanh(dl_tensor *a) { return dl__unary("dl_tanh", &dl__op_tanh, DL_
 dl_tensor *dl_gelu(dl_tensor *a) { return dl__unary("dl_gelu", &dl__op_gelu, DL__U_GELU, a, 0, 0); }
 dl_tensor *dl_gelu_tanh(dl_tensor *a) { return dl__unary("dl_gelu_tanh", &dl__op_gelu_tanh, DL__U_GELU_TANH, a, 0, 0); }
 dl_tensor *dl_silu(dl_tensor *a) { return dl__unary("dl_silu", &dl__op_silu, DL__U_SILU, a, 0, 0); }
+dl_tensor *dl_softplus(dl_tensor *a, float beta, float threshold)
+{
+    if (!a) return NULL;
+    if (!isfinite(beta) || beta == 0.0f || threshold != threshold) {
+        if (a->magic_ == DL__MAGIC)
+            dl__err(a->ctx_, DL_ERR_ARG, "dl_softplus: beta=%g must be finite and nonzero, threshold=%g not "
+                    "NaN (PyTorch's defaults: 1, 20)", (double)beta, (double)threshold);
+        return NULL;
+    }
+    return dl__unary("dl_softplus", &dl__op_softplus, DL__U_SOFTPLUS, a, beta, threshold);
+}
+dl_tensor *dl_logsigmoid(dl_tensor *a) { return dl__unary("dl_logsigmoid", &dl__op_logsigmoid, DL__U_LOGSIGMOID, a, 0, 0); }
 dl_tensor *dl_leaky_relu(dl_tensor *a, float s) { return dl__unary("dl_leaky_relu", &dl__op_leaky, DL__U_LEAKY, a, s, 0); }
 dl_tensor *dl_pow(dl_tensor *a, float p) { return dl__unary("dl_pow", &dl__op_pow, DL__U_POW, a, p, 0); }
 /* x^(hi + lo), the sum in double (dl__pow_bwd) */
@@ -17927,6 +17968,30 @@ dl_module *dl_nn_tanh(dl_ctx *ctx) { return dl_module_new(ctx, "Tanh", dl__tanh_
 dl_module *dl_nn_gelu(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_fwd, 0); }
 dl_module *dl_nn_gelu_tanh(dl_ctx *ctx) { return dl_module_new(ctx, "GELU", dl__gelu_tanh_fwd, 0); }
 dl_module *dl_nn_silu(dl_ctx *ctx) { return dl_module_new(ctx, "SiLU", dl__silu_fwd, 0); }
+typedef struct dl__softplusm { float beta, threshold; } dl__softplusm;
+static dl_tensor *dl__softplusm_fwd(dl_module *m, dl_tensor *x)
+{
+    const dl__softplusm *s = (const dl__softplusm *)dl_module_state(m);
+    return dl_softplus(x, s->beta, s->threshold);
+}
+dl_module *dl_nn_softplus(dl_ctx *ctx, float beta, float threshold)
+{
+    dl_module *m;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_softplus: ctx is NULL"); return NULL; }
+    if (!isfinite(beta) || beta == 0.0f || threshold != threshold) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_softplus: beta=%g must be finite and nonzero, threshold=%g not NaN "
+                "(PyTorch's defaults: 1, 20)", (double)beta, (double)threshold);
+        return NULL;
+    }
+    m = dl_module_new(ctx, "Softplus", dl__softplusm_fwd, sizeof(dl__softplusm));
+    if (m) {
+        ((dl__softplusm *)dl_module_state(m))->beta = beta;
+        ((dl__softplusm *)dl_module_state(m))->threshold = threshold;
+    }
+    return m;
+}
+static dl_tensor *dl__logsigmoid_fwd(dl_module *m, dl_tensor *x) { (void)m; return dl_logsigmoid(x); }
+dl_module *dl_nn_logsigmoid(dl_ctx *ctx) { return dl_module_new(ctx, "LogSigmoid", dl__logsigmoid_fwd, 0); }
 static dl_tensor *dl__leakym_fwd(dl_module *m, dl_tensor *x) { return dl_leaky_relu(x, *(float *)dl_module_state(m)); }
 dl_module *dl_nn_leaky_relu(dl_ctx *ctx, float negative_slope)
 {

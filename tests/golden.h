@@ -505,6 +505,8 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
     if (!strcmp(op, "tanh")) { G_NEED(1, 0); return dl_tanh(x); }
     if (!strcmp(op, "gelu")) { G_NEED(1, 0); return dl_gelu(x); }
     if (!strcmp(op, "gelu_tanh")) { G_NEED(1, 0); return dl_gelu_tanh(x); }
+    if (!strcmp(op, "softplus")) { G_NEED(1, 2); return dl_softplus(x, p->v[0], p->v[1]); }
+    if (!strcmp(op, "logsigmoid")) { G_NEED(1, 0); return dl_logsigmoid(x); }
     if (!strcmp(op, "silu")) { G_NEED(1, 0); return dl_silu(x); }
     if (!strcmp(op, "leaky_relu")) { G_NEED(1, 1); return dl_leaky_relu(x, p->v[0]); }
     if (!strcmp(op, "clamp")) { G_NEED(1, 2); return dl_clamp(x, p->v[0], p->v[1]); }

@@ -40,6 +40,8 @@ static dl_tensor *o_sigmoid(dl_tensor **i) { return dl_sigmoid(i[0]); }
 static dl_tensor *o_silu(dl_tensor **i) { return dl_silu(i[0]); }
 static dl_tensor *o_tanh(dl_tensor **i) { return dl_tanh(i[0]); }
 static dl_tensor *o_gelu(dl_tensor **i) { return dl_gelu(i[0]); }
+static dl_tensor *o_softplus(dl_tensor **i) { return dl_softplus(dl_mul_scalar(i[0], 8.0f), 1.0f, 10.0f); }
+static dl_tensor *o_logsigmoid(dl_tensor **i) { return dl_logsigmoid(i[0]); }
 static dl_tensor *o_sum(dl_tensor **i) { return dl_sum(i[0], DL_DIMS(0, 2), true); }
 static dl_tensor *o_mean(dl_tensor **i) { return dl_mean(i[0], DL_DIMS(1), false); }
 static dl_tensor *o_max(dl_tensor **i) { return dl_max(i[0], DL_DIMS(1), false); }
@@ -106,6 +108,8 @@ static const opcase g_ops[] = {
     {"dl_silu", o_silu, 1, {S(3, 4)}, 0, false},
     {"dl_tanh", o_tanh, 1, {S(3, 4)}, 0, false},
     {"dl_gelu", o_gelu, 1, {S(3, 4)}, 0, false},
+    {"dl_softplus", o_softplus, 1, {S(3, 4)}, 0, false},
+    {"dl_logsigmoid", o_logsigmoid, 1, {S(3, 4)}, 0, false},
     {"dl_sum", o_sum, 1, {S(2, 3, 4)}, 0, false},
     {"dl_mean", o_mean, 1, {S(2, 3, 4)}, 0, false},
     {"dl_max dim", o_max, 1, {S(3, 5)}, 0, false},

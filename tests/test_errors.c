@@ -739,6 +739,12 @@ static void embedding_errors(void)
     BAD(dl_embedding(idx, w, 4), DL_ERR_ARG,
         "dl_embedding: padding_idx=4 must be in [-4, 4) (num_embeddings, dim 0 of weight (4,3)), or DL_NO_PADDING");
     BAD(dl_embedding(idx, w, -5), DL_ERR_ARG, "padding_idx=-5 must be in [-4, 4)");
+    BAD(dl_softplus(w, 0.0f, 20.0f), DL_ERR_ARG, "dl_softplus: beta=0 must be finite and nonzero, threshold=20 not NaN");
+    BAD(dl_softplus(w, 1.0f, NAN), DL_ERR_ARG, "threshold=nan not NaN (PyTorch's defaults: 1, 20)");
+    NULLOP(dl_softplus(NULL, 1.0f, 20.0f));
+    NULLOP(dl_logsigmoid(NULL));
+    CHECK(dl_nn_softplus(C, INFINITY, 20.0f) == NULL, "Softplus(beta=inf) refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_softplus: beta=inf must be finite and nonzero");
     NULLOP(dl_embedding(NULL, w, DL_NO_PADDING));
     NULLOP(dl_embedding(idx, NULL, DL_NO_PADDING));
     /* another context; another CPU device */

@@ -20,7 +20,7 @@ enum {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAXIMUM, OP_MINIMUM,
     OP_ADDS, OP_SUBS, OP_MULS, OP_DIVS, OP_RSUBS, OP_POW,
     OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_ABS, OP_ERF, OP_CLAMP, OP_RELU, OP_LEAKY,
-    OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU,
+    OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU, OP_SOFTPLUS, OP_LOGSIGMOID,
     OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_VAR,
     OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
@@ -120,6 +120,8 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_GELU: return dl_gelu(a);
     case OP_GELU_TANH: return dl_gelu_tanh(a);
     case OP_SILU: return dl_silu(a);
+    case OP_SOFTPLUS: return dl_softplus(a, p->s0, p->s1);
+    case OP_LOGSIGMOID: return dl_logsigmoid(a);
     case OP_SUM: return dl_sum(a, p->sh, p->keep);
     case OP_MEAN: return dl_mean(a, p->sh, p->keep);
     case OP_MAX: return dl_max(a, p->sh, p->keep);
@@ -606,6 +608,9 @@ int main(void)
     unary_cases("dl_gelu", mk(OP_GELU), F_RANDN);
     unary_cases("dl_gelu_tanh", mk(OP_GELU_TANH), F_RANDN);
     unary_cases("dl_silu", mk(OP_SILU), F_RANDN);
+    unary_cases("dl_softplus", mkf(OP_SOFTPLUS, 1.0f, 20.0f), F_RANDN);
+    unary_cases("dl_softplus", mkf(OP_SOFTPLUS, 0.5f, 20.0f), F_RANDN);
+    unary_cases("dl_logsigmoid", mk(OP_LOGSIGMOID), F_RANDN);
 
     /* reductions */
     reduce_cases("dl_sum", OP_SUM, F_RANDN);

@@ -291,6 +291,10 @@ static void test_unflatten(void)
           same(h, dl_reshape(dl_module_forward(m[0], z), DL_SHAPE(2, 16, 7, 7))), "Unflatten = reshape (2,16,7,7)");
     CHECK(same(dl_module_forward(dl_nn_gelu_tanh(ctx), z), dl_gelu_tanh(z)) &&
           !strcmp(dl_module_type(dl_nn_gelu_tanh(ctx)), "GELU"), "GELU(approximate='tanh') = dl_gelu_tanh");
+    CHECK(same(dl_module_forward(dl_nn_softplus(ctx, 2.0f, 3.0f), z), dl_softplus(z, 2.0f, 3.0f)) &&
+          !strcmp(dl_module_type(dl_nn_softplus(ctx, 1.0f, 20.0f)), "Softplus"), "Softplus(2, 3) = dl_softplus");
+    CHECK(same(dl_module_forward(dl_nn_logsigmoid(ctx), z), dl_logsigmoid(z)) &&
+          !strcmp(dl_module_type(dl_nn_logsigmoid(ctx)), "LogSigmoid"), "LogSigmoid = dl_logsigmoid");
     h = dl_module_forward(dl_nn_unflatten(ctx, -1, DL_SHAPE(-1, 8)), dl_randn(ctx, DL_SHAPE(3, 2, 32)));
     CHECK(h && h->ndim == 4 && h->shape[2] == 4 && h->shape[3] == 8, "Unflatten(-1, (-1, 8)) of (3,2,32): (3,2,4,8)");
 }

@@ -360,6 +360,16 @@ case("embedding/pad_mul", [("weight", randn(4, 2)), ("target", idx.to(torch.floa
      params=[1.0, 3.0, 2.0], grad=["weight", "x"], dd=True)
 
 
+# softplus: params [beta, threshold] (values past the threshold too); logsigmoid
+case("softplus/default", [("x", randn(4, 6) * 12)], lambda t: torch.nn.functional.softplus(t),
+     params=[1.0, 20.0], dd=True)
+case("softplus/beta2", [("x", randn(3, 5) * 4)], lambda t: torch.nn.functional.softplus(t, beta=2.0, threshold=5.0),
+     params=[2.0, 5.0], dd=True)
+case("softplus/nn", [("x", randn(2, 7) * 3)], lambda t: torch.nn.Softplus(beta=0.5, threshold=1.0)(t),
+     params=[0.5, 1.0])
+case("logsigmoid/a", [("x", randn(4, 5) * 6)], torch.nn.functional.logsigmoid, dd=True)
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"

@@ -184,6 +184,12 @@ def gelu_tanh(t):
 case("gelu_tanh/special", SPECIAL, gelu_tanh, [])
 case("gelu_tanh/special_dd", SPECIAL, gelu_tanh, [], dd=True)
 
+# softplus (torch's defaults beta 1, threshold 20) and logsigmoid over the
+# special values (appended after the cases above)
+case("softplus/special", SPECIAL, torch.nn.functional.softplus, [1.0, 20.0])
+case("softplus/special_dd", SPECIAL, torch.nn.functional.softplus, [1.0, 20.0], dd=True)
+case("logsigmoid/special", SPECIAL, torch.nn.functional.logsigmoid, [])
+
 
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/edges.bin"
