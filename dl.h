@@ -942,7 +942,8 @@ DL_API dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float value);
 DL_API dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step);
 DL_API dl_tensor *dl_rand(dl_ctx *ctx, dl_shape shape);            /* U[0,1) */
 DL_API dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape);           /* N(0,1) */
-DL_API dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape shape, const float *values);  /* copies */
+/* copies n values (values may be NULL where the shape has no element) */
+DL_API dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape shape, const float *values);
 DL_API dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape shape, const int64_t *values);
 DL_API dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape shape, const int32_t *values);
 DL_API dl_tensor *dl_zeros_like(dl_tensor *t);   /* on t's device */
@@ -973,7 +974,9 @@ DL_API dl_tensor *dl_set_name(dl_tensor *t, const char *name); /* returns t */
    on (torch would record it; dl_copy(src) is the differentiable copy). */
 DL_API dl_result dl_write(dl_tensor *t, const float *src, int64_t n);  /* n must equal numel */
 DL_API dl_result dl_fill_(dl_tensor *t, float value);
-DL_API dl_result dl_copy_(dl_tensor *dst, dl_tensor *src);  /* src broadcasts to dst's shape */
+DL_API dl_result dl_copy_(dl_tensor *dst, dl_tensor *src);  /* src broadcasts to dst's shape; the
+                                                              same dtype (torch converts: here
+                                                              copy from dl_from_int64 etc.) */
 
 /* --- tensors: reading back */
 DL_API float dl_item(dl_tensor *t);           /* the one element; NaN + error otherwise */
@@ -1075,7 +1078,7 @@ DL_API dl_tensor *dl_log_softmax(dl_tensor *t, int dim);
 /* --- ops: embedding */
 #define DL_NO_PADDING INT64_MIN   /* dl_embedding's padding_idx=None */
 /* F.embedding(idx, weight, padding_idx): the rows of weight (V, D) at idx
-   (int64 or int32, any shape up to 7 dims, values in [0, V); anything
+   (int64 or int32, any shape of up to DL_MAX_DIMS - 1 dims, values in [0, V); anything
    else is an error naming the flat index and the value) -> idx's shape +
    (D). weight's gradient adds the output gradient's rows into the rows
    they were read from, in idx's order (PyTorch's CPU order; the same bits
@@ -11837,15 +11840,27 @@ dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape)
     return t;
 }
 
+/* the shape holds an element (every size > 0; a bad size: true, for the
+   shape's own error) */
+static bool dl__shape_numel_nonzero(dl_shape s)
+{
+    int i;
+    for (i = 0; i < s.ndim && i < DL_MAX_DIMS; i++) if (s.d[i] == 0) return false;
+    return true;
+}
+
 static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape shape, const void *v)
 {
     dl_tensor *t;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
-    if (!v) { dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name); return NULL; }
+    if (!v && dl__shape_numel_nonzero(shape)) {   /* (no values for no elements: torch.tensor([])) */
+        dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name);
+        return NULL;
+    }
     if (dl__cap_refused(ctx, name, "a copy from the host", "make constants before dl_capture_begin() "
                         "(dl_keep); " DL__CAP_WRITE_HINT)) return NULL;
     t = dl__make(ctx->defdev, name, dt, shape.ndim, shape.d, false, NULL);
-    if (t) DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
+    if (t && t->numel) DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
     return t;
 }
 dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape s, const float *v) { return dl__from(ctx, "dl_from_array", DL_DTYPE_F32, s, v); }

@@ -529,6 +529,11 @@ static void size_errors(void)
     BAD(dl_reshape(T(1, 1), dl_shape_make(9, nine)), DL_ERR_SHAPE, "9 dims");
     BAD(dl_unsqueeze(dl_zeros(C, DL_SHAPE(1, 1, 1, 1, 1, 1, 1, 2)), 0), DL_ERR_SHAPE, "DL_MAX_DIMS");
     BAD(dl_from_array(C, DL_SHAPE(2), NULL), DL_ERR_ARG, "values is NULL");
+    {   /* no values for no elements: torch.tensor([], dtype=torch.int64) */
+        dl_tensor *e = dl_from_int64(C, DL_SHAPE(0), NULL), *f = dl_from_array(C, DL_SHAPE(3, 0), NULL);
+        CHECK(e && e->numel == 0 && e->dtype == DL_DTYPE_I64 && f && f->numel == 0 && dl_last_error(C) == DL_OK,
+              "empty tensors from NULL values: %s", dl_error_message(C));
+    }
     BAD(dl_arange(C, 0.0f, 1.0f, 0.0f), DL_ERR_ARG, "step");
     BAD(dl_arange(C, 0.0f, 1e20f, 1.0f), DL_ERR_OOM, "too many");
     /* as PyTorch: a step against the direction from start to end is an error, not an empty tensor */
