@@ -377,6 +377,7 @@
        dl_param                   nn.Parameter: a persistent leaf that requires grad
        dl_free                    free a persistent tensor early
        dl_to                      x.to(device), differentiable
+       dl_to_dtype                x.to(dtype): float(), long(), int()
        dl_set_name                label a tensor (graphs, TensorBoard); returns it
      tensors: writing values
        dl_write                   x.copy_(torch.tensor(host floats)): the host-to-tensor transfer
@@ -965,6 +966,12 @@ DL_API void dl_free(dl_tensor *t);
 /* A copy on dev (t itself when it is there already), differentiable: the
    gradient flows back to t's device. */
 DL_API dl_tensor *dl_to(dl_tensor *t, dl_device dev);
+/* x.to(dtype): x.float(), x.long(), x.int(); t itself when it has that
+   dtype. A new tensor on t's device, not differentiable (an integer result
+   needs no grad; a float one from integers neither). float to int
+   truncates toward zero (NaN and values out of range: the int's minimum,
+   torch's on x86); int to float rounds to nearest; int64 to int32 wraps. */
+DL_API dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype);
 DL_API dl_tensor *dl_set_name(dl_tensor *t, const char *name); /* returns t */
 
 /* --- tensors: writing values (in place, as Tensor.copy_ / fill_). Into a
@@ -4612,7 +4619,37 @@ struct dl__backend {
                      int64_t D, int64_t zrow, int64_t *bad);
     void (*embed_bwd)(dl__dev *d, float *dw, const float *g, const void *idx, bool i64, int64_t n, int64_t V,
                       int64_t D, int64_t pad, int64_t *scratch);
+    /* y[i] = x[i] converted from dtype xt to yt (dl__convert_*: the same on every backend) */
+    void (*convert)(dl__dev *d, void *y, int yt, const void *x, int xt, int64_t n);
 };
+
+/* dtype conversions (dl_to_dtype), as torch on x86: float to int truncates
+   toward zero, NaN and values out of the int's range give its minimum (the
+   x86 "integer indefinite" torch's CPU returns); int to float rounds to
+   nearest; int64 to int32 wraps */
+static DL__HD inline int64_t dl__f2i64(float x)
+{
+    return x != x || x >= 9.22337203685477581e18f || x < -9.22337203685477581e18f ? INT64_MIN : (int64_t)x;
+}
+static DL__HD inline int32_t dl__f2i32(float x)
+{
+    return x != x || x >= 2147483648.0f || x < -2147483648.0f ? INT32_MIN : (int32_t)x;
+}
+static DL__HD inline int32_t dl__i64toi32(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
+/* element i of x (dtype xt) as dtype yt, into y */
+static DL__HD inline void dl__convert_at(void *y, int yt, const void *x, int xt, int64_t i)
+{
+    if (yt == DL_DTYPE_F32) {
+        ((float *)y)[i] = xt == DL_DTYPE_I64 ? (float)((const int64_t *)x)[i]
+                          : xt == DL_DTYPE_I32 ? (float)((const int32_t *)x)[i] : ((const float *)x)[i];
+    } else if (yt == DL_DTYPE_I64) {
+        ((int64_t *)y)[i] = xt == DL_DTYPE_F32 ? dl__f2i64(((const float *)x)[i])
+                            : xt == DL_DTYPE_I32 ? (int64_t)((const int32_t *)x)[i] : ((const int64_t *)x)[i];
+    } else {
+        ((int32_t *)y)[i] = xt == DL_DTYPE_F32 ? dl__f2i32(((const float *)x)[i])
+                            : xt == DL_DTYPE_I64 ? dl__i64toi32(((const int64_t *)x)[i]) : ((const int32_t *)x)[i];
+    }
+}
 
 /* the backend of a tensor's device */
 #define DL__BE(t) ((t)->dev_->be)
@@ -9353,6 +9390,23 @@ static void dl__cpu_embed_bwd(dl__dev *d, float *dw, const float *g, const void 
     if (V > 0 && D > 0) dl__parallel_for(d->ctx->pool, D, (1 << 14) / (n + V + 1) + 1, dl__embb_task, &u);
 }
 
+typedef struct dl__cvt_args { void *y; const void *x; int yt, xt; } dl__cvt_args;
+static void dl__cvt_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__cvt_args *u = (const dl__cvt_args *)arg;
+    int64_t i;
+    for (i = lo; i < hi; i++) dl__convert_at(u->y, u->yt, u->x, u->xt, i);
+}
+static void dl__cpu_convert(dl__dev *d, void *y, int yt, const void *x, int xt, int64_t n)
+{
+    dl__cvt_args u;
+    u.y = DL__RAW0(d, y);
+    u.x = DL__RAW0(d, x);
+    u.yt = yt;
+    u.xt = xt;
+    if (n > 0) dl__parallel_for(d->ctx->pool, n, 1 << 14, dl__cvt_task, &u);
+}
+
 /* a loader's batch, a sample per task (dl__batch_px: the CUDA kernel's math) */
 typedef struct dl__lb_args {
     float *x; int64_t *y; const uint8_t *data; const int64_t *labels, *plan; const dl__batchgeom *g;
@@ -10138,7 +10192,8 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* bn_eval: three calls (C values) */
     NULL,                     /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
     NULL,                     /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
-    dl__cpu_embed, dl__cpu_embed_bwd
+    dl__cpu_embed, dl__cpu_embed_bwd,
+    dl__cpu_convert
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -10256,7 +10311,7 @@ enum {
     DL__RK_BIAS_ADD, DL__RK_MAX_POOL, DL__RK_UNPOOL, DL__RK_GATHER, DL__RK_AVG_POOL, DL__RK_AVG_POOL_ADJ,
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
-    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD
+    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD, DL__RK_CONVERT
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -10833,6 +10888,11 @@ static void dl__rw_embed_bwd(dl__dev *d, float *dw, const float *g, const void *
     }
     DL__CPU.embed_bwd(d, dw, g, idx, i64, n, V, D, pad, scratch);
 }
+static void dl__rw_convert(dl__dev *d, void *y, int yt, const void *x, int xt, int64_t n)
+{
+    DL__REC(d, DL__RK_CONVERT) { r->p[0] = y; r->p[1] = (void *)x; r->k = yt; r->n[0] = xt; r->n[1] = n; }
+    DL__CPU.convert(d, y, yt, x, xt, n);
+}
 static void dl__rw_dropout_mask(dl__dev *d, float *mask, int64_t n, float p, float scale, uint64_t seed,
                                 uint64_t offset)
 {
@@ -11064,7 +11124,8 @@ static const dl__backend dl__cap_backend = {
     NULL,
     NULL,
     NULL,
-    dl__rw_embed, dl__rw_embed_bwd
+    dl__rw_embed, dl__rw_embed_bwd,
+    dl__rw_convert
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -11131,6 +11192,7 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
         DL__CPU.embed_bwd(d, (float *)p[0], (const float *)p[1], p[2], r->b[0], n[0], n[1], n[2], n[3],
                           (int64_t *)p[3]);
         break;
+    case DL__RK_CONVERT: DL__CPU.convert(d, p[0], r->k, p[1], (int)n[0], n[1]); break;
     case DL__RK_DROPOUT: DL__CPU.dropout_mask(d, (float *)p[0], n[0], r->f[0], r->f[1], seed, off); break;
     case DL__RK_BCE: DL__CPU.bce_logits(d, (float *)p[0], (const float *)p[1], (const float *)p[2], n[0]); break;
     case DL__RK_IM2COL: DL__CPU.im2col(d, (float *)p[0], (const float *)p[1], n[0], (const dl__cgeom *)a); break;
@@ -12069,6 +12131,23 @@ static dl_result dl__to_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 static const dl__op dl__op_to = {"dl_to", dl__to_bwd, 0, 0};
+
+dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype)
+{
+    const char *op = "dl_to_dtype";
+    dl_tensor *y;
+    if (!t || !dl__live(op, "t", t)) return NULL;
+    if ((int)dtype < (int)DL_DTYPE_F32 || (int)dtype > (int)DL_DTYPE_I64) {
+        dl__err(t->ctx_, DL_ERR_ARG, "%s: dtype %d is none of DL_DTYPE_F32, DL_DTYPE_I32, DL_DTYPE_I64", op,
+                (int)dtype);
+        return dl__end(t->ctx_, NULL, op);
+    }
+    if (t->dtype == dtype) return dl__end(t->ctx_, t, op);
+    y = dl__make(t->dev_, op, dtype, t->ndim, t->shape, false, NULL);
+    if (!y) return dl__end(t->ctx_, NULL, op);
+    if (y->numel) DL__BE(t)->convert(t->dev_, y->data, (int)dtype, t->data, (int)t->dtype, y->numel);
+    return dl__done(y, op);
+}
 
 dl_tensor *dl_to(dl_tensor *t, dl_device dev)
 {

@@ -4342,6 +4342,19 @@ static void dl__cu_embed_bwd(dl__dev *d, float *dw, const float *g, const void *
     dl__cu_run<int64_t>(d, "embed_bwd_sum", V * D, fs);
 }
 
+/* dtype conversion: a thread per element, dl__convert_at (the CPU's) */
+struct dl__cuf_convert {
+    void *y; const void *x; int yt, xt;
+    DL__HD void operator()(int64_t i) const { dl__convert_at(y, yt, x, xt, i); }
+};
+static void dl__cu_convert(dl__dev *d, void *y, int yt, const void *x, int xt, int64_t n)
+{
+    dl__cuf_convert f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.yt = yt; f.xt = xt;
+    dl__cu_run<int64_t>(d, "convert", n, f);
+}
+
 /* a loader's batch from the dataset kept on the device as bytes: one
    thread per output pixel, dl__batch_px (the CPU's math, in double where a
    contraction could change it); the thread of a sample's pixel 0 copies its
@@ -6054,7 +6067,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_bn_eval,
     dl__cu_colsum_fused,
     dl__cu_bn_stats_add,
-    dl__cu_embed, dl__cu_embed_bwd
+    dl__cu_embed, dl__cu_embed_bwd,
+    dl__cu_convert
 };
 
 static int dl__cuda_count(void)

@@ -74,6 +74,12 @@ static dl_tensor *o_ln(dl_tensor **i) { return dl_layer_norm(i[0], DL_SHAPE(5), 
 static dl_tensor *o_dropout(dl_tensor **i) { return dl_dropout(i[0], 0.3f, true); }
 static dl_tensor *o_emb(dl_tensor **i) { return dl_embedding(i[1], i[0], DL_NO_PADDING); }
 static dl_tensor *o_emb_pad(dl_tensor **i) { dl_tensor *y = dl_embedding(i[1], i[0], 2); return dl_mul(y, y); }
+static dl_tensor *o_todtype(dl_tensor **i)
+{
+    dl_tensor *x = dl_mul_scalar(i[0], 3.0f);
+    return dl_add(dl_to_dtype(dl_to_dtype(x, DL_DTYPE_I32), DL_DTYPE_F32),
+                  dl_to_dtype(dl_to_dtype(dl_to_dtype(x, DL_DTYPE_I64), DL_DTYPE_I32), DL_DTYPE_F32));
+}
 static dl_tensor *o_ce(dl_tensor **i) { dl_loss_desc d; memset(&d, 0, sizeof d); d.label_smoothing = 0.1f; return dl_cross_entropy(i[0], i[1], &d); }
 static dl_tensor *o_nll(dl_tensor **i) { return dl_nll_loss(dl_log_softmax(i[0], 1), i[1], NULL); }
 static dl_tensor *o_mse(dl_tensor **i) { return dl_mse_loss(i[0], i[1], NULL); }
@@ -155,6 +161,7 @@ static const opcase g_ops[] = {
     {"dl_bce_with_logits", o_bcel, 3, {S(3, 4), S(3, 4), S(4)}, 0, false},
     {"dl_kl_div", o_kl, 2, {S(3, 4), S(3, 4)}, 0, false},
     {"dl_to", o_to, 1, {S(3, 4)}, 0, false},
+    {"dl_to_dtype", o_todtype, 1, {S(3, 4)}, 0, true},
 };
 
 static uint64_t g_lcg = 42;

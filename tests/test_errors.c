@@ -748,6 +748,8 @@ static void embedding_errors(void)
     BAD(dl_softplus(w, 1.0f, NAN), DL_ERR_ARG, "threshold=nan not NaN (PyTorch's defaults: 1, 20)");
     NULLOP(dl_softplus(NULL, 1.0f, 20.0f));
     NULLOP(dl_logsigmoid(NULL));
+    NULLOP(dl_to_dtype(NULL, DL_DTYPE_I64));
+    BAD(dl_to_dtype(w, (dl_dtype)7), DL_ERR_ARG, "dl_to_dtype: dtype 7 is none of DL_DTYPE_F32, DL_DTYPE_I32, DL_DTYPE_I64");
     CHECK(dl_nn_softplus(C, INFINITY, 20.0f) == NULL, "Softplus(beta=inf) refused");
     EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_softplus: beta=inf must be finite and nonzero");
     NULLOP(dl_embedding(NULL, w, DL_NO_PADDING));

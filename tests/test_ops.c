@@ -51,6 +51,23 @@ static void test_values(void)
         dl_tensor *s = dl_sigmoid(dl_from_array(ctx, DL_SHAPE(2), big));
         CHECK(at(s, 0) == 0 && at(s, 1) == 1, "sigmoid saturates without NaN");
     }
+    {   /* dtype conversions: torch's .long(), .int(), .float() (values from torch 2.15 on x86) */
+        float v[8] = {-2.7f, 2.7f, NAN, 1e20f, -1e20f, 3.0f, -0.5f, 16777217.0f}, f[3];
+        int64_t o[8], big[3] = {((int64_t)1 << 40) | 5, -3, 16777217};
+        int64_t want[8] = {-2, 2, INT64_MIN, INT64_MIN, INT64_MIN, 3, 0, 16777216};
+        int64_t want32[8] = {-2, 2, INT32_MIN, INT32_MIN, INT32_MIN, 3, 0, 16777216};
+        dl_tensor *x = dl_from_array(ctx, DL_SHAPE(8), v), *bi = dl_from_int64(ctx, DL_SHAPE(3), big);
+        CHECK(dl_read_int64(dl_to_dtype(x, DL_DTYPE_I64), o, 8) == DL_OK && memcmp(o, want, sizeof o) == 0,
+              ".long(): truncation, NaN and out of range INT64_MIN");
+        CHECK(dl_read_int64(dl_to_dtype(dl_to_dtype(x, DL_DTYPE_I32), DL_DTYPE_I64), o, 8) == DL_OK &&
+              memcmp(o, want32, sizeof o) == 0, ".int(): INT32_MIN out of range");
+        CHECK(dl_read(dl_to_dtype(bi, DL_DTYPE_F32), f, 3) == DL_OK && f[0] == 1099511627776.0f && f[1] == -3.0f &&
+              f[2] == 16777216.0f, ".float() of int64: to nearest");
+        CHECK(dl_read_int64(dl_to_dtype(dl_to_dtype(bi, DL_DTYPE_I32), DL_DTYPE_I64), o, 3) == DL_OK && o[0] == 5 &&
+              o[1] == -3 && o[2] == 16777217, "int64 -> int32 wraps");
+        CHECK(dl_to_dtype(x, DL_DTYPE_F32) == x && !dl_to_dtype(bi, DL_DTYPE_F32)->requires_grad,
+              "same dtype: the tensor itself; converted: no grad");
+    }
     {   /* below -88.72, torch's 1/(1 + exp(-x)): exactly 0 (SiLU -0), not a
            subnormal, so BCE of it clamps log 0 to -100 as torch's (40 here) */
         float deep[4] = {-88.8f, -90.0f, -100.0f, -103.0f}, y04 = 0.4f;
