@@ -821,6 +821,7 @@ struct dl_tensor {
     uint32_t gnver_;
     int32_t gref_;            /* backward: how many gradient slots hold it */
     int32_t pend_;            /* backward: a leaf's gradients still to come (dl__ready_count) */
+    uint64_t pvisit_;         /* the backward (dl_ctx.visit) whose count pend_ holds */
     dl_tensor *lacc_;         /* backward: a leaf's gradients so far, summed, while more are to come */
     dl_tensor *lnext_;        /* backward: the next leaf with such a sum (dl_ctx.lacc) */
     dl_tensor *pnext_, *pprev_; /* list of persistent tensors */
@@ -4614,7 +4615,7 @@ struct dl__backend {
        (its value in *bad; inside a capture: no check, the row zeros).
        embed_bwd: dw (V, D) = 0, then dw[idx[i]] += g[i] (rows of D) for i
        ascending, skipping idx == pad and idx outside [0, V); scratch: n + 2V
-       int64s the backend may use (the CPU does not) */
+       int64s the backend may use (NULL on CPU devices, whose loop needs none) */
     int64_t (*embed)(dl__dev *d, float *y, const float *w, const void *idx, bool i64, int64_t n, int64_t V,
                      int64_t D, int64_t zrow, int64_t *bad);
     void (*embed_bwd)(dl__dev *d, float *dw, const float *g, const void *idx, bool i64, int64_t n, int64_t V,
@@ -9372,9 +9373,13 @@ static void dl__embb_task(void *arg, int64_t lo, int64_t hi)
     int64_t i, c, t;
     for (t = 0; t < u->V; t++) memset(dw + t * u->D + lo, 0, sizeof(float) * (size_t)(hi - lo));
     for (i = 0; i < u->n; i++) {
+        float *DL__RESTRICT dst;
+        const float *DL__RESTRICT src;
         t = dl__emb_at(u->idx, u->i64, i);
         if (t < 0 || t >= u->V || t == u->zrow) continue;
-        for (c = lo; c < hi; c++) dw[t * u->D + c] += g[i * u->D + c];
+        dst = dw + t * u->D + lo;
+        src = g + i * u->D + lo;
+        for (c = 0; c < hi - lo; c++) dst[c] += src[c];   /* (vectorized: dw and g do not overlap) */
     }
 }
 
@@ -12719,23 +12724,30 @@ static bool dl__accq_put(dl__accq *q, dl_tensor *x, dl_tensor *g)
    ctx->visit marks them), so that the hook fires at the last one. */
 static bool dl__ready_count(dl_ctx *ctx, int64_t top)
 {
-    int64_t i;
-    int j, pass;
+    int64_t i, marked = 1;   /* nodes reached and not yet scanned: none left, no lower node is reached */
+    int j;
     bool released = false;
     ctx->visit++;
     ctx->tape[top]->visit = ctx->visit;
-    for (pass = 0; pass < 2; pass++)       /* 0: clear the leaves' counts, 1: count */
-        for (i = top; i >= 0; i--) {
-            dl__node *n = ctx->tape[i];
-            if (n->visit != ctx->visit) continue;
-            if (n->released) { released = true; continue; }
-            for (j = 0; j < n->nin; j++) {
-                dl_tensor *x = n->in[j];
-                if (!dl__need(n, j)) continue;
-                if (x->node_) x->node_->visit = ctx->visit;
-                else x->pend_ = pass ? x->pend_ + 1 : 0;
+    for (i = top; i >= 0 && marked > 0; i--) {   /* one pass: a leaf's count starts at its first use */
+        dl__node *n = ctx->tape[i];
+        if (n->visit != ctx->visit) continue;
+        marked--;
+        if (n->released) { released = true; continue; }
+        for (j = 0; j < n->nin; j++) {
+            dl_tensor *x = n->in[j];
+            if (!dl__need(n, j)) continue;
+            if (x->node_) {
+                if (x->node_->visit != ctx->visit) marked++;
+                x->node_->visit = ctx->visit;
+            } else if (x->pvisit_ != ctx->visit) {
+                x->pvisit_ = ctx->visit;
+                x->pend_ = 1;
+            } else {
+                x->pend_++;
             }
         }
+    }
     return released;
 }
 
@@ -13246,13 +13258,13 @@ dl_result dl_grad(dl_tensor *out, int n, dl_tensor *const *inputs, dl_tensor **g
 {
     int i;
     dl_result rc;
+    if (grads) for (i = 0; i < n; i++) grads[i] = NULL;   /* (on every error, as documented) */
     if (!out) return DL_ERR_ARG;
     if (n <= 0 || !inputs || !grads) {
         if (out->magic_ == DL__MAGIC)
             dl__err(out->ctx_, DL_ERR_ARG, "dl_grad: need at least one input and an output array");
         return DL_ERR_ARG;
     }
-    for (i = 0; i < n; i++) grads[i] = NULL;   /* (on every error too, as documented) */
     for (i = 0; i < n; i++) {
         if (!inputs[i] || !dl__valid("dl_grad", "an input", inputs[i])) return DL_ERR_ARG;
         if (out->magic_ == DL__MAGIC && inputs[i]->ctx_ != out->ctx_) {
@@ -14975,11 +14987,12 @@ static dl_tensor *dl__embed_scatter(dl_tensor *g, dl_tensor *idx, int64_t V, int
     sh[1] = D;
     dw = dl__new(g->dev_, op, 2, sh);
     sh[0] = idx->numel + 2 * V;
-    scratch = dl__make(g->dev_, op, DL_DTYPE_I64, 1, sh, false, NULL);
-    if (!dw || !scratch) return NULL;
+    scratch = g->device.type == DL_DEVICE_CPU ? NULL : dl__make(g->dev_, op, DL_DTYPE_I64, 1, sh, false, NULL);
+    if (!dw || (g->device.type != DL_DEVICE_CPU && !scratch)) return NULL;
     if (dw->numel)
         DL__BE(g)->embed_bwd(g->dev_, (float *)dw->data, (const float *)g->data, idx->data,
-                             idx->dtype == DL_DTYPE_I64, idx->numel, V, D, pad, (int64_t *)scratch->data);
+                             idx->dtype == DL_DTYPE_I64, idx->numel, V, D, pad,
+                             scratch ? (int64_t *)scratch->data : NULL);
     in[0] = g;
     in[1] = idx;
     if (dl__record(dw, &dl__op_embed_scatter, 2, in, &n) < 0) return NULL;

@@ -378,6 +378,8 @@ static void test_reentrant(void)
     CHECK(dl_grad(dl_sum(x, DL_ALL, false), 2, ins, grads, NULL) == DL_ERR_GRAPH && !grads[0] && !grads[1],
           "a failed dl_grad: grads NULL");
     dl_clear_error(ctx);
+    grads[0] = x;
+    CHECK(dl_grad(NULL, 1, ins, grads, NULL) == DL_ERR_ARG && !grads[0], "dl_grad of a NULL out (an op failed): grads NULL");
     {
         dl_ctx *o = new_ctx();
         dl_tensor *xo = dl_requires_grad(dl_from_array(o, DL_SHAPE(3), wv), true);
