@@ -9392,7 +9392,9 @@ static void dl__cpu_embed_bwd(dl__dev *d, float *dw, const float *g, const void 
     u.w = (const float *)DL__RAW0(d, g);
     u.idx = DL__RAW0(d, idx);
     u.i64 = i64; u.n = n; u.V = V; u.D = D; u.zrow = pad;
-    if (V > 0 && D > 0) dl__parallel_for(d->ctx->pool, D, (1 << 14) / (n + V + 1) + 1, dl__embb_task, &u);
+    /* tasks of 64 columns at least: each reads its part of every row of g, so
+       a narrower one would stride through g a cache line per row */
+    if (V > 0 && D > 0) dl__parallel_for(d->ctx->pool, D, 64, dl__embb_task, &u);
 }
 
 typedef struct dl__cvt_args { void *y; const void *x; int yt, xt; } dl__cvt_args;
