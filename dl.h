@@ -444,6 +444,7 @@
        dl_var                     x.var(dims, correction, keepdim)
        dl_norm                    x.norm(dim=dims, keepdim) (2-norm, torch.linalg.vector_norm)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
+       dl_multinomial             torch.multinomial(probs, n, replacement)
      ops: linear algebra and softmax
        dl_matmul                  torch.matmul
        dl_linear                  F.linear(x, w, b): x w^T + b
@@ -1074,6 +1075,16 @@ DL_API dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepd
    second derivative at a zero norm is NaN, as torch's. */
 DL_API dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim);
 DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, first max */
+/* torch.multinomial(probs, num_samples, replacement): int64 category
+   indices drawn from each row of probs ((C) -> (num_samples), (N, C) ->
+   (N, num_samples)), its weights not necessarily normalized (finite, >= 0,
+   a positive sum). Without replacement num_samples must not exceed a
+   row's nonzero weights. The uniforms come from the context's generator
+   (dl_manual_seed repeats them; not torch's numbers), one per draw, and
+   the draw is made on the host (probs read back: refused in a capture);
+   not differentiable. For sampling from a model (a language model's next
+   token). */
+DL_API dl_tensor *dl_multinomial(dl_tensor *probs, int64_t num_samples, bool replacement);
 
 /* --- ops: linear algebra and softmax */
 DL_API dl_tensor *dl_matmul(dl_tensor *a, dl_tensor *b);  /* torch.matmul rules */
@@ -14660,6 +14671,96 @@ dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
     if (dl__record(y, &dl__op_norm, 1, &t, &n) < 0) return dl__end(ctx, NULL, "dl_norm");
     if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
     return dl__done(y, "dl_norm");
+}
+
+dl_tensor *dl_multinomial(dl_tensor *probs, int64_t num_samples, bool replacement)
+{
+    const char *op = "dl_multinomial";
+    dl_ctx *ctx;
+    int64_t rows, C, r, k, j, sh[2];
+    float *p = NULL, *u = NULL;
+    double *w = NULL;
+    int64_t *out = NULL;
+    dl_tensor *un, *y = NULL;
+    if (!probs || !dl__live(op, "probs", probs)) return NULL;
+    ctx = probs->ctx_;
+    if (!dl__f32(op, "probs", probs)) return dl__end(ctx, NULL, op);
+    if (probs->ndim != 1 && probs->ndim != 2) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: probs %s must be (C) or (N, C)", op, dl__sh(probs));
+        return dl__end(ctx, NULL, op);
+    }
+    C = probs->shape[probs->ndim - 1];
+    rows = probs->ndim == 2 ? probs->shape[0] : 1;
+    if (num_samples <= 0 || C <= 0 || (!replacement && num_samples > C)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: num_samples=%lld must be >= 1 and, without replacement, at most the %lld "
+                "categories of probs %s", op, (long long)num_samples, (long long)C, dl__sh(probs));
+        return dl__end(ctx, NULL, op);
+    }
+    if (dl__cap_refused(ctx, op, "a draw made on the host (probs read back)", "sample outside the capture"))
+        return dl__end(ctx, NULL, op);
+    if (rows > INT64_MAX / num_samples) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: %lld rows of %lld samples is more than int64 counts", op, (long long)rows,
+                (long long)num_samples);
+        return dl__end(ctx, NULL, op);
+    }
+    un = dl__create(ctx, op, dl__dims1(rows * num_samples));   /* the uniforms: the generator's next */
+    if (!un) return dl__end(ctx, NULL, op);
+    dl__fill_rand(un, DL__RAND_UNIFORM, 0.0f, 1.0f);
+    p = (float *)DL_MALLOC(sizeof(float) * (size_t)(rows * C));
+    u = (float *)DL_MALLOC(sizeof(float) * (size_t)(rows * num_samples));
+    w = (double *)DL_MALLOC(sizeof(double) * (size_t)C);
+    out = (int64_t *)DL_MALLOC(sizeof(int64_t) * (size_t)(rows * num_samples));
+    if (!p || !u || !w || !out) {
+        dl__err(ctx, DL_ERR_OOM, "%s: out of host memory for %lld x %lld weights", op, (long long)rows, (long long)C);
+        goto done;
+    }
+    DL__BE(probs)->download(probs->dev_, p, probs->data, sizeof(float) * (size_t)(rows * C));
+    DL__BE(un)->download(un->dev_, u, un->data, sizeof(float) * (size_t)(rows * num_samples));
+    if (dl__dev_check(probs->dev_, op) != DL_OK) goto done;
+    for (r = 0; r < rows; r++) {
+        double total = 0.0;
+        int64_t nz = 0;
+        for (j = 0; j < C; j++) {
+            float v = p[r * C + j];
+            if (!(v >= 0.0f) || !isfinite(v)) {
+                dl__err(ctx, DL_ERR_ARG, "%s: probs %s holds %g at row %lld, category %lld: weights must be "
+                        "finite and >= 0", op, dl__sh(probs), (double)v, (long long)r, (long long)j);
+                goto done;
+            }
+            w[j] = v;
+            total += v;
+            nz += v > 0.0f;
+        }
+        if (!(total > 0.0) || (!replacement && num_samples > nz)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: row %lld of probs %s has %lld nonzero weights (sum %g): it needs %s", op,
+                    (long long)r, dl__sh(probs), (long long)nz, total,
+                    replacement ? "a positive sum" : "at least num_samples of them without replacement");
+            goto done;
+        }
+        for (k = 0; k < num_samples; k++) {   /* the first category whose running sum passes u * total */
+            double t = (double)u[r * num_samples + k] * total, cum = 0.0;
+            int64_t pick = -1;
+            for (j = 0; j < C; j++) {
+                if (w[j] <= 0.0) continue;
+                cum += w[j];
+                pick = j;
+                if (cum > t) break;
+            }
+            out[r * num_samples + k] = pick;
+            if (!replacement) { total -= w[pick]; w[pick] = 0.0; }
+        }
+    }
+    sh[0] = rows;
+    sh[1] = num_samples;
+    y = probs->ndim == 2 ? dl__make(probs->dev_, op, DL_DTYPE_I64, 2, sh, false, NULL)
+                         : dl__make(probs->dev_, op, DL_DTYPE_I64, 1, sh + 1, false, NULL);
+    if (y) DL__BE(y)->upload(y->dev_, y->data, out, sizeof(int64_t) * (size_t)y->numel);
+done:
+    DL_FREE(p);
+    DL_FREE(u);
+    DL_FREE(w);
+    DL_FREE(out);
+    return y ? dl__done(y, op) : dl__end(ctx, NULL, op);
 }
 
 dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)

@@ -80,6 +80,7 @@ static dl_tensor *o_todtype(dl_tensor **i)
     return dl_add(dl_to_dtype(dl_to_dtype(x, DL_DTYPE_I32), DL_DTYPE_F32),
                   dl_to_dtype(dl_to_dtype(dl_to_dtype(x, DL_DTYPE_I64), DL_DTYPE_I32), DL_DTYPE_F32));
 }
+static dl_tensor *o_multinomial(dl_tensor **i) { return dl_multinomial(i[0], 6, true); }
 static dl_tensor *o_ce(dl_tensor **i) { dl_loss_desc d; memset(&d, 0, sizeof d); d.label_smoothing = 0.1f; return dl_cross_entropy(i[0], i[1], &d); }
 static dl_tensor *o_nll(dl_tensor **i) { return dl_nll_loss(dl_log_softmax(i[0], 1), i[1], NULL); }
 static dl_tensor *o_mse(dl_tensor **i) { return dl_mse_loss(i[0], i[1], NULL); }
@@ -162,6 +163,7 @@ static const opcase g_ops[] = {
     {"dl_kl_div", o_kl, 2, {S(3, 4), S(3, 4)}, 0, false},
     {"dl_to", o_to, 1, {S(3, 4)}, 0, false},
     {"dl_to_dtype", o_todtype, 1, {S(3, 4)}, 0, true},
+    {"dl_multinomial", o_multinomial, 1, {S(3, 5)}, 3, true},
 };
 
 static uint64_t g_lcg = 42;

@@ -749,6 +749,32 @@ static void embedding_errors(void)
     NULLOP(dl_softplus(NULL, 1.0f, 20.0f));
     NULLOP(dl_logsigmoid(NULL));
     NULLOP(dl_to_dtype(NULL, DL_DTYPE_I64));
+    NULLOP(dl_multinomial(NULL, 1, true));
+    {
+        float bad[4] = {0.5f, -0.1f, 0.2f, 0.2f}, zero[4] = {0, 0, 0, 0}, nan4[4] = {0.5f, NAN, 0, 0};
+        BAD(dl_multinomial(dl_from_array(C, DL_SHAPE(4), bad), 1, true), DL_ERR_ARG,
+            "dl_multinomial: probs (4) holds -0.1 at row 0, category 1: weights must be finite and >= 0");
+        BAD(dl_multinomial(dl_from_array(C, DL_SHAPE(4), nan4), 1, true), DL_ERR_ARG, "holds nan at row 0, category 1");
+        BAD(dl_multinomial(dl_from_array(C, DL_SHAPE(1, 4), zero), 1, true), DL_ERR_ARG,
+            "dl_multinomial: row 0 of probs (1,4) has 0 nonzero weights (sum 0): it needs a positive sum");
+        BAD(dl_multinomial(dl_from_array(C, DL_SHAPE(4), nan4 + 0), 5, false), DL_ERR_ARG,
+            "num_samples=5 must be >= 1 and, without replacement, at most the 4 categories of probs (4)");
+        bad[1] = 0.0f;
+        BAD(dl_multinomial(dl_from_array(C, DL_SHAPE(4), bad), 4, false), DL_ERR_ARG,
+            "row 0 of probs (4) has 3 nonzero weights (sum 0.9): it needs at least num_samples of them without replacement");
+        BAD(dl_multinomial(w, 0, true), DL_ERR_ARG, "num_samples=0 must be >= 1");
+        BAD(dl_multinomial(dl_randn(C, DL_SHAPE(2, 2, 2)), 1, true), DL_ERR_SHAPE, "probs (2,2,2) must be (C) or (N, C)");
+        BAD(dl_multinomial(idx, 1, true), DL_ERR_DTYPE, "dl_multinomial: probs (4) has dtype int64");
+        {   /* a draw on the host: refused inside a capture */
+            dl_tensor *pk = dl_keep(dl_from_array(C, DL_SHAPE(4), zero + 0));
+            dl_capture *cap = dl_capture_begin(C);
+            CHECK(cap && dl_multinomial(pk, 1, true) == NULL, "multinomial in a capture refused");
+            EXPECT_ERR(C, DL_ERR_UNSUPPORTED, "dl_multinomial: a draw made on the host (probs read back) inside a capture");
+            dl_capture_free(cap);
+            dl_free(pk);
+            dl_clear_error(C);
+        }
+    }
     BAD(dl_to_dtype(w, (dl_dtype)7), DL_ERR_ARG, "dl_to_dtype: dtype 7 is none of DL_DTYPE_F32, DL_DTYPE_I32, DL_DTYPE_I64");
     CHECK(dl_nn_softplus(C, INFINITY, 20.0f) == NULL, "Softplus(beta=inf) refused");
     EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_softplus: beta=inf must be finite and nonzero");

@@ -51,6 +51,32 @@ static void test_values(void)
         dl_tensor *s = dl_sigmoid(dl_from_array(ctx, DL_SHAPE(2), big));
         CHECK(at(s, 0) == 0 && at(s, 1) == 1, "sigmoid saturates without NaN");
     }
+    {   /* multinomial: frequencies, no repeats without replacement, the seed repeats the draws */
+        float pv[8] = {0.1f, 0.0f, 0.6f, 0.3f, 1, 1, 1, 1};
+        static int64_t o[60000], o2[60000];
+        int cnt[4] = {0, 0, 0, 0}, i;
+        dl_tensor *p = dl_from_array(ctx, DL_SHAPE(2, 4), pv), *y;
+        dl_manual_seed(ctx, 5);
+        y = dl_multinomial(p, 30000, true);
+        CHECK(y && y->dtype == DL_DTYPE_I64 && y->ndim == 2 && y->shape[1] == 30000 &&
+              dl_read_int64(y, o, 60000) == DL_OK, "multinomial (2,4) x 30000: %s", dl_error_message(ctx));
+        for (i = 0; i < 30000; i++) cnt[o[i] & 3]++;
+        CHECK(cnt[1] == 0 && abs(cnt[0] - 3000) < 300 && abs(cnt[2] - 18000) < 450 && abs(cnt[3] - 9000) < 400,
+              "frequencies 0.1 0 0.6 0.3: %d %d %d %d", cnt[0], cnt[1], cnt[2], cnt[3]);
+        for (i = 0; i < 4; i++) cnt[i] = 0;
+        for (i = 30000; i < 60000; i++) cnt[o[i] & 3]++;
+        CHECK(abs(cnt[0] - 7500) < 350 && abs(cnt[3] - 7500) < 350, "uniform row: %d %d", cnt[0], cnt[3]);
+        dl_manual_seed(ctx, 5);
+        CHECK(dl_read_int64(dl_multinomial(p, 30000, true), o2, 60000) == DL_OK &&
+              memcmp(o, o2, sizeof o) == 0, "the same seed, the same draws");
+        y = dl_multinomial(dl_narrow(p, 0, 1, 1), 4, false);
+        CHECK(y && dl_read_int64(y, o, 4) == DL_OK && o[0] + o[1] + o[2] + o[3] == 6 &&
+              o[0] != o[1] && o[0] != o[2] && o[0] != o[3] && o[1] != o[2] && o[1] != o[3] && o[2] != o[3],
+              "without replacement: a permutation of 0..3");
+        y = dl_multinomial(dl_reshape(dl_narrow(p, 0, 0, 1), DL_SHAPE(4)), 3, false);
+        CHECK(y && y->ndim == 1 && dl_read_int64(y, o, 3) == DL_OK && o[0] != 1 && o[1] != 1 && o[2] != 1,
+              "(C) -> (3): never the zero weight");
+    }
     {   /* dtype conversions: torch's .long(), .int(), .float() (values from torch 2.15 on x86) */
         float v[8] = {-2.7f, 2.7f, NAN, 1e20f, -1e20f, 3.0f, -0.5f, 16777217.0f}, f[3];
         int64_t o[8], big[3] = {((int64_t)1 << 40) | 5, -3, 16777217};
