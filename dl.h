@@ -941,7 +941,8 @@ DL_API dl_tensor *dl_zeros(dl_ctx *ctx, dl_shape shape);
 DL_API dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape);
 DL_API dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float value);
 /* [start,end) as torch.arange: the count and the values worked out in double
-   (0, 0.3, 0.1 gives 3 elements, as there) */
+   (0, 0.3, 0.1 gives 3 elements, as there); float32 always (torch's is
+   int64 for integer arguments: dl_to_dtype(.., DL_DTYPE_I64) for positions) */
 DL_API dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step);
 DL_API dl_tensor *dl_rand(dl_ctx *ctx, dl_shape shape);            /* U[0,1) */
 DL_API dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape);           /* N(0,1) */
@@ -1497,7 +1498,13 @@ DL_API dl_tensor *dl_module_param(dl_module *m, const char *name, dl_tensor *ini
    bn.num_batches_tracked as int64); saved in checkpoints, not optimized. */
 DL_API dl_tensor *dl_module_buffer(dl_module *m, const char *name, dl_tensor *init);
 /* Adds child under `name` (unique in parent; digits for Sequential). Returns
-   child; NULL child: NULL without a new message (its constructor failed). */
+   child; NULL child: NULL without a new message (its constructor failed).
+   A child added twice (two names, or two parents) is shared: its tensors
+   are in the state_dict under each name, optimized once. That is weight
+   tying (nanoGPT's lm_head.weight = wte.weight): add the Embedding again
+   as "lm_head" and make the logits with dl_linear(x, its weight, NULL).
+   dl_load fills a tied name the file lacks from another of its names
+   (safetensors' save_model keeps one of them). */
 DL_API dl_module *dl_module_add(dl_module *parent, const char *name, dl_module *child);
 DL_API dl_tensor *dl_module_forward(dl_module *m, dl_tensor *x);  /* NULL x -> NULL silently */
 /* dl_relu(dl_module_forward(m, x)), the same values and gradients, with the
@@ -15113,8 +15120,8 @@ dl_tensor *dl_embedding(dl_tensor *idx, dl_tensor *weight, int64_t padding_idx)
     ctx = weight->ctx_;
     if (!dl__same_dev(op, "idx", idx, "weight", weight) || !dl__f32(op, "weight", weight)) return NULL;
     if (idx->dtype != DL_DTYPE_I64 && idx->dtype != DL_DTYPE_I32) {
-        dl__err(ctx, DL_ERR_DTYPE, "%s: idx %s has dtype %s; indices must be int64 or int32", op,
-                dl__sh(idx), dl__dtype_str(idx->dtype));
+        dl__err(ctx, DL_ERR_DTYPE, "%s: idx %s has dtype %s; indices must be int64 or int32 "
+                "(dl_to_dtype converts)", op, dl__sh(idx), dl__dtype_str(idx->dtype));
         return NULL;
     }
     if (weight->ndim != 2) {
@@ -21236,6 +21243,13 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
         dl__st_want *w = &ws[i];
         dl__st_entry *e = NULL;
         for (k = 0; k < ne; k++) if (strcmp(es[k].name, w->name) == 0) { e = &es[k]; break; }
+        if (!e && w->t) {   /* a tied tensor the file holds under another of its names (safetensors'
+                               save_model keeps one: torch's load_model fills the others from it) */
+            int i2;
+            for (i2 = 0; i2 < nw && !e; i2++)
+                if (i2 != i && ws[i2].t == w->t)
+                    for (k = 0; k < ne; k++) if (strcmp(es[k].name, ws[i2].name) == 0) { e = &es[k]; break; }
+        }
         if (!e) {
             size_t nl = strlen(w->name);
             bool wb = (nl >= 6 && strcmp(w->name + nl - 6, "weight") == 0) ||

@@ -1742,6 +1742,28 @@ static void test_embedding_mlp(void)
     dl_step_end(ctx);
     dl_ctx_free(ctx);
 
+    /* weight tying: one Embedding under two names; a file holding it once
+       (safetensors' save_model) loads both, a file holding neither is refused */
+    {
+        dl_ctx *ct = new_ctx(4);
+        dl_module *wte = dl_nn_embedding(ct, 5, 3), *root = dl_module_new(ct, "GPT", NULL, 0);
+        dl_module *only = dl_module_new(ct, "Only", NULL, 0), *other = dl_nn_embedding(ct, 5, 3);
+        const dl_named_tensor *sdt;
+        char path[300];
+        float a[15], b[15];
+        snprintf(path, sizeof path, "%s_tied.safetensors", g_tmp);
+        dl_module_add(root, "wte", wte);
+        dl_module_add(root, "lm_head", wte);
+        dl_module_add(only, "wte", other);
+        CHECK(dl_module_state_dict(root, &sdt) == 2 && sdt[0].t == sdt[1].t, "tied: two names, one tensor");
+        CHECK(dl_save_module(path, only) == DL_OK && dl_load_module(path, root) == DL_OK,
+              "a file with wte.weight only loads the tied model: %s", dl_error_message(ct));
+        CHECK(dl_read(dl_module_get(root, "lm_head.weight"), a, 15) == DL_OK &&
+              dl_read(dl_module_get(only, "wte.weight"), b, 15) == DL_OK && memcmp(a, b, sizeof a) == 0,
+              "lm_head.weight = the file's wte.weight");
+        remove(path);
+        dl_ctx_free(ct);
+    }
     /* a captured training step replays eager's bits (two contexts from one start) */
     {
         dl_ctx *ce = new_ctx(3), *cc = new_ctx(3);
