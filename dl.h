@@ -4091,6 +4091,32 @@ static DL__HD inline float dl__expf(float x)
    log(1e-40) = -92 made such a loss differ by 8 per element). */
 static DL__HD inline float dl__sigmoidf(float x) { return 1.0f / (1.0f + dl__expf(-x)); }
 
+/* tanh without libm's call per element (Cephes' tanhf, branch-free so a
+   vector loop computes it; torch's CPU tanh is a vector routine too): on
+   a = |x| < 0.625 a + a z P(z), z = a^2, else 1 - 2/(exp(2a) + 1) (1 where
+   exp overflows), then x's sign (odd: -0, NaN kept). Within 2 ulp
+   (tests/test_ops.c checks it against tanh in double over a sweep). */
+static DL__HD inline float dl__tanhf(float x)
+{
+    float a = fabsf(x), z = a * a, p, big, small, r;
+    uint32_t sb, bb, xb, m, rb;
+    p = DL__GEMM_FMA(-5.70498872745e-3f, z, 2.06390887954e-2f);
+    p = DL__GEMM_FMA(p, z, -5.37397155531e-2f);
+    p = DL__GEMM_FMA(p, z, 1.33314422036e-1f);
+    p = DL__GEMM_FMA(p, z, -3.33332819422e-1f);
+    small = DL__GEMM_FMA(p * z, a, a);
+    big = 1.0f - 2.0f / (dl__expf(2.0f * a) + 1.0f);
+    /* the select and the sign by bits: gcc keeps a ?: with a division on
+       one side as a branch (it may trap), and the loop unvectorized */
+    memcpy(&sb, &small, 4);
+    memcpy(&bb, &big, 4);
+    memcpy(&xb, &x, 4);
+    m = 0u - (uint32_t)(a < 0.625f);
+    rb = (((sb & m) | (bb & ~m)) & 0x7fffffffu) | (xb & 0x80000000u);
+    memcpy(&r, &rb, 4);
+    return r;
+}
+
 /* x sigmoid(x) as x/(1+exp(-x)), the same way (-0 below -88.72, as torch) */
 static DL__HD inline float dl__siluf(float x) { return x / (1.0f + dl__expf(-x)); }
 
@@ -4122,9 +4148,9 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(LEAKY, x > 0 ? x : x * a) \
     X(SIGMOID, dl__sigmoidf(x)) \
     X(SILU, dl__siluf(x)) \
-    X(TANH, tanhf(x)) \
+    X(TANH, dl__tanhf(x)) \
     X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
-    X(GELU_TANH, 0.5f * x * (1.0f + tanhf(DL__GELU_B * (x + DL__MUL_RN(DL__GELU_K, x * x * x))))) /* torch's order */ \
+    X(GELU_TANH, 0.5f * x * (1.0f + dl__tanhf(DL__GELU_B * (x + DL__MUL_RN(DL__GELU_K, x * x * x))))) /* torch's order */ \
     X(SOFTPLUSN, dl__softplus_negf(x)) /* softplus(-x): bce_with_logits with pos_weight */ \
     X(SOFTPLUS, x * a > b ? x : log1pf(expf(x * a)) / a) /* F.softplus(beta a, threshold b), torch's */ \
     X(LOGSIGMOID, -dl__softplus_negf(x)) /* min(x, 0) - log1p(exp(-|x|)), torch's */ \
