@@ -68,8 +68,8 @@
        FMA), random numbers are dl.h's counter-based Philox (dl__rng_value,
        DL__HD), accumulations run in the CPU's order. Most results are
        therefore bit-identical to the CPU's; the exceptions are the libm
-       functions (expf, logf, erff, tanhf, powf: CUDA's differ by an ulp or
-       two), the matrix products (cuBLAS sums in its own order; TF32 where
+       functions (expf, logf, erff, powf: CUDA's differ by an ulp or two;
+       exp and tanh are dl.h's own), the matrix products (cuBLAS sums in its own order; TF32 where
        a switch allows it: convolutions by default, as PyTorch), row
        reductions / softmax over a contiguous dim, which use a fixed tree of
        warp shuffles (double accumulation, like the CPU), and batch norm's
