@@ -13618,15 +13618,18 @@ dl_tensor *dl_tanh(dl_tensor *a) { return dl__unary("dl_tanh", &dl__op_tanh, DL_
 dl_tensor *dl_gelu(dl_tensor *a) { return dl__unary("dl_gelu", &dl__op_gelu, DL__U_GELU, a, 0, 0); }
 dl_tensor *dl_gelu_tanh(dl_tensor *a) { return dl__unary("dl_gelu_tanh", &dl__op_gelu_tanh, DL__U_GELU_TANH, a, 0, 0); }
 dl_tensor *dl_silu(dl_tensor *a) { return dl__unary("dl_silu", &dl__op_silu, DL__U_SILU, a, 0, 0); }
+/* softplus' beta finite and nonzero, its threshold not NaN; else false with the error */
+static bool dl__softplus_ok(dl_ctx *ctx, const char *op, float beta, float threshold)
+{
+    if (isfinite(beta) && beta != 0.0f && threshold == threshold) return true;
+    dl__err(ctx, DL_ERR_ARG, "%s: beta=%g must be finite and nonzero, threshold=%g not NaN (PyTorch's "
+            "defaults: 1, 20)", op, (double)beta, (double)threshold);
+    return false;
+}
 dl_tensor *dl_softplus(dl_tensor *a, float beta, float threshold)
 {
     if (!a) return NULL;
-    if (!isfinite(beta) || beta == 0.0f || threshold != threshold) {
-        if (a->magic_ == DL__MAGIC)
-            dl__err(a->ctx_, DL_ERR_ARG, "dl_softplus: beta=%g must be finite and nonzero, threshold=%g not "
-                    "NaN (PyTorch's defaults: 1, 20)", (double)beta, (double)threshold);
-        return NULL;
-    }
+    if (a->magic_ == DL__MAGIC && !dl__softplus_ok(a->ctx_, "dl_softplus", beta, threshold)) return NULL;
     return dl__unary("dl_softplus", &dl__op_softplus, DL__U_SOFTPLUS, a, beta, threshold);
 }
 dl_tensor *dl_logsigmoid(dl_tensor *a) { return dl__unary("dl_logsigmoid", &dl__op_logsigmoid, DL__U_LOGSIGMOID, a, 0, 0); }
@@ -15136,6 +15139,19 @@ static dl_tensor *dl__embed_scatter(dl_tensor *g, dl_tensor *idx, int64_t V, int
     return dl__done(dw, op);
 }
 
+/* a padding_idx in [-V, V), made non-negative (torch's); else false with
+   the error (of: what else the message says of V) */
+static bool dl__pad_index(dl_ctx *ctx, const char *op, int64_t *p, int64_t V, const char *of)
+{
+    if (*p < -V || *p >= V) {
+        dl__err(ctx, DL_ERR_ARG, "%s: padding_idx=%lld must be in [-%lld, %lld) (num_embeddings%s), or "
+                "DL_NO_PADDING", op, (long long)*p, (long long)V, (long long)V, of);
+        return false;
+    }
+    if (*p < 0) *p += V;
+    return true;
+}
+
 dl_tensor *dl_embedding(dl_tensor *idx, dl_tensor *weight, int64_t padding_idx)
 {
     const char *op = "dl_embedding";
@@ -15162,13 +15178,9 @@ dl_tensor *dl_embedding(dl_tensor *idx, dl_tensor *weight, int64_t padding_idx)
     }
     V = weight->shape[0];
     if (padding_idx != DL_NO_PADDING) {
-        if (padding_idx < -V || padding_idx >= V) {
-            dl__err(ctx, DL_ERR_ARG, "%s: padding_idx=%lld must be in [-%lld, %lld) (num_embeddings, dim 0 "
-                    "of weight %s), or DL_NO_PADDING", op, (long long)padding_idx, (long long)V,
-                    (long long)V, dl__sh(weight));
-            return NULL;
-        }
-        if (padding_idx < 0) padding_idx += V;
+        char of[64];
+        snprintf(of, sizeof of, ", dim 0 of weight %s", dl__sh(weight));
+        if (!dl__pad_index(ctx, op, &padding_idx, V, of)) return NULL;
     } else {
         padding_idx = -1;
     }
@@ -18221,11 +18233,7 @@ dl_module *dl_nn_softplus(dl_ctx *ctx, float beta, float threshold)
 {
     dl_module *m;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_softplus: ctx is NULL"); return NULL; }
-    if (!isfinite(beta) || beta == 0.0f || threshold != threshold) {
-        dl__err(ctx, DL_ERR_ARG, "dl_nn_softplus: beta=%g must be finite and nonzero, threshold=%g not NaN "
-                "(PyTorch's defaults: 1, 20)", (double)beta, (double)threshold);
-        return NULL;
-    }
+    if (!dl__softplus_ok(ctx, "dl_nn_softplus", beta, threshold)) return NULL;
     m = dl_module_new(ctx, "Softplus", dl__softplusm_fwd, sizeof(dl__softplusm));
     if (m) {
         ((dl__softplusm *)dl_module_state(m))->beta = beta;
@@ -18621,12 +18629,7 @@ dl_result dl_nn_embedding_padding(dl_module *m, int64_t padding_idx)
     s = (dl__embm *)dl_module_state(m);
     V = s->w->shape[0];
     if (padding_idx == DL_NO_PADDING) { s->pad = DL_NO_PADDING; return DL_OK; }
-    if (padding_idx < -V || padding_idx >= V) {
-        dl__err(m->ctx, DL_ERR_ARG, "%s: padding_idx=%lld must be in [-%lld, %lld) (num_embeddings), or "
-                "DL_NO_PADDING", op, (long long)padding_idx, (long long)V, (long long)V);
-        return DL_ERR_ARG;
-    }
-    if (padding_idx < 0) padding_idx += V;
+    if (!dl__pad_index(m->ctx, op, &padding_idx, V, "")) return DL_ERR_ARG;
     if (!dl__valid(op, "weight", s->w)) return m->ctx->err;   /* (a weight freed by the user) */
     DL__BE(s->w)->fill(s->w->dev_, (float *)s->w->data + padding_idx * s->w->shape[1], s->w->shape[1], 0.0f);
     dl__bump_version(s->w);
