@@ -9374,7 +9374,8 @@ typedef struct dl__emb_args {
     float *y; const float *w; const void *idx; bool i64; int64_t n, V, D, zrow;
 } dl__emb_args;
 
-static int64_t dl__emb_at(const void *idx, bool i64, int64_t i)
+/* index i of an int64 (i64) or int32 index tensor (the CUDA kernels' too) */
+static DL__HD inline int64_t dl__emb_at(const void *idx, bool i64, int64_t i)
 {
     return i64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
 }

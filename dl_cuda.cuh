@@ -69,8 +69,9 @@
        DL__HD), accumulations run in the CPU's order. Most results are
        therefore bit-identical to the CPU's; the exceptions are the libm
        functions (expf, logf, erff, powf: CUDA's differ by an ulp or two;
-       exp and tanh are dl.h's own), the matrix products (cuBLAS sums in its own order; TF32 where
-       a switch allows it: convolutions by default, as PyTorch), row
+       exp and tanh are dl.h's own), the matrix products (cuBLAS sums in
+       its own order; TF32 where a switch allows it: convolutions by
+       default, as PyTorch), row
        reductions / softmax over a contiguous dim, which use a fixed tree of
        warp shuffles (double accumulation, like the CPU), and batch norm's
        sums (double, chunks of each channel over many blocks).
@@ -4265,11 +4266,11 @@ static void dl__cu_gather(dl__dev *d, float *y, const float *x, const int64_t *i
    thread per element of dw adds its rows of g in that order from 0, as the
    CPU's loop (the same bits). */
 struct dl__cuf_embed {
-    float *y; const float *w; const int64_t *t64; const int32_t *t32; int64_t V, D, zrow;
+    float *y; const float *w; const void *idx; bool i64; int64_t V, D, zrow;
     unsigned long long *res;
     DL__HD void operator()(int64_t e) const
     {
-        int64_t Dk = D > 0 ? D : 1, i = e / Dk, c = e - i * Dk, t = t64 ? t64[i] : (int64_t)t32[i];
+        int64_t Dk = D > 0 ? D : 1, i = e / Dk, c = e - i * Dk, t = dl__emb_at(idx, i64, i);
         bool ok = t >= 0 && t < V;
         if (!ok && res && c == 0) dl__cu_min_index(res, i);
         if (D > 0) y[e] = ok && t != zrow ? w[t * D + c] : 0.0f;
@@ -4282,35 +4283,32 @@ static int64_t dl__cu_embed(dl__dev *d, float *y, const float *w, const void *id
     dl__cuimpl *m = dl__cu_enter(d);
     dl__cuf_embed f;
     if (n <= 0) return -1;
-    f.y = DL__CUP(d, y); f.w = DL__CUP(d, w);
-    f.t64 = i64 ? (const int64_t *)DL__CUP(d, idx) : NULL;
-    f.t32 = i64 ? NULL : (const int32_t *)DL__CUP(d, idx);
+    f.y = DL__CUP(d, y); f.w = DL__CUP(d, w); f.idx = DL__CUP(d, idx); f.i64 = i64;
     f.V = V; f.D = D; f.zrow = zrow;
     /* inside a capture no check (as class_mask): a bad index reads zeros */
     if (!m->cap) dl__cu_memset(d, m->dres, 0xff, sizeof(unsigned long long));
     f.res = m->cap ? NULL : (unsigned long long *)m->dres;
     dl__cu_run<int64_t>(d, "embed", n * (D > 0 ? D : 1), f);
     if (m->cap) return -1;
-    return dl__cu_bad_target(d, f.t64, f.t32, bad, "embed");
+    return dl__cu_bad_target(d, i64 ? (const int64_t *)f.idx : NULL, i64 ? NULL : (const int32_t *)f.idx, bad,
+                             "embed");
 }
 
 struct dl__cuf_embb_list {
-    const int64_t *t64; const int32_t *t32; int64_t n, V, pad; int64_t *perm, *off, *cnt;
+    const void *idx; bool i64; int64_t n, V, pad; int64_t *perm, *off, *cnt;
     DL__HD void operator()(int64_t v) const
     {
         int64_t i, below = 0, c = 0, k = 0;
         for (i = 0; i < n; i++) {
-            int64_t t = t64 ? t64[i] : (int64_t)t32[i];
+            int64_t t = dl__emb_at(idx, i64, i);
             if (t < 0 || t >= V || t == pad) continue;
             below += t < v;
             c += t == v;
         }
         off[v] = below;
         cnt[v] = c;
-        for (i = 0; k < c && i < n; i++) {
-            int64_t t = t64 ? t64[i] : (int64_t)t32[i];
-            if (t == v) perm[below + k++] = i;
-        }
+        for (i = 0; k < c && i < n; i++)
+            if (dl__emb_at(idx, i64, i) == v) perm[below + k++] = i;
     }
 };
 
@@ -4333,8 +4331,7 @@ static void dl__cu_embed_bwd(dl__dev *d, float *dw, const float *g, const void *
     dl__cu_enter(d);
     if (V <= 0 || D <= 0) return;
     scratch = DL__CUP(d, scratch);
-    fl.t64 = i64 ? (const int64_t *)DL__CUP(d, idx) : NULL;
-    fl.t32 = i64 ? NULL : (const int32_t *)DL__CUP(d, idx);
+    fl.idx = DL__CUP(d, idx); fl.i64 = i64;
     fl.n = n; fl.V = V; fl.pad = pad;
     fl.perm = scratch; fl.off = scratch + n; fl.cnt = scratch + n + V;
     dl__cu_run<int64_t>(d, "embed_bwd_list", V, fl);
