@@ -412,6 +412,11 @@
        dl_maximum                 torch.maximum
        dl_minimum                 torch.minimum
        dl_eq                      torch.eq (float32 1/0; float32 or int64 pairs)
+       dl_ne                      torch.ne (float32 1/0; float32 or int64 pairs)
+       dl_lt                      torch.lt (float32 1/0)
+       dl_le                      torch.le
+       dl_gt                      torch.gt
+       dl_ge                      torch.ge
        dl_add_scalar              a + s
        dl_sub_scalar              a - s
        dl_mul_scalar              a * s
@@ -453,6 +458,12 @@
      ops: embedding
        DL_NO_PADDING              padding_idx=None
        dl_embedding               F.embedding(idx, weight, padding_idx)
+     ops: selection and indexing
+       dl_where                   torch.where(cond, a, b)
+       dl_masked_fill             x.masked_fill(mask, value)
+       dl_tril                    torch.tril(x, diagonal)
+       dl_triu                    torch.triu(x, diagonal)
+       dl_gather                  torch.gather(x, dim, index)
      autograd
        dl_backward_desc           backward options: grad (seed), retain_graph, create_graph
        dl_requires_grad           x.requires_grad_(on)
@@ -1027,6 +1038,14 @@ DL_API dl_tensor *dl_minimum(dl_tensor *a, dl_tensor *b);
    dl_sum counts, as (pred == y).float().sum()); a and b both float32 or
    both int64 (class indices: dl_argmax's and the labels). No gradient. */
 DL_API dl_tensor *dl_eq(dl_tensor *a, dl_tensor *b);
+/* torch.ne, lt, le, gt, ge: the same float32 1/0 (a comparison with NaN is
+   0, ne's 1, as torch's); float32 pairs (ne: int64 pairs too). No gradient.
+   A scalar side: a one-element tensor, dl_full(ctx, DL_SHAPE(1), v). */
+DL_API dl_tensor *dl_ne(dl_tensor *a, dl_tensor *b);
+DL_API dl_tensor *dl_lt(dl_tensor *a, dl_tensor *b);
+DL_API dl_tensor *dl_le(dl_tensor *a, dl_tensor *b);
+DL_API dl_tensor *dl_gt(dl_tensor *a, dl_tensor *b);
+DL_API dl_tensor *dl_ge(dl_tensor *a, dl_tensor *b);
 DL_API dl_tensor *dl_add_scalar(dl_tensor *a, float s);
 DL_API dl_tensor *dl_sub_scalar(dl_tensor *a, float s);
 DL_API dl_tensor *dl_mul_scalar(dl_tensor *a, float s);
@@ -1109,6 +1128,31 @@ DL_API dl_tensor *dl_log_softmax(dl_tensor *t, int dim);
    not checked (a graph cannot stop: PyTorch's device assert) and reads a
    row of zeros; replays on CPU devices keep the check. */
 DL_API dl_tensor *dl_embedding(dl_tensor *idx, dl_tensor *weight, int64_t padding_idx);
+
+/* --- ops: selection and indexing */
+/* torch.where(cond, a, b): a where cond is nonzero, else b (cond float32, a
+   mask as dl_eq and dl_gt make; NaN counts as true, as bool(NaN)), the
+   three broadcast together. a's gradient is g where cond holds, b's g
+   elsewhere, each summed to its shape (a NaN or inf in the branch not taken
+   stays out, as torch's); cond gets none. Twice differentiable. */
+DL_API dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b);
+/* x.masked_fill(mask, value): value where mask (float32, broadcast to x's
+   shape) is nonzero, else x; x's gradient is 0 there. value may be
+   -INFINITY (attention's causal mask before a softmax). */
+DL_API dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, float value);
+/* torch.tril(x, diagonal) / torch.triu: the last two dims' lower (upper)
+   triangle, on and below (above) the diagonal-th diagonal, the rest 0;
+   x has 2 dims at least (a batch of matrices), each at most 2^24. */
+DL_API dl_tensor *dl_tril(dl_tensor *x, int64_t diagonal);
+DL_API dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal);
+/* torch.gather(x, dim, index): out[i][j][k] = x[i][index[i][j][k]][k] (dim
+   1) -> index's shape. index int64 with x's number of dims, each size at
+   most x's (but dim's), values in [0, x's size on dim) (anything else is
+   an error naming the flat index and the value: inside a capture on a GPU
+   not checked, as dl_embedding's). x's gradient adds g at the indices in
+   index's order (scatter_add; the same bits on every device). Twice
+   differentiable. DQN's Q(s, a): dl_gather(q, 1, dl_unsqueeze(a, 1)). */
+DL_API dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index);
 
 /* --- autograd */
 typedef struct dl_backward_desc {
@@ -4145,7 +4189,7 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(SIGN, (float)((x > 0) - (x < 0))) \
     X(ERF, erff(x)) \
     X(RELU, (x > 0 || x != x) ? x : 0.0f) \
-    X(LEAKY, x > 0 ? x : x * a) \
+    X(LEAKY, (x > 0 ? 1.0f : a) * x) /* (a select of constants, then one product: vectorized) */ \
     X(SIGMOID, dl__sigmoidf(x)) \
     X(SILU, dl__siluf(x)) \
     X(TANH, dl__tanhf(x)) \
@@ -4178,6 +4222,11 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(GT_HALF, p < q ? 0.0f : (p == q ? 0.5f : 1.0f)) /* (NaN: 1, as PyTorch's) */ \
     X(LT_HALF, p > q ? 0.0f : (p == q ? 0.5f : 1.0f)) \
     X(EQ, p == q ? 1.0f : 0.0f) \
+    X(NE, p != q ? 1.0f : 0.0f) \
+    X(LT, p < q ? 1.0f : 0.0f) \
+    X(LE, p <= q ? 1.0f : 0.0f) \
+    X(GT, p > q ? 1.0f : 0.0f) \
+    X(GE, p >= q ? 1.0f : 0.0f) \
     X(MMUL, q == 0.0f ? 0.0f : p * q) /* p masked by q: 0 where q is, even at p inf/NaN */ \
     X(RELU_GRAD, q <= 0 ? 0.0f : p) \
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
@@ -4666,6 +4715,10 @@ struct dl__backend {
                       int64_t D, int64_t pad, int64_t *scratch);
     /* y[i] = x[i] converted from dtype xt to yt (dl__convert_*: the same on every backend) */
     void (*convert)(dl__dev *d, void *y, int yt, const void *x, int xt, int64_t n);
+    /* y[i] = c[i] != 0 ? a[i] : b[i] (torch.where), a NULL a or b read as
+       the value av or bv */
+    void (*select)(dl__dev *d, float *y, const float *c, const float *a, const float *b, int64_t n, float av,
+                   float bv);
 };
 
 /* dtype conversions (dl_to_dtype), as torch on x86: float to int truncates
@@ -7143,22 +7196,42 @@ static void dl__cpu_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *s
     dl__parallel_for(d->ctx->pool, rows, (1 << 14) / shape[ndim - 1] + 1, dl__copy_task, &u);
 }
 
+/* fill and axpy: elementwise, in tasks of 64K floats (a leaf's gradient,
+   zeroed then summed into, is model-sized) */
+typedef struct dl__axpy_args { float *y; const float *x; float a; } dl__axpy_args;
+static void dl__fill_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__axpy_args *u = (const dl__axpy_args *)arg;
+    float *DL__RESTRICT y = u->y, v = u->a;
+    int64_t i;
+    for (i = lo; i < hi; i++) y[i] = v;
+}
+static void dl__axpy_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__axpy_args *u = (const dl__axpy_args *)arg;
+    float *DL__RESTRICT y = u->y, a = u->a;
+    const float *DL__RESTRICT x = u->x;
+    int64_t i;
+    if (a == 1.0f) for (i = lo; i < hi; i++) y[i] += x[i];
+    else for (i = lo; i < hi; i++) y[i] += a * x[i];
+}
+
 static void dl__cpu_fill(dl__dev *d, float *y, int64_t n, float v)
 {
-    y = (float *)DL__RAW(d, y);
-    int64_t i;
-    (void)d;
-    for (i = 0; i < n; i++) y[i] = v;
+    dl__axpy_args u;
+    u.y = (float *)DL__RAW(d, y);
+    u.x = NULL;
+    u.a = v;
+    dl__parallel_for(d->ctx->pool, n, 1 << 16, dl__fill_task, &u);
 }
 
 static void dl__cpu_axpy(dl__dev *d, float *y, const float *x, int64_t n, float alpha)
 {
-    y = (float *)DL__RAW(d, y);
-    x = (const float *)DL__RAW(d, x);
-    int64_t i;
-    (void)d;
-    if (alpha == 1.0f) for (i = 0; i < n; i++) y[i] += x[i];
-    else for (i = 0; i < n; i++) y[i] += alpha * x[i];
+    dl__axpy_args u;
+    u.y = (float *)DL__RAW(d, y);
+    u.x = (const float *)DL__RAW(d, x);
+    u.a = alpha;
+    dl__parallel_for(d->ctx->pool, n, 1 << 16, dl__axpy_task, &u);
 }
 
 static void dl__cpu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -9459,6 +9532,31 @@ static void dl__cpu_convert(dl__dev *d, void *y, int yt, const void *x, int xt, 
     if (n > 0) dl__parallel_for(d->ctx->pool, n, 1 << 14, dl__cvt_task, &u);
 }
 
+typedef struct dl__sel_args { float *y; const float *c, *a, *b; float av, bv; } dl__sel_args;
+static void dl__sel_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__sel_args *u = (const dl__sel_args *)arg;
+    float *DL__RESTRICT y = u->y, av = u->av, bv = u->bv;
+    const float *c = u->c, *a = u->a, *b = u->b;
+    int64_t i;
+    if (a && b) for (i = lo; i < hi; i++) y[i] = c[i] != 0.0f ? a[i] : b[i];
+    else if (a) for (i = lo; i < hi; i++) y[i] = c[i] != 0.0f ? a[i] : bv;
+    else if (b) for (i = lo; i < hi; i++) y[i] = c[i] != 0.0f ? av : b[i];
+    else for (i = lo; i < hi; i++) y[i] = c[i] != 0.0f ? av : bv;
+}
+static void dl__cpu_select(dl__dev *d, float *y, const float *c, const float *a, const float *b, int64_t n,
+                           float av, float bv)
+{
+    dl__sel_args u;
+    u.y = (float *)DL__RAW0(d, y);
+    u.c = (const float *)DL__RAW0(d, c);
+    u.a = (const float *)DL__RAW0(d, a);
+    u.b = (const float *)DL__RAW0(d, b);
+    u.av = av;
+    u.bv = bv;
+    if (n > 0) dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__sel_task, &u);
+}
+
 /* a loader's batch, a sample per task (dl__batch_px: the CUDA kernel's math) */
 typedef struct dl__lb_args {
     float *x; int64_t *y; const uint8_t *data; const int64_t *labels, *plan; const dl__batchgeom *g;
@@ -10245,7 +10343,7 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
     NULL,                     /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
     dl__cpu_embed, dl__cpu_embed_bwd,
-    dl__cpu_convert
+    dl__cpu_convert, dl__cpu_select
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -10363,7 +10461,8 @@ enum {
     DL__RK_BIAS_ADD, DL__RK_MAX_POOL, DL__RK_UNPOOL, DL__RK_GATHER, DL__RK_AVG_POOL, DL__RK_AVG_POOL_ADJ,
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
-    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD, DL__RK_CONVERT
+    DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD, DL__RK_CONVERT,
+    DL__RK_SELECT
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -10945,6 +11044,15 @@ static void dl__rw_convert(dl__dev *d, void *y, int yt, const void *x, int xt, i
     DL__REC(d, DL__RK_CONVERT) { r->p[0] = y; r->p[1] = (void *)x; r->k = yt; r->n[0] = xt; r->n[1] = n; }
     DL__CPU.convert(d, y, yt, x, xt, n);
 }
+static void dl__rw_select(dl__dev *d, float *y, const float *c, const float *a, const float *b, int64_t n,
+                          float av, float bv)
+{
+    DL__REC(d, DL__RK_SELECT) {
+        r->p[0] = y; r->p[1] = (void *)c; r->p[2] = (void *)a; r->p[3] = (void *)b;
+        r->n[0] = n; r->f[0] = av; r->f[1] = bv;
+    }
+    DL__CPU.select(d, y, c, a, b, n, av, bv);
+}
 static void dl__rw_dropout_mask(dl__dev *d, float *mask, int64_t n, float p, float scale, uint64_t seed,
                                 uint64_t offset)
 {
@@ -11177,7 +11285,7 @@ static const dl__backend dl__cap_backend = {
     NULL,
     NULL,
     dl__rw_embed, dl__rw_embed_bwd,
-    dl__rw_convert
+    dl__rw_convert, dl__rw_select
 };
 
 /* One record again (a replay). false, with the context's error, when its
@@ -11233,9 +11341,10 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
         int64_t bad = 0, at = DL__CPU.embed(d, (float *)p[0], (const float *)p[1], p[2], r->b[0], n[0], n[1],
                                             n[2], n[3], &bad);
         if (at >= 0) {
-            dl__err(c->ctx, DL_ERR_ARG, "dl_replay: an embedding index holds %lld at flat index %lld: "
-                    "indices must be in [0, %lld) (num_embeddings; the op's check, which replays on CPU "
-                    "devices keep)", (long long)bad, (long long)at, (long long)n[1]);
+            dl__err(c->ctx, DL_ERR_ARG, "dl_replay: %s index holds %lld at flat index %lld: indices must be in "
+                    "[0, %lld) (%s; the op's check, which replays on CPU devices keep)",
+                    n[2] ? "an embedding" : "a dl_gather", (long long)bad, (long long)at, (long long)n[1],
+                    n[2] ? "num_embeddings" : "the size of x's dim");
             return false;
         }
         break;
@@ -11245,6 +11354,10 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
                           (int64_t *)p[3]);
         break;
     case DL__RK_CONVERT: DL__CPU.convert(d, p[0], r->k, p[1], (int)n[0], n[1]); break;
+    case DL__RK_SELECT:
+        DL__CPU.select(d, (float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3], n[0],
+                       r->f[0], r->f[1]);
+        break;
     case DL__RK_DROPOUT: DL__CPU.dropout_mask(d, (float *)p[0], n[0], r->f[0], r->f[1], seed, off); break;
     case DL__RK_BCE: DL__CPU.bce_logits(d, (float *)p[0], (const float *)p[1], (const float *)p[2], n[0]); break;
     case DL__RK_IM2COL: DL__CPU.im2col(d, (float *)p[0], (const float *)p[1], n[0], (const dl__cgeom *)a); break;
@@ -13817,23 +13930,25 @@ dl_tensor *dl_div(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_div", &dl_
 dl_tensor *dl_maximum(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_maximum", &dl__op_maximum, DL__B_MAX, a, b); }
 dl_tensor *dl_minimum(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_minimum", &dl__op_minimum, DL__B_MIN, a, b); }
 
-/* torch.eq as float32 1/0: float32 pairs by the binary entry (no tape),
-   int64 pairs by eq_i64 after spreading a broadcast operand to the
-   result's shape (copy_nd with the broadcast's zero strides) */
-dl_tensor *dl_eq(dl_tensor *a, dl_tensor *b)
+/* torch.eq and the other comparisons as float32 1/0: float32 pairs by the
+   binary entry (no tape), int64 pairs (eq, ne) by eq_i64 after spreading a
+   broadcast operand to the result's shape (copy_nd with the broadcast's
+   zero strides), ne then 1 - eq */
+static dl_tensor *dl__compare(const char *op, int kop, dl_tensor *a, dl_tensor *b)
 {
-    static const char *op = "dl_eq";
     dl__bcast bc;
     dl_tensor *y, *ab[2];
     int k;
+    bool i64 = kop == DL__B_EQ || kop == DL__B_NE;
     if (!a || !b) return NULL;
     if (!dl__live(op, "a", a) || !dl__live(op, "b", b) || !dl__pair(op, a, b)) return NULL;
-    if (a->dtype != b->dtype || (a->dtype != DL_DTYPE_F32 && a->dtype != DL_DTYPE_I64)) {
-        dl__err(a->ctx_, DL_ERR_DTYPE, "dl_eq: a %s is %s and b %s is %s (both must be float32 or both "
-                "int64)", dl__sh(a), dl__dtype_str(a->dtype), dl__sh(b), dl__dtype_str(b->dtype));
+    if (a->dtype != b->dtype || (a->dtype != DL_DTYPE_F32 && (a->dtype != DL_DTYPE_I64 || !i64))) {
+        dl__err(a->ctx_, DL_ERR_DTYPE, "%s: a %s is %s and b %s is %s (both must be float32%s)", op, dl__sh(a),
+                dl__dtype_str(a->dtype), dl__sh(b), dl__dtype_str(b->dtype),
+                i64 ? " or both int64" : "; dl_to_dtype converts");
         return NULL;
     }
-    if (a->dtype == DL_DTYPE_F32) return dl__binary(op, NULL, DL__B_EQ, a, b);
+    if (a->dtype == DL_DTYPE_F32) return dl__binary(op, NULL, kop, a, b);
     if (!dl__broadcast(op, a, b, &bc)) return NULL;
     y = dl__new(a->dev_, op, bc.ndim, bc.shape);
     if (!y) return NULL;
@@ -13848,10 +13963,19 @@ dl_tensor *dl_eq(dl_tensor *a, dl_tensor *b)
         dl__strides(bc.shape, bc.ndim, st);
         DL__BE(a)->copy_nd(a->dev_, 8, bc.ndim, bc.shape, ab[k]->data, st, t->data, k ? bc.sb : bc.sa);
     }
-    if (bc.n > 0)
+    if (bc.n > 0) {
         DL__BE(a)->eq_i64(a->dev_, (float *)y->data, (const int64_t *)ab[0]->data, (const int64_t *)ab[1]->data, bc.n);
+        if (kop == DL__B_NE) DL__BE(a)->unary(a->dev_, DL__U_AFFINE, (float *)y->data, (const float *)y->data, bc.n,
+                                             -1.0f, 1.0f);
+    }
     return dl__done(y, op);
 }
+dl_tensor *dl_eq(dl_tensor *a, dl_tensor *b) { return dl__compare("dl_eq", DL__B_EQ, a, b); }
+dl_tensor *dl_ne(dl_tensor *a, dl_tensor *b) { return dl__compare("dl_ne", DL__B_NE, a, b); }
+dl_tensor *dl_lt(dl_tensor *a, dl_tensor *b) { return dl__compare("dl_lt", DL__B_LT, a, b); }
+dl_tensor *dl_le(dl_tensor *a, dl_tensor *b) { return dl__compare("dl_le", DL__B_LE, a, b); }
+dl_tensor *dl_gt(dl_tensor *a, dl_tensor *b) { return dl__compare("dl_gt", DL__B_GT, a, b); }
+dl_tensor *dl_ge(dl_tensor *a, dl_tensor *b) { return dl__compare("dl_ge", DL__B_GE, a, b); }
 
 // >>section ops: shape
 /* reshape and friends make a new header over the same storage (a view);
@@ -14834,7 +14958,8 @@ dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim)
      C = op(A) op(B):  dA = g op(B)^T  (or op(B) g^T when A is transposed)
                        dB = op(A)^T g  (or g^T op(A) when B is transposed). */
 
-static dl_tensor *dl__expand_raw(dl_tensor *t, int nd, const int64_t *shape)
+/* t spread to shape (t broadcasts to it), not recorded: a kernel's full-size operand */
+static dl_tensor *dl__expand_raw(const char *name, dl_tensor *t, int nd, const int64_t *shape)
 {
     int64_t st[DL_MAX_DIMS], ss[DL_MAX_DIMS];
     int d;
@@ -14843,7 +14968,7 @@ static dl_tensor *dl__expand_raw(dl_tensor *t, int nd, const int64_t *shape)
         int it = d - (nd - t->ndim);
         ss[d] = (it >= 0 && t->shape[it] != 1) ? st[it] : 0;
     }
-    return dl__gather_copy("dl_matmul", t, nd, shape, ss, 0);
+    return dl__gather_copy(name, t, nd, shape, ss, 0);
 }
 
 static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb);
@@ -14914,8 +15039,8 @@ static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
         memcpy(sb, bshape, sizeof(int64_t) * (size_t)nd);
         sa[nd] = a->shape[na - 2]; sa[nd + 1] = a->shape[na - 1];
         sb[nd] = b->shape[nb - 2]; sb[nd + 1] = b->shape[nb - 1];
-        if (batchA != batch && !(A = dl__expand_raw(a, nd + 2, sa))) return NULL;
-        if (batchB != batch && !(B = dl__expand_raw(b, nd + 2, sb))) return NULL;
+        if (batchA != batch && !(A = dl__expand_raw("dl_matmul", a, nd + 2, sa))) return NULL;
+        if (batchB != batch && !(B = dl__expand_raw("dl_matmul", b, nd + 2, sb))) return NULL;
         k->gemm(a->dev_, ta, tb, M, N, K, 1.0f, (const float *)A->data, ta ? M : K, M * K,
                 (const float *)B->data, tb ? K : N, K * N, 0.0f, (float *)y->data, N, M * N, batch);
     }
@@ -15188,6 +15313,136 @@ dl_tensor *dl_embedding(dl_tensor *idx, dl_tensor *weight, int64_t padding_idx)
     return dl__embed_rows(op, weight, idx, -1, padding_idx);
 }
 
+/* --- selection: y = c ? a : b (a or b NULL: the value av or bv), the three
+   broadcast;  da = g where c, db = g elsewhere (each summed to its shape),
+   themselves selections (twice differentiable); c gets no gradient */
+static dl_tensor *dl__select(const char *op, dl_tensor *c, dl_tensor *a, dl_tensor *b, float av, float bv);
+static dl_result dl__select_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl__select("dl_where_backward", n->in[0], g, NULL, 0, 0), n->in[1]);
+    if (dl__need(n, 2)) gin[2] = dl__sum_like(dl__select("dl_where_backward", n->in[0], NULL, g, 0, 0), n->in[2]);
+    return DL_OK;
+}
+/* reads: the condition (input 0, spread to the result's shape) */
+static const dl__op dl__op_select = {"dl_where", dl__select_bwd, 1, 0};
+
+static dl_tensor *dl__select(const char *op, dl_tensor *c, dl_tensor *a, dl_tensor *b, float av, float bv)
+{
+    static const char *names[3] = {"cond", "a", "b"};
+    dl_tensor *t[3], *full[3], *y;
+    dl__node *n;
+    int64_t out[DL_MAX_DIMS];
+    int nd = 0, k, d;
+    t[0] = c; t[1] = a; t[2] = b;
+    for (k = 0; k < 3; k++) {   /* the result's shape: NumPy broadcasting of the three */
+        dl_tensor *u = t[k];
+        if (!u) continue;
+        if (u->ndim > nd) {
+            memmove(out + u->ndim - nd, out, sizeof(int64_t) * (size_t)nd);
+            for (d = 0; d < u->ndim - nd; d++) out[d] = 1;
+            nd = u->ndim;
+        }
+        for (d = 0; d < u->ndim; d++) {
+            int64_t *o = &out[nd - u->ndim + d], s = u->shape[d];
+            if (*o != s && *o != 1 && s != 1) {
+                dl__err(c->ctx_, DL_ERR_SHAPE, "%s: cond %s, a %s and b %s do not broadcast: %s's size %lld at "
+                        "dim %d of the result meets %lld (sizes must match or one be 1)", op, dl__sh(c),
+                        a ? dl__sh(a) : "(value)", b ? dl__sh(b) : "(value)", names[k], (long long)s,
+                        nd - u->ndim + d, (long long)*o);
+                return NULL;
+            }
+            if (*o == 1) *o = s;
+        }
+    }
+    for (k = 0; k < 3; k++) {
+        int64_t cnt = 1;
+        full[k] = t[k];
+        if (!t[k]) continue;
+        for (d = 0; d < nd; d++) cnt *= out[d];
+        if (t[k]->numel != cnt && !(full[k] = dl__expand_raw(op, t[k], nd, out))) return NULL;
+    }
+    y = dl__new(c->dev_, op, nd, out);
+    if (!y) return NULL;
+    if (y->numel)
+        DL__BE(c)->select(c->dev_, (float *)y->data, (const float *)full[0]->data,
+                          a ? (const float *)full[1]->data : NULL, b ? (const float *)full[2]->data : NULL,
+                          y->numel, av, bv);
+    t[0] = full[0];
+    if (dl__record(y, &dl__op_select, 3, t, &n) < 0) return NULL;
+    return dl__done(y, op);
+}
+
+/* the checks of a selection's tensors: live, float32, one device */
+static bool dl__select_ok(const char *op, int k, const char *const *names, dl_tensor *const *t)
+{
+    int i;
+    for (i = 0; i < k; i++)
+        if (!dl__live(op, names[i], t[i]) || !dl__f32(op, names[i], t[i])) return false;
+    for (i = 1; i < k; i++)
+        if (!dl__same_dev(op, names[0], t[0], names[i], t[i])) return false;
+    return true;
+}
+
+dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b)
+{
+    static const char *names[3] = {"cond", "a", "b"};
+    dl_tensor *t[3];
+    if (!cond || !a || !b) return NULL;
+    t[0] = cond; t[1] = a; t[2] = b;
+    if (!dl__select_ok("dl_where", 3, names, t)) return NULL;
+    return dl__select("dl_where", cond, a, b, 0, 0);
+}
+
+dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, float value)
+{
+    static const char *op = "dl_masked_fill", *names[2] = {"x", "mask"};
+    dl_tensor *t[2];
+    if (!x || !mask) return NULL;
+    t[0] = x; t[1] = mask;
+    if (!dl__select_ok(op, 2, names, t)) return NULL;
+    if (!dl__bcasts_to(mask->ndim, mask->shape, x)) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: mask %s does not broadcast to x %s (the result keeps x's shape: "
+                "the mask's trailing sizes must match x's or be 1)", op, dl__sh(mask), dl__sh(x));
+        return NULL;
+    }
+    return dl__select(op, mask, NULL, x, value, 0);
+}
+
+/* tril keeps j - i <= k: zeros where j > i + k (triu: where j < i + k),
+   a mask of the two aranges made on x's device */
+static dl_tensor *dl__tri(const char *op, dl_tensor *x, int64_t k, bool upper)
+{
+    int64_t R, C, rs[2], cs[2];
+    dl_tensor *ri, *ci, *m;
+    if (!x) return NULL;
+    if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
+    if (x->ndim < 2) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: x %s must have 2 dims at least (a matrix, or a batch of them)", op,
+                dl__sh(x));
+        return NULL;
+    }
+    R = x->shape[x->ndim - 2];
+    C = x->shape[x->ndim - 1];
+    if (R > (1 << 24) || C > (1 << 24)) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: x %s has a matrix of %lld x %lld; its sizes must be at most 2^24 "
+                "(the mask's float32 positions)", op, dl__sh(x), (long long)R, (long long)C);
+        return NULL;
+    }
+    k = k < -R ? -R - 1 : k > C ? C + 1 : k;   /* (beyond every position: the same mask) */
+    rs[0] = R; rs[1] = 1;
+    cs[0] = 1; cs[1] = C;
+    ri = dl__new(x->dev_, op, 2, rs);
+    ci = dl__new(x->dev_, op, 2, cs);
+    if (!ri || !ci) return NULL;
+    if (R) DL__BE(x)->arange(x->dev_, (float *)ri->data, R, (double)k, 1.0);
+    if (C) DL__BE(x)->arange(x->dev_, (float *)ci->data, C, 0.0, 1.0);
+    m = dl__binary(op, NULL, upper ? DL__B_LT : DL__B_GT, ci, ri);   /* 1 where the result is 0 */
+    if (!m) return NULL;
+    return dl__select(op, m, NULL, x, 0, 0);
+}
+dl_tensor *dl_tril(dl_tensor *x, int64_t diagonal) { return dl__tri("dl_tril", x, diagonal, false); }
+dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal) { return dl__tri("dl_triu", x, diagonal, true); }
+
 // >>section ops: normalization, dropout, losses
 /* Everything here but binary_cross_entropy_with_logits is a composite of
    differentiable dl.h ops, so gradients (and gradients of gradients) come
@@ -15284,7 +15539,8 @@ static dl_result dl__bn_bwd_graph(dl__node *n, dl_tensor *g, dl_tensor **gin)
 
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db);
-static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape, dl_tensor *x);
+static dl_tensor *dl__scatter_rows(bool pool, dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape,
+                                   dl_tensor *x);
 static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
 static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};   /* + ReLU: reads its output */
 /* relu(batch_norm(x) + r): in[3] = r, whose gradient is the ReLU's masked g */
@@ -15302,7 +15558,7 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__grad_on(x->ctx_)) {   /* the ReLU's backward as dl__relu_bwd's, from its output */
         if (relu && !(g = dl__act_grad(g, n->out, DL__U_RELU))) return x->ctx_->err;
         /* (pooled: masked where the pool took it, then unpooled: the same values) */
-        if (pool && !(g = dl__unpool(g, n->saved[2], x->ndim, x->shape, NULL))) return x->ctx_->err;
+        if (pool && !(g = dl__scatter_rows(true, g, n->saved[2], x->ndim, x->shape, NULL))) return x->ctx_->err;
         if (add && dl__need(n, 3)) gin[3] = g;
         return dl__bn_bwd_graph(n, g, gin);
     }
@@ -17045,71 +17301,150 @@ static void dl__pgeom_make(dl__pgeom *g, int nsp, const int64_t *ia, const int64
     g->count_include_pad = false;
 }
 
-/* --- max pooling: y = x[idx];  dx = unpool(g, idx);  unpool's backward: gather */
-static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape, dl_tensor *x);
-static dl_tensor *dl__pool_gather(dl_tensor *x, dl_tensor *idx);
+/* --- max pooling: y = x[idx];  dx = unpool(g, idx);  unpool's backward: gather.
+   The same two kernels are dl_gather's forward and backward, along the
+   last dim (pool false: the planes are all the dims but the last) */
+static dl_tensor *dl__gather_rows(bool pool, dl_tensor *x, dl_tensor *idx);
 
 /* (under create_graph the unpool also takes x, with a zero derivative:
    PyTorch's max_pool backward is a function of its input, so a gradient
    through it alone is zeros, as with dl__mask0) */
 static dl_result dl__maxpool_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape, n->in[0]);
+    gin[0] = dl__scatter_rows(true, g, n->saved[0], n->in[0]->ndim, n->in[0]->shape, n->in[0]);
     return DL_OK;
 }
 static dl_result dl__unpool_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    gin[0] = dl__pool_gather(g, n->saved[0]);
+    gin[0] = dl__gather_rows(n->i[0] != 0, g, n->saved[0]);   /* (i[0]: a pool's) */
     if (n->nin > 1 && dl__need(n, 1)) gin[1] = dl_zeros_like(n->in[1]);
     return DL_OK;
 }
 static dl_result dl__gather_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    gin[0] = dl__unpool(g, n->saved[0], n->in[0]->ndim, n->in[0]->shape, NULL);
+    gin[0] = dl__scatter_rows(n->i[0] != 0, g, n->saved[0], n->in[0]->ndim, n->in[0]->shape, NULL);
     return DL_OK;
 }
 static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd, 0, 0};
 static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd, 0, 0};
 static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd, 0, 0};
+static const dl__op dl__op_scatter = {"dl_gather_backward", dl__unpool_bwd, 0, 0};
+static const dl__op dl__op_gather = {"dl_gather", dl__gather_bwd, 0, 0};
 
-/* g (N,C,ob...) scattered to (N,C,ia...) at idx (N,C,ob...); x: the
-   pool's input, recorded as a second input (zero derivative), or NULL */
-static dl_tensor *dl__unpool(dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape, dl_tensor *x)
+/* the planes of a pool's (N, C, ...) or of the gathered (..., L) */
+static int64_t dl__rows_planes(bool pool, int ndim, const int64_t *shape)
 {
+    int64_t p = 1;
+    int d;
+    for (d = 0; d < (pool ? 2 : ndim - 1); d++) p *= shape[d];
+    return p;
+}
+
+/* g (planes, Lout) scattered to (planes, Lin) of xshape at idx; x: the
+   pool's input, recorded as a second input (zero derivative), or NULL */
+static dl_tensor *dl__scatter_rows(bool pool, dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape,
+                                   dl_tensor *x)
+{
+    const dl__op *op = pool ? &dl__op_unpool : &dl__op_scatter;
     dl_tensor *y, *in[2];
     dl__node *n;
     int64_t planes;
     if (!g || !idx) return NULL;
-    y = dl__new(g->dev_, "dl_max_pool_backward", ndim, xshape);
+    y = dl__new(g->dev_, op->name, ndim, xshape);
     if (!y) return NULL;
-    planes = xshape[0] * xshape[1];
+    planes = dl__rows_planes(pool, ndim, xshape);
     if (y->numel)
         DL__BE(g)->unpool(g->dev_, (float *)y->data, (const float *)g->data,
                           (const int64_t *)idx->data, planes, y->numel / planes,
                           planes ? g->numel / planes : 0);
     in[0] = g;
     in[1] = x;
-    if (dl__record(y, &dl__op_unpool, x ? 2 : 1, in, &n) < 0) return NULL;
-    if (n) { n->saved[0] = idx; n->nsaved = 1; }
-    return dl__done(y, "dl_max_pool_backward");
+    if (dl__record(y, op, x ? 2 : 1, in, &n) < 0) return NULL;
+    if (n) { n->saved[0] = idx; n->nsaved = 1; n->i[0] = pool; n->ni = 1; }
+    return dl__done(y, op->name);
 }
 
-/* x (N,C,ia...) read at idx (N,C,ob...) */
-static dl_tensor *dl__pool_gather(dl_tensor *x, dl_tensor *idx)
+/* x (planes, Lin) read at idx (planes, Lout) */
+static dl_tensor *dl__gather_rows(bool pool, dl_tensor *x, dl_tensor *idx)
 {
+    const dl__op *op = pool ? &dl__op_pgather : &dl__op_gather;
     dl_tensor *y;
     dl__node *n;
     int64_t planes;
     if (!x || !idx) return NULL;
-    y = dl__new(x->dev_, "dl_max_pool_gather", idx->ndim, idx->shape);
+    y = dl__new(x->dev_, op->name, idx->ndim, idx->shape);
     if (!y) return NULL;
-    planes = x->shape[0] * x->shape[1];
+    planes = dl__rows_planes(pool, x->ndim, x->shape);
     if (y->numel)
         DL__BE(x)->gather(x->dev_, (float *)y->data, (const float *)x->data,
                           (const int64_t *)idx->data, planes, x->numel / planes, y->numel / planes);
-    if (dl__record(y, &dl__op_pgather, 1, &x, &n) < 0) return NULL;
-    if (n) { n->saved[0] = idx; n->nsaved = 1; }
-    return dl__done(y, "dl_max_pool_gather");
+    if (dl__record(y, op, 1, &x, &n) < 0) return NULL;
+    if (n) { n->saved[0] = idx; n->nsaved = 1; n->i[0] = pool; n->ni = 1; }
+    return dl__done(y, op->name);
+}
+
+/* torch.gather: index's range checked by the embed entry (D = 0: the
+   check alone, on every device); x cut to index's sizes off dim (narrow),
+   dim moved last (transpose, x and index), gathered, moved back */
+dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index)
+{
+    const char *op = "dl_gather";
+    dl_ctx *ctx;
+    dl_tensor *xs, *is, *y;
+    int d, nd;
+    if (!x || !index) return NULL;
+    if (!dl__live(op, "x", x) || !dl__live(op, "index", index)) return NULL;
+    ctx = x->ctx_;
+    if (!dl__same_dev(op, "x", x, "index", index) || !dl__f32(op, "x", x)) return NULL;
+    if (index->dtype != DL_DTYPE_I64) {
+        dl__err(ctx, DL_ERR_DTYPE, "%s: index %s has dtype %s; it must be int64 (dl_to_dtype converts)", op,
+                dl__sh(index), dl__dtype_str(index->dtype));
+        return NULL;
+    }
+    if (index->ndim != x->ndim) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: index %s has %d dims and x %s %d; they must have the same number", op,
+                dl__sh(index), index->ndim, dl__sh(x), x->ndim);
+        return NULL;
+    }
+    nd = x->ndim;
+    if (nd == 0) {   /* a 0-d x: dim 0 or -1, as torch's */
+        if (dim != 0 && dim != -1) {
+            dl__err(ctx, DL_ERR_ARG, "%s: dim %d is out of range for a 0-d x (valid: -1, 0)", op, dim);
+            return NULL;
+        }
+        y = dl_gather(dl_reshape(x, DL_SHAPE(1)), 0, dl_reshape(index, DL_SHAPE(1)));
+        return dl__end(ctx, y ? dl_reshape(y, dl_shape_make(0, NULL)) : NULL, op);
+    }
+    if (!dl__dim(op, x, &dim, nd)) return NULL;
+    for (d = 0; d < nd; d++)
+        if (d != dim && index->shape[d] > x->shape[d]) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: index %s is larger than x %s at dim %d (%lld > %lld): off dim %d "
+                    "its sizes must be at most x's", op, dl__sh(index), dl__sh(x), d, (long long)index->shape[d],
+                    (long long)x->shape[d], dim);
+            return NULL;
+        }
+    if (index->numel) {
+        int64_t bad = 0, at = DL__BE(x)->embed(x->dev_, NULL, NULL, index->data, true, index->numel,
+                                               x->shape[dim], 0, -1, &bad);
+        if (at >= 0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: index %s holds %lld at flat index %lld: indices must be in [0, %lld) "
+                    "(the size of dim %d of x %s)", op, dl__sh(index), (long long)bad, (long long)at,
+                    (long long)x->shape[dim], dim, dl__sh(x));
+            return NULL;
+        }
+    }
+    xs = x;
+    for (d = 0; d < nd && xs; d++)
+        if (d != dim && index->shape[d] < x->shape[d]) xs = dl_narrow(xs, d, 0, index->shape[d]);
+    is = index;
+    if (dim != nd - 1) {
+        xs = dl_transpose(xs, dim, -1);
+        is = dl_transpose(index, dim, -1);
+    }
+    if (!xs || !is) return dl__end(ctx, NULL, op);
+    y = dl__gather_rows(false, xs, is);
+    if (y && dim != nd - 1) y = dl_transpose(y, dim, -1);
+    return dl__end(ctx, y, op);
 }
 
 /* --- average pooling: y = A x (linear);  dx = A^T g;  A^T's backward is A */

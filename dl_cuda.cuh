@@ -4352,6 +4352,21 @@ static void dl__cu_convert(dl__dev *d, void *y, int yt, const void *x, int xt, i
     dl__cu_run<int64_t>(d, "convert", n, f);
 }
 
+/* torch.where: a thread per element (a NULL a or b: the value) */
+struct dl__cuf_select {
+    float *y; const float *c, *a, *b; float av, bv;
+    DL__HD void operator()(int64_t i) const { y[i] = c[i] != 0.0f ? (a ? a[i] : av) : (b ? b[i] : bv); }
+};
+static void dl__cu_select(dl__dev *d, float *y, const float *c, const float *a, const float *b, int64_t n,
+                          float av, float bv)
+{
+    dl__cuf_select f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.c = DL__CUP(d, c); f.a = a ? DL__CUP(d, a) : NULL; f.b = b ? DL__CUP(d, b) : NULL;
+    f.av = av; f.bv = bv;
+    dl__cu_run<int64_t>(d, "select", n, f);
+}
+
 /* a loader's batch from the dataset kept on the device as bytes: one
    thread per output pixel, dl__batch_px (the CPU's math, in double where a
    contraction could change it); the thread of a sample's pixel 0 copies its
@@ -6065,7 +6080,7 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_colsum_fused,
     dl__cu_bn_stats_add,
     dl__cu_embed, dl__cu_embed_bwd,
-    dl__cu_convert
+    dl__cu_convert, dl__cu_select
 };
 
 static int dl__cuda_count(void)

@@ -543,6 +543,30 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
         if (g_pi(p, 2) == 2) { G_NEED(3, 3); return dl_mul(e, in[2]); }
         return g_pi(p, 2) ? dl_mul(e, e) : e;
     }
+    if (!strcmp(op, "ne")) { G_NEED(2, 0); return dl_ne(x, y); }
+    if (!strcmp(op, "lt")) { G_NEED(2, 0); return dl_lt(x, y); }
+    if (!strcmp(op, "le")) { G_NEED(2, 0); return dl_le(x, y); }
+    if (!strcmp(op, "gt")) { G_NEED(2, 0); return dl_gt(x, y); }
+    if (!strcmp(op, "ge")) { G_NEED(2, 0); return dl_ge(x, y); }
+    if (!strcmp(op, "where")) {   /* inputs cond, a, b; params [0: where(c, a, b), 1: where(c, a b, b b)] */
+        G_NEED(3, 1);
+        if (g_pi(p, 0)) return dl_where(x, dl_mul(y, in[2]), dl_mul(in[2], in[2]));
+        return dl_where(x, y, in[2]);
+    }
+    if (!strcmp(op, "masked_fill")) {   /* inputs x, mask; params [value, 1: softmax(-1) of it] */
+        dl_tensor *f;
+        G_NEED(2, 2);
+        f = dl_masked_fill(x, y, p->v[0]);
+        return g_pi(p, 1) ? dl_softmax(f, -1) : f;
+    }
+    if (!strcmp(op, "tril")) { G_NEED(1, 1); return dl_tril(x, (int64_t)p->v[0]); }
+    if (!strcmp(op, "triu")) { G_NEED(1, 1); return dl_triu(x, (int64_t)p->v[0]); }
+    if (!strcmp(op, "gather")) {   /* inputs x, target (the index); params [dim, 1: squared] */
+        dl_tensor *e;
+        G_NEED(2, 2);
+        e = dl_gather(x, g_pi(p, 0), y);
+        return g_pi(p, 1) ? dl_mul(e, e) : e;
+    }
     if (!strcmp(op, "stack")) { G_NEED(1, 1); return dl_stack(n, in, g_pi(p, 0)); }
     if (!strcmp(op, "expand")) { G_NEED(1, 1); return dl_expand(x, g_param_shape(p, 0)); }
     if (!strcmp(op, "sum_to")) { G_NEED(1, 1); return dl_sum_to(x, g_param_shape(p, 0)); }

@@ -74,6 +74,21 @@ static dl_tensor *o_ln(dl_tensor **i) { return dl_layer_norm(i[0], DL_SHAPE(5), 
 static dl_tensor *o_dropout(dl_tensor **i) { return dl_dropout(i[0], 0.3f, true); }
 static dl_tensor *o_emb(dl_tensor **i) { return dl_embedding(i[1], i[0], DL_NO_PADDING); }
 static dl_tensor *o_emb_pad(dl_tensor **i) { dl_tensor *y = dl_embedding(i[1], i[0], 2); return dl_mul(y, y); }
+static dl_tensor *o_where(dl_tensor **i) { return dl_where(dl_gt(i[0], dl_sigmoid(i[1])), dl_mul(i[0], i[1]), i[1]); }
+static dl_tensor *o_cmp(dl_tensor **i)
+{
+    dl_tensor *a = i[0], *b = i[1];
+    return dl_add(dl_add(dl_lt(a, b), dl_mul_scalar(dl_le(a, b), 2.0f)),
+                  dl_add(dl_mul_scalar(dl_ge(a, b), 4.0f), dl_mul_scalar(dl_ne(a, b), 8.0f)));
+}
+static dl_tensor *o_mfill(dl_tensor **i) { return dl_softmax(dl_masked_fill(i[0], dl_triu(dl_ones_like(i[1]), 1), -INFINITY), -1); }
+static dl_tensor *o_tril(dl_tensor **i) { return dl_mul(dl_tril(i[0], -1), dl_triu(i[0], 1)); }
+static dl_tensor *o_gather(dl_tensor **i) { dl_tensor *y = dl_gather(i[0], 1, dl_unsqueeze(i[1], 1)); return dl_mul(y, y); }
+static dl_tensor *o_gather0(dl_tensor **i)
+{
+    dl_tensor *y = dl_gather(i[0], 0, dl_reshape(i[1], DL_SHAPE(2, 3)));
+    return dl_mul(y, y);
+}
 static dl_tensor *o_todtype(dl_tensor **i)
 {
     dl_tensor *x = dl_mul_scalar(i[0], 3.0f);
@@ -152,6 +167,12 @@ static const opcase g_ops[] = {
     {"dl_dropout", o_dropout, 1, {S(4, 50)}, 0, false},
     {"dl_embedding", o_emb, 2, {S(5, 3), S(4, 3)}, 2, false},
     {"dl_embedding padding_idx", o_emb_pad, 2, {S(5, 4), S(2, 7)}, 2, false},
+    {"dl_where", o_where, 2, {S(3, 4), S(4)}, 0, false},
+    {"dl_lt dl_le dl_ge dl_ne", o_cmp, 2, {S(3, 4), S(3, 1)}, 0, true},
+    {"dl_masked_fill", o_mfill, 2, {S(2, 4, 4), S(4, 4)}, 0, false},
+    {"dl_tril dl_triu", o_tril, 1, {S(2, 3, 5)}, 0, false},
+    {"dl_gather", o_gather, 2, {S(6, 5), S(6)}, 2, false},
+    {"dl_gather dim 0", o_gather0, 2, {S(5, 3), S(6)}, 2, false},
     {"dl_cross_entropy", o_ce, 2, {S(6, 5), S(6)}, 2, false},
     {"dl_nll_loss", o_nll, 2, {S(6, 5), S(6)}, 2, false},
     {"dl_mse_loss", o_mse, 2, {S(3, 4), S(3, 4)}, 0, false},

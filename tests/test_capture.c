@@ -815,6 +815,60 @@ static void test_eq_replay(void)
     dl_ctx_free(ctx);
 }
 
+/* dl_gather, dl_where, dl_masked_fill and dl_tril captured: a DQN-style
+   step (Q(s, a) by gather, a target of 0 where the episode is done)
+   replays on a rewritten index with eager's bits; an index out of range is
+   refused at a replay on a CPU device (a GPU's graph cannot stop) */
+static dl_tensor *sel_step(dl_tensor *w, dl_tensor *s, dl_tensor *a, dl_tensor *done)
+{
+    dl_tensor *q = dl_matmul(s, w), *qa, *tq, *r;
+    dl_zero_grad(w);
+    qa = dl_squeeze(dl_gather(q, 1, dl_unsqueeze(a, 1)), 1);
+    tq = dl_where(done, dl_zeros_like(qa), dl_detach(dl_max(q, DL_DIMS(1), false)));
+    r = dl_sum(dl_masked_fill(dl_tril(q, 0), dl_reshape(done, DL_SHAPE(4, 1)), 0.5f), DL_ALL, false);
+    r = dl_add(dl_sum(dl_pow(dl_sub(qa, tq), 2.0f), DL_ALL, false), r);
+    if (r && dl_backward(r) != DL_OK) return NULL;
+    return r;
+}
+static dl_result write_i64(dl_tensor *t, const int64_t *v)   /* (docs/capture.md: an int64 static input) */
+{
+    return dl_copy_(t, dl_from_int64(dl_tensor_ctx(t), DL_SHAPE(4), v));
+}
+static void test_select_replay(void)
+{
+    dl_ctx *ctx = new_ctx(13);
+    float dv[4] = {0, 1, 0, 0}, e[2][10], c[2][10];
+    int64_t a0[4] = {0, 2, 1, 1}, a1[4] = {2, 2, 0, 1}, bad[4] = {0, 3, 0, 0};
+    dl_tensor *w = dl_keep(dl_requires_grad(dl_randn(ctx, DL_SHAPE(3, 3)), true));
+    dl_tensor *s = dl_keep(dl_randn(ctx, DL_SHAPE(4, 3))), *a = dl_keep(dl_from_int64(ctx, DL_SHAPE(4), a0));
+    dl_tensor *done = dl_keep(dl_from_array(ctx, DL_SHAPE(4), dv)), *r;
+    dl_capture *cap;
+    int k;
+    for (k = 0; k < 2; k++) {   /* eager */
+        CHECK(write_i64(a, k ? a1 : a0) == DL_OK, "index written: %s", dl_error_message(ctx));
+        r = sel_step(w, s, a, done);
+        CHECK(r && dl_read(r, e[k], 1) == DL_OK && dl_read(w->grad, e[k] + 1, 9) == DL_OK, "eager step %d: %s", k,
+              dl_error_message(ctx));
+        dl_step_end(ctx);
+    }
+    CHECK(write_i64(a, a0) == DL_OK, "index written back");
+    cap = dl_capture_begin(ctx);
+    r = sel_step(w, s, a, done);
+    CHECK(r && dl_capture_end(cap) == DL_OK && dl_read(r, c[0], 1) == DL_OK && dl_read(w->grad, c[0] + 1, 9) == DL_OK,
+          "gather/where captured: %s", dl_error_message(ctx));
+    CHECK(write_i64(a, a1) == DL_OK && dl_replay(cap) == DL_OK && dl_read(r, c[1], 1) == DL_OK &&
+          dl_read(w->grad, c[1] + 1, 9) == DL_OK, "gather/where replayed: %s", dl_error_message(ctx));
+    CHECK(memcmp(e, c, sizeof e) == 0, "gather/where: the capture and its replay on a new index give eager's bits "
+          "(%.9g %.9g, %.9g %.9g)", (double)e[0][0], (double)c[0][0], (double)e[1][0], (double)c[1][0]);
+    if (w->device.type == DL_DEVICE_CPU) {
+        CHECK(write_i64(a, bad) == DL_OK && dl_replay(cap) != DL_OK, "an index out of range refused at replay");
+        EXPECT_ERR(ctx, DL_ERR_ARG, "dl_replay: a dl_gather index holds 3 at flat index 1: indices must be in [0, 3)");
+        dl_clear_error(ctx);
+    }
+    dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
 /* zero_grad inside a capture. On a GPU (real or emulated) it launches
    nothing: the backward's first sum into each gradient writes it (0 + g),
    and whatever else touches a zeroed gradient first writes the zeros. Each
@@ -972,6 +1026,7 @@ int main(int argc, char **argv)
     test_lifetimes();
     test_list_change();
     test_eq_replay();
+    test_select_replay();
     test_gan_flags();
     test_zero_grad_inside();
     test_zero_grad_failed();

@@ -718,13 +718,94 @@ static void result_strings(void)
     CHECK(dl_last_error(C) == DL_OK && strcmp(dl_error_message(C), "") == 0, "cleared: DL_OK and \"\"");
 }
 
+/* another context with two CPU devices, on cpu:0 (make test also runs with DL_DEVICE=cpu:1) */
+static dl_ctx *second_ctx(void)
+{
+    dl_ctx_desc d;
+    dl_ctx *L;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.cpu_devices = 2;
+    L = dl_ctx_init(&d);
+    CHECK(L != NULL, "second context");
+    if (L) CHECK(dl_set_device(L, dl_cpu()) == DL_OK, "cpu:0");
+    return L;
+}
+
+/* where, masked_fill, tril/triu, gather and the comparisons: every refusal
+   names the op, the value and the rule */
+static void selection_errors(void)
+{
+    int64_t iv[4] = {0, 2, 1, 2}, big[2] = {1, 3}, neg[2] = {0, -1};
+    int32_t i32[2] = {0, 1};
+    dl_tensor *x = T(2, 3), *m = T(2, 3), *idx = dl_from_int64(C, DL_SHAPE(2, 2), iv);
+    dl_ctx *L;
+    BAD(dl_where(m, x, dl_randn(C, DL_SHAPE(4))), DL_ERR_SHAPE,
+        "dl_where: cond (2,3), a (2,3) and b (4) do not broadcast: b's size 4 at dim 1 of the result meets 3 "
+        "(sizes must match or one be 1)");
+    BAD(dl_where(idx, x, x), DL_ERR_DTYPE, "dl_where: cond (2,2) has dtype int64; this op needs float32");
+    BAD(dl_where(m, x, idx), DL_ERR_DTYPE, "dl_where: b (2,2) has dtype int64");
+    NULLOP(dl_where(NULL, x, x));
+    NULLOP(dl_where(m, NULL, x));
+    NULLOP(dl_where(m, x, NULL));
+    BAD(dl_masked_fill(x, dl_randn(C, DL_SHAPE(2, 1, 3)), 0.0f), DL_ERR_SHAPE,
+        "dl_masked_fill: mask (2,1,3) does not broadcast to x (2,3) (the result keeps x's shape: the mask's "
+        "trailing sizes must match x's or be 1)");
+    BAD(dl_masked_fill(x, T(3, 1), 0.0f), DL_ERR_SHAPE, "mask (3,1) does not broadcast to x (2,3)");
+    BAD(dl_masked_fill(idx, T(2, 2), 0.0f), DL_ERR_DTYPE, "dl_masked_fill: x (2,2) has dtype int64");
+    NULLOP(dl_masked_fill(NULL, m, 0.0f));
+    NULLOP(dl_masked_fill(x, NULL, 0.0f));
+    BAD(dl_tril(dl_randn(C, DL_SHAPE(5)), 0), DL_ERR_SHAPE, "dl_tril: x (5) must have 2 dims at least (a matrix, or a batch of them)");
+    BAD(dl_triu(idx, 0), DL_ERR_DTYPE, "dl_triu: x (2,2) has dtype int64; this op needs float32");
+    NULLOP(dl_tril(NULL, 0));
+    BAD(dl_lt(x, idx), DL_ERR_DTYPE,
+        "dl_lt: a (2,3) is float32 and b (2,2) is int64 (both must be float32; dl_to_dtype converts)");
+    BAD(dl_gt(idx, idx), DL_ERR_DTYPE, "dl_gt: a (2,2) is int64 and b (2,2) is int64 (both must be float32;");
+    BAD(dl_ne(x, dl_randn(C, DL_SHAPE(4))), DL_ERR_SHAPE, "dl_ne: a (2,3) and b (4) do not broadcast");
+    NULLOP(dl_ge(NULL, x));
+    {   /* int64 pairs: ne (as eq) works */
+        float v[4];
+        dl_tensor *ne = dl_ne(idx, dl_from_int64(C, DL_SHAPE(2), iv + 2));
+        CHECK(ne && dl_read(ne, v, 4) == DL_OK && v[0] == 1 && v[1] == 0 && v[2] == 0 && v[3] == 0,
+              "dl_ne of int64 pairs: %s", dl_error_message(C));
+    }
+    BAD(dl_gather(x, 1, dl_from_int64(C, DL_SHAPE(2, 1), big)), DL_ERR_ARG,
+        "dl_gather: index (2,1) holds 3 at flat index 1: indices must be in [0, 3) (the size of dim 1 of x (2,3))");
+    BAD(dl_gather(x, 1, dl_from_int64(C, DL_SHAPE(1, 2), neg)), DL_ERR_ARG, "index (1,2) holds -1 at flat index 1");
+    BAD(dl_gather(x, 0, dl_from_int32(C, DL_SHAPE(1, 2), i32)), DL_ERR_DTYPE,
+        "dl_gather: index (1,2) has dtype int32; it must be int64 (dl_to_dtype converts)");
+    BAD(dl_gather(x, 0, dl_from_int64(C, DL_SHAPE(4), iv)), DL_ERR_SHAPE,
+        "dl_gather: index (4) has 1 dims and x (2,3) 2; they must have the same number");
+    BAD(dl_gather(x, 0, dl_from_int64(C, DL_SHAPE(1, 4), iv)), DL_ERR_SHAPE,
+        "dl_gather: index (1,4) is larger than x (2,3) at dim 1 (4 > 3): off dim 0 its sizes must be at most x's");
+    BAD(dl_gather(x, 2, idx), DL_ERR_ARG, "dl_gather: dim 2 is out of range for a tensor of shape (2,3)");
+    BAD(dl_gather(dl_sum(x, DL_ALL, false), 1, dl_reshape(dl_from_int64(C, DL_SHAPE(1), iv), dl_shape_make(0, NULL))),
+        DL_ERR_ARG, "dl_gather: dim 1 is out of range for a 0-d x (valid: -1, 0)");
+    BAD(dl_gather(idx, 0, idx), DL_ERR_DTYPE, "dl_gather: x (2,2) has dtype int64; this op needs float32");
+    NULLOP(dl_gather(NULL, 0, idx));
+    NULLOP(dl_gather(x, 0, NULL));
+    L = second_ctx();
+    if (L) {
+        dl_tensor *xl = dl_randn(L, DL_SHAPE(2, 3)), *i1;
+        BAD(dl_where(m, xl, x), DL_ERR_ARG, "dl_where: cond and a belong to different contexts");
+        BAD(dl_gather(x, 0, dl_from_int64(L, DL_SHAPE(2, 2), iv)), DL_ERR_ARG,
+            "dl_gather: x and index belong to different contexts");
+        CHECK(dl_set_device(L, dl_cpu_device(1)) == DL_OK, "cpu:1: %s", dl_error_message(L));
+        i1 = dl_from_int64(L, DL_SHAPE(2, 2), iv);
+        CHECK(dl_gather(xl, 1, i1) == NULL, "index on cpu:1, x on cpu:0");
+        EXPECT_ERR(L, DL_ERR_DEVICE, "dl_gather: x (2,3) is on cpu:0 but index (2,2) is on cpu:1; move one with dl_to()");
+        CHECK(dl_masked_fill(xl, dl_ones(L, DL_SHAPE(3)), 1.0f) == NULL, "mask on cpu:1, x on cpu:0");
+        EXPECT_ERR(L, DL_ERR_DEVICE, "dl_masked_fill: x (2,3) is on cpu:0 but mask (3) is on cpu:1");
+        dl_ctx_free(L);
+    }
+}
+
 /* dl_embedding: every refusal names the op, the value and the rule */
 static void embedding_errors(void)
 {
     int64_t iv[4] = {0, 3, 1, 2}, big[3] = {1, 4, 0}, neg[2] = {2, -1};
     int32_t i32[3] = {0, 7, 1};
     dl_tensor *w = T(4, 3), *idx = dl_from_int64(C, DL_SHAPE(4), iv);
-    dl_ctx_desc d;
     dl_ctx *L;
     BAD(dl_embedding(dl_from_int64(C, DL_SHAPE(3), big), w, DL_NO_PADDING), DL_ERR_ARG,
         "dl_embedding: idx (3) holds 4 at flat index 1: indices must be in [0, 4) (num_embeddings, dim 0 of "
@@ -781,15 +862,9 @@ static void embedding_errors(void)
     NULLOP(dl_embedding(NULL, w, DL_NO_PADDING));
     NULLOP(dl_embedding(idx, NULL, DL_NO_PADDING));
     /* another context; another CPU device */
-    memset(&d, 0, sizeof d);
-    d.log = dl_log_silent;
-    d.cpu_devices = 2;
-    L = dl_ctx_init(&d);
-    CHECK(L != NULL, "second context");
+    L = second_ctx();
     if (L) {
-        dl_tensor *wl, *i1;
-        CHECK(dl_set_device(L, dl_cpu()) == DL_OK, "cpu:0");   /* (make test also runs with DL_DEVICE=cpu:1) */
-        wl = dl_randn(L, DL_SHAPE(4, 3));
+        dl_tensor *wl = dl_randn(L, DL_SHAPE(4, 3)), *i1;
         BAD(dl_embedding(idx, wl, DL_NO_PADDING), DL_ERR_ARG,
             "dl_embedding: idx and weight belong to different contexts");
         CHECK(dl_set_device(L, dl_cpu_device(1)) == DL_OK, "cpu:1: %s", dl_error_message(L));
@@ -843,6 +918,7 @@ int main(void)
     misc_errors();
     anomaly_errors();
     embedding_errors();
+    selection_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
     dl_ctx_free(C);
     TEST_END();

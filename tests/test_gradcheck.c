@@ -26,7 +26,7 @@ enum {
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
-    OP_EMBED, OP_SECOND_EMBED
+    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER
 };
 
 /* fills */
@@ -54,6 +54,27 @@ static P mki(int op, int d0, int d1) { P p = mk(op); p.d0 = d0; p.d1 = d1; retur
 static P mks(int op, dl_shape s) { P p = mk(op); p.sh = s; return p; }
 static In I(dl_shape s, int fill) { In r; r.s = s; r.fill = fill; return r; }
 static dl_shape S0(void) { return dl_shape_make(0, NULL); }
+
+/* a fixed 0/1 mask of shape s (where's condition) */
+static dl_tensor *pattern_mask(dl_ctx *c, dl_shape s)
+{
+    float v[64];
+    int64_t i, n = 1;
+    int d;
+    for (d = 0; d < s.ndim; d++) n *= s.d[d];
+    for (i = 0; i < n && i < 64; i++) v[i] = (i * 7) % 3 != 0 ? 1.0f : 0.0f;
+    return dl_from_array(c, s, v);
+}
+
+/* dl_gather's index: shape (p->i1 dims of p->sh), values p->sh's after them */
+static dl_tensor *gidx(dl_ctx *c, const P *p)
+{
+    int64_t v[DL_MAX_DIMS * 2], n = 1;
+    int d, k = (int)p->i1;
+    for (d = 0; d < k; d++) n *= p->sh.d[d];
+    for (d = 0; d < n; d++) v[d] = p->sh.d[k + d];
+    return dl_from_int64(c, dl_shape_make(k, p->sh.d), v);
+}
 
 /* ---- the custom function: sigmoid written with dl ops */
 static dl_tensor *sig_fwd(dl_fn_ctx *fc, int n, dl_tensor *const *in, void *user)
@@ -161,8 +182,18 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         dl_tensor *y = dl_embedding(idx, a, p->keep ? p->d0 : DL_NO_PADDING);
         return p->d1 ? dl_mul(y, y) : y;
     }
+    case OP_WHERE: return dl_where(pattern_mask(dl_tensor_ctx(a), p->sh), dl_mul(a, b), dl_mul(b, b));
+    case OP_MFILL:   /* softmax over rows with a causal mask: -inf above the diagonal */
+        return dl_softmax(dl_masked_fill(a, dl_triu(dl_ones(dl_tensor_ctx(a), p->sh), 1), -INFINITY), -1);
+    case OP_TRIL: return dl_mul(dl_tril(a, p->i0), a);
+    case OP_TRIU: return dl_mul(dl_triu(a, p->i0), a);
+    case OP_GATHER: {   /* gather(a, d0, index p->sh (the shape i-th of p->sh's values: see gidx)), squared */
+        dl_tensor *y = dl_gather(a, p->d0, gidx(dl_tensor_ctx(a), p));
+        return dl_mul(y, y);
+    }
     case OP_SECOND:
     case OP_SECOND_EMBED:
+    case OP_SECOND_GATHER:
     case OP_SECOND_NORM: {
         /* g = d/dx sum(tanh(x)^3), or WGAN-GP's shape: d/dx sum((norm(x * x,
            dim 1) - 1)^2) through dl_norm's backward, with history
@@ -181,6 +212,8 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
             int64_t iv[5] = {2, 0, 2, 3, 1};
             y = dl_sum(dl_pow(dl_embedding(dl_from_int64(c, DL_SHAPE(5), iv), a, 1), 3.0f), DL_ALL, false);
         }
+        else if (p->op == OP_SECOND_GATHER)   /* d/dx sum(gather(x)^3): through the scatter's backward */
+            y = dl_sum(dl_pow(dl_gather(a, p->d0, gidx(c, p)), 3.0f), DL_ALL, false);
         else y = dl_sum(dl_pow(dl_sub_scalar(dl_norm(dl_mul(a, a), DL_DIMS(1), false), 1.0f), 2.0f), DL_ALL, false);
         if (y && dl_grad(y, 1, &a, &g, &bd) != DL_OK) g = NULL;
         if (off) dl_no_grad_begin(c);
@@ -403,6 +436,33 @@ static void shape_cases(void)
         p.i0 = 1;
         p.d1 = 1;
         gc1("dl_embedding", "idx (2,3), squared", p, I(DL_SHAPE(5, 1), F_RANDN));
+    }
+    /* where (a broadcast condition and b; a second derivative through the
+       products), masked_fill before a softmax, tril/triu, gather */
+    {
+        P p = mks(OP_WHERE, DL_SHAPE(3, 4));
+        p.n = 2;
+        gc2("dl_where", "products", p, I(DL_SHAPE(3, 4), F_RANDN), I(DL_SHAPE(4), F_RANDN));
+        p.sh = DL_SHAPE(3, 1);
+        gc2("dl_where", "cond (3,1)", p, I(DL_SHAPE(2, 3, 2), F_RANDN), I(DL_SHAPE(1, 2), F_RANDN));
+        gc1("dl_masked_fill", "causal softmax", mks(OP_MFILL, DL_SHAPE(4, 4)), I(DL_SHAPE(2, 4, 4), F_RANDN));
+        p = mk(OP_TRIL);
+        p.i0 = -1;
+        gc1("dl_tril", "k -1", p, I(DL_SHAPE(2, 3, 4), F_RANDN));
+        p = mk(OP_TRIU);
+        p.i0 = 1;
+        gc1("dl_triu", "k 1", p, I(DL_SHAPE(4, 3), F_RANDN));
+        /* the index's dims (i1), then its values */
+        p = mks(OP_GATHER, DL_SHAPE(4, 1, 2, 0, 2, 2));
+        p.d0 = 1;
+        p.i1 = 2;
+        gc1("dl_gather", "dim 1, (4,1) repeats", p, I(DL_SHAPE(4, 3), F_RANDN));
+        p = mks(OP_GATHER, DL_SHAPE(2, 3, 1, 0, 1, 2, 2, 1));
+        p.d0 = 0;
+        p.i1 = 2;
+        gc1("dl_gather", "dim 0, smaller", p, I(DL_SHAPE(3, 4), F_RANDN));
+        p.op = OP_SECOND_GATHER;
+        gc1("grad of gather^3", "dim 0", p, I(DL_SHAPE(3, 4), F_RANDN));
     }
     /* squeeze / unsqueeze */
     gc1("dl_squeeze", "dim 1", mki(OP_SQUEEZE, 1, 0), I(DL_SHAPE(2, 1, 3), F_RANDN));

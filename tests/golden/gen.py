@@ -370,6 +370,75 @@ case("softplus/nn", [("x", randn(2, 7) * 3)], lambda t: torch.nn.Softplus(beta=0
 case("logsigmoid/a", [("x", randn(4, 5) * 6)], torch.nn.functional.logsigmoid, dd=True)
 
 
+# comparisons (no gradient; 1/0 as float): ties, NaN on either side, broadcast
+cmp_a = torch.tensor([[1.0, -2.0, float("nan"), 0.5], [3.0, 0.0, -1.0, 2.0]])
+cmp_b = torch.tensor([1.0, 0.0, 0.5, float("nan")])
+for cname, cfn in [("ne", torch.ne), ("lt", torch.lt), ("le", torch.le), ("gt", torch.gt), ("ge", torch.ge)]:
+    case(cname + "/ties_nan", [("a", cmp_a), ("b", cmp_b)], (lambda f: lambda a, b: f(a, b).float())(cfn), grad=[])
+
+
+# where: cond a 0/1 float mask (torch's .bool()), a and b broadcast; params
+# [mode]: 0 where(c, a, b), 1 where(c, a * b, b * b) (a second derivative)
+def where_fn(mode):
+    def fn(c, a, b):
+        return torch.where(c.bool(), a, b) if mode == 0 else torch.where(c.bool(), a * b, b * b)
+    return fn
+
+
+def mask(*s, p=0.5):
+    return (torch.rand(tuple(s)) > p).float()
+
+
+case("where/bcast", [("cond", mask(3, 4)), ("a", randn(3, 1)), ("b", randn(4))], where_fn(0),
+     params=[0], grad=["a", "b"])
+case("where/cond_bcast", [("cond", mask(3, 1)), ("a", randn(2, 3, 4)), ("b", randn())], where_fn(0),
+     params=[0], grad=["a", "b"])
+wa = randn(2, 5)
+wc = mask(2, 5)
+wa[wc == 0] = float("inf")   # the branch not taken: inf, kept out of the result and the gradient
+case("where/inf_not_taken", [("cond", wc), ("a", wa), ("b", randn(2, 5))], where_fn(0), params=[0],
+     grad=["a", "b"])
+case("where/products", [("cond", mask(2, 3, p=0.4)), ("a", randn(2, 3)), ("b", randn(1, 3))], where_fn(1),
+     params=[1], grad=["a", "b"], dd=True)
+
+
+# masked_fill: params [value, mode]: 0 the fill, 1 softmax over the last dim
+# of the fill with -inf (attention's causal mask)
+case("masked_fill/bcast", [("x", randn(2, 3, 4)), ("mask", mask(3, 1))],
+     lambda x, m: x.masked_fill(m.bool(), 2.5), params=[2.5, 0], grad=["x"])
+causal = torch.triu(torch.ones(4, 4), 1)
+case("masked_fill/causal_softmax", [("x", randn(2, 4, 4)), ("mask", causal)],
+     lambda x, m: torch.softmax(x.masked_fill(m.bool(), float("-inf")), -1), params=[float("-inf"), 1],
+     grad=["x"], dd=True)
+
+# tril / triu: params [diagonal]
+case("tril/k0", [("x", randn(3, 4))], lambda x: torch.tril(x), params=[0])
+case("tril/km1_batch", [("x", randn(2, 3, 3))], lambda x: torch.tril(x, -1), params=[-1])
+case("tril/k2_wide", [("x", randn(2, 5))], lambda x: torch.tril(x, 2), params=[2])
+case("tril/far", [("x", randn(3, 2))], lambda x: torch.tril(x, -7), params=[-7])
+case("triu/k1", [("x", randn(4, 3))], lambda x: torch.triu(x, 1), params=[1])
+case("triu/km2_batch", [("x", randn(2, 1, 4, 4))], lambda x: torch.triu(x, -2), params=[-2])
+case("triu/far", [("x", randn(2, 3))], lambda x: torch.triu(x, 9), params=[9])
+
+
+# gather: inputs x and target (the index, stored as floats); params [dim,
+# mode]: 0 the gather, 1 the gather squared (a second derivative)
+def gather_case(name, xs, dim, idx, sq=False, dd=False):
+    def fn(x, t):
+        y = torch.gather(x, dim, t.long())
+        return y * y if sq else y
+    case("gather/" + name, [("x", randn(*xs)), ("target", idx.to(torch.float32))], fn,
+         params=[dim, 1 if sq else 0], grad=["x"], dd=dd)
+
+
+gather_case("dqn", (5, 3), 1, torch.randint(0, 3, (5, 1)))
+gather_case("dim0_smaller", (4, 3), 0, torch.tensor([[0, 3, 1], [3, 3, 0]]))
+gather_case("last_repeats", (2, 3, 4), -1, torch.randint(0, 4, (2, 2, 6)), sq=True, dd=True)
+gather_case("mid_smaller", (2, 5, 3), 1, torch.randint(0, 5, (2, 4, 2)), sq=True, dd=True)
+gather_case("scalar", (), 0, torch.tensor(0))
+gather_case("empty", (3, 2), 1, torch.zeros(3, 0, dtype=torch.long))
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
