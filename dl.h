@@ -560,6 +560,7 @@
        dl_named_tensor            {name, t, is_buffer}: one state_dict entry
        dl_module_state_dict       model.state_dict(): names and tensors, in order
        dl_module_named_parameters model.named_parameters() (a shared one once)
+       dl_module_load_state_dict  dst.load_state_dict(src.state_dict())
        dl_module_num_params       sum(p.numel() for p in model.parameters())
        dl_module_zero_grad        model.zero_grad() (set to none: kept, zeroed)
        dl_nn_linear               nn.Linear
@@ -1596,6 +1597,13 @@ typedef struct dl_named_tensor {
 } dl_named_tensor;
 DL_API int dl_module_state_dict(dl_module *m, const dl_named_tensor **out);
 DL_API int dl_module_named_parameters(dl_module *m, const dl_named_tensor **out);
+/* dst.load_state_dict(src.state_dict()): every parameter and buffer of
+   dst takes the values of src's of the same name (a DQN's target network,
+   an EMA copy, a replica), across devices of one context too. Strict, as
+   dl_load_module: a name on one side only, or another shape or dtype, is
+   an error naming it, and then nothing is copied. Not differentiable (the
+   copies are made as under dl_no_grad_begin). */
+DL_API dl_result dl_module_load_state_dict(dl_module *dst, dl_module *src);
 DL_API int64_t dl_module_num_params(dl_module *m);   /* elements; shared params once */
 DL_API void dl_module_zero_grad(dl_module *m);       /* set to none, as dl_optim_zero_grad */
 
@@ -12535,7 +12543,12 @@ void dl_print(dl_tensor *t)
     DL__BE(t)->download(t->dev_, buf, t->data, (size_t)n * dl__esize(t->dtype));
     printf("tensor%s %s%s [", dl__sh(t), dl__dtype_str(t->dtype), t->requires_grad ? " requires_grad" : "");
     for (i = 0; i < n; i++) {
-        if (t->dtype == DL_DTYPE_F32) { float v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %.6g" : "%.6g", (double)v); }
+        if (t->dtype == DL_DTYPE_F32) {   /* (NaN as torch prints it: nan, whatever its sign bit) */
+            float v;
+            memcpy(&v, buf + 4 * i, 4);
+            if (v != v) printf(i ? ", nan" : "nan");
+            else printf(i ? ", %.6g" : "%.6g", (double)v);
+        }
         else if (t->dtype == DL_DTYPE_I64) { int64_t v; memcpy(&v, buf + 8 * i, 8); printf(i ? ", %lld" : "%lld", (long long)v); }
         else { int32_t v; memcpy(&v, buf + 4 * i, 4); printf(i ? ", %d" : "%d", (int)v); }
     }
@@ -18192,6 +18205,58 @@ int dl_module_named_parameters(dl_module *m, const dl_named_tensor **out)
     return dl__named(m, true, &m->np, out);
 }
 
+dl_result dl_module_load_state_dict(dl_module *dst, dl_module *src)
+{
+    static const char *op = "dl_module_load_state_dict";
+    const dl_named_tensor *pd, *ps;
+    dl_ctx *ctx;
+    dl_result rc = DL_OK;
+    int nd, ns, i, j, side;
+    if (!dl__mod_ok(dst) || !dl__mod_ok(src)) {
+        dl__err(dl__mod_ok(dst) ? dst->ctx : dl__mod_ok(src) ? src->ctx : NULL, DL_ERR_ARG,
+                "%s: %s is not a module (NULL or freed)", op, dl__mod_ok(dst) ? "src" : "dst");
+        return DL_ERR_ARG;
+    }
+    ctx = dst->ctx;
+    if (src->ctx != ctx) {
+        dl__err(ctx, DL_ERR_ARG, "%s: dst (%s) and src (%s) belong to different contexts", op, dst->type,
+                src->type);
+        return DL_ERR_ARG;
+    }
+    if (dst == src) return DL_OK;
+    if ((nd = dl_module_state_dict(dst, &pd)) < 0 || (ns = dl_module_state_dict(src, &ps)) < 0) return ctx->err;
+    for (side = 0; side < 2; side++)   /* every name on both sides, first dst's, then src's */
+        for (i = 0; i < (side ? ns : nd); i++) {
+            const dl_named_tensor *a = side ? &ps[i] : &pd[i], *b = NULL;
+            for (j = 0; j < (side ? nd : ns) && !b; j++)
+                if (!strcmp((side ? pd : ps)[j].name, a->name)) b = &(side ? pd : ps)[j];
+            if (!b) {
+                dl__err(ctx, DL_ERR_ARG, "%s: %s's '%s' %s has no tensor of that name in %s (%s; state_dict "
+                        "names must match)", op, side ? "src" : "dst", a->name, dl__sh(a->t), side ? "dst" : "src",
+                        side ? dst->type : src->type);
+                return DL_ERR_ARG;
+            }
+            if (side) continue;
+            if (!dl_same_shape(a->t, b->t) || a->t->dtype != b->t->dtype) {
+                dl__err(ctx, a->t->dtype != b->t->dtype ? DL_ERR_DTYPE : DL_ERR_SHAPE, "%s: '%s' is %s %s in dst "
+                        "but %s %s in src", op, a->name, dl__dtype_str(a->t->dtype), dl__sh(a->t),
+                        dl__dtype_str(b->t->dtype), dl__sh(b->t));
+                return a->t->dtype != b->t->dtype ? DL_ERR_DTYPE : DL_ERR_SHAPE;
+            }
+        }
+    dl_no_grad_begin(ctx);
+    for (i = 0; i < nd && rc == DL_OK; i++) {
+        dl_tensor *t = NULL;
+        for (j = 0; j < ns && !t; j++)
+            if (!strcmp(ps[j].name, pd[i].name)) t = ps[j].t;
+        if (t->device.type != pd[i].t->device.type || t->device.index != pd[i].t->device.index)
+            t = dl_to(t, pd[i].t->device);
+        rc = t ? dl_copy_(pd[i].t, t) : ctx->err;
+    }
+    dl_no_grad_end(ctx);
+    return rc;
+}
+
 /* The de-duplicated parameters in state_dict order, in m->scratch (grown
    only when the count grows, so a steady loop does not allocate). -1: OOM. */
 static int dl__mod_params(dl_module *m)
@@ -21616,17 +21681,28 @@ static dl_result dl__load_buffer(const char *op, const unsigned char *buf, size_
                     for (k = 0; k < ne; k++) if (strcmp(es[k].name, ws[i2].name) == 0) { e = &es[k]; break; }
         }
         if (!e) {
-            size_t nl = strlen(w->name);
-            bool wb = (nl >= 6 && strcmp(w->name + nl - 6, "weight") == 0) ||
+            size_t nl = strlen(w->name), at = 0;
+            /* (an optional tensor: a bias, or a norm's 1-D weight; a conv's or a Linear's weight never is) */
+            bool wb = (nl >= 6 && strcmp(w->name + nl - 6, "weight") == 0 && w->t && w->t->ndim == 1) ||
                       (nl >= 4 && strcmp(w->name + nl - 4, "bias") == 0);
+            int nx = 0, i2;
+            sb2[0] = 0;
+            for (k = 0; k < ne; k++) {   /* the file's names the model does not have: the first 3 */
+                for (i2 = 0; i2 < nw && strcmp(es[k].name, ws[i2].name) != 0; i2++) {
+                }
+                if (i2 < nw || strncmp(es[k].name, "optim.", 6) == 0) continue;
+                if (nx++ < 3 && at < sizeof sb2)
+                    at += (size_t)snprintf(sb2 + at, sizeof sb2 - at, "%s'%s'", nx > 1 ? ", " : "", es[k].name);
+            }
             if (w->t) dl__st_shape_str(w->t->ndim, w->t->shape, sa, sizeof sa);
-            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is missing from the file (%s%s)%s",
+            dl__err(ctx, DL_ERR_FORMAT, "%s: %s: tensor '%s' is missing from the file (%s%s)%s%s%s%s",
                     op, label, w->name, w->t ? "the model has " : "an int64 scalar", w->t ? sa : "",
                     strncmp(w->name, "optim.", 6) == 0 ? "; was it saved without this optimizer "
                     "(dl_save with o = NULL) or with other settings?" :
                     wb ? "; if the saved layer has none (PyTorch's bias=False, affine=False, "
                     "elementwise_affine=False), make this one without it too (the bias argument, "
-                    "dl_nn_norm_no_affine)" : "");
+                    "dl_nn_norm_no_affine)" : "", nx ? "; the file has names the model does not: " : "", sb2,
+                    nx > 3 ? ", ..." : "");
             goto done;
         }
         e->used = true;

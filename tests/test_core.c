@@ -2,6 +2,8 @@
    functions, graph output, anomaly mode. A counting allocator checks that
    nothing leaks and that a steady training loop stops allocating.
    Build: see Makefile (`make test`). Pass --quick for a shorter run (valgrind). */
+#define _POSIX_C_SOURCE 200809L   /* dup, fileno: test_print captures stdout */
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include "count_alloc.h"   /* cnt_live, cnt_calls */
@@ -620,6 +622,34 @@ static void test_max_dims(void)
     dl_ctx_free(ctx);
 }
 
+/* dl_print: shape, dtype, values; a NaN of either sign as "nan" (torch's
+   print), not libc's "-nan" */
+static void test_print(void)
+{
+    dl_ctx *ctx = dl_ctx_init(NULL);
+    float v[4] = {1.5f, -NAN, NAN, -2.0f};
+    char out[256] = {0};
+    FILE *f = tmpfile();
+    int fd, saved;
+    size_t n;
+    CHECK(ctx && f, "context and a temporary file");
+    if (!ctx || !f) { dl_ctx_free(ctx); if (f) fclose(f); return; }
+    fflush(stdout);
+    saved = dup(1);
+    fd = fileno(f);
+    dup2(fd, 1);
+    dl_print(dl_from_array(ctx, DL_SHAPE(2, 2), v));
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    rewind(f);
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    CHECK(strcmp(out, "tensor(2,2) float32 [1.5, nan, nan, -2]\n") == 0, "dl_print: %s", out);
+    fclose(f);
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -630,6 +660,7 @@ int main(int argc, char **argv)
     test_custom();
     test_reentrant();
     test_dot();
+    test_print();
     test_anomaly();
     test_threads();
     test_rng();

@@ -451,6 +451,98 @@ static dl_tensor *skip_loss(dl_module *m, dl_tensor *x, dl_tensor *y, int k)
    the step, its weight decay and momentum too; a write into the kept
    buffer (dl_write, dl_zero_grad: x.grad.zero_()) makes it a gradient again;
    dl_clip_grad_norm leaves none out */
+/* dl_module_load_state_dict: a DQN's target network takes the online
+   one's values (parameters and buffers, another device too); a model of
+   another shape or with other names is refused before anything is copied */
+static dl_module *lsd_net(dl_ctx *c, int64_t hidden, bool bn)
+{
+    dl_module *mods[3];
+    mods[0] = dl_nn_linear(c, 4, hidden, true);
+    mods[1] = bn ? dl_nn_batch_norm1d(c, hidden) : dl_nn_relu(c);
+    mods[2] = dl_nn_linear(c, hidden, 2, true);
+    return dl_nn_sequential(c, 3, mods);
+}
+static bool lsd_equal(dl_module *a, dl_module *b)
+{
+    const dl_named_tensor *pa, *pb;
+    int n = dl_module_state_dict(a, &pa), i;
+    float va[64], vb[64];
+    if (n != dl_module_state_dict(b, &pb)) return false;
+    for (i = 0; i < n; i++) {
+        dl_tensor *x = dl_to(pa[i].t, dl_cpu()), *y = dl_to(pb[i].t, dl_cpu());
+        if (!x || !y || x->numel > 64 || x->dtype != DL_DTYPE_F32) continue;   /* (num_batches_tracked: int64) */
+        if (dl_read(x, va, x->numel) != DL_OK || dl_read(y, vb, y->numel) != DL_OK ||
+            memcmp(va, vb, sizeof(float) * (size_t)x->numel) != 0) return false;
+    }
+    return true;
+}
+static void test_load_state_dict(void)
+{
+    dl_ctx_desc d;
+    dl_ctx *c;
+    dl_module *q, *t, *other, *names;
+    memset(&d, 0, sizeof d);
+    d.log = dl_log_silent;
+    d.seed = 7;
+    d.cpu_devices = 2;
+    c = dl_ctx_init(&d);
+    CHECK(c && dl_set_device(c, dl_cpu()) == DL_OK, "context: %s", dl_error_message(c));
+    q = lsd_net(c, 8, true);
+    t = lsd_net(c, 8, true);
+    other = lsd_net(c, 6, true);
+    names = lsd_net(c, 8, false);
+    CHECK(q && t && other && names && !lsd_equal(q, t), "four nets, q and t initialized apart");
+    {   /* q's running stats move: buffers are copied too */
+        dl_tensor *x = dl_randn(c, DL_SHAPE(5, 4));
+        CHECK(dl_module_forward(q, x) != NULL, "a training forward: %s", dl_error_message(c));
+    }
+    CHECK(dl_module_load_state_dict(t, q) == DL_OK && lsd_equal(q, t), "target = online: %s", dl_error_message(c));
+    CHECK(!dl_has_grad(dl_module_get(t, "0.weight")), "no gradient made");
+    CHECK(dl_module_to(t, dl_cpu_device(1)) == DL_OK && dl_module_load_state_dict(t, other) == DL_ERR_SHAPE,
+          "another width refused");
+    EXPECT_ERR(c, DL_ERR_SHAPE, "dl_module_load_state_dict: '0.weight' is float32 (8,4) in dst but float32 (6,4) in src");
+    CHECK(dl_module_load_state_dict(names, q) == DL_ERR_ARG, "other names refused");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_module_load_state_dict: src's '1.weight' (8) has no tensor of that name in dst "
+               "(Sequential; state_dict names must match)");
+    CHECK(dl_module_load_state_dict(q, names) == DL_ERR_ARG, "other names refused, dst's side");
+    EXPECT_ERR(c, DL_ERR_ARG, "dst's '1.weight' (8) has no tensor of that name in src");
+    CHECK(dl_module_load_state_dict(NULL, q) == DL_ERR_ARG, "NULL dst");
+    EXPECT_ERR(c, DL_ERR_ARG, "dl_module_load_state_dict: dst is not a module (NULL or freed)");
+    CHECK(dl_module_load_state_dict(q, NULL) == DL_ERR_ARG, "NULL src");
+    dl_clear_error(c);
+    {   /* across devices: t on cpu:1 takes q's values (another step of q first) */
+        dl_tensor *x = dl_randn(c, DL_SHAPE(5, 4));
+        CHECK(dl_module_forward(q, x) != NULL && !lsd_equal(q, t), "q moved on");
+        CHECK(dl_module_load_state_dict(t, q) == DL_OK && lsd_equal(q, t), "target on cpu:1 = online on cpu:0: %s",
+              dl_error_message(c));
+    }
+    {   /* a checkpoint of other names: the first missing name (a 2-D weight: no hint of an optional
+           tensor), and the file's names the model lacks */
+        dl_module *m4[4];
+        const char *path = tmp_path("lsd.safetensors");
+        m4[0] = dl_nn_linear(c, 4, 8, true);
+        m4[1] = dl_nn_relu(c);
+        m4[2] = dl_nn_linear(c, 8, 2, true);
+        m4[3] = dl_nn_linear(c, 2, 2, true);
+        CHECK(dl_save(path, q, NULL) == DL_OK && dl_load(path, dl_nn_sequential(c, 4, m4), NULL) == DL_ERR_FORMAT,
+              "a file of another model refused");
+        CHECK(strstr(dl_error_message(c), "bias=False") == NULL && strstr(dl_error_message(c), ", ...") != NULL,
+              "no bias hint for a Linear's weight; the names cut at 3: %s", dl_error_message(c));
+        EXPECT_ERR(c, DL_ERR_FORMAT, "tensor '3.weight' is missing from the file (the model has (2,2)); the file "
+                   "has names the model does not: '1.");
+        remove(path);
+    }
+    {   /* another context */
+        dl_ctx *c2 = new_ctx(3);
+        dl_module *q2 = lsd_net(c2, 8, true);
+        CHECK(dl_module_load_state_dict(q, q2) == DL_ERR_ARG, "another context refused");
+        EXPECT_ERR(c, DL_ERR_ARG, "dl_module_load_state_dict: dst (Sequential) and src (Sequential) belong to "
+                   "different contexts");
+        dl_ctx_free(c2);
+    }
+    dl_ctx_free(c);
+}
+
 static void test_zero_grad_none(void)
 {
     dl_ctx *ctx = new_ctx(3);
@@ -1848,6 +1940,7 @@ int main(int argc, char **argv)
     test_optim_misc();
     test_embedding_mlp();
     test_zero_grad_none();
+    test_load_state_dict();
     test_resume();
     test_bad_files();
     if (argc > 2 && strcmp(argv[1], "--write") == 0) CHECK(write_for_torch(argv[2]), "write for torch");
