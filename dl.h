@@ -505,6 +505,7 @@
      ops: normalization and dropout
        dl_batch_norm              F.batch_norm
        dl_layer_norm              F.layer_norm
+       dl_group_norm              F.group_norm
        dl_dropout                 F.dropout
      ops: losses (input, target, desc; desc NULL: PyTorch's defaults)
        dl_reduction               enum: DL_REDUCTION_MEAN (0), _SUM, _NONE, _BATCHMEAN (kl_div)
@@ -645,9 +646,12 @@
        dl_nn_batch_norm2d         nn.BatchNorm2d
        dl_nn_batch_norm3d         nn.BatchNorm3d
        dl_nn_layer_norm           nn.LayerNorm
+       dl_nn_group_norm           nn.GroupNorm
        dl_nn_batch_norm_options   BatchNorm*d(..., momentum=, eps=)
        dl_nn_layer_norm_eps       LayerNorm(..., eps=)
-       dl_nn_norm_no_affine       BatchNorm*d(..., affine=False), LayerNorm(..., elementwise_affine=False)
+       dl_nn_group_norm_eps       GroupNorm(..., eps=)
+       dl_nn_norm_no_affine       BatchNorm*d(..., affine=False), LayerNorm(..., elementwise_affine=False),
+                                  GroupNorm(..., affine=False)
        dl_nn_dropout              nn.Dropout
      io: tensorboard
        dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
@@ -1316,6 +1320,12 @@ DL_API dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *running_mean, dl_tensor
    weight and bias have shape normalized_shape, or are NULL. */
 DL_API dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *weight,
                                 dl_tensor *bias, float eps);
+/* F.group_norm(x, num_groups, weight, bias, eps): x (N, C, *) in
+   num_groups groups of C / num_groups channels, each group of a sample
+   normalized over its channels and * (mean and biased variance), then
+   weight[c] y + bias[c] (weight and bias (C), or NULL). Written with dl.h
+   ops (dl_layer_norm over (N, G, -1)): twice differentiable. */
+DL_API dl_tensor *dl_group_norm(dl_tensor *x, int64_t num_groups, dl_tensor *weight, dl_tensor *bias, float eps);
 /* Inverted dropout: each element is zeroed with probability p and the kept
    ones are scaled by 1/(1-p). The mask comes from the context's RNG
    (dl_manual_seed makes it repeat). Returns x itself when !training or
@@ -1853,14 +1863,18 @@ DL_API dl_module *dl_nn_layer_norm(dl_ctx *ctx, dl_shape normalized_shape);
    with). */
 DL_API dl_result dl_nn_batch_norm_options(dl_module *m, float momentum, float eps);
 DL_API dl_result dl_nn_layer_norm_eps(dl_module *m, float eps);
-/* BatchNorm*d(C, affine=False), LayerNorm(shape, elementwise_affine=False):
-   m (a batch or layer norm) loses its weight and bias, as parameters and
+DL_API dl_result dl_nn_group_norm_eps(dl_module *m, float eps);   /* GroupNorm(G, C, eps=) */
+/* BatchNorm*d(C, affine=False), LayerNorm(shape, elementwise_affine=False),
+   GroupNorm(G, C, affine=False): m (a batch, layer or group norm) loses its weight and bias, as parameters and
    in its state_dict (so a torch checkpoint of such a model loads, and one
    saved here loads in torch); it normalizes only (dl_batch_norm's and
    dl_layer_norm's NULL weight and bias). Before an optimizer is made over
    m (PyTorch's constructor argument); again on such a module: DL_OK.
    DL_ERR_ARG for another kind of module, DL_ERR_UNSUPPORTED in a capture. */
 DL_API dl_result dl_nn_norm_no_affine(dl_module *m);
+/* nn.GroupNorm(num_groups, num_channels): parameters "weight" (ones) and
+   "bias" (zeros) of shape (C), eps 1e-5; forward dl_group_norm */
+DL_API dl_module *dl_nn_group_norm(dl_ctx *ctx, int64_t num_groups, int64_t num_channels);
 DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in eval mode */
 
 /* --- io: tensorboard
@@ -15880,6 +15894,52 @@ dl_tensor *dl_layer_norm(dl_tensor *x, dl_shape normalized_shape, dl_tensor *wei
     }
 }
 
+/* (N, C, *) as (N, G, K): a layer norm over K, then the channels' weight and bias */
+dl_tensor *dl_group_norm(dl_tensor *x, int64_t num_groups, dl_tensor *weight, dl_tensor *bias, float eps)
+{
+    static const char *op = "dl_group_norm";
+    dl_tensor *y, *wb[2];
+    dl_ctx *ctx;
+    dl_shape cs;
+    int64_t N, C, K;
+    int k;
+    if (!x) return NULL;
+    if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
+    ctx = x->ctx_;
+    if (x->ndim < 2) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: x %s must be (N, C, *): 2 dims at least", op, dl__sh(x));
+        return NULL;
+    }
+    N = x->shape[0];
+    C = x->shape[1];
+    if (num_groups <= 0 || C % num_groups != 0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: num_groups=%lld must be positive and divide the %lld channels of x %s", op,
+                (long long)num_groups, (long long)C, dl__sh(x));
+        return NULL;
+    }
+    wb[0] = weight;
+    wb[1] = bias;
+    for (k = 0; k < 2; k++) {
+        const char *nm = k ? "bias" : "weight";
+        if (!wb[k]) continue;
+        if (!dl__live(op, nm, wb[k]) || !dl__f32(op, nm, wb[k]) || !dl__same_dev(op, "x", x, nm, wb[k])) return NULL;
+        if (wb[k]->ndim != 1 || wb[k]->shape[0] != C) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: %s %s must be (C) = (%lld), x %s's channels", op, nm, dl__sh(wb[k]),
+                    (long long)C, dl__sh(x));
+            return NULL;
+        }
+    }
+    for (K = C / num_groups, k = 2; k < x->ndim; k++) K *= x->shape[k];
+    y = dl_reshape(dl_layer_norm(dl_reshape(x, DL_SHAPE(N, num_groups, K)), DL_SHAPE(K), NULL, NULL, eps),
+                   dl__shape_of(x));
+    cs.ndim = x->ndim - 1;
+    cs.d[0] = C;
+    for (k = 1; k < cs.ndim; k++) cs.d[k] = 1;
+    if (weight) y = dl_mul(y, dl_reshape(weight, cs));
+    if (bias) y = dl_add(y, dl_reshape(bias, cs));
+    return dl__end(ctx, y, op);
+}
+
 dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
 {
     static const char *op = "dl_dropout";
@@ -18995,6 +19055,40 @@ dl_result dl_nn_layer_norm_eps(dl_module *m, float eps)
     return DL_OK;
 }
 
+typedef struct dl__gnm { int64_t G; dl_tensor *w, *b; float eps; } dl__gnm;
+static dl_tensor *dl__gnm_fwd(dl_module *m, dl_tensor *x)
+{
+    const dl__gnm *s = (const dl__gnm *)dl_module_state(m);
+    return dl_group_norm(x, s->G, s->w, s->b, s->eps);
+}
+dl_module *dl_nn_group_norm(dl_ctx *ctx, int64_t num_groups, int64_t num_channels)
+{
+    dl_module *m;
+    dl__gnm *s;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_group_norm: ctx is NULL"); return NULL; }
+    if (num_groups <= 0 || num_channels <= 0 || num_channels % num_groups != 0) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_group_norm: num_groups=%lld and num_channels=%lld must be positive, the "
+                "groups dividing the channels", (long long)num_groups, (long long)num_channels);
+        return NULL;
+    }
+    m = dl_module_new(ctx, "GroupNorm", dl__gnm_fwd, sizeof(dl__gnm));
+    if (!m) return NULL;
+    s = (dl__gnm *)dl_module_state(m);
+    s->G = num_groups;
+    s->eps = 1e-5f;
+    s->w = dl_module_param(m, "weight", dl_ones(ctx, DL_SHAPE(num_channels)));
+    s->b = dl_module_param(m, "bias", dl_zeros(ctx, DL_SHAPE(num_channels)));
+    return s->w && s->b ? m : NULL;
+}
+dl_result dl_nn_group_norm_eps(dl_module *m, float eps)
+{
+    if (!dl__mod_setting_ok(m, "dl_nn_group_norm_eps", dl__gnm_fwd, "dl_nn_group_norm"))
+        return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
+    if (!dl__eps_ok(m->ctx, "dl_nn_group_norm_eps", eps)) return DL_ERR_ARG;
+    ((dl__gnm *)dl_module_state(m))->eps = eps;
+    return DL_OK;
+}
+
 typedef struct dl__embm { dl_tensor *w; int64_t pad; } dl__embm;
 static dl_tensor *dl__embm_fwd(dl_module *m, dl_tensor *x)
 {
@@ -19054,12 +19148,17 @@ static void dl__mod_unregister(dl_module *m, const char *name)
 dl_result dl_nn_norm_no_affine(dl_module *m)
 {
     const char *op = "dl_nn_norm_no_affine";
-    bool bn = dl__mod_ok(m) && m->forward == dl__bnm_fwd;
+    bool bn = dl__mod_ok(m) && m->forward == dl__bnm_fwd, gn = dl__mod_ok(m) && m->forward == dl__gnm_fwd;
     dl_tensor **w, **b;
-    if (!dl__mod_setting_ok(m, op, bn ? dl__bnm_fwd : dl__lnm_fwd, "dl_nn_batch_norm1d/2d/3d or dl_nn_layer_norm"))
+    if (!dl__mod_setting_ok(m, op, bn ? dl__bnm_fwd : gn ? dl__gnm_fwd : dl__lnm_fwd,
+                            "dl_nn_batch_norm1d/2d/3d, dl_nn_layer_norm or dl_nn_group_norm"))
         return dl__mod_ok(m) ? m->ctx->err : DL_ERR_ARG;   /* (the kind, or a capture's refusal) */
     if (bn) {
         dl__bnm *s = (dl__bnm *)dl_module_state(m);
+        w = &s->w;
+        b = &s->b;
+    } else if (gn) {
+        dl__gnm *s = (dl__gnm *)dl_module_state(m);
         w = &s->w;
         b = &s->b;
     } else {

@@ -800,6 +800,30 @@ static void selection_errors(void)
     }
 }
 
+/* dl_group_norm, dl_nn_group_norm: every refusal names the op, the value and the rule */
+static void group_norm_errors(void)
+{
+    dl_tensor *x = dl_randn(C, DL_SHAPE(2, 6, 3)), *w = dl_ones(C, DL_SHAPE(6));
+    dl_module *g = dl_nn_group_norm(C, 2, 6);
+    BAD(dl_group_norm(x, 4, w, NULL, 1e-5f), DL_ERR_ARG,
+        "dl_group_norm: num_groups=4 must be positive and divide the 6 channels of x (2,6,3)");
+    BAD(dl_group_norm(x, 0, NULL, NULL, 1e-5f), DL_ERR_ARG, "num_groups=0 must be positive");
+    BAD(dl_group_norm(dl_randn(C, DL_SHAPE(6)), 2, NULL, NULL, 1e-5f), DL_ERR_SHAPE,
+        "dl_group_norm: x (6) must be (N, C, *): 2 dims at least");
+    BAD(dl_group_norm(x, 2, dl_ones(C, DL_SHAPE(3)), NULL, 1e-5f), DL_ERR_SHAPE,
+        "dl_group_norm: weight (3) must be (C) = (6), x (2,6,3)'s channels");
+    BAD(dl_group_norm(x, 2, NULL, T(6, 1), 1e-5f), DL_ERR_SHAPE, "dl_group_norm: bias (6,1) must be (C) = (6)");
+    BAD(dl_group_norm(x, 2, NULL, NULL, -1.0f), DL_ERR_ARG, "eps=-1 must be >= 0");
+    NULLOP(dl_group_norm(NULL, 2, NULL, NULL, 1e-5f));
+    CHECK(dl_nn_group_norm(C, 4, 6) == NULL, "GroupNorm(4, 6) refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_group_norm: num_groups=4 and num_channels=6 must be positive, the groups "
+               "dividing the channels");
+    CHECK(g && dl_nn_group_norm_eps(g, 0.0f) == DL_ERR_ARG, "eps 0 refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_group_norm_eps: eps=0 must be finite and > 0");
+    CHECK(dl_nn_group_norm_eps(dl_nn_relu(C), 1e-3f) == DL_ERR_ARG, "eps of a ReLU refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_group_norm_eps: m (a \"ReLU\" module) was not made by dl_nn_group_norm");
+}
+
 /* dl_embedding: every refusal names the op, the value and the rule */
 static void embedding_errors(void)
 {
@@ -919,6 +943,7 @@ int main(void)
     anomaly_errors();
     embedding_errors();
     selection_errors();
+    group_norm_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
     dl_ctx_free(C);
     TEST_END();

@@ -543,6 +543,29 @@ static void test_load_state_dict(void)
     dl_ctx_free(c);
 }
 
+/* nn.GroupNorm: its state_dict, eps and affine=False; the forward is
+   dl_group_norm's (test_golden checks that against torch) */
+static void test_group_norm_module(void)
+{
+    dl_ctx *c = new_ctx(5);
+    dl_module *g = dl_nn_group_norm(c, 2, 4);
+    const dl_named_tensor *p;
+    dl_tensor *x = dl_randn(c, DL_SHAPE(3, 4, 5)), *a, *b;
+    float va[60], vb[60];
+    CHECK(g && dl_module_state_dict(g, &p) == 2 && !strcmp(p[0].name, "weight") && !strcmp(p[1].name, "bias") &&
+          p[0].t->shape[0] == 4, "GroupNorm(2, 4): weight (4), bias (4)");
+    CHECK(!strcmp(dl_module_type(g), "GroupNorm"), "type GroupNorm");
+    a = dl_module_forward(g, x);
+    b = dl_group_norm(x, 2, NULL, NULL, 1e-5f);
+    CHECK(a && b && dl_read(a, va, 60) == DL_OK && dl_read(b, vb, 60) == DL_OK && memcmp(va, vb, sizeof va) == 0,
+          "ones and zeros: the plain normalization's bits");
+    CHECK(dl_nn_group_norm_eps(g, 0.5f) == DL_OK && (a = dl_module_forward(g, x)) && dl_read(a, va, 60) == DL_OK &&
+          memcmp(va, vb, sizeof va) != 0, "eps 0.5 changes it");
+    CHECK(dl_nn_norm_no_affine(g) == DL_OK && dl_module_state_dict(g, &p) == 0 &&
+          (a = dl_module_forward(g, x)) != NULL, "affine=False: no parameters, still a forward");
+    dl_ctx_free(c);
+}
+
 static void test_zero_grad_none(void)
 {
     dl_ctx *ctx = new_ctx(3);
@@ -1107,7 +1130,7 @@ static void test_no_affine(void)
     /* refusals: another kind of module, NULL, inside a capture */
     CHECK(dl_nn_norm_no_affine(mods[4]) == DL_ERR_ARG, "Linear refused");
     EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_norm_no_affine: m (a \"Linear\" module) was not made by "
-               "dl_nn_batch_norm1d/2d/3d or dl_nn_layer_norm");
+               "dl_nn_batch_norm1d/2d/3d, dl_nn_layer_norm or dl_nn_group_norm");
     CHECK(dl_nn_norm_no_affine(NULL) == DL_ERR_ARG, "NULL refused");
     bn = dl_nn_batch_norm1d(ctx, 4);
     cap = dl_capture_begin(ctx);
@@ -1941,6 +1964,7 @@ int main(int argc, char **argv)
     test_embedding_mlp();
     test_zero_grad_none();
     test_load_state_dict();
+    test_group_norm_module();
     test_resume();
     test_bad_files();
     if (argc > 2 && strcmp(argv[1], "--write") == 0) CHECK(write_for_torch(argv[2]), "write for torch");

@@ -439,6 +439,17 @@ gather_case("scalar", (), 0, torch.tensor(0))
 gather_case("empty", (3, 2), 1, torch.zeros(3, 0, dtype=torch.long))
 
 
+# group_norm: inputs x[, weight, bias]; params [num_groups, eps]
+case("group_norm/affine", [("x", randn(3, 6, 4) * 2 + 1), ("weight", randn(6)), ("bias", randn(6))],
+     lambda x, w, b: torch.nn.functional.group_norm(x, 3, w, b, 1e-5), params=[3, 1e-5], dd=True)
+case("group_norm/plain_2d", [("x", randn(2, 4, 3, 3))], lambda x: torch.nn.functional.group_norm(x, 2, eps=1e-3),
+     params=[2, 1e-3], dd=True)
+case("group_norm/one_group", [("x", randn(2, 3, 5)), ("weight", randn(3)), ("bias", randn(3))],
+     lambda x, w, b: torch.nn.functional.group_norm(x, 1, w, b), params=[1, 1e-5])
+case("group_norm/per_channel", [("x", randn(2, 3, 6) * 3)], lambda x: torch.nn.functional.group_norm(x, 3),
+     params=[3, 1e-5])
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
