@@ -646,12 +646,12 @@
        dl_nn_batch_norm2d         nn.BatchNorm2d
        dl_nn_batch_norm3d         nn.BatchNorm3d
        dl_nn_layer_norm           nn.LayerNorm
-       dl_nn_group_norm           nn.GroupNorm
        dl_nn_batch_norm_options   BatchNorm*d(..., momentum=, eps=)
        dl_nn_layer_norm_eps       LayerNorm(..., eps=)
        dl_nn_group_norm_eps       GroupNorm(..., eps=)
        dl_nn_norm_no_affine       BatchNorm*d(..., affine=False), LayerNorm(..., elementwise_affine=False),
                                   GroupNorm(..., affine=False)
+       dl_nn_group_norm           nn.GroupNorm
        dl_nn_dropout              nn.Dropout
      io: tensorboard
        dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
