@@ -1000,9 +1000,9 @@ DL_API dl_tensor *dl_set_name(dl_tensor *t, const char *name); /* returns t */
    on (torch would record it; dl_copy(src) is the differentiable copy). */
 DL_API dl_result dl_write(dl_tensor *t, const float *src, int64_t n);  /* n must equal numel */
 DL_API dl_result dl_fill_(dl_tensor *t, float value);
-DL_API dl_result dl_copy_(dl_tensor *dst, dl_tensor *src);  /* src broadcasts to dst's shape; the
-                                                              same dtype (torch converts: here
-                                                              copy from dl_from_int64 etc.) */
+DL_API dl_result dl_copy_(dl_tensor *dst, dl_tensor *src);  /* src broadcasts to dst's shape;
+                                                              another dtype converts, as torch's
+                                                              (dl_to_dtype's rules) */
 
 /* --- tensors: reading back */
 DL_API float dl_item(dl_tensor *t);           /* the one element; NaN + error otherwise */
@@ -1025,6 +1025,10 @@ DL_API dl_tensor *dl_squeeze(dl_tensor *t, int dim);          /* drop a size-1 d
 DL_API dl_tensor *dl_unsqueeze(dl_tensor *t, int dim);        /* insert a size-1 dim */
 DL_API dl_tensor *dl_permute(dl_tensor *t, dl_shape perm);
 DL_API dl_tensor *dl_transpose(dl_tensor *t, int dim0, int dim1);
+/* (its gradient is a tensor of t's size, zeros but the slice: T narrows of
+   one tensor cost T times its size in the backward, as torch's slicing; an
+   RNN's per-step slice is cheaper taken from the smaller tensor, the input
+   before its projection) */
 DL_API dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t length);
 DL_API dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim);  /* (0,) inputs skipped, as torch (not
                                                                     their dtype: it must match) */
@@ -12231,11 +12235,8 @@ dl_result dl_copy_(dl_tensor *dst, dl_tensor *src)
                 "or inside dl_no_grad_begin() for a plain copy", op, dl__sh(src));
         return DL_ERR_GRAPH;
     }
-    if (src->dtype != dst->dtype) {
-        dl__err(dst->ctx_, DL_ERR_DTYPE, "%s: dst %s is %s but src %s is %s", op, dl__sh(dst),
-                dl__dtype_str(dst->dtype), dl__sh(src), dl__dtype_str(src->dtype));
-        return DL_ERR_DTYPE;
-    }
+    /* another dtype converted first, as torch's copy_ (dl_to_dtype's rules) */
+    if (src->dtype != dst->dtype && !(src = dl_to_dtype(src, dst->dtype))) return dst->ctx_->err;
     if (src->ndim > dst->ndim) goto bad;
     dl__strides(src->shape, src->ndim, st);
     for (d = 0; d < dst->ndim; d++) {

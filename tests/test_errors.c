@@ -769,6 +769,16 @@ static void selection_errors(void)
         CHECK(ne && dl_read(ne, v, 4) == DL_OK && v[0] == 1 && v[1] == 0 && v[2] == 0 && v[3] == 0,
               "dl_ne of int64 pairs: %s", dl_error_message(C));
     }
+    {   /* dl_copy_ converts another dtype, as torch's copy_: int64 into float32, float32 (truncated) into int64 */
+        float f[4], src[4] = {1.7f, -2.5f, 3.0f, 0.0f};
+        int64_t back[4];
+        dl_tensor *fi = dl_zeros(C, DL_SHAPE(2, 2)), *ii = dl_to_dtype(dl_zeros(C, DL_SHAPE(4)), DL_DTYPE_I64);
+        CHECK(dl_copy_(fi, idx) == DL_OK && dl_read(fi, f, 4) == DL_OK && f[0] == 0 && f[1] == 2 && f[2] == 1 &&
+              f[3] == 2, "dl_copy_ int64 -> float32: %s", dl_error_message(C));
+        CHECK(dl_copy_(ii, dl_from_array(C, DL_SHAPE(4), src)) == DL_OK && dl_read_int64(ii, back, 4) == DL_OK &&
+              back[0] == 1 && back[1] == -2 && back[2] == 3 && back[3] == 0, "dl_copy_ float32 -> int64: %s",
+              dl_error_message(C));
+    }
     BAD(dl_gather(x, 1, dl_from_int64(C, DL_SHAPE(2, 1), big)), DL_ERR_ARG,
         "dl_gather: index (2,1) holds 3 at flat index 1: indices must be in [0, 3) (the size of dim 1 of x (2,3))");
     BAD(dl_gather(x, 1, dl_from_int64(C, DL_SHAPE(1, 2), neg)), DL_ERR_ARG, "index (1,2) holds -1 at flat index 1");
