@@ -540,6 +540,7 @@
        dl_adaptive_avg_pool1d     F.adaptive_avg_pool1d
        dl_adaptive_avg_pool2d     F.adaptive_avg_pool2d
        dl_adaptive_avg_pool3d     F.adaptive_avg_pool3d
+       dl_upsample_nearest        F.interpolate(x, scale_factor=s, mode='nearest')
      nn: modules
        dl_module                  opaque: nn.Module
        dl_module_fn               a module's forward: dl_tensor *(*)(dl_module *m, dl_tensor *x)
@@ -642,6 +643,7 @@
        dl_nn_adaptive_avg_pool1d  nn.AdaptiveAvgPool1d
        dl_nn_adaptive_avg_pool2d  nn.AdaptiveAvgPool2d
        dl_nn_adaptive_avg_pool3d  nn.AdaptiveAvgPool3d
+       dl_nn_upsample_nearest     nn.Upsample(scale_factor=s) (mode='nearest')
        dl_nn_batch_norm1d         nn.BatchNorm1d
        dl_nn_batch_norm2d         nn.BatchNorm2d
        dl_nn_batch_norm3d         nn.BatchNorm3d
@@ -1498,6 +1500,13 @@ DL_API dl_tensor *dl_avg_pool3d(dl_tensor *x, const dl_pool_desc *d);
 DL_API dl_tensor *dl_adaptive_avg_pool1d(dl_tensor *x, dl_shape output_size);
 DL_API dl_tensor *dl_adaptive_avg_pool2d(dl_tensor *x, dl_shape output_size);
 DL_API dl_tensor *dl_adaptive_avg_pool3d(dl_tensor *x, dl_shape output_size);
+/* F.interpolate(x, scale_factor=scale, mode="nearest") (nn.Upsample):
+   x (N, C, L), (N, C, H, W) or (N, C, D, H, W), each spatial size times
+   scale (an integer >= 1), every element repeated scale times along each
+   spatial dim. Written with dl.h ops (reshape, expand: exact values), so
+   differentiable on every device: the gradient sums each block (twice
+   differentiable). */
+DL_API dl_tensor *dl_upsample_nearest(dl_tensor *x, int64_t scale);
 
 
 /* --- nn: modules, initializers; --- optim: optimizers, LR schedules,
@@ -1852,6 +1861,7 @@ DL_API dl_module *dl_nn_avg_pool3d(dl_ctx *ctx, const dl_pool_desc *d);
 DL_API dl_module *dl_nn_adaptive_avg_pool1d(dl_ctx *ctx, dl_shape output_size);
 DL_API dl_module *dl_nn_adaptive_avg_pool2d(dl_ctx *ctx, dl_shape output_size);
 DL_API dl_module *dl_nn_adaptive_avg_pool3d(dl_ctx *ctx, dl_shape output_size);
+DL_API dl_module *dl_nn_upsample_nearest(dl_ctx *ctx, int64_t scale);   /* nn.Upsample(scale_factor=) */
 DL_API dl_module *dl_nn_batch_norm1d(dl_ctx *ctx, int64_t channels);   /* x (N,C) or (N,C,L) */
 DL_API dl_module *dl_nn_batch_norm2d(dl_ctx *ctx, int64_t channels);   /* x (N,C,H,W) */
 DL_API dl_module *dl_nn_batch_norm3d(dl_ctx *ctx, int64_t channels);   /* x (N,C,D,H,W) */
@@ -7179,47 +7189,74 @@ typedef struct dl__copy_args {
     const char *src; const int64_t *ss;
 } dl__copy_args;
 
+/* rows [lo, hi) of the last dim: the first row's offsets by division, the
+   next ones by stepping the index (an odometer), so a short row costs a
+   few adds */
 static void dl__copy_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__copy_args *u = (const dl__copy_args *)p;
-    int last = u->ndim - 1;
-    int64_t row = u->shape[last], r, i, sd = u->ds[last], ss = u->ss[last];
+    int last = u->ndim - 1, d;
+    int64_t row = u->shape[last], r, i, sd = u->ds[last], ss = u->ss[last], od = 0, os = 0, rem = lo;
+    int64_t k[DL_MAX_DIMS];
+    for (d = last - 1; d >= 0; d--) {
+        k[d] = rem % u->shape[d];
+        rem /= u->shape[d];
+        od += k[d] * u->ds[d];
+        os += k[d] * u->ss[d];
+    }
     for (r = lo; r < hi; r++) {
-        int64_t od = 0, os = 0, rem = r;
-        int d;
-        for (d = last - 1; d >= 0; d--) {
-            int64_t k = rem % u->shape[d];
-            rem /= u->shape[d];
-            od += k * u->ds[d];
-            os += k * u->ss[d];
-        }
         if (u->esize == 4) {
             float *dp = (float *)u->dst + od;
             const float *sp = (const float *)u->src + os;
             if (sd == 1 && ss == 1) memcpy(dp, sp, 4 * (size_t)row);
+            else if (sd == 1 && ss == 0) { float v = *sp; for (i = 0; i < row; i++) dp[i] = v; }
             else for (i = 0; i < row; i++) dp[i * sd] = sp[i * ss];
         } else {
             int64_t *dp = (int64_t *)u->dst + od;
             const int64_t *sp = (const int64_t *)u->src + os;
             for (i = 0; i < row; i++) dp[i * sd] = sp[i * ss];
         }
+        for (d = last - 1; d >= 0; d--) {   /* the next row's index */
+            od += u->ds[d];
+            os += u->ss[d];
+            if (++k[d] < u->shape[d]) break;
+            od -= k[d] * u->ds[d];
+            os -= k[d] * u->ss[d];
+            k[d] = 0;
+        }
     }
 }
 
+/* dims of size 1 dropped, and neighbours merged where both sides step
+   through them as one (a copy of (N, C, H, W) with C broadcast is two dims
+   at most), before the rows are split over the threads */
 static void dl__cpu_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *shape, void *dst,
                             const int64_t *ds, const void *src, const int64_t *ss)
 {
+    dl__copy_args u;
+    int64_t rows = 1, sh[DL_MAX_DIMS], dd[DL_MAX_DIMS], sd[DL_MAX_DIMS];
+    int k, n = 0;
     dst = (void *)DL__RAW(d, dst);
     src = (const void *)DL__RAW(d, src);
-    dl__copy_args u;
-    int64_t rows = 1, one = 1, zero = 0;
-    int k;
-    if (ndim == 0) { ndim = 1; shape = &one; ds = &zero; ss = &zero; }
-    for (k = 0; k < ndim - 1; k++) rows *= shape[k];
-    if (shape[ndim - 1] == 0 || rows == 0) return;
-    u.esize = esize; u.ndim = ndim; u.shape = shape; u.dst = (char *)dst; u.ds = ds;
-    u.src = (const char *)src; u.ss = ss;
-    dl__parallel_for(d->ctx->pool, rows, (1 << 14) / shape[ndim - 1] + 1, dl__copy_task, &u);
+    for (k = 0; k < ndim; k++) {
+        if (shape[k] == 0) return;
+        if (shape[k] == 1) continue;
+        if (n > 0 && dd[n - 1] == ds[k] * shape[k] && sd[n - 1] == ss[k] * shape[k]) {
+            sh[n - 1] *= shape[k];
+            dd[n - 1] = ds[k];
+            sd[n - 1] = ss[k];
+            continue;
+        }
+        sh[n] = shape[k];
+        dd[n] = ds[k];
+        sd[n] = ss[k];
+        n++;
+    }
+    if (n == 0) { sh[0] = 1; dd[0] = sd[0] = 0; n = 1; }
+    for (k = 0; k < n - 1; k++) rows *= sh[k];
+    u.esize = esize; u.ndim = n; u.shape = sh; u.dst = (char *)dst; u.ds = dd;
+    u.src = (const char *)src; u.ss = sd;
+    dl__parallel_for(d->ctx->pool, rows, (1 << 14) / sh[n - 1] + 1, dl__copy_task, &u);
 }
 
 /* fill and axpy: elementwise, in tasks of 64K floats (a leaf's gradient,
@@ -18931,6 +18968,52 @@ dl_module *dl_nn_avg_pool3d(dl_ctx *c, const dl_pool_desc *d) { return dl__poolm
 dl_module *dl_nn_adaptive_avg_pool1d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 1, NULL, o); }
 dl_module *dl_nn_adaptive_avg_pool2d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 2, NULL, o); }
 dl_module *dl_nn_adaptive_avg_pool3d(dl_ctx *c, dl_shape o) { return dl__poolm_new(c, 2, 3, NULL, o); }
+
+/* nearest upsampling: each spatial dim from the last, x as (P, S, 1, Q)
+   expanded to (P, S, scale, Q) (a step each, 4-D views whatever
+   DL_MAX_DIMS is); the expand's backward sums the blocks */
+dl_tensor *dl_upsample_nearest(dl_tensor *x, int64_t scale)
+{
+    static const char *op = "dl_upsample_nearest";
+    dl_tensor *y;
+    int64_t out[DL_MAX_DIMS], P = 1, Q = 1;
+    int d, k;
+    if (!x) return NULL;
+    if (!dl__live(op, "x", x) || !dl__f32(op, "x", x)) return NULL;
+    if (x->ndim < 3 || x->ndim > 5) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: x %s must be (N, C, L), (N, C, H, W) or (N, C, D, H, W)", op,
+                dl__sh(x));
+        return NULL;
+    }
+    if (scale < 1 || scale > (1 << 20)) {
+        dl__err(x->ctx_, DL_ERR_ARG, "%s: scale=%lld must be an integer in [1, 2^20]", op, (long long)scale);
+        return NULL;
+    }
+    memcpy(out, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    y = x;
+    for (d = x->ndim - 1; d >= 2 && y; d--) {
+        for (P = 1, k = 0; k < d; k++) P *= out[k];
+        for (Q = 1, k = d + 1; k < x->ndim; k++) Q *= out[k];
+        y = dl_expand(dl_reshape(y, DL_SHAPE(P, out[d], 1, Q)), DL_SHAPE(P, out[d], scale, Q));
+        out[d] *= scale;
+    }
+    if (y) y = dl_reshape(y, dl_shape_make(x->ndim, out));
+    return dl__end(x->ctx_, y, op);
+}
+static dl_tensor *dl__upm_fwd(dl_module *m, dl_tensor *x) { return dl_upsample_nearest(x, *(int64_t *)dl_module_state(m)); }
+dl_module *dl_nn_upsample_nearest(dl_ctx *ctx, int64_t scale)
+{
+    dl_module *m;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_nn_upsample_nearest: ctx is NULL"); return NULL; }
+    if (scale < 1 || scale > (1 << 20)) {
+        dl__err(ctx, DL_ERR_ARG, "dl_nn_upsample_nearest: scale=%lld must be an integer in [1, 2^20]",
+                (long long)scale);
+        return NULL;
+    }
+    m = dl_module_new(ctx, "Upsample", dl__upm_fwd, sizeof(int64_t));
+    if (m) *(int64_t *)dl_module_state(m) = scale;
+    return m;
+}
 
 typedef struct dl__bnm {
     int spatial;              /* -1: BatchNorm1d (2-D or 3-D input) */

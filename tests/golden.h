@@ -571,6 +571,12 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
         G_NEED(1, 2);
         return dl_group_norm(x, g_pi(p, 0), y, n > 2 ? in[2] : NULL, p->v[1]);
     }
+    if (!strcmp(op, "upsample_nearest")) {   /* params [scale, 1: squared] */
+        dl_tensor *u;
+        G_NEED(1, 2);
+        u = dl_upsample_nearest(x, (int64_t)p->v[0]);
+        return g_pi(p, 1) ? dl_mul(u, u) : u;
+    }
     if (!strcmp(op, "stack")) { G_NEED(1, 1); return dl_stack(n, in, g_pi(p, 0)); }
     if (!strcmp(op, "expand")) { G_NEED(1, 1); return dl_expand(x, g_param_shape(p, 0)); }
     if (!strcmp(op, "sum_to")) { G_NEED(1, 1); return dl_sum_to(x, g_param_shape(p, 0)); }

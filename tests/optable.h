@@ -90,6 +90,7 @@ static dl_tensor *o_gather0(dl_tensor **i)
     return dl_mul(y, y);
 }
 static dl_tensor *o_gnorm(dl_tensor **i) { return dl_group_norm(i[0], 2, i[1], i[2], 1e-5f); }
+static dl_tensor *o_upsample(dl_tensor **i) { dl_tensor *u = dl_upsample_nearest(i[0], 2); return dl_mul(u, u); }
 static dl_tensor *o_todtype(dl_tensor **i)
 {
     dl_tensor *x = dl_mul_scalar(i[0], 3.0f);
@@ -175,6 +176,7 @@ static const opcase g_ops[] = {
     {"dl_gather", o_gather, 2, {S(6, 5), S(6)}, 2, false},
     {"dl_gather dim 0", o_gather0, 2, {S(5, 3), S(6)}, 2, false},
     {"dl_group_norm", o_gnorm, 3, {S(3, 4, 5), S(4), S(4)}, 0, false},
+    {"dl_upsample_nearest", o_upsample, 1, {S(2, 3, 4, 5)}, 0, false},
     {"dl_cross_entropy", o_ce, 2, {S(6, 5), S(6)}, 2, false},
     {"dl_nll_loss", o_nll, 2, {S(6, 5), S(6)}, 2, false},
     {"dl_mse_loss", o_mse, 2, {S(3, 4), S(3, 4)}, 0, false},

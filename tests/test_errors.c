@@ -834,6 +834,20 @@ static void group_norm_errors(void)
     EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_group_norm_eps: m (a \"ReLU\" module) was not made by dl_nn_group_norm");
 }
 
+/* dl_upsample_nearest, dl_nn_upsample_nearest */
+static void upsample_errors(void)
+{
+    BAD(dl_upsample_nearest(T(2, 3), 2), DL_ERR_SHAPE,
+        "dl_upsample_nearest: x (2,3) must be (N, C, L), (N, C, H, W) or (N, C, D, H, W)");
+    BAD(dl_upsample_nearest(dl_randn(C, DL_SHAPE(1, 2, 3)), 0), DL_ERR_ARG,
+        "dl_upsample_nearest: scale=0 must be an integer in [1, 2^20]");
+    BAD(dl_upsample_nearest(dl_to_dtype(dl_randn(C, DL_SHAPE(1, 2, 3)), DL_DTYPE_I64), 2), DL_ERR_DTYPE,
+        "dl_upsample_nearest: x (1,2,3) has dtype int64; this op needs float32");
+    NULLOP(dl_upsample_nearest(NULL, 2));
+    CHECK(dl_nn_upsample_nearest(C, -1) == NULL, "Upsample(scale_factor=-1) refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_upsample_nearest: scale=-1 must be an integer in [1, 2^20]");
+}
+
 /* dl_embedding: every refusal names the op, the value and the rule */
 static void embedding_errors(void)
 {
@@ -954,6 +968,7 @@ int main(void)
     embedding_errors();
     selection_errors();
     group_norm_errors();
+    upsample_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
     dl_ctx_free(C);
     TEST_END();

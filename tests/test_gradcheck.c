@@ -26,7 +26,7 @@ enum {
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
-    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM
+    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE
 };
 
 /* fills */
@@ -186,6 +186,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_MFILL:   /* softmax over rows with a causal mask: -inf above the diagonal */
         return dl_softmax(dl_masked_fill(a, dl_triu(dl_ones(dl_tensor_ctx(a), p->sh), 1), -INFINITY), -1);
     case OP_GNORM: return dl_mul(dl_group_norm(a, p->d0, b, p->n > 2 ? in[2] : NULL, 1e-5f), a);   /* times x */
+    case OP_UPSAMPLE: { dl_tensor *u = dl_upsample_nearest(a, p->d0); return dl_mul(u, u); }
     case OP_TRIL: return dl_mul(dl_tril(a, p->i0), a);
     case OP_TRIU: return dl_mul(dl_triu(a, p->i0), a);
     case OP_GATHER: {   /* gather(a, d0, index p->sh (the shape i-th of p->sh's values: see gidx)), squared */
@@ -451,6 +452,8 @@ static void shape_cases(void)
         p.n = 3;
         gc3("dl_group_norm", "x (2,4,3), weight, bias", p, I(DL_SHAPE(2, 4, 3), F_RANDN), I(DL_SHAPE(4), F_RANDN),
             I(DL_SHAPE(4), F_RANDN));
+        gc1("dl_upsample_nearest", "2-d, scale 2, squared", mki(OP_UPSAMPLE, 2, 0), I(DL_SHAPE(1, 2, 3, 2), F_RANDN));
+        gc1("dl_upsample_nearest", "1-d, scale 3, squared", mki(OP_UPSAMPLE, 3, 0), I(DL_SHAPE(2, 1, 3), F_RANDN));
         p = mk(OP_TRIL);
         p.i0 = -1;
         gc1("dl_tril", "k -1", p, I(DL_SHAPE(2, 3, 4), F_RANDN));

@@ -561,6 +561,15 @@ static void test_group_norm_module(void)
           "ones and zeros: the plain normalization's bits");
     CHECK(dl_nn_group_norm_eps(g, 0.5f) == DL_OK && (a = dl_module_forward(g, x)) && dl_read(a, va, 60) == DL_OK &&
           memcmp(va, vb, sizeof va) != 0, "eps 0.5 changes it");
+    {   /* nn.Upsample(scale_factor=2): no parameters, dl_upsample_nearest's values */
+        dl_module *u = dl_nn_upsample_nearest(c, 2);
+        dl_tensor *z = u ? dl_module_forward(u, dl_reshape(x, DL_SHAPE(3, 4, 5, 1))) : NULL;
+        float v[240];
+        CHECK(u && !strcmp(dl_module_type(u), "Upsample") && dl_module_state_dict(u, &p) == 0 && z &&
+              z->ndim == 4 && z->shape[2] == 10 && z->shape[3] == 2 && dl_read(z, v, 240) == DL_OK &&
+              dl_read(x, va, 60) == DL_OK && v[0] == va[0] && v[3] == va[0] && v[4] == va[1],
+              "Upsample(2): (3,4,5,1) -> (3,4,10,2), each value in a 2x2 block: %s", dl_error_message(c));
+    }
     CHECK(dl_nn_norm_no_affine(g) == DL_OK && dl_module_state_dict(g, &p) == 0 &&
           (a = dl_module_forward(g, x)) != NULL, "affine=False: no parameters, still a forward");
     dl_ctx_free(c);

@@ -450,6 +450,18 @@ case("group_norm/per_channel", [("x", randn(2, 3, 6) * 3)], lambda x: torch.nn.f
      params=[3, 1e-5])
 
 
+# nearest upsampling: params [scale, 1: the output squared (a second derivative)]
+F = torch.nn.functional
+case("upsample_nearest/1d_s3", [("x", randn(2, 3, 4))], lambda x: F.interpolate(x, scale_factor=3, mode="nearest"),
+     params=[3, 0])
+case("upsample_nearest/2d_s2_sq", [("x", randn(2, 2, 3, 4))],
+     lambda x: F.interpolate(x, scale_factor=2, mode="nearest") ** 2, params=[2, 1], dd=True)
+case("upsample_nearest/3d_s2", [("x", randn(1, 2, 2, 3, 2))], lambda x: torch.nn.Upsample(scale_factor=2)(x),
+     params=[2, 0])
+case("upsample_nearest/s1", [("x", randn(1, 2, 3, 3))], lambda x: F.interpolate(x, scale_factor=1, mode="nearest"),
+     params=[1, 0])
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
