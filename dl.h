@@ -1034,6 +1034,8 @@ DL_API dl_tensor *dl_transpose(dl_tensor *t, int dim0, int dim1);
 DL_API dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t length);
 DL_API dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim);  /* (0,) inputs skipped, as torch (not
                                                                     their dtype: it must match) */
+/* (n < 1 or a NULL ts: no tensor names a context to record the error in;
+   the message is dl_error_message(NULL)'s, this thread's) */
 DL_API dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim);
 DL_API dl_tensor *dl_expand(dl_tensor *t, dl_shape shape);    /* broadcast to shape (copies) */
 DL_API dl_tensor *dl_sum_to(dl_tensor *t, dl_shape shape);    /* sum broadcast dims away */
