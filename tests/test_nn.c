@@ -1939,8 +1939,13 @@ static void test_embedding_mlp(void)
             dl_no_grad_begin(cc);
             CHECK(dl_copy_(xc, dl_from_int64(cc, DL_SHAPE(32, 3), bad)) == DL_OK, "rewrite X: %s", dl_error_message(cc));
             dl_no_grad_end(cc);
-            CHECK(dl_replay(cap) != DL_OK, "a replay with index 27 of 27 fails");
-            EXPECT_ERR(cc, DL_ERR_ARG, "dl_replay: an embedding index holds 27 at flat index 7: indices must be in [0, 27)");
+            if (xc->device.type == DL_DEVICE_CPU) {
+                CHECK(dl_replay(cap) != DL_OK, "a replay with index 27 of 27 fails");
+                EXPECT_ERR(cc, DL_ERR_ARG, "dl_replay: an embedding index holds 27 at flat index 7: indices must be "
+                           "in [0, 27)");
+            } else {   /* (a GPU's graph cannot stop: the row reads zeros, dl_embedding's doc) */
+                CHECK(dl_replay(cap) == DL_OK, "a replay with index 27 of 27 on a GPU: %s", dl_error_message(cc));
+            }
         }
         dl_capture_free(cap);
         dl_ctx_free(ce);
