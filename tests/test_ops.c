@@ -78,7 +78,9 @@ static void test_values(void)
               "(C) -> (3): never the zero weight");
     }
     {   /* dtype conversions: torch's .long(), .int(), .float() (values from torch 2.15 on x86) */
-        float v[8] = {-2.7f, 2.7f, NAN, 1e20f, -1e20f, 3.0f, -0.5f, 16777217.0f}, f[3];
+        /* (16777216, not the literal 16777217.0f: nvcc's front end rounds that halfway literal up to
+           16777218, gcc to even, 16777216) */
+        float v[8] = {-2.7f, 2.7f, NAN, 1e20f, -1e20f, 3.0f, -0.5f, 16777216.0f}, f[3];
         int64_t o[8], big[3] = {((int64_t)1 << 40) | 5, -3, 16777217};
         int64_t want[8] = {-2, 2, INT64_MIN, INT64_MIN, INT64_MIN, 3, 0, 16777216};
         int64_t want32[8] = {-2, 2, INT32_MIN, INT32_MIN, INT32_MIN, 3, 0, 16777216};
