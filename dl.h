@@ -447,6 +447,7 @@
        dl_max_dim                 torch.max(x, dim, keepdim): values and indices
        dl_min_dim                 torch.min(x, dim, keepdim): values and indices
        dl_var                     x.var(dims, correction, keepdim)
+       dl_std                     x.std(dims, correction, keepdim)
        dl_norm                    x.norm(dim=dims, keepdim) (2-norm, torch.linalg.vector_norm)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
        dl_multinomial             torch.multinomial(probs, n, replacement)
@@ -1097,6 +1098,7 @@ DL_API dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim);
 DL_API dl_tensor *dl_max_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
 DL_API dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices);
 DL_API dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim);
+DL_API dl_tensor *dl_std(dl_tensor *t, dl_shape dims, int correction, bool keepdim);   /* sqrt(var) */
                                             /* correction 1: unbiased (PyTorch default) */
 /* The Euclidean norm over dims (DL_ALL: every element), as
    torch.linalg.vector_norm(t, 2, dims, keepdim): sqrt of the sum of the
@@ -14825,20 +14827,33 @@ dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
    correction): at 0, 2/0 = inf, +-inf where x differs from the mean and
    NaN where it does not, as PyTorch's per-dim reduction (its full
    reduction gives +inf on both sides of the mean there). */
-static dl_result dl__var_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+static dl_tensor *dl__var_grad(dl__node *n, dl_tensor *g)
 {
     int64_t ks[DL_MAX_DIMS], dims[DL_MAX_DIMS];
     int i, nd = 0;
     dl_tensor *x = DL__X;
     dl__keep_shape(n, ks);
     for (i = 0; i < x->ndim; i++) if ((n->i[0] >> i) & 1) dims[nd++] = i;
-    gin[0] = dl_mul(dl_mul_scalar(dl_reshape(g, dl_shape_make(x->ndim, ks)), (float)(2.0 / (double)n->f[0])),
-                    dl_sub(x, dl_mean(x, dl_shape_make(nd, dims), true)));
+    return dl_mul(dl_mul_scalar(dl_reshape(g, dl_shape_make(x->ndim, ks)), (float)(2.0 / (double)n->f[0])),
+                  dl_sub(x, dl_mean(x, dl_shape_make(nd, dims), true)));
+}
+static dl_result dl__var_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    gin[0] = dl__var_grad(n, g);
+    return DL_OK;
+}
+/* std = sqrt(var): var's gradient of g / (2 std), 0 where the std is 0
+   (torch's std_backward masks it there: a constant row's gradient is 0) */
+static dl_result dl__std_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *y = DL__Y;
+    gin[0] = dl__var_grad(n, dl_masked_fill(dl_div(g, dl_mul_scalar(y, 2.0f)), dl_eq(y, dl_zeros_like(y)), 0.0f));
     return DL_OK;
 }
 static const dl__op dl__op_var = {"dl_var", dl__var_bwd, 1, 0};
+static const dl__op dl__op_std = {"dl_std", dl__std_bwd, 1 | DL__RD_OUT, 0};
 
-dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
+static dl_tensor *dl__var(const char *name, dl_tensor *t, dl_shape dims, int correction, bool keepdim, bool sd)
 {
     bool mask[DL_MAX_DIMS];
     int64_t cnt = 1;
@@ -14848,22 +14863,31 @@ dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
     dl__node *n;
     dl_ctx *ctx;
     if (!t) return NULL;
-    if (!dl__live("dl_var", "t", t) || !dl__f32("dl_var", "t", t)) return NULL;
-    if (!dl__red_mask("dl_var", t, dims, mask)) return NULL;
+    if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
+    if (!dl__red_mask(name, t, dims, mask)) return NULL;
     for (i = 0; i < t->ndim; i++) if (mask[i]) cnt *= t->shape[i];
     dof = (float)(cnt - correction > 0 ? cnt - correction : 0);
     ctx = t->ctx_;
-    dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__var_bwd */
+    dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__var_bwd / dl__std_bwd */
     d = dl_sub(t, dl_mean(t, dims, true));
     y = dl_div_scalar(dl_sum(dl_mul(d, d), dims, keepdim), dof);
+    if (sd) y = dl_sqrt(y);
     dl_no_grad_end(ctx);
-    if (!y) return dl__end(ctx, NULL, "dl_var");
-    if (dl__record(y, &dl__op_var, 1, &t, &n) < 0) return dl__end(ctx, NULL, "dl_var");
+    if (!y) return dl__end(ctx, NULL, name);
+    if (dl__record(y, sd ? &dl__op_std : &dl__op_var, 1, &t, &n) < 0) return dl__end(ctx, NULL, name);
     if (n) {
         n->i[0] = dl__mask_bits(mask, t->ndim);
         n->f[0] = dof;
     }
-    return dl__done(y, "dl_var");
+    return dl__done(y, name);
+}
+dl_tensor *dl_var(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
+{
+    return dl__var("dl_var", t, dims, correction, keepdim, false);
+}
+dl_tensor *dl_std(dl_tensor *t, dl_shape dims, int correction, bool keepdim)
+{
+    return dl__var("dl_std", t, dims, correction, keepdim, true);
 }
 
 /* y = sqrt(sum(x^2, dims));  dx = g (x / y), with x / y 0 where y is 0:

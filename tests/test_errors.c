@@ -166,6 +166,8 @@ static void dim_errors(void)
     BAD(dl_sum(T(2, 3), DL_DIMS(1, -1), false), DL_ERR_ARG, "twice");
     BAD(dl_mean(T(2, 3), DL_DIMS(0, 5), false), DL_ERR_ARG, "dl_mean");
     BAD(dl_var(T(2, 3), DL_DIMS(2), 1, false), DL_ERR_ARG, "dl_var");
+    BAD(dl_std(T(2, 3), DL_DIMS(2), 1, false), DL_ERR_ARG, "dl_std");
+    BAD(dl_std(T(2, 3), DL_DIMS(0, -2), 1, false), DL_ERR_ARG, "dl_std");
     BAD(dl_norm(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "dl_norm");
     BAD(dl_norm(T(2, 3), DL_DIMS(0, 0), false), DL_ERR_ARG, "twice");
     BAD(dl_max(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "out of range");
@@ -312,6 +314,7 @@ static void null_inputs(void)
     NULLOP(dl_min_dim(NULL, 0, 0, NULL));
     NULLOP(dl_min(NULL, DL_ALL, 0));
     NULLOP(dl_var(NULL, DL_ALL, 1, 0));
+    NULLOP(dl_std(NULL, DL_ALL, 1, 0));
     NULLOP(dl_norm(NULL, DL_ALL, 0));
     NULLOP(dl_argmax(NULL, 0, 0));
     NULLOP(dl_softmax(NULL, 0));

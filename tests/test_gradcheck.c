@@ -21,7 +21,7 @@ enum {
     OP_ADDS, OP_SUBS, OP_MULS, OP_DIVS, OP_RSUBS, OP_POW,
     OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_ABS, OP_ERF, OP_CLAMP, OP_RELU, OP_LEAKY,
     OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU, OP_SOFTPLUS, OP_LOGSIGMOID,
-    OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_VAR,
+    OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_VAR, OP_STD,
     OP_MATMUL, OP_SOFTMAX, OP_LOGSOFTMAX,
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
@@ -150,6 +150,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_MAXDIM: return dl_max_dim(a, p->d0, p->keep, NULL);
     case OP_MINDIM: return dl_min_dim(a, p->d0, p->keep, NULL);
     case OP_VAR: return dl_var(a, p->sh, p->d0, p->keep);
+    case OP_STD: return dl_std(a, p->sh, p->d0, p->keep);
     case OP_NORM: return dl_norm(a, p->sh, p->keep);
     case OP_MATMUL: return dl_matmul(a, b);
     case OP_SOFTMAX: return dl_softmax(a, p->d0);
@@ -383,6 +384,12 @@ static void var_cases(void)
             snprintf(l, sizeof l, "dim -1 size-1 corr %d keep %d", corr, keep);
             p = mkd(OP_VAR, DL_DIMS(-1), keep != 0); p.d0 = corr;
             gc1("dl_var", l, p, I(DL_SHAPE(3, 1, 5), F_RANDN));
+            snprintf(l, sizeof l, "std dim 1 corr %d keep %d", corr, keep);
+            p = mkd(OP_STD, DL_DIMS(1), keep != 0); p.d0 = corr;
+            gc1("dl_std", l, p, I(DL_SHAPE(3, 4), F_RANDN));
+            snprintf(l, sizeof l, "std all corr %d keep %d", corr, keep);
+            p = mkd(OP_STD, DL_ALL, keep != 0); p.d0 = corr;
+            gc1("dl_std", l, p, I(DL_SHAPE(2, 3, 4), F_RANDN));
         }
 }
 

@@ -462,6 +462,17 @@ case("upsample_nearest/s1", [("x", randn(1, 2, 3, 3))], lambda x: F.interpolate(
      params=[1, 0])
 
 
+# std: params as the reductions' [keepdim, correction, all, dims...]; a
+# second derivative; a row of equal values (a std of 0: NaN gradient, as torch's)
+for cname, shp, dims, kd, c in [("d1", (3, 4, 5), [1], False, 1), ("d02k_c0", (3, 4, 5), [0, 2], True, 0),
+                                ("all", (3, 4), None, False, 1), ("dneg_dd", (2, 6), [-1], False, 1)]:
+    x = randn(*shp)
+    fn, params = reduction("std", x, dims, kd, c)
+    case("std/" + cname, [("x", x)], fn, params=params, dd=cname.endswith("_dd"))
+case("std/const_row", [("x", torch.tensor([[1.5, 1.5, 1.5], [0.0, 1.0, 3.0]]))],
+     lambda t: torch.std(t, dim=1), params=[0.0, 1.0, 0.0, 1.0])
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"

@@ -73,7 +73,7 @@ def case(name, inputs, fn, params=None, dd=False, greq=False):
 
 
 def reduce(op, t, dims, keepdim, correction=1):
-    """dl_sum / dl_mean / dl_var / dl_max / dl_min / dl_norm over dims (a
+    """dl_sum / dl_mean / dl_var / dl_std / dl_max / dl_min / dl_norm over dims (a
     tuple) as torch computes them (dl_max: torch.amax, ties share the
     gradient)"""
     if op == "sum":
@@ -82,6 +82,8 @@ def reduce(op, t, dims, keepdim, correction=1):
         return torch.mean(t, dim=dims, keepdim=keepdim)
     if op == "var":
         return torch.var(t, dim=dims, correction=correction, keepdim=keepdim)
+    if op == "std":
+        return torch.std(t, dim=dims, correction=correction, keepdim=keepdim)
     if op == "norm":
         return torch.linalg.vector_norm(t, 2, dim=dims, keepdim=keepdim)
     if op in ("max", "min"):
