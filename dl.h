@@ -618,6 +618,7 @@
        dl_lr_cosine               CosineAnnealingLR's lr at a step
        dl_lr_warmup               linear warmup's lr at a step (LinearLR)
        dl_clip_grad_norm          nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+       dl_clip_grad_norm_params   nn.utils.clip_grad_norm_([w, b], max_norm)
      io: safetensors checkpoints
        dl_save                    module + optimizer state to a safetensors file
        dl_load                    read it back (checked before anything changes)
@@ -1779,6 +1780,9 @@ DL_API float dl_lr_warmup(float base, int64_t t, int64_t warmup);
    once); grads *= min(1, max_norm/(total+1e-6)); returns total (0 without grads).
    max_norm must be >= 0 (inf: no clipping); else 0 with an error. */
 DL_API float dl_clip_grad_norm(dl_module *m, float max_norm);
+/* the same over a list of tensors (clip_grad_norm_(params, max_norm)); a
+   tensor listed twice counts once */
+DL_API float dl_clip_grad_norm_params(dl_ctx *ctx, int n, dl_tensor *const *params, float max_norm);
 
 /* --- io: safetensors checkpoints
    File: 8-byte little-endian header length N, N bytes of JSON (padded with
@@ -19940,42 +19944,69 @@ float dl_lr_warmup(float base, int64_t t, int64_t warmup)
     return (float)((double)base * (double)(t + 1) / (double)warmup);
 }
 
-float dl_clip_grad_norm(dl_module *m, float max_norm)
+/* the norm and the scaling of dl_clip_grad_norm(_params) over p[0..n-1]
+   (dedup: skip a tensor listed earlier) */
+static float dl__clip_grads(dl_ctx *ctx, const char *fn, int n, dl_tensor *const *p, float max_norm, bool dedup)
 {
-    int n, i;
+    int i, j;
     double total = 0;
-    if (!dl__mod_ok(m)) return 0.0f;
+    float tot, c;
     if (!(max_norm >= 0.0f)) {   /* (torch computes with it: a NaN makes every gradient NaN, < 0 flips them) */
-        dl__err(m->ctx, DL_ERR_ARG, "dl_clip_grad_norm: max_norm=%g must be >= 0 (the gradients are unchanged)",
-                (double)max_norm);
+        dl__err(ctx, DL_ERR_ARG, "%s: max_norm=%g must be >= 0 (the gradients are unchanged)", fn, (double)max_norm);
         return 0.0f;
     }
-    if (dl__cap_refused(m->ctx, "dl_clip_grad_norm", "a read to the host (the norm it returns)",
-                        "clip outside the captured step")) return 0.0f;
-    n = dl__mod_params(m);
+    if (dl__cap_refused(ctx, fn, "a read to the host (the norm it returns)", "clip outside the captured step"))
+        return 0.0f;
     for (i = 0; i < n; i++) {
-        dl_tensor *p = m->scratch[i];
         double norm;
-        if (!dl__has_grad(p)) continue;   /* (torch skips a None gradient) */
-        norm = sqrt(DL__BE(p)->sumsq(p->dev_, (const float *)p->grad->data, p->numel));
+        for (j = 0; dedup && j < i && p[j] != p[i]; j++) {}
+        if (!dl__has_grad(p[i]) || (dedup && j < i)) continue;   /* (torch skips a None gradient) */
+        norm = sqrt(DL__BE(p[i])->sumsq(p[i]->dev_, (const float *)p[i]->grad->data, p[i]->numel));
         /* torch: norm of the per-tensor float32 norms */
         norm = (double)(float)norm;
         total += norm * norm;
     }
-    {
-        /* as torch (float32 tensors): coef = max_norm / (total + 1e-6), clamped to 1 */
-        float tot = (float)sqrt(total), c = max_norm / (tot + 1e-6f);
-        if (!(c >= 1.0f))   /* a NaN norm (or max_norm) makes every gradient NaN, as torch's clamp does */
-            for (i = 0; i < n; i++) {
-                dl_tensor *p = m->scratch[i];
-                if (dl__has_grad(p)) {
-                    DL__BE(p)->scale(p->dev_, (float *)p->grad->data, p->numel, c);
-                    dl__bump_version(p->grad);
-                }
+    /* as torch (float32 tensors): coef = max_norm / (total + 1e-6), clamped to 1 */
+    tot = (float)sqrt(total);
+    c = max_norm / (tot + 1e-6f);
+    if (!(c >= 1.0f))   /* a NaN norm (or max_norm) makes every gradient NaN, as torch's clamp does */
+        for (i = 0; i < n; i++) {
+            for (j = 0; dedup && j < i && p[j] != p[i]; j++) {}
+            if (dl__has_grad(p[i]) && !(dedup && j < i)) {
+                DL__BE(p[i])->scale(p[i]->dev_, (float *)p[i]->grad->data, p[i]->numel, c);
+                dl__bump_version(p[i]->grad);
             }
-        total = tot;
+        }
+    return tot;
+}
+
+float dl_clip_grad_norm(dl_module *m, float max_norm)
+{
+    int n;
+    if (!dl__mod_ok(m)) return 0.0f;
+    if (!(max_norm >= 0.0f)) return dl__clip_grads(m->ctx, "dl_clip_grad_norm", 0, NULL, max_norm, false);
+    n = dl__mod_params(m);
+    return n < 0 ? 0.0f : dl__clip_grads(m->ctx, "dl_clip_grad_norm", n, m->scratch, max_norm, false);
+}
+
+float dl_clip_grad_norm_params(dl_ctx *ctx, int n, dl_tensor *const *params, float max_norm)
+{
+    static const char *fn = "dl_clip_grad_norm_params";
+    int i;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", fn); return 0.0f; }
+    if (n < 0 || (n > 0 && !params)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: n=%d with params %s (n >= 0, params given when n > 0)", fn, n,
+                params ? "given" : "NULL");
+        return 0.0f;
     }
-    return (float)total;
+    for (i = 0; i < n; i++) {
+        dl_tensor *t = params[i];
+        if (!t) { dl__err(ctx, DL_ERR_ARG, "%s: params[%d] is NULL", fn, i); return 0.0f; }
+        if (!dl__valid(fn, "a parameter", t)) return 0.0f;
+        if (t->ctx_ != ctx) { dl__err(ctx, DL_ERR_ARG, "%s: params[%d] belongs to another context", fn, i); return 0.0f; }
+        if (!dl__f32(fn, "a parameter", t)) return 0.0f;
+    }
+    return dl__clip_grads(ctx, fn, n, params, max_norm, true);
 }
 
 // >>section data

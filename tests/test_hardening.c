@@ -2378,6 +2378,22 @@ static void test_review5(void)
         EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm: max_norm=nan must be >= 0");
         CHECK(dl_clip_grad_norm(m, -1.0f) == 0.0f, "max_norm -1");
         EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm: max_norm=-1 must be >= 0");
+        {
+            dl_tensor *ps[2];
+            ps[0] = dl_module_get(m, "bias");
+            ps[1] = NULL;
+            CHECK(dl_clip_grad_norm_params(A, 1, ps, -1.0f) == 0.0f, "list, max_norm -1");
+            EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm_params: max_norm=-1 must be >= 0");
+            CHECK(dl_clip_grad_norm_params(A, 2, ps, 1.0f) == 0.0f, "list with a NULL");
+            EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm_params: params[1] is NULL");
+            CHECK(dl_clip_grad_norm_params(A, -1, ps, 1.0f) == 0.0f, "n -1");
+            EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm_params: n=-1 with params given");
+            CHECK(dl_clip_grad_norm_params(A, 2, NULL, 1.0f) == 0.0f, "params NULL");
+            EXPECT_ERR(A, DL_ERR_ARG, "dl_clip_grad_norm_params: n=2 with params NULL");
+            CHECK(dl_clip_grad_norm_params(NULL, 1, ps, 1.0f) == 0.0f, "ctx NULL");
+            CHECK(dl_last_error(NULL) == DL_ERR_ARG && strstr(dl_error_message(NULL), "dl_clip_grad_norm_params: ctx is NULL"),
+                  "ctx NULL: %s", dl_error_message(NULL));
+        }
         CHECK(dl_read(dl_module_get(m, "bias")->grad, v, 2) == DL_OK && v[0] == g0[0] && v[1] == g0[1],
               "gradients unchanged");
         dl_init_uniform(w, 1.0f, -1.0f);

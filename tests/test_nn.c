@@ -538,6 +538,11 @@ static void test_load_state_dict(void)
         CHECK(dl_module_load_state_dict(q, q2) == DL_ERR_ARG, "another context refused");
         EXPECT_ERR(c, DL_ERR_ARG, "dl_module_load_state_dict: dst (Sequential) and src (Sequential) belong to "
                    "different contexts");
+        {   /* dl_clip_grad_norm_params over a tensor of c2 */
+            dl_tensor *w2 = dl_module_get(q2, "0.weight");
+            CHECK(dl_clip_grad_norm_params(c, 1, &w2, 1.0f) == 0.0f, "clip: a tensor of another context");
+            EXPECT_ERR(c, DL_ERR_ARG, "dl_clip_grad_norm_params: params[0] belongs to another context");
+        }
         dl_ctx_free(c2);
     }
     dl_ctx_free(c);
@@ -724,11 +729,26 @@ static void test_clip_sched(void)
         cmp(what, th_host(dl_module_get(lin, "weight")->grad), gw->v + 12 * k, 12);
         snprintf(what, sizeof what, "clip %g grad bias", (double)mn->v[k]);
         cmp(what, th_host(dl_module_get(lin, "bias")->grad), gb->v + 3 * k, 3);
+        {   /* clip_grad_norm_([bias, weight]): a list in another order, weight listed twice (counted once) */
+            dl_module *l2 = golden_linear(ctx, &x, &y);
+            dl_tensor *ps[3];
+            ps[0] = dl_module_get(l2, "bias");
+            ps[1] = ps[2] = dl_module_get(l2, "weight");
+            dl_backward(mse(l2, x, y));
+            total = dl_clip_grad_norm_params(ctx, 3, ps, mn->v[k]);
+            snprintf(what, sizeof what, "clip list %g total norm", (double)mn->v[k]);
+            cmp(what, &total, &tn->v[k], 1);
+            snprintf(what, sizeof what, "clip list %g grad weight", (double)mn->v[k]);
+            cmp(what, th_host(ps[1]->grad), gw->v + 12 * k, 12);
+            snprintf(what, sizeof what, "clip list %g grad bias", (double)mn->v[k]);
+            cmp(what, th_host(ps[0]->grad), gb->v + 3 * k, 3);
+        }
         dl_step_end(ctx);
     }
     {   /* no grads: 0 */
         dl_module *l = dl_nn_linear(ctx, 2, 2, true);
         CHECK(dl_clip_grad_norm(l, 1.0f) == 0.0f, "no grads");
+        CHECK(dl_clip_grad_norm_params(ctx, 0, NULL, 1.0f) == 0.0f && dl_last_error(ctx) == DL_OK, "empty list");
     }
     if ((r = g_get("sched/step")) != NULL) {
         for (t = 0; t < r->numel; t++) vals[t] = dl_lr_step(0.1f, t, 3, 0.5f);
