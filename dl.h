@@ -402,6 +402,10 @@
        dl_narrow                  x.narrow(dim, start, length) (copies)
        dl_cat                     torch.cat
        dl_stack                   torch.stack
+       dl_split                   torch.split(x, size, dim) (copies, one backward node)
+       dl_split_sizes             torch.split(x, [sizes], dim)
+       dl_chunk                   torch.chunk
+       dl_unbind                  torch.unbind
        dl_expand                  x.expand(shape) (copies)
        dl_sum_to                  sum broadcast dims away to a shape (the backward of broadcasting)
      ops: elementwise
@@ -1039,6 +1043,18 @@ DL_API dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim);  /* (0,) inputs 
 /* (n < 1 or a NULL ts: no tensor names a context to record the error in;
    the message is dl_error_message(NULL)'s, this thread's) */
 DL_API dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim);
+/* torch.split / split(list) / chunk / unbind: the pieces of t along dim, copies,
+   into out; each returns their count, or -1 (an error; a NULL t: no new
+   message). Their gradients meet in one node that writes t's gradient once
+   (zeros for a piece that got none), where n dl_narrows would each make a
+   t-sized one. dl_split: pieces of size (the last smaller), out holds cap;
+   dl_split_sizes: n pieces of the sizes given (summing to dim's size);
+   dl_chunk: pieces of ceil(size/chunks), maybe fewer than chunks (torch's
+   rule), out holds chunks; dl_unbind: t.shape[dim] slices without dim. */
+DL_API int dl_split(dl_tensor *t, int64_t size, int dim, int cap, dl_tensor **out);
+DL_API int dl_split_sizes(dl_tensor *t, int n, const int64_t *sizes, int dim, dl_tensor **out);
+DL_API int dl_chunk(dl_tensor *t, int chunks, int dim, dl_tensor **out);
+DL_API int dl_unbind(dl_tensor *t, int dim, int cap, dl_tensor **out);
 DL_API dl_tensor *dl_expand(dl_tensor *t, dl_shape shape);    /* broadcast to shape (copies) */
 DL_API dl_tensor *dl_sum_to(dl_tensor *t, dl_shape shape);    /* sum broadcast dims away */
 
@@ -13059,6 +13075,7 @@ static dl_result dl__saved_ok(const char *name, dl__node *n)
 }
 
 static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
+static dl_result dl__split_part_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 
 /* a backward that stopped at tape position i: no gradient or bias sums
    of it stay on the nodes it did not reach */
@@ -13354,6 +13371,8 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
         for (j = 0; j < n->nin && rc == DL_OK; j++) {
             dl_tensor *x = n->in[j], *gj = gp[j];
             if (!dl__need(n, j)) continue;
+            if (n->op->backward == dl__split_part_bwd) continue;   /* (its gradient waits in its split's
+                                                                       hub, which it made run) */
             if (!gj) {
                 /* a custom function may give no gradient, unless an op in it failed */
                 if (n->fn && ctx->nerr == nerr) continue;
@@ -14493,6 +14512,245 @@ dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim)
     if (dim < 0) dim += ts[0]->ndim + 1;   /* insert position counts the new dim */
     for (i = 0; i < n; i++) if (!(u[i] = dl_unsqueeze(ts[i], dim))) return NULL;
     return dl__end(ctx, dl_cat(n, u, dim), "dl_stack");
+}
+
+/* split / chunk / unbind: n pieces of x, each a copy. n dl_narrows would
+   give n x-sized gradients (zeros but the slice) summed one by one; here
+   the pieces share one node, the hub (its output a view of x), whose
+   backward writes x's gradient once. Each piece's node is a pass-through:
+   its backward leaves its gradient in the hub's slot and makes the hub run
+   (the walk skips its input, dl__run_backward1); the hub then joins the
+   slots, zeros for a piece that got none. The join is an op of its own
+   (its backward narrows each slot's part back out), so the gradient
+   carries history under create_graph: twice differentiable. */
+typedef struct dl__split_info {
+    int n, dim;
+    bool unbind;              /* the pieces drop dim (size 1 each) */
+    int64_t *size;            /* along dim */
+    dl_tensor **slot;         /* during backward: the pieces' gradients */
+    int64_t shape[DL_MAX_DIMS];   /* x's */
+    int ndim;
+} dl__split_info;
+
+/* y = join(slots);  dslot_k = narrow(g, dim, start_k, size_k) (without dim for unbind) */
+static dl_result dl__split_join_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    const dl__split_info *s = (const dl__split_info *)n->user;
+    int k;
+    int64_t off = 0;
+    for (k = 0; k < s->n; k++) {
+        if (dl__need(n, k)) {
+            gin[k] = dl_narrow(g, s->dim, off, s->size[k]);
+            if (gin[k] && s->unbind) gin[k] = dl_squeeze(gin[k], s->dim);
+        }
+        off += s->size[k];
+    }
+    return DL_OK;
+}
+static const dl__op dl__op_split_join = {"dl_split_backward", dl__split_join_bwd, 0, 0};
+
+static dl_tensor *dl__split_join(dl_tensor *like, dl__split_info *s)
+{
+    int64_t ds[DL_MAX_DIMS], ss[DL_MAX_DIMS], ps[DL_MAX_DIMS], off = 0;
+    dl_tensor *y;
+    dl__node *node;
+    int k;
+    y = dl__new(like->dev_, "dl_split_backward", s->ndim, s->shape);
+    if (!y) return NULL;
+    for (k = 0; k < s->n && s->slot[k]; k++) {}
+    if (k < s->n) DL__BE(like)->fill(like->dev_, (float *)y->data, y->numel, 0.0f);
+    dl__strides(s->shape, s->ndim, ds);
+    for (k = 0; k < s->n; k++) {
+        memcpy(ps, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+        ps[s->dim] = s->size[k];
+        dl__strides(ps, s->ndim, ss);
+        if (s->slot[k] && s->slot[k]->numel)
+            DL__BE(like)->copy_nd(like->dev_, 4, s->ndim, ps, (float *)y->data + off * ds[s->dim], ds,
+                                  s->slot[k]->data, ss);
+        off += s->size[k];
+    }
+    if (dl__record(y, &dl__op_split_join, s->n, s->slot, &node) < 0) return NULL;
+    if (node) node->user = s;
+    return dl__done(y, "dl_split_backward");
+}
+
+/* the hub: dx = join(the pieces' gradients) */
+static dl_result dl__split_hub_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl__split_info *s = (dl__split_info *)n->user;
+    int k;
+    (void)g;   /* (a piece's gradient: the mark that one came) */
+    gin[0] = dl__split_join(g, s);
+    for (k = 0; k < s->n; k++) {   /* (emptied: a retained graph's next backward fills them again) */
+        dl__grad_release(s->slot[k]);
+        s->slot[k] = NULL;
+    }
+    return DL_OK;
+}
+/* a piece: its gradient waits in the hub's slot */
+static dl_result dl__split_part_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl__node *hub = n->in[0]->node_;
+    dl__split_info *s = (dl__split_info *)hub->user;
+    (void)gin;
+    s->slot[n->i[0]] = g;
+    g->gref_++;
+    if (!hub->gacc) { hub->gacc = g; g->gref_++; }
+    return DL_OK;
+}
+static const dl__op dl__op_split_hub = {"dl_split", dl__split_hub_bwd, 0, 0};
+static const dl__op dl__op_split_part = {"dl_split", dl__split_part_bwd, 0, 0};
+
+/* the pieces of t along dim, sizes given (checked by the caller), into out */
+static int dl__split_pieces(const char *name, dl_tensor *t, int dim, int n, const int64_t *size, bool unbind,
+                     dl_tensor **out)
+{
+    int64_t st[DL_MAX_DIMS], shape[DL_MAX_DIMS], off = 0;
+    dl_ctx *ctx = t->ctx_;
+    dl__split_info *s = NULL;
+    dl_tensor *hub = NULL;
+    dl__node *node;
+    int k, d;
+    for (k = 0; k < n; k++) out[k] = NULL;
+    if (dl__grad_on(ctx) && t->requires_grad) {
+        s = (dl__split_info *)dl__halloc(ctx, sizeof *s + (sizeof(int64_t) + sizeof(dl_tensor *)) * (size_t)(n ? n : 1));
+        if (!s) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); return -1; }
+        memset(s, 0, sizeof *s);
+        s->n = n;
+        s->dim = dim;
+        s->unbind = unbind;
+        s->size = (int64_t *)(s + 1);
+        s->slot = (dl_tensor **)(s->size + (n ? n : 1));
+        s->ndim = t->ndim;
+        memcpy(s->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        for (k = 0; k < n; k++) { s->size[k] = size[k]; s->slot[k] = NULL; }
+        if (!(hub = dl__view(name, NULL, t, t->ndim, t->shape))) return -1;
+        if (dl__record(hub, &dl__op_split_hub, 1, &t, &node) < 0) return -1;
+        if (node) node->user = s;
+        else hub = NULL;   /* (a cut history: dl__record said no) */
+    }
+    dl__strides(t->shape, t->ndim, st);
+    for (k = 0; k < n; k++) {
+        int64_t ss[DL_MAX_DIMS];
+        dl_tensor *y;
+        int j = 0;
+        for (d = 0; d < t->ndim; d++) {   /* (unbind: without dim) */
+            if (unbind && d == dim) continue;
+            shape[j] = d == dim ? size[k] : t->shape[d];
+            ss[j++] = st[d];
+        }
+        y = dl__gather_copy(name, t, j, shape, ss, off * st[dim]);
+        if (!y) return -1;
+        if (hub) {
+            if (dl__record(y, &dl__op_split_part, 1, &hub, &node) < 0) return -1;
+            if (node) node->i[0] = k;
+        }
+        if (!dl__check(y, name)) return -1;
+        out[k] = y;
+        off += size[k];
+    }
+    if (ctx->prof) dl__prof_end(ctx, name, false);
+    return n;
+}
+
+/* the checks every form makes; on success *dim is made non-negative */
+static bool dl__split_args(const char *name, dl_tensor *t, int *dim, dl_tensor **out)
+{
+    if (!dl__live(name, "t", t)) return false;
+    if (!out) {
+        dl__err(t->ctx_, DL_ERR_ARG, "%s: out is NULL; it needs an array for the pieces", name);
+        return false;
+    }
+    if (t->ndim == 0) {
+        dl__err(t->ctx_, DL_ERR_SHAPE, "%s: t is 0-d (shape ()): it has no dim to split", name);
+        return false;
+    }
+    return dl__dim(name, t, dim, t->ndim);
+}
+
+/* pieces of size (the last smaller): ceil(n/size) of them, one when dim is empty */
+static int dl__split_even(const char *name, dl_tensor *t, int64_t size, int dim, int cap, dl_tensor **out,
+                          int chunks)
+{
+    int64_t *sz, n, cnt, k;
+    n = t->shape[dim];
+    cnt = chunks > 0 && n == 0 ? chunks : n == 0 ? 1 : (n + size - 1) / size;
+    if (cnt > cap) {
+        dl__err(t->ctx_, DL_ERR_ARG, "%s: t %s splits into %lld pieces along dim %d, but out holds %d",
+                name, dl__sh(t), (long long)cnt, dim, cap);
+        return -1;
+    }
+    sz = (int64_t *)dl__halloc(t->ctx_, sizeof(int64_t) * (size_t)(cnt ? cnt : 1));
+    if (!sz) { dl__err(t->ctx_, DL_ERR_OOM, "%s: out of memory", name); return -1; }
+    for (k = 0; k < cnt; k++) sz[k] = n == 0 ? 0 : k < cnt - 1 ? size : n - size * (cnt - 1);
+    return dl__split_pieces(name, t, dim, (int)cnt, sz, false, out);
+}
+
+int dl_split(dl_tensor *t, int64_t size, int dim, int cap, dl_tensor **out)
+{
+    if (!t) return -1;
+    if (!dl__split_args("dl_split", t, &dim, out)) return -1;
+    if (size < 0 || (size == 0 && t->shape[dim] != 0)) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_split: size %lld: pieces must have a size >= 1 (0 only when dim %d "
+                "of t %s is empty)", (long long)size, dim, dl__sh(t));
+        return -1;
+    }
+    return dl__split_even("dl_split", t, size, dim, cap, out, 0);
+}
+
+int dl_split_sizes(dl_tensor *t, int n, const int64_t *sizes, int dim, dl_tensor **out)
+{
+    int64_t sum = 0;
+    int k;
+    if (!t) return -1;
+    if (!dl__split_args("dl_split_sizes", t, &dim, out)) return -1;
+    if (n < 0 || (n > 0 && !sizes)) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_split_sizes: %d sizes%s", n, n < 0 ? "; n must be >= 0" : " (sizes is NULL)");
+        return -1;
+    }
+    for (k = 0; k < n; k++) {
+        if (sizes[k] < 0) {
+            dl__err(t->ctx_, DL_ERR_ARG, "dl_split_sizes: sizes[%d] = %lld is negative", k, (long long)sizes[k]);
+            return -1;
+        }
+        sum += sizes[k] > INT64_MAX - sum ? INT64_MAX - sum : sizes[k];
+    }
+    if (sum != t->shape[dim]) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_split_sizes: the %d sizes sum to %lld, but dim %d of t %s has size "
+                "%lld; they must sum to it", n, (long long)sum, dim, dl__sh(t), (long long)t->shape[dim]);
+        return -1;
+    }
+    return dl__split_pieces("dl_split_sizes", t, dim, n, sizes, false, out);
+}
+
+int dl_chunk(dl_tensor *t, int chunks, int dim, dl_tensor **out)
+{
+    int64_t n;
+    if (!t) return -1;
+    if (!dl__split_args("dl_chunk", t, &dim, out)) return -1;
+    if (chunks < 1) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_chunk: chunks = %d; it must be >= 1", chunks);
+        return -1;
+    }
+    n = t->shape[dim];
+    return dl__split_even("dl_chunk", t, (n + chunks - 1) / chunks, dim, chunks, out, chunks);
+}
+
+int dl_unbind(dl_tensor *t, int dim, int cap, dl_tensor **out)
+{
+    int64_t *sz, k, n;
+    if (!t) return -1;
+    if (!dl__split_args("dl_unbind", t, &dim, out)) return -1;
+    n = t->shape[dim];
+    if (n > cap) {
+        dl__err(t->ctx_, DL_ERR_ARG, "dl_unbind: t %s has %lld slices along dim %d, but out holds %d",
+                dl__sh(t), (long long)n, dim, cap);
+        return -1;
+    }
+    sz = (int64_t *)dl__halloc(t->ctx_, sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!sz) { dl__err(t->ctx_, DL_ERR_OOM, "dl_unbind: out of memory"); return -1; }
+    for (k = 0; k < n; k++) sz[k] = 1;
+    return dl__split_pieces("dl_unbind", t, dim, (int)n, sz, true, out);
 }
 
 /* y = expand(x);  dx = sum_to(g, x.shape) */

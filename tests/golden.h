@@ -536,6 +536,23 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
     if (!strcmp(op, "transpose")) { G_NEED(1, 2); return dl_transpose(x, g_pi(p, 0), g_pi(p, 1)); }
     if (!strcmp(op, "narrow")) { G_NEED(1, 3); return dl_narrow(x, g_pi(p, 0), (int64_t)p->v[1], (int64_t)p->v[2]); }
     if (!strcmp(op, "cat")) { G_NEED(1, 1); return dl_cat(n, in, g_pi(p, 0)); }
+    if (!strcmp(op, "split") || !strcmp(op, "chunk") || !strcmp(op, "unbind")) {
+        /* params [form (0: split(size), 1: split(sizes), 2: chunk, 3: unbind), dim, size or chunks,
+           mask of the pieces used, sizes (form 1)]; out: cat of (k + 1) p_k^2 flattened, pieces used */
+        dl_tensor *ps[16], *u[16];
+        int64_t sz[16];
+        int k, m = 0, cnt, form;
+        G_NEED(1, 4);
+        form = g_pi(p, 0);
+        for (k = 4; k < np && k < 20; k++) sz[k - 4] = (int64_t)p->v[k];
+        cnt = form == 0 ? dl_split(x, g_pi(p, 2), g_pi(p, 1), 16, ps)
+              : form == 1 ? dl_split_sizes(x, np - 4, sz, g_pi(p, 1), ps)
+              : form == 2 ? dl_chunk(x, g_pi(p, 2), g_pi(p, 1), ps) : dl_unbind(x, g_pi(p, 1), 16, ps);
+        for (k = 0; k < cnt; k++)
+            if (g_pi(p, 3) >> k & 1)
+                u[m++] = dl_reshape(dl_mul_scalar(dl_mul(ps[k], ps[k]), (float)(k + 1)), DL_SHAPE(-1));
+        return cnt < 0 ? NULL : dl_cat(m, u, 0);
+    }
     if (!strcmp(op, "embedding")) {   /* inputs weight, target (indices)[, x]; params [has pad, pad, then
                                            1: squared, 2: times x] */
         dl_tensor *e;

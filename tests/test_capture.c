@@ -869,6 +869,51 @@ static void test_select_replay(void)
     dl_ctx_free(ctx);
 }
 
+/* dl_chunk, dl_unbind and dl_split_sizes captured: a gated step (one piece
+   unused: zeros in its gradient) replays on a rewritten input with eager's
+   bits, the gradient joined by the pieces' one node */
+static dl_tensor *split_step(dl_tensor *w, dl_tensor *s)
+{
+    dl_tensor *q = dl_matmul(s, w), *pc[4], *rows[4], *sp[2], *r;
+    int64_t sz[2] = {1, 2};
+    dl_zero_grad(w);
+    if (dl_chunk(q, 4, 1, pc) != 4 || dl_unbind(pc[0], 0, 4, rows) != 4 || dl_split_sizes(s, 2, sz, 1, sp) != 2)
+        return NULL;
+    r = dl_sum(dl_mul(dl_sigmoid(pc[1]), dl_tanh(pc[2])), DL_ALL, false);
+    r = dl_add(r, dl_sum(dl_mul(dl_mul(rows[0], rows[3]), dl_sum(sp[1], DL_ALL, false)), DL_ALL, false));
+    if (r && dl_backward(r) != DL_OK) return NULL;
+    return r;
+}
+static void test_split_replay(void)
+{
+    dl_ctx *ctx = new_ctx(14);
+    float e[2][25], c[2][25], s1[12];
+    dl_tensor *w = dl_keep(dl_requires_grad(dl_randn(ctx, DL_SHAPE(3, 8)), true));
+    dl_tensor *s = dl_keep(dl_randn(ctx, DL_SHAPE(4, 3))), *s0 = dl_keep(dl_copy(s)), *r;
+    dl_capture *cap;
+    int k, i;
+    for (i = 0; i < 12; i++) s1[i] = 0.25f * (float)(i % 5) - 0.5f;
+    for (k = 0; k < 2; k++) {   /* eager */
+        CHECK(k ? dl_write(s, s1, 12) == DL_OK : dl_copy_(s, s0) == DL_OK, "input written");
+        r = split_step(w, s);
+        CHECK(r && dl_read(r, e[k], 1) == DL_OK && dl_read(w->grad, e[k] + 1, 24) == DL_OK, "eager split step %d: %s",
+              k, dl_error_message(ctx));
+        dl_step_end(ctx);
+    }
+    CHECK(dl_copy_(s, s0) == DL_OK, "input written back");
+    cap = dl_capture_begin(ctx);
+    r = split_step(w, s);
+    CHECK(r && dl_capture_end(cap) == DL_OK && dl_read(r, c[0], 1) == DL_OK && dl_read(w->grad, c[0] + 1, 24) == DL_OK,
+          "split captured: %s", dl_error_message(ctx));
+    CHECK(dl_write(s, s1, 12) == DL_OK && dl_replay(cap) == DL_OK && dl_read(r, c[1], 1) == DL_OK &&
+          dl_read(w->grad, c[1] + 1, 24) == DL_OK, "split replayed: %s", dl_error_message(ctx));
+    CHECK(memcmp(e, c, sizeof e) == 0 && e[0][0] != e[1][0], "split/chunk/unbind: the capture and its replay on a new "
+          "input give eager's bits (%.9g %.9g, %.9g %.9g)", (double)e[0][0], (double)c[0][0], (double)e[1][0],
+          (double)c[1][0]);
+    dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
 /* zero_grad inside a capture. On a GPU (real or emulated) it launches
    nothing: the backward's first sum into each gradient writes it (0 + g),
    and whatever else touches a zeroed gradient first writes the zeros. Each
@@ -1027,6 +1072,7 @@ int main(int argc, char **argv)
     test_list_change();
     test_eq_replay();
     test_select_replay();
+    test_split_replay();
     test_gan_flags();
     test_zero_grad_inside();
     test_zero_grad_failed();

@@ -37,6 +37,15 @@ static void works(int line)
     WORKS(); \
 } while (0)
 
+/* BAD for the calls that return a count: -1 */
+#define BADN(expr, code, substr) do { \
+    dl_clear_error(C); { \
+    int badn_ = (expr); \
+    CHECK(badn_ == -1, "line %d: %s returned %d", __LINE__, #expr, badn_); } \
+    EXPECT_ERR(C, code, substr); \
+    WORKS(); \
+} while (0)
+
 /* like EXPECT_ERR with two substrings */
 #define EXPECT_ERR2(ctx, code, s1, s2) do { \
     dl_result c2_ = dl_last_error(ctx); const char *m2_ = dl_error_message(ctx); \
@@ -208,6 +217,36 @@ static void dim_errors(void)
     BAD(dl_narrow(T(2, 3), 1, 4, 0), DL_ERR_ARG, "do not fit");
     BAD(dl_narrow(T(2, 3), 0, 0, -1), DL_ERR_ARG, "do not fit");
     BAD(dl_narrow(T(2, 3), 1, -4, 1), DL_ERR_ARG, "dl_narrow");
+
+    /* split / chunk / unbind */
+    {
+        dl_tensor *ps[8];
+        int64_t sz[3] = {1, 1, 2}, neg[2] = {4, -1};
+        int r;
+        BADN(dl_split(T(2, 3), 1, 2, 8, ps), DL_ERR_ARG, "dl_split: dim 2 is out of range");
+        BADN(dl_split(T(2, 3), 0, 1, 8, ps), DL_ERR_ARG, "dl_split: size 0: pieces must have a size >= 1");
+        BADN(dl_split(T(2, 3), -2, 1, 8, ps), DL_ERR_ARG, "size -2");
+        BADN(dl_split(T(2, 3), 1, 1, 2, ps), DL_ERR_ARG, "splits into 3 pieces along dim 1, but out holds 2");
+        BADN(dl_split(T(2, 3), 1, 1, 8, NULL), DL_ERR_ARG, "dl_split: out is NULL");
+        BADN(dl_split(dl_full(C, dl_shape_make(0, NULL), 1.0f), 1, 0, 8, ps), DL_ERR_SHAPE, "dl_split: t is 0-d");
+        BADN(dl_split_sizes(T(2, 3), 3, sz, 1, ps), DL_ERR_ARG,
+             "dl_split_sizes: the 3 sizes sum to 4, but dim 1 of t (2,3) has size 3; they must sum to it");
+        BADN(dl_split_sizes(T(2, 3), 2, neg, 1, ps), DL_ERR_ARG, "sizes[1] = -1 is negative");
+        BADN(dl_split_sizes(T(2, 3), 2, NULL, 1, ps), DL_ERR_ARG, "sizes is NULL");
+        BADN(dl_split_sizes(T(2, 3), -1, sz, 1, ps), DL_ERR_ARG, "n must be >= 0");
+        BADN(dl_split_sizes(T(2, 3), 3, sz, -3, ps), DL_ERR_ARG, "dl_split_sizes: dim -3 is out of range");
+        BADN(dl_chunk(T(2, 3), 0, 1, ps), DL_ERR_ARG, "dl_chunk: chunks = 0; it must be >= 1");
+        BADN(dl_chunk(T(2, 3), -1, 1, ps), DL_ERR_ARG, "chunks = -1");
+        BADN(dl_chunk(T(2, 3), 2, 2, ps), DL_ERR_ARG, "dl_chunk: dim 2 is out of range");
+        BADN(dl_chunk(T(2, 3), 2, 0, NULL), DL_ERR_ARG, "dl_chunk: out is NULL");
+        BADN(dl_unbind(T(2, 3), -3, 8, ps), DL_ERR_ARG, "dl_unbind: dim -3 is out of range");
+        BADN(dl_unbind(T(2, 3), 1, 2, ps), DL_ERR_ARG, "has 3 slices along dim 1, but out holds 2");
+        BADN(dl_unbind(dl_full(C, dl_shape_make(0, NULL), 1.0f), 0, 8, ps), DL_ERR_SHAPE, "dl_unbind: t is 0-d");
+        dl_clear_error(C);
+        r = dl_split(NULL, 1, 0, 8, ps) + dl_split_sizes(NULL, 3, sz, 0, ps) + dl_chunk(NULL, 2, 0, ps) +
+            dl_unbind(NULL, 0, 8, ps);
+        CHECK(r == -4 && dl_last_error(C) == DL_OK, "split of NULL: %d, %s", r, dl_error_message(C));
+    }
 
     /* reductions over nothing */
     BAD(dl_max(dl_zeros(C, DL_SHAPE(2, 0)), DL_DIMS(1), false), DL_ERR_SHAPE, "size 0");

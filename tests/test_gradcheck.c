@@ -26,7 +26,8 @@ enum {
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
-    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE
+    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE,
+    OP_SPLIT, OP_SECOND_SPLIT
 };
 
 /* fills */
@@ -110,6 +111,21 @@ static dl_tensor *f_bad(void *user, dl_tensor *const *in)
 }
 
 /* ---- the function under check */
+/* the pieces of a by form d1 (0: dl_split(i0), 1: dl_split_sizes(sh),
+   2: dl_chunk(i0), 3: dl_unbind) along d0, joined: cat of (k + 1) p_k^pw
+   flattened over the pieces in mask i1 (a piece left out: zeros in the
+   gradient) */
+static dl_tensor *split_join(dl_tensor *a, const P *p, float pw)
+{
+    dl_tensor *ps[16], *u[16];
+    int k, m = 0, cnt = p->d1 == 0 ? dl_split(a, p->i0, p->d0, 16, ps)
+                        : p->d1 == 1 ? dl_split_sizes(a, p->sh.ndim, p->sh.d, p->d0, ps)
+                        : p->d1 == 2 ? dl_chunk(a, (int)p->i0, p->d0, ps) : dl_unbind(a, p->d0, 16, ps);
+    for (k = 0; k < cnt; k++)
+        if (p->i1 >> k & 1) u[m++] = dl_reshape(dl_mul_scalar(dl_pow(ps[k], pw), (float)(k + 1)), DL_SHAPE(-1));
+    return cnt < 0 ? NULL : dl_cat(m, u, 0);
+}
+
 static dl_tensor *f_op(void *user, dl_tensor *const *in)
 {
     const P *p = (const P *)user;
@@ -168,6 +184,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_EXPAND: return dl_expand(a, p->sh);
     case OP_SUMTO: return dl_sum_to(a, p->sh);
     case OP_COPY: return dl_copy(a);
+    case OP_SPLIT: return split_join(a, p, 2.0f);
     case OP_MLP: {
         /* mean(log_softmax(tanh(x W1 + b1) W2 + b2, 1)) */
         dl_tensor *h = dl_tanh(dl_add(dl_matmul(in[0], in[1]), in[2]));
@@ -197,6 +214,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_SECOND:
     case OP_SECOND_EMBED:
     case OP_SECOND_GATHER:
+    case OP_SECOND_SPLIT:
     case OP_SECOND_NORM: {
         /* g = d/dx sum(tanh(x)^3), or WGAN-GP's shape: d/dx sum((norm(x * x,
            dim 1) - 1)^2) through dl_norm's backward, with history
@@ -215,6 +233,8 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
             int64_t iv[5] = {2, 0, 2, 3, 1};
             y = dl_sum(dl_pow(dl_embedding(dl_from_int64(c, DL_SHAPE(5), iv), a, 1), 3.0f), DL_ALL, false);
         }
+        else if (p->op == OP_SECOND_SPLIT)   /* d/dx sum(pieces^3): through the split's join and its backward */
+            y = dl_sum(split_join(a, p, 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_GATHER)   /* d/dx sum(gather(x)^3): through the scatter's backward */
             y = dl_sum(dl_pow(dl_gather(a, p->d0, gidx(c, p)), 3.0f), DL_ALL, false);
         else y = dl_sum(dl_pow(dl_sub_scalar(dl_norm(dl_mul(a, a), DL_DIMS(1), false), 1.0f), 2.0f), DL_ALL, false);
@@ -519,6 +539,28 @@ static void shape_cases(void)
     gc1("dl_cat", "one input", mki(OP_CAT, 0, 0), I(DL_SHAPE(3, 2), F_RANDN));
     gc3("dl_cat", "a (0,) input skipped", mki(OP_CAT, 1, 0), I(DL_SHAPE(2, 2), F_RANDN), I(DL_SHAPE(0), F_RANDN),
         I(DL_SHAPE(2, 3), F_RANDN));
+    /* split / chunk / unbind: every form, pieces left out (zeros), second order */
+    {
+        static const struct { int form, dim; int64_t arg; int mask; } sc[] = {
+            {0, 1, 2, 0x7}, {0, 0, 3, 0x5}, {1, -1, 0, 0xb}, {2, 1, 4, 0xd}, {2, 0, 4, 0x7}, {3, 0, 0, 0xb},
+            {3, 1, 0, 0x7}};
+        static const char *const lab[] = {"split size 2 dim 1", "split size 3 dim 0, piece 1 unused",
+            "split_sizes (1,0,3,2) dim -1", "chunk 4 dim 1", "chunk 4 of 6: 3", "unbind dim 0", "unbind dim 1"};
+        static const int64_t shp[][3] = {{3, 5, 2}, {7, 3, 0}, {2, 3, 6}, {4, 8, 0}, {6, 2, 0}, {4, 3, 0}, {2, 3, 4}};
+        size_t k;
+        for (k = 0; k < sizeof sc / sizeof sc[0]; k++) {
+            P p = mki(OP_SPLIT, sc[k].dim, sc[k].form);
+            dl_shape s = shp[k][2] ? DL_SHAPE(shp[k][0], shp[k][1], shp[k][2]) : DL_SHAPE(shp[k][0], shp[k][1]);
+            p.i0 = sc[k].arg;
+            p.i1 = sc[k].mask;
+            if (sc[k].form == 1) p.sh = DL_DIMS(1, 0, 3, 2);
+            gc1(sc[k].form == 3 ? "dl_unbind" : sc[k].form == 2 ? "dl_chunk" : sc[k].form == 1 ? "dl_split_sizes"
+                : "dl_split", lab[k], p, I(s, F_RANDN));
+            p.op = OP_SECOND_SPLIT;
+            gc1(sc[k].form == 3 ? "dl_unbind" : sc[k].form == 2 ? "dl_chunk" : sc[k].form == 1 ? "dl_split_sizes"
+                : "dl_split", "second order", p, I(s, F_RANDN));
+        }
+    }
     /* stack */
     for (d = -1; d <= 2; d++) {
         char l[32];

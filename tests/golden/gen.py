@@ -463,7 +463,7 @@ case("upsample_nearest/s1", [("x", randn(1, 2, 3, 3))], lambda x: F.interpolate(
 
 
 # std: params as the reductions' [keepdim, correction, all, dims...]; a
-# second derivative; a row of equal values (a std of 0: NaN gradient, as torch's)
+# second derivative; a row of equal values (a std of 0: a zero gradient, as torch's)
 for cname, shp, dims, kd, c in [("d1", (3, 4, 5), [1], False, 1), ("d02k_c0", (3, 4, 5), [0, 2], True, 0),
                                 ("all", (3, 4), None, False, 1), ("dneg_dd", (2, 6), [-1], False, 1)]:
     x = randn(*shp)
@@ -471,6 +471,28 @@ for cname, shp, dims, kd, c in [("d1", (3, 4, 5), [1], False, 1), ("d02k_c0", (3
     case("std/" + cname, [("x", x)], fn, params=params, dd=cname.endswith("_dd"))
 case("std/const_row", [("x", torch.tensor([[1.5, 1.5, 1.5], [0.0, 1.0, 3.0]]))],
      lambda t: torch.std(t, dim=1), params=[0.0, 1.0, 0.0, 1.0])
+
+
+# split / chunk / unbind: params [form (0: split(size), 1: split(sizes), 2:
+# chunk, 3: unbind), dim, size or chunks, a mask of the pieces used, the
+# sizes (form 1)]; out: cat of (k + 1) p_k^2 flattened over the pieces used
+# (a piece left out: its gradient zeros; squared: a second derivative)
+def split_case(name, x, form, dim, arg, used, sizes=()):
+    def fn(t):
+        ps = (torch.split(t, arg, dim) if form == 0 else torch.split(t, list(sizes), dim) if form == 1
+              else torch.chunk(t, arg, dim) if form == 2 else torch.unbind(t, dim))
+        return torch.cat([((k + 1) * p * p).reshape(-1) for k, p in enumerate(ps) if used >> k & 1])
+    case(name, [("x", x)], fn, params=[form, dim, arg, used] + list(sizes), dd=True)
+
+
+split_case("split/size2_d1", randn(3, 5, 2), 0, 1, 2, 0b111)
+split_case("split/size3_d0_skip", randn(7, 3), 0, 0, 3, 0b101)
+split_case("split/sizes_neg", randn(2, 3, 6), 1, -1, 0, 0b1011, sizes=(1, 0, 3, 2))
+split_case("chunk/d1", randn(4, 8), 2, 1, 4, 0b1101)
+split_case("chunk/fewer", randn(6, 2), 2, 0, 4, 0b111)
+split_case("chunk/uneven_last", randn(2, 5, 3), 2, 1, 3, 0b110)
+split_case("unbind/d0", randn(4, 3), 3, 0, 0, 0b1011)
+split_case("unbind/mid", randn(2, 3, 4), 3, 1, 0, 0b111)
 
 
 # ------------------------------------------------------------ write
