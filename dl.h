@@ -661,6 +661,11 @@
                                   GroupNorm(..., affine=False)
        dl_nn_group_norm           nn.GroupNorm
        dl_nn_dropout              nn.Dropout
+       dl_rnn_desc                nn.RNN/LSTM/GRU's options (num_layers, bias, batch_first, dropout, ...)
+       dl_nn_rnn                  nn.RNN
+       dl_nn_lstm                 nn.LSTM
+       dl_nn_gru                  nn.GRU
+       dl_rnn_forward             rnn(x, h0) / lstm(x, (h0, c0)) with the final states
      io: tensorboard
        dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
        dl_summary_open            SummaryWriter(logdir)
@@ -1914,6 +1919,31 @@ DL_API dl_result dl_nn_norm_no_affine(dl_module *m);
    "bias" (zeros) of shape (C), eps 1e-5; forward dl_group_norm */
 DL_API dl_module *dl_nn_group_norm(dl_ctx *ctx, int64_t num_groups, int64_t num_channels);
 DL_API dl_module *dl_nn_dropout(dl_ctx *ctx, float p);                 /* off in eval mode */
+/* nn.RNN / nn.LSTM / nn.GRU(input_size, hidden_size, ...): the options
+   zeroed (or desc NULL) are torch's defaults. Parameters as torch's
+   state_dict: weight_ih_l{k} (G*H, in; layer k > 0: D*H), weight_hh_l{k}
+   (G*H, H), bias_ih_l{k}, bias_hh_l{k} (G*H), "_reverse" after each for the
+   second direction (G: LSTM 4, GRU 3, RNN 1; torch's gate order), all
+   U(-1/sqrt(H), 1/sqrt(H)). dl_module_forward(m, x): the output with zero
+   initial state; x (L, N, in), (N, L, in) batch_first, or (L, in)
+   unbatched; the output (.., D*H) likewise. */
+typedef struct dl_rnn_desc {
+    int num_layers;       /* 0: 1 */
+    bool no_bias;         /* bias=False */
+    bool batch_first;
+    float dropout;        /* on each layer's output but the last, in training mode */
+    bool bidirectional;
+    bool relu;            /* RNN only: nonlinearity='relu' (else tanh) */
+} dl_rnn_desc;
+DL_API dl_module *dl_nn_rnn(dl_ctx *ctx, int64_t input_size, int64_t hidden_size, const dl_rnn_desc *d);
+DL_API dl_module *dl_nn_lstm(dl_ctx *ctx, int64_t input_size, int64_t hidden_size, const dl_rnn_desc *d);
+DL_API dl_module *dl_nn_gru(dl_ctx *ctx, int64_t input_size, int64_t hidden_size, const dl_rnn_desc *d);
+/* torch's full call: output, (h_n, c_n) = lstm(x, (h0, c0)); h0, c0
+   (D*num_layers, N, H) ((D*num_layers, H) unbatched), NULL: zeros; h_n,
+   c_n the final states in the same shape (NULL: not wanted). c0 and c_n
+   only for an LSTM (an error otherwise). */
+DL_API dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n,
+                                 dl_tensor **c_n);
 
 /* --- io: tensorboard
    Event files for TensorBoard, as torch.utils.tensorboard.SummaryWriter writes
@@ -19580,6 +19610,259 @@ dl_module *dl_nn_dropout(dl_ctx *ctx, float p)
     }
     m = dl_module_new(ctx, "Dropout", dl__dropm_fwd, sizeof(dl__dropm));
     if (m) ((dl__dropm *)dl_module_state(m))->p = p;
+    return m;
+}
+
+/* RNN, LSTM, GRU: cells made of the differentiable ops (every device,
+   autograd to any order, capture). Per layer and direction: x's whole
+   sequence times W_ih (+ b_ih) in one product, cut into steps by one
+   dl_unbind; then per step h W_hh^T (+ b_hh), the gates cut by one
+   dl_chunk, in torch's order (LSTM i, f, g, o; GRU r, z, n); the steps'
+   h stacked. Time-major inside: batch_first transposes in and out,
+   unbatched x gets a batch of 1. */
+enum { DL__RNN_TANH, DL__RNN_RELU, DL__RNN_LSTM, DL__RNN_GRU };
+typedef struct dl__rnnm {
+    int kind, layers, dirs;
+    int64_t in, hid;
+    bool bias, batch_first;
+    float dropout;
+    dl_tensor **p;            /* per layer and direction: w_ih, w_hh[, b_ih, b_hh] (after the struct) */
+} dl__rnnm;
+static const char *const dl__rnn_names[] = {"RNN", "RNN", "LSTM", "GRU"};
+
+static dl_tensor *dl__rnnm_fwd(dl_module *m, dl_tensor *x);
+static int dl__rnn_gates(int kind) { return kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1; }
+
+/* one layer, one direction: xs (L, N, in) -> (L, N, H); h (and c) the
+   initial state in, the final out */
+static dl_tensor *dl__rnn_dir(const dl__rnnm *s, dl_tensor *const *p, dl_tensor *xs, bool rev, dl_tensor **h,
+                              dl_tensor **c)
+{
+    int64_t L = xs->shape[0], t;
+    dl_ctx *ctx = xs->ctx_;
+    dl_tensor **xw = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)(2 * L));
+    dl_tensor **hs = xw + L, *bih = s->bias ? p[2] : NULL, *bhh = s->bias ? p[3] : NULL;
+    if (!xw) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", dl__rnn_names[s->kind]); return NULL; }
+    if (dl_unbind(dl_linear(xs, p[0], bih), 0, (int)L, xw) != L) return NULL;
+    for (t = 0; t < L; t++) {
+        int64_t k = rev ? L - 1 - t : t;
+        dl_tensor *hw = dl_linear(*h, p[1], bhh), *a[4], *b[4];
+        if (s->kind == DL__RNN_LSTM) {
+            if (dl_chunk(dl_add(xw[k], hw), 4, 1, a) != 4) return NULL;
+            *c = dl_add(dl_mul(dl_sigmoid(a[1]), *c), dl_mul(dl_sigmoid(a[0]), dl_tanh(a[2])));
+            *h = dl_mul(dl_sigmoid(a[3]), dl_tanh(*c));
+        } else if (s->kind == DL__RNN_GRU) {   /* n = tanh(W_in x + b_in + r (W_hn h + b_hn)); h = n + z (h - n) */
+            dl_tensor *r, *z, *n;
+            if (dl_chunk(xw[k], 3, 1, a) != 3 || dl_chunk(hw, 3, 1, b) != 3) return NULL;
+            r = dl_sigmoid(dl_add(a[0], b[0]));
+            z = dl_sigmoid(dl_add(a[1], b[1]));
+            n = dl_tanh(dl_add(a[2], dl_mul(r, b[2])));
+            *h = dl_add(n, dl_mul(z, dl_sub(*h, n)));
+        } else {
+            dl_tensor *u = dl_add(xw[k], hw);
+            *h = s->kind == DL__RNN_RELU ? dl_relu(u) : dl_tanh(u);
+        }
+        if (!*h) return NULL;
+        hs[k] = *h;
+    }
+    return dl_stack((int)L, hs, 0);
+}
+
+/* a zero state (N, H) on x's device */
+static dl_tensor *dl__rnn_zeros(dl_tensor *x, int64_t N, int64_t H)
+{
+    int64_t sh[2];
+    dl_tensor *z;
+    sh[0] = N;
+    sh[1] = H;
+    z = dl__new(x->dev_, "dl_rnn_forward", 2, sh);
+    if (z) DL__BE(x)->fill(x->dev_, (float *)z->data, z->numel, 0.0f);
+    return z;
+}
+
+static dl_tensor *dl__rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n,
+                                  dl_tensor **c_n)
+{
+    const dl__rnnm *s = (const dl__rnnm *)dl_module_state(m);
+    const char *nm = dl__rnn_names[s->kind];
+    dl_ctx *ctx = m->ctx;
+    int nst = s->layers * s->dirs, l, d, k;
+    bool batched, lstm = s->kind == DL__RNN_LSTM;
+    int64_t N;
+    dl_tensor **hl, **cl, **hf, **cf, *y;
+    if (!dl__live(nm, "x", x)) return NULL;
+    if (!lstm && (c0 || c_n)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: c0 or c_n given: only an LSTM has a cell state (pass NULL)", nm);
+        return NULL;
+    }
+    if (x->ndim != 2 && x->ndim != 3) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: x %s: input must be 2-D (L, H_in) unbatched or 3-D %s", nm, dl__sh(x),
+                s->batch_first ? "(N, L, H_in) (batch_first)" : "(L, N, H_in)");
+        return NULL;
+    }
+    if (x->shape[x->ndim - 1] != s->in) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: x %s: the last dim must equal input_size=%lld", nm, dl__sh(x),
+                (long long)s->in);
+        return NULL;
+    }
+    batched = x->ndim == 3;
+    N = batched ? x->shape[s->batch_first ? 0 : 1] : 1;
+    for (k = 0; k < 2; k++) {
+        dl_tensor *st = k ? c0 : h0;
+        if (st && !dl__live(nm, k ? "c0" : "h0", st)) return NULL;
+        if (st && (st->ndim != x->ndim || st->shape[0] != nst || (batched && st->shape[1] != N) ||
+                   st->shape[st->ndim - 1] != s->hid)) {
+            char nb[32];
+            snprintf(nb, sizeof nb, ", %lld", (long long)N);
+            dl__err(ctx, DL_ERR_SHAPE, "%s: %s %s must have shape (%d%s, %lld) for x %s (num_layers * "
+                    "num_directions%s, hidden_size)", nm, k ? "c0" : "h0", dl__sh(st), nst,
+                    batched ? nb : "", (long long)s->hid, dl__sh(x), batched ? ", batch" : "");
+            return NULL;
+        }
+    }
+    hl = (dl_tensor **)dl__halloc(ctx, sizeof(dl_tensor *) * (size_t)(4 * nst));
+    if (!hl) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", nm); return NULL; }
+    cl = hl + nst;
+    hf = cl + nst;
+    cf = hf + nst;
+    if (!batched) {
+        x = dl_unsqueeze(x, 1);
+        if (h0) h0 = dl_unsqueeze(h0, 1);
+        if (c0) c0 = dl_unsqueeze(c0, 1);
+    } else if (s->batch_first) {
+        x = dl_transpose(x, 0, 1);
+    }
+    if (!x) return NULL;
+    if (x->dev_ != s->p[0]->dev_) {
+        dl__err(ctx, DL_ERR_DEVICE, "%s: x %s is on %s but the module's parameters are on %s", nm, dl__sh(x),
+                dl_device_name(x->device), dl_device_name(s->p[0]->device));
+        return NULL;
+    }
+    if (h0 ? dl_unbind(h0, 0, nst, hl) != nst : !(hl[0] = dl__rnn_zeros(x, N, s->hid))) return NULL;
+    if (lstm && (c0 ? dl_unbind(c0, 0, nst, cl) != nst : !(cl[0] = dl__rnn_zeros(x, N, s->hid)))) return NULL;
+    y = x;
+    for (l = 0; l < s->layers; l++) {
+        dl_tensor *outs[2];
+        if (l > 0 && s->dropout > 0.0f && dl_module_training(m)) y = dl_dropout(y, s->dropout, true);
+        for (d = 0; d < s->dirs; d++) {
+            int i = l * s->dirs + d, np = s->bias ? 4 : 2;
+            hf[i] = h0 ? hl[i] : hl[0];
+            cf[i] = lstm ? (c0 ? cl[i] : cl[0]) : NULL;
+            outs[d] = y ? dl__rnn_dir(s, s->p + (size_t)i * (size_t)np, y, d == 1, &hf[i], &cf[i]) : NULL;
+            if (!outs[d]) return NULL;
+        }
+        y = s->dirs == 2 ? dl_cat(2, outs, 2) : outs[0];
+    }
+    if (h_n) *h_n = dl_stack(nst, hf, 0);
+    if (c_n) *c_n = dl_stack(nst, cf, 0);
+    if ((h_n && !*h_n) || (c_n && !*c_n) || !y) return NULL;
+    if (!batched) {
+        y = dl_squeeze(y, 1);
+        if (h_n) *h_n = dl_squeeze(*h_n, 1);
+        if (c_n) *c_n = dl_squeeze(*c_n, 1);
+    } else if (s->batch_first) {
+        y = dl_transpose(y, 0, 1);
+    }
+    return dl__end(ctx, y, nm);
+}
+
+static dl_tensor *dl__rnnm_fwd(dl_module *m, dl_tensor *x) { return dl__rnn_forward(m, x, NULL, NULL, NULL, NULL); }
+
+dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n, dl_tensor **c_n)
+{
+    dl_tensor *y;
+    if (h_n) *h_n = NULL;
+    if (c_n) *c_n = NULL;
+    if (!dl__mod_ok(m)) {
+        dl__err(x && x->magic_ == DL__MAGIC ? x->ctx_ : NULL, DL_ERR_ARG, "dl_rnn_forward: m is %s",
+                m ? "not a module (freed?)" : "NULL");
+        return NULL;
+    }
+    if (m->forward != dl__rnnm_fwd) {
+        dl__err(m->ctx, DL_ERR_ARG, "dl_rnn_forward: m is a %s; it takes an RNN, LSTM or GRU (dl_nn_rnn, "
+                "dl_nn_lstm, dl_nn_gru)", m->type);
+        return NULL;
+    }
+    if (!x) return NULL;
+    y = dl__rnn_forward(m, x, h0, c0, h_n, c_n);
+    if (!y && h_n) *h_n = NULL;
+    if (!y && c_n) *c_n = NULL;
+    return y;
+}
+
+static dl_module *dl__nn_rnn(dl_ctx *ctx, const char *fn, int kind, int64_t in, int64_t hid, const dl_rnn_desc *d)
+{
+    dl_rnn_desc z;
+    dl_module *m;
+    dl__rnnm *s;
+    int l, dir, j, np, G = dl__rnn_gates(kind);
+    double bound;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", fn); return NULL; }
+    if (!d) { memset(&z, 0, sizeof z); d = &z; }
+    if (in <= 0 || hid <= 0 || hid > INT64_MAX / 4) {
+        dl__err(ctx, DL_ERR_ARG, "%s: input_size=%lld and hidden_size=%lld must be positive", fn, (long long)in,
+                (long long)hid);
+        return NULL;
+    }
+    if (d->num_layers < 0 || d->num_layers > 1024) {
+        dl__err(ctx, DL_ERR_ARG, "%s: num_layers=%d must be in 1..1024 (0: 1)", fn, d->num_layers);
+        return NULL;
+    }
+    if (!(d->dropout >= 0.0f && d->dropout <= 1.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: dropout=%g must be in [0, 1]", fn, (double)d->dropout);
+        return NULL;
+    }
+    if (d->relu && kind != DL__RNN_TANH) {
+        dl__err(ctx, DL_ERR_ARG, "%s: relu (nonlinearity='relu') is an RNN's option, not an %s's", fn,
+                dl__rnn_names[kind]);
+        return NULL;
+    }
+    if (d->relu) kind = DL__RNN_RELU;
+    np = (d->no_bias ? 2 : 4) * (d->num_layers ? d->num_layers : 1) * (d->bidirectional ? 2 : 1);
+    m = dl_module_new(ctx, dl__rnn_names[kind], dl__rnnm_fwd, sizeof(dl__rnnm) + sizeof(dl_tensor *) * (size_t)np);
+    if (!m) return NULL;
+    s = (dl__rnnm *)dl_module_state(m);
+    s->p = (dl_tensor **)(s + 1);
+    s->kind = kind;
+    s->layers = d->num_layers ? d->num_layers : 1;
+    s->dirs = d->bidirectional ? 2 : 1;
+    s->in = in;
+    s->hid = hid;
+    s->bias = !d->no_bias;
+    s->batch_first = d->batch_first;
+    s->dropout = d->dropout;
+    bound = 1.0 / sqrt((double)hid);
+    for (l = 0, j = 0; l < s->layers; l++)
+        for (dir = 0; dir < s->dirs; dir++) {
+            static const char *const base[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+            int k;
+            for (k = 0; k < (s->bias ? 4 : 2); k++, j++) {
+                char name[48];
+                int64_t rows = G * hid, cols = k == 0 ? (l ? s->dirs * hid : in) : hid;
+                snprintf(name, sizeof name, "%s_l%d%s", base[k], l, dir ? "_reverse" : "");
+                s->p[j] = dl_module_param(m, name, k < 2 ? dl_empty(ctx, DL_SHAPE(rows, cols)) : dl_empty(ctx, DL_SHAPE(rows)));
+                if (!s->p[j]) return NULL;
+                dl__fill_uniform(s->p[j], -bound, bound);
+            }
+        }
+    return m;
+}
+dl_module *dl_nn_rnn(dl_ctx *ctx, int64_t input_size, int64_t hidden_size, const dl_rnn_desc *d)
+{
+    dl_module *m;
+    DL__IN_CALL(ctx, "dl_nn_rnn", dl__nn_rnn(ctx, "dl_nn_rnn", DL__RNN_TANH, input_size, hidden_size, d));
+    return m;
+}
+dl_module *dl_nn_lstm(dl_ctx *ctx, int64_t input_size, int64_t hidden_size, const dl_rnn_desc *d)
+{
+    dl_module *m;
+    DL__IN_CALL(ctx, "dl_nn_lstm", dl__nn_rnn(ctx, "dl_nn_lstm", DL__RNN_LSTM, input_size, hidden_size, d));
+    return m;
+}
+dl_module *dl_nn_gru(dl_ctx *ctx, int64_t input_size, int64_t hidden_size, const dl_rnn_desc *d)
+{
+    dl_module *m;
+    DL__IN_CALL(ctx, "dl_nn_gru", dl__nn_rnn(ctx, "dl_nn_gru", DL__RNN_GRU, input_size, hidden_size, d));
     return m;
 }
 

@@ -914,6 +914,73 @@ static void test_split_replay(void)
     dl_ctx_free(ctx);
 }
 
+/* an LSTM and a GRU training step (2 layers, bidirectional, dropout
+   between layers, a learned initial state; SGD), 4 steps eager, then
+   captured once and replayed three times: the same bits */
+#define RN 4
+static void rnn_run(int kind, bool capture, float *out, int *nout)
+{
+    dl_ctx *ctx = new_ctx(41);
+    dl_rnn_desc d;
+    dl_module *m;
+    dl_optim *o;
+    dl_sgd_desc sd;
+    dl_capture *cap = NULL;
+    dl_tensor *x, *h0, *hn, *cn = NULL, *y;
+    const dl_named_tensor *p;
+    int run, np, i, k = 0;
+    memset(&d, 0, sizeof d);
+    d.num_layers = 2;
+    d.bidirectional = true;
+    d.dropout = 0.25f;
+    d.batch_first = kind == 1;
+    m = kind ? dl_nn_gru(ctx, 3, 5, &d) : dl_nn_lstm(ctx, 3, 5, &d);
+    h0 = dl_module_param(m, "h0", dl_zeros(ctx, DL_SHAPE(4, 2, 5)));
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.05f;
+    sd.momentum = 0.9f;
+    o = dl_sgd(m, &sd);
+    x = dl_keep(dl_randn(ctx, kind ? DL_SHAPE(2, 6, 3) : DL_SHAPE(6, 2, 3)));   /* (GRU: batch_first) */
+    np = dl_module_named_parameters(m, &p);
+    CHECK(o && x && h0 && np == 17, "%s capture: made: %s", kind ? "GRU" : "LSTM", dl_error_message(ctx));
+    for (run = 0; run < RN; run++) {
+        if (capture && run == 1) cap = dl_capture_begin(ctx);
+        if (!capture || run <= 1) {
+            dl_tensor *l;
+            dl_optim_zero_grad(o);
+            y = dl_rnn_forward(m, x, h0, NULL, &hn, kind ? NULL : &cn);
+            l = dl_add(dl_mean(dl_mul(y, y), DL_ALL, false), dl_sum(hn, DL_ALL, false));
+            if (cn) l = dl_add(l, dl_mean(cn, DL_ALL, false));
+            CHECK(l && dl_backward(l) == DL_OK && dl_optim_step(o) == DL_OK, "%s step %d: %s", kind ? "GRU" : "LSTM",
+                  run, dl_error_message(ctx));
+            if (cap) CHECK(dl_capture_end(cap) == DL_OK, "rnn captured: %s", dl_error_message(ctx));
+        } else {
+            CHECK(dl_replay(cap) == DL_OK, "rnn replayed: %s", dl_error_message(ctx));
+        }
+        for (i = 0; i < np; i++) {
+            CHECK(dl_read(p[i].t, out + k, p[i].t->numel) == DL_OK, "read %s", p[i].name);
+            k += (int)p[i].t->numel;
+        }
+        if (!capture || run == 0) dl_step_end(ctx);
+    }
+    *nout = k;
+    if (cap) dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+static void test_rnn_replay(void)
+{
+    static float e[RN * 1200], c[RN * 1200];
+    int kind, ne = 0, nc = 0;
+    for (kind = 0; kind < 2; kind++) {
+        memset(e, 0, sizeof e);
+        memset(c, 0xff, sizeof c);
+        rnn_run(kind, false, e, &ne);
+        rnn_run(kind, true, c, &nc);
+        CHECK(ne == nc && ne > 0 && ne <= RN * 1200 && memcmp(e, c, sizeof(float) * (size_t)ne) == 0,
+              "%s training step: captured and replayed = eager, bit for bit (%d floats)", kind ? "GRU" : "LSTM", ne);
+    }
+}
+
 /* zero_grad inside a capture. On a GPU (real or emulated) it launches
    nothing: the backward's first sum into each gradient writes it (0 + g),
    and whatever else touches a zeroed gradient first writes the zeros. Each
@@ -1073,6 +1140,7 @@ int main(int argc, char **argv)
     test_eq_replay();
     test_select_replay();
     test_split_replay();
+    test_rnn_replay();
     test_gan_flags();
     test_zero_grad_inside();
     test_zero_grad_failed();

@@ -2,10 +2,14 @@
    BatchNorm, LayerNorm, Dropout): PyTorch state_dict names and shapes,
    default initialization bounds, forward equal to the functional ops,
    batch norm train/eval and running buffers, a checkpoint round trip with
-   every buffer, constructor errors, and Unflatten. */
+   every buffer, constructor errors, and Unflatten; RNN, LSTM and GRU
+   against torch.nn's (tests/golden/rnn.bin, made by gen_rnn.py): outputs,
+   final states and every gradient, their state_dict, init, dropout
+   between layers, errors. */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
+#include "golden.h"
 
 static dl_ctx *ctx;
 
@@ -358,6 +362,205 @@ static void test_pool_paths(void)
                 }
 }
 
+/* ------------------------------------------------ RNN, LSTM, GRU */
+static dl_tensor *g_run(const char *op, int n, const grec *const *rs, dl_tensor **in, const grec *p,
+                        const char **bad)
+{
+    (void)op; (void)n; (void)rs; (void)in; (void)p;
+    *bad = "test_layers runs no op cases";
+    return NULL;
+}
+
+static dl_tensor *rec_t(long lo, long hi, const char *f, bool grad)
+{
+    const grec *r = g_find(lo, hi, "", f);
+    dl_tensor *t = r ? dl_from_array(ctx, dl_shape_make(r->ndim, r->shape), r->v) : NULL;
+    return t && grad ? dl_requires_grad(t, true) : t;
+}
+
+static dl_tensor *wsum(dl_tensor *a, long lo, long hi, const char *f)
+{
+    return dl_sum(dl_mul(a, rec_t(lo, hi, f, false)), DL_ALL, false);
+}
+
+/* one case of rnn.bin: the module made from its config, torch's state_dict
+   written in (the names in torch's order), then everything compared */
+static int nrnn;
+static void rnn_case(long lo, long hi)
+{
+    const grec *cfg = g_find(lo, hi, "", "config");
+    char cname[96];
+    dl_rnn_desc d;
+    dl_module *m;
+    const dl_named_tensor *sd;
+    dl_tensor *x, *h0, *c0, *y, *hn = NULL, *cn = NULL, *loss;
+    int kind, nsd, k = 0;
+    long i;
+    snprintf(cname, sizeof cname, "%.*s", (int)g_prefix_len(&g_recs[lo]), g_recs[lo].name);
+    if (!cfg || cfg->numel != 8) { CHECK(0, "%s: no config record", cname); return; }
+    kind = g_pi(cfg, 0);
+    memset(&d, 0, sizeof d);
+    d.num_layers = g_pi(cfg, 3);
+    d.no_bias = !g_pi(cfg, 4);
+    d.batch_first = g_pi(cfg, 5) != 0;
+    d.bidirectional = g_pi(cfg, 6) != 0;
+    d.relu = kind == 1;
+    m = kind == 2 ? dl_nn_lstm(ctx, g_pi(cfg, 1), g_pi(cfg, 2), &d)
+        : kind == 3 ? dl_nn_gru(ctx, g_pi(cfg, 1), g_pi(cfg, 2), &d) : dl_nn_rnn(ctx, g_pi(cfg, 1), g_pi(cfg, 2), &d);
+    CHECK(m != NULL, "%s: module: %s", cname, dl_error_message(ctx));
+    if (!m) return;
+    nsd = dl_module_state_dict(m, &sd);
+    dl_no_grad_begin(ctx);
+    for (i = lo; i < hi; i++) {
+        const char *f = g_field(&g_recs[i]);
+        if (strncmp(f, "p.", 2)) continue;
+        CHECK(k < nsd && !strcmp(sd[k].name, f + 2) && g_same_shape(sd[k].t, &g_recs[i]),
+              "%s: state_dict entry %d is %s, torch's %s", cname, k, k < nsd ? sd[k].name : "(none)", f + 2);
+        CHECK(k >= nsd || dl_write(sd[k].t, g_recs[i].v, g_recs[i].numel) == DL_OK, "%s: %s written: %s", cname,
+              f, dl_error_message(ctx));
+        k++;
+    }
+    dl_no_grad_end(ctx);
+    CHECK(k == nsd, "%s: %d state_dict entries, torch %d", cname, nsd, k);
+    x = rec_t(lo, hi, "x", true);
+    h0 = g_pi(cfg, 7) ? rec_t(lo, hi, "h0", true) : NULL;
+    c0 = g_pi(cfg, 7) && kind == 2 ? rec_t(lo, hi, "c0", true) : NULL;
+    y = dl_rnn_forward(m, x, h0, c0, &hn, kind == 2 ? &cn : NULL);
+    CHECK(y != NULL, "%s: forward: %s", cname, dl_error_message(ctx));
+    if (!y) { dl_clear_error(ctx); return; }
+    loss = dl_add(wsum(y, lo, hi, "gout"), wsum(hn, lo, hi, "gh"));
+    if (cn) loss = dl_add(loss, wsum(cn, lo, hi, "gc"));
+    CHECK(loss && dl_backward(loss) == DL_OK, "%s: backward: %s", cname, dl_error_message(ctx));
+    g_compare(cname, "out", y, g_find(lo, hi, "", "out"));
+    g_compare(cname, "h_n", hn, g_find(lo, hi, "", "h_n"));
+    if (cn) g_compare(cname, "c_n", cn, g_find(lo, hi, "", "c_n"));
+    g_compare(cname, "grad_x", x->grad, g_find(lo, hi, "", "grad_x"));
+    if (h0) g_compare(cname, "grad_h0", h0->grad, g_find(lo, hi, "", "grad_h0"));
+    if (c0) g_compare(cname, "grad_c0", c0->grad, g_find(lo, hi, "", "grad_c0"));
+    for (k = 0; k < nsd; k++) {
+        char f[64];
+        const grec *r;
+        snprintf(f, sizeof f, "grad_p.%s", sd[k].name);
+        r = g_find(lo, hi, "", f);
+        CHECK(r != NULL, "%s: no record %s", cname, f);
+        if (r) g_compare(cname, f, sd[k].t->grad, r);
+    }
+    nrnn++;
+}
+
+static void test_rnn_golden(void)
+{
+    g_ctx = ctx;
+    if (!g_load("tests/golden/rnn.bin")) { CHECK(0, "tests/golden/rnn.bin (python3 tests/golden/gen_rnn.py)"); return; }
+    g_each_case(rnn_case);
+    CHECK(nrnn == 12, "rnn.bin: %d cases run, 12 expected", nrnn);
+    g_free_recs();
+}
+
+/* state_dict names and shapes as torch's, init U(-1/sqrt(H), 1/sqrt(H)),
+   dropout between layers only in training mode, errors */
+static void test_rnn_module(void)
+{
+    static const char *want[] = {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse",
+                                 "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse", "weight_ih_l1",
+                                 "weight_hh_l1", "bias_ih_l1", "bias_hh_l1", "weight_ih_l1_reverse",
+                                 "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
+    static const int64_t r0[] = {64, 64, 64, 64}, c0[] = {10, 16, 0, 0}, c1[] = {32, 16, 0, 0};
+    dl_rnn_desc d;
+    const dl_named_tensor *sd;
+    dl_module *m, *g, *r, *lin;
+    dl_tensor *x, *ya, *yb, *yc, *h;
+    float mx = 0.0f;
+    int n, i;
+    memset(&d, 0, sizeof d);
+    d.num_layers = 2;
+    d.bidirectional = true;
+    m = dl_nn_lstm(ctx, 10, 16, &d);
+    n = dl_module_state_dict(m, &sd);
+    CHECK(n == 16 && !strcmp(dl_module_type(m), "LSTM"), "LSTM: %d state_dict entries", n);
+    for (i = 0; i < n && i < 16; i++) {
+        int k = i % 4, l = i / 8;
+        float v[64 * 32], lo, hi;
+        int64_t j;
+        CHECK(!strcmp(sd[i].name, want[i]) && sd[i].t->shape[0] == r0[k] &&
+              (k < 2 ? sd[i].t->ndim == 2 && sd[i].t->shape[1] == (l ? c1 : c0)[k] : sd[i].t->ndim == 1),
+              "LSTM state_dict %d: %s, want %s", i, sd[i].name, want[i]);
+        CHECK(dl_read(sd[i].t, v, sd[i].t->numel) == DL_OK, "read %s", sd[i].name);
+        for (j = 0, lo = hi = 0.0f; j < sd[i].t->numel; j++) {
+            lo = v[j] < lo ? v[j] : lo;
+            hi = v[j] > hi ? v[j] : hi;
+        }
+        CHECK(lo >= -0.25f && hi <= 0.25f, "%s in [%g, %g]: outside U(-1/sqrt(16), 1/sqrt(16))", sd[i].name,
+              (double)lo, (double)hi);
+        if (-lo > mx) mx = -lo;
+        if (hi > mx) mx = hi;
+    }
+    CHECK(mx > 0.24f, "LSTM init spans the bound (max |w| %g)", (double)mx);
+    memset(&d, 0, sizeof d);
+    d.no_bias = true;
+    g = dl_nn_gru(ctx, 3, 4, &d);
+    n = dl_module_state_dict(g, &sd);
+    CHECK(n == 2 && !strcmp(sd[0].name, "weight_ih_l0") && sd[0].t->shape[0] == 12 && !strcmp(sd[1].name, "weight_hh_l0"),
+          "GRU bias=False: weight_ih_l0 (12,3), weight_hh_l0 only (%d entries)", n);
+    /* dropout: between layers in training mode only; one layer: none */
+    memset(&d, 0, sizeof d);
+    d.num_layers = 2;
+    d.dropout = 0.5f;
+    r = dl_nn_gru(ctx, 3, 8, &d);
+    x = dl_randn(ctx, DL_SHAPE(6, 4, 3));
+    dl_module_train(r, false);
+    ya = dl_module_forward(r, x);
+    yb = dl_module_forward(r, x);
+    dl_module_train(r, true);
+    yc = dl_module_forward(r, x);
+    CHECK(ya && yb && yc && same(ya, yb) && !same(ya, yc), "GRU dropout 0.5: eval twice the same, training differs");
+    d.num_layers = 1;
+    r = dl_nn_rnn(ctx, 3, 8, &d);
+    ya = dl_module_forward(r, x);
+    dl_module_train(r, false);
+    yb = dl_module_forward(r, x);
+    CHECK(ya && yb && same(ya, yb), "one layer: dropout has no place (torch's)");
+    /* errors */
+    m = dl_nn_lstm(ctx, 3, 4, NULL);
+    g = dl_nn_gru(ctx, 3, 4, NULL);
+    CHECK(dl_module_forward(m, dl_randn(ctx, DL_SHAPE(2, 3, 4, 3))) == NULL, "4-D x");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: x (2,3,4,3): input must be 2-D (L, H_in) unbatched or 3-D (L, N, H_in)");
+    CHECK(dl_module_forward(m, dl_randn(ctx, DL_SHAPE(5, 2, 4))) == NULL, "wrong H_in");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: x (5,2,4): the last dim must equal input_size=3");
+    x = dl_randn(ctx, DL_SHAPE(5, 2, 3));
+    CHECK(dl_rnn_forward(m, x, dl_randn(ctx, DL_SHAPE(1, 3, 4)), NULL, NULL, NULL) == NULL, "h0 batch");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: h0 (1,3,4) must have shape (1, 2, 4) for x (5,2,3) (num_layers * num_directions, batch, hidden_size)");
+    CHECK(dl_rnn_forward(m, x, NULL, dl_randn(ctx, DL_SHAPE(2, 2, 4)), NULL, NULL) == NULL, "c0 layers");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: c0 (2,2,4) must have shape (1, 2, 4)");
+    CHECK(dl_rnn_forward(m, dl_randn(ctx, DL_SHAPE(5, 3)), dl_randn(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL, NULL) == NULL,
+          "unbatched x, batched h0");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: h0 (1,2,4) must have shape (1, 4) for x (5,3)");
+    CHECK(dl_rnn_forward(g, x, NULL, dl_zeros(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL) == NULL, "c0 to a GRU");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "GRU: c0 or c_n given: only an LSTM has a cell state");
+    CHECK(dl_rnn_forward(g, x, NULL, NULL, &h, &h) == NULL && h == NULL, "c_n from a GRU");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "only an LSTM has a cell state");
+    lin = dl_nn_linear(ctx, 3, 4, true);
+    CHECK(dl_rnn_forward(lin, x, NULL, NULL, NULL, NULL) == NULL, "a Linear");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_rnn_forward: m is a Linear; it takes an RNN, LSTM or GRU");
+    dl_clear_error(ctx);
+    CHECK(dl_rnn_forward(m, NULL, NULL, NULL, NULL, NULL) == NULL && dl_last_error(ctx) == DL_OK, "NULL x: no message");
+    CHECK(dl_nn_lstm(ctx, 3, 0, NULL) == NULL, "hidden 0");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_lstm: input_size=3 and hidden_size=0 must be positive");
+    memset(&d, 0, sizeof d);
+    d.num_layers = -1;
+    CHECK(dl_nn_gru(ctx, 3, 4, &d) == NULL, "num_layers -1");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_gru: num_layers=-1 must be in 1..1024");
+    d.num_layers = 0;
+    d.dropout = 1.5f;
+    CHECK(dl_nn_rnn(ctx, 3, 4, &d) == NULL, "dropout 1.5");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_rnn: dropout=1.5 must be in [0, 1]");
+    d.dropout = 0.0f;
+    d.relu = true;
+    CHECK(dl_nn_lstm(ctx, 3, 4, &d) == NULL, "relu LSTM");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "dl_nn_lstm: relu (nonlinearity='relu') is an RNN's option, not an LSTM's");
+    CHECK(dl_add(dl_ones(ctx, DL_SHAPE(2)), dl_ones(ctx, DL_SHAPE(2))) != NULL, "context still works");
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -380,6 +583,10 @@ int main(void)
     test_unflatten();
     dl_step_end(ctx);
     test_pool_paths();
+    dl_step_end(ctx);
+    test_rnn_golden();
+    dl_step_end(ctx);
+    test_rnn_module();
     dl_ctx_free(ctx);
     TEST_END();
 }
