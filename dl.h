@@ -14617,7 +14617,9 @@ static dl_result dl__split_hub_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     }
     return DL_OK;
 }
-/* a piece: its gradient waits in the hub's slot */
+/* a piece: its gradient waits in the hub's slot (the pieces' nodes follow
+   the hub's on the tape with nothing between, so a walk that runs one runs
+   the hub next: no slot is left over for a later walk) */
 static dl_result dl__split_part_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl__node *hub = n->in[0]->node_;

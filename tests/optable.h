@@ -59,6 +59,32 @@ static dl_tensor *o_reshape(dl_tensor **i) { return dl_flatten(dl_squeeze(dl_uns
 static dl_tensor *o_permute(dl_tensor **i) { return dl_transpose(dl_permute(i[0], DL_SHAPE(2, 0, 1)), 0, 1); }
 static dl_tensor *o_narrow(dl_tensor **i) { return dl_narrow(i[0], 1, 1, 2); }
 static dl_tensor *o_cat(dl_tensor **i) { dl_tensor *t[2]; t[0] = i[0]; t[1] = i[1]; return dl_cat(2, t, 0); }
+/* pieces (one left out: zeros in the gradient), joined again */
+static dl_tensor *o_chunk(dl_tensor **i)
+{
+    dl_tensor *p[3], *u[2];
+    if (dl_chunk(i[0], 3, 1, p) != 3) return NULL;
+    u[0] = dl_mul(p[0], p[0]);
+    u[1] = dl_mul_scalar(p[2], 3.0f);
+    return dl_cat(2, u, 1);
+}
+static dl_tensor *o_unbind(dl_tensor **i)
+{
+    dl_tensor *p[3], *u[2];
+    if (dl_unbind(i[0], 0, 3, p) != 3) return NULL;
+    u[0] = p[2];
+    u[1] = dl_mul(p[0], p[1]);
+    return dl_stack(2, u, 0);
+}
+static dl_tensor *o_split_sizes(dl_tensor **i)
+{
+    static const int64_t sz[3] = {1, 2, 1};
+    dl_tensor *p[3], *u[2];
+    if (dl_split_sizes(i[0], 3, sz, 1, p) != 3) return NULL;
+    u[0] = p[0];
+    u[1] = dl_mul(p[2], p[2]);
+    return dl_cat(2, u, 1);
+}
 static dl_tensor *o_stack(dl_tensor **i) { dl_tensor *t[2]; t[0] = i[0]; t[1] = i[1]; return dl_stack(2, t, 1); }
 static dl_tensor *o_expand(dl_tensor **i) { return dl_expand(i[0], DL_SHAPE(2, 3, 4)); }
 static dl_tensor *o_sum_to(dl_tensor **i) { return dl_sum_to(i[0], DL_SHAPE(3, 1)); }
@@ -155,6 +181,9 @@ static const opcase g_ops[] = {
     {"dl_permute", o_permute, 1, {S(2, 3, 4)}, 0, false},
     {"dl_narrow", o_narrow, 1, {S(3, 4)}, 0, false},
     {"dl_cat", o_cat, 2, {S(2, 3), S(2, 3)}, 0, false},
+    {"dl_chunk", o_chunk, 1, {S(3, 7)}, 0, false},
+    {"dl_unbind", o_unbind, 1, {S(3, 4)}, 0, false},
+    {"dl_split_sizes", o_split_sizes, 1, {S(2, 4, 3)}, 0, false},
     {"dl_stack", o_stack, 2, {S(2, 3), S(2, 3)}, 0, false},
     {"dl_expand", o_expand, 1, {S(3, 1)}, 0, false},
     {"dl_sum_to", o_sum_to, 1, {S(2, 3, 4)}, 0, false},
