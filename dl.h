@@ -13106,6 +13106,7 @@ static dl_result dl__saved_ok(const char *name, dl__node *n)
 
 static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 static dl_result dl__split_part_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
+static dl_result dl__split_hub_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 
 /* a backward that stopped at tape position i: no gradient or bias sums
    of it stay on the nodes it did not reach */
@@ -13394,7 +13395,9 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
         rc = (n->fn ? n->nsaved : n->op->reads | n->op->cross) ? dl__saved_ok(name, n) : DL_OK;
         if (rc == DL_OK) rc = n->fn ? n->fn->backward((dl_fn_ctx *)n, g, gp, n->user) : n->op->backward(n, g, gp);
         n->bgrad = NULL;
-        if (!retain) n->released = true;
+        /* (a split's hub keeps nothing: another backward through another of its pieces may
+           follow, as torch's SplitBackward) */
+        if (!retain && n->op->backward != dl__split_hub_bwd) n->released = true;
         if (rc != DL_OK && ctx->nerr == nerr)   /* failed, and said nothing: say which */
             dl__err(ctx, rc, "%s: the backward returned %s without setting an error message", name,
                     dl_result_string(rc));
@@ -14706,7 +14709,7 @@ static int dl__split_even(const char *name, dl_tensor *t, int64_t size, int dim,
 {
     int64_t *sz, n, cnt, k;
     n = t->shape[dim];
-    cnt = chunks > 0 && n == 0 ? chunks : n == 0 ? 1 : (n + size - 1) / size;
+    cnt = chunks > 0 && n == 0 ? chunks : n == 0 ? 1 : 1 + (n - 1) / size;   /* (no n + size - 1: size may be huge) */
     if (cnt > cap) {
         dl__err(t->ctx_, DL_ERR_ARG, "%s: t %s splits into %lld pieces along dim %d, but out holds %d",
                 name, dl__sh(t), (long long)cnt, dim, cap);
@@ -15117,10 +15120,12 @@ dl_tensor *dl_min_dim(dl_tensor *t, int dim, bool keepdim, dl_tensor **indices)
    PyTorch's var_backward, in its order. The chain rule through the
    mean adds a term that is zero in exact arithmetic and NaN across a
    whole row that holds an inf; PyTorch's closed form leaves it out (NaN
-   only at the inf, -inf/+inf beside it), as here. dof = max(0, N -
-   correction): at 0, 2/0 = inf, +-inf where x differs from the mean and
-   NaN where it does not, as PyTorch's per-dim reduction (its full
-   reduction gives +inf on both sides of the mean there). */
+   only at the inf, -inf/+inf beside it), as here. The forward's dof is
+   max(0, N - correction), the backward's N - correction, as PyTorch's
+   reduction over dims: at 0, 2/0 = inf, +-inf where x differs from the
+   mean and NaN where it does not; below 0 a finite negative factor (the
+   value is inf; std's gradient 0). (PyTorch's dim=None reduction gives
+   +inf on both sides of the mean there.) */
 static dl_tensor *dl__var_grad(dl__node *n, dl_tensor *g)
 {
     int64_t ks[DL_MAX_DIMS], dims[DL_MAX_DIMS];
@@ -15171,7 +15176,7 @@ static dl_tensor *dl__var(const char *name, dl_tensor *t, dl_shape dims, int cor
     if (dl__record(y, sd ? &dl__op_std : &dl__op_var, 1, &t, &n) < 0) return dl__end(ctx, NULL, name);
     if (n) {
         n->i[0] = dl__mask_bits(mask, t->ndim);
-        n->f[0] = dof;
+        n->f[0] = (float)(cnt - correction);   /* (unclamped: dl__var_grad) */
     }
     return dl__done(y, name);
 }
@@ -19709,9 +19714,13 @@ static dl_tensor *dl__rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_
     }
     batched = x->ndim == 3;
     N = batched ? x->shape[s->batch_first ? 0 : 1] : 1;
+    if (x->shape[batched && s->batch_first ? 1 : 0] == 0) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: x %s has sequence length 0; it must be >= 1 (as torch's)", nm, dl__sh(x));
+        return NULL;
+    }
     for (k = 0; k < 2; k++) {
         dl_tensor *st = k ? c0 : h0;
-        if (st && !dl__live(nm, k ? "c0" : "h0", st)) return NULL;
+        if (st && (!dl__live(nm, k ? "c0" : "h0", st) || !dl__same_dev(nm, "x", x, k ? "c0" : "h0", st))) return NULL;
         if (st && (st->ndim != x->ndim || st->shape[0] != nst || (batched && st->shape[1] != N) ||
                    st->shape[st->ndim - 1] != s->hid)) {
             char nb[32];

@@ -650,12 +650,40 @@ static void test_print(void)
     dl_ctx_free(ctx);
 }
 
+/* split's one node: two losses through two pieces, each backward once
+   (the first retained), then the first again: torch's SplitBackward keeps
+   nothing, so the shared node is not freed (x.grad 4 8 3 3, torch's); a
+   huge split size is one piece */
+static void test_split_node(void)
+{
+    dl_ctx *ctx = new_ctx();
+    float xv[4] = {1, 2, 3, 4}, g[4];
+    dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(4), xv), true), *p[2], *l1, *l2;
+    dl_backward_desc bd;
+    memset(&bd, 0, sizeof bd);
+    bd.retain_graph = true;
+    CHECK(dl_chunk(x, 2, 0, p) == 2, "chunk: %s", dl_error_message(ctx));
+    l1 = dl_sum(dl_mul(p[0], p[0]), DL_ALL, false);
+    l2 = dl_sum(dl_mul_scalar(p[1], 3.0f), DL_ALL, false);
+    CHECK(dl_backward_ex(l1, &bd) == DL_OK && dl_backward(l2) == DL_OK && dl_backward(l1) == DL_OK,
+          "three backwards through one split: %s", dl_error_message(ctx));
+    CHECK(dl_read(x->grad, g, 4) == DL_OK && g[0] == 4 && g[1] == 8 && g[2] == 3 && g[3] == 3,
+          "x.grad %g %g %g %g, want 4 8 3 3", (double)g[0], (double)g[1], (double)g[2], (double)g[3]);
+    CHECK(dl_backward(l1) == DL_ERR_GRAPH, "l1's own graph was freed by its last backward");
+    dl_clear_error(ctx);
+    CHECK(dl_split(x, INT64_MAX, 0, 1, p) == 1 && p[0]->numel == 4 && dl_last_error(ctx) == DL_OK,
+          "a huge size: one piece: %s", dl_error_message(ctx));
+    CHECK(dl_split(x, INT64_MAX - 2, 0, 1, p) == 1 && p[0]->numel == 4, "INT64_MAX - 2: one piece");
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     test_memory(quick ? 50 : 10000);
     test_steps();
     test_autograd();
+    test_split_node();
     test_leaf_kinds();
     test_custom();
     test_reentrant();

@@ -542,6 +542,21 @@ static void test_rnn_module(void)
     lin = dl_nn_linear(ctx, 3, 4, true);
     CHECK(dl_rnn_forward(lin, x, NULL, NULL, NULL, NULL) == NULL, "a Linear");
     EXPECT_ERR(ctx, DL_ERR_ARG, "dl_rnn_forward: m is a Linear; it takes an RNN, LSTM or GRU");
+    CHECK(dl_module_forward(m, dl_randn(ctx, DL_SHAPE(0, 2, 3))) == NULL, "sequence length 0");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: x (0,2,3) has sequence length 0; it must be >= 1");
+    d.num_layers = 1;
+    d.batch_first = true;
+    d.dropout = 0;
+    CHECK(dl_module_forward(dl_nn_gru(ctx, 3, 4, &d), dl_randn(ctx, DL_SHAPE(2, 0, 3))) == NULL,
+          "batch_first, sequence length 0");
+    EXPECT_ERR(ctx, DL_ERR_SHAPE, "GRU: x (2,0,3) has sequence length 0");
+    d.batch_first = false;
+    if (dl_device_count(ctx, DL_DEVICE_CPU) > 1) {   /* h0 on another device than x */
+        dl_tensor *h1 = dl_to(dl_zeros(ctx, DL_SHAPE(1, 2, 4)), dl_cpu_device(1));
+        dl_tensor *x0 = dl_to(x, dl_cpu_device(0));
+        CHECK(dl_rnn_forward(m, x0, h1, NULL, NULL, NULL) == NULL, "h0 on another device");
+        EXPECT_ERR(ctx, DL_ERR_DEVICE, "LSTM: x (5,2,3) is on cpu:0 but h0 (1,2,4) is on cpu:1");
+    }
     dl_clear_error(ctx);
     CHECK(dl_rnn_forward(m, NULL, NULL, NULL, NULL, NULL) == NULL && dl_last_error(ctx) == DL_OK, "NULL x: no message");
     CHECK(dl_nn_lstm(ctx, 3, 0, NULL) == NULL, "hidden 0");

@@ -495,6 +495,14 @@ split_case("unbind/d0", randn(4, 3), 3, 0, 0, 0b1011)
 split_case("unbind/mid", randn(2, 3, 4), 3, 1, 0, 0b111)
 
 
+# var / std with correction past the reduced size (dims given): the value
+# inf, the backward's factor 2 / (N - correction) negative and finite
+for op in ("var", "std"):
+    x = randn(3, 4)
+    fn, params = reduction(op, x, [1], False, 6)
+    case(op + "/corr_over", [("x", x)], fn, params=params)
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
