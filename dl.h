@@ -7373,29 +7373,102 @@ static void dl__cpu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int
     }
 }
 
-typedef struct dl__sm_args { bool log; float *y; const float *x; int64_t n, inner; } dl__sm_args;
+/* total = the sum over j < n of expr (a double, of j) in 16 interleaved
+   partials added in a fixed tree: the loop vectorizes (one serial double
+   chain was latency-bound), and the bits depend on n alone */
+#define DL__SUM16(total, n, expr) do { \
+        double a_[16], b_[8]; \
+        int64_t k_, l_, j; \
+        for (l_ = 0; l_ < 16; l_++) a_[l_] = 0.0; \
+        for (k_ = 0; k_ + 16 <= (n); k_ += 16) \
+            for (l_ = 0; l_ < 16; l_++) { j = k_ + l_; a_[l_] += (expr); } \
+        for (l_ = 0; k_ < (n); k_++, l_++) { j = k_; a_[l_] += (expr); } \
+        for (l_ = 0; l_ < 8; l_++) b_[l_] = a_[l_] + a_[l_ + 8]; \
+        (total) = dl__acc8_total(b_); \
+    } while (0)
+
+typedef struct dl__sm_args { bool log; float *y; const float *x; int64_t n, inner, nb; } dl__sm_args;
+
+/* y[i] = exp(y[i]): softmax's exps as one loop over a contiguous run (it vectorizes) */
+static void dl__sm_exp(float *DL__RESTRICT y, int64_t n)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = dl__expf(y[i]);
+}
+
+#define DL__SM_B 64   /* columns of a strided softmax (inner > 1) done at once */
+
+/* rows (inner 1): the max over 16 lanes (x > m: NaN is skipped, and its exp
+   makes the row NaN), the exps of x - m into y, their sum in double over 16
+   interleaved partials (a fixed tree), then y scaled by 1/sum, or
+   x - m - log(sum) for log */
+static void dl__sm_rows(const dl__sm_args *u, int64_t lo, int64_t hi)
+{
+    int64_t j, k, l, n = u->n;
+    for (j = lo; j < hi; j++) {
+        const float *DL__RESTRICT x = u->x + j * n;
+        float *DL__RESTRICT y = u->y + j * n;
+        float mv[16], m = -INFINITY;
+        double s;
+        for (l = 0; l < 16; l++) mv[l] = -INFINITY;
+        for (k = 0; k + 16 <= n; k += 16)
+            for (l = 0; l < 16; l++) mv[l] = x[k + l] > mv[l] ? x[k + l] : mv[l];
+        for (; k < n; k++) m = x[k] > m ? x[k] : m;
+        for (l = 0; l < 16; l++) m = mv[l] > m ? mv[l] : m;
+        if (m == -INFINITY) m = 0;   /* all -inf: exp gives zeros, log gives -inf */
+        for (k = 0; k < n; k++) y[k] = x[k] - m;
+        dl__sm_exp(y, n);
+        DL__SUM16(s, n, (double)y[j]);
+        if (u->log) {
+            float ls = (float)log(s);
+            for (k = 0; k < n; k++) y[k] = x[k] - m - ls;
+        } else {
+            float inv = (float)(1.0 / s);
+            for (k = 0; k < n; k++) y[k] = y[k] * inv;
+        }
+    }
+}
+
+/* inner > 1: tasks are (outer index, block of DL__SM_B columns); the
+   columns of a block go along together, each k a contiguous run (as
+   PyTorch's), so no strided row is gathered; each column's max and double
+   sum in k order */
+static void dl__sm_cols(const dl__sm_args *u, int64_t lo, int64_t hi)
+{
+    int64_t t, k, i, n = u->n, in = u->inner;
+    for (t = lo; t < hi; t++) {
+        int64_t o = t / u->nb, i0 = (t % u->nb) * DL__SM_B, w = in - i0 < DL__SM_B ? in - i0 : DL__SM_B;
+        const float *DL__RESTRICT x = u->x + o * n * in + i0;
+        float *DL__RESTRICT y = u->y + o * n * in + i0;
+        float m[DL__SM_B], f[DL__SM_B];
+        double s[DL__SM_B];
+        for (i = 0; i < w; i++) { m[i] = -INFINITY; s[i] = 0.0; }
+        for (k = 0; k < n; k++)
+            for (i = 0; i < w; i++) m[i] = x[k * in + i] > m[i] ? x[k * in + i] : m[i];
+        for (i = 0; i < w; i++) if (m[i] == -INFINITY) m[i] = 0;
+        for (k = 0; k < n; k++) {
+            float *yk = y + k * in;
+            for (i = 0; i < w; i++) yk[i] = x[k * in + i] - m[i];
+            dl__sm_exp(yk, w);
+            for (i = 0; i < w; i++) s[i] += (double)yk[i];
+        }
+        if (u->log) {
+            for (i = 0; i < w; i++) f[i] = (float)log(s[i]);
+            for (k = 0; k < n; k++)
+                for (i = 0; i < w; i++) y[k * in + i] = x[k * in + i] - m[i] - f[i];
+        } else {
+            for (i = 0; i < w; i++) f[i] = (float)(1.0 / s[i]);
+            for (k = 0; k < n; k++)
+                for (i = 0; i < w; i++) y[k * in + i] = y[k * in + i] * f[i];
+        }
+    }
+}
 
 static void dl__sm_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__sm_args *u = (const dl__sm_args *)p;
-    int64_t j, k, n = u->n, in = u->inner;
-    for (j = lo; j < hi; j++) {
-        int64_t o = j / in, i = j % in;
-        const float *x = u->x + o * n * in + i;
-        float *y = u->y + o * n * in + i;
-        float m = -INFINITY;
-        double s = 0;
-        for (k = 0; k < n; k++) if (x[k * in] > m) m = x[k * in];
-        if (m == -INFINITY) m = 0;   /* all -inf: exp gives zeros, log gives -inf */
-        for (k = 0; k < n; k++) s += exp((double)(x[k * in] - m));
-        if (u->log) {
-            float ls = (float)log(s);
-            for (k = 0; k < n; k++) y[k * in] = x[k * in] - m - ls;
-        } else {
-            float inv = (float)(1.0 / s);
-            for (k = 0; k < n; k++) y[k * in] = expf(x[k * in] - m) * inv;
-        }
-    }
+    if (u->inner == 1) dl__sm_rows(u, lo, hi);
+    else dl__sm_cols(u, lo, hi);
 }
 
 static void dl__cpu_softmax(dl__dev *d, bool log, float *y, const float *x, int64_t outer,
@@ -7405,7 +7478,10 @@ static void dl__cpu_softmax(dl__dev *d, bool log, float *y, const float *x, int6
     x = (const float *)DL__RAW(d, x);
     dl__sm_args u;
     u.log = log; u.y = y; u.x = x; u.n = n; u.inner = inner;
-    dl__parallel_for(d->ctx->pool, outer * inner, (1 << 14) / (n + 1) + 1, dl__sm_task, &u);
+    u.nb = (inner + DL__SM_B - 1) / DL__SM_B;
+    if (inner == 1) dl__parallel_for(d->ctx->pool, outer, (1 << 14) / (n + 1) + 1, dl__sm_task, &u);
+    else dl__parallel_for(d->ctx->pool, outer * u.nb, (1 << 14) / (n * (inner < DL__SM_B ? inner : DL__SM_B) + 1) + 1,
+                          dl__sm_task, &u);
 }
 
 static int64_t dl__cpu_nonfinite(dl__dev *d, const float *x, int64_t n)
