@@ -10224,20 +10224,45 @@ static void dl__cpu_bn_stats(dl__dev *d, float *mean, float *invstd, float *var,
     }
 }
 
+/* planes [p, hi) of (N, C, L) go in runs of channels *c0, *c0 + 1, ...
+   of one sample (no division a plane; with L 1, batch norm over (N, C),
+   a run is one loop across the channels, which vectorizes): the length
+   of the run at p */
+static int64_t dl__bn_run(const dl__bn_args *u, int64_t p, int64_t hi, int64_t *c0)
+{
+    *c0 = p % u->C;
+    return hi - p < u->C - *c0 ? hi - p : u->C - *c0;
+}
+
 static void dl__bn_apply_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__bn_args *u = (const dl__bn_args *)arg;
-    int64_t p, l;
-    for (p = lo; p < hi; p++) {
-        int64_t c = p % u->C;
-        float sc = u->cinvstd[c] * (u->w ? u->w[c] : 1.0f);
-        float sh = (u->b ? u->b[c] : 0.0f) - u->cmean[c] * sc;
-        const float *x = u->x + p * u->L;
-        float *y = u->y + p * u->L;
-        for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
-        if (u->r) {   /* + the residual, rounded as dl_add's (in cache) */
-            const float *r = u->r + p * u->L;
-            for (l = 0; l < u->L; l++) y[l] = y[l] + r[l];
+    const float *DL__RESTRICT w = u->w, *DL__RESTRICT b = u->b, *DL__RESTRICT cm = u->cmean,
+                *DL__RESTRICT ci = u->cinvstd;
+    int64_t p, c0, e, j, l;
+    for (p = lo; p < hi; p += e) {
+        e = dl__bn_run(u, p, hi, &c0);
+        if (u->L == 1) {
+            const float *DL__RESTRICT x = u->x + p, *DL__RESTRICT r = u->r ? u->r + p : NULL;
+            float *DL__RESTRICT y = u->y + p;
+            for (j = 0; j < e; j++) {
+                float sc = ci[c0 + j] * (w ? w[c0 + j] : 1.0f);
+                y[j] = x[j] * sc + ((b ? b[c0 + j] : 0.0f) - cm[c0 + j] * sc);
+            }
+            if (r) for (j = 0; j < e; j++) y[j] = y[j] + r[j];
+            continue;
+        }
+        for (j = 0; j < e; j++) {
+            int64_t c = c0 + j;
+            float sc = ci[c] * (w ? w[c] : 1.0f);
+            float sh = (b ? b[c] : 0.0f) - cm[c] * sc;
+            const float *DL__RESTRICT x = u->x + (p + j) * u->L;
+            float *DL__RESTRICT y = u->y + (p + j) * u->L;
+            for (l = 0; l < u->L; l++) y[l] = x[l] * sc + sh;
+            if (u->r) {   /* + the residual, rounded as dl_add's (in cache) */
+                const float *DL__RESTRICT r = u->r + (p + j) * u->L;
+                for (l = 0; l < u->L; l++) y[l] = y[l] + r[l];
+            }
         }
     }
 }
@@ -10264,12 +10289,13 @@ static void dl__cpu_bn_apply(dl__dev *d, float *y, const float *x, const float *
     if (relu) dl__cpu_unary(d, DL__U_RELU, y, y, N * C * L, 0.0f, 0.0f);
 }
 
-/* channel c's sum(g) and sum(g (x - mean)) into sums, db and dw */
+/* channel c's sum(g) and sum(g (x - mean)) into db and dw, and into sums
+   dx's mean(g) and mean(g xhat) (as floats; train) */
 static void dl__bn_sums_fin(const dl__bn_args *u, int64_t c, double sg, double sgx)
 {
-    double is = u->cinvstd[c];
-    u->sums[2 * c] = sg;
-    u->sums[2 * c + 1] = sgx * is;                   /* sum(g xhat) */
+    double is = u->cinvstd[c], M = (double)(u->N * u->L);
+    u->sums[2 * c] = u->train ? (float)(sg / M) : 0.0f;
+    u->sums[2 * c + 1] = u->train ? (float)(sgx * is / M) : 0.0f;
     if (u->db) u->db[c] = (float)sg;
     if (u->dw) u->dw[c] = (float)(sgx * is);
 }
@@ -10317,20 +10343,38 @@ static void dl__bn_sums_task(void *arg, int64_t lo, int64_t hi)
 static void dl__bn_dx_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__bn_args *u = (const dl__bn_args *)arg;
-    int64_t p, l;
-    double M = (double)(u->N * u->L);
-    for (p = lo; p < hi; p++) {
-        int64_t c = p % u->C;
-        float is = u->cinvstd[c], wc = u->w ? u->w[c] : 1.0f, m = u->cmean[c];
-        float k = is * wc;                            /* dx = k (g - a - xhat b) */
-        float a = u->train ? (float)(u->sums[2 * c] / M) : 0.0f;
-        float bb = u->train ? (float)(u->sums[2 * c + 1] / M) : 0.0f;
-        const float *x = u->x + p * u->L, *g = u->g + p * u->L;
-        float *dx = u->dx + p * u->L;
-        if (!u->train)   /* (eval: affine in x, so an inf or NaN x still gets k g, as PyTorch's) */
-            for (l = 0; l < u->L; l++) dx[l] = k * g[l];
-        else
-            for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
+    const float *DL__RESTRICT w = u->w, *DL__RESTRICT cm = u->cmean, *DL__RESTRICT ci = u->cinvstd;
+    const double *DL__RESTRICT sums = u->sums;
+    /* dx = k (g - a - xhat b), k = invstd w; eval: k g (affine in x, so an
+       inf or NaN x still gets k g, as PyTorch's) */
+    int64_t p, c0, e, j, l;
+    for (p = lo; p < hi; p += e) {
+        e = dl__bn_run(u, p, hi, &c0);
+        if (u->L == 1) {
+            const float *DL__RESTRICT x = u->x + p, *DL__RESTRICT g = u->g + p;
+            float *DL__RESTRICT dx = u->dx + p;
+            if (!u->train)
+                for (j = 0; j < e; j++) dx[j] = ci[c0 + j] * (w ? w[c0 + j] : 1.0f) * g[j];
+            else
+                for (j = 0; j < e; j++) {
+                    int64_t c = c0 + j;
+                    float is = ci[c];
+                    dx[j] = is * (w ? w[c] : 1.0f) *
+                            (g[j] - (float)sums[2 * c] - (x[j] - cm[c]) * is * (float)sums[2 * c + 1]);
+                }
+            continue;
+        }
+        for (j = 0; j < e; j++) {
+            int64_t c = c0 + j;
+            float is = ci[c], m = cm[c], k = is * (w ? w[c] : 1.0f);
+            const float *DL__RESTRICT x = u->x + (p + j) * u->L, *DL__RESTRICT g = u->g + (p + j) * u->L;
+            float *DL__RESTRICT dx = u->dx + (p + j) * u->L;
+            if (!u->train) for (l = 0; l < u->L; l++) dx[l] = k * g[l];
+            else {
+                float a = (float)sums[2 * c], bb = (float)sums[2 * c + 1];
+                for (l = 0; l < u->L; l++) dx[l] = k * (g[l] - a - (x[l] - m) * is * bb);
+            }
+        }
     }
 }
 
@@ -10409,22 +10453,20 @@ static void dl__ln_fwd_task(void *arg, int64_t lo, int64_t hi)
     const dl__ln_args *u = (const dl__ln_args *)arg;
     int64_t r, j, n = u->cols;
     for (r = lo; r < hi; r++) {
-        const float *x = u->x + r * n;
-        float *y = u->y + r * n, is, m;
-        double s = 0, q = 0, md;
-        for (j = 0; j < n; j++) s += x[j];
+        const float *DL__RESTRICT x = u->x + r * n, *DL__RESTRICT w = u->w, *DL__RESTRICT b = u->b;
+        float *DL__RESTRICT y = u->y + r * n, is, m;
+        double s, q, md;
+        DL__SUM16(s, n, (double)x[j]);
         md = n ? s / (double)n : 0.0;
-        for (j = 0; j < n; j++) { double t = x[j] - md; q += t * t; }
+        DL__SUM16(q, n, ((double)x[j] - md) * ((double)x[j] - md));
         m = (float)md;
         is = (float)(1.0 / sqrt((n ? q / (double)n : 0.0) + (double)u->eps));
         u->mean[r] = m;
         u->invstd[r] = is;
-        for (j = 0; j < n; j++) {
-            float v = (x[j] - m) * is;
-            if (u->w) v = v * u->w[j];
-            if (u->b) v = v + u->b[j];
-            y[j] = v;
-        }
+        if (w && b) for (j = 0; j < n; j++) y[j] = (x[j] - m) * is * w[j] + b[j];
+        else if (w) for (j = 0; j < n; j++) y[j] = (x[j] - m) * is * w[j];
+        else if (b) for (j = 0; j < n; j++) y[j] = (x[j] - m) * is + b[j];
+        else for (j = 0; j < n; j++) y[j] = (x[j] - m) * is;
     }
 }
 
@@ -10449,36 +10491,45 @@ static void dl__ln_dx_task(void *arg, int64_t lo, int64_t hi)
     const dl__ln_args *u = (const dl__ln_args *)arg;
     int64_t r, j, n = u->cols;
     for (r = lo; r < hi; r++) {
-        const float *x = u->x + r * n, *g = u->g + r * n;
-        float *dx = u->dx + r * n, m = u->cmean[r], is = u->cinvstd[r], a, bb;
-        double sa = 0, sb = 0;
-        for (j = 0; j < n; j++) {
-            double gw = (double)g[j] * (u->w ? u->w[j] : 1.0f);
-            sa += gw;
-            sb += gw * (double)((x[j] - m) * is);
+        const float *DL__RESTRICT x = u->x + r * n, *DL__RESTRICT g = u->g + r * n, *DL__RESTRICT w = u->w;
+        float *DL__RESTRICT dx = u->dx + r * n, m = u->cmean[r], is = u->cinvstd[r], a, bb;
+        double sa, sb;
+        if (w) {
+            DL__SUM16(sa, n, (double)g[j] * w[j]);
+            DL__SUM16(sb, n, (double)g[j] * w[j] * (double)((x[j] - m) * is));
+        } else {
+            DL__SUM16(sa, n, (double)g[j]);
+            DL__SUM16(sb, n, (double)g[j] * (double)((x[j] - m) * is));
         }
         a = (float)(sa / (double)n);
         bb = (float)(sb / (double)n);
-        for (j = 0; j < n; j++) {
-            float gw = g[j] * (u->w ? u->w[j] : 1.0f);
-            dx[j] = is * (gw - a - (x[j] - m) * is * bb);
-        }
+        if (w) for (j = 0; j < n; j++) dx[j] = is * (g[j] * w[j] - a - (x[j] - m) * is * bb);
+        else for (j = 0; j < n; j++) dx[j] = is * (g[j] - a - (x[j] - m) * is * bb);
     }
 }
 
+/* columns [lo, hi) in blocks of DL__COLB, the rows walked in memory order
+   (each column's sums in row order, vectorized across the block) */
 static void dl__ln_dwb_task(void *arg, int64_t lo, int64_t hi)
 {
     const dl__ln_args *u = (const dl__ln_args *)arg;
-    int64_t r, j;
-    for (j = lo; j < hi; j++) {
-        double sw = 0, sb = 0;
+    int64_t r, j, j0, w;
+    double sw[DL__COLB], sb[DL__COLB];
+    for (j0 = lo; j0 < hi; j0 += w) {
+        w = hi - j0 < DL__COLB ? hi - j0 : DL__COLB;
+        for (j = 0; j < w; j++) sw[j] = sb[j] = 0.0;
         for (r = 0; r < u->rows; r++) {
-            float g = u->g[r * u->cols + j];
-            sw += (double)g * (double)((u->x[r * u->cols + j] - u->cmean[r]) * u->cinvstd[r]);
-            sb += g;
+            const float *DL__RESTRICT g = u->g + r * u->cols + j0, *DL__RESTRICT x = u->x + r * u->cols + j0;
+            float m = u->cmean[r], is = u->cinvstd[r];
+            for (j = 0; j < w; j++) {
+                sw[j] += (double)g[j] * (double)((x[j] - m) * is);
+                sb[j] += g[j];
+            }
         }
-        if (u->dw) u->dw[j] = (float)sw;
-        if (u->db) u->db[j] = (float)sb;
+        for (j = 0; j < w; j++) {
+            if (u->dw) u->dw[j0 + j] = (float)sw[j];
+            if (u->db) u->db[j0 + j] = (float)sb[j];
+        }
     }
 }
 
