@@ -7484,6 +7484,138 @@ static void dl__cpu_softmax(dl__dev *d, bool log, float *y, const float *x, int6
                           dl__sm_task, &u);
 }
 
+/* The class-index loss in one pass each way (dl__backend.class_loss, the
+   contract there; a replay checks the targets again, as class_mask's):
+   a's pointers untagged into r */
+static void dl__cpu_cls_raw(dl__dev *d, dl__clsargs *r, const dl__clsargs *a)
+{
+    *r = *a;
+    r->x = (const float *)DL__RAW0(d, a->x);
+    r->lpw = (float *)DL__RAW0(d, a->lpw);
+    r->lp = (const float *)DL__RAW(d, a->lp);
+    r->t = (const void *)DL__RAW(d, a->t);
+    r->w = (const float *)DL__RAW0(d, a->w);
+}
+
+static int64_t dl__cpu_cls_target(const dl__clsargs *a, int64_t j)
+{
+    return a->i64 ? ((const int64_t *)a->t)[j] : (int64_t)((const int32_t *)a->t)[j];
+}
+
+/* after the logits' log_softmax (the softmax entry), the positions in order
+   on one thread (sums in double: the same bits for any thread count) */
+static int64_t dl__cpu_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a0, int64_t *bad)
+{
+    dl__clsargs a;
+    int64_t P = a0->outer * a0->inner, j, k;
+    double sn = 0.0, ss = 0.0, sd = 0.0, sw = 0.0;
+    float fn, fs;
+    if (a0->x && P > 0 && a0->C > 0) dl__cpu_softmax(d, true, a0->lpw, a0->x, a0->outer, a0->C, a0->inner);
+    dl__cpu_cls_raw(d, &a, a0);
+    loss = (float *)DL__RAW(d, loss);
+    den = (float *)DL__RAW(d, den);
+    for (j = 0; j < P; j++) {
+        int64_t o = j / a.inner, i = j - o * a.inner, c = dl__cpu_cls_target(&a, j), in = a.inner;
+        const float *row = a.lp + o * a.C * in + i;
+        float nll = 0.0f, sm = 0.0f;
+        if (c != a.ignore && (c < 0 || c >= a.C)) {
+            *bad = c;
+            return j;
+        }
+        if (c != a.ignore) {
+            float wc = a.w ? a.w[c] : 1.0f;
+            nll = -(wc * row[c * in]);
+            sd += (double)wc;
+            if (a.e != 0.0f) {
+                double r;
+                if (a.w) DL__SUM16(r, a.C, (double)(a.w[j] * row[j * in]));
+                else DL__SUM16(r, a.C, (double)row[j * in]);
+                sm = -(float)r;
+            }
+        }
+        if (a.red == DL_REDUCTION_NONE) loss[j] = a.e != 0.0f ? a.e1 * nll + a.eC * sm : nll;
+        sn += (double)nll;
+        ss += (double)sm;
+    }
+    if (a.e != 0.0f && a.w)
+        for (k = 0; k < a.C; k++) sw += (double)a.w[k];
+    else sw = (double)a.C;
+    den[0] = (float)sd;
+    den[1] = (float)sw;
+    if (a.red == DL_REDUCTION_NONE) return -1;
+    fn = (float)sn;
+    fs = (float)ss;
+    if (a.red == DL_REDUCTION_MEAN) {
+        fn = fn / den[0];
+        fs = fs / den[0];
+    }
+    loss[0] = a.e != 0.0f ? a.e1 * fn + a.eC * fs : fn;
+    return -1;
+}
+
+typedef struct dl__clsb_args { dl__clsargs a; float *dx; const float *g, *den; } dl__clsb_args;
+
+/* one position's dx over the C classes at stride in (called with in 1 for
+   contiguous lines: inlined, a loop that vectorizes); ex: exp(lp) already
+   in dx */
+DL__GEMM_INLINE void dl__clsb_line(const dl__clsargs *a, float *DL__RESTRICT dx, const float *DL__RESTRICT lp,
+                                  int64_t in, int64_t ct, bool v, float s1, float s2, float S, bool ex)
+{
+    int64_t c;
+    for (c = 0; c < a->C; c++) {
+        float r = 0.0f;
+        if (v) {
+            float wc = a->w ? a->w[c] : 1.0f;
+            r = c == ct ? s1 * wc : 0.0f;
+            if (a->e != 0.0f) r = r + s2 * wc;
+        }
+        r = -r;
+        if (a->logits) r = r - (ex ? dx[c * in] : dl__expf(lp[c * in])) * S;
+        dx[c * in] = r;
+    }
+}
+
+/* positions [lo, hi): dx over the C classes of each, exp(lp) by one loop
+   over a contiguous run where inner is 1 (dl__sm_exp, in dx) */
+static void dl__clsb_task(void *arg, int64_t lo, int64_t hi)
+{
+    const dl__clsb_args *u = (const dl__clsb_args *)arg;
+    const dl__clsargs *a = &u->a;
+    int64_t j, in = a->inner, C = a->C;
+    for (j = lo; j < hi; j++) {
+        int64_t o = j / in, i = j - o * in, ct = dl__cpu_cls_target(a, j);
+        bool v = ct != a->ignore && ct >= 0 && ct < C;
+        float gj = !u->g ? 1.0f : a->red == DL_REDUCTION_NONE ? u->g[j] : u->g[0];   /* NULL: the implied seed */
+        float s = a->red == DL_REDUCTION_MEAN ? gj / u->den[0] : gj;
+        float s1 = a->e != 0.0f ? a->e1 * s : s, s2 = a->eC * s, S = 0.0f;
+        const float *lp = a->lp + o * C * in + i;
+        float *DL__RESTRICT dx = u->dx + o * C * in + i;
+        if (v && a->logits) {   /* sum_c dlp in closed form */
+            S = s1 * (a->w ? a->w[ct] : 1.0f);
+            if (a->e != 0.0f) S = S + s2 * u->den[1];
+            S = -S;
+        }
+        if (in == 1 && a->logits) {
+            memcpy(dx, lp, sizeof(float) * (size_t)C);
+            dl__sm_exp(dx, C);
+        }
+        if (in == 1) dl__clsb_line(a, dx, lp, 1, ct, v, s1, s2, S, a->logits);
+        else dl__clsb_line(a, dx, lp, in, ct, v, s1, s2, S, false);
+    }
+}
+
+static void dl__cpu_class_loss_bwd(dl__dev *d, float *dx, float *db, const float *g, const float *den,
+                                   const dl__clsargs *a)
+{
+    dl__clsb_args u;
+    (void)db;   /* (NULL: no colsum_fused) */
+    dl__cpu_cls_raw(d, &u.a, a);
+    u.dx = (float *)DL__RAW(d, dx);
+    u.g = (const float *)DL__RAW0(d, g);
+    u.den = (const float *)DL__RAW(d, den);
+    dl__parallel_for(d->ctx->pool, a->outer * a->inner, (1 << 14) / (a->C + 1) + 1, dl__clsb_task, &u);
+}
+
 static int64_t dl__cpu_nonfinite(dl__dev *d, const float *x, int64_t n)
 {
     x = (const float *)DL__RAW(d, x);
@@ -10577,7 +10709,7 @@ static const dl__backend dl__cpu_backend = {
     NULL, NULL, NULL, NULL,   /* cap_*: dl.h records the CPU's calls (capture and replay) */
     NULL, NULL, NULL,         /* mt_*: the vectorized per-tensor loops are the CPU's best */
     NULL,                     /* axpy_multi: likewise */
-    NULL, NULL,               /* class_loss*: composites (a dispatch is cheap on the CPU) */
+    dl__cpu_class_loss, dl__cpu_class_loss_bwd,
     NULL,                     /* chan_sum: the two reduce passes (their bits) */
     dl__cpu_eq_i64,
     NULL, NULL,               /* bias_act*: the add and the activation (vectorized passes) */
@@ -10706,7 +10838,7 @@ enum {
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
     DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD, DL__RK_CONVERT,
-    DL__RK_SELECT
+    DL__RK_SELECT, DL__RK_CLASS_LOSS, DL__RK_CLASS_LOSS_BWD
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -11265,6 +11397,19 @@ static int64_t dl__rw_class_mask(dl__dev *d, float *onehot, float *valid, const 
     }
     return DL__CPU.class_mask(d, onehot, valid, target, i64, outer, C, inner, ignore_index, bad);
 }
+static int64_t dl__rw_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad)
+{
+    DL__REC(d, DL__RK_CLASS_LOSS) if (dl__rec_blob(d, r, a, sizeof *a)) { r->p[0] = loss; r->p[1] = den; }
+    return DL__CPU.class_loss(d, loss, den, a, bad);
+}
+static void dl__rw_class_loss_bwd(dl__dev *d, float *dx, float *db, const float *g, const float *den,
+                                  const dl__clsargs *a)
+{
+    DL__REC(d, DL__RK_CLASS_LOSS_BWD) if (dl__rec_blob(d, r, a, sizeof *a)) {
+        r->p[0] = dx; r->p[1] = db; r->p[2] = (void *)g; r->p[3] = (void *)den;
+    }
+    DL__CPU.class_loss_bwd(d, dx, db, g, den, a);
+}
 static int64_t dl__rw_embed(dl__dev *d, float *y, const float *w, const void *idx, bool i64, int64_t n,
                             int64_t V, int64_t D, int64_t zrow, int64_t *bad)
 {
@@ -11519,7 +11664,7 @@ static const dl__backend dl__cap_backend = {
     NULL, NULL, NULL, NULL,
     NULL, NULL, NULL,
     NULL,
-    NULL, NULL,
+    dl__rw_class_loss, dl__rw_class_loss_bwd,
     NULL,
     dl__rw_eq_i64,
     NULL, NULL,
@@ -11531,6 +11676,15 @@ static const dl__backend dl__cap_backend = {
     dl__rw_embed, dl__rw_embed_bwd,
     dl__rw_convert, dl__rw_select
 };
+
+/* a replay's class-index target outside [0, C) (class_mask, class_loss): false */
+static bool dl__rec_bad_target(dl_capture *c, int64_t bad, int64_t at, int64_t C, int64_t ignore)
+{
+    dl__err(c->ctx, DL_ERR_ARG, "dl_replay: a class-index target holds %lld at flat index %lld: "
+            "class indices must be in [0, %lld) or equal ignore_index %lld (the loss's check, "
+            "which replays on CPU devices keep)", (long long)bad, (long long)at, (long long)C, (long long)ignore);
+    return false;
+}
 
 /* One record again (a replay). false, with the context's error, when its
    work cannot be done as recorded: a check the CPU keeps at replay
@@ -11572,15 +11726,19 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     case DL__RK_CLASS_MASK: {
         int64_t bad = 0, at = DL__CPU.class_mask(d, (float *)p[0], (float *)p[1], p[2], r->b[0], n[0], n[1], n[2],
                                                  n[3], &bad);
-        if (at >= 0) {
-            dl__err(c->ctx, DL_ERR_ARG, "dl_replay: a class-index target holds %lld at flat index %lld: "
-                    "class indices must be in [0, %lld) or equal ignore_index %lld (the loss's check, "
-                    "which replays on CPU devices keep)", (long long)bad, (long long)at, (long long)n[1],
-                    (long long)n[3]);
-            return false;
-        }
+        if (at >= 0) return dl__rec_bad_target(c, bad, at, n[1], n[3]);
         break;
     }
+    case DL__RK_CLASS_LOSS: {
+        const dl__clsargs *ca = (const dl__clsargs *)a;
+        int64_t bad = 0, at = DL__CPU.class_loss(d, (float *)p[0], (float *)p[1], ca, &bad);
+        if (at >= 0) return dl__rec_bad_target(c, bad, at, ca->C, ca->ignore);
+        break;
+    }
+    case DL__RK_CLASS_LOSS_BWD:
+        DL__CPU.class_loss_bwd(d, (float *)p[0], (float *)p[1], (const float *)p[2], (const float *)p[3],
+                               (const dl__clsargs *)a);
+        break;
     case DL__RK_EMBED: {
         int64_t bad = 0, at = DL__CPU.embed(d, (float *)p[0], (const float *)p[1], p[2], r->b[0], n[0], n[1],
                                             n[2], n[3], &bad);
@@ -13419,7 +13577,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
                     (long long)out->numel);
             return DL_ERR_SHAPE;
         }
-        /* the implied ones of a fused class loss (CUDA's) are read by its
+        /* the implied ones of a fused class loss are read by its
            backward as 1, and by nothing else: it makes a new dx, and no
            dl_grad target can be handed them. Left unfilled, they spare a
            step a launch (a graph node) */
@@ -15967,7 +16125,8 @@ dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal) { return dl__tri("dl_triu", x
    integer targets, dropout masks) come from a small kernel table of their
    own, dispatched per device like dl__K, so a GPU backend can supply them.
    Batch and layer norm are fused ops; so are cross entropy and nll_loss on
-   a backend with class_loss (CUDA's: 13 launches a step fewer), each with
+   a backend with class_loss (CUDA's: 13 launches a step fewer; the CPU's:
+   no one-hot mask, one pass each way), each with
    a backward written in dl.h ops for create_graph. */
 
 /* ---------------------------------------------------------------- helpers */
@@ -16565,7 +16724,7 @@ static dl_tensor *dl__cls_mean(dl_tensor *num, dl_tensor *den)
     return y;
 }
 
-/* The fused class-index loss (dl__backend.class_loss: CUDA's). Node: in =
+/* The fused class-index loss (dl__backend.class_loss). Node: in =
    (x, target, weight), x the logits (cross entropy, i[1] = 1) or the
    log-probabilities (nll_loss); saved = (lp: x's log_softmax, or x; den:
    the mean's denominator and the weights' sum); i[0] reduction, i[2]
