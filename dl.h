@@ -4809,6 +4809,11 @@ struct dl__backend {
        the value av or bv */
     void (*select)(dl__dev *d, float *y, const float *c, const float *a, const float *b, int64_t n, float av,
                    float bv);
+    /* optional (NULL: the binary and reduce entries): softmax's backward
+       over n of (outer, n, inner) from its output y: dx = y (g - sum(g y)),
+       with log dx = g - exp(y) sum(g) */
+    void (*softmax_bwd)(dl__dev *d, bool log, float *dx, const float *g, const float *y, int64_t outer, int64_t n,
+                        int64_t inner);
 };
 
 /* dtype conversions (dl_to_dtype), as torch on x86: float to int truncates
@@ -7482,6 +7487,62 @@ static void dl__cpu_softmax(dl__dev *d, bool log, float *y, const float *x, int6
     if (inner == 1) dl__parallel_for(d->ctx->pool, outer, (1 << 14) / (n + 1) + 1, dl__sm_task, &u);
     else dl__parallel_for(d->ctx->pool, outer * u.nb, (1 << 14) / (n * (inner < DL__SM_B ? inner : DL__SM_B) + 1) + 1,
                           dl__sm_task, &u);
+}
+
+/* softmax's backward over n of (outer, n, inner), y its output: dx = y (g -
+   sum(g y)), or for log dx = g - exp(y) sum(g); the sums in double (rows:
+   DL__SUM16 of the float products; columns: in k order, DL__SM_B at once) */
+typedef struct dl__smb_args { bool log; float *dx; const float *g, *y; int64_t n, inner, nb; } dl__smb_args;
+
+static void dl__smb_task(void *p, int64_t lo, int64_t hi)
+{
+    const dl__smb_args *u = (const dl__smb_args *)p;
+    int64_t t, k, i, n = u->n, in = u->inner;
+    for (t = lo; t < hi; t++) {
+        int64_t o = t / u->nb, i0 = (t % u->nb) * DL__SM_B, w = in - i0 < DL__SM_B ? in - i0 : DL__SM_B;
+        const float *DL__RESTRICT g = u->g + o * n * in + i0, *DL__RESTRICT y = u->y + o * n * in + i0;
+        float *DL__RESTRICT dx = u->dx + o * n * in + i0, f[DL__SM_B];
+        double s[DL__SM_B];
+        if (in == 1) {
+            if (u->log) DL__SUM16(s[0], n, (double)g[j]);
+            else DL__SUM16(s[0], n, (double)(g[j] * y[j]));
+            f[0] = (float)s[0];
+            if (u->log) {
+                memcpy(dx, y, sizeof(float) * (size_t)n);
+                dl__sm_exp(dx, n);
+                for (k = 0; k < n; k++) dx[k] = g[k] - dx[k] * f[0];
+            } else for (k = 0; k < n; k++) dx[k] = y[k] * (g[k] - f[0]);
+            continue;
+        }
+        for (i = 0; i < w; i++) s[i] = 0.0;
+        for (k = 0; k < n; k++)
+            if (u->log) for (i = 0; i < w; i++) s[i] += (double)g[k * in + i];
+            else for (i = 0; i < w; i++) s[i] += (double)(g[k * in + i] * y[k * in + i]);
+        for (i = 0; i < w; i++) f[i] = (float)s[i];
+        for (k = 0; k < n; k++) {
+            const float *gk = g + k * in, *yk = y + k * in;
+            float *dk = dx + k * in;
+            if (u->log) {
+                memcpy(dk, yk, sizeof(float) * (size_t)w);
+                dl__sm_exp(dk, w);
+                for (i = 0; i < w; i++) dk[i] = gk[i] - dk[i] * f[i];
+            } else for (i = 0; i < w; i++) dk[i] = yk[i] * (gk[i] - f[i]);
+        }
+    }
+}
+
+static void dl__cpu_softmax_bwd(dl__dev *d, bool log, float *dx, const float *g, const float *y, int64_t outer,
+                                int64_t n, int64_t inner)
+{
+    dl__smb_args u;
+    u.log = log;
+    u.dx = (float *)DL__RAW(d, dx);
+    u.g = (const float *)DL__RAW(d, g);
+    u.y = (const float *)DL__RAW(d, y);
+    u.n = n; u.inner = inner;
+    u.nb = (inner + DL__SM_B - 1) / DL__SM_B;
+    dl__parallel_for(d->ctx->pool, outer * u.nb, (1 << 14) / (n * (inner < DL__SM_B ? inner : DL__SM_B) + 1) + 1,
+                     dl__smb_task, &u);
 }
 
 /* The class-index loss in one pass each way (dl__backend.class_loss, the
@@ -10719,7 +10780,7 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
     NULL,                     /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
     dl__cpu_embed, dl__cpu_embed_bwd,
-    dl__cpu_convert, dl__cpu_select
+    dl__cpu_convert, dl__cpu_select, dl__cpu_softmax_bwd
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -10838,7 +10899,7 @@ enum {
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
     DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD, DL__RK_CONVERT,
-    DL__RK_SELECT, DL__RK_CLASS_LOSS, DL__RK_CLASS_LOSS_BWD
+    DL__RK_SELECT, DL__RK_CLASS_LOSS, DL__RK_CLASS_LOSS_BWD, DL__RK_SOFTMAX_BWD
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -11397,6 +11458,15 @@ static int64_t dl__rw_class_mask(dl__dev *d, float *onehot, float *valid, const 
     }
     return DL__CPU.class_mask(d, onehot, valid, target, i64, outer, C, inner, ignore_index, bad);
 }
+static void dl__rw_softmax_bwd(dl__dev *d, bool log, float *dx, const float *g, const float *y, int64_t outer,
+                               int64_t n, int64_t inner)
+{
+    DL__REC(d, DL__RK_SOFTMAX_BWD) {
+        r->b[0] = log; r->p[0] = dx; r->p[1] = (void *)g; r->p[2] = (void *)y;
+        r->n[0] = outer; r->n[1] = n; r->n[2] = inner;
+    }
+    DL__CPU.softmax_bwd(d, log, dx, g, y, outer, n, inner);
+}
 static int64_t dl__rw_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad)
 {
     DL__REC(d, DL__RK_CLASS_LOSS) if (dl__rec_blob(d, r, a, sizeof *a)) { r->p[0] = loss; r->p[1] = den; }
@@ -11674,7 +11744,7 @@ static const dl__backend dl__cap_backend = {
     NULL,
     NULL,
     dl__rw_embed, dl__rw_embed_bwd,
-    dl__rw_convert, dl__rw_select
+    dl__rw_convert, dl__rw_select, dl__rw_softmax_bwd
 };
 
 /* a replay's class-index target outside [0, C) (class_mask, class_loss): false */
@@ -11735,6 +11805,9 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
         if (at >= 0) return dl__rec_bad_target(c, bad, at, ca->C, ca->ignore);
         break;
     }
+    case DL__RK_SOFTMAX_BWD:
+        DL__CPU.softmax_bwd(d, r->b[0], (float *)p[0], (const float *)p[1], (const float *)p[2], n[0], n[1], n[2]);
+        break;
     case DL__RK_CLASS_LOSS_BWD:
         DL__CPU.class_loss_bwd(d, (float *)p[0], (float *)p[1], (const float *)p[2], (const float *)p[3],
                                (const dl__clsargs *)a);
@@ -15825,16 +15898,37 @@ static dl_tensor *dl__bias_act(dl_tensor *x, dl_tensor *b, int act)
 }
 
 /* y = softmax(x);      dx = y * (g - sum(g * y, dim))
-   y = log_softmax(x);  dx = g - exp(y) * sum(g, dim) */
+   y = log_softmax(x);  dx = g - exp(y) * sum(g, dim)
+   in one pass where the backend has softmax_bwd (and no graph is built) */
+static bool dl__softmax_bwd_fused(dl__node *n, dl_tensor *g, dl_tensor **gin, bool log, dl_result *res)
+{
+    dl_tensor *y = DL__Y, *dx;
+    int dim = (int)n->i[0];
+    if (dl__grad_on(y->ctx_) || !DL__BE(y)->softmax_bwd) return false;
+    if (!(dx = dl__like(n->op->name, y))) {
+        *res = DL_ERR_OOM;
+        return true;
+    }
+    if (y->numel)
+        DL__BE(y)->softmax_bwd(y->dev_, log, (float *)dx->data, (const float *)g->data, (const float *)y->data,
+                               dl__prod(y->shape, dim), y->shape[dim], dl__prod(y->shape + dim + 1, y->ndim - dim - 1));
+    gin[0] = dx;
+    *res = dl__dev_check(y->dev_, n->op->name);
+    return true;
+}
 static dl_result dl__softmax_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int dim = (int)n->i[0];
+    dl_result res;
+    if (dl__softmax_bwd_fused(n, g, gin, false, &res)) return res;
     gin[0] = dl_mul(DL__Y, dl_sub(g, dl_sum(dl_mul(g, DL__Y), dl__dims1(dim), true)));
     return DL_OK;
 }
 static dl_result dl__log_softmax_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int dim = (int)n->i[0];
+    dl_result res;
+    if (dl__softmax_bwd_fused(n, g, gin, true, &res)) return res;
     gin[0] = dl_sub(g, dl_mul(dl_exp(DL__Y), dl_sum(g, dl__dims1(dim), true)));
     return DL_OK;
 }

@@ -6080,7 +6080,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_colsum_fused,
     dl__cu_bn_stats_add,
     dl__cu_embed, dl__cu_embed_bwd,
-    dl__cu_convert, dl__cu_select
+    dl__cu_convert, dl__cu_select,
+    NULL   /* softmax_bwd: the binary and reduce launches */
 };
 
 static int dl__cuda_count(void)
