@@ -7403,33 +7403,44 @@ static void dl__sm_exp(float *DL__RESTRICT y, int64_t n)
 
 #define DL__SM_B 64   /* columns of a strided softmax (inner > 1) done at once */
 
+#define DL__SM_RUN 1024   /* rows (inner 1) whose exps go in one loop: up to this many floats */
+
 /* rows (inner 1): the max over 16 lanes (x > m: NaN is skipped, and its exp
-   makes the row NaN), the exps of x - m into y, their sum in double over 16
-   interleaved partials (a fixed tree), then y scaled by 1/sum, or
-   x - m - log(sum) for log */
+   makes the row NaN), the exps of x - m into y (short rows: a run of them
+   in one loop), their sum in double over 16 interleaved partials (a fixed
+   tree), then y scaled by 1/sum, or x - m - log(sum) for log */
 static void dl__sm_rows(const dl__sm_args *u, int64_t lo, int64_t hi)
 {
-    int64_t j, k, l, n = u->n;
-    for (j = lo; j < hi; j++) {
-        const float *DL__RESTRICT x = u->x + j * n;
-        float *DL__RESTRICT y = u->y + j * n;
-        float mv[16], m = -INFINITY;
-        double s;
-        for (l = 0; l < 16; l++) mv[l] = -INFINITY;
-        for (k = 0; k + 16 <= n; k += 16)
-            for (l = 0; l < 16; l++) mv[l] = x[k + l] > mv[l] ? x[k + l] : mv[l];
-        for (; k < n; k++) m = x[k] > m ? x[k] : m;
-        for (l = 0; l < 16; l++) m = mv[l] > m ? mv[l] : m;
-        if (m == -INFINITY) m = 0;   /* all -inf: exp gives zeros, log gives -inf */
-        for (k = 0; k < n; k++) y[k] = x[k] - m;
-        dl__sm_exp(y, n);
-        DL__SUM16(s, n, (double)y[j]);
-        if (u->log) {
-            float ls = (float)log(s);
-            for (k = 0; k < n; k++) y[k] = x[k] - m - ls;
-        } else {
-            float inv = (float)(1.0 / s);
-            for (k = 0; k < n; k++) y[k] = y[k] * inv;
+    int64_t j0, j1, j, k, l, n = u->n, run = n < DL__SM_RUN ? DL__SM_RUN / n : 1;
+    float mr[DL__SM_RUN];
+    for (j0 = lo; j0 < hi; j0 = j1) {
+        j1 = hi - j0 < run ? hi : j0 + run;
+        for (j = j0; j < j1; j++) {
+            const float *DL__RESTRICT x = u->x + j * n;
+            float *DL__RESTRICT y = u->y + j * n;
+            float mv[16], m = -INFINITY;
+            for (l = 0; l < 16; l++) mv[l] = -INFINITY;
+            for (k = 0; k + 16 <= n; k += 16)
+                for (l = 0; l < 16; l++) mv[l] = x[k + l] > mv[l] ? x[k + l] : mv[l];
+            for (; k < n; k++) m = x[k] > m ? x[k] : m;
+            for (l = 0; l < 16; l++) m = mv[l] > m ? mv[l] : m;
+            if (m == -INFINITY) m = 0;   /* all -inf: exp gives zeros, log gives -inf */
+            for (k = 0; k < n; k++) y[k] = x[k] - m;
+            mr[j - j0] = m;
+        }
+        dl__sm_exp(u->y + j0 * n, (j1 - j0) * n);
+        for (j = j0; j < j1; j++) {
+            const float *DL__RESTRICT x = u->x + j * n;
+            float *DL__RESTRICT y = u->y + j * n, m = mr[j - j0];
+            double s;
+            DL__SUM16(s, n, (double)y[j]);
+            if (u->log) {
+                float ls = (float)log(s);
+                for (k = 0; k < n; k++) y[k] = x[k] - m - ls;
+            } else {
+                float inv = (float)(1.0 / s);
+                for (k = 0; k < n; k++) y[k] = y[k] * inv;
+            }
         }
     }
 }
@@ -7491,29 +7502,46 @@ static void dl__cpu_softmax(dl__dev *d, bool log, float *y, const float *x, int6
 
 /* softmax's backward over n of (outer, n, inner), y its output: dx = y (g -
    sum(g y)), or for log dx = g - exp(y) sum(g); the sums in double (rows:
-   DL__SUM16 of the float products; columns: in k order, DL__SM_B at once) */
+   DL__SUM16 of the float products; columns: in k order, DL__SM_B at once,
+   tasks as the forward's) */
 typedef struct dl__smb_args { bool log; float *dx; const float *g, *y; int64_t n, inner, nb; } dl__smb_args;
+
+/* rows (inner 1), log's exps for a run of short rows in one loop (as dl__sm_rows) */
+static void dl__smb_rows(const dl__smb_args *u, int64_t lo, int64_t hi)
+{
+    int64_t j0, j1, j, k, n = u->n, run = n < DL__SM_RUN ? DL__SM_RUN / n : 1;
+    for (j0 = lo; j0 < hi; j0 = j1) {
+        j1 = hi - j0 < run ? hi : j0 + run;
+        if (u->log) {
+            memcpy(u->dx + j0 * n, u->y + j0 * n, sizeof(float) * (size_t)((j1 - j0) * n));
+            dl__sm_exp(u->dx + j0 * n, (j1 - j0) * n);
+        }
+        for (j = j0; j < j1; j++) {
+            const float *DL__RESTRICT g = u->g + j * n, *DL__RESTRICT y = u->y + j * n;
+            float *DL__RESTRICT dx = u->dx + j * n, f;
+            double s;
+            if (u->log) DL__SUM16(s, n, (double)g[j]);
+            else DL__SUM16(s, n, (double)(g[j] * y[j]));
+            f = (float)s;
+            if (u->log) for (k = 0; k < n; k++) dx[k] = g[k] - dx[k] * f;
+            else for (k = 0; k < n; k++) dx[k] = y[k] * (g[k] - f);
+        }
+    }
+}
 
 static void dl__smb_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__smb_args *u = (const dl__smb_args *)p;
     int64_t t, k, i, n = u->n, in = u->inner;
+    if (in == 1) {
+        dl__smb_rows(u, lo, hi);
+        return;
+    }
     for (t = lo; t < hi; t++) {
         int64_t o = t / u->nb, i0 = (t % u->nb) * DL__SM_B, w = in - i0 < DL__SM_B ? in - i0 : DL__SM_B;
         const float *DL__RESTRICT g = u->g + o * n * in + i0, *DL__RESTRICT y = u->y + o * n * in + i0;
         float *DL__RESTRICT dx = u->dx + o * n * in + i0, f[DL__SM_B];
         double s[DL__SM_B];
-        if (in == 1) {
-            if (u->log) DL__SUM16(s[0], n, (double)g[j]);
-            else DL__SUM16(s[0], n, (double)(g[j] * y[j]));
-            f[0] = (float)s[0];
-            if (u->log) {
-                memcpy(dx, y, sizeof(float) * (size_t)n);
-                dl__sm_exp(dx, n);
-                for (k = 0; k < n; k++) dx[k] = g[k] - dx[k] * f[0];
-            } else for (k = 0; k < n; k++) dx[k] = y[k] * (g[k] - f[0]);
-            continue;
-        }
         for (i = 0; i < w; i++) s[i] = 0.0;
         for (k = 0; k < n; k++)
             if (u->log) for (i = 0; i < w; i++) s[i] += (double)g[k * in + i];
