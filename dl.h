@@ -7053,13 +7053,19 @@ static void dl__cpu_unary(dl__dev *d, int op, float *y, const float *x, int64_t 
     dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__un_task, &u);
 }
 
-/* One row of a binary op: y[i] = a[i*sa] op b[i*sb]. */
+/* One row of a binary op: y[i] = a[i*sa] op b[i*sb]; steps of 1 and 0 get
+   loops of their own (gcc vectorizes them) */
 static void dl__bin_row(int op, float *y, const float *a, int64_t sa, const float *b, int64_t sb,
                         int64_t n)
 {
     int64_t i;
     switch (op) {
-#define DL__CASE(nm, ex) case DL__B_##nm: for (i = 0; i < n; i++) { float p = a[i * sa], q = b[i * sb]; y[i] = (ex); } break;
+#define DL__CASE(nm, ex) case DL__B_##nm: \
+        if (sa == 1 && sb == 1) { for (i = 0; i < n; i++) { float p = a[i], q = b[i]; y[i] = (ex); } } \
+        else if (sa == 1 && sb == 0) { float q = b[0]; for (i = 0; i < n; i++) { float p = a[i]; y[i] = (ex); } } \
+        else if (sa == 0 && sb == 1) { float p = a[0]; for (i = 0; i < n; i++) { float q = b[i]; y[i] = (ex); } } \
+        else { for (i = 0; i < n; i++) { float p = a[i * sa], q = b[i * sb]; y[i] = (ex); } } \
+        break;
     DL__BINARY_OPS(DL__CASE)
 #undef DL__CASE
     default: DL_ASSERT(0);
@@ -7073,64 +7079,73 @@ typedef struct dl__bin_args {
 static void dl__bin_flat_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__bin_args *u = (const dl__bin_args *)p;
-    int64_t sb = u->bc->sb[u->bc->ndim - 1] ? 1 : 0, sa = u->bc->sa[u->bc->ndim - 1] ? 1 : 0;
+    int64_t sa = u->bc->sa[0], sb = u->bc->sb[0];
     dl__bin_row(u->op, u->y + lo, u->a + lo * sa, sa, u->b + lo * sb, sb, hi - lo);
 }
 
+/* rows [lo, hi) of the last dim, the next row's offsets by stepping the
+   index (as dl__copy_task) */
 static void dl__bin_rows_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__bin_args *u = (const dl__bin_args *)p;
     const dl__bcast *bc = u->bc;
-    int last = bc->ndim - 1;
-    int64_t r;
+    int last = bc->ndim - 1, d;
+    int64_t r, oa = 0, ob = 0, rem = lo, k[DL_MAX_DIMS];
+    for (d = last - 1; d >= 0; d--) {
+        k[d] = rem % bc->shape[d];
+        rem /= bc->shape[d];
+        oa += k[d] * bc->sa[d];
+        ob += k[d] * bc->sb[d];
+    }
     for (r = lo; r < hi; r++) {
-        int64_t oa = 0, ob = 0, rem = r;
-        int d;
+        dl__bin_row(u->op, u->y + r * u->row, u->a + oa, bc->sa[last], u->b + ob, bc->sb[last], u->row);
         for (d = last - 1; d >= 0; d--) {
-            int64_t k = rem % bc->shape[d];
-            rem /= bc->shape[d];
-            oa += k * bc->sa[d];
-            ob += k * bc->sb[d];
+            oa += bc->sa[d];
+            ob += bc->sb[d];
+            if (++k[d] < bc->shape[d]) break;
+            oa -= k[d] * bc->sa[d];
+            ob -= k[d] * bc->sb[d];
+            k[d] = 0;
         }
-        dl__bin_row(u->op, u->y + r * u->row, u->a + oa, bc->sa[last], u->b + ob, bc->sb[last],
-                    u->row);
     }
 }
 
+/* dims of size 1 dropped and neighbours merged where both operands step
+   through them as one ((N, C, H, W) by (1, C, 1, 1) is (N, C, H W): rows of
+   H W with b fixed), so the rows are long and their loops plain */
 static void dl__cpu_binary(dl__dev *d, int op, float *y, const float *a, const float *b,
                            const dl__bcast *bc)
 {
+    dl__bin_args u;
+    dl__bcast m;
+    int k, n = 0;
     y = (float *)DL__RAW(d, y);
     a = (const float *)DL__RAW(d, a);
     b = (const float *)DL__RAW(d, b);
-    dl__bin_args u;
-    int k;
-    bool a_full = true, b_full = true, b_zero = true, a_zero = true;
-    int64_t st = 1;
-    u.op = op; u.y = y; u.a = a; u.b = b; u.bc = bc;
+    u.op = op; u.y = y; u.a = a; u.b = b; u.bc = &m;
     if (bc->n == 0) return;
-    if (bc->ndim == 0) { dl__bin_row(op, y, a, 0, b, 0, 1); return; }
-    for (k = bc->ndim - 1; k >= 0; k--) {
+    for (k = 0; k < bc->ndim; k++) {
         if (bc->shape[k] == 1) continue;
-        if (bc->sa[k] != st) a_full = false;
-        if (bc->sb[k] != st) b_full = false;
-        if (bc->sa[k] != 0) a_zero = false;
-        if (bc->sb[k] != 0) b_zero = false;
-        st *= bc->shape[k];
+        if (n > 0 && m.sa[n - 1] == bc->sa[k] * bc->shape[k] && m.sb[n - 1] == bc->sb[k] * bc->shape[k]) {
+            m.shape[n - 1] *= bc->shape[k];
+            m.sa[n - 1] = bc->sa[k];
+            m.sb[n - 1] = bc->sb[k];
+            continue;
+        }
+        m.shape[n] = bc->shape[k];
+        m.sa[n] = bc->sa[k];
+        m.sb[n] = bc->sb[k];
+        n++;
     }
-    if ((a_full || a_zero) && (b_full || b_zero)) {
-        /* contiguous or scalar operands: one flat row, split across threads */
-        dl__bcast flat = *bc;
-        flat.ndim = 1;
-        flat.sa[0] = a_zero ? 0 : 1;
-        flat.sb[0] = b_zero ? 0 : 1;
-        u.bc = &flat;
-        dl__parallel_for(d->ctx->pool, bc->n, 1 << 15, dl__bin_flat_task, &u);
+    if (n == 0) { dl__bin_row(op, y, a, 0, b, 0, 1); return; }
+    m.ndim = n;
+    m.n = bc->n;
+    if (n == 1) {   /* one row (contiguous or scalar operands), split across threads */
+        dl__parallel_for(d->ctx->pool, m.n, 1 << 15, dl__bin_flat_task, &u);
         return;
     }
-    u.row = bc->shape[bc->ndim - 1];
-    if (u.row == 0) return;
-    dl__parallel_for(d->ctx->pool, bc->n / u.row, (1 << 15) / u.row + 1, dl__bin_rows_task, &u);
+    u.row = m.shape[n - 1];
+    dl__parallel_for(d->ctx->pool, m.n / u.row, (1 << 15) / u.row + 1, dl__bin_rows_task, &u);
 }
 
 typedef struct dl__red_args {
