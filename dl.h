@@ -7301,9 +7301,46 @@ static void dl__copy_task(void *p, int64_t lo, int64_t hi)
     }
 }
 
+#define DL__TR 256   /* a transpose's rows a task takes */
+
+/* 8 columns of rows [i0, i1) of a transpose: the 8 source rows read along
+   together, each destination row written 8 at a time (fewer, or one source
+   row at a time and one element per destination line, thrash the cache
+   where the rows are a power of 2 apart) */
+#define DL__TCOLS(T) do { \
+        T *dp = (T *)u->dst + od; \
+        const T *sp = (const T *)u->src + os; \
+        for (j0 = 0; j0 + 8 <= Cn; j0 += 8) \
+            for (i = i0; i < i1; i++) for (j = 0; j < 8; j++) dp[i * dr + j0 + j] = sp[i + (j0 + j) * sc]; \
+        for (i = i0; i < i1; i++) for (j = j0; j < Cn; j++) dp[i * dr + j] = sp[i + j * sc]; \
+    } while (0)
+
+/* a transpose (dst's last dim read from a source whose next-to-last dim is
+   contiguous): blocks [lo, hi) of DL__TR rows of the last two dims */
+static void dl__copy_tiles_task(void *p, int64_t lo, int64_t hi)
+{
+    const dl__copy_args *u = (const dl__copy_args *)p;
+    int n = u->ndim, d;
+    int64_t R = u->shape[n - 2], Cn = u->shape[n - 1], blocks = (R + DL__TR - 1) / DL__TR;
+    int64_t dr = u->ds[n - 2], sc = u->ss[n - 1], t, i, j, j0;
+    for (t = lo; t < hi; t++) {
+        int64_t i0 = (t % blocks) * DL__TR, i1 = i0 + DL__TR < R ? i0 + DL__TR : R, od = 0, os = 0, rem = t / blocks;
+        for (d = n - 3; d >= 0; d--) {
+            int64_t k = rem % u->shape[d];
+            rem /= u->shape[d];
+            od += k * u->ds[d];
+            os += k * u->ss[d];
+        }
+        if (u->esize == 4) DL__TCOLS(float);
+        else DL__TCOLS(int64_t);
+    }
+}
+#undef DL__TCOLS
+
 /* dims of size 1 dropped, and neighbours merged where both sides step
    through them as one (a copy of (N, C, H, W) with C broadcast is two dims
-   at most), before the rows are split over the threads */
+   at most), before the rows are split over the threads (a transpose's in
+   blocks: dl__copy_tiles_task) */
 static void dl__cpu_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *shape, void *dst,
                             const int64_t *ds, const void *src, const int64_t *ss)
 {
@@ -7330,6 +7367,12 @@ static void dl__cpu_copy_nd(dl__dev *d, size_t esize, int ndim, const int64_t *s
     for (k = 0; k < n - 1; k++) rows *= sh[k];
     u.esize = esize; u.ndim = n; u.shape = sh; u.dst = (char *)dst; u.ds = dd;
     u.src = (const char *)src; u.ss = sd;
+    if (n >= 2 && dd[n - 1] == 1 && sd[n - 2] == 1 && sd[n - 1] > 1 && sh[n - 1] > 1) {
+        int64_t blocks = (sh[n - 2] + DL__TR - 1) / DL__TR;
+        dl__parallel_for(d->ctx->pool, rows / sh[n - 2] * blocks, (1 << 14) / (DL__TR * sh[n - 1]) + 1,
+                         dl__copy_tiles_task, &u);
+        return;
+    }
     dl__parallel_for(d->ctx->pool, rows, (1 << 14) / sh[n - 1] + 1, dl__copy_task, &u);
 }
 
