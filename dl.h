@@ -10176,6 +10176,34 @@ static void dl__avgpool_task(void *arg, int64_t lo, int64_t hi)
     const dl__avg_args *u = (const dl__avg_args *)arg;
     const dl__pgeom *g = u->g;
     int64_t q, o0, o1, o2;
+    if (g->adaptive && g->Lb == 1 && g->La > 0) {
+        /* a global average (every window the whole plane, in order): eight
+           planes' sums side by side (eight chains of adds in flight), each
+           as the loops below add it; the adjoint 0 + g / div everywhere */
+        int64_t L = g->La, j;
+        int k;
+        bool dsum = L > DL__AVG_DSUM;
+        if (u->adj) {
+            for (q = lo; q < hi; q++) {
+                float v = 0.0f + u->y[q] / (float)L, *x = u->x + q * L;
+                for (j = 0; j < L; j++) x[j] = v;
+            }
+            return;
+        }
+        for (q = lo; q + 8 <= hi; q += 8) {
+            const float *x = u->x + q * L;
+            double sd[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float sf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (dsum) {
+                for (j = 0; j < L; j++) for (k = 0; k < 8; k++) sd[k] += x[k * L + j];
+                for (k = 0; k < 8; k++) u->y[q + k] = (float)(sd[k] / (double)L);
+            } else {
+                for (j = 0; j < L; j++) for (k = 0; k < 8; k++) sf[k] += x[k * L + j];
+                for (k = 0; k < 8; k++) u->y[q + k] = sf[k] / (float)L;
+            }
+        }
+        lo = q;
+    }
     /* (depth padding would count in the divisor: the general loop) */
     if (g->ia[0] == 1 && g->ob[0] == 1 && g->p[0] == 0 && g->ob[2] <= DL__AVG_MAXW) {
         for (q = lo; q < hi; q++) dl__avgpool2d_plane(u->x + q * g->La, u->y + q * g->Lb, g, u->adj);
