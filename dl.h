@@ -14255,7 +14255,8 @@ static dl_result dl__pow_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     float hi = (float)e, lo = (float)(e - (double)hi);
     if (p == 0.0) gin[0] = dl_mul_scalar(g, 0.0f);
     else if (p == 1.0) gin[0] = g;
-    else gin[0] = dl_mul(g, dl_mul_scalar(dl__pow2(DL__X, hi, lo), (float)p));
+    else   /* (x^1 is x bit for bit, and its gradient g: no pass for it) */
+        gin[0] = dl_mul(g, dl_mul_scalar(hi == 1.0f && lo == 0.0f ? DL__X : dl__pow2(DL__X, hi, lo), (float)p));
     return DL_OK;
 }
 /* y = a x + b;  dx = a g */
