@@ -4225,6 +4225,19 @@ static DL__HD inline float dl__expf(float x)
    log(1e-40) = -92 made such a loss differ by 8 per element). */
 static DL__HD inline float dl__sigmoidf(float x) { return 1.0f / (1.0f + dl__expf(-x)); }
 
+/* c ? a : b by bits: a float select that gcc vectorizes even where a side
+   holds a division (a ?: it keeps as a branch: the division may trap) */
+static DL__HD inline float dl__self(bool c, float a, float b)
+{
+    uint32_t ua, ub, m = 0u - (uint32_t)c;
+    float r;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    ua = (ua & m) | (ub & ~m);
+    memcpy(&r, &ua, 4);
+    return r;
+}
+
 /* tanh without libm's call per element (Cephes' tanhf, branch-free so a
    vector loop computes it; torch's CPU tanh is a vector routine too): on
    a = |x| < 0.625 a + a z P(z), z = a^2, else 1 - 2/(exp(2a) + 1) (1 where
@@ -4233,22 +4246,97 @@ static DL__HD inline float dl__sigmoidf(float x) { return 1.0f / (1.0f + dl__exp
 static DL__HD inline float dl__tanhf(float x)
 {
     float a = fabsf(x), z = a * a, p, big, small, r;
-    uint32_t sb, bb, xb, m, rb;
+    uint32_t xb, rb;
     p = DL__GEMM_FMA(-5.70498872745e-3f, z, 2.06390887954e-2f);
     p = DL__GEMM_FMA(p, z, -5.37397155531e-2f);
     p = DL__GEMM_FMA(p, z, 1.33314422036e-1f);
     p = DL__GEMM_FMA(p, z, -3.33332819422e-1f);
     small = DL__GEMM_FMA(p * z, a, a);
     big = 1.0f - 2.0f / (dl__expf(2.0f * a) + 1.0f);
-    /* the select and the sign by bits: gcc keeps a ?: with a division on
-       one side as a branch (it may trap), and the loop unvectorized */
-    memcpy(&sb, &small, 4);
-    memcpy(&bb, &big, 4);
+    r = dl__self(a < 0.625f, small, big);
+    memcpy(&rb, &r, 4);
     memcpy(&xb, &x, 4);
-    m = 0u - (uint32_t)(a < 0.625f);
-    rb = (((sb & m) | (bb & ~m)) & 0x7fffffffu) | (xb & 0x80000000u);
+    rb = (rb & 0x7fffffffu) | (xb & 0x80000000u);   /* x's sign by bits */
     memcpy(&r, &rb, 4);
     return r;
+}
+
+/* log(x) for float, branch-free (vectorizes; libm's logf is a call per
+   element): x = 2^k z with z in [sqrt(1/2), sqrt 2) from the bits
+   (subnormals scaled by 2^23 first), f = z - 1, log(1 + f) by Cephes'
+   logf polynomial, k ln 2 in two parts. Within 1 ulp (tests/test_ops.c
+   checks every float against log in double); -inf at +-0, NaN below 0
+   and at NaN, +inf at +inf, as logf. */
+static DL__HD inline float dl__logf(float x)
+{
+    bool sub = x < 1.17549435e-38f;
+    float xs = x * dl__self(sub, 8388608.0f, 1.0f), z, f, f2, p, k, r;
+    uint32_t ix, t;
+    memcpy(&ix, &xs, 4);
+    t = ix - 0x3f3504f3u;                             /* z's exponent from sqrt(1/2) up */
+    k = (float)((int32_t)t >> 23) - dl__self(sub, 23.0f, 0.0f);
+    ix -= t & 0xff800000u;
+    memcpy(&z, &ix, 4);
+    f = z - 1.0f;
+    f2 = f * f;
+    p = DL__GEMM_FMA(7.0376836292e-2f, f, -1.1514610310e-1f);
+    p = DL__GEMM_FMA(p, f, 1.1676998740e-1f);
+    p = DL__GEMM_FMA(p, f, -1.2420140846e-1f);
+    p = DL__GEMM_FMA(p, f, 1.4249322787e-1f);
+    p = DL__GEMM_FMA(p, f, -1.6668057665e-1f);
+    p = DL__GEMM_FMA(p, f, 2.0000714765e-1f);
+    p = DL__GEMM_FMA(p, f, -2.4999993993e-1f);
+    p = DL__GEMM_FMA(p, f, 3.3333331174e-1f);
+    r = DL__GEMM_FMA(p * f, f2, DL__GEMM_FMA(k, -2.12194440e-4f, 0.0f));
+    r = DL__GEMM_FMA(-0.5f, f2, r) + f;
+    r = DL__GEMM_FMA(k, 0.693359375f, r);
+    r = dl__self(x == INFINITY, x, r);   /* (selects by bits: a ?: here became branches) */
+    r = dl__self(x == 0.0f, -INFINITY, r);
+    return dl__self(!(x >= 0.0f), NAN, r);
+}
+
+/* log(1 + u) for u >= -1 (softplus' log1p(exp(.))): log(w), w = 1 + u,
+   plus the error of that sum over w, (u - (w - 1)) / w, exact by
+   Fast2Sum; u where w = 1. Within 2 ulp of log1p. */
+static DL__HD inline float dl__log1pf(float u)
+{
+    float w = 1.0f + u, c = dl__self(u >= 1.0f, (u - w) + 1.0f, (1.0f - w) + u);
+    return dl__logf(w) + dl__self(w < INFINITY, c, 0.0f) / w;
+}
+
+/* erf(x) for float, branch-free: on |x| < 1 x P(x^2) (Cephes' erff
+   polynomial), else 1 - exp(-x^2) Q(1/|x|) (Q: a least-squares fit of
+   erfc(t) exp(t^2) on [1, 4]; erf is 1 in float past 3.92), then x's sign.
+   Within 2 ulp of erf; +-1 at +-inf, NaN at NaN, -0 at -0, as erff. */
+static DL__HD inline float dl__erff(float x)
+{
+    float a = fabsf(x), z = x * x, p, q, t, e;
+    uint32_t rb, xb;
+    p = DL__GEMM_FMA(7.853861353153693e-5f, z, -8.010193625184903e-4f);
+    p = DL__GEMM_FMA(p, z, 5.188327685732524e-3f);
+    p = DL__GEMM_FMA(p, z, -2.685381193529856e-2f);
+    p = DL__GEMM_FMA(p, z, 1.128358514861418e-1f);
+    p = DL__GEMM_FMA(p, z, -3.761262582423300e-1f);
+    p = DL__GEMM_FMA(p, z, 1.28379165726710e-1f);   /* (2/sqrt(pi) - 1: x + x p rounds once less) */
+    t = 1.0f / dl__self(a > 4.0f, 4.0f, dl__self(a < 1.0f, 1.0f, a));   /* (NaN passes) */
+    q = 3.206583621e-02f;
+    q = DL__GEMM_FMA(q, t, -1.871951535e-01f);
+    q = DL__GEMM_FMA(q, t, 4.562140205e-01f);
+    q = DL__GEMM_FMA(q, t, -5.615039056e-01f);
+    q = DL__GEMM_FMA(q, t, 2.593266141e-01f);
+    q = DL__GEMM_FMA(q, t, 2.187654818e-01f);
+    q = DL__GEMM_FMA(q, t, -3.716936207e-01f);
+    q = DL__GEMM_FMA(q, t, 1.960391491e-02f);
+    q = DL__GEMM_FMA(q, t, 5.618857264e-01f);
+    q = DL__GEMM_FMA(q, t, 1.146692961e-04f);
+    e = dl__expf(-z);
+    q = 1.0f - e * q;
+    p = dl__self(a < 1.0f, DL__GEMM_FMA(a, p, a), q);
+    memcpy(&rb, &p, 4);
+    memcpy(&xb, &x, 4);
+    rb |= xb & 0x80000000u;
+    memcpy(&p, &rb, 4);
+    return p;
 }
 
 /* x sigmoid(x) as x/(1+exp(-x)), the same way (-0 below -88.72, as torch) */
@@ -4260,7 +4348,7 @@ static DL__HD inline float dl__siluf(float x) { return x / (1.0f + dl__expf(-x))
    x = -inf (y < 1) and at y = 1, x = +-inf, as PyTorch's. (The form
    max(x, 0) - x y + log1p(exp(-|x|)) gave NaN at x = +inf and +inf at
    x = -inf; for finite x it is the same sum, rounded otherwise.) */
-static DL__HD inline float dl__softplus_negf(float x) { return (x < 0 ? -x : 0.0f) + log1pf(expf(-fabsf(x))); }
+static DL__HD inline float dl__softplus_negf(float x) { return (x < 0 ? -x : 0.0f) + dl__log1pf(dl__expf(-fabsf(x))); }
 static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN(1.0f - y, x) + dl__softplus_negf(x); }
 
 /* the tanh GELU's constants, as torch's: sqrt(2/pi) and 0.044715 */
@@ -4273,20 +4361,20 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
 #define DL__UNARY_OPS(X) \
     X(NEG, -x) \
     X(EXP, dl__expf(x)) \
-    X(LOG, logf(x)) \
+    X(LOG, dl__logf(x)) \
     X(SQRT, sqrtf(x)) \
     X(ABS, fabsf(x)) \
     X(SIGN, (float)((x > 0) - (x < 0))) \
-    X(ERF, erff(x)) \
+    X(ERF, dl__erff(x)) \
     X(RELU, (x > 0 || x != x) ? x : 0.0f) \
     X(LEAKY, (x > 0 ? 1.0f : a) * x) /* (a select of constants, then one product: vectorized) */ \
     X(SIGMOID, dl__sigmoidf(x)) \
     X(SILU, dl__siluf(x)) \
     X(TANH, dl__tanhf(x)) \
-    X(GELU, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f))) \
+    X(GELU, 0.5f * x * (1.0f + dl__erff(x * 0.70710678118654752f))) \
     X(GELU_TANH, 0.5f * x * (1.0f + dl__tanhf(DL__GELU_B * (x + DL__MUL_RN(DL__GELU_K, x * x * x))))) /* torch's order */ \
     X(SOFTPLUSN, dl__softplus_negf(x)) /* softplus(-x): bce_with_logits with pos_weight */ \
-    X(SOFTPLUS, x * a > b ? x : log1pf(expf(x * a)) / a) /* F.softplus(beta a, threshold b), torch's */ \
+    X(SOFTPLUS, dl__self(x * a > b, x, dl__log1pf(dl__expf(x * a)) / a)) /* F.softplus(beta a, threshold b), torch's */ \
     X(LOGSIGMOID, -dl__softplus_negf(x)) /* min(x, 0) - log1p(exp(-|x|)), torch's */ \
     X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) : /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
            a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
@@ -7028,20 +7116,30 @@ static void dl__cpu_eq_i64(dl__dev *d, float *y, const int64_t *a, const int64_t
 
 typedef struct dl__un_args { int op; float *y; const float *x; float a, b; } dl__un_args;
 
+/* one loop per op, each a function of its own reached through a table: in
+   one switch gcc merged the cases' code and left some loops (softplus,
+   logsigmoid) unvectorized */
+#define DL__CASE(nm, ex) \
+    static void dl__un_##nm(float *y, const float *xs, int64_t n, float a, float b) \
+    { \
+        int64_t i; \
+        for (i = 0; i < n; i++) { float x = xs[i]; y[i] = (ex); } \
+        (void)a; (void)b; \
+    }
+DL__UNARY_OPS(DL__CASE)
+#undef DL__CASE
+typedef void (*dl__un_fn)(float *, const float *, int64_t, float, float);
+static const dl__un_fn dl__un_fns[DL__U_COUNT] = {
+#define DL__CASE(nm, ex) dl__un_##nm,
+    DL__UNARY_OPS(DL__CASE)
+#undef DL__CASE
+};
+
 static void dl__un_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__un_args *u = (const dl__un_args *)p;
-    float *y = u->y;
-    const float *xs = u->x;
-    float a = u->a, b = u->b;
-    int64_t i;
-    switch (u->op) {
-#define DL__CASE(nm, ex) case DL__U_##nm: for (i = lo; i < hi; i++) { float x = xs[i]; y[i] = (ex); } break;
-    DL__UNARY_OPS(DL__CASE)
-#undef DL__CASE
-    default: DL_ASSERT(0);
-    }
-    (void)a; (void)b;
+    DL_ASSERT(u->op >= 0 && u->op < DL__U_COUNT);
+    dl__un_fns[u->op](u->y + lo, u->x + lo, hi - lo, u->a, u->b);
 }
 
 static void dl__cpu_unary(dl__dev *d, int op, float *y, const float *x, int64_t n, float a, float b)

@@ -319,6 +319,46 @@ static void test_tanhf(void)
           dl__tanhf(1e-45f) == 1e-45f, "dl__tanhf at +-0 and the smallest subnormal");
 }
 
+/* ulps of got from ref (double): one step of a float at ref's binade, of
+   the smallest normal's below it */
+static double ulps_from(float got, double ref)
+{
+    int e;
+    double a = fabs(ref) < FLT_MIN ? FLT_MIN : fabs(ref);
+    frexp(a, &e);
+    return fabs((double)got - ref) / ldexp(1.0, e - 24);
+}
+
+/* dl__logf, dl__log1pf and dl__erff (behind dl_log, softplus, logsigmoid,
+   BCE with logits, dl_erf and dl_gelu; vectorizable) against libm in
+   double over a sweep of floats, and their special values as libm's */
+static void test_logf_erff(void)
+{
+    double wl = 0, wp = 0, we = 0, al = 0, ap = 0, ae = 0, e;
+    uint32_t b;
+    for (b = 0; b < 0xff800000u; b += 997) {   /* every binade, both signs */
+        float x;
+        memcpy(&x, &b, 4);
+        if (x != x) continue;
+        if (x > 0 && (e = ulps_from(dl__logf(x), log((double)x))) > wl) { wl = e; al = x; }
+        if ((e = ulps_from(dl__erff(x), erf((double)x))) > we) { we = e; ae = x; }
+        if (x > -1 && (e = ulps_from(dl__log1pf(x), log1p((double)x))) > wp) { wp = e; ap = x; }
+    }
+    CHECK(wl <= 1.0, "dl__logf: %.2f ulp from log at x = %.9g", wl, al);
+    CHECK(we <= 2.0, "dl__erff: %.2f ulp from erf at x = %.9g", we, ae);
+    CHECK(wp <= 2.0, "dl__log1pf: %.2f ulp from log1p at x = %.9g", wp, ap);
+    CHECK(dl__logf(0.0f) == -INFINITY && dl__logf(-0.0f) == -INFINITY && isnan(dl__logf(-1.0f)) &&
+          isnan(dl__logf(-INFINITY)) && dl__logf(INFINITY) == INFINITY && isnan(dl__logf(NAN)) &&
+          dl__logf(1.0f) == 0.0f, "dl__logf at +-0, -1, +-inf, NaN, 1");
+    CHECK(fabs(dl__logf(1.4e-45f) - log((double)1.4e-45f)) < 1e-5, "dl__logf of the smallest subnormal: %.9g",
+          (double)dl__logf(1.4e-45f));
+    CHECK(dl__erff(INFINITY) == 1.0f && dl__erff(-INFINITY) == -1.0f && isnan(dl__erff(NAN)) &&
+          dl__erff(1e38f) == 1.0f && signbit(dl__erff(-0.0f)) && dl__erff(0.0f) == 0.0f &&
+          dl__erff(-1e-45f) < 0, "dl__erff at +-inf, NaN, 1e38, +-0, a subnormal");
+    CHECK(dl__log1pf(INFINITY) == INFINITY && dl__log1pf(0.0f) == 0.0f && dl__log1pf(1e-45f) == 1e-45f &&
+          isnan(dl__log1pf(NAN)), "dl__log1pf at inf, 0, a subnormal, NaN");
+}
+
 /* dl_eq (torch.eq as float32 1/0): float32 with NaN, signed zeros and
    infinities; int64 (the accuracy idiom: dl_sum(dl_eq(dl_argmax(x, 1), y)))
    with broadcasting on either side; no gradient; the refusals. */
@@ -437,6 +477,7 @@ int main(void)
     test_matmul();
     test_expf();
     test_tanhf();
+    test_logf_erff();
     test_eq();
     dl_step_end(ctx);
     test_long_sums();
