@@ -7258,6 +7258,33 @@ static double dl__acc8_total(const double *a)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* the max (mx) or min of a row of r floats, -inf (+inf) when empty, in
+   one loop that vectorizes (a float max/min with NaN's rules does not):
+   each float's bits as an unsigned key in the floats' order (negatives
+   flipped), so a max and a min of integers; a key past +inf's or below
+   -inf's is a NaN, and gives the row's first NaN (torch's NaN). The order
+   is total (-0 < +0), so the result does not depend on the scan's order. */
+static float dl__maxmin_row(const float *x, int64_t r, bool mx)
+{
+    uint32_t hi = 0, lo = 0xffffffffu, u, key;
+    int64_t k;
+    float v;
+    if (r == 0) return mx ? -INFINITY : INFINITY;
+    for (k = 0; k < r; k++) {
+        memcpy(&u, x + k, 4);
+        key = u ^ ((0u - (u >> 31)) | 0x80000000u);
+        hi = key > hi ? key : hi;
+        lo = key < lo ? key : lo;
+    }
+    if (hi > 0xff800000u || lo < 0x007fffffu)
+        for (k = 0; k < r; k++)
+            if (x[k] != x[k]) return x[k];
+    key = mx ? hi : lo;
+    u = (key & 0x80000000u) ? key ^ 0x80000000u : ~key;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
 #define DL__COLB 256   /* columns a reduce's column sums hold in double at once */
 
 static void dl__red_task(void *p, int64_t lo, int64_t hi)
@@ -7276,13 +7303,7 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
                 for (; k < r; k++) a[k & 7] += x[k];
                 y[0] = (float)dl__acc8_total(a);
             } else {
-                float m = r ? x[0] : (u->op == DL__R_MAX ? -INFINITY : INFINITY);
-                for (k = 1; k < r; k++) {
-                    float v = x[k];
-                    if (v != v) { m = v; break; }
-                    if (u->op == DL__R_MAX ? v > m : v < m) m = v;
-                }
-                y[0] = m;
+                y[0] = dl__maxmin_row(x, r, u->op == DL__R_MAX);
             }
             continue;
         }
@@ -7302,10 +7323,16 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
             if (r == 0) { for (i = 0; i < inner; i++) y[i] = u->op == DL__R_MAX ? -INFINITY : INFINITY; continue; }
             for (i = 0; i < inner; i++) y[i] = x[i];
             for (k = 1; k < r; k++)
-                for (i = 0; i < inner; i++) {
-                    float v = x[k * inner + i];
-                    if (u->op == DL__R_MAX ? (v > y[i] || v != v) : (v < y[i] || v != v)) y[i] = v;
-                }
+                if (u->op == DL__R_MAX)
+                    for (i = 0; i < inner; i++) {
+                        float v = x[k * inner + i];
+                        y[i] = v > y[i] || v != v ? v : y[i];
+                    }
+                else
+                    for (i = 0; i < inner; i++) {
+                        float v = x[k * inner + i];
+                        y[i] = v < y[i] || v != v ? v : y[i];
+                    }
         }
     }
 }
@@ -15606,7 +15633,7 @@ static bool dl__max_nonempty(const char *name, const dl_tensor *t, const bool *m
     return true;
 }
 
-/* dl_max, or with min dl_min as -max(-t) */
+/* dl_max, or with min dl_min (the same backward: the tie mask x == y) */
 static dl_tensor *dl__max(const char *name, dl_tensor *t, dl_shape dims, bool keepdim, bool min)
 {
     bool mask[DL_MAX_DIMS];
@@ -15615,14 +15642,12 @@ static dl_tensor *dl__max(const char *name, dl_tensor *t, dl_shape dims, bool ke
     if (!t) return NULL;
     if (!dl__live(name, "t", t) || !dl__f32(name, "t", t)) return NULL;
     if (!dl__red_mask(name, t, dims, mask) || !dl__max_nonempty(name, t, mask)) return NULL;
-    if (min && !(t = dl_neg(t))) return NULL;
     /* the node keeps y, whose data are the keepdim-shaped values, for the tie mask */
-    y = dl__drop_dims("dl_max", dl__reduce_raw("dl_max", DL__R_MAX, t, mask), mask, keepdim);
+    y = dl__drop_dims("dl_max", dl__reduce_raw("dl_max", min ? DL__R_MIN : DL__R_MAX, t, mask), mask, keepdim);
     if (!y) return NULL;
     if (dl__record(y, &dl__op_max, 1, &t, &n) < 0) return NULL;
     if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
-    y = dl__check(y, name);
-    return dl__end(t->ctx_, min ? dl_neg(y) : y, name);   /* (the negation inside dl_min's span) */
+    return dl__done(y, name);
 }
 dl_tensor *dl_max(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_max", t, dims, keepdim, false); }
 dl_tensor *dl_min(dl_tensor *t, dl_shape dims, bool keepdim) { return dl__max("dl_min", t, dims, keepdim, true); }

@@ -359,6 +359,40 @@ static void test_logf_erff(void)
           isnan(dl__log1pf(NAN)), "dl__log1pf at inf, 0, a subnormal, NaN");
 }
 
+/* dl_max / dl_min over a row (the vectorized scan of integer keys): rows
+   of lengths around the vector width, the extreme anywhere, a NaN at any
+   place gives NaN, +-inf, the zeros' order (-0 < +0), a subnormal */
+static void test_maxmin_rows(void)
+{
+    float v[67], m[2];
+    int n, p, k;
+    bool ok = true;
+    for (n = 1; n <= 67 && ok; n += 11)
+        for (p = 0; p < n && ok; p += 5) {
+            for (k = 0; k < n; k++) v[k] = (float)((k * 37) % 23) - 11.0f;
+            v[p] = 100.0f;
+            ok = dl_read(dl_max(dl_from_array(ctx, DL_SHAPE(n), v), DL_ALL, false), m, 1) == DL_OK && m[0] == 100.0f;
+            v[p] = -1e-45f - 100.0f;
+            ok = ok && dl_read(dl_min(dl_from_array(ctx, DL_SHAPE(n), v), DL_ALL, false), m, 1) == DL_OK &&
+                 m[0] == -1e-45f - 100.0f;
+            v[p] = NAN;
+            ok = ok && dl_read(dl_max(dl_from_array(ctx, DL_SHAPE(n), v), DL_ALL, false), m, 1) == DL_OK && isnan(m[0]) &&
+                 dl_read(dl_min(dl_from_array(ctx, DL_SHAPE(n), v), DL_ALL, false), m, 1) == DL_OK && isnan(m[0]);
+        }
+    CHECK(ok, "dl_max / dl_min rows: the extreme at each place (n %d, at %d)", n, p);
+    {
+        float z[5] = {-0.0f, 0.0f, -0.0f, -INFINITY, 1e-45f}, w[3] = {-INFINITY, -INFINITY, -INFINITY};
+        dl_tensor *t = dl_from_array(ctx, DL_SHAPE(4), z);
+        ok = dl_read(dl_max(t, DL_ALL, false), m, 1) == DL_OK && m[0] == 0.0f && !signbit(m[0]) &&
+             dl_read(dl_min(dl_from_array(ctx, DL_SHAPE(3), z), DL_ALL, false), m, 1) == DL_OK && m[0] == 0.0f &&
+             signbit(m[0]) && dl_read(dl_max(dl_from_array(ctx, DL_SHAPE(5), z), DL_ALL, false), m, 1) == DL_OK &&
+             m[0] == 1e-45f && dl_read(dl_min(t, DL_ALL, false), m, 1) == DL_OK && m[0] == -INFINITY &&
+             dl_read(dl_max(dl_from_array(ctx, DL_SHAPE(3), w), DL_ALL, false), m, 1) == DL_OK && m[0] == -INFINITY;
+        CHECK(ok, "dl_max / dl_min: +0 over -0, a subnormal, -inf");
+    }
+    dl_step_end(ctx);
+}
+
 /* dl_eq (torch.eq as float32 1/0): float32 with NaN, signed zeros and
    infinities; int64 (the accuracy idiom: dl_sum(dl_eq(dl_argmax(x, 1), y)))
    with broadcasting on either side; no gradient; the refusals. */
@@ -478,6 +512,7 @@ int main(void)
     test_expf();
     test_tanhf();
     test_logf_erff();
+    test_maxmin_rows();
     test_eq();
     dl_step_end(ctx);
     test_long_sums();
