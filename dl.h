@@ -4367,7 +4367,7 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(SIGN, (float)((x > 0) - (x < 0))) \
     X(ERF, dl__erff(x)) \
     X(RELU, (x > 0 || x != x) ? x : 0.0f) \
-    X(LEAKY, (x > 0 ? 1.0f : a) * x) /* (a select of constants, then one product: vectorized) */ \
+    X(LEAKY, dl__self(x > 0, 1.0f, a) * x) /* (a select by bits, then one product: a ?: became a branch) */ \
     X(SIGMOID, dl__sigmoidf(x)) \
     X(SILU, dl__siluf(x)) \
     X(TANH, dl__tanhf(x)) \
