@@ -68,8 +68,9 @@
        FMA), random numbers are dl.h's counter-based Philox (dl__rng_value,
        DL__HD), accumulations run in the CPU's order. Most results are
        therefore bit-identical to the CPU's; the exceptions are the libm
-       functions (expf, logf, erff, powf: CUDA's differ by an ulp or two;
-       exp and tanh are dl.h's own), the matrix products (cuBLAS sums in
+       functions left (powf, and expf/logf where dl.h calls them: CUDA's
+       differ by an ulp or two; exp, log, log1p, erf and tanh are dl.h's
+       own), the matrix products (cuBLAS sums in
        its own order; TF32 where a switch allows it: convolutions by
        default, as PyTorch), row
        reductions / softmax over a contiguous dim, which use a fixed tree of
@@ -2175,7 +2176,7 @@ struct dl__cuf_softmax {
         for (k = 0; k < DL__CU_SMR; k++) if (k < n && v[k] > m) m = v[k];
         if (m == -INFINITY) m = 0;
         DL__CU_UNROLL
-        for (k = 0; k < DL__CU_SMR; k++) if (k < n) s = dl__cu_dadd(s, exp((double)(v[k] - m)));
+        for (k = 0; k < DL__CU_SMR; k++) if (k < n) s = dl__cu_dadd(s, (double)dl__expf(v[k] - m));
         if (log) {
             float ls = (float)::log(s);
             DL__CU_UNROLL
@@ -2183,7 +2184,7 @@ struct dl__cuf_softmax {
         } else {
             float inv = (float)(1.0 / s);
             DL__CU_UNROLL
-            for (k = 0; k < DL__CU_SMR; k++) if (k < n) yp[k * inner] = dl__cu_fmul(expf(v[k] - m), inv);
+            for (k = 0; k < DL__CU_SMR; k++) if (k < n) yp[k * inner] = dl__cu_fmul(dl__expf(v[k] - m), inv);
         }
     }
     DL__HD void operator()(int64_t j) const
@@ -2199,13 +2200,13 @@ struct dl__cuf_softmax {
         }
         for (k = 0; k < n; k++) if (xp[k * inner] > m) m = xp[k * inner];
         if (m == -INFINITY) m = 0;
-        for (k = 0; k < n; k++) s = dl__cu_dadd(s, exp((double)(xp[k * inner] - m)));
+        for (k = 0; k < n; k++) s = dl__cu_dadd(s, (double)dl__expf(xp[k * inner] - m));
         if (log) {
             float ls = (float)::log(s);
             for (k = 0; k < n; k++) yp[k * inner] = dl__cu_fsub(dl__cu_fsub(xp[k * inner], m), ls);
         } else {
             float inv = (float)(1.0 / s);
-            for (k = 0; k < n; k++) yp[k * inner] = dl__cu_fmul(expf(xp[k * inner] - m), inv);
+            for (k = 0; k < n; k++) yp[k * inner] = dl__cu_fmul(dl__expf(xp[k * inner] - m), inv);
         }
     }
 };
@@ -2230,7 +2231,7 @@ dl__cu_softmax_rows(bool log, float *y, const float *x, int64_t rows, int64_t n)
         if (ok) for (k = t; k < n; k += G) if (xp[k] > m) m = xp[k];
         m = (float)dl__cu_group_all<DL__R_MAX, G>((double)m, sh);   /* never NaN: NaNs were skipped */
         if (m == -INFINITY) m = 0;
-        if (ok) for (k = t; k < n; k += G) s = dl__cu_dadd(s, exp((double)(xp[k] - m)));
+        if (ok) for (k = t; k < n; k += G) s = dl__cu_dadd(s, (double)dl__expf(xp[k] - m));
         s = dl__cu_group_all<DL__R_SUM, G>(s, sh);
         if (!ok) continue;
         if (log) {
@@ -2238,7 +2239,7 @@ dl__cu_softmax_rows(bool log, float *y, const float *x, int64_t rows, int64_t n)
             for (k = t; k < n; k += G) yp[k] = dl__cu_fsub(dl__cu_fsub(xp[k], m), ls);
         } else {
             float inv = (float)(1.0 / s);
-            for (k = t; k < n; k += G) yp[k] = dl__cu_fmul(expf(xp[k] - m), inv);
+            for (k = t; k < n; k += G) yp[k] = dl__cu_fmul(dl__expf(xp[k] - m), inv);
         }
     }
 }
@@ -2467,7 +2468,7 @@ struct dl__cuf_clsbwd {
                 if (a.e != 0.0f) S = dl__cu_fadd(S, dl__cu_fmul(s2, den[1]));
                 S = -S;
             }
-            r = dl__cu_fsub(r, dl__cu_fmul(expf(a.lp[el]), S));
+            r = dl__cu_fsub(r, dl__cu_fmul(dl__expf(a.lp[el]), S));   /* (dl.h's exp: the CPU's bits) */
         }
         return r;
     }
