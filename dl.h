@@ -7769,9 +7769,10 @@ static void dl__cpu_cls_raw(dl__dev *d, dl__clsargs *r, const dl__clsargs *a)
     r->w = (const float *)DL__RAW0(d, a->w);
 }
 
-static int64_t dl__cpu_cls_target(const dl__clsargs *a, int64_t j)
+/* index i of an int64 (i64) or int32 index tensor (the CUDA kernels' too) */
+static DL__HD inline int64_t dl__emb_at(const void *idx, bool i64, int64_t i)
 {
-    return a->i64 ? ((const int64_t *)a->t)[j] : (int64_t)((const int32_t *)a->t)[j];
+    return i64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
 }
 
 /* after the logits' log_softmax (the softmax entry), the positions in order
@@ -7787,7 +7788,7 @@ static int64_t dl__cpu_class_loss(dl__dev *d, float *loss, float *den, const dl_
     loss = (float *)DL__RAW(d, loss);
     den = (float *)DL__RAW(d, den);
     for (j = 0; j < P; j++) {
-        int64_t o = j / a.inner, i = j - o * a.inner, c = dl__cpu_cls_target(&a, j), in = a.inner;
+        int64_t o = j / a.inner, i = j - o * a.inner, c = dl__emb_at(a.t, a.i64, j), in = a.inner;
         const float *row = a.lp + o * a.C * in + i;
         float nll = 0.0f, sm = 0.0f;
         if (c != a.ignore && (c < 0 || c >= a.C)) {
@@ -7855,7 +7856,7 @@ static void dl__clsb_task(void *arg, int64_t lo, int64_t hi)
     const dl__clsargs *a = &u->a;
     int64_t j, in = a->inner, C = a->C;
     for (j = lo; j < hi; j++) {
-        int64_t o = j / in, i = j - o * in, ct = dl__cpu_cls_target(a, j);
+        int64_t o = j / in, i = j - o * in, ct = dl__emb_at(a->t, a->i64, j);
         bool v = ct != a->ignore && ct >= 0 && ct < C;
         float gj = !u->g ? 1.0f : a->red == DL_REDUCTION_NONE ? u->g[j] : u->g[0];   /* NULL: the implied seed */
         float s = a->red == DL_REDUCTION_MEAN ? gj / u->den[0] : gj;
@@ -10043,12 +10044,6 @@ static void dl__cpu_gather(dl__dev *d, float *y, const float *x, const int64_t *
 typedef struct dl__emb_args {
     float *y; const float *w; const void *idx; bool i64; int64_t n, V, D, zrow;
 } dl__emb_args;
-
-/* index i of an int64 (i64) or int32 index tensor (the CUDA kernels' too) */
-static DL__HD inline int64_t dl__emb_at(const void *idx, bool i64, int64_t i)
-{
-    return i64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
-}
 
 static void dl__emb_task(void *arg, int64_t lo, int64_t hi)   /* rows [lo, hi) of y */
 {
@@ -20297,12 +20292,9 @@ static dl_tensor *dl__rnn_dir(const dl__rnnm *s, dl_tensor *const *p, dl_tensor 
 static dl_tensor *dl__rnn_zeros(dl_tensor *x, int64_t N, int64_t H)
 {
     int64_t sh[2];
-    dl_tensor *z;
     sh[0] = N;
     sh[1] = H;
-    z = dl__new(x->dev_, "dl_rnn_forward", 2, sh);
-    if (z) DL__BE(x)->fill(x->dev_, (float *)z->data, z->numel, 0.0f);
-    return z;
+    return dl__filled(x->dev_, "dl_rnn_forward", dl_shape_make(2, sh), 0.0f);
 }
 
 static dl_tensor *dl__rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n,
