@@ -1941,7 +1941,8 @@ DL_API dl_module *dl_nn_gru(dl_ctx *ctx, int64_t input_size, int64_t hidden_size
 /* torch's full call: output, (h_n, c_n) = lstm(x, (h0, c0)); h0, c0
    (D*num_layers, N, H) ((D*num_layers, H) unbatched), NULL: zeros; h_n,
    c_n the final states in the same shape (NULL: not wanted). c0 and c_n
-   only for an LSTM (an error otherwise). */
+   only for an LSTM (an error otherwise); an LSTM takes both h0 and c0 or
+   neither (torch's hx is a tuple: one alone is an error). */
 DL_API dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n,
                                  dl_tensor **c_n);
 
@@ -20310,6 +20311,11 @@ static dl_tensor *dl__rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_
     if (!dl__live(nm, "x", x)) return NULL;
     if (!lstm && (c0 || c_n)) {
         dl__err(ctx, DL_ERR_ARG, "%s: c0 or c_n given: only an LSTM has a cell state (pass NULL)", nm);
+        return NULL;
+    }
+    if (lstm && !h0 != !c0) {
+        dl__err(ctx, DL_ERR_ARG, "%s: %s given without %s: an LSTM's initial state is both h0 and c0 or "
+                "neither (torch's hx = (h0, c0); pass zeros for the other)", nm, h0 ? "h0" : "c0", h0 ? "c0" : "h0");
         return NULL;
     }
     if (x->ndim != 2 && x->ndim != 3) {

@@ -926,7 +926,7 @@ static void rnn_run(int kind, bool capture, float *out, int *nout)
     dl_optim *o;
     dl_sgd_desc sd;
     dl_capture *cap = NULL;
-    dl_tensor *x, *h0, *hn, *cn = NULL, *y;
+    dl_tensor *x, *h0, *c0, *hn, *cn = NULL, *y;
     const dl_named_tensor *p;
     int run, np, i, k = 0;
     memset(&d, 0, sizeof d);
@@ -936,6 +936,7 @@ static void rnn_run(int kind, bool capture, float *out, int *nout)
     d.batch_first = kind == 1;
     m = kind ? dl_nn_gru(ctx, 3, 5, &d) : dl_nn_lstm(ctx, 3, 5, &d);
     h0 = dl_module_param(m, "h0", dl_zeros(ctx, DL_SHAPE(4, 2, 5)));
+    c0 = kind ? NULL : dl_keep(dl_zeros(ctx, DL_SHAPE(4, 2, 5)));   /* (an LSTM takes both or neither) */
     memset(&sd, 0, sizeof sd);
     sd.lr = 0.05f;
     sd.momentum = 0.9f;
@@ -948,7 +949,7 @@ static void rnn_run(int kind, bool capture, float *out, int *nout)
         if (!capture || run <= 1) {
             dl_tensor *l;
             dl_optim_zero_grad(o);
-            y = dl_rnn_forward(m, x, h0, NULL, &hn, kind ? NULL : &cn);
+            y = dl_rnn_forward(m, x, h0, c0, &hn, kind ? NULL : &cn);
             l = dl_add(dl_mean(dl_mul(y, y), DL_ALL, false), dl_sum(hn, DL_ALL, false));
             if (cn) l = dl_add(l, dl_mean(cn, DL_ALL, false));
             CHECK(l && dl_backward(l) == DL_OK && dl_optim_step(o) == DL_OK, "%s step %d: %s", kind ? "GRU" : "LSTM",

@@ -985,6 +985,24 @@ static void embedding_errors(void)
     dl_step_end(C);
 }
 
+/* dl_rnn_forward: an LSTM's initial state is h0 and c0 or neither */
+static void rnn_errors(void)
+{
+    dl_module *m = dl_nn_lstm(C, 3, 4, NULL);
+    dl_tensor *x = dl_randn(C, DL_SHAPE(5, 2, 3)), *hn = x, *cn = x;
+    CHECK(m != NULL, "LSTM: %s", dl_error_message(C));
+    BAD(dl_rnn_forward(m, x, dl_zeros(C, DL_SHAPE(1, 2, 4)), NULL, NULL, NULL), DL_ERR_ARG,
+        "LSTM: h0 given without c0: an LSTM's initial state is both h0 and c0 or neither (torch's hx = (h0, c0); "
+        "pass zeros for the other)");
+    BAD(dl_rnn_forward(m, x, NULL, dl_zeros(C, DL_SHAPE(1, 2, 4)), &hn, &cn), DL_ERR_ARG,
+        "LSTM: c0 given without h0: an LSTM's initial state is both h0 and c0 or neither");
+    CHECK(hn == NULL && cn == NULL, "h_n, c_n NULL after the refusal");
+    CHECK(dl_rnn_forward(m, x, dl_zeros(C, DL_SHAPE(1, 2, 4)), dl_zeros(C, DL_SHAPE(1, 2, 4)), NULL, NULL) != NULL,
+          "both: %s", dl_error_message(C));
+    WORKS();
+    dl_step_end(C);
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -1011,6 +1029,7 @@ int main(void)
     selection_errors();
     group_norm_errors();
     upsample_errors();
+    rnn_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
     dl_ctx_free(C);
     TEST_END();

@@ -528,13 +528,19 @@ static void test_rnn_module(void)
     CHECK(dl_module_forward(m, dl_randn(ctx, DL_SHAPE(5, 2, 4))) == NULL, "wrong H_in");
     EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: x (5,2,4): the last dim must equal input_size=3");
     x = dl_randn(ctx, DL_SHAPE(5, 2, 3));
-    CHECK(dl_rnn_forward(m, x, dl_randn(ctx, DL_SHAPE(1, 3, 4)), NULL, NULL, NULL) == NULL, "h0 batch");
+    CHECK(dl_rnn_forward(m, x, dl_randn(ctx, DL_SHAPE(1, 3, 4)), dl_zeros(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL) == NULL,
+          "h0 batch");
     EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: h0 (1,3,4) must have shape (1, 2, 4) for x (5,2,3) (num_layers * num_directions, batch, hidden_size)");
-    CHECK(dl_rnn_forward(m, x, NULL, dl_randn(ctx, DL_SHAPE(2, 2, 4)), NULL, NULL) == NULL, "c0 layers");
+    CHECK(dl_rnn_forward(m, x, dl_zeros(ctx, DL_SHAPE(1, 2, 4)), dl_randn(ctx, DL_SHAPE(2, 2, 4)), NULL, NULL) == NULL,
+          "c0 layers");
     EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: c0 (2,2,4) must have shape (1, 2, 4)");
-    CHECK(dl_rnn_forward(m, dl_randn(ctx, DL_SHAPE(5, 3)), dl_randn(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL, NULL) == NULL,
-          "unbatched x, batched h0");
+    CHECK(dl_rnn_forward(m, dl_randn(ctx, DL_SHAPE(5, 3)), dl_randn(ctx, DL_SHAPE(1, 2, 4)),
+                         dl_zeros(ctx, DL_SHAPE(1, 4)), NULL, NULL) == NULL, "unbatched x, batched h0");
     EXPECT_ERR(ctx, DL_ERR_SHAPE, "LSTM: h0 (1,2,4) must have shape (1, 4) for x (5,3)");
+    CHECK(dl_rnn_forward(m, x, dl_zeros(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL, NULL) == NULL, "LSTM: h0 alone");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "LSTM: h0 given without c0: an LSTM's initial state is both h0 and c0 or neither");
+    CHECK(dl_rnn_forward(m, x, NULL, dl_zeros(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL) == NULL, "LSTM: c0 alone");
+    EXPECT_ERR(ctx, DL_ERR_ARG, "LSTM: c0 given without h0");
     CHECK(dl_rnn_forward(g, x, NULL, dl_zeros(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL) == NULL, "c0 to a GRU");
     EXPECT_ERR(ctx, DL_ERR_ARG, "GRU: c0 or c_n given: only an LSTM has a cell state");
     CHECK(dl_rnn_forward(g, x, NULL, NULL, &h, &h) == NULL && h == NULL, "c_n from a GRU");
@@ -554,7 +560,7 @@ static void test_rnn_module(void)
     if (dl_device_count(ctx, DL_DEVICE_CPU) > 1) {   /* h0 on another device than x */
         dl_tensor *h1 = dl_to(dl_zeros(ctx, DL_SHAPE(1, 2, 4)), dl_cpu_device(1));
         dl_tensor *x0 = dl_to(x, dl_cpu_device(0));
-        CHECK(dl_rnn_forward(m, x0, h1, NULL, NULL, NULL) == NULL, "h0 on another device");
+        CHECK(dl_rnn_forward(m, x0, h1, dl_zeros(ctx, DL_SHAPE(1, 2, 4)), NULL, NULL) == NULL, "h0 on another device");
         EXPECT_ERR(ctx, DL_ERR_DEVICE, "LSTM: x (5,2,3) is on cpu:0 but h0 (1,2,4) is on cpu:1");
     }
     dl_clear_error(ctx);
