@@ -317,8 +317,8 @@
        dl_device_type             enum: DL_DEVICE_DEFAULT (0), DL_DEVICE_CPU, DL_DEVICE_CUDA
        dl_device                  {type, index}: torch.device("cpu:1")
        dl_shape                   a shape or a list of dims by value ({ndim, d[]})
-       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3])); () is dl_shape_make(0, NULL)
-       DL_DIMS                    DL_DIMS(0, -1): dims for reductions and permute (dim=(0, -1))
+       DL_SHAPE                   DL_SHAPE(2, 3): a dl_shape literal (torch.Size([2, 3])); DL_SHAPE(): 0-d, torch.Size([])
+       DL_DIMS                    DL_DIMS(0, -1): dims for reductions and permute (dim=(0, -1)); DL_DIMS(): none (dim=())
        DL_ALL                     every dim (x.sum() with no dim)
        DL_ZERO                    a real zero in a desc field where 0 means a non-zero default (-0.0f)
        dl_ctx                     opaque context: owns every tensor, module, optimizer, loader
@@ -772,19 +772,34 @@ typedef enum dl_device_type { DL_DEVICE_DEFAULT = 0, DL_DEVICE_CPU, DL_DEVICE_CU
 typedef struct dl_device { int type; int index; } dl_device;
 
 /* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1).
-   DL_SHAPE() with no arguments is not a scalar's shape: it counts one
-   (empty) argument, so it is (0), one dim of size 0 (and its empty braces
-   are not ISO C). The 0-d shape () is dl_shape_make(0, NULL). */
+   DL_SHAPE() is the 0-d shape (torch.Size([])), as dl_shape_make(0, NULL);
+   DL_DIMS() the empty dim list, which a reduction takes as every dim
+   (torch's x.sum(dim=()), DL_ALL). */
 typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 
 /* (counts to 16, DL_MAX_DIMS' most: more arguments than DL_MAX_DIMS do not compile) */
 #define DL__NARG(...) DL__NARG_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 #define DL__NARG_(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, n, ...) n
+/* DL__EMPTY(...): 1 when given no tokens, else 0 (Jens Gustedt's C99 test:
+   an empty list is the only one with no comma that a trailing () and a
+   leading DL__TRIG turn into one) */
+#define DL__COMMA(...) DL__NARG_(__VA_ARGS__, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0)
+#define DL__TRIG(...) ,
+#define DL__EMPTY(...) DL__EMPTY_(DL__COMMA(__VA_ARGS__), DL__COMMA(DL__TRIG __VA_ARGS__), \
+                                  DL__COMMA(__VA_ARGS__ ()), DL__COMMA(DL__TRIG __VA_ARGS__ ()))
+#define DL__EMPTY_(a, b, c, d) DL__COMMA(DL__CAT5(DL__EMPTY_CASE_, a, b, c, d))
+#define DL__CAT5(a, b, c, d, e) a##b##c##d##e
+#define DL__EMPTY_CASE_0001 ,
+#define DL__SHAPE_SEL(e) DL__SHAPE_SEL_(e)
+#define DL__SHAPE_SEL_(e) DL__SHAPE_##e
 #ifdef __cplusplus
-#define DL_SHAPE(...) (dl_shape{DL__NARG(__VA_ARGS__), {__VA_ARGS__}})
+#define DL__SHAPE_0(...) (dl_shape{DL__NARG(__VA_ARGS__), {__VA_ARGS__}})
+#define DL__SHAPE_1(...) (dl_shape{0, {0}})
 #else
-#define DL_SHAPE(...) ((dl_shape){DL__NARG(__VA_ARGS__), {__VA_ARGS__}})
+#define DL__SHAPE_0(...) ((dl_shape){DL__NARG(__VA_ARGS__), {__VA_ARGS__}})
+#define DL__SHAPE_1(...) ((dl_shape){0, {0}})
 #endif
+#define DL_SHAPE(...) DL__SHAPE_SEL(DL__EMPTY(__VA_ARGS__))(__VA_ARGS__)
 #define DL_DIMS(...) DL_SHAPE(__VA_ARGS__)
 #define DL_ALL dl_dims_all()      /* reduce over every dim */
 /* Zero means default: a zeroed desc field is PyTorch's default. Where that

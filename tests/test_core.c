@@ -622,6 +622,32 @@ static void test_max_dims(void)
     dl_ctx_free(ctx);
 }
 
+/* DL_SHAPE() is torch.Size([]) and DL_DIMS() dim=(); DL_SHAPE(0) one dim
+   of size 0 (the empty-argument test of the macros, in C and C++) */
+#define SHAPE_N 5
+#define SHAPE_F(x) (x)
+static void test_shape_macros(void)
+{
+    dl_ctx *ctx = new_ctx();
+    int64_t n = 7;
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    dl_shape e = DL_SHAPE(), sp = DL_SHAPE( ), cm = DL_SHAPE(/* none */), z = DL_SHAPE(0), c = DL_SHAPE((int64_t)n),
+             m = DL_SHAPE(SHAPE_N, SHAPE_F(2), 1 << 2, n > 3 ? 2 : 1), dd = DL_DIMS();
+    dl_tensor *t = dl_zeros(ctx, DL_SHAPE()), *x = dl_from_array(ctx, DL_SHAPE(2, 3), v), *s, *p;
+    CHECK(e.ndim == 0 && sp.ndim == 0 && cm.ndim == 0 && dd.ndim == 0, "DL_SHAPE(), DL_DIMS(): ndim %d %d %d %d",
+          e.ndim, sp.ndim, cm.ndim, dd.ndim);
+    CHECK(z.ndim == 1 && z.d[0] == 0 && c.ndim == 1 && c.d[0] == 7, "DL_SHAPE(0), DL_SHAPE((int64_t)n)");
+    CHECK(m.ndim == 4 && m.d[0] == 5 && m.d[1] == 2 && m.d[2] == 4 && m.d[3] == 2, "DL_SHAPE of macros, <<, ?:");
+    CHECK(t && t->ndim == 0 && t->numel == 1 && dl_item(t) == 0.0f, "dl_zeros(DL_SHAPE()): a 0-d tensor");
+    p = dl_reshape(x, DL_SHAPE(6));
+    p = p ? dl_reshape(dl_narrow(p, 0, 4, 1), DL_SHAPE()) : NULL;
+    CHECK(p && p->ndim == 0 && dl_item(p) == 5.0f, "reshape to DL_SHAPE(): 0-d");
+    s = dl_sum(x, DL_DIMS(), false);
+    CHECK(s && s->ndim == 0 && dl_item(s) == 21.0f, "dl_sum(x, DL_DIMS()): every dim, as x.sum(dim=())");
+    CHECK(dl_permute(t, DL_DIMS()) && dl_permute(t, DL_DIMS())->ndim == 0, "permute of a 0-d tensor by DL_DIMS()");
+    dl_ctx_free(ctx);
+}
+
 /* dl_print: shape, dtype, values; a NaN of either sign as "nan" (torch's
    print), not libc's "-nan" */
 static void test_print(void)
@@ -694,6 +720,7 @@ int main(int argc, char **argv)
     test_rng();
     test_ready_hook();
     test_max_dims();
+    test_shape_macros();
     CHECK(cnt_live == 0, "%ld blocks live at exit", cnt_live);
     TEST_END();
 }
