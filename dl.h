@@ -1078,7 +1078,11 @@ DL_API int dl_unbind(dl_tensor *t, int dim, int cap, dl_tensor **out);
 DL_API dl_tensor *dl_expand(dl_tensor *t, dl_shape shape);    /* broadcast to shape (copies) */
 DL_API dl_tensor *dl_sum_to(dl_tensor *t, dl_shape shape);    /* sum broadcast dims away */
 
-/* --- ops: elementwise, NumPy broadcasting */
+/* --- ops: elementwise, NumPy broadcasting. A NaN result is NaN where
+   torch's is, but its sign bit and payload are not specified (nor are
+   torch's: on its CPU sigmoid(+NaN) is -NaN, softplus(NaN)'s sign follows
+   the tensor's length; a GPU gives +NaN): dl.h's follow the instructions
+   the compiler chose, so -O2 and -march=native builds may differ there. */
 DL_API dl_tensor *dl_add(dl_tensor *a, dl_tensor *b);
 DL_API dl_tensor *dl_sub(dl_tensor *a, dl_tensor *b);
 DL_API dl_tensor *dl_mul(dl_tensor *a, dl_tensor *b);

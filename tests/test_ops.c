@@ -319,6 +319,24 @@ static void test_tanhf(void)
           dl__tanhf(1e-45f) == 1e-45f, "dl__tanhf at +-0 and the smallest subnormal");
 }
 
+/* sigmoid, tanh, silu, logsigmoid, softplus and their gradients at +NaN
+   and -NaN: NaN, of either sign (a NaN's sign is not specified, as in
+   torch, whose own differs between its paths) */
+static void test_nan_sign(void)
+{
+    float v[2] = {NAN, -NAN}, y[2], g[2];
+    int k;
+    for (k = 0; k < 5; k++) {
+        dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(2), v), true), *o;
+        o = k == 0 ? dl_sigmoid(x) : k == 1 ? dl_tanh(x) : k == 2 ? dl_silu(x) : k == 3 ? dl_logsigmoid(x)
+            : dl_softplus(x, 1.0f, 20.0f);
+        CHECK(o && dl_backward(dl_sum(o, DL_ALL, false)) == DL_OK && dl_read(o, y, 2) == DL_OK &&
+              dl_read(x->grad, g, 2) == DL_OK && isnan(y[0]) && isnan(y[1]) && isnan(g[0]) && isnan(g[1]),
+              "activation %d at +-NaN: NaN forward and backward, as torch's", k);
+    }
+    dl_step_end(ctx);
+}
+
 /* ulps of got from ref (double): one step of a float at ref's binade, of
    the smallest normal's below it */
 static double ulps_from(float got, double ref)
@@ -514,6 +532,7 @@ int main(void)
     test_matmul();
     test_expf();
     test_tanhf();
+    test_nan_sign();
     test_logf_erff();
     test_maxmin_rows();
     test_eq();
