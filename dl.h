@@ -365,6 +365,10 @@
        dl_ones                    torch.ones
        dl_full                    torch.full
        dl_arange                  torch.arange(start, end, step)
+       dl_zeros_dtype             torch.zeros(shape, dtype=)
+       dl_ones_dtype              torch.ones(shape, dtype=)
+       dl_full_dtype              torch.full(shape, value, dtype=)
+       dl_arange_dtype            torch.arange(start, end, step, dtype=)
        dl_rand                    torch.rand: U[0,1)
        dl_randn                   torch.randn: N(0,1)
        dl_from_array              torch.tensor(floats).view(shape) (copies)
@@ -988,6 +992,19 @@ DL_API dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float value);
    (0, 0.3, 0.1 gives 3 elements, as there); float32 always (torch's is
    int64 for integer arguments: dl_to_dtype(.., DL_DTYPE_I64) for positions) */
 DL_API dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step);
+/* torch.zeros / ones / full / arange(..., dtype=dtype): dl_zeros, dl_ones,
+   dl_full, dl_arange for float32, and int32 or int64 values (labels,
+   positions, counts) on the default device. A float32 value is rounded to
+   nearest; an integer one truncated toward zero (torch's), and it must be
+   finite and within the dtype's range (DL_ERR_ARG). dl_full_dtype is exact
+   for every integer a double holds. dl_arange_dtype counts elements from
+   the doubles as dl_arange and, for an integer dtype, gives trunc(start) +
+   i * trunc(step) (torch's: (0, 5, 1.5) is 0, 1, 2, 3), within +-2^24
+   (made in float32 and converted; further: DL_ERR_ARG). */
+DL_API dl_tensor *dl_zeros_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype);
+DL_API dl_tensor *dl_ones_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype);
+DL_API dl_tensor *dl_full_dtype(dl_ctx *ctx, dl_shape shape, double value, dl_dtype dtype);
+DL_API dl_tensor *dl_arange_dtype(dl_ctx *ctx, double start, double end, double step, dl_dtype dtype);
 DL_API dl_tensor *dl_rand(dl_ctx *ctx, dl_shape shape);            /* U[0,1) */
 DL_API dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape);           /* N(0,1) */
 /* copies n values (values may be NULL where the shape has no element) */
@@ -12747,32 +12764,119 @@ dl_tensor *dl_ones_like(dl_tensor *t)
     return dl__end(t->ctx_, dl__filled(t->dev_, "dl_ones_like", dl__shape_of(t), 1.0f), "dl_ones_like");
 }
 
-dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step)
+/* dtype is one of dl_dtype's (else the error) */
+static bool dl__dtype_ok(dl_ctx *ctx, const char *op, dl_dtype dtype)
 {
-    double n;
+    if ((int)dtype >= (int)DL_DTYPE_F32 && (int)dtype <= (int)DL_DTYPE_I64) return true;
+    dl__err(ctx, DL_ERR_ARG, "%s: dtype %d is none of DL_DTYPE_F32, DL_DTYPE_I32, DL_DTYPE_I64", op, (int)dtype);
+    return false;
+}
+
+/* torch.arange's count and values; an integer dtype: trunc(start) + i * trunc(step),
+   made in float32 (exact to 2^24) and converted */
+static dl_tensor *dl__arange(dl_ctx *ctx, const char *op, double start, double end, double step, dl_dtype dtype)
+{
+    double n, a, b;
     int64_t cnt;
-    dl_tensor *t;
-    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "dl_arange: ctx is NULL"); return NULL; }
+    dl_tensor *t, *f;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", op); return NULL; }
+    if (!dl__dtype_ok(ctx, op, dtype)) return NULL;
     if (step == 0.0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
-        dl__err(ctx, DL_ERR_ARG, "dl_arange: step must be non-zero and the bounds and step finite (start %g, "
-                "end %g, step %g)", (double)start, (double)end, (double)step);
+        dl__err(ctx, DL_ERR_ARG, "%s: step must be non-zero and the bounds and step finite (start %g, "
+                "end %g, step %g)", op, (double)start, (double)end, (double)step);
         return NULL;
     }
     if (step > 0 ? end < start : end > start) {   /* as PyTorch: an error, not an empty tensor */
-        dl__err(ctx, DL_ERR_ARG, "dl_arange: upper bound and lower bound inconsistent with step sign (start %g, "
-                "end %g, step %g)", (double)start, (double)end, (double)step);
+        dl__err(ctx, DL_ERR_ARG, "%s: upper bound and lower bound inconsistent with step sign (start %g, "
+                "end %g, step %g)", op, (double)start, (double)end, (double)step);
         return NULL;
     }
     n = ceil((end - start) / step);
     if (n > 1e15) {
-        dl__err(ctx, DL_ERR_OOM, "dl_arange: %g elements is too many", n);
+        dl__err(ctx, DL_ERR_OOM, "%s: %g elements is too many", op, n);
         return NULL;
     }
     cnt = (int64_t)n;
-    t = dl__new(ctx->defdev, "dl_arange", 1, &cnt);
-    if (!t) return NULL;
-    DL__BE(t)->arange(t->dev_, (float *)t->data, cnt, start, step);
+    if (dtype != DL_DTYPE_F32) {
+        start = trunc(start);
+        step = trunc(step);
+        a = fabs(start);
+        b = fabs(start + (double)(cnt > 0 ? cnt - 1 : 0) * step);
+        if ((a > b ? a : b) > 16777216.0) {
+            dl__err(ctx, DL_ERR_ARG, "%s: values up to %.17g for %s: an integer arange's values must be within "
+                    "+-2^24 (made in float32; dl_from_int64 for more)", op, a > b ? a : b, dl__dtype_str(dtype));
+            return NULL;
+        }
+    }
+    f = dl__new(ctx->defdev, op, 1, &cnt);
+    if (!f) return NULL;
+    DL__BE(f)->arange(f->dev_, (float *)f->data, cnt, start, step);
+    if (dtype == DL_DTYPE_F32) return f;
+    t = dl__make(ctx->defdev, op, dtype, 1, &cnt, false, NULL);
+    if (t && cnt) DL__BE(t)->convert(t->dev_, t->data, (int)dtype, f->data, (int)DL_DTYPE_F32, cnt);
     return t;
+}
+dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step)
+{
+    return dl__arange(ctx, "dl_arange", start, end, step, DL_DTYPE_F32);
+}
+dl_tensor *dl_arange_dtype(dl_ctx *ctx, double start, double end, double step, dl_dtype dtype)
+{
+    return dl__arange(ctx, "dl_arange_dtype", start, end, step, dtype);
+}
+
+/* a tensor of dtype filled with v on the default device: float32 by the fill;
+   integers by an int64 0-d made v (zero bits, += v), converted to int32 where
+   wanted and broadcast by copy_nd: exact for every int64 */
+static dl_tensor *dl__full_dtype(dl_ctx *ctx, const char *op, dl_shape shape, double v, dl_dtype dtype)
+{
+    const dl__backend *be;
+    dl__dev *d;
+    dl_tensor *t, *one, *one32;
+    int64_t iv, zst[DL_MAX_DIMS], st[DL_MAX_DIMS];
+    int k;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", op); return NULL; }
+    if (!dl__dtype_ok(ctx, op, dtype)) return NULL;
+    d = ctx->defdev;
+    if (dtype == DL_DTYPE_F32) return dl__filled(d, op, shape, (float)v);
+    v = trunc(v);
+    if (!(dtype == DL_DTYPE_I32 ? v >= -2147483648.0 && v <= 2147483647.0
+                                : v >= -9223372036854775808.0 && v < 9223372036854775808.0)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: value %.17g cannot be converted to %s without overflow (finite, within "
+                "the dtype's range)", op, v, dl__dtype_str(dtype));
+        return NULL;
+    }
+    iv = (int64_t)v;
+    t = dl__make(d, op, dtype, shape.ndim, shape.d, false, NULL);
+    if (!t) return NULL;
+    be = DL__BE(t);
+    if (!t->numel) return t;
+    if (iv == 0) {   /* zero bits: a float fill of 0.0f */
+        be->fill(d, (float *)t->data, t->numel * (int64_t)(dl__esize(dtype) / sizeof(float)), 0.0f);
+        return t;
+    }
+    one = dl__make(d, op, DL_DTYPE_I64, 0, st, false, NULL);
+    one32 = dtype == DL_DTYPE_I32 ? dl__make(d, op, DL_DTYPE_I32, 0, st, false, NULL) : one;
+    if (!one || !one32) return NULL;
+    be->fill(d, (float *)one->data, 2, 0.0f);
+    be->add_i64(d, (int64_t *)one->data, iv);
+    if (one32 != one) be->convert(d, one32->data, (int)DL_DTYPE_I32, one->data, (int)DL_DTYPE_I64, 1);
+    dl__strides(t->shape, t->ndim, st);
+    for (k = 0; k < t->ndim; k++) zst[k] = 0;
+    be->copy_nd(d, dl__esize(dtype), t->ndim, t->shape, t->data, st, one32->data, zst);
+    return t;
+}
+dl_tensor *dl_zeros_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype)
+{
+    return dl__full_dtype(ctx, "dl_zeros_dtype", shape, 0.0, dtype);
+}
+dl_tensor *dl_ones_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype)
+{
+    return dl__full_dtype(ctx, "dl_ones_dtype", shape, 1.0, dtype);
+}
+dl_tensor *dl_full_dtype(dl_ctx *ctx, dl_shape shape, double value, dl_dtype dtype)
+{
+    return dl__full_dtype(ctx, "dl_full_dtype", shape, value, dtype);
 }
 
 /* a counter-based fill of t (uniform [a, b) or normal (a, b)) */

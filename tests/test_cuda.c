@@ -775,6 +775,18 @@ static void test_transfers(void)
     z = dl_to(dl_to(dl_from_int64(C, DL_SHAPE(7), iv), dl_cuda(0)), dl_cpu());
     CHECK(z && dl_read_int64(z, iw, 7) == DL_OK && memcmp(iv, iw, sizeof iv) == 0, "int64 round trip: %s",
           dl_error_message(C));
+    {   /* the creators with a dtype, made on cuda:0 (fill, add_i64, convert, copy_nd, arange) */
+        dl_tensor *a, *b, *zz;
+        dl_set_device(C, dl_cuda(0));
+        a = dl_full_dtype(C, DL_SHAPE(2, 3), (double)iv[3] + 3.0, DL_DTYPE_I64);
+        b = dl_arange_dtype(C, -2.5, 2, 1, DL_DTYPE_I32);
+        zz = dl_zeros_dtype(C, DL_SHAPE(5), DL_DTYPE_I64);
+        dl_set_device(C, dl_cpu());
+        CHECK(a && b && zz && a->device.type == DL_DEVICE_CUDA && dl_read_int64(a, iw, 6) == DL_OK &&
+              iw[0] == iv[3] + 3 && iw[5] == iv[3] + 3 && dl_read_int64(b, iw, 5) == DL_OK && iw[0] == -2 &&
+              iw[4] == 2 && dl_read_int64(zz, iw, 5) == DL_OK && iw[0] == 0 && iw[4] == 0,
+              "dl_full_dtype, dl_arange_dtype, dl_zeros_dtype on cuda:0: %s", dl_error_message(C));
+    }
     /* the gradient comes back through dl_to */
     {
         float xv[4] = {1, -2, 3, 0.5f};

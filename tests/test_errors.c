@@ -985,6 +985,26 @@ static void embedding_errors(void)
     dl_step_end(C);
 }
 
+/* the creators with a dtype */
+static void dtype_creator_errors(void)
+{
+    BAD(dl_zeros_dtype(C, DL_SHAPE(2), (dl_dtype)5), DL_ERR_ARG,
+        "dl_zeros_dtype: dtype 5 is none of DL_DTYPE_F32, DL_DTYPE_I32, DL_DTYPE_I64");
+    BAD(dl_full_dtype(C, DL_SHAPE(2), 2147483648.0, DL_DTYPE_I32), DL_ERR_ARG,
+        "dl_full_dtype: value 2147483648 cannot be converted to int32 without overflow (finite, within the dtype's "
+        "range)");
+    BAD(dl_full_dtype(C, DL_SHAPE(2), NAN, DL_DTYPE_I64), DL_ERR_ARG, "value nan cannot be converted to int64");
+    BAD(dl_full_dtype(C, DL_SHAPE(2), 1e19, DL_DTYPE_I64), DL_ERR_ARG, "value 1e+19 cannot be converted to int64");
+    BAD(dl_ones_dtype(C, DL_SHAPE(-1), DL_DTYPE_I64), DL_ERR_SHAPE, "dl_ones_dtype");
+    BAD(dl_arange_dtype(C, 0, 16777218, 1, DL_DTYPE_I64), DL_ERR_ARG,
+        "dl_arange_dtype: values up to 16777217 for int64: an integer arange's values must be within +-2^24");
+    BAD(dl_arange_dtype(C, 0, 3, 0, DL_DTYPE_I32), DL_ERR_ARG, "dl_arange_dtype: step must be non-zero");
+    BAD(dl_arange_dtype(C, 0, 3, 1, (dl_dtype)-1), DL_ERR_ARG, "dl_arange_dtype: dtype -1 is none of");
+    CHECK(dl_full_dtype(NULL, DL_SHAPE(2), 1, DL_DTYPE_I64) == NULL, "NULL ctx");
+    WORKS();
+    dl_step_end(C);
+}
+
 /* dl_rnn_forward: an LSTM's initial state is h0 and c0 or neither */
 static void rnn_errors(void)
 {
@@ -1030,6 +1050,7 @@ int main(void)
     group_norm_errors();
     upsample_errors();
     rnn_errors();
+    dtype_creator_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
     dl_ctx_free(C);
     TEST_END();

@@ -96,6 +96,46 @@ static void test_values(void)
         CHECK(dl_to_dtype(x, DL_DTYPE_F32) == x && !dl_to_dtype(bi, DL_DTYPE_F32)->requires_grad,
               "same dtype: the tensor itself; converted: no grad");
     }
+    {   /* creators with a dtype: torch.zeros/ones/full/arange(..., dtype=) (torch 2.x's values) */
+        int64_t o[6], big = ((int64_t)1 << 40) + 3;
+        float f[4], g[4];
+        dl_tensor *z64 = dl_zeros_dtype(ctx, DL_SHAPE(2, 3), DL_DTYPE_I64), *z32 = dl_zeros_dtype(ctx, DL_SHAPE(5),
+                                                                                                  DL_DTYPE_I32);
+        dl_tensor *o32 = dl_ones_dtype(ctx, DL_SHAPE(3), DL_DTYPE_I32), *zf = dl_zeros_dtype(ctx, DL_SHAPE(2), DL_DTYPE_F32);
+        CHECK(z64 && z64->dtype == DL_DTYPE_I64 && z64->ndim == 2 && dl_read_int64(z64, o, 6) == DL_OK && o[0] == 0 &&
+              o[5] == 0, "dl_zeros_dtype int64 (2,3)");
+        CHECK(z32 && z32->dtype == DL_DTYPE_I32 && dl_read_int64(z32, o, 5) == DL_OK && o[0] == 0 && o[4] == 0,
+              "dl_zeros_dtype int32");
+        CHECK(o32 && o32->dtype == DL_DTYPE_I32 && dl_read_int64(o32, o, 3) == DL_OK && o[0] == 1 && o[2] == 1,
+              "dl_ones_dtype int32");
+        CHECK(zf && zf->dtype == DL_DTYPE_F32 && dl_read(zf, f, 2) == DL_OK && f[0] == 0.0f && !signbit(f[1]),
+              "dl_zeros_dtype float32");
+        CHECK(dl_read_int64(dl_full_dtype(ctx, DL_SHAPE(2, 2), (double)big, DL_DTYPE_I64), o, 4) == DL_OK &&
+              o[0] == big && o[3] == big, "dl_full_dtype int64 2^40 + 3: exact");
+        CHECK(dl_read_int64(dl_full_dtype(ctx, DL_SHAPE(3), 2.7, DL_DTYPE_I32), o, 3) == DL_OK && o[0] == 2 &&
+              o[2] == 2 && dl_read_int64(dl_full_dtype(ctx, DL_SHAPE(2), -2.7, DL_DTYPE_I64), o, 2) == DL_OK &&
+              o[1] == -2, "dl_full_dtype 2.7 -> 2, -2.7 -> -2 (toward zero, torch's)");
+        CHECK(dl_read_int64(dl_full_dtype(ctx, DL_SHAPE(4), -2147483648.0, DL_DTYPE_I32), o, 4) == DL_OK &&
+              o[3] == INT32_MIN && dl_read_int64(dl_full_dtype(ctx, DL_SHAPE(4), -100, DL_DTYPE_I64), o, 4) == DL_OK &&
+              o[3] == -100, "dl_full_dtype INT32_MIN, -100");
+        CHECK(dl_full_dtype(ctx, DL_SHAPE(), 7, DL_DTYPE_I64) && dl_full_dtype(ctx, DL_SHAPE(), 7, DL_DTYPE_I64)->ndim == 0 &&
+              dl_read_int64(dl_full_dtype(ctx, DL_SHAPE(), 7, DL_DTYPE_I64), o, 1) == DL_OK && o[0] == 7 &&
+              dl_full_dtype(ctx, DL_SHAPE(0, 3), 7, DL_DTYPE_I32) &&
+              dl_full_dtype(ctx, DL_SHAPE(0, 3), 7, DL_DTYPE_I32)->numel == 0, "0-d and empty");
+        CHECK(dl_read(dl_full_dtype(ctx, DL_SHAPE(1), 0.1, DL_DTYPE_F32), f, 1) == DL_OK && f[0] == 0.1f,
+              "dl_full_dtype float32: the double rounded to nearest");
+        CHECK(dl_read_int64(dl_arange_dtype(ctx, 0.5, 3, 1, DL_DTYPE_I64), o, 3) == DL_OK && o[0] == 0 && o[2] == 2 &&
+              dl_arange_dtype(ctx, 0, 5, 1.5, DL_DTYPE_I64)->numel == 4 &&
+              dl_read_int64(dl_arange_dtype(ctx, 0, 5, 1.5, DL_DTYPE_I64), o, 4) == DL_OK && o[1] == 1 && o[3] == 3 &&
+              dl_read_int64(dl_arange_dtype(ctx, -2.5, 2, 1, DL_DTYPE_I32), o, 5) == DL_OK && o[0] == -2 && o[4] == 2 &&
+              dl_arange_dtype(ctx, -2.5, 2, 1, DL_DTYPE_I32)->dtype == DL_DTYPE_I32,
+              "dl_arange_dtype: torch's trunc(start) + i trunc(step), the count from the doubles");
+        CHECK(dl_read_int64(dl_arange_dtype(ctx, 16777216, 16777210, -2, DL_DTYPE_I64), o, 3) == DL_OK &&
+              o[0] == 16777216 && o[2] == 16777212, "dl_arange_dtype at 2^24");
+        CHECK(dl_read(dl_arange_dtype(ctx, 0, 0.3, 0.1, DL_DTYPE_F32), f, 3) == DL_OK &&
+              dl_read(dl_arange(ctx, 0, 0.3, 0.1), g, 3) == DL_OK && memcmp(f, g, sizeof(float) * 3) == 0 &&
+              dl_arange_dtype(ctx, 0, 0.3, 0.1, DL_DTYPE_F32)->numel == 3, "dl_arange_dtype float32 = dl_arange");
+    }
     {   /* below -88.72, torch's 1/(1 + exp(-x)): exactly 0 (SiLU -0), not a
            subnormal, so BCE of it clamps log 0 to -100 as torch's (40 here) */
         float deep[4] = {-88.8f, -90.0f, -100.0f, -103.0f}, y04 = 0.4f;
