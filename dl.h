@@ -374,6 +374,7 @@
        dl_from_array              torch.tensor(floats).view(shape) (copies)
        dl_from_int64              the same for int64 (labels)
        dl_from_int32              the same for int32
+       dl_from_doubles            torch.tensor(Python floats): float64 values rounded to float32
        dl_zeros_like              torch.zeros_like
        dl_ones_like               torch.ones_like
        dl_copy                    x.clone() (differentiable)
@@ -1011,6 +1012,11 @@ DL_API dl_tensor *dl_randn(dl_ctx *ctx, dl_shape shape);           /* N(0,1) */
 DL_API dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape shape, const float *values);
 DL_API dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape shape, const int64_t *values);
 DL_API dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape shape, const int32_t *values);
+/* torch.tensor(list of Python floats): float64 values, each rounded to the
+   nearest float32 (beyond FLT_MAX: +-inf; below half the smallest
+   subnormal: +-0), as torch's; values NULL only where the shape has no
+   element. Converted through a host buffer of numel floats. */
+DL_API dl_tensor *dl_from_doubles(dl_ctx *ctx, dl_shape shape, const double *values);
 DL_API dl_tensor *dl_zeros_like(dl_tensor *t);   /* on t's device */
 DL_API dl_tensor *dl_ones_like(dl_tensor *t);
 DL_API dl_tensor *dl_copy(dl_tensor *t);      /* new storage; differentiable (clone) */
@@ -12909,9 +12915,12 @@ static bool dl__shape_numel_nonzero(dl_shape s)
     return true;
 }
 
-static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape shape, const void *v)
+/* dbl: v holds doubles, each rounded to the nearest float32 (dt float32) */
+static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape shape, const void *v, bool dbl)
 {
     dl_tensor *t;
+    float *h;
+    int64_t i;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", name); return NULL; }
     if (!v && dl__shape_numel_nonzero(shape)) {   /* (no values for no elements: torch.tensor([])) */
         dl__err(ctx, DL_ERR_ARG, "%s: values is NULL", name);
@@ -12920,12 +12929,26 @@ static dl_tensor *dl__from(dl_ctx *ctx, const char *name, dl_dtype dt, dl_shape 
     if (dl__cap_refused(ctx, name, "a copy from the host", "make constants before dl_capture_begin() "
                         "(dl_keep); " DL__CAP_WRITE_HINT)) return NULL;
     t = dl__make(ctx->defdev, name, dt, shape.ndim, shape.d, false, NULL);
-    if (t && t->numel) DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
+    if (!t || !t->numel) return t;
+    if (!dbl) {
+        DL__BE(t)->upload(t->dev_, t->data, v, (size_t)t->numel * dl__esize(dt));
+        return t;
+    }
+    h = (float *)DL_MALLOC(sizeof(float) * (size_t)t->numel);   /* (no overflow: t's storage holds as many) */
+    if (!h) {
+        dl__err(ctx, DL_ERR_OOM, "%s: no host memory for the %lld float32 values of %s", name,
+                (long long)t->numel, dl__sh(t));
+        return NULL;
+    }
+    for (i = 0; i < t->numel; i++) h[i] = (float)((const double *)v)[i];   /* to nearest (even), as torch's */
+    DL__BE(t)->upload(t->dev_, t->data, h, sizeof(float) * (size_t)t->numel);
+    DL_FREE(h);
     return t;
 }
-dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape s, const float *v) { return dl__from(ctx, "dl_from_array", DL_DTYPE_F32, s, v); }
-dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape s, const int64_t *v) { return dl__from(ctx, "dl_from_int64", DL_DTYPE_I64, s, v); }
-dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape s, const int32_t *v) { return dl__from(ctx, "dl_from_int32", DL_DTYPE_I32, s, v); }
+dl_tensor *dl_from_array(dl_ctx *ctx, dl_shape s, const float *v) { return dl__from(ctx, "dl_from_array", DL_DTYPE_F32, s, v, false); }
+dl_tensor *dl_from_int64(dl_ctx *ctx, dl_shape s, const int64_t *v) { return dl__from(ctx, "dl_from_int64", DL_DTYPE_I64, s, v, false); }
+dl_tensor *dl_from_int32(dl_ctx *ctx, dl_shape s, const int32_t *v) { return dl__from(ctx, "dl_from_int32", DL_DTYPE_I32, s, v, false); }
+dl_tensor *dl_from_doubles(dl_ctx *ctx, dl_shape s, const double *v) { return dl__from(ctx, "dl_from_doubles", DL_DTYPE_F32, s, v, true); }
 
 /* y = copy(x);  dx = g */
 static dl_result dl__copy_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { (void)n; gin[0] = g; return DL_OK; }

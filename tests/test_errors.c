@@ -1001,6 +1001,19 @@ static void dtype_creator_errors(void)
     BAD(dl_arange_dtype(C, 0, 3, 0, DL_DTYPE_I32), DL_ERR_ARG, "dl_arange_dtype: step must be non-zero");
     BAD(dl_arange_dtype(C, 0, 3, 1, (dl_dtype)-1), DL_ERR_ARG, "dl_arange_dtype: dtype -1 is none of");
     CHECK(dl_full_dtype(NULL, DL_SHAPE(2), 1, DL_DTYPE_I64) == NULL, "NULL ctx");
+    {
+        double dv[2] = {0.5, 1.5};
+        dl_capture *cap;
+        BAD(dl_from_doubles(C, DL_SHAPE(2), NULL), DL_ERR_ARG, "dl_from_doubles: values is NULL");
+        BAD(dl_from_doubles(C, DL_SHAPE(2, -3), dv), DL_ERR_SHAPE, "dl_from_doubles: shape (2,-3) has a negative size");
+        BAD(dl_from_doubles(C, DL_SHAPE(1 << 30, 1 << 30, 1 << 30), dv), DL_ERR_OOM, "dl_from_doubles");
+        CHECK(dl_from_doubles(NULL, DL_SHAPE(2), dv) == NULL, "dl_from_doubles: NULL ctx");
+        cap = dl_capture_begin(C);
+        CHECK(cap && dl_from_doubles(C, DL_SHAPE(2), dv) == NULL, "dl_from_doubles in a capture refused");
+        EXPECT_ERR(C, DL_ERR_UNSUPPORTED, "dl_from_doubles: a copy from the host");
+        dl_capture_free(cap);
+        dl_clear_error(C);
+    }
     WORKS();
     dl_step_end(C);
 }

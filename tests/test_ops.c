@@ -136,6 +136,23 @@ static void test_values(void)
               dl_read(dl_arange(ctx, 0, 0.3, 0.1), g, 3) == DL_OK && memcmp(f, g, sizeof(float) * 3) == 0 &&
               dl_arange_dtype(ctx, 0, 0.3, 0.1, DL_DTYPE_F32)->numel == 3, "dl_arange_dtype float32 = dl_arange");
     }
+    {   /* dl_from_doubles: torch.tensor(Python floats)'s float32 bits (torch 2.x on x86) */
+        double dv[13] = {0.1, 1.0 / 3.0, 1e39, -1e39, 1e-46, 7e-46, NAN, -0.0, 16777217.0, 16777219.0,
+                         3.4028235677973366e38, 3.4028235677973362e38, 2.1019476964872256e-45};
+        uint32_t want[13] = {0x3dcccccd, 0x3eaaaaab, 0x7f800000, 0xff800000, 0, 0, 0x7fc00000, 0x80000000,
+                             0x4b800000, 0x4b800002, 0x7f800000, 0x7f7fffff, 2}, got[13];
+        float f[13];
+        dl_tensor *t = dl_from_doubles(ctx, DL_SHAPE(13), dv), *e = dl_from_doubles(ctx, DL_SHAPE(0, 2), NULL);
+        int i, ok;
+        CHECK(t && t->dtype == DL_DTYPE_F32 && t->ndim == 1 && dl_read(t, f, 13) == DL_OK, "dl_from_doubles: %s",
+              dl_error_message(ctx));
+        memcpy(got, f, sizeof got);
+        for (i = 0, ok = 1; i < 13; i++) ok &= i == 6 ? isnan(f[i]) : got[i] == want[i];
+        CHECK(ok, "dl_from_doubles: each double to the nearest float32 (ties to even, inf past FLT_MAX, 0 below "
+              "half the smallest subnormal), torch's bits");
+        CHECK(e && e->numel == 0 && e->ndim == 2, "dl_from_doubles: no elements, NULL values");
+        CHECK(dl_from_doubles(ctx, DL_SHAPE(), dv) && dl_item(dl_from_doubles(ctx, DL_SHAPE(), dv)) == 0.1f, "0-d");
+    }
     {   /* below -88.72, torch's 1/(1 + exp(-x)): exactly 0 (SiLU -0), not a
            subnormal, so BCE of it clamps log 0 to -100 as torch's (40 here) */
         float deep[4] = {-88.8f, -90.0f, -100.0f, -103.0f}, y04 = 0.4f;
