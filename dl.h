@@ -474,6 +474,10 @@
        dl_tril                    torch.tril(x, diagonal)
        dl_triu                    torch.triu(x, diagonal)
        dl_gather                  torch.gather(x, dim, index)
+     ops: torch.distributions.Categorical(logits=)
+       dl_categorical_sample      .sample()
+       dl_categorical_log_prob    .log_prob(value)
+       dl_categorical_entropy     .entropy()
      autograd
        dl_backward_desc           backward options: grad (seed), retain_graph, create_graph
        dl_requires_grad           x.requires_grad_(on)
@@ -1232,6 +1236,23 @@ DL_API dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal);
    index's order (scatter_add; the same bits on every device). Twice
    differentiable. DQN's Q(s, a): dl_gather(q, 1, dl_unsqueeze(a, 1)). */
 DL_API dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index);
+
+/* --- ops: torch.distributions.Categorical(logits=logits), for policy
+   gradients: logits (..., C) unnormalized, the last dim the categories,
+   the rest the batch shape; float32, C >= 1. An error from an op inside
+   names the function first ("dl_categorical_log_prob: dl_gather: ...").
+   dl_categorical_sample: .sample(), int64 (...): one draw per batch
+     element, dl_multinomial(softmax(logits), 1, true) over the rows, as
+     torch's (dl.h's generator, not torch's numbers; refused in a
+     capture); no gradient.
+   dl_categorical_log_prob: .log_prob(value), (...): log_softmax(logits)
+     at value (int64 or int32, of the batch shape; each in [0, C)).
+   dl_categorical_entropy: .entropy(), (...): -sum(p * max(log p, -FLT_MAX))
+     over the categories (torch's clamp: a -inf logit adds 0, not NaN).
+   The last two are differentiable in logits, twice. */
+DL_API dl_tensor *dl_categorical_sample(dl_tensor *logits);
+DL_API dl_tensor *dl_categorical_log_prob(dl_tensor *logits, dl_tensor *value);
+DL_API dl_tensor *dl_categorical_entropy(dl_tensor *logits);
 
 /* --- autograd */
 typedef struct dl_backward_desc {
@@ -5082,7 +5103,7 @@ struct dl_ctx {
                                          fused class loss's backward reads them as 1) */
     bool anomaly;
     const char *in_backward_of;       /* op whose backward is running */
-    const char *in_call;              /* a module constructor running (dl__err names it first) */
+    const char *in_call;              /* a module constructor or composite running (dl__err names it first) */
     dl_result err;
     uint64_t nerr;                    /* failures recorded so far (a backward that set none) */
     char msg[768];
@@ -18640,6 +18661,79 @@ dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index)
     if (!xs || !is) return dl__end(ctx, NULL, op);
     y = dl__gather_rows(false, xs, is);
     if (y && dim != nd - 1) y = dl_transpose(y, dim, -1);
+    return dl__end(ctx, y, op);
+}
+
+/* --- Categorical(logits=): composites of softmax, log_softmax, gather and
+   multinomial; ctx->in_call names the function in an inner op's error */
+static bool dl__categorical_ok(const char *op, dl_tensor *logits)
+{
+    if (!dl__live(op, "logits", logits) || !dl__f32(op, "logits", logits)) return false;
+    if (logits->ndim < 1 || logits->shape[logits->ndim - 1] < 1) {
+        dl__err(logits->ctx_, DL_ERR_SHAPE, "%s: logits %s must have at least one dim, its last (the "
+                "categories) of size >= 1", op, dl__sh(logits));
+        return false;
+    }
+    return true;
+}
+dl_tensor *dl_categorical_sample(dl_tensor *logits)
+{
+    const char *op = "dl_categorical_sample", *prev;
+    dl_ctx *ctx;
+    dl_tensor *y;
+    int64_t C, rows[2];
+    if (!logits) return NULL;
+    if (!dl__categorical_ok(op, logits)) return NULL;
+    ctx = logits->ctx_;
+    C = logits->shape[logits->ndim - 1];
+    rows[0] = logits->numel / C;
+    rows[1] = C;
+    if (rows[0] == 0) return dl__end(ctx, dl_to_dtype(dl_sum(dl_detach(logits), DL_DIMS(-1), false), DL_DTYPE_I64), op);
+    prev = ctx->in_call;
+    ctx->in_call = op;
+    y = dl_multinomial(dl_reshape(dl_softmax(dl_detach(logits), -1), dl_shape_make(2, rows)), 1, true);
+    y = y ? dl_reshape(y, dl_shape_make(logits->ndim - 1, logits->shape)) : NULL;
+    ctx->in_call = prev;
+    return dl__end(ctx, y, op);
+}
+dl_tensor *dl_categorical_log_prob(dl_tensor *logits, dl_tensor *value)
+{
+    const char *op = "dl_categorical_log_prob", *prev;
+    dl_ctx *ctx;
+    dl_tensor *y;
+    if (!logits || !value) return NULL;
+    if (!dl__categorical_ok(op, logits) || !dl__live(op, "value", value)) return NULL;
+    ctx = logits->ctx_;
+    if (value->dtype == DL_DTYPE_F32) {
+        dl__err(ctx, DL_ERR_DTYPE, "%s: value %s has dtype float32; it must be int64 or int32 (category "
+                "indices)", op, dl__sh(value));
+        return NULL;
+    }
+    if (value->ndim != logits->ndim - 1 ||
+        memcmp(value->shape, logits->shape, sizeof(int64_t) * (size_t)value->ndim) != 0) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: value %s must have the batch shape of logits %s (its dims but the last)",
+                op, dl__sh(value), dl__sh(logits));
+        return NULL;
+    }
+    prev = ctx->in_call;
+    ctx->in_call = op;
+    y = dl_squeeze(dl_gather(dl_log_softmax(logits, -1), -1, dl_unsqueeze(dl_to_dtype(value, DL_DTYPE_I64), -1)), -1);
+    ctx->in_call = prev;
+    return dl__end(ctx, y, op);
+}
+dl_tensor *dl_categorical_entropy(dl_tensor *logits)
+{
+    const char *op = "dl_categorical_entropy", *prev;
+    dl_ctx *ctx;
+    dl_tensor *y;
+    if (!logits) return NULL;
+    if (!dl__categorical_ok(op, logits)) return NULL;
+    ctx = logits->ctx_;
+    prev = ctx->in_call;
+    ctx->in_call = op;
+    y = dl_mul(dl_softmax(logits, -1), dl_clamp(dl_log_softmax(logits, -1), -FLT_MAX, INFINITY));
+    y = dl_neg(dl_sum(y, DL_DIMS(-1), false));
+    ctx->in_call = prev;
     return dl__end(ctx, y, op);
 }
 

@@ -1018,6 +1018,39 @@ static void dtype_creator_errors(void)
     dl_step_end(C);
 }
 
+/* Categorical(logits=): its checks, and an inner op's error named under it */
+static void categorical_errors(void)
+{
+    int64_t iv[2] = {0, 7};
+    dl_tensor *l = T(2, 4), *v = dl_from_int64(C, DL_SHAPE(2), iv);
+    BAD(dl_categorical_entropy(dl_from_int64(C, DL_SHAPE(2), iv)), DL_ERR_DTYPE,
+        "dl_categorical_entropy: logits (2) has dtype int64; this op needs float32");
+    BAD(dl_categorical_sample(dl_full(C, DL_SHAPE(), 1.0f)), DL_ERR_SHAPE,
+        "dl_categorical_sample: logits () must have at least one dim, its last (the categories) of size >= 1");
+    BAD(dl_categorical_entropy(T(3, 0)), DL_ERR_SHAPE, "dl_categorical_entropy: logits (3,0) must have");
+    BAD(dl_categorical_log_prob(l, T(2, 1)), DL_ERR_DTYPE,
+        "dl_categorical_log_prob: value (2,1) has dtype float32; it must be int64 or int32 (category indices)");
+    BAD(dl_categorical_log_prob(l, dl_from_int64(C, DL_SHAPE(1, 2), iv)), DL_ERR_SHAPE,
+        "dl_categorical_log_prob: value (1,2) must have the batch shape of logits (2,4) (its dims but the last)");
+    BAD(dl_categorical_log_prob(l, v), DL_ERR_ARG,
+        "dl_categorical_log_prob: dl_gather: index (2,1) holds 7 at flat index 1: indices must be in [0, 4)");
+    NULLOP(dl_categorical_log_prob(NULL, v));
+    NULLOP(dl_categorical_log_prob(l, NULL));
+    NULLOP(dl_categorical_entropy(NULL));
+    NULLOP(dl_categorical_sample(NULL));
+    {   /* a draw on the host: refused inside a capture, under the function's name */
+        dl_tensor *k = dl_keep(l);
+        dl_capture *cap = dl_capture_begin(C);
+        CHECK(cap && dl_categorical_sample(k) == NULL, "sample in a capture refused");
+        EXPECT_ERR(C, DL_ERR_UNSUPPORTED, "dl_categorical_sample: dl_multinomial: a draw made on the host");
+        dl_capture_free(cap);
+        dl_free(k);
+        dl_clear_error(C);
+    }
+    WORKS();
+    dl_step_end(C);
+}
+
 /* dl_rnn_forward: an LSTM's initial state is h0 and c0 or neither */
 static void rnn_errors(void)
 {
@@ -1064,6 +1097,7 @@ int main(void)
     upsample_errors();
     rnn_errors();
     dtype_creator_errors();
+    categorical_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));
     dl_ctx_free(C);
     TEST_END();

@@ -27,7 +27,7 @@ enum {
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
     OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE,
-    OP_SPLIT, OP_SECOND_SPLIT
+    OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT
 };
 
 /* fills */
@@ -75,6 +75,14 @@ static dl_tensor *gidx(dl_ctx *c, const P *p)
     for (d = 0; d < k; d++) n *= p->sh.d[d];
     for (d = 0; d < n; d++) v[d] = p->sh.d[k + d];
     return dl_from_int64(c, dl_shape_make(k, p->sh.d), v);
+}
+
+/* Categorical's value for logits a: (i * 3 + 1) mod C at flat index i of the batch shape */
+static dl_tensor *cat_value(dl_tensor *a)
+{
+    int64_t v[64], C = a->shape[a->ndim - 1], i;
+    for (i = 0; i < a->numel / C && i < 64; i++) v[i] = (i * 3 + 1) % C;
+    return dl_from_int64(dl_tensor_ctx(a), dl_shape_make(a->ndim - 1, a->shape), v);
 }
 
 /* ---- the custom function: sigmoid written with dl ops */
@@ -211,7 +219,10 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         dl_tensor *y = dl_gather(a, p->d0, gidx(dl_tensor_ctx(a), p));
         return dl_mul(y, y);
     }
+    case OP_CAT_LOGP: return dl_categorical_log_prob(a, cat_value(a));
+    case OP_CAT_ENT: return dl_categorical_entropy(a);
     case OP_SECOND:
+    case OP_SECOND_CAT:
     case OP_SECOND_EMBED:
     case OP_SECOND_GATHER:
     case OP_SECOND_SPLIT:
@@ -233,6 +244,9 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
             int64_t iv[5] = {2, 0, 2, 3, 1};
             y = dl_sum(dl_pow(dl_embedding(dl_from_int64(c, DL_SHAPE(5), iv), a, 1), 3.0f), DL_ALL, false);
         }
+        else if (p->op == OP_SECOND_CAT)   /* d/dx sum(entropy(x) + log_prob(x, value)^2) */
+            y = dl_sum(dl_add(dl_categorical_entropy(a), dl_pow(dl_categorical_log_prob(a, cat_value(a)), 2.0f)),
+                       DL_ALL, false);
         else if (p->op == OP_SECOND_SPLIT)   /* d/dx sum(pieces^3): through the split's join and its backward */
             y = dl_sum(split_join(a, p, 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_GATHER)   /* d/dx sum(gather(x)^3): through the scatter's backward */
@@ -499,6 +513,14 @@ static void shape_cases(void)
         p.op = OP_SECOND_GATHER;
         gc1("grad of gather^3", "dim 0", p, I(DL_SHAPE(3, 4), F_RANDN));
     }
+    /* torch.distributions.Categorical(logits=): log_prob, entropy, their second derivatives */
+    gc1("dl_categorical_log_prob", "(5,4)", mk(OP_CAT_LOGP), I(DL_SHAPE(5, 4), F_RANDN));
+    gc1("dl_categorical_log_prob", "(6) 0-d value", mk(OP_CAT_LOGP), I(DL_SHAPE(6), F_RANDN));
+    gc1("dl_categorical_log_prob", "(2,3,5)", mk(OP_CAT_LOGP), I(DL_SHAPE(2, 3, 5), F_RANDN));
+    gc1("dl_categorical_entropy", "(5,4)", mk(OP_CAT_ENT), I(DL_SHAPE(5, 4), F_RANDN));
+    gc1("dl_categorical_entropy", "(6)", mk(OP_CAT_ENT), I(DL_SHAPE(6), F_RANDN));
+    gc1("dl_categorical_entropy", "(2,3,5)", mk(OP_CAT_ENT), I(DL_SHAPE(2, 3, 5), F_RANDN));
+    gc1("grad of entropy + log_prob^2", "(3,4)", mk(OP_SECOND_CAT), I(DL_SHAPE(3, 4), F_RANDN));
     /* squeeze / unsqueeze */
     gc1("dl_squeeze", "dim 1", mki(OP_SQUEEZE, 1, 0), I(DL_SHAPE(2, 1, 3), F_RANDN));
     gc1("dl_squeeze", "dim 0", mki(OP_SQUEEZE, 0, 0), I(DL_SHAPE(1, 4), F_RANDN));

@@ -77,6 +77,35 @@ static void test_values(void)
         CHECK(y && y->ndim == 1 && dl_read_int64(y, o, 3) == DL_OK && o[0] != 1 && o[1] != 1 && o[2] != 1,
               "(C) -> (3): never the zero weight");
     }
+    {   /* Categorical(logits=).sample(): frequencies, shapes, a -inf logit never drawn, the seed repeats */
+        static float lv[3 * 6000];
+        static int64_t o[6000], o2[6000];
+        int cnt[3] = {0, 0, 0}, i;
+        dl_tensor *l, *y;
+        for (i = 0; i < 6000; i++) {
+            lv[3 * i] = logf(0.1f);
+            lv[3 * i + 1] = -INFINITY;
+            lv[3 * i + 2] = logf(0.9f);
+        }
+        l = dl_from_array(ctx, DL_SHAPE(2, 3000, 3), lv);
+        dl_manual_seed(ctx, 9);
+        y = dl_categorical_sample(l);
+        CHECK(y && y->dtype == DL_DTYPE_I64 && y->ndim == 2 && y->shape[0] == 2 && y->shape[1] == 3000 &&
+              dl_read_int64(y, o, 6000) == DL_OK, "sample of (2,3000,3): (2,3000) int64: %s", dl_error_message(ctx));
+        for (i = 0; i < 6000; i++) cnt[o[i] < 0 || o[i] > 2 ? 1 : o[i]]++;
+        CHECK(cnt[1] == 0 && abs(cnt[0] - 600) < 90 && abs(cnt[2] - 5400) < 90, "frequencies 0.1 0 0.9: %d %d %d",
+              cnt[0], cnt[1], cnt[2]);
+        dl_manual_seed(ctx, 9);
+        CHECK(dl_read_int64(dl_categorical_sample(l), o2, 6000) == DL_OK && memcmp(o, o2, sizeof o) == 0,
+              "sample: the same seed, the same draws");
+        y = dl_categorical_sample(dl_from_array(ctx, DL_SHAPE(3), lv));
+        CHECK(y && y->ndim == 0 && dl_read_int64(y, o, 1) == DL_OK && (o[0] == 0 || o[0] == 2), "(C) -> 0-d");
+        y = dl_categorical_sample(dl_zeros(ctx, DL_SHAPE(0, 4)));
+        CHECK(y && y->ndim == 1 && y->numel == 0 && y->dtype == DL_DTYPE_I64, "an empty batch: (0)");
+        y = dl_categorical_log_prob(dl_from_array(ctx, DL_SHAPE(3), lv), dl_full_dtype(ctx, DL_SHAPE(), 2, DL_DTYPE_I32));
+        CHECK(y && y->ndim == 0 && fabsf(dl_item(y) - logf(0.9f)) < 1e-6f, "log_prob, int32 0-d value: %g",
+              y ? (double)dl_item(y) : -1.0);
+    }
     {   /* dtype conversions: torch's .long(), .int(), .float() (values from torch 2.15 on x86) */
         /* (16777216, not the literal 16777217.0f: nvcc's front end rounds that halfway literal up to
            16777218, gcc to even, 16777216) */

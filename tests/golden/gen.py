@@ -503,6 +503,29 @@ for op in ("var", "std"):
     case(op + "/corr_over", [("x", x)], fn, params=params)
 
 
+# torch.distributions.Categorical(logits=x): log_prob(target) and entropy();
+# inputs x (logits) [and target, the values as floats]; params [0]
+def categorical_case(name, x, value=None, dd=False):
+    if value is None:
+        case("categorical_entropy/" + name, [("x", x)],
+             lambda t: torch.distributions.Categorical(logits=t).entropy(), params=[0], dd=dd)
+    else:
+        case("categorical_log_prob/" + name, [("x", x), ("target", value.to(torch.float32))],
+             lambda t, v: torch.distributions.Categorical(logits=t).log_prob(v.long()), params=[0], grad=["x"],
+             dd=dd)
+
+
+categorical_case("rows", randn(5, 4) * 2, torch.randint(0, 4, (5,)), dd=True)
+categorical_case("one", randn(6), torch.tensor(3))
+categorical_case("batch2", randn(2, 3, 5), torch.randint(0, 5, (2, 3)), dd=True)
+categorical_case("single_category", randn(3, 1), torch.zeros(3, dtype=torch.long))
+categorical_case("rows", randn(5, 4) * 2, dd=True)
+categorical_case("one", randn(6))
+categorical_case("batch2", randn(2, 3, 5) * 3, dd=True)
+categorical_case("neg_inf", torch.tensor([[0.5, float("-inf"), -1.0], [float("-inf"), 2.0, 0.0]]))
+categorical_case("peaked", torch.tensor([[30.0, 0.0, -30.0, 1.0]]))
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"
