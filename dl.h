@@ -4419,6 +4419,43 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
 #define DL__GELU_B 0.7978845608028654f
 #define DL__GELU_K 0.044715f
 
+/* x^a for a float a (torch's special cases: x x, x, sqrt, and rsqrt at
+   -0 and -inf) */
+static DL__HD inline float dl__powsf(float x, float a)
+{
+    return a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x)
+           : a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a);
+}
+
+/* The backwards of DL__UNARY_GRADS, each the dl.h ops of its rule (the
+   dl__*_bwd functions below dl__unary, named there) in their order, so one
+   pass gives those passes' bits: DL__MUL_RN where a sum follows a product,
+   as the scalar ops' AFFINE rounds it. g the incoming gradient, x the input */
+static DL__HD inline float dl__gelu_gradf(float g, float x)
+{
+    float cdf = DL__MUL_RN(dl__erff(x * 0.70710678118654752f), 0.5f) + 0.5f;
+    float pdf = dl__expf((x * x) * -0.5f) * 0.3989422804014327f;
+    return g * (cdf + DL__MUL_RN(x, pdf));
+}
+static DL__HD inline float dl__gelu_tanh_gradf(float g, float x)
+{
+    float xsq = x * x, t = dl__tanhf((x + DL__MUL_RN(xsq * x, DL__GELU_K)) * DL__GELU_B);
+    float ld = DL__MUL_RN(t + 1.0f, 0.5f);
+    float id = (DL__MUL_RN(xsq, 3.0f * DL__GELU_K) + 1.0f) * DL__GELU_B;
+    float rd = DL__MUL_RN((x * 0.5f) * (1.0f - DL__MUL_RN(t, t)), id);
+    return g * (ld + rd);
+}
+static DL__HD inline float dl__silu_gradf(float g, float x)
+{
+    float s = dl__sigmoidf(x);
+    return g * (s * (DL__MUL_RN(x, 1.0f - s) + 1.0f));
+}
+static DL__HD inline float dl__softplus_gradf(float g, float x, float beta, float threshold)
+{
+    float bx = x * beta, s = dl__sigmoidf(bx);
+    return g * (s + DL__MUL_RN(dl__self(bx > threshold, 1.0f, 0.0f), 1.0f - s));
+}
+
 /* Elementwise math: one expression per op, used by every backend (CPU loops
    here, CUDA kernels in dl_cuda.cuh), so a device adds launches, not math.
    x is the input, a and b the op's scalar attributes. */
@@ -4440,9 +4477,8 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(SOFTPLUSN, dl__softplus_negf(x)) /* softplus(-x): bce_with_logits with pos_weight */ \
     X(SOFTPLUS, dl__self(x * a > b, x, dl__log1pf(dl__expf(x * a)) / a)) /* F.softplus(beta a, threshold b), torch's */ \
     X(LOGSIGMOID, -dl__softplus_negf(x)) /* min(x, 0) - log1p(exp(-|x|)), torch's */ \
-    X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) : /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
-           a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x) : \
-           a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a)) /* (torch's rsqrt at -0, -inf) */ \
+    X(POW, b != 0.0f ? (float)pow((double)x, (double)a + (double)b) /* (a + b: a backward's p - 1, dl__pow_bwd) */ \
+           : dl__powsf(x, a)) \
     X(CLAMP, a != a || b != b ? a + b : (x < a ? a : x) > b ? b : (x < a ? a : x)) /* min(max(x, a), b), \
            as torch.clamp: b where a > b, NaN where a bound is */ \
     X(AFFINE, DL__MUL_RN(a, x) + b) \
@@ -4474,11 +4510,26 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
     X(TANH_GRAD, p * (1.0f - DL__MUL_RN(q, q)))
 
+/* The backward of a unary op in one pass (dl__ugrad): dx from p, the
+   incoming gradient, x, the op's input (SQRT: its output), and a, b */
+#define DL__UNARY_GRADS(X) \
+    X(ABS, p * (float)((x > 0) - (x < 0))) /* g sign(x) */ \
+    X(LEAKY, p * dl__self(x > 0, 1.0f, a)) /* g (x > 0 ? 1 : slope a) */ \
+    X(SQRT, p / (x * 2.0f)) /* g / (2 y) */ \
+    X(GELU, dl__gelu_gradf(p, x)) \
+    X(GELU_TANH, dl__gelu_tanh_gradf(p, x)) \
+    X(SILU, dl__silu_gradf(p, x)) \
+    X(SOFTPLUS, dl__softplus_gradf(p, x, a, b)) /* beta a, threshold b */ \
+    X(POW, p * (b * dl__powsf(x, a))) /* g p x^(p-1): a = p - 1, b = p */
+
 #define DL__OPENUM(nm, ex) DL__U_##nm,
 enum { DL__UNARY_OPS(DL__OPENUM) DL__U_COUNT };
 #undef DL__OPENUM
 #define DL__OPENUM(nm, ex) DL__B_##nm,
 enum { DL__BINARY_OPS(DL__OPENUM) DL__B_COUNT };
+#undef DL__OPENUM
+#define DL__OPENUM(nm, ex) DL__G_##nm,
+enum { DL__UNARY_GRADS(DL__OPENUM) DL__G_COUNT };
 #undef DL__OPENUM
 enum { DL__R_SUM, DL__R_MAX, DL__R_MIN };
 enum { DL__RAND_UNIFORM, DL__RAND_NORMAL };
@@ -4966,6 +5017,10 @@ struct dl__backend {
        with log dx = g - exp(y) sum(g) */
     void (*softmax_bwd)(dl__dev *d, bool log, float *dx, const float *g, const float *y, int64_t outer, int64_t n,
                         int64_t inner);
+    /* optional (NULL: the rule's unary and binary calls): a unary op's
+       backward in one pass, dx[i] = DL__UNARY_GRADS' op of g[i] and x[i]
+       with attributes a, b */
+    void (*unary_bwd)(dl__dev *d, int op, float *dx, const float *g, const float *x, int64_t n, float a, float b);
 };
 
 /* dtype conversions (dl_to_dtype), as torch on x86: float to int truncates
@@ -7213,6 +7268,43 @@ static void dl__cpu_unary(dl__dev *d, int op, float *y, const float *x, int64_t 
     dl__un_args u;
     u.op = op; u.y = y; u.x = x; u.a = a; u.b = b;
     dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__un_task, &u);
+}
+
+/* a unary op's backward (DL__UNARY_GRADS), one loop per op as above */
+#define DL__CASE(nm, ex) \
+    static void dl__ug_##nm(float *dx, const float *gs, const float *xs, int64_t n, float a, float b) \
+    { \
+        int64_t i; \
+        for (i = 0; i < n; i++) { float p = gs[i], x = xs[i]; dx[i] = (ex); } \
+        (void)a; (void)b; \
+    }
+DL__UNARY_GRADS(DL__CASE)
+#undef DL__CASE
+typedef void (*dl__ug_fn)(float *, const float *, const float *, int64_t, float, float);
+static const dl__ug_fn dl__ug_fns[DL__G_COUNT] = {
+#define DL__CASE(nm, ex) dl__ug_##nm,
+    DL__UNARY_GRADS(DL__CASE)
+#undef DL__CASE
+};
+
+typedef struct dl__ug_args { int op; float *dx; const float *g, *x; float a, b; } dl__ug_args;
+
+static void dl__ug_task(void *p, int64_t lo, int64_t hi)
+{
+    const dl__ug_args *u = (const dl__ug_args *)p;
+    DL_ASSERT(u->op >= 0 && u->op < DL__G_COUNT);
+    dl__ug_fns[u->op](u->dx + lo, u->g + lo, u->x + lo, hi - lo, u->a, u->b);
+}
+
+static void dl__cpu_unary_bwd(dl__dev *d, int op, float *dx, const float *g, const float *x, int64_t n, float a,
+                              float b)
+{
+    dl__ug_args u;
+    u.op = op; u.a = a; u.b = b;
+    u.dx = (float *)DL__RAW(d, dx);
+    u.g = (const float *)DL__RAW(d, g);
+    u.x = (const float *)DL__RAW(d, x);
+    dl__parallel_for(d->ctx->pool, n, 1 << 15, dl__ug_task, &u);
 }
 
 /* One row of a binary op: y[i] = a[i*sa] op b[i*sb]; steps of 1 and 0 get
@@ -11078,7 +11170,7 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
     NULL,                     /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
     dl__cpu_embed, dl__cpu_embed_bwd,
-    dl__cpu_convert, dl__cpu_select, dl__cpu_softmax_bwd
+    dl__cpu_convert, dl__cpu_select, dl__cpu_softmax_bwd, dl__cpu_unary_bwd
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -11197,7 +11289,7 @@ enum {
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
     DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD, DL__RK_CONVERT,
-    DL__RK_SELECT, DL__RK_CLASS_LOSS, DL__RK_CLASS_LOSS_BWD, DL__RK_SOFTMAX_BWD
+    DL__RK_SELECT, DL__RK_CLASS_LOSS, DL__RK_CLASS_LOSS_BWD, DL__RK_SOFTMAX_BWD, DL__RK_UNARY_BWD
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -11765,6 +11857,14 @@ static void dl__rw_softmax_bwd(dl__dev *d, bool log, float *dx, const float *g, 
     }
     DL__CPU.softmax_bwd(d, log, dx, g, y, outer, n, inner);
 }
+static void dl__rw_unary_bwd(dl__dev *d, int op, float *dx, const float *g, const float *x, int64_t n, float a,
+                             float b)
+{
+    DL__REC(d, DL__RK_UNARY_BWD) {
+        r->k = op; r->p[0] = dx; r->p[1] = (void *)g; r->p[2] = (void *)x; r->n[0] = n; r->f[0] = a; r->f[1] = b;
+    }
+    DL__CPU.unary_bwd(d, op, dx, g, x, n, a, b);
+}
 static int64_t dl__rw_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad)
 {
     DL__REC(d, DL__RK_CLASS_LOSS) if (dl__rec_blob(d, r, a, sizeof *a)) { r->p[0] = loss; r->p[1] = den; }
@@ -12042,7 +12142,7 @@ static const dl__backend dl__cap_backend = {
     NULL,
     NULL,
     dl__rw_embed, dl__rw_embed_bwd,
-    dl__rw_convert, dl__rw_select, dl__rw_softmax_bwd
+    dl__rw_convert, dl__rw_select, dl__rw_softmax_bwd, dl__rw_unary_bwd
 };
 
 /* a replay's class-index target outside [0, C) (class_mask, class_loss): false */
@@ -12105,6 +12205,9 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     }
     case DL__RK_SOFTMAX_BWD:
         DL__CPU.softmax_bwd(d, r->b[0], (float *)p[0], (const float *)p[1], (const float *)p[2], n[0], n[1], n[2]);
+        break;
+    case DL__RK_UNARY_BWD:
+        DL__CPU.unary_bwd(d, r->k, (float *)p[0], (const float *)p[1], (const float *)p[2], n[0], r->f[0], r->f[1]);
         break;
     case DL__RK_CLASS_LOSS_BWD:
         DL__CPU.class_loss_bwd(d, (float *)p[0], (float *)p[1], (const float *)p[2], (const float *)p[3],
@@ -14465,6 +14568,21 @@ static dl_tensor *dl__mask0(dl_tensor *x, int kop, float a, float b)
 
 #define DL__Y (n->out)
 
+/* dx = g f'(t) in one pass (DL__UNARY_GRADS' op; t the op's input, or
+   its output): true with gin[0] set (NULL on failure), or false where a
+   graph is built (create_graph: the rule's dl.h ops, differentiable) or
+   the backend has no unary_bwd, and the caller runs those ops */
+static bool dl__ugrad(dl__node *n, dl_tensor *g, dl_tensor *t, int op, float a, float b, dl_tensor **gin)
+{
+    dl_tensor *dx;
+    if (dl__grad_on(t->ctx_) || !DL__BE(t)->unary_bwd || g->numel != t->numel) return false;
+    dx = dl__like(n->op->name, t);
+    if (dx) DL__BE(t)->unary_bwd(t->dev_, op, (float *)dx->data, (const float *)g->data, (const float *)t->data,
+                                 t->numel, a, b);
+    gin[0] = dx ? dl__done(dx, n->op->name) : NULL;
+    return true;
+}
+
 /* y = -x;  dx = -g */
 static dl_result dl__neg_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { (void)n; gin[0] = dl_neg(g); return DL_OK; }
 /* y = exp(x);  dx = g * y */
@@ -14472,9 +14590,17 @@ static dl_result dl__exp_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0
 /* y = log(x);  dx = g / x */
 static dl_result dl__log_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_div(g, DL__X); return DL_OK; }
 /* y = sqrt(x);  dx = g / (2 y) */
-static dl_result dl__sqrt_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_div(g, dl_mul_scalar(DL__Y, 2.0f)); return DL_OK; }
+static dl_result dl__sqrt_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__ugrad(n, g, DL__Y, DL__G_SQRT, 0, 0, gin)) gin[0] = dl_div(g, dl_mul_scalar(DL__Y, 2.0f));
+    return DL_OK;
+}
 /* y = |x|;  dx = g * sign(x) */
-static dl_result dl__abs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask0(DL__X, DL__U_SIGN, 0, 0)); return DL_OK; }
+static dl_result dl__abs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__ugrad(n, g, DL__X, DL__G_ABS, 0, 0, gin)) gin[0] = dl_mul(g, dl__mask0(DL__X, DL__U_SIGN, 0, 0));
+    return DL_OK;
+}
 /* y = erf(x);  dx = g * 2/sqrt(pi) * exp(-x^2) */
 static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
@@ -14509,7 +14635,12 @@ static dl_result dl__relu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 /* y = x > 0 ? x : s x;  dx = g * (x > 0 ? 1 : s) */
-static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_mul(g, dl__mask0(DL__X, DL__U_LEAKY_MASK, n->f[0], 0)); return DL_OK; }
+static dl_result dl__leaky_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__ugrad(n, g, DL__X, DL__G_LEAKY, n->f[0], 0, gin))
+        gin[0] = dl_mul(g, dl__mask0(DL__X, DL__U_LEAKY_MASK, n->f[0], 0));
+    return DL_OK;
+}
 static dl_result dl__sigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     gin[0] = dl__act_grad(g, DL__Y, DL__U_SIGMOID);
@@ -14524,9 +14655,10 @@ static dl_result dl__tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
    phi(x) = exp(-x^2/2)/sqrt(2 pi) */
 static dl_result dl__gelu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    dl_tensor *x = DL__X;
-    dl_tensor *cdf = dl_add_scalar(dl_mul_scalar(dl_erf(dl_mul_scalar(x, 0.70710678118654752f)), 0.5f), 0.5f);
-    dl_tensor *pdf = dl_mul_scalar(dl_exp(dl_mul_scalar(dl_mul(x, x), -0.5f)), 0.3989422804014327f);
+    dl_tensor *x = DL__X, *cdf, *pdf;
+    if (dl__ugrad(n, g, x, DL__G_GELU, 0, 0, gin)) return DL_OK;
+    cdf = dl_add_scalar(dl_mul_scalar(dl_erf(dl_mul_scalar(x, 0.70710678118654752f)), 0.5f), 0.5f);
+    pdf = dl_mul_scalar(dl_exp(dl_mul_scalar(dl_mul(x, x), -0.5f)), 0.3989422804014327f);
     gin[0] = dl_mul(g, dl_add(cdf, dl_mul(x, pdf)));
     return DL_OK;
 }
@@ -14543,7 +14675,7 @@ static dl_result dl__pow_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     float hi = (float)e, lo = (float)(e - (double)hi);
     if (p == 0.0) gin[0] = dl_mul_scalar(g, 0.0f);
     else if (p == 1.0) gin[0] = g;
-    else   /* (x^1 is x bit for bit, and its gradient g: no pass for it) */
+    else if (lo != 0.0f || !dl__ugrad(n, g, DL__X, DL__G_POW, hi, (float)p, gin))   /* (x^1 is x bit for bit) */
         gin[0] = dl_mul(g, dl_mul_scalar(hi == 1.0f && lo == 0.0f ? DL__X : dl__pow2(DL__X, hi, lo), (float)p));
     return DL_OK;
 }
@@ -14568,11 +14700,13 @@ static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd, 1, 0};
    GeluBackward: l' = (1 + t)/2, r' = x/2 (1 - t^2) B (1 + 3K x^2) */
 static dl_result dl__gelu_tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    dl_tensor *x = DL__X, *xsq = dl_mul(x, x);
-    dl_tensor *t = dl_tanh(dl_mul_scalar(dl_add(x, dl_mul_scalar(dl_mul(xsq, x), DL__GELU_K)), DL__GELU_B));
-    dl_tensor *ld = dl_mul_scalar(dl_add_scalar(t, 1.0f), 0.5f);
-    dl_tensor *id = dl_mul_scalar(dl_add_scalar(dl_mul_scalar(xsq, 3.0f * DL__GELU_K), 1.0f), DL__GELU_B);
-    dl_tensor *rd = dl_mul(dl_mul(dl_mul_scalar(x, 0.5f), dl_rsub_scalar(dl_mul(t, t), 1.0f)), id);
+    dl_tensor *x = DL__X, *xsq, *t, *ld, *id, *rd;
+    if (dl__ugrad(n, g, x, DL__G_GELU_TANH, 0, 0, gin)) return DL_OK;
+    xsq = dl_mul(x, x);
+    t = dl_tanh(dl_mul_scalar(dl_add(x, dl_mul_scalar(dl_mul(xsq, x), DL__GELU_K)), DL__GELU_B));
+    ld = dl_mul_scalar(dl_add_scalar(t, 1.0f), 0.5f);
+    id = dl_mul_scalar(dl_add_scalar(dl_mul_scalar(xsq, 3.0f * DL__GELU_K), 1.0f), DL__GELU_B);
+    rd = dl_mul(dl_mul(dl_mul_scalar(x, 0.5f), dl_rsub_scalar(dl_mul(t, t), 1.0f)), id);
     gin[0] = dl_mul(g, dl_add(ld, rd));
     return DL_OK;
 }
@@ -14580,7 +14714,9 @@ static const dl__op dl__op_gelu_tanh = {"dl_gelu_tanh", dl__gelu_tanh_bwd, 1, 0}
 /* y = x s(x), s = sigmoid;  dx = g * s * (1 + x (1 - s)) */
 static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    dl_tensor *s = dl_sigmoid(DL__X);
+    dl_tensor *s;
+    if (dl__ugrad(n, g, DL__X, DL__G_SILU, 0, 0, gin)) return DL_OK;
+    s = dl_sigmoid(DL__X);
     gin[0] = dl_mul(g, dl_mul(s, dl_add_scalar(dl_mul(DL__X, dl_rsub_scalar(s, 1.0f)), 1.0f)));
     return DL_OK;
 }
@@ -14589,8 +14725,11 @@ static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd, 1, 0};
    1 past the threshold (torch's z / (z + 1), z = exp(b x), as a sigmoid) */
 static dl_result dl__softplus_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    dl_tensor *bx = dl_mul_scalar(DL__X, n->f[0]), *m = dl__mask(bx, DL__U_GT, n->f[1], 0.0f);
-    dl_tensor *s = dl_sigmoid(bx);
+    dl_tensor *bx, *m, *s;
+    if (dl__ugrad(n, g, DL__X, DL__G_SOFTPLUS, n->f[0], n->f[1], gin)) return DL_OK;
+    bx = dl_mul_scalar(DL__X, n->f[0]);
+    m = dl__mask(bx, DL__U_GT, n->f[1], 0.0f);
+    s = dl_sigmoid(bx);
     gin[0] = dl_mul(g, dl_add(s, dl_mul(m, dl_rsub_scalar(s, 1.0f))));
     return DL_OK;
 }

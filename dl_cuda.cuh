@@ -1222,6 +1222,42 @@ static void dl__cu_unary(dl__dev *d, int op, float *y, const float *x, int64_t n
     }
 }
 
+/* a unary op's backward in one launch: dl.h's DL__UNARY_GRADS expression */
+template <int OP>
+static DL__HD inline float dl__cu_ug(float p, float x, float a, float b)
+{
+    (void)a; (void)b;
+    switch (OP) {
+#define DL__CASE(nm, ex) case DL__G_##nm: return (ex);
+    DL__UNARY_GRADS(DL__CASE)
+#undef DL__CASE
+    default: return p;
+    }
+}
+
+template <int OP>
+struct dl__cuf_ug {
+    float *dx; const float *g, *x; float a, b;
+    DL__HD void operator()(int64_t i) const { dx[i] = dl__cu_ug<OP>(g[i], x[i], a, b); }
+};
+
+static void dl__cu_unary_bwd(dl__dev *d, int op, float *dx, const float *g, const float *x, int64_t n, float a,
+                             float b)
+{
+    dl__cu_enter(d);
+    dx = DL__CUP(d, dx);
+    g = DL__CUP(d, g);
+    x = DL__CUP(d, x);
+    switch (op) {
+#define DL__CASE(nm, ex) \
+    case DL__G_##nm: { dl__cuf_ug<DL__G_##nm> f; f.dx = dx; f.g = g; f.x = x; f.a = a; f.b = b; \
+                       dl__cu_run<int64_t>(d, "unary_bwd " #nm, n, f); break; }
+    DL__UNARY_GRADS(DL__CASE)
+#undef DL__CASE
+    default: dl__dev_fail(d, "cuda:%d unary_bwd: op %d unknown", d->id.index, op);
+    }
+}
+
 /* contiguous or scalar operands: y[i] = a[i*sa] op b[i*sb], sa, sb in {0, 1} */
 template <int OP>
 struct dl__cuf_binflat {
@@ -6082,7 +6118,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_bn_stats_add,
     dl__cu_embed, dl__cu_embed_bwd,
     dl__cu_convert, dl__cu_select,
-    NULL   /* softmax_bwd: the binary and reduce launches */
+    NULL,  /* softmax_bwd: the binary and reduce launches */
+    dl__cu_unary_bwd
 };
 
 static int dl__cuda_count(void)

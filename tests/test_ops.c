@@ -604,6 +604,65 @@ static void test_long_sums(void)
     CHECK(y && at(y, 0) == (float)(16778216.0 / R), "adaptive_avg_pool1d to 1: %.9g", y ? (double)at(y, 0) : -1.0);
 }
 
+/* the one-pass backwards of the unary ops (the backend's unary_bwd) give
+   the bits of their rules' dl.h ops, which create_graph runs; special
+   values (+-0, +-inf, NaN, 1e38, denormals) and g = inf, 0 included */
+static dl_tensor *ugrad_op(int k, dl_tensor *x)
+{
+    switch (k) {
+    case 0: return dl_gelu(x);
+    case 1: return dl_gelu_tanh(x);
+    case 2: return dl_silu(x);
+    case 3: return dl_abs(x);
+    case 4: return dl_leaky_relu(x, 0.01f);
+    case 5: return dl_leaky_relu(x, -2.0f);
+    case 6: return dl_softplus(x, 1.0f, 20.0f);
+    case 7: return dl_softplus(x, 2.5f, 3.0f);
+    case 8: return dl_sqrt(x);
+    case 9: return dl_pow(x, 1.5f);
+    case 10: return dl_pow(x, 2.5f);
+    case 11: return dl_pow(x, -0.7f);
+    default: return dl_pow(x, 3.0f);
+    }
+}
+static void test_unary_bwd(void)
+{
+    enum { N = 3000, NOPS = 13 };
+    static const float sp[14] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e38f, -1e38f, 1e-40f, -1e-40f,
+                                 1.0f, -1.0f, 20.0f, 8.0f, 0.5f};
+    static float xv[N], gv[N], got[2][N];
+    uint32_t s = 1;
+    int i, k, m, bad;
+    for (i = 0; i < N; i++) {
+        s = s * 1103515245u + 12345u;
+        xv[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (i % 3 ? 8.0f : 60.0f);
+        s = s * 1103515245u + 12345u;
+        gv[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 4.0f;
+    }
+    for (i = 0; i < 14; i++) {
+        xv[i] = xv[14 + i] = xv[28 + i] = sp[i];
+        gv[14 + i] = INFINITY;
+        gv[28 + i] = 0.0f;
+    }
+    for (k = 0; k < NOPS; k++) {
+        for (m = 0; m < 2; m++) {   /* m = 1: create_graph, the rule's ops */
+            dl_backward_desc bd;
+            dl_tensor *x = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(N), xv), true), *gx = NULL;
+            memset(&bd, 0, sizeof bd);
+            bd.grad = dl_from_array(ctx, DL_SHAPE(N), gv);
+            bd.create_graph = m == 1;
+            if (dl_grad(ugrad_op(k, x), 1, &x, &gx, &bd) != DL_OK || dl_read(gx, got[m], N) != DL_OK)
+                memset(got[m], 0xff, sizeof got[m]);
+            dl_step_end(ctx);
+        }
+        for (i = 0, bad = -1; i < N && bad < 0; i++)
+            if (memcmp(&got[0][i], &got[1][i], 4) && !(got[0][i] != got[0][i] && got[1][i] != got[1][i])) bad = i;
+        CHECK(bad < 0, "unary op %d: its one-pass backward gives the bits of its rule's ops (at x = %g, g = %g: "
+              "%a, not %a)", k, bad < 0 ? 0.0 : (double)xv[bad], bad < 0 ? 0.0 : (double)gv[bad],
+              bad < 0 ? 0.0 : (double)got[0][bad], bad < 0 ? 0.0 : (double)got[1][bad]);
+    }
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -625,6 +684,7 @@ int main(void)
     dl_step_end(ctx);
     test_long_sums();
     dl_step_end(ctx);
+    test_unary_bwd();
     dl_ctx_free(ctx);
     TEST_END();
 }
