@@ -2285,6 +2285,9 @@ DL_API void dl_ddp_free(dl_ddp *dp);                  /* early release (else dl_
 #include <assert.h>
 #include <limits.h>
 #include <time.h>
+#if defined(__AVX__) || defined(__SSE2__)
+#include <immintrin.h>   /* (sqrtps: dl__sqrt_row) */
+#endif
 #if !defined(DL_NO_THREADS) && !defined(__GNUC__)
 #define DL_NO_THREADS   /* the thread pool needs GCC's __atomic builtins (gcc, clang, icx) */
 #endif
@@ -4420,10 +4423,11 @@ static DL__HD inline float dl__bce_logitsf(float x, float y) { return DL__MUL_RN
 #define DL__GELU_K 0.044715f
 
 /* x^a for a float a (torch's special cases: x x, x, sqrt, and rsqrt at
-   -0 and -inf) */
+   -0 and -inf; x sqrt(x) for 1.5, within 2 ulp, +inf at -inf as powf) */
 static DL__HD inline float dl__powsf(float x, float a)
 {
     return a == 2.0f ? x * x : a == 1.0f ? x : a == 0.5f ? sqrtf(x)
+           : a == 1.5f ? (x == -INFINITY ? INFINITY : x * sqrtf(x))
            : a == -0.5f && (x == 0.0f || x == -INFINITY) ? 1.0f / sqrtf(x) : powf(x, a);
 }
 
@@ -7235,6 +7239,36 @@ static void dl__cpu_eq_i64(dl__dev *d, float *y, const int64_t *a, const int64_t
 
 typedef struct dl__un_args { int op; float *y; const float *x; float a, b; } dl__un_args;
 
+/* y = sqrt(x) for n floats with sqrtps where the build has SSE or AVX (gcc
+   keeps sqrtf scalar: it may set errno); correctly rounded both ways, so
+   sqrtf's bits */
+static void dl__sqrt_row(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__AVX__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+#elif defined(__SSE2__)
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] = sqrtf(x[i]);
+}
+
+/* x^a for a = 0.5 or 1.5 (dl__powsf's bits), times c: y = c g x^a (g NULL:
+   c x^a), 256 at a time through sqrtps (y may be x) */
+static void dl__pow_half_rows(float *y, const float *g, const float *x, int64_t n, float a, float c)
+{
+    float s[256];
+    int64_t i0, i, m;
+    for (i0 = 0; i0 < n; i0 += m) {
+        m = n - i0 < 256 ? n - i0 : 256;
+        dl__sqrt_row(s, x + i0, m);
+        if (a == 1.5f)
+            for (i = 0; i < m; i++) s[i] = dl__self(x[i0 + i] == -INFINITY, INFINITY, x[i0 + i] * s[i]);
+        if (g) for (i = 0; i < m; i++) y[i0 + i] = g[i0 + i] * (c * s[i]);
+        else for (i = 0; i < m; i++) y[i0 + i] = s[i];
+    }
+}
+
 /* one loop per op, each a function of its own reached through a table: in
    one switch gcc merged the cases' code and left some loops (softplus,
    logsigmoid) unvectorized */
@@ -7258,7 +7292,10 @@ static void dl__un_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__un_args *u = (const dl__un_args *)p;
     DL_ASSERT(u->op >= 0 && u->op < DL__U_COUNT);
-    dl__un_fns[u->op](u->y + lo, u->x + lo, hi - lo, u->a, u->b);
+    if (u->op == DL__U_SQRT) dl__sqrt_row(u->y + lo, u->x + lo, hi - lo);
+    else if (u->op == DL__U_POW && u->b == 0.0f && (u->a == 0.5f || u->a == 1.5f))
+        dl__pow_half_rows(u->y + lo, NULL, u->x + lo, hi - lo, u->a, 1.0f);
+    else dl__un_fns[u->op](u->y + lo, u->x + lo, hi - lo, u->a, u->b);
 }
 
 static void dl__cpu_unary(dl__dev *d, int op, float *y, const float *x, int64_t n, float a, float b)
@@ -7293,7 +7330,9 @@ static void dl__ug_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__ug_args *u = (const dl__ug_args *)p;
     DL_ASSERT(u->op >= 0 && u->op < DL__G_COUNT);
-    dl__ug_fns[u->op](u->dx + lo, u->g + lo, u->x + lo, hi - lo, u->a, u->b);
+    if (u->op == DL__G_POW && (u->a == 0.5f || u->a == 1.5f))
+        dl__pow_half_rows(u->dx + lo, u->g + lo, u->x + lo, hi - lo, u->a, u->b);
+    else dl__ug_fns[u->op](u->dx + lo, u->g + lo, u->x + lo, hi - lo, u->a, u->b);
 }
 
 static void dl__cpu_unary_bwd(dl__dev *d, int op, float *dx, const float *g, const float *x, int64_t n, float a,

@@ -660,6 +660,21 @@ static void test_unary_bwd(void)
         CHECK(bad < 0, "unary op %d: its one-pass backward gives the bits of its rule's ops (at x = %g, g = %g: "
               "%a, not %a)", k, bad < 0 ? 0.0 : (double)xv[bad], bad < 0 ? 0.0 : (double)gv[bad],
               bad < 0 ? 0.0 : (double)got[0][bad], bad < 0 ? 0.0 : (double)got[1][bad]);
+    }    /* sqrt and x^0.5, x^1.5 forward (sqrtps where the build has it): sqrtf's
+       bits, x sqrtf(x) (+inf at -inf, as powf), within 2 ulp of pow */
+    for (k = 0; k < 3; k++) {
+        dl_tensor *x = dl_from_array(ctx, DL_SHAPE(N), xv);
+        dl_tensor *y = k == 0 ? dl_sqrt(x) : dl_pow(x, k == 1 ? 0.5f : 1.5f);
+        if (!y || dl_read(y, got[0], N) != DL_OK) memset(got[0], 0xff, sizeof got[0]);
+        for (i = 0, bad = -1; i < N && bad < 0; i++) {
+            float w = k < 2 ? sqrtf(xv[i]) : xv[i] == -INFINITY ? INFINITY : xv[i] * sqrtf(xv[i]);
+            double p = pow((double)xv[i], k < 2 ? 0.5 : 1.5);
+            if (memcmp(&got[0][i], &w, 4) && !(w != w && got[0][i] != got[0][i])) bad = i;
+            if (fabs(p) < FLT_MAX && fabs(p) > 1e-30 && fabs((double)w - p) > 2.5e-7 * fabs(p)) bad = i;
+        }
+        CHECK(bad < 0, "%s forward at x = %a: %a", k == 0 ? "sqrt" : k == 1 ? "pow 0.5" : "pow 1.5",
+              bad < 0 ? 0.0 : (double)xv[bad], bad < 0 ? 0.0 : (double)got[0][bad]);
+        dl_step_end(ctx);
     }
 }
 
