@@ -4520,6 +4520,8 @@ static DL__HD inline float dl__softplus_gradf(float g, float x, float beta, floa
     X(ABS, p * (float)((x > 0) - (x < 0))) /* g sign(x) */ \
     X(LEAKY, p * dl__self(x > 0, 1.0f, a)) /* g (x > 0 ? 1 : slope a) */ \
     X(SQRT, p / (x * 2.0f)) /* g / (2 y) */ \
+    X(ERF, p * (dl__expf(-(x * x)) * 1.1283791670955126f)) /* g 2/sqrt(pi) exp(-x^2) */ \
+    X(LOGSIGMOID, p * dl__sigmoidf(-x)) /* g sigmoid(-x) */ \
     X(GELU, dl__gelu_gradf(p, x)) \
     X(GELU_TANH, dl__gelu_tanh_gradf(p, x)) \
     X(SILU, dl__silu_gradf(p, x)) \
@@ -7253,8 +7255,8 @@ static void dl__sqrt_row(float *y, const float *x, int64_t n)
     for (; i < n; i++) y[i] = sqrtf(x[i]);
 }
 
-/* x^a for a = 0.5 or 1.5 (dl__powsf's bits), times c: y = c g x^a (g NULL:
-   c x^a), 256 at a time through sqrtps (y may be x) */
+/* y = x^a for a = 0.5 or 1.5 (dl__powsf's bits), or with g y = g (c x^a)
+   (DL__UNARY_GRADS' POW), 256 at a time through sqrtps (y may be x) */
 static void dl__pow_half_rows(float *y, const float *g, const float *x, int64_t n, float a, float c)
 {
     float s[256];
@@ -14644,6 +14646,7 @@ static dl_result dl__abs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl_tensor *x = DL__X;
+    if (dl__ugrad(n, g, x, DL__G_ERF, 0, 0, gin)) return DL_OK;
     gin[0] = dl_mul(g, dl_mul_scalar(dl_exp(dl_neg(dl_mul(x, x))), 1.1283791670955126f));
     return DL_OK;
 }
@@ -14776,7 +14779,7 @@ static const dl__op dl__op_softplus = {"dl_softplus", dl__softplus_bwd, 1, 0};
 /* y = log sigmoid(x);  dx = g sigmoid(-x) */
 static dl_result dl__logsigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    gin[0] = dl_mul(g, dl_sigmoid(dl_neg(DL__X)));
+    if (!dl__ugrad(n, g, DL__X, DL__G_LOGSIGMOID, 0, 0, gin)) gin[0] = dl_mul(g, dl_sigmoid(dl_neg(DL__X)));
     return DL_OK;
 }
 static const dl__op dl__op_logsigmoid = {"dl_logsigmoid", dl__logsigmoid_bwd, 1, 0};

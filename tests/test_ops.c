@@ -622,12 +622,14 @@ static dl_tensor *ugrad_op(int k, dl_tensor *x)
     case 9: return dl_pow(x, 1.5f);
     case 10: return dl_pow(x, 2.5f);
     case 11: return dl_pow(x, -0.7f);
-    default: return dl_pow(x, 3.0f);
+    case 12: return dl_pow(x, 3.0f);
+    case 13: return dl_erf(x);
+    default: return dl_logsigmoid(x);
     }
 }
 static void test_unary_bwd(void)
 {
-    enum { N = 3000, NOPS = 13 };
+    enum { N = 3000, NOPS = 15 };
     static const float sp[14] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e38f, -1e38f, 1e-40f, -1e-40f,
                                  1.0f, -1.0f, 20.0f, 8.0f, 0.5f};
     static float xv[N], gv[N], got[2][N];
