@@ -13825,6 +13825,7 @@ static void dl__grad_release(dl_tensor *t)
 static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
 {
     bool lost = create_graph && (g->requires_grad || dl__nh(g));   /* g has a history to drop */
+    bool first = false;
     if (create_graph && x->step_ != 0) {
         /* a new tensor either way: g may be another leaf's gradient too (dl_sum_to
            passes its argument through), and every leaf owns its grad */
@@ -13842,14 +13843,20 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
         x->grad = dl__make(x->dev_, "dl_backward", DL_DTYPE_F32, x->ndim, x->shape, x->step_ == 0, NULL);
         if (!x->grad) return false;
         x->grad->gowner_ = x;
-        DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
+        first = true;
     }
     /* a persistent gradient is summed in place: g's history (create_graph) is
        not kept, so a backward through what is computed from it is refused
        (until it is zeroed), instead of dropping a penalty on it */
     if (lost) x->grad->nohist_ = true;
     if (x->ctx_->cap) dl__cap_use(x->grad);
-    DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
+    /* a new ->grad, or one a zero_grad left none (its zeros), is written
+       0 + g without reading it: the sum's bits, a pass fewer (a capture
+       sums, as a replay may start from another state) */
+    if (first || (!x->ctx_->cap && dl__grad_is_none(x->grad)))
+        DL__BE(x)->unary(x->dev_, DL__U_AFFINE, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f, 0.0f);
+    else
+        DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     dl__bump_version(x->grad);
     return true;
 }
@@ -13887,6 +13894,8 @@ static bool dl__accq_put(dl__accq *q, dl_tensor *x, dl_tensor *g)
         if (q->y[k] == (float *)x->grad->data) { dl__accq_flush(x->ctx_, q); break; }
     if (x->ctx_->cap && x->grad->zpend_) {   /* (zeroed inside the capture: written, not summed into) */
         x->grad->zpend_ = false;
+        q->first |= (uint64_t)1 << q->n;
+    } else if (!x->ctx_->cap && dl__grad_is_none(x->grad)) {   /* (its zeros: as dl__acc_leaf) */
         q->first |= (uint64_t)1 << q->n;
     }
     if (x->ctx_->cap) dl__cap_note(x->grad);

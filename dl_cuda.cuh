@@ -1944,8 +1944,9 @@ static DL__HD inline int dl__cu_mt_find(const int64_t *off, int nt, int64_t i)
 /* y[k][j] += x[k][j] over the tensors' concatenated elements (k by
    dl__cu_mt_find); the table travels in the launch's arguments (about
    1.2 KB: no copy to the device, nothing to keep for a graph). Bit k of
-   first: y[k] is zero (zero_grad inside a capture left it unwritten), so
-   it is 0 + x[k], y[k] not read: the bits of the zeros and the sum */
+   first: y[k] is zero (a zero_grad inside a capture left it unwritten, or
+   one outside left it none), so it is 0 + x[k], y[k] not read: the bits
+   of the zeros and the sum */
 struct dl__cuf_axm {
     float *y[DL__AXM]; const float *x[DL__AXM]; int64_t off[DL__AXM + 1]; int nt; uint64_t first;
     DL__HD void operator()(int64_t i) const
