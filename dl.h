@@ -5077,8 +5077,10 @@ typedef dl_result (*dl__bwd_fn)(dl__node *n, dl_tensor *g, dl_tensor **gin);
 /* reads: the tensors whose values the backward rule reads (bit i: input i,
    i < 7; DL__RD_OUT: the output); cross: inputs it reads only when another
    input needs a gradient (a product's factors). Their versions are kept at
-   record and checked before the rule runs (PyTorch's saved variables). */
-typedef struct dl__op { const char *name; dl__bwd_fn backward; unsigned char reads, cross; } dl__op;
+   record and checked before the rule runs (PyTorch's saved variables).
+   bg: the rule takes a broadcast gradient (dl__bg_of) where every input
+   has the output's shape (its g enters broadcasting ops only). */
+typedef struct dl__op { const char *name; dl__bwd_fn backward; unsigned char reads, cross, bg; } dl__op;
 #define DL__RD_OUT 0x80
 
 struct dl__node {
@@ -5160,6 +5162,8 @@ struct dl_ctx {
     int64_t ntape, captape;
     int no_grad;                      /* no_grad nesting depth */
     bool backward_nograd;             /* inside a backward without create_graph */
+    bool bwd_bg;                      /* inside a dl_backward without create_graph: a sum's
+                                         backward gives a broadcast gradient (dl__sum_bwd) */
     const dl_tensor *seed_one;        /* inside a backward: its implied ones, left unfilled (a
                                          fused class loss's backward reads them as 1) */
     bool anomaly;
@@ -12894,6 +12898,16 @@ static bool dl__bcasts_to(int nd, const int64_t *s, const dl_tensor *g)
         if (s[d] != g->shape[lead + d] && s[d] != 1) return false;
     return true;
 }
+/* g stands for its broadcast to x's shape: x's rank, each size x's or 1 (a
+   gradient in a backward without create_graph may be one: dl__sum_bwd) */
+static bool dl__bg_of(const dl_tensor *g, const dl_tensor *x)
+{
+    int d;
+    if (g->ndim != x->ndim) return false;
+    for (d = 0; d < x->ndim; d++)
+        if (g->shape[d] != x->shape[d] && g->shape[d] != 1) return false;
+    return true;
+}
 
 // >>section tensors: creation and reading
 /* defined with the shape ops below */
@@ -13117,7 +13131,7 @@ dl_tensor *dl_from_doubles(dl_ctx *ctx, dl_shape s, const double *v) { return dl
 
 /* y = copy(x);  dx = g */
 static dl_result dl__copy_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { (void)n; gin[0] = g; return DL_OK; }
-static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd, 0, 0};
+static const dl__op dl__op_copy = {"dl_copy", dl__copy_bwd, 0, 0, 0};
 
 static dl_tensor *dl__clone(const char *name, dl_tensor *t, bool persistent)
 {
@@ -13313,7 +13327,7 @@ static dl_result dl__to_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_to(g, n->in[0]->device);
     return DL_OK;
 }
-static const dl__op dl__op_to = {"dl_to", dl__to_bwd, 0, 0};
+static const dl__op dl__op_to = {"dl_to", dl__to_bwd, 0, 0, 0};
 
 dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype)
 {
@@ -13819,6 +13833,16 @@ static void dl__grad_release(dl_tensor *t)
     dl__arena_give(&t->dev_->data, t->data, (size_t)t->numel * dl__esize(t->dtype));
 }
 
+static bool dl__broadcast(const char *name, const dl_tensor *a, const dl_tensor *b, dl__bcast *bc);
+/* node n's rule takes a broadcast gradient (dl__op.bg) */
+static bool dl__takes_bg(const dl__node *n)
+{
+    int j;
+    if (n->fn || !n->op->bg) return false;
+    for (j = 0; j < n->nin; j++) if (!n->in[j] || !dl_same_shape(n->in[j], n->out)) return false;
+    return true;
+}
+
 /* Accumulate g into leaf x's gradient. Persistent leaves keep a persistent
    ->grad updated in place; step leaves a step one (with history under
    create_graph, so it can be differentiated again). */
@@ -13853,7 +13877,13 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
     /* a new ->grad, or one a zero_grad left none (its zeros), is written
        0 + g without reading it: the sum's bits, a pass fewer (a capture
        sums, as a replay may start from another state) */
-    if (first || (!x->ctx_->cap && dl__grad_is_none(x->grad)))
+    if (!dl_same_shape(g, x)) {   /* a broadcast gradient (dl__bg_of): added as it is */
+        dl__bcast bc;
+        if (first) DL__BE(x)->fill(x->dev_, (float *)x->grad->data, x->numel, 0.0f);
+        if (!dl__broadcast("dl_backward", x->grad, g, &bc)) return false;
+        DL__BE(x)->binary(x->dev_, DL__B_ADD, (float *)x->grad->data, (const float *)x->grad->data,
+                          (const float *)g->data, &bc);
+    } else if (first || (!x->ctx_->cap && dl__grad_is_none(x->grad)))
         DL__BE(x)->unary(x->dev_, DL__U_AFFINE, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f, 0.0f);
     else
         DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
@@ -13888,7 +13918,8 @@ static void dl__accq_flush(dl_ctx *ctx, dl__accq *q)
 static bool dl__accq_put(dl__accq *q, dl_tensor *x, dl_tensor *g)
 {
     int k;
-    if (!x->grad || !x->dev_->be->axpy_multi || dl__mt_off || x->ctx_->ready_fn) return false;
+    if (!x->grad || !x->dev_->be->axpy_multi || dl__mt_off || x->ctx_->ready_fn || !dl_same_shape(g, x))
+        return false;
     if (q->n && (q->d != x->dev_ || q->n == DL__AXM)) dl__accq_flush(x->ctx_, q);
     for (k = 0; k < q->n; k++)
         if (q->y[k] == (float *)x->grad->data) { dl__accq_flush(x->ctx_, q); break; }
@@ -14148,7 +14179,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
     int64_t i, top;
     int j, saved_ng;
     dl_result rc = DL_OK;
-    bool saved_bng, defer = false;
+    bool saved_bng, saved_bg, defer = false;
     const char *pname;
     unsigned char *need = NULL;
     dl__accq q;
@@ -14229,8 +14260,10 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
         return DL_ERR_GRAPH;
     }
     saved_bng = ctx->backward_nograd;
+    saved_bg = ctx->bwd_bg;
     saved_ng = ctx->no_grad;
     ctx->backward_nograd = !create;
+    ctx->bwd_bg = !create && nt == 0;
     if (create) ctx->no_grad = 0;   /* (torch's engine runs a create_graph backward in grad mode, whatever
                                         the caller's: its gradients carry history under no_grad too) */
     top = out->node_->id;
@@ -14245,6 +14278,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
         need = (unsigned char *)dl__halloc(ctx, (size_t)top + 1);
         if (!need) {
             ctx->backward_nograd = saved_bng;
+            ctx->bwd_bg = saved_bg;
             ctx->no_grad = saved_ng;
             dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name);
             return DL_ERR_OOM;
@@ -14283,6 +14317,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
         if (n->released) {
             dl__accq_flush(ctx, &q);
             ctx->backward_nograd = saved_bng;
+            ctx->bwd_bg = saved_bg;
             ctx->no_grad = saved_ng;
             out = n->out;
             goto freed_n;
@@ -14302,6 +14337,16 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
             if (!gp) { dl__err(ctx, DL_ERR_OOM, "%s: out of memory", name); rc = DL_ERR_OOM; break; }
         }
         for (j = 0; j < n->nin; j++) gp[j] = NULL;
+        if (ctx->bwd_bg && n->op->backward != dl__split_hub_bwd && !dl_same_shape(g, n->out) &&
+            !dl__takes_bg(n)) {
+            /* a broadcast gradient (dl__sum_bwd), expanded for a rule that reads it whole (a
+               split's hub gets its input's gradient) */
+            dl_tensor *e = dl_expand(g, dl__shape_of(n->out));
+            if (!e) { rc = ctx->err; break; }
+            e->gref_ = 1;
+            dl__grad_release(g);
+            g = e;
+        }
         ctx->in_backward_of = n->fn && n->fn->name ? n->fn->name : n->op->name;
         pname = n->fn && n->fn->name ? n->fn->name : n->pname ? n->pname : n->op->name;
         if (ctx->prof) dl__prof_begin(ctx, n->out->dev_, pname, true);   /* "dl_conv2d backward" */
@@ -14332,7 +14377,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
                    validate_outputs: sum_to where the input's shape expands to the gradient's) */
                 if (!(gj = dl__sum_like(gj, x))) { rc = ctx->err; break; }
             }
-            if (gj->magic_ != DL__MAGIC || !dl_same_shape(gj, x)) {
+            if (gj->magic_ != DL__MAGIC || (!dl_same_shape(gj, x) && !(ctx->bwd_bg && dl__bg_of(gj, x)))) {
                 dl__err(ctx, DL_ERR_SHAPE, "%s: the gradient for input %d has shape %s but the "
                         "input has shape %s (nor does the input's broadcast to it)", name, j, dl__sh(gj),
                         dl__sh(x));
@@ -14430,6 +14475,7 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
     }
     ctx->in_backward_of = NULL;
     ctx->backward_nograd = saved_bng;
+    ctx->bwd_bg = saved_bg;
     ctx->no_grad = saved_ng;
     ctx->seed_one = NULL;
     if (rc != DL_OK) dl__bwd_clear(ctx, i);
@@ -14539,7 +14585,7 @@ dl_tensor *dl_function_apply(const dl_function *fn, int n, dl_tensor *const *inp
     if (!y) return dl__end(ctx, NULL, nm);
     node = NULL;
     if (y->dtype == DL_DTYPE_F32) {   /* (an integer output is not differentiable: torch's) */
-        static const dl__op custom = {"custom function", NULL, 0, 0};
+        static const dl__op custom = {"custom function", NULL, 0, 0, 0};
         if (dl__record(y, &custom, n, inputs, &node) < 0) return dl__end(ctx, NULL, nm);
     }
     if (node) {
@@ -14610,7 +14656,7 @@ static dl_result dl__zero_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     for (j = 0; j < n->nin; j++) if (dl__need(n, j)) gin[j] = dl_zeros_like(n->in[j]);
     return DL_OK;
 }
-static const dl__op dl__op_mask0 = {"mask", dl__zero_bwd, 0, 0};   /* (reads x's shape only) */
+static const dl__op dl__op_mask0 = {"mask", dl__zero_bwd, 0, 0, 0};   /* (reads x's shape only) */
 static dl_tensor *dl__mask0(dl_tensor *x, int kop, float a, float b)
 {
     return x ? dl__unary("mask", &dl__op_mask0, kop, x, a, b) : NULL;
@@ -14735,18 +14781,18 @@ static dl_result dl__affine_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gi
 /* y = x / s;  dx = g / s */
 static dl_result dl__divs_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin) { gin[0] = dl_div_scalar(g, n->f[0]); return DL_OK; }
 
-static const dl__op dl__op_neg = {"dl_neg", dl__neg_bwd, 0, 0};
-static const dl__op dl__op_exp = {"dl_exp", dl__exp_bwd, DL__RD_OUT, 0};
-static const dl__op dl__op_log = {"dl_log", dl__log_bwd, 1, 0};
-static const dl__op dl__op_sqrt = {"dl_sqrt", dl__sqrt_bwd, DL__RD_OUT, 0};
-static const dl__op dl__op_abs = {"dl_abs", dl__abs_bwd, 1, 0};
-static const dl__op dl__op_erf = {"dl_erf", dl__erf_bwd, 1, 0};
-static const dl__op dl__op_clamp = {"dl_clamp", dl__clamp_bwd, 1, 0};
-static const dl__op dl__op_relu = {"dl_relu", dl__relu_bwd, 1, 0};
-static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd, 1, 0};
-static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd, DL__RD_OUT, 0};
-static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd, DL__RD_OUT, 0};
-static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd, 1, 0};
+static const dl__op dl__op_neg = {"dl_neg", dl__neg_bwd, 0, 0, 1};
+static const dl__op dl__op_exp = {"dl_exp", dl__exp_bwd, DL__RD_OUT, 0, 1};
+static const dl__op dl__op_log = {"dl_log", dl__log_bwd, 1, 0, 0};
+static const dl__op dl__op_sqrt = {"dl_sqrt", dl__sqrt_bwd, DL__RD_OUT, 0, 0};
+static const dl__op dl__op_abs = {"dl_abs", dl__abs_bwd, 1, 0, 0};
+static const dl__op dl__op_erf = {"dl_erf", dl__erf_bwd, 1, 0, 0};
+static const dl__op dl__op_clamp = {"dl_clamp", dl__clamp_bwd, 1, 0, 1};
+static const dl__op dl__op_relu = {"dl_relu", dl__relu_bwd, 1, 0, 1};
+static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd, 1, 0, 0};
+static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd, DL__RD_OUT, 0, 1};
+static const dl__op dl__op_tanh = {"dl_tanh", dl__tanh_bwd, DL__RD_OUT, 0, 1};
+static const dl__op dl__op_gelu = {"dl_gelu", dl__gelu_bwd, 1, 0, 0};
 /* y = x/2 (1 + t), t = tanh(B (x + K x^3));  dx = g (l' + r'), as torch's
    GeluBackward: l' = (1 + t)/2, r' = x/2 (1 - t^2) B (1 + 3K x^2) */
 static dl_result dl__gelu_tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -14761,7 +14807,7 @@ static dl_result dl__gelu_tanh_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_add(ld, rd));
     return DL_OK;
 }
-static const dl__op dl__op_gelu_tanh = {"dl_gelu_tanh", dl__gelu_tanh_bwd, 1, 0};
+static const dl__op dl__op_gelu_tanh = {"dl_gelu_tanh", dl__gelu_tanh_bwd, 1, 0, 0};
 /* y = x s(x), s = sigmoid;  dx = g * s * (1 + x (1 - s)) */
 static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
@@ -14771,7 +14817,7 @@ static dl_result dl__silu_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_mul(s, dl_add_scalar(dl_mul(DL__X, dl_rsub_scalar(s, 1.0f)), 1.0f)));
     return DL_OK;
 }
-static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd, 1, 0};
+static const dl__op dl__op_silu = {"dl_silu", dl__silu_bwd, 1, 0, 0};
 /* y = softplus(x) = log1p(exp(b x)) / b (x where b x > t);  dx = g s(b x),
    1 past the threshold (torch's z / (z + 1), z = exp(b x), as a sigmoid) */
 static dl_result dl__softplus_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
@@ -14784,17 +14830,17 @@ static dl_result dl__softplus_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_add(s, dl_mul(m, dl_rsub_scalar(s, 1.0f))));
     return DL_OK;
 }
-static const dl__op dl__op_softplus = {"dl_softplus", dl__softplus_bwd, 1, 0};
+static const dl__op dl__op_softplus = {"dl_softplus", dl__softplus_bwd, 1, 0, 0};
 /* y = log sigmoid(x);  dx = g sigmoid(-x) */
 static dl_result dl__logsigmoid_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     if (!dl__ugrad(n, g, DL__X, DL__G_LOGSIGMOID, 0, 0, gin)) gin[0] = dl_mul(g, dl_sigmoid(dl_neg(DL__X)));
     return DL_OK;
 }
-static const dl__op dl__op_logsigmoid = {"dl_logsigmoid", dl__logsigmoid_bwd, 1, 0};
-static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd, 1, 0};
-static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd, 0, 0};
-static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd, 0, 0};
+static const dl__op dl__op_logsigmoid = {"dl_logsigmoid", dl__logsigmoid_bwd, 1, 0, 0};
+static const dl__op dl__op_pow = {"dl_pow", dl__pow_bwd, 1, 0, 0};
+static const dl__op dl__op_affine = {"dl_scalar_affine", dl__affine_bwd, 0, 0, 0};
+static const dl__op dl__op_divs = {"dl_div_scalar", dl__divs_bwd, 0, 0, 0};
 
 dl_tensor *dl_neg(dl_tensor *a) { return dl__unary("dl_neg", &dl__op_neg, DL__U_NEG, a, 0, 0); }
 dl_tensor *dl_exp(dl_tensor *a) { return dl__unary("dl_exp", &dl__op_exp, DL__U_EXP, a, 0, 0); }
@@ -14904,7 +14950,7 @@ static dl_result dl__mmul_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_mul(g, n->in[0]), n->in[1]);
     return DL_OK;
 }
-static const dl__op dl__op_mmul = {"dl_mul", dl__mmul_bwd, 0, 3};
+static const dl__op dl__op_mmul = {"dl_mul", dl__mmul_bwd, 0, 3, 0};
 static dl_tensor *dl__mmul(dl_tensor *a, dl_tensor *m)
 {
     return dl__binary("dl_mul", &dl__op_mmul, DL__B_MMUL, a, m);
@@ -14912,18 +14958,24 @@ static dl_tensor *dl__mmul(dl_tensor *a, dl_tensor *m)
 
 #define DL__A (n->in[0])
 #define DL__B (n->in[1])
+/* g summed to x's shape; a broadcast gradient (dl__bg_of: x has the
+   output's shape) passes on as it is */
+static dl_tensor *dl__gsum(dl_tensor *g, const dl_tensor *x)
+{
+    return g && !dl_same_shape(g, x) && dl__bg_of(g, x) ? g : dl__sum_like(g, x);
+}
 /* y = a + b;  da = sum_to(g), db = sum_to(g) */
 static dl_result dl__add_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__need(n, 0)) gin[0] = dl__sum_like(g, DL__A);
-    if (dl__need(n, 1)) gin[1] = n->bgrad ? n->bgrad : dl__sum_like(g, DL__B);   /* (dl__bias_of) */
+    if (dl__need(n, 0)) gin[0] = dl__gsum(g, DL__A);
+    if (dl__need(n, 1)) gin[1] = n->bgrad ? n->bgrad : dl__gsum(g, DL__B);   /* (dl__bias_of) */
     return DL_OK;
 }
 /* y = a - b;  da = g, db = -g */
 static dl_result dl__sub_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__need(n, 0)) gin[0] = dl__sum_like(g, DL__A);
-    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_neg(g), DL__B);
+    if (dl__need(n, 0)) gin[0] = dl__gsum(g, DL__A);
+    if (dl__need(n, 1)) gin[1] = dl__gsum(dl_neg(g), DL__B);
     return DL_OK;
 }
 /* y = a * b;  da = g b, db = g a */
@@ -14954,7 +15006,7 @@ static dl_result dl__minimum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 
-static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0};
+static const dl__op dl__op_add = {"dl_add", dl__add_bwd, 0, 0, 1};
 
 /* A backward that makes x's gradient (rows, cols) in its own launch can
    make the bias gradient of the dl_add that made x too, from (rows, cols)
@@ -14993,11 +15045,11 @@ static bool dl__bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **
     *p = a;
     return true;
 }
-static const dl__op dl__op_sub = {"dl_sub", dl__sub_bwd, 0, 0};
-static const dl__op dl__op_mul = {"dl_mul", dl__mul_bwd, 0, 3};
-static const dl__op dl__op_div = {"dl_div", dl__div_bwd, 2 | DL__RD_OUT, 0};
-static const dl__op dl__op_maximum = {"dl_maximum", dl__maximum_bwd, 3, 0};
-static const dl__op dl__op_minimum = {"dl_minimum", dl__minimum_bwd, 3, 0};
+static const dl__op dl__op_sub = {"dl_sub", dl__sub_bwd, 0, 0, 1};
+static const dl__op dl__op_mul = {"dl_mul", dl__mul_bwd, 0, 3, 1};
+static const dl__op dl__op_div = {"dl_div", dl__div_bwd, 2 | DL__RD_OUT, 0, 0};
+static const dl__op dl__op_maximum = {"dl_maximum", dl__maximum_bwd, 3, 0, 0};
+static const dl__op dl__op_minimum = {"dl_minimum", dl__minimum_bwd, 3, 0, 0};
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_add", &dl__op_add, DL__B_ADD, a, b); }
 dl_tensor *dl_sub(dl_tensor *a, dl_tensor *b) { return dl__binary("dl_sub", &dl__op_sub, DL__B_SUB, a, b); }
@@ -15078,7 +15130,7 @@ static dl_result dl__reshape_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_reshape(g, dl__shape_of(DL__X));
     return DL_OK;
 }
-static const dl__op dl__op_reshape = {"dl_reshape", dl__reshape_bwd, 0, 0};
+static const dl__op dl__op_reshape = {"dl_reshape", dl__reshape_bwd, 0, 0, 0};
 
 dl_tensor *dl_reshape(dl_tensor *t, dl_shape shape)
 {
@@ -15259,7 +15311,7 @@ static dl_result dl__permute_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_permute(g, inv);
     return DL_OK;
 }
-static const dl__op dl__op_permute = {"dl_permute", dl__permute_bwd, 0, 0};
+static const dl__op dl__op_permute = {"dl_permute", dl__permute_bwd, 0, 0, 0};
 
 dl_tensor *dl_permute(dl_tensor *t, dl_shape perm)
 {
@@ -15328,8 +15380,8 @@ static dl_result dl__unnarrow_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_narrow(g, (int)n->i[0], n->i[1], DL__X->shape[n->i[0]]);
     return DL_OK;
 }
-static const dl__op dl__op_narrow = {"dl_narrow", dl__narrow_bwd, 0, 0};
-static const dl__op dl__op_unnarrow = {"dl_narrow_backward", dl__unnarrow_bwd, 0, 0};
+static const dl__op dl__op_narrow = {"dl_narrow", dl__narrow_bwd, 0, 0, 0};
+static const dl__op dl__op_unnarrow = {"dl_narrow_backward", dl__unnarrow_bwd, 0, 0, 0};
 
 dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t len)
 {
@@ -15401,7 +15453,7 @@ static dl_result dl__cat_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     }
     return DL_OK;
 }
-static const dl__op dl__op_cat = {"dl_cat", dl__cat_bwd, 0, 0};
+static const dl__op dl__op_cat = {"dl_cat", dl__cat_bwd, 0, 0, 0};
 
 dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim)
 {
@@ -15531,7 +15583,7 @@ static dl_result dl__split_join_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     }
     return DL_OK;
 }
-static const dl__op dl__op_split_join = {"dl_split_backward", dl__split_join_bwd, 0, 0};
+static const dl__op dl__op_split_join = {"dl_split_backward", dl__split_join_bwd, 0, 0, 0};
 
 static dl_tensor *dl__split_join(dl_tensor *like, dl__split_info *s)
 {
@@ -15584,8 +15636,8 @@ static dl_result dl__split_part_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (!hub->gacc) { hub->gacc = g; g->gref_++; }
     return DL_OK;
 }
-static const dl__op dl__op_split_hub = {"dl_split", dl__split_hub_bwd, 0, 0};
-static const dl__op dl__op_split_part = {"dl_split", dl__split_part_bwd, 0, 0};
+static const dl__op dl__op_split_hub = {"dl_split", dl__split_hub_bwd, 0, 0, 0};
+static const dl__op dl__op_split_part = {"dl_split", dl__split_part_bwd, 0, 0, 0};
 
 /* the pieces of t along dim, sizes given (checked by the caller), into out */
 static int dl__split_pieces(const char *name, dl_tensor *t, int dim, int n, const int64_t *size, bool unbind,
@@ -15745,7 +15797,7 @@ static dl_result dl__expand_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__sum_like(g, DL__X);
     return DL_OK;
 }
-static const dl__op dl__op_expand = {"dl_expand", dl__expand_bwd, 0, 0};
+static const dl__op dl__op_expand = {"dl_expand", dl__expand_bwd, 0, 0, 0};
 
 dl_tensor *dl_expand(dl_tensor *t, dl_shape shape)
 {
@@ -15911,15 +15963,19 @@ static void dl__keep_shape(const dl__node *n, int64_t *shape)
     for (i = 0; i < x->ndim; i++) shape[i] = (n->i[0] >> i) & 1 ? 1 : x->shape[i];
 }
 
-/* y = sum(x, dims);  dx = expand(reshape(g, keepdim shape), x.shape) */
+/* y = sum(x, dims);  dx = expand(reshape(g, keepdim shape), x.shape); in a
+   dl_backward without create_graph the reshape alone, a broadcast
+   gradient (dl__bg_of): expanded where it is used (dl__run_backward1),
+   unless an op with dl__op.bg or the leaf's sum takes it as it is */
 static dl_result dl__sum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int64_t ks[DL_MAX_DIMS];
     dl__keep_shape(n, ks);
-    gin[0] = dl_expand(dl_reshape(g, dl_shape_make(DL__X->ndim, ks)), dl__shape_of(DL__X));
+    gin[0] = dl_reshape(g, dl_shape_make(DL__X->ndim, ks));
+    if (!DL__X->ctx_->bwd_bg) gin[0] = dl_expand(gin[0], dl__shape_of(DL__X));
     return DL_OK;
 }
-static const dl__op dl__op_sum = {"dl_sum", dl__sum_bwd, 0, 0};
+static const dl__op dl__op_sum = {"dl_sum", dl__sum_bwd, 0, 0, 0};
 
 static int64_t dl__mask_bits(const bool *mask, int nd)
 {
@@ -15971,7 +16027,7 @@ static dl_result dl__max_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(eq, dl_div(dl_reshape(g, dl_shape_make(x->ndim, ks)), cnt));
     return DL_OK;
 }
-static const dl__op dl__op_max = {"dl_max", dl__max_bwd, 1 | DL__RD_OUT, 0};
+static const dl__op dl__op_max = {"dl_max", dl__max_bwd, 1 | DL__RD_OUT, 0, 0};
 
 /* false with an error when a dim to reduce has size 0 (max of nothing) */
 static bool dl__max_nonempty(const char *name, const dl_tensor *t, const bool *mask)
@@ -16022,7 +16078,7 @@ static dl_result dl__max_dim_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__mmul(dl_reshape(g, dl_shape_make(x->ndim, ks)), mask);
     return DL_OK;
 }
-static const dl__op dl__op_max_dim = {"dl_max_dim", dl__max_dim_bwd, 0, 0};   /* reads x's shape only, and its own indices */
+static const dl__op dl__op_max_dim = {"dl_max_dim", dl__max_dim_bwd, 0, 0, 0};   /* reads x's shape only, and its own indices */
 
 /* dl_max_dim, or with min dl_min_dim as -max(-t) (the same indices) */
 static dl_tensor *dl__max_dim(const char *name, dl_tensor *t, int dim, bool keepdim, dl_tensor **indices, bool min)
@@ -16098,8 +16154,8 @@ static dl_result dl__std_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__var_grad(n, dl_masked_fill(dl_div(g, dl_mul_scalar(y, 2.0f)), dl_eq(y, dl_zeros_like(y)), 0.0f));
     return DL_OK;
 }
-static const dl__op dl__op_var = {"dl_var", dl__var_bwd, 1, 0};
-static const dl__op dl__op_std = {"dl_std", dl__std_bwd, 1 | DL__RD_OUT, 0};
+static const dl__op dl__op_var = {"dl_var", dl__var_bwd, 1, 0, 0};
+static const dl__op dl__op_std = {"dl_std", dl__std_bwd, 1 | DL__RD_OUT, 0, 0};
 
 static dl_tensor *dl__var(const char *name, dl_tensor *t, dl_shape dims, int correction, bool keepdim, bool sd)
 {
@@ -16152,7 +16208,7 @@ static dl_result dl__norm_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(dl_reshape(g, s), dl__mmul(dl_div(DL__X, y), dl__mask(y, DL__U_NLE, 0.0f, 0.0f)));
     return DL_OK;
 }
-static const dl__op dl__op_norm = {"dl_norm", dl__norm_bwd, 1 | DL__RD_OUT, 0};
+static const dl__op dl__op_norm = {"dl_norm", dl__norm_bwd, 1 | DL__RD_OUT, 0, 0};
 
 dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
 {
@@ -16322,7 +16378,7 @@ static dl_result dl__mm_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
         gin[1] = dl__sum_like(tb ? dl__mm(g, a, true, ta) : dl__mm(a, g, !ta, false), b);
     return DL_OK;
 }
-static const dl__op dl__op_mm = {"dl_matmul", dl__mm_bwd, 0, 3};
+static const dl__op dl__op_mm = {"dl_matmul", dl__mm_bwd, 0, 3, 0};
 
 static dl_tensor *dl__mm(dl_tensor *a, dl_tensor *b, bool ta, bool tb)
 {
@@ -16446,9 +16502,9 @@ dl_tensor *dl_linear(dl_tensor *x, dl_tensor *w, dl_tensor *b)
    bits of dl_add then the activation (dl__act_grad from the output).
    Node: in = (x, b), i[0] = act; named after the activation. */
 static dl_result dl__bias_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
-static const dl__op dl__op_bact_relu = {"dl_relu", dl__bias_act_bwd, DL__RD_OUT, 0};
-static const dl__op dl__op_bact_sigmoid = {"dl_sigmoid", dl__bias_act_bwd, DL__RD_OUT, 0};
-static const dl__op dl__op_bact_tanh = {"dl_tanh", dl__bias_act_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_bact_relu = {"dl_relu", dl__bias_act_bwd, DL__RD_OUT, 0, 0};
+static const dl__op dl__op_bact_sigmoid = {"dl_sigmoid", dl__bias_act_bwd, DL__RD_OUT, 0, 0};
+static const dl__op dl__op_bact_tanh = {"dl_tanh", dl__bias_act_bwd, DL__RD_OUT, 0, 0};
 static dl_result dl__bias_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     int act = (int)n->i[0];
@@ -16523,8 +16579,8 @@ static dl_result dl__log_softmax_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_sub(g, dl_mul(dl_exp(DL__Y), dl_sum(g, dl__dims1(dim), true)));
     return DL_OK;
 }
-static const dl__op dl__op_softmax = {"dl_softmax", dl__softmax_bwd, DL__RD_OUT, 0};
-static const dl__op dl__op_log_softmax = {"dl_log_softmax", dl__log_softmax_bwd, DL__RD_OUT, 0};
+static const dl__op dl__op_softmax = {"dl_softmax", dl__softmax_bwd, DL__RD_OUT, 0, 0};
+static const dl__op dl__op_log_softmax = {"dl_log_softmax", dl__log_softmax_bwd, DL__RD_OUT, 0, 0};
 
 static dl_tensor *dl__softmax(const char *name, const dl__op *op, bool log, dl_tensor *t, int dim)
 {
@@ -16571,8 +16627,8 @@ static dl_result dl__embed_scatter_bwd(dl__node *n, dl_tensor *g, dl_tensor **gi
     return gin[0] ? DL_OK : g->ctx_->err;
 }
 /* reads: the indices (input 1) */
-static const dl__op dl__op_embed = {"dl_embedding", dl__embed_bwd, 2, 0};
-static const dl__op dl__op_embed_scatter = {"dl_embedding_backward", dl__embed_scatter_bwd, 2, 0};
+static const dl__op dl__op_embed = {"dl_embedding", dl__embed_bwd, 2, 0, 0};
+static const dl__op dl__op_embed_scatter = {"dl_embedding_backward", dl__embed_scatter_bwd, 2, 0, 0};
 
 /* w (V, D)'s rows at idx -> idx's shape + (D), zeros where idx == zrow;
    recorded with pad (the row whose gradient stays 0; -1: none) */
@@ -16684,7 +16740,7 @@ static dl_result dl__select_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return DL_OK;
 }
 /* reads: the condition (input 0, spread to the result's shape) */
-static const dl__op dl__op_select = {"dl_where", dl__select_bwd, 1, 0};
+static const dl__op dl__op_select = {"dl_where", dl__select_bwd, 1, 0, 0};
 
 static dl_tensor *dl__select(const char *op, dl_tensor *c, dl_tensor *a, dl_tensor *b, float av, float bv)
 {
@@ -16902,12 +16958,12 @@ static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin);
 static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tensor **db);
 static dl_tensor *dl__scatter_rows(bool pool, dl_tensor *g, dl_tensor *idx, int ndim, const int64_t *xshape,
                                    dl_tensor *x);
-static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0};
-static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};   /* + ReLU: reads its output */
+static const dl__op dl__op_bn = {"dl_batch_norm", dl__bn_bwd, 3, 0, 0};
+static const dl__op dl__op_bn_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0, 0};   /* + ReLU: reads its output */
 /* relu(batch_norm(x) + r): in[3] = r, whose gradient is the ReLU's masked g */
-static const dl__op dl__op_bn_add_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};
+static const dl__op dl__op_bn_add_relu = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0, 0};
 /* max_pool2d(relu(batch_norm(x)), 2x2, stride 2): out the pooled output, saved[2] the pool's indices */
-static const dl__op dl__op_bn_relu_pool = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0};
+static const dl__op dl__op_bn_relu_pool = {"dl_batch_norm", dl__bn_bwd, 3 | DL__RD_OUT, 0, 0};
 static dl_result dl__bn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
     dl_tensor *x = n->in[0], *w = n->in[1];
@@ -17000,7 +17056,7 @@ static dl_result dl__ln_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[2] = db;
     return dl__dev_check(x->dev_, "dl_layer_norm");
 }
-static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd, 3, 0};
+static const dl__op dl__op_ln = {"dl_layer_norm", dl__ln_bwd, 3, 0, 0};
 
 /* records the normalization node (idx: a fused max pool's indices, or NULL) */
 static dl_tensor *dl__norm_record(const char *op, const dl__op *dop, dl_tensor *y, dl_tensor *x,
@@ -17394,7 +17450,7 @@ static dl_result dl__cls_mean_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl_neg(dl_div(dl_mul(g, n->out), den));
     return DL_OK;
 }
-static const dl__op dl__op_cls_mean = {"dl_div", dl__cls_mean_bwd, 2 | DL__RD_OUT, 0};
+static const dl__op dl__op_cls_mean = {"dl_div", dl__cls_mean_bwd, 2 | DL__RD_OUT, 0, 0};
 static dl_tensor *dl__cls_mean(dl_tensor *num, dl_tensor *den)
 {
     dl_tensor *y, *in[2];
@@ -17490,8 +17546,8 @@ static dl_result dl__cls_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     return dl__dev_check(x->dev_, n->op->name);
 }
 /* reads: the target and the weight (the logits: only through lp, saved) */
-static const dl__op dl__op_ce = {"dl_cross_entropy", dl__cls_bwd, 6, 0};
-static const dl__op dl__op_nll = {"dl_nll_loss", dl__cls_bwd, 6, 0};
+static const dl__op dl__op_ce = {"dl_cross_entropy", dl__cls_bwd, 6, 0, 0};
+static const dl__op dl__op_nll = {"dl_nll_loss", dl__cls_bwd, 6, 0, 0};
 
 static dl_tensor *dl__cls_fused(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *w,
                                 const dl_loss_desc *d, int64_t ignore, bool logits)
@@ -17754,7 +17810,7 @@ static dl_result dl__nn_bcep_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
         gin[1] = dl_neg(dl_mul(g, dl_log(dl_div(p, dl_rsub_scalar(p, 1.0f)))));
     return DL_OK;
 }
-static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd, 3, 0};
+static const dl__op dl__op_nn_bcep = {"dl_binary_cross_entropy", dl__nn_bcep_bwd, 3, 0, 0};
 static dl_tensor *dl__bce_prob_raw(dl_tensor *p, dl_tensor *y)
 {
     dl_tensor *l, *in[2];
@@ -17808,7 +17864,7 @@ static dl_result dl__nn_bce_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl_neg(dl_mul(g, n->in[0]));
     return DL_OK;
 }
-static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd, 1, 2};
+static const dl__op dl__op_nn_bce = {"dl_binary_cross_entropy_with_logits", dl__nn_bce_bwd, 1, 2, 0};
 
 static dl_tensor *dl__bce_logits_raw(dl_tensor *x, dl_tensor *y)
 {
@@ -17832,7 +17888,7 @@ static dl_result dl__softplusn_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_neg(dl_mul(g, dl_sigmoid(dl_neg(n->in[0]))));
     return DL_OK;
 }
-static const dl__op dl__op_softplusn = {"dl_binary_cross_entropy_with_logits", dl__softplusn_bwd, 1, 0};
+static const dl__op dl__op_softplusn = {"dl_binary_cross_entropy_with_logits", dl__softplusn_bwd, 1, 0, 0};
 
 dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, const dl_loss_desc *d)
 {
@@ -18134,7 +18190,7 @@ static dl_result dl__conv_act_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl__convW_run(a, gm, &cp, w->shape + 2);
     return DL_OK;
 }
-static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3};
+static const dl__op dl__op_conv = {"dl_conv", dl__conv_bwd, 0, 3, 0};
 
 /* dl__bias_of for batch norm's x (N, C, ...) made by dl_conv with a bias
    that needs a gradient, N and the spatial size L above 1, where the
@@ -18156,10 +18212,10 @@ static bool dl__conv_bias_of(dl_tensor *x, const char *op, dl__node **p, dl_tens
     *p = a;
     return true;
 }
-static const dl__op dl__op_conv_act = {"dl_conv", dl__conv_act_bwd, DL__RD_OUT, 3};
-static const dl__op dl__op_conv_act_pool = {"dl_conv", dl__conv_act_bwd, 0, 3};   /* reads saved[0] */
-static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd, 0, 3};
-static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd, 0, 3};
+static const dl__op dl__op_conv_act = {"dl_conv", dl__conv_act_bwd, DL__RD_OUT, 3, 0};
+static const dl__op dl__op_conv_act_pool = {"dl_conv", dl__conv_act_bwd, 0, 3, 0};   /* reads saved[0] */
+static const dl__op dl__op_convT = {"dl_conv_transpose", dl__convT_bwd, 0, 3, 0};
+static const dl__op dl__op_convW = {"dl_conv_weight_grad", dl__convW_bwd, 0, 3, 0};
 
 /* Through the backend's Winograd entries (conv_wg, all n samples at once)
    when they take the conv, else its padded-grid entries, chunk by chunk
@@ -18470,7 +18526,7 @@ static int64_t dl__floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-
    (PyTorch returns an empty (N, OC, out...) tensor there; unbatched, and
    at sizes below 0, it refuses): nothing to compute, and each input's
    gradient is zeros */
-static const dl__op dl__op_convT_empty = {"dl_conv_transpose", dl__zero_bwd, 0, 0};   /* (reads shapes only) */
+static const dl__op dl__op_convT_empty = {"dl_conv_transpose", dl__zero_bwd, 0, 0, 0};   /* (reads shapes only) */
 static dl_tensor *dl__convT_empty(const char *name, dl_tensor *x, dl_tensor *w, dl_tensor *b, int64_t OC,
                                   int nsp, const int64_t *out)
 {
@@ -18732,11 +18788,11 @@ static dl_result dl__gather_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl__scatter_rows(n->i[0] != 0, g, n->saved[0], n->in[0]->ndim, n->in[0]->shape, NULL);
     return DL_OK;
 }
-static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd, 0, 0};
-static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd, 0, 0};
-static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd, 0, 0};
-static const dl__op dl__op_scatter = {"dl_gather_backward", dl__unpool_bwd, 0, 0};
-static const dl__op dl__op_gather = {"dl_gather", dl__gather_bwd, 0, 0};
+static const dl__op dl__op_maxpool = {"dl_max_pool", dl__maxpool_bwd, 0, 0, 0};
+static const dl__op dl__op_unpool = {"dl_max_pool_backward", dl__unpool_bwd, 0, 0, 0};
+static const dl__op dl__op_pgather = {"dl_max_pool_gather", dl__gather_bwd, 0, 0, 0};
+static const dl__op dl__op_scatter = {"dl_gather_backward", dl__unpool_bwd, 0, 0, 0};
+static const dl__op dl__op_gather = {"dl_gather", dl__gather_bwd, 0, 0, 0};
 
 /* the planes of a pool's (N, C, ...) or of the gathered (..., L) */
 static int64_t dl__rows_planes(bool pool, int ndim, const int64_t *shape)
@@ -18954,8 +19010,8 @@ static dl_result dl__avgpool_adj_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (n->nin > 1 && dl__need(n, 1)) gin[1] = dl_zeros_like(n->in[1]);
     return DL_OK;
 }
-static const dl__op dl__op_avgpool = {"dl_avg_pool", dl__avgpool_bwd, 0, 0};
-static const dl__op dl__op_avgpool_adj = {"dl_avg_pool_backward", dl__avgpool_adj_bwd, 0, 0};
+static const dl__op dl__op_avgpool = {"dl_avg_pool", dl__avgpool_bwd, 0, 0, 0};
+static const dl__op dl__op_avgpool_adj = {"dl_avg_pool_backward", dl__avgpool_adj_bwd, 0, 0, 0};
 
 static void dl__pgeom_from(dl__pgeom *g, const dl__pparam *pp, const int64_t *ia, const int64_t *ob)
 {

@@ -703,6 +703,57 @@ static void test_split_node(void)
     dl_ctx_free(ctx);
 }
 
+/* a sum's backward gives the sum's gradient unexpanded (a broadcast
+   gradient) to the ops that take one and to the leaves' sums: each leaf's
+   gradient has the bits of dl_grad's (which expands it), made new, into a
+   gradient zero_grad left none, and summed into one */
+static dl_tensor *bg_loss(int k, dl_tensor *x, dl_tensor *w)
+{
+    switch (k) {
+    case 0: return dl_sum(dl_mul(x, w), DL_ALL, false);
+    case 1: return dl_sum(dl_add(dl_relu(x), w), DL_ALL, false);
+    case 2: return dl_add(dl_sum(dl_sub(x, w), DL_ALL, false), dl_sum(dl_exp(x), DL_ALL, false));
+    case 3: return dl_sum(dl_sum(dl_mul(dl_sigmoid(x), dl_tanh(w)), DL_DIMS(0), false), DL_ALL, false);
+    case 4: return dl_mean(dl_mul(dl_clamp(dl_neg(x), -0.5f, 0.5f), dl_sum(w, DL_DIMS(1), true)), DL_ALL, false);
+    default: return dl_sum(dl_div(dl_mul_scalar(x, 3.0f), w), DL_ALL, false);
+    }
+}
+static void test_bcast_grad(void)
+{
+    dl_ctx *ctx = new_ctx();
+    dl_tensor *x = dl_keep(dl_randn(ctx, DL_SHAPE(3, 4))), *w = dl_keep(dl_randn(ctx, DL_SHAPE(3, 4)));
+    dl_tensor *in[2], *g[2];
+    float want[2][12], got[12];
+    int k, i, r;
+    dl_optim *o;
+    dl_requires_grad(x, true);
+    dl_requires_grad(w, true);
+    in[0] = x;
+    in[1] = w;
+    o = dl_sgd_params(ctx, 2, in, NULL);
+    for (k = 0; k < 6; k++) {
+        CHECK(dl_grad(bg_loss(k, x, w), 2, in, g, NULL) == DL_OK, "loss %d: dl_grad: %s", k, dl_error_message(ctx));
+        for (i = 0; i < 2; i++) dl_read(g[i], want[i], 12);
+        for (r = 0; r < 3; r++) {   /* new (or none), none, summed into */
+            if (r == 1) dl_optim_zero_grad(o);
+            CHECK(dl_backward(bg_loss(k, x, w)) == DL_OK, "loss %d: %s", k, dl_error_message(ctx));
+            for (i = 0; i < 2; i++) {
+                int j, same = 1;
+                CHECK(in[i]->grad && dl_read(in[i]->grad, got, 12) == DL_OK, "loss %d: a grad", k);
+                for (j = 0; j < 12; j++) {
+                    float e = 0.0f + want[i][j];   /* (a leaf's sum: -0 comes out +0) */
+                    if (r == 2) e += want[i][j];
+                    if (memcmp(&e, &got[j], 4)) same = 0;
+                }
+                CHECK(same, "loss %d, input %d, backward %d: dl_grad's bits", k, i, r);
+            }
+        }
+        dl_optim_zero_grad(o);
+        dl_step_end(ctx);
+    }
+    dl_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -710,6 +761,7 @@ int main(int argc, char **argv)
     test_steps();
     test_autograd();
     test_split_node();
+    test_bcast_grad();
     test_leaf_kinds();
     test_custom();
     test_reentrant();
