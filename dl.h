@@ -4509,7 +4509,8 @@ static DL__HD inline float dl__softplus_gradf(float g, float x, float beta, floa
     X(LE, p <= q ? 1.0f : 0.0f) \
     X(GT, p > q ? 1.0f : 0.0f) \
     X(GE, p >= q ? 1.0f : 0.0f) \
-    X(MMUL, q == 0.0f ? 0.0f : p * q) /* p masked by q: 0 where q is, even at p inf/NaN */ \
+    X(MMUL, dl__self(q == 0.0f, 0.0f, p * q)) /* p masked by q: 0 where q is, even at p inf/NaN (a select: \
+           a ?: stayed a branch, the product may trap) */ \
     X(RELU_GRAD, q <= 0 ? 0.0f : p) \
     X(SIGMOID_GRAD, p * (q * (1.0f - q))) \
     X(TANH_GRAD, p * (1.0f - DL__MUL_RN(q, q)))
