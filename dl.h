@@ -7549,25 +7549,77 @@ static void dl__cpu_reduce(dl__dev *d, int op, float *y, const float *x, int64_t
     dl__parallel_for(d->ctx->pool, outer, (1 << 15) / (r * inner + 1) + 1, dl__red_task, &u);
 }
 
+typedef struct dl__amax_args { int64_t *idx; const float *x; int64_t r, inner, nb; } dl__amax_args;
+
+#define DL__AMB 64   /* columns an argmax over a strided dim (inner > 1) follows at once */
+
+/* the first index of the max (a NaN is the max: the first NaN), as
+   torch.argmax. Rows (inner 1): the max by dl__maxmin_row (vectorized),
+   then the first element equal to it (-0 == +0: the first zero, as a scan
+   with >), 64 at a time. Strided: tasks of (outer index, block of DL__AMB
+   columns), each k a contiguous run; a column's value and index are taken
+   where x > m, or x is the first NaN */
+static void dl__amax_task(void *p, int64_t lo, int64_t hi)
+{
+    const dl__amax_args *u = (const dl__amax_args *)p;
+    int64_t t, k, i, r = u->r, in = u->inner;
+    for (t = lo; t < hi; t++) {
+        if (in == 1) {
+            const float *x = u->x + t * r;
+            float m = dl__maxmin_row(x, r, true);
+            k = 0;
+            if (m == m) {
+                for (; k + 64 <= r; k += 64) {
+                    int l, hit = 0;
+                    for (l = 0; l < 64; l++) hit |= x[k + l] == m;
+                    if (hit) break;
+                }
+                while (k < r && x[k] != m) k++;
+            } else {
+                while (k < r && x[k] == x[k]) k++;
+            }
+            u->idx[t] = k < r ? k : 0;
+        } else {
+            int64_t o = t / u->nb, i0 = (t % u->nb) * DL__AMB, w = in - i0 < DL__AMB ? in - i0 : DL__AMB;
+            const float *x = u->x + o * r * in + i0;
+            float m[DL__AMB];
+            int32_t b[DL__AMB];
+            for (i = 0; i < w; i++) { m[i] = x[i]; b[i] = 0; }
+            for (k = 1; k < r; k++)
+                for (i = 0; i < w; i++) {
+                    float v = x[k * in + i];
+                    bool up = v > m[i] || (v != v && m[i] == m[i]);
+                    m[i] = up ? v : m[i];
+                    b[i] = up ? (int32_t)k : b[i];
+                }
+            for (i = 0; i < w; i++) u->idx[o * in + i0 + i] = b[i];
+        }
+    }
+}
+
 static void dl__cpu_argmax(dl__dev *d, int64_t *idx, const float *x, int64_t outer, int64_t r,
                            int64_t inner)
 {
-    idx = (int64_t *)DL__RAW(d, idx);
-    x = (const float *)DL__RAW(d, x);
-    int64_t o, i, k;
-    (void)d;
-    for (o = 0; o < outer; o++)
-        for (i = 0; i < inner; i++) {
-            const float *p = x + o * r * inner + i;
-            int64_t best = 0;
-            float m = r ? p[0] : 0.0f;
-            for (k = 1; k < r; k++) {
-                float v = p[k * inner];
-                if (m != m) break;
-                if (v > m || v != v) { m = v; best = k; }
+    dl__amax_args u;
+    u.idx = (int64_t *)DL__RAW(d, idx);
+    u.x = (const float *)DL__RAW(d, x);
+    u.r = r; u.inner = inner;
+    u.nb = (inner + DL__AMB - 1) / DL__AMB;
+    if (inner > 1 && r > INT32_MAX) {   /* (dl__amax_task holds a column's index as int32) */
+        int64_t o, i, k;
+        for (o = 0; o < outer; o++)
+            for (i = 0; i < inner; i++) {
+                const float *q = u.x + o * r * inner + i;
+                int64_t best = 0;
+                float m = q[0];
+                for (k = 1; k < r && m == m; k++)
+                    if (q[k * inner] > m || q[k * inner] != q[k * inner]) { m = q[k * inner]; best = k; }
+                u.idx[o * inner + i] = best;
             }
-            idx[o * inner + i] = best;
-        }
+        return;
+    }
+    if (inner == 1) dl__parallel_for(d->ctx->pool, outer, (1 << 15) / (r + 1) + 1, dl__amax_task, &u);
+    else dl__parallel_for(d->ctx->pool, outer * u.nb, (1 << 15) / (r * DL__AMB) + 1, dl__amax_task, &u);
 }
 
 static void dl__cpu_onehot(dl__dev *d, float *y, const int64_t *idx, int64_t outer, int64_t r,

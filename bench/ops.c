@@ -63,6 +63,8 @@ static dl_tensor *run_op(void) {
         if (!strcmp(op, "min")) return dl_min(x[0], dims, false);
         if (!strcmp(op, "var")) return dl_var(x[0], dims, 1, false);
         if (!strcmp(op, "norm")) return dl_norm(x[0], dims, false);
+        if (!strcmp(op, "max_dim")) return dl_max_dim(x[0], (int)dims.d[0], false, NULL);
+        if (!strcmp(op, "argmax")) return dl_argmax(x[0], (int)dims.d[0], false);   /* int64: fwd only */
     } else if (!strcmp(kind, "sm")) {
         int d = atoi(k->f[2]);
         return !strcmp(op, "softmax") ? dl_softmax(x[0], d) : dl_log_softmax(x[0], d);
@@ -189,6 +191,7 @@ int main(int argc, char **argv) {
         setup();
         double f, fb, fc, fbc, fm, fbm;
         if (!strcmp(K.f[0], "adam") || !strcmp(K.f[0], "sgd")) { f = timeit(2, &fc, &fm); fb = f; fbc = fc; fbm = fm; }
+        else if (!strcmp(K.f[1], "argmax")) { f = timeit(0, &fc, &fm); fb = f; fbc = fc; fbm = fm; }   /* no gradient */
         else {
             for (int i = 0; i < K.nin; i++) dl_requires_grad(K.in[i], false);
             f = timeit(0, &fc, &fm);

@@ -16,7 +16,8 @@ BI = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "m
 RED = {"sum": lambda x, d: x.sum(d) if d is not None else x.sum(), "mean": lambda x, d: x.mean(d) if d is not None else x.mean(),
        "max": lambda x, d: x.amax(d) if d is not None else x.amax(), "min": lambda x, d: x.amin(d) if d is not None else x.amin(),
        "var": lambda x, d: x.var(d, correction=1) if d is not None else x.var(correction=1),
-       "norm": lambda x, d: torch.linalg.vector_norm(x, dim=d)}
+       "norm": lambda x, d: torch.linalg.vector_norm(x, dim=d),
+       "max_dim": lambda x, d: torch.max(x, d).values, "argmax": lambda x, d: x.argmax(d)}
 
 def setup(f):
     k = f[0]; ins = []; ex = []
@@ -90,7 +91,7 @@ for line in sys.stdin:
     if not line or line.startswith("#"): continue
     f = line.split(":")
     ins, run, isopt = setup(f)
-    if isopt:
+    if isopt or f[1:2] == ["argmax"]:   # argmax: no gradient, fwd only
         fw, fc, fm = timeit(run); fb, fbc, fbm = fw, fc, fm
     else:
         fw, fc, fm = timeit(run)

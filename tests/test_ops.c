@@ -500,6 +500,64 @@ static void test_maxmin_rows(void)
     dl_step_end(ctx);
 }
 
+/* the first index of the max along dim d of x (rows, cols): torch's rule
+   (x > m, a NaN is the max: the first NaN) */
+static int64_t argmax_ref(const float *x, int rows, int cols, int d, int j)
+{
+    int n = d ? cols : rows, k;
+    int64_t best = 0;
+    const float *p = d ? x + j * cols : x + j;
+    float m = p[0];
+    for (k = 1; k < n && m == m; k++) {
+        float v = p[k * (d ? 1 : cols)];
+        if (v > m || v != v) { m = v; best = k; }
+    }
+    return best;
+}
+
+/* dl_argmax / dl_max_dim (rows: the max, then the first equal 64 at a time;
+   columns: blocks of 64 followed at once) against the scalar rule: ties
+   everywhere (values from a small set), -0 and +0, -inf, NaNs in some
+   lines, lengths around 16 and 64, 70 columns (a block and a part) */
+static void test_argmax_scan(void)
+{
+    static const int len[] = {1, 3, 16, 17, 63, 64, 65, 130, 200};
+    static float v[200 * 70];
+    int64_t got[70], gi[70];
+    int li, d, j, k, bad = 0;
+    unsigned s = 1;
+    for (li = 0; li < (int)(sizeof len / sizeof len[0]); li++)
+        for (d = 0; d < 2; d++) {
+            int rows = d ? 70 : len[li], cols = d ? len[li] : 70, n = rows * cols, lines = 70;
+            dl_tensor *x, *y, *idx = NULL;
+            for (k = 0; k < n; k++) {
+                s = s * 1103515245u + 12345u;
+                v[k] = (float)((s >> 16) % 5) - 2.0f;
+                if (v[k] == 0.0f && (s >> 12) & 1) v[k] = -0.0f;
+                if (((s >> 20) & 63) == 0) v[k] = -INFINITY;
+            }
+            for (j = 0; j < lines; j += 7) {   /* NaNs in every 7th line, at two places */
+                int at1 = (j * 13) % len[li], at2 = (j * 29 + 5) % len[li];
+                v[d ? j * cols + at1 : at1 * cols + j] = NAN;
+                v[d ? j * cols + at2 : at2 * cols + j] = NAN;
+            }
+            x = dl_from_array(ctx, DL_SHAPE(rows, cols), v);
+            y = dl_argmax(x, d, false);
+            if (!y || dl_read_int64(y, got, lines) != DL_OK || !dl_max_dim(x, d, false, &idx) || !idx ||
+                dl_read_int64(idx, gi, lines) != DL_OK) { bad++; continue; }
+            for (j = 0; j < lines; j++) {
+                int64_t want = argmax_ref(v, rows, cols, d, j);
+                if (got[j] != want || gi[j] != want) {
+                    if (!bad) fprintf(stderr, "argmax: %dx%d dim %d line %d: %lld, max_dim %lld, want %lld\n", rows, cols,
+                                      d, j, (long long)got[j], (long long)gi[j], (long long)want);
+                    bad++;
+                }
+            }
+            dl_step_end(ctx);
+        }
+    CHECK(bad == 0, "dl_argmax / dl_max_dim: the first max (NaN first) in every line (%d wrong)", bad);
+}
+
 /* dl_eq (torch.eq as float32 1/0): float32 with NaN, signed zeros and
    infinities; int64 (the accuracy idiom: dl_sum(dl_eq(dl_argmax(x, 1), y)))
    with broadcasting on either side; no gradient; the refusals. */
@@ -697,6 +755,7 @@ int main(void)
     test_nan_sign();
     test_logf_erff();
     test_maxmin_rows();
+    test_argmax_scan();
     test_eq();
     dl_step_end(ctx);
     test_long_sums();
