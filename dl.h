@@ -7460,6 +7460,20 @@ static double dl__acc8_total(const double *a)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* total = the sum over j < n of expr (a double, of j) in 16 interleaved
+   partials added in a fixed tree: the loop vectorizes (one serial double
+   chain was latency-bound), and the bits depend on n alone */
+#define DL__SUM16(total, n, expr) do { \
+        double a_[16], b_[8]; \
+        int64_t k_, l_, j; \
+        for (l_ = 0; l_ < 16; l_++) a_[l_] = 0.0; \
+        for (k_ = 0; k_ + 16 <= (n); k_ += 16) \
+            for (l_ = 0; l_ < 16; l_++) { j = k_ + l_; a_[l_] += (expr); } \
+        for (l_ = 0; k_ < (n); k_++, l_++) { j = k_; a_[l_] += (expr); } \
+        for (l_ = 0; l_ < 8; l_++) b_[l_] = a_[l_] + a_[l_ + 8]; \
+        (total) = dl__acc8_total(b_); \
+    } while (0)
+
 /* the max (mx) or min of a row of r floats, -inf (+inf) when empty, in
    one loop that vectorizes (a float max/min with NaN's rules does not):
    each float's bits as an unsigned key in the floats' order (negatives
@@ -7488,6 +7502,7 @@ static float dl__maxmin_row(const float *x, int64_t r, bool mx)
 }
 
 #define DL__COLB 256   /* columns a reduce's column sums hold in double at once */
+#define DL__COLR 32    /* of those, in registers (8 AVX vectors) */
 
 static void dl__red_task(void *p, int64_t lo, int64_t hi)
 {
@@ -7498,23 +7513,29 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
         float *y = u->y + o * inner;
         if (inner == 1) {
             if (u->op == DL__R_SUM) {
-                double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                int j;
-                for (k = 0; k + 8 <= r; k += 8)
-                    for (j = 0; j < 8; j++) a[j] += x[k + j];
-                for (; k < r; k++) a[k & 7] += x[k];
-                y[0] = (float)dl__acc8_total(a);
+                double s;
+                DL__SUM16(s, r, (double)x[j]);
+                y[0] = (float)s;
             } else {
                 y[0] = dl__maxmin_row(x, r, u->op == DL__R_MAX);
             }
             continue;
         }
         if (u->op == DL__R_SUM) {
-            /* each column in order in double, DL__COLB columns at a time (a
-               float chain stalls: 2^24 + 1 == 2^24; torch sums in cascade) */
+            /* each column in order in double (a float chain stalls: 2^24 + 1
+               == 2^24; torch sums in cascade): DL__COLR columns at a time in
+               registers down all rows, the rest DL__COLB at a time */
             double acc[DL__COLB];
             int64_t i0, nb;
-            for (i0 = 0; i0 < inner; i0 += nb) {
+            for (i0 = 0; i0 + DL__COLR <= inner; i0 += DL__COLR) {
+                double a[DL__COLR];
+                const float *xc = x + i0;
+                for (i = 0; i < DL__COLR; i++) a[i] = 0.0;
+                for (k = 0; k < r; k++, xc += inner)
+                    for (i = 0; i < DL__COLR; i++) a[i] += xc[i];
+                for (i = 0; i < DL__COLR; i++) y[i0 + i] = (float)a[i];
+            }
+            for (; i0 < inner; i0 += nb) {
                 nb = inner - i0 < DL__COLB ? inner - i0 : DL__COLB;
                 for (i = 0; i < nb; i++) acc[i] = 0.0;
                 for (k = 0; k < r; k++)
@@ -7814,20 +7835,6 @@ static void dl__cpu_gemm(dl__dev *d, bool ta, bool tb, int64_t M, int64_t N, int
                   C + i * sC, ldc);
     }
 }
-
-/* total = the sum over j < n of expr (a double, of j) in 16 interleaved
-   partials added in a fixed tree: the loop vectorizes (one serial double
-   chain was latency-bound), and the bits depend on n alone */
-#define DL__SUM16(total, n, expr) do { \
-        double a_[16], b_[8]; \
-        int64_t k_, l_, j; \
-        for (l_ = 0; l_ < 16; l_++) a_[l_] = 0.0; \
-        for (k_ = 0; k_ + 16 <= (n); k_ += 16) \
-            for (l_ = 0; l_ < 16; l_++) { j = k_ + l_; a_[l_] += (expr); } \
-        for (l_ = 0; k_ < (n); k_++, l_++) { j = k_; a_[l_] += (expr); } \
-        for (l_ = 0; l_ < 8; l_++) b_[l_] = a_[l_] + a_[l_ + 8]; \
-        (total) = dl__acc8_total(b_); \
-    } while (0)
 
 typedef struct dl__sm_args { bool log; float *y; const float *x; int64_t n, inner, nb; } dl__sm_args;
 
