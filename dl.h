@@ -4538,7 +4538,7 @@ enum { DL__BINARY_OPS(DL__OPENUM) DL__B_COUNT };
 #define DL__OPENUM(nm, ex) DL__G_##nm,
 enum { DL__UNARY_GRADS(DL__OPENUM) DL__G_COUNT };
 #undef DL__OPENUM
-enum { DL__R_SUM, DL__R_MAX, DL__R_MIN };
+enum { DL__R_SUM, DL__R_MAX, DL__R_MIN, DL__R_SUMSQ };   /* SUMSQ: the CPU's only (dl_norm) */
 enum { DL__RAND_UNIFORM, DL__RAND_NORMAL };
 
 /* Broadcast plan of a binary op: output shape, and per-operand strides with
@@ -7512,34 +7512,44 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
         const float *x = u->x + o * r * inner;
         float *y = u->y + o * inner;
         if (inner == 1) {
-            if (u->op == DL__R_SUM) {
+            if (u->op == DL__R_SUM || u->op == DL__R_SUMSQ) {
                 double s;
-                DL__SUM16(s, r, (double)x[j]);
+                if (u->op == DL__R_SUM) DL__SUM16(s, r, (double)x[j]);
+                else DL__SUM16(s, r, (double)(x[j] * x[j]));
                 y[0] = (float)s;
             } else {
                 y[0] = dl__maxmin_row(x, r, u->op == DL__R_MAX);
             }
             continue;
         }
-        if (u->op == DL__R_SUM) {
+        if (u->op == DL__R_SUM || u->op == DL__R_SUMSQ) {
             /* each column in order in double (a float chain stalls: 2^24 + 1
                == 2^24; torch sums in cascade): DL__COLR columns at a time in
-               registers down all rows, the rest DL__COLB at a time */
+               registers down all rows, the rest DL__COLB at a time. SUMSQ
+               adds the float squares (their bits: a mul, then a sum) */
             double acc[DL__COLB];
             int64_t i0, nb;
+            bool sq = u->op == DL__R_SUMSQ;
             for (i0 = 0; i0 + DL__COLR <= inner; i0 += DL__COLR) {
                 double a[DL__COLR];
                 const float *xc = x + i0;
                 for (i = 0; i < DL__COLR; i++) a[i] = 0.0;
-                for (k = 0; k < r; k++, xc += inner)
-                    for (i = 0; i < DL__COLR; i++) a[i] += xc[i];
+                if (sq)
+                    for (k = 0; k < r; k++, xc += inner)
+                        for (i = 0; i < DL__COLR; i++) a[i] += (double)(xc[i] * xc[i]);
+                else
+                    for (k = 0; k < r; k++, xc += inner)
+                        for (i = 0; i < DL__COLR; i++) a[i] += xc[i];
                 for (i = 0; i < DL__COLR; i++) y[i0 + i] = (float)a[i];
             }
             for (; i0 < inner; i0 += nb) {
                 nb = inner - i0 < DL__COLB ? inner - i0 : DL__COLB;
                 for (i = 0; i < nb; i++) acc[i] = 0.0;
                 for (k = 0; k < r; k++)
-                    for (i = 0; i < nb; i++) acc[i] += x[k * inner + i0 + i];
+                    for (i = 0; i < nb; i++) {
+                        float v = x[k * inner + i0 + i];
+                        acc[i] += sq ? (double)(v * v) : (double)v;
+                    }
                 for (i = 0; i < nb; i++) y[i0 + i] = (float)acc[i];
             }
         } else {
@@ -15992,6 +16002,7 @@ static dl_tensor *dl__reduce_raw(const char *name, int rop, dl_tensor *x, const 
         y = dl__new(x->dev_, name, x->ndim, shape);
         if (!y) return NULL;
         DL__BE(x)->reduce(x->dev_, rop, (float *)y->data, (const float *)cur->data, outer, r, inner);
+        if (rop == DL__R_SUMSQ) rop = DL__R_SUM;   /* the next dims: sums of those */
         cur = y;
     }
     if (cur == x) {   /* nothing to reduce: a copy */
@@ -16272,7 +16283,9 @@ static const dl__op dl__op_norm = {"dl_norm", dl__norm_bwd, 1 | DL__RD_OUT, 0, 0
 
 dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
 {
-    bool mask[DL_MAX_DIMS];
+    bool mask[DL_MAX_DIMS], any;
+    int64_t nCL[3];
+    int i;
     dl_tensor *y;
     dl__node *n;
     dl_ctx *ctx;
@@ -16281,7 +16294,11 @@ dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
     if (!dl__red_mask("dl_norm", t, dims, mask)) return NULL;
     ctx = t->ctx_;
     dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__norm_bwd */
-    y = dl_sqrt(dl_sum(dl_mul(t, t), dims, keepdim));
+    for (i = 0, any = false; i < t->ndim; i++) any = any || mask[i];
+    if (t->device.type == DL_DEVICE_CPU && any && t->numel > 0 && !dl__chan_sum_ok(t, mask, nCL))   /* no t*t made */
+        y = dl_sqrt(dl__drop_dims("dl_norm", dl__reduce_raw("dl_norm", DL__R_SUMSQ, t, mask), mask, keepdim));
+    else
+        y = dl_sqrt(dl_sum(dl_mul(t, t), dims, keepdim));
     dl_no_grad_end(ctx);
     if (!y) return dl__end(ctx, NULL, "dl_norm");
     if (dl__record(y, &dl__op_norm, 1, &t, &n) < 0) return dl__end(ctx, NULL, "dl_norm");

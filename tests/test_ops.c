@@ -558,6 +558,43 @@ static void test_argmax_scan(void)
     CHECK(bad == 0, "dl_argmax / dl_max_dim: the first max (NaN first) in every line (%d wrong)", bad);
 }
 
+/* dl_norm on the CPU sums the float squares without making t*t (the reduce's
+   SUMSQ): the bits of sqrt(sum(t*t)), over rows, columns, several dims
+   (a later pass sums the first's sums), all; 1e20s overflow to inf and
+   1e-23s underflow to 0 as torch's float squares do */
+static void test_norm_bits(void)
+{
+    static const float big[4] = {1e20f, -1e20f, 1.0f, 2.0f}, tiny[3] = {1e-23f, -1e-23f, 0.0f};
+    dl_tensor *xs[4];
+    dl_shape dims[6];
+    int i, k, kd, bad = 0, n = 0;
+    float va[4096], vb[4096];
+    xs[0] = dl_randn(ctx, DL_SHAPE(37, 129));
+    xs[1] = dl_randn(ctx, DL_SHAPE(5, 64, 33));
+    xs[2] = dl_from_array(ctx, DL_SHAPE(2, 2), big);
+    xs[3] = dl_from_array(ctx, DL_SHAPE(3), tiny);
+    dims[0] = DL_DIMS(0); dims[1] = DL_DIMS(-1); dims[2] = DL_DIMS(0, 1); dims[3] = DL_DIMS(1, 2);
+    dims[4] = DL_DIMS(0, 2); dims[5] = DL_ALL;
+    for (i = 0; i < 4; i++)
+        for (k = 0; k < 6; k++)
+            for (kd = 0; kd < 2; kd++) {
+                dl_tensor *a, *b;
+                if ((k == 3 || k == 4) && xs[i]->ndim < 3) continue;
+                if (k == 2 && xs[i]->ndim < 2) continue;
+                a = dl_norm(xs[i], dims[k], kd != 0);
+                b = dl_sqrt(dl_sum(dl_mul(xs[i], xs[i]), dims[k], kd != 0));
+                n++;
+                if (!a || !b || a->numel != b->numel || a->ndim != b->ndim || dl_read(a, va, a->numel) != DL_OK ||
+                    dl_read(b, vb, b->numel) != DL_OK || memcmp(va, vb, sizeof(float) * (size_t)a->numel) != 0)
+                    bad++;
+            }
+    CHECK(bad == 0 && n == 34, "dl_norm: the bits of sqrt(sum(t*t)) in %d cases (%d differ)", n, bad);
+    CHECK(dl_read(dl_norm(xs[2], DL_DIMS(1), false), va, 2) == DL_OK && isinf(va[0]) && va[1] == sqrtf(5.0f) &&
+          dl_read(dl_norm(xs[3], DL_ALL, false), va, 1) == DL_OK && va[0] == 0.0f,
+          "dl_norm: 1e20 squared overflows to inf, 1e-23 squared underflows to 0 (torch's float squares)");
+    dl_step_end(ctx);
+}
+
 /* dl_eq (torch.eq as float32 1/0): float32 with NaN, signed zeros and
    infinities; int64 (the accuracy idiom: dl_sum(dl_eq(dl_argmax(x, 1), y)))
    with broadcasting on either side; no gradient; the refusals. */
@@ -756,6 +793,7 @@ int main(void)
     test_logf_erff();
     test_maxmin_rows();
     test_argmax_scan();
+    test_norm_bits();
     test_eq();
     dl_step_end(ctx);
     test_long_sums();
