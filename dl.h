@@ -4538,7 +4538,7 @@ enum { DL__BINARY_OPS(DL__OPENUM) DL__B_COUNT };
 #define DL__OPENUM(nm, ex) DL__G_##nm,
 enum { DL__UNARY_GRADS(DL__OPENUM) DL__G_COUNT };
 #undef DL__OPENUM
-enum { DL__R_SUM, DL__R_MAX, DL__R_MIN, DL__R_SUMSQ };   /* SUMSQ: the CPU's only (dl_norm) */
+enum { DL__R_SUM, DL__R_MAX, DL__R_MIN, DL__R_SUMSQ };   /* SUMSQ: the CPU's only (dl__sumsq) */
 enum { DL__RAND_UNIFORM, DL__RAND_NORMAL };
 
 /* Broadcast plan of a binary op: output shape, and per-operand strides with
@@ -16228,6 +16228,21 @@ static dl_result dl__std_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 static const dl__op dl__op_var = {"dl_var", dl__var_bwd, 1, 0, 0};
 static const dl__op dl__op_std = {"dl_std", dl__std_bwd, 1 | DL__RD_OUT, 0, 0};
 
+/* sum(t*t, dims) (no tape): on CPU devices the reduce's SUMSQ, the float
+   squares summed without making t*t (the same bits); elsewhere, and where
+   chan_sum would take the sum or there is nothing to reduce, the ops */
+static dl_tensor *dl__sumsq(const char *name, dl_tensor *t, dl_shape dims, const bool *mask, bool keepdim)
+{
+    int64_t nCL[3];
+    int i;
+    bool any = false;
+    if (!t) return NULL;
+    for (i = 0; i < t->ndim; i++) any = any || mask[i];
+    if (t->device.type == DL_DEVICE_CPU && any && t->numel > 0 && !dl__chan_sum_ok(t, mask, nCL))
+        return dl__drop_dims(name, dl__reduce_raw(name, DL__R_SUMSQ, t, mask), mask, keepdim);
+    return dl_sum(dl_mul(t, t), dims, keepdim);
+}
+
 static dl_tensor *dl__var(const char *name, dl_tensor *t, dl_shape dims, int correction, bool keepdim, bool sd)
 {
     bool mask[DL_MAX_DIMS];
@@ -16245,7 +16260,7 @@ static dl_tensor *dl__var(const char *name, dl_tensor *t, dl_shape dims, int cor
     ctx = t->ctx_;
     dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__var_bwd / dl__std_bwd */
     d = dl_sub(t, dl_mean(t, dims, true));
-    y = dl_div_scalar(dl_sum(dl_mul(d, d), dims, keepdim), dof);
+    y = dl_div_scalar(dl__sumsq(name, d, dims, mask, keepdim), dof);
     if (sd) y = dl_sqrt(y);
     dl_no_grad_end(ctx);
     if (!y) return dl__end(ctx, NULL, name);
@@ -16283,9 +16298,7 @@ static const dl__op dl__op_norm = {"dl_norm", dl__norm_bwd, 1 | DL__RD_OUT, 0, 0
 
 dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
 {
-    bool mask[DL_MAX_DIMS], any;
-    int64_t nCL[3];
-    int i;
+    bool mask[DL_MAX_DIMS];
     dl_tensor *y;
     dl__node *n;
     dl_ctx *ctx;
@@ -16294,11 +16307,7 @@ dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
     if (!dl__red_mask("dl_norm", t, dims, mask)) return NULL;
     ctx = t->ctx_;
     dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__norm_bwd */
-    for (i = 0, any = false; i < t->ndim; i++) any = any || mask[i];
-    if (t->device.type == DL_DEVICE_CPU && any && t->numel > 0 && !dl__chan_sum_ok(t, mask, nCL))   /* no t*t made */
-        y = dl_sqrt(dl__drop_dims("dl_norm", dl__reduce_raw("dl_norm", DL__R_SUMSQ, t, mask), mask, keepdim));
-    else
-        y = dl_sqrt(dl_sum(dl_mul(t, t), dims, keepdim));
+    y = dl_sqrt(dl__sumsq("dl_norm", t, dims, mask, keepdim));
     dl_no_grad_end(ctx);
     if (!y) return dl__end(ctx, NULL, "dl_norm");
     if (dl__record(y, &dl__op_norm, 1, &t, &n) < 0) return dl__end(ctx, NULL, "dl_norm");

@@ -558,10 +558,11 @@ static void test_argmax_scan(void)
     CHECK(bad == 0, "dl_argmax / dl_max_dim: the first max (NaN first) in every line (%d wrong)", bad);
 }
 
-/* dl_norm on the CPU sums the float squares without making t*t (the reduce's
-   SUMSQ): the bits of sqrt(sum(t*t)), over rows, columns, several dims
-   (a later pass sums the first's sums), all; 1e20s overflow to inf and
-   1e-23s underflow to 0 as torch's float squares do */
+/* dl_norm and dl_var on the CPU sum the float squares without making t*t
+   (the reduce's SUMSQ): the bits of sqrt(sum(t*t)) and of var's ops, over
+   rows, columns, several dims (a later pass sums the first's sums), all;
+   1e20s overflow to inf and 1e-23s underflow to 0 as torch's float
+   squares do */
 static void test_norm_bits(void)
 {
     static const float big[4] = {1e20f, -1e20f, 1.0f, 2.0f}, tiny[3] = {1e-23f, -1e-23f, 0.0f};
@@ -578,7 +579,7 @@ static void test_norm_bits(void)
     for (i = 0; i < 4; i++)
         for (k = 0; k < 6; k++)
             for (kd = 0; kd < 2; kd++) {
-                dl_tensor *a, *b;
+                dl_tensor *a, *b, *d;
                 if ((k == 3 || k == 4) && xs[i]->ndim < 3) continue;
                 if (k == 2 && xs[i]->ndim < 2) continue;
                 a = dl_norm(xs[i], dims[k], kd != 0);
@@ -587,8 +588,17 @@ static void test_norm_bits(void)
                 if (!a || !b || a->numel != b->numel || a->ndim != b->ndim || dl_read(a, va, a->numel) != DL_OK ||
                     dl_read(b, vb, b->numel) != DL_OK || memcmp(va, vb, sizeof(float) * (size_t)a->numel) != 0)
                     bad++;
+                if (i > 1) continue;   /* dl_var: the same squares of t - mean */
+                d = dl_sub(xs[i], dl_mean(xs[i], dims[k], true));
+                a = dl_var(xs[i], dims[k], 1, kd != 0);
+                b = dl_div_scalar(dl_sum(dl_mul(d, d), dims[k], kd != 0), (float)(xs[i]->numel / (a ? a->numel : 1) - 1));
+                n++;
+                if (!a || !b || a->numel != b->numel || dl_read(a, va, a->numel) != DL_OK ||
+                    dl_read(b, vb, b->numel) != DL_OK || memcmp(va, vb, sizeof(float) * (size_t)a->numel) != 0)
+                    bad++;
             }
-    CHECK(bad == 0 && n == 34, "dl_norm: the bits of sqrt(sum(t*t)) in %d cases (%d differ)", n, bad);
+    CHECK(bad == 0 && n == 54, "dl_norm, dl_var: the bits of sqrt(sum(t*t)), sum((t-m)^2)/(N-1) in %d cases (%d differ)",
+          n, bad);
     CHECK(dl_read(dl_norm(xs[2], DL_DIMS(1), false), va, 2) == DL_OK && isinf(va[0]) && va[1] == sqrtf(5.0f) &&
           dl_read(dl_norm(xs[3], DL_ALL, false), va, 1) == DL_OK && va[0] == 0.0f,
           "dl_norm: 1e20 squared overflows to inf, 1e-23 squared underflows to 0 (torch's float squares)");
