@@ -7501,8 +7501,9 @@ static float dl__maxmin_row(const float *x, int64_t r, bool mx)
     return v;
 }
 
-#define DL__COLB 256   /* columns a reduce's column sums hold in double at once */
-#define DL__COLR 32    /* of those, in registers (8 AVX vectors) */
+#define DL__COLB 1024  /* columns a reduce's column sums hold in double at once */
+#define DL__COLK 16    /* rows they go down at a time */
+#define DL__COLR 32    /* columns of those in registers (8 AVX vectors) */
 
 static void dl__red_task(void *p, int64_t lo, int64_t hi)
 {
@@ -7524,32 +7525,37 @@ static void dl__red_task(void *p, int64_t lo, int64_t hi)
         }
         if (u->op == DL__R_SUM || u->op == DL__R_SUMSQ) {
             /* each column in order in double (a float chain stalls: 2^24 + 1
-               == 2^24; torch sums in cascade): DL__COLR columns at a time in
-               registers down all rows, the rest DL__COLB at a time. SUMSQ
-               adds the float squares (their bits: a mul, then a sum) */
+               == 2^24; torch sums in cascade), DL__COLB columns at a time:
+               DL__COLK rows down (those rows' stretch read once, in order,
+               as it streams in), DL__COLR columns of them at a time in
+               registers (8 AVX vectors); the rest one by one. SUMSQ adds
+               the float squares (their bits: a mul, then a sum) */
             double acc[DL__COLB];
-            int64_t i0, nb;
+            int64_t i0, i1, j0, k0, k1, nb;
             bool sq = u->op == DL__R_SUMSQ;
-            for (i0 = 0; i0 + DL__COLR <= inner; i0 += DL__COLR) {
-                double a[DL__COLR];
-                const float *xc = x + i0;
-                for (i = 0; i < DL__COLR; i++) a[i] = 0.0;
-                if (sq)
-                    for (k = 0; k < r; k++, xc += inner)
-                        for (i = 0; i < DL__COLR; i++) a[i] += (double)(xc[i] * xc[i]);
-                else
-                    for (k = 0; k < r; k++, xc += inner)
-                        for (i = 0; i < DL__COLR; i++) a[i] += xc[i];
-                for (i = 0; i < DL__COLR; i++) y[i0 + i] = (float)a[i];
-            }
-            for (; i0 < inner; i0 += nb) {
+            for (i0 = 0; i0 < inner; i0 += nb) {
                 nb = inner - i0 < DL__COLB ? inner - i0 : DL__COLB;
                 for (i = 0; i < nb; i++) acc[i] = 0.0;
-                for (k = 0; k < r; k++)
-                    for (i = 0; i < nb; i++) {
-                        float v = x[k * inner + i0 + i];
-                        acc[i] += sq ? (double)(v * v) : (double)v;
+                for (k0 = 0; k0 < r; k0 = k1) {
+                    k1 = r - k0 < DL__COLK ? r : k0 + DL__COLK;
+                    for (j0 = 0; j0 + DL__COLR <= nb; j0 += DL__COLR) {
+                        double a[DL__COLR];
+                        const float *xc = x + k0 * inner + i0 + j0;
+                        for (i = 0; i < DL__COLR; i++) a[i] = acc[j0 + i];
+                        if (sq)
+                            for (k = k0; k < k1; k++, xc += inner)
+                                for (i = 0; i < DL__COLR; i++) a[i] += (double)(xc[i] * xc[i]);
+                        else
+                            for (k = k0; k < k1; k++, xc += inner)
+                                for (i = 0; i < DL__COLR; i++) a[i] += xc[i];
+                        for (i = 0; i < DL__COLR; i++) acc[j0 + i] = a[i];
                     }
+                    for (i1 = j0; i1 < nb; i1++)
+                        for (k = k0; k < k1; k++) {
+                            float v = x[k * inner + i0 + i1];
+                            acc[i1] += sq ? (double)(v * v) : (double)v;
+                        }
+                }
                 for (i = 0; i < nb; i++) y[i0 + i] = (float)acc[i];
             }
         } else {
