@@ -783,7 +783,9 @@ typedef struct dl_device { int type; int index; } dl_device;
 /* A shape (or a list of dims) by value: DL_SHAPE(2, 3), DL_DIMS(0, -1).
    DL_SHAPE() is the 0-d shape (torch.Size([])), as dl_shape_make(0, NULL);
    DL_DIMS() the empty dim list, which a reduction takes as every dim
-   (torch's x.sum(dim=()), DL_ALL). */
+   (torch's x.sum(dim=()), DL_ALL). A last argument that is the name of a
+   function-like macro (a variable named max where <windows.h> defines
+   max(a, b)) must be parenthesized: DL_SHAPE(2, (max)). */
 typedef struct dl_shape { int ndim; int64_t d[DL_MAX_DIMS]; } dl_shape;
 
 /* (counts to 16, DL_MAX_DIMS' most: more arguments than DL_MAX_DIMS do not compile) */
@@ -1000,12 +1002,14 @@ DL_API dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step);
 /* torch.zeros / ones / full / arange(..., dtype=dtype): dl_zeros, dl_ones,
    dl_full, dl_arange for float32, and int32 or int64 values (labels,
    positions, counts) on the default device. A float32 value is rounded to
-   nearest; an integer one truncated toward zero (torch's), and it must be
+   nearest (a finite one past FLT_MAX is DL_ERR_ARG, as torch's overflow
+   check; +-inf is kept); an integer one truncated toward zero (torch's), and it must be
    finite and within the dtype's range (DL_ERR_ARG). dl_full_dtype is exact
    for every integer a double holds. dl_arange_dtype counts elements from
    the doubles as dl_arange and, for an integer dtype, gives trunc(start) +
    i * trunc(step) (torch's: (0, 5, 1.5) is 0, 1, 2, 3), within +-2^24
-   (made in float32 and converted; further: DL_ERR_ARG). */
+   (made in float32 and converted; further: DL_ERR_ARG; an empty range is
+   empty wherever it lies). */
 DL_API dl_tensor *dl_zeros_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype);
 DL_API dl_tensor *dl_ones_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype);
 DL_API dl_tensor *dl_full_dtype(dl_ctx *ctx, dl_shape shape, double value, dl_dtype dtype);
@@ -13058,7 +13062,7 @@ static dl_tensor *dl__arange(dl_ctx *ctx, const char *op, double start, double e
         return NULL;
     }
     cnt = (int64_t)n;
-    if (dtype != DL_DTYPE_F32) {
+    if (dtype != DL_DTYPE_F32 && cnt > 0) {
         start = trunc(start);
         step = trunc(step);
         a = fabs(start);
@@ -13099,12 +13103,21 @@ static dl_tensor *dl__full_dtype(dl_ctx *ctx, const char *op, dl_shape shape, do
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", op); return NULL; }
     if (!dl__dtype_ok(ctx, op, dtype)) return NULL;
     d = ctx->defdev;
-    if (dtype == DL_DTYPE_F32) return dl__filled(d, op, shape, (float)v);
+    if (dtype == DL_DTYPE_F32) {
+        if (isfinite(v) && fabs(v) > FLT_MAX) {   /* torch's overflow check (inf and NaN pass) */
+            dl__err(ctx, DL_ERR_ARG, "%s: value %.17g cannot be converted to float32 without overflow (beyond "
+                    "+-FLT_MAX; +-INFINITY is kept)", op, v);
+            return NULL;
+        }
+        return dl__filled(d, op, shape, (float)v);
+    }
     v = trunc(v);
     if (!(dtype == DL_DTYPE_I32 ? v >= -2147483648.0 && v <= 2147483647.0
                                 : v >= -9223372036854775808.0 && v < 9223372036854775808.0)) {
         dl__err(ctx, DL_ERR_ARG, "%s: value %.17g cannot be converted to %s without overflow (finite, within "
-                "the dtype's range)", op, v, dl__dtype_str(dtype));
+                "the dtype's range%s)", op, v, dl__dtype_str(dtype),
+                v == 9223372036854775808.0 ? "; (double)INT64_MAX rounds up to 2^63, past int64: the largest a "
+                "double holds is 2^63 - 1024" : "");
         return NULL;
     }
     iv = (int64_t)v;
@@ -20892,8 +20905,14 @@ static dl_tensor *dl__rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_
         return NULL;
     }
     if (lstm && !h0 != !c0) {
+        char prev[200];   /* a NULL state is often an earlier op's failure: name that error too */
+        prev[0] = 0;
+        if (ctx->err != DL_OK)
+            snprintf(prev, sizeof prev, " (an earlier error is pending, maybe why %s is NULL: %.120s)",
+                     h0 ? "c0" : "h0", ctx->msg);
         dl__err(ctx, DL_ERR_ARG, "%s: %s given without %s: an LSTM's initial state is both h0 and c0 or "
-                "neither (torch's hx = (h0, c0); pass zeros for the other)", nm, h0 ? "h0" : "c0", h0 ? "c0" : "h0");
+                "neither (torch's hx = (h0, c0); pass zeros for the other)%s", nm, h0 ? "h0" : "c0",
+                h0 ? "c0" : "h0", prev);
         return NULL;
     }
     if (x->ndim != 2 && x->ndim != 3) {

@@ -995,6 +995,18 @@ static void dtype_creator_errors(void)
         "range)");
     BAD(dl_full_dtype(C, DL_SHAPE(2), NAN, DL_DTYPE_I64), DL_ERR_ARG, "value nan cannot be converted to int64");
     BAD(dl_full_dtype(C, DL_SHAPE(2), 1e19, DL_DTYPE_I64), DL_ERR_ARG, "value 1e+19 cannot be converted to int64");
+    BAD(dl_full_dtype(C, DL_SHAPE(2), (double)INT64_MAX, DL_DTYPE_I64), DL_ERR_ARG,
+        "(double)INT64_MAX rounds up to 2^63, past int64: the largest a double holds is 2^63 - 1024");
+    /* float32: a finite value past FLT_MAX is torch's overflow error; +-inf is kept */
+    BAD(dl_full_dtype(C, DL_SHAPE(2), 1e300, DL_DTYPE_F32), DL_ERR_ARG,
+        "dl_full_dtype: value 1.0000000000000001e+300 cannot be converted to float32 without overflow");
+    BAD(dl_full_dtype(C, DL_SHAPE(2), -3.4028235e38, DL_DTYPE_F32), DL_ERR_ARG, "to float32 without overflow");
+    CHECK(dl_full_dtype(C, DL_SHAPE(2), -INFINITY, DL_DTYPE_F32) != NULL, "-inf kept: %s", dl_error_message(C));
+    CHECK(dl_full_dtype(C, DL_SHAPE(2), FLT_MAX, DL_DTYPE_F32) != NULL, "FLT_MAX kept: %s", dl_error_message(C));
+    {   /* an empty integer range is empty wherever it lies, as torch's */
+        dl_tensor *e = dl_arange_dtype(C, 1e8, 1e8, 1, DL_DTYPE_I64);
+        CHECK(e && e->numel == 0 && e->dtype == DL_DTYPE_I64, "arange(1e8, 1e8) empty: %s", dl_error_message(C));
+    }
     BAD(dl_ones_dtype(C, DL_SHAPE(-1), DL_DTYPE_I64), DL_ERR_SHAPE, "dl_ones_dtype");
     BAD(dl_arange_dtype(C, 0, 16777218, 1, DL_DTYPE_I64), DL_ERR_ARG,
         "dl_arange_dtype: values up to 16777217 for int64: an integer arange's values must be within +-2^24");
@@ -1063,6 +1075,14 @@ static void rnn_errors(void)
     BAD(dl_rnn_forward(m, x, NULL, dl_zeros(C, DL_SHAPE(1, 2, 4)), &hn, &cn), DL_ERR_ARG,
         "LSTM: c0 given without h0: an LSTM's initial state is both h0 and c0 or neither");
     CHECK(hn == NULL && cn == NULL, "h_n, c_n NULL after the refusal");
+    {   /* a state NULL from an earlier failure: that error is named too */
+        dl_tensor *h0 = dl_reshape(dl_zeros(C, DL_SHAPE(1, 2, 4)), DL_SHAPE(3, 3));
+        CHECK(h0 == NULL, "bad reshape");
+        CHECK(dl_rnn_forward(m, x, h0, dl_zeros(C, DL_SHAPE(1, 2, 4)), NULL, NULL) == NULL, "LSTM after a failure");
+        EXPECT_ERR2(C, DL_ERR_ARG, "LSTM: c0 given without h0",
+                    "(an earlier error is pending, maybe why h0 is NULL: dl_reshape");
+        WORKS();
+    }
     CHECK(dl_rnn_forward(m, x, dl_zeros(C, DL_SHAPE(1, 2, 4)), dl_zeros(C, DL_SHAPE(1, 2, 4)), NULL, NULL) != NULL,
           "both: %s", dl_error_message(C));
     WORKS();
