@@ -666,11 +666,17 @@ static void test_errors(void)
         dl_ctx_free(c2);
     }
     /* DL_CUDNN (0, 1, 2) and DL_CONV_DIRECT (0, 1, 2), read when a context
-       opens a GPU: another value is an error naming the variable */
+       opens a GPU: another value is an error naming the variable. The
+       contexts start on the CPU (DL_DEVICE unset here: with cuda:0 there a
+       context opens the GPU, and fails, as it is made) */
     {
         static const char *const bad[3] = {"3", "yes", "-1"}, *const good[3] = {"0", "1", "2"};
         static const char *const var[2] = {"DL_CUDNN", "DL_CONV_DIRECT"};
+        char devenv[64];
         int k, v;
+        const char *de = getenv("DL_DEVICE");
+        snprintf(devenv, sizeof devenv, "%s", de ? de : "");
+        unsetenv("DL_DEVICE");
         for (v = 0; v < 2; v++)
             for (k = 0; k < 3; k++) {
                 setenv(var[v], bad[k], 1);
@@ -743,6 +749,7 @@ static void test_errors(void)
                   DL__CUI(c2->cuda[0])->replay_args && !DL__CUI(c2->cuda[0])->pdl,
               "DL_CONV_DIRECT, DL_CUDA_REPLAY_ARGS unset: modes 1; DL_CUDA_PDL unset: 0");
         if (c2) dl_ctx_free(c2);
+        if (de) setenv("DL_DEVICE", devenv, 1);
     }
     dl_step_end(C);
 }
