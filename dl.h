@@ -2009,7 +2009,10 @@ DL_API dl_module *dl_nn_gru(dl_ctx *ctx, int64_t input_size, int64_t hidden_size
    (D*num_layers, N, H) ((D*num_layers, H) unbatched), NULL: zeros; h_n,
    c_n the final states in the same shape (NULL: not wanted). c0 and c_n
    only for an LSTM (an error otherwise); an LSTM takes both h0 and c0 or
-   neither (torch's hx is a tuple: one alone is an error). */
+   neither (torch's hx is a tuple: one alone is an error). A NULL state
+   while an earlier error is pending (dl_last_error) is taken as that op's
+   failure, as any NULL input: the call returns NULL and the earlier
+   message stands (dl_clear_error first to mean zeros). */
 DL_API dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n,
                                  dl_tensor **c_n);
 
@@ -21008,6 +21011,7 @@ dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *
         return NULL;
     }
     if (!x) return NULL;
+    if (!h0 && !c0 && m->ctx->err != DL_OK) return NULL;  /* NULL as an earlier op's failure: it stands */
     y = dl__rnn_forward(m, x, h0, c0, h_n, c_n);
     if (!y && h_n) *h_n = NULL;
     if (!y && c_n) *c_n = NULL;

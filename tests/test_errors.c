@@ -1086,6 +1086,21 @@ static void rnn_errors(void)
     CHECK(dl_rnn_forward(m, x, dl_zeros(C, DL_SHAPE(1, 2, 4)), dl_zeros(C, DL_SHAPE(1, 2, 4)), NULL, NULL) != NULL,
           "both: %s", dl_error_message(C));
     WORKS();
+    {   /* a GRU's (or an LSTM's) NULL states while an earlier error is pending: that failure, not zeros */
+        dl_module *g = dl_nn_gru(C, 3, 4, NULL);
+        dl_tensor *h0 = dl_reshape(dl_zeros(C, DL_SHAPE(1, 2, 4)), DL_SHAPE(3, 3));
+        CHECK(g != NULL && h0 == NULL, "GRU, bad reshape");
+        hn = x;
+        CHECK(dl_rnn_forward(g, x, h0, NULL, &hn, NULL) == NULL && hn == NULL, "GRU after a failure: NULL");
+        CHECK(dl_last_error(C) == DL_ERR_SHAPE && strstr(dl_error_message(C), "dl_reshape"), "the first cause: %s",
+              dl_error_message(C));
+        CHECK(dl_rnn_forward(m, x, NULL, NULL, NULL, NULL) == NULL, "LSTM after a failure: NULL");
+        EXPECT_ERR(C, DL_ERR_SHAPE, "dl_reshape");
+        dl_clear_error(C);
+        CHECK(dl_rnn_forward(g, x, NULL, NULL, &hn, NULL) != NULL && hn != NULL, "GRU, NULL h0 as zeros: %s",
+              dl_error_message(C));
+        WORKS();
+    }
     dl_step_end(C);
 }
 
