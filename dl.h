@@ -521,6 +521,7 @@
        dl_layer_norm              F.layer_norm
        dl_group_norm              F.group_norm
        dl_dropout                 F.dropout
+       dl_scaled_dot_product_attention F.scaled_dot_product_attention
      ops: losses (input, target, desc; desc NULL: PyTorch's defaults)
        dl_reduction               enum: DL_REDUCTION_MEAN (0), _SUM, _NONE, _BATCHMEAN (kl_div)
        dl_loss_desc               reduction, ignore_index, label_smoothing, weight, pos_weight ...
@@ -1430,6 +1431,22 @@ DL_API dl_tensor *dl_group_norm(dl_tensor *x, int64_t num_groups, dl_tensor *wei
    (dl_manual_seed makes it repeat). Returns x itself when !training or
    p == 0; p == 1 gives zeros (gradient zero); p outside [0,1] is an error. */
 DL_API dl_tensor *dl_dropout(dl_tensor *x, float p, bool training);
+/* F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal,
+   scale): softmax(q k^T scale + mask) v, q (..., L, E), k (..., S, E), v
+   (..., S, Ev) -> (..., L, Ev), the batch dims (all but the last two)
+   broadcast as torch's. attn_mask NULL, or broadcast to (..., L, S): int32
+   or int64 is torch's bool mask (nonzero: the key takes part; dl_eq's
+   float 1/0 masks: dl_to_dtype(m, DL_DTYPE_I32)), float32 is added to the
+   scores. is_causal: query i sees keys 0..i (an L x S lower triangle; with
+   attn_mask an error, as torch's). scale 0: torch's default 1/sqrt(E)
+   (None); any other finite value is used as given. dropout_p in [0, 1) on
+   the attention probabilities (always on, as torch's functional: pass 0 in
+   eval). A query whose keys are all masked out gives 0 and gradient 0, as
+   torch's CPU result (its safe softmax). Written with dl.h ops (matmul,
+   softmax, masked_fill): every device, capture, twice differentiable; the
+   L x S scores are made, no fused kernel. */
+DL_API dl_tensor *dl_scaled_dot_product_attention(dl_tensor *q, dl_tensor *k, dl_tensor *v, dl_tensor *attn_mask,
+                                                  float dropout_p, bool is_causal, float scale);
 
 /* --- ops: losses
    Every loss is loss(input, target, desc) with desc NULL (or zeroed) meaning
@@ -17460,6 +17477,100 @@ dl_tensor *dl_dropout(dl_tensor *x, float p, bool training)
     return dl__end(x->ctx_, dl_mul(x, mask), op);
 }
 
+/* the batch dims (all but the last two) of shapes a and b broadcast together into *o */
+static bool dl__attn_bcast(int na, const int64_t *a, int nb, const int64_t *b, dl_shape *o)
+{
+    int n = na > nb ? na : nb, i;
+    o->ndim = n;
+    for (i = 0; i < n; i++) {
+        int64_t x = i >= n - na ? a[i - (n - na)] : 1, y = i >= n - nb ? b[i - (n - nb)] : 1;
+        if (x != y && x != 1 && y != 1) return false;
+        o->d[i] = x == 1 ? y : x;
+    }
+    return true;
+}
+
+/* F.scaled_dot_product_attention as ops; *weights (NULL: not wanted): the
+   attention probabilities, after dropout */
+static dl_tensor *dl__sdpa(const char *op, dl_tensor *q, dl_tensor *k, dl_tensor *v, dl_tensor *mask, float p,
+                           bool causal, float scale, dl_tensor **weights)
+{
+    static const char *nm[4] = {"q", "k", "v", "attn_mask"};
+    dl_tensor *t[4], *s, *a, *full;
+    dl__dev *dev;
+    dl_ctx *ctx;
+    dl_shape b1, ss;
+    int64_t L, S, E;
+    int i, n = mask ? 4 : 3;
+    t[0] = q; t[1] = k; t[2] = v; t[3] = mask;
+    for (i = 0; i < n; i++)
+        if (!dl__live(op, nm[i], t[i]) || (i < 3 && !dl__f32(op, nm[i], t[i]))) return NULL;
+    for (i = 1; i < n; i++)
+        if (!dl__same_dev(op, "q", q, nm[i], t[i])) return NULL;
+    ctx = q->ctx_;
+    dev = q->dev_;
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: q %s, k %s and v %s must have 2 dims at least ((..., L, E), (..., S, E), "
+                "(..., S, Ev))", op, dl__sh(q), dl__sh(k), dl__sh(v));
+        return NULL;
+    }
+    L = q->shape[q->ndim - 2];
+    E = q->shape[q->ndim - 1];
+    S = k->shape[k->ndim - 2];
+    if (k->shape[k->ndim - 1] != E || v->shape[v->ndim - 2] != S) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: q %s, k %s, v %s: q and k must end in the same size E, k and v have the "
+                "same second-last size S ((..., L, E), (..., S, E), (..., S, Ev))", op, dl__sh(q), dl__sh(k),
+                dl__sh(v));
+        return NULL;
+    }
+    if (!dl__attn_bcast(q->ndim - 2, q->shape, k->ndim - 2, k->shape, &b1) ||
+        !dl__attn_bcast(b1.ndim, b1.d, v->ndim - 2, v->shape, &ss)) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: the batch dims of q %s, k %s and v %s (all but the last two) do not "
+                "broadcast together", op, dl__sh(q), dl__sh(k), dl__sh(v));
+        return NULL;
+    }
+    ss.d[ss.ndim++] = L;
+    ss.d[ss.ndim++] = S;
+    if (mask && (mask->ndim > ss.ndim || !dl__attn_bcast(mask->ndim, mask->shape, ss.ndim, ss.d, &b1) ||
+                 b1.ndim != ss.ndim || memcmp(b1.d, ss.d, sizeof(int64_t) * (size_t)ss.ndim))) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: attn_mask %s does not broadcast to the scores %s (the batch dims, L, S)",
+                op, dl__sh(mask), dl__shp(ctx, &ss));
+        return NULL;
+    }
+    if (mask && causal) {
+        dl__err(ctx, DL_ERR_ARG, "%s: attn_mask and is_causal are both set (torch's rule: one or the other)", op);
+        return NULL;
+    }
+    if (!(p >= 0.0f && p < 1.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: dropout_p=%g must be in [0, 1)", op, (double)p);
+        return NULL;
+    }
+    if (!isfinite(scale)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: scale=%g must be finite (0: torch's default 1/sqrt(E))", op, (double)scale);
+        return NULL;
+    }
+    if (scale == 0.0f) scale = (float)(1.0 / sqrt((double)E));
+    s = dl_matmul(dl_mul_scalar(q, scale), dl_transpose(k, -2, -1));
+    if (causal) s = dl_masked_fill(s, dl_triu(dl__filled(dev, op, DL_SHAPE(L, S), 1.0f), 1), -INFINITY);
+    else if (mask && mask->dtype != DL_DTYPE_F32)
+        s = dl_where(dl_to_dtype(mask, DL_DTYPE_F32), s, dl__filled(dev, op, DL_SHAPE(1), -INFINITY));
+    else if (mask) s = dl_add(s, mask);
+    if (mask && S > 0) {   /* torch's safe softmax: a row with no score left is 0, its gradient 0 */
+        full = dl_eq(dl_max(dl_detach(s), DL_DIMS(-1), true), dl__filled(dev, op, DL_SHAPE(1), -INFINITY));
+        a = dl_masked_fill(dl_softmax(dl_masked_fill(s, full, 0.0f), -1), full, 0.0f);
+    } else
+        a = dl_softmax(s, -1);
+    if (p > 0.0f) a = dl_dropout(a, p, true);
+    if (weights) *weights = a;
+    return dl_matmul(a, v);
+}
+
+dl_tensor *dl_scaled_dot_product_attention(dl_tensor *q, dl_tensor *k, dl_tensor *v, dl_tensor *attn_mask,
+                                           float dropout_p, bool is_causal, float scale)
+{
+    if (!q || !k || !v) return NULL;
+    return dl__sdpa("dl_scaled_dot_product_attention", q, k, v, attn_mask, dropout_p, is_causal, scale, NULL);
+}
 /* ----------------------------------------------------------------- losses */
 
 enum {   /* which dl_loss_desc fields a loss reads */

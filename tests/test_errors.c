@@ -1104,6 +1104,39 @@ static void rnn_errors(void)
     dl_step_end(C);
 }
 
+/* attention: shapes, masks, dropout_p, scale */
+static void attention_errors(void)
+{
+    dl_tensor *q = dl_randn(C, DL_SHAPE(2, 3, 4)), *k = dl_randn(C, DL_SHAPE(2, 5, 4));
+    dl_tensor *v = dl_randn(C, DL_SHAPE(2, 5, 6));
+    BAD(dl_scaled_dot_product_attention(q, dl_randn(C, DL_SHAPE(2, 5, 3)), v, NULL, 0.0f, false, 0.0f),
+        DL_ERR_SHAPE, "dl_scaled_dot_product_attention: q (2,3,4), k (2,5,3), v (2,5,6): q and k must end in the "
+        "same size E, k and v have the same second-last size S");
+    BAD(dl_scaled_dot_product_attention(q, k, dl_randn(C, DL_SHAPE(2, 4, 6)), NULL, 0.0f, false, 0.0f),
+        DL_ERR_SHAPE, "k and v have the same second-last size S");
+    BAD(dl_scaled_dot_product_attention(dl_randn(C, DL_SHAPE(4)), k, v, NULL, 0.0f, false, 0.0f), DL_ERR_SHAPE,
+        "q (4), k (2,5,4) and v (2,5,6) must have 2 dims at least");
+    BAD(dl_scaled_dot_product_attention(q, dl_randn(C, DL_SHAPE(3, 5, 4)), v, NULL, 0.0f, false, 0.0f),
+        DL_ERR_SHAPE, "the batch dims of q (2,3,4), k (3,5,4) and v (2,5,6) (all but the last two) do not broadcast");
+    BAD(dl_scaled_dot_product_attention(q, k, v, dl_zeros(C, DL_SHAPE(3, 4)), 0.0f, false, 0.0f), DL_ERR_SHAPE,
+        "attn_mask (3,4) does not broadcast to the scores (2,3,5) (the batch dims, L, S)");
+    BAD(dl_scaled_dot_product_attention(q, k, v, dl_zeros(C, DL_SHAPE(3, 2, 3, 5)), 0.0f, false, 0.0f),
+        DL_ERR_SHAPE, "attn_mask (3,2,3,5) does not broadcast to the scores (2,3,5)");
+    BAD(dl_scaled_dot_product_attention(q, k, v, dl_zeros(C, DL_SHAPE(3, 5)), 0.0f, true, 0.0f), DL_ERR_ARG,
+        "dl_scaled_dot_product_attention: attn_mask and is_causal are both set (torch's rule: one or the other)");
+    BAD(dl_scaled_dot_product_attention(q, k, v, NULL, 1.0f, false, 0.0f), DL_ERR_ARG,
+        "dl_scaled_dot_product_attention: dropout_p=1 must be in [0, 1)");
+    BAD(dl_scaled_dot_product_attention(q, k, v, NULL, -0.1f, false, 0.0f), DL_ERR_ARG, "dropout_p=-0.1 must be");
+    BAD(dl_scaled_dot_product_attention(q, k, v, NULL, NAN, false, 0.0f), DL_ERR_ARG, "dropout_p=nan must be");
+    BAD(dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, false, INFINITY), DL_ERR_ARG,
+        "dl_scaled_dot_product_attention: scale=inf must be finite (0: torch's default 1/sqrt(E))");
+    BAD(dl_scaled_dot_product_attention(q, k, dl_zeros_dtype(C, DL_SHAPE(2, 5, 6), DL_DTYPE_I64), NULL, 0.0f, false,
+                                        0.0f), DL_ERR_DTYPE, "dl_scaled_dot_product_attention: v (2,5,6) has dtype int64");
+    NULLOP(dl_scaled_dot_product_attention(NULL, k, v, NULL, 0.0f, false, 0.0f));
+    WORKS();
+    dl_step_end(C);
+}
+
 int main(void)
 {
     dl_ctx_desc d;
@@ -1131,6 +1164,7 @@ int main(void)
     group_norm_errors();
     upsample_errors();
     rnn_errors();
+    attention_errors();
     dtype_creator_errors();
     categorical_errors();
     CHECK(dl_last_error(C) == DL_OK, "stray error at the end: %s", dl_error_message(C));

@@ -26,7 +26,7 @@ enum {
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
-    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE,
+    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE, OP_SDPA,
     OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT
 };
 
@@ -213,6 +213,10 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         return dl_softmax(dl_masked_fill(a, dl_triu(dl_ones(dl_tensor_ctx(a), p->sh), 1), -INFINITY), -1);
     case OP_GNORM: return dl_mul(dl_group_norm(a, p->d0, b, p->n > 2 ? in[2] : NULL, 1e-5f), a);   /* times x */
     case OP_UPSAMPLE: { dl_tensor *u = dl_upsample_nearest(a, p->d0); return dl_mul(u, u); }
+    case OP_SDPA:   /* d0: no mask, 1 a bool (int32) pattern mask p->sh, 2 in[3] a float mask, 3 causal */
+        return dl_scaled_dot_product_attention(a, b, in[2], p->d0 == 1 ? dl_to_dtype(pattern_mask(dl_tensor_ctx(a), p->sh),
+                                                                                   DL_DTYPE_I32)
+                                                           : p->d0 == 2 ? in[3] : NULL, 0.0f, p->d0 == 3, p->s0);
     case OP_TRIL: return dl_mul(dl_tril(a, p->i0), a);
     case OP_TRIU: return dl_mul(dl_triu(a, p->i0), a);
     case OP_GATHER: {   /* gather(a, d0, index p->sh (the shape i-th of p->sh's values: see gidx)), squared */
@@ -489,6 +493,25 @@ static void shape_cases(void)
         p.sh = DL_SHAPE(3, 1);
         gc2("dl_where", "cond (3,1)", p, I(DL_SHAPE(2, 3, 2), F_RANDN), I(DL_SHAPE(1, 2), F_RANDN));
         gc1("dl_masked_fill", "causal softmax", mks(OP_MFILL, DL_SHAPE(4, 4)), I(DL_SHAPE(2, 4, 4), F_RANDN));
+        {   /* attention: q, k, v (and a float mask) */
+            In at[4];
+            at[0] = I(DL_SHAPE(2, 3, 4), F_RANDN);
+            at[1] = I(DL_SHAPE(2, 5, 4), F_RANDN);
+            at[2] = I(DL_SHAPE(2, 5, 3), F_RANDN);
+            at[3] = I(DL_SHAPE(3, 5), F_RANDN);
+            gcn("dl_scaled_dot_product_attention", "no mask", mki(OP_SDPA, 0, 0), 3, at, NULL);
+            p = mki(OP_SDPA, 3, 0);
+            p.s0 = 0.7f;
+            gcn("dl_scaled_dot_product_attention", "causal, scale 0.7", p, 3, at, NULL);
+            p = mki(OP_SDPA, 1, 0);
+            p.sh = DL_SHAPE(3, 5);
+            gcn("dl_scaled_dot_product_attention", "bool mask (3,5)", p, 3, at, NULL);
+            gcn("dl_scaled_dot_product_attention", "float mask (3,5)", mki(OP_SDPA, 2, 0), 4, at, NULL);
+            at[0] = I(DL_SHAPE(2, 1, 2, 3), F_RANDN);
+            at[1] = I(DL_SHAPE(2, 3, 3), F_RANDN);
+            at[2] = I(DL_SHAPE(3, 2), F_RANDN);
+            gcn("dl_scaled_dot_product_attention", "batch dims broadcast", mki(OP_SDPA, 0, 0), 3, at, NULL);
+        }
         p = mki(OP_GNORM, 2, 0);
         p.n = 3;
         gc3("dl_group_norm", "x (2,4,3), weight, bias", p, I(DL_SHAPE(2, 4, 3), F_RANDN), I(DL_SHAPE(4), F_RANDN),

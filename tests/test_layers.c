@@ -5,7 +5,9 @@
    every buffer, constructor errors, and Unflatten; RNN, LSTM and GRU
    against torch.nn's (tests/golden/rnn.bin, made by gen_rnn.py): outputs,
    final states and every gradient, their state_dict, init, dropout
-   between layers, errors. */
+   between layers, errors; F.scaled_dot_product_attention against torch's
+   (tests/golden/attention.bin, made by gen_attention.py): output and every
+   gradient; the masks' forms, dropout. */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -457,6 +459,73 @@ static void test_rnn_golden(void)
     g_free_recs();
 }
 
+/* attention.bin (gen_attention.py): F.scaled_dot_product_attention, out and
+   every gradient; a bool mask's 1/0 given as int32 */
+static int nsdpa;
+static void sdpa_case(long lo, long hi, const char *cname)
+{
+    const grec *cfg = g_find(lo, hi, "", "config");
+    int mk = g_pi(cfg, 0);
+    dl_tensor *q = rec_t(lo, hi, "q", true), *k = rec_t(lo, hi, "k", true), *v = rec_t(lo, hi, "v", true);
+    dl_tensor *mask = mk ? rec_t(lo, hi, "mask", mk == 2) : NULL, *y;
+    if (mk == 1) mask = dl_to_dtype(mask, DL_DTYPE_I32);
+    y = dl_scaled_dot_product_attention(q, k, v, mask, 0.0f, g_pi(cfg, 1) != 0, cfg->v[2]);
+    CHECK(y && dl_backward(wsum(y, lo, hi, "gout")) == DL_OK, "%s: %s", cname, dl_error_message(ctx));
+    if (!y) return;
+    g_compare(cname, "out", y, g_find(lo, hi, "", "out"));
+    g_compare(cname, "grad_q", q->grad, g_find(lo, hi, "", "grad_q"));
+    g_compare(cname, "grad_k", k->grad, g_find(lo, hi, "", "grad_k"));
+    g_compare(cname, "grad_v", v->grad, g_find(lo, hi, "", "grad_v"));
+    if (mk == 2) g_compare(cname, "grad_mask", mask->grad, g_find(lo, hi, "", "grad_mask"));
+    nsdpa++;
+}
+
+static void attention_case(long lo, long hi)
+{
+    char cname[96];
+    snprintf(cname, sizeof cname, "%.*s", (int)g_prefix_len(&g_recs[lo]), g_recs[lo].name);
+    sdpa_case(lo, hi, cname);
+}
+
+static void test_attention_golden(void)
+{
+    g_ctx = ctx;
+    if (!g_load("tests/golden/attention.bin")) {
+        CHECK(0, "tests/golden/attention.bin (python3 tests/golden/gen_attention.py)");
+        return;
+    }
+    g_each_case(attention_case);
+    CHECK(nsdpa == 8, "attention.bin: %d SDPA cases run, 8 expected", nsdpa);
+    g_free_recs();
+}
+
+/* SDPA: dropout_p from the context's RNG (seeded: repeats), a bool mask
+   as int32 or int64 = the float mask of 0 and -inf, is_causal = tril's mask */
+static void test_sdpa_masks(void)
+{
+    dl_tensor *ya, *yb, *yc, *bm, *fm, *q, *k, *v;
+    q = dl_randn(ctx, DL_SHAPE(2, 4, 8));
+    k = dl_randn(ctx, DL_SHAPE(2, 6, 8));
+    v = dl_randn(ctx, DL_SHAPE(2, 6, 3));
+    dl_manual_seed(ctx, 5);
+    ya = dl_scaled_dot_product_attention(q, k, v, NULL, 0.3f, false, 0.0f);
+    dl_manual_seed(ctx, 5);
+    yb = dl_scaled_dot_product_attention(q, k, v, NULL, 0.3f, false, 0.0f);
+    yc = dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, false, 0.0f);
+    CHECK(ya && yb && yc && same(ya, yb) && !same(ya, yc), "SDPA dropout 0.3: seeded repeats, differs from p=0");
+    bm = dl_gt(dl_randn(ctx, DL_SHAPE(4, 6)), dl_full(ctx, DL_SHAPE(1), -0.5f));
+    fm = dl_masked_fill(dl_zeros(ctx, DL_SHAPE(4, 6)), dl_eq(bm, dl_zeros(ctx, DL_SHAPE(1))), -INFINITY);
+    ya = dl_scaled_dot_product_attention(q, k, v, dl_to_dtype(bm, DL_DTYPE_I32), 0.0f, false, 0.0f);
+    yb = dl_scaled_dot_product_attention(q, k, v, dl_to_dtype(bm, DL_DTYPE_I64), 0.0f, false, 0.0f);
+    yc = dl_scaled_dot_product_attention(q, k, v, fm, 0.0f, false, 0.0f);
+    CHECK(ya && yb && yc && same(ya, yb) && same(ya, yc), "SDPA: int32 mask = int64 mask = float 0/-inf mask");
+    /* is_causal = the causal bool mask */
+    bm = dl_tril(dl_ones(ctx, DL_SHAPE(4, 6)), 0);
+    ya = dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, true, 0.0f);
+    yb = dl_scaled_dot_product_attention(q, k, v, dl_to_dtype(bm, DL_DTYPE_I32), 0.0f, false, 0.0f);
+    CHECK(ya && yb && same(ya, yb), "SDPA: is_causal = tril's mask");
+}
+
 /* state_dict names and shapes as torch's, init U(-1/sqrt(H), 1/sqrt(H)),
    dropout between layers only in training mode, errors */
 static void test_rnn_module(void)
@@ -608,6 +677,10 @@ int main(void)
     test_rnn_golden();
     dl_step_end(ctx);
     test_rnn_module();
+    dl_step_end(ctx);
+    test_attention_golden();
+    dl_step_end(ctx);
+    test_sdpa_masks();
     dl_ctx_free(ctx);
     TEST_END();
 }
