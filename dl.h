@@ -676,6 +676,8 @@
        dl_nn_lstm                 nn.LSTM
        dl_nn_gru                  nn.GRU
        dl_rnn_forward             rnn(x, h0) / lstm(x, (h0, c0)) with the final states
+       dl_nn_multihead_attention  nn.MultiheadAttention(batch_first=True)
+       dl_mha_forward             mha(query, key, value, key_padding_mask, attn_mask, is_causal) [+ weights]
      io: tensorboard
        dl_summary_writer          opaque: torch.utils.tensorboard.SummaryWriter
        dl_summary_open            SummaryWriter(logdir)
@@ -2032,6 +2034,32 @@ DL_API dl_module *dl_nn_gru(dl_ctx *ctx, int64_t input_size, int64_t hidden_size
    message stands (dl_clear_error first to mean zeros). */
 DL_API dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n,
                                  dl_tensor **c_n);
+/* nn.MultiheadAttention(embed_dim, num_heads, dropout, bias,
+   batch_first=True): parameters as torch's state_dict, in_proj_weight (3E,
+   E) xavier_uniform, in_proj_bias (3E) zeros, out_proj.weight (E, E) as a
+   Linear's, out_proj.bias (E) zeros (no biases when !bias); embed_dim
+   divisible by num_heads, dropout in [0, 1) on the attention probabilities
+   in training mode. Not here: kdim/vdim, add_bias_kv, add_zero_attn.
+   dl_module_forward(m, x): self-attention, x (N, L, E) or (L, E). */
+DL_API dl_module *dl_nn_multihead_attention(dl_ctx *ctx, int64_t embed_dim, int64_t num_heads, float dropout,
+                                            bool bias);
+/* torch's mha(query, key, value, key_padding_mask, need_weights,
+   attn_mask, is_causal=is_causal): query (N, L, E), key and value (N, S,
+   E) (unbatched: (L, E), (S, E)); one product for the three projections
+   when query, key and value are one tensor (self-attention), two when key
+   is value. key_padding_mask (N, S) ((S)) and attn_mask (L, S) or
+   (N*num_heads, L, S), NULL: none; int32/int64 is torch's bool mask,
+   nonzero: masked out (the opposite of dl_scaled_dot_product_attention's,
+   as torch's), float32 is added to the scores. is_causal without attn_mask:
+   the causal mask (torch requires the mask too and takes is_causal as a
+   hint; with attn_mask, the mask is used). -> (N, L, E) ((L, E)); with
+   attn_weights (NULL: need_weights=False) also the attention
+   probabilities averaged over the heads, (N, L, S) ((L, S)), after
+   dropout, as torch's. A query with every key masked out gives 0 (as
+   torch's SDPA path; its need_weights path gives NaN). */
+DL_API dl_tensor *dl_mha_forward(dl_module *m, dl_tensor *query, dl_tensor *key, dl_tensor *value,
+                                 dl_tensor *key_padding_mask, dl_tensor *attn_mask, bool is_causal,
+                                 dl_tensor **attn_weights);
 
 /* --- io: tensorboard
    Event files for TensorBoard, as torch.utils.tensorboard.SummaryWriter writes
@@ -21202,6 +21230,167 @@ dl_module *dl_nn_gru(dl_ctx *ctx, int64_t input_size, int64_t hidden_size, const
 {
     dl_module *m;
     DL__IN_CALL(ctx, "dl_nn_gru", dl__nn_rnn(ctx, "dl_nn_gru", DL__RNN_GRU, input_size, hidden_size, d));
+    return m;
+}
+
+/* nn.MultiheadAttention (batch_first): the projections and heads around dl__sdpa */
+typedef struct dl__mham { int64_t E, H; float dropout; dl_tensor *w, *b, *ow, *ob; } dl__mham;
+static dl_tensor *dl__mham_fwd(dl_module *m, dl_tensor *x);
+
+/* an MHA mask as a float one to add: int32/int64 nonzero (torch's bool True) -> -inf, else 0 */
+static dl_tensor *dl__mha_mask(const char *op, dl_tensor *t)
+{
+    if (t->dtype == DL_DTYPE_F32) return t;
+    return dl_where(dl_to_dtype(t, DL_DTYPE_F32), dl__filled(t->dev_, op, DL_SHAPE(1), -INFINITY),
+                    dl__filled(t->dev_, op, DL_SHAPE(1), 0.0f));
+}
+
+static dl_tensor *dl__mha(dl_module *m, dl_tensor *query, dl_tensor *key, dl_tensor *value, dl_tensor *kpm,
+                          dl_tensor *am, bool causal, dl_tensor **weights)
+{
+    static const char *op = "dl_mha_forward", *nm[5] = {"query", "key", "value", "key_padding_mask", "attn_mask"};
+    const dl__mham *s = (const dl__mham *)m->state;
+    dl_tensor *t[5], *q, *k, *v, *mk = NULL, *y, *w = NULL;
+    dl_ctx *ctx = m->ctx;
+    int64_t E = s->E, H = s->H, N, L, S;
+    int i, bd;
+    bool self = query == key && key == value, kvsame = key == value;
+    t[0] = query; t[1] = key; t[2] = value; t[3] = kpm; t[4] = am;
+    for (i = 0; i < 5; i++)
+        if (t[i] && (!dl__live(op, nm[i], t[i]) || (i < 3 && !dl__f32(op, nm[i], t[i])) ||
+                     (i && !dl__same_dev(op, "query", query, nm[i], t[i]))))
+            return NULL;
+    bd = query->ndim == 3;
+    if ((query->ndim != 3 && query->ndim != 2) || key->ndim != query->ndim || value->ndim != query->ndim ||
+        query->shape[query->ndim - 1] != E || key->shape[bd + 1] != E || value->shape[bd + 1] != E ||
+        key->shape[bd] != value->shape[bd] || (bd && (key->shape[0] != query->shape[0] ||
+                                                       value->shape[0] != query->shape[0]))) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: query %s, key %s, value %s must be (N, L, E), (N, S, E), (N, S, E) "
+                "(batch_first; unbatched: (L, E), (S, E), (S, E)) with E = embed_dim = %lld", op, dl__sh(query),
+                dl__sh(key), dl__sh(value), (long long)E);
+        return NULL;
+    }
+    N = bd ? query->shape[0] : 1;
+    L = query->shape[bd];
+    S = key->shape[bd];
+    if (kpm && !(kpm->ndim == 1 + bd && kpm->shape[0] == (bd ? N : S) && kpm->shape[bd] == S)) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: key_padding_mask %s must be (N, S) = (%lld, %lld) (unbatched: (S))", op,
+                dl__sh(kpm), (long long)N, (long long)S);
+        return NULL;
+    }
+    if (am && !((am->ndim == 2 || (am->ndim == 3 && am->shape[0] == N * H)) && am->shape[am->ndim - 2] == L &&
+                am->shape[am->ndim - 1] == S)) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: attn_mask %s must be (L, S) = (%lld, %lld) or (N*num_heads, L, S) = "
+                "(%lld, %lld, %lld)", op, dl__sh(am), (long long)L, (long long)S, (long long)(N * H), (long long)L,
+                (long long)S);
+        return NULL;
+    }
+    if (!bd) {
+        query = dl_unsqueeze(query, 0);
+        key = self ? query : dl_unsqueeze(key, 0);
+        value = kvsame ? key : dl_unsqueeze(value, 0);
+    }
+    if (self) {   /* one product for q, k and v */
+        dl_tensor *c[3];
+        if (dl_chunk(dl_linear(query, s->w, s->b), 3, -1, c) != 3) return NULL;
+        q = c[0]; k = c[1]; v = c[2];
+    } else {
+        q = dl_linear(query, dl_narrow(s->w, 0, 0, E), s->b ? dl_narrow(s->b, 0, 0, E) : NULL);
+        if (kvsame) {
+            dl_tensor *c[2];
+            if (dl_chunk(dl_linear(key, dl_narrow(s->w, 0, E, 2 * E), s->b ? dl_narrow(s->b, 0, E, 2 * E) : NULL), 2,
+                         -1, c) != 2)
+                return NULL;
+            k = c[0]; v = c[1];
+        } else {
+            k = dl_linear(key, dl_narrow(s->w, 0, E, E), s->b ? dl_narrow(s->b, 0, E, E) : NULL);
+            v = dl_linear(value, dl_narrow(s->w, 0, 2 * E, E), s->b ? dl_narrow(s->b, 0, 2 * E, E) : NULL);
+        }
+    }
+    q = dl_transpose(dl_reshape(q, DL_SHAPE(N, L, H, E / H)), 1, 2);
+    k = dl_transpose(dl_reshape(k, DL_SHAPE(N, S, H, E / H)), 1, 2);
+    v = dl_transpose(dl_reshape(v, DL_SHAPE(N, S, H, E / H)), 1, 2);
+    if (am) {   /* with is_causal, attn_mask is taken to be the causal mask (torch's hint) */
+        mk = dl__mha_mask(op, am);
+        if (am->ndim == 3) mk = dl_reshape(mk, DL_SHAPE(N, H, L, S));
+        causal = false;
+    } else if (causal && kpm) {
+        mk = dl__mha_mask(op, dl_to_dtype(dl_triu(dl__filled(query->dev_, op, DL_SHAPE(L, S), 1.0f), 1), DL_DTYPE_I32));
+        causal = false;
+    }
+    if (kpm) {
+        dl_tensor *kf = dl_reshape(dl__mha_mask(op, kpm), DL_SHAPE(N, 1, 1, S));
+        mk = mk ? dl_add(mk, kf) : kf;
+    }
+    y = dl__sdpa(op, q, k, v, mk, dl_module_training(m) ? s->dropout : 0.0f, causal, 0.0f, weights ? &w : NULL);
+    y = dl_linear(dl_reshape(dl_transpose(y, 1, 2), DL_SHAPE(N, L, E)), s->ow, s->ob);
+    if (weights) {
+        w = dl_mean(w, DL_DIMS(1), false);
+        *weights = bd || !w ? w : dl_reshape(w, DL_SHAPE(L, S));
+    }
+    return bd || !y ? y : dl_reshape(y, DL_SHAPE(L, E));
+}
+
+static dl_tensor *dl__mham_fwd(dl_module *m, dl_tensor *x) { return dl__mha(m, x, x, x, NULL, NULL, false, NULL); }
+
+dl_tensor *dl_mha_forward(dl_module *m, dl_tensor *query, dl_tensor *key, dl_tensor *value,
+                          dl_tensor *key_padding_mask, dl_tensor *attn_mask, bool is_causal, dl_tensor **attn_weights)
+{
+    dl_tensor *y;
+    if (attn_weights) *attn_weights = NULL;
+    if (!dl__mod_ok(m)) {
+        dl__err(query && query->magic_ == DL__MAGIC ? query->ctx_ : NULL, DL_ERR_ARG, "dl_mha_forward: m is %s",
+                m ? "not a module (freed?)" : "NULL");
+        return NULL;
+    }
+    if (m->forward != dl__mham_fwd) {
+        dl__err(m->ctx, DL_ERR_ARG, "dl_mha_forward: m is a %s; it takes a MultiheadAttention "
+                "(dl_nn_multihead_attention)", m->type);
+        return NULL;
+    }
+    if (!query || !key || !value) return NULL;
+    y = dl__mha(m, query, key, value, key_padding_mask, attn_mask, is_causal, attn_weights);
+    if (!y && attn_weights) *attn_weights = NULL;
+    return y;
+}
+
+static dl_module *dl__nn_mha(dl_ctx *ctx, int64_t E, int64_t H, float dropout, bool bias)
+{
+    static const char *fn = "dl_nn_multihead_attention";
+    dl_module *m, *o;
+    dl__mham *s;
+    if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", fn); return NULL; }
+    if (E <= 0 || H <= 0 || E % H != 0 || E > INT64_MAX / 3) {
+        dl__err(ctx, DL_ERR_ARG, "%s: embed_dim=%lld and num_heads=%lld must be positive, embed_dim divisible by "
+                "num_heads", fn, (long long)E, (long long)H);
+        return NULL;
+    }
+    if (!(dropout >= 0.0f && dropout < 1.0f)) {
+        dl__err(ctx, DL_ERR_ARG, "%s: dropout=%g must be in [0, 1)", fn, (double)dropout);
+        return NULL;
+    }
+    m = dl_module_new(ctx, "MultiheadAttention", dl__mham_fwd, sizeof(dl__mham));
+    if (!m) return NULL;
+    s = (dl__mham *)m->state;
+    s->E = E;
+    s->H = H;
+    s->dropout = dropout;
+    s->w = dl_module_param(m, "in_proj_weight", dl_empty(ctx, DL_SHAPE(3 * E, E)));
+    if (!s->w) return NULL;
+    dl_init_xavier_uniform(s->w, 1.0f);
+    if (bias && !(s->b = dl_module_param(m, "in_proj_bias", dl_zeros(ctx, DL_SHAPE(3 * E))))) return NULL;
+    /* out_proj: a Linear's init, its bias then zeroed (torch's _reset_parameters) */
+    o = dl_module_add(m, "out_proj", dl_nn_linear(ctx, E, E, bias));
+    if (!o) return NULL;
+    s->ow = ((dl__linear *)o->state)->w;
+    s->ob = ((dl__linear *)o->state)->b;
+    if (s->ob) dl_init_constant(s->ob, 0.0f);
+    return m;
+}
+dl_module *dl_nn_multihead_attention(dl_ctx *ctx, int64_t embed_dim, int64_t num_heads, float dropout, bool bias)
+{
+    dl_module *m;
+    DL__IN_CALL(ctx, "dl_nn_multihead_attention", dl__nn_mha(ctx, embed_dim, num_heads, dropout, bias));
     return m;
 }
 

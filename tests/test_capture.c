@@ -914,49 +914,25 @@ static void test_split_replay(void)
     dl_ctx_free(ctx);
 }
 
-/* an LSTM and a GRU training step (2 layers, bidirectional, dropout
-   between layers, a learned initial state; SGD), 4 steps eager, then
-   captured once and replayed three times: the same bits */
 #define RN 4
-static void rnn_run(int kind, bool capture, float *out, int *nout)
+/* RN training steps: step's eagerly, or the first eager, the second
+   captured and the last two replays; every parameter (p, np) after each
+   run into out; returns the count */
+typedef struct cap_model { dl_module *m; dl_optim *o; dl_tensor *x, *h0, *c0, *kpm; int kind; } cap_model;
+static int cap_runs(dl_ctx *ctx, bool capture, const char *what, bool (*step)(cap_model *), cap_model *u,
+                    float *out)
 {
-    dl_ctx *ctx = new_ctx(41);
-    dl_rnn_desc d;
-    dl_module *m;
-    dl_optim *o;
-    dl_sgd_desc sd;
-    dl_capture *cap = NULL;
-    dl_tensor *x, *h0, *c0, *hn, *cn = NULL, *y;
     const dl_named_tensor *p;
-    int run, np, i, k = 0;
-    memset(&d, 0, sizeof d);
-    d.num_layers = 2;
-    d.bidirectional = true;
-    d.dropout = 0.25f;
-    d.batch_first = kind == 1;
-    m = kind ? dl_nn_gru(ctx, 3, 5, &d) : dl_nn_lstm(ctx, 3, 5, &d);
-    h0 = dl_module_param(m, "h0", dl_zeros(ctx, DL_SHAPE(4, 2, 5)));
-    c0 = kind ? NULL : dl_keep(dl_zeros(ctx, DL_SHAPE(4, 2, 5)));   /* (an LSTM takes both or neither) */
-    memset(&sd, 0, sizeof sd);
-    sd.lr = 0.05f;
-    sd.momentum = 0.9f;
-    o = dl_sgd(m, &sd);
-    x = dl_keep(dl_randn(ctx, kind ? DL_SHAPE(2, 6, 3) : DL_SHAPE(6, 2, 3)));   /* (GRU: batch_first) */
-    np = dl_module_named_parameters(m, &p);
-    CHECK(o && x && h0 && np == 17, "%s capture: made: %s", kind ? "GRU" : "LSTM", dl_error_message(ctx));
+    dl_capture *cap = NULL;
+    int run, i, k = 0, np = dl_module_named_parameters(u->m, &p);
     for (run = 0; run < RN; run++) {
         if (capture && run == 1) cap = dl_capture_begin(ctx);
         if (!capture || run <= 1) {
-            dl_tensor *l;
-            dl_optim_zero_grad(o);
-            y = dl_rnn_forward(m, x, h0, c0, &hn, kind ? NULL : &cn);
-            l = dl_add(dl_mean(dl_mul(y, y), DL_ALL, false), dl_sum(hn, DL_ALL, false));
-            if (cn) l = dl_add(l, dl_mean(cn, DL_ALL, false));
-            CHECK(l && dl_backward(l) == DL_OK && dl_optim_step(o) == DL_OK, "%s step %d: %s", kind ? "GRU" : "LSTM",
-                  run, dl_error_message(ctx));
-            if (cap) CHECK(dl_capture_end(cap) == DL_OK, "rnn captured: %s", dl_error_message(ctx));
+            dl_optim_zero_grad(u->o);
+            CHECK(step(u) && dl_optim_step(u->o) == DL_OK, "%s step %d: %s", what, run, dl_error_message(ctx));
+            if (cap) CHECK(dl_capture_end(cap) == DL_OK, "%s captured: %s", what, dl_error_message(ctx));
         } else {
-            CHECK(dl_replay(cap) == DL_OK, "rnn replayed: %s", dl_error_message(ctx));
+            CHECK(dl_replay(cap) == DL_OK, "%s replayed: %s", what, dl_error_message(ctx));
         }
         for (i = 0; i < np; i++) {
             CHECK(dl_read(p[i].t, out + k, p[i].t->numel) == DL_OK, "read %s", p[i].name);
@@ -964,8 +940,45 @@ static void rnn_run(int kind, bool capture, float *out, int *nout)
         }
         if (!capture || run == 0) dl_step_end(ctx);
     }
-    *nout = k;
     if (cap) dl_capture_free(cap);
+    return k;
+}
+
+/* an LSTM and a GRU training step (2 layers, bidirectional, dropout
+   between layers, a learned initial state; SGD), 4 steps eager, then
+   captured once and replayed three times: the same bits */
+static bool rnn_step(cap_model *u)
+{
+    dl_tensor *hn, *cn = NULL, *y = dl_rnn_forward(u->m, u->x, u->h0, u->c0, &hn, u->kind ? NULL : &cn);
+    dl_tensor *l = dl_add(dl_mean(dl_mul(y, y), DL_ALL, false), dl_sum(hn, DL_ALL, false));
+    if (cn) l = dl_add(l, dl_mean(cn, DL_ALL, false));
+    return l && dl_backward(l) == DL_OK;
+}
+static void rnn_run(int kind, bool capture, float *out, int *nout)
+{
+    dl_ctx *ctx = new_ctx(41);
+    dl_rnn_desc d;
+    dl_sgd_desc sd;
+    cap_model u;
+    const dl_named_tensor *p;
+    memset(&d, 0, sizeof d);
+    d.num_layers = 2;
+    d.bidirectional = true;
+    d.dropout = 0.25f;
+    d.batch_first = kind == 1;
+    memset(&u, 0, sizeof u);
+    u.kind = kind;
+    u.m = kind ? dl_nn_gru(ctx, 3, 5, &d) : dl_nn_lstm(ctx, 3, 5, &d);
+    u.h0 = dl_module_param(u.m, "h0", dl_zeros(ctx, DL_SHAPE(4, 2, 5)));
+    u.c0 = kind ? NULL : dl_keep(dl_zeros(ctx, DL_SHAPE(4, 2, 5)));   /* (an LSTM takes both or neither) */
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.05f;
+    sd.momentum = 0.9f;
+    u.o = dl_sgd(u.m, &sd);
+    u.x = dl_keep(dl_randn(ctx, kind ? DL_SHAPE(2, 6, 3) : DL_SHAPE(6, 2, 3)));   /* (GRU: batch_first) */
+    CHECK(u.o && u.x && u.h0 && dl_module_named_parameters(u.m, &p) == 17, "%s capture: made: %s",
+          kind ? "GRU" : "LSTM", dl_error_message(ctx));
+    *nout = cap_runs(ctx, capture, kind ? "GRU" : "LSTM", rnn_step, &u, out);
     dl_ctx_free(ctx);
 }
 static void test_rnn_replay(void)
@@ -980,6 +993,46 @@ static void test_rnn_replay(void)
         CHECK(ne == nc && ne > 0 && ne <= RN * 1200 && memcmp(e, c, sizeof(float) * (size_t)ne) == 0,
               "%s training step: captured and replayed = eager, bit for bit (%d floats)", kind ? "GRU" : "LSTM", ne);
     }
+}
+
+/* a MultiheadAttention training step (self-attention, dropout 0.25, a key
+   padding mask with the causal mask, the averaged weights in the loss;
+   SGD), 4 steps eager, then captured once and replayed three times: the
+   same bits */
+static bool mha_step(cap_model *u)
+{
+    dl_tensor *w, *y = dl_mha_forward(u->m, u->x, u->x, u->x, u->kpm, NULL, true, &w);
+    dl_tensor *l = dl_add(dl_mean(dl_mul(y, y), DL_ALL, false), dl_mean(dl_mul(w, w), DL_ALL, false));
+    return l && dl_backward(l) == DL_OK;
+}
+static void mha_run(bool capture, float *out, int *nout)
+{
+    static const int64_t pad[10] = {0, 0, 0, 0, 1, 0, 0, 0, 1, 1};
+    dl_ctx *ctx = new_ctx(43);
+    dl_sgd_desc sd;
+    cap_model u;
+    memset(&u, 0, sizeof u);
+    u.m = dl_nn_multihead_attention(ctx, 8, 2, 0.25f, true);
+    memset(&sd, 0, sizeof sd);
+    sd.lr = 0.05f;
+    sd.momentum = 0.9f;
+    u.o = dl_sgd(u.m, &sd);
+    u.x = dl_keep(dl_randn(ctx, DL_SHAPE(2, 5, 8)));
+    u.kpm = dl_keep(dl_from_int64(ctx, DL_SHAPE(2, 5), pad));
+    CHECK(u.o && u.x && u.kpm, "MHA capture: made: %s", dl_error_message(ctx));
+    *nout = cap_runs(ctx, capture, "MHA", mha_step, &u, out);
+    dl_ctx_free(ctx);
+}
+static void test_mha_replay(void)
+{
+    static float e[RN * 300], c[RN * 300];
+    int ne = 0, nc = 0;
+    memset(e, 0, sizeof e);
+    memset(c, 0xff, sizeof c);
+    mha_run(false, e, &ne);
+    mha_run(true, c, &nc);
+    CHECK(ne == nc && ne == RN * 288 && memcmp(e, c, sizeof(float) * (size_t)ne) == 0,
+          "MultiheadAttention training step: captured and replayed = eager, bit for bit (%d floats)", ne);
 }
 
 /* zero_grad inside a capture. On a GPU (real or emulated) it launches
@@ -1142,6 +1195,7 @@ int main(int argc, char **argv)
     test_select_replay();
     test_split_replay();
     test_rnn_replay();
+    test_mha_replay();
     test_gan_flags();
     test_zero_grad_inside();
     test_zero_grad_failed();

@@ -1104,11 +1104,13 @@ static void rnn_errors(void)
     dl_step_end(C);
 }
 
-/* attention: shapes, masks, dropout_p, scale */
+/* attention: shapes, masks, dropout_p, scale; MultiheadAttention's
+   constructor and forward */
 static void attention_errors(void)
 {
     dl_tensor *q = dl_randn(C, DL_SHAPE(2, 3, 4)), *k = dl_randn(C, DL_SHAPE(2, 5, 4));
-    dl_tensor *v = dl_randn(C, DL_SHAPE(2, 5, 6));
+    dl_tensor *v = dl_randn(C, DL_SHAPE(2, 5, 6)), *w = q;
+    dl_module *m, *lin = dl_nn_linear(C, 2, 2, true);
     BAD(dl_scaled_dot_product_attention(q, dl_randn(C, DL_SHAPE(2, 5, 3)), v, NULL, 0.0f, false, 0.0f),
         DL_ERR_SHAPE, "dl_scaled_dot_product_attention: q (2,3,4), k (2,5,3), v (2,5,6): q and k must end in the "
         "same size E, k and v have the same second-last size S");
@@ -1133,6 +1135,40 @@ static void attention_errors(void)
     BAD(dl_scaled_dot_product_attention(q, k, dl_zeros_dtype(C, DL_SHAPE(2, 5, 6), DL_DTYPE_I64), NULL, 0.0f, false,
                                         0.0f), DL_ERR_DTYPE, "dl_scaled_dot_product_attention: v (2,5,6) has dtype int64");
     NULLOP(dl_scaled_dot_product_attention(NULL, k, v, NULL, 0.0f, false, 0.0f));
+    /* the constructor */
+    CHECK(dl_nn_multihead_attention(C, 6, 4, 0.0f, true) == NULL, "embed_dim 6, 4 heads refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_multihead_attention: embed_dim=6 and num_heads=4 must be positive, embed_dim "
+               "divisible by num_heads");
+    WORKS();
+    CHECK(dl_nn_multihead_attention(C, 8, 0, 0.0f, true) == NULL, "0 heads refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "num_heads=0 must be positive");
+    CHECK(dl_nn_multihead_attention(C, 8, 2, 1.0f, true) == NULL, "dropout 1 refused");
+    EXPECT_ERR(C, DL_ERR_ARG, "dl_nn_multihead_attention: dropout=1 must be in [0, 1)");
+    CHECK(dl_nn_multihead_attention(NULL, 8, 2, 0.0f, true) == NULL, "NULL ctx");
+    WORKS();
+    /* the forward */
+    m = dl_nn_multihead_attention(C, 4, 2, 0.0f, true);
+    CHECK(m != NULL, "MHA: %s", dl_error_message(C));
+    BAD(dl_mha_forward(m, q, dl_randn(C, DL_SHAPE(2, 5, 3)), v, NULL, NULL, false, NULL), DL_ERR_SHAPE,
+        "dl_mha_forward: query (2,3,4), key (2,5,3), value (2,5,6) must be (N, L, E), (N, S, E), (N, S, E) "
+        "(batch_first; unbatched: (L, E), (S, E), (S, E)) with E = embed_dim = 4");
+    BAD(dl_mha_forward(m, q, k, dl_randn(C, DL_SHAPE(3, 5, 4)), NULL, NULL, false, NULL), DL_ERR_SHAPE,
+        "value (3,5,4) must be (N, L, E)");
+    BAD(dl_mha_forward(m, dl_randn(C, DL_SHAPE(3, 4)), k, k, NULL, NULL, false, NULL), DL_ERR_SHAPE,
+        "query (3,4), key (2,5,4)");
+    BAD(dl_mha_forward(m, q, k, k, dl_zeros(C, DL_SHAPE(2, 4)), NULL, false, &w), DL_ERR_SHAPE,
+        "dl_mha_forward: key_padding_mask (2,4) must be (N, S) = (2, 5) (unbatched: (S))");
+    CHECK(w == NULL, "attn_weights NULL after a refusal");
+    BAD(dl_mha_forward(m, q, k, k, NULL, dl_zeros(C, DL_SHAPE(5, 3)), false, NULL), DL_ERR_SHAPE,
+        "dl_mha_forward: attn_mask (5,3) must be (L, S) = (3, 5) or (N*num_heads, L, S) = (4, 3, 5)");
+    BAD(dl_mha_forward(m, q, k, k, NULL, dl_zeros(C, DL_SHAPE(2, 3, 5)), false, NULL), DL_ERR_SHAPE,
+        "attn_mask (2,3,5) must be (L, S)");
+    BAD(dl_mha_forward(lin, q, k, k, NULL, NULL, false, NULL), DL_ERR_ARG,
+        "dl_mha_forward: m is a Linear; it takes a MultiheadAttention (dl_nn_multihead_attention)");
+    BAD(dl_mha_forward(NULL, q, k, k, NULL, NULL, false, NULL), DL_ERR_ARG, "dl_mha_forward: m is NULL");
+    NULLOP(dl_mha_forward(m, q, NULL, k, NULL, NULL, false, NULL));
+    CHECK(dl_mha_forward(m, q, k, k, dl_zeros_dtype(C, DL_SHAPE(2, 5), DL_DTYPE_I32), NULL, true, &w) != NULL &&
+          w != NULL, "MHA works after the refusals: %s", dl_error_message(C));
     WORKS();
     dl_step_end(C);
 }

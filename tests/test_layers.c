@@ -5,9 +5,11 @@
    every buffer, constructor errors, and Unflatten; RNN, LSTM and GRU
    against torch.nn's (tests/golden/rnn.bin, made by gen_rnn.py): outputs,
    final states and every gradient, their state_dict, init, dropout
-   between layers, errors; F.scaled_dot_product_attention against torch's
-   (tests/golden/attention.bin, made by gen_attention.py): output and every
-   gradient; the masks' forms, dropout. */
+   between layers, errors; F.scaled_dot_product_attention and
+   nn.MultiheadAttention against torch's (tests/golden/attention.bin, made
+   by gen_attention.py): output, attention weights, every gradient; the
+   masks' forms, dropout, MultiheadAttention's state_dict, init and a
+   checkpoint round trip. */
 #define DL_IMPLEMENTATION
 #include "dl.h"
 #include "harness.h"
@@ -385,6 +387,42 @@ static dl_tensor *wsum(dl_tensor *a, long lo, long hi, const char *f)
     return dl_sum(dl_mul(a, rec_t(lo, hi, f, false)), DL_ALL, false);
 }
 
+/* torch's state_dict ("p.<name>" records, in torch's order) written into
+   m's, whose names and order must be the same */
+static void load_sd(long lo, long hi, const char *cname, dl_module *m)
+{
+    const dl_named_tensor *sd;
+    int nsd = dl_module_state_dict(m, &sd), k = 0;
+    long i;
+    dl_no_grad_begin(ctx);
+    for (i = lo; i < hi; i++) {
+        const char *f = g_field(&g_recs[i]);
+        if (strncmp(f, "p.", 2)) continue;
+        CHECK(k < nsd && !strcmp(sd[k].name, f + 2) && g_same_shape(sd[k].t, &g_recs[i]),
+              "%s: state_dict entry %d is %s, torch's %s", cname, k, k < nsd ? sd[k].name : "(none)", f + 2);
+        CHECK(k >= nsd || dl_write(sd[k].t, g_recs[i].v, g_recs[i].numel) == DL_OK, "%s: %s written: %s", cname,
+              f, dl_error_message(ctx));
+        k++;
+    }
+    dl_no_grad_end(ctx);
+    CHECK(k == nsd, "%s: %d state_dict entries, torch %d", cname, nsd, k);
+}
+
+/* every parameter's gradient against its "grad_p.<name>" record */
+static void compare_sd_grads(long lo, long hi, const char *cname, dl_module *m)
+{
+    const dl_named_tensor *sd;
+    int nsd = dl_module_state_dict(m, &sd), k;
+    for (k = 0; k < nsd; k++) {
+        char f[64];
+        const grec *r;
+        snprintf(f, sizeof f, "grad_p.%s", sd[k].name);
+        r = g_find(lo, hi, "", f);
+        CHECK(r != NULL, "%s: no record %s", cname, f);
+        if (r) g_compare(cname, f, sd[k].t->grad, r);
+    }
+}
+
 /* one case of rnn.bin: the module made from its config, torch's state_dict
    written in (the names in torch's order), then everything compared */
 static int nrnn;
@@ -394,10 +432,8 @@ static void rnn_case(long lo, long hi)
     char cname[96];
     dl_rnn_desc d;
     dl_module *m;
-    const dl_named_tensor *sd;
     dl_tensor *x, *h0, *c0, *y, *hn = NULL, *cn = NULL, *loss;
-    int kind, nsd, k = 0;
-    long i;
+    int kind;
     snprintf(cname, sizeof cname, "%.*s", (int)g_prefix_len(&g_recs[lo]), g_recs[lo].name);
     if (!cfg || cfg->numel != 8) { CHECK(0, "%s: no config record", cname); return; }
     kind = g_pi(cfg, 0);
@@ -411,19 +447,7 @@ static void rnn_case(long lo, long hi)
         : kind == 3 ? dl_nn_gru(ctx, g_pi(cfg, 1), g_pi(cfg, 2), &d) : dl_nn_rnn(ctx, g_pi(cfg, 1), g_pi(cfg, 2), &d);
     CHECK(m != NULL, "%s: module: %s", cname, dl_error_message(ctx));
     if (!m) return;
-    nsd = dl_module_state_dict(m, &sd);
-    dl_no_grad_begin(ctx);
-    for (i = lo; i < hi; i++) {
-        const char *f = g_field(&g_recs[i]);
-        if (strncmp(f, "p.", 2)) continue;
-        CHECK(k < nsd && !strcmp(sd[k].name, f + 2) && g_same_shape(sd[k].t, &g_recs[i]),
-              "%s: state_dict entry %d is %s, torch's %s", cname, k, k < nsd ? sd[k].name : "(none)", f + 2);
-        CHECK(k >= nsd || dl_write(sd[k].t, g_recs[i].v, g_recs[i].numel) == DL_OK, "%s: %s written: %s", cname,
-              f, dl_error_message(ctx));
-        k++;
-    }
-    dl_no_grad_end(ctx);
-    CHECK(k == nsd, "%s: %d state_dict entries, torch %d", cname, nsd, k);
+    load_sd(lo, hi, cname, m);
     x = rec_t(lo, hi, "x", true);
     h0 = g_pi(cfg, 7) ? rec_t(lo, hi, "h0", true) : NULL;
     c0 = g_pi(cfg, 7) && kind == 2 ? rec_t(lo, hi, "c0", true) : NULL;
@@ -439,14 +463,7 @@ static void rnn_case(long lo, long hi)
     g_compare(cname, "grad_x", x->grad, g_find(lo, hi, "", "grad_x"));
     if (h0) g_compare(cname, "grad_h0", h0->grad, g_find(lo, hi, "", "grad_h0"));
     if (c0) g_compare(cname, "grad_c0", c0->grad, g_find(lo, hi, "", "grad_c0"));
-    for (k = 0; k < nsd; k++) {
-        char f[64];
-        const grec *r;
-        snprintf(f, sizeof f, "grad_p.%s", sd[k].name);
-        r = g_find(lo, hi, "", f);
-        CHECK(r != NULL, "%s: no record %s", cname, f);
-        if (r) g_compare(cname, f, sd[k].t->grad, r);
-    }
+    compare_sd_grads(lo, hi, cname, m);
     nrnn++;
 }
 
@@ -461,7 +478,7 @@ static void test_rnn_golden(void)
 
 /* attention.bin (gen_attention.py): F.scaled_dot_product_attention, out and
    every gradient; a bool mask's 1/0 given as int32 */
-static int nsdpa;
+static int nsdpa, nmha;
 static void sdpa_case(long lo, long hi, const char *cname)
 {
     const grec *cfg = g_find(lo, hi, "", "config");
@@ -480,11 +497,45 @@ static void sdpa_case(long lo, long hi, const char *cname)
     nsdpa++;
 }
 
+/* nn.MultiheadAttention with torch's state_dict written in: out, the
+   averaged weights, the inputs' and every parameter's gradient */
+static void mha_case(long lo, long hi, const char *cname)
+{
+    const grec *cfg = g_find(lo, hi, "", "config");
+    dl_module *m;
+    dl_tensor *query, *key, *value, *kpm = NULL, *am = NULL, *y, *w = NULL;
+    int inputs;
+    if (!cfg || cfg->numel != 9) { CHECK(0, "%s: no config record", cname); return; }
+    m = dl_nn_multihead_attention(ctx, g_pi(cfg, 0), g_pi(cfg, 1), 0.0f, g_pi(cfg, 2) != 0);
+    CHECK(m != NULL, "%s: module: %s", cname, dl_error_message(ctx));
+    if (!m) return;
+    load_sd(lo, hi, cname, m);
+    inputs = g_pi(cfg, 3);
+    query = rec_t(lo, hi, "query", true);
+    key = inputs ? rec_t(lo, hi, "key", true) : query;
+    value = inputs == 2 ? rec_t(lo, hi, "value", true) : key;
+    if (g_pi(cfg, 4)) kpm = rec_t(lo, hi, "kpm", false);
+    if (g_pi(cfg, 4) == 1) kpm = dl_to_dtype(kpm, DL_DTYPE_I64);
+    if (g_pi(cfg, 5)) am = rec_t(lo, hi, "am", false);
+    if (g_pi(cfg, 5) == 1) am = dl_to_dtype(am, DL_DTYPE_I32);
+    y = dl_mha_forward(m, query, key, value, kpm, am, g_pi(cfg, 7) != 0, &w);
+    CHECK(y && w && dl_backward(wsum(y, lo, hi, "gout")) == DL_OK, "%s: %s", cname, dl_error_message(ctx));
+    if (!y || !w) return;
+    g_compare(cname, "out", y, g_find(lo, hi, "", "out"));
+    g_compare(cname, "weights", w, g_find(lo, hi, "", "weights"));
+    g_compare(cname, "grad_query", query->grad, g_find(lo, hi, "", "grad_query"));
+    if (inputs) g_compare(cname, "grad_key", key->grad, g_find(lo, hi, "", "grad_key"));
+    if (inputs == 2) g_compare(cname, "grad_value", value->grad, g_find(lo, hi, "", "grad_value"));
+    compare_sd_grads(lo, hi, cname, m);
+    nmha++;
+}
+
 static void attention_case(long lo, long hi)
 {
     char cname[96];
     snprintf(cname, sizeof cname, "%.*s", (int)g_prefix_len(&g_recs[lo]), g_recs[lo].name);
-    sdpa_case(lo, hi, cname);
+    if (!strncmp(cname, "sdpa/", 5)) sdpa_case(lo, hi, cname);
+    else mha_case(lo, hi, cname);
 }
 
 static void test_attention_golden(void)
@@ -495,7 +546,7 @@ static void test_attention_golden(void)
         return;
     }
     g_each_case(attention_case);
-    CHECK(nsdpa == 8, "attention.bin: %d SDPA cases run, 8 expected", nsdpa);
+    CHECK(nsdpa == 8 && nmha == 8, "attention.bin: %d SDPA and %d MHA cases run, 8 and 8 expected", nsdpa, nmha);
     g_free_recs();
 }
 
@@ -524,6 +575,81 @@ static void test_sdpa_masks(void)
     ya = dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, true, 0.0f);
     yb = dl_scaled_dot_product_attention(q, k, v, dl_to_dtype(bm, DL_DTYPE_I32), 0.0f, false, 0.0f);
     CHECK(ya && yb && same(ya, yb), "SDPA: is_causal = tril's mask");
+}
+
+/* MultiheadAttention: state_dict names and shapes as torch's, init
+   (xavier_uniform in_proj_weight, a Linear's out_proj.weight, zero
+   biases), dl_module_forward = self-attention, dropout in training mode
+   only, a checkpoint round trip */
+static void range(dl_tensor *t, float *lo, float *hi)
+{
+    float v[4096];
+    int64_t j;
+    *lo = *hi = 0.0f;
+    CHECK(t && t->numel <= 4096 && dl_read(t, v, t->numel) == DL_OK, "read");
+    for (j = 0; t && j < t->numel && j < 4096; j++) {
+        *lo = v[j] < *lo ? v[j] : *lo;
+        *hi = v[j] > *hi ? v[j] : *hi;
+    }
+}
+static void test_mha_module(void)
+{
+    static const char *want[] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
+    static const int64_t numel[] = {3 * 32 * 32, 3 * 32, 32 * 32, 32};
+    const dl_named_tensor *sd;
+    dl_module *m, *m2;
+    dl_tensor *x, *ya, *yb, *yc, *w, *q;
+    float lo, hi, b = (float)sqrt(6.0 / (32 + 96));
+    int n, i;
+    m = dl_nn_multihead_attention(ctx, 32, 4, 0.5f, true);
+    n = dl_module_state_dict(m, &sd);
+    CHECK(m && n == 4 && !strcmp(dl_module_type(m), "MultiheadAttention"), "MHA: %d state_dict entries", n);
+    for (i = 0; i < n && i < 4; i++)
+        CHECK(!strcmp(sd[i].name, want[i]) && sd[i].t->numel == numel[i] && sd[i].t->ndim == (i % 2 ? 1 : 2),
+              "MHA state_dict %d: %s, want %s", i, sd[i].name, want[i]);
+    if (n != 4) return;
+    range(sd[0].t, &lo, &hi);
+    CHECK(lo >= -b && hi <= b && hi > 0.95f * b && lo < -0.95f * b, "in_proj_weight in [%g, %g]: xavier_uniform "
+          "bound %g", (double)lo, (double)hi, (double)b);
+    range(sd[2].t, &lo, &hi);
+    CHECK(lo >= -0.1768f && hi <= 0.1768f && hi > 0.16f, "out_proj.weight in [%g, %g]: U(+-1/sqrt(32))", (double)lo,
+          (double)hi);
+    range(sd[1].t, &lo, &hi);
+    CHECK(lo == 0.0f && hi == 0.0f, "in_proj_bias zeros");
+    range(sd[3].t, &lo, &hi);
+    CHECK(lo == 0.0f && hi == 0.0f, "out_proj.bias zeros");
+    m2 = dl_nn_multihead_attention(ctx, 32, 4, 0.0f, false);
+    n = dl_module_state_dict(m2, &sd);
+    CHECK(n == 2 && !strcmp(sd[0].name, "in_proj_weight") && !strcmp(sd[1].name, "out_proj.weight"),
+          "bias=False: in_proj_weight and out_proj.weight only (%d entries)", n);
+    /* dl_module_forward: self-attention; dropout in training mode only */
+    x = dl_randn(ctx, DL_SHAPE(2, 5, 32));
+    dl_module_train(m, false);
+    ya = dl_module_forward(m, x);
+    yb = dl_mha_forward(m, x, x, x, NULL, NULL, false, &w);
+    CHECK(ya && yb && w && same(ya, yb) && w->ndim == 3 && w->shape[1] == 5 && w->shape[2] == 5,
+          "eval: dl_module_forward = dl_mha_forward(x, x, x), weights (2,5,5): %s", dl_error_message(ctx));
+    dl_module_train(m, true);
+    yc = dl_module_forward(m, x);
+    CHECK(yc && !same(ya, yc), "training: dropout 0.5 changes the output");
+    /* unbatched = a batch of one */
+    q = dl_narrow(x, 0, 0, 1);
+    ya = dl_mha_forward(m2, q, q, q, NULL, NULL, true, NULL);
+    q = dl_reshape(q, DL_SHAPE(5, 32));
+    yb = dl_mha_forward(m2, q, q, q, NULL, NULL, true, &w);
+    CHECK(ya && yb && w && yb->ndim == 2 && w->ndim == 2 &&
+          dl_item(dl_max(dl_abs(dl_sub(dl_reshape(ya, DL_SHAPE(5, 32)), yb)), DL_ALL, false)) < 1e-6f,
+          "unbatched (5,32) = a batch of one: %s", dl_error_message(ctx));
+    /* a checkpoint round trip */
+    CHECK(dl_save_module("build/test_layers_mha.safetensors", m) == DL_OK, "save: %s", dl_error_message(ctx));
+    m2 = dl_nn_multihead_attention(ctx, 32, 4, 0.5f, true);
+    CHECK(dl_load_module("build/test_layers_mha.safetensors", m2) == DL_OK, "load: %s", dl_error_message(ctx));
+    dl_module_train(m, false);
+    dl_module_train(m2, false);
+    ya = dl_module_forward(m, x);
+    yb = dl_module_forward(m2, x);
+    CHECK(ya && yb && same(ya, yb), "the loaded module gives the saved one's bits");
+    remove("build/test_layers_mha.safetensors");
 }
 
 /* state_dict names and shapes as torch's, init U(-1/sqrt(H), 1/sqrt(H)),
@@ -681,6 +807,8 @@ int main(void)
     test_attention_golden();
     dl_step_end(ctx);
     test_sdpa_masks();
+    dl_step_end(ctx);
+    test_mha_module();
     dl_ctx_free(ctx);
     TEST_END();
 }
