@@ -12,9 +12,12 @@ gout; out; grad_q, grad_k, grad_v (grad_mask for a float mask).
 attn_mask (0 none, 1 bool, 2 float), attn_mask 3-d (N*H, L, S), is_causal,
 batched]; "p.<name>" per state_dict entry in torch's order; query, key,
 value (as many as distinct), kpm, am; gout; out; weights (the head
-average); grad_query (grad_key, grad_value), "grad_p.<name>".
+average); grad_query (grad_key, grad_value), "grad_p.<name>". Also
+tests/golden/mha_torch.safetensors: the case three_inputs_masks' state_dict
+(safetensors.torch.save_file), which test_layers loads with dl_load_module.
 
-Run from the repository root:   python3 tests/golden/gen_attention.py [out.bin]
+Run from the repository root (torch and safetensors):
+    python3 tests/golden/gen_attention.py [out.bin]
 (default output: tests/golden/attention.bin). Deterministic:
 torch.manual_seed(2027), CPU, float32, dropout 0.
 """
@@ -22,6 +25,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 
 import goldfile
 from goldfile import rec, randn
@@ -71,7 +75,8 @@ sdpa("unbatched_scale", (3, 4), (5, 4), (5, 6), scale=0.3)
 sdpa("bool_mask_bcast", (3, 2, 4), (3, 6, 4), (3, 6, 4), mask=1, mshape=(3, 1, 6))
 
 
-def mha(name, E, H, bias=True, inputs=0, kpm=0, am=0, am3=False, causal=False, batched=True, N=2, L=4, S=4):
+def mha(name, E, H, bias=True, inputs=0, kpm=0, am=0, am3=False, causal=False, batched=True, N=2, L=4, S=4,
+        save=None):
     n = "mha/" + name
     m = torch.nn.MultiheadAttention(E, H, bias=bias, batch_first=True)
     # non-zero biases, so that they are tested
@@ -83,6 +88,8 @@ def mha(name, E, H, bias=True, inputs=0, kpm=0, am=0, am3=False, causal=False, b
     params = list(m.named_parameters())
     for pn, p in params:
         rec(n + "/p." + pn, p)
+    if save:
+        save_file({k: t.detach().contiguous() for k, t in m.state_dict().items()}, save)
     if inputs == 0:
         S = L
     lead = (N,) if batched else ()
@@ -132,7 +139,7 @@ def mha(name, E, H, bias=True, inputs=0, kpm=0, am=0, am3=False, causal=False, b
 mha("self", 8, 2)
 mha("self_1head_nobias", 6, 1, bias=False)
 mha("kv_same", 8, 4, inputs=1, S=5)
-mha("three_inputs_masks", 6, 3, inputs=2, S=3, L=5, kpm=1, am=2)
+mha("three_inputs_masks", 6, 3, inputs=2, S=3, L=5, kpm=1, am=2, save="tests/golden/mha_torch.safetensors")
 mha("float_kpm_bool_am3", 4, 2, inputs=2, S=6, kpm=2, am=1, am3=True)
 mha("causal", 8, 2, causal=True, L=5)
 mha("causal_kpm", 4, 2, causal=True, kpm=1)
