@@ -1446,7 +1446,8 @@ DL_API dl_tensor *dl_dropout(dl_tensor *x, float p, bool training);
    eval). A query whose keys are all masked out gives 0 and gradient 0, as
    torch's CPU result (its safe softmax). Written with dl.h ops (matmul,
    softmax, masked_fill): every device, capture, twice differentiable; the
-   L x S scores are made, no fused kernel. */
+   L x S scores are made, no fused kernel. attn_mask NULL while an earlier
+   error is pending returns NULL, as dl_rnn_forward's h0. */
 DL_API dl_tensor *dl_scaled_dot_product_attention(dl_tensor *q, dl_tensor *k, dl_tensor *v, dl_tensor *attn_mask,
                                                   float dropout_p, bool is_causal, float scale);
 
@@ -2056,7 +2057,8 @@ DL_API dl_module *dl_nn_multihead_attention(dl_ctx *ctx, int64_t embed_dim, int6
    attn_weights (NULL: need_weights=False) also the attention
    probabilities averaged over the heads, (N, L, S) ((L, S)), after
    dropout, as torch's. A query with every key masked out gives 0 (as
-   torch's SDPA path; its need_weights path gives NaN). */
+   torch's SDPA path; its need_weights path gives NaN). A NULL mask while
+   an earlier error is pending returns NULL, as dl_rnn_forward's h0. */
 DL_API dl_tensor *dl_mha_forward(dl_module *m, dl_tensor *query, dl_tensor *key, dl_tensor *value,
                                  dl_tensor *key_padding_mask, dl_tensor *attn_mask, bool is_causal,
                                  dl_tensor **attn_weights);
@@ -17596,7 +17598,7 @@ static dl_tensor *dl__sdpa(const char *op, dl_tensor *q, dl_tensor *k, dl_tensor
 dl_tensor *dl_scaled_dot_product_attention(dl_tensor *q, dl_tensor *k, dl_tensor *v, dl_tensor *attn_mask,
                                            float dropout_p, bool is_causal, float scale)
 {
-    if (!q || !k || !v) return NULL;
+    if (!q || !k || !v || (!attn_mask && q->ctx_->err != DL_OK)) return NULL;   /* as dl_rnn_forward's h0 */
     return dl__sdpa("dl_scaled_dot_product_attention", q, k, v, attn_mask, dropout_p, is_causal, scale, NULL);
 }
 /* ----------------------------------------------------------------- losses */
@@ -21348,7 +21350,8 @@ dl_tensor *dl_mha_forward(dl_module *m, dl_tensor *query, dl_tensor *key, dl_ten
                 "(dl_nn_multihead_attention)", m->type);
         return NULL;
     }
-    if (!query || !key || !value) return NULL;
+    if (!query || !key || !value || ((!key_padding_mask || !attn_mask) && m->ctx->err != DL_OK))
+        return NULL;   /* a NULL mask while an error is pending: as dl_rnn_forward's h0 */
     y = dl__mha(m, query, key, value, key_padding_mask, attn_mask, is_causal, attn_weights);
     if (!y && attn_weights) *attn_weights = NULL;
     return y;

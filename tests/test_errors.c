@@ -1170,6 +1170,16 @@ static void attention_errors(void)
     CHECK(dl_mha_forward(m, q, k, k, dl_zeros_dtype(C, DL_SHAPE(2, 5), DL_DTYPE_I32), NULL, true, &w) != NULL &&
           w != NULL, "MHA works after the refusals: %s", dl_error_message(C));
     WORKS();
+    {   /* a NULL mask while an earlier error is pending: that failure, not "no mask" */
+        dl_tensor *bad = dl_reshape(q, DL_SHAPE(5, 5));
+        CHECK(bad == NULL, "bad reshape");
+        CHECK(dl_scaled_dot_product_attention(q, k, v, bad, 0.0f, false, 0.0f) == NULL, "SDPA: NULL");
+        CHECK(dl_mha_forward(m, q, k, k, NULL, bad, false, &w) == NULL && w == NULL, "MHA: NULL");
+        EXPECT_ERR(C, DL_ERR_SHAPE, "dl_reshape");
+        CHECK(dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, false, 0.0f) != NULL, "SDPA, no mask: %s",
+              dl_error_message(C));
+        WORKS();
+    }
     dl_step_end(C);
 }
 
