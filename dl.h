@@ -458,6 +458,7 @@
        dl_var                     x.var(dims, correction, keepdim)
        dl_std                     x.std(dims, correction, keepdim)
        dl_norm                    x.norm(dim=dims, keepdim) (2-norm, torch.linalg.vector_norm)
+       dl_logsumexp               torch.logsumexp(x, dims, keepdim)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
        dl_multinomial             torch.multinomial(probs, n, replacement)
      ops: linear algebra and softmax
@@ -1184,6 +1185,12 @@ DL_API dl_tensor *dl_std(dl_tensor *t, dl_shape dims, int correction, bool keepd
    whose gradient is exactly 0. Twice differentiable (create_graph); the
    second derivative at a zero norm is NaN, as torch's. */
 DL_API dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim);
+/* torch.logsumexp(t, dims, keepdim): log(sum(exp(t))) over dims, shifted by
+   the max (stable), with torch's special values: a row of -inf gives -inf,
+   a +inf gives +inf, a NaN NaN; nothing to sum (a dim of size 0) gives
+   -inf. Gradient g exp(t - y) (softmax(t) g; NaN where t and y are both
+   infinite, as torch's); twice differentiable. */
+DL_API dl_tensor *dl_logsumexp(dl_tensor *t, dl_shape dims, bool keepdim);
 DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, first max */
 /* torch.multinomial(probs, num_samples, replacement): int64 category
    indices drawn from each row of probs ((C) -> (num_samples), (N, C) ->
@@ -1252,8 +1259,9 @@ DL_API dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index);
      element, dl_multinomial(softmax(logits), 1, true) over the rows, as
      torch's (dl.h's generator, not torch's numbers; refused in a
      capture); no gradient.
-   dl_categorical_log_prob: .log_prob(value), (...): log_softmax(logits)
-     at value (int64 or int32, of the batch shape; each in [0, C)).
+   dl_categorical_log_prob: .log_prob(value), (...): logits at value
+     (int64 or int32, of the batch shape; each in [0, C)) minus
+     dl_logsumexp(logits) (a +inf logit: -inf elsewhere, as torch's).
    dl_categorical_entropy: .entropy(), (...): -sum(p * max(log p, -FLT_MAX))
      over the categories (torch's clamp: a -inf logit adds 0, not NaN).
    The last two are differentiable in logits, twice. */
@@ -16384,6 +16392,44 @@ dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim)
     return dl__done(y, "dl_norm");
 }
 
+/* y = log(sum(exp(x - m), dims)) + m, m the max where it is finite, else 0
+   (torch's: -inf - -inf would be NaN);  dx = g exp(x - y), torch's rule */
+static dl_result dl__lse_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    int64_t ks[DL_MAX_DIMS];
+    dl_shape s;
+    dl__keep_shape(n, ks);
+    s = dl_shape_make(DL__X->ndim, ks);
+    gin[0] = dl_mul(dl_reshape(g, s), dl_exp(dl_sub(DL__X, dl_reshape(DL__Y, s))));
+    return DL_OK;
+}
+static const dl__op dl__op_lse = {"dl_logsumexp", dl__lse_bwd, 1 | DL__RD_OUT, 0, 0};
+
+dl_tensor *dl_logsumexp(dl_tensor *t, dl_shape dims, bool keepdim)
+{
+    const char *op = "dl_logsumexp";
+    bool mask[DL_MAX_DIMS];
+    dl_tensor *m, *y;
+    dl__node *n;
+    dl_ctx *ctx;
+    if (!t) return NULL;
+    if (!dl__live(op, "t", t) || !dl__f32(op, "t", t)) return NULL;
+    if (!dl__red_mask(op, t, dims, mask)) return NULL;
+    ctx = t->ctx_;
+    dl_no_grad_begin(ctx);   /* the value by ops; the gradient by dl__lse_bwd */
+    if (t->numel == 0) y = dl_log(dl_sum(dl_exp(t), dims, keepdim));   /* (no max of nothing) */
+    else {
+        m = dl_max(t, dims, true);
+        m = dl__mmul(m, dl__mask(m, DL__U_INSIDE, -INFINITY, INFINITY));
+        y = dl__drop_dims(op, dl_add(dl_log(dl_sum(dl_exp(dl_sub(t, m)), dims, true)), m), mask, keepdim);
+    }
+    dl_no_grad_end(ctx);
+    if (!y) return dl__end(ctx, NULL, op);
+    if (dl__record(y, &dl__op_lse, 1, &t, &n) < 0) return dl__end(ctx, NULL, op);
+    if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
+    return dl__done(y, op);
+}
+
 dl_tensor *dl_multinomial(dl_tensor *probs, int64_t num_samples, bool replacement)
 {
     const char *op = "dl_multinomial";
@@ -19212,7 +19258,10 @@ dl_tensor *dl_categorical_log_prob(dl_tensor *logits, dl_tensor *value)
     }
     prev = ctx->in_call;
     ctx->in_call = op;
-    y = dl_squeeze(dl_gather(dl_log_softmax(logits, -1), -1, dl_unsqueeze(dl_to_dtype(value, DL_DTYPE_I64), -1)), -1);
+    /* logits[value] - logsumexp(logits): torch's normalized logits, so a
+       +inf logit gives -inf at the others (NaN at itself), as torch's */
+    y = dl_squeeze(dl_gather(logits, -1, dl_unsqueeze(dl_to_dtype(value, DL_DTYPE_I64), -1)), -1);
+    y = dl_sub(y, dl_logsumexp(logits, DL_DIMS(-1), false));
     ctx->in_call = prev;
     return dl__end(ctx, y, op);
 }

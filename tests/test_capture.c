@@ -884,9 +884,11 @@ static dl_tensor *split_step(dl_tensor *w, dl_tensor *s)
     if (r && dl_backward(r) != DL_OK) return NULL;
     return r;
 }
-static void test_split_replay(void)
+/* step(w, s) eager on s and on a rewritten s, then captured on the first
+   and replayed on the second: the eager bits (what: the ops, in messages) */
+static void step_replay(dl_tensor *(*step)(dl_tensor *, dl_tensor *), uint64_t seed, const char *what)
 {
-    dl_ctx *ctx = new_ctx(14);
+    dl_ctx *ctx = new_ctx(seed);
     float e[2][25], c[2][25], s1[12];
     dl_tensor *w = dl_keep(dl_requires_grad(dl_randn(ctx, DL_SHAPE(3, 8)), true));
     dl_tensor *s = dl_keep(dl_randn(ctx, DL_SHAPE(4, 3))), *s0 = dl_keep(dl_copy(s)), *r;
@@ -895,24 +897,37 @@ static void test_split_replay(void)
     for (i = 0; i < 12; i++) s1[i] = 0.25f * (float)(i % 5) - 0.5f;
     for (k = 0; k < 2; k++) {   /* eager */
         CHECK(k ? dl_write(s, s1, 12) == DL_OK : dl_copy_(s, s0) == DL_OK, "input written");
-        r = split_step(w, s);
-        CHECK(r && dl_read(r, e[k], 1) == DL_OK && dl_read(w->grad, e[k] + 1, 24) == DL_OK, "eager split step %d: %s",
-              k, dl_error_message(ctx));
+        r = step(w, s);
+        CHECK(r && dl_read(r, e[k], 1) == DL_OK && dl_read(w->grad, e[k] + 1, 24) == DL_OK, "eager %s step %d: %s",
+              what, k, dl_error_message(ctx));
         dl_step_end(ctx);
     }
     CHECK(dl_copy_(s, s0) == DL_OK, "input written back");
     cap = dl_capture_begin(ctx);
-    r = split_step(w, s);
+    r = step(w, s);
     CHECK(r && dl_capture_end(cap) == DL_OK && dl_read(r, c[0], 1) == DL_OK && dl_read(w->grad, c[0] + 1, 24) == DL_OK,
-          "split captured: %s", dl_error_message(ctx));
+          "%s captured: %s", what, dl_error_message(ctx));
     CHECK(dl_write(s, s1, 12) == DL_OK && dl_replay(cap) == DL_OK && dl_read(r, c[1], 1) == DL_OK &&
-          dl_read(w->grad, c[1] + 1, 24) == DL_OK, "split replayed: %s", dl_error_message(ctx));
-    CHECK(memcmp(e, c, sizeof e) == 0 && e[0][0] != e[1][0], "split/chunk/unbind: the capture and its replay on a new "
-          "input give eager's bits (%.9g %.9g, %.9g %.9g)", (double)e[0][0], (double)c[0][0], (double)e[1][0],
+          dl_read(w->grad, c[1] + 1, 24) == DL_OK, "%s replayed: %s", what, dl_error_message(ctx));
+    CHECK(memcmp(e, c, sizeof e) == 0 && e[0][0] != e[1][0], "%s: the capture and its replay on a new "
+          "input give eager's bits (%.9g %.9g, %.9g %.9g)", what, (double)e[0][0], (double)c[0][0], (double)e[1][0],
           (double)c[1][0]);
     dl_capture_free(cap);
     dl_ctx_free(ctx);
 }
+static void test_split_replay(void) { step_replay(split_step, 14, "split/chunk/unbind"); }
+
+/* dl_logsumexp captured: a step through it (its max, shifted exps and
+   sum, and its backward) replays on a rewritten input with eager's bits */
+static dl_tensor *scan_step(dl_tensor *w, dl_tensor *s)
+{
+    dl_tensor *q = dl_matmul(s, w), *r;
+    dl_zero_grad(w);
+    r = dl_sum(dl_mul(dl_logsumexp(q, DL_DIMS(1), true), dl_logsumexp(q, DL_DIMS(0), true)), DL_ALL, false);
+    if (r && dl_backward(r) != DL_OK) return NULL;
+    return r;
+}
+static void test_scan_replay(void) { step_replay(scan_step, 15, "logsumexp"); }
 
 #define RN 4
 /* RN training steps: step's eagerly, or the first eager, the second
@@ -1194,6 +1209,7 @@ int main(int argc, char **argv)
     test_eq_replay();
     test_select_replay();
     test_split_replay();
+    test_scan_replay();
     test_rnn_replay();
     test_mha_replay();
     test_gan_flags();

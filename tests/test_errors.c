@@ -179,6 +179,8 @@ static void dim_errors(void)
     BAD(dl_std(T(2, 3), DL_DIMS(0, -2), 1, false), DL_ERR_ARG, "dl_std");
     BAD(dl_norm(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "dl_norm");
     BAD(dl_norm(T(2, 3), DL_DIMS(0, 0), false), DL_ERR_ARG, "twice");
+    BAD(dl_logsumexp(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "dl_logsumexp: dim 2 is out of range for a tensor of shape (2,3) (valid: -2..1)");
+    BAD(dl_logsumexp(T(2, 3), DL_DIMS(1, -1), true), DL_ERR_ARG, "dl_logsumexp: dim 1 appears twice in dims");
     BAD(dl_max(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "out of range");
     BAD(dl_min(T(2, 3), DL_DIMS(-4), false), DL_ERR_ARG, "out of range");
     BAD(dl_argmax(T(2, 3), 2, false), DL_ERR_ARG, "out of range");
@@ -278,6 +280,7 @@ static void dtype_errors(void)
     BAD(dl_matmul(i64, T(3, 2)), DL_ERR_DTYPE, "dl_matmul");
     BAD(dl_sum(i64, DL_ALL, false), DL_ERR_DTYPE, "dl_sum");
     BAD(dl_norm(i64, DL_ALL, false), DL_ERR_DTYPE, "dl_norm");
+    BAD(dl_logsumexp(i64, DL_DIMS(0), false), DL_ERR_DTYPE, "dl_logsumexp: t (2,3) has dtype int64; this op needs float32");
     BAD(dl_max(i64, DL_DIMS(0), false), DL_ERR_DTYPE, "dl_max");
     BAD(dl_max_dim(i64, 0, false, NULL), DL_ERR_DTYPE, "dl_max_dim");
     BAD(dl_softmax(i32, 1), DL_ERR_DTYPE, "dl_softmax");
@@ -355,6 +358,7 @@ static void null_inputs(void)
     NULLOP(dl_var(NULL, DL_ALL, 1, 0));
     NULLOP(dl_std(NULL, DL_ALL, 1, 0));
     NULLOP(dl_norm(NULL, DL_ALL, 0));
+    NULLOP(dl_logsumexp(NULL, DL_ALL, 0));
     NULLOP(dl_argmax(NULL, 0, 0));
     NULLOP(dl_softmax(NULL, 0));
     NULLOP(dl_log_softmax(NULL, 0));

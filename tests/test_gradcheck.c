@@ -27,7 +27,7 @@ enum {
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
     OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE, OP_SDPA,
-    OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT
+    OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT, OP_LSE, OP_SECOND_LSE
 };
 
 /* fills */
@@ -176,6 +176,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_VAR: return dl_var(a, p->sh, p->d0, p->keep);
     case OP_STD: return dl_std(a, p->sh, p->d0, p->keep);
     case OP_NORM: return dl_norm(a, p->sh, p->keep);
+    case OP_LSE: return dl_logsumexp(a, p->sh, p->keep);
     case OP_MATMUL: return dl_matmul(a, b);
     case OP_SOFTMAX: return dl_softmax(a, p->d0);
     case OP_LOGSOFTMAX: return dl_log_softmax(a, p->d0);
@@ -230,6 +231,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_SECOND_EMBED:
     case OP_SECOND_GATHER:
     case OP_SECOND_SPLIT:
+    case OP_SECOND_LSE:
     case OP_SECOND_NORM: {
         /* g = d/dx sum(tanh(x)^3), or WGAN-GP's shape: d/dx sum((norm(x * x,
            dim 1) - 1)^2) through dl_norm's backward, with history
@@ -251,6 +253,8 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         else if (p->op == OP_SECOND_CAT)   /* d/dx sum(entropy(x) + log_prob(x, value)^2) */
             y = dl_sum(dl_add(dl_categorical_entropy(a), dl_pow(dl_categorical_log_prob(a, cat_value(a)), 2.0f)),
                        DL_ALL, false);
+        else if (p->op == OP_SECOND_LSE)   /* d/dx sum(logsumexp(x, 1)^3): through exp(x - y) */
+            y = dl_sum(dl_pow(dl_logsumexp(a, DL_DIMS(1), false), 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_SPLIT)   /* d/dx sum(pieces^3): through the split's join and its backward */
             y = dl_sum(split_join(a, p, 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_GATHER)   /* d/dx sum(gather(x)^3): through the scatter's backward */
@@ -780,6 +784,9 @@ int main(void)
     reduce_cases("dl_max", OP_MAX, F_DA);
     reduce_cases("dl_min", OP_MIN, F_DA);
     var_cases();
+    reduce_cases("dl_logsumexp", OP_LSE, F_RANDN);
+    gc1("dl_logsumexp", "0-d", mkd(OP_LSE, DL_ALL, false), I(S0(), F_RANDN));
+    gc1("grad of a logsumexp", "dim 1", mk(OP_SECOND_LSE), I(DL_SHAPE(3, 4), F_RANDN));
     {   /* the 2-norm: its gradient at a zero row is 0 (a central difference
            there is 0 too: |eps| - |-eps|) */
         int keep;
