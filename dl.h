@@ -459,6 +459,7 @@
        dl_std                     x.std(dims, correction, keepdim)
        dl_norm                    x.norm(dim=dims, keepdim) (2-norm, torch.linalg.vector_norm)
        dl_logsumexp               torch.logsumexp(x, dims, keepdim)
+       dl_cumsum                  torch.cumsum(x, dim)
        dl_argmax                  x.argmax(dim, keepdim) (int64)
        dl_multinomial             torch.multinomial(probs, n, replacement)
      ops: linear algebra and softmax
@@ -1191,6 +1192,13 @@ DL_API dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim);
    -inf. Gradient g exp(t - y) (softmax(t) g; NaN where t and y are both
    infinite, as torch's); twice differentiable. */
 DL_API dl_tensor *dl_logsumexp(dl_tensor *t, dl_shape dims, bool keepdim);
+/* torch.cumsum(t, dim): the running sums along dim (negative: from the
+   end; a 0-d t takes 0 or -1), the shape of t. float32 adds each line in
+   order in double, rounding every element to float (torch's CPU bits, on
+   every device and thread count); int64 and int32 give int64 (torch's),
+   no gradient. Gradient: g's running sums from the end (torch's rule);
+   twice differentiable. */
+DL_API dl_tensor *dl_cumsum(dl_tensor *t, int dim);
 DL_API dl_tensor *dl_argmax(dl_tensor *t, int dim, bool keepdim);  /* int64, first max */
 /* torch.multinomial(probs, num_samples, replacement): int64 category
    indices drawn from each row of probs ((C) -> (num_samples), (N, C) ->
@@ -5090,6 +5098,10 @@ struct dl__backend {
        backward in one pass, dx[i] = DL__UNARY_GRADS' op of g[i] and x[i]
        with attributes a, b */
     void (*unary_bwd)(dl__dev *d, int op, float *dx, const float *g, const float *x, int64_t n, float a, float b);
+    /* y = the running sums of x (outer, n, inner) along n (rev: from the
+       end), dt DL_DTYPE_F32 (each line added in order in double, rounded
+       at every element: torch's CPU cumsum) or DL_DTYPE_I64 (wrapping) */
+    void (*cumsum)(dl__dev *d, int dt, void *y, const void *x, int64_t outer, int64_t n, int64_t inner, bool rev);
 };
 
 /* dtype conversions (dl_to_dtype), as torch on x86: float to int truncates
@@ -7304,6 +7316,50 @@ static void dl__cpu_eq_i64(dl__dev *d, float *y, const int64_t *a, const int64_t
     a = (const int64_t *)DL__RAW(d, a);
     b = (const int64_t *)DL__RAW(d, b);
     for (i = 0; i < n; i++) y[i] = a[i] == b[i] ? 1.0f : 0.0f;
+}
+
+/* cumsum: tasks of up to DL__CSB lines (columns of one outer index), each
+   line's adds in order, so no thread count changes a bit */
+#define DL__CSB 64
+typedef struct dl__cumsum_args { int dt; void *y; const void *x; int64_t n, inner, nb; bool rev; } dl__cumsum_args;
+static void dl__cumsum_task(void *p, int64_t lo, int64_t hi)
+{
+    const dl__cumsum_args *u = (const dl__cumsum_args *)p;
+    int64_t t, k, i;
+    for (t = lo; t < hi; t++) {
+        int64_t o = t / u->nb, i0 = (t % u->nb) * DL__CSB, w = u->inner - i0 < DL__CSB ? u->inner - i0 : DL__CSB;
+        double s[DL__CSB];
+        uint64_t si[DL__CSB];
+        if (u->inner == 1 && u->dt == DL_DTYPE_F32) {   /* one line: its sum in a register */
+            const float *x = (const float *)u->x + o * u->n;
+            float *y = (float *)u->y + o * u->n;
+            double a = 0.0;
+            if (u->rev) for (k = u->n - 1; k >= 0; k--) { a += (double)x[k]; y[k] = (float)a; }
+            else for (k = 0; k < u->n; k++) { a += (double)x[k]; y[k] = (float)a; }
+            continue;
+        }
+        for (i = 0; i < w; i++) { s[i] = 0.0; si[i] = 0; }
+        for (k = 0; k < u->n; k++) {
+            int64_t at = (o * u->n + (u->rev ? u->n - 1 - k : k)) * u->inner + i0;
+            if (u->dt == DL_DTYPE_F32) {
+                const float *x = (const float *)u->x + at;
+                float *y = (float *)u->y + at;
+                for (i = 0; i < w; i++) { s[i] += (double)x[i]; y[i] = (float)s[i]; }
+            } else {
+                const int64_t *x = (const int64_t *)u->x + at;
+                int64_t *y = (int64_t *)u->y + at;
+                for (i = 0; i < w; i++) { si[i] += (uint64_t)x[i]; y[i] = (int64_t)si[i]; }
+            }
+        }
+    }
+}
+static void dl__cpu_cumsum(dl__dev *d, int dt, void *y, const void *x, int64_t outer, int64_t n, int64_t inner,
+                           bool rev)
+{
+    dl__cumsum_args u;
+    u.dt = dt; u.y = DL__RAW(d, y); u.x = DL__RAW(d, x);
+    u.n = n; u.inner = inner; u.nb = (inner + DL__CSB - 1) / DL__CSB; u.rev = rev;
+    dl__parallel_for(d->ctx->pool, outer * u.nb, (1 << 15) / (n * DL__CSB + 1) + 1, dl__cumsum_task, &u);
 }
 
 typedef struct dl__un_args { int op; float *y; const float *x; float a, b; } dl__un_args;
@@ -11353,7 +11409,8 @@ static const dl__backend dl__cpu_backend = {
     NULL,                     /* colsum_fused: none fused (bn_backward's sdb is always NULL) */
     NULL,                     /* bn_stats_add: dl_add, then bn_stats (vectorized passes) */
     dl__cpu_embed, dl__cpu_embed_bwd,
-    dl__cpu_convert, dl__cpu_select, dl__cpu_softmax_bwd, dl__cpu_unary_bwd
+    dl__cpu_convert, dl__cpu_select, dl__cpu_softmax_bwd, dl__cpu_unary_bwd,
+    dl__cpu_cumsum
 };
 
 static const dl__backend *dl__cpu_be(void) { return &dl__cpu_backend; }
@@ -11472,7 +11529,7 @@ enum {
     DL__RK_BN_STATS, DL__RK_BN_APPLY, DL__RK_BN_BACKWARD, DL__RK_LN_FORWARD, DL__RK_LN_BACKWARD,
     DL__RK_SGD, DL__RK_ADAM, DL__RK_SCALE, DL__RK_CONV_S1, DL__RK_CONV_S1_WGRAD, DL__RK_CONV_WG,
     DL__RK_CONV_WG_WGRAD, DL__RK_CONV_I2C, DL__RK_EQ_I64, DL__RK_EMBED, DL__RK_EMBED_BWD, DL__RK_CONVERT,
-    DL__RK_SELECT, DL__RK_CLASS_LOSS, DL__RK_CLASS_LOSS_BWD, DL__RK_SOFTMAX_BWD, DL__RK_UNARY_BWD
+    DL__RK_SELECT, DL__RK_CLASS_LOSS, DL__RK_CLASS_LOSS_BWD, DL__RK_SOFTMAX_BWD, DL__RK_UNARY_BWD, DL__RK_CUMSUM
 };
 
 /* One recorded CPU backend call: the entry's arguments in its order. */
@@ -12048,6 +12105,14 @@ static void dl__rw_unary_bwd(dl__dev *d, int op, float *dx, const float *g, cons
     }
     DL__CPU.unary_bwd(d, op, dx, g, x, n, a, b);
 }
+static void dl__rw_cumsum(dl__dev *d, int dt, void *y, const void *x, int64_t outer, int64_t n, int64_t inner,
+                          bool rev)
+{
+    DL__REC(d, DL__RK_CUMSUM) {
+        r->k = dt; r->b[0] = rev; r->p[0] = y; r->p[1] = (void *)x; r->n[0] = outer; r->n[1] = n; r->n[2] = inner;
+    }
+    DL__CPU.cumsum(d, dt, y, x, outer, n, inner, rev);
+}
 static int64_t dl__rw_class_loss(dl__dev *d, float *loss, float *den, const dl__clsargs *a, int64_t *bad)
 {
     DL__REC(d, DL__RK_CLASS_LOSS) if (dl__rec_blob(d, r, a, sizeof *a)) { r->p[0] = loss; r->p[1] = den; }
@@ -12325,7 +12390,8 @@ static const dl__backend dl__cap_backend = {
     NULL,
     NULL,
     dl__rw_embed, dl__rw_embed_bwd,
-    dl__rw_convert, dl__rw_select, dl__rw_softmax_bwd, dl__rw_unary_bwd
+    dl__rw_convert, dl__rw_select, dl__rw_softmax_bwd, dl__rw_unary_bwd,
+    dl__rw_cumsum
 };
 
 /* a replay's class-index target outside [0, C) (class_mask, class_loss): false */
@@ -12392,6 +12458,7 @@ static bool dl__rec_run(dl_capture *c, const dl__rec *r)
     case DL__RK_UNARY_BWD:
         DL__CPU.unary_bwd(d, r->k, (float *)p[0], (const float *)p[1], (const float *)p[2], n[0], r->f[0], r->f[1]);
         break;
+    case DL__RK_CUMSUM: DL__CPU.cumsum(d, r->k, p[0], p[1], n[0], n[1], n[2], r->b[0]); break;
     case DL__RK_CLASS_LOSS_BWD:
         DL__CPU.class_loss_bwd(d, (float *)p[0], (float *)p[1], (const float *)p[2], (const float *)p[3],
                                (const dl__clsargs *)a);
@@ -16428,6 +16495,39 @@ dl_tensor *dl_logsumexp(dl_tensor *t, dl_shape dims, bool keepdim)
     if (dl__record(y, &dl__op_lse, 1, &t, &n) < 0) return dl__end(ctx, NULL, op);
     if (n) n->i[0] = dl__mask_bits(mask, t->ndim);
     return dl__done(y, op);
+}
+
+/* y = cumsum(x, dim), rev: from the end (the backward's);  dx = g's
+   running sums the other way (dl__cumsum of g, !rev) */
+static dl_tensor *dl__cumsum(dl_tensor *t, int dim, bool rev);
+static dl_result dl__cumsum_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    gin[0] = dl__cumsum(g, (int)n->i[0], n->i[1] == 0);
+    return DL_OK;
+}
+static const dl__op dl__op_cumsum = {"dl_cumsum", dl__cumsum_bwd, 0, 0, 0};
+
+static dl_tensor *dl__cumsum(dl_tensor *t, int dim, bool rev)   /* (t live, dim in range) */
+{
+    dl_tensor *y;
+    dl__node *n;
+    int nd = t->ndim;
+    if (t->dtype == DL_DTYPE_I32 && !(t = dl_to_dtype(t, DL_DTYPE_I64))) return NULL;   /* torch: int64 */
+    y = dl__make(t->dev_, "dl_cumsum", t->dtype, nd, t->shape, false, NULL);
+    if (!y) return NULL;
+    if (t->numel > 0)
+        DL__BE(t)->cumsum(t->dev_, (int)t->dtype, y->data, t->data, nd ? dl__prod(t->shape, dim) : 1,
+                          nd ? t->shape[dim] : 1, nd ? dl__prod(t->shape + dim + 1, nd - dim - 1) : 1, rev);
+    if (dl__record(y, &dl__op_cumsum, 1, &t, &n) < 0) return NULL;
+    if (n) { n->i[0] = dim; n->i[1] = rev; }
+    return dl__done(y, "dl_cumsum");
+}
+
+dl_tensor *dl_cumsum(dl_tensor *t, int dim)
+{
+    if (!t) return NULL;
+    if (!dl__live("dl_cumsum", "t", t) || !dl__dim("dl_cumsum", t, &dim, t->ndim ? t->ndim : 1)) return NULL;
+    return dl__cumsum(t, t->ndim ? dim : 0, false);
 }
 
 dl_tensor *dl_multinomial(dl_tensor *probs, int64_t num_samples, bool replacement)

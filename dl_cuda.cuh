@@ -1159,6 +1159,38 @@ static void dl__cu_eq_i64(dl__dev *d, float *y, const int64_t *a, const int64_t 
     dl__cu_run<int64_t>(d, "eq_i64", n, f);
 }
 
+/* dl_cumsum: one thread per line, its adds in order from the line's start
+   (rev: from its end) in double, as the CPU's (the same bits); a first
+   version, with no parallel scan along a long line */
+struct dl__cuf_cumsum {
+    void *y; const void *x; int64_t n, inner; bool i64, rev;
+    DL__HD void operator()(int64_t t) const
+    {
+        int64_t o = t / inner, i = t % inner, k;
+        double s = 0.0;
+        uint64_t si = 0;
+        for (k = 0; k < n; k++) {
+            int64_t at = (o * n + (rev ? n - 1 - k : k)) * inner + i;
+            if (i64) {
+                si += (uint64_t)((const int64_t *)x)[at];
+                ((int64_t *)y)[at] = (int64_t)si;
+            } else {
+                s = dl__cu_dadd(s, (double)((const float *)x)[at]);
+                ((float *)y)[at] = (float)s;
+            }
+        }
+    }
+};
+
+static void dl__cu_cumsum(dl__dev *d, int dt, void *y, const void *x, int64_t outer, int64_t n, int64_t inner,
+                          bool rev)
+{
+    dl__cuf_cumsum f;
+    dl__cu_enter(d);
+    f.y = DL__CUP(d, y); f.x = DL__CUP(d, x); f.n = n; f.inner = inner; f.i64 = dt == DL_DTYPE_I64; f.rev = rev;
+    dl__cu_run<int64_t>(d, "cumsum", outer * inner, f);
+}
+
 /* ===========================================================================
  * Elementwise: dl.h's X-macro expressions, one instantiation per op
  * ========================================================================= */
@@ -6120,7 +6152,8 @@ static const dl__backend dl__cuda_backend = {
     dl__cu_embed, dl__cu_embed_bwd,
     dl__cu_convert, dl__cu_select,
     NULL,  /* softmax_bwd: the binary and reduce launches */
-    dl__cu_unary_bwd
+    dl__cu_unary_bwd,
+    dl__cu_cumsum
 };
 
 static int dl__cuda_count(void)

@@ -64,6 +64,7 @@ static dl_tensor *run_op(void) {
         if (!strcmp(op, "var")) return dl_var(x[0], dims, 1, false);
         if (!strcmp(op, "norm")) return dl_norm(x[0], dims, false);
         if (!strcmp(op, "logsumexp")) return dl_logsumexp(x[0], dims, false);
+        if (!strcmp(op, "cumsum")) return dl_cumsum(x[0], (int)dims.d[0]);   /* (last or first) */
         if (!strcmp(op, "max_dim")) return dl_max_dim(x[0], (int)dims.d[0], false, NULL);
         if (!strcmp(op, "argmax")) return dl_argmax(x[0], (int)dims.d[0], false);   /* int64: fwd only */
     } else if (!strcmp(kind, "sm")) {

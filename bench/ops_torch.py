@@ -17,6 +17,7 @@ RED = {"sum": lambda x, d: x.sum(d) if d is not None else x.sum(), "mean": lambd
        "max": lambda x, d: x.amax(d) if d is not None else x.amax(), "min": lambda x, d: x.amin(d) if d is not None else x.amin(),
        "var": lambda x, d: x.var(d, correction=1) if d is not None else x.var(correction=1),
        "norm": lambda x, d: torch.linalg.vector_norm(x, dim=d),
+       "cumsum": lambda x, d: torch.cumsum(x, d),
        "logsumexp": lambda x, d: torch.logsumexp(x, d if d is not None else tuple(range(x.dim()))),
        "max_dim": lambda x, d: torch.max(x, d).values, "argmax": lambda x, d: x.argmax(d)}
 

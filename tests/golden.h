@@ -517,6 +517,7 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
     if (!strcmp(op, "var")) { G_NEED(1, 3); return dl_var(x, g_red_dims(p), g_pi(p, 1), g_pi(p, 0) != 0); }
     if (!strcmp(op, "std")) { G_NEED(1, 3); return dl_std(x, g_red_dims(p), g_pi(p, 1), g_pi(p, 0) != 0); }
     if (!strcmp(op, "norm")) { G_NEED(1, 3); return dl_norm(x, g_red_dims(p), g_pi(p, 0) != 0); }
+    if (!strcmp(op, "cumsum")) { G_NEED(1, 1); return dl_cumsum(x, g_pi(p, 0)); }
     if (!strcmp(op, "logsumexp")) { G_NEED(1, 3); return dl_logsumexp(x, g_red_dims(p), g_pi(p, 0) != 0); }
     if (!strcmp(op, "argmax")) { G_NEED(1, 2); return dl_argmax(x, g_pi(p, 0), g_pi(p, 1) != 0); }
     if (!strncmp(op, "max_dim", 7) || !strncmp(op, "min_dim", 7)) {   /* values, or "_idx": indices */

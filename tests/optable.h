@@ -50,6 +50,7 @@ static dl_tensor *o_min(dl_tensor **i) { return dl_min(i[0], DL_DIMS(0), true); 
 static dl_tensor *o_var(dl_tensor **i) { return dl_var(i[0], DL_DIMS(1), 1, false); }
 static dl_tensor *o_std(dl_tensor **i) { return dl_std(i[0], DL_DIMS(0), 0, true); }
 static dl_tensor *o_lse(dl_tensor **i) { return dl_logsumexp(dl_mul_scalar(i[0], 30.0f), DL_DIMS(0, 2), false); }
+static dl_tensor *o_cumsum(dl_tensor **i) { return dl_mul(dl_cumsum(i[0], 1), dl_cumsum(i[0], -1)); }
 static dl_tensor *o_argmax(dl_tensor **i) { return dl_argmax(i[0], 1, false); }
 static dl_tensor *o_max_dim(dl_tensor **i) { return dl_add(dl_max_dim(i[0], 1, false, NULL), dl_min_dim(i[0], 0, false, NULL)); }
 static dl_tensor *o_matmul(dl_tensor **i) { return dl_matmul(i[0], i[1]); }
@@ -170,6 +171,7 @@ static const opcase g_ops[] = {
     {"dl_var", o_var, 1, {S(3, 5)}, 0, false},
     {"dl_std", o_std, 1, {S(3, 5)}, 0, false},
     {"dl_logsumexp", o_lse, 1, {S(3, 4, 5)}, 0, false},
+    {"dl_cumsum", o_cumsum, 1, {S(3, 4, 70)}, 0, false},
     {"dl_argmax", o_argmax, 1, {S(3, 5)}, 0, true},
     {"dl_max_dim dl_min_dim", o_max_dim, 1, {S(3, 3)}, 0, false},
     {"dl_matmul 2d", o_matmul, 2, {S(3, 4), S(4, 5)}, 0, false},

@@ -917,17 +917,19 @@ static void step_replay(dl_tensor *(*step)(dl_tensor *, dl_tensor *), uint64_t s
 }
 static void test_split_replay(void) { step_replay(split_step, 14, "split/chunk/unbind"); }
 
-/* dl_logsumexp captured: a step through it (its max, shifted exps and
-   sum, and its backward) replays on a rewritten input with eager's bits */
+/* dl_logsumexp and dl_cumsum captured: a step through them (logsumexp's
+   max, shifted exps and sum, cumsum's entry, their backwards) replays on a
+   rewritten input with eager's bits */
 static dl_tensor *scan_step(dl_tensor *w, dl_tensor *s)
 {
     dl_tensor *q = dl_matmul(s, w), *r;
     dl_zero_grad(w);
     r = dl_sum(dl_mul(dl_logsumexp(q, DL_DIMS(1), true), dl_logsumexp(q, DL_DIMS(0), true)), DL_ALL, false);
+    r = dl_add(r, dl_sum(dl_mul(dl_cumsum(q, 1), dl_cumsum(q, 0)), DL_ALL, false));
     if (r && dl_backward(r) != DL_OK) return NULL;
     return r;
 }
-static void test_scan_replay(void) { step_replay(scan_step, 15, "logsumexp"); }
+static void test_scan_replay(void) { step_replay(scan_step, 15, "logsumexp/cumsum"); }
 
 #define RN 4
 /* RN training steps: step's eagerly, or the first eager, the second

@@ -181,6 +181,9 @@ static void dim_errors(void)
     BAD(dl_norm(T(2, 3), DL_DIMS(0, 0), false), DL_ERR_ARG, "twice");
     BAD(dl_logsumexp(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "dl_logsumexp: dim 2 is out of range for a tensor of shape (2,3) (valid: -2..1)");
     BAD(dl_logsumexp(T(2, 3), DL_DIMS(1, -1), true), DL_ERR_ARG, "dl_logsumexp: dim 1 appears twice in dims");
+    BAD(dl_cumsum(T(2, 3), 2), DL_ERR_ARG, "dl_cumsum: dim 2 is out of range for a tensor of shape (2,3) (valid: -2..1)");
+    BAD(dl_cumsum(T(2, 3), -3), DL_ERR_ARG, "dl_cumsum: dim -3 is out of range");
+    BAD(dl_cumsum(dl_full(C, DL_SHAPE(), 1.0f), 1), DL_ERR_ARG, "dl_cumsum: dim 1 is out of range for a tensor of shape ()");
     BAD(dl_max(T(2, 3), DL_DIMS(2), false), DL_ERR_ARG, "out of range");
     BAD(dl_min(T(2, 3), DL_DIMS(-4), false), DL_ERR_ARG, "out of range");
     BAD(dl_argmax(T(2, 3), 2, false), DL_ERR_ARG, "out of range");
@@ -359,6 +362,7 @@ static void null_inputs(void)
     NULLOP(dl_std(NULL, DL_ALL, 1, 0));
     NULLOP(dl_norm(NULL, DL_ALL, 0));
     NULLOP(dl_logsumexp(NULL, DL_ALL, 0));
+    NULLOP(dl_cumsum(NULL, 0));
     NULLOP(dl_argmax(NULL, 0, 0));
     NULLOP(dl_softmax(NULL, 0));
     NULLOP(dl_log_softmax(NULL, 0));

@@ -26,8 +26,9 @@ enum {
     OP_RESHAPE, OP_FLATTEN, OP_UNFLATTEN, OP_SQUEEZE, OP_UNSQUEEZE, OP_PERMUTE, OP_TRANSPOSE,
     OP_NARROW, OP_CAT, OP_STACK, OP_EXPAND, OP_SUMTO, OP_COPY,
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
-    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE, OP_SDPA,
-    OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT, OP_LSE, OP_SECOND_LSE
+    OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE,
+    OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT, OP_LSE, OP_SECOND_LSE, OP_CUMSUM, OP_SECOND_CUMSUM,
+    OP_SDPA
 };
 
 /* fills */
@@ -177,6 +178,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_STD: return dl_std(a, p->sh, p->d0, p->keep);
     case OP_NORM: return dl_norm(a, p->sh, p->keep);
     case OP_LSE: return dl_logsumexp(a, p->sh, p->keep);
+    case OP_CUMSUM: return dl_cumsum(a, p->d0);
     case OP_MATMUL: return dl_matmul(a, b);
     case OP_SOFTMAX: return dl_softmax(a, p->d0);
     case OP_LOGSOFTMAX: return dl_log_softmax(a, p->d0);
@@ -232,6 +234,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_SECOND_GATHER:
     case OP_SECOND_SPLIT:
     case OP_SECOND_LSE:
+    case OP_SECOND_CUMSUM:
     case OP_SECOND_NORM: {
         /* g = d/dx sum(tanh(x)^3), or WGAN-GP's shape: d/dx sum((norm(x * x,
            dim 1) - 1)^2) through dl_norm's backward, with history
@@ -255,6 +258,8 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
                        DL_ALL, false);
         else if (p->op == OP_SECOND_LSE)   /* d/dx sum(logsumexp(x, 1)^3): through exp(x - y) */
             y = dl_sum(dl_pow(dl_logsumexp(a, DL_DIMS(1), false), 3.0f), DL_ALL, false);
+        else if (p->op == OP_SECOND_CUMSUM)   /* d/dx sum(cumsum(x, 1)^3): through the reversed cumsum */
+            y = dl_sum(dl_pow(dl_cumsum(a, 1), 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_SPLIT)   /* d/dx sum(pieces^3): through the split's join and its backward */
             y = dl_sum(split_join(a, p, 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_GATHER)   /* d/dx sum(gather(x)^3): through the scatter's backward */
@@ -787,6 +792,13 @@ int main(void)
     reduce_cases("dl_logsumexp", OP_LSE, F_RANDN);
     gc1("dl_logsumexp", "0-d", mkd(OP_LSE, DL_ALL, false), I(S0(), F_RANDN));
     gc1("grad of a logsumexp", "dim 1", mk(OP_SECOND_LSE), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("dl_cumsum", "dim 1", mki(OP_CUMSUM, 1, 0), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("dl_cumsum", "dim 0", mki(OP_CUMSUM, 0, 0), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("dl_cumsum", "dim -2 of 3", mki(OP_CUMSUM, -2, 0), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_cumsum", "dim -1 of 3", mki(OP_CUMSUM, -1, 0), I(DL_SHAPE(2, 3, 4), F_RANDN));
+    gc1("dl_cumsum", "size-1 dim", mki(OP_CUMSUM, 1, 0), I(DL_SHAPE(3, 1, 4), F_RANDN));
+    gc1("dl_cumsum", "0-d", mki(OP_CUMSUM, 0, 0), I(S0(), F_RANDN));
+    gc1("grad of a cumsum", "dim 1", mk(OP_SECOND_CUMSUM), I(DL_SHAPE(3, 4), F_RANDN));
     {   /* the 2-norm: its gradient at a zero row is 0 (a central difference
            there is 0 too: |eps| - |-eps|) */
         int keep;

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """tests/golden/gen_scan.py - PyTorch golden values for dl_logsumexp
-(torch.logsumexp(x, dims, keepdim)), added after core.bin was made, read by
-tests/test_golden.c in the format and case layout of gen.py (see its
-docstring). Params as gen.py's reductions: [keepdim, 0, all_flag, dims...].
-Special values: rows of -inf, a +inf, a NaN, 1e38 (torch's values and
-gradients, NaN where torch's are), a dim of size 0 (-inf). Then
-Categorical's log_prob with a +inf logit (gen.py's case layout).
+(torch.logsumexp(x, dims, keepdim)) and dl_cumsum (torch.cumsum(x, dim)),
+added after core.bin was made, read by tests/test_golden.c in the format
+and case layout of gen.py (see its docstring). logsumexp's params as
+gen.py's reductions: [keepdim, 0, all_flag, dims...]; special values: rows
+of -inf, a +inf, a NaN, 1e38 (torch's values and gradients, NaN where
+torch's are), a dim of size 0 (-inf). Then Categorical's log_prob with a
++inf logit (gen.py's case layout). cumsum's params: [dim]; long lines
+(torch's CPU adds in double, as dl.h), inf, NaN, overflow, -0, 0-d, empty.
 
 Run from the repository root:   python3 tests/golden/gen_scan.py [out.bin]
 (default output: tests/golden/scan.bin). Deterministic:
@@ -81,6 +83,42 @@ def categorical_inf(name, x, value):
 xi = randn(3, 4)
 xi[0, 1] = INF
 categorical_inf("categorical_log_prob/inf_logit", xi, torch.tensor([2, 0, 3]))
+
+
+
+def cumsum_case(name, x, dim, dd=False):
+    """torch.cumsum(x, dim); params [dim]"""
+    t = x.detach().clone().to(torch.float32).requires_grad_(True)
+    out = torch.cumsum(t, dim)
+    rec(name + "/x", t)
+    rec(name + "/params", torch.tensor([float(dim)]))
+    record_grads(name, out, [t], ["x"], dd)
+
+
+def cum_special():
+    x = randn(5, 4)
+    x[0, 1] = INF                  # +inf, then +inf
+    x[1, 0] = -INF
+    x[1, 2] = INF                  # -inf + inf: NaN from there on
+    x[2, 1] = NAN
+    x[3, :] = 3e38                 # overflows to +inf at the second element
+    x[4, 0] = -0.0
+    return x
+
+
+cumsum_case("cumsum/d1", randn(3, 4), 1)
+cumsum_case("cumsum/d0", randn(3, 4), 0)
+cumsum_case("cumsum/dneg", randn(2, 3, 5), -1)
+cumsum_case("cumsum/dmid", randn(2, 3, 5), -2)
+cumsum_case("cumsum/size1", randn(3, 1, 4), 1)
+cumsum_case("cumsum/zero_d", randn(), 0)
+cumsum_case("cumsum/zero_d_neg", randn(), -1)
+cumsum_case("cumsum/long", randn(2, 2000), 1)      # torch's CPU adds in double: the same bits
+cumsum_case("cumsum/long_d0", randn(150, 70), 0)   # columns in blocks of 64 and a remainder
+cumsum_case("cumsum/special", cum_special(), 1)
+cumsum_case("cumsum/special_d0", cum_special(), 0)
+cumsum_case("cumsum/empty", torch.zeros(0, 3), 1)
+cumsum_case("cumsum/dd", randn(3, 4), 1, dd=True)
 
 
 def main():
