@@ -1271,7 +1271,8 @@ DL_API dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index);
      (int64 or int32, of the batch shape; each in [0, C)) minus
      dl_logsumexp(logits) (a +inf logit: -inf elsewhere, as torch's).
    dl_categorical_entropy: .entropy(), (...): -sum(p * max(log p, -FLT_MAX))
-     over the categories (torch's clamp: a -inf logit adds 0, not NaN).
+     over the categories (torch's clamp: a -inf logit adds 0, not NaN; a
+     +inf logit gives NaN, as torch's).
    The last two are differentiable in logits, twice. */
 DL_API dl_tensor *dl_categorical_sample(dl_tensor *logits);
 DL_API dl_tensor *dl_categorical_log_prob(dl_tensor *logits, dl_tensor *value);

@@ -83,7 +83,7 @@ int main(int argc, char **argv)
         run_file("tests/golden/activations.bin", 6);   /* gen_activations.py: SiLU */
         run_file("tests/golden/edges.bin", 40);        /* gen_edges.py: ties, 0-d, NaN, bounds */
         run_file("tests/golden/norm.bin", 13);         /* gen_norm.py: dl_norm, zero rows */
-        run_file("tests/golden/scan.bin", 32);         /* gen_scan.py: logsumexp, cumsum, special values */
+        run_file("tests/golden/scan.bin", 33);         /* gen_scan.py: logsumexp, cumsum, special values */
         run_file("tests/golden/masks.bin", 6);         /* gen_masks.py: second derivatives through masks */
         run_file("tests/golden/fuzz.bin", 240);        /* gen_fuzz.py: random programs of the ops above */
         g_capture_file("tests/golden/fuzz.bin");        /* the same, captured and replayed */

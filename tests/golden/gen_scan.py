@@ -8,6 +8,7 @@ of -inf, a +inf, a NaN, 1e38 (torch's values and gradients, NaN where
 torch's are), a dim of size 0 (-inf). Then Categorical's log_prob with a
 +inf logit (gen.py's case layout). cumsum's params: [dim]; long lines
 (torch's CPU adds in double, as dl.h), inf, NaN, overflow, -0, 0-d, empty.
+Then Categorical's entropy with a +inf and a -inf logit.
 
 Run from the repository root:   python3 tests/golden/gen_scan.py [out.bin]
 (default output: tests/golden/scan.bin). Deterministic:
@@ -119,6 +120,18 @@ cumsum_case("cumsum/special", cum_special(), 1)
 cumsum_case("cumsum/special_d0", cum_special(), 0)
 cumsum_case("cumsum/empty", torch.zeros(0, 3), 1)
 cumsum_case("cumsum/dd", randn(3, 4), 1, dd=True)
+
+
+# Categorical(logits=x, validate_args=False).entropy() with a +inf logit
+# (NaN in its row, value and gradient) and a -inf one (adds 0); params [0]
+xe = randn(3, 4)
+xe[0, 1] = INF
+xe[2, 3] = -INF
+te = xe.clone().requires_grad_(True)
+rec("categorical_entropy/inf_logit/x", te)
+rec("categorical_entropy/inf_logit/params", torch.tensor([0.0]))
+record_grads("categorical_entropy/inf_logit", torch.distributions.Categorical(logits=te, validate_args=False).entropy(),
+             [te], ["x"])
 
 
 def main():
