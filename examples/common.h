@@ -66,8 +66,13 @@ static bool ex_batch_norm_model;
    example takes those flags out of argv itself) */
 static const char *ex_own_usage = NULL;
 
+/* the usage of an example whose flags are a few of the shared ones
+   (transformer.c): ex_usage prints it in place of the whole list */
+static void (*ex_own_usage_fn)(FILE *out, const ex_args *d) = NULL;
+
 static EX_UNUSED void ex_usage(FILE *out, const ex_args *d)
 {
+    if (ex_own_usage_fn) { ex_own_usage_fn(out, d); return; }
     fprintf(out,
             "usage: %s [--epochs N (%d)] [--batch N (%lld)] [--lr F (%g)] [--threads N (0)]\n"
             "       [--workers N (%d)] [--seed N (%llu)] [--limit N (0)] [--data DIR (%s)]\n"
@@ -373,6 +378,17 @@ static EX_UNUSED bool ex_logdir_ok(const char *prog, const char *flag, const cha
     return true;
 }
 
+/* --threads over the cores: the cores, with a warning */
+static EX_UNUSED void ex_threads_clamp(ex_args *a)
+{
+    long cores = ex_cores();
+    if (a->threads > cores) {
+        fprintf(stderr, "%s: warning: --threads %d is more than this machine's %ld cores; using %ld\n",
+                a->prog, a->threads, cores, cores);
+        a->threads = (int)cores;
+    }
+}
+
 /* Fills *a with the example's defaults (seed 1, one loader worker,
    data/fashion-mnist; ndev 1: --device, the context's default device;
    ndev 2: --devices, cpu:0,cpu:1) and the flags over them, each value
@@ -384,7 +400,6 @@ static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const 
     ex_args d;
     const char *out[4][2];
     int i, j;
-    long cores = ex_cores();
     EX_CHECK_STDOUT(argv[0]);
     memset(&d, 0, sizeof d);
     d.prog = argv[0];
@@ -427,11 +442,7 @@ static EX_UNUSED void ex_parse_devices(int argc, char **argv, ex_args *a, const 
             else a->logdir = v;
         }
     }
-    if (a->threads > cores) {
-        fprintf(stderr, "%s: warning: --threads %d is more than this machine's %ld cores; using %ld\n",
-                a->prog, a->threads, cores, cores);
-        a->threads = (int)cores;
-    }
+    ex_threads_clamp(a);
     if (a->epochs == 0 && a->save)   /* the checkpoint is written after each epoch */
         ex_bad_args(&d, "--save %s with --epochs 0: no epoch runs, so nothing would be saved", a->save);
     /* the outputs: distinct, and writable now rather than after hours of training */
@@ -590,6 +601,26 @@ static EX_UNUSED void ex_devices_ok(const ex_args *a, dl_ctx *ctx)
         }
 }
 
+/* The run's context: seed, threads, the CPU devices --device needs, the
+   default device (cpu:N; a cuda:N is checked, and the model moved there);
+   NULL after printing why not (a device it cannot make: exit 2). */
+static EX_UNUSED dl_ctx *ex_ctx_new(const ex_args *a)
+{
+    dl_ctx_desc cd;
+    dl_ctx *ctx;
+    memset(&cd, 0, sizeof cd);
+    cd.seed = a->seed;
+    cd.num_threads = a->threads;
+    cd.log = dl_log_silent;         /* every failure is reported by the example, with its context */
+    cd.cpu_devices = ex_cpu_devices(a);
+    if (a->dev[0].type != DL_DEVICE_DEFAULT)   /* --device/--devices given: DL_DEVICE does not apply (a */
+        cd.device = a->dev[0].type == DL_DEVICE_CPU ? a->dev[0] : dl_cpu();   /* cuda:N is checked below) */
+    ctx = dl_ctx_init(&cd);
+    if (!ctx) { fprintf(stderr, "%s: cannot create a context: %s\n", a->prog, dl_error_message(NULL)); return NULL; }
+    ex_devices_ok(a, ctx);
+    return ctx;
+}
+
 /* Sets up ctx (seed, threads, the CPU devices --device needs) and the
    Fashion-MNIST loaders (normalized; augmentation when hflip/crop_padding),
    which hand their batches to the (first) device. On the host (cpu:0) the
@@ -600,23 +631,13 @@ static EX_UNUSED void ex_devices_ok(const ex_args *a, dl_ctx *ctx)
 static EX_UNUSED bool ex_setup_fmnist(const ex_args *a, const char *title, bool hflip, int64_t crop_padding,
                                       ex_setup *s)
 {
-    dl_ctx_desc cd;
     dl_tensor *xtr, *ytr, *xte, *yte;
     dl_transform_desc tr;
     dl_loader_desc ld;
     memset(s, 0, sizeof *s);
     s->a = a;
     s->title = title;
-    memset(&cd, 0, sizeof cd);
-    cd.seed = a->seed;
-    cd.num_threads = a->threads;
-    cd.log = dl_log_silent;         /* every failure is reported below, with its context */
-    cd.cpu_devices = ex_cpu_devices(a);
-    if (a->dev[0].type != DL_DEVICE_DEFAULT)   /* --device/--devices given: DL_DEVICE does not apply (a */
-        cd.device = a->dev[0].type == DL_DEVICE_CPU ? a->dev[0] : dl_cpu();   /* cuda:N is checked below) */
-    s->ctx = dl_ctx_init(&cd);
-    if (!s->ctx) { fprintf(stderr, "%s: cannot create a context: %s\n", a->prog, dl_error_message(NULL)); return false; }
-    ex_devices_ok(a, s->ctx);
+    if (!(s->ctx = ex_ctx_new(a))) return false;
     if (!ex_load_split(a->prog, s->ctx, a->data, "train", a->limit, &xtr, &ytr) ||
         !ex_load_split(a->prog, s->ctx, a->data, "t10k", 0, &xte, &yte)) return false;
     memset(&tr, 0, sizeof tr);

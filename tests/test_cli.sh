@@ -613,9 +613,32 @@ expect 2 "^$B/transfer_cost: --reps needs a value$" $B/transfer_cost --reps
 expect 2 "^$B/lenet: --batch 16 with 17 training samples \(--limit\) leaves a batch of one sample" \
     $B/lenet --data "$D" --epochs 1 --batch 16 --limit 17
 expect 2 "^$B/lenet: --save $T/e0.st with --epochs 0: no epoch runs" $B/lenet --data "$D" --epochs 0 --save "$T/e0.st"
+# transformer: the shared flags that fit (its data is made up as it trains:
+# no --data, --save ...), each value checked as in the others; one epoch on
+# cpu (1 thread) and on the strict cpu:1 (2 threads): the same epoch line
+TR=$B/transformer
+expect 0 "^usage: $TR \[--epochs N \(6\)\] \[--batch N \(64\)\] \[--lr F \(0.006\)\] \[--threads N \(0\)\]$" $TR --help
+for bad in "--epochs abc" "--epochs 1001" "--batch 0" "--batch 65537" "--lr 0" "--lr nan" "--threads -1" \
+           "--threads 1025" "--seed -1"; do
+    set -- $bad
+    expect 2 "^$TR: $1 $2: must be a" $TR $bad
+done
+expect 2 "^$TR: unknown flag --data$" $TR --data "$D"
+expect 2 "^$TR: --epochs needs a value$" $TR --epochs
+expect 2 "^$TR: --device gpu: $RULE" $TR --device gpu
+expect 2 "^$TR: --device cuda:0: cuda:0 requested but dl.h was built without DL_CUDA" $TR --device cuda:0
+expect 0 "^epoch  1  train loss [0-9.]+  train acc [0-9.]+  test acc [0-9.]+  " $TR --epochs 1 --batch 256 --threads 1
+base=$(losses)
+check "transformer: a sorted sample, then the test accuracy" eval "printf '%s\n' \"\$out\" | tail -n 2 | head -n 1 | grep -qE '^sorted by the model:( [0-9])+ \|( [0-9])+$' && printf '%s\n' \"\$out\" | tail -n 1 | grep -qE '^test accuracy: [01]\.[0-9]{4}$'"
+expect 0 "^test accuracy: [01]\.[0-9]{4}$" $STRICT $TR --epochs 1 --batch 256 --threads 2
+check "transformer on cpu:1 (strict), 2 threads: the same epoch line as on cpu, 1 thread" \
+    eval '[ -n "$base" ] && [ "$(losses)" = "$base" ]'
+expect 1 "^$TR: the loss is (NaN|infinite) at epoch 1, step [0-9]+ of 16: training diverged" \
+    $TR --epochs 1 --batch 256 --lr 1e38 --threads 1
+expect 1 "^$TR: writing standard output: No space left on device$" sh -c "exec $TR --epochs 0 >/dev/full"
 all=$(ls examples/*.c | sed 's|^examples/||; s|\.c$||' | tr '\n' ' ')
 check "every example is run on the strict cpu:1 above (a new one: add it there): $all" \
-    [ "$all" = "custom_function data_parallel gradcheck graph lenet lenet_d2l mlp model_parallel resnet softmax_regression static_graph transfer_cost " ]
+    [ "$all" = "custom_function data_parallel gradcheck graph lenet lenet_d2l mlp model_parallel resnet softmax_regression static_graph transfer_cost transformer " ]
 
 # --- a short run on the real data, when it is there
 if [ -f data/fashion-mnist/train-images-idx3-ubyte ]; then
