@@ -1460,11 +1460,12 @@ DL_API dl_tensor *dl_dropout(dl_tensor *x, float p, bool training);
    attn_mask an error, as torch's). scale 0: torch's default 1/sqrt(E)
    (None); any other finite value is used as given. dropout_p in [0, 1) on
    the attention probabilities (always on, as torch's functional: pass 0 in
-   eval). A query whose keys are all masked out gives 0 and gradient 0, as
-   torch's CPU result (its safe softmax). Written with dl.h ops (matmul,
+   eval). A query whose scores are all -inf (its keys all masked out, or
+   -inf from the inputs) gives 0 and gradient 0, as torch's CPU result (its
+   safe softmax). Written with dl.h ops (matmul,
    softmax, masked_fill): every device, capture, twice differentiable; the
-   L x S scores are made, no fused kernel. attn_mask NULL while an earlier
-   error is pending returns NULL, as dl_rnn_forward's h0. */
+   L x S scores are made, no fused kernel. attn_mask NULL while an error
+   of this step is pending returns NULL, as dl_rnn_forward's h0. */
 DL_API dl_tensor *dl_scaled_dot_product_attention(dl_tensor *q, dl_tensor *k, dl_tensor *v, dl_tensor *attn_mask,
                                                   float dropout_p, bool is_causal, float scale);
 
@@ -2047,9 +2048,10 @@ DL_API dl_module *dl_nn_gru(dl_ctx *ctx, int64_t input_size, int64_t hidden_size
    c_n the final states in the same shape (NULL: not wanted). c0 and c_n
    only for an LSTM (an error otherwise); an LSTM takes both h0 and c0 or
    neither (torch's hx is a tuple: one alone is an error). A NULL state
-   while an earlier error is pending (dl_last_error) is taken as that op's
-   failure, as any NULL input: the call returns NULL and the earlier
-   message stands (dl_clear_error first to mean zeros). */
+   while an error recorded since the last dl_step_end is pending
+   (dl_last_error) is taken as that op's failure, as any NULL input: the
+   call returns NULL and the message stands (dl_clear_error first to mean
+   zeros). */
 DL_API dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n,
                                  dl_tensor **c_n);
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout, bias,
@@ -2075,7 +2077,7 @@ DL_API dl_module *dl_nn_multihead_attention(dl_ctx *ctx, int64_t embed_dim, int6
    probabilities averaged over the heads, (N, L, S) ((L, S)), after
    dropout, as torch's. A query with every key masked out gives 0 (as
    torch's SDPA path; its need_weights path gives NaN). A NULL mask while
-   an earlier error is pending returns NULL, as dl_rnn_forward's h0. */
+   an error of this step is pending returns NULL, as dl_rnn_forward's h0. */
 DL_API dl_tensor *dl_mha_forward(dl_module *m, dl_tensor *query, dl_tensor *key, dl_tensor *value,
                                  dl_tensor *key_padding_mask, dl_tensor *attn_mask, bool is_causal,
                                  dl_tensor **attn_weights);
@@ -5247,6 +5249,7 @@ struct dl_ctx {
     const char *in_call;              /* a module constructor or composite running (dl__err names it first) */
     dl_result err;
     uint64_t nerr;                    /* failures recorded so far (a backward that set none) */
+    uint64_t nerr_step;               /* nerr at the last dl_step_end (dl__err_pending) */
     char msg[768];
     dl_log_fn log;
     void *log_user;
@@ -5819,6 +5822,15 @@ void dl_clear_error(dl_ctx *ctx)
 {
     if (ctx) { ctx->err = DL_OK; ctx->msg[0] = 0; }
     else { dl__noctx_err = DL_OK; dl__noctx_msg[0] = 0; }
+}
+
+/* An optional input (an RNN's h0, attention's masks) given NULL while
+   this is true is taken as the op that made it having failed: an error
+   recorded since the last dl_step_end and not cleared. An older one (a
+   checkpoint that was not there, handled and left) does not count. */
+static bool dl__err_pending(const dl_ctx *ctx)
+{
+    return ctx->err != DL_OK && ctx->nerr != ctx->nerr_step;
 }
 void dl_set_log(dl_ctx *ctx, dl_log_fn fn, void *user)
 {
@@ -6826,6 +6838,7 @@ void dl_step_end(dl_ctx *ctx)
         return;
     }
     ctx->step++;
+    ctx->nerr_step = ctx->nerr;
     dl__dfree_all(ctx);
     dl__capleft_free(ctx);
 #ifdef DL_DEBUG
@@ -17732,7 +17745,7 @@ static dl_tensor *dl__sdpa(const char *op, dl_tensor *q, dl_tensor *k, dl_tensor
     else if (mask && mask->dtype != DL_DTYPE_F32)
         s = dl_where(dl_to_dtype(mask, DL_DTYPE_F32), s, dl__filled(dev, op, DL_SHAPE(1), -INFINITY));
     else if (mask) s = dl_add(s, mask);
-    if (mask && S > 0) {   /* torch's safe softmax: a row with no score left is 0, its gradient 0 */
+    if (S > 0) {   /* torch's safe softmax: a row with no score left (all -inf) is 0, its gradient 0 */
         full = dl_eq(dl_max(dl_detach(s), DL_DIMS(-1), true), dl__filled(dev, op, DL_SHAPE(1), -INFINITY));
         a = dl_masked_fill(dl_softmax(dl_masked_fill(s, full, 0.0f), -1), full, 0.0f);
     } else
@@ -17745,7 +17758,9 @@ static dl_tensor *dl__sdpa(const char *op, dl_tensor *q, dl_tensor *k, dl_tensor
 dl_tensor *dl_scaled_dot_product_attention(dl_tensor *q, dl_tensor *k, dl_tensor *v, dl_tensor *attn_mask,
                                            float dropout_p, bool is_causal, float scale)
 {
-    if (!q || !k || !v || (!attn_mask && q->ctx_->err != DL_OK)) return NULL;   /* as dl_rnn_forward's h0 */
+    if (!q || !k || !v) return NULL;
+    if (!dl__live("dl_scaled_dot_product_attention", "q", q)) return NULL;
+    if (!attn_mask && dl__err_pending(q->ctx_)) return NULL;   /* as dl_rnn_forward's h0 */
     return dl__sdpa("dl_scaled_dot_product_attention", q, k, v, attn_mask, dropout_p, is_causal, scale, NULL);
 }
 /* ----------------------------------------------------------------- losses */
@@ -21302,7 +21317,7 @@ dl_tensor *dl_rnn_forward(dl_module *m, dl_tensor *x, dl_tensor *h0, dl_tensor *
         return NULL;
     }
     if (!x) return NULL;
-    if (!h0 && !c0 && m->ctx->err != DL_OK) return NULL;  /* NULL as an earlier op's failure: it stands */
+    if (!h0 && !c0 && dl__err_pending(m->ctx)) return NULL;  /* NULL as an earlier op's failure: it stands */
     y = dl__rnn_forward(m, x, h0, c0, h_n, c_n);
     if (!y && h_n) *h_n = NULL;
     if (!y && c_n) *c_n = NULL;
@@ -21500,7 +21515,7 @@ dl_tensor *dl_mha_forward(dl_module *m, dl_tensor *query, dl_tensor *key, dl_ten
                 "(dl_nn_multihead_attention)", m->type);
         return NULL;
     }
-    if (!query || !key || !value || ((!key_padding_mask || !attn_mask) && m->ctx->err != DL_OK))
+    if (!query || !key || !value || ((!key_padding_mask || !attn_mask) && dl__err_pending(m->ctx)))
         return NULL;   /* a NULL mask while an error is pending: as dl_rnn_forward's h0 */
     y = dl__mha(m, query, key, value, key_padding_mask, attn_mask, is_causal, attn_weights);
     if (!y && attn_weights) *attn_weights = NULL;

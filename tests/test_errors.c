@@ -1187,6 +1187,27 @@ static void attention_errors(void)
         CHECK(dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, false, 0.0f) != NULL, "SDPA, no mask: %s",
               dl_error_message(C));
         WORKS();
+        /* an error of an earlier step, left pending (handled): NULL masks mean none, as a NULL h0 zeros */
+        CHECK(dl_reshape(q, DL_SHAPE(5, 5)) == NULL, "bad reshape");
+        dl_step_end(C);
+        q = dl_randn(C, DL_SHAPE(2, 3, 4));
+        k = dl_randn(C, DL_SHAPE(2, 5, 4));
+        v = dl_randn(C, DL_SHAPE(2, 5, 6));
+        CHECK(dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, false, 0.0f) != NULL &&
+              dl_mha_forward(m, q, k, k, NULL, NULL, false, NULL) != NULL, "an older error does not count");
+        EXPECT_ERR(C, DL_ERR_SHAPE, "dl_reshape");
+    }
+    {   /* a stale q with no mask: named, not read (a capture's tensor after dl_capture_free) */
+        dl_tensor *a = dl_keep(dl_randn(C, DL_SHAPE(2, 3))), *kk = dl_keep(dl_randn(C, DL_SHAPE(4, 3))), *sq;
+        dl_capture *cap = dl_capture_begin(C);
+        sq = dl_mul_scalar(a, 2.0f);
+        CHECK(cap && sq && dl_capture_end(cap) == DL_OK, "capture: %s", dl_error_message(C));
+        dl_capture_free(cap);
+        dl_step_end(C);
+        BAD(dl_scaled_dot_product_attention(sq, kk, kk, NULL, 0.0f, false, 0.0f), DL_ERR_STALE,
+            "dl_scaled_dot_product_attention: q ");
+        dl_free(a);
+        dl_free(kk);
     }
     dl_step_end(C);
 }

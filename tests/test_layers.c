@@ -584,6 +584,21 @@ static void test_sdpa_masks(void)
     ya = dl_scaled_dot_product_attention(q, k, v, NULL, 0.0f, true, 0.0f);
     yb = dl_scaled_dot_product_attention(q, k, v, dl_to_dtype(bm, DL_DTYPE_I32), 0.0f, false, 0.0f);
     CHECK(ya && yb && same(ya, yb), "SDPA: is_causal = tril's mask");
+    {   /* scores all -inf with no mask (finite q, k that overflow): 0 and gradient 0, as torch's */
+        static const float qv[4] = {-1e20f, 0, 1, 0}, kv[4] = {1e20f, 0, 2e20f, 0}, vv[4] = {1, 2, 3, 4};
+        static const float want[4] = {0, 0, 3, 4};
+        int causal;
+        for (causal = 0; causal < 2; causal++) {
+            float o[4], g[4];
+            dl_tensor *qq = dl_requires_grad(dl_from_array(ctx, DL_SHAPE(2, 2), qv), true);
+            dl_tensor *y = dl_scaled_dot_product_attention(qq, dl_from_array(ctx, DL_SHAPE(2, 2), kv),
+                                                           dl_from_array(ctx, DL_SHAPE(2, 2), vv), NULL, 0.0f,
+                                                           causal != 0, 0.0f);
+            CHECK(y && dl_backward(dl_sum(y, DL_ALL, false)) == DL_OK && dl_read(y, o, 4) == DL_OK &&
+                  dl_read(qq->grad, g, 4) == DL_OK && !memcmp(o, want, sizeof o) && g[0] == 0 && g[1] == 0 &&
+                  g[2] == 0 && g[3] == 0, "SDPA is_causal=%d, a row of -inf scores: 0, gradient 0", causal);
+        }
+    }
 }
 
 /* MultiheadAttention: state_dict names and shapes as torch's, init
