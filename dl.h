@@ -1190,7 +1190,8 @@ DL_API dl_tensor *dl_norm(dl_tensor *t, dl_shape dims, bool keepdim);
    the max (stable), with torch's special values: a row of -inf gives -inf,
    a +inf gives +inf, a NaN NaN; nothing to sum (a dim of size 0) gives
    -inf. Gradient g exp(t - y) (softmax(t) g; NaN where t and y are both
-   infinite, as torch's); twice differentiable. */
+   infinite, as torch's); twice differentiable. t float32 (torch promotes
+   integers: dl_to_dtype first). */
 DL_API dl_tensor *dl_logsumexp(dl_tensor *t, dl_shape dims, bool keepdim);
 /* torch.cumsum(t, dim): the running sums along dim (negative: from the
    end; a 0-d t takes 0 or -1), the shape of t. float32 adds each line in
