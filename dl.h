@@ -4613,6 +4613,10 @@ enum { DL__BINARY_OPS(DL__OPENUM) DL__B_COUNT };
 enum { DL__UNARY_GRADS(DL__OPENUM) DL__G_COUNT };
 #undef DL__OPENUM
 enum { DL__R_SUM, DL__R_MAX, DL__R_MIN, DL__R_SUMSQ };   /* SUMSQ: the CPU's only (dl__sumsq) */
+/* with a binary or unary_bwd op: y + 0.0f written (a none ->grad's 0 + y, summed
+   as the result is made instead of in a pass of its own: dl__gdst_of); asked
+   of the CPU backend's entries only */
+#define DL__Z0 0x1000
 enum { DL__RAND_UNIFORM, DL__RAND_NORMAL };
 
 /* Broadcast plan of a binary op: output shape, and per-operand strides with
@@ -5245,6 +5249,9 @@ struct dl_ctx {
                                          backward gives a broadcast gradient (dl__sum_bwd) */
     const dl_tensor *seed_one;        /* inside a backward: its implied ones, left unfilled (a
                                          fused class loss's backward reads them as 1) */
+    dl__node *gdst_n;                 /* inside a backward: the node whose rule runs, and the */
+    dl_tensor *gdst[2];               /* none ->grad its input j's gradient may be written into
+                                         (0 + g's bits: DL__Z0), else NULL (dl__gdst_of) */
     bool anomaly;
     const char *in_backward_of;       /* op whose backward is running */
     const char *in_call;              /* a module constructor or composite running (dl__err names it first) */
@@ -7469,10 +7476,16 @@ typedef struct dl__ug_args { int op; float *dx; const float *g, *x; float a, b; 
 static void dl__ug_task(void *p, int64_t lo, int64_t hi)
 {
     const dl__ug_args *u = (const dl__ug_args *)p;
-    DL_ASSERT(u->op >= 0 && u->op < DL__G_COUNT);
-    if (u->op == DL__G_POW && (u->a == 0.5f || u->a == 1.5f))
-        dl__pow_half_rows(u->dx + lo, u->g + lo, u->x + lo, hi - lo, u->a, u->b);
-    else dl__ug_fns[u->op](u->dx + lo, u->g + lo, u->x + lo, hi - lo, u->a, u->b);
+    int op = u->op & ~DL__Z0;
+    int64_t i, k, m;
+    DL_ASSERT(op >= 0 && op < DL__G_COUNT);
+    for (i = lo; i < hi; i += m) {   /* (DL__Z0: dx + 0, 1024 at a time while in cache) */
+        m = u->op & DL__Z0 && hi - i > 1024 ? 1024 : hi - i;
+        if (op == DL__G_POW && (u->a == 0.5f || u->a == 1.5f))
+            dl__pow_half_rows(u->dx + i, u->g + i, u->x + i, m, u->a, u->b);
+        else dl__ug_fns[op](u->dx + i, u->g + i, u->x + i, m, u->a, u->b);
+        if (u->op & DL__Z0) for (k = 0; k < m; k++) u->dx[i + k] += 0.0f;
+    }
 }
 
 static void dl__cpu_unary_bwd(dl__dev *d, int op, float *dx, const float *g, const float *x, int64_t n, float a,
@@ -7492,6 +7505,15 @@ static void dl__bin_row(int op, float *y, const float *a, int64_t sa, const floa
                         int64_t n)
 {
     int64_t i;
+    if (op & DL__Z0) {   /* y + 0 (0 + y: a none ->grad's sum), 1024 at a time while in cache */
+        int64_t k, m;
+        for (i = 0; i < n; i += m) {
+            m = n - i < 1024 ? n - i : 1024;
+            dl__bin_row(op & ~DL__Z0, y + i, a + i * sa, sa, b + i * sb, sb, m);
+            for (k = 0; k < m; k++) y[i + k] += 0.0f;
+        }
+        return;
+    }
     switch (op) {
 #define DL__CASE(nm, ex) case DL__B_##nm: \
         if (sa == 1 && sb == 1) { for (i = 0; i < n; i++) { float p = a[i], q = b[i]; y[i] = (ex); } } \
@@ -14102,6 +14124,10 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
        not kept, so a backward through what is computed from it is refused
        (until it is zeroed), instead of dropping a penalty on it */
     if (lost) x->grad->nohist_ = true;
+    if (g == x->grad && dl__grad_is_none(g)) {   /* written by the rule (dl__gdst_of): 0 + g's bits */
+        dl__bump_version(x->grad);
+        return true;
+    }
     if (x->ctx_->cap) dl__cap_use(x->grad);
     /* a new ->grad, or one a zero_grad left none (its zeros), is written
        0 + g without reading it: the sum's bits, a pass fewer (a capture
@@ -14118,6 +14144,26 @@ static bool dl__acc_leaf(dl_tensor *x, dl_tensor *g, bool create_graph)
         DL__BE(x)->axpy(x->dev_, (float *)x->grad->data, (const float *)g->data, x->numel, 1.0f);
     dl__bump_version(x->grad);
     return true;
+}
+
+/* The none ->grad of node n's input j, where its rule may write that
+   input's gradient straight into it (DL__Z0: 0 + g's bits, a pass and a
+   temporary fewer), else NULL: a persistent leaf of the output's shape on
+   a CPU device, its only gradient in this backward (no create_graph, no
+   dl_grad, no capture, no anomaly check), its ->grad no input's and no
+   view's. A rule that does not look (ctx->gdst) makes its gradient as ever. */
+static dl_tensor *dl__gdst_of(dl__node *n, int j, const dl_tensor *g)
+{
+    dl_tensor *x = n->in[j], *d;
+    int k;
+    if (n->fn || !dl__need(n, j) || !x || x->node_ || x->step_ != 0 || x->pend_ != 1 || x->lacc_ ||
+        !(d = x->grad) || !dl__grad_is_none(d) || d->viewed_ || d->vbase_ || d->node_ || d == g ||
+        d->dev_ != n->out->dev_ || x->dev_ != d->dev_ || !dl_same_shape(x, n->out) ||
+        d->dev_->be->binary != dl__cpu_binary || d->dev_->be->unary_bwd != dl__cpu_unary_bwd ||
+        (n->cutin && n->cutin[j]))
+        return NULL;
+    for (k = 0; k < n->nin; k++) if (n->in[k] == d) return NULL;
+    return d;
 }
 
 /* A backward's leaf gradients on a device whose backend has axpy_multi
@@ -14580,7 +14626,19 @@ static dl_result dl__run_backward1(const char *name, dl_tensor *out, const dl_ba
         pname = n->fn && n->fn->name ? n->fn->name : n->pname ? n->pname : n->op->name;
         if (ctx->prof) dl__prof_begin(ctx, n->out->dev_, pname, true);   /* "dl_conv2d backward" */
         rc = (n->fn ? n->nsaved : n->op->reads | n->op->cross) ? dl__saved_ok(name, n) : DL_OK;
+        if (!create && nt == 0 && !defer && !ctx->cap && !ctx->anomaly && n->nin <= 2) {
+            ctx->gdst_n = n;
+            for (j = 0; j < n->nin; j++) ctx->gdst[j] = dl__gdst_of(n, j, g);
+        }
         if (rc == DL_OK) rc = n->fn ? n->fn->backward((dl_fn_ctx *)n, g, gp, n->user) : n->op->backward(n, g, gp);
+        ctx->gdst_n = NULL;
+        for (j = 0; j < 2; j++) {
+            if (ctx->gdst[j] && rc != DL_OK) {   /* (written, not summed: its zeros back) */
+                dl_tensor *d = ctx->gdst[j];
+                DL__BE(d)->fill(d->dev_, (float *)d->data, d->numel, 0.0f);
+            }
+            ctx->gdst[j] = NULL;
+        }
         n->bgrad = NULL;
         /* (a split's hub keeps nothing: another backward through another of its pieces may
            follow, as torch's SplitBackward) */
@@ -14899,8 +14957,14 @@ static dl_tensor *dl__mask0(dl_tensor *x, int kop, float a, float b)
    the backend has no unary_bwd, and the caller runs those ops */
 static bool dl__ugrad(dl__node *n, dl_tensor *g, dl_tensor *t, int op, float a, float b, dl_tensor **gin)
 {
-    dl_tensor *dx;
+    dl_tensor *dx, *d = t->ctx_->gdst_n == n ? t->ctx_->gdst[0] : NULL;
     if (dl__grad_on(t->ctx_) || !DL__BE(t)->unary_bwd || g->numel != t->numel) return false;
+    if (d && d->numel == t->numel) {   /* straight into x's none ->grad */
+        DL__BE(t)->unary_bwd(t->dev_, op | DL__Z0, (float *)d->data, (const float *)g->data,
+                             (const float *)t->data, t->numel, a, b);
+        gin[0] = dl__check(d, n->op->name);
+        return true;
+    }
     dx = dl__like(n->op->name, t);
     if (dx) DL__BE(t)->unary_bwd(t->dev_, op, (float *)dx->data, (const float *)g->data, (const float *)t->data,
                                  t->numel, a, b);
@@ -15207,11 +15271,23 @@ static dl_result dl__sub_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     if (dl__need(n, 1)) gin[1] = dl__gsum(dl_neg(g), DL__B);
     return DL_OK;
 }
+/* x's gradient g b of a product: written straight into d, x's none ->grad
+   (dl__gdst_of: 0 + g b's bits), or made (d NULL) */
+static dl_tensor *dl__mul_grad(dl_tensor *d, dl_tensor *g, dl_tensor *b, dl_tensor *x)
+{
+    dl__bcast bc;
+    if (!d || !dl__broadcast("dl_mul", g, b, &bc) || bc.n != d->numel || bc.ndim != d->ndim)
+        return dl__sum_like(dl_mul(g, b), x);
+    DL__BE(d)->binary(d->dev_, DL__B_MUL | DL__Z0, (float *)d->data, (const float *)g->data,
+                      (const float *)b->data, &bc);
+    return dl__check(d, "dl_mul");
+}
 /* y = a * b;  da = g b, db = g a */
 static dl_result dl__mul_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
 {
-    if (dl__need(n, 0)) gin[0] = dl__sum_like(dl_mul(g, DL__B), DL__A);
-    if (dl__need(n, 1)) gin[1] = dl__sum_like(dl_mul(g, DL__A), DL__B);
+    dl_ctx *ctx = n->out->ctx_;
+    if (dl__need(n, 0)) gin[0] = dl__mul_grad(ctx->gdst_n == n ? ctx->gdst[0] : NULL, g, DL__B, DL__A);
+    if (dl__need(n, 1)) gin[1] = dl__mul_grad(ctx->gdst_n == n ? ctx->gdst[1] : NULL, g, DL__A, DL__B);
     return DL_OK;
 }
 /* y = a / b;  da = g / b, db = -g (y / b) */

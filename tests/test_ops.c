@@ -842,6 +842,69 @@ static void test_cumsum(void)
     CHECK(y && y->numel == 0 && y->ndim == 2 && y->shape[1] == 3, "dl_cumsum of an empty tensor: its shape");
     free(x); free(want); free(got);
     dl_step_end(ctx);
+/* a gradient written straight into a persistent leaf's none ->grad (the
+   unary backwards, x * y's: dl__gdst_of) has the bits of the separate sum
+   0 + g (+0 for -0), also where g is a sum's broadcast one; the first
+   backward (->grad made) and the next, after a zero_grad, alike */
+static void test_grad_into_leaf(void)
+{
+    enum { N = 3000, NOPS = 15 };
+    static const float sp[14] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e38f, -1e38f, 1e-40f, -1e-40f,
+                                 1.0f, -1.0f, 20.0f, 8.0f, 0.5f};
+    static float xv[N], bv[N], gv[N], want[2][N], got[2][N];
+    uint32_t s = 7;
+    int i, k, m, r, bad;
+    for (i = 0; i < N; i++) {
+        s = s * 1103515245u + 12345u;
+        xv[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (i % 3 ? 8.0f : 60.0f);
+        s = s * 1103515245u + 12345u;
+        bv[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 4.0f;
+        gv[i] = i % 5 ? -bv[i] : -0.0f;
+    }
+    for (i = 0; i < 14; i++) xv[i] = bv[14 + i] = xv[28 + i] = sp[i];
+    for (k = 0; k < NOPS + 3; k++) {   /* k >= NOPS: x * b, seeded with g, by a sum, b of shape (1) */
+        dl_tensor *x = dl_keep(dl_requires_grad(dl_from_array(ctx, DL_SHAPE(N), xv), true));
+        dl_tensor *b = dl_keep(dl_requires_grad(dl_from_array(ctx, k == NOPS + 2 ? DL_SHAPE(1) : DL_SHAPE(N),
+                                                              bv), true));
+        dl_tensor *ps[2] = {x, b}, *gr[2] = {NULL, NULL};
+        dl_optim *o = dl_sgd_params(ctx, 2, ps, NULL);
+        for (r = 0; r < 2; r++) {   /* the reference: dl_grad's, then + 0 */
+            dl_tensor *y = k < NOPS ? ugrad_op(k, x) : dl_mul(x, b);
+            dl_backward_desc bd;
+            memset(&bd, 0, sizeof bd);
+            bd.grad = dl_from_array(ctx, DL_SHAPE(N), gv);
+            if (k == NOPS + 1) { y = dl_sum(y, DL_ALL, false); bd.grad = NULL; }
+            if (dl_grad(y, k < NOPS ? 1 : 2, ps, gr, &bd) != DL_OK || dl_read(gr[0], want[0], N) != DL_OK ||
+                (k >= NOPS && dl_read(gr[1], want[1], gr[1]->numel) != DL_OK))
+                memset(want, 0xff, sizeof want);
+            dl_step_end(ctx);
+        }
+        for (i = 0; i < N; i++) { want[0][i] += 0.0f; want[1][i] += 0.0f; }
+        for (m = 0; m < 3; m++) {   /* m = 0: ->grad made; 1, 2: after zero_grad (none) */
+            dl_tensor *y = k < NOPS ? ugrad_op(k, x) : dl_mul(x, b);
+            dl_backward_desc bd;
+            memset(&bd, 0, sizeof bd);
+            bd.grad = dl_from_array(ctx, DL_SHAPE(N), gv);
+            if (k == NOPS + 1) { y = dl_sum(y, DL_ALL, false); bd.grad = NULL; }
+            if (m) dl_optim_zero_grad(o);
+            memset(got, 0xff, sizeof got);
+            if (dl_backward_ex(y, &bd) != DL_OK || dl_read(x->grad, got[0], N) != DL_OK ||
+                (k >= NOPS && dl_read(b->grad, got[1], b->numel) != DL_OK))
+                memset(got, 0xee, sizeof got);
+            dl_step_end(ctx);
+            for (i = 0, bad = -1; i < (k >= NOPS ? 2 * N : N) && bad < 0; i++) {
+                float w = want[i / N][i % N], v = got[i / N][i % N];
+                if (i >= N && i - N >= b->numel) continue;
+                if (memcmp(&w, &v, 4) && !(w != w && v != v)) bad = i;
+            }
+            CHECK(bad < 0 && dl_has_grad(x), "op %d, backward %d into ->grad: 0 + g's bits (element %d: %a, not %a)",
+                  k, m, bad, bad < 0 ? 0.0 : (double)got[bad / N][bad % N],
+                  bad < 0 ? 0.0 : (double)want[bad / N][bad % N]);
+        }
+        dl_optim_free(o);
+        dl_free(x);
+        dl_free(b);
+    }
 }
 
 int main(void)
@@ -869,6 +932,7 @@ int main(void)
     dl_step_end(ctx);
     test_unary_bwd();
     test_cumsum();
+    test_grad_into_leaf();
     dl_ctx_free(ctx);
     TEST_END();
 }
