@@ -842,6 +842,38 @@ static void test_cumsum(void)
     CHECK(y && y->numel == 0 && y->ndim == 2 && y->shape[1] == 3, "dl_cumsum of an empty tensor: its shape");
     free(x); free(want); free(got);
     dl_step_end(ctx);
+}
+
+/* dl__sum16_row (AVX: four partials a register) = DL__SUM16's loop, bit
+   for bit, over lengths 0-70 and two long rows, with large, tiny, inf and
+   NaN values */
+static void test_sum16_row(void)
+{
+    static float x[1100];
+    uint32_t s = 5;
+    int i, n, bad = -1;
+    for (i = 0; i < 1100; i++) {
+        s = s * 1103515245u + 12345u;
+        x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (i % 7 ? 3.0f : 3e30f);
+    }
+    x[3] = 1e-40f;
+    for (n = 0; n <= 72 && bad < 0; n++) {
+        int len = n == 71 ? 1029 : n == 72 ? 1100 : n;
+        double a, b;
+        if (n == 72) x[1090] = INFINITY;
+        a = dl__sum16_row(x, len);
+        DL__SUM16(b, len, (double)x[j]);
+        if (memcmp(&a, &b, sizeof a)) bad = len;
+    }
+    x[1050] = NAN;
+    {
+        double a = dl__sum16_row(x, 1100), b;
+        DL__SUM16(b, 1100, (double)x[j]);
+        if (!(a != a && b != b)) bad = 1100;
+    }
+    CHECK(bad < 0, "dl__sum16_row gives DL__SUM16's bits (length %d)", bad);
+}
+
 /* a gradient written straight into a persistent leaf's none ->grad (the
    unary backwards, x * y's: dl__gdst_of) has the bits of the separate sum
    0 + g (+0 for -0), also where g is a sum's broadcast one; the first
@@ -933,6 +965,7 @@ int main(void)
     test_unary_bwd();
     test_cumsum();
     test_grad_into_leaf();
+    test_sum16_row();
     dl_ctx_free(ctx);
     TEST_END();
 }
