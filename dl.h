@@ -438,6 +438,11 @@
        dl_sqrt                    torch.sqrt
        dl_abs                     torch.abs
        dl_erf                     torch.erf
+       dl_sin                     torch.sin
+       dl_cos                     torch.cos
+       dl_log1p                   torch.log1p
+       dl_expm1                   torch.expm1
+       dl_rsqrt                   torch.rsqrt
        dl_clamp                   torch.clamp(a, lo, hi)
        dl_relu                    F.relu
        dl_leaky_relu              F.leaky_relu
@@ -1149,6 +1154,13 @@ DL_API dl_tensor *dl_log(dl_tensor *a);
 DL_API dl_tensor *dl_sqrt(dl_tensor *a);
 DL_API dl_tensor *dl_abs(dl_tensor *a);
 DL_API dl_tensor *dl_erf(dl_tensor *a);
+/* torch.sin, cos, log1p, expm1, rsqrt (1/sqrt(x), torch's CPU bits): within 1
+   ulp (sin, cos, at any size), 2 (log1p, expm1); the same bits on CUDA */
+DL_API dl_tensor *dl_sin(dl_tensor *a);
+DL_API dl_tensor *dl_cos(dl_tensor *a);
+DL_API dl_tensor *dl_log1p(dl_tensor *a);
+DL_API dl_tensor *dl_expm1(dl_tensor *a);
+DL_API dl_tensor *dl_rsqrt(dl_tensor *a);
 DL_API dl_tensor *dl_clamp(dl_tensor *a, float lo, float hi);  /* grad 1 on (lo,hi), 0 at the bounds;
                                                                   lo > hi: hi (as torch.clamp) */
 DL_API dl_tensor *dl_relu(dl_tensor *a);
@@ -2901,6 +2913,14 @@ static DL__UNUSED void dl__parallel_for(dl__pool *p, int64_t n, int64_t grain, d
 #else
 #define DL__GEMM_FMA(a, b, c) ((c) + (a) * (b))
 #endif
+/* the same for double (dl__sincosf): fma where the target has it (and on
+   CUDA, whose device code would contract c + a * b into one) */
+#if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2) || defined(__FMA__) || defined(__ARM_FEATURE_FMA) || \
+    defined(__aarch64__) || defined(__CUDA_ARCH__)
+#define DL__DFMA(a, b, c) fma((a), (b), (c))
+#else
+#define DL__DFMA(a, b, c) ((c) + (a) * (b))
+#endif
 
 #if defined(DL__GEMM_AVX512) || defined(DL__GEMM_AVX2)
 /* 16 floats and the operations the vector loops outside the GEMM use
@@ -4333,14 +4353,15 @@ static void dl__dev_fail(dl__dev *d, const char *fmt, ...)
    channel holding inf is inf, as PyTorch's, and its variance NaN) */
 static DL__HD inline double dl__bn_shift(float v) { return v - v == 0.0f ? (double)v : 0.0; }
 
-static DL__HD inline float dl__expf(float x)
+/* dl__expf's and dl__expm1f's first part: e^r - 1 for x = n ln2 + r (the
+   polynomial without its 1), and n in *ni */
+static DL__HD inline float dl__expm1_red(float x, int32_t *ni)
 {
     float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);   /* NaN passes */
     float t = DL__GEMM_FMA(xc, 1.44269504088896341f, 12582912.0f);
     float n = t - 12582912.0f;
-    float r = DL__GEMM_FMA(n, -0.693359375f, xc), p, s1, s2;
-    uint32_t tb, b1, b2;
-    int32_t ni, n1;
+    float r = DL__GEMM_FMA(n, -0.693359375f, xc), p;
+    uint32_t tb;
     r = DL__GEMM_FMA(n, 2.12194440e-4f, r);
     p = 1.9875691500e-4f;
     p = DL__GEMM_FMA(p, r, 1.3981999507e-3f);
@@ -4348,15 +4369,25 @@ static DL__HD inline float dl__expf(float x)
     p = DL__GEMM_FMA(p, r, 4.1665795894e-2f);
     p = DL__GEMM_FMA(p, r, 1.6666665459e-1f);
     p = DL__GEMM_FMA(p, r, 5.0000001201e-1f);
-    p = DL__GEMM_FMA(p, r * r, r) + 1.0f;
     memcpy(&tb, &t, 4);
-    ni = (int32_t)(tb - 0x4B400000u);            /* n as an integer, |n| <= 150 */
-    n1 = ni / 2;
-    b1 = (uint32_t)(n1 + 127) << 23;
-    b2 = (uint32_t)(ni - n1 + 127) << 23;
+    *ni = (int32_t)(tb - 0x4B400000u);            /* n as an integer, |n| <= 150 */
+    return DL__GEMM_FMA(p, r * r, r);
+}
+/* p 2^n, |n| <= 150, 2^n built from bits in two halves (subnormal results round once) */
+static DL__HD inline float dl__scale2(float p, int32_t ni)
+{
+    int32_t n1 = ni / 2;
+    uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(ni - n1 + 127) << 23;
+    float s1, s2;
     memcpy(&s1, &b1, 4);
     memcpy(&s2, &b2, 4);
     return p * s1 * s2;
+}
+static DL__HD inline float dl__expf(float x)
+{
+    int32_t ni;
+    float e = dl__expm1_red(x, &ni);
+    return dl__scale2(e + 1.0f, ni);
 }
 
 /* 1/(1+exp(-x)), PyTorch's form on the CPU and on CUDA: one exp and one
@@ -4436,13 +4467,87 @@ static DL__HD inline float dl__logf(float x)
     return dl__self(!(x >= 0.0f), NAN, r);
 }
 
-/* log(1 + u) for u >= -1 (softplus' log1p(exp(.))): log(w), w = 1 + u,
+/* log(1 + u) (dl_log1p, softplus' log1p(exp(.))): log(w), w = 1 + u,
    plus the error of that sum over w, (u - (w - 1)) / w, exact by
-   Fast2Sum; u where w = 1. Within 2 ulp of log1p. */
+   Fast2Sum; u where w = 1 (-0 too). Within 2 ulp of log1p; -inf at -1,
+   NaN below, +inf at +inf, as log1pf. */
 static DL__HD inline float dl__log1pf(float u)
 {
     float w = 1.0f + u, c = dl__self(u >= 1.0f, (u - w) + 1.0f, (1.0f - w) + u);
-    return dl__logf(w) + dl__self(w < INFINITY, c, 0.0f) / w;
+    float r = dl__logf(w) + dl__self(w < INFINITY && w != 0.0f, c / w, 0.0f);
+    return dl__self(w == 1.0f, u, r);   /* (u itself there: -0 keeps its sign) */
+}
+
+/* sin(x) (c 0) or cos(x) (c 1) for |x| < 2^24, branch-free (vectorizes;
+   libm's sinf is a call per element): n = round(x 2/pi), r = x - n pi/2
+   in double with pi/2 in three parts, the first two of 29 bits (n < 2^24:
+   n P1 and n P2 exact, x - n P1 too), then on |r| <= pi/4 sin r =
+   r (1 + r^2 S) and cos r = 1 + r^2 C, their Taylor series to r^13 and
+   r^14 in double (under 2^-36 off), the one n + c mod 4 picks with its
+   sign, rounded to float once: within 1 ulp of the true value
+   (tests/test_ops.c sweeps every binade against sin and cos in double);
+   sin(-0) = -0, a subnormal itself. Shared by the CPU and CUDA: the same
+   bits (FMA in double, DL__DFMA, where the CPU has it). */
+static DL__HD inline float dl__sincosf_fast(float x, uint64_t c)
+{
+    double xd = (double)x, t = DL__DFMA(xd, 0.6366197723675814, 6755399441055744.0);
+    double n = t - 6755399441055744.0, r, r2, s, k, v;
+    uint64_t q, sb, kb, m;
+    r = DL__DFMA(n, -1.570796325802803, xd);
+    r = DL__DFMA(n, -9.920935774287987e-10, r);
+    r = DL__DFMA(n, -2.2517417741562176e-18, r);
+    r2 = r * r;
+    s = DL__DFMA(-2.505210838544172e-08, r2, 2.755731922398589e-06);
+    s = DL__DFMA(s, r2, -1.984126984126984e-04);
+    s = DL__DFMA(s, r2, 8.333333333333333e-03);
+    s = DL__DFMA(s, r2, -1.666666666666667e-01);
+    s = r * DL__DFMA(s, r2, 1.0);
+    k = DL__DFMA(2.087675698786810e-09, r2, -2.755731922398589e-07);
+    k = DL__DFMA(k, r2, 2.480158730158730e-05);
+    k = DL__DFMA(k, r2, -1.388888888888889e-03);
+    k = DL__DFMA(k, r2, 4.166666666666666e-02);
+    k = DL__DFMA(k, r2, -0.5);
+    k = DL__DFMA(k, r2, 1.0);
+    memcpy(&q, &t, 8);
+    q += c;                                        /* n + c mod 4 in the low bits */
+    m = 0u - (q & 1u);
+    memcpy(&sb, &s, 8);
+    memcpy(&kb, &k, 8);
+    sb = ((kb & m) | (sb & ~m)) ^ ((q & 2u) << 62);
+    memcpy(&v, &sb, 8);
+    return (float)v;
+}
+/* from 2^24 up (and at +-inf, NaN) libm's sin and cos in double, exact at
+   any size (Payne-Hanek); the CPU runs those after its vector loop
+   (dl__sincos_rows). CUDA's double sin and cos round to the same floats
+   but for a rare double rounding: bit-identical to the CPU below 2^24 */
+#define DL__SINCOS_BIG 16777216.0f
+static DL__HD inline float dl__sinf(float x)
+{
+    return fabsf(x) < DL__SINCOS_BIG ? dl__sincosf_fast(x, 0) : (float)sin((double)x);
+}
+static DL__HD inline float dl__cosf(float x)
+{
+    return fabsf(x) < DL__SINCOS_BIG ? dl__sincosf_fast(x, 1) : (float)cos((double)x);
+}
+
+/* exp(x) - 1 for float, branch-free: dl__expf's reduction x = n ln2 + r
+   and its polynomial without the 1, e = expm1(r), then 2^n e + (2^n - 1)
+   (2^n e exact: one rounding) for n <= 24, (e + 1) 2^n - 1 above (the
+   -1 is below the ulp; 2^n in two halves as dl__expf's). Within 2 ulp of
+   expm1 (tests/test_ops.c); x itself at +-0 (-0 kept), -1 at -inf, +inf
+   past 88.72, NaN at NaN, as expm1f. */
+static DL__HD inline float dl__expm1f(float x)
+{
+    int32_t ni, nc;
+    float e = dl__expm1_red(x, &ni), s, r;
+    uint32_t b;
+    nc = ni < -60 ? -60 : ni;                      /* (one bound at a time: vectorizes) */
+    nc = nc > 60 ? 60 : nc;
+    b = (uint32_t)(nc + 127) << 23;
+    memcpy(&s, &b, 4);
+    r = dl__self(ni > 24, dl__scale2(e + 1.0f, ni) - 1.0f, DL__GEMM_FMA(s, e, s - 1.0f));
+    return dl__self(x == 0.0f, x, r);
 }
 
 /* erf(x) for float, branch-free: on |x| < 1 x P(x^2) (Cephes' erff
@@ -4545,6 +4650,11 @@ static DL__HD inline float dl__softplus_gradf(float g, float x, float beta, floa
     X(ABS, fabsf(x)) \
     X(SIGN, (float)((x > 0) - (x < 0))) \
     X(ERF, dl__erff(x)) \
+    X(SIN, dl__sinf(x)) /* (the CPU's: dl__sincos_rows) */ \
+    X(COS, dl__cosf(x)) \
+    X(LOG1P, dl__log1pf(x)) \
+    X(EXPM1, dl__expm1f(x)) \
+    X(RSQRT, 1.0f / sqrtf(x)) /* torch's CPU form, correctly rounded twice (the CPU's: sqrtps) */ \
     X(RELU, (x > 0 || x != x) ? x : 0.0f) \
     X(LEAKY, dl__self(x > 0, 1.0f, a) * x) /* (a select by bits, then one product: a ?: became a branch) */ \
     X(SIGMOID, dl__sigmoidf(x)) \
@@ -4601,7 +4711,12 @@ static DL__HD inline float dl__softplus_gradf(float g, float x, float beta, floa
     X(GELU_TANH, dl__gelu_tanh_gradf(p, x)) \
     X(SILU, dl__silu_gradf(p, x)) \
     X(SOFTPLUS, dl__softplus_gradf(p, x, a, b)) /* beta a, threshold b */ \
-    X(POW, p * (b * dl__powsf(x, a))) /* g p x^(p-1): a = p - 1, b = p */
+    X(POW, p * (b * dl__powsf(x, a))) /* g p x^(p-1): a = p - 1, b = p */ \
+    X(SIN, p * dl__cosf(x)) /* g cos(x) (the CPU's: dl__sincos_rows) */ \
+    X(COS, p * -dl__sinf(x)) /* g (-sin(x)) */ \
+    X(LOG1P, p / (x + 1.0f)) /* g / (x + 1) */ \
+    X(EXPM1, p * (x + 1.0f)) /* g (y + 1), x the output y */ \
+    X(RSQRT, (p * -0.5f) * ((x * x) * x)) /* -0.5 g y^3, x the output y (torch's order) */
 
 #define DL__OPENUM(nm, ex) DL__U_##nm,
 enum { DL__UNARY_OPS(DL__OPENUM) DL__U_COUNT };
@@ -7416,6 +7531,42 @@ static void dl__pow_half_rows(float *y, const float *g, const float *x, int64_t 
     }
 }
 
+/* y = sin(x) (c 0) or cos(x) (c 1), or with g y = g sin or cos (DL__UNARY_GRADS'
+   SIN, COS: c, and the sign s), 256 at a time: dl__sincosf_fast's vector
+   loop, then libm's double sin or cos where |x| >= 2^24 (dl__sinf's bits;
+   y may be x or g) */
+static void dl__sincos_rows(float *y, const float *g, const float *x, int64_t n, uint64_t c, float s)
+{
+    float v[256];
+    int64_t i0, i, m;
+    for (i0 = 0; i0 < n; i0 += m) {
+        uint32_t big = 0, u;
+        m = n - i0 < 256 ? n - i0 : 256;
+        for (i = 0; i < m; i++) v[i] = dl__sincosf_fast(x[i0 + i], c);
+        for (i = 0; i < m; i++) {   /* |x| >= 2^24, inf or NaN by its bits (a vector OR) */
+            memcpy(&u, x + i0 + i, 4);
+            big |= (u & 0x7fffffffu) >= 0x4b800000u;
+        }
+        if (big)
+            for (i = 0; i < m; i++)
+                if (!(fabsf(x[i0 + i]) < DL__SINCOS_BIG)) v[i] = c ? dl__cosf(x[i0 + i]) : dl__sinf(x[i0 + i]);
+        if (g) for (i = 0; i < m; i++) y[i0 + i] = g[i0 + i] * (s * v[i]);
+        else memcpy(y + i0, v, (size_t)m * sizeof(float));
+    }
+}
+
+/* y = 1/sqrt(x) (RSQRT's bits) 256 at a time through sqrtps (y may be x) */
+static void dl__rsqrt_rows(float *y, const float *x, int64_t n)
+{
+    float v[256];
+    int64_t i0, i, m;
+    for (i0 = 0; i0 < n; i0 += m) {
+        m = n - i0 < 256 ? n - i0 : 256;
+        dl__sqrt_row(v, x + i0, m);
+        for (i = 0; i < m; i++) y[i0 + i] = 1.0f / v[i];
+    }
+}
+
 /* one loop per op, each a function of its own reached through a table: in
    one switch gcc merged the cases' code and left some loops (softplus,
    logsigmoid) unvectorized */
@@ -7440,6 +7591,9 @@ static void dl__un_task(void *p, int64_t lo, int64_t hi)
     const dl__un_args *u = (const dl__un_args *)p;
     DL_ASSERT(u->op >= 0 && u->op < DL__U_COUNT);
     if (u->op == DL__U_SQRT) dl__sqrt_row(u->y + lo, u->x + lo, hi - lo);
+    else if (u->op == DL__U_SIN || u->op == DL__U_COS)
+        dl__sincos_rows(u->y + lo, NULL, u->x + lo, hi - lo, u->op == DL__U_COS, 1.0f);
+    else if (u->op == DL__U_RSQRT) dl__rsqrt_rows(u->y + lo, u->x + lo, hi - lo);
     else if (u->op == DL__U_POW && u->b == 0.0f && (u->a == 0.5f || u->a == 1.5f))
         dl__pow_half_rows(u->y + lo, NULL, u->x + lo, hi - lo, u->a, 1.0f);
     else dl__un_fns[u->op](u->y + lo, u->x + lo, hi - lo, u->a, u->b);
@@ -7483,6 +7637,8 @@ static void dl__ug_task(void *p, int64_t lo, int64_t hi)
         m = u->op & DL__Z0 && hi - i > 1024 ? 1024 : hi - i;
         if (op == DL__G_POW && (u->a == 0.5f || u->a == 1.5f))
             dl__pow_half_rows(u->dx + i, u->g + i, u->x + i, m, u->a, u->b);
+        else if (op == DL__G_SIN || op == DL__G_COS)   /* g cos(x), g (-sin(x)) */
+            dl__sincos_rows(u->dx + i, u->g + i, u->x + i, m, op == DL__G_SIN, op == DL__G_SIN ? 1.0f : -1.0f);
         else dl__ug_fns[op](u->dx + i, u->g + i, u->x + i, m, u->a, u->b);
         if (u->op & DL__Z0) for (k = 0; k < m; k++) u->dx[i + k] += 0.0f;
     }
@@ -15027,6 +15183,36 @@ static dl_result dl__erf_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
     gin[0] = dl_mul(g, dl_mul_scalar(dl_exp(dl_neg(dl_mul(x, x))), 1.1283791670955126f));
     return DL_OK;
 }
+/* y = sin(x);  dx = g cos(x).  y = cos(x);  dx = g (-sin(x)) (torch's) */
+static dl_result dl__sin_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__ugrad(n, g, DL__X, DL__G_SIN, 0, 0, gin)) gin[0] = dl_mul(g, dl_cos(DL__X));
+    return DL_OK;
+}
+static dl_result dl__cos_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__ugrad(n, g, DL__X, DL__G_COS, 0, 0, gin)) gin[0] = dl_mul(g, dl_neg(dl_sin(DL__X)));
+    return DL_OK;
+}
+/* y = log1p(x);  dx = g / (x + 1) */
+static dl_result dl__log1p_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__ugrad(n, g, DL__X, DL__G_LOG1P, 0, 0, gin)) gin[0] = dl_div(g, dl_add_scalar(DL__X, 1.0f));
+    return DL_OK;
+}
+/* y = expm1(x);  dx = g (y + 1) */
+static dl_result dl__expm1_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    if (!dl__ugrad(n, g, DL__Y, DL__G_EXPM1, 0, 0, gin)) gin[0] = dl_mul(g, dl_add_scalar(DL__Y, 1.0f));
+    return DL_OK;
+}
+/* y = 1/sqrt(x);  dx = (-0.5 g) y^3, y^3 as (y y) y (torch's -0.5 * grad * result.pow(3)) */
+static dl_result dl__rsqrt_bwd(dl__node *n, dl_tensor *g, dl_tensor **gin)
+{
+    dl_tensor *y = DL__Y;
+    if (!dl__ugrad(n, g, y, DL__G_RSQRT, 0, 0, gin)) gin[0] = dl_mul(dl_mul_scalar(g, -0.5f), dl_mul(dl_mul(y, y), y));
+    return DL_OK;
+}
 /* y = clamp(x, lo, hi);  dx = g where lo < x < hi, else 0 (at a bound and
    at NaN: 0, as PyTorch 2.15) */
 static dl_tensor *dl__mmul(dl_tensor *a, dl_tensor *m);
@@ -15110,6 +15296,11 @@ static const dl__op dl__op_sqrt = {"dl_sqrt", dl__sqrt_bwd, DL__RD_OUT, 0, 0};
 static const dl__op dl__op_abs = {"dl_abs", dl__abs_bwd, 1, 0, 0};
 static const dl__op dl__op_erf = {"dl_erf", dl__erf_bwd, 1, 0, 0};
 static const dl__op dl__op_clamp = {"dl_clamp", dl__clamp_bwd, 1, 0, 1};
+static const dl__op dl__op_sin = {"dl_sin", dl__sin_bwd, 1, 0, 0};
+static const dl__op dl__op_cos = {"dl_cos", dl__cos_bwd, 1, 0, 0};
+static const dl__op dl__op_log1p = {"dl_log1p", dl__log1p_bwd, 1, 0, 0};
+static const dl__op dl__op_expm1 = {"dl_expm1", dl__expm1_bwd, DL__RD_OUT, 0, 0};
+static const dl__op dl__op_rsqrt = {"dl_rsqrt", dl__rsqrt_bwd, DL__RD_OUT, 0, 0};
 static const dl__op dl__op_relu = {"dl_relu", dl__relu_bwd, 1, 0, 1};
 static const dl__op dl__op_leaky = {"dl_leaky_relu", dl__leaky_bwd, 1, 0, 0};
 static const dl__op dl__op_sigmoid = {"dl_sigmoid", dl__sigmoid_bwd, DL__RD_OUT, 0, 1};
@@ -15170,6 +15361,11 @@ dl_tensor *dl_log(dl_tensor *a) { return dl__unary("dl_log", &dl__op_log, DL__U_
 dl_tensor *dl_sqrt(dl_tensor *a) { return dl__unary("dl_sqrt", &dl__op_sqrt, DL__U_SQRT, a, 0, 0); }
 dl_tensor *dl_abs(dl_tensor *a) { return dl__unary("dl_abs", &dl__op_abs, DL__U_ABS, a, 0, 0); }
 dl_tensor *dl_erf(dl_tensor *a) { return dl__unary("dl_erf", &dl__op_erf, DL__U_ERF, a, 0, 0); }
+dl_tensor *dl_sin(dl_tensor *a) { return dl__unary("dl_sin", &dl__op_sin, DL__U_SIN, a, 0, 0); }
+dl_tensor *dl_cos(dl_tensor *a) { return dl__unary("dl_cos", &dl__op_cos, DL__U_COS, a, 0, 0); }
+dl_tensor *dl_log1p(dl_tensor *a) { return dl__unary("dl_log1p", &dl__op_log1p, DL__U_LOG1P, a, 0, 0); }
+dl_tensor *dl_expm1(dl_tensor *a) { return dl__unary("dl_expm1", &dl__op_expm1, DL__U_EXPM1, a, 0, 0); }
+dl_tensor *dl_rsqrt(dl_tensor *a) { return dl__unary("dl_rsqrt", &dl__op_rsqrt, DL__U_RSQRT, a, 0, 0); }
 dl_tensor *dl_relu(dl_tensor *a) { return dl__unary("dl_relu", &dl__op_relu, DL__U_RELU, a, 0, 0); }
 dl_tensor *dl_sigmoid(dl_tensor *a) { return dl__unary("dl_sigmoid", &dl__op_sigmoid, DL__U_SIGMOID, a, 0, 0); }
 dl_tensor *dl_tanh(dl_tensor *a) { return dl__unary("dl_tanh", &dl__op_tanh, DL__U_TANH, a, 0, 0); }

@@ -69,8 +69,8 @@
        DL__HD), accumulations run in the CPU's order. Most results are
        therefore bit-identical to the CPU's; the exceptions are the libm
        functions left (powf, and expf/logf where dl.h calls them: CUDA's
-       differ by an ulp or two; exp, log, log1p, erf and tanh are dl.h's
-       own), the matrix products (cuBLAS sums in
+       differ by an ulp or two; exp, log, log1p, expm1, erf, tanh, sin,
+       cos and rsqrt are dl.h's own), the matrix products (cuBLAS sums in
        its own order; TF32 where a switch allows it: convolutions by
        default, as PyTorch), row
        reductions / softmax over a contiguous dim, which use a fixed tree of

@@ -500,6 +500,11 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
     if (!strcmp(op, "sqrt")) { G_NEED(1, 0); return dl_sqrt(x); }
     if (!strcmp(op, "abs")) { G_NEED(1, 0); return dl_abs(x); }
     if (!strcmp(op, "erf")) { G_NEED(1, 0); return dl_erf(x); }
+    if (!strcmp(op, "sin")) { G_NEED(1, 0); return dl_sin(x); }
+    if (!strcmp(op, "cos")) { G_NEED(1, 0); return dl_cos(x); }
+    if (!strcmp(op, "log1p")) { G_NEED(1, 0); return dl_log1p(x); }
+    if (!strcmp(op, "expm1")) { G_NEED(1, 0); return dl_expm1(x); }
+    if (!strcmp(op, "rsqrt")) { G_NEED(1, 0); return dl_rsqrt(x); }
     if (!strcmp(op, "relu")) { G_NEED(1, 0); return dl_relu(x); }
     if (!strcmp(op, "sigmoid")) { G_NEED(1, 0); return dl_sigmoid(x); }
     if (!strcmp(op, "tanh")) { G_NEED(1, 0); return dl_tanh(x); }

@@ -42,6 +42,11 @@ static dl_tensor *o_tanh(dl_tensor **i) { return dl_tanh(i[0]); }
 static dl_tensor *o_gelu(dl_tensor **i) { return dl_gelu(i[0]); }
 static dl_tensor *o_softplus(dl_tensor **i) { return dl_softplus(dl_mul_scalar(i[0], 8.0f), 1.0f, 10.0f); }
 static dl_tensor *o_logsigmoid(dl_tensor **i) { return dl_logsigmoid(i[0]); }
+static dl_tensor *o_sin(dl_tensor **i) { return dl_sin(dl_mul_scalar(i[0], 4.0f)); }
+static dl_tensor *o_cos(dl_tensor **i) { return dl_cos(dl_mul_scalar(i[0], 4.0f)); }
+static dl_tensor *o_log1p(dl_tensor **i) { return dl_log1p(i[0]); }
+static dl_tensor *o_expm1(dl_tensor **i) { return dl_expm1(i[0]); }
+static dl_tensor *o_rsqrt(dl_tensor **i) { return dl_rsqrt(i[0]); }
 static dl_tensor *o_sum(dl_tensor **i) { return dl_sum(i[0], DL_DIMS(0, 2), true); }
 static dl_tensor *o_mean(dl_tensor **i) { return dl_mean(i[0], DL_DIMS(1), false); }
 static dl_tensor *o_max(dl_tensor **i) { return dl_max(i[0], DL_DIMS(1), false); }
@@ -163,6 +168,11 @@ static const opcase g_ops[] = {
     {"dl_gelu", o_gelu, 1, {S(3, 4)}, 0, false},
     {"dl_softplus", o_softplus, 1, {S(3, 4)}, 0, false},
     {"dl_logsigmoid", o_logsigmoid, 1, {S(3, 4)}, 0, false},
+    {"dl_sin", o_sin, 1, {S(3, 4)}, 0, false},
+    {"dl_cos", o_cos, 1, {S(3, 4)}, 0, false},
+    {"dl_log1p", o_log1p, 1, {S(3, 4)}, 3, false},
+    {"dl_expm1", o_expm1, 1, {S(3, 4)}, 0, false},
+    {"dl_rsqrt", o_rsqrt, 1, {S(3, 4)}, 1, false},
     {"dl_sum", o_sum, 1, {S(2, 3, 4)}, 0, false},
     {"dl_mean", o_mean, 1, {S(2, 3, 4)}, 0, false},
     {"dl_max dim", o_max, 1, {S(3, 5)}, 0, false},

@@ -869,6 +869,50 @@ static void test_select_replay(void)
     dl_ctx_free(ctx);
 }
 
+/* dl_sin, dl_cos, dl_log1p, dl_expm1, dl_rsqrt captured (the CPU's rows
+   past 256 elements and libm's lanes past 2^24 among them): forward and
+   backward replay on rewritten values with eager's bits */
+static dl_tensor *un_step(dl_tensor *w, dl_tensor *s)
+{
+    dl_tensor *x, *a, *r;
+    dl_zero_grad(w);
+    x = dl_mul(w, s);
+    a = dl_abs(x);
+    r = dl_add(dl_add(dl_sin(dl_mul_scalar(x, 1e7f)), dl_cos(x)), dl_log1p(a));
+    r = dl_sum(dl_add(dl_add(r, dl_expm1(x)), dl_rsqrt(dl_add_scalar(a, 0.1f))), DL_ALL, false);
+    if (r && dl_backward(r) != DL_OK) return NULL;
+    return r;
+}
+static void test_unary_replay(void)
+{
+    enum { N = 300 };
+    dl_ctx *ctx = new_ctx(14);
+    float v[2][N], e[2][N + 1], c[2][N + 1];
+    dl_tensor *w = dl_keep(dl_requires_grad(dl_ones(ctx, DL_SHAPE(N)), true)), *s = dl_keep(dl_zeros(ctx, DL_SHAPE(N)));
+    dl_tensor *r;
+    dl_capture *cap;
+    int k, i;
+    for (k = 0; k < 2; k++)
+        for (i = 0; i < N; i++) v[k][i] = (float)((i * 37 + k * 11) % 101 - 50) * (k ? 0.31f : 0.07f);
+    for (k = 0; k < 2; k++) {   /* eager */
+        r = dl_write(s, v[k], N) == DL_OK ? un_step(w, s) : NULL;
+        CHECK(r && dl_read(r, e[k], 1) == DL_OK && dl_read(w->grad, e[k] + 1, N) == DL_OK, "eager step %d: %s", k,
+              dl_error_message(ctx));
+        dl_step_end(ctx);
+    }
+    CHECK(dl_write(s, v[0], N) == DL_OK, "values written back");
+    cap = dl_capture_begin(ctx);
+    r = un_step(w, s);
+    CHECK(r && dl_capture_end(cap) == DL_OK && dl_read(r, c[0], 1) == DL_OK && dl_read(w->grad, c[0] + 1, N) == DL_OK,
+          "sin ... rsqrt captured: %s", dl_error_message(ctx));
+    CHECK(dl_write(s, v[1], N) == DL_OK && dl_replay(cap) == DL_OK && dl_read(r, c[1], 1) == DL_OK &&
+          dl_read(w->grad, c[1] + 1, N) == DL_OK, "sin ... rsqrt replayed: %s", dl_error_message(ctx));
+    CHECK(memcmp(e, c, sizeof e) == 0, "sin ... rsqrt: the capture and its replay give eager's bits (%.9g %.9g, "
+          "%.9g %.9g)", (double)e[0][0], (double)c[0][0], (double)e[1][0], (double)c[1][0]);
+    dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
 /* dl_chunk, dl_unbind and dl_split_sizes captured: a gated step (one piece
    unused: zeros in its gradient) replays on a rewritten input with eager's
    bits, the gradient joined by the pieces' one node */
@@ -1210,6 +1254,7 @@ int main(int argc, char **argv)
     test_list_change();
     test_eq_replay();
     test_select_replay();
+    test_unary_replay();
     test_split_replay();
     test_scan_replay();
     test_rnn_replay();

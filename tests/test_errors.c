@@ -340,6 +340,11 @@ static void null_inputs(void)
     NULLOP(dl_sqrt(NULL));
     NULLOP(dl_abs(NULL));
     NULLOP(dl_erf(NULL));
+    NULLOP(dl_sin(NULL));
+    NULLOP(dl_cos(NULL));
+    NULLOP(dl_log1p(NULL));
+    NULLOP(dl_expm1(NULL));
+    NULLOP(dl_rsqrt(NULL));
     NULLOP(dl_sigmoid(NULL));
     NULLOP(dl_tanh(NULL));
     NULLOP(dl_gelu(NULL));

@@ -28,7 +28,7 @@ enum {
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
     OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE,
     OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT, OP_LSE, OP_SECOND_LSE, OP_CUMSUM, OP_SECOND_CUMSUM,
-    OP_SDPA
+    OP_SDPA, OP_SIN, OP_COS, OP_LOG1P, OP_EXPM1, OP_RSQRT, OP_SECOND_UN
 };
 
 /* fills */
@@ -168,6 +168,11 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_SILU: return dl_silu(a);
     case OP_SOFTPLUS: return dl_softplus(a, p->s0, p->s1);
     case OP_LOGSIGMOID: return dl_logsigmoid(a);
+    case OP_SIN: return dl_sin(a);
+    case OP_COS: return dl_cos(a);
+    case OP_LOG1P: return dl_log1p(a);
+    case OP_EXPM1: return dl_expm1(a);
+    case OP_RSQRT: return dl_rsqrt(a);
     case OP_SUM: return dl_sum(a, p->sh, p->keep);
     case OP_MEAN: return dl_mean(a, p->sh, p->keep);
     case OP_MAX: return dl_max(a, p->sh, p->keep);
@@ -230,6 +235,7 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     case OP_CAT_ENT: return dl_categorical_entropy(a);
     case OP_SECOND:
     case OP_SECOND_CAT:
+    case OP_SECOND_UN:
     case OP_SECOND_EMBED:
     case OP_SECOND_GATHER:
     case OP_SECOND_SPLIT:
@@ -260,6 +266,11 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
             y = dl_sum(dl_pow(dl_logsumexp(a, DL_DIMS(1), false), 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_CUMSUM)   /* d/dx sum(cumsum(x, 1)^3): through the reversed cumsum */
             y = dl_sum(dl_pow(dl_cumsum(a, 1), 3.0f), DL_ALL, false);
+        else if (p->op == OP_SECOND_UN) {   /* d/dx sum(f(x)^2), f the unary op d0: through f's backward's ops */
+            P q = mk(p->d0);
+            dl_tensor *f = f_op(&q, &a);
+            y = dl_sum(dl_mul(f, f), DL_ALL, false);
+        }
         else if (p->op == OP_SECOND_SPLIT)   /* d/dx sum(pieces^3): through the split's join and its backward */
             y = dl_sum(split_join(a, p, 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_GATHER)   /* d/dx sum(gather(x)^3): through the scatter's backward */
@@ -782,6 +793,21 @@ int main(void)
     unary_cases("dl_softplus", mkf(OP_SOFTPLUS, 1.0f, 20.0f), F_RANDN);
     unary_cases("dl_softplus", mkf(OP_SOFTPLUS, 0.5f, 20.0f), F_RANDN);
     unary_cases("dl_logsigmoid", mk(OP_LOGSIGMOID), F_RANDN);
+    unary_cases("dl_sin", mk(OP_SIN), F_RANDN);
+    unary_cases("dl_cos", mk(OP_COS), F_RANDN);
+    unary_cases("dl_log1p", mk(OP_LOG1P), F_POS);
+    unary_cases("dl_expm1", mk(OP_EXPM1), F_RANDN);
+    unary_cases("dl_rsqrt", mk(OP_RSQRT), F_POS);
+    gc1("dl_log1p", "[-0.54, 0.66]", mk(OP_LOG1P), I(DL_SHAPE(7), F_DA));
+    {   /* second order (create_graph through each rule's dl.h ops) */
+        static const int un[5] = {OP_SIN, OP_COS, OP_LOG1P, OP_EXPM1, OP_RSQRT};
+        static const char *unn[5] = {"grad of sin^2", "grad of cos^2", "grad of log1p^2", "grad of expm1^2",
+                                     "grad of rsqrt^2"};
+        int k;
+        for (k = 0; k < 5; k++)
+            gc1(unn[k], "", mki(OP_SECOND_UN, un[k], 0),
+                I(DL_SHAPE(2, 3), un[k] == OP_LOG1P || un[k] == OP_RSQRT ? F_POS : F_RANDN));
+    }
 
     /* reductions */
     reduce_cases("dl_sum", OP_SUM, F_RANDN);

@@ -463,6 +463,63 @@ static void test_logf_erff(void)
           isnan(dl__log1pf(NAN)), "dl__log1pf at inf, 0, a subnormal, NaN");
 }
 
+/* dl__sinf, dl__cosf, dl__expm1f against libm in double over the same
+   sweep, their special values; then dl_sin, dl_cos, dl_log1p, dl_expm1,
+   dl_rsqrt over a long row (the CPU's vector rows, libm's lanes past 2^24
+   among them) against those functions bit for bit, and the signs of zero */
+static void test_sincos_expm1(void)
+{
+    double ws = 0, wc = 0, we = 0, as = 0, ac = 0, ae = 0, e;
+    uint32_t b;
+    enum { N = 3001 };
+    float *x = (float *)malloc(N * sizeof(float)), *y = (float *)malloc(N * sizeof(float));
+    dl_tensor *(*fn[5])(dl_tensor *) = {dl_sin, dl_cos, dl_log1p, dl_expm1, dl_rsqrt};
+    int i, k, bad = -1;
+    for (b = 0; b < 0xff800000u; b += 997) {
+        float v;
+        memcpy(&v, &b, 4);
+        if (v != v) continue;
+        if ((e = ulps_from(dl__sinf(v), sin((double)v))) > ws) { ws = e; as = v; }
+        if ((e = ulps_from(dl__cosf(v), cos((double)v))) > wc) { wc = e; ac = v; }
+        if (v < 88.7f && (e = ulps_from(dl__expm1f(v), expm1((double)v))) > we) { we = e; ae = v; }
+    }
+    CHECK(ws <= 1.0, "dl__sinf: %.2f ulp from sin at x = %.9g", ws, as);
+    CHECK(wc <= 1.0, "dl__cosf: %.2f ulp from cos at x = %.9g", wc, ac);
+    CHECK(we <= 2.0, "dl__expm1f: %.2f ulp from expm1 at x = %.9g", we, ae);
+    CHECK(isnan(dl__sinf(INFINITY)) && isnan(dl__cosf(-INFINITY)) && isnan(dl__sinf(NAN)) && dl__cosf(-0.0f) == 1.0f &&
+          dl__sinf(1e-45f) == 1e-45f && dl__sinf(1e30f) == (float)sin((double)1e30f),
+          "dl__sinf, dl__cosf at +-inf, NaN, 0, 1e30");
+    CHECK(dl__expm1f(INFINITY) == INFINITY && dl__expm1f(-INFINITY) == -1.0f && isnan(dl__expm1f(NAN)) &&
+          dl__expm1f(88.8f) == INFINITY && dl__expm1f(-1e-45f) == -1e-45f && dl__expm1f(-20.0f) == -1.0f,
+          "dl__expm1f at +-inf, NaN, overflow, a subnormal, -20");
+    CHECK(dl__log1pf(-1.0f) == -INFINITY && isnan(dl__log1pf(-2.0f)) && isnan(dl__log1pf(-INFINITY)) &&
+          isnan(dl__log1pf(-1.0000001f)), "dl__log1pf at -1 and below");
+    for (i = 0; i < N; i++) x[i] = (float)((i * 7919) % N - N / 2) * (i % 5 == 0 ? 1e5f : i % 7 == 0 ? 1e-3f : 0.37f);
+    x[5] = 3e7f; x[10] = -1e30f; x[17] = INFINITY; x[2999] = NAN; x[3000] = 16777216.0f;
+    for (k = 0; k < 5 && bad < 0; k++) {
+        if (dl_read(fn[k](dl_from_array(ctx, DL_SHAPE(N), x)), y, N) != DL_OK) { bad = k * N; break; }
+        for (i = 0; i < N && bad < 0; i++) {
+            float w = k == 0 ? dl__sinf(x[i]) : k == 1 ? dl__cosf(x[i]) : k == 2 ? dl__log1pf(x[i])
+                      : k == 3 ? dl__expm1f(x[i]) : 1.0f / sqrtf(x[i]);
+            if (memcmp(&w, &y[i], 4) && !(w != w && y[i] != y[i])) bad = k * N + i;
+        }
+    }
+    CHECK(bad < 0, "dl_sin ... dl_rsqrt rows: op %d differs at x = %.9g", bad / N, (double)x[bad < 0 ? 0 : bad % N]);
+    {
+        float z[4] = {-0.0f, 0.0f, -1.0f, -4.0f}, o[4];
+        dl_tensor *t = dl_from_array(ctx, DL_SHAPE(4), z);
+        CHECK(dl_read(dl_sin(t), o, 4) == DL_OK && signbit(o[0]) && !signbit(o[1]), "sin(-0) = -0");
+        CHECK(dl_read(dl_log1p(t), o, 4) == DL_OK && signbit(o[0]) && !signbit(o[1]) && o[2] == -INFINITY &&
+              isnan(o[3]), "log1p(-0) = -0, log1p(-1) = -inf, log1p(-4) = NaN");
+        CHECK(dl_read(dl_expm1(t), o, 4) == DL_OK && signbit(o[0]) && !signbit(o[1]), "expm1(-0) = -0");
+        CHECK(dl_read(dl_rsqrt(t), o, 4) == DL_OK && o[0] == -INFINITY && o[1] == INFINITY && isnan(o[2]),
+              "rsqrt(-0) = -inf, rsqrt(0) = inf, rsqrt(-1) = NaN");
+    }
+    free(x);
+    free(y);
+    dl_step_end(ctx);
+}
+
 /* dl_max / dl_min over a row (the vectorized scan of integer keys): rows
    of lengths around the vector width, the extreme anywhere, a NaN at any
    place gives NaN, +-inf, the zeros' order (-0 < +0), a subnormal */
@@ -955,6 +1012,7 @@ int main(void)
     test_tanhf();
     test_nan_sign();
     test_logf_erff();
+    test_sincos_expm1();
     test_maxmin_rows();
     test_argmax_scan();
     test_norm_bits();

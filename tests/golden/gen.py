@@ -526,6 +526,24 @@ categorical_case("neg_inf", torch.tensor([[0.5, float("-inf"), -1.0], [float("-i
 categorical_case("peaked", torch.tensor([[30.0, 0.0, -30.0, 1.0]]))
 
 
+# sin, cos (x 3, and large arguments: 1e4, 1e6, past 2^24 where dl.h's
+# reduction turns to libm's in double), log1p (down to near -1), expm1,
+# rsqrt; small arguments (x itself), first and second order
+big = torch.tensor([1e4, -1e4, 12345.678, 1e6, -1e6, 999999.5, 3e7, 1e8, -1e30, 3.4e38, 16777215.0, 16777216.0])
+case("sin/a", [("x", randn(3, 4) * 3)], torch.sin, dd=True)
+case("sin/big", [("x", big)], torch.sin)
+case("cos/a", [("x", randn(3, 4) * 3)], torch.cos, dd=True)
+case("cos/big", [("x", big)], torch.cos)
+case("sin/tiny", [("x", randn(8) * 1e-5)], torch.sin)
+case("log1p/a", [("x", rand(3, 4) * 3 - 0.99)], torch.log1p, dd=True)
+case("log1p/tiny", [("x", randn(8) * 1e-6)], torch.log1p)
+case("expm1/a", [("x", randn(3, 4) * 3)], torch.expm1, dd=True)
+case("expm1/wide", [("x", randn(4, 5) * 30)], torch.expm1)
+case("expm1/tiny", [("x", randn(8) * 1e-6)], torch.expm1)
+case("rsqrt/a", [("x", positive(3, 4))], torch.rsqrt, dd=True)
+case("rsqrt/wide", [("x", torch.exp(randn(10) * 20))], torch.rsqrt)
+
+
 # ------------------------------------------------------------ write
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/core.bin"

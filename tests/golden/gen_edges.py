@@ -190,6 +190,17 @@ case("softplus/special", SPECIAL, torch.nn.functional.softplus, [1.0, 20.0])
 case("softplus/special_dd", SPECIAL, torch.nn.functional.softplus, [1.0, 20.0], dd=True)
 case("logsigmoid/special", SPECIAL, torch.nn.functional.logsigmoid, [])
 
+# sin, cos, log1p, expm1, rsqrt over the special values, first and second
+# order, and their own edges: log1p at -1 (-inf) and below (NaN), +-0's
+# sign, rsqrt(-0) = -inf, large sin / cos arguments (appended)
+EDGE2 = torch.tensor([-1.0, -2.0, -1.0000001, -0.9999999, 1e-45, -1e-45, 1e-40, -0.0, 0.0, 1e4, 1e6, -1e6, 1e8,
+                      1e30, -INF, INF, NAN, -88.0, 89.0, 1e-8, -3.0, 0.7])
+for op, fn in (("sin", torch.sin), ("cos", torch.cos), ("log1p", torch.log1p), ("expm1", torch.expm1),
+               ("rsqrt", torch.rsqrt)):
+    case(op + "/special", SPECIAL, fn, [])
+    case(op + "/special_dd", SPECIAL, fn, [], dd=True)
+    case(op + "/edge", EDGE2, fn, [])
+
 
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/edges.bin"
