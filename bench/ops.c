@@ -36,6 +36,11 @@ static dl_tensor *run_op(void) {
         if (!strcmp(op, "sqrt")) return dl_sqrt(a);
         if (!strcmp(op, "abs")) return dl_abs(a);
         if (!strcmp(op, "erf")) return dl_erf(a);
+        if (!strcmp(op, "sin")) return dl_sin(a);
+        if (!strcmp(op, "cos")) return dl_cos(a);
+        if (!strcmp(op, "log1p")) return dl_log1p(a);
+        if (!strcmp(op, "expm1")) return dl_expm1(a);
+        if (!strcmp(op, "rsqrt")) return dl_rsqrt(a);
         if (!strcmp(op, "relu")) return dl_relu(a);
         if (!strcmp(op, "leaky_relu")) return dl_leaky_relu(a, 0.01f);
         if (!strcmp(op, "sigmoid")) return dl_sigmoid(a);
@@ -101,7 +106,8 @@ static void setup(void) {
     cs *k = &K; const char *kind = k->f[0];
     if (!strcmp(kind, "u")) {
         const char *op = k->f[1];
-        add_in(pers_randn(parse_shape(k->f[2]), !strcmp(op, "log") || !strcmp(op, "sqrt") || !strcmp(op, "pow1.5")), true);
+        add_in(pers_randn(parse_shape(k->f[2]), !strcmp(op, "log") || !strcmp(op, "sqrt") || !strcmp(op, "pow1.5") ||
+                                                   !strcmp(op, "log1p") || !strcmp(op, "rsqrt")), true);
     } else if (!strcmp(kind, "b")) {
         add_in(pers_randn(parse_shape(k->f[2]), 0), true);
         add_in(pers_randn(parse_shape(k->f[3]), !strcmp(k->f[1], "div")), true);

@@ -8,7 +8,8 @@ def rn(s, pos=False):
     t = torch.randn(s)
     return (t.abs() + 0.1) if pos else t
 
-UN = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs, "erf": torch.erf, "relu": torch.relu,
+UN = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs, "erf": torch.erf,
+      "sin": torch.sin, "cos": torch.cos, "log1p": torch.log1p, "expm1": torch.expm1, "rsqrt": torch.rsqrt, "relu": torch.relu,
       "leaky_relu": lambda a: F.leaky_relu(a, 0.01), "sigmoid": torch.sigmoid, "tanh": torch.tanh, "gelu": F.gelu,
       "gelu_tanh": lambda a: F.gelu(a, approximate="tanh"), "silu": F.silu, "softplus": lambda a: F.softplus(a, 1, 20),
       "logsigmoid": F.logsigmoid, "pow2": lambda a: a ** 2.0, "pow1.5": lambda a: a ** 1.5, "clamp": lambda a: torch.clamp(a, -0.5, 0.5)}
@@ -24,7 +25,8 @@ RED = {"sum": lambda x, d: x.sum(d) if d is not None else x.sum(), "mean": lambd
 def setup(f):
     k = f[0]; ins = []; ex = []
     if k == "u":
-        ins = [rn(sh(f[2]), f[1] in ("log", "sqrt", "pow1.5"))]; fn = UN[f[1]]; run = lambda: fn(ins[0])
+        ins = [rn(sh(f[2]), f[1] in ("log", "sqrt", "pow1.5", "log1p", "rsqrt"))]
+        fn = UN[f[1]]; run = lambda: fn(ins[0])
     elif k == "b":
         ins = [rn(sh(f[2])), rn(sh(f[3]), f[1] == "div")]; fn = BI[f[1]]; run = lambda: fn(ins[0], ins[1])
     elif k == "r":
