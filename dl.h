@@ -481,10 +481,13 @@
        dl_tril                    torch.tril(x, diagonal)
        dl_triu                    torch.triu(x, diagonal)
        dl_gather                  torch.gather(x, dim, index)
-     ops: torch.distributions.Categorical(logits=)
+     ops: torch.distributions.Categorical(logits=) and (probs=)
        dl_categorical_sample      .sample()
        dl_categorical_log_prob    .log_prob(value)
        dl_categorical_entropy     .entropy()
+       dl_categorical_probs_sample Categorical(probs=).sample()
+       dl_categorical_probs_log_prob Categorical(probs=).log_prob(value)
+       dl_categorical_probs_entropy Categorical(probs=).entropy()
      autograd
        dl_backward_desc           backward options: grad (seed), retain_graph, create_graph
        dl_requires_grad           x.requires_grad_(on)
@@ -1280,16 +1283,30 @@ DL_API dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index);
      element, dl_multinomial(softmax(logits), 1, true) over the rows, as
      torch's (dl.h's generator, not torch's numbers; refused in a
      capture); no gradient.
-   dl_categorical_log_prob: .log_prob(value), (...): logits at value
-     (int64 or int32, of the batch shape; each in [0, C)) minus
-     dl_logsumexp(logits) (a +inf logit: -inf elsewhere, as torch's).
+   dl_categorical_log_prob: .log_prob(value), broadcast(value, batch):
+     logits at value (int64 or int32, broadcastable with the batch shape
+     as torch's; each in [0, C)) minus dl_logsumexp(logits) (a +inf logit:
+     -inf elsewhere, as torch's).
    dl_categorical_entropy: .entropy(), (...): -sum(p * max(log p, -FLT_MAX))
      over the categories (torch's clamp: a -inf logit adds 0, not NaN; a
      +inf logit gives NaN, as torch's).
-   The last two are differentiable in logits, twice. */
+   The last two are differentiable in logits, twice.
+   The _probs_ three: Categorical(probs=probs), probs (..., C) weights
+   (not checked: negative, NaN or zero-sum rows give NaN, as torch's with
+   validate_args=False), normalized q = probs / sum(probs, -1); torch's
+   logits log(clamp(q, eps, 1 - eps)), eps = FLT_EPSILON. Separate calls,
+   not logits made from probs: torch samples and takes the entropy from q
+   itself (a zero weight is never drawn, adds 0), and its log_prob is the
+   clamped log, not renormalized. sample: dl_multinomial(q, 1, true) per
+   row (its value errors); log_prob: log(clamp(q)) at value, broadcast as
+   above; entropy: -sum(q * log(clamp(q))). Differentiable in probs,
+   twice (0 where q is clamped). */
 DL_API dl_tensor *dl_categorical_sample(dl_tensor *logits);
 DL_API dl_tensor *dl_categorical_log_prob(dl_tensor *logits, dl_tensor *value);
 DL_API dl_tensor *dl_categorical_entropy(dl_tensor *logits);
+DL_API dl_tensor *dl_categorical_probs_sample(dl_tensor *probs);
+DL_API dl_tensor *dl_categorical_probs_log_prob(dl_tensor *probs, dl_tensor *value);
+DL_API dl_tensor *dl_categorical_probs_entropy(dl_tensor *probs);
 
 /* --- autograd */
 typedef struct dl_backward_desc {
@@ -19623,65 +19640,118 @@ dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index)
     return dl__end(ctx, y, op);
 }
 
-/* --- Categorical(logits=): composites of softmax, log_softmax, gather and
-   multinomial; ctx->in_call names the function in an inner op's error */
-static bool dl__categorical_ok(const char *op, dl_tensor *logits)
+/* --- Categorical(logits=) and (probs=): composites of softmax,
+   log_softmax, gather and multinomial; ctx->in_call names the function in
+   an inner op's error */
+static bool dl__categorical_ok(const char *op, const char *arg, dl_tensor *x)
 {
-    if (!dl__live(op, "logits", logits) || !dl__f32(op, "logits", logits)) return false;
-    if (logits->ndim < 1 || logits->shape[logits->ndim - 1] < 1) {
-        dl__err(logits->ctx_, DL_ERR_SHAPE, "%s: logits %s must have at least one dim, its last (the "
-                "categories) of size >= 1", op, dl__sh(logits));
+    if (!dl__live(op, arg, x) || !dl__f32(op, arg, x)) return false;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] < 1) {
+        dl__err(x->ctx_, DL_ERR_SHAPE, "%s: %s %s must have at least one dim, its last (the "
+                "categories) of size >= 1", op, arg, dl__sh(x));
         return false;
     }
     return true;
 }
-dl_tensor *dl_categorical_sample(dl_tensor *logits)
+/* probs / sum(probs, -1), as torch's Categorical(probs=) */
+static dl_tensor *dl__categorical_q(dl_tensor *probs)
 {
-    const char *op = "dl_categorical_sample", *prev;
+    return dl_div(probs, dl_sum(probs, DL_DIMS(-1), true));
+}
+/* torch's probs_to_logits: log(clamp(q, eps, 1 - eps)) */
+static dl_tensor *dl__categorical_qlog(dl_tensor *q)
+{
+    return dl_log(dl_clamp(q, FLT_EPSILON, 1.0f - FLT_EPSILON));
+}
+static dl_tensor *dl__categorical_sample(const char *op, dl_tensor *x, bool probs)
+{
+    const char *prev;
     dl_ctx *ctx;
     dl_tensor *y;
     int64_t C, rows[2];
-    if (!logits) return NULL;
-    if (!dl__categorical_ok(op, logits)) return NULL;
-    ctx = logits->ctx_;
-    C = logits->shape[logits->ndim - 1];
-    rows[0] = logits->numel / C;
+    if (!x) return NULL;
+    if (!dl__categorical_ok(op, probs ? "probs" : "logits", x)) return NULL;
+    ctx = x->ctx_;
+    C = x->shape[x->ndim - 1];
+    rows[0] = x->numel / C;
     rows[1] = C;
-    if (rows[0] == 0) return dl__end(ctx, dl_to_dtype(dl_sum(dl_detach(logits), DL_DIMS(-1), false), DL_DTYPE_I64), op);
+    if (rows[0] == 0) return dl__end(ctx, dl_to_dtype(dl_sum(dl_detach(x), DL_DIMS(-1), false), DL_DTYPE_I64), op);
     prev = ctx->in_call;
     ctx->in_call = op;
-    y = dl_multinomial(dl_reshape(dl_softmax(dl_detach(logits), -1), dl_shape_make(2, rows)), 1, true);
-    y = y ? dl_reshape(y, dl_shape_make(logits->ndim - 1, logits->shape)) : NULL;
+    y = probs ? dl__categorical_q(dl_detach(x)) : dl_softmax(dl_detach(x), -1);
+    y = dl_multinomial(dl_reshape(y, dl_shape_make(2, rows)), 1, true);
+    y = y ? dl_reshape(y, dl_shape_make(x->ndim - 1, x->shape)) : NULL;
     ctx->in_call = prev;
     return dl__end(ctx, y, op);
 }
-dl_tensor *dl_categorical_log_prob(dl_tensor *logits, dl_tensor *value)
+dl_tensor *dl_categorical_sample(dl_tensor *logits)
 {
-    const char *op = "dl_categorical_log_prob", *prev;
+    return dl__categorical_sample("dl_categorical_sample", logits, false);
+}
+dl_tensor *dl_categorical_probs_sample(dl_tensor *probs)
+{
+    return dl__categorical_sample("dl_categorical_probs_sample", probs, true);
+}
+/* log_prob: torch broadcasts value.unsqueeze(-1) with x (..., C) and
+   gathers; a value of the batch shape gathers x itself */
+static dl_tensor *dl__categorical_log_prob(const char *op, dl_tensor *x, dl_tensor *value, bool probs)
+{
+    const char *prev, *arg = probs ? "probs" : "logits";
     dl_ctx *ctx;
-    dl_tensor *y;
-    if (!logits || !value) return NULL;
-    if (!dl__categorical_ok(op, logits) || !dl__live(op, "value", value)) return NULL;
-    ctx = logits->ctx_;
+    dl_tensor *y, *lp, *v;
+    int64_t sh[DL_MAX_DIMS];
+    int nb, nd, d;
+    if (!x || !value) return NULL;
+    if (!dl__categorical_ok(op, arg, x) || !dl__live(op, "value", value)) return NULL;
+    ctx = x->ctx_;
     if (value->dtype == DL_DTYPE_F32) {
         dl__err(ctx, DL_ERR_DTYPE, "%s: value %s has dtype float32; it must be int64 or int32 (category "
                 "indices)", op, dl__sh(value));
         return NULL;
     }
-    if (value->ndim != logits->ndim - 1 ||
-        memcmp(value->shape, logits->shape, sizeof(int64_t) * (size_t)value->ndim) != 0) {
-        dl__err(ctx, DL_ERR_SHAPE, "%s: value %s must have the batch shape of logits %s (its dims but the last)",
-                op, dl__sh(value), dl__sh(logits));
+    nb = x->ndim - 1;
+    nd = value->ndim > nb ? value->ndim : nb;
+    if (nd + 1 > DL_MAX_DIMS) {
+        dl__err(ctx, DL_ERR_SHAPE, "%s: value %s with the categories of %s %s has %d dims; DL_MAX_DIMS is %d",
+                op, dl__sh(value), arg, dl__sh(x), nd + 1, DL_MAX_DIMS);
         return NULL;
     }
+    for (d = 0; d < nd; d++) {
+        int iv = d - (nd - value->ndim), ix = d - (nd - nb);
+        int64_t a = iv >= 0 ? value->shape[iv] : 1, b = ix >= 0 ? x->shape[ix] : 1;
+        if (a != b && a != 1 && b != 1) {
+            dl__err(ctx, DL_ERR_SHAPE, "%s: value %s does not broadcast with the batch shape of %s %s (its dims "
+                    "but the last): dim %d of the result pairs size %lld with size %lld (sizes must match or one "
+                    "be 1)", op, dl__sh(value), arg, dl__sh(x), d, (long long)a, (long long)b);
+            return NULL;
+        }
+        sh[d] = a == 1 ? b : a;
+    }
+    sh[nd] = x->shape[nb];
     prev = ctx->in_call;
     ctx->in_call = op;
+    v = dl_to_dtype(value, DL_DTYPE_I64);
+    lp = probs ? dl__categorical_qlog(dl__categorical_q(x)) : x;
+    if (nd != nb || memcmp(sh, x->shape, sizeof(int64_t) * (size_t)nb) != 0) {
+        lp = dl_expand(lp, dl_shape_make(nd + 1, sh));
+    }
+    if (value->ndim != nd || memcmp(sh, value->shape, sizeof(int64_t) * (size_t)nd) != 0) {
+        v = dl_expand(v, dl_shape_make(nd, sh));
+    }
+    y = dl_squeeze(dl_gather(lp, -1, dl_unsqueeze(v, -1)), -1);
     /* logits[value] - logsumexp(logits): torch's normalized logits, so a
        +inf logit gives -inf at the others (NaN at itself), as torch's */
-    y = dl_squeeze(dl_gather(logits, -1, dl_unsqueeze(dl_to_dtype(value, DL_DTYPE_I64), -1)), -1);
-    y = dl_sub(y, dl_logsumexp(logits, DL_DIMS(-1), false));
+    if (!probs) y = dl_sub(y, dl_logsumexp(x, DL_DIMS(-1), false));
     ctx->in_call = prev;
     return dl__end(ctx, y, op);
+}
+dl_tensor *dl_categorical_log_prob(dl_tensor *logits, dl_tensor *value)
+{
+    return dl__categorical_log_prob("dl_categorical_log_prob", logits, value, false);
+}
+dl_tensor *dl_categorical_probs_log_prob(dl_tensor *probs, dl_tensor *value)
+{
+    return dl__categorical_log_prob("dl_categorical_probs_log_prob", probs, value, true);
 }
 dl_tensor *dl_categorical_entropy(dl_tensor *logits)
 {
@@ -19689,12 +19759,27 @@ dl_tensor *dl_categorical_entropy(dl_tensor *logits)
     dl_ctx *ctx;
     dl_tensor *y;
     if (!logits) return NULL;
-    if (!dl__categorical_ok(op, logits)) return NULL;
+    if (!dl__categorical_ok(op, "logits", logits)) return NULL;
     ctx = logits->ctx_;
     prev = ctx->in_call;
     ctx->in_call = op;
     y = dl_mul(dl_softmax(logits, -1), dl_clamp(dl_log_softmax(logits, -1), -FLT_MAX, INFINITY));
     y = dl_neg(dl_sum(y, DL_DIMS(-1), false));
+    ctx->in_call = prev;
+    return dl__end(ctx, y, op);
+}
+dl_tensor *dl_categorical_probs_entropy(dl_tensor *probs)
+{
+    const char *op = "dl_categorical_probs_entropy", *prev;
+    dl_ctx *ctx;
+    dl_tensor *y, *q;
+    if (!probs) return NULL;
+    if (!dl__categorical_ok(op, "probs", probs)) return NULL;
+    ctx = probs->ctx_;
+    prev = ctx->in_call;
+    ctx->in_call = op;
+    q = dl__categorical_q(probs);
+    y = dl_neg(dl_sum(dl_mul(dl__categorical_qlog(q), q), DL_DIMS(-1), false));
     ctx->in_call = prev;
     return dl__end(ctx, y, op);
 }

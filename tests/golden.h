@@ -594,6 +594,8 @@ static G_UNUSED dl_tensor *g_core(const char *op, int n, dl_tensor **in, const g
     }
     if (!strcmp(op, "categorical_log_prob")) { G_NEED(2, 1); return dl_categorical_log_prob(x, y); }   /* logits, value */
     if (!strcmp(op, "categorical_entropy")) { G_NEED(1, 1); return dl_categorical_entropy(x); }
+    if (!strcmp(op, "categorical_probs_log_prob")) { G_NEED(2, 1); return dl_categorical_probs_log_prob(x, y); }
+    if (!strcmp(op, "categorical_probs_entropy")) { G_NEED(1, 1); return dl_categorical_probs_entropy(x); }
     if (!strcmp(op, "group_norm")) {   /* inputs x[, weight, bias]; params [num_groups, eps] */
         G_NEED(1, 2);
         return dl_group_norm(x, g_pi(p, 0), y, n > 2 ? in[2] : NULL, p->v[1]);

@@ -1043,10 +1043,10 @@ static void dtype_creator_errors(void)
     dl_step_end(C);
 }
 
-/* Categorical(logits=): its checks, and an inner op's error named under it */
+/* Categorical(logits=) and (probs=): their checks, and an inner op's error named under it */
 static void categorical_errors(void)
 {
-    int64_t iv[2] = {0, 7};
+    int64_t iv[4] = {0, 7, 1, 2};
     dl_tensor *l = T(2, 4), *v = dl_from_int64(C, DL_SHAPE(2), iv);
     BAD(dl_categorical_entropy(dl_from_int64(C, DL_SHAPE(2), iv)), DL_ERR_DTYPE,
         "dl_categorical_entropy: logits (2) has dtype int64; this op needs float32");
@@ -1055,14 +1055,34 @@ static void categorical_errors(void)
     BAD(dl_categorical_entropy(T(3, 0)), DL_ERR_SHAPE, "dl_categorical_entropy: logits (3,0) must have");
     BAD(dl_categorical_log_prob(l, T(2, 1)), DL_ERR_DTYPE,
         "dl_categorical_log_prob: value (2,1) has dtype float32; it must be int64 or int32 (category indices)");
-    BAD(dl_categorical_log_prob(l, dl_from_int64(C, DL_SHAPE(1, 2), iv)), DL_ERR_SHAPE,
-        "dl_categorical_log_prob: value (1,2) must have the batch shape of logits (2,4) (its dims but the last)");
+    BAD(dl_categorical_log_prob(l, dl_full_dtype(C, DL_SHAPE(3), 1, DL_DTYPE_I64)), DL_ERR_SHAPE,
+        "dl_categorical_log_prob: value (3) does not broadcast with the batch shape of logits (2,4) (its dims "
+        "but the last): dim 0 of the result pairs size 3 with size 2 (sizes must match or one be 1)");
+    BAD(dl_categorical_probs_log_prob(dl_randn(C, DL_SHAPE(2, 3, 4)), dl_full_dtype(C, DL_SHAPE(2, 2), 1, DL_DTYPE_I32)), DL_ERR_SHAPE,
+        "dl_categorical_probs_log_prob: value (2,2) does not broadcast with the batch shape of probs (2,3,4)");
+    BAD(dl_categorical_probs_log_prob(l, dl_from_int64(C, DL_SHAPE(3, 1), iv + 1)), DL_ERR_ARG,
+        "dl_categorical_probs_log_prob: dl_gather: index (3,2,1) holds 7 at flat index 0: indices must be in [0, 4)");
+    BAD(dl_categorical_probs_log_prob(l, T(1, 2)), DL_ERR_DTYPE,
+        "dl_categorical_probs_log_prob: value (1,2) has dtype float32; it must be int64 or int32");
+    BAD(dl_categorical_probs_entropy(dl_from_int64(C, DL_SHAPE(2), iv)), DL_ERR_DTYPE,
+        "dl_categorical_probs_entropy: probs (2) has dtype int64; this op needs float32");
+    BAD(dl_categorical_probs_sample(dl_zeros(C, DL_SHAPE(0))), DL_ERR_SHAPE,
+        "dl_categorical_probs_sample: probs (0) must have at least one dim, its last (the categories) of size >= 1");
+    {   /* a negative weight: dl_multinomial's check, of the normalized row */
+        float pw[3] = {-1.0f, 2.0f, 1.0f};
+        BAD(dl_categorical_probs_sample(dl_from_array(C, DL_SHAPE(3), pw)), DL_ERR_ARG,
+            "dl_categorical_probs_sample: dl_multinomial: probs (1,3) holds -0.5 at row 0, category 0");
+    }
     BAD(dl_categorical_log_prob(l, v), DL_ERR_ARG,
         "dl_categorical_log_prob: dl_gather: index (2,1) holds 7 at flat index 1: indices must be in [0, 4)");
     NULLOP(dl_categorical_log_prob(NULL, v));
     NULLOP(dl_categorical_log_prob(l, NULL));
     NULLOP(dl_categorical_entropy(NULL));
     NULLOP(dl_categorical_sample(NULL));
+    NULLOP(dl_categorical_probs_log_prob(NULL, v));
+    NULLOP(dl_categorical_probs_log_prob(l, NULL));
+    NULLOP(dl_categorical_probs_entropy(NULL));
+    NULLOP(dl_categorical_probs_sample(NULL));
     {   /* a draw on the host: refused inside a capture, under the function's name */
         dl_tensor *k = dl_keep(l);
         dl_capture *cap = dl_capture_begin(C);

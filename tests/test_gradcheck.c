@@ -28,7 +28,8 @@ enum {
     OP_MLP, OP_CUSTOM, OP_SECOND, OP_MAXDIM, OP_MINDIM, OP_NORM, OP_SECOND_NORM,
     OP_EMBED, OP_SECOND_EMBED, OP_WHERE, OP_MFILL, OP_TRIL, OP_TRIU, OP_GATHER, OP_SECOND_GATHER, OP_GNORM, OP_UPSAMPLE,
     OP_SPLIT, OP_SECOND_SPLIT, OP_CAT_LOGP, OP_CAT_ENT, OP_SECOND_CAT, OP_LSE, OP_SECOND_LSE, OP_CUMSUM, OP_SECOND_CUMSUM,
-    OP_SDPA, OP_SIN, OP_COS, OP_LOG1P, OP_EXPM1, OP_RSQRT, OP_SECOND_UN
+    OP_SDPA, OP_SIN, OP_COS, OP_LOG1P, OP_EXPM1, OP_RSQRT, OP_SECOND_UN, OP_CAT_PLOGP, OP_CAT_PENT, OP_SECOND_PCAT,
+    OP_CAT_BLOGP
 };
 
 /* fills */
@@ -84,6 +85,12 @@ static dl_tensor *cat_value(dl_tensor *a)
     int64_t v[64], C = a->shape[a->ndim - 1], i;
     for (i = 0; i < a->numel / C && i < 64; i++) v[i] = (i * 3 + 1) % C;
     return dl_from_int64(dl_tensor_ctx(a), dl_shape_make(a->ndim - 1, a->shape), v);
+}
+/* a value (3,1) broadcast with the batch shape of a (N, C): log_prob (3,N) */
+static dl_tensor *cat_bvalue(dl_tensor *a)
+{
+    int64_t v[3] = {0, 2, 1};
+    return dl_from_int64(dl_tensor_ctx(a), DL_SHAPE(3, 1), v);
 }
 
 /* ---- the custom function: sigmoid written with dl ops */
@@ -233,9 +240,13 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
     }
     case OP_CAT_LOGP: return dl_categorical_log_prob(a, cat_value(a));
     case OP_CAT_ENT: return dl_categorical_entropy(a);
+    case OP_CAT_PLOGP: return dl_categorical_probs_log_prob(a, p->d0 ? cat_bvalue(a) : cat_value(a));
+    case OP_CAT_PENT: return dl_categorical_probs_entropy(a);
+    case OP_CAT_BLOGP: return dl_categorical_log_prob(a, cat_bvalue(a));
     case OP_SECOND:
     case OP_SECOND_CAT:
     case OP_SECOND_UN:
+    case OP_SECOND_PCAT:
     case OP_SECOND_EMBED:
     case OP_SECOND_GATHER:
     case OP_SECOND_SPLIT:
@@ -262,6 +273,9 @@ static dl_tensor *f_op(void *user, dl_tensor *const *in)
         else if (p->op == OP_SECOND_CAT)   /* d/dx sum(entropy(x) + log_prob(x, value)^2) */
             y = dl_sum(dl_add(dl_categorical_entropy(a), dl_pow(dl_categorical_log_prob(a, cat_value(a)), 2.0f)),
                        DL_ALL, false);
+        else if (p->op == OP_SECOND_PCAT)   /* the same with probs= */
+            y = dl_sum(dl_add(dl_categorical_probs_entropy(a),
+                              dl_pow(dl_categorical_probs_log_prob(a, cat_value(a)), 2.0f)), DL_ALL, false);
         else if (p->op == OP_SECOND_LSE)   /* d/dx sum(logsumexp(x, 1)^3): through exp(x - y) */
             y = dl_sum(dl_pow(dl_logsumexp(a, DL_DIMS(1), false), 3.0f), DL_ALL, false);
         else if (p->op == OP_SECOND_CUMSUM)   /* d/dx sum(cumsum(x, 1)^3): through the reversed cumsum */
@@ -564,6 +578,14 @@ static void shape_cases(void)
     gc1("dl_categorical_entropy", "(6)", mk(OP_CAT_ENT), I(DL_SHAPE(6), F_RANDN));
     gc1("dl_categorical_entropy", "(2,3,5)", mk(OP_CAT_ENT), I(DL_SHAPE(2, 3, 5), F_RANDN));
     gc1("grad of entropy + log_prob^2", "(3,4)", mk(OP_SECOND_CAT), I(DL_SHAPE(3, 4), F_RANDN));
+    gc1("dl_categorical_log_prob", "(4,3) value (3,1) broadcast", mk(OP_CAT_BLOGP), I(DL_SHAPE(4, 3), F_RANDN));
+    gc1("dl_categorical_probs_log_prob", "(5,4)", mk(OP_CAT_PLOGP), I(DL_SHAPE(5, 4), F_POS));
+    gc1("dl_categorical_probs_log_prob", "(6) 0-d value", mk(OP_CAT_PLOGP), I(DL_SHAPE(6), F_POS));
+    gc1("dl_categorical_probs_log_prob", "(4,3) value (3,1) broadcast", mki(OP_CAT_PLOGP, 1, 0),
+        I(DL_SHAPE(4, 3), F_POS));
+    gc1("dl_categorical_probs_entropy", "(5,4)", mk(OP_CAT_PENT), I(DL_SHAPE(5, 4), F_POS));
+    gc1("dl_categorical_probs_entropy", "(2,3,5)", mk(OP_CAT_PENT), I(DL_SHAPE(2, 3, 5), F_POS));
+    gc1("grad of probs entropy + log_prob^2", "(3,4)", mk(OP_SECOND_PCAT), I(DL_SHAPE(3, 4), F_POS));
     /* squeeze / unsqueeze */
     gc1("dl_squeeze", "dim 1", mki(OP_SQUEEZE, 1, 0), I(DL_SHAPE(2, 1, 3), F_RANDN));
     gc1("dl_squeeze", "dim 0", mki(OP_SQUEEZE, 0, 0), I(DL_SHAPE(1, 4), F_RANDN));

@@ -105,6 +105,40 @@ static void test_values(void)
         y = dl_categorical_log_prob(dl_from_array(ctx, DL_SHAPE(3), lv), dl_full_dtype(ctx, DL_SHAPE(), 2, DL_DTYPE_I32));
         CHECK(y && y->ndim == 0 && fabsf(dl_item(y) - logf(0.9f)) < 1e-6f, "log_prob, int32 0-d value: %g",
               y ? (double)dl_item(y) : -1.0);
+
+        {   /* probs=: weights normalized, a zero weight never drawn; log_prob broadcast (3,1) x (2) -> (3,2) */
+            static float pv[3 * 6000];
+            float q[6] = {1.0f, 0.0f, 3.0f, 2.0f, 2.0f, 0.0f}, lp[6];
+            int64_t v[3] = {0, 1, 2};
+            cnt[0] = cnt[1] = cnt[2] = 0;
+            for (i = 0; i < 6000; i++) {
+                pv[3 * i] = 1.0f;
+                pv[3 * i + 1] = 0.0f;
+                pv[3 * i + 2] = 3.0f;
+            }
+            y = dl_categorical_probs_sample(dl_from_array(ctx, DL_SHAPE(6000, 3), pv));
+            CHECK(y && y->ndim == 1 && y->shape[0] == 6000 && dl_read_int64(y, o, 6000) == DL_OK,
+                  "probs sample (6000,3): %s", dl_error_message(ctx));
+            for (i = 0; i < 6000; i++) cnt[o[i] < 0 || o[i] > 2 ? 1 : o[i]]++;
+            CHECK(cnt[1] == 0 && abs(cnt[0] - 1500) < 150 && abs(cnt[2] - 4500) < 150,
+                  "probs frequencies 1/4 0 3/4: %d %d %d", cnt[0], cnt[1], cnt[2]);
+            y = dl_categorical_probs_log_prob(dl_from_array(ctx, DL_SHAPE(2, 3), q),
+                                              dl_from_int64(ctx, DL_SHAPE(3, 1), v));
+            CHECK(y && y->ndim == 2 && y->shape[0] == 3 && y->shape[1] == 2 && dl_read(y, lp, 6) == DL_OK &&
+                  fabsf(lp[0] - logf(0.25f)) < 1e-6f && fabsf(lp[1] - logf(0.5f)) < 1e-6f &&
+                  fabsf(lp[2] - logf(FLT_EPSILON)) < 1e-5f && fabsf(lp[3] - logf(0.5f)) < 1e-6f &&
+                  fabsf(lp[4] - logf(0.75f)) < 1e-6f && fabsf(lp[5] - logf(FLT_EPSILON)) < 1e-5f,
+                  "probs log_prob (3,1) x batch (2): log(clamp(q, eps, 1 - eps))");
+            y = dl_categorical_log_prob(dl_log(dl_from_array(ctx, DL_SHAPE(2, 3), q)),
+                                        dl_from_int64(ctx, DL_SHAPE(3, 1), v));
+            CHECK(y && y->ndim == 2 && dl_read(y, lp, 6) == DL_OK && fabsf(lp[0] - logf(0.25f)) < 1e-6f &&
+                  isinf(lp[2]) && lp[2] < 0 && fabsf(lp[4] - logf(0.75f)) < 1e-6f,
+                  "logits log_prob (3,1) x batch (2)");
+            y = dl_categorical_probs_entropy(dl_from_array(ctx, DL_SHAPE(2, 3), q));
+            CHECK(y && dl_read(y, lp, 2) == DL_OK &&
+                  fabsf(lp[0] - (-(0.25f * logf(0.25f) + 0.75f * logf(0.75f)))) < 1e-6f &&
+                  fabsf(lp[1] - logf(2.0f)) < 1e-6f, "probs entropy: a zero weight adds 0");
+        }
     }
     {   /* dtype conversions: torch's .long(), .int(), .float() (values from torch 2.15 on x86) */
         /* (16777216, not the literal 16777217.0f: nvcc's front end rounds that halfway literal up to

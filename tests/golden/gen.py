@@ -503,16 +503,18 @@ for op in ("var", "std"):
     case(op + "/corr_over", [("x", x)], fn, params=params)
 
 
-# torch.distributions.Categorical(logits=x): log_prob(target) and entropy();
-# inputs x (logits) [and target, the values as floats]; params [0]
-def categorical_case(name, x, value=None, dd=False):
+# torch.distributions.Categorical(logits=x) (probs: Categorical(probs=x),
+# op categorical_probs_*): log_prob(target) and entropy(); inputs x [and
+# target, the values as floats]; params [0]
+def categorical_case(name, x, value=None, dd=False, probs=False):
+    op, dist = "categorical_", lambda t: torch.distributions.Categorical(logits=t)
+    if probs:
+        op, dist = "categorical_probs_", lambda t: torch.distributions.Categorical(probs=t)
     if value is None:
-        case("categorical_entropy/" + name, [("x", x)],
-             lambda t: torch.distributions.Categorical(logits=t).entropy(), params=[0], dd=dd)
+        case(op + "entropy/" + name, [("x", x)], lambda t: dist(t).entropy(), params=[0], dd=dd)
     else:
-        case("categorical_log_prob/" + name, [("x", x), ("target", value.to(torch.float32))],
-             lambda t, v: torch.distributions.Categorical(logits=t).log_prob(v.long()), params=[0], grad=["x"],
-             dd=dd)
+        case(op + "log_prob/" + name, [("x", x), ("target", value.to(torch.float32))],
+             lambda t, v: dist(t).log_prob(v.long()), params=[0], grad=["x"], dd=dd)
 
 
 categorical_case("rows", randn(5, 4) * 2, torch.randint(0, 4, (5,)), dd=True)
@@ -542,6 +544,21 @@ case("expm1/wide", [("x", randn(4, 5) * 30)], torch.expm1)
 case("expm1/tiny", [("x", randn(8) * 1e-6)], torch.expm1)
 case("rsqrt/a", [("x", positive(3, 4))], torch.rsqrt, dd=True)
 case("rsqrt/wide", [("x", torch.exp(randn(10) * 20))], torch.rsqrt)
+
+# Categorical(logits=x).log_prob(value) with value broadcast against the
+# batch shape, and Categorical(probs=x): log_prob, entropy (gradients in x)
+categorical_case("bcast_col", randn(4, 5), torch.randint(0, 5, (3, 1)), dd=True)
+categorical_case("bcast_row", randn(3, 1, 4), torch.randint(0, 4, (5,)))
+categorical_case("bcast_scalar", randn(2, 3, 4), torch.tensor(2))
+categorical_case("rows", torch.rand(5, 4) + 0.1, torch.randint(0, 4, (5,)), dd=True, probs=True)
+categorical_case("one", torch.rand(6) * 3 + 0.05, torch.tensor(3), probs=True)
+categorical_case("bcast_col", torch.rand(4, 5) + 0.1, torch.randint(0, 5, (3, 1)), dd=True, probs=True)
+categorical_case("zeros", torch.tensor([[0.0, 2.0, 1.0], [1.0, 0.0, 0.0]]), torch.tensor([0, 1]), probs=True)
+categorical_case("single_category", torch.rand(3, 1) + 0.5, torch.zeros(3, dtype=torch.long), probs=True)
+categorical_case("rows", torch.rand(5, 4) + 0.1, dd=True, probs=True)
+categorical_case("batch2", torch.rand(2, 3, 5) * 2 + 0.01, dd=True, probs=True)
+categorical_case("zeros", torch.tensor([[0.0, 2.0, 1.0], [1.0, 0.0, 0.0]]), probs=True)
+categorical_case("one_hot", torch.tensor([[0.0] * 7 + [1.0] + [0.0] * 992]), probs=True)
 
 
 # ------------------------------------------------------------ write
