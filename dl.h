@@ -1010,7 +1010,7 @@ DL_API dl_tensor *dl_ones(dl_ctx *ctx, dl_shape shape);
 DL_API dl_tensor *dl_full(dl_ctx *ctx, dl_shape shape, float value);
 /* [start,end) as torch.arange: the count and the values worked out in double
    (0, 0.3, 0.1 gives 3 elements, as there); float32 always (torch's is
-   int64 for integer arguments: dl_to_dtype(.., DL_DTYPE_I64) for positions) */
+   int64 for integer arguments: dl_arange_dtype(.., DL_DTYPE_I64) for positions) */
 DL_API dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step);
 /* torch.zeros / ones / full / arange(..., dtype=dtype): dl_zeros, dl_ones,
    dl_full, dl_arange for float32, and int32 or int64 values (labels,
@@ -1020,9 +1020,9 @@ DL_API dl_tensor *dl_arange(dl_ctx *ctx, double start, double end, double step);
    finite and within the dtype's range (DL_ERR_ARG). dl_full_dtype is exact
    for every integer a double holds. dl_arange_dtype counts elements from
    the doubles as dl_arange and, for an integer dtype, gives trunc(start) +
-   i * trunc(step) (torch's: (0, 5, 1.5) is 0, 1, 2, 3), within +-2^24
-   (made in float32 and converted; further: DL_ERR_ARG; an empty range is
-   empty wherever it lies). */
+   i * trunc(step) (torch's: (0, 5, 1.5) is 0, 1, 2, 3), exact for every
+   value in the dtype's range (one past it: DL_ERR_ARG, where torch's int32
+   wraps; an empty range is empty wherever it lies). */
 DL_API dl_tensor *dl_zeros_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype);
 DL_API dl_tensor *dl_ones_dtype(dl_ctx *ctx, dl_shape shape, dl_dtype dtype);
 DL_API dl_tensor *dl_full_dtype(dl_ctx *ctx, dl_shape shape, double value, dl_dtype dtype);
@@ -13401,12 +13401,56 @@ static bool dl__dtype_ok(dl_ctx *ctx, const char *op, dl_dtype dtype)
     return false;
 }
 
+/* an integer arange past float32's exact integers: y = s + i k by int64
+   cumsums (wrapping, so exact wherever the values fit), the count as rows
+   of B: the row starts s, s + B k, ... first (Q of them, one line), then
+   every row from its start (Q lines in parallel); the first cnt converted
+   to dtype. c holds s, k and B k (wrapped); the constants are the entries'
+   arguments, so a capture replays them */
+static dl_tensor *dl__arange_int(dl__dev *d, const char *op, int64_t cnt, int64_t s, int64_t k, dl_dtype dtype)
+{
+    const dl__backend *be = d->be;
+    int64_t B = cnt < 4096 ? cnt : 4096, Q = (cnt + B - 1) / B, three = 3, sh[2], dst[2], zst[2] = {0, 0};
+    dl_tensor *c, *r0, *r, *x, *y, *t;
+    int64_t *cp;
+    sh[0] = Q;
+    sh[1] = B;
+    c = dl__make(d, op, DL_DTYPE_I64, 1, &three, false, NULL);
+    r0 = dl__make(d, op, DL_DTYPE_I64, 1, sh, false, NULL);
+    r = dl__make(d, op, DL_DTYPE_I64, 1, sh, false, NULL);
+    x = dl__make(d, op, DL_DTYPE_I64, 2, sh, false, NULL);
+    y = dl__make(d, op, DL_DTYPE_I64, 2, sh, false, NULL);
+    t = dl__make(d, op, dtype, 1, &cnt, false, NULL);
+    if (!c || !r0 || !r || !x || !y || !t) return NULL;
+    cp = (int64_t *)c->data;
+    be->fill(d, (float *)c->data, 6, 0.0f);
+    be->add_i64(d, cp, s);
+    be->add_i64(d, cp + 1, k);
+    be->add_i64(d, cp + 2, (int64_t)((uint64_t)k * (uint64_t)B));
+    be->copy(d, r0->data, cp, sizeof(int64_t));                       /* r0 = s, B k, B k, ... */
+    sh[0] = Q - 1;
+    dst[0] = 1;
+    if (Q > 1) be->copy_nd(d, sizeof(int64_t), 1, sh, (int64_t *)r0->data + 1, dst, cp + 2, zst);
+    be->cumsum(d, (int)DL_DTYPE_I64, r->data, r0->data, 1, Q, 1, false);
+    sh[0] = Q;
+    sh[1] = B - 1;
+    dst[0] = B;
+    dst[1] = 1;
+    be->copy_nd(d, sizeof(int64_t), 1, sh, x->data, dst, r->data, dst + 1);   /* x[q][0] = r[q] */
+    if (B > 1) be->copy_nd(d, sizeof(int64_t), 2, sh, (int64_t *)x->data + 1, dst, cp + 1, zst);   /* k */
+    be->cumsum(d, (int)DL_DTYPE_I64, y->data, x->data, Q, B, 1, false);
+    if (dtype == DL_DTYPE_I64) be->copy(d, t->data, y->data, sizeof(int64_t) * (size_t)cnt);
+    else be->convert(d, t->data, (int)dtype, y->data, (int)DL_DTYPE_I64, cnt);
+    return t;
+}
+
 /* torch.arange's count and values; an integer dtype: trunc(start) + i * trunc(step),
-   made in float32 (exact to 2^24) and converted */
+   within +-2^24 made in float32 and converted, further by dl__arange_int */
 static dl_tensor *dl__arange(dl_ctx *ctx, const char *op, double start, double end, double step, dl_dtype dtype)
 {
-    double n, a, b;
-    int64_t cnt;
+    double n, lim;
+    int64_t cnt, s = 0, k = 0, last = 0;
+    uint64_t uk, m, room;
     dl_tensor *t, *f;
     if (!ctx) { dl__err(NULL, DL_ERR_ARG, "%s: ctx is NULL", op); return NULL; }
     if (!dl__dtype_ok(ctx, op, dtype)) return NULL;
@@ -13427,15 +13471,31 @@ static dl_tensor *dl__arange(dl_ctx *ctx, const char *op, double start, double e
     }
     cnt = (int64_t)n;
     if (dtype != DL_DTYPE_F32 && cnt > 0) {
+        /* s + (cnt - 1) k exactly, in the dtype's range [-lim, lim) */
         start = trunc(start);
         step = trunc(step);
-        a = fabs(start);
-        b = fabs(start + (double)(cnt > 0 ? cnt - 1 : 0) * step);
-        if ((a > b ? a : b) > 16777216.0) {
-            dl__err(ctx, DL_ERR_ARG, "%s: values up to %.17g for %s: an integer arange's values must be within "
-                    "+-2^24 (made in float32; dl_from_int64 for more)", op, a > b ? a : b, dl__dtype_str(dtype));
+        lim = dtype == DL_DTYPE_I32 ? 2147483648.0 : 9223372036854775808.0;
+        if (!(start >= -lim && start < lim) || !(step >= -9223372036854775808.0 && step < 9223372036854775808.0)) {
+            dl__err(ctx, DL_ERR_ARG, "%s: start %.17g, step %.17g for %s: an integer arange's start must be "
+                    "within the dtype's range and its step within int64's", op, start, step, dl__dtype_str(dtype));
             return NULL;
         }
+        s = (int64_t)start;
+        k = (int64_t)step;
+        uk = k < 0 ? (uint64_t)0 - (uint64_t)k : (uint64_t)k;
+        m = (uint64_t)(cnt - 1);
+        /* room from s to the range's end in k's direction */
+        room = k > 0 ? (uint64_t)(lim == 2147483648.0 ? INT32_MAX : INT64_MAX) - (uint64_t)s
+                     : (uint64_t)s - (uint64_t)(lim == 2147483648.0 ? INT32_MIN : INT64_MIN);
+        if (uk != 0 && m > room / uk) {
+            double hi = start + (double)(cnt - 1) * step;
+            dl__err(ctx, DL_ERR_ARG, "%s: values up to %.17g for %s: an integer arange's values must be within "
+                    "the dtype's range [%.17g, %.17g]", op, hi, dl__dtype_str(dtype), -lim, lim - 1.0);
+            return NULL;
+        }
+        last = (int64_t)((uint64_t)s + (k > 0 ? m * uk : (uint64_t)0 - m * uk));
+        if ((s < 0 ? -(double)s : (double)s) > 16777216.0 || (last < 0 ? -(double)last : (double)last) > 16777216.0)
+            return dl__arange_int(ctx->defdev, op, cnt, s, k, dtype);
     }
     f = dl__new(ctx->defdev, op, 1, &cnt);
     if (!f) return NULL;

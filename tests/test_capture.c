@@ -975,6 +975,36 @@ static dl_tensor *scan_step(dl_tensor *w, dl_tensor *s)
 }
 static void test_scan_replay(void) { step_replay(scan_step, 15, "logsumexp/cumsum"); }
 
+/* an integer arange past 2^24 (int64 cumsums from a few constants) and
+   within it (float32, converted), captured: a replay over zeroed outputs
+   writes the values again */
+static void test_arange_replay(void)
+{
+    static int64_t o[10000];
+    dl_ctx *ctx = new_ctx(16);
+    dl_tensor *a, *b, *c, *z;
+    dl_capture *cap;
+    int64_t k;
+    int ok = 1, rep;
+    z = dl_keep(dl_zeros_dtype(ctx, DL_SHAPE(10000), DL_DTYPE_I64));
+    cap = dl_capture_begin(ctx);
+    a = dl_arange_dtype(ctx, 1099511627776.0, 1099511657776.0, 3, DL_DTYPE_I64);
+    b = dl_arange_dtype(ctx, -2147483648.0, 0, 1073741824.0, DL_DTYPE_I32);
+    c = dl_arange_dtype(ctx, 0, 5, 1, DL_DTYPE_I64);
+    CHECK(a && b && c && dl_capture_end(cap) == DL_OK, "integer aranges captured: %s", dl_error_message(ctx));
+    for (rep = 0; rep < 2 && a && b && c; rep++) {
+        CHECK(dl_copy_(a, z) == DL_OK && dl_copy_(c, dl_narrow(z, 0, 0, 5)) == DL_OK && dl_replay(cap) == DL_OK,
+              "replay %d: %s", rep, dl_error_message(ctx));
+        CHECK(dl_read_int64(a, o, 10000) == DL_OK, "read");
+        for (k = 0; k < 10000; k++) ok &= o[k] == 1099511627776LL + 3 * k;
+        CHECK(dl_read_int64(b, o, 2) == DL_OK && o[0] == INT32_MIN && o[1] == -1073741824 &&
+              dl_read_int64(c, o, 5) == DL_OK && o[0] == 0 && o[4] == 4, "int32 and small replayed");
+    }
+    CHECK(ok, "arange(2^40, 2^40 + 30000, 3) replayed: every value");
+    dl_capture_free(cap);
+    dl_ctx_free(ctx);
+}
+
 #define RN 4
 /* RN training steps: step's eagerly, or the first eager, the second
    captured and the last two replays; every parameter (p, np) after each
@@ -1257,6 +1287,7 @@ int main(int argc, char **argv)
     test_unary_replay();
     test_split_replay();
     test_scan_replay();
+    test_arange_replay();
     test_rnn_replay();
     test_mha_replay();
     test_gan_flags();

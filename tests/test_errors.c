@@ -1021,8 +1021,30 @@ static void dtype_creator_errors(void)
         CHECK(e && e->numel == 0 && e->dtype == DL_DTYPE_I64, "arange(1e8, 1e8) empty: %s", dl_error_message(C));
     }
     BAD(dl_ones_dtype(C, DL_SHAPE(-1), DL_DTYPE_I64), DL_ERR_SHAPE, "dl_ones_dtype");
-    BAD(dl_arange_dtype(C, 0, 16777218, 1, DL_DTYPE_I64), DL_ERR_ARG,
-        "dl_arange_dtype: values up to 16777217 for int64: an integer arange's values must be within +-2^24");
+    /* past the dtype's range (exact to it): torch's int32 wraps, int64's conversions overflow */
+    BAD(dl_arange_dtype(C, 0, 2147483649.0, 1073741824.0, DL_DTYPE_I32), DL_ERR_ARG,
+        "dl_arange_dtype: values up to 2147483648 for int32: an integer arange's values must be within the dtype's "
+        "range [-2147483648, 2147483647]");
+    BAD(dl_arange_dtype(C, -10, -2147483660.0, -1, DL_DTYPE_I32), DL_ERR_ARG,
+        "dl_arange_dtype: values up to -2147483659 for int32");
+    BAD(dl_arange_dtype(C, 4611686018427387904.0, 1e19, 4611686018427387904.0, DL_DTYPE_I64), DL_ERR_ARG,
+        "dl_arange_dtype: values up to 9.2233720368547758e+18 for int64: an integer arange's values must be within "
+        "the dtype's range [-9.2233720368547758e+18, 9.2233720368547758e+18]");
+    BAD(dl_arange_dtype(C, 1e19, 2e19, 1e18, DL_DTYPE_I64), DL_ERR_ARG,
+        "dl_arange_dtype: start 1e+19, step 1e+18 for int64: an integer arange's start must be within the dtype's "
+        "range and its step within int64's");
+    BAD(dl_arange_dtype(C, 0, 2e19, 1e19, DL_DTYPE_I64), DL_ERR_ARG, "its step within int64's");
+    BAD(dl_arange_dtype(C, 2147483648.0, 2147483650.0, 1, DL_DTYPE_I32), DL_ERR_ARG,
+        "dl_arange_dtype: start 2147483648, step 1 for int32");
+    {   /* at the range's ends */
+        int64_t o[2];
+        CHECK(dl_read_int64(dl_arange_dtype(C, 9223372036854774784.0, 9223372036854772736.0, -1024, DL_DTYPE_I64), o, 2) == DL_OK &&
+              o[0] == 9223372036854774784LL && o[1] == 9223372036854773760LL, "down from 2^63 - 1024: %s",
+              dl_error_message(C));
+        CHECK(dl_read_int64(dl_arange_dtype(C, 2147483646.0, 2147483648.0, 1, DL_DTYPE_I32), o, 2) == DL_OK &&
+              o[0] == 2147483646 && o[1] == INT32_MAX, "int32 up to INT32_MAX: %s", dl_error_message(C));
+    }
+    BAD(dl_arange_dtype(C, 7, 8, 1e30, DL_DTYPE_I64), DL_ERR_ARG, "dl_arange_dtype: start 7, step 1e+30 for int64");
     BAD(dl_arange_dtype(C, 0, 3, 0, DL_DTYPE_I32), DL_ERR_ARG, "dl_arange_dtype: step must be non-zero");
     BAD(dl_arange_dtype(C, 0, 3, 1, (dl_dtype)-1), DL_ERR_ARG, "dl_arange_dtype: dtype -1 is none of");
     CHECK(dl_full_dtype(NULL, DL_SHAPE(2), 1, DL_DTYPE_I64) == NULL, "NULL ctx");

@@ -195,6 +195,37 @@ static void test_values(void)
               "dl_arange_dtype: torch's trunc(start) + i trunc(step), the count from the doubles");
         CHECK(dl_read_int64(dl_arange_dtype(ctx, 16777216, 16777210, -2, DL_DTYPE_I64), o, 3) == DL_OK &&
               o[0] == 16777216 && o[2] == 16777212, "dl_arange_dtype at 2^24");
+        {   /* past 2^24: exact over int64's range (torch 2.15's values) */
+            static int64_t big[10000];
+            int64_t k;
+            int ok = 1;
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, 0, 1073741824.0, 1048576.0, DL_DTYPE_I64), big, 1024) == DL_OK &&
+                  big[1] == 1048576 && big[1023] == 1072693248, "arange(0, 2^30, 2^20, int64)");
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, 9007199254740992.0, 9007199254741002.0, 3, DL_DTYPE_I64), o, 4) ==
+                  DL_OK && o[0] == 9007199254740992LL && o[1] == 9007199254740995LL && o[3] == 9007199254741001LL,
+                  "arange(2^53, 2^53 + 10, 3): odd values past 2^53");
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, -9223372036854775808.0, 4611686018427387904.0,
+                                                2305843009213693952.0, DL_DTYPE_I64), o, 6) == DL_OK &&
+                  o[0] == INT64_MIN && o[1] == -6917529027641081856LL && o[5] == 2305843009213693952LL,
+                  "arange(-2^63, 2^62, 2^61): from int64's least");
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, 9223372036854774784.0, 0, -2305843009213693952.0, DL_DTYPE_I64),
+                                o, 4) == DL_OK && o[0] == 9223372036854774784LL && o[3] == 2305843009213692928LL,
+                  "arange(2^63 - 1024, 0, -2^61): from the greatest double below 2^63, down");
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, 1e18, 1e18 + 100, 7, DL_DTYPE_I64), big, 19) == DL_OK &&
+                  big[1] == 1000000000000000007LL && big[18] == 1000000000000000126LL, "arange(1e18, 1e18 + 100, 7): 19");
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, 5, 33554437.0, 1048576.0, DL_DTYPE_I32), big, 32) == DL_OK &&
+                  big[1] == 1048581 && big[31] == 32505861 &&
+                  dl_read_int64(dl_arange_dtype(ctx, -2147483648.0, 0, 1073741824.0, DL_DTYPE_I32), o, 2) == DL_OK &&
+                  o[0] == INT32_MIN && o[1] == -1073741824, "int32 past 2^24, to int32's least");
+            /* 10000 values: three rows of 4096 from their starts */
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, 1099511627776.0, 1099511657776.0, 3, DL_DTYPE_I64), big, 10000) ==
+                  DL_OK, "arange(2^40, 2^40 + 30000, 3)");
+            for (k = 0; k < 10000; k++) ok &= big[k] == 1099511627776LL + 3 * k;
+            CHECK(ok, "arange(2^40, 2^40 + 30000, 3): every value");
+            CHECK(dl_read_int64(dl_arange_dtype(ctx, -16777300.0, -16777000.5, 1.9, DL_DTYPE_I64), big, 158) ==
+                  DL_OK && big[0] == -16777300 && big[157] == -16777143, "arange(-16777300, -16777000.5, 1.9): "
+                  "158, step 1, into +-2^24");
+        }
         CHECK(dl_read(dl_arange_dtype(ctx, 0, 0.3, 0.1, DL_DTYPE_F32), f, 3) == DL_OK &&
               dl_read(dl_arange(ctx, 0, 0.3, 0.1), g, 3) == DL_OK && memcmp(f, g, sizeof(float) * 3) == 0 &&
               dl_arange_dtype(ctx, 0, 0.3, 0.1, DL_DTYPE_F32)->numel == 3, "dl_arange_dtype float32 = dl_arange");
