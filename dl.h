@@ -13006,6 +13006,20 @@ oom:
     return NULL;
 }
 
+/* A capture that never ran (failed, or freed while recording): on a
+   device that captures its own work (a GPU) nothing of it ran, so its
+   zero_grads' nones are undone there: those gradients hold their values
+   from before it (their zeros if they were none then), and an eager
+   backward after it adds to them (dl__accq_put's first bit would not) */
+static void dl__cap_unnone(dl_capture *c)
+{
+    int64_t z;
+    for (z = 0; z < c->nnone; z++) {
+        dl_tensor *g = c->nones[z];
+        if (g && g->magic_ == DL__MAGIC && g->dev_->be->cap_begin && dl__grad_is_none(g)) g->gnone_ = false;
+    }
+}
+
 dl_result dl_capture_end(dl_capture *c)
 {
     dl_ctx *ctx;
@@ -13038,6 +13052,7 @@ dl_result dl_capture_end(dl_capture *c)
         }
     }
     if (c->state == DL__CAP_READY) return DL_OK;
+    dl__cap_unnone(c);
     /* the failure was reported when it happened; the context shows it again
        (under this call's name where the message names no op: a tensor or an
        optimizer the capture used was freed meanwhile) */
@@ -13121,7 +13136,10 @@ static void dl__cap_release(dl_capture *c)
     dl_capture **pp;
     int i;
     dl__capleft *left = c->left;     /* (made at dl_capture_begin: releasing allocates nothing) */
-    if (c->state == DL__CAP_RECORDING) dl__cap_stop(c);
+    if (c->state == DL__CAP_RECORDING) {
+        dl__cap_stop(c);
+        dl__cap_unnone(c);
+    }
     for (i = 0; i < c->ndev; i++) {
         dl__capdev *cd = &c->dev[i];
         if (cd->impl) cd->d->be->cap_free(cd->d, cd->impl);
